@@ -1,0 +1,64 @@
+package world
+
+import (
+	"errors"
+
+	comatproto "github.com/bluesky-social/indigo/api/atproto"
+	"github.com/ipfs/go-cid"
+)
+
+// TrafficMode selects which mutations a Traffic generator may produce.
+type TrafficMode string
+
+const (
+	// TrafficBasic produces record writes, handle changes, deactivation and
+	// reactivation of build-time-active accounts, and account deletions.
+	TrafficBasic TrafficMode = "basic"
+	// TrafficFull adds repo resets (#sync) and reactivation of accounts that
+	// were inactive at build time.
+	TrafficFull TrafficMode = "full"
+)
+
+// Config describes a world. Everything derives from Seed.
+type Config struct {
+	Seed        int64 // everything (DIDs, keys, handles, records, initial statuses, traffic choices) derives from it
+	Accounts    int   // number of accounts
+	RecordsMean int   // mean records per account (skewed distribution: most small, a few huge)
+	Hosts       int   // number of PDS hosts; accounts are spread over them (index 0..Hosts-1)
+}
+
+// Status values of an account ("" means active).
+const (
+	StatusActive      = ""
+	StatusDeactivated = "deactivated"
+	StatusTakendown   = "takendown"
+	StatusSuspended   = "suspended"
+	StatusDeleted     = "deleted"
+)
+
+// Account is a value snapshot of one account.
+type Account struct {
+	DID                string  // did:plc:<24 base32 chars>
+	Handle             string  //
+	Host               int     // PDS host index
+	Active             bool    //
+	Status             string  // StatusActive when Active
+	Rev                string  // current commit rev (TID)
+	Head               cid.Cid // current commit CID
+	Data               cid.Cid // current MST root (commit.data)
+	Records            int     // current record count
+	PublicKeyMultibase string  // the #atproto signing key (atcrypto PublicKey.Multibase())
+}
+
+// Event is one firehose event produced by a mutation. Exactly one of the four
+// body pointers is set. Seq fields are 0; Time fields are RFC 3339.
+type Event struct {
+	DID      string
+	Commit   *comatproto.SyncSubscribeRepos_Commit
+	Identity *comatproto.SyncSubscribeRepos_Identity
+	Account  *comatproto.SyncSubscribeRepos_Account
+	Sync     *comatproto.SyncSubscribeRepos_Sync
+}
+
+// ErrUnknownDID is returned for a DID the world never created.
+var ErrUnknownDID = errors.New("world: unknown DID")
