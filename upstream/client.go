@@ -1,0 +1,452 @@
+// client.go owns the Client: construction, options, the HTTP transport with
+// its timeouts, and listRepos paging.
+
+package upstream
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+)
+
+// Defaults for Options.
+const (
+	DefaultConnectTimeout        = 10 * time.Second
+	DefaultResponseHeaderTimeout = 60 * time.Second
+	DefaultIdleBodyTimeout       = 60 * time.Second
+	DefaultMaxCARBytes           = 4 << 30
+	DefaultUserAgent             = "backstream (+https://github.com/backstream/backstream)"
+	DefaultListReposLimit        = 1000
+
+	// maxErrorBody bounds how much of a non-200 body is read for the XRPC
+	// error name and message.
+	maxErrorBody = 64 << 10
+	// maxListReposBody bounds a listRepos page (1000 entries are ~200 KiB).
+	maxListReposBody = 32 << 20
+	// maxCursorLen bounds the cursor a listRepos page may hand back.
+	maxCursorLen = 64 << 10
+)
+
+// Options configures a Client. Zero values take the defaults.
+type Options struct {
+	// ConnectTimeout covers name resolution, TCP connect (all addresses)
+	// and the TLS handshake. Default 10 s.
+	ConnectTimeout time.Duration
+	// ResponseHeaderTimeout is the wait for the first response byte
+	// (headers) after the request is written. Default 60 s.
+	ResponseHeaderTimeout time.Duration
+	// IdleBodyTimeout fails a body read that sees no byte for this long
+	// (ErrIdleTimeout, transient). Default 60 s.
+	IdleBodyTimeout time.Duration
+	// UserAgent is sent on every request (and kept across redirects).
+	UserAgent string
+	// ScratchDir receives getRepo bodies (created if missing). Default
+	// os.TempDir(); production sets <data-dir>/scratch.
+	ScratchDir string
+	// MaxCARBytes caps one getRepo body; more is ErrTooLarge. Default 4 GiB.
+	MaxCARBytes int64
+	// Resolve maps host names to addresses for every dial (nil: system
+	// resolver). Every resolved address of a non-relay host is checked
+	// against the E14 policy.
+	Resolve Resolver
+	// Metrics may be nil.
+	Metrics *Metrics
+}
+
+// RepoSource is what enumeration and backfill need from the network.
+// Error contract: every error is an *Error; decide with Classify.
+type RepoSource interface {
+	ListRepos(ctx context.Context, cursor string, limit int) (Page, error)
+	GetRepo(ctx context.Context, did string) (*Download, error)
+}
+
+var _ RepoSource = (*Client)(nil)
+
+// Client talks to one relay and, through its redirects, to PDS hosts. It is
+// safe for concurrent use. It never writes to the store.
+type Client struct {
+	relay     *url.URL
+	relayAddr string // canonical host:port of the relay
+	policy    addrPolicy
+	opts      Options
+	metrics   *Metrics
+	transport *http.Transport
+	http      *http.Client
+	bufs      sync.Pool
+}
+
+// New builds a Client for the relay at relayURL (http or https). Loopback
+// redirect targets are allowed only when the relay's own host is loopback.
+func New(relayURL string, opts Options) (*Client, error) {
+	u, err := url.Parse(strings.TrimSpace(relayURL))
+	if err != nil {
+		return nil, fmt.Errorf("upstream: new: relay URL: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("upstream: new: relay URL %q: scheme must be http or https", relayURL)
+	}
+	if u.Hostname() == "" {
+		return nil, fmt.Errorf("upstream: new: relay URL %q: no host", relayURL)
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("upstream: new: relay URL %q: must not carry credentials, query or fragment", relayURL)
+	}
+	u.Path = strings.TrimRight(u.Path, "/")
+	u.RawPath = ""
+	if opts.ConnectTimeout <= 0 {
+		opts.ConnectTimeout = DefaultConnectTimeout
+	}
+	if opts.ResponseHeaderTimeout <= 0 {
+		opts.ResponseHeaderTimeout = DefaultResponseHeaderTimeout
+	}
+	if opts.IdleBodyTimeout <= 0 {
+		opts.IdleBodyTimeout = DefaultIdleBodyTimeout
+	}
+	if opts.UserAgent == "" {
+		opts.UserAgent = DefaultUserAgent
+	}
+	if opts.MaxCARBytes <= 0 {
+		opts.MaxCARBytes = DefaultMaxCARBytes
+	}
+	if opts.ScratchDir == "" {
+		opts.ScratchDir = os.TempDir()
+	}
+	if opts.Resolve == nil {
+		opts.Resolve = defaultResolve
+	}
+	if err := os.MkdirAll(opts.ScratchDir, 0o755); err != nil {
+		return nil, fmt.Errorf("upstream: new: scratch dir: %w", err)
+	}
+	c := &Client{
+		relay:     u,
+		relayAddr: canonicalHostPort(u),
+		policy:    addrPolicy{allowLoopback: isLoopbackHost(u.Hostname())},
+		opts:      opts,
+		metrics:   opts.Metrics,
+	}
+	c.bufs.New = func() any { b := make([]byte, 128<<10); return &b }
+	g := &guardedDialer{
+		policy:    c.policy,
+		relayAddr: c.relayAddr,
+		resolve:   opts.Resolve,
+		dialer:    net.Dialer{KeepAlive: 30 * time.Second},
+		timeout:   opts.ConnectTimeout,
+		metrics:   opts.Metrics,
+	}
+	c.transport = &http.Transport{
+		Proxy:                 nil, // a proxy would bypass the dial-time guard
+		DialContext:           g.DialContext,
+		TLSHandshakeTimeout:   opts.ConnectTimeout,
+		ResponseHeaderTimeout: opts.ResponseHeaderTimeout,
+		ExpectContinueTimeout: time.Second,
+		MaxIdleConns:          512,
+		MaxIdleConnsPerHost:   128,
+		IdleConnTimeout:       90 * time.Second,
+		ForceAttemptHTTP2:     true,
+	}
+	c.http = &http.Client{
+		Transport:     c.transport,
+		CheckRedirect: c.checkRedirect,
+		// No Timeout: the caller's ctx covers the attempt, the transport
+		// and the idle watch cover the phases.
+	}
+	return c, nil
+}
+
+// RelayURL returns the relay base URL the client was built with.
+func (c *Client) RelayURL() string { return c.relay.String() }
+
+// AllowLoopback reports whether loopback redirect targets are allowed,
+// which is true exactly when the relay itself is on loopback.
+func (c *Client) AllowLoopback() bool { return c.policy.allowLoopback }
+
+// Close releases idle connections.
+func (c *Client) Close() { c.transport.CloseIdleConnections() }
+
+// xrpcURL builds <relay>/xrpc/<nsid>?<q>.
+func (c *Client) xrpcURL(nsid string, q url.Values) string {
+	u := *c.relay
+	u.Path = c.relay.Path + "/xrpc/" + nsid
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// RepoEntry is one validated listRepos entry.
+type RepoEntry struct {
+	DID    string
+	Head   string // commit CID as sent; not validated
+	Rev    string // as sent; not validated
+	Active bool   // absent in the response means true
+	Status string // "" when absent
+}
+
+// Page is one listRepos page. Cursor "" means the listing is finished.
+type Page struct {
+	Repos  []RepoEntry
+	Cursor string
+	// Dropped counts entries refused by validation (also in metrics).
+	Dropped int
+}
+
+type listReposWire struct {
+	Cursor *string           `json:"cursor"`
+	Repos  []json.RawMessage `json:"repos"`
+}
+
+type repoWire struct {
+	Did    string  `json:"did"`
+	Head   string  `json:"head"`
+	Rev    string  `json:"rev"`
+	Active *bool   `json:"active"`
+	Status *string `json:"status"`
+}
+
+// ListRepos fetches one page of com.atproto.sync.listRepos from the relay.
+// cursor "" starts at the beginning; any cursor string is passed through
+// verbatim (query-escaped). limit <= 0 means 1000. Entries with an invalid
+// DID or an undecodable shape are dropped and counted, never fatal. Errors:
+// *Error; decode with Classify.
+func (c *Client) ListRepos(ctx context.Context, cursor string, limit int) (Page, error) {
+	const op = "listRepos"
+	if limit <= 0 {
+		limit = DefaultListReposLimit
+	}
+	q := url.Values{}
+	q.Set("limit", strconv.Itoa(limit))
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	body, host, err := c.fetchSmall(ctx, op, c.xrpcURL("com.atproto.sync.listRepos", q), "application/json", maxListReposBody)
+	if err != nil {
+		c.metrics.request(op, Classify(err))
+		return Page{}, err
+	}
+	page, err := c.parseListRepos(body)
+	if err != nil {
+		e := &Error{Op: op, Host: host, StatusCode: http.StatusOK, Err: err, kind: ErrMalformedResponse}
+		c.metrics.request(op, ClassPermanent)
+		return Page{}, e
+	}
+	c.metrics.request(op, ClassNone)
+	return page, nil
+}
+
+func (c *Client) parseListRepos(body []byte) (Page, error) {
+	var w listReposWire
+	if err := json.Unmarshal(body, &w); err != nil {
+		return Page{}, fmt.Errorf("%w: listRepos: %v", ErrMalformedResponse, err)
+	}
+	var p Page
+	if w.Cursor != nil {
+		if len(*w.Cursor) > maxCursorLen {
+			return Page{}, fmt.Errorf("%w: listRepos: cursor of %d bytes", ErrMalformedResponse, len(*w.Cursor))
+		}
+		p.Cursor = *w.Cursor
+	}
+	p.Repos = make([]RepoEntry, 0, len(w.Repos))
+	for _, raw := range w.Repos {
+		var r repoWire
+		if err := json.Unmarshal(raw, &r); err != nil {
+			p.Dropped++
+			c.metrics.listReposDropped("malformed")
+			continue
+		}
+		if _, err := syntax.ParseDID(r.Did); err != nil {
+			p.Dropped++
+			c.metrics.listReposDropped("invalid_did")
+			continue
+		}
+		e := RepoEntry{DID: r.Did, Head: r.Head, Rev: r.Rev, Active: true}
+		if r.Active != nil {
+			e.Active = *r.Active
+		}
+		if r.Status != nil {
+			e.Status = *r.Status
+		}
+		p.Repos = append(p.Repos, e)
+	}
+	return p, nil
+}
+
+// fetchSmall GETs a bounded body into memory. Non-200 responses become an
+// *Error. It returns the final host:port.
+func (c *Client) fetchSmall(ctx context.Context, op, rawURL, accept string, max int64) ([]byte, string, error) {
+	reqCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodGet, rawURL, nil)
+	if err != nil {
+		return nil, "", &Error{Op: op, Err: err, kind: ErrPermanent}
+	}
+	req.Header.Set("Accept", accept)
+	req.Header.Set("User-Agent", c.opts.UserAgent)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, hostOfURLError(err, req.URL), c.transportError(ctx, reqCtx, op, hostOfURLError(err, req.URL), err)
+	}
+	defer resp.Body.Close()
+	host := strings.ToLower(resp.Request.URL.Host)
+	w := startIdleWatch(c.opts.IdleBodyTimeout, cancel)
+	defer w.stop()
+	if resp.StatusCode != http.StatusOK {
+		return nil, host, c.statusError(ctx, reqCtx, op, host, resp, w)
+	}
+	var buf bytes.Buffer
+	n, err := buf.ReadFrom(io.LimitReader(&watchedReader{r: resp.Body, w: w}, max+1))
+	if err != nil {
+		return nil, host, c.transportError(ctx, reqCtx, op, host, err)
+	}
+	if n > max {
+		return nil, host, &Error{Op: op, Host: host, StatusCode: resp.StatusCode, Err: fmt.Errorf("%w: more than %d bytes", ErrTooLarge, max), kind: ErrTooLarge}
+	}
+	return buf.Bytes(), host, nil
+}
+
+// statusError reads a bounded XRPC error body and builds the *Error for a
+// non-200 response.
+func (c *Client) statusError(ctx, reqCtx context.Context, op, host string, resp *http.Response, w *idleWatch) error {
+	now := time.Now()
+	e := &Error{
+		Op:         op,
+		Host:       host,
+		StatusCode: resp.StatusCode,
+		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), now),
+		Reset:      parseReset(resp.Header.Get("Ratelimit-Reset")),
+	}
+	body, rerr := io.ReadAll(io.LimitReader(&watchedReader{r: resp.Body, w: w}, maxErrorBody))
+	if rerr == nil || len(body) > 0 {
+		var xe struct {
+			Error   any `json:"error"`
+			Message any `json:"message"`
+		}
+		if json.Unmarshal(body, &xe) == nil {
+			e.Name = boundedString(xe.Error, 256)
+			e.Message = boundedString(xe.Message, 1024)
+		}
+	}
+	if ctx.Err() != nil {
+		// The caller gave up while we were reading the error body.
+		e.Err = ctx.Err()
+		e.kind = ctx.Err()
+		return e
+	}
+	_ = reqCtx
+	e.kind = statusKind(resp.StatusCode, e.Name, e.Message)
+	return e
+}
+
+func boundedString(v any, max int) string {
+	s, ok := v.(string)
+	if !ok {
+		return ""
+	}
+	if len(s) > max {
+		s = s[:max]
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// transportError turns a failure without a usable response into an *Error:
+// the caller's ctx ending wins (ClassCanceled), then the idle watch, then the
+// network classification.
+func (c *Client) transportError(ctx, reqCtx context.Context, op, host string, err error) error {
+	var ue *Error
+	if errors.As(err, &ue) && ue.Op == op {
+		return err
+	}
+	e := &Error{Op: op, Host: host, Err: err}
+	switch {
+	case ctx.Err() != nil:
+		e.kind = ctx.Err()
+		e.Err = fmt.Errorf("%w: %v", ctx.Err(), err)
+	case errors.Is(context.Cause(reqCtx), ErrIdleTimeout):
+		e.kind = ErrIdleTimeout
+		e.Err = fmt.Errorf("%w: no byte for %s", ErrIdleTimeout, c.opts.IdleBodyTimeout)
+	default:
+		e.kind = kindOf(err)
+		if e.kind == context.Canceled || e.kind == context.DeadlineExceeded {
+			// Our own derived context ended without the caller's ending:
+			// never report that as the caller's cancellation.
+			e.kind = ErrTransient
+		}
+	}
+	return e
+}
+
+// hostOfURLError returns the host of the URL a *url.Error names (the
+// redirect target for redirect failures), else the request's host.
+func hostOfURLError(err error, fallback *url.URL) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		if u, perr := url.Parse(ue.URL); perr == nil && u.Host != "" {
+			return u.Host
+		}
+	}
+	if fallback != nil {
+		return fallback.Host
+	}
+	return ""
+}
+
+// idleWatch cancels a request when its body makes no progress for idle.
+// Progress is a timestamp, so reads cost one clock read, not a timer reset.
+type idleWatch struct {
+	idle    time.Duration
+	last    atomic.Int64
+	stopped atomic.Bool
+	cancel  context.CancelCauseFunc
+	timer   *time.Timer
+}
+
+func startIdleWatch(idle time.Duration, cancel context.CancelCauseFunc) *idleWatch {
+	w := &idleWatch{idle: idle, cancel: cancel}
+	w.touch()
+	w.timer = time.AfterFunc(idle, w.fire)
+	return w
+}
+
+func (w *idleWatch) touch() { w.last.Store(time.Now().UnixNano()) }
+
+func (w *idleWatch) fire() {
+	if w.stopped.Load() {
+		return
+	}
+	since := time.Duration(time.Now().UnixNano() - w.last.Load())
+	if since >= w.idle {
+		w.cancel(ErrIdleTimeout)
+		return
+	}
+	w.timer.Reset(w.idle - since)
+}
+
+func (w *idleWatch) stop() {
+	w.stopped.Store(true)
+	w.timer.Stop()
+}
+
+// watchedReader reports read progress to an idleWatch.
+type watchedReader struct {
+	r io.Reader
+	w *idleWatch
+}
+
+func (r *watchedReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if n > 0 {
+		r.w.touch()
+	}
+	return n, err
+}

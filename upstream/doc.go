@@ -1,0 +1,54 @@
+// Package upstream owns every conversation with the relay and the PDS hosts
+// it redirects to: listRepos paging, getRepo streaming to scratch files,
+// redirect policy, error classification, and dialing and framing
+// subscribeRepos.
+//
+// # What it provides
+//
+//   - Client (New, Options): ListRepos and GetRepo over one guarded HTTP
+//     transport. Every error is an *Error; Classify maps any error onto one
+//     Class (not found, unavailable, rate limited, transient, permanent,
+//     canceled) and RetryAfter gives the server-directed wait.
+//   - SubscribeURL, DialFirehose: the websocket to subscribeRepos with a read
+//     limit. Reading frames, cursors and reconnects live in package firehose.
+//   - DecodeFrame / EncodeFrame: the two-object DAG-CBOR framing, decoded by
+//     hand (no indigo events package, hence no gorm). CommitOps extracts a
+//     #commit's record operations from its hash-checked blocks.
+//
+// # Invariants kept here
+//
+//   - E4: getRepo goes to the relay and follows its redirects; the final
+//     host is reported in Download.FinalHost.
+//   - E5: the body is streamed to a file in the scratch dir, never held in
+//     memory, capped at Options.MaxCARBytes (ErrTooLarge); on every error the
+//     file is removed before GetRepo returns. On success the caller owns it
+//     (Download.Remove).
+//   - E14: at most MaxRedirects redirects, only to http(s); every address a
+//     non-relay host resolves to is checked at dial time (private, ULA,
+//     link-local, metadata, multicast, unspecified, reserved ranges refused;
+//     loopback allowed only when the relay itself is on loopback), and
+//     redirect URLs are checked before any dial.
+//   - Timeouts: connect (resolve+dial+TLS), response header, and idle body
+//     (no byte for IdleBodyTimeout → ErrIdleTimeout, transient). The caller's
+//     ctx deadline covers the whole attempt and, when it ends, the error is
+//     ClassCanceled (errors.Is(err, context.DeadlineExceeded) tells a
+//     deadline from a cancel).
+//   - Hostile upstream data never panics: DecodeFrame and CommitOps are
+//     fuzzed and guarded.
+//
+// # What it must not do
+//
+// It never writes to the store and holds no per-repo state. Retry budgets,
+// backoff and 429 parking (E9, E10) belong to the callers (backfill, retry),
+// which decide from Classify and RetryAfter. CAR verification belongs to
+// backfill.
+//
+// # Tricky bits
+//
+// The relay's own host:port is exempt from the address policy (it is the
+// operator's configuration, and may be on a private network); every other
+// host is reachable only through a redirect and is checked. The idle-body
+// watch cancels a per-request context with the cause ErrIdleTimeout, so an
+// idle timeout and the caller's cancellation are told apart by checking the
+// caller's ctx first.
+package upstream

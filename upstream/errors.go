@@ -1,0 +1,353 @@
+// errors.go owns the upstream error contract: the sentinels, the structured
+// *Error every network call returns, the one classifier (Classify) and the
+// server-directed wait (RetryAfter).
+
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Sentinels. Test with errors.Is; every *Error matches exactly one kind
+// sentinel plus, for permanent kinds, ErrPermanent.
+var (
+	// ErrRepoNotFound: the host says the repository does not exist
+	// (XRPC RepoNotFound, or NotFound with a "repo not found" message).
+	ErrRepoNotFound = errors.New("repo not found")
+	// ErrRepoDeactivated: the account is deactivated (XRPC RepoDeactivated).
+	ErrRepoDeactivated = errors.New("repo deactivated")
+	// ErrRepoSuspended: the account is suspended (XRPC RepoSuspended).
+	ErrRepoSuspended = errors.New("repo suspended")
+	// ErrRepoTakendown: the account was taken down (XRPC RepoTakendown).
+	ErrRepoTakendown = errors.New("repo takendown")
+	// ErrRateLimited: HTTP 429; RetryAfter(err) gives the server-directed wait.
+	ErrRateLimited = errors.New("rate limited")
+	// ErrTransient: worth retrying: 5xx, 408, connection refused/reset,
+	// unexpected EOF, connect/header/idle-body timeouts.
+	ErrTransient = errors.New("transient upstream failure")
+	// ErrPermanent: retrying the same request will not help: other 4xx,
+	// refused redirects, too many redirects, a CAR over the byte cap, a
+	// malformed response.
+	ErrPermanent = errors.New("permanent upstream failure")
+	// ErrForbiddenRedirect: a redirect (or a dial) targeted a non-http(s)
+	// scheme or an address that is private, link-local, metadata, multicast,
+	// unspecified, or loopback while the relay is not on loopback (E14).
+	// Also matches ErrPermanent.
+	ErrForbiddenRedirect = errors.New("forbidden redirect target")
+	// ErrTooManyRedirects: more than MaxRedirects redirects. Also matches
+	// ErrPermanent.
+	ErrTooManyRedirects = errors.New("too many redirects")
+	// ErrTooLarge: the body exceeded the configured byte cap. Also matches
+	// ErrPermanent.
+	ErrTooLarge = errors.New("response exceeds byte cap")
+	// ErrIdleTimeout: no body byte arrived within the idle timeout. Also
+	// matches ErrTransient.
+	ErrIdleTimeout = errors.New("idle body timeout")
+	// ErrMalformedResponse: a 200 response whose body could not be parsed.
+	// Also matches ErrPermanent.
+	ErrMalformedResponse = errors.New("malformed response")
+)
+
+// Class is the coarse decision a caller takes on an upstream error.
+type Class int
+
+// Classes returned by Classify.
+const (
+	// ClassNone: no error.
+	ClassNone Class = iota
+	// ClassNotFound: the repository does not exist (E11: complete, no rows).
+	ClassNotFound
+	// ClassUnavailable: deactivated, suspended or taken down (E11).
+	ClassUnavailable
+	// ClassRateLimited: 429; wait RetryAfter(err) and use the 429 budget (E10).
+	ClassRateLimited
+	// ClassTransient: retry with backoff on the ordinary budget (E9).
+	ClassTransient
+	// ClassPermanent: do not retry in this run.
+	ClassPermanent
+	// ClassCanceled: the caller's context ended (canceled or its deadline
+	// passed); errors.Is(err, context.DeadlineExceeded) tells which.
+	ClassCanceled
+)
+
+var classNames = [...]string{
+	ClassNone:        "ok",
+	ClassNotFound:    "not_found",
+	ClassUnavailable: "unavailable",
+	ClassRateLimited: "rate_limited",
+	ClassTransient:   "transient",
+	ClassPermanent:   "permanent",
+	ClassCanceled:    "canceled",
+}
+
+// String returns a stable snake_case name, usable as a metric label.
+func (c Class) String() string {
+	if c >= 0 && int(c) < len(classNames) {
+		return classNames[c]
+	}
+	return "class(" + strconv.Itoa(int(c)) + ")"
+}
+
+// RetryAfterCeiling bounds every server-directed wait returned by RetryAfter
+// (a PDS rate-limit window is 300 s; the margin covers clock skew).
+const RetryAfterCeiling = 330 * time.Second
+
+// Error is the structured error of every upstream call.
+type Error struct {
+	// Op names the call: "listRepos", "getRepo", "subscribeRepos".
+	Op string
+	// Host is the host:port the failing request went to (after redirects).
+	Host string
+	// StatusCode is the HTTP status, 0 when no response was received.
+	StatusCode int
+	// Name and Message come from an XRPC error body {"error","message"}.
+	Name    string
+	Message string
+	// RetryAfter is the parsed Retry-After header (delta seconds or HTTP
+	// date, relative to when the response arrived); 0 if absent.
+	RetryAfter time.Duration
+	// Reset is the parsed ratelimit-reset header (unix seconds); zero if absent.
+	Reset time.Time
+	// Err is the underlying cause (a net error, ErrTooLarge, ...), may be nil.
+	Err error
+
+	kind error // one of the kind sentinels above
+}
+
+// Error implements error.
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("upstream: ")
+	b.WriteString(e.Op)
+	if e.Host != "" {
+		b.WriteString(" ")
+		b.WriteString(e.Host)
+	}
+	b.WriteString(": ")
+	if e.StatusCode != 0 {
+		fmt.Fprintf(&b, "HTTP %d", e.StatusCode)
+		if e.Name != "" {
+			b.WriteString(" ")
+			b.WriteString(e.Name)
+		}
+		if e.Message != "" {
+			b.WriteString(": ")
+			b.WriteString(e.Message)
+		}
+		if e.Err != nil {
+			b.WriteString(": ")
+			b.WriteString(e.Err.Error())
+		}
+		return b.String()
+	}
+	if e.Err != nil {
+		b.WriteString(e.Err.Error())
+	} else if e.kind != nil {
+		b.WriteString(e.kind.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the underlying cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is matches the error's kind sentinel, and ErrPermanent / ErrTransient for
+// the kinds that belong to those groups.
+func (e *Error) Is(target error) bool {
+	if target == nil || e.kind == nil {
+		return false
+	}
+	if target == e.kind {
+		return true
+	}
+	switch target {
+	case ErrPermanent:
+		return isPermanentKind(e.kind)
+	case ErrTransient:
+		return e.kind == ErrIdleTimeout
+	}
+	return false
+}
+
+// Kind returns the sentinel this error was classified as.
+func (e *Error) Kind() error { return e.kind }
+
+func isPermanentKind(k error) bool {
+	switch k {
+	case ErrForbiddenRedirect, ErrTooManyRedirects, ErrTooLarge, ErrMalformedResponse:
+		return true
+	}
+	return false
+}
+
+// Classify maps any error (an *Error or a raw one) onto the decision a caller
+// takes. nil → ClassNone.
+func Classify(err error) Class {
+	if err == nil {
+		return ClassNone
+	}
+	var ue *Error
+	if errors.As(err, &ue) && ue.kind != nil {
+		return classOfKind(ue.kind)
+	}
+	return classOfKind(kindOf(err))
+}
+
+func classOfKind(k error) Class {
+	switch k {
+	case ErrRepoNotFound:
+		return ClassNotFound
+	case ErrRepoDeactivated, ErrRepoSuspended, ErrRepoTakendown:
+		return ClassUnavailable
+	case ErrRateLimited:
+		return ClassRateLimited
+	case ErrTransient, ErrIdleTimeout:
+		return ClassTransient
+	case context.Canceled, context.DeadlineExceeded:
+		return ClassCanceled
+	default:
+		return ClassPermanent
+	}
+}
+
+// RetryAfter returns how long the server asked the caller to wait, bounded by
+// RetryAfterCeiling: Retry-After when present, else ratelimit-reset minus now,
+// else 0 (use your own backoff).
+func RetryAfter(err error) time.Duration {
+	return retryAfterAt(err, time.Now())
+}
+
+func retryAfterAt(err error, now time.Time) time.Duration {
+	var ue *Error
+	if !errors.As(err, &ue) {
+		return 0
+	}
+	var d time.Duration
+	switch {
+	case ue.RetryAfter > 0:
+		d = ue.RetryAfter
+	case !ue.Reset.IsZero():
+		d = ue.Reset.Sub(now)
+	}
+	if d < 0 {
+		d = 0
+	}
+	if d > RetryAfterCeiling {
+		d = RetryAfterCeiling
+	}
+	return d
+}
+
+// kindOf classifies a raw (non-*Error) error from the network stack.
+func kindOf(err error) error {
+	switch {
+	case errors.Is(err, ErrForbiddenRedirect):
+		return ErrForbiddenRedirect
+	case errors.Is(err, ErrTooManyRedirects):
+		return ErrTooManyRedirects
+	case errors.Is(err, ErrTooLarge):
+		return ErrTooLarge
+	case errors.Is(err, ErrIdleTimeout):
+		return ErrIdleTimeout
+	case errors.Is(err, context.Canceled):
+		return context.Canceled
+	case errors.Is(err, context.DeadlineExceeded):
+		return context.DeadlineExceeded
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return ErrTransient
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH),
+		errors.Is(err, syscall.ETIMEDOUT):
+		return ErrTransient
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return ErrTransient
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		// dial, read, write failures on the socket: DNS errors included.
+		return ErrTransient
+	}
+	var de *net.DNSError
+	if errors.As(err, &de) {
+		return ErrTransient
+	}
+	if errors.Is(err, http.ErrHandlerTimeout) || strings.Contains(err.Error(), "server closed idle connection") ||
+		strings.Contains(err.Error(), "connection reset") || strings.Contains(err.Error(), "broken pipe") {
+		return ErrTransient
+	}
+	return ErrPermanent
+}
+
+// statusKind maps an HTTP status and XRPC error name to a kind sentinel.
+func statusKind(status int, name, message string) error {
+	switch {
+	case status == http.StatusTooManyRequests:
+		return ErrRateLimited
+	case status >= 500, status == http.StatusRequestTimeout:
+		return ErrTransient
+	case status >= 400:
+		switch {
+		case strings.EqualFold(name, "RepoNotFound"):
+			return ErrRepoNotFound
+		case strings.EqualFold(name, "NotFound") && strings.Contains(strings.ToLower(message), "repo not found"):
+			return ErrRepoNotFound
+		case strings.EqualFold(name, "RepoDeactivated"):
+			return ErrRepoDeactivated
+		case strings.EqualFold(name, "RepoSuspended"):
+			return ErrRepoSuspended
+		case strings.EqualFold(name, "RepoTakendown"):
+			return ErrRepoTakendown
+		}
+		return ErrPermanent
+	}
+	// 1xx, 2xx other than the expected one, unfollowed 3xx.
+	return ErrPermanent
+}
+
+// parseRetryAfter parses a Retry-After value: delta seconds or an HTTP date.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n <= 0 {
+			return 0
+		}
+		if n > int64(RetryAfterCeiling/time.Second) {
+			return RetryAfterCeiling
+		}
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+// parseReset parses ratelimit-reset (unix seconds).
+func parseReset(v string) time.Time {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return time.Time{}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 || n > 1<<40 {
+		return time.Time{}
+	}
+	return time.Unix(n, 0)
+}

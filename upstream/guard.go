@@ -1,0 +1,256 @@
+// guard.go owns the address policy of E14: which schemes and addresses a
+// request may reach, enforced both on redirect URLs (CheckRedirect) and on
+// every resolved IP at dial time, so DNS cannot be used to slip past it.
+
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// MaxRedirects is the most redirects a getRepo follows (E14).
+const MaxRedirects = 5
+
+// Resolver maps a host name to its addresses. nil in Options means
+// net.DefaultResolver. Tests and the simulated network use it to give
+// non-loopback names to loopback servers.
+type Resolver func(ctx context.Context, host string) ([]netip.Addr, error)
+
+var (
+	metadataV4 = netip.MustParseAddr("169.254.169.254")
+	metadataV6 = netip.MustParseAddr("fd00:ec2::254")
+
+	// refused regardless of AllowLoopback. netip's IsPrivate covers
+	// 10/8, 172.16/12, 192.168/16 and fc00::/7; IsLinkLocal* covers
+	// 169.254/16 and fe80::/10.
+	refusedPrefixes = []netip.Prefix{
+		netip.MustParsePrefix("0.0.0.0/8"),          // "this network"
+		netip.MustParsePrefix("100.64.0.0/10"),      // carrier-grade NAT
+		netip.MustParsePrefix("192.0.0.0/24"),       // IETF protocol assignments
+		netip.MustParsePrefix("198.18.0.0/15"),      // benchmarking
+		netip.MustParsePrefix("240.0.0.0/4"),        // reserved, incl. broadcast
+		netip.MustParsePrefix("100::/64"),           // discard-only
+		netip.MustParsePrefix("2001:db8::/32"),      // documentation
+		netip.MustParsePrefix("64:ff9b:1::/48"),     // local-use NAT64
+		netip.MustParsePrefix("::/128"),             // unspecified
+		netip.MustParsePrefix("::ffff:0:0:0/96"),    // SIIT
+		netip.MustParsePrefix("2002::/16"),          // 6to4 (embeds any v4)
+		netip.MustParsePrefix("2001::/32"),          // Teredo (embeds any v4)
+		netip.MustParsePrefix("fec0::/10"),          // deprecated site-local
+		netip.MustParsePrefix("ff00::/8"),           // multicast (also caught below)
+		netip.MustParsePrefix("255.255.255.255/32"), // broadcast
+	}
+	nat64 = netip.MustParsePrefix("64:ff9b::/96")
+)
+
+// addrPolicy decides which IPs a non-relay dial may reach.
+type addrPolicy struct {
+	allowLoopback bool
+}
+
+// check returns nil when ip may be dialed, else an error naming why not.
+func (p addrPolicy) check(ip netip.Addr) error {
+	ip = ip.Unmap()
+	if ip.Is6() && nat64.Contains(ip) {
+		// Well-known NAT64: judge the embedded IPv4 address.
+		b := ip.As16()
+		ip = netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
+	}
+	reason := ""
+	switch {
+	case !ip.IsValid():
+		reason = "invalid"
+	case ip == metadataV4 || ip == metadataV6:
+		reason = "metadata"
+	case ip.IsUnspecified():
+		reason = "unspecified"
+	case ip.IsLoopback():
+		if p.allowLoopback {
+			return nil
+		}
+		reason = "loopback"
+	case ip.IsPrivate():
+		reason = "private"
+	case ip.IsLinkLocalUnicast(), ip.IsLinkLocalMulticast():
+		reason = "link-local"
+	case ip.IsMulticast(), ip.IsInterfaceLocalMulticast():
+		reason = "multicast"
+	}
+	if reason == "" {
+		for _, pfx := range refusedPrefixes {
+			if pfx.Contains(ip) {
+				reason = "reserved"
+				break
+			}
+		}
+	}
+	if reason == "" {
+		return nil
+	}
+	return &refusal{reason: reason, addr: ip.String()}
+}
+
+// refusal is the cause carried by ErrForbiddenRedirect errors.
+type refusal struct {
+	reason string // closed set: scheme, loopback, private, link-local, ...
+	addr   string
+}
+
+func (r *refusal) Error() string {
+	return fmt.Sprintf("%s: %s address %s", ErrForbiddenRedirect, r.reason, r.addr)
+}
+
+func (r *refusal) Is(target error) bool { return target == ErrForbiddenRedirect }
+
+// refusalReason returns the closed-set reason of a guard refusal, or "".
+func refusalReason(err error) string {
+	var r *refusal
+	if errors.As(err, &r) {
+		return r.reason
+	}
+	return ""
+}
+
+// isLoopbackHost reports whether a URL host names the loopback interface
+// without resolving it: an IP literal in 127/8 or ::1, "localhost", or a
+// name under ".localhost" (RFC 6761).
+func isLoopbackHost(hostname string) bool {
+	h := strings.TrimSuffix(strings.ToLower(hostname), ".")
+	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return true
+	}
+	if ip, err := netip.ParseAddr(strings.Trim(h, "[]")); err == nil {
+		return ip.Unmap().IsLoopback()
+	}
+	return false
+}
+
+// guardedDialer dials only addresses the policy allows, except for the relay
+// itself (the operator's configuration is trusted). Each dial resolves once
+// and connects to the checked IP literals, so the checked address is the one
+// connected to.
+type guardedDialer struct {
+	policy    addrPolicy
+	relayAddr string // host:port of the relay, lower-case; exempt from the policy
+	resolve   Resolver
+	dialer    net.Dialer
+	timeout   time.Duration // covers resolution and every dial attempt
+	metrics   *Metrics
+}
+
+func (g *guardedDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	if g.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, g.timeout)
+		defer cancel()
+	}
+	exempt := strings.EqualFold(addr, g.relayAddr)
+	var ips []netip.Addr
+	if ip, perr := netip.ParseAddr(host); perr == nil {
+		ips = []netip.Addr{ip}
+	} else {
+		ips, err = g.resolve(ctx, host)
+		if err != nil {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+		}
+		if len(ips) == 0 {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: &net.DNSError{Err: "no addresses", Name: host, IsNotFound: true}}
+		}
+	}
+	if !exempt {
+		// One bad answer refuses the host: a mixed answer is a rebinding
+		// attempt or a misconfiguration, never worth the risk.
+		for _, ip := range ips {
+			if err := g.policy.check(ip); err != nil {
+				g.metrics.refused("dial", refusalReason(err))
+				return nil, err
+			}
+		}
+	}
+	var firstErr error
+	for _, ip := range ips {
+		c, err := g.dialer.DialContext(ctx, network, net.JoinHostPort(ip.Unmap().String(), port))
+		if err == nil {
+			return c, nil
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, firstErr
+}
+
+func defaultResolve(ctx context.Context, host string) ([]netip.Addr, error) {
+	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+}
+
+// checkRedirect is the http.Client CheckRedirect of the getRepo client:
+// at most MaxRedirects hops, http(s) only, and IP-literal or localhost
+// targets checked against the policy before any dial. Hostnames are checked
+// again, after resolution, by the guarded dialer.
+func (c *Client) checkRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) > MaxRedirects {
+		c.metrics.refused("redirect", "too_many")
+		return fmt.Errorf("%w: more than %d", ErrTooManyRedirects, MaxRedirects)
+	}
+	if err := c.checkTarget(req.URL); err != nil {
+		c.metrics.refused("redirect", refusalReason(err))
+		return err
+	}
+	if hops, ok := req.Context().Value(hopsKey{}).(*int); ok {
+		*hops = len(via)
+	}
+	return nil
+}
+
+// checkTarget applies the static part of the policy to a redirect URL.
+func (c *Client) checkTarget(u *url.URL) error {
+	switch u.Scheme {
+	case "http", "https":
+	default:
+		return &refusal{reason: "scheme", addr: u.Scheme + "://" + u.Host}
+	}
+	host := u.Hostname()
+	if host == "" {
+		return &refusal{reason: "empty-host", addr: u.String()}
+	}
+	if strings.EqualFold(u.Host, c.relayAddr) || strings.EqualFold(canonicalHostPort(u), c.relayAddr) {
+		return nil
+	}
+	if isLoopbackHost(host) && !c.policy.allowLoopback {
+		return &refusal{reason: "loopback", addr: host}
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return c.policy.check(ip)
+	}
+	return nil
+}
+
+// canonicalHostPort returns host:port with the scheme's default port filled in.
+func canonicalHostPort(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		switch u.Scheme {
+		case "https", "wss":
+			port = "443"
+		default:
+			port = "80"
+		}
+	}
+	return net.JoinHostPort(strings.ToLower(u.Hostname()), port)
+}
