@@ -1,8 +1,6 @@
 package world
 
 import (
-	"errors"
-
 	comatproto "github.com/bluesky-social/indigo/api/atproto"
 	"github.com/ipfs/go-cid"
 )
@@ -60,5 +58,30 @@ type Event struct {
 	Sync     *comatproto.SyncSubscribeRepos_Sync
 }
 
-// ErrUnknownDID is returned for a DID the world never created.
-var ErrUnknownDID = errors.New("world: unknown DID")
+// Type returns the firehose message type of the event: "#commit",
+// "#identity", "#account" or "#sync" ("" for a zero Event).
+func (e Event) Type() string {
+	switch {
+	case e.Commit != nil:
+		return "#commit"
+	case e.Identity != nil:
+		return "#identity"
+	case e.Account != nil:
+		return "#account"
+	case e.Sync != nil:
+		return "#sync"
+	}
+	return ""
+}
+
+func identityBody(did, handle string) *comatproto.SyncSubscribeRepos_Identity {
+	return &comatproto.SyncSubscribeRepos_Identity{Did: did, Handle: &handle, Time: now()}
+}
+
+func accountBody(did, status string) *comatproto.SyncSubscribeRepos_Account {
+	body := &comatproto.SyncSubscribeRepos_Account{Did: did, Active: status == StatusActive, Time: now()}
+	if status != StatusActive {
+		body.Status = &status
+	}
+	return body
+}
