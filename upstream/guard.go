@@ -105,6 +105,10 @@ type refusal struct {
 }
 
 func (r *refusal) Error() string {
+	switch r.reason {
+	case "scheme", "empty-host":
+		return fmt.Sprintf("%s: %s: %s", ErrForbiddenRedirect, r.reason, r.addr)
+	}
 	return fmt.Sprintf("%s: %s address %s", ErrForbiddenRedirect, r.reason, r.addr)
 }
 

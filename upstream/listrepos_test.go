@@ -1,0 +1,149 @@
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// TestListReposPagingLongCursor pages through a relay whose cursor is a
+// 4 KiB string full of characters that need query escaping; the relay must
+// receive it back byte for byte.
+func TestListReposPagingLongCursor(t *testing.T) {
+	long := strings.Repeat("a+b/c=d&e%f g?h#", 256) // 4096 bytes
+	if len(long) != 4096 {
+		t.Fatalf("cursor len %d", len(long))
+	}
+	var mu sync.Mutex
+	var seen []string
+	var limits []string
+	relay := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/xrpc/com.atproto.sync.listRepos" {
+			http.NotFound(w, r)
+			return
+		}
+		cur := r.URL.Query().Get("cursor")
+		mu.Lock()
+		seen = append(seen, cur)
+		limits = append(limits, r.URL.Query().Get("limit"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch cur {
+		case "":
+			json.NewEncoder(w).Encode(map[string]any{
+				"cursor": long,
+				"repos": []map[string]any{
+					{"did": "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa", "head": "bafyhead1", "rev": "3l2aaaaaaaa22"},
+					{"did": "did:web:example.com", "head": "bafyhead2", "rev": "3l2aaaaaaaa23", "active": false, "status": "deactivated"},
+					{"did": "not-a-did", "head": "x", "rev": "y"},
+					{"did": 42},
+					{"did": "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb", "head": "bafyhead3", "rev": "3l2aaaaaaaa24", "active": true},
+				},
+			})
+		case long:
+			json.NewEncoder(w).Encode(map[string]any{
+				"repos": []map[string]any{
+					{"did": "did:plc:cccccccccccccccccccccccc", "head": "bafyhead4", "rev": "3l2aaaaaaaa25"},
+				},
+			})
+		default:
+			xrpcError(w, 400, "InvalidRequest", "bad cursor")
+		}
+	})
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	c, _ := testClient(t, relay.URL, func(o *Options) { o.Metrics = m })
+	ctx := context.Background()
+
+	p1, err := c.ListRepos(ctx, "", 3)
+	if err != nil {
+		t.Fatalf("page 1: %v", err)
+	}
+	if p1.Cursor != long {
+		t.Fatalf("page 1 cursor: got %d bytes, want the 4 KiB cursor", len(p1.Cursor))
+	}
+	if len(p1.Repos) != 3 || p1.Dropped != 2 {
+		t.Fatalf("page 1: %d repos, %d dropped; want 3, 2: %+v", len(p1.Repos), p1.Dropped, p1.Repos)
+	}
+	if r := p1.Repos[0]; !r.Active || r.Status != "" || r.DID != "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa" || r.Head != "bafyhead1" || r.Rev != "3l2aaaaaaaa22" {
+		t.Fatalf("absent active must mean true: %+v", r)
+	}
+	if r := p1.Repos[1]; r.Active || r.Status != "deactivated" {
+		t.Fatalf("inactive entry: %+v", r)
+	}
+	p2, err := c.ListRepos(ctx, p1.Cursor, 3)
+	if err != nil {
+		t.Fatalf("page 2: %v", err)
+	}
+	if p2.Cursor != "" || len(p2.Repos) != 1 {
+		t.Fatalf("page 2: %+v", p2)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 2 || seen[0] != "" || seen[1] != long {
+		t.Fatalf("relay saw cursors of lengths %d", len(seen))
+	}
+	if limits[0] != "3" {
+		t.Fatalf("limit sent: %q", limits[0])
+	}
+	if got := counterValue(t, m.listDropped.WithLabelValues("invalid_did")); got != 1 {
+		t.Fatalf("invalid_did dropped = %v", got)
+	}
+	if got := counterValue(t, m.listDropped.WithLabelValues("malformed")); got != 1 {
+		t.Fatalf("malformed dropped = %v", got)
+	}
+	if got := counterValue(t, m.requests.WithLabelValues("listRepos", "ok")); got != 2 {
+		t.Fatalf("ok requests = %v", got)
+	}
+}
+
+func TestListReposDefaultLimitAndErrors(t *testing.T) {
+	var gotLimit string
+	mode := "garbage"
+	relay := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		gotLimit = r.URL.Query().Get("limit")
+		switch mode {
+		case "garbage":
+			w.Write([]byte("<html>not json"))
+		case "503":
+			xrpcError(w, 503, "", "")
+		case "429":
+			w.Header().Set("Retry-After", "3")
+			xrpcError(w, 429, "RateLimitExceeded", "slow down")
+		}
+	})
+	c, _ := testClient(t, relay.URL, nil)
+	_, err := c.ListRepos(context.Background(), "", 0)
+	if gotLimit != "1000" {
+		t.Fatalf("default limit: %q", gotLimit)
+	}
+	if !errors.Is(err, ErrMalformedResponse) || Classify(err) != ClassPermanent {
+		t.Fatalf("garbage body: %v (%v)", err, Classify(err))
+	}
+	mode = "503"
+	if _, err = c.ListRepos(context.Background(), "", 0); Classify(err) != ClassTransient {
+		t.Fatalf("503: %v", err)
+	}
+	mode = "429"
+	_, err = c.ListRepos(context.Background(), "", 0)
+	if Classify(err) != ClassRateLimited || RetryAfter(err).Seconds() != 3 {
+		t.Fatalf("429: %v retry after %v", err, RetryAfter(err))
+	}
+}
+
+// counterValue reads one counter's current value.
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatalf("read counter: %v", err)
+	}
+	return m.GetCounter().GetValue()
+}
