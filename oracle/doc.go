@@ -1,0 +1,43 @@
+// Package oracle owns the simulated atproto network that backstream is tested
+// against: one relay listener and one listener per PDS host on 127.0.0.1,
+// serving a deterministic world (package oracle/world) over real HTTP and
+// websocket, with live traffic and programmable faults.
+//
+// What it serves:
+//   - the relay: com.atproto.sync.listRepos (opaque cursor, limit ≤ 1000),
+//     getRepo (302 to the account's PDS host), getRepoStatus, listHosts,
+//     subscribeRepos (atproto event-stream framing), DID documents the way a
+//     PLC directory serves them (GET /<did>), and GET /_devnet/status;
+//   - every PDS host: getRepo (the world's prepared CAR bytes, or the atproto
+//     error names RepoNotFound / RepoDeactivated / RepoSuspended /
+//     RepoTakendown) and listRepos for the accounts it hosts.
+//
+// Invariants it keeps:
+//   - firehose seqs start at 1 and increase by one (unless the SeqGaps fault
+//     is armed); every emitted event is encoded once and kept in the history
+//     (bounded by Config.Retention);
+//   - subscribeRepos cursor rules: cursor=N replays retained seq > N then goes
+//     live; cursor=0 replays from the oldest retained event; no cursor starts at
+//     the live tip; a cursor older than the retained history gets #info
+//     OutdatedCursor and then everything retained; a cursor above the head gets
+//     a FutureCursor error frame and the connection closes;
+//   - a subscriber is a position in the history, so it is registered for live
+//     events at the instant its replay starts: no gap, no duplicate; a
+//     subscriber that falls more than Config.SubscriberBuffer live events behind
+//     gets a ConsumerTooSlow error frame and is closed;
+//   - a world mutation and the append of its event happen under one lock
+//     (Network.Emit and the traffic goroutine share it), so per-account event
+//     order in the firehose is mutation order and getRepo serves the state
+//     after the latest emitted event;
+//   - listeners open only after the world is built and the preload is
+//     generated; traffic starts after that; Close stops every goroutine and
+//     listener and waits for them.
+//
+// Faults are explicit and counted: every injected fault increments a fired
+// counter (Faults.Fired) so a test can prove its fault happened.
+//
+// It must not be imported by production packages (only cmd/backstream wires
+// it, for `devnet`); it holds no global state. World data and mutations live
+// in oracle/world; this package only serves them and never edits a repo
+// itself, except for hostile copies of a CAR built for a fault.
+package oracle

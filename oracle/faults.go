@@ -1,0 +1,563 @@
+package oracle
+
+// faults.go owns the fault plan: per-DID getRepo steps, per-host rate limits,
+// relay redirects and listRepos cursor faults, firehose wire faults, the named
+// profiles, and the fired counters that prove a fault happened.
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Always, passed as a count, arms a fault for every request.
+const Always = -1
+
+// FaultKind names one kind of injected fault (a closed set).
+type FaultKind string
+
+// Fault kinds, as counted by Faults.Fired.
+const (
+	FaultGetRepoStatus      FaultKind = "getrepo_status"        // getRepo answered with a scripted HTTP status
+	FaultRateLimit          FaultKind = "ratelimit"             // host answered 429 (scripted burst or window limit)
+	FaultTruncateCAR        FaultKind = "truncate_car"          // CAR cut in half, Content-Length matching the cut
+	FaultTruncateCARAtBlock FaultKind = "truncate_car_at_block" // CAR cut at a block boundary: loads but incomplete
+	FaultDropBlock          FaultKind = "drop_block"            // one record block left out
+	FaultCorruptBlock       FaultKind = "corrupt_block"         // one record block's bytes don't match its CID
+	FaultHangBody           FaultKind = "hang_body"             // half the body, then nothing until the client leaves
+	FaultSlowBody           FaultKind = "slow_body"             // body paced at a few bytes per second
+	FaultResetMidBody       FaultKind = "reset_mid_body"        // half the body, then a TCP reset
+	FaultCommitForOtherDID  FaultKind = "commit_other_did"      // another account's (validly signed) repo
+	FaultInvalidRev         FaultKind = "invalid_rev"           // commit re-signed with a rev that is not a TID
+	FaultInvalidRecordPaths FaultKind = "invalid_record_paths"  // extra records under invalid NSIDs / rkeys
+	FaultRedirect           FaultKind = "redirect"              // relay getRepo redirected to a scripted target
+	FaultListReposLoop      FaultKind = "listrepos_loop"        // listRepos page returned its own cursor
+	FaultLongCursor         FaultKind = "long_cursor"           // listRepos cursor padded (e.g. to 4 KiB)
+	FaultFirehoseDisconnect FaultKind = "firehose_disconnect"   // connection dropped without a close frame
+	FaultMalformedFrame     FaultKind = "malformed_frame"       // undecodable frame inserted before a real one
+	FaultDuplicateFrame     FaultKind = "duplicate_frame"       // frame sent twice
+	FaultDroppedFrame       FaultKind = "dropped_frame"         // frame swallowed for one connection (a real hole)
+	FaultSeqGap             FaultKind = "seq_gap"               // a seq number skipped in the history (no event lost)
+)
+
+// PrivateRedirectTarget is where RedirectPrivate sends getRepo: an RFC 1918
+// address that a careful client must refuse to follow.
+const PrivateRedirectTarget = "http://10.0.0.1/xrpc/com.atproto.sync.getRepo"
+
+// step is one scripted getRepo fault for a DID.
+type step struct {
+	kind        FaultKind
+	status      int // FaultGetRepoStatus
+	bytesPerSec int // FaultSlowBody
+	left        int // remaining uses; Always = unlimited
+}
+
+type redirectStep struct {
+	target string
+	left   int
+}
+
+// hostBurst answers the next left requests with 429.
+type hostBurst struct {
+	left  int
+	reset time.Duration
+}
+
+// windowLimit is a fixed-window limiter aligned to multiples of window.
+type windowLimit struct {
+	limit  int
+	window time.Duration
+	start  time.Time
+	count  int
+}
+
+// rateLimit is what a 429 carries.
+type rateLimit struct {
+	limit   int
+	window  time.Duration
+	resetAt time.Time
+}
+
+// firehoseFaults are the wire faults a subscriber applies per frame.
+type firehoseFaults struct {
+	disconnectEvery int
+	malformed       float64
+	duplicate       float64
+	drop            float64
+}
+
+// Faults is a goroutine-safe fault plan. Counts are numbers of requests
+// affected (Always = every request); a count of 0 is a no-op. Per-DID getRepo
+// faults form a queue consumed in the order they were armed.
+type Faults struct {
+	n *Network
+
+	mu         sync.Mutex
+	getRepo    map[string][]*step
+	redirects  map[string]*redirectStep
+	bursts     map[int]*hostBurst
+	limits     map[int]*windowLimit
+	listLoop   int
+	longCursor int
+	fh         firehoseFaults
+	gapRate    float64
+	fired      map[FaultKind]int64
+}
+
+func newFaults(n *Network) *Faults {
+	f := &Faults{n: n}
+	f.Clear()
+	return f
+}
+
+// Clear disarms every fault; fired counters are kept.
+func (f *Faults) Clear() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.getRepo = make(map[string][]*step)
+	f.redirects = make(map[string]*redirectStep)
+	f.bursts = make(map[int]*hostBurst)
+	f.limits = make(map[int]*windowLimit)
+	f.listLoop, f.longCursor, f.gapRate = 0, 0, 0
+	f.fh = firehoseFaults{}
+	if f.fired == nil {
+		f.fired = make(map[FaultKind]int64)
+	}
+}
+
+func (f *Faults) fire(k FaultKind) {
+	f.mu.Lock()
+	f.fired[k]++
+	f.mu.Unlock()
+}
+
+// Fired is how many times faults of kind k were injected.
+func (f *Faults) Fired(k FaultKind) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fired[k]
+}
+
+// FiredAll is every kind's fired count.
+func (f *Faults) FiredAll() map[FaultKind]int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[FaultKind]int64, len(f.fired))
+	for k, v := range f.fired {
+		out[k] = v
+	}
+	return out
+}
+
+// Pending lists the counted (not Always) per-DID, per-host and listRepos
+// faults that still have uses left, e.g. "did:plc:x truncate_car 1", sorted.
+func (f *Faults) Pending() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for did, q := range f.getRepo {
+		for _, s := range q {
+			if s.left > 0 {
+				out = append(out, fmt.Sprintf("%s %s %d", did, s.kind, s.left))
+			}
+		}
+	}
+	for did, r := range f.redirects {
+		if r.left > 0 {
+			out = append(out, fmt.Sprintf("%s %s %d", did, FaultRedirect, r.left))
+		}
+	}
+	for h, b := range f.bursts {
+		if b.left > 0 {
+			out = append(out, fmt.Sprintf("host%d %s %d", h, FaultRateLimit, b.left))
+		}
+	}
+	if f.listLoop > 0 {
+		out = append(out, fmt.Sprintf("relay %s %d", FaultListReposLoop, f.listLoop))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func normCount(n int) int {
+	if n < 0 {
+		return Always
+	}
+	return n
+}
+
+func clampRate(r float64) float64 {
+	if r != r || r < 0 {
+		return 0
+	}
+	return min(r, 1)
+}
+
+func (f *Faults) push(did string, s step) {
+	s.left = normCount(s.left)
+	if s.left == 0 {
+		return
+	}
+	f.mu.Lock()
+	f.getRepo[did] = append(f.getRepo[did], &s)
+	f.mu.Unlock()
+}
+
+// FailGetRepo answers did's next n getRepo requests with HTTP status and an
+// XRPC error body (429 also carries rate-limit headers).
+func (f *Faults) FailGetRepo(did string, status, n int) {
+	f.push(did, step{kind: FaultGetRepoStatus, status: status, left: n})
+}
+
+// TruncateCAR serves the first half of did's CAR (Content-Length matching).
+func (f *Faults) TruncateCAR(did string, n int) { f.push(did, step{kind: FaultTruncateCAR, left: n}) }
+
+// TruncateCARAtBlock cuts did's CAR at a block boundary near its middle, so
+// the CAR parses but the repo is incomplete.
+func (f *Faults) TruncateCARAtBlock(did string, n int) {
+	f.push(did, step{kind: FaultTruncateCARAtBlock, left: n})
+}
+
+// DropBlock leaves one record block out of did's CAR.
+func (f *Faults) DropBlock(did string, n int) { f.push(did, step{kind: FaultDropBlock, left: n}) }
+
+// CorruptBlock flips a byte inside one record block of did's CAR.
+func (f *Faults) CorruptBlock(did string, n int) { f.push(did, step{kind: FaultCorruptBlock, left: n}) }
+
+// HangBody sends the headers and half of did's CAR, then nothing until the
+// client goes away or the network closes.
+func (f *Faults) HangBody(did string, n int) { f.push(did, step{kind: FaultHangBody, left: n}) }
+
+// SlowBody paces did's CAR at bytesPerSec.
+func (f *Faults) SlowBody(did string, bytesPerSec, n int) {
+	f.push(did, step{kind: FaultSlowBody, bytesPerSec: max(bytesPerSec, 1), left: n})
+}
+
+// ResetMidBody sends half of did's CAR, then resets the TCP connection.
+func (f *Faults) ResetMidBody(did string, n int) { f.push(did, step{kind: FaultResetMidBody, left: n}) }
+
+// CommitForOtherDID serves another active account's CAR for did.
+func (f *Faults) CommitForOtherDID(did string, n int) {
+	f.push(did, step{kind: FaultCommitForOtherDID, left: n})
+}
+
+// InvalidRev serves did's CAR with its commit re-signed under a rev that is
+// not a TID.
+func (f *Faults) InvalidRev(did string, n int) { f.push(did, step{kind: FaultInvalidRev, left: n}) }
+
+// InvalidRecordPaths serves did's repo plus records under the paths of
+// InvalidRecordPathKeys, re-signed, so only those records are bad.
+func (f *Faults) InvalidRecordPaths(did string, n int) {
+	f.push(did, step{kind: FaultInvalidRecordPaths, left: n})
+}
+
+// RedirectTo makes the relay redirect did's next n getRepo requests to target.
+func (f *Faults) RedirectTo(did, target string, n int) {
+	n = normCount(n)
+	if n == 0 {
+		return
+	}
+	f.mu.Lock()
+	f.redirects[did] = &redirectStep{target: target, left: n}
+	f.mu.Unlock()
+}
+
+// RedirectPrivate redirects did's getRepo to PrivateRedirectTarget.
+func (f *Faults) RedirectPrivate(did string, n int) {
+	f.RedirectTo(did, PrivateRedirectTarget+"?did="+did, n)
+}
+
+// RateLimitHost answers the next n getRepo requests to PDS host with 429,
+// ratelimit-reset now+reset (unix seconds) and Retry-After.
+func (f *Faults) RateLimitHost(host, n int, reset time.Duration) {
+	n = normCount(n)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n == 0 {
+		delete(f.bursts, host)
+		return
+	}
+	f.bursts[host] = &hostBurst{left: n, reset: max(reset, time.Second)}
+}
+
+// LimitHost allows at most perWindow getRepo requests to PDS host per window
+// (aligned to multiples of window); the rest get 429 until the window ends.
+// perWindow 0 removes the limit.
+func (f *Faults) LimitHost(host, perWindow int, window time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if perWindow <= 0 {
+		delete(f.limits, host)
+		return
+	}
+	f.limits[host] = &windowLimit{limit: perWindow, window: max(window, time.Second)}
+}
+
+// ListReposCursorLoop makes the relay's next n listRepos pages requested with
+// a cursor answer with that same cursor.
+func (f *Faults) ListReposCursorLoop(n int) {
+	f.mu.Lock()
+	f.listLoop = normCount(n)
+	f.mu.Unlock()
+}
+
+// LongCursor pads every relay listRepos cursor to size bytes (0 = off).
+func (f *Faults) LongCursor(size int) {
+	f.mu.Lock()
+	f.longCursor = max(size, 0)
+	f.mu.Unlock()
+}
+
+// FirehoseDisconnectEvery drops each subscribeRepos connection, without a
+// close frame, after it has sent n frames (0 = off).
+func (f *Faults) FirehoseDisconnectEvery(n int) {
+	f.mu.Lock()
+	f.fh.disconnectEvery = max(n, 0)
+	f.mu.Unlock()
+}
+
+// MalformedFrames inserts an undecodable frame before a real one with
+// probability rate per frame.
+func (f *Faults) MalformedFrames(rate float64) {
+	f.mu.Lock()
+	f.fh.malformed = clampRate(rate)
+	f.mu.Unlock()
+}
+
+// DuplicateFrames sends a frame twice with probability rate.
+func (f *Faults) DuplicateFrames(rate float64) {
+	f.mu.Lock()
+	f.fh.duplicate = clampRate(rate)
+	f.mu.Unlock()
+}
+
+// DropFrames swallows a frame for one connection with probability rate: a
+// real hole the consumer can only heal by resyncing.
+func (f *Faults) DropFrames(rate float64) {
+	f.mu.Lock()
+	f.fh.drop = clampRate(rate)
+	f.mu.Unlock()
+}
+
+// SeqGaps skips a seq number before an event with probability rate; the
+// event itself is kept, for every subscriber and for replays.
+func (f *Faults) SeqGaps(rate float64) {
+	f.mu.Lock()
+	f.gapRate = clampRate(rate)
+	f.mu.Unlock()
+}
+
+func (f *Faults) firehose() firehoseFaults {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fh
+}
+
+func (f *Faults) seqGapRate() float64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.gapRate
+}
+
+func (f *Faults) longCursorSize() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.longCursor > 0 {
+		f.fired[FaultLongCursor]++
+	}
+	return f.longCursor
+}
+
+// take consumes one use of a relay-level counted fault.
+func (f *Faults) take(k FaultKind, _ string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch k {
+	case FaultListReposLoop:
+		if f.listLoop == 0 {
+			return false
+		}
+		if f.listLoop > 0 {
+			f.listLoop--
+		}
+	default:
+		return false
+	}
+	f.fired[k]++
+	return true
+}
+
+// redirect returns the scripted redirect target for did, consuming one use.
+func (f *Faults) redirect(did string) (string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.redirects[did]
+	if r == nil || r.left == 0 {
+		return "", false
+	}
+	if r.left > 0 {
+		r.left--
+	}
+	f.fired[FaultRedirect]++
+	return r.target, true
+}
+
+// hostLimited decides whether a getRepo request to host gets a 429.
+func (f *Faults) hostLimited(host int) (rateLimit, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now()
+	if b := f.bursts[host]; b != nil && b.left != 0 {
+		if b.left > 0 {
+			b.left--
+		}
+		f.fired[FaultRateLimit]++
+		return rateLimit{limit: 1, window: b.reset, resetAt: now.Add(b.reset)}, true
+	}
+	if l := f.limits[host]; l != nil {
+		ws := now.Truncate(l.window)
+		if !ws.Equal(l.start) {
+			l.start, l.count = ws, 0
+		}
+		l.count++
+		if l.count > l.limit {
+			f.fired[FaultRateLimit]++
+			return rateLimit{limit: l.limit, window: l.window, resetAt: ws.Add(l.window)}, true
+		}
+	}
+	return rateLimit{}, false
+}
+
+// nextGetRepo consumes did's next getRepo fault. A status fault is always
+// consumed; a CAR-shaped fault only when servable (the repo would otherwise
+// be served), so it fires on a real CAR.
+func (f *Faults) nextGetRepo(did string, servable bool) (step, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q := f.getRepo[did]
+	for len(q) > 0 && q[0].left == 0 {
+		q = q[1:]
+	}
+	if len(q) == 0 {
+		delete(f.getRepo, did)
+		return step{}, false
+	}
+	f.getRepo[did] = q
+	s := q[0]
+	if s.kind != FaultGetRepoStatus && !servable {
+		return step{}, false
+	}
+	if s.left > 0 {
+		s.left--
+	}
+	f.fired[s.kind]++
+	return *s, true
+}
+
+// ApplyProfile arms a named profile (none, flaky, hostile) over the current
+// world, deterministically from the network's seed.
+func (f *Faults) ApplyProfile(name string) error {
+	switch name {
+	case ProfileNone, "":
+		return nil
+	case ProfileFlaky:
+		f.applyFlaky()
+		return nil
+	case ProfileHostile:
+		f.applyHostile()
+		return nil
+	default:
+		return fmt.Errorf("oracle: faults: unknown profile %q: %w", name, ErrInvalidConfig)
+	}
+}
+
+// profileRand is the fault profile's own random stream.
+func (f *Faults) profileRand() *rand.Rand {
+	return rand.New(rand.NewPCG(uint64(f.n.cfg.Seed), 0xfa017))
+}
+
+// applyFlaky: about a tenth of the repos answer 503 to their first five
+// getRepo requests; a quarter of the hosts (at least one) allow 100 getRepo
+// requests per second and answer 429 beyond; the firehose drops each
+// connection after 1000 frames.
+func (f *Faults) applyFlaky() {
+	rng := f.profileRand()
+	for _, a := range f.n.w.Accounts() {
+		if rng.IntN(10) == 0 {
+			f.FailGetRepo(a.DID, http.StatusServiceUnavailable, 5)
+		}
+	}
+	for h := 0; h < max(1, f.n.cfg.Hosts/4); h++ {
+		f.LimitHost(h, 100, time.Second)
+	}
+	f.FirehoseDisconnectEvery(1000)
+}
+
+// applyHostile arms every fault at a low rate: each per-DID getRepo fault on
+// about 0.5% of the active accounts (at least one, all distinct), one host
+// with a 429 burst, a listRepos loop once and 4 KiB cursors, and firehose
+// disconnects, malformed and duplicated frames and seq gaps. Transient shapes
+// fire once or twice (a retrying client recovers); non-transient ones
+// (another DID's commit, invalid rev, invalid record paths) always.
+func (f *Faults) applyHostile() {
+	rng := f.profileRand()
+	var active []string
+	for _, a := range f.n.w.Accounts() {
+		if a.Active {
+			active = append(active, a.DID)
+		}
+	}
+	rng.Shuffle(len(active), func(i, j int) { active[i], active[j] = active[j], active[i] })
+	per := max(1, len(active)/200)
+	arm := []func(did string){
+		func(d string) { f.FailGetRepo(d, http.StatusServiceUnavailable, 2) },
+		func(d string) { f.FailGetRepo(d, http.StatusInternalServerError, 1) },
+		func(d string) { f.TruncateCAR(d, 1) },
+		func(d string) { f.TruncateCARAtBlock(d, 1) },
+		func(d string) { f.DropBlock(d, 1) },
+		func(d string) { f.CorruptBlock(d, 1) },
+		func(d string) { f.HangBody(d, 1) },
+		func(d string) { f.SlowBody(d, 2048, 1) },
+		func(d string) { f.ResetMidBody(d, 1) },
+		func(d string) { f.RedirectPrivate(d, 1) },
+		func(d string) { f.CommitForOtherDID(d, Always) },
+		func(d string) { f.InvalidRev(d, Always) },
+		func(d string) { f.InvalidRecordPaths(d, Always) },
+	}
+	i := 0
+	for _, a := range arm {
+		for k := 0; k < per && i < len(active); k++ {
+			a(active[i])
+			i++
+		}
+	}
+	f.RateLimitHost(0, 20, 2*time.Second)
+	f.ListReposCursorLoop(1)
+	f.LongCursor(4096)
+	f.FirehoseDisconnectEvery(500)
+	f.MalformedFrames(0.002)
+	f.DuplicateFrames(0.002)
+	f.SeqGaps(0.002)
+}
+
+// describe is a one-line summary of the armed plan, for logs.
+func (f *Faults) describe() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	kinds := map[FaultKind]int{}
+	for _, q := range f.getRepo {
+		for _, s := range q {
+			kinds[s.kind]++
+		}
+	}
+	var parts []string
+	for k, v := range kinds {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, v))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
+}

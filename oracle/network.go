@@ -1,0 +1,385 @@
+package oracle
+
+// network.go owns the Network: startup order (world, preload, listeners,
+// traffic), emission, ground-truth accessors and shutdown.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/backstream/backstream/oracle/world"
+)
+
+// Emitted is one event as it was appended to the firehose, with its seq set
+// (also in the body's Seq field).
+type Emitted struct {
+	Seq int64
+	world.Event
+}
+
+// Status is the network's debug summary, also served at GET /_devnet/status.
+type Status struct {
+	Seq      int64 `json:"seq"`      // last firehose seq
+	Events   int64 `json:"events"`   // events emitted (preload, traffic and Emit)
+	Done     bool  `json:"done"`     // the traffic generator has finished (or never runs)
+	Accounts int   `json:"accounts"` // accounts in the world
+}
+
+// netStats are the network's counters.
+type netStats struct {
+	emitted        atomic.Int64
+	connections    atomic.Int64
+	framesSent     atomic.Int64
+	futureCursor   atomic.Int64
+	outdatedCursor atomic.Int64
+	tooSlow        atomic.Int64
+}
+
+// Network is a running simulated atproto network.
+type Network struct {
+	cfg     Config
+	w       *world.World
+	faults  *Faults
+	log     *eventLog
+	stats   netStats
+	repos   *repoCounts
+	hostile hostileCache
+
+	relay    *server
+	hosts    []*pdsHost
+	relayURL string
+
+	emitMu  sync.Mutex // serializes world mutation + history append
+	gapRand *rand.Rand // SeqGaps draws; guarded by emitMu
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // traffic goroutine
+	done   atomic.Bool
+	trErr  atomic.Pointer[error]
+
+	mu       sync.Mutex
+	closed   bool
+	handlers sync.WaitGroup               // in-flight HTTP handlers
+	conns    map[*websocket.Conn]struct{} // live subscribeRepos connections
+}
+
+// server is one HTTP listener.
+type server struct {
+	ln  net.Listener
+	srv *http.Server
+	url string // http://host:port
+}
+
+// Start builds the world, generates the preload, opens the relay and PDS
+// listeners, applies the fault profile and starts traffic. ctx bounds the
+// traffic goroutine as well as Close does.
+func Start(ctx context.Context, cfg Config) (*Network, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	w, err := world.Build(world.Config{
+		Seed: cfg.Seed, Accounts: cfg.Accounts, RecordsMean: cfg.RecordsMean, Hosts: cfg.Hosts,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("oracle: start: build world: %w", err)
+	}
+	n := &Network{
+		cfg:     cfg,
+		w:       w,
+		log:     newEventLog(cfg.Retention),
+		repos:   newRepoCounts(),
+		gapRand: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5e9)),
+		conns:   make(map[*websocket.Conn]struct{}),
+	}
+	n.faults = newFaults(n)
+	n.ctx, n.cancel = context.WithCancel(ctx)
+
+	var traffic *world.Traffic
+	if cfg.Traffic != TrafficNone {
+		traffic = w.NewTraffic(world.TrafficMode(cfg.Traffic), cfg.Seed)
+	}
+	for i := 0; i < cfg.PreloadEvents; i++ {
+		if err := ctx.Err(); err != nil {
+			n.cancel()
+			return nil, fmt.Errorf("oracle: start: preload: %w", err)
+		}
+		if _, err := n.Emit(func(*world.World) (world.Event, error) { return traffic.Next() }); err != nil {
+			n.cancel()
+			return nil, fmt.Errorf("oracle: start: preload event %d: %w", i+1, err)
+		}
+	}
+
+	if err := n.listen(); err != nil {
+		n.Close()
+		return nil, err
+	}
+	if err := n.faults.ApplyProfile(cfg.Faults); err != nil {
+		n.Close()
+		return nil, err
+	}
+	if traffic == nil {
+		n.done.Store(true)
+	} else {
+		n.wg.Add(1)
+		go n.runTraffic(traffic)
+	}
+	cfg.Logger.Info("oracle: network started", "relay", n.relayURL, "accounts", cfg.Accounts,
+		"hosts", cfg.Hosts, "seed", cfg.Seed, "preload", cfg.PreloadEvents, "faults", cfg.Faults, "plan", n.faults.describe())
+	return n, nil
+}
+
+// listen opens the relay listener and one listener per PDS host.
+func (n *Network) listen() error {
+	ln, err := net.Listen("tcp", n.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("oracle: listen relay %s: %w", n.cfg.Listen, err)
+	}
+	n.relay = n.serve(ln, n.relayMux())
+	n.relayURL = n.relay.url
+	for i := 0; i < n.cfg.Hosts; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return fmt.Errorf("oracle: listen pds host %d: %w", i, err)
+		}
+		h := &pdsHost{idx: i, n: n}
+		h.server = n.serve(ln, h.mux())
+		n.hosts = append(n.hosts, h)
+	}
+	return nil
+}
+
+// serve starts an HTTP server on ln; Close stops it.
+func (n *Network) serve(ln net.Listener, h http.Handler) *server {
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	s := &server{
+		ln:  ln,
+		srv: &http.Server{Handler: n.track(h), ReadHeaderTimeout: 10 * time.Second},
+		url: "http://" + net.JoinHostPort(host, port),
+	}
+	n.wg.Add(1)
+	go func() { // owned: Close closes the server, which ends Serve
+		defer n.wg.Done()
+		_ = s.srv.Serve(ln)
+	}()
+	return s
+}
+
+// track counts in-flight handlers so Close can wait for them.
+func (n *Network) track(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.mu.Lock()
+		if n.closed {
+			n.mu.Unlock()
+			writeXRPCError(w, http.StatusServiceUnavailable, "ServiceUnavailable", "network is closing")
+			return
+		}
+		n.handlers.Add(1)
+		n.mu.Unlock()
+		defer n.handlers.Done()
+		h.ServeHTTP(w, r)
+	})
+}
+
+// runTraffic emits live events at cfg.Rate with token pacing until
+// cfg.Events are emitted (0 = forever) or the network closes.
+func (n *Network) runTraffic(tr *world.Traffic) {
+	defer n.wg.Done()
+	defer n.done.Store(true)
+	rate := n.cfg.Rate
+	limit := int64(n.cfg.Events)
+	t0 := time.Now()
+	var base, emitted int64 // tokens are rate*(now-t0) + base
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for limit == 0 || emitted < limit {
+		due := int64(rate*time.Since(t0).Seconds()) + 1 + base
+		if due-emitted > int64(rate)+1 { // more than a second behind: drop the backlog
+			base -= due - emitted - 1
+			due = emitted + 1
+		}
+		for emitted < due && (limit == 0 || emitted < limit) {
+			if n.ctx.Err() != nil {
+				return
+			}
+			if _, err := n.Emit(func(*world.World) (world.Event, error) { return tr.Next() }); err != nil {
+				if !errors.Is(err, ErrClosed) {
+					n.trErr.Store(&err)
+					n.cfg.Logger.Error("oracle: traffic stopped", "err", err)
+				}
+				return
+			}
+			emitted++
+		}
+		next := t0.Add(time.Duration(float64(emitted-base) / rate * float64(time.Second)))
+		timer.Reset(time.Until(next))
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-timer.C:
+		}
+	}
+}
+
+// Emit applies one world mutation and appends its event to the firehose,
+// atomically with respect to every other emission (traffic included), so the
+// firehose order is the mutation order.
+func (n *Network) Emit(mutate func(w *world.World) (world.Event, error)) (Emitted, error) {
+	n.emitMu.Lock()
+	defer n.emitMu.Unlock()
+	if n.ctx.Err() != nil {
+		return Emitted{}, ErrClosed
+	}
+	ev, err := mutate(n.w)
+	if err != nil {
+		return Emitted{}, fmt.Errorf("oracle: emit: %w", err)
+	}
+	var skip int64
+	if rate := n.faults.seqGapRate(); rate > 0 && n.gapRand.Float64() < rate {
+		skip = 1
+		n.faults.fire(FaultSeqGap)
+	}
+	f, err := n.log.append(ev, skip)
+	if err != nil {
+		return Emitted{}, err
+	}
+	n.stats.emitted.Add(1)
+	return Emitted{Seq: f.seq, Event: ev}, nil
+}
+
+// RelayURL is the relay's base URL, e.g. http://127.0.0.1:7777.
+func (n *Network) RelayURL() string { return n.relayURL }
+
+// HostURLs are the PDS hosts' base URLs, indexed like world.Account.Host.
+func (n *Network) HostURLs() []string {
+	out := make([]string, len(n.hosts))
+	for i, h := range n.hosts {
+		out[i] = h.url
+	}
+	return out
+}
+
+// World is the world being served. Mutate it through Emit so its events reach
+// the firehose.
+func (n *Network) World() *world.World { return n.w }
+
+// Faults is the network's fault plan.
+func (n *Network) Faults() *Faults { return n.faults }
+
+// Config is the effective configuration (defaults applied).
+func (n *Network) Config() Config { return n.cfg }
+
+// Status reports the firehose head, emitted count and traffic state.
+func (n *Network) Status() Status {
+	return Status{
+		Seq:      n.log.headSeq(),
+		Events:   n.stats.emitted.Load(),
+		Done:     n.done.Load(),
+		Accounts: n.cfg.Accounts,
+	}
+}
+
+// TrafficErr is the error that stopped the traffic generator, if any.
+func (n *Network) TrafficErr() error {
+	if p := n.trErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Events decodes the retained firehose history, oldest first. Every event
+// ever emitted is there unless Config.Retention trimmed it.
+func (n *Network) Events() ([]Emitted, error) {
+	fs := n.log.snapshot()
+	out := make([]Emitted, 0, len(fs))
+	for _, f := range fs {
+		e, err := decodeEvent(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// RepoCounts is what the network served for did's getRepo so far.
+func (n *Network) RepoCounts(did string) RepoCount { return n.repos.get(did) }
+
+// AllRepoCounts is RepoCounts for every DID that was requested.
+func (n *Network) AllRepoCounts() map[string]RepoCount { return n.repos.all() }
+
+// HostGetRepoRequests is how many getRepo requests reached PDS host i.
+func (n *Network) HostGetRepoRequests(i int) int64 {
+	if i < 0 || i >= len(n.hosts) {
+		return 0
+	}
+	return n.hosts[i].requests.Load()
+}
+
+// FirehoseConnections is how many subscribeRepos connections were served
+// (FutureCursor refusals excluded).
+func (n *Network) FirehoseConnections() int64 { return n.stats.connections.Load() }
+
+// Close stops traffic, every listener, handler and websocket, and waits.
+// It is idempotent.
+func (n *Network) Close() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	conns := make([]*websocket.Conn, 0, len(n.conns))
+	for c := range n.conns {
+		conns = append(conns, c)
+	}
+	n.mu.Unlock()
+	n.cancel()
+	if n.relay != nil {
+		_ = n.relay.srv.Close()
+	}
+	for _, h := range n.hosts {
+		_ = h.srv.Close()
+	}
+	for _, c := range conns {
+		_ = c.NetConn().Close()
+	}
+	n.handlers.Wait()
+	n.wg.Wait()
+	return nil
+}
+
+// Run starts a network, writes the relay URL (first line) and the PDS host
+// URLs to out, and serves until ctx is done.
+func Run(ctx context.Context, cfg Config, out io.Writer) error {
+	n, err := Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	fmt.Fprintln(out, n.RelayURL())
+	for i, u := range n.HostURLs() {
+		fmt.Fprintf(out, "pds %d %s\n", i, u)
+	}
+	c := n.Config()
+	fmt.Fprintf(out, "accounts=%d records=%d hosts=%d seed=%d rate=%s events=%d traffic=%s faults=%s preload=%d\n",
+		c.Accounts, c.RecordsMean, c.Hosts, c.Seed, strconv.FormatFloat(c.Rate, 'g', -1, 64),
+		c.Events, c.Traffic, c.Faults, c.PreloadEvents)
+	<-ctx.Done()
+	return nil
+}

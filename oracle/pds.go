@@ -1,0 +1,245 @@
+package oracle
+
+// pds.go owns the PDS host listeners: getRepo (prepared CAR bytes, atproto
+// error names, CAR-shaped faults), listRepos for the host's accounts, and the
+// per-DID / per-host request counters.
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/backstream/backstream/oracle/world"
+)
+
+// carContentType is the getRepo response type.
+const carContentType = "application/vnd.ipld.car"
+
+// pdsHost is one simulated PDS.
+type pdsHost struct {
+	*server
+	idx      int
+	n        *Network
+	requests atomic.Int64 // getRepo requests received
+}
+
+// hostname is host:port, the form listHosts reports.
+func (h *pdsHost) hostname() string {
+	u, err := url.Parse(h.url)
+	if err != nil {
+		return h.url
+	}
+	return u.Host
+}
+
+func (h *pdsHost) mux() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /xrpc/com.atproto.sync.getRepo", h.handleGetRepo)
+	mux.HandleFunc("GET /xrpc/com.atproto.sync.listRepos", h.handleListRepos)
+	mux.HandleFunc("GET /xrpc/_health", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"version": "backstream-oracle-pds"})
+	})
+	mux.HandleFunc("/xrpc/{method}", func(w http.ResponseWriter, r *http.Request) {
+		writeXRPCError(w, http.StatusNotImplemented, "MethodNotImplemented", "method not implemented: "+r.PathValue("method"))
+	})
+	return mux
+}
+
+func (h *pdsHost) handleListRepos(w http.ResponseWriter, r *http.Request) {
+	p, ok := parsePage(w, r)
+	if !ok {
+		return
+	}
+	accts, more := page(h.n.w.Accounts(), p, func(a world.Account) bool { return a.Host == h.idx })
+	var cursor string
+	if more && len(accts) > 0 {
+		cursor = encodeCursor(accts[len(accts)-1].DID, 0)
+	}
+	writeJSON(w, http.StatusOK, listReposOutput(accts, cursor))
+}
+
+// statusError maps an inactive account status to its getRepo error name.
+func statusError(status string) (name, msg string) {
+	switch status {
+	case world.StatusDeactivated:
+		return "RepoDeactivated", "repo has been deactivated"
+	case world.StatusTakendown:
+		return "RepoTakendown", "repo has been taken down"
+	case world.StatusSuspended:
+		return "RepoSuspended", "repo has been suspended"
+	default: // deleted, or inactive with no stated reason
+		return "RepoNotFound", "repo not found"
+	}
+}
+
+// errorName is the XRPC error name a scripted status carries.
+func errorName(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return "InvalidRequest"
+	case http.StatusNotFound:
+		return "NotFound"
+	case http.StatusTooManyRequests:
+		return "RateLimitExceeded"
+	case http.StatusBadGateway:
+		return "BadGateway"
+	case http.StatusServiceUnavailable:
+		return "ServiceUnavailable"
+	case http.StatusGatewayTimeout:
+		return "GatewayTimeout"
+	default:
+		return "InternalServerError"
+	}
+}
+
+// writeRateLimited answers 429 with ratelimit-* and Retry-After headers.
+func writeRateLimited(w http.ResponseWriter, limit int, window time.Duration, resetAt time.Time) {
+	hd := w.Header()
+	resetUnix := resetAt.Unix()
+	if resetAt.Nanosecond() > 0 {
+		resetUnix++
+	}
+	retry := resetUnix - time.Now().Unix()
+	if retry < 1 {
+		retry = 1
+	}
+	hd.Set("ratelimit-limit", strconv.Itoa(limit))
+	hd.Set("ratelimit-remaining", "0")
+	hd.Set("ratelimit-reset", strconv.FormatInt(resetUnix, 10))
+	hd.Set("ratelimit-policy", strconv.Itoa(limit)+";w="+strconv.Itoa(int(max(window/time.Second, 1))))
+	hd.Set("Retry-After", strconv.FormatInt(retry, 10))
+	writeXRPCError(w, http.StatusTooManyRequests, "RateLimitExceeded", "Rate Limit Exceeded")
+}
+
+func (h *pdsHost) handleGetRepo(w http.ResponseWriter, r *http.Request) {
+	n := h.n
+	did, ok := parseDIDParam(w, r)
+	if !ok {
+		return
+	}
+	h.requests.Add(1)
+	n.repos.hit(did)
+	if rl, ok := n.faults.hostLimited(h.idx); ok {
+		writeRateLimited(w, rl.limit, rl.window, rl.resetAt)
+		return
+	}
+	acct, known := n.w.Account(did)
+	known = known && acct.Host == h.idx
+	st, faulted := n.faults.nextGetRepo(did, known && acct.Active)
+	if faulted && st.kind == FaultGetRepoStatus {
+		if st.status == http.StatusTooManyRequests {
+			writeRateLimited(w, 1, time.Second, time.Now().Add(time.Second))
+			return
+		}
+		writeXRPCError(w, st.status, errorName(st.status), "injected fault")
+		return
+	}
+	if !known {
+		writeXRPCError(w, http.StatusBadRequest, "RepoNotFound", "repo not found: "+did)
+		return
+	}
+	car, acct, err := n.w.RepoCAR(did)
+	if errors.Is(err, world.ErrUnknownDID) {
+		writeXRPCError(w, http.StatusBadRequest, "RepoNotFound", "repo not found: "+did)
+		return
+	}
+	if err != nil {
+		writeXRPCError(w, http.StatusInternalServerError, "InternalServerError", err.Error())
+		return
+	}
+	if !acct.Active {
+		name, msg := statusError(acct.Status)
+		writeXRPCError(w, http.StatusBadRequest, name, msg)
+		return
+	}
+	if faulted {
+		n.serveFaultedCAR(w, r, did, car, acct, st)
+		return
+	}
+	if writeCAR(w, car) {
+		n.repos.completed(did)
+	}
+}
+
+// writeCAR writes a whole CAR body; true when every byte was written.
+func writeCAR(w http.ResponseWriter, car []byte) bool {
+	w.Header().Set("Content-Type", carContentType)
+	w.Header().Set("Content-Length", strconv.Itoa(len(car)))
+	w.WriteHeader(http.StatusOK)
+	_, err := w.Write(car)
+	return err == nil
+}
+
+// repoCounts are the per-DID getRepo counters.
+type repoCounts struct {
+	mu sync.Mutex
+	m  map[string]*RepoCount
+}
+
+// RepoCount is what the network served for one DID.
+type RepoCount struct {
+	RelayRequests int // getRepo requests the relay redirected
+	Requests      int // getRepo requests that reached the PDS host
+	Complete      int // complete, unfaulted CARs written in full
+}
+
+func newRepoCounts() *repoCounts { return &repoCounts{m: make(map[string]*RepoCount)} }
+
+func (c *repoCounts) entry(did string) *RepoCount {
+	e := c.m[did]
+	if e == nil {
+		e = new(RepoCount)
+		c.m[did] = e
+	}
+	return e
+}
+
+func (c *repoCounts) relayHit(did string) {
+	c.mu.Lock()
+	c.entry(did).RelayRequests++
+	c.mu.Unlock()
+}
+
+func (c *repoCounts) hit(did string) {
+	c.mu.Lock()
+	c.entry(did).Requests++
+	c.mu.Unlock()
+}
+
+func (c *repoCounts) completed(did string) {
+	c.mu.Lock()
+	c.entry(did).Complete++
+	c.mu.Unlock()
+}
+
+func (c *repoCounts) get(did string) RepoCount {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.m[did]; e != nil {
+		return *e
+	}
+	return RepoCount{}
+}
+
+func (c *repoCounts) all() map[string]RepoCount {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]RepoCount, len(c.m))
+	for k, v := range c.m {
+		out[k] = *v
+	}
+	return out
+}
+
+// resetConn closes a hijacked connection with a TCP RST.
+func resetConn(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
+}

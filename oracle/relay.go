@@ -1,0 +1,303 @@
+package oracle
+
+// relay.go owns the relay listener's HTTP endpoints: listRepos, getRepo
+// (redirect), getRepoStatus, listHosts, DID documents, /_devnet/status.
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+
+	comatproto "github.com/bluesky-social/indigo/api/atproto"
+	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/backstream/backstream/oracle/world"
+)
+
+// listRepos limits.
+const (
+	listReposDefaultLimit = 500
+	listReposMaxLimit     = 1000
+)
+
+func (n *Network) relayMux() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /xrpc/com.atproto.sync.listRepos", n.handleRelayListRepos)
+	mux.HandleFunc("GET /xrpc/com.atproto.sync.getRepo", n.handleRelayGetRepo)
+	mux.HandleFunc("GET /xrpc/com.atproto.sync.getRepoStatus", n.handleGetRepoStatus)
+	mux.HandleFunc("GET /xrpc/com.atproto.sync.listHosts", n.handleListHosts)
+	mux.HandleFunc("GET /xrpc/com.atproto.sync.subscribeRepos", n.handleSubscribe)
+	mux.HandleFunc("GET /xrpc/_health", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"version": "backstream-oracle"})
+	})
+	mux.HandleFunc("GET /_devnet/status", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, n.Status())
+	})
+	mux.HandleFunc("GET /{did}", n.handleDIDDoc)
+	mux.HandleFunc("/xrpc/{method}", func(w http.ResponseWriter, r *http.Request) {
+		writeXRPCError(w, http.StatusNotImplemented, "MethodNotImplemented", "method not implemented: "+r.PathValue("method"))
+	})
+	return mux
+}
+
+// writeJSON writes v as a JSON response.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// xrpcError is the atproto error body.
+type xrpcError struct {
+	Error   string `json:"error"`
+	Message string `json:"message,omitempty"`
+}
+
+func writeXRPCError(w http.ResponseWriter, status int, name, msg string) {
+	writeJSON(w, status, xrpcError{Error: name, Message: msg})
+}
+
+// pageRequest is a parsed listRepos request.
+type pageRequest struct {
+	after string // DID the page starts after; "" = first page
+	raw   string // the cursor as sent
+	limit int
+}
+
+// parsePage parses limit and cursor; it answers the 400 itself on error.
+func parsePage(w http.ResponseWriter, r *http.Request) (pageRequest, bool) {
+	q := r.URL.Query()
+	p := pageRequest{limit: listReposDefaultLimit, raw: q.Get("cursor")}
+	if v := q.Get("limit"); v != "" {
+		l, err := strconv.Atoi(v)
+		if err != nil || l < 1 || l > listReposMaxLimit {
+			writeXRPCError(w, http.StatusBadRequest, "InvalidRequest",
+				"limit must be an integer between 1 and 1000")
+			return p, false
+		}
+		p.limit = l
+	}
+	if p.raw != "" {
+		did, ok := decodeCursor(p.raw)
+		if !ok {
+			writeXRPCError(w, http.StatusBadRequest, "InvalidRequest", "malformed cursor")
+			return p, false
+		}
+		p.after = did
+	}
+	return p, true
+}
+
+// cursorPad separates the encoded DID from LongCursor padding.
+const cursorPad = "~"
+
+// encodeCursor makes the opaque cursor for "after did", padded to size bytes
+// when size is larger than the natural cursor.
+func encodeCursor(did string, size int) string {
+	c := base64.RawURLEncoding.EncodeToString([]byte(did))
+	if size > len(c)+1 {
+		c += cursorPad + strings.Repeat("A", size-len(c)-1)
+	}
+	return c
+}
+
+func decodeCursor(c string) (string, bool) {
+	if i := strings.Index(c, cursorPad); i >= 0 {
+		c = c[:i]
+	}
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return "", false
+	}
+	if _, err := syntax.ParseDID(string(b)); err != nil {
+		return "", false
+	}
+	return string(b), true
+}
+
+// page returns the accounts after p.after (sorted by DID) that pass keep, at
+// most p.limit, and whether more remain.
+func page(accts []world.Account, p pageRequest, keep func(world.Account) bool) ([]world.Account, bool) {
+	i := sort.Search(len(accts), func(i int) bool { return accts[i].DID > p.after })
+	var out []world.Account
+	for ; i < len(accts); i++ {
+		if !keep(accts[i]) {
+			continue
+		}
+		if len(out) == p.limit {
+			return out, true
+		}
+		out = append(out, accts[i])
+	}
+	return out, false
+}
+
+// listReposOutput renders a page.
+func listReposOutput(accts []world.Account, cursor string) comatproto.SyncListRepos_Output {
+	out := comatproto.SyncListRepos_Output{Repos: make([]*comatproto.SyncListRepos_Repo, 0, len(accts))}
+	for _, a := range accts {
+		active := a.Active
+		r := &comatproto.SyncListRepos_Repo{Did: a.DID, Rev: a.Rev, Active: &active}
+		if a.Head.Defined() {
+			r.Head = a.Head.String()
+		}
+		if !a.Active && a.Status != "" {
+			st := a.Status
+			r.Status = &st
+		}
+		out.Repos = append(out.Repos, r)
+	}
+	if cursor != "" {
+		out.Cursor = &cursor
+	}
+	return out
+}
+
+func (n *Network) handleRelayListRepos(w http.ResponseWriter, r *http.Request) {
+	p, ok := parsePage(w, r)
+	if !ok {
+		return
+	}
+	accts, more := page(n.w.Accounts(), p, func(world.Account) bool { return true })
+	var cursor string
+	if more && len(accts) > 0 {
+		cursor = encodeCursor(accts[len(accts)-1].DID, n.faults.longCursorSize())
+	}
+	if p.raw != "" && n.faults.take(FaultListReposLoop, "") {
+		cursor = p.raw // the page repeats its own cursor
+	}
+	writeJSON(w, http.StatusOK, listReposOutput(accts, cursor))
+}
+
+// parseDIDParam reads and checks the did query parameter; it answers the 400 itself.
+func parseDIDParam(w http.ResponseWriter, r *http.Request) (string, bool) {
+	did := r.URL.Query().Get("did")
+	if did == "" {
+		writeXRPCError(w, http.StatusBadRequest, "InvalidRequest", "missing did parameter")
+		return "", false
+	}
+	if _, err := syntax.ParseDID(did); err != nil {
+		writeXRPCError(w, http.StatusBadRequest, "InvalidRequest", "invalid did: "+err.Error())
+		return "", false
+	}
+	return did, true
+}
+
+// handleRelayGetRepo redirects to the account's PDS host.
+func (n *Network) handleRelayGetRepo(w http.ResponseWriter, r *http.Request) {
+	did, ok := parseDIDParam(w, r)
+	if !ok {
+		return
+	}
+	acct, ok := n.w.Account(did)
+	if !ok || acct.Host < 0 || acct.Host >= len(n.hosts) {
+		writeXRPCError(w, http.StatusBadRequest, "RepoNotFound", "repo not found: "+did)
+		return
+	}
+	n.repos.relayHit(did)
+	if target, ok := n.faults.redirect(did); ok {
+		http.Redirect(w, r, target, http.StatusFound)
+		return
+	}
+	http.Redirect(w, r, n.hosts[acct.Host].url+"/xrpc/com.atproto.sync.getRepo?"+r.URL.RawQuery, http.StatusFound)
+}
+
+// handleGetRepoStatus serves com.atproto.sync.getRepoStatus.
+func (n *Network) handleGetRepoStatus(w http.ResponseWriter, r *http.Request) {
+	did, ok := parseDIDParam(w, r)
+	if !ok {
+		return
+	}
+	acct, ok := n.w.Account(did)
+	if !ok {
+		writeXRPCError(w, http.StatusBadRequest, "RepoNotFound", "repo not found: "+did)
+		return
+	}
+	out := comatproto.SyncGetRepoStatus_Output{Did: did, Active: acct.Active}
+	if !acct.Active && acct.Status != "" {
+		st := acct.Status
+		out.Status = &st
+	}
+	if acct.Rev != "" {
+		rev := acct.Rev
+		out.Rev = &rev
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleListHosts serves com.atproto.sync.listHosts: every PDS host, one page.
+func (n *Network) handleListHosts(w http.ResponseWriter, r *http.Request) {
+	counts := make([]int64, len(n.hosts))
+	for _, a := range n.w.Accounts() {
+		if a.Host >= 0 && a.Host < len(counts) && a.Status != world.StatusDeleted {
+			counts[a.Host]++
+		}
+	}
+	seq := n.log.headSeq()
+	out := comatproto.SyncListHosts_Output{Hosts: make([]*comatproto.SyncListHosts_Host, 0, len(n.hosts))}
+	for i, h := range n.hosts {
+		c, s, status := counts[i], seq, "active"
+		out.Hosts = append(out.Hosts, &comatproto.SyncListHosts_Host{
+			Hostname: h.hostname(), AccountCount: &c, Seq: &s, Status: &status,
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// didDocument is a DID document as a PLC directory serves it.
+type didDocument struct {
+	Context            []string             `json:"@context"`
+	ID                 string               `json:"id"`
+	AlsoKnownAs        []string             `json:"alsoKnownAs"`
+	VerificationMethod []verificationMethod `json:"verificationMethod"`
+	Service            []didService         `json:"service"`
+}
+
+type verificationMethod struct {
+	ID                 string `json:"id"`
+	Type               string `json:"type"`
+	Controller         string `json:"controller"`
+	PublicKeyMultibase string `json:"publicKeyMultibase"`
+}
+
+type didService struct {
+	ID              string `json:"id"`
+	Type            string `json:"type"`
+	ServiceEndpoint string `json:"serviceEndpoint"`
+}
+
+// handleDIDDoc serves GET /<did> like plc.directory: 404 for unknown DIDs.
+func (n *Network) handleDIDDoc(w http.ResponseWriter, r *http.Request) {
+	did, err := url.PathUnescape(r.PathValue("did"))
+	if err != nil || !strings.HasPrefix(did, "did:") {
+		writeJSON(w, http.StatusNotFound, map[string]string{"message": "not found"})
+		return
+	}
+	acct, ok := n.w.Account(did)
+	if !ok || acct.Host < 0 || acct.Host >= len(n.hosts) {
+		writeJSON(w, http.StatusNotFound, map[string]string{"message": "DID not registered: " + did})
+		return
+	}
+	doc := didDocument{
+		Context: []string{
+			"https://www.w3.org/ns/did/v1",
+			"https://w3id.org/security/multikey/v1",
+			"https://w3id.org/security/suites/secp256k1-2019/v1",
+		},
+		ID:          did,
+		AlsoKnownAs: []string{"at://" + acct.Handle},
+		VerificationMethod: []verificationMethod{{
+			ID: did + "#atproto", Type: "Multikey", Controller: did, PublicKeyMultibase: acct.PublicKeyMultibase,
+		}},
+		Service: []didService{{
+			ID: "#atproto_pds", Type: "AtprotoPersonalDataServer", ServiceEndpoint: n.hosts[acct.Host].url,
+		}},
+	}
+	w.Header().Set("Content-Type", "application/did+ld+json")
+	w.WriteHeader(http.StatusOK)
+	_ = json.NewEncoder(w).Encode(doc)
+}
