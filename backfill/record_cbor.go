@@ -1,0 +1,122 @@
+// record_cbor.go owns the cheap structural DAG-CBOR check on record blocks:
+// one scan, no allocation, no decoding into Go values.
+
+package backfill
+
+import "unicode/utf8"
+
+// Limits of the structural scan. maxCBORDepth bounds recursion on hostile
+// input (a 1 MiB record could otherwise nest a million levels); real records
+// nest a handful. maxCBORContainer is atdata's container limit.
+const (
+	maxCBORDepth     = 64
+	maxCBORContainer = 128 * 1024
+)
+
+// wellFormedCBORMap reports whether b is exactly one well-formed DAG-CBOR
+// item whose top level is a map: definite lengths only, map keys text
+// strings, text valid UTF-8, tag 42 (CID link, a byte string starting with
+// the 0x00 multibase prefix) the only tag, simple values only false, true and
+// null (floats pass; rejecting them is the data model's job, not framing),
+// and no trailing bytes. It does not check canonical ordering or minimal
+// integer encodings. Every canonical record atdata accepts passes
+// (FuzzRecordCBOR).
+func wellFormedCBORMap(b []byte) bool {
+	if len(b) == 0 || b[0]>>5 != 5 {
+		return false
+	}
+	end, ok := skipCBOR(b, 0, 0)
+	return ok && end == len(b)
+}
+
+// cborHead reads an item head at pos: major type, argument, position after
+// the head.
+func cborHead(b []byte, pos int) (major byte, arg uint64, next int, ok bool) {
+	if pos >= len(b) {
+		return 0, 0, 0, false
+	}
+	major, info := b[pos]>>5, b[pos]&0x1f
+	pos++
+	var n int
+	switch {
+	case info < 24:
+		return major, uint64(info), pos, true
+	case info == 24:
+		n = 1
+	case info == 25:
+		n = 2
+	case info == 26:
+		n = 4
+	case info == 27:
+		n = 8
+	default: // 28–30 reserved, 31 indefinite length: not DAG-CBOR
+		return 0, 0, 0, false
+	}
+	if len(b)-pos < n {
+		return 0, 0, 0, false
+	}
+	for _, c := range b[pos : pos+n] {
+		arg = arg<<8 | uint64(c)
+	}
+	return major, arg, pos + n, true
+}
+
+// skipCBOR validates the item at pos and returns the position after it.
+func skipCBOR(b []byte, pos, depth int) (int, bool) {
+	if pos >= len(b) {
+		return 0, false
+	}
+	ib := b[pos]
+	major, arg, pos, ok := cborHead(b, pos)
+	if !ok {
+		return 0, false
+	}
+	switch major {
+	case 0, 1: // integers
+		return pos, true
+	case 2, 3: // byte and text strings
+		if arg > uint64(len(b)-pos) {
+			return 0, false
+		}
+		end := pos + int(arg)
+		if major == 3 && !utf8.Valid(b[pos:end]) {
+			return 0, false
+		}
+		return end, true
+	case 4, 5: // arrays and maps
+		if depth >= maxCBORDepth || arg > maxCBORContainer {
+			return 0, false
+		}
+		for i := uint64(0); i < arg; i++ {
+			if major == 5 {
+				if pos >= len(b) || b[pos]>>5 != 3 {
+					return 0, false
+				}
+				if pos, ok = skipCBOR(b, pos, depth+1); !ok {
+					return 0, false
+				}
+			}
+			if pos, ok = skipCBOR(b, pos, depth+1); !ok {
+				return 0, false
+			}
+		}
+		return pos, true
+	case 6: // tags: only 42, over a byte string with the identity multibase prefix
+		if arg != 42 {
+			return 0, false
+		}
+		m, n, start, ok := cborHead(b, pos)
+		if !ok || m != 2 || n < 2 || n > uint64(len(b)-start) || b[start] != 0 {
+			return 0, false
+		}
+		return start + int(n), true
+	default: // major 7
+		switch {
+		case ib == 0xf4 || ib == 0xf5 || ib == 0xf6: // false, true, null
+			return pos, true
+		case ib == 0xf9 || ib == 0xfa || ib == 0xfb: // floats
+			return pos, true
+		}
+		return 0, false
+	}
+}

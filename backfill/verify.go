@@ -1,0 +1,359 @@
+// verify.go owns the complete verification of a downloaded repository CAR
+// (E6, E7) and the Snapshot it yields records from. Verification happens in
+// full before a Snapshot exists, so nothing about a record can reach the
+// store from a CAR that fails: every block re-hashed against its CID, the
+// commit decoded and structurally checked, its DID equal to the requested
+// one, optionally its signature, the whole MST walked and checked with no
+// node and no record block missing, and every record validated (R1).
+//
+// Memory: the whole CAR is held in one buffer, plus an index of about 40
+// bytes per block whose keys alias that buffer. Iterating records allocates
+// a constant amount per record (its key string and the MST node decoding);
+// record bytes are never copied.
+
+package backfill
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"iter"
+	"math"
+	"unsafe"
+
+	"github.com/bluesky-social/indigo/atproto/atcrypto"
+	"github.com/bluesky-social/indigo/atproto/repo"
+	"github.com/bluesky-social/indigo/atproto/syntax"
+	"github.com/ipfs/go-cid"
+	"github.com/ipld/go-car"
+)
+
+// VerifyOptions tunes Verify. The zero value is the bootstrap's setting.
+type VerifyOptions struct {
+	// PublicKey, when set, verifies the commit signature with it
+	// (ErrBadSignature). Nil skips the check: the bootstrap trusts the relay
+	// for snapshots and resolves no DID documents.
+	PublicKey atcrypto.PublicKey
+	// StrictRecords also decodes every record with atdata.UnmarshalCBOR and
+	// drops those it rejects (bad_cbor). The default is the allocation-free
+	// structural scan; strict decoding costs several microseconds and tens
+	// of allocations per record.
+	StrictRecords bool
+}
+
+// Snapshot is a repository CAR that passed verification. It is immutable;
+// Records and Drops may run concurrently and repeatedly.
+type Snapshot struct {
+	DID       syntax.DID
+	Rev       syntax.TID
+	CommitCID cid.Cid
+	Data      cid.Cid // the MST root
+	// RecordCount is the number of records Records yields (drops excluded).
+	RecordCount int
+	// Dropped counts records dropped by per-record validation, by reason.
+	Dropped DropCounts
+	// Blocks is the number of block sections in the CAR; Bytes its size.
+	Blocks int
+	Bytes  int
+
+	car    []byte
+	index  map[string]span
+	drops  []int32 // ordinals (MST key order) of dropped entries, ascending
+	strict bool
+}
+
+// span locates a block's bytes in the CAR buffer.
+type span struct{ off, end uint32 }
+
+// maxCARBytes keeps offsets in a uint32; far above any upstream byte cap.
+const maxCARBytes = math.MaxUint32
+
+// ctxCheckEvery is how many blocks or records pass between context checks.
+const ctxCheckEvery = 4096
+
+// Verify reads a whole repository CAR from r (a scratch file; its size, when
+// r has Stat, sizes the one buffer) and verifies it as VerifyBytes does. A
+// read error is returned wrapped, with no verification sentinel.
+func Verify(ctx context.Context, r io.Reader, wantDID string, opts VerifyOptions) (*Snapshot, error) {
+	b, err := readCAR(r)
+	if err != nil {
+		return nil, fmt.Errorf("backfill: verify: read CAR: %w", err)
+	}
+	return VerifyBytes(ctx, b, wantDID, opts)
+}
+
+// VerifyBytes verifies a repository CAR held in b, which the Snapshot keeps
+// (no copy): b must not be modified afterwards. On failure the error wraps
+// exactly one of the Err* sentinels of this package (or ctx's error) and no
+// Snapshot is returned.
+func VerifyBytes(ctx context.Context, b []byte, wantDID string, opts VerifyOptions) (*Snapshot, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("backfill: verify: %w", err)
+	}
+	if len(b) > maxCARBytes {
+		return nil, verifyErr(ErrMalformedCAR, nil, "CAR of %d bytes exceeds %d", len(b), maxCARBytes)
+	}
+	root, index, blocks, err := indexCAR(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+
+	loc, ok := index[root.KeyString()]
+	if !ok {
+		return nil, verifyErr(ErrMissingBlock, nil, "commit block %s", root)
+	}
+	var commit repo.Commit
+	if err := commit.UnmarshalCBOR(bytes.NewReader(b[loc.off:loc.end])); err != nil {
+		return nil, verifyErr(ErrBadCommit, err, "decode commit %s", root)
+	}
+	if err := commit.VerifyStructure(); err != nil {
+		return nil, verifyErr(ErrBadCommit, err, "commit %s", root)
+	}
+	if !commit.Data.Defined() {
+		return nil, verifyErr(ErrBadCommit, nil, "commit %s has no data CID", root)
+	}
+	if commit.DID != wantDID {
+		return nil, verifyErr(ErrWrongDID, nil, "commit names %q, requested %q", commit.DID, wantDID)
+	}
+	if opts.PublicKey != nil {
+		if err := commit.VerifySignature(opts.PublicKey); err != nil {
+			return nil, verifyErr(ErrBadSignature, err, "commit %s", root)
+		}
+	}
+
+	s := &Snapshot{
+		DID:       syntax.DID(commit.DID),
+		Rev:       syntax.TID(commit.Rev),
+		CommitCID: root,
+		Data:      commit.Data,
+		Blocks:    blocks,
+		Bytes:     len(b),
+		car:       b,
+		index:     index,
+		strict:    opts.StrictRecords,
+	}
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// check walks the whole tree once with every structural check on, requires
+// every record block, and records the drop verdicts Records replays.
+func (s *Snapshot) check(ctx context.Context) error {
+	rc := newRecordChecker(s.strict)
+	w := s.newWalker(ctx, true)
+	var ordinal int32
+	err := w.walk(s.Data, func(key []byte, val cid.Cid, body []byte) error {
+		reason := DropReason(0)
+		if _, r := rc.checkPath(key); r != 0 {
+			reason = r
+		} else {
+			reason = rc.checkBody(body)
+		}
+		if reason != 0 {
+			s.Dropped[reason]++
+			s.drops = append(s.drops, ordinal)
+		} else {
+			s.RecordCount++
+		}
+		if ordinal == math.MaxInt32 {
+			return verifyErr(ErrBadTree, nil, "more than %d records", math.MaxInt32)
+		}
+		ordinal++
+		return nil
+	})
+	return err
+}
+
+// Records calls fn for every record that passed validation, in MST key
+// order, and stops at the first error fn returns (returned as is). It
+// allocates one key string per record; Record.CBOR aliases the CAR buffer.
+func (s *Snapshot) Records(fn func(Record) error) error {
+	return s.replay(context.Background(), false, func(key []byte, val cid.Cid, body []byte) error {
+		slash := bytes.IndexByte(key, '/')
+		k := string(key)
+		return fn(Record{Collection: k[:slash], RKey: k[slash+1:], CID: val, CBOR: body})
+	})
+}
+
+// All is Records as an iterator. The error half of a pair is non-nil only
+// for an internal failure, after which iteration ends.
+func (s *Snapshot) All() iter.Seq2[Record, error] {
+	return func(yield func(Record, error) bool) {
+		err := s.Records(func(r Record) error {
+			if !yield(r, nil) {
+				return errStopIteration
+			}
+			return nil
+		})
+		if err != nil && err != errStopIteration {
+			yield(Record{}, err)
+		}
+	}
+}
+
+// errStopIteration ends a walk when an iterator's consumer stops early.
+var errStopIteration = errors.New("stop iteration")
+
+// Drops calls fn for every dropped record, in MST key order, with its
+// reason. For logging and tests; the counts are in Dropped.
+func (s *Snapshot) Drops(fn func(Drop) error) error {
+	if len(s.drops) == 0 {
+		return nil
+	}
+	rc := newRecordChecker(s.strict)
+	return s.replay(context.Background(), true, func(key []byte, val cid.Cid, body []byte) error {
+		_, reason := rc.checkPath(key)
+		if reason == 0 {
+			reason = rc.checkBody(body)
+		}
+		return fn(Drop{Path: string(key), CID: val, Size: len(body), Reason: reason})
+	})
+}
+
+// replay walks the verified tree again and passes on either the kept
+// entries (dropped == false) or the dropped ones.
+func (s *Snapshot) replay(ctx context.Context, dropped bool, fn visitFunc) error {
+	w := s.newWalker(ctx, false)
+	var ordinal int32
+	next := 0
+	return w.walk(s.Data, func(key []byte, val cid.Cid, body []byte) error {
+		isDrop := next < len(s.drops) && s.drops[next] == ordinal
+		if isDrop {
+			next++
+		}
+		ordinal++
+		if isDrop != dropped {
+			return nil
+		}
+		return fn(key, val, body)
+	})
+}
+
+// readCAR reads r to its end into one buffer, sized from Stat when r has it.
+func readCAR(r io.Reader) ([]byte, error) {
+	size := 64 << 10
+	if st, ok := r.(interface{ Stat() (fs.FileInfo, error) }); ok {
+		if fi, err := st.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() >= 0 && fi.Size() < maxCARBytes {
+			size = int(fi.Size()) + 1 // +1: the read that sees EOF needs room
+		}
+	}
+	b := make([]byte, 0, size)
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// indexCAR parses the CAR v1 framing of b, re-hashes every block against
+// its CID, and indexes the blocks by CID bytes. The index keys alias b.
+func indexCAR(ctx context.Context, b []byte) (cid.Cid, map[string]span, int, error) {
+	hlen, n := binary.Uvarint(b)
+	switch {
+	case n == 0:
+		return cid.Undef, nil, 0, verifyErr(ErrTruncated, io.ErrUnexpectedEOF, "header length")
+	case n < 0:
+		return cid.Undef, nil, 0, verifyErr(ErrMalformedCAR, nil, "header length overflows")
+	case hlen == 0:
+		return cid.Undef, nil, 0, verifyErr(ErrMalformedCAR, nil, "empty header")
+	case hlen > uint64(len(b)-n):
+		return cid.Undef, nil, 0, verifyErr(ErrTruncated, io.ErrUnexpectedEOF, "header of %d bytes, %d present", hlen, len(b)-n)
+	}
+	pos := n + int(hlen)
+	hdr, err := car.ReadHeader(bufio.NewReaderSize(bytes.NewReader(b[:pos]), 16))
+	if err != nil {
+		return cid.Undef, nil, 0, verifyErr(ErrMalformedCAR, err, "header")
+	}
+	if hdr.Version != 1 {
+		return cid.Undef, nil, 0, verifyErr(ErrMalformedCAR, nil, "CAR version %d", hdr.Version)
+	}
+	if len(hdr.Roots) == 0 || !hdr.Roots[0].Defined() {
+		return cid.Undef, nil, 0, verifyErr(ErrMalformedCAR, nil, "no root")
+	}
+
+	// A repository block is rarely under 100 bytes with its framing.
+	index := make(map[string]span, min((len(b)-pos)/128+1, 1<<20))
+	blocks := 0
+	for pos < len(b) {
+		if blocks%ctxCheckEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return cid.Undef, nil, 0, fmt.Errorf("backfill: verify: %w", err)
+			}
+		}
+		slen, n := binary.Uvarint(b[pos:])
+		switch {
+		case n == 0:
+			return cid.Undef, nil, 0, verifyErr(ErrTruncated, io.ErrUnexpectedEOF, "section %d length at offset %d", blocks, pos)
+		case n < 0:
+			return cid.Undef, nil, 0, verifyErr(ErrMalformedCAR, nil, "section %d length overflows at offset %d", blocks, pos)
+		}
+		pos += n
+		if slen > uint64(len(b)-pos) {
+			return cid.Undef, nil, 0, verifyErr(ErrTruncated, io.ErrUnexpectedEOF, "section %d of %d bytes at offset %d, %d present", blocks, slen, pos, len(b)-pos)
+		}
+		sec := b[pos : pos+int(slen)]
+		key, clen, err := checkBlock(sec)
+		if err != nil {
+			return cid.Undef, nil, 0, fmt.Errorf("%w (section %d at offset %d)", err, blocks, pos)
+		}
+		index[key] = span{off: uint32(pos + clen), end: uint32(pos + len(sec))}
+		pos += len(sec)
+		blocks++
+	}
+	return hdr.Roots[0], index, blocks, nil
+}
+
+// sha256CIDLen is the length of a CIDv1 with a one-byte codec and a sha2-256
+// multihash: version, codec, hash code 0x12, digest length 0x20, digest.
+const sha256CIDLen = 4 + sha256.Size
+
+// checkBlock parses the CID at the start of a section and checks the rest
+// hashes to it. It returns the index key (the CID's bytes) and the CID's
+// length. The common atproto shape (CIDv1, sha2-256) is checked without
+// allocating, its key aliasing sec; any other CID goes through go-cid.
+func checkBlock(sec []byte) (string, int, error) {
+	if len(sec) >= sha256CIDLen && sec[0] == 0x01 && sec[1] < 0x80 && sec[2] == 0x12 && sec[3] == 0x20 {
+		sum := sha256.Sum256(sec[sha256CIDLen:])
+		if !bytes.Equal(sum[:], sec[4:sha256CIDLen]) {
+			return "", 0, verifyErr(ErrBadBlock, nil, "block %s hashes to another CID", cidString(sec[:sha256CIDLen]))
+		}
+		return unsafe.String(&sec[0], sha256CIDLen), sha256CIDLen, nil
+	}
+	n, c, err := cid.CidFromBytes(sec)
+	if err != nil {
+		return "", 0, verifyErr(ErrMalformedCAR, err, "section CID")
+	}
+	sum, err := c.Prefix().Sum(sec[n:])
+	if err != nil {
+		return "", 0, verifyErr(ErrMalformedCAR, err, "hash block %s", c)
+	}
+	if !sum.Equals(c) {
+		return "", 0, verifyErr(ErrBadBlock, nil, "block %s hashes to %s", c, sum)
+	}
+	return c.KeyString(), n, nil
+}
+
+// cidString renders CID bytes for an error message (the error path only).
+func cidString(b []byte) string {
+	c, err := cid.Cast(b)
+	if err != nil {
+		return fmt.Sprintf("%x", b)
+	}
+	return c.String()
+}
