@@ -130,8 +130,8 @@ func deriveStatus(rng *rand.Rand, idx, accounts int) string {
 const maxRepoRecords = 50_000
 
 // deriveSizes returns the initial record count of every account: a few
-// whales (one per 2,000 accounts, together about 30% of all records, each at
-// most maxRepoRecords) and a lognormal body scaled so the overall mean is
+// whales (one per 4,000 accounts, together at most 30% of all records, each
+// at most maxRepoRecords) and a lognormal body scaled so the overall mean is
 // cfg.RecordsMean. Deterministic from the seed.
 func deriveSizes(cfg Config) []int {
 	n := cfg.Accounts
@@ -141,7 +141,7 @@ func deriveSizes(cfg Config) []int {
 	}
 	rng := newRNG(cfg.Seed, saltSizes, 0)
 	budget := n * cfg.RecordsMean
-	whales := n / 2000
+	whales := n / 4000
 	if whales > 0 {
 		per := min(budget*3/10/whales, maxRepoRecords)
 		for i := 0; i < whales; i++ {
@@ -150,7 +150,7 @@ func deriveSizes(cfg Config) []int {
 			for sizes[idx] != 0 {
 				idx = 1 + rng.IntN(n-1)
 			}
-			sizes[idx] = per/2 + rng.IntN(per/2+1)
+			sizes[idx] = per*2/3 + rng.IntN(per/3+1)
 			budget -= sizes[idx]
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bluesky-social/indigo/atproto/atdata"
 	"github.com/bluesky-social/indigo/atproto/syntax"
@@ -98,21 +99,26 @@ func (g *recordGen) createdAt() string {
 
 func (g *recordGen) word() string { return words[g.rng.IntN(len(words))] }
 
-// text returns words joined by spaces, at most n bytes and at least min(n, 20).
+// text returns words joined by spaces: at most n characters (runes) and at
+// least min(n, 20).
 func (g *recordGen) text(n int) string {
 	var b strings.Builder
-	for b.Len() < n {
+	chars := 0
+	for chars < n {
 		w := g.word()
-		if b.Len()+len(w)+1 > n {
-			if b.Len() >= min(n, 20) {
+		wl := utf8.RuneCountInString(w)
+		if chars+wl+1 > n {
+			if chars >= min(n, 20) {
 				break
 			}
-			w = "x"
+			w, wl = "x", 1
 		}
-		if b.Len() > 0 {
+		if chars > 0 {
 			b.WriteByte(' ')
+			chars++
 		}
 		b.WriteString(w)
+		chars += wl
 	}
 	return b.String()
 }
