@@ -71,11 +71,17 @@ const maxCommitBlocks = 1 << 16
 // does not verify the MST, the signature or the rev.
 func CommitOps(c *comatproto.SyncSubscribeRepos_Commit) (ops []Op, err error) {
 	defer func() {
+		// Belt and braces, as in DecodeFrame: hostile blocks never panic
+		// the process (the fuzz target calls commitOps directly).
 		if r := recover(); r != nil {
 			ops = nil
 			err = fmt.Errorf("upstream: commit ops: %w: panic: %v", ErrBadBlocks, r)
 		}
 	}()
+	return commitOps(c)
+}
+
+func commitOps(c *comatproto.SyncSubscribeRepos_Commit) ([]Op, error) {
 	if c == nil {
 		return nil, fmt.Errorf("upstream: commit ops: %w: nil commit", ErrBadBlocks)
 	}
@@ -87,7 +93,7 @@ func CommitOps(c *comatproto.SyncSubscribeRepos_Commit) (ops []Op, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("upstream: commit ops: %w", err)
 	}
-	ops = make([]Op, 0, len(c.Ops))
+	ops := make([]Op, 0, len(c.Ops))
 	for _, rop := range c.Ops {
 		if rop == nil {
 			ops = append(ops, Op{Err: fmt.Errorf("%w: null op", ErrInvalidAction)})
