@@ -6,6 +6,7 @@ package oracle
 
 import (
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"sort"
 	"strconv"
@@ -174,6 +175,11 @@ func (n *Network) handleSubscribe(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer n.untrackConn(conn)
+	if n.testSendBuffer > 0 {
+		if tc, ok := conn.NetConn().(*net.TCPConn); ok {
+			_ = tc.SetWriteBuffer(n.testSendBuffer)
+		}
+	}
 	conn.SetReadLimit(64 << 10)
 	readDone := make(chan struct{})
 	go func() { // owned: the handler waits for it below

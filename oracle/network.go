@@ -69,6 +69,8 @@ type Network struct {
 	done   atomic.Bool
 	trErr  atomic.Pointer[error]
 
+	testSendBuffer int // tests only: server socket send buffer for new subscribers
+
 	mu       sync.Mutex
 	closed   bool
 	handlers sync.WaitGroup               // in-flight HTTP handlers

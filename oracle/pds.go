@@ -55,7 +55,9 @@ func (h *pdsHost) handleListRepos(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	accts, more := page(h.n.w.Accounts(), p, func(a world.Account) bool { return a.Host == h.idx })
+	accts, more := page(h.n.w.Accounts(), p, func(a world.Account) bool {
+		return a.Host == h.idx && a.Status != world.StatusDeleted
+	})
 	var cursor string
 	if more && len(accts) > 0 {
 		cursor = encodeCursor(accts[len(accts)-1].DID, 0)
@@ -143,7 +145,19 @@ func (h *pdsHost) handleGetRepo(w http.ResponseWriter, r *http.Request) {
 		writeXRPCError(w, http.StatusBadRequest, "RepoNotFound", "repo not found: "+did)
 		return
 	}
+	if !acct.Active {
+		name, msg := statusError(acct.Status)
+		writeXRPCError(w, http.StatusBadRequest, name, msg)
+		return
+	}
 	car, acct, err := n.w.RepoCAR(did)
+	if errors.Is(err, world.ErrAccountInactive) || errors.Is(err, world.ErrAccountDeleted) {
+		// The status changed since the lookup above.
+		acct, _ = n.w.Account(did)
+		name, msg := statusError(acct.Status)
+		writeXRPCError(w, http.StatusBadRequest, name, msg)
+		return
+	}
 	if errors.Is(err, world.ErrUnknownDID) {
 		writeXRPCError(w, http.StatusBadRequest, "RepoNotFound", "repo not found: "+did)
 		return

@@ -136,6 +136,11 @@ func page(accts []world.Account, p pageRequest, keep func(world.Account) bool) (
 	return out, false
 }
 
+// listed says whether listRepos shows an account: a deleted account has no
+// repo any more and disappears from enumeration, as on a real PDS; every other
+// status is listed with active=false and its status.
+func listed(a world.Account) bool { return a.Status != world.StatusDeleted }
+
 // listReposOutput renders a page.
 func listReposOutput(accts []world.Account, cursor string) comatproto.SyncListRepos_Output {
 	out := comatproto.SyncListRepos_Output{Repos: make([]*comatproto.SyncListRepos_Repo, 0, len(accts))}
@@ -162,7 +167,7 @@ func (n *Network) handleRelayListRepos(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	accts, more := page(n.w.Accounts(), p, func(world.Account) bool { return true })
+	accts, more := page(n.w.Accounts(), p, listed)
 	var cursor string
 	if more && len(accts) > 0 {
 		cursor = encodeCursor(accts[len(accts)-1].DID, n.faults.longCursorSize())
