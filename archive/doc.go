@@ -1,0 +1,58 @@
+// Package archive owns backstream's one Pebble store at <data-dir>/store: the
+// key layout (keys.go), the typed fail-closed codecs (codec.go, repo.go,
+// event_codec.go), the event model (event.go), the single writer with group
+// commit and the per-account rev ratchet (writer.go), the live log of recent
+// durable events (live.go), and readers (reader.go, read.go).
+//
+// It knows nothing about HTTP or atproto: DIDs, revs and CIDs are opaque
+// strings and bytes here; syntax is checked at the edges that receive them.
+//
+// # Invariants kept here
+//
+//   - C1: cursor values are [0x01][uint64 LE]; wrong width, unknown version and
+//     values above MaxInt64 are errors. The capture writer puts cursor/relay in
+//     the same batch as the rows it covers (a Unit carries both).
+//   - C2: every read distinguishes absent (ErrNotFound), unreadable (ErrRead)
+//     and malformed (ErrMalformed); the error names the key. Only absence may
+//     take a default, and only where the caller knows it is legitimate.
+//   - C5: Open refuses a store that holds keys but no readable identity and
+//     phase (ErrRefused, saying what was found); an empty store is initialised
+//     with meta/instance and meta/phase=bootstrap in one synced batch; the
+//     scratch dir is emptied and never a reason to refuse.
+//   - D1: the Writer publishes events (LiveLog) and receipts (Acks) only after
+//     the batch holding them is synced. A seq handed to anyone is durable, so
+//     it is never reused after a crash; TimeUS is max(now, previous), seeded
+//     from the tip on restart, so it never goes backwards along seqs.
+//   - D3 (the ratchet): rev/<did> is the newest rev archived for the account.
+//     A live or merged commit/sync row is kept only when its rev is newer
+//     (the other ops of the same commit, in the same unit, pass with it);
+//     backfill and replacement rows move the ratchet to their snapshot rev; a
+//     Unit marked Replace is refused whole when the ratchet is already newer
+//     than its snapshot (S9). Identity and account rows always pass.
+//   - R4: a unit is applied all or nothing, and units are applied in
+//     submission order, so a completion submitted after a repo's last rows is
+//     durable with them or later, never earlier.
+//   - repo/, rev/ and meta/counts change only inside the Writer, from
+//     field-level RepoUpdates; meta/counts is rewritten in the same batch as
+//     every transition, so counts are never a scan.
+//
+// # Commit points
+//
+// Every Writer batch is one synced Pebble batch (pebble.Sync). A failed
+// commit is fatal: the writer stops, Err reports it (a full disk is named as
+// such, with the data dir), and Submit fails from then on. There is no
+// degraded mode.
+//
+// # Group commit
+//
+// The writer takes the first queued unit and keeps adding queued units until
+// the queue is empty, MaxBatchRows rows or MaxBatchBytes bytes (defaults
+// 16384 rows / 16 MiB, chosen with BenchmarkWriter), or Linger has passed
+// (default 0: under load a batch grows by itself while the previous sync
+// runs; idle, a lone unit commits at once).
+//
+// # Not here
+//
+// Deciding phases is lifecycle's; what rows a repo produces is backfill's and
+// firehose's; rendering JSON is subscribe's.
+package archive

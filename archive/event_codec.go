@@ -1,0 +1,248 @@
+package archive
+
+// This file owns the stored encoding of events (ev/ and cap/ values):
+//
+//	[0x01][kind][source][uvarint field mask][uvarint time_us][str did]
+//	then, in mask order, the present fields:
+//	collection, rkey, rev (str); cid, record (bytes); handle, status (str);
+//	upstream seq (uvarint). Active is a mask bit with no payload.
+//
+// The seq is the key, not part of the value.
+
+import (
+	"encoding/binary"
+	"math"
+)
+
+const (
+	evCollection uint64 = 1 << iota
+	evRKey
+	evRev
+	evCID
+	evRecord
+	evHandle
+	evStatus
+	evUpstreamSeq
+	evActive
+
+	evKnown = evActive<<1 - 1
+)
+
+// Field limits enforced by the codec. Records are capped at the atproto
+// maximum record size; identifiers well above their syntax limits.
+const (
+	maxDID        = 2048
+	maxCollection = 317
+	maxRKey       = 512
+	maxCID        = 128
+	MaxRecord     = 1 << 20
+	maxHandle     = 253
+	maxStatus     = 64
+)
+
+// requiredFields lists, per kind, the fields an event must carry.
+func requiredFields(k Kind) uint64 {
+	switch k {
+	case KindCreate, KindUpdate:
+		return evCollection | evRKey | evRev | evCID | evRecord
+	case KindDelete:
+		return evCollection | evRKey | evRev
+	case KindSync:
+		return evRev
+	}
+	return 0
+}
+
+// allowedFields lists, per kind, the fields an event may carry.
+func allowedFields(k Kind) uint64 {
+	switch k {
+	case KindCreate, KindUpdate, KindDelete, KindSync:
+		return requiredFields(k) | evUpstreamSeq
+	case KindIdentity:
+		return evHandle | evUpstreamSeq
+	case KindAccount:
+		return evActive | evStatus | evUpstreamSeq
+	}
+	return 0
+}
+
+func eventMask(ev *Event) uint64 {
+	var m uint64
+	set := func(ok bool, bit uint64) {
+		if ok {
+			m |= bit
+		}
+	}
+	set(ev.Collection != "", evCollection)
+	set(ev.RKey != "", evRKey)
+	set(ev.Rev != "", evRev)
+	set(len(ev.CID) > 0, evCID)
+	set(len(ev.Record) > 0, evRecord)
+	set(ev.Handle != "", evHandle)
+	set(ev.Status != "", evStatus)
+	set(ev.UpstreamSeq != 0, evUpstreamSeq)
+	set(ev.Active, evActive)
+	return m
+}
+
+// ValidateEvent checks that ev can be stored: a known kind and source, a DID,
+// the fields its kind requires and no others, every field within its limit.
+func ValidateEvent(ev *Event) error {
+	if !ev.Kind.Valid() {
+		return malformed("event kind %d", ev.Kind)
+	}
+	if !ev.Source.Valid() {
+		return malformed("event source %d", ev.Source)
+	}
+	if ev.DID == "" || len(ev.DID) > maxDID {
+		return malformed("event DID of %d bytes", len(ev.DID))
+	}
+	if ev.TimeUS < 0 || ev.UpstreamSeq < 0 {
+		return malformed("negative event time or upstream seq")
+	}
+	return checkMask(ev.Kind, eventMask(ev), ev)
+}
+
+func checkMask(k Kind, m uint64, ev *Event) error {
+	if req := requiredFields(k); m&req != req {
+		return malformed("%s event lacks fields 0x%x", k, req&^m)
+	}
+	if extra := m &^ allowedFields(k); extra != 0 {
+		return malformed("%s event carries fields 0x%x", k, extra)
+	}
+	switch {
+	case len(ev.Collection) > maxCollection:
+		return malformed("collection of %d bytes", len(ev.Collection))
+	case len(ev.RKey) > maxRKey:
+		return malformed("rkey of %d bytes", len(ev.RKey))
+	case len(ev.Rev) > maxRev:
+		return malformed("rev of %d bytes", len(ev.Rev))
+	case len(ev.CID) > maxCID:
+		return malformed("cid of %d bytes", len(ev.CID))
+	case len(ev.Record) > MaxRecord:
+		return malformed("record of %d bytes", len(ev.Record))
+	case len(ev.Handle) > maxHandle:
+		return malformed("handle of %d bytes", len(ev.Handle))
+	case len(ev.Status) > maxStatus:
+		return malformed("status of %d bytes", len(ev.Status))
+	}
+	return nil
+}
+
+// AppendEvent appends the stored encoding of ev to dst. Seq is not encoded.
+func AppendEvent(dst []byte, ev *Event) ([]byte, error) {
+	if err := ValidateEvent(ev); err != nil {
+		return dst, err
+	}
+	m := eventMask(ev)
+	dst = append(dst, codecV1, byte(ev.Kind), byte(ev.Source))
+	dst = binary.AppendUvarint(dst, m)
+	dst = binary.AppendUvarint(dst, uint64(ev.TimeUS))
+	dst = appendString(dst, ev.DID)
+	if m&evCollection != 0 {
+		dst = appendString(dst, ev.Collection)
+	}
+	if m&evRKey != 0 {
+		dst = appendString(dst, ev.RKey)
+	}
+	if m&evRev != 0 {
+		dst = appendString(dst, ev.Rev)
+	}
+	if m&evCID != 0 {
+		dst = appendBytes(dst, ev.CID)
+	}
+	if m&evRecord != 0 {
+		dst = appendBytes(dst, ev.Record)
+	}
+	if m&evHandle != 0 {
+		dst = appendString(dst, ev.Handle)
+	}
+	if m&evStatus != 0 {
+		dst = appendString(dst, ev.Status)
+	}
+	if m&evUpstreamSeq != 0 {
+		dst = binary.AppendUvarint(dst, uint64(ev.UpstreamSeq))
+	}
+	return dst, nil
+}
+
+// EncodedSize is an upper bound of the encoded size of ev.
+func EncodedSize(ev *Event) int {
+	return 3 + 3*binary.MaxVarintLen64 + 8*binary.MaxVarintLen32 +
+		len(ev.DID) + len(ev.Collection) + len(ev.RKey) + len(ev.Rev) +
+		len(ev.CID) + len(ev.Record) + len(ev.Handle) + len(ev.Status)
+}
+
+// DecodeEvent decodes b into ev (Seq is left as is: it comes from the key).
+// CID and Record alias b; copy them if b is reused (Pebble iterator values
+// are valid only until the iterator moves).
+func DecodeEvent(b []byte, ev *Event) error {
+	seq := ev.Seq
+	*ev = Event{Seq: seq}
+	if len(b) < 3 {
+		return malformed("event: %d bytes", len(b))
+	}
+	if b[0] != codecV1 {
+		return malformed("event: unknown version 0x%02x", b[0])
+	}
+	ev.Kind, ev.Source = Kind(b[1]), Source(b[2])
+	if !ev.Kind.Valid() {
+		return malformed("event: unknown kind %d", b[1])
+	}
+	if !ev.Source.Valid() {
+		return malformed("event: unknown source %d", b[2])
+	}
+	d := decoder{b: b[3:]}
+	m := d.uvarint()
+	if m&^evKnown != 0 {
+		return malformed("event: unknown field bits 0x%x", m&^evKnown)
+	}
+	t := d.uvarint()
+	ev.DID = d.str(maxDID)
+	if m&evCollection != 0 {
+		ev.Collection = d.str(maxCollection)
+	}
+	if m&evRKey != 0 {
+		ev.RKey = d.str(maxRKey)
+	}
+	if m&evRev != 0 {
+		ev.Rev = d.str(maxRev)
+	}
+	if m&evCID != 0 {
+		ev.CID = d.raw(maxCID)
+	}
+	if m&evRecord != 0 {
+		ev.Record = d.raw(MaxRecord)
+	}
+	if m&evHandle != 0 {
+		ev.Handle = d.str(maxHandle)
+	}
+	if m&evStatus != 0 {
+		ev.Status = d.str(maxStatus)
+	}
+	var up uint64
+	if m&evUpstreamSeq != 0 {
+		up = d.uvarint()
+	}
+	ev.Active = m&evActive != 0
+	if err := d.finish("event"); err != nil {
+		*ev = Event{Seq: seq}
+		return err
+	}
+	if t > math.MaxInt64 || up > math.MaxInt64 {
+		*ev = Event{Seq: seq}
+		return malformed("event: time %d or upstream seq %d above MaxInt64", t, up)
+	}
+	ev.TimeUS, ev.UpstreamSeq = int64(t), int64(up)
+	// The mask must be the canonical one for the decoded fields (an empty
+	// field flagged present is not something the encoder writes).
+	if eventMask(ev) != m || ev.DID == "" {
+		*ev = Event{Seq: seq}
+		return malformed("event: non-canonical field mask 0x%x", m)
+	}
+	if err := checkMask(ev.Kind, m, ev); err != nil {
+		*ev = Event{Seq: seq}
+		return err
+	}
+	return nil
+}

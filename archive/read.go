@@ -1,0 +1,72 @@
+package archive
+
+// This file owns the fail-closed typed reads of single keys: absent
+// (ErrNotFound), unreadable (ErrRead) and malformed (ErrMalformed) are three
+// distinct outcomes, each naming the key.
+
+import (
+	"errors"
+	"time"
+
+	"github.com/cockroachdb/pebble"
+)
+
+// get reads key through r and decodes it with dec.
+func get[T any](r pebble.Reader, key []byte, dec func([]byte) (T, error)) (T, error) {
+	var zero T
+	v, closer, err := r.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return zero, &KeyError{Key: string(key), Kind: ErrNotFound}
+	}
+	if err != nil {
+		return zero, &KeyError{Key: string(key), Kind: ErrRead, Err: err}
+	}
+	defer closer.Close()
+	t, err := dec(v)
+	if err != nil {
+		return zero, &KeyError{Key: string(key), Kind: ErrMalformed, Err: err}
+	}
+	return t, nil
+}
+
+// Phase reads meta/phase.
+func (s *Store) Phase() (Phase, error) { return get(s.db, KeyPhase, DecodePhase) }
+
+// Instance reads meta/instance.
+func (s *Store) Instance() (Instance, error) { return get(s.db, KeyInstance, DecodeInstance) }
+
+// Relay reads meta/relay.
+func (s *Store) Relay() (string, error) { return get(s.db, KeyRelay, DecodeRelay) }
+
+// Counts reads meta/counts; a store without repos has none (ErrNotFound).
+func (s *Store) Counts() (Counts, error) { return get(s.db, KeyCounts, DecodeCounts) }
+
+// Time reads one of the meta/*_at timestamps.
+func (s *Store) Time(key []byte) (time.Time, error) { return get(s.db, key, DecodeTime) }
+
+// RelayCursor reads cursor/relay.
+func (s *Store) RelayCursor() (uint64, error) { return get(s.db, KeyCursorRelay, DecodeSeqCursor) }
+
+// MergeCursor reads cursor/merge.
+func (s *Store) MergeCursor() (uint64, error) { return get(s.db, KeyCursorMerge, DecodeSeqCursor) }
+
+// ListCursor reads cursor/listrepos (or, with last, cursor/listrepos_last).
+func (s *Store) ListCursor(last bool) (ListCursor, error) {
+	if last {
+		return get(s.db, KeyCursorListLast, DecodeListCursor)
+	}
+	return get(s.db, KeyCursorListRepos, DecodeListCursor)
+}
+
+// RepoState reads repo/<did>.
+func (s *Store) RepoState(did string) (RepoState, error) {
+	return get(s.db, RepoKey(did), DecodeRepoState)
+}
+
+// Rev reads rev/<did>, the account's ratchet.
+func (s *Store) Rev(did string) (string, error) { return get(s.db, RevKey(did), DecodeRev) }
+
+// HostState reads host/<host>.
+func (s *Store) HostState(host string) (HostState, error) {
+	return get(s.db, HostKey(host), DecodeHostState)
+}

@@ -1,0 +1,349 @@
+package archive
+
+// This file owns opening the store: the data-dir layout, Pebble options, the
+// scratch directory, the startup guard (C5), and fail-closed typed reads.
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/vfs"
+)
+
+// Options configure Open. The zero value is usable.
+type Options struct {
+	// FS is the filesystem holding the data dir; nil means the OS. Tests
+	// pass vfs.NewStrictMem() or an errorfs wrapper.
+	FS vfs.FS
+	// Logger receives Pebble's log lines; nil means slog.Default().
+	Logger *slog.Logger
+	// OnFatal is called when Pebble reports an unrecoverable error (a failed
+	// WAL or manifest write). It must not return; nil means: log the error
+	// naming the data dir and exit the process with status 2. Tests pass a
+	// function that panics.
+	OnFatal func(msg string)
+	// ReadOnly opens an existing store without writing anything: no guard
+	// initialisation, no scratch cleanup. Used by `backstream status`.
+	ReadOnly bool
+	// CacheSize is Pebble's block cache in bytes (default 256 MiB).
+	CacheSize int64
+	// MemTableSize is Pebble's memtable size in bytes (default 64 MiB).
+	MemTableSize uint64
+	// Now is the clock for timestamps written at creation (default time.Now).
+	Now func() time.Time
+}
+
+// Store is the one Pebble database of a data dir.
+type Store struct {
+	db       *pebble.DB
+	fs       vfs.FS
+	dataDir  string
+	dir      string // <data-dir>/store
+	scratch  string // <data-dir>/scratch
+	cache    *pebble.Cache
+	created  bool
+	readOnly bool
+	log      *slog.Logger
+}
+
+// StoreDir and ScratchDir are the fixed subdirectories of a data dir.
+const (
+	StoreDir   = "store"
+	ScratchDir = "scratch"
+)
+
+// Open opens (or creates) <dataDir>/store, empties <dataDir>/scratch, and
+// runs the startup guard: a store with no keys is initialised with a fresh
+// meta/instance and meta/phase=bootstrap in one synced batch; a store with
+// keys but without a readable, well-formed identity and phase is refused
+// (ErrRefused) with a message saying what was found. The guard looks at
+// <dataDir>/store only; leftover scratch files never block startup.
+func Open(dataDir string, opts Options) (*Store, error) {
+	fs := opts.FS
+	if fs == nil {
+		fs = vfs.Default
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	s := &Store{
+		fs:       fs,
+		dataDir:  dataDir,
+		dir:      fs.PathJoin(dataDir, StoreDir),
+		scratch:  fs.PathJoin(dataDir, ScratchDir),
+		log:      log,
+		readOnly: opts.ReadOnly,
+	}
+	if opts.ReadOnly {
+		if _, err := fs.Stat(s.dir); err != nil {
+			return nil, fmt.Errorf("archive: open %s: no store here: %w", s.dir, err)
+		}
+	} else {
+		if err := s.prepareDirs(); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.openPebble(opts); err != nil {
+		return nil, err
+	}
+	if err := s.guard(now); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// prepareDirs creates the data dir and the store dir (syncing every parent
+// directory on creation so a power loss cannot take the store away), and
+// empties the scratch dir.
+func (s *Store) prepareDirs() error {
+	if err := s.fs.MkdirAll(s.dataDir, 0o755); err != nil {
+		return fmt.Errorf("archive: create data dir %s: %w", s.dataDir, err)
+	}
+	if err := s.fs.RemoveAll(s.scratch); err != nil {
+		return fmt.Errorf("archive: empty scratch dir %s: %w", s.scratch, err)
+	}
+	if err := s.fs.MkdirAll(s.scratch, 0o755); err != nil {
+		return fmt.Errorf("archive: create scratch dir %s: %w", s.scratch, err)
+	}
+	if _, err := s.fs.Stat(s.dir); err == nil {
+		return nil
+	} else if !os.IsNotExist(err) {
+		return fmt.Errorf("archive: stat %s: %w", s.dir, err)
+	}
+	if err := s.fs.MkdirAll(s.dir, 0o755); err != nil {
+		return fmt.Errorf("archive: create store dir %s: %w", s.dir, err)
+	}
+	s.created = true
+	// Sync the new directory's ancestors, innermost first, up to the root.
+	for dir := s.dir; ; {
+		parent := s.fs.PathDir(dir)
+		if err := syncDir(s.fs, parent); err != nil {
+			return fmt.Errorf("archive: sync %s after creating %s: %w", parent, dir, err)
+		}
+		if parent == dir || parent == "" || parent == "." || parent == "/" {
+			return nil
+		}
+		dir = parent
+	}
+}
+
+func syncDir(fs vfs.FS, dir string) error {
+	d, err := fs.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	if err := d.Sync(); err != nil {
+		d.Close()
+		return err
+	}
+	return d.Close()
+}
+
+func (s *Store) openPebble(opts Options) error {
+	cacheSize := opts.CacheSize
+	if cacheSize <= 0 {
+		cacheSize = 256 << 20
+	}
+	s.cache = pebble.NewCache(cacheSize)
+	po := &pebble.Options{
+		FS:           s.fs,
+		Cache:        s.cache,
+		ReadOnly:     opts.ReadOnly,
+		MemTableSize: opts.MemTableSize,
+		Logger:       pebbleLogger{log: s.log, dataDir: s.dataDir, onFatal: opts.OnFatal},
+		// Events are written in seq order and never rewritten; larger L0
+		// thresholds let bulk ingest run without write stalls.
+		L0CompactionThreshold:    4,
+		L0StopWritesThreshold:    64,
+		MaxConcurrentCompactions: func() int { return 2 },
+	}
+	if po.MemTableSize == 0 {
+		po.MemTableSize = 64 << 20
+	}
+	po.Levels = make([]pebble.LevelOptions, 7)
+	for i := range po.Levels {
+		l := &po.Levels[i]
+		l.BlockSize = 32 << 10
+		l.Compression = pebble.ZstdCompression
+		if i == 0 {
+			l.Compression = pebble.SnappyCompression
+		}
+		l.TargetFileSize = 64 << 20
+	}
+	po.EnsureDefaults()
+	db, err := pebble.Open(s.dir, po)
+	if err != nil {
+		s.cache.Unref()
+		if strings.Contains(err.Error(), "lock") {
+			return fmt.Errorf("archive: open %s: the store is locked — is another backstream process using this data dir? (%w)", s.dir, err)
+		}
+		return fmt.Errorf("archive: open %s: %w", s.dir, err)
+	}
+	s.db = db
+	return nil
+}
+
+// guard is the startup guard (C5) and the first phase read (C2).
+func (s *Store) guard(now func() time.Time) error {
+	_, instErr := s.Instance()
+	phase, phaseErr := s.Phase()
+	switch {
+	case instErr == nil && phaseErr == nil:
+		_ = phase
+		return nil
+	case isRead(instErr) || isRead(phaseErr):
+		return fmt.Errorf("archive: %w: cannot read the store identity: %w", ErrRefused, errors.Join(instErr, phaseErr))
+	case errors.Is(instErr, ErrMalformed) || errors.Is(phaseErr, ErrMalformed):
+		return fmt.Errorf("archive: %w: the store identity is malformed; backstream will not guess: %w", ErrRefused, errors.Join(instErr, phaseErr))
+	}
+	// At least one of instance/phase is missing, the other missing or fine.
+	found, err := s.describeContents()
+	if err != nil {
+		return fmt.Errorf("archive: %w: %v", ErrRefused, err)
+	}
+	if found != "" {
+		var missing []string
+		if instErr != nil {
+			missing = append(missing, string(KeyInstance))
+		}
+		if phaseErr != nil {
+			missing = append(missing, string(KeyPhase))
+		}
+		return fmt.Errorf("archive: %w: %s holds %s but no %s; backstream will not re-bootstrap over existing data "+
+			"(restore the store from a backup or move it aside to start a new archive)",
+			ErrRefused, s.dir, found, strings.Join(missing, " or "))
+	}
+	if s.readOnly {
+		return fmt.Errorf("archive: %w: %s is an empty store", ErrNotFound, s.dir)
+	}
+	return s.initialise(now())
+}
+
+// describeContents reports what a store without identity holds: "" when it
+// holds no keys at all.
+func (s *Store) describeContents() (string, error) {
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		return "", fmt.Errorf("scan store: %w", err)
+	}
+	defer it.Close()
+	var parts []string
+	for _, p := range dataPrefixes {
+		if it.SeekGE(p); it.Valid() && hasPrefix(it.Key(), p) {
+			parts = append(parts, fmt.Sprintf("%s keys (first %q)", p, truncateForError(it.Key())))
+		}
+	}
+	if len(parts) == 0 && it.First() {
+		parts = append(parts, fmt.Sprintf("other keys (first %q)", truncateForError(it.Key())))
+	}
+	if err := it.Error(); err != nil {
+		return "", fmt.Errorf("scan store: %w", err)
+	}
+	return strings.Join(parts, ", "), nil
+}
+
+func (s *Store) initialise(now time.Time) error {
+	var id Instance
+	if _, err := io.ReadFull(rand.Reader, id[:]); err != nil {
+		return fmt.Errorf("archive: mint instance id: %w", err)
+	}
+	phase, _ := EncodePhase(PhaseBootstrap)
+	b := s.db.NewBatch()
+	defer b.Close()
+	_ = b.Set(KeyInstance, id[:], nil)
+	_ = b.Set(KeyPhase, phase, nil)
+	_ = b.Set(KeyPhaseEnteredAt, EncodeTime(now), nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return s.persistErr("initialise store", err)
+	}
+	s.created = true
+	return nil
+}
+
+// Created reports whether Open initialised a new store.
+func (s *Store) Created() bool { return s.created }
+
+// DataDir is the data dir the store lives in.
+func (s *Store) DataDir() string { return s.dataDir }
+
+// ScratchDir is <data-dir>/scratch, emptied at every Open.
+func (s *Store) ScratchDir() string { return s.scratch }
+
+// FS is the filesystem the store lives on.
+func (s *Store) FS() vfs.FS { return s.fs }
+
+// DB exposes the Pebble handle for readers in this package's tests and for
+// metrics collection. Writes outside the Writer and Commit are a bug.
+func (s *Store) DB() *pebble.DB { return s.db }
+
+// Close closes Pebble. The Writer must be closed first.
+func (s *Store) Close() error {
+	var err error
+	if s.db != nil {
+		err = s.db.Close()
+		s.db = nil
+	}
+	if s.cache != nil {
+		s.cache.Unref()
+		s.cache = nil
+	}
+	return err
+}
+
+// persistErr wraps a write/sync failure; disk-full errors say so and name
+// the data dir.
+func (s *Store) persistErr(op string, err error) error {
+	return PersistError(s.dataDir, op, err)
+}
+
+// PersistError wraps a failed write to the store under dataDir into the
+// message an operator needs. A full disk is named as such.
+func PersistError(dataDir, op string, err error) error {
+	if errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "no space left") {
+		return fmt.Errorf("archive: %s: disk full: the volume holding %s has no space left; free space (or grow the volume) and restart backstream, which resumes where it stopped: %w", op, dataDir, err)
+	}
+	return fmt.Errorf("archive: %s: write to the store in %s failed; backstream stops rather than lose data — check the disk and restart: %w", op, dataDir, err)
+}
+
+// pebbleLogger routes Pebble's log to slog; Fatalf never returns.
+type pebbleLogger struct {
+	log     *slog.Logger
+	dataDir string
+	onFatal func(string)
+}
+
+func (l pebbleLogger) Infof(format string, args ...any) {
+	l.log.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+func (l pebbleLogger) Errorf(format string, args ...any) {
+	l.log.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+func (l pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf("pebble: fatal error in the store in %s: %s", l.dataDir, fmt.Sprintf(format, args...))
+	if l.onFatal != nil {
+		l.onFatal(msg)
+		panic(msg) // onFatal must not return
+	}
+	l.log.Error(msg + "; backstream stops rather than lose data — check the disk and restart")
+	os.Exit(2)
+}
+
+func hasPrefix(b, p []byte) bool { return len(b) >= len(p) && string(b[:len(p)]) == string(p) }
+
+func isRead(err error) bool { return err != nil && errors.Is(err, ErrRead) }

@@ -1,0 +1,635 @@
+package archive
+
+// This file owns archive.Writer: the single goroutine that allocates seqs,
+// applies the per-account rev ratchet and field-level repo mutations, and
+// commits group batches synced to disk before anyone hears of them.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble"
+)
+
+// KV is a key/value a unit makes durable with its rows: a cursor, a phase, a
+// host state. Value nil deletes the key.
+type KV struct {
+	Key   []byte
+	Value []byte
+}
+
+// Replacement marks a unit as (one chunk of) a whole-repo replacement of DID
+// at snapshot rev Rev: the unit is refused whole when the account's ratchet is
+// already newer than Rev (S9).
+type Replacement struct {
+	DID string
+	Rev string
+}
+
+// Unit is what a producer submits: rows and the state that must become
+// durable with them, all or nothing, in one batch. The writer owns the unit
+// from Submit on; the producer must not touch it afterwards.
+type Unit struct {
+	Events  []Event      // in order; Seq and TimeUS are assigned by the writer
+	Repos   []RepoUpdate // applied after the events, in order
+	Puts    []KV         // cursors, phase, host state (never ev/, cap/, repo/, rev/, meta/counts, meta/instance)
+	Replace *Replacement // non-nil: refused whole if the ratchet is newer than Replace.Rev
+	Token   any          // returned in the receipt
+	Acks    *Acks        // receives the receipt once the unit is durable (or refused); nil: nobody listens
+}
+
+// Receipt tells a producer what became of a unit.
+type Receipt struct {
+	Token    any
+	FirstSeq uint64 // seq of the first kept event (0 if none were kept)
+	LastSeq  uint64 // seq of the last kept event
+	Kept     int    // events appended
+	Stale    int    // commit/sync rows dropped by the ratchet
+	Refused  error  // non-nil: nothing of the unit was applied (invalid unit, or a replacement over newer data)
+}
+
+// ErrStaleReplacement: a replacement's snapshot rev is older than what the
+// archive already holds for the account; the unit was refused whole (S9).
+var ErrStaleReplacement = errors.New("replacement snapshot is older than the archived rev")
+
+// Acks is a producer-owned mailbox of receipts. The writer appends and
+// signals without ever blocking; the producer waits on Ready and drains.
+type Acks struct {
+	mu    sync.Mutex
+	q     []Receipt
+	ready chan struct{}
+}
+
+// NewAcks returns an empty mailbox.
+func NewAcks() *Acks { return &Acks{ready: make(chan struct{}, 1)} }
+
+// Ready is signalled (capacity 1, coalescing) when receipts are waiting.
+func (a *Acks) Ready() <-chan struct{} { return a.ready }
+
+// Drain appends the waiting receipts to dst, in commit order, and empties the mailbox.
+func (a *Acks) Drain(dst []Receipt) []Receipt {
+	a.mu.Lock()
+	dst = append(dst, a.q...)
+	a.q = a.q[:0]
+	a.mu.Unlock()
+	return dst
+}
+
+func (a *Acks) push(r Receipt) {
+	a.mu.Lock()
+	a.q = append(a.q, r)
+	a.mu.Unlock()
+	select {
+	case a.ready <- struct{}{}:
+	default:
+	}
+}
+
+// WriterOptions configure a Writer.
+type WriterOptions struct {
+	// Capture makes this the capture writer: rows go to cap/ in their own seq
+	// space; no ratchet, no repo mutations (merge applies those later).
+	Capture bool
+	// MaxBatchRows and MaxBatchBytes bound one synced batch (group commit).
+	MaxBatchRows  int
+	MaxBatchBytes int
+	// Linger is how long the writer waits for more units after the first one
+	// of a batch when the queue runs dry. 0 commits as soon as the queue is
+	// empty: under load batches grow by themselves while a sync is running.
+	Linger time.Duration
+	// Queue is the submission queue capacity in units.
+	Queue int
+	// LiveLogBytes bounds the in-memory log of recent durable events.
+	LiveLogBytes int64
+	Metrics      *Metrics
+	Logger       *slog.Logger
+	Now          func() time.Time
+}
+
+// Defaults chosen by BenchmarkWriter (see docs in doc.go).
+const (
+	DefaultMaxBatchRows  = 16384
+	DefaultMaxBatchBytes = 16 << 20
+	DefaultQueue         = 1024
+	DefaultLiveLogBytes  = 256 << 20
+)
+
+func (o *WriterOptions) defaults() {
+	if o.MaxBatchRows <= 0 {
+		o.MaxBatchRows = DefaultMaxBatchRows
+	}
+	if o.MaxBatchBytes <= 0 {
+		o.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if o.Queue <= 0 {
+		o.Queue = DefaultQueue
+	}
+	if o.LiveLogBytes <= 0 {
+		o.LiveLogBytes = DefaultLiveLogBytes
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Writer is the single owner of one log's seqs (ev/ or cap/) and, for the
+// archive writer, of repo/, rev/ and meta/counts.
+type Writer struct {
+	store  *Store
+	opts   WriterOptions
+	prefix []byte
+	name   string // "ev" or "cap", for metrics and messages
+
+	in   chan *Unit
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+
+	// owned by the writer goroutine
+	nextSeq uint64
+	lastUS  int64
+	counts  Counts
+	revs    map[string]string    // ratchet values written in the open batch
+	repos   map[string]RepoState // repo states written in the open batch
+	buf     []byte
+
+	mu  sync.Mutex
+	err error // fatal error, set once
+
+	live *LiveLog
+}
+
+// NewWriter starts the writer goroutine over s. The tip seq and time are
+// read from the store, so seqs continue after a restart and time never goes
+// backwards.
+func NewWriter(s *Store, opts WriterOptions) (*Writer, error) {
+	opts.defaults()
+	w := &Writer{
+		store:  s,
+		opts:   opts,
+		prefix: PrefixEvent,
+		name:   "ev",
+		in:     make(chan *Unit, opts.Queue),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+		revs:   make(map[string]string),
+		repos:  make(map[string]RepoState),
+	}
+	if opts.Capture {
+		w.prefix, w.name = PrefixCapture, "cap"
+	}
+	tip, tipUS, err := s.tip(w.prefix)
+	if err != nil {
+		return nil, err
+	}
+	w.nextSeq, w.lastUS = tip+1, tipUS
+	if !opts.Capture {
+		c, err := s.Counts()
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return nil, fmt.Errorf("archive: start writer: %w", err)
+		}
+		w.counts = c
+		opts.Metrics.setCounts(c)
+	}
+	w.live = newLiveLog(opts.LiveLogBytes, tip)
+	go w.run()
+	return w, nil
+}
+
+// Live is the in-memory log of recent durable events.
+func (w *Writer) Live() *LiveLog { return w.live }
+
+// Submit queues u. It blocks while the queue is full (backpressure) and fails
+// when ctx is done or the writer has stopped. A unit the writer finds invalid
+// is refused through its receipt, not here.
+func (w *Writer) Submit(ctx context.Context, u *Unit) error {
+	select {
+	case <-w.done:
+		return w.stoppedErr()
+	default:
+	}
+	select {
+	case w.in <- u:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-w.done:
+		return w.stoppedErr()
+	}
+}
+
+// Apply submits u and waits until it is durable (or refused). A convenience
+// for low-rate producers and tests.
+func (w *Writer) Apply(ctx context.Context, u *Unit) (Receipt, error) {
+	acks := NewAcks()
+	u.Acks = acks
+	if err := w.Submit(ctx, u); err != nil {
+		return Receipt{}, err
+	}
+	select {
+	case <-acks.Ready():
+		r := acks.Drain(nil)
+		return r[0], nil
+	case <-ctx.Done():
+		return Receipt{}, ctx.Err()
+	case <-w.done:
+		// The unit may have been the last one committed before the stop.
+		if r := acks.Drain(nil); len(r) > 0 {
+			return r[0], nil
+		}
+		return Receipt{}, w.stoppedErr()
+	}
+}
+
+// Done is closed when the writer goroutine has exited (Close or a fatal error).
+func (w *Writer) Done() <-chan struct{} { return w.done }
+
+// Err is the fatal error that stopped the writer, nil after a clean Close.
+func (w *Writer) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+func (w *Writer) stoppedErr() error {
+	if err := w.Err(); err != nil {
+		return err
+	}
+	return ErrClosed
+}
+
+// Close commits every unit already queued, stops the goroutine and returns
+// the fatal error if one stopped it earlier.
+func (w *Writer) Close() error {
+	w.once.Do(func() { close(w.stop) })
+	<-w.done
+	return w.Err()
+}
+
+func (w *Writer) fail(err error) {
+	w.mu.Lock()
+	if w.err == nil {
+		w.err = err
+	}
+	w.mu.Unlock()
+}
+
+// pending is the batch being built.
+type pending struct {
+	b        *pebble.Batch
+	rows     int
+	units    []*Unit
+	receipts []Receipt
+	events   []*Event // kept events, in seq order, for the live log
+	counts   bool     // meta/counts changed
+	rowsBy   [5]int   // kept rows by source
+	staleBy  [5]int   // stale rows by source
+}
+
+func (w *Writer) run() {
+	defer close(w.done)
+	defer w.live.close()
+	for {
+		var first *Unit
+		select {
+		case first = <-w.in:
+		case <-w.stop:
+			// Drain what was queued before Close.
+			for {
+				select {
+				case u := <-w.in:
+					if !w.commitBatch(u) {
+						return
+					}
+				default:
+					return
+				}
+			}
+		}
+		if !w.commitBatch(first) {
+			return
+		}
+	}
+}
+
+// commitBatch builds one batch starting with first, commits it synced, then
+// publishes. It returns false when the writer must stop (fatal error).
+func (w *Writer) commitBatch(first *Unit) bool {
+	p := &pending{b: w.store.db.NewBatch()}
+	defer p.b.Close()
+	w.add(p, first)
+	var linger <-chan time.Time
+	if w.opts.Linger > 0 {
+		t := time.NewTimer(w.opts.Linger)
+		defer t.Stop()
+		linger = t.C
+	}
+fill:
+	for p.rows < w.opts.MaxBatchRows && p.b.Len() < w.opts.MaxBatchBytes {
+		select {
+		case u := <-w.in:
+			w.add(p, u)
+			continue
+		default:
+		}
+		if linger == nil {
+			break
+		}
+		select {
+		case u := <-w.in:
+			w.add(p, u)
+		case <-linger:
+			break fill
+		}
+	}
+	if err := w.Err(); err != nil {
+		return false
+	}
+	if p.counts {
+		v, err := EncodeCounts(w.counts)
+		if err != nil {
+			w.fail(fmt.Errorf("archive: %s writer: %w", w.name, err))
+			return false
+		}
+		_ = p.b.Set(KeyCounts, v, nil)
+	}
+	start := time.Now()
+	if !p.b.Empty() {
+		if err := p.b.Commit(pebble.Sync); err != nil {
+			w.fail(w.store.persistErr(fmt.Sprintf("commit %s batch of %d rows", w.name, p.rows), err))
+			return false
+		}
+	}
+	// Durable: now, and only now, tell anyone.
+	clear(w.revs)
+	clear(w.repos)
+	w.live.publish(p.events)
+	m := w.opts.Metrics
+	m.committed(w.name, p.rows, time.Since(start).Seconds(), w.nextSeq-1)
+	for src := SourceBackfill; src <= SourceRetry; src++ {
+		m.addRows(w.name, src, p.rowsBy[src])
+		m.addStale(src, p.staleBy[src])
+	}
+	if p.counts {
+		m.setCounts(w.counts)
+	}
+	for i, u := range p.units {
+		if u.Acks != nil {
+			u.Acks.push(p.receipts[i])
+		}
+	}
+	return true
+}
+
+// add stages one unit into the batch, all or nothing.
+func (w *Writer) add(p *pending, u *Unit) {
+	r := Receipt{Token: u.Token}
+	st, err := w.stage(u)
+	if err != nil {
+		if !errors.Is(err, errInvalidUnit) && !errors.Is(err, ErrStaleReplacement) {
+			// Our own persistence failed to read back: crash loud.
+			w.fail(fmt.Errorf("archive: %s writer: %w", w.name, err))
+		} else {
+			w.opts.Metrics.refused()
+			if !errors.Is(err, ErrStaleReplacement) {
+				w.opts.Logger.Error("archive writer refused a unit (producer bug)", "log", w.name, "err", err)
+			}
+		}
+		r.Refused = err
+		p.units = append(p.units, u)
+		p.receipts = append(p.receipts, r)
+		return
+	}
+	// Apply the staged unit: seqs, times, batch writes, overlays.
+	now := w.opts.Now().UnixMicro()
+	if now < w.lastUS {
+		now = w.lastUS
+	}
+	for i := range u.Events {
+		ev := &u.Events[i]
+		if !st.keep[i] {
+			r.Stale++
+			p.staleBy[ev.Source]++
+			continue
+		}
+		ev.Seq, ev.TimeUS = w.nextSeq, now
+		w.nextSeq++
+		w.lastUS = now
+		w.buf, _ = AppendEvent(w.buf[:0], ev) // validated in stage
+		_ = p.b.Set(seqKey(w.prefix, ev.Seq), w.buf, nil)
+		if r.Kept == 0 {
+			r.FirstSeq = ev.Seq
+		}
+		r.LastSeq = ev.Seq
+		r.Kept++
+		p.rows++
+		p.rowsBy[ev.Source]++
+		p.events = append(p.events, ev)
+	}
+	for did, rev := range st.revs {
+		v, _ := EncodeRev(rev)
+		_ = p.b.Set(RevKey(did), v, nil)
+		w.revs[did] = rev
+	}
+	for _, ch := range st.repoOrder {
+		ns := st.repos[ch]
+		old, existed := st.old[ch]
+		v, _ := EncodeRepoState(ns)
+		_ = p.b.Set(RepoKey(ch), v, nil)
+		w.repos[ch] = ns
+		w.count(old, existed, ns)
+		p.counts = true
+	}
+	for _, kv := range u.Puts {
+		if kv.Value == nil {
+			_ = p.b.Delete(kv.Key, nil)
+		} else {
+			_ = p.b.Set(kv.Key, kv.Value, nil)
+		}
+	}
+	p.units = append(p.units, u)
+	p.receipts = append(p.receipts, r)
+}
+
+func (w *Writer) count(old RepoState, existed bool, ns RepoState) {
+	if existed {
+		w.counts.ByStatus[old.Status]--
+		if !old.Active {
+			w.counts.Inactive--
+		}
+	}
+	w.counts.ByStatus[ns.Status]++
+	if !ns.Active {
+		w.counts.Inactive++
+	}
+}
+
+// errInvalidUnit marks refusals caused by the unit itself.
+var errInvalidUnit = errors.New("invalid unit")
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errInvalidUnit, fmt.Sprintf(format, args...))
+}
+
+// staged is the outcome of deciding a unit against the current state.
+type staged struct {
+	keep      []bool
+	revs      map[string]string // new ratchet values
+	repos     map[string]RepoState
+	old       map[string]RepoState // previous state of repos that existed
+	repoOrder []string
+}
+
+// stage decides every row and mutation of u without touching the batch.
+func (w *Writer) stage(u *Unit) (*staged, error) {
+	st := &staged{keep: make([]bool, len(u.Events))}
+	for i := range u.Events {
+		if err := ValidateEvent(&u.Events[i]); err != nil {
+			return nil, invalid("event %d: %v", i, err)
+		}
+	}
+	for _, kv := range u.Puts {
+		if err := checkPutKey(kv.Key); err != nil {
+			return nil, err
+		}
+	}
+	if w.opts.Capture {
+		if len(u.Repos) > 0 || u.Replace != nil {
+			return nil, invalid("the capture writer takes no repo mutations or replacements")
+		}
+		for i := range st.keep {
+			st.keep[i] = true
+		}
+		return st, nil
+	}
+	st.revs = make(map[string]string)
+	ratchet := func(did string) (string, error) {
+		if r, ok := st.revs[did]; ok {
+			return r, nil
+		}
+		if r, ok := w.revs[did]; ok {
+			return r, nil
+		}
+		r, err := w.store.Rev(did)
+		if errors.Is(err, ErrNotFound) {
+			return "", nil
+		}
+		return r, err
+	}
+	if u.Replace != nil {
+		cur, err := ratchet(u.Replace.DID)
+		if err != nil {
+			return nil, err
+		}
+		if cur > u.Replace.Rev {
+			return nil, fmt.Errorf("%w: %s archived at %s, snapshot at %s", ErrStaleReplacement, u.Replace.DID, cur, u.Replace.Rev)
+		}
+	}
+	// admitted remembers the (did, rev) a live/merge row of this unit was
+	// kept at, so the other ops of the same commit pass too.
+	admitted := map[string]string{}
+	for i := range u.Events {
+		ev := &u.Events[i]
+		if !(ev.Kind.IsCommit() || ev.Kind == KindSync) {
+			st.keep[i] = true
+			continue
+		}
+		cur, err := ratchet(ev.DID)
+		if err != nil {
+			return nil, err
+		}
+		switch ev.Source {
+		case SourceBackfill, SourceRetry:
+			if u.Replace != nil && ev.Rev > u.Replace.Rev {
+				return nil, invalid("replacement row at rev %s above the snapshot rev %s", ev.Rev, u.Replace.Rev)
+			}
+			st.keep[i] = true
+		default:
+			st.keep[i] = ev.Rev > cur || (ev.Rev == cur && admitted[ev.DID] == ev.Rev)
+			if st.keep[i] {
+				admitted[ev.DID] = ev.Rev
+			}
+		}
+		if st.keep[i] && ev.Rev > cur {
+			st.revs[ev.DID] = ev.Rev
+		}
+	}
+	if u.Replace != nil {
+		if cur, err := ratchet(u.Replace.DID); err != nil {
+			return nil, err
+		} else if u.Replace.Rev > cur {
+			st.revs[u.Replace.DID] = u.Replace.Rev
+		}
+	}
+	if len(u.Repos) > 0 {
+		st.repos = make(map[string]RepoState, len(u.Repos))
+		st.old = make(map[string]RepoState, len(u.Repos))
+	}
+	for _, up := range u.Repos {
+		if up.DID == "" || len(up.DID) > maxDID {
+			return nil, invalid("repo update for DID of %d bytes", len(up.DID))
+		}
+		if up.Fields&^allRepoFields != 0 || up.Fields == 0 {
+			return nil, invalid("repo update for %s names fields 0x%x", up.DID, up.Fields)
+		}
+		cur, seen := st.repos[up.DID]
+		if !seen {
+			var existed bool
+			var err error
+			cur, existed, err = w.repoState(up.DID)
+			if err != nil {
+				return nil, err
+			}
+			if existed {
+				st.old[up.DID] = cur
+			}
+			st.repoOrder = append(st.repoOrder, up.DID)
+		}
+		ns := up.apply(cur)
+		if !ns.Status.Valid() {
+			return nil, invalid("repo update leaves %s without a valid status", up.DID)
+		}
+		if _, err := EncodeRepoState(ns); err != nil {
+			return nil, invalid("repo update for %s: %v", up.DID, err)
+		}
+		st.repos[up.DID] = ns
+	}
+	return st, nil
+}
+
+func (w *Writer) repoState(did string) (RepoState, bool, error) {
+	if s, ok := w.repos[did]; ok {
+		return s, true, nil
+	}
+	s, err := w.store.RepoState(did)
+	if errors.Is(err, ErrNotFound) {
+		return RepoState{}, false, nil
+	}
+	if err != nil {
+		return RepoState{}, false, err
+	}
+	return s, true, nil
+}
+
+// checkPutKey refuses keys only the writer's own logic may write.
+func checkPutKey(k []byte) error {
+	for _, p := range [][]byte{PrefixEvent, PrefixCapture, PrefixRepo, PrefixRev} {
+		if hasPrefix(k, p) {
+			return invalid("unit puts %q, which only the writer itself writes", k)
+		}
+	}
+	if string(k) == string(KeyCounts) || string(k) == string(KeyInstance) {
+		return invalid("unit puts %q, which only the writer itself writes", k)
+	}
+	if !hasPrefix(k, PrefixCursor) && !hasPrefix(k, PrefixMeta) && !hasPrefix(k, PrefixHost) {
+		return invalid("unit puts %q outside cursor/, meta/ and host/", k)
+	}
+	return nil
+}
