@@ -1,0 +1,846 @@
+package subscribe
+
+// This file owns the record transcoder: atproto DAG-CBOR → atproto JSON,
+// appended straight to a byte slice, byte-identical to indigo's generic path
+// (cborjson_reference.go). The rules it mirrors, and why, are listed in doc.go
+// ("Record JSON").
+
+import (
+	"bytes"
+	"encoding/base32"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/bluesky-social/indigo/atproto/atdata"
+	"github.com/ipfs/go-cid"
+)
+
+// ErrBadRecord means a record's DAG-CBOR cannot be rendered as atproto JSON
+// (malformed CBOR or outside the atproto data model); the wrapping error says
+// why.
+var ErrBadRecord = errors.New("record is not renderable atproto data")
+
+// ErrTooDeep means a record nests maps and arrays deeper than MaxRecordDepth.
+// It also wraps ErrBadRecord. This is the one place the transcoder refuses
+// what indigo's generic path accepts: that path recurses without a limit and
+// a 1 MiB record of nested arrays overflows the goroutine stack, which kills
+// the process.
+var ErrTooDeep = errors.New("record nests too deeply")
+
+// errFallback is returned by the transcoder for shapes it leaves to the
+// reference path on purpose (rare, legal-but-odd encodings); it never leaves
+// this package.
+var errFallback = errors.New("transcoder: defer to reference")
+
+// MaxRecordDepth is how deeply maps and arrays may nest in a rendered record
+// (the top-level map is depth 1). atproto suggests 32 levels (not enforced by
+// indigo); real records use fewer than 10.
+const MaxRecordDepth = 128
+
+// Limits of the reference path (refmt and atdata) that the transcoder mirrors.
+const (
+	refmtMaxStringLen = 33554432 // refmt rejects a byte or text string longer than this
+	maxInt            = int(^uint(0) >> 1)
+)
+
+// b32 is the multibase base32 alphabet (lower case, no padding) used for CIDv1
+// strings.
+var b32 = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// valKind is what a transcoded value was, as far as map post-processing cares.
+type valKind uint8
+
+const (
+	vkOther valKind = iota
+	vkInt           // an integer (or an integral float), value in the returned int64
+	vkText          // a text string, bytes at transcoder.str
+	vkCID           // a tag-42 link, rendered as {"$link":"…"}
+)
+
+// mapEntry is one key/value of a map being transcoded: the key's bytes in the
+// input, and the rendered `"key":value` span in the output.
+type mapEntry struct {
+	kOff, kLen   int
+	oStart, oEnd int
+}
+
+// transcoder holds reusable scratch space. Not safe for concurrent use.
+type transcoder struct {
+	in    []byte
+	pos   int
+	out   []byte
+	depth int
+	str   []byte     // last text string value read
+	ents  []mapEntry // entries of every open map, innermost last
+	tmp   []byte     // scratch for reordering one map's entries
+}
+
+// transcode appends the JSON form of the DAG-CBOR record in to dst. It
+// returns errFallback when the record needs the reference path.
+func (t *transcoder) transcode(dst, in []byte) ([]byte, error) {
+	if len(in) > atdata.MAX_CBOR_RECORD_SIZE {
+		return dst, fmt.Errorf("exceeded max CBOR record size: %d", len(in))
+	}
+	t.in, t.pos, t.out, t.depth = in, 0, dst, 0
+	t.ents = t.ents[:0]
+	defer func() { t.in, t.str = nil, nil }()
+	if len(in) == 0 {
+		return dst, errEOF
+	}
+	b := in[0]
+	switch {
+	case b == 0xf6 || b == 0xf7:
+		// null/undefined into the top-level map leaves it nil: atdata makes
+		// an empty object of it.
+		return append(dst, '{', '}'), nil
+	case b == 0xbf || b>>5 == 6:
+		return dst, errFallback // indefinite map, or a tag the reference ignores here
+	case b>>5 == 5:
+		t.pos = 1
+		isBlob, err := t.mapBody(b & 31)
+		if err != nil {
+			return dst, err
+		}
+		if isBlob {
+			return dst, errors.New("top-level datum was not an object")
+		}
+		return t.out, nil
+	}
+	// Anything else is not a map: the reference fails to unmarshal it (or to
+	// decode it, which is an error too).
+	return dst, errors.New("top-level datum is not a map")
+}
+
+var errEOF = errors.New("unexpected end of CBOR data")
+
+// arg reads the argument of a head with additional info ai (< 31).
+func (t *transcoder) arg(ai byte) (uint64, error) {
+	in := t.in
+	switch {
+	case ai < 24:
+		return uint64(ai), nil
+	case ai == 24:
+		if t.pos+1 > len(in) {
+			return 0, errEOF
+		}
+		v := uint64(in[t.pos])
+		t.pos++
+		return v, nil
+	case ai == 25:
+		if t.pos+2 > len(in) {
+			return 0, errEOF
+		}
+		v := uint64(in[t.pos])<<8 | uint64(in[t.pos+1])
+		t.pos += 2
+		return v, nil
+	case ai == 26:
+		if t.pos+4 > len(in) {
+			return 0, errEOF
+		}
+		p := in[t.pos : t.pos+4]
+		v := uint64(p[0])<<24 | uint64(p[1])<<16 | uint64(p[2])<<8 | uint64(p[3])
+		t.pos += 4
+		return v, nil
+	case ai == 27:
+		if t.pos+8 > len(in) {
+			return 0, errEOF
+		}
+		p := in[t.pos : t.pos+8]
+		v := uint64(p[0])<<56 | uint64(p[1])<<48 | uint64(p[2])<<40 | uint64(p[3])<<32 |
+			uint64(p[4])<<24 | uint64(p[5])<<16 | uint64(p[6])<<8 | uint64(p[7])
+		t.pos += 8
+		return v, nil
+	}
+	return 0, fmt.Errorf("invalid CBOR additional info %d", ai)
+}
+
+// length reads a definite length (string, array, map) and checks it fits an
+// int, as refmt does.
+func (t *transcoder) length(ai byte) (int, error) {
+	v, err := t.arg(ai)
+	if err != nil {
+		return 0, err
+	}
+	if v > uint64(maxInt) {
+		return 0, errors.New("CBOR length out of range")
+	}
+	return int(v), nil
+}
+
+// strBody reads the payload of a definite byte or text string.
+func (t *transcoder) strBody(ai byte) ([]byte, error) {
+	n, err := t.length(ai)
+	if err != nil {
+		return nil, err
+	}
+	if n > refmtMaxStringLen {
+		return nil, fmt.Errorf("CBOR string too long: %d", n)
+	}
+	if n > len(t.in)-t.pos {
+		return nil, errEOF
+	}
+	s := t.in[t.pos : t.pos+n : t.pos+n]
+	t.pos += n
+	return s, nil
+}
+
+// value transcodes one data item at t.pos.
+func (t *transcoder) value() (valKind, int64, error) {
+	if t.pos >= len(t.in) {
+		return vkOther, 0, errEOF
+	}
+	b := t.in[t.pos]
+	t.pos++
+	major, ai := b>>5, b&31
+	switch major {
+	case 0: // unsigned int: refmt hands it on as Go int, wrapping above MaxInt64
+		if ai == 31 {
+			return vkOther, 0, errBadHead(b)
+		}
+		u, err := t.arg(ai)
+		if err != nil {
+			return vkOther, 0, err
+		}
+		v := int64(u)
+		t.out = strconv.AppendInt(t.out, v, 10)
+		return vkInt, v, nil
+	case 1: // negative int: -1-u, with refmt's range check (and its wrap at u = MaxUint64)
+		if ai == 31 {
+			return vkOther, 0, errBadHead(b)
+		}
+		u, err := t.arg(ai)
+		if err != nil {
+			return vkOther, 0, err
+		}
+		p := u + 1
+		if p > 1<<63 {
+			return vkOther, 0, errors.New("negative integer out of range")
+		}
+		v := -int64(p)
+		t.out = strconv.AppendInt(t.out, v, 10)
+		return vkInt, v, nil
+	case 2:
+		if ai == 31 {
+			return vkOther, 0, errFallback
+		}
+		s, err := t.strBody(ai)
+		if err != nil {
+			return vkOther, 0, err
+		}
+		t.out = append(t.out, `{"$bytes":"`...)
+		t.out = base64.RawStdEncoding.AppendEncode(t.out, s)
+		t.out = append(t.out, '"', '}')
+		return vkOther, 0, nil
+	case 3:
+		if ai == 31 {
+			return vkOther, 0, errFallback
+		}
+		s, err := t.strBody(ai)
+		if err != nil {
+			return vkOther, 0, err
+		}
+		if len(s) > atdata.MAX_RECORD_STRING_LEN {
+			return vkOther, 0, fmt.Errorf("string too long: %d", len(s))
+		}
+		t.out = appendJSONString(t.out, s, false)
+		t.str = s
+		return vkText, 0, nil
+	case 4:
+		if ai == 31 {
+			return vkOther, 0, errFallback
+		}
+		return vkOther, 0, t.array(ai)
+	case 5:
+		if ai == 31 {
+			return vkOther, 0, errFallback
+		}
+		isBlob, err := t.mapBody(ai)
+		_ = isBlob
+		return vkOther, 0, err
+	case 6:
+		return t.tag(b)
+	}
+	// major 7
+	switch b {
+	case 0xf4:
+		t.out = append(t.out, "false"...)
+	case 0xf5:
+		t.out = append(t.out, "true"...)
+	case 0xf6, 0xf7:
+		t.out = append(t.out, "null"...)
+	case 0xf9, 0xfa, 0xfb:
+		return t.float(b)
+	default:
+		return vkOther, 0, errBadHead(b)
+	}
+	return vkOther, 0, nil
+}
+
+func errBadHead(b byte) error { return fmt.Errorf("invalid CBOR initial byte 0x%02x", b) }
+
+// float accepts a float only if it is integral, as atdata does, and renders it
+// as an integer.
+func (t *transcoder) float(b byte) (valKind, int64, error) {
+	var f float64
+	switch b {
+	case 0xf9:
+		if t.pos+2 > len(t.in) {
+			return vkOther, 0, errEOF
+		}
+		f = halfToFloat64(uint16(t.in[t.pos])<<8 | uint16(t.in[t.pos+1]))
+		t.pos += 2
+	case 0xfa:
+		if t.pos+4 > len(t.in) {
+			return vkOther, 0, errEOF
+		}
+		p := t.in[t.pos : t.pos+4]
+		f = float64(math.Float32frombits(uint32(p[0])<<24 | uint32(p[1])<<16 | uint32(p[2])<<8 | uint32(p[3])))
+		t.pos += 4
+	default:
+		if t.pos+8 > len(t.in) {
+			return vkOther, 0, errEOF
+		}
+		p := t.in[t.pos : t.pos+8]
+		f = math.Float64frombits(uint64(p[0])<<56 | uint64(p[1])<<48 | uint64(p[2])<<40 | uint64(p[3])<<32 |
+			uint64(p[4])<<24 | uint64(p[5])<<16 | uint64(p[6])<<8 | uint64(p[7]))
+		t.pos += 8
+	}
+	// The same expression atdata uses, so out-of-range conversions behave the
+	// same on this platform.
+	v := int64(f)
+	if float64(v) != f {
+		return vkOther, 0, fmt.Errorf("number is not a safe integer: %f", f)
+	}
+	t.out = strconv.AppendInt(t.out, v, 10)
+	return vkInt, v, nil
+}
+
+// halfToFloat64 converts an IEEE 754 half-precision value exactly.
+func halfToFloat64(h uint16) float64 {
+	sign := 1.0
+	if h&0x8000 != 0 {
+		sign = -1
+	}
+	exp := int(h>>10) & 0x1f
+	frac := float64(h & 0x3ff)
+	switch exp {
+	case 0:
+		return sign * math.Ldexp(frac, -24)
+	case 31:
+		if frac == 0 {
+			return math.Inf(int(sign))
+		}
+		return math.NaN()
+	}
+	return sign * math.Ldexp(1024+frac, exp-25)
+}
+
+// tag handles a tagged value: only tag 42 (a CID link) over a definite byte
+// string is data; every other tag is an error in the reference too.
+func (t *transcoder) tag(b byte) (valKind, int64, error) {
+	if b&31 == 31 {
+		return vkOther, 0, errBadHead(b)
+	}
+	n, err := t.length(b & 31)
+	if err != nil {
+		return vkOther, 0, err
+	}
+	if n != 42 {
+		return vkOther, 0, fmt.Errorf("unsupported CBOR tag %d", n)
+	}
+	if t.pos >= len(t.in) {
+		return vkOther, 0, errEOF
+	}
+	c := t.in[t.pos]
+	t.pos++
+	if c == 0x5f {
+		return vkOther, 0, errFallback
+	}
+	if c>>5 != 2 {
+		return vkOther, 0, errors.New("tag 42 must wrap a byte string")
+	}
+	raw, err := t.strBody(c & 31)
+	if err != nil {
+		return vkOther, 0, err
+	}
+	if len(raw) == 0 {
+		return vkOther, 0, errors.New("empty CID link")
+	}
+	if raw[0] != 0 {
+		return vkOther, 0, errors.New("CID link without the identity multibase prefix")
+	}
+	t.out = append(t.out, `{"$link":"`...)
+	t.out, err = appendCIDString(t.out, raw[1:])
+	if err != nil {
+		return vkOther, 0, err
+	}
+	t.out = append(t.out, '"', '}')
+	return vkCID, 0, nil
+}
+
+// appendCIDString appends the canonical string form of a binary CID: base32
+// "b…" for CIDv1, base58 for CIDv0. The common shape (CIDv1, one-byte codec,
+// sha2-256) is encoded here without allocating; anything else goes through
+// go-cid.
+func appendCIDString(dst, c []byte) ([]byte, error) {
+	if len(c) == 36 && c[0] == 1 && c[1] < 0x80 && c[2] == 0x12 && c[3] == 0x20 {
+		dst = append(dst, 'b')
+		return b32.AppendEncode(dst, c), nil
+	}
+	parsed, err := cid.Cast(c)
+	if err != nil {
+		return dst, fmt.Errorf("invalid CID: %w", err)
+	}
+	return append(dst, parsed.String()...), nil
+}
+
+// array transcodes the body of a definite array.
+func (t *transcoder) array(ai byte) error {
+	n, err := t.length(ai)
+	if err != nil {
+		return err
+	}
+	if n > atdata.MAX_CBOR_CONTAINER_LEN {
+		return fmt.Errorf("data array length too long: %d", n)
+	}
+	if t.depth++; t.depth > MaxRecordDepth {
+		return ErrTooDeep
+	}
+	t.out = append(t.out, '[')
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			t.out = append(t.out, ',')
+		}
+		if _, _, err := t.value(); err != nil {
+			return err
+		}
+	}
+	t.out = append(t.out, ']')
+	t.depth--
+	return nil
+}
+
+// mapInfo collects what atdata's special cases need to know about one map.
+type mapInfo struct {
+	hasLink, hasBytes, hasCid bool
+	typeSeen                  bool
+	typeKind                  valKind
+	typeStr                   []byte
+	sizeSeen, mimeSeen        bool
+	sizeKind, mimeKind        valKind
+	sizeVal                   int64
+	mime                      []byte
+	refSeen                   bool
+	refKind                   valKind
+	refStart, refEnd          int // rendered ref value span in t.out
+}
+
+// mapBody transcodes the body of a definite map whose head had additional info
+// ai. It reports whether the map was a blob (already rendered as one).
+func (t *transcoder) mapBody(ai byte) (bool, error) {
+	n, err := t.length(ai)
+	if err != nil {
+		return false, err
+	}
+	if n > atdata.MAX_CBOR_CONTAINER_LEN {
+		return false, fmt.Errorf("data object has too many fields: %d", n)
+	}
+	if t.depth++; t.depth > MaxRecordDepth {
+		return false, ErrTooDeep
+	}
+	mapStart := len(t.out)
+	t.out = append(t.out, '{')
+	base := len(t.ents)
+	var mi mapInfo
+	for i := 0; i < n; i++ {
+		// Key: a definite text string. A tagged or indefinite key is legal
+		// to the reference decoder; leave those to it.
+		if t.pos >= len(t.in) {
+			return false, errEOF
+		}
+		kb := t.in[t.pos]
+		t.pos++
+		if kb == 0x7f || kb>>5 == 6 {
+			return false, errFallback
+		}
+		if kb>>5 != 3 {
+			return false, errors.New("map key is not a text string")
+		}
+		key, err := t.strBody(kb & 31)
+		if err != nil {
+			return false, err
+		}
+		if len(key) > atdata.MAX_OBJECT_KEY_LEN {
+			return false, fmt.Errorf("data object key too long: %d", len(key))
+		}
+		if i > 0 {
+			t.out = append(t.out, ',')
+		}
+		kOff := t.pos - len(key)
+		oStart := len(t.out)
+		t.out = appendJSONString(t.out, key, false)
+		t.out = append(t.out, ':')
+		vStart := len(t.out)
+		t.ents = append(t.ents, mapEntry{kOff: kOff, kLen: len(key), oStart: oStart})
+		kind, iv, err := t.value()
+		if err != nil {
+			return false, err
+		}
+		t.ents[base+i].oEnd = len(t.out)
+		switch string(key) { // no allocation: compiled as a comparison
+		case "$link":
+			mi.hasLink = true
+		case "$bytes":
+			mi.hasBytes = true
+		case "cid":
+			mi.hasCid = true
+		case "$type":
+			mi.typeSeen, mi.typeKind = true, kind
+			if kind == vkText {
+				mi.typeStr = t.str
+			}
+		case "size":
+			mi.sizeSeen, mi.sizeKind, mi.sizeVal = true, kind, iv
+		case "mimeType":
+			mi.mimeSeen, mi.mimeKind = true, kind
+			if kind == vkText {
+				mi.mime = t.str
+			}
+		case "ref":
+			mi.refSeen, mi.refKind, mi.refStart, mi.refEnd = true, kind, vStart, len(t.out)
+		}
+	}
+	t.depth--
+	ents := t.ents[base:]
+	defer func() { t.ents = t.ents[:base] }()
+
+	// atdata's special objects, checked in its order.
+	if mi.hasLink || mi.hasBytes {
+		return false, errFallback // JSON-style $link/$bytes objects inside CBOR: rare, odd, left to the reference
+	}
+	if mi.typeSeen {
+		if mi.typeKind != vkText || len(mi.typeStr) == 0 {
+			return false, errors.New("$type field must contain a non-empty string")
+		}
+		if string(mi.typeStr) == "blob" {
+			if err := t.sortEntries(ents); err != nil {
+				return false, err
+			}
+			return true, t.blob(mapStart, n, &mi)
+		}
+	}
+	if n == 2 && mi.hasCid && mi.mimeSeen {
+		return false, errFallback // legacy blob
+	}
+	if err := t.sortEntries(ents); err != nil {
+		return false, err
+	}
+	t.permute(mapStart+1, ents)
+	t.out = append(t.out, '}')
+	return false, nil
+}
+
+// keyOf returns an entry's key bytes.
+func (t *transcoder) keyOf(e *mapEntry) []byte { return t.in[e.kOff : e.kOff+e.kLen] }
+
+// sortEntries orders entries by key bytes (encoding/json's map key order) and
+// rejects a repeated key, as the reference decoder does.
+func (t *transcoder) sortEntries(ents []mapEntry) error {
+	sorted := true
+	for i := 1; i < len(ents); i++ {
+		c := bytes.Compare(t.keyOf(&ents[i-1]), t.keyOf(&ents[i]))
+		if c == 0 {
+			return errRepeatedKey
+		}
+		if c > 0 {
+			sorted = false
+			break
+		}
+	}
+	if sorted {
+		return nil
+	}
+	if len(ents) <= 12 {
+		for i := 1; i < len(ents); i++ {
+			for j := i; j > 0 && bytes.Compare(t.keyOf(&ents[j-1]), t.keyOf(&ents[j])) > 0; j-- {
+				ents[j-1], ents[j] = ents[j], ents[j-1]
+			}
+		}
+	} else {
+		in := t.in
+		slices.SortFunc(ents, func(a, b mapEntry) int {
+			return bytes.Compare(in[a.kOff:a.kOff+a.kLen], in[b.kOff:b.kOff+b.kLen])
+		})
+	}
+	for i := 1; i < len(ents); i++ {
+		if bytes.Equal(t.keyOf(&ents[i-1]), t.keyOf(&ents[i])) {
+			return errRepeatedKey
+		}
+	}
+	return nil
+}
+
+var errRepeatedKey = errors.New("repeated map key")
+
+// permute rewrites the rendered entries that start at regionStart in the
+// order of ents. A map whose entries were already in order is left as is.
+func (t *transcoder) permute(regionStart int, ents []mapEntry) {
+	inOrder := true
+	for i := 1; i < len(ents); i++ {
+		if ents[i].oStart < ents[i-1].oStart {
+			inOrder = false
+			break
+		}
+	}
+	if inOrder {
+		return
+	}
+	t.tmp = append(t.tmp[:0], t.out[regionStart:]...)
+	t.out = t.out[:regionStart]
+	for i := range ents {
+		if i > 0 {
+			t.out = append(t.out, ',')
+		}
+		t.out = append(t.out, t.tmp[ents[i].oStart-regionStart:ents[i].oEnd-regionStart]...)
+	}
+}
+
+// blob replaces the rendered map at mapStart with atdata's blob rendering:
+// {"$type":"blob","ref":{"$link":…},"mimeType":…,"size":N}, or the legacy
+// {"cid":…,"mimeType":…} when size is negative. mimeType comes out
+// HTML-escaped: atdata renders blobs with json.Marshal.
+func (t *transcoder) blob(mapStart, n int, mi *mapInfo) error {
+	if n != 4 {
+		return errors.New("blobs expected to have 4 fields")
+	}
+	if !mi.sizeSeen || mi.sizeKind != vkInt {
+		return errors.New("blob 'size' missing or not a number")
+	}
+	if !mi.mimeSeen || mi.mimeKind != vkText {
+		return errors.New("blob 'mimeType' missing or not a string")
+	}
+	if !mi.refSeen || mi.refKind != vkCID {
+		return errors.New("blob 'ref' missing or not a link")
+	}
+	t.tmp = append(t.tmp[:0], t.out[mi.refStart:mi.refEnd]...)
+	ref := t.tmp
+	t.out = t.out[:mapStart]
+	if mi.sizeVal < 0 {
+		link := ref[len(`{"$link":"`) : len(ref)-len(`"}`)]
+		t.out = append(t.out, `{"cid":"`...)
+		t.out = append(t.out, link...)
+		t.out = append(t.out, `","mimeType":`...)
+		t.out = appendJSONString(t.out, mi.mime, true)
+		t.out = append(t.out, '}')
+		return nil
+	}
+	t.out = append(t.out, `{"$type":"blob","ref":`...)
+	t.out = append(t.out, ref...)
+	t.out = append(t.out, `,"mimeType":`...)
+	t.out = appendJSONString(t.out, mi.mime, true)
+	t.out = append(t.out, `,"size":`...)
+	t.out = strconv.AppendInt(t.out, mi.sizeVal, 10)
+	t.out = append(t.out, '}')
+	return nil
+}
+
+// jsonSafe marks the ASCII bytes encoding/json copies as they are when HTML
+// escaping is off; jsonHTMLSafe is the same set without <, > and &.
+var jsonSafe, jsonHTMLSafe = func() (s, h [utf8.RuneSelf]bool) {
+	for b := 0x20; b < utf8.RuneSelf; b++ {
+		if b != '"' && b != '\\' {
+			s[b] = true
+			h[b] = b != '<' && b != '>' && b != '&'
+		}
+	}
+	return
+}()
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s as a JSON string exactly as encoding/json does:
+// short escapes for \b \f \n \r \t, \u00XX for other control bytes, U+2028
+// and U+2029 escaped, each byte of invalid UTF-8 replaced by \ufffd, and <, >,
+// & escaped only when html is set.
+func appendJSONString[S []byte | string](dst []byte, s S, html bool) []byte {
+	safe := &jsonSafe
+	if html {
+		safe = &jsonHTMLSafe
+	}
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b < utf8.RuneSelf {
+			if safe[b] {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch b {
+			case '\\', '"':
+				dst = append(dst, '\\', b)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		// At most 4 bytes are converted, so the conversion stays on the stack.
+		r, size := utf8.DecodeRuneInString(string(s[i:min(len(s), i+utf8.UTFMax)]))
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// checkDepth walks the first data item of in without recursion or
+// allocation beyond a small stack, and reports ErrTooDeep if maps and arrays
+// nest deeper than limit. It guards the reference path, which recurses once
+// per level. It is lenient: where it cannot parse, the reference decoder
+// fails too, before any recursion, so it returns nil and lets it.
+func checkDepth(in []byte, limit int) error {
+	// left[i] is how many items container i still holds; -1 = indefinite.
+	var left []int64
+	pos := 0
+	readArg := func(ai byte) (uint64, bool) {
+		var n int
+		switch {
+		case ai < 24:
+			return uint64(ai), true
+		case ai == 24:
+			n = 1
+		case ai == 25:
+			n = 2
+		case ai == 26:
+			n = 4
+		case ai == 27:
+			n = 8
+		default:
+			return 0, false
+		}
+		if pos+n > len(in) {
+			return 0, false
+		}
+		var v uint64
+		for _, c := range in[pos : pos+n] {
+			v = v<<8 | uint64(c)
+		}
+		pos += n
+		return v, true
+	}
+	for {
+		for len(left) > 0 && left[len(left)-1] == 0 {
+			left = left[:len(left)-1]
+		}
+		if pos >= len(in) {
+			return nil
+		}
+		b := in[pos]
+		pos++
+		if len(left) > 0 && left[len(left)-1] < 0 && b == 0xff {
+			left = left[:len(left)-1] // end of an indefinite container
+		} else {
+			if len(left) > 0 && left[len(left)-1] > 0 {
+				left[len(left)-1]--
+			}
+			for b>>5 == 6 { // tags belong to the item that follows
+				if _, ok := readArg(b & 31); !ok || pos >= len(in) {
+					return nil
+				}
+				b = in[pos]
+				pos++
+			}
+			major, ai := b>>5, b&31
+			switch {
+			case (major == 2 || major == 3) && ai == 31:
+				for {
+					if pos >= len(in) {
+						return nil
+					}
+					c := in[pos]
+					pos++
+					if c == 0xff {
+						break
+					}
+					n, ok := readArg(c & 31)
+					if !ok || n > uint64(len(in)-pos) {
+						return nil
+					}
+					pos += int(n)
+				}
+			case major == 4 || major == 5:
+				n := int64(-1)
+				if ai != 31 {
+					v, ok := readArg(ai)
+					if !ok || v > uint64(len(in)) {
+						return nil // cannot be complete: the reference fails to decode it
+					}
+					n = int64(v)
+					if major == 5 {
+						n *= 2
+					}
+				}
+				left = append(left, n)
+				if len(left) > limit {
+					return ErrTooDeep
+				}
+			case major == 7:
+				switch b {
+				case 0xf8:
+					pos++
+				case 0xf9:
+					pos += 2
+				case 0xfa:
+					pos += 4
+				case 0xfb:
+					pos += 8
+				}
+			default: // ints, definite strings
+				v, ok := readArg(ai)
+				if !ok {
+					return nil
+				}
+				if major == 2 || major == 3 {
+					if v > uint64(len(in)-pos) {
+						return nil
+					}
+					pos += int(v)
+				}
+			}
+		}
+		if len(left) == 0 {
+			return nil // the first item is complete; the rest is ignored
+		}
+	}
+}
