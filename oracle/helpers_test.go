@@ -19,6 +19,7 @@ import (
 	"github.com/bluesky-social/indigo/atproto/identity"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/gorilla/websocket"
+	"github.com/ipfs/go-cid"
 
 	"github.com/backstream/backstream/oracle/world"
 )
@@ -345,3 +346,8 @@ func mustDID(t testing.TB, s string) syntax.DID {
 	}
 	return d
 }
+
+type (
+	cidT         = cid.Cid
+	worldAccount = world.Account
+)

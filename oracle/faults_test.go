@@ -1,0 +1,565 @@
+package oracle
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	comatproto "github.com/bluesky-social/indigo/api/atproto"
+	"github.com/bluesky-social/indigo/atproto/repo"
+	"github.com/bluesky-social/indigo/atproto/syntax"
+	"github.com/gorilla/websocket"
+	car "github.com/ipld/go-car"
+)
+
+// faultNet is a quiet network and one active DID with at least a few records.
+func faultNet(t *testing.T) (*Network, string) {
+	t.Helper()
+	n := startNet(t, quietCfg(30))
+	for _, did := range activeDIDs(n) {
+		if a, _ := n.World().Account(did); a.Records >= 4 {
+			return n, did
+		}
+	}
+	t.Fatal("no active account with 4 records")
+	return nil, ""
+}
+
+func TestFaultFailGetRepoNTimes(t *testing.T) {
+	n, did := faultNet(t)
+	n.Faults().FailGetRepo(did, 503, 2)
+	for i := 0; i < 2; i++ {
+		st, b, _ := getRepo(t, n.RelayURL(), did)
+		if st != 503 || xrpcErrorName(t, b) != "ServiceUnavailable" {
+			t.Fatalf("request %d: %d %s, want 503 ServiceUnavailable", i, st, b)
+		}
+	}
+	if st, b, _ := getRepo(t, n.RelayURL(), did); st != 200 {
+		t.Fatalf("third request: %d %s, want 200", st, b)
+	}
+	if got := n.Faults().Fired(FaultGetRepoStatus); got != 2 {
+		t.Fatalf("fired %d, want 2", got)
+	}
+	if c := n.RepoCounts(did); c.Requests != 3 || c.Complete != 1 {
+		t.Fatalf("counts %+v", c)
+	}
+	if p := n.Faults().Pending(); len(p) != 0 {
+		t.Fatalf("pending %v", p)
+	}
+}
+
+func checkRateLimitHeaders(t *testing.T, h http.Header, before time.Time) {
+	t.Helper()
+	reset, err := strconv.ParseInt(h.Get("ratelimit-reset"), 10, 64)
+	if err != nil || reset < before.Unix() || reset > before.Unix()+10 {
+		t.Fatalf("ratelimit-reset %q (%v), want unix seconds near %d", h.Get("ratelimit-reset"), err, before.Unix())
+	}
+	ra, err := strconv.Atoi(h.Get("Retry-After"))
+	if err != nil || ra < 1 || ra > 10 {
+		t.Fatalf("Retry-After %q (%v)", h.Get("Retry-After"), err)
+	}
+	if h.Get("ratelimit-remaining") != "0" || h.Get("ratelimit-limit") == "" {
+		t.Fatalf("ratelimit-* headers %v", h)
+	}
+}
+
+func TestFaultRateLimitHostCarriesBothHeaders(t *testing.T) {
+	n, did := faultNet(t)
+	a, _ := n.World().Account(did)
+	n.Faults().RateLimitHost(a.Host, 2, 3*time.Second)
+	before := time.Now()
+	for i := 0; i < 2; i++ {
+		st, b, h := getRepo(t, n.RelayURL(), did)
+		if st != 429 || xrpcErrorName(t, b) != "RateLimitExceeded" {
+			t.Fatalf("request %d: %d %s, want 429", i, st, b)
+		}
+		checkRateLimitHeaders(t, h, before)
+	}
+	if st, _, _ := getRepo(t, n.RelayURL(), did); st != 200 {
+		t.Fatalf("after burst: %d", st)
+	}
+	// Another host is unaffected while the limited one is hit.
+	n.Faults().RateLimitHost(a.Host, Always, time.Second)
+	for _, other := range activeDIDs(n) {
+		if o, _ := n.World().Account(other); o.Host != a.Host {
+			if st, _, _ := getRepo(t, n.RelayURL(), other); st != 200 {
+				t.Fatalf("other host: %d", st)
+			}
+			break
+		}
+	}
+}
+
+func TestFaultLimitHostWindow(t *testing.T) {
+	n, did := faultNet(t)
+	a, _ := n.World().Account(did)
+	n.Faults().LimitHost(a.Host, 3, time.Second)
+	before := time.Now()
+	var ok, limited int
+	for i := 0; i < 10; i++ {
+		st, _, h := getRepo(t, n.HostURLs()[a.Host], did)
+		switch st {
+		case 200:
+			ok++
+		case 429:
+			limited++
+			checkRateLimitHeaders(t, h, before)
+			if h.Get("ratelimit-limit") != "3" || h.Get("ratelimit-policy") != "3;w=1" {
+				t.Fatalf("limit headers %v", h)
+			}
+		default:
+			t.Fatalf("status %d", st)
+		}
+	}
+	if ok > 6 || limited < 4 {
+		t.Fatalf("ok %d limited %d within at most two 1s windows of 3", ok, limited)
+	}
+}
+
+func TestFaultTruncateCARFailsIndigoLoader(t *testing.T) {
+	n, did := faultNet(t)
+	full, _, _ := n.World().RepoCAR(did)
+	n.Faults().TruncateCAR(did, 1)
+	st, b, h := getRepo(t, n.RelayURL(), did)
+	if st != 200 || len(b) != len(full)/2 || h.Get("Content-Length") != strconv.Itoa(len(full)/2) {
+		t.Fatalf("truncated: %d, %d bytes (CL %s), want 200 and %d", st, len(b), h.Get("Content-Length"), len(full)/2)
+	}
+	_, _, err := repo.LoadRepoFromCAR(context.Background(), bytes.NewReader(b))
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("LoadRepoFromCAR: %v, want unexpected EOF", err)
+	}
+	if c := n.RepoCounts(did); c.Complete != 0 {
+		t.Fatalf("truncated CAR counted complete: %+v", c)
+	}
+}
+
+// verifyCAR is the full check a careful consumer runs.
+func verifyCAR(b []byte) error {
+	ctx := context.Background()
+	_, r, err := repo.LoadRepoFromCAR(ctx, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	if r.MST.IsPartial() {
+		return errors.New("partial MST")
+	}
+	return r.MST.Walk(func(_ []byte, v cidT) error {
+		_, err := r.RecordStore.Get(ctx, v)
+		return err
+	})
+}
+
+func TestFaultTruncateCARAtBlockParsesButIsIncomplete(t *testing.T) {
+	n, did := faultNet(t)
+	full, _, _ := n.World().RepoCAR(did)
+	n.Faults().TruncateCARAtBlock(did, 1)
+	_, b, _ := getRepo(t, n.RelayURL(), did)
+	if len(b) >= len(full) || !bytes.Equal(b, full[:len(b)]) {
+		t.Fatalf("not a prefix cut: %d of %d bytes", len(b), len(full))
+	}
+	cr, err := car.NewCarReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := cr.Next(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("cut is not at a block boundary: %v", err)
+		}
+	}
+	if err := verifyCAR(b); err == nil {
+		t.Fatal("block-boundary truncated CAR verified as complete")
+	}
+}
+
+func TestFaultDropBlockLoadsButMissesARecord(t *testing.T) {
+	n, did := faultNet(t)
+	n.Faults().DropBlock(did, 1)
+	_, b, _ := getRepo(t, n.RelayURL(), did)
+	if _, _, err := repo.LoadRepoFromCAR(context.Background(), bytes.NewReader(b)); err != nil {
+		t.Fatalf("a missing record block should load (indigo is lenient): %v", err)
+	}
+	if err := verifyCAR(b); err == nil || !strings.Contains(err.Error(), "could not find") {
+		t.Fatalf("full verification: %v, want a missing block", err)
+	}
+}
+
+func TestFaultCorruptBlockFailsHashCheck(t *testing.T) {
+	n, did := faultNet(t)
+	full, _, _ := n.World().RepoCAR(did)
+	n.Faults().CorruptBlock(did, 1)
+	_, b, _ := getRepo(t, n.RelayURL(), did)
+	if len(b) != len(full) {
+		t.Fatalf("corrupt CAR %d bytes, want %d", len(b), len(full))
+	}
+	_, _, err := repo.LoadRepoFromCAR(context.Background(), bytes.NewReader(b))
+	if err == nil || !strings.Contains(err.Error(), "mismatch in content integrity") {
+		t.Fatalf("LoadRepoFromCAR: %v, want content integrity mismatch", err)
+	}
+}
+
+func TestFaultHangBodyStallsAndCloseStillReturns(t *testing.T) {
+	n, did := faultNet(t)
+	full, _, _ := n.World().RepoCAR(did)
+	n.Faults().HangBody(did, 1)
+	client := &http.Client{Timeout: 300 * time.Millisecond}
+	start := time.Now()
+	resp, err := client.Get(n.RelayURL() + "/xrpc/com.atproto.sync.getRepo?did=" + did)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err == nil || len(got) >= len(full) {
+		t.Fatalf("hung body: read %d of %d bytes, err %v", len(got), len(full), err)
+	}
+	if time.Since(start) < 250*time.Millisecond {
+		t.Fatalf("hung body returned after %v", time.Since(start))
+	}
+	// A second hang that the client never abandons: Close must end it.
+	n.Faults().HangBody(did, 1)
+	a, _ := n.World().Account(did)
+	got2 := make(chan int, 1)
+	go func() {
+		resp, err := http.Get(n.HostURLs()[a.Host] + "/xrpc/com.atproto.sync.getRepo?did=" + did)
+		if err != nil {
+			got2 <- -1
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got2 <- len(b)
+	}()
+	for n.Faults().Fired(FaultHangBody) < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	start = time.Now()
+	n.Close()
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Close took %v with a hung body", d)
+	}
+	if l := <-got2; l >= len(full) {
+		t.Fatalf("hung client read %d of %d bytes", l, len(full))
+	}
+}
+
+func TestFaultSlowBodyIsPaced(t *testing.T) {
+	n, did := faultNet(t)
+	full, _, _ := n.World().RepoCAR(did)
+	bps := len(full) * 2 // about half a second
+	n.Faults().SlowBody(did, bps, 1)
+	start := time.Now()
+	st, b, _ := getRepo(t, n.RelayURL(), did)
+	d := time.Since(start)
+	if st != 200 || !bytes.Equal(b, full) {
+		t.Fatalf("slow body: %d, %d bytes", st, len(b))
+	}
+	if d < 350*time.Millisecond {
+		t.Fatalf("slow body at %d B/s took %v for %d bytes", bps, d, len(full))
+	}
+}
+
+func TestFaultResetMidBody(t *testing.T) {
+	n, did := faultNet(t)
+	full, _, _ := n.World().RepoCAR(did)
+	n.Faults().ResetMidBody(did, 1)
+	resp, err := http.Get(n.RelayURL() + "/xrpc/com.atproto.sync.getRepo?did=" + did)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err == nil || len(got) >= len(full) {
+		t.Fatalf("reset mid-body: %d of %d bytes, err %v", len(got), len(full), err)
+	}
+	t.Logf("client saw: %v after %d bytes", err, len(got))
+}
+
+func TestFaultCommitForOtherDID(t *testing.T) {
+	n, did := faultNet(t)
+	n.Faults().CommitForOtherDID(did, 1)
+	_, b, _ := getRepo(t, n.RelayURL(), did)
+	commit, _ := loadCAR(t, b)
+	if commit.DID == did {
+		t.Fatal("commit names the requested DID")
+	}
+	if _, err := repo.VerifyCommitSignatureFromCar(context.Background(), directory(n), b); err != nil {
+		t.Fatalf("other DID's CAR should be validly signed by that DID: %v", err)
+	}
+}
+
+func TestFaultInvalidRev(t *testing.T) {
+	n, did := faultNet(t)
+	n.Faults().InvalidRev(did, 1)
+	_, b, _ := getRepo(t, n.RelayURL(), did)
+	_, _, err := repo.LoadRepoFromCAR(context.Background(), bytes.NewReader(b))
+	if err == nil || !strings.Contains(err.Error(), "TID") {
+		t.Fatalf("LoadRepoFromCAR: %v, want a rev (TID) error", err)
+	}
+	root, bs, err := splitCAR(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c repo.Commit
+	for _, blk := range bs {
+		if blk.c == root {
+			if err := c.UnmarshalCBOR(bytes.NewReader(blk.data)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if c.Rev != InvalidRevValue || c.DID != did {
+		t.Fatalf("commit rev %q did %q", c.Rev, c.DID)
+	}
+}
+
+func TestFaultInvalidRecordPaths(t *testing.T) {
+	n, did := faultNet(t)
+	n.Faults().InvalidRecordPaths(did, 1)
+	_, b, _ := getRepo(t, n.RelayURL(), did)
+	commit, recs := loadCAR(t, b)
+	if commit.DID != did {
+		t.Fatalf("commit DID %s", commit.DID)
+	}
+	world := n.World().Records(did)
+	bad := 0
+	for k, v := range recs {
+		if _, _, err := syntax.ParseRepoPath(k); err != nil {
+			bad++
+			continue
+		}
+		if world[k] != v {
+			t.Fatalf("valid record %s: %s, world %s", k, v, world[k])
+		}
+	}
+	if bad != len(InvalidRecordPathKeys()) || len(recs)-bad != len(world) {
+		t.Fatalf("%d invalid + %d valid records, want %d + %d", bad, len(recs)-bad, len(InvalidRecordPathKeys()), len(world))
+	}
+	_, err := repo.VerifyCommitSignatureFromCar(context.Background(), directory(n), b)
+	if _, ok := any(n.World()).(signingKeySource); ok && err != nil {
+		t.Fatalf("re-signed commit does not verify: %v", err)
+	}
+	if err != nil {
+		t.Logf("world exposes no signing key: re-signed with a stand-in key (%v)", err)
+	}
+}
+
+func TestFaultRedirectPrivate(t *testing.T) {
+	n, did := faultNet(t)
+	n.Faults().RedirectPrivate(did, 1)
+	resp, err := noRedirect.Get(n.RelayURL() + "/xrpc/com.atproto.sync.getRepo?did=" + did)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if loc := resp.Header.Get("Location"); resp.StatusCode != 302 || !strings.HasPrefix(loc, "http://10.0.0.1/") {
+		t.Fatalf("redirect %d %q, want 302 to a private address", resp.StatusCode, loc)
+	}
+	if st, _, _ := getRepo(t, n.RelayURL(), did); st != 200 {
+		t.Fatalf("after the one private redirect: %d", st)
+	}
+}
+
+func TestFaultListReposCursorLoopReturnsSameCursor(t *testing.T) {
+	n := startNet(t, quietCfg(30))
+	n.Faults().ListReposCursorLoop(1)
+	base := n.RelayURL() + "/xrpc/com.atproto.sync.listRepos?limit=5"
+	var p1, p2, p3 comatproto.SyncListRepos_Output
+	getJSON(t, base, &p1)
+	getJSON(t, base+"&cursor="+*p1.Cursor, &p2)
+	if p2.Cursor == nil || *p2.Cursor != *p1.Cursor {
+		t.Fatalf("loop page cursor %v, want the request's %s", p2.Cursor, *p1.Cursor)
+	}
+	getJSON(t, base+"&cursor="+*p2.Cursor, &p3)
+	if p3.Cursor == nil || *p3.Cursor == *p1.Cursor {
+		t.Fatal("loop did not end after its one use")
+	}
+	if n.Faults().Fired(FaultListReposLoop) != 1 {
+		t.Fatal("loop not counted")
+	}
+}
+
+func TestFaultLongCursorStillPages(t *testing.T) {
+	n := startNet(t, quietCfg(30))
+	n.Faults().LongCursor(4096)
+	all, cursors := listAll(t, n.RelayURL(), 4)
+	if len(cursors) == 0 {
+		t.Fatal("no cursor")
+	}
+	for _, c := range cursors {
+		if len(c) != 4096 {
+			t.Fatalf("cursor length %d, want 4096", len(c))
+		}
+	}
+	want := 0
+	for _, a := range n.World().Accounts() {
+		if listed(a) {
+			want++
+		}
+	}
+	if len(all) != want {
+		t.Fatalf("paged %d accounts of %d", len(all), want)
+	}
+}
+
+func TestFaultFirehoseDisconnectEvery(t *testing.T) {
+	n := startNet(t, quietCfg(20))
+	emitTraffic(t, n, n.World().NewTraffic("basic", 3), 10)
+	n.Faults().FirehoseDisconnectEvery(3)
+	var got []int64
+	cursor := "0"
+	for conns := 0; conns < 4; conns++ {
+		c := dialFirehose(t, n, cursor)
+		got = append(got, c.seqs(3)...)
+		_, err := c.next(5 * time.Second)
+		var ce *websocket.CloseError
+		if !errors.As(err, &ce) || ce.Code != websocket.CloseAbnormalClosure {
+			t.Fatalf("after 3 frames: %v, want abnormal closure (no close frame)", err)
+		}
+		cursor = itoa(got[len(got)-1])
+		if got[len(got)-1] == 9 {
+			break
+		}
+	}
+	if !reflect.DeepEqual(got, seqRange(1, 9)) {
+		t.Fatalf("seqs over reconnects %v", got)
+	}
+	if n.Faults().Fired(FaultFirehoseDisconnect) != 3 {
+		t.Fatalf("fired %d", n.Faults().Fired(FaultFirehoseDisconnect))
+	}
+}
+
+func TestFaultMalformedFramesPrecedeRealOnes(t *testing.T) {
+	n := startNet(t, quietCfg(20))
+	emitTraffic(t, n, n.World().NewTraffic("basic", 3), 5)
+	n.Faults().MalformedFrames(1)
+	c := dialFirehose(t, n, "0")
+	for i := int64(1); i <= 5; i++ {
+		f, err := c.next(5 * time.Second)
+		if err == nil {
+			if _, serr := f.seq(); serr == nil {
+				t.Fatalf("frame before seq %d decoded cleanly", i)
+			}
+		}
+		if got := c.seqs(1); got[0] != i {
+			t.Fatalf("real frame seq %d, want %d", got[0], i)
+		}
+	}
+	if n.Faults().Fired(FaultMalformedFrame) != 5 {
+		t.Fatalf("fired %d", n.Faults().Fired(FaultMalformedFrame))
+	}
+}
+
+func TestFaultDuplicateFrames(t *testing.T) {
+	n := startNet(t, quietCfg(20))
+	emitTraffic(t, n, n.World().NewTraffic("basic", 3), 4)
+	n.Faults().DuplicateFrames(1)
+	c := dialFirehose(t, n, "0")
+	if got := c.seqs(8); !reflect.DeepEqual(got, []int64{1, 1, 2, 2, 3, 3, 4, 4}) {
+		t.Fatalf("seqs %v", got)
+	}
+}
+
+func TestFaultDropFramesLeavesHoles(t *testing.T) {
+	n := startNet(t, quietCfg(20))
+	emitTraffic(t, n, n.World().NewTraffic("basic", 3), 40)
+	n.Faults().DropFrames(0.5)
+	c := dialFirehose(t, n, "0")
+	dropped := n.Faults() // fired is counted as frames are skipped
+	var got []int64
+	for {
+		f, err := c.next(300 * time.Millisecond)
+		if err != nil {
+			break
+		}
+		s, _ := f.seq()
+		got = append(got, s)
+	}
+	if len(got) == 0 || len(got) == 40 || int64(40-len(got)) != dropped.Fired(FaultDroppedFrame) {
+		t.Fatalf("received %d of 40, fired %d", len(got), dropped.Fired(FaultDroppedFrame))
+	}
+}
+
+func TestFaultSeqGapsKeepEveryEvent(t *testing.T) {
+	n := startNet(t, quietCfg(20))
+	n.Faults().SeqGaps(1)
+	emitTraffic(t, n, n.World().NewTraffic("basic", 3), 5) // seqs 2,4,6,8,10
+	c := dialFirehose(t, n, "0")
+	if got := c.seqs(5); !reflect.DeepEqual(got, []int64{2, 4, 6, 8, 10}) {
+		t.Fatalf("seqs %v", got)
+	}
+	c2 := dialFirehose(t, n, "5") // a skipped number: replay seq > 5
+	if got := c2.seqs(3); !reflect.DeepEqual(got, []int64{6, 8, 10}) {
+		t.Fatalf("cursor=5 seqs %v", got)
+	}
+	if st := n.Status(); st.Seq != 10 || st.Events != 5 {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+func TestFaultProfiles(t *testing.T) {
+	t.Run("flaky", func(t *testing.T) {
+		cfg := quietCfg(400)
+		cfg.Faults = ProfileFlaky
+		cfg.Hosts = 4
+		n := startNet(t, cfg)
+		p := n.Faults().Pending()
+		if len(p) < 20 || len(p) > 70 {
+			t.Fatalf("flaky armed %d repos, want about a tenth of 400", len(p))
+		}
+		for _, s := range p {
+			if !strings.HasSuffix(s, string(FaultGetRepoStatus)+" 5") {
+				t.Fatalf("flaky pending %q", s)
+			}
+		}
+		if n.Faults().firehose().disconnectEvery == 0 {
+			t.Fatal("flaky firehose never drops")
+		}
+		// A flaky repo answers 503 five times, then its CAR.
+		did := strings.Fields(p[0])[0]
+		for i := 0; i < 5; i++ {
+			if st, _, _ := getRepo(t, n.HostURLs()[mustAccount(t, n, did).Host], did); st != 503 && st != 429 {
+				t.Fatalf("flaky request %d: %d", i, st)
+			}
+		}
+	})
+	t.Run("hostile", func(t *testing.T) {
+		cfg := quietCfg(300)
+		cfg.Faults = ProfileHostile
+		n := startNet(t, cfg)
+		joined := strings.Join(n.Faults().Pending(), "\n")
+		for _, k := range []FaultKind{FaultGetRepoStatus, FaultTruncateCAR, FaultTruncateCARAtBlock, FaultDropBlock,
+			FaultCorruptBlock, FaultHangBody, FaultSlowBody, FaultResetMidBody, FaultRedirect, FaultRateLimit, FaultListReposLoop} {
+			if !strings.Contains(joined, " "+string(k)+" ") {
+				t.Fatalf("hostile does not arm %s:\n%s", k, joined)
+			}
+		}
+		desc := n.Faults().describe()
+		for _, k := range []FaultKind{FaultCommitForOtherDID, FaultInvalidRev, FaultInvalidRecordPaths} {
+			if !strings.Contains(desc, string(k)) {
+				t.Fatalf("hostile does not arm %s: %s", k, desc)
+			}
+		}
+		fh := n.Faults().firehose()
+		if fh.disconnectEvery == 0 || fh.malformed == 0 || fh.duplicate == 0 || n.Faults().seqGapRate() == 0 || n.Faults().longCursorSize() != 4096 {
+			t.Fatalf("hostile firehose/cursor faults %+v", fh)
+		}
+	})
+}
+
+func mustAccount(t *testing.T, n *Network, did string) worldAccount {
+	t.Helper()
+	a, ok := n.World().Account(did)
+	if !ok {
+		t.Fatalf("unknown %s", did)
+	}
+	return a
+}
