@@ -3,8 +3,8 @@ package archive
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"io"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -19,7 +19,7 @@ func testOptions(fs vfs.FS) Options {
 	return Options{
 		FS:        fs,
 		Logger:    quietLogger,
-		OnFatal:   func(msg string) { panic(msg) },
+		OnFatal:   func(fe *FatalError) { panic(fe) },
 		CacheSize: 8 << 20,
 	}
 }

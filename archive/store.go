@@ -28,8 +28,9 @@ type Options struct {
 	// OnFatal is called when Pebble reports an unrecoverable error (a failed
 	// WAL or manifest write). It must not return; nil means: log the error
 	// naming the data dir and exit the process with status 2. Tests pass a
-	// function that panics.
-	OnFatal func(msg string)
+	// function that panics with the error; the Writer recovers that panic
+	// into its fatal Err.
+	OnFatal func(*FatalError)
 	// ReadOnly opens an existing store without writing anything: no guard
 	// initialisation, no scratch cleanup. Used by `backstream status`.
 	ReadOnly bool
@@ -313,17 +314,24 @@ func (s *Store) persistErr(op string, err error) error {
 // PersistError wraps a failed write to the store under dataDir into the
 // message an operator needs. A full disk is named as such.
 func PersistError(dataDir, op string, err error) error {
-	if errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "no space left") {
+	if errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), syscall.ENOSPC.Error()) {
 		return fmt.Errorf("archive: %s: disk full: the volume holding %s has no space left; free space (or grow the volume) and restart backstream, which resumes where it stopped: %w", op, dataDir, err)
 	}
 	return fmt.Errorf("archive: %s: write to the store in %s failed; backstream stops rather than lose data — check the disk and restart: %w", op, dataDir, err)
 }
 
+// FatalError is an unrecoverable store failure reported by Pebble (a failed
+// WAL or manifest write). Pebble cannot continue after one.
+type FatalError struct{ Err error }
+
+func (e *FatalError) Error() string { return e.Err.Error() }
+func (e *FatalError) Unwrap() error { return e.Err }
+
 // pebbleLogger routes Pebble's log to slog; Fatalf never returns.
 type pebbleLogger struct {
 	log     *slog.Logger
 	dataDir string
-	onFatal func(string)
+	onFatal func(*FatalError)
 }
 
 func (l pebbleLogger) Infof(format string, args ...any) {
@@ -334,13 +342,17 @@ func (l pebbleLogger) Errorf(format string, args ...any) {
 	l.log.Error(fmt.Sprintf(format, args...), "component", "pebble")
 }
 
+// Fatalf turns Pebble's fatal report into a FatalError that names the data
+// dir (and a full disk as such). By default it logs it and exits with status
+// 2: backstream stops rather than lose data. Options.OnFatal replaces that
+// (tests panic with the error, which the writer recovers into Err).
 func (l pebbleLogger) Fatalf(format string, args ...any) {
-	msg := fmt.Sprintf("pebble: fatal error in the store in %s: %s", l.dataDir, fmt.Sprintf(format, args...))
+	fe := &FatalError{Err: PersistError(l.dataDir, "pebble", fmt.Errorf(format, args...))}
 	if l.onFatal != nil {
-		l.onFatal(msg)
-		panic(msg) // onFatal must not return
+		l.onFatal(fe)
+		panic(fe) // onFatal must not return
 	}
-	l.log.Error(msg + "; backstream stops rather than lose data — check the disk and restart")
+	l.log.Error(fe.Error())
 	os.Exit(2)
 }
 

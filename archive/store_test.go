@@ -15,7 +15,7 @@ import (
 // must recognise.
 func rawPut(t *testing.T, fs vfs.FS, kvs map[string][]byte) {
 	t.Helper()
-	db, err := pebble.Open("/data/store", &pebble.Options{FS: fs, Logger: pebbleLogger{log: quietLogger, onFatal: func(m string) { panic(m) }}})
+	db, err := pebble.Open("/data/store", &pebble.Options{FS: fs, Logger: pebbleLogger{log: quietLogger, onFatal: func(fe *FatalError) { panic(fe) }}})
 	if err != nil {
 		t.Fatal(err)
 	}

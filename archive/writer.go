@@ -362,8 +362,12 @@ fill:
 	}
 	start := time.Now()
 	if !p.b.Empty() {
-		if err := p.b.Commit(pebble.Sync); err != nil {
-			w.fail(w.store.persistErr(fmt.Sprintf("commit %s batch of %d rows", w.name, p.rows), err))
+		if err := commitSynced(p.b); err != nil {
+			var fe *FatalError
+			if !errors.As(err, &fe) {
+				err = w.store.persistErr(fmt.Sprintf("commit %s batch of %d rows", w.name, p.rows), err)
+			}
+			w.fail(err)
 			return false
 		}
 	}
@@ -632,4 +636,20 @@ func checkPutKey(k []byte) error {
 		return invalid("unit puts %q outside cursor/, meta/ and host/", k)
 	}
 	return nil
+}
+
+// commitSynced commits b with a sync. Pebble reports a failed WAL write
+// through its logger's Fatalf; when Options.OnFatal panics with the
+// FatalError (tests), it is recovered here and returned.
+func commitSynced(b *pebble.Batch) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			fe, ok := r.(*FatalError)
+			if !ok {
+				panic(r)
+			}
+			err = fe
+		}
+	}()
+	return b.Commit(pebble.Sync)
 }

@@ -1,0 +1,44 @@
+package archive
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/vfs"
+)
+
+func TestSeqAtTimeAndIteration(t *testing.T) {
+	s := openMem(t, vfs.NewMem())
+	defer s.Close()
+	var now int64 = 1_000_000
+	w := newWriter(t, s, WriterOptions{Now: func() time.Time { return time.UnixMicro(now) }})
+	defer w.Close()
+	if seq, err := s.SeqAtTime(5); err != nil || seq != 1 {
+		t.Fatalf("empty archive: %d %v", seq, err)
+	}
+	// Times: seqs 1-3 at 1s, 4-6 at 2s, 7-9 at 3s (batches share a stamp).
+	for i := 0; i < 3; i++ {
+		apply(t, w, &Unit{Events: []Event{realisticEvent(3 * i), realisticEvent(3*i + 1), realisticEvent(3*i + 2)}})
+		now += 1_000_000
+	}
+	for _, tc := range []struct {
+		us   int64
+		want uint64
+	}{{0, 1}, {1_000_000, 1}, {1_000_001, 4}, {2_000_000, 4}, {2_500_000, 7}, {3_000_000, 7}, {3_000_001, 10}} {
+		if got, err := s.SeqAtTime(tc.us); err != nil || got != tc.want {
+			t.Errorf("SeqAtTime(%d) = %d, %v; want %d", tc.us, got, err, tc.want)
+		}
+	}
+	it, _ := s.Events(5)
+	defer it.Close()
+	var seqs []uint64
+	for it.Next() {
+		seqs = append(seqs, it.Event().Seq)
+	}
+	if len(seqs) != 5 || seqs[0] != 5 || seqs[4] != 9 {
+		t.Fatalf("iteration from 5: %v", seqs)
+	}
+	if tip, _ := s.Tip(); tip != 9 {
+		t.Fatalf("tip %d", tip)
+	}
+}

@@ -1,0 +1,111 @@
+package archive
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// BenchmarkWriter measures sustained group-commit throughput on the real
+// disk (a temp dir): producers submit units of 64 realistic events as fast
+// as the writer takes them. Report events/s and CPU-seconds per million.
+// BACKSTREAM_BENCH_EVENTS (default b.N) sets the total; run with e.g.
+// BACKSTREAM_BENCH_EVENTS=10000000 -benchtime=1x for the sustained figure.
+func BenchmarkWriter(b *testing.B) {
+	total := b.N
+	if v, err := strconv.Atoi(os.Getenv("BACKSTREAM_BENCH_EVENTS")); err == nil && v > 0 {
+		total = v
+	}
+	for _, rows := range []int{1024, 4096, 16384} {
+		b.Run("batch"+strconv.Itoa(rows), func(b *testing.B) { benchWriter(b, total, rows) })
+	}
+}
+
+func benchWriter(b *testing.B, total, maxRows int) {
+	dir := b.TempDir()
+	opts := testOptions(nil)
+	opts.CacheSize = 64 << 20
+	s, err := Open(dir, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	w, err := NewWriter(s, WriterOptions{MaxBatchRows: maxRows, Logger: quietLogger, LiveLogBytes: 16 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const unit = 64
+	template := make([]Event, 4096)
+	for i := range template {
+		template[i] = realisticEvent(i)
+	}
+	ctx := context.Background()
+	var ru0, ru1 syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	start := time.Now()
+	b.ResetTimer()
+	acks := NewAcks()
+	submitted := 0
+	for submitted < total {
+		n := min(unit, total-submitted)
+		evs := make([]Event, n)
+		for j := range evs {
+			evs[j] = template[(submitted+j)%len(template)]
+		}
+		if err := w.Submit(ctx, &Unit{Events: evs, Acks: acks}); err != nil {
+			b.Fatal(err)
+		}
+		submitted += n
+		acks.Drain(nil)
+	}
+	if err := w.Close(); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	el := time.Since(start)
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	cpu := tv(ru1.Utime) + tv(ru1.Stime) - tv(ru0.Utime) - tv(ru0.Stime)
+	b.ReportMetric(float64(total)/el.Seconds(), "events/s")
+	b.ReportMetric(cpu/float64(total)*1e6, "cpu-s/Mevents")
+	if total >= 100000 {
+		// Bytes per event on disk after a manual compaction.
+		if err := s.DB().Compact(PrefixEvent, prefixEnd(PrefixEvent), true); err != nil {
+			b.Fatal(err)
+		}
+		m := s.DB().Metrics()
+		var size int64
+		for _, l := range m.Levels {
+			size += l.Size
+		}
+		b.ReportMetric(float64(size)/float64(total), "disk-B/event")
+		b.ReportMetric(float64(len(template[0].Record)), "record-B")
+	}
+}
+
+func tv(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+
+func BenchmarkEventEncode(b *testing.B) {
+	ev := realisticEvent(1)
+	buf := make([]byte, 0, 512)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		buf, _ = AppendEvent(buf[:0], &ev)
+	}
+	b.SetBytes(int64(len(buf)))
+}
+
+func BenchmarkEventDecode(b *testing.B) {
+	ev := realisticEvent(1)
+	buf, _ := AppendEvent(nil, &ev)
+	var out Event
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if err := DecodeEvent(buf, &out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(int64(len(buf)))
+}
