@@ -337,10 +337,10 @@ func (c *Client) statusError(ctx, reqCtx context.Context, op, host string, resp 
 			e.Message = boundedString(xe.Message, 1024)
 		}
 	}
-	if ctx.Err() != nil {
+	if cerr := callerDone(ctx); cerr != nil {
 		// The caller gave up while we were reading the error body.
-		e.Err = ctx.Err()
-		e.kind = ctx.Err()
+		e.Err = cerr
+		e.kind = cerr
 		return e
 	}
 	_ = reqCtx
@@ -368,10 +368,10 @@ func (c *Client) transportError(ctx, reqCtx context.Context, op, host string, er
 		return err
 	}
 	e := &Error{Op: op, Host: host, Err: err}
-	switch {
-	case ctx.Err() != nil:
-		e.kind = ctx.Err()
-		e.Err = fmt.Errorf("%w: %v", ctx.Err(), err)
+	switch cerr := callerDone(ctx); {
+	case cerr != nil:
+		e.kind = cerr
+		e.Err = fmt.Errorf("%w: %v", cerr, err)
 	case errors.Is(context.Cause(reqCtx), ErrIdleTimeout):
 		e.kind = ErrIdleTimeout
 		e.Err = fmt.Errorf("%w: no byte for %s", ErrIdleTimeout, c.opts.IdleBodyTimeout)

@@ -351,3 +351,16 @@ func parseReset(v string) time.Time {
 	}
 	return time.Unix(n, 0)
 }
+
+// callerDone returns the caller's context error, also when its deadline has
+// passed but the context's own timer has not fired yet (a socket deadline
+// copied from it can expire first).
+func callerDone(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}

@@ -99,9 +99,9 @@ func DialFirehose(ctx context.Context, relay string, cursor *int64, readLimit in
 				}
 			}
 		}
-		switch {
-		case ctx.Err() != nil:
-			e.kind = ctx.Err()
+		switch cerr := callerDone(ctx); {
+		case cerr != nil:
+			e.kind = cerr
 		case resp != nil && resp.StatusCode != http.StatusSwitchingProtocols:
 			e.kind = statusKind(resp.StatusCode, e.Name, e.Message)
 		default:
