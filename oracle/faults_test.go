@@ -47,7 +47,12 @@ func TestFaultFailGetRepoNTimes(t *testing.T) {
 	if got := n.Faults().Fired(FaultGetRepoStatus); got != 2 {
 		t.Fatalf("fired %d, want 2", got)
 	}
-	if c := n.RepoCounts(did); c.Requests != 3 || c.Complete != 1 {
+	c := n.RepoCounts(did)
+	for deadline := time.Now().Add(time.Second); c.Complete == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+		c = n.RepoCounts(did)
+	}
+	if c.Requests != 3 || c.Complete != 1 {
 		t.Fatalf("counts %+v", c)
 	}
 	if p := n.Faults().Pending(); len(p) != 0 {

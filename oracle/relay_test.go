@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	comatproto "github.com/bluesky-social/indigo/api/atproto"
 	"github.com/bluesky-social/indigo/atproto/identity"
@@ -196,6 +197,10 @@ func TestGetRepoRedirectsToPDSAndServesVerifiableCAR(t *testing.T) {
 			t.Fatalf("%s: signature: %v", did, err)
 		}
 		c := n.RepoCounts(did)
+		for deadline := time.Now().Add(time.Second); c.Complete == 0 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond) // the handler counts after its last write returns
+			c = n.RepoCounts(did)
+		}
 		if c.RelayRequests != 2 || c.Requests != 1 || c.Complete != 1 {
 			t.Fatalf("%s counts %+v, want relay 2, pds 1, complete 1", did, c)
 		}
