@@ -97,8 +97,8 @@ func (c *child) cpu(t *testing.T) time.Duration {
 	}
 	s := string(b)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	ut, _ := strconv.ParseInt(f[11], 10, 64) // field 14
-	st, _ := strconv.ParseInt(f[12], 10, 64) // field 15
+	ut, _ := strconv.ParseInt(f[11], 10, 64)        // field 14
+	st, _ := strconv.ParseInt(f[12], 10, 64)        // field 15
 	return time.Duration(ut+st) * time.Second / 100 // CLK_TCK = 100 on Linux
 }
 
