@@ -5,6 +5,7 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/bluesky-social/indigo/atproto/repo/mst"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 )
 
@@ -46,6 +47,13 @@ func TestBuild_CARsLoadWithIndigo(t *testing.T) {
 		}
 		if d := diffRecords(lr.records, w.Records(a.DID)); d != "" {
 			t.Fatalf("%s: CAR walk vs Records: %s", a.DID, d)
+		}
+		canon, err := mst.LoadTreeFromMap(lr.records)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if root, _ := canon.RootCID(); *root != snap.Data {
+			t.Fatalf("%s: data %s is not the canonical MST root %s", a.DID, snap.Data, root)
 		}
 		if len(lr.records) != snap.Records {
 			t.Fatalf("%s: %d records in CAR, account says %d", a.DID, len(lr.records), snap.Records)

@@ -3,10 +3,13 @@ package world
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/bluesky-social/indigo/atproto/repo"
+	"github.com/bluesky-social/indigo/atproto/repo/mst"
 	"github.com/ipfs/go-cid"
 )
 
@@ -262,5 +265,54 @@ func TestWorld_ConcurrentReaders(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+}
+
+// TestMutators_EmptiedRepoStaysCanonical: deleting the last record when its
+// key sits above layer 0, then creating a layer-0 key, still gives the
+// canonical MST and a verifiable #commit (indigo's mst leaves the emptied
+// root at the old height; the world must reset it).
+func TestMutators_EmptiedRepoStaysCanonical(t *testing.T) {
+	ctx := context.Background()
+	w := mustBuild(t, smallCfg)
+	did := firstWithStatus(t, w, StatusActive).DID
+	keyAt := func(layer int) string {
+		for i := 0; ; i++ {
+			p := fmt.Sprintf("com.example.thing/k%d", i)
+			if (mst.HeightForKey([]byte(p)) > 0) == (layer > 0) {
+				return p
+			}
+		}
+	}
+	high, low := keyAt(1), keyAt(0)
+	if _, err := w.ResetRepo(did, 0); err != nil {
+		t.Fatal(err)
+	}
+	rec := map[string]any{"$type": "com.example.thing", "n": int64(1)}
+	steps := []func() (Event, error){
+		func() (Event, error) {
+			return w.CreateRecord(did, "com.example.thing", strings.TrimPrefix(high, "com.example.thing/"), rec)
+		},
+		func() (Event, error) { return w.DeleteRecord(did, high) },
+		func() (Event, error) {
+			return w.CreateRecord(did, "com.example.thing", strings.TrimPrefix(low, "com.example.thing/"), rec)
+		},
+	}
+	for i, step := range steps {
+		ev, err := step()
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if _, err := repo.VerifyCommitMessage(ctx, ev.Commit); err != nil {
+			t.Fatalf("step %d: VerifyCommitMessage: %v", i, err)
+		}
+		canon, err := mst.LoadTreeFromMap(w.Records(did))
+		if err != nil {
+			t.Fatal(err)
+		}
+		root, _ := canon.RootCID()
+		if acct, _ := w.Account(did); acct.Data != *root {
+			t.Fatalf("step %d: data %s, canonical root %s", i, acct.Data, root)
+		}
 	}
 }

@@ -75,11 +75,15 @@ func (t *Traffic) Next() (Event, error) {
 			return Event{}, err
 		}
 	}
-	ev, err := t.try(tkCreate)
-	if errors.Is(err, errNoTarget) {
-		return Event{}, ErrNoEligibleAccount
+	// Rare kinds may be all that is possible (every live account inactive):
+	// try each kind in turn before giving up.
+	for _, kind := range []trafficKind{tkCreate, tkReactivate, tkHandle} {
+		ev, err := t.try(kind)
+		if !errors.Is(err, errNoTarget) {
+			return ev, err
+		}
 	}
-	return ev, err
+	return Event{}, ErrNoEligibleAccount
 }
 
 func (t *Traffic) pickKind() trafficKind {
@@ -105,7 +109,7 @@ func (t *Traffic) pickKind() trafficKind {
 
 // pick returns a random account satisfying ok (checked under its lock) and
 // leaves it locked; errNoTarget if none. A quarter of picks go to a small
-// "hot" set so activity is skewed.
+// "hot" set (the first 1% of accounts, at least 4) so activity is skewed.
 func (t *Traffic) pick(ok func(a *account) bool) (*account, error) {
 	n := len(t.w.byIdx)
 	if n == 0 {
@@ -114,7 +118,7 @@ func (t *Traffic) pick(ok func(a *account) bool) (*account, error) {
 	for range 32 {
 		var i int
 		if t.rng.IntN(4) == 0 {
-			i = t.rng.IntN(max(n/100, 1))
+			i = t.rng.IntN(max(n/100, min(n, 4)))
 		} else {
 			i = t.rng.IntN(n)
 		}
@@ -199,6 +203,10 @@ func (t *Traffic) try(kind trafficKind) (Event, error) {
 		a.handleGen++
 		return a.setHandle(nextHandle(a.handle, a.handleGen))
 	case tkDeactivate:
+		// Keep at least half of the live accounts active.
+		if len(t.eligible(isActive))*2 <= len(t.eligible(notDeleted)) {
+			return Event{}, errNoTarget
+		}
 		a, err := t.pick(isActive)
 		if err != nil {
 			return Event{}, err
