@@ -470,9 +470,18 @@ func TestGetRepoByteCap(t *testing.T) {
 				if mode == "exact" {
 					body = body[:1000]
 				}
-				if mode == "content-length" || mode == "exact" {
+				switch mode {
+				case "exact":
 					w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 					w.Write(body)
+					return
+				case "content-length":
+					// Declares too much, sends a little, then stalls: only
+					// the Content-Length pre-check fails this fast.
+					w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+					w.Write(body[:10])
+					w.(http.Flusher).Flush()
+					<-r.Context().Done()
 					return
 				}
 				for i := 0; i < 5; i++ {
@@ -480,8 +489,15 @@ func TestGetRepoByteCap(t *testing.T) {
 					w.(http.Flusher).Flush()
 				}
 			})
-			c, scratch := testClient(t, relay.URL, func(o *Options) { o.MaxCARBytes = 1000 })
+			c, scratch := testClient(t, relay.URL, func(o *Options) {
+				o.MaxCARBytes = 1000
+				o.IdleBodyTimeout = time.Second
+			})
+			start := time.Now()
 			d, err := c.GetRepo(context.Background(), testDID)
+			if el := time.Since(start); el > 500*time.Millisecond {
+				t.Fatalf("cap enforced after %v", el)
+			}
 			if mode == "exact" {
 				if err != nil || d.Size != 1000 {
 					t.Fatalf("body at the cap refused: %v", err)
