@@ -23,7 +23,7 @@ type server struct {
 	hits atomic.Int64
 }
 
-func newServer(t *testing.T, h http.HandlerFunc) *server {
+func newServer(t testing.TB, h http.HandlerFunc) *server {
 	t.Helper()
 	s := &server{}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
