@@ -77,25 +77,25 @@ func (a *account) newRepo(recs []genRecord) error {
 	a.tree = mst.NewEmptyTree()
 	a.bs = newMemBlockstore(len(recs) + len(recs)/3 + 4)
 	a.paths, a.pathIdx = nil, nil
+	a.nrec = 0
 	for _, r := range recs {
 		b, c, err := encodeRecord(r.rec)
 		if err != nil {
 			return err
 		}
 		a.bs.put(c, b)
-		if _, err := a.tree.Insert([]byte(r.collection+"/"+r.rkey), c); err != nil {
+		prev, err := a.tree.Insert([]byte(r.collection+"/"+r.rkey), c)
+		if err != nil {
 			return fmt.Errorf("world: insert %s/%s: %w", r.collection, r.rkey, err)
+		}
+		if prev == nil {
+			a.nrec++
 		}
 	}
 	root, err := a.tree.WriteDiffBlocks(context.Background(), a.bs)
 	if err != nil {
 		return fmt.Errorf("world: write mst: %w", err)
 	}
-	n := 0
-	if err := a.tree.Walk(func([]byte, cid.Cid) error { n++; return nil }); err != nil {
-		return fmt.Errorf("world: walk mst: %w", err)
-	}
-	a.nrec = n
 	return a.sign(*root)
 }
 
