@@ -302,7 +302,7 @@ func (c *Client) fetchSmall(ctx context.Context, op, rawURL, accept string, max 
 	w := startIdleWatch(c.opts.IdleBodyTimeout, cancel)
 	defer w.stop()
 	if resp.StatusCode != http.StatusOK {
-		return nil, host, c.statusError(ctx, reqCtx, op, host, resp, w)
+		return nil, host, c.statusError(ctx, op, host, resp, w)
 	}
 	var buf bytes.Buffer
 	n, err := buf.ReadFrom(io.LimitReader(&watchedReader{r: resp.Body, w: w}, max+1))
@@ -317,7 +317,7 @@ func (c *Client) fetchSmall(ctx context.Context, op, rawURL, accept string, max 
 
 // statusError reads a bounded XRPC error body and builds the *Error for a
 // non-200 response.
-func (c *Client) statusError(ctx, reqCtx context.Context, op, host string, resp *http.Response, w *idleWatch) error {
+func (c *Client) statusError(ctx context.Context, op, host string, resp *http.Response, w *idleWatch) error {
 	now := time.Now()
 	e := &Error{
 		Op:         op,
@@ -343,7 +343,6 @@ func (c *Client) statusError(ctx, reqCtx context.Context, op, host string, resp 
 		e.kind = cerr
 		return e
 	}
-	_ = reqCtx
 	e.kind = statusKind(resp.StatusCode, e.Name, e.Message)
 	return e
 }

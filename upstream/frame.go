@@ -100,8 +100,9 @@ func (f *Frame) DID() string {
 // panics.
 func DecodeFrame(data []byte) (f Frame, err error) {
 	defer func() {
-		// Belt and braces: cbor-gen and go-cid have been fuzzed, but a
-		// hostile frame must never take the process down.
+		// Belt and braces: FuzzDecodeFrame runs decodeFrame without this
+		// recover to find real panics, but a hostile frame must never take
+		// the process down.
 		if r := recover(); r != nil {
 			f = Frame{}
 			err = fmt.Errorf("upstream: decode frame: %w: panic: %v", ErrInvalidFrame, r)

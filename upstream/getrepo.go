@@ -102,7 +102,7 @@ func (c *Client) getRepo(ctx context.Context, did string) (*Download, error) {
 	w := startIdleWatch(c.opts.IdleBodyTimeout, cancel)
 	defer w.stop()
 	if resp.StatusCode != http.StatusOK {
-		return nil, c.statusError(ctx, reqCtx, op, host, resp, w)
+		return nil, c.statusError(ctx, op, host, resp, w)
 	}
 	if resp.ContentLength > c.opts.MaxCARBytes {
 		return nil, &Error{Op: op, Host: host, StatusCode: resp.StatusCode,
