@@ -175,9 +175,9 @@ func (n *Network) handleSubscribe(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer n.untrackConn(conn)
-	if n.testSendBuffer > 0 {
+	if sb := n.testSendBuffer.Load(); sb > 0 {
 		if tc, ok := conn.NetConn().(*net.TCPConn); ok {
-			_ = tc.SetWriteBuffer(n.testSendBuffer)
+			_ = tc.SetWriteBuffer(int(sb))
 		}
 	}
 	conn.SetReadLimit(64 << 10)

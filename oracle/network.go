@@ -69,7 +69,7 @@ type Network struct {
 	done   atomic.Bool
 	trErr  atomic.Pointer[error]
 
-	testSendBuffer int // tests only: server socket send buffer for new subscribers
+	testSendBuffer atomic.Int64 // tests only: server socket send buffer for new subscribers
 
 	mu       sync.Mutex
 	closed   bool
