@@ -12,6 +12,11 @@
 //     error names RepoNotFound / RepoDeactivated / RepoSuspended /
 //     RepoTakendown) and listRepos for the accounts it hosts.
 //
+// listRepos (relay and PDS) lists every account except deleted ones (a
+// deleted account has no repo left, as on a real PDS); inactive accounts are
+// listed with active=false and their status. getRepo ignores `since` and
+// always serves the whole current repo.
+//
 // Invariants it keeps:
 //   - firehose seqs start at 1 and increase by one (unless the SeqGaps fault
 //     is armed); every emitted event is encoded once and kept in the history

@@ -124,11 +124,11 @@ func Start(ctx context.Context, cfg Config) (*Network, error) {
 		}
 	}
 
-	if err := n.listen(); err != nil {
-		n.Close()
+	if err := n.faults.ApplyProfile(cfg.Faults); err != nil {
+		n.cancel()
 		return nil, err
 	}
-	if err := n.faults.ApplyProfile(cfg.Faults); err != nil {
+	if err := n.listen(); err != nil {
 		n.Close()
 		return nil, err
 	}
