@@ -3,7 +3,7 @@
 
 package backfill
 
-import "unicode/utf8"
+import "encoding/binary"
 
 // Limits of the structural scan. maxCBORDepth bounds recursion on hostile
 // input (a 1 MiB record could otherwise nest a million levels); real records
@@ -15,12 +15,13 @@ const (
 
 // wellFormedCBORMap reports whether b is exactly one well-formed DAG-CBOR
 // item whose top level is a map: definite lengths only, map keys text
-// strings, text valid UTF-8, tag 42 (CID link, a byte string starting with
+// strings, tag 42 (CID link, a byte string starting with
 // the 0x00 multibase prefix) the only tag, simple values only false, true and
 // null (floats pass; rejecting them is the data model's job, not framing),
 // and no trailing bytes. It does not check canonical ordering or minimal
-// integer encodings. Every canonical record atdata accepts passes
-// (FuzzRecordCBOR).
+// integer encodings, nor that text is UTF-8 (atdata accepts invalid UTF-8
+// too; rendering it is the JSON encoder's job). Every canonical record
+// atdata accepts passes (FuzzRecordCBOR).
 func wellFormedCBORMap(b []byte) bool {
 	if len(b) == 0 || b[0]>>5 != 5 {
 		return false
@@ -78,27 +79,35 @@ func skipCBOR(b []byte, pos, depth int) (int, bool) {
 		if arg > uint64(len(b)-pos) {
 			return 0, false
 		}
-		end := pos + int(arg)
-		if major == 3 && !utf8.Valid(b[pos:end]) {
-			return 0, false
-		}
-		return end, true
+		return pos + int(arg), true
 	case 4, 5: // arrays and maps
 		if depth >= maxCBORDepth || arg > maxCBORContainer {
 			return 0, false
 		}
+		start := pos
+		sorted := true
+		var prevKey []byte
 		for i := uint64(0); i < arg; i++ {
 			if major == 5 {
 				if pos >= len(b) || b[pos]>>5 != 3 {
 					return 0, false
 				}
+				keyStart := pos
 				if pos, ok = skipCBOR(b, pos, depth+1); !ok {
 					return 0, false
 				}
+				key := keyText(b, keyStart, pos)
+				if i > 0 && !canonicalLess(prevKey, key) {
+					sorted = false
+				}
+				prevKey = key
 			}
 			if pos, ok = skipCBOR(b, pos, depth+1); !ok {
 				return 0, false
 			}
+		}
+		if !sorted && hasDuplicateKey(b, start, arg) {
+			return 0, false
 		}
 		return pos, true
 	case 6: // tags: only 42, over a byte string with the identity multibase prefix
@@ -106,7 +115,7 @@ func skipCBOR(b []byte, pos, depth int) (int, bool) {
 			return 0, false
 		}
 		m, n, start, ok := cborHead(b, pos)
-		if !ok || m != 2 || n < 2 || n > uint64(len(b)-start) || b[start] != 0 {
+		if !ok || m != 2 || n > uint64(len(b)-start) || !validCIDLink(b[start:start+int(n)]) {
 			return 0, false
 		}
 		return start + int(n), true
@@ -119,4 +128,60 @@ func skipCBOR(b []byte, pos, depth int) (int, bool) {
 		}
 		return 0, false
 	}
+}
+
+// keyText returns the content of the validated text string item b[start:end].
+func keyText(b []byte, start, end int) []byte {
+	_, _, content, _ := cborHead(b, start)
+	return b[content:end]
+}
+
+// canonicalLess orders map keys as DAG-CBOR does: shorter first, then
+// bytewise. Keys in this order are distinct.
+func canonicalLess(a, b []byte) bool {
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return string(a) < string(b)
+}
+
+// hasDuplicateKey reports whether the map whose entries start at pos (n of
+// them, already validated) repeats a key. Only reached for maps not in
+// canonical order, which canonical encoders never produce; it allocates.
+func hasDuplicateKey(b []byte, pos int, n uint64) bool {
+	seen := make(map[string]struct{}, n)
+	for i := uint64(0); i < n; i++ {
+		keyStart := pos
+		pos, _ = skipCBOR(b, pos, 0)
+		key := keyText(b, keyStart, pos)
+		if _, dup := seen[string(key)]; dup {
+			return true
+		}
+		seen[string(key)] = struct{}{}
+		pos, _ = skipCBOR(b, pos, 0)
+	}
+	return false
+}
+
+// validCIDLink checks the bytes of a tag-42 link: the 0x00 multibase prefix,
+// then a CIDv0 (a 34-byte sha2-256 multihash) or a CIDv1 (version 1, codec,
+// hash code, digest length, exactly that many digest bytes).
+func validCIDLink(b []byte) bool {
+	if len(b) < 2 || b[0] != 0 {
+		return false
+	}
+	b = b[1:]
+	if len(b) == 34 && b[0] == 0x12 && b[1] == 0x20 {
+		return true
+	}
+	var fields [4]uint64
+	for i := range fields {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return false
+		}
+		fields[i] = v
+		b = b[n:]
+	}
+	return fields[0] == 1 && fields[3] == uint64(len(b))
 }

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -54,6 +55,8 @@ type fixtureSpec struct {
 	extra []fxRecord // records at given keys (may be invalid paths)
 	rev   string     // commit rev; default a fixed valid TID
 	key   atcrypto.PrivateKey
+	// sha512 lists paths whose record CID uses sha2-512 instead of sha2-256.
+	sha512 []string
 }
 
 // fixture is a built repository: its blocks and what they mean.
@@ -142,6 +145,12 @@ func buildFixture(t testing.TB, spec fixtureSpec) *fixture {
 	tree := mst.NewEmptyTree()
 	add := func(path string, body []byte) {
 		c := cborCID(t, body)
+		if slices.Contains(spec.sha512, path) {
+			var err error
+			if c, err = cid.NewPrefixV1(cid.DagCBOR, multihash.SHA2_512).Sum(body); err != nil {
+				t.Fatal(err)
+			}
+		}
 		bodies[c] = body
 		if _, err := tree.Insert([]byte(path), c); err != nil {
 			t.Fatalf("insert %q: %v", path, err)

@@ -17,6 +17,7 @@ import (
 	"github.com/bluesky-social/indigo/atproto/repo"
 	"github.com/bluesky-social/indigo/atproto/repo/mst"
 	"github.com/ipfs/go-cid"
+	"github.com/multiformats/go-multihash"
 )
 
 var verifySentinels = []error{
@@ -281,7 +282,8 @@ func TestVerifyFailures(t *testing.T) {
 			if s != nil {
 				t.Fatal("a snapshot was returned with an error")
 			}
-			requireOnly(t, err, tc.want); t.Log(err)
+			requireOnly(t, err, tc.want)
+			t.Log(err)
 			if IsIncomplete(err) != tc.incomplete {
 				t.Fatalf("IsIncomplete = %v for %v", !tc.incomplete, err)
 			}
@@ -520,4 +522,52 @@ func TestIndigoLoaderBehaviour(t *testing.T) {
 	if err != nil || !r.MST.IsPartial() {
 		t.Fatalf("indigo's loader changed: partial tree gives err=%v partial=%v (the walker's reason to exist may be gone)", err, r != nil && r.MST.IsPartial())
 	}
+}
+
+// TestVerifyOtherHashes: blocks whose CIDs use another hash than sha2-256 go
+// through go-cid's generic path; they are still re-hashed and found.
+func TestVerifyOtherHashes(t *testing.T) {
+	alt := "app.bsky.feed.post/sha512"
+	f := buildFixture(t, fixtureSpec{posts: 10, extra: []fxRecord{{alt, fixtureBody(t, 99)}}, sha512: []string{alt}})
+	if f.values[alt].Prefix().MhType != multihash.SHA2_512 {
+		t.Fatal("fixture did not use sha2-512")
+	}
+	id, err := cid.NewPrefixV1(cid.Raw, multihash.IDENTITY).Sum([]byte("inline"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bl := append(f.blocks(), fxBlock{id, []byte("inline")})
+	b := writeCAR(t, []cid.Cid{f.commitBlk.c}, bl)
+	s, err := VerifyBytes(context.Background(), b, f.did, VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, r := range collect(t, s) {
+		if r.Collection+"/"+r.RKey == alt {
+			found = r.CID.Equals(f.values[alt])
+		}
+	}
+	if !found || s.RecordCount != 11 {
+		t.Fatalf("sha2-512 record found=%v, count %d", found, s.RecordCount)
+	}
+
+	var altBlock fxBlock
+	for _, r := range f.records {
+		if r.c.Equals(f.values[alt]) {
+			altBlock = r
+		}
+	}
+	tampered := bytes.Clone(altBlock.data)
+	tampered[5] ^= 1
+	_, err = VerifyBytes(context.Background(), writeCAR(t, []cid.Cid{f.commitBlk.c}, replaced(bl, altBlock.c, tampered)), f.did, VerifyOptions{})
+	requireOnly(t, err, ErrBadBlock)
+	_, err = VerifyBytes(context.Background(), writeCAR(t, []cid.Cid{f.commitBlk.c}, replaced(bl, id, []byte("other"))), f.did, VerifyOptions{})
+	requireOnly(t, err, ErrBadBlock)
+
+	// An unknown multihash code cannot be re-hashed: malformed, not trusted.
+	unknown := append([]byte{0x01, 0x71, 0xf0, 0x01, 0x02, 0xaa, 0xbb}, 0xa0)
+	car := append(writeCAR(t, []cid.Cid{f.commitBlk.c}, bl), byte(len(unknown)))
+	_, err = VerifyBytes(context.Background(), append(car, unknown...), f.did, VerifyOptions{})
+	requireOnly(t, err, ErrMalformedCAR)
 }

@@ -1,0 +1,142 @@
+package backfill
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/bluesky-social/indigo/atproto/repo"
+	"github.com/bluesky-social/indigo/atproto/syntax"
+	"github.com/ipfs/go-cid"
+)
+
+// checkVerifyOutcome is the property both fuzz targets hold: a failure is
+// exactly one sentinel and no snapshot; a success yields only valid records,
+// in strictly ascending key order, each hashing to its CID, counts matching,
+// and the same key set indigo's loader finds in a complete, valid tree.
+func checkVerifyOutcome(t *testing.T, car []byte, s *Snapshot, err error) {
+	t.Helper()
+	if err != nil {
+		if s != nil {
+			t.Fatalf("snapshot returned with error %v", err)
+		}
+		if got := sentinelsOf(err); len(got) != 1 {
+			t.Fatalf("error %q matches sentinels %v, want exactly one", err, got)
+		}
+		return
+	}
+	var keys []string
+	var prev string
+	kept := 0
+	err = s.Records(func(r Record) error {
+		if _, err := syntax.ParseNSID(r.Collection); err != nil {
+			t.Fatalf("yielded invalid collection %q", r.Collection)
+		}
+		if _, err := syntax.ParseRecordKey(r.RKey); err != nil {
+			t.Fatalf("yielded invalid rkey %q", r.RKey)
+		}
+		key := r.Collection + "/" + r.RKey
+		if kept > 0 && key <= prev {
+			t.Fatalf("key %q not after %q", key, prev)
+		}
+		prev = key
+		sum, err := r.CID.Prefix().Sum(r.CBOR)
+		if err != nil || !sum.Equals(r.CID) {
+			t.Fatalf("record %q bytes do not hash to %s", key, r.CID)
+		}
+		if len(r.CBOR) > MaxRecordBytes || !wellFormedCBORMap(r.CBOR) {
+			t.Fatalf("record %q yielded despite its body", key)
+		}
+		keys = append(keys, key)
+		kept++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept != s.RecordCount {
+		t.Fatalf("yielded %d, RecordCount %d", kept, s.RecordCount)
+	}
+	dropped := 0
+	if err := s.Drops(func(d Drop) error {
+		keys = append(keys, d.Path)
+		dropped++
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if dropped != s.Dropped.Total() {
+		t.Fatalf("Drops reported %d, Dropped %v", dropped, s.Dropped)
+	}
+	slices.Sort(keys)
+
+	var ikeys []string
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("indigo's loader panics on a CAR we accept: %v", r)
+			}
+		}()
+		ikeys = indigoKeys(t, car)
+	}()
+	if !slices.Equal(keys, ikeys) {
+		t.Fatalf("accepted keys %q, indigo walks %q", keys, ikeys)
+	}
+}
+
+// FuzzVerify feeds arbitrary bytes and mutations of valid CARs.
+func FuzzVerify(f *testing.F) {
+	small := buildFixture(f, fixtureSpec{posts: 3})
+	deep := buildFixture(f, fixtureSpec{posts: 60})
+	drops := buildFixture(f, fixtureSpec{posts: 2, extra: []fxRecord{
+		{"noslash", []byte{0xa0}},
+		{"app.bsky.feed.post/bad rkey", []byte{0xa0}},
+		{"app..x/y", []byte{0xa0}},
+		{"app.bsky.feed.post/notamap", []byte{0x01}},
+	}})
+	f.Add(small.car(f))
+	f.Add(deep.car(f))
+	f.Add(drops.car(f))
+	f.Add(buildFixture(f, fixtureSpec{}).car(f)) // the empty repository
+	f.Add(writeCAR(f, []cid.Cid{small.commitBlk.c}, without(small.blocks(), small.root)))
+	f.Add(writeCAR(f, []cid.Cid{deep.commitBlk.c}, without(deep.blocks(), deep.interiorNode(f).c)))
+	f.Add([]byte{})
+	f.Add([]byte{0x01, 0xa0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		car := bytes.Clone(data) // the snapshot keeps its buffer
+		s, err := VerifyBytes(context.Background(), car, fixtureDID, VerifyOptions{})
+		checkVerifyOutcome(t, data, s, err)
+	})
+}
+
+// FuzzVerifyTree fuzzes the MST root node's bytes inside an otherwise valid
+// CAR: the harness computes the root's CID and the commit, so mutations reach
+// the walker instead of dying at the hash check. The CAR carries every node
+// and record of a 60-record repository, so the mutated root can point at
+// real children and records.
+func FuzzVerifyTree(f *testing.F) {
+	base := buildFixture(f, fixtureSpec{posts: 60, extra: []fxRecord{
+		{"app.bsky.feed.post/bad rkey", []byte{0xa0}},
+		{"app.bsky.feed.post/notamap", []byte{0x01}},
+	}})
+	for _, n := range base.nodeBlks {
+		f.Add(n.data)
+	}
+	f.Add([]byte{0xa2, 0x61, 'e', 0x80, 0x61, 'l', 0xf6}) // the empty root
+	others := base.nodeBlks[1:]
+	f.Fuzz(func(t *testing.T, root []byte) {
+		root = bytes.Clone(root)
+		rc := cborCID(t, root)
+		commit := repo.Commit{DID: fixtureDID, Version: repo.ATPROTO_REPO_VERSION, Data: rc, Rev: "3kaaaaaaaaaaa", Sig: make([]byte, 64)}
+		var buf bytes.Buffer
+		if err := commit.MarshalCBOR(&buf); err != nil {
+			t.Fatal(err)
+		}
+		cb := fxBlock{cborCID(t, buf.Bytes()), buf.Bytes()}
+		bl := append([]fxBlock{cb, {rc, root}}, others...)
+		car := writeCAR(t, []cid.Cid{cb.c}, append(bl, base.records...))
+		s, err := VerifyBytes(context.Background(), bytes.Clone(car), fixtureDID, VerifyOptions{})
+		checkVerifyOutcome(t, car, s, err)
+	})
+}
