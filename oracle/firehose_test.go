@@ -223,13 +223,13 @@ func TestConsumerTooSlow(t *testing.T) {
 // check and signature verification against the served DID document; every
 // #sync verifies too.
 func TestFirehoseCommitsVerify(t *testing.T) {
-	cfg := Config{Accounts: 60, RecordsMean: 10, Hosts: 3, Seed: 5, Rate: 5000, Events: 400}
+	cfg := Config{Accounts: 60, RecordsMean: 10, Hosts: 3, Seed: 5, Rate: 5000, Events: 1000}
 	n := startNet(t, cfg)
 	c := dialFirehose(t, n, "0")
 	dir := directory(n)
 	ctx := context.Background()
 	counts := map[string]int{}
-	for i := 0; i < 400; i++ {
+	for i := 0; i < 1000; i++ {
 		f, err := c.next(10 * time.Second)
 		if err != nil {
 			t.Fatalf("frame %d: %v", i, err)
