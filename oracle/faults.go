@@ -373,7 +373,7 @@ func (f *Faults) longCursorSize() int {
 }
 
 // take consumes one use of a relay-level counted fault.
-func (f *Faults) take(k FaultKind, _ string) bool {
+func (f *Faults) take(k FaultKind) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch k {

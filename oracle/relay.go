@@ -172,7 +172,7 @@ func (n *Network) handleRelayListRepos(w http.ResponseWriter, r *http.Request) {
 	if more && len(accts) > 0 {
 		cursor = encodeCursor(accts[len(accts)-1].DID, n.faults.longCursorSize())
 	}
-	if p.raw != "" && n.faults.take(FaultListReposLoop, "") {
+	if p.raw != "" && n.faults.take(FaultListReposLoop) {
 		cursor = p.raw // the page repeats its own cursor
 	}
 	writeJSON(w, http.StatusOK, listReposOutput(accts, cursor))
