@@ -9,9 +9,11 @@ import (
 	"bytes"
 	"encoding/base32"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 	"strconv"
 	"unicode/utf8"
@@ -65,8 +67,36 @@ const (
 // mapEntry is one key/value of a map being transcoded: the key's bytes in the
 // input, and the rendered `"key":value` span in the output.
 type mapEntry struct {
-	kOff, kLen   int
+	kPrefix      uint64 // the key's first 8 bytes, big-endian, zero-padded: most comparisons stop here
+	kOff, kLen   int32  // records are at most 1 MiB
 	oStart, oEnd int
+}
+
+// keyPrefix packs the first eight bytes of k big-endian, zero-padded.
+func keyPrefix(k []byte) uint64 {
+	if len(k) >= 8 {
+		return binary.BigEndian.Uint64(k)
+	}
+	var p uint64
+	for _, c := range k {
+		p = p<<8 | uint64(c)
+	}
+	return p << (8 * (8 - len(k)))
+}
+
+// compareKeys orders two entries' keys bytewise, as strings.Compare does.
+func (t *transcoder) compareKeys(a, b *mapEntry) int {
+	if a.kPrefix != b.kPrefix {
+		if a.kPrefix < b.kPrefix {
+			return -1
+		}
+		return 1
+	}
+	if a.kLen <= 8 || b.kLen <= 8 {
+		// Equal padded prefixes: the shorter key is a prefix of the longer.
+		return int(a.kLen) - int(b.kLen)
+	}
+	return bytes.Compare(t.in[a.kOff+8:a.kOff+a.kLen], t.in[b.kOff+8:b.kOff+b.kLen])
 }
 
 // transcoder holds reusable scratch space. Not safe for concurrent use.
@@ -88,7 +118,14 @@ func (t *transcoder) transcode(dst, in []byte) ([]byte, error) {
 	}
 	t.in, t.pos, t.out, t.depth = in, 0, dst, 0
 	t.ents = t.ents[:0]
-	defer func() { t.in, t.str = nil, nil }()
+	out, err := t.record()
+	t.in, t.str, t.out = nil, nil, nil // keep no reference to the caller's memory
+	return out, err
+}
+
+// record transcodes the top-level item of t.in.
+func (t *transcoder) record() ([]byte, error) {
+	in, dst := t.in, t.out
 	if len(in) == 0 {
 		return dst, errEOF
 	}
@@ -162,6 +199,9 @@ func (t *transcoder) arg(ai byte) (uint64, error) {
 // length reads a definite length (string, array, map) and checks it fits an
 // int, as refmt does.
 func (t *transcoder) length(ai byte) (int, error) {
+	if ai < 24 {
+		return int(ai), nil
+	}
 	v, err := t.arg(ai)
 	if err != nil {
 		return 0, err
@@ -184,7 +224,7 @@ func (t *transcoder) strBody(ai byte) ([]byte, error) {
 	if n > len(t.in)-t.pos {
 		return nil, errEOF
 	}
-	s := t.in[t.pos : t.pos+n : t.pos+n]
+	s := t.in[t.pos : t.pos+n] // cap runs to the record's end: see appendJSONBytes
 	t.pos += n
 	return s, nil
 }
@@ -247,7 +287,7 @@ func (t *transcoder) value() (valKind, int64, error) {
 		if len(s) > atdata.MAX_RECORD_STRING_LEN {
 			return vkOther, 0, fmt.Errorf("string too long: %d", len(s))
 		}
-		t.out = appendJSONString(t.out, s, false)
+		t.out = appendJSONBytes(t.out, s, false)
 		t.str = s
 		return vkText, 0, nil
 	case 4:
@@ -483,10 +523,15 @@ func (t *transcoder) mapBody(ai byte) (bool, error) {
 		}
 		kOff := t.pos - len(key)
 		oStart := len(t.out)
-		t.out = appendJSONString(t.out, key, false)
+		t.out = appendJSONBytes(t.out, key, false)
 		t.out = append(t.out, ':')
 		vStart := len(t.out)
-		t.ents = append(t.ents, mapEntry{kOff: kOff, kLen: len(key), oStart: oStart})
+		if len(t.ents) == cap(t.ents) {
+			t.ents = append(t.ents, mapEntry{})[:len(t.ents)]
+		}
+		t.ents = t.ents[:len(t.ents)+1]
+		e := &t.ents[len(t.ents)-1]
+		e.kPrefix, e.kOff, e.kLen, e.oStart = keyPrefix(key), int32(kOff), int32(len(key)), oStart
 		kind, iv, err := t.value()
 		if err != nil {
 			return false, err
@@ -516,8 +561,15 @@ func (t *transcoder) mapBody(ai byte) (bool, error) {
 		}
 	}
 	t.depth--
+	isBlob, err := t.finishMap(mapStart, base, n, &mi)
+	t.ents = t.ents[:base]
+	return isBlob, err
+}
+
+// finishMap applies atdata's special cases to a rendered map and puts its
+// entries in encoding/json's order.
+func (t *transcoder) finishMap(mapStart, base, n int, mi *mapInfo) (bool, error) {
 	ents := t.ents[base:]
-	defer func() { t.ents = t.ents[:base] }()
 
 	// atdata's special objects, checked in its order.
 	if mi.hasLink || mi.hasBytes {
@@ -531,7 +583,7 @@ func (t *transcoder) mapBody(ai byte) (bool, error) {
 			if err := t.sortEntries(ents); err != nil {
 				return false, err
 			}
-			return true, t.blob(mapStart, n, &mi)
+			return true, t.blob(mapStart, n, mi)
 		}
 	}
 	if n == 2 && mi.hasCid && mi.mimeSeen {
@@ -545,15 +597,12 @@ func (t *transcoder) mapBody(ai byte) (bool, error) {
 	return false, nil
 }
 
-// keyOf returns an entry's key bytes.
-func (t *transcoder) keyOf(e *mapEntry) []byte { return t.in[e.kOff : e.kOff+e.kLen] }
-
 // sortEntries orders entries by key bytes (encoding/json's map key order) and
 // rejects a repeated key, as the reference decoder does.
 func (t *transcoder) sortEntries(ents []mapEntry) error {
 	sorted := true
 	for i := 1; i < len(ents); i++ {
-		c := bytes.Compare(t.keyOf(&ents[i-1]), t.keyOf(&ents[i]))
+		c := t.compareKeys(&ents[i-1], &ents[i])
 		if c == 0 {
 			return errRepeatedKey
 		}
@@ -567,18 +616,18 @@ func (t *transcoder) sortEntries(ents []mapEntry) error {
 	}
 	if len(ents) <= 12 {
 		for i := 1; i < len(ents); i++ {
-			for j := i; j > 0 && bytes.Compare(t.keyOf(&ents[j-1]), t.keyOf(&ents[j])) > 0; j-- {
-				ents[j-1], ents[j] = ents[j], ents[j-1]
+			e := ents[i]
+			j := i
+			for ; j > 0 && t.compareKeys(&ents[j-1], &e) > 0; j-- {
+				ents[j] = ents[j-1]
 			}
+			ents[j] = e
 		}
 	} else {
-		in := t.in
-		slices.SortFunc(ents, func(a, b mapEntry) int {
-			return bytes.Compare(in[a.kOff:a.kOff+a.kLen], in[b.kOff:b.kOff+b.kLen])
-		})
+		slices.SortFunc(ents, func(a, b mapEntry) int { return t.compareKeys(&a, &b) })
 	}
 	for i := 1; i < len(ents); i++ {
-		if bytes.Equal(t.keyOf(&ents[i-1]), t.keyOf(&ents[i])) {
+		if t.compareKeys(&ents[i-1], &ents[i]) == 0 {
 			return errRepeatedKey
 		}
 	}
@@ -635,18 +684,81 @@ func (t *transcoder) blob(mapStart, n int, mi *mapInfo) error {
 		t.out = append(t.out, `{"cid":"`...)
 		t.out = append(t.out, link...)
 		t.out = append(t.out, `","mimeType":`...)
-		t.out = appendJSONString(t.out, mi.mime, true)
+		t.out = appendJSONBytes(t.out, mi.mime, true)
 		t.out = append(t.out, '}')
 		return nil
 	}
 	t.out = append(t.out, `{"$type":"blob","ref":`...)
 	t.out = append(t.out, ref...)
 	t.out = append(t.out, `,"mimeType":`...)
-	t.out = appendJSONString(t.out, mi.mime, true)
+	t.out = appendJSONBytes(t.out, mi.mime, true)
 	t.out = append(t.out, `,"size":`...)
 	t.out = strconv.AppendInt(t.out, mi.sizeVal, 10)
 	t.out = append(t.out, '}')
 	return nil
+}
+
+// appendJSONString appends s as a JSON string exactly as encoding/json does:
+// short escapes for \b \f \n \r \t, \u00XX for other control bytes, U+2028
+// and U+2029 escaped, each byte of invalid UTF-8 replaced by \ufffd, and <, >,
+// & escaped only when html is set.
+func appendJSONString(dst []byte, s string, html bool) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if !html {
+			// Skip plain ASCII eight bytes at a time, up to the first byte
+			// that needs attention.
+			for i+8 <= len(s) {
+				m := special8(uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+					uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56)
+				if m != 0 {
+					i += bits.TrailingZeros64(m) >> 3
+					break
+				}
+				i += 8
+			}
+			if i >= len(s) {
+				break
+			}
+		}
+		dst, i, start = escapeStep(dst, s, i, start, html)
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// appendJSONBytes is appendJSONString for a byte slice. It may read (never
+// use) up to 7 bytes past len(s) within cap(s), to test a short tail as one
+// word: the transcoder's strings are slices of the record.
+func appendJSONBytes(dst, s []byte, html bool) []byte {
+	dst = append(dst, '"')
+	start, n := 0, len(s)
+	full := s[:cap(s)]
+	for i := 0; i < n; {
+		if !html {
+			for i+8 <= len(full) {
+				m := special8(binary.LittleEndian.Uint64(full[i:]))
+				if rem := n - i; rem < 8 {
+					m &= uint64(1)<<(8*rem) - 1 // ignore bytes past the string
+				}
+				if m != 0 {
+					i += bits.TrailingZeros64(m) >> 3
+					break
+				}
+				i += 8
+				if i >= n {
+					break
+				}
+			}
+			if i >= n {
+				break
+			}
+		}
+		dst, i, start = escapeStep(dst, s, i, start, html)
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
 }
 
 // jsonSafe marks the ASCII bytes encoding/json copies as they are when HTML
@@ -663,65 +775,59 @@ var jsonSafe, jsonHTMLSafe = func() (s, h [utf8.RuneSelf]bool) {
 
 const hexDigits = "0123456789abcdef"
 
-// appendJSONString appends s as a JSON string exactly as encoding/json does:
-// short escapes for \b \f \n \r \t, \u00XX for other control bytes, U+2028
-// and U+2029 escaped, each byte of invalid UTF-8 replaced by \ufffd, and <, >,
-// & escaped only when html is set.
-func appendJSONString[S []byte | string](dst []byte, s S, html bool) []byte {
-	safe := &jsonSafe
-	if html {
-		safe = &jsonHTMLSafe
+// special8 flags the bytes of w (eight bytes, little-endian) that need more
+// than a copy when HTML escaping is off: control bytes, '"', '\\', and
+// non-ASCII bytes. The lowest flagged byte is exact (higher flags may be
+// borrow artefacts), so bits.TrailingZeros64(m)/8 is the first byte to
+// handle; 0 means none.
+func special8(w uint64) uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	ctl := (w - 0x20*ones) & ^w & highs
+	q := w ^ (0x22 * ones)
+	bs := w ^ (0x5c * ones)
+	return ctl | ((q - ones) & ^q & highs) | ((bs - ones) & ^bs & highs) | w&highs
+}
+
+// escapeStep handles the byte (or rune) at s[i] the way encoding/json does,
+// flushing s[start:i] before any escape; it returns the new i and start.
+func escapeStep[S []byte | string](dst []byte, s S, i, start int, html bool) ([]byte, int, int) {
+	b := s[i]
+	if b < utf8.RuneSelf {
+		if jsonHTMLSafe[b] || (!html && jsonSafe[b]) {
+			return dst, i + 1, start
+		}
+		dst = append(dst, s[start:i]...)
+		switch b {
+		case '\\', '"':
+			dst = append(dst, '\\', b)
+		case '\b':
+			dst = append(dst, '\\', 'b')
+		case '\f':
+			dst = append(dst, '\\', 'f')
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xf])
+		}
+		return dst, i + 1, i + 1
 	}
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		b := s[i]
-		if b < utf8.RuneSelf {
-			if safe[b] {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch b {
-			case '\\', '"':
-				dst = append(dst, '\\', b)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		// At most 4 bytes are converted, so the conversion stays on the stack.
-		r, size := utf8.DecodeRuneInString(string(s[i:min(len(s), i+utf8.UTFMax)]))
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
+	// At most 4 bytes are converted, so the conversion stays on the stack.
+	r, size := utf8.DecodeRuneInString(string(s[i:min(len(s), i+utf8.UTFMax)]))
+	if r == utf8.RuneError && size == 1 {
+		dst = append(dst, s[start:i]...)
+		dst = append(dst, `\ufffd`...)
+		return dst, i + 1, i + 1
 	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
+	if r == '\u2028' || r == '\u2029' {
+		dst = append(dst, s[start:i]...)
+		dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+		return dst, i + size, i + size
+	}
+	return dst, i + size, start
 }
 
 // checkDepth walks the first data item of in without recursion or

@@ -145,8 +145,8 @@ func imageBlob(n int, mime string) atdata.Blob {
 
 // namedRecord is one corpus entry: DAG-CBOR bytes and what they are.
 type namedRecord struct {
-	name     string
-	cbor     []byte
+	name    string
+	cbor    []byte
 	tooDeep bool // nests deeper than MaxRecordDepth: refused (the reference would render it)
 }
 
@@ -245,9 +245,9 @@ func indigoCorpus(tb testing.TB) []namedRecord {
 			"emptyMap": map[string]any{}, "emptyStr": "", "emptyArr": []any{},
 			"": "empty key", "b": "b", "aa": "aa", "B": "B", "_": "_", "~": "~", "é": "e-acute", "z\"q": "quote key",
 			"ctl\nkey": "newline key", "<k>": "html key", "😀": "emoji key",
-			"notblob": map[string]any{"$type": "blobby", "ref": recordCID("nb"), "mimeType": "x", "size": int64(1)},
+			"notblob":  map[string]any{"$type": "blobby", "ref": recordCID("nb"), "mimeType": "x", "size": int64(1)},
 			"fourkeys": map[string]any{"ref": recordCID("fk"), "mimeType": "x", "size": int64(1), "other": "y"},
-			"negblob": atdata.Blob{Ref: blobCID("neg"), MimeType: "image/<neg>", Size: -1},
+			"negblob":  atdata.Blob{Ref: blobCID("neg"), MimeType: "image/<neg>", Size: -1},
 			"hugeblob": atdata.Blob{Ref: blobCID("huge"), MimeType: "video/mp4", Size: math.MaxInt64},
 		},
 		"many-keys": manyKeys,
@@ -377,7 +377,7 @@ func hd(major byte, n uint64) []byte {
 }
 
 func cat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
-func ts(s string) []byte        { return cat(hd(3, uint64(len(s))), []byte(s)) }
+func ts(s string) []byte         { return cat(hd(3, uint64(len(s))), []byte(s)) }
 func x(h string) []byte {
 	b, err := hex.DecodeString(strings.ReplaceAll(h, " ", ""))
 	if err != nil {
@@ -595,6 +595,12 @@ func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
 	}
 	for b := 0; b < 256; b++ {
 		inputs = append(inputs, string([]byte{byte(b)}), string([]byte{'a', byte(b), 'z'}))
+		// Every byte at every position of the 8-byte fast path.
+		for p := 0; p < 17; p++ {
+			s := []byte(strings.Repeat("abcdefgh", 3))
+			s[p] = byte(b)
+			inputs = append(inputs, string(s))
+		}
 	}
 	for _, s := range inputs {
 		for _, html := range []bool{false, true} {
@@ -608,7 +614,13 @@ func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
 			if got := string(appendJSONString(nil, s, html)); got != want {
 				t.Fatalf("html=%v %q: got %s want %s", html, s, got, want)
 			}
-			if got := string(appendJSONString(nil, []byte(s), html)); got != want {
+			// As a slice with spare capacity holding bytes that would need
+			// escaping, and without spare capacity.
+			b := append([]byte(s), "\"\x00\xff\\<\n\u2028"...)[:len(s)]
+			if got := string(appendJSONBytes(nil, b, html)); got != want {
+				t.Fatalf("[]byte html=%v %q: got %s want %s", html, s, got, want)
+			}
+			if got := string(appendJSONBytes(nil, []byte(s)[:len(s):len(s)], html)); got != want {
 				t.Fatalf("[]byte html=%v %q: got %s want %s", html, s, got, want)
 			}
 		}
