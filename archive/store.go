@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/bloom"
 	"github.com/cockroachdb/pebble/vfs"
 )
 
@@ -122,7 +123,7 @@ func (s *Store) prepareDirs() error {
 	}
 	if _, err := s.fs.Stat(s.dir); err == nil {
 		return nil
-	} else if !os.IsNotExist(err) {
+	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("archive: stat %s: %w", s.dir, err)
 	}
 	if err := s.fs.MkdirAll(s.dir, 0o755); err != nil {
@@ -184,6 +185,10 @@ func (s *Store) openPebble(opts Options) error {
 			l.Compression = pebble.SnappyCompression
 		}
 		l.TargetFileSize = 64 << 20
+		// Point reads of rev/ and repo/ for keys that are mostly absent
+		// during bootstrap: bloom filters answer "absent" without a block.
+		l.FilterPolicy = bloom.FilterPolicy(10)
+		l.FilterType = pebble.TableFilter
 	}
 	po.EnsureDefaults()
 	db, err := pebble.Open(s.dir, po)

@@ -153,12 +153,13 @@ type Writer struct {
 	once sync.Once
 
 	// owned by the writer goroutine
-	nextSeq uint64
-	lastUS  int64
-	counts  Counts
-	revs    map[string]string    // ratchet values written in the open batch
-	repos   map[string]RepoState // repo states written in the open batch
-	buf     []byte
+	nextSeq  uint64
+	lastUS   int64
+	counts   Counts
+	revs     map[string]string    // ratchet values written in the open batch
+	revCache map[string]string    // durable ratchet values (bounded)
+	repos    map[string]RepoState // repo states written in the open batch
+	buf      []byte
 
 	mu  sync.Mutex
 	err error // fatal error, set once
@@ -172,15 +173,16 @@ type Writer struct {
 func NewWriter(s *Store, opts WriterOptions) (*Writer, error) {
 	opts.defaults()
 	w := &Writer{
-		store:  s,
-		opts:   opts,
-		prefix: PrefixEvent,
-		name:   "ev",
-		in:     make(chan *Unit, opts.Queue),
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
-		revs:   make(map[string]string),
-		repos:  make(map[string]RepoState),
+		store:    s,
+		opts:     opts,
+		prefix:   PrefixEvent,
+		name:     "ev",
+		in:       make(chan *Unit, opts.Queue),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		revs:     make(map[string]string),
+		revCache: make(map[string]string),
+		repos:    make(map[string]RepoState),
 	}
 	if opts.Capture {
 		w.prefix, w.name = PrefixCapture, "cap"
@@ -372,6 +374,9 @@ fill:
 		}
 	}
 	// Durable: now, and only now, tell anyone.
+	for did, rev := range w.revs {
+		w.remember(did, rev)
+	}
 	clear(w.revs)
 	clear(w.repos)
 	w.live.publish(p.events)
@@ -518,14 +523,7 @@ func (w *Writer) stage(u *Unit) (*staged, error) {
 		if r, ok := st.revs[did]; ok {
 			return r, nil
 		}
-		if r, ok := w.revs[did]; ok {
-			return r, nil
-		}
-		r, err := w.store.Rev(did)
-		if errors.Is(err, ErrNotFound) {
-			return "", nil
-		}
-		return r, err
+		return w.ratchet(did)
 	}
 	if u.Replace != nil {
 		cur, err := ratchet(u.Replace.DID)
@@ -606,6 +604,37 @@ func (w *Writer) stage(u *Unit) (*staged, error) {
 		st.repos[up.DID] = ns
 	}
 	return st, nil
+}
+
+// ratchetCacheMax bounds the writer's in-memory cache of rev/ values. The
+// writer is the only writer of rev/, so the cache is always coherent; when it
+// fills up it is simply dropped and refilled from the store.
+const ratchetCacheMax = 1 << 18
+
+// ratchet returns the account's archived rev ("" when it has none).
+func (w *Writer) ratchet(did string) (string, error) {
+	if r, ok := w.revs[did]; ok {
+		return r, nil
+	}
+	if r, ok := w.revCache[did]; ok {
+		return r, nil
+	}
+	r, err := w.store.Rev(did)
+	if errors.Is(err, ErrNotFound) {
+		r, err = "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	w.remember(did, r)
+	return r, nil
+}
+
+func (w *Writer) remember(did, rev string) {
+	if len(w.revCache) >= ratchetCacheMax {
+		clear(w.revCache)
+	}
+	w.revCache[did] = rev
 }
 
 func (w *Writer) repoState(did string) (RepoState, bool, error) {
