@@ -8,8 +8,8 @@
 //
 // Memory: the whole CAR is held in one buffer, plus an index of about 40
 // bytes per block whose keys alias that buffer. Iterating records allocates
-// a constant amount per record (its key string and the MST node decoding);
-// record bytes are never copied.
+// two objects per record (its key string and its CID); MST nodes decode
+// without allocating and record bytes are never copied.
 
 package backfill
 
@@ -150,7 +150,7 @@ func (s *Snapshot) check(ctx context.Context) error {
 	rc := newRecordChecker(s.strict)
 	w := s.newWalker(ctx, true)
 	var ordinal int32
-	err := w.walk(s.Data, func(key []byte, val cid.Cid, body []byte) error {
+	err := w.walk(s.Data, func(key, _, body []byte) error {
 		reason := DropReason(0)
 		if _, r := rc.checkPath(key); r != 0 {
 			reason = r
@@ -176,10 +176,14 @@ func (s *Snapshot) check(ctx context.Context) error {
 // order, and stops at the first error fn returns (returned as is). It
 // allocates one key string per record; Record.CBOR aliases the CAR buffer.
 func (s *Snapshot) Records(fn func(Record) error) error {
-	return s.replay(context.Background(), false, func(key []byte, val cid.Cid, body []byte) error {
+	return s.replay(context.Background(), false, func(key, val, body []byte) error {
+		c, err := cid.Cast(val)
+		if err != nil { // decodeNode checked it
+			return verifyErr(ErrBadTree, err, "record %q CID", key)
+		}
 		slash := bytes.IndexByte(key, '/')
 		k := string(key)
-		return fn(Record{Collection: k[:slash], RKey: k[slash+1:], CID: val, CBOR: body})
+		return fn(Record{Collection: k[:slash], RKey: k[slash+1:], CID: c, CBOR: body})
 	})
 }
 
@@ -209,12 +213,16 @@ func (s *Snapshot) Drops(fn func(Drop) error) error {
 		return nil
 	}
 	rc := newRecordChecker(s.strict)
-	return s.replay(context.Background(), true, func(key []byte, val cid.Cid, body []byte) error {
+	return s.replay(context.Background(), true, func(key, val, body []byte) error {
+		c, err := cid.Cast(val)
+		if err != nil {
+			return verifyErr(ErrBadTree, err, "record %q CID", key)
+		}
 		_, reason := rc.checkPath(key)
 		if reason == 0 {
 			reason = rc.checkBody(body)
 		}
-		return fn(Drop{Path: string(key), CID: val, Size: len(body), Reason: reason})
+		return fn(Drop{Path: string(key), CID: c, Size: len(body), Reason: reason})
 	})
 }
 
@@ -224,7 +232,7 @@ func (s *Snapshot) replay(ctx context.Context, dropped bool, fn visitFunc) error
 	w := s.newWalker(ctx, false)
 	var ordinal int32
 	next := 0
-	return w.walk(s.Data, func(key []byte, val cid.Cid, body []byte) error {
+	return w.walk(s.Data, func(key, val, body []byte) error {
 		isDrop := next < len(s.drops) && s.drops[next] == ordinal
 		if isDrop {
 			next++

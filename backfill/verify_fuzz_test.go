@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/bluesky-social/indigo/atproto/repo"
+	"github.com/bluesky-social/indigo/atproto/repo/mst"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/ipfs/go-cid"
 )
@@ -138,5 +139,56 @@ func FuzzVerifyTree(f *testing.F) {
 		car := writeCAR(t, []cid.Cid{cb.c}, append(bl, base.records...))
 		s, err := VerifyBytes(context.Background(), bytes.Clone(car), fixtureDID, VerifyOptions{})
 		checkVerifyOutcome(t, car, s, err)
+	})
+}
+
+// FuzzNodeDecode holds decodeNode to indigo's generated decoder: what it
+// accepts, indigo accepts and reads identically; every node indigo accepts
+// in canonical form (its own encoding), it accepts, but for negative prefix
+// lengths, refused at decoding on purpose.
+func FuzzNodeDecode(f *testing.F) {
+	base := buildFixture(f, fixtureSpec{posts: 60})
+	for _, n := range base.nodeBlks {
+		f.Add(n.data)
+	}
+	f.Add([]byte{0xa2, 0x61, 'e', 0x80, 0x61, 'l', 0xf6})
+	f.Add([]byte{0xa1, 0x61, 'e', 0x80})
+	f.Add([]byte{0xa0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		mine, err := decodeNode(b, nil)
+		var nd mst.NodeData
+		ierr := nd.UnmarshalCBOR(bytes.NewReader(b))
+		if err == nil {
+			if ierr != nil {
+				t.Fatalf("decodeNode accepts % x, indigo: %v", b, ierr)
+			}
+			sameCID := func(a []byte, c *cid.Cid) bool {
+				if c == nil || !c.Defined() {
+					return a == nil
+				}
+				return bytes.Equal(a, c.Bytes())
+			}
+			if !sameCID(mine.left, nd.Left) || len(mine.entries) != len(nd.Entries) {
+				t.Fatalf("left or entry count differ: % x", b)
+			}
+			for i, e := range mine.entries {
+				ie := nd.Entries[i]
+				if e.prefix != ie.PrefixLen || !bytes.Equal(e.suffix, ie.KeySuffix) || !sameCID(e.value, &ie.Value) || !sameCID(e.right, ie.Right) {
+					t.Fatalf("entry %d differs: % x", i, b)
+				}
+			}
+			return
+		}
+		if ierr == nil {
+			for _, e := range nd.Entries {
+				if e.PrefixLen < 0 {
+					return // rejected on purpose: the walker would refuse it anyway
+				}
+			}
+			var buf bytes.Buffer
+			if nd.MarshalCBOR(&buf) == nil && bytes.Equal(buf.Bytes(), b) {
+				t.Fatalf("canonical node % x rejected: %v", b, err)
+			}
+		}
 	})
 }

@@ -1,0 +1,244 @@
+// verify_mst_node.go owns the decoding of one MST node block without
+// allocating: the result aliases the block. It accepts a subset of what
+// indigo's generated decoder (mst.NodeData.UnmarshalCBOR) accepts and reads
+// it identically (FuzzNodeDecode holds both): minimal heads only, every
+// field at most once, no unknown field, no trailing bytes, and every
+// canonically encoded node.
+
+package backfill
+
+import (
+	"errors"
+	"math"
+
+	"github.com/ipfs/go-cid"
+)
+
+// mstNode is one decoded node; its slices alias the block.
+type mstNode struct {
+	left    []byte // CID bytes (no multibase prefix); nil when null or absent
+	entries []mstEntry
+}
+
+// mstEntry is one entry of a node.
+type mstEntry struct {
+	prefix int64
+	suffix []byte
+	value  []byte // CID bytes; nil when absent
+	right  []byte // CID bytes; nil when null or absent
+}
+
+// Limits of indigo's decoder, kept so that nothing it rejects passes here.
+const (
+	maxNodeEntries = 8192    // "e" array length
+	maxKeySuffix   = 2 << 20 // "k" byte string length
+	maxCIDBytes    = 512     // tag-42 byte string length, prefix included
+)
+
+var errNodeShape = errors.New("not an MST node")
+
+// decodeNode decodes an MST node block, reusing buf's storage for entries.
+func decodeNode(b []byte, buf []mstEntry) (mstNode, error) {
+	nd := mstNode{entries: buf[:0]}
+	d := nodeDecoder{b: b}
+	n, ok := d.head(5)
+	if !ok || n > maxNodeEntries {
+		return nd, errNodeShape
+	}
+	var seenE, seenL bool
+	for range n {
+		switch d.fieldName() {
+		case 'e':
+			if seenE {
+				return nd, errNodeShape
+			}
+			seenE = true
+			count, ok := d.head(4)
+			if !ok || count > maxNodeEntries {
+				return nd, errNodeShape
+			}
+			for range count {
+				e, ok := d.entry()
+				if !ok {
+					return nd, errNodeShape
+				}
+				nd.entries = append(nd.entries, e)
+			}
+		case 'l':
+			if seenL {
+				return nd, errNodeShape
+			}
+			seenL = true
+			if nd.left, ok = d.nullableCID(); !ok {
+				return nd, errNodeShape
+			}
+		default:
+			return nd, errNodeShape
+		}
+	}
+	if d.failed || d.pos != len(b) {
+		return nd, errNodeShape
+	}
+	return nd, nil
+}
+
+// nodeDecoder reads DAG-CBOR from b; any failure sets failed.
+type nodeDecoder struct {
+	b      []byte
+	pos    int
+	failed bool
+}
+
+// rawHead reads a minimally encoded head (what cbor-gen requires).
+func (d *nodeDecoder) rawHead() (major byte, arg uint64) {
+	if d.failed || d.pos >= len(d.b) {
+		d.failed = true
+		return 0, 0
+	}
+	major, info := d.b[d.pos]>>5, d.b[d.pos]&0x1f
+	d.pos++
+	var n int
+	var floor uint64
+	switch {
+	case info < 24:
+		return major, uint64(info)
+	case info == 24:
+		n, floor = 1, 24
+	case info == 25:
+		n, floor = 2, math.MaxUint8+1
+	case info == 26:
+		n, floor = 4, math.MaxUint16+1
+	case info == 27:
+		n, floor = 8, math.MaxUint32+1
+	default:
+		d.failed = true
+		return 0, 0
+	}
+	if len(d.b)-d.pos < n {
+		d.failed = true
+		return 0, 0
+	}
+	for _, c := range d.b[d.pos : d.pos+n] {
+		arg = arg<<8 | uint64(c)
+	}
+	d.pos += n
+	if arg < floor {
+		d.failed = true
+	}
+	return major, arg
+}
+
+// head reads a head that must be of the given major type.
+func (d *nodeDecoder) head(major byte) (uint64, bool) {
+	m, arg := d.rawHead()
+	if d.failed || m != major {
+		d.failed = true
+		return 0, false
+	}
+	return arg, true
+}
+
+// bytesOf reads the n bytes following a string head.
+func (d *nodeDecoder) bytesOf(n uint64) []byte {
+	if d.failed || n > uint64(len(d.b)-d.pos) {
+		d.failed = true
+		return nil
+	}
+	s := d.b[d.pos : d.pos+int(n) : d.pos+int(n)]
+	d.pos += int(n)
+	return s
+}
+
+// fieldName reads a one-character map key; 0 for anything else.
+func (d *nodeDecoder) fieldName() byte {
+	n, ok := d.head(3)
+	name := d.bytesOf(n)
+	if !ok || d.failed || len(name) != 1 {
+		d.failed = true
+		return 0
+	}
+	return name[0]
+}
+
+func (d *nodeDecoder) entry() (mstEntry, bool) {
+	var e mstEntry
+	n, ok := d.head(5)
+	if !ok || n > maxNodeEntries {
+		return e, false
+	}
+	var seen [4]bool
+	for range n {
+		name := d.fieldName()
+		i := -1
+		switch name {
+		case 'k':
+			i = 0
+			l, ok := d.head(2)
+			if !ok || l > maxKeySuffix {
+				return e, false
+			}
+			e.suffix = d.bytesOf(l)
+		case 'p':
+			i = 1
+			p, ok := d.head(0) // a negative prefix is never valid
+			if !ok || p > math.MaxInt64 {
+				return e, false
+			}
+			e.prefix = int64(p)
+		case 't':
+			i = 2
+			if e.right, ok = d.nullableCID(); !ok {
+				return e, false
+			}
+		case 'v':
+			i = 3
+			if e.value, ok = d.cid(); !ok {
+				return e, false
+			}
+		}
+		if i < 0 || seen[i] || d.failed {
+			return e, false
+		}
+		seen[i] = true
+	}
+	return e, !d.failed
+}
+
+func (d *nodeDecoder) nullableCID() ([]byte, bool) {
+	if d.pos < len(d.b) && d.b[d.pos] == 0xf6 {
+		d.pos++
+		return nil, true
+	}
+	return d.cid()
+}
+
+// cid reads a tag-42 link and returns the CID bytes after the 0x00 prefix,
+// checked to be a CID the way go-cid's Cast checks (whole input consumed).
+func (d *nodeDecoder) cid() ([]byte, bool) {
+	if tag, ok := d.head(6); !ok || tag != 42 {
+		d.failed = true
+		return nil, false
+	}
+	n, ok := d.head(2)
+	if !ok || n > maxCIDBytes || n < 2 {
+		d.failed = true
+		return nil, false
+	}
+	b := d.bytesOf(n)
+	if d.failed || b[0] != 0 || !validCIDBytes(b[1:]) {
+		d.failed = true
+		return nil, false
+	}
+	return b[1:], true
+}
+
+// validCIDBytes reports whether b is exactly one CID. The atproto shape
+// (CIDv1, one-byte codec, sha2-256) is recognised without allocating;
+// anything else asks go-cid.
+func validCIDBytes(b []byte) bool {
+	if len(b) == sha256CIDLen && b[0] == 0x01 && b[1] < 0x80 && b[2] == 0x12 && b[3] == 0x20 {
+		return true
+	}
+	_, err := cid.Cast(b)
+	return err == nil
+}
