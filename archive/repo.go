@@ -119,6 +119,14 @@ type RepoUpdate struct {
 	DID    string
 	Fields RepoField
 	State  RepoState
+	// Func, when set, replaces Fields/State: the writer calls it with the
+	// current state (exists=false and the zero state for an unknown repo)
+	// and writes the state it returns when write is true. It runs on the
+	// writer goroutine, so decisions that depend on the current state (a
+	// reactivation of an unavailable repo, a #sync for a complete one) are
+	// atomic with the rows of the same unit. It must be a pure function of
+	// its input: no I/O, no locks, never Submit.
+	Func func(cur RepoState, exists bool) (next RepoState, write bool)
 }
 
 // apply returns cur with the update's fields set.

@@ -578,23 +578,34 @@ func (w *Writer) stage(u *Unit) (*staged, error) {
 		if up.DID == "" || len(up.DID) > maxDID {
 			return nil, invalid("repo update for DID of %d bytes", len(up.DID))
 		}
-		if up.Fields&^allRepoFields != 0 || up.Fields == 0 {
+		if up.Func == nil && (up.Fields&^allRepoFields != 0 || up.Fields == 0) {
 			return nil, invalid("repo update for %s names fields 0x%x", up.DID, up.Fields)
 		}
 		cur, seen := st.repos[up.DID]
+		exists := seen
 		if !seen {
-			var existed bool
 			var err error
-			cur, existed, err = w.repoState(up.DID)
+			cur, exists, err = w.repoState(up.DID)
 			if err != nil {
 				return nil, err
 			}
-			if existed {
+		}
+		ns := cur
+		if up.Func != nil {
+			next, write := up.Func(cur, exists)
+			if !write {
+				continue
+			}
+			ns = next
+		} else {
+			ns = up.apply(cur)
+		}
+		if !seen {
+			if exists {
 				st.old[up.DID] = cur
 			}
 			st.repoOrder = append(st.repoOrder, up.DID)
 		}
-		ns := up.apply(cur)
 		if !ns.Status.Valid() {
 			return nil, invalid("repo update leaves %s without a valid status", up.DID)
 		}

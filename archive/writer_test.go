@@ -189,6 +189,28 @@ func TestRepoUpdatesAndCounts(t *testing.T) {
 	if got := testutil.ToFloat64(m.repos.WithLabelValues("complete")); got != 1 {
 		t.Errorf("backstream_repos{complete} = %v", got)
 	}
+	// Func updates decide against the current state, atomically.
+	reactivate := func(cur RepoState, exists bool) (RepoState, bool) {
+		if !exists || cur.Active {
+			return cur, false
+		}
+		cur.Active, cur.Refetch = true, RefetchReactivated
+		return cur, true
+	}
+	apply(t, w, &Unit{Repos: []RepoUpdate{{DID: didN(4), Func: reactivate}, {DID: didN(3), Func: reactivate}, {DID: didN(99), Func: reactivate}}})
+	if st, _ := s.RepoState(didN(4)); !st.Active || st.Refetch != RefetchReactivated || st.Status != StatusNotStarted {
+		t.Fatalf("func update: %+v", st)
+	}
+	if st, _ := s.RepoState(didN(3)); st.Refetch != RefetchNone {
+		t.Fatalf("func update wrote when it said not to: %+v", st)
+	}
+	if _, err := s.RepoState(didN(99)); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("func update created a repo: %v", err)
+	}
+	want.Inactive = 0
+	if c, _ := s.Counts(); c != want {
+		t.Fatalf("counts after reactivation %+v, want %+v", c, want)
+	}
 	// Puts: cursors yes, writer-owned keys no.
 	cur, _ := EncodeListCursor(ListCursor{Cursor: "p2"})
 	if r := apply(t, w, &Unit{Puts: []KV{{Key: KeyCursorListRepos, Value: cur}}}); r.Refused != nil {
@@ -207,7 +229,6 @@ func TestRepoUpdatesAndCounts(t *testing.T) {
 	w = newWriter(t, s, WriterOptions{})
 	defer w.Close()
 	apply(t, w, &Unit{Repos: []RepoUpdate{{DID: didN(4), Fields: FieldActive | FieldStatus, State: RepoState{Active: true, Status: StatusComplete}}}})
-	want.Inactive = 0
 	want.ByStatus[StatusNotStarted] = 2
 	want.ByStatus[StatusComplete] = 2
 	if c, _ := s.Counts(); c != want {
