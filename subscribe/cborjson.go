@@ -737,11 +737,10 @@ func appendJSONBytes(dst, s []byte, html bool) []byte {
 	full := s[:cap(s)]
 	for i := 0; i < n; {
 		if !html {
+			// A flag past the string's end only moves i to n or beyond,
+			// which ends the string: no masking is needed.
 			for i+8 <= len(full) {
 				m := special8(binary.LittleEndian.Uint64(full[i:]))
-				if rem := n - i; rem < 8 {
-					m &= uint64(1)<<(8*rem) - 1 // ignore bytes past the string
-				}
 				if m != 0 {
 					i += bits.TrailingZeros64(m) >> 3
 					break
