@@ -14,7 +14,6 @@
 package backfill
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -31,7 +30,6 @@ import (
 	"github.com/bluesky-social/indigo/atproto/repo"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/ipfs/go-cid"
-	"github.com/ipld/go-car"
 )
 
 // VerifyOptions tunes Verify. The zero value is the bootstrap's setting.
@@ -284,15 +282,19 @@ func indexCAR(ctx context.Context, b []byte) (cid.Cid, map[string]span, int, err
 		return cid.Undef, nil, 0, verifyErr(ErrTruncated, io.ErrUnexpectedEOF, "header of %d bytes, %d present", hlen, len(b)-n)
 	}
 	pos := n + int(hlen)
-	hdr, err := car.ReadHeader(bufio.NewReaderSize(bytes.NewReader(b[:pos]), 16))
+	version, rootBytes, err := decodeCARHeader(b[n:pos])
 	if err != nil {
 		return cid.Undef, nil, 0, verifyErr(ErrMalformedCAR, err, "header")
 	}
-	if hdr.Version != 1 {
-		return cid.Undef, nil, 0, verifyErr(ErrMalformedCAR, nil, "CAR version %d", hdr.Version)
+	if version != 1 {
+		return cid.Undef, nil, 0, verifyErr(ErrMalformedCAR, nil, "CAR version %d", version)
 	}
-	if len(hdr.Roots) == 0 || !hdr.Roots[0].Defined() {
+	if rootBytes == nil {
 		return cid.Undef, nil, 0, verifyErr(ErrMalformedCAR, nil, "no root")
+	}
+	root, err := cid.Cast(rootBytes)
+	if err != nil { // decodeCARHeader checked it
+		return cid.Undef, nil, 0, verifyErr(ErrMalformedCAR, err, "root")
 	}
 
 	// A repository block is rarely under 100 bytes with its framing.
@@ -324,7 +326,7 @@ func indexCAR(ctx context.Context, b []byte) (cid.Cid, map[string]span, int, err
 		pos += len(sec)
 		blocks++
 	}
-	return hdr.Roots[0], index, blocks, nil
+	return root, index, blocks, nil
 }
 
 // sha256CIDLen is the length of a CIDv1 with a one-byte codec and a sha2-256

@@ -48,7 +48,12 @@ type walker struct {
 }
 
 func (s *Snapshot) newWalker(ctx context.Context, check bool) *walker {
-	return &walker{ctx: ctx, car: s.car, index: s.index, check: check}
+	return &walker{
+		ctx: ctx, car: s.car, index: s.index, check: check,
+		keyBufs:   make([][]byte, 0, 8),
+		entryBufs: make([][]mstEntry, 0, 8),
+		last:      make([]byte, 0, 64),
+	}
 }
 
 // walk visits every entry under root in key order.
@@ -80,7 +85,7 @@ func (w *walker) load(c []byte, depth int) (mstNode, bool, error) {
 		return mstNode{}, false, nil
 	}
 	for len(w.entryBufs) <= depth {
-		w.entryBufs = append(w.entryBufs, nil)
+		w.entryBufs = append(w.entryBufs, make([]mstEntry, 0, 16))
 	}
 	nd, err := decodeNode(w.car[loc.off:loc.end], w.entryBufs[depth])
 	w.entryBufs[depth] = nd.entries
@@ -115,7 +120,7 @@ func (w *walker) node(self []byte, nd mstNode, height, depth int) error {
 		}
 	}
 	for len(w.keyBufs) <= depth {
-		w.keyBufs = append(w.keyBufs, nil)
+		w.keyBufs = append(w.keyBufs, make([]byte, 0, 64))
 	}
 	key := w.keyBufs[depth][:0]
 	for i := range nd.entries {

@@ -1,5 +1,6 @@
-// verify_mst_node.go owns the decoding of one MST node block without
-// allocating: the result aliases the block. It accepts a subset of what
+// verify_mst_node.go owns the decoding of one MST node block (and of the
+// CAR header, which has the same small shape) without allocating: the
+// result aliases the block. It accepts a subset of what
 // indigo's generated decoder (mst.NodeData.UnmarshalCBOR) accepts and reads
 // it identically (FuzzNodeDecode holds both): minimal heads only, every
 // field at most once, no unknown field, no trailing bytes, and every
@@ -242,3 +243,58 @@ func validCIDBytes(b []byte) bool {
 	_, err := cid.Cast(b)
 	return err == nil
 }
+
+// decodeCARHeader decodes a CAR header, {"roots": [CID, ...], "version": n},
+// and returns its version and first root ("" when there is none). Each field
+// at most once, no other field, no trailing bytes.
+func decodeCARHeader(b []byte) (version uint64, root []byte, err error) {
+	d := nodeDecoder{b: b}
+	n, ok := d.head(5)
+	if !ok || n > 2 {
+		return 0, nil, errHeaderShape
+	}
+	var seenRoots, seenVersion bool
+	for range n {
+		l, _ := d.head(3)
+		switch string(d.bytesOf(l)) {
+		case "roots":
+			if seenRoots {
+				return 0, nil, errHeaderShape
+			}
+			seenRoots = true
+			count, ok := d.head(4)
+			if !ok || count > maxCARRoots {
+				return 0, nil, errHeaderShape
+			}
+			for i := range count {
+				c, ok := d.cid()
+				if !ok {
+					return 0, nil, errHeaderShape
+				}
+				if i == 0 {
+					root = c
+				}
+			}
+		case "version":
+			if seenVersion {
+				return 0, nil, errHeaderShape
+			}
+			seenVersion = true
+			version, _ = d.head(0)
+		default:
+			return 0, nil, errHeaderShape
+		}
+		if d.failed {
+			return 0, nil, errHeaderShape
+		}
+	}
+	if d.failed || d.pos != len(b) || !seenVersion {
+		return 0, nil, errHeaderShape
+	}
+	return version, root, nil
+}
+
+// maxCARRoots bounds the roots a header may list; a repository has one.
+const maxCARRoots = 1024
+
+var errHeaderShape = errors.New("not a CAR v1 header")
