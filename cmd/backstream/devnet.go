@@ -1,0 +1,53 @@
+package main
+
+// This file wires `backstream devnet`: the simulated atproto network of
+// package oracle as a process, for demos, benchmarks and process-level tests.
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/backstream/backstream/oracle"
+)
+
+func devnetCommand() *command {
+	return &command{
+		name:    "devnet",
+		summary: "run a simulated atproto network (relay, PDS hosts, firehose) on loopback",
+		flags: func(fs *flagSet) {
+			fs.String("listen", "127.0.0.1:7777", "relay listen address (PDS hosts get their own ports on the same IP)")
+			fs.Int("accounts", oracle.DefaultAccounts, "number of accounts")
+			fs.Int("records", oracle.DefaultRecordsMean, "mean records per account")
+			fs.Int("hosts", oracle.DefaultHosts, "number of PDS hosts")
+			fs.Int64("seed", oracle.DefaultSeed, "seed of the world, its traffic and its faults")
+			fs.Float64("rate", oracle.DefaultRate, "live events per second")
+			fs.Int("events", 0, "stop live traffic after this many events (0 = never)")
+			fs.String("traffic", oracle.TrafficFull, "traffic: full, basic or none")
+			fs.String("faults", oracle.ProfileNone, "fault profile: none, flaky or hostile")
+			fs.Int("preload-events", 0, "generate this many live events before opening, kept in the firehose history")
+		},
+		run: runDevnet,
+	}
+}
+
+func runDevnet(ctx context.Context, env *cmdEnv) error {
+	fs := env.fs
+	cfg := oracle.Config{
+		Listen:        fs.str("listen"),
+		Accounts:      fs.get("accounts").(int),
+		RecordsMean:   fs.get("records").(int),
+		Hosts:         fs.get("hosts").(int),
+		Seed:          fs.get("seed").(int64),
+		Rate:          fs.get("rate").(float64),
+		Events:        fs.get("events").(int),
+		Traffic:       fs.str("traffic"),
+		Faults:        fs.str("faults"),
+		PreloadEvents: fs.get("preload-events").(int),
+		Logger:        env.log,
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	env.log.Info("building the simulated network", "accounts", cfg.Accounts, "records", cfg.RecordsMean, "hosts", cfg.Hosts, "seed", cfg.Seed)
+	return oracle.Run(ctx, cfg, env.stdout)
+}

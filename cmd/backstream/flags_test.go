@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/backstream/backstream/archive"
+)
+
+func runCLI(t *testing.T, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, env, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestEnvNames(t *testing.T) {
+	if got := envName("backfill-workers"); got != "BACKSTREAM_BACKFILL_WORKERS" {
+		t.Fatal(got)
+	}
+}
+
+func TestEnvSetsFlagsCommandLineWins(t *testing.T) {
+	cmds := commands()
+	var status *command
+	for _, c := range cmds {
+		if c.name == "status" {
+			status = c
+		}
+	}
+	fs, err := parseFlags(status, cmds, nil, []string{"BACKSTREAM_DATA_DIR=/from/env", "BACKSTREAM_JSON=true"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fs.str("data-dir") != "/from/env" || !fs.get("json").(bool) {
+		t.Fatalf("env not applied: %s %v", fs.str("data-dir"), fs.get("json"))
+	}
+	fs, err = parseFlags(status, cmds, []string{"--data-dir", "/from/flag"}, []string{"BACKSTREAM_DATA_DIR=/from/env"}, &bytes.Buffer{})
+	if err != nil || fs.str("data-dir") != "/from/flag" {
+		t.Fatalf("command line did not win: %v %s", err, fs.str("data-dir"))
+	}
+	// A flag of another subcommand is known, just not applied here.
+	if _, err := parseFlags(status, cmds, nil, []string{"BACKSTREAM_ACCOUNTS=5"}, &bytes.Buffer{}); err != nil {
+		t.Fatalf("another command's variable refused: %v", err)
+	}
+}
+
+func TestUnknownEnvNamesNearestFlag(t *testing.T) {
+	code, _, stderr := runCLI(t, []string{"BACKSTREAM_DATA_DIRR=/x"}, "status")
+	if code != 2 || !strings.Contains(stderr, "BACKSTREAM_DATA_DIRR") || !strings.Contains(stderr, "--data-dir") {
+		t.Fatalf("code %d, stderr %q", code, stderr)
+	}
+	// Documented exceptions are never errors.
+	for _, v := range []string{"BACKSTREAM_CRASHPOINT=x", "BACKSTREAM_SERVICE_HOST=10.0.0.1", "BACKSTREAM_PORT=tcp://10.0.0.1:6008", "BACKSTREAM_PORT_6008_TCP_ADDR=10.0.0.1", "OTHER_THING=1"} {
+		if _, err := parseFlags(statusCommand(), commands(), nil, []string{v}, &bytes.Buffer{}); err != nil {
+			t.Errorf("%s refused: %v", v, err)
+		}
+	}
+}
+
+func TestBadValues(t *testing.T) {
+	for _, tc := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{[]string{"BACKSTREAM_JSON=maybe"}, []string{"status"}, "BACKSTREAM_JSON"},
+		{nil, []string{"status", "--log-level", "loud"}, "--log-level"},
+		{nil, []string{"status", "--log-format", "xml"}, "--log-format"},
+		{nil, []string{"status", "stray"}, "unexpected argument"},
+		{nil, []string{"nosuch"}, "unknown command"},
+		{nil, []string{"devnet", "--accounts", "-5"}, "accounts"},
+		{nil, []string{"devnet", "--faults", "spicy"}, "faults"},
+	} {
+		code, _, stderr := runCLI(t, tc.env, tc.args...)
+		if code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v %v: code %d, stderr %q (want %q)", tc.env, tc.args, code, stderr, tc.want)
+		}
+	}
+}
+
+func TestStatusJSON(t *testing.T) {
+	dir := t.TempDir()
+	s, err := archive.Open(dir, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	code, out, stderr := runCLI(t, nil, "status", "--data-dir", dir, "--json")
+	if code != 0 {
+		t.Fatalf("code %d: %s", code, stderr)
+	}
+	var r struct {
+		Phase   string           `json:"phase"`
+		Repos   map[string]int64 `json:"repos"`
+		Archive struct {
+			TipSeq *uint64 `json:"tip_seq"`
+		} `json:"archive"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if r.Phase != "bootstrap" || r.Archive.TipSeq == nil || len(r.Repos) < 5 {
+		t.Fatalf("report %+v", r)
+	}
+	for _, k := range []string{"not_started", "pending", "complete", "failed", "unavailable"} {
+		if _, ok := r.Repos[k]; !ok {
+			t.Errorf("repos lacks %q", k)
+		}
+	}
+	// A store held by another process is named as such.
+	s, _ = archive.Open(dir, archive.Options{})
+	defer s.Close()
+	code, _, stderr = runCLI(t, nil, "status", "--data-dir", dir)
+	if code != 1 || !strings.Contains(stderr, "another backstream") {
+		t.Fatalf("held store: code %d, %q", code, stderr)
+	}
+}

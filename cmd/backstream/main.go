@@ -1,0 +1,116 @@
+// Command backstream archives a whole atproto network and streams it.
+//
+// Subcommands:
+//
+//	serve   bootstrap from a relay, then archive its firehose and serve clients
+//	status  print the state of a data dir that no process holds open
+//	devnet  run a simulated atproto network (relay, PDS hosts, firehose) for tests and demos
+//
+// Every flag has a BACKSTREAM_* environment variable (--backfill-workers is
+// BACKSTREAM_BACKFILL_WORKERS); a flag on the command line wins over the
+// environment. An unknown BACKSTREAM_* variable is an error naming the
+// nearest flag, except BACKSTREAM_CRASHPOINT (test-only; see
+// docs/crashpoints.md) and Kubernetes service links (BACKSTREAM_SERVICE_*,
+// BACKSTREAM_PORT*).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// command is one subcommand: its flags and what it does once they are parsed.
+type command struct {
+	name    string
+	summary string
+	flags   func(*flagSet) // defines the command's own flags
+	run     func(ctx context.Context, env *cmdEnv) error
+}
+
+// cmdEnv is what a running subcommand gets: its parsed flags, output streams
+// and logger.
+type cmdEnv struct {
+	fs     *flagSet
+	stdout io.Writer
+	stderr io.Writer
+	log    *logger
+}
+
+// commands lists every subcommand. A subcommand exists only once it does
+// something.
+func commands() []*command {
+	return []*command{serveCommand(), statusCommand(), devnetCommand()}
+}
+
+// errUsage marks command-line mistakes: exit status 2 and a usage hint.
+var errUsage = errors.New("usage")
+
+func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
+	cmds := commands()
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr, cmds)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	var cmd *command
+	for _, c := range cmds {
+		if c.name == args[0] {
+			cmd = c
+		}
+	}
+	if cmd == nil {
+		fmt.Fprintf(stderr, "backstream: unknown command %q\n", args[0])
+		usage(stderr, cmds)
+		return 2
+	}
+	fs, err := parseFlags(cmd, cmds, args[1:], environ, stderr)
+	if errors.Is(err, errHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "backstream %s: %v\n", cmd.name, err)
+		return 2
+	}
+	log, err := newLogger(fs, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "backstream %s: %v\n", cmd.name, err)
+		return 2
+	}
+	env := &cmdEnv{fs: fs, stdout: stdout, stderr: stderr, log: log}
+	if err := cmd.run(ctx, env); err != nil {
+		if errors.Is(err, errUsage) {
+			fmt.Fprintf(stderr, "backstream %s: %v\n", cmd.name, err)
+			return 2
+		}
+		log.Error("backstream "+cmd.name+" failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func usage(w io.Writer, cmds []*command) {
+	fmt.Fprintln(w, "usage: backstream <command> [flags]")
+	fmt.Fprintln(w)
+	sort.Slice(cmds, func(i, j int) bool { return cmds[i].name < cmds[j].name })
+	for _, c := range cmds {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run 'backstream <command> -h' for its flags. Every flag can also be set as")
+	fmt.Fprintln(w, "BACKSTREAM_<FLAG_NAME> in the environment (the command line wins).")
+}

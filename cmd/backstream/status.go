@@ -1,0 +1,186 @@
+package main
+
+// This file owns `backstream status` and the status report that `serve`
+// also answers on /status: the same keys in both places.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/backstream/backstream/archive"
+)
+
+func statusCommand() *command {
+	return &command{
+		name:    "status",
+		summary: "print the phase, repo counts, cursors and archive tip of a data dir no process holds open",
+		flags: func(fs *flagSet) {
+			fs.String("data-dir", "./data", "data directory")
+			fs.Bool("json", false, "print JSON instead of a table")
+		},
+		run: runStatus,
+	}
+}
+
+// statusReport is the JSON shape of `backstream status --json` and /status.
+type statusReport struct {
+	Phase               string           `json:"phase"`
+	PhaseEnteredAt      *time.Time       `json:"phase_entered_at,omitempty"`
+	BackfillStartedAt   *time.Time       `json:"backfill_started_at,omitempty"`
+	BackfillCompletedAt *time.Time       `json:"backfill_completed_at,omitempty"`
+	Relay               string           `json:"relay,omitempty"`
+	Repos               map[string]int64 `json:"repos"`
+	Cursors             statusCursors    `json:"cursors"`
+	Archive             statusArchive    `json:"archive"`
+}
+
+type statusCursors struct {
+	Relay     *uint64 `json:"relay"`
+	Merge     *uint64 `json:"merge"`
+	ListRepos *string `json:"listrepos"` // the checkpoint; "" = listing finished
+	ListLast  *string `json:"listrepos_last,omitempty"`
+}
+
+type statusArchive struct {
+	TipSeq     uint64 `json:"tip_seq"`
+	CaptureTip uint64 `json:"capture_tip_seq"`
+}
+
+// buildStatus reads the report from the store, fail-closed: an absent value
+// is left out, an unreadable or malformed one is an error.
+func buildStatus(s *archive.Store) (*statusReport, error) {
+	r := &statusReport{Repos: map[string]int64{}}
+	phase, err := s.Phase()
+	if err != nil {
+		return nil, err
+	}
+	r.Phase = string(phase)
+	for _, t := range []struct {
+		key []byte
+		dst **time.Time
+	}{
+		{archive.KeyPhaseEnteredAt, &r.PhaseEnteredAt},
+		{archive.KeyBackfillStartedAt, &r.BackfillStartedAt},
+		{archive.KeyBackfillCompleteAt, &r.BackfillCompletedAt},
+	} {
+		v, err := s.Time(t.key)
+		if err = absentOK(err); err != nil {
+			return nil, err
+		}
+		if !v.IsZero() {
+			*t.dst = &v
+		}
+	}
+	if r.Relay, err = s.Relay(); absentOK(err) != nil {
+		return nil, err
+	}
+	counts, err := s.Counts()
+	if err = absentOK(err); err != nil {
+		return nil, err
+	}
+	for _, st := range archive.RepoStatuses {
+		r.Repos[st.String()] = counts.Get(st)
+	}
+	r.Repos["inactive"] = counts.Inactive
+	r.Repos["total"] = counts.Total()
+	if v, err := s.RelayCursor(); err == nil {
+		r.Cursors.Relay = &v
+	} else if absentOK(err) != nil {
+		return nil, err
+	}
+	if v, err := s.MergeCursor(); err == nil {
+		r.Cursors.Merge = &v
+	} else if absentOK(err) != nil {
+		return nil, err
+	}
+	for _, c := range []struct {
+		last bool
+		dst  **string
+	}{{false, &r.Cursors.ListRepos}, {true, &r.Cursors.ListLast}} {
+		v, err := s.ListCursor(c.last)
+		if err == nil {
+			cur := v.Cursor
+			*c.dst = &cur
+		} else if absentOK(err) != nil {
+			return nil, err
+		}
+	}
+	if r.Archive.TipSeq, err = s.Tip(); err != nil {
+		return nil, err
+	}
+	if r.Archive.CaptureTip, err = s.CaptureTip(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func absentOK(err error) error {
+	if errors.Is(err, archive.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+func runStatus(ctx context.Context, env *cmdEnv) error {
+	dir := env.fs.str("data-dir")
+	s, err := archive.Open(dir, archive.Options{ReadOnly: true, Logger: env.log})
+	if err != nil {
+		return fmt.Errorf("read %s: %w (a running backstream answers the same report on its /status endpoint)", dir, err)
+	}
+	defer s.Close()
+	r, err := buildStatus(s)
+	if err != nil {
+		return err
+	}
+	if env.fs.get("json").(bool) {
+		enc := json.NewEncoder(env.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	printStatus(env.stdout, r)
+	return nil
+}
+
+func printStatus(out io.Writer, r *statusReport) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "phase\t%s\n", r.Phase)
+	for _, t := range []struct {
+		name string
+		v    *time.Time
+	}{{"phase entered", r.PhaseEnteredAt}, {"backfill started", r.BackfillStartedAt}, {"backfill completed", r.BackfillCompletedAt}} {
+		if t.v != nil {
+			fmt.Fprintf(tw, "%s\t%s\n", t.name, t.v.Format(time.RFC3339))
+		}
+	}
+	if r.Relay != "" {
+		fmt.Fprintf(tw, "relay\t%s\n", r.Relay)
+	}
+	fmt.Fprintf(tw, "repos\t%d total, %d inactive\n", r.Repos["total"], r.Repos["inactive"])
+	for _, st := range archive.RepoStatuses {
+		fmt.Fprintf(tw, "  %s\t%d\n", st, r.Repos[st.String()])
+	}
+	switch {
+	case r.Cursors.ListRepos == nil:
+		fmt.Fprintf(tw, "listRepos checkpoint\t(none: listing starts from the beginning)\n")
+	case *r.Cursors.ListRepos == "":
+		fmt.Fprintf(tw, "listRepos checkpoint\tlisting finished\n")
+	default:
+		fmt.Fprintf(tw, "listRepos checkpoint\t%.60q\n", *r.Cursors.ListRepos)
+	}
+	if r.Cursors.Relay != nil {
+		fmt.Fprintf(tw, "relay cursor\t%d\n", *r.Cursors.Relay)
+	}
+	if r.Cursors.Merge != nil {
+		fmt.Fprintf(tw, "merge cursor\t%d\n", *r.Cursors.Merge)
+	}
+	fmt.Fprintf(tw, "archive tip seq\t%d\n", r.Archive.TipSeq)
+	if r.Archive.CaptureTip > 0 {
+		fmt.Fprintf(tw, "capture tip seq\t%d\n", r.Archive.CaptureTip)
+	}
+	tw.Flush()
+}
