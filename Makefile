@@ -1,0 +1,51 @@
+# backstream — build, test and run targets. `make test` is what CI runs.
+
+GO      ?= go
+BIN     := bin/backstream
+PKGS    := ./...
+FUZZTIME ?= 30s
+
+.PHONY: all build test test-long vet fmt-check lint bench fuzz demo clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/backstream
+
+# The CI suite: vet, gofmt, every test in its short form (heavy tiers skip
+# under -short). Must finish in under 10 minutes on a 2-core machine.
+test: vet fmt-check
+	$(GO) test -short -count=1 -timeout 9m $(PKGS)
+
+# Slow tiers: process-level restarts, SIGKILL, big worlds, long sweeps.
+test-long: vet fmt-check
+	$(GO) test -count=1 -timeout 60m $(PKGS)
+
+vet:
+	$(GO) vet $(PKGS)
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+lint: vet fmt-check
+
+# Micro-benchmarks (writer, codecs, verifier, renderer, simulated network).
+# Report CPU-seconds and ratios: the machine is shared and noisy.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m $(PKGS)
+
+# Every fuzz target for FUZZTIME each.
+fuzz:
+	@for pkg in $$($(GO) list $(PKGS)); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+# The whole product on loopback: a simulated network and backstream serving it.
+demo: build
+	./scripts/demo.sh
+
+clean:
+	rm -rf bin
