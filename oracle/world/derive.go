@@ -26,6 +26,7 @@ const (
 	saltSizes   = 0x73697a6573000005
 	saltMutate  = 0x6d75746174650006
 	saltTraffic = 0x7472616666690007
+	saltHostile = 0x686f7374696c0008
 )
 
 // newRNG returns a PCG stream for (seed, salt, idx).

@@ -39,6 +39,8 @@ type account struct {
 	revClock  *syntax.TIDClock
 	lt        logicalTime // record rkey/createdAt clock
 	rng       *rand.Rand  // content stream for ResetRepo
+	hrng      *rand.Rand  // content stream of hostile one-off commits; nil until first needed
+	hostileN  int         // hostile path commits built so far (picks the invalid path)
 	tree      mst.Tree
 	bs        *memBlockstore
 	nrec      int

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -214,6 +215,15 @@ func (f *foldState) apply(ctx context.Context, w *World, dir identity.Directory,
 // finally compares the fold with the world's ground truth for every account.
 func runTraffic(t *testing.T, cfg Config, mode TrafficMode, seed int64, steps int) map[string]int {
 	t.Helper()
+	return runTrafficHostile(t, cfg, mode, seed, steps, 0)
+}
+
+// runTrafficHostile is runTraffic where, when hostileEvery > 0, every
+// hostileEvery-th #commit is followed by a one-off invalid commit for the
+// same account (alternately InvalidRevCommit and InvalidPathCommit), which
+// the fold must reject without changing its state.
+func runTrafficHostile(t *testing.T, cfg Config, mode TrafficMode, seed int64, steps, hostileEvery int) map[string]int {
+	t.Helper()
 	ctx := context.Background()
 	w := mustBuild(t, cfg)
 	dir := mockDirectory(t, w)
@@ -239,6 +249,23 @@ func runTraffic(t *testing.T, cfg Config, mode TrafficMode, seed int64, steps in
 			}
 			if len(ev.Commit.Ops) > 1 {
 				kinds["multi-op"]++
+			}
+			if hostileEvery > 0 && kinds["#commit"]%hostileEvery == 0 {
+				mk, reason, why := w.InvalidRevCommit, ReasonInvalidRev, "TID"
+				if kinds["#commit"]/hostileEvery%2 == 0 {
+					mk, reason, why = w.InvalidPathCommit, ReasonInvalidPath, "invalid repo path"
+				}
+				hev, err := mk(ev.DID)
+				if err != nil {
+					t.Fatalf("step %d: %s for %s: %v", i, reason, ev.DID, err)
+				}
+				if hev.Invalid != reason {
+					t.Fatalf("step %d: hostile event Invalid %q, want %q", i, hev.Invalid, reason)
+				}
+				if err := f.apply(ctx, w, dir, hev); err == nil || !strings.Contains(err.Error(), why) {
+					t.Fatalf("step %d: fold of a %s commit for %s: %v, want a %q error", i, reason, ev.DID, err, why)
+				}
+				kinds["hostile:"+reason]++
 			}
 		}
 		if ev.Account != nil {
@@ -314,4 +341,15 @@ func TestTraffic_LongFold(t *testing.T) {
 		t.Skip("heavy: 20,000 traffic steps")
 	}
 	runTraffic(t, Config{Seed: 21, Accounts: 12, RecordsMean: 3, Hosts: 2}, TrafficFull, 22, 20_000)
+}
+
+// TestTraffic_HostileCommitsLeaveStateIntact: basic traffic with a one-off
+// invalid commit after every fifth #commit; each is rejected by the fold for
+// its intended reason, every later valid commit still chains from the last
+// valid state, and the fold still matches the world.
+func TestTraffic_HostileCommitsLeaveStateIntact(t *testing.T) {
+	kinds := runTrafficHostile(t, Config{Seed: 5, Accounts: 30, RecordsMean: 10, Hosts: 2}, TrafficFull, 13, 1000, 5)
+	if kinds["hostile:"+ReasonInvalidRev] == 0 || kinds["hostile:"+ReasonInvalidPath] == 0 {
+		t.Fatalf("hostile commits %v", kinds)
+	}
 }

@@ -51,7 +51,12 @@ type Account struct {
 // Event is one firehose event produced by a mutation. Exactly one of the four
 // body pointers is set. Seq fields are 0; Time fields are RFC 3339.
 type Event struct {
-	DID      string
+	DID string
+	// Invalid is "" for an event the world applied. A deliberately invalid
+	// one-off #commit (InvalidRevCommit, InvalidPathCommit) carries the
+	// Reason* it was built to fail; the world did not apply it, so a
+	// consumer must reject it and a fold of the firehose must skip it.
+	Invalid  string
 	Commit   *comatproto.SyncSubscribeRepos_Commit
 	Identity *comatproto.SyncSubscribeRepos_Identity
 	Account  *comatproto.SyncSubscribeRepos_Account

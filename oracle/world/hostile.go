@@ -1,0 +1,227 @@
+package world
+
+// hostile.go owns the deliberately invalid one-off #commit bodies a hostile
+// relay emits (an invalid rev; a record under an invalid path next to a valid
+// one) and access to the accounts' signing keys for the network's hostile
+// CARs. A one-off commit is built on a copy of the account's MST and a
+// scratch block store and is never applied: the account's tree, blocks,
+// head, data, rev, record count and logical clock stay as they were, so the
+// next valid commit chains from the last valid state (Since = last valid
+// rev, PrevData = last valid data).
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+
+	comatproto "github.com/bluesky-social/indigo/api/atproto"
+	"github.com/bluesky-social/indigo/atproto/atcrypto"
+	"github.com/bluesky-social/indigo/atproto/repo"
+	lexutil "github.com/bluesky-social/indigo/lex/util"
+	"github.com/ipfs/go-cid"
+	carutil "github.com/ipld/go-car/util"
+)
+
+// Reasons carried by Event.Invalid: the check a one-off commit fails.
+const (
+	// ReasonInvalidRev: the rev (message and signed commit block) is not a TID.
+	ReasonInvalidRev = "invalid_rev"
+	// ReasonInvalidPath: one create op's path is not a valid repo path
+	// (invalid NSID, invalid rkey, or no rkey), next to a valid create.
+	ReasonInvalidPath = "invalid_path"
+)
+
+// InvalidRevValue is the rev InvalidRevCommit carries: not a TID.
+const InvalidRevValue = "not-a-tid"
+
+// InvalidRecordPaths returns MST keys that are not valid repo paths: an
+// invalid NSID, an invalid rkey, an over-long rkey (600 > 512 characters)
+// and a key without an rkey. All are valid MST keys (at most 1024 bytes).
+func InvalidRecordPaths() []string {
+	return []string{
+		"app.bsky.feed..post/3kabcdefghi22",
+		"app.bsky.feed.post/bad rkey!",
+		"com.example.thing/" + strings.Repeat("k", 600),
+		"app.bsky.feed.post",
+	}
+}
+
+// SigningKey returns the account's #atproto signing key (the private half of
+// Account.PublicKeyMultibase), so hostile copies of its repo can be validly
+// signed. Keys are fixed at Build; deleted accounts keep theirs. false for an
+// unknown DID.
+func (w *World) SigningKey(did string) (atcrypto.PrivateKey, bool) {
+	a, ok := w.byDID[did]
+	if !ok {
+		return nil, false
+	}
+	return a.priv, true
+}
+
+// InvalidRevCommit returns a one-off #commit for did that creates one new
+// record and is correct in every respect (signed by the account's key, Since
+// and PrevData naming the current state, blocks inverting to PrevData)
+// except that its rev, in the message and in the signed commit block, is
+// InvalidRevValue. The world does not apply it. The account must be active.
+func (w *World) InvalidRevCommit(did string) (Event, error) {
+	a, err := w.lookup(did)
+	if err != nil {
+		return Event{}, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.writable(); err != nil {
+		return Event{}, err
+	}
+	g := a.hostileGen(w)
+	r := g.next(trafficStep)
+	ops, err := createOps(pathRec{r.collection + "/" + r.rkey, r.rec})
+	if err != nil {
+		return Event{}, err
+	}
+	body, err := a.oneOffCommit(ops, InvalidRevValue, now())
+	if err != nil {
+		return Event{}, err
+	}
+	return Event{DID: a.did, Commit: body, Invalid: ReasonInvalidRev}, nil
+}
+
+// InvalidPathCommit returns a one-off #commit for did with two creates: one
+// at a valid new path and one at an invalid path (InvalidRecordPaths, in
+// turn per account). Everything else is valid: a fresh TID rev greater than
+// the current one, the account's signature, Since and PrevData naming the
+// current state, blocks inverting to PrevData. The world does not apply it;
+// the account's next valid commit still has Since = its current rev and
+// PrevData = its current data (and a greater rev than this one). The account
+// must be active.
+func (w *World) InvalidPathCommit(did string) (Event, error) {
+	a, err := w.lookup(did)
+	if err != nil {
+		return Event{}, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.writable(); err != nil {
+		return Event{}, err
+	}
+	g := a.hostileGen(w)
+	good := g.next(trafficStep)
+	bad := g.make(colPost)
+	paths := InvalidRecordPaths()
+	badPath := paths[a.hostileN%len(paths)]
+	a.hostileN++
+	ops, err := createOps(pathRec{good.collection + "/" + good.rkey, good.rec}, pathRec{badPath, bad.rec})
+	if err != nil {
+		return Event{}, err
+	}
+	body, err := a.oneOffCommit(ops, a.revClock.Next().String(), now())
+	if err != nil {
+		return Event{}, err
+	}
+	return Event{DID: a.did, Commit: body, Invalid: ReasonInvalidPath}, nil
+}
+
+// hostileGen is a record generator over the account's hostile stream and a
+// copy of its logical clock (the account's own clock does not move).
+func (a *account) hostileGen(w *World) recordGen {
+	if a.hrng == nil {
+		a.hrng = newRNG(w.cfg.Seed, saltHostile, uint64(a.idx))
+	}
+	lt := a.lt
+	return recordGen{rng: a.hrng, dids: w.dids, lt: &lt}
+}
+
+// pathRec is a record to create at path.
+type pathRec struct {
+	path string
+	rec  map[string]any
+}
+
+// createOps encodes records as create writes.
+func createOps(recs ...pathRec) ([]writeOp, error) {
+	ops := make([]writeOp, 0, len(recs))
+	for _, r := range recs {
+		b, err := marshalRecord(r.rec)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, writeOp{path: r.path, rec: b})
+	}
+	return ops, nil
+}
+
+// oneOffCommit builds the #commit that applying creates ops at rev would
+// produce, on a copy of the tree and a scratch block store, without touching
+// the account. The account's mutex must be held.
+func (a *account) oneOffCommit(ops []writeOp, rev, now string) (*comatproto.SyncSubscribeRepos_Commit, error) {
+	tree := a.tree.Copy()
+	scratch := newMemBlockstore(len(ops) + 8)
+	repoOps := make([]*comatproto.SyncSubscribeRepos_RepoOp, 0, len(ops))
+	recs := make([]cid.Cid, 0, len(ops))
+	for _, op := range ops {
+		c, err := dagCBORPrefix.Sum(op.rec)
+		if err != nil {
+			return nil, fmt.Errorf("world: record cid: %w", err)
+		}
+		res, err := repo.ApplyOp(&tree, op.path, &c)
+		if err != nil {
+			return nil, fmt.Errorf("world: one-off apply %s: %w", op.path, err)
+		}
+		if !res.IsCreate() {
+			return nil, fmt.Errorf("world: one-off %s: path exists", op.path)
+		}
+		scratch.put(c, op.rec)
+		recs = append(recs, c)
+		l := lexutil.LexLink(c)
+		repoOps = append(repoOps, &comatproto.SyncSubscribeRepos_RepoOp{Action: "create", Path: op.path, Cid: &l})
+	}
+	scratch.startDiff()
+	root, err := tree.WriteDiffBlocks(context.Background(), scratch)
+	diff := scratch.stopDiff()
+	if err != nil {
+		return nil, fmt.Errorf("world: one-off mst diff: %w", err)
+	}
+	c := repo.Commit{DID: a.did, Version: repo.ATPROTO_REPO_VERSION, Data: *root, Rev: rev}
+	if err := c.Sign(a.priv); err != nil {
+		return nil, fmt.Errorf("world: one-off sign: %w", err)
+	}
+	var cb bytes.Buffer
+	if err := c.MarshalCBOR(&cb); err != nil {
+		return nil, fmt.Errorf("world: one-off encode commit: %w", err)
+	}
+	head, err := dagCBORPrefix.Sum(cb.Bytes())
+	if err != nil {
+		return nil, fmt.Errorf("world: one-off commit cid: %w", err)
+	}
+	var buf bytes.Buffer
+	if err := writeCARHeader(&buf, head, cb.Bytes()); err != nil {
+		return nil, err
+	}
+	seen := map[cid.Cid]struct{}{head: {}}
+	for _, list := range [][]cid.Cid{diff, recs} {
+		for _, k := range list {
+			if _, dup := seen[k]; dup {
+				continue
+			}
+			seen[k] = struct{}{}
+			b, _ := scratch.get(k)
+			if err := carutil.LdWrite(&buf, k.Bytes(), b); err != nil {
+				return nil, fmt.Errorf("world: one-off car: %w", err)
+			}
+		}
+	}
+	since := a.rev
+	pd := lexutil.LexLink(a.data)
+	return &comatproto.SyncSubscribeRepos_Commit{
+		Blobs:    []lexutil.LexLink{},
+		Blocks:   buf.Bytes(),
+		Commit:   lexutil.LexLink(head),
+		Ops:      repoOps,
+		PrevData: &pd,
+		Repo:     a.did,
+		Rev:      rev,
+		Since:    &since,
+		Time:     now,
+	}, nil
+}
