@@ -13,6 +13,7 @@ import (
 	"time"
 
 	comatproto "github.com/bluesky-social/indigo/api/atproto"
+	"github.com/bluesky-social/indigo/atproto/atcrypto"
 	"github.com/bluesky-social/indigo/atproto/repo"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/gorilla/websocket"
@@ -288,51 +289,115 @@ func TestFaultResetMidBody(t *testing.T) {
 	t.Logf("client saw: %v after %d bytes", err, len(got))
 }
 
+// signedCommit decodes the root commit of a CAR without indigo's structure
+// checks (so an invalid rev still decodes) and returns it with the non-commit
+// blocks' CIDs.
+func signedCommit(t *testing.T, b []byte) (repo.Commit, map[cidT]bool) {
+	t.Helper()
+	root, bs, err := splitCAR(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c repo.Commit
+	found := false
+	rest := map[cidT]bool{}
+	for _, blk := range bs {
+		if blk.c == root {
+			if err := c.UnmarshalCBOR(bytes.NewReader(blk.data)); err != nil {
+				t.Fatal(err)
+			}
+			found = true
+			continue
+		}
+		rest[blk.c] = true
+	}
+	if !found {
+		t.Fatal("no commit block")
+	}
+	return c, rest
+}
+
+// didDocKey is did's #atproto key as the relay's PLC-style endpoint serves it.
+func didDocKey(t *testing.T, n *Network, did string) atcrypto.PublicKey {
+	t.Helper()
+	ident, err := directory(n).LookupDID(context.Background(), mustDID(t, did))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := ident.PublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// The other DID's CAR is complete and validly signed by that DID (its
+// document's key), so the only defect is that it names another DID.
 func TestFaultCommitForOtherDID(t *testing.T) {
 	n, did := faultNet(t)
 	n.Faults().CommitForOtherDID(did, 1)
 	_, b, _ := getRepo(t, n.RelayURL(), did)
-	commit, _ := loadCAR(t, b)
+	commit, recs := loadCAR(t, b)
 	if commit.DID == did {
 		t.Fatal("commit names the requested DID")
 	}
 	if _, err := repo.VerifyCommitSignatureFromCar(context.Background(), directory(n), b); err != nil {
 		t.Fatalf("other DID's CAR should be validly signed by that DID: %v", err)
 	}
+	if err := commit.VerifySignature(didDocKey(t, n, did)); err == nil {
+		t.Fatal("other DID's commit verifies against the requested DID's key")
+	}
+	if want := n.World().Records(commit.DID); !reflect.DeepEqual(recs, want) {
+		t.Fatalf("other DID's CAR: %d records, world %d", len(recs), len(want))
+	}
 }
 
+// The invalid-rev CAR is the account's repo with its commit re-signed by the
+// account's own key: the signature verifies against the DID document, the
+// MST and records are the world's, and only the rev fails (indigo's
+// VerifyStructure, inside LoadRepoFromCAR).
 func TestFaultInvalidRev(t *testing.T) {
 	n, did := faultNet(t)
-	n.Faults().InvalidRev(did, 1)
-	_, b, _ := getRepo(t, n.RelayURL(), did)
-	_, _, err := repo.LoadRepoFromCAR(context.Background(), bytes.NewReader(b))
-	if err == nil || !strings.Contains(err.Error(), "TID") {
-		t.Fatalf("LoadRepoFromCAR: %v, want a rev (TID) error", err)
-	}
-	root, bs, err := splitCAR(b)
+	full, acct, err := n.World().RepoCAR(did)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var c repo.Commit
-	for _, blk := range bs {
-		if blk.c == root {
-			if err := c.UnmarshalCBOR(bytes.NewReader(blk.data)); err != nil {
-				t.Fatal(err)
-			}
-		}
+	n.Faults().InvalidRev(did, 1)
+	_, b, _ := getRepo(t, n.RelayURL(), did)
+	_, _, err = repo.LoadRepoFromCAR(context.Background(), bytes.NewReader(b))
+	if err == nil || !strings.Contains(err.Error(), "TID") {
+		t.Fatalf("LoadRepoFromCAR: %v, want a rev (TID) error", err)
 	}
-	if c.Rev != InvalidRevValue || c.DID != did {
-		t.Fatalf("commit rev %q did %q", c.Rev, c.DID)
+	c, rest := signedCommit(t, b)
+	if c.Rev != InvalidRevValue || c.DID != did || c.Data != acct.Data || c.Version != repo.ATPROTO_REPO_VERSION {
+		t.Fatalf("commit rev %q did %q data %s, want data %s", c.Rev, c.DID, c.Data, acct.Data)
+	}
+	if err := c.VerifySignature(didDocKey(t, n, did)); err != nil {
+		t.Fatalf("invalid-rev commit not signed by the DID document's key: %v", err)
+	}
+	_, worldRest := signedCommit(t, full)
+	if !reflect.DeepEqual(rest, worldRest) {
+		t.Fatalf("non-commit blocks differ from the world's CAR: %d vs %d", len(rest), len(worldRest))
+	}
+	// With the rev fixed (and re-signed), the same CAR would load: the rev is
+	// the only defect.
+	c.Rev = acct.Rev
+	if err := c.VerifyStructure(); err != nil {
+		t.Fatalf("commit with the world's rev: %v", err)
 	}
 }
 
+// The invalid-paths CAR is signed by the account's own key at the world's
+// rev; its valid records are exactly the world's and the extra ones fail
+// syntax.ParseRepoPath.
 func TestFaultInvalidRecordPaths(t *testing.T) {
 	n, did := faultNet(t)
+	acct := mustAccount(t, n, did)
 	n.Faults().InvalidRecordPaths(did, 1)
 	_, b, _ := getRepo(t, n.RelayURL(), did)
 	commit, recs := loadCAR(t, b)
-	if commit.DID != did {
-		t.Fatalf("commit DID %s", commit.DID)
+	if commit.DID != did || commit.Rev != acct.Rev {
+		t.Fatalf("commit DID %s rev %s, want %s %s", commit.DID, commit.Rev, did, acct.Rev)
 	}
 	world := n.World().Records(did)
 	bad := 0
@@ -348,12 +413,8 @@ func TestFaultInvalidRecordPaths(t *testing.T) {
 	if bad != len(InvalidRecordPathKeys()) || len(recs)-bad != len(world) {
 		t.Fatalf("%d invalid + %d valid records, want %d + %d", bad, len(recs)-bad, len(InvalidRecordPathKeys()), len(world))
 	}
-	_, err := repo.VerifyCommitSignatureFromCar(context.Background(), directory(n), b)
-	if _, ok := any(n.World()).(signingKeySource); ok && err != nil {
-		t.Fatalf("re-signed commit does not verify: %v", err)
-	}
-	if err != nil {
-		t.Logf("world exposes no signing key: re-signed with a stand-in key (%v)", err)
+	if _, err := repo.VerifyCommitSignatureFromCar(context.Background(), directory(n), b); err != nil {
+		t.Fatalf("re-signed commit does not verify against the DID document: %v", err)
 	}
 }
 

@@ -4,7 +4,8 @@ package oracle
 // resetting bodies, and hostile copies of a repo (a dropped or corrupted
 // block, a re-signed commit with an invalid rev, extra records under invalid
 // paths). Copies are built from the world's CAR with indigo and cached per
-// (fault, DID, head).
+// (fault, DID, head); re-signed commits are signed with the account's own
+// key (world.SigningKey), so they fail only for the intended reason.
 
 import (
 	"bufio"
@@ -16,11 +17,9 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/bluesky-social/indigo/atproto/atcrypto"
 	"github.com/bluesky-social/indigo/atproto/atdata"
 	"github.com/bluesky-social/indigo/atproto/repo"
 	"github.com/bluesky-social/indigo/atproto/repo/mst"
@@ -34,30 +33,19 @@ import (
 	"github.com/backstream/backstream/oracle/world"
 )
 
-// InvalidRevValue is the rev an InvalidRev commit carries.
-const InvalidRevValue = "not-a-tid"
+// InvalidRevValue is the rev an InvalidRev commit carries (as in the
+// firehose's invalid-rev commits).
+const InvalidRevValue = world.InvalidRevValue
 
 // InvalidRecordPathKeys are the MST keys InvalidRecordPaths adds: an invalid
-// NSID, an invalid rkey, an over-long rkey, and a key that is not a path.
-func InvalidRecordPathKeys() []string {
-	return []string{
-		"app.bsky.feed..post/3kabcdefghi22",
-		"app.bsky.feed.post/bad rkey!",
-		"com.example.thing/" + strings.Repeat("k", 600),
-		"app.bsky.feed.post",
-	}
-}
-
-// signingKeySource is implemented by a world that exposes account keys.
-type signingKeySource interface {
-	SigningKey(did string) (atcrypto.PrivateKey, bool)
-}
+// NSID, an invalid rkey, an over-long rkey, and a key that is not a path
+// (world.InvalidRecordPaths).
+func InvalidRecordPathKeys() []string { return world.InvalidRecordPaths() }
 
 // hostileCache holds built hostile CARs.
 type hostileCache struct {
-	mu       sync.Mutex
-	m        map[string][]byte
-	fallback atcrypto.PrivateKey
+	mu sync.Mutex
+	m  map[string][]byte
 }
 
 const hostileCacheMax = 1024
@@ -76,27 +64,6 @@ func (c *hostileCache) put(key string, b []byte) {
 		c.m = make(map[string][]byte)
 	}
 	c.m[key] = b
-}
-
-// signingKey returns did's signing key when the world exposes it, otherwise a
-// network-wide stand-in key (the commit is then well formed but its signature
-// does not match the DID document).
-func (n *Network) signingKey(did string) (atcrypto.PrivateKey, error) {
-	if s, ok := any(n.w).(signingKeySource); ok {
-		if k, ok := s.SigningKey(did); ok {
-			return k, nil
-		}
-	}
-	n.hostile.mu.Lock()
-	defer n.hostile.mu.Unlock()
-	if n.hostile.fallback == nil {
-		k, err := atcrypto.GeneratePrivateKeyK256()
-		if err != nil {
-			return nil, fmt.Errorf("oracle: stand-in signing key: %w", err)
-		}
-		n.hostile.fallback = k
-	}
-	return n.hostile.fallback, nil
 }
 
 // serveFaultedCAR answers a getRepo with the CAR-shaped fault st.
@@ -369,9 +336,9 @@ func (n *Network) resign(did string, root cid.Cid, bs []carBlock, tree []carBloc
 		return nil, fmt.Errorf("oracle: resign: decode commit: %w", err)
 	}
 	edit(&c)
-	key, err := n.signingKey(did)
-	if err != nil {
-		return nil, err
+	key, ok := n.w.SigningKey(did)
+	if !ok {
+		return nil, fmt.Errorf("oracle: resign %s: %w", did, world.ErrUnknownDID)
 	}
 	if err := c.Sign(key); err != nil {
 		return nil, fmt.Errorf("oracle: resign: %w", err)
