@@ -212,7 +212,9 @@ func TestVerifyLargeRepoMemory(t *testing.T) {
 	if peakVerify > carBytes*3 {
 		t.Errorf("verify peaked at %d bytes for a %d-byte CAR", peakVerify, carBytes)
 	}
-	if allocsPerRecord > 8 || bytesPerRecord > 512 {
+	// Two objects per record (key string, CID) beyond the record, which is
+	// never copied: a copy of a ~150-byte record would break the byte bound.
+	if allocsPerRecord > 3 || bytesPerRecord > 128 {
 		t.Errorf("iteration allocates %.2f objects, %.0f bytes per record", allocsPerRecord, bytesPerRecord)
 	}
 	runtime.KeepAlive(s)

@@ -279,6 +279,9 @@ func TestVerifyFailures(t *testing.T) {
 				did = fixtureDID
 			}
 			s, err := VerifyBytes(context.Background(), tc.car, did, tc.opts)
+			if err == nil {
+				t.Fatalf("accepted (%d records); want %v", s.RecordCount, tc.want)
+			}
 			if s != nil {
 				t.Fatal("a snapshot was returned with an error")
 			}
@@ -570,4 +573,32 @@ func TestVerifyOtherHashes(t *testing.T) {
 	car := append(writeCAR(t, []cid.Cid{f.commitBlk.c}, bl), byte(len(unknown)))
 	_, err = VerifyBytes(context.Background(), append(car, unknown...), f.did, VerifyOptions{})
 	requireOnly(t, err, ErrMalformedCAR)
+}
+
+// TestSnapshotConcurrentRecords: a Snapshot is immutable; walks share nothing.
+func TestSnapshotConcurrentRecords(t *testing.T) {
+	f := buildFixture(t, fixtureSpec{posts: 200, extra: []fxRecord{{"bad path", []byte{0xa0}}}})
+	s, err := VerifyBytes(context.Background(), f.car(t), f.did, VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			n := 0
+			err := s.Records(func(Record) error { n++; return nil })
+			if err == nil && n != 200 {
+				err = fmt.Errorf("walked %d", n)
+			}
+			if err == nil {
+				err = s.Drops(func(Drop) error { return nil })
+			}
+			errs <- err
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
 }
