@@ -1,0 +1,542 @@
+package firehose
+
+// consumer.go owns the Consumer: its configuration, the per-frame step
+// (Handle), the connection loop with reconnects (Run), and the cursor state
+// (last accepted in memory, last durable from the writer's receipts).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/upstream"
+)
+
+// Mode says which writer a consumer feeds and whether units carry repo side
+// effects.
+type Mode uint8
+
+const (
+	// ModeCapture feeds the capture writer (archive.WriterOptions{Capture:
+	// true}): rows and cursor/relay only, no repo mutations (merge applies
+	// the side effects later, M8).
+	ModeCapture Mode = 1
+	// ModeLive feeds the archive writer: each #account/#sync row's unit also
+	// carries its conditional repo mutation (Effects).
+	ModeLive Mode = 2
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeCapture:
+		return "capture"
+	case ModeLive:
+		return "live"
+	}
+	return fmt.Sprintf("mode(%d)", uint8(m))
+}
+
+// DefaultIdleTimeout is how long a connection may stay silent (no message,
+// no pong) before it is dropped and redialed. Pings go out every third of it.
+const DefaultIdleTimeout = 60 * time.Second
+
+// Config configures a Consumer.
+type Config struct {
+	// Relay is the relay base URL (http(s)://, ws(s):// or a bare host).
+	Relay string
+	// Writer receives one unit per processed frame. ModeCapture needs the
+	// capture writer, ModeLive the archive writer.
+	Writer *archive.Writer
+	Mode   Mode
+	// Cursor is where to start: nil = the live tip (no cursor parameter);
+	// N = every event with seq > N. It is taken to be durable already (the
+	// value read from cursor/relay), so Started is closed at once when set.
+	Cursor *int64
+	// ReadLimit bounds one websocket message (<= 0: upstream.DefaultFirehoseReadLimit).
+	ReadLimit int64
+	// BackoffMin and BackoffMax bound the reconnect delay (defaults 250 ms, 30 s).
+	BackoffMin, BackoffMax time.Duration
+	// IdleTimeout drops a connection silent for this long (default 60 s).
+	IdleTimeout time.Duration
+	Metrics     *Metrics
+	Logger      *slog.Logger
+	// Now is the clock for side effects' NextAttemptUS (default time.Now).
+	Now func() time.Time
+}
+
+// Consumer reads subscribeRepos and submits one archive.Unit per frame. Run
+// drives it; Handle is its synchronous step.
+type Consumer struct {
+	cfg     Config
+	log     *slog.Logger
+	m       *Metrics
+	acks    *archive.Acks
+	running atomic.Bool
+
+	// Owned by the goroutine calling Handle (Run's).
+	hasPos bool  // a resume position exists (Config.Cursor or an accepted frame)
+	last   int64 // last accepted seq
+
+	lastAccepted atomic.Int64
+	lastDurable  atomic.Int64
+	outdated     atomic.Bool
+
+	started     chan struct{}
+	startedOnce sync.Once
+
+	mu    sync.Mutex // guards the receipt drain, fatal and abort
+	rcpt  []archive.Receipt
+	fatal error
+	abort context.CancelFunc // cancels the active Run
+}
+
+// New validates cfg and returns a Consumer; nothing starts until Run.
+func New(cfg Config) (*Consumer, error) {
+	switch {
+	case cfg.Relay == "":
+		return nil, fmt.Errorf("firehose: new: %w: no relay", ErrConfig)
+	case cfg.Writer == nil:
+		return nil, fmt.Errorf("firehose: new: %w: no writer", ErrConfig)
+	case cfg.Mode != ModeCapture && cfg.Mode != ModeLive:
+		return nil, fmt.Errorf("firehose: new: %w: mode %d", ErrConfig, cfg.Mode)
+	case cfg.Cursor != nil && *cfg.Cursor < 0:
+		return nil, fmt.Errorf("firehose: new: %w: negative cursor %d", ErrConfig, *cfg.Cursor)
+	case cfg.BackoffMin < 0 || cfg.BackoffMax < 0 || cfg.IdleTimeout < 0:
+		return nil, fmt.Errorf("firehose: new: %w: negative duration", ErrConfig)
+	}
+	if cfg.BackoffMin == 0 {
+		cfg.BackoffMin = DefaultBackoffMin
+	}
+	if cfg.BackoffMax == 0 {
+		cfg.BackoffMax = DefaultBackoffMax
+	}
+	if cfg.BackoffMax < cfg.BackoffMin {
+		cfg.BackoffMax = cfg.BackoffMin
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	c := &Consumer{
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "firehose", "mode", cfg.Mode.String()),
+		m:       cfg.Metrics,
+		acks:    archive.NewAcks(),
+		started: make(chan struct{}),
+	}
+	if cfg.Cursor != nil {
+		c.hasPos, c.last = true, *cfg.Cursor
+		c.lastAccepted.Store(c.last)
+		c.lastDurable.Store(c.last)
+		c.m.durable(c.last)
+		c.startedOnce.Do(func() { close(c.started) })
+	}
+	return c, nil
+}
+
+// LastAccepted is the last upstream seq submitted to the writer (Config.Cursor
+// before any; 0 when neither). Reconnects resume from it.
+func (c *Consumer) LastAccepted() int64 { return c.lastAccepted.Load() }
+
+// LastDurable is the last upstream seq whose unit (and so cursor/relay) is
+// durable (Config.Cursor before any; 0 when neither).
+func (c *Consumer) LastDurable() int64 {
+	c.collect()
+	return c.lastDurable.Load()
+}
+
+// Started is closed once a starting cursor is durable: at New when
+// Config.Cursor is set, otherwise when the first frame's unit is durable
+// (M1: bootstrap dispatches no getRepo before).
+func (c *Consumer) Started() <-chan struct{} { return c.started }
+
+// OutdatedCursor reports whether the relay said #info OutdatedCursor: events
+// between the cursor and its oldest retained one were missed.
+func (c *Consumer) OutdatedCursor() bool { return c.outdated.Load() }
+
+// Err is the fatal error that stopped (or will stop) Run: a refused unit.
+// Writer failures are returned by Run and Handle directly.
+func (c *Consumer) Err() error {
+	c.collect()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fatal
+}
+
+// collect drains the receipt mailbox: durable units move LastDurable and
+// close Started; a refused unit is fatal and aborts the active Run.
+func (c *Consumer) collect() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rcpt = c.acks.Drain(c.rcpt[:0])
+	for i := range c.rcpt {
+		r := &c.rcpt[i]
+		seq, _ := r.Token.(int64)
+		if r.Refused != nil {
+			if c.fatal == nil {
+				c.fatal = fmt.Errorf("firehose: seq %d: %w: %v", seq, ErrUnitRefused, r.Refused)
+				c.log.Error("firehose: writer refused a unit; stopping", "seq", seq, "err", r.Refused)
+				if c.abort != nil {
+					c.abort()
+				}
+			}
+			continue
+		}
+		if c.fatal != nil {
+			continue // never report progress past a hole
+		}
+		if seq > c.lastDurable.Load() {
+			c.lastDurable.Store(seq)
+			c.m.durable(seq)
+		}
+		c.startedOnce.Do(func() { close(c.started) })
+	}
+	clear(c.rcpt)
+}
+
+func (c *Consumer) failed() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fatal
+}
+
+// writerErr is non-nil once the writer has stopped.
+func (c *Consumer) writerErr() error {
+	select {
+	case <-c.cfg.Writer.Done():
+		err := c.cfg.Writer.Err()
+		if err == nil {
+			err = archive.ErrClosed
+		}
+		return fmt.Errorf("firehose: writer stopped: %w", err)
+	default:
+		return nil
+	}
+}
+
+// Handle processes one binary websocket message: decode, validate, and (for
+// a frame with a seq above the last accepted one) submit one unit holding
+// its rows and cursor/relay = its seq. Frames that cannot be used are
+// counted and skipped. It returns an error only when the unit could not be
+// submitted (ctx done, writer stopped) or an earlier unit was refused; the
+// frame is then not accepted. Not safe for concurrent use, nor alongside Run.
+func (c *Consumer) Handle(ctx context.Context, msg []byte) error {
+	if err := c.failed(); err != nil {
+		return err
+	}
+	f, err := upstream.DecodeFrame(msg)
+	switch {
+	case errors.Is(err, upstream.ErrUnknownFrameType):
+		c.m.frame(frameUnknown)
+		c.m.anomaly(AnomalyUnknownType)
+		return nil
+	case err != nil:
+		c.m.frame(frameInvalid)
+		c.m.anomaly(AnomalyUndecodable)
+		return nil
+	}
+	switch {
+	case f.Error != nil:
+		c.m.frame(frameError)
+		kind := AnomalyErrorFrame
+		switch f.Error.Error {
+		case "FutureCursor":
+			kind = AnomalyFutureCursor
+		case "ConsumerTooSlow":
+			kind = AnomalyConsumerTooSlow
+		}
+		c.m.anomaly(kind)
+		c.log.Warn("firehose: relay sent an error frame", "error", clip(f.Error.Error, 64),
+			"message", clip(f.Error.Message, 256), "cursor", c.LastAccepted())
+		return nil
+	case f.Info != nil:
+		c.m.frame(frameInfo)
+		if f.Info.Name == "OutdatedCursor" {
+			c.outdated.Store(true)
+			c.m.outdatedCursor()
+			c.m.anomaly(AnomalyOutdatedCursor)
+			c.log.Error("firehose: relay says our cursor is outdated: events were missed",
+				"cursor", c.LastAccepted())
+		}
+		return nil
+	}
+	seq, _ := f.Seq()
+	c.m.frame(frameType(&f))
+	if seq <= 0 {
+		c.m.anomaly(AnomalyInvalidSeq)
+		return nil
+	}
+	if c.hasPos {
+		if seq <= c.last {
+			c.m.anomaly(AnomalyDuplicate)
+			return nil
+		}
+		if seq > c.last+1 {
+			c.m.anomaly(AnomalySeqGap)
+		}
+	}
+	u, err := c.unit(&f, seq)
+	if err != nil {
+		return err
+	}
+	if err := c.cfg.Writer.Submit(ctx, u); err != nil {
+		if werr := c.writerErr(); werr != nil {
+			return werr
+		}
+		return fmt.Errorf("firehose: submit seq %d: %w", seq, err)
+	}
+	c.hasPos, c.last = true, seq
+	c.lastAccepted.Store(seq)
+	c.m.accepted(seq, eventTime(&f, c.cfg.Now))
+	return nil
+}
+
+// unit builds the unit of one seq'd frame: its valid rows, their side
+// effects (live mode), and cursor/relay in the same unit (C1).
+func (c *Consumer) unit(f *upstream.Frame, seq int64) (*archive.Unit, error) {
+	cur, err := archive.EncodeSeqCursor(uint64(seq))
+	if err != nil {
+		return nil, fmt.Errorf("firehose: cursor %d: %w", seq, err) // unreachable: seq > 0
+	}
+	u := &archive.Unit{
+		Events: Rows(f, seq, c.m),
+		Puts:   []archive.KV{{Key: archive.KeyCursorRelay, Value: cur}},
+		Token:  seq,
+		Acks:   c.acks,
+	}
+	if c.cfg.Mode == ModeLive {
+		now := c.cfg.Now().UnixMicro()
+		for i := range u.Events {
+			if up := Effects(&u.Events[i], now); up != nil {
+				u.Repos = append(u.Repos, *up)
+			}
+		}
+	}
+	return u, nil
+}
+
+func frameType(f *upstream.Frame) string {
+	switch {
+	case f.Commit != nil:
+		return frameCommit
+	case f.Sync != nil:
+		return frameSync
+	case f.Identity != nil:
+		return frameIdentity
+	case f.Account != nil:
+		return frameAccount
+	}
+	return frameUnknown
+}
+
+// eventTime is the frame's upstream time in unix seconds, or now when it
+// does not parse.
+func eventTime(f *upstream.Frame, now func() time.Time) float64 {
+	var s string
+	switch {
+	case f.Commit != nil:
+		s = f.Commit.Time
+	case f.Sync != nil:
+		s = f.Sync.Time
+	case f.Identity != nil:
+		s = f.Identity.Time
+	case f.Account != nil:
+		s = f.Account.Time
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		t = now()
+	}
+	return float64(t.UnixNano()) / 1e9
+}
+
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// resumeCursor is the cursor for the next dial: the last accepted seq, or
+// nil (live tip) when there is no position yet.
+func (c *Consumer) resumeCursor() *int64 {
+	if !c.hasPos {
+		return nil
+	}
+	v := c.last
+	return &v
+}
+
+// fatalError marks errors that end Run (writer stopped, unit refused).
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string { return e.err.Error() }
+func (e *fatalError) Unwrap() error { return e.err }
+
+// Run consumes the firehose until ctx is done (it then returns nil) or a
+// fatal error: the writer stopped (its error, or archive.ErrClosed) or
+// refused a unit (ErrUnitRefused). Upstream trouble (dial errors, close
+// frames, read errors, error frames, idle connections) only reconnects,
+// with capped, jittered exponential backoff, resuming from LastAccepted.
+// Run returns only after every goroutine it started has stopped. Units
+// already submitted stay with the writer and become durable in order.
+func (c *Consumer) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer c.running.Store(false)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c.mu.Lock()
+	c.abort = cancel
+	c.mu.Unlock()
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // owned: waited for below
+		defer wg.Done()
+		for {
+			select {
+			case <-c.acks.Ready():
+				c.collect()
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	err := c.loop(ctx)
+	cancel()
+	wg.Wait()
+	c.mu.Lock()
+	c.abort = nil
+	c.mu.Unlock()
+	c.collect()
+	if err == nil {
+		err = c.failed()
+	}
+	return err
+}
+
+// stopped reports whether Run must end, and with which error (nil when
+// ctx is done).
+func (c *Consumer) stopped(ctx context.Context) (bool, error) {
+	if err := c.failed(); err != nil {
+		return true, err
+	}
+	if err := c.writerErr(); err != nil {
+		return true, err
+	}
+	return ctx.Err() != nil, nil
+}
+
+func (c *Consumer) loop(ctx context.Context) error {
+	bo := backoff{min: c.cfg.BackoffMin, max: c.cfg.BackoffMax}
+	for first := true; ; first = false {
+		if stop, err := c.stopped(ctx); stop {
+			return err
+		}
+		if !first {
+			c.m.reconnect()
+			t := time.NewTimer(bo.next())
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+			case <-c.cfg.Writer.Done():
+			}
+			t.Stop()
+			if stop, err := c.stopped(ctx); stop {
+				return err
+			}
+		}
+		progressed, err := c.session(ctx)
+		if progressed {
+			bo.reset()
+		}
+		var fe *fatalError
+		if errors.As(err, &fe) {
+			if ctx.Err() != nil && c.failed() == nil && c.writerErr() == nil {
+				return nil
+			}
+			return fe.err
+		}
+		if ctx.Err() == nil && c.writerErr() == nil {
+			c.log.Info("firehose: disconnected; reconnecting", "err", err, "cursor", c.LastAccepted())
+		}
+	}
+}
+
+// session dials once and reads until the connection fails. progressed is
+// true when at least one frame was accepted.
+func (c *Consumer) session(ctx context.Context) (progressed bool, err error) {
+	conn, err := upstream.DialFirehose(ctx, c.cfg.Relay, c.resumeCursor(), c.cfg.ReadLimit)
+	if err != nil {
+		return false, err
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // owned: waited for in the deferred func
+		defer wg.Done()
+		c.watch(ctx, conn, done)
+	}()
+	defer func() {
+		close(done)
+		wg.Wait()
+		_ = conn.Close()
+	}()
+	idle := c.cfg.IdleTimeout
+	_ = conn.SetReadDeadline(time.Now().Add(idle))
+	conn.SetPongHandler(func(string) error { return conn.SetReadDeadline(time.Now().Add(idle)) })
+	for {
+		mt, msg, err := conn.ReadMessage()
+		if err != nil {
+			return progressed, err
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(idle))
+		if mt != websocket.BinaryMessage {
+			c.m.frame(frameInvalid)
+			c.m.anomaly(AnomalyUndecodable)
+			continue
+		}
+		before := c.last
+		if err := c.Handle(ctx, msg); err != nil {
+			return progressed, &fatalError{err}
+		}
+		if c.last != before {
+			progressed = true
+		}
+	}
+}
+
+// watch closes conn when ctx ends or the writer stops (unblocking the read),
+// and pings the relay so a silent but healthy connection stays open.
+func (c *Consumer) watch(ctx context.Context, conn *websocket.Conn, done <-chan struct{}) {
+	t := time.NewTicker(max(c.cfg.IdleTimeout/3, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			_ = conn.Close()
+			return
+		case <-c.cfg.Writer.Done():
+			_ = conn.Close()
+			return
+		case <-t.C:
+			_ = conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(5*time.Second))
+		}
+	}
+}

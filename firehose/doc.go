@@ -1,0 +1,69 @@
+// Package firehose owns the subscribeRepos consumer: it reads the relay's
+// firehose, turns each frame into one archive.Unit (its rows plus
+// cursor/relay), and submits it to a writer: the capture writer during
+// bootstrap (ModeCapture, rows into cap/), the archive writer in steady state
+// (ModeLive, rows into ev/ plus the repo side effects of #account and #sync).
+//
+// # What it provides
+//
+//   - New(Config) / Run(ctx): dial, read, reconnect with capped, jittered
+//     exponential backoff (250 ms → 30 s by default), until ctx ends or the
+//     writer fails.
+//   - Handle(ctx, msg): the synchronous step for one websocket message, so
+//     tests drive the consumer frame by frame.
+//   - Rows(frame, seq, metrics): a frame's archive rows after validation.
+//   - Effects(event, nowUS): the conditional repo mutation of an #account or
+//     #sync row. The merge walker applies exactly this to captured rows (M8).
+//   - LastAccepted, LastDurable, Started, OutdatedCursor; NewMetrics.
+//
+// # Invariants kept here
+//
+//   - C1: every unit carries cursor/relay = its frame's seq in Puts, so the
+//     cursor is durable in the same batch as the rows it covers. A frame
+//     whose every row is dropped still submits a unit with just the cursor:
+//     every processed frame advances the cursor (S1).
+//   - S1: the start cursor comes from the caller (nil: live tip). A reconnect
+//     resumes from the last seq accepted in memory (submitted; the writer
+//     applies units in order, so it is durable unless the process dies, and
+//     then the restart resumes from the durable cursor/relay). Any frame at
+//     or below the last accepted seq is dropped and counted (duplicate). An
+//     invalid DID or rev (syntax.ParseTID) drops the whole event; an invalid
+//     collection, rkey, action or missing record block drops that op only; a
+//     row over the archive's field limits drops that row. Drops are counted
+//     in backstream_firehose_dropped_total{reason}, never logged per event.
+//   - Frames without a seq advance nothing: #info (OutdatedCursor raises
+//     backstream_firehose_outdated_cursor), error frames, undecodable and
+//     unknown frames are counted in backstream_firehose_anomalies_total{kind}
+//     and skipped; a seq gap is counted and the frame processed.
+//   - M1: Started is closed once a starting cursor is durable (the first
+//     frame's unit, or at once when Config.Cursor was given).
+//   - M2: upstream trouble never ends Run; a writer failure (its fatal error
+//     or archive.ErrClosed) or a refused unit (ErrUnitRefused) ends it with
+//     that error. No degraded mode.
+//   - Every goroutine is owned: Run returns only after the receipt drainer
+//     and the per-connection watcher have stopped.
+//
+// # Tricky bits
+//
+// "Accepted" and "durable" are different cursors. Accepted moves when Submit
+// returns; durable moves when the writer's receipt arrives (Acks mailbox,
+// drained by a goroutine of Run and by LastDurable). Resuming a reconnect
+// from the durable cursor would re-read frames already queued in the writer;
+// they would be dropped as duplicates, but only because of the seq rule, and
+// the relay would send them again for nothing. Resuming from accepted is
+// exact. A process restart has only the durable cursor, and that is also
+// exact: what was accepted but not durable was lost with the process.
+//
+// A refused unit (which validation should make impossible) is fatal, and
+// LastDurable never moves past it; but units already queued behind it still
+// commit, so cursor/relay in the store may pass it. The consumer stops loudly
+// rather than continue over the hole.
+//
+// # Not here
+//
+// Deciding phases, waiting on Started, stopping capture at merging, and
+// choosing the start cursor are lifecycle's. Applying side effects to
+// captured rows is merge's (with Effects). Fetching repos marked for
+// replacement is retry's. Dialing and frame decoding are upstream's; seq
+// allocation, the rev ratchet and repo mutations are the archive writer's.
+package firehose

@@ -1,0 +1,342 @@
+package firehose
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	comatproto "github.com/bluesky-social/indigo/api/atproto"
+	lexutil "github.com/bluesky-social/indigo/lex/util"
+	"github.com/ipfs/go-cid"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/oracle/world"
+	"github.com/backstream/backstream/upstream"
+)
+
+// kindScript is one frame of every kind, from a real world, with what it
+// must become.
+type scripted struct {
+	ev   world.Event
+	want []archive.Event // rows without Seq/TimeUS
+}
+
+func everyKind(t *testing.T, w *world.World) []scripted {
+	t.Helper()
+	dids := activeDIDs(w)
+	a, b := dids[0], dids[1]
+	var out []scripted
+	add := func(ev world.Event, want ...archive.Event) { out = append(out, scripted{ev, want}) }
+
+	create := must(t)(w.CreateRecord(a, "app.bsky.feed.post", "", map[string]any{"$type": "app.bsky.feed.post", "text": "hello", "createdAt": "2024-01-01T00:00:00Z"}))
+	op := create.Commit.Ops[0]
+	coll, rkey, _ := bytes.Cut([]byte(op.Path), []byte("/"))
+	rec, _ := w.RecordBytes(a, op.Path)
+	add(create, archive.Event{Kind: archive.KindCreate, DID: a, Collection: string(coll), RKey: string(rkey),
+		Rev: create.Commit.Rev, CID: cid.Cid(*op.Cid).Bytes(), Record: rec})
+
+	update := must(t)(w.UpdateRecord(a, op.Path, map[string]any{"$type": "app.bsky.feed.post", "text": "edited", "createdAt": "2024-01-01T00:00:00Z"}))
+	rec2, _ := w.RecordBytes(a, op.Path)
+	add(update, archive.Event{Kind: archive.KindUpdate, DID: a, Collection: string(coll), RKey: string(rkey),
+		Rev: update.Commit.Rev, CID: cid.Cid(*update.Commit.Ops[0].Cid).Bytes(), Record: rec2})
+
+	del := must(t)(w.DeleteRecord(a, op.Path))
+	add(del, archive.Event{Kind: archive.KindDelete, DID: a, Collection: string(coll), RKey: string(rkey), Rev: del.Commit.Rev})
+
+	add(must(t)(w.SetHandle(b, "renamed.test")), archive.Event{Kind: archive.KindIdentity, DID: b, Handle: "renamed.test"})
+	add(must(t)(w.SetStatus(b, world.StatusDeactivated)), archive.Event{Kind: archive.KindAccount, DID: b, Status: "deactivated"})
+	add(must(t)(w.SetStatus(b, world.StatusActive)), archive.Event{Kind: archive.KindAccount, DID: b, Active: true})
+	sync := must(t)(w.ResetRepo(a, 3))
+	add(sync, archive.Event{Kind: archive.KindSync, DID: a, Rev: sync.Sync.Rev})
+	for i := range out {
+		for j := range out[i].want {
+			out[i].want[j].UpstreamSeq = int64(i + 1)
+			out[i].want[j].Source = archive.SourceLive
+		}
+	}
+	return out
+}
+
+func sameRow(got, want archive.Event) bool {
+	got.Seq, got.TimeUS = 0, 0
+	return got.Kind == want.Kind && got.DID == want.DID && got.Collection == want.Collection &&
+		got.RKey == want.RKey && got.Rev == want.Rev && bytes.Equal(got.CID, want.CID) &&
+		bytes.Equal(got.Record, want.Record) && got.Handle == want.Handle && got.Active == want.Active &&
+		got.Status == want.Status && got.UpstreamSeq == want.UpstreamSeq && got.Source == want.Source
+}
+
+// TestHandleEveryKind: each frame kind becomes the right rows, in both
+// modes, and every frame moves cursor/relay to its seq.
+func TestHandleEveryKind(t *testing.T) {
+	for _, capture := range []bool{true, false} {
+		name := "live"
+		if capture {
+			name = "capture"
+		}
+		t.Run(name, func(t *testing.T) {
+			w := buildWorld(t, 4)
+			script := everyKind(t, w)
+			s := openStore(t)
+			wr := newWriter(t, s, capture)
+			mode := ModeLive
+			if capture {
+				mode = ModeCapture
+			}
+			c, m := newConsumer(t, Config{Writer: wr, Mode: mode})
+			ctx := context.Background()
+			var want []archive.Event
+			for i, sc := range script {
+				seq := int64(i + 1)
+				if err := c.Handle(ctx, encode(t, sc.ev, seq)); err != nil {
+					t.Fatalf("handle %d: %v", seq, err)
+				}
+				if c.LastAccepted() != seq {
+					t.Fatalf("last accepted %d, want %d", c.LastAccepted(), seq)
+				}
+				waitDurable(t, c, seq)
+				if got := relayCursor(t, s); got != seq {
+					t.Fatalf("cursor/relay %d after frame %d", got, seq)
+				}
+				want = append(want, sc.want...)
+			}
+			got := readLog(t, s, capture)
+			if other := readLog(t, s, !capture); len(other) != 0 {
+				t.Fatalf("%d rows in the other log", len(other))
+			}
+			if len(got) != len(want) {
+				t.Fatalf("%d rows, want %d: %+v", len(got), len(want), got)
+			}
+			for i := range want {
+				if !sameRow(got[i], want[i]) {
+					t.Errorf("row %d\n got  %+v\n want %+v", i, got[i], want[i])
+				}
+			}
+			for _, typ := range []string{frameCommit, frameIdentity, frameAccount, frameSync} {
+				if counter(m.frames, typ) == 0 {
+					t.Errorf("frames_total{type=%s} = 0", typ)
+				}
+			}
+			for _, r := range dropReasons {
+				if n := counter(m.dropped, r); n != 0 {
+					t.Errorf("dropped{%s} = %d on valid frames", r, n)
+				}
+			}
+			select {
+			case <-c.Started():
+			default:
+				t.Fatal("Started not closed after the first durable cursor")
+			}
+		})
+	}
+}
+
+// TestUnitCarriesCursor: the cursor is in the same unit as the rows (C1);
+// capture units carry no repo mutations, live #account/#sync units do.
+func TestUnitCarriesCursor(t *testing.T) {
+	w := buildWorld(t, 4)
+	script := everyKind(t, w)
+	s := openStore(t)
+	for _, mode := range []Mode{ModeCapture, ModeLive} {
+		c, _ := newConsumer(t, Config{Writer: newWriter(t, s, mode == ModeCapture), Mode: mode})
+		for i, sc := range script {
+			seq := int64(i + 1)
+			f, err := upstream.DecodeFrame(encode(t, sc.ev, seq))
+			if err != nil {
+				t.Fatal(err)
+			}
+			u, err := c.unit(&f, seq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := archive.EncodeSeqCursor(uint64(seq))
+			if len(u.Puts) != 1 || !bytes.Equal(u.Puts[0].Key, archive.KeyCursorRelay) || !bytes.Equal(u.Puts[0].Value, want) {
+				t.Fatalf("%s seq %d: puts %+v, want cursor/relay=%d", mode, seq, u.Puts, seq)
+			}
+			if len(u.Events) != len(sc.want) {
+				t.Fatalf("%s seq %d: %d rows with the cursor, want %d", mode, seq, len(u.Events), len(sc.want))
+			}
+			effects := sc.ev.Account != nil || sc.ev.Sync != nil
+			if got := len(u.Repos) > 0; got != (effects && mode == ModeLive) {
+				t.Fatalf("%s seq %d (%s): repo updates %+v", mode, seq, sc.ev.Type(), u.Repos)
+			}
+		}
+	}
+}
+
+// TestHandleValidation: invalid rev / DID / blocks drop the whole event,
+// invalid collection / rkey / block drop one op, an oversized record drops
+// its row; every such frame still advances the cursor, alone in its unit
+// when nothing is left (S1).
+func TestHandleValidation(t *testing.T) {
+	w := buildWorld(t, 4)
+	a := activeDIDs(w)[0]
+	fresh := func() *comatproto.SyncSubscribeRepos_Commit {
+		return must(t)(w.CreateRecord(a, "app.bsky.feed.post", "", map[string]any{"$type": "app.bsky.feed.post", "text": "x", "createdAt": "2024-01-01T00:00:00Z"})).Commit
+	}
+	// withOp adds a copy of the commit's op under another path.
+	withOp := func(c *comatproto.SyncSubscribeRepos_Commit, path string) *comatproto.SyncSubscribeRepos_Commit {
+		op := *c.Ops[0]
+		op.Path = path
+		c.Ops = append(c.Ops, &op)
+		return c
+	}
+	type tc struct {
+		name  string
+		ev    world.Event
+		rows  int
+		drops map[string]int
+	}
+	var cases []tc
+	{
+		c := fresh()
+		c.Rev = "not-a-tid"
+		cases = append(cases, tc{"invalid rev drops the event", world.Event{Commit: withOp(c, "app.bsky.feed.like/3kaaaaaaaaaaa")}, 0, map[string]int{DropInvalidRev: 1}})
+	}
+	{
+		c := fresh()
+		c.Repo = "did:bad"
+		cases = append(cases, tc{"invalid DID drops the event", world.Event{Commit: c}, 0, map[string]int{DropInvalidDID: 1}})
+	}
+	cases = append(cases, tc{"invalid collection drops one op", world.Event{Commit: withOp(fresh(), "not_an.nsid!/3kaaaaaaaaaaa")}, 1, map[string]int{DropInvalidCollection: 1}})
+	cases = append(cases, tc{"invalid rkey drops one op", world.Event{Commit: withOp(fresh(), "app.bsky.feed.like/bad key")}, 1, map[string]int{DropInvalidRKey: 1}})
+	{
+		c := fresh()
+		c.Ops[0].Path = "bad/path/shape"
+		c = withOp(c, "bad..nsid/x")
+		cases = append(cases, tc{"all ops invalid: cursor only", world.Event{Commit: c}, 0, map[string]int{DropInvalidRKey: 1, DropInvalidCollection: 1}})
+	}
+	{
+		c := withOp(fresh(), "app.bsky.feed.like/3kbbbbbbbbbbb")
+		other := must(t)(w.CreateRecord(a, "app.bsky.feed.post", "", map[string]any{"$type": "app.bsky.feed.post", "text": "y", "createdAt": "2024-01-01T00:00:00Z"}))
+		c.Ops[1].Cid = other.Commit.Ops[0].Cid // a block not in this commit
+		cases = append(cases, tc{"missing block drops one op", world.Event{Commit: c}, 1, map[string]int{DropMissingBlock: 1}})
+	}
+	{
+		c := withOp(fresh(), "app.bsky.feed.like/3kccccccccccc")
+		c.Ops[1].Action = "upsert"
+		cases = append(cases, tc{"invalid action drops one op", world.Event{Commit: c}, 1, map[string]int{DropInvalidAction: 1}})
+	}
+	{
+		c := fresh()
+		c.Blocks = c.Blocks[:len(c.Blocks)/2]
+		cases = append(cases, tc{"bad blocks drop the commit", world.Event{Commit: c}, 0, map[string]int{DropBadBlocks: 1}})
+	}
+	{
+		c := fresh()
+		c.Commit = lexutil.LexLink(cid.Cid(*c.Ops[0].Cid)) // root mismatch
+		cases = append(cases, tc{"root mismatch drops the commit", world.Event{Commit: c}, 0, map[string]int{DropBadBlocks: 1}})
+	}
+	{
+		sy := must(t)(w.ResetRepo(a, 1)).Sync
+		sy.Rev = "3lzzzzzzzzzzzz" // 14 chars
+		cases = append(cases, tc{"sync with an invalid rev", world.Event{Sync: sy}, 0, map[string]int{DropInvalidRev: 1}})
+	}
+	{
+		long := make([]byte, 300)
+		for i := range long {
+			long[i] = 'a'
+		}
+		h := string(long)
+		cases = append(cases, tc{"identity with an oversized handle", world.Event{Identity: &comatproto.SyncSubscribeRepos_Identity{Did: a, Handle: &h, Time: "2024-01-01T00:00:00Z"}}, 0, map[string]int{DropInvalidRow: 1}})
+		st := "deactivated"
+		cases = append(cases, tc{"account with an invalid DID", world.Event{Account: &comatproto.SyncSubscribeRepos_Account{Did: "nope", Status: &st, Time: "2024-01-01T00:00:00Z"}}, 0, map[string]int{DropInvalidDID: 1}})
+	}
+
+	s := openStore(t)
+	wr := newWriter(t, s, true)
+	c, m := newConsumer(t, Config{Writer: wr, Mode: ModeCapture})
+	rows := 0
+	for i, tc := range cases {
+		seq := int64(i + 1)
+		before := map[string]int{}
+		for _, r := range dropReasons {
+			before[r] = counter(m.dropped, r)
+		}
+		if err := c.Handle(context.Background(), encode(t, tc.ev, seq)); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		waitDurable(t, c, seq)
+		if got := relayCursor(t, s); got != seq {
+			t.Fatalf("%s: cursor/relay %d, want %d", tc.name, got, seq)
+		}
+		rows += tc.rows
+		if got := len(readLog(t, s, true)); got != rows {
+			t.Fatalf("%s: %d rows in total, want %d", tc.name, got, rows)
+		}
+		for _, r := range dropReasons {
+			if d := counter(m.dropped, r) - before[r]; d != tc.drops[r] {
+				t.Errorf("%s: dropped{%s} += %d, want %d", tc.name, r, d, tc.drops[r])
+			}
+		}
+	}
+}
+
+// TestHandleSkips: frames without a seq, undecodable and unknown frames,
+// duplicates and invalid seqs advance nothing and submit nothing; a seq gap
+// is counted and processed.
+func TestHandleSkips(t *testing.T) {
+	w := buildWorld(t, 4)
+	a := activeDIDs(w)[0]
+	ident := func(h string) world.Event { return must(t)(w.SetHandle(a, h)) }
+	s := openStore(t)
+	c, m := newConsumer(t, Config{Writer: newWriter(t, s, false), Mode: ModeLive})
+	ctx := context.Background()
+	step := func(data []byte, wantAccepted int64) {
+		t.Helper()
+		if err := c.Handle(ctx, data); err != nil {
+			t.Fatal(err)
+		}
+		if c.LastAccepted() != wantAccepted {
+			t.Fatalf("last accepted %d, want %d", c.LastAccepted(), wantAccepted)
+		}
+	}
+	step(encode(t, ident("one.test"), 5), 5)
+	step(errorFrame(t, "FutureCursor", "ahead"), 5)
+	step(errorFrame(t, "ConsumerTooSlow", "slow"), 5)
+	step(errorFrame(t, "Whatever", ""), 5)
+	step(infoFrame(t, "SomethingElse"), 5)
+	if c.OutdatedCursor() || testutilGauge(m) != 0 {
+		t.Fatal("outdated cursor raised by another #info")
+	}
+	step(infoFrame(t, "OutdatedCursor"), 5)
+	if !c.OutdatedCursor() || testutilGauge(m) != 1 {
+		t.Fatal("OutdatedCursor did not raise the alert gauge")
+	}
+	step([]byte{0xff, 0x00, 0x13}, 5)
+	step(unknownFrame, 5)
+	step(encode(t, ident("dup.test"), 5), 5)   // duplicate of the last
+	step(encode(t, ident("older.test"), 3), 5) // below the last
+	step(encode(t, ident("zero.test"), 0), 5)  // invalid seq
+	step(encode(t, ident("next.test"), 6), 6)  // in order
+	step(encode(t, ident("gap.test"), 9), 9)   // gap: processed
+	waitDurable(t, c, 9)
+	rows := readLog(t, s, false)
+	var seqs []int64
+	for _, r := range rows {
+		seqs = append(seqs, r.UpstreamSeq)
+	}
+	if len(seqs) != 3 || seqs[0] != 5 || seqs[1] != 6 || seqs[2] != 9 {
+		t.Fatalf("archived upstream seqs %v, want [5 6 9]", seqs)
+	}
+	if rows[1].Handle != "next.test" {
+		t.Fatalf("row for seq 6: %+v", rows[1])
+	}
+	want := map[string]int{AnomalyFutureCursor: 1, AnomalyConsumerTooSlow: 1, AnomalyErrorFrame: 1,
+		AnomalyOutdatedCursor: 1, AnomalyUndecodable: 1, AnomalyUnknownType: 1, AnomalyDuplicate: 2,
+		AnomalyInvalidSeq: 1, AnomalySeqGap: 1}
+	for _, k := range anomalyKinds {
+		if got := counter(m.anomalies, k); got != want[k] {
+			t.Errorf("anomalies{%s} = %d, want %d", k, got, want[k])
+		}
+	}
+	for typ, n := range map[string]int{frameError: 3, frameInfo: 2, frameInvalid: 1, frameUnknown: 1, frameIdentity: 6} {
+		if got := counter(m.frames, typ); got != n {
+			t.Errorf("frames{%s} = %d, want %d", typ, got, n)
+		}
+	}
+	if got := relayCursor(t, s); got != 9 {
+		t.Fatalf("cursor/relay %d, want 9", got)
+	}
+}
+
+func testutilGauge(m *Metrics) int { return int(gaugeValue(m.outdated)) }

@@ -1,0 +1,181 @@
+package firehose
+
+// metrics.go owns the package's Prometheus metrics. Every method is nil-safe:
+// a nil *Metrics records nothing. Label values come from closed sets.
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Drop reasons (backstream_firehose_dropped_total{reason}): rows or whole
+// events refused by validation (S1). Every dropped event still advances the
+// cursor.
+const (
+	DropInvalidDID        = "invalid_did"        // whole event: the DID does not parse
+	DropInvalidRev        = "invalid_rev"        // whole event: the rev is not a TID
+	DropBadBlocks         = "bad_blocks"         // whole commit: blocks not a hash-checked CAR rooted at the commit
+	DropInvalidCollection = "invalid_collection" // one op: the collection is not an NSID
+	DropInvalidRKey       = "invalid_rkey"       // one op: the record key (or path shape) is invalid
+	DropMissingBlock      = "missing_block"      // one op: create/update without its record block
+	DropInvalidAction     = "invalid_action"     // one op: action other than create/update/delete
+	DropInvalidRow        = "invalid_row"        // one row: a field over the archive's limits (e.g. record > 1 MiB)
+)
+
+var dropReasons = []string{DropInvalidDID, DropInvalidRev, DropBadBlocks, DropInvalidCollection,
+	DropInvalidRKey, DropMissingBlock, DropInvalidAction, DropInvalidRow}
+
+// Anomaly kinds (backstream_firehose_anomalies_total{kind}): frames skipped
+// without advancing the cursor, and sequence irregularities.
+const (
+	AnomalyUndecodable     = "undecodable"       // not a valid frame (or not a binary message)
+	AnomalyUnknownType     = "unknown_type"      // a well-formed frame of an unknown type
+	AnomalyFutureCursor    = "future_cursor"     // error frame FutureCursor
+	AnomalyConsumerTooSlow = "consumer_too_slow" // error frame ConsumerTooSlow
+	AnomalyErrorFrame      = "error_frame"       // any other error frame
+	AnomalyOutdatedCursor  = "outdated_cursor"   // #info OutdatedCursor: events were missed
+	AnomalySeqGap          = "seq_gap"           // a seq above last accepted + 1 (processed)
+	AnomalyDuplicate       = "duplicate"         // a seq at or below the last accepted (dropped)
+	AnomalyInvalidSeq      = "invalid_seq"       // a seq'd frame with seq <= 0 (skipped)
+)
+
+var anomalyKinds = []string{AnomalyUndecodable, AnomalyUnknownType, AnomalyFutureCursor,
+	AnomalyConsumerTooSlow, AnomalyErrorFrame, AnomalyOutdatedCursor, AnomalySeqGap,
+	AnomalyDuplicate, AnomalyInvalidSeq}
+
+// Frame types (backstream_firehose_frames_total{type}).
+const (
+	frameCommit   = "commit"
+	frameSync     = "sync"
+	frameIdentity = "identity"
+	frameAccount  = "account"
+	frameInfo     = "info"
+	frameError    = "error"
+	frameUnknown  = "unknown"
+	frameInvalid  = "invalid"
+)
+
+var frameTypes = []string{frameCommit, frameSync, frameIdentity, frameAccount, frameInfo,
+	frameError, frameUnknown, frameInvalid}
+
+// Metrics are the consumer's Prometheus metrics. One *Metrics may serve
+// consumers that run one after the other (capture, then live); build it once
+// per registry.
+type Metrics struct {
+	dropped    *prometheus.CounterVec
+	anomalies  *prometheus.CounterVec
+	frames     *prometheus.CounterVec
+	reconnects prometheus.Counter
+	outdated   prometheus.Gauge
+	lastSeq    prometheus.Gauge
+	durableSeq prometheus.Gauge
+	lastTime   prometheus.Gauge
+}
+
+// NewMetrics registers the firehose metrics on reg (nil: unregistered, still
+// usable):
+//   - backstream_firehose_dropped_total{reason}
+//   - backstream_firehose_anomalies_total{kind}
+//   - backstream_firehose_frames_total{type}
+//   - backstream_firehose_reconnects_total
+//   - backstream_firehose_outdated_cursor (1 once #info OutdatedCursor was seen)
+//   - backstream_firehose_last_seq (last upstream seq accepted)
+//   - backstream_firehose_durable_seq (last upstream seq made durable)
+//   - backstream_firehose_last_event_time_seconds (upstream time of the last accepted event)
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backstream_firehose_dropped_total",
+			Help: "Firehose events or ops dropped by validation, by reason (the cursor still advances).",
+		}, []string{"reason"}),
+		anomalies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backstream_firehose_anomalies_total",
+			Help: "Firehose frames skipped and sequence irregularities, by kind.",
+		}, []string{"kind"}),
+		frames: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backstream_firehose_frames_total",
+			Help: "Firehose messages read, by frame type.",
+		}, []string{"type"}),
+		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_firehose_reconnects_total",
+			Help: "Firehose reconnect attempts.",
+		}),
+		outdated: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "backstream_firehose_outdated_cursor",
+			Help: "1 once the relay answered #info OutdatedCursor: events were missed.",
+		}),
+		lastSeq: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "backstream_firehose_last_seq",
+			Help: "Last upstream seq accepted (submitted to the writer).",
+		}),
+		durableSeq: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "backstream_firehose_durable_seq",
+			Help: "Last upstream seq made durable (cursor/relay).",
+		}),
+		lastTime: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "backstream_firehose_last_event_time_seconds",
+			Help: "Upstream time of the last accepted event, unix seconds (receive time when unparseable).",
+		}),
+	}
+	for _, r := range dropReasons {
+		m.dropped.WithLabelValues(r)
+	}
+	for _, k := range anomalyKinds {
+		m.anomalies.WithLabelValues(k)
+	}
+	for _, t := range frameTypes {
+		m.frames.WithLabelValues(t)
+	}
+	if reg != nil {
+		reg.MustRegister(m.dropped, m.anomalies, m.frames, m.reconnects, m.outdated,
+			m.lastSeq, m.durableSeq, m.lastTime)
+	}
+	return m
+}
+
+func (m *Metrics) drop(reason string) {
+	if m == nil {
+		return
+	}
+	m.dropped.WithLabelValues(reason).Inc()
+}
+
+func (m *Metrics) anomaly(kind string) {
+	if m == nil {
+		return
+	}
+	m.anomalies.WithLabelValues(kind).Inc()
+}
+
+func (m *Metrics) frame(typ string) {
+	if m == nil {
+		return
+	}
+	m.frames.WithLabelValues(typ).Inc()
+}
+
+func (m *Metrics) reconnect() {
+	if m == nil {
+		return
+	}
+	m.reconnects.Inc()
+}
+
+func (m *Metrics) outdatedCursor() {
+	if m == nil {
+		return
+	}
+	m.outdated.Set(1)
+}
+
+func (m *Metrics) accepted(seq int64, unixSec float64) {
+	if m == nil {
+		return
+	}
+	m.lastSeq.Set(float64(seq))
+	m.lastTime.Set(unixSec)
+}
+
+func (m *Metrics) durable(seq int64) {
+	if m == nil {
+		return
+	}
+	m.durableSeq.Set(float64(seq))
+}
