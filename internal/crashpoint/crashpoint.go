@@ -1,0 +1,104 @@
+// Package crashpoint kills the process with SIGKILL at a named durable commit
+// point, so tests can prove that recovery after a crash at exactly that point
+// converges. It is configured only by the test-only environment variable
+// BACKSTREAM_CRASHPOINT=name[:n] (kill at the n-th pass, default 1). In
+// production the *Set is nil and every Hit costs one nil check.
+//
+// Names are checked against Points: a typo in a test is an error, not a
+// crash point that silently never fires. docs/crashpoints.md lists each point
+// with what recovery must do after it.
+package crashpoint
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+)
+
+// The named crash points. Each follows a synced commit.
+const (
+	CaptureStarted    = "capture-started"    // capture's first cursor is durable
+	BootstrapEnqueued = "bootstrap-enqueued" // a listRepos page's repos are durable as not_started
+	RepoChunk         = "repo-chunk"         // a chunk of a repo's rows is durable (before its completion)
+	RepoComplete      = "repo-complete"      // a repo's completion is durable
+	Checkpoint        = "listrepos-checkpoint"
+	MergingCommitted  = "merging-committed" // phase=merging with both backfill timestamps
+	MergeBatch        = "merge-batch"       // merged rows with cursor/merge
+	PendingReplaced   = "pending-replaced"  // one pending repo replaced wholesale
+	DiscoveryPage     = "discovery-page"    // a discovery page's new repos are durable
+	SteadyCommitted   = "steady-committed"  // cleanup + phase=steady_state
+	LiveBatch         = "live-batch"        // live rows with cursor/relay
+)
+
+// Points lists every valid name.
+var Points = []string{
+	CaptureStarted, BootstrapEnqueued, RepoChunk, RepoComplete, Checkpoint,
+	MergingCommitted, MergeBatch, PendingReplaced, DiscoveryPage, SteadyCommitted, LiveBatch,
+}
+
+// EnvVar configures the crash point of a process.
+const EnvVar = "BACKSTREAM_CRASHPOINT"
+
+// Set is one armed crash point. A nil *Set never fires.
+type Set struct {
+	name string
+	n    int64
+	seen atomic.Int64
+	kill func()
+}
+
+// FromEnv parses BACKSTREAM_CRASHPOINT; unset or empty gives nil.
+func FromEnv() (*Set, error) { return Parse(os.Getenv(EnvVar)) }
+
+// Parse parses "name[:n]". The empty string gives nil.
+func Parse(spec string) (*Set, error) {
+	if spec == "" {
+		return nil, nil
+	}
+	name, count, hasCount := strings.Cut(spec, ":")
+	n := int64(1)
+	if hasCount {
+		v, err := strconv.ParseInt(count, 10, 64)
+		if err != nil || v < 1 {
+			return nil, fmt.Errorf("crashpoint: %s=%q: the count after ':' must be a positive integer", EnvVar, spec)
+		}
+		n = v
+	}
+	for _, p := range Points {
+		if p == name {
+			return &Set{name: name, n: n, kill: killSelf}, nil
+		}
+	}
+	names := append([]string(nil), Points...)
+	sort.Strings(names)
+	return nil, fmt.Errorf("crashpoint: %s=%q: unknown point %q (known: %s)", EnvVar, spec, name, strings.Join(names, ", "))
+}
+
+// Hit records a pass through the named point and kills the process with
+// SIGKILL at the configured pass. Call it right after the commit it names.
+func (s *Set) Hit(name string) {
+	if s == nil || s.name != name {
+		return
+	}
+	if s.seen.Add(1) == s.n {
+		s.kill()
+	}
+}
+
+// Name is the armed point's name ("" for nil).
+func (s *Set) Name() string {
+	if s == nil {
+		return ""
+	}
+	return s.name
+}
+
+func killSelf() {
+	fmt.Fprintf(os.Stderr, "crashpoint: SIGKILL\n")
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // the signal is on its way
+}
