@@ -1,0 +1,67 @@
+package archive
+
+// phase.go owns the synced batches that are not rows: the end of merging
+// (cleanup + phase) and the relay this store follows. Phase changes that
+// must be ordered after rows (bootstrap → merging) go through the Writer as
+// a Unit's Puts instead (PhasePuts).
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/pebble"
+)
+
+// PhasePuts returns the Puts that move the store to phase p at time now,
+// plus any extra timestamps (e.g. KeyBackfillStartedAt): submitted as one
+// Unit, they are one synced batch ordered after every earlier unit.
+func PhasePuts(p Phase, now time.Time, stamps ...[]byte) ([]KV, error) {
+	v, err := EncodePhase(p)
+	if err != nil {
+		return nil, err
+	}
+	kvs := []KV{{Key: KeyPhase, Value: v}, {Key: KeyPhaseEnteredAt, Value: EncodeTime(now)}}
+	for _, k := range stamps {
+		kvs = append(kvs, KV{Key: k, Value: EncodeTime(now)})
+	}
+	return kvs, nil
+}
+
+// CommitSteadyState ends merging in one synced batch (M7, C4): the capture
+// log is range-deleted, the merge and listRepos cursors are deleted, and the
+// phase becomes steady_state. The capture writer must be stopped.
+func (s *Store) CommitSteadyState(now time.Time) error {
+	phase, _ := EncodePhase(PhaseSteadyState)
+	b := s.db.NewBatch()
+	defer b.Close()
+	_ = b.DeleteRange(PrefixCapture, prefixEnd(PrefixCapture), nil)
+	_ = b.Delete(KeyCursorMerge, nil)
+	_ = b.Delete(KeyCursorListRepos, nil)
+	_ = b.Delete(KeyCursorListLast, nil)
+	_ = b.Set(KeyPhase, phase, nil)
+	_ = b.Set(KeyPhaseEnteredAt, EncodeTime(now), nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return s.persistErr("commit steady_state", err)
+	}
+	return nil
+}
+
+// SetRelay records the relay this store follows (C6). With resetCursor, the
+// relay cursor is deleted in the same batch: a different relay's seqs mean
+// nothing here.
+func (s *Store) SetRelay(host string, resetCursor bool) error {
+	v, err := EncodeRelay(host)
+	if err != nil {
+		return fmt.Errorf("archive: set relay: %w", err)
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	_ = b.Set(KeyRelay, v, nil)
+	if resetCursor {
+		_ = b.Delete(KeyCursorRelay, nil)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return s.persistErr("record the relay", err)
+	}
+	return nil
+}
