@@ -1,0 +1,62 @@
+// Package backfill owns one repository, start to finish: fetch it through
+// the relay (package upstream), verify the CAR completely (verify*.go,
+// record*.go), emit its records as archive rows through the writer, and make
+// its terminal state durable (job*.go). It does not enumerate or schedule
+// repositories (package bootstrap, later retry) and never writes the store
+// except through units submitted to archive.Writer.
+//
+// # What it provides
+//
+//   - Verify / VerifyBytes → *Snapshot: every block re-hashed, the commit
+//     decoded and checked, its DID equal to the requested one, the whole MST
+//     walked with no node or record block missing, every record validated
+//     (drops by DropReason).
+//   - Runner.Run(ctx, Request) → Result: one job. It returns once the
+//     terminal state is durable, or with ErrCanceled / ErrStale / a writer
+//     error when no terminal state was written by this call.
+//   - Memory: the byte budget of concurrent CAR preparation.
+//   - Metrics: backstream_backfill_* and backstream_getrepo_*.
+//
+// # Invariants kept here
+//
+//   - E5: the body streams to a scratch file (upstream); the job removes it
+//     on every outcome once the CAR is read; concurrent CARs in memory are
+//     bounded by Memory, held from verification until the job's last unit is
+//     durable. A CAR larger than the whole budget takes the whole budget
+//     and runs alone; the semaphore is FIFO, so it is never starved.
+//   - E6, E7: nothing is submitted before Verify has passed for the whole CAR.
+//   - E8: one deadline per attempt covers download and verification; the
+//     wait for memory pauses it and store writes are outside it. An expired
+//     deadline fails the repo for this run (class timeout), without retry.
+//   - E9: transient failures (5xx, resets, idle body, incomplete or invalid
+//     CAR) get Retries (3) more attempts, waiting Backoff.Delay: exponential
+//     from 1 s, jittered into the upper half, capped at 30 s.
+//   - E10: 429 has its own budget (20), waits RetryAfter bounded by
+//     RateLimitCeiling, and never consumes the ordinary budget.
+//   - E11: RepoNotFound → complete with no rows; deactivated / suspended /
+//     takendown → unavailable with active=false; anything else after the
+//     budgets → failed with class, message and next attempt.
+//   - R1: a record failing per-record validation is dropped alone; drops are
+//     counted by reason when the repo's completion is durable.
+//   - R2: completion stores the snapshot's head rev as BackfillRev.
+//   - R3: rows are submitted in chunks of at most 1024 and at most
+//     ChunksInFlight chunks are queued and not yet durable, so a huge repo
+//     never has all its rows in memory.
+//   - R4: the completion rides in the last chunk; units apply in order, so it
+//     is durable with the last rows and never before any of them.
+//   - R8: counters of stored state move only from writer receipts.
+//
+// # Whole-repo replacement
+//
+// Request.Replace runs the same job as a replacement (DESIGN §10): a sync
+// row at the snapshot rev opens the first chunk, every chunk carries
+// Unit.Replace so the writer refuses it whole over newer data (ErrStale),
+// and rows are SourceRetry. Keeping other producers' rows of the account out
+// of the middle of a multi-chunk replacement is the writer's business.
+//
+// # Not here
+//
+// Page enumeration, dispatch, the completion watermark and the listRepos
+// checkpoint are bootstrap's; steady-state retry scheduling is retry's; the
+// network client and error classification are upstream's.
+package backfill

@@ -1,0 +1,603 @@
+package backfill
+
+// job.go owns one repository's backfill from start to finish: getRepo with
+// the retry budgets (E9, E10) and one deadline per attempt (E8), memory
+// admission (E5), verification before anything is emitted (E6, E7),
+// emission in bounded chunks through the writer (R3), and the terminal
+// state made durable with or after the last row (R4, E11).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/upstream"
+	"github.com/bluesky-social/indigo/atproto/syntax"
+)
+
+// Writer is what a job needs of archive.Writer: submit ordered units, and
+// learn that the writer stopped. *archive.Writer implements it; tests wrap
+// it to stop it between chunks.
+type Writer interface {
+	Submit(ctx context.Context, u *archive.Unit) error
+	Done() <-chan struct{}
+	Err() error
+}
+
+var _ Writer = (*archive.Writer)(nil)
+
+// Defaults of Options (DESIGN §9).
+const (
+	DefaultAttemptTimeout    = 5 * time.Minute
+	DefaultRetries           = 3
+	DefaultRateLimitRetries  = 20
+	DefaultBackoffBase       = time.Second
+	DefaultBackoffMax        = 30 * time.Second
+	DefaultRateLimitCeiling  = upstream.RetryAfterCeiling
+	DefaultChunkRows         = 1024
+	DefaultChunksInFlight    = 4
+	DefaultFailedRetryBase   = 5 * time.Minute
+	DefaultFailedRetryMax    = 24 * time.Hour
+	defaultArenaBlock        = 64 << 10
+	maxChunkRows             = 1024
+	maxRateLimitCeilingLimit = time.Hour
+)
+
+// Options configure a Runner. Zero fields take the defaults.
+type Options struct {
+	// Source downloads repositories (upstream.Client). Required.
+	Source upstream.RepoSource
+	// Writer receives the rows and the terminal state. Required.
+	Writer Writer
+	// Memory bounds concurrent CAR preparation; nil is unbounded.
+	Memory *Memory
+	// Metrics may be nil.
+	Metrics *Metrics
+	// Logger; nil discards.
+	Logger *slog.Logger
+
+	// AttemptTimeout is the one deadline covering an attempt's download
+	// and verification (E8); waiting for memory and writing to the store
+	// are outside it. Default 5 min.
+	AttemptTimeout time.Duration
+	// Retries is the ordinary retry budget for transient failures (E9),
+	// default 3; negative means none.
+	Retries int
+	// RateLimitRetries is the separate 429 budget (E10), default 20;
+	// negative means none.
+	RateLimitRetries int
+	// BackoffBase and BackoffMax shape the ordinary backoff: retry k
+	// (0-based) waits a jittered min(BackoffMax, BackoffBase·2^k), the
+	// jitter drawing uniformly from its upper half. Defaults 1 s, 30 s.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// RateLimitCeiling bounds a server-directed 429 wait (ratelimit-reset
+	// or Retry-After). Default upstream.RetryAfterCeiling.
+	RateLimitCeiling time.Duration
+	// NextAttempt schedules a failed repo's next try (steady-state retry)
+	// from its failure count (≥ 1). Default 5 min doubling, capped at 24 h.
+	NextAttempt func(failures uint32) time.Duration
+
+	// Verify tunes verification.
+	Verify VerifyOptions
+	// ChunkRows is the emission chunk (R3): at most 1024 rows per unit.
+	ChunkRows int
+	// ChunksInFlight bounds a job's submitted-but-not-durable chunks, so a
+	// huge repo never has all its rows queued at the writer. Default 4.
+	ChunksInFlight int
+
+	// Now, Sleep and Rand are the job's clock, backoff sleep and jitter
+	// source; tests make them instant and deterministic.
+	Now   func() time.Time
+	Sleep func(ctx context.Context, d time.Duration) error
+	Rand  func() float64
+}
+
+func (o *Options) defaults() error {
+	if o.Source == nil || o.Writer == nil {
+		return errors.New("backfill: new runner: Source and Writer are required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.AttemptTimeout <= 0 {
+		o.AttemptTimeout = DefaultAttemptTimeout
+	}
+	switch {
+	case o.Retries == 0:
+		o.Retries = DefaultRetries
+	case o.Retries < 0:
+		o.Retries = 0
+	}
+	switch {
+	case o.RateLimitRetries == 0:
+		o.RateLimitRetries = DefaultRateLimitRetries
+	case o.RateLimitRetries < 0:
+		o.RateLimitRetries = 0
+	}
+	if o.BackoffBase <= 0 {
+		o.BackoffBase = DefaultBackoffBase
+	}
+	if o.BackoffMax <= 0 {
+		o.BackoffMax = DefaultBackoffMax
+	}
+	if o.RateLimitCeiling <= 0 {
+		o.RateLimitCeiling = DefaultRateLimitCeiling
+	}
+	o.RateLimitCeiling = min(o.RateLimitCeiling, maxRateLimitCeilingLimit)
+	if o.NextAttempt == nil {
+		o.NextAttempt = func(n uint32) time.Duration {
+			return Backoff{Base: DefaultFailedRetryBase, Max: DefaultFailedRetryMax}.Delay(int(n)-1, 1)
+		}
+	}
+	if o.ChunkRows <= 0 || o.ChunkRows > maxChunkRows {
+		o.ChunkRows = DefaultChunkRows
+	}
+	if o.ChunksInFlight <= 0 {
+		o.ChunksInFlight = DefaultChunksInFlight
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Sleep == nil {
+		o.Sleep = sleepCtx
+	}
+	if o.Rand == nil {
+		o.Rand = rand.Float64
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Runner runs backfill jobs. Safe for concurrent use: each Run is one job.
+type Runner struct {
+	o Options
+}
+
+// NewRunner validates opts and applies the defaults.
+func NewRunner(opts Options) (*Runner, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	return &Runner{o: opts}, nil
+}
+
+// Request names one job.
+type Request struct {
+	DID string
+	// Replace runs the job as a whole-repo replacement (DESIGN §10): the
+	// first unit starts with a sync row at the snapshot rev, every unit is
+	// marked Unit.Replace (refused whole if the account's archived rev is
+	// already newer), and rows carry SourceRetry. A replacement meeting
+	// RepoNotFound still emits its sync row. Otherwise rows are
+	// SourceBackfill and no sync row is written.
+	Replace bool
+}
+
+// Result is the durable outcome of a job.
+type Result struct {
+	DID string
+	// Status is the terminal state made durable: complete, failed or
+	// unavailable.
+	Status archive.RepoStatus
+	// NotFound: RepoNotFound, made complete with no rows (E11).
+	NotFound bool
+	// Rev is the snapshot's head rev (the backfill rev) when complete.
+	Rev string
+	// Host is the final host of the last download (after redirects).
+	Host string
+	// Records is the number of record rows made durable; Dropped the
+	// records refused by per-record validation (R1).
+	Records int
+	Dropped DropCounts
+	// Bytes is the CAR size of the archived snapshot.
+	Bytes int64
+	// Attempts is the number of getRepo attempts made.
+	Attempts int
+	// Class is a closed-set name for the failure or unavailability
+	// (see the Class* constants); "" when complete.
+	Class string
+	// Err is the last error of a failed or unavailable job.
+	Err error
+	// Units is the number of units submitted; FirstSeq and LastSeq bound
+	// the rows kept (0 when none).
+	Units             int
+	FirstSeq, LastSeq uint64
+	Started           time.Time
+	Duration          time.Duration
+}
+
+func (r *Result) result() string {
+	switch {
+	case r.Status == archive.StatusComplete && r.NotFound:
+		return ResultNotFound
+	case r.Status == archive.StatusComplete:
+		return ResultComplete
+	case r.Status == archive.StatusUnavailable:
+		return ResultUnavailable
+	}
+	return ResultFailed
+}
+
+// Failure classes stored in RepoState.ErrClass and used as metric labels.
+const (
+	ClassTransient     = "transient"      // 5xx, resets, idle body after the ordinary budget
+	ClassRateLimited   = "rate_limited"   // 429 after its own budget
+	ClassTimeout       = "timeout"        // the attempt deadline expired (E8): failed for this run
+	ClassPermanent     = "permanent"      // another 4xx, a malformed response
+	ClassForbidden     = "forbidden_redirect"
+	ClassTooLarge      = "too_large"
+	ClassWrongDID      = "wrong_did"      // E7
+	ClassBadCommit     = "bad_commit"     // undecodable commit, invalid rev, bad signature
+	ClassIncompleteCAR = "incomplete_car" // truncated, missing block, partial tree (retried)
+	ClassInvalidCAR    = "invalid_car"    // bad block CID, malformed framing, invalid MST (retried)
+	ClassLocal         = "local"          // our own scratch I/O failed
+	ClassDeactivated   = "deactivated"    // unavailable classes: the account status
+	ClassSuspended     = "suspended"
+	ClassTakendown     = "takendown"
+)
+
+// ErrCanceled: the job's context ended before its terminal state was
+// durable. Some chunks may be durable; the repo keeps its previous status.
+var ErrCanceled = errors.New("backfill: job canceled")
+
+// ErrStale: a replacement was refused because the account's archived rev is
+// newer than the snapshot (S9); fetch again.
+var ErrStale = errors.New("backfill: replacement refused: archive is newer than the snapshot")
+
+// errAttemptTimeout is the cause of an attempt's deadline.
+var errAttemptTimeout = errors.New("getRepo attempt deadline")
+
+// Run performs one job and returns once its terminal state is durable. An
+// error means no terminal state was made durable by this call: ErrCanceled
+// (ctx ended), ErrStale (replacement refused), or a writer failure (fatal
+// to the process).
+func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
+	start := r.o.Now()
+	res := Result{DID: req.DID, Started: start}
+	ordinary, limited := 0, 0
+	for {
+		res.Attempts++
+		prep, err := r.attempt(ctx, req.DID)
+		if prep != nil {
+			res.Host = prep.host
+		} else if h := errHost(err); h != "" {
+			res.Host = h
+		}
+		if err == nil {
+			return r.emit(ctx, req, prep, &res)
+		}
+		if ctx.Err() != nil {
+			return res, fmt.Errorf("%w: %s: %w", ErrCanceled, req.DID, ctx.Err())
+		}
+		d := decide(err)
+		res.Err, res.Class = err, d.class
+		switch d.kind {
+		case kindNotFound:
+			res.NotFound = true
+			return r.finish(ctx, req, &res, archive.StatusComplete)
+		case kindUnavailable:
+			return r.finish(ctx, req, &res, archive.StatusUnavailable)
+		case kindRateLimited:
+			if limited < r.o.RateLimitRetries {
+				wait := min(upstream.RetryAfter(err), r.o.RateLimitCeiling)
+				if wait <= 0 {
+					wait = r.backoff(limited)
+				}
+				limited++
+				r.o.Metrics.retry("rate_limited")
+				if err := r.o.Sleep(ctx, wait); err != nil {
+					return res, fmt.Errorf("%w: %s: %w", ErrCanceled, req.DID, err)
+				}
+				continue
+			}
+		case kindRetry:
+			if ordinary < r.o.Retries {
+				wait := r.backoff(ordinary)
+				ordinary++
+				r.o.Metrics.retry("ordinary")
+				if err := r.o.Sleep(ctx, wait); err != nil {
+					return res, fmt.Errorf("%w: %s: %w", ErrCanceled, req.DID, err)
+				}
+				continue
+			}
+		}
+		return r.finish(ctx, req, &res, archive.StatusFailed)
+	}
+}
+
+func (r *Runner) backoff(retry int) time.Duration {
+	return Backoff{Base: r.o.BackoffBase, Max: r.o.BackoffMax}.Delay(retry, r.o.Rand())
+}
+
+// Backoff is the ordinary retry schedule: retry k waits min(Max, Base·2^k),
+// jittered into its upper half.
+type Backoff struct{ Base, Max time.Duration }
+
+// Delay is the wait before retry k (0-based) for a uniform draw u in [0,1]:
+// d/2 + u·d/2 where d = min(Max, Base·2^k).
+func (b Backoff) Delay(k int, u float64) time.Duration {
+	d := b.Base
+	for i := 0; i < k && d < b.Max; i++ {
+		d *= 2
+	}
+	d = min(d, b.Max)
+	u = min(max(u, 0), 1)
+	return d/2 + time.Duration(u*float64(d/2))
+}
+
+// prepared is a verified download holding its memory admission.
+type prepared struct {
+	snap    *Snapshot
+	host    string
+	size    int64
+	release func()
+}
+
+// attempt downloads and verifies once under the attempt deadline. The
+// deadline pauses while the job waits for memory. The scratch file is
+// removed before attempt returns, on every outcome.
+func (r *Runner) attempt(ctx context.Context, did string) (*prepared, error) {
+	deadline := r.o.AttemptTimeout
+	actx, cancel := context.WithTimeoutCause(ctx, deadline, errAttemptTimeout)
+	t0 := time.Now()
+	r.o.Metrics.getRepoStart()
+	dl, err := r.o.Source.GetRepo(actx, did)
+	elapsed := time.Since(t0)
+	r.o.Metrics.getRepoEnd(elapsed.Seconds())
+	timedOut := context.Cause(actx) == errAttemptTimeout
+	cancel()
+	if err != nil {
+		if timedOut && ctx.Err() == nil {
+			return nil, &timeoutError{err: err}
+		}
+		return nil, err
+	}
+	defer func() { _ = dl.Remove() }()
+
+	release, err := r.o.Memory.Acquire(ctx, dl.Size)
+	if err != nil {
+		return nil, err
+	}
+	vctx, vcancel := context.WithTimeoutCause(ctx, max(deadline-elapsed, time.Millisecond), errAttemptTimeout)
+	defer vcancel()
+	f, err := dl.Open()
+	if err != nil {
+		release()
+		return nil, &localError{err: fmt.Errorf("backfill: open scratch: %w", err)}
+	}
+	snap, err := Verify(vctx, f, did, r.o.Verify)
+	_ = f.Close()
+	if err != nil {
+		release()
+		if context.Cause(vctx) == errAttemptTimeout && ctx.Err() == nil {
+			return nil, &timeoutError{err: err}
+		}
+		return nil, err
+	}
+	return &prepared{snap: snap, host: dl.FinalHost, size: dl.Size, release: release}, nil
+}
+
+// timeoutError is an attempt that ran out of its deadline (E8).
+type timeoutError struct{ err error }
+
+func (e *timeoutError) Error() string { return "attempt deadline expired: " + e.err.Error() }
+func (e *timeoutError) Unwrap() error { return e.err }
+
+// localError is a failure of our own scratch space.
+type localError struct{ err error }
+
+func (e *localError) Error() string { return e.err.Error() }
+func (e *localError) Unwrap() error { return e.err }
+
+type kind int
+
+const (
+	kindFail kind = iota // failed, no retry
+	kindRetry
+	kindRateLimited
+	kindNotFound
+	kindUnavailable
+)
+
+type decision struct {
+	kind  kind
+	class string
+}
+
+// decide maps an attempt error onto what the job does next.
+func decide(err error) decision {
+	var te *timeoutError
+	var le *localError
+	switch {
+	case errors.As(err, &te):
+		return decision{kindFail, ClassTimeout}
+	case errors.As(err, &le):
+		return decision{kindFail, ClassLocal}
+	case errors.Is(err, ErrWrongDID):
+		return decision{kindFail, ClassWrongDID}
+	case errors.Is(err, ErrBadCommit), errors.Is(err, ErrBadSignature):
+		return decision{kindFail, ClassBadCommit}
+	case IsIncomplete(err):
+		return decision{kindRetry, ClassIncompleteCAR}
+	case errors.Is(err, ErrBadBlock), errors.Is(err, ErrMalformedCAR), errors.Is(err, ErrBadTree):
+		return decision{kindRetry, ClassInvalidCAR}
+	}
+	switch upstream.Classify(err) {
+	case upstream.ClassNotFound:
+		return decision{kindNotFound, ""}
+	case upstream.ClassUnavailable:
+		switch {
+		case errors.Is(err, upstream.ErrRepoSuspended):
+			return decision{kindUnavailable, ClassSuspended}
+		case errors.Is(err, upstream.ErrRepoTakendown):
+			return decision{kindUnavailable, ClassTakendown}
+		}
+		return decision{kindUnavailable, ClassDeactivated}
+	case upstream.ClassRateLimited:
+		return decision{kindRateLimited, ClassRateLimited}
+	case upstream.ClassTransient:
+		return decision{kindRetry, ClassTransient}
+	}
+	switch {
+	case errors.Is(err, upstream.ErrForbiddenRedirect):
+		return decision{kindFail, ClassForbidden}
+	case errors.Is(err, upstream.ErrTooLarge):
+		return decision{kindFail, ClassTooLarge}
+	}
+	return decision{kindFail, ClassPermanent}
+}
+
+func errHost(err error) string {
+	var ue *upstream.Error
+	if errors.As(err, &ue) {
+		return ue.Host
+	}
+	return ""
+}
+
+// finish makes a terminal state without snapshot rows durable: complete
+// with no rows (RepoNotFound; a replacement still emits its sync row),
+// unavailable, or failed.
+func (r *Runner) finish(ctx context.Context, req Request, res *Result, st archive.RepoStatus) (Result, error) {
+	res.Status = st
+	now := r.o.Now()
+	u := &archive.Unit{}
+	if st == archive.StatusComplete && req.Replace {
+		// The account's records are gone: the sync row says so. There is no
+		// snapshot rev, so it carries a TID of now, which supersedes every
+		// older row of the account.
+		rev := syntax.NewTIDNow(0).String()
+		u.Events = []archive.Event{{Kind: archive.KindSync, DID: req.DID, Rev: rev, Source: archive.SourceRetry}}
+		u.Replace = &archive.Replacement{DID: req.DID, Rev: rev}
+	}
+	u.Repos = []archive.RepoUpdate{{DID: req.DID, Func: r.terminal(res, now)}}
+	return r.submitOne(ctx, req, res, u)
+}
+
+// terminal builds the writer-side mutation of res's terminal state.
+func (r *Runner) terminal(res *Result, now time.Time) func(archive.RepoState, bool) (archive.RepoState, bool) {
+	started, nowUS := res.Started.UnixMicro(), now.UnixMicro()
+	st, host, class := res.Status, res.Host, res.Class
+	msg := ""
+	if res.Err != nil {
+		msg = res.Err.Error()
+	}
+	rev, records, bytes := res.Rev, uint64(res.Records), uint64(res.Bytes)
+	nextAttempt := r.o.NextAttempt
+	return func(cur archive.RepoState, exists bool) (archive.RepoState, bool) {
+		if !exists {
+			cur.Active = true
+		}
+		cur.Status = st
+		if host != "" {
+			cur.Host = host
+		}
+		cur.StartedUS = started
+		switch st {
+		case archive.StatusComplete:
+			cur.BackfillRev = rev
+			cur.Attempts = 0
+			cur.ErrClass, cur.LastError = "", ""
+			cur.NextAttemptUS = 0
+			cur.Refetch = archive.RefetchNone
+			cur.CompletedUS = nowUS
+			cur.Records, cur.Bytes = records, bytes
+		case archive.StatusUnavailable:
+			cur.Active = false
+			cur.AccountStatus = class
+			cur.ErrClass, cur.LastError = class, msg
+			cur.NextAttemptUS = 0
+		case archive.StatusFailed:
+			cur.Attempts++
+			cur.ErrClass, cur.LastError = class, msg
+			cur.NextAttemptUS = now.Add(nextAttempt(cur.Attempts)).UnixMicro()
+		}
+		return cur, true
+	}
+}
+
+// submitOne submits a single terminal unit and waits until it is durable.
+func (r *Runner) submitOne(ctx context.Context, req Request, res *Result, u *archive.Unit) (Result, error) {
+	acks := archive.NewAcks()
+	u.Acks, u.Token = acks, 0
+	if err := r.o.Writer.Submit(ctx, u); err != nil {
+		return *res, r.submitErr(ctx, req, err)
+	}
+	res.Units = 1
+	rc, err := r.wait(ctx, req, acks, nil)
+	if err != nil {
+		return *res, err
+	}
+	if rc[0].Refused != nil {
+		return *res, r.refused(req, rc[0].Refused)
+	}
+	res.FirstSeq, res.LastSeq = rc[0].FirstSeq, rc[0].LastSeq
+	res.Duration = r.o.Now().Sub(res.Started)
+	r.o.Metrics.durableOutcome(res)
+	r.log(res)
+	return *res, nil
+}
+
+func (r *Runner) log(res *Result) {
+	if res.Status == archive.StatusFailed {
+		r.o.Logger.Info("backfill: repo failed", "did", res.DID, "class", res.Class, "attempts", res.Attempts, "err", res.Err)
+		return
+	}
+	r.o.Logger.Debug("backfill: repo done", "did", res.DID, "result", res.result(), "records", res.Records, "attempts", res.Attempts)
+}
+
+func (r *Runner) submitErr(ctx context.Context, req Request, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w: %s: %w", ErrCanceled, req.DID, ctx.Err())
+	}
+	return fmt.Errorf("backfill: %s: submit: %w", req.DID, err)
+}
+
+func (r *Runner) refused(req Request, err error) error {
+	if errors.Is(err, archive.ErrStaleReplacement) {
+		return fmt.Errorf("%w: %s: %w", ErrStale, req.DID, err)
+	}
+	return fmt.Errorf("backfill: %s: unit refused: %w", req.DID, err)
+}
+
+// wait blocks until at least one receipt is in acks (or more when want > 0
+// receipts are outstanding) and returns those drained. onto is reused.
+func (r *Runner) wait(ctx context.Context, req Request, acks *archive.Acks, onto []archive.Receipt) ([]archive.Receipt, error) {
+	for {
+		if rc := acks.Drain(onto[:0]); len(rc) > 0 {
+			return rc, nil
+		}
+		select {
+		case <-acks.Ready():
+		case <-r.o.Writer.Done():
+			if rc := acks.Drain(onto[:0]); len(rc) > 0 {
+				return rc, nil
+			}
+			err := r.o.Writer.Err()
+			if err == nil {
+				err = archive.ErrClosed
+			}
+			return nil, fmt.Errorf("backfill: %s: writer stopped: %w", req.DID, err)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %s: %w", ErrCanceled, req.DID, ctx.Err())
+		}
+	}
+}

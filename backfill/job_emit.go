@@ -1,0 +1,205 @@
+package backfill
+
+// job_emit.go owns emission of a verified snapshot: rows in chunks of at
+// most ChunkRows (R3), at most ChunksInFlight chunks submitted and not yet
+// durable, the completion carried by the last chunk (R4: units apply in
+// order, so it is durable with the last rows, never before them), and the
+// counters moved from receipts (R8).
+//
+// Record bytes and CIDs are copied out of the CAR buffer into small slabs
+// owned by the rows, so the CAR buffer is freed when the job ends instead of
+// being pinned by rows that stay in the writer's live log.
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/backstream/backstream/archive"
+)
+
+// emitter builds and submits one job's chunks.
+type emitter struct {
+	r    *Runner
+	ctx  context.Context
+	req  Request
+	res  *Result
+	src  archive.Source
+	rev  string
+	acks *archive.Acks
+
+	events      []archive.Event
+	recsInChunk int
+	chunkRecs   []int // record rows per submitted chunk, by token
+	submitted   int
+	received    int
+	kept        int
+	slab        []byte
+	rc          []archive.Receipt
+}
+
+func (r *Runner) emit(ctx context.Context, req Request, p *prepared, res *Result) (Result, error) {
+	defer p.release()
+	snap := p.snap
+	res.Rev = snap.Rev.String()
+	res.Bytes = p.size
+	res.Dropped = snap.Dropped
+	res.Records = snap.RecordCount
+	e := &emitter{
+		r: r, ctx: ctx, req: req, res: res,
+		src:  archive.SourceBackfill,
+		rev:  res.Rev,
+		acks: archive.NewAcks(),
+	}
+	if req.Replace {
+		e.src = archive.SourceRetry
+	}
+	e.startChunk()
+	err := snap.Records(func(rec Record) error {
+		if len(e.events) == r.o.ChunkRows {
+			if err := e.flush(nil); err != nil {
+				return err
+			}
+			e.startChunk()
+		}
+		e.add(rec)
+		return nil
+	})
+	if err != nil {
+		return *res, e.fail(err)
+	}
+	res.Status = archive.StatusComplete
+	done := &archive.RepoUpdate{DID: req.DID, Func: r.terminal(res, r.o.Now())}
+	if err := e.flush(done); err != nil {
+		return *res, e.fail(err)
+	}
+	for e.received < e.submitted {
+		if err := e.collect(); err != nil {
+			return *res, err
+		}
+	}
+	if e.kept != snap.RecordCount {
+		// Backfill rows always pass the ratchet; a shortfall is a writer bug.
+		return *res, fmt.Errorf("backfill: %s: %d of %d rows kept", req.DID, e.kept, snap.RecordCount)
+	}
+	res.Units = e.submitted
+	res.Duration = r.o.Now().Sub(res.Started)
+	r.o.Metrics.durableOutcome(res)
+	r.log(res)
+	return *res, nil
+}
+
+func (e *emitter) fail(err error) error {
+	if e.ctx.Err() != nil {
+		return fmt.Errorf("%w: %s: %w", ErrCanceled, e.req.DID, e.ctx.Err())
+	}
+	return err
+}
+
+// startChunk begins a chunk; a replacement's first chunk opens with its
+// sync row.
+func (e *emitter) startChunk() {
+	e.events = make([]archive.Event, 0, min(e.r.o.ChunkRows, max(e.res.Records-e.recsBefore(), 0)+1))
+	e.recsInChunk = 0
+	if e.req.Replace && e.submitted == 0 {
+		e.events = append(e.events, archive.Event{Kind: archive.KindSync, DID: e.req.DID, Rev: e.rev, Source: e.src})
+	}
+}
+
+func (e *emitter) recsBefore() int {
+	n := 0
+	for _, c := range e.chunkRecs {
+		n += c
+	}
+	return n
+}
+
+func (e *emitter) add(rec Record) {
+	e.events = append(e.events, archive.Event{
+		Kind:       archive.KindCreate,
+		DID:        e.req.DID,
+		Collection: rec.Collection,
+		RKey:       rec.RKey,
+		Rev:        e.rev,
+		CID:        e.copyString(rec.CID.KeyString()),
+		Record:     e.copyBytes(rec.CBOR),
+		Source:     e.src,
+	})
+	e.recsInChunk++
+}
+
+// copyBytes copies b into the current slab (a fresh one when it does not
+// fit); large records get their own allocation.
+func (e *emitter) copyBytes(b []byte) []byte {
+	if len(b) > defaultArenaBlock/4 {
+		return append([]byte(nil), b...)
+	}
+	if len(b) > cap(e.slab)-len(e.slab) {
+		e.slab = make([]byte, 0, defaultArenaBlock)
+	}
+	n := len(e.slab)
+	e.slab = append(e.slab, b...)
+	return e.slab[n:len(e.slab):len(e.slab)]
+}
+
+func (e *emitter) copyString(s string) []byte {
+	if len(s) > cap(e.slab)-len(e.slab) {
+		e.slab = make([]byte, 0, defaultArenaBlock)
+	}
+	n := len(e.slab)
+	e.slab = append(e.slab, s...)
+	return e.slab[n:len(e.slab):len(e.slab)]
+}
+
+// flush submits the current chunk (with the completion when done is set),
+// first waiting while ChunksInFlight chunks are not yet durable.
+func (e *emitter) flush(done *archive.RepoUpdate) error {
+	for e.submitted-e.received >= e.r.o.ChunksInFlight {
+		if err := e.collect(); err != nil {
+			return err
+		}
+	}
+	u := &archive.Unit{Events: e.events, Token: e.submitted, Acks: e.acks}
+	if done != nil {
+		u.Repos = []archive.RepoUpdate{*done}
+	}
+	if e.req.Replace {
+		u.Replace = &archive.Replacement{DID: e.req.DID, Rev: e.rev}
+	}
+	if err := e.r.o.Writer.Submit(e.ctx, u); err != nil {
+		return e.r.submitErr(e.ctx, e.req, err)
+	}
+	e.chunkRecs = append(e.chunkRecs, e.recsInChunk)
+	e.submitted++
+	e.events = nil
+	return nil
+}
+
+// collect waits for at least one receipt and accounts for it.
+func (e *emitter) collect() error {
+	rc, err := e.r.wait(e.ctx, e.req, e.acks, e.rc)
+	if err != nil {
+		return err
+	}
+	e.rc = rc
+	for _, r := range rc {
+		e.received++
+		if r.Refused != nil {
+			return e.r.refused(e.req, r.Refused)
+		}
+		tok, _ := r.Token.(int)
+		recs := r.Kept
+		if e.req.Replace && tok == 0 && recs > 0 {
+			recs-- // the sync row
+		}
+		recs = min(recs, e.chunkRecs[tok])
+		e.kept += recs
+		e.r.o.Metrics.durableRecords(recs)
+		if r.Kept > 0 {
+			if e.res.FirstSeq == 0 {
+				e.res.FirstSeq = r.FirstSeq
+			}
+			e.res.LastSeq = r.LastSeq
+		}
+	}
+	return nil
+}
