@@ -299,8 +299,7 @@ func (t *transcoder) value() (valKind, int64, error) {
 		if ai == 31 {
 			return vkOther, 0, errFallback
 		}
-		isBlob, err := t.mapBody(ai)
-		_ = isBlob
+		_, err := t.mapBody(ai) // a nested blob is just a value
 		return vkOther, 0, err
 	case 6:
 		return t.tag(b)

@@ -40,8 +40,10 @@ func AppendRecordJSONReference(dst, rec []byte) ([]byte, error) {
 // when it errors (errors.Is ErrBadRecord). On error dst is returned
 // unchanged.
 func AppendRecordJSON(dst, rec []byte) ([]byte, error) {
-	var t transcoder
-	return t.appendRecord(dst, rec)
+	r := rendererPool.Get().(*Renderer)
+	out, err := r.tc.appendRecord(dst, rec)
+	rendererPool.Put(r)
+	return out, err
 }
 
 // appendRecord runs the transcoder and falls back to the reference path for

@@ -559,10 +559,15 @@ func TestTranscodeRandomRecords(t *testing.T) {
 		n = 500
 	}
 	r := rand.New(rand.NewPCG(1, 2))
+	var shared Renderer // one warm Renderer across all records: no state may leak between them
 	for i := 0; i < n; i++ {
 		rec := mustCBOR(t, randRecord(r))
 		if !equalToReference(t, rec) {
 			t.Fatalf("record %d deferred to the reference path: %x", i, rec)
+		}
+		want, _ := AppendRecordJSONReference(nil, rec)
+		if got, err := shared.AppendRecordJSON(nil, rec); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("record %d with a reused Renderer: %s (%v)\nwant %s", i, got, err, want)
 		}
 	}
 }
