@@ -238,10 +238,10 @@ func (r *Result) result() string {
 
 // Failure classes stored in RepoState.ErrClass and used as metric labels.
 const (
-	ClassTransient     = "transient"      // 5xx, resets, idle body after the ordinary budget
-	ClassRateLimited   = "rate_limited"   // 429 after its own budget
-	ClassTimeout       = "timeout"        // the attempt deadline expired (E8): failed for this run
-	ClassPermanent     = "permanent"      // another 4xx, a malformed response
+	ClassTransient     = "transient"    // 5xx, resets, idle body after the ordinary budget
+	ClassRateLimited   = "rate_limited" // 429 after its own budget
+	ClassTimeout       = "timeout"      // the attempt deadline expired (E8): failed for this run
+	ClassPermanent     = "permanent"    // another 4xx, a malformed response
 	ClassForbidden     = "forbidden_redirect"
 	ClassTooLarge      = "too_large"
 	ClassWrongDID      = "wrong_did"      // E7
