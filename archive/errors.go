@@ -38,6 +38,9 @@ func (e *KeyError) Error() string {
 	if e.Err == nil {
 		return fmt.Sprintf("archive: %s: %v", e.Key, e.Kind)
 	}
+	if errors.Is(e.Err, e.Kind) {
+		return fmt.Sprintf("archive: %s: %v", e.Key, e.Err)
+	}
 	return fmt.Sprintf("archive: %s: %v: %v", e.Key, e.Kind, e.Err)
 }
 
