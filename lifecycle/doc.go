@@ -1,0 +1,28 @@
+// Package lifecycle owns the phase state machine: bootstrap → merging →
+// steady_state (DESIGN §3), the startup checks around it, and starting and
+// stopping the components each phase runs.
+//
+// Its decisions are pure (machine.go: Next, DecideRelay): from facts — the
+// persisted phase and what this process run has done — to the next action.
+// The runner (runner.go) performs actions and turns their outcomes into
+// facts; it holds no per-repo logic. Every restart case is therefore a row
+// of a table test, without Pebble or a network.
+//
+// # Invariants kept here
+//
+//   - C2/C5: the phase is read fail-closed (archive.Open's guard); an
+//     unknown phase is an error, never a default.
+//   - C3: phase=merging with both backfill timestamps is one synced batch,
+//     committed while capture still runs; capture stops only after it.
+//   - C4: steady_state is entered only by the cleanup batch, after the walk,
+//     the pending pass and discovery.
+//   - C6: a --relay other than the one the store follows is refused unless
+//     --reset-relay-cursor is given (DecideRelay).
+//   - M1: bootstrap dispatches no getRepo until capture's start cursor is
+//     durable, or upstream stayed silent for the capture start wait (30 s).
+//
+// # Commit points and crash points
+//
+// See docs/crashpoints.md: each named commit point is followed by a crash
+// point (internal/crashpoint) that tests use to kill the process there.
+package lifecycle

@@ -1,0 +1,125 @@
+package lifecycle
+
+// machine.go is the pure core: from facts to the next action. No I/O, no
+// clocks, no goroutines — every restart case is a table row in its test.
+
+import (
+	"fmt"
+
+	"github.com/backstream/backstream/archive"
+)
+
+// Action is the next thing the runner must do.
+type Action int
+
+const (
+	ActStartCapture Action = iota + 1 // start the firehose consumer in capture mode (cap/)
+	ActAwaitCapture                   // wait until capture's start cursor is durable, or the silence timeout
+	ActBootstrap                      // run (or resume) the bootstrap until every repo is terminal
+	ActEnterMerging                   // commit phase=merging + backfill timestamps (C3), capture still running
+	ActStopCapture                    // stop capture and wait until it has drained
+	ActMerge                          // walk cap/ into ev/ from cursor/merge
+	ActPendingPass                    // replace every pending repo wholesale
+	ActDiscovery                      // list repos again from the last cursor, record unknown DIDs
+	ActCleanup                        // one synced batch: drop cap/ and cursors, phase=steady_state (C4, M7)
+	ActSteady                         // live append, retry runner, serving
+)
+
+func (a Action) String() string {
+	switch a {
+	case ActStartCapture:
+		return "start-capture"
+	case ActAwaitCapture:
+		return "await-capture"
+	case ActBootstrap:
+		return "bootstrap"
+	case ActEnterMerging:
+		return "enter-merging"
+	case ActStopCapture:
+		return "stop-capture"
+	case ActMerge:
+		return "merge"
+	case ActPendingPass:
+		return "pending-pass"
+	case ActDiscovery:
+		return "discovery"
+	case ActCleanup:
+		return "cleanup"
+	case ActSteady:
+		return "steady"
+	}
+	return fmt.Sprintf("action(%d)", int(a))
+}
+
+// Facts are what the runner knows. Phase comes from the store; the rest are
+// facts of this process run (a restart begins with all of them false).
+type Facts struct {
+	Phase          archive.Phase
+	CaptureRunning bool // the capture consumer is running
+	CaptureReady   bool // its start cursor is durable (or upstream stayed silent past the timeout)
+	BootstrapDone  bool // every known repo is terminal and the listing has finished
+	Merged         bool // the walker reached the end of cap/
+	PendingDone    bool // the pending pass finished (what it could not finish is failed, with a next attempt)
+	DiscoveryDone  bool // discovery finished, or ended with a counted warning
+	SkipDiscovery  bool // debug modes (--repos, --max-repos) never discover
+}
+
+// Next returns the next action. It is total: every phase maps to exactly one
+// action, and each action makes a fact true (or changes the phase), so the
+// runner always progresses.
+func Next(f Facts) (Action, error) {
+	switch f.Phase {
+	case archive.PhaseBootstrap:
+		switch {
+		case !f.CaptureRunning:
+			return ActStartCapture, nil
+		case !f.CaptureReady:
+			return ActAwaitCapture, nil
+		case !f.BootstrapDone:
+			return ActBootstrap, nil
+		}
+		// C3: phase=merging is durable while capture still runs, so no
+		// event between the last completion and the phase change is lost.
+		return ActEnterMerging, nil
+	case archive.PhaseMerging:
+		switch {
+		case f.CaptureRunning:
+			return ActStopCapture, nil
+		case !f.Merged:
+			return ActMerge, nil
+		case !f.PendingDone:
+			return ActPendingPass, nil
+		case !f.DiscoveryDone && !f.SkipDiscovery:
+			return ActDiscovery, nil
+		}
+		return ActCleanup, nil
+	case archive.PhaseSteadyState:
+		return ActSteady, nil
+	}
+	return 0, fmt.Errorf("lifecycle: unknown phase %q", f.Phase)
+}
+
+// RelayDecision is what startup does about --relay (C6).
+type RelayDecision int
+
+const (
+	RelayKeep   RelayDecision = iota + 1 // the store already follows this relay
+	RelayRecord                          // first start: record it
+	RelayReset                           // the operator asked: record the new relay and drop the relay cursor
+)
+
+// DecideRelay checks --relay against the relay the store follows. stored is
+// "" when the store records none (a new store).
+func DecideRelay(stored, requested string, resetCursor bool) (RelayDecision, error) {
+	switch {
+	case stored == "":
+		return RelayRecord, nil
+	case stored == requested:
+		return RelayKeep, nil
+	case resetCursor:
+		return RelayReset, nil
+	}
+	return 0, fmt.Errorf("lifecycle: this store follows relay %q, not %q; its cursor means nothing on another relay. "+
+		"Run with --relay %s, or pass --reset-relay-cursor to follow %s from its live tip (events between the two are not archived)",
+		stored, requested, stored, requested)
+}
