@@ -1,0 +1,422 @@
+package bootstrap
+
+// bootstrap.go owns the whole-network first pass: configuration, the worker
+// pool and the coordinator that dispatches repos, counts their durable
+// outcomes into the completion watermark and checkpoints the listRepos
+// cursor (DESIGN §4, §10).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/upstream"
+	"golang.org/x/sync/semaphore"
+)
+
+// Defaults (DESIGN §9).
+const (
+	DefaultWorkers       = 100
+	DefaultWindow        = 50_000
+	DefaultPageLimit     = upstream.DefaultListReposLimit
+	DefaultProgressEvery = 10 * time.Second
+	DefaultListRetries   = 8
+)
+
+// Jobs runs one repository's backfill; *backfill.Runner implements it. Run
+// returns once the terminal state is durable, or with an error when it made
+// none durable.
+type Jobs interface {
+	Run(ctx context.Context, req backfill.Request) (backfill.Result, error)
+}
+
+var _ Jobs = (*backfill.Runner)(nil)
+
+// Config configures a Bootstrap. Zero fields take the defaults.
+type Config struct {
+	// Store is read for repo states, the checkpoint and counts. Required.
+	Store *archive.Store
+	// Writer makes every state change durable (an *archive.Writer). Required.
+	Writer backfill.Writer
+	// Source pages listRepos. Required unless Repos is set.
+	Source upstream.RepoSource
+	// Jobs runs backfill jobs. Required.
+	Jobs Jobs
+
+	// Workers is the number of concurrent jobs, hence of concurrent getRepo
+	// requests (E3). Default 100.
+	Workers int
+	// Window bounds the repos enumerated beyond the checkpoint. Default 50,000.
+	Window int
+	// PageLimit is the listRepos page size (E1). Default 1000.
+	PageLimit int
+	// Repos (debug, E13): backfill exactly these DIDs, in this order, with
+	// no enumeration and no cursor.
+	Repos []string
+	// MaxRepos (debug, E13): stop enumeration after this many listed
+	// repos; no resumable cursor is ever committed.
+	MaxRepos int
+
+	// ListRetries is the ordinary retry budget of one listRepos page
+	// (429s have the 20-retry budget of getRepo). Default 8.
+	ListRetries int
+	// ProgressEvery is the progress log period. Default 10 s.
+	ProgressEvery time.Duration
+	// Seed seeds the dispatch shuffle; 0 draws one at random.
+	Seed uint64
+
+	Logger  *slog.Logger
+	Metrics *Metrics
+	// Now and Sleep are the clock and the listRepos backoff sleep.
+	Now   func() time.Time
+	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+func (c *Config) defaults() error {
+	if c.Store == nil || c.Writer == nil || c.Jobs == nil {
+		return errors.New("bootstrap: Store, Writer and Jobs are required")
+	}
+	if c.Source == nil && len(c.Repos) == 0 {
+		return errors.New("bootstrap: Source is required unless Repos is set")
+	}
+	if c.MaxRepos < 0 {
+		return errors.New("bootstrap: MaxRepos must not be negative")
+	}
+	if len(c.Repos) > 0 && c.MaxRepos > 0 {
+		return errors.New("bootstrap: Repos and MaxRepos are exclusive")
+	}
+	if c.Workers <= 0 {
+		c.Workers = DefaultWorkers
+	}
+	if c.Window <= 0 {
+		c.Window = DefaultWindow
+	}
+	if c.PageLimit <= 0 {
+		c.PageLimit = DefaultPageLimit
+	}
+	if c.ListRetries <= 0 {
+		c.ListRetries = DefaultListRetries
+	}
+	if c.ProgressEvery <= 0 {
+		c.ProgressEvery = DefaultProgressEvery
+	}
+	if c.Seed == 0 {
+		c.Seed = rand.Uint64()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Sleep == nil {
+		c.Sleep = func(ctx context.Context, d time.Duration) error {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
+// Bootstrap runs the first pass over the network. Run it once.
+type Bootstrap struct {
+	cfg Config
+
+	// inflight holds DIDs dispatched in this run and not yet durably
+	// terminal, so a DID listed twice is not dispatched twice. Shared by
+	// the enumerator (adds) and the coordinator (removes after the
+	// terminal state is durable).
+	mu       sync.Mutex
+	inflight map[string]struct{}
+
+	prog progressState
+}
+
+// New validates cfg.
+func New(cfg Config) (*Bootstrap, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	return &Bootstrap{cfg: cfg, inflight: make(map[string]struct{})}, nil
+}
+
+// outcome is a job's result as a worker reports it.
+type outcome struct {
+	did string
+	res backfill.Result
+	err error
+}
+
+// Run performs the bootstrap: the restart pass (R7), then enumeration from
+// the last durable checkpoint (or the debug list), dispatch to the workers,
+// and the watermark. It returns nil when bootstrap is done: the listing
+// has ended (or the debug list is exhausted), every repo it dispatched is
+// durably terminal, and the final checkpoint is durable. It returns
+// ctx.Err() when stopped, or the first fatal error (writer failure, store
+// read error, listRepos failing beyond its budget).
+func (b *Bootstrap) Run(ctx context.Context) error {
+	log := b.cfg.Logger
+	b.prog.set(func(p *Progress) { p.State = StateRestartPass; p.Started = b.cfg.Now() })
+	n, err := b.pendingPass(ctx)
+	if err != nil {
+		return b.stopped(ctx, err)
+	}
+	b.cfg.Metrics.pendingOnRestart(n)
+	if n > 0 {
+		log.Info("bootstrap: restart: active not_started repos are now pending (merge replaces them)", "repos", n)
+	}
+	b.prog.set(func(p *Progress) { p.PendingOnRestart = n })
+
+	var start checkpoint
+	listing := true
+	switch {
+	case len(b.cfg.Repos) > 0:
+	case b.cfg.MaxRepos > 0:
+		log.Info("bootstrap: --max-repos: enumeration stops after the limit and commits no resumable cursor", "max_repos", b.cfg.MaxRepos)
+	default:
+		c, err := b.cfg.Store.ListCursor(false)
+		switch {
+		case errors.Is(err, archive.ErrNotFound):
+		case err != nil:
+			return fmt.Errorf("bootstrap: read checkpoint: %w", err)
+		case c.Finished:
+			listing = false
+			start.cursor = c
+		default:
+			start.cursor = c
+		}
+		if last, err := b.cfg.Store.ListCursor(true); err == nil {
+			start.last = last.Cursor
+		} else if !errors.Is(err, archive.ErrNotFound) {
+			return fmt.Errorf("bootstrap: read checkpoint: %w", err)
+		}
+		if !listing {
+			log.Info("bootstrap: the listing finished in an earlier run")
+		} else if start.cursor.Cursor != "" {
+			log.Info("bootstrap: resuming enumeration from the checkpoint", "cursor_bytes", len(start.cursor.Cursor))
+		}
+	}
+	return b.coordinate(ctx, start, listing)
+}
+
+func (b *Bootstrap) stopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// coordinate runs the enumerator and the workers and owns the watermark.
+func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing bool) error {
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
+	cfg := &b.cfg
+	log := cfg.Logger
+
+	window := semaphore.NewWeighted(int64(cfg.Window))
+	pagesCh := make(chan *pageMsg)
+	enumErr := make(chan error, 1)
+	dispatch := make(chan string)
+	results := make(chan outcome)
+	var wg sync.WaitGroup
+	defer wg.Wait() // after cancel (deferred first-in, last-out: cancel runs before Wait)
+	defer cancel()
+
+	enumerating := listing
+	if len(cfg.Repos) > 0 {
+		enumerating = true
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			enumErr <- b.listed(ctx, pagesCh)
+		}()
+	} else if listing {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			enumErr <- b.enumerate(ctx, start.cursor.Cursor, window, pagesCh)
+		}()
+	}
+	for i := 0; i < cfg.Workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for did := range dispatch {
+				res, err := cfg.Jobs.Run(ctx, backfill.Request{DID: did})
+				select {
+				case results <- outcome{did: did, res: res, err: err}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	defer close(dispatch)
+
+	checkpointing := len(cfg.Repos) == 0 && cfg.MaxRepos == 0
+	wm := &watermark{pending: start}
+	pageOf := make(map[string]*page)
+	var queue []string
+	inflight := 0
+	ckAcks := archive.NewAcks()
+	ckOutstanding := false
+	durable := start
+	var durableCovered int64 // entries covered by the durable checkpoint
+	var coveredAtSubmit int64
+	var enumerated int64
+	var pageIdx int64
+
+	ticker := time.NewTicker(cfg.ProgressEvery)
+	defer ticker.Stop()
+	b.prog.set(func(p *Progress) {
+		p.State = StateRunning
+		p.ListingFinished = !listing && len(cfg.Repos) == 0
+		p.Checkpoint = describe(durable)
+	})
+	b.tick(true)
+
+	submitCheckpoint := func() error {
+		if !checkpointing || ckOutstanding {
+			return nil
+		}
+		c, ok := wm.take()
+		if !ok {
+			return nil
+		}
+		puts, err := checkpointPuts(c)
+		if err != nil {
+			return fmt.Errorf("bootstrap: checkpoint: %w", err)
+		}
+		u := &archive.Unit{Puts: puts, Acks: ckAcks, Token: c}
+		if err := cfg.Writer.Submit(ctx, u); err != nil {
+			return fmt.Errorf("bootstrap: submit checkpoint: %w", err)
+		}
+		ckOutstanding = true
+		coveredAtSubmit = wm.covered
+		return nil
+	}
+	advance := func() error {
+		for _, p := range wm.advance() {
+			window.Release(p.weight)
+		}
+		if !checkpointing {
+			durableCovered = wm.covered
+		}
+		cfg.Metrics.setLag(enumerated - durableCovered)
+		return submitCheckpoint()
+	}
+
+	for {
+		finished := !enumerating && wm.outstanding() == 0 && len(queue) == 0 && inflight == 0 && !ckOutstanding
+		if finished {
+			if _, dirty := wm.take(); dirty && checkpointing {
+				// Unreachable: advance submits whenever the watermark moves.
+				return errors.New("bootstrap: internal: checkpoint left unsubmitted")
+			}
+			b.prog.set(func(p *Progress) { p.State = StateDone; p.Checkpoint = describe(durable) })
+			b.tick(true)
+			log.Info("bootstrap: done: the listing has ended and every repo is durably terminal")
+			return nil
+		}
+		var out chan string
+		var head string
+		if len(queue) > 0 {
+			out, head = dispatch, queue[0]
+		}
+		b.prog.set(func(p *Progress) { p.Queued, p.InFlight = len(queue), inflight })
+		cfg.Metrics.setQueued(len(queue) + inflight)
+		select {
+		case out <- head:
+			queue[0] = ""
+			queue = queue[1:]
+			inflight++
+		case pm := <-pagesCh:
+			pageIdx++
+			p := &page{idx: pageIdx, reqCursor: pm.reqCursor, next: pm.next, final: pm.final,
+				entries: pm.entries, remaining: len(pm.dispatch), weight: pm.weight}
+			for _, did := range pm.dispatch {
+				pageOf[did] = p
+			}
+			queue = append(queue, pm.dispatch...)
+			enumerated += int64(pm.entries)
+			wm.add(p)
+			b.prog.set(func(pr *Progress) {
+				pr.Pages++
+				pr.Enumerated = enumerated
+				pr.Discovered += int64(pm.discovered)
+			})
+			if err := advance(); err != nil {
+				return err
+			}
+		case err := <-enumErr:
+			enumErr = nil
+			if err != nil {
+				return b.stopped(parent, err)
+			}
+			enumerating = false
+			b.prog.set(func(p *Progress) { p.ListingFinished = len(cfg.Repos) == 0 })
+		case o := <-results:
+			inflight--
+			if o.err != nil {
+				if errors.Is(o.err, backfill.ErrCanceled) && parent.Err() != nil {
+					return parent.Err()
+				}
+				return fmt.Errorf("bootstrap: job %s: %w", o.did, o.err)
+			}
+			p := pageOf[o.did]
+			delete(pageOf, o.did)
+			b.mu.Lock()
+			delete(b.inflight, o.did)
+			b.mu.Unlock()
+			b.prog.record(&o.res)
+			if p != nil {
+				wm.done(p)
+			}
+			if err := advance(); err != nil {
+				return err
+			}
+		case <-ckAcks.Ready():
+			for _, r := range ckAcks.Drain(nil) {
+				if r.Refused != nil {
+					return fmt.Errorf("bootstrap: checkpoint refused: %w", r.Refused)
+				}
+				durable = r.Token.(checkpoint)
+				durableCovered = coveredAtSubmit
+				ckOutstanding = false
+			}
+			cfg.Metrics.setLag(enumerated - durableCovered)
+			b.prog.set(func(p *Progress) { p.Checkpoint = describe(durable); p.CheckpointLag = enumerated - durableCovered })
+			if err := submitCheckpoint(); err != nil {
+				return err
+			}
+		case <-ticker.C:
+			b.tick(false)
+		case <-cfg.Writer.Done():
+			return fmt.Errorf("bootstrap: %w", writerStopped(cfg.Writer))
+		case <-parent.Done():
+			return parent.Err()
+		}
+	}
+}
+
+func describe(c checkpoint) string {
+	switch {
+	case c.cursor.Finished:
+		return "finished"
+	case c.cursor.Cursor == "":
+		return "absent"
+	}
+	return "page"
+}

@@ -1,0 +1,70 @@
+// Package bootstrap owns the whole-network first pass: enumeration of the
+// relay's repositories (listRepos), dispatch to a pool of backfill jobs
+// (package backfill), the completion watermark and the durable listRepos
+// checkpoint, the restart pass, progress reporting, and the bootstrap →
+// merging commit point (EnterMerging). It does not download or verify a
+// repository itself, serves no clients, and writes the store only through
+// units submitted to archive.Writer.
+//
+// # What it provides
+//
+//   - New(Config) → *Bootstrap; Run(ctx) returns nil when bootstrap is done:
+//     the listing has ended (or the debug list is exhausted), every repo it
+//     dispatched is durably terminal, the final checkpoint is durable.
+//   - Progress() for /status; a progress log line every 10 s.
+//   - EnterMerging(ctx, store, writer, now): phase=merging with both backfill
+//     timestamps in one synced unit (C3), for the caller to invoke.
+//   - Shuffle, the production dispatch-order helper (E2).
+//
+// # Invariants kept here
+//
+//   - E1: listRepos is paged with limit 1000 from the last durable page
+//     cursor; every listed entry (terminal or not) belongs to its page.
+//   - E2: each page's repos are dispatched in a shuffled order.
+//   - E3: Workers goroutines each run one job at a time, so N workers are at
+//     most (and under load exactly) N concurrent getRepo requests.
+//   - E12: an inactive entry is stored active=false and never dispatched; a
+//     later listing that flips activity changes only that field.
+//   - E13: Repos backfills exactly those DIDs in order, with no enumeration
+//     and no cursor; MaxRepos stops after N listed repos and never commits a
+//     cursor. Neither runs discovery (that is merge's; the caller must not
+//     start it in these modes).
+//   - R5: a job's terminal state is its own writer unit; one straggler holds
+//     back only the checkpoint, never its siblings' completions.
+//   - R6: the checkpoint covers page p only when every repo of pages ≤ p is
+//     durably terminal; it is submitted after those outcomes were reported
+//     durable, so it is durable in a later batch (or the same).
+//   - R7: before enumeration resumes, every active not_started repo becomes
+//     pending in one pass (durable before the first page is read); terminal
+//     repos (complete, failed, unavailable, pending, inactive) are never
+//     dispatched; a page's not_started rows are durable before any of its
+//     repos is dispatched.
+//
+// # Commit points
+//
+//   - the restart pass: units of ≤1024 repo mutations, all durable first;
+//   - one unit per page: its new DIDs (not_started) and activity flips;
+//   - per repo: the job's units (backfill);
+//   - cursor/listrepos (+ cursor/listrepos_last): one unit per watermark
+//     move, at most one outstanding;
+//   - EnterMerging: phase, phase_entered_at, both backfill timestamps.
+//
+// # Tricky bits: the completion watermark without a batch barrier
+//
+// Pages are numbered as read. Each page counts its dispatched repos not yet
+// durably terminal; a job returns only once its terminal state is durable,
+// and then its page's count drops. The leading pages whose counts are zero
+// are popped and the checkpoint moves to the cursor after the last one
+// ("finished" after the final page). Enumeration holds window credit for
+// every entry of every page not yet popped (Window, default 50,000), so it
+// runs far ahead of a straggler without idling workers, and the number of
+// repos a crash can leave not_started (hence pending) is bounded. A DID
+// listed again while in flight is not counted in the later page: the
+// earlier page, which must be covered first, already counts it. The
+// in-flight set is consulted before the store, and a DID leaves it only
+// after its outcome is durable, so a re-listed DID is never dispatched
+// twice.
+//
+// A listRepos cursor that repeats any cursor of this run ends the listing
+// as if on the last page (counted: backstream_listrepos_cursor_loops_total).
+package bootstrap

@@ -1,0 +1,263 @@
+package bootstrap
+
+// enumerate.go owns enumeration: listRepos pages with limit 1000 from the
+// last durable checkpoint (E1), each page's new DIDs made durable as
+// not_started (inactive ones with active=false, never dispatched: E12) in
+// one unit before any of them is dispatched (R7), the enumeration window,
+// cursor-loop detection, and the debug modes (E13).
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/upstream"
+	"github.com/bluesky-social/indigo/atproto/syntax"
+	"golang.org/x/sync/semaphore"
+)
+
+// pageMsg is a page whose new repos are durable, handed to the coordinator.
+type pageMsg struct {
+	reqCursor  string
+	next       string
+	final      bool
+	entries    int
+	weight     int64
+	dispatch   []string // shuffled; each already in b.inflight
+	discovered int
+}
+
+// enumerate pages listRepos from cursor until the listing ends, holding
+// window credit for every entry of every page not yet checkpointed.
+func (b *Bootstrap) enumerate(ctx context.Context, cursor string, window *semaphore.Weighted, out chan<- *pageMsg) error {
+	cfg := &b.cfg
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
+	seen := map[[16]byte]struct{}{}
+	mark := func(c string) bool {
+		if c == "" {
+			return false
+		}
+		h := sha256.Sum256([]byte(c))
+		var k [16]byte
+		copy(k[:], h[:16])
+		_, dup := seen[k]
+		seen[k] = struct{}{}
+		return dup
+	}
+	mark(cursor)
+	listed := 0
+	for {
+		pg, err := b.listPage(ctx, cursor)
+		if err != nil {
+			return err
+		}
+		cfg.Metrics.page()
+		next, final := pg.Cursor, pg.Cursor == ""
+		if !final && (next == cursor || mark(next)) {
+			cfg.Metrics.loop()
+			cfg.Logger.Warn("bootstrap: listRepos returned a cursor it had already returned; the listing ends here as if this were the last page",
+				"cursor_bytes", len(next))
+			next, final = "", true
+		}
+		entries := pg.Repos
+		if cfg.MaxRepos > 0 {
+			if left := cfg.MaxRepos - listed; len(entries) >= left {
+				entries = entries[:left]
+				final = true
+				next = ""
+			}
+			listed += len(entries)
+		}
+		weight := min(int64(len(entries)), int64(cfg.Window))
+		if err := window.Acquire(ctx, weight); err != nil {
+			return err
+		}
+		msg, err := b.record(ctx, entries, true, rng)
+		if err != nil {
+			window.Release(weight)
+			return err
+		}
+		msg.reqCursor, msg.next, msg.final, msg.weight = cursor, next, final, weight
+		select {
+		case out <- msg:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if final {
+			return nil
+		}
+		cursor = next
+	}
+}
+
+// listed is the --repos mode: exactly the named DIDs, in order, as one page
+// that ends the listing. No cursor is read or written.
+func (b *Bootstrap) listed(ctx context.Context, out chan<- *pageMsg) error {
+	entries := make([]upstream.RepoEntry, 0, len(b.cfg.Repos))
+	for _, d := range b.cfg.Repos {
+		if _, err := syntax.ParseDID(d); err != nil {
+			return fmt.Errorf("bootstrap: --repos: %q: %w", d, err)
+		}
+		entries = append(entries, upstream.RepoEntry{DID: d, Active: true})
+	}
+	msg, err := b.record(ctx, entries, false, nil)
+	if err != nil {
+		return err
+	}
+	msg.final = true
+	select {
+	case out <- msg:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// record decides every entry of a page against the store, makes the new
+// and flipped states durable in one unit, and returns the repos to
+// dispatch (shuffled when rng is set, else in page order).
+func (b *Bootstrap) record(ctx context.Context, entries []upstream.RepoEntry, shuffle bool, rng *rand.Rand) (*pageMsg, error) {
+	msg := &pageMsg{entries: len(entries)}
+	var ups []archive.RepoUpdate
+	inPage := make(map[string]struct{}, len(entries))
+	newActive, newInactive := 0, 0
+	for _, e := range entries {
+		if _, dup := inPage[e.DID]; dup {
+			continue
+		}
+		inPage[e.DID] = struct{}{}
+		// In flight first, then the store: a job removes its DID from the
+		// in-flight set only after its terminal state is durable, so a DID
+		// absent from the set is either new or visible as terminal below.
+		b.mu.Lock()
+		_, busy := b.inflight[e.DID]
+		b.mu.Unlock()
+		if busy {
+			continue
+		}
+		st, err := b.cfg.Store.RepoState(e.DID)
+		switch {
+		case errors.Is(err, archive.ErrNotFound):
+			ups = append(ups, archive.RepoUpdate{DID: e.DID, Func: discovered(e.Active, e.Status)})
+			if e.Active {
+				newActive++
+				msg.dispatch = append(msg.dispatch, e.DID)
+			} else {
+				newInactive++
+			}
+		case err != nil:
+			return nil, fmt.Errorf("bootstrap: read %s: %w", e.DID, err)
+		default:
+			if st.Active != e.Active {
+				// E12: a flip preserves the row; only activity changes.
+				ups = append(ups, archive.RepoUpdate{DID: e.DID, Func: flipped(e.Active, e.Status)})
+			}
+			// An inactive not_started repo was never dispatched; active
+			// now, it has no rows and can be fetched in this run.
+			if st.Status == archive.StatusNotStarted && e.Active {
+				msg.dispatch = append(msg.dispatch, e.DID)
+			}
+		}
+	}
+	if len(ups) > 0 {
+		acks := archive.NewAcks()
+		if err := b.cfg.Writer.Submit(ctx, &archive.Unit{Repos: ups, Acks: acks}); err != nil {
+			return nil, fmt.Errorf("bootstrap: record page: %w", err)
+		}
+		if err := b.waitUnits(ctx, acks, 1); err != nil {
+			return nil, fmt.Errorf("bootstrap: record page: %w", err)
+		}
+	}
+	b.cfg.Metrics.discover(newActive, newInactive)
+	msg.discovered = newActive + newInactive
+	b.mu.Lock()
+	for _, d := range msg.dispatch {
+		b.inflight[d] = struct{}{}
+	}
+	b.mu.Unlock()
+	if shuffle && rng != nil {
+		Shuffle(msg.dispatch, rng)
+	}
+	return msg, nil
+}
+
+// discovered is the writer-side mutation recording a new repo; it writes
+// nothing if the repo appeared meanwhile.
+func discovered(active bool, status string) func(archive.RepoState, bool) (archive.RepoState, bool) {
+	return func(cur archive.RepoState, exists bool) (archive.RepoState, bool) {
+		if exists {
+			return cur, false
+		}
+		st := archive.RepoState{Status: archive.StatusNotStarted, Active: active}
+		if !active {
+			st.AccountStatus = boundedStatus(status)
+		}
+		return st, true
+	}
+}
+
+// flipped changes only a repo's activity (and its upstream status).
+func flipped(active bool, status string) func(archive.RepoState, bool) (archive.RepoState, bool) {
+	return func(cur archive.RepoState, exists bool) (archive.RepoState, bool) {
+		if !exists || cur.Active == active {
+			return cur, false
+		}
+		cur.Active = active
+		cur.AccountStatus = ""
+		if !active {
+			cur.AccountStatus = boundedStatus(status)
+		}
+		return cur, true
+	}
+}
+
+func boundedStatus(s string) string {
+	if len(s) > 64 {
+		return s[:64]
+	}
+	return s
+}
+
+// listPage fetches one page with retries: transient errors get ListRetries
+// retries with the ordinary backoff, 429s the getRepo 429 budget and its
+// server-directed waits; anything else, or a budget exhausted, is fatal to
+// this run (restart resumes from the durable checkpoint).
+func (b *Bootstrap) listPage(ctx context.Context, cursor string) (upstream.Page, error) {
+	cfg := &b.cfg
+	bo := backfill.Backoff{Base: backfill.DefaultBackoffBase, Max: backfill.DefaultBackoffMax}
+	ordinary, limited := 0, 0
+	for {
+		pg, err := cfg.Source.ListRepos(ctx, cursor, cfg.PageLimit)
+		if err == nil {
+			return pg, nil
+		}
+		if ctx.Err() != nil {
+			return upstream.Page{}, ctx.Err()
+		}
+		class := upstream.Classify(err)
+		cfg.Metrics.listError(class.String())
+		var wait time.Duration
+		switch {
+		case class == upstream.ClassRateLimited && limited < backfill.DefaultRateLimitRetries:
+			wait = upstream.RetryAfter(err)
+			if wait <= 0 {
+				wait = bo.Delay(limited, rand.Float64())
+			}
+			limited++
+		case class == upstream.ClassTransient && ordinary < cfg.ListRetries:
+			wait = bo.Delay(ordinary, rand.Float64())
+			ordinary++
+		default:
+			return upstream.Page{}, fmt.Errorf("bootstrap: listRepos: %w", err)
+		}
+		cfg.Logger.Warn("bootstrap: listRepos failed; retrying", "class", class.String(), "wait", wait, "err", err)
+		if err := cfg.Sleep(ctx, wait); err != nil {
+			return upstream.Page{}, err
+		}
+	}
+}

@@ -1,0 +1,100 @@
+package bootstrap
+
+// metrics.go owns bootstrap's Prometheus instruments. Nil-safe.
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the bootstrap instruments.
+type Metrics struct {
+	lag        prometheus.Gauge
+	pages      prometheus.Counter
+	loops      prometheus.Counter
+	discovered *prometheus.CounterVec
+	pending    prometheus.Counter
+	queued     prometheus.Gauge
+	listErrs   *prometheus.CounterVec
+}
+
+// NewMetrics registers the bootstrap metrics on reg (nil: unregistered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		lag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "backstream_listrepos_checkpoint_lag_repos",
+			Help: "Repos enumerated beyond the durable listRepos checkpoint.",
+		}),
+		pages: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_listrepos_pages_total",
+			Help: "listRepos pages enumerated (their new repos durable as not_started).",
+		}),
+		loops: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_listrepos_cursor_loops_total",
+			Help: "listRepos cursors that repeated; the listing ended there as if on a last page.",
+		}),
+		discovered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backstream_bootstrap_repos_discovered_total",
+			Help: "Repos first recorded by enumeration, durable as not_started, by activity (active, inactive).",
+		}, []string{"activity"}),
+		pending: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_bootstrap_pending_on_restart_total",
+			Help: "Active not_started repos turned pending by a restart in bootstrap (R7).",
+		}),
+		queued: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "backstream_bootstrap_queued_repos",
+			Help: "Repos dispatched or waiting for a worker, not yet durably terminal.",
+		}),
+		listErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backstream_listrepos_errors_total",
+			Help: "listRepos page requests that failed, by class.",
+		}, []string{"class"}),
+	}
+	m.discovered.WithLabelValues("active")
+	m.discovered.WithLabelValues("inactive")
+	if reg != nil {
+		reg.MustRegister(m.lag, m.pages, m.loops, m.discovered, m.pending, m.queued, m.listErrs)
+	}
+	return m
+}
+
+func (m *Metrics) setLag(n int64) {
+	if m != nil {
+		m.lag.Set(float64(n))
+	}
+}
+
+func (m *Metrics) page() {
+	if m != nil {
+		m.pages.Inc()
+	}
+}
+
+func (m *Metrics) loop() {
+	if m != nil {
+		m.loops.Inc()
+	}
+}
+
+func (m *Metrics) discover(active, inactive int) {
+	if m == nil {
+		return
+	}
+	m.discovered.WithLabelValues("active").Add(float64(active))
+	m.discovered.WithLabelValues("inactive").Add(float64(inactive))
+}
+
+func (m *Metrics) pendingOnRestart(n int) {
+	if m != nil {
+		m.pending.Add(float64(n))
+	}
+}
+
+func (m *Metrics) setQueued(n int) {
+	if m != nil {
+		m.queued.Set(float64(n))
+	}
+}
+
+func (m *Metrics) listError(class string) {
+	if m != nil {
+		m.listErrs.WithLabelValues(class).Inc()
+	}
+}

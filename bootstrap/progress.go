@@ -1,0 +1,156 @@
+package bootstrap
+
+// progress.go owns what bootstrap tells people: a snapshot for /status and a
+// log line every ProgressEvery with repos done / known, rates over the last
+// minute, failures, in-flight and an ETA. Known and done come from
+// meta/counts (durable) and this run's queue; rates from durable outcomes.
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/backfill"
+)
+
+// State is where a bootstrap run stands.
+type State string
+
+// States of a run.
+const (
+	StateIdle        State = ""             // not started
+	StateRestartPass State = "restart_pass" // turning interrupted repos pending
+	StateRunning     State = "running"      // enumerating and backfilling
+	StateDone        State = "done"         // every repo durably terminal, listing ended
+)
+
+// Progress is a snapshot of a run.
+type Progress struct {
+	State   State     `json:"state"`
+	Started time.Time `json:"started"`
+	// PendingOnRestart is the number of repos the restart pass made pending.
+	PendingOnRestart int `json:"pending_on_restart"`
+	// Pages and Enumerated count listRepos pages and entries read in this
+	// run; Discovered the repos they recorded for the first time.
+	Pages      int   `json:"pages"`
+	Enumerated int64 `json:"enumerated"`
+	Discovered int64 `json:"discovered"`
+	// ListingFinished: the listing has ended (in this run or an earlier one).
+	ListingFinished bool `json:"listing_finished"`
+	// Checkpoint is the durable listRepos checkpoint: absent, page or
+	// finished; CheckpointLag the repos enumerated beyond it.
+	Checkpoint    string `json:"checkpoint"`
+	CheckpointLag int64  `json:"checkpoint_lag"`
+	// Queued and InFlight are this run's repos waiting for / held by a worker.
+	Queued   int `json:"queued"`
+	InFlight int `json:"in_flight"`
+	// Durable outcomes of this run.
+	Complete    int64 `json:"complete"`
+	NotFound    int64 `json:"not_found"`
+	Unavailable int64 `json:"unavailable"`
+	Failed      int64 `json:"failed"`
+	Records     int64 `json:"records"`
+	// Known and Done are all repos in the store and those durably terminal
+	// (as of the last progress tick).
+	Known int64 `json:"known"`
+	Done  int64 `json:"done"`
+	// Rates over the last minute; ETA (seconds) is -1 while the listing is
+	// still running or nothing has finished yet.
+	ReposPerSec   float64 `json:"repos_per_sec"`
+	RecordsPerSec float64 `json:"records_per_sec"`
+	ETASeconds    float64 `json:"eta_seconds"`
+}
+
+type sample struct {
+	t       time.Time
+	done    int64
+	records int64
+}
+
+type progressState struct {
+	mu      sync.Mutex
+	p       Progress
+	samples []sample
+}
+
+func (s *progressState) set(f func(p *Progress)) {
+	s.mu.Lock()
+	f(&s.p)
+	s.mu.Unlock()
+}
+
+func (s *progressState) get() Progress {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.p
+}
+
+func (s *progressState) record(res *backfill.Result) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case res.Status == archive.StatusComplete && res.NotFound:
+		s.p.NotFound++
+	case res.Status == archive.StatusComplete:
+		s.p.Complete++
+	case res.Status == archive.StatusUnavailable:
+		s.p.Unavailable++
+	case res.Status == archive.StatusFailed:
+		s.p.Failed++
+	}
+	s.p.Records += int64(res.Records)
+}
+
+// Progress returns a snapshot of the run. Safe to call at any time.
+func (b *Bootstrap) Progress() Progress { return b.prog.get() }
+
+const rateWindow = time.Minute
+
+// tick refreshes known/done and the rates and logs the progress line.
+func (b *Bootstrap) tick(quiet bool) {
+	now := b.cfg.Now()
+	counts, err := b.cfg.Store.Counts()
+	if err != nil && !errors.Is(err, archive.ErrNotFound) {
+		b.cfg.Logger.Warn("bootstrap: progress: read counts", "err", err)
+	}
+	s := &b.prog
+	s.mu.Lock()
+	p := &s.p
+	p.Known = counts.Total()
+	p.Done = max(p.Known-int64(p.Queued+p.InFlight), 0)
+	finished := p.Complete + p.NotFound + p.Unavailable + p.Failed
+	s.samples = append(s.samples, sample{t: now, done: finished, records: p.Records})
+	for len(s.samples) > 1 && now.Sub(s.samples[0].t) > rateWindow {
+		s.samples = s.samples[1:]
+	}
+	first := s.samples[0]
+	if dt := now.Sub(first.t).Seconds(); dt > 0 {
+		p.ReposPerSec = float64(finished-first.done) / dt
+		p.RecordsPerSec = float64(p.Records-first.records) / dt
+	}
+	p.ETASeconds = -1
+	if p.ListingFinished && p.ReposPerSec > 0 {
+		p.ETASeconds = float64(p.Known-p.Done) / p.ReposPerSec
+	}
+	snap := *p
+	s.mu.Unlock()
+	if quiet {
+		return
+	}
+	pct := 0.0
+	if snap.Known > 0 {
+		pct = 100 * float64(snap.Done) / float64(snap.Known)
+	}
+	eta := "unknown"
+	if snap.ETASeconds >= 0 {
+		eta = (time.Duration(snap.ETASeconds) * time.Second).String()
+	}
+	b.cfg.Logger.Info("bootstrap progress",
+		"done", snap.Done, "known", snap.Known, "percent", float64(int(pct*10))/10,
+		"repos_per_s", float64(int(snap.ReposPerSec*10))/10,
+		"records_per_s", int64(snap.RecordsPerSec),
+		"failed", counts.Get(archive.StatusFailed), "unavailable", counts.Get(archive.StatusUnavailable),
+		"in_flight", snap.InFlight, "queued", snap.Queued,
+		"listing_finished", snap.ListingFinished, "checkpoint_lag", snap.CheckpointLag, "eta", eta)
+}

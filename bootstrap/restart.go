@@ -1,0 +1,131 @@
+package bootstrap
+
+// restart.go owns the restart pass (R7): before enumeration resumes, every
+// active not_started repo becomes pending in one pass over repo/, durable
+// before any page is read. Such a repo may hold partial rows; re-emitting it
+// at low seqs would place it before captured events that must stay after
+// it, so merge's pending pass replaces it wholesale instead.
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/cockroachdb/pebble"
+)
+
+// restartBatch is the number of repo mutations per unit of the pass.
+const restartBatch = 1024
+
+// pendingPass turns every active not_started repo pending and returns how
+// many it changed. Inactive not_started repos stay as they are: they were
+// never dispatched.
+func (b *Bootstrap) pendingPass(ctx context.Context) (int, error) {
+	acks := archive.NewAcks()
+	submitted, changed := 0, 0
+	var batch []archive.RepoUpdate
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		u := &archive.Unit{Repos: batch, Acks: acks, Token: submitted}
+		if err := b.cfg.Writer.Submit(ctx, u); err != nil {
+			return fmt.Errorf("bootstrap: restart pass: %w", err)
+		}
+		submitted++
+		batch = nil
+		return nil
+	}
+	err := scanRepos(b.cfg.Store, func(did string, st archive.RepoState) error {
+		if st.Status != archive.StatusNotStarted || !st.Active {
+			return nil
+		}
+		changed++
+		batch = append(batch, archive.RepoUpdate{DID: did, Func: toPending})
+		if len(batch) == restartBatch {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	if err != nil {
+		return 0, err
+	}
+	if err := b.waitUnits(ctx, acks, submitted); err != nil {
+		return 0, fmt.Errorf("bootstrap: restart pass: %w", err)
+	}
+	return changed, nil
+}
+
+// toPending is the writer-side mutation of the restart pass; it re-checks
+// the state it is applied to.
+func toPending(cur archive.RepoState, exists bool) (archive.RepoState, bool) {
+	if !exists || cur.Status != archive.StatusNotStarted || !cur.Active {
+		return cur, false
+	}
+	cur.Status = archive.StatusPending
+	cur.Refetch = archive.RefetchPending
+	return cur, true
+}
+
+// scanRepos calls fn for every repo/ entry in key order.
+func scanRepos(s *archive.Store, fn func(did string, st archive.RepoState) error) error {
+	upper := append([]byte(nil), archive.PrefixRepo...)
+	upper[len(upper)-1]++
+	it, err := s.DB().NewIter(&pebble.IterOptions{LowerBound: archive.PrefixRepo, UpperBound: upper})
+	if err != nil {
+		return fmt.Errorf("bootstrap: scan repo/: %w", err)
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		st, err := archive.DecodeRepoState(it.Value())
+		if err != nil {
+			return fmt.Errorf("bootstrap: scan repo/: %q: %w", it.Key(), err)
+		}
+		if err := fn(string(it.Key()[len(archive.PrefixRepo):]), st); err != nil {
+			return err
+		}
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("bootstrap: scan repo/: %w", err)
+	}
+	return nil
+}
+
+// waitUnits waits until n units submitted with acks are durable; a refused
+// unit is an error (a bug: bootstrap's units are always valid).
+func (b *Bootstrap) waitUnits(ctx context.Context, acks *archive.Acks, n int) error {
+	var rc []archive.Receipt
+	stopped := false
+	for got := 0; ; {
+		rc = acks.Drain(rc[:0])
+		for _, r := range rc {
+			if r.Refused != nil {
+				return fmt.Errorf("unit refused: %w", r.Refused)
+			}
+		}
+		got += len(rc)
+		switch {
+		case got >= n:
+			return nil
+		case stopped:
+			return writerStopped(b.cfg.Writer)
+		}
+		select {
+		case <-acks.Ready():
+		case <-b.cfg.Writer.Done():
+			stopped = true
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func writerStopped(w interface{ Err() error }) error {
+	if err := w.Err(); err != nil {
+		return fmt.Errorf("writer stopped: %w", err)
+	}
+	return fmt.Errorf("writer stopped: %w", archive.ErrClosed)
+}
