@@ -6,6 +6,7 @@ package archive
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/cockroachdb/pebble"
@@ -69,4 +70,28 @@ func (s *Store) Rev(did string) (string, error) { return get(s.db, RevKey(did), 
 // HostState reads host/<host>.
 func (s *Store) HostState(host string) (HostState, error) {
 	return get(s.db, HostKey(host), DecodeHostState)
+}
+
+// ScanRepos calls fn for every repo/ entry in DID order, streaming: nothing
+// is materialised. A malformed state stops the scan with an error naming its
+// key. fn returning an error stops the scan with that error.
+func (s *Store) ScanRepos(fn func(did string, st RepoState) error) error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: PrefixRepo, UpperBound: prefixEnd(PrefixRepo)})
+	if err != nil {
+		return fmt.Errorf("archive: scan repos: %w", err)
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		st, err := DecodeRepoState(it.Value())
+		if err != nil {
+			return &KeyError{Key: string(it.Key()), Kind: ErrMalformed, Err: err}
+		}
+		if err := fn(string(it.Key()[len(PrefixRepo):]), st); err != nil {
+			return err
+		}
+	}
+	if err := it.Error(); err != nil {
+		return &KeyError{Key: "repo/<scan>", Kind: ErrRead, Err: err}
+	}
+	return nil
 }

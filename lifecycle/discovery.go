@@ -1,0 +1,115 @@
+package lifecycle
+
+// discovery.go owns post-bootstrap discovery (M6): list repos again from the
+// last non-empty listRepos cursor and record every DID the store does not
+// know as a failed repo due for a fetch (the retry runner's candidate).
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/upstream"
+)
+
+// discoveryRetries bounds the retries of one discovery page.
+const discoveryRetries = 5
+
+// discover never fails merge for upstream trouble: a cursor loop or
+// exhausted retries end discovery with a counted warning (M8). Only a store
+// failure is returned.
+func (r *runner) discover(ctx context.Context) error {
+	if r.cfg.Source == nil {
+		return nil
+	}
+	cursor := ""
+	last, err := r.cfg.Store.ListCursor(true)
+	switch {
+	case err == nil:
+		cursor = last.Cursor
+	case !errors.Is(err, archive.ErrNotFound):
+		return err
+	}
+	seen := map[string]bool{}
+	acks := archive.NewAcks()
+	pending, found := 0, 0
+	for pages := 0; ; pages++ {
+		if seen[cursor] && cursor != "" {
+			r.log.Warn("discovery: the relay's listRepos cursor repeats; discovery ends here", "pages", pages)
+			break
+		}
+		seen[cursor] = true
+		page, err := r.listPage(ctx, cursor)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			r.log.Warn("discovery: listRepos keeps failing; discovery ends here, merge completes", "pages", pages, "err", err)
+			break
+		}
+		var ups []archive.RepoUpdate
+		now := r.cfg.Now().UnixMicro()
+		for _, e := range page.Repos {
+			active, status := e.Active, e.Status
+			ups = append(ups, archive.RepoUpdate{DID: e.DID, Func: func(cur archive.RepoState, exists bool) (archive.RepoState, bool) {
+				if exists {
+					return cur, false
+				}
+				return archive.RepoState{
+					Status: archive.StatusFailed, Active: active, AccountStatus: status,
+					Refetch: archive.RefetchDiscovered, NextAttemptUS: now, ErrClass: "discovered",
+				}, true
+			}})
+		}
+		if len(ups) > 0 {
+			if err := r.cfg.Writer.Submit(ctx, &archive.Unit{Repos: ups, Acks: acks}); err != nil {
+				return err
+			}
+			pending++
+			found += len(ups)
+		}
+		if page.Cursor == "" || page.Cursor == cursor {
+			break
+		}
+		cursor = page.Cursor
+	}
+	for pending > 0 {
+		select {
+		case <-acks.Ready():
+			for _, rc := range acks.Drain(nil) {
+				pending--
+				if rc.Refused != nil {
+					return rc.Refused
+				}
+			}
+		case <-r.cfg.Writer.Done():
+			return r.cfg.Writer.Err()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	r.log.Info("discovery finished", "listed", found)
+	return nil
+}
+
+func (r *runner) listPage(ctx context.Context, cursor string) (upstream.Page, error) {
+	var err error
+	for attempt := 0; attempt <= discoveryRetries; attempt++ {
+		var p upstream.Page
+		p, err = r.cfg.Source.ListRepos(ctx, cursor, 1000)
+		if err == nil {
+			return p, nil
+		}
+		wait := time.Duration(1<<attempt) * 500 * time.Millisecond
+		if d := upstream.RetryAfter(err); d > wait {
+			wait = d
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return p, ctx.Err()
+		}
+	}
+	return upstream.Page{}, err
+}

@@ -1,0 +1,392 @@
+package lifecycle
+
+// runner.go performs the machine's actions: it starts and stops capture,
+// bootstrap, merge, the pending pass, discovery and the live consumer, and
+// turns their outcomes into facts. Per-repo logic lives in the packages it
+// drives.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/firehose"
+	"github.com/backstream/backstream/internal/crashpoint"
+	"github.com/backstream/backstream/merge"
+	"github.com/backstream/backstream/upstream"
+)
+
+// DefaultCaptureWait is how long bootstrap waits for capture's first durable
+// cursor before it starts anyway (DESIGN §3).
+const DefaultCaptureWait = 30 * time.Second
+
+// Config is everything the runner drives. The caller owns the store and the
+// archive writer and closes them after Run returns.
+type Config struct {
+	Store  *archive.Store
+	Writer *archive.Writer
+	// Relay is the relay's base URL (the firehose is dialed there).
+	Relay string
+	// Source pages listRepos (bootstrap and discovery).
+	Source upstream.RepoSource
+	// Jobs runs backfill jobs (bootstrap) and whole-repo replacements
+	// (the pending pass).
+	Jobs *backfill.Runner
+	// Bootstrap is the bootstrap's configuration; Store, Writer, Source
+	// and Jobs are filled in here.
+	Bootstrap bootstrap.Config
+	// ArchiveMetrics instruments the capture writer too (label cap).
+	ArchiveMetrics  *archive.Metrics
+	FirehoseMetrics *firehose.Metrics
+	MergeMetrics    *merge.Metrics
+	// CaptureWait: see DefaultCaptureWait.
+	CaptureWait time.Duration
+	// PendingWorkers bounds the pending pass (default 16).
+	PendingWorkers int
+	// SkipDiscovery: debug modes (--repos, --max-repos) never discover.
+	SkipDiscovery bool
+	Crash         *crashpoint.Set
+	Logger        *slog.Logger
+	Now           func() time.Time
+	// OnPhase, when set, is told every phase the runner enters (including
+	// the one it starts in).
+	OnPhase func(archive.Phase)
+}
+
+func (c *Config) defaults() error {
+	if c.Store == nil || c.Writer == nil || c.Relay == "" || c.Jobs == nil {
+		return errors.New("lifecycle: Store, Writer, Relay and Jobs are required")
+	}
+	if c.Source == nil && len(c.Bootstrap.Repos) == 0 {
+		return errors.New("lifecycle: Source is required unless Bootstrap.Repos is set")
+	}
+	if c.CaptureWait <= 0 {
+		c.CaptureWait = DefaultCaptureWait
+	}
+	if c.PendingWorkers <= 0 {
+		c.PendingWorkers = 16
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return nil
+}
+
+// runner holds one process run's components and facts.
+type runner struct {
+	cfg   Config
+	facts Facts
+	log   *slog.Logger
+
+	capWriter *archive.Writer
+	capture   *firehose.Consumer
+	capCancel context.CancelFunc
+	capDone   chan error
+}
+
+// Run drives the lifecycle from the persisted phase until ctx is done (nil)
+// or something fails that must stop the process (an error: a store failure,
+// a capture or live consumer that cannot write, a bug).
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.defaults(); err != nil {
+		return err
+	}
+	phase, err := cfg.Store.Phase()
+	if err != nil {
+		return fmt.Errorf("lifecycle: read phase: %w", err)
+	}
+	r := &runner{cfg: cfg, log: cfg.Logger, facts: Facts{Phase: phase, SkipDiscovery: cfg.SkipDiscovery}}
+	defer r.stopCapture()
+	r.enter(phase)
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil
+		}
+		a, err := Next(r.facts)
+		if err != nil {
+			return err
+		}
+		r.log.Debug("lifecycle step", "phase", r.facts.Phase, "action", a.String())
+		if err := r.do(ctx, a); err != nil {
+			if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return fmt.Errorf("lifecycle: %s: %w", a, err)
+		}
+		if a == ActSteady {
+			return nil
+		}
+	}
+}
+
+func (r *runner) enter(p archive.Phase) {
+	r.facts.Phase = p
+	r.log.Info("lifecycle phase", "phase", p)
+	if r.cfg.OnPhase != nil {
+		r.cfg.OnPhase(p)
+	}
+}
+
+func (r *runner) do(ctx context.Context, a Action) error {
+	switch a {
+	case ActStartCapture:
+		return r.startCapture(ctx)
+	case ActAwaitCapture:
+		return r.awaitCapture(ctx)
+	case ActBootstrap:
+		return r.bootstrap(ctx)
+	case ActEnterMerging:
+		if err := bootstrap.EnterMerging(ctx, r.cfg.Store, r.cfg.Writer, r.cfg.Now()); err != nil {
+			return err
+		}
+		r.cfg.Crash.Hit(crashpoint.MergingCommitted)
+		r.enter(archive.PhaseMerging)
+		return nil
+	case ActStopCapture:
+		return r.stopCapture()
+	case ActMerge:
+		st, err := merge.Walk(ctx, r.mergeConfig())
+		if err != nil {
+			return err
+		}
+		r.log.Info("merged the captured firehose", "units", st.Units, "kept", st.Kept, "stale", st.Stale, "through", st.Through)
+		r.facts.Merged = true
+		return nil
+	case ActPendingPass:
+		if err := r.pendingPass(ctx); err != nil {
+			return err
+		}
+		r.facts.PendingDone = true
+		return nil
+	case ActDiscovery:
+		if err := r.discover(ctx); err != nil {
+			return err
+		}
+		r.facts.DiscoveryDone = true
+		return nil
+	case ActCleanup:
+		if err := merge.Cleanup(r.mergeConfig()); err != nil {
+			return err
+		}
+		r.enter(archive.PhaseSteadyState)
+		return nil
+	case ActSteady:
+		return r.steady(ctx)
+	}
+	return fmt.Errorf("no handler for %s", a)
+}
+
+func (r *runner) mergeConfig() merge.Config {
+	return merge.Config{Store: r.cfg.Store, Writer: r.cfg.Writer, Crash: r.cfg.Crash, Metrics: r.cfg.MergeMetrics, Logger: r.log, Now: r.cfg.Now}
+}
+
+// relayCursor reads cursor/relay: nil when absent (start at the live tip).
+func (r *runner) relayCursor() (*int64, error) {
+	c, err := r.cfg.Store.RelayCursor()
+	if errors.Is(err, archive.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	v := int64(c)
+	return &v, nil
+}
+
+func (r *runner) startCapture(ctx context.Context) error {
+	cursor, err := r.relayCursor()
+	if err != nil {
+		return err
+	}
+	w, err := archive.NewWriter(r.cfg.Store, archive.WriterOptions{Capture: true, Metrics: r.cfg.ArchiveMetrics, Logger: r.log, LiveLogBytes: 1 << 20})
+	if err != nil {
+		return err
+	}
+	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: w, Mode: firehose.ModeCapture, Cursor: cursor, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "capture"), Now: r.cfg.Now})
+	if err != nil {
+		w.Close()
+		return err
+	}
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() { done <- c.Run(cctx) }()
+	r.capWriter, r.capture, r.capCancel, r.capDone = w, c, cancel, done
+	r.facts.CaptureRunning = true
+	r.log.Info("capturing the firehose", "cursor", cursorString(cursor))
+	return nil
+}
+
+func cursorString(c *int64) string {
+	if c == nil {
+		return "live tip"
+	}
+	return fmt.Sprint(*c)
+}
+
+// captureFailed reports capture's fatal error once it has stopped on its own.
+func (r *runner) captureFailed() <-chan error { return r.capDone }
+
+func (r *runner) awaitCapture(ctx context.Context) error {
+	t := time.NewTimer(r.cfg.CaptureWait)
+	defer t.Stop()
+	select {
+	case <-r.capture.Started():
+		r.cfg.Crash.Hit(crashpoint.CaptureStarted)
+	case <-t.C:
+		r.log.Warn("the relay sent no firehose event yet; bootstrap starts without a durable capture cursor", "waited", r.cfg.CaptureWait)
+	case err := <-r.captureFailed():
+		r.capDone = nil
+		return fmt.Errorf("capture stopped: %w", orClosed(err))
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	r.facts.CaptureReady = true
+	return nil
+}
+
+func orClosed(err error) error {
+	if err == nil {
+		return errors.New("capture ended without an error")
+	}
+	return err
+}
+
+func (r *runner) bootstrap(ctx context.Context) error {
+	bc := r.cfg.Bootstrap
+	bc.Store, bc.Writer, bc.Source, bc.Jobs = r.cfg.Store, r.cfg.Writer, r.cfg.Source, r.cfg.Jobs
+	if bc.Logger == nil {
+		bc.Logger = r.log
+	}
+	b, err := bootstrap.New(bc)
+	if err != nil {
+		return err
+	}
+	bctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- b.Run(bctx) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return err
+		}
+	case err := <-r.captureFailed():
+		r.capDone = nil
+		cancel()
+		<-done
+		return fmt.Errorf("capture stopped during bootstrap: %w", orClosed(err))
+	}
+	r.facts.BootstrapDone = true
+	return nil
+}
+
+// stopCapture stops the capture consumer and drains its writer. Safe to
+// call when capture is not running.
+func (r *runner) stopCapture() error {
+	if r.capture == nil {
+		return nil
+	}
+	r.capCancel()
+	var err error
+	if r.capDone != nil {
+		if e := <-r.capDone; e != nil && !errors.Is(e, context.Canceled) {
+			err = e
+		}
+	}
+	if e := r.capWriter.Close(); e != nil && err == nil {
+		err = e
+	}
+	r.capture, r.capWriter, r.capDone = nil, nil, nil
+	r.facts.CaptureRunning = false
+	return err
+}
+
+// pendingPass replaces every pending repo wholesale (M5) with a bounded
+// pool. A repo the job cannot finish ends failed with a next attempt (the
+// job's own terminal state); only a failure to make a state durable stops
+// the pass.
+func (r *runner) pendingPass(ctx context.Context) error {
+	var dids []string
+	err := r.cfg.Store.ScanRepos(func(did string, st archive.RepoState) error {
+		if st.Status == archive.StatusPending && st.Active {
+			dids = append(dids, did)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(dids) == 0 {
+		return nil
+	}
+	r.log.Info("pending pass: replacing interrupted repos wholesale", "repos", len(dids))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	work := make(chan string)
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	for i := 0; i < min(r.cfg.PendingWorkers, len(dids)); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for did := range work {
+				res, err := r.cfg.Jobs.Run(ctx, backfill.Request{DID: did, Replace: true})
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("replace %s: %w", did, err)
+					}
+					mu.Unlock()
+					cancel()
+					continue
+				}
+				r.log.Debug("pending repo replaced", "did", did, "status", res.Status)
+				r.cfg.Crash.Hit(crashpoint.PendingReplaced)
+			}
+		}()
+	}
+feed:
+	for _, did := range dids {
+		select {
+		case work <- did:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(work)
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	return ctx.Err()
+}
+
+// steady runs the live consumer from cursor/relay until ctx is done.
+func (r *runner) steady(ctx context.Context) error {
+	cursor, err := r.relayCursor()
+	if err != nil {
+		return err
+	}
+	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: r.cfg.Writer, Mode: firehose.ModeLive, Cursor: cursor, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "live"), Now: r.cfg.Now})
+	if err != nil {
+		return err
+	}
+	r.log.Info("following the live firehose", "cursor", cursorString(cursor))
+	err = c.Run(ctx)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
