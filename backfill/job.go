@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/upstream"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 )
@@ -57,6 +58,10 @@ type Options struct {
 	Memory *Memory
 	// Metrics may be nil.
 	Metrics *Metrics
+	// Crash, when armed (tests), kills the process right after a chunk
+	// (crashpoint.RepoChunk) or a terminal state (crashpoint.RepoComplete)
+	// is durable. Nil in production.
+	Crash *crashpoint.Set
 	// Logger; nil discards.
 	Logger *slog.Logger
 
@@ -549,6 +554,7 @@ func (r *Runner) submitOne(ctx context.Context, req Request, res *Result, u *arc
 	if rc[0].Refused != nil {
 		return *res, r.refused(req, rc[0].Refused)
 	}
+	r.o.Crash.Hit(crashpoint.RepoComplete)
 	res.FirstSeq, res.LastSeq = rc[0].FirstSeq, rc[0].LastSeq
 	res.Duration = r.o.Now().Sub(res.Started)
 	r.o.Metrics.durableOutcome(res)

@@ -15,6 +15,7 @@ import (
 	"fmt"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/crashpoint"
 )
 
 // emitter builds and submits one job's chunks.
@@ -35,6 +36,7 @@ type emitter struct {
 	kept        int
 	slab        []byte
 	rc          []archive.Receipt
+	final       int // token of the unit carrying the completion (-1 until submitted)
 }
 
 func (r *Runner) emit(ctx context.Context, req Request, p *prepared, res *Result) (Result, error) {
@@ -46,9 +48,10 @@ func (r *Runner) emit(ctx context.Context, req Request, p *prepared, res *Result
 	res.Records = snap.RecordCount
 	e := &emitter{
 		r: r, ctx: ctx, req: req, res: res,
-		src:  archive.SourceBackfill,
-		rev:  res.Rev,
-		acks: archive.NewAcks(),
+		src:   archive.SourceBackfill,
+		rev:   res.Rev,
+		acks:  archive.NewAcks(),
+		final: -1,
 	}
 	if req.Replace {
 		e.src = archive.SourceRetry
@@ -77,6 +80,7 @@ func (r *Runner) emit(ctx context.Context, req Request, p *prepared, res *Result
 			return *res, err
 		}
 	}
+	r.o.Crash.Hit(crashpoint.RepoComplete)
 	if e.kept != snap.RecordCount {
 		// Backfill rows always pass the ratchet; a shortfall is a writer bug.
 		return *res, fmt.Errorf("backfill: %s: %d of %d rows kept", req.DID, e.kept, snap.RecordCount)
@@ -161,6 +165,7 @@ func (e *emitter) flush(done *archive.RepoUpdate) error {
 	u := &archive.Unit{Events: e.events, Token: e.submitted, Acks: e.acks}
 	if done != nil {
 		u.Repos = []archive.RepoUpdate{*done}
+		e.final = e.submitted
 	}
 	if e.req.Replace {
 		u.Replace = &archive.Replacement{DID: e.req.DID, Rev: e.rev}
@@ -187,6 +192,9 @@ func (e *emitter) collect() error {
 			return e.r.refused(e.req, r.Refused)
 		}
 		tok, _ := r.Token.(int)
+		if e.final < 0 || tok != e.final {
+			e.r.o.Crash.Hit(crashpoint.RepoChunk)
+		}
 		recs := r.Kept
 		if e.req.Replace && tok == 0 && recs > 0 {
 			recs-- // the sync row

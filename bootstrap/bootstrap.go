@@ -16,6 +16,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/upstream"
 	"golang.org/x/sync/semaphore"
 )
@@ -73,6 +74,10 @@ type Config struct {
 
 	Logger  *slog.Logger
 	Metrics *Metrics
+	// Crash, when armed (tests), kills the process right after a page's
+	// repos (crashpoint.BootstrapEnqueued) or a checkpoint
+	// (crashpoint.Checkpoint) is durable. Nil in production.
+	Crash *crashpoint.Set
 	// Now and Sleep are the clock and the listRepos backoff sleep.
 	Now   func() time.Time
 	Sleep func(ctx context.Context, d time.Duration) error
@@ -392,6 +397,7 @@ func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing
 				if r.Refused != nil {
 					return fmt.Errorf("bootstrap: checkpoint refused: %w", r.Refused)
 				}
+				cfg.Crash.Hit(crashpoint.Checkpoint)
 				durable = r.Token.(checkpoint)
 				durableCovered = coveredAtSubmit
 				ckOutstanding = false

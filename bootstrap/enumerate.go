@@ -16,6 +16,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/upstream"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"golang.org/x/sync/semaphore"
@@ -172,6 +173,7 @@ func (b *Bootstrap) record(ctx context.Context, entries []upstream.RepoEntry, sh
 		if err := b.waitUnits(ctx, acks, 1); err != nil {
 			return nil, fmt.Errorf("bootstrap: record page: %w", err)
 		}
+		b.cfg.Crash.Hit(crashpoint.BootstrapEnqueued)
 	}
 	b.cfg.Metrics.discover(newActive, newInactive)
 	msg.discovered = newActive + newInactive
