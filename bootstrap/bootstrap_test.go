@@ -751,7 +751,7 @@ func TestEnterMerging(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	if err := bootstrap.EnterMerging(context.Background(), e.store, e.w, now, nil); err != nil {
+	if err := bootstrap.EnterMerging(context.Background(), e.store, e.w, now); err != nil {
 		t.Fatal(err)
 	}
 	e.reopen()
@@ -768,7 +768,7 @@ func TestEnterMerging(t *testing.T) {
 	if !started.Equal(entered) || !completed.Equal(now) || !entered2.Equal(now) {
 		t.Fatalf("timestamps started %v (want %v) completed %v entered %v (want %v)", started, entered, completed, entered2, now)
 	}
-	if err := bootstrap.EnterMerging(context.Background(), e.store, e.w, now.Add(time.Hour), nil); err != nil {
+	if err := bootstrap.EnterMerging(context.Background(), e.store, e.w, now.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if c, _ := e.store.Time(archive.KeyBackfillCompleteAt); !c.Equal(now) {

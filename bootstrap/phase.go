@@ -11,7 +11,6 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
-	"github.com/backstream/backstream/internal/crashpoint"
 )
 
 // EnterMerging makes phase=merging durable together with
@@ -19,9 +18,9 @@ import (
 // entered, from meta/phase_entered_at) and meta/backfill_completed_at=now,
 // in one unit, hence one synced batch (C3). Call it only after Run returned
 // nil, while capture still runs. It is idempotent: a store already past
-// bootstrap is left alone. crash (tests; nil in production) fires
-// crashpoint.MergingCommitted right after the unit is durable.
-func EnterMerging(ctx context.Context, s *archive.Store, w backfill.Writer, now time.Time, crash *crashpoint.Set) error {
+// bootstrap is left alone. The caller fires crashpoint.MergingCommitted
+// when it returns nil.
+func EnterMerging(ctx context.Context, s *archive.Store, w backfill.Writer, now time.Time) error {
 	phase, err := s.Phase()
 	if err != nil {
 		return fmt.Errorf("bootstrap: enter merging: %w", err)
@@ -54,6 +53,5 @@ func EnterMerging(ctx context.Context, s *archive.Store, w backfill.Writer, now 
 	if err := b.waitUnits(ctx, acks, 1); err != nil {
 		return fmt.Errorf("bootstrap: enter merging: %w", err)
 	}
-	crash.Hit(crashpoint.MergingCommitted)
 	return nil
 }
