@@ -79,6 +79,7 @@ type Consumer struct {
 	m       *Metrics
 	acks    *archive.Acks
 	running atomic.Bool
+	submit  func(context.Context, *archive.Unit) error // Writer.Submit; tests wrap it to see units
 
 	// Owned by the goroutine calling Handle (Run's).
 	hasPos bool  // a resume position exists (Config.Cursor or an accepted frame)
@@ -136,6 +137,7 @@ func New(cfg Config) (*Consumer, error) {
 		acks:    archive.NewAcks(),
 		started: make(chan struct{}),
 	}
+	c.submit = cfg.Writer.Submit
 	if cfg.Cursor != nil {
 		c.hasPos, c.last = true, *cfg.Cursor
 		c.lastAccepted.Store(c.last)
@@ -291,7 +293,7 @@ func (c *Consumer) Handle(ctx context.Context, msg []byte) error {
 	if err != nil {
 		return err
 	}
-	if err := c.cfg.Writer.Submit(ctx, u); err != nil {
+	if err := c.submit(ctx, u); err != nil {
 		if werr := c.writerErr(); werr != nil {
 			return werr
 		}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/oracle/world"
-	"github.com/backstream/backstream/upstream"
 )
 
 // kindScript is one frame of every kind, from a real world, with what it
@@ -130,24 +129,30 @@ func TestHandleEveryKind(t *testing.T) {
 	}
 }
 
-// TestUnitCarriesCursor: the cursor is in the same unit as the rows (C1);
-// capture units carry no repo mutations, live #account/#sync units do.
+// TestUnitCarriesCursor: each processed frame is exactly one submitted
+// unit holding its rows and cursor/relay = its seq (C1); capture units carry
+// no repo mutations, live #account/#sync units do.
 func TestUnitCarriesCursor(t *testing.T) {
-	w := buildWorld(t, 4)
-	script := everyKind(t, w)
-	s := openStore(t)
 	for _, mode := range []Mode{ModeCapture, ModeLive} {
+		w := buildWorld(t, 4)
+		script := everyKind(t, w)
+		s := openStore(t)
 		c, _ := newConsumer(t, Config{Writer: newWriter(t, s, mode == ModeCapture), Mode: mode})
+		var units []*archive.Unit
+		real := c.submit
+		c.submit = func(ctx context.Context, u *archive.Unit) error {
+			units = append(units, u)
+			return real(ctx, u)
+		}
 		for i, sc := range script {
 			seq := int64(i + 1)
-			f, err := upstream.DecodeFrame(encode(t, sc.ev, seq))
-			if err != nil {
+			if err := c.Handle(context.Background(), encode(t, sc.ev, seq)); err != nil {
 				t.Fatal(err)
 			}
-			u, err := c.unit(&f, seq)
-			if err != nil {
-				t.Fatal(err)
+			if len(units) != i+1 {
+				t.Fatalf("%s seq %d: %d units submitted for %d frames", mode, seq, len(units), i+1)
 			}
+			u := units[i]
 			want, _ := archive.EncodeSeqCursor(uint64(seq))
 			if len(u.Puts) != 1 || !bytes.Equal(u.Puts[0].Key, archive.KeyCursorRelay) || !bytes.Equal(u.Puts[0].Value, want) {
 				t.Fatalf("%s seq %d: puts %+v, want cursor/relay=%d", mode, seq, u.Puts, seq)
@@ -155,11 +160,15 @@ func TestUnitCarriesCursor(t *testing.T) {
 			if len(u.Events) != len(sc.want) {
 				t.Fatalf("%s seq %d: %d rows with the cursor, want %d", mode, seq, len(u.Events), len(sc.want))
 			}
+			if u.Acks == nil || u.Token != seq {
+				t.Fatalf("%s seq %d: unit without receipt (token %v)", mode, seq, u.Token)
+			}
 			effects := sc.ev.Account != nil || sc.ev.Sync != nil
 			if got := len(u.Repos) > 0; got != (effects && mode == ModeLive) {
 				t.Fatalf("%s seq %d (%s): repo updates %+v", mode, seq, sc.ev.Type(), u.Repos)
 			}
 		}
+		waitDurable(t, c, int64(len(script)))
 	}
 }
 

@@ -213,6 +213,12 @@ func TestOracleFold(t *testing.T) {
 	if got := testutil.ToFloat64(m.lastSeq); got != float64(head) {
 		t.Fatalf("last_seq gauge %v, head %d", got, head)
 	}
+	if got := testutil.ToFloat64(m.lastTime); time.Since(time.Unix(int64(got), 0)) > time.Minute {
+		t.Fatalf("last_event_time gauge %v is not the recent upstream time", got)
+	}
+	if got := testutil.ToFloat64(m.durableSeq); got != float64(head) {
+		t.Fatalf("durable_seq gauge %v, head %d", got, head)
+	}
 }
 
 // TestOracleWireFaults: under forced disconnects, duplicated and malformed
