@@ -1,8 +1,10 @@
 package main
 
-// This file owns `backstream serve`: open the store, answer /metrics and
-// /status from the first second, and run the lifecycle. (Skeleton: the
-// bootstrap and lifecycle issues fill in the phases.)
+// This file owns `backstream serve`: answer /metrics and /status from the
+// first second, open the store, run bootstrap (package bootstrap over
+// backfill jobs), then commit phase=merging with both backfill timestamps
+// (C3). Merging and steady state are not wired here yet: serve logs so and
+// exits 0 once merging is durable.
 
 import (
 	"context"
@@ -11,9 +13,17 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/internal/crashpoint"
+	"github.com/backstream/backstream/upstream"
+	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -27,17 +37,116 @@ func serveCommand() *command {
 			fs.String("relay", "https://relay1.us-east.bsky.network", "relay URL")
 			fs.String("data-dir", "./data", "data directory (holds store/ and scratch/)")
 			fs.String("listen", ":6008", "HTTP listen address for /subscribe, /status, /metrics")
+			fs.Int("backfill-workers", bootstrap.DefaultWorkers, "concurrent backfill jobs, i.e. concurrent getRepo requests")
+			fs.Int("enumeration-window", bootstrap.DefaultWindow, "repos listRepos enumeration may run ahead of the durable checkpoint")
+			fs.String("repos", "", "debug: backfill exactly these DIDs (comma-separated), in order; no enumeration, no discovery")
+			fs.Int("max-repos", 0, "debug: stop enumeration after this many repos; no resumable cursor, no discovery (0 = no limit)")
+			fs.String("backfill-memory", "auto", "memory budget for CARs being verified and emitted, e.g. 2GiB (auto: a quarter of available memory)")
+			fs.Duration("getrepo-timeout", backfill.DefaultAttemptTimeout, "deadline of one getRepo attempt, download and verification")
 		},
 		run: runServe,
 	}
 }
 
-// server is the running process: the store, the metrics registry and the
-// HTTP endpoints.
+// serveOptions are serve's validated flags.
+type serveOptions struct {
+	relay, dataDir, listen string
+	workers, window        int
+	repos                  []string
+	maxRepos               int
+	memory                 int64
+	getRepoTimeout         time.Duration
+}
+
+func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
+	o := serveOptions{
+		relay:          fs.str("relay"),
+		dataDir:        fs.str("data-dir"),
+		listen:         fs.str("listen"),
+		workers:        fs.get("backfill-workers").(int),
+		window:         fs.get("enumeration-window").(int),
+		maxRepos:       fs.get("max-repos").(int),
+		getRepoTimeout: fs.get("getrepo-timeout").(time.Duration),
+	}
+	bad := func(format string, args ...any) (serveOptions, error) {
+		return serveOptions{}, fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
+	}
+	switch {
+	case o.workers <= 0:
+		return bad("--backfill-workers %d: must be at least 1", o.workers)
+	case o.window <= 0:
+		return bad("--enumeration-window %d: must be at least 1", o.window)
+	case o.maxRepos < 0:
+		return bad("--max-repos %d: must not be negative", o.maxRepos)
+	case o.getRepoTimeout <= 0:
+		return bad("--getrepo-timeout %s: must be positive", o.getRepoTimeout)
+	}
+	if s := strings.TrimSpace(fs.str("repos")); s != "" {
+		seen := map[string]bool{}
+		for _, d := range strings.Split(s, ",") {
+			d = strings.TrimSpace(d)
+			if d == "" || seen[d] {
+				continue
+			}
+			if _, err := syntax.ParseDID(d); err != nil {
+				return bad("--repos: %q is not a DID: %v", d, err)
+			}
+			seen[d] = true
+			o.repos = append(o.repos, d)
+		}
+		if len(o.repos) == 0 {
+			return bad("--repos names no DID")
+		}
+		if o.maxRepos > 0 {
+			return bad("--repos and --max-repos are exclusive")
+		}
+	}
+	mem, err := parseBytes(fs.str("backfill-memory"))
+	if err != nil {
+		return bad("--backfill-memory: %v", err)
+	}
+	o.memory = mem
+	return o, nil
+}
+
+// parseBytes reads "auto" (0), a byte count, or a number with a unit
+// (KiB, MiB, GiB, TiB, or KB, MB, GB, TB).
+func parseBytes(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || strings.EqualFold(s, "auto") {
+		return 0, nil
+	}
+	units := []struct {
+		suffix string
+		mult   float64
+	}{
+		{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1},
+	}
+	mult := 1.0
+	for _, u := range units {
+		if strings.HasSuffix(strings.ToLower(s), strings.ToLower(u.suffix)) {
+			s, mult = strings.TrimSpace(s[:len(s)-len(u.suffix)]), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || v <= 0 || v*mult > 1<<50 {
+		return 0, fmt.Errorf("%q: want auto, or a positive size such as 2GiB", s)
+	}
+	return int64(v * mult), nil
+}
+
+// server is the running process: the store, the metrics registry, the
+// bootstrap in progress, and the HTTP endpoints.
 type server struct {
-	store *archive.Store
-	reg   *prometheus.Registry
-	log   *logger
+	reg *prometheus.Registry
+	log *logger
+
+	mu    sync.Mutex
+	store *archive.Store       // nil until open
+	boot  *bootstrap.Bootstrap // nil outside bootstrap
+	state string               // what the process is doing, for /status before the store is open
 }
 
 func newRegistry() *prometheus.Registry {
@@ -61,47 +170,144 @@ func (s *server) handler() http.Handler {
 	return mux
 }
 
-// handleStatus always answers 200 with the status report (an error is
-// reported inside it, never as a failed request).
+func (s *server) set(f func(s *server)) {
+	s.mu.Lock()
+	f(s)
+	s.mu.Unlock()
+}
+
+// handleStatus always answers 200 with the status report: the keys of
+// `backstream status --json`, plus the live bootstrap progress. Before the
+// store is open, or if reading it fails, the report says so in "phase" /
+// "error" rather than failing the request.
 func (s *server) handleStatus(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	rep, err := buildStatus(s.store)
-	var body any = rep
-	if err != nil {
-		body = map[string]string{"error": err.Error()}
+	s.mu.Lock()
+	store, boot, state := s.store, s.boot, s.state
+	s.mu.Unlock()
+	rep := emptyStatus(state)
+	if store != nil {
+		if got, err := buildStatus(store); err != nil {
+			rep.Error = err.Error()
+		} else {
+			rep = got
+		}
 	}
+	if boot != nil {
+		p := boot.Progress()
+		rep.Bootstrap = &p
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	enc.Encode(body)
+	_ = enc.Encode(rep)
 }
 
 func runServe(ctx context.Context, env *cmdEnv) error {
-	dir := env.fs.str("data-dir")
-	store, err := archive.Open(dir, archive.Options{Logger: env.log})
+	o, err := serveOptionsFrom(env.fs)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	s := &server{store: store, reg: newRegistry(), log: env.log}
-
-	ln, err := net.Listen("tcp", env.fs.str("listen"))
+	log := env.log
+	crash, err := crashpoint.FromEnv()
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", env.fs.str("listen"), err)
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	s := &server{reg: newRegistry(), log: log, state: "opening"}
+
+	// Answer /metrics and /status before anything slow happens.
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", o.listen, err)
 	}
 	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	env.log.Info("serving", "listen", ln.Addr().String(), "data_dir", dir)
+	defer func() {
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	log.Info("serving", "listen", ln.Addr().String(), "data_dir", o.dataDir)
 
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
-	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	srv.Shutdown(shutdown)
-	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+	store, err := archive.Open(o.dataDir, archive.Options{Logger: log})
+	if err != nil {
 		return err
 	}
-	return nil
+	defer store.Close()
+	s.set(func(s *server) { s.store, s.state = store, "" })
+
+	phase, err := store.Phase()
+	if err != nil {
+		return err
+	}
+	if phase != archive.PhaseBootstrap {
+		log.Info("the store is past bootstrap; merging and steady state are not implemented yet", "phase", phase)
+		return nil
+	}
+
+	am := archive.NewMetrics(s.reg)
+	w, err := archive.NewWriter(store, archive.WriterOptions{Metrics: am, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	client, err := upstream.New(o.relay, upstream.Options{ScratchDir: store.ScratchDir(), Metrics: upstream.NewMetrics(s.reg)})
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	defer client.Close()
+	bm := backfill.NewMetrics(s.reg)
+	budget := o.memory
+	if budget == 0 {
+		budget = backfill.DefaultMemoryBudget()
+	}
+	jobs, err := backfill.NewRunner(backfill.Options{
+		Source: client, Writer: w, Memory: backfill.NewMemory(budget, bm), Metrics: bm, Logger: log,
+		AttemptTimeout: o.getRepoTimeout, Crash: crash,
+	})
+	if err != nil {
+		return err
+	}
+	boot, err := bootstrap.New(bootstrap.Config{
+		Store: store, Writer: w, Source: client, Jobs: jobs,
+		Workers: o.workers, Window: o.window, Repos: o.repos, MaxRepos: o.maxRepos,
+		Logger: log, Metrics: bootstrap.NewMetrics(s.reg), Crash: crash,
+	})
+	if err != nil {
+		return err
+	}
+	s.set(func(s *server) { s.boot = boot })
+	log.Info("bootstrap starting", "relay", o.relay, "workers", o.workers, "window", o.window,
+		"memory_budget", budget, "getrepo_timeout", o.getRepoTimeout, "repos", len(o.repos), "max_repos", o.maxRepos)
+
+	bctx, bcancel := context.WithCancel(ctx)
+	defer bcancel()
+	runErr := make(chan error, 1)
+	go func() { runErr <- boot.Run(bctx) }()
+	select {
+	case err = <-runErr:
+	case herr := <-errc:
+		// The HTTP server failed: stop bootstrap and report it.
+		bcancel()
+		<-runErr
+		return fmt.Errorf("http server: %w", herr)
+	}
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			log.Info("stopped during bootstrap; a restart resumes from the durable state")
+			return w.Close()
+		}
+		return err
+	}
+	if err := bootstrap.EnterMerging(ctx, store, w, time.Now()); err != nil {
+		if ctx.Err() != nil {
+			log.Info("stopped before phase=merging was durable; a restart finds bootstrap done and commits it")
+			return w.Close()
+		}
+		return err
+	}
+	crash.Hit(crashpoint.MergingCommitted)
+	log.Info("bootstrap complete: phase=merging is durable with both backfill timestamps; merging is not implemented yet, exiting")
+	return w.Close()
 }

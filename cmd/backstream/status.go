@@ -9,10 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/bootstrap"
 )
 
 func statusCommand() *command {
@@ -30,6 +33,7 @@ func statusCommand() *command {
 // statusReport is the JSON shape of `backstream status --json` and /status.
 type statusReport struct {
 	Phase               string           `json:"phase"`
+	Error               string           `json:"error,omitempty"`
 	PhaseEnteredAt      *time.Time       `json:"phase_entered_at,omitempty"`
 	BackfillStartedAt   *time.Time       `json:"backfill_started_at,omitempty"`
 	BackfillCompletedAt *time.Time       `json:"backfill_completed_at,omitempty"`
@@ -37,6 +41,20 @@ type statusReport struct {
 	Repos               map[string]int64 `json:"repos"`
 	Cursors             statusCursors    `json:"cursors"`
 	Archive             statusArchive    `json:"archive"`
+	// Bootstrap is the live progress of a running bootstrap (serve's
+	// /status only).
+	Bootstrap *bootstrap.Progress `json:"bootstrap,omitempty"`
+}
+
+// emptyStatus is the report before a store can be read: phase names what
+// the process is doing ("opening"), every count is zero.
+func emptyStatus(phase string) *statusReport {
+	r := &statusReport{Phase: phase, Repos: map[string]int64{}}
+	for _, st := range archive.RepoStatuses {
+		r.Repos[st.String()] = 0
+	}
+	r.Repos["inactive"], r.Repos["total"] = 0, 0
+	return r
 }
 
 type statusCursors struct {
@@ -119,6 +137,12 @@ func buildStatus(s *archive.Store) (*statusReport, error) {
 	return r, nil
 }
 
+// heldByAnother reports whether opening the store failed on its lock file.
+func heldByAnother(err error) bool {
+	return errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) ||
+		strings.Contains(err.Error(), "lock held") || strings.Contains(err.Error(), "is locked")
+}
+
 func absentOK(err error) error {
 	if errors.Is(err, archive.ErrNotFound) {
 		return nil
@@ -130,6 +154,10 @@ func runStatus(ctx context.Context, env *cmdEnv) error {
 	dir := env.fs.str("data-dir")
 	s, err := archive.Open(dir, archive.Options{ReadOnly: true, Logger: env.log})
 	if err != nil {
+		if heldByAnother(err) {
+			return fmt.Errorf("%s is held open by another process (a running backstream serve?): "+
+				"status reads only a store no process holds; a running backstream answers the same report on GET /status of its --listen address (%w)", dir, err)
+		}
 		return fmt.Errorf("read %s: %w (a running backstream answers the same report on its /status endpoint)", dir, err)
 	}
 	defer s.Close()
