@@ -263,6 +263,9 @@ func orClosed(err error) error {
 func (r *runner) bootstrap(ctx context.Context) error {
 	bc := r.cfg.Bootstrap
 	bc.Store, bc.Writer, bc.Source, bc.Jobs = r.cfg.Store, r.cfg.Writer, r.cfg.Source, r.cfg.Jobs
+	if bc.Crash == nil {
+		bc.Crash = r.cfg.Crash
+	}
 	if bc.Logger == nil {
 		bc.Logger = r.log
 	}
