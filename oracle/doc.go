@@ -39,10 +39,18 @@
 //     listener and waits for them.
 //
 // Faults are explicit and counted: every injected fault increments a fired
-// counter (Faults.Fired) so a test can prove its fault happened.
+// counter (Faults.Fired) so a test can prove its fault happened. Hostile
+// CARs that re-sign a commit (InvalidRev, InvalidRecordPaths) use the
+// account's own key (world.SigningKey), so they fail only for the intended
+// reason. HostileCommits follows a #commit with a one-off invalid #commit
+// (a rev that is not a TID, or an op under an invalid NSID / rkey) that the
+// world builds but does not apply: it is in the history (Emitted.Invalid
+// names the reason) and the account's next valid commit chains from the
+// last valid state, so a fold must skip it.
 //
 // It must not be imported by production packages (only cmd/backstream wires
 // it, for `devnet`); it holds no global state. World data and mutations live
 // in oracle/world; this package only serves them and never edits a repo
-// itself, except for hostile copies of a CAR built for a fault.
+// itself, except for hostile copies of a CAR built for a fault (the one-off
+// hostile #commit bodies are built by oracle/world).
 package oracle

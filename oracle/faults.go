@@ -42,6 +42,8 @@ const (
 	FaultDuplicateFrame     FaultKind = "duplicate_frame"       // frame sent twice
 	FaultDroppedFrame       FaultKind = "dropped_frame"         // frame swallowed for one connection (a real hole)
 	FaultSeqGap             FaultKind = "seq_gap"               // a seq number skipped in the history (no event lost)
+	FaultInvalidRevCommit   FaultKind = "invalid_rev_commit"    // one-off #commit whose rev is not a TID, not applied to the world
+	FaultInvalidPathCommit  FaultKind = "invalid_path_commit"   // one-off #commit with an op under an invalid path, not applied
 )
 
 // PrivateRedirectTarget is where RedirectPrivate sends getRepo: an RFC 1918
@@ -105,6 +107,7 @@ type Faults struct {
 	longCursor int
 	fh         firehoseFaults
 	gapRate    float64
+	hostile    float64 // HostileCommits rate
 	fired      map[FaultKind]int64
 }
 
@@ -122,7 +125,7 @@ func (f *Faults) Clear() {
 	f.redirects = make(map[string]*redirectStep)
 	f.bursts = make(map[int]*hostBurst)
 	f.limits = make(map[int]*windowLimit)
-	f.listLoop, f.longCursor, f.gapRate = 0, 0, 0
+	f.listLoop, f.longCursor, f.gapRate, f.hostile = 0, 0, 0, 0
 	f.fh = firehoseFaults{}
 	if f.fired == nil {
 		f.fired = make(map[FaultKind]int64)
@@ -351,6 +354,27 @@ func (f *Faults) SeqGaps(rate float64) {
 	f.mu.Unlock()
 }
 
+// HostileCommits follows an emitted #commit, with probability rate, by a
+// one-off invalid #commit for the same account: half the time one whose rev
+// is not a TID (world.InvalidRevCommit), otherwise one with an op under an
+// invalid NSID or rkey next to a valid op (world.InvalidPathCommit). Both
+// are signed by the account's key and chain from its current state, so they
+// fail only for the intended reason; the world does not apply them, so the
+// account's next valid commit chains from the last valid one. They enter the
+// history like any event (Emitted.Invalid names the reason). For one
+// deterministic hostile commit, call Network.Emit with the world mutator.
+func (f *Faults) HostileCommits(rate float64) {
+	f.mu.Lock()
+	f.hostile = clampRate(rate)
+	f.mu.Unlock()
+}
+
+func (f *Faults) hostileCommitRate() float64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.hostile
+}
+
 func (f *Faults) firehose() firehoseFaults {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -500,7 +524,8 @@ func (f *Faults) applyFlaky() {
 // applyHostile arms every fault at a low rate: each per-DID getRepo fault on
 // about 0.5% of the active accounts (at least one, all distinct), one host
 // with a 429 burst, a listRepos loop once and 4 KiB cursors, and firehose
-// disconnects, malformed and duplicated frames and seq gaps. Transient shapes
+// disconnects, malformed and duplicated frames, seq gaps and hostile commits
+// (invalid rev, invalid record paths). Transient shapes
 // fire once or twice (a retrying client recovers); non-transient ones
 // (another DID's commit, invalid rev, invalid record paths) always.
 func (f *Faults) applyHostile() {
@@ -542,6 +567,7 @@ func (f *Faults) applyHostile() {
 	f.MalformedFrames(0.002)
 	f.DuplicateFrames(0.002)
 	f.SeqGaps(0.002)
+	f.HostileCommits(0.002)
 }
 
 // describe is a one-line summary of the armed plan, for logs.

@@ -18,6 +18,8 @@ import (
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/gorilla/websocket"
 	car "github.com/ipld/go-car"
+
+	"github.com/backstream/backstream/oracle/world"
 )
 
 // faultNet is a quiet network and one active DID with at least a few records.
@@ -615,7 +617,8 @@ func TestFaultProfiles(t *testing.T) {
 			}
 		}
 		fh := n.Faults().firehose()
-		if fh.disconnectEvery == 0 || fh.malformed == 0 || fh.duplicate == 0 || n.Faults().seqGapRate() == 0 || n.Faults().longCursorSize() != 4096 {
+		if fh.disconnectEvery == 0 || fh.malformed == 0 || fh.duplicate == 0 || n.Faults().seqGapRate() == 0 ||
+			n.Faults().hostileCommitRate() == 0 || n.Faults().longCursorSize() != 4096 {
 			t.Fatalf("hostile firehose/cursor faults %+v", fh)
 		}
 	})
@@ -628,4 +631,135 @@ func mustAccount(t *testing.T, n *Network, did string) worldAccount {
 		t.Fatalf("unknown %s", did)
 	}
 	return a
+}
+
+// HostileCommits follows each #commit with a one-off invalid commit for the
+// same account. A subscriber sees both kinds; each hostile commit is signed
+// by the account's DID-document key, names the last valid state, and fails
+// exactly its intended check; every valid commit still passes
+// VerifyCommitMessage and chains from the previous valid one; and folding
+// only the valid commits gives the world's records.
+func TestFaultHostileCommits(t *testing.T) {
+	ctx := context.Background()
+	n := startNet(t, quietCfg(20))
+	type head struct {
+		rev  string
+		data cidT
+	}
+	last := map[string]head{}
+	state := map[string]map[string]cidT{}
+	for _, a := range n.World().Accounts() {
+		last[a.DID] = head{a.Rev, a.Data}
+		state[a.DID] = n.World().Records(a.DID)
+	}
+	n.Faults().HostileCommits(1)
+	const k = 60
+	emitTraffic(t, n, n.World().NewTraffic("basic", 5), k)
+
+	dir := directory(n)
+	c := dialFirehose(t, n, "0")
+	var valid, hostile int
+	reasons := map[string]int{}
+	prev := ""
+	total := n.Status().Events
+	for i := int64(0); i < total; i++ {
+		f, err := c.next(5 * time.Second)
+		if err != nil {
+			t.Fatalf("frame %d of %d: %v", i+1, total, err)
+		}
+		if f.t == "#account" {
+			m, _ := atdataMap(f.body)
+			if s, _ := m["status"].(string); s == world.StatusDeleted {
+				state[m["did"].(string)] = map[string]cidT{}
+			}
+		}
+		if f.t != "#commit" {
+			prev = ""
+			continue
+		}
+		cm, err := f.commit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := last[cm.Repo]
+		if cm.Since == nil || *cm.Since != h.rev || cm.PrevData == nil || cidT(*cm.PrevData) != h.data {
+			t.Fatalf("seq %d %s: since %v prevData %v, want the last valid %s %s", cm.Seq, cm.Repo, cm.Since, cm.PrevData, h.rev, h.data)
+		}
+		_, verr := repo.VerifyCommitMessage(ctx, cm)
+		if verr == nil {
+			if err := repo.VerifyCommitSignature(ctx, dir, cm); err != nil {
+				t.Fatalf("seq %d: signature: %v", cm.Seq, err)
+			}
+			commit, _ := signedCommit(t, cm.Blocks)
+			last[cm.Repo] = head{cm.Rev, commit.Data}
+			for _, op := range cm.Ops {
+				if op.Action == "delete" {
+					delete(state[cm.Repo], op.Path)
+				} else {
+					state[cm.Repo][op.Path] = cidT(*op.Cid)
+				}
+			}
+			valid++
+			prev = cm.Repo
+			continue
+		}
+		// A hostile commit: right after a valid commit of the same account.
+		hostile++
+		if prev != cm.Repo {
+			t.Fatalf("seq %d: hostile commit for %s does not follow a commit of it (previous %q)", cm.Seq, cm.Repo, prev)
+		}
+		prev = ""
+		commit, _ := signedCommit(t, cm.Blocks)
+		if err := commit.VerifySignature(didDocKey(t, n, cm.Repo)); err != nil {
+			t.Fatalf("seq %d: hostile commit not signed by the DID document's key: %v", cm.Seq, err)
+		}
+		switch {
+		case cm.Rev == InvalidRevValue && commit.Rev == InvalidRevValue && strings.Contains(verr.Error(), "TID"):
+			reasons[world.ReasonInvalidRev]++
+		case strings.Contains(verr.Error(), "invalid repo path"):
+			if _, err := syntax.ParseTID(cm.Rev); err != nil || cm.Rev <= h.rev {
+				t.Fatalf("seq %d: invalid-path commit rev %q (%v) after %s", cm.Seq, cm.Rev, err, h.rev)
+			}
+			bad := 0
+			for _, op := range cm.Ops {
+				if _, _, err := syntax.ParseRepoPath(op.Path); err != nil {
+					bad++
+				}
+			}
+			if bad != 1 || len(cm.Ops) != 2 {
+				t.Fatalf("seq %d: %d invalid of %d ops", cm.Seq, bad, len(cm.Ops))
+			}
+			reasons[world.ReasonInvalidPath]++
+		default:
+			t.Fatalf("seq %d: hostile commit failed for another reason: %v", cm.Seq, verr)
+		}
+	}
+	if valid == 0 || hostile != valid || reasons[world.ReasonInvalidRev] == 0 || reasons[world.ReasonInvalidPath] == 0 {
+		t.Fatalf("%d valid, %d hostile commits %v", valid, hostile, reasons)
+	}
+	fired := n.Faults().Fired(FaultInvalidRevCommit) + n.Faults().Fired(FaultInvalidPathCommit)
+	if fired != int64(hostile) || n.Faults().Fired(FaultInvalidRevCommit) != int64(reasons[world.ReasonInvalidRev]) {
+		t.Fatalf("fired %v, seen %v", n.Faults().FiredAll(), reasons)
+	}
+	for did, recs := range state {
+		if want := n.World().Records(did); !reflect.DeepEqual(recs, want) {
+			t.Fatalf("%s: fold of valid commits %d records, world %d", did, len(recs), len(want))
+		}
+	}
+	evs, err := n.Events()
+	if err != nil {
+		t.Fatal(err)
+	}
+	marked := 0
+	for _, e := range evs {
+		if e.Invalid != "" {
+			marked++
+			if e.Commit == nil {
+				t.Fatalf("seq %d: Invalid %q on a %s", e.Seq, e.Invalid, e.Type())
+			}
+		}
+	}
+	if marked != hostile || len(evs) != k+hostile {
+		t.Fatalf("Events: %d marked invalid of %d, want %d of %d", marked, len(evs), hostile, k+hostile)
+	}
 }

@@ -20,9 +20,10 @@ import (
 
 // frame is one encoded event in the history.
 type frame struct {
-	seq  int64
-	typ  string
-	data []byte
+	seq     int64
+	typ     string
+	data    []byte
+	invalid string // world.Event.Invalid of a one-off hostile commit
 }
 
 // eventLog is the firehose history. Frames are immutable once appended; a
@@ -52,7 +53,7 @@ func (l *eventLog) append(ev world.Event, skip int64) (frame, error) {
 	if err != nil {
 		return frame{}, err
 	}
-	f := frame{seq: seq, typ: typ, data: data}
+	f := frame{seq: seq, typ: typ, data: data, invalid: ev.Invalid}
 	l.mu.Lock()
 	l.frames = append(l.frames, f)
 	l.head = seq

@@ -127,6 +127,7 @@ func decodeEvent(f frame) (Emitted, error) {
 	hl := len(messageHeader(f.typ))
 	r := bytes.NewReader(f.data[hl:])
 	out := Emitted{Seq: f.seq}
+	out.Invalid = f.invalid
 	var err error
 	switch f.typ {
 	case typeCommit:

@@ -22,7 +22,8 @@ import (
 )
 
 // Emitted is one event as it was appended to the firehose, with its seq set
-// (also in the body's Seq field).
+// (also in the body's Seq field). Invalid is set on a one-off hostile
+// #commit (HostileCommits) that the world did not apply.
 type Emitted struct {
 	Seq int64
 	world.Event
@@ -60,8 +61,9 @@ type Network struct {
 	hosts    []*pdsHost
 	relayURL string
 
-	emitMu  sync.Mutex // serializes world mutation + history append
-	gapRand *rand.Rand // SeqGaps draws; guarded by emitMu
+	emitMu      sync.Mutex // serializes world mutation + history append
+	gapRand     *rand.Rand // SeqGaps draws; guarded by emitMu
+	hostileRand *rand.Rand // HostileCommits draws; guarded by emitMu
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -99,12 +101,13 @@ func Start(ctx context.Context, cfg Config) (*Network, error) {
 		return nil, fmt.Errorf("oracle: start: build world: %w", err)
 	}
 	n := &Network{
-		cfg:     cfg,
-		w:       w,
-		log:     newEventLog(cfg.Retention),
-		repos:   newRepoCounts(),
-		gapRand: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5e9)),
-		conns:   make(map[*websocket.Conn]struct{}),
+		cfg:         cfg,
+		w:           w,
+		log:         newEventLog(cfg.Retention),
+		repos:       newRepoCounts(),
+		gapRand:     rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5e9)),
+		hostileRand: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x4057)),
+		conns:       make(map[*websocket.Conn]struct{}),
 	}
 	n.faults = newFaults(n)
 	n.ctx, n.cancel = context.WithCancel(ctx)
@@ -240,7 +243,11 @@ func (n *Network) runTraffic(tr *world.Traffic) {
 
 // Emit applies one world mutation and appends its event to the firehose,
 // atomically with respect to every other emission (traffic included), so the
-// firehose order is the mutation order.
+// firehose order is the mutation order. When HostileCommits is armed, a
+// #commit may be followed (under the same lock) by a one-off invalid #commit
+// for the same account; Emit returns the mutation's event. If that hostile
+// commit cannot be built, the mutation's event is already emitted and Emit
+// returns it together with the error.
 func (n *Network) Emit(mutate func(w *world.World) (world.Event, error)) (Emitted, error) {
 	n.emitMu.Lock()
 	defer n.emitMu.Unlock()
@@ -251,6 +258,19 @@ func (n *Network) Emit(mutate func(w *world.World) (world.Event, error)) (Emitte
 	if err != nil {
 		return Emitted{}, fmt.Errorf("oracle: emit: %w", err)
 	}
+	out, err := n.appendLocked(ev)
+	if err != nil {
+		return Emitted{}, err
+	}
+	if err := n.maybeHostileCommit(ev); err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+// appendLocked appends ev to the history (skipping a seq when SeqGaps
+// fires). The caller holds emitMu.
+func (n *Network) appendLocked(ev world.Event) (Emitted, error) {
 	var skip int64
 	if rate := n.faults.seqGapRate(); rate > 0 && n.gapRand.Float64() < rate {
 		skip = 1
@@ -262,6 +282,35 @@ func (n *Network) Emit(mutate func(w *world.World) (world.Event, error)) (Emitte
 	}
 	n.stats.emitted.Add(1)
 	return Emitted{Seq: f.seq, Event: ev}, nil
+}
+
+// maybeHostileCommit follows a valid #commit with a one-off invalid one for
+// the same account when the HostileCommits draw says so. The caller holds
+// emitMu.
+func (n *Network) maybeHostileCommit(ev world.Event) error {
+	if ev.Commit == nil || ev.Invalid != "" {
+		return nil
+	}
+	rate := n.faults.hostileCommitRate()
+	if rate == 0 || n.hostileRand.Float64() >= rate {
+		return nil
+	}
+	kind, build := FaultInvalidRevCommit, n.w.InvalidRevCommit
+	if n.hostileRand.IntN(2) == 1 {
+		kind, build = FaultInvalidPathCommit, n.w.InvalidPathCommit
+	}
+	hev, err := build(ev.DID)
+	if errors.Is(err, world.ErrAccountInactive) || errors.Is(err, world.ErrAccountDeleted) {
+		return nil // changed by a direct world call since the commit: nothing to attack
+	}
+	if err != nil {
+		return fmt.Errorf("oracle: emit: %s: %w", kind, err)
+	}
+	if _, err := n.appendLocked(hev); err != nil {
+		return err
+	}
+	n.faults.fire(kind)
+	return nil
 }
 
 // RelayURL is the relay's base URL, e.g. http://127.0.0.1:7777.

@@ -220,14 +220,20 @@ func paced(t *testing.T, c *child, urls []string) {
 }
 
 // quickSeq finds the body's seq without decoding it: DAG-CBOR puts the
-// three-letter keys first, so the first "seq" key is the body's.
+// three-letter keys first, so the first "seq" key followed by an unsigned
+// integer is the body's. (A text value such as a rev TID may contain the
+// bytes "cseq" too, but never followed by a byte below 0x18.)
 func quickSeq(body []byte) (int64, bool) {
-	i := bytes.Index(body, []byte("\x63seq"))
-	if i < 0 {
-		return 0, false
+	for off := 0; ; {
+		i := bytes.Index(body[off:], []byte("\x63seq"))
+		if i < 0 {
+			return 0, false
+		}
+		off += i + 4
+		if m, v, _, err := cborArg(body[off:]); err == nil && m == 0 {
+			return int64(v), true
+		}
 	}
-	m, v, _, err := cborArg(body[i+4:])
-	return int64(v), err == nil && m == 0
 }
 
 // readFrames reads k frames from the relay's firehose and returns the time
@@ -254,7 +260,7 @@ func readFrames(t *testing.T, relay, cursor string, k int) (time.Duration, int) 
 		}
 		s, ok := quickSeq(f.body)
 		if !ok {
-			t.Fatalf("frame %d: no seq", i)
+			t.Fatalf("frame %d: no seq: t=%q body %x", i, f.t, f.body[:min(len(f.body), 400)])
 		}
 		if i > 0 && s != last+1 {
 			jumps++
@@ -322,5 +328,36 @@ func TestSpeedStart200(t *testing.T) {
 	var out struct{ Repos []json.RawMessage }
 	if st := getJSON(t, n.RelayURL()+"/xrpc/com.atproto.sync.listRepos?limit=1000", &out); st != 200 || len(out.Repos) == 0 {
 		t.Fatalf("listRepos %d, %d repos", st, len(out.Repos))
+	}
+}
+
+// A rev TID may contain the bytes "cseq" (as "3n3j24khcseqh" does): quickSeq
+// must skip it and find the real seq key.
+func TestQuickSeqSkipsSeqInsideText(t *testing.T) {
+	w, err := world.Build(world.Config{Seed: 1, Accounts: 8, RecordsMean: 2, Hosts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev world.Event
+	for _, a := range w.Accounts() {
+		if a.Active {
+			ev, err = w.CreateRecord(a.DID, "com.example.thing", "", map[string]any{"$type": "com.example.thing"})
+			break
+		}
+	}
+	if err != nil || ev.Commit == nil {
+		t.Fatal("no commit", err)
+	}
+	ev.Commit.Rev = "3n3j24khcseqh"
+	data, typ, err := encodeEvent(ev, 4242)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := parseFrame(data)
+	if err != nil || typ != "#commit" {
+		t.Fatal(typ, err)
+	}
+	if s, ok := quickSeq(f.body); !ok || s != 4242 {
+		t.Fatalf("quickSeq %d %v, want 4242", s, ok)
 	}
 }

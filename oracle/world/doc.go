@@ -37,6 +37,13 @@
 //   - Folding the events from the Build snapshot (apply ops; #sync replaces
 //     the record set with the new getRepo; deletion clears it) gives exactly
 //     Records for every account (D7 in INVARIANTS.md, at the source).
+//     Events with Invalid set are excluded: InvalidRevCommit and
+//     InvalidPathCommit build a one-off #commit (signed by the account's
+//     key, Since/PrevData naming the current state, inverting correctly)
+//     on a copy of the MST and a scratch block store and never apply it;
+//     the account's tree, blocks, head, rev, records and logical clock are
+//     untouched, so its next valid commit chains from the last valid one
+//     (its TID rev clock may have advanced, which keeps revs increasing).
 //
 // # Tricky bits
 //
@@ -51,5 +58,6 @@
 //
 // # Not here
 //
-// Serving (HTTP, websocket, seqs, faults) lives in package oracle.
+// Serving (HTTP, websocket, seqs, faults) lives in package oracle; hostile
+// getRepo CARs are built there too, re-signed with SigningKey.
 package world
