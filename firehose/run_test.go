@@ -227,10 +227,10 @@ func TestRunIdleTimeout(t *testing.T) {
 		return session{msgs: after(frames, cursor), hold: true}
 	})
 	s := openStore(t)
-	c, _ := newConsumer(t, Config{Relay: relay.url(), Writer: newWriter(t, s, true), Mode: ModeCapture, IdleTimeout: 150 * time.Millisecond})
+	c, _ := newConsumer(t, Config{Relay: relay.url(), Writer: newWriter(t, s, true), Mode: ModeCapture, IdleTimeout: 300 * time.Millisecond})
 	startRun(t, c)
 	waitDurable(t, c, 3)
-	time.Sleep(600 * time.Millisecond) // four idle periods, pings answered
+	time.Sleep(1200 * time.Millisecond) // four idle periods, pings answered
 	if got := cursorsString(relay.connCursors()); got != "nil 2" {
 		t.Fatalf("connection cursors %q, want %q", got, "nil 2")
 	}
