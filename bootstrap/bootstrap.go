@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -157,6 +158,12 @@ func New(cfg Config) (*Bootstrap, error) {
 	return &Bootstrap{cfg: cfg, inflight: make(map[string]struct{})}, nil
 }
 
+// recordedBatch is a batch of repos made durable as not_started.
+type recordedBatch struct {
+	dids []string
+	err  error
+}
+
 // outcome is a job's result as a worker reports it.
 type outcome struct {
 	did string
@@ -254,6 +261,25 @@ func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing
 			enumErr <- b.enumerate(ctx, start.cursor.Cursor, window, pagesCh)
 		}()
 	}
+	// The recorder makes batches of dispatched repos durable as not_started
+	// just before they go to the workers, so after a crash only those
+	// in flight or about to be (about two batches) are left not_started,
+	// hence pending; the rest of their pages is simply listed again.
+	recordReq := make(chan []string)
+	recorded := make(chan recordedBatch)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for batch := range recordReq {
+			err := b.writeNotStarted(ctx, batch)
+			select {
+			case recorded <- recordedBatch{dids: batch, err: err}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	defer close(recordReq)
 	for i := 0; i < cfg.Workers; i++ {
 		wg.Add(1)
 		go func() {
@@ -273,7 +299,10 @@ func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing
 	checkpointing := len(cfg.Repos) == 0 && cfg.MaxRepos == 0
 	wm := &watermark{pending: start}
 	pageOf := make(map[string]*page)
-	var queue []string
+	var queue []string // dispatched by a page, not yet durable as not_started
+	var ready []string // durable as not_started, waiting for a worker
+	recording := false
+	batchSize := max(cfg.Workers, 16)
 	inflight := 0
 	ckAcks := archive.NewAcks()
 	ckOutstanding := false
@@ -324,7 +353,8 @@ func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing
 	}
 
 	for {
-		finished := !enumerating && wm.outstanding() == 0 && len(queue) == 0 && inflight == 0 && !ckOutstanding
+		finished := !enumerating && wm.outstanding() == 0 && len(queue) == 0 && len(ready) == 0 &&
+			!recording && inflight == 0 && !ckOutstanding
 		if finished {
 			if _, dirty := wm.take(); dirty && checkpointing {
 				// Unreachable: advance submits whenever the watermark moves.
@@ -335,18 +365,37 @@ func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing
 			log.Info("bootstrap: done: the listing has ended and every repo is durably terminal")
 			return nil
 		}
+		if !recording && len(queue) > 0 && len(ready) < cfg.Workers {
+			n := min(len(queue), batchSize)
+			batch := slices.Clone(queue[:n])
+			clear(queue[:n])
+			queue = queue[n:]
+			recording = true
+			select {
+			case recordReq <- batch: // the recorder is idle: it takes it at once
+			case <-parent.Done():
+				return parent.Err()
+			}
+		}
 		var out chan string
 		var head string
-		if len(queue) > 0 {
-			out, head = dispatch, queue[0]
+		if len(ready) > 0 {
+			out, head = dispatch, ready[0]
 		}
-		b.prog.set(func(p *Progress) { p.Queued, p.InFlight = len(queue), inflight })
-		cfg.Metrics.setQueued(len(queue) + inflight)
+		queued := len(queue) + len(ready)
+		b.prog.set(func(p *Progress) { p.Queued, p.InFlight = queued, inflight })
+		cfg.Metrics.setQueued(queued + inflight)
 		select {
 		case out <- head:
-			queue[0] = ""
-			queue = queue[1:]
+			ready[0] = ""
+			ready = ready[1:]
 			inflight++
+		case rb := <-recorded:
+			recording = false
+			if rb.err != nil {
+				return b.stopped(parent, rb.err)
+			}
+			ready = append(ready, rb.dids...)
 		case pm := <-pagesCh:
 			pageIdx++
 			p := &page{idx: pageIdx, reqCursor: pm.reqCursor, next: pm.next, final: pm.final,

@@ -37,13 +37,16 @@
 //   - R7: before enumeration resumes, every active not_started repo becomes
 //     pending in one pass (durable before the first page is read); terminal
 //     repos (complete, failed, unavailable, pending, inactive) are never
-//     dispatched; a page's not_started rows are durable before any of its
-//     repos is dispatched.
+//     dispatched; a repo's not_started row is durable before it is
+//     dispatched, hence before its first row.
 //
 // # Commit points
 //
 //   - the restart pass: units of ≤1024 repo mutations, all durable first;
-//   - one unit per page: its new DIDs (not_started) and activity flips;
+//   - one unit per page: its new inactive DIDs (not_started, active=false)
+//     and activity flips;
+//   - one unit per dispatch batch (max(Workers, 16) repos): new active DIDs
+//     as not_started, written just before they are handed to workers;
 //   - per repo: the job's units (backfill);
 //   - cursor/listrepos (+ cursor/listrepos_last): one unit per watermark
 //     move, at most one outstanding;
@@ -57,8 +60,14 @@
 // are popped and the checkpoint moves to the cursor after the last one
 // ("finished" after the final page). Enumeration holds window credit for
 // every entry of every page not yet popped (Window, default 50,000), so it
-// runs far ahead of a straggler without idling workers, and the number of
-// repos a crash can leave not_started (hence pending) is bounded. A DID
+// runs far ahead of a straggler without idling workers.
+//
+// Active repos are written not_started lazily, a batch at a time just ahead
+// of the workers, not when their page is read: a repo listed but not yet
+// written is simply listed again after a crash (its page is not
+// checkpointed). So a crash leaves at most about two batches plus the
+// in-flight jobs not_started — the repos that become pending on restart —
+// instead of the whole window. A DID
 // listed again while in flight is not counted in the later page: the
 // earlier page, which must be covered first, already counts it. The
 // in-flight set is consulted before the store, and a DID leaves it only

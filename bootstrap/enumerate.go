@@ -126,7 +126,7 @@ func (b *Bootstrap) record(ctx context.Context, entries []upstream.RepoEntry, sh
 	msg := &pageMsg{entries: len(entries)}
 	var ups []archive.RepoUpdate
 	inPage := make(map[string]struct{}, len(entries))
-	newActive, newInactive := 0, 0
+	newInactive := 0
 	for _, e := range entries {
 		if _, dup := inPage[e.DID]; dup {
 			continue
@@ -144,11 +144,13 @@ func (b *Bootstrap) record(ctx context.Context, entries []upstream.RepoEntry, sh
 		st, err := b.cfg.Store.RepoState(e.DID)
 		switch {
 		case errors.Is(err, archive.ErrNotFound):
-			ups = append(ups, archive.RepoUpdate{DID: e.DID, Func: discovered(e.Active, e.Status)})
 			if e.Active {
-				newActive++
+				// Made durable as not_started just before dispatch (the
+				// coordinator's recorder): until then a crash simply
+				// lists it again, since its page is not checkpointed.
 				msg.dispatch = append(msg.dispatch, e.DID)
 			} else {
+				ups = append(ups, archive.RepoUpdate{DID: e.DID, Func: discovered(false, e.Status)})
 				newInactive++
 			}
 		case err != nil:
@@ -175,8 +177,8 @@ func (b *Bootstrap) record(ctx context.Context, entries []upstream.RepoEntry, sh
 		}
 		b.cfg.Crash.Hit(crashpoint.BootstrapEnqueued)
 	}
-	b.cfg.Metrics.discover(newActive, newInactive)
-	msg.discovered = newActive + newInactive
+	b.cfg.Metrics.discover(0, newInactive)
+	msg.discovered = newInactive
 	b.mu.Lock()
 	for _, d := range msg.dispatch {
 		b.inflight[d] = struct{}{}
@@ -186,6 +188,26 @@ func (b *Bootstrap) record(ctx context.Context, entries []upstream.RepoEntry, sh
 		Shuffle(msg.dispatch, rng)
 	}
 	return msg, nil
+}
+
+// writeNotStarted makes a batch of active repos durable as not_started
+// (those already known are left alone) before any of them is dispatched.
+func (b *Bootstrap) writeNotStarted(ctx context.Context, dids []string) error {
+	ups := make([]archive.RepoUpdate, len(dids))
+	for i, d := range dids {
+		ups[i] = archive.RepoUpdate{DID: d, Func: discovered(true, "")}
+	}
+	acks := archive.NewAcks()
+	if err := b.cfg.Writer.Submit(ctx, &archive.Unit{Repos: ups, Acks: acks}); err != nil {
+		return fmt.Errorf("bootstrap: record repos: %w", err)
+	}
+	if err := b.waitUnits(ctx, acks, 1); err != nil {
+		return fmt.Errorf("bootstrap: record repos: %w", err)
+	}
+	b.cfg.Crash.Hit(crashpoint.BootstrapEnqueued)
+	b.cfg.Metrics.discover(len(dids), 0)
+	b.prog.set(func(p *Progress) { p.Discovered += int64(len(dids)) })
+	return nil
 }
 
 // discovered is the writer-side mutation recording a new repo; it writes
