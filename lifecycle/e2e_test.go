@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sort"
 	"testing"
 	"time"
 
@@ -13,66 +12,12 @@ import (
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/oracle"
+	"github.com/backstream/backstream/oracle/check"
+	"github.com/backstream/backstream/oracle/world"
 	"github.com/backstream/backstream/upstream"
-	"github.com/ipfs/go-cid"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-// fold replays the archive per DID: create/update set a record, delete
-// removes it, a sync row or an account "deleted" event clears the account.
-// It also checks D3 (per-DID revs never go backwards) and strictly
-// increasing seqs.
-func fold(t *testing.T, s *archive.Store) map[string]map[string]string {
-	t.Helper()
-	it, err := s.Events(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer it.Close()
-	out := map[string]map[string]string{}
-	lastRev := map[string]string{}
-	var prev uint64
-	for it.Next() {
-		ev := it.Event()
-		if ev.Seq <= prev {
-			t.Fatalf("seq %d after %d", ev.Seq, prev)
-		}
-		prev = ev.Seq
-		if ev.Rev != "" {
-			if ev.Rev < lastRev[ev.DID] {
-				t.Fatalf("D3: %s rev %s after %s at seq %d", ev.DID, ev.Rev, lastRev[ev.DID], ev.Seq)
-			}
-			lastRev[ev.DID] = ev.Rev
-		}
-		recs := out[ev.DID]
-		if recs == nil {
-			recs = map[string]string{}
-			out[ev.DID] = recs
-		}
-		path := ev.Collection + "/" + ev.RKey
-		switch ev.Kind {
-		case archive.KindCreate, archive.KindUpdate:
-			c, err := cid.Cast(ev.CID)
-			if err != nil {
-				t.Fatalf("seq %d: bad cid: %v", ev.Seq, err)
-			}
-			recs[path] = c.String()
-		case archive.KindDelete:
-			delete(recs, path)
-		case archive.KindSync:
-			clear(recs)
-		case archive.KindAccount:
-			if ev.Status == "deleted" {
-				clear(recs)
-			}
-		}
-	}
-	if err := it.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 // TestLifecycleEndToEnd: a simulated network with live traffic; backstream
 // goes from an empty store through bootstrap (with capture), merging and into
@@ -157,40 +102,26 @@ func TestLifecycleEndToEnd(t *testing.T) {
 	}
 	t.Logf("steady state after %v, caught up after %v", steadyAt.Round(time.Millisecond), caughtUp.Round(time.Millisecond))
 
-	got := fold(t, store)
-	var checked, skipped []string
-	for _, acc := range net.World().Accounts() {
+	f, stats, err := check.Archive(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var skipped []string
+	checked, bad := check.Compare(f, net.World(), func(acc world.Account) bool {
 		st, err := store.RepoState(acc.DID)
 		if err != nil || st.Status != archive.StatusComplete {
 			if acc.Active {
 				skipped = append(skipped, fmt.Sprintf("%s(%v)", acc.DID, st.Status))
 			}
-			continue
+			return false
 		}
-		want := map[string]string{}
-		if acc.Active {
-			for p, c := range net.World().Records(acc.DID) {
-				want[p] = c.String()
-			}
-		} else if acc.Status != "deleted" {
-			continue // records of an inactive account are not served; nothing to compare
-		}
-		if fmt.Sprint(sorted(got[acc.DID])) != fmt.Sprint(sorted(want)) {
-			t.Errorf("%s (%s): archive folds to %d records, network has %d", acc.DID, acc.Status, len(got[acc.DID]), len(want))
-		}
-		checked = append(checked, acc.DID)
+		return acc.Active || acc.Status == world.StatusDeleted
+	})
+	if len(bad) > 0 {
+		t.Errorf("%d of %d accounts differ:\n%s", len(bad), checked, check.Describe(bad, 10))
 	}
-	t.Logf("fold checked for %d complete repos; %d active accounts not complete (need the retry runner): %v", len(checked), len(skipped), skipped)
-	if len(checked) < 100 {
-		t.Fatalf("only %d repos checked", len(checked))
+	t.Logf("%d events; fold checked for %d complete repos; %d active accounts not complete (need the retry runner): %v", stats.Events, checked, len(skipped), skipped)
+	if checked < 300 {
+		t.Fatalf("only %d repos checked", checked)
 	}
-}
-
-func sorted(m map[string]string) []string {
-	var out []string
-	for k, v := range m {
-		out = append(out, k+"="+v)
-	}
-	sort.Strings(out)
-	return out
 }
