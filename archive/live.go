@@ -4,13 +4,48 @@ package archive
 // that the writer publishes after each synced batch and readers follow. It
 // never holds an event a crash could take back (D1).
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// LiveEntry is one held event of the live log with a memo slot: an opaque
+// value a reader may attach to the event (subscribe keeps the event's
+// rendered JSON and compressed frames there, so every subscriber shares one
+// rendering). The archive never looks inside a memo; it is dropped with the
+// entry when the event leaves the log. Memos are not counted in the log's
+// byte bound.
+type LiveEntry struct {
+	Event *Event // shared: never modify it
+	memo  atomic.Pointer[any]
+}
+
+// Memo returns the value attached with SetMemo or LoadOrStoreMemo, or nil.
+func (e *LiveEntry) Memo() any {
+	if p := e.memo.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// LoadOrStoreMemo attaches v unless a memo is already attached, and returns
+// the attached memo (v when it won, the earlier one otherwise). Concurrent
+// callers all get the same value back.
+func (e *LiveEntry) LoadOrStoreMemo(v any) any {
+	if p := e.memo.Load(); p != nil {
+		return *p
+	}
+	if e.memo.CompareAndSwap(nil, &v) {
+		return v
+	}
+	return *e.memo.Load()
+}
 
 // LiveLog is a byte-bounded window of the most recent durable events, in seq
 // order, with a broadcast that wakes readers on every publish.
 type LiveLog struct {
 	mu     sync.RWMutex
-	evs    []*Event // evs[head:] are held, contiguous in publish order
+	evs    []*LiveEntry // evs[head:] are held, contiguous in publish order
 	head   int
 	bytes  int64
 	max    int64
@@ -33,14 +68,18 @@ func (l *LiveLog) publish(evs []*Event) {
 	if len(evs) == 0 {
 		return
 	}
+	// One allocation per batch for the entries; the batch's array lives as
+	// long as any of its entries is held or being read.
+	ents := make([]LiveEntry, len(evs))
 	l.mu.Lock()
-	for _, ev := range evs {
-		l.evs = append(l.evs, ev)
+	for i, ev := range evs {
+		ents[i].Event = ev
+		l.evs = append(l.evs, &ents[i])
 		l.bytes += eventBytes(ev)
 	}
 	l.tip = evs[len(evs)-1].Seq
 	for l.bytes > l.max && l.head < len(l.evs)-1 {
-		l.bytes -= eventBytes(l.evs[l.head])
+		l.bytes -= eventBytes(l.evs[l.head].Event)
 		l.evs[l.head] = nil
 		l.head++
 	}
@@ -71,6 +110,14 @@ func (l *LiveLog) Tip() uint64 {
 	return l.tip
 }
 
+// Closed reports whether the writer has stopped: no event will be
+// published any more.
+func (l *LiveLog) Closed() bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.closed
+}
+
 // Wait returns a channel closed at the next publish (or when the writer
 // stops). Take it before reading, then wait on it, so no publish is missed.
 func (l *LiveLog) Wait() <-chan struct{} {
@@ -91,22 +138,42 @@ func (l *LiveLog) Wait() <-chan struct{} {
 func (l *LiveLog) Read(from uint64, dst []*Event, max int) (out []*Event, floor uint64) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	held := l.evs[l.head:]
-	if len(held) == 0 {
-		return dst, l.tip + 1
-	}
-	floor = held[0].Seq
-	i := 0
-	if from > floor {
-		// Seqs are contiguous within one writer's log.
-		i = int(from - floor)
-		if i > len(held) {
-			i = len(held)
-		}
-	}
-	for ; i < len(held) && max > 0; i++ {
-		dst = append(dst, held[i])
-		max--
+	held, floor := l.held(from)
+	for i := 0; i < len(held) && i < max; i++ {
+		dst = append(dst, held[i].Event)
 	}
 	return dst, floor
+}
+
+// ReadEntries is Read returning the held entries, so the caller can use
+// their memo slots. Same contract as Read: up to max entries with seq ≥
+// from, in seq order, contiguous; floor is the lowest held seq (tip+1 when
+// none is held).
+func (l *LiveLog) ReadEntries(from uint64, dst []*LiveEntry, max int) (out []*LiveEntry, floor uint64) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	held, floor := l.held(from)
+	if len(held) > max {
+		held = held[:max]
+	}
+	return append(dst, held...), floor
+}
+
+// held returns the held entries with seq ≥ from and the floor. Callers hold
+// l.mu.
+func (l *LiveLog) held(from uint64) ([]*LiveEntry, uint64) {
+	held := l.evs[l.head:]
+	if len(held) == 0 {
+		return nil, l.tip + 1
+	}
+	floor := held[0].Event.Seq
+	if from > floor {
+		// Seqs are contiguous within one writer's log.
+		i := from - floor
+		if i > uint64(len(held)) {
+			i = uint64(len(held))
+		}
+		held = held[i:]
+	}
+	return held, floor
 }
