@@ -362,4 +362,3 @@ func TestServeBootstrapSurvivesSIGKILL(t *testing.T) {
 	}
 	t.Logf("final: %d accounts predicted, %d pending after the kills, %d repos seen complete before a kill", len(want), pending, len(completeBefore))
 }
-
