@@ -57,6 +57,10 @@ type Config struct {
 	// OnPhase, when set, is told every phase the runner enters (including
 	// the one it starts in).
 	OnPhase func(archive.Phase)
+	// Steady are components that run beside the live consumer in steady
+	// state (the retry runner). Each runs until ctx is done; one returning
+	// an error stops the process with it.
+	Steady []func(ctx context.Context) error
 }
 
 func (c *Config) defaults() error {
@@ -376,7 +380,8 @@ feed:
 	return ctx.Err()
 }
 
-// steady runs the live consumer from cursor/relay until ctx is done.
+// steady runs the live consumer from cursor/relay, and the Steady
+// components beside it, until ctx is done or one of them fails.
 func (r *runner) steady(ctx context.Context) error {
 	cursor, err := r.relayCursor()
 	if err != nil {
@@ -387,9 +392,24 @@ func (r *runner) steady(ctx context.Context) error {
 		return err
 	}
 	r.log.Info("following the live firehose", "cursor", cursorString(cursor))
-	err = c.Run(ctx)
-	if ctx.Err() != nil {
-		return nil
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runs := append([]func(context.Context) error{c.Run}, r.cfg.Steady...)
+	errs := make(chan error, len(runs))
+	for _, run := range runs {
+		go func() { errs <- run(ctx) }()
 	}
-	return err
+	var first error
+	for range runs {
+		err := <-errs
+		if first == nil && err != nil && parent.Err() == nil {
+			first = err
+		}
+		cancel() // one stops: stop the rest
+	}
+	if first == nil && parent.Err() == nil {
+		first = errors.New("a steady-state component stopped")
+	}
+	return first
 }
