@@ -250,6 +250,9 @@ func runTrafficHostile(t *testing.T, cfg Config, mode TrafficMode, seed int64, s
 			if len(ev.Commit.Ops) > 1 {
 				kinds["multi-op"]++
 			}
+			if len(f.records[ev.DID]) == 0 {
+				kinds["emptied"]++
+			}
 			if hostileEvery > 0 && kinds["#commit"]%hostileEvery == 0 {
 				mk, reason, why := w.InvalidRevCommit, ReasonInvalidRev, "TID"
 				if kinds["#commit"]/hostileEvery%2 == 0 {
@@ -338,9 +341,12 @@ func TestTraffic_FullFold(t *testing.T) {
 // included).
 func TestTraffic_LongFold(t *testing.T) {
 	if testing.Short() {
-		t.Skip("heavy: 20,000 traffic steps")
+		t.Skip("heavy: 8,000 traffic steps")
 	}
-	runTraffic(t, Config{Seed: 21, Accounts: 12, RecordsMean: 3, Hosts: 2}, TrafficFull, 22, 20_000)
+	kinds := runTraffic(t, Config{Seed: 21, Accounts: 12, RecordsMean: 3, Hosts: 2}, TrafficFull, 22, 8_000)
+	if kinds["#sync"] == 0 || kinds["account:deleted"] == 0 || kinds["emptied"] == 0 {
+		t.Errorf("long traffic without resets, deletions or emptied repos: %v", kinds)
+	}
 }
 
 // TestTraffic_HostileCommitsLeaveStateIntact: basic traffic with a one-off
