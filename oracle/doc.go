@@ -46,7 +46,9 @@
 // (a rev that is not a TID, or an op under an invalid NSID / rkey) that the
 // world builds but does not apply: it is in the history (Emitted.Invalid
 // names the reason) and the account's next valid commit chains from the
-// last valid state, so a fold must skip it.
+// last valid state, so a strict fold skips it; an invalid-path commit is
+// followed by a valid commit re-creating its valid op, so a lenient fold
+// (drop only the invalid op) gives the same records.
 //
 // It must not be imported by production packages (only cmd/backstream wires
 // it, for `devnet`); it holds no global state. World data and mutations live

@@ -360,9 +360,13 @@ func (f *Faults) SeqGaps(rate float64) {
 // invalid NSID or rkey next to a valid op (world.InvalidPathCommit). Both
 // are signed by the account's key and chain from its current state, so they
 // fail only for the intended reason; the world does not apply them, so the
-// account's next valid commit chains from the last valid one. They enter the
-// history like any event (Emitted.Invalid names the reason). For one
-// deterministic hostile commit, call Network.Emit with the world mutator.
+// account's next valid commit chains from the last valid one. An
+// invalid-path commit is immediately followed by a valid commit re-creating
+// its valid op (world.RetryValidOps, a PDS retrying without the bad record),
+// so a consumer that drops only the invalid op and one that drops the whole
+// commit both fold to the world's records. They enter the history like any
+// event (Emitted.Invalid names the reason). For one deterministic hostile
+// commit, call Network.Emit with the world mutator.
 func (f *Faults) HostileCommits(rate float64) {
 	f.mu.Lock()
 	f.hostile = clampRate(rate)

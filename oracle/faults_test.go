@@ -637,8 +637,10 @@ func mustAccount(t *testing.T, n *Network, did string) worldAccount {
 // same account. A subscriber sees both kinds; each hostile commit is signed
 // by the account's DID-document key, names the last valid state, and fails
 // exactly its intended check; every valid commit still passes
-// VerifyCommitMessage and chains from the previous valid one; and folding
-// only the valid commits gives the world's records.
+// VerifyCommitMessage and chains from the previous valid one; an
+// invalid-path commit is followed by a valid retry of its valid op; and both
+// a strict fold (drop invalid commits) and a lenient one (drop only invalid
+// ops) give the world's records.
 func TestFaultHostileCommits(t *testing.T) {
 	ctx := context.Background()
 	n := startNet(t, quietCfg(20))
@@ -647,10 +649,12 @@ func TestFaultHostileCommits(t *testing.T) {
 		data cidT
 	}
 	last := map[string]head{}
-	state := map[string]map[string]cidT{}
+	strict := map[string]map[string]cidT{}
+	lenient := map[string]map[string]cidT{}
 	for _, a := range n.World().Accounts() {
 		last[a.DID] = head{a.Rev, a.Data}
-		state[a.DID] = n.World().Records(a.DID)
+		strict[a.DID] = n.World().Records(a.DID)
+		lenient[a.DID] = n.World().Records(a.DID)
 	}
 	n.Faults().HostileCommits(1)
 	const k = 60
@@ -658,19 +662,24 @@ func TestFaultHostileCommits(t *testing.T) {
 
 	dir := directory(n)
 	c := dialFirehose(t, n, "0")
-	var valid, hostile int
+	var valid, hostile, retries int
 	reasons := map[string]int{}
 	prev := ""
+	var retry *comatproto.SyncSubscribeRepos_RepoOp // valid op an invalid-path commit left to retry
 	total := n.Status().Events
 	for i := int64(0); i < total; i++ {
 		f, err := c.next(5 * time.Second)
 		if err != nil {
 			t.Fatalf("frame %d of %d: %v", i+1, total, err)
 		}
+		if retry != nil && f.t != "#commit" {
+			t.Fatalf("frame %d: %s where the retry of %s was due", i+1, f.t, retry.Path)
+		}
 		if f.t == "#account" {
 			m, _ := atdataMap(f.body)
 			if s, _ := m["status"].(string); s == world.StatusDeleted {
-				state[m["did"].(string)] = map[string]cidT{}
+				strict[m["did"].(string)] = map[string]cidT{}
+				lenient[m["did"].(string)] = map[string]cidT{}
 			}
 		}
 		if f.t != "#commit" {
@@ -694,10 +703,21 @@ func TestFaultHostileCommits(t *testing.T) {
 			last[cm.Repo] = head{cm.Rev, commit.Data}
 			for _, op := range cm.Ops {
 				if op.Action == "delete" {
-					delete(state[cm.Repo], op.Path)
+					delete(strict[cm.Repo], op.Path)
+					delete(lenient[cm.Repo], op.Path)
 				} else {
-					state[cm.Repo][op.Path] = cidT(*op.Cid)
+					strict[cm.Repo][op.Path] = cidT(*op.Cid)
+					lenient[cm.Repo][op.Path] = cidT(*op.Cid)
 				}
+			}
+			if retry != nil {
+				if cm.Repo != prev || len(cm.Ops) != 1 || cm.Ops[0].Path != retry.Path || cidT(*cm.Ops[0].Cid) != cidT(*retry.Cid) {
+					t.Fatalf("seq %d: %+v is not the retry of %s", cm.Seq, cm.Ops, retry.Path)
+				}
+				retry = nil
+				retries++
+				prev = ""
+				continue
 			}
 			valid++
 			prev = cm.Repo
@@ -708,7 +728,6 @@ func TestFaultHostileCommits(t *testing.T) {
 		if prev != cm.Repo {
 			t.Fatalf("seq %d: hostile commit for %s does not follow a commit of it (previous %q)", cm.Seq, cm.Repo, prev)
 		}
-		prev = ""
 		commit, _ := signedCommit(t, cm.Blocks)
 		if err := commit.VerifySignature(didDocKey(t, n, cm.Repo)); err != nil {
 			t.Fatalf("seq %d: hostile commit not signed by the DID document's key: %v", cm.Seq, err)
@@ -716,6 +735,7 @@ func TestFaultHostileCommits(t *testing.T) {
 		switch {
 		case cm.Rev == InvalidRevValue && commit.Rev == InvalidRevValue && strings.Contains(verr.Error(), "TID"):
 			reasons[world.ReasonInvalidRev]++
+			prev = ""
 		case strings.Contains(verr.Error(), "invalid repo path"):
 			if _, err := syntax.ParseTID(cm.Rev); err != nil || cm.Rev <= h.rev {
 				t.Fatalf("seq %d: invalid-path commit rev %q (%v) after %s", cm.Seq, cm.Rev, err, h.rev)
@@ -724,7 +744,10 @@ func TestFaultHostileCommits(t *testing.T) {
 			for _, op := range cm.Ops {
 				if _, _, err := syntax.ParseRepoPath(op.Path); err != nil {
 					bad++
+					continue
 				}
+				retry = op
+				lenient[cm.Repo][op.Path] = cidT(*op.Cid)
 			}
 			if bad != 1 || len(cm.Ops) != 2 {
 				t.Fatalf("seq %d: %d invalid of %d ops", cm.Seq, bad, len(cm.Ops))
@@ -734,16 +757,24 @@ func TestFaultHostileCommits(t *testing.T) {
 			t.Fatalf("seq %d: hostile commit failed for another reason: %v", cm.Seq, verr)
 		}
 	}
-	if valid == 0 || hostile != valid || reasons[world.ReasonInvalidRev] == 0 || reasons[world.ReasonInvalidPath] == 0 {
-		t.Fatalf("%d valid, %d hostile commits %v", valid, hostile, reasons)
+	if retry != nil {
+		t.Fatalf("no retry of %s", retry.Path)
+	}
+	if valid == 0 || hostile != valid || retries != reasons[world.ReasonInvalidPath] ||
+		reasons[world.ReasonInvalidRev] == 0 || reasons[world.ReasonInvalidPath] == 0 {
+		t.Fatalf("%d valid, %d hostile commits %v, %d retries", valid, hostile, reasons, retries)
 	}
 	fired := n.Faults().Fired(FaultInvalidRevCommit) + n.Faults().Fired(FaultInvalidPathCommit)
 	if fired != int64(hostile) || n.Faults().Fired(FaultInvalidRevCommit) != int64(reasons[world.ReasonInvalidRev]) {
 		t.Fatalf("fired %v, seen %v", n.Faults().FiredAll(), reasons)
 	}
-	for did, recs := range state {
-		if want := n.World().Records(did); !reflect.DeepEqual(recs, want) {
-			t.Fatalf("%s: fold of valid commits %d records, world %d", did, len(recs), len(want))
+	for did := range strict {
+		want := n.World().Records(did)
+		if !reflect.DeepEqual(strict[did], want) {
+			t.Fatalf("%s: strict fold %d records, world %d", did, len(strict[did]), len(want))
+		}
+		if !reflect.DeepEqual(lenient[did], want) {
+			t.Fatalf("%s: lenient fold %d records, world %d", did, len(lenient[did]), len(want))
 		}
 	}
 	evs, err := n.Events()
@@ -759,7 +790,7 @@ func TestFaultHostileCommits(t *testing.T) {
 			}
 		}
 	}
-	if marked != hostile || len(evs) != k+hostile {
-		t.Fatalf("Events: %d marked invalid of %d, want %d of %d", marked, len(evs), hostile, k+hostile)
+	if marked != hostile || len(evs) != k+hostile+retries {
+		t.Fatalf("Events: %d marked invalid of %d, want %d of %d", marked, len(evs), hostile, k+hostile+retries)
 	}
 }

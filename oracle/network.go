@@ -310,7 +310,18 @@ func (n *Network) maybeHostileCommit(ev world.Event) error {
 		return err
 	}
 	n.faults.fire(kind)
-	return nil
+	if kind != FaultInvalidPathCommit {
+		return nil
+	}
+	// The PDS retries the write without its bad record: a lenient consumer
+	// (drops the invalid op) and a strict one (drops the commit) then agree
+	// with the world.
+	rev, err := n.w.RetryValidOps(hev)
+	if err != nil {
+		return fmt.Errorf("oracle: emit: retry of %s: %w", kind, err)
+	}
+	_, err = n.appendLocked(rev)
+	return err
 }
 
 // RelayURL is the relay's base URL, e.g. http://127.0.0.1:7777.

@@ -44,6 +44,8 @@
 //     the account's tree, blocks, head, rev, records and logical clock are
 //     untouched, so its next valid commit chains from the last valid one
 //     (its TID rev clock may have advanced, which keeps revs increasing).
+//     RetryValidOps re-commits a one-off commit's valid creates as a normal
+//     commit, so a consumer dropping only invalid ops agrees too.
 //
 // # Tricky bits
 //

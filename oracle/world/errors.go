@@ -32,3 +32,7 @@ var ErrInvalidConfig = errors.New("world: invalid config")
 // ErrNoEligibleAccount is returned by Traffic.Next when no account can take
 // any mutation (every account deleted or inactive).
 var ErrNoEligibleAccount = errors.New("world: no eligible account for traffic")
+
+// ErrNoValidOps is returned by RetryValidOps when the commit has no create
+// under a valid repo path to retry.
+var ErrNoValidOps = errors.New("world: no valid ops to retry")

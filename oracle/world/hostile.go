@@ -13,13 +13,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"strings"
 
 	comatproto "github.com/bluesky-social/indigo/api/atproto"
 	"github.com/bluesky-social/indigo/atproto/atcrypto"
 	"github.com/bluesky-social/indigo/atproto/repo"
+	"github.com/bluesky-social/indigo/atproto/syntax"
 	lexutil "github.com/bluesky-social/indigo/lex/util"
 	"github.com/ipfs/go-cid"
+	car "github.com/ipld/go-car"
 	carutil "github.com/ipld/go-car/util"
 )
 
@@ -120,6 +123,66 @@ func (w *World) InvalidPathCommit(did string) (Event, error) {
 		return Event{}, err
 	}
 	return Event{DID: a.did, Commit: body, Invalid: ReasonInvalidPath}, nil
+}
+
+// RetryValidOps commits, as a new valid commit of the same account, the
+// creates of a one-off commit (ev, from InvalidPathCommit or
+// InvalidRevCommit) whose paths are valid, with the same record bytes: what a
+// PDS retrying the write without its bad records would emit. It lets a
+// consumer that drops only the invalid op (DESIGN: "an invalid path drops
+// one op") and one that drops the whole invalid commit fold to the same
+// records as the world. ErrNoValidOps if there is nothing to retry.
+func (w *World) RetryValidOps(ev Event) (Event, error) {
+	if ev.Commit == nil {
+		return Event{}, fmt.Errorf("world: retry: %s is not a #commit: %w", ev.Type(), ErrNoValidOps)
+	}
+	a, err := w.lookup(ev.Commit.Repo)
+	if err != nil {
+		return Event{}, err
+	}
+	blocks, err := carBlocks(ev.Commit.Blocks)
+	if err != nil {
+		return Event{}, err
+	}
+	var ws []pendingWrite
+	for _, op := range ev.Commit.Ops {
+		if op.Action != "create" || op.Cid == nil {
+			continue
+		}
+		if _, _, err := syntax.ParseRepoPath(op.Path); err != nil {
+			continue
+		}
+		b, ok := blocks[cid.Cid(*op.Cid)]
+		if !ok {
+			return Event{}, fmt.Errorf("world: retry %s: record block %s missing", op.Path, cid.Cid(*op.Cid))
+		}
+		ws = append(ws, pendingWrite{action: actCreate, path: op.Path, rec: b})
+	}
+	if len(ws) == 0 {
+		return Event{}, fmt.Errorf("world: retry %s: %w", a.did, ErrNoValidOps)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.applyWrites(ws)
+}
+
+// carBlocks reads every block of a CAR v1 into a map.
+func carBlocks(b []byte) (map[cid.Cid][]byte, error) {
+	cr, err := car.NewCarReader(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("world: read blocks: %w", err)
+	}
+	out := map[cid.Cid][]byte{}
+	for {
+		blk, err := cr.Next()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("world: read blocks: %w", err)
+		}
+		out[blk.Cid()] = blk.RawData()
+	}
 }
 
 // hostileGen is a record generator over the account's hostile stream and a

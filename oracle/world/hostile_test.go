@@ -260,3 +260,63 @@ func TestOneOffCommitsNeedAnActiveAccount(t *testing.T) {
 		}
 	}
 }
+
+// RetryValidOps re-commits the valid create of an invalid-path commit, with
+// the same path and record CID, chaining from the last valid state; a
+// consumer that dropped only the invalid op and one that dropped the whole
+// commit then hold the same records as the world.
+func TestRetryValidOps(t *testing.T) {
+	ctx := context.Background()
+	w := mustBuild(t, smallCfg)
+	did := firstWithStatus(t, w, StatusActive).DID
+	before := stateOf(t, w, did)
+	hev, err := w.InvalidPathCommit(did)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lenient := map[string]cid.Cid{}
+	for p, c := range before.records {
+		lenient[p] = c
+	}
+	var valid *comatproto.SyncSubscribeRepos_RepoOp
+	for _, op := range hev.Commit.Ops {
+		if _, _, err := syntax.ParseRepoPath(op.Path); err == nil {
+			valid = op
+			lenient[op.Path] = cid.Cid(*op.Cid)
+		}
+	}
+	ev, err := w.RetryValidOps(hev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ev.Commit
+	if ev.Invalid != "" || len(c.Ops) != 1 || c.Ops[0].Path != valid.Path || c.Ops[0].Action != "create" || cid.Cid(*c.Ops[0].Cid) != cid.Cid(*valid.Cid) {
+		t.Fatalf("retry %+v, want a create of %s %s", c.Ops, valid.Path, cid.Cid(*valid.Cid))
+	}
+	if *c.Since != before.acct.Rev || cid.Cid(*c.PrevData) != before.acct.Data || c.Rev <= hev.Commit.Rev {
+		t.Fatalf("retry since %s prevData %s rev %s; before %s %s, hostile rev %s", *c.Since, cid.Cid(*c.PrevData), c.Rev, before.acct.Rev, before.acct.Data, hev.Commit.Rev)
+	}
+	if _, err := repo.VerifyCommitMessage(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := repo.VerifyCommitSignature(ctx, mockDirectory(t, w), c); err != nil {
+		t.Fatal(err)
+	}
+	if d := diffRecords(w.Records(did), lenient); d != "" {
+		t.Fatalf("world after retry vs lenient fold: %s", d)
+	}
+	// Nothing valid to retry.
+	bad := *hev.Commit
+	bad.Ops = nil
+	for _, op := range hev.Commit.Ops {
+		if op != valid {
+			bad.Ops = append(bad.Ops, op)
+		}
+	}
+	if _, err := w.RetryValidOps(Event{DID: did, Commit: &bad}); !errors.Is(err, ErrNoValidOps) {
+		t.Fatalf("retry of only invalid ops: %v", err)
+	}
+	if _, err := w.RetryValidOps(Event{DID: did}); !errors.Is(err, ErrNoValidOps) {
+		t.Fatalf("retry of a non-commit: %v", err)
+	}
+}

@@ -221,7 +221,8 @@ func runTraffic(t *testing.T, cfg Config, mode TrafficMode, seed int64, steps in
 // runTrafficHostile is runTraffic where, when hostileEvery > 0, every
 // hostileEvery-th #commit is followed by a one-off invalid commit for the
 // same account (alternately InvalidRevCommit and InvalidPathCommit), which
-// the fold must reject without changing its state.
+// the fold must reject without changing its state; an invalid-path commit is
+// followed by RetryValidOps, which the fold must accept.
 func runTrafficHostile(t *testing.T, cfg Config, mode TrafficMode, seed int64, steps, hostileEvery int) map[string]int {
 	t.Helper()
 	ctx := context.Background()
@@ -269,6 +270,16 @@ func runTrafficHostile(t *testing.T, cfg Config, mode TrafficMode, seed int64, s
 					t.Fatalf("step %d: fold of a %s commit for %s: %v, want a %q error", i, reason, ev.DID, err, why)
 				}
 				kinds["hostile:"+reason]++
+				if reason == ReasonInvalidPath {
+					rev, err := w.RetryValidOps(hev)
+					if err != nil {
+						t.Fatalf("step %d: retry valid ops: %v", i, err)
+					}
+					if err := f.apply(ctx, w, dir, rev); err != nil {
+						t.Fatalf("step %d: retry of valid ops for %s: %v", i, ev.DID, err)
+					}
+					kinds["retried"]++
+				}
 			}
 		}
 		if ev.Account != nil {
