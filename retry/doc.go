@@ -1,0 +1,88 @@
+// Package retry owns the steady-state replacement runner (DESIGN §6, §10):
+// it brings in, as whole-repo replacements, every repo that is failed with
+// its next attempt due, pending (an interrupted bootstrap: merge's pending
+// pass runs it with Filter: Pending), or marked for a replacement (a #sync,
+// a reactivation, discovery) — without hammering any host.
+//
+// # What it provides
+//
+//   - New(Config) → *Runner; Run(ctx) passes over the store until ctx ends
+//     or the machinery fails; RunOnce(ctx) is one pass plus its jobs, the
+//     synchronous step tests and the pending pass use; Wake asks for a pass
+//     now; Status is the /status view.
+//   - Due(state, now): the candidate rule. Pending: the pending-pass filter.
+//   - Backoff: the durable schedule; hand Backoff.NextAttempt() to the job
+//     runner (backfill.Options.NextAttempt) so a failed job writes its next
+//     attempt with the failure.
+//   - Metrics: backstream_retry_*.
+//
+// # Invariants kept here
+//
+//   - S3: candidates stream from repo/ in pages of PageKeys keys, each read
+//     by its own short-lived iterator; due repos go into a queue bounded by
+//     Queue (the scan blocks when it is full). What is held in memory is one
+//     page, the queue, the DIDs queued or running (deduplication: a DID is
+//     never queued twice), the gates of hosts with something queued or
+//     running, and the hosts parked right now. Never the candidate set nor
+//     the host set.
+//   - S2: Workers goroutines are the global gate; a host gate admits at most
+//     HostWorkers running jobs. The gate key is the final host after
+//     redirects recorded on the repo (RepoState.Host). Gates are created when
+//     a host's first repo is queued and dropped when it has nothing queued or
+//     running. A repo with no recorded host (never downloaded: discovered,
+//     or pending before its first terminal state) cannot be attributed to a
+//     host before its download; such repos share only the global gate (DID
+//     order scatters them across hosts). One host's share of the queue is
+//     bounded by HostQueue, so a slow host never fills the queue in front of
+//     the others; what a pass leaves behind for that reason is picked up by
+//     the next pass, which starts as soon as the queue has drained.
+//   - Backoff: a failed job writes attempts, class, message (≤ 1 KiB) and
+//     the next attempt — exponential from Interval to MaxDelay, ±25 %
+//     jitter — in the same unit as the failure (through the job runner's
+//     NextAttempt). Failures the runner writes itself use the same schedule.
+//   - S4: a job that ends on a 429 parks the host that answered it until
+//     its reset (Retry-After / ratelimit-reset, or Interval when absent):
+//     the host's queued repos are dropped from the queue and its due repos
+//     are skipped by passes until the reset, neither counted as failures nor
+//     written. The 429'd repo's next attempt moves to the reset and its
+//     attempt count is put back, in the same unit as the park. Other hosts
+//     keep their slots. A park never shortens an existing one.
+//   - Parking survives a restart: it is written to host/<host> (ParkedUntilUS)
+//     and Run/RunOnce load the hosts still parked when they start (one
+//     streaming read of host/, keeping only the parked ones). Without this a
+//     restart during a rate-limit window would hit the host again at once.
+//   - S5, S9: success is the job's whole-repo replacement (backfill Request
+//     with Replace): sync row, records, completion — which sets the repo
+//     complete and clears attempts, error, next attempt and the replacement
+//     mark. A replacement refused because the account's ratchet moved past
+//     the snapshot (backfill.ErrStale: nothing was applied) is fetched again
+//     at once, at most MaxRefetch (3) times in a row; the next refusal makes
+//     the repo failed (class stale_replacement) with backoff, keeping its
+//     replacement mark. Each refusal is counted
+//     (backstream_retry_replacements_refused_total).
+//   - E11 terminal answers are the job's: deactivated / suspended /
+//     takendown → unavailable; RepoNotFound → the replacement's sync row and
+//     complete.
+//   - S6: a failure of the machinery — a store read or decode error, the
+//     writer stopped or refusing a unit, a job error that is neither a
+//     per-repo outcome nor ErrStale, a panic — is counted
+//     (backstream_retry_fatal_total), logged once, stops every worker, and
+//     makes Run return an error wrapping ErrFatal. Per-repo remote failures
+//     never take this path.
+//   - S8: an inactive account is never fetched, whatever its mark; the state
+//     is read again when a repo's turn comes, so one deactivated since the
+//     scan is skipped.
+//
+// # Commit points
+//
+// The runner writes only through writer units, each waited for until
+// durable: a park (host/<host> plus the 429'd repo's next attempt) and the
+// failure after too many refusals. The job makes every other state durable.
+//
+// # Not here
+//
+// Downloading, verifying and emitting a repo is backfill's; marking repos
+// due is the firehose's and merge's (#sync, #account) and discovery's;
+// deciding when the runner runs is lifecycle's. The runner never touches the
+// capture.
+package retry

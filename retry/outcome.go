@@ -1,0 +1,162 @@
+package retry
+
+// outcome.go owns what the runner makes of a job's result: counting it,
+// parking a host after a 429 (S4), and the failure of a repo whose
+// replacement was refused too often (S9). Every state it writes goes through
+// a writer unit; each unit is waited for until durable.
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/upstream"
+)
+
+// outcome handles a job that made its terminal state durable.
+func (e *exec) outcome(it item, res backfill.Result) error {
+	switch res.Status {
+	case archive.StatusComplete:
+		if res.NotFound {
+			e.count(ResultNotFound)
+		} else {
+			e.count(ResultComplete)
+		}
+	case archive.StatusUnavailable:
+		e.count(ResultUnavailable)
+	case archive.StatusFailed:
+		if res.Class == backfill.ClassRateLimited {
+			e.count(ResultRateLimited)
+			host := res.Host
+			if host == "" {
+				host = it.host
+			}
+			if host != "" {
+				return e.park(it.did, host, res.Err)
+			}
+			return nil
+		}
+		e.count(ResultFailed)
+	default:
+		return fmt.Errorf("retry: %s: job returned status %v", it.did, res.Status)
+	}
+	return nil
+}
+
+// park parks host until its rate-limit reset (RetryAfter of the 429, or
+// Interval when the answer named none) in memory and durably, in one unit
+// with the 429'd repo's next attempt moved to the reset: the 429 is the
+// host's condition, not the repo's, so it does not add to the repo's
+// backoff (its attempt count is put back).
+func (e *exec) park(did, host string, cause error) error {
+	r := e.r
+	wait := upstream.RetryAfter(cause)
+	if wait <= 0 {
+		wait = r.cfg.Interval
+	}
+	r.parkMu.Lock()
+	until := e.s.park(host, r.cfg.Now().Add(wait).UnixMicro())
+	hs, err := hostState(r.cfg.Store, host)
+	if err != nil {
+		r.parkMu.Unlock()
+		return fmt.Errorf("retry: park %s: %w", host, err)
+	}
+	hs.ParkedUntilUS, hs.LastErrClass = until, backfill.ClassRateLimited
+	v, err := archive.EncodeHostState(hs)
+	if err != nil {
+		r.parkMu.Unlock()
+		return fmt.Errorf("retry: park %s: %w", host, err)
+	}
+	u := &archive.Unit{
+		Puts: []archive.KV{{Key: archive.HostKey(host), Value: v}},
+		Repos: []archive.RepoUpdate{{DID: did, Func: func(cur archive.RepoState, exists bool) (archive.RepoState, bool) {
+			if !exists || cur.Status != archive.StatusFailed || cur.ErrClass != backfill.ClassRateLimited {
+				return cur, false
+			}
+			cur.NextAttemptUS = until
+			if cur.Attempts > 0 {
+				cur.Attempts--
+			}
+			return cur, true
+		}}},
+	}
+	acks := archive.NewAcks()
+	u.Acks = acks
+	err = r.cfg.Writer.Submit(e.ctx, u)
+	r.parkMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("retry: park %s: submit: %w", host, err)
+	}
+	if err := e.wait(acks); err != nil {
+		return fmt.Errorf("retry: park %s: %w", host, err)
+	}
+	r.log.Info("retry: host rate-limited; parked until its reset", "host", host,
+		"until", time.UnixMicro(until).UTC().Format(time.RFC3339), "did", did)
+	return nil
+}
+
+// failStale makes a repo whose replacement was refused refused times in a
+// row an ordinary failure with backoff. Its replacement mark stays, so it is
+// replaced when the next attempt comes.
+func (e *exec) failStale(did string, refused int, cause error) error {
+	r := e.r
+	now := r.cfg.Now()
+	msg := fmt.Sprintf("replacement refused %d times in a row: %v", refused, cause)
+	if len(msg) > archive.MaxErrorMessage {
+		msg = msg[:archive.MaxErrorMessage]
+	}
+	next := r.backoff.Delay
+	u := &archive.Unit{Repos: []archive.RepoUpdate{{DID: did, Func: func(cur archive.RepoState, exists bool) (archive.RepoState, bool) {
+		if !exists {
+			return cur, false
+		}
+		cur.Status = archive.StatusFailed
+		cur.Attempts++
+		cur.ErrClass, cur.LastError = ClassStale, msg
+		cur.NextAttemptUS = now.Add(next(cur.Attempts)).UnixMicro()
+		return cur, true
+	}}}}
+	acks := archive.NewAcks()
+	u.Acks = acks
+	if err := r.cfg.Writer.Submit(e.ctx, u); err != nil {
+		return fmt.Errorf("retry: fail %s: submit: %w", did, err)
+	}
+	if err := e.wait(acks); err != nil {
+		return fmt.Errorf("retry: fail %s: %w", did, err)
+	}
+	r.log.Info("retry: replacement refused too often; failed with backoff", "did", did, "refused", refused)
+	return nil
+}
+
+// wait blocks until the single unit behind acks is durable. A refused unit
+// is a bug of this package (the writer refuses only invalid units here).
+func (e *exec) wait(acks *archive.Acks) error {
+	w := e.r.cfg.Writer
+	for {
+		if rc := acks.Drain(nil); len(rc) > 0 {
+			if rc[0].Refused != nil {
+				return fmt.Errorf("unit refused: %w", rc[0].Refused)
+			}
+			return nil
+		}
+		select {
+		case <-acks.Ready():
+		case <-w.Done():
+			if rc := acks.Drain(nil); len(rc) > 0 {
+				if rc[0].Refused != nil {
+					return fmt.Errorf("unit refused: %w", rc[0].Refused)
+				}
+				return nil
+			}
+			err := w.Err()
+			if err == nil {
+				err = archive.ErrClosed
+			}
+			return fmt.Errorf("writer stopped: %w", err)
+		case <-e.ctx.Done():
+			return e.ctx.Err()
+		}
+	}
+}
+

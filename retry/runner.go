@@ -1,0 +1,609 @@
+package retry
+
+// runner.go owns the Runner: its configuration, the candidate passes, the
+// worker pool, and the fatal path (S6). Job outcomes are turned into parking
+// and failures in outcome.go; the scheduler is sched.go.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/backfill"
+)
+
+// Jobs runs one whole-repo replacement and returns once its terminal state
+// is durable; an error means nothing terminal was made durable (ErrStale:
+// the replacement was refused; ErrCanceled: ctx ended; anything else: the
+// writer could not make it durable). *backfill.Runner implements it.
+type Jobs interface {
+	Run(ctx context.Context, req backfill.Request) (backfill.Result, error)
+}
+
+var _ Jobs = (*backfill.Runner)(nil)
+
+// Writer is what the runner needs of archive.Writer: submit a unit (host
+// parking, the failure of a repo whose replacement was refused too often)
+// and learn that the writer stopped.
+type Writer interface {
+	Submit(ctx context.Context, u *archive.Unit) error
+	Done() <-chan struct{}
+	Err() error
+}
+
+var _ Writer = (*archive.Writer)(nil)
+
+// Defaults of Config (DESIGN §9).
+const (
+	DefaultWorkers     = 16
+	DefaultHostWorkers = 4
+	DefaultScanPeriod  = 30 * time.Second
+	DefaultQueue       = 1024
+	DefaultHostQueue   = 256
+	DefaultPageKeys    = 4096
+	// DefaultMaxRefetch: a replacement refused as stale (S9) is fetched
+	// again at most this many times in a row; the next refusal makes the
+	// repo an ordinary failure with backoff.
+	DefaultMaxRefetch = 3
+)
+
+// ClassStale is the error class of a repo whose replacement was refused
+// DefaultMaxRefetch+1 times in a row because the archive kept moving past
+// the snapshot.
+const ClassStale = "stale_replacement"
+
+// Config configures a Runner. Zero fields take the defaults.
+type Config struct {
+	// Store is read for candidates, repo states and parked hosts. Required.
+	Store *archive.Store
+	// Writer receives the runner's own units. Required.
+	Writer Writer
+	// Jobs runs the replacements. Required. Give it a backfill.Runner whose
+	// NextAttempt is Backoff{Interval, MaxDelay}.NextAttempt() (so a failure
+	// is written with this schedule) and whose RateLimitRetries is negative
+	// (so a 429 ends the job at once and parks its host here instead of
+	// holding a worker asleep).
+	Jobs Jobs
+	// Workers bounds concurrent jobs overall (--retry-workers, 16);
+	// HostWorkers per final host (--retry-host-workers, 4) (S2).
+	Workers     int
+	HostWorkers int
+	// Interval and MaxDelay shape the backoff (--retry-interval 1 m,
+	// --retry-max-delay 24 h); Interval is also the park of a 429 that
+	// names no reset.
+	Interval time.Duration
+	MaxDelay time.Duration
+	// ScanPeriod is the pause between two candidate passes when nothing
+	// asks for an earlier one (Wake, a park expiring, a host whose queue
+	// share was full draining). Default 30 s.
+	ScanPeriod time.Duration
+	// Queue bounds the repos waiting for a slot (default 1024); HostQueue
+	// bounds one host's share of it (default 256), so one slow host never
+	// fills the queue in front of the others.
+	Queue     int
+	HostQueue int
+	// PageKeys is how many repo/ keys one iterator reads before it is
+	// closed (default 4096).
+	PageKeys int
+	// MaxRefetch: see DefaultMaxRefetch. Negative means 0.
+	MaxRefetch int
+	// Filter, when set, further restricts candidates (the pending pass
+	// passes Pending).
+	Filter func(archive.RepoState) bool
+	// Metrics may be nil; Logger nil discards.
+	Metrics *Metrics
+	Logger  *slog.Logger
+	// Now is the clock of due checks, parks and backoff; Rand the jitter.
+	Now  func() time.Time
+	Rand func() float64
+}
+
+// Pending restricts a runner to repos left pending by an interrupted
+// bootstrap (merge's pending pass, DESIGN §5).
+func Pending(st archive.RepoState) bool { return st.Status == archive.StatusPending }
+
+func (c *Config) defaults() error {
+	if c.Store == nil || c.Writer == nil || c.Jobs == nil {
+		return errors.New("retry: new runner: Store, Writer and Jobs are required")
+	}
+	if c.Workers <= 0 {
+		c.Workers = DefaultWorkers
+	}
+	if c.HostWorkers <= 0 {
+		c.HostWorkers = DefaultHostWorkers
+	}
+	if c.Interval <= 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.MaxDelay <= 0 {
+		c.MaxDelay = DefaultMaxDelay
+	}
+	if c.ScanPeriod <= 0 {
+		c.ScanPeriod = DefaultScanPeriod
+	}
+	if c.Queue <= 0 {
+		c.Queue = DefaultQueue
+	}
+	if c.HostQueue <= 0 {
+		c.HostQueue = DefaultHostQueue
+	}
+	if c.PageKeys <= 0 {
+		c.PageKeys = DefaultPageKeys
+	}
+	switch {
+	case c.MaxRefetch == 0:
+		c.MaxRefetch = DefaultMaxRefetch
+	case c.MaxRefetch < 0:
+		c.MaxRefetch = 0
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Rand == nil {
+		c.Rand = rand.Float64
+	}
+	return nil
+}
+
+// Runner is the steady-state replacement runner.
+type Runner struct {
+	cfg     Config
+	backoff Backoff
+	log     *slog.Logger
+	m       *Metrics
+
+	busy   atomic.Bool
+	wake   chan struct{}
+	parkMu sync.Mutex // orders park units, so a later park never lands before an earlier one
+
+	mu     sync.Mutex
+	cur    *exec // the run in progress
+	status Status
+}
+
+// New validates cfg and applies the defaults.
+func New(cfg Config) (*Runner, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	return &Runner{
+		cfg:     cfg,
+		backoff: Backoff{Interval: cfg.Interval, MaxDelay: cfg.MaxDelay, Rand: cfg.Rand},
+		log:     cfg.Logger,
+		m:       cfg.Metrics,
+		wake:    make(chan struct{}, 1),
+	}, nil
+}
+
+// Backoff is the runner's retry schedule (hand NextAttempt to the jobs).
+func (r *Runner) Backoff() Backoff { return r.backoff }
+
+// Wake asks a running Run for a pass now instead of at the end of its
+// ScanPeriod (for example after a #sync marked a repo due). It never blocks;
+// wakes coalesce.
+func (r *Runner) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// PassStats describes one candidate pass and, for RunOnce, the jobs it ran.
+type PassStats struct {
+	Scanned  int // repo/ keys read
+	Due      int // due candidates seen (every outcome below)
+	Queued   int // handed to the queue
+	InFlight int // already queued or running (deduplicated)
+	Parked   int // host parked: left for a later pass, not a failure
+	HostFull int // host's queue share full: left for a later pass
+	Duration time.Duration
+	// Filled by RunOnce: jobs by result, and due repos found no longer due
+	// when their turn came (skipped without a job).
+	Results map[string]int
+	Skipped int
+	// MaxQueued and MaxTracked are the scheduler's high-water marks: the
+	// queue length and the DIDs queued or running (bounded, S3).
+	MaxQueued, MaxTracked int
+}
+
+// ParkedHost is a host parked after a 429.
+type ParkedHost struct {
+	Host    string
+	UntilUS int64
+}
+
+// Status is the runner's state for /status.
+type Status struct {
+	Running     bool
+	Due         int // last complete pass
+	Queued      int
+	InFlight    int
+	ParkedHosts int
+	Parked      []ParkedHost // at most 10
+	Passes      uint64
+	LastPass    time.Time
+	LastPassDur time.Duration
+	Results     map[string]uint64 // job results since the runner was built
+	Refused     uint64            // replacements refused as stale
+}
+
+// Status returns a snapshot.
+func (r *Runner) Status() Status {
+	r.mu.Lock()
+	st := r.status
+	st.Results = make(map[string]uint64, len(r.status.Results))
+	for k, v := range r.status.Results {
+		st.Results[k] = v
+	}
+	e := r.cur
+	r.mu.Unlock()
+	if e != nil {
+		st.Running = true
+		l := e.s.load()
+		st.Queued, st.InFlight = l.queued, l.running
+		st.Parked, st.ParkedHosts, _ = e.s.parkedHosts(10)
+	}
+	return st
+}
+
+func (r *Runner) record(result string) {
+	r.m.attempt(result)
+	r.mu.Lock()
+	if r.status.Results == nil {
+		r.status.Results = make(map[string]uint64)
+	}
+	r.status.Results[result]++
+	if result == ResultStale {
+		r.status.Refused++
+	}
+	r.mu.Unlock()
+}
+
+// exec is one Run or RunOnce: its scheduler, workers and fatal error.
+type exec struct {
+	r      *Runner
+	s      *sched
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+	err    error
+	fatal  chan struct{} // closed on the first fatal error
+
+	mu      sync.Mutex
+	results map[string]int
+	skipped int
+}
+
+func (r *Runner) start(ctx context.Context) (*exec, error) {
+	if !r.busy.CompareAndSwap(false, true) {
+		return nil, ErrRunning
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	e := &exec{r: r, ctx: cctx, cancel: cancel, fatal: make(chan struct{}), results: map[string]int{}}
+	e.s = newSched(r.cfg.Workers, r.cfg.HostWorkers, r.cfg.Queue, r.cfg.HostQueue,
+		func() int64 { return r.cfg.Now().UnixMicro() }, r.m)
+	// Parks survive a restart: host/<host> holds them (doc.go).
+	if err := loadParks(r.cfg.Store.DB(), r.cfg.Now().UnixMicro(), e.s.restorePark); err != nil {
+		cancel()
+		r.busy.Store(false)
+		return nil, r.fatalErr(fmt.Errorf("load parked hosts: %w", err))
+	}
+	r.mu.Lock()
+	r.cur = e
+	r.mu.Unlock()
+	for i := 0; i < r.cfg.Workers; i++ {
+		e.wg.Add(1)
+		go e.worker()
+	}
+	return e, nil
+}
+
+// stop cancels and waits for every worker.
+func (e *exec) stop() {
+	e.cancel()
+	e.wg.Wait()
+	e.s.m.setLoad(0, 0)
+	e.r.mu.Lock()
+	e.r.cur = nil
+	e.r.mu.Unlock()
+	e.r.busy.Store(false)
+}
+
+// fatalErr counts and logs a machinery failure that did not happen inside a
+// run (loading parks).
+func (r *Runner) fatalErr(err error) error {
+	err = fmt.Errorf("%w: %w", ErrFatal, err)
+	r.m.fatalError()
+	r.log.Error("retry runner stopped: failure of the runner itself", "err", err)
+	return err
+}
+
+// fail records the run's fatal error once: counted, logged once, and every
+// worker and the pass stop (S6).
+func (e *exec) fail(err error) {
+	e.once.Do(func() {
+		e.err = fmt.Errorf("%w: %w", ErrFatal, err)
+		e.r.m.fatalError()
+		e.r.log.Error("retry runner stopped: failure of the runner itself", "err", e.err)
+		close(e.fatal)
+		e.cancel()
+	})
+}
+
+func (e *exec) failed() error {
+	select {
+	case <-e.fatal:
+		return e.err
+	default:
+		return nil
+	}
+}
+
+// Run makes a first pass at once, then keeps passing over the store until
+// ctx ends (it returns nil) or the machinery fails (it returns an error
+// wrapping ErrFatal, already counted and logged; the caller stops the
+// process). Per-repo failures never end Run.
+func (r *Runner) Run(ctx context.Context) error {
+	e, err := r.start(ctx)
+	if err != nil {
+		return err
+	}
+	defer e.stop()
+	for {
+		ps, err := e.pass()
+		if err != nil {
+			if ferr := e.failed(); ferr != nil {
+				return ferr
+			}
+			if e.ctx.Err() != nil {
+				return nil
+			}
+			e.fail(err)
+			return e.err
+		}
+		if !e.idle(ps) {
+			if ferr := e.failed(); ferr != nil {
+				return ferr
+			}
+			return nil
+		}
+	}
+}
+
+// idle waits for the next pass: ScanPeriod, a Wake, the earliest park
+// expiry, or — when the pass left repos of a full host behind — the queue
+// draining to half of a host's share. It returns false when the run ends.
+func (e *exec) idle(ps PassStats) bool {
+	r := e.r
+	delay := r.cfg.ScanPeriod
+	if _, _, next := e.s.parkedHosts(0); next > 0 {
+		d := time.Duration(next-r.cfg.Now().UnixMicro())*time.Microsecond + time.Millisecond
+		delay = max(min(delay, d), time.Millisecond)
+	}
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	for {
+		l := e.s.load()
+		if ps.HostFull > 0 && l.queued <= min(r.cfg.Queue, r.cfg.HostQueue)/2 {
+			return true
+		}
+		var changed <-chan struct{}
+		if ps.HostFull > 0 {
+			changed = l.changed
+		}
+		select {
+		case <-t.C:
+			return true
+		case <-r.wake:
+			return true
+		case <-changed:
+		case <-e.ctx.Done():
+			return false
+		}
+	}
+}
+
+// RunOnce makes one pass, waits until every job it queued has finished, and
+// returns what happened. The error is as for Run; a ctx that ends returns
+// ctx.Err().
+func (r *Runner) RunOnce(ctx context.Context) (PassStats, error) {
+	e, err := r.start(ctx)
+	if err != nil {
+		return PassStats{}, err
+	}
+	defer e.stop()
+	ps, err := e.pass()
+	if err == nil {
+		err = e.drain()
+	}
+	if ferr := e.failed(); ferr != nil {
+		return ps, ferr
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return ps, ctx.Err()
+		}
+		e.fail(err)
+		return ps, e.err
+	}
+	e.mu.Lock()
+	ps.Results = e.results
+	ps.Skipped = e.skipped
+	e.results = map[string]int{}
+	e.mu.Unlock()
+	l := e.s.load()
+	ps.MaxQueued, ps.MaxTracked = l.maxQueued, l.maxMembers
+	return ps, nil
+}
+
+// drain waits until nothing is queued or running.
+func (e *exec) drain() error {
+	for {
+		l := e.s.load()
+		if l.queued == 0 && l.running == 0 {
+			return nil
+		}
+		select {
+		case <-l.changed:
+		case <-e.ctx.Done():
+			return e.ctx.Err()
+		}
+	}
+}
+
+// pass walks repo/ once, page by page, offering every due repo.
+func (e *exec) pass() (ps PassStats, err error) {
+	r := e.r
+	start := time.Now()
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("retry: pass: panic: %v", p)
+		}
+	}()
+	from := archive.PrefixRepo
+	var buf []item
+	for {
+		if err := e.ctx.Err(); err != nil {
+			return ps, err
+		}
+		pg, err := readPage(r.cfg.Store.DB(), from, r.cfg.PageKeys, r.cfg.Now().UnixMicro(), r.cfg.Filter, buf)
+		if err != nil {
+			return ps, fmt.Errorf("retry: candidate scan: %w", err)
+		}
+		ps.Scanned += pg.scanned
+		ps.Due += pg.due
+		for i, it := range pg.items {
+			res, err := e.s.offer(e.ctx, it)
+			if err != nil {
+				return ps, err
+			}
+			switch res {
+			case offerQueued:
+				ps.Queued++
+			case offerInFlight:
+				ps.InFlight++
+			case offerParked:
+				ps.Parked++
+			case offerHostFull:
+				ps.HostFull++
+			}
+			pg.items[i] = item{}
+		}
+		buf = pg.items
+		if pg.next == nil {
+			break
+		}
+		from = pg.next
+	}
+	ps.Duration = time.Since(start)
+	r.m.pass()
+	r.m.setDue(ps.Due)
+	r.m.deferral(deferParked, ps.Parked)
+	r.m.deferral(deferHostFull, ps.HostFull)
+	r.mu.Lock()
+	r.status.Due = ps.Due
+	r.status.Passes++
+	r.status.LastPass = start
+	r.status.LastPassDur = ps.Duration
+	r.mu.Unlock()
+	r.log.Debug("retry pass", "scanned", ps.Scanned, "due", ps.Due, "queued", ps.Queued, "in_flight", ps.InFlight,
+		"parked", ps.Parked, "host_full", ps.HostFull, "took", ps.Duration)
+	return ps, nil
+}
+
+// worker is one of the Workers goroutines (the global gate).
+func (e *exec) worker() {
+	defer e.wg.Done()
+	for {
+		it, ok := e.s.take(e.ctx)
+		if !ok {
+			return
+		}
+		e.process(it)
+		e.s.done(it)
+	}
+}
+
+func (e *exec) count(result string) {
+	e.r.record(result)
+	e.mu.Lock()
+	e.results[result]++
+	e.mu.Unlock()
+}
+
+// process runs one due repo to an outcome. Errors of the machinery go to
+// fail; per-repo outcomes are durable when it returns.
+func (e *exec) process(it item) {
+	defer func() {
+		if p := recover(); p != nil {
+			e.fail(fmt.Errorf("retry: %s: panic: %v", it.did, p))
+		}
+	}()
+	r := e.r
+	// The scan may be minutes old: re-read the state, so a repo that was
+	// deactivated or replaced meanwhile is not fetched.
+	st, err := r.cfg.Store.RepoState(it.did)
+	if errors.Is(err, archive.ErrNotFound) {
+		e.skip()
+		return
+	}
+	if err != nil {
+		e.fail(fmt.Errorf("retry: %s: read state: %w", it.did, err))
+		return
+	}
+	if !Due(st, r.cfg.Now().UnixMicro()) || (r.cfg.Filter != nil && !r.cfg.Filter(st)) {
+		e.skip()
+		return
+	}
+	for refused := 0; ; {
+		res, err := r.cfg.Jobs.Run(e.ctx, backfill.Request{DID: it.did, Replace: true})
+		switch {
+		case err == nil:
+			if err := e.outcome(it, res); err != nil {
+				e.machineryErr(err)
+			}
+			return
+		case errors.Is(err, backfill.ErrStale):
+			// S9: the archive moved past the snapshot; nothing was applied.
+			r.m.refusedReplacement()
+			e.count(ResultStale)
+			refused++
+			if refused <= r.cfg.MaxRefetch {
+				r.log.Debug("retry: replacement refused as stale; fetching again", "did", it.did, "refused", refused)
+				continue
+			}
+			if err := e.failStale(it.did, refused, err); err != nil {
+				e.machineryErr(err)
+			}
+			return
+		default:
+			e.machineryErr(fmt.Errorf("retry: %s: job: %w", it.did, err))
+			return
+		}
+	}
+}
+
+// machineryErr is fatal unless the run is ending anyway (a job or unit
+// interrupted by cancellation made nothing durable and is not a failure).
+func (e *exec) machineryErr(err error) {
+	if e.ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, backfill.ErrCanceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return
+	}
+	e.fail(err)
+}
+
+func (e *exec) skip() {
+	e.mu.Lock()
+	e.skipped++
+	e.mu.Unlock()
+}

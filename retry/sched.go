@@ -1,0 +1,320 @@
+package retry
+
+// sched.go owns the in-memory scheduler of one run: the bounded queue of due
+// repos, the global and per-host concurrency gates (S2), the set of DIDs
+// queued or running (deduplication), and the parked hosts (S4). Its memory
+// is bounded by Config.Queue items, Config.Workers running jobs and the hosts
+// parked right now; it never holds the candidate set or the host set (S3).
+
+import (
+	"context"
+	"sync"
+)
+
+// item is one due repo on its way to a worker.
+type item struct {
+	did  string
+	host string // gate key: the final host recorded on the repo; "" = unknown
+}
+
+// gate is one host's share: its queued items (FIFO) and running jobs. It
+// exists only while the host has something queued or running.
+type gate struct {
+	host    string
+	running int
+	q       []item
+	head    int
+	inReady bool
+}
+
+func (g *gate) queued() int { return len(g.q) - g.head }
+
+func (g *gate) push(it item) {
+	if g.head > 0 && g.head >= len(g.q)/2 {
+		n := copy(g.q, g.q[g.head:])
+		clear(g.q[n:])
+		g.q, g.head = g.q[:n], 0
+	}
+	g.q = append(g.q, it)
+}
+
+func (g *gate) pop() item {
+	it := g.q[g.head]
+	g.q[g.head] = item{}
+	g.head++
+	if g.head == len(g.q) {
+		g.q, g.head = g.q[:0], 0
+	}
+	return it
+}
+
+// offer outcomes.
+type offerResult int
+
+const (
+	offerQueued   offerResult = iota
+	offerInFlight             // already queued or running
+	offerParked               // the host is parked
+	offerHostFull             // the host's share of the queue is full
+)
+
+type sched struct {
+	workers, hostWorkers int
+	queueCap, hostCap    int
+	now                  func() int64 // unix µs
+	m                    *Metrics
+
+	mu        sync.Mutex
+	gates     map[string]*gate
+	ready     []*gate // gates that may have an item dispatched, round robin
+	readyHead int
+	members   map[string]struct{} // DIDs queued or running
+	queued    int
+	running   int
+	parked    map[string]int64 // host → parked until (unix µs)
+	changed   chan struct{}    // closed and replaced on every change
+
+	maxQueued, maxMembers int
+}
+
+func newSched(workers, hostWorkers, queueCap, hostCap int, now func() int64, m *Metrics) *sched {
+	return &sched{
+		workers: workers, hostWorkers: hostWorkers, queueCap: queueCap, hostCap: hostCap, now: now, m: m,
+		gates:   make(map[string]*gate),
+		members: make(map[string]struct{}),
+		parked:  make(map[string]int64),
+		changed: make(chan struct{}),
+	}
+}
+
+// broadcastLocked wakes everyone waiting for a change.
+func (s *sched) broadcastLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.m.setLoad(s.running, s.queued)
+}
+
+func (s *sched) limit(g *gate) int {
+	if g.host == "" {
+		// The final host is unknown until a first download: such repos
+		// share only the global limit (see doc.go).
+		return s.workers
+	}
+	return s.hostWorkers
+}
+
+// parkedLocked reports whether host is parked now, forgetting expired parks.
+func (s *sched) parkedLocked(host string, nowUS int64) bool {
+	if host == "" {
+		return false
+	}
+	until, ok := s.parked[host]
+	if !ok {
+		return false
+	}
+	if until > nowUS {
+		return true
+	}
+	delete(s.parked, host)
+	s.m.setParked(len(s.parked))
+	return false
+}
+
+func (s *sched) eligibleLocked(g *gate, nowUS int64) bool {
+	return g.queued() > 0 && g.running < s.limit(g) && !s.parkedLocked(g.host, nowUS)
+}
+
+func (s *sched) makeReadyLocked(g *gate, nowUS int64) {
+	if !g.inReady && s.eligibleLocked(g, nowUS) {
+		g.inReady = true
+		s.ready = append(s.ready, g)
+	}
+}
+
+// offer queues it unless it is already queued or running, its host is
+// parked, or its host's share of the queue is full. It blocks while the
+// whole queue is full (backpressure on the candidate scan).
+func (s *sched) offer(ctx context.Context, it item) (offerResult, error) {
+	for {
+		s.mu.Lock()
+		if _, ok := s.members[it.did]; ok {
+			s.mu.Unlock()
+			return offerInFlight, nil
+		}
+		nowUS := s.now()
+		if s.parkedLocked(it.host, nowUS) {
+			s.mu.Unlock()
+			return offerParked, nil
+		}
+		g := s.gates[it.host]
+		if it.host != "" && g != nil && g.queued() >= s.hostCap {
+			s.mu.Unlock()
+			return offerHostFull, nil
+		}
+		if s.queued < s.queueCap {
+			if g == nil {
+				g = &gate{host: it.host}
+				s.gates[it.host] = g
+			}
+			g.push(it)
+			s.queued++
+			s.members[it.did] = struct{}{}
+			s.maxQueued = max(s.maxQueued, s.queued)
+			s.maxMembers = max(s.maxMembers, len(s.members))
+			s.makeReadyLocked(g, nowUS)
+			s.broadcastLocked()
+			s.mu.Unlock()
+			return offerQueued, nil
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// take blocks until an item may run (a host slot is free; the caller is one
+// of Workers goroutines, which is the global gate) and marks it running.
+func (s *sched) take(ctx context.Context) (item, bool) {
+	for {
+		s.mu.Lock()
+		nowUS := s.now()
+		for s.readyHead < len(s.ready) {
+			g := s.ready[s.readyHead]
+			s.ready[s.readyHead] = nil
+			s.readyHead++
+			g.inReady = false
+			if !s.eligibleLocked(g, nowUS) {
+				continue
+			}
+			it := g.pop()
+			g.running++
+			s.running++
+			s.queued--
+			s.makeReadyLocked(g, nowUS)
+			s.compactReadyLocked()
+			s.broadcastLocked()
+			s.mu.Unlock()
+			return it, true
+		}
+		s.compactReadyLocked()
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return item{}, false
+		}
+	}
+}
+
+func (s *sched) compactReadyLocked() {
+	if s.readyHead == len(s.ready) {
+		s.ready, s.readyHead = s.ready[:0], 0
+		return
+	}
+	if s.readyHead > 64 && s.readyHead >= len(s.ready)/2 {
+		n := copy(s.ready, s.ready[s.readyHead:])
+		clear(s.ready[n:])
+		s.ready, s.readyHead = s.ready[:n], 0
+	}
+}
+
+// done releases it's slots; an idle gate is dropped.
+func (s *sched) done(it item) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.members, it.did)
+	s.running--
+	if g := s.gates[it.host]; g != nil {
+		g.running--
+		if g.running == 0 && g.queued() == 0 {
+			delete(s.gates, it.host)
+		} else {
+			s.makeReadyLocked(g, s.now())
+		}
+	}
+	s.broadcastLocked()
+}
+
+// park parks host until untilUS (never shortening an existing park), drops
+// the host's queued items (a later pass finds them again: they are not
+// failures), and returns the effective park.
+func (s *sched) park(host string, untilUS int64) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur, ok := s.parked[host]; ok && cur > untilUS {
+		untilUS = cur
+	}
+	s.parked[host] = untilUS
+	if g := s.gates[host]; g != nil {
+		for g.queued() > 0 {
+			delete(s.members, g.pop().did)
+			s.queued--
+		}
+		if g.running == 0 {
+			delete(s.gates, host)
+		}
+	}
+	s.m.setParked(len(s.parked))
+	s.broadcastLocked()
+	return untilUS
+}
+
+// restorePark records a durable park read at startup.
+func (s *sched) restorePark(host string, untilUS int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if untilUS > s.parked[host] {
+		s.parked[host] = untilUS
+	}
+	s.m.setParked(len(s.parked))
+}
+
+// parkedHosts sweeps expired parks and returns the parked hosts with their
+// reset, and the earliest reset (0 when none).
+func (s *sched) parkedHosts(limit int) (hosts []ParkedHost, n int, next int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	nowUS := s.now()
+	for h, until := range s.parked {
+		if until <= nowUS {
+			delete(s.parked, h)
+			continue
+		}
+		if next == 0 || until < next {
+			next = until
+		}
+		if len(hosts) < limit {
+			hosts = append(hosts, ParkedHost{Host: h, UntilUS: until})
+		}
+	}
+	s.m.setParked(len(s.parked))
+	return hosts, len(s.parked), next
+}
+
+type load struct {
+	queued, running, gates, members int
+	maxQueued, maxMembers           int
+	changed                         <-chan struct{}
+}
+
+func (s *sched) load() load {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return load{queued: s.queued, running: s.running, gates: len(s.gates), members: len(s.members),
+		maxQueued: s.maxQueued, maxMembers: s.maxMembers, changed: s.changed}
+}
+
+// hostRunning is the number of running jobs gated by host (tests, status).
+func (s *sched) hostRunning(host string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g := s.gates[host]; g != nil {
+		return g.running
+	}
+	return 0
+}
