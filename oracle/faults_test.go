@@ -794,3 +794,40 @@ func TestFaultHostileCommits(t *testing.T) {
 		t.Fatalf("Events: %d marked invalid of %d, want %d of %d", marked, len(evs), hostile, k+hostile+retries)
 	}
 }
+
+// Under the hostile profile with full live traffic (resets, status changes,
+// deletions, seq gaps), hostile commits keep coming without stopping the
+// traffic generator, and exactly the events marked Invalid fail indigo's
+// commit check.
+func TestFaultHostileProfileTraffic(t *testing.T) {
+	cfg := Config{Accounts: 40, RecordsMean: 8, Hosts: 2, Seed: 9, Rate: 5000, Events: 1500, Faults: ProfileHostile}
+	n := startNet(t, cfg)
+	n.Faults().HostileCommits(0.05) // the profile's rate, raised so a short run sees both kinds
+	deadline := time.Now().Add(20 * time.Second)
+	for !n.Status().Done {
+		if time.Now().After(deadline) {
+			t.Fatalf("traffic not done: %+v", n.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := n.TrafficErr(); err != nil {
+		t.Fatalf("traffic stopped: %v", err)
+	}
+	if n.Faults().Fired(FaultInvalidRevCommit) == 0 || n.Faults().Fired(FaultInvalidPathCommit) == 0 {
+		t.Fatalf("fired %v", n.Faults().FiredAll())
+	}
+	evs, err := n.Events()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, e := range evs {
+		if e.Commit == nil {
+			continue
+		}
+		_, err := repo.VerifyCommitMessage(ctx, e.Commit)
+		if (err != nil) != (e.Invalid != "") {
+			t.Fatalf("seq %d (invalid %q): VerifyCommitMessage %v", e.Seq, e.Invalid, err)
+		}
+	}
+}
