@@ -159,4 +159,3 @@ func (e *exec) wait(acks *archive.Acks) error {
 		}
 	}
 }
-
