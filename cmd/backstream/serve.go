@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/internal/crashpoint"
+	"github.com/backstream/backstream/lifecycle"
 	"github.com/backstream/backstream/upstream"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,6 +45,7 @@ func serveCommand() *command {
 			fs.Int("max-repos", 0, "debug: stop enumeration after this many repos; no resumable cursor, no discovery (0 = no limit)")
 			fs.String("backfill-memory", "auto", "memory budget for CARs being verified and emitted, e.g. 2GiB (auto: a quarter of available memory)")
 			fs.Duration("getrepo-timeout", backfill.DefaultAttemptTimeout, "deadline of one getRepo attempt, download and verification")
+			fs.Bool("reset-relay-cursor", false, "follow a relay other than the one the store follows, dropping the old relay's cursor")
 		},
 		run: runServe,
 	}
@@ -56,6 +59,8 @@ type serveOptions struct {
 	maxRepos               int
 	memory                 int64
 	getRepoTimeout         time.Duration
+	relayHost              string // host[:port] of --relay, the store's relay identity (C6)
+	resetRelay             bool
 }
 
 func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
@@ -67,6 +72,7 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 		window:         fs.get("enumeration-window").(int),
 		maxRepos:       fs.get("max-repos").(int),
 		getRepoTimeout: fs.get("getrepo-timeout").(time.Duration),
+		resetRelay:     fs.get("reset-relay-cursor").(bool),
 	}
 	bad := func(format string, args ...any) (serveOptions, error) {
 		return serveOptions{}, fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
@@ -101,6 +107,11 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 			return bad("--repos and --max-repos are exclusive")
 		}
 	}
+	u, err := url.Parse(strings.TrimSpace(o.relay))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return bad("--relay %q: want an http(s) URL", o.relay)
+	}
+	o.relayHost = strings.ToLower(u.Host)
 	mem, err := parseBytes(fs.str("backfill-memory"))
 	if err != nil {
 		return bad("--backfill-memory: %v", err)
@@ -135,6 +146,31 @@ func parseBytes(s string) (int64, error) {
 		return 0, fmt.Errorf("%q: want auto, or a positive size such as 2GiB", s)
 	}
 	return int64(v * mult), nil
+}
+
+// checkRelay refuses a store that follows another relay unless
+// --reset-relay-cursor says so (C6), and records the relay on first start.
+func checkRelay(store *archive.Store, o serveOptions, log *logger) error {
+	stored, err := store.Relay()
+	if errors.Is(err, archive.ErrNotFound) {
+		stored, err = "", nil
+	}
+	if err != nil {
+		return err
+	}
+	d, err := lifecycle.DecideRelay(stored, o.relayHost, o.resetRelay)
+	if err != nil {
+		return err
+	}
+	switch d {
+	case lifecycle.RelayRecord:
+		return store.SetRelay(o.relayHost, false)
+	case lifecycle.RelayReset:
+		log.Warn("following another relay: its cursor is dropped; events between the two relays are not archived",
+			"old", stored, "new", o.relayHost)
+		return store.SetRelay(o.relayHost, true)
+	}
+	return nil
 }
 
 // server is the running process: the store, the metrics registry, the
@@ -237,6 +273,9 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 	defer store.Close()
 	s.set(func(s *server) { s.store, s.state = store, "" })
 
+	if err := checkRelay(store, o, log); err != nil {
+		return err
+	}
 	phase, err := store.Phase()
 	if err != nil {
 		return err

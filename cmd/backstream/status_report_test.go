@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/backstream/backstream/archive"
+)
+
+// seedStore writes a store with a known shape: two complete repos, one
+// failed, one inactive not_started, a page checkpoint and two rows.
+func seedStore(t *testing.T, dir string) {
+	t.Helper()
+	s, err := archive.Open(dir, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := archive.NewWriter(s, archive.WriterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := func(did string, status archive.RepoStatus, active bool) archive.RepoUpdate {
+		return archive.RepoUpdate{DID: did, Fields: archive.FieldStatus | archive.FieldActive,
+			State: archive.RepoState{Status: status, Active: active}}
+	}
+	cp, _ := archive.EncodeListCursor(archive.ListCursor{Cursor: "page-7"})
+	row := func(rkey string) archive.Event {
+		return archive.Event{Kind: archive.KindCreate, DID: "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa", Collection: "app.bsky.feed.post",
+			RKey: rkey, Rev: "3kabcdefghi22", CID: []byte{1, 2}, Record: []byte{0xa0}, Source: archive.SourceBackfill}
+	}
+	if _, err := w.Apply(context.Background(), &archive.Unit{
+		Events: []archive.Event{row("a"), row("b")},
+		Repos: []archive.RepoUpdate{
+			st("did:plc:aaaaaaaaaaaaaaaaaaaaaaaa", archive.StatusComplete, true),
+			st("did:plc:bbbbbbbbbbbbbbbbbbbbbbbb", archive.StatusComplete, true),
+			st("did:plc:cccccccccccccccccccccccc", archive.StatusFailed, true),
+			st("did:plc:dddddddddddddddddddddddd", archive.StatusNotStarted, false),
+		},
+		Puts: []archive.KV{{Key: archive.KeyCursorListRepos, Value: cp}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStatusReportJSON(t *testing.T) {
+	dir := t.TempDir()
+	seedStore(t, dir)
+	code, out, stderr := runCLI(t, nil, "status", "--data-dir", dir, "--json")
+	if code != 0 {
+		t.Fatalf("status: %d %s", code, stderr)
+	}
+	var r map[string]any
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	repos := r["repos"].(map[string]any)
+	want := map[string]float64{"not_started": 1, "pending": 0, "complete": 2, "failed": 1, "unavailable": 0}
+	for k, v := range want {
+		if repos[k] != v {
+			t.Fatalf("repos[%s] = %v, want %v (%s)", k, repos[k], v, out)
+		}
+	}
+	if r["phase"] != "bootstrap" || r["archive"].(map[string]any)["tip_seq"] != float64(2) {
+		t.Fatalf("report %s", out)
+	}
+	if r["cursors"].(map[string]any)["listrepos"] != "page-7" {
+		t.Fatalf("checkpoint in %s", out)
+	}
+}
+
+func TestStatusReportTable(t *testing.T) {
+	dir := t.TempDir()
+	seedStore(t, dir)
+	code, out, stderr := runCLI(t, nil, "status", "--data-dir", dir)
+	if code != 0 {
+		t.Fatalf("status: %d %s", code, stderr)
+	}
+	for _, want := range []string{"phase", "bootstrap", "complete", "2", "failed", "listRepos checkpoint", "page-7", "archive tip seq"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestStatusHeldStore: a store another holder has open is named as such.
+func TestStatusHeldStore(t *testing.T) {
+	dir := t.TempDir()
+	seedStore(t, dir)
+	s, err := archive.Open(dir, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	code, _, stderr := runCLI(t, nil, "status", "--data-dir", dir)
+	if code != 1 || !strings.Contains(stderr, "held open by another process") || !strings.Contains(stderr, "/status") {
+		t.Fatalf("held store: code %d, %s", code, stderr)
+	}
+}
+
+// TestServeStatusBeforeOpen: /status answers 200 with the required keys
+// before the store is open.
+func TestServeStatusBeforeOpen(t *testing.T) {
+	s := &server{reg: newRegistry(), state: "opening"}
+	rec := httptest.NewRecorder()
+	s.handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/status", nil))
+	var r map[string]any
+	if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &r) != nil {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	repos, ok := r["repos"].(map[string]any)
+	if r["phase"] != "opening" || !ok || repos["complete"] != float64(0) || r["archive"].(map[string]any)["tip_seq"] != float64(0) {
+		t.Fatalf("status before open: %s", rec.Body)
+	}
+}
