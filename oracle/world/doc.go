@@ -24,7 +24,9 @@
 //     repo.LoadRepoFromCAR, IsPartial is false, the MST root equals the root
 //     rebuilt from Records, and the commit is signed by the account's
 //     #atproto key (Account.PublicKeyMultibase).
-//   - Per account, revs strictly increase across #commit and #sync events.
+//   - Per account, revs strictly increase across #commit and #sync events
+//     (an InvalidRevCommit's rev is not a TID at all; an InvalidPathCommit's
+//     is a TID between the previous and the next valid rev).
 //   - A #commit carries Since = previous rev and PrevData = previous
 //     commit.data, and its Blocks (commit, dirty and proof MST nodes, new
 //     records) pass repo.VerifyCommitMessage including inversion.
