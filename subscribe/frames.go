@@ -1,0 +1,193 @@
+package subscribe
+
+// This file owns the per-event payloads a subscriber sends: the JSON, the
+// dictionary-less zstd frame and the dictionary zstd frame. For live events
+// they are made once and kept in the live log's memo slot, shared by every
+// subscriber; replayed events are rendered by the subscriber that reads them.
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"runtime"
+	"sync"
+
+	"github.com/klauspost/compress/dict"
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/backstream/backstream/archive"
+)
+
+// frame is one event's payloads. json is set at creation; the compressed
+// forms are made on first use.
+type frame struct {
+	json []byte
+	err  error // rendering failed: the event is skipped for everyone
+
+	zOnce sync.Once
+	z     []byte // dictionary-less zstd frame
+	dOnce sync.Once
+	d     []byte // zstd frame with the dictionary
+	dID   uint32 // the dictionary d was made with
+}
+
+// codecs compresses payloads: one dictionary-less encoder and, once
+// trained, one with backstream's dictionary. EncodeAll is safe for
+// concurrent use.
+type codecs struct {
+	plain *zstd.Encoder
+
+	mu      sync.Mutex
+	dict    *zdict // nil until trained
+	samples int
+	store   func() *archive.Store
+}
+
+// zdict is a trained dictionary.
+type zdict struct {
+	id  uint32
+	raw []byte // the zstd dictionary format, as served at /zstd-dictionary
+	enc *zstd.Encoder
+}
+
+func newCodecs(samples int, store func() *archive.Store) (*codecs, error) {
+	enc, err := zstd.NewWriter(nil, encoderOptions()...)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe: zstd encoder: %w", err)
+	}
+	return &codecs{plain: enc, samples: samples, store: store}, nil
+}
+
+// encoderOptions: one frame per event, no checksum (the transport has its
+// own), as many concurrent encodes as CPUs.
+func encoderOptions(extra ...zstd.EOption) []zstd.EOption {
+	return append([]zstd.EOption{
+		zstd.WithEncoderLevel(zstd.SpeedDefault),
+		zstd.WithEncoderCRC(false),
+		zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)),
+		zstd.WithLowerEncoderMem(true),
+	}, extra...)
+}
+
+func (c *codecs) close() {
+	c.plain.Close()
+	c.mu.Lock()
+	if c.dict != nil {
+		c.dict.enc.Close()
+	}
+	c.mu.Unlock()
+}
+
+// errNoDictionary: the archive is too small to train a dictionary from.
+var errNoDictionary = errors.New("the archive does not hold enough events to train a dictionary yet")
+
+// dictionary returns the current dictionary, training it on first use from
+// the first c.samples events of the archive. The archive's prefix never
+// changes, so the same archive always trains the same dictionary, with the
+// same id, across restarts.
+func (c *codecs) dictionary() (*zdict, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dict != nil {
+		return c.dict, nil
+	}
+	st := c.store()
+	if st == nil {
+		return nil, errNoDictionary
+	}
+	tip, err := st.Tip()
+	if err != nil {
+		return nil, fmt.Errorf("subscribe: train dictionary: %w", err)
+	}
+	if tip < uint64(c.samples) {
+		return nil, fmt.Errorf("%w (%d of %d)", errNoDictionary, tip, c.samples)
+	}
+	it, err := st.Events(1)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe: train dictionary: %w", err)
+	}
+	defer it.Close()
+	r := &Renderer{Cursor: true}
+	var inputs [][]byte
+	h := fnv.New32a()
+	for len(inputs) < c.samples && it.Next() {
+		b, err := r.AppendJSON(nil, it.Event())
+		if err != nil {
+			continue
+		}
+		inputs = append(inputs, b)
+		h.Write(b)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("subscribe: train dictionary: %w", err)
+	}
+	// Ids below 32768 are reserved by the zstd format; keep ours in range
+	// and derived from the samples, so it is stable.
+	id := 32768 + h.Sum32()%((1<<31)-32768)
+	raw, err := dict.BuildZstdDict(inputs, dict.Options{
+		MaxDictSize: 64 << 10, HashBytes: 6, ZstdDictID: id, ZstdLevel: zstd.SpeedDefault,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe: train dictionary: %w", err)
+	}
+	enc, err := zstd.NewWriter(nil, encoderOptions(zstd.WithEncoderDict(raw))...)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe: dictionary encoder: %w", err)
+	}
+	c.dict = &zdict{id: id, raw: raw, enc: enc}
+	return c.dict, nil
+}
+
+// currentID is the current dictionary's id, training it if needed.
+func (c *codecs) currentID() (uint32, error) {
+	d, err := c.dictionary()
+	if err != nil {
+		return 0, err
+	}
+	return d.id, nil
+}
+
+// payload returns the bytes a subscriber with the given compression gets.
+func (f *frame) payload(c *codecs, compress bool, d *zdict) []byte {
+	switch {
+	case !compress:
+		return f.json
+	case d == nil:
+		f.zOnce.Do(func() { f.z = c.plain.EncodeAll(f.json, make([]byte, 0, len(f.json)/2+16)) })
+		return f.z
+	default:
+		f.dOnce.Do(func() {
+			f.d, f.dID = d.enc.EncodeAll(f.json, make([]byte, 0, len(f.json)/3+16)), d.id
+		})
+		return f.d
+	}
+}
+
+// rendererPool holds Renderers with Cursor set, for live frames.
+var cursorRenderers = sync.Pool{New: func() any { return &Renderer{Cursor: true} }}
+
+// scratchPool holds render buffers for live frames.
+var scratchPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+// liveFrame returns the shared frame of a live entry, rendering it if no
+// subscriber has yet. first is true for the caller whose rendering was kept
+// (so a render error is counted once).
+func liveFrame(e *archive.LiveEntry) (f *frame, first bool) {
+	if m := e.Memo(); m != nil {
+		return m.(*frame), false
+	}
+	f = &frame{}
+	r := cursorRenderers.Get().(*Renderer)
+	bp := scratchPool.Get().(*[]byte)
+	out, err := r.AppendJSON((*bp)[:0], e.Event)
+	if err != nil {
+		f.err = err
+	} else {
+		f.json = append(make([]byte, 0, len(out)), out...)
+	}
+	*bp = out[:0]
+	scratchPool.Put(bp)
+	cursorRenderers.Put(r)
+	got := e.LoadOrStoreMemo(f).(*frame)
+	return got, got == f
+}

@@ -1,0 +1,158 @@
+package subscribe
+
+// This file owns the /subscribe Prometheus metrics. Every method is nil-safe
+// so tests can run a Server without a registry.
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Disconnect reasons: the closed set of label values of
+// backstream_subscribe_disconnects_total.
+const (
+	ReasonClientClosed  = "client_closed"  // the client closed the socket or sent a close frame
+	ReasonReadError     = "read_error"     // reading the client's frames failed (protocol error, reset)
+	ReasonWriteError    = "write_error"    // writing to the socket failed
+	ReasonTooSlow       = "too_slow"       // stayed far behind while reading slower than the floor rate (D6)
+	ReasonBadOptions    = "bad_options"    // a malformed options_update
+	ReasonShutdown      = "shutdown"       // the server is stopping, or the archive writer stopped
+	ReasonInternalError = "internal_error" // reading the archive failed
+)
+
+var disconnectReasons = []string{ReasonClientClosed, ReasonReadError, ReasonWriteError, ReasonTooSlow,
+	ReasonBadOptions, ReasonShutdown, ReasonInternalError}
+
+// Refusal reasons of backstream_subscribe_refused_total.
+const (
+	refusedBadParam = "bad_param" // 400 before the upgrade (D5)
+	refusedNotReady = "not_ready" // 503 before steady_state
+	refusedUpgrade  = "upgrade"   // not a websocket handshake
+)
+
+// Metrics are the /subscribe instruments.
+type Metrics struct {
+	subscribers   prometheus.Gauge
+	eventsSent    *prometheus.CounterVec
+	bytesSent     prometheus.Counter
+	disconnects   *prometheus.CounterVec
+	unknownParams prometheus.Counter
+	refused       *prometheus.CounterVec
+	renderErrors  prometheus.Counter
+	tooLarge      prometheus.Counter
+	delivery      prometheus.Histogram
+
+	live, replay prometheus.Counter // eventsSent children, resolved once
+}
+
+// NewMetrics registers the subscribe metrics on reg (nil: unregistered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		subscribers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "backstream_subscribers",
+			Help: "Connected /subscribe websocket clients.",
+		}),
+		eventsSent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backstream_subscribe_events_sent_total",
+			Help: "Events written to subscribers, by path: replay (read from the archive) or live (from the in-memory live log).",
+		}, []string{"path"}),
+		bytesSent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_subscribe_bytes_sent_total",
+			Help: "Websocket payload bytes written to subscribers.",
+		}),
+		disconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backstream_subscribe_disconnects_total",
+			Help: "Subscriber connections that ended, by reason.",
+		}, []string{"reason"}),
+		unknownParams: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_subscribe_unknown_params_total",
+			Help: "Unknown /subscribe query parameters, ignored as Jetstream does.",
+		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backstream_subscribe_refused_total",
+			Help: "/subscribe requests answered without an upgrade, by reason (bad_param, not_ready, upgrade).",
+		}, []string{"reason"}),
+		renderErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_subscribe_render_errors_total",
+			Help: "Archived events that could not be rendered as JSON and were skipped (bad archived data).",
+		}),
+		tooLarge: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_subscribe_skipped_too_large_total",
+			Help: "Events skipped for a subscriber because they exceed its maxMessageSizeBytes.",
+		}),
+		delivery: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "backstream_live_delivery_seconds",
+			Help:    "Live events: from the event's archive timestamp (seq allocation, before the synced commit) to its write to a subscriber's socket.",
+			Buckets: []float64{0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.035, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+		}),
+	}
+	m.live = m.eventsSent.WithLabelValues("live")
+	m.replay = m.eventsSent.WithLabelValues("replay")
+	for _, r := range disconnectReasons {
+		m.disconnects.WithLabelValues(r)
+	}
+	for _, r := range []string{refusedBadParam, refusedNotReady, refusedUpgrade} {
+		m.refused.WithLabelValues(r)
+	}
+	if reg != nil {
+		reg.MustRegister(m.subscribers, m.eventsSent, m.bytesSent, m.disconnects, m.unknownParams,
+			m.refused, m.renderErrors, m.tooLarge, m.delivery)
+	}
+	return m
+}
+
+func (m *Metrics) connected(delta float64) {
+	if m != nil {
+		m.subscribers.Add(delta)
+	}
+}
+
+func (m *Metrics) sent(live, replay int, bytes int) {
+	if m == nil {
+		return
+	}
+	if live > 0 {
+		m.live.Add(float64(live))
+	}
+	if replay > 0 {
+		m.replay.Add(float64(replay))
+	}
+	if bytes > 0 {
+		m.bytesSent.Add(float64(bytes))
+	}
+}
+
+func (m *Metrics) disconnected(reason string) {
+	if m != nil {
+		m.disconnects.WithLabelValues(reason).Inc()
+	}
+}
+
+func (m *Metrics) unknownParam(n int) {
+	if m != nil && n > 0 {
+		m.unknownParams.Add(float64(n))
+	}
+}
+
+func (m *Metrics) refuse(reason string) {
+	if m != nil {
+		m.refused.WithLabelValues(reason).Inc()
+	}
+}
+
+func (m *Metrics) renderError() {
+	if m != nil {
+		m.renderErrors.Inc()
+	}
+}
+
+func (m *Metrics) skippedTooLarge() {
+	if m != nil {
+		m.tooLarge.Inc()
+	}
+}
+
+func (m *Metrics) observeDelivery(secs float64) {
+	if m != nil {
+		m.delivery.Observe(secs)
+	}
+}

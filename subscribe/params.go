@@ -1,0 +1,312 @@
+package subscribe
+
+// This file owns the /subscribe request: query parameters, their validation
+// before the upgrade (D5), the filter they build (D4), and the client's
+// options_update messages.
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/backstream/backstream/archive"
+)
+
+// Limits on filter sizes, Jetstream's.
+const (
+	MaxWantedCollections = 100
+	MaxWantedDIDs        = 10_000
+)
+
+// timeCursorMin: a cursor at or above 10^15 is a unix-microsecond time
+// (2001-09-09 onwards), below it an archive seq.
+const timeCursorMin = 1_000_000_000_000_000
+
+// Known query parameters; anything else is ignored and counted.
+const (
+	paramCollections = "wantedCollections"
+	paramDIDs        = "wantedDids"
+	paramCursor      = "cursor"
+	paramMaxSize     = "maxMessageSizeBytes"
+	paramMaxSizeAlt  = "maxSize"
+	paramHello       = "requireHello"
+	paramCompress    = "compress"
+	paramDictionary  = "zstdDictionary"
+)
+
+var knownParams = map[string]bool{
+	paramCollections: true, paramDIDs: true, paramCursor: true, paramMaxSize: true,
+	paramMaxSizeAlt: true, paramHello: true, paramCompress: true, paramDictionary: true,
+}
+
+// ParamError is an invalid value of a known parameter: answered with 400 and
+// a JSON body naming the parameter, before any upgrade.
+type ParamError struct {
+	Param   string
+	Message string
+}
+
+func (e *ParamError) Error() string { return "subscribe: parameter " + e.Param + ": " + e.Message }
+
+func paramErr(param, format string, args ...any) *ParamError {
+	return &ParamError{Param: param, Message: param + ": " + fmt.Sprintf(format, args...)}
+}
+
+// cursorKind says where a subscriber starts.
+type cursorKind uint8
+
+const (
+	cursorLive cursorKind = iota // no cursor: the live tip
+	cursorSeq                    // an archive seq (inclusive)
+	cursorTime                   // a unix-microsecond time
+)
+
+// request is a parsed, validated /subscribe request.
+type request struct {
+	filter       *filter
+	cursor       cursorKind
+	cursorValue  int64
+	compress     bool
+	dictID       uint32 // non-zero: compress with backstream's dictionary of this id
+	requireHello bool
+	unknown      []string // unknown parameter names, for counting and logging
+}
+
+// filter decides which events a subscriber gets (D4). It is immutable once
+// built; options_update swaps in a new one.
+type filter struct {
+	exact    map[string]struct{} // wanted NSIDs
+	prefixes []string            // "app.bsky.feed." for the pattern "app.bsky.feed.*"
+	dids     map[string]struct{} // nil: every account
+	maxSize  int                 // 0: no limit; else the largest payload sent
+}
+
+// allCollections reports whether the filter wants every collection.
+func (f *filter) allCollections() bool { return f.exact == nil && f.prefixes == nil }
+
+// admit reports whether the subscriber wants ev. Account, identity and sync
+// events pass every collection filter; every kind is gated by wantedDids.
+func (f *filter) admit(ev *archive.Event) bool {
+	if f.dids != nil {
+		if _, ok := f.dids[ev.DID]; !ok {
+			return false
+		}
+	}
+	if !ev.Kind.IsCommit() || f.allCollections() {
+		return true
+	}
+	if _, ok := f.exact[ev.Collection]; ok {
+		return true
+	}
+	for _, p := range f.prefixes {
+		if strings.HasPrefix(ev.Collection, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// newFilter validates filter values (query parameters or an options_update)
+// and builds the filter. Empty strings are ignored. Duplicates count once
+// towards the limits, as in Jetstream.
+func newFilter(collections, dids []string, maxSize int64, maxSizeParam string) (*filter, *ParamError) {
+	f := &filter{}
+	for _, c := range collections {
+		if c == "" {
+			continue
+		}
+		if prefix, ok := strings.CutSuffix(c, ".*"); ok {
+			if err := validNSIDPrefix(prefix); err != nil {
+				return nil, paramErr(paramCollections, "%q is not a valid pattern (an NSID prefix ending at a segment boundary, then .*): %v", c, err)
+			}
+			p := prefix + "."
+			dup := false
+			for _, q := range f.prefixes {
+				dup = dup || q == p
+			}
+			if !dup {
+				f.prefixes = append(f.prefixes, p)
+			}
+			continue
+		}
+		if _, err := syntax.ParseNSID(c); err != nil {
+			return nil, paramErr(paramCollections, "%q is not a valid NSID or prefix.* pattern: %v", c, err)
+		}
+		if f.exact == nil {
+			f.exact = make(map[string]struct{})
+		}
+		f.exact[c] = struct{}{}
+	}
+	if n := len(f.exact) + len(f.prefixes); n > MaxWantedCollections {
+		return nil, paramErr(paramCollections, "%d values, at most %d", n, MaxWantedCollections)
+	}
+	for _, d := range dids {
+		if d == "" {
+			continue
+		}
+		if _, err := syntax.ParseDID(d); err != nil {
+			return nil, paramErr(paramDIDs, "%q is not a valid DID: %v", d, err)
+		}
+		if f.dids == nil {
+			f.dids = make(map[string]struct{})
+		}
+		f.dids[d] = struct{}{}
+	}
+	if len(f.dids) > MaxWantedDIDs {
+		return nil, paramErr(paramDIDs, "%d values, at most %d", len(f.dids), MaxWantedDIDs)
+	}
+	if maxSize < 0 {
+		return nil, paramErr(maxSizeParam, "%d is negative", maxSize)
+	}
+	if maxSize > 1<<40 {
+		maxSize = 0 // larger than anything: no limit
+	}
+	f.maxSize = int(maxSize)
+	return f, nil
+}
+
+// validNSIDPrefix checks the part of a "prefix.*" pattern before ".*": one
+// or more NSID segments (letters, digits, hyphens; 1–63 characters; no
+// leading or trailing hyphen).
+func validNSIDPrefix(p string) error {
+	if p == "" {
+		return fmt.Errorf("empty prefix")
+	}
+	if len(p) > 317 {
+		return fmt.Errorf("prefix longer than 317 characters")
+	}
+	for _, seg := range strings.Split(p, ".") {
+		if seg == "" || len(seg) > 63 {
+			return fmt.Errorf("segment %q is empty or longer than 63 characters", seg)
+		}
+		if seg[0] == '-' || seg[len(seg)-1] == '-' {
+			return fmt.Errorf("segment %q starts or ends with a hyphen", seg)
+		}
+		for i := 0; i < len(seg); i++ {
+			c := seg[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return fmt.Errorf("segment %q has character %q", seg, c)
+			}
+		}
+	}
+	return nil
+}
+
+// parseRequest validates the query and headers of a /subscribe request.
+// dictID is the id of the current dictionary (0: none yet); an unknown
+// zstdDictionary is refused naming it.
+func parseRequest(q url.Values, h http.Header, dictID func() (uint32, error)) (*request, *ParamError) {
+	r := &request{}
+	for name := range q {
+		if !knownParams[name] {
+			r.unknown = append(r.unknown, name)
+		}
+	}
+	maxParam, maxVal := paramMaxSize, q.Get(paramMaxSize)
+	if maxVal == "" {
+		maxParam, maxVal = paramMaxSizeAlt, q.Get(paramMaxSizeAlt)
+	}
+	var maxSize int64
+	if maxVal != "" {
+		v, err := strconv.ParseInt(maxVal, 10, 64)
+		if err != nil || v < 0 || maxVal[0] == '+' {
+			return nil, paramErr(maxParam, "%q is not a non-negative integer", maxVal)
+		}
+		maxSize = v
+	}
+	f, perr := newFilter(q[paramCollections], q[paramDIDs], maxSize, maxParam)
+	if perr != nil {
+		return nil, perr
+	}
+	r.filter = f
+	if v := q.Get(paramCursor); v != "" {
+		c, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || c < 0 || v[0] == '+' {
+			return nil, paramErr(paramCursor, "%q is not a non-negative integer (an archive seq, or unix microseconds when ≥ 10^15)", v)
+		}
+		r.cursorValue = c
+		r.cursor = cursorSeq
+		if c >= timeCursorMin {
+			r.cursor = cursorTime
+		}
+	}
+	var err *ParamError
+	if r.compress, err = boolParam(q, paramCompress); err != nil {
+		return nil, err
+	}
+	if strings.Contains(strings.ToLower(h.Get("Socket-Encoding")), "zstd") {
+		r.compress = true
+	}
+	if r.requireHello, err = boolParam(q, paramHello); err != nil {
+		return nil, err
+	}
+	if v := q.Get(paramDictionary); v != "" {
+		cur, derr := dictID()
+		id, perr := strconv.ParseUint(v, 10, 32)
+		switch {
+		case derr != nil:
+			return nil, paramErr(paramDictionary, "%q: no dictionary is available (%v); omit zstdDictionary for dictionary-less frames", v, derr)
+		case perr != nil || uint32(id) != cur:
+			return nil, paramErr(paramDictionary, "%q is not the current dictionary; the current one is %d (GET /zstd-dictionary)", v, cur)
+		}
+		r.dictID = cur
+		r.compress = true
+	}
+	return r, nil
+}
+
+func boolParam(q url.Values, name string) (bool, *ParamError) {
+	switch v := q.Get(name); v {
+	case "", "false":
+		return false, nil
+	case "true":
+		return true, nil
+	default:
+		return false, paramErr(name, "%q is neither true nor false", v)
+	}
+}
+
+// Client messages, Jetstream's format.
+const msgOptionsUpdate = "options_update"
+
+type clientMessage struct {
+	Type    string          `json:"type"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+type optionsUpdate struct {
+	WantedCollections   []string `json:"wantedCollections"`
+	WantedDIDs          []string `json:"wantedDids"`
+	MaxMessageSizeBytes int64    `json:"maxMessageSizeBytes"`
+}
+
+// parseClientMessage reads one text message from a client. It returns the
+// new filter for an options_update, nil for a message type it ignores (as
+// Jetstream does), and an error for a malformed message, which closes the
+// connection.
+func parseClientMessage(b []byte) (*filter, error) {
+	var m clientMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("message is not a JSON object with a type: %v", err)
+	}
+	if m.Type != msgOptionsUpdate {
+		return nil, nil
+	}
+	var u optionsUpdate
+	if len(m.Payload) == 0 {
+		return nil, fmt.Errorf("options_update without a payload")
+	}
+	if err := json.Unmarshal(m.Payload, &u); err != nil {
+		return nil, fmt.Errorf("options_update payload: %v", err)
+	}
+	f, perr := newFilter(u.WantedCollections, u.WantedDIDs, u.MaxMessageSizeBytes, paramMaxSize)
+	if perr != nil {
+		return nil, fmt.Errorf("options_update: %s", perr.Message)
+	}
+	return f, nil
+}

@@ -1,0 +1,394 @@
+package subscribe
+
+// This file owns the Server: its configuration, the HTTP routes
+// (/subscribe, /status, /healthz, /readyz, /zstd-dictionary), the answers
+// given before an upgrade (503 before steady_state, 400 for an invalid
+// parameter), and the set of connected subscribers.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/backstream/backstream/archive"
+)
+
+// Defaults of the Config tuning knobs.
+const (
+	DefaultSlowLag      = 1_000_000
+	DefaultSlowRate     = 100
+	DefaultSlowWindow   = 2 * time.Minute
+	DefaultPingInterval = 30 * time.Second
+	DefaultWriteTick    = time.Second
+	DefaultFlushBytes   = 64 << 10
+	DefaultDictSamples  = 20_000
+	DefaultRetryAfter   = 30 * time.Second
+)
+
+// Config configures a Server. Store and Writer may be left nil and given
+// later with Attach (the HTTP server starts before the store is open).
+type Config struct {
+	Store  *archive.Store
+	Writer *archive.Writer // the archive (ev/) writer; its live log is the live tail
+	// Ready reports whether the lifecycle is in steady_state; until then
+	// /subscribe answers 503 and /readyz 503. nil: ready once attached.
+	Ready func() bool
+	// StatusJSON returns the status report (the keys of `backstream status
+	// --json`); /status serves it, with the server's own "subscribe" stats
+	// added. nil: a report with only those stats.
+	StatusJSON func() any
+	Metrics    *Metrics
+	Logger     *slog.Logger
+
+	// D6: a subscriber more than SlowLag events behind the tip whose
+	// position advanced slower than SlowRate events/s over SlowWindow is
+	// closed (reason too_slow). Anything less falls back to the archive.
+	SlowLag    uint64
+	SlowRate   float64
+	SlowWindow time.Duration
+	// PingInterval between server pings (pongs are not awaited: a busy
+	// client is never dropped for a late pong; TCP keepalive finds dead
+	// peers, and a blocked write is what the slow rule measures).
+	PingInterval time.Duration
+	// WriteTick is how often a blocked socket write wakes to re-check the
+	// slow rule and shutdown.
+	WriteTick time.Duration
+	// FlushBytes is the buffered output at which a subscriber writes to its
+	// socket while it has more to send.
+	FlushBytes int
+	// DictSamples is how many of the archive's first events train the zstd
+	// dictionary.
+	DictSamples int
+	// RetryAfter is the Retry-After of a 503.
+	RetryAfter time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.SlowLag == 0 {
+		c.SlowLag = DefaultSlowLag
+	}
+	if c.SlowRate == 0 {
+		c.SlowRate = DefaultSlowRate
+	}
+	if c.SlowWindow == 0 {
+		c.SlowWindow = DefaultSlowWindow
+	}
+	if c.PingInterval == 0 {
+		c.PingInterval = DefaultPingInterval
+	}
+	if c.WriteTick == 0 {
+		c.WriteTick = DefaultWriteTick
+	}
+	if c.FlushBytes == 0 {
+		c.FlushBytes = DefaultFlushBytes
+	}
+	if c.DictSamples == 0 {
+		c.DictSamples = DefaultDictSamples
+	}
+	if c.RetryAfter == 0 {
+		c.RetryAfter = DefaultRetryAfter
+	}
+}
+
+// source is what subscribers read: the store and the writer's live log.
+type source struct {
+	store *archive.Store
+	live  *archive.LiveLog
+}
+
+// Server serves /subscribe and the status endpoints.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	m      *Metrics
+	src    atomic.Pointer[source]
+	codecs *codecs
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	subs   map[*subscriber]struct{}
+	closed bool
+	nextID uint64
+}
+
+// New builds a Server; nothing runs until its Handler serves requests.
+func New(cfg Config) (*Server, error) {
+	cfg.defaults()
+	s := &Server{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, subs: make(map[*subscriber]struct{})}
+	c, err := newCodecs(cfg.DictSamples, func() *archive.Store {
+		if src := s.src.Load(); src != nil {
+			return src.store
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.codecs = c
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if cfg.Store != nil && cfg.Writer != nil {
+		s.Attach(cfg.Store, cfg.Writer)
+	}
+	return s, nil
+}
+
+// Attach gives the server the store and the archive writer whose live log
+// it follows. Subscribers connected earlier keep their source.
+func (s *Server) Attach(store *archive.Store, w *archive.Writer) {
+	s.src.Store(&source{store: store, live: w.Live()})
+}
+
+// Close ends every subscriber (close code 1001) and waits for them. The
+// Handler refuses new subscribers afterwards.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+	s.codecs.close()
+	return nil
+}
+
+// Handler serves GET /subscribe, /status, /healthz, /readyz and
+// /zstd-dictionary.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /subscribe", s.handleSubscribe)
+	mux.HandleFunc("GET /status", s.handleStatus)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if !s.ready() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("not ready\n"))
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	mux.HandleFunc("GET /zstd-dictionary", s.handleDictionary)
+	return mux
+}
+
+// ready: attached, and the lifecycle says steady_state.
+func (s *Server) ready() bool {
+	if s.src.Load() == nil {
+		return false
+	}
+	return s.cfg.Ready == nil || s.cfg.Ready()
+}
+
+// Stats is the server's part of the status report.
+type Stats struct {
+	Subscribers int `json:"subscribers"`
+	// TipSeq is the highest durable seq; TipTimeUS its archive time when the
+	// live log holds it (0 otherwise); TipAgeSeconds how long ago that was.
+	TipSeq        uint64  `json:"tip_seq"`
+	TipTimeUS     int64   `json:"tip_time_us,omitempty"`
+	TipAgeSeconds float64 `json:"tip_age_seconds,omitempty"`
+	// LiveFloor is the lowest seq the live log holds: subscribers below it
+	// read the archive.
+	LiveFloor uint64 `json:"live_floor"`
+	// Replaying counts subscribers whose position is below LiveFloor.
+	Replaying int `json:"replaying"`
+}
+
+// Stats reports subscribers and the live tail.
+func (s *Server) Stats() Stats {
+	var st Stats
+	src := s.src.Load()
+	if src != nil {
+		st.TipSeq = src.live.Tip()
+		var ents []*archive.LiveEntry
+		ents, st.LiveFloor = src.live.ReadEntries(st.TipSeq, ents, 1)
+		if len(ents) == 1 {
+			st.TipTimeUS = ents[0].Event.TimeUS
+			st.TipAgeSeconds = time.Since(time.UnixMicro(st.TipTimeUS)).Seconds()
+		}
+	}
+	s.mu.Lock()
+	st.Subscribers = len(s.subs)
+	for sub := range s.subs {
+		if sub.position.Load() < st.LiveFloor {
+			st.Replaying++
+		}
+	}
+	s.mu.Unlock()
+	return st
+}
+
+// statusMap is the status report as a JSON object, with "subscribe" added.
+func (s *Server) statusMap() map[string]any {
+	m := map[string]any{}
+	if s.cfg.StatusJSON != nil {
+		v := s.cfg.StatusJSON()
+		b, err := json.Marshal(v)
+		if err == nil {
+			err = json.Unmarshal(b, &m)
+		}
+		if err != nil || m == nil {
+			m = map[string]any{"status": v}
+		}
+	}
+	if _, ok := m["subscribe"]; !ok {
+		var sm map[string]any
+		b, _ := json.Marshal(s.Stats())
+		_ = json.Unmarshal(b, &sm)
+		m["subscribe"] = sm
+	}
+	return m
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// handleStatus always answers 200: JSON, or an HTML page for browsers.
+func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
+	m := s.statusMap()
+	if wantsHTML(r) {
+		writeStatusHTML(w, m)
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
+}
+
+func (s *Server) handleDictionary(w http.ResponseWriter, r *http.Request) {
+	d, err := s.codecs.dictionary()
+	if err != nil {
+		writeJSON(w, http.StatusNotFound, map[string]any{"error": "NoDictionary", "message": err.Error()})
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("X-Zstd-Dictionary-Id", strconv.FormatUint(uint64(d.id), 10))
+	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=backstream-%d.zstd-dict", d.id))
+	_, _ = w.Write(d.raw)
+}
+
+var upgrader = websocket.Upgrader{
+	CheckOrigin:     func(*http.Request) bool { return true },
+	ReadBufferSize:  4096,
+	WriteBufferSize: 256, // gorilla writes only control frames here
+}
+
+// maxClientMessage bounds one client message (an options_update with
+// 10,000 DIDs is about 400 KB).
+const maxClientMessage = 2 << 20
+
+func (s *Server) handleSubscribe(w http.ResponseWriter, r *http.Request) {
+	src := s.src.Load()
+	if !s.ready() || src == nil {
+		s.m.refuse(refusedNotReady)
+		m := s.statusMap()
+		phase, _ := m["phase"].(string)
+		m["error"] = "NotReady"
+		m["message"] = "backstream is not serving subscribers yet (phase " + strconv.Quote(phase) + "); retry later"
+		w.Header().Set("Retry-After", strconv.Itoa(int(s.cfg.RetryAfter/time.Second)))
+		writeJSON(w, http.StatusServiceUnavailable, m)
+		return
+	}
+	req, perr := parseRequest(r.URL.Query(), r.Header, s.codecs.currentID)
+	if perr != nil {
+		s.m.refuse(refusedBadParam)
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "InvalidParameter", "param": perr.Param, "message": perr.Message})
+		return
+	}
+	if len(req.unknown) > 0 {
+		s.m.unknownParam(len(req.unknown))
+		s.log.Debug("subscribe: ignoring unknown parameters", "params", req.unknown)
+	}
+	if !websocket.IsWebSocketUpgrade(r) {
+		s.m.refuse(refusedUpgrade)
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "NotWebsocket", "message": "GET /subscribe is a websocket endpoint"})
+		return
+	}
+	// Where the subscriber starts, resolved before the upgrade.
+	var start uint64
+	switch req.cursor {
+	case cursorLive:
+		start = src.live.Tip() + 1
+	case cursorSeq:
+		start = uint64(req.cursorValue)
+		if start == 0 {
+			start = 1
+		}
+		if tip := src.live.Tip(); start > tip+1 {
+			start = tip + 1 // beyond the tip: live
+		}
+	case cursorTime:
+		seq, err := src.store.SeqAtTime(req.cursorValue)
+		if err != nil {
+			s.log.Error("subscribe: find cursor time", "cursor", req.cursorValue, "err", err)
+			writeJSON(w, http.StatusInternalServerError, map[string]any{"error": "InternalError", "message": "reading the archive failed"})
+			return
+		}
+		start = seq
+	}
+	var dz *zdict
+	if req.dictID != 0 {
+		var err error
+		if dz, err = s.codecs.dictionary(); err != nil || dz.id != req.dictID {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": "InvalidParameter", "param": paramDictionary, "message": "zstdDictionary: the dictionary changed"})
+			return
+		}
+	}
+
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "ShuttingDown", "message": "the server is stopping"})
+		return
+	}
+	s.wg.Add(1)
+	s.nextID++
+	id := s.nextID
+	s.mu.Unlock()
+	defer s.wg.Done()
+
+	hj := &hijacker{ResponseWriter: w}
+	ws, err := upgrader.Upgrade(hj, r, nil)
+	if err != nil {
+		// gorilla has answered the client.
+		s.m.refuse(refusedUpgrade)
+		return
+	}
+	sub := newSubscriber(s, src, ws, hj.conn, req, dz, start, id, r)
+	s.mu.Lock()
+	s.subs[sub] = struct{}{}
+	s.mu.Unlock()
+	s.m.connected(1)
+	reason := sub.run(s.ctx)
+	s.m.connected(-1)
+	s.m.disconnected(reason)
+	s.mu.Lock()
+	delete(s.subs, sub)
+	s.mu.Unlock()
+}
+
+// errorsIsTimeout reports a deadline expiry.
+func errorsIsTimeout(err error) bool {
+	var ne interface{ Timeout() bool }
+	return errors.As(err, &ne) && ne.Timeout()
+}
