@@ -66,6 +66,14 @@ func (s *source) GetRepo(ctx context.Context, did string) (*upstream.Download, e
 	return dl, err
 }
 
+// reset forgets the calls and concurrency seen so far.
+func (s *source) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.calls)
+	clear(s.maxFlight)
+}
+
 func (s *source) max(host string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -252,6 +260,7 @@ func (e *env) archiveAll() {
 			e.t.Fatalf("backfill %s: %v %v %v", a.DID, res.Status, res.Err, err)
 		}
 	}
+	e.src.reset()
 }
 
 func (e *env) state(did string) archive.RepoState {
