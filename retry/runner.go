@@ -215,6 +215,16 @@ type PassStats struct {
 	MaxQueued, MaxTracked int
 }
 
+func (ps *PassStats) add(p PassStats) {
+	ps.Scanned += p.Scanned
+	ps.Due += p.Due
+	ps.Queued += p.Queued
+	ps.InFlight += p.InFlight
+	ps.Parked += p.Parked
+	ps.HostFull += p.HostFull
+	ps.Duration += p.Duration
+}
+
 // ParkedHost is a host parked after a 429.
 type ParkedHost struct {
 	Host    string
@@ -413,18 +423,28 @@ func (e *exec) idle(ps PassStats) bool {
 	}
 }
 
-// RunOnce makes one pass, waits until every job it queued has finished, and
-// returns what happened. The error is as for Run; a ctx that ends returns
-// ctx.Err().
+// RunOnce makes one pass and waits until every job it queued has finished;
+// if the pass left repos behind because their host's queue share was full,
+// it passes again until none is left behind. Repos of parked hosts stay for
+// a later run. It returns the sum of the passes. The error is as for Run; a
+// ctx that ends returns ctx.Err().
 func (r *Runner) RunOnce(ctx context.Context) (PassStats, error) {
 	e, err := r.start(ctx)
 	if err != nil {
 		return PassStats{}, err
 	}
 	defer e.stop()
-	ps, err := e.pass()
-	if err == nil {
-		err = e.drain()
+	var ps PassStats
+	for {
+		var p PassStats
+		p, err = e.pass()
+		ps.add(p)
+		if err == nil {
+			err = e.drain()
+		}
+		if err != nil || p.HostFull == 0 {
+			break
+		}
 	}
 	if ferr := e.failed(); ferr != nil {
 		return ps, ferr

@@ -119,6 +119,15 @@ func TestRateLimitParksOnlyThatHost(t *testing.T) {
 	if ps.Results[retry.ResultRateLimited] != int(limited) || ps.Results[retry.ResultComplete] != len(b) {
 		t.Fatalf("results %v", ps.Results)
 	}
+	if got := metric(t, e.reg, "backstream_retry_parked_hosts", nil); got != 1 {
+		t.Fatalf("parked_hosts = %v, want 1", got)
+	}
+	if got := metric(t, e.reg, "backstream_retry_attempts_total", map[string]string{"result": "rate_limited"}); got != float64(limited) {
+		t.Fatalf("attempts_total{rate_limited} = %v", got)
+	}
+	if got := metric(t, e.reg, "backstream_retry_attempts_total", map[string]string{"result": "complete"}); got != float64(len(b)) {
+		t.Fatalf("attempts_total{complete} = %v", got)
+	}
 	parkedUntil := time.Time{}
 	limitedDIDs := map[string]bool{}
 	for _, acct := range a {

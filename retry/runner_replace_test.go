@@ -343,4 +343,7 @@ func TestInFlightIsNotQueuedTwice(t *testing.T) {
 	if st.InFlight != 1 || st.Due != 1 {
 		t.Fatalf("status %+v", st)
 	}
+	if got := metric(t, e.reg, "backstream_retry_due", nil); got != 1 {
+		t.Fatalf("retry_due = %v, want 1", got)
+	}
 }

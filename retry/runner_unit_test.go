@@ -1,0 +1,121 @@
+package retry_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/oracle"
+	"github.com/backstream/backstream/retry"
+)
+
+// TestBackoffDelay: exponential from Interval, capped at MaxDelay, jitter
+// within ±25 % and never above the cap; no overflow on huge counts.
+func TestBackoffDelay(t *testing.T) {
+	at := func(u float64) retry.Backoff {
+		return retry.Backoff{Interval: time.Minute, MaxDelay: 24 * time.Hour, Rand: func() float64 { return u }}
+	}
+	for n, want := range map[uint32]time.Duration{0: time.Minute, 1: time.Minute, 2: 2 * time.Minute, 3: 4 * time.Minute,
+		11: 1024 * time.Minute, 12: 24 * time.Hour, 1 << 31: 24 * time.Hour} {
+		if got := at(0.5).Delay(n); got != want {
+			t.Errorf("Delay(%d) = %v, want %v", n, got, want)
+		}
+	}
+	if lo, hi := at(0).Delay(3), at(1).Delay(3); lo != 3*time.Minute || hi != 5*time.Minute {
+		t.Errorf("jitter range of 4m: [%v, %v], want [3m, 5m]", lo, hi)
+	}
+	if lo, hi := at(0).Delay(20), at(1).Delay(20); lo != 18*time.Hour || hi != 24*time.Hour {
+		t.Errorf("jitter range at the cap: [%v, %v], want [18h, 24h]", lo, hi)
+	}
+}
+
+// TestDue: the candidate rule.
+func TestDue(t *testing.T) {
+	const now = 1000
+	cases := []struct {
+		name string
+		st   archive.RepoState
+		want bool
+	}{
+		{"failed due", archive.RepoState{Status: archive.StatusFailed, Active: true, NextAttemptUS: now}, true},
+		{"failed later", archive.RepoState{Status: archive.StatusFailed, Active: true, NextAttemptUS: now + 1}, false},
+		{"failed inactive", archive.RepoState{Status: archive.StatusFailed, NextAttemptUS: 1}, false},
+		{"pending", archive.RepoState{Status: archive.StatusPending, Active: true}, true},
+		{"complete", archive.RepoState{Status: archive.StatusComplete, Active: true}, false},
+		{"complete #sync", archive.RepoState{Status: archive.StatusComplete, Active: true, Refetch: archive.RefetchSync, NextAttemptUS: now}, true},
+		{"unavailable reactivated", archive.RepoState{Status: archive.StatusUnavailable, Active: true, Refetch: archive.RefetchReactivated, NextAttemptUS: now}, true},
+		{"not started reactivated", archive.RepoState{Status: archive.StatusNotStarted, Active: true, Refetch: archive.RefetchReactivated}, true},
+		{"marked but inactive", archive.RepoState{Status: archive.StatusComplete, Refetch: archive.RefetchSync}, false},
+		{"unavailable", archive.RepoState{Status: archive.StatusUnavailable}, false},
+		{"not started active", archive.RepoState{Status: archive.StatusNotStarted, Active: true}, false},
+		{"failed after refusals, mark kept, backoff", archive.RepoState{Status: archive.StatusFailed, Active: true, Refetch: archive.RefetchSync, NextAttemptUS: now + 5}, false},
+	}
+	for _, c := range cases {
+		if got := retry.Due(c.st, now); got != c.want {
+			t.Errorf("%s: Due = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestPendingPassAndHostShare: with Filter: Pending only pending repos are
+// replaced (merge's pending pass); and with a host share of 2 and a queue
+// of 4, one RunOnce still brings all of one host's repos in, pass after
+// pass, one at a time at that host.
+func TestPendingPassAndHostShare(t *testing.T) {
+	e := newEnv(t, oracle.Config{Accounts: 120, RecordsMean: 3, Hosts: 2, Seed: 43, Traffic: oracle.TrafficNone})
+	accts := e.activeByHost()[0]
+	failed, pending := accts[:20], accts[20:25]
+	e.seedFailed(failed)
+	var ups []archive.RepoUpdate
+	for _, a := range pending {
+		ups = append(ups, archive.RepoUpdate{DID: a.DID, Fields: archive.FieldStatus | archive.FieldActive | archive.FieldRefetch,
+			State: archive.RepoState{Status: archive.StatusPending, Active: true, Refetch: archive.RefetchPending}})
+	}
+	e.apply(&archive.Unit{Repos: ups})
+	ps, err := e.runner(func(c *retry.Config) { c.Filter = retry.Pending }).RunOnce(context.Background())
+	if err != nil || ps.Due != len(pending) || ps.Results[retry.ResultComplete] != len(pending) {
+		t.Fatalf("pending pass %+v %v", ps, err)
+	}
+	for _, a := range pending {
+		e.replaced(a.DID)
+	}
+	for _, a := range failed {
+		if e.src.callsOf(a.DID) != 0 {
+			t.Fatalf("the pending pass fetched a failed repo")
+		}
+	}
+	// Pending repos had no recorded host: they shared only the global gate.
+	e.src.reset()
+	ps, err = e.runner(func(c *retry.Config) { c.Queue = 4; c.HostQueue = 2; c.HostWorkers = 1 }).RunOnce(context.Background())
+	if err != nil || ps.Results[retry.ResultComplete] != len(failed) || ps.HostFull == 0 {
+		t.Fatalf("host-share pass %+v %v; want every repo in over several passes", ps, err)
+	}
+	if got := e.src.max(e.hosts[0]); got != 1 {
+		t.Fatalf("max concurrency at the host %d, want 1", got)
+	}
+	for _, a := range failed {
+		e.replaced(a.DID)
+	}
+}
+
+// TestRunRescansWhenHostShareDrains: Run with a long scan period still
+// brings in every repo of a host whose queue share was full: the next pass
+// starts as soon as the queue drains, not a period later.
+func TestRunRescansWhenHostShareDrains(t *testing.T) {
+	e := newEnv(t, oracle.Config{Accounts: 80, RecordsMean: 3, Hosts: 2, Seed: 45, Traffic: oracle.TrafficNone})
+	accts := e.activeByHost()[1][:15]
+	e.seedFailed(accts)
+	stop := runBG(e.runner(func(c *retry.Config) { c.ScanPeriod = time.Hour; c.Queue = 4; c.HostQueue = 2; c.HostWorkers = 1 }))
+	eventually(t, 15*time.Second, "every repo of the host", func() bool {
+		for _, a := range accts {
+			if st, err := e.store.RepoState(a.DID); err != nil || st.Status != archive.StatusComplete {
+				return false
+			}
+		}
+		return true
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
