@@ -41,6 +41,10 @@ type recSource struct {
 	gets    []string
 	onList  func(n int) // called before the n-th (0-based) listRepos of this source
 	getHook func(did string)
+	// dupFirst appends the first DID of the first page to every later
+	// page: a relay listing one account twice.
+	dupFirst bool
+	first    string
 }
 
 func (r *recSource) ListRepos(ctx context.Context, cursor string, limit int) (upstream.Page, error) {
@@ -52,6 +56,15 @@ func (r *recSource) ListRepos(ctx context.Context, cursor string, limit int) (up
 		hook(n)
 	}
 	pg, err := r.RepoSource.ListRepos(ctx, cursor, limit)
+	if r.dupFirst && err == nil && len(pg.Repos) > 0 {
+		r.mu.Lock()
+		if r.first == "" {
+			r.first = pg.Repos[0].DID
+		} else {
+			pg.Repos = append(pg.Repos, upstream.RepoEntry{DID: r.first, Active: true})
+		}
+		r.mu.Unlock()
+	}
 	c := listCall{cursor: cursor, limit: limit, next: pg.Cursor}
 	for _, e := range pg.Repos {
 		c.dids = append(c.dids, e.DID)

@@ -301,6 +301,69 @@ func TestDebugMaxRepos(t *testing.T) {
 	}
 }
 
+// TestDuplicateListingNotDispatchedTwice: a DID listed again while its job
+// is in flight is not dispatched again, and its later pages still
+// checkpoint (the earlier page counts it).
+func TestDuplicateListingNotDispatchedTwice(t *testing.T) {
+	e := newEnv(t, worldCfg(120, 2))
+	e.src.dupFirst = true
+	var first string
+	for _, a := range e.listed() {
+		first = a.DID
+		break
+	}
+	if a, _ := e.net.World().Account(first); !a.Active {
+		t.Skip("first listed account is inactive in this world")
+	}
+	e.net.Faults().HangBody(first, 1) // in flight while the later pages list it again
+	e.runToEnd(e.boot(func(_ *bootstrap.Config, o *backfill.Options) { o.AttemptTimeout = 1500 * time.Millisecond }))
+	if got := e.net.RepoCounts(first).RelayRequests; got != 1 {
+		t.Fatalf("duplicate-listed repo fetched %d times, want once", got)
+	}
+	if c, _ := e.checkpoint(); !c.Finished {
+		t.Fatalf("checkpoint %+v", c)
+	}
+	if st := e.states()[first]; st.Status != archive.StatusFailed || st.ErrClass != backfill.ClassTimeout {
+		t.Fatalf("hung repo %+v", st)
+	}
+}
+
+// rowGuard refuses to pass on a unit with rows of a repo whose state is not
+// yet durable (R7: the not_started row comes first), and records it.
+type rowGuard struct {
+	backfill.Writer
+	e   *env
+	mu  sync.Mutex
+	bad string
+}
+
+func (g *rowGuard) Submit(ctx context.Context, u *archive.Unit) error {
+	if len(u.Events) == 0 && len(u.Puts) == 0 {
+		// State-only units (the not_started batches) are slow here, so a
+		// job dispatched before its batch is durable would show.
+		time.Sleep(30 * time.Millisecond)
+	}
+	for _, ev := range u.Events {
+		if _, err := g.e.store.RepoState(ev.DID); err != nil {
+			g.mu.Lock()
+			g.bad = ev.DID
+			g.mu.Unlock()
+		}
+	}
+	return g.Writer.Submit(ctx, u)
+}
+
+// TestNotStartedBeforeRows (R7): every repo's state is durable before its
+// first row is submitted.
+func TestNotStartedBeforeRows(t *testing.T) {
+	e := newEnv(t, worldCfg(150, 4))
+	g := &rowGuard{Writer: e.w, e: e}
+	e.runToEnd(e.boot(func(c *bootstrap.Config, o *backfill.Options) { c.Writer = g; o.Writer = g }))
+	if g.bad != "" {
+		t.Fatalf("rows of %s submitted before its state was durable", g.bad)
+	}
+}
+
 // TestCursorLoopEndsListing: a listRepos cursor that repeats ends the
 // listing like a last page, counted.
 func TestCursorLoopEndsListing(t *testing.T) {
