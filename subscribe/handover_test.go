@@ -66,17 +66,18 @@ func TestHandoverEveryCursor(t *testing.T) {
 			c := h.dial(fmt.Sprintf("?cursor=%d", cursor), nil)
 			defer c.Close()
 			target := tipBefore + extra
-			got := readUntil(t, c, target)
+			got, err := readUntilErr(c, target)
 			want := max(cursor, 1)
-			var err error
-			if cursor > tipBefore+1 {
+			switch {
+			case err != nil:
+			case cursor > tipBefore+1:
 				// Beyond the tip: starts live, somewhere at or after it.
 				if got[0] < tipBefore+1 {
 					err = fmt.Errorf("live start %d below the tip %d", got[0], tipBefore)
 				} else {
 					err = checkContiguous(got, got[0], target)
 				}
-			} else {
+			default:
 				err = checkContiguous(got, want, target)
 			}
 			if err != nil {
@@ -127,5 +128,31 @@ func TestHandoverFallBehindAndCatchUp(t *testing.T) {
 	}
 	if r := testutil.ToFloat64(h.m.replay); r == 0 {
 		t.Fatal("the stalled subscriber never read from the archive")
+	}
+}
+
+// TestHandoverFixedFloor (D2): with the live log's floor standing still,
+// a subscriber at every cursor below, at and above it reads the archive up
+// to the floor and the live log from there, contiguous.
+func TestHandoverFixedFloor(t *testing.T) {
+	h := newHarness(t, harnessOpts{liveBytes: 24 << 10})
+	for i := 0; i < 240; i += 8 {
+		h.commit(genEvents(t, i, 8, 5)...)
+	}
+	tip := h.w.Live().Tip()
+	_, floor := h.w.Live().Read(0, nil, 1)
+	if floor < 100 || floor > tip {
+		t.Fatalf("floor %d, tip %d", floor, tip)
+	}
+	for cursor := uint64(0); cursor <= tip; cursor++ {
+		c := h.dial(fmt.Sprintf("?cursor=%d", cursor), nil)
+		got := readUntil(t, c, tip)
+		c.Close()
+		if err := checkContiguous(got, max(cursor, 1), tip); err != nil {
+			t.Fatalf("cursor %d (floor %d): %v", cursor, floor, err)
+		}
+	}
+	if testutil.ToFloat64(h.m.live) == 0 || testutil.ToFloat64(h.m.replay) == 0 {
+		t.Fatal("both paths should serve")
 	}
 }

@@ -197,6 +197,39 @@ func validNSIDPrefix(p string) error {
 	return nil
 }
 
+// maxQueryParams bounds the query: every wanted DID and collection, and
+// room for the rest. (net/url's own parser gives up silently above 10,000
+// parameters, which a full wantedDids list plus a cursor exceeds, so the
+// query is split here.)
+const maxQueryParams = MaxWantedDIDs + MaxWantedCollections + 100
+
+// parseQuery splits a raw query string. A malformed escape is an error
+// naming its parameter; an empty key is skipped.
+func parseQuery(raw string) (url.Values, *ParamError) {
+	if strings.Count(raw, "&")+1 > maxQueryParams {
+		return nil, paramErr("query", "more than %d parameters", maxQueryParams)
+	}
+	q := url.Values{}
+	for raw != "" {
+		var kv string
+		kv, raw, _ = strings.Cut(raw, "&")
+		if kv == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(kv, "=")
+		key, err := url.QueryUnescape(k)
+		if err != nil {
+			return nil, paramErr("query", "parameter name %q is not URL-encoded correctly", k)
+		}
+		val, err := url.QueryUnescape(v)
+		if err != nil {
+			return nil, paramErr(key, "value is not URL-encoded correctly")
+		}
+		q[key] = append(q[key], val)
+	}
+	return q, nil
+}
+
 // parseRequest validates the query and headers of a /subscribe request.
 // dictID is the id of the current dictionary (0: none yet); an unknown
 // zstdDictionary is refused naming it.

@@ -309,7 +309,11 @@ func (s *Server) handleSubscribe(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, m)
 		return
 	}
-	req, perr := parseRequest(r.URL.Query(), r.Header, s.codecs.currentID)
+	q, perr := parseQuery(r.URL.RawQuery)
+	var req *request
+	if perr == nil {
+		req, perr = parseRequest(q, r.Header, s.codecs.currentID)
+	}
 	if perr != nil {
 		s.m.refuse(refusedBadParam)
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "InvalidParameter", "param": perr.Param, "message": perr.Message})

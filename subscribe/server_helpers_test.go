@@ -3,6 +3,7 @@ package subscribe
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/ipfs/go-cid"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/backstream/backstream/archive"
 )
@@ -247,15 +249,29 @@ func readEvent(tb testing.TB, c *websocket.Conn, timeout time.Duration) (wireEve
 // the cursors seen; it fails on a read error.
 func readUntil(tb testing.TB, c *websocket.Conn, last uint64) []uint64 {
 	tb.Helper()
+	got, err := readUntilErr(c, last)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return got
+}
+
+// readUntilErr is readUntil for goroutines other than the test's.
+func readUntilErr(c *websocket.Conn, last uint64) ([]uint64, error) {
 	var got []uint64
 	for {
-		ev, _, err := readEvent(tb, c, 20*time.Second)
+		_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		typ, b, err := c.ReadMessage()
 		if err != nil {
-			tb.Fatalf("read after %d events (last %v): %v", len(got), tail(got), err)
+			return got, fmt.Errorf("read after %d events (last %v): %w", len(got), tail(got), err)
+		}
+		var ev wireEvent
+		if typ != websocket.TextMessage || json.Unmarshal(b, &ev) != nil {
+			return got, fmt.Errorf("message type %d is not a JSON event: %q", typ, b)
 		}
 		got = append(got, ev.Cursor)
 		if ev.Cursor >= last {
-			return got
+			return got, nil
 		}
 	}
 }
@@ -286,3 +302,9 @@ func head(s []uint64) []uint64 {
 	}
 	return s
 }
+
+func asCloseError(err error, ce **websocket.CloseError) bool {
+	return errors.As(err, ce)
+}
+
+func metricValue(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }

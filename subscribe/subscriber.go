@@ -30,7 +30,7 @@ const (
 	// replayFlushEvery: a replaying subscriber whose filter admits few
 	// events still gets them at least this often.
 	replayFlushEvery = 50 * time.Millisecond
-	closeGrace    = time.Second // how long a final close frame may take to write
+	closeGrace       = time.Second // how long a final close frame may take to write
 )
 
 // Websocket close codes we send.
@@ -215,7 +215,7 @@ func (s *subscriber) serve(ctx context.Context) (reason, detail string) {
 		var floor uint64
 		s.ents, floor = s.live.ReadEntries(s.next, s.ents[:0], liveBatch)
 		if s.next < floor {
-			if err := s.replay(ctx); err != nil {
+			if err := s.replay(ctx, floor); err != nil {
 				if errors.Is(err, errTooSlow) || errors.Is(err, errShutdown) || isWriteErr(err) {
 					return s.writeFailure(err)
 				}
@@ -302,10 +302,13 @@ func (s *subscriber) opcode() byte {
 	return opText
 }
 
-// replay reads up to replayChunk events from the archive at s.next. An
-// exhausted iterator is closed, not taken as "caught up": the caller
-// re-reads the live floor and comes back here if still below it.
-func (s *subscriber) replay(ctx context.Context) error {
+// replay reads up to replayChunk events from the archive at s.next, and
+// stops at floor, the live log's floor as the caller saw it: from there the
+// live log's shared frames serve (if the floor has moved on meanwhile, the
+// caller comes back here). An exhausted iterator is closed, not taken as
+// "caught up": the caller re-reads the live floor and comes back here if
+// still below it.
+func (s *subscriber) replay(ctx context.Context, floor uint64) error {
 	now := time.Now()
 	if s.it != nil && (s.itNext != s.next || now.Sub(s.itOpened) > iterMaxAge || s.itCount > iterMaxEvents) {
 		s.closeIter()
@@ -319,7 +322,7 @@ func (s *subscriber) replay(ctx context.Context) error {
 		s.it, s.itNext, s.itOpened, s.itCount, fresh = it, s.next, now, 0, true
 	}
 	f := s.filt.Load()
-	for n := 0; n < replayChunk; n++ {
+	for n := 0; n < replayChunk && s.next < floor; n++ {
 		if !s.it.Next() {
 			err := s.it.Err()
 			s.closeIter()
