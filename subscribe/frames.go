@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"sync"
 
-	"github.com/klauspost/compress/dict"
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/backstream/backstream/archive"
@@ -124,9 +123,7 @@ func (c *codecs) dictionary() (*zdict, error) {
 	// Ids below 32768 are reserved by the zstd format; keep ours in range
 	// and derived from the samples, so it is stable.
 	id := 32768 + h.Sum32()%((1<<31)-32768)
-	raw, err := dict.BuildZstdDict(inputs, dict.Options{
-		MaxDictSize: 64 << 10, HashBytes: 6, ZstdDictID: id, ZstdLevel: zstd.SpeedDefault,
-	})
+	raw, err := buildDictionary(id, inputs)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe: train dictionary: %w", err)
 	}
@@ -136,6 +133,42 @@ func (c *codecs) dictionary() (*zdict, error) {
 	}
 	c.dict = &zdict{id: id, raw: raw, enc: enc}
 	return c.dict, nil
+}
+
+// dictContentMax bounds the dictionary's content (its history).
+const dictContentMax = 64 << 10
+
+// buildDictionary makes a zstd dictionary from rendered events,
+// deterministically (klauspost's dict.BuildZstdDict is not: it iterates
+// maps), so a restart over the same archive serves the same bytes. The
+// content is evenly spaced samples laid end to end, the most recent
+// closest to the end (shortest offsets); zstd.BuildDict derives the entropy
+// tables from all samples.
+func buildDictionary(id uint32, samples [][]byte) ([]byte, error) {
+	total := 0
+	for _, s := range samples {
+		total += len(s)
+	}
+	step := 1
+	if total > dictContentMax {
+		step = (total + dictContentMax - 1) / dictContentMax
+	}
+	var picked [][]byte
+	size := 0
+	for i := len(samples) - 1; i >= 0 && size < dictContentMax; i -= step {
+		if size+len(samples[i]) > dictContentMax {
+			continue
+		}
+		picked = append(picked, samples[i])
+		size += len(samples[i])
+	}
+	history := make([]byte, 0, size)
+	for i := len(picked) - 1; i >= 0; i-- {
+		history = append(history, picked[i]...)
+	}
+	return zstd.BuildDict(zstd.BuildDictOptions{
+		ID: id, Contents: samples, History: history, Offsets: [3]int{1, 4, 8}, Level: zstd.SpeedDefault,
+	})
 }
 
 // currentID is the current dictionary's id, training it if needed.

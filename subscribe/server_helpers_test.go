@@ -308,3 +308,5 @@ func asCloseError(err error, ce **websocket.CloseError) bool {
 }
 
 func metricValue(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

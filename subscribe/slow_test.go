@@ -1,0 +1,188 @@
+package subscribe
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// TestSlowConsumer (D6): among fast subscribers, one that stops reading
+// altogether and one that reads slowly. The writer and the fast ones are
+// unaffected; the slow reader falls back to the archive and still gets
+// everything; only the stalled one — far behind and reading below the floor
+// rate for the whole window — is closed, counted as too_slow.
+func TestSlowConsumer(t *testing.T) {
+	h := newHarness(t, harnessOpts{liveBytes: 64 << 10, cfg: Config{
+		SlowLag: 2000, SlowRate: 500, SlowWindow: 500 * time.Millisecond, WriteTick: 50 * time.Millisecond,
+	}})
+	h.commit(genEvents(t, 0, 10, 11)...)
+
+	var fast []*websocket.Conn
+	for i := 0; i < 3; i++ {
+		fast = append(fast, h.dial("", nil))
+	}
+	stalled := h.dialSmall("")
+	slowReader := h.dialSmall("")
+	defer stalled.Close()
+	time.Sleep(50 * time.Millisecond)
+
+	const total = 16000
+	start := h.w.Live().Tip() + 1
+	last := start + total - 1
+	var wg sync.WaitGroup
+	results := make([]error, len(fast)+1)
+	for i, c := range fast {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := readUntilErr(c, last)
+			if err == nil {
+				err = checkContiguous(got, start, last)
+			}
+			results[i] = err
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		// ~8,000 events/s: slower than the producer, faster than the floor rate.
+		defer wg.Done()
+		var got []uint64
+		for {
+			_ = slowReader.SetReadDeadline(time.Now().Add(20 * time.Second))
+			_, b, err := slowReader.ReadMessage()
+			if err != nil {
+				results[len(fast)] = fmt.Errorf("slow reader: %v after %d", err, len(got))
+				return
+			}
+			var ev wireEvent
+			_ = jsonUnmarshal(b, &ev)
+			got = append(got, ev.Cursor)
+			if len(got)%80 == 0 {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if ev.Cursor >= last {
+				results[len(fast)] = checkContiguous(got, start, last)
+				return
+			}
+		}
+	}()
+
+	t0 := time.Now()
+	for i := 0; i < total; i += 500 {
+		h.commit(genEvents(t, 10+i, 500, 11)...)
+	}
+	commitTime := time.Since(t0)
+	wg.Wait()
+	for i, err := range results {
+		if err != nil {
+			t.Errorf("subscriber %d: %v", i, err)
+		}
+	}
+	t.Logf("committed %d events in %v", total, commitTime)
+
+	// The stalled one is closed with a reason once the window has passed.
+	deadline := time.Now().Add(10 * time.Second)
+	for metricValue(h.m.disconnects.WithLabelValues(ReasonTooSlow)) < 1 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := metricValue(h.m.disconnects.WithLabelValues(ReasonTooSlow)); got != 1 {
+		t.Fatalf("too_slow disconnects %v, want exactly 1", got)
+	}
+	if metricValue(h.m.replay) == 0 {
+		t.Error("nobody fell back to the archive")
+	}
+	// The stalled client, reading at last, finds its stream ends: events,
+	// then a close frame naming the reason (or a reset if it never fit).
+	var closeErr error
+	for {
+		_ = stalled.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, _, err := stalled.ReadMessage(); err != nil {
+			closeErr = err
+			break
+		}
+	}
+	if ce, ok := closeErr.(*websocket.CloseError); !ok || (ce.Code != closePolicy && ce.Code != websocket.CloseAbnormalClosure) {
+		t.Errorf("stalled client: %v, want close 1008 or the socket closed", closeErr)
+	}
+	t.Logf("stalled client ended with: %v", closeErr)
+	for _, c := range fast {
+		c.Close()
+	}
+	slowReader.Close()
+}
+
+// TestShutdownClosesSubscribers: Close ends every subscriber with 1001 and
+// waits for them.
+func TestShutdownClosesSubscribers(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.commit(genEvents(t, 0, 10, 3)...)
+	a := h.dial("?cursor=0", nil)
+	b := h.dial("", nil)
+	readUntil(t, a, 10)
+	done := make(chan struct{})
+	go func() { h.srv.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not return")
+	}
+	for _, c := range []*websocket.Conn{a, b} {
+		_, _, err := readEvent(t, c, 5*time.Second)
+		ce, ok := err.(*websocket.CloseError)
+		if !ok || ce.Code != closeGoingAway {
+			t.Errorf("after Close: %v, want close 1001", err)
+		}
+	}
+	if got := metricValue(h.m.disconnects.WithLabelValues(ReasonShutdown)); got != 2 {
+		t.Errorf("shutdown disconnects %v", got)
+	}
+	if got := metricValue(h.m.subscribers); got != 0 {
+		t.Errorf("subscribers gauge %v", got)
+	}
+}
+
+// TestCursorAsTime: a cursor ≥ 10^15 is a unix-microsecond time: delivery
+// starts at the first event at or after it; a time past the tip starts live.
+func TestCursorAsTime(t *testing.T) {
+	base := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	now := base
+	h := newHarness(t, harnessOpts{now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }})
+	var seqs []uint64
+	for i := 0; i < 5; i++ {
+		f, l := h.commit(genEvents(t, 3*i, 3, 4)...) // one stamp per commit
+		for s := f; s <= l; s++ {
+			seqs = append(seqs, s)
+		}
+		mu.Lock()
+		now = now.Add(time.Second)
+		mu.Unlock()
+	}
+	for _, tc := range []struct {
+		us   int64
+		want uint64
+	}{
+		{base.UnixMicro() - 1, 1},
+		{base.UnixMicro(), 1},
+		{base.UnixMicro() + 1, 4},
+		{base.Add(2 * time.Second).UnixMicro(), 7},
+		{base.Add(4*time.Second).UnixMicro() + 500, 16}, // past the tip: live
+	} {
+		c := h.dial(fmt.Sprintf("?cursor=%d", tc.us), nil)
+		if tc.want > seqs[len(seqs)-1] {
+			time.Sleep(50 * time.Millisecond)
+			h.commit(genEvents(t, 100+int(tc.us%7), 1, 4)...)
+		}
+		ev, _, err := readEvent(t, c, 5*time.Second)
+		c.Close()
+		if err != nil || ev.Cursor != tc.want {
+			t.Errorf("cursor time %d: first event %d (%v), want %d", tc.us, ev.Cursor, err, tc.want)
+		}
+		if err == nil && tc.want <= seqs[len(seqs)-1] && ev.TimeUS < tc.us {
+			t.Errorf("cursor time %d: event at %d is older", tc.us, ev.TimeUS)
+		}
+	}
+}
