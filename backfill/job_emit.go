@@ -37,6 +37,7 @@ type emitter struct {
 	slab        []byte
 	rc          []archive.Receipt
 	final       int // token of the unit carrying the completion (-1 until submitted)
+	left        int // bytes the snapshot's rows may still copy (bounded by the CAR size)
 }
 
 func (r *Runner) emit(ctx context.Context, req Request, p *prepared, res *Result) (Result, error) {
@@ -52,6 +53,7 @@ func (r *Runner) emit(ctx context.Context, req Request, p *prepared, res *Result
 		rev:   res.Rev,
 		acks:  archive.NewAcks(),
 		final: -1,
+		left:  snap.Bytes,
 	}
 	if req.Replace {
 		e.src = archive.SourceRetry
@@ -135,23 +137,34 @@ func (e *emitter) add(rec Record) {
 // fit); large records get their own allocation.
 func (e *emitter) copyBytes(b []byte) []byte {
 	if len(b) > defaultArenaBlock/4 {
+		e.left -= len(b)
 		return append([]byte(nil), b...)
 	}
-	if len(b) > cap(e.slab)-len(e.slab) {
-		e.slab = make([]byte, 0, defaultArenaBlock)
-	}
+	e.room(len(b))
 	n := len(e.slab)
 	e.slab = append(e.slab, b...)
 	return e.slab[n:len(e.slab):len(e.slab)]
 }
 
 func (e *emitter) copyString(s string) []byte {
-	if len(s) > cap(e.slab)-len(e.slab) {
-		e.slab = make([]byte, 0, defaultArenaBlock)
-	}
+	e.room(len(s))
 	n := len(e.slab)
 	e.slab = append(e.slab, s...)
 	return e.slab[n:len(e.slab):len(e.slab)]
+}
+
+// room makes sure the slab has n free bytes. A new slab is sized to what
+// the snapshot can still need (its records and CIDs are sections of the
+// CAR, so the CAR's size bounds them), at most defaultArenaBlock: a small
+// repo's rows do not pin a large, mostly empty block in the live log.
+func (e *emitter) room(n int) {
+	if n <= cap(e.slab)-len(e.slab) {
+		e.left -= n
+		return
+	}
+	size := min(max(e.left, n), defaultArenaBlock)
+	e.slab = make([]byte, 0, max(size, n))
+	e.left -= n
 }
 
 // flush submits the current chunk (with the completion when done is set),
