@@ -136,7 +136,7 @@ func TestFilterMatrix(t *testing.T) {
 		}
 		// Nothing else may follow: a marker row for an account outside every
 		// filter would be filtered too, so wait briefly for strays.
-		if _, b, err := readEvent(t, c, 150*time.Millisecond); err == nil {
+		if _, b, err := readEvent(t, c, 80*time.Millisecond); err == nil {
 			t.Fatalf("unexpected extra event %s", b)
 		}
 		if fmt.Sprint(got) != fmt.Sprint(want) {

@@ -93,7 +93,9 @@ func (h *harness) commit(evs ...archive.Event) (first, last uint64) {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r, err := h.w.Apply(ctx, &archive.Unit{Events: evs})
+	// The writer owns a unit's events from Submit on (the live log shares
+	// them): give it a copy, so callers may keep and annotate theirs.
+	r, err := h.w.Apply(ctx, &archive.Unit{Events: append([]archive.Event(nil), evs...)})
 	if err != nil {
 		h.t.Fatalf("commit: %v", err)
 	}
