@@ -9,6 +9,8 @@ package retry
 import (
 	"math/rand/v2"
 	"time"
+
+	"github.com/backstream/backstream/backfill"
 )
 
 // Defaults of the schedule (--retry-interval, --retry-max-delay).
@@ -59,3 +61,14 @@ func (b Backoff) Delay(failures uint32) time.Duration {
 // wire it into the job runner the retry runner uses, so a failed job's
 // next attempt follows this schedule and is written with the failure.
 func (b Backoff) NextAttempt() func(failures uint32) time.Duration { return b.Delay }
+
+// JobOptions returns o set up for the runner's jobs: a failure's next
+// attempt follows b and is written with the failure, and a 429 ends the job
+// at once (no in-job 429 budget) so the runner parks the host instead of a
+// worker sleeping on it. Build the retry runner's backfill.Runner from it,
+// with the same Interval and MaxDelay as the runner's Config.
+func (b Backoff) JobOptions(o backfill.Options) backfill.Options {
+	o.NextAttempt = b.NextAttempt()
+	o.RateLimitRetries = -1
+	return o
+}

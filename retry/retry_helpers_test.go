@@ -149,10 +149,9 @@ func (e *env) open() {
 // retry schedule for failures, no in-job 429 budget (the runner parks).
 func (e *env) newJobs(mod func(*backfill.Options)) *backfill.Runner {
 	e.t.Helper()
-	o := backfill.Options{Source: e.src, Writer: e.w, Logger: quiet,
-		RateLimitRetries: -1, Retries: -1, AttemptTimeout: time.Minute,
-		NextAttempt: retry.Backoff{Interval: time.Minute, MaxDelay: time.Hour}.NextAttempt(),
-		Sleep:       func(ctx context.Context, d time.Duration) error { return ctx.Err() }}
+	o := retry.Backoff{Interval: time.Minute, MaxDelay: time.Hour}.JobOptions(backfill.Options{Source: e.src, Writer: e.w, Logger: quiet,
+		Retries: -1, AttemptTimeout: time.Minute,
+		Sleep: func(ctx context.Context, d time.Duration) error { return ctx.Err() }})
 	if mod != nil {
 		mod(&o)
 	}
