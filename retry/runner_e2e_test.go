@@ -44,7 +44,11 @@ func TestConvergesUnderFlakyFullTraffic(t *testing.T) {
 	e.jobs = e.newJobs(func(o *backfill.Options) {
 		*o = retry.Backoff{Interval: 100 * time.Millisecond, MaxDelay: time.Second}.JobOptions(*o)
 	})
-	r := e.runner(func(c *retry.Config) { c.Interval = 100 * time.Millisecond; c.MaxDelay = time.Second; c.ScanPeriod = 100 * time.Millisecond })
+	r := e.runner(func(c *retry.Config) {
+		c.Interval = 100 * time.Millisecond
+		c.MaxDelay = time.Second
+		c.ScanPeriod = 100 * time.Millisecond
+	})
 	stop := runBG(r)
 	var why string
 	converged := func() bool {
