@@ -2,10 +2,14 @@ package retry_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/oracle/world"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/retry"
 )
@@ -117,5 +121,79 @@ func TestRunRescansWhenHostShareDrains(t *testing.T) {
 	})
 	if err := stop(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWakeStartsAPass: with an hour-long scan period, a repo made due after
+// the first pass is fetched as soon as Wake is called.
+func TestWakeStartsAPass(t *testing.T) {
+	e := newEnv(t, oracle.Config{Accounts: 20, RecordsMean: 2, Hosts: 2, Seed: 49, Traffic: oracle.TrafficNone})
+	a := e.activeByHost()[0][0]
+	r := e.runner(func(c *retry.Config) { c.ScanPeriod = time.Hour })
+	stop := runBG(r)
+	eventually(t, 5*time.Second, "the first pass", func() bool { return r.Status().Passes == 1 })
+	e.seedFailed([]world.Account{a})
+	time.Sleep(100 * time.Millisecond)
+	if e.src.callsOf(a.DID) != 0 {
+		t.Fatal("fetched before the wake")
+	}
+	r.Wake()
+	eventually(t, 5*time.Second, "the woken pass", func() bool { return e.state(a.DID).Status == archive.StatusComplete })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.RunOnce(context.Background()); err != nil {
+		t.Fatalf("RunOnce after Run: %v", err)
+	}
+}
+
+// TestOneRunAtATime: a second Run on the same Runner is refused.
+func TestOneRunAtATime(t *testing.T) {
+	e := newEnv(t, oracle.Config{Accounts: 10, RecordsMean: 2, Hosts: 2, Seed: 51, Traffic: oracle.TrafficNone})
+	r := e.runner(func(c *retry.Config) { c.ScanPeriod = time.Hour })
+	stop := runBG(r)
+	eventually(t, 5*time.Second, "the first pass", func() bool { return r.Status().Passes == 1 })
+	if _, err := r.RunOnce(context.Background()); !errors.Is(err, retry.ErrRunning) {
+		t.Fatalf("concurrent RunOnce: %v", err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type panicJobs struct{}
+
+func (panicJobs) Run(context.Context, backfill.Request) (backfill.Result, error) { panic("bug") }
+
+// TestMachineryFailuresAreFatal (S6): a writer that stopped under a job, and
+// a bug (panic) in the job path, each stop the run with ErrFatal, counted.
+// A per-repo remote failure does not.
+func TestMachineryFailuresAreFatal(t *testing.T) {
+	e := newEnv(t, oracle.Config{Accounts: 30, RecordsMean: 2, Hosts: 2, Seed: 53, Traffic: oracle.TrafficNone})
+	accts := e.activeByHost()[0]
+	e.seedFailed(accts[:2])
+	e.net.Faults().FailGetRepo(accts[0].DID, 500, oracle.Always)
+	e.net.Faults().FailGetRepo(accts[1].DID, 404, oracle.Always)
+	ps, err := e.runner(nil).RunOnce(context.Background())
+	if err != nil || ps.Results[retry.ResultFailed] != 2 {
+		t.Fatalf("remote failures: %+v %v; want two per-repo failures, no error", ps, err)
+	}
+	if got := metric(t, e.reg, "backstream_retry_fatal_total", nil); got != 0 {
+		t.Fatalf("fatal_total = %v after remote failures", got)
+	}
+
+	_, err = e.runner(func(c *retry.Config) { c.Jobs = panicJobs{}; c.Now = func() time.Time { return time.Now().Add(2 * time.Hour) } }).RunOnce(context.Background())
+	if !errors.Is(err, retry.ErrFatal) || !strings.Contains(err.Error(), "panic") {
+		t.Fatalf("panicking job: %v", err)
+	}
+
+	e.seedFailed(accts[2:3])
+	_ = e.w.Close()
+	_, err = e.runner(nil).RunOnce(context.Background())
+	if !errors.Is(err, retry.ErrFatal) || !errors.Is(err, archive.ErrClosed) {
+		t.Fatalf("stopped writer: %v", err)
+	}
+	if got := metric(t, e.reg, "backstream_retry_fatal_total", nil); got != 2 {
+		t.Fatalf("fatal_total = %v, want 2", got)
 	}
 }
