@@ -9,8 +9,8 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
-	"github.com/backstream/backstream/oracle/world"
 	"github.com/backstream/backstream/oracle"
+	"github.com/backstream/backstream/oracle/world"
 	"github.com/backstream/backstream/retry"
 )
 
@@ -182,7 +182,10 @@ func TestMachineryFailuresAreFatal(t *testing.T) {
 		t.Fatalf("fatal_total = %v after remote failures", got)
 	}
 
-	_, err = e.runner(func(c *retry.Config) { c.Jobs = panicJobs{}; c.Now = func() time.Time { return time.Now().Add(2 * time.Hour) } }).RunOnce(context.Background())
+	_, err = e.runner(func(c *retry.Config) {
+		c.Jobs = panicJobs{}
+		c.Now = func() time.Time { return time.Now().Add(2 * time.Hour) }
+	}).RunOnce(context.Background())
 	if !errors.Is(err, retry.ErrFatal) || !strings.Contains(err.Error(), "panic") {
 		t.Fatalf("panicking job: %v", err)
 	}
