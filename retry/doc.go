@@ -7,14 +7,19 @@
 // # What it provides
 //
 //   - New(Config) → *Runner; Run(ctx) passes over the store until ctx ends
-//     or the machinery fails; RunOnce(ctx) is one pass plus its jobs, the
-//     synchronous step tests and the pending pass use; Wake asks for a pass
-//     now; Status is the /status view.
+//     (nil) or the machinery fails (ErrFatal); RunOnce(ctx) is one pass plus
+//     its jobs (repeated while a pass left repos of a full host share
+//     behind), the synchronous step tests and the pending pass use; Wake
+//     asks a running Run for a pass now; Status is the /status view. One
+//     Run or RunOnce at a time per Runner (ErrRunning).
 //   - Due(state, now): the candidate rule. Pending: the pending-pass filter.
-//   - Backoff: the durable schedule; hand Backoff.NextAttempt() to the job
-//     runner (backfill.Options.NextAttempt) so a failed job writes its next
-//     attempt with the failure.
-//   - Metrics: backstream_retry_*.
+//   - Backoff: the durable schedule. Backoff.JobOptions(opts) prepares the
+//     job runner's backfill.Options (NextAttempt from this schedule, no
+//     in-job 429 budget) so a failed job writes its next attempt with the
+//     failure and a 429 comes back here to park its host.
+//   - Metrics: backstream_retry_attempts_total{result}, _replacements_refused_total,
+//     _fatal_total, _due, _parked_hosts, _inflight, _queued, _passes_total,
+//     _deferred_total{reason}.
 //
 // # Invariants kept here
 //
@@ -78,6 +83,20 @@
 // The runner writes only through writer units, each waited for until
 // durable: a park (host/<host> plus the 429'd repo's next attempt) and the
 // failure after too many refusals. The job makes every other state durable.
+//
+// # Known limits
+//
+//   - A pass reads every repo/ key, so the delay between a #sync and its
+//     replacement is up to ScanPeriod plus one pass (Wake shortens it). At
+//     tens of millions of repos a due index maintained by the writer would
+//     replace the scan.
+//   - A multi-chunk replacement is not isolated from other producers' rows
+//     by the writer: a live commit between two chunks makes the rest of the
+//     replacement stale; it is fetched again and replaced whole, so the fold
+//     converges, but the stream briefly shows a partial replacement.
+//   - Failed repos by error class and per-host failure counts need
+//     aggregates kept by the writer in the same batch as each transition;
+//     the writer keeps counts by status only, so Status does not have them.
 //
 // # Not here
 //

@@ -308,13 +308,3 @@ func (s *sched) load() load {
 	return load{queued: s.queued, running: s.running, gates: len(s.gates), members: len(s.members),
 		maxQueued: s.maxQueued, maxMembers: s.maxMembers, changed: s.changed}
 }
-
-// hostRunning is the number of running jobs gated by host (tests, status).
-func (s *sched) hostRunning(host string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if g := s.gates[host]; g != nil {
-		return g.running
-	}
-	return 0
-}
