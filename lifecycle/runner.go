@@ -57,6 +57,9 @@ type Config struct {
 	// OnPhase, when set, is told every phase the runner enters (including
 	// the one it starts in).
 	OnPhase func(archive.Phase)
+	// OnBootstrap, when set, is handed the bootstrap before it runs (for
+	// progress reports) and nil once it has finished.
+	OnBootstrap func(*bootstrap.Bootstrap)
 	// Steady are components that run beside the live consumer in steady
 	// state (the retry runner). Each runs until ctx is done; one returning
 	// an error stops the process with it.
@@ -276,6 +279,10 @@ func (r *runner) bootstrap(ctx context.Context) error {
 	b, err := bootstrap.New(bc)
 	if err != nil {
 		return err
+	}
+	if r.cfg.OnBootstrap != nil {
+		r.cfg.OnBootstrap(b)
+		defer r.cfg.OnBootstrap(nil)
 	}
 	bctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -1,10 +1,10 @@
 package main
 
 // This file owns `backstream serve`: answer /metrics and /status from the
-// first second, open the store, run bootstrap (package bootstrap over
-// backfill jobs), then commit phase=merging with both backfill timestamps
-// (C3). Merging and steady state are not wired here yet: serve logs so and
-// exits 0 once merging is durable.
+// first second, open the store, check the relay (C6), and run the whole
+// lifecycle (bootstrap → merging → steady_state, package lifecycle) until a
+// signal or a fatal error. Issue 4's interim "exit once merging is durable"
+// is superseded by the lifecycle issue.
 
 import (
 	"context"
@@ -23,8 +23,10 @@ import (
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/firehose"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/lifecycle"
+	"github.com/backstream/backstream/merge"
 	"github.com/backstream/backstream/upstream"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,6 +49,7 @@ func serveCommand() *command {
 			fs.String("backfill-memory", "auto", "memory budget for CARs being verified and emitted, e.g. 2GiB (auto: a quarter of available memory)")
 			fs.Duration("getrepo-timeout", backfill.DefaultAttemptTimeout, "deadline of one getRepo attempt, download and verification")
 			fs.Bool("reset-relay-cursor", false, "follow a relay other than the one the store follows, dropping the old relay's cursor")
+			fs.Duration("capture-wait", lifecycle.DefaultCaptureWait, "how long bootstrap waits for the firehose's first durable event before starting anyway")
 		},
 		run: runServe,
 	}
@@ -62,6 +65,7 @@ type serveOptions struct {
 	getRepoTimeout         time.Duration
 	relayHost              string // host[:port] of --relay, the store's relay identity (C6)
 	resetRelay             bool
+	captureWait            time.Duration
 }
 
 func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
@@ -74,6 +78,7 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 		maxRepos:       fs.get("max-repos").(int),
 		getRepoTimeout: fs.get("getrepo-timeout").(time.Duration),
 		resetRelay:     fs.get("reset-relay-cursor").(bool),
+		captureWait:    fs.get("capture-wait").(time.Duration),
 	}
 	bad := func(format string, args ...any) (serveOptions, error) {
 		return serveOptions{}, fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
@@ -184,6 +189,7 @@ type server struct {
 	store *archive.Store       // nil until open
 	boot  *bootstrap.Bootstrap // nil outside bootstrap
 	state string               // what the process is doing, for /status before the store is open
+	phase archive.Phase        // as the lifecycle last reported it
 }
 
 func newRegistry() *prometheus.Registry {
@@ -202,6 +208,17 @@ func (s *server) handler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
 	mux.HandleFunc("GET /status", s.handleStatus)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		phase := s.phase
+		s.mu.Unlock()
+		if phase != archive.PhaseSteadyState {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not serving yet: phase %s\n", phase)
+			return
+		}
 		w.Write([]byte("ok\n"))
 	})
 	// Profiles of the running process, on the operator's port like /metrics.
@@ -284,11 +301,7 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 	if err != nil {
 		return err
 	}
-	if phase != archive.PhaseBootstrap {
-		log.Info("the store is past bootstrap; merging and steady state are not implemented yet", "phase", phase)
-		return nil
-	}
-
+	s.set(func(s *server) { s.phase = phase })
 	am := archive.NewMetrics(s.reg)
 	w, err := archive.NewWriter(store, archive.WriterOptions{Metrics: am, Logger: log})
 	if err != nil {
@@ -312,45 +325,47 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 	if err != nil {
 		return err
 	}
-	boot, err := bootstrap.New(bootstrap.Config{
-		Store: store, Writer: w, Source: client, Jobs: jobs,
-		Workers: o.workers, Window: o.window, Repos: o.repos, MaxRepos: o.maxRepos,
-		Logger: log, Metrics: bootstrap.NewMetrics(s.reg), Crash: crash,
-	})
-	if err != nil {
-		return err
-	}
-	s.set(func(s *server) { s.boot = boot })
-	log.Info("bootstrap starting", "relay", o.relay, "workers", o.workers, "window", o.window,
+	log.Info("starting", "relay", o.relay, "workers", o.workers, "window", o.window,
 		"memory_budget", budget, "getrepo_timeout", o.getRepoTimeout, "repos", len(o.repos), "max_repos", o.maxRepos)
-
-	bctx, bcancel := context.WithCancel(ctx)
-	defer bcancel()
+	lcfg := lifecycle.Config{
+		Store: store, Writer: w, Relay: o.relay, Source: client, Jobs: jobs,
+		Bootstrap: bootstrap.Config{
+			Workers: o.workers, Window: o.window, Repos: o.repos, MaxRepos: o.maxRepos,
+			Logger: log, Metrics: bootstrap.NewMetrics(s.reg), Crash: crash,
+		},
+		ArchiveMetrics:  am,
+		FirehoseMetrics: firehose.NewMetrics(s.reg),
+		MergeMetrics:    merge.NewMetrics(s.reg),
+		CaptureWait:     o.captureWait,
+		SkipDiscovery:   len(o.repos) > 0 || o.maxRepos > 0,
+		Crash:           crash,
+		Logger:          log,
+		OnPhase:         func(p archive.Phase) { s.set(func(s *server) { s.phase = p }) },
+		OnBootstrap:     func(b *bootstrap.Bootstrap) { s.set(func(s *server) { s.boot = b }) },
+	}
+	lctx, lcancel := context.WithCancel(ctx)
+	defer lcancel()
 	runErr := make(chan error, 1)
-	go func() { runErr <- boot.Run(bctx) }()
+	go func() { runErr <- lifecycle.Run(lctx, lcfg) }()
 	select {
 	case err = <-runErr:
+		if err == nil && ctx.Err() == nil {
+			err = errors.New("the lifecycle ended on its own (a bug)")
+		}
 	case herr := <-errc:
-		// The HTTP server failed: stop bootstrap and report it.
-		bcancel()
+		// The HTTP server failed: stop the lifecycle and report it.
+		lcancel()
 		<-runErr
 		return fmt.Errorf("http server: %w", herr)
+	case <-w.Done():
+		// The writer stopped on a persistence error: everything stops.
+		lcancel()
+		<-runErr
+		return w.Err()
 	}
 	if err != nil {
-		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			log.Info("stopped during bootstrap; a restart resumes from the durable state")
-			return w.Close()
-		}
 		return err
 	}
-	if err := bootstrap.EnterMerging(ctx, store, w, time.Now()); err != nil {
-		if ctx.Err() != nil {
-			log.Info("stopped before phase=merging was durable; a restart finds bootstrap done and commits it")
-			return w.Close()
-		}
-		return err
-	}
-	crash.Hit(crashpoint.MergingCommitted)
-	log.Info("bootstrap complete: phase=merging is durable with both backfill timestamps; merging is not implemented yet, exiting")
+	log.Info("stopped; a restart resumes from the durable state")
 	return w.Close()
 }
