@@ -27,6 +27,7 @@ import (
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/lifecycle"
 	"github.com/backstream/backstream/merge"
+	"github.com/backstream/backstream/retry"
 	"github.com/backstream/backstream/upstream"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,6 +50,10 @@ func serveCommand() *command {
 			fs.String("backfill-memory", "auto", "memory budget for CARs being verified and emitted, e.g. 2GiB (auto: a quarter of available memory)")
 			fs.Duration("getrepo-timeout", backfill.DefaultAttemptTimeout, "deadline of one getRepo attempt, download and verification")
 			fs.Bool("reset-relay-cursor", false, "follow a relay other than the one the store follows, dropping the old relay's cursor")
+			fs.Int("retry-workers", 16, "concurrent whole-repo replacements in steady state")
+			fs.Int("retry-host-workers", 4, "concurrent replacements per PDS host (final host after redirects)")
+			fs.Duration("retry-interval", time.Minute, "first retry delay of a failed repo (doubles per failure, jittered)")
+			fs.Duration("retry-max-delay", 24*time.Hour, "longest retry delay of a failed repo")
 			fs.Duration("capture-wait", lifecycle.DefaultCaptureWait, "how long bootstrap waits for the firehose's first durable event before starting anyway")
 		},
 		run: runServe,
@@ -66,19 +71,30 @@ type serveOptions struct {
 	relayHost              string // host[:port] of --relay, the store's relay identity (C6)
 	resetRelay             bool
 	captureWait            time.Duration
+	retryWorkers           int
+	retryHostWorkers       int
+	retryInterval          time.Duration
+	retryMaxDelay          time.Duration
 }
 
 func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 	o := serveOptions{
-		relay:          fs.str("relay"),
-		dataDir:        fs.str("data-dir"),
-		listen:         fs.str("listen"),
-		workers:        fs.get("backfill-workers").(int),
-		window:         fs.get("enumeration-window").(int),
-		maxRepos:       fs.get("max-repos").(int),
-		getRepoTimeout: fs.get("getrepo-timeout").(time.Duration),
-		resetRelay:     fs.get("reset-relay-cursor").(bool),
-		captureWait:    fs.get("capture-wait").(time.Duration),
+		relay:            fs.str("relay"),
+		dataDir:          fs.str("data-dir"),
+		listen:           fs.str("listen"),
+		workers:          fs.get("backfill-workers").(int),
+		window:           fs.get("enumeration-window").(int),
+		maxRepos:         fs.get("max-repos").(int),
+		getRepoTimeout:   fs.get("getrepo-timeout").(time.Duration),
+		resetRelay:       fs.get("reset-relay-cursor").(bool),
+		captureWait:      fs.get("capture-wait").(time.Duration),
+		retryWorkers:     fs.get("retry-workers").(int),
+		retryHostWorkers: fs.get("retry-host-workers").(int),
+		retryInterval:    fs.get("retry-interval").(time.Duration),
+		retryMaxDelay:    fs.get("retry-max-delay").(time.Duration),
+	}
+	if o.retryWorkers < 1 || o.retryHostWorkers < 1 || o.retryInterval <= 0 || o.retryMaxDelay < o.retryInterval {
+		return serveOptions{}, fmt.Errorf("%w: --retry-workers and --retry-host-workers must be ≥ 1, and 0 < --retry-interval ≤ --retry-max-delay", errUsage)
 	}
 	bad := func(format string, args ...any) (serveOptions, error) {
 		return serveOptions{}, fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
@@ -318,9 +334,24 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 	if budget == 0 {
 		budget = backfill.DefaultMemoryBudget()
 	}
-	jobs, err := backfill.NewRunner(backfill.Options{
+	jobOpts := backfill.Options{
 		Source: client, Writer: w, Memory: backfill.NewMemory(budget, bm), Metrics: bm, Logger: log,
 		AttemptTimeout: o.getRepoTimeout, Crash: crash,
+	}
+	jobs, err := backfill.NewRunner(jobOpts)
+	if err != nil {
+		return err
+	}
+	// Steady-state replacements: their own jobs, whose failures follow the
+	// retry schedule and whose 429s park the host in the runner (S4).
+	backoff := retry.Backoff{Interval: o.retryInterval, MaxDelay: o.retryMaxDelay}
+	retryJobs, err := backfill.NewRunner(backoff.JobOptions(jobOpts))
+	if err != nil {
+		return err
+	}
+	retrier, err := retry.New(retry.Config{
+		Store: store, Writer: w, Jobs: retryJobs, Workers: o.retryWorkers, HostWorkers: o.retryHostWorkers,
+		Interval: o.retryInterval, MaxDelay: o.retryMaxDelay, Metrics: retry.NewMetrics(s.reg), Logger: log.With("component", "retry"),
 	})
 	if err != nil {
 		return err
@@ -342,6 +373,7 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 		Logger:          log,
 		OnPhase:         func(p archive.Phase) { s.set(func(s *server) { s.phase = p }) },
 		OnBootstrap:     func(b *bootstrap.Bootstrap) { s.set(func(s *server) { s.boot = b }) },
+		Steady:          []func(context.Context) error{retrier.Run},
 	}
 	lctx, lcancel := context.WithCancel(ctx)
 	defer lcancel()
