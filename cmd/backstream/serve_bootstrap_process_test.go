@@ -84,6 +84,12 @@ type proc struct {
 
 func startServe(t *testing.T, bin, relay, dir string, args ...string) *proc {
 	t.Helper()
+	return startServeEnv(t, bin, relay, dir, nil, args...)
+}
+
+// startServeEnv is startServe with extra environment (e.g. a crash point).
+func startServeEnv(t *testing.T, bin, relay, dir string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{listen: freeAddr(t), done: make(chan error, 1)}
 	p.logf = filepath.Join(dir, fmt.Sprintf("serve-%d.log", time.Now().UnixNano()))
 	logFile, err := os.Create(p.logf)
@@ -93,7 +99,7 @@ func startServe(t *testing.T, bin, relay, dir string, args ...string) *proc {
 	all := append([]string{"serve", "--relay", relay, "--data-dir", filepath.Join(dir, "data"),
 		"--listen", p.listen, "--log-format", "json"}, args...)
 	p.cmd = exec.Command(bin, all...)
-	p.cmd.Env = cleanEnv()
+	p.cmd.Env = cleanEnv(env...)
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -283,12 +289,14 @@ func TestServeBootstrapSurvivesSIGKILL(t *testing.T) {
 			counts.Get(archive.StatusFailed), counts.Get(archive.StatusNotStarted))
 	}
 
-	// The last run goes to the end: phase=merging, exit 0.
-	p := startServe(t, bin, n.RelayURL(), dir, args...)
+	// The last run goes to the end of bootstrap; it is stopped right after
+	// phase=merging is durable (crash point merging-committed), so the
+	// bootstrap's end state can be inspected before merging changes it.
+	p := startServeEnv(t, bin, n.RelayURL(), dir, []string{"BACKSTREAM_CRASHPOINT=merging-committed"}, args...)
 	select {
 	case err := <-p.done:
-		if err != nil {
-			t.Fatalf("final run: %v\n%s", err, p.tail())
+		if !killed(err) {
+			t.Fatalf("final run did not stop at merging-committed: %v\n%s", err, p.tail())
 		}
 	case <-time.After(3 * time.Minute):
 		t.Fatalf("final run did not finish:\n%s", p.tail())
@@ -361,4 +369,14 @@ func TestServeBootstrapSurvivesSIGKILL(t *testing.T) {
 		}
 	}
 	t.Logf("final: %d accounts predicted, %d pending after the kills, %d repos seen complete before a kill", len(want), pending, len(completeBefore))
+}
+
+// killed reports whether a process ended by SIGKILL (a crash point firing).
+func killed(err error) bool {
+	ee, ok := err.(*exec.ExitError)
+	if !ok {
+		return false
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
 }
