@@ -61,7 +61,7 @@ func newCodecs(samples int, store func() *archive.Store) (*codecs, error) {
 // own), as many concurrent encodes as CPUs.
 func encoderOptions(extra ...zstd.EOption) []zstd.EOption {
 	return append([]zstd.EOption{
-		zstd.WithEncoderLevel(zstd.SpeedDefault),
+		zstd.WithEncoderLevel(zstd.SpeedFastest),
 		zstd.WithEncoderCRC(false),
 		zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)),
 		zstd.WithLowerEncoderMem(true),
@@ -167,7 +167,7 @@ func buildDictionary(id uint32, samples [][]byte) ([]byte, error) {
 		history = append(history, picked[i]...)
 	}
 	return zstd.BuildDict(zstd.BuildDictOptions{
-		ID: id, Contents: samples, History: history, Offsets: [3]int{1, 4, 8}, Level: zstd.SpeedDefault,
+		ID: id, Contents: samples, History: history, Offsets: [3]int{1, 4, 8}, Level: zstd.SpeedFastest,
 	})
 }
 
