@@ -1,8 +1,91 @@
 // Package subscribe owns backstream's client edge: the Jetstream-compatible
-// JSON wire format, and (issue 6) the /subscribe websocket that serves it
-// from the archive and the live tail. JSON exists only here: the store keeps
-// events in their binary encoding and records as DAG-CBOR (DESIGN §2); they
-// are rendered at the edge, once per event.
+// JSON wire format, and the /subscribe websocket that serves it from the
+// archive and the live tail, with /status, /healthz, /readyz and
+// /zstd-dictionary. JSON exists only here: the store keeps events in their
+// binary encoding and records as DAG-CBOR (DESIGN §2); they are rendered at
+// the edge, once per live event.
+//
+// # The server (server.go, subscriber.go, params.go, conn.go, frames.go)
+//
+// New(Config) builds a Server over the store and the archive Writer (or
+// Attach gives them later); Handler serves the routes; Close ends every
+// subscriber with close code 1001 and waits. Before Ready() (steady_state)
+// /subscribe answers 503 with the status JSON, an "error" and Retry-After.
+//
+// GET /subscribe parameters, validated before the upgrade (D5; an invalid
+// value is a 400 {"error":"InvalidParameter","param":P,"message":"P: …"}):
+//
+//	wantedCollections  repeatable; an NSID or "prefix.*" at a segment boundary; ≤ 100 distinct
+//	wantedDids         repeatable; DIDs; ≤ 10,000 distinct
+//	cursor             archive seq, inclusive (0 = the start); ≥ 10^15 = unix µs (first event at or after);
+//	                   beyond the tip, or absent = live from the tip at connect time
+//	maxMessageSizeBytes (alias maxSize) non-negative; events whose payload (compressed if
+//	                   compressing) is larger are skipped; 0 = no limit
+//	compress           true|false; the Socket-Encoding header containing "zstd" also turns it on
+//	zstdDictionary     the current dictionary's id (implies compression); anything else is a 400
+//	                   naming the current id
+//	requireHello       true|false; true holds the stream until the first options_update
+//
+// Empty values are ignored; for scalars the first value counts; unknown
+// parameters are ignored and counted. The query is split here, not by
+// net/url, whose parser silently drops everything above 10,000 parameters.
+// Text messages {"type":"options_update","payload":{"wantedCollections":[…],
+// "wantedDids":[…],"maxMessageSizeBytes":N}} replace the filter; other types
+// are ignored, as Jetstream does; a malformed one (bad JSON, a bad value, a
+// negative size) closes with 1008 and the reason.
+//
+// Every JSON event carries "cursor":<seq>. With compression each event is
+// one binary message holding one zstd frame (no checksum); without a
+// dictionary id the frame has no dictionary, so any decoder reads it,
+// including a Jetstream client's decoder preloaded with Jetstream's own
+// dictionary. GET /zstd-dictionary serves backstream's dictionary (header
+// X-Zstd-Dictionary-Id); it is trained deterministically from the archive's
+// first DictSamples events, so it and its id survive restarts; before the
+// archive holds that many events there is none (404).
+//
+// # Invariants kept here
+//
+//   - D2: a subscriber is one cursor, next. Below the live log's floor it
+//     reads ev/ (Store.Events) and stops at the floor it saw; at or above
+//     the floor it reads the live log, whose entries must have exactly seq
+//     next (anything else closes the connection with 1011 rather than skip
+//     or repeat). An exhausted iterator is closed and the floor re-read, not
+//     taken as caught up; iterators are reopened every 10 s so none pins old
+//     sstables. Within a connection cursors strictly increase.
+//   - D4: account, identity and sync events pass every collection filter;
+//     every kind is gated by wantedDids.
+//   - D5: as above; nothing is upgraded before the request is valid.
+//   - D6: the archive is the buffer: a subscriber that falls behind the live
+//     log reads the archive. Only one more than SlowLag events behind the
+//     tip whose cursor advanced slower than SlowRate events/s over a whole
+//     SlowWindow is closed (1008, reason too_slow, counted). The writer
+//     never waits for a subscriber; subscribers never wait for each other.
+//     Pongs are not awaited, so a busy client is never dropped for a late
+//     pong queued behind data; TCP keepalive finds dead peers, and a write
+//     that blocks wakes every WriteTick to re-apply the slow rule.
+//   - Render once: a live event's JSON and zstd frames live in its live-log
+//     memo slot (archive.LiveEntry), made by the first subscriber that
+//     needs them and shared by all. Replayed events are rendered by the
+//     subscriber reading them.
+//
+// # Output path
+//
+// Each subscriber is one goroutine that appends whole websocket frames to
+// its buffer and writes it in one call when it reaches FlushBytes or the
+// subscriber has caught up (one syscall per ~100 replayed events, one per
+// live batch). gorilla/websocket does the handshake and all reading; the
+// few frames it writes itself (handshake response, pongs, close echoes)
+// are queued whole by sockConn and sent with the next flush, so only the
+// subscriber goroutine writes to the socket.
+//
+// # Metrics
+//
+// backstream_subscribers, backstream_subscribe_events_sent_total{path=replay|live},
+// backstream_subscribe_bytes_sent_total, backstream_subscribe_disconnects_total{reason},
+// backstream_subscribe_unknown_params_total, backstream_subscribe_refused_total{reason},
+// backstream_subscribe_render_errors_total, backstream_subscribe_skipped_too_large_total,
+// backstream_live_delivery_seconds (live events: archive TimeUS, stamped
+// before the synced commit, to the socket write).
 //
 // # Wire shapes (render.go)
 //
@@ -89,7 +172,7 @@
 // # Must not
 //
 // Import indigo's events, repomgr, carstore, xrpc or api/bsky; change
-// archive.Event; render JSON anywhere but here.
+// archive.Event; render JSON anywhere but here; write to the store.
 //
 // # Tricky bits
 //
