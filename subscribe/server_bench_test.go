@@ -328,7 +328,42 @@ func BenchmarkLive(b *testing.B) {
 				b.ReportMetric(res.P99US/1000, "p99-ms")
 				b.ReportMetric(res.MaxUS/1000, "max-ms")
 				b.ReportMetric(float64(res.Bytes)/delivered, "bytes/event")
+				b.ReportMetric(histQuantile(b, h, 0.5)*1000, "hist-p50-ms")
+				b.ReportMetric(histQuantile(b, h, 0.99)*1000, "hist-p99-ms")
 			}
 		})
 	}
+}
+
+// histQuantile estimates a quantile of backstream_live_delivery_seconds
+// from its buckets (linear within a bucket), as Prometheus would.
+func histQuantile(b *testing.B, h *harness, q float64) float64 {
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "backstream_live_delivery_seconds" {
+			continue
+		}
+		hist := mf.GetMetric()[0].GetHistogram()
+		total := float64(hist.GetSampleCount())
+		if total == 0 {
+			return 0
+		}
+		rank := q * total
+		prevCount, prevBound := 0.0, 0.0
+		for _, bk := range hist.GetBucket() {
+			c := float64(bk.GetCumulativeCount())
+			if c >= rank {
+				if c == prevCount {
+					return bk.GetUpperBound()
+				}
+				return prevBound + (bk.GetUpperBound()-prevBound)*(rank-prevCount)/(c-prevCount)
+			}
+			prevCount, prevBound = c, bk.GetUpperBound()
+		}
+		return prevBound
+	}
+	return 0
 }
