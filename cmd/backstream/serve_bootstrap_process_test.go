@@ -226,7 +226,8 @@ func TestServeBootstrapSurvivesSIGKILL(t *testing.T) {
 	const deadline = 2 * time.Second
 	want := armFaults(n, 6, deadline)
 	dir := t.TempDir()
-	args := []string{"--backfill-workers", "6", "--getrepo-timeout", deadline.String(), "--backfill-memory", "64MiB"}
+	// The network sends no firehose traffic: do not wait for capture.
+	args := []string{"--backfill-workers", "6", "--getrepo-timeout", deadline.String(), "--backfill-memory", "64MiB", "--capture-wait", "100ms"}
 
 	var activeTotal int64
 	for _, o := range want {
