@@ -45,6 +45,11 @@
 //
 // # Invariants kept here
 //
+//   - D1: nothing past the writer's durable tip is sent. Pebble makes a
+//     batch visible to iterators before its WAL sync completes, so ev/ may
+//     briefly show rows a crash would take back; replay therefore never
+//     reads at or past the live log's floor, which is at most the durable
+//     tip + 1 (the live log publishes only after the sync).
 //   - D2: a subscriber is one cursor, next. Below the live log's floor it
 //     reads ev/ (Store.Events) and stops at the floor it saw; at or above
 //     the floor it reads the live log, whose entries must have exactly seq
