@@ -120,6 +120,8 @@ type Server struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	closeOnce sync.Once
+
 	mu     sync.Mutex
 	subs   map[*subscriber]struct{}
 	closed bool
@@ -161,7 +163,7 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	s.cancel()
 	s.wg.Wait()
-	s.codecs.close()
+	s.closeOnce.Do(s.codecs.close)
 	return nil
 }
 
