@@ -54,6 +54,7 @@ func serveCommand() *command {
 			fs.Int("retry-host-workers", 4, "concurrent replacements per PDS host (final host after redirects)")
 			fs.Duration("retry-interval", time.Minute, "first retry delay of a failed repo (doubles per failure, jittered)")
 			fs.Duration("retry-max-delay", 24*time.Hour, "longest retry delay of a failed repo")
+			fs.Duration("retry-scan-period", retry.DefaultScanPeriod, "pause between two passes of the retry runner over the store's due repos")
 			fs.Duration("capture-wait", lifecycle.DefaultCaptureWait, "how long bootstrap waits for the firehose's first durable event before starting anyway")
 		},
 		run: runServe,
@@ -75,6 +76,7 @@ type serveOptions struct {
 	retryHostWorkers       int
 	retryInterval          time.Duration
 	retryMaxDelay          time.Duration
+	retryScanPeriod        time.Duration
 }
 
 func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
@@ -92,8 +94,9 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 		retryHostWorkers: fs.get("retry-host-workers").(int),
 		retryInterval:    fs.get("retry-interval").(time.Duration),
 		retryMaxDelay:    fs.get("retry-max-delay").(time.Duration),
+		retryScanPeriod:  fs.get("retry-scan-period").(time.Duration),
 	}
-	if o.retryWorkers < 1 || o.retryHostWorkers < 1 || o.retryInterval <= 0 || o.retryMaxDelay < o.retryInterval {
+	if o.retryWorkers < 1 || o.retryHostWorkers < 1 || o.retryInterval <= 0 || o.retryMaxDelay < o.retryInterval || o.retryScanPeriod <= 0 {
 		return serveOptions{}, fmt.Errorf("%w: --retry-workers and --retry-host-workers must be ≥ 1, and 0 < --retry-interval ≤ --retry-max-delay", errUsage)
 	}
 	bad := func(format string, args ...any) (serveOptions, error) {
@@ -351,7 +354,7 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 	}
 	retrier, err := retry.New(retry.Config{
 		Store: store, Writer: w, Jobs: retryJobs, Workers: o.retryWorkers, HostWorkers: o.retryHostWorkers,
-		Interval: o.retryInterval, MaxDelay: o.retryMaxDelay, Metrics: retry.NewMetrics(s.reg), Logger: log.With("component", "retry"),
+		Interval: o.retryInterval, MaxDelay: o.retryMaxDelay, ScanPeriod: o.retryScanPeriod, Metrics: retry.NewMetrics(s.reg), Logger: log.With("component", "retry"),
 	})
 	if err != nil {
 		return err
