@@ -8,7 +8,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -28,6 +27,7 @@ import (
 	"github.com/backstream/backstream/lifecycle"
 	"github.com/backstream/backstream/merge"
 	"github.com/backstream/backstream/retry"
+	"github.com/backstream/backstream/subscribe"
 	"github.com/backstream/backstream/upstream"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/prometheus/client_golang/prometheus"
@@ -208,6 +208,7 @@ type server struct {
 	store *archive.Store       // nil until open
 	boot  *bootstrap.Bootstrap // nil outside bootstrap
 	state string               // what the process is doing, for /status before the store is open
+	sub   *subscribe.Server    // clients: /subscribe and the status endpoints
 	phase archive.Phase        // as the lifecycle last reported it
 }
 
@@ -225,24 +226,11 @@ func newRegistry() *prometheus.Registry {
 func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
-	mux.HandleFunc("GET /status", s.handleStatus)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		s.mu.Lock()
-		phase := s.phase
-		s.mu.Unlock()
-		if phase != archive.PhaseSteadyState {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "not serving yet: phase %s\n", phase)
-			return
-		}
-		w.Write([]byte("ok\n"))
-	})
 	// Profiles of the running process, on the operator's port like /metrics.
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	// /subscribe, /status, /healthz, /readyz, /zstd-dictionary.
+	mux.Handle("/", s.sub.Handler())
 	return mux
 }
 
@@ -252,11 +240,11 @@ func (s *server) set(f func(s *server)) {
 	s.mu.Unlock()
 }
 
-// handleStatus always answers 200 with the status report: the keys of
-// `backstream status --json`, plus the live bootstrap progress. Before the
-// store is open, or if reading it fails, the report says so in "phase" /
-// "error" rather than failing the request.
-func (s *server) handleStatus(w http.ResponseWriter, r *http.Request) {
+// statusJSON is the status report served on /status (always with 200, by
+// the subscribe server): the keys of `backstream status --json`, plus the
+// live bootstrap progress. Before the store is open, or if reading it fails,
+// the report says so in "phase" / "error" rather than failing the request.
+func (s *server) statusJSON() any {
 	s.mu.Lock()
 	store, boot, state := s.store, s.boot, s.state
 	s.mu.Unlock()
@@ -272,11 +260,14 @@ func (s *server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		p := boot.Progress()
 		rep.Bootstrap = &p
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(rep)
+	return rep
+}
+
+// ready: clients are served only in steady state.
+func (s *server) ready() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.phase == archive.PhaseSteadyState
 }
 
 func runServe(ctx context.Context, env *cmdEnv) error {
@@ -290,6 +281,11 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	s := &server{reg: newRegistry(), log: log, state: "opening"}
+	s.sub, err = subscribe.New(subscribe.Config{Ready: s.ready, StatusJSON: s.statusJSON, Metrics: subscribe.NewMetrics(s.reg), Logger: log.With("component", "subscribe")})
+	if err != nil {
+		return err
+	}
+	defer s.sub.Close() // hijacked websockets are not tracked by http.Server.Shutdown
 
 	// Answer /metrics and /status before anything slow happens.
 	ln, err := net.Listen("tcp", o.listen)
@@ -327,6 +323,7 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 		return err
 	}
 	defer w.Close()
+	s.sub.Attach(store, w)
 	client, err := upstream.New(o.relay, upstream.Options{ScratchDir: store.ScratchDir(), Metrics: upstream.NewMetrics(s.reg)})
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)

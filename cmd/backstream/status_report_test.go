@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/subscribe"
 )
 
 // seedStore writes a store with a known shape: two complete repos, one
@@ -111,6 +112,12 @@ func TestStatusHeldStore(t *testing.T) {
 // before the store is open.
 func TestServeStatusBeforeOpen(t *testing.T) {
 	s := &server{reg: newRegistry(), state: "opening"}
+	sub, err := subscribe.New(subscribe.Config{Ready: s.ready, StatusJSON: s.statusJSON})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	s.sub = sub
 	rec := httptest.NewRecorder()
 	s.handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/status", nil))
 	var r map[string]any
