@@ -194,7 +194,7 @@ func (s *Store) openPebble(opts Options) error {
 	db, err := pebble.Open(s.dir, po)
 	if err != nil {
 		s.cache.Unref()
-		if strings.Contains(err.Error(), "lock") {
+		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) || strings.Contains(err.Error(), "lock") {
 			return fmt.Errorf("archive: open %s: the store is locked — is another backstream process using this data dir? (%w)", s.dir, err)
 		}
 		return fmt.Errorf("archive: open %s: %w", s.dir, err)
