@@ -1,0 +1,112 @@
+package main
+
+// mutants is the catalogue. Each entry models one realistic single-edit bug
+// (the failure mode it stands for is its Name) and names the focused tests
+// expected to catch it. Keep the search text short but unique; when the code
+// moves, update Old (the driver reports the mutant STALE), never the code.
+var mutants = []Mutant{
+	{
+		ID: "m01", Invariant: "D3 M3",
+		Name: "ratchet keeps rows at rev = the archived rev",
+		File: "archive/writer.go",
+		Old:  "st.keep[i] = ev.Rev > cur ||",
+		New:  "st.keep[i] = ev.Rev >= cur ||",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestRatchet$"},
+		},
+	},
+	{
+		ID: "m02", Invariant: "R6 R5",
+		Name: "listRepos checkpoint passes a page whose repos are not durably terminal",
+		File: "bootstrap/watermark.go",
+		Old:  "for len(w.pages) > 0 && w.pages[0].remaining == 0 {",
+		New:  "for len(w.pages) > 0 && w.pages[0].remaining >= 0 {",
+		Tests: []Test{
+			{Pkg: "./bootstrap", Run: "^(TestWatermark|TestWatermarkPartialCoverage)$"},
+			{Pkg: "./bootstrap", Run: "^TestCheckpointNeverPassesNonTerminal$"},
+		},
+	},
+	{
+		ID: "m03", Invariant: "C1",
+		Name: "capture cursor written in a separate unit (batch) from its rows",
+		File: "firehose/consumer.go",
+		Old:  "\tif err := c.submit(ctx, u); err != nil {\n",
+		New: "\tcu := &archive.Unit{Puts: u.Puts}\n\tu.Puts = nil\n" +
+			"\tif err := c.submit(ctx, cu); err != nil {\n\t\treturn err\n\t}\n" +
+			"\tif err := c.submit(ctx, u); err != nil {\n",
+		Tests: []Test{
+			{Pkg: "./firehose", Run: "^TestUnitCarriesCursor$"},
+		},
+	},
+	{
+		ID: "m04", Invariant: "M1",
+		Name: "bootstrap dispatches before capture's cursor is durable (wait skipped)",
+		File: "lifecycle/runner.go",
+		Old:  "\tt := time.NewTimer(r.cfg.CaptureWait)\n",
+		New:  "\tif r.facts.CaptureReady = true; true {\n\t\treturn nil\n\t}\n\tt := time.NewTimer(r.cfg.CaptureWait)\n",
+		Tests: []Test{
+			{Pkg: "./lifecycle", Run: "^TestNoGetRepoBeforeCaptureCursor$"},
+		},
+	},
+	{
+		ID: "m05", Invariant: "S9 S5",
+		Name: "a replacement is applied over newer data (stale-snapshot refusal disabled)",
+		File: "archive/writer.go",
+		Old:  "if cur > u.Replace.Rev {",
+		New:  "if false && cur > u.Replace.Rev {",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestReplacement$"},
+			{Pkg: "./retry", Run: "^TestLiveCommitBetweenFetchAndSubmit$"},
+		},
+	},
+	{
+		ID: "m06", Invariant: "S2",
+		Name: "retry ignores the per-host gate",
+		File: "retry/sched.go",
+		Old:  "\treturn s.hostWorkers\n",
+		New:  "\treturn s.workers\n",
+		Tests: []Test{
+			{Pkg: "./retry", Run: "^TestHostGate$"},
+		},
+	},
+	{
+		ID: "m07", Invariant: "S1",
+		Name: "reconnect resumes from the durable cursor instead of the last accepted seq",
+		File: "firehose/consumer.go",
+		Old:  "\tv := c.last\n",
+		New:  "\tv := c.lastDurable.Load()\n",
+		Tests: []Test{
+			{Pkg: "./firehose", Run: "^TestRunResumesFromLastAccepted$"},
+		},
+	},
+	{
+		ID: "m08", Invariant: "D1",
+		Name: "writer commits without sync",
+		File: "archive/writer.go",
+		Old:  "return b.Commit(pebble.Sync)",
+		New:  "return b.Commit(pebble.NoSync)",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestWriterPowerLoss$"},
+		},
+	},
+	{
+		ID: "m09", Invariant: "M3 M4",
+		Name: "merge splits one upstream event's rows across units",
+		File: "merge/walker.go",
+		Old:  "if len(unit) >= cfg.MaxRows && (ev.UpstreamSeq != lastUp || ev.UpstreamSeq == 0) {",
+		New:  "if len(unit) >= cfg.MaxRows {",
+		Tests: []Test{
+			{Pkg: "./merge", Run: "^TestMergeKeptDroppedMatrix$"},
+		},
+	},
+	{
+		ID: "m10", Invariant: "C5",
+		Name: "startup guard ignores data without identity",
+		File: "archive/store.go",
+		Old:  "\tif found != \"\" {\n",
+		New:  "\tif false && found != \"\" {\n",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestGuardRefusesDataWithoutIdentity$"},
+		},
+	},
+}
