@@ -230,9 +230,16 @@ func baseName(p string) string {
 
 // IsolateKey rewrites key (with its current value) into an sstable of its
 // own in the store under dataDir, and returns that file's path: failing the
-// reads of that file then fails exactly the reads of key. The store must not
-// be open. The key must exist.
-func IsolateKey(fs vfs.FS, dataDir string, key []byte) (string, error) {
+// reads of that file then fails the reads of key. The store must not be
+// open. The key must exist.
+//
+// Pebble's point read of a smaller key may still touch the file (its
+// filter) when no file of the same level holds that key: a Get of
+// meta/phase can reach a file holding only repo/<did>. The shield keys (each
+// present in the store) are therefore rewritten, after the isolated key,
+// into a newer file, where their reads stop. Pass the keys an operation
+// reads before the one under test.
+func IsolateKey(fs vfs.FS, dataDir string, key []byte, shield ...[]byte) (string, error) {
 	dir := fs.PathJoin(dataDir, StoreDir)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	db, err := pebble.Open(dir, &pebble.Options{
@@ -262,6 +269,22 @@ func IsolateKey(fs vfs.FS, dataDir string, key []byte) (string, error) {
 	}
 	if err := db.Flush(); err != nil {
 		return "", fmt.Errorf("archive: isolate %q: flush: %w", key, err)
+	}
+	for _, k := range shield {
+		v, closer, err := db.Get(k)
+		if err != nil {
+			return "", fmt.Errorf("archive: isolate %q: shield %q: %w", key, k, err)
+		}
+		err = db.Set(k, append([]byte(nil), v...), pebble.Sync)
+		closer.Close()
+		if err != nil {
+			return "", fmt.Errorf("archive: isolate %q: shield %q: %w", key, k, err)
+		}
+	}
+	if len(shield) > 0 {
+		if err := db.Flush(); err != nil {
+			return "", fmt.Errorf("archive: isolate %q: flush: %w", key, err)
+		}
 	}
 	levels, err := db.SSTables()
 	if err != nil {
