@@ -151,6 +151,7 @@ type ReadFault struct {
 	armed bool
 	files map[string]bool // base names; nil = every sstable
 	from  int64           // 0: every read; n: reads from the n-th on
+	only  bool            // only the from-th read fails
 	err   error
 
 	reads atomic.Int64 // sstable reads seen while armed
@@ -178,9 +179,19 @@ func (f *ReadFault) FailFiles(paths ...string) {
 // an operation as its first failing read.
 func (f *ReadFault) FailFromNth(n int) { f.arm(nil, int64(n)) }
 
+// FailNth arms the injector so that only the n-th sstable read (1-based,
+// counted from now) fails: a transient error. An operation that swallows it
+// shows up as a success with the fault fired.
+func (f *ReadFault) FailNth(n int) {
+	f.arm(nil, int64(n))
+	f.mu.Lock()
+	f.only = true
+	f.mu.Unlock()
+}
+
 func (f *ReadFault) arm(files map[string]bool, from int64) {
 	f.mu.Lock()
-	f.armed, f.files, f.from = true, files, from
+	f.armed, f.files, f.from, f.only = true, files, from, false
 	f.reads.Store(0)
 	f.fired.Store(0)
 	f.mu.Unlock()
@@ -205,7 +216,7 @@ func (f *ReadFault) MaybeError(op errorfs.Op, path string) error {
 		return nil
 	}
 	f.mu.Lock()
-	armed, files, from, err := f.armed, f.files, f.from, f.err
+	armed, files, from, only, err := f.armed, f.files, f.from, f.only, f.err
 	f.mu.Unlock()
 	if !armed {
 		return nil
@@ -214,7 +225,7 @@ func (f *ReadFault) MaybeError(op errorfs.Op, path string) error {
 		return nil
 	}
 	n := f.reads.Add(1)
-	if from > 0 && n < from {
+	if from > 0 && (n < from || (only && n > from)) {
 		return nil
 	}
 	f.fired.Add(1)

@@ -255,10 +255,10 @@ func TestReadFaultPerKey(t *testing.T) {
 }
 
 // TestReadFaultSweepStartup (C2, C5): every sstable read of a restart — the
-// startup guard, the writer's tip and counts, the cursors — is made the
-// first failing one in turn (every later read fails too: a disk gone bad).
-// Each run either fails with ErrRead or, once the fault no longer fires,
-// succeeds with the right values; never a success with a default.
+// startup guard, the writer's tip and counts, the cursors — fails in turn,
+// alone (transient) or with every later read (sticky: a disk gone bad).
+// Each run either fails carrying the read error or, once the fault no longer
+// fires, succeeds with the right values; never a success with a default.
 func TestReadFaultSweepStartup(t *testing.T) {
 	mem := vfs.NewMem()
 	buildFaultStore(t, mem)
@@ -287,29 +287,37 @@ func TestReadFaultSweepStartup(t *testing.T) {
 		}
 		return nil
 	}
-	n := 1
-	for ; n < 500; n++ {
-		inj := NewReadFault()
-		inj.FailFromNth(n)
-		err := restart(errorfs.Wrap(mem, inj))
-		inj.Disarm()
-		if inj.Fired() == 0 {
-			if err != nil {
-				t.Fatalf("n=%d: no fault fired, yet: %v", n, err)
+	for _, mode := range []string{"transient", "sticky"} {
+		t.Run(mode, func(t *testing.T) {
+			n := 1
+			for ; n < 500; n++ {
+				inj := NewReadFault()
+				if mode == "sticky" {
+					inj.FailFromNth(n)
+				} else {
+					inj.FailNth(n)
+				}
+				err := restart(errorfs.Wrap(mem, inj))
+				inj.Disarm()
+				if inj.Fired() == 0 {
+					if err != nil {
+						t.Fatalf("n=%d: no fault fired, yet: %v", n, err)
+					}
+					break
+				}
+				if err == nil {
+					t.Fatalf("n=%d: read %d failed and the restart succeeded", n, n)
+				}
+				if !errors.Is(err, ErrInjected) {
+					t.Fatalf("n=%d: %v; want the read failure", n, err)
+				}
 			}
-			break
-		}
-		if err == nil {
-			t.Fatalf("n=%d: %d reads failed and the restart succeeded", n, inj.Fired())
-		}
-		if !errors.Is(err, ErrRead) {
-			t.Fatalf("n=%d: %v; want ErrRead", n, err)
-		}
+			if n < 5 {
+				t.Fatalf("sweep ended after %d reads: the restart barely read the store", n-1)
+			}
+			t.Logf("swept %d sstable reads of a restart", n-1)
+		})
 	}
-	if n < 5 {
-		t.Fatalf("sweep ended after %d reads: the restart barely read the store", n-1)
-	}
-	t.Logf("swept %d sstable reads of a restart", n-1)
 }
 
 // TestMalformedPerKey (C2): a present but undecodable value of each key is

@@ -154,8 +154,8 @@ func outcomeOf(t *testing.T, mem vfs.FS) string {
 
 // TestWalkReadFaultSweep (M2, M4, C2): every sstable read of a walk — the
 // merge cursor, the capture log, the ratchets and repo states the writer
-// consults — is made the first failing one in turn (and every later read
-// fails too). Each walk either stops with an error or, once the fault no
+// consults — fails in turn, alone (transient) or with every later read
+// (sticky). Each walk either stops with an error or, once the fault no
 // longer fires, finishes; never a walk that "finishes" over an unreadable
 // capture. A restarted walk without the fault then converges to exactly
 // the archive of a fault-free walk: no row twice, none lost (M4).
@@ -169,36 +169,46 @@ func TestWalkReadFaultSweep(t *testing.T) {
 	}
 	want := outcomeOf(t, refFS)
 
-	n := 1
-	for ; n < 2000; n++ {
-		mem := vfs.NewMem()
-		copyFS(t, base, mem)
-		inj := archive.NewReadFault()
-		_, err := walkOnce(t, errorfs.Wrap(mem, inj), func() { inj.FailFromNth(n) })
-		inj.Disarm()
-		if inj.Fired() == 0 {
-			if err != nil {
-				t.Fatalf("n=%d: no fault fired, yet: %v", n, err)
+	for _, mode := range []string{"transient", "sticky"} {
+		t.Run(mode, func(t *testing.T) {
+			n := 1
+			for ; n < 2000; n++ {
+				mem := vfs.NewMem()
+				copyFS(t, base, mem)
+				inj := archive.NewReadFault()
+				_, err := walkOnce(t, errorfs.Wrap(mem, inj), func() {
+					if mode == "sticky" {
+						inj.FailFromNth(n)
+					} else {
+						inj.FailNth(n)
+					}
+				})
+				inj.Disarm()
+				if inj.Fired() == 0 {
+					if err != nil {
+						t.Fatalf("n=%d: no fault fired, yet: %v", n, err)
+					}
+					break
+				}
+				if err == nil {
+					t.Fatalf("n=%d: read %d failed and the walk reported success", n, n)
+				}
+				if !errors.Is(err, archive.ErrInjected) {
+					t.Fatalf("n=%d: %v: the error does not carry the read failure", n, err)
+				}
+				if _, err := walkOnce(t, mem, func() {}); err != nil {
+					t.Fatalf("n=%d: restarted walk: %v", n, err)
+				}
+				if got := outcomeOf(t, mem); got != want {
+					t.Fatalf("n=%d: after the restart the archive differs from a fault-free walk:\n got %s\nwant %s", n, got, want)
+				}
 			}
-			break
-		}
-		if err == nil {
-			t.Fatalf("n=%d: %d reads failed and the walk reported success", n, inj.Fired())
-		}
-		if !errors.Is(err, archive.ErrInjected) {
-			t.Fatalf("n=%d: %v: the error does not carry the read failure", n, err)
-		}
-		if _, err := walkOnce(t, mem, func() {}); err != nil {
-			t.Fatalf("n=%d: restarted walk: %v", n, err)
-		}
-		if got := outcomeOf(t, mem); got != want {
-			t.Fatalf("n=%d: after the restart the archive differs from a fault-free walk:\n got %s\nwant %s", n, got, want)
-		}
+			if n < 10 {
+				t.Fatalf("sweep ended after %d reads: the walk barely read the store", n)
+			}
+			t.Logf("swept %d sstable reads of a walk", n-1)
+		})
 	}
-	if n < 10 {
-		t.Fatalf("sweep ended after %d reads: the walk barely read the store", n)
-	}
-	t.Logf("swept %d sstable reads of a walk", n-1)
 }
 
 // copyFS copies every file under /data from src to dst.
