@@ -49,3 +49,17 @@ demo: build
 
 clean:
 	rm -rf bin
+
+# promtool over a live /metrics, deploy/prometheus.yml and deploy/alerts.yml
+# (check + unit tests). Installs Debian's `prometheus` package (promtool) if
+# missing. Not part of `make test`.
+check-metrics: build
+	BIN=$(BIN) ./deploy/check-metrics.sh
+
+# The system benchmark: devnet and serve as separate processes, CPU and RSS
+# of serve alone, medians of RUNS runs per shape (SHAPES=2000x200,20000x50),
+# JSON in bench/results/. `make bench` stays the Go micro-benchmarks.
+bench-system:
+	BIN=$(BIN) ./scripts/bench.sh
+
+.PHONY: check-metrics bench-system
