@@ -16,6 +16,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/upstream"
 )
 
@@ -69,6 +70,9 @@ type Config struct {
 	Logger      *slog.Logger
 	// Now is the clock for side effects' NextAttemptUS (default time.Now).
 	Now func() time.Time
+	// Crash, when armed (tests), kills the process right after a live
+	// unit is durable (crashpoint.LiveBatch). Nil in production.
+	Crash *crashpoint.Set
 }
 
 // Consumer reads subscribeRepos and submits one archive.Unit per frame. Run
@@ -204,6 +208,9 @@ func (c *Consumer) collect() {
 			c.m.durable(seq)
 		}
 		c.startedOnce.Do(func() { close(c.started) })
+		if c.cfg.Mode == ModeLive {
+			c.cfg.Crash.Hit(crashpoint.LiveBatch) // live rows with cursor/relay are durable
+		}
 	}
 	clear(c.rcpt)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/upstream"
 )
 
@@ -82,6 +83,7 @@ func (r *runner) discover(ctx context.Context) error {
 				if rc.Refused != nil {
 					return rc.Refused
 				}
+				r.cfg.Crash.Hit(crashpoint.DiscoveryPage)
 			}
 		case <-r.cfg.Writer.Done():
 			return r.cfg.Writer.Err()

@@ -25,8 +25,8 @@ import (
 // (each run must die there), then a clean run converges. pending-replaced
 // needs pending repos, which a kill mid-repo (repo-chunk) creates.
 var crashChains = [][]string{
-	{crashpoint.RepoComplete + ":5"}, // M1: right after the first completions, under live traffic
-	{crashpoint.MergingCommitted},    // C3
+	{crashpoint.RepoComplete},     // M1: right after the first completion, under live traffic
+	{crashpoint.MergingCommitted}, // C3
 	{crashpoint.CaptureStarted},
 	{crashpoint.BootstrapEnqueued},
 	{crashpoint.RepoChunk},
@@ -34,6 +34,8 @@ var crashChains = [][]string{
 	{crashpoint.MergeBatch},
 	{crashpoint.RepoChunk + ":2", crashpoint.PendingReplaced},
 	{crashpoint.SteadyCommitted}, // C4, M7
+	{crashpoint.DiscoveryPage},
+	{crashpoint.LiveBatch + ":50"}, // D1: mid-stream in steady state
 }
 
 func TestLifecycleCrashPoints(t *testing.T) {
