@@ -104,13 +104,13 @@ func TestLifecycleCommitFaults(t *testing.T) {
 		prefix string
 		n      int
 	}{
-		{"cursor/relay", 1},         // capture's first unit: its start cursor
-		{"cursor/relay", 40},        // capture under way
-		{"cursor/listrepos", 1},     // bootstrap's first checkpoint
-		{"repo/", 10},               // a completion
-		{"meta/phase", 1},           // phase=merging (C3)
-		{"cursor/merge", 2},         // a merge batch (M4)
-		{"meta/phase", 2},           // the cleanup batch (M7, C4)
+		{"cursor/relay", 1},     // capture's first unit: its start cursor
+		{"cursor/relay", 40},    // capture under way
+		{"cursor/listrepos", 1}, // bootstrap's first checkpoint
+		{"repo/", 10},           // a completion
+		{"meta/phase", 1},       // phase=merging (C3)
+		{"cursor/merge", 1},     // the merge batch (M4; small worlds merge in one unit)
+		{"meta/phase", 2},       // the cleanup batch (M7, C4)
 	} {
 		t.Run(fmt.Sprintf("%s#%d", tc.prefix, tc.n), func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
