@@ -138,3 +138,70 @@ func statusOf(t *testing.T, dir string) (*statusReport, error) {
 	}
 	return r, nil
 }
+
+// TestLifecycleEndToEnd2000 is issue 5's process-level end-to-end: a
+// simulated network of 2,000 accounts with continuous basic traffic at 200
+// events/s; backstream from an empty store to steady state; traffic stops;
+// backstream catches up with the relay's last seq; the archive folds to the
+// network's current records for every active account. It logs the time to
+// steady state and the merge duration.
+func TestLifecycleEndToEnd2000(t *testing.T) {
+	if testing.Short() {
+		t.Skip("2,000-account process end-to-end: make test-long")
+	}
+	bin := buildBinary(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	net, err := oracle.Start(ctx, oracle.Config{Accounts: 2000, RecordsMean: 20, Hosts: 4, Rate: 200, Events: 8000, Traffic: oracle.TrafficBasic, Seed: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer net.Close()
+	dir := t.TempDir()
+	start := time.Now()
+	p := startServe(t, bin, net.RelayURL(), dir, "--retry-interval", "500ms", "--retry-max-delay", "2s", "--retry-scan-period", "500ms")
+	rep := waitSteady(t, p, 3*time.Minute)
+	steadyAfter := time.Since(start)
+	deadline := time.Now().Add(5 * time.Minute)
+	var caughtUp time.Time
+	for {
+		r, ok := p.status()
+		st := net.Status()
+		if ok && st.Done && r.Cursors.Relay != nil && *r.Cursors.Relay == uint64(st.Seq) {
+			if caughtUp.IsZero() {
+				caughtUp = time.Now()
+			}
+			if time.Since(caughtUp) > 3*time.Second {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no catch-up: %+v relay %+v", r, st)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var merge time.Duration
+	if rep.BackfillCompletedAt != nil && rep.PhaseEnteredAt != nil {
+		merge = rep.PhaseEnteredAt.Sub(*rep.BackfillCompletedAt)
+	}
+	var bootstrap time.Duration
+	if rep.BackfillCompletedAt != nil && rep.BackfillStartedAt != nil {
+		bootstrap = rep.BackfillCompletedAt.Sub(*rep.BackfillStartedAt)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-p.done; err != nil {
+		t.Fatalf("SIGTERM: %v\n%s", err, p.tail())
+	}
+	s := readStore(t, dir)
+	defer s.Close()
+	fold, stats, err := check.Archive(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked, bad := check.Compare(fold, net.World(), nil)
+	if len(bad) > 0 {
+		t.Fatalf("%d of %d accounts differ:\n%s", len(bad), checked, check.Describe(bad, 10))
+	}
+	t.Logf("2,000 accounts, basic traffic at 200/s: steady state after %v (bootstrap %v, merge %v); caught up with relay seq %d; %d events; fold = ground truth for %d accounts",
+		steadyAfter.Round(time.Millisecond), bootstrap.Round(time.Millisecond), merge.Round(time.Millisecond), net.Status().Seq, stats.Events, checked)
+}
