@@ -26,6 +26,7 @@ import (
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/lifecycle"
 	"github.com/backstream/backstream/merge"
+	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/retry"
 	"github.com/backstream/backstream/subscribe"
 	"github.com/backstream/backstream/upstream"
@@ -55,6 +56,10 @@ func serveCommand() *command {
 			fs.Duration("retry-interval", time.Minute, "first retry delay of a failed repo (doubles per failure, jittered)")
 			fs.Duration("retry-max-delay", 24*time.Hour, "longest retry delay of a failed repo")
 			fs.Duration("retry-scan-period", retry.DefaultScanPeriod, "pause between two passes of the retry runner over the store's due repos")
+			fs.Bool("devnet", false, "demo mode: run a simulated atproto network in-process on --devnet-listen and follow it (ignores --relay)")
+			fs.String("devnet-listen", "127.0.0.1:7777", "with --devnet: the simulated relay's listen address")
+			fs.Int("devnet-accounts", 3000, "with --devnet: accounts in the simulated network")
+			fs.Float64("devnet-rate", 50, "with --devnet: live events per second")
 			fs.Duration("capture-wait", lifecycle.DefaultCaptureWait, "how long bootstrap waits for the firehose's first durable event before starting anyway")
 		},
 		run: runServe,
@@ -301,6 +306,23 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 		_ = srv.Shutdown(shutdown)
 	}()
 	log.Info("serving", "listen", ln.Addr().String(), "data_dir", o.dataDir)
+
+	if env.fs.get("devnet").(bool) {
+		// Demo mode: the simulated network of package oracle, in-process.
+		log.Info("building the simulated network (--devnet)", "accounts", env.fs.get("devnet-accounts"))
+		net, err := oracle.Start(ctx, oracle.Config{
+			Listen: env.fs.str("devnet-listen"), Accounts: env.fs.get("devnet-accounts").(int),
+			Rate: env.fs.get("devnet-rate").(float64), Logger: log.With("component", "devnet"),
+		})
+		if err != nil {
+			return fmt.Errorf("%w: --devnet: %v", errUsage, err)
+		}
+		defer net.Close()
+		o.relay = net.RelayURL()
+		u, _ := url.Parse(o.relay)
+		o.relayHost = strings.ToLower(u.Host)
+		log.Info("simulated network up", "relay", o.relay)
+	}
 
 	store, err := archive.Open(o.dataDir, archive.Options{Logger: log})
 	if err != nil {
