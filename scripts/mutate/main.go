@@ -384,8 +384,8 @@ func main() {
 	}
 }
 
-func runMutant(g *guard, root string, m *Mutant) Result {
-	r := Result{M: m}
+func runMutant(g *guard, root string, m *Mutant) (r Result) {
+	r.M = m
 	start := time.Now()
 	defer func() { r.Took = time.Since(start) }()
 	path := filepath.Join(root, m.File)
@@ -430,7 +430,6 @@ func runMutant(g *guard, root string, m *Mutant) Result {
 			}
 		}
 	}
-	r.Took = time.Since(start)
 	return r
 }
 

@@ -94,7 +94,7 @@ var mutants = []Mutant{
 		Name: "merge splits one upstream event's rows across units",
 		File: "merge/walker.go",
 		Old:  "if len(unit) >= cfg.MaxRows && (ev.UpstreamSeq != lastUp || ev.UpstreamSeq == 0) {",
-		New:  "if len(unit) >= cfg.MaxRows {",
+		New:  "if len(unit) >= cfg.MaxRows && (ev.UpstreamSeq != lastUp || true) {",
 		Tests: []Test{
 			{Pkg: "./merge", Run: "^TestMergeKeptDroppedMatrix$"},
 		},
@@ -107,6 +107,71 @@ var mutants = []Mutant{
 		New:  "\tif false && found != \"\" {\n",
 		Tests: []Test{
 			{Pkg: "./archive", Run: "^TestGuardRefusesDataWithoutIdentity$"},
+		},
+	},
+	// Beyond the list: storage-fault handling (item 3) and two
+	// upstream families (§8.4: merge cursor off by one, delete mapped to
+	// update).
+	{
+		ID: "m11", Invariant: "M4",
+		Name: "merge resumes at cursor/merge instead of after it (a row merged twice)",
+		File: "merge/walker.go",
+		Old:  "it, err := cfg.Store.Captured(from + 1)",
+		New:  "it, err := cfg.Store.Captured(from)",
+		Tests: []Test{
+			{Pkg: "./merge", Run: "^TestMergeResumes$"},
+		},
+	},
+	{
+		ID: "m12", Invariant: "C2",
+		Name: "a store read error is reported as an absent key",
+		File: "archive/read.go",
+		Old:  "return zero, &KeyError{Key: string(key), Kind: ErrRead, Err: err}",
+		New:  "return zero, &KeyError{Key: string(key), Kind: ErrNotFound}",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^(TestReadFaultPerKey|TestPhaseReadError)$"},
+		},
+	},
+	{
+		ID: "m13", Invariant: "S6 S3",
+		Name: "retry's repo/ scan swallows an iterator error (a pass ends \"nothing due\")",
+		File: "retry/scan.go",
+		Old: "\tif err := it.Error(); err != nil {\n\t\t_ = it.Close()\n\t\treturn p, &archive.KeyError{Key: \"repo/<scan>\", Kind: archive.ErrRead, Err: err}\n\t}\n" +
+			"\tif err := it.Close(); err != nil {\n",
+		New: "\tif err := it.Error(); false && err != nil {\n\t\t_ = it.Close()\n\t\treturn p, &archive.KeyError{Key: \"repo/<scan>\", Kind: archive.ErrRead, Err: err}\n\t}\n" +
+			"\tif err := it.Close(); false && err != nil {\n",
+		Tests: []Test{
+			{Pkg: "./retry", Run: "^TestRetryReadFaultSweep$"},
+		},
+	},
+	{
+		ID: "m14", Invariant: "M2 M4",
+		Name: "the merge walk swallows a capture read error (merging \"finishes\" early)",
+		File: "merge/walker.go",
+		Old:  "\tif err := it.Err(); err != nil {\n\t\treturn st, fmt.Errorf(\"merge: read capture: %w\", err)",
+		New:  "\tif err := it.Err(); false && err != nil {\n\t\treturn st, fmt.Errorf(\"merge: read capture: %w\", err)",
+		Tests: []Test{
+			{Pkg: "./merge", Run: "^TestWalkReadFaultSweep$"},
+		},
+	},
+	{
+		ID: "m15", Invariant: "C2 S1",
+		Name: "an unreadable cursor/relay is taken as absent (live consumer starts at the tip)",
+		File: "lifecycle/runner.go",
+		Old:  "\tc, err := r.cfg.Store.RelayCursor()\n\tif errors.Is(err, archive.ErrNotFound) {\n",
+		New:  "\tc, err := r.cfg.Store.RelayCursor()\n\tif err != nil {\n",
+		Tests: []Test{
+			{Pkg: "./lifecycle", Run: "^TestRunReadFaults$"},
+		},
+	},
+	{
+		ID: "m16", Invariant: "S1 D7",
+		Name: "a live delete is archived as an update",
+		File: "firehose/frame.go",
+		Old:  "\t\tcase upstream.ActionDelete:\n\t\t\tev.Kind = archive.KindDelete\n",
+		New:  "\t\tcase upstream.ActionDelete:\n\t\t\tev.Kind = archive.KindUpdate\n",
+		Tests: []Test{
+			{Pkg: "./firehose", Run: "^(TestHandleEveryKind|TestOracleFold)$"},
 		},
 	},
 }
