@@ -1,0 +1,442 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/atdata"
+	"github.com/ipfs/go-cid"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/subscribe"
+)
+
+// tailServer is a real store, writer and subscribe.Server behind a real
+// HTTP server on 127.0.0.1; restart closes it all and reopens the same
+// store on the same address.
+type tailServer struct {
+	t      *testing.T
+	dir    string
+	addr   string
+	store  *archive.Store
+	w      *archive.Writer
+	srv    *subscribe.Server
+	hs     *httptest.Server
+	ready  atomic.Bool
+	phase  string
+	mu     sync.Mutex
+	hdrs   []http.Header // the request headers of every /subscribe, in order
+	n      int           // events committed
+	closed bool
+}
+
+var tailQuiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func newTailServer(t *testing.T) *tailServer {
+	t.Helper()
+	s := &tailServer{t: t, dir: t.TempDir(), addr: "127.0.0.1:0", phase: "steady_state"}
+	s.ready.Store(true)
+	s.start()
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *tailServer) start() {
+	t := s.t
+	t.Helper()
+	var err error
+	if s.store, err = archive.Open(s.dir, archive.Options{Logger: tailQuiet, CacheSize: 8 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if s.w, err = archive.NewWriter(s.store, archive.WriterOptions{Logger: tailQuiet}); err != nil {
+		t.Fatal(err)
+	}
+	s.srv, err = subscribe.New(subscribe.Config{
+		Store: s.store, Writer: s.w, Logger: tailQuiet,
+		Ready:      s.ready.Load,
+		StatusJSON: func() any { return map[string]any{"phase": s.getPhase()} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.addr = ln.Addr().String()
+	h := s.srv.Handler()
+	s.hs = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.hdrs = append(s.hdrs, r.Header.Clone())
+		s.mu.Unlock()
+		h.ServeHTTP(w, r)
+	}))
+	s.hs.Listener.Close()
+	s.hs.Listener = ln
+	s.hs.Start()
+	s.closed = false
+}
+
+func (s *tailServer) stop() {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	s.hs.CloseClientConnections()
+	s.srv.Close()
+	s.hs.Close()
+	s.w.Close()
+	s.store.Close()
+}
+
+func (s *tailServer) setPhase(p string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.phase = p
+}
+
+func (s *tailServer) getPhase() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.phase
+}
+
+func (s *tailServer) requests() []http.Header {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]http.Header(nil), s.hdrs...)
+}
+
+// commit makes n events durable: creates of posts and likes, alternating.
+func (s *tailServer) commit(n int) {
+	s.t.Helper()
+	evs := make([]archive.Event, n)
+	for i := range evs {
+		coll := []string{"app.bsky.feed.post", "app.bsky.feed.like"}[i%2]
+		rec, err := atdata.MarshalCBOR(map[string]any{"$type": coll, "text": "hello & <bye>", "createdAt": "2024-11-05T10:11:12.345Z"})
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		c, err := cid.NewPrefixV1(cid.DagCBOR, 0x12).Sum(rec)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		s.n++ // revs increase, or the writer drops the event as stale
+		evs[i] = archive.Event{Kind: archive.KindCreate, DID: "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa", Collection: coll,
+			RKey: fmt.Sprintf("3k%011d", s.n), Rev: fmt.Sprintf("3l%011d", s.n), CID: c.Bytes(), Record: rec,
+			Source: archive.SourceLive, UpstreamSeq: int64(s.n)}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if r, err := s.w.Apply(ctx, &archive.Unit{Events: evs}); err != nil || r.Kept != n {
+		s.t.Fatalf("commit: %+v, %v", r, err)
+	}
+}
+
+// syncBuffer is an io.Writer safe to read while tail writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// tailCLI runs `backstream tail args...` through run.
+func tailCLI(t *testing.T, ctx context.Context, args ...string) (int, string, string) {
+	t.Helper()
+	registered := false
+	for _, c := range commands() {
+		registered = registered || c.name == "tail"
+	}
+	if !registered {
+		t.Fatal("tail is not a subcommand: add tailCommand() to commands() in main.go")
+	}
+	var out, errb syncBuffer
+	code := run(ctx, append([]string{"tail"}, args...), nil, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+type tailLine struct {
+	DID    string `json:"did"`
+	Cursor uint64 `json:"cursor"`
+	Kind   string `json:"kind"`
+	Commit *struct {
+		Collection string `json:"collection"`
+		Operation  string `json:"operation"`
+	} `json:"commit"`
+}
+
+// tailLines parses stdout: one JSON event per line.
+func tailLines(t *testing.T, out string) []tailLine {
+	t.Helper()
+	var got []tailLine
+	for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		if l == "" {
+			continue
+		}
+		var ev tailLine
+		if err := json.Unmarshal([]byte(l), &ev); err != nil {
+			t.Fatalf("line %q is not JSON: %v", l, err)
+		}
+		got = append(got, ev)
+	}
+	return got
+}
+
+func cursorsOf(lines []tailLine) []uint64 {
+	var c []uint64
+	for _, l := range lines {
+		c = append(c, l.Cursor)
+	}
+	return c
+}
+
+func wantCursors(t *testing.T, lines []tailLine, want ...uint64) {
+	t.Helper()
+	got := cursorsOf(lines)
+	if len(got) != len(want) {
+		t.Fatalf("cursors %v, want %v", got, want)
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("cursors %v, want %v", got, want)
+		}
+	}
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestTailPrintsEventsThenStopsAtLimit(t *testing.T) {
+	s := newTailServer(t)
+	s.commit(5)
+	code, out, errOut := tailCLI(t, testCtx(t), "--url", "http://"+s.addr, "--cursor", "0", "--limit", "3")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := tailLines(t, out)
+	wantCursors(t, lines, 1, 2, 3)
+	for _, l := range lines {
+		if l.Kind != "commit" || l.Commit == nil || l.Commit.Operation != "create" || l.DID != "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa" {
+			t.Fatalf("line %+v is not the committed event", l)
+		}
+	}
+	if strings.Count(out, "\n") != 3 {
+		t.Fatalf("want exactly 3 newline-terminated lines:\n%s", out)
+	}
+	// From a later cursor, filtered by collection: only likes (seqs 2, 4).
+	code, out, errOut = tailCLI(t, testCtx(t), "--url", "ws://"+s.addr+"/subscribe", "--cursor", "2",
+		"--collection", "app.bsky.feed.like", "--limit", "2")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines = tailLines(t, out)
+	wantCursors(t, lines, 2, 4)
+	for _, l := range lines {
+		if l.Commit.Collection != "app.bsky.feed.like" {
+			t.Fatalf("collection filter not applied: %+v", l.Commit)
+		}
+	}
+}
+
+func TestTailCompressedReadsTheSameLines(t *testing.T) {
+	s := newTailServer(t)
+	s.commit(4)
+	_, plain, _ := tailCLI(t, testCtx(t), "--url", s.addr, "--cursor", "0", "--limit", "4")
+	code, zout, errOut := tailCLI(t, testCtx(t), "--url", s.addr, "--cursor", "0", "--limit", "4", "--compress")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	wantCursors(t, tailLines(t, zout), 1, 2, 3, 4)
+	if zout != plain {
+		t.Fatalf("compressed output differs:\n%s\nplain:\n%s", zout, plain)
+	}
+	reqs := s.requests()
+	if len(reqs) != 2 || reqs[0].Get("Socket-Encoding") != "" || reqs[1].Get("Socket-Encoding") != "zstd" {
+		t.Fatalf("Socket-Encoding of the two requests: %v", reqs)
+	}
+}
+
+func TestTailBadParameterIsUsageError(t *testing.T) {
+	s := newTailServer(t)
+	code, out, errOut := tailCLI(t, testCtx(t), "--url", "http://"+s.addr, "--collection", "app.bsky.feed.post,not a nsid!")
+	if code != 2 {
+		t.Fatalf("exit %d, want 2: %s", code, errOut)
+	}
+	if out != "" {
+		t.Fatalf("stdout: %q", out)
+	}
+	for _, want := range []string{`"error":"InvalidParameter"`, `"param":"wantedCollections"`, `wantedCollections: \"not a nsid!\" is not a valid NSID`, "(400)"} {
+		if !strings.Contains(errOut, want) {
+			t.Fatalf("stderr lacks %s:\n%s", want, errOut)
+		}
+	}
+}
+
+func TestTailNotReadyExitsOneNamingThePhase(t *testing.T) {
+	s := newTailServer(t)
+	s.ready.Store(false)
+	s.setPhase("bootstrapping")
+	code, out, errOut := tailCLI(t, testCtx(t), "--url", s.addr, "--cursor", "0")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1: %s", code, errOut)
+	}
+	if out != "" || !strings.Contains(errOut, `not ready (phase \"bootstrapping\")`) {
+		t.Fatalf("stdout %q, stderr:\n%s", out, errOut)
+	}
+}
+
+func TestTailStopsOnInterrupt(t *testing.T) {
+	s := newTailServer(t)
+	s.commit(2)
+	ctx, cancel := context.WithCancel(testCtx(t))
+	done := make(chan struct{})
+	var code int
+	var out, errOut string
+	go func() {
+		defer close(done)
+		code, out, errOut = tailCLI(t, ctx, "--url", s.addr) // live: nothing to print
+	}()
+	for len(s.requests()) == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("tail did not stop on interrupt")
+	}
+	if code != 0 || out != "" {
+		t.Fatalf("exit %d, stdout %q, stderr:\n%s", code, out, errOut)
+	}
+}
+
+// TestTailResumesAcrossRestart: the server goes away mid-stream and comes
+// back (refusing connections, then 503 while it starts, then ready); tail
+// prints every event exactly once, in order.
+func TestTailResumesAcrossRestart(t *testing.T) {
+	s := newTailServer(t)
+	s.commit(3)
+	u, err := tailURL(s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, logs syncBuffer
+	cfg := tailConfig{url: u, cursor: "0", limit: 6, backoffMin: 5 * time.Millisecond, backoffMax: 40 * time.Millisecond, idle: 5 * time.Second}
+	ctx := testCtx(t)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- tailLoop(ctx, cfg, &out, slog.New(slog.NewTextHandler(&logs, nil)))
+	}()
+	waitFor(t, func() bool { return strings.Count(out.String(), "\n") == 3 })
+
+	s.stop()
+	time.Sleep(30 * time.Millisecond) // refused dials
+	s.ready.Store(false)
+	s.start()
+	waitFor(t, func() bool { return len(s.requests()) >= 3 }) // the first, and two after the restart: one 503 answered
+	s.commit(3)
+	s.ready.Store(true)
+
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("tail did not finish; stdout:\n%s\nlog:\n%s", out.String(), logs.String())
+	}
+	wantCursors(t, tailLines(t, out.String()), 1, 2, 3, 4, 5, 6)
+	if !strings.Contains(logs.String(), "reconnecting") || !strings.Contains(logs.String(), "not ready") {
+		t.Fatalf("log:\n%s", logs.String())
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestTailURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"ws://127.0.0.1:6008/subscribe": "ws://127.0.0.1:6008/subscribe",
+		"http://127.0.0.1:6008":         "ws://127.0.0.1:6008/subscribe",
+		"https://example.com/":          "wss://example.com/subscribe",
+		"127.0.0.1:6008":                "ws://127.0.0.1:6008/subscribe",
+		"wss://h:1/proxy/subscribe":     "wss://h:1/proxy/subscribe",
+	} {
+		u, err := tailURL(in)
+		if err != nil || u.String() != want {
+			t.Errorf("tailURL(%q) = %v, %v; want %s", in, u, err, want)
+		}
+	}
+	for _, bad := range []string{"ftp://h:1", "http://", "ws://%zz"} {
+		if u, err := tailURL(bad); err == nil {
+			t.Errorf("tailURL(%q) = %v, want an error", bad, u)
+		}
+	}
+	u, _ := tailURL("ws://h:1/subscribe?cursor=9&requireHello=false")
+	cfg := tailConfig{url: u, collections: []string{"a.b.c", "x.*"}, dids: []string{"did:plc:x"}}
+	if got, want := cfg.subscribeURL("12"), "ws://h:1/subscribe?cursor=12&requireHello=false&wantedCollections=a.b.c&wantedCollections=x.%2A&wantedDids=did%3Aplc%3Ax"; got != want {
+		t.Errorf("subscribeURL = %s\nwant %s", got, want)
+	}
+	if got := cfg.subscribeURL(""); strings.Contains(got, "cursor") {
+		t.Errorf("live URL has a cursor: %s", got)
+	}
+}
+
+// TestTailListFlags: repeatable and comma-separated; the command line
+// replaces the environment's list.
+func TestTailListFlags(t *testing.T) {
+	cmd := tailCommand()
+	parse := func(env []string, args ...string) []string {
+		t.Helper()
+		fs, err := parseFlags(cmd, []*command{cmd}, args, env, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return listValues(fs, "collection")
+	}
+	check := func(got []string, want string) {
+		t.Helper()
+		if strings.Join(got, " ") != want {
+			t.Errorf("got %q, want %q", got, want)
+		}
+	}
+	check(parse(nil), "")
+	check(parse(nil, "--collection", "a.b.c", "--collection", "d.e.f, g.*"), "a.b.c d.e.f g.*")
+	check(parse([]string{"BACKSTREAM_COLLECTION=x.y.z,w.*"}), "x.y.z w.*")
+	check(parse([]string{"BACKSTREAM_COLLECTION=x.y.z"}, "--collection", "a.b.c"), "a.b.c")
+}
