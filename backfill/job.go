@@ -194,6 +194,13 @@ type Request struct {
 	// RepoNotFound still emits its sync row. Otherwise rows are
 	// SourceBackfill and no sync row is written.
 	Replace bool
+	// Active says the store shows the account active (listRepos or the
+	// firehose): a replacement that then meets RepoNotFound is in a
+	// migration window, not a deletion, and ends failed (retried later)
+	// instead of emitting a sync row that would erase the account's
+	// records. Bootstrap jobs (Replace false) ignore it: RepoNotFound is
+	// complete with no rows there (E11).
+	Active bool
 }
 
 // Result is the durable outcome of a job.
@@ -243,20 +250,21 @@ func (r *Result) result() string {
 
 // Failure classes stored in RepoState.ErrClass and used as metric labels.
 const (
-	ClassTransient     = "transient"    // 5xx, resets, idle body after the ordinary budget
-	ClassRateLimited   = "rate_limited" // 429 after its own budget
-	ClassTimeout       = "timeout"      // the attempt deadline expired (E8): failed for this run
-	ClassPermanent     = "permanent"    // another 4xx, a malformed response
-	ClassForbidden     = "forbidden_redirect"
-	ClassTooLarge      = "too_large"
-	ClassWrongDID      = "wrong_did"      // E7
-	ClassBadCommit     = "bad_commit"     // undecodable commit, invalid rev, bad signature
-	ClassIncompleteCAR = "incomplete_car" // truncated, missing block, partial tree (retried)
-	ClassInvalidCAR    = "invalid_car"    // bad block CID, malformed framing, invalid MST (retried)
-	ClassLocal         = "local"          // our own scratch I/O failed
-	ClassDeactivated   = "deactivated"    // unavailable classes: the account status
-	ClassSuspended     = "suspended"
-	ClassTakendown     = "takendown"
+	ClassTransient      = "transient"    // 5xx, resets, idle body after the ordinary budget
+	ClassRateLimited    = "rate_limited" // 429 after its own budget
+	ClassTimeout        = "timeout"      // the attempt deadline expired (E8): failed for this run
+	ClassPermanent      = "permanent"    // another 4xx, a malformed response
+	ClassForbidden      = "forbidden_redirect"
+	ClassTooLarge       = "too_large"
+	ClassWrongDID       = "wrong_did"      // E7
+	ClassBadCommit      = "bad_commit"     // undecodable commit, invalid rev, bad signature
+	ClassIncompleteCAR  = "incomplete_car" // truncated, missing block, partial tree (retried)
+	ClassInvalidCAR     = "invalid_car"    // bad block CID, malformed framing, invalid MST (retried)
+	ClassLocal          = "local"          // our own scratch I/O failed
+	ClassDeactivated    = "deactivated"    // unavailable classes: the account status
+	ClassSuspended      = "suspended"
+	ClassTakendown      = "takendown"
+	ClassNotFoundActive = "not_found_active" // a replacement met RepoNotFound for an account shown active (migration window)
 )
 
 // ErrCanceled: the job's context ended before its terminal state was
@@ -296,6 +304,10 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 		res.Err, res.Class = err, d.class
 		switch d.kind {
 		case kindNotFound:
+			if req.Replace && req.Active {
+				res.Class = ClassNotFoundActive
+				return r.finish(ctx, req, &res, archive.StatusFailed)
+			}
 			res.NotFound = true
 			return r.finish(ctx, req, &res, archive.StatusComplete)
 		case kindUnavailable:

@@ -356,7 +356,7 @@ func (r *runner) pendingPass(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			for did := range work {
-				res, err := r.cfg.Jobs.Run(ctx, backfill.Request{DID: did, Replace: true})
+				res, err := r.cfg.Jobs.Run(ctx, backfill.Request{DID: did, Replace: true, Active: true})
 				if err != nil {
 					mu.Lock()
 					if firstErr == nil {

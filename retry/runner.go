@@ -586,7 +586,9 @@ func (e *exec) process(it item) {
 		return
 	}
 	for refused := 0; ; {
-		res, err := r.cfg.Jobs.Run(e.ctx, backfill.Request{DID: it.did, Replace: true})
+		// Candidates are active repos (Due): RepoNotFound then means a
+		// migration window, a failure to retry, not a deletion.
+		res, err := r.cfg.Jobs.Run(e.ctx, backfill.Request{DID: it.did, Replace: true, Active: true})
 		switch {
 		case err == nil:
 			if err := e.outcome(it, res); err != nil {

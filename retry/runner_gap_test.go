@@ -2,26 +2,21 @@ package retry_test
 
 import (
 	"context"
-	"os"
 	"testing"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/world"
 	"github.com/backstream/backstream/retry"
 )
 
-// TestNotFoundOfActiveAccount reproduces a known gap (E11 / issue 7 item 5),
-// outside this package: a replacement that meets RepoNotFound for an account
-// the firehose shows active (a migration window) is made complete by the
-// backfill job with a sync row at a TID of "now". The account's records are
-// cleared from the fold, and every later replacement of its unchanged repo
-// (older rev than that TID) is refused as stale until the account commits
-// again. Set BACKSTREAM_KNOWN_GAPS=1 to run it.
+// TestNotFoundOfActiveAccount (issue 7 item 5): a replacement that meets
+// RepoNotFound for an account the store shows active (a migration window)
+// ends failed, class not_found_active, with no sync row — the account's
+// records stay — and once the repo is back, the next replacement of the
+// unchanged repo applies.
 func TestNotFoundOfActiveAccount(t *testing.T) {
-	if os.Getenv("BACKSTREAM_KNOWN_GAPS") == "" {
-		t.Skip("known gap in backfill's RepoNotFound handling; BACKSTREAM_KNOWN_GAPS=1 runs it")
-	}
 	e := newEnv(t, oracle.Config{Accounts: 20, RecordsMean: 4, Hosts: 2, Seed: 55, Traffic: oracle.TrafficNone})
 	e.archiveAll()
 	a := e.pick(func(a world.Account) bool { return a.Active && a.Records > 0 })
@@ -35,7 +30,7 @@ func TestNotFoundOfActiveAccount(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("first pass: %v; state %+v", ps.Results, e.state(a.DID))
-	if st := e.state(a.DID); st.Status != archive.StatusFailed {
+	if st := e.state(a.DID); st.Status != archive.StatusFailed || st.ErrClass != backfill.ClassNotFoundActive {
 		t.Errorf("RepoNotFound for an active account made it %v, want failed (a migration window)", st.Status)
 	}
 	// The account is back where it was: another replacement.
