@@ -15,8 +15,8 @@
 // occur exactly once (otherwise the mutant is STALE and the run fails: fix
 // the mutant, never the code). For each mutant the driver
 //
-//  1. saves the file (in memory and under $TMPDIR/backstream-mutate, with a
-//     state file naming it),
+//  1. saves the file (in memory and under $TMPDIR/backstream-mutate-<hash of
+//     the repository path>, with a state file naming it),
 //  2. writes the mutated file,
 //  3. runs each test command (`go test -count=1 ...`) with a timeout,
 //  4. restores the file and checks it is byte-identical to the original.
@@ -40,6 +40,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
@@ -266,7 +267,8 @@ func main() {
 		fatal("run from the repository root (no go.mod here)")
 	}
 	root, _ := os.Getwd()
-	g := &guard{saveDir: filepath.Join(os.TempDir(), "backstream-mutate")}
+	sum := sha256.Sum256([]byte(root))
+	g := &guard{saveDir: filepath.Join(os.TempDir(), fmt.Sprintf("backstream-mutate-%x", sum[:6]))}
 	if err := g.recoverLeftover(); err != nil {
 		fatal(err.Error())
 	}
