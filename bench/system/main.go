@@ -117,7 +117,8 @@ func main() {
 			"cpus": strconv.Itoa(runtime.NumCPU()), "goos": runtime.GOOS, "goarch": runtime.GOARCH,
 			"kernel": strings.TrimSpace(readString("/proc/sys/kernel/osrelease")),
 		},
-		Settings: map[string]any{"workers": *workers, "devnet_rate": *rate, "runs": *runs, "shapes": *shapesFlag},
+		Settings: map[string]any{"workers": *workers, "devnet_rate": *rate, "runs": *runs, "shapes": *shapesFlag,
+			"binary_cgo": binaryCgo(*bin)},
 	}
 	for _, sh := range shapes {
 		var rs []run
@@ -452,6 +453,22 @@ func tail(path string) string {
 	return s
 }
 
+// binaryCgo is the CGO_ENABLED setting the binary was built with ("0" or
+// "1"; "" when unknown). It matters: with cgo Pebble's zstd is the C
+// library, without it the pure-Go one, which peaks at more memory.
+func binaryCgo(bin string) string {
+	out, err := exec.Command("go", "version", "-m", bin).Output()
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "build" && strings.HasPrefix(f[1], "CGO_ENABLED=") {
+			return strings.TrimPrefix(f[1], "CGO_ENABLED=")
+		}
+	}
+	return ""
+}
+
 func gitCommit() string {
 	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
 	if err != nil {
@@ -497,8 +514,8 @@ func medians(rs []run) run {
 func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 
 func printTable(w io.Writer, rep report) {
-	fmt.Fprintf(w, "backstream system benchmark, %s, commit %s, %s CPUs (medians of %v runs; CPU of the serve process only)\n\n",
-		rep.Date, rep.Commit, rep.Host["cpus"], rep.Settings["runs"])
+	fmt.Fprintf(w, "backstream system benchmark, %s, commit %s, %s CPUs, binary CGO_ENABLED=%v (medians of %v runs; CPU of the serve process only)\n\n",
+		rep.Date, rep.Commit, rep.Host["cpus"], rep.Settings["binary_cgo"], rep.Settings["runs"])
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "shape\trecords\tCPU-s\trecords/CPU-s\twall s\trecords/s\trepos/s\tpeak RSS\tevents\tcompacted store\tB/event\t")
 	for _, m := range rep.Medians {
