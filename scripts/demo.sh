@@ -1,28 +1,30 @@
 #!/usr/bin/env bash
-# Runs the whole product on loopback: a simulated atproto network
-# (`backstream devnet`) and `backstream serve` following it. Ctrl-C stops both.
+# The whole product on loopback: `backstream serve --devnet` runs a simulated
+# atproto network (relay, PDS hosts, live firehose traffic) in-process and
+# follows it: bootstrap → merging → steady_state, with progress on /status.
+# Ctrl-C stops it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin/backstream}
 DATA=${DATA:-$(mktemp -d -t backstream-demo.XXXXXX)}
-RELAY_ADDR=${RELAY_ADDR:-127.0.0.1:7777}
 LISTEN=${LISTEN:-127.0.0.1:6008}
+RELAY=${RELAY:-127.0.0.1:7777}
 
-pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
-trap cleanup EXIT INT TERM
+"$BIN" serve --devnet --devnet-listen "$RELAY" --devnet-accounts "${ACCOUNTS:-3000}" --devnet-rate "${RATE:-50}" \
+  --data-dir "$DATA" --listen "$LISTEN" --log-format text &
+pid=$!
+trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT INT TERM
 
-"$BIN" devnet --listen "$RELAY_ADDR" --accounts "${ACCOUNTS:-1000}" --rate "${RATE:-50}" --log-format text &
-pids+=($!)
-for _ in $(seq 1 100); do
-  curl -fsS "http://$RELAY_ADDR/_devnet/status" >/dev/null 2>&1 && break
-  sleep 0.2
+echo "backstream:  http://$LISTEN/status (open it in a browser for the progress page)   http://$LISTEN/metrics"
+echo "data dir:    $DATA"
+for _ in $(seq 1 600); do
+  phase=$(curl -fsS "http://$LISTEN/status" 2>/dev/null | sed -n 's/.*"phase": *"\([a-z_]*\)".*/\1/p' | head -1 || true)
+  [ "$phase" = steady_state ] && break
+  kill -0 $pid 2>/dev/null || exit 1
+  sleep 0.5
 done
-"$BIN" serve --relay "http://$RELAY_ADDR" --data-dir "$DATA" --listen "$LISTEN" --log-format text &
-pids+=($!)
 echo
-echo "simulated relay:  http://$RELAY_ADDR   (status: http://$RELAY_ADDR/_devnet/status)"
-echo "backstream:       http://$LISTEN/status   http://$LISTEN/metrics"
-echo "data dir:         $DATA"
+echo "steady state: serving the archive and the live firehose at ws://$LISTEN/subscribe"
+echo "try:         $BIN tail --url ws://$LISTEN/subscribe --cursor 0 --collection app.bsky.feed.post --limit 5"
 echo "Ctrl-C to stop."
-wait -n "${pids[@]}"
+wait $pid

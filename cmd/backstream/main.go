@@ -5,6 +5,7 @@
 //	serve   bootstrap from a relay, then archive its firehose and serve clients
 //	status  print the state of a data dir that no process holds open
 //	devnet  run a simulated atproto network (relay, PDS hosts, firehose) for tests and demos
+//	tail    print the events a backstream (or Jetstream) /subscribe sends, one JSON line each
 //
 // Every flag has a BACKSTREAM_* environment variable (--backfill-workers is
 // BACKSTREAM_BACKFILL_WORKERS); a flag on the command line wins over the
@@ -52,7 +53,7 @@ type cmdEnv struct {
 // commands lists every subcommand. A subcommand exists only once it does
 // something.
 func commands() []*command {
-	return []*command{serveCommand(), statusCommand(), devnetCommand()}
+	return []*command{serveCommand(), statusCommand(), devnetCommand(), tailCommand()}
 }
 
 // errUsage marks command-line mistakes: exit status 2 and a usage hint.
