@@ -20,6 +20,12 @@
 //     multi-stage, static, non-root, on the go.mod Go version
 //     (compose_test.go).
 //
+// Under `make test-long` (prometheus_test.go), a real Prometheus server on
+// loopback, configured from deploy/prometheus.yml with alerts.yml loaded,
+// scrapes a running backstream; backstream_repos is read back through its
+// HTTP API and every alert rule evaluates healthy. It skips where no
+// `prometheus` binary is installed.
+//
 // `make check-metrics` adds promtool's own checks (metrics, config, rules
 // and the rule unit tests); it is not part of `make test` because it needs
 // the Debian `prometheus` package.

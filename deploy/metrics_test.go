@@ -20,6 +20,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -368,19 +369,18 @@ func TestCheckQueryCatchesMistakes(t *testing.T) {
 	}
 }
 
-// liveServe runs the built binary against an in-process simulated network
-// with one permanently failing repo and one retried once, until it is in
-// steady state with the failure series present; it returns the scrape.
-func liveServe(t *testing.T) exposition {
+// runningServe runs the built binary against an in-process simulated
+// network with one permanently failing repo and one retried once, until it
+// is in steady state with the failure series present; it returns serve's
+// listen address and that scrape. t.Cleanup stops both.
+func runningServe(t *testing.T) (string, exposition) {
 	t.Helper()
 	bin := backstreamBinary(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	n, err := oracle.Start(ctx, oracle.Config{Accounts: 50, RecordsMean: 10, Hosts: 2, Rate: 20, Seed: 9})
+	n, err := oracle.Start(context.Background(), oracle.Config{Accounts: 50, RecordsMean: 10, Hosts: 2, Rate: 20, Seed: 9})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer n.Close()
+	t.Cleanup(func() { _ = n.Close() })
 	var active []string
 	for _, a := range n.World().Accounts() {
 		if a.Active {
@@ -395,30 +395,20 @@ func liveServe(t *testing.T) exposition {
 
 	dir := t.TempDir()
 	listen := freeAddr(t)
-	var logs strings.Builder
+	logs := &syncBuffer{}
 	cmd := exec.Command(bin, "serve", "--relay", n.RelayURL(), "--data-dir", filepath.Join(dir, "data"),
 		"--listen", listen, "--capture-wait", "2s", "--log-format", "json", "--log-level", "warn")
 	cmd.Env = cleanEnv()
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	}()
+	t.Cleanup(func() { stopProcess(cmd) })
 	c := http.Client{Timeout: 2 * time.Second}
-	var exp exposition
+	deadline := time.Now().Add(2 * time.Minute)
 	var phase string
 	for {
-		if ctx.Err() != nil {
+		if time.Now().After(deadline) {
 			t.Fatalf("serve did not reach steady_state with the failure series (phase %q); its log:\n%s", phase, logs.String())
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -432,16 +422,48 @@ func liveServe(t *testing.T) exposition {
 		if err != nil {
 			continue
 		}
-		exp, err = parseExposition(resp.Body)
+		exp, err := parseExposition(resp.Body)
 		resp.Body.Close()
 		if err != nil {
 			t.Fatalf("/metrics does not parse: %v", err)
 		}
 		if hasValue(exp["backstream_backfill_failed_total"], "class", "permanent") &&
 			hasValue(exp["backstream_backfill_retries_total"], "budget", "ordinary") {
-			return exp
+			return listen, exp
 		}
 	}
+}
+
+// stopProcess sends SIGTERM and waits, killing after 20 s.
+func stopProcess(cmd *exec.Cmd) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// syncBuffer is a process's log, written by its output copier and read by
+// the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func getJSON(c *http.Client, url string) (map[string]any, error) {
@@ -469,7 +491,7 @@ func cleanEnv() []string {
 // dashboard queries exists in /metrics", for the alert rules too.
 func TestDashboardAndAlertMetricsExist(t *testing.T) {
 	queries := append(dashboardQueries(t), alertQueries(t)...)
-	exp := liveServe(t)
+	_, exp := runningServe(t)
 	var problems []string
 	used := map[string]bool{}
 	for _, q := range queries {
