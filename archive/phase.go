@@ -40,7 +40,11 @@ func (s *Store) CommitSteadyState(now time.Time) error {
 	_ = b.Delete(KeyCursorListLast, nil)
 	_ = b.Set(KeyPhase, phase, nil)
 	_ = b.Set(KeyPhaseEnteredAt, EncodeTime(now), nil)
-	if err := b.Commit(pebble.Sync); err != nil {
+	err := s.checkCommit("commit steady_state", b)
+	if err == nil {
+		err = b.Commit(pebble.Sync)
+	}
+	if err != nil {
 		return s.persistErr("commit steady_state", err)
 	}
 	return nil
@@ -60,7 +64,11 @@ func (s *Store) SetRelay(host string, resetCursor bool) error {
 	if resetCursor {
 		_ = b.Delete(KeyCursorRelay, nil)
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	err = s.checkCommit("record the relay", b)
+	if err == nil {
+		err = b.Commit(pebble.Sync)
+	}
+	if err != nil {
 		return s.persistErr("record the relay", err)
 	}
 	return nil

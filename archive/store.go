@@ -41,6 +41,11 @@ type Options struct {
 	MemTableSize uint64
 	// Now is the clock for timestamps written at creation (default time.Now).
 	Now func() time.Time
+	// CommitHook (tests only; nil in production) is called with the keys of
+	// every synced batch (the Writer's and the store's own) before it is
+	// committed; an error fails that commit as a write error would, and the
+	// batch is not applied. See fault.go (CommitFault).
+	CommitHook func(op string, keys [][]byte) error
 }
 
 // Store is the one Pebble database of a data dir.
@@ -54,6 +59,7 @@ type Store struct {
 	created  bool
 	readOnly bool
 	log      *slog.Logger
+	hook     func(op string, keys [][]byte) error
 }
 
 // StoreDir and ScratchDir are the fixed subdirectories of a data dir.
@@ -88,6 +94,7 @@ func Open(dataDir string, opts Options) (*Store, error) {
 		scratch:  fs.PathJoin(dataDir, ScratchDir),
 		log:      log,
 		readOnly: opts.ReadOnly,
+		hook:     opts.CommitHook,
 	}
 	if opts.ReadOnly {
 		if _, err := fs.Stat(s.dir); err != nil {
@@ -359,6 +366,18 @@ func (l pebbleLogger) Fatalf(format string, args ...any) {
 	}
 	l.log.Error(fe.Error())
 	os.Exit(2)
+}
+
+// checkCommit runs the test-only CommitHook over b's keys.
+func (s *Store) checkCommit(op string, b *pebble.Batch) error {
+	if s.hook == nil {
+		return nil
+	}
+	keys, err := BatchKeys(b)
+	if err != nil {
+		return err
+	}
+	return s.hook(op, keys)
 }
 
 func hasPrefix(b, p []byte) bool { return len(b) >= len(p) && string(b[:len(p)]) == string(p) }

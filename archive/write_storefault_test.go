@@ -1,8 +1,3 @@
-//go:build storefault
-
-// Build tag: these tests need the CommitHook seam (Options.CommitHook and
-// its call sites in writer.go and phase.go). Remove the tag once it lands.
-
 package archive
 
 import (

@@ -364,7 +364,11 @@ fill:
 	}
 	start := time.Now()
 	if !p.b.Empty() {
-		if err := commitSynced(p.b); err != nil {
+		err := w.store.checkCommit("commit "+w.name+" batch", p.b)
+		if err == nil {
+			err = commitSynced(p.b)
+		}
+		if err != nil {
 			var fe *FatalError
 			if !errors.As(err, &fe) {
 				err = w.store.persistErr(fmt.Sprintf("commit %s batch of %d rows", w.name, p.rows), err)

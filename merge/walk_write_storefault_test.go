@@ -1,8 +1,3 @@
-//go:build storefault
-
-// Build tag: needs archive.Options.CommitHook (the write-fault seam); remove
-// the tag once it lands.
-
 package merge
 
 import (

@@ -1,8 +1,3 @@
-//go:build storefault
-
-// Build tag: needs archive.Options.CommitHook (the write-fault seam); remove
-// the tag, and nohook_storefault_test.go, once it lands.
-
 package retry_test
 
 import (
