@@ -359,7 +359,14 @@ func (l pebbleLogger) Errorf(format string, args ...any) {
 // 2: backstream stops rather than lose data. Options.OnFatal replaces that
 // (tests panic with the error, which the writer recovers into Err).
 func (l pebbleLogger) Fatalf(format string, args ...any) {
-	fe := &FatalError{Err: PersistError(l.dataDir, "pebble", fmt.Errorf(format, args...))}
+	var cause error = fmt.Errorf(format, args...)
+	for _, a := range args {
+		if e, ok := a.(error); ok { // keep errors.Is(err, syscall.ENOSPC) working
+			cause = &wrappedError{msg: cause.Error(), err: e}
+			break
+		}
+	}
+	fe := &FatalError{Err: PersistError(l.dataDir, "pebble", cause)}
 	if l.onFatal != nil {
 		l.onFatal(fe)
 		panic(fe) // onFatal must not return
@@ -379,6 +386,15 @@ func (s *Store) checkCommit(op string, b *pebble.Batch) error {
 	}
 	return s.hook(op, keys)
 }
+
+// wrappedError keeps a formatted message and the error it was formatted from.
+type wrappedError struct {
+	msg string
+	err error
+}
+
+func (e *wrappedError) Error() string { return e.msg }
+func (e *wrappedError) Unwrap() error { return e.err }
 
 func hasPrefix(b, p []byte) bool { return len(b) >= len(p) && string(b[:len(p)]) == string(p) }
 
