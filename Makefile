@@ -63,3 +63,10 @@ bench-system:
 	BIN=$(BIN) ./scripts/bench.sh
 
 .PHONY: check-metrics bench-system
+
+# Mutation check: every deliberate break in scripts/mutate/mutants.go must be
+# caught. It edits files in place: run it on a tree nobody else edits (or a
+# clone). See scripts/mutate.md.
+.PHONY: mutate
+mutate:
+	$(GO) run ./scripts/mutate
