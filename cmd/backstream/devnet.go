@@ -15,7 +15,7 @@ func devnetCommand() *command {
 		name:    "devnet",
 		summary: "run a simulated atproto network (relay, PDS hosts, firehose) on loopback",
 		flags: func(fs *flagSet) {
-			fs.String("listen", "127.0.0.1:7777", "relay listen address (PDS hosts get their own ports on the same IP)")
+			fs.String("listen", "127.0.0.1:7777", "relay listen address (PDS hosts always listen on 127.0.0.1, on ports of their own)")
 			fs.Int("accounts", oracle.DefaultAccounts, "number of accounts")
 			fs.Int("records", oracle.DefaultRecordsMean, "mean records per account")
 			fs.Int("hosts", oracle.DefaultHosts, "number of PDS hosts")
