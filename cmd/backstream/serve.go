@@ -330,6 +330,22 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 	}
 	defer store.Close()
 	s.set(func(s *server) { s.store, s.state = store, "" })
+	s.reg.MustRegister(archive.NewPebbleCollector(store))
+	phaseGauge := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "backstream_phase",
+		Help: "1 for the lifecycle phase the process is in (bootstrap, merging, steady_state), 0 for the others.",
+	}, []string{"phase"})
+	s.reg.MustRegister(phaseGauge)
+	setPhase := func(p archive.Phase) {
+		for _, q := range []archive.Phase{archive.PhaseBootstrap, archive.PhaseMerging, archive.PhaseSteadyState} {
+			v := 0.0
+			if q == p {
+				v = 1
+			}
+			phaseGauge.WithLabelValues(string(q)).Set(v)
+		}
+		s.set(func(s *server) { s.phase = p })
+	}
 
 	if err := checkRelay(store, o, log); err != nil {
 		return err
@@ -338,7 +354,7 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 	if err != nil {
 		return err
 	}
-	s.set(func(s *server) { s.phase = phase })
+	setPhase(phase)
 	am := archive.NewMetrics(s.reg)
 	w, err := archive.NewWriter(store, archive.WriterOptions{Metrics: am, Logger: log})
 	if err != nil {
@@ -393,7 +409,7 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 		SkipDiscovery:   len(o.repos) > 0 || o.maxRepos > 0,
 		Crash:           crash,
 		Logger:          log,
-		OnPhase:         func(p archive.Phase) { s.set(func(s *server) { s.phase = p }) },
+		OnPhase:         setPhase,
 		OnBootstrap:     func(b *bootstrap.Bootstrap) { s.set(func(s *server) { s.boot = b }) },
 		Steady:          []func(context.Context) error{retrier.Run},
 	}
