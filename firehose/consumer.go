@@ -73,6 +73,11 @@ type Config struct {
 	// Crash, when armed (tests), kills the process right after a live
 	// unit is durable (crashpoint.LiveBatch). Nil in production.
 	Crash *crashpoint.Set
+	// OnEffects, when set (live mode), is called after a unit carrying repo
+	// side effects (#account, #sync) is durable, so the retry runner can
+	// look for newly due repos at once (retry.Runner.Wake). It must not
+	// block.
+	OnEffects func()
 }
 
 // Consumer reads subscribeRepos and submits one archive.Unit per frame. Run
@@ -96,10 +101,13 @@ type Consumer struct {
 	started     chan struct{}
 	startedOnce sync.Once
 
-	mu    sync.Mutex // guards the receipt drain, fatal and abort
-	rcpt  []archive.Receipt
-	fatal error
-	abort context.CancelFunc // cancels the active Run
+	mu   sync.Mutex // guards the receipt drain, fatal and abort
+	rcpt []archive.Receipt
+	// effectSeqs are submitted units with side effects, not yet durable
+	// (guarded by mu; only used with OnEffects).
+	effectSeqs map[int64]struct{}
+	fatal      error
+	abort      context.CancelFunc // cancels the active Run
 }
 
 // New validates cfg and returns a Consumer; nothing starts until Run.
@@ -135,11 +143,12 @@ func New(cfg Config) (*Consumer, error) {
 		cfg.Now = time.Now
 	}
 	c := &Consumer{
-		cfg:     cfg,
-		log:     cfg.Logger.With("component", "firehose", "mode", cfg.Mode.String()),
-		m:       cfg.Metrics,
-		acks:    archive.NewAcks(),
-		started: make(chan struct{}),
+		cfg:        cfg,
+		log:        cfg.Logger.With("component", "firehose", "mode", cfg.Mode.String()),
+		m:          cfg.Metrics,
+		acks:       archive.NewAcks(),
+		started:    make(chan struct{}),
+		effectSeqs: make(map[int64]struct{}),
 	}
 	c.submit = cfg.Writer.Submit
 	if cfg.Cursor != nil {
@@ -187,6 +196,7 @@ func (c *Consumer) collect() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.rcpt = c.acks.Drain(c.rcpt[:0])
+	wake := false
 	for i := range c.rcpt {
 		r := &c.rcpt[i]
 		seq, _ := r.Token.(int64)
@@ -211,8 +221,15 @@ func (c *Consumer) collect() {
 		if c.cfg.Mode == ModeLive {
 			c.cfg.Crash.Hit(crashpoint.LiveBatch) // live rows with cursor/relay are durable
 		}
+		if _, ok := c.effectSeqs[seq]; ok {
+			delete(c.effectSeqs, seq)
+			wake = true
+		}
 	}
 	clear(c.rcpt)
+	if wake {
+		c.cfg.OnEffects()
+	}
 }
 
 func (c *Consumer) failed() error {
@@ -331,6 +348,11 @@ func (c *Consumer) unit(f *upstream.Frame, seq int64) (*archive.Unit, error) {
 			if up := Effects(&u.Events[i], now); up != nil {
 				u.Repos = append(u.Repos, *up)
 			}
+		}
+		if len(u.Repos) > 0 && c.cfg.OnEffects != nil {
+			c.mu.Lock()
+			c.effectSeqs[seq] = struct{}{}
+			c.mu.Unlock()
 		}
 	}
 	return u, nil

@@ -3,6 +3,7 @@ package firehose
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -342,7 +343,9 @@ func TestOracleLiveEffects(t *testing.T) {
 
 	now := time.UnixMicro(1_700_000_000_000_000)
 	zero := int64(0)
-	c, _ := newConsumer(t, Config{Relay: n.RelayURL(), Writer: wr, Mode: ModeLive, Cursor: &zero, Now: func() time.Time { return now }})
+	var woken atomic.Int64
+	c, _ := newConsumer(t, Config{Relay: n.RelayURL(), Writer: wr, Mode: ModeLive, Cursor: &zero, Now: func() time.Time { return now },
+		OnEffects: func() { woken.Add(1) }})
 	startRun(t, c)
 	emit := func(f func(*world.World) (world.Event, error)) {
 		t.Helper()
@@ -375,6 +378,10 @@ func TestOracleLiveEffects(t *testing.T) {
 	}
 	if _, err := s.RepoState(unknown); err == nil {
 		t.Errorf("an #account created the unknown repo %s", unknown)
+	}
+	// Units carrying side effects woke the retry hook once durable.
+	if woken.Load() == 0 {
+		t.Error("OnEffects was never called for durable #account/#sync effects")
 	}
 	counts, err := s.Counts()
 	if err != nil {

@@ -64,6 +64,10 @@ type Config struct {
 	// state (the retry runner). Each runs until ctx is done; one returning
 	// an error stops the process with it.
 	Steady []func(ctx context.Context) error
+	// OnLiveEffects is handed to the live consumer (firehose.Config
+	// .OnEffects): called when a #account/#sync side effect is durable, so
+	// the retry runner can pass at once (retry.Runner.Wake).
+	OnLiveEffects func()
 }
 
 func (c *Config) defaults() error {
@@ -394,7 +398,7 @@ func (r *runner) steady(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: r.cfg.Writer, Mode: firehose.ModeLive, Cursor: cursor, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "live"), Now: r.cfg.Now, Crash: r.cfg.Crash})
+	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: r.cfg.Writer, Mode: firehose.ModeLive, Cursor: cursor, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "live"), Now: r.cfg.Now, Crash: r.cfg.Crash, OnEffects: r.cfg.OnLiveEffects})
 	if err != nil {
 		return err
 	}

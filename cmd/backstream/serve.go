@@ -412,6 +412,7 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 		OnPhase:         setPhase,
 		OnBootstrap:     func(b *bootstrap.Bootstrap) { s.set(func(s *server) { s.boot = b }) },
 		Steady:          []func(context.Context) error{retrier.Run},
+		OnLiveEffects:   retrier.Wake,
 	}
 	lctx, lcancel := context.WithCancel(ctx)
 	defer lcancel()
