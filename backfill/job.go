@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"time"
 
 	"github.com/backstream/backstream/archive"
@@ -395,13 +396,18 @@ func (r *Runner) attempt(ctx context.Context, did string) (*prepared, error) {
 	}
 	vctx, vcancel := context.WithTimeoutCause(ctx, max(deadline-elapsed, time.Millisecond), errAttemptTimeout)
 	defer vcancel()
-	f, err := dl.Open()
-	if err != nil {
-		release()
-		return nil, &localError{err: fmt.Errorf("backfill: open scratch: %w", err)}
+	var snap *Snapshot
+	if dl.Path == "" { // small body kept in memory by upstream
+		snap, err = VerifyBytes(vctx, dl.Body, did, r.o.Verify)
+	} else {
+		f, ferr := os.Open(dl.Path)
+		if ferr != nil {
+			release()
+			return nil, &localError{err: fmt.Errorf("backfill: open scratch: %w", ferr)}
+		}
+		snap, err = Verify(vctx, f, did, r.o.Verify)
+		_ = f.Close()
 	}
-	snap, err := Verify(vctx, f, did, r.o.Verify)
-	_ = f.Close()
 	if err != nil {
 		release()
 		if context.Cause(vctx) == errAttemptTimeout && ctx.Err() == nil {

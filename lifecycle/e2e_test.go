@@ -44,7 +44,8 @@ func TestLifecycleEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	client, err := upstream.New(net.RelayURL(), upstream.Options{ScratchDir: store.ScratchDir()})
+	// Small repos stay in memory, big ones stream to scratch: both paths.
+	client, err := upstream.New(net.RelayURL(), upstream.Options{ScratchDir: store.ScratchDir(), MemoryBodyBytes: 8 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -23,8 +24,11 @@ import (
 type Download struct {
 	// DID is the repository requested.
 	DID string
-	// Path is the scratch file holding the CAR exactly as received.
+	// Path is the scratch file holding the CAR exactly as received; ""
+	// when the body was small enough to stay in memory (Body).
 	Path string
+	// Body holds the CAR when it was at most Options.MemoryBodyBytes.
+	Body []byte
 	// Size is the number of body bytes written to Path.
 	Size int64
 	// FinalHost is host[:port] of the URL that answered (after redirects),
@@ -36,8 +40,13 @@ type Download struct {
 	Duration time.Duration
 }
 
-// Open opens the scratch file for reading.
-func (d *Download) Open() (*os.File, error) { return os.Open(d.Path) }
+// Open opens the CAR for reading: the scratch file, or the in-memory body.
+func (d *Download) Open() (io.ReadCloser, error) {
+	if d.Path == "" {
+		return io.NopCloser(bytes.NewReader(d.Body)), nil
+	}
+	return os.Open(d.Path)
+}
 
 // Remove deletes the scratch file; removing twice is not an error.
 func (d *Download) Remove() error {
@@ -108,13 +117,26 @@ func (c *Client) getRepo(ctx context.Context, did string) (*Download, error) {
 		return nil, &Error{Op: op, Host: host, StatusCode: resp.StatusCode,
 			Err: fmt.Errorf("%w: Content-Length %d > %d", ErrTooLarge, resp.ContentLength, c.opts.MaxCARBytes), kind: ErrTooLarge}
 	}
+	body := io.Reader(&watchedReader{r: resp.Body, w: w})
+	var prefix []byte
+	if lim := c.opts.MemoryBodyBytes; lim > 0 && resp.ContentLength <= lim {
+		// Small (or unannounced): read up to the limit into memory.
+		buf, err := io.ReadAll(io.LimitReader(body, lim+1))
+		if err != nil {
+			return nil, c.transportError(ctx, reqCtx, op, host, err)
+		}
+		if int64(len(buf)) <= lim {
+			return &Download{DID: did, Body: buf, Size: int64(len(buf)), FinalHost: host, Redirects: *hops, Duration: time.Since(start)}, nil
+		}
+		prefix = buf // larger than announced: spill to the scratch file
+	}
 	f, err := os.CreateTemp(c.opts.ScratchDir, "getrepo-*.car")
 	if err != nil {
 		// Our own disk, not upstream: still an *Error so callers have one
 		// contract, but permanent so nobody hammers a full disk.
 		return nil, &Error{Op: op, Host: host, Err: fmt.Errorf("scratch file: %w", err), kind: ErrPermanent}
 	}
-	n, err := c.copyCapped(f, &watchedReader{r: resp.Body, w: w})
+	n, err := c.copyCapped(f, io.MultiReader(bytes.NewReader(prefix), body))
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = &Error{Op: op, Host: host, Err: fmt.Errorf("scratch file: %w", cerr), kind: ErrPermanent}
 	}

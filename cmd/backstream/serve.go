@@ -362,7 +362,9 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 	}
 	defer w.Close()
 	s.sub.Attach(store, w)
-	client, err := upstream.New(o.relay, upstream.Options{ScratchDir: store.ScratchDir(), Metrics: upstream.NewMetrics(s.reg)})
+	// Repos of at most 1 MiB (nearly all of them) stay in memory within the
+	// CAR budget; larger ones stream to <data-dir>/scratch (E5).
+	client, err := upstream.New(o.relay, upstream.Options{ScratchDir: store.ScratchDir(), MemoryBodyBytes: 1 << 20, Metrics: upstream.NewMetrics(s.reg)})
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
