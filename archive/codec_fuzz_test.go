@@ -7,6 +7,7 @@ package archive
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"strings"
 	"testing"
 	"time"
@@ -182,6 +183,13 @@ func FuzzDecodeEvent(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte{1, 4, 2, 0x20, 0, 1, 'd', 0}) // guards: empty field flagged present
+	{
+		rec := []byte{0xa1, 0x61, 'a', 0x01}
+		sum := sha256.Sum256(rec)
+		ev := Event{Kind: KindCreate, DID: testDID, Collection: "a.b.c", RKey: "k", Rev: "r", CID: append([]byte{1, 0x71, 0x12, 0x20}, sum[:]...), Record: rec, Source: SourceLive}
+		b, _ := AppendEvent(nil, &ev)
+		f.Add(b) // guards: a derived (elided) CID round-trips canonically
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var ev Event
 		if err := DecodeEvent(b, &ev); err != nil {

@@ -2,6 +2,7 @@ package archive
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"math"
 	"strings"
@@ -304,4 +305,41 @@ func TestKeys(t *testing.T) {
 	if string(prefixEnd([]byte("ev/"))) != "ev0" {
 		t.Fatal(string(prefixEnd([]byte("ev/"))))
 	}
+}
+
+// TestDerivedCID: a record CID that is the record's own content hash is not
+// stored (36 bytes saved per record row) and comes back identical; any other
+// CID is stored as is; the encoding stays canonical.
+func TestDerivedCID(t *testing.T) {
+	rec := []byte{0xa1, 0x64, 't', 'e', 'x', 't', 0x62, 'h', 'i'}
+	sum := sha256.Sum256(rec)
+	derived := append([]byte{0x01, 0x71, 0x12, 0x20}, sum[:]...)
+	ev := Event{Kind: KindCreate, DID: testDID, Collection: "a.b.c", RKey: "k", Rev: "r", CID: derived, Record: rec, Source: SourceLive}
+	b, err := AppendEvent(nil, &ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := ev
+	other.CID = append([]byte{0x01, 0x55, 0x12, 0x20}, sum[:]...) // raw codec: not derivable
+	b2, _ := AppendEvent(nil, &other)
+	if len(b2)-len(b) != 36 { // 37 bytes of CID field, 1 more byte of field mask
+		t.Fatalf("derived encoding %d bytes, stored %d: the CID was not elided", len(b), len(b2))
+	}
+	for _, tc := range []struct {
+		enc  []byte
+		want []byte
+	}{{b, derived}, {b2, other.CID}} {
+		var got Event
+		if err := DecodeEvent(tc.enc, &got); err != nil || !bytes.Equal(got.CID, tc.want) || !bytes.Equal(got.Record, rec) {
+			t.Fatalf("round trip: %v %x", err, got.CID)
+		}
+		if re, _ := AppendEvent(nil, &got); !bytes.Equal(re, tc.enc) {
+			t.Fatal("not canonical")
+		}
+	}
+	// A stored CID equal to the record's hash is not what the encoder writes.
+	forged := append([]byte(nil), b2...)
+	copy(forged[bytes.Index(forged, other.CID[:4]):], derived[:4])
+	var got Event
+	mustMalformed(t, "stored derivable CID", DecodeEvent(forged, &got))
 }

@@ -10,6 +10,8 @@ package archive
 // The seq is the key, not part of the value.
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"math"
 )
@@ -24,9 +26,27 @@ const (
 	evStatus
 	evUpstreamSeq
 	evActive
+	// evCIDDerived: the CID is [0x01 0x71 0x12 0x20] + sha256(Record) (a
+	// CIDv1, dag-cbor, sha2-256 content hash — what atproto record CIDs
+	// are) and is not stored: the decoder recomputes it. The encoder always
+	// elides a derivable CID, so the encoding stays canonical; a CID that is
+	// not the record's hash is stored as is.
+	evCIDDerived
 
-	evKnown = evActive<<1 - 1
+	evKnown = evCIDDerived<<1 - 1
 )
+
+// cidPrefix is the CIDv1 dag-cbor sha2-256 header of a derivable CID.
+var cidPrefix = [4]byte{0x01, 0x71, 0x12, 0x20}
+
+// derivedCID reports whether cid is the content hash of rec.
+func derivedCID(cid, rec []byte) bool {
+	if len(cid) != 36 || len(rec) == 0 || [4]byte(cid[:4]) != cidPrefix {
+		return false
+	}
+	sum := sha256.Sum256(rec)
+	return bytes.Equal(cid[4:], sum[:])
+}
 
 // Field limits enforced by the codec. Records are capped at the atproto
 // maximum record size; identifiers well above their syntax limits.
@@ -135,6 +155,9 @@ func AppendEvent(dst []byte, ev *Event) ([]byte, error) {
 		return dst, err
 	}
 	m := eventMask(ev)
+	if m&evCID != 0 && m&evRecord != 0 && derivedCID(ev.CID, ev.Record) {
+		m = m&^evCID | evCIDDerived
+	}
 	dst = append(dst, codecV1, byte(ev.Kind), byte(ev.Source))
 	dst = binary.AppendUvarint(dst, m)
 	dst = binary.AppendUvarint(dst, uint64(ev.TimeUS))
@@ -225,6 +248,19 @@ func DecodeEvent(b []byte, ev *Event) error {
 		up = d.uvarint()
 	}
 	ev.Active = m&evActive != 0
+	derived := m&evCIDDerived != 0
+	if derived {
+		if m&evCID != 0 || len(ev.Record) == 0 {
+			*ev = Event{Seq: seq}
+			return malformed("event: derived CID without a record, or with a stored CID")
+		}
+		sum := sha256.Sum256(ev.Record)
+		ev.CID = append(append(make([]byte, 0, 36), cidPrefix[:]...), sum[:]...)
+		m = m&^evCIDDerived | evCID
+	} else if m&evCID != 0 && derivedCID(ev.CID, ev.Record) {
+		*ev = Event{Seq: seq}
+		return malformed("event: stored CID that should have been derived")
+	}
 	if err := d.finish("event"); err != nil {
 		*ev = Event{Seq: seq}
 		return err
