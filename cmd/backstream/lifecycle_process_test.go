@@ -83,32 +83,7 @@ func crashScenario(t *testing.T, bin string, seed int64, chain []string) {
 	// A clean run converges: steady state, caught up with the relay after
 	// traffic stops, retries drained.
 	p := startServe(t, bin, net.RelayURL(), dir, args...)
-	deadline := time.Now().Add(3 * time.Minute)
-	var caughtUp time.Time
-	for {
-		select {
-		case err := <-p.done:
-			t.Fatalf("clean run exited: %v\n%s", err, p.tail())
-		default:
-		}
-		if time.Now().After(deadline) {
-			r, _ := p.status()
-			t.Fatalf("no convergence: %+v relay %+v\n%s", r, net.Status(), p.tail())
-		}
-		r, ok := p.status()
-		st := net.Status()
-		if ok && r.Phase == "steady_state" && st.Done && r.Cursors.Relay != nil && *r.Cursors.Relay == uint64(st.Seq) {
-			if caughtUp.IsZero() {
-				caughtUp = time.Now()
-			}
-			// A few retry passes after the catch-up bring in the last
-			// #sync and reactivation marks.
-			if time.Since(caughtUp) > 3*time.Second {
-				break
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitConverged(t, p, net, 3*time.Minute)
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -162,24 +137,7 @@ func TestLifecycleEndToEnd2000(t *testing.T) {
 	p := startServe(t, bin, net.RelayURL(), dir, "--retry-interval", "500ms", "--retry-max-delay", "2s", "--retry-scan-period", "500ms")
 	rep := waitSteady(t, p, 3*time.Minute)
 	steadyAfter := time.Since(start)
-	deadline := time.Now().Add(5 * time.Minute)
-	var caughtUp time.Time
-	for {
-		r, ok := p.status()
-		st := net.Status()
-		if ok && st.Done && r.Cursors.Relay != nil && *r.Cursors.Relay == uint64(st.Seq) {
-			if caughtUp.IsZero() {
-				caughtUp = time.Now()
-			}
-			if time.Since(caughtUp) > 3*time.Second {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no catch-up: %+v relay %+v", r, st)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitConverged(t, p, net, 5*time.Minute)
 	var merge time.Duration
 	if rep.BackfillCompletedAt != nil && rep.PhaseEnteredAt != nil {
 		merge = rep.PhaseEnteredAt.Sub(*rep.BackfillCompletedAt)
@@ -204,4 +162,35 @@ func TestLifecycleEndToEnd2000(t *testing.T) {
 	}
 	t.Logf("2,000 accounts, basic traffic at 200/s: steady state after %v (bootstrap %v, merge %v); caught up with relay seq %d; %d events; fold = ground truth for %d accounts",
 		steadyAfter.Round(time.Millisecond), bootstrap.Round(time.Millisecond), merge.Round(time.Millisecond), net.Status().Seq, stats.Events, checked)
+}
+
+// waitConverged waits until serve is in steady state, the relay's traffic
+// has ended, cursor/relay equals the relay's last seq, and a few retry
+// passes have run since (they bring in the last #sync and reactivation
+// marks).
+func waitConverged(t *testing.T, p *proc, net *oracle.Network, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var caughtUp time.Time
+	for {
+		select {
+		case err := <-p.done:
+			t.Fatalf("serve exited: %v\n%s", err, p.tail())
+		default:
+		}
+		r, ok := p.status()
+		st := net.Status()
+		if ok && r.Phase == "steady_state" && st.Done && r.Cursors.Relay != nil && *r.Cursors.Relay == uint64(st.Seq) {
+			if caughtUp.IsZero() {
+				caughtUp = time.Now()
+			}
+			if time.Since(caughtUp) > 3*time.Second {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no convergence: %+v relay %+v\n%s", r, st, p.tail())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -180,24 +180,8 @@ func TestSubscribeSurvivesSIGKILL(t *testing.T) {
 	p = startServe(t, bin, net.RelayURL(), dir, args...)
 	waitSteady(t, p, 2*time.Minute)
 	// Wait for traffic to end and the archive to catch up with the relay.
+	waitConverged(t, p, net, 3*time.Minute)
 	deadline := time.Now().Add(3 * time.Minute)
-	var caughtUp time.Time
-	for {
-		r, ok := p.status()
-		st := net.Status()
-		if ok && st.Done && r.Cursors.Relay != nil && *r.Cursors.Relay == uint64(st.Seq) {
-			if caughtUp.IsZero() {
-				caughtUp = time.Now()
-			}
-			if time.Since(caughtUp) > 3*time.Second { // retry passes for the last #sync marks
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no catch-up: %+v relay %+v", r, st)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 	rep, _ := p.status()
 	tip := rep.Archive.TipSeq
 
