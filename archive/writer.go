@@ -28,7 +28,19 @@ type KV struct {
 type Replacement struct {
 	DID string
 	Rev string
+	// Final marks the replacement's last unit (the one carrying its
+	// completion). From its first unit until its final one, the writer holds
+	// back units of other producers that touch the account — and every later
+	// unit of those producers, so each producer's order is kept — and
+	// applies them right after the final unit (S5: no other row of the
+	// account in between). A refused unit ends the replacement too.
+	Final bool
 }
+
+// replacementHoldMax bounds how long a replacement may hold other producers
+// back: a replacement that never sends its final unit (a bug) must not stall
+// the live stream. Past it the hold is dropped with an error log.
+const replacementHoldMax = 2 * time.Minute
 
 // Unit is what a producer submits: rows and the state that must become
 // durable with them, all or nothing, in one batch. The writer owns the unit
@@ -156,6 +168,9 @@ type Writer struct {
 	nextSeq  uint64
 	lastUS   int64
 	counts   Counts
+	holds    map[string]*hold     // accounts with a replacement in progress (S5)
+	deferred []*Unit              // units held back by a replacement, in arrival order
+	blocked  map[*Acks]int        // held-back units per producer (keeps each producer's order)
 	revs     map[string]string    // ratchet values written in the open batch
 	revCache map[string]string    // durable ratchet values (bounded)
 	repos    map[string]RepoState // repo states written in the open batch
@@ -181,6 +196,8 @@ func NewWriter(s *Store, opts WriterOptions) (*Writer, error) {
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 		revs:     make(map[string]string),
+		holds:    make(map[string]*hold),
+		blocked:  make(map[*Acks]int),
 		revCache: make(map[string]string),
 		repos:    make(map[string]RepoState),
 	}
@@ -402,7 +419,96 @@ fill:
 }
 
 // add stages one unit into the batch, all or nothing.
+// hold is one replacement in progress: whose it is and since when.
+type hold struct {
+	owner *Acks
+	since time.Time
+}
+
+// add applies u, or holds it back behind a replacement in progress (S5).
 func (w *Writer) add(p *pending, u *Unit) {
+	if w.held(u) {
+		w.deferred = append(w.deferred, u)
+		w.blocked[u.Acks]++
+		return
+	}
+	if w.apply(p, u) {
+		w.release(p)
+	}
+}
+
+// held reports whether u must wait: its producer already has units waiting,
+// or it touches an account another producer is replacing.
+func (w *Writer) held(u *Unit) bool {
+	if len(w.holds) == 0 {
+		return false
+	}
+	if w.blocked[u.Acks] > 0 {
+		return true
+	}
+	touches := func(did string) bool {
+		h, ok := w.holds[did]
+		if !ok || h.owner == u.Acks {
+			return false
+		}
+		if w.opts.Now().Sub(h.since) > replacementHoldMax {
+			w.opts.Logger.Error("archive writer: a replacement held its account too long without its final unit; releasing (a producer bug)", "did", did)
+			delete(w.holds, did)
+			return false
+		}
+		return true
+	}
+	for i := range u.Events {
+		if touches(u.Events[i].DID) {
+			return true
+		}
+	}
+	for i := range u.Repos {
+		if touches(u.Repos[i].DID) {
+			return true
+		}
+	}
+	return false
+}
+
+// release applies the held-back units that no longer wait, in order.
+func (w *Writer) release(p *pending) {
+	for {
+		waiting := w.deferred
+		w.deferred = nil
+		clear(w.blocked)
+		again := false
+		for _, u := range waiting {
+			if w.held(u) {
+				w.deferred = append(w.deferred, u)
+				w.blocked[u.Acks]++
+				continue
+			}
+			if w.apply(p, u) {
+				again = true
+			}
+		}
+		if !again || len(w.deferred) == 0 {
+			return
+		}
+	}
+}
+
+// apply stages and applies one unit. It reports whether a replacement's
+// hold ended (so held-back units may go).
+func (w *Writer) apply(p *pending, u *Unit) (released bool) {
+	if rp := u.Replace; rp != nil && !w.opts.Capture {
+		defer func() {
+			r := p.receipts[len(p.receipts)-1]
+			_, held := w.holds[rp.DID]
+			if r.Refused != nil || rp.Final {
+				released = held
+				delete(w.holds, rp.DID)
+			} else if !held {
+				w.holds[rp.DID] = &hold{owner: u.Acks, since: w.opts.Now()}
+			}
+		}()
+	}
 	r := Receipt{Token: u.Token}
 	st, err := w.stage(u)
 	if err != nil {
@@ -418,7 +524,7 @@ func (w *Writer) add(p *pending, u *Unit) {
 		r.Refused = err
 		p.units = append(p.units, u)
 		p.receipts = append(p.receipts, r)
-		return
+		return false
 	}
 	// Apply the staged unit: seqs, times, batch writes, overlays.
 	now := w.opts.Now().UnixMicro()
@@ -469,6 +575,7 @@ func (w *Writer) add(p *pending, u *Unit) {
 	}
 	p.units = append(p.units, u)
 	p.receipts = append(p.receipts, r)
+	return false
 }
 
 func (w *Writer) count(old RepoState, existed bool, ns RepoState) {

@@ -118,7 +118,7 @@ func TestReplacement(t *testing.T) {
 
 	// A snapshot older than the archive is refused whole: nothing applied.
 	r := apply(t, w, &Unit{
-		Replace: &Replacement{DID: testDID, Rev: "04"},
+		Replace: &Replacement{DID: testDID, Rev: "04", Final: true},
 		Events:  []Event{{Kind: KindSync, DID: testDID, Rev: "04", Source: SourceRetry}, commitEv(testDID, "04", KindCreate, SourceRetry, "z")},
 		Repos:   []RepoUpdate{{DID: testDID, Fields: FieldStatus, State: RepoState{Status: StatusComplete}}},
 	})
@@ -130,7 +130,7 @@ func TestReplacement(t *testing.T) {
 	}
 	// At or above the ratchet it applies and moves the ratchet.
 	r = apply(t, w, &Unit{
-		Replace: &Replacement{DID: testDID, Rev: "08"},
+		Replace: &Replacement{DID: testDID, Rev: "08", Final: true},
 		Events:  []Event{{Kind: KindSync, DID: testDID, Rev: "08", Source: SourceRetry}, commitEv(testDID, "08", KindCreate, SourceRetry, "z")},
 	})
 	if r.Refused != nil || r.Kept != 2 {

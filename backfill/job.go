@@ -509,7 +509,7 @@ func (r *Runner) finish(ctx context.Context, req Request, res *Result, st archiv
 		// older row of the account.
 		rev := syntax.NewTIDNow(0).String()
 		u.Events = []archive.Event{{Kind: archive.KindSync, DID: req.DID, Rev: rev, Source: archive.SourceRetry}}
-		u.Replace = &archive.Replacement{DID: req.DID, Rev: rev}
+		u.Replace = &archive.Replacement{DID: req.DID, Rev: rev, Final: true}
 	}
 	u.Repos = []archive.RepoUpdate{{DID: req.DID, Func: r.terminal(res, now)}}
 	return r.submitOne(ctx, req, res, u)

@@ -181,7 +181,7 @@ func (e *emitter) flush(done *archive.RepoUpdate) error {
 		e.final = e.submitted
 	}
 	if e.req.Replace {
-		u.Replace = &archive.Replacement{DID: e.req.DID, Rev: e.rev}
+		u.Replace = &archive.Replacement{DID: e.req.DID, Rev: e.rev, Final: done != nil}
 	}
 	if err := e.r.o.Writer.Submit(e.ctx, u); err != nil {
 		return e.r.submitErr(e.ctx, e.req, err)
