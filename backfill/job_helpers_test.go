@@ -16,6 +16,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/internal/promtest"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/world"
 	"github.com/backstream/backstream/upstream"
@@ -237,30 +238,5 @@ func rowPaths(evs []archive.Event) []string {
 
 func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
-					continue metric
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue()
-			case m.Gauge != nil:
-				return m.Gauge.GetValue()
-			case m.Histogram != nil:
-				return float64(m.Histogram.GetSampleCount())
-			}
-		}
-	}
-	return 0
+	return promtest.Value(t, reg, name, labels)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/internal/promtest"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/world"
 	"github.com/backstream/backstream/upstream"
@@ -272,40 +273,11 @@ func terminal(st archive.RepoState) bool {
 
 func metric(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
-					continue metric
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue()
-			case m.Gauge != nil:
-				return m.Gauge.GetValue()
-			}
-		}
-	}
-	return 0
+	return promtest.Value(t, reg, name, labels)
 }
 
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	promtest.Eventually(t, d, what, cond)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/firehose"
+	"github.com/backstream/backstream/internal/promtest"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/world"
 	"github.com/backstream/backstream/retry"
@@ -370,41 +371,12 @@ func (e *env) sameRecords(did string, got map[string]string) bool {
 
 func metric(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
-					continue next
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue()
-			case m.Gauge != nil:
-				return m.Gauge.GetValue()
-			}
-		}
-	}
-	return 0
+	return promtest.Value(t, reg, name, labels)
 }
 
 func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	promtest.Eventually(t, d, what, cond)
 }
 
 // runBG runs r.Run in the background; stop cancels it and returns its error.
