@@ -11,7 +11,6 @@ import (
 	"fmt"
 
 	"github.com/backstream/backstream/archive"
-	"github.com/cockroachdb/pebble"
 )
 
 // restartBatch is the number of repo mutations per unit of the pass.
@@ -36,7 +35,7 @@ func (b *Bootstrap) pendingPass(ctx context.Context) (int, error) {
 		batch = nil
 		return nil
 	}
-	err := scanRepos(b.cfg.Store, func(did string, st archive.RepoState) error {
+	err := b.cfg.Store.ScanRepos(func(did string, st archive.RepoState) error {
 		if st.Status != archive.StatusNotStarted || !st.Active {
 			return nil
 		}
@@ -68,30 +67,6 @@ func toPending(cur archive.RepoState, exists bool) (archive.RepoState, bool) {
 	cur.Status = archive.StatusPending
 	cur.Refetch = archive.RefetchPending
 	return cur, true
-}
-
-// scanRepos calls fn for every repo/ entry in key order.
-func scanRepos(s *archive.Store, fn func(did string, st archive.RepoState) error) error {
-	upper := append([]byte(nil), archive.PrefixRepo...)
-	upper[len(upper)-1]++
-	it, err := s.DB().NewIter(&pebble.IterOptions{LowerBound: archive.PrefixRepo, UpperBound: upper})
-	if err != nil {
-		return fmt.Errorf("bootstrap: scan repo/: %w", err)
-	}
-	defer it.Close()
-	for ok := it.First(); ok; ok = it.Next() {
-		st, err := archive.DecodeRepoState(it.Value())
-		if err != nil {
-			return fmt.Errorf("bootstrap: scan repo/: %q: %w", it.Key(), err)
-		}
-		if err := fn(string(it.Key()[len(archive.PrefixRepo):]), st); err != nil {
-			return err
-		}
-	}
-	if err := it.Error(); err != nil {
-		return fmt.Errorf("bootstrap: scan repo/: %w", err)
-	}
-	return nil
 }
 
 // waitUnits waits until n units submitted with acks are durable; a refused
