@@ -7,7 +7,6 @@ package retry_test
 import (
 	"context"
 	"errors"
-	"io"
 	"testing"
 	"time"
 
@@ -226,46 +225,10 @@ func TestRetryReadFaultSweep(t *testing.T) {
 	}
 }
 
-// copyMemFS copies every file under /data from src to dst.
+// copyMemFS copies the data dir of src to dst (Pebble's vfs.Clone).
 func copyMemFS(t *testing.T, src, dst vfs.FS) {
 	t.Helper()
-	var walk func(dir string)
-	walk = func(dir string) {
-		names, err := src.List(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := dst.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		for _, name := range names {
-			p := src.PathJoin(dir, name)
-			st, err := src.Stat(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st.IsDir() {
-				walk(p)
-				continue
-			}
-			f, err := src.Open(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := io.ReadAll(f)
-			f.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			g, err := dst.Create(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := g.Write(b); err != nil {
-				t.Fatal(err)
-			}
-			g.Close()
-		}
+	if _, err := vfs.Clone(src, dst, "/data", "/data"); err != nil {
+		t.Fatal(err)
 	}
-	walk("/data")
 }
