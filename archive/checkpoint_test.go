@@ -1,0 +1,279 @@
+package archive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/vfs"
+)
+
+// fillUnit is one unit of n create rows for did, with a repo update so the
+// checkpoint has repo/ and meta/counts to compare too.
+func fillUnit(did string, rev int, n int) *Unit {
+	u := &Unit{}
+	for i := 0; i < n; i++ {
+		u.Events = append(u.Events, commitEv(did, fmt.Sprintf("3m%011d", rev), KindCreate, SourceBackfill, fmt.Sprintf("r%d-%d", rev, i)))
+	}
+	u.Repos = []RepoUpdate{{DID: did, Fields: FieldStatus, State: RepoState{Status: StatusComplete, Active: true}}}
+	return u
+}
+
+// sameEvents asserts that every event of ck equals live's event at the same
+// seq, and returns ck's tip.
+func sameEvents(t *testing.T, ck, live *Store) uint64 {
+	t.Helper()
+	it, err := ck.Events(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	lit, err := live.Events(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lit.Close()
+	var n, last uint64
+	for it.Next() {
+		if !lit.Next() {
+			t.Fatalf("checkpoint holds seq %d, the live store ends before it: %v", it.Event().Seq, lit.Err())
+		}
+		a, b := it.Event(), lit.Event()
+		if !equalEvents(a, b) {
+			t.Fatalf("seq %d differs:\ncheckpoint %+v\nlive       %+v", a.Seq, *a, *b)
+		}
+		if a.Seq != last+1 {
+			t.Fatalf("checkpoint has a gap: %d after %d", a.Seq, last)
+		}
+		last = a.Seq
+		n++
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return last
+}
+
+// TestCheckpointWhileWriting: a checkpoint taken while the writer commits
+// is a store Open accepts, with the live store's identity, relay and phase,
+// a tip at most the live tip, every event equal to the live one at its seq,
+// and repo counts that match its own repo/ rows (one consistent instant).
+func TestCheckpointWhileWriting(t *testing.T) {
+	base := t.TempDir()
+	opts := testOptions(nil)
+	live, err := Open(filepath.Join(base, "data"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	if err := live.SetRelay("relay.test", false); err != nil {
+		t.Fatal(err)
+	}
+	w := newWriter(t, live, WriterOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 1; ctx.Err() == nil; i++ {
+			if _, err := w.Apply(ctx, fillUnit(didN(i%50), i, 1+i%7)); err != nil && ctx.Err() == nil {
+				t.Errorf("apply: %v", err)
+				return
+			}
+		}
+	}()
+	waitTip := func(min uint64) {
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if tip, _ := live.Tip(); tip >= min {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("writer never reached seq %d", min)
+			}
+		}
+	}
+	waitTip(500)
+	ckDir := filepath.Join(base, "backups", "one") // missing parents are created
+	if err := live.Checkpoint(ckDir); err != nil {
+		t.Fatal(err)
+	}
+	waitTip(1000) // keeps writing after the checkpoint
+	cancel()
+	wg.Wait()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := os.Stat(filepath.Join(ckDir, checkpointPartial)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("%s left behind: %v", checkpointPartial, err)
+	}
+	ck, err := Open(ckDir, opts)
+	if err != nil {
+		t.Fatalf("the checkpoint does not open as a store: %v", err)
+	}
+	defer ck.Close()
+	if ck.Created() {
+		t.Fatal("Open initialised the checkpoint as a new store")
+	}
+	li, _ := live.Instance()
+	ci, err := ck.Instance()
+	if err != nil || ci != li {
+		t.Fatalf("instance %x, want %x (%v)", ci, li, err)
+	}
+	if p, err := ck.Phase(); err != nil || p != PhaseBootstrap {
+		t.Fatalf("phase %q (%v)", p, err)
+	}
+	if r, err := ck.Relay(); err != nil || r != "relay.test" {
+		t.Fatalf("relay %q (%v)", r, err)
+	}
+	liveTip, _ := live.Tip()
+	ckTip, err := ck.Tip()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ckTip < 500 || ckTip >= liveTip {
+		t.Fatalf("checkpoint tip %d, want in [500, live tip %d)", ckTip, liveTip)
+	}
+	if got := sameEvents(t, ck, live); got != ckTip {
+		t.Fatalf("last event %d, tip %d", got, ckTip)
+	}
+	// meta/counts and repo/ rows come from the same instant.
+	counts, err := ck.Counts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var repos int64
+	if err := ck.ScanRepos(func(string, RepoState) error { repos++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if counts.Total() != repos || repos == 0 {
+		t.Fatalf("checkpoint counts say %d repos, repo/ holds %d", counts.Total(), repos)
+	}
+	// The checkpoint is a store of its own: it takes writes.
+	w2 := newWriter(t, ck, WriterOptions{})
+	r := apply(t, w2, fillUnit(didN(7), 1<<30, 1))
+	if r.FirstSeq != ckTip+1 {
+		t.Fatalf("first write to the checkpoint got seq %d, want %d", r.FirstSeq, ckTip+1)
+	}
+	w2.Close()
+	t.Logf("checkpoint at tip %d while the live store went on to %d", ckTip, liveTip)
+}
+
+// TestCheckpointOfReadOnlyStore: Pebble cannot checkpoint a read-only open
+// (it wrote no OPTIONS file); the refusal is typed and writes nothing.
+func TestCheckpointOfReadOnlyStore(t *testing.T) {
+	base := t.TempDir()
+	opts := testOptions(nil)
+	s, err := Open(filepath.Join(base, "data"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	ro := opts
+	ro.ReadOnly = true
+	s, err = Open(filepath.Join(base, "data"), ro)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Checkpoint(filepath.Join(base, "ck")); !errors.Is(err, ErrCheckpointReadOnly) {
+		t.Fatalf("read-only checkpoint: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(base, "ck")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("refused checkpoint wrote %s: %v", filepath.Join(base, "ck"), err)
+	}
+}
+
+// TestCheckpointRefusesDestinations: an existing non-empty directory, a
+// file, the data dir, and anything inside store/ or scratch/ are refused
+// with ErrCheckpointDest and left untouched; an existing empty directory is
+// accepted.
+func TestCheckpointRefusesDestinations(t *testing.T) {
+	base := t.TempDir()
+	data := filepath.Join(base, "data")
+	s, err := Open(data, testOptions(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	full := filepath.Join(base, "full")
+	if err := os.MkdirAll(full, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(full, "keep"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(base, "file")
+	if err := os.WriteFile(file, []byte("y"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, dest := range []string{
+		full, file, data,
+		filepath.Join(data, "store"),
+		filepath.Join(data, "store", "x"),
+		filepath.Join(data, "scratch", "x"),
+		filepath.Join(data, "store", "..", "store"),
+		"",
+	} {
+		err := s.Checkpoint(dest)
+		if !errors.Is(err, ErrCheckpointDest) {
+			t.Errorf("Checkpoint(%q) = %v, want ErrCheckpointDest", dest, err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(full, "keep")); err != nil || string(b) != "x" {
+		t.Fatalf("refused destination was touched: %q %v", b, err)
+	}
+	if names, _ := os.ReadDir(full); len(names) != 1 {
+		t.Fatalf("refused destination holds %d entries", len(names))
+	}
+	if _, err := os.Stat(filepath.Join(data, "store", "x")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a checkpoint was written inside the store: %v", err)
+	}
+	empty := filepath.Join(base, "empty")
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Checkpoint(empty); err != nil {
+		t.Fatalf("empty existing directory: %v", err)
+	}
+	// A second checkpoint to the same place is refused: never overwritten.
+	if err := s.Checkpoint(empty); !errors.Is(err, ErrCheckpointDest) {
+		t.Fatalf("second checkpoint to %s: %v", empty, err)
+	}
+}
+
+// TestCheckpointPowerLoss: once Checkpoint returns, the checkpoint survives
+// a power loss (strict MemFS reset to what was synced) and opens with the
+// events it held.
+func TestCheckpointPowerLoss(t *testing.T) {
+	fs := vfs.NewStrictMem()
+	s := openMem(t, fs)
+	w := newWriter(t, s, WriterOptions{})
+	for i := 1; i <= 20; i++ {
+		apply(t, w, fillUnit(didN(i), i, 5))
+	}
+	if err := s.Checkpoint("/backups/b1"); err != nil {
+		t.Fatal(err)
+	}
+	fs.SetIgnoreSyncs(true)
+	w.Close()
+	s.Close()
+	fs.ResetToSyncedState()
+	fs.SetIgnoreSyncs(false)
+
+	ro := testOptions(fs)
+	ro.ReadOnly = true
+	ck, err := Open("/backups/b1", ro)
+	if err != nil {
+		t.Fatalf("checkpoint lost to a power loss: %v", err)
+	}
+	defer ck.Close()
+	if tip, err := ck.Tip(); err != nil || tip != 100 {
+		t.Fatalf("checkpoint tip after power loss %d (%v), want 100", tip, err)
+	}
+}
