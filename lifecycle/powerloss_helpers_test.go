@@ -1,0 +1,409 @@
+package lifecycle
+
+// powerloss_helpers_test.go holds the power-cut rig of powerloss_test.go:
+// a CommitHook that names every synced batch and, at a chosen one, cuts the
+// power of a vfs.NewStrictMem filesystem (nothing synced afterwards
+// survives), a reader that records what the live log handed out, and a
+// lifecycle run over one store that stops at the cut or at convergence.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/vfs"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/oracle"
+	"github.com/backstream/backstream/retry"
+	"github.com/backstream/backstream/upstream"
+)
+
+// errPowerCut is what every commit at or after the cut returns: the world
+// has stopped, nothing is committed any more.
+var errPowerCut = errors.New("power cut")
+
+// Commit classes: what a synced batch is, from its op, its keys and the
+// phase the runner was in. The hook sees keys, not values, so a batch that
+// group-commits several producers' units takes the first matching class.
+const (
+	clsCapture      = "capture"       // capture writer: cap/ rows + cursor/relay
+	clsEnterMerging = "enter-merging" // phase=merging + backfill timestamps (C3)
+	clsMergeWalk    = "merge-walk"    // merged rows + cursor/merge (M4)
+	clsCheckpoint   = "checkpoint"    // the listRepos checkpoint (R6)
+	clsEnumerate    = "enumerate"     // bootstrap: repo states without rows (not_started, terminal without rows)
+	clsBackfill     = "backfill"      // bootstrap: backfill rows and completions
+	clsPending      = "pending-pass"  // merging: whole-repo replacement of a pending repo (M5)
+	clsDiscovery    = "discovery"     // merging: repo states without rows (discovered DIDs, failures)
+	clsCleanup      = "cleanup"       // cap/ range delete + cursor deletes + phase=steady_state (M7)
+	clsLive         = "live"          // steady state: live rows + cursor/relay
+	clsRetry        = "retry"         // steady state: a replacement's rows without a relay cursor
+	clsSteadyState  = "steady-state"  // steady state: repo/host states alone (retry bookkeeping)
+	clsRelay        = "relay"         // meta/relay
+	clsOther        = "other"
+)
+
+func hasKeyPrefix(keys [][]byte, p []byte) bool {
+	for _, k := range keys {
+		if bytes.HasPrefix(k, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// classify names one synced batch.
+func classify(phase archive.Phase, op string, keys [][]byte) string {
+	switch {
+	case strings.Contains(op, "cap batch"):
+		return clsCapture
+	case op == "commit steady_state":
+		return clsCleanup
+	case op == "record the relay":
+		return clsRelay
+	case hasKeyPrefix(keys, archive.KeyPhase):
+		return clsEnterMerging
+	case hasKeyPrefix(keys, archive.KeyCursorMerge):
+		return clsMergeWalk
+	case hasKeyPrefix(keys, archive.KeyCursorListRepos):
+		return clsCheckpoint
+	}
+	rows := hasKeyPrefix(keys, archive.PrefixEvent)
+	switch phase {
+	case archive.PhaseBootstrap:
+		if rows {
+			return clsBackfill
+		}
+		return clsEnumerate
+	case archive.PhaseMerging:
+		if rows {
+			return clsPending
+		}
+		return clsDiscovery
+	case archive.PhaseSteadyState:
+		switch {
+		case hasKeyPrefix(keys, archive.KeyCursorRelay):
+			return clsLive
+		case rows:
+			return clsRetry
+		}
+		return clsSteadyState
+	}
+	return clsOther
+}
+
+// cutSpec says where one run loses power. The n-th commit is counted over
+// every CommitHook call of the run, or over the calls of one class when
+// class is set. Before: the n-th batch is not committed (the power fails
+// while it is written). After: it commits, and the power fails at the next
+// synced batch of any committer, or — when none comes — once the run has
+// converged.
+type cutSpec struct {
+	class string
+	n     int
+	after bool
+}
+
+func (c cutSpec) String() string {
+	w := "before"
+	if c.after {
+		w = "after"
+	}
+	cls := c.class
+	if cls == "" {
+		cls = "any"
+	}
+	return fmt.Sprintf("%s-%s#%d", w, cls, c.n)
+}
+
+// commitRec is one CommitHook call.
+type commitRec struct {
+	op, class string
+}
+
+// plRun is one lifecycle run over the StrictMem store: it counts and names
+// every synced batch, records every event the main writer's live log hands
+// out, and cuts the power where spec says (nil: never).
+type plRun struct {
+	fs   *vfs.MemFS
+	spec *cutSpec
+
+	phase atomic.Value // archive.Phase the runner is in
+
+	mu      sync.Mutex
+	recs    []commitRec
+	byClass map[string]int
+	armed   bool // after-mode: the n-th batch went through
+	cut     bool
+	cutAt   int       // index (1-based) of the hook call the cut stopped, 0 for a cut at convergence
+	cutRec  commitRec // the batch the cut stopped (before) or followed (after)
+	handed  []archive.Event
+	atCut   []archive.Event // what readers held when the power failed
+	cutCh   chan struct{}
+}
+
+func newPLRun(fs *vfs.MemFS, spec *cutSpec) *plRun {
+	r := &plRun{fs: fs, spec: spec, byClass: map[string]int{}, cutCh: make(chan struct{})}
+	r.phase.Store(archive.PhaseBootstrap)
+	return r
+}
+
+// cutLocked fails the power: syncs are ignored from now on, and what the
+// readers were handed so far is what must survive. r.mu is held, so no
+// reader records an event between the two steps; an event handed later
+// was published after the cut and is not promised.
+func (r *plRun) cutLocked(at int, rec commitRec) {
+	r.fs.SetIgnoreSyncs(true)
+	r.cut, r.cutAt, r.cutRec = true, at, rec
+	r.atCut = append([]archive.Event(nil), r.handed...)
+	close(r.cutCh)
+}
+
+// hook is the store's CommitHook.
+func (r *plRun) hook(op string, keys [][]byte) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cut {
+		return errPowerCut
+	}
+	rec := commitRec{op: op, class: classify(r.phase.Load().(archive.Phase), op, keys)}
+	r.recs = append(r.recs, rec)
+	r.byClass[rec.class]++
+	at := len(r.recs)
+	s := r.spec
+	if s == nil {
+		return nil
+	}
+	if r.armed {
+		r.cutLocked(at, r.cutRec)
+		return errPowerCut
+	}
+	idx := at
+	if s.class != "" {
+		if rec.class != s.class {
+			return nil
+		}
+		idx = r.byClass[rec.class]
+	}
+	if idx != s.n {
+		return nil
+	}
+	if s.after {
+		r.armed, r.cutRec = true, rec
+		return nil
+	}
+	r.cutLocked(at, rec)
+	return errPowerCut
+}
+
+// cutAtEnd cuts an armed after-mode run that converged with no later batch.
+func (r *plRun) cutAtEnd() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.armed && !r.cut {
+		r.cutLocked(0, r.cutRec)
+	}
+}
+
+func (r *plRun) record(evs []*archive.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ev := range evs {
+		r.handed = append(r.handed, ev.Clone())
+	}
+}
+
+// summary renders how many batches of each class the run committed.
+func (r *plRun) summary() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return classSummary(r.byClass)
+}
+
+func classSummary(m map[string]int) string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for i, k := range names {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "%s=%d", k, m[k])
+	}
+	return b.String()
+}
+
+// follow records everything w's live log publishes, from seq 1, until the
+// writer is done. A reader that falls below the log's floor would miss
+// events; it reports that instead.
+func (r *plRun) follow(w *archive.Writer, next uint64, gap *atomic.Value) {
+	var buf []*archive.Event
+	for {
+		wake := w.Live().Wait()
+		for {
+			var floor uint64
+			buf, floor = w.Live().Read(next, buf[:0], 4096)
+			if len(buf) == 0 {
+				break
+			}
+			if buf[0].Seq != next {
+				gap.Store(fmt.Sprintf("live log handed seq %d when %d was next (floor %d)", buf[0].Seq, next, floor))
+			}
+			r.record(buf)
+			next = buf[len(buf)-1].Seq + 1
+		}
+		select {
+		case <-wake:
+		case <-w.Done():
+			buf, _ = w.Live().Read(next, buf[:0], 1<<30)
+			r.record(buf)
+			return
+		}
+	}
+}
+
+// plResult is how a run ended.
+type plResult struct {
+	err       error // Run's error (nil when stopped at convergence)
+	converged bool
+	cut       bool
+}
+
+// plLifecycle runs the lifecycle over the store under /data on r.fs until
+// the power is cut, or — when no cut comes — until steady state has caught
+// up with the relay after its traffic ended and the retry runner drained.
+// After a cut the store is closed with syncs ignored and the filesystem is
+// reset to its synced state, as a power failure leaves a disk.
+func plLifecycle(t *testing.T, net *oracle.Network, r *plRun) plResult {
+	t.Helper()
+	store, err := archive.Open("/data", archive.Options{FS: r.fs, Logger: quiet, CommitHook: r.hook,
+		OnFatal: func(fe *archive.FatalError) { panic(fe) }, CacheSize: 8 << 20})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	w, err := archive.NewWriter(store, archive.WriterOptions{Logger: quiet})
+	if err != nil {
+		t.Fatalf("writer: %v", err)
+	}
+	var gap atomic.Value
+	readerDone := make(chan struct{})
+	first := w.Live().Tip() + 1 // nothing is published before Run starts
+	go func() {
+		defer close(readerDone)
+		r.follow(w, first, &gap)
+	}()
+	client, err := upstream.New(net.RelayURL(), upstream.Options{ScratchDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, _ := backfill.NewRunner(backfill.Options{Source: client, Writer: w, Logger: quiet, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	backoff := retry.Backoff{Interval: 100 * time.Millisecond, MaxDelay: 300 * time.Millisecond}
+	retryJobs, _ := backfill.NewRunner(backoff.JobOptions(backfill.Options{Source: client, Writer: w, Logger: quiet}))
+	retrier, err := retry.New(retry.Config{Store: store, Writer: w, Jobs: retryJobs, Interval: backoff.Interval, MaxDelay: backoff.MaxDelay, ScanPeriod: 100 * time.Millisecond, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steadyCh := make(chan struct{}, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{Store: store, Writer: w, Relay: net.RelayURL(), Source: client, Jobs: jobs,
+			Bootstrap: bootstrap.Config{Workers: 8}, CaptureWait: 2 * time.Second, Logger: quiet,
+			OnPhase: func(p archive.Phase) {
+				r.phase.Store(p)
+				if p == archive.PhaseSteadyState {
+					select {
+					case steadyCh <- struct{}{}:
+					default:
+					}
+				}
+			},
+			Steady: []func(context.Context) error{retrier.Run}})
+	}()
+
+	var res plResult
+	deadline := time.After(90 * time.Second)
+	steady := false
+	var caughtUpAt uint64
+	cutCh := r.cutCh
+loop:
+	for {
+		select {
+		case res.err = <-done:
+			done = nil
+			break loop
+		case <-cutCh:
+			break loop
+		case <-steadyCh:
+			steady = true
+		case <-deadline:
+			cancel()
+			t.Fatalf("lifecycle neither failed, lost power nor converged in 90 s (steady %v, cut spec %v)", steady, r.spec)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if !steady {
+			continue
+		}
+		st := net.Status()
+		c, _ := store.RelayCursor()
+		rs := retrier.Status()
+		if !(st.Done && c == uint64(st.Seq)) {
+			continue
+		}
+		// Two complete retry passes that started after the catch-up must
+		// find nothing due (an earlier pass may predate the last marks).
+		if caughtUpAt == 0 {
+			caughtUpAt = rs.Passes + 1
+		}
+		if rs.Passes >= caughtUpAt+2 && rs.Due == 0 && rs.InFlight == 0 {
+			res.converged = true
+			r.cutAtEnd() // an after-mode cut whose batch was the last one
+			break loop
+		}
+	}
+	cancel()
+	if done != nil {
+		select {
+		case res.err = <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("lifecycle did not stop within 30 s of its cancel")
+		}
+	}
+	w.Close()
+	<-readerDone
+	client.Close()
+	func() {
+		defer func() { recover() }() // Pebble may panic closing after a failed write
+		store.Close()
+	}()
+	if g := gap.Load(); g != nil {
+		t.Fatalf("reader: %v", g)
+	}
+	r.mu.Lock()
+	res.cut = r.cut
+	r.mu.Unlock()
+	if res.cut {
+		r.fs.ResetToSyncedState()
+		r.fs.SetIgnoreSyncs(false)
+	}
+	return res
+}
+
+func sameEvent(a, b *archive.Event) bool {
+	return a.Seq == b.Seq && a.Kind == b.Kind && a.DID == b.DID && a.Collection == b.Collection &&
+		a.RKey == b.RKey && a.Rev == b.Rev && bytes.Equal(a.CID, b.CID) && bytes.Equal(a.Record, b.Record) &&
+		a.TimeUS == b.TimeUS && a.Handle == b.Handle && a.Active == b.Active && a.Status == b.Status &&
+		a.UpstreamSeq == b.UpstreamSeq && a.Source == b.Source
+}
