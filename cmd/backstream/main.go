@@ -4,6 +4,7 @@
 //
 //	serve   bootstrap from a relay, then archive its firehose and serve clients
 //	status  print the state of a data dir that no process holds open
+//	checkpoint  write a consistent copy of the store to a new data dir (online backup)
 //	devnet  run a simulated atproto network (relay, PDS hosts, firehose) for tests and demos
 //	tail    print the events a backstream (or Jetstream) /subscribe sends, one JSON line each
 //
@@ -53,7 +54,7 @@ type cmdEnv struct {
 // commands lists every subcommand. A subcommand exists only once it does
 // something.
 func commands() []*command {
-	return []*command{serveCommand(), statusCommand(), devnetCommand(), tailCommand()}
+	return []*command{serveCommand(), statusCommand(), checkpointCommand(), devnetCommand(), tailCommand()}
 }
 
 // errUsage marks command-line mistakes: exit status 2 and a usage hint.

@@ -234,6 +234,8 @@ func (s *server) handler() http.Handler {
 	// Profiles of the running process, on the operator's port like /metrics.
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	// Online backup, loopback callers only (checkpoint.go).
+	mux.Handle("POST "+checkpointPath, s.checkpointEndpoint())
 	// /subscribe, /status, /healthz, /readyz, /zstd-dictionary.
 	mux.Handle("/", s.sub.Handler())
 	return mux

@@ -1,0 +1,308 @@
+package main
+
+// In-process tests of `backstream checkpoint`: the direct path on a data dir
+// no process holds, and the admin endpoint on a real loopback HTTP server
+// over a store the writer is committing to. The process-level test (a real
+// serve under live traffic) is checkpoint_process_test.go.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/subscribe"
+)
+
+// TestCheckpointLocal: without --listen the CLI checkpoints a data dir no
+// process holds; `status --data-dir` on the checkpoint reports the same
+// phase, counts, cursors and tip; a second checkpoint to the same place is
+// refused and leaves the first intact.
+func TestCheckpointLocal(t *testing.T) {
+	base := t.TempDir()
+	data := filepath.Join(base, "data")
+	seedStore(t, data)
+	ck := filepath.Join(base, "backups", "b1")
+	code, out, stderr := runCLI(t, nil, "checkpoint", "--data-dir", data, "--to", ck, "--json")
+	if code != 0 {
+		t.Fatalf("checkpoint: %d %s", code, stderr)
+	}
+	var res checkpointResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if res.To != ck || res.Phase != "bootstrap" || res.TipSeq != 2 {
+		t.Fatalf("result %+v", res)
+	}
+	_, live, _ := runCLI(t, nil, "status", "--data-dir", data, "--json")
+	code, got, stderr := runCLI(t, nil, "status", "--data-dir", ck, "--json")
+	if code != 0 {
+		t.Fatalf("status of the checkpoint: %d %s", code, stderr)
+	}
+	if got != live {
+		t.Fatalf("status of the checkpoint differs:\n%s\nlive:\n%s", got, live)
+	}
+	code, _, stderr = runCLI(t, nil, "checkpoint", "--data-dir", data, "--to", ck)
+	if code != 1 || !strings.Contains(stderr, "not empty") {
+		t.Fatalf("second checkpoint to %s: code %d, %s", ck, code, stderr)
+	}
+	if code, _, _ := runCLI(t, nil, "status", "--data-dir", ck); code != 0 {
+		t.Fatal("the refused second checkpoint damaged the first")
+	}
+	if code, _, stderr := runCLI(t, nil, "checkpoint", "--data-dir", data); code != 2 || !strings.Contains(stderr, "--to") {
+		t.Fatalf("no --to: code %d, %s", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, nil, "checkpoint", "--data-dir", filepath.Join(base, "nothing"), "--to", filepath.Join(base, "x")); code != 1 || !strings.Contains(stderr, "no store here") {
+		t.Fatalf("missing data dir: code %d, %s", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(base, "nothing")); !os.IsNotExist(err) {
+		t.Fatalf("a checkpoint of a missing data dir created it: %v", err)
+	}
+}
+
+// TestCheckpointLocalHeldStore: a store another process holds is named as
+// such, and the message points to --listen.
+func TestCheckpointLocalHeldStore(t *testing.T) {
+	base := t.TempDir()
+	data := filepath.Join(base, "data")
+	seedStore(t, data)
+	s, err := archive.Open(data, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	code, _, stderr := runCLI(t, nil, "checkpoint", "--data-dir", data, "--to", filepath.Join(base, "ck"))
+	if code != 1 || !strings.Contains(stderr, "held open by another process") || !strings.Contains(stderr, "--listen") {
+		t.Fatalf("held store: code %d, %s", code, stderr)
+	}
+}
+
+// endpointServer is serve's HTTP handler over an open store, on loopback.
+func endpointServer(t *testing.T, store *archive.Store) *httptest.Server {
+	t.Helper()
+	s := &server{reg: newRegistry(), log: slog.New(slog.DiscardHandler), store: store}
+	sub, err := subscribe.New(subscribe.Config{Ready: s.ready, StatusJSON: s.statusJSON})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Close() })
+	s.sub = sub
+	hs := httptest.NewServer(s.handler())
+	t.Cleanup(hs.Close)
+	return hs
+}
+
+// TestCheckpointEndpointWhileWriting: the CLI with --listen asks serve's
+// handler for a checkpoint while the writer commits; the checkpoint opens,
+// its tip is below the live tip, and every event in it equals the live
+// event at its seq.
+func TestCheckpointEndpointWhileWriting(t *testing.T) {
+	base := t.TempDir()
+	store, err := archive.Open(filepath.Join(base, "data"), archive.Options{Logger: slog.New(slog.DiscardHandler), CacheSize: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	w, err := archive.NewWriter(store, archive.WriterOptions{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ctx.Err() == nil; i++ {
+			ev := archive.Event{Kind: archive.KindCreate, DID: fmt.Sprintf("did:plc:%024d", i%40), Collection: "app.bsky.feed.post",
+				RKey: fmt.Sprintf("r%d", i), Rev: fmt.Sprintf("3m%011d", i), CID: []byte{1, byte(i)}, Record: []byte{0xa0}, Source: archive.SourceLive}
+			if _, err := w.Apply(ctx, &archive.Unit{Events: []archive.Event{ev}}); err != nil && ctx.Err() == nil {
+				t.Errorf("apply: %v", err)
+				return
+			}
+		}
+	}()
+	defer func() { cancel(); wg.Wait(); w.Close() }()
+	for tip, _ := store.Tip(); tip < 200; tip, _ = store.Tip() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	hs := endpointServer(t, store)
+	listen := strings.TrimPrefix(hs.URL, "http://")
+	ck := filepath.Join(base, "ck")
+	code, out, stderr := runCLI(t, nil, "checkpoint", "--listen", listen, "--to", ck, "--json")
+	if code != 0 {
+		t.Fatalf("checkpoint --listen: %d %s", code, stderr)
+	}
+	var res checkpointResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for tip, _ := store.Tip(); tip <= res.TipSeq+100; tip, _ = store.Tip() {
+		time.Sleep(5 * time.Millisecond) // the live store moves on
+	}
+	cancel()
+	wg.Wait()
+	ckStore, err := archive.Open(ck, archive.Options{ReadOnly: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("checkpoint does not open: %v", err)
+	}
+	defer ckStore.Close()
+	liveTip, _ := store.Tip()
+	n := compareCheckpoint(t, ckStore, store)
+	if n != res.TipSeq || n < 200 || n >= liveTip {
+		t.Fatalf("checkpoint holds %d events, reported tip %d, live tip %d", n, res.TipSeq, liveTip)
+	}
+	// The same destination again: 409, named as refused.
+	code, _, stderr = runCLI(t, nil, "checkpoint", "--listen", listen, "--to", ck)
+	if code != 1 || !strings.Contains(stderr, "409") || !strings.Contains(stderr, "not empty") {
+		t.Fatalf("second checkpoint: code %d, %s", code, stderr)
+	}
+}
+
+// compareCheckpoint asserts that the checkpoint's events are seqs 1..n with
+// each equal to the live store's event at that seq, and returns n.
+func compareCheckpoint(t *testing.T, ck, live *archive.Store) uint64 {
+	t.Helper()
+	a, err := ck.Events(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := live.Events(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var n uint64
+	for a.Next() {
+		if !b.Next() {
+			t.Fatalf("the checkpoint holds seq %d beyond the live store (%v)", a.Event().Seq, b.Err())
+		}
+		x, y := a.Event(), b.Event()
+		if x.Seq != n+1 || x.Seq != y.Seq || x.DID != y.DID || x.Collection != y.Collection || x.RKey != y.RKey || x.Rev != y.Rev ||
+			x.Kind != y.Kind || x.TimeUS != y.TimeUS || string(x.CID) != string(y.CID) || string(x.Record) != string(y.Record) ||
+			x.Handle != y.Handle || x.Active != y.Active || x.Status != y.Status || x.UpstreamSeq != y.UpstreamSeq || x.Source != y.Source {
+			t.Fatalf("event %d differs:\ncheckpoint %+v\nlive       %+v", n+1, *x, *y)
+		}
+		n++
+	}
+	if err := a.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestCheckpointEndpointRefusals: the endpoint answers only loopback
+// callers not behind a proxy, only POST, only absolute paths, and never an
+// existing non-empty directory or a path inside the live store.
+func TestCheckpointEndpointRefusals(t *testing.T) {
+	base := t.TempDir()
+	data := filepath.Join(base, "data")
+	store, err := archive.Open(data, archive.Options{Logger: slog.New(slog.DiscardHandler), CacheSize: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	hs := endpointServer(t, store)
+	full := filepath.Join(base, "full")
+	if err := os.MkdirAll(full, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(full, "keep"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	post := func(to string, hdr http.Header) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, hs.URL+checkpointPath+"?to="+url.QueryEscape(to), nil)
+		for k, v := range hdr {
+			req.Header[k] = v
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var e checkpointError
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		return resp.StatusCode, e.Error
+	}
+	for _, tc := range []struct {
+		name string
+		to   string
+		hdr  http.Header
+		code int
+		msg  string
+	}{
+		{"relative", "backups/x", nil, 400, "absolute"},
+		{"empty", "", nil, 400, "absolute"},
+		{"proxied", filepath.Join(base, "p"), http.Header{"X-Forwarded-For": {"203.0.113.9"}}, 403, "proxy"},
+		{"forwarded", filepath.Join(base, "p"), http.Header{"Forwarded": {"for=203.0.113.9"}}, 403, "proxy"},
+		{"non-empty", full, nil, 409, "not empty"},
+		{"inside store", filepath.Join(data, "store", "x"), nil, 409, "inside the live store"},
+		{"the data dir", data, nil, 409, "refused"},
+	} {
+		code, msg := post(tc.to, tc.hdr)
+		if code != tc.code || !strings.Contains(msg, tc.msg) {
+			t.Errorf("%s: %d %q, want %d and %q", tc.name, code, msg, tc.code, tc.msg)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(base, "p")); !os.IsNotExist(err) {
+		t.Fatalf("a refused request wrote a checkpoint: %v", err)
+	}
+	if names, _ := os.ReadDir(full); len(names) != 1 {
+		t.Fatalf("a refused request touched %s", full)
+	}
+	resp, err := http.Get(hs.URL + checkpointPath + "?to=" + url.QueryEscape(filepath.Join(base, "g")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		t.Fatal("GET took a checkpoint")
+	}
+	if _, err := os.Stat(filepath.Join(base, "g")); !os.IsNotExist(err) {
+		t.Fatalf("GET wrote a checkpoint: %v", err)
+	}
+	// A caller on another address is refused before anything else.
+	h := (&server{log: slog.New(slog.DiscardHandler), store: store}).checkpointEndpoint()
+	req := httptest.NewRequest(http.MethodPost, checkpointPath+"?to="+url.QueryEscape(filepath.Join(base, "r")), nil)
+	req.RemoteAddr = "192.0.2.7:40000"
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), "loopback") {
+		t.Fatalf("remote caller: %d %s", rec.Code, rec.Body)
+	}
+	if _, err := os.Stat(filepath.Join(base, "r")); !os.IsNotExist(err) {
+		t.Fatalf("a remote caller wrote a checkpoint: %v", err)
+	}
+	// And the endpoint works for a good request.
+	if code, msg := post(filepath.Join(base, "good"), nil); code != 200 {
+		t.Fatalf("good request: %d %s", code, msg)
+	}
+}
+
+func TestCheckpointURL(t *testing.T) {
+	for listen, want := range map[string]string{
+		":6008":          "http://127.0.0.1:6008" + checkpointPath + "?to=%2Fb",
+		"0.0.0.0:6008":   "http://127.0.0.1:6008" + checkpointPath + "?to=%2Fb",
+		"[::]:6008":      "http://127.0.0.1:6008" + checkpointPath + "?to=%2Fb",
+		"127.0.0.1:9":    "http://127.0.0.1:9" + checkpointPath + "?to=%2Fb",
+		"localhost:6008": "http://localhost:6008" + checkpointPath + "?to=%2Fb",
+		"[::1]:6008":     "http://[::1]:6008" + checkpointPath + "?to=%2Fb",
+	} {
+		if got, err := checkpointURL(listen, "/b"); err != nil || got != want {
+			t.Errorf("%s: %s %v, want %s", listen, got, err, want)
+		}
+	}
+	if _, err := checkpointURL("6008", "/b"); err == nil {
+		t.Error("a port without a colon was accepted")
+	}
+}
