@@ -165,6 +165,7 @@ type node struct {
 
 	cancel context.CancelFunc
 	exit   chan error // the run's end, as serve's select sees it
+	lcErr  atomic.Pointer[error]
 	once   sync.Once
 	err    error
 }
@@ -253,10 +254,20 @@ func startNode(t *testing.T, n *oracle.Network, fs vfs.FS, o nodeOpts) *node {
 	go func() {
 		select {
 		case err := <-runErr:
+			nd.lcErr.Store(&err)
 			nd.exit <- err
 		case <-nd.w.Done():
-			cancel()
-			<-runErr
+			// serve cancels at once; the harness first gives the
+			// lifecycle a moment to stop on its own, so a test can tell
+			// which component saw the failure (lifecycleErr).
+			select {
+			case err := <-runErr:
+				nd.lcErr.Store(&err)
+			case <-time.After(5 * time.Second):
+				cancel()
+				err := <-runErr
+				nd.lcErr.Store(&err)
+			}
 			nd.exit <- nd.w.Err()
 		}
 	}()
@@ -314,6 +325,14 @@ func (nd *node) exited() (error, bool) {
 	default:
 		return nil, false
 	}
+}
+
+// lifecycleErr is what lifecycle.Run returned (nil before it returned).
+func (nd *node) lifecycleErr() error {
+	if p := nd.lcErr.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // waitExit waits up to d for the run to end on its own.

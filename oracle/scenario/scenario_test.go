@@ -353,7 +353,7 @@ const healthReflectsFatal = false
 // and /healthz asserted; S6, DESIGN §6 "a failure of the runner itself is
 // fatal"). One repo fails through bootstrap; in steady state the retry
 // runner retries it, and the synced batch carrying its replacement's rows
-// fails. The run stops with the injected error; /healthz and /readyz are
+// fails (the batch moving its ratchet, rev/<did>). The run stops with the injected error; /healthz and /readyz are
 // asked over real HTTP what they say at that moment; a restart without the
 // fault converges: the repo completes and the archive folds to the
 // network's records.
@@ -390,9 +390,9 @@ func TestRetryStoreFailure(t *testing.T) {
 		if code, _, err := nd.get("/readyz"); err != nil || code != http.StatusOK {
 			t.Fatalf("/readyz in steady state: %d %v", code, err)
 		}
-		// Nothing else writes now (traffic over, caught up): the next
-		// batch holding ev/ rows is the victim's replacement.
-		fault := archive.FailNthCommit("ev/", 1)
+		// Only a whole-repo replacement moves the victim's ratchet: the
+		// first batch touching rev/<victim> now is the retry runner's.
+		fault := archive.FailNthCommit(string(archive.RevKey(victim)), 1)
 		hook.f.Store(fault)
 		n.Faults().Clear()
 		nd.retrier.Wake()
@@ -406,7 +406,15 @@ func TestRetryStoreFailure(t *testing.T) {
 		if !errors.Is(runErr, archive.ErrInjected) {
 			t.Fatalf("run ended with %v; want the injected store failure", runErr)
 		}
-		t.Logf("run stopped: %v (failed batch %v)", runErr, fault.FiredOps())
+		// The live consumer or the retry runner (whichever notices the
+		// stopped writer first) ends the lifecycle with the failure.
+		if lc := nd.lifecycleErr(); !errors.Is(lc, archive.ErrInjected) {
+			t.Fatalf("the lifecycle ended with %v; want the injected store failure", lc)
+		}
+		if st, err := nd.store.RepoState(victim); err != nil || st.Status == archive.StatusComplete {
+			t.Fatalf("victim after the failed batch: %+v %v; want not complete", st, err)
+		}
+		t.Logf("run stopped: %v; lifecycle: %v", runErr, nd.lifecycleErr())
 
 		hz, hzBody, err := nd.get("/healthz")
 		if err != nil {
