@@ -8,6 +8,7 @@ package archive
 import (
 	"encoding/binary"
 	"math"
+	"sort"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -250,11 +251,37 @@ func DecodeRev(b []byte) (string, error) {
 
 // ---- counts ---------------------------------------------------------------
 
-// Counts are the repo counts by status plus the number of inactive repos,
-// maintained by the writer in the same batch as every transition.
+// Counts are the repo counts by status plus the number of inactive repos and
+// the failed repos by error class, maintained by the writer in the same batch
+// as every transition.
 type Counts struct {
 	ByStatus [numRepoStatus]int64 // indexed by RepoStatus
 	Inactive int64                // repos with Active == false
+	// FailedByClass counts the repos in status failed by their error class
+	// (FailedClass); it sums to ByStatus[StatusFailed]. nil only when read
+	// from a version-1 value, which predates it (the writer rebuilds it).
+	FailedByClass map[string]int64
+}
+
+// MaxFailedClasses bounds the distinct error classes counted; repos of any
+// further class are counted under FailedClassOther.
+const MaxFailedClasses = 64
+
+// Error classes the counts use for a failed repo without a usable class.
+const (
+	FailedClassUnknown = "unknown" // a failed repo whose state names no class
+	FailedClassOther   = "other"   // classes beyond MaxFailedClasses
+)
+
+// maxClassName bounds a class name in meta/counts.
+const maxClassName = 64
+
+// FailedClass is the class a failed repo is counted under.
+func FailedClass(s RepoState) string {
+	if s.ErrClass == "" || len(s.ErrClass) > maxClassName {
+		return FailedClassUnknown
+	}
+	return s.ErrClass
 }
 
 // Total is the number of known repos.
@@ -274,10 +301,27 @@ func (c Counts) Get(s RepoStatus) int64 {
 	return c.ByStatus[s]
 }
 
-// EncodeCounts encodes [0x01] followed by one uvarint per status (1..5) and
-// the inactive count. Negative counts are a bug and refused.
+// Clone returns a deep copy (the class map is not shared).
+func (c Counts) Clone() Counts {
+	if c.FailedByClass != nil {
+		m := make(map[string]int64, len(c.FailedByClass))
+		for k, v := range c.FailedByClass {
+			m[k] = v
+		}
+		c.FailedByClass = m
+	}
+	return c
+}
+
+const countsV2 = 0x02
+
+// EncodeCounts encodes [0x02], one uvarint per status (1..5), the inactive
+// count, then the failed classes: a uvarint n and n (class, uvarint count)
+// pairs in strictly increasing class order, every count positive, summing to
+// the failed count. Negative counts and inconsistent classes are a bug and
+// refused.
 func EncodeCounts(c Counts) ([]byte, error) {
-	b := []byte{codecV1}
+	b := []byte{countsV2}
 	for s := RepoStatus(1); s < numRepoStatus; s++ {
 		if c.ByStatus[s] < 0 {
 			return nil, malformed("negative count %d for %s", c.ByStatus[s], s)
@@ -287,16 +331,44 @@ func EncodeCounts(c Counts) ([]byte, error) {
 	if c.Inactive < 0 {
 		return nil, malformed("negative inactive count %d", c.Inactive)
 	}
-	return binary.AppendUvarint(b, uint64(c.Inactive)), nil
+	b = binary.AppendUvarint(b, uint64(c.Inactive))
+	classes := make([]string, 0, len(c.FailedByClass))
+	var sum int64
+	for k, v := range c.FailedByClass {
+		switch {
+		case v < 0:
+			return nil, malformed("negative failed count %d for class %q", v, k)
+		case v == 0:
+			continue
+		case k == "" || len(k) > maxClassName:
+			return nil, malformed("failed class name of %d bytes", len(k))
+		}
+		sum += v
+		classes = append(classes, k)
+	}
+	if len(classes) > MaxFailedClasses {
+		return nil, malformed("%d failed classes, at most %d", len(classes), MaxFailedClasses)
+	}
+	if sum != c.ByStatus[StatusFailed] {
+		return nil, malformed("failed classes sum to %d, failed count is %d", sum, c.ByStatus[StatusFailed])
+	}
+	sort.Strings(classes)
+	b = binary.AppendUvarint(b, uint64(len(classes)))
+	for _, k := range classes {
+		b = appendString(b, k)
+		b = binary.AppendUvarint(b, uint64(c.FailedByClass[k]))
+	}
+	return b, nil
 }
 
-// DecodeCounts is the inverse of EncodeCounts.
+// DecodeCounts is the inverse of EncodeCounts. It also reads version 1
+// (no classes), leaving FailedByClass nil.
 func DecodeCounts(b []byte) (Counts, error) {
 	var c Counts
 	if len(b) == 0 {
 		return c, malformed("empty counts")
 	}
-	if b[0] != codecV1 {
+	if b[0] != codecV1 && b[0] != countsV2 {
 		return c, malformed("counts: unknown version 0x%02x", b[0])
 	}
 	d := decoder{b: b[1:]}
@@ -304,6 +376,33 @@ func DecodeCounts(b []byte) (Counts, error) {
 		c.ByStatus[s] = d.count()
 	}
 	c.Inactive = d.count()
+	if b[0] == countsV2 {
+		n := d.uvarint()
+		if n > MaxFailedClasses {
+			d.fail("%d failed classes, at most %d", n, MaxFailedClasses)
+		}
+		c.FailedByClass = make(map[string]int64, n)
+		var sum int64
+		prev := ""
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			k := d.str(maxClassName)
+			v := d.count()
+			switch {
+			case d.err != nil:
+			case k == "" || (i > 0 && k <= prev):
+				d.fail("failed classes not in strictly increasing order at %q", k)
+			case v == 0:
+				d.fail("failed class %q with a zero count", k)
+			case v > math.MaxInt64-sum:
+				d.fail("failed classes overflow")
+			}
+			prev, sum = k, sum+v
+			c.FailedByClass[k] = v
+		}
+		if d.err == nil && sum != c.ByStatus[StatusFailed] {
+			d.fail("failed classes sum to %d, failed count is %d", sum, c.ByStatus[StatusFailed])
+		}
+	}
 	if err := d.finish("counts"); err != nil {
 		return Counts{}, err
 	}
@@ -312,10 +411,11 @@ func DecodeCounts(b []byte) (Counts, error) {
 
 // ---- host state -----------------------------------------------------------
 
-// HostState is what retry keeps about one PDS host.
+// HostState is what is kept about one PDS host: retry's parking (through
+// HostUpdate) and the writer's failure aggregate.
 type HostState struct {
 	ParkedUntilUS int64  // unix µs; 0 = not parked
-	Failures      uint64 // failed repos currently attributed to the host
+	Failures      uint64 // repos in status failed whose final host this is; the writer's
 	LastErrClass  string
 }
 

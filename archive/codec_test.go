@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -180,15 +181,16 @@ func TestSmallCodecs(t *testing.T) {
 	c.ByStatus[StatusComplete] = 1 << 40
 	c.ByStatus[StatusFailed] = 3
 	c.Inactive = 2
+	c.FailedByClass = map[string]int64{"timeout": 1, "transient": 2}
 	b, _ = EncodeCounts(c)
-	if got, err := DecodeCounts(b); err != nil || got != c {
+	if got, err := DecodeCounts(b); err != nil || !reflect.DeepEqual(got, c) {
 		t.Fatalf("counts: %+v %v", got, err)
 	}
 	c.ByStatus[StatusPending] = -1
 	if _, err := EncodeCounts(c); err == nil {
 		t.Error("encoder accepted a negative count")
 	}
-	for name, b := range map[string][]byte{"empty": nil, "short": {1, 0, 0}, "v2": {2, 0, 0, 0, 0, 0, 0}, "trailing": {1, 0, 0, 0, 0, 0, 0, 0}, "huge": {1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 0, 0, 0, 0}} {
+	for name, b := range map[string][]byte{"empty": nil, "short": {1, 0, 0}, "v2 without classes": {2, 0, 0, 0, 0, 0, 0}, "v3": {3, 0, 0, 0, 0, 0, 0, 0}, "trailing": {1, 0, 0, 0, 0, 0, 0, 0}, "huge": {1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 0, 0, 0, 0}} {
 		_, err := DecodeCounts(b)
 		mustMalformed(t, "counts "+name, err)
 	}

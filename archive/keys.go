@@ -25,13 +25,17 @@ var (
 
 // Key prefixes of the keyed families.
 var (
-	PrefixRepo    = []byte("repo/")
-	PrefixRev     = []byte("rev/")
-	PrefixHost    = []byte("host/")
-	PrefixEvent   = []byte("ev/")
-	PrefixCapture = []byte("cap/")
-	PrefixCursor  = []byte("cursor/")
-	PrefixMeta    = []byte("meta/")
+	PrefixRepo = []byte("repo/")
+	PrefixRev  = []byte("rev/")
+	PrefixHost = []byte("host/")
+	// PrefixHostRank indexes the hosts with failed repos by their failure
+	// count, highest first: the top-N is a read of N keys, never a scan of
+	// host/ (S3).
+	PrefixHostRank = []byte("hostrank/")
+	PrefixEvent    = []byte("ev/")
+	PrefixCapture  = []byte("cap/")
+	PrefixCursor   = []byte("cursor/")
+	PrefixMeta     = []byte("meta/")
 )
 
 // dataPrefixes are the families whose presence means a store holds archived
@@ -52,6 +56,23 @@ func RevKey(did string) []byte { return withSuffix(PrefixRev, did) }
 
 // HostKey is host/<host>.
 func HostKey(host string) []byte { return withSuffix(PrefixHost, host) }
+
+// HostRankKey is hostrank/<^failures as 8 bytes big-endian><host>: keys
+// sort by failures descending, then by host.
+func HostRankKey(failures uint64, host string) []byte {
+	k := make([]byte, 0, len(PrefixHostRank)+8+len(host))
+	k = append(k, PrefixHostRank...)
+	k = binary.BigEndian.AppendUint64(k, ^failures)
+	return append(k, host...)
+}
+
+// ParseHostRankKey is the inverse of HostRankKey.
+func ParseHostRankKey(key []byte) (host string, failures uint64, err error) {
+	if len(key) <= len(PrefixHostRank)+8 || string(key[:len(PrefixHostRank)]) != string(PrefixHostRank) {
+		return "", 0, fmt.Errorf("archive: key %q is not a host rank key", key)
+	}
+	return string(key[len(PrefixHostRank)+8:]), ^binary.BigEndian.Uint64(key[len(PrefixHostRank):]), nil
+}
 
 // EventKey is ev/<seq as 8 bytes big-endian>, so keys sort by seq.
 func EventKey(seq uint64) []byte { return seqKey(PrefixEvent, seq) }

@@ -14,7 +14,10 @@ type Metrics struct {
 	commitSecs   prometheus.Histogram
 	tip          *prometheus.GaugeVec
 	repos        *prometheus.GaugeVec
+	failed       *prometheus.GaugeVec
 	refusedUnits prometheus.Counter
+
+	failedShown map[string]bool // classes with a failed series, so a class that empties reads 0
 }
 
 // NewMetrics registers the archive metrics on reg.
@@ -50,13 +53,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "backstream_repos",
 			Help: "Known repos by status, from meta/counts (durable state only).",
 		}, []string{"status"}),
+		failed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "backstream_repos_failed",
+			Help: "Repos in status failed by the class of their last error, from meta/counts (durable state only).",
+		}, []string{"class"}),
+		failedShown: map[string]bool{},
 		refusedUnits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_archive_refused_units_total",
 			Help: "Units the writer refused as invalid (a bug in a producer).",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.staleRows, m.rows, m.batches, m.batchEvents, m.commitSecs, m.tip, m.repos, m.refusedUnits)
+		reg.MustRegister(m.staleRows, m.rows, m.batches, m.batchEvents, m.commitSecs, m.tip, m.repos, m.failed, m.refusedUnits)
 	}
 	return m
 }
@@ -91,6 +99,15 @@ func (m *Metrics) setCounts(c Counts) {
 	}
 	for _, s := range RepoStatuses {
 		m.repos.WithLabelValues(s.String()).Set(float64(c.Get(s)))
+	}
+	for k := range m.failedShown {
+		if c.FailedByClass[k] == 0 {
+			m.failed.WithLabelValues(k).Set(0)
+		}
+	}
+	for k, n := range c.FailedByClass {
+		m.failedShown[k] = true
+		m.failed.WithLabelValues(k).Set(float64(n))
 	}
 }
 

@@ -40,12 +40,18 @@ func (s *Store) CommitSteadyState(now time.Time) error {
 	_ = b.Delete(KeyCursorListLast, nil)
 	_ = b.Set(KeyPhase, phase, nil)
 	_ = b.Set(KeyPhaseEnteredAt, EncodeTime(now), nil)
-	err := s.checkCommit("commit steady_state", b)
+	return s.commit("commit steady_state", b)
+}
+
+// commit commits one of the store's own batches synced; a failure is a
+// persistence error naming op.
+func (s *Store) commit(op string, b *pebble.Batch) error {
+	err := s.checkCommit(op, b)
 	if err == nil {
 		err = b.Commit(pebble.Sync)
 	}
 	if err != nil {
-		return s.persistErr("commit steady_state", err)
+		return s.persistErr(op, err)
 	}
 	return nil
 }
@@ -64,12 +70,5 @@ func (s *Store) SetRelay(host string, resetCursor bool) error {
 	if resetCursor {
 		_ = b.Delete(KeyCursorRelay, nil)
 	}
-	err = s.checkCommit("record the relay", b)
-	if err == nil {
-		err = b.Commit(pebble.Sync)
-	}
-	if err != nil {
-		return s.persistErr("record the relay", err)
-	}
-	return nil
+	return s.commit("record the relay", b)
 }

@@ -25,13 +25,16 @@ func buildFaultStore(t *testing.T, fs vfs.FS) {
 	relay, _ := EncodeSeqCursor(41)
 	merge, _ := EncodeSeqCursor(7)
 	list, _ := EncodeListCursor(ListCursor{Cursor: "page-3"})
-	host, _ := EncodeHostState(HostState{ParkedUntilUS: 1 << 50, Failures: 2, LastErrClass: "rate_limited"})
 	apply(t, w, &Unit{
 		Events: []Event{commitEv(faultDID, "05", KindCreate, SourceBackfill, "a")},
 		Repos: []RepoUpdate{{DID: faultDID, Fields: FieldStatus | FieldActive | FieldBackfillRev,
 			State: RepoState{Status: StatusComplete, Active: true, BackfillRev: "05"}}},
 		Puts: []KV{{Key: KeyCursorRelay, Value: relay}, {Key: KeyCursorMerge, Value: merge},
-			{Key: KeyCursorListRepos, Value: list}, {Key: HostKey("pds.test"), Value: host}},
+			{Key: KeyCursorListRepos, Value: list}},
+		Hosts: []HostUpdate{{Host: "pds.test", Func: func(h HostState) HostState {
+			h.ParkedUntilUS, h.LastErrClass = 1<<50, "rate_limited"
+			return h
+		}}},
 	})
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
@@ -149,7 +152,7 @@ func readProbes() []readProbe {
 		{key: "host/pds.test",
 			read: withStore(func(s *Store) error { _, err := s.HostState("pds.test"); return err }),
 			value: func(t *testing.T, s *Store) {
-				if h, err := s.HostState("pds.test"); err != nil || h.Failures != 2 {
+				if h, err := s.HostState("pds.test"); err != nil || h.ParkedUntilUS != 1<<50 {
 					t.Errorf("host state %+v %v", h, err)
 				}
 			}},

@@ -21,7 +21,7 @@ func hookOptions(fs vfs.FS, f *CommitFault) Options {
 
 // faultUnit is unit i of the workload below: a live row of its own account
 // (touches ev/ and rev/), every third one a repo update (repo/, meta/counts),
-// every unit a cursor (cursor/), every fifth a host state (host/), unit 7
+// every unit a cursor (cursor/), every fifth a host update (host/), unit 7
 // the phase (meta/phase).
 func faultUnit(i int) *Unit {
 	did := didN(i)
@@ -32,8 +32,10 @@ func faultUnit(i int) *Unit {
 		u.Repos = []RepoUpdate{{DID: did, Fields: FieldStatus | FieldActive, State: RepoState{Status: StatusComplete, Active: true}}}
 	}
 	if i%5 == 0 {
-		h, _ := EncodeHostState(HostState{Failures: uint64(i)})
-		u.Puts = append(u.Puts, KV{Key: HostKey("pds.test"), Value: h})
+		u.Hosts = []HostUpdate{{Host: "pds.test", Func: func(h HostState) HostState {
+			h.ParkedUntilUS = int64(i)
+			return h
+		}}}
 	}
 	if i == 7 {
 		puts, _ := PhasePuts(PhaseMerging, time.Unix(100, 0))

@@ -48,10 +48,20 @@ const replacementHoldMax = 2 * time.Minute
 type Unit struct {
 	Events  []Event      // in order; Seq and TimeUS are assigned by the writer
 	Repos   []RepoUpdate // applied after the events, in order
-	Puts    []KV         // cursors, phase, host state (never ev/, cap/, repo/, rev/, meta/counts, meta/instance)
+	Hosts   []HostUpdate // applied after the repo updates, in order
+	Puts    []KV         // cursors, phase (only cursor/ and meta/, never meta/counts or meta/instance)
 	Replace *Replacement // non-nil: refused whole if the ratchet is newer than Replace.Rev
 	Token   any          // returned in the receipt
 	Acks    *Acks        // receives the receipt once the unit is durable (or refused); nil: nobody listens
+}
+
+// HostUpdate changes host/<host> through Func, which gets the current state
+// (the zero state when absent). Failures belongs to the writer: it is kept
+// equal to the number of failed repos whose final host is Host, in the same
+// batch as every repo transition, whatever Func returns for it.
+type HostUpdate struct {
+	Host string
+	Func func(cur HostState) HostState
 }
 
 // Receipt tells a producer what became of a unit.
@@ -174,6 +184,7 @@ type Writer struct {
 	revs     map[string]string    // ratchet values written in the open batch
 	revCache map[string]string    // durable ratchet values (bounded)
 	repos    map[string]RepoState // repo states written in the open batch
+	hosts    map[string]HostState // host states written in the open batch
 	buf      []byte
 
 	mu  sync.Mutex
@@ -200,6 +211,7 @@ func NewWriter(s *Store, opts WriterOptions) (*Writer, error) {
 		blocked:  make(map[*Acks]int),
 		revCache: make(map[string]string),
 		repos:    make(map[string]RepoState),
+		hosts:    make(map[string]HostState),
 	}
 	if opts.Capture {
 		w.prefix, w.name = PrefixCapture, "cap"
@@ -212,6 +224,9 @@ func NewWriter(s *Store, opts WriterOptions) (*Writer, error) {
 	if !opts.Capture {
 		c, err := s.Counts()
 		if err != nil && !errors.Is(err, ErrNotFound) {
+			return nil, fmt.Errorf("archive: start writer: %w", err)
+		}
+		if c, err = s.upgradeCounts(c, opts.Logger); err != nil {
 			return nil, fmt.Errorf("archive: start writer: %w", err)
 		}
 		w.counts = c
@@ -400,6 +415,7 @@ fill:
 	}
 	clear(w.revs)
 	clear(w.repos)
+	clear(w.hosts)
 	w.live.publish(p.events)
 	m := w.opts.Metrics
 	m.committed(w.name, p.rows, time.Since(start).Seconds(), w.nextSeq-1)
@@ -566,6 +582,26 @@ func (w *Writer) apply(p *pending, u *Unit) (released bool) {
 		w.count(old, existed, ns)
 		p.counts = true
 	}
+	for _, h := range st.hostOrder {
+		ch := st.hosts[h]
+		if ch.ns == (HostState{}) {
+			// Nothing left to keep (no failures, no parking): host/ holds
+			// only the hosts that need it.
+			_ = p.b.Delete(HostKey(h), nil)
+		} else {
+			v, _ := EncodeHostState(ch.ns) // validated in stage
+			_ = p.b.Set(HostKey(h), v, nil)
+		}
+		if ch.oldFailures != ch.ns.Failures {
+			if ch.oldFailures > 0 {
+				_ = p.b.Delete(HostRankKey(ch.oldFailures, h), nil)
+			}
+			if ch.ns.Failures > 0 {
+				_ = p.b.Set(HostRankKey(ch.ns.Failures, h), nil, nil)
+			}
+		}
+		w.hosts[h] = ch.ns
+	}
 	for _, kv := range u.Puts {
 		if kv.Value == nil {
 			_ = p.b.Delete(kv.Key, nil)
@@ -584,10 +620,16 @@ func (w *Writer) count(old RepoState, existed bool, ns RepoState) {
 		if !old.Active {
 			w.counts.Inactive--
 		}
+		if old.Status == StatusFailed {
+			w.counts.uncountFailed(old)
+		}
 	}
 	w.counts.ByStatus[ns.Status]++
 	if !ns.Active {
 		w.counts.Inactive++
+	}
+	if ns.Status == StatusFailed {
+		w.counts.countFailed(ns)
 	}
 }
 
@@ -605,6 +647,14 @@ type staged struct {
 	repos     map[string]RepoState
 	old       map[string]RepoState // previous state of repos that existed
 	repoOrder []string
+	hosts     map[string]hostChange
+	hostOrder []string
+}
+
+// hostChange is one host/ write of a unit.
+type hostChange struct {
+	oldFailures uint64
+	ns          HostState
 }
 
 // stage decides every row and mutation of u without touching the batch.
@@ -621,8 +671,8 @@ func (w *Writer) stage(u *Unit) (*staged, error) {
 		}
 	}
 	if w.opts.Capture {
-		if len(u.Repos) > 0 || u.Replace != nil {
-			return nil, invalid("the capture writer takes no repo mutations or replacements")
+		if len(u.Repos) > 0 || len(u.Hosts) > 0 || u.Replace != nil {
+			return nil, invalid("the capture writer takes no repo or host mutations or replacements")
 		}
 		for i := range st.keep {
 			st.keep[i] = true
@@ -725,6 +775,9 @@ func (w *Writer) stage(u *Unit) (*staged, error) {
 		}
 		st.repos[up.DID] = ns
 	}
+	if err := w.stageHosts(st, u.Hosts); err != nil {
+		return nil, err
+	}
 	return st, nil
 }
 
@@ -775,7 +828,7 @@ func (w *Writer) repoState(did string) (RepoState, bool, error) {
 
 // checkPutKey refuses keys only the writer's own logic may write.
 func checkPutKey(k []byte) error {
-	for _, p := range [][]byte{PrefixEvent, PrefixCapture, PrefixRepo, PrefixRev} {
+	for _, p := range [][]byte{PrefixEvent, PrefixCapture, PrefixRepo, PrefixRev, PrefixHost, PrefixHostRank} {
 		if hasPrefix(k, p) {
 			return invalid("unit puts %q, which only the writer itself writes", k)
 		}
@@ -783,8 +836,8 @@ func checkPutKey(k []byte) error {
 	if string(k) == string(KeyCounts) || string(k) == string(KeyInstance) {
 		return invalid("unit puts %q, which only the writer itself writes", k)
 	}
-	if !hasPrefix(k, PrefixCursor) && !hasPrefix(k, PrefixMeta) && !hasPrefix(k, PrefixHost) {
-		return invalid("unit puts %q outside cursor/, meta/ and host/", k)
+	if !hasPrefix(k, PrefixCursor) && !hasPrefix(k, PrefixMeta) {
+		return invalid("unit puts %q outside cursor/ and meta/", k)
 	}
 	return nil
 }

@@ -57,19 +57,13 @@ func (e *exec) park(did, host string, cause error) error {
 	}
 	r.parkMu.Lock()
 	until := e.s.park(host, r.cfg.Now().Add(wait).UnixMicro())
-	hs, err := hostState(r.cfg.Store, host)
-	if err != nil {
-		r.parkMu.Unlock()
-		return fmt.Errorf("retry: park %s: %w", host, err)
-	}
-	hs.ParkedUntilUS, hs.LastErrClass = until, backfill.ClassRateLimited
-	v, err := archive.EncodeHostState(hs)
-	if err != nil {
-		r.parkMu.Unlock()
-		return fmt.Errorf("retry: park %s: %w", host, err)
-	}
 	u := &archive.Unit{
-		Puts: []archive.KV{{Key: archive.HostKey(host), Value: v}},
+		// The writer keeps the host's failure count; this only parks it.
+		Hosts: []archive.HostUpdate{{Host: host, Func: func(cur archive.HostState) archive.HostState {
+			cur.ParkedUntilUS = max(cur.ParkedUntilUS, until)
+			cur.LastErrClass = backfill.ClassRateLimited
+			return cur
+		}}},
 		Repos: []archive.RepoUpdate{{DID: did, Func: func(cur archive.RepoState, exists bool) (archive.RepoState, bool) {
 			if !exists || cur.Status != archive.StatusFailed || cur.ErrClass != backfill.ClassRateLimited {
 				return cur, false
@@ -83,7 +77,7 @@ func (e *exec) park(did, host string, cause error) error {
 	}
 	acks := archive.NewAcks()
 	u.Acks = acks
-	err = r.cfg.Writer.Submit(e.ctx, u)
+	err := r.cfg.Writer.Submit(e.ctx, u)
 	r.parkMu.Unlock()
 	if err != nil {
 		return fmt.Errorf("retry: park %s: submit: %w", host, err)

@@ -72,8 +72,11 @@ func (e *sfEnv) seed(mem vfs.FS) {
 			State: archive.RepoState{Status: archive.StatusFailed, Active: true, Host: e.hosts[a.Host], Attempts: 1,
 				ErrClass: "seeded", LastError: "seeded", NextAttemptUS: 1}})
 	}
-	h, _ := archive.EncodeHostState(archive.HostState{ParkedUntilUS: time.Now().Add(time.Hour).UnixMicro()})
-	if r, err := w.Apply(context.Background(), &archive.Unit{Repos: ups, Puts: []archive.KV{{Key: archive.HostKey("parked.test"), Value: h}}}); err != nil || r.Refused != nil {
+	park := archive.HostUpdate{Host: "parked.test", Func: func(h archive.HostState) archive.HostState {
+		h.ParkedUntilUS = time.Now().Add(time.Hour).UnixMicro()
+		return h
+	}}
+	if r, err := w.Apply(context.Background(), &archive.Unit{Repos: ups, Hosts: []archive.HostUpdate{park}}); err != nil || r.Refused != nil {
 		e.t.Fatal(err, r.Refused)
 	}
 	w.Close()

@@ -7,9 +7,6 @@ package retry
 // page of candidates (S3).
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/backstream/backstream/archive"
 	"github.com/cockroachdb/pebble"
 )
@@ -109,16 +106,4 @@ func loadParks(db *pebble.DB, nowUS int64, fn func(host string, untilUS int64)) 
 		return &archive.KeyError{Key: "host/<scan>", Kind: archive.ErrRead, Err: err}
 	}
 	return nil
-}
-
-// hostState reads host/<host>; absent is the zero state.
-func hostState(s *archive.Store, host string) (archive.HostState, error) {
-	h, err := s.HostState(host)
-	if errors.Is(err, archive.ErrNotFound) {
-		return archive.HostState{}, nil
-	}
-	if err != nil {
-		return h, fmt.Errorf("read host state: %w", err)
-	}
-	return h, nil
 }

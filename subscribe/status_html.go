@@ -36,6 +36,8 @@ type statusPage struct {
 	BootRows   []statusRow
 	Repos      []statusRow
 	ReposTotal string
+	FailedBy   []statusRow // failed repos by error class, most first
+	FailedHost []statusRow // hosts with most failed repos, as ranked by the report
 	Serving    []statusRow
 	Other      []statusRow
 	Raw        string
@@ -105,6 +107,23 @@ func buildStatusPage(m map[string]any) *statusPage {
 		p.ReposTotal = show(r["total"])
 		p.Repos = rows(r, "total")
 	}
+	if f, ok := m["failed"].(map[string]any); ok {
+		if byClass, ok := f["by_class"].(map[string]any); ok {
+			p.FailedBy = rows(byClass)
+			sort.SliceStable(p.FailedBy, func(i, j int) bool {
+				a, _ := num(byClass[p.FailedBy[i].Key])
+				b, _ := num(byClass[p.FailedBy[j].Key])
+				return a > b
+			})
+		}
+		if hosts, ok := f["top_hosts"].([]any); ok {
+			for _, h := range hosts {
+				if hm, ok := h.(map[string]any); ok {
+					p.FailedHost = append(p.FailedHost, statusRow{show(hm["host"]), show(hm["failed"])})
+				}
+			}
+		}
+	}
 	serving := map[string]any{}
 	if sub, ok := m["subscribe"].(map[string]any); ok {
 		for k, v := range sub {
@@ -122,7 +141,7 @@ func buildStatusPage(m map[string]any) *statusPage {
 		}
 	}
 	p.Serving = rows(serving)
-	p.Other = rows(m, "phase", "error", "bootstrap", "repos", "subscribe", "archive", "cursors")
+	p.Other = rows(m, "phase", "error", "bootstrap", "repos", "failed", "subscribe", "archive", "cursors")
 	raw, _ := json.MarshalIndent(m, "", "  ")
 	p.Raw = string(raw)
 	return p
@@ -154,6 +173,10 @@ small{color:#5b6577}
 <table>{{range .BootRows}}<tr><td>{{.Key}}</td><td>{{.Value}}</td></tr>{{end}}</table>{{end}}
 {{if .Repos}}<h2>Repos by status <small>(total {{.ReposTotal}})</small></h2>
 <table id="repos">{{range .Repos}}<tr><td>{{.Key}}</td><td>{{.Value}}</td></tr>{{end}}</table>{{end}}
+{{if .FailedBy}}<h2>Failed repos by error class</h2>
+<table id="failed-classes">{{range .FailedBy}}<tr><td>{{.Key}}</td><td>{{.Value}}</td></tr>{{end}}</table>{{end}}
+{{if .FailedHost}}<h2>Hosts with most failed repos</h2>
+<table id="failed-hosts">{{range .FailedHost}}<tr><td>{{.Key}}</td><td>{{.Value}}</td></tr>{{end}}</table>{{end}}
 {{if .Serving}}<h2>Archive and subscribers</h2>
 <table>{{range .Serving}}<tr><td>{{.Key}}</td><td>{{.Value}}</td></tr>{{end}}</table>{{end}}
 {{if .Other}}<h2>More</h2>

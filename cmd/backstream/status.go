@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -39,6 +40,7 @@ type statusReport struct {
 	BackfillCompletedAt *time.Time       `json:"backfill_completed_at,omitempty"`
 	Relay               string           `json:"relay,omitempty"`
 	Repos               map[string]int64 `json:"repos"`
+	Failed              statusFailed     `json:"failed"`
 	Cursors             statusCursors    `json:"cursors"`
 	Archive             statusArchive    `json:"archive"`
 	// Bootstrap is the live progress of a running bootstrap (serve's
@@ -49,13 +51,24 @@ type statusReport struct {
 // emptyStatus is the report before a store can be read: phase names what
 // the process is doing ("opening"), every count is zero.
 func emptyStatus(phase string) *statusReport {
-	r := &statusReport{Phase: phase, Repos: map[string]int64{}}
+	r := &statusReport{Phase: phase, Repos: map[string]int64{}, Failed: emptyFailed()}
 	for _, st := range archive.RepoStatuses {
 		r.Repos[st.String()] = 0
 	}
 	r.Repos["inactive"], r.Repos["total"] = 0, 0
 	return r
 }
+
+// statusFailed is where the failed repos are: by error class, and the
+// topHosts hosts with most failed repos. Both come from aggregates the writer
+// keeps with every transition: reading them is never a scan.
+type statusFailed struct {
+	ByClass  map[string]int64       `json:"by_class"`
+	TopHosts []archive.HostFailures `json:"top_hosts"`
+}
+
+// topHosts is how many hosts the report ranks.
+const topHosts = 10
 
 type statusCursors struct {
 	Relay     *uint64 `json:"relay"`
@@ -69,10 +82,14 @@ type statusArchive struct {
 	CaptureTip uint64 `json:"capture_tip_seq"`
 }
 
+func emptyFailed() statusFailed {
+	return statusFailed{ByClass: map[string]int64{}, TopHosts: []archive.HostFailures{}}
+}
+
 // buildStatus reads the report from the store, fail-closed: an absent value
 // is left out, an unreadable or malformed one is an error.
 func buildStatus(s *archive.Store) (*statusReport, error) {
-	r := &statusReport{Repos: map[string]int64{}}
+	r := &statusReport{Repos: map[string]int64{}, Failed: emptyFailed()}
 	phase, err := s.Phase()
 	if err != nil {
 		return nil, err
@@ -106,6 +123,14 @@ func buildStatus(s *archive.Store) (*statusReport, error) {
 	}
 	r.Repos["inactive"] = counts.Inactive
 	r.Repos["total"] = counts.Total()
+	for k, n := range counts.FailedByClass {
+		r.Failed.ByClass[k] = n
+	}
+	top, err := s.TopFailingHosts(topHosts)
+	if err != nil {
+		return nil, err
+	}
+	r.Failed.TopHosts = append(r.Failed.TopHosts, top...)
 	if v, err := s.RelayCursor(); err == nil {
 		r.Cursors.Relay = &v
 	} else if absentOK(err) != nil {
@@ -191,6 +216,26 @@ func printStatus(out io.Writer, r *statusReport) {
 	fmt.Fprintf(tw, "repos\t%d total, %d inactive\n", r.Repos["total"], r.Repos["inactive"])
 	for _, st := range archive.RepoStatuses {
 		fmt.Fprintf(tw, "  %s\t%d\n", st, r.Repos[st.String()])
+	}
+	if len(r.Failed.ByClass) > 0 {
+		classes := make([]string, 0, len(r.Failed.ByClass))
+		for k := range r.Failed.ByClass {
+			classes = append(classes, k)
+		}
+		sort.Slice(classes, func(i, j int) bool {
+			a, b := r.Failed.ByClass[classes[i]], r.Failed.ByClass[classes[j]]
+			return a > b || a == b && classes[i] < classes[j]
+		})
+		fmt.Fprintf(tw, "failed by class\t\n")
+		for _, k := range classes {
+			fmt.Fprintf(tw, "  %s\t%d\n", k, r.Failed.ByClass[k])
+		}
+	}
+	if len(r.Failed.TopHosts) > 0 {
+		fmt.Fprintf(tw, "hosts with most failed repos\t\n")
+		for _, h := range r.Failed.TopHosts {
+			fmt.Fprintf(tw, "  %s\t%d\n", h.Host, h.Failures)
+		}
 	}
 	switch {
 	case r.Cursors.ListRepos == nil:

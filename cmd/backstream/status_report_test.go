@@ -12,8 +12,9 @@ import (
 	"github.com/backstream/backstream/subscribe"
 )
 
-// seedStore writes a store with a known shape: two complete repos, one
-// failed, one inactive not_started, a page checkpoint and two rows.
+// seedStore writes a store with a known shape: two complete repos, three
+// failed (two transient, one timeout; two on pds1.test, one on pds2.test),
+// one inactive not_started, a page checkpoint and two rows.
 func seedStore(t *testing.T, dir string) {
 	t.Helper()
 	s, err := archive.Open(dir, archive.Options{})
@@ -28,6 +29,10 @@ func seedStore(t *testing.T, dir string) {
 		return archive.RepoUpdate{DID: did, Fields: archive.FieldStatus | archive.FieldActive,
 			State: archive.RepoState{Status: status, Active: active}}
 	}
+	failed := func(did, class, host string) archive.RepoUpdate {
+		return archive.RepoUpdate{DID: did, Fields: archive.FieldStatus | archive.FieldActive | archive.FieldError | archive.FieldHost,
+			State: archive.RepoState{Status: archive.StatusFailed, Active: true, ErrClass: class, LastError: "x", Host: host}}
+	}
 	cp, _ := archive.EncodeListCursor(archive.ListCursor{Cursor: "page-7"})
 	row := func(rkey string) archive.Event {
 		return archive.Event{Kind: archive.KindCreate, DID: "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa", Collection: "app.bsky.feed.post",
@@ -38,7 +43,9 @@ func seedStore(t *testing.T, dir string) {
 		Repos: []archive.RepoUpdate{
 			st("did:plc:aaaaaaaaaaaaaaaaaaaaaaaa", archive.StatusComplete, true),
 			st("did:plc:bbbbbbbbbbbbbbbbbbbbbbbb", archive.StatusComplete, true),
-			st("did:plc:cccccccccccccccccccccccc", archive.StatusFailed, true),
+			failed("did:plc:cccccccccccccccccccccccc", "transient", "pds1.test"),
+			failed("did:plc:eeeeeeeeeeeeeeeeeeeeeeee", "timeout", "pds1.test"),
+			failed("did:plc:ffffffffffffffffffffffff", "transient", "pds2.test"),
 			st("did:plc:dddddddddddddddddddddddd", archive.StatusNotStarted, false),
 		},
 		Puts: []archive.KV{{Key: archive.KeyCursorListRepos, Value: cp}},
@@ -65,7 +72,7 @@ func TestStatusReportJSON(t *testing.T) {
 		t.Fatalf("%v: %s", err, out)
 	}
 	repos := r["repos"].(map[string]any)
-	want := map[string]float64{"not_started": 1, "pending": 0, "complete": 2, "failed": 1, "unavailable": 0}
+	want := map[string]float64{"not_started": 1, "pending": 0, "complete": 2, "failed": 3, "unavailable": 0}
 	for k, v := range want {
 		if repos[k] != v {
 			t.Fatalf("repos[%s] = %v, want %v (%s)", k, repos[k], v, out)
@@ -77,6 +84,26 @@ func TestStatusReportJSON(t *testing.T) {
 	if r["cursors"].(map[string]any)["listrepos"] != "page-7" {
 		t.Fatalf("checkpoint in %s", out)
 	}
+	// Failed repos by class and the hosts with most failures (issue 7 item 9).
+	var failed struct {
+		Failed struct {
+			ByClass  map[string]int64 `json:"by_class"`
+			TopHosts []struct {
+				Host   string `json:"host"`
+				Failed int64  `json:"failed"`
+			} `json:"top_hosts"`
+		} `json:"failed"`
+	}
+	if err := json.Unmarshal([]byte(out), &failed); err != nil {
+		t.Fatal(err)
+	}
+	f := failed.Failed
+	if len(f.ByClass) != 2 || f.ByClass["transient"] != 2 || f.ByClass["timeout"] != 1 {
+		t.Fatalf("failed by class %v in %s", f.ByClass, out)
+	}
+	if len(f.TopHosts) != 2 || f.TopHosts[0].Host != "pds1.test" || f.TopHosts[0].Failed != 2 || f.TopHosts[1].Host != "pds2.test" || f.TopHosts[1].Failed != 1 {
+		t.Fatalf("top hosts %+v in %s", f.TopHosts, out)
+	}
 }
 
 func TestStatusReportTable(t *testing.T) {
@@ -86,7 +113,7 @@ func TestStatusReportTable(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("status: %d %s", code, stderr)
 	}
-	for _, want := range []string{"phase", "bootstrap", "complete", "2", "failed", "listRepos checkpoint", "page-7", "archive tip seq"} {
+	for _, want := range []string{"phase", "bootstrap", "complete", "2", "failed", "failed by class", "transient", "hosts with most failed repos", "pds1.test", "listRepos checkpoint", "page-7", "archive tip seq"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("table lacks %q:\n%s", want, out)
 		}
@@ -125,6 +152,10 @@ func TestServeStatusBeforeOpen(t *testing.T) {
 		t.Fatalf("%d %s", rec.Code, rec.Body)
 	}
 	repos, ok := r["repos"].(map[string]any)
+	failed, fok := r["failed"].(map[string]any)
+	if !fok || failed["by_class"] == nil || failed["top_hosts"] == nil {
+		t.Fatalf("status before open lacks the failed section: %s", rec.Body)
+	}
 	if r["phase"] != "opening" || !ok || repos["complete"] != float64(0) || r["archive"].(map[string]any)["tip_seq"] != float64(0) {
 		t.Fatalf("status before open: %s", rec.Body)
 	}
