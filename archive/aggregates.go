@@ -59,6 +59,9 @@ func failedHost(s RepoState) string {
 // stageHosts decides the host/ writes of a unit: the failure deltas of its
 // repo transitions, then its HostUpdates in order.
 func (w *Writer) stageHosts(st *staged, ups []HostUpdate) error {
+	if len(st.repoOrder) == 0 && len(ups) == 0 {
+		return nil
+	}
 	delta := map[string]int64{}
 	for _, did := range st.repoOrder {
 		if old, ok := st.old[did]; ok {
