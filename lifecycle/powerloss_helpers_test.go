@@ -106,14 +106,19 @@ func classify(phase archive.Phase, op string, keys [][]byte) string {
 // class is set. Before: the n-th batch is not committed (the power fails
 // while it is written). After: it commits, and the power fails at the next
 // synced batch of any committer, or — when none comes — once the run has
-// converged.
+// converged. End: the power fails once the run has converged, after its
+// last batch.
 type cutSpec struct {
 	class string
 	n     int
 	after bool
+	end   bool
 }
 
 func (c cutSpec) String() string {
+	if c.end {
+		return "at-end"
+	}
 	w := "before"
 	if c.after {
 		w = "after"
@@ -137,12 +142,15 @@ type plRun struct {
 	fs   *vfs.MemFS
 	spec *cutSpec
 
-	phase atomic.Value // archive.Phase the runner is in
+	phase   atomic.Value                    // archive.Phase the runner is in
+	live    atomic.Pointer[archive.LiveLog] // the main writer's live log
+	lastSeq atomic.Uint64                   // the last seq the reader recorded
 
 	mu      sync.Mutex
 	recs    []commitRec
 	byClass map[string]int
 	armed   bool // after-mode: the n-th batch went through
+	cutting bool // the cut is decided; readers are draining
 	cut     bool
 	cutAt   int       // index (1-based) of the hook call the cut stopped, 0 for a cut at convergence
 	cutRec  commitRec // the batch the cut stopped (before) or followed (after)
@@ -168,11 +176,12 @@ func (r *plRun) cutLocked(at int, rec commitRec) {
 	close(r.cutCh)
 }
 
-// hook is the store's CommitHook.
+// hook is the store's CommitHook. At the cut it stops the world: the
+// batch it is called for is not committed and neither is any later one.
 func (r *plRun) hook(op string, keys [][]byte) error {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cut {
+	if r.cut || r.cutting {
+		r.mu.Unlock()
 		return errPowerCut
 	}
 	rec := commitRec{op: op, class: classify(r.phase.Load().(archive.Phase), op, keys)}
@@ -180,38 +189,68 @@ func (r *plRun) hook(op string, keys [][]byte) error {
 	r.byClass[rec.class]++
 	at := len(r.recs)
 	s := r.spec
-	if s == nil {
-		return nil
-	}
-	if r.armed {
-		r.cutLocked(at, r.cutRec)
-		return errPowerCut
-	}
-	idx := at
-	if s.class != "" {
-		if rec.class != s.class {
-			return nil
+	cut := false
+	switch {
+	case s == nil, s.end:
+	case r.armed:
+		cut, rec = true, r.cutRec
+	default:
+		idx := at
+		if s.class != "" {
+			if rec.class != s.class {
+				break
+			}
+			idx = r.byClass[rec.class]
 		}
-		idx = r.byClass[rec.class]
+		if idx != s.n {
+			break
+		}
+		if s.after {
+			r.armed, r.cutRec = true, rec
+			break
+		}
+		cut = true
 	}
-	if idx != s.n {
+	if !cut {
+		r.mu.Unlock()
 		return nil
 	}
-	if s.after {
-		r.armed, r.cutRec = true, rec
-		return nil
-	}
-	r.cutLocked(at, rec)
+	r.cutting = true
+	r.mu.Unlock()
+	r.powerFails(at, rec)
 	return errPowerCut
 }
 
-// cutAtEnd cuts an armed after-mode run that converged with no later batch.
+// powerFails cuts the power at a commit point. The power may fail at any
+// instant while the batch is written, so a reader may have read everything
+// published before it: give the reader a moment to catch up with the live
+// log's tip first, then record what it holds.
+func (r *plRun) powerFails(at int, rec commitRec) {
+	if l := r.live.Load(); l != nil {
+		for deadline := time.Now().Add(time.Second); r.lastSeq.Load() < l.Tip() && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	r.mu.Lock()
+	r.cutLocked(at, rec)
+	r.mu.Unlock()
+}
+
+// cutAtEnd cuts, once the run has converged, an end-mode run, or an
+// armed after-mode run whose batch was the last one.
 func (r *plRun) cutAtEnd() {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.armed && !r.cut {
-		r.cutLocked(0, r.cutRec)
+	if r.spec == nil || !(r.armed || r.spec.end) || r.cut || r.cutting {
+		r.mu.Unlock()
+		return
 	}
+	r.cutting = true
+	rec := r.cutRec
+	if r.spec.end && len(r.recs) > 0 {
+		rec = r.recs[len(r.recs)-1]
+	}
+	r.mu.Unlock()
+	r.powerFails(0, rec)
 }
 
 func (r *plRun) record(evs []*archive.Event) {
@@ -219,6 +258,9 @@ func (r *plRun) record(evs []*archive.Event) {
 	defer r.mu.Unlock()
 	for _, ev := range evs {
 		r.handed = append(r.handed, ev.Clone())
+	}
+	if len(evs) > 0 {
+		r.lastSeq.Store(evs[len(evs)-1].Seq)
 	}
 }
 
@@ -300,6 +342,8 @@ func plLifecycle(t *testing.T, net *oracle.Network, r *plRun) plResult {
 	var gap atomic.Value
 	readerDone := make(chan struct{})
 	first := w.Live().Tip() + 1 // nothing is published before Run starts
+	r.lastSeq.Store(first - 1)
+	r.live.Store(w.Live())
 	go func() {
 		defer close(readerDone)
 		r.follow(w, first, &gap)
@@ -369,7 +413,7 @@ loop:
 		}
 		if rs.Passes >= caughtUpAt+2 && rs.Due == 0 && rs.InFlight == 0 {
 			res.converged = true
-			r.cutAtEnd() // an after-mode cut whose batch was the last one
+			r.cutAtEnd() // an at-end cut, or an after-mode cut whose batch was the last
 			break loop
 		}
 	}

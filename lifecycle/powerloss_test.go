@@ -39,11 +39,18 @@ func plConfig() oracle.Config {
 //   - the fold of the archive equals the network's current records for
 //     every active (and every deleted) account.
 //
-// The points come from a dry run that names every CommitHook call. Under
-// -short: one point per commit class, the after-mode cuts of the two phase
-// changes, and a chain that cuts bootstrap and then the restart's pending
-// pass. Without -short: every commit point n = 1..N of the dry run, plus
-// the reduced set.
+// The points come from a dry run that names every CommitHook call and
+// classifies it (capture, enumerate, backfill, checkpoint, enter-merging,
+// merge-walk, pending-pass, cleanup, live, retry). "before" cuts while the
+// batch is written (it is lost); "after" lets it commit and cuts at the
+// next synced batch of any committer. Before the cut the reader is given a
+// moment to read everything the live log published: a writer that tells
+// readers before its batch is synced fails here. Under -short (about 20 s):
+// the first batch of every class, one retry replacement, the after-cuts of
+// capture, live and both phase changes, a cut after convergence, and a
+// chain that cuts bootstrap and then the restart's pending pass. Without
+// -short: also the middle batch of every large class and every commit
+// point n = 1..N of the dry run by global index.
 func TestLifecyclePowerLoss(t *testing.T) {
 	start := time.Now()
 	dry := plDryRun(t)
@@ -53,13 +60,20 @@ func TestLifecyclePowerLoss(t *testing.T) {
 	}
 	t.Logf("dry run (seed %d): %d synced batches: %s", plSeed, len(dry), classSummary(byClass))
 
+	// A point is a chain of cuts (each on the run restarted after the
+	// previous one). tries > 1: the class's presence depends on scheduling,
+	// so a run where it never came is run again, up to tries times; the cut
+	// must fire in one of them. optional: a global index beyond what this
+	// run committed (runs differ in how many live batches they group) may
+	// stay unfired; such misses are counted and bounded.
 	type point struct {
-		name  string
-		chain []cutSpec
+		chain    []cutSpec
+		tries    int
+		optional bool
 	}
 	var points []point
-	// One point per class: its first batch, and for classes with many
-	// batches also one from the middle.
+	// One point per class: its first batch, and without -short also one
+	// from the middle of classes with many batches.
 	classes := make([]string, 0, len(byClass))
 	for c := range byClass {
 		classes = append(classes, c)
@@ -74,22 +88,36 @@ func TestLifecyclePowerLoss(t *testing.T) {
 			points = append(points, point{chain: []cutSpec{{class: c, n: k / 2}}})
 		}
 	}
-	// Right after the two phase changes: durable, but the runner has not
-	// acted on them yet.
 	points = append(points,
+		// A whole-repo replacement by the retry runner in steady state
+		// (triggered by a #sync or a reactivation the traffic sends).
+		point{chain: []cutSpec{{class: clsRetry, n: 1}}, tries: 3},
+		// Right after a batch: durable, but nothing has acted on it yet
+		// (the two phase changes), or the same producer's next batch is
+		// lost (capture's and live's relay cursor must never run ahead of
+		// their rows).
+		point{chain: []cutSpec{{class: clsCapture, n: 1, after: true}}},
+		point{chain: []cutSpec{{class: clsLive, n: 1, after: true}}},
 		point{chain: []cutSpec{{class: clsEnterMerging, n: 1, after: true}}},
 		point{chain: []cutSpec{{class: clsCleanup, n: 1, after: true}}},
+		// After the last batch: converged, quiet steady state.
+		point{chain: []cutSpec{{end: true}}},
 		// Power fails mid-bootstrap; the restart turns the unfinished repos
 		// pending, and the power fails again in the pending pass (M5).
 		point{chain: []cutSpec{{class: clsBackfill, n: 2}, {class: clsPending, n: 1}}},
 	)
 	if !testing.Short() {
+		// Every commit point of the dry run, by its global index. The first
+		// half (bootstrap, merge, cleanup, the first live batches) exists
+		// in every run; beyond it a run may group live frames into fewer
+		// batches than the dry run did.
 		for n := 1; n <= len(dry); n++ {
-			points = append(points, point{chain: []cutSpec{{n: n}}})
+			points = append(points, point{chain: []cutSpec{{n: n}}, optional: n > len(dry)/2, tries: 2})
 		}
-		points = append(points, point{chain: []cutSpec{{n: len(dry), after: true}}})
 	}
 	fired := map[string]int{}
+	var missed []string
+	optional := 0
 	for _, p := range points {
 		name := ""
 		for i, s := range p.chain {
@@ -98,13 +126,34 @@ func TestLifecyclePowerLoss(t *testing.T) {
 			}
 			name += s.String()
 		}
+		if p.optional {
+			optional++
+		}
 		t.Run(name, func(t *testing.T) {
-			for _, rec := range powerCutRound(t, p.chain) {
-				fired[rec.class]++
+			for try := 1; ; try++ {
+				cuts, ok := powerCutRound(t, p.chain, try < p.tries || p.optional)
+				if ok {
+					for _, rec := range cuts {
+						fired[rec.class]++
+					}
+					return
+				}
+				if try >= p.tries {
+					missed = append(missed, name)
+					t.Logf("%s: the run committed fewer batches than the dry run; not fired in %d runs", name, try)
+					return
+				}
+				t.Logf("%s: not fired in run %d; again", name, try)
 			}
 		})
 	}
 	t.Logf("%d points in %v; cuts by class of the batch cut at/after: %s", len(points), time.Since(start).Round(time.Millisecond), classSummary(fired))
+	if len(missed) > 0 {
+		t.Logf("%d optional points beyond what their runs committed: %v", len(missed), missed)
+		if len(missed) > optional/2 {
+			t.Fatalf("%d of %d optional points never fired: the sweep is mostly vacuous", len(missed), optional)
+		}
+	}
 }
 
 // plDeterministic are the classes every run of the sweep's world commits
@@ -138,8 +187,9 @@ func plDryRun(t *testing.T) []commitRec {
 
 // powerCutRound runs one point: for each spec of chain a run on the same
 // StrictMem store that loses power there, then a run to convergence, then
-// the checks. It returns the batches the cuts stopped (or followed).
-func powerCutRound(t *testing.T, chain []cutSpec) []commitRec {
+// the checks. It returns the batches the cuts stopped (or followed), and
+// false when a cut did not fire and mayMiss allowed that (no checks ran).
+func powerCutRound(t *testing.T, chain []cutSpec, mayMiss bool) ([]commitRec, bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	net, err := oracle.Start(ctx, plConfig())
@@ -153,6 +203,9 @@ func powerCutRound(t *testing.T, chain []cutSpec) []commitRec {
 	for _, spec := range chain {
 		r := newPLRun(fs, &spec)
 		res := plLifecycle(t, net, r)
+		if !res.cut && mayMiss {
+			return nil, false
+		}
 		if !res.cut {
 			t.Fatalf("cut %v never fired (run %v, converged %v; batches %s)", spec, res.err, res.converged, r.summary())
 		}
@@ -187,7 +240,7 @@ func powerCutRound(t *testing.T, chain []cutSpec) []commitRec {
 		t.Fatalf("%d of %d accounts differ after power loss and a restart:\n%s", len(bad), checked, check.Describe(bad, 5))
 	}
 	t.Logf("converged: %d events, fold = ground truth for %d accounts; restart committed %s", stats.Events, checked, r.summary())
-	return cuts
+	return cuts, true
 }
 
 // verifyPromised opens the store on fs and checks that every promised event
