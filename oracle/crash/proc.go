@@ -1,0 +1,215 @@
+package crash
+
+// proc.go owns one `backstream serve` child process: start, /status, SIGKILL,
+// SIGTERM, exit status and the tail of its log.
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Run describes one serve process.
+type Run struct {
+	Bin     string   // the backstream binary (Binary)
+	Relay   string   // --relay
+	DataDir string   // --data-dir
+	LogDir  string   // where serve-<n>.log is written; "" = the parent of DataDir
+	Listen  string   // --listen; "" = a free loopback port
+	Env     []string // extra environment (e.g. BACKSTREAM_CRASHPOINT=name)
+	Args    []string // extra serve flags
+}
+
+// Proc is one running (or ended) `backstream serve`.
+type Proc struct {
+	Cmd    *exec.Cmd
+	Listen string // host:port of /status, /subscribe, /metrics
+	Log    string // path of its combined stdout+stderr
+	Start  time.Time
+
+	done chan struct{} // closed once the process is reaped
+	err  error         // Wait's result, valid after done
+}
+
+var logSeq atomic.Int64
+
+// FreeAddr returns a loopback host:port that was free a moment ago.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// CleanEnv is the test's environment without BACKSTREAM_* variables, plus
+// extra.
+func CleanEnv(extra ...string) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "BACKSTREAM_") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, extra...)
+}
+
+// Start starts `backstream serve` for r. The test's cleanup kills and reaps
+// it if it is still running.
+func Start(t testing.TB, r Run) *Proc {
+	t.Helper()
+	p := &Proc{Listen: r.Listen, done: make(chan struct{})}
+	if p.Listen == "" {
+		p.Listen = FreeAddr(t)
+	}
+	logDir := r.LogDir
+	if logDir == "" {
+		logDir = filepath.Dir(r.DataDir)
+	}
+	p.Log = filepath.Join(logDir, fmt.Sprintf("serve-%03d.log", logSeq.Add(1)))
+	logFile, err := os.Create(p.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"serve", "--relay", r.Relay, "--data-dir", r.DataDir,
+		"--listen", p.Listen, "--log-format", "json"}, r.Args...)
+	p.Cmd = exec.Command(r.Bin, args...)
+	p.Cmd.Env = CleanEnv(r.Env...)
+	p.Cmd.Stdout, p.Cmd.Stderr = logFile, logFile
+	p.Start = time.Now()
+	if err := p.Cmd.Start(); err != nil {
+		logFile.Close()
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.Cmd.Wait()
+		logFile.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		if !p.Exited() {
+			_ = p.Cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// Done is closed once the process has ended and been reaped.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Exited reports whether the process has ended.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Err is the process's exit error (nil for exit 0); valid once Done.
+func (p *Proc) Err() error {
+	<-p.done
+	return p.err
+}
+
+// Wait waits up to d for the process to end; ok=false on timeout.
+func (p *Proc) Wait(d time.Duration) (err error, ok bool) {
+	select {
+	case <-p.done:
+		return p.err, true
+	case <-time.After(d):
+		return nil, false
+	}
+}
+
+// ErrAlreadyExited: a kill found the process already ended, so the kill did
+// not happen (the scenario's fault did not fire).
+var ErrAlreadyExited = errors.New("crash: the process had already exited")
+
+// Kill sends SIGKILL and waits for the process. It fails with
+// ErrAlreadyExited if the process had ended before the signal, and with an
+// error if it then ended other than by SIGKILL.
+func (p *Proc) Kill() error {
+	if p.Exited() {
+		return fmt.Errorf("crash: kill: %w (%v)", ErrAlreadyExited, p.err)
+	}
+	if err := p.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		if p.Exited() {
+			return fmt.Errorf("crash: kill: %w (%v)", ErrAlreadyExited, p.err)
+		}
+		return fmt.Errorf("crash: kill: %w", err)
+	}
+	if err := p.Err(); !Killed(err) {
+		return fmt.Errorf("crash: kill: the process ended by %v, not SIGKILL (it exited before the signal)", err)
+	}
+	return nil
+}
+
+// Stop sends SIGTERM and waits up to d; nil only for a clean exit 0.
+func (p *Proc) Stop(d time.Duration) error {
+	if p.Exited() {
+		return fmt.Errorf("crash: stop: %w (%v)", ErrAlreadyExited, p.err)
+	}
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return fmt.Errorf("crash: stop: %w", err)
+	}
+	err, ok := p.Wait(d)
+	if !ok {
+		_ = p.Cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("crash: stop: no exit within %v of SIGTERM", d)
+	}
+	if err != nil {
+		return fmt.Errorf("crash: stop: %w", err)
+	}
+	return nil
+}
+
+// Killed reports whether a process ended by SIGKILL (a crash point firing or
+// a harness kill).
+func Killed(err error) bool {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return false
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+}
+
+// Tail is the last 4 KB of the process's log.
+func (p *Proc) Tail() string {
+	b, _ := os.ReadFile(p.Log)
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// Status fetches /status; ok=false while the process does not answer.
+func (p *Proc) Status() (Status, bool) {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + p.Listen + "/status")
+	if err != nil {
+		return Status{}, false
+	}
+	defer resp.Body.Close()
+	var s Status
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&s) != nil {
+		return Status{}, false
+	}
+	return s, true
+}
