@@ -20,6 +20,23 @@ const (
 	ResultFailed      = "failed"      // anything else after the retry budgets
 )
 
+// Budget labels of backstream_backfill_retries_total: which in-job retry
+// budget an attempt's retry consumed.
+const (
+	BudgetOrdinary    = "ordinary"     // transient failures (E9)
+	BudgetRateLimited = "rate_limited" // 429s (E10)
+)
+
+// FailedClasses is the closed set of classes with which a job makes a repo
+// durably failed (label values of backstream_backfill_failed_total): every
+// Class* constant except the unavailable ones (deactivated, suspended,
+// takendown). Each is pre-initialised at 0 so alerts and dashboards see a
+// series, not "no data", before the first failure.
+func FailedClasses() []string {
+	return []string{ClassTransient, ClassRateLimited, ClassTimeout, ClassPermanent, ClassForbidden, ClassTooLarge,
+		ClassWrongDID, ClassBadCommit, ClassIncompleteCAR, ClassInvalidCAR, ClassLocal, ClassNotFoundActive}
+}
+
 // Metrics are the backfill job's instruments.
 type Metrics struct {
 	repos       *prometheus.CounterVec
@@ -91,6 +108,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range DropReasons() {
 		m.dropped.WithLabelValues(r.String())
 	}
+	for _, c := range FailedClasses() {
+		m.failed.WithLabelValues(c)
+	}
+	m.retries.WithLabelValues(BudgetOrdinary)
+	m.retries.WithLabelValues(BudgetRateLimited)
 	if reg != nil {
 		reg.MustRegister(m.repos, m.records, m.bytes, m.dropped, m.failed, m.retries,
 			m.getRepo, m.inflight, m.memHeld, m.memBudget, m.memWaitSecs)

@@ -2,7 +2,10 @@ package bootstrap
 
 // metrics.go owns bootstrap's Prometheus instruments. Nil-safe.
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/backstream/backstream/upstream"
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Metrics are the bootstrap instruments.
 type Metrics struct {
@@ -49,6 +52,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.discovered.WithLabelValues("active")
 	m.discovered.WithLabelValues("inactive")
+	// Every error class a listRepos request can fail with, at 0 from the
+	// start (alerts on listRepos errors see 0, not "no data").
+	for _, c := range upstream.ErrorClasses() {
+		m.listErrs.WithLabelValues(c.String())
+	}
 	if reg != nil {
 		reg.MustRegister(m.lag, m.pages, m.loops, m.discovered, m.pending, m.queued, m.listErrs)
 	}

@@ -13,12 +13,37 @@ type Metrics struct {
 	refusedTarget *prometheus.CounterVec // stage, reason
 }
 
+// ErrorClasses is the closed set of classes Classify returns for an error
+// (every Class but ClassNone), for callers that label metrics with them.
+func ErrorClasses() []Class {
+	return []Class{ClassNotFound, ClassUnavailable, ClassRateLimited, ClassTransient, ClassPermanent, ClassCanceled}
+}
+
+// The closed label sets of this package's metrics. Every combination is
+// pre-initialised at 0 by NewMetrics, so alerts and dashboards see 0 rather
+// than "no data" before the first occurrence.
+var (
+	// requestEndpoints are the calls counted by request (subscribeRepos is
+	// counted by package firehose, per frame).
+	requestEndpoints = []string{"listRepos", "getRepo"}
+	// listDropReasons are the reasons of listReposDropped.
+	listDropReasons = []string{"invalid_did", "malformed"}
+	// policyReasons are addrPolicy.check's refusals (both stages); an
+	// unclassified refusal counts as "invalid".
+	policyReasons = []string{"invalid", "metadata", "unspecified", "loopback", "private", "link-local", "multicast", "reserved"}
+	// redirectReasons are the refusals only a redirect can meet
+	// (checkTarget's and the hop limit).
+	redirectReasons = []string{"scheme", "empty-host", "too_many"}
+)
+
 // NewMetrics registers the upstream metrics on reg (nil: unregistered, still
-// usable). Label values come from closed sets:
-//   - backstream_upstream_requests_total{endpoint=listRepos|getRepo|subscribeRepos, result=<Class>}
+// usable). Label values come from closed sets, each combination present at 0
+// from the start:
+//   - backstream_upstream_requests_total{endpoint=listRepos|getRepo, result=ok|<ErrorClasses>}
 //   - backstream_upstream_getrepo_bytes_total
 //   - backstream_upstream_listrepos_dropped_total{reason=invalid_did|malformed}
-//   - backstream_upstream_refused_targets_total{stage=redirect|dial, reason=scheme|loopback|private|link-local|metadata|multicast|unspecified|reserved|empty-host|too_many|invalid}
+//   - backstream_upstream_refused_targets_total{stage=dial, reason=<policyReasons>} and
+//     {stage=redirect, reason=<policyReasons>|scheme|empty-host|too_many}
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -37,6 +62,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "backstream_upstream_refused_targets_total",
 			Help: "Redirect targets or dial addresses refused by the E14 policy.",
 		}, []string{"stage", "reason"}),
+	}
+	for _, ep := range requestEndpoints {
+		m.requests.WithLabelValues(ep, ClassNone.String())
+		for _, c := range ErrorClasses() {
+			m.requests.WithLabelValues(ep, c.String())
+		}
+	}
+	for _, r := range listDropReasons {
+		m.listDropped.WithLabelValues(r)
+	}
+	for _, r := range policyReasons {
+		m.refusedTarget.WithLabelValues("dial", r)
+		m.refusedTarget.WithLabelValues("redirect", r)
+	}
+	for _, r := range redirectReasons {
+		m.refusedTarget.WithLabelValues("redirect", r)
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.bytes, m.listDropped, m.refusedTarget)
