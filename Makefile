@@ -5,7 +5,7 @@ BIN     := bin/backstream
 PKGS    := ./...
 FUZZTIME ?= 30s
 
-.PHONY: all build test test-long vet fmt-check lint bench fuzz demo clean
+.PHONY: all build test test-long vet fmt-check lint bench bench-go fuzz demo clean
 
 all: build
 
@@ -30,9 +30,17 @@ fmt-check:
 
 lint: vet fmt-check
 
-# Micro-benchmarks (writer, codecs, verifier, renderer, simulated network).
-# Report CPU-seconds and ratios: the machine is shared and noisy.
+# The system benchmark: devnet and serve as separate processes, CPU and RSS
+# of serve alone; one table of bootstrap, archive size, live ingest, replay
+# and live fan-out rows against their targets; medians of RUNS runs (default
+# 3); JSON in bench/results/. QUICK=1 for a short run. See scripts/bench.sh.
 bench:
+	BIN=$(BIN) ./scripts/bench.sh
+
+# Micro-benchmarks (writer, codecs, verifier, renderer, simulated network).
+# Report CPU-seconds and ratios: the machine is shared and noisy; compare
+# runs with benchstat.
+bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m $(PKGS)
 
 # Every fuzz target for FUZZTIME each.
@@ -56,11 +64,8 @@ clean:
 check-metrics: build
 	BIN=$(BIN) ./deploy/check-metrics.sh
 
-# The system benchmark: devnet and serve as separate processes, CPU and RSS
-# of serve alone, medians of RUNS runs per shape (SHAPES=2000x200,20000x50),
-# JSON in bench/results/. `make bench` stays the Go micro-benchmarks.
-bench-system:
-	BIN=$(BIN) ./scripts/bench.sh
+# Former name of `make bench`.
+bench-system: bench
 
 .PHONY: check-metrics bench-system
 

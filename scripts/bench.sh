@@ -1,17 +1,32 @@
 #!/usr/bin/env bash
-# The system benchmark (`make bench-system`): builds bin/backstream, then for
-# each shape runs `backstream devnet` and `backstream serve` as separate
-# processes and measures the serve process alone — bootstrap records per
-# CPU-second (utime+stime from /proc/<pid>/stat), records/s, repos/s, peak
-# RSS (VmHWM), store bytes on disk per archived event. Medians of RUNS runs;
-# JSON in bench/results/<date>.json. See bench/system/main.go.
+# The system benchmark (`make bench`): builds bin/backstream, runs
+# `backstream devnet` and `backstream serve` as separate processes and
+# measures the serve process alone (CPU-seconds from /proc/<pid>/stat, peak
+# RSS from VmHWM). One table, each row with its target and met/missed:
+#   - bootstrap per shape: records per CPU-second, records/s, repos/s, peak
+#     RSS; bytes on disk per archived event after a manual compaction;
+#   - live ingest of a --preload-events history at saturation: events/s and
+#     CPU-seconds per million events; replay from cursor 0 to one subscriber:
+#     events/s and CPU-µs per event;
+#   - SUBSCRIBERS live subscribers at LIVE_RATE events/s: CPU-µs per
+#     delivered event (net of idle) and p50/p99 delivery latency.
+# Medians of RUNS runs; JSON in bench/results/<date>.json. About 10 minutes
+# with the defaults on 2 cores; QUICK=1 (one run, one shape, a smaller
+# history, shorter windows) takes about 2. See bench/system/main.go.
 #
-#   SHAPES=2000x200,20000x50 RUNS=5 scripts/bench.sh
+#   RUNS=5 SHAPES=2000x200 PARTS=bootstrap,ingest,fanout scripts/bench.sh
+#   QUICK=1 scripts/bench.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 BIN=${BIN:-bin/backstream}
+if [ "${QUICK:-0}" = 1 ]; then
+  : "${RUNS:=1}" "${SHAPES:=2000x200}" "${PRELOAD:=50000}" "${WINDOW:=5s}"
+fi
 $GO build -o "$BIN" ./cmd/backstream
 exec $GO run ./bench/system -bin "$BIN" \
-  -shapes "${SHAPES:-2000x200}" -runs "${RUNS:-3}" -workers "${WORKERS:-100}" \
-  -rate "${RATE:-50}" -out "${OUT:-bench/results}"
+  -parts "${PARTS:-bootstrap,ingest,fanout}" \
+  -shapes "${SHAPES:-2000x200,20000x50}" -runs "${RUNS:-3}" -workers "${WORKERS:-100}" \
+  -rate "${RATE:-50}" -preload "${PRELOAD:-200000}" \
+  -live-rate "${LIVE_RATE:-1000}" -subscribers "${SUBSCRIBERS:-100}" -window "${WINDOW:-10s}" \
+  -out "${OUT:-bench/results}"

@@ -1,0 +1,153 @@
+package main
+
+// bootstrap.go owns the bootstrap measurement of one shape: a devnet of
+// accounts × mean records, a serve on a fresh data dir, the serve process's
+// CPU, wall time and peak RSS until the bootstrap completes, and the store's
+// bytes on disk per archived event after a manual compaction.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/backstream/backstream/archive"
+)
+
+type shape struct{ Accounts, Records int }
+
+func (s shape) String() string { return fmt.Sprintf("%dx%d", s.Accounts, s.Records) }
+
+// bootRun is one measured bootstrap. The JSON names are those of the
+// result files written before the steady-state rows existed.
+type bootRun struct {
+	Shape              string  `json:"shape"`
+	Run                int     `json:"run"`
+	Repos              int64   `json:"repos_complete"`
+	Records            int64   `json:"records"`
+	BootstrapCPUSecs   float64 `json:"bootstrap_cpu_seconds"`
+	RecordsPerCPUSec   float64 `json:"records_per_cpu_second"`
+	BootstrapWallSecs  float64 `json:"bootstrap_wall_seconds"`
+	RecordsPerSec      float64 `json:"records_per_second"`
+	ReposPerSec        float64 `json:"repos_per_second"`
+	PeakRSSBytes       int64   `json:"peak_rss_bytes"`
+	ArchiveEvents      int64   `json:"archive_events"`
+	StoreBytesOnDisk   int64   `json:"store_bytes_on_disk"`      // as serve left it
+	StoreBytesApparent int64   `json:"store_bytes_apparent"`     // as serve left it
+	CompactedBytes     int64   `json:"compacted_store_bytes"`    // on disk, after flush + full compaction
+	BytesPerEvent      float64 `json:"bytes_on_disk_per_event"`  // compacted / archive events
+	ApparentPerEvent   float64 `json:"apparent_bytes_per_event"` // as left by serve / archive events
+	SteadyStateSecs    float64 `json:"seconds_to_steady_state"`
+}
+
+// measureBootstrap runs one bootstrap of sh and returns its numbers.
+func measureBootstrap(parent context.Context, o options, sh shape) (r bootRun, err error) {
+	ctx, cancel := context.WithTimeout(parent, o.timeout)
+	defer cancel()
+	r.Shape = sh.String()
+	dir, err := os.MkdirTemp("", "backstream-bench-")
+	if err != nil {
+		return r, err
+	}
+	defer os.RemoveAll(dir)
+
+	devnet, relay, err := startDevnet(ctx, o.bin, dir, "devnet", devnetArgs{Accounts: sh.Accounts, Records: sh.Records, Rate: o.rate})
+	if err != nil {
+		return r, err
+	}
+	defer devnet.kill()
+
+	data := filepath.Join(dir, "data")
+	started := time.Now()
+	serve, base, err := startServe(o.bin, dir, "serve", relay, data,
+		"--backfill-workers", strconv.Itoa(o.workers), "--capture-wait", "5s")
+	if err != nil {
+		return r, err
+	}
+	defer serve.kill()
+
+	c := &http.Client{Timeout: 5 * time.Second}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	bootstrapDone := false
+	for {
+		select {
+		case <-ctx.Done():
+			return r, fmt.Errorf("no steady_state: %w (serve log: %s)", ctx.Err(), tail(serve.log.Name()))
+		case <-serve.exited:
+			return r, serve.alive()
+		case <-tick.C:
+		}
+		cpu, cpuErr := serve.cpu()
+		var st status
+		if err := getJSON(c, base+"/status", &st); err != nil || cpuErr != nil {
+			continue
+		}
+		if !bootstrapDone && st.BackfillCompletedAt != nil && st.BackfillStartedAt != nil {
+			bootstrapDone = true
+			r.BootstrapCPUSecs = cpu
+			m, err := scrape(c, base+"/metrics")
+			if err != nil {
+				return r, err
+			}
+			recs, ok := m.sum("backstream_backfill_records_total")
+			if !ok {
+				return r, errors.New("/metrics: no backstream_backfill_records_total")
+			}
+			r.Records = int64(recs)
+			r.Repos = st.Repos["complete"]
+			r.BootstrapWallSecs = st.BackfillCompletedAt.Sub(*st.BackfillStartedAt).Seconds()
+		}
+		if bootstrapDone && st.Phase == "steady_state" {
+			r.SteadyStateSecs = time.Since(started).Seconds()
+			r.PeakRSSBytes = vmHWM(serve.pid())
+			r.ArchiveEvents = int64(st.Archive.TipSeq)
+			break
+		}
+	}
+	if err := serve.stop(time.Minute); err != nil {
+		return r, err
+	}
+	if r.StoreBytesOnDisk, r.StoreBytesApparent, err = dirSize(filepath.Join(data, "store")); err != nil {
+		return r, err
+	}
+	if err := compact(data); err != nil {
+		return r, err
+	}
+	if r.CompactedBytes, _, err = dirSize(filepath.Join(data, "store")); err != nil {
+		return r, err
+	}
+	if r.BootstrapCPUSecs > 0 {
+		r.RecordsPerCPUSec = float64(r.Records) / r.BootstrapCPUSecs
+	}
+	if r.BootstrapWallSecs > 0 {
+		r.RecordsPerSec = float64(r.Records) / r.BootstrapWallSecs
+		r.ReposPerSec = float64(r.Repos) / r.BootstrapWallSecs
+	}
+	if r.ArchiveEvents > 0 {
+		r.BytesPerEvent = float64(r.CompactedBytes) / float64(r.ArchiveEvents)
+		r.ApparentPerEvent = float64(r.StoreBytesApparent) / float64(r.ArchiveEvents)
+	}
+	return r, nil
+}
+
+// compact opens a stopped store, flushes and compacts it fully, and closes
+// it: the manual compaction before the bytes-per-event measurement.
+func compact(dataDir string) error {
+	s, err := archive.Open(dataDir, archive.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return fmt.Errorf("compact: %w", err)
+	}
+	db := s.DB()
+	err = db.Flush()
+	if err == nil {
+		err = db.Compact([]byte{0}, bytes.Repeat([]byte{0xff}, 64), true)
+	}
+	return errors.Join(err, s.Close())
+}
