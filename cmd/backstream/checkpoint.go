@@ -104,7 +104,11 @@ func (s *server) openStore() *archive.Store {
 
 // checkpointEndpoint is the handler serve mounts on POST /admin/checkpoint.
 func (s *server) checkpointEndpoint() http.Handler {
-	return &checkpointHandler{store: s.openStore, log: s.log.With("component", "checkpoint")}
+	log := s.log
+	if log == nil { // tests build a server without one
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &checkpointHandler{store: s.openStore, log: log.With("component", "checkpoint")}
 }
 
 // proxyHeaders mark a request forwarded by a proxy: its loopback source
