@@ -127,6 +127,13 @@ func (f *fanout) err() error {
 	return fmt.Errorf("fanout: %d subscribers disconnected, first: %w", len(f.errs), errors.Join(f.errs[0]))
 }
 
+// disconnected is how many subscribers the server disconnected.
+func (f *fanout) disconnected() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.errs)
+}
+
 // close ends every subscriber and waits for the readers.
 func (f *fanout) close() {
 	f.closed.Store(true)

@@ -129,7 +129,8 @@ func buildTable(rep report, o options) []row {
 				fmt.Sprintf("%d-event history; rows archived %d, stale %d, dropped %d", m.HistoryEvents, m.RowsArchived, m.RowsStale, m.FramesDropped)),
 			newRow("live ingest: CPU-seconds per million events", "CPU-s/M",
 				vals(rs, func(r ingestRun) float64 { return r.CPUSecsPerMillion }), target{},
-				fmt.Sprintf("serve %.2f cores, the network %.2f cores meanwhile", m.CPUSecs/m.WallSecs, m.NetworkCPUSecs/m.WallSecs)),
+				fmt.Sprintf("serve %.2f cores, the network %.2f; %d synced batches, mean commit %.2f ms",
+					m.CPUSecs/m.WallSecs, m.NetworkCPUSecs/m.WallSecs, m.Batches, m.MeanCommitMillis)),
 			newRow("replay from cursor 0, 1 subscriber: events/s", "ev/s",
 				vals(rs, func(r ingestRun) float64 { return r.ReplayEventsPerSec }), atLeast(targetReplayEventsPerSec),
 				fmt.Sprintf("%d events", m.ReplayEvents)),
@@ -143,7 +144,8 @@ func buildTable(rep report, o options) []row {
 		rows = append(rows,
 			newRow(fmt.Sprintf("%d live subscribers at %s ev/s: CPU-µs per delivered event", m.Subscribers, num(m.NetworkRate)), "µs",
 				vals(rs, func(r fanoutRun) float64 { return r.NetCPUMicros }), atMost(targetFanoutCPUMicros),
-				fmt.Sprintf("net of idle %.3f CPU-s/s; gross %.2f; %s delivered/s", m.IdleCPUPerSec, m.CPUMicros, num(m.DeliveredPerSec))),
+				fmt.Sprintf("net of idle %.3f CPU-s/s; gross %.2f; %s delivered/s%s", m.IdleCPUPerSec, m.CPUMicros, num(m.DeliveredPerSec),
+					disconnectNote(rs))),
 			newRow("live delivery latency p50 (backstream_live_delivery_seconds)", "ms",
 				vals(rs, func(r fanoutRun) float64 { return r.DeliveryP50Millis }), atMost(targetDeliveryMillis), ""),
 			newRow("live delivery latency p99 (backstream_live_delivery_seconds)", "ms",
@@ -260,4 +262,16 @@ func medianOf[R any](rs []R) R {
 		f.SetInt(0)
 	}
 	return out
+}
+
+// disconnectNote names the runs in which serve disconnected subscribers.
+func disconnectNote(rs []fanoutRun) string {
+	n := 0
+	for _, r := range rs {
+		n += r.DisconnectedClients
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d subscribers disconnected by serve over the runs", n)
 }
