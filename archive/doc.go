@@ -2,7 +2,8 @@
 // key layout (keys.go), the typed fail-closed codecs (codec.go, repo.go,
 // event_codec.go), the event model (event.go), the single writer with group
 // commit and the per-account rev ratchet (writer.go), the live log of recent
-// durable events (live.go), and readers (reader.go, read.go).
+// durable events (live.go), the failure aggregates (aggregates.go), online
+// checkpoints (checkpoint.go), and readers (reader.go, read.go).
 //
 // It knows nothing about HTTP or atproto: DIDs, revs and CIDs are opaque
 // strings and bytes here; syntax is checked at the edges that receive them.
@@ -35,6 +36,11 @@
 //   - repo/, rev/ and meta/counts change only inside the Writer, from
 //     field-level RepoUpdates; meta/counts is rewritten in the same batch as
 //     every transition, so counts are never a scan.
+//   - The failure aggregates (issue 7): meta/counts holds the failed repos by
+//     error class, host/<host> Failures the failed repos whose final host it
+//     is, and hostrank/<^failures><host> indexes the hosts with failures, all
+//     written by the Writer in the batch of the transition. host/ is written
+//     only through HostUpdates (retry's parking), which cannot set Failures.
 //
 // # Commit points
 //

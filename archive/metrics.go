@@ -63,6 +63,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Units the writer refused as invalid (a bug in a producer).",
 		}),
 	}
+	// Every series of a closed label set exists from the start, at 0.
+	for src := SourceBackfill; src <= SourceRetry; src++ {
+		m.staleRows.WithLabelValues(src.String())
+		m.rows.WithLabelValues("ev", src.String())
+	}
+	m.rows.WithLabelValues("cap", SourceLive.String())
 	if reg != nil {
 		reg.MustRegister(m.staleRows, m.rows, m.batches, m.batchEvents, m.commitSecs, m.tip, m.repos, m.failed, m.refusedUnits)
 	}

@@ -320,7 +320,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 					wait = r.backoff(limited)
 				}
 				limited++
-				r.o.Metrics.retry("rate_limited")
+				r.o.Metrics.retry(BudgetRateLimited)
 				if err := r.o.Sleep(ctx, wait); err != nil {
 					return res, fmt.Errorf("%w: %s: %w", ErrCanceled, req.DID, err)
 				}
@@ -330,7 +330,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 			if ordinary < r.o.Retries {
 				wait := r.backoff(ordinary)
 				ordinary++
-				r.o.Metrics.retry("ordinary")
+				r.o.Metrics.retry(BudgetOrdinary)
 				if err := r.o.Sleep(ctx, wait); err != nil {
 					return res, fmt.Errorf("%w: %s: %w", ErrCanceled, req.DID, err)
 				}

@@ -20,6 +20,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Capture seq merged through (durable).",
 		}),
 	}
+	// Every series exists from the start, at 0 (a rate over "no data" is
+	// no rate at all).
+	m.rows.WithLabelValues("kept")
+	m.rows.WithLabelValues("stale")
 	if reg != nil {
 		reg.MustRegister(m.rows, m.cursor)
 	}

@@ -302,11 +302,16 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	defer func() {
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
+	var httpDown sync.Once
+	stopHTTP := func() {
+		httpDown.Do(func() {
+			shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(shutdown)
+			_ = s.sub.Close()
+		})
+	}
+	defer stopHTTP()
 	log.Info("serving", "listen", ln.Addr().String(), "data_dir", o.dataDir)
 
 	if env.fs.get("devnet").(bool) {
@@ -330,7 +335,12 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 	if err != nil {
 		return err
 	}
-	defer store.Close()
+	defer func() {
+		// Requests (a checkpoint, /status) and subscribers read the store:
+		// they end before it closes.
+		stopHTTP()
+		store.Close()
+	}()
 	s.set(func(s *server) { s.store, s.state = store, "" })
 	s.reg.MustRegister(archive.NewPebbleCollector(store))
 	phaseGauge := prometheus.NewGaugeVec(prometheus.GaugeOpts{
