@@ -237,7 +237,12 @@ func TestRetryBackoffFakeClock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := retry.New(retry.Config{Store: store, Writer: w, Jobs: jr, Interval: backoff.Interval, MaxDelay: backoff.MaxDelay, Logger: log})
+			// One job per host at a time: repos of the parked host wait in
+			// its queue while the first one meets the 429, so the park (and
+			// not only the 429'd repo's own next attempt) is what holds
+			// them back.
+			r, err := retry.New(retry.Config{Store: store, Writer: w, Jobs: jr, Interval: backoff.Interval, MaxDelay: backoff.MaxDelay,
+				HostWorkers: 1, Logger: log})
 			if err != nil {
 				t.Fatal(err)
 			}

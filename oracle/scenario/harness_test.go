@@ -128,7 +128,7 @@ func (o *nodeOpts) defaults() {
 		o.AttemptTimeout = 30 * time.Second
 	}
 	if o.CaptureWait == 0 {
-		o.CaptureWait = 5 * time.Second
+		o.CaptureWait = time.Second
 	}
 	if o.RetryInterval == 0 {
 		o.RetryInterval = 100 * time.Millisecond

@@ -234,7 +234,7 @@ func TestRestartSkipsCompleted(t *testing.T) {
 		n := startNetwork(t, seed, size(80, 400), 8, 3)
 		rng := planRand(seed, 4)
 		active, _ := listedAccounts(n)
-		slow := pick(rng, active, len(active)/4)
+		slow := pick(rng, active, size(8, 16))
 		for _, a := range slow {
 			n.Faults().SlowBody(a.DID, 2048, 1)
 		}
@@ -270,6 +270,10 @@ func TestRestartSkipsCompleted(t *testing.T) {
 		if len(complete) == len(active) {
 			t.Fatalf("the stop landed after every repo was complete (threshold %d of %d)", threshold, len(active))
 		}
+		if n.Faults().Fired(oracle.FaultSlowBody) == 0 {
+			t.Fatal("no slow body was served")
+		}
+		n.Faults().Clear() // slow bodies not yet served would only slow the restart
 		before := pdsRequests(n)
 
 		nd = startNode(t, n, fs, opts)
