@@ -372,6 +372,18 @@ func (nd *node) stop() error {
 	return err
 }
 
+// kill is SIGKILL at this instant: from now on no write reaches the
+// disk (fs ignores syncs), the run is stopped and closed, and fs is reset
+// to what was synced before the kill. fs must be the vfs.NewStrictMem the
+// node runs on.
+func (nd *node) kill(fs *vfs.MemFS) {
+	nd.t.Helper()
+	fs.SetIgnoreSyncs(true)
+	_ = nd.stop()
+	fs.ResetToSyncedState()
+	fs.SetIgnoreSyncs(false)
+}
+
 // get fetches path from the node's HTTP listener over real TCP.
 func (nd *node) get(path string) (int, string, error) {
 	c := &http.Client{Timeout: 5 * time.Second}

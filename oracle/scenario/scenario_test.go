@@ -155,7 +155,8 @@ func TestInactiveAndLongCursor(t *testing.T) {
 // repo held indefinitely; R5, R7). Every listed active repo but one
 // completes durably while the PDS holds the last one's getRepo open (half
 // the body, then nothing; the attempt deadline is far away). The process
-// is then stopped and restarted: none of the N−1 is requested at a PDS
+// is then killed (nothing written after the instant survives: a strict
+// in-memory filesystem reset to its synced state) and restarted: none of the N−1 is requested at a PDS
 // again, the held one is fetched exactly once more and completes, and the
 // archive folds to the network's records.
 func TestHeldRepoAcrossKill(t *testing.T) {
@@ -166,7 +167,7 @@ func TestHeldRepoAcrossKill(t *testing.T) {
 		held := active[rng.IntN(len(active))].DID
 		n.Faults().HangBody(held, 1)
 		drv := newDriver(n, seed, size(40, 200), 10*time.Millisecond, nil).start(t)
-		fs := vfs.NewMem()
+		fs := vfs.NewStrictMem()
 		opts := nodeOpts{Workers: 6, AttemptTimeout: time.Hour}
 
 		nd := startNode(t, n, fs, opts)
@@ -189,8 +190,9 @@ func TestHeldRepoAcrossKill(t *testing.T) {
 		if p := nd.Phase(); p != archive.PhaseBootstrap {
 			t.Fatalf("phase %s while a repo is held", p)
 		}
-		if err := nd.stop(); err != nil {
-			t.Fatalf("run 1: %v", err)
+		nd.kill(fs)
+		if st := reopenStates(t, fs)[held]; st.Status != archive.StatusNotStarted || !st.Active {
+			t.Fatalf("held repo after the kill: %+v, want active not_started", st)
 		}
 		before := pdsRequests(n)
 		if before[held] != 1 {
@@ -224,8 +226,9 @@ func TestHeldRepoAcrossKill(t *testing.T) {
 
 // TestRestartSkipsCompleted (issue 8 item 2: a restart proving completed
 // repos are skipped, counted at the PDS; R7). Some repos are served slowly
-// so that bootstrap is still running when the process is stopped at a
-// seeded fraction of completions. After the restart, no repo complete
+// so that bootstrap is still running when the process is killed at a
+// seeded fraction of completions (a strict in-memory filesystem reset to
+// its synced state). After the restart, no repo complete
 // before the stop is requested at a PDS again; those interrupted are
 // fetched once more (the pending pass); a further restart in steady state
 // requests nothing at all. The archive folds to the network's records.
@@ -241,7 +244,7 @@ func TestRestartSkipsCompleted(t *testing.T) {
 		frac := 0.3 + 0.4*rng.Float64()
 		threshold := int(frac * float64(len(active)))
 		drv := newDriver(n, seed, size(40, 200), 10*time.Millisecond, nil).start(t)
-		fs := vfs.NewMem()
+		fs := vfs.NewStrictMem()
 		opts := nodeOpts{Workers: 4}
 
 		nd := startNode(t, n, fs, opts)
@@ -255,10 +258,8 @@ func TestRestartSkipsCompleted(t *testing.T) {
 			}
 			return len(complete) >= threshold
 		})
-		if err := nd.stop(); err != nil {
-			t.Fatalf("run 1: %v", err)
-		}
-		// Completions that became durable between the last poll and the stop
+		nd.kill(fs)
+		// Completions that became durable between the last poll and the kill
 		// count as complete too: read the store as the restart will.
 		s1 := reopenStates(t, fs)
 		complete = map[string]bool{}
