@@ -9,6 +9,29 @@
 //
 // The package has no production code; everything is in its tests.
 //
+// # Scenarios
+//
+//   - TestInactiveAndLongCursor: deactivated, takendown and suspended
+//     accounts listed at enumeration are never requested (relay and PDS
+//     counts stay 0); listRepos cursors longer than 4 KiB are checkpointed
+//     and a restart resumes from exactly the durable one.
+//   - TestHeldRepoAcrossKill: N−1 durable completions while one getRepo is
+//     held open, a kill, a restart: the N−1 are never requested again, the
+//     held one is requested once more and completes.
+//   - TestRestartSkipsCompleted: a kill at a seeded fraction of
+//     completions; after the restart no complete repo is requested again,
+//     and a further restart in steady state requests nothing.
+//   - TestRetryStoreFailure: the retry runner's replacement batch fails
+//     in steady state; the run stops with the error; /healthz and /readyz
+//     are asked over HTTP at that moment; a restart converges.
+//   - TestRetryBackoffFakeClock: the production retry schedule (1 min to
+//     24 h) and a 429 host park, on the fake clock.
+//
+// A kill is a power cut: the store runs on vfs.NewStrictMem, syncs are
+// ignored from the kill instant on, the run is stopped, and the filesystem
+// is reset to its synced state before the restart. Every scenario ends
+// with the fold check and asserts that its fault fired.
+//
 // # Seeds
 //
 // Every scenario is a function of its seed: the world (accounts, records,
