@@ -124,6 +124,9 @@ func TestInactiveAndLongCursor(t *testing.T) {
 		if f := n.Faults().Fired(oracle.FaultLongCursor); f == 0 {
 			t.Fatal("the long-cursor fault never fired")
 		}
+		if f := n.Faults().Fired(oracle.FaultHangBody); f != 1 {
+			t.Fatalf("hang fault fired %d times, want 1", f)
+		}
 		st := nd.states()
 		if err := nd.stop(); err != nil {
 			t.Fatalf("run 2: %v", err)
@@ -193,6 +196,9 @@ func TestHeldRepoAcrossKill(t *testing.T) {
 		nd.kill(fs)
 		if st := reopenStates(t, fs)[held]; st.Status != archive.StatusNotStarted || !st.Active {
 			t.Fatalf("held repo after the kill: %+v, want active not_started", st)
+		}
+		if f := n.Faults().Fired(oracle.FaultHangBody); f != 1 {
+			t.Fatalf("hang fault fired %d times, want 1", f)
 		}
 		before := pdsRequests(n)
 		if before[held] != 1 {
