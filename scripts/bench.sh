@@ -16,6 +16,7 @@
 #
 #   RUNS=5 SHAPES=2000x200 PARTS=bootstrap,ingest,fanout scripts/bench.sh
 #   QUICK=1 scripts/bench.sh
+#   PPROF=/tmp/prof QUICK=1 scripts/bench.sh   # + CPU profiles of serve
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
@@ -29,4 +30,4 @@ exec $GO run ./bench/system -bin "$BIN" \
   -shapes "${SHAPES:-2000x200,20000x50}" -runs "${RUNS:-3}" -workers "${WORKERS:-100}" \
   -rate "${RATE:-50}" -preload "${PRELOAD:-200000}" \
   -live-rate "${LIVE_RATE:-1000}" -subscribers "${SUBSCRIBERS:-100}" -window "${WINDOW:-10s}" \
-  -out "${OUT:-bench/results}"
+  -pprof "${PPROF:-}" -out "${OUT:-bench/results}"

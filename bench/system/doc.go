@@ -24,6 +24,9 @@
 //     of serve's idle CPU at the same traffic, and p50/p99 of
 //     backstream_live_delivery_seconds.
 //
+// -pprof DIR writes CPU profiles of serve taken during the first run of the
+// live ingest (its first 5 s), the replay and the fan-out window.
+//
 // The machine is shared and noisy: medians of runs and CPU-seconds, not
 // single wall times.
 //

@@ -36,6 +36,15 @@ type options struct {
 	subscribers    int
 	window         time.Duration
 	idleWindow     time.Duration
+	pprofDir       string // CPU profiles of serve in the first run of ingest and fanout; "" = none
+}
+
+// profilePath is where run's profile of part goes ("" when not profiling).
+func (o options) profilePath(part string, run int) string {
+	if o.pprofDir == "" || run != 1 {
+		return ""
+	}
+	return filepath.Join(o.pprofDir, part+".pprof")
 }
 
 type report struct {
@@ -70,7 +79,13 @@ func main() {
 	flag.IntVar(&o.subscribers, "subscribers", 100, "fanout: live subscribers")
 	flag.DurationVar(&o.window, "window", 10*time.Second, "fanout: length of the idle and the measured windows")
 	flag.DurationVar(&o.idleWindow, "idle-window", 3*time.Second, "ingest: window measuring serve's idle CPU before the replay")
+	flag.StringVar(&o.pprofDir, "pprof", "", "write CPU profiles of serve (first run: live ingest, replay, fan-out window) to this directory")
 	flag.Parse()
+	if o.pprofDir != "" {
+		if err := os.MkdirAll(o.pprofDir, 0o755); err != nil {
+			fail(err)
+		}
+	}
 
 	for _, s := range strings.Split(*shapesFlag, ",") {
 		if strings.TrimSpace(s) == "" {
@@ -202,7 +217,7 @@ func runIngest(ctx context.Context, o options) ([]ingestRun, error) {
 	var rs []ingestRun
 	for i := 1; i <= o.runs; i++ {
 		logf("ingest run %d/%d ...", i, o.runs)
-		r, err := measureIngest(ctx, o, devnet, relay, head)
+		r, err := measureIngest(ctx, o, devnet, relay, head, i)
 		if err != nil {
 			return nil, fmt.Errorf("ingest run %d: %w", i, err)
 		}
@@ -232,7 +247,7 @@ func runFanout(ctx context.Context, o options) ([]fanoutRun, error) {
 	var rs []fanoutRun
 	for i := 1; i <= o.runs; i++ {
 		logf("fanout run %d/%d ...", i, o.runs)
-		r, err := measureFanout(ctx, o, relay)
+		r, err := measureFanout(ctx, o, relay, i)
 		if err != nil {
 			return nil, fmt.Errorf("fanout run %d: %w", i, err)
 		}

@@ -193,6 +193,37 @@ func startServe(bin, dir, name, relay, dataDir string, extra ...string) (*proc, 
 	return p, "http://" + listen, nil
 }
 
+// profile fetches a CPU profile of secs seconds from serve's
+// /debug/pprof/profile into path, in the background; the returned channel
+// yields the result. An empty path does nothing (nil error at once).
+func profile(base string, secs int, path string) <-chan error {
+	done := make(chan error, 1)
+	if path == "" {
+		done <- nil
+		return done
+	}
+	go func() { // owned: bounded by the client timeout; callers wait on done
+		c := &http.Client{Timeout: time.Duration(secs+30) * time.Second}
+		resp, err := c.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, secs))
+		if err != nil {
+			done <- fmt.Errorf("profile: %w", err)
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			done <- fmt.Errorf("profile: %s", resp.Status)
+			return
+		}
+		f, err := os.Create(path)
+		if err == nil {
+			_, err = io.Copy(f, resp.Body)
+			err = errors.Join(err, f.Close())
+		}
+		done <- err
+	}()
+	return done
+}
+
 // status is the part of serve's /status the benchmark reads.
 type status struct {
 	Phase               string           `json:"phase"`

@@ -82,7 +82,7 @@ type ingestRun struct {
 // ends at head.
 // devnet is the network's process: its CPU in the interval shows whether
 // the relay, not serve, was the limit.
-func measureIngest(parent context.Context, o options, devnet *proc, relay string, head int64) (r ingestRun, err error) {
+func measureIngest(parent context.Context, o options, devnet *proc, relay string, head int64, run int) (r ingestRun, err error) {
 	ctx, cancel := context.WithTimeout(parent, o.timeout)
 	defer cancel()
 	r.HistoryEvents = head
@@ -125,6 +125,9 @@ func measureIngest(parent context.Context, o options, devnet *proc, relay string
 		return r, err
 	}
 	defer s2.kill()
+	// The profile covers the first seconds of the catch-up (serve's
+	// listener is up within milliseconds; the fetch retries until then).
+	ingestProf := profileWhenUp(ctx, c, base, 5, o.profilePath("ingest", run))
 	type sample struct {
 		t        time.Time
 		cpu, net float64 // serve's and the network's CPU-seconds
@@ -197,6 +200,10 @@ func measureIngest(parent context.Context, o options, devnet *proc, relay string
 	if err != nil {
 		return r, err
 	}
+	if err := <-ingestProf; err != nil {
+		return r, err
+	}
+	replayProf := profile(base, 2, o.profilePath("replay", run))
 	t0 := time.Now()
 	if r.ReplayEvents, err = readUntil(ctx, base, 0, tip); err != nil {
 		return r, err
@@ -204,6 +211,9 @@ func measureIngest(parent context.Context, o options, devnet *proc, relay string
 	r.ReplayWallSecs = time.Since(t0).Seconds()
 	cpu1, err := s2.cpu()
 	if err != nil {
+		return r, err
+	}
+	if err := <-replayProf; err != nil {
 		return r, err
 	}
 	r.ReplayCPUSecs = cpu1 - cpu0
@@ -270,7 +280,7 @@ type fanoutRun struct {
 
 // measureFanout runs the fan-out scenario once against relay (live traffic
 // at o.liveRate).
-func measureFanout(parent context.Context, o options, relay string) (r fanoutRun, err error) {
+func measureFanout(parent context.Context, o options, relay string, run int) (r fanoutRun, err error) {
 	ctx, cancel := context.WithTimeout(parent, o.timeout)
 	defer cancel()
 	r.Subscribers, r.NetworkRate = o.subscribers, o.liveRate
@@ -321,6 +331,7 @@ func measureFanout(parent context.Context, o options, relay string) (r fanoutRun
 		return r, err
 	}
 	nA, tA := f.events.Load(), time.Now()
+	prof := profile(base, int(o.window/time.Second), o.profilePath("fanout", run))
 	select {
 	case <-ctx.Done():
 		return r, ctx.Err()
@@ -335,6 +346,9 @@ func measureFanout(parent context.Context, o options, relay string) (r fanoutRun
 	nB, tB := f.events.Load(), time.Now()
 	mb, err := scrape(c, base+"/metrics")
 	if err != nil {
+		return r, err
+	}
+	if err := <-prof; err != nil {
 		return r, err
 	}
 	r.WindowSecs = tB.Sub(tA).Seconds()
@@ -380,4 +394,20 @@ func finite(v float64) float64 {
 		return 0
 	}
 	return v
+}
+
+// profileWhenUp waits for serve's listener, then fetches a profile as
+// profile does.
+func profileWhenUp(ctx context.Context, c *http.Client, base string, secs int, path string) <-chan error {
+	if path == "" {
+		return profile(base, secs, path)
+	}
+	for ctx.Err() == nil {
+		if resp, err := c.Get(base + "/healthz"); err == nil {
+			resp.Body.Close()
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return profile(base, secs, path)
 }
