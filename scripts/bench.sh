@@ -10,9 +10,9 @@
 #     events/s and CPU-µs per event;
 #   - SUBSCRIBERS live subscribers at LIVE_RATE events/s: CPU-µs per
 #     delivered event (net of idle) and p50/p99 delivery latency.
-# Medians of RUNS runs; JSON in bench/results/<date>.json. About 10 minutes
+# Medians of RUNS runs; JSON in bench/results/<date>.json. About 6 minutes
 # with the defaults on 2 cores; QUICK=1 (one run, one shape, a smaller
-# history, shorter windows) takes about 2. See bench/system/main.go.
+# history, shorter windows) about 1. See bench/system/doc.go.
 #
 #   RUNS=5 SHAPES=2000x200 PARTS=bootstrap,ingest,fanout scripts/bench.sh
 #   QUICK=1 scripts/bench.sh
