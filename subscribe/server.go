@@ -42,6 +42,9 @@ type Config struct {
 	// Ready reports whether the lifecycle is in steady_state; until then
 	// /subscribe answers 503 and /readyz 503. nil: ready once attached.
 	Ready func() bool
+	// Healthy returns the process's fatal error, nil while it is healthy;
+	// /healthz answers 503 with it. nil: always healthy.
+	Healthy func() error
 	// StatusJSON returns the status report (the keys of `backstream status
 	// --json`); /status serves it, with the server's own "subscribe" stats
 	// added. nil: a report with only those stats.
@@ -175,6 +178,13 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /status", s.handleStatus)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if s.cfg.Healthy != nil {
+			if err := s.cfg.Healthy(); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = fmt.Fprintf(w, "unhealthy: %v\n", err)
+				return
+			}
+		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {

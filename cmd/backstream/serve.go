@@ -214,7 +214,7 @@ type server struct {
 	boot  *bootstrap.Bootstrap // nil outside bootstrap
 	state string               // what the process is doing, for /status before the store is open
 	sub   *subscribe.Server    // clients: /subscribe and the status endpoints
-	phase archive.Phase        // as the lifecycle last reported it
+	health lifecycle.Health // the phase as the lifecycle last reported it, and any fatal error
 }
 
 func newRegistry() *prometheus.Registry {
@@ -263,6 +263,9 @@ func (s *server) statusJSON() any {
 			rep = got
 		}
 	}
+	if err := s.health.Err(); err != nil {
+		rep.Error = "stopping on a fatal error: " + err.Error()
+	}
 	if boot != nil {
 		p := boot.Progress()
 		rep.Bootstrap = &p
@@ -271,11 +274,7 @@ func (s *server) statusJSON() any {
 }
 
 // ready: clients are served only in steady state.
-func (s *server) ready() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.phase == archive.PhaseSteadyState
-}
+func (s *server) ready() bool { return s.health.Ready() }
 
 func runServe(ctx context.Context, env *cmdEnv) error {
 	o, err := serveOptionsFrom(env.fs)
@@ -288,7 +287,7 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	s := &server{reg: newRegistry(), log: log, state: "opening"}
-	s.sub, err = subscribe.New(subscribe.Config{Ready: s.ready, StatusJSON: s.statusJSON, Metrics: subscribe.NewMetrics(s.reg), Logger: log.With("component", "subscribe")})
+	s.sub, err = subscribe.New(subscribe.Config{Ready: s.ready, Healthy: s.health.Err, StatusJSON: s.statusJSON, Metrics: subscribe.NewMetrics(s.reg), Logger: log.With("component", "subscribe")})
 	if err != nil {
 		return err
 	}
@@ -356,7 +355,7 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 			}
 			phaseGauge.WithLabelValues(string(q)).Set(v)
 		}
-		s.set(func(s *server) { s.phase = p })
+		s.health.SetPhase(p)
 	}
 
 	if err := checkRelay(store, o, log); err != nil {
@@ -439,16 +438,21 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 		}
 	case herr := <-errc:
 		// The HTTP server failed: stop the lifecycle and report it.
+		err = fmt.Errorf("http server: %w", herr)
+		s.health.Fail(err)
 		lcancel()
 		<-runErr
-		return fmt.Errorf("http server: %w", herr)
+		return err
 	case <-w.Done():
 		// The writer stopped on a persistence error: everything stops.
+		// The probes say so at once, before the slow way down.
+		s.health.Fail(w.Err())
 		lcancel()
 		<-runErr
 		return w.Err()
 	}
 	if err != nil {
+		s.health.Fail(err)
 		return err
 	}
 	log.Info("stopped; a restart resumes from the durable state")

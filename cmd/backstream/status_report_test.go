@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -158,5 +159,39 @@ func TestServeStatusBeforeOpen(t *testing.T) {
 	}
 	if r["phase"] != "opening" || !ok || repos["complete"] != float64(0) || r["archive"].(map[string]any)["tip_seq"] != float64(0) {
 		t.Fatalf("status before open: %s", rec.Body)
+	}
+}
+
+// TestServeProbesAfterFatal: once serve has seen a fatal error, /healthz and
+// /readyz answer 503 (naming it) and /status says so, for as long as the
+// process takes to go.
+func TestServeProbesAfterFatal(t *testing.T) {
+	s := &server{reg: newRegistry(), state: "opening"}
+	sub, err := subscribe.New(subscribe.Config{Ready: s.ready, Healthy: s.health.Err, StatusJSON: s.statusJSON})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	s.sub = sub
+	get := func(path string) (int, string) {
+		rec := httptest.NewRecorder()
+		s.handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		return rec.Code, rec.Body.String()
+	}
+	s.health.SetPhase(archive.PhaseSteadyState)
+	if code, _ := get("/healthz"); code != 200 {
+		t.Fatalf("/healthz %d while healthy", code)
+	}
+	s.health.Fail(errors.New("write to the store failed: disk on fire"))
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if code, body := get(path); code != http.StatusServiceUnavailable {
+			t.Fatalf("%s after a fatal error: %d %q, want 503", path, code, body)
+		}
+	}
+	if code, body := get("/healthz"); !strings.Contains(body, "disk on fire") {
+		t.Fatalf("/healthz does not name the error: %d %q", code, body)
+	}
+	if _, body := get("/status"); !strings.Contains(body, "disk on fire") {
+		t.Fatalf("/status does not name the error: %s", body)
 	}
 }

@@ -159,7 +159,7 @@ type node struct {
 	http    *http.Server
 	addr    string
 
-	phase   atomic.Value // archive.Phase, as the lifecycle last reported it
+	health  lifecycle.Health // serve's probe state: phase and fatal error
 	phaseCh chan archive.Phase
 	boot    atomic.Pointer[bootstrap.Bootstrap]
 
@@ -191,7 +191,7 @@ func startNode(t *testing.T, n *oracle.Network, fs vfs.FS, o nodeOpts) *node {
 	}
 	nd.setPhase(phase)
 
-	nd.sub, err = subscribe.New(subscribe.Config{Ready: nd.ready, Logger: log})
+	nd.sub, err = subscribe.New(subscribe.Config{Ready: nd.health.Ready, Healthy: nd.health.Err, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,8 +255,10 @@ func startNode(t *testing.T, n *oracle.Network, fs vfs.FS, o nodeOpts) *node {
 		select {
 		case err := <-runErr:
 			nd.lcErr.Store(&err)
+			nd.health.Fail(err)
 			nd.exit <- err
 		case <-nd.w.Done():
+			nd.health.Fail(nd.w.Err()) // as serve: the probes say so at once
 			// serve cancels at once; the harness first gives the
 			// lifecycle a moment to stop on its own, so a test can tell
 			// which component saw the failure (lifecycleErr).
@@ -299,7 +301,7 @@ func checkRelay(store *archive.Store, relay string) error {
 }
 
 func (nd *node) setPhase(p archive.Phase) {
-	nd.phase.Store(p)
+	nd.health.SetPhase(p)
 	select {
 	case nd.phaseCh <- p:
 	default:
@@ -307,13 +309,7 @@ func (nd *node) setPhase(p archive.Phase) {
 }
 
 // Phase is the phase the lifecycle last reported.
-func (nd *node) Phase() archive.Phase {
-	p, _ := nd.phase.Load().(archive.Phase)
-	return p
-}
-
-// ready is serve's readiness: clients are served only in steady state.
-func (nd *node) ready() bool { return nd.Phase() == archive.PhaseSteadyState }
+func (nd *node) Phase() archive.Phase { return nd.health.Phase() }
 
 // exited returns the run's end if it has ended on its own.
 func (nd *node) exited() (error, bool) {

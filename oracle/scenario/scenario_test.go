@@ -350,16 +350,6 @@ func (h *armedHook) check(op string, keys [][]byte) error {
 	return nil
 }
 
-// healthAfterFatal records what /healthz and /readyz answer once a fatal
-// machinery error has stopped the run, while the HTTP listener is still up
-// (in serve: between the lifecycle returning and the deferred shutdown).
-//
-// Today neither reflects the failure: /healthz answers 200 unconditionally
-// and /readyz follows only the phase, which stays steady_state. Reported to
-// the lead; set to true when serve's readiness takes fatal errors into
-// account, and the test then demands 503 from /readyz.
-const healthReflectsFatal = false
-
 // TestRetryStoreFailure (issue 8 item 2: a retry-store failure with /readyz
 // and /healthz asserted; S6, DESIGN §6 "a failure of the runner itself is
 // fatal"). One repo fails through bootstrap; in steady state the retry
@@ -436,12 +426,13 @@ func TestRetryStoreFailure(t *testing.T) {
 			t.Fatalf("/readyz after the fatal error: %v", err)
 		}
 		t.Logf("after the fatal error, before exit: /healthz %d %q, /readyz %d %q", hz, strings.TrimSpace(hzBody), rz, strings.TrimSpace(rzBody))
-		if healthReflectsFatal {
-			if rz != http.StatusServiceUnavailable {
-				t.Errorf("/readyz answers %d after a fatal store error, want 503", rz)
-			}
-		} else if hz != http.StatusOK || rz != http.StatusOK {
-			t.Errorf("health changed (/healthz %d, /readyz %d): update healthReflectsFatal and this test", hz, rz)
+		// Both probes say so from the moment the failure is seen until the
+		// process is gone (lifecycle.Health, wired as serve wires it).
+		if hz != http.StatusServiceUnavailable || !strings.Contains(hzBody, "injected") {
+			t.Errorf("/healthz answers %d %q after a fatal store error, want 503 naming it", hz, hzBody)
+		}
+		if rz != http.StatusServiceUnavailable {
+			t.Errorf("/readyz answers %d after a fatal store error, want 503", rz)
 		}
 		if err := nd.stop(); !errors.Is(err, archive.ErrInjected) {
 			t.Fatalf("stop: %v", err)
