@@ -182,7 +182,13 @@ func TestServeProbesAfterFatal(t *testing.T) {
 	if code, _ := get("/healthz"); code != 200 {
 		t.Fatalf("/healthz %d while healthy", code)
 	}
+	if !s.ready() {
+		t.Fatal("not ready in steady_state while healthy")
+	}
 	s.health.Fail(errors.New("write to the store failed: disk on fire"))
+	if s.ready() {
+		t.Fatal("ready after a fatal error")
+	}
 	for _, path := range []string{"/healthz", "/readyz"} {
 		if code, body := get(path); code != http.StatusServiceUnavailable {
 			t.Fatalf("%s after a fatal error: %d %q, want 503", path, code, body)
