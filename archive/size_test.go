@@ -26,7 +26,7 @@ type sizeBreakdown struct {
 
 	// sstable sections, summed over every table.
 	Tables, DataBytes, IndexBytes, FilterBytes, FileBytes int64
-	RawKeyBytes, RawValueBytes, Entries                  int64
+	RawKeyBytes, RawValueBytes, Entries                   int64
 
 	// Estimated on-disk bytes per key family.
 	Family map[string]int64
