@@ -1,20 +1,21 @@
 // commitops.go owns extracting the record operations of a #commit: the
-// blocks CAR is read with hash checks, its root must be the commit, and each
-// create/update takes its record bytes from the blocks.
+// blocks CAR is read with hash checks (internal/car), its root must be the
+// commit, and each create/update takes its record bytes from the blocks
+// (copied into one buffer per commit, so kept records do not pin the CAR).
 
 package upstream
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
+	"unsafe"
 
 	comatproto "github.com/bluesky-social/indigo/api/atproto"
-	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/ipfs/go-cid"
-	car "github.com/ipld/go-car"
+
+	"github.com/backstream/backstream/internal/car"
 )
 
 // Commit-op sentinels. Whole-commit failures are returned by CommitOps;
@@ -62,7 +63,7 @@ type Op struct {
 	Err error
 }
 
-// maxCommitBlocks bounds the blocks kept from one commit CAR.
+// maxCommitBlocks bounds the blocks read from one commit CAR.
 const maxCommitBlocks = 1 << 16
 
 // CommitOps returns the operations of c in order, with records taken from
@@ -89,8 +90,9 @@ func commitOps(c *comatproto.SyncSubscribeRepos_Commit) ([]Op, error) {
 	if !commitCID.Defined() {
 		return nil, fmt.Errorf("upstream: commit ops: %w: commit CID undefined", ErrCommitRootMismatch)
 	}
-	blocks, err := readCommitBlocks(c.Blocks, commitCID)
-	if err != nil {
+	var arr [16]commitBlock
+	blocks := commitBlocks{list: arr[:0]}
+	if err := readCommitBlocks(c.Blocks, commitCID, &blocks); err != nil {
 		return nil, fmt.Errorf("upstream: commit ops: %w", err)
 	}
 	ops := make([]Op, 0, len(c.Ops))
@@ -118,7 +120,7 @@ func commitOps(c *comatproto.SyncSubscribeRepos_Commit) ([]Op, error) {
 				break
 			}
 			o.CID = cid.Cid(*rop.Cid)
-			rec, ok := blocks[o.CID.KeyString()]
+			rec, ok := blocks.get(o.CID.KeyString())
 			if !ok {
 				o.Err = fmt.Errorf("%w: %s %s cid %s", ErrMissingBlock, rop.Action, rop.Path, o.CID)
 				break
@@ -129,35 +131,91 @@ func commitOps(c *comatproto.SyncSubscribeRepos_Commit) ([]Op, error) {
 		}
 		ops = append(ops, o)
 	}
+	// Copy the records out of the blocks, into one buffer for the commit:
+	// a record kept downstream (the writer, the live log, whose byte bound
+	// counts only the record) must not pin the whole CAR, MST nodes and all.
+	total := 0
+	for i := range ops {
+		total += len(ops[i].Record)
+	}
+	if total > 0 {
+		buf := make([]byte, 0, total)
+		for i := range ops {
+			if r := ops[i].Record; r != nil {
+				at := len(buf)
+				buf = append(buf, r...)
+				ops[i].Record = buf[at:len(buf):len(buf)]
+			}
+		}
+	}
 	return ops, nil
 }
 
-// readCommitBlocks reads a commit's CAR: version 1, exactly one root equal
-// to commit, every block hash-checked by go-car.
-func readCommitBlocks(data []byte, commit cid.Cid) (map[string][]byte, error) {
+// commitBlock is one block of a commit's CAR: its CID bytes (as a string
+// aliasing the blocks) and its data (aliasing the blocks too).
+type commitBlock struct {
+	key  string
+	data []byte
+}
+
+// commitBlocks looks blocks up by CID: a linear scan for the few blocks of
+// a typical commit, a map beyond blockMapMin.
+type commitBlocks struct {
+	list []commitBlock
+	m    map[string][]byte
+}
+
+// blockMapMin is the block count from which lookups go through a map.
+const blockMapMin = 32
+
+func (bs *commitBlocks) get(key string) ([]byte, bool) {
+	if bs.m != nil {
+		b, ok := bs.m[key]
+		return b, ok
+	}
+	for i := range bs.list {
+		if bs.list[i].key == key {
+			return bs.list[i].data, true
+		}
+	}
+	return nil, false
+}
+
+// readCommitBlocks reads a commit's CAR with internal/car: version 1,
+// exactly one root equal to commit, every block hash-checked, at most
+// maxCommitBlocks blocks. The blocks in bs alias data.
+func readCommitBlocks(data []byte, commit cid.Cid, bs *commitBlocks) error {
 	if len(data) == 0 {
-		return nil, fmt.Errorf("%w: empty", ErrBadBlocks)
+		return fmt.Errorf("%w: empty", ErrBadBlocks)
 	}
-	cr, err := car.NewCarReader(bytes.NewReader(data))
+	cr, err := car.Open(data)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadBlocks, err)
+		return fmt.Errorf("%w: %v", ErrBadBlocks, err)
 	}
-	if len(cr.Header.Roots) != 1 || !cr.Header.Roots[0].Equals(commit) {
-		return nil, fmt.Errorf("%w: roots %v, commit %s", ErrCommitRootMismatch, cr.Header.Roots, commit)
+	if roots := cr.Roots(); len(roots) != 1 || string(roots[0]) != commit.KeyString() {
+		return fmt.Errorf("%w: %d roots, commit %s", ErrCommitRootMismatch, len(roots), commit)
 	}
-	blocks := make(map[string][]byte)
 	for {
-		blk, err := cr.Next()
+		c, blk, err := cr.Next()
 		if err == io.EOF {
-			return blocks, nil
+			return nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrBadBlocks, err)
+			return fmt.Errorf("%w: %v", ErrBadBlocks, err)
 		}
-		if len(blocks) >= maxCommitBlocks {
-			return nil, fmt.Errorf("%w: more than %d blocks", ErrBadBlocks, maxCommitBlocks)
+		if len(bs.list) >= maxCommitBlocks {
+			return fmt.Errorf("%w: more than %d blocks", ErrBadBlocks, maxCommitBlocks)
 		}
-		blocks[blk.Cid().KeyString()] = blk.RawData()
+		key := unsafe.String(unsafe.SliceData(c), len(c))
+		bs.list = append(bs.list, commitBlock{key: key, data: blk})
+		if bs.m != nil {
+			bs.m[key] = blk
+		} else if len(bs.list) == blockMapMin {
+			bs.m = make(map[string][]byte, 2*blockMapMin)
+			for _, b := range bs.list {
+				bs.m[b.key] = b.data
+			}
+		}
 	}
 }
 
@@ -167,10 +225,10 @@ func splitRepoPath(path string) (string, string, error) {
 	if !ok || strings.Contains(rkey, "/") {
 		return coll, rkey, fmt.Errorf("%w: path %q", ErrInvalidRKey, truncate(path, 256))
 	}
-	if _, err := syntax.ParseNSID(coll); err != nil {
+	if !validNSID(coll) {
 		return coll, rkey, fmt.Errorf("%w: %q", ErrInvalidCollection, truncate(coll, 256))
 	}
-	if _, err := syntax.ParseRecordKey(rkey); err != nil {
+	if !validRecordKey(rkey) {
 		return coll, rkey, fmt.Errorf("%w: %q", ErrInvalidRKey, truncate(rkey, 256))
 	}
 	return coll, rkey, nil
