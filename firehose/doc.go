@@ -27,7 +27,8 @@
 //     applies units in order, so it is durable unless the process dies, and
 //     then the restart resumes from the durable cursor/relay). Any frame at
 //     or below the last accepted seq is dropped and counted (duplicate). An
-//     invalid DID or rev (syntax.ParseTID) drops the whole event; an invalid
+//     invalid DID or rev (the grammars of syntax.ParseDID / ParseTID, checked
+//     by upstream.ValidDID / ValidTID) drops the whole event; an invalid
 //     collection, rkey, action or missing record block drops that op only; a
 //     row over the archive's field limits drops that row. Drops are counted
 //     in backstream_firehose_dropped_total{reason}, never logged per event.

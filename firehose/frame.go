@@ -7,8 +7,6 @@ package firehose
 import (
 	"errors"
 
-	"github.com/bluesky-social/indigo/atproto/syntax"
-
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/upstream"
 )
@@ -102,7 +100,7 @@ func keep(dst []archive.Event, ev archive.Event, m *Metrics) []archive.Event {
 }
 
 func validDID(did string, m *Metrics) bool {
-	if _, err := syntax.ParseDID(did); err != nil {
+	if !upstream.ValidDID(did) { // exactly syntax.ParseDID, without its regexp
 		m.drop(DropInvalidDID)
 		return false
 	}
@@ -110,7 +108,7 @@ func validDID(did string, m *Metrics) bool {
 }
 
 func validRev(rev string, m *Metrics) bool {
-	if _, err := syntax.ParseTID(rev); err != nil {
+	if !upstream.ValidTID(rev) { // exactly syntax.ParseTID, without its regexp
 		m.drop(DropInvalidRev)
 		return false
 	}
