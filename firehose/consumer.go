@@ -5,6 +5,7 @@ package firehose
 // (last accepted in memory, last durable from the writer's receipts).
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -257,7 +258,8 @@ func (c *Consumer) writerErr() error {
 // its rows and cursor/relay = its seq. Frames that cannot be used are
 // counted and skipped. It returns an error only when the unit could not be
 // submitted (ctx done, writer stopped) or an earlier unit was refused; the
-// frame is then not accepted. Not safe for concurrent use, nor alongside Run.
+// frame is then not accepted. Handle keeps no reference to msg, so the
+// caller may reuse it. Not safe for concurrent use, nor alongside Run.
 func (c *Consumer) Handle(ctx context.Context, msg []byte) error {
 	if err := c.failed(); err != nil {
 		return err
@@ -530,8 +532,11 @@ func (c *Consumer) session(ctx context.Context) (progressed bool, err error) {
 	idle := c.cfg.IdleTimeout
 	_ = conn.SetReadDeadline(time.Now().Add(idle))
 	conn.SetPongHandler(func(string) error { return conn.SetReadDeadline(time.Now().Add(idle)) })
+	// One read buffer for the connection: Handle keeps nothing of msg
+	// (DecodeFrame copies what it returns), so each message reuses it.
+	var buf bytes.Buffer
 	for {
-		mt, msg, err := conn.ReadMessage()
+		mt, msg, err := readMessage(conn, &buf)
 		if err != nil {
 			return progressed, err
 		}
@@ -549,6 +554,28 @@ func (c *Consumer) session(ctx context.Context) (progressed bool, err error) {
 			progressed = true
 		}
 	}
+}
+
+// maxKeptReadBuffer is the largest read buffer kept for the next message;
+// a bigger one (a rare huge frame) is dropped after use.
+const maxKeptReadBuffer = 1 << 20
+
+// readMessage is conn.ReadMessage into buf, reused across messages: the
+// returned bytes are valid until the next call. The connection's read limit
+// applies as with ReadMessage.
+func readMessage(conn *websocket.Conn, buf *bytes.Buffer) (int, []byte, error) {
+	if buf.Cap() > maxKeptReadBuffer {
+		*buf = bytes.Buffer{}
+	}
+	buf.Reset()
+	mt, r, err := conn.NextReader()
+	if err != nil {
+		return mt, nil, err
+	}
+	if _, err := buf.ReadFrom(r); err != nil {
+		return mt, nil, err
+	}
+	return mt, buf.Bytes(), nil
 }
 
 // watch closes conn when ctx ends or the writer stops (unblocking the read),

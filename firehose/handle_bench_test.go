@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/backstream/backstream/upstream"
 )
 
 // BenchmarkHandleCommit: decode, validate, build and submit single-op
@@ -34,4 +36,31 @@ func BenchmarkHandleCommit(b *testing.B) {
 		waitDurable(b, c, n)
 	}
 	b.ReportMetric(float64(n*b.N)/time.Since(start).Seconds(), "frames/s")
+}
+
+// BenchmarkDecodeRows: the consumer's CPU path without the writer: decode
+// a single-op #commit frame of the simulated network (commit block, MST
+// path, record) and build its validated rows. Reports allocations.
+func BenchmarkDecodeRows(b *testing.B) {
+	w := buildWorld(b, 8)
+	dids := activeDIDs(w)
+	const n = 256
+	frames := make([][]byte, n)
+	for i := range frames {
+		ev := must(b)(w.CreateRecord(dids[i%len(dids)], "app.bsky.feed.post", "", map[string]any{
+			"$type": "app.bsky.feed.post", "text": fmt.Sprintf("post number %d with some text in it", i), "createdAt": "2024-01-01T00:00:00Z"}))
+		frames[i] = encode(b, ev, int64(i+1))
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		f, err := upstream.DecodeFrame(frames[i%n])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if rows := Rows(&f, int64(i+1), nil); len(rows) != 1 {
+			b.Fatalf("%d rows", len(rows))
+		}
+		i++
+	}
 }

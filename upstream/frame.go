@@ -97,7 +97,8 @@ func (f *Frame) DID() string {
 // DecodeFrame decodes one binary websocket message. Errors: an unknown t
 // returns the header-only Frame and an error matching ErrUnknownFrameType;
 // anything malformed returns an error matching ErrInvalidFrame. It never
-// panics.
+// panics. The Frame shares no memory with data (consumers reuse their read
+// buffer; TestDecodeFrameDoesNotAliasInput).
 func DecodeFrame(data []byte) (f Frame, err error) {
 	defer func() {
 		// Belt and braces: FuzzDecodeFrame runs decodeFrame without this

@@ -226,3 +226,43 @@ func TestEncodeFrameRefusesInconsistentFrames(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeFrameDoesNotAliasInput: the firehose consumer reuses its read
+// buffer for the next message, so a decoded frame (and the commit ops taken
+// from it) must not share memory with the input.
+func TestDecodeFrameDoesNotAliasInput(t *testing.T) {
+	for name, f := range sampleFrames(t) {
+		t.Run(name, func(t *testing.T) {
+			msg := mustEncode(t, f)
+			want := append([]byte(nil), msg...)
+			got, err := DecodeFrame(msg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ops []Op
+			if got.Commit != nil {
+				if ops, err = CommitOps(got.Commit); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range msg {
+				msg[i] = 0xa5
+			}
+			again, err := EncodeFrame(&got)
+			if err != nil || !bytes.Equal(again, want) {
+				t.Fatalf("frame changed when its input was overwritten (err %v)", err)
+			}
+			if got.Commit != nil {
+				ops2, err := CommitOps(got.Commit)
+				if err != nil || len(ops2) != len(ops) {
+					t.Fatalf("ops after overwrite: %v", err)
+				}
+				for i := range ops {
+					if ops[i].Collection != ops2[i].Collection || ops[i].RKey != ops2[i].RKey || !bytes.Equal(ops[i].Record, ops2[i].Record) {
+						t.Fatalf("op %d changed", i)
+					}
+				}
+			}
+		})
+	}
+}
