@@ -194,9 +194,21 @@ func (s *Store) openPebble(opts Options) error {
 		l.TargetFileSize = 64 << 20
 		// Point reads of rev/ and repo/ for keys that are mostly absent
 		// during bootstrap: bloom filters answer "absent" without a block.
-		l.FilterPolicy = bloom.FilterPolicy(10)
+		// ev/ and cap/ keys (range scans only) are left out of them.
+		l.FilterPolicy = pointReadFilter{}
 		l.FilterType = pebble.TableFilter
 	}
+	// The bottom level holds nearly all the data (all of it after a manual
+	// compaction) and is tuned for size (issue 9). Pebble never reads L6
+	// filters on Get (only iterators with UseL6Filters, which nothing here
+	// sets), so an L6 filter is dead weight: 1.3 B per archived event. A
+	// restart point every 64 keys instead of 16 saves 0.5 B per event; a
+	// seek scans at most 63 keys (of ~60 in a 32 KiB block of events).
+	po.Levels[6].FilterPolicy = nil
+	po.Levels[6].BlockRestartInterval = 64
+	// Tables written before pointReadFilter carry a filter of every key
+	// under the plain bloom policy's name; keep reading them.
+	po.Filters = map[string]pebble.FilterPolicy{plainBloom.Name(): plainBloom}
 	po.EnsureDefaults()
 	db, err := pebble.Open(s.dir, po)
 	if err != nil {
@@ -395,6 +407,45 @@ type wrappedError struct {
 
 func (e *wrappedError) Error() string { return e.msg }
 func (e *wrappedError) Unwrap() error { return e.err }
+
+// plainBloom is the filter of tables written by earlier builds (every key).
+var plainBloom = bloom.FilterPolicy(10)
+
+// pointReadFilter is a 10-bit bloom filter over the keys that are read by
+// point lookups (meta/, cursor/, repo/, rev/, host/). ev/ and cap/ keys are
+// only ever read by range scans, where a filter is never consulted: they
+// are left out of the filter (1.3 B per event saved in L0–L5), and
+// MayContain answers true for them, so a point read of one stays correct.
+// The name differs from plainBloom's, so a build that does not know this
+// policy ignores these filters instead of trusting them for ev/ keys.
+type pointReadFilter struct{}
+
+func (pointReadFilter) Name() string { return "backstream.bloom10-point-read-families.v1" }
+
+func (pointReadFilter) MayContain(ft pebble.FilterType, filter, key []byte) bool {
+	if scanOnlyKey(key) {
+		return true
+	}
+	return plainBloom.MayContain(ft, filter, key)
+}
+
+func (pointReadFilter) NewWriter(ft pebble.FilterType) pebble.FilterWriter {
+	return pointReadFilterWriter{plainBloom.NewWriter(ft)}
+}
+
+type pointReadFilterWriter struct{ pebble.FilterWriter }
+
+func (w pointReadFilterWriter) AddKey(key []byte) {
+	if !scanOnlyKey(key) {
+		w.FilterWriter.AddKey(key)
+	}
+}
+
+// scanOnlyKey reports whether key belongs to a family read by range scans
+// only (ev/, cap/).
+func scanOnlyKey(key []byte) bool {
+	return hasPrefix(key, PrefixEvent) || hasPrefix(key, PrefixCapture)
+}
 
 func hasPrefix(b, p []byte) bool { return len(b) >= len(p) && string(b[:len(p)]) == string(p) }
 

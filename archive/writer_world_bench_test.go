@@ -3,7 +3,9 @@ package archive
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -34,7 +36,10 @@ func benchWorldRecords(b *testing.B, accounts, mean int) {
 	records, recBytes := 0, 0
 	for _, acc := range w0.Accounts() {
 		var evs []Event
-		for path, c := range w0.Records(acc.DID) {
+		recs := w0.Records(acc.DID)
+		// MST order (sorted paths), as backfill emits them.
+		for _, path := range slices.Sorted(maps.Keys(recs)) {
+			c := recs[path]
 			rec, _ := w0.RecordBytes(acc.DID, path)
 			i := 0
 			for i < len(path) && path[i] != '/' {
