@@ -7,6 +7,7 @@ package crash
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -106,6 +107,8 @@ type Harness struct {
 
 // New returns a harness on a fresh data dir. With opts.Subscribe, a
 // Subscriber follows the chain from cursor 0; it is closed by cleanup.
+// Call Binary before starting a network with a bounded traffic budget: the
+// first build takes seconds, during which the traffic would run out.
 func New(t testing.TB, net *oracle.Network, opts Options) *Harness {
 	t.Helper()
 	if opts.Settle == 0 {
@@ -121,7 +124,30 @@ func New(t testing.TB, net *oracle.Network, opts Options) *Harness {
 		h.Sub = Subscribe(h.Listen)
 		t.Cleanup(h.Sub.Close)
 	}
+	t.Cleanup(h.keepLogs) // runs before t.TempDir's removal
 	return h
+}
+
+// keepLogs copies the runs' logs out of the temp dir when the test failed,
+// and says where.
+func (h *Harness) keepLogs() {
+	if !h.T.Failed() {
+		return
+	}
+	logs, _ := filepath.Glob(filepath.Join(h.Dir, "serve-*.log"))
+	if len(logs) == 0 {
+		return
+	}
+	keep, err := os.MkdirTemp("", "backstream-crash-logs-")
+	if err != nil {
+		return
+	}
+	for _, l := range logs {
+		if b, err := os.ReadFile(l); err == nil {
+			_ = os.WriteFile(filepath.Join(keep, filepath.Base(l)), b, 0o644)
+		}
+	}
+	h.T.Logf("serve logs of the failed chain kept in %s", keep)
 }
 
 // Start starts one serve run with extra environment.
@@ -233,7 +259,7 @@ func (h *Harness) afterKill(k Kill, p *Proc, last Status, held int) Landed {
 		t.Fatalf("after kill %s: %v", k, err)
 	}
 	if sum.Phase == PhaseBootstrap && !h.pastBootstrap {
-		h.checkNoRedownload(fmt.Sprintf("after kill %d (%s)", len(h.Kills)+1, k))
+		h.CheckNoRedownload(fmt.Sprintf("after kill %d (%s)", len(h.Kills)+1, k))
 	} else if sum.Phase != "" && sum.Phase != PhaseBootstrap {
 		h.pastBootstrap = true
 	}
@@ -257,9 +283,11 @@ func (h *Harness) afterKill(k Kill, p *Proc, last Status, held int) Landed {
 	return l
 }
 
-// checkNoRedownload fails the test if a repo recorded complete after a kill
-// was requested again since.
-func (h *Harness) checkNoRedownload(when string) {
+// CheckNoRedownload fails the test if a repo recorded complete after a kill
+// was requested again since. The harness calls it after every kill that
+// leaves the store in bootstrap; a test calls it when it knows a whole run
+// was bootstrap (e.g. one killed at merging-committed).
+func (h *Harness) CheckNoRedownload(when string) {
 	h.T.Helper()
 	for did, n := range h.completeAt {
 		if got := h.Net.RepoCounts(did).RelayRequests; got != n {
@@ -322,6 +350,25 @@ func (h *Harness) StopTraffic() {
 		h.T.Fatal(err)
 	}
 	h.Traffic = nil
+}
+
+// WaitPhase polls a running p until /status reports phase, and returns that
+// report.
+func (h *Harness) WaitPhase(p *Proc, phase string, within time.Duration) Status {
+	h.T.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		if p.Exited() {
+			h.T.Fatalf("serve exited before phase %s: %v\n%s", phase, p.Err(), p.Tail())
+		}
+		if st, ok := h.poll(p); ok && st.Phase == phase {
+			return st
+		}
+		if time.Now().After(deadline) {
+			h.T.Fatalf("no phase %s within %v:\n%s", phase, within, p.Tail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // Converge starts a clean run and waits until it has converged for

@@ -102,6 +102,7 @@ func drawChain(seed int64, s chainShape) []step {
 }
 
 func randomChain(t *testing.T, seed int64, s chainShape) {
+	crash.Binary(t) // before the network starts
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	net, err := oracle.Start(ctx, oracle.Config{Accounts: s.accounts, RecordsMean: s.records, Hosts: s.hosts,
