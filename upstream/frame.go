@@ -113,6 +113,16 @@ func DecodeFrame(data []byte) (f Frame, err error) {
 }
 
 func decodeFrame(data []byte) (Frame, error) {
+	// Fast path: the canonical #commit header and a body in the shape
+	// producers write (frame_commit.go); anything else, cbor-gen below.
+	if len(data) > len(commitHeader) && string(data[:len(commitHeader)]) == commitHeader {
+		if c, n, ok := decodeCommitFast(data[len(commitHeader):]); ok {
+			if rest := len(data) - len(commitHeader) - n; rest != 0 {
+				return Frame{}, fmt.Errorf("upstream: decode frame: %w: %d trailing bytes", ErrInvalidFrame, rest)
+			}
+			return Frame{Op: FrameOpMessage, Type: TypeCommit, Commit: c}, nil
+		}
+	}
 	br := bytes.NewReader(data)
 	cr := cbg.NewCborReader(br)
 	var f Frame
