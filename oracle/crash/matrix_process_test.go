@@ -35,6 +35,10 @@ var crashChains = [][]string{
 	{crashpoint.SteadyCommitted}, // C4, M7
 	{crashpoint.DiscoveryPage},
 	{crashpoint.LiveBatch + ":50"}, // D1: mid-stream in steady state
+	// Later passes of the same points, and one chain across every phase.
+	{crashpoint.RepoComplete + ":150"},
+	{crashpoint.LiveBatch + ":200"},
+	{crashpoint.RepoComplete + ":40", crashpoint.MergeBatch, crashpoint.LiveBatch + ":10"},
 }
 
 func TestLifecycleCrashPoints(t *testing.T) {
