@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -24,7 +23,7 @@ type Run struct {
 	Bin     string   // the backstream binary (Binary)
 	Relay   string   // --relay
 	DataDir string   // --data-dir
-	LogDir  string   // where serve-<n>.log is written; "" = the parent of DataDir
+	LogDir  string   // where serve-<start time>-<random>.log is written; "" = the parent of DataDir
 	Listen  string   // --listen; "" = a free loopback port
 	Env     []string // extra environment (e.g. BACKSTREAM_CRASHPOINT=name)
 	Args    []string // extra serve flags
@@ -40,8 +39,6 @@ type Proc struct {
 	done chan struct{} // closed once the process is reaped
 	err  error         // Wait's result, valid after done
 }
-
-var logSeq atomic.Int64
 
 // FreeAddr returns a loopback host:port that was free a moment ago.
 func FreeAddr(t testing.TB) string {
@@ -78,11 +75,12 @@ func Start(t testing.TB, r Run) *Proc {
 	if logDir == "" {
 		logDir = filepath.Dir(r.DataDir)
 	}
-	p.Log = filepath.Join(logDir, fmt.Sprintf("serve-%03d.log", logSeq.Add(1)))
-	logFile, err := os.Create(p.Log)
+	// Named by start time (sortable), unique by CreateTemp.
+	logFile, err := os.CreateTemp(logDir, "serve-"+time.Now().UTC().Format("150405.000000")+"-*.log")
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.Log = logFile.Name()
 	args := append([]string{"serve", "--relay", r.Relay, "--data-dir", r.DataDir,
 		"--listen", p.Listen, "--log-format", "json"}, r.Args...)
 	p.Cmd = exec.Command(r.Bin, args...)
