@@ -199,13 +199,15 @@ func (s *Store) openPebble(opts Options) error {
 		l.FilterType = pebble.TableFilter
 	}
 	// The bottom level holds nearly all the data (all of it after a manual
-	// compaction) and is tuned for size (issue 9). Pebble never reads L6
-	// filters on Get (only iterators with UseL6Filters, which nothing here
-	// sets), so an L6 filter is dead weight: 1.3 B per archived event. A
-	// restart point every 64 keys instead of 16 saves 0.5 B per event; a
-	// seek scans at most 63 keys (of ~60 in a 32 KiB block of events).
+	// compaction). Pebble never reads L6 filters on Get (only iterators with
+	// UseL6Filters, which nothing here sets), so an L6 filter is dead
+	// weight: 1.3 B per archived event (issue 9). Measured and not taken
+	// (BenchmarkWriterWorldRecords, BenchmarkBottomLevelRead): a restart
+	// interval of 64 saves 0.5 B/event but makes a cached point read ~20%
+	// slower; 64/128 KiB L6 blocks save 1.8/3.0 B/event but make a
+	// block-cache miss 2–3× dearer (every rev/ ratchet read of a live commit
+	// on an archive larger than the cache).
 	po.Levels[6].FilterPolicy = nil
-	po.Levels[6].BlockRestartInterval = 64
 	// Tables written before pointReadFilter carry a filter of every key
 	// under the plain bloom policy's name; keep reading them.
 	po.Filters = map[string]pebble.FilterPolicy{plainBloom.Name(): plainBloom}

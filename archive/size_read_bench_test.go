@@ -1,0 +1,79 @@
+package archive
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/cockroachdb/pebble"
+)
+
+// BenchmarkBottomLevelRead measures reads of a compacted store (everything
+// in L6, the level store.go tunes for size): a hot point read of rev/<did>
+// (the ratchet read of a live commit; blocks cached) and a replay scan of
+// ev/ with decoding. Use it to weigh L6 block size and restart interval
+// against bytes per record (BenchmarkWriterWorldRecords).
+func BenchmarkBottomLevelRead(b *testing.B) {
+	s, err := Open(b.TempDir(), testOptions(nil))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	db := s.DB()
+	const events, dids = 100_000, 20_000
+	batch := db.NewBatch()
+	ev := realisticEvent(0)
+	var buf []byte
+	for i := uint64(1); i <= events; i++ {
+		ev.DID = didN(int(i % dids))
+		buf, _ = AppendEvent(buf[:0], &ev)
+		_ = batch.Set(EventKey(i), buf, nil)
+	}
+	rev, _ := EncodeRev(ev.Rev)
+	for i := 0; i < dids; i++ {
+		_ = batch.Set(RevKey(didN(i)), rev, nil)
+	}
+	if err := batch.Commit(pebble.Sync); err != nil {
+		b.Fatal(err)
+	}
+	if err := db.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	if err := db.Compact([]byte{0}, []byte{0xff}, true); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("hot-rev-get", func(b *testing.B) {
+		rng := rand.New(rand.NewPCG(1, 2))
+		for i := 0; i < dids; i++ { // warm
+			_, c, _ := db.Get(RevKey(didN(i)))
+			c.Close()
+		}
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			_, c, err := db.Get(RevKey(didN(rng.IntN(dids))))
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.Close()
+		}
+	})
+	b.Run("replay", func(b *testing.B) {
+		it, err := db.NewIter(&pebble.IterOptions{LowerBound: PrefixEvent, UpperBound: prefixEnd(PrefixEvent)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer it.Close()
+		var out Event
+		it.First()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if !it.Valid() {
+				it.First()
+			}
+			if err := DecodeEvent(it.Value(), &out); err != nil {
+				b.Fatal(fmt.Errorf("%x: %w", it.Key(), err))
+			}
+			it.Next()
+		}
+	})
+}
