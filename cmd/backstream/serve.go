@@ -209,12 +209,12 @@ type server struct {
 	reg *prometheus.Registry
 	log *logger
 
-	mu    sync.Mutex
-	store *archive.Store       // nil until open
-	boot  *bootstrap.Bootstrap // nil outside bootstrap
-	state string               // what the process is doing, for /status before the store is open
-	sub   *subscribe.Server    // clients: /subscribe and the status endpoints
-	health lifecycle.Health // the phase as the lifecycle last reported it, and any fatal error
+	mu     sync.Mutex
+	store  *archive.Store       // nil until open
+	boot   *bootstrap.Bootstrap // nil outside bootstrap
+	state  string               // what the process is doing, for /status before the store is open
+	sub    *subscribe.Server    // clients: /subscribe and the status endpoints
+	health lifecycle.Health     // the phase as the lifecycle last reported it, and any fatal error
 }
 
 func newRegistry() *prometheus.Registry {
@@ -385,9 +385,13 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 	if budget == 0 {
 		budget = backfill.DefaultMemoryBudget()
 	}
+	// One retry schedule (--retry-interval, --retry-max-delay) for every
+	// failure: a repo failed in bootstrap is first retried after the
+	// interval, like one failed in steady state.
+	backoff := retry.Backoff{Interval: o.retryInterval, MaxDelay: o.retryMaxDelay}
 	jobOpts := backfill.Options{
 		Source: client, Writer: w, Memory: backfill.NewMemory(budget, bm), Metrics: bm, Logger: log,
-		AttemptTimeout: o.getRepoTimeout, Crash: crash,
+		AttemptTimeout: o.getRepoTimeout, Crash: crash, NextAttempt: backoff.NextAttempt(),
 	}
 	jobs, err := backfill.NewRunner(jobOpts)
 	if err != nil {
@@ -395,7 +399,6 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 	}
 	// Steady-state replacements: their own jobs, whose failures follow the
 	// retry schedule and whose 429s park the host in the runner (S4).
-	backoff := retry.Backoff{Interval: o.retryInterval, MaxDelay: o.retryMaxDelay}
 	retryJobs, err := backfill.NewRunner(backoff.JobOptions(jobOpts))
 	if err != nil {
 		return err

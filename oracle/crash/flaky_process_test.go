@@ -27,21 +27,7 @@ const (
 	flakyFailures     = 5
 )
 
-// bootstrapFailuresFollowRetryInterval: serve's bootstrap job runner takes
-// backfill's default next-attempt schedule (5 minutes first), not
-// --retry-interval, so a repo failed in bootstrap waits 5 minutes for the
-// retry runner whatever the flags say; this test then cannot converge in
-// its budget (seen: 19 flaky repos still failed after 3 minutes). The fix is
-// one line in cmd/backstream/serve.go, before backfill.NewRunner(jobOpts):
-// jobOpts.NextAttempt = retry.Backoff{Interval: o.retryInterval,
-// MaxDelay: o.retryMaxDelay}.NextAttempt(). With it the test passes
-// (converged in about 13 s). Set this to true with that fix.
-const bootstrapFailuresFollowRetryInterval = false
-
 func TestFlakyRetryConverges(t *testing.T) {
-	if !bootstrapFailuresFollowRetryInterval {
-		t.Skip("blocked: serve's bootstrap failures ignore --retry-interval (first retry after 5 min); see bootstrapFailuresFollowRetryInterval")
-	}
 	accounts, events := 400, 2000
 	if testing.Short() {
 		accounts, events = 200, 800
