@@ -53,7 +53,8 @@ type Op struct {
 	RKey       string
 	// CID is the new record's CID (create/update); cid.Undef for delete.
 	CID cid.Cid
-	// Prev is the previous record CID when the op carried one (sync 1.1).
+	// Prev is the previous record CID when the op carried one (sync 1.1);
+	// it points into the commit's op (never modify it).
 	Prev *cid.Cid
 	// Record is the record's DAG-CBOR bytes (create/update).
 	Record []byte
@@ -90,9 +91,9 @@ func commitOps(c *comatproto.SyncSubscribeRepos_Commit) ([]Op, error) {
 	if !commitCID.Defined() {
 		return nil, fmt.Errorf("upstream: commit ops: %w: commit CID undefined", ErrCommitRootMismatch)
 	}
-	var arr [16]commitBlock
-	blocks := commitBlocks{list: arr[:0]}
-	if err := readCommitBlocks(c.Blocks, commitCID, &blocks); err != nil {
+	var arr [16]commitBlock // stays on the stack (readCommitBlocks returns, never stores, its list)
+	blocks, err := readCommitBlocks(c.Blocks, commitCID, arr[:0])
+	if err != nil {
 		return nil, fmt.Errorf("upstream: commit ops: %w", err)
 	}
 	ops := make([]Op, 0, len(c.Ops))
@@ -102,11 +103,8 @@ func commitOps(c *comatproto.SyncSubscribeRepos_Commit) ([]Op, error) {
 			continue
 		}
 		o := Op{Action: rop.Action}
-		if rop.Prev != nil {
-			p := cid.Cid(*rop.Prev)
-			if p.Defined() {
-				o.Prev = &p
-			}
+		if rop.Prev != nil && cid.Cid(*rop.Prev).Defined() {
+			o.Prev = (*cid.Cid)(rop.Prev) // shares the op's link, no copy
 		}
 		coll, rkey, perr := splitRepoPath(rop.Path)
 		o.Collection, o.RKey = coll, rkey
@@ -183,37 +181,38 @@ func (bs *commitBlocks) get(key string) ([]byte, bool) {
 
 // readCommitBlocks reads a commit's CAR with internal/car: version 1,
 // exactly one root equal to commit, every block hash-checked, at most
-// maxCommitBlocks blocks. The blocks in bs alias data.
-func readCommitBlocks(data []byte, commit cid.Cid, bs *commitBlocks) error {
+// maxCommitBlocks blocks, appended to list. The blocks alias data.
+func readCommitBlocks(data []byte, commit cid.Cid, list []commitBlock) (commitBlocks, error) {
 	if len(data) == 0 {
-		return fmt.Errorf("%w: empty", ErrBadBlocks)
+		return commitBlocks{}, fmt.Errorf("%w: empty", ErrBadBlocks)
 	}
 	cr, err := car.Open(data)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrBadBlocks, err)
+		return commitBlocks{}, fmt.Errorf("%w: %v", ErrBadBlocks, err)
 	}
 	if roots := cr.Roots(); len(roots) != 1 || string(roots[0]) != commit.KeyString() {
-		return fmt.Errorf("%w: %d roots, commit %s", ErrCommitRootMismatch, len(roots), commit)
+		return commitBlocks{}, fmt.Errorf("%w: %d roots, commit %s", ErrCommitRootMismatch, len(roots), commit)
 	}
+	var m map[string][]byte
 	for {
 		c, blk, err := cr.Next()
 		if err == io.EOF {
-			return nil
+			return commitBlocks{list: list, m: m}, nil
 		}
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrBadBlocks, err)
+			return commitBlocks{}, fmt.Errorf("%w: %v", ErrBadBlocks, err)
 		}
-		if len(bs.list) >= maxCommitBlocks {
-			return fmt.Errorf("%w: more than %d blocks", ErrBadBlocks, maxCommitBlocks)
+		if len(list) >= maxCommitBlocks {
+			return commitBlocks{}, fmt.Errorf("%w: more than %d blocks", ErrBadBlocks, maxCommitBlocks)
 		}
 		key := unsafe.String(unsafe.SliceData(c), len(c))
-		bs.list = append(bs.list, commitBlock{key: key, data: blk})
-		if bs.m != nil {
-			bs.m[key] = blk
-		} else if len(bs.list) == blockMapMin {
-			bs.m = make(map[string][]byte, 2*blockMapMin)
-			for _, b := range bs.list {
-				bs.m[b.key] = b.data
+		list = append(list, commitBlock{key: key, data: blk})
+		if m != nil {
+			m[key] = blk
+		} else if len(list) == blockMapMin {
+			m = make(map[string][]byte, 2*blockMapMin)
+			for _, b := range list {
+				m[b.key] = b.data
 			}
 		}
 	}
