@@ -167,3 +167,42 @@ func TestStoreFilter_TablesOfEarlierBuildsKeepTheirFilter(t *testing.T) {
 		t.Fatalf("filter hits %d for 100 absent keys: the earlier build's filters are no longer read", hits)
 	}
 }
+
+// TestStoreBottomLevelBlocks: tables rewritten into L6 use 64 KiB data
+// blocks (store.go: 1.75 B per event less than 32 KiB on the record mix).
+func TestStoreBottomLevelBlocks(t *testing.T) {
+	s := openMem(t, vfs.NewMem())
+	defer s.Close()
+	db := s.DB()
+	v := make([]byte, 500)
+	for round := 0; round < 2; round++ { // two overlapping L0 tables: the compaction rewrites
+		b := db.NewBatch()
+		for i := uint64(1); i <= 4000; i++ {
+			for j := range v {
+				v[j] = byte(i*7 + uint64(j)*13 + uint64(round))
+			}
+			_ = b.Set(EventKey(i), v, nil)
+		}
+		if err := b.Commit(pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Compact([]byte{0}, []byte{0xff}, true); err != nil {
+		t.Fatal(err)
+	}
+	levels, err := db.SSTables(pebble.WithProperties())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw, blocks uint64
+	for _, ti := range levels[6] {
+		raw += ti.Properties.RawKeySize + ti.Properties.RawValueSize
+		blocks += ti.Properties.NumDataBlocks
+	}
+	if blocks == 0 || raw/blocks < 48<<10 {
+		t.Fatalf("L6: %d raw bytes in %d data blocks, want blocks of ~64 KiB", raw, blocks)
+	}
+}
