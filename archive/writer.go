@@ -187,8 +187,9 @@ type Writer struct {
 	hosts    map[string]HostState // host states written in the open batch
 	buf      []byte
 
-	mu  sync.Mutex
-	err error // fatal error, set once
+	mu      sync.Mutex
+	err     error  // fatal error, set once
+	durable Counts // meta/counts as of the last synced batch (R8)
 
 	live *LiveLog
 }
@@ -230,11 +231,21 @@ func NewWriter(s *Store, opts WriterOptions) (*Writer, error) {
 			return nil, fmt.Errorf("archive: start writer: %w", err)
 		}
 		w.counts = c
+		w.durable = c.Clone()
 		opts.Metrics.setCounts(c)
 	}
 	w.live = newLiveLog(opts.LiveLogBytes, tip)
 	go w.run()
 	return w, nil
+}
+
+// DurableCounts returns meta/counts as of the last synced batch. Unlike a
+// read of the store, it never shows a transition a crash could take back
+// (Pebble makes a batch readable before its sync completes).
+func (w *Writer) DurableCounts() Counts {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.durable.Clone()
 }
 
 // Live is the in-memory log of recent durable events.
@@ -425,6 +436,9 @@ fill:
 	}
 	if p.counts {
 		m.setCounts(w.counts)
+		w.mu.Lock()
+		w.durable = w.counts.Clone()
+		w.mu.Unlock()
 	}
 	for i, u := range p.units {
 		if u.Acks != nil {

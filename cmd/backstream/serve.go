@@ -211,6 +211,7 @@ type server struct {
 
 	mu     sync.Mutex
 	store  *archive.Store       // nil until open
+	w      *archive.Writer      // nil until started
 	boot   *bootstrap.Bootstrap // nil outside bootstrap
 	state  string               // what the process is doing, for /status before the store is open
 	sub    *subscribe.Server    // clients: /subscribe and the status endpoints
@@ -253,7 +254,7 @@ func (s *server) set(f func(s *server)) {
 // the report says so in "phase" / "error" rather than failing the request.
 func (s *server) statusJSON() any {
 	s.mu.Lock()
-	store, boot, state := s.store, s.boot, s.state
+	store, w, boot, state := s.store, s.w, s.boot, s.state
 	s.mu.Unlock()
 	rep := emptyStatus(state)
 	if store != nil {
@@ -262,6 +263,12 @@ func (s *server) statusJSON() any {
 		} else {
 			rep = got
 		}
+	}
+	if w != nil && rep.Error == "" {
+		// Progress as of the last synced batch (R8): a read of the store
+		// can show a batch whose sync has not completed.
+		rep.setCounts(w.DurableCounts())
+		rep.Archive.TipSeq = w.Live().Tip()
 	}
 	if err := s.health.Err(); err != nil {
 		rep.Error = "stopping on a fatal error: " + err.Error()
@@ -372,6 +379,7 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 		return err
 	}
 	defer w.Close()
+	s.set(func(s *server) { s.w = w })
 	s.sub.Attach(store, w)
 	// Repos of at most 1 MiB (nearly all of them) stay in memory within the
 	// CAR budget; larger ones stream to <data-dir>/scratch (E5).

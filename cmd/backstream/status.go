@@ -82,6 +82,19 @@ type statusArchive struct {
 	CaptureTip uint64 `json:"capture_tip_seq"`
 }
 
+// setCounts fills the repo counts and the failed classes from c.
+func (r *statusReport) setCounts(c archive.Counts) {
+	for _, st := range archive.RepoStatuses {
+		r.Repos[st.String()] = c.Get(st)
+	}
+	r.Repos["inactive"] = c.Inactive
+	r.Repos["total"] = c.Total()
+	r.Failed.ByClass = make(map[string]int64, len(c.FailedByClass))
+	for k, n := range c.FailedByClass {
+		r.Failed.ByClass[k] = n
+	}
+}
+
 func emptyFailed() statusFailed {
 	return statusFailed{ByClass: map[string]int64{}, TopHosts: []archive.HostFailures{}}
 }
@@ -118,14 +131,7 @@ func buildStatus(s *archive.Store) (*statusReport, error) {
 	if err = absentOK(err); err != nil {
 		return nil, err
 	}
-	for _, st := range archive.RepoStatuses {
-		r.Repos[st.String()] = counts.Get(st)
-	}
-	r.Repos["inactive"] = counts.Inactive
-	r.Repos["total"] = counts.Total()
-	for k, n := range counts.FailedByClass {
-		r.Failed.ByClass[k] = n
-	}
+	r.setCounts(counts)
 	top, err := s.TopFailingHosts(topHosts)
 	if err != nil {
 		return nil, err
