@@ -20,6 +20,7 @@ test: vet fmt-check
 # Slow tiers: process-level restarts, SIGKILL, big worlds, long sweeps.
 test-long: vet fmt-check
 	$(GO) test -count=1 -timeout 60m $(PKGS)
+	$(GO) test -count=1 -timeout 20m ./oracle/scenario -scenario.seeds=5
 
 vet:
 	$(GO) vet $(PKGS)
