@@ -56,7 +56,8 @@ type Op struct {
 	// Prev is the previous record CID when the op carried one (sync 1.1);
 	// it points into the commit's op (never modify it).
 	Prev *cid.Cid
-	// Record is the record's DAG-CBOR bytes (create/update).
+	// Record is the record's DAG-CBOR bytes (create/update), copied out of
+	// the blocks into one buffer shared by the commit's records.
 	Record []byte
 	// Err, when set, says this op is unusable (ErrMissingBlock,
 	// ErrInvalidAction, ErrInvalidCollection, ErrInvalidRKey); the
