@@ -334,6 +334,8 @@ type pending struct {
 	receipts []Receipt
 	events   []*Event // kept events, in seq order, for the live log
 	counts   bool     // meta/counts changed
+	puts     []KV     // the units' Puts, last value per key, written at commit
+	putIdx   map[string]int
 	rowsBy   [5]int   // kept rows by source
 	staleBy  [5]int   // stale rows by source
 }
@@ -397,6 +399,7 @@ fill:
 	if err := w.Err(); err != nil {
 		return false
 	}
+	w.flushKeyed(p)
 	if p.counts {
 		v, err := EncodeCounts(w.counts)
 		if err != nil {
@@ -446,6 +449,25 @@ fill:
 		}
 	}
 	return true
+}
+
+// flushKeyed writes the batch's last value of every rev/ key and every
+// Put: a live frame moves cursor/relay and its account's rev/ once per unit,
+// and one Pebble write per key per batch instead of one per unit is a third
+// of the memtable work of a single-op commit. The batch is atomic, so only
+// the last value of a key could ever be seen.
+func (w *Writer) flushKeyed(p *pending) {
+	for did, rev := range w.revs {
+		v, _ := EncodeRev(rev)
+		_ = p.b.Set(RevKey(did), v, nil)
+	}
+	for _, kv := range p.puts {
+		if kv.Value == nil {
+			_ = p.b.Delete(kv.Key, nil)
+		} else {
+			_ = p.b.Set(kv.Key, kv.Value, nil)
+		}
+	}
 }
 
 // add stages one unit into the batch, all or nothing.
@@ -583,9 +605,7 @@ func (w *Writer) apply(p *pending, u *Unit) (released bool) {
 		p.events = append(p.events, ev)
 	}
 	for did, rev := range st.revs {
-		v, _ := EncodeRev(rev)
-		_ = p.b.Set(RevKey(did), v, nil)
-		w.revs[did] = rev
+		w.revs[did] = rev // written once per batch, at commit (flushKeyed)
 	}
 	for _, ch := range st.repoOrder {
 		ns := st.repos[ch]
@@ -617,11 +637,15 @@ func (w *Writer) apply(p *pending, u *Unit) (released bool) {
 		w.hosts[h] = ch.ns
 	}
 	for _, kv := range u.Puts {
-		if kv.Value == nil {
-			_ = p.b.Delete(kv.Key, nil)
-		} else {
-			_ = p.b.Set(kv.Key, kv.Value, nil)
+		if i, ok := p.putIdx[string(kv.Key)]; ok {
+			p.puts[i] = kv
+			continue
 		}
+		if p.putIdx == nil {
+			p.putIdx = make(map[string]int)
+		}
+		p.putIdx[string(kv.Key)] = len(p.puts)
+		p.puts = append(p.puts, kv)
 	}
 	p.units = append(p.units, u)
 	p.receipts = append(p.receipts, r)
