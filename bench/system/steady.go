@@ -173,12 +173,23 @@ func measureIngest(parent context.Context, o options, devnet *proc, relay string
 	}
 	r.EventsPerSec = float64(r.Frames) / r.WallSecs
 	r.CPUSecsPerMillion = r.CPUSecs / float64(r.Frames) * 1e6
-	m, err := scrape(c, base+"/metrics")
-	if err != nil {
-		return r, err
+	// The cursor is read from the store, which shows a batch before its
+	// sync returns; the writer's counters move right after. Wait until they
+	// stand still so the last batch is counted.
+	var m samples
+	var rows, stale float64
+	for i, prev := 0, -1.0; i < 50; i++ {
+		if m, err = scrape(c, base+"/metrics"); err != nil {
+			return r, err
+		}
+		rows, _ = m.sum("backstream_archive_rows_total")
+		stale, _ = m.sum("backstream_archive_stale_rows_total")
+		if rows+stale == prev {
+			break
+		}
+		prev = rows + stale
+		time.Sleep(100 * time.Millisecond)
 	}
-	rows, _ := m.sum("backstream_archive_rows_total")
-	stale, _ := m.sum("backstream_archive_stale_rows_total")
 	dropped, _ := m.sum("backstream_firehose_dropped_total")
 	r.RowsArchived, r.RowsStale, r.FramesDropped = int64(rows), int64(stale), int64(dropped)
 	// Why the rate is what it is: batches, rows per batch, commit+sync time.
