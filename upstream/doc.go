@@ -35,6 +35,13 @@
 //     deadline from a cancel).
 //   - Hostile upstream data never panics: DecodeFrame and CommitOps are
 //     fuzzed and guarded.
+//   - A #commit's blocks are read by internal/car (strict CAR v1, every
+//     block hash-checked against its CID, the single root equal to the
+//     commit). A #commit frame in the canonical form producers send takes a
+//     fast decoder (frame_commit.go); anything else takes cbor-gen, and a
+//     fuzz target holds the two to the same answers. ValidDID and ValidTID
+//     (frame_syntax.go) accept exactly what atproto/syntax accepts, without
+//     its regular expressions (fuzzed against it).
 //
 // # What it must not do
 //
