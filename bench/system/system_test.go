@@ -168,7 +168,7 @@ func TestSmallSystem(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/backstream/backstream/cmd/backstream").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	o := options{bin: bin, runs: 1, timeout: 3 * time.Minute, preload: 3000, ingestAccounts: 200,
+	o := options{bin: bin, runs: 1, timeout: 3 * time.Minute, preload: 30000, ingestAccounts: 200,
 		fanoutAccounts: 100, liveRate: 200, subscribers: 5, window: 2 * time.Second, idleWindow: time.Second}
 	ctx := context.Background()
 
