@@ -336,8 +336,8 @@ type pending struct {
 	counts   bool     // meta/counts changed
 	puts     []KV     // the units' Puts, last value per key, written at commit
 	putIdx   map[string]int
-	rowsBy   [5]int   // kept rows by source
-	staleBy  [5]int   // stale rows by source
+	rowsBy   [5]int // kept rows by source
+	staleBy  [5]int // stale rows by source
 }
 
 func (w *Writer) run() {
