@@ -12,6 +12,7 @@ import (
 	"errors"
 	"math"
 
+	"github.com/backstream/backstream/internal/cborhead"
 	"github.com/ipfs/go-cid"
 )
 
@@ -92,40 +93,15 @@ type nodeDecoder struct {
 
 // rawHead reads a minimally encoded head (what cbor-gen requires).
 func (d *nodeDecoder) rawHead() (major byte, arg uint64) {
-	if d.failed || d.pos >= len(d.b) {
+	if d.failed {
+		return 0, 0
+	}
+	major, arg, next, ok := cborhead.Read(d.b, d.pos)
+	if !ok {
 		d.failed = true
 		return 0, 0
 	}
-	major, info := d.b[d.pos]>>5, d.b[d.pos]&0x1f
-	d.pos++
-	var n int
-	var floor uint64
-	switch {
-	case info < 24:
-		return major, uint64(info)
-	case info == 24:
-		n, floor = 1, 24
-	case info == 25:
-		n, floor = 2, math.MaxUint8+1
-	case info == 26:
-		n, floor = 4, math.MaxUint16+1
-	case info == 27:
-		n, floor = 8, math.MaxUint32+1
-	default:
-		d.failed = true
-		return 0, 0
-	}
-	if len(d.b)-d.pos < n {
-		d.failed = true
-		return 0, 0
-	}
-	for _, c := range d.b[d.pos : d.pos+n] {
-		arg = arg<<8 | uint64(c)
-	}
-	d.pos += n
-	if arg < floor {
-		d.failed = true
-	}
+	d.pos = next
 	return major, arg
 }
 

@@ -13,6 +13,7 @@ package upstream
 import (
 	"math"
 
+	"github.com/backstream/backstream/internal/cborhead"
 	comatproto "github.com/bluesky-social/indigo/api/atproto"
 	lexutil "github.com/bluesky-social/indigo/lex/util"
 	"github.com/ipfs/go-cid"
@@ -54,35 +55,8 @@ type fastReader struct {
 
 // head reads a minimally encoded definite-length head.
 func (r *fastReader) head() (major byte, arg uint64, ok bool) {
-	if r.pos >= len(r.b) {
-		return 0, 0, false
-	}
-	major, info := r.b[r.pos]>>5, r.b[r.pos]&0x1f
-	r.pos++
-	var n int
-	var floor uint64
-	switch {
-	case info < 24:
-		return major, uint64(info), true
-	case info == 24:
-		n, floor = 1, 24
-	case info == 25:
-		n, floor = 2, math.MaxUint8+1
-	case info == 26:
-		n, floor = 4, math.MaxUint16+1
-	case info == 27:
-		n, floor = 8, math.MaxUint32+1
-	default:
-		return 0, 0, false
-	}
-	if len(r.b)-r.pos < n {
-		return 0, 0, false
-	}
-	for _, c := range r.b[r.pos : r.pos+n] {
-		arg = arg<<8 | uint64(c)
-	}
-	r.pos += n
-	return major, arg, arg >= floor
+	major, arg, r.pos, ok = cborhead.Read(r.b, r.pos)
+	return major, arg, ok
 }
 
 // raw reads the n bytes after a string head, aliasing the input.

@@ -10,8 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 
+	"github.com/backstream/backstream/internal/cborhead"
 	"github.com/ipfs/go-cid"
 )
 
@@ -211,39 +211,12 @@ type decoder struct {
 
 // head reads a minimally encoded head of the given major type.
 func (d *decoder) head(major byte) (uint64, bool) {
-	if d.pos >= len(d.b) {
+	m, arg, next, ok := cborhead.Read(d.b, d.pos)
+	if !ok || m != major {
 		return 0, false
 	}
-	m, info := d.b[d.pos]>>5, d.b[d.pos]&0x1f
-	d.pos++
-	if m != major {
-		return 0, false
-	}
-	var n int
-	var floor uint64
-	switch {
-	case info < 24:
-		return uint64(info), true
-	case info == 24:
-		n, floor = 1, 24
-	case info == 25:
-		n, floor = 2, math.MaxUint8+1
-	case info == 26:
-		n, floor = 4, math.MaxUint16+1
-	case info == 27:
-		n, floor = 8, math.MaxUint32+1
-	default:
-		return 0, false
-	}
-	if len(d.b)-d.pos < n {
-		return 0, false
-	}
-	var arg uint64
-	for _, c := range d.b[d.pos : d.pos+n] {
-		arg = arg<<8 | uint64(c)
-	}
-	d.pos += n
-	return arg, arg >= floor
+	d.pos = next
+	return arg, true
 }
 
 // bytes reads the n bytes after a string head.
