@@ -354,7 +354,7 @@ func (h *armedHook) check(op string, keys [][]byte) error {
 // and /healthz asserted; S6, DESIGN §6 "a failure of the runner itself is
 // fatal"). One repo fails through bootstrap; in steady state the retry
 // runner retries it, and the synced batch carrying its replacement's rows
-// fails (the batch moving its ratchet, rev/<did>). The run stops with the injected error; /healthz and /readyz are
+// fails (the batch carrying its completion, repo/<did>). The run stops with the injected error; /healthz and /readyz are
 // asked over real HTTP what they say at that moment; a restart without the
 // fault converges: the repo completes and the archive folds to the
 // network's records.
@@ -391,9 +391,11 @@ func TestRetryStoreFailure(t *testing.T) {
 		if code, _, err := nd.get("/readyz"); err != nil || code != http.StatusOK {
 			t.Fatalf("/readyz in steady state: %d %v", code, err)
 		}
-		// Only a whole-repo replacement moves the victim's ratchet: the
-		// first batch touching rev/<victim> now is the retry runner's.
-		fault := archive.FailNthCommit(string(archive.RevKey(victim)), 1)
+		// The traffic is over, so the first batch touching repo/<victim>
+		// now is the retry runner's replacement (its completion). Not
+		// rev/<victim>: when live commits already moved the ratchet to the
+		// snapshot's rev, the replacement leaves rev/ alone (seed 5).
+		fault := archive.FailNthCommit(string(archive.RepoKey(victim)), 1)
 		hook.f.Store(fault)
 		n.Faults().Clear()
 		nd.retrier.Wake()
