@@ -14,6 +14,15 @@ import (
 // histogram's sample count. A series that does not exist is 0.
 func Value(t testing.TB, reg prometheus.Gatherer, name string, labels map[string]string) float64 {
 	t.Helper()
+	v, _ := find(t, reg, name, labels, false)
+	return v
+}
+
+// find gathers reg and returns the value of the first series of name whose
+// labels include every pair of labels (with exact, whose labels are exactly
+// labels), and whether there is one.
+func find(t testing.TB, reg prometheus.Gatherer, name string, labels map[string]string, exact bool) (float64, bool) {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatalf("gather: %v", err)
@@ -24,22 +33,27 @@ func Value(t testing.TB, reg prometheus.Gatherer, name string, labels map[string
 		}
 	series:
 		for _, m := range mf.GetMetric() {
+			if exact && len(m.GetLabel()) != len(labels) {
+				continue
+			}
 			for _, lp := range m.GetLabel() {
-				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+				v, ok := labels[lp.GetName()]
+				if ok && v != lp.GetValue() || exact && !ok {
 					continue series
 				}
 			}
 			switch {
 			case m.Counter != nil:
-				return m.Counter.GetValue()
+				return m.Counter.GetValue(), true
 			case m.Gauge != nil:
-				return m.Gauge.GetValue()
+				return m.Gauge.GetValue(), true
 			case m.Histogram != nil:
-				return float64(m.Histogram.GetSampleCount())
+				return float64(m.Histogram.GetSampleCount()), true
 			}
+			return 0, true
 		}
 	}
-	return 0
+	return 0, false
 }
 
 // Eventually polls cond every 10 ms until it holds, failing the test with

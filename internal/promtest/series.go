@@ -18,36 +18,7 @@ import (
 // whether reg exposes it.
 func Lookup(t testing.TB, reg prometheus.Gatherer, name string, labels map[string]string) (float64, bool) {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			if len(m.GetLabel()) != len(labels) {
-				continue
-			}
-			for _, lp := range m.GetLabel() {
-				if v, ok := labels[lp.GetName()]; !ok || v != lp.GetValue() {
-					continue series
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue(), true
-			case m.Gauge != nil:
-				return m.Gauge.GetValue(), true
-			case m.Histogram != nil:
-				return float64(m.Histogram.GetSampleCount()), true
-			}
-			return 0, true
-		}
-	}
-	return 0, false
+	return find(t, reg, name, labels, true)
 }
 
 // RequireZero fails t for every label set in sets for which reg exposes no
