@@ -380,7 +380,7 @@ func plLifecycle(t *testing.T, net *oracle.Network, r *plRun) plResult {
 	var res plResult
 	deadline := time.After(90 * time.Second)
 	steady := false
-	var caughtUpAt uint64
+	var conv convergence
 	cutCh := r.cutCh
 loop:
 	for {
@@ -400,18 +400,7 @@ loop:
 		if !steady {
 			continue
 		}
-		st := net.Status()
-		c, _ := store.RelayCursor()
-		rs := retrier.Status()
-		if !(st.Done && c == uint64(st.Seq)) {
-			continue
-		}
-		// Two complete retry passes that started after the catch-up must
-		// find nothing due (an earlier pass may predate the last marks).
-		if caughtUpAt == 0 {
-			caughtUpAt = rs.Passes + 1
-		}
-		if rs.Passes >= caughtUpAt+2 && rs.Due == 0 && rs.InFlight == 0 {
+		if conv.reached(net, store, retrier) {
 			res.converged = true
 			r.cutAtEnd() // an at-end cut, or an after-mode cut whose batch was the last
 			break loop

@@ -61,7 +61,7 @@ func lcRun(t *testing.T, net *oracle.Network, mem vfs.FS, hook func(string, [][]
 	}()
 	deadline := time.After(90 * time.Second)
 	steady := false
-	var caughtUpAt uint64
+	var conv convergence
 	for {
 		select {
 		case err := <-done:
@@ -75,22 +75,30 @@ func lcRun(t *testing.T, net *oracle.Network, mem vfs.FS, hook func(string, [][]
 		if !untilSteady || !steady {
 			continue
 		}
-		st := net.Status()
-		c, _ := store.RelayCursor()
-		rs := retrier.Status()
-		if !(st.Done && c == uint64(st.Seq)) {
-			continue
-		}
-		// Two complete retry passes that started after the catch-up must
-		// find nothing due (an earlier pass may predate the last marks).
-		if caughtUpAt == 0 {
-			caughtUpAt = rs.Passes + 1
-		}
-		if rs.Passes >= caughtUpAt+2 && rs.Due == 0 && rs.InFlight == 0 {
+		if conv.reached(net, store, retrier) {
 			cancel()
 			return <-done, true
 		}
 	}
+}
+
+// convergence tells when a run over the simulated network has converged:
+// its traffic is done, cursor/relay has caught up with it, and two complete
+// retry passes that started after the catch-up found nothing due (an earlier
+// pass may predate the last marks).
+type convergence struct{ caughtUpAt uint64 }
+
+func (cv *convergence) reached(net *oracle.Network, store *archive.Store, retrier *retry.Runner) bool {
+	st := net.Status()
+	c, _ := store.RelayCursor()
+	rs := retrier.Status()
+	if !(st.Done && c == uint64(st.Seq)) {
+		return false
+	}
+	if cv.caughtUpAt == 0 {
+		cv.caughtUpAt = rs.Passes + 1
+	}
+	return rs.Passes >= cv.caughtUpAt+2 && rs.Due == 0 && rs.InFlight == 0
 }
 
 // TestLifecycleCommitFaults (issue 8 item 3; C3, C4, M1, M4, M7, R6): the
