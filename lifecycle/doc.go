@@ -1,6 +1,9 @@
 // Package lifecycle owns the phase state machine: bootstrap → merging →
-// steady_state (DESIGN §3), the startup checks around it, and starting and
-// stopping the components each phase runs.
+// steady_state, the relay check at startup, and starting and stopping the
+// components each phase runs. It only sequences: each step's work lives in
+// the package that owns it (bootstrap, merge, firehose, retry), and each
+// phase transition is one function there (bootstrap.EnterMerging,
+// merge.Cleanup).
 //
 // Its decisions are pure (machine.go: Next, DecideRelay): from facts — the
 // persisted phase and what this process run has done — to the next action.

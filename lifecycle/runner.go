@@ -1,16 +1,15 @@
 package lifecycle
 
 // runner.go performs the machine's actions: it starts and stops capture,
-// bootstrap, merge, the pending pass, discovery and the live consumer, and
-// turns their outcomes into facts. Per-repo logic lives in the packages it
-// drives.
+// bootstrap and the live consumer, calls the merging steps of package
+// merge, and turns their outcomes into facts. Per-repo logic lives in the
+// packages it drives.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/backstream/backstream/archive"
@@ -23,7 +22,7 @@ import (
 )
 
 // DefaultCaptureWait is how long bootstrap waits for capture's first durable
-// cursor before it starts anyway (DESIGN §3).
+// cursor before it starts anyway.
 const DefaultCaptureWait = 30 * time.Second
 
 // Config is everything the runner drives. The caller owns the store and the
@@ -79,9 +78,6 @@ func (c *Config) defaults() error {
 	}
 	if c.CaptureWait <= 0 {
 		c.CaptureWait = DefaultCaptureWait
-	}
-	if c.PendingWorkers <= 0 {
-		c.PendingWorkers = 16
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -173,13 +169,13 @@ func (r *runner) do(ctx context.Context, a Action) error {
 		r.facts.Merged = true
 		return nil
 	case ActPendingPass:
-		if err := r.pendingPass(ctx); err != nil {
+		if err := merge.PendingPass(ctx, r.mergeConfig()); err != nil {
 			return err
 		}
 		r.facts.PendingDone = true
 		return nil
 	case ActDiscovery:
-		if err := r.discover(ctx); err != nil {
+		if err := merge.Discover(ctx, r.mergeConfig()); err != nil {
 			return err
 		}
 		r.facts.DiscoveryDone = true
@@ -197,7 +193,8 @@ func (r *runner) do(ctx context.Context, a Action) error {
 }
 
 func (r *runner) mergeConfig() merge.Config {
-	return merge.Config{Store: r.cfg.Store, Writer: r.cfg.Writer, Crash: r.cfg.Crash, Metrics: r.cfg.MergeMetrics, Logger: r.log, Now: r.cfg.Now}
+	return merge.Config{Store: r.cfg.Store, Writer: r.cfg.Writer, Jobs: r.cfg.Jobs, Source: r.cfg.Source, PendingWorkers: r.cfg.PendingWorkers,
+		Crash: r.cfg.Crash, Metrics: r.cfg.MergeMetrics, Logger: r.log, Now: r.cfg.Now}
 }
 
 // relayCursor reads cursor/relay: nil when absent (start at the live tip).
@@ -326,69 +323,6 @@ func (r *runner) stopCapture() error {
 	r.capture, r.capWriter, r.capDone = nil, nil, nil
 	r.facts.CaptureRunning = false
 	return err
-}
-
-// pendingPass replaces every pending repo wholesale (M5) with a bounded
-// pool. A repo the job cannot finish ends failed with a next attempt (the
-// job's own terminal state); only a failure to make a state durable stops
-// the pass.
-func (r *runner) pendingPass(ctx context.Context) error {
-	var dids []string
-	err := r.cfg.Store.ScanRepos(func(did string, st archive.RepoState) error {
-		if st.Status == archive.StatusPending && st.Active {
-			dids = append(dids, did)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	if len(dids) == 0 {
-		return nil
-	}
-	r.log.Info("pending pass: replacing interrupted repos wholesale", "repos", len(dids))
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	work := make(chan string)
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		firstErr error
-	)
-	for i := 0; i < min(r.cfg.PendingWorkers, len(dids)); i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for did := range work {
-				res, err := r.cfg.Jobs.Run(ctx, backfill.Request{DID: did, Replace: true, Active: true})
-				if err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("replace %s: %w", did, err)
-					}
-					mu.Unlock()
-					cancel()
-					continue
-				}
-				r.log.Debug("pending repo replaced", "did", did, "status", res.Status)
-				r.cfg.Crash.Hit(crashpoint.PendingReplaced)
-			}
-		}()
-	}
-feed:
-	for _, did := range dids {
-		select {
-		case work <- did:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(work)
-	wg.Wait()
-	if firstErr != nil {
-		return firstErr
-	}
-	return ctx.Err()
 }
 
 // steady runs the live consumer from cursor/relay, and the Steady

@@ -1,6 +1,9 @@
-// Package merge owns the merging phase: folding the firehose captured during
-// bootstrap (cap/) into the archive (ev/), then — driven by lifecycle — the
-// pending pass, post-bootstrap discovery and the cleanup that ends the phase.
+// Package merge owns the merging phase, in four steps that lifecycle calls
+// in order: Walk folds the firehose captured during bootstrap (cap/) into the
+// archive (ev/); PendingPass replaces wholesale every repo a restart left
+// pending; Discover lists the relay again and records the accounts that
+// appeared meanwhile; Cleanup ends the phase. Each step is restartable: a
+// crash redoes only what is not durable.
 //
 // # The walker (walker.go)
 //
@@ -20,15 +23,37 @@
 // walker therefore never splits the rows of one upstream event (one
 // UpstreamSeq) across two units.
 //
+// # The pending pass (pending.go)
+//
+// A repo that was not_started when bootstrap was interrupted became pending
+// at the restart: it may have partial rows at low seqs. PendingPass replaces
+// each active pending repo wholesale through the backfill jobs, so its
+// snapshot lands above the merged tail (M5). A job that cannot finish leaves
+// the repo failed with a next attempt (the retry runner takes it in steady
+// state); only a store or writer failure stops the pass.
+//
+// # Discovery (discovery.go)
+//
+// Discover pages listRepos from the last non-empty cursor of the bootstrap's
+// listing and records every DID the store does not know as a failed repo due
+// now, with refetch reason "discovered" (M6): the retry runner fetches them in
+// steady state. Upstream trouble never fails merge (M8): a repeating cursor or
+// a page that keeps failing ends discovery with a warning. Debug modes
+// (--repos, --max-repos) skip it (lifecycle decides).
+//
 // # Commit points
 //
 // Each walker unit (rows + cursor/merge) is one synced batch, followed by
-// crash point merge-batch. Cleanup (Cleanup) is one synced batch: range
-// delete of cap/, delete of cursor/merge and the listRepos cursors, and
-// phase=steady_state (M7, C4), followed by crash point steady-committed.
+// crash point merge-batch. Each pending replacement is the job's own
+// units, followed by crash point pending-replaced; each discovery page is
+// one unit, followed by crash point discovery-page. Cleanup is one synced
+// batch: range delete of cap/, delete of cursor/merge and the listRepos
+// cursors, and phase=steady_state (M7, C4), followed by crash point
+// steady-committed.
 //
 // # Not here
 //
-// Which rows a frame produces is firehose's; fetching repos is backfill's and
-// retry's; deciding when to merge is lifecycle's.
+// Which rows a frame produces is firehose's; fetching and verifying one repo
+// is backfill's; retrying failed repos in steady state is retry's; deciding
+// when each step runs is lifecycle's.
 package merge

@@ -6,43 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"time"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/firehose"
 	"github.com/backstream/backstream/internal/crashpoint"
 )
-
-// Config configures Walk and Cleanup.
-type Config struct {
-	Store  *archive.Store
-	Writer *archive.Writer // the archive writer (not the capture writer)
-	// MaxRows bounds the rows of one unit (default 1024); one upstream
-	// event's rows are never split, so a unit may exceed it by one event.
-	MaxRows int
-	// InFlight bounds the units submitted but not yet durable (default 8).
-	InFlight int
-	Crash    *crashpoint.Set
-	Metrics  *Metrics
-	Logger   *slog.Logger
-	Now      func() time.Time
-}
-
-func (c *Config) defaults() {
-	if c.MaxRows <= 0 {
-		c.MaxRows = 1024
-	}
-	if c.InFlight <= 0 {
-		c.InFlight = 8
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-}
 
 // Stats summarise one walk.
 type Stats struct {

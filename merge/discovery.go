@@ -1,4 +1,4 @@
-package lifecycle
+package merge
 
 // discovery.go owns post-bootstrap discovery (M6): list repos again from the
 // last non-empty listRepos cursor and record every DID the store does not
@@ -17,15 +17,18 @@ import (
 // discoveryRetries bounds the retries of one discovery page.
 const discoveryRetries = 5
 
-// discover never fails merge for upstream trouble: a cursor loop or
-// exhausted retries end discovery with a counted warning (M8). Only a store
-// failure is returned.
-func (r *runner) discover(ctx context.Context) error {
-	if r.cfg.Source == nil {
+// Discover lists repos from the last non-empty listRepos cursor and records
+// every DID the store does not know as a failed repo due now. It never fails
+// merge for upstream trouble: a cursor loop or exhausted retries end
+// discovery with a warning (M8). Only a store or writer failure is
+// returned. A nil cfg.Source discovers nothing.
+func Discover(ctx context.Context, cfg Config) error {
+	cfg.defaults()
+	if cfg.Source == nil {
 		return nil
 	}
 	cursor := ""
-	last, err := r.cfg.Store.ListCursor(true)
+	last, err := cfg.Store.ListCursor(true)
 	switch {
 	case err == nil:
 		cursor = last.Cursor
@@ -37,20 +40,20 @@ func (r *runner) discover(ctx context.Context) error {
 	pending, found := 0, 0
 	for pages := 0; ; pages++ {
 		if seen[cursor] && cursor != "" {
-			r.log.Warn("discovery: the relay's listRepos cursor repeats; discovery ends here", "pages", pages)
+			cfg.Logger.Warn("discovery: the relay's listRepos cursor repeats; discovery ends here", "pages", pages)
 			break
 		}
 		seen[cursor] = true
-		page, err := r.listPage(ctx, cursor)
+		page, err := listPage(ctx, cfg.Source, cursor)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			r.log.Warn("discovery: listRepos keeps failing; discovery ends here, merge completes", "pages", pages, "err", err)
+			cfg.Logger.Warn("discovery: listRepos keeps failing; discovery ends here, merge completes", "pages", pages, "err", err)
 			break
 		}
 		var ups []archive.RepoUpdate
-		now := r.cfg.Now().UnixMicro()
+		now := cfg.Now().UnixMicro()
 		for _, e := range page.Repos {
 			active, status := e.Active, e.Status
 			ups = append(ups, archive.RepoUpdate{DID: e.DID, Func: func(cur archive.RepoState, exists bool) (archive.RepoState, bool) {
@@ -64,7 +67,7 @@ func (r *runner) discover(ctx context.Context) error {
 			}})
 		}
 		if len(ups) > 0 {
-			if err := r.cfg.Writer.Submit(ctx, &archive.Unit{Repos: ups, Acks: acks}); err != nil {
+			if err := cfg.Writer.Submit(ctx, &archive.Unit{Repos: ups, Acks: acks}); err != nil {
 				return err
 			}
 			pending++
@@ -83,23 +86,26 @@ func (r *runner) discover(ctx context.Context) error {
 				if rc.Refused != nil {
 					return rc.Refused
 				}
-				r.cfg.Crash.Hit(crashpoint.DiscoveryPage)
+				cfg.Crash.Hit(crashpoint.DiscoveryPage)
 			}
-		case <-r.cfg.Writer.Done():
-			return r.cfg.Writer.Err()
+		case <-cfg.Writer.Done():
+			if err := cfg.Writer.Err(); err != nil {
+				return err
+			}
+			return archive.ErrClosed
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
-	r.log.Info("discovery finished", "listed", found)
+	cfg.Logger.Info("discovery finished", "listed", found)
 	return nil
 }
 
-func (r *runner) listPage(ctx context.Context, cursor string) (upstream.Page, error) {
+func listPage(ctx context.Context, src upstream.RepoSource, cursor string) (upstream.Page, error) {
 	var err error
 	for attempt := 0; attempt <= discoveryRetries; attempt++ {
 		var p upstream.Page
-		p, err = r.cfg.Source.ListRepos(ctx, cursor, 1000)
+		p, err = src.ListRepos(ctx, cursor, 1000)
 		if err == nil {
 			return p, nil
 		}

@@ -1,4 +1,4 @@
-package lifecycle
+package merge
 
 import (
 	"context"
@@ -43,8 +43,8 @@ func TestDiscovery(t *testing.T) {
 	}
 	// Small pages so the listing has many cursors; the source wraps the
 	// client to ask for 10 at a time.
-	r := &runner{cfg: Config{Store: store, Writer: w, Source: pageOf{client, 10}, Now: time.Now}, log: quiet}
-	if err := r.discover(ctx); err != nil {
+	cfg := Config{Store: store, Writer: w, Source: pageOf{client, 10}, Logger: quiet}
+	if err := Discover(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
 	listed := 0
@@ -79,7 +79,7 @@ func TestDiscovery(t *testing.T) {
 	cur, _ := archive.EncodeListCursor(archive.ListCursor{Cursor: first.Cursor})
 	w.Apply(ctx, &archive.Unit{Puts: []archive.KV{{Key: archive.KeyCursorListLast, Value: cur}}})
 	done := make(chan error, 1)
-	go func() { done <- r.discover(ctx) }()
+	go func() { done <- Discover(ctx, cfg) }()
 	select {
 	case err := <-done:
 		if err != nil {
