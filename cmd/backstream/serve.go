@@ -1,14 +1,12 @@
 package main
 
-// This file owns `backstream serve`: answer /metrics and /status from the
-// first second, open the store, check the relay (C6), and run the whole
-// lifecycle (bootstrap → merging → steady_state, package lifecycle) until a
-// signal or a fatal error. Issue 4's interim "exit once merging is durable"
-// is superseded by the lifecycle issue.
+// This file owns `backstream serve`: its flags, answering /metrics and
+// /status from the first second, and running the node (package node: the
+// store, the relay check, every component and the lifecycle) until a signal
+// or a fatal error.
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -22,14 +20,12 @@ import (
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
-	"github.com/backstream/backstream/firehose"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/lifecycle"
-	"github.com/backstream/backstream/merge"
+	"github.com/backstream/backstream/node"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/retry"
 	"github.com/backstream/backstream/subscribe"
-	"github.com/backstream/backstream/upstream"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -74,7 +70,6 @@ type serveOptions struct {
 	maxRepos               int
 	memory                 int64
 	getRepoTimeout         time.Duration
-	relayHost              string // host[:port] of --relay, the store's relay identity (C6)
 	resetRelay             bool
 	captureWait            time.Duration
 	retryWorkers           int
@@ -141,7 +136,6 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return bad("--relay %q: want an http(s) URL", o.relay)
 	}
-	o.relayHost = strings.ToLower(u.Host)
 	mem, err := parseBytes(fs.str("backfill-memory"))
 	if err != nil {
 		return bad("--backfill-memory: %v", err)
@@ -178,31 +172,6 @@ func parseBytes(s string) (int64, error) {
 	return int64(v * mult), nil
 }
 
-// checkRelay refuses a store that follows another relay unless
-// --reset-relay-cursor says so (C6), and records the relay on first start.
-func checkRelay(store *archive.Store, o serveOptions, log *logger) error {
-	stored, err := store.Relay()
-	if errors.Is(err, archive.ErrNotFound) {
-		stored, err = "", nil
-	}
-	if err != nil {
-		return err
-	}
-	d, err := lifecycle.DecideRelay(stored, o.relayHost, o.resetRelay)
-	if err != nil {
-		return err
-	}
-	switch d {
-	case lifecycle.RelayRecord:
-		return store.SetRelay(o.relayHost, false)
-	case lifecycle.RelayReset:
-		log.Warn("following another relay: its cursor is dropped; events between the two relays are not archived",
-			"old", stored, "new", o.relayHost)
-		return store.SetRelay(o.relayHost, true)
-	}
-	return nil
-}
-
 // server is the running process: the store, the metrics registry, the
 // bootstrap in progress, and the HTTP endpoints.
 type server struct {
@@ -210,12 +179,12 @@ type server struct {
 	log *logger
 
 	mu     sync.Mutex
-	store  *archive.Store       // nil until open
-	w      *archive.Writer      // nil until started
-	boot   *bootstrap.Bootstrap // nil outside bootstrap
-	state  string               // what the process is doing, for /status before the store is open
-	sub    *subscribe.Server    // clients: /subscribe and the status endpoints
-	health lifecycle.Health     // the phase as the lifecycle last reported it, and any fatal error
+	node   *node.Node        // nil until built
+	store  *archive.Store    // nil until open
+	w      *archive.Writer   // nil until started
+	state  string            // what the process is doing, for /status before the store is open
+	sub    *subscribe.Server // clients: /subscribe and the status endpoints
+	health lifecycle.Health  // the phase as the lifecycle last reported it, and any fatal error
 }
 
 func newRegistry() *prometheus.Registry {
@@ -254,7 +223,7 @@ func (s *server) set(f func(s *server)) {
 // the report says so in "phase" / "error" rather than failing the request.
 func (s *server) statusJSON() any {
 	s.mu.Lock()
-	store, w, boot, state := s.store, s.w, s.boot, s.state
+	store, w, n, state := s.store, s.w, s.node, s.state
 	s.mu.Unlock()
 	rep := emptyStatus(state)
 	if store != nil {
@@ -273,9 +242,11 @@ func (s *server) statusJSON() any {
 	if err := s.health.Err(); err != nil {
 		rep.Error = "stopping on a fatal error: " + err.Error()
 	}
-	if boot != nil {
-		p := boot.Progress()
-		rep.Bootstrap = &p
+	if n != nil {
+		if boot := n.Bootstrap(); boot != nil {
+			p := boot.Progress()
+			rep.Bootstrap = &p
+		}
 	}
 	return rep
 }
@@ -332,12 +303,10 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 		}
 		defer net.Close()
 		o.relay = net.RelayURL()
-		u, _ := url.Parse(o.relay)
-		o.relayHost = strings.ToLower(u.Host)
 		log.Info("simulated network up", "relay", o.relay)
 	}
 
-	store, err := archive.Open(o.dataDir, archive.Options{Logger: log})
+	n, err := node.New(o.nodeConfig(s, crash))
 	if err != nil {
 		return err
 	}
@@ -345,127 +314,46 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 		// Requests (a checkpoint, /status) and subscribers read the store:
 		// they end before it closes.
 		stopHTTP()
-		store.Close()
+		n.Close()
 	}()
-	s.set(func(s *server) { s.store, s.state = store, "" })
-	s.reg.MustRegister(archive.NewPebbleCollector(store))
-	phaseGauge := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "backstream_phase",
-		Help: "1 for the lifecycle phase the process is in (bootstrap, merging, steady_state), 0 for the others.",
-	}, []string{"phase"})
-	s.reg.MustRegister(phaseGauge)
-	setPhase := func(p archive.Phase) {
-		for _, q := range []archive.Phase{archive.PhaseBootstrap, archive.PhaseMerging, archive.PhaseSteadyState} {
-			v := 0.0
-			if q == p {
-				v = 1
-			}
-			phaseGauge.WithLabelValues(string(q)).Set(v)
-		}
-		s.health.SetPhase(p)
-	}
-
-	if err := checkRelay(store, o, log); err != nil {
-		return err
-	}
-	phase, err := store.Phase()
-	if err != nil {
-		return err
-	}
-	setPhase(phase)
-	am := archive.NewMetrics(s.reg)
-	w, err := archive.NewWriter(store, archive.WriterOptions{Metrics: am, Logger: log})
-	if err != nil {
-		return err
-	}
-	defer w.Close()
-	s.set(func(s *server) { s.w = w })
-	s.sub.Attach(store, w)
-	// Repos of at most 1 MiB (nearly all of them) stay in memory within the
-	// CAR budget; larger ones stream to <data-dir>/scratch (E5).
-	client, err := upstream.New(o.relay, upstream.Options{ScratchDir: store.ScratchDir(), MemoryBodyBytes: 1 << 20, Metrics: upstream.NewMetrics(s.reg)})
-	if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	defer client.Close()
-	bm := backfill.NewMetrics(s.reg)
-	budget := o.memory
-	if budget == 0 {
-		budget = backfill.DefaultMemoryBudget()
-	}
-	// One retry schedule (--retry-interval, --retry-max-delay) for every
-	// failure: a repo failed in bootstrap is first retried after the
-	// interval, like one failed in steady state.
-	backoff := retry.Backoff{Interval: o.retryInterval, MaxDelay: o.retryMaxDelay}
-	jobOpts := backfill.Options{
-		Source: client, Writer: w, Memory: backfill.NewMemory(budget, bm), Metrics: bm, Logger: log,
-		AttemptTimeout: o.getRepoTimeout, Crash: crash, NextAttempt: backoff.NextAttempt(),
-	}
-	jobs, err := backfill.NewRunner(jobOpts)
-	if err != nil {
-		return err
-	}
-	// Steady-state replacements: their own jobs, whose failures follow the
-	// retry schedule and whose 429s park the host in the runner (S4).
-	retryJobs, err := backfill.NewRunner(backoff.JobOptions(jobOpts))
-	if err != nil {
-		return err
-	}
-	retrier, err := retry.New(retry.Config{
-		Store: store, Writer: w, Jobs: retryJobs, Workers: o.retryWorkers, HostWorkers: o.retryHostWorkers,
-		Interval: o.retryInterval, MaxDelay: o.retryMaxDelay, ScanPeriod: o.retryScanPeriod, Metrics: retry.NewMetrics(s.reg), Logger: log.With("component", "retry"),
-	})
-	if err != nil {
-		return err
-	}
+	s.set(func(s *server) { s.node, s.store, s.w, s.state = n, n.Store(), n.Writer(), "" })
 	log.Info("starting", "relay", o.relay, "workers", o.workers, "window", o.window,
-		"memory_budget", budget, "getrepo_timeout", o.getRepoTimeout, "repos", len(o.repos), "max_repos", o.maxRepos)
-	lcfg := lifecycle.Config{
-		Store: store, Writer: w, Relay: o.relay, Source: client, Jobs: jobs,
-		Bootstrap: bootstrap.Config{
-			Workers: o.workers, Window: o.window, Repos: o.repos, MaxRepos: o.maxRepos,
-			Logger: log, Metrics: bootstrap.NewMetrics(s.reg), Crash: crash,
-		},
-		ArchiveMetrics:  am,
-		FirehoseMetrics: firehose.NewMetrics(s.reg),
-		MergeMetrics:    merge.NewMetrics(s.reg),
-		CaptureWait:     o.captureWait,
-		SkipDiscovery:   len(o.repos) > 0 || o.maxRepos > 0,
-		Crash:           crash,
-		Logger:          log,
-		OnPhase:         setPhase,
-		OnBootstrap:     func(b *bootstrap.Bootstrap) { s.set(func(s *server) { s.boot = b }) },
-		Steady:          []func(context.Context) error{retrier.Run},
-		OnLiveEffects:   retrier.Wake,
-	}
-	lctx, lcancel := context.WithCancel(ctx)
-	defer lcancel()
+		"memory_budget", o.memory, "getrepo_timeout", o.getRepoTimeout, "repos", len(o.repos), "max_repos", o.maxRepos)
 	runErr := make(chan error, 1)
-	go func() { runErr <- lifecycle.Run(lctx, lcfg) }()
+	nctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { runErr <- n.Run(nctx) }()
 	select {
 	case err = <-runErr:
-		if err == nil && ctx.Err() == nil {
-			err = errors.New("the lifecycle ended on its own (a bug)")
-		}
 	case herr := <-errc:
-		// The HTTP server failed: stop the lifecycle and report it.
+		// The HTTP server failed: stop the node and report it.
 		err = fmt.Errorf("http server: %w", herr)
 		s.health.Fail(err)
-		lcancel()
+		cancel()
 		<-runErr
 		return err
-	case <-w.Done():
-		// The writer stopped on a persistence error: everything stops.
-		// The probes say so at once, before the slow way down.
-		s.health.Fail(w.Err())
-		lcancel()
-		<-runErr
-		return w.Err()
 	}
 	if err != nil {
-		s.health.Fail(err)
 		return err
 	}
 	log.Info("stopped; a restart resumes from the durable state")
-	return w.Close()
+	return n.Close()
+}
+
+// nodeConfig is the node serve runs: its flags, its registry, its
+// subscribe server and probe state (answering since before the store was
+// open), and the crash points of the environment.
+func (o serveOptions) nodeConfig(s *server, crash *crashpoint.Set) node.Config {
+	return node.Config{
+		DataDir: o.dataDir, Store: archive.Options{Logger: s.log},
+		Relay: o.relay, ResetRelay: o.resetRelay,
+		Bootstrap:      bootstrap.Config{Workers: o.workers, Window: o.window, Repos: o.repos, MaxRepos: o.maxRepos},
+		Memory:         o.memory,
+		AttemptTimeout: o.getRepoTimeout,
+		CaptureWait:    o.captureWait,
+		RetryWorkers:   o.retryWorkers, RetryHostWorkers: o.retryHostWorkers,
+		RetryInterval: o.retryInterval, RetryMaxDelay: o.retryMaxDelay, RetryScanPeriod: o.retryScanPeriod,
+		Registry: s.reg, Logger: s.log, Crash: crash,
+		Server: s.sub, Health: &s.health,
+	}
 }

@@ -1,0 +1,22 @@
+// Package node owns the one wiring of a running backstream: it opens the
+// store (checking the relay it follows), starts the archive writer, builds
+// the upstream client, the backfill jobs of bootstrap and of the retry
+// runner, the retry runner itself (woken by live #account/#sync side
+// effects), the subscribe server, and hands them to the lifecycle, which
+// runs the phases. `backstream serve` and every test harness that runs the
+// whole system build it here, varying only Config (the store's filesystem
+// and commit hook, URLs, sizes and schedules), so what the tests exercise is
+// what ships.
+//
+// Lifetime: New opens and builds everything but runs nothing; Run drives the
+// lifecycle until its context ends or something fatal happens (the
+// lifecycle's error, or the writer stopping on a persistence error: the
+// probes fail at once, and the components get a grace period to stop on
+// their own before they are cancelled); Close releases everything in order
+// (subscribers, writer, client, store). A node runs once: a restart is a new
+// node over the same data directory.
+//
+// Not here: flags, signals, the HTTP listener, /metrics and the status
+// report are the command's (cmd/backstream); each component's behaviour is
+// its own package's.
+package node

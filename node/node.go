@@ -1,0 +1,439 @@
+package node
+
+// node.go owns the one construction of a running backstream: Config, New,
+// Run and Close.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/firehose"
+	"github.com/backstream/backstream/internal/crashpoint"
+	"github.com/backstream/backstream/lifecycle"
+	"github.com/backstream/backstream/merge"
+	"github.com/backstream/backstream/retry"
+	"github.com/backstream/backstream/subscribe"
+	"github.com/backstream/backstream/upstream"
+)
+
+// Defaults of the knobs serve exposes as flags.
+const (
+	DefaultRetryWorkers     = 16
+	DefaultRetryHostWorkers = 4
+	DefaultRetryInterval    = time.Minute
+	DefaultRetryMaxDelay    = 24 * time.Hour
+	// DefaultMemoryBodyBytes: repos of at most 1 MiB (nearly all of them)
+	// stay in memory within the CAR budget; larger ones stream to scratch.
+	DefaultMemoryBodyBytes = 1 << 20
+	// DefaultStopGrace is how long Run lets the components notice a
+	// stopped writer and stop on their own before it cancels them.
+	DefaultStopGrace = 5 * time.Second
+)
+
+// Config is one backstream process run. The zero value of every optional
+// field is the production default; tests vary the clock-free knobs (sizes,
+// schedules), the store's filesystem and commit hook, and the URLs.
+type Config struct {
+	// DataDir holds store/ and scratch/. Required.
+	DataDir string
+	// Store are the store's options (FS, CommitHook, OnFatal, CacheSize);
+	// Logger is filled in when nil.
+	Store archive.Options
+	// ScratchDir receives getRepo bodies too large for memory. Default the
+	// store's scratch directory (emptied at every open).
+	ScratchDir string
+
+	// Relay is the relay's base URL: the firehose is dialed there, and
+	// listRepos and getRepo go there unless SourceURL is set. Required.
+	Relay string
+	// SourceURL, when set, is where listRepos and getRepo go instead.
+	SourceURL string
+	// ResetRelay follows a relay other than the one the store follows,
+	// dropping the old relay's cursor.
+	ResetRelay bool
+
+	// Bootstrap configures the first pass (workers, window, debug modes,
+	// page size); its Store, Writer, Source, Jobs, Metrics, Logger and Crash
+	// are filled in here.
+	Bootstrap bootstrap.Config
+	// Memory is the CAR budget in bytes (0: backfill.DefaultMemoryBudget).
+	Memory int64
+	// MemoryBodyBytes: getRepo bodies up to this size stay in memory
+	// (default DefaultMemoryBodyBytes; negative: always scratch).
+	MemoryBodyBytes int64
+	// AttemptTimeout is one getRepo attempt's deadline (default
+	// backfill.DefaultAttemptTimeout).
+	AttemptTimeout time.Duration
+	// JobBackoffBase and JobBackoffMax are the retry delays inside one job
+	// (backfill's defaults when zero).
+	JobBackoffBase, JobBackoffMax time.Duration
+	// CaptureWait: see lifecycle.DefaultCaptureWait.
+	CaptureWait time.Duration
+
+	// The retry schedule of failed repos and the steady-state runner.
+	RetryWorkers, RetryHostWorkers int
+	RetryInterval, RetryMaxDelay   time.Duration
+	RetryScanPeriod                time.Duration
+
+	// StopGrace: see DefaultStopGrace.
+	StopGrace time.Duration
+	// Registry receives every metric (nil: a private registry).
+	Registry prometheus.Registerer
+	Logger   *slog.Logger
+	// Crash, when armed (tests through BACKSTREAM_CRASHPOINT), kills the
+	// process at a named commit point. Nil: never.
+	Crash *crashpoint.Set
+	// Server, when set, is a subscribe server already answering (serve's,
+	// which reports "opening" before the store is open); the node attaches
+	// the store and writer to it. Nil: the node makes one, with StatusJSON
+	// as its /status report.
+	Server     *subscribe.Server
+	StatusJSON func() any
+	// Health, when set, is the process's probe state, shared with whoever
+	// answered the probes before the node existed. Nil: the node's own.
+	Health *lifecycle.Health
+	// OnPhase, when set, is told every phase the lifecycle enters, after
+	// the node's own health and metrics are.
+	OnPhase func(archive.Phase)
+}
+
+func (c *Config) defaults() error {
+	if c.DataDir == "" || c.Relay == "" {
+		return errors.New("node: DataDir and Relay are required")
+	}
+	if c.SourceURL == "" {
+		c.SourceURL = c.Relay
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Store.Logger == nil {
+		c.Store.Logger = c.Logger
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+	}
+	if c.MemoryBodyBytes == 0 {
+		c.MemoryBodyBytes = DefaultMemoryBodyBytes
+	}
+	if c.Memory <= 0 {
+		c.Memory = backfill.DefaultMemoryBudget()
+	}
+	if c.RetryWorkers <= 0 {
+		c.RetryWorkers = DefaultRetryWorkers
+	}
+	if c.RetryHostWorkers <= 0 {
+		c.RetryHostWorkers = DefaultRetryHostWorkers
+	}
+	if c.RetryInterval <= 0 {
+		c.RetryInterval = DefaultRetryInterval
+	}
+	if c.RetryMaxDelay <= 0 {
+		c.RetryMaxDelay = DefaultRetryMaxDelay
+	}
+	if c.RetryMaxDelay < c.RetryInterval {
+		return fmt.Errorf("node: retry max delay %v is below the retry interval %v", c.RetryMaxDelay, c.RetryInterval)
+	}
+	if c.StopGrace <= 0 {
+		c.StopGrace = DefaultStopGrace
+	}
+	return nil
+}
+
+// Node is one backstream process run: the store, the archive writer, the
+// upstream client, the backfill jobs, the retry runner, the lifecycle and
+// the subscribe server, wired once.
+type Node struct {
+	cfg Config
+	log *slog.Logger
+
+	store   *archive.Store
+	w       *archive.Writer
+	client  *upstream.Client
+	jobs    *backfill.Runner
+	retrier *retry.Runner
+	sub     *subscribe.Server
+	lcfg    lifecycle.Config
+
+	health *lifecycle.Health
+	phase  *prometheus.GaugeVec
+	boot   atomic.Pointer[bootstrap.Bootstrap]
+	lcErr  atomic.Pointer[error]
+
+	ran       atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New opens the store under cfg.DataDir, checks the relay it follows, and
+// builds every component. Nothing runs until Run. On error everything New
+// opened is closed again.
+func New(cfg Config) (n *Node, err error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	relayHost, err := hostOf(cfg.Relay)
+	if err != nil {
+		return nil, err
+	}
+	n = &Node{cfg: cfg, log: cfg.Logger, health: cfg.Health}
+	if n.health == nil {
+		n.health = new(lifecycle.Health)
+	}
+	defer func() {
+		if err != nil {
+			n.Close()
+			n = nil
+		}
+	}()
+	if n.store, err = archive.Open(cfg.DataDir, cfg.Store); err != nil {
+		return n, err
+	}
+	if err := checkRelay(n.store, relayHost, cfg.ResetRelay, n.log); err != nil {
+		return n, err
+	}
+	phase, err := n.store.Phase()
+	if err != nil {
+		return n, err
+	}
+	reg := cfg.Registry
+	reg.MustRegister(archive.NewPebbleCollector(n.store))
+	n.phase = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "backstream_phase",
+		Help: "1 for the lifecycle phase the process is in (bootstrap, merging, steady_state), 0 for the others.",
+	}, []string{"phase"})
+	reg.MustRegister(n.phase)
+	n.setPhase(phase)
+	am := archive.NewMetrics(reg)
+	if n.w, err = archive.NewWriter(n.store, archive.WriterOptions{Metrics: am, Logger: n.log}); err != nil {
+		return n, err
+	}
+	if err := n.buildJobs(reg); err != nil {
+		return n, err
+	}
+	if n.sub = cfg.Server; n.sub == nil {
+		if n.sub, err = subscribe.New(subscribe.Config{Ready: n.health.Ready, Healthy: n.health.Err, StatusJSON: cfg.StatusJSON,
+			Metrics: subscribe.NewMetrics(reg), Logger: n.log.With("component", "subscribe")}); err != nil {
+			return n, err
+		}
+	}
+	n.sub.Attach(n.store, n.w)
+	n.lcfg = n.lifecycleConfig(reg, am)
+	return n, nil
+}
+
+// buildJobs makes the upstream client, the bootstrap's backfill jobs and the
+// retry runner with its own jobs. One retry schedule serves every failure: a
+// repo failed in bootstrap is first retried after the retry interval, like
+// one failed in steady state.
+func (n *Node) buildJobs(reg prometheus.Registerer) error {
+	cfg := n.cfg
+	scratch := cfg.ScratchDir
+	if scratch == "" {
+		scratch = n.store.ScratchDir()
+	}
+	var err error
+	n.client, err = upstream.New(cfg.SourceURL, upstream.Options{ScratchDir: scratch, MemoryBodyBytes: max(cfg.MemoryBodyBytes, 0), Metrics: upstream.NewMetrics(reg)})
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	bm := backfill.NewMetrics(reg)
+	backoff := retry.Backoff{Interval: cfg.RetryInterval, MaxDelay: cfg.RetryMaxDelay}
+	jobOpts := backfill.Options{
+		Source: n.client, Writer: n.w, Memory: backfill.NewMemory(cfg.Memory, bm), Metrics: bm, Logger: n.log,
+		AttemptTimeout: cfg.AttemptTimeout, Crash: cfg.Crash, NextAttempt: backoff.NextAttempt(),
+		BackoffBase: cfg.JobBackoffBase, BackoffMax: cfg.JobBackoffMax,
+	}
+	if n.jobs, err = backfill.NewRunner(jobOpts); err != nil {
+		return err
+	}
+	// Steady-state replacements: their own jobs, whose failures follow the
+	// retry schedule and whose 429s park the host in the runner.
+	retryJobs, err := backfill.NewRunner(backoff.JobOptions(jobOpts))
+	if err != nil {
+		return err
+	}
+	n.retrier, err = retry.New(retry.Config{
+		Store: n.store, Writer: n.w, Jobs: retryJobs, Workers: cfg.RetryWorkers, HostWorkers: cfg.RetryHostWorkers,
+		Interval: cfg.RetryInterval, MaxDelay: cfg.RetryMaxDelay, ScanPeriod: cfg.RetryScanPeriod,
+		Metrics: retry.NewMetrics(reg), Logger: n.log.With("component", "retry"),
+	})
+	return err
+}
+
+func (n *Node) lifecycleConfig(reg prometheus.Registerer, am *archive.Metrics) lifecycle.Config {
+	cfg := n.cfg
+	bc := cfg.Bootstrap
+	bc.Logger, bc.Metrics, bc.Crash = n.log, bootstrap.NewMetrics(reg), cfg.Crash
+	return lifecycle.Config{
+		Store: n.store, Writer: n.w, Relay: cfg.Relay, Source: n.client, Jobs: n.jobs,
+		Bootstrap:       bc,
+		ArchiveMetrics:  am,
+		FirehoseMetrics: firehose.NewMetrics(reg),
+		MergeMetrics:    merge.NewMetrics(reg),
+		CaptureWait:     cfg.CaptureWait,
+		SkipDiscovery:   len(bc.Repos) > 0 || bc.MaxRepos > 0,
+		Crash:           cfg.Crash,
+		Logger:          n.log,
+		OnPhase:         n.setPhase,
+		OnBootstrap:     func(b *bootstrap.Bootstrap) { n.boot.Store(b) },
+		Steady:          []func(context.Context) error{n.retrier.Run},
+		OnLiveEffects:   n.retrier.Wake,
+	}
+}
+
+// Run drives the lifecycle until ctx is done (nil) or something stops the
+// process: the lifecycle's own error, or the writer stopping on a
+// persistence error. On a writer failure the probes fail at once; the
+// components get StopGrace to notice and stop on their own, then are
+// cancelled. Run may be called once.
+func (n *Node) Run(ctx context.Context) error {
+	if n.ran.Swap(true) {
+		return errors.New("node: Run called twice")
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runErr := make(chan error, 1)
+	go func() {
+		err := lifecycle.Run(lctx, n.lcfg)
+		n.lcErr.Store(&err)
+		runErr <- err
+	}()
+	select {
+	case err := <-runErr:
+		if err == nil && ctx.Err() == nil {
+			err = errors.New("node: the lifecycle ended on its own (a bug)")
+		}
+		if err != nil {
+			n.health.Fail(err)
+		}
+		return err
+	case <-n.w.Done():
+		err := n.w.Err()
+		if err == nil {
+			err = errors.New("node: the archive writer stopped while the lifecycle ran (a bug)")
+		}
+		n.health.Fail(err)
+		select {
+		case <-runErr:
+		case <-time.After(n.cfg.StopGrace):
+			cancel()
+			<-runErr
+		}
+		return err
+	}
+}
+
+// Close stops the subscribe server, drains the writer and closes the client
+// and the store, in that order (subscribers read the store). It returns the
+// writer's fatal error if one stopped it. Safe to call more than once.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		if n.sub != nil {
+			_ = n.sub.Close()
+		}
+		if n.w != nil {
+			n.closeErr = n.w.Close()
+		}
+		if n.client != nil {
+			n.client.Close()
+		}
+		if n.store != nil {
+			if err := n.store.Close(); err != nil && n.closeErr == nil {
+				n.closeErr = err
+			}
+		}
+	})
+	return n.closeErr
+}
+
+// Handler serves /subscribe, /status, /healthz, /readyz and
+// /zstd-dictionary. Hijacked websockets end with Close.
+func (n *Node) Handler() http.Handler { return n.sub.Handler() }
+
+// Store is the node's store (open until Close).
+func (n *Node) Store() *archive.Store { return n.store }
+
+// Writer is the archive writer.
+func (n *Node) Writer() *archive.Writer { return n.w }
+
+// Retrier is the steady-state retry runner.
+func (n *Node) Retrier() *retry.Runner { return n.retrier }
+
+// Bootstrap is the bootstrap in progress, nil outside it.
+func (n *Node) Bootstrap() *bootstrap.Bootstrap { return n.boot.Load() }
+
+// Health is the probes' state: the phase and any fatal error.
+func (n *Node) Health() *lifecycle.Health { return n.health }
+
+// LifecycleErr is what the lifecycle returned, nil before it returned: on a
+// writer failure it tells whether the components saw the failure themselves
+// within StopGrace (the failure) or were cancelled (nil).
+func (n *Node) LifecycleErr() error {
+	if p := n.lcErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (n *Node) setPhase(p archive.Phase) {
+	for _, q := range []archive.Phase{archive.PhaseBootstrap, archive.PhaseMerging, archive.PhaseSteadyState} {
+		v := 0.0
+		if q == p {
+			v = 1
+		}
+		n.phase.WithLabelValues(string(q)).Set(v)
+	}
+	n.health.SetPhase(p)
+	if n.cfg.OnPhase != nil {
+		n.cfg.OnPhase(p)
+	}
+}
+
+// hostOf is the relay's identity in the store: host[:port] of its URL,
+// lower-cased.
+func hostOf(relay string) (string, error) {
+	u, err := url.Parse(strings.TrimSpace(relay))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("node: relay %q: want an http(s) URL", relay)
+	}
+	return strings.ToLower(u.Host), nil
+}
+
+// checkRelay refuses a store that follows another relay unless reset says
+// so (C6), and records the relay on first start.
+func checkRelay(store *archive.Store, host string, reset bool, log *slog.Logger) error {
+	stored, err := store.Relay()
+	if errors.Is(err, archive.ErrNotFound) {
+		stored, err = "", nil
+	}
+	if err != nil {
+		return err
+	}
+	d, err := lifecycle.DecideRelay(stored, host, reset)
+	if err != nil {
+		return err
+	}
+	switch d {
+	case lifecycle.RelayRecord:
+		return store.SetRelay(host, false)
+	case lifecycle.RelayReset:
+		log.Warn("following another relay: its cursor is dropped; events between the two relays are not archived",
+			"old", stored, "new", host)
+		return store.SetRelay(host, true)
+	}
+	return nil
+}
