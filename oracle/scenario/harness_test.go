@@ -27,15 +27,12 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/backstream/backstream/archive"
-	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
-	"github.com/backstream/backstream/lifecycle"
+	bnode "github.com/backstream/backstream/node"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/check"
 	"github.com/backstream/backstream/oracle/world"
 	"github.com/backstream/backstream/retry"
-	"github.com/backstream/backstream/subscribe"
-	"github.com/backstream/backstream/upstream"
 )
 
 var (
@@ -118,6 +115,9 @@ type nodeOpts struct {
 	CaptureWait    time.Duration
 	RetryInterval  time.Duration
 	RetryMaxDelay  time.Duration
+	// ScanPeriod is the retry runner's pause between passes when nothing
+	// wakes it (default 100 ms).
+	ScanPeriod time.Duration
 }
 
 func (o *nodeOpts) defaults() {
@@ -136,36 +136,32 @@ func (o *nodeOpts) defaults() {
 	if o.RetryMaxDelay == 0 {
 		o.RetryMaxDelay = 400 * time.Millisecond
 	}
+	if o.ScanPeriod == 0 {
+		o.ScanPeriod = 100 * time.Millisecond
+	}
 }
 
-// node is one run of backstream over the store in fs at /data, wired as
-// cmd/backstream/serve.go wires it: the store (with the relay check), the
-// archive writer, the upstream client, backfill jobs, the retry runner as
-// the steady-state component woken by live side effects, the lifecycle, and
-// the subscribe server (/subscribe, /status, /healthz, /readyz) on a real
-// 127.0.0.1 listener whose readiness is "the lifecycle reported
-// steady_state", exactly serve's server.ready. stop is the process ending:
-// the lifecycle's context ends and everything is closed; the store keeps
-// only what was synced.
+// node is one run of backstream over the store in fs at /data, built by
+// package node exactly as `backstream serve` builds it (the store with the
+// relay check, the writer, the upstream client, backfill jobs, the retry
+// runner woken by live side effects, the lifecycle), plus the subscribe
+// server (/subscribe, /status, /healthz, /readyz) on a real 127.0.0.1
+// listener. stop is the process ending: the run's context ends and
+// everything is closed; the store keeps only what was synced.
 type node struct {
 	t   *testing.T
 	net *oracle.Network
+	n   *bnode.Node
 
 	store   *archive.Store
 	w       *archive.Writer
-	client  *upstream.Client
 	retrier *retry.Runner
-	sub     *subscribe.Server
 	http    *http.Server
 	addr    string
-
-	health  lifecycle.Health // serve's probe state: phase and fatal error
 	phaseCh chan archive.Phase
-	boot    atomic.Pointer[bootstrap.Bootstrap]
 
 	cancel context.CancelFunc
-	exit   chan error // the run's end, as serve's select sees it
-	lcErr  atomic.Pointer[error]
+	exit   chan error // Run's end
 	once   sync.Once
 	err    error
 }
@@ -173,135 +169,38 @@ type node struct {
 func startNode(t *testing.T, n *oracle.Network, fs vfs.FS, o nodeOpts) *node {
 	t.Helper()
 	o.defaults()
-	log := logger(t)
-	store, err := archive.Open("/data", archive.Options{FS: fs, Logger: log, CommitHook: o.Hook, CacheSize: 8 << 20,
-		OnFatal: func(fe *archive.FatalError) { panic(fe) }})
+	nd := &node{t: t, net: n, phaseCh: make(chan archive.Phase, 16), exit: make(chan error, 1)}
+	var err error
+	nd.n, err = bnode.New(bnode.Config{
+		DataDir: "/data", ScratchDir: t.TempDir(),
+		Store: archive.Options{FS: fs, CommitHook: o.Hook, CacheSize: 8 << 20,
+			OnFatal: func(fe *archive.FatalError) { panic(fe) }},
+		Relay: n.RelayURL(), SourceURL: o.ListURL,
+		Bootstrap:       bootstrap.Config{Workers: o.Workers, PageLimit: o.PageLimit},
+		MemoryBodyBytes: 16 << 10, AttemptTimeout: o.AttemptTimeout,
+		JobBackoffBase: 10 * time.Millisecond, JobBackoffMax: 50 * time.Millisecond,
+		CaptureWait:   o.CaptureWait,
+		RetryInterval: o.RetryInterval, RetryMaxDelay: o.RetryMaxDelay, RetryScanPeriod: o.ScanPeriod,
+		Logger: logger(t), OnPhase: nd.setPhase,
+	})
 	if err != nil {
-		t.Fatalf("open store: %v", err)
+		t.Fatalf("start node: %v", err)
 	}
-	nd := &node{t: t, net: n, store: store, phaseCh: make(chan archive.Phase, 16), exit: make(chan error, 1)}
-	if err := checkRelay(store, n.RelayURL()); err != nil {
-		store.Close()
-		t.Fatalf("relay check: %v", err)
-	}
-	phase, err := store.Phase()
-	if err != nil {
-		store.Close()
-		t.Fatalf("phase: %v", err)
-	}
-	nd.setPhase(phase)
-
-	nd.sub, err = subscribe.New(subscribe.Config{Ready: nd.health.Ready, Healthy: nd.health.Err, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
+	nd.store, nd.w, nd.retrier = nd.n.Store(), nd.n.Writer(), nd.n.Retrier()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	nd.addr = ln.Addr().String()
-	nd.http = &http.Server{Handler: nd.sub.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	nd.http = &http.Server{Handler: nd.n.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = nd.http.Serve(ln) }()
-
-	nd.w, err = archive.NewWriter(store, archive.WriterOptions{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nd.sub.Attach(store, nd.w)
-	listURL := n.RelayURL()
-	if o.ListURL != "" {
-		listURL = o.ListURL
-	}
-	nd.client, err = upstream.New(listURL, upstream.Options{ScratchDir: t.TempDir(), MemoryBodyBytes: 16 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	backoff := retry.Backoff{Interval: o.RetryInterval, MaxDelay: o.RetryMaxDelay}
-	// Unlike serve, a repo that fails in bootstrap is due for the retry
-	// runner on the test's schedule (serve leaves backfill's default,
-	// minutes).
-	jobOpts := backfill.Options{Source: nd.client, Writer: nd.w, Logger: log, AttemptTimeout: o.AttemptTimeout,
-		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, NextAttempt: backoff.NextAttempt()}
-	jobs, err := backfill.NewRunner(jobOpts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	retryJobs, err := backfill.NewRunner(backoff.JobOptions(jobOpts))
-	if err != nil {
-		t.Fatal(err)
-	}
-	nd.retrier, err = retry.New(retry.Config{Store: store, Writer: nd.w, Jobs: retryJobs, Interval: o.RetryInterval,
-		MaxDelay: o.RetryMaxDelay, ScanPeriod: 100 * time.Millisecond, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	nd.cancel = cancel
-	runErr := make(chan error, 1)
-	go func() {
-		runErr <- lifecycle.Run(ctx, lifecycle.Config{
-			Store: store, Writer: nd.w, Relay: n.RelayURL(), Source: nd.client, Jobs: jobs,
-			Bootstrap:   bootstrap.Config{Workers: o.Workers, PageLimit: o.PageLimit, Logger: log},
-			CaptureWait: o.CaptureWait, Logger: log,
-			OnPhase:       nd.setPhase,
-			OnBootstrap:   func(b *bootstrap.Bootstrap) { nd.boot.Store(b) },
-			Steady:        []func(context.Context) error{nd.retrier.Run},
-			OnLiveEffects: nd.retrier.Wake,
-		})
-	}()
-	// serve's select: the lifecycle's end, or the writer stopping on a
-	// persistence error.
-	go func() {
-		select {
-		case err := <-runErr:
-			nd.lcErr.Store(&err)
-			nd.health.Fail(err)
-			nd.exit <- err
-		case <-nd.w.Done():
-			nd.health.Fail(nd.w.Err()) // as serve: the probes say so at once
-			// serve cancels at once; the harness first gives the
-			// lifecycle a moment to stop on its own, so a test can tell
-			// which component saw the failure (lifecycleErr).
-			select {
-			case err := <-runErr:
-				nd.lcErr.Store(&err)
-			case <-time.After(5 * time.Second):
-				cancel()
-				err := <-runErr
-				nd.lcErr.Store(&err)
-			}
-			nd.exit <- nd.w.Err()
-		}
-	}()
+	go func() { nd.exit <- nd.n.Run(ctx) }()
 	return nd
 }
 
-// checkRelay records the relay on a new store and refuses another one, as
-// serve does (C6).
-func checkRelay(store *archive.Store, relay string) error {
-	u, err := url.Parse(relay)
-	if err != nil {
-		return err
-	}
-	stored, err := store.Relay()
-	if errors.Is(err, archive.ErrNotFound) {
-		stored, err = "", nil
-	}
-	if err != nil {
-		return err
-	}
-	d, err := lifecycle.DecideRelay(stored, strings.ToLower(u.Host), false)
-	if err != nil {
-		return err
-	}
-	if d == lifecycle.RelayRecord {
-		return store.SetRelay(strings.ToLower(u.Host), false)
-	}
-	return nil
-}
-
 func (nd *node) setPhase(p archive.Phase) {
-	nd.health.SetPhase(p)
 	select {
 	case nd.phaseCh <- p:
 	default:
@@ -309,7 +208,7 @@ func (nd *node) setPhase(p archive.Phase) {
 }
 
 // Phase is the phase the lifecycle last reported.
-func (nd *node) Phase() archive.Phase { return nd.health.Phase() }
+func (nd *node) Phase() archive.Phase { return nd.n.Health().Phase() }
 
 // exited returns the run's end if it has ended on its own.
 func (nd *node) exited() (error, bool) {
@@ -323,13 +222,8 @@ func (nd *node) exited() (error, bool) {
 	}
 }
 
-// lifecycleErr is what lifecycle.Run returned (nil before it returned).
-func (nd *node) lifecycleErr() error {
-	if p := nd.lcErr.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
+// lifecycleErr is what the lifecycle returned (nil before it returned).
+func (nd *node) lifecycleErr() error { return nd.n.LifecycleErr() }
 
 // waitExit waits up to d for the run to end on its own.
 func (nd *node) waitExit(d time.Duration) (error, bool) {
@@ -355,16 +249,13 @@ func (nd *node) stop() error {
 	case <-time.After(30 * time.Second):
 		nd.t.Fatal("the lifecycle did not stop within 30 s of its context ending")
 	}
-	nd.client.Close()
-	nd.w.Close()
-	func() {
-		defer func() { recover() }() // Pebble may panic closing after a failed write
-		nd.store.Close()
-	}()
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = nd.http.Shutdown(shutdown)
-	nd.sub.Close()
+	func() {
+		defer func() { recover() }() // Pebble may panic closing after a failed write
+		nd.n.Close()
+	}()
 	return err
 }
 

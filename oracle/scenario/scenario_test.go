@@ -452,3 +452,33 @@ func TestRetryStoreFailure(t *testing.T) {
 		verify(t, n, fs)
 	})
 }
+
+// TestSyncWakesRetry: a #sync in steady state is replaced at once, not at
+// the retry runner's next scheduled pass. The runner's scan period is an
+// hour, so only the live consumer's wake-up (node wires firehose side
+// effects to retry.Runner.Wake) can bring the replacement within the
+// deadline.
+func TestSyncWakesRetry(t *testing.T) {
+	forSeeds(t, func(t *testing.T, seed int64) {
+		n := startNetwork(t, seed, 30, 4, 2)
+		active, _ := listedAccounts(n)
+		victim := pick(planRand(seed, 9), active, 1)[0].DID
+		fs := vfs.NewStrictMem()
+		nd := startNode(t, n, fs, nodeOpts{Workers: 4, ScanPeriod: time.Hour})
+		defer nd.stop()
+		nd.waitFor(30*time.Second, "steady state", func() bool { return nd.Phase() == archive.PhaseSteadyState })
+		// The first pass of the runner starts with steady state; wait until
+		// it has found nothing to do, so the next one is an hour away.
+		nd.waitFor(10*time.Second, "the first retry pass", func() bool { return nd.retrier.Status().Passes > 0 })
+		em, err := n.Emit(func(w *world.World) (world.Event, error) { return w.ResetRepo(victim, 3) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		nd.waitFor(20*time.Second, "the #sync's replacement", func() bool {
+			st, err := nd.store.RepoState(victim)
+			c, cerr := nd.store.RelayCursor()
+			return err == nil && cerr == nil && c >= uint64(em.Seq) &&
+				st.Status == archive.StatusComplete && st.Refetch == archive.RefetchNone && st.BackfillRev == em.Sync.Rev
+		})
+	})
+}
