@@ -1,8 +1,8 @@
-// Package scenario holds the oracle's deterministic in-process scenarios
-// (issue 8, items 2 and 4): rows of the adversity matrix run against the
-// real lifecycle — store, archive writer, capture and live firehose,
-// bootstrap, merge, the retry runner, and the subscribe server with its
-// /healthz and /readyz — wired as `backstream serve` wires them, against a
+// Package scenario holds the oracle's deterministic in-process scenarios:
+// rows of the adversity matrix run against the real system — store, archive
+// writer, capture and live firehose, bootstrap, merge, the retry runner, and
+// the subscribe server with its /healthz and /readyz — built by package node
+// exactly as `backstream serve` builds it, against a
 // seeded simulated network (package oracle) on 127.0.0.1, and judged by
 // package oracle/check: the fold of the archive equals the network's
 // current records, seqs strictly increase, per-DID revs never go backwards.
@@ -24,8 +24,12 @@
 //   - TestRetryStoreFailure: the retry runner's replacement batch fails
 //     in steady state; the run stops with the error; /healthz and /readyz
 //     are asked over HTTP at that moment; a restart converges.
+//   - TestSyncWakesRetry: a #sync in steady state is replaced at once
+//     although the retry runner's scan period is an hour: the live side
+//     effects wake the runner.
 //   - TestRetryBackoffFakeClock: the production retry schedule (1 min to
-//     24 h) and a 429 host park, on the fake clock.
+//     24 h) and a 429 host park, on the fake clock. It drives the retry
+//     runner alone (no lifecycle, no firehose), inside a synctest bubble.
 //
 // A kill is a power cut: the store runs on vfs.NewStrictMem, syncs are
 // ignored from the kill instant on, the run is stopped, and the filesystem

@@ -465,7 +465,6 @@ func TestSyncWakesRetry(t *testing.T) {
 		victim := pick(planRand(seed, 9), active, 1)[0].DID
 		fs := vfs.NewStrictMem()
 		nd := startNode(t, n, fs, nodeOpts{Workers: 4, ScanPeriod: time.Hour})
-		defer nd.stop()
 		nd.waitFor(30*time.Second, "steady state", func() bool { return nd.Phase() == archive.PhaseSteadyState })
 		// The first pass of the runner starts with steady state; wait until
 		// it has found nothing to do, so the next one is an hour away.
@@ -480,5 +479,9 @@ func TestSyncWakesRetry(t *testing.T) {
 			return err == nil && cerr == nil && c >= uint64(em.Seq) &&
 				st.Status == archive.StatusComplete && st.Refetch == archive.RefetchNone && st.BackfillRev == em.Sync.Rev
 		})
+		if err := nd.stop(); err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		verify(t, n, fs)
 	})
 }
