@@ -90,6 +90,9 @@ type Config struct {
 
 	// StopGrace: see DefaultStopGrace.
 	StopGrace time.Duration
+	// Now is every component's clock (the writer's event times, due
+	// checks, backoff, phase timestamps). Default time.Now.
+	Now func() time.Time
 	// Registry receives every metric (nil: a private registry).
 	Registry prometheus.Registerer
 	Logger   *slog.Logger
@@ -149,6 +152,9 @@ func (c *Config) defaults() error {
 	}
 	if c.StopGrace <= 0 {
 		c.StopGrace = DefaultStopGrace
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	return nil
 }
@@ -218,7 +224,7 @@ func New(cfg Config) (n *Node, err error) {
 	reg.MustRegister(n.phase)
 	n.setPhase(phase)
 	am := archive.NewMetrics(reg)
-	if n.w, err = archive.NewWriter(n.store, archive.WriterOptions{Metrics: am, Logger: n.log}); err != nil {
+	if n.w, err = archive.NewWriter(n.store, archive.WriterOptions{Metrics: am, Logger: n.log, Now: cfg.Now}); err != nil {
 		return n, err
 	}
 	if err := n.buildJobs(reg); err != nil {
@@ -255,7 +261,7 @@ func (n *Node) buildJobs(reg prometheus.Registerer) error {
 	jobOpts := backfill.Options{
 		Source: n.client, Writer: n.w, Memory: backfill.NewMemory(cfg.Memory, bm), Metrics: bm, Logger: n.log,
 		AttemptTimeout: cfg.AttemptTimeout, Crash: cfg.Crash, NextAttempt: backoff.NextAttempt(),
-		BackoffBase: cfg.JobBackoffBase, BackoffMax: cfg.JobBackoffMax,
+		BackoffBase: cfg.JobBackoffBase, BackoffMax: cfg.JobBackoffMax, Now: cfg.Now,
 	}
 	if n.jobs, err = backfill.NewRunner(jobOpts); err != nil {
 		return err
@@ -269,7 +275,7 @@ func (n *Node) buildJobs(reg prometheus.Registerer) error {
 	n.retrier, err = retry.New(retry.Config{
 		Store: n.store, Writer: n.w, Jobs: retryJobs, Workers: cfg.RetryWorkers, HostWorkers: cfg.RetryHostWorkers,
 		Interval: cfg.RetryInterval, MaxDelay: cfg.RetryMaxDelay, ScanPeriod: cfg.RetryScanPeriod,
-		Metrics: retry.NewMetrics(reg), Logger: n.log.With("component", "retry"),
+		Metrics: retry.NewMetrics(reg), Logger: n.log.With("component", "retry"), Now: cfg.Now,
 	})
 	return err
 }
@@ -288,6 +294,7 @@ func (n *Node) lifecycleConfig(reg prometheus.Registerer, am *archive.Metrics) l
 		SkipDiscovery:   len(bc.Repos) > 0 || bc.MaxRepos > 0,
 		Crash:           cfg.Crash,
 		Logger:          n.log,
+		Now:             cfg.Now,
 		OnPhase:         n.setPhase,
 		OnBootstrap:     func(b *bootstrap.Bootstrap) { n.boot.Store(b) },
 		Steady:          []func(context.Context) error{n.retrier.Run},
