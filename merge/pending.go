@@ -16,8 +16,9 @@ import (
 
 // PendingPass replaces every active pending repo wholesale with a pool of
 // cfg.PendingWorkers jobs. A repo the job cannot finish ends failed with a
-// next attempt (the job's own terminal state); only a failure to make a
-// state durable stops the pass, with that error.
+// next attempt (the job's own terminal state); a snapshot older than the
+// archive's rev leaves the repo pending, due for the retry runner. Only a
+// failure to make a state durable stops the pass, with that error.
 func PendingPass(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	if cfg.Jobs == nil {
@@ -41,6 +42,13 @@ func PendingPass(ctx context.Context, cfg Config) error {
 			defer wg.Done()
 			for did := range work {
 				res, err := cfg.Jobs.Run(ctx, backfill.Request{DID: did, Replace: true, Active: true})
+				if errors.Is(err, backfill.ErrStale) {
+					// The archive already holds a newer rev than the
+					// snapshot served: the repo stays pending, and the
+					// retry runner fetches it again in steady state.
+					cfg.Logger.Warn("pending pass: snapshot older than the archive; left for the retry runner", "did", did)
+					continue
+				}
 				if err != nil {
 					cancel(fmt.Errorf("merge: pending pass: replace %s: %w", did, err))
 					continue
