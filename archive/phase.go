@@ -3,7 +3,7 @@ package archive
 // phase.go owns the synced batches that are not rows: the end of merging
 // (cleanup + phase) and the relay this store follows. Phase changes that
 // must be ordered after rows (bootstrap → merging) go through the Writer as
-// a Unit's Puts instead (PhasePuts).
+// a Unit's Puts instead (bootstrap.EnterMerging).
 
 import (
 	"fmt"
@@ -11,21 +11,6 @@ import (
 
 	"github.com/cockroachdb/pebble"
 )
-
-// PhasePuts returns the Puts that move the store to phase p at time now,
-// plus any extra timestamps (e.g. KeyBackfillStartedAt): submitted as one
-// Unit, they are one synced batch ordered after every earlier unit.
-func PhasePuts(p Phase, now time.Time, stamps ...[]byte) ([]KV, error) {
-	v, err := EncodePhase(p)
-	if err != nil {
-		return nil, err
-	}
-	kvs := []KV{{Key: KeyPhase, Value: v}, {Key: KeyPhaseEnteredAt, Value: EncodeTime(now)}}
-	for _, k := range stamps {
-		kvs = append(kvs, KV{Key: k, Value: EncodeTime(now)})
-	}
-	return kvs, nil
-}
 
 // CommitSteadyState ends merging in one synced batch (M7, C4): the capture
 // log is range-deleted, the merge and listRepos cursors are deleted, and the

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/backstream/backstream/internal/storefault"
+
 	"github.com/cockroachdb/pebble/vfs"
 	"github.com/cockroachdb/pebble/vfs/errorfs"
 )
@@ -221,11 +223,11 @@ func TestReadFaultPerKey(t *testing.T) {
 			if isolate == "repo/<scan>" {
 				isolate = "repo/" + faultDID
 			}
-			file, err := IsolateKey(mem, "/data", []byte(isolate))
+			file, err := storefault.IsolateKey(mem, "/data/"+StoreDir, []byte(isolate))
 			if err != nil {
 				t.Fatal(err)
 			}
-			inj := NewReadFault()
+			inj := storefault.NewReadFault()
 			fs := errorfs.Wrap(mem, inj)
 			err = p.read(t, fs, func() { inj.FailFiles(file) })
 			inj.Disarm()
@@ -294,7 +296,7 @@ func TestReadFaultSweepStartup(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			n := 1
 			for ; n < 500; n++ {
-				inj := NewReadFault()
+				inj := storefault.NewReadFault()
 				if mode == "sticky" {
 					inj.FailFromNth(n)
 				} else {
@@ -311,7 +313,7 @@ func TestReadFaultSweepStartup(t *testing.T) {
 				if err == nil {
 					t.Fatalf("n=%d: read %d failed and the restart succeeded", n, n)
 				}
-				if !errors.Is(err, ErrInjected) {
+				if !errors.Is(err, storefault.ErrInjected) {
 					t.Fatalf("n=%d: %v; want the read failure", n, err)
 				}
 			}

@@ -44,7 +44,7 @@ type Options struct {
 	// CommitHook (tests only; nil in production) is called with the keys of
 	// every synced batch (the Writer's and the store's own) before it is
 	// committed; an error fails that commit as a write error would, and the
-	// batch is not applied. See fault.go (CommitFault).
+	// batch is not applied. internal/storefault's CommitFault is one.
 	CommitHook func(op string, keys [][]byte) error
 }
 
@@ -397,11 +397,28 @@ func (s *Store) checkCommit(op string, b *pebble.Batch) error {
 	if s.hook == nil {
 		return nil
 	}
-	keys, err := BatchKeys(b)
+	keys, err := batchKeys(b)
 	if err != nil {
 		return err
 	}
 	return s.hook(op, keys)
+}
+
+// batchKeys returns the user keys of every record in b, in batch order (a
+// range deletion contributes its start key). The slices alias b's memory.
+func batchKeys(b *pebble.Batch) ([][]byte, error) {
+	var keys [][]byte
+	r := b.Reader()
+	for {
+		_, k, _, ok, err := r.Next()
+		if err != nil {
+			return nil, fmt.Errorf("archive: decode batch: %w", err)
+		}
+		if !ok {
+			return keys, nil
+		}
+		keys = append(keys, k)
+	}
 }
 
 // wrappedError keeps a formatted message and the error it was formatted from.

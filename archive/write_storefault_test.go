@@ -9,11 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/backstream/backstream/internal/storefault"
+
 	"github.com/cockroachdb/pebble/vfs"
 )
 
 // hookOptions opens a store whose synced batches pass through f.
-func hookOptions(fs vfs.FS, f *CommitFault) Options {
+func hookOptions(fs vfs.FS, f *storefault.CommitFault) Options {
 	o := testOptions(fs)
 	o.CommitHook = f.Check
 	return o
@@ -38,8 +40,8 @@ func faultUnit(i int) *Unit {
 		}}}
 	}
 	if i == 7 {
-		puts, _ := PhasePuts(PhaseMerging, time.Unix(100, 0))
-		u.Puts = append(u.Puts, puts...)
+		pv, _ := EncodePhase(PhaseMerging)
+		u.Puts = append(u.Puts, KV{Key: KeyPhase, Value: pv}, KV{Key: KeyPhaseEnteredAt, Value: EncodeTime(time.Unix(100, 0))})
 	}
 	return u
 }
@@ -69,7 +71,7 @@ func TestCommitFaultSweep(t *testing.T) {
 		for n := 1; n <= 3; n++ {
 			t.Run(fmt.Sprintf("%s#%d", prefix, n), func(t *testing.T) {
 				mem := vfs.NewMem()
-				f := FailNthCommit(prefix, n)
+				f := storefault.FailNthCommit(prefix, n)
 				s, err := Open("/data", hookOptions(mem, f))
 				if err != nil {
 					t.Fatal(err)
@@ -97,7 +99,7 @@ func TestCommitFaultSweep(t *testing.T) {
 					t.Fatalf("fault never fired (%d matching batches)", f.Seen())
 				}
 				werr := w.Err()
-				if werr == nil || !errors.Is(werr, ErrInjected) || !strings.Contains(werr.Error(), "/data") {
+				if werr == nil || !errors.Is(werr, storefault.ErrInjected) || !strings.Contains(werr.Error(), "/data") {
 					t.Fatalf("writer error %v: want the injected fault, naming the data dir", werr)
 				}
 				if acked != failedAt {
@@ -145,7 +147,7 @@ func TestCommitFaultSweep(t *testing.T) {
 // disk, with the data dir and what to do, and wraps the errno.
 func TestCommitFaultDiskFull(t *testing.T) {
 	mem := vfs.NewMem()
-	f := FailNthCommit("ev/", 2).WithError(syscall.ENOSPC)
+	f := storefault.FailNthCommit("ev/", 2).WithError(syscall.ENOSPC)
 	s, err := Open("/data", hookOptions(mem, f))
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +175,7 @@ func TestCommitFaultDiskFull(t *testing.T) {
 // through the same seam; nothing of them is applied.
 func TestCommitFaultStoreBatches(t *testing.T) {
 	mem := vfs.NewMem()
-	f := FailNthCommit("meta/phase", 1)
+	f := storefault.FailNthCommit("meta/phase", 1)
 	s, err := Open("/data", hookOptions(mem, f))
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +184,7 @@ func TestCommitFaultStoreBatches(t *testing.T) {
 	apply(t, w, &Unit{Events: []Event{{Kind: KindIdentity, DID: testDID, Source: SourceLive}}})
 	w.Close()
 	err = s.CommitSteadyState(time.Unix(5, 0))
-	if !errors.Is(err, ErrInjected) || !strings.Contains(err.Error(), "/data") {
+	if !errors.Is(err, storefault.ErrInjected) || !strings.Contains(err.Error(), "/data") {
 		t.Fatalf("CommitSteadyState: %v", err)
 	}
 	if p, _ := s.Phase(); p != PhaseBootstrap {
@@ -191,9 +193,9 @@ func TestCommitFaultStoreBatches(t *testing.T) {
 	if tip, _ := s.CaptureTip(); tip != 1 {
 		t.Fatalf("capture tip %d after a failed cleanup: the range delete was applied", tip)
 	}
-	f2 := FailNthCommit("meta/relay", 1)
+	f2 := storefault.FailNthCommit("meta/relay", 1)
 	s.hook = f2.Check
-	if err := s.SetRelay("relay.test", true); !errors.Is(err, ErrInjected) {
+	if err := s.SetRelay("relay.test", true); !errors.Is(err, storefault.ErrInjected) {
 		t.Fatalf("SetRelay: %v", err)
 	}
 	if _, err := s.Relay(); !errors.Is(err, ErrNotFound) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/internal/storefault"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/world"
 	"github.com/backstream/backstream/upstream"
@@ -189,8 +190,9 @@ func storeAt(t *testing.T, mem vfs.FS, phase archive.Phase, pendingDID string) {
 		Puts: []archive.KV{{Key: archive.KeyCursorRelay, Value: relay}, {Key: archive.KeyCursorMerge, Value: merge}},
 	}
 	if phase != archive.PhaseBootstrap {
-		puts, _ := archive.PhasePuts(archive.PhaseMerging, time.Now())
-		u.Puts = append(u.Puts, puts...)
+		pv, _ := archive.EncodePhase(archive.PhaseMerging)
+		u.Puts = append(u.Puts, archive.KV{Key: archive.KeyPhase, Value: pv},
+			archive.KV{Key: archive.KeyPhaseEnteredAt, Value: archive.EncodeTime(time.Now())})
 	}
 	if r, err := w.Apply(context.Background(), u); err != nil || r.Refused != nil {
 		t.Fatal(err, r.Refused)
@@ -243,11 +245,11 @@ func TestRunReadFaults(t *testing.T) {
 			for _, k := range tc.shield {
 				shield = append(shield, []byte(k))
 			}
-			file, err := archive.IsolateKey(mem, "/data", []byte(tc.key), shield...)
+			file, err := storefault.IsolateKey(mem, "/data/"+archive.StoreDir, []byte(tc.key), shield...)
 			if err != nil {
 				t.Fatal(err)
 			}
-			inj := archive.NewReadFault()
+			inj := storefault.NewReadFault()
 			store, err := archive.Open("/data", archive.Options{FS: errorfs.Wrap(mem, inj), Logger: quiet,
 				OnFatal: func(fe *archive.FatalError) { panic(fe) }, CacheSize: 1})
 			if err != nil {

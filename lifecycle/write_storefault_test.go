@@ -12,6 +12,7 @@ import (
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/internal/storefault"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/check"
 	"github.com/backstream/backstream/retry"
@@ -133,12 +134,12 @@ func TestLifecycleCommitFaults(t *testing.T) {
 			}
 			defer net.Close()
 			mem := vfs.NewMem()
-			f := archive.FailNthCommit(tc.prefix, tc.n)
+			f := storefault.FailNthCommit(tc.prefix, tc.n)
 			err, _ = lcRun(t, net, mem, f.Check, false)
 			if f.Fired() != 1 {
 				t.Fatalf("fault fired %d times (%d matching batches); Run: %v", f.Fired(), f.Seen(), err)
 			}
-			if err == nil || !errors.Is(err, archive.ErrInjected) {
+			if err == nil || !errors.Is(err, storefault.ErrInjected) {
 				t.Fatalf("Run over a failed %s commit: %v; want the injected fault", tc.prefix, err)
 			}
 			t.Logf("stopped: %v", err)

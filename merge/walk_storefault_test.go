@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/vfs/errorfs"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/storefault"
 )
 
 // sfOpts opens a store on fs whose fatal Pebble errors panic (recovered by
@@ -174,7 +175,7 @@ func TestWalkReadFaultSweep(t *testing.T) {
 			for ; n < 2000; n++ {
 				mem := vfs.NewMem()
 				copyFS(t, base, mem)
-				inj := archive.NewReadFault()
+				inj := storefault.NewReadFault()
 				_, err := walkOnce(t, errorfs.Wrap(mem, inj), func() {
 					if mode == "sticky" {
 						inj.FailFromNth(n)
@@ -192,7 +193,7 @@ func TestWalkReadFaultSweep(t *testing.T) {
 				if err == nil {
 					t.Fatalf("n=%d: read %d failed and the walk reported success", n, n)
 				}
-				if !errors.Is(err, archive.ErrInjected) {
+				if !errors.Is(err, storefault.ErrInjected) {
 					t.Fatalf("n=%d: %v: the error does not carry the read failure", n, err)
 				}
 				if _, err := walkOnce(t, mem, func() {}); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/storefault"
 )
 
 // TestWalkCommitFaultSweep (M4, M2): the n-th merge batch touching each
@@ -30,7 +31,7 @@ func TestWalkCommitFaultSweep(t *testing.T) {
 			t.Run(fmt.Sprintf("%s#%d", prefix, n), func(t *testing.T) {
 				mem := vfs.NewMem()
 				copyFS(t, base, mem)
-				f := archive.FailNthCommit(prefix, n)
+				f := storefault.FailNthCommit(prefix, n)
 				s, err := archive.Open("/data", func() archive.Options { o := sfOpts(mem); o.CommitHook = f.Check; return o }())
 				if err != nil {
 					t.Fatal(err)
@@ -48,7 +49,7 @@ func TestWalkCommitFaultSweep(t *testing.T) {
 					}
 					t.Skipf("only %d batches touch %s", f.Seen(), prefix)
 				}
-				if err == nil || !errors.Is(err, archive.ErrInjected) {
+				if err == nil || !errors.Is(err, storefault.ErrInjected) {
 					t.Fatalf("walk over a failed commit: %v", err)
 				}
 				if _, err := walkOnce(t, mem, func() {}); err != nil {
@@ -68,7 +69,7 @@ func TestWalkCommitFaultSweep(t *testing.T) {
 func TestCleanupCommitFault(t *testing.T) {
 	mem := vfs.NewMem()
 	buildMergeStore(t, mem)
-	f := archive.FailNthCommit("meta/phase", 1)
+	f := storefault.FailNthCommit("meta/phase", 1)
 	o := sfOpts(mem)
 	o.CommitHook = f.Check
 	s, err := archive.Open("/data", o)
@@ -83,7 +84,7 @@ func TestCleanupCommitFault(t *testing.T) {
 	}
 	tip, _ := s.CaptureTip()
 	err = Cleanup(Config{Store: s, Writer: w, Logger: quiet})
-	if !errors.Is(err, archive.ErrInjected) || f.Fired() != 1 {
+	if !errors.Is(err, storefault.ErrInjected) || f.Fired() != 1 {
 		t.Fatalf("cleanup over a failed commit: %v (fired %d)", err, f.Fired())
 	}
 	if t2, _ := s.CaptureTip(); t2 != tip || tip == 0 {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/internal/storefault"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/world"
 	"github.com/backstream/backstream/retry"
@@ -194,7 +195,7 @@ func TestRetryReadFaultSweep(t *testing.T) {
 			for ; n < 5000; n++ {
 				mem := vfs.NewMem()
 				copyMemFS(t, base, mem)
-				inj := archive.NewReadFault()
+				inj := storefault.NewReadFault()
 				ps, err := e.pass(errorfs.Wrap(mem, inj), nil, func() {
 					if mode == "sticky" {
 						inj.FailFromNth(n)
@@ -215,7 +216,7 @@ func TestRetryReadFaultSweep(t *testing.T) {
 				if err == nil {
 					t.Fatalf("n=%d: read %d failed and the pass succeeded: %+v", n, n, ps)
 				}
-				if !errors.Is(err, retry.ErrFatal) || !errors.Is(err, archive.ErrInjected) {
+				if !errors.Is(err, retry.ErrFatal) || !errors.Is(err, storefault.ErrInjected) {
 					t.Fatalf("n=%d: %v; want ErrFatal carrying the read failure", n, err)
 				}
 				e.converged(mem)

@@ -8,6 +8,7 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/storefault"
 	"github.com/backstream/backstream/retry"
 )
 
@@ -28,7 +29,7 @@ func TestRetryCommitFaultSweep(t *testing.T) {
 			t.Run(fmt.Sprintf("%s#%d", prefix, n), func(t *testing.T) {
 				mem := vfs.NewMem()
 				copyMemFS(t, base, mem)
-				f := archive.FailNthCommit(prefix, n)
+				f := storefault.FailNthCommit(prefix, n)
 				ps, err := e.pass(mem, f.Check, func() {})
 				if f.Fired() == 0 && f.Seen() < n {
 					t.Skipf("only %d batches touch %s (group commit)", f.Seen(), prefix)
@@ -36,7 +37,7 @@ func TestRetryCommitFaultSweep(t *testing.T) {
 				if f.Fired() == 0 {
 					t.Fatalf("fault never fired (%d matching batches); pass %+v %v", f.Seen(), ps, err)
 				}
-				if !errors.Is(err, retry.ErrFatal) || !errors.Is(err, archive.ErrInjected) {
+				if !errors.Is(err, retry.ErrFatal) || !errors.Is(err, storefault.ErrInjected) {
 					t.Fatalf("pass over a failed commit: %+v %v; want ErrFatal carrying the failure", ps, err)
 				}
 				e.converged(mem)

@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/storefault"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/world"
 )
@@ -340,7 +341,7 @@ func reopenStates(t *testing.T, fs vfs.FS) map[string]archive.RepoState {
 
 // armedHook is a commit hook that does nothing until a fault is armed.
 type armedHook struct {
-	f atomic.Pointer[archive.CommitFault]
+	f atomic.Pointer[storefault.CommitFault]
 }
 
 func (h *armedHook) check(op string, keys [][]byte) error {
@@ -395,7 +396,7 @@ func TestRetryStoreFailure(t *testing.T) {
 		// now is the retry runner's replacement (its completion). Not
 		// rev/<victim>: when live commits already moved the ratchet to the
 		// snapshot's rev, the replacement leaves rev/ alone (seed 5).
-		fault := archive.FailNthCommit(string(archive.RepoKey(victim)), 1)
+		fault := storefault.FailNthCommit(string(archive.RepoKey(victim)), 1)
 		hook.f.Store(fault)
 		n.Faults().Clear()
 		nd.retrier.Wake()
@@ -406,12 +407,12 @@ func TestRetryStoreFailure(t *testing.T) {
 		if fault.Fired() != 1 {
 			t.Fatalf("fault fired %d times", fault.Fired())
 		}
-		if !errors.Is(runErr, archive.ErrInjected) {
+		if !errors.Is(runErr, storefault.ErrInjected) {
 			t.Fatalf("run ended with %v; want the injected store failure", runErr)
 		}
 		// The live consumer or the retry runner (whichever notices the
 		// stopped writer first) ends the lifecycle with the failure.
-		if lc := nd.lifecycleErr(); !errors.Is(lc, archive.ErrInjected) {
+		if lc := nd.lifecycleErr(); !errors.Is(lc, storefault.ErrInjected) {
 			t.Fatalf("the lifecycle ended with %v; want the injected store failure", lc)
 		}
 		if st, err := nd.store.RepoState(victim); err != nil || st.Status == archive.StatusComplete {
@@ -436,7 +437,7 @@ func TestRetryStoreFailure(t *testing.T) {
 		if rz != http.StatusServiceUnavailable {
 			t.Errorf("/readyz answers %d after a fatal store error, want 503", rz)
 		}
-		if err := nd.stop(); !errors.Is(err, archive.ErrInjected) {
+		if err := nd.stop(); !errors.Is(err, storefault.ErrInjected) {
 			t.Fatalf("stop: %v", err)
 		}
 
