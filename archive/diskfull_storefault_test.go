@@ -19,14 +19,8 @@ import (
 // every event that was durable before, continues the seqs after them, and
 // accepts new writes.
 func TestDiskFullRestartResumes(t *testing.T) {
-	mem := vfs.NewMem()
 	var full atomic.Bool
-	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
-		if full.Load() && (op == errorfs.OpFileWrite || op == errorfs.OpFileSync) && strings.HasSuffix(path, ".log") {
-			return syscall.ENOSPC
-		}
-		return nil
-	}))
+	fs := walFullFS(vfs.NewMem(), &full)
 	s := openMem(t, fs)
 	w := newWriter(t, s, WriterOptions{})
 	for i := 0; i < 10; i++ {
@@ -76,4 +70,15 @@ func TestDiskFullRestartResumes(t *testing.T) {
 		t.Fatalf("seq after restart %d, want %d", r.FirstSeq, tip+1)
 	}
 	t.Logf("tip after restart %d", tip)
+}
+
+// walFullFS wraps fs so that, while full is set, every write and sync of a
+// WAL file fails with ENOSPC: Pebble reports that through its Fatalf.
+func walFullFS(fs vfs.FS, full *atomic.Bool) vfs.FS {
+	return errorfs.Wrap(fs, errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
+		if full.Load() && (op == errorfs.OpFileWrite || op == errorfs.OpFileSync) && strings.HasSuffix(path, ".log") {
+			return syscall.ENOSPC
+		}
+		return nil
+	}))
 }

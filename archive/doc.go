@@ -47,7 +47,13 @@
 // Every Writer batch is one synced Pebble batch (pebble.Sync). A failed
 // commit is fatal: the writer stops, Err reports it (a full disk is named as
 // such, with the data dir), and Submit fails from then on. There is no
-// degraded mode.
+// degraded mode. A failure Pebble itself reports as fatal (its logger's
+// Fatalf: a WAL or manifest write) is a *FatalError returned by the commit
+// that hit it; the store never exits the process, the command does.
+//
+// Open takes the LOCK file before Pebble opens: a lock someone holds is
+// ErrLocked, recognised by its errno or by Pebble's own error value, never by
+// a substring of a message.
 //
 // # Group commit
 //

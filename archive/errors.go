@@ -26,6 +26,19 @@ var ErrRefused = errors.New("store refused")
 // Err reports).
 var ErrClosed = errors.New("writer closed")
 
+// ErrLocked: Open found the store's LOCK file held, by another process or by
+// a store already open in this one. Nothing was read or written.
+var ErrLocked = errors.New("the store is locked")
+
+// FatalError is an unrecoverable store failure reported by Pebble (a failed
+// WAL or manifest write, a broken internal invariant): Pebble cannot continue
+// after one, so neither can the process. The message is the operator's: it
+// names the data dir and a full disk as such.
+type FatalError struct{ Err error }
+
+func (e *FatalError) Error() string { return e.Err.Error() }
+func (e *FatalError) Unwrap() error { return e.Err }
+
 // KeyError ties an outcome (ErrNotFound, ErrMalformed, ErrRead) to the key it
 // concerns, so every message names the key.
 type KeyError struct {

@@ -16,7 +16,10 @@ import (
 // log is range-deleted, the merge and listRepos cursors are deleted, and the
 // phase becomes steady_state. The capture writer must be stopped.
 func (s *Store) CommitSteadyState(now time.Time) error {
-	phase, _ := EncodePhase(PhaseSteadyState)
+	phase, err := EncodePhase(PhaseSteadyState)
+	if err != nil {
+		return fmt.Errorf("archive: commit steady_state: %w", err)
+	}
 	b := s.db.NewBatch()
 	defer b.Close()
 	_ = b.DeleteRange(PrefixCapture, prefixEnd(PrefixCapture), nil)
@@ -29,11 +32,11 @@ func (s *Store) CommitSteadyState(now time.Time) error {
 }
 
 // commit commits one of the store's own batches synced; a failure is a
-// persistence error naming op.
+// persistence error naming op, a fatal one (Pebble's) the FatalError.
 func (s *Store) commit(op string, b *pebble.Batch) error {
 	err := s.checkCommit(op, b)
 	if err == nil {
-		err = b.Commit(pebble.Sync)
+		err = commitSynced(b)
 	}
 	if err != nil {
 		return s.persistErr(op, err)

@@ -8,12 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	crdberrors "github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/bloom"
 	"github.com/cockroachdb/pebble/vfs"
@@ -27,10 +30,13 @@ type Options struct {
 	// Logger receives Pebble's log lines; nil means slog.Default().
 	Logger *slog.Logger
 	// OnFatal is called when Pebble reports an unrecoverable error (a failed
-	// WAL or manifest write). It must not return; nil means: log the error
-	// naming the data dir and exit the process with status 2. Tests pass a
-	// function that panics with the error; the Writer recovers that panic
-	// into its fatal Err.
+	// WAL or manifest write), on the Pebble goroutine that hit it. Pebble
+	// cannot go on, so the call must not return; nil means: panic with the
+	// FatalError. A commit (the Writer's, the store's own batches) recovers
+	// that panic and returns the FatalError, so it reaches the caller (the
+	// command decides to exit); on a background goroutine (a flush, a
+	// compaction) nothing can recover it, and the process ends with the
+	// FatalError as the panic message.
 	OnFatal func(*FatalError)
 	// ReadOnly opens an existing store without writing anything: no guard
 	// initialisation, no scratch cleanup. Used by `backstream status`.
@@ -56,6 +62,8 @@ type Store struct {
 	dir      string // <data-dir>/store
 	scratch  string // <data-dir>/scratch
 	cache    *pebble.Cache
+	lock     *pebble.Lock // the LOCK file, held from before Pebble opens until after it closes
+	fatal    atomic.Pointer[FatalError]
 	created  bool
 	readOnly bool
 	log      *slog.Logger
@@ -73,7 +81,8 @@ const (
 // meta/instance and meta/phase=bootstrap in one synced batch; a store with
 // keys but without a readable, well-formed identity and phase is refused
 // (ErrRefused) with a message saying what was found. The guard looks at
-// <dataDir>/store only; leftover scratch files never block startup.
+// <dataDir>/store only; leftover scratch files never block startup. A store
+// another process (or another Open in this one) holds is ErrLocked.
 func Open(dataDir string, opts Options) (*Store, error) {
 	fs := opts.FS
 	if fs == nil {
@@ -167,13 +176,17 @@ func (s *Store) openPebble(opts Options) error {
 	if cacheSize <= 0 {
 		cacheSize = 256 << 20
 	}
+	if err := s.lockStore(); err != nil {
+		return err
+	}
 	s.cache = pebble.NewCache(cacheSize)
 	po := &pebble.Options{
 		FS:           s.fs,
+		Lock:         s.lock,
 		Cache:        s.cache,
 		ReadOnly:     opts.ReadOnly,
 		MemTableSize: opts.MemTableSize,
-		Logger:       pebbleLogger{log: s.log, dataDir: s.dataDir, onFatal: opts.OnFatal},
+		Logger:       pebbleLogger{log: s.log, dataDir: s.dataDir, onFatal: s.onFatal(opts.OnFatal)},
 		// Events are written in seq order and never rewritten; larger L0
 		// thresholds let bulk ingest run without write stalls.
 		L0CompactionThreshold:    4,
@@ -218,22 +231,59 @@ func (s *Store) openPebble(opts Options) error {
 	db, err := pebble.Open(s.dir, po)
 	if err != nil {
 		s.cache.Unref()
-		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) || strings.Contains(err.Error(), "lock") {
-			return fmt.Errorf("archive: open %s: the store is locked — is another backstream process using this data dir? (%w)", s.dir, err)
-		}
+		s.cache = nil
+		s.lock.Close()
+		s.lock = nil
 		return fmt.Errorf("archive: open %s: %w", s.dir, err)
 	}
 	s.db = db
 	return nil
 }
 
+// lockStore takes the store's LOCK file before Pebble opens, so that a
+// failure to take it is told apart from every other failure of the open.
+func (s *Store) lockStore() error {
+	l, err := pebble.LockDirectory(s.dir, s.fs)
+	if err != nil {
+		if lockHeld(err) {
+			return fmt.Errorf("archive: open %s: %w — is another backstream process using this data dir? (%w)", s.dir, ErrLocked, err)
+		}
+		return fmt.Errorf("archive: open %s: take the LOCK file: %w", s.dir, err)
+	}
+	s.lock = l
+	return nil
+}
+
+// errHeldInProcess is what Pebble v1.1.5's vfs.Default.Lock returns when
+// this process holds the lock already (fcntl locks do not exclude their own
+// process, so Pebble keeps a table of the files it locked). It has no type
+// of its own: cockroachdb/errors.Is matches it by its type chain and exact
+// message, not by a substring.
+var errHeldInProcess = crdberrors.New("lock held by current process")
+
+// lockHeld reports whether err, from taking the LOCK file, means someone
+// holds it. Another process's lock fails fcntl(F_SETLK) with EAGAIN or
+// EACCES (POSIX allows either; Pebble's MemFS returns EAGAIN), returned bare;
+// a LOCK file that cannot be created at all (permissions, a missing
+// directory) is an *fs.PathError, possibly with the same EACCES inside: not
+// a held lock.
+func lockHeld(err error) bool {
+	if crdberrors.Is(err, errHeldInProcess) {
+		return true
+	}
+	var pathErr *iofs.PathError
+	if errors.As(err, &pathErr) {
+		return false
+	}
+	return errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES)
+}
+
 // guard is the startup guard (C5) and the first phase read (C2).
 func (s *Store) guard(now func() time.Time) error {
 	_, instErr := s.Instance()
-	phase, phaseErr := s.Phase()
+	_, phaseErr := s.Phase()
 	switch {
 	case instErr == nil && phaseErr == nil:
-		_ = phase
 		return nil
 	case isRead(instErr) || isRead(phaseErr):
 		return fmt.Errorf("archive: %w: cannot read the store identity: %w", ErrRefused, errors.Join(instErr, phaseErr))
@@ -291,13 +341,18 @@ func (s *Store) initialise(now time.Time) error {
 	if _, err := io.ReadFull(rand.Reader, id[:]); err != nil {
 		return fmt.Errorf("archive: mint instance id: %w", err)
 	}
-	phase, _ := EncodePhase(PhaseBootstrap)
+	phase, err := EncodePhase(PhaseBootstrap)
+	if err != nil {
+		return fmt.Errorf("archive: initialise store: %w", err)
+	}
 	b := s.db.NewBatch()
 	defer b.Close()
 	_ = b.Set(KeyInstance, id[:], nil)
 	_ = b.Set(KeyPhase, phase, nil)
 	_ = b.Set(KeyPhaseEnteredAt, EncodeTime(now), nil)
-	if err := b.Commit(pebble.Sync); err != nil {
+	// Not through commit: the CommitHook sees the batches of a store that
+	// is open, and this one is part of opening it.
+	if err := commitSynced(b); err != nil {
 		return s.persistErr("initialise store", err)
 	}
 	s.created = true
@@ -320,12 +375,17 @@ func (s *Store) FS() vfs.FS { return s.fs }
 // metrics collection. Writes outside the Writer and Commit are a bug.
 func (s *Store) DB() *pebble.DB { return s.db }
 
-// Close closes Pebble. The Writer must be closed first.
+// Close closes Pebble and releases the LOCK file. The Writer must be closed
+// first. After a fatal error it returns that error.
 func (s *Store) Close() error {
 	var err error
 	if s.db != nil {
-		err = s.db.Close()
+		err = s.closeDB()
 		s.db = nil
+	}
+	if s.lock != nil {
+		err = errors.Join(err, s.lock.Close())
+		s.lock = nil
 	}
 	if s.cache != nil {
 		s.cache.Unref()
@@ -334,9 +394,34 @@ func (s *Store) Close() error {
 	return err
 }
 
+// closeDB closes Pebble. After a fatal error, Close reports the WAL error
+// again (without the operator's words): the fatal error is returned instead.
+func (s *Store) closeDB() error {
+	err := s.db.Close()
+	if fe := s.fatal.Load(); fe != nil {
+		return fe
+	}
+	return err
+}
+
+// onFatal is the pebbleLogger's fatal handler: it keeps the first fatal
+// error (Close reports it), then hands it to then (Options.OnFatal).
+func (s *Store) onFatal(then func(*FatalError)) func(*FatalError) {
+	return func(fe *FatalError) {
+		s.fatal.CompareAndSwap(nil, fe)
+		if then != nil {
+			then(fe)
+		}
+	}
+}
+
 // persistErr wraps a write/sync failure; disk-full errors say so and name
-// the data dir.
+// the data dir. A FatalError already does, and is returned as it is.
 func (s *Store) persistErr(op string, err error) error {
+	var fe *FatalError
+	if errors.As(err, &fe) {
+		return fe
+	}
 	return PersistError(s.dataDir, op, err)
 }
 
@@ -348,13 +433,6 @@ func PersistError(dataDir, op string, err error) error {
 	}
 	return fmt.Errorf("archive: %s: write to the store in %s failed; backstream stops rather than lose data — check the disk and restart: %w", op, dataDir, err)
 }
-
-// FatalError is an unrecoverable store failure reported by Pebble (a failed
-// WAL or manifest write). Pebble cannot continue after one.
-type FatalError struct{ Err error }
-
-func (e *FatalError) Error() string { return e.Err.Error() }
-func (e *FatalError) Unwrap() error { return e.Err }
 
 // pebbleLogger routes Pebble's log to slog; Fatalf never returns.
 type pebbleLogger struct {
@@ -372,9 +450,9 @@ func (l pebbleLogger) Errorf(format string, args ...any) {
 }
 
 // Fatalf turns Pebble's fatal report into a FatalError that names the data
-// dir (and a full disk as such). By default it logs it and exits with status
-// 2: backstream stops rather than lose data. Options.OnFatal replaces that
-// (tests panic with the error, which the writer recovers into Err).
+// dir (and a full disk as such), logs it, hands it to onFatal, and panics
+// with it: Pebble requires that Fatalf never return. The store never exits
+// the process itself; see Options.OnFatal for where the panic goes.
 func (l pebbleLogger) Fatalf(format string, args ...any) {
 	var cause error = fmt.Errorf(format, args...)
 	for _, a := range args {
@@ -384,12 +462,11 @@ func (l pebbleLogger) Fatalf(format string, args ...any) {
 		}
 	}
 	fe := &FatalError{Err: PersistError(l.dataDir, "pebble", cause)}
+	l.log.Error(fe.Error(), "component", "pebble")
 	if l.onFatal != nil {
 		l.onFatal(fe)
-		panic(fe) // onFatal must not return
 	}
-	l.log.Error(fe.Error())
-	os.Exit(2)
+	panic(fe)
 }
 
 // checkCommit runs the test-only CommitHook over b's keys.

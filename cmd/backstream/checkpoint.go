@@ -258,7 +258,7 @@ func checkpointRemote(ctx context.Context, listen, to string) (*checkpointResult
 func checkpointLocal(dataDir, to string, log *slog.Logger) (*checkpointResult, error) {
 	ro, err := archive.Open(dataDir, archive.Options{ReadOnly: true, Logger: log, CacheSize: 8 << 20})
 	if err != nil {
-		if heldByAnother(err) {
+		if errors.Is(err, archive.ErrLocked) {
 			return nil, fmt.Errorf("checkpoint: %s is held open by another process (a running backstream serve?): "+
 				"checkpoint through it with --listen <its --listen address> (%w)", dataDir, err)
 		}
@@ -269,7 +269,7 @@ func checkpointLocal(dataDir, to string, log *slog.Logger) (*checkpointResult, e
 	}
 	store, err := archive.Open(dataDir, archive.Options{Logger: log, CacheSize: 8 << 20})
 	if err != nil {
-		if heldByAnother(err) {
+		if errors.Is(err, archive.ErrLocked) {
 			return nil, fmt.Errorf("checkpoint: %s was taken by another process meanwhile: checkpoint through it with --listen (%w)", dataDir, err)
 		}
 		return nil, fmt.Errorf("checkpoint: %w", err)

@@ -25,6 +25,8 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"github.com/backstream/backstream/archive"
 )
 
 func main() {
@@ -95,14 +97,26 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	}
 	env := &cmdEnv{fs: fs, stdout: stdout, stderr: stderr, log: log}
 	if err := cmd.run(ctx, env); err != nil {
-		if errors.Is(err, errUsage) {
-			fmt.Fprintf(stderr, "backstream %s: %v\n", cmd.name, err)
-			return 2
-		}
-		log.Error("backstream "+cmd.name+" failed", "err", err)
-		return 1
+		return failed(cmd.name, err, log, stderr)
 	}
 	return 0
+}
+
+// failed reports a command's error and returns the exit status: 2 for a
+// usage error and for a fatal store error (Pebble cannot go on after one;
+// the message names the data dir and what to do), 1 for any other failure.
+func failed(name string, err error, log *logger, stderr io.Writer) int {
+	var fatal *archive.FatalError
+	switch {
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "backstream %s: %v\n", name, err)
+		return 2
+	case errors.As(err, &fatal):
+		log.Error("backstream "+name+" stopped on a fatal store error", "err", err)
+		return 2
+	}
+	log.Error("backstream "+name+" failed", "err", err)
+	return 1
 }
 
 func usage(w io.Writer, cmds []*command) {

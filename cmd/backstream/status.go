@@ -10,8 +10,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -168,12 +166,6 @@ func buildStatus(s *archive.Store) (*statusReport, error) {
 	return r, nil
 }
 
-// heldByAnother reports whether opening the store failed on its lock file.
-func heldByAnother(err error) bool {
-	return errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) ||
-		strings.Contains(err.Error(), "lock held") || strings.Contains(err.Error(), "is locked")
-}
-
 func absentOK(err error) error {
 	if errors.Is(err, archive.ErrNotFound) {
 		return nil
@@ -185,7 +177,7 @@ func runStatus(ctx context.Context, env *cmdEnv) error {
 	dir := env.fs.str("data-dir")
 	s, err := archive.Open(dir, archive.Options{ReadOnly: true, Logger: env.log})
 	if err != nil {
-		if heldByAnother(err) {
+		if errors.Is(err, archive.ErrLocked) {
 			return fmt.Errorf("%s is held open by another process (a running backstream serve?): "+
 				"status reads only a store no process holds; a running backstream answers the same report on GET /status of its --listen address (%w)", dir, err)
 		}
