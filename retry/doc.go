@@ -1,18 +1,18 @@
 // Package retry owns the steady-state replacement runner (DESIGN §6, §10):
 // it brings in, as whole-repo replacements, every repo that is failed with
-// its next attempt due, pending (an interrupted bootstrap: merge's pending
-// pass runs it with Filter: Pending), or marked for a replacement (a #sync,
-// a reactivation, discovery) — without hammering any host.
+// its next attempt due, pending (an interrupted bootstrap), or marked for a
+// replacement (a #sync, a reactivation, discovery) — without hammering any
+// host. Merge's pending pass (merge.PendingPass) runs its own jobs.
 //
 // # What it provides
 //
 //   - New(Config) → *Runner; Run(ctx) passes over the store until ctx ends
-//     (nil) or the machinery fails (ErrFatal); RunOnce(ctx) is one pass plus
-//     its jobs (repeated while a pass left repos of a full host share
-//     behind), the synchronous step tests and the pending pass use; Wake
-//     asks a running Run for a pass now; Status is the /status view. One
-//     Run or RunOnce at a time per Runner (ErrRunning).
-//   - Due(state, now): the candidate rule. Pending: the pending-pass filter.
+//     (nil) or the machinery fails (ErrFatal); Wake asks a running Run for
+//     a pass now; Status is the /status view. One Run at a time per Runner
+//     (ErrRunning). The tests drive one pass plus its jobs at a time with
+//     RunOnce (export_test.go), repeated while a pass left repos of a full
+//     host share behind.
+//   - Due(state, now): the candidate rule.
 //   - Backoff: the durable schedule. Backoff.JobOptions(opts) prepares the
 //     job runner's backfill.Options (NextAttempt from this schedule, no
 //     in-job 429 budget) so a failed job writes its next attempt with the
@@ -53,7 +53,7 @@
 //     attempt count is put back, in the same unit as the park. Other hosts
 //     keep their slots. A park never shortens an existing one.
 //   - Parking survives a restart: it is written to host/<host> (ParkedUntilUS)
-//     and Run/RunOnce load the hosts still parked when they start (one
+//     and Run loads the hosts still parked when it starts (one
 //     streaming read of host/, keeping only the parked ones). Without this a
 //     restart during a rate-limit window would hit the host again at once.
 //   - S5, S9: success is the job's whole-repo replacement (backfill Request

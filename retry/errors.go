@@ -2,8 +2,8 @@ package retry
 
 import "errors"
 
-// ErrRunning: Run or RunOnce was called while another one is still running
-// on the same Runner (a Runner drives one scheduler at a time).
+// ErrRunning: Run (or the tests' RunOnce) was called while another one is
+// still running on the same Runner (a Runner drives one scheduler at a time).
 var ErrRunning = errors.New("retry: runner already running")
 
 // ErrFatal wraps every error that stopped Run: a store read or decode

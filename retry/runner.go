@@ -93,9 +93,6 @@ type Config struct {
 	PageKeys int
 	// MaxRefetch: see DefaultMaxRefetch. Negative means 0.
 	MaxRefetch int
-	// Filter, when set, further restricts candidates (the pending pass
-	// passes Pending).
-	Filter func(archive.RepoState) bool
 	// Metrics may be nil; Logger nil discards.
 	Metrics *Metrics
 	Logger  *slog.Logger
@@ -103,10 +100,6 @@ type Config struct {
 	Now  func() time.Time
 	Rand func() float64
 }
-
-// Pending restricts a runner to repos left pending by an interrupted
-// bootstrap (merge's pending pass, DESIGN §5).
-func Pending(st archive.RepoState) bool { return st.Status == archive.StatusPending }
 
 func (c *Config) defaults() error {
 	if c.Store == nil || c.Writer == nil || c.Jobs == nil {
@@ -197,7 +190,8 @@ func (r *Runner) Wake() {
 	}
 }
 
-// PassStats describes one candidate pass and, for RunOnce, the jobs it ran.
+// PassStats describes one candidate pass and, for RunOnce (the tests'
+// synchronous step, export_test.go), the jobs it ran.
 type PassStats struct {
 	Scanned  int // repo/ keys read
 	Due      int // due candidates seen (every outcome below)
@@ -278,7 +272,8 @@ func (r *Runner) record(result string) {
 	r.mu.Unlock()
 }
 
-// exec is one Run or RunOnce: its scheduler, workers and fatal error.
+// exec is one Run (or the tests' RunOnce): its scheduler, workers and fatal
+// error.
 type exec struct {
 	r      *Runner
 	s      *sched
@@ -423,64 +418,6 @@ func (e *exec) idle(ps PassStats) bool {
 	}
 }
 
-// RunOnce makes one pass and waits until every job it queued has finished;
-// if the pass left repos behind because their host's queue share was full,
-// it passes again until none is left behind. Repos of parked hosts stay for
-// a later run. It returns the sum of the passes. The error is as for Run; a
-// ctx that ends returns ctx.Err().
-func (r *Runner) RunOnce(ctx context.Context) (PassStats, error) {
-	e, err := r.start(ctx)
-	if err != nil {
-		return PassStats{}, err
-	}
-	defer e.stop()
-	var ps PassStats
-	for {
-		var p PassStats
-		p, err = e.pass()
-		ps.add(p)
-		if err == nil {
-			err = e.drain()
-		}
-		if err != nil || p.HostFull == 0 {
-			break
-		}
-	}
-	if ferr := e.failed(); ferr != nil {
-		return ps, ferr
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return ps, ctx.Err()
-		}
-		e.fail(err)
-		return ps, e.err
-	}
-	e.mu.Lock()
-	ps.Results = e.results
-	ps.Skipped = e.skipped
-	e.results = map[string]int{}
-	e.mu.Unlock()
-	l := e.s.load()
-	ps.MaxQueued, ps.MaxTracked = l.maxQueued, l.maxMembers
-	return ps, nil
-}
-
-// drain waits until nothing is queued or running.
-func (e *exec) drain() error {
-	for {
-		l := e.s.load()
-		if l.queued == 0 && l.running == 0 {
-			return nil
-		}
-		select {
-		case <-l.changed:
-		case <-e.ctx.Done():
-			return e.ctx.Err()
-		}
-	}
-}
-
 // pass walks repo/ once, page by page, offering every due repo.
 func (e *exec) pass() (ps PassStats, err error) {
 	r := e.r
@@ -496,7 +433,7 @@ func (e *exec) pass() (ps PassStats, err error) {
 		if err := e.ctx.Err(); err != nil {
 			return ps, err
 		}
-		pg, err := readPage(r.cfg.Store.DB(), from, r.cfg.PageKeys, r.cfg.Now().UnixMicro(), r.cfg.Filter, buf)
+		pg, err := readPage(r.cfg.Store.DB(), from, r.cfg.PageKeys, r.cfg.Now().UnixMicro(), buf)
 		if err != nil {
 			return ps, fmt.Errorf("retry: candidate scan: %w", err)
 		}
@@ -581,7 +518,7 @@ func (e *exec) process(it item) {
 		e.fail(fmt.Errorf("retry: %s: read state: %w", it.did, err))
 		return
 	}
-	if !Due(st, r.cfg.Now().UnixMicro()) || (r.cfg.Filter != nil && !r.cfg.Filter(st)) {
+	if !Due(st, r.cfg.Now().UnixMicro()) {
 		e.skip()
 		return
 	}

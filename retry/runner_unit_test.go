@@ -62,36 +62,14 @@ func TestDue(t *testing.T) {
 	}
 }
 
-// TestPendingPassAndHostShare: with Filter: Pending only pending repos are
-// replaced (merge's pending pass); and with a host share of 2 and a queue
-// of 4, one RunOnce still brings all of one host's repos in, pass after
-// pass, one at a time at that host.
-func TestPendingPassAndHostShare(t *testing.T) {
+// TestHostShareAcrossPasses: with a host share of 2 and a queue of 4, one
+// RunOnce still brings all of one host's repos in, pass after pass, one at
+// a time at that host.
+func TestHostShareAcrossPasses(t *testing.T) {
 	e := newEnv(t, oracle.Config{Accounts: 120, RecordsMean: 3, Hosts: 2, Seed: 43, Traffic: oracle.TrafficNone})
-	accts := e.activeByHost()[0]
-	failed, pending := accts[:20], accts[20:25]
+	failed := e.activeByHost()[0][:20]
 	e.seedFailed(failed)
-	var ups []archive.RepoUpdate
-	for _, a := range pending {
-		ups = append(ups, archive.RepoUpdate{DID: a.DID, Fields: archive.FieldStatus | archive.FieldActive | archive.FieldRefetch,
-			State: archive.RepoState{Status: archive.StatusPending, Active: true, Refetch: archive.RefetchPending}})
-	}
-	e.apply(&archive.Unit{Repos: ups})
-	ps, err := e.runner(func(c *retry.Config) { c.Filter = retry.Pending }).RunOnce(context.Background())
-	if err != nil || ps.Due != len(pending) || ps.Results[retry.ResultComplete] != len(pending) {
-		t.Fatalf("pending pass %+v %v", ps, err)
-	}
-	for _, a := range pending {
-		e.replaced(a.DID)
-	}
-	for _, a := range failed {
-		if e.src.callsOf(a.DID) != 0 {
-			t.Fatalf("the pending pass fetched a failed repo")
-		}
-	}
-	// Pending repos had no recorded host: they shared only the global gate.
-	e.src.reset()
-	ps, err = e.runner(func(c *retry.Config) { c.Queue = 4; c.HostQueue = 2; c.HostWorkers = 1 }).RunOnce(context.Background())
+	ps, err := e.runner(func(c *retry.Config) { c.Queue = 4; c.HostQueue = 2; c.HostWorkers = 1 }).RunOnce(context.Background())
 	if err != nil || ps.Results[retry.ResultComplete] != len(failed) || ps.HostFull == 0 {
 		t.Fatalf("host-share pass %+v %v; want every repo in over several passes", ps, err)
 	}

@@ -43,8 +43,8 @@ type page struct {
 }
 
 // readPage reads at most keys repo/ entries from from on and returns those
-// due (and accepted by filter). The iterator is closed before it returns.
-func readPage(db *pebble.DB, from []byte, keys int, nowUS int64, filter func(archive.RepoState) bool, buf []item) (page, error) {
+// due. The iterator is closed before it returns.
+func readPage(db *pebble.DB, from []byte, keys int, nowUS int64, buf []item) (page, error) {
 	p := page{items: buf[:0]}
 	it, err := db.NewIter(&pebble.IterOptions{LowerBound: from, UpperBound: repoEnd})
 	if err != nil {
@@ -59,7 +59,7 @@ func readPage(db *pebble.DB, from []byte, keys int, nowUS int64, filter func(arc
 			_ = it.Close()
 			return p, &archive.KeyError{Key: key, Kind: archive.ErrMalformed, Err: err}
 		}
-		if !Due(st, nowUS) || (filter != nil && !filter(st)) {
+		if !Due(st, nowUS) {
 			continue
 		}
 		p.due++
