@@ -14,14 +14,11 @@ import (
 // quietLogger drops Pebble's and the writer's chatter in tests.
 var quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// testOptions: Pebble's Fatalf panics instead of exiting the test binary.
+// testOptions: a quiet logger and a small cache. OnFatal stays unset, as in
+// production: Pebble's Fatalf panics with the FatalError, which a commit
+// recovers.
 func testOptions(fs vfs.FS) Options {
-	return Options{
-		FS:        fs,
-		Logger:    quietLogger,
-		OnFatal:   func(fe *FatalError) { panic(fe) },
-		CacheSize: 8 << 20,
-	}
+	return Options{FS: fs, Logger: quietLogger, CacheSize: 8 << 20}
 }
 
 func openMem(t testing.TB, fs vfs.FS) *Store {

@@ -29,14 +29,14 @@ type Options struct {
 	FS vfs.FS
 	// Logger receives Pebble's log lines; nil means slog.Default().
 	Logger *slog.Logger
-	// OnFatal is called when Pebble reports an unrecoverable error (a failed
-	// WAL or manifest write), on the Pebble goroutine that hit it. Pebble
-	// cannot go on, so the call must not return; nil means: panic with the
-	// FatalError. A commit (the Writer's, the store's own batches) recovers
-	// that panic and returns the FatalError, so it reaches the caller (the
-	// command decides to exit); on a background goroutine (a flush, a
-	// compaction) nothing can recover it, and the process ends with the
-	// FatalError as the panic message.
+	// OnFatal, when set, is called when Pebble reports an unrecoverable
+	// error (a failed WAL or manifest write), on the Pebble goroutine that
+	// hit it. Then, as Pebble requires that its Fatalf never return, the
+	// store panics with the FatalError. A commit (the Writer's, the store's
+	// own batches) recovers that panic and returns the FatalError, so it
+	// reaches the caller and the command decides to exit; on a background
+	// goroutine (a flush, a compaction) nothing recovers it, and the process
+	// ends with the FatalError as the panic message (exit status 2).
 	OnFatal func(*FatalError)
 	// ReadOnly opens an existing store without writing anything: no guard
 	// initialisation, no scratch cleanup. Used by `backstream status`.
