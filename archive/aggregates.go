@@ -1,6 +1,6 @@
 package archive
 
-// aggregates.go owns the failure aggregates (issue 7, item 9): failed repos
+// aggregates.go owns the failure aggregates: failed repos
 // by error class (in meta/counts) and failed repos by final host (the
 // Failures of host/<host>, indexed by hostrank/). The writer keeps both in
 // the same batch as every repo transition, so they are exactly as durable as

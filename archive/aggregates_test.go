@@ -98,7 +98,7 @@ func checkAggregates(t *testing.T, s *Store, when string) {
 	}
 }
 
-// TestFailureAggregates (issue 7 item 9): random transitions of 300 repos
+// TestFailureAggregates: random transitions of 300 repos
 // over 25 hosts and 7 classes — status, class and host changes, several
 // updates of one repo in one unit, many units per group-committed batch,
 // host updates trying to set Failures, restarts — and after every burst the

@@ -1,6 +1,6 @@
 package archive
 
-// This file owns the key layout of the store (DESIGN §2). Every key the
+// This file owns the key layout of the store. Every key the
 // project writes is built here; nothing else concatenates key bytes.
 
 import (

@@ -1,6 +1,6 @@
 package archive
 
-// The store's filter and bottom-level options (store.go, issue 9): ev/ and
+// The store's filter and bottom-level options (store.go): ev/ and
 // cap/ keys are left out of bloom filters yet stay readable by Get; the
 // bottom level carries no filter; tables written by earlier builds (plain
 // bloom over every key) keep their filters in use.

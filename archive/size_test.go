@@ -1,6 +1,6 @@
 package archive
 
-// Where the bytes of a store go (issue 9: ≤ 80 B on disk per record): per
+// Where the bytes of a store go (≤ 80 B on disk per record): per
 // key family (estimated on-disk bytes), per sstable section (data, index,
 // filter), per event field before compression, and per file kind in the
 // store directory.

@@ -212,7 +212,7 @@ func (s *Store) openPebble(opts Options) error {
 		l.FilterType = pebble.TableFilter
 	}
 	// The bottom level holds nearly all the data (all of it after a manual
-	// compaction) and is tuned for size (issue 9; numbers from
+	// compaction) and is tuned for size (numbers from
 	// BenchmarkWriterWorldRecords/2000x200 and BenchmarkBottomLevelRead):
 	//   - no filter: Pebble never reads L6 filters on Get (only iterators
 	//     with UseL6Filters, which nothing here sets), so one is dead

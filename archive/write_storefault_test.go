@@ -48,7 +48,7 @@ func faultUnit(i int) *Unit {
 
 const faultUnits = 12
 
-// TestCommitFaultSweep (issue 8 item 3; D1, R4, C1): the n-th synced batch
+// TestCommitFaultSweep (D1, R4, C1): the n-th synced batch
 // touching each key prefix fails. The writer stops with a fatal error naming
 // the data dir (Submit fails from then on, no receipt for the failed unit,
 // nothing of it published); the failed batch left nothing in the store; a

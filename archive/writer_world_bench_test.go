@@ -18,7 +18,7 @@ import (
 // and reports the bytes on disk per archived record (sstables only: keys,
 // event envelope, CIDs; rev/ and repo/ keys are not written here). Run with
 // -v to log where the bytes go (see size_test.go). The 2000x200 shape is the
-// issue 9 target shape (≤ 80 B/record); 2000x50 is quicker.
+// target shape (≤ 80 B/record); 2000x50 is quicker.
 func BenchmarkWriterWorldRecords(b *testing.B) {
 	for _, sh := range []struct{ accounts, mean int }{{2000, 50}, {2000, 200}} {
 		b.Run(fmt.Sprintf("%dx%d", sh.accounts, sh.mean), func(b *testing.B) {

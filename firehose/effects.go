@@ -1,7 +1,6 @@
 package firehose
 
-// effects.go owns the repo side effects of firehose rows (DESIGN §5, §6;
-// M8): the same function serves the live consumer and the merge walker, so a
+// effects.go owns the repo side effects of firehose rows (M8): the same function serves the live consumer and the merge walker, so a
 // captured row has exactly the effect it would have had live.
 
 import "github.com/backstream/backstream/archive"

@@ -2,7 +2,7 @@
 // JSON wire format, and the /subscribe websocket that serves it from the
 // archive and the live tail, with /status, /healthz, /readyz and
 // /zstd-dictionary. JSON exists only here: the store keeps events in their
-// binary encoding and records as DAG-CBOR (DESIGN §2); they are rendered at
+// binary encoding and records as DAG-CBOR; they are rendered at
 // the edge, once per live event.
 //
 // # The server (server.go, subscriber.go, params.go, conn.go, frames.go)
@@ -116,7 +116,7 @@
 //     never sends it. Its body follows comatproto.SyncSubscribeRepos_Sync
 //     without blocks.
 //   - "cursor":<archive seq>, right after time_us, when Renderer.Cursor is
-//     set: where a client resumes (issue 6 sends it on every event).
+//     set: where a client resumes (sent on every event).
 //
 // # Record JSON (cborjson.go)
 //

@@ -1,7 +1,7 @@
 package subscribe
 
 // This file owns one subscriber: a cursor over the archive and the live
-// log (DESIGN §10). It reads ev/ from Pebble while its next seq is below
+// log. It reads ev/ from Pebble while its next seq is below
 // the live log's floor and the live log from there on, so replay hands
 // over to live with no gap and no duplicate (D2), and a subscriber that
 // falls behind the live log simply becomes a replaying one (D6).

@@ -1,6 +1,6 @@
 package main
 
-// table.go owns the result table: medians of runs, the targets of issue 9
+// table.go owns the result table: medians of runs, the targets
 // and the met/missed verdict of each row.
 
 import (
@@ -68,7 +68,7 @@ func newRow(measure, unit string, vals []float64, t target, note string) row {
 	return r
 }
 
-// Targets of issue 9 (2-core machine).
+// Targets (2-core machine).
 const (
 	targetBootstrapRecordsPerCPUSec = 60_000
 	targetPeakRSSMiB                = 1536
@@ -89,8 +89,7 @@ func vals[R any](rs []R, get func(R) float64) []float64 {
 	return out
 }
 
-// buildTable is the report's table: one row per measure, in the order of
-// issue 9.
+// buildTable is the report's table: one row per measure, in a fixed order.
 func buildTable(rep report, o options) []row {
 	var rows []row
 	byShape := map[string][]bootRun{}

@@ -1,6 +1,6 @@
 package main
 
-// The bootstrap benchmark of issue 4: the real binary bootstraps a
+// The bootstrap benchmark: the real binary bootstraps a
 // simulated network; reported are the serve process's own CPU seconds
 // (user+sys from its rusage: the network runs in the test process), records
 // per CPU-second, records per wall second (backfill_started_at to

@@ -85,7 +85,7 @@ func TestStatusReportJSON(t *testing.T) {
 	if r["cursors"].(map[string]any)["listrepos"] != "page-7" {
 		t.Fatalf("checkpoint in %s", out)
 	}
-	// Failed repos by class and the hosts with most failures (issue 7 item 9).
+	// Failed repos by class and the hosts with most failures.
 	var failed struct {
 		Failed struct {
 			ByClass  map[string]int64 `json:"by_class"`

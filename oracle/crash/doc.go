@@ -7,7 +7,7 @@
 // several times in a chain, and checks the end state against the network's
 // ground truth.
 //
-// What a chain proves (the oracle invariants of DESIGN §8, INVARIANTS D1,
+// What a chain proves (the invariants of docs/invariants.md D1,
 // D3, D7, R7, M1, C3, C4, M4, M5, M7):
 //   - fold(archive) per DID equals the network's current records for every
 //     active account (and nothing for deleted ones), via oracle/check;

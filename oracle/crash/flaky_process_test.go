@@ -1,6 +1,6 @@
 package crash_test
 
-// TestFlakyRetryConverges is issue 7's process-level end to end: the
+// TestFlakyRetryConverges is the retry runner's process-level end to end: the
 // simulated network's "flaky" profile (about a tenth of the repos answer 503
 // to their first five getRepo requests — more than bootstrap's four
 // attempts — a quarter of the hosts limited to 100 getRepo/s with 429

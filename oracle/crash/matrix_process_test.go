@@ -78,7 +78,7 @@ func crashScenario(t *testing.T, seed int64, chain []string) {
 		chain, res.Events, res.Checked, res.FreshRead, res.SubHeld)
 }
 
-// TestLifecycleEndToEnd2000 is issue 5's process-level end-to-end: a
+// TestLifecycleEndToEnd2000 is the lifecycle's process-level end-to-end: a
 // simulated network of 2,000 accounts with continuous basic traffic at 200
 // events/s; backstream from an empty store to steady state; traffic stops;
 // backstream catches up with the relay's last seq; the archive folds to the

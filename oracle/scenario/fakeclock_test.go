@@ -156,7 +156,7 @@ func jobs(calls []call) [][]call {
 	return out
 }
 
-// TestRetryBackoffFakeClock (issue 8 item 4; S3, S4, DESIGN §6): the retry
+// TestRetryBackoffFakeClock (S3, S4): the retry
 // runner with the production schedule — 1 min doubling to a 24 h ceiling,
 // jittered ±25% — and its production scan period, on the fake clock of a
 // synctest bubble. Some repos fail through 13 consecutive retry attempts

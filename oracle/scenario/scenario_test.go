@@ -57,7 +57,7 @@ func dids(accts []world.Account) []string {
 	return out
 }
 
-// TestInactiveAndLongCursor (issue 8 item 2: inactive unknown repos at
+// TestInactiveAndLongCursor (inactive unknown repos at
 // enumeration, a listRepos cursor longer than 4 KiB; E12, E1, M6). The relay
 // pads every listRepos cursor beyond 4 KiB and lists deactivated,
 // takendown and suspended accounts with active=false. One active repo on a
@@ -155,7 +155,7 @@ func TestInactiveAndLongCursor(t *testing.T) {
 	})
 }
 
-// TestHeldRepoAcrossKill (issue 8 item 2: N−1 durable completions plus one
+// TestHeldRepoAcrossKill (N−1 durable completions plus one
 // repo held indefinitely; R5, R7). Every listed active repo but one
 // completes durably while the PDS holds the last one's getRepo open (half
 // the body, then nothing; the attempt deadline is far away). The process
@@ -231,7 +231,7 @@ func TestHeldRepoAcrossKill(t *testing.T) {
 	})
 }
 
-// TestRestartSkipsCompleted (issue 8 item 2: a restart proving completed
+// TestRestartSkipsCompleted (a restart proving completed
 // repos are skipped, counted at the PDS; R7). Some repos are served slowly
 // so that bootstrap is still running when the process is killed at a
 // seeded fraction of completions (a strict in-memory filesystem reset to
@@ -351,8 +351,8 @@ func (h *armedHook) check(op string, keys [][]byte) error {
 	return nil
 }
 
-// TestRetryStoreFailure (issue 8 item 2: a retry-store failure with /readyz
-// and /healthz asserted; S6, DESIGN §6 "a failure of the runner itself is
+// TestRetryStoreFailure (a retry-store failure with /readyz
+// and /healthz asserted; S6: "a failure of the runner itself is
 // fatal"). One repo fails through bootstrap; in steady state the retry
 // runner retries it, and the synced batch carrying its replacement's rows
 // fails (the batch carrying its completion, repo/<did>). The run stops with the injected error; /healthz and /readyz are

@@ -129,7 +129,7 @@ func (w *World) InvalidPathCommit(did string) (Event, error) {
 // creates of a one-off commit (ev, from InvalidPathCommit or
 // InvalidRevCommit) whose paths are valid, with the same record bytes: what a
 // PDS retrying the write without its bad records would emit. It lets a
-// consumer that drops only the invalid op (DESIGN: "an invalid path drops
+// consumer that drops only the invalid op (the firehose rule: "an invalid path drops
 // one op") and one that drops the whole invalid commit fold to the same
 // records as the world. ErrNoValidOps if there is nothing to retry.
 func (w *World) RetryValidOps(ev Event) (Event, error) {

@@ -1,4 +1,4 @@
-// Command mutate is backstream's mutation check (issue 8, item 6): it applies
+// Command mutate is backstream's mutation check: it applies
 // a list of deliberate breaks to the production code, one at a time, runs the
 // focused tests named for each, and reports whether the tests caught it.
 // Every listed break must be caught by at least one test; a survivor means an
@@ -85,7 +85,7 @@ func (t Test) String() string {
 type Mutant struct {
 	ID        string // stable id, m01...
 	Name      string // what the break models
-	Invariant string // ids from ../shared/INVARIANTS.md
+	Invariant string // ids from docs/invariants.md
 	File      string // repo-relative
 	Old, New  string // exact search / replacement; Old must occur exactly once
 	Tests     []Test
