@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"sort"
@@ -474,9 +475,16 @@ func TestSyncWakesRetry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		nd.waitFor(20*time.Second, "the #sync's replacement", func() bool {
+		var last string
+		defer func() {
+			if t.Failed() {
+				t.Logf("last seen: %s", last)
+			}
+		}()
+		nd.waitFor(30*time.Second, "the #sync's replacement", func() bool {
 			st, err := nd.store.RepoState(victim)
 			c, cerr := nd.store.RelayCursor()
+			last = fmt.Sprintf("cursor %d (%v, #sync at %d), %s: %+v (%v), retry %+v", c, cerr, em.Seq, victim, st, err, nd.retrier.Status())
 			return err == nil && cerr == nil && c >= uint64(em.Seq) &&
 				st.Status == archive.StatusComplete && st.Refetch == archive.RefetchNone && st.BackfillRev == em.Sync.Rev
 		})
