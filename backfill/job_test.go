@@ -6,10 +6,10 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/backstream/backstream/archive"
@@ -514,39 +514,46 @@ func TestJobMemoryBudget(t *testing.T) {
 
 // TestMemoryFIFO (E5): an oversized request waits for the budget to drain,
 // takes all of it, and requests behind it wait their turn (no starvation).
+// On the fake clock of a bubble, synctest.Wait returns once every other
+// goroutine is blocked, so "queued", "not admitted" and "admitted" below
+// are facts, not the state after a guessed delay.
 func TestMemoryFIFO(t *testing.T) {
-	m := backfill.NewMemory(100, nil)
-	ctx := context.Background()
-	small, _ := m.Acquire(ctx, 60)
-	got := make(chan string, 3)
-	go func() {
-		rel, _ := m.Acquire(ctx, 1000) // oversized: takes all 100
-		got <- "big"
-		time.Sleep(20 * time.Millisecond)
-		if h := m.Held(); h != 100 {
-			got <- "held " + strings.Repeat("!", int(h))
+	synctest.Test(t, func(t *testing.T) {
+		m := backfill.NewMemory(100, nil)
+		ctx := context.Background()
+		small, _ := m.Acquire(ctx, 60)
+		got := make(chan string, 2)
+		bigDone := make(chan struct{})
+		go func() {
+			rel, _ := m.Acquire(ctx, 1000) // oversized: takes all 100
+			got <- "big"
+			<-bigDone
+			rel()
+		}()
+		synctest.Wait() // the big request is queued
+		go func() {
+			rel, _ := m.Acquire(ctx, 30) // would fit beside the 60, but queues behind the big one
+			got <- "later"
+			rel()
+		}()
+		synctest.Wait() // both wait
+		if len(got) != 0 {
+			t.Fatalf("%q admitted while 60 of 100 bytes are held and a big request waits", <-got)
 		}
-		rel()
-	}()
-	time.Sleep(20 * time.Millisecond)
-	go func() {
-		rel, _ := m.Acquire(ctx, 30) // would fit beside the 60, but queues behind the big one
-		got <- "later"
-		rel()
-	}()
-	time.Sleep(20 * time.Millisecond)
-	select {
-	case v := <-got:
-		t.Fatalf("%q admitted while 60 of 100 bytes are held and a big request waits", v)
-	default:
-	}
-	small()
-	if a, b := <-got, <-got; a != "big" || b != "later" {
-		t.Fatalf("order %q, %q; want big then later", a, b)
-	}
-	if m.Peak() != 100 {
-		t.Fatalf("peak %d", m.Peak())
-	}
+		small()
+		synctest.Wait()
+		if v := <-got; v != "big" || len(got) != 0 || m.Held() != 100 {
+			t.Fatalf("after the 60 bytes left: %q admitted (%d more), %d held; want the big one alone at 100", v, len(got), m.Held())
+		}
+		close(bigDone)
+		synctest.Wait()
+		if v := <-got; v != "later" || m.Held() != 0 {
+			t.Fatalf("after the big one left: %q admitted, %d held", v, m.Held())
+		}
+		if m.Peak() != 100 {
+			t.Fatalf("peak %d", m.Peak())
+		}
+	})
 }
 
 // TestJobReplace (DESIGN §10): a replacement opens with a sync row, its rows
