@@ -3,7 +3,9 @@ package bootstrap_test
 // Shared fixtures of the bootstrap tests: an in-process oracle network, a
 // real store and writer in a temp dir that can be stopped and reopened, a
 // real upstream client wrapped to record what enumeration asked for, and
-// real backfill jobs.
+// real backfill jobs. newBubbleEnv builds the same inside a synctest bubble
+// (bubble_test.go): the store on an in-memory filesystem and the world
+// served from memory instead of over loopback.
 
 import (
 	"context"
@@ -21,6 +23,7 @@ import (
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/world"
 	"github.com/backstream/backstream/upstream"
+	"github.com/cockroachdb/pebble/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -101,7 +104,10 @@ func (r *recSource) getOrder() []string {
 
 type env struct {
 	t      *testing.T
-	net    *oracle.Network
+	net    *oracle.Network // nil in a bubble
+	world  *world.World
+	mem    *memSource // the world served from memory (bubble only)
+	fs     vfs.FS     // nil: the OS
 	dir    string
 	store  *archive.Store
 	w      *archive.Writer
@@ -124,7 +130,7 @@ func newEnv(t *testing.T, cfg oracle.Config) *env {
 		t.Fatalf("oracle: %v", err)
 	}
 	t.Cleanup(func() { n.Close() })
-	e := &env{t: t, net: n, dir: t.TempDir()}
+	e := &env{t: t, net: n, world: n.World(), dir: t.TempDir()}
 	e.open()
 	t.Cleanup(e.close)
 	return e
@@ -132,7 +138,7 @@ func newEnv(t *testing.T, cfg oracle.Config) *env {
 
 func (e *env) open() {
 	e.t.Helper()
-	s, err := archive.Open(e.dir, archive.Options{Logger: quiet, CacheSize: 8 << 20,
+	s, err := archive.Open(e.dir, archive.Options{FS: e.fs, Logger: quiet, CacheSize: 8 << 20,
 		OnFatal: func(fe *archive.FatalError) { panic(fe) }})
 	if err != nil {
 		e.t.Fatalf("open store: %v", err)
@@ -145,11 +151,16 @@ func (e *env) open() {
 	if err != nil {
 		e.t.Fatalf("writer: %v", err)
 	}
+	e.store, e.w = s, w
+	if e.mem != nil {
+		e.src = &recSource{RepoSource: e.mem}
+		return
+	}
 	c, err := upstream.New(e.net.RelayURL(), upstream.Options{ScratchDir: s.ScratchDir()})
 	if err != nil {
 		e.t.Fatalf("client: %v", err)
 	}
-	e.store, e.w, e.client = s, w, c
+	e.client = c
 	e.src = &recSource{RepoSource: c}
 }
 
@@ -209,7 +220,7 @@ func (e *env) runToEnd(b *bootstrap.Bootstrap) {
 // listed returns the accounts listRepos shows (every status but deleted).
 func (e *env) listed() []world.Account {
 	var out []world.Account
-	for _, a := range e.net.World().Accounts() {
+	for _, a := range e.world.Accounts() {
 		if a.Status != world.StatusDeleted {
 			out = append(out, a)
 		}
@@ -221,7 +232,7 @@ func (e *env) listed() []world.Account {
 func (e *env) states() map[string]archive.RepoState {
 	e.t.Helper()
 	out := map[string]archive.RepoState{}
-	for _, a := range e.net.World().Accounts() {
+	for _, a := range e.world.Accounts() {
 		st, err := e.store.RepoState(a.DID)
 		if errors.Is(err, archive.ErrNotFound) {
 			continue

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/backstream/backstream/archive"
@@ -182,37 +183,44 @@ func TestDispatchIsShuffled(t *testing.T) {
 	}
 }
 
-// TestWorkersBoundConcurrentGetRepo (E3): with every body held, exactly N
-// getRepo requests are in flight at the hosts, and stay N.
+// TestWorkersBoundConcurrentGetRepo (E3): with every getRepo held, exactly
+// N are in flight and no N+1th starts; each one released lets exactly one
+// more start; the run ends with every active repo fetched once, never more
+// than N at a time. In a bubble: after synctest.Wait every worker that
+// could start a request has started it.
 func TestWorkersBoundConcurrentGetRepo(t *testing.T) {
-	e := newEnv(t, worldCfg(80, 2))
-	for _, a := range e.listed() {
-		e.net.Faults().HangBody(a.DID, oracle.Always)
-	}
-	const n = 7
-	b := e.boot(func(c *bootstrap.Config, o *backfill.Options) { c.Workers = n; o.AttemptTimeout = time.Minute })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	atHosts := func() int64 {
-		var s int64
-		for i := range e.net.HostURLs() {
-			s += e.net.HostGetRepoRequests(i)
+	synctest.Test(t, func(t *testing.T) {
+		e := newBubbleEnv(t, worldCfg(80, 2))
+		e.mem.hold = func(string) bool { return true }
+		const n = 7
+		b := e.boot(func(c *bootstrap.Config, _ *backfill.Options) { c.Workers = n })
+		done := make(chan error, 1)
+		go func() { done <- b.Run(context.Background()) }()
+		for released := 0; released <= 3; released++ {
+			synctest.Wait()
+			calls, inflight, _ := e.mem.counts()
+			if inflight != n || calls != n+released {
+				t.Fatalf("%d released: %d getRepo in flight, %d made; want exactly %d in flight and %d made", released, inflight, calls, n, n+released)
+			}
+			if got := metric(t, e.reg, "backstream_getrepo_inflight", nil); got != n {
+				t.Fatalf("getrepo_inflight = %v, want %d", got, n)
+			}
+			e.mem.release <- struct{}{}
 		}
-		return s
-	}
-	eventually(t, 10*time.Second, "n held requests", func() bool { return atHosts() >= n })
-	time.Sleep(300 * time.Millisecond)
-	if got := atHosts(); got != n {
-		t.Fatalf("%d getRepo requests reached the hosts with %d workers, want exactly %d", got, n, n)
-	}
-	if got := metric(t, e.reg, "backstream_getrepo_inflight", nil); got != n {
-		t.Fatalf("getrepo_inflight = %v, want %d", got, n)
-	}
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("run: %v", err)
-	}
+		close(e.mem.release)
+		if err := <-done; err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		active := 0
+		for _, a := range e.listed() {
+			if a.Active {
+				active++
+			}
+		}
+		if calls, _, peak := e.mem.counts(); calls != active || peak != n {
+			t.Fatalf("%d getRepo for %d active repos, at most %d at once; want each once, at most %d", calls, active, peak, n)
+		}
+	})
 }
 
 // TestInactiveFlipPreservesRow (E12): an inactive entry is not_started and
@@ -303,46 +311,58 @@ func TestDebugMaxRepos(t *testing.T) {
 
 // TestDuplicateListingNotDispatchedTwice: a DID listed again while its job
 // is in flight is not dispatched again, and its later pages still
-// checkpoint (the earlier page counts it).
+// checkpoint (the earlier page counts it). In a bubble the held getRepo
+// meets its attempt deadline only once everything else is blocked, so the
+// later pages are all listed while the job is in flight.
 func TestDuplicateListingNotDispatchedTwice(t *testing.T) {
-	e := newEnv(t, worldCfg(120, 2))
-	e.src.dupFirst = true
-	var first string
-	for _, a := range e.listed() {
-		first = a.DID
-		break
-	}
-	if a, _ := e.net.World().Account(first); !a.Active {
-		t.Skip("first listed account is inactive in this world")
-	}
-	e.net.Faults().HangBody(first, 1) // in flight while the later pages list it again
-	e.runToEnd(e.boot(func(_ *bootstrap.Config, o *backfill.Options) { o.AttemptTimeout = 1500 * time.Millisecond }))
-	if got := e.net.RepoCounts(first).RelayRequests; got != 1 {
-		t.Fatalf("duplicate-listed repo fetched %d times, want once", got)
-	}
-	if c, _ := e.checkpoint(); !c.Finished {
-		t.Fatalf("checkpoint %+v", c)
-	}
-	if st := e.states()[first]; st.Status != archive.StatusFailed || st.ErrClass != backfill.ClassTimeout {
-		t.Fatalf("hung repo %+v", st)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		e := newBubbleEnv(t, worldCfg(120, 2))
+		e.src.dupFirst = true
+		first := e.listed()[0].DID
+		if a, _ := e.world.Account(first); !a.Active {
+			t.Skip("first listed account is inactive in this world")
+		}
+		e.mem.holdOnly(first)
+		e.runToEnd(e.boot(func(_ *bootstrap.Config, o *backfill.Options) { o.AttemptTimeout = 1500 * time.Millisecond }))
+		fetched := 0
+		for _, d := range e.src.getOrder() {
+			if d == first {
+				fetched++
+			}
+		}
+		if fetched != 1 {
+			t.Fatalf("duplicate-listed repo fetched %d times, want once", fetched)
+		}
+		if n := len(e.src.calls()); n != 3 {
+			t.Fatalf("%d listRepos pages, want 3 (each after the first lists the held DID again)", n)
+		}
+		if c, _ := e.checkpoint(); !c.Finished {
+			t.Fatalf("checkpoint %+v", c)
+		}
+		if st := e.states()[first]; st.Status != archive.StatusFailed || st.ErrClass != backfill.ClassTimeout {
+			t.Fatalf("hung repo %+v", st)
+		}
+	})
 }
 
-// rowGuard refuses to pass on a unit with rows of a repo whose state is not
-// yet durable (R7: the not_started row comes first), and records it.
+// rowGuard records a unit with rows of a repo whose state is not yet
+// durable (R7: the not_started row comes first). It makes every state-only
+// unit (the not_started batches among them) durable late: Submit returns at
+// once and the unit reaches the writer a while after. On the fake clock of
+// a bubble that while ends only once every other goroutine is blocked, so a
+// job dispatched before its batch is durable — whether its batch was not
+// yet submitted or only not yet acknowledged — has submitted its rows by
+// then, every time.
 type rowGuard struct {
 	backfill.Writer
 	e   *env
+	wg  sync.WaitGroup
 	mu  sync.Mutex
 	bad string
+	err error
 }
 
 func (g *rowGuard) Submit(ctx context.Context, u *archive.Unit) error {
-	if len(u.Events) == 0 && len(u.Puts) == 0 {
-		// State-only units (the not_started batches) are slow here, so a
-		// job dispatched before its batch is durable would show.
-		time.Sleep(30 * time.Millisecond)
-	}
 	for _, ev := range u.Events {
 		if _, err := g.e.store.RepoState(ev.DID); err != nil {
 			g.mu.Lock()
@@ -350,18 +370,34 @@ func (g *rowGuard) Submit(ctx context.Context, u *archive.Unit) error {
 			g.mu.Unlock()
 		}
 	}
-	return g.Writer.Submit(ctx, u)
+	if len(u.Events) > 0 || len(u.Puts) > 0 {
+		return g.Writer.Submit(ctx, u)
+	}
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		time.Sleep(30 * time.Millisecond)
+		if err := g.Writer.Submit(context.Background(), u); err != nil {
+			g.mu.Lock()
+			g.err = err
+			g.mu.Unlock()
+		}
+	}()
+	return nil
 }
 
 // TestNotStartedBeforeRows (R7): every repo's state is durable before its
 // first row is submitted.
 func TestNotStartedBeforeRows(t *testing.T) {
-	e := newEnv(t, worldCfg(150, 4))
-	g := &rowGuard{Writer: e.w, e: e}
-	e.runToEnd(e.boot(func(c *bootstrap.Config, o *backfill.Options) { c.Writer = g; o.Writer = g }))
-	if g.bad != "" {
-		t.Fatalf("rows of %s submitted before its state was durable", g.bad)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		e := newBubbleEnv(t, worldCfg(150, 4))
+		g := &rowGuard{Writer: e.w, e: e}
+		e.runToEnd(e.boot(func(c *bootstrap.Config, o *backfill.Options) { c.Writer = g; o.Writer = g }))
+		g.wg.Wait()
+		if g.bad != "" || g.err != nil {
+			t.Fatalf("rows of %q submitted before its state was durable (late submit: %v)", g.bad, g.err)
+		}
+	})
 }
 
 // TestCursorLoopEndsListing: a listRepos cursor that repeats ends the
@@ -385,84 +421,89 @@ func TestCursorLoopEndsListing(t *testing.T) {
 }
 
 // TestStraggler (R5): one hung repo never blocks its siblings'
-// completions; it holds back only the checkpoint — across a reopen too.
+// completions; it holds back only the checkpoint — across a reopen too. In
+// a bubble: once synctest.Wait returns, the run has done everything it
+// will do while the repo hangs.
 func TestStraggler(t *testing.T) {
-	e := newEnv(t, worldCfg(120, 3))
-	listed := e.listed()
-	hung := ""
-	for _, a := range listed[:40] {
-		if a.Active {
-			hung = a.DID
-			break
-		}
-	}
-	e.net.Faults().HangBody(hung, oracle.Always)
-	b := e.boot(func(_ *bootstrap.Config, o *backfill.Options) { o.AttemptTimeout = time.Minute })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	siblingsDone := func() bool {
-		st := e.states()
-		for _, a := range listed {
-			if a.Active && a.DID != hung && st[a.DID].Status != archive.StatusComplete {
-				return false
+	synctest.Test(t, func(t *testing.T) {
+		e := newBubbleEnv(t, worldCfg(120, 3))
+		listed := e.listed()
+		hung := ""
+		for _, a := range listed[:40] {
+			if a.Active {
+				hung = a.DID
+				break
 			}
 		}
-		return true
-	}
-	eventually(t, 20*time.Second, "siblings durably complete", siblingsDone)
-	time.Sleep(100 * time.Millisecond)
-	if _, ok := e.checkpoint(); ok {
-		t.Fatalf("checkpoint written while a first-page repo hangs")
-	}
-	if lag := metric(t, e.reg, "backstream_listrepos_checkpoint_lag_repos", nil); lag != float64(len(listed)) {
-		t.Fatalf("checkpoint lag %v, want every listed repo (%d)", lag, len(listed))
-	}
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("run: %v", err)
-	}
-	e.reopen()
-	if !siblingsDone() {
-		t.Fatalf("siblings not complete after reopen")
-	}
-	if _, ok := e.checkpoint(); ok {
-		t.Fatalf("checkpoint present after reopen")
-	}
-	if st := e.states()[hung]; st.Status != archive.StatusNotStarted {
-		t.Fatalf("hung repo %v after reopen", st.Status)
-	}
+		e.mem.holdOnly(hung)
+		b := e.boot(nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- b.Run(ctx) }()
+		siblingsDone := func() bool {
+			st := e.states()
+			for _, a := range listed {
+				if a.Active && a.DID != hung && st[a.DID].Status != archive.StatusComplete {
+					return false
+				}
+			}
+			return true
+		}
+		synctest.Wait()
+		if !siblingsDone() {
+			t.Fatalf("siblings of a hung repo not all durably complete")
+		}
+		if _, ok := e.checkpoint(); ok {
+			t.Fatalf("checkpoint written while a first-page repo hangs")
+		}
+		if lag := metric(t, e.reg, "backstream_listrepos_checkpoint_lag_repos", nil); lag != float64(len(listed)) {
+			t.Fatalf("checkpoint lag %v, want every listed repo (%d)", lag, len(listed))
+		}
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("run: %v", err)
+		}
+		e.reopen()
+		if !siblingsDone() {
+			t.Fatalf("siblings not complete after reopen")
+		}
+		if _, ok := e.checkpoint(); ok {
+			t.Fatalf("checkpoint present after reopen")
+		}
+		if st := e.states()[hung]; st.Status != archive.StatusNotStarted {
+			t.Fatalf("hung repo %v after reopen", st.Status)
+		}
+	})
 }
 
 // TestEnumerationWindow: enumeration stops while the repos beyond the
-// checkpoint fill the window, and workers keep going meanwhile.
+// checkpoint fill the window, and workers keep going meanwhile. In a
+// bubble: once synctest.Wait returns, the enumerator is blocked for good.
 func TestEnumerationWindow(t *testing.T) {
-	e := newEnv(t, worldCfg(200, 2))
-	hung := e.listed()[0].DID
-	for _, a := range e.listed() {
-		if a.Active {
-			hung = a.DID
-			break
+	synctest.Test(t, func(t *testing.T) {
+		e := newBubbleEnv(t, worldCfg(200, 2))
+		hung := e.listed()[0].DID
+		for _, a := range e.listed() {
+			if a.Active {
+				hung = a.DID
+				break
+			}
 		}
-	}
-	e.net.Faults().HangBody(hung, oracle.Always)
-	b := e.boot(func(c *bootstrap.Config, o *backfill.Options) { c.Window = 100; o.AttemptTimeout = time.Minute })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	eventually(t, 20*time.Second, "the window's repos durable", func() bool {
-		p := b.Progress()
-		return p.Pages == 2 && p.Queued == 0 && p.InFlight == 1
+		e.mem.holdOnly(hung)
+		b := e.boot(func(c *bootstrap.Config, _ *backfill.Options) { c.Window = 100 })
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- b.Run(ctx) }()
+		synctest.Wait()
+		if p := b.Progress(); p.Pages != 2 || p.Queued != 0 || p.InFlight != 1 || p.Enumerated != 80 {
+			t.Fatalf("progress %+v; want two pages (80 repos) enumerated beyond a stuck checkpoint with a window of 100, all but the hung one done", p)
+		}
+		if n := len(e.src.calls()); n != 3 {
+			t.Fatalf("%d listRepos calls; want 3 (two pages in the window, the third fetched and waiting for credit)", n)
+		}
+		cancel()
+		<-done
 	})
-	time.Sleep(200 * time.Millisecond)
-	if n := len(e.src.calls()); n != 3 {
-		t.Fatalf("%d listRepos calls; want 3 (two pages in the window, the third fetched and waiting for credit)", n)
-	}
-	if p := b.Progress(); p.Enumerated != 80 {
-		t.Fatalf("%d repos enumerated beyond a stuck checkpoint with a window of 100", p.Enumerated)
-	}
-	cancel()
-	<-done
 }
 
 // ckWriter checks, whenever bootstrap submits a checkpoint, that every repo
