@@ -186,8 +186,8 @@ func TestDispatchIsShuffled(t *testing.T) {
 // TestWorkersBoundConcurrentGetRepo (E3): with every getRepo held, exactly
 // N are in flight and no N+1th starts; each one released lets exactly one
 // more start; the run ends with every active repo fetched once, never more
-// than N at a time. In a bubble: after synctest.Wait every worker that
-// could start a request has started it.
+// than N at a time. In a bubble: once it settles, every worker that could
+// start a request has started it.
 func TestWorkersBoundConcurrentGetRepo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newBubbleEnv(t, worldCfg(80, 2))
@@ -197,7 +197,7 @@ func TestWorkersBoundConcurrentGetRepo(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- b.Run(context.Background()) }()
 		for released := 0; released <= 3; released++ {
-			synctest.Wait()
+			settle(30 * time.Second) // three progress periods
 			calls, inflight, _ := e.mem.counts()
 			if inflight != n || calls != n+released {
 				t.Fatalf("%d released: %d getRepo in flight, %d made; want exactly %d in flight and %d made", released, inflight, calls, n, n+released)
@@ -422,8 +422,8 @@ func TestCursorLoopEndsListing(t *testing.T) {
 
 // TestStraggler (R5): one hung repo never blocks its siblings'
 // completions; it holds back only the checkpoint — across a reopen too. In
-// a bubble: once synctest.Wait returns, the run has done everything it
-// will do while the repo hangs.
+// a bubble: once it settles, the run has done everything it will do while
+// the repo hangs.
 func TestStraggler(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newBubbleEnv(t, worldCfg(120, 3))
@@ -449,7 +449,7 @@ func TestStraggler(t *testing.T) {
 			}
 			return true
 		}
-		synctest.Wait()
+		settle(30 * time.Second) // three progress periods
 		if !siblingsDone() {
 			t.Fatalf("siblings of a hung repo not all durably complete")
 		}
@@ -478,7 +478,7 @@ func TestStraggler(t *testing.T) {
 
 // TestEnumerationWindow: enumeration stops while the repos beyond the
 // checkpoint fill the window, and workers keep going meanwhile. In a
-// bubble: once synctest.Wait returns, the enumerator is blocked for good.
+// bubble: once it settles, the enumerator is blocked for good.
 func TestEnumerationWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newBubbleEnv(t, worldCfg(200, 2))
@@ -494,7 +494,7 @@ func TestEnumerationWindow(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- b.Run(ctx) }()
-		synctest.Wait()
+		settle(30 * time.Second) // three progress periods
 		if p := b.Progress(); p.Pages != 2 || p.Queued != 0 || p.InFlight != 1 || p.Enumerated != 80 {
 			t.Fatalf("progress %+v; want two pages (80 repos) enumerated beyond a stuck checkpoint with a window of 100, all but the hung one done", p)
 		}

@@ -6,13 +6,16 @@ package bootstrap_test
 // on the bubble's channels and timers: once synctest.Wait returns, nothing
 // more happens until the test releases something. "No N+1th request",
 // "no checkpoint" and "enumeration stopped" are then facts about the run,
-// not what a sleep happened to see.
+// not what a sleep happened to see. settle also lets fake time pass, so a
+// timer (a progress tick, a periodic pass) cannot hide a late change.
 
 import (
 	"context"
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/world"
@@ -114,4 +117,12 @@ func newBubbleEnv(t *testing.T, cfg oracle.Config) *env {
 	e.open()
 	t.Cleanup(e.close)
 	return e
+}
+
+// settle waits until the bubble is idle, lets d of fake time pass (every
+// timer due by then fires) and waits until it is idle again.
+func settle(d time.Duration) {
+	synctest.Wait()
+	time.Sleep(d)
+	synctest.Wait()
 }
