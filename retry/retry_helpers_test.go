@@ -194,14 +194,20 @@ func (e *env) hostOf(did string) string {
 // runner builds a retry runner over the env.
 func (e *env) runner(mod func(*retry.Config)) *retry.Runner {
 	e.t.Helper()
-	c := retry.Config{Store: e.store, Writer: e.w, Jobs: e.jobs, Metrics: e.m, Logger: quiet,
-		Interval: time.Minute, MaxDelay: time.Hour, ScanPeriod: 50 * time.Millisecond}
+	return newRunner(e.t, retry.Config{Store: e.store, Writer: e.w, Jobs: e.jobs, Metrics: e.m}, mod)
+}
+
+// newRunner builds a retry runner from c with the tests' schedule (1 min
+// doubling to 1 h, a pass every 50 ms); mod adjusts it.
+func newRunner(t *testing.T, c retry.Config, mod func(*retry.Config)) *retry.Runner {
+	t.Helper()
+	c.Logger, c.Interval, c.MaxDelay, c.ScanPeriod = quiet, time.Minute, time.Hour, 50*time.Millisecond
 	if mod != nil {
 		mod(&c)
 	}
 	r, err := retry.New(c)
 	if err != nil {
-		e.t.Fatalf("retry: %v", err)
+		t.Fatalf("retry: %v", err)
 	}
 	return r
 }
@@ -223,12 +229,17 @@ func (e *env) seedFailed(accts []world.Account) {
 	e.t.Helper()
 	var ups []archive.RepoUpdate
 	for _, a := range accts {
-		ups = append(ups, archive.RepoUpdate{DID: a.DID,
-			Fields: archive.FieldStatus | archive.FieldActive | archive.FieldHost | archive.FieldAttempts | archive.FieldError | archive.FieldNextAttempt,
-			State: archive.RepoState{Status: archive.StatusFailed, Active: true, Host: e.hosts[a.Host], Attempts: 1,
-				ErrClass: "seeded", LastError: "seeded", NextAttemptUS: 1}})
+		ups = append(ups, failedDue(a.DID, e.hosts[a.Host]))
 	}
 	e.apply(&archive.Unit{Repos: ups})
+}
+
+// failedDue is the state seedFailed writes for one repo.
+func failedDue(did, host string) archive.RepoUpdate {
+	return archive.RepoUpdate{DID: did,
+		Fields: archive.FieldStatus | archive.FieldActive | archive.FieldHost | archive.FieldAttempts | archive.FieldError | archive.FieldNextAttempt,
+		State: archive.RepoState{Status: archive.StatusFailed, Active: true, Host: host, Attempts: 1,
+			ErrClass: "seeded", LastError: "seeded", NextAttemptUS: 1}}
 }
 
 func (e *env) apply(u *archive.Unit) archive.Receipt {

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/oracle"
-	"github.com/backstream/backstream/oracle/world"
 	"github.com/backstream/backstream/retry"
 )
 
@@ -103,26 +103,36 @@ func TestRunRescansWhenHostShareDrains(t *testing.T) {
 }
 
 // TestWakeStartsAPass: with an hour-long scan period, a repo made due after
-// the first pass is fetched as soon as Wake is called.
+// the first pass is not fetched in the 59 minutes that follow (fake time,
+// in a bubble), and is fetched as soon as Wake is called.
 func TestWakeStartsAPass(t *testing.T) {
-	e := newEnv(t, oracle.Config{Accounts: 20, RecordsMean: 2, Hosts: 2, Seed: 49, Traffic: oracle.TrafficNone})
-	a := e.activeByHost()[0][0]
-	r := e.runner(func(c *retry.Config) { c.ScanPeriod = time.Hour })
-	stop := runBG(r)
-	eventually(t, 5*time.Second, "the first pass", func() bool { return r.Status().Passes == 1 })
-	e.seedFailed([]world.Account{a})
-	time.Sleep(100 * time.Millisecond)
-	if e.src.callsOf(a.DID) != 0 {
-		t.Fatal("fetched before the wake")
-	}
-	r.Wake()
-	eventually(t, 5*time.Second, "the woken pass", func() bool { return e.state(a.DID).Status == archive.StatusComplete })
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.RunOnce(context.Background()); err != nil {
-		t.Fatalf("RunOnce after Run: %v", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		e := newBubbleEnv(t, 1, 0)
+		close(e.jobs.release["host0"]) // jobs end at once
+		r := e.runner(func(c *retry.Config) { c.ScanPeriod = time.Hour })
+		stop := runBG(r)
+		synctest.Wait()
+		if n := r.Status().Passes; n != 1 {
+			t.Fatalf("%d passes, want the first one", n)
+		}
+		did := e.repo(0, 0)
+		e.seed(did)
+		settle(59 * time.Minute)
+		if n := e.jobs.startedOf(did); n != 0 || r.Status().Passes != 1 {
+			t.Fatalf("%d jobs and %d passes before the wake, want none after the first pass", n, r.Status().Passes)
+		}
+		r.Wake()
+		synctest.Wait()
+		if n := e.jobs.startedOf(did); n != 1 {
+			t.Fatalf("%d jobs after the wake, want 1", n)
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.RunOnce(context.Background()); err != nil {
+			t.Fatalf("RunOnce after Run: %v", err)
+		}
+	})
 }
 
 // TestOneRunAtATime: a second Run on the same Runner is refused.
