@@ -117,12 +117,13 @@ func TestCompressedStream(t *testing.T) {
 		})
 	}
 
-	// Live: two compressed subscribers get the very same frame bytes.
+	// Live: two compressed subscribers get the very same frame bytes. Their
+	// start is resolved before the upgrade is answered: once dialed, both
+	// see the commit.
 	a := h.dial("?compress=true", nil)
 	b := h.dial("", hdr)
 	defer a.Close()
 	defer b.Close()
-	time.Sleep(50 * time.Millisecond)
 	first, _ := h.commit(genEvents(t, n, 20, 5)...)
 	fa, fb := readBinary(t, a, 20), readBinary(t, b, 20)
 	ents, _ := h.w.Live().ReadEntries(first, nil, 20)

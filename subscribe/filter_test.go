@@ -11,6 +11,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/promtest"
 )
 
 // matrixStream: three accounts × (commits in five collections, identity,
@@ -155,13 +156,14 @@ func TestFilterMatrix(t *testing.T) {
 			check(t, fc, c, stream)
 		})
 	}
-	// Live: subscribe first, then commit the stream again.
+	// Live: subscribe first, then commit the stream again. Each start (the
+	// tip + 1) is resolved before the upgrade is answered, so once dialed
+	// no subscriber can miss the commit.
 	var conns []*websocket.Conn
 	cases := filterCases()
 	for _, fc := range cases {
 		conns = append(conns, h.dial("?"+fc.query().Encode(), nil))
 	}
-	time.Sleep(50 * time.Millisecond)
 	again := matrixStream(t, 1000)
 	f2, _ := h.commit(again...)
 	for i := range again {
@@ -218,18 +220,42 @@ func TestOptionsUpdate(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("after hello: got %v, want %v", got, want)
 	}
-	// A message type we do not know is ignored; an update replaces the filter.
+	// A message type we do not know is ignored; an update replaces the
+	// filter. The server reads a client's frames in order and answers a
+	// ping sent after the update only once it has read the update, so the
+	// pong says the new filter is in place before anything is committed.
+	ponged := make(chan struct{})
+	c.SetPongHandler(func(string) error { close(ponged); return nil })
+	type read struct {
+		b   []byte
+		err error
+	}
+	next := make(chan read, 1)
+	go func() {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, b, err := c.ReadMessage()
+		next <- read{b, err}
+	}()
 	_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"something_else","payload":{}}`))
 	_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"options_update","payload":{"wantedDids":["`+didOf(2)+`"]}}`))
-	time.Sleep(100 * time.Millisecond)
+	_ = c.WriteControl(websocket.PingMessage, nil, time.Now().Add(time.Second))
+	select {
+	case <-ponged:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no pong after the second update")
+	}
 	evs := []archive.Event{
 		{Kind: archive.KindIdentity, DID: didOf(1), Source: archive.SourceLive},
 		{Kind: archive.KindIdentity, DID: didOf(2), Source: archive.SourceLive},
 	}
 	_, l := h.commit(evs...)
-	ev, _, err := readEvent(t, c, 10*time.Second)
-	if err != nil || ev.Cursor != l || ev.DID != didOf(2) {
-		t.Fatalf("after the second update: %+v %v, want seq %d of %s", ev, err, l, didOf(2))
+	r := <-next
+	var ev wireEvent
+	if r.err == nil {
+		r.err = jsonUnmarshal(r.b, &ev)
+	}
+	if r.err != nil || ev.Cursor != l || ev.DID != didOf(2) {
+		t.Fatalf("after the second update: %+v %v, want seq %d of %s", ev, r.err, l, didOf(2))
 	}
 	// Malformed updates close with 1008 and a reason.
 	for _, bad := range []string{
@@ -251,10 +277,9 @@ func TestOptionsUpdate(t *testing.T) {
 		}
 		c.Close()
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for metricValue(h.m.disconnects.WithLabelValues(ReasonBadOptions)) < 6 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	promtest.Eventually(t, 5*time.Second, "six bad_options disconnects", func() bool {
+		return metricValue(h.m.disconnects.WithLabelValues(ReasonBadOptions)) >= 6
+	})
 	if got := metricValue(h.m.disconnects.WithLabelValues(ReasonBadOptions)); got != 6 {
 		t.Errorf("bad_options disconnects %v, want 6", got)
 	}

@@ -7,13 +7,18 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/backstream/backstream/internal/promtest"
 )
 
 // TestSlowConsumer (D6): among fast subscribers, one that stops reading
 // altogether and one that reads slowly. The writer and the fast ones are
 // unaffected; the slow reader falls back to the archive and still gets
 // everything; only the stalled one — far behind and reading below the floor
-// rate for the whole window — is closed, counted as too_slow.
+// rate for the whole window — is closed, counted as too_slow. The slow
+// reader starts reading only once the server reports two subscribers below
+// the live log's floor (the stalled one and, at least, one that reads on),
+// so a fall-back to the archive is certain however fast the producer runs.
 func TestSlowConsumer(t *testing.T) {
 	h := newHarness(t, harnessOpts{liveBytes: 64 << 10, cfg: Config{
 		SlowLag: 2000, SlowRate: 500, SlowWindow: 500 * time.Millisecond, WriteTick: 50 * time.Millisecond,
@@ -24,10 +29,11 @@ func TestSlowConsumer(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		fast = append(fast, h.dial("", nil))
 	}
+	// Each subscriber's start (the tip + 1) is resolved before its upgrade
+	// is answered: once dialed, none can miss the events committed next.
 	stalled := h.dialSmall("")
 	slowReader := h.dialSmall("")
 	defer stalled.Close()
-	time.Sleep(50 * time.Millisecond)
 
 	const total = 16000
 	start := h.w.Live().Tip() + 1
@@ -49,6 +55,12 @@ func TestSlowConsumer(t *testing.T) {
 	go func() {
 		// ~8,000 events/s: slower than the producer, faster than the floor rate.
 		defer wg.Done()
+		for deadline := time.Now().Add(20 * time.Second); h.srv.Stats().Replaying < 2; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				results[len(fast)] = fmt.Errorf("slow reader: never two subscribers below the live floor: %+v", h.srv.Stats())
+				return
+			}
+		}
 		var got []uint64
 		for {
 			_ = slowReader.SetReadDeadline(time.Now().Add(20 * time.Second))
@@ -84,10 +96,9 @@ func TestSlowConsumer(t *testing.T) {
 	t.Logf("committed %d events in %v", total, commitTime)
 
 	// The stalled one is closed with a reason once the window has passed.
-	deadline := time.Now().Add(10 * time.Second)
-	for metricValue(h.m.disconnects.WithLabelValues(ReasonTooSlow)) < 1 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	promtest.Eventually(t, 10*time.Second, "a too_slow disconnect", func() bool {
+		return metricValue(h.m.disconnects.WithLabelValues(ReasonTooSlow)) >= 1
+	})
 	if got := metricValue(h.m.disconnects.WithLabelValues(ReasonTooSlow)); got != 1 {
 		t.Fatalf("too_slow disconnects %v, want exactly 1", got)
 	}
@@ -171,9 +182,10 @@ func TestCursorAsTime(t *testing.T) {
 		{base.Add(2 * time.Second).UnixMicro(), 7},
 		{base.Add(4*time.Second).UnixMicro() + 500, 16}, // past the tip: live
 	} {
+		// The cursor is resolved before the upgrade is answered: a time past
+		// the tip has made the subscriber live by the time dial returns.
 		c := h.dial(fmt.Sprintf("?cursor=%d", tc.us), nil)
 		if tc.want > seqs[len(seqs)-1] {
-			time.Sleep(50 * time.Millisecond)
 			h.commit(genEvents(t, 100+int(tc.us%7), 1, 4)...)
 		}
 		ev, _, err := readEvent(t, c, 5*time.Second)
