@@ -286,6 +286,7 @@ type scriptRelay struct {
 
 	mu      sync.Mutex
 	cursors []*int64 // cursor of every connection, in order
+	pings   []int    // pings answered on every connection, in order
 	conns   sync.WaitGroup
 }
 
@@ -317,6 +318,7 @@ func newScriptRelay(t testing.TB, script func(i int, cursor *int64) session) *sc
 		r.mu.Lock()
 		i := len(r.cursors)
 		r.cursors = append(r.cursors, cursor)
+		r.pings = append(r.pings, 0)
 		r.mu.Unlock()
 		s := script(i, cursor)
 		if s.status != 0 {
@@ -332,6 +334,16 @@ func newScriptRelay(t testing.TB, script func(i int, cursor *int64) session) *sc
 		defer conn.Close()
 		readDone := make(chan struct{})
 		if !s.noPong {
+			conn.SetPingHandler(func(data string) error {
+				r.mu.Lock()
+				r.pings[i]++
+				r.mu.Unlock()
+				err := conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
+				if errors.Is(err, websocket.ErrCloseSent) {
+					return nil
+				}
+				return err
+			})
 			go func() { // reads control frames (answers pings) until the client leaves
 				defer close(readDone)
 				for {
@@ -382,6 +394,16 @@ func (r *scriptRelay) connCursors() []*int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]*int64(nil), r.cursors...)
+}
+
+// pingsOn is the number of pings answered on connection i (0-based).
+func (r *scriptRelay) pingsOn(i int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if i >= len(r.pings) {
+		return 0
+	}
+	return r.pings[i]
 }
 
 func (r *scriptRelay) connections() int {

@@ -291,7 +291,9 @@ func TestOracleRestartAfterPowerLoss(t *testing.T) {
 	waitFor(t, 30*time.Second, "300 durable seqs", func() bool { return c1.LastDurable() >= 300 })
 	fs.SetIgnoreSyncs(true) // the power cut: nothing from here on survives
 	durable := c1.LastDurable()
-	time.Sleep(20 * time.Millisecond) // the consumer keeps accepting into the void
+	// The consumer keeps going into the void: writes it is told are durable
+	// and that the cut loses.
+	waitFor(t, 30*time.Second, "durable seqs past the cut", func() bool { return c1.LastDurable() > durable })
 	if err := r1.stop(t); err != nil {
 		t.Fatalf("Run: %v", err)
 	}

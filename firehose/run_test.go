@@ -217,7 +217,9 @@ func TestRunUpstreamTrouble(t *testing.T) {
 }
 
 // TestRunIdleTimeout: a connection that sends nothing and answers no ping
-// is dropped and redialed; one that answers pings stays up.
+// is dropped and redialed; one that answers pings stays up. The consumer
+// pings every third of its idle timeout, so twelve pings answered on the
+// second connection span four idle periods of the consumer's own clock.
 func TestRunIdleTimeout(t *testing.T) {
 	frames := identityFrames(t, 3)
 	relay := newScriptRelay(t, func(i int, cursor *int64) session {
@@ -230,7 +232,9 @@ func TestRunIdleTimeout(t *testing.T) {
 	c, _ := newConsumer(t, Config{Relay: relay.url(), Writer: newWriter(t, s, true), Mode: ModeCapture, IdleTimeout: 300 * time.Millisecond})
 	startRun(t, c)
 	waitDurable(t, c, 3)
-	time.Sleep(1200 * time.Millisecond) // four idle periods, pings answered
+	waitFor(t, 20*time.Second, "twelve pings answered on the second connection, or a third one", func() bool {
+		return relay.pingsOn(1) >= 12 || relay.connections() > 2
+	})
 	if got := cursorsString(relay.connCursors()); got != "nil 2" {
 		t.Fatalf("connection cursors %q, want %q", got, "nil 2")
 	}
