@@ -99,8 +99,7 @@ type bubbleEnv struct {
 // (host0 … hostN-1). Call it inside the bubble.
 func newBubbleEnv(t *testing.T, hosts, per int) *bubbleEnv {
 	t.Helper()
-	s, err := archive.Open("/data", archive.Options{FS: vfs.NewMem(), Logger: quiet, CacheSize: 1 << 20,
-		OnFatal: func(fe *archive.FatalError) { panic(fe) }})
+	s, err := archive.Open("/data", archive.Options{FS: vfs.NewMem(), Logger: quiet, CacheSize: 1 << 20})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
