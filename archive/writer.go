@@ -245,19 +245,11 @@ func (w *Writer) Apply(ctx context.Context, u *Unit) (Receipt, error) {
 	if err := w.Submit(ctx, u); err != nil {
 		return Receipt{}, err
 	}
-	select {
-	case <-acks.Ready():
-		r := acks.Drain(nil)
-		return r[0], nil
-	case <-ctx.Done():
-		return Receipt{}, ctx.Err()
-	case <-w.done:
-		// The unit may have been the last one committed before the stop.
-		if r := acks.Drain(nil); len(r) > 0 {
-			return r[0], nil
-		}
-		return Receipt{}, w.stoppedErr()
+	rc, err := acks.Wait(ctx, w, 1)
+	if err != nil {
+		return Receipt{}, err
 	}
+	return rc[0], nil
 }
 
 // Done is closed when the writer goroutine has exited (Close or a fatal error).
