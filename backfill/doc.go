@@ -29,8 +29,9 @@
 //     wait for memory pauses it and store writes are outside it. An expired
 //     deadline fails the repo for this run (class timeout), without retry.
 //   - E9: transient failures (5xx, resets, idle body, incomplete or invalid
-//     CAR) get Retries (3) more attempts, waiting Backoff.Delay: exponential
-//     from 1 s, jittered into the upper half, capped at 30 s.
+//     CAR) get Retries (3) more attempts, waiting exponentially from 1 s,
+//     capped at 30 s, jittered by the project's one backoff rule (package
+//     internal/backoff: ±25 %, never above the cap).
 //   - E10: 429 has its own budget (20), waits RetryAfter bounded by
 //     RateLimitCeiling, and never consumes the ordinary budget.
 //   - E11: RepoNotFound → complete with no rows; deactivated / suspended /
@@ -44,7 +45,9 @@
 //     never has all its rows in memory.
 //   - R4: the completion rides in the last chunk; units apply in order, so it
 //     is durable with the last rows and never before any of them.
-//   - R8: counters of stored state move only from writer receipts.
+//   - R8: counters of stored state move only from writer receipts, waited
+//     for with archive.Acks.Wait (a receipt that arrived before the writer
+//     stopped still counts).
 //
 // # Whole-repo replacement
 //

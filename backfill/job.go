@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/upstream"
 	"github.com/bluesky-social/indigo/atproto/syntax"
@@ -77,15 +78,17 @@ type Options struct {
 	// negative means none.
 	RateLimitRetries int
 	// BackoffBase and BackoffMax shape the ordinary backoff: retry k
-	// (0-based) waits a jittered min(BackoffMax, BackoffBase·2^k), the
-	// jitter drawing uniformly from its upper half. Defaults 1 s, 30 s.
+	// (0-based) waits min(BackoffMax, BackoffBase·2^k) jittered by the
+	// project's one rule (package internal/backoff: ±25 %, never above
+	// BackoffMax). Defaults 1 s, 30 s.
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
 	// RateLimitCeiling bounds a server-directed 429 wait (ratelimit-reset
 	// or Retry-After). Default upstream.RetryAfterCeiling.
 	RateLimitCeiling time.Duration
 	// NextAttempt schedules a failed repo's next try (steady-state retry)
-	// from its failure count (≥ 1). Default 5 min doubling, capped at 24 h.
+	// from its failure count (≥ 1). Default 5 min doubling, capped at 24 h,
+	// jittered by the same rule with Rand.
 	NextAttempt func(failures uint32) time.Duration
 
 	// Verify tunes verification.
@@ -96,8 +99,9 @@ type Options struct {
 	// huge repo never has all its rows queued at the writer. Default 4.
 	ChunksInFlight int
 
-	// Now, Sleep and Rand are the job's clock, backoff sleep and jitter
-	// source; tests make them instant and deterministic.
+	// Now, Sleep and Rand are the job's clock, backoff sleep (default
+	// backoff.Sleep, the real clock) and jitter source in [0, 1) (default
+	// math/rand/v2); tests make them instant and deterministic.
 	Now   func() time.Time
 	Sleep func(ctx context.Context, d time.Duration) error
 	Rand  func() float64
@@ -135,11 +139,6 @@ func (o *Options) defaults() error {
 		o.RateLimitCeiling = DefaultRateLimitCeiling
 	}
 	o.RateLimitCeiling = min(o.RateLimitCeiling, maxRateLimitCeilingLimit)
-	if o.NextAttempt == nil {
-		o.NextAttempt = func(n uint32) time.Duration {
-			return Backoff{Base: DefaultFailedRetryBase, Max: DefaultFailedRetryMax}.Delay(int(n)-1, 1)
-		}
-	}
 	if o.ChunkRows <= 0 || o.ChunkRows > maxChunkRows {
 		o.ChunkRows = DefaultChunkRows
 	}
@@ -150,26 +149,16 @@ func (o *Options) defaults() error {
 		o.Now = time.Now
 	}
 	if o.Sleep == nil {
-		o.Sleep = sleepCtx
+		o.Sleep = backoff.Sleep
 	}
 	if o.Rand == nil {
 		o.Rand = rand.Float64
 	}
+	if o.NextAttempt == nil {
+		failed, rnd := backoff.Policy{Base: DefaultFailedRetryBase, Max: DefaultFailedRetryMax}, o.Rand
+		o.NextAttempt = func(n uint32) time.Duration { return failed.Delay(int(n)-1, rnd()) }
+	}
 	return nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // Runner runs backfill jobs. Safe for concurrent use: each Run is one job.
@@ -341,24 +330,9 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 	}
 }
 
+// backoff is the ordinary wait before retry k (0-based) of a budget.
 func (r *Runner) backoff(retry int) time.Duration {
-	return Backoff{Base: r.o.BackoffBase, Max: r.o.BackoffMax}.Delay(retry, r.o.Rand())
-}
-
-// Backoff is the ordinary retry schedule: retry k waits min(Max, Base·2^k),
-// jittered into its upper half.
-type Backoff struct{ Base, Max time.Duration }
-
-// Delay is the wait before retry k (0-based) for a uniform draw u in [0,1]:
-// d/2 + u·d/2 where d = min(Max, Base·2^k).
-func (b Backoff) Delay(k int, u float64) time.Duration {
-	d := b.Base
-	for i := 0; i < k && d < b.Max; i++ {
-		d *= 2
-	}
-	d = min(d, b.Max)
-	u = min(max(u, 0), 1)
-	return d/2 + time.Duration(u*float64(d/2))
+	return backoff.Policy{Base: r.o.BackoffBase, Max: r.o.BackoffMax}.Delay(retry, r.o.Rand())
 }
 
 // prepared is a verified download holding its memory admission.
@@ -560,12 +534,12 @@ func (r *Runner) terminal(res *Result, now time.Time) func(archive.RepoState, bo
 // submitOne submits a single terminal unit and waits until it is durable.
 func (r *Runner) submitOne(ctx context.Context, req Request, res *Result, u *archive.Unit) (Result, error) {
 	acks := archive.NewAcks()
-	u.Acks, u.Token = acks, 0
+	u.Acks = acks
 	if err := r.o.Writer.Submit(ctx, u); err != nil {
 		return *res, r.submitErr(ctx, req, err)
 	}
 	res.Units = 1
-	rc, err := r.wait(ctx, req, acks, nil)
+	rc, err := r.wait(ctx, req, acks, 1)
 	if err != nil {
 		return *res, err
 	}
@@ -602,26 +576,16 @@ func (r *Runner) refused(req Request, err error) error {
 	return fmt.Errorf("backfill: %s: unit refused: %w", req.DID, err)
 }
 
-// wait blocks until at least one receipt is in acks (or more when want > 0
-// receipts are outstanding) and returns those drained. onto is reused.
-func (r *Runner) wait(ctx context.Context, req Request, acks *archive.Acks, onto []archive.Receipt) ([]archive.Receipt, error) {
-	for {
-		if rc := acks.Drain(onto[:0]); len(rc) > 0 {
-			return rc, nil
-		}
-		select {
-		case <-acks.Ready():
-		case <-r.o.Writer.Done():
-			if rc := acks.Drain(onto[:0]); len(rc) > 0 {
-				return rc, nil
-			}
-			err := r.o.Writer.Err()
-			if err == nil {
-				err = archive.ErrClosed
-			}
-			return nil, fmt.Errorf("backfill: %s: writer stopped: %w", req.DID, err)
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: %s: %w", ErrCanceled, req.DID, ctx.Err())
-		}
+// wait waits for n receipts in acks (archive.Acks.Wait). On an error it
+// still returns the receipts that arrived: ErrCanceled when ctx ended, the
+// writer's error when it stopped.
+func (r *Runner) wait(ctx context.Context, req Request, acks *archive.Acks, n int) ([]archive.Receipt, error) {
+	rc, err := acks.Wait(ctx, r.o.Writer, n)
+	switch {
+	case err == nil:
+		return rc, nil
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return rc, fmt.Errorf("%w: %s: %w", ErrCanceled, req.DID, err)
 	}
+	return rc, fmt.Errorf("backfill: %s: %w", req.DID, err)
 }

@@ -35,7 +35,6 @@ type emitter struct {
 	received    int
 	kept        int
 	slab        []byte
-	rc          []archive.Receipt
 	final       int // token of the unit carrying the completion (-1 until submitted)
 	left        int // bytes the snapshot's rows may still copy (bounded by the CAR size)
 }
@@ -77,10 +76,8 @@ func (r *Runner) emit(ctx context.Context, req Request, p *prepared, res *Result
 	if err := e.flush(done); err != nil {
 		return *res, e.fail(err)
 	}
-	for e.received < e.submitted {
-		if err := e.collect(); err != nil {
-			return *res, err
-		}
+	if err := e.collect(e.submitted - e.received); err != nil {
+		return *res, err
 	}
 	r.o.Crash.Hit(crashpoint.RepoComplete)
 	if e.kept != snap.RecordCount {
@@ -170,8 +167,8 @@ func (e *emitter) room(n int) {
 // flush submits the current chunk (with the completion when done is set),
 // first waiting while ChunksInFlight chunks are not yet durable.
 func (e *emitter) flush(done *archive.RepoUpdate) error {
-	for e.submitted-e.received >= e.r.o.ChunksInFlight {
-		if err := e.collect(); err != nil {
+	if over := e.submitted - e.received - e.r.o.ChunksInFlight; over >= 0 {
+		if err := e.collect(over + 1); err != nil {
 			return err
 		}
 	}
@@ -192,35 +189,46 @@ func (e *emitter) flush(done *archive.RepoUpdate) error {
 	return nil
 }
 
-// collect waits for at least one receipt and accounts for it.
-func (e *emitter) collect() error {
-	rc, err := e.r.wait(e.ctx, e.req, e.acks, e.rc)
-	if err != nil {
-		return err
-	}
-	e.rc = rc
+// collect waits for n more receipts and accounts for each, also for those
+// that arrived before a wait failed (their chunks are durable).
+func (e *emitter) collect(n int) error {
+	rc, err := e.r.wait(e.ctx, e.req, e.acks, n)
 	for _, r := range rc {
-		e.received++
-		if r.Refused != nil {
-			return e.r.refused(e.req, r.Refused)
+		if err := e.account(r); err != nil {
+			return err
 		}
-		tok, _ := r.Token.(int)
-		if e.final < 0 || tok != e.final {
-			e.r.o.Crash.Hit(crashpoint.RepoChunk)
+	}
+	return err
+}
+
+// account counts one chunk's receipt; its token is the chunk's index.
+func (e *emitter) account(r archive.Receipt) error {
+	e.received++
+	if r.Refused != nil {
+		return e.r.refused(e.req, r.Refused)
+	}
+	tok, err := archive.TokenOf[int](r)
+	if err == nil && (tok < 0 || tok >= len(e.chunkRecs)) {
+		err = fmt.Errorf("token %d names no chunk of this job", tok)
+	}
+	if err != nil {
+		return fmt.Errorf("backfill: %s: receipt: %w", e.req.DID, err)
+	}
+	if e.final < 0 || tok != e.final {
+		e.r.o.Crash.Hit(crashpoint.RepoChunk)
+	}
+	recs := r.Kept
+	if e.req.Replace && tok == 0 && recs > 0 {
+		recs-- // the sync row
+	}
+	recs = min(recs, e.chunkRecs[tok])
+	e.kept += recs
+	e.r.o.Metrics.durableRecords(recs)
+	if r.Kept > 0 {
+		if e.res.FirstSeq == 0 {
+			e.res.FirstSeq = r.FirstSeq
 		}
-		recs := r.Kept
-		if e.req.Replace && tok == 0 && recs > 0 {
-			recs-- // the sync row
-		}
-		recs = min(recs, e.chunkRecs[tok])
-		e.kept += recs
-		e.r.o.Metrics.durableRecords(recs)
-		if r.Kept > 0 {
-			if e.res.FirstSeq == 0 {
-				e.res.FirstSeq = r.FirstSeq
-			}
-			e.res.LastSeq = r.LastSeq
-		}
+		e.res.LastSeq = r.LastSeq
 	}
 	return nil
 }

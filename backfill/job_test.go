@@ -197,7 +197,7 @@ func TestJobTransientRetries(t *testing.T) {
 		src := &attemptClock{RepoSource: e.client, clock: e.clock}
 		r := e.runner(func(o *backfill.Options) {
 			o.Source = src
-			o.Rand = func() float64 { return 1 } // top of the jitter range
+			o.Rand = func() float64 { return 0.5 } // mid-range: the nominal waits
 		})
 		res := e.run(r, did)
 		if res.Status != tc.status {
@@ -213,21 +213,55 @@ func TestJobTransientRetries(t *testing.T) {
 	}
 }
 
-// TestBackoffSchedule (E9): exponential from 1 s, capped at 30 s, jitter in
-// the upper half.
+// TestBackoffSchedule (E9): the runner's default ordinary backoff is
+// exponential from 1 s, capped at 30 s, each wait jittered within ±25 % by
+// its Rand and never above the cap: 8×503 with 8 retries, at both ends of
+// the jitter range.
 func TestBackoffSchedule(t *testing.T) {
-	b := backfill.Backoff{Base: backfill.DefaultBackoffBase, Max: backfill.DefaultBackoffMax}
-	for k, want := range []time.Duration{1, 2, 4, 8, 16, 30, 30, 30} {
-		want *= time.Second
-		if got := b.Delay(k, 1); got != want {
-			t.Fatalf("Delay(%d, 1) = %v, want %v", k, got, want)
+	e := newEnv(t, smallWorld(10, 10))
+	accts := e.activeAccounts(1)
+	nominal := []time.Duration{1, 2, 4, 8, 16, 30, 30, 30}
+	for i, u := range []float64{0, 1} {
+		did := accts[i].DID
+		e.net.Faults().FailGetRepo(did, http.StatusServiceUnavailable, len(nominal))
+		src := &attemptClock{RepoSource: e.client, clock: e.clock}
+		r := e.runner(func(o *backfill.Options) {
+			o.Source, o.Retries = src, len(nominal)
+			o.Rand = func() float64 { return u }
+		})
+		if res := e.run(r, did); res.Status != archive.StatusComplete {
+			t.Fatalf("u=%v: %v (%s)", u, res.Status, res.Class)
 		}
-		if got := b.Delay(k, 0); got != want/2 {
-			t.Fatalf("Delay(%d, 0) = %v, want %v", k, got, want/2)
+		var want []time.Duration
+		for _, d := range nominal {
+			want = append(want, min(time.Duration(float64(d*time.Second)*(0.75+0.5*u)), backfill.DefaultBackoffMax))
+		}
+		if got := src.gaps(); !slices.Equal(got, want) {
+			t.Fatalf("u=%v: attempt gaps %v, want %v", u, got, want)
 		}
 	}
-	if got := b.Delay(1000, 1); got != 30*time.Second {
-		t.Fatalf("Delay(1000) = %v", got)
+}
+
+// TestDefaultNextAttempt: without Options.NextAttempt a failed repo's next
+// attempt is 5 min after its first failure, jittered by the same rule with
+// the job's Rand.
+func TestDefaultNextAttempt(t *testing.T) {
+	e := newEnv(t, smallWorld(10, 10))
+	accts := e.activeAccounts(1)
+	for i, c := range []struct {
+		u    float64
+		want time.Duration
+	}{{0, 225 * time.Second}, {1, 375 * time.Second}} {
+		did := accts[i].DID
+		e.net.Faults().FailGetRepo(did, http.StatusServiceUnavailable, backfill.DefaultRetries+1)
+		r := e.runner(func(o *backfill.Options) { o.Rand = func() float64 { return c.u } })
+		if res := e.run(r, did); res.Status != archive.StatusFailed {
+			t.Fatalf("u=%v: %v, want failed", c.u, res.Status)
+		}
+		st := e.state(did)
+		if got := time.Duration(st.NextAttemptUS-e.clock.Now().UnixMicro()) * time.Microsecond; st.Attempts != 1 || got != c.want {
+			t.Fatalf("u=%v: next attempt in %v after %d failures, want %v after 1", c.u, got, st.Attempts, c.want)
+		}
 	}
 }
 
@@ -242,7 +276,7 @@ func TestJobRateLimitBudget(t *testing.T) {
 	did := accts[0].DID
 	f.FailGetRepo(did, http.StatusTooManyRequests, 5)
 	f.FailGetRepo(did, http.StatusServiceUnavailable, 3)
-	r := e.runner(func(o *backfill.Options) { o.Rand = func() float64 { return 1 } })
+	r := e.runner(nil) // Rand 0.5: the nominal ordinary waits
 	res := e.run(r, did)
 	if res.Status != archive.StatusComplete || res.Attempts != 9 {
 		t.Fatalf("5×429+3×503: %v after %d attempts (%s), want complete after 9", res.Status, res.Attempts, res.Class)
