@@ -17,6 +17,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/upstream"
 	"golang.org/x/sync/semaphore"
@@ -79,7 +80,8 @@ type Config struct {
 	// repos (crashpoint.BootstrapEnqueued) or a checkpoint
 	// (crashpoint.Checkpoint) is durable. Nil in production.
 	Crash *crashpoint.Set
-	// Now and Sleep are the clock and the listRepos backoff sleep.
+	// Now and Sleep are the clock and the listRepos backoff sleep (default
+	// backoff.Sleep, the real clock).
 	Now   func() time.Time
 	Sleep func(ctx context.Context, d time.Duration) error
 }
@@ -122,16 +124,7 @@ func (c *Config) defaults() error {
 		c.Now = time.Now
 	}
 	if c.Sleep == nil {
-		c.Sleep = func(ctx context.Context, d time.Duration) error {
-			t := time.NewTimer(d)
-			defer t.Stop()
-			select {
-			case <-t.C:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
+		c.Sleep = backoff.Sleep
 	}
 	return nil
 }
@@ -295,6 +288,23 @@ func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing
 		}()
 	}
 	defer close(dispatch)
+	// The checkpointer makes one checkpoint at a time durable and reports
+	// it, so the coordinator never blocks on the writer for one.
+	ckReq := make(chan checkpoint)
+	ckDone := make(chan error)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for c := range ckReq {
+			err := b.writeCheckpoint(ctx, c)
+			select {
+			case ckDone <- err:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	defer close(ckReq)
 
 	checkpointing := len(cfg.Repos) == 0 && cfg.MaxRepos == 0
 	wm := &watermark{pending: start}
@@ -304,8 +314,8 @@ func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing
 	recording := false
 	batchSize := max(cfg.Workers, 16)
 	inflight := 0
-	ckAcks := archive.NewAcks()
 	ckOutstanding := false
+	var ckSubmitted checkpoint
 	durable := start
 	var durableCovered int64 // entries covered by the durable checkpoint
 	var coveredAtSubmit int64
@@ -329,15 +339,12 @@ func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing
 		if !ok {
 			return nil
 		}
-		puts, err := checkpointPuts(c)
-		if err != nil {
-			return fmt.Errorf("bootstrap: checkpoint: %w", err)
+		select {
+		case ckReq <- c: // the checkpointer is idle: it takes it at once
+		case <-parent.Done():
+			return parent.Err()
 		}
-		u := &archive.Unit{Puts: puts, Acks: ckAcks, Token: c}
-		if err := cfg.Writer.Submit(ctx, u); err != nil {
-			return fmt.Errorf("bootstrap: submit checkpoint: %w", err)
-		}
-		ckOutstanding = true
+		ckOutstanding, ckSubmitted = true, c
 		coveredAtSubmit = wm.covered
 		return nil
 	}
@@ -441,16 +448,12 @@ func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing
 			if err := advance(); err != nil {
 				return err
 			}
-		case <-ckAcks.Ready():
-			for _, r := range ckAcks.Drain(nil) {
-				if r.Refused != nil {
-					return fmt.Errorf("bootstrap: checkpoint refused: %w", r.Refused)
-				}
-				cfg.Crash.Hit(crashpoint.Checkpoint)
-				durable = r.Token.(checkpoint)
-				durableCovered = coveredAtSubmit
-				ckOutstanding = false
+		case err := <-ckDone:
+			if err != nil {
+				return b.stopped(parent, err)
 			}
+			durable, durableCovered = ckSubmitted, coveredAtSubmit
+			ckOutstanding = false
 			cfg.Metrics.setLag(enumerated - durableCovered)
 			b.prog.set(func(p *Progress) { p.Checkpoint = describe(durable); p.CheckpointLag = enumerated - durableCovered })
 			if err := submitCheckpoint(); err != nil {
@@ -464,6 +467,24 @@ func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing
 			return parent.Err()
 		}
 	}
+}
+
+// writeCheckpoint makes c durable in one unit and then fires
+// crashpoint.Checkpoint.
+func (b *Bootstrap) writeCheckpoint(ctx context.Context, c checkpoint) error {
+	puts, err := checkpointPuts(c)
+	if err != nil {
+		return fmt.Errorf("bootstrap: checkpoint: %w", err)
+	}
+	acks := archive.NewAcks()
+	if err := b.cfg.Writer.Submit(ctx, &archive.Unit{Puts: puts, Acks: acks}); err != nil {
+		return fmt.Errorf("bootstrap: submit checkpoint: %w", err)
+	}
+	if err := waitUnits(ctx, b.cfg.Writer, acks, 1); err != nil {
+		return fmt.Errorf("bootstrap: checkpoint: %w", err)
+	}
+	b.cfg.Crash.Hit(crashpoint.Checkpoint)
+	return nil
 }
 
 func describe(c checkpoint) string {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/upstream"
 	"github.com/bluesky-social/indigo/atproto/syntax"
@@ -172,7 +173,7 @@ func (b *Bootstrap) record(ctx context.Context, entries []upstream.RepoEntry, sh
 		if err := b.cfg.Writer.Submit(ctx, &archive.Unit{Repos: ups, Acks: acks}); err != nil {
 			return nil, fmt.Errorf("bootstrap: record page: %w", err)
 		}
-		if err := b.waitUnits(ctx, acks, 1); err != nil {
+		if err := waitUnits(ctx, b.cfg.Writer, acks, 1); err != nil {
 			return nil, fmt.Errorf("bootstrap: record page: %w", err)
 		}
 		b.cfg.Crash.Hit(crashpoint.BootstrapEnqueued)
@@ -201,7 +202,7 @@ func (b *Bootstrap) writeNotStarted(ctx context.Context, dids []string) error {
 	if err := b.cfg.Writer.Submit(ctx, &archive.Unit{Repos: ups, Acks: acks}); err != nil {
 		return fmt.Errorf("bootstrap: record repos: %w", err)
 	}
-	if err := b.waitUnits(ctx, acks, 1); err != nil {
+	if err := waitUnits(ctx, b.cfg.Writer, acks, 1); err != nil {
 		return fmt.Errorf("bootstrap: record repos: %w", err)
 	}
 	b.cfg.Crash.Hit(crashpoint.BootstrapEnqueued)
@@ -248,12 +249,13 @@ func boundedStatus(s string) string {
 }
 
 // listPage fetches one page with retries: transient errors get ListRetries
-// retries with the ordinary backoff, 429s the getRepo 429 budget and its
+// retries with getRepo's ordinary backoff (1 s doubling to 30 s, the
+// internal/backoff jitter), 429s the getRepo 429 budget and its
 // server-directed waits; anything else, or a budget exhausted, is fatal to
 // this run (restart resumes from the durable checkpoint).
 func (b *Bootstrap) listPage(ctx context.Context, cursor string) (upstream.Page, error) {
 	cfg := &b.cfg
-	bo := backfill.Backoff{Base: backfill.DefaultBackoffBase, Max: backfill.DefaultBackoffMax}
+	bo := backoff.Policy{Base: backfill.DefaultBackoffBase, Max: backfill.DefaultBackoffMax}
 	ordinary, limited := 0, 0
 	for {
 		pg, err := cfg.Source.ListRepos(ctx, cursor, cfg.PageLimit)
@@ -270,11 +272,11 @@ func (b *Bootstrap) listPage(ctx context.Context, cursor string) (upstream.Page,
 		case class == upstream.ClassRateLimited && limited < backfill.DefaultRateLimitRetries:
 			wait = upstream.RetryAfter(err)
 			if wait <= 0 {
-				wait = bo.Delay(limited, rand.Float64())
+				wait = bo.Draw(limited, nil)
 			}
 			limited++
 		case class == upstream.ClassTransient && ordinary < cfg.ListRetries:
-			wait = bo.Delay(ordinary, rand.Float64())
+			wait = bo.Draw(ordinary, nil)
 			ordinary++
 		default:
 			return upstream.Page{}, fmt.Errorf("bootstrap: listRepos: %w", err)

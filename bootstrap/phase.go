@@ -49,8 +49,7 @@ func EnterMerging(ctx context.Context, s *archive.Store, w backfill.Writer, now 
 	if err := w.Submit(ctx, u); err != nil {
 		return fmt.Errorf("bootstrap: enter merging: %w", err)
 	}
-	b := &Bootstrap{cfg: Config{Writer: w}}
-	if err := b.waitUnits(ctx, acks, 1); err != nil {
+	if err := waitUnits(ctx, w, acks, 1); err != nil {
 		return fmt.Errorf("bootstrap: enter merging: %w", err)
 	}
 	return nil

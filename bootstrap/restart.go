@@ -11,6 +11,7 @@ import (
 	"fmt"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/backfill"
 )
 
 // restartBatch is the number of repo mutations per unit of the pass.
@@ -27,7 +28,7 @@ func (b *Bootstrap) pendingPass(ctx context.Context) (int, error) {
 		if len(batch) == 0 {
 			return nil
 		}
-		u := &archive.Unit{Repos: batch, Acks: acks, Token: submitted}
+		u := &archive.Unit{Repos: batch, Acks: acks}
 		if err := b.cfg.Writer.Submit(ctx, u); err != nil {
 			return fmt.Errorf("bootstrap: restart pass: %w", err)
 		}
@@ -52,7 +53,7 @@ func (b *Bootstrap) pendingPass(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := b.waitUnits(ctx, acks, submitted); err != nil {
+	if err := waitUnits(ctx, b.cfg.Writer, acks, submitted); err != nil {
 		return 0, fmt.Errorf("bootstrap: restart pass: %w", err)
 	}
 	return changed, nil
@@ -69,33 +70,17 @@ func toPending(cur archive.RepoState, exists bool) (archive.RepoState, bool) {
 	return cur, true
 }
 
-// waitUnits waits until n units submitted with acks are durable; a refused
-// unit is an error (a bug: bootstrap's units are always valid).
-func (b *Bootstrap) waitUnits(ctx context.Context, acks *archive.Acks, n int) error {
-	var rc []archive.Receipt
-	stopped := false
-	for got := 0; ; {
-		rc = acks.Drain(rc[:0])
-		for _, r := range rc {
-			if r.Refused != nil {
-				return fmt.Errorf("unit refused: %w", r.Refused)
-			}
-		}
-		got += len(rc)
-		switch {
-		case got >= n:
-			return nil
-		case stopped:
-			return writerStopped(b.cfg.Writer)
-		}
-		select {
-		case <-acks.Ready():
-		case <-b.cfg.Writer.Done():
-			stopped = true
-		case <-ctx.Done():
-			return ctx.Err()
+// waitUnits waits until the n units submitted to w with acks are durable
+// (archive.Acks.Wait); a refused unit is an error (a bug: bootstrap's units
+// are always valid), and so is w stopping or ctx ending first.
+func waitUnits(ctx context.Context, w backfill.Writer, acks *archive.Acks, n int) error {
+	rc, err := acks.Wait(ctx, w, n)
+	for _, r := range rc {
+		if r.Refused != nil {
+			return fmt.Errorf("unit refused: %w", r.Refused)
 		}
 	}
+	return err
 }
 
 func writerStopped(w interface{ Err() error }) error {
