@@ -1,16 +1,17 @@
 package retry
 
 // backoff.go owns the steady-state retry schedule: exponential from
-// Interval to MaxDelay with jitter (DESIGN §6). The same schedule is handed
-// to the backfill jobs (backfill.Options.NextAttempt) so the next attempt is
-// written in the same unit as the failure, and used by the runner for the
-// failures it writes itself (a replacement refused too often).
+// Interval to MaxDelay with the project's one jitter rule (package
+// internal/backoff). The same schedule is handed to the backfill jobs
+// (backfill.Options.NextAttempt) so the next attempt is written in the same
+// unit as the failure, and used by the runner for the failures it writes
+// itself (a replacement refused too often).
 
 import (
-	"math/rand/v2"
 	"time"
 
 	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/internal/backoff"
 )
 
 // Defaults of the schedule (--retry-interval, --retry-max-delay).
@@ -21,8 +22,8 @@ const (
 
 // Backoff is the durable per-repo retry schedule. Failure n (1-based) is
 // retried after d = min(MaxDelay, Interval·2^(n-1)), jittered uniformly
-// within ±25% of d and never above MaxDelay, so repos that failed together
-// do not come back together.
+// within ±25% of d and never above MaxDelay (backoff.Policy.Delay of
+// attempt n-1), so repos that failed together do not come back together.
 type Backoff struct {
 	Interval time.Duration
 	MaxDelay time.Duration
@@ -33,28 +34,14 @@ type Backoff struct {
 // Delay is the wait before the next attempt after the failures-th
 // consecutive failure (failures ≥ 1; 0 is treated as 1).
 func (b Backoff) Delay(failures uint32) time.Duration {
-	base, maxd := b.Interval, b.MaxDelay
-	if base <= 0 {
-		base = DefaultInterval
+	p := backoff.Policy{Base: b.Interval, Max: b.MaxDelay}
+	if p.Base <= 0 {
+		p.Base = DefaultInterval
 	}
-	if maxd <= 0 {
-		maxd = DefaultMaxDelay
+	if p.Max <= 0 {
+		p.Max = DefaultMaxDelay
 	}
-	if maxd < base {
-		maxd = base
-	}
-	d := base
-	for i := uint32(1); i < failures && d < maxd; i++ {
-		d *= 2
-	}
-	d = min(d, maxd)
-	r := b.Rand
-	if r == nil {
-		r = rand.Float64
-	}
-	u := min(max(r(), 0), 1)
-	j := time.Duration(float64(d) * (0.75 + 0.5*u))
-	return min(j, maxd)
+	return p.Draw(int(max(failures, 1))-1, b.Rand)
 }
 
 // NextAttempt is Delay in the shape backfill.Options.NextAttempt takes:

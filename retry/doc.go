@@ -43,8 +43,10 @@
 //     the next pass, which starts as soon as the queue has drained.
 //   - Backoff: a failed job writes attempts, class, message (≤ 1 KiB) and
 //     the next attempt — exponential from Interval to MaxDelay, ±25 %
-//     jitter — in the same unit as the failure (through the job runner's
-//     NextAttempt). Failures the runner writes itself use the same schedule.
+//     jitter (the rule of package internal/backoff) — in the same unit as
+//     the failure (through the job runner's NextAttempt). Failures the
+//     runner writes itself use the same schedule, and every unit it writes
+//     is waited for with archive.Acks.Wait.
 //   - S4: a job that ends on a 429 parks the host that answered it until
 //     its reset (Retry-After / ratelimit-reset, or Interval when absent):
 //     the host's queued repos are dropped from the queue and its due repos

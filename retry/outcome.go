@@ -123,33 +123,17 @@ func (e *exec) failStale(did string, refused int, cause error) error {
 	return nil
 }
 
-// wait blocks until the single unit behind acks is durable. A refused unit
-// is a bug of this package (the writer refuses only invalid units here).
+// wait blocks until the single unit behind acks is durable
+// (archive.Acks.Wait): the writer's error if it stops first, ctx's if ctx
+// ends. A refused unit is a bug of this package (the writer refuses only
+// invalid units here).
 func (e *exec) wait(acks *archive.Acks) error {
-	w := e.r.cfg.Writer
-	for {
-		if rc := acks.Drain(nil); len(rc) > 0 {
-			if rc[0].Refused != nil {
-				return fmt.Errorf("unit refused: %w", rc[0].Refused)
-			}
-			return nil
-		}
-		select {
-		case <-acks.Ready():
-		case <-w.Done():
-			if rc := acks.Drain(nil); len(rc) > 0 {
-				if rc[0].Refused != nil {
-					return fmt.Errorf("unit refused: %w", rc[0].Refused)
-				}
-				return nil
-			}
-			err := w.Err()
-			if err == nil {
-				err = archive.ErrClosed
-			}
-			return fmt.Errorf("writer stopped: %w", err)
-		case <-e.ctx.Done():
-			return e.ctx.Err()
-		}
+	rc, err := acks.Wait(e.ctx, e.r.cfg.Writer, 1)
+	if err != nil {
+		return err
 	}
+	if rc[0].Refused != nil {
+		return fmt.Errorf("unit refused: %w", rc[0].Refused)
+	}
+	return nil
 }
