@@ -40,32 +40,31 @@ func Walk(ctx context.Context, cfg Config) (Stats, error) {
 
 	acks := archive.NewAcks()
 	inflight := 0
-	var receipts []archive.Receipt
-	// settle waits until at most max units are in flight.
+	// settle waits until at most max units are in flight. Every receipt
+	// that arrived counts, also when the wait ends with the writer's stop.
 	settle := func(max int) error {
-		for inflight > max {
-			select {
-			case <-acks.Ready():
-			case <-cfg.Writer.Done():
-				if receipts = acks.Drain(receipts[:0]); len(receipts) == 0 {
-					return fmt.Errorf("merge: archive writer stopped: %w", writerErr(cfg.Writer))
-				}
-			case <-ctx.Done():
-				return ctx.Err()
+		if inflight <= max {
+			return nil
+		}
+		rc, err := acks.Wait(ctx, cfg.Writer, inflight-max)
+		for _, r := range rc {
+			inflight--
+			if r.Refused != nil {
+				return fmt.Errorf("merge: the writer refused a merge unit (a bug): %w", r.Refused)
 			}
-			receipts = acks.Drain(receipts[:0])
-			for _, r := range receipts {
-				inflight--
-				if r.Refused != nil {
-					return fmt.Errorf("merge: the writer refused a merge unit (a bug): %w", r.Refused)
-				}
-				st.Units++
-				st.Kept += r.Kept
-				st.Stale += r.Stale
-				st.Through = r.Token.(uint64)
-				cfg.Metrics.merged(r.Kept, r.Stale, st.Through)
-				cfg.Crash.Hit(crashpoint.MergeBatch)
+			through, terr := archive.TokenOf[uint64](r)
+			if terr != nil {
+				return fmt.Errorf("merge: %w", terr)
 			}
+			st.Units++
+			st.Kept += r.Kept
+			st.Stale += r.Stale
+			st.Through = through
+			cfg.Metrics.merged(r.Kept, r.Stale, st.Through)
+			cfg.Crash.Hit(crashpoint.MergeBatch)
+		}
+		if err != nil {
+			return fmt.Errorf("merge: wait for the archive writer: %w", err)
 		}
 		return nil
 	}
@@ -119,11 +118,4 @@ func Walk(ctx context.Context, cfg Config) (Stats, error) {
 		return st, err
 	}
 	return st, nil
-}
-
-func writerErr(w *archive.Writer) error {
-	if err := w.Err(); err != nil {
-		return err
-	}
-	return archive.ErrClosed
 }
