@@ -7,9 +7,11 @@ package merge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/upstream"
 )
@@ -78,46 +80,34 @@ func Discover(ctx context.Context, cfg Config) error {
 		}
 		cursor = page.Cursor
 	}
-	for pending > 0 {
-		select {
-		case <-acks.Ready():
-			for _, rc := range acks.Drain(nil) {
-				pending--
-				if rc.Refused != nil {
-					return rc.Refused
-				}
-				cfg.Crash.Hit(crashpoint.DiscoveryPage)
-			}
-		case <-cfg.Writer.Done():
-			if err := cfg.Writer.Err(); err != nil {
-				return err
-			}
-			return archive.ErrClosed
-		case <-ctx.Done():
-			return ctx.Err()
+	rc, err := acks.Wait(ctx, cfg.Writer, pending)
+	for _, r := range rc {
+		if r.Refused != nil {
+			return fmt.Errorf("merge: discovery: unit refused: %w", r.Refused)
 		}
+		cfg.Crash.Hit(crashpoint.DiscoveryPage)
+	}
+	if err != nil {
+		return fmt.Errorf("merge: discovery: %w", err)
 	}
 	cfg.Logger.Info("discovery finished", "listed", found)
 	return nil
 }
 
+// listPage fetches one page, retrying any error discoveryRetries times,
+// 0.5 s doubling (internal/backoff's jitter, capped at 16 s; a longer
+// Retry-After wins). It returns the last error once they are spent, with no
+// wait after the last attempt.
 func listPage(ctx context.Context, src upstream.RepoSource, cursor string) (upstream.Page, error) {
-	var err error
-	for attempt := 0; attempt <= discoveryRetries; attempt++ {
-		var p upstream.Page
-		p, err = src.ListRepos(ctx, cursor, 1000)
-		if err == nil {
-			return p, nil
+	bo := backoff.Policy{Base: 500 * time.Millisecond, Max: 16 * time.Second}
+	for retry := 0; ; retry++ {
+		p, err := src.ListRepos(ctx, cursor, 1000)
+		if err == nil || retry == discoveryRetries {
+			return p, err
 		}
-		wait := time.Duration(1<<attempt) * 500 * time.Millisecond
-		if d := upstream.RetryAfter(err); d > wait {
-			wait = d
-		}
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return p, ctx.Err()
+		wait := max(bo.Draw(retry, nil), upstream.RetryAfter(err))
+		if err := backoff.Sleep(ctx, wait); err != nil {
+			return p, err
 		}
 	}
-	return upstream.Page{}, err
 }

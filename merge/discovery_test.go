@@ -2,12 +2,15 @@ package merge
 
 import (
 	"context"
+	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/upstream"
+	"github.com/cockroachdb/pebble/vfs"
 )
 
 // TestDiscovery (M6, M8): discovery lists from the last non-empty cursor,
@@ -99,4 +102,87 @@ type pageOf struct {
 
 func (p pageOf) ListRepos(ctx context.Context, cursor string, _ int) (upstream.Page, error) {
 	return p.RepoSource.ListRepos(ctx, cursor, p.limit)
+}
+
+// flakySource fails its first fails listRepos calls, then lists one DID on
+// a single page; it notes the (fake) time of every call.
+type flakySource struct {
+	upstream.RepoSource
+	fails int
+	did   string
+	calls []time.Time
+}
+
+func (f *flakySource) ListRepos(context.Context, string, int) (upstream.Page, error) {
+	f.calls = append(f.calls, time.Now())
+	if len(f.calls) <= f.fails {
+		return upstream.Page{}, errors.New("relay down")
+	}
+	return upstream.Page{Repos: []upstream.RepoEntry{{DID: f.did, Active: true}}}, nil
+}
+
+// TestDiscoveryRetries (M8, fake clock): a failing listRepos page is retried
+// five times with waits from 0.5 s doubling, jittered within ±25 %; after
+// the last failure discovery ends at once with no error (merge completes),
+// and a page that succeeds within the budget is recorded.
+func TestDiscoveryRetries(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fails int
+	}{{"gives up", discoveryRetries + 1}, {"recovers", 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store, err := archive.Open("/data", archive.Options{FS: vfs.NewMem(), Logger: quiet})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer store.Close()
+				w, _ := archive.NewWriter(store, archive.WriterOptions{Logger: quiet})
+				defer w.Close()
+				src := &flakySource{fails: tc.fails, did: "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"}
+				if err := Discover(context.Background(), Config{Store: store, Writer: w, Source: src, Logger: quiet}); err != nil {
+					t.Fatalf("discovery: %v", err)
+				}
+				ended := time.Now()
+				want := min(tc.fails+1, discoveryRetries+1)
+				if len(src.calls) != want {
+					t.Fatalf("%d listRepos calls, want %d", len(src.calls), want)
+				}
+				for k := 1; k < len(src.calls); k++ {
+					d := 500 * time.Millisecond << (k - 1)
+					if gap := src.calls[k].Sub(src.calls[k-1]); gap < d*3/4 || gap > d*5/4 {
+						t.Errorf("wait before retry %d: %v, want within ±25%% of %v", k, gap, d)
+					}
+				}
+				if last := src.calls[len(src.calls)-1]; ended != last {
+					t.Errorf("discovery ended %v after its last call, want at once", ended.Sub(last))
+				}
+				st, err := store.RepoState(src.did)
+				switch {
+				case tc.fails > discoveryRetries && !errors.Is(err, archive.ErrNotFound):
+					t.Fatalf("gave up but recorded %+v, %v", st, err)
+				case tc.fails <= discoveryRetries && (err != nil || st.Refetch != archive.RefetchDiscovered):
+					t.Fatalf("recovered page not recorded: %+v, %v", st, err)
+				}
+			})
+		})
+	}
+}
+
+// TestDiscoveryWriterFails: the archive writer failing on a discovery
+// page's unit fails discovery with the writer's error, never nil.
+func TestDiscoveryWriterFails(t *testing.T) {
+	f := archive.FailNthCommit("repo/", 1)
+	store, err := archive.Open("/data", archive.Options{FS: vfs.NewMem(), Logger: quiet, CommitHook: f.Check})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	w, _ := archive.NewWriter(store, archive.WriterOptions{Logger: quiet})
+	defer w.Close()
+	src := &flakySource{did: "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"}
+	err = Discover(t.Context(), Config{Store: store, Writer: w, Source: src, Logger: quiet})
+	if !errors.Is(err, archive.ErrInjected) || f.Fired() != 1 {
+		t.Fatalf("discovery over a failed commit: %v (fault fired %d times), want the injected fault", err, f.Fired())
+	}
 }
