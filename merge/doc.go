@@ -38,7 +38,9 @@
 // listing and records every DID the store does not know as a failed repo due
 // now, with refetch reason "discovered" (M6): the retry runner fetches them in
 // steady state. Upstream trouble never fails merge (M8): a repeating cursor or
-// a page that keeps failing ends discovery with a warning. Debug modes
+// a page that keeps failing (five retries, 0.5 s doubling, internal/backoff's
+// jitter) ends discovery with a warning. A writer that stops before a page's
+// unit is durable fails discovery with its error. Debug modes
 // (--repos, --max-repos) skip it (lifecycle decides).
 //
 // # Commit points
