@@ -1,10 +1,12 @@
 package firehose
 
-// backoff.go owns the reconnect delay: capped exponential with equal jitter.
+// backoff.go owns the reconnect delay: the project's capped exponential
+// (package internal/backoff) from BackoffMin to BackoffMax.
 
 import (
-	"math/rand/v2"
 	"time"
+
+	"github.com/backstream/backstream/internal/backoff"
 )
 
 // Default reconnect delays.
@@ -13,22 +15,10 @@ const (
 	DefaultBackoffMax = 30 * time.Second
 )
 
-// backoff doubles from min up to max; each delay is drawn uniformly from
-// [d/2, d] so a fleet of consumers does not reconnect in lockstep.
-type backoff struct {
-	min, max time.Duration
-	cur      time.Duration // 0: the next delay is min
+// reconnects is the reconnect schedule of one Run: reconnect k waits
+// BackoffMin·2^k capped at BackoffMax, jittered within ±25 % (never above
+// the cap) so a fleet of consumers does not reconnect in lockstep. Run
+// resets it after a session that accepted a frame.
+func (c *Consumer) reconnects() *backoff.Loop {
+	return &backoff.Loop{Policy: backoff.Policy{Base: c.cfg.BackoffMin, Max: c.cfg.BackoffMax}}
 }
-
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur = min(b.cur*2, b.max)
-	}
-	half := b.cur / 2
-	return half + time.Duration(rand.Int64N(int64(b.cur-half)+1))
-}
-
-// reset starts over at min (after a connection that made progress).
-func (b *backoff) reset() { b.cur = 0 }

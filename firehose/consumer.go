@@ -192,7 +192,11 @@ func (c *Consumer) Err() error {
 }
 
 // collect drains the receipt mailbox: durable units move LastDurable and
-// close Started; a refused unit is fatal and aborts the active Run.
+// close Started; a refused unit (or a receipt whose token is not a seq, a
+// bug) is fatal and aborts the active Run. It drains with Acks.Drain, not
+// Acks.Wait: Run's listener and the synchronous callers (LastDurable, Err)
+// both drain, and only draining under c.mu keeps the receipts in commit
+// order, so progress is never reported past a refused unit.
 func (c *Consumer) collect() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -200,15 +204,13 @@ func (c *Consumer) collect() {
 	wake := false
 	for i := range c.rcpt {
 		r := &c.rcpt[i]
-		seq, _ := r.Token.(int64)
-		if r.Refused != nil {
-			if c.fatal == nil {
-				c.fatal = fmt.Errorf("firehose: seq %d: %w: %v", seq, ErrUnitRefused, r.Refused)
-				c.log.Error("firehose: writer refused a unit; stopping", "seq", seq, "err", r.Refused)
-				if c.abort != nil {
-					c.abort()
-				}
-			}
+		seq, err := archive.TokenOf[int64](*r)
+		switch {
+		case err != nil:
+			c.stop(fmt.Errorf("firehose: %w", err))
+			continue
+		case r.Refused != nil:
+			c.stop(fmt.Errorf("firehose: seq %d: %w: %v", seq, ErrUnitRefused, r.Refused))
 			continue
 		}
 		if c.fatal != nil {
@@ -230,6 +232,19 @@ func (c *Consumer) collect() {
 	clear(c.rcpt)
 	if wake {
 		c.cfg.OnEffects()
+	}
+}
+
+// stop makes err the consumer's fatal error (the first one wins) and aborts
+// the active Run. c.mu is held.
+func (c *Consumer) stop(err error) {
+	if c.fatal != nil {
+		return
+	}
+	c.fatal = err
+	c.log.Error("firehose: a unit's receipt is fatal; stopping", "err", err)
+	if c.abort != nil {
+		c.abort()
 	}
 }
 
@@ -475,14 +490,14 @@ func (c *Consumer) stopped(ctx context.Context) (bool, error) {
 }
 
 func (c *Consumer) loop(ctx context.Context) error {
-	bo := backoff{min: c.cfg.BackoffMin, max: c.cfg.BackoffMax}
+	bo := c.reconnects()
 	for first := true; ; first = false {
 		if stop, err := c.stopped(ctx); stop {
 			return err
 		}
 		if !first {
 			c.m.reconnect()
-			t := time.NewTimer(bo.next())
+			t := time.NewTimer(bo.Next())
 			select {
 			case <-t.C:
 			case <-ctx.Done():
@@ -495,7 +510,7 @@ func (c *Consumer) loop(ctx context.Context) error {
 		}
 		progressed, err := c.session(ctx)
 		if progressed {
-			bo.reset()
+			bo.Reset()
 		}
 		var fe *fatalError
 		if errors.As(err, &fe) {

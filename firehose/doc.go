@@ -7,8 +7,8 @@
 // # What it provides
 //
 //   - New(Config) / Run(ctx): dial, read, reconnect with capped, jittered
-//     exponential backoff (250 ms → 30 s by default), until ctx ends or the
-//     writer fails.
+//     exponential backoff (250 ms → 30 s by default, internal/backoff's
+//     rule), until ctx ends or the writer fails.
 //   - Handle(ctx, msg): the synchronous step for one websocket message, so
 //     tests drive the consumer frame by frame.
 //   - Rows(frame, seq, metrics): a frame's archive rows after validation.

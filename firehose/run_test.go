@@ -349,25 +349,37 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	}
 }
 
+// TestBackoff: the reconnect schedule follows BackoffMin and BackoffMax
+// with the internal/backoff rule (±25 %, never above the cap); Reset starts
+// over; draws at the cap differ.
 func TestBackoff(t *testing.T) {
-	b := backoff{min: 250 * time.Millisecond, max: 30 * time.Second}
-	ceil := 250 * time.Millisecond
-	for i := 0; i < 20; i++ {
-		d := b.next()
-		if d < ceil/2 || d > ceil {
-			t.Fatalf("attempt %d: %v outside [%v, %v]", i, d, ceil/2, ceil)
-		}
-		ceil = min(ceil*2, 30*time.Second)
+	wr := newWriter(t, openStore(t), true)
+	c, err := New(Config{Relay: "ws://x", Writer: wr, Mode: ModeCapture, BackoffMin: 250 * time.Millisecond, BackoffMax: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
 	}
-	b.reset()
-	if d := b.next(); d > 250*time.Millisecond {
+	b := c.reconnects()
+	nominal := 250 * time.Millisecond
+	for i := 0; i < 20; i++ {
+		d := b.Next()
+		if lo, hi := nominal*3/4, min(nominal*5/4, 30*time.Second); d < lo || d > hi {
+			t.Fatalf("attempt %d: %v outside [%v, %v]", i, d, lo, hi)
+		}
+		nominal = min(nominal*2, 30*time.Second)
+	}
+	b.Reset()
+	if d := b.Next(); d > 250*time.Millisecond*5/4 {
 		t.Fatalf("after reset: %v", d)
 	}
 	// Jitter: draws at the cap differ.
-	b = backoff{min: 30 * time.Second, max: 30 * time.Second}
+	c, err = New(Config{Relay: "ws://x", Writer: wr, Mode: ModeCapture, BackoffMin: 30 * time.Second, BackoffMax: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = c.reconnects()
 	seen := map[time.Duration]bool{}
 	for i := 0; i < 10; i++ {
-		seen[b.next()] = true
+		seen[b.Next()] = true
 	}
 	if len(seen) < 5 {
 		t.Fatalf("no jitter: %v", seen)
