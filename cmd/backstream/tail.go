@@ -21,6 +21,8 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/backstream/backstream/internal/backoff"
 )
 
 // Defaults of the tail client.
@@ -202,8 +204,9 @@ var errTailLimit = errors.New("limit reached")
 // or the limit is reached. The first connection must be upgraded: a
 // refusal or a dial error ends tail (400: errUsage). Once connected, drops,
 // dial errors, 503s and other 5xx (a restarting server, a proxy in front
-// of it) are retried with a capped backoff; 4xx and undecodable messages
-// end tail.
+// of it) are retried with a capped backoff (internal/backoff: doubling from
+// backoffMin to backoffMax, jittered, reset after a connection that printed
+// something); 4xx and undecodable messages end tail.
 func tailLoop(ctx context.Context, cfg tailConfig, out io.Writer, log *slog.Logger) error {
 	t := &tailer{cfg: cfg, out: out, log: log, cursor: cfg.cursor}
 	if cfg.compress {
@@ -214,7 +217,7 @@ func tailLoop(ctx context.Context, cfg tailConfig, out io.Writer, log *slog.Logg
 		defer dec.Close()
 		t.dec = dec
 	}
-	backoff := cfg.backoffMin
+	bo := backoff.Loop{Policy: backoff.Policy{Base: cfg.backoffMin, Max: cfg.backoffMax}}
 	connected := false
 	for {
 		printedBefore := t.printed
@@ -227,15 +230,13 @@ func tailLoop(ctx context.Context, cfg tailConfig, out io.Writer, log *slog.Logg
 		}
 		connected = true
 		if t.printed > printedBefore {
-			backoff = cfg.backoffMin
+			bo.Reset()
 		}
-		log.Warn("tail: connection lost; reconnecting", "err", err, "cursor", t.cursor, "in", backoff)
-		select {
-		case <-ctx.Done():
+		wait := bo.Next()
+		log.Warn("tail: connection lost; reconnecting", "err", err, "cursor", t.cursor, "in", wait)
+		if backoff.Sleep(ctx, wait) != nil {
 			return nil
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, cfg.backoffMax)
 	}
 }
 
