@@ -108,6 +108,8 @@ type tailConfig struct {
 
 	backoffMin, backoffMax time.Duration
 	idle                   time.Duration
+	// sleep is the clock of the reconnect waits; nil is backoff.Sleep.
+	sleep func(ctx context.Context, d time.Duration) error
 }
 
 func runTail(ctx context.Context, env *cmdEnv) error {
@@ -218,6 +220,10 @@ func tailLoop(ctx context.Context, cfg tailConfig, out io.Writer, log *slog.Logg
 		t.dec = dec
 	}
 	bo := backoff.Loop{Policy: backoff.Policy{Base: cfg.backoffMin, Max: cfg.backoffMax}}
+	sleep := cfg.sleep
+	if sleep == nil {
+		sleep = backoff.Sleep
+	}
 	connected := false
 	for {
 		printedBefore := t.printed
@@ -234,7 +240,7 @@ func tailLoop(ctx context.Context, cfg tailConfig, out io.Writer, log *slog.Logg
 		}
 		wait := bo.Next()
 		log.Warn("tail: connection lost; reconnecting", "err", err, "cursor", t.cursor, "in", wait)
-		if backoff.Sleep(ctx, wait) != nil {
+		if sleep(ctx, wait) != nil {
 			return nil
 		}
 	}

@@ -378,6 +378,57 @@ func TestTailResumesAcrossRestart(t *testing.T) {
 	}
 }
 
+// TestTailBackoff: reconnect waits double from backoffMin to backoffMax,
+// each within ±25 % of its nominal delay and never above the cap, and start
+// over after a connection that printed something.
+func TestTailBackoff(t *testing.T) {
+	s := newTailServer(t)
+	s.commit(3)
+	u, err := tailURL(s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuffer
+	ctx, cancel := context.WithCancel(testCtx(t))
+	var waits []time.Duration
+	restart, restarted := make(chan struct{}), make(chan struct{})
+	cfg := tailConfig{url: u, cursor: "0", backoffMin: 8 * time.Millisecond, backoffMax: 32 * time.Millisecond, idle: 5 * time.Second,
+		sleep: func(ctx context.Context, d time.Duration) error {
+			waits = append(waits, d)
+			switch len(waits) {
+			case 4: // the server comes back with two more events
+				restart <- struct{}{}
+				<-restarted
+			case 5:
+				cancel()
+			}
+			return ctx.Err()
+		}}
+	errc := make(chan error, 1)
+	go func() { errc <- tailLoop(ctx, cfg, &out, tailQuiet) }()
+	waitFor(t, func() bool { return strings.Count(out.String(), "\n") == 3 })
+	s.stop() // the drop, then refused dials until the fourth wait
+	<-restart
+	s.start()
+	s.commit(2)
+	close(restarted)
+	waitFor(t, func() bool { return strings.Count(out.String(), "\n") == 5 })
+	s.stop() // a drop after printing: the schedule starts over
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	nominal := []time.Duration{8, 16, 32, 32, 8}
+	if len(waits) != len(nominal) {
+		t.Fatalf("waits %v, want %d", waits, len(nominal))
+	}
+	for i, n := range nominal {
+		n *= time.Millisecond
+		if lo, hi := n*3/4, min(n*5/4, cfg.backoffMax); waits[i] < lo || waits[i] > hi {
+			t.Errorf("wait %d = %v, want within [%v, %v] (all: %v)", i, waits[i], lo, hi, waits)
+		}
+	}
+}
+
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
