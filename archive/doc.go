@@ -8,6 +8,12 @@
 // It knows nothing about HTTP or atproto: DIDs, revs and CIDs are opaque
 // strings and bytes here; syntax is checked at the edges that receive them.
 //
+// A producer learns what became of its units through its Acks mailbox
+// (acks.go): Acks.Wait is the one way to wait for n receipts — it returns
+// the receipts that arrived plus the writer's error (never nil) when the
+// writer stops first — and TokenOf reads a receipt's token back as the type
+// the producer gave it, or fails.
+//
 // # Invariants kept here
 //
 //   - C1: cursor values are [0x01][uint64 LE]; wrong width, unknown version and
