@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/vfs"
+
+	"github.com/backstream/backstream/internal/storefault"
 )
 
 // fakeWriter is a Stopper the test stops by hand.
@@ -177,7 +179,7 @@ func TestWaitContext(t *testing.T) {
 // TestWaitRealWriter: against the real writer, the receipt of the unit
 // committed before a fatal commit fault comes back with the fault.
 func TestWaitRealWriter(t *testing.T) {
-	f := FailNthCommit("ev/", 2)
+	f := storefault.FailNthCommit("ev/", 2)
 	s, err := Open("/data", hookOptions(vfs.NewMem(), f))
 	if err != nil {
 		t.Fatal(err)
@@ -202,7 +204,7 @@ func TestWaitRealWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	rc, err := acks.Wait(ctx, w, 2)
-	if !errors.Is(err, ErrInjected) || f.Fired() != 1 {
+	if !errors.Is(err, storefault.ErrInjected) || f.Fired() != 1 {
 		t.Fatalf("Wait = %v (fault fired %d times), want the injected fault", err, f.Fired())
 	}
 	if !slices.Equal(tokens(t, rc), []int{0}) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/storefault"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/upstream"
 	"github.com/cockroachdb/pebble/vfs"
@@ -172,7 +173,7 @@ func TestDiscoveryRetries(t *testing.T) {
 // TestDiscoveryWriterFails: the archive writer failing on a discovery
 // page's unit fails discovery with the writer's error, never nil.
 func TestDiscoveryWriterFails(t *testing.T) {
-	f := archive.FailNthCommit("repo/", 1)
+	f := storefault.FailNthCommit("repo/", 1)
 	store, err := archive.Open("/data", archive.Options{FS: vfs.NewMem(), Logger: quiet, CommitHook: f.Check})
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +183,7 @@ func TestDiscoveryWriterFails(t *testing.T) {
 	defer w.Close()
 	src := &flakySource{did: "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"}
 	err = Discover(t.Context(), Config{Store: store, Writer: w, Source: src, Logger: quiet})
-	if !errors.Is(err, archive.ErrInjected) || f.Fired() != 1 {
+	if !errors.Is(err, storefault.ErrInjected) || f.Fired() != 1 {
 		t.Fatalf("discovery over a failed commit: %v (fault fired %d times), want the injected fault", err, f.Fired())
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/storefault"
 	"github.com/cockroachdb/pebble/vfs"
 )
 
@@ -35,7 +36,7 @@ func TestWalkCountsReceiptsBeforeWriterStop(t *testing.T) {
 				<-gate // hold the first batch until the second unit is queued
 				return nil
 			case 2:
-				return archive.ErrInjected
+				return storefault.ErrInjected
 			}
 			return nil
 		}
@@ -71,7 +72,7 @@ func TestWalkCountsReceiptsBeforeWriterStop(t *testing.T) {
 		synctest.Wait() // both units submitted; the first batch held
 		close(gate)
 		r := <-done
-		if !errors.Is(r.err, archive.ErrInjected) {
+		if !errors.Is(r.err, storefault.ErrInjected) {
 			t.Fatalf("walk over a failed second batch: %v, want the injected fault", r.err)
 		}
 		cur, err := s.MergeCursor()
