@@ -15,13 +15,14 @@ import (
 )
 
 // TestBackoffDelay: exponential from Interval, capped at MaxDelay, jitter
-// within ±25 % and never above the cap; no overflow on huge counts.
+// uniform within ±25 % and never above the cap (at the cap, uniform over
+// [0.75·MaxDelay, MaxDelay]); no overflow on huge counts.
 func TestBackoffDelay(t *testing.T) {
 	at := func(u float64) retry.Backoff {
 		return retry.Backoff{Interval: time.Minute, MaxDelay: 24 * time.Hour, Rand: func() float64 { return u }}
 	}
 	for n, want := range map[uint32]time.Duration{0: time.Minute, 1: time.Minute, 2: 2 * time.Minute, 3: 4 * time.Minute,
-		11: 1024 * time.Minute, 12: 24 * time.Hour, 1 << 31: 24 * time.Hour} {
+		11: 1024 * time.Minute, 12: 21 * time.Hour, 1 << 31: 21 * time.Hour} {
 		if got := at(0.5).Delay(n); got != want {
 			t.Errorf("Delay(%d) = %v, want %v", n, got, want)
 		}

@@ -8,13 +8,15 @@
 // # The rule
 //
 // Attempt k (0-based) has the nominal delay d = min(Max, Base·2^k). The
-// wait is drawn uniformly within ±25 % of d and never exceeds Max:
+// wait is drawn uniformly from ±25 % of d, cut at Max:
 //
-//	wait = min(Max, d·(0.75 + 0.5·u)), u uniform in [0, 1]
+//	wait = lo + u·(hi − lo), lo = 0.75·d, hi = min(1.25·d, Max), u uniform in [0, 1]
 //
 // So below the cap the nominal schedule is the mean wait (a configured
 // interval means what it says), Max is a hard ceiling, and callers that
-// failed together come back spread over half of d instead of in lockstep.
+// failed together come back spread over half of d instead of in lockstep —
+// at the cap too, where the waits spread over [0.75·Max, Max] rather than
+// piling up on Max.
 //
 // # What it provides
 //
@@ -66,10 +68,10 @@ func (p Policy) Nominal(attempt int) time.Duration {
 	return d
 }
 
-// Delay is the wait before attempt (0-based) for the draw u in [0, 1]:
-// Nominal(attempt) scaled by 0.75 + 0.5·u, never above Max. u outside
-// [0, 1] (or NaN) is clamped into it. Pure: the same inputs give the same
-// wait.
+// Delay is the wait before attempt (0-based) for the draw u in [0, 1]: the
+// point u of the way from 0.75·d to min(1.25·d, Max), d = Nominal(attempt).
+// u outside [0, 1] (or NaN) is clamped into it. Pure: the same inputs give
+// the same wait.
 func (p Policy) Delay(attempt int, u float64) time.Duration {
 	switch {
 	case !(u >= 0): // also NaN
@@ -78,7 +80,9 @@ func (p Policy) Delay(attempt int, u float64) time.Duration {
 		u = 1
 	}
 	top := p.ceiling()
-	w := float64(p.Nominal(attempt)) * (1 - spread + 2*spread*u)
+	d := float64(p.Nominal(attempt))
+	lo, hi := d*(1-spread), min(d*(1+spread), float64(top))
+	w := lo + u*(hi-lo)
 	if w >= float64(top) {
 		return top
 	}

@@ -37,8 +37,9 @@ func TestNominal(t *testing.T) {
 	}
 }
 
-// TestDelayJitter: the jitter rule — ±25 % of the nominal delay, the mean
-// at u = 0.5, never above Max; draws outside [0, 1] are clamped.
+// TestDelayJitter: the jitter rule — uniform over ±25 % of the nominal
+// delay cut at Max (so the nominal delay at u = 0.5 below the cap, and no
+// pile-up on Max at it); draws outside [0, 1] are clamped.
 func TestDelayJitter(t *testing.T) {
 	p := Policy{Base: time.Minute, Max: 24 * time.Hour}
 	cases := []struct {
@@ -50,9 +51,10 @@ func TestDelayJitter(t *testing.T) {
 		{2, 0.5, 4 * time.Minute},
 		{2, 1, 5 * time.Minute},
 		{0, 0.25, 52*time.Second + 500*time.Millisecond},
-		{20, 0, 18 * time.Hour},  // at the cap: from 0.75·Max ...
-		{20, 1, 24 * time.Hour},  // ... to Max, never above
-		{2, -1, 3 * time.Minute}, // clamped
+		{20, 0, 18 * time.Hour},   // at the cap: from 0.75·Max ...
+		{20, 0.5, 21 * time.Hour}, // ... uniformly ...
+		{20, 1, 24 * time.Hour},   // ... to Max, never above
+		{2, -1, 3 * time.Minute},  // clamped
 		{2, 7, 5 * time.Minute},
 		{2, math.NaN(), 3 * time.Minute},
 	}
@@ -67,8 +69,8 @@ func TestDelayJitter(t *testing.T) {
 	}
 	// A Max below Base (or none) is Base: the cap never undercuts it.
 	for _, p := range []Policy{{Base: time.Minute, Max: time.Second}, {Base: time.Minute}} {
-		if got := p.Delay(5, 0.5); got != time.Minute {
-			t.Errorf("%+v: Delay(5, 0.5) = %v, want 1m", p, got)
+		if got := p.Delay(5, 0.5); got != 52*time.Second+500*time.Millisecond {
+			t.Errorf("%+v: Delay(5, 0.5) = %v, want 52.5s (45s to 1m)", p, got)
 		}
 	}
 	huge := Policy{Base: time.Hour, Max: math.MaxInt64}
@@ -105,7 +107,7 @@ func TestLoop(t *testing.T) {
 	for range 5 {
 		got = append(got, l.Next())
 	}
-	want := []time.Duration{100, 150, 500, 800, 1000}
+	want := []time.Duration{100, 150, 500, 800, 875}
 	for i := range want {
 		if got[i] != want[i]*time.Millisecond {
 			t.Fatalf("Next #%d = %v, want %v (all: %v)", i, got[i], want[i]*time.Millisecond, got)
