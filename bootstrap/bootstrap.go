@@ -260,50 +260,22 @@ func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing
 	// hence pending; the rest of their pages is simply listed again.
 	recordReq := make(chan []string)
 	recorded := make(chan recordedBatch)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for batch := range recordReq {
-			err := b.writeNotStarted(ctx, batch)
-			select {
-			case recorded <- recordedBatch{dids: batch, err: err}:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	serve(ctx, &wg, recordReq, recorded, func(batch []string) recordedBatch {
+		return recordedBatch{dids: batch, err: b.writeNotStarted(ctx, batch)}
+	})
 	defer close(recordReq)
-	for i := 0; i < cfg.Workers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for did := range dispatch {
-				res, err := cfg.Jobs.Run(ctx, backfill.Request{DID: did})
-				select {
-				case results <- outcome{did: did, res: res, err: err}:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}()
+	for range cfg.Workers {
+		serve(ctx, &wg, dispatch, results, func(did string) outcome {
+			res, err := cfg.Jobs.Run(ctx, backfill.Request{DID: did})
+			return outcome{did: did, res: res, err: err}
+		})
 	}
 	defer close(dispatch)
 	// The checkpointer makes one checkpoint at a time durable and reports
 	// it, so the coordinator never blocks on the writer for one.
 	ckReq := make(chan checkpoint)
 	ckDone := make(chan error)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for c := range ckReq {
-			err := b.writeCheckpoint(ctx, c)
-			select {
-			case ckDone <- err:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	serve(ctx, &wg, ckReq, ckDone, func(c checkpoint) error { return b.writeCheckpoint(ctx, c) })
 	defer close(ckReq)
 
 	checkpointing := len(cfg.Repos) == 0 && cfg.MaxRepos == 0
@@ -469,18 +441,30 @@ func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing
 	}
 }
 
+// serve starts one goroutine of wg that runs fn on each request from req
+// and sends the result on res, until req is closed or ctx ends.
+func serve[T, R any](ctx context.Context, wg *sync.WaitGroup, req <-chan T, res chan<- R, fn func(T) R) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for v := range req {
+			select {
+			case res <- fn(v):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+}
+
 // writeCheckpoint makes c durable in one unit and then fires
 // crashpoint.Checkpoint.
 func (b *Bootstrap) writeCheckpoint(ctx context.Context, c checkpoint) error {
 	puts, err := checkpointPuts(c)
+	if err == nil {
+		err = applyUnit(ctx, b.cfg.Writer, &archive.Unit{Puts: puts})
+	}
 	if err != nil {
-		return fmt.Errorf("bootstrap: checkpoint: %w", err)
-	}
-	acks := archive.NewAcks()
-	if err := b.cfg.Writer.Submit(ctx, &archive.Unit{Puts: puts, Acks: acks}); err != nil {
-		return fmt.Errorf("bootstrap: submit checkpoint: %w", err)
-	}
-	if err := waitUnits(ctx, b.cfg.Writer, acks, 1); err != nil {
 		return fmt.Errorf("bootstrap: checkpoint: %w", err)
 	}
 	b.cfg.Crash.Hit(crashpoint.Checkpoint)

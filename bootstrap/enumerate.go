@@ -169,11 +169,7 @@ func (b *Bootstrap) record(ctx context.Context, entries []upstream.RepoEntry, sh
 		}
 	}
 	if len(ups) > 0 {
-		acks := archive.NewAcks()
-		if err := b.cfg.Writer.Submit(ctx, &archive.Unit{Repos: ups, Acks: acks}); err != nil {
-			return nil, fmt.Errorf("bootstrap: record page: %w", err)
-		}
-		if err := waitUnits(ctx, b.cfg.Writer, acks, 1); err != nil {
+		if err := applyUnit(ctx, b.cfg.Writer, &archive.Unit{Repos: ups}); err != nil {
 			return nil, fmt.Errorf("bootstrap: record page: %w", err)
 		}
 		b.cfg.Crash.Hit(crashpoint.BootstrapEnqueued)
@@ -198,11 +194,7 @@ func (b *Bootstrap) writeNotStarted(ctx context.Context, dids []string) error {
 	for i, d := range dids {
 		ups[i] = archive.RepoUpdate{DID: d, Func: discovered(true, "")}
 	}
-	acks := archive.NewAcks()
-	if err := b.cfg.Writer.Submit(ctx, &archive.Unit{Repos: ups, Acks: acks}); err != nil {
-		return fmt.Errorf("bootstrap: record repos: %w", err)
-	}
-	if err := waitUnits(ctx, b.cfg.Writer, acks, 1); err != nil {
+	if err := applyUnit(ctx, b.cfg.Writer, &archive.Unit{Repos: ups}); err != nil {
 		return fmt.Errorf("bootstrap: record repos: %w", err)
 	}
 	b.cfg.Crash.Hit(crashpoint.BootstrapEnqueued)

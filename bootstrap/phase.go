@@ -39,17 +39,13 @@ func EnterMerging(ctx context.Context, s *archive.Store, w backfill.Writer, now 
 	if err != nil {
 		return fmt.Errorf("bootstrap: enter merging: %w", err)
 	}
-	acks := archive.NewAcks()
-	u := &archive.Unit{Acks: acks, Puts: []archive.KV{
+	u := &archive.Unit{Puts: []archive.KV{
 		{Key: archive.KeyPhase, Value: pv},
 		{Key: archive.KeyPhaseEnteredAt, Value: archive.EncodeTime(now)},
 		{Key: archive.KeyBackfillStartedAt, Value: archive.EncodeTime(started)},
 		{Key: archive.KeyBackfillCompleteAt, Value: archive.EncodeTime(now)},
 	}}
-	if err := w.Submit(ctx, u); err != nil {
-		return fmt.Errorf("bootstrap: enter merging: %w", err)
-	}
-	if err := waitUnits(ctx, w, acks, 1); err != nil {
+	if err := applyUnit(ctx, w, u); err != nil {
 		return fmt.Errorf("bootstrap: enter merging: %w", err)
 	}
 	return nil

@@ -83,6 +83,16 @@ func waitUnits(ctx context.Context, w backfill.Writer, acks *archive.Acks, n int
 	return err
 }
 
+// applyUnit submits u to w and waits until it is durable (waitUnits).
+func applyUnit(ctx context.Context, w backfill.Writer, u *archive.Unit) error {
+	acks := archive.NewAcks()
+	u.Acks = acks
+	if err := w.Submit(ctx, u); err != nil {
+		return fmt.Errorf("submit: %w", err)
+	}
+	return waitUnits(ctx, w, acks, 1)
+}
+
 func writerStopped(w interface{ Err() error }) error {
 	if err := w.Err(); err != nil {
 		return fmt.Errorf("writer stopped: %w", err)
