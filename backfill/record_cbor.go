@@ -3,7 +3,11 @@
 
 package backfill
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/backstream/backstream/internal/cborhead"
+)
 
 // Limits of the structural scan. maxCBORDepth bounds recursion on hostile
 // input (a 1 MiB record could otherwise nest a million levels); real records
@@ -18,8 +22,8 @@ const (
 // strings, tag 42 (CID link, a byte string starting with
 // the 0x00 multibase prefix) the only tag, simple values only false, true and
 // null (floats pass; rejecting them is the data model's job, not framing),
-// and no trailing bytes. It does not check canonical ordering or minimal
-// integer encodings, nor that text is UTF-8 (atdata accepts invalid UTF-8
+// and no trailing bytes. Heads are read leniently (cborhead.ReadLenient): it
+// does not check canonical ordering or minimal integer encodings, nor that text is UTF-8 (atdata accepts invalid UTF-8
 // too; rendering it is the JSON encoder's job). Every canonical record
 // atdata accepts passes (FuzzRecordCBOR).
 func wellFormedCBORMap(b []byte) bool {
@@ -30,45 +34,13 @@ func wellFormedCBORMap(b []byte) bool {
 	return ok && end == len(b)
 }
 
-// cborHead reads an item head at pos: major type, argument, position after
-// the head.
-func cborHead(b []byte, pos int) (major byte, arg uint64, next int, ok bool) {
-	if pos >= len(b) {
-		return 0, 0, 0, false
-	}
-	major, info := b[pos]>>5, b[pos]&0x1f
-	pos++
-	var n int
-	switch {
-	case info < 24:
-		return major, uint64(info), pos, true
-	case info == 24:
-		n = 1
-	case info == 25:
-		n = 2
-	case info == 26:
-		n = 4
-	case info == 27:
-		n = 8
-	default: // 28–30 reserved, 31 indefinite length: not DAG-CBOR
-		return 0, 0, 0, false
-	}
-	if len(b)-pos < n {
-		return 0, 0, 0, false
-	}
-	for _, c := range b[pos : pos+n] {
-		arg = arg<<8 | uint64(c)
-	}
-	return major, arg, pos + n, true
-}
-
 // skipCBOR validates the item at pos and returns the position after it.
 func skipCBOR(b []byte, pos, depth int) (int, bool) {
 	if pos >= len(b) {
 		return 0, false
 	}
 	ib := b[pos]
-	major, arg, pos, ok := cborHead(b, pos)
+	major, arg, pos, ok := cborhead.ReadLenient(b, pos)
 	if !ok {
 		return 0, false
 	}
@@ -114,7 +86,7 @@ func skipCBOR(b []byte, pos, depth int) (int, bool) {
 		if arg != 42 {
 			return 0, false
 		}
-		m, n, start, ok := cborHead(b, pos)
+		m, n, start, ok := cborhead.ReadLenient(b, pos)
 		if !ok || m != 2 || n > uint64(len(b)-start) || !validCIDLink(b[start:start+int(n)]) {
 			return 0, false
 		}
@@ -132,7 +104,7 @@ func skipCBOR(b []byte, pos, depth int) (int, bool) {
 
 // keyText returns the content of the validated text string item b[start:end].
 func keyText(b []byte, start, end int) []byte {
-	_, _, content, _ := cborHead(b, start)
+	_, _, content, _ := cborhead.ReadLenient(b, start)
 	return b[content:end]
 }
 

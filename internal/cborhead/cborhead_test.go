@@ -42,23 +42,96 @@ func TestRead(t *testing.T) {
 	}
 }
 
-// FuzzRead: never panics, never reads past the input, and accepts exactly
-// the heads whose re-encoding in the shortest form is the input.
+// TestReadLenient: the widths Read refuses as non-minimal are read, and
+// every other refusal of Read stands.
+func TestReadLenient(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		b     []byte
+		major byte
+		arg   uint64
+		next  int
+		ok    bool
+	}{
+		{"tiny", []byte{0x17}, 0, 23, 1, true},
+		{"one byte not minimal", []byte{0x18, 23}, 0, 23, 2, true},
+		{"two bytes not minimal", []byte{0x59, 0x00, 0xff}, 2, 255, 3, true},
+		{"four bytes not minimal", []byte{0x7a, 0x00, 0x00, 0xff, 0xff}, 3, 65535, 5, true},
+		{"eight bytes not minimal", binary.BigEndian.AppendUint64([]byte{0x9b}, 1), 4, 1, 9, true},
+		{"half float bits", []byte{0xf9, 0x3c, 0x00}, 7, 0x3c00, 3, true},
+		{"truncated argument", []byte{0x1a, 0x00, 0x00, 0x01}, 0, 0, 0, false},
+		{"indefinite", []byte{0x5f}, 0, 0, 0, false},
+		{"reserved", []byte{0x1e}, 0, 0, 0, false},
+		{"empty", nil, 0, 0, 0, false},
+	} {
+		major, arg, next, ok := ReadLenient(tc.b, 0)
+		if ok != tc.ok || ok && (major != tc.major || arg != tc.arg || next != tc.next) {
+			t.Errorf("%s: ReadLenient(%x) = %d %d %d %v, want %d %d %d %v", tc.name, tc.b, major, arg, next, ok, tc.major, tc.arg, tc.next, tc.ok)
+		}
+	}
+}
+
+// FuzzRead holds both modes to the CBOR head grammar: neither panics or
+// reads past the input; ReadLenient accepts exactly a first byte with
+// additional information below 28 followed by the argument bytes it names,
+// and reads them big-endian; Read accepts exactly those heads whose
+// shortest re-encoding is the input, with ReadLenient's results (so lenient
+// is a superset of strict, and strict is the shortest-encoding rule).
 func FuzzRead(f *testing.F) {
 	f.Add([]byte{0x18, 0x18})
 	f.Add([]byte{0x19, 0x00, 0x18})
+	f.Add([]byte{0x18, 0x17})
+	f.Add([]byte{0x9b, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{0x5f})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		major, arg, next, ok := Read(b, 0)
-		if !ok {
+		lm, la, ln, lok := ReadLenient(b, 0)
+		sm, sa, sn, sok := Read(b, 0)
+		if lok != wellFramed(b) {
+			t.Fatalf("ReadLenient(%x) ok = %v", b, lok)
+		}
+		if !lok {
+			if sok {
+				t.Fatalf("Read accepts %x, ReadLenient does not", b)
+			}
 			return
 		}
-		if next > len(b) {
-			t.Fatalf("next %d past %d bytes", next, len(b))
+		if ln > len(b) {
+			t.Fatalf("next %d past %d bytes", ln, len(b))
 		}
-		if enc := encode(major, arg); string(enc) != string(b[:next]) {
-			t.Fatalf("accepted %x, shortest form is %x", b[:next], enc)
+		var want uint64
+		if info := b[0] & 0x1f; info < 24 {
+			want = uint64(info)
+		} else {
+			for _, c := range b[1:ln] {
+				want = want<<8 | uint64(c)
+			}
+		}
+		if lm != b[0]>>5 || la != want {
+			t.Fatalf("ReadLenient(%x) = %d %d, want %d %d", b, lm, la, b[0]>>5, want)
+		}
+		shortest := string(encode(lm, la)) == string(b[:ln])
+		if sok != shortest {
+			t.Fatalf("Read(%x) ok = %v, shortest form is %x", b, sok, encode(lm, la))
+		}
+		if sok && (sm != lm || sa != la || sn != ln) {
+			t.Fatalf("Read(%x) = %d %d %d, ReadLenient %d %d %d", b, sm, sa, sn, lm, la, ln)
 		}
 	})
+}
+
+// wellFramed is the lenient grammar written out: additional information
+// below 24, or 24–27 followed by 1, 2, 4 or 8 argument bytes.
+func wellFramed(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	switch info := b[0] & 0x1f; {
+	case info < 24:
+		return true
+	case info < 28:
+		return len(b) > 1<<(info-24)
+	}
+	return false
 }
 
 func encode(major byte, arg uint64) []byte {
