@@ -5,68 +5,54 @@ import (
 	"testing"
 )
 
+// TestRead: each head through both modes. The results are checked where a
+// mode accepts; lenient accepts the non-minimal forms strict refuses.
 func TestRead(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		b     []byte
-		major byte
-		arg   uint64
-		next  int
-		ok    bool
+		name            string
+		b               []byte
+		major           byte
+		arg             uint64
+		next            int
+		strict, lenient bool
 	}{
-		{"tiny", []byte{0x17}, 0, 23, 1, true},
-		{"one byte", []byte{0x38, 24}, 1, 24, 2, true},
-		{"one byte not minimal", []byte{0x18, 23}, 0, 0, 0, false},
-		{"two bytes", []byte{0x59, 0x01, 0x00}, 2, 256, 3, true},
-		{"two bytes not minimal", []byte{0x59, 0x00, 0xff}, 0, 0, 0, false},
-		{"four bytes", []byte{0x7a, 0x00, 0x01, 0x00, 0x00}, 3, 65536, 5, true},
-		{"four bytes not minimal", []byte{0x7a, 0x00, 0x00, 0xff, 0xff}, 0, 0, 0, false},
-		{"eight bytes", binary.BigEndian.AppendUint64([]byte{0x9b}, 1<<32), 4, 1 << 32, 9, true},
-		{"eight bytes not minimal", binary.BigEndian.AppendUint64([]byte{0x9b}, 1<<32-1), 0, 0, 0, false},
-		{"truncated argument", []byte{0x19, 0x01}, 0, 0, 0, false},
-		{"indefinite", []byte{0x9f}, 0, 0, 0, false},
-		{"reserved", []byte{0x1c}, 0, 0, 0, false},
-		{"empty", nil, 0, 0, 0, false},
+		{"tiny", []byte{0x17}, 0, 23, 1, true, true},
+		{"one byte", []byte{0x38, 24}, 1, 24, 2, true, true},
+		{"one byte not minimal", []byte{0x18, 23}, 0, 23, 2, false, true},
+		{"two bytes", []byte{0x59, 0x01, 0x00}, 2, 256, 3, true, true},
+		{"two bytes not minimal", []byte{0x59, 0x00, 0xff}, 2, 255, 3, false, true},
+		{"four bytes", []byte{0x7a, 0x00, 0x01, 0x00, 0x00}, 3, 65536, 5, true, true},
+		{"four bytes not minimal", []byte{0x7a, 0x00, 0x00, 0xff, 0xff}, 3, 65535, 5, false, true},
+		{"eight bytes", binary.BigEndian.AppendUint64([]byte{0x9b}, 1<<32), 4, 1 << 32, 9, true, true},
+		{"eight bytes not minimal", binary.BigEndian.AppendUint64([]byte{0x9b}, 1<<32-1), 4, 1<<32 - 1, 9, false, true},
+		{"half float bits", []byte{0xf9, 0x3c, 0x00}, 7, 0x3c00, 3, true, true},
+		{"half float zero", []byte{0xf9, 0x00, 0x00}, 7, 0, 3, false, true},
+		{"truncated argument", []byte{0x19, 0x01}, 0, 0, 0, false, false},
+		{"indefinite", []byte{0x9f}, 0, 0, 0, false, false},
+		{"reserved", []byte{0x1c}, 0, 0, 0, false, false},
+		{"empty", nil, 0, 0, 0, false, false},
 	} {
-		major, arg, next, ok := Read(tc.b, 0)
-		if ok != tc.ok || ok && (major != tc.major || arg != tc.arg || next != tc.next) {
-			t.Errorf("%s: Read(%x) = %d %d %d %v, want %d %d %d %v", tc.name, tc.b, major, arg, next, ok, tc.major, tc.arg, tc.next, tc.ok)
+		for _, m := range []struct {
+			name string
+			read func([]byte, int) (byte, uint64, int, bool)
+			want bool
+		}{{"Read", Read, tc.strict}, {"ReadLenient", ReadLenient, tc.lenient}} {
+			major, arg, next, ok := m.read(tc.b, 0)
+			if ok != m.want || ok && (major != tc.major || arg != tc.arg || next != tc.next) {
+				t.Errorf("%s: %s(%x) = %d %d %d %v, want %d %d %d %v", tc.name, m.name, tc.b, major, arg, next, ok, tc.major, tc.arg, tc.next, m.want)
+			}
 		}
 	}
 	// At an offset, and past the end.
 	if m, a, n, ok := Read([]byte{0xff, 0xa2}, 1); !ok || m != 5 || a != 2 || n != 2 {
 		t.Errorf("offset read: %d %d %d %v", m, a, n, ok)
 	}
-	if _, _, _, ok := Read([]byte{0x01}, 1); ok {
-		t.Error("read past the end")
-	}
-}
-
-// TestReadLenient: the widths Read refuses as non-minimal are read, and
-// every other refusal of Read stands.
-func TestReadLenient(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		b     []byte
-		major byte
-		arg   uint64
-		next  int
-		ok    bool
-	}{
-		{"tiny", []byte{0x17}, 0, 23, 1, true},
-		{"one byte not minimal", []byte{0x18, 23}, 0, 23, 2, true},
-		{"two bytes not minimal", []byte{0x59, 0x00, 0xff}, 2, 255, 3, true},
-		{"four bytes not minimal", []byte{0x7a, 0x00, 0x00, 0xff, 0xff}, 3, 65535, 5, true},
-		{"eight bytes not minimal", binary.BigEndian.AppendUint64([]byte{0x9b}, 1), 4, 1, 9, true},
-		{"half float bits", []byte{0xf9, 0x3c, 0x00}, 7, 0x3c00, 3, true},
-		{"truncated argument", []byte{0x1a, 0x00, 0x00, 0x01}, 0, 0, 0, false},
-		{"indefinite", []byte{0x5f}, 0, 0, 0, false},
-		{"reserved", []byte{0x1e}, 0, 0, 0, false},
-		{"empty", nil, 0, 0, 0, false},
-	} {
-		major, arg, next, ok := ReadLenient(tc.b, 0)
-		if ok != tc.ok || ok && (major != tc.major || arg != tc.arg || next != tc.next) {
-			t.Errorf("%s: ReadLenient(%x) = %d %d %d %v, want %d %d %d %v", tc.name, tc.b, major, arg, next, ok, tc.major, tc.arg, tc.next, tc.ok)
+	for _, read := range []func([]byte, int) (byte, uint64, int, bool){Read, ReadLenient} {
+		if _, _, _, ok := read([]byte{0x01}, 1); ok {
+			t.Error("read past the end")
+		}
+		if _, _, _, ok := read([]byte{0x01}, -1); ok {
+			t.Error("read before the start")
 		}
 	}
 }
