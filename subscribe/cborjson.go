@@ -20,6 +20,8 @@ import (
 
 	"github.com/bluesky-social/indigo/atproto/atdata"
 	"github.com/ipfs/go-cid"
+
+	"github.com/backstream/backstream/internal/cborhead"
 )
 
 // ErrBadRecord means a record's DAG-CBOR cannot be rendered as atproto JSON
@@ -47,7 +49,6 @@ const MaxRecordDepth = 128
 // Limits of the reference path (refmt and atdata) that the transcoder mirrors.
 const (
 	refmtMaxStringLen = 33554432 // refmt rejects a byte or text string longer than this
-	maxInt            = int(^uint(0) >> 1)
 )
 
 // b32 is the multibase base32 alphabet (lower case, no padding) used for CIDv1
@@ -138,8 +139,11 @@ func (t *transcoder) record() ([]byte, error) {
 	case b == 0xbf || b>>5 == 6:
 		return dst, errFallback // indefinite map, or a tag the reference ignores here
 	case b>>5 == 5:
-		t.pos = 1
-		isBlob, err := t.mapBody(b & 31)
+		_, n, err := t.head()
+		if err != nil {
+			return dst, err
+		}
+		isBlob, err := t.mapBody(n)
 		if err != nil {
 			return dst, err
 		}
@@ -155,109 +159,61 @@ func (t *transcoder) record() ([]byte, error) {
 
 var errEOF = errors.New("unexpected end of CBOR data")
 
-// arg reads the argument of a head with additional info ai (< 31).
-func (t *transcoder) arg(ai byte) (uint64, error) {
-	in := t.in
-	switch {
-	case ai < 24:
-		return uint64(ai), nil
-	case ai == 24:
-		if t.pos+1 > len(in) {
-			return 0, errEOF
-		}
-		v := uint64(in[t.pos])
-		t.pos++
-		return v, nil
-	case ai == 25:
-		if t.pos+2 > len(in) {
-			return 0, errEOF
-		}
-		v := uint64(in[t.pos])<<8 | uint64(in[t.pos+1])
-		t.pos += 2
-		return v, nil
-	case ai == 26:
-		if t.pos+4 > len(in) {
-			return 0, errEOF
-		}
-		p := in[t.pos : t.pos+4]
-		v := uint64(p[0])<<24 | uint64(p[1])<<16 | uint64(p[2])<<8 | uint64(p[3])
-		t.pos += 4
-		return v, nil
-	case ai == 27:
-		if t.pos+8 > len(in) {
-			return 0, errEOF
-		}
-		p := in[t.pos : t.pos+8]
-		v := uint64(p[0])<<56 | uint64(p[1])<<48 | uint64(p[2])<<40 | uint64(p[3])<<32 |
-			uint64(p[4])<<24 | uint64(p[5])<<16 | uint64(p[6])<<8 | uint64(p[7])
-		t.pos += 8
-		return v, nil
+// head reads the head at t.pos and moves past it. Heads are read
+// leniently (cborhead.ReadLenient): an argument in a wider form than it
+// needs is accepted, as the reference decoder (refmt) accepts it.
+func (t *transcoder) head() (major byte, arg uint64, err error) {
+	major, arg, next, ok := cborhead.ReadLenient(t.in, t.pos)
+	if !ok {
+		return 0, 0, t.badHead()
 	}
-	return 0, fmt.Errorf("invalid CBOR additional info %d", ai)
+	t.pos = next
+	return major, arg, nil
 }
 
-// length reads a definite length (string, array, map) and checks it fits an
-// int, as refmt does.
-func (t *transcoder) length(ai byte) (int, error) {
-	if ai < 24 {
-		return int(ai), nil
+// badHead says why the head at t.pos does not read: an indefinite-length
+// string, array or map (legal to the reference decoder, so left to it), an
+// initial byte no definite item has, or the end of the input.
+func (t *transcoder) badHead() error {
+	if t.pos >= len(t.in) {
+		return errEOF
 	}
-	v, err := t.arg(ai)
-	if err != nil {
-		return 0, err
+	switch b := t.in[t.pos]; {
+	case b&31 == 31 && b>>5 >= 2 && b>>5 <= 5:
+		return errFallback
+	case b&31 >= 28:
+		return errBadHead(b)
 	}
-	if v > uint64(maxInt) {
-		return 0, errors.New("CBOR length out of range")
-	}
-	return int(v), nil
+	return errEOF // the argument runs past the end
 }
 
-// strBody reads the payload of a definite byte or text string.
-func (t *transcoder) strBody(ai byte) ([]byte, error) {
-	n, err := t.length(ai)
-	if err != nil {
-		return nil, err
-	}
+// strBody reads the payload of a definite byte or text string of n bytes.
+func (t *transcoder) strBody(n uint64) ([]byte, error) {
 	if n > refmtMaxStringLen {
 		return nil, fmt.Errorf("CBOR string too long: %d", n)
 	}
-	if n > len(t.in)-t.pos {
+	if n > uint64(len(t.in)-t.pos) {
 		return nil, errEOF
 	}
-	s := t.in[t.pos : t.pos+n] // cap runs to the record's end: see appendJSONBytes
-	t.pos += n
+	s := t.in[t.pos : t.pos+int(n)] // cap runs to the record's end: see appendJSONBytes
+	t.pos += int(n)
 	return s, nil
 }
 
 // value transcodes one data item at t.pos.
 func (t *transcoder) value() (valKind, int64, error) {
-	if t.pos >= len(t.in) {
-		return vkOther, 0, errEOF
+	start := t.pos
+	major, arg, err := t.head()
+	if err != nil {
+		return vkOther, 0, err
 	}
-	b := t.in[t.pos]
-	t.pos++
-	major, ai := b>>5, b&31
 	switch major {
 	case 0: // unsigned int: refmt hands it on as Go int, wrapping above MaxInt64
-		if ai == 31 {
-			return vkOther, 0, errBadHead(b)
-		}
-		u, err := t.arg(ai)
-		if err != nil {
-			return vkOther, 0, err
-		}
-		v := int64(u)
+		v := int64(arg)
 		t.out = strconv.AppendInt(t.out, v, 10)
 		return vkInt, v, nil
-	case 1: // negative int: -1-u, with refmt's range check (and its wrap at u = MaxUint64)
-		if ai == 31 {
-			return vkOther, 0, errBadHead(b)
-		}
-		u, err := t.arg(ai)
-		if err != nil {
-			return vkOther, 0, err
-		}
-		p := u + 1
+	case 1: // negative int: -1-arg, with refmt's range check (and its wrap at arg = MaxUint64)
+		p := arg + 1
 		if p > 1<<63 {
 			return vkOther, 0, errors.New("negative integer out of range")
 		}
@@ -265,10 +221,7 @@ func (t *transcoder) value() (valKind, int64, error) {
 		t.out = strconv.AppendInt(t.out, v, 10)
 		return vkInt, v, nil
 	case 2:
-		if ai == 31 {
-			return vkOther, 0, errFallback
-		}
-		s, err := t.strBody(ai)
+		s, err := t.strBody(arg)
 		if err != nil {
 			return vkOther, 0, err
 		}
@@ -277,10 +230,7 @@ func (t *transcoder) value() (valKind, int64, error) {
 		t.out = append(t.out, '"', '}')
 		return vkOther, 0, nil
 	case 3:
-		if ai == 31 {
-			return vkOther, 0, errFallback
-		}
-		s, err := t.strBody(ai)
+		s, err := t.strBody(arg)
 		if err != nil {
 			return vkOther, 0, err
 		}
@@ -291,21 +241,15 @@ func (t *transcoder) value() (valKind, int64, error) {
 		t.str = s
 		return vkText, 0, nil
 	case 4:
-		if ai == 31 {
-			return vkOther, 0, errFallback
-		}
-		return vkOther, 0, t.array(ai)
+		return vkOther, 0, t.array(arg)
 	case 5:
-		if ai == 31 {
-			return vkOther, 0, errFallback
-		}
-		_, err := t.mapBody(ai) // a nested blob is just a value
+		_, err := t.mapBody(arg) // a nested blob is just a value
 		return vkOther, 0, err
 	case 6:
-		return t.tag(b)
+		return t.tag(arg)
 	}
-	// major 7
-	switch b {
+	// major 7: the argument is a simple value or a float's bits
+	switch b := t.in[start]; b {
 	case 0xf4:
 		t.out = append(t.out, "false"...)
 	case 0xf5:
@@ -313,7 +257,7 @@ func (t *transcoder) value() (valKind, int64, error) {
 	case 0xf6, 0xf7:
 		t.out = append(t.out, "null"...)
 	case 0xf9, 0xfa, 0xfb:
-		return t.float(b)
+		return t.float(b, arg)
 	default:
 		return vkOther, 0, errBadHead(b)
 	}
@@ -323,31 +267,17 @@ func (t *transcoder) value() (valKind, int64, error) {
 func errBadHead(b byte) error { return fmt.Errorf("invalid CBOR initial byte 0x%02x", b) }
 
 // float accepts a float only if it is integral, as atdata does, and renders it
-// as an integer.
-func (t *transcoder) float(b byte) (valKind, int64, error) {
+// as an integer. bits is the head's argument: the half, single or double
+// precision value as the initial byte b says.
+func (t *transcoder) float(b byte, bits uint64) (valKind, int64, error) {
 	var f float64
 	switch b {
 	case 0xf9:
-		if t.pos+2 > len(t.in) {
-			return vkOther, 0, errEOF
-		}
-		f = halfToFloat64(uint16(t.in[t.pos])<<8 | uint16(t.in[t.pos+1]))
-		t.pos += 2
+		f = halfToFloat64(uint16(bits))
 	case 0xfa:
-		if t.pos+4 > len(t.in) {
-			return vkOther, 0, errEOF
-		}
-		p := t.in[t.pos : t.pos+4]
-		f = float64(math.Float32frombits(uint32(p[0])<<24 | uint32(p[1])<<16 | uint32(p[2])<<8 | uint32(p[3])))
-		t.pos += 4
+		f = float64(math.Float32frombits(uint32(bits)))
 	default:
-		if t.pos+8 > len(t.in) {
-			return vkOther, 0, errEOF
-		}
-		p := t.in[t.pos : t.pos+8]
-		f = math.Float64frombits(uint64(p[0])<<56 | uint64(p[1])<<48 | uint64(p[2])<<40 | uint64(p[3])<<32 |
-			uint64(p[4])<<24 | uint64(p[5])<<16 | uint64(p[6])<<8 | uint64(p[7]))
-		t.pos += 8
+		f = math.Float64frombits(bits)
 	}
 	// The same expression atdata uses, so out-of-range conversions behave the
 	// same on this platform.
@@ -379,31 +309,26 @@ func halfToFloat64(h uint16) float64 {
 	return sign * math.Ldexp(1024+frac, exp-25)
 }
 
-// tag handles a tagged value: only tag 42 (a CID link) over a definite byte
-// string is data; every other tag is an error in the reference too.
-func (t *transcoder) tag(b byte) (valKind, int64, error) {
-	if b&31 == 31 {
-		return vkOther, 0, errBadHead(b)
-	}
-	n, err := t.length(b & 31)
-	if err != nil {
-		return vkOther, 0, err
-	}
+// tag handles a tagged value with tag number n: only tag 42 (a CID link)
+// over a definite byte string is data; every other tag is an error in the
+// reference too.
+func (t *transcoder) tag(n uint64) (valKind, int64, error) {
 	if n != 42 {
 		return vkOther, 0, fmt.Errorf("unsupported CBOR tag %d", n)
 	}
 	if t.pos >= len(t.in) {
 		return vkOther, 0, errEOF
 	}
-	c := t.in[t.pos]
-	t.pos++
-	if c == 0x5f {
+	if c := t.in[t.pos]; c == 0x5f {
 		return vkOther, 0, errFallback
-	}
-	if c>>5 != 2 {
+	} else if c>>5 != 2 {
 		return vkOther, 0, errors.New("tag 42 must wrap a byte string")
 	}
-	raw, err := t.strBody(c & 31)
+	_, l, err := t.head()
+	if err != nil {
+		return vkOther, 0, err
+	}
+	raw, err := t.strBody(l)
 	if err != nil {
 		return vkOther, 0, err
 	}
@@ -438,12 +363,8 @@ func appendCIDString(dst, c []byte) ([]byte, error) {
 	return append(dst, parsed.String()...), nil
 }
 
-// array transcodes the body of a definite array.
-func (t *transcoder) array(ai byte) error {
-	n, err := t.length(ai)
-	if err != nil {
-		return err
-	}
+// array transcodes the body of a definite array of n items.
+func (t *transcoder) array(n uint64) error {
 	if n > atdata.MAX_CBOR_CONTAINER_LEN {
 		return fmt.Errorf("data array length too long: %d", n)
 	}
@@ -451,7 +372,7 @@ func (t *transcoder) array(ai byte) error {
 		return ErrTooDeep
 	}
 	t.out = append(t.out, '[')
-	for i := 0; i < n; i++ {
+	for i := range int(n) {
 		if i > 0 {
 			t.out = append(t.out, ',')
 		}
@@ -479,13 +400,9 @@ type mapInfo struct {
 	refStart, refEnd          int // rendered ref value span in t.out
 }
 
-// mapBody transcodes the body of a definite map whose head had additional info
-// ai. It reports whether the map was a blob (already rendered as one).
-func (t *transcoder) mapBody(ai byte) (bool, error) {
-	n, err := t.length(ai)
-	if err != nil {
-		return false, err
-	}
+// mapBody transcodes the body of a definite map of n entries. It reports
+// whether the map was a blob (already rendered as one).
+func (t *transcoder) mapBody(n uint64) (bool, error) {
 	if n > atdata.MAX_CBOR_CONTAINER_LEN {
 		return false, fmt.Errorf("data object has too many fields: %d", n)
 	}
@@ -496,21 +413,22 @@ func (t *transcoder) mapBody(ai byte) (bool, error) {
 	t.out = append(t.out, '{')
 	base := len(t.ents)
 	var mi mapInfo
-	for i := 0; i < n; i++ {
+	for i := range int(n) {
 		// Key: a definite text string. A tagged or indefinite key is legal
 		// to the reference decoder; leave those to it.
 		if t.pos >= len(t.in) {
 			return false, errEOF
 		}
-		kb := t.in[t.pos]
-		t.pos++
-		if kb == 0x7f || kb>>5 == 6 {
+		if kb := t.in[t.pos]; kb == 0x7f || kb>>5 == 6 {
 			return false, errFallback
-		}
-		if kb>>5 != 3 {
+		} else if kb>>5 != 3 {
 			return false, errors.New("map key is not a text string")
 		}
-		key, err := t.strBody(kb & 31)
+		_, kl, err := t.head()
+		if err != nil {
+			return false, err
+		}
+		key, err := t.strBody(kl)
 		if err != nil {
 			return false, err
 		}
@@ -560,7 +478,7 @@ func (t *transcoder) mapBody(ai byte) (bool, error) {
 		}
 	}
 	t.depth--
-	isBlob, err := t.finishMap(mapStart, base, n, &mi)
+	isBlob, err := t.finishMap(mapStart, base, int(n), &mi)
 	t.ents = t.ents[:base]
 	return isBlob, err
 }
@@ -837,32 +755,6 @@ func checkDepth(in []byte, limit int) error {
 	// left[i] is how many items container i still holds; -1 = indefinite.
 	var left []int64
 	pos := 0
-	readArg := func(ai byte) (uint64, bool) {
-		var n int
-		switch {
-		case ai < 24:
-			return uint64(ai), true
-		case ai == 24:
-			n = 1
-		case ai == 25:
-			n = 2
-		case ai == 26:
-			n = 4
-		case ai == 27:
-			n = 8
-		default:
-			return 0, false
-		}
-		if pos+n > len(in) {
-			return 0, false
-		}
-		var v uint64
-		for _, c := range in[pos : pos+n] {
-			v = v<<8 | uint64(c)
-		}
-		pos += n
-		return v, true
-	}
 	for {
 		for len(left) > 0 && left[len(left)-1] == 0 {
 			left = left[:len(left)-1]
@@ -870,47 +762,48 @@ func checkDepth(in []byte, limit int) error {
 		if pos >= len(in) {
 			return nil
 		}
-		b := in[pos]
-		pos++
-		if len(left) > 0 && left[len(left)-1] < 0 && b == 0xff {
+		if len(left) > 0 && left[len(left)-1] < 0 && in[pos] == 0xff {
 			left = left[:len(left)-1] // end of an indefinite container
+			pos++
 		} else {
 			if len(left) > 0 && left[len(left)-1] > 0 {
 				left[len(left)-1]--
 			}
-			for b>>5 == 6 { // tags belong to the item that follows
-				if _, ok := readArg(b & 31); !ok || pos >= len(in) {
+			for in[pos]>>5 == 6 { // tags belong to the item that follows
+				_, _, next, ok := cborhead.ReadLenient(in, pos)
+				if !ok || next >= len(in) {
 					return nil
 				}
-				b = in[pos]
-				pos++
+				pos = next
 			}
+			b := in[pos]
 			major, ai := b>>5, b&31
 			switch {
 			case (major == 2 || major == 3) && ai == 31:
-				for {
+				for pos++; ; {
 					if pos >= len(in) {
 						return nil
 					}
-					c := in[pos]
-					pos++
-					if c == 0xff {
+					if in[pos] == 0xff {
+						pos++
 						break
 					}
-					n, ok := readArg(c & 31)
-					if !ok || n > uint64(len(in)-pos) {
+					_, n, next, ok := cborhead.ReadLenient(in, pos)
+					if !ok || n > uint64(len(in)-next) {
 						return nil
 					}
-					pos += int(n)
+					pos = next + int(n)
 				}
 			case major == 4 || major == 5:
 				n := int64(-1)
-				if ai != 31 {
-					v, ok := readArg(ai)
+				if ai == 31 {
+					pos++
+				} else {
+					_, v, next, ok := cborhead.ReadLenient(in, pos)
 					if !ok || v > uint64(len(in)) {
 						return nil // cannot be complete: the reference fails to decode it
 					}
-					n = int64(v)
+					pos, n = next, int64(v)
 					if major == 5 {
 						n *= 2
 					}
@@ -919,20 +812,14 @@ func checkDepth(in []byte, limit int) error {
 				if len(left) > limit {
 					return ErrTooDeep
 				}
-			case major == 7:
-				switch b {
-				case 0xf8:
-					pos++
-				case 0xf9:
-					pos += 2
-				case 0xfa:
-					pos += 4
-				case 0xfb:
-					pos += 8
-				}
-			default: // ints, definite strings
-				v, ok := readArg(ai)
-				if !ok {
+			default: // ints, definite strings, simple values and floats
+				_, v, next, ok := cborhead.ReadLenient(in, pos)
+				switch {
+				case ok:
+					pos = next
+				case major == 7 && ai >= 28:
+					pos++ // a reserved simple value or a stray break: one byte
+				default:
 					return nil
 				}
 				if major == 2 || major == 3 {

@@ -672,6 +672,10 @@ func TestDeepRecordRefusedWithoutRecursion(t *testing.T) {
 		"indefinite-outer": cat(x("bf 61 61"), nest, x("01 ff")),
 		"indefinite-inner": cat(x("a1 61 61"), bytes.Repeat([]byte{0x9f}, n/2), x("01"), bytes.Repeat([]byte{0xff}, n/2)),
 		"tagged-top":       cat(x("d8 2a a1 61 61"), nest, x("01")),
+		// Non-minimal heads behind an indefinite map: the guard reads
+		// them as the reference does (leniently), or it would let the
+		// reference recurse.
+		"indefinite-outer-nonminimal": cat(x("bf 78 01 61"), bytes.Repeat([]byte{0x98, 0x01}, n/2), x("01 ff")),
 	} {
 		_, err := AppendRecordJSON(nil, rec)
 		if !errors.Is(err, ErrTooDeep) || !errors.Is(err, ErrBadRecord) {
