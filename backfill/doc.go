@@ -7,8 +7,9 @@
 //
 // # What it provides
 //
-//   - Verify / VerifyBytes → *Snapshot: every block re-hashed, the commit
-//     decoded and checked, its DID equal to the requested one, the whole MST
+//   - Verify / VerifyBytes → *Snapshot: every block re-hashed (the CAR is
+//     read by internal/car, MST links by car.ReadLink, heads by
+//     internal/cborhead), the commit decoded and checked, its DID equal to the requested one, the whole MST
 //     walked with no node or record block missing, every record validated
 //     (drops by DropReason).
 //   - Runner.Run(ctx, Request) → Result: one job. It returns once the

@@ -16,8 +16,6 @@ package backfill
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +24,7 @@ import (
 	"math"
 	"unsafe"
 
+	"github.com/backstream/backstream/internal/car"
 	"github.com/bluesky-social/indigo/atproto/atcrypto"
 	"github.com/bluesky-social/indigo/atproto/repo"
 	"github.com/bluesky-social/indigo/atproto/syntax"
@@ -267,103 +266,52 @@ func readCAR(r io.Reader) ([]byte, error) {
 	}
 }
 
-// indexCAR parses the CAR v1 framing of b, re-hashes every block against
-// its CID, and indexes the blocks by CID bytes. The index keys alias b.
+// indexCAR reads b as a CAR v1 with internal/car (which re-hashes every
+// block against its CID) and indexes the blocks by CID bytes. The index
+// keys alias b.
 func indexCAR(ctx context.Context, b []byte) (cid.Cid, map[string]span, int, error) {
-	hlen, n := binary.Uvarint(b)
-	switch {
-	case n == 0:
-		return cid.Undef, nil, 0, verifyErr(ErrTruncated, io.ErrUnexpectedEOF, "header length")
-	case n < 0:
-		return cid.Undef, nil, 0, verifyErr(ErrMalformedCAR, nil, "header length overflows")
-	case hlen == 0:
-		return cid.Undef, nil, 0, verifyErr(ErrMalformedCAR, nil, "empty header")
-	case hlen > uint64(len(b)-n):
-		return cid.Undef, nil, 0, verifyErr(ErrTruncated, io.ErrUnexpectedEOF, "header of %d bytes, %d present", hlen, len(b)-n)
-	}
-	pos := n + int(hlen)
-	version, rootBytes, err := decodeCARHeader(b[n:pos])
+	r, err := car.Open(b)
 	if err != nil {
-		return cid.Undef, nil, 0, verifyErr(ErrMalformedCAR, err, "header")
+		return cid.Undef, nil, 0, carError(err, "")
 	}
-	if version != 1 {
-		return cid.Undef, nil, 0, verifyErr(ErrMalformedCAR, nil, "CAR version %d", version)
-	}
-	if rootBytes == nil {
+	roots := r.Roots()
+	if len(roots) == 0 {
 		return cid.Undef, nil, 0, verifyErr(ErrMalformedCAR, nil, "no root")
 	}
-	root, err := cid.Cast(rootBytes)
-	if err != nil { // decodeCARHeader checked it
+	root, err := cid.Cast(roots[0])
+	if err != nil { // car.ReadLink checked it
 		return cid.Undef, nil, 0, verifyErr(ErrMalformedCAR, err, "root")
 	}
 
 	// A repository block is rarely under 100 bytes with its framing.
-	index := make(map[string]span, min((len(b)-pos)/128+1, 1<<20))
+	index := make(map[string]span, min((len(b)-r.Offset())/128+1, 1<<20))
 	blocks := 0
-	for pos < len(b) {
+	for ; ; blocks++ {
 		if blocks%ctxCheckEvery == 0 {
 			if err := ctx.Err(); err != nil {
 				return cid.Undef, nil, 0, fmt.Errorf("backfill: verify: %w", err)
 			}
 		}
-		slen, n := binary.Uvarint(b[pos:])
-		switch {
-		case n == 0:
-			return cid.Undef, nil, 0, verifyErr(ErrTruncated, io.ErrUnexpectedEOF, "section %d length at offset %d", blocks, pos)
-		case n < 0:
-			return cid.Undef, nil, 0, verifyErr(ErrMalformedCAR, nil, "section %d length overflows at offset %d", blocks, pos)
+		c, data, err := r.Next()
+		if err == io.EOF {
+			return root, index, blocks, nil
 		}
-		pos += n
-		if slen > uint64(len(b)-pos) {
-			return cid.Undef, nil, 0, verifyErr(ErrTruncated, io.ErrUnexpectedEOF, "section %d of %d bytes at offset %d, %d present", blocks, slen, pos, len(b)-pos)
-		}
-		sec := b[pos : pos+int(slen)]
-		key, clen, err := checkBlock(sec)
 		if err != nil {
-			return cid.Undef, nil, 0, fmt.Errorf("%w (section %d at offset %d)", err, blocks, pos)
+			return cid.Undef, nil, 0, carError(err, fmt.Sprintf("section %d: ", blocks))
 		}
-		index[key] = span{off: uint32(pos + clen), end: uint32(pos + len(sec))}
-		pos += len(sec)
-		blocks++
+		end := r.Offset()
+		index[unsafe.String(unsafe.SliceData(c), len(c))] = span{off: uint32(end - len(data)), end: uint32(end)}
 	}
-	return root, index, blocks, nil
 }
 
-// sha256CIDLen is the length of a CIDv1 with a one-byte codec and a sha2-256
-// multihash: version, codec, hash code 0x12, digest length 0x20, digest.
-const sha256CIDLen = 4 + sha256.Size
-
-// checkBlock parses the CID at the start of a section and checks the rest
-// hashes to it. It returns the index key (the CID's bytes) and the CID's
-// length. The common atproto shape (CIDv1, sha2-256) is checked without
-// allocating, its key aliasing sec; any other CID goes through go-cid.
-func checkBlock(sec []byte) (string, int, error) {
-	if len(sec) >= sha256CIDLen && sec[0] == 0x01 && sec[1] < 0x80 && sec[2] == 0x12 && sec[3] == 0x20 {
-		sum := sha256.Sum256(sec[sha256CIDLen:])
-		if !bytes.Equal(sum[:], sec[4:sha256CIDLen]) {
-			return "", 0, verifyErr(ErrBadBlock, nil, "block %s hashes to another CID", cidString(sec[:sha256CIDLen]))
-		}
-		return unsafe.String(&sec[0], sha256CIDLen), sha256CIDLen, nil
+// carError classifies an internal/car error by this package's sentinels;
+// where prefixes its message.
+func carError(err error, where string) error {
+	switch {
+	case errors.Is(err, car.ErrTruncated):
+		return verifyErr(ErrTruncated, io.ErrUnexpectedEOF, "%s%v", where, err)
+	case errors.Is(err, car.ErrBadBlock):
+		return verifyErr(ErrBadBlock, nil, "%s%v", where, err)
 	}
-	n, c, err := cid.CidFromBytes(sec)
-	if err != nil {
-		return "", 0, verifyErr(ErrMalformedCAR, err, "section CID")
-	}
-	sum, err := c.Prefix().Sum(sec[n:])
-	if err != nil {
-		return "", 0, verifyErr(ErrMalformedCAR, err, "hash block %s", c)
-	}
-	if !sum.Equals(c) {
-		return "", 0, verifyErr(ErrBadBlock, nil, "block %s hashes to %s", c, sum)
-	}
-	return c.KeyString(), n, nil
-}
-
-// cidString renders CID bytes for an error message (the error path only).
-func cidString(b []byte) string {
-	c, err := cid.Cast(b)
-	if err != nil {
-		return fmt.Sprintf("%x", b)
-	}
-	return c.String()
+	return verifyErr(ErrMalformedCAR, nil, "%s%v", where, err)
 }

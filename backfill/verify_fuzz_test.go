@@ -1,10 +1,8 @@
 package backfill
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/binary"
 	"slices"
 	"testing"
 
@@ -12,7 +10,6 @@ import (
 	"github.com/bluesky-social/indigo/atproto/repo/mst"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/ipfs/go-cid"
-	"github.com/ipld/go-car"
 )
 
 // checkVerifyOutcome is the property both fuzz targets hold: a failure is
@@ -192,30 +189,6 @@ func FuzzNodeDecode(f *testing.F) {
 			if nd.MarshalCBOR(&buf) == nil && bytes.Equal(buf.Bytes(), b) {
 				t.Fatalf("canonical node % x rejected: %v", b, err)
 			}
-		}
-	})
-}
-
-// FuzzCARHeader holds decodeCARHeader to go-car's header decoder: what it
-// accepts, go-car reads with the same version and first root.
-func FuzzCARHeader(f *testing.F) {
-	small := buildFixture(f, fixtureSpec{posts: 1})
-	hdr := writeCAR(f, []cid.Cid{small.commitBlk.c}, nil)
-	f.Add(hdr[1:])
-	f.Add(writeCAR(f, []cid.Cid{small.commitBlk.c, small.root}, nil)[1:])
-	f.Add(writeCAR(f, nil, nil)[1:])
-	f.Fuzz(func(t *testing.T, b []byte) {
-		version, root, err := decodeCARHeader(b)
-		if err != nil {
-			return
-		}
-		framed := binary.AppendUvarint(nil, uint64(len(b)))
-		h, gerr := car.ReadHeader(bufio.NewReader(bytes.NewReader(append(framed, b...))))
-		if gerr != nil {
-			t.Fatalf("decodeCARHeader accepts % x, go-car: %v", b, gerr)
-		}
-		if h.Version != version || (root == nil) != (len(h.Roots) == 0) || (root != nil && !bytes.Equal(root, h.Roots[0].Bytes())) {
-			t.Fatalf("header % x read differently: %d %x vs %d %v", b, version, root, h.Version, h.Roots)
 		}
 	})
 }

@@ -19,6 +19,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/backstream/backstream/internal/car"
 	"github.com/bluesky-social/indigo/atproto/repo/mst"
 	"github.com/ipfs/go-cid"
 )
@@ -90,7 +91,7 @@ func (w *walker) load(c []byte, depth int) (mstNode, bool, error) {
 	nd, err := decodeNode(w.car[loc.off:loc.end], w.entryBufs[depth])
 	w.entryBufs[depth] = nd.entries
 	if err != nil {
-		return nd, true, verifyErr(ErrBadTree, err, "decode node %s", cidString(c))
+		return nd, true, verifyErr(ErrBadTree, err, "decode node %s", car.CIDString(c))
 	}
 	return nd, true, nil
 }
@@ -98,17 +99,17 @@ func (w *walker) load(c []byte, depth int) (mstNode, bool, error) {
 // child loads and walks the subtree at c, expected at height.
 func (w *walker) child(c []byte, height, depth int) error {
 	if height < 0 {
-		return verifyErr(ErrBadTree, nil, "child %s below height 0", cidString(c))
+		return verifyErr(ErrBadTree, nil, "child %s below height 0", car.CIDString(c))
 	}
 	nd, found, err := w.load(c, depth)
 	if err != nil {
 		return err
 	}
 	if !found {
-		return verifyErr(ErrPartialTree, nil, "node %s at height %d absent", cidString(c), height)
+		return verifyErr(ErrPartialTree, nil, "node %s at height %d absent", car.CIDString(c), height)
 	}
 	if len(nd.entries) == 0 && nd.left == nil {
-		return verifyErr(ErrBadTree, nil, "empty node %s", cidString(c))
+		return verifyErr(ErrBadTree, nil, "empty node %s", car.CIDString(c))
 	}
 	return w.node(c, nd, height, depth)
 }
@@ -126,29 +127,29 @@ func (w *walker) node(self []byte, nd mstNode, height, depth int) error {
 	for i := range nd.entries {
 		e := &nd.entries[i]
 		if e.prefix > int64(len(key)) {
-			return verifyErr(ErrBadTree, nil, "node %s entry %d: prefix length %d of a %d-byte key", cidString(self), i, e.prefix, len(key))
+			return verifyErr(ErrBadTree, nil, "node %s entry %d: prefix length %d of a %d-byte key", car.CIDString(self), i, e.prefix, len(key))
 		}
 		key = append(key[:e.prefix], e.suffix...)
 		w.keyBufs[depth] = key
 		if len(key) == 0 {
-			return verifyErr(ErrBadTree, nil, "node %s entry %d: empty key", cidString(self), i)
+			return verifyErr(ErrBadTree, nil, "node %s entry %d: empty key", car.CIDString(self), i)
 		}
 		if w.check {
 			if h := mst.HeightForKey(key); h != height {
-				return verifyErr(ErrBadTree, nil, "node %s entry %d: key of height %d in a node of height %d", cidString(self), i, h, height)
+				return verifyErr(ErrBadTree, nil, "node %s entry %d: key of height %d in a node of height %d", car.CIDString(self), i, h, height)
 			}
 		}
 		if w.started && bytes.Compare(key, w.last) <= 0 {
-			return verifyErr(ErrBadTree, nil, "node %s entry %d: key %q not after %q", cidString(self), i, key, w.last)
+			return verifyErr(ErrBadTree, nil, "node %s entry %d: key %q not after %q", car.CIDString(self), i, key, w.last)
 		}
 		w.last = append(w.last[:0], key...)
 		w.started = true
 		if e.value == nil {
-			return verifyErr(ErrBadTree, nil, "node %s entry %d: no value", cidString(self), i)
+			return verifyErr(ErrBadTree, nil, "node %s entry %d: no value", car.CIDString(self), i)
 		}
 		loc, ok := w.index[string(e.value)]
 		if !ok {
-			return verifyErr(ErrMissingBlock, nil, "record %q block %s", key, cidString(e.value))
+			return verifyErr(ErrMissingBlock, nil, "record %q block %s", key, car.CIDString(e.value))
 		}
 		if w.visited%ctxCheckEvery == 0 {
 			if err := w.ctx.Err(); err != nil {

@@ -1,6 +1,5 @@
-// verify_mst_node.go owns the decoding of one MST node block (and of the
-// CAR header, which has the same small shape) without allocating: the
-// result aliases the block. It accepts a subset of what
+// verify_mst_node.go owns the decoding of one MST node block without
+// allocating: the result aliases the block. It accepts a subset of what
 // indigo's generated decoder (mst.NodeData.UnmarshalCBOR) accepts and reads
 // it identically (FuzzNodeDecode holds both): minimal heads only, every
 // field at most once, no unknown field, no trailing bytes, and every
@@ -12,8 +11,8 @@ import (
 	"errors"
 	"math"
 
+	"github.com/backstream/backstream/internal/car"
 	"github.com/backstream/backstream/internal/cborhead"
-	"github.com/ipfs/go-cid"
 )
 
 // mstNode is one decoded node; its slices alias the block.
@@ -34,7 +33,6 @@ type mstEntry struct {
 const (
 	maxNodeEntries = 8192    // "e" array length
 	maxKeySuffix   = 2 << 20 // "k" byte string length
-	maxCIDBytes    = 512     // tag-42 byte string length, prefix included
 )
 
 var errNodeShape = errors.New("not an MST node")
@@ -189,88 +187,17 @@ func (d *nodeDecoder) nullableCID() ([]byte, bool) {
 	return d.cid()
 }
 
-// cid reads a tag-42 link and returns the CID bytes after the 0x00 prefix,
-// checked to be a CID the way go-cid's Cast checks (whole input consumed).
+// cid reads a tag-42 link (car.ReadLink: what cbor-gen's ReadCid accepts)
+// and returns the CID bytes after the 0x00 prefix.
 func (d *nodeDecoder) cid() ([]byte, bool) {
-	if tag, ok := d.head(6); !ok || tag != 42 {
+	if d.failed {
+		return nil, false
+	}
+	c, next, ok := car.ReadLink(d.b, d.pos)
+	if !ok {
 		d.failed = true
 		return nil, false
 	}
-	n, ok := d.head(2)
-	if !ok || n > maxCIDBytes || n < 2 {
-		d.failed = true
-		return nil, false
-	}
-	b := d.bytesOf(n)
-	if d.failed || b[0] != 0 || !validCIDBytes(b[1:]) {
-		d.failed = true
-		return nil, false
-	}
-	return b[1:], true
+	d.pos = next
+	return c, true
 }
-
-// validCIDBytes reports whether b is exactly one CID. The atproto shape
-// (CIDv1, one-byte codec, sha2-256) is recognised without allocating;
-// anything else asks go-cid.
-func validCIDBytes(b []byte) bool {
-	if len(b) == sha256CIDLen && b[0] == 0x01 && b[1] < 0x80 && b[2] == 0x12 && b[3] == 0x20 {
-		return true
-	}
-	_, err := cid.Cast(b)
-	return err == nil
-}
-
-// decodeCARHeader decodes a CAR header, {"roots": [CID, ...], "version": n},
-// and returns its version and first root ("" when there is none). Each field
-// at most once, no other field, no trailing bytes.
-func decodeCARHeader(b []byte) (version uint64, root []byte, err error) {
-	d := nodeDecoder{b: b}
-	n, ok := d.head(5)
-	if !ok || n > 2 {
-		return 0, nil, errHeaderShape
-	}
-	var seenRoots, seenVersion bool
-	for range n {
-		l, _ := d.head(3)
-		switch string(d.bytesOf(l)) {
-		case "roots":
-			if seenRoots {
-				return 0, nil, errHeaderShape
-			}
-			seenRoots = true
-			count, ok := d.head(4)
-			if !ok || count > maxCARRoots {
-				return 0, nil, errHeaderShape
-			}
-			for i := range count {
-				c, ok := d.cid()
-				if !ok {
-					return 0, nil, errHeaderShape
-				}
-				if i == 0 {
-					root = c
-				}
-			}
-		case "version":
-			if seenVersion {
-				return 0, nil, errHeaderShape
-			}
-			seenVersion = true
-			version, _ = d.head(0)
-		default:
-			return 0, nil, errHeaderShape
-		}
-		if d.failed {
-			return 0, nil, errHeaderShape
-		}
-	}
-	if d.failed || d.pos != len(b) || !seenVersion {
-		return 0, nil, errHeaderShape
-	}
-	return version, root, nil
-}
-
-// maxCARRoots bounds the roots a header may list; a repository has one.
-const maxCARRoots = 1024
-
-var errHeaderShape = errors.New("not a CAR v1 header")

@@ -237,6 +237,12 @@ func verifyFailCases(t testing.TB) []failCase {
 		t.Fatalf("header does not end with its version: % x", v2car[:hdrLen])
 	}
 	v2car[hdrLen-1] = 0x02 // {"roots": [...], "version": 2}
+	// A root link longer than cbor-gen reads (512 bytes): malformed, not a
+	// missing commit block (which would count as incomplete and be retried).
+	longRoot, err := cid.Prefix{Version: 1, Codec: cid.DagCBOR, MhType: multihash.IDENTITY, MhLength: -1}.Sum(make([]byte, 600))
+	if err != nil {
+		t.Fatal(err)
+	}
 	cases := []failCase{
 		{name: "empty", car: nil, want: ErrTruncated, incomplete: true},
 		{name: "truncated in header length", car: []byte{0x80}, want: ErrTruncated, incomplete: true},
@@ -263,6 +269,7 @@ func verifyFailCases(t testing.TB) []failCase {
 		{name: "bad signature", car: good, opts: VerifyOptions{PublicKey: otherPub}, want: ErrBadSignature},
 		{name: "header version 2", car: v2car, want: ErrMalformedCAR},
 		{name: "header without roots", car: writeCAR(t, nil, bl), want: ErrMalformedCAR},
+		{name: "header root link too long", car: writeCAR(t, []cid.Cid{longRoot}, bl), want: ErrMalformedCAR},
 		{name: "header not CBOR", car: append([]byte{0x03, 0xff, 0xff, 0xff}, good[hdrLen:]...), want: ErrMalformedCAR},
 		{name: "section CID garbage", car: append(bytes.Clone(good[:hdrLen]), 0x03, 0x07, 0x07, 0x07), want: ErrMalformedCAR},
 		{name: "empty section", car: append(bytes.Clone(good[:hdrLen]), 0x00), want: ErrMalformedCAR},
@@ -286,6 +293,9 @@ func TestVerifyFailures(t *testing.T) {
 				t.Fatal("a snapshot was returned with an error")
 			}
 			requireOnly(t, err, tc.want)
+			if tc.want == ErrTruncated && !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Fatalf("%v does not wrap io.ErrUnexpectedEOF", err)
+			}
 			t.Log(err)
 			if IsIncomplete(err) != tc.incomplete {
 				t.Fatalf("IsIncomplete = %v for %v", !tc.incomplete, err)

@@ -13,6 +13,7 @@ package upstream
 import (
 	"math"
 
+	"github.com/backstream/backstream/internal/car"
 	"github.com/backstream/backstream/internal/cborhead"
 	comatproto "github.com/bluesky-social/indigo/api/atproto"
 	lexutil "github.com/bluesky-social/indigo/lex/util"
@@ -30,7 +31,6 @@ const (
 	cbgMaxOps    = 8192
 	cbgMaxBlobs  = 8192
 	cbgMaxBlocks = 2097152
-	cbgMaxCID    = 512
 )
 
 // commitAlloc puts a commit and its optional prevData link in one
@@ -93,25 +93,18 @@ func (r *fastReader) null() bool {
 	return false
 }
 
-// link reads tag 42 around a byte string of 0x00 and the CID bytes, as
-// cbg.ReadCid does (cid.Cast: the CID fills the string exactly).
+// link reads a CID link as cbg.ReadCid does (car.ReadLink holds the two
+// equal).
 func (r *fastReader) link() (lexutil.LexLink, bool) {
-	m, t, ok := r.head()
-	if !ok || m != 6 || t != 42 {
+	b, next, ok := car.ReadLink(r.b, r.pos)
+	if !ok {
 		return lexutil.LexLink{}, false
 	}
-	m, n, ok := r.head()
-	if !ok || m != 2 || n > cbgMaxCID {
-		return lexutil.LexLink{}, false
-	}
-	b, ok := r.raw(n)
-	if !ok || len(b) < 2 || b[0] != 0 {
-		return lexutil.LexLink{}, false
-	}
-	c, err := cid.Cast(b[1:])
+	c, err := cid.Cast(b)
 	if err != nil {
 		return lexutil.LexLink{}, false
 	}
+	r.pos = next
 	return lexutil.LexLink(c), true
 }
 

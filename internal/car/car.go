@@ -1,5 +1,5 @@
 // car.go owns the CAR v1 reader: header framing and decoding, section
-// framing, CID parsing and the per-block hash check.
+// framing and the per-block hash check.
 
 package car
 
@@ -28,8 +28,9 @@ var (
 	ErrBadBlock = errors.New("car: block does not match its CID")
 )
 
-// MaxRoots bounds the roots a header may list.
-const MaxRoots = 64
+// MaxRoots bounds the roots a header may list. A repository or commit CAR
+// has one; the bound only stops a hostile header early.
+const MaxRoots = 1024
 
 // Reader walks the blocks of an in-memory CAR v1. The zero value is an
 // empty reader; use Open.
@@ -52,6 +53,11 @@ func Open(b []byte) (Reader, error) {
 
 // Roots returns the header's root CIDs, as CID bytes aliasing the input.
 func (r *Reader) Roots() [][]byte { return r.roots }
+
+// Offset returns the position in the input just past the last block Next
+// returned (past the header before the first call): a block's data is
+// b[Offset()-len(data):Offset()].
+func (r *Reader) Offset() int { return r.pos }
 
 func (r *Reader) open() error {
 	b := r.b
@@ -99,17 +105,19 @@ func (r *Reader) header(h []byte) error {
 			seenRoots = true
 			count, ok := d.head(majArray)
 			if !ok || count > MaxRoots {
-				return bad("roots is not an array of at most 64 CIDs")
+				return bad("roots is not an array of at most MaxRoots CIDs")
 			}
 			if count > 0 {
-				r.roots = make([][]byte, count)
+				// Grown as links are read: each takes bytes that are present.
+				r.roots = make([][]byte, 0, min(count, 4))
 			}
-			for i := range r.roots {
-				c, ok := d.link()
+			for range count {
+				c, next, ok := ReadLink(d.b, d.pos)
 				if !ok {
 					return bad("root is not a CID link")
 				}
-				r.roots[i] = c
+				d.pos = next
+				r.roots = append(r.roots, c)
 			}
 		case "version":
 			if seenVersion {
@@ -160,18 +168,14 @@ func (r *Reader) Next() (cidBytes, data []byte, err error) {
 	return sec[:clen:clen], sec[clen:], nil
 }
 
-// sha256CIDLen is the length of a CIDv1 with a one-byte codec and a
-// sha2-256 multihash: version, codec, hash code 0x12, length 0x20, digest.
-const sha256CIDLen = 4 + sha256.Size
-
 // checkBlock parses the CID at the start of a section and checks the rest
 // of the section hashes to it. It returns the CID's length.
 func checkBlock(sec []byte) (int, error) {
 	// Fast path: CIDv1, one-byte codec, sha2-256 (every atproto block).
-	if len(sec) >= sha256CIDLen && sec[0] == 0x01 && sec[1] < 0x80 && sec[2] == 0x12 && sec[3] == 0x20 {
+	if len(sec) >= sha256CIDLen && isSHA256CID(sec[:sha256CIDLen]) {
 		sum := sha256.Sum256(sec[sha256CIDLen:])
 		if !bytes.Equal(sum[:], sec[4:sha256CIDLen]) {
-			return 0, fmt.Errorf("%w: sha2-256 %x", ErrBadBlock, sec[4:sha256CIDLen])
+			return 0, fmt.Errorf("%w: %s", ErrBadBlock, CIDString(sec[:sha256CIDLen]))
 		}
 		return sha256CIDLen, nil
 	}
@@ -227,26 +231,4 @@ func (d *decoder) bytes(n uint64) ([]byte, bool) {
 	s := d.b[d.pos : d.pos+int(n) : d.pos+int(n)]
 	d.pos += int(n)
 	return s, true
-}
-
-// link reads a DAG-CBOR CID link: tag 42 around a byte string holding 0x00
-// and the CID bytes. The CID must parse and fill the string exactly.
-func (d *decoder) link() ([]byte, bool) {
-	if t, ok := d.head(majTag); !ok || t != 42 {
-		return nil, false
-	}
-	n, ok := d.head(majBytes)
-	if !ok {
-		return nil, false
-	}
-	b, ok := d.bytes(n)
-	if !ok || len(b) < 2 || b[0] != 0x00 {
-		return nil, false
-	}
-	c := b[1:]
-	l, _, err := cid.CidFromBytes(c)
-	if err != nil || l != len(c) {
-		return nil, false
-	}
-	return c, true
 }

@@ -58,6 +58,8 @@ func sampleBlocks(t testing.TB) []block {
 	}
 }
 
+// readAll reads every block, checking that Offset locates each block's
+// data in b.
 func readAll(b []byte) (Reader, []block, error) {
 	r, err := Open(b)
 	if err != nil {
@@ -72,6 +74,10 @@ func readAll(b []byte) (Reader, []block, error) {
 		if err != nil {
 			return r, out, err
 		}
+		// The CID then the data end at Offset, in b itself.
+		if end := r.Offset(); end > len(b) || end < len(data)+len(c) || &b[end-len(data)-1] != &c[len(c)-1] {
+			return r, out, errors.New("Offset does not end the block's data")
+		}
 		cc, err := cid.Cast(c)
 		if err != nil {
 			return r, out, err
@@ -82,7 +88,11 @@ func readAll(b []byte) (Reader, []block, error) {
 
 func TestReadGoCarOutput(t *testing.T) {
 	blks := sampleBlocks(t)
-	for _, roots := range [][]cid.Cid{{blks[0].c}, {blks[0].c, blks[3].c}, {}} {
+	many := make([]cid.Cid, MaxRoots)
+	for i := range many {
+		many[i] = blks[i%len(blks)].c
+	}
+	for _, roots := range [][]cid.Cid{{blks[0].c}, {blks[0].c, blks[3].c}, {}, many} {
 		data := writeCAR(t, roots, blks)
 		r, got, err := readAll(data)
 		if err != nil {
@@ -127,6 +137,11 @@ func TestReadRejects(t *testing.T) {
 		}
 		return b
 	}
+	long, err := cid.Prefix{Version: 1, Codec: cid.Raw, MhType: multihash.IDENTITY, MhLength: -1}.Sum(make([]byte, 600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	longCID := long.Bytes()
 	tamperedFast := append([]byte(nil), good...)
 	tamperedFast[len(tamperedFast)-1] ^= 1
 	generic := writeCAR(t, []cid.Cid{blks[0].c}, blks[2:3])
@@ -154,6 +169,8 @@ func TestReadRejects(t *testing.T) {
 		{"root-not-link", rawHeader(cat([]byte{0xa2, 0x65, 'r', 'o', 'o', 't', 's', 0x81, 0x41, 0x00}, version(1))), ErrMalformed},
 		{"root-link-no-prefix", rawHeader(cat([]byte{0xa2, 0x65, 'r', 'o', 'o', 't', 's', 0x81, 0xd8, 0x2a, 0x41, 0x01}, version(1))), ErrMalformed},
 		{"roots-count-lies", rawHeader(cat([]byte{0xa2, 0x65, 'r', 'o', 'o', 't', 's', 0x9a, 0xff, 0xff, 0xff, 0xff}, version(1))), ErrMalformed},
+		{"roots-over-max", rawHeader(cat([]byte{0xa2, 0x65, 'r', 'o', 'o', 't', 's', 0x99, 0x04, 0x01}, linkOf(blks[0].c.Bytes()), version(1))), ErrMalformed},
+		{"root-link-over-max", rawHeader(cat([]byte{0xa2, 0x65, 'r', 'o', 'o', 't', 's', 0x81}, linkOf(longCID), version(1))), ErrMalformed},
 		{"section-truncated", good[:len(good)-3], ErrTruncated},
 		{"section-length-truncated", append(append([]byte(nil), good[:hdrLen]...), 0x80), ErrTruncated},
 		{"section-empty", append(append([]byte(nil), good[:hdrLen]...), 0x00), ErrMalformed},
@@ -183,7 +200,8 @@ func TestReadRejects(t *testing.T) {
 // re-hashes every block) accepts too, with the same roots and blocks, so it
 // is never laxer. Seeds: go-car CARs over every CID kind (fast and generic
 // hash paths), their truncations (guards trusting declared lengths), a
-// tampered block, and a header whose roots count lies.
+// tampered block, a header whose roots count lies, and headers alone (one,
+// two and no roots).
 // Run: go test ./internal/car -fuzz FuzzReader
 func FuzzReader(f *testing.F) {
 	blks := sampleBlocks(f)
@@ -197,6 +215,9 @@ func FuzzReader(f *testing.F) {
 		f.Add(t)
 	}
 	f.Add([]byte{0x0c, 0xa2, 0x65, 'r', 'o', 'o', 't', 's', 0x9a, 0xff, 0xff, 0xff, 0xff})
+	f.Add(writeCAR(f, []cid.Cid{blks[0].c}, nil)) // headers alone
+	f.Add(writeCAR(f, []cid.Cid{blks[0].c, blks[2].c}, nil))
+	f.Add(writeCAR(f, nil, nil))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, got, err := readAll(data)
 		for _, b := range got {

@@ -10,7 +10,13 @@
 //   - Reader.Next: the next block's CID bytes and data, both sub-slices of
 //     b (no copies), after the block's bytes were hashed and compared with
 //     the CID (sha2-256 on a fast path, any multihash go-cid knows
-//     otherwise); io.EOF after the last block.
+//     otherwise); io.EOF after the last block. Reader.Offset: where the
+//     last block ends in b, for callers that index blocks by offset.
+//   - ReadLink: a DAG-CBOR CID link (tag 42, minimal heads, at most
+//     MaxLinkBytes), as cbor-gen reads one; ValidCID: "exactly one CID"
+//     without allocating for the atproto shape; CIDString for error
+//     messages. The header, backfill's MST node decoder and upstream's fast
+//     #commit decoder read links with them.
 //
 // # Invariants kept here
 //
@@ -25,7 +31,7 @@
 // # Not here
 //
 // Resolving blocks into a repository (commit, MST, records) is the caller's:
-// upstream.CommitOps for firehose commits. backfill/verify.go has its own
-// indexer over whole repository CARs (offset spans, context checks) and does
-// not use this package yet.
+// upstream.CommitOps for firehose commits, backfill.VerifyBytes for whole
+// repository CARs (it indexes the blocks by CID and checks its context
+// between them).
 package car
