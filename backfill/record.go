@@ -1,15 +1,17 @@
 // record.go owns what one verified record is and the per-record validation
 // that drops a hostile record alone (R1): its path must be collection/rkey
-// with a valid NSID and record key, its bytes at most 1 MiB and one DAG-CBOR
-// map. A drop is a closed-set reason, never an error for the repository.
+// with a valid NSID and record key (upstream.ValidNSID, ValidRecordKey: the
+// checks the firehose applies to op paths), its bytes at most 1 MiB and one
+// DAG-CBOR map. A drop is a closed-set reason, never an error for the
+// repository.
 
 package backfill
 
 import (
 	"bytes"
 
+	"github.com/backstream/backstream/upstream"
 	"github.com/bluesky-social/indigo/atproto/atdata"
-	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/ipfs/go-cid"
 )
 
@@ -90,20 +92,13 @@ type Drop struct {
 	Reason DropReason
 }
 
-// recordChecker validates records of one walk. It caches collection
-// verdicts (a repository has few collections), so the NSID regex runs once
-// per distinct collection.
+// recordChecker validates the records of one walk.
 type recordChecker struct {
-	strict      bool
-	collections map[string]bool
+	strict bool
 }
 
-// maxCachedCollections bounds the cache against a repository with a hostile
-// number of distinct collections; past it, every record pays the regex.
-const maxCachedCollections = 256
-
 func newRecordChecker(strict bool) *recordChecker {
-	return &recordChecker{strict: strict, collections: make(map[string]bool, 8)}
+	return &recordChecker{strict: strict}
 }
 
 // checkPath validates an MST key as collection/rkey; it returns the slash
@@ -116,24 +111,13 @@ func (rc *recordChecker) checkPath(key []byte) (int, DropReason) {
 	if slash < 0 || bytes.IndexByte(key[slash+1:], '/') >= 0 {
 		return 0, DropInvalidPath
 	}
-	if !rc.validCollection(key[:slash]) {
+	if !upstream.ValidNSID(key[:slash]) {
 		return 0, DropInvalidCollection
 	}
-	if !validRecordKey(key[slash+1:]) {
+	if !upstream.ValidRecordKey(key[slash+1:]) {
 		return 0, DropInvalidRKey
 	}
 	return slash, 0
-}
-
-func (rc *recordChecker) validCollection(b []byte) bool {
-	if ok, hit := rc.collections[string(b)]; hit {
-		return ok
-	}
-	_, err := syntax.ParseNSID(string(b))
-	if len(rc.collections) < maxCachedCollections {
-		rc.collections[string(b)] = err == nil
-	}
-	return err == nil
 }
 
 // checkBody validates a record block; 0 means keep.
@@ -150,25 +134,4 @@ func (rc *recordChecker) checkBody(b []byte) DropReason {
 		}
 	}
 	return 0
-}
-
-// validRecordKey is syntax.ParseRecordKey without the regex or the string
-// conversion: 1–512 characters of [a-zA-Z0-9_~.:-], not "." or "..".
-// FuzzRecordPath holds it equal to the indigo parser.
-func validRecordKey(b []byte) bool {
-	if len(b) == 0 || len(b) > 512 {
-		return false
-	}
-	if (len(b) == 1 && b[0] == '.') || (len(b) == 2 && b[0] == '.' && b[1] == '.') {
-		return false
-	}
-	for _, c := range b {
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case c == '_' || c == '~' || c == '.' || c == ':' || c == '-':
-		default:
-			return false
-		}
-	}
-	return true
 }

@@ -225,10 +225,10 @@ func splitRepoPath(path string) (string, string, error) {
 	if !ok || strings.Contains(rkey, "/") {
 		return coll, rkey, fmt.Errorf("%w: path %q", ErrInvalidRKey, truncate(path, 256))
 	}
-	if !validNSID(coll) {
+	if !ValidNSID(coll) {
 		return coll, rkey, fmt.Errorf("%w: %q", ErrInvalidCollection, truncate(coll, 256))
 	}
-	if !validRecordKey(rkey) {
+	if !ValidRecordKey(rkey) {
 		return coll, rkey, fmt.Errorf("%w: %q", ErrInvalidRKey, truncate(rkey, 256))
 	}
 	return coll, rkey, nil

@@ -1,8 +1,10 @@
-// frame_syntax.go owns the identifier checks of the frame → ops path: DIDs,
-// TIDs (revs), NSIDs (collections) and record keys. Each accepts exactly
-// what indigo's atproto/syntax parser of the same name accepts
-// (FuzzSyntaxMatchesIndigo compares them), without its regular expressions,
-// which cost more than the rest of an op's validation together.
+// frame_syntax.go owns the project's identifier checks: DIDs, TIDs (revs),
+// NSIDs (collections) and record keys, for the frame → ops path here and
+// for backfill's per-record validation. Each accepts exactly what indigo's
+// atproto/syntax parser of the same name accepts (FuzzSyntaxMatchesIndigo
+// compares them), without its regular expressions, which cost more than the
+// rest of an op's validation together. ValidNSID and ValidRecordKey take a
+// string or the bytes of one, so a caller holding bytes converts nothing.
 
 package upstream
 
@@ -61,12 +63,12 @@ func ValidTID(s string) bool {
 	return true
 }
 
-// validNSID reports whether syntax.ParseNSID accepts s: at most 317 bytes,
+// ValidNSID reports whether syntax.ParseNSID accepts s: at most 317 bytes,
 // at least three dot-separated segments of 1 to 63 bytes; the first starts
 // with a letter, the middle ones with a letter or digit; both end with a
 // letter or digit and may hold hyphens; the last is a letter followed by
 // letters and digits.
-func validNSID(s string) bool {
+func ValidNSID[S ~string | ~[]byte](s S) bool {
 	if len(s) == 0 || len(s) > 317 {
 		return false
 	}
@@ -107,10 +109,10 @@ func validNSID(s string) bool {
 	return true
 }
 
-// validRecordKey reports whether syntax.ParseRecordKey accepts s: 1 to 512
+// ValidRecordKey reports whether syntax.ParseRecordKey accepts s: 1 to 512
 // bytes of [a-zA-Z0-9_~.:-], not "." or "..".
-func validRecordKey(s string) bool {
-	if len(s) == 0 || len(s) > 512 || s == "." || s == ".." {
+func ValidRecordKey[S ~string | ~[]byte](s S) bool {
+	if len(s) == 0 || len(s) > 512 || string(s) == "." || string(s) == ".." {
 		return false
 	}
 	for i := 0; i < len(s); i++ {

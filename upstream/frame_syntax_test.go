@@ -59,12 +59,13 @@ func checkSyntax(t *testing.T, s string) {
 	if got := ValidTID(s); got != (err == nil) {
 		t.Errorf("ValidTID(%q) = %v, ParseTID error %v", s, got, err)
 	}
+	// The NSID and record-key checks also take bytes (backfill's MST keys).
 	_, err = syntax.ParseNSID(s)
-	if got := validNSID(s); got != (err == nil) {
-		t.Errorf("validNSID(%q) = %v, ParseNSID error %v", s, got, err)
+	if got, gotB := ValidNSID(s), ValidNSID([]byte(s)); got != (err == nil) || gotB != got {
+		t.Errorf("ValidNSID(%q) = %v (bytes: %v), ParseNSID error %v", s, got, gotB, err)
 	}
 	_, err = syntax.ParseRecordKey(s)
-	if got := validRecordKey(s); got != (err == nil) {
-		t.Errorf("validRecordKey(%q) = %v, ParseRecordKey error %v", s, got, err)
+	if got, gotB := ValidRecordKey(s), ValidRecordKey([]byte(s)); got != (err == nil) || gotB != got {
+		t.Errorf("ValidRecordKey(%q) = %v (bytes: %v), ParseRecordKey error %v", s, got, gotB, err)
 	}
 }
