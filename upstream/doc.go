@@ -40,9 +40,9 @@
 //     commit). A #commit frame in the canonical form producers send takes a
 //     fast decoder (frame_commit.go); anything else takes cbor-gen, and a
 //     fuzz target holds the two to the same answers (the fast decoder reads
-//     heads with internal/cborhead and links with car.ReadLink). ValidDID, ValidTID,
-//     ValidNSID and ValidRecordKey (frame_syntax.go; the last two also
-//     serve backfill's per-record checks) accept exactly what
+//     heads with internal/cborhead and links with car.ReadLink). ValidDID,
+//     ValidTID, ValidNSID and ValidRecordKey (frame_syntax.go; the last two
+//     also serve backfill's per-record checks) accept exactly what
 //     atproto/syntax accepts, without its regular expressions (fuzzed
 //     against it).
 //
