@@ -16,7 +16,7 @@ func FuzzRecordPath(f *testing.F) {
 	for _, s := range []string{
 		"app.bsky.feed.post/3kabc", "app.bsky.actor.profile/self", "noslash", "a/b/c",
 		"app.bsky..post/x", "app.bsky.feed.post/..", "app.bsky.feed.post/.", "app.bsky.feed.post/a b",
-		"/x", "app.bsky.feed.post/", "com.example.x/~:_-.ok", "app.bsky.feed.post/é",
+		"/x", "app.bsky.feed.post/", "com.example.x/~:_-.ok", "app.bsky.feed.post/é", "app.bsky/x",
 		"app.bsky.feed.post/" + strings.Repeat("a", 512), "app.bsky.feed.post/" + strings.Repeat("a", 513),
 	} {
 		f.Add(s)
