@@ -11,13 +11,15 @@ import (
 )
 
 // FuzzRecordPath holds checkPath equal to syntax.ParseRepoPath: the same
-// verdict, and the drop reason naming the part ParseRepoPath rejects.
+// verdict, and the drop reason naming the part ParseRepoPath rejects (or
+// the path, for one longer than an MST key, which checkPath tests first).
 func FuzzRecordPath(f *testing.F) {
 	for _, s := range []string{
 		"app.bsky.feed.post/3kabc", "app.bsky.actor.profile/self", "noslash", "a/b/c",
 		"app.bsky..post/x", "app.bsky.feed.post/..", "app.bsky.feed.post/.", "app.bsky.feed.post/a b",
 		"/x", "app.bsky.feed.post/", "com.example.x/~:_-.ok", "app.bsky.feed.post/é", "app.bsky/x",
 		"app.bsky.feed.post/" + strings.Repeat("a", 512), "app.bsky.feed.post/" + strings.Repeat("a", 513),
+		strings.Repeat("a", 1100) + ".feed.post/x", // too long as a key and as an NSID
 	} {
 		f.Add(s)
 	}
@@ -37,8 +39,11 @@ func FuzzRecordPath(f *testing.F) {
 		default:
 			t.Fatalf("unknown ParseRepoPath error %v", err)
 		}
-		if len(path) > maxKeyBytes && err == nil {
-			t.Fatalf("ParseRepoPath accepts a %d-byte path", len(path))
+		if len(path) > maxKeyBytes {
+			if err == nil {
+				t.Fatalf("ParseRepoPath accepts a %d-byte path", len(path))
+			}
+			want = DropInvalidPath // checked first: longer than any MST key
 		}
 		if reason != want {
 			t.Fatalf("%q: checkPath says %v, ParseRepoPath %v (%v)", path, reason, want, err)
