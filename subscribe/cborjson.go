@@ -161,8 +161,21 @@ var errEOF = errors.New("unexpected end of CBOR data")
 
 // head reads the head at t.pos and moves past it. Heads are read
 // leniently (cborhead.ReadLenient): an argument in a wider form than it
-// needs is accepted, as the reference decoder (refmt) accepts it.
+// needs is accepted, as the reference decoder (refmt) accepts it. An
+// argument held in the initial byte (most heads of a record) is taken here,
+// so the common case costs no call.
 func (t *transcoder) head() (major byte, arg uint64, err error) {
+	if t.pos < len(t.in) {
+		if b := t.in[t.pos]; b&31 < 24 {
+			t.pos++
+			return b >> 5, uint64(b & 31), nil
+		}
+	}
+	return t.wideHead()
+}
+
+// wideHead is head for an argument in the bytes after the initial byte.
+func (t *transcoder) wideHead() (major byte, arg uint64, err error) {
 	major, arg, next, ok := cborhead.ReadLenient(t.in, t.pos)
 	if !ok {
 		return 0, 0, t.badHead()
