@@ -39,9 +39,13 @@ func skipCBOR(b []byte, pos, depth int) (int, bool) {
 	if pos >= len(b) {
 		return 0, false
 	}
+	// An argument in the initial byte (most heads) is taken here, sparing
+	// the call; cborhead reads every wider one.
 	ib := b[pos]
-	major, arg, pos, ok := cborhead.ReadLenient(b, pos)
-	if !ok {
+	major, arg, ok := ib>>5, uint64(ib&31), true
+	if ib&31 < 24 {
+		pos++
+	} else if major, arg, pos, ok = cborhead.ReadLenient(b, pos); !ok {
 		return 0, false
 	}
 	switch major {
