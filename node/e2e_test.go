@@ -1,22 +1,16 @@
-package lifecycle
+package node_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/backstream/backstream/archive"
-	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/node"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/check"
-	"github.com/backstream/backstream/retry"
-	"github.com/backstream/backstream/upstream"
 )
-
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // TestLifecycleEndToEnd: a simulated network with live traffic; backstream
 // goes from an empty store through bootstrap (with capture), merging and into
@@ -34,47 +28,28 @@ func TestLifecycleEndToEnd(t *testing.T) {
 	}
 	defer net.Close()
 
-	store, err := archive.Open(t.TempDir(), archive.Options{Logger: quiet, OnFatal: func(fe *archive.FatalError) { panic(fe) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	w, err := archive.NewWriter(store, archive.WriterOptions{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	// Small repos stay in memory, big ones stream to scratch: both paths.
-	client, err := upstream.New(net.RelayURL(), upstream.Options{ScratchDir: store.ScratchDir(), MemoryBodyBytes: 8 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	jobs, err := backfill.NewRunner(backfill.Options{Source: client, Writer: w, Logger: quiet, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	backoff := retry.Backoff{Interval: 200 * time.Millisecond, MaxDelay: time.Second}
-	retryJobs, err := backfill.NewRunner(backoff.JobOptions(backfill.Options{Source: client, Writer: w, Logger: quiet}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	retrier, err := retry.New(retry.Config{Store: store, Writer: w, Jobs: retryJobs, Interval: backoff.Interval, MaxDelay: backoff.MaxDelay, ScanPeriod: 200 * time.Millisecond, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
 	phases := make(chan archive.Phase, 8)
+	n, err := node.New(node.Config{
+		DataDir: t.TempDir(), Relay: net.RelayURL(),
+		Store: archive.Options{Logger: quiet, OnFatal: panicOnFatal},
+		// Small repos stay in memory, big ones stream to scratch: both paths.
+		MemoryBodyBytes: 8 << 10,
+		Bootstrap:       bootstrap.Config{Workers: 16},
+		CaptureWait:     5 * time.Second,
+		JobBackoffBase:  10 * time.Millisecond, JobBackoffMax: 50 * time.Millisecond,
+		RetryInterval: 200 * time.Millisecond, RetryMaxDelay: time.Second, RetryScanPeriod: 200 * time.Millisecond,
+		Logger:  quiet,
+		OnPhase: func(p archive.Phase) { phases <- p },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	store, retrier := n.Store(), n.Retrier()
 	runErr := make(chan error, 1)
 	rctx, rcancel := context.WithCancel(ctx)
 	start := time.Now()
-	go func() {
-		runErr <- Run(rctx, Config{
-			Store: store, Writer: w, Relay: net.RelayURL(), Source: client, Jobs: jobs,
-			Bootstrap: bootstrap.Config{Workers: 16},
-			Logger:    quiet, CaptureWait: 5 * time.Second,
-			OnPhase: func(p archive.Phase) { phases <- p },
-			Steady:  []func(context.Context) error{retrier.Run},
-		})
-	}()
+	go func() { runErr <- n.Run(rctx) }()
 	var steadyAt time.Duration
 	deadline := time.After(3 * time.Minute)
 	for steadyAt == 0 {

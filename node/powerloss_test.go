@@ -1,4 +1,4 @@
-package lifecycle
+package node_test
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/oracle"
-	"github.com/backstream/backstream/oracle/check"
 )
 
 // plSeed is the world of the power-loss sweep; every point runs the same
@@ -24,13 +23,13 @@ func plConfig() oracle.Config {
 
 // TestLifecyclePowerLoss (issue 8 item 3; D1, C3, C4, M4, M7, R4, R6): the
 // power fails at a commit point of the whole lifecycle — any synced batch of
-// any committer: the capture writer, bootstrap's repo states, backfill rows
-// and completions, the listRepos checkpoint, the phase change to merging,
-// the merge walk, the pending pass, the cleanup, live rows, retry
-// replacements. The store lives on vfs.NewStrictMem: at the cut every later
+// any committer: the relay's record at first start, the capture writer,
+// bootstrap's repo states, backfill rows and completions, the listRepos
+// checkpoint, the phase change to merging, the merge walk, the pending
+// pass, the cleanup, live rows, retry replacements. The store lives on vfs.NewStrictMem: at the cut every later
 // sync is ignored, the store is closed, and ResetToSyncedState drops what
-// was not synced. The lifecycle then restarts on what the disk kept and
-// runs to steady-state convergence, and:
+// was not synced. A new node then starts on what the disk kept and runs to
+// steady-state convergence, and:
 //
 //   - every event the live log handed a reader before the cut is still in
 //     the archive, unchanged (checked right after the reset and at the end);
@@ -40,8 +39,8 @@ func plConfig() oracle.Config {
 //     every active (and every deleted) account.
 //
 // The points come from a dry run that names every CommitHook call and
-// classifies it (capture, enumerate, backfill, checkpoint, enter-merging,
-// merge-walk, pending-pass, cleanup, live, retry). "before" cuts while the
+// classifies it (relay, capture, enumerate, backfill, checkpoint,
+// enter-merging, merge-walk, pending-pass, cleanup, live, retry). "before" cuts while the
 // batch is written (it is lost); "after" lets it commit and cuts at the
 // next synced batch of any committer. Before the cut the reader is given a
 // moment to read everything the live log published: a writer that tells
@@ -230,20 +229,8 @@ func powerCutRound(t *testing.T, chain []cutSpec, mayMiss bool) ([]commitRec, bo
 	}
 	verifyPromised(t, fs, promised, "after convergence")
 
-	s, err := archive.Open("/data", archive.Options{FS: fs, Logger: quiet, OnFatal: func(fe *archive.FatalError) { panic(fe) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	fold, stats, err := check.Archive(s)
-	if err != nil {
-		t.Fatalf("archive after power loss: %v", err)
-	}
-	checked, bad := check.Compare(fold, net.World(), nil)
-	if len(bad) > 0 {
-		t.Fatalf("%d of %d accounts differ after power loss and a restart:\n%s", len(bad), checked, check.Describe(bad, 5))
-	}
-	t.Logf("converged: %d events, fold = ground truth for %d accounts; restart committed %s", stats.Events, checked, r.summary())
+	events, checked := checkFold(t, fs, net, "power loss")
+	t.Logf("converged: %d events, fold = ground truth for %d accounts; restart committed %s", events, checked, r.summary())
 	return cuts, true
 }
 
@@ -251,7 +238,7 @@ func powerCutRound(t *testing.T, chain []cutSpec, mayMiss bool) ([]commitRec, bo
 // is there, unchanged, and that TimeUS never decreases along seqs.
 func verifyPromised(t *testing.T, fs vfs.FS, promised []archive.Event, when string) {
 	t.Helper()
-	s, err := archive.Open("/data", archive.Options{FS: fs, Logger: quiet, OnFatal: func(fe *archive.FatalError) { panic(fe) }})
+	s, err := archive.Open("/data", archive.Options{FS: fs, Logger: quiet, OnFatal: panicOnFatal})
 	if err != nil {
 		t.Fatalf("reopen %s: %v", when, err)
 	}

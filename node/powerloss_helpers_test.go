@@ -1,10 +1,10 @@
-package lifecycle
+package node_test
 
 // powerloss_helpers_test.go holds the power-cut rig of powerloss_test.go:
 // a CommitHook that names every synced batch and, at a chosen one, cuts the
 // power of a vfs.NewStrictMem filesystem (nothing synced afterwards
 // survives), a reader that records what the live log handed out, and a
-// lifecycle run over one store that stops at the cut or at convergence.
+// node run over one store that stops at the cut or at convergence.
 
 import (
 	"bytes"
@@ -21,11 +21,8 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/backstream/backstream/archive"
-	"github.com/backstream/backstream/backfill"
-	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/node"
 	"github.com/backstream/backstream/oracle"
-	"github.com/backstream/backstream/retry"
-	"github.com/backstream/backstream/upstream"
 )
 
 // errPowerCut is what every commit at or after the cut returns: the world
@@ -318,27 +315,35 @@ func (r *plRun) follow(w *archive.Writer, next uint64, gap *atomic.Value) {
 
 // plResult is how a run ended.
 type plResult struct {
-	err       error // Run's error (nil when stopped at convergence)
+	err       error // New's or Run's error (nil when stopped at convergence)
 	converged bool
 	cut       bool
 }
 
-// plLifecycle runs the lifecycle over the store under /data on r.fs until
-// the power is cut, or — when no cut comes — until steady state has caught
-// up with the relay after its traffic ended and the retry runner drained.
+// plLifecycle runs a node over the store under /data on r.fs until the
+// power is cut, or — when no cut comes — until steady state has caught up
+// with the relay after its traffic ended and the retry runner drained.
 // After a cut the store is closed with syncs ignored and the filesystem is
 // reset to its synced state, as a power failure leaves a disk.
 func plLifecycle(t *testing.T, net *oracle.Network, r *plRun) plResult {
 	t.Helper()
-	store, err := archive.Open("/data", archive.Options{FS: r.fs, Logger: quiet, CommitHook: r.hook,
-		OnFatal: func(fe *archive.FatalError) { panic(fe) }, CacheSize: 8 << 20})
-	if err != nil {
-		t.Fatalf("open: %v", err)
+	steadyCh := make(chan struct{}, 1)
+	cfg := sweepConfig(t, net.RelayURL(), archive.Options{FS: r.fs, CommitHook: r.hook})
+	cfg.OnPhase = func(p archive.Phase) {
+		r.phase.Store(p)
+		if p == archive.PhaseSteadyState {
+			select {
+			case steadyCh <- struct{}{}:
+			default:
+			}
+		}
 	}
-	w, err := archive.NewWriter(store, archive.WriterOptions{Logger: quiet})
+	n, err := node.New(cfg)
 	if err != nil {
-		t.Fatalf("writer: %v", err)
+		// The power may fail in New's own commit (the relay's record).
+		return r.afterCut(t, plResult{err: err}, fmt.Errorf("new: %w", err))
 	}
+	w := n.Writer()
 	var gap atomic.Value
 	readerDone := make(chan struct{})
 	first := w.Live().Tip() + 1 // nothing is published before Run starts
@@ -348,34 +353,9 @@ func plLifecycle(t *testing.T, net *oracle.Network, r *plRun) plResult {
 		defer close(readerDone)
 		r.follow(w, first, &gap)
 	}()
-	client, err := upstream.New(net.RelayURL(), upstream.Options{ScratchDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	jobs, _ := backfill.NewRunner(backfill.Options{Source: client, Writer: w, Logger: quiet, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
-	backoff := retry.Backoff{Interval: 100 * time.Millisecond, MaxDelay: 300 * time.Millisecond}
-	retryJobs, _ := backfill.NewRunner(backoff.JobOptions(backfill.Options{Source: client, Writer: w, Logger: quiet}))
-	retrier, err := retry.New(retry.Config{Store: store, Writer: w, Jobs: retryJobs, Interval: backoff.Interval, MaxDelay: backoff.MaxDelay, ScanPeriod: 100 * time.Millisecond, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	steadyCh := make(chan struct{}, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Config{Store: store, Writer: w, Relay: net.RelayURL(), Source: client, Jobs: jobs,
-			Bootstrap: bootstrap.Config{Workers: 8}, CaptureWait: 2 * time.Second, Logger: quiet,
-			OnPhase: func(p archive.Phase) {
-				r.phase.Store(p)
-				if p == archive.PhaseSteadyState {
-					select {
-					case steadyCh <- struct{}{}:
-					default:
-					}
-				}
-			},
-			Steady: []func(context.Context) error{retrier.Run}})
-	}()
+	go func() { done <- n.Run(ctx) }()
 
 	var res plResult
 	deadline := time.After(90 * time.Second)
@@ -400,7 +380,7 @@ loop:
 		if !steady {
 			continue
 		}
-		if conv.reached(net, store, retrier) {
+		if conv.reached(net, n.Store(), n.Retrier()) {
 			res.converged = true
 			r.cutAtEnd() // an at-end cut, or an after-mode cut whose batch was the last
 			break loop
@@ -414,19 +394,25 @@ loop:
 			t.Fatal("lifecycle did not stop within 30 s of its cancel")
 		}
 	}
-	w.Close()
+	closeAfterFault(n)
 	<-readerDone
-	client.Close()
-	func() {
-		defer func() { recover() }() // Pebble may panic closing after a failed write
-		store.Close()
-	}()
 	if g := gap.Load(); g != nil {
 		t.Fatalf("reader: %v", g)
 	}
+	return r.afterCut(t, res, nil)
+}
+
+// afterCut completes a run's result once its store is closed: whether the
+// power was cut, and if so the disk reset to what it had synced. newErr is
+// New's error: only a cut may explain it.
+func (r *plRun) afterCut(t *testing.T, res plResult, newErr error) plResult {
+	t.Helper()
 	r.mu.Lock()
 	res.cut = r.cut
 	r.mu.Unlock()
+	if newErr != nil && !res.cut {
+		t.Fatalf("%v", newErr)
+	}
 	if res.cut {
 		r.fs.ResetToSyncedState()
 		r.fs.SetIgnoreSyncs(false)

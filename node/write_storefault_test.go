@@ -1,4 +1,4 @@
-package lifecycle
+package node_test
 
 import (
 	"context"
@@ -10,56 +10,31 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/backstream/backstream/archive"
-	"github.com/backstream/backstream/backfill"
-	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/internal/storefault"
+	"github.com/backstream/backstream/node"
 	"github.com/backstream/backstream/oracle"
-	"github.com/backstream/backstream/oracle/check"
 	"github.com/backstream/backstream/retry"
-	"github.com/backstream/backstream/upstream"
 )
 
-// lcRun runs the lifecycle over the store under /data on mem (hook may be
-// nil) until it returns, or — when untilSteady — until steady state has
-// caught up with the relay after its traffic ended and the retry runner
-// has drained; it returns Run's error and whether steady state was reached.
+// lcRun runs a node over the store under /data on mem (hook may be nil)
+// until it returns, or — when untilSteady — until steady state has caught
+// up with the relay after its traffic ended and the retry runner has
+// drained; it returns New's or Run's error and whether steady state was
+// reached.
 func lcRun(t *testing.T, net *oracle.Network, mem vfs.FS, hook func(string, [][]byte) error, untilSteady bool) (error, bool) {
 	t.Helper()
-	store, err := archive.Open("/data", archive.Options{FS: mem, Logger: quiet, CommitHook: hook,
-		OnFatal: func(fe *archive.FatalError) { panic(fe) }, CacheSize: 8 << 20})
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	defer func() {
-		defer func() { recover() }() // Pebble may panic closing after a fatal write
-		store.Close()
-	}()
-	w, err := archive.NewWriter(store, archive.WriterOptions{Logger: quiet})
-	if err != nil {
-		t.Fatalf("writer: %v", err)
-	}
-	defer w.Close()
-	client, err := upstream.New(net.RelayURL(), upstream.Options{ScratchDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	jobs, _ := backfill.NewRunner(backfill.Options{Source: client, Writer: w, Logger: quiet, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
-	backoff := retry.Backoff{Interval: 100 * time.Millisecond, MaxDelay: 300 * time.Millisecond}
-	retryJobs, _ := backfill.NewRunner(backoff.JobOptions(backfill.Options{Source: client, Writer: w, Logger: quiet}))
-	retrier, err := retry.New(retry.Config{Store: store, Writer: w, Jobs: retryJobs, Interval: backoff.Interval, MaxDelay: backoff.MaxDelay, ScanPeriod: 100 * time.Millisecond, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
 	phases := make(chan archive.Phase, 8)
+	cfg := sweepConfig(t, net.RelayURL(), archive.Options{FS: mem, CommitHook: hook})
+	cfg.OnPhase = func(p archive.Phase) { phases <- p }
+	n, err := node.New(cfg)
+	if err != nil {
+		return err, false
+	}
+	defer closeAfterFault(n)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Config{Store: store, Writer: w, Relay: net.RelayURL(), Source: client, Jobs: jobs,
-			Bootstrap: bootstrap.Config{Workers: 8}, CaptureWait: 2 * time.Second, Logger: quiet,
-			OnPhase: func(p archive.Phase) { phases <- p }, Steady: []func(context.Context) error{retrier.Run}})
-	}()
+	go func() { done <- n.Run(ctx) }()
 	deadline := time.After(90 * time.Second)
 	steady := false
 	var conv convergence
@@ -76,7 +51,7 @@ func lcRun(t *testing.T, net *oracle.Network, mem vfs.FS, hook func(string, [][]
 		if !untilSteady || !steady {
 			continue
 		}
-		if conv.reached(net, store, retrier) {
+		if conv.reached(net, n.Store(), n.Retrier()) {
 			cancel()
 			return <-done, true
 		}
@@ -147,20 +122,8 @@ func TestLifecycleCommitFaults(t *testing.T) {
 			if err != nil || !steady {
 				t.Fatalf("restart: %v (steady %v)", err, steady)
 			}
-			s, err := archive.Open("/data", archive.Options{FS: mem, Logger: quiet, OnFatal: func(fe *archive.FatalError) { panic(fe) }})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			fold, stats, err := check.Archive(s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			checked, bad := check.Compare(fold, net.World(), nil)
-			if len(bad) > 0 {
-				t.Fatalf("%d of %d accounts differ after a failed %s commit and a restart:\n%s", len(bad), checked, tc.prefix, check.Describe(bad, 5))
-			}
-			t.Logf("converged: %d events, fold = ground truth for %d accounts", stats.Events, checked)
+			events, checked := checkFold(t, mem, net, "a failed "+tc.prefix+" commit")
+			t.Logf("converged: %d events, fold = ground truth for %d accounts", events, checked)
 		})
 	}
 }

@@ -1,0 +1,82 @@
+package node_test
+
+// harness_test.go holds what the whole-system harnesses of this package
+// share: they build the system only through node.New, Run and Close,
+// varying nothing but node.Config.
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/vfs"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/node"
+	"github.com/backstream/backstream/oracle"
+	"github.com/backstream/backstream/oracle/check"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// panicOnFatal stops a test at Pebble's first unrecoverable error instead
+// of the process exit production takes.
+func panicOnFatal(fe *archive.FatalError) { panic(fe) }
+
+// memConfig is a node following relay with its store under /data on
+// store.FS (an in-memory filesystem): getRepo bodies too large for memory
+// go to a real temporary directory, since the upstream client writes
+// scratch files on the OS.
+func memConfig(t *testing.T, relay string, store archive.Options) node.Config {
+	store.Logger = quiet
+	if store.OnFatal == nil {
+		store.OnFatal = panicOnFatal
+	}
+	if store.CacheSize == 0 {
+		store.CacheSize = 8 << 20
+	}
+	return node.Config{DataDir: "/data", ScratchDir: t.TempDir(), Relay: relay, Store: store, Logger: quiet}
+}
+
+// sweepConfig is the node of the commit-fault and power-loss runs: a small
+// bootstrap, and job and retry schedules short enough that a run over a
+// small world converges in seconds.
+func sweepConfig(t *testing.T, relay string, store archive.Options) node.Config {
+	c := memConfig(t, relay, store)
+	c.Bootstrap = bootstrap.Config{Workers: 8}
+	c.CaptureWait = 2 * time.Second
+	c.JobBackoffBase, c.JobBackoffMax = 10*time.Millisecond, 50*time.Millisecond
+	c.RetryInterval, c.RetryMaxDelay, c.RetryScanPeriod = 100*time.Millisecond, 300*time.Millisecond, 100*time.Millisecond
+	return c
+}
+
+// closeAfterFault closes n after a failed or cut write: Pebble may panic
+// closing a store whose write failed.
+func closeAfterFault(n *node.Node) {
+	defer func() { recover() }()
+	n.Close()
+}
+
+// checkFold opens the store under /data on fs and fails t unless the fold
+// of its archive equals the network's current records for every active
+// (and every deleted) account; after says what the run went through. It
+// returns the archive's events and the accounts checked.
+func checkFold(t *testing.T, fs vfs.FS, net *oracle.Network, after string) (events, checked int) {
+	t.Helper()
+	s, err := archive.Open("/data", archive.Options{FS: fs, Logger: quiet, OnFatal: panicOnFatal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	fold, stats, err := check.Archive(s)
+	if err != nil {
+		t.Fatalf("archive after %s: %v", after, err)
+	}
+	checked, bad := check.Compare(fold, net.World(), nil)
+	if len(bad) > 0 {
+		t.Fatalf("%d of %d accounts differ after %s and a restart:\n%s", len(bad), checked, after, check.Describe(bad, 5))
+	}
+	return stats.Events, checked
+}
