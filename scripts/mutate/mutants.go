@@ -45,7 +45,7 @@ var mutants = []Mutant{
 		Old:  "\tt := time.NewTimer(r.cfg.CaptureWait)\n",
 		New:  "\tif r.facts.CaptureReady = true; true {\n\t\treturn nil\n\t}\n\tt := time.NewTimer(r.cfg.CaptureWait)\n",
 		Tests: []Test{
-			{Pkg: "./lifecycle", Run: "^TestNoGetRepoBeforeCaptureCursor$"},
+			{Pkg: "./node", Run: "^TestNoGetRepoBeforeCaptureCursor$"},
 		},
 	},
 	{
@@ -161,7 +161,7 @@ var mutants = []Mutant{
 		Old:  "\tc, err := r.cfg.Store.RelayCursor()\n\tif errors.Is(err, archive.ErrNotFound) {\n",
 		New:  "\tc, err := r.cfg.Store.RelayCursor()\n\tif err != nil {\n",
 		Tests: []Test{
-			{Pkg: "./lifecycle", Run: "^TestRunReadFaults$"},
+			{Pkg: "./node", Run: "^TestRunReadFaults$"},
 		},
 	},
 	{
