@@ -2,10 +2,12 @@ package node_test
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/node"
 	"github.com/backstream/backstream/oracle"
@@ -15,7 +17,10 @@ import (
 // TestLifecycleEndToEnd: a simulated network with live traffic; backstream
 // goes from an empty store through bootstrap (with capture), merging and into
 // steady state, catches up with the relay once traffic stops, and the archive
-// folds to the network's current records for every complete repo.
+// folds to the network's current records for every complete repo. A few
+// repos' hosts answer 503 for a whole bootstrap job: those repos fail in
+// bootstrap and come in through the retry runner on the retry schedule
+// (not backfill's own hours-long default).
 func TestLifecycleEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end lifecycle: skipped under -short")
@@ -27,6 +32,15 @@ func TestLifecycleEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer net.Close()
+	// One bootstrap job's whole budget of getRepo attempts fails.
+	const jobAttempts = backfill.DefaultRetries + 1
+	var failing []string
+	for _, acc := range net.World().Accounts() {
+		if acc.Active && len(failing) < 3 {
+			failing = append(failing, acc.DID)
+			net.Faults().FailGetRepo(acc.DID, http.StatusServiceUnavailable, jobAttempts)
+		}
+	}
 
 	phases := make(chan archive.Phase, 8)
 	n, err := node.New(node.Config{
@@ -97,6 +111,16 @@ func TestLifecycleEndToEnd(t *testing.T) {
 		t.Fatalf("lifecycle: %v", err)
 	}
 	t.Logf("steady state after %v, caught up after %v", steadyAt.Round(time.Millisecond), caughtUp.Round(time.Millisecond))
+	if got, want := net.Faults().Fired(oracle.FaultGetRepoStatus), int64(len(failing)*jobAttempts); got != want {
+		t.Errorf("%d getRepo 503s served, want %d (every attempt of one job per failing repo)", got, want)
+	}
+	for _, did := range failing {
+		st, err := store.RepoState(did)
+		if err != nil || st.Status == archive.StatusFailed {
+			t.Errorf("%s failed in bootstrap and is still %s (next attempt in %v; %v): not retried on the retry schedule",
+				did, st.Status, time.Until(time.UnixMicro(st.NextAttemptUS)).Round(time.Second), err)
+		}
+	}
 
 	f, stats, err := check.Archive(store)
 	if err != nil {
