@@ -45,7 +45,7 @@ func TestLifecycleEndToEnd(t *testing.T) {
 	phases := make(chan archive.Phase, 8)
 	n, err := node.New(node.Config{
 		DataDir: t.TempDir(), Relay: net.RelayURL(),
-		Store: archive.Options{Logger: quiet, OnFatal: panicOnFatal},
+		Store: archive.Options{Logger: quiet},
 		// Small repos stay in memory, big ones stream to scratch: both paths.
 		MemoryBodyBytes: 8 << 10,
 		Bootstrap:       bootstrap.Config{Workers: 16},

@@ -21,19 +21,12 @@ import (
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// panicOnFatal stops a test at Pebble's first unrecoverable error instead
-// of the process exit production takes.
-func panicOnFatal(fe *archive.FatalError) { panic(fe) }
-
 // memConfig is a node following relay with its store under /data on
 // store.FS (an in-memory filesystem): getRepo bodies too large for memory
 // go to a real temporary directory, since the upstream client writes
 // scratch files on the OS.
 func memConfig(t *testing.T, relay string, store archive.Options) node.Config {
 	store.Logger = quiet
-	if store.OnFatal == nil {
-		store.OnFatal = panicOnFatal
-	}
 	if store.CacheSize == 0 {
 		store.CacheSize = 8 << 20
 	}
@@ -65,7 +58,7 @@ func closeAfterFault(n *node.Node) {
 // returns the archive's events and the accounts checked.
 func checkFold(t *testing.T, fs vfs.FS, net *oracle.Network, after string) (events, checked int) {
 	t.Helper()
-	s, err := archive.Open("/data", archive.Options{FS: fs, Logger: quiet, OnFatal: panicOnFatal})
+	s, err := archive.Open("/data", archive.Options{FS: fs, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -243,7 +243,7 @@ func powerCutRound(t *testing.T, chain []cutSpec, mayMiss bool) ([]commitRec, bo
 // is there, unchanged, and that TimeUS never decreases along seqs.
 func verifyPromised(t *testing.T, fs vfs.FS, promised []archive.Event, when string) {
 	t.Helper()
-	s, err := archive.Open("/data", archive.Options{FS: fs, Logger: quiet, OnFatal: panicOnFatal})
+	s, err := archive.Open("/data", archive.Options{FS: fs, Logger: quiet})
 	if err != nil {
 		t.Fatalf("reopen %s: %v", when, err)
 	}

@@ -22,7 +22,7 @@ import (
 // cursor/relay, cursor/merge and one pending repo, flushed to sstables.
 func storeAt(t *testing.T, mem vfs.FS, phase archive.Phase, relay, pendingDID string) {
 	t.Helper()
-	s, err := archive.Open("/data", archive.Options{FS: mem, Logger: quiet, OnFatal: panicOnFatal})
+	s, err := archive.Open("/data", archive.Options{FS: mem, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestRunReadFaults(t *testing.T) {
 				t.Errorf("error %q does not name %s", err, tc.named)
 			}
 			t.Logf("%s: %v", stage, err)
-			store, err := archive.Open("/data", archive.Options{FS: mem, Logger: quiet, OnFatal: panicOnFatal})
+			store, err := archive.Open("/data", archive.Options{FS: mem, Logger: quiet})
 			if err != nil {
 				t.Fatal(err)
 			}
