@@ -52,7 +52,7 @@
 //
 // # Whole-repo replacement
 //
-// Request.Replace runs the same job as a replacement (DESIGN §10): a sync
+// Request.Replace runs the same job as a replacement: a sync
 // row at the snapshot rev opens the first chunk, every chunk carries
 // Unit.Replace so the writer refuses it whole over newer data (ErrStale),
 // and rows are SourceRetry. Keeping other producers' rows of the account out

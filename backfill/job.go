@@ -33,7 +33,7 @@ type Writer interface {
 
 var _ Writer = (*archive.Writer)(nil)
 
-// Defaults of Options (DESIGN §9).
+// Defaults of Options.
 const (
 	DefaultAttemptTimeout    = 5 * time.Minute
 	DefaultRetries           = 3
@@ -177,7 +177,7 @@ func NewRunner(opts Options) (*Runner, error) {
 // Request names one job.
 type Request struct {
 	DID string
-	// Replace runs the job as a whole-repo replacement (DESIGN §10): the
+	// Replace runs the job as a whole-repo replacement: the
 	// first unit starts with a sync row at the snapshot rev, every unit is
 	// marked Unit.Replace (refused whole if the account's archived rev is
 	// already newer), and rows carry SourceRetry. A replacement meeting

@@ -590,7 +590,7 @@ func TestMemoryFIFO(t *testing.T) {
 	})
 }
 
-// TestJobReplace (DESIGN §10): a replacement opens with a sync row, its rows
+// TestJobReplace: a replacement opens with a sync row, its rows
 // are SourceRetry, and it is refused whole over newer archived data.
 func TestJobReplace(t *testing.T) {
 	e := newEnv(t, smallWorld(10, 20))

@@ -3,7 +3,7 @@ package bootstrap
 // bootstrap.go owns the whole-network first pass: configuration, the worker
 // pool and the coordinator that dispatches repos, counts their durable
 // outcomes into the completion watermark and checkpoints the listRepos
-// cursor (DESIGN §4, §10).
+// cursor.
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 	"golang.org/x/sync/semaphore"
 )
 
-// Defaults (DESIGN §9).
+// Defaults.
 const (
 	DefaultWorkers       = 100
 	DefaultWindow        = 50_000

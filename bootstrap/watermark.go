@@ -1,6 +1,6 @@
 package bootstrap
 
-// watermark.go owns the completion watermark (R5, R6; DESIGN §10): listRepos
+// watermark.go owns the completion watermark (R5, R6): listRepos
 // pages numbered in order, each with the number of its repos that are not
 // yet durably terminal. The checkpoint may cover page p only when every
 // page ≤ p has a count of zero. It is a pure data structure: no I/O, no

@@ -21,7 +21,7 @@ func plConfig() oracle.Config {
 	return oracle.Config{Accounts: 40, RecordsMean: 8, Hosts: 2, Rate: 300, Events: 300, Traffic: oracle.TrafficFull, Seed: plSeed}
 }
 
-// TestLifecyclePowerLoss (issue 8 item 3; D1, C3, C4, M4, M7, R4, R6): the
+// TestLifecyclePowerLoss (D1, C3, C4, M4, M7, R4, R6): the
 // power fails at a commit point of the whole lifecycle — any synced batch of
 // any committer: the relay's record at first start, the capture writer,
 // bootstrap's repo states, backfill rows and completions, the listRepos

@@ -77,7 +77,7 @@ func (cv *convergence) reached(net *oracle.Network, store *archive.Store, retrie
 	return rs.Passes >= cv.caughtUpAt+2 && rs.Due == 0 && rs.InFlight == 0
 }
 
-// TestLifecycleCommitFaults (issue 8 item 3; C3, C4, M1, M4, M7, R6): the
+// TestLifecycleCommitFaults (C3, C4, M1, M4, M7, R6): the
 // n-th synced batch touching a key prefix fails somewhere in the lifecycle
 // — the capture cursor, the listRepos checkpoint, a repo state, the phase
 // change to merging, the merge cursor, the cleanup. Run stops with the

@@ -1,4 +1,4 @@
-// Package retry owns the steady-state replacement runner (DESIGN §6, §10):
+// Package retry owns the steady-state replacement runner:
 // it brings in, as whole-repo replacements, every repo that is failed with
 // its next attempt due, pending (an interrupted bootstrap), or marked for a
 // replacement (a #sync, a reactivation, discovery) — without hammering any
@@ -92,18 +92,12 @@
 //     replacement is up to ScanPeriod plus one pass (Wake shortens it). At
 //     tens of millions of repos a due index maintained by the writer would
 //     replace the scan.
-//   - A multi-chunk replacement is not isolated from other producers' rows
-//     by the writer: a live commit between two chunks makes the rest of the
-//     replacement stale; it is fetched again and replaced whole, so the fold
-//     converges, but the stream briefly shows a partial replacement.
-//   - Failed repos by error class and per-host failure counts need
-//     aggregates kept by the writer in the same batch as each transition;
-//     the writer keeps counts by status only, so Status does not have them.
 //
 // # Not here
 //
 // Downloading, verifying and emitting a repo is backfill's; marking repos
 // due is the firehose's and merge's (#sync, #account) and discovery's;
-// deciding when the runner runs is lifecycle's. The runner never touches the
+// holding an account's other rows while its replacement is written is the
+// archive writer's; deciding when the runner runs is lifecycle's. The runner never touches the
 // capture.
 package retry

@@ -39,7 +39,7 @@ type Writer interface {
 
 var _ Writer = (*archive.Writer)(nil)
 
-// Defaults of Config (DESIGN §9).
+// Defaults of Config.
 const (
 	DefaultWorkers     = 16
 	DefaultHostWorkers = 4

@@ -11,7 +11,7 @@ import (
 	"github.com/backstream/backstream/retry"
 )
 
-// TestNotFoundOfActiveAccount (issue 7 item 5): a replacement that meets
+// TestNotFoundOfActiveAccount: a replacement that meets
 // RepoNotFound for an account the store shows active (a migration window)
 // ends failed, class not_found_active, with no sync row — the account's
 // records stay — and once the repo is back, the next replacement of the

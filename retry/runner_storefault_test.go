@@ -2,7 +2,7 @@ package retry_test
 
 // Storage faults under the retry runner (S6): read faults swept over a
 // pass. The write-path sweep needs the CommitHook seam and lives in
-// runner_write_storefault_test.go (build tag storefault).
+// runner_write_storefault_test.go.
 
 import (
 	"context"
