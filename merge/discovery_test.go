@@ -21,11 +21,7 @@ import (
 func TestDiscovery(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	net, err := oracle.Start(ctx, oracle.Config{Accounts: 120, RecordsMean: 2, Hosts: 2, Traffic: oracle.TrafficNone, Seed: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer net.Close()
+	net, client := quietNetwork(t, oracle.Config{Accounts: 120, RecordsMean: 2, Hosts: 2, Seed: 5})
 	net.Faults().LongCursor(4096)
 
 	store, err := archive.Open(t.TempDir(), archive.Options{Logger: quiet})
@@ -35,10 +31,6 @@ func TestDiscovery(t *testing.T) {
 	defer store.Close()
 	w, _ := archive.NewWriter(store, archive.WriterOptions{Logger: quiet})
 	defer w.Close()
-	client, err := upstream.New(net.RelayURL(), upstream.Options{ScratchDir: store.ScratchDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	accounts := net.World().Accounts()
 	// The first account is known and complete; discovery must not touch it.
 	known := accounts[0].DID
@@ -186,4 +178,22 @@ func TestDiscoveryWriterFails(t *testing.T) {
 	if !errors.Is(err, storefault.ErrInjected) || f.Fired() != 1 {
 		t.Fatalf("discovery over a failed commit: %v (fault fired %d times), want the injected fault", err, f.Fired())
 	}
+}
+
+// quietNetwork starts a simulated network without traffic and a client of
+// its relay, both closed when the test ends.
+func quietNetwork(t *testing.T, cfg oracle.Config) (*oracle.Network, *upstream.Client) {
+	t.Helper()
+	cfg.Traffic = oracle.TrafficNone
+	net, err := oracle.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { net.Close() })
+	client, err := upstream.New(net.RelayURL(), upstream.Options{ScratchDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	return net, client
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/oracle"
-	"github.com/backstream/backstream/upstream"
 )
 
 // TestPendingPass (M5): every active pending repo is replaced wholesale; an
@@ -18,17 +17,8 @@ import (
 func TestPendingPass(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	net, err := oracle.Start(ctx, oracle.Config{Accounts: 6, RecordsMean: 3, Hosts: 2, Traffic: oracle.TrafficNone, Seed: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer net.Close()
+	net, client := quietNetwork(t, oracle.Config{Accounts: 6, RecordsMean: 3, Hosts: 2, Seed: 3})
 	r := newRig(t)
-	client, err := upstream.New(net.RelayURL(), upstream.Options{ScratchDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
 	jobs, err := backfill.NewRunner(backfill.Options{Source: client, Writer: r.w, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
