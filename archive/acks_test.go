@@ -196,8 +196,7 @@ func TestWaitRealWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Units apply in order: once this one is durable, so is the first.
-	cur, _ := EncodeSeqCursor(1)
-	apply(t, w, &Unit{Puts: []KV{{Key: KeyCursorMerge, Value: cur}}})
+	apply(t, w, &Unit{Cursor: SeqCursor{Key: KeyCursorMerge, Seq: 1}})
 	second := faultUnit(1)
 	second.Token, second.Acks = 1, acks
 	if err := w.Submit(ctx, second); err != nil {

@@ -16,6 +16,10 @@ type Metrics struct {
 	repos        *prometheus.GaugeVec
 	failed       *prometheus.GaugeVec
 	refusedUnits prometheus.Counter
+	heldUnits    prometheus.Gauge
+	heldTotal    prometheus.Counter
+	holdDrops    prometheus.Counter
+	holdExpiries prometheus.Counter
 
 	failedShown map[string]bool // classes with a failed series, so a class that empties reads 0
 }
@@ -62,6 +66,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "backstream_archive_refused_units_total",
 			Help: "Units the writer refused as invalid (a bug in a producer).",
 		}),
+		heldUnits: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "backstream_archive_held_units",
+			Help: "Units waiting behind a whole-repo replacement of an account they touch (or behind a waiting unit of such an account).",
+		}),
+		heldTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_archive_held_units_total",
+			Help: "Units that had to wait behind a whole-repo replacement of an account they touch.",
+		}),
+		holdDrops: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_archive_hold_dropped_rows_total",
+			Help: "Rows dropped because waiting behind a replacement would pass the hold caps; their accounts are marked for another replacement.",
+		}),
+		holdExpiries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_archive_hold_expired_total",
+			Help: "Replacements that held their account past the hold timeout without a unit (a bug or a dead job); their waiting units were released.",
+		}),
 	}
 	// Every series of a closed label set exists from the start, at 0.
 	for src := SourceBackfill; src <= SourceRetry; src++ {
@@ -70,7 +90,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.rows.WithLabelValues("cap", SourceLive.String())
 	if reg != nil {
-		reg.MustRegister(m.staleRows, m.rows, m.batches, m.batchEvents, m.commitSecs, m.tip, m.repos, m.failed, m.refusedUnits)
+		reg.MustRegister(m.staleRows, m.rows, m.batches, m.batchEvents, m.commitSecs, m.tip, m.repos, m.failed, m.refusedUnits,
+			m.heldUnits, m.heldTotal, m.holdDrops, m.holdExpiries)
 	}
 	return m
 }
@@ -122,4 +143,32 @@ func (m *Metrics) refused() {
 		return
 	}
 	m.refusedUnits.Inc()
+}
+
+func (m *Metrics) setHeld(n int) {
+	if m == nil {
+		return
+	}
+	m.heldUnits.Set(float64(n))
+}
+
+func (m *Metrics) held() {
+	if m == nil {
+		return
+	}
+	m.heldTotal.Inc()
+}
+
+func (m *Metrics) holdDropped(rows int) {
+	if m == nil {
+		return
+	}
+	m.holdDrops.Add(float64(rows))
+}
+
+func (m *Metrics) holdExpired() {
+	if m == nil {
+		return
+	}
+	m.holdExpiries.Inc()
 }

@@ -24,20 +24,19 @@ func buildFaultStore(t *testing.T, fs vfs.FS) {
 	t.Helper()
 	s := openMem(t, fs)
 	w := newWriter(t, s, WriterOptions{})
-	relay, _ := EncodeSeqCursor(41)
-	merge, _ := EncodeSeqCursor(7)
 	list, _ := EncodeListCursor(ListCursor{Cursor: "page-3"})
 	apply(t, w, &Unit{
 		Events: []Event{commitEv(faultDID, "05", KindCreate, SourceBackfill, "a")},
 		Repos: []RepoUpdate{{DID: faultDID, Fields: FieldStatus | FieldActive | FieldBackfillRev,
 			State: RepoState{Status: StatusComplete, Active: true, BackfillRev: "05"}}},
-		Puts: []KV{{Key: KeyCursorRelay, Value: relay}, {Key: KeyCursorMerge, Value: merge},
-			{Key: KeyCursorListRepos, Value: list}},
+		Puts:   []KV{{Key: KeyCursorListRepos, Value: list}},
+		Cursor: SeqCursor{Key: KeyCursorRelay, Seq: 41},
 		Hosts: []HostUpdate{{Host: "pds.test", Func: func(h HostState) HostState {
 			h.ParkedUntilUS, h.LastErrClass = 1<<50, "rate_limited"
 			return h
 		}}},
 	})
+	apply(t, w, &Unit{Cursor: SeqCursor{Key: KeyCursorMerge, Seq: 7}})
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}

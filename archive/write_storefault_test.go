@@ -28,8 +28,7 @@ func hookOptions(fs vfs.FS, f *storefault.CommitFault) Options {
 func faultUnit(i int) *Unit {
 	did := didN(i)
 	u := &Unit{Events: []Event{commitEv(did, fmt.Sprintf("3k%03d", i), KindCreate, SourceLive, "r")}}
-	cur, _ := EncodeSeqCursor(uint64(i + 1))
-	u.Puts = append(u.Puts, KV{Key: KeyCursorRelay, Value: cur})
+	u.Cursor = SeqCursor{Key: KeyCursorRelay, Seq: uint64(i + 1)}
 	if i%3 == 0 {
 		u.Repos = []RepoUpdate{{DID: did, Fields: FieldStatus | FieldActive, State: RepoState{Status: StatusComplete, Active: true}}}
 	}

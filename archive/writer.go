@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -22,25 +23,34 @@ type KV struct {
 	Value []byte
 }
 
+// SeqCursor is a producer's position in its source: Seq, stored under Key
+// (KeyCursorRelay or KeyCursorMerge) with EncodeSeqCursor. A unit carries
+// it instead of a Put so the writer can keep it behind units that wait (see
+// WriterOptions.HoldTimeout): the durable value is the highest position
+// applied, but never at or past the oldest waiting unit carrying the same
+// key, and it never moves backwards. A nil Key carries no position.
+type SeqCursor struct {
+	Key []byte
+	Seq uint64
+}
+
 // Replacement marks a unit as (one chunk of) a whole-repo replacement of DID
 // at snapshot rev Rev: the unit is refused whole when the account's ratchet is
-// already newer than Rev (S9).
+// already newer than Rev (S9). Every row and repo update of the unit must be
+// of DID. A replacement is one producer's (one Acks') run of units for DID.
 type Replacement struct {
 	DID string
 	Rev string
 	// Final marks the replacement's last unit (the one carrying its
-	// completion). From its first unit until its final one, the writer holds
-	// back units of other producers that touch the account — and every later
-	// unit of those producers, so each producer's order is kept — and
-	// applies them right after the final unit (S5: no other row of the
-	// account in between). A refused unit ends the replacement too.
+	// completion). From its first applied unit until its final one, the
+	// replacement holds its account: units of other producers that touch
+	// the account wait, and so does every later unit touching it, whatever
+	// its producer (per-account order); units of other accounts go on. The
+	// waiting units are applied in arrival order right after the final unit
+	// (S5: no other row of the account in between). A refused unit ends the
+	// replacement too; so does HoldTimeout without a unit.
 	Final bool
 }
-
-// replacementHoldMax bounds how long a replacement may hold other producers
-// back: a replacement that never sends its final unit (a bug) must not stall
-// the live stream. Past it the hold is dropped with an error log.
-const replacementHoldMax = 2 * time.Minute
 
 // Unit is what a producer submits: rows and the state that must become
 // durable with them, all or nothing, in one batch. The writer owns the unit
@@ -49,7 +59,8 @@ type Unit struct {
 	Events  []Event      // in order; Seq and TimeUS are assigned by the writer
 	Repos   []RepoUpdate // applied after the events, in order
 	Hosts   []HostUpdate // applied after the repo updates, in order
-	Puts    []KV         // cursors, phase (only cursor/ and meta/, never meta/counts or meta/instance)
+	Puts    []KV         // phase, listRepos cursors (only cursor/ and meta/, never a seq cursor, meta/counts or meta/instance)
+	Cursor  SeqCursor    // the producer's position after this unit (cursor/relay, cursor/merge); see SeqCursor
 	Replace *Replacement // non-nil: refused whole if the ratchet is newer than Replace.Rev
 	Token   any          // returned in the receipt
 	Acks    *Acks        // receives the receipt once the unit is durable (or refused); nil: nobody listens
@@ -71,12 +82,20 @@ type Receipt struct {
 	LastSeq  uint64 // seq of the last kept event
 	Kept     int    // events appended
 	Stale    int    // commit/sync rows dropped by the ratchet
+	Dropped  int    // rows dropped because waiting behind a replacement would pass a hold cap
+	Cursor   uint64 // the durable position under the unit's Cursor.Key after its batch (below its own while earlier units wait)
 	Refused  error  // non-nil: nothing of the unit was applied (invalid unit, or a replacement over newer data)
 }
 
 // ErrStaleReplacement: a replacement's snapshot rev is older than what the
 // archive already holds for the account; the unit was refused whole (S9).
 var ErrStaleReplacement = errors.New("replacement snapshot is older than the archived rev")
+
+// ErrHoldExpired: the replacement sent no unit for HoldTimeout while it held
+// its account, so the writer released the units waiting for it; its later
+// units are refused. It matches ErrStaleReplacement too (the archive may now
+// hold rows newer than the snapshot), so the job is fetched again.
+var ErrHoldExpired = fmt.Errorf("replacement held its account past the hold timeout: %w", ErrStaleReplacement)
 
 // WriterOptions configure a Writer.
 type WriterOptions struct {
@@ -94,9 +113,22 @@ type WriterOptions struct {
 	Queue int
 	// LiveLogBytes bounds the in-memory log of recent durable events.
 	LiveLogBytes int64
-	Metrics      *Metrics
-	Logger       *slog.Logger
-	Now          func() time.Time
+	// HoldBytes and HoldAccountBytes bound the units waiting behind
+	// replacements, in total and per account (rows' estimated bytes). A
+	// unit that would pass either does not wait: its rows and repo updates
+	// of the accounts it waits for are dropped (counted), each such account
+	// is marked for another replacement in the same batch as the unit's
+	// cursor, and the rest of the unit is applied at once.
+	HoldBytes        int64
+	HoldAccountBytes int64
+	// HoldTimeout is how long a replacement may hold its account without
+	// sending a unit. Past it the hold is released (logged at ERROR,
+	// counted), the waiting units go in arrival order, and the
+	// replacement's later units are refused with ErrHoldExpired.
+	HoldTimeout time.Duration
+	Metrics     *Metrics
+	Logger      *slog.Logger
+	Now         func() time.Time
 }
 
 // Defaults chosen by BenchmarkWriter (see docs in doc.go).
@@ -105,6 +137,11 @@ const (
 	DefaultMaxBatchBytes = 16 << 20
 	DefaultQueue         = 1024
 	DefaultLiveLogBytes  = 256 << 20
+	// A live account rarely sends more than a few hundred rows while its
+	// replacement runs; 16 replacements run at once by default (retry).
+	DefaultHoldBytes        = 64 << 20
+	DefaultHoldAccountBytes = 4 << 20
+	DefaultHoldTimeout      = 2 * time.Minute
 )
 
 func (o *WriterOptions) defaults() {
@@ -119,6 +156,15 @@ func (o *WriterOptions) defaults() {
 	}
 	if o.LiveLogBytes <= 0 {
 		o.LiveLogBytes = DefaultLiveLogBytes
+	}
+	if o.HoldBytes <= 0 {
+		o.HoldBytes = DefaultHoldBytes
+	}
+	if o.HoldAccountBytes <= 0 {
+		o.HoldAccountBytes = DefaultHoldAccountBytes
+	}
+	if o.HoldTimeout <= 0 {
+		o.HoldTimeout = DefaultHoldTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -145,9 +191,7 @@ type Writer struct {
 	nextSeq  uint64
 	lastUS   int64
 	counts   Counts
-	holds    map[string]*hold     // accounts with a replacement in progress (S5)
-	deferred []*Unit              // units held back by a replacement, in arrival order
-	blocked  map[*Acks]int        // held-back units per producer (keeps each producer's order)
+	bar      *barrier             // replacements in progress, units waiting for them, seq cursors (S5)
 	revs     map[string]string    // ratchet values written in the open batch
 	revCache map[string]string    // durable ratchet values (bounded)
 	repos    map[string]RepoState // repo states written in the open batch
@@ -175,8 +219,7 @@ func NewWriter(s *Store, opts WriterOptions) (*Writer, error) {
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 		revs:     make(map[string]string),
-		holds:    make(map[string]*hold),
-		blocked:  make(map[*Acks]int),
+		bar:      newBarrier(barrierLimits{bytes: opts.HoldBytes, accountBytes: opts.HoldAccountBytes, timeout: opts.HoldTimeout}),
 		revCache: make(map[string]string),
 		repos:    make(map[string]RepoState),
 		hosts:    make(map[string]HostState),
@@ -295,19 +338,33 @@ type pending struct {
 	counts   bool     // meta/counts changed
 	puts     []KV     // the units' Puts, last value per key, written at commit
 	putIdx   map[string]int
-	rowsBy   [5]int // kept rows by source
-	staleBy  [5]int // stale rows by source
+	cursors  [len(seqCursorKeys)]bool // seq cursors moved by the batch's units
+	rowsBy   [5]int                   // kept rows by source
+	staleBy  [5]int                   // stale rows by source
 }
 
 func (w *Writer) run() {
 	defer close(w.done)
 	defer w.live.close()
+	// expiry fires at the earliest hold deadline, so an abandoned
+	// replacement releases its account even when no unit arrives.
+	expiry := time.NewTimer(time.Hour)
+	expiry.Stop()
+	defer expiry.Stop()
 	for {
 		var first *Unit
+		var expired <-chan time.Time
+		if d, ok := w.bar.deadline(); ok {
+			expiry.Reset(d.Sub(w.opts.Now()))
+			expired = expiry.C
+		}
 		select {
 		case first = <-w.in:
+		case <-expired:
 		case <-w.stop:
-			// Drain what was queued before Close.
+			// Drain what was queued before Close. Units still waiting for
+			// a replacement stay unapplied: no receipt, and their seq
+			// cursor never passed them.
 			for {
 				select {
 				case u := <-w.in:
@@ -325,12 +382,16 @@ func (w *Writer) run() {
 	}
 }
 
-// commitBatch builds one batch starting with first, commits it synced, then
-// publishes. It returns false when the writer must stop (fatal error).
+// commitBatch builds one batch starting with first (nil: only the holds
+// that expired), commits it synced, then publishes. It returns false when
+// the writer must stop (fatal error).
 func (w *Writer) commitBatch(first *Unit) bool {
 	p := &pending{b: w.store.db.NewBatch()}
 	defer p.b.Close()
-	w.add(p, first)
+	w.expire(p)
+	if first != nil {
+		w.add(p, first)
+	}
 	var linger <-chan time.Time
 	if w.opts.Linger > 0 {
 		t := time.NewTimer(w.opts.Linger)
@@ -358,7 +419,10 @@ fill:
 	if err := w.Err(); err != nil {
 		return false
 	}
-	w.flushKeyed(p)
+	if err := w.flushKeyed(p); err != nil {
+		w.fail(fmt.Errorf("archive: %s writer: %w", w.name, err))
+		return false
+	}
 	if p.counts {
 		v, err := EncodeCounts(w.counts)
 		if err != nil {
@@ -366,6 +430,13 @@ fill:
 			return false
 		}
 		_ = p.b.Set(KeyCounts, v, nil)
+	}
+	m := w.opts.Metrics
+	if !w.opts.Capture { // the capture writer never holds; the metrics are shared
+		m.setHeld(w.bar.units())
+	}
+	if len(p.units) == 0 && p.b.Empty() {
+		return true // every unit waits (or an expiry released none)
 	}
 	start := time.Now()
 	if !p.b.Empty() {
@@ -390,7 +461,6 @@ fill:
 	clear(w.repos)
 	clear(w.hosts)
 	w.live.publish(p.events)
-	m := w.opts.Metrics
 	m.committed(w.name, p.rows, time.Since(start).Seconds(), w.nextSeq-1)
 	for src := SourceBackfill; src <= SourceRetry; src++ {
 		m.addRows(w.name, src, p.rowsBy[src])
@@ -403,22 +473,45 @@ fill:
 		w.mu.Unlock()
 	}
 	for i, u := range p.units {
-		if u.Acks != nil {
-			u.Acks.push(p.receipts[i])
+		if u.Acks == nil {
+			continue
 		}
+		if c, ok := cursorIndex(u.Cursor.Key); ok && p.receipts[i].Refused == nil {
+			p.receipts[i].Cursor = w.bar.written(c)
+		}
+		u.Acks.push(p.receipts[i])
 	}
 	return true
 }
 
 // flushKeyed writes the batch's last value of every rev/ key and every
-// Put: a live frame moves cursor/relay and its account's rev/ once per unit,
-// and one Pebble write per key per batch instead of one per unit is a third
-// of the memtable work of a single-op commit. The batch is atomic, so only
-// the last value of a key could ever be seen.
-func (w *Writer) flushKeyed(p *pending) {
+// Put, and each seq cursor the batch moved: a live frame moves cursor/relay
+// and its account's rev/ once per unit, and one Pebble write per key per
+// batch instead of one per unit is a third of the memtable work of a
+// single-op commit. The batch is atomic, so only the last value of a key
+// could ever be seen. Values were validated in stage: an encoding failure
+// here is the writer's own bug, and fatal.
+func (w *Writer) flushKeyed(p *pending) error {
 	for did, rev := range w.revs {
-		v, _ := EncodeRev(rev)
+		v, err := EncodeRev(rev)
+		if err != nil {
+			return fmt.Errorf("ratchet of %s: %w", did, err)
+		}
 		_ = p.b.Set(RevKey(did), v, nil)
+	}
+	for i, moved := range p.cursors {
+		if !moved {
+			continue
+		}
+		pos, ok := w.bar.cursorToWrite(i)
+		if !ok {
+			continue
+		}
+		v, err := EncodeSeqCursor(pos)
+		if err != nil {
+			return fmt.Errorf("%s: %w", seqCursorKeys[i], err)
+		}
+		_ = p.b.Set(seqCursorKeys[i], v, nil)
 	}
 	for _, kv := range p.puts {
 		if kv.Value == nil {
@@ -427,114 +520,70 @@ func (w *Writer) flushKeyed(p *pending) {
 			_ = p.b.Set(kv.Key, kv.Value, nil)
 		}
 	}
+	return nil
 }
 
-// add stages one unit into the batch, all or nothing.
-// hold is one replacement in progress: whose it is and since when.
-type hold struct {
-	owner *Acks
-	since time.Time
-}
-
-// add applies u, or holds it back behind a replacement in progress (S5).
+// add applies u, or lets it wait behind a replacement in progress (S5).
 func (w *Writer) add(p *pending, u *Unit) {
-	if w.held(u) {
-		w.deferred = append(w.deferred, u)
-		w.blocked[u.Acks]++
+	a := w.bar.admit(u, w.opts.Now())
+	m := w.opts.Metrics
+	if a.wait {
+		m.held()
 		return
 	}
-	if w.apply(p, u) {
+	if len(a.marked) > 0 {
+		m.holdDropped(a.dropped)
+		w.opts.Logger.Warn("archive writer: a unit would wait past the hold caps; its rows of the held accounts are dropped and the accounts marked for another replacement",
+			"accounts", a.marked, "rows", a.dropped)
+	}
+	if w.applyOne(p, u, a.dropped) {
 		w.release(p)
 	}
 }
 
-// held reports whether u must wait: its producer already has units waiting,
-// or it touches an account another producer is replacing.
-func (w *Writer) held(u *Unit) bool {
-	if len(w.holds) == 0 {
-		return false
-	}
-	if w.blocked[u.Acks] > 0 {
-		return true
-	}
-	touches := func(did string) bool {
-		h, ok := w.holds[did]
-		if !ok || h.owner == u.Acks {
-			return false
-		}
-		if w.opts.Now().Sub(h.since) > replacementHoldMax {
-			w.opts.Logger.Error("archive writer: a replacement held its account too long without its final unit; releasing (a producer bug)", "did", did)
-			delete(w.holds, did)
-			return false
-		}
-		return true
-	}
-	for i := range u.Events {
-		if touches(u.Events[i].DID) {
-			return true
-		}
-	}
-	for i := range u.Repos {
-		if touches(u.Repos[i].DID) {
-			return true
-		}
-	}
-	return false
-}
-
-// release applies the held-back units that no longer wait, in order.
+// release applies the waiting units that no longer wait, in arrival order.
 func (w *Writer) release(p *pending) {
-	for {
-		waiting := w.deferred
-		w.deferred = nil
-		clear(w.blocked)
-		again := false
-		for _, u := range waiting {
-			if w.held(u) {
-				w.deferred = append(w.deferred, u)
-				w.blocked[u.Acks]++
-				continue
-			}
-			if w.apply(p, u) {
-				again = true
-			}
-		}
-		if !again || len(w.deferred) == 0 {
-			return
-		}
-	}
+	w.bar.release(func(u *Unit) bool { return w.applyOne(p, u, 0) })
 }
 
-// apply stages and applies one unit. It reports whether a replacement's
-// hold ended (so held-back units may go).
-func (w *Writer) apply(p *pending, u *Unit) (released bool) {
-	if rp := u.Replace; rp != nil && !w.opts.Capture {
-		defer func() {
-			r := p.receipts[len(p.receipts)-1]
-			_, held := w.holds[rp.DID]
-			if r.Refused != nil || rp.Final {
-				released = held
-				delete(w.holds, rp.DID)
-			} else if !held {
-				w.holds[rp.DID] = &hold{owner: u.Acks, since: w.opts.Now()}
-			}
-		}()
+// expire releases the holds past their deadline (a replacement that stopped
+// sending units: a bug or a dead job).
+func (w *Writer) expire(p *pending) {
+	dids := w.bar.expire(w.opts.Now())
+	if len(dids) == 0 {
+		return
 	}
-	r := Receipt{Token: u.Token}
-	st, err := w.stage(u)
-	if err != nil {
-		if !errors.Is(err, errInvalidUnit) && !errors.Is(err, ErrStaleReplacement) {
-			// Our own persistence failed to read back: crash loud.
-			w.fail(fmt.Errorf("archive: %s writer: %w", w.name, err))
-		} else {
-			w.opts.Metrics.refused()
-			if !errors.Is(err, ErrStaleReplacement) {
-				w.opts.Logger.Error("archive writer refused a unit (producer bug)", "log", w.name, "err", err)
-			}
+	for _, did := range dids {
+		w.opts.Metrics.holdExpired()
+		w.opts.Logger.Error("archive writer: a replacement held its account past the hold timeout without a unit; releasing the units waiting for it and refusing its later units",
+			"did", did, "timeout", w.opts.HoldTimeout)
+	}
+	w.release(p)
+}
+
+// applyOne applies u (or refuses it) and tells the barrier; it reports
+// whether a replacement's hold closed.
+func (w *Writer) applyOne(p *pending, u *Unit, dropped int) (closed bool) {
+	refused := !w.apply(p, u, dropped)
+	if !refused {
+		if c, ok := cursorIndex(u.Cursor.Key); ok {
+			p.cursors[c] = true
 		}
-		r.Refused = err
-		p.units = append(p.units, u)
-		p.receipts = append(p.receipts, r)
+	}
+	return w.bar.applied(u, refused, w.opts.Now())
+}
+
+// apply stages and applies one unit; it reports false when the unit was
+// refused.
+func (w *Writer) apply(p *pending, u *Unit, dropped int) bool {
+	r := Receipt{Token: u.Token, Dropped: dropped}
+	err := w.bar.refusal(u)
+	var st *staged
+	if err == nil {
+		st, err = w.stage(u)
+	}
+	if err != nil {
+		w.refuse(p, u, r, err)
 		return false
 	}
 	// Apply the staged unit: seqs, times, batch writes, overlays.
@@ -569,7 +618,7 @@ func (w *Writer) apply(p *pending, u *Unit) (released bool) {
 	for _, ch := range st.repoOrder {
 		ns := st.repos[ch]
 		old, existed := st.old[ch]
-		v, _ := EncodeRepoState(ns)
+		v, _ := EncodeRepoState(ns) // validated in stage
 		_ = p.b.Set(RepoKey(ch), v, nil)
 		w.repos[ch] = ns
 		w.count(old, existed, ns)
@@ -608,7 +657,25 @@ func (w *Writer) apply(p *pending, u *Unit) (released bool) {
 	}
 	p.units = append(p.units, u)
 	p.receipts = append(p.receipts, r)
-	return false
+	return true
+}
+
+// refuse records u's refusal in the batch's receipts. A failure to read our
+// own state is fatal; an invalid unit is a producer bug (logged); a stale
+// replacement is an ordinary outcome.
+func (w *Writer) refuse(p *pending, u *Unit, r Receipt, err error) {
+	if !errors.Is(err, errInvalidUnit) && !errors.Is(err, ErrStaleReplacement) {
+		// Our own persistence failed to read back: crash loud.
+		w.fail(fmt.Errorf("archive: %s writer: %w", w.name, err))
+	} else {
+		w.opts.Metrics.refused()
+		if !errors.Is(err, ErrStaleReplacement) {
+			w.opts.Logger.Error("archive writer refused a unit (producer bug)", "log", w.name, "err", err)
+		}
+	}
+	r.Refused = err
+	p.units = append(p.units, u)
+	p.receipts = append(p.receipts, r)
 }
 
 func (w *Writer) count(old RepoState, existed bool, ns RepoState) {
@@ -667,6 +734,14 @@ func (w *Writer) stage(u *Unit) (*staged, error) {
 			return nil, err
 		}
 	}
+	if c := u.Cursor; c.Key != nil {
+		if _, ok := cursorIndex(c.Key); !ok {
+			return nil, invalid("unit cursor under %q, which is not a seq cursor", c.Key)
+		}
+		if c.Seq > math.MaxInt64 {
+			return nil, invalid("unit cursor %d above MaxInt64", c.Seq)
+		}
+	}
 	if w.opts.Capture {
 		if len(u.Repos) > 0 || len(u.Hosts) > 0 || u.Replace != nil {
 			return nil, invalid("the capture writer takes no repo or host mutations or replacements")
@@ -675,6 +750,9 @@ func (w *Writer) stage(u *Unit) (*staged, error) {
 			st.keep[i] = true
 		}
 		return st, nil
+	}
+	if err := checkReplacement(u); err != nil {
+		return nil, err
 	}
 	st.revs = make(map[string]string)
 	ratchet := func(did string) (string, error) {
@@ -823,8 +901,38 @@ func (w *Writer) repoState(did string) (RepoState, bool, error) {
 	return s, true, nil
 }
 
-// checkPutKey refuses keys only the writer's own logic may write.
+// checkReplacement refuses a replacement whose account or snapshot rev could
+// not be stored, or that touches another account.
+func checkReplacement(u *Unit) error {
+	rp := u.Replace
+	if rp == nil {
+		return nil
+	}
+	if rp.DID == "" || len(rp.DID) > maxDID {
+		return invalid("replacement of a DID of %d bytes", len(rp.DID))
+	}
+	if _, err := EncodeRev(rp.Rev); err != nil {
+		return invalid("replacement of %s: snapshot %v", rp.DID, err)
+	}
+	for i := range u.Events {
+		if u.Events[i].DID != rp.DID {
+			return invalid("replacement of %s carries a row of %s", rp.DID, u.Events[i].DID)
+		}
+	}
+	for i := range u.Repos {
+		if u.Repos[i].DID != rp.DID {
+			return invalid("replacement of %s updates repo %s", rp.DID, u.Repos[i].DID)
+		}
+	}
+	return nil
+}
+
+// checkPutKey refuses keys only the writer's own logic may write, and seq
+// cursors (they move through Unit.Cursor).
 func checkPutKey(k []byte) error {
+	if _, ok := cursorIndex(k); ok {
+		return invalid("unit puts %q, a seq cursor: it moves through Unit.Cursor", k)
+	}
 	for _, p := range [][]byte{PrefixEvent, PrefixCapture, PrefixRepo, PrefixRev, PrefixHost, PrefixHostRank} {
 		if hasPrefix(k, p) {
 			return invalid("unit puts %q, which only the writer itself writes", k)

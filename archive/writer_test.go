@@ -293,10 +293,9 @@ func TestCaptureWriter(t *testing.T) {
 	defer cw.Close()
 	w := newWriter(t, s, WriterOptions{})
 	defer w.Close()
-	cur, _ := EncodeSeqCursor(1234)
 	r := apply(t, cw, &Unit{
 		Events: []Event{commitEv(testDID, "01", KindCreate, SourceLive, "a"), commitEv(testDID, "01", KindCreate, SourceLive, "a")},
-		Puts:   []KV{{Key: KeyCursorRelay, Value: cur}},
+		Cursor: SeqCursor{Key: KeyCursorRelay, Seq: 1234},
 	})
 	if r.Kept != 2 || r.FirstSeq != 1 {
 		t.Fatalf("capture receipt %+v", r)

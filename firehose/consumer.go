@@ -216,9 +216,11 @@ func (c *Consumer) collect() {
 		if c.fatal != nil {
 			continue // never report progress past a hole
 		}
-		if seq > c.lastDurable.Load() {
-			c.lastDurable.Store(seq)
-			c.m.durable(seq)
+		// The durable cursor, not the unit's own seq: a unit of an account
+		// held by a replacement may still wait behind this one.
+		if d := int64(r.Cursor); d > c.lastDurable.Load() {
+			c.lastDurable.Store(d)
+			c.m.durable(d)
 		}
 		c.startedOnce.Do(func() { close(c.started) })
 		if c.cfg.Mode == ModeLive {
@@ -349,13 +351,9 @@ func (c *Consumer) Handle(ctx context.Context, msg []byte) error {
 // unit builds the unit of one seq'd frame: its valid rows, their side
 // effects (live mode), and cursor/relay in the same unit (C1).
 func (c *Consumer) unit(f *upstream.Frame, seq int64) (*archive.Unit, error) {
-	cur, err := archive.EncodeSeqCursor(uint64(seq))
-	if err != nil {
-		return nil, fmt.Errorf("firehose: cursor %d: %w", seq, err) // unreachable: seq > 0
-	}
 	u := &archive.Unit{
 		Events: Rows(f, seq, c.m),
-		Puts:   []archive.KV{{Key: archive.KeyCursorRelay, Value: cur}},
+		Cursor: archive.SeqCursor{Key: archive.KeyCursorRelay, Seq: uint64(seq)}, // seq > 0
 		Token:  seq,
 		Acks:   c.acks,
 	}

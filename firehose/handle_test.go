@@ -153,9 +153,8 @@ func TestUnitCarriesCursor(t *testing.T) {
 				t.Fatalf("%s seq %d: %d units submitted for %d frames", mode, seq, len(units), i+1)
 			}
 			u := units[i]
-			want, _ := archive.EncodeSeqCursor(uint64(seq))
-			if len(u.Puts) != 1 || !bytes.Equal(u.Puts[0].Key, archive.KeyCursorRelay) || !bytes.Equal(u.Puts[0].Value, want) {
-				t.Fatalf("%s seq %d: puts %+v, want cursor/relay=%d", mode, seq, u.Puts, seq)
+			if len(u.Puts) != 0 || !bytes.Equal(u.Cursor.Key, archive.KeyCursorRelay) || u.Cursor.Seq != uint64(seq) {
+				t.Fatalf("%s seq %d: puts %+v, cursor %s=%d, want only cursor/relay=%d", mode, seq, u.Puts, u.Cursor.Key, u.Cursor.Seq, seq)
 			}
 			if len(u.Events) != len(sc.want) {
 				t.Fatalf("%s seq %d: %d rows with the cursor, want %d", mode, seq, len(u.Events), len(sc.want))

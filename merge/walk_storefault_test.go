@@ -68,8 +68,7 @@ func buildMergeStore(t *testing.T, mem vfs.FS) {
 		for i := range evs {
 			evs[i].UpstreamSeq = up
 		}
-		cur, _ := archive.EncodeSeqCursor(uint64(up))
-		must(cw, &archive.Unit{Events: evs, Puts: []archive.KV{{Key: archive.KeyCursorRelay, Value: cur}}})
+		must(cw, &archive.Unit{Events: evs, Cursor: archive.SeqCursor{Key: archive.KeyCursorRelay, Seq: uint64(up)}})
 	}
 	for round := 0; round < 3; round++ {
 		for _, did := range dids {

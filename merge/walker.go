@@ -52,14 +52,12 @@ func Walk(ctx context.Context, cfg Config) (Stats, error) {
 			if r.Refused != nil {
 				return fmt.Errorf("merge: the writer refused a merge unit (a bug): %w", r.Refused)
 			}
-			through, terr := archive.TokenOf[uint64](r)
-			if terr != nil {
-				return fmt.Errorf("merge: %w", terr)
-			}
 			st.Units++
 			st.Kept += r.Kept
 			st.Stale += r.Stale
-			st.Through = through
+			if r.Cursor > st.Through { // the durable cursor/merge: units may be applied out of order around a replacement
+				st.Through = r.Cursor
+			}
 			cfg.Metrics.merged(r.Kept, r.Stale, st.Through)
 			cfg.Crash.Hit(crashpoint.MergeBatch)
 		}
@@ -79,11 +77,7 @@ func Walk(ctx context.Context, cfg Config) (Stats, error) {
 		if len(unit) == 0 {
 			return nil
 		}
-		cur, err := archive.EncodeSeqCursor(lastCap)
-		if err != nil {
-			return fmt.Errorf("merge: %w", err)
-		}
-		u := &archive.Unit{Events: unit, Repos: repos, Puts: []archive.KV{{Key: archive.KeyCursorMerge, Value: cur}}, Token: lastCap, Acks: acks}
+		u := &archive.Unit{Events: unit, Repos: repos, Cursor: archive.SeqCursor{Key: archive.KeyCursorMerge, Seq: lastCap}, Token: lastCap, Acks: acks}
 		if err := cfg.Writer.Submit(ctx, u); err != nil {
 			return fmt.Errorf("merge: submit: %w", err)
 		}

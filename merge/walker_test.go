@@ -57,8 +57,7 @@ func (r *rig) capture(evs ...archive.Event) {
 	for i := range evs {
 		evs[i].UpstreamSeq = r.upSeq
 	}
-	cur, _ := archive.EncodeSeqCursor(uint64(r.upSeq))
-	r.apply(r.capw, &archive.Unit{Events: evs, Puts: []archive.KV{{Key: archive.KeyCursorRelay, Value: cur}}})
+	r.apply(r.capw, &archive.Unit{Events: evs, Cursor: archive.SeqCursor{Key: archive.KeyCursorRelay, Seq: uint64(r.upSeq)}})
 }
 
 func (r *rig) repo(did string, st archive.RepoState, snapshotRev string) {

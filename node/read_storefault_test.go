@@ -37,12 +37,13 @@ func storeAt(t *testing.T, mem vfs.FS, phase archive.Phase, relay, pendingDID st
 	if err != nil {
 		t.Fatal(err)
 	}
-	relayCur, _ := archive.EncodeSeqCursor(1)
-	merge, _ := archive.EncodeSeqCursor(0)
+	if r, err := w.Apply(context.Background(), &archive.Unit{Cursor: archive.SeqCursor{Key: archive.KeyCursorMerge, Seq: 0}}); err != nil || r.Refused != nil {
+		t.Fatal(err, r.Refused)
+	}
 	unit := &archive.Unit{
 		Repos: []archive.RepoUpdate{{DID: pendingDID, Fields: archive.FieldStatus | archive.FieldActive,
 			State: archive.RepoState{Status: archive.StatusPending, Active: true}}},
-		Puts: []archive.KV{{Key: archive.KeyCursorRelay, Value: relayCur}, {Key: archive.KeyCursorMerge, Value: merge}},
+		Cursor: archive.SeqCursor{Key: archive.KeyCursorRelay, Seq: 1},
 	}
 	if phase != archive.PhaseBootstrap {
 		pv, _ := archive.EncodePhase(archive.PhaseMerging)

@@ -22,8 +22,7 @@ func TestServeRefusesAnotherRelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	w, _ := archive.NewWriter(s, archive.WriterOptions{})
-	cur, _ := archive.EncodeSeqCursor(777)
-	if _, err := w.Apply(context.Background(), &archive.Unit{Puts: []archive.KV{{Key: archive.KeyCursorRelay, Value: cur}}}); err != nil {
+	if _, err := w.Apply(context.Background(), &archive.Unit{Cursor: archive.SeqCursor{Key: archive.KeyCursorRelay, Seq: 777}}); err != nil {
 		t.Fatal(err)
 	}
 	w.Close()

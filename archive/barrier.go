@@ -1,0 +1,442 @@
+package archive
+
+// barrier.go owns the per-account barrier of whole-repo replacements (S5)
+// and the seq cursors' positions. While a replacement of an account is in
+// progress (from its first unit to its final one), units of other producers
+// that touch the account wait; everything else goes on. The barrier is pure
+// state owned by the writer goroutine: the writer hands it each unit and the
+// time, applies what it says may go, and asks it what each seq cursor may
+// say. No Pebble, no clock, no goroutine.
+
+import (
+	"fmt"
+	"time"
+)
+
+// seqCursorKeys are the keys a Unit moves through Unit.Cursor (never Puts).
+var seqCursorKeys = [...][]byte{KeyCursorRelay, KeyCursorMerge}
+
+// cursorIndex returns key's index in seqCursorKeys.
+func cursorIndex(key []byte) (int, bool) {
+	for i, k := range seqCursorKeys {
+		if string(k) == string(key) {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// barrierLimits bound what may wait (bytes as estimated by eventBytes and
+// unitOverhead) and how long a replacement may hold without sending a unit.
+type barrierLimits struct {
+	bytes        int64
+	accountBytes int64
+	timeout      time.Duration
+}
+
+// unitOverhead is what a waiting unit costs besides its rows, so that many
+// small units are bounded too.
+const unitOverhead = 256
+
+// maxExpired bounds how many expired replacements the barrier remembers to
+// refuse their later units: an expiry is a bug or a dead job, rare by nature.
+const maxExpired = 1024
+
+type barrier struct {
+	lim      barrierLimits
+	holds    map[string]*hold // replacements in progress, by account
+	expired  map[replKey]bool // replacements whose hold expired: their later units are refused
+	expOrder []replKey        // expired, oldest first (bounded by maxExpired)
+	waiting  []*waiter        // units waiting, in arrival order
+	accounts map[string]*waitingAccount
+	bytes    int64 // of all waiting units
+	cursors  [len(seqCursorKeys)]cursorState
+}
+
+// replKey names one replacement: its account and its producer.
+type replKey struct {
+	did   string
+	owner *Acks
+}
+
+// hold is one replacement in progress.
+type hold struct {
+	owner    *Acks     // the producer whose Replace units of the account pass
+	deadline time.Time // its last unit plus the timeout
+	dropped  bool      // rows of the account were dropped while it held: mark again after its final unit
+}
+
+// waiter is one waiting unit and what it weighs, per account and in total.
+type waiter struct {
+	u     *Unit
+	parts []part
+	bytes int64
+}
+
+// part is the share of a unit's rows and repo updates that concern one account.
+type part struct {
+	did   string
+	bytes int64
+}
+
+// waitingAccount sums the waiting units that touch one account.
+type waitingAccount struct {
+	units int
+	bytes int64
+}
+
+// cursorState is what the barrier knows of one seq cursor.
+type cursorState struct {
+	applied bool
+	hi      uint64 // highest position applied
+	wrote   bool
+	written uint64 // last position handed out for writing
+	waiting int    // waiting units carrying this cursor
+	oldest  uint64 // lowest position among them
+}
+
+func newBarrier(lim barrierLimits) *barrier {
+	return &barrier{
+		lim:      lim,
+		holds:    make(map[string]*hold),
+		expired:  make(map[replKey]bool),
+		accounts: make(map[string]*waitingAccount),
+	}
+}
+
+// admission is the barrier's decision on an arriving unit.
+type admission struct {
+	wait    bool     // the unit waits (the barrier keeps it)
+	dropped int      // rows dropped because waiting would pass a cap
+	marked  []string // accounts whose part was dropped, now marked for another replacement
+}
+
+// admit decides an arriving unit: it waits when an account it touches is
+// held by another producer's replacement or already has a unit waiting;
+// otherwise (also for the later units of an expired replacement, which the
+// writer refuses) it goes now. A unit that would wait past a cap loses its
+// part of the accounts it waits for instead, and goes now with a repo update
+// per such account marking it for another replacement. The final unit of a
+// replacement whose account lost rows so gets the same mark, after its own
+// updates. admit may rewrite u's Events and Repos (the writer owns u).
+func (b *barrier) admit(u *Unit, now time.Time) admission {
+	if len(b.holds) == 0 && len(b.waiting) == 0 || b.expiredUnit(u) {
+		return admission{}
+	}
+	parts := unitParts(u)
+	blocked := b.blocking(u, parts)
+	if len(blocked) == 0 {
+		if rp := u.Replace; rp != nil && rp.Final {
+			if h := b.holds[rp.DID]; h != nil && h.owner == u.Acks && h.dropped {
+				u.Repos = append(u.Repos, markDropped(rp.DID, now))
+			}
+		}
+		return admission{}
+	}
+	w := &waiter{u: u, parts: parts, bytes: unitOverhead}
+	for _, p := range parts {
+		w.bytes += p.bytes
+	}
+	if u.Replace == nil && b.overflows(w) {
+		return b.drop(u, blocked, now)
+	}
+	b.enqueue(w)
+	return admission{wait: true}
+}
+
+// expiredUnit reports whether u belongs to a replacement whose hold expired.
+func (b *barrier) expiredUnit(u *Unit) bool {
+	return u.Replace != nil && len(b.expired) > 0 && b.expired[replKey{u.Replace.DID, u.Acks}]
+}
+
+// refusal is the error a unit of an expired replacement is refused with.
+func (b *barrier) refusal(u *Unit) error {
+	if b.expiredUnit(u) {
+		return fmt.Errorf("%w: %s", ErrHoldExpired, u.Replace.DID)
+	}
+	return nil
+}
+
+// blocking returns the accounts of u that make it wait.
+func (b *barrier) blocking(u *Unit, parts []part) []string {
+	var out []string
+	for _, p := range parts {
+		if h := b.holds[p.did]; h != nil {
+			if u.Replace != nil && u.Replace.DID == p.did && h.owner == u.Acks {
+				continue // the replacement's own unit
+			}
+			out = append(out, p.did)
+		} else if a := b.accounts[p.did]; a != nil && a.units > 0 {
+			out = append(out, p.did)
+		}
+	}
+	return out
+}
+
+func (b *barrier) overflows(w *waiter) bool {
+	if b.bytes+w.bytes > b.lim.bytes {
+		return true
+	}
+	for _, p := range w.parts {
+		var have int64
+		if a := b.accounts[p.did]; a != nil {
+			have = a.bytes
+		}
+		if have+p.bytes > b.lim.accountBytes {
+			return true
+		}
+	}
+	return false
+}
+
+// drop removes u's rows and repo updates of the blocked accounts and marks
+// each of them for another replacement (after the current one, when one
+// holds it).
+func (b *barrier) drop(u *Unit, blocked []string, now time.Time) admission {
+	in := func(did string) bool {
+		for _, d := range blocked {
+			if d == did {
+				return true
+			}
+		}
+		return false
+	}
+	a := admission{marked: blocked}
+	events := make([]Event, 0, len(u.Events))
+	for _, ev := range u.Events {
+		if in(ev.DID) {
+			a.dropped++
+			continue
+		}
+		events = append(events, ev)
+	}
+	repos := make([]RepoUpdate, 0, len(u.Repos)+len(blocked))
+	for _, up := range u.Repos {
+		if !in(up.DID) {
+			repos = append(repos, up)
+		}
+	}
+	for _, did := range blocked {
+		repos = append(repos, markDropped(did, now))
+		if h := b.holds[did]; h != nil {
+			h.dropped = true
+		}
+	}
+	u.Events, u.Repos = events, repos
+	return a
+}
+
+// markDropped marks a known account for a whole-repo replacement now: the
+// archive lacks rows of it that upstream has, the same remedy as an upstream
+// #sync (RefetchSync, unless another reason is already set).
+func markDropped(did string, now time.Time) RepoUpdate {
+	nowUS := now.UnixMicro()
+	return RepoUpdate{DID: did, Func: func(cur RepoState, exists bool) (RepoState, bool) {
+		if !exists {
+			return cur, false
+		}
+		next := cur
+		if next.Refetch == RefetchNone {
+			next.Refetch = RefetchSync
+		}
+		next.NextAttemptUS = nowUS
+		return next, next != cur
+	}}
+}
+
+func (b *barrier) enqueue(w *waiter) {
+	b.waiting = append(b.waiting, w)
+	b.bytes += w.bytes
+	for _, p := range w.parts {
+		a := b.accounts[p.did]
+		if a == nil {
+			a = &waitingAccount{}
+			b.accounts[p.did] = a
+		}
+		a.units++
+		a.bytes += p.bytes
+	}
+	if i, ok := cursorIndex(w.u.Cursor.Key); ok {
+		c := &b.cursors[i]
+		if c.waiting == 0 || w.u.Cursor.Seq < c.oldest {
+			c.oldest = w.u.Cursor.Seq
+		}
+		c.waiting++
+	}
+}
+
+// applied tells the barrier that the writer applied u (or refused it). A
+// replacement's first applied unit opens its hold, each later one moves its
+// deadline, and its final or refused unit closes it. It reports whether a
+// hold closed, so waiting units may go (release).
+func (b *barrier) applied(u *Unit, refused bool, now time.Time) (closed bool) {
+	if i, ok := cursorIndex(u.Cursor.Key); ok && !refused {
+		c := &b.cursors[i]
+		if !c.applied || u.Cursor.Seq > c.hi {
+			c.hi = u.Cursor.Seq
+		}
+		c.applied = true
+	}
+	rp := u.Replace
+	if rp == nil {
+		return false
+	}
+	if k := (replKey{rp.DID, u.Acks}); b.expired[k] {
+		if rp.Final {
+			b.forgetExpired(k)
+		}
+		return false
+	}
+	h := b.holds[rp.DID]
+	owner := h != nil && h.owner == u.Acks
+	switch {
+	case refused || rp.Final:
+		if owner {
+			delete(b.holds, rp.DID)
+			return true
+		}
+	case h == nil:
+		b.holds[rp.DID] = &hold{owner: u.Acks, deadline: now.Add(b.lim.timeout)}
+	case owner:
+		h.deadline = now.Add(b.lim.timeout)
+	}
+	return false
+}
+
+// release offers the waiting units to apply again, in arrival order; those
+// still blocked keep waiting. apply reports whether the unit it applied
+// closed a hold; then the scan starts over, so units before it that waited
+// for that hold go too.
+func (b *barrier) release(apply func(*Unit) (closed bool)) {
+	for len(b.waiting) > 0 {
+		waiting := b.waiting
+		b.reset()
+		closed := false
+		for _, w := range waiting {
+			if len(b.blocking(w.u, w.parts)) > 0 {
+				b.enqueue(w)
+				continue
+			}
+			if apply(w.u) {
+				closed = true
+			}
+		}
+		if !closed {
+			return
+		}
+	}
+}
+
+// reset forgets the waiting units (release re-enqueues those still blocked).
+func (b *barrier) reset() {
+	b.waiting = nil
+	b.bytes = 0
+	clear(b.accounts)
+	for i := range b.cursors {
+		b.cursors[i].waiting = 0
+	}
+}
+
+// deadline is the earliest deadline of a hold in progress.
+func (b *barrier) deadline() (time.Time, bool) {
+	var d time.Time
+	for _, h := range b.holds {
+		if d.IsZero() || h.deadline.Before(d) {
+			d = h.deadline
+		}
+	}
+	return d, !d.IsZero()
+}
+
+// expire closes every hold whose deadline has passed at now and returns
+// their accounts; their replacements' later units are refused from now on.
+// The caller releases the waiting units.
+func (b *barrier) expire(now time.Time) []string {
+	var out []string
+	for did, h := range b.holds {
+		if now.Before(h.deadline) {
+			continue
+		}
+		delete(b.holds, did)
+		out = append(out, did)
+		k := replKey{did, h.owner}
+		if len(b.expOrder) >= maxExpired {
+			b.forgetExpired(b.expOrder[0])
+		}
+		b.expired[k] = true
+		b.expOrder = append(b.expOrder, k)
+	}
+	return out
+}
+
+func (b *barrier) forgetExpired(k replKey) {
+	delete(b.expired, k)
+	for i, e := range b.expOrder {
+		if e == k {
+			b.expOrder = append(b.expOrder[:i], b.expOrder[i+1:]...)
+			return
+		}
+	}
+}
+
+// cursorToWrite returns the position seq cursor i may durably take now: the
+// highest applied, but never at or past the oldest waiting unit carrying it,
+// and never backwards. ok is false when there is nothing new to write.
+func (b *barrier) cursorToWrite(i int) (pos uint64, ok bool) {
+	c := &b.cursors[i]
+	if !c.applied {
+		return 0, false
+	}
+	pos = c.hi
+	if c.waiting > 0 {
+		if c.oldest == 0 {
+			return 0, false
+		}
+		pos = min(pos, c.oldest-1)
+	}
+	if c.wrote && pos <= c.written {
+		return 0, false
+	}
+	c.wrote, c.written = true, pos
+	return pos, true
+}
+
+// written is the last position handed out for seq cursor i (0 if none).
+func (b *barrier) written(i int) uint64 { return b.cursors[i].written }
+
+// units is the number of waiting units.
+func (b *barrier) units() int { return len(b.waiting) }
+
+// unitParts lists the accounts u touches (its rows' and repo updates'
+// DIDs, in first-seen order) with their estimated bytes (eventBytes, as the live log counts them).
+func unitParts(u *Unit) []part {
+	parts := make([]part, 0, 1)
+	var index map[string]int // for units of many rows (merge)
+	if len(u.Events)+len(u.Repos) > 16 {
+		index = make(map[string]int)
+	}
+	add := func(did string, n int64) {
+		if index != nil {
+			if i, ok := index[did]; ok {
+				parts[i].bytes += n
+				return
+			}
+			index[did] = len(parts)
+		} else {
+			for i := range parts {
+				if parts[i].did == did {
+					parts[i].bytes += n
+					return
+				}
+			}
+		}
+		parts = append(parts, part{did: did, bytes: n})
+	}
+	for i := range u.Events {
+		add(u.Events[i].DID, eventBytes(&u.Events[i]))
+	}
+	for i := range u.Repos {
+		add(u.Repos[i].DID, int64(64+len(u.Repos[i].DID)))
+	}
+	return parts
+}
