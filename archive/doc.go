@@ -1,7 +1,8 @@
 // Package archive owns backstream's one Pebble store at <data-dir>/store: the
 // key layout (keys.go), the typed fail-closed codecs (codec.go, repo.go,
 // event_codec.go), the event model (event.go), the single writer with group
-// commit and the per-account rev ratchet (writer.go), the live log of recent
+// commit and the per-account rev ratchet (writer.go) and its per-account
+// barrier of whole-repo replacements (barrier.go), the live log of recent
 // durable events (live.go), the failure aggregates (aggregates.go), online
 // checkpoints (checkpoint.go), and readers (reader.go, read.go).
 //
@@ -17,8 +18,10 @@
 // # Invariants kept here
 //
 //   - C1: cursor values are [0x01][uint64 LE]; wrong width, unknown version and
-//     values above MaxInt64 are errors. The capture writer puts cursor/relay in
-//     the same batch as the rows it covers (a Unit carries both).
+//     values above MaxInt64 are errors. cursor/relay and cursor/merge move
+//     only through Unit.Cursor (a Put of them is refused), in the same batch
+//     as the rows they cover (a Unit carries both), and never past a unit
+//     still waiting for a replacement (see Replacement holds).
 //   - C2: every read distinguishes absent (ErrNotFound), unreadable (ErrRead)
 //     and malformed (ErrMalformed); the error names the key. Only absence may
 //     take a default, and only where the caller knows it is legitimate.
@@ -36,9 +39,13 @@
 //     backfill and replacement rows move the ratchet to their snapshot rev; a
 //     Unit marked Replace is refused whole when the ratchet is already newer
 //     than its snapshot (S9). Identity and account rows always pass.
-//   - R4: a unit is applied all or nothing, and units are applied in
-//     submission order, so a completion submitted after a repo's last rows is
-//     durable with them or later, never earlier.
+//   - R4: a unit is applied all or nothing, and units that touch a common
+//     account (a row's or a repo update's DID) are applied in submission
+//     order, so a completion submitted after a repo's last rows is durable
+//     with them or later, never earlier. Units of disjoint accounts may be
+//     applied out of submission order, only around a replacement in
+//     progress; a producer that needs a global order (a checkpoint, a
+//     phase) submits after its earlier receipts.
 //   - repo/, rev/ and meta/counts change only inside the Writer, from
 //     field-level RepoUpdates; meta/counts is rewritten in the same batch as
 //     every transition, so counts are never a scan.
@@ -68,6 +75,45 @@
 // 16384 rows / 16 MiB, chosen with BenchmarkWriter), or Linger has passed
 // (default 0: under load a batch grows by itself while the previous sync
 // runs; idle, a lone unit commits at once).
+//
+// # Replacement holds (S5)
+//
+// From the first applied unit of a whole-repo replacement of an account to
+// its final unit, the replacement holds the account: a unit of another
+// producer that touches it waits, and so does every later unit touching it
+// or touching another account of a waiting unit (a unit waits whole). Units
+// of other accounts — also the same firehose's — are applied at once. The
+// waiting units are applied in arrival order right after the final unit, in
+// its batch, so no other row of the account lies between the replacement's
+// sync row and its completion. barrier.go is the pure decision; the writer
+// goroutine applies what it says.
+//
+// Seq cursors: a unit applied while an earlier unit carrying the same
+// cursor key waits must not let the cursor pass it. The writer writes
+// min(highest position applied, oldest waiting position − 1), never
+// backwards, and reports it in each Receipt.Cursor. After a crash the relay
+// (or the merge walk) therefore replays from that clamped cursor: replayed
+// commit and sync rows are dropped by the ratchet, but identity and account
+// rows inside the window are archived a second time.
+//
+// Bounds: the waiting units are capped (HoldBytes in total, HoldAccountBytes
+// per account; 64 MiB and 4 MiB by default). A unit that would pass a cap
+// does not wait: its rows and repo updates of the accounts it waits for are
+// dropped (backstream_archive_hold_dropped_rows_total), each such account
+// known to repo/ is marked for another replacement (RefetchSync, due now) in
+// the batch that applies the rest of the unit and its cursor, and marked
+// again after the current replacement's final unit. Units of a replacement
+// are never dropped (their job bounds them).
+//
+// Expiry: a replacement that sends no unit for HoldTimeout (default 2 min)
+// while it holds its account is abandoned on the writer's own timer, even
+// when no unit arrives: the expiry is logged at ERROR and counted, the
+// waiting units go in arrival order, and the replacement's later units are
+// refused with ErrHoldExpired (a stale replacement, so the job is fetched
+// again).
+//
+// Close leaves the waiting units unapplied (no receipt); their cursor never
+// passed them, so the relay sends them again after a restart.
 //
 // # Not here
 //

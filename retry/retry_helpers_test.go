@@ -133,7 +133,7 @@ func (e *env) open() {
 	}
 	e.reg = prometheus.NewRegistry()
 	e.m = retry.NewMetrics(e.reg)
-	w, err := archive.NewWriter(s, archive.WriterOptions{Logger: quiet, LiveLogBytes: 1 << 20})
+	w, err := archive.NewWriter(s, archive.WriterOptions{Logger: quiet, LiveLogBytes: 1 << 20, Metrics: archive.NewMetrics(e.reg)})
 	if err != nil {
 		e.t.Fatalf("writer: %v", err)
 	}

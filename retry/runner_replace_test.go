@@ -110,6 +110,17 @@ func TestLiveCommitBetweenFetchAndSubmit(t *testing.T) {
 	}
 }
 
+// poll reports whether cond became true within d (for goroutines that
+// may not call t.Fatal).
+func poll(d time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
+
 // chunkWriter submits to the real writer; before the second replacement
 // chunk of did it runs mid once (a live commit in the middle of a
 // multi-chunk replacement).
@@ -132,20 +143,23 @@ func (c *chunkWriter) Submit(ctx context.Context, u *archive.Unit) error {
 
 // TestLiveCommitMidReplacement (S5): a live commit lands while a
 // multi-chunk replacement is in flight. The writer holds it back until the
-// replacement's final unit: the replacement is applied uninterrupted, with no
-// refusal, and the live commit right after it (newer than the snapshot, the
-// ratchet keeps it); the fold is exact and revs never go backwards.
+// replacement's final unit — it really waits (the archive's held-units
+// gauge) while another account's live commit is archived meanwhile: the
+// replacement is applied uninterrupted, with no refusal, and the live
+// commit right after it (newer than the snapshot, the ratchet keeps it);
+// the fold is exact and revs never go backwards.
 func TestLiveCommitMidReplacement(t *testing.T) {
 	e := newEnv(t, oracle.Config{Accounts: 10, RecordsMean: 60, Hosts: 2, Seed: 33, Traffic: oracle.TrafficNone})
 	e.archiveAll()
-	e.live()
+	live := e.live()
 	tgt := e.pick(func(a world.Account) bool { return a.Active && a.Records > 40 })
+	other := e.pick(func(a world.Account) bool { return a.Active }, tgt.DID)
 	cw := &chunkWriter{Writer: e.w, did: tgt.DID}
 	var liveRev string
 	cw.mid = func() {
-		// Let the first chunk become durable, then commit live (without
-		// waiting: the writer holds it until the replacement ends).
-		time.Sleep(50 * time.Millisecond)
+		// The first chunk is durable (one chunk in flight): the replacement
+		// holds the account. Commit live and wait until the live consumer
+		// has submitted it and the writer holds it.
 		em, err := e.net.Emit(func(w *world.World) (world.Event, error) {
 			return w.CreateRecord(tgt.DID, "app.bsky.feed.post", "", map[string]any{"$type": "app.bsky.feed.post", "text": "live", "createdAt": "2024-01-01T00:00:00Z"})
 		})
@@ -154,7 +168,20 @@ func TestLiveCommitMidReplacement(t *testing.T) {
 			return
 		}
 		liveRev = em.Commit.Rev
-		time.Sleep(100 * time.Millisecond) // the live consumer has it by now
+		if !poll(10*time.Second, func() bool {
+			return live.LastAccepted() >= em.Seq && metric(t, e.reg, "backstream_archive_held_units", nil) >= 1
+		}) {
+			t.Error("the live commit of the replaced account never waited behind the replacement")
+			return
+		}
+		// Only the replaced account waits: another account's commit is
+		// archived while the replacement is still open.
+		if _, err := e.commitAndWait(other.DID); err != nil {
+			t.Errorf("another account during the replacement: %v", err)
+		}
+		if r, _ := e.store.Rev(tgt.DID); r == liveRev {
+			t.Error("the held live commit was archived before the replacement ended")
+		}
 	}
 	e.jobs = e.newJobs(func(o *backfill.Options) { o.Writer = cw; o.ChunkRows = 10; o.ChunksInFlight = 1 })
 	e.emit(func(w *world.World) (world.Event, error) { return w.ResetRepo(tgt.DID, 45) })
@@ -167,6 +194,9 @@ func TestLiveCommitMidReplacement(t *testing.T) {
 		t.Fatalf("results %v, %d replacement chunks; want one uninterrupted replacement", ps.Results, cw.chunks)
 	}
 	eventually(t, 10*time.Second, "the held live commit", func() bool { r, _ := e.store.Rev(tgt.DID); return liveRev != "" && r == liveRev })
+	if n := metric(t, e.reg, "backstream_archive_held_units_total", nil); n < 1 {
+		t.Fatalf("held_units_total = %v: the live commit never waited", n)
+	}
 	// The replacement's rows (from its sync row on) are uninterrupted: no
 	// live row of the account between them, the live commit after.
 	it, err := e.store.Events(0)

@@ -31,7 +31,7 @@ var mutants = []Mutant{
 		Name: "capture cursor written in a separate unit (batch) from its rows",
 		File: "firehose/consumer.go",
 		Old:  "\tif err := c.submit(ctx, u); err != nil {\n",
-		New: "\tcu := &archive.Unit{Puts: u.Puts}\n\tu.Puts = nil\n" +
+		New: "\tcu := &archive.Unit{Cursor: u.Cursor}\n\tu.Cursor = archive.SeqCursor{}\n" +
 			"\tif err := c.submit(ctx, cu); err != nil {\n\t\treturn err\n\t}\n" +
 			"\tif err := c.submit(ctx, u); err != nil {\n",
 		Tests: []Test{
