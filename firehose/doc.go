@@ -48,7 +48,10 @@
 //
 // "Accepted" and "durable" are different cursors. Accepted moves when Submit
 // returns; durable moves when the writer's receipt arrives (Acks mailbox,
-// drained by a goroutine of Run and by LastDurable). Resuming a reconnect
+// drained by a goroutine of Run and by LastDurable), to the cursor/relay the
+// receipt reports: while a replacement holds an account, a later frame's
+// unit may be durable before an earlier one of that account, and the
+// durable cursor stays below the one still waiting. Resuming a reconnect
 // from the durable cursor would re-read frames already queued in the writer;
 // they would be dropped as duplicates, but only because of the seq rule, and
 // the relay would send them again for nothing. Resuming from accepted is
