@@ -420,7 +420,7 @@ fill:
 		return false
 	}
 	if err := w.flushKeyed(p); err != nil {
-		w.fail(fmt.Errorf("archive: %s writer: %w", w.name, err))
+		w.bug(err)
 		return false
 	}
 	if p.counts {
@@ -601,7 +601,10 @@ func (w *Writer) apply(p *pending, u *Unit, dropped int) bool {
 		ev.Seq, ev.TimeUS = w.nextSeq, now
 		w.nextSeq++
 		w.lastUS = now
-		w.buf, _ = AppendEvent(w.buf[:0], ev) // validated in stage
+		var err error
+		if w.buf, err = AppendEvent(w.buf[:0], ev); err != nil {
+			w.bug(fmt.Errorf("event of %s: %w", ev.DID, err)) // validated in stage
+		}
 		_ = p.b.Set(seqKey(w.prefix, ev.Seq), w.buf, nil)
 		if r.Kept == 0 {
 			r.FirstSeq = ev.Seq
@@ -618,7 +621,10 @@ func (w *Writer) apply(p *pending, u *Unit, dropped int) bool {
 	for _, ch := range st.repoOrder {
 		ns := st.repos[ch]
 		old, existed := st.old[ch]
-		v, _ := EncodeRepoState(ns) // validated in stage
+		v, err := EncodeRepoState(ns)
+		if err != nil {
+			w.bug(fmt.Errorf("repo state of %s: %w", ch, err)) // validated in stage
+		}
 		_ = p.b.Set(RepoKey(ch), v, nil)
 		w.repos[ch] = ns
 		w.count(old, existed, ns)
@@ -631,7 +637,10 @@ func (w *Writer) apply(p *pending, u *Unit, dropped int) bool {
 			// only the hosts that need it.
 			_ = p.b.Delete(HostKey(h), nil)
 		} else {
-			v, _ := EncodeHostState(ch.ns) // validated in stage
+			v, err := EncodeHostState(ch.ns)
+			if err != nil {
+				w.bug(fmt.Errorf("host state of %s: %w", h, err)) // validated in stage
+			}
 			_ = p.b.Set(HostKey(h), v, nil)
 		}
 		if ch.oldFailures != ch.ns.Failures {
@@ -658,6 +667,12 @@ func (w *Writer) apply(p *pending, u *Unit, dropped int) bool {
 	p.units = append(p.units, u)
 	p.receipts = append(p.receipts, r)
 	return true
+}
+
+// bug stops the writer over a value stage should have refused: the batch
+// being built is never committed (commitBatch checks Err before it commits).
+func (w *Writer) bug(err error) {
+	w.fail(fmt.Errorf("archive: %s writer: %w", w.name, err))
 }
 
 // refuse records u's refusal in the batch's receipts. A failure to read our
