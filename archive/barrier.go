@@ -38,16 +38,17 @@ type barrierLimits struct {
 // small units are bounded too.
 const unitOverhead = 256
 
-// maxExpired bounds how many expired replacements the barrier remembers to
-// refuse their later units: an expiry is a bug or a dead job, rare by nature.
-const maxExpired = 1024
+// maxEnded bounds how many ended replacements the barrier remembers to
+// refuse their later units: an expiry or a refusal in the middle of a
+// replacement is a bug or a dead job, rare by nature.
+const maxEnded = 1024
 
 type barrier struct {
 	lim      barrierLimits
-	holds    map[string]*hold // replacements in progress, by account
-	expired  map[replKey]bool // replacements whose hold expired: their later units are refused
-	expOrder []replKey        // expired, oldest first (bounded by maxExpired)
-	waiting  []*waiter        // units waiting, in arrival order
+	holds    map[string]*hold  // replacements in progress, by account
+	ended    map[replKey]error // replacements whose hold expired or whose unit was refused: their later units are refused with this
+	endOrder []replKey         // ended, oldest first (bounded by maxEnded)
+	waiting  []*waiter         // units waiting, in arrival order
 	accounts map[string]*waitingAccount
 	bytes    int64 // of all waiting units
 	cursors  [len(seqCursorKeys)]cursorState
@@ -99,7 +100,7 @@ func newBarrier(lim barrierLimits) *barrier {
 	return &barrier{
 		lim:      lim,
 		holds:    make(map[string]*hold),
-		expired:  make(map[replKey]bool),
+		ended:    make(map[replKey]error),
 		accounts: make(map[string]*waitingAccount),
 	}
 }
@@ -113,14 +114,14 @@ type admission struct {
 
 // admit decides an arriving unit: it waits when an account it touches is
 // held by another producer's replacement or already has a unit waiting;
-// otherwise (also for the later units of an expired replacement, which the
+// otherwise (also for the later units of an ended replacement, which the
 // writer refuses) it goes now. A unit that would wait past a cap loses its
 // part of the accounts it waits for instead, and goes now with a repo update
 // per such account marking it for another replacement. The final unit of a
 // replacement whose account lost rows so gets the same mark, after its own
 // updates. admit may rewrite u's Events and Repos (the writer owns u).
 func (b *barrier) admit(u *Unit, now time.Time) admission {
-	if len(b.holds) == 0 && len(b.waiting) == 0 || b.expiredUnit(u) {
+	if len(b.holds) == 0 && len(b.waiting) == 0 || b.refusal(u) != nil {
 		return admission{}
 	}
 	parts := unitParts(u)
@@ -144,17 +145,14 @@ func (b *barrier) admit(u *Unit, now time.Time) admission {
 	return admission{wait: true}
 }
 
-// expiredUnit reports whether u belongs to a replacement whose hold expired.
-func (b *barrier) expiredUnit(u *Unit) bool {
-	return u.Replace != nil && len(b.expired) > 0 && b.expired[replKey{u.Replace.DID, u.Acks}]
-}
-
-// refusal is the error a unit of an expired replacement is refused with.
+// refusal is the error a unit of an ended replacement is refused with (nil
+// for any other unit): a replacement that lost its hold must not resume
+// and interleave with the rows released meanwhile.
 func (b *barrier) refusal(u *Unit) error {
-	if b.expiredUnit(u) {
-		return fmt.Errorf("%w: %s", ErrHoldExpired, u.Replace.DID)
+	if u.Replace == nil || len(b.ended) == 0 {
+		return nil
 	}
-	return nil
+	return b.ended[replKey{u.Replace.DID, u.Acks}]
 }
 
 // blocking returns the accounts of u that make it wait.
@@ -281,9 +279,10 @@ func (b *barrier) applied(u *Unit, refused bool, now time.Time) (closed bool) {
 	if rp == nil {
 		return false
 	}
-	if k := (replKey{rp.DID, u.Acks}); b.expired[k] {
+	k := replKey{rp.DID, u.Acks}
+	if b.ended[k] != nil {
 		if rp.Final {
-			b.forgetExpired(k)
+			b.forget(k)
 		}
 		return false
 	}
@@ -291,10 +290,14 @@ func (b *barrier) applied(u *Unit, refused bool, now time.Time) (closed bool) {
 	owner := h != nil && h.owner == u.Acks
 	switch {
 	case refused || rp.Final:
-		if owner {
-			delete(b.holds, rp.DID)
-			return true
+		if !owner {
+			return false
 		}
+		delete(b.holds, rp.DID)
+		if refused && !rp.Final {
+			b.end(k, fmt.Errorf("%w: replacement of %s: an earlier unit of it was refused", errInvalidUnit, rp.DID))
+		}
+		return true
 	case h == nil:
 		b.holds[rp.DID] = &hold{owner: u.Acks, deadline: now.Add(b.lim.timeout)}
 	case owner:
@@ -359,21 +362,25 @@ func (b *barrier) expire(now time.Time) []string {
 		}
 		delete(b.holds, did)
 		out = append(out, did)
-		k := replKey{did, h.owner}
-		if len(b.expOrder) >= maxExpired {
-			b.forgetExpired(b.expOrder[0])
-		}
-		b.expired[k] = true
-		b.expOrder = append(b.expOrder, k)
+		b.end(replKey{did, h.owner}, fmt.Errorf("%w: %s", ErrHoldExpired, did))
 	}
 	return out
 }
 
-func (b *barrier) forgetExpired(k replKey) {
-	delete(b.expired, k)
-	for i, e := range b.expOrder {
+// end remembers that replacement k ended before its final unit.
+func (b *barrier) end(k replKey, err error) {
+	if len(b.endOrder) >= maxEnded {
+		b.forget(b.endOrder[0])
+	}
+	b.ended[k] = err
+	b.endOrder = append(b.endOrder, k)
+}
+
+func (b *barrier) forget(k replKey) {
+	delete(b.ended, k)
+	for i, e := range b.endOrder {
 		if e == k {
-			b.expOrder = append(b.expOrder[:i], b.expOrder[i+1:]...)
+			b.endOrder = append(b.endOrder[:i], b.endOrder[i+1:]...)
 			return
 		}
 	}

@@ -14,8 +14,9 @@ type barrierRig struct {
 	t       *testing.T
 	b       *barrier
 	now     time.Time
-	applied []any // tokens, in the order the units were applied
-	refused []any // tokens of refused units
+	applied []any        // tokens, in the order the units were applied
+	refused []any        // tokens of refused units
+	invalid map[any]bool // tokens the writer's stage would refuse
 }
 
 var t0 = time.Unix(1_700_000_000, 0)
@@ -43,7 +44,7 @@ func (r *barrierRig) offer(u *Unit) admission {
 }
 
 func (r *barrierRig) apply(u *Unit) bool {
-	refused := r.b.refusal(u) != nil
+	refused := r.b.refusal(u) != nil || r.invalid[u.Token]
 	if refused {
 		r.refused = append(r.refused, u.Token)
 	} else {
@@ -280,10 +281,34 @@ func TestBarrierExpiry(t *testing.T) {
 	if !slices.Equal(r.refused, []any{"c3", "c4"}) {
 		t.Fatalf("refused %v", r.refused)
 	}
-	if len(r.b.expired) != 0 {
+	if len(r.b.ended) != 0 {
 		t.Fatal("the expired replacement is still remembered after its final unit")
 	}
 	if _, ok := r.b.deadline(); ok {
 		t.Fatal("a deadline after the expiry")
+	}
+}
+
+// TestBarrierRefusedUnitEndsReplacement: a unit refused in the middle of a
+// replacement closes its hold (the waiting units go) and its later units
+// are refused, so it cannot resume over the rows released meanwhile.
+func TestBarrierRefusedUnitEndsReplacement(t *testing.T) {
+	r := newRig(t, barrierLimits{})
+	r.invalid = map[any]bool{"c2": true}
+	job, live := NewAcks(), NewAcks()
+	r.offer(chunkUnit("c1", accX, job, false))
+	r.offer(liveUnit(1, accX, 1, live))
+	r.offer(chunkUnit("c2", accX, job, false))
+	r.want("c1", 1)
+	c3 := chunkUnit("c3", accX, job, false)
+	if err := r.b.refusal(c3); !errors.Is(err, errInvalidUnit) {
+		t.Fatalf("refusal of a later unit: %v", err)
+	}
+	r.offer(c3)
+	r.offer(chunkUnit("c4", accX, job, true))
+	r.offer(liveUnit(2, accX, 2, live))
+	r.want("c1", 1, 2)
+	if !slices.Equal(r.refused, []any{"c2", "c3", "c4"}) || len(r.b.holds) != 0 || len(r.b.ended) != 0 {
+		t.Fatalf("refused %v, %d holds, %d ended", r.refused, len(r.b.holds), len(r.b.ended))
 	}
 }

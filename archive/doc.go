@@ -110,7 +110,8 @@
 // when no unit arrives: the expiry is logged at ERROR and counted, the
 // waiting units go in arrival order, and the replacement's later units are
 // refused with ErrHoldExpired (a stale replacement, so the job is fetched
-// again).
+// again). A unit refused in the middle of a replacement (a producer bug)
+// ends it the same way: the waiting units go, its later units are refused.
 //
 // Close leaves the waiting units unapplied (no receipt); their cursor never
 // passed them, so the relay sends them again after a restart.

@@ -48,7 +48,9 @@ type Replacement struct {
 	// its producer (per-account order); units of other accounts go on. The
 	// waiting units are applied in arrival order right after the final unit
 	// (S5: no other row of the account in between). A refused unit ends the
-	// replacement too; so does HoldTimeout without a unit.
+	// replacement too; so does HoldTimeout without a unit. A replacement
+	// that ended before its final unit cannot resume: its later units are
+	// refused.
 	Final bool
 }
 
