@@ -49,7 +49,7 @@
 //   - repo/, rev/ and meta/counts change only inside the Writer, from
 //     field-level RepoUpdates; meta/counts is rewritten in the same batch as
 //     every transition, so counts are never a scan.
-//   - The failure aggregates (issue 7): meta/counts holds the failed repos by
+//   - The failure aggregates: meta/counts holds the failed repos by
 //     error class, host/<host> Failures the failed repos whose final host it
 //     is, and hostrank/<^failures><host> indexes the hosts with failures, all
 //     written by the Writer in the batch of the transition. host/ is written
