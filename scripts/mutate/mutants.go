@@ -174,4 +174,24 @@ var mutants = []Mutant{
 			{Pkg: "./firehose", Run: "^(TestHandleEveryKind|TestOracleFold)$"},
 		},
 	},
+	{
+		ID: "m17", Invariant: "S3 M6",
+		Name: "bootstrap's jobs lack the retry schedule (a repo failed in bootstrap waits backfill's default minutes)",
+		File: "node/node.go",
+		Old:  "Crash: cfg.Crash, NextAttempt: backoff.NextAttempt(),",
+		New:  "Crash: cfg.Crash,",
+		Tests: []Test{
+			{Pkg: "./oracle/scenario", Run: "^TestRetryStoreFailure$"},
+		},
+	},
+	{
+		ID: "m18", Invariant: "S3",
+		Name: "live #sync/#account side effects do not wake the retry runner",
+		File: "node/node.go",
+		Old:  "OnLiveEffects:   n.retrier.Wake,",
+		New:  "OnLiveEffects:   nil,",
+		Tests: []Test{
+			{Pkg: "./oracle/scenario", Run: "^TestSyncWakesRetry$"},
+		},
+	},
 }
