@@ -260,16 +260,6 @@ func must(t testing.TB) func(world.Event, error) world.Event {
 	}
 }
 
-// firstRecordPath returns some record path of did.
-func firstRecordPath(t testing.TB, w *world.World, did string) string {
-	t.Helper()
-	for p := range w.Records(did) {
-		return p
-	}
-	t.Fatalf("%s has no records", did)
-	return ""
-}
-
 // ---- scripted relay -------------------------------------------------------
 
 // msg is one scripted websocket message: a frame (binary) or text.
@@ -287,7 +277,6 @@ type scriptRelay struct {
 	mu      sync.Mutex
 	cursors []*int64 // cursor of every connection, in order
 	pings   []int    // pings answered on every connection, in order
-	conns   sync.WaitGroup
 }
 
 // session is what one connection does: answer the upgrade with status (if
