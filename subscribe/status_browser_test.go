@@ -7,12 +7,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/backstream/backstream/internal/citest"
 )
 
 // TestStatusPageInBrowser renders /status in headless Chromium (Debian's
 // chromium package) and checks the DOM it built: the phase, the progress bar
-// at the bootstrap's fraction, the per-status table. Skipped when no
-// Chromium is installed.
+// at the bootstrap's fraction, the per-status table. Without Chromium it
+// skips, and fails under .ci/run (internal/citest).
 func TestStatusPageInBrowser(t *testing.T) {
 	var bin string
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless_shell"} {
@@ -22,7 +24,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 		}
 	}
 	if bin == "" {
-		t.Skip("no Chromium installed (apt-get install chromium)")
+		citest.Need(t, "no Chromium installed (apt-get install chromium)")
 	}
 	status := func() any {
 		return map[string]any{
