@@ -67,7 +67,8 @@ type Config struct {
 	MaxRepos int
 
 	// ListRetries is the ordinary retry budget of one listRepos page
-	// (429s have the 20-retry budget of getRepo). Default 8.
+	// (429s have the 20-retry budget of getRepo); spent, it cuts the
+	// listing short. Default 8.
 	ListRetries int
 	// ProgressEvery is the progress log period. Default 10 s.
 	ProgressEvery time.Duration
@@ -170,7 +171,8 @@ type outcome struct {
 // has ended (or the debug list is exhausted), every repo it dispatched is
 // durably terminal, and the final checkpoint is durable. It returns
 // ctx.Err() when stopped, or the first fatal error (writer failure, store
-// read error, listRepos failing beyond its budget).
+// read error). A listRepos page it cannot use, or one failing beyond its
+// retry budget, is never fatal: it cuts the listing short (enumerate.go).
 func (b *Bootstrap) Run(ctx context.Context) error {
 	log := b.cfg.Logger
 	b.prog.set(func(p *Progress) { p.State = StateRestartPass; p.Started = b.cfg.Now() })
@@ -377,7 +379,7 @@ func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing
 			ready = append(ready, rb.dids...)
 		case pm := <-pagesCh:
 			pageIdx++
-			p := &page{idx: pageIdx, reqCursor: pm.reqCursor, next: pm.next, final: pm.final,
+			p := &page{idx: pageIdx, reqCursor: pm.reqCursor, next: pm.next, final: pm.final, cut: pm.cut,
 				entries: pm.entries, remaining: len(pm.dispatch), weight: pm.weight}
 			for _, did := range pm.dispatch {
 				pageOf[did] = p

@@ -9,7 +9,8 @@
 // # What it provides
 //
 //   - New(Config) → *Bootstrap; Run(ctx) returns nil when bootstrap is done:
-//     the listing has ended (or the debug list is exhausted), every repo it
+//     the listing has ended or was cut short (or the debug list is
+//     exhausted), every repo it
 //     dispatched is durably terminal, the final checkpoint is durable.
 //   - Progress() for /status; a progress log line every 10 s.
 //   - EnterMerging(ctx, store, writer, now): phase=merging with both backfill
@@ -76,4 +77,21 @@
 //
 // A listRepos cursor that repeats any cursor of this run ends the listing
 // as if on the last page (counted: backstream_listrepos_cursor_loops_total).
+//
+// # Tricky bits: a listing cut short
+//
+// Upstream data is never fatal. A page that cannot be used — a cursor over
+// 64 KiB (its repos are kept), a body over the cap, a body that does not
+// parse, another 4xx — ends the listing at once; transient failures and
+// 429s first spend their retry budgets. Either way the listing ends after
+// the last usable page, logged once at ERROR and counted
+// (backstream_listrepos_cut_total{reason}), and bootstrap finishes what it
+// listed and goes on to merging. The cut page is an empty last page marked
+// cut: the checkpoint never becomes "finished" but stays at the cursor the
+// bad page was requested with, so a restart before merging asks for it
+// again (a healed relay loses nothing, a still-bad one is cut again, never
+// a crash loop), and discovery resumes there (cursor/listrepos_last)
+// after bootstrap. Only a listing that has listed nothing yet (no
+// checkpoint, no page this run) waits for the relay instead of giving up
+// on transient failures: ending it would archive nothing.
 package bootstrap

@@ -4,7 +4,8 @@ package bootstrap
 // last durable checkpoint (E1), each page's new DIDs made durable as
 // not_started (inactive ones with active=false, never dispatched: E12) in
 // one unit before any of them is dispatched (R7), the enumeration window,
-// cursor-loop detection, and the debug modes (E13).
+// cursor-loop detection, the listing cut short by a page it cannot use, and
+// the debug modes (E13).
 
 import (
 	"context"
@@ -29,6 +30,7 @@ type pageMsg struct {
 	next       string
 	final      bool
 	entries    int
+	cut        bool // the listing ended early at this page (cutListing)
 	weight     int64
 	dispatch   []string // shuffled; each already in b.inflight
 	discovered int
@@ -53,14 +55,25 @@ func (b *Bootstrap) enumerate(ctx context.Context, cursor string, window *semaph
 	}
 	mark(cursor)
 	listed := 0
+	// Until a first page arrives, a listing that has never listed anything
+	// waits for the relay rather than ending empty.
+	patient := cursor == ""
 	for {
-		pg, err := b.listPage(ctx, cursor)
+		pg, err := b.listPage(ctx, cursor, patient)
 		if err != nil {
-			return err
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return b.cutListing(ctx, cursor, upstream.CutReason(err), err, out)
 		}
+		patient = false
 		cfg.Metrics.page()
 		next, final := pg.Cursor, pg.Cursor == ""
-		if !final && (next == cursor || mark(next)) {
+		cut := ""
+		switch {
+		case pg.CursorRefused > 0:
+			final, cut = true, upstream.CutCursorTooLong
+		case !final && (next == cursor || mark(next)):
 			cfg.Metrics.loop()
 			cfg.Logger.Warn("bootstrap: listRepos returned a cursor it had already returned; the listing ends here as if this were the last page",
 				"cursor_bytes", len(next))
@@ -85,6 +98,10 @@ func (b *Bootstrap) enumerate(ctx context.Context, cursor string, window *semaph
 			return err
 		}
 		msg.reqCursor, msg.next, msg.final, msg.weight = cursor, next, final, weight
+		if cut != "" {
+			msg.cut = true
+			b.logCut(cursor, cut, fmt.Errorf("a cursor of %d bytes (at most %d)", pg.CursorRefused, archive.MaxListCursor))
+		}
 		select {
 		case out <- msg:
 		case <-ctx.Done():
@@ -95,6 +112,29 @@ func (b *Bootstrap) enumerate(ctx context.Context, cursor string, window *semaph
 		}
 		cursor = next
 	}
+}
+
+// cutListing ends the listing at the page requested with cursor, which
+// could not be used (reason, err): an empty last page marked cut, so the
+// checkpoint stays at cursor (watermark.advance) and bootstrap goes on with
+// what it listed. Upstream data is never fatal.
+func (b *Bootstrap) cutListing(ctx context.Context, cursor, reason string, err error, out chan<- *pageMsg) error {
+	b.logCut(cursor, reason, err)
+	select {
+	case out <- &pageMsg{reqCursor: cursor, final: true, cut: true}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// logCut counts a listing cut short and says so, once per listing.
+func (b *Bootstrap) logCut(cursor, reason string, err error) {
+	b.cfg.Metrics.cut(reason)
+	b.prog.set(func(p *Progress) { p.ListingCut = reason })
+	b.cfg.Logger.Error("bootstrap: the listing ends early: a listRepos page cannot be used; bootstrap goes on with the repos listed so far, "+
+		"and discovery lists again from this page after bootstrap",
+		"reason", reason, "cursor_bytes", len(cursor), "err", err)
 }
 
 // listed is the --repos mode: exactly the named DIDs, in order, as one page
@@ -243,12 +283,17 @@ func boundedStatus(s string) string {
 // listPage fetches one page with retries: transient errors get ListRetries
 // retries with getRepo's ordinary backoff (1 s doubling to 30 s, the
 // internal/backoff jitter), 429s the getRepo 429 budget and its
-// server-directed waits; anything else, or a budget exhausted, is fatal to
-// this run (restart resumes from the durable checkpoint).
-func (b *Bootstrap) listPage(ctx context.Context, cursor string) (upstream.Page, error) {
+// server-directed waits. It returns the error it gives up on: at once for
+// one that retrying will not change (a malformed or oversized page, a 4xx),
+// else when the budget is spent — the caller cuts the listing there. A
+// patient call (nothing listed yet) never gives up on a transient failure
+// or a 429: it keeps retrying at the longest wait, since ending a listing
+// that has listed nothing would archive nothing.
+func (b *Bootstrap) listPage(ctx context.Context, cursor string, patient bool) (upstream.Page, error) {
 	cfg := &b.cfg
 	bo := backoff.Policy{Base: backfill.DefaultBackoffBase, Max: backfill.DefaultBackoffMax}
 	ordinary, limited := 0, 0
+	overtime := false
 	for {
 		pg, err := cfg.Source.ListRepos(ctx, cursor, cfg.PageLimit)
 		if err == nil {
@@ -260,20 +305,29 @@ func (b *Bootstrap) listPage(ctx context.Context, cursor string) (upstream.Page,
 		class := upstream.Classify(err)
 		cfg.Metrics.listError(class.String())
 		var wait time.Duration
-		switch {
-		case class == upstream.ClassRateLimited && limited < backfill.DefaultRateLimitRetries:
+		switch class {
+		case upstream.ClassRateLimited:
 			wait = upstream.RetryAfter(err)
 			if wait <= 0 {
 				wait = bo.Draw(limited, nil)
 			}
 			limited++
-		case class == upstream.ClassTransient && ordinary < cfg.ListRetries:
+		case upstream.ClassTransient:
 			wait = bo.Draw(ordinary, nil)
 			ordinary++
 		default:
 			return upstream.Page{}, fmt.Errorf("bootstrap: listRepos: %w", err)
 		}
-		cfg.Logger.Warn("bootstrap: listRepos failed; retrying", "class", class.String(), "wait", wait, "err", err)
+		switch {
+		case ordinary <= cfg.ListRetries && limited <= backfill.DefaultRateLimitRetries:
+			cfg.Logger.Warn("bootstrap: listRepos failed; retrying", "class", class.String(), "wait", wait, "err", err)
+		case !patient:
+			return upstream.Page{}, fmt.Errorf("bootstrap: listRepos: retries spent: %w", err)
+		case !overtime:
+			overtime = true
+			cfg.Logger.Error("bootstrap: listRepos keeps failing before anything was listed; retrying until the relay answers (not logged again)",
+				"class", class.String(), "wait", wait, "err", err)
+		}
 		if err := cfg.Sleep(ctx, wait); err != nil {
 			return upstream.Page{}, err
 		}

@@ -12,6 +12,7 @@ type Metrics struct {
 	lag        prometheus.Gauge
 	pages      prometheus.Counter
 	loops      prometheus.Counter
+	cuts       *prometheus.CounterVec
 	discovered *prometheus.CounterVec
 	pending    prometheus.Counter
 	queued     prometheus.Gauge
@@ -33,6 +34,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "backstream_listrepos_cursor_loops_total",
 			Help: "listRepos cursors that repeated; the listing ended there as if on a last page.",
 		}),
+		cuts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backstream_listrepos_cut_total",
+			Help: "Listings ended early at a listRepos page that could not be used, by reason (cursor_too_long, too_large, malformed, refused, retries_exhausted); bootstrap went on with what it had listed.",
+		}, []string{"reason"}),
 		discovered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backstream_bootstrap_repos_discovered_total",
 			Help: "Repos first recorded by enumeration, durable as not_started, by activity (active, inactive).",
@@ -50,6 +55,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "listRepos page requests that failed, by class.",
 		}, []string{"class"}),
 	}
+	for _, r := range upstream.CutReasons() {
+		m.cuts.WithLabelValues(r)
+	}
 	m.discovered.WithLabelValues("active")
 	m.discovered.WithLabelValues("inactive")
 	// Every error class a listRepos request can fail with, at 0 from the
@@ -58,7 +66,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.listErrs.WithLabelValues(c.String())
 	}
 	if reg != nil {
-		reg.MustRegister(m.lag, m.pages, m.loops, m.discovered, m.pending, m.queued, m.listErrs)
+		reg.MustRegister(m.lag, m.pages, m.loops, m.cuts, m.discovered, m.pending, m.queued, m.listErrs)
 	}
 	return m
 }
@@ -78,6 +86,12 @@ func (m *Metrics) page() {
 func (m *Metrics) loop() {
 	if m != nil {
 		m.loops.Inc()
+	}
+}
+
+func (m *Metrics) cut(reason string) {
+	if m != nil {
+		m.cuts.WithLabelValues(reason).Inc()
 	}
 }
 

@@ -38,6 +38,9 @@ type Progress struct {
 	Discovered int64 `json:"discovered"`
 	// ListingFinished: the listing has ended (in this run or an earlier one).
 	ListingFinished bool `json:"listing_finished"`
+	// ListingCut is why this run's listing ended early, at a page it could
+	// not use (an upstream.CutReasons value); "" when it did not.
+	ListingCut string `json:"listing_cut,omitempty"`
 	// Checkpoint is the durable listRepos checkpoint: absent, page or
 	// finished; CheckpointLag the repos enumerated beyond it.
 	Checkpoint    string `json:"checkpoint"`

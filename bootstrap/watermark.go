@@ -14,6 +14,7 @@ type page struct {
 	reqCursor string // the cursor the page was requested with ("" = first page)
 	next      string // the cursor after it ("" when final)
 	final     bool   // the listing ends with this page
+	cut       bool   // ... early: the relay may list more after it
 	entries   int    // entries listed (every entry counts, terminal or not)
 	remaining int    // dispatched repos not yet durably terminal
 	weight    int64  // enumeration-window credit held by the page
@@ -53,6 +54,16 @@ func (w *watermark) advance() []*page {
 		p := w.pages[0]
 		w.pages[0] = nil
 		w.pages = w.pages[1:]
+		w.covered += int64(p.entries)
+		out = append(out, p)
+		if p.cut {
+			// The listing was cut short at this page: the checkpoint stays
+			// at the cursor it was requested with (already pending, or
+			// none for a first page), never "finished", so a restart asks
+			// for it again and skips nothing the relay lists after it;
+			// discovery resumes there too (cursor/listrepos_last).
+			continue
+		}
 		if p.final {
 			w.pending.cursor = archive.ListCursor{Finished: true}
 		} else {
@@ -64,9 +75,7 @@ func (w *watermark) advance() []*page {
 		case p.reqCursor != "":
 			w.pending.last = p.reqCursor
 		}
-		w.covered += int64(p.entries)
 		w.dirty = true
-		out = append(out, p)
 	}
 	return out
 }

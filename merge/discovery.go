@@ -21,8 +21,9 @@ const discoveryRetries = 5
 
 // Discover lists repos from the last non-empty listRepos cursor and records
 // every DID the store does not know as a failed repo due now. It never fails
-// merge for upstream trouble: a cursor loop or exhausted retries end
-// discovery with a warning (M8). Only a store or writer failure is
+// merge for upstream trouble: a cursor loop ends discovery with a warning,
+// a page it cannot use (retries spent, a cursor over 64 KiB after the
+// page's repos are recorded) with an error log and a count (M8). Only a store or writer failure is
 // returned. A nil cfg.Source discovers nothing.
 func Discover(ctx context.Context, cfg Config) error {
 	cfg.defaults()
@@ -51,7 +52,7 @@ func Discover(ctx context.Context, cfg Config) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			cfg.Logger.Warn("discovery: listRepos keeps failing; discovery ends here, merge completes", "pages", pages, "err", err)
+			cut(cfg, upstream.CutReason(err), pages, err)
 			break
 		}
 		var ups []archive.RepoUpdate
@@ -75,6 +76,10 @@ func Discover(ctx context.Context, cfg Config) error {
 			pending++
 			found += len(ups)
 		}
+		if page.CursorRefused > 0 {
+			cut(cfg, upstream.CutCursorTooLong, pages+1, fmt.Errorf("a cursor of %d bytes", page.CursorRefused))
+			break
+		}
 		if page.Cursor == "" || page.Cursor == cursor {
 			break
 		}
@@ -94,15 +99,25 @@ func Discover(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-// listPage fetches one page, retrying any error discoveryRetries times,
-// 0.5 s doubling (internal/backoff's jitter, capped at 16 s; a longer
-// Retry-After wins). It returns the last error once they are spent, with no
-// wait after the last attempt.
+// cut ends discovery at a page it cannot use, once: counted by reason and
+// logged. Merge completes; the accounts the relay would list after that
+// page are not recorded (the live firehose still archives their events).
+func cut(cfg Config, reason string, pages int, err error) {
+	cfg.Metrics.discoveryCut(reason)
+	cfg.Logger.Error("discovery: a listRepos page cannot be used; discovery ends here, merge completes; accounts listed after it are not recorded",
+		"reason", reason, "pages", pages, "err", err)
+}
+
+// listPage fetches one page, retrying a transient or rate-limited failure
+// discoveryRetries times, 0.5 s doubling (internal/backoff's jitter, capped
+// at 16 s; a longer Retry-After wins). It returns the last error once they
+// are spent, with no wait after the last attempt, and any other error at
+// once: a malformed or oversized page or a 4xx is the same bytes again.
 func listPage(ctx context.Context, src upstream.RepoSource, cursor string) (upstream.Page, error) {
 	bo := backoff.Policy{Base: 500 * time.Millisecond, Max: 16 * time.Second}
 	for retry := 0; ; retry++ {
 		p, err := src.ListRepos(ctx, cursor, 1000)
-		if err == nil || retry == discoveryRetries {
+		if err == nil || retry == discoveryRetries || !retryable(err) {
 			return p, err
 		}
 		wait := max(bo.Draw(retry, nil), upstream.RetryAfter(err))
@@ -110,4 +125,11 @@ func listPage(ctx context.Context, src upstream.RepoSource, cursor string) (upst
 			return p, err
 		}
 	}
+}
+
+// retryable says whether the same listRepos request may answer differently
+// soon: a transient failure or a 429.
+func retryable(err error) bool {
+	c := upstream.Classify(err)
+	return c == upstream.ClassTransient || c == upstream.ClassRateLimited
 }

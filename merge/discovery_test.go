@@ -3,6 +3,8 @@ package merge
 import (
 	"context"
 	"errors"
+	"fmt"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -109,7 +111,7 @@ type flakySource struct {
 func (f *flakySource) ListRepos(context.Context, string, int) (upstream.Page, error) {
 	f.calls = append(f.calls, time.Now())
 	if len(f.calls) <= f.fails {
-		return upstream.Page{}, errors.New("relay down")
+		return upstream.Page{}, fmt.Errorf("relay down: %w", syscall.ECONNREFUSED)
 	}
 	return upstream.Page{Repos: []upstream.RepoEntry{{DID: f.did, Active: true}}}, nil
 }

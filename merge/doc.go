@@ -37,9 +37,12 @@
 // Discover pages listRepos from the last non-empty cursor of the bootstrap's
 // listing and records every DID the store does not know as a failed repo due
 // now, with refetch reason "discovered" (M6): the retry runner fetches them in
-// steady state. Upstream trouble never fails merge (M8): a repeating cursor or
-// a page that keeps failing (five retries, 0.5 s doubling, internal/backoff's
-// jitter) ends discovery with a warning. A writer that stops before a page's
+// steady state. Upstream trouble never fails merge (M8): a repeating cursor
+// ends discovery with a warning; a page it cannot use ends it with one error
+// line and a count (backstream_discovery_cut_total{reason}): a transient
+// failure or 429 after five retries (0.5 s doubling, internal/backoff's
+// jitter), a malformed or oversized page or a 4xx at once (the same bytes
+// again), a cursor over 64 KiB after the page's repos are recorded. A writer that stops before a page's
 // unit is durable fails discovery with its error. Debug modes
 // (--repos, --max-repos) skip it (lifecycle decides).
 //

@@ -1,11 +1,15 @@
 package merge
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/backstream/backstream/upstream"
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Metrics are merge's instruments; every method is nil-safe.
 type Metrics struct {
 	rows   *prometheus.CounterVec
 	cursor prometheus.Gauge
+	cuts   *prometheus.CounterVec
 }
 
 // NewMetrics registers merge's metrics on reg.
@@ -19,13 +23,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "backstream_merge_cursor",
 			Help: "Capture seq merged through (durable).",
 		}),
+		cuts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backstream_discovery_cut_total",
+			Help: "Discoveries ended at a listRepos page that could not be used, by reason (cursor_too_long, too_large, malformed, refused, retries_exhausted).",
+		}, []string{"reason"}),
 	}
 	// Every series exists from the start, at 0 (a rate over "no data" is
 	// no rate at all).
 	m.rows.WithLabelValues("kept")
 	m.rows.WithLabelValues("stale")
+	for _, r := range upstream.CutReasons() {
+		m.cuts.WithLabelValues(r)
+	}
 	if reg != nil {
-		reg.MustRegister(m.rows, m.cursor)
+		reg.MustRegister(m.rows, m.cursor, m.cuts)
 	}
 	return m
 }
@@ -37,4 +48,10 @@ func (m *Metrics) merged(kept, stale int, through uint64) {
 	m.rows.WithLabelValues("kept").Add(float64(kept))
 	m.rows.WithLabelValues("stale").Add(float64(stale))
 	m.cursor.Set(float64(through))
+}
+
+func (m *Metrics) discoveryCut(reason string) {
+	if m != nil {
+		m.cuts.WithLabelValues(reason).Inc()
+	}
 }

@@ -38,6 +38,10 @@
 //     generated; traffic starts after that; Close stops every goroutine and
 //     listener and waits for them.
 //
+// Hostile listRepos pages (Faults.HostileListRepos, every page but the
+// first): a 10 MiB cursor on the page's real repos, a 33 MiB body, a body
+// that is not JSON, one with fields of the wrong type, one cut in half.
+//
 // Faults are explicit and counted: every injected fault increments a fired
 // counter (Faults.Fired) so a test can prove its fault happened. Hostile
 // CARs that re-sign a commit (InvalidRev, InvalidRecordPaths) use the

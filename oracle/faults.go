@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -22,28 +23,33 @@ type FaultKind string
 
 // Fault kinds, as counted by Faults.Fired.
 const (
-	FaultGetRepoStatus      FaultKind = "getrepo_status"        // getRepo answered with a scripted HTTP status
-	FaultRateLimit          FaultKind = "ratelimit"             // host answered 429 (scripted burst or window limit)
-	FaultTruncateCAR        FaultKind = "truncate_car"          // CAR cut in half, Content-Length matching the cut
-	FaultTruncateCARAtBlock FaultKind = "truncate_car_at_block" // CAR cut at a block boundary: loads but incomplete
-	FaultDropBlock          FaultKind = "drop_block"            // one record block left out
-	FaultCorruptBlock       FaultKind = "corrupt_block"         // one record block's bytes don't match its CID
-	FaultHangBody           FaultKind = "hang_body"             // half the body, then nothing until the client leaves
-	FaultSlowBody           FaultKind = "slow_body"             // body paced at a few bytes per second
-	FaultResetMidBody       FaultKind = "reset_mid_body"        // half the body, then a TCP reset
-	FaultCommitForOtherDID  FaultKind = "commit_other_did"      // another account's (validly signed) repo
-	FaultInvalidRev         FaultKind = "invalid_rev"           // commit re-signed with a rev that is not a TID
-	FaultInvalidRecordPaths FaultKind = "invalid_record_paths"  // extra records under invalid NSIDs / rkeys
-	FaultRedirect           FaultKind = "redirect"              // relay getRepo redirected to a scripted target
-	FaultListReposLoop      FaultKind = "listrepos_loop"        // listRepos page returned its own cursor
-	FaultLongCursor         FaultKind = "long_cursor"           // listRepos cursor padded (e.g. to 4 KiB)
-	FaultFirehoseDisconnect FaultKind = "firehose_disconnect"   // connection dropped without a close frame
-	FaultMalformedFrame     FaultKind = "malformed_frame"       // undecodable frame inserted before a real one
-	FaultDuplicateFrame     FaultKind = "duplicate_frame"       // frame sent twice
-	FaultDroppedFrame       FaultKind = "dropped_frame"         // frame swallowed for one connection (a real hole)
-	FaultSeqGap             FaultKind = "seq_gap"               // a seq number skipped in the history (no event lost)
-	FaultInvalidRevCommit   FaultKind = "invalid_rev_commit"    // one-off #commit whose rev is not a TID, not applied to the world
-	FaultInvalidPathCommit  FaultKind = "invalid_path_commit"   // one-off #commit with an op under an invalid path, not applied
+	FaultGetRepoStatus       FaultKind = "getrepo_status"        // getRepo answered with a scripted HTTP status
+	FaultRateLimit           FaultKind = "ratelimit"             // host answered 429 (scripted burst or window limit)
+	FaultTruncateCAR         FaultKind = "truncate_car"          // CAR cut in half, Content-Length matching the cut
+	FaultTruncateCARAtBlock  FaultKind = "truncate_car_at_block" // CAR cut at a block boundary: loads but incomplete
+	FaultDropBlock           FaultKind = "drop_block"            // one record block left out
+	FaultCorruptBlock        FaultKind = "corrupt_block"         // one record block's bytes don't match its CID
+	FaultHangBody            FaultKind = "hang_body"             // half the body, then nothing until the client leaves
+	FaultSlowBody            FaultKind = "slow_body"             // body paced at a few bytes per second
+	FaultResetMidBody        FaultKind = "reset_mid_body"        // half the body, then a TCP reset
+	FaultCommitForOtherDID   FaultKind = "commit_other_did"      // another account's (validly signed) repo
+	FaultInvalidRev          FaultKind = "invalid_rev"           // commit re-signed with a rev that is not a TID
+	FaultInvalidRecordPaths  FaultKind = "invalid_record_paths"  // extra records under invalid NSIDs / rkeys
+	FaultRedirect            FaultKind = "redirect"              // relay getRepo redirected to a scripted target
+	FaultListReposLoop       FaultKind = "listrepos_loop"        // listRepos page returned its own cursor
+	FaultLongCursor          FaultKind = "long_cursor"           // listRepos cursor padded (e.g. to 4 KiB)
+	FaultListReposHugeCursor FaultKind = "listrepos_huge_cursor" // a listRepos page's real repos with a 10 MiB cursor
+	FaultListReposHugeBody   FaultKind = "listrepos_huge_body"   // a listRepos 200 body of 33 MiB (over the client's 32 MiB cap)
+	FaultListReposMalformed  FaultKind = "listrepos_malformed"   // a listRepos 200 body that is not JSON
+	FaultListReposWrongTypes FaultKind = "listrepos_wrong_types" // a listRepos 200 JSON body whose cursor and repos have the wrong types
+	FaultListReposTruncated  FaultKind = "listrepos_truncated"   // a listRepos page cut in half, Content-Length matching the cut
+	FaultFirehoseDisconnect  FaultKind = "firehose_disconnect"   // connection dropped without a close frame
+	FaultMalformedFrame      FaultKind = "malformed_frame"       // undecodable frame inserted before a real one
+	FaultDuplicateFrame      FaultKind = "duplicate_frame"       // frame sent twice
+	FaultDroppedFrame        FaultKind = "dropped_frame"         // frame swallowed for one connection (a real hole)
+	FaultSeqGap              FaultKind = "seq_gap"               // a seq number skipped in the history (no event lost)
+	FaultInvalidRevCommit    FaultKind = "invalid_rev_commit"    // one-off #commit whose rev is not a TID, not applied to the world
+	FaultInvalidPathCommit   FaultKind = "invalid_path_commit"   // one-off #commit with an op under an invalid path, not applied
 )
 
 // PrivateRedirectTarget is where RedirectPrivate sends getRepo: an RFC 1918
@@ -105,6 +111,8 @@ type Faults struct {
 	limits     map[int]*windowLimit
 	listLoop   int
 	longCursor int
+	listShape  FaultKind // HostileListRepos
+	listLeft   int
 	fh         firehoseFaults
 	gapRate    float64
 	hostile    float64 // HostileCommits rate
@@ -126,6 +134,7 @@ func (f *Faults) Clear() {
 	f.bursts = make(map[int]*hostBurst)
 	f.limits = make(map[int]*windowLimit)
 	f.listLoop, f.longCursor, f.gapRate, f.hostile = 0, 0, 0, 0
+	f.listShape, f.listLeft = "", 0
 	f.fh = firehoseFaults{}
 	if f.fired == nil {
 		f.fired = make(map[FaultKind]int64)
@@ -181,6 +190,9 @@ func (f *Faults) Pending() []string {
 	}
 	if f.listLoop > 0 {
 		out = append(out, fmt.Sprintf("relay %s %d", FaultListReposLoop, f.listLoop))
+	}
+	if f.listLeft > 0 {
+		out = append(out, fmt.Sprintf("relay %s %d", f.listShape, f.listLeft))
 	}
 	sort.Strings(out)
 	return out
@@ -306,6 +318,40 @@ func (f *Faults) ListReposCursorLoop(n int) {
 	f.mu.Lock()
 	f.listLoop = normCount(n)
 	f.mu.Unlock()
+}
+
+// ListReposShapes are the hostile listRepos answers HostileListRepos arms.
+func ListReposShapes() []FaultKind {
+	return []FaultKind{FaultListReposHugeCursor, FaultListReposHugeBody, FaultListReposMalformed,
+		FaultListReposWrongTypes, FaultListReposTruncated}
+}
+
+// HostileListRepos makes the relay answer its next n listRepos pages
+// requested with a cursor (every page but the first) with shape, one of
+// ListReposShapes; n = 0 disarms it.
+func (f *Faults) HostileListRepos(shape FaultKind, n int) error {
+	n = normCount(n)
+	if n != 0 && !slices.Contains(ListReposShapes(), shape) {
+		return fmt.Errorf("oracle: faults: %q is not a listRepos shape: %w", shape, ErrInvalidConfig)
+	}
+	f.mu.Lock()
+	f.listShape, f.listLeft = shape, n
+	f.mu.Unlock()
+	return nil
+}
+
+// takeListShape consumes one use of the armed hostile listRepos shape.
+func (f *Faults) takeListShape() (FaultKind, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.listLeft == 0 {
+		return "", false
+	}
+	if f.listLeft > 0 {
+		f.listLeft--
+	}
+	f.fired[f.listShape]++
+	return f.listShape, true
 }
 
 // LongCursor pads every relay listRepos cursor to size bytes (0 = off).

@@ -6,6 +6,7 @@ package oracle
 import (
 	"encoding/base64"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
 	"sort"
@@ -175,7 +176,56 @@ func (n *Network) handleRelayListRepos(w http.ResponseWriter, r *http.Request) {
 	if p.raw != "" && n.faults.take(FaultListReposLoop) {
 		cursor = p.raw // the page repeats its own cursor
 	}
+	if p.raw != "" {
+		if shape, ok := n.faults.takeListShape(); ok {
+			writeHostileListRepos(w, shape, listReposOutput(accts, cursor))
+			return
+		}
+	}
 	writeJSON(w, http.StatusOK, listReposOutput(accts, cursor))
+}
+
+// Sizes of the hostile listRepos shapes: past the client's 64 KiB cursor and
+// 32 MiB page caps.
+const (
+	hugeCursorBytes = 10 << 20
+	hugeBodyBytes   = 33 << 20
+)
+
+// writeHostileListRepos answers a listRepos page with a hostile shape built
+// around the page it would have served.
+func writeHostileListRepos(w http.ResponseWriter, shape FaultKind, out comatproto.SyncListRepos_Output) {
+	w.Header().Set("Content-Type", "application/json")
+	switch shape {
+	case FaultListReposHugeCursor:
+		c := strings.Repeat("A", hugeCursorBytes)
+		out.Cursor = &c
+		writeJSON(w, http.StatusOK, out)
+	case FaultListReposHugeBody:
+		// Valid JSON as far as it goes: a cursor that never ends within
+		// the cap, streamed so the oracle never holds 33 MiB.
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, `{"repos":[],"cursor":"`)
+		chunk := []byte(strings.Repeat("A", 64<<10))
+		for sent := 0; sent < hugeBodyBytes; sent += len(chunk) {
+			if _, err := w.Write(chunk); err != nil {
+				return // the client stopped reading at its cap
+			}
+		}
+		_, _ = io.WriteString(w, `"}`)
+	case FaultListReposMalformed:
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, "<html><body>502 Bad Gateway</body></html>\n")
+	case FaultListReposWrongTypes:
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, `{"cursor":42,"repos":{"did":"did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"}}`)
+	case FaultListReposTruncated:
+		b, _ := json.Marshal(out)
+		b = b[:len(b)/2]
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(b)
+	}
 }
 
 // parseDIDParam reads and checks the did query parameter; it answers the 400 itself.

@@ -200,12 +200,19 @@ type RepoEntry struct {
 	Status string // "" when absent
 }
 
-// Page is one listRepos page. Cursor "" means the listing is finished.
+// Page is one listRepos page. Cursor "" means the listing is finished,
+// unless CursorRefused says the relay handed back a cursor that could not
+// be followed.
 type Page struct {
 	Repos  []RepoEntry
 	Cursor string
 	// Dropped counts entries refused by validation (also in metrics).
 	Dropped int
+	// CursorRefused is the length of a cursor longer than the 64 KiB a
+	// cursor may have (a store key holds it): it is not followed, so Cursor
+	// is "" and the listing cannot go past this page (CutCursorTooLong).
+	// The page's repos are valid.
+	CursorRefused int
 }
 
 type listReposWire struct {
@@ -224,8 +231,9 @@ type repoWire struct {
 // ListRepos fetches one page of com.atproto.sync.listRepos from the relay.
 // cursor "" starts at the beginning; any cursor string is passed through
 // verbatim (query-escaped). limit <= 0 means 1000. Entries with an invalid
-// DID or an undecodable shape are dropped and counted, never fatal. Errors:
-// *Error; decode with Classify.
+// DID or an undecodable shape are dropped and counted, never fatal; a cursor
+// over 64 KiB is refused (Page.CursorRefused). Errors: *Error; decode with
+// Classify, and CutReason when the error ends a listing.
 func (c *Client) ListRepos(ctx context.Context, cursor string, limit int) (Page, error) {
 	const op = "listRepos"
 	if limit <= 0 {
@@ -259,9 +267,10 @@ func (c *Client) parseListRepos(body []byte) (Page, error) {
 	var p Page
 	if w.Cursor != nil {
 		if len(*w.Cursor) > maxCursorLen {
-			return Page{}, fmt.Errorf("%w: listRepos: cursor of %d bytes", ErrMalformedResponse, len(*w.Cursor))
+			p.CursorRefused = len(*w.Cursor)
+		} else {
+			p.Cursor = *w.Cursor
 		}
-		p.Cursor = *w.Cursor
 	}
 	p.Repos = make([]RepoEntry, 0, len(w.Repos))
 	for _, raw := range w.Repos {

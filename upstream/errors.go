@@ -97,6 +97,48 @@ func (c Class) String() string {
 	return "class(" + strconv.Itoa(int(c)) + ")"
 }
 
+// Reasons a listRepos listing ends before its last page, a closed set for
+// metric labels (CutReasons). The caller decides when to give up; CutReason
+// names the error it gave up on.
+const (
+	// CutCursorTooLong: a page handed back a cursor over 64 KiB
+	// (Page.CursorRefused); its repos are kept.
+	CutCursorTooLong = "cursor_too_long"
+	// CutTooLarge: a page's body exceeded the byte cap (ErrTooLarge).
+	CutTooLarge = "too_large"
+	// CutMalformed: a 200 page whose body did not parse: bad JSON, a field
+	// of the wrong type, a body cut short (ErrMalformedResponse).
+	CutMalformed = "malformed"
+	// CutRefused: another answer that retrying will not change (a 4xx, a
+	// refused redirect).
+	CutRefused = "refused"
+	// CutRetriesExhausted: transient failures or 429s beyond the caller's
+	// retry budget.
+	CutRetriesExhausted = "retries_exhausted"
+)
+
+// CutReasons is the closed set of listing-cut reasons.
+func CutReasons() []string {
+	return []string{CutCursorTooLong, CutTooLarge, CutMalformed, CutRefused, CutRetriesExhausted}
+}
+
+// CutReason names why a listRepos error a caller gives up on ends its
+// listing: too_large, malformed, retries_exhausted (transient or rate
+// limited) or refused (anything else).
+func CutReason(err error) string {
+	switch {
+	case errors.Is(err, ErrTooLarge):
+		return CutTooLarge
+	case errors.Is(err, ErrMalformedResponse):
+		return CutMalformed
+	}
+	switch Classify(err) {
+	case ClassTransient, ClassRateLimited:
+		return CutRetriesExhausted
+	}
+	return CutRefused
+}
+
 // RetryAfterCeiling bounds every server-directed wait returned by RetryAfter
 // (a PDS rate-limit window is 300 s; the margin covers clock skew).
 const RetryAfterCeiling = 330 * time.Second

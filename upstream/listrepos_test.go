@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -146,4 +148,74 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatalf("read counter: %v", err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestListReposHostilePages: every shape a hostile relay can give a
+// listRepos page ends in an answer the caller can act on, never a panic or
+// an unbounded read: a cursor over 64 KiB is refused but the page's repos
+// kept (CutCursorTooLong); a body over 32 MiB is ErrTooLarge; a body that
+// is not JSON, has fields of the wrong type, or is cut short (with a
+// matching Content-Length) is ErrMalformedResponse; a body cut short of its
+// Content-Length is transient (worth a retry). CutReason names each.
+func TestListReposHostilePages(t *testing.T) {
+	entry := `{"did":"did:plc:aaaaaaaaaaaaaaaaaaaaaaaa","head":"h","rev":"r"}`
+	page := func(cursor string) string { return `{"cursor":"` + cursor + `","repos":[` + entry + `]}` }
+	for _, tc := range []struct {
+		name    string
+		body    func(w http.ResponseWriter)
+		refused int    // Page.CursorRefused
+		cursor  int    // len(Page.Cursor)
+		reason  string // CutReason of the error; "" = no error
+		class   Class
+	}{
+		{name: "cursor at the cap", body: func(w http.ResponseWriter) { io.WriteString(w, page(strings.Repeat("c", maxCursorLen))) }, cursor: maxCursorLen},
+		{name: "cursor over the cap", body: func(w http.ResponseWriter) { io.WriteString(w, page(strings.Repeat("c", maxCursorLen+1))) }, refused: maxCursorLen + 1},
+		{name: "10 MiB cursor", body: func(w http.ResponseWriter) { io.WriteString(w, page(strings.Repeat("c", 10<<20))) }, refused: 10 << 20},
+		{name: "body over 32 MiB", reason: CutTooLarge, class: ClassPermanent, body: func(w http.ResponseWriter) {
+			io.WriteString(w, `{"repos":[],"cursor":"`)
+			chunk := strings.Repeat("c", 1<<20)
+			for range 33 {
+				if _, err := io.WriteString(w, chunk); err != nil {
+					return
+				}
+			}
+		}},
+		{name: "not JSON", reason: CutMalformed, class: ClassPermanent, body: func(w http.ResponseWriter) { io.WriteString(w, "<html>502</html>") }},
+		{name: "wrong types", reason: CutMalformed, class: ClassPermanent, body: func(w http.ResponseWriter) { io.WriteString(w, `{"cursor":42,"repos":{}}`) }},
+		{name: "cut short", reason: CutMalformed, class: ClassPermanent, body: func(w http.ResponseWriter) {
+			b := page("next")[:20]
+			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+			io.WriteString(w, b)
+		}},
+		{name: "cut short of its length", reason: CutRetriesExhausted, class: ClassTransient, body: func(w http.ResponseWriter) {
+			b := page("next")
+			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+			io.WriteString(w, b[:20])
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			relay := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				tc.body(w)
+			})
+			c, _ := testClient(t, relay.URL, nil)
+			pg, err := c.ListRepos(context.Background(), "", 10)
+			if tc.reason != "" {
+				if err == nil || CutReason(err) != tc.reason || Classify(err) != tc.class {
+					t.Fatalf("err %v: reason %q class %v, want %q %v", err, CutReason(err), Classify(err), tc.reason, tc.class)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pg.CursorRefused != tc.refused || len(pg.Cursor) != tc.cursor || len(pg.Repos) != 1 {
+				t.Fatalf("refused %d, cursor %d bytes, %d repos; want %d, %d, 1", pg.CursorRefused, len(pg.Cursor), len(pg.Repos), tc.refused, tc.cursor)
+			}
+		})
+	}
+	// A 4xx is refused (no retry helps).
+	if r := CutReason(&Error{Op: "listRepos", StatusCode: 400, kind: ErrPermanent}); r != CutRefused {
+		t.Fatalf("400: reason %q", r)
+	}
 }

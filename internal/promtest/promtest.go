@@ -18,6 +18,26 @@ func Value(t testing.TB, reg prometheus.Gatherer, name string, labels map[string
 	return v
 }
 
+// Sum gathers reg and returns the sum over every series of name (counters
+// and gauges): a total across all label values.
+func Sum(t testing.TB, reg prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return total
+}
+
 // find gathers reg and returns the value of the first series of name whose
 // labels include every pair of labels (with exact, whose labels are exactly
 // labels), and whether there is one.
