@@ -64,6 +64,9 @@ type Config struct {
 	// ResetRelay follows a relay other than the one the store follows,
 	// dropping the old relay's cursor.
 	ResetRelay bool
+	// LoopbackHosts: see upstream.Options.LoopbackHosts (a relay on
+	// loopback may redirect only to its own port and these).
+	LoopbackHosts []string
 
 	// Bootstrap configures the first pass (workers, window, debug modes,
 	// page size); its Store, Writer, Source, Jobs, Metrics, Logger and Crash
@@ -252,7 +255,8 @@ func (n *Node) buildJobs(reg prometheus.Registerer) error {
 		scratch = n.store.ScratchDir()
 	}
 	var err error
-	n.client, err = upstream.New(cfg.SourceURL, upstream.Options{ScratchDir: scratch, MemoryBodyBytes: max(cfg.MemoryBodyBytes, 0), Metrics: upstream.NewMetrics(reg)})
+	n.client, err = upstream.New(cfg.SourceURL, upstream.Options{ScratchDir: scratch, MemoryBodyBytes: max(cfg.MemoryBodyBytes, 0),
+		LoopbackHosts: cfg.LoopbackHosts, Metrics: upstream.NewMetrics(reg)})
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}

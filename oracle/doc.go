@@ -1,6 +1,8 @@
 // Package oracle owns the simulated atproto network that backstream is tested
-// against: one relay listener and one listener per PDS host on 127.0.0.1,
-// serving a deterministic world (package oracle/world) over real HTTP and
+// against: one relay listener and one listener per PDS host on loopback —
+// each host on the relay's port at a loopback address of its own (127.0.0.2
+// onwards), since a client following a loopback relay may be redirected
+// only to the relay's port — serving a deterministic world (package oracle/world) over real HTTP and
 // websocket, with live traffic and programmable faults.
 //
 // What it serves:

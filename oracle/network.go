@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -146,24 +147,73 @@ func Start(ctx context.Context, cfg Config) (*Network, error) {
 	return n, nil
 }
 
-// listen opens the relay listener and one listener per PDS host.
+// listen opens the relay listener and the PDS hosts. A PDS host listens on
+// the relay's port at a loopback address of its own (127.0.0.2, 127.0.0.3,
+// …): a client following a loopback relay may be redirected only to the
+// relay's port, never to any other local port (backstream's own listener
+// among them), and each host still has a host:port of its own. When the
+// relay listens on every address (0.0.0.0:port), its listener already
+// answers on those addresses and serves each host by the local address a
+// request arrived on. A host address that cannot be bound (a loopback
+// interface carrying 127.0.0.1 only) falls back to a port of its own on
+// 127.0.0.1, which a client must be told of (HostURLs; serve --devnet does).
 func (n *Network) listen() error {
 	ln, err := net.Listen("tcp", n.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("oracle: listen relay %s: %w", n.cfg.Listen, err)
 	}
-	n.relay = n.serve(ln, n.relayMux())
-	n.relayURL = n.relay.url
+	relayAddr, _ := netip.ParseAddrPort(ln.Addr().String())
+	shared := relayAddr.Addr().IsUnspecified()
+	byAddr := map[netip.Addr]http.Handler{}
 	for i := 0; i < n.cfg.Hosts; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return fmt.Errorf("oracle: listen pds host %d: %w", i, err)
-		}
 		h := &pdsHost{idx: i, n: n}
-		h.server = n.serve(ln, h.mux())
+		at := netip.AddrPortFrom(hostAddr(i), relayAddr.Port())
+		if shared {
+			byAddr[at.Addr()] = h.mux()
+			h.server = &server{url: "http://" + at.String()}
+			n.hosts = append(n.hosts, h)
+			continue
+		}
+		hl, err := net.Listen("tcp", at.String())
+		if err != nil {
+			n.cfg.Logger.Warn("oracle: a PDS host cannot listen on the relay's port at its own loopback address; it takes a port of its own",
+				"host", i, "addr", at.String(), "err", err)
+			if hl, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+				_ = ln.Close()
+				return fmt.Errorf("oracle: listen pds host %d: %w", i, err)
+			}
+		}
+		h.server = n.serve(hl, h.mux())
 		n.hosts = append(n.hosts, h)
 	}
+	n.relay = n.serve(ln, byLocalAddr(byAddr, n.relayMux()))
+	n.relayURL = n.relay.url
 	return nil
+}
+
+// hostAddr is PDS host i's loopback address: 127.0.0.2 onwards.
+func hostAddr(i int) netip.Addr {
+	v := uint32(127)<<24 | uint32(i+2)
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// byLocalAddr serves a request that arrived on one of hosts' addresses with
+// that host's handler, and any other with relay.
+func byLocalAddr(hosts map[netip.Addr]http.Handler, relay http.Handler) http.Handler {
+	if len(hosts) == 0 {
+		return relay
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+			if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+				if h := hosts[ap.Addr().Unmap()]; h != nil {
+					h.ServeHTTP(w, r)
+					return
+				}
+			}
+		}
+		relay.ServeHTTP(w, r)
+	})
 }
 
 // serve starts an HTTP server on ln; Close stops it.
@@ -416,7 +466,9 @@ func (n *Network) Close() error {
 		_ = n.relay.srv.Close()
 	}
 	for _, h := range n.hosts {
-		_ = h.srv.Close()
+		if h.srv != nil { // nil: served by the relay's listener
+			_ = h.srv.Close()
+		}
 	}
 	for _, c := range conns {
 		_ = c.NetConn().Close()

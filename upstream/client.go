@@ -69,6 +69,14 @@ type Options struct {
 	// resolver). Every resolved address of a non-relay host is checked
 	// against the E14 policy.
 	Resolve Resolver
+	// LoopbackHosts are host:port addresses on loopback that a redirect may
+	// reach besides the relay's own port, for a relay on loopback whose
+	// PDS hosts listen on ports of their own. Only their ports count
+	// (every loopback address reaches the same wildcard listeners). Empty:
+	// a loopback relay may redirect only to its own port, so a redirect to
+	// another local server (backstream's own listener) is refused. Not
+	// allowed with a relay off loopback.
+	LoopbackHosts []string
 	// Metrics may be nil.
 	Metrics *Metrics
 }
@@ -96,7 +104,8 @@ type Client struct {
 }
 
 // New builds a Client for the relay at relayURL (http or https). Loopback
-// redirect targets are allowed only when the relay's own host is loopback.
+// redirect targets are allowed only when the relay's own host is loopback,
+// and then only on its port or one of Options.LoopbackHosts'.
 func New(relayURL string, opts Options) (*Client, error) {
 	u, err := url.Parse(strings.TrimSpace(relayURL))
 	if err != nil {
@@ -134,13 +143,17 @@ func New(relayURL string, opts Options) (*Client, error) {
 	if opts.Resolve == nil {
 		opts.Resolve = defaultResolve
 	}
+	policy, err := newAddrPolicy(u, opts.LoopbackHosts)
+	if err != nil {
+		return nil, fmt.Errorf("upstream: new: %w", err)
+	}
 	if err := os.MkdirAll(opts.ScratchDir, 0o755); err != nil {
 		return nil, fmt.Errorf("upstream: new: scratch dir: %w", err)
 	}
 	c := &Client{
 		relay:     u,
 		relayAddr: canonicalHostPort(u),
-		policy:    addrPolicy{allowLoopback: isLoopbackHost(u.Hostname())},
+		policy:    policy,
 		opts:      opts,
 		metrics:   opts.Metrics,
 	}
@@ -176,9 +189,10 @@ func New(relayURL string, opts Options) (*Client, error) {
 // RelayURL returns the relay base URL the client was built with.
 func (c *Client) RelayURL() string { return c.relay.String() }
 
-// AllowLoopback reports whether loopback redirect targets are allowed,
-// which is true exactly when the relay itself is on loopback.
-func (c *Client) AllowLoopback() bool { return c.policy.allowLoopback }
+// AllowLoopback reports whether any loopback redirect target is allowed,
+// which is true exactly when the relay itself is on loopback (and then only
+// on the relay's port or a declared loopback host's).
+func (c *Client) AllowLoopback() bool { return len(c.policy.loopbackPorts) > 0 }
 
 // Close releases idle connections.
 func (c *Client) Close() { c.transport.CloseIdleConnections() }

@@ -26,8 +26,11 @@
 //   - E14: at most MaxRedirects redirects, only to http(s); every address a
 //     non-relay host resolves to is checked at dial time (private, ULA,
 //     link-local, metadata, multicast, unspecified, reserved ranges refused;
-//     loopback allowed only when the relay itself is on loopback), and
-//     redirect URLs are checked before any dial.
+//     loopback allowed only when the relay itself is on loopback, and then
+//     only on the relay's own port or a declared Options.LoopbackHosts
+//     port, so a relay cannot send getRepo to another local server, such
+//     as backstream's own /debug/pprof), and redirect URLs are checked
+//     before any dial.
 //   - Timeouts: connect (resolve+dial+TLS), response header, and idle body
 //     (no byte for IdleBodyTimeout → ErrIdleTimeout, transient). The caller's
 //     ctx deadline covers the whole attempt and, when it ends, the error is

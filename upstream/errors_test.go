@@ -103,24 +103,27 @@ func TestAddrPolicy(t *testing.T) {
 	}
 	p := addrPolicy{}
 	for _, s := range allowed {
-		if err := p.check(netip.MustParseAddr(s)); err != nil {
+		if err := p.check(netip.MustParseAddr(s), 443); err != nil {
 			t.Errorf("%s refused: %v", s, err)
 		}
 	}
 	for _, s := range refused {
-		err := p.check(netip.MustParseAddr(s))
+		err := p.check(netip.MustParseAddr(s), 443)
 		if !errors.Is(err, ErrForbiddenRedirect) {
 			t.Errorf("%s allowed", s)
 		}
 	}
-	lp := addrPolicy{allowLoopback: true}
+	lp := addrPolicy{loopbackPorts: map[uint16]bool{7777: true}}
 	for _, s := range []string{"127.0.0.1", "127.1.2.3", "::1", "::ffff:127.0.0.1"} {
-		if err := lp.check(netip.MustParseAddr(s)); err != nil {
+		if err := lp.check(netip.MustParseAddr(s), 7777); err != nil {
 			t.Errorf("loopback relay: %s refused: %v", s, err)
+		}
+		if err := lp.check(netip.MustParseAddr(s), 6008); !errors.Is(err, ErrForbiddenRedirect) || refusalReason(err) != "loopback-port" {
+			t.Errorf("loopback relay: %s on another port: %v", s, err)
 		}
 	}
 	for _, s := range []string{"10.0.0.1", "169.254.169.254", "0.0.0.0"} {
-		if err := lp.check(netip.MustParseAddr(s)); err == nil {
+		if err := lp.check(netip.MustParseAddr(s), 7777); err == nil {
 			t.Errorf("loopback relay: %s allowed", s)
 		}
 	}

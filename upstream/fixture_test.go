@@ -10,8 +10,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,7 +34,45 @@ func newServer(t testing.TB, h http.HandlerFunc) *server {
 		h(w, r)
 	}))
 	t.Cleanup(s.Close)
+	localServers.add(t, s.Listener.Addr().String())
 	return s
+}
+
+// localServers records the servers each top-level test started, so
+// testClient can declare them as the loopback hosts a loopback relay may
+// redirect to — the way an operator declares local PDS hosts on ports of
+// their own (Options.LoopbackHosts). A client built with New directly
+// declares none.
+var localServers serverSet
+
+type serverSet struct {
+	mu     sync.Mutex
+	byTest map[string][]string
+}
+
+func rootTest(t testing.TB) string { name, _, _ := strings.Cut(t.Name(), "/"); return name }
+
+func (s *serverSet) add(t testing.TB, addr string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byTest == nil {
+		s.byTest = map[string][]string{}
+	}
+	root := rootTest(t)
+	if len(s.byTest[root]) == 0 {
+		t.Cleanup(func() {
+			s.mu.Lock()
+			delete(s.byTest, root)
+			s.mu.Unlock()
+		})
+	}
+	s.byTest[root] = append(s.byTest[root], addr)
+}
+
+func (s *serverSet) of(t testing.TB) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.byTest[rootTest(t)])
 }
 
 // port returns the server's port.
@@ -70,6 +111,9 @@ func testClient(t *testing.T, relay string, mod func(*Options)) (*Client, string
 		ResponseHeaderTimeout: 5 * time.Second,
 		IdleBodyTimeout:       5 * time.Second,
 		UserAgent:             "backstream-test",
+	}
+	if u, err := url.Parse(relay); err == nil && isLoopbackHost(u.Hostname()) {
+		opts.LoopbackHosts = localServers.of(t)
 	}
 	if mod != nil {
 		mod(&opts)

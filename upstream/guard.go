@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -51,13 +52,45 @@ var (
 	nat64 = netip.MustParsePrefix("64:ff9b::/96")
 )
 
-// addrPolicy decides which IPs a non-relay dial may reach.
+// addrPolicy decides which addresses a non-relay dial may reach.
 type addrPolicy struct {
-	allowLoopback bool
+	// loopbackPorts are the ports a loopback address may be reached on:
+	// none unless the relay itself is on loopback, then the relay's own
+	// port and those of Options.LoopbackHosts. Every loopback address
+	// reaches the same wildcard listeners, so only the port tells one
+	// local server from another (the process's own listener among them).
+	loopbackPorts map[uint16]bool
 }
 
-// check returns nil when ip may be dialed, else an error naming why not.
-func (p addrPolicy) check(ip netip.Addr) error {
+// newAddrPolicy is the policy of a client following relay (a canonical
+// host:port): loopback only when the relay is on loopback, and then only on
+// its port and the ports of extra (host:port, each on loopback).
+func newAddrPolicy(relay *url.URL, extra []string) (addrPolicy, error) {
+	if !isLoopbackHost(relay.Hostname()) {
+		if len(extra) > 0 {
+			return addrPolicy{}, fmt.Errorf("loopback hosts %q given for a relay that is not on loopback", extra)
+		}
+		return addrPolicy{}, nil
+	}
+	p := addrPolicy{loopbackPorts: map[uint16]bool{}}
+	_, port, _ := net.SplitHostPort(canonicalHostPort(relay))
+	for _, hp := range append([]string{net.JoinHostPort(relay.Hostname(), port)}, extra...) {
+		host, port, err := net.SplitHostPort(strings.TrimSpace(hp))
+		if err != nil || !isLoopbackHost(host) {
+			return addrPolicy{}, fmt.Errorf("loopback host %q: want host:port on loopback", hp)
+		}
+		n, err := strconv.ParseUint(port, 10, 16)
+		if err != nil || n == 0 {
+			return addrPolicy{}, fmt.Errorf("loopback host %q: bad port", hp)
+		}
+		p.loopbackPorts[uint16(n)] = true
+	}
+	return p, nil
+}
+
+// check returns nil when ip may be dialed on port, else an error naming
+// why not.
+func (p addrPolicy) check(ip netip.Addr, port uint16) error {
 	ip = ip.Unmap()
 	if ip.Is6() && nat64.Contains(ip) {
 		// Well-known NAT64: judge the embedded IPv4 address.
@@ -73,8 +106,11 @@ func (p addrPolicy) check(ip netip.Addr) error {
 	case ip.IsUnspecified():
 		reason = "unspecified"
 	case ip.IsLoopback():
-		if p.allowLoopback {
+		switch {
+		case p.loopbackPorts[port]:
 			return nil
+		case len(p.loopbackPorts) > 0:
+			return &refusal{reason: "loopback-port", addr: netip.AddrPortFrom(ip, port).String()}
 		}
 		reason = "loopback"
 	case ip.IsPrivate():
@@ -108,6 +144,8 @@ func (r *refusal) Error() string {
 	switch r.reason {
 	case "scheme", "empty-host":
 		return fmt.Sprintf("%s: %s: %s", ErrForbiddenRedirect, r.reason, r.addr)
+	case "loopback-port":
+		return fmt.Sprintf("%s: loopback address %s is not on the relay's port (nor a declared loopback host)", ErrForbiddenRedirect, r.addr)
 	}
 	return fmt.Sprintf("%s: %s address %s", ErrForbiddenRedirect, r.reason, r.addr)
 }
@@ -161,6 +199,7 @@ func (g *guardedDialer) DialContext(ctx context.Context, network, addr string) (
 		defer cancel()
 	}
 	exempt := strings.EqualFold(addr, g.relayAddr)
+	portNum, _ := strconv.ParseUint(port, 10, 16)
 	var ips []netip.Addr
 	if ip, perr := netip.ParseAddr(host); perr == nil {
 		ips = []netip.Addr{ip}
@@ -177,7 +216,7 @@ func (g *guardedDialer) DialContext(ctx context.Context, network, addr string) (
 		// One bad answer refuses the host: a mixed answer is a rebinding
 		// attempt or a misconfiguration, never worth the risk.
 		for _, ip := range ips {
-			if err := g.policy.check(ip); err != nil {
+			if err := g.policy.check(ip, uint16(portNum)); err != nil {
 				g.metrics.refused("dial", refusalReason(err))
 				return nil, err
 			}
@@ -233,14 +272,25 @@ func (c *Client) checkTarget(u *url.URL) error {
 	if host == "" {
 		return &refusal{reason: "empty-host", addr: u.String()}
 	}
-	if strings.EqualFold(u.Host, c.relayAddr) || strings.EqualFold(canonicalHostPort(u), c.relayAddr) {
+	hp := canonicalHostPort(u)
+	if strings.EqualFold(u.Host, c.relayAddr) || strings.EqualFold(hp, c.relayAddr) {
 		return nil
 	}
-	if isLoopbackHost(host) && !c.policy.allowLoopback {
-		return &refusal{reason: "loopback", addr: host}
+	_, ps, _ := net.SplitHostPort(hp)
+	port, err := strconv.ParseUint(ps, 10, 16)
+	if err != nil {
+		return &refusal{reason: "invalid", addr: u.Host}
+	}
+	if isLoopbackHost(host) {
+		// A loopback name ("localhost"): judged as the loopback address
+		// it stands for; its answers are checked again at dial time.
+		if err := c.policy.check(netip.IPv6Loopback(), uint16(port)); err != nil {
+			return &refusal{reason: refusalReason(err), addr: net.JoinHostPort(host, ps)}
+		}
+		return nil
 	}
 	if ip, err := netip.ParseAddr(host); err == nil {
-		return c.policy.check(ip)
+		return c.policy.check(ip, uint16(port))
 	}
 	return nil
 }

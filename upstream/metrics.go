@@ -30,7 +30,7 @@ var (
 	listDropReasons = []string{"invalid_did", "malformed"}
 	// policyReasons are addrPolicy.check's refusals (both stages); an
 	// unclassified refusal counts as "invalid".
-	policyReasons = []string{"invalid", "metadata", "unspecified", "loopback", "private", "link-local", "multicast", "reserved"}
+	policyReasons = []string{"invalid", "metadata", "unspecified", "loopback", "loopback-port", "private", "link-local", "multicast", "reserved"}
 	// redirectReasons are the refusals only a redirect can meet
 	// (checkTarget's and the hop limit).
 	redirectReasons = []string{"scheme", "empty-host", "too_many"}

@@ -32,28 +32,30 @@ func TestMetricsPreinitialised(t *testing.T) {
 // the pre-initialised label values of its stage (guards against a new
 // reason in guard.go that would appear only after its first occurrence).
 func TestRefusalReasonsArePreinitialised(t *testing.T) {
-	var p addrPolicy
-	for _, s := range []string{"169.254.169.254", "fd00:ec2::254", "0.0.0.0", "::", "127.0.0.1", "::1", "10.1.2.3", "192.168.1.1",
-		"172.16.0.1", "fc00::1", "169.254.1.1", "fe80::1", "224.0.0.1", "ff02::1", "100.64.0.1", "192.0.2.1", "198.18.0.1",
-		"240.0.0.1", "64:ff9b::10.0.0.1", "2001:db8::1"} {
-		err := p.check(netip.MustParseAddr(s))
-		if err == nil {
-			continue
+	// With loopback refused outright, and with a loopback relay on 7777.
+	for _, p := range []addrPolicy{{}, {loopbackPorts: map[uint16]bool{7777: true}}} {
+		for _, s := range []string{"169.254.169.254", "fd00:ec2::254", "0.0.0.0", "::", "127.0.0.1", "::1", "10.1.2.3", "192.168.1.1",
+			"172.16.0.1", "fc00::1", "169.254.1.1", "fe80::1", "224.0.0.1", "ff02::1", "100.64.0.1", "192.0.2.1", "198.18.0.1",
+			"240.0.0.1", "64:ff9b::10.0.0.1", "2001:db8::1"} {
+			err := p.check(netip.MustParseAddr(s), 6008)
+			if err == nil {
+				continue
+			}
+			if r := refusalReason(err); !slices.Contains(policyReasons, r) {
+				t.Errorf("dial refusal of %s: reason %q is not pre-initialised", s, r)
+			}
 		}
-		if r := refusalReason(err); !slices.Contains(policyReasons, r) {
-			t.Errorf("dial refusal of %s: reason %q is not pre-initialised", s, r)
-		}
-	}
-	c := &Client{relayAddr: "relay.example:443"}
-	for _, raw := range []string{"ftp://host/x", "http:///x", "http://localhost/x", "http://127.0.0.1/x", "http://10.0.0.1/x", "http://[fe80::1]/x"} {
-		u, _ := url.Parse(raw)
-		err := c.checkTarget(u)
-		if err == nil {
-			t.Errorf("redirect to %s accepted", raw)
-			continue
-		}
-		if r := refusalReason(err); !slices.Contains(policyReasons, r) && !slices.Contains(redirectReasons, r) {
-			t.Errorf("redirect refusal of %s: reason %q is not pre-initialised", raw, r)
+		c := &Client{relayAddr: "relay.example:443", policy: p}
+		for _, raw := range []string{"ftp://host/x", "http:///x", "http://localhost/x", "http://127.0.0.1/x", "http://10.0.0.1/x", "http://[fe80::1]/x"} {
+			u, _ := url.Parse(raw)
+			err := c.checkTarget(u)
+			if err == nil {
+				t.Errorf("redirect to %s accepted", raw)
+				continue
+			}
+			if r := refusalReason(err); !slices.Contains(policyReasons, r) && !slices.Contains(redirectReasons, r) {
+				t.Errorf("redirect refusal of %s: reason %q is not pre-initialised", raw, r)
+			}
 		}
 	}
 }

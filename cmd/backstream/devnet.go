@@ -15,7 +15,7 @@ func devnetCommand() *command {
 		name:    "devnet",
 		summary: "run a simulated atproto network (relay, PDS hosts, firehose) on loopback",
 		flags: func(fs *flagSet) {
-			fs.String("listen", "127.0.0.1:7777", "relay listen address (PDS hosts always listen on 127.0.0.1, on ports of their own)")
+			fs.String("listen", "127.0.0.1:7777", "relay listen address (PDS hosts listen on its port at 127.0.0.2 onwards, or on its listener when it listens on every address)")
 			fs.Int("accounts", oracle.DefaultAccounts, "number of accounts")
 			fs.Int("records", oracle.DefaultRecordsMean, "mean records per account")
 			fs.Int("hosts", oracle.DefaultHosts, "number of PDS hosts")

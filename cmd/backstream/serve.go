@@ -47,6 +47,7 @@ func serveCommand() *command {
 			fs.String("backfill-memory", "auto", "memory budget for CARs being verified and emitted, e.g. 2GiB (auto: a quarter of available memory)")
 			fs.Duration("getrepo-timeout", backfill.DefaultAttemptTimeout, "deadline of one getRepo attempt, download and verification")
 			fs.Bool("reset-relay-cursor", false, "follow a relay other than the one the store follows, dropping the old relay's cursor")
+			fs.String("loopback-hosts", "", "with a relay on loopback: other loopback host:port (comma-separated) a getRepo redirect may reach, e.g. local PDS hosts; otherwise only the relay's own port")
 			fs.Int("retry-workers", 16, "concurrent whole-repo replacements in steady state")
 			fs.Int("retry-host-workers", 4, "concurrent replacements per PDS host (final host after redirects)")
 			fs.Duration("retry-interval", time.Minute, "first retry delay of a failed repo (doubles per failure, jittered)")
@@ -71,6 +72,7 @@ type serveOptions struct {
 	memory                 int64
 	getRepoTimeout         time.Duration
 	resetRelay             bool
+	loopbackHosts          []string
 	captureWait            time.Duration
 	retryWorkers           int
 	retryHostWorkers       int
@@ -111,6 +113,11 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 		return bad("--max-repos %d: must not be negative", o.maxRepos)
 	case o.getRepoTimeout <= 0:
 		return bad("--getrepo-timeout %s: must be positive", o.getRepoTimeout)
+	}
+	for _, h := range strings.Split(fs.str("loopback-hosts"), ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			o.loopbackHosts = append(o.loopbackHosts, h)
+		}
 	}
 	if s := strings.TrimSpace(fs.str("repos")); s != "" {
 		seen := map[string]bool{}
@@ -303,6 +310,11 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 		}
 		defer net.Close()
 		o.relay = net.RelayURL()
+		for _, h := range net.HostURLs() { // on the relay's port, unless one had to take a port of its own
+			if u, err := url.Parse(h); err == nil {
+				o.loopbackHosts = append(o.loopbackHosts, u.Host)
+			}
+		}
 		log.Info("simulated network up", "relay", o.relay)
 	}
 
@@ -346,7 +358,7 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 func (o serveOptions) nodeConfig(s *server, crash *crashpoint.Set) node.Config {
 	return node.Config{
 		DataDir: o.dataDir, Store: archive.Options{Logger: s.log},
-		Relay: o.relay, ResetRelay: o.resetRelay,
+		Relay: o.relay, ResetRelay: o.resetRelay, LoopbackHosts: o.loopbackHosts,
 		Bootstrap:      bootstrap.Config{Workers: o.workers, Window: o.window, Repos: o.repos, MaxRepos: o.maxRepos},
 		Memory:         o.memory,
 		AttemptTimeout: o.getRepoTimeout,

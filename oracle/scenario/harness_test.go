@@ -170,12 +170,19 @@ func startNode(t *testing.T, n *oracle.Network, fs vfs.FS, o nodeOpts) *node {
 	t.Helper()
 	o.defaults()
 	nd := &node{t: t, net: n, phaseCh: make(chan archive.Phase, 16), exit: make(chan error, 1)}
+	var loopback []string
+	if o.ListURL != "" {
+		// The recorder stands in for the relay on a port of its own; the
+		// PDS hosts it redirects to listen on the real relay's port.
+		u, _ := url.Parse(n.RelayURL())
+		loopback = []string{u.Host}
+	}
 	var err error
 	nd.n, err = bnode.New(bnode.Config{
 		DataDir: "/data", ScratchDir: t.TempDir(),
 		Store: archive.Options{FS: fs, CommitHook: o.Hook, CacheSize: 8 << 20,
 			OnFatal: func(fe *archive.FatalError) { panic(fe) }},
-		Relay: n.RelayURL(), SourceURL: o.ListURL,
+		Relay: n.RelayURL(), SourceURL: o.ListURL, LoopbackHosts: loopback,
 		Bootstrap:       bootstrap.Config{Workers: o.Workers, PageLimit: o.PageLimit},
 		MemoryBodyBytes: 16 << 10, AttemptTimeout: o.AttemptTimeout,
 		JobBackoffBase: 10 * time.Millisecond, JobBackoffMax: 50 * time.Millisecond,
