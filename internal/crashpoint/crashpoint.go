@@ -1,8 +1,12 @@
 // Package crashpoint kills the process with SIGKILL at a named durable commit
 // point, so tests can prove that recovery after a crash at exactly that point
 // converges. It is configured only by the test-only environment variable
-// BACKSTREAM_CRASHPOINT=name[:n] (kill at the n-th pass, default 1). In
-// production the *Set is nil and every Hit costs one nil check.
+// BACKSTREAM_CRASHPOINT=name[:n] (kill at the n-th pass, default 1), and only
+// in a binary built with the build tag `crashpoint` (the crash harness
+// builds one). A release build has no way to kill itself: FromEnv returns
+// nil, or an error when the variable is set, so a crash point meant for a
+// test is a clear startup error there, never a SIGKILL. In production the
+// *Set is nil and every Hit costs one nil check.
 //
 // Names are checked against Points: a typo in a test is an error, not a
 // crash point that silently never fires. docs/crashpoints.md lists each point
@@ -16,7 +20,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 )
 
 // The named crash points. Each follows a synced commit.
@@ -51,10 +54,13 @@ type Set struct {
 	kill func()
 }
 
-// FromEnv parses BACKSTREAM_CRASHPOINT; unset or empty gives nil.
-func FromEnv() (*Set, error) { return Parse(os.Getenv(EnvVar)) }
+// FromEnv reads BACKSTREAM_CRASHPOINT; unset or empty gives nil. Without
+// the build tag `crashpoint` a set variable is an error (ErrNotBuilt).
+func FromEnv() (*Set, error) { return fromEnv(os.Getenv(EnvVar)) }
 
-// Parse parses "name[:n]". The empty string gives nil.
+// Parse parses "name[:n]". The empty string gives nil. The Set it returns
+// never kills the process: only FromEnv, in a build with the tag
+// `crashpoint`, arms one that does.
 func Parse(spec string) (*Set, error) {
 	if spec == "" {
 		return nil, nil
@@ -70,7 +76,7 @@ func Parse(spec string) (*Set, error) {
 	}
 	for _, p := range Points {
 		if p == name {
-			return &Set{name: name, n: n, kill: killSelf}, nil
+			return &Set{name: name, n: n, kill: func() {}}, nil
 		}
 	}
 	names := append([]string(nil), Points...)
@@ -95,10 +101,4 @@ func (s *Set) Name() string {
 		return ""
 	}
 	return s.name
-}
-
-func killSelf() {
-	fmt.Fprintf(os.Stderr, "crashpoint: SIGKILL\n")
-	syscall.Kill(os.Getpid(), syscall.SIGKILL)
-	select {} // the signal is on its way
 }

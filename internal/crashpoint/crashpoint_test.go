@@ -1,10 +1,8 @@
 package crashpoint
 
 import (
-	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 )
 
@@ -43,25 +41,33 @@ func TestHitCountsAndNil(t *testing.T) {
 	}
 }
 
-// TestKillsProcess runs this test binary as a child that hits the point: it
-// must die by SIGKILL.
-func TestKillsProcess(t *testing.T) {
-	if os.Getenv("CRASHPOINT_CHILD") == "1" {
-		s, err := FromEnv()
-		if err != nil {
-			os.Exit(3)
-		}
-		s.Hit(LiveBatch)
-		os.Exit(0) // not reached
+// TestReleaseBuildRefuses: without the build tag, a set variable is an
+// error naming the missing crash points, and nothing is armed; with the tag
+// (the child run below) the same variable arms the point and the process
+// dies by SIGKILL at it.
+func TestReleaseBuildRefuses(t *testing.T) {
+	if Built {
+		t.Skip("this test binary was built with -tags crashpoint")
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKillsProcess$")
-	cmd.Env = append(os.Environ(), "CRASHPOINT_CHILD=1", EnvVar+"="+LiveBatch)
-	err := cmd.Run()
-	ee, ok := err.(*exec.ExitError)
-	if !ok {
-		t.Fatalf("child did not die: %v", err)
+	t.Setenv(EnvVar, LiveBatch)
+	s, err := FromEnv()
+	if s != nil || err == nil || !strings.Contains(err.Error(), "this build has no crash points") {
+		t.Fatalf("FromEnv in a release build: %v, %v", s, err)
 	}
-	if ws := ee.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-		t.Fatalf("child exit %v, want SIGKILL", ee)
+	t.Setenv(EnvVar, "")
+	if s, err := FromEnv(); s != nil || err != nil {
+		t.Fatalf("unset variable: %v, %v", s, err)
+	}
+}
+
+// TestKillsProcessWithTag runs TestKillsProcess in a test binary built with
+// -tags crashpoint (the go tool is there: this is a test run).
+func TestKillsProcessWithTag(t *testing.T) {
+	if Built {
+		t.Skip("TestKillsProcess runs directly in this binary")
+	}
+	out, err := exec.Command("go", "test", "-count=1", "-tags", "crashpoint", "-run", "^TestKillsProcess$", "-v", ".").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestKillsProcess") {
+		t.Fatalf("go test -tags crashpoint -run TestKillsProcess: %v\n%s", err, out)
 	}
 }

@@ -21,8 +21,9 @@ var build struct {
 }
 
 // Binary builds github.com/backstream/backstream/cmd/backstream once per
-// test binary and returns its path. The build runs in the test's working
-// directory, which is inside the module.
+// test binary, with the build tag `crashpoint` (a release build has no crash
+// points and refuses BACKSTREAM_CRASHPOINT), and returns its path. The build
+// runs in the test's working directory, which is inside the module.
 func Binary(t testing.TB) string {
 	t.Helper()
 	build.once.Do(func() {
@@ -33,7 +34,7 @@ func Binary(t testing.TB) string {
 		}
 		build.dir = dir
 		build.path = filepath.Join(dir, "backstream")
-		out, err := exec.Command("go", "build", "-o", build.path, "github.com/backstream/backstream/cmd/backstream").CombinedOutput()
+		out, err := exec.Command("go", "build", "-tags", "crashpoint", "-o", build.path, "github.com/backstream/backstream/cmd/backstream").CombinedOutput()
 		if err != nil {
 			build.err = fmt.Errorf("crash: go build: %w\n%s", err, out)
 		}
