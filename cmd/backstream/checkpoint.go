@@ -5,12 +5,17 @@ package main
 //
 // The store is held open (Pebble's lock) by the serve process, so a
 // checkpoint of a running archive is taken by that process: the CLI calls
-// the endpoint on serve's --listen address. The endpoint writes to the
-// server's filesystem, so it answers only loopback callers whose request did
-// not pass through a proxy, takes only an absolute path, and never writes
-// into an existing non-empty directory or inside the live data dir's store/
-// or scratch/ (archive.Store.Checkpoint). Without --listen the CLI opens a
-// data dir no process holds and checkpoints it directly.
+// the endpoint on serve's admin listener (--admin-listen, never the public
+// one). The endpoint writes to the server's filesystem, so it answers only
+// loopback callers whose request did not pass through a proxy, and only
+// when serve has a --backup-dir: the destination (relative to it, or
+// absolute) must lie under it once symlinks are resolved, must not be an
+// existing non-empty directory nor inside the live data dir's store/ or
+// scratch/ (archive.Store.Checkpoint), and its volume must have room for
+// the whole store above the free-space floor. One checkpoint runs at a
+// time (409), and the next may start only --checkpoint-interval after the
+// previous one ended (429 with Retry-After). Without --listen the CLI
+// opens a data dir no process holds and checkpoints it directly.
 
 import (
 	"context"
@@ -19,15 +24,20 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/diskspace"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // checkpointPath is the admin endpoint of a running serve.
@@ -38,8 +48,8 @@ func checkpointCommand() *command {
 		name:    "checkpoint",
 		summary: "write a consistent copy of the store to a new data dir, through a running serve (--listen) or from a data dir no process holds",
 		flags: func(fs *flagSet) {
-			fs.String("to", "", "destination: a directory that does not exist or is empty; it becomes a data dir holding store/ (never overwritten)")
-			fs.String("listen", "", "the --listen address of the running serve that holds the store (:6008 means this host); empty: open --data-dir directly")
+			fs.String("to", "", "destination: a directory that does not exist or is empty; it becomes a data dir holding store/ (never overwritten). With --listen: relative to serve's --backup-dir, or an absolute path under it")
+			fs.String("listen", "", "the --admin-listen address of the running serve that holds the store (default of serve: "+DefaultAdminListen+"; :6009 means this host); empty: open --data-dir directly")
 			fs.String("data-dir", "./data", "without --listen: the data dir to copy, which no process may hold open")
 			fs.Bool("json", false, "print the result as JSON")
 		},
@@ -87,13 +97,59 @@ func takeCheckpoint(store *archive.Store, dir string, log *slog.Logger) (*checkp
 	return res, nil
 }
 
-// checkpointHandler answers POST /admin/checkpoint?to=DIR for a running
-// serve. One checkpoint runs at a time.
-type checkpointHandler struct {
-	store func() *archive.Store // nil until the store is open
-	log   *slog.Logger
-	mu    sync.Mutex
+// DefaultCheckpointInterval is the least time between the end of one
+// checkpoint through the admin endpoint and the start of the next.
+const DefaultCheckpointInterval = time.Minute
+
+// checkpointConfig is what serve's flags allow the endpoint.
+type checkpointConfig struct {
+	backupDir string        // absolute, symlinks resolved; "" = checkpoints refused
+	interval  time.Duration // --checkpoint-interval
 }
+
+// newCheckpointConfig creates backupDir if needed and resolves it.
+func newCheckpointConfig(backupDir string, interval time.Duration) (checkpointConfig, error) {
+	c := checkpointConfig{interval: interval}
+	if backupDir == "" {
+		return c, nil
+	}
+	dir, err := filepath.Abs(backupDir)
+	if err == nil {
+		err = os.MkdirAll(dir, 0o755)
+	}
+	if err == nil {
+		dir, err = filepath.EvalSymlinks(dir)
+	}
+	if err != nil {
+		return c, fmt.Errorf("--backup-dir %q: %v", backupDir, err)
+	}
+	c.backupDir = dir
+	return c, nil
+}
+
+// checkpointHandler answers POST /admin/checkpoint?to=DIR for a running
+// serve.
+type checkpointHandler struct {
+	checkpointConfig
+	store   func() *archive.Store // nil until the store is open
+	log     *slog.Logger
+	now     func() time.Time
+	stat    func(path string) (diskspace.Space, error) // diskspace.Stat
+	refused *prometheus.CounterVec
+	running sync.Mutex // held while a checkpoint runs
+
+	mu    sync.Mutex
+	ended time.Time // when the last checkpoint that wrote anything ended
+}
+
+// Checkpoint refusal reasons (backstream_checkpoint_refused_total).
+const (
+	ckNoBackupDir = "no_backup_dir"
+	ckOutside     = "outside_backup_dir"
+	ckRunning     = "running"
+	ckInterval    = "interval"
+	ckNoSpace     = "no_space"
+)
 
 // openStore is the store of a running serve, nil before it is open.
 func (s *server) openStore() *archive.Store {
@@ -108,7 +164,17 @@ func (s *server) checkpointEndpoint() http.Handler {
 	if log == nil { // tests build a server without one
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &checkpointHandler{store: s.openStore, log: log.With("component", "checkpoint")}
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "backstream_checkpoint_refused_total",
+		Help: "Checkpoint requests refused by the admin endpoint, by reason.",
+	}, []string{"reason"})
+	for _, r := range []string{ckNoBackupDir, ckOutside, ckRunning, ckInterval, ckNoSpace} {
+		refused.WithLabelValues(r)
+	}
+	if s.reg != nil {
+		s.reg.MustRegister(refused)
+	}
+	return &checkpointHandler{checkpointConfig: s.ck, store: s.openStore, log: log.With("component", "checkpoint"), now: time.Now, stat: diskspace.Stat, refused: refused}
 }
 
 // proxyHeaders mark a request forwarded by a proxy: its loopback source
@@ -135,23 +201,52 @@ func (h *checkpointHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	to := r.URL.Query().Get("to")
-	if to == "" || !filepath.IsAbs(to) {
-		fail(http.StatusBadRequest, "checkpoint: ?to= must be an absolute path on the server, got %q", to)
+	refuse := func(reason string, code int, format string, args ...any) {
+		h.refused.WithLabelValues(reason).Inc()
+		fail(code, format, args...)
+	}
+	if h.backupDir == "" {
+		refuse(ckNoBackupDir, http.StatusForbidden, "checkpoint: this serve has no --backup-dir, so it takes no checkpoints; restart it with --backup-dir DIR")
 		return
 	}
-	to = filepath.Clean(to)
+	to := r.URL.Query().Get("to")
+	if to == "" {
+		fail(http.StatusBadRequest, "checkpoint: ?to= is required: a path under --backup-dir %s", h.backupDir)
+		return
+	}
+	if !filepath.IsAbs(to) {
+		to = filepath.Join(h.backupDir, to)
+	}
+	to, err = resolveUnder(h.backupDir, filepath.Clean(to))
+	if err != nil {
+		refuse(ckOutside, http.StatusForbidden, "checkpoint: %v", err)
+		return
+	}
 	store := h.store()
 	if store == nil {
 		fail(http.StatusServiceUnavailable, "checkpoint: the store is not open yet")
 		return
 	}
-	if !h.mu.TryLock() {
-		fail(http.StatusConflict, "checkpoint: another checkpoint is running")
+	if !h.running.TryLock() {
+		refuse(ckRunning, http.StatusConflict, "checkpoint: another checkpoint is running")
 		return
 	}
-	defer h.mu.Unlock()
+	defer h.running.Unlock()
+	if wait := h.wait(); wait > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+		refuse(ckInterval, http.StatusTooManyRequests, "checkpoint: the previous checkpoint ended less than --checkpoint-interval (%s) ago; retry in %s", h.interval, wait.Round(time.Second))
+		return
+	}
+	if err := h.roomFor(store.DB().Metrics().DiskSpaceUsage(), to); err != nil {
+		refuse(ckNoSpace, http.StatusInsufficientStorage, "checkpoint: %v", err)
+		return
+	}
 	res, err := h.checkpoint(store, to)
+	if !errors.Is(err, archive.ErrCheckpointDest) { // a refused destination wrote nothing
+		h.mu.Lock()
+		h.ended = h.now()
+		h.mu.Unlock()
+	}
 	switch {
 	case errors.Is(err, archive.ErrCheckpointDest):
 		fail(http.StatusConflict, "%v", err)
@@ -162,6 +257,65 @@ func (h *checkpointHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.log.Info("checkpoint written", "to", res.To, "phase", res.Phase, "tip_seq", res.TipSeq, "seconds", res.Seconds)
 		answer(http.StatusOK, res)
 	}
+}
+
+// wait is how long the interval still holds the next checkpoint back.
+func (h *checkpointHandler) wait() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended.IsZero() {
+		return 0
+	}
+	return h.ended.Add(h.interval).Sub(h.now())
+}
+
+// resolveUnder resolves the symlinks of path's longest existing prefix
+// (the rest does not exist yet, so it holds none) and refuses a path that
+// is not strictly under dir (itself resolved) once they are.
+func resolveUnder(dir, path string) (string, error) {
+	existing, rest := path, ""
+	for {
+		if _, err := os.Lstat(existing); err == nil {
+			break
+		}
+		parent := filepath.Dir(existing)
+		if parent == existing {
+			break
+		}
+		rest = filepath.Join(filepath.Base(existing), rest)
+		existing = parent
+	}
+	real, err := filepath.EvalSymlinks(existing)
+	if err != nil {
+		return "", fmt.Errorf("%s cannot be resolved (a dangling symlink?), so it is not known to be under --backup-dir %s: %w", path, dir, err)
+	}
+	real = filepath.Join(real, rest)
+	if rel, err := filepath.Rel(dir, real); err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return "", fmt.Errorf("%s (symlinks resolved: %s) is not under --backup-dir %s", path, real, dir)
+	}
+	return real, nil
+}
+
+// roomFor refuses a checkpoint to dir when its volume lacks room for the
+// whole store (size bytes: Pebble copies what it cannot hard-link) above
+// the volume's free-space floor.
+func (h *checkpointHandler) roomFor(size uint64, dir string) error {
+	existing := dir
+	for {
+		if _, err := os.Stat(existing); err == nil || filepath.Dir(existing) == existing {
+			break
+		}
+		existing = filepath.Dir(existing)
+	}
+	sp, err := h.stat(existing)
+	if err != nil {
+		return err
+	}
+	floor := diskspace.Floor(0, sp.Total)
+	if sp.Below(size + floor) {
+		return fmt.Errorf("not enough space for %s: the store takes %d bytes and %d must stay free, but the volume has %d free", dir, size, floor, sp.Free)
+	}
+	return nil
 }
 
 // checkpoint runs takeCheckpoint, turning a panic (Pebble panics when the
@@ -180,14 +334,15 @@ func runCheckpoint(ctx context.Context, env *cmdEnv) error {
 	if to == "" {
 		return fmt.Errorf("%w: --to DIR is required", errUsage)
 	}
-	to, err := filepath.Abs(to)
-	if err != nil {
-		return fmt.Errorf("%w: --to: %v", errUsage, err)
-	}
 	var res *checkpointResult
+	var err error
 	if listen := strings.TrimSpace(env.fs.str("listen")); listen != "" {
+		// A relative --to is relative to serve's --backup-dir.
 		res, err = checkpointRemote(ctx, listen, to)
 	} else {
+		if to, err = filepath.Abs(to); err != nil {
+			return fmt.Errorf("%w: --to: %v", errUsage, err)
+		}
 		res, err = checkpointLocal(env.fs.str("data-dir"), to, env.log)
 	}
 	if err != nil {
@@ -203,8 +358,8 @@ func runCheckpoint(ctx context.Context, env *cmdEnv) error {
 	return nil
 }
 
-// checkpointURL is the endpoint of the serve listening on listen: an empty
-// or wildcard host means this host's loopback.
+// checkpointURL is the endpoint of the serve whose admin listener is on
+// listen: an empty or wildcard host means this host's loopback.
 func checkpointURL(listen, to string) (string, error) {
 	host, port, err := net.SplitHostPort(listen)
 	if err != nil {
@@ -229,7 +384,7 @@ func checkpointRemote(ctx context.Context, listen, to string) (*checkpointResult
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint: no backstream serve answers on %s (--listen): %w", listen, err)
+		return nil, fmt.Errorf("checkpoint: no backstream serve answers on %s (--listen: serve's --admin-listen address): %w", listen, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

@@ -32,7 +32,7 @@ func TestCheckpointLiveServe(t *testing.T) {
 	}
 	defer net.Close()
 	liveDir, ckBase := t.TempDir(), t.TempDir()
-	args := []string{"--backfill-workers", "8", "--capture-wait", "3s", "--retry-interval", "200ms", "--retry-max-delay", "1s", "--retry-scan-period", "300ms"}
+	args := []string{"--backup-dir", ckBase, "--backfill-workers", "8", "--capture-wait", "3s", "--retry-interval", "200ms", "--retry-max-delay", "1s", "--retry-scan-period", "300ms"}
 	p := startServe(t, bin, net.RelayURL(), liveDir, args...)
 	rep := waitSteady(t, p, 2*time.Minute)
 
@@ -50,7 +50,7 @@ func TestCheckpointLiveServe(t *testing.T) {
 	before := waitTip(rep.Archive.TipSeq + 100)
 
 	ck := filepath.Join(ckBase, "data") // a data dir that startServe(ckBase) finds
-	cmd := exec.Command(bin, "checkpoint", "--listen", p.listen, "--to", ck, "--json")
+	cmd := exec.Command(bin, "checkpoint", "--listen", p.admin, "--to", ck, "--json")
 	cmd.Env = cleanEnv()
 	out, err := cmd.Output()
 	if err != nil {

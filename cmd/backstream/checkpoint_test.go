@@ -87,17 +87,22 @@ func TestCheckpointLocalHeldStore(t *testing.T) {
 	}
 }
 
-// endpointServer is serve's HTTP handler over an open store, on loopback.
-func endpointServer(t *testing.T, store *archive.Store) *httptest.Server {
+// endpointServer is serve's admin handler over an open store, on loopback,
+// taking checkpoints under backupDir with no interval.
+func endpointServer(t *testing.T, store *archive.Store, backupDir string) *httptest.Server {
 	t.Helper()
-	s := &server{reg: newRegistry(), log: slog.New(slog.DiscardHandler), store: store}
+	ck, err := newCheckpointConfig(backupDir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &server{reg: newRegistry(), log: slog.New(slog.DiscardHandler), store: store, ck: ck}
 	sub, err := subscribe.New(subscribe.Config{Ready: s.ready, StatusJSON: s.statusJSON})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sub.Close() })
 	s.sub = sub
-	hs := httptest.NewServer(s.handler())
+	hs := httptest.NewServer(s.adminHandler())
 	t.Cleanup(hs.Close)
 	return hs
 }
@@ -135,7 +140,7 @@ func TestCheckpointEndpointWhileWriting(t *testing.T) {
 	for tip, _ := store.Tip(); tip < 200; tip, _ = store.Tip() {
 		time.Sleep(5 * time.Millisecond)
 	}
-	hs := endpointServer(t, store)
+	hs := endpointServer(t, store, base)
 	listen := strings.TrimPrefix(hs.URL, "http://")
 	ck := filepath.Join(base, "ck")
 	code, out, stderr := runCLI(t, nil, "checkpoint", "--listen", listen, "--to", ck, "--json")
@@ -202,8 +207,8 @@ func compareCheckpoint(t *testing.T, ck, live *archive.Store) uint64 {
 }
 
 // TestCheckpointEndpointRefusals: the endpoint answers only loopback
-// callers not behind a proxy, only POST, only absolute paths, and never an
-// existing non-empty directory or a path inside the live store.
+// callers not behind a proxy, only POST, only paths under --backup-dir, and
+// never an existing non-empty directory or a path inside the live store.
 func TestCheckpointEndpointRefusals(t *testing.T) {
 	base := t.TempDir()
 	data := filepath.Join(base, "data")
@@ -212,7 +217,7 @@ func TestCheckpointEndpointRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	hs := endpointServer(t, store)
+	hs := endpointServer(t, store, base)
 	full := filepath.Join(base, "full")
 	if err := os.MkdirAll(full, 0o755); err != nil {
 		t.Fatal(err)
@@ -241,8 +246,9 @@ func TestCheckpointEndpointRefusals(t *testing.T) {
 		code int
 		msg  string
 	}{
-		{"relative", "backups/x", nil, 400, "absolute"},
-		{"empty", "", nil, 400, "absolute"},
+		{"escaping", "../x", nil, 403, "not under --backup-dir"},
+		{"outside", filepath.Dir(base), nil, 403, "not under --backup-dir"},
+		{"empty", "", nil, 400, "required"},
 		{"proxied", filepath.Join(base, "p"), http.Header{"X-Forwarded-For": {"203.0.113.9"}}, 403, "proxy"},
 		{"forwarded", filepath.Join(base, "p"), http.Header{"Forwarded": {"for=203.0.113.9"}}, 403, "proxy"},
 		{"non-empty", full, nil, 409, "not empty"},
@@ -272,7 +278,7 @@ func TestCheckpointEndpointRefusals(t *testing.T) {
 		t.Fatalf("GET wrote a checkpoint: %v", err)
 	}
 	// A caller on another address is refused before anything else.
-	h := (&server{log: slog.New(slog.DiscardHandler), store: store}).checkpointEndpoint()
+	h := (&server{log: slog.New(slog.DiscardHandler), store: store, ck: checkpointConfig{backupDir: base}}).checkpointEndpoint()
 	req := httptest.NewRequest(http.MethodPost, checkpointPath+"?to="+url.QueryEscape(filepath.Join(base, "r")), nil)
 	req.RemoteAddr = "192.0.2.7:40000"
 	rec := httptest.NewRecorder()

@@ -37,7 +37,8 @@ func killed(err error) bool { return crash.Killed(err) }
 type proc struct {
 	*crash.Proc
 	cmd    *exec.Cmd
-	listen string
+	listen string // the public listener
+	admin  string // the admin listener
 	done   chan error // receives the exit error once
 }
 
@@ -50,7 +51,7 @@ func startServe(t *testing.T, bin, relay, dir string, args ...string) *proc {
 func startServeEnv(t *testing.T, bin, relay, dir string, env []string, args ...string) *proc {
 	t.Helper()
 	cp := crash.Start(t, crash.Run{Bin: bin, Relay: relay, DataDir: filepath.Join(dir, "data"), LogDir: dir, Env: env, Args: args})
-	p := &proc{Proc: cp, cmd: cp.Cmd, listen: cp.Listen, done: make(chan error, 1)}
+	p := &proc{Proc: cp, cmd: cp.Cmd, listen: cp.Listen, admin: cp.Admin, done: make(chan error, 1)}
 	go func() {
 		<-cp.Done()
 		p.done <- cp.Err()

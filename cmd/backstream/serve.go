@@ -1,16 +1,15 @@
 package main
 
-// This file owns `backstream serve`: its flags, answering /metrics and
-// /status from the first second, and running the node (package node: the
+// This file owns `backstream serve`: its flags, answering /status (and
+// /metrics on the admin listener) from the first second, and running the node (package node: the
 // store, the relay check, every component and the lifecycle) until a signal
 // or a fatal error.
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
-	"net/http"
-	"net/http/pprof"
 	"net/url"
 	"strconv"
 	"strings"
@@ -29,7 +28,6 @@ import (
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 func serveCommand() *command {
@@ -39,7 +37,14 @@ func serveCommand() *command {
 		flags: func(fs *flagSet) {
 			fs.String("relay", "https://relay1.us-east.bsky.network", "relay URL")
 			fs.String("data-dir", "./data", "data directory (holds store/ and scratch/)")
-			fs.String("listen", ":6008", "HTTP listen address for /subscribe, /status, /metrics")
+			fs.String("listen", ":6008", "public HTTP listen address: /subscribe, /status, /healthz, /readyz, /zstd-dictionary")
+			fs.String("admin-listen", DefaultAdminListen, "admin HTTP listen address: /metrics, /debug/pprof/, POST /admin/checkpoint, the probes and /status (empty disables it; keep it off the public network)")
+			fs.String("backup-dir", "", "directory under which POST /admin/checkpoint may write checkpoints (empty: checkpoints through a running serve are refused)")
+			fs.Duration("checkpoint-interval", DefaultCheckpointInterval, "least time between the end of one checkpoint through the admin endpoint and the start of the next")
+			fs.Int("max-conns", 0, "cap on open connections to --listen, beyond which a new one gets 503 (0 = RLIMIT_NOFILE minus the reserve for the store and downloads)")
+			fs.Int("max-conns-per-ip", DefaultMaxConnsPerIP, "cap on open connections to --listen from one client address (IPv6: per /64), beyond which a new one gets 429 (0 = none; behind a reverse proxy every client has the proxy's address)")
+			fs.Duration("http-idle-timeout", DefaultHTTPIdleTimeout, "close a keep-alive HTTP connection idle this long")
+			fs.Duration("http-read-timeout", DefaultHTTPReadTimeout, "deadline for reading an HTTP request, body included (not a websocket: a subscriber's connection has none)")
 			fs.Int("backfill-workers", bootstrap.DefaultWorkers, "concurrent backfill jobs, i.e. concurrent getRepo requests")
 			fs.Int("enumeration-window", bootstrap.DefaultWindow, "repos listRepos enumeration may run ahead of the durable checkpoint")
 			fs.String("repos", "", "debug: backfill exactly these DIDs (comma-separated), in order; no enumeration, no discovery")
@@ -79,6 +84,9 @@ type serveOptions struct {
 	retryInterval          time.Duration
 	retryMaxDelay          time.Duration
 	retryScanPeriod        time.Duration
+	http                   httpOptions
+	backupDir              string
+	checkpointInterval     time.Duration
 }
 
 func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
@@ -97,6 +105,15 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 		retryInterval:    fs.get("retry-interval").(time.Duration),
 		retryMaxDelay:    fs.get("retry-max-delay").(time.Duration),
 		retryScanPeriod:  fs.get("retry-scan-period").(time.Duration),
+		http: httpOptions{
+			adminListen: strings.TrimSpace(fs.str("admin-listen")),
+			idleTimeout: fs.get("http-idle-timeout").(time.Duration),
+			readTimeout: fs.get("http-read-timeout").(time.Duration),
+			maxConns:    fs.get("max-conns").(int),
+			maxConnsIP:  fs.get("max-conns-per-ip").(int),
+		},
+		backupDir:          strings.TrimSpace(fs.str("backup-dir")),
+		checkpointInterval: fs.get("checkpoint-interval").(time.Duration),
 	}
 	if o.retryWorkers < 1 || o.retryHostWorkers < 1 || o.retryInterval <= 0 || o.retryMaxDelay < o.retryInterval || o.retryScanPeriod <= 0 {
 		return serveOptions{}, fmt.Errorf("%w: --retry-workers and --retry-host-workers must be ≥ 1, and 0 < --retry-interval ≤ --retry-max-delay", errUsage)
@@ -113,6 +130,12 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 		return bad("--max-repos %d: must not be negative", o.maxRepos)
 	case o.getRepoTimeout <= 0:
 		return bad("--getrepo-timeout %s: must be positive", o.getRepoTimeout)
+	case o.http.idleTimeout <= 0 || o.http.readTimeout <= 0:
+		return bad("--http-idle-timeout and --http-read-timeout must be positive")
+	case o.http.maxConns < 0 || o.http.maxConnsIP < 0:
+		return bad("--max-conns and --max-conns-per-ip must not be negative")
+	case o.checkpointInterval < 0:
+		return bad("--checkpoint-interval %s: must not be negative", o.checkpointInterval)
 	}
 	for _, h := range strings.Split(fs.str("loopback-hosts"), ",") {
 		if h = strings.TrimSpace(h); h != "" {
@@ -184,6 +207,7 @@ func parseBytes(s string) (int64, error) {
 type server struct {
 	reg *prometheus.Registry
 	log *logger
+	ck  checkpointConfig // the admin checkpoint endpoint's limits
 
 	mu     sync.Mutex
 	node   *node.Node        // nil until built
@@ -203,19 +227,6 @@ func newRegistry() *prometheus.Registry {
 		ConstLabels: prometheus.Labels{"version": version()},
 	}, func() float64 { return 1 }))
 	return reg
-}
-
-func (s *server) handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
-	// Profiles of the running process, on the operator's port like /metrics.
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-	// Online backup, loopback callers only (checkpoint.go).
-	mux.Handle("POST "+checkpointPath, s.checkpointEndpoint())
-	// /subscribe, /status, /healthz, /readyz, /zstd-dictionary.
-	mux.Handle("/", s.sub.Handler())
-	return mux
 }
 
 func (s *server) set(f func(s *server)) {
@@ -278,25 +289,30 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 	}
 	defer s.sub.Close() // hijacked websockets are not tracked by http.Server.Shutdown
 
-	// Answer /metrics and /status before anything slow happens.
-	ln, err := net.Listen("tcp", o.listen)
+	lim, err := connCaps(o, log)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", o.listen, err)
+		return err
 	}
-	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	if s.ck, err = newCheckpointConfig(o.backupDir, o.checkpointInterval); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	// Answer /status (and /metrics on the admin listener) before anything
+	// slow happens.
+	hs, err := s.listenHTTP(o.listen, o.http, lim)
+	if err != nil {
+		return err
+	}
+	errc := hs.errc
 	var httpDown sync.Once
 	stopHTTP := func() {
 		httpDown.Do(func() {
-			shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(shutdown)
+			hs.shutdown(5 * time.Second)
 			_ = s.sub.Close()
 		})
 	}
 	defer stopHTTP()
-	log.Info("serving", "listen", ln.Addr().String(), "data_dir", o.dataDir)
+	log.Info("serving", "listen", hs.publicAddr.String(), "admin_listen", addrString(hs.adminAddr), "data_dir", o.dataDir,
+		"backup_dir", s.ck.backupDir)
 
 	if env.fs.get("devnet").(bool) {
 		// Demo mode: the simulated network of package oracle, in-process.
@@ -350,6 +366,40 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 	}
 	log.Info("stopped; a restart resumes from the durable state")
 	return n.Close()
+}
+
+// connCaps raises the descriptor limit and derives the public listener's
+// caps from it (an explicit --max-conns wins), logging both.
+func connCaps(o serveOptions, log *slog.Logger) (connLimits, error) {
+	lim := connLimits{Global: o.http.maxConns, PerIP: o.http.maxConnsIP}
+	fd, err := raiseFDLimit()
+	if err != nil {
+		log.Warn("reading or raising RLIMIT_NOFILE failed; the connection cap is not derived from it", "err", err)
+		if lim.Global == 0 {
+			lim.Global = minAutoConns * 16
+		}
+		return lim, nil
+	}
+	reserve := fdReserve(o.workers, o.retryWorkers)
+	auto, fits := autoMaxConns(fd.Soft, reserve)
+	if lim.Global == 0 {
+		lim.Global = auto
+	}
+	log.Info("file descriptors", "soft_limit_found", fd.Was, "soft_limit", fd.Soft, "hard_limit", fd.Hard,
+		"reserve", reserve, "max_conns", lim.Global, "max_conns_per_ip", lim.PerIP)
+	if !fits && o.http.maxConns == 0 {
+		log.Warn("the file descriptor limit leaves little room for connections after the reserve for the store and downloads; raise it (ulimit -n, LimitNOFILE=)",
+			"limit", fd.Soft, "reserve", reserve, "max_conns", lim.Global)
+	}
+	return lim, nil
+}
+
+// addrString is a's address, "" for none.
+func addrString(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
 }
 
 // nodeConfig is the node serve runs: its flags, its registry, its

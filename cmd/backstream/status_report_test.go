@@ -147,7 +147,7 @@ func TestServeStatusBeforeOpen(t *testing.T) {
 	defer sub.Close()
 	s.sub = sub
 	rec := httptest.NewRecorder()
-	s.handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/status", nil))
+	s.publicHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/status", nil))
 	var r map[string]any
 	if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &r) != nil {
 		t.Fatalf("%d %s", rec.Code, rec.Body)
@@ -173,9 +173,15 @@ func TestServeProbesAfterFatal(t *testing.T) {
 	}
 	defer sub.Close()
 	s.sub = sub
+	// Both listeners answer the probes and /status, the same.
+	public, adm := s.publicHandler(), s.adminHandler()
 	get := func(path string) (int, string) {
-		rec := httptest.NewRecorder()
-		s.handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		rec, admin := httptest.NewRecorder(), httptest.NewRecorder()
+		public.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		adm.ServeHTTP(admin, httptest.NewRequest(http.MethodGet, path, nil))
+		if admin.Code != rec.Code {
+			t.Fatalf("%s: public %d, admin %d", path, rec.Code, admin.Code)
+		}
 		return rec.Code, rec.Body.String()
 	}
 	s.health.SetPhase(archive.PhaseSteadyState)

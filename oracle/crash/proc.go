@@ -25,6 +25,7 @@ type Run struct {
 	DataDir string   // --data-dir
 	LogDir  string   // where serve-<start time>-<random>.log is written; "" = the parent of DataDir
 	Listen  string   // --listen; "" = a free loopback port
+	Admin   string   // --admin-listen; "" = a free loopback port
 	Env     []string // extra environment (e.g. BACKSTREAM_CRASHPOINT=name)
 	Args    []string // extra serve flags
 }
@@ -32,7 +33,8 @@ type Run struct {
 // Proc is one running (or ended) `backstream serve`.
 type Proc struct {
 	Cmd    *exec.Cmd
-	Listen string // host:port of /status, /subscribe, /metrics
+	Listen string // host:port of /status, /subscribe (the public listener)
+	Admin  string // host:port of /metrics, /debug/pprof/, /admin/checkpoint (the admin listener)
 	Log    string // path of its combined stdout+stderr
 	Start  time.Time
 
@@ -67,9 +69,12 @@ func CleanEnv(extra ...string) []string {
 // it if it is still running.
 func Start(t testing.TB, r Run) *Proc {
 	t.Helper()
-	p := &Proc{Listen: r.Listen, done: make(chan struct{})}
+	p := &Proc{Listen: r.Listen, Admin: r.Admin, done: make(chan struct{})}
 	if p.Listen == "" {
 		p.Listen = FreeAddr(t)
+	}
+	if p.Admin == "" {
+		p.Admin = FreeAddr(t)
 	}
 	logDir := r.LogDir
 	if logDir == "" {
@@ -82,7 +87,7 @@ func Start(t testing.TB, r Run) *Proc {
 	}
 	p.Log = logFile.Name()
 	args := append([]string{"serve", "--relay", r.Relay, "--data-dir", r.DataDir,
-		"--listen", p.Listen, "--log-format", "json"}, r.Args...)
+		"--listen", p.Listen, "--admin-listen", p.Admin, "--log-format", "json"}, r.Args...)
 	p.Cmd = exec.Command(r.Bin, args...)
 	p.Cmd.Env = CleanEnv(r.Env...)
 	p.Cmd.Stdout, p.Cmd.Stderr = logFile, logFile
