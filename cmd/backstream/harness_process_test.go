@@ -37,8 +37,8 @@ func killed(err error) bool { return crash.Killed(err) }
 type proc struct {
 	*crash.Proc
 	cmd    *exec.Cmd
-	listen string // the public listener
-	admin  string // the admin listener
+	listen string     // the public listener
+	admin  string     // the admin listener
 	done   chan error // receives the exit error once
 }
 

@@ -114,8 +114,10 @@ func (t truncating) Handle(ctx context.Context, r slog.Record) error {
 	return t.Handler.Handle(ctx, r)
 }
 
-func (t truncating) WithAttrs(as []slog.Attr) slog.Handler { return truncating{t.Handler.WithAttrs(as)} }
-func (t truncating) WithGroup(g string) slog.Handler       { return truncating{t.Handler.WithGroup(g)} }
+func (t truncating) WithAttrs(as []slog.Attr) slog.Handler {
+	return truncating{t.Handler.WithAttrs(as)}
+}
+func (t truncating) WithGroup(g string) slog.Handler { return truncating{t.Handler.WithGroup(g)} }
 
 // truncate cuts s to at most n bytes on a rune boundary, saying how much
 // it dropped.
