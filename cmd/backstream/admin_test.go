@@ -8,6 +8,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/internal/diskspace"
 	"github.com/backstream/backstream/internal/promtest"
 	"github.com/backstream/backstream/subscribe"
@@ -36,7 +38,7 @@ func testServer(t *testing.T, store *archive.Store, backupDir string, interval t
 		t.Fatal(err)
 	}
 	s := &server{reg: newRegistry(), log: slog.New(slog.DiscardHandler), store: store, ck: ck, state: "opening"}
-	sub, err := subscribe.New(subscribe.Config{Ready: s.ready, Healthy: s.health.Err, StatusJSON: s.statusJSON, Metrics: subscribe.NewMetrics(s.reg)})
+	sub, err := subscribe.New(subscribe.Config{Ready: s.ready, Healthy: s.health.Err, StatusJSON: s.statusJSON, Metrics: subscribe.NewMetrics(s.reg), Logger: s.log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,5 +288,27 @@ func TestHTTPErrorLog(t *testing.T) {
 	}
 	if !utf8.ValidString(msg) {
 		t.Fatalf("truncation split a rune: %q", msg)
+	}
+}
+
+// TestReleaseRefusesCrashpoint: serve built without -tags crashpoint (as
+// this test binary and the release are) refuses BACKSTREAM_CRASHPOINT at
+// start, exit 2 naming it, before it listens or creates anything; it never
+// kills itself (this test binary would die with it).
+func TestReleaseRefusesCrashpoint(t *testing.T) {
+	if crashpoint.Built {
+		t.Fatal("cmd/backstream's tests must run without -tags crashpoint")
+	}
+	t.Setenv(crashpoint.EnvVar, crashpoint.CaptureStarted)
+	dir := filepath.Join(t.TempDir(), "data")
+	listen := freeAddr(t)
+	var stderr bytes.Buffer
+	code := run(context.Background(), []string{"serve", "--relay", "http://127.0.0.1:9", "--data-dir", dir, "--listen", listen,
+		"--admin-listen", "", "--log-format", "json"}, nil, &bytes.Buffer{}, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), "this build has no crash points") {
+		t.Fatalf("serve with %s in a release build: exit %d, %s", crashpoint.EnvVar, code, stderr.String())
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the refused start created the data dir: %v", err)
 	}
 }

@@ -92,7 +92,7 @@ func noReadDeadlineOnUpgrade(h http.Handler) http.Handler {
 func newHTTPServer(h http.Handler, o httpOptions, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: readHeaderTimeout,
+		ReadHeaderTimeout: min(readHeaderTimeout, o.readTimeout),
 		ReadTimeout:       o.readTimeout,
 		IdleTimeout:       o.idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
