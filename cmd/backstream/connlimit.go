@@ -39,8 +39,9 @@ const (
 	// cap is a quarter of the limit instead (and a warning says so).
 	minAutoConns = 64
 	// refusers bounds the goroutines answering refused connections; beyond
-	// it a refused connection is closed without an answer.
-	refusers = 64
+	// it a refused connection gets its answer without waiting for the
+	// client to read it (which a reset may then lose).
+	refusers = 128
 	// refuseTimeout bounds one refusal: the answer, then draining the
 	// client's request until it closes.
 	refuseTimeout = 2 * time.Second
@@ -223,14 +224,17 @@ func refusalAnswer(status, body string) []byte {
 }
 
 // refuse counts and logs a refusal, then answers and closes c on a
-// goroutine of its own (at most refusers at once; beyond, c is closed at
-// once), so Accept goes on.
+// goroutine of its own (at most refusers at once; beyond, c gets its
+// answer written into its empty send buffer and is closed at once), so
+// Accept goes on.
 func (l *limitListener) refuse(c net.Conn, reason string) {
 	l.m.refused.WithLabelValues(reason).Inc()
 	l.logRefusal(reason)
 	select {
 	case l.refusing <- struct{}{}:
 	default:
+		_ = c.SetWriteDeadline(time.Now().Add(10 * time.Millisecond))
+		_, _ = c.Write(refusalAnswers[reason])
 		_ = c.Close()
 		return
 	}
