@@ -28,6 +28,10 @@ COPY --from=build --chown=65532:65532 /out/data /data
 ENV BACKSTREAM_DATA_DIR=/data
 USER 65532:65532
 WORKDIR /data
+# The public listener. The admin listener (/metrics, /debug/pprof/, the
+# checkpoint endpoint) binds 127.0.0.1:6009 by default; set
+# BACKSTREAM_ADMIN_LISTEN=:6009 for a scraper on the container network (as
+# docker-compose.yml does) and never publish it.
 EXPOSE 6008
 VOLUME ["/data"]
 ENTRYPOINT ["backstream"]

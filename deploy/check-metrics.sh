@@ -42,13 +42,15 @@ for _ in $(seq 1 100); do
 done
 [ -n "$relay" ] || { echo "check-metrics: devnet did not start:" >&2; cat "$tmp/devnet.log" >&2; exit 1; }
 
-"$BIN" serve --relay "$relay" --data-dir "$tmp/data" --listen 127.0.0.1:0 --capture-wait 2s \
+"$BIN" serve --relay "$relay" --data-dir "$tmp/data" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --capture-wait 2s \
   --log-format json 2>"$tmp/serve.log" &
 pids+=($!)
 addr=""
+admin=""
 phase=""
 for _ in $(seq 1 600); do
   [ -z "$addr" ] && addr=$(grep -o '"msg":"serving","listen":"[^"]*"' "$tmp/serve.log" 2>/dev/null | sed 's/.*"listen":"//; s/"$//' || true)
+  [ -z "$admin" ] && admin=$(grep -o '"admin_listen":"[^"]*"' "$tmp/serve.log" 2>/dev/null | head -n1 | sed 's/.*"admin_listen":"//; s/"$//' || true)
   if [ -n "$addr" ]; then
     phase=$(curl -fsS "http://$addr/status" 2>/dev/null | grep -o '"phase": *"[a-z_]*"' | head -n1 | sed 's/.*"\([a-z_]*\)"$/\1/' || true)
     [ "$phase" = "steady_state" ] && break
@@ -58,8 +60,9 @@ done
 [ "$phase" = "steady_state" ] || { echo "check-metrics: serve did not reach steady_state (phase '$phase'):" >&2; tail -20 "$tmp/serve.log" >&2; exit 1; }
 
 status=0
-echo "== promtool check metrics  (live /metrics of backstream serve at $addr, steady_state)"
-curl -fsS "http://$addr/metrics" >"$tmp/metrics.txt"
+[ -n "$admin" ] || { echo "check-metrics: serve logged no admin listener:" >&2; tail -20 "$tmp/serve.log" >&2; exit 1; }
+echo "== promtool check metrics  (live /metrics of backstream serve's admin listener at $admin, steady_state)"
+curl -fsS "http://$admin/metrics" >"$tmp/metrics.txt"
 if "$PROMTOOL" check metrics <"$tmp/metrics.txt"; then echo "  SUCCESS: $(grep -vc '^#' "$tmp/metrics.txt") samples, no problems"; else status=1; fi
 echo "== promtool check config deploy/prometheus.yml"
 "$PROMTOOL" check config deploy/prometheus.yml || status=1

@@ -306,6 +306,20 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("prometheus: rule file %s (%s in the container) is mounted from %q, want ./deploy/%s", rf, target, got, rf)
 		}
 	}
+	// adminPort: a backstream service in the network namespace of name
+	// (itself, or one with network_mode service:name) has its admin
+	// listener (where /metrics is) on port.
+	adminPort := func(name, port string) bool {
+		for other, s := range c.Services {
+			if other != name && s.NetworkMode != "service:"+name {
+				continue
+			}
+			if _, p, err := net.SplitHostPort(s.Environment["BACKSTREAM_ADMIN_LISTEN"]); err == nil && p == port {
+				return true
+			}
+		}
+		return false
+	}
 	servicePort := func(name, port string) bool {
 		s, ok := c.Services[name]
 		if !ok {
@@ -314,7 +328,7 @@ func TestComposeFile(t *testing.T) {
 		if _, ok := s.containerPorts(t)[port]; ok {
 			return true
 		}
-		return s.Environment["BACKSTREAM_LISTEN"] != "" && listenPort(t, name, s) == port
+		return adminPort(name, port) || (s.Environment["BACKSTREAM_LISTEN"] != "" && listenPort(t, name, s) == port)
 	}
 	jobs := map[string]bool{}
 	for _, sc := range pc.ScrapeConfigs {
@@ -329,12 +343,18 @@ func TestComposeFile(t *testing.T) {
 				if host != "localhost" && !servicePort(host, port) {
 					t.Errorf("prometheus job %s: target %s is no compose service on that port", sc.JobName, target)
 				}
+				if sc.JobName == "backstream" && !adminPort(host, port) {
+					t.Errorf("prometheus job backstream: target %s is not a BACKSTREAM_ADMIN_LISTEN port (/metrics is only there)", target)
+				}
 			}
 		}
 		for _, d := range sc.DNSSDConfigs {
 			for _, n := range d.Names {
 				if !servicePort(n, itoa(d.Port)) {
 					t.Errorf("prometheus job %s: dns_sd %s:%d is no compose service publishing that port", sc.JobName, n, d.Port)
+				}
+				if sc.JobName == "backstream" && !adminPort(n, itoa(d.Port)) {
+					t.Errorf("prometheus job backstream: dns_sd %s:%d is not a BACKSTREAM_ADMIN_LISTEN port (/metrics is only there)", n, d.Port)
 				}
 			}
 		}

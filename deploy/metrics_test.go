@@ -372,7 +372,8 @@ func TestCheckQueryCatchesMistakes(t *testing.T) {
 // runningServe runs the built binary against an in-process simulated
 // network with one permanently failing repo and one retried once, until it
 // is in steady state with the failure series present; it returns serve's
-// listen address and that scrape. t.Cleanup stops both.
+// admin listen address (where /metrics is) and that scrape. t.Cleanup stops
+// both.
 func runningServe(t *testing.T) (string, exposition) {
 	t.Helper()
 	bin := backstreamBinary(t)
@@ -394,10 +395,10 @@ func runningServe(t *testing.T) (string, exposition) {
 	n.Faults().FailGetRepo(active[1], http.StatusServiceUnavailable, 1) // retried once, then complete
 
 	dir := t.TempDir()
-	listen := freeAddr(t)
+	listen, admin := freeAddr(t), freeAddr(t)
 	logs := &syncBuffer{}
 	cmd := exec.Command(bin, "serve", "--relay", n.RelayURL(), "--data-dir", filepath.Join(dir, "data"),
-		"--listen", listen, "--capture-wait", "2s", "--log-format", "json", "--log-level", "warn")
+		"--listen", listen, "--admin-listen", admin, "--capture-wait", "2s", "--log-format", "json", "--log-level", "warn")
 	cmd.Env = cleanEnv()
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
@@ -418,7 +419,7 @@ func runningServe(t *testing.T) (string, exposition) {
 		if phase != "steady_state" {
 			continue
 		}
-		resp, err := c.Get("http://" + listen + "/metrics")
+		resp, err := c.Get("http://" + admin + "/metrics")
 		if err != nil {
 			continue
 		}
@@ -429,7 +430,7 @@ func runningServe(t *testing.T) (string, exposition) {
 		}
 		if hasValue(exp["backstream_backfill_failed_total"], "class", "permanent") &&
 			hasValue(exp["backstream_backfill_retries_total"], "budget", "ordinary") {
-			return listen, exp
+			return admin, exp
 		}
 	}
 }

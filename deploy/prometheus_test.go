@@ -30,7 +30,7 @@ func TestPrometheusScrapesBackstream(t *testing.T) {
 	if err != nil {
 		t.Skip("no prometheus binary (apt-get install prometheus, or make check-metrics)")
 	}
-	listen, _ := runningServe(t)
+	listen, _ := runningServe(t) // the admin listener, where /metrics is
 
 	// deploy/prometheus.yml, with the compose targets replaced by ours and
 	// a 1 s scrape interval; alerts.yml next to it.
