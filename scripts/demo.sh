@@ -8,14 +8,16 @@ cd "$(dirname "$0")/.."
 BIN=${BIN:-bin/backstream}
 DATA=${DATA:-$(mktemp -d -t backstream-demo.XXXXXX)}
 LISTEN=${LISTEN:-127.0.0.1:6008}
+ADMIN=${ADMIN:-127.0.0.1:6009}
 RELAY=${RELAY:-127.0.0.1:7777}
 
 "$BIN" serve --devnet --devnet-listen "$RELAY" --devnet-accounts "${ACCOUNTS:-3000}" --devnet-rate "${RATE:-50}" \
-  --data-dir "$DATA" --listen "$LISTEN" --log-format text &
+  --data-dir "$DATA" --listen "$LISTEN" --admin-listen "$ADMIN" --log-format text &
 pid=$!
 trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT INT TERM
 
-echo "backstream:  http://$LISTEN/status (open it in a browser for the progress page)   http://$LISTEN/metrics"
+echo "backstream:  http://$LISTEN/status (open it in a browser for the progress page)"
+echo "admin:       http://$ADMIN/metrics   http://$ADMIN/debug/pprof/"
 echo "data dir:    $DATA"
 for _ in $(seq 1 600); do
   phase=$(curl -fsS "http://$LISTEN/status" 2>/dev/null | sed -n 's/.*"phase": *"\([a-z_]*\)".*/\1/p' | head -1 || true)

@@ -65,7 +65,7 @@ func measureBootstrap(parent context.Context, o options, sh shape) (r bootRun, e
 
 	data := filepath.Join(dir, "data")
 	started := time.Now()
-	serve, base, err := startServe(o.bin, dir, "serve", relay, data,
+	serve, base, admin, err := startServe(o.bin, dir, "serve", relay, data,
 		"--backfill-workers", strconv.Itoa(o.workers), "--capture-wait", "5s")
 	if err != nil {
 		return r, err
@@ -92,7 +92,7 @@ func measureBootstrap(parent context.Context, o options, sh shape) (r bootRun, e
 		if !bootstrapDone && st.BackfillCompletedAt != nil && st.BackfillStartedAt != nil {
 			bootstrapDone = true
 			r.BootstrapCPUSecs = cpu
-			m, err := scrape(c, base+"/metrics")
+			m, err := scrape(c, admin+"/metrics")
 			if err != nil {
 				return r, err
 			}

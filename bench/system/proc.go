@@ -177,26 +177,30 @@ func devnetStatus(c *http.Client, relay string) (seq int64, done bool, err error
 	return st.Seq, st.Done, nil
 }
 
-// startServe runs `backstream serve` against relay on a fresh listen
-// address and returns it with its base URL.
-func startServe(bin, dir, name, relay, dataDir string, extra ...string) (*proc, string, error) {
+// startServe runs `backstream serve` against relay on fresh listen
+// addresses and returns it with the base URLs of its public listener
+// (/status, /subscribe) and of its admin listener (/metrics, /debug/pprof/).
+func startServe(bin, dir, name, relay, dataDir string, extra ...string) (p *proc, base, admin string, err error) {
 	listen, err := freeAddr()
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
+	}
+	adminListen, err := freeAddr()
+	if err != nil {
+		return nil, "", "", err
 	}
 	args := append([]string{"serve", "--relay", relay, "--data-dir", dataDir, "--listen", listen,
-		"--log-format", "json"}, extra...)
-	p, err := startProc(dir, name, bin, nil, args...)
-	if err != nil {
-		return nil, "", err
+		"--admin-listen", adminListen, "--log-format", "json"}, extra...)
+	if p, err = startProc(dir, name, bin, nil, args...); err != nil {
+		return nil, "", "", err
 	}
-	return p, "http://" + listen, nil
+	return p, "http://" + listen, "http://" + adminListen, nil
 }
 
 // profile fetches a CPU profile of secs seconds from serve's
-// /debug/pprof/profile into path, in the background; the returned channel
+// /debug/pprof/profile (admin is its admin listener's URL) into path, in the background; the returned channel
 // yields the result. An empty path does nothing (nil error at once).
-func profile(base string, secs int, path string) <-chan error {
+func profile(admin string, secs int, path string) <-chan error {
 	done := make(chan error, 1)
 	if path == "" {
 		done <- nil
@@ -204,7 +208,7 @@ func profile(base string, secs int, path string) <-chan error {
 	}
 	go func() { // owned: bounded by the client timeout; callers wait on done
 		c := &http.Client{Timeout: time.Duration(secs+30) * time.Second}
-		resp, err := c.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, secs))
+		resp, err := c.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", admin, secs))
 		if err != nil {
 			done <- fmt.Errorf("profile: %w", err)
 			return

@@ -95,7 +95,7 @@ func measureIngest(parent context.Context, o options, devnet *proc, relay string
 	c := &http.Client{Timeout: 5 * time.Second}
 
 	// 1. An empty steady_state that follows relay.
-	s1, base, err := startServe(o.bin, dir, "serve-bootstrap", relay, data, "--repos", absentDID, "--capture-wait", "1s")
+	s1, base, _, err := startServe(o.bin, dir, "serve-bootstrap", relay, data, "--repos", absentDID, "--capture-wait", "1s")
 	if err != nil {
 		return r, err
 	}
@@ -120,14 +120,14 @@ func measureIngest(parent context.Context, o options, devnet *proc, relay string
 
 	// 3. Restart: the live consumer reads the whole history.
 	started := time.Now()
-	s2, base, err := startServe(o.bin, dir, "serve", relay, data)
+	s2, base, admin, err := startServe(o.bin, dir, "serve", relay, data)
 	if err != nil {
 		return r, err
 	}
 	defer s2.kill()
 	// The profile covers the first seconds of the catch-up (serve's
 	// listener is up within milliseconds; the fetch retries until then).
-	ingestProf := profileWhenUp(ctx, c, base, 5, o.profilePath("ingest", run))
+	ingestProf := profileWhenUp(ctx, c, admin, 5, o.profilePath("ingest", run))
 	type sample struct {
 		t        time.Time
 		cpu, net float64 // serve's and the network's CPU-seconds
@@ -179,7 +179,7 @@ func measureIngest(parent context.Context, o options, devnet *proc, relay string
 	var m samples
 	var rows, stale float64
 	for i, prev := 0, -1.0; i < 50; i++ {
-		if m, err = scrape(c, base+"/metrics"); err != nil {
+		if m, err = scrape(c, admin+"/metrics"); err != nil {
 			return r, err
 		}
 		rows, _ = m.sum("backstream_archive_rows_total")
@@ -214,7 +214,7 @@ func measureIngest(parent context.Context, o options, devnet *proc, relay string
 	if err := <-ingestProf; err != nil {
 		return r, err
 	}
-	replayProf := profile(base, 2, o.profilePath("replay", run))
+	replayProf := profile(admin, 2, o.profilePath("replay", run))
 	t0 := time.Now()
 	if r.ReplayEvents, err = readUntil(ctx, base, 0, tip); err != nil {
 		return r, err
@@ -301,7 +301,7 @@ func measureFanout(parent context.Context, o options, relay string, run int) (r 
 	}
 	defer os.RemoveAll(dir)
 	c := &http.Client{Timeout: 5 * time.Second}
-	serve, base, err := startServe(o.bin, dir, "serve", relay, filepath.Join(dir, "data"), "--capture-wait", "5s")
+	serve, base, admin, err := startServe(o.bin, dir, "serve", relay, filepath.Join(dir, "data"), "--capture-wait", "5s")
 	if err != nil {
 		return r, err
 	}
@@ -311,7 +311,7 @@ func measureFanout(parent context.Context, o options, relay string, run int) (r 
 	}
 	time.Sleep(2 * time.Second) // let merge's and the first retry pass's work settle
 
-	m0, err := scrape(c, base+"/metrics")
+	m0, err := scrape(c, admin+"/metrics")
 	if err != nil {
 		return r, err
 	}
@@ -319,7 +319,7 @@ func measureFanout(parent context.Context, o options, relay string, run int) (r 
 	if r.IdleCPUPerSec, err = idleRate(ctx, serve, o.window); err != nil {
 		return r, err
 	}
-	m1, err := scrape(c, base+"/metrics")
+	m1, err := scrape(c, admin+"/metrics")
 	if err != nil {
 		return r, err
 	}
@@ -333,7 +333,7 @@ func measureFanout(parent context.Context, o options, relay string, run int) (r 
 	}
 	defer f.close()
 	time.Sleep(time.Second) // every subscriber past its handshake and on the live log
-	ma, err := scrape(c, base+"/metrics")
+	ma, err := scrape(c, admin+"/metrics")
 	if err != nil {
 		return r, err
 	}
@@ -342,7 +342,7 @@ func measureFanout(parent context.Context, o options, relay string, run int) (r 
 		return r, err
 	}
 	nA, tA := f.events.Load(), time.Now()
-	prof := profile(base, int(o.window/time.Second), o.profilePath("fanout", run))
+	prof := profile(admin, int(o.window/time.Second), o.profilePath("fanout", run))
 	select {
 	case <-ctx.Done():
 		return r, ctx.Err()
@@ -355,7 +355,7 @@ func measureFanout(parent context.Context, o options, relay string, run int) (r 
 		return r, err
 	}
 	nB, tB := f.events.Load(), time.Now()
-	mb, err := scrape(c, base+"/metrics")
+	mb, err := scrape(c, admin+"/metrics")
 	if err != nil {
 		return r, err
 	}
@@ -407,18 +407,18 @@ func finite(v float64) float64 {
 	return v
 }
 
-// profileWhenUp waits for serve's listener, then fetches a profile as
-// profile does.
-func profileWhenUp(ctx context.Context, c *http.Client, base string, secs int, path string) <-chan error {
+// profileWhenUp waits for serve's admin listener, then fetches a profile
+// as profile does.
+func profileWhenUp(ctx context.Context, c *http.Client, admin string, secs int, path string) <-chan error {
 	if path == "" {
-		return profile(base, secs, path)
+		return profile(admin, secs, path)
 	}
 	for ctx.Err() == nil {
-		if resp, err := c.Get(base + "/healthz"); err == nil {
+		if resp, err := c.Get(admin + "/healthz"); err == nil {
 			resp.Body.Close()
 			break
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	return profile(base, secs, path)
+	return profile(admin, secs, path)
 }

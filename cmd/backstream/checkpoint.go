@@ -14,7 +14,9 @@ package main
 // scratch/ (archive.Store.Checkpoint), and its volume must have room for
 // the whole store above the free-space floor. One checkpoint runs at a
 // time (409), and the next may start only --checkpoint-interval after the
-// previous one ended (429 with Retry-After). Without --listen the CLI
+// previous one ended (429 with Retry-After). The CLI's flag is
+// --admin-listen, so BACKSTREAM_ADMIN_LISTEN set for serve (as in a
+// container) points it at the right listener. Without it the CLI
 // opens a data dir no process holds and checkpoints it directly.
 
 import (
@@ -46,11 +48,11 @@ const checkpointPath = "/admin/checkpoint"
 func checkpointCommand() *command {
 	return &command{
 		name:    "checkpoint",
-		summary: "write a consistent copy of the store to a new data dir, through a running serve (--listen) or from a data dir no process holds",
+		summary: "write a consistent copy of the store to a new data dir, through a running serve (--admin-listen) or from a data dir no process holds",
 		flags: func(fs *flagSet) {
-			fs.String("to", "", "destination: a directory that does not exist or is empty; it becomes a data dir holding store/ (never overwritten). With --listen: relative to serve's --backup-dir, or an absolute path under it")
-			fs.String("listen", "", "the --admin-listen address of the running serve that holds the store (default of serve: "+DefaultAdminListen+"; :6009 means this host); empty: open --data-dir directly")
-			fs.String("data-dir", "./data", "without --listen: the data dir to copy, which no process may hold open")
+			fs.String("to", "", "destination: a directory that does not exist or is empty; it becomes a data dir holding store/ (never overwritten). With --admin-listen: relative to serve's --backup-dir, or an absolute path under it")
+			fs.String("admin-listen", "", "the --admin-listen address of the running serve that holds the store (serve's default: "+DefaultAdminListen+"; :6009 means this host); empty: open --data-dir directly")
+			fs.String("data-dir", "./data", "without --admin-listen: the data dir to copy, which no process may hold open")
 			fs.Bool("json", false, "print the result as JSON")
 		},
 		run: runCheckpoint,
@@ -336,7 +338,7 @@ func runCheckpoint(ctx context.Context, env *cmdEnv) error {
 	}
 	var res *checkpointResult
 	var err error
-	if listen := strings.TrimSpace(env.fs.str("listen")); listen != "" {
+	if listen := strings.TrimSpace(env.fs.str("admin-listen")); listen != "" {
 		// A relative --to is relative to serve's --backup-dir.
 		res, err = checkpointRemote(ctx, listen, to)
 	} else {
@@ -363,7 +365,7 @@ func runCheckpoint(ctx context.Context, env *cmdEnv) error {
 func checkpointURL(listen, to string) (string, error) {
 	host, port, err := net.SplitHostPort(listen)
 	if err != nil {
-		return "", fmt.Errorf("%w: --listen %q: want host:port or :port (%v)", errUsage, listen, err)
+		return "", fmt.Errorf("%w: --admin-listen %q: want host:port or :port (%v)", errUsage, listen, err)
 	}
 	if host == "" || host == "0.0.0.0" || host == "::" {
 		host = "127.0.0.1"
@@ -384,7 +386,7 @@ func checkpointRemote(ctx context.Context, listen, to string) (*checkpointResult
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint: no backstream serve answers on %s (--listen: serve's --admin-listen address): %w", listen, err)
+		return nil, fmt.Errorf("checkpoint: no backstream serve answers on %s (--admin-listen: serve's admin listener): %w", listen, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
@@ -395,6 +397,9 @@ func checkpointRemote(ctx context.Context, listen, to string) (*checkpointResult
 		var e checkpointError
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
 			return nil, fmt.Errorf("checkpoint: %s answered %s: %s", listen, resp.Status, e.Error)
+		}
+		if resp.StatusCode == http.StatusNotFound {
+			return nil, fmt.Errorf("checkpoint: %s has no checkpoint endpoint (404): give serve's --admin-listen address, not its public --listen", listen)
 		}
 		return nil, fmt.Errorf("checkpoint: %s answered %s (is it a backstream serve of this version?): %.200s", listen, resp.Status, body)
 	}
@@ -415,7 +420,7 @@ func checkpointLocal(dataDir, to string, log *slog.Logger) (*checkpointResult, e
 	if err != nil {
 		if errors.Is(err, archive.ErrLocked) {
 			return nil, fmt.Errorf("checkpoint: %s is held open by another process (a running backstream serve?): "+
-				"checkpoint through it with --listen <its --listen address> (%w)", dataDir, err)
+				"checkpoint through it with --admin-listen <its --admin-listen address> (%w)", dataDir, err)
 		}
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
@@ -425,7 +430,7 @@ func checkpointLocal(dataDir, to string, log *slog.Logger) (*checkpointResult, e
 	store, err := archive.Open(dataDir, archive.Options{Logger: log, CacheSize: 8 << 20})
 	if err != nil {
 		if errors.Is(err, archive.ErrLocked) {
-			return nil, fmt.Errorf("checkpoint: %s was taken by another process meanwhile: checkpoint through it with --listen (%w)", dataDir, err)
+			return nil, fmt.Errorf("checkpoint: %s was taken by another process meanwhile: checkpoint through it with --admin-listen (%w)", dataDir, err)
 		}
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}

@@ -2,7 +2,7 @@ package main
 
 // Process-level test of online backup: a real `backstream serve` following
 // the simulated network under live traffic is checkpointed by a real
-// `backstream checkpoint --listen`; the checkpoint is then read by `status`,
+// `backstream checkpoint --admin-listen`; the checkpoint is then read by `status`,
 // compared event by event with the live store, and restored by running
 // `serve` on it. Skipped under -short.
 
@@ -50,7 +50,7 @@ func TestCheckpointLiveServe(t *testing.T) {
 	before := waitTip(rep.Archive.TipSeq + 100)
 
 	ck := filepath.Join(ckBase, "data") // a data dir that startServe(ckBase) finds
-	cmd := exec.Command(bin, "checkpoint", "--listen", p.admin, "--to", ck, "--json")
+	cmd := exec.Command(bin, "checkpoint", "--admin-listen", p.admin, "--to", ck, "--json")
 	cmd.Env = cleanEnv()
 	out, err := cmd.Output()
 	if err != nil {

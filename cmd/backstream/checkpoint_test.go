@@ -24,7 +24,7 @@ import (
 	"github.com/backstream/backstream/subscribe"
 )
 
-// TestCheckpointLocal: without --listen the CLI checkpoints a data dir no
+// TestCheckpointLocal: without --admin-listen the CLI checkpoints a data dir no
 // process holds; `status --data-dir` on the checkpoint reports the same
 // phase, counts, cursors and tip; a second checkpoint to the same place is
 // refused and leaves the first intact.
@@ -71,7 +71,7 @@ func TestCheckpointLocal(t *testing.T) {
 }
 
 // TestCheckpointLocalHeldStore: a store another process holds is named as
-// such, and the message points to --listen.
+// such, and the message points to --admin-listen.
 func TestCheckpointLocalHeldStore(t *testing.T) {
 	base := t.TempDir()
 	data := filepath.Join(base, "data")
@@ -82,7 +82,7 @@ func TestCheckpointLocalHeldStore(t *testing.T) {
 	}
 	defer s.Close()
 	code, _, stderr := runCLI(t, nil, "checkpoint", "--data-dir", data, "--to", filepath.Join(base, "ck"))
-	if code != 1 || !strings.Contains(stderr, "held open by another process") || !strings.Contains(stderr, "--listen") {
+	if code != 1 || !strings.Contains(stderr, "held open by another process") || !strings.Contains(stderr, "--admin-listen") {
 		t.Fatalf("held store: code %d, %s", code, stderr)
 	}
 }
@@ -107,7 +107,7 @@ func endpointServer(t *testing.T, store *archive.Store, backupDir string) *httpt
 	return hs
 }
 
-// TestCheckpointEndpointWhileWriting: the CLI with --listen asks serve's
+// TestCheckpointEndpointWhileWriting: the CLI with --admin-listen asks serve's
 // handler for a checkpoint while the writer commits; the checkpoint opens,
 // its tip is below the live tip, and every event in it equals the live
 // event at its seq.
@@ -143,9 +143,9 @@ func TestCheckpointEndpointWhileWriting(t *testing.T) {
 	hs := endpointServer(t, store, base)
 	listen := strings.TrimPrefix(hs.URL, "http://")
 	ck := filepath.Join(base, "ck")
-	code, out, stderr := runCLI(t, nil, "checkpoint", "--listen", listen, "--to", ck, "--json")
+	code, out, stderr := runCLI(t, nil, "checkpoint", "--admin-listen", listen, "--to", ck, "--json")
 	if code != 0 {
-		t.Fatalf("checkpoint --listen: %d %s", code, stderr)
+		t.Fatalf("checkpoint --admin-listen: %d %s", code, stderr)
 	}
 	var res checkpointResult
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
@@ -167,7 +167,7 @@ func TestCheckpointEndpointWhileWriting(t *testing.T) {
 		t.Fatalf("checkpoint holds %d events, reported tip %d, live tip %d", n, res.TipSeq, liveTip)
 	}
 	// The same destination again: 409, named as refused.
-	code, _, stderr = runCLI(t, nil, "checkpoint", "--listen", listen, "--to", ck)
+	code, _, stderr = runCLI(t, nil, "checkpoint", "--admin-listen", listen, "--to", ck)
 	if code != 1 || !strings.Contains(stderr, "409") || !strings.Contains(stderr, "not empty") {
 		t.Fatalf("second checkpoint: code %d, %s", code, stderr)
 	}
@@ -310,5 +310,36 @@ func TestCheckpointURL(t *testing.T) {
 	}
 	if _, err := checkpointURL("6008", "/b"); err == nil {
 		t.Error("a port without a colon was accepted")
+	}
+}
+
+// TestCheckpointCLIPublicListener: the CLI pointed at serve's public
+// listener (which has no admin endpoint) says to use --admin-listen; with
+// BACKSTREAM_ADMIN_LISTEN set, as for serve in a container, it reaches the
+// admin listener with no flag.
+func TestCheckpointCLIPublicListener(t *testing.T) {
+	base := t.TempDir()
+	store, err := archive.Open(filepath.Join(base, "data"), archive.Options{Logger: slog.New(slog.DiscardHandler), CacheSize: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	s := testServer(t, store, filepath.Join(base, "backups"), 0)
+	hs, err := s.listenHTTP("127.0.0.1:0", httpOptions{adminListen: "127.0.0.1:0", idleTimeout: time.Minute, readTimeout: time.Minute}, connLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hs.shutdown(time.Second)
+	code, _, stderr := runCLI(t, nil, "checkpoint", "--admin-listen", hs.publicAddr.String(), "--to", "a")
+	if code != 1 || !strings.Contains(stderr, "--admin-listen") || !strings.Contains(stderr, "404") {
+		t.Fatalf("checkpoint against the public listener: %d %s", code, stderr)
+	}
+	code, out, stderr := runCLI(t, []string{"BACKSTREAM_ADMIN_LISTEN=" + hs.adminAddr.String()}, "checkpoint", "--to", "a", "--json")
+	if code != 0 {
+		t.Fatalf("checkpoint with BACKSTREAM_ADMIN_LISTEN: %d %s", code, stderr)
+	}
+	var res checkpointResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.To != filepath.Join(s.ck.backupDir, "a") {
+		t.Fatalf("result %+v (%v), want under %s", res, err, s.ck.backupDir)
 	}
 }

@@ -30,7 +30,7 @@ func TestServeRefusesAnotherRelay(t *testing.T) {
 
 	serve := func(ctx context.Context, extra ...string) (int, string) {
 		var out, errb bytes.Buffer
-		args := append([]string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--log-format", "text"}, extra...)
+		args := append([]string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--admin-listen", "", "--log-format", "text"}, extra...)
 		code := run(ctx, args, nil, &out, &errb)
 		return code, errb.String()
 	}

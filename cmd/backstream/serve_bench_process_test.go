@@ -26,7 +26,8 @@ import (
 	"github.com/backstream/backstream/oracle"
 )
 
-// scrape reads one unlabelled metric from /metrics (0 when unavailable).
+// scrape reads one unlabelled metric from /metrics on the admin listener
+// (0 when unavailable).
 func scrape(listen, name string) float64 {
 	c := http.Client{Timeout: time.Second}
 	resp, err := c.Get("http://" + listen + "/metrics")
@@ -59,7 +60,8 @@ func vmHWM(pid int) int64 {
 	return 0
 }
 
-// saveHeap writes the running process's heap profile to path.
+// saveHeap writes the running process's heap profile (from the admin
+// listener) to path.
 func saveHeap(listen, path string) {
 	c := http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Get("http://" + listen + "/debug/pprof/heap")
@@ -106,7 +108,7 @@ func TestBootstrapBenchmark(t *testing.T) {
 					break poll
 				case <-time.After(200 * time.Millisecond):
 				}
-				heap, rss := scrape(p.listen, "go_memstats_heap_inuse_bytes"), scrape(p.listen, "process_resident_memory_bytes")
+				heap, rss := scrape(p.admin, "go_memstats_heap_inuse_bytes"), scrape(p.admin, "process_resident_memory_bytes")
 				peakHeap = max(peakHeap, heap)
 				if hwm := vmHWM(p.cmd.Process.Pid); hwm > 0 {
 					peakHWM = hwm
@@ -114,7 +116,7 @@ func TestBootstrapBenchmark(t *testing.T) {
 				if rss > peakRSS {
 					peakRSS = rss
 					if out := os.Getenv("BENCH_HEAP"); out != "" {
-						saveHeap(p.listen, out)
+						saveHeap(p.admin, out)
 					}
 				}
 			}
