@@ -35,6 +35,8 @@ const (
 	fdsPerDownload = 2
 	// pendingPassWorkers is merge's pending pass, which downloads too.
 	pendingPassWorkers = 16
+	// fallbackMaxConns is the global cap when RLIMIT_NOFILE cannot be read.
+	fallbackMaxConns = 1024
 	// minAutoConns: when the reserve leaves less than this, the automatic
 	// cap is a quarter of the limit instead (and a warning says so).
 	minAutoConns = 64
@@ -55,7 +57,9 @@ type fdLimit struct {
 	Was        uint64 // the soft limit found
 }
 
-// raiseFDLimit raises the soft RLIMIT_NOFILE to the hard limit.
+// raiseFDLimit raises the soft RLIMIT_NOFILE to the hard limit. (Go's os
+// package already does so when the process starts, and gives children the
+// original back; this makes it explicit, and reports what serve runs with.)
 func raiseFDLimit() (fdLimit, error) {
 	var rl syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {

@@ -231,3 +231,52 @@ func TestReadTimeoutSparesWebsockets(t *testing.T) {
 		t.Fatalf("the subscriber after %v: %v %s", time.Since(start), err, msg)
 	}
 }
+
+// TestConnCapFromFDLimit: the default global cap is the descriptor limit
+// minus the reserve for the store and every download that may run; a
+// limit too low for the reserve gives a quarter of it, flagged.
+func TestConnCapFromFDLimit(t *testing.T) {
+	reserve := fdReserve(100, 16)
+	if want := uint64(pebbleFDs + fixedFDs + fdsPerDownload*(100+16+pendingPassWorkers)); reserve != want {
+		t.Fatalf("reserve %d, want %d", reserve, want)
+	}
+	for _, c := range []struct {
+		soft uint64
+		want int
+		fits bool
+	}{
+		{1 << 20, 1<<20 - int(reserve), true},
+		{reserve + minAutoConns + 1, minAutoConns + 1, true},
+		{reserve + minAutoConns, int(reserve+minAutoConns) / 4, false},
+		{1024, 256, false},
+		{40, 16, false},
+	} {
+		if got, fits := autoMaxConns(c.soft, reserve); got != c.want || fits != c.fits {
+			t.Errorf("limit %d: cap %d (fits %v), want %d (%v)", c.soft, got, fits, c.want, c.fits)
+		}
+	}
+	l, err := raiseFDLimit()
+	if err != nil || l.Soft != l.Hard || l.Was > l.Soft {
+		t.Fatalf("raiseFDLimit: %+v %v", l, err)
+	}
+}
+
+// TestClientKey: a per-IP cap counts an IPv4 address, and an IPv6 client
+// by its /64, so rotating addresses inside one allocation does not escape.
+func TestClientKey(t *testing.T) {
+	for addr, want := range map[string]string{
+		"192.0.2.7:443":             "192.0.2.7",
+		"[::ffff:192.0.2.7]:443":    "192.0.2.7",
+		"[2001:db8:1:2:3:4:5:6]:80": "2001:db8:1:2::/64",
+		"[2001:db8:1:2:ffff::1]:80": "2001:db8:1:2::/64",
+		"[2001:db8:1:3::1]:80":      "2001:db8:1:3::/64",
+	} {
+		a, err := net.ResolveTCPAddr("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := clientKey(a); got != want {
+			t.Errorf("%s: %s, want %s", addr, got, want)
+		}
+	}
+}

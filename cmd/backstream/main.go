@@ -11,8 +11,9 @@
 // Every flag has a BACKSTREAM_* environment variable (--backfill-workers is
 // BACKSTREAM_BACKFILL_WORKERS); a flag on the command line wins over the
 // environment. An unknown BACKSTREAM_* variable is an error naming the
-// nearest flag, except BACKSTREAM_CRASHPOINT (test-only; see
-// docs/crashpoints.md) and Kubernetes service links (BACKSTREAM_SERVICE_*,
+// nearest flag, except BACKSTREAM_CRASHPOINT (test-only: a binary built
+// with -tags crashpoint fires it, see docs/crashpoints.md; a release build
+// refuses to start with it set) and Kubernetes service links (BACKSTREAM_SERVICE_*,
 // BACKSTREAM_PORT*).
 package main
 

@@ -289,10 +289,7 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 	}
 	defer s.sub.Close() // hijacked websockets are not tracked by http.Server.Shutdown
 
-	lim, err := connCaps(o, log)
-	if err != nil {
-		return err
-	}
+	lim := connCaps(o, log)
 	if s.ck, err = newCheckpointConfig(o.backupDir, o.checkpointInterval); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -370,15 +367,15 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 
 // connCaps raises the descriptor limit and derives the public listener's
 // caps from it (an explicit --max-conns wins), logging both.
-func connCaps(o serveOptions, log *slog.Logger) (connLimits, error) {
+func connCaps(o serveOptions, log *slog.Logger) connLimits {
 	lim := connLimits{Global: o.http.maxConns, PerIP: o.http.maxConnsIP}
 	fd, err := raiseFDLimit()
 	if err != nil {
-		log.Warn("reading or raising RLIMIT_NOFILE failed; the connection cap is not derived from it", "err", err)
 		if lim.Global == 0 {
-			lim.Global = minAutoConns * 16
+			lim.Global = fallbackMaxConns
 		}
-		return lim, nil
+		log.Warn("reading or raising RLIMIT_NOFILE failed; the connection cap is not derived from it", "err", err, "max_conns", lim.Global)
+		return lim
 	}
 	reserve := fdReserve(o.workers, o.retryWorkers)
 	auto, fits := autoMaxConns(fd.Soft, reserve)
@@ -391,7 +388,7 @@ func connCaps(o serveOptions, log *slog.Logger) (connLimits, error) {
 		log.Warn("the file descriptor limit leaves little room for connections after the reserve for the store and downloads; raise it (ulimit -n, LimitNOFILE=)",
 			"limit", fd.Soft, "reserve", reserve, "max_conns", lim.Global)
 	}
-	return lim, nil
+	return lim
 }
 
 // addrString is a's address, "" for none.

@@ -1,5 +1,6 @@
 // Package crash owns the process-level crash harness: it builds the real
-// `backstream` binary once per test binary, runs `backstream serve` as a
+// `backstream` binary once per test binary (with -tags crashpoint: only such
+// a build has crash points), runs `backstream serve` as a
 // child process against the simulated network of package oracle (started
 // in-process by the test), kills it with SIGKILL — at a named crash point
 // (BACKSTREAM_CRASHPOINT=name[:n], package internal/crashpoint) or at a
