@@ -275,40 +275,40 @@ func (h *checkpointHandler) wait() time.Duration {
 // (the rest does not exist yet, so it holds none) and refuses a path that
 // is not strictly under dir (itself resolved) once they are.
 func resolveUnder(dir, path string) (string, error) {
-	existing, rest := path, ""
-	for {
-		if _, err := os.Lstat(existing); err == nil {
-			break
-		}
-		parent := filepath.Dir(existing)
-		if parent == existing {
-			break
-		}
-		rest = filepath.Join(filepath.Base(existing), rest)
-		existing = parent
-	}
+	existing, rest := existingPrefix(path)
 	real, err := filepath.EvalSymlinks(existing)
 	if err != nil {
 		return "", fmt.Errorf("%s cannot be resolved (a dangling symlink?), so it is not known to be under --backup-dir %s: %w", path, dir, err)
 	}
-	real = filepath.Join(real, rest)
+	real = filepath.Join(append([]string{real}, rest...)...)
 	if rel, err := filepath.Rel(dir, real); err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
 		return "", fmt.Errorf("%s (symlinks resolved: %s) is not under --backup-dir %s", path, real, dir)
 	}
 	return real, nil
 }
 
+// existingPrefix splits path into its longest prefix that exists (as a
+// name: a symlink counts, dangling or not) and the names below it.
+func existingPrefix(path string) (existing string, rest []string) {
+	existing = path
+	for {
+		if _, err := os.Lstat(existing); err == nil {
+			return existing, rest
+		}
+		parent := filepath.Dir(existing)
+		if parent == existing {
+			return existing, rest
+		}
+		rest = append([]string{filepath.Base(existing)}, rest...)
+		existing = parent
+	}
+}
+
 // roomFor refuses a checkpoint to dir when its volume lacks room for the
 // whole store (size bytes: Pebble copies what it cannot hard-link) above
 // the volume's free-space floor.
 func (h *checkpointHandler) roomFor(size uint64, dir string) error {
-	existing := dir
-	for {
-		if _, err := os.Stat(existing); err == nil || filepath.Dir(existing) == existing {
-			break
-		}
-		existing = filepath.Dir(existing)
-	}
+	existing, _ := existingPrefix(dir)
 	sp, err := h.stat(existing)
 	if err != nil {
 		return err

@@ -319,12 +319,7 @@ func TestCheckpointURL(t *testing.T) {
 // admin listener with no flag.
 func TestCheckpointCLIPublicListener(t *testing.T) {
 	base := t.TempDir()
-	store, err := archive.Open(filepath.Join(base, "data"), archive.Options{Logger: slog.New(slog.DiscardHandler), CacheSize: 8 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	s := testServer(t, store, filepath.Join(base, "backups"), 0)
+	s := testServer(t, openTestStore(t, filepath.Join(base, "data")), filepath.Join(base, "backups"), 0)
 	hs, err := s.listenHTTP("127.0.0.1:0", httpOptions{adminListen: "127.0.0.1:0", idleTimeout: time.Minute, readTimeout: time.Minute}, connLimits{})
 	if err != nil {
 		t.Fatal(err)
