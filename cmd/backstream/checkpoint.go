@@ -183,64 +183,40 @@ func (s *server) checkpointEndpoint() http.Handler {
 // address is the proxy's, not the caller's.
 var proxyHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Real-Ip"}
 
+// ckRefusal is a checkpoint request the endpoint turns down.
+type ckRefusal struct {
+	code       int
+	reason     string // backstream_checkpoint_refused_total's label; "" = not counted
+	msg        string
+	retryAfter time.Duration
+}
+
+func refuse(code int, reason, format string, args ...any) *ckRefusal {
+	return &ckRefusal{code: code, reason: reason, msg: fmt.Sprintf(format, args...)}
+}
+
+func answerJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
 func (h *checkpointHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	answer := func(code int, v any) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(code)
-		_ = json.NewEncoder(w).Encode(v)
+	store, to, no := h.admit(r)
+	if no == nil && !h.running.TryLock() {
+		no = refuse(http.StatusConflict, ckRunning, "checkpoint: another checkpoint is running")
+	} else if no == nil {
+		defer h.running.Unlock()
+		no = h.clearToStart(store, to)
 	}
-	fail := func(code int, format string, args ...any) {
-		answer(code, checkpointError{Error: fmt.Sprintf(format, args...)})
-	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
-		fail(http.StatusForbidden, "checkpoint: only loopback callers may take a checkpoint (this request came from %s)", r.RemoteAddr)
-		return
-	}
-	for _, hdr := range proxyHeaders {
-		if r.Header.Get(hdr) != "" {
-			fail(http.StatusForbidden, "checkpoint: refused a request forwarded by a proxy (%s header); call the process directly on loopback", hdr)
-			return
+	if no != nil {
+		if no.reason != "" {
+			h.refused.WithLabelValues(no.reason).Inc()
 		}
-	}
-	refuse := func(reason string, code int, format string, args ...any) {
-		h.refused.WithLabelValues(reason).Inc()
-		fail(code, format, args...)
-	}
-	if h.backupDir == "" {
-		refuse(ckNoBackupDir, http.StatusForbidden, "checkpoint: this serve has no --backup-dir, so it takes no checkpoints; restart it with --backup-dir DIR")
-		return
-	}
-	to := r.URL.Query().Get("to")
-	if to == "" {
-		fail(http.StatusBadRequest, "checkpoint: ?to= is required: a path under --backup-dir %s", h.backupDir)
-		return
-	}
-	if !filepath.IsAbs(to) {
-		to = filepath.Join(h.backupDir, to)
-	}
-	to, err = resolveUnder(h.backupDir, filepath.Clean(to))
-	if err != nil {
-		refuse(ckOutside, http.StatusForbidden, "checkpoint: %v", err)
-		return
-	}
-	store := h.store()
-	if store == nil {
-		fail(http.StatusServiceUnavailable, "checkpoint: the store is not open yet")
-		return
-	}
-	if !h.running.TryLock() {
-		refuse(ckRunning, http.StatusConflict, "checkpoint: another checkpoint is running")
-		return
-	}
-	defer h.running.Unlock()
-	if wait := h.wait(); wait > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
-		refuse(ckInterval, http.StatusTooManyRequests, "checkpoint: the previous checkpoint ended less than --checkpoint-interval (%s) ago; retry in %s", h.interval, wait.Round(time.Second))
-		return
-	}
-	if err := h.roomFor(store.DB().Metrics().DiskSpaceUsage(), to); err != nil {
-		refuse(ckNoSpace, http.StatusInsufficientStorage, "checkpoint: %v", err)
+		if no.retryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(no.retryAfter.Seconds()))))
+		}
+		answerJSON(w, no.code, checkpointError{Error: no.msg})
 		return
 	}
 	res, err := h.checkpoint(store, to)
@@ -251,14 +227,62 @@ func (h *checkpointHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case errors.Is(err, archive.ErrCheckpointDest):
-		fail(http.StatusConflict, "%v", err)
+		answerJSON(w, http.StatusConflict, checkpointError{Error: err.Error()})
 	case err != nil:
 		h.log.Error("checkpoint failed", "to", to, "err", err)
-		fail(http.StatusInternalServerError, "%v", err)
+		answerJSON(w, http.StatusInternalServerError, checkpointError{Error: err.Error()})
 	default:
 		h.log.Info("checkpoint written", "to", res.To, "phase", res.Phase, "tip_seq", res.TipSeq, "seconds", res.Seconds)
-		answer(http.StatusOK, res)
+		answerJSON(w, http.StatusOK, res)
 	}
+}
+
+// admit checks the caller and the destination: a loopback caller not
+// behind a proxy, a --backup-dir, and a destination under it once
+// resolved. It returns the open store and the resolved destination.
+func (h *checkpointHandler) admit(r *http.Request) (*archive.Store, string, *ckRefusal) {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+		return nil, "", refuse(http.StatusForbidden, "", "checkpoint: only loopback callers may take a checkpoint (this request came from %s)", r.RemoteAddr)
+	}
+	for _, hdr := range proxyHeaders {
+		if r.Header.Get(hdr) != "" {
+			return nil, "", refuse(http.StatusForbidden, "", "checkpoint: refused a request forwarded by a proxy (%s header); call the process directly on loopback", hdr)
+		}
+	}
+	if h.backupDir == "" {
+		return nil, "", refuse(http.StatusForbidden, ckNoBackupDir, "checkpoint: this serve has no --backup-dir, so it takes no checkpoints; restart it with --backup-dir DIR")
+	}
+	to := r.URL.Query().Get("to")
+	if to == "" {
+		return nil, "", refuse(http.StatusBadRequest, "", "checkpoint: ?to= is required: a path under --backup-dir %s", h.backupDir)
+	}
+	if !filepath.IsAbs(to) {
+		to = filepath.Join(h.backupDir, to)
+	}
+	to, err = resolveUnder(h.backupDir, filepath.Clean(to))
+	if err != nil {
+		return nil, "", refuse(http.StatusForbidden, ckOutside, "checkpoint: %v", err)
+	}
+	store := h.store()
+	if store == nil {
+		return nil, "", refuse(http.StatusServiceUnavailable, "", "checkpoint: the store is not open yet")
+	}
+	return store, to, nil
+}
+
+// clearToStart checks, with no other checkpoint running, that the interval
+// since the previous one has passed and that to's volume has room.
+func (h *checkpointHandler) clearToStart(store *archive.Store, to string) *ckRefusal {
+	if wait := h.wait(); wait > 0 {
+		no := refuse(http.StatusTooManyRequests, ckInterval, "checkpoint: the previous checkpoint ended less than --checkpoint-interval (%s) ago; retry in %s", h.interval, wait.Round(time.Second))
+		no.retryAfter = wait
+		return no
+	}
+	if err := h.roomFor(store.DB().Metrics().DiskSpaceUsage(), to); err != nil {
+		return refuse(http.StatusInsufficientStorage, ckNoSpace, "checkpoint: %v", err)
+	}
+	return nil
 }
 
 // wait is how long the interval still holds the next checkpoint back.
