@@ -20,7 +20,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -30,9 +29,12 @@ const (
 	DefaultAdminListen = "127.0.0.1:6009"
 	// DefaultHTTPIdleTimeout closes a keep-alive connection idle this long.
 	DefaultHTTPIdleTimeout = 60 * time.Second
-	// DefaultHTTPReadTimeout bounds reading a request, body included
-	// (websocket upgrades excepted: a subscriber's socket has no deadline
-	// from the HTTP server).
+	// DefaultHTTPReadTimeout bounds reading a request, headers and body.
+	// It never cuts a websocket: net/http clears the connection's read
+	// deadline once a request's body is read (a GET has none), before the
+	// handler runs, and gorilla's Upgrade clears its deadlines again, so a
+	// subscriber's socket has none from the HTTP server (tested by
+	// TestReadTimeoutSparesWebsockets).
 	DefaultHTTPReadTimeout = 30 * time.Second
 	// readHeaderTimeout bounds reading a request's headers.
 	readHeaderTimeout = 10 * time.Second
@@ -54,9 +56,7 @@ type httpOptions struct {
 
 // publicHandler is what clients reach: the subscribe server's endpoints.
 // Everything else, /metrics, /debug/pprof/ and /admin/ included, is 404.
-func (s *server) publicHandler() http.Handler {
-	return noReadDeadlineOnUpgrade(s.sub.Handler())
-}
+func (s *server) publicHandler() http.Handler { return s.sub.Handler() }
 
 // adminHandler is the operator's listener.
 func (s *server) adminHandler() http.Handler {
@@ -73,18 +73,6 @@ func (s *server) adminHandler() http.Handler {
 		mux.Handle("GET "+p, sub)
 	}
 	return mux
-}
-
-// noReadDeadlineOnUpgrade clears the read deadline http.Server's
-// ReadTimeout put on a websocket handshake's connection: the subscriber
-// owns the socket from then on, for as long as it lasts.
-func noReadDeadlineOnUpgrade(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if websocket.IsWebSocketUpgrade(r) {
-			_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
-		}
-		h.ServeHTTP(w, r)
-	})
 }
 
 // newHTTPServer is an http.Server with serve's timeouts and header limit,
