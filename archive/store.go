@@ -20,6 +20,8 @@ import (
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/bloom"
 	"github.com/cockroachdb/pebble/vfs"
+
+	"github.com/backstream/backstream/internal/diskspace"
 )
 
 // Options configure Open. The zero value is usable.
@@ -52,6 +54,23 @@ type Options struct {
 	// committed; an error fails that commit as a write error would, and the
 	// batch is not applied. internal/storefault's CommitFault is one.
 	CommitHook func(op string, keys [][]byte) error
+
+	// MinFree is the free-space floor of the store's volume in bytes: 0 is
+	// the default floor (diskspace.Floor: the smaller of 1 GiB and 2 % of
+	// the volume), negative turns the floor off. Open refuses a volume
+	// below it and CheckSpace records a disk fault below it; both say
+	// "disk full at <data-dir>: free space and restart".
+	MinFree int64
+	// Space reads the free space of the volume holding a path; nil means
+	// diskspace.Stat when FS is the OS's, and no floor check on any other
+	// filesystem (an in-memory one has no volume).
+	Space func(path string) (diskspace.Space, error)
+	// MaxWriteStall bounds a Pebble write stall before it is a disk fault
+	// (default DefaultMaxWriteStall); MaxFailedFlushes is the number of
+	// consecutive failed flushes that is one (default
+	// DefaultMaxFailedFlushes). See Store.Faulted.
+	MaxWriteStall    time.Duration
+	MaxFailedFlushes int
 }
 
 // Store is the one Pebble database of a data dir.
@@ -68,6 +87,8 @@ type Store struct {
 	readOnly bool
 	log      *slog.Logger
 	hook     func(op string, keys [][]byte) error
+	disk     *diskGuard // the Pebble event listener and the disk fault
+	space    freeSpace
 }
 
 // StoreDir and ScratchDir are the fixed subdirectories of a data dir.
@@ -82,8 +103,18 @@ const (
 // keys but without a readable, well-formed identity and phase is refused
 // (ErrRefused) with a message saying what was found. The guard looks at
 // <dataDir>/store only; leftover scratch files never block startup. A store
-// another process (or another Open in this one) holds is ErrLocked.
+// another process (or another Open in this one) holds is ErrLocked. A volume
+// below the free-space floor (Options.MinFree), or full, is refused with
+// ErrDiskFull: "disk full at <data-dir>: free space and restart".
 func Open(dataDir string, opts Options) (*Store, error) {
+	s, err := open(dataDir, opts)
+	if err != nil && isENOSPC(err) && !errors.Is(err, ErrDiskFull) {
+		return nil, diskFullError(dataDir, "open", err)
+	}
+	return s, err
+}
+
+func open(dataDir string, opts Options) (*Store, error) {
 	fs := opts.FS
 	if fs == nil {
 		fs = vfs.Default
@@ -104,6 +135,11 @@ func Open(dataDir string, opts Options) (*Store, error) {
 		log:      log,
 		readOnly: opts.ReadOnly,
 		hook:     opts.CommitHook,
+		disk:     newDiskGuard(dataDir, log, now, opts.MaxWriteStall, opts.MaxFailedFlushes),
+		space:    freeSpace{setting: opts.MinFree, stat: opts.Space},
+	}
+	if s.space.stat == nil && (opts.FS == nil || opts.FS == vfs.Default) {
+		s.space.stat = diskspace.Stat
 	}
 	if opts.ReadOnly {
 		if _, err := fs.Stat(s.dir); err != nil {
@@ -111,6 +147,9 @@ func Open(dataDir string, opts Options) (*Store, error) {
 		}
 	} else {
 		if err := s.prepareDirs(); err != nil {
+			return nil, err
+		}
+		if err := s.belowFloor(); err != nil {
 			return nil, err
 		}
 	}
@@ -187,6 +226,10 @@ func (s *Store) openPebble(opts Options) error {
 		ReadOnly:     opts.ReadOnly,
 		MemTableSize: opts.MemTableSize,
 		Logger:       pebbleLogger{log: s.log, dataDir: s.dataDir, onFatal: s.onFatal(opts.OnFatal)},
+		// Background errors, failed flushes and write stalls are counted,
+		// logged at ERROR and bounded (diskguard.go); without a listener
+		// Pebble logs them through Infof, at debug level.
+		EventListener: s.disk.listener(),
 		// Events are written in seq order and never rewritten; larger L0
 		// thresholds let bulk ingest run without write stalls.
 		L0CompactionThreshold:    4,
@@ -379,6 +422,7 @@ func (s *Store) DB() *pebble.DB { return s.db }
 // first. After a fatal error it returns that error.
 func (s *Store) Close() error {
 	var err error
+	s.disk.close()
 	if s.db != nil {
 		err = s.closeDB()
 		s.db = nil
@@ -426,10 +470,11 @@ func (s *Store) persistErr(op string, err error) error {
 }
 
 // PersistError wraps a failed write to the store under dataDir into the
-// message an operator needs. A full disk is named as such.
+// message an operator needs. A full disk is named as such: "disk full at
+// <data-dir>: free space and restart" (ErrDiskFull).
 func PersistError(dataDir, op string, err error) error {
-	if errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), syscall.ENOSPC.Error()) {
-		return fmt.Errorf("archive: %s: disk full: the volume holding %s has no space left; free space (or grow the volume) and restart backstream, which resumes where it stopped: %w", op, dataDir, err)
+	if isENOSPC(err) {
+		return diskFullError(dataDir, op, err)
 	}
 	return fmt.Errorf("archive: %s: write to the store in %s failed; backstream stops rather than lose data — check the disk and restart: %w", op, dataDir, err)
 }

@@ -317,10 +317,11 @@ func hasKey(keys [][]byte, k []byte) bool {
 	return false
 }
 
-// errorLog counts ERROR records.
+// errorLog counts ERROR records (and keeps them).
 type errorLog struct {
 	mu     sync.Mutex
 	errors []string
+	recs   []slog.Record
 }
 
 func (l *errorLog) Enabled(context.Context, slog.Level) bool { return true }
@@ -330,6 +331,7 @@ func (l *errorLog) Handle(_ context.Context, r slog.Record) error {
 	if r.Level >= slog.LevelError {
 		l.mu.Lock()
 		l.errors = append(l.errors, r.Message)
+		l.recs = append(l.recs, r.Clone())
 		l.mu.Unlock()
 	}
 	return nil

@@ -1,0 +1,331 @@
+package archive
+
+// diskguard.go owns what the store says about its disk: Pebble's background
+// errors counted by kind and logged at ERROR once per kind per minute, the
+// free-space floor, and the conditions under which the store can no longer
+// make progress — a write stall longer than MaxWriteStall,
+// MaxFailedFlushes consecutive failed flushes, or the volume below the
+// floor. Each of those is the store's disk fault (Store.Faulted): recorded
+// once, never cleared; the process must stop and be restarted once the disk
+// is fixed.
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/cockroachdb/pebble"
+
+	"github.com/backstream/backstream/internal/diskspace"
+)
+
+const (
+	// DefaultMaxWriteStall bounds a Pebble write stall. A healthy store
+	// stalls for at most seconds (a flush or an L0 compaction catching
+	// up); a minute without any write going through is a disk that cannot
+	// take writes (full, failing) or cannot keep up at all, and the
+	// writer, blocked inside the commit, cannot report it itself.
+	DefaultMaxWriteStall = time.Minute
+	// DefaultMaxFailedFlushes consecutive failed memtable flushes are a
+	// disk fault. Pebble retries a failed flush at once (about 400 a second
+	// on a full disk), so this is a fraction of a second of failing without
+	// a single success — far past any transient error — while one success
+	// starts the count again.
+	DefaultMaxFailedFlushes = 100
+	// errorLogInterval: one ERROR line per error kind per interval.
+	errorLogInterval = time.Minute
+)
+
+// ErrDiskFull: the store's volume is full or below the free-space floor.
+// The message names the data dir: "disk full at <dir>: free space and
+// restart".
+var ErrDiskFull = errors.New("disk full")
+
+// Kinds of Pebble background errors, the label of
+// backstream_store_background_errors_total.
+const (
+	KindENOSPC = "enospc"
+	KindEIO    = "eio"
+	KindEMFILE = "emfile"
+	KindOther  = "other"
+)
+
+// errorKinds index the per-kind counters.
+var errorKinds = [...]string{KindENOSPC, KindEIO, KindEMFILE, KindOther}
+
+// Fault causes, the label of backstream_store_disk_faults_total.
+const (
+	FaultWriteStall    = "write_stall"
+	FaultFailedFlushes = "failed_flushes"
+	FaultMinFree       = "min_free"
+)
+
+// errorKind classes a background error. Pebble wraps the errno through
+// cockroachdb/errors (errors.Is finds it); a cause formatted into text only
+// is recognised by the errno's message.
+func errorKind(err error) int {
+	for i, errno := range [...]syscall.Errno{syscall.ENOSPC, syscall.EIO, syscall.EMFILE} {
+		if errors.Is(err, errno) || strings.Contains(err.Error(), errno.Error()) {
+			return i
+		}
+	}
+	return len(errorKinds) - 1
+}
+
+func isENOSPC(err error) bool { return err != nil && errorKind(err) == 0 }
+
+// diskFullError is the operator's message for a full disk.
+func diskFullError(dataDir, what string, err error) error {
+	if err == nil {
+		return fmt.Errorf("archive: %w at %s: free space and restart (backstream resumes where it stopped): %s", ErrDiskFull, dataDir, what)
+	}
+	return fmt.Errorf("archive: %s: %w at %s: free space and restart (backstream resumes where it stopped): %w", what, ErrDiskFull, dataDir, err)
+}
+
+// diskGuard is the store's Pebble event listener and its fault state.
+type diskGuard struct {
+	dataDir          string
+	log              *slog.Logger
+	now              func() time.Time
+	maxStall         time.Duration
+	maxFailedFlushes int
+
+	errs   [len(errorKinds)]atomic.Uint64
+	faults sync.Map // cause → *atomic.Uint64
+	fault  atomic.Pointer[FatalError]
+	failed chan struct{} // closed with the first fault
+
+	mu         sync.Mutex
+	lastLog    [len(errorKinds) + 1]time.Time // the last slot is DiskSlow
+	suppressed [len(errorKinds) + 1]uint64
+	lastErr    error // the last background error
+	flushFails int   // consecutive failed flushes
+	stall      *time.Timer
+	stallGen   uint64 // which stall the running timer is for
+	stallSince time.Time
+	stallWhy   string
+	closed     bool
+}
+
+func newDiskGuard(dataDir string, log *slog.Logger, now func() time.Time, maxStall time.Duration, maxFlushes int) *diskGuard {
+	if maxStall == 0 {
+		maxStall = DefaultMaxWriteStall
+	}
+	if maxFlushes == 0 {
+		maxFlushes = DefaultMaxFailedFlushes
+	}
+	return &diskGuard{dataDir: dataDir, log: log, now: now, maxStall: maxStall, maxFailedFlushes: maxFlushes,
+		failed: make(chan struct{})}
+}
+
+// listener is the event listener Open installs in Pebble. Its callbacks run
+// on Pebble's goroutines, some under Pebble's mutex: they only count, log
+// and arm or stop a timer.
+func (g *diskGuard) listener() *pebble.EventListener {
+	return &pebble.EventListener{
+		BackgroundError: g.backgroundError,
+		FlushEnd:        g.flushEnd,
+		WriteStallBegin: g.stallBegin,
+		WriteStallEnd:   g.stallEnd,
+		DiskSlow:        g.diskSlow,
+	}
+}
+
+func (g *diskGuard) backgroundError(err error) {
+	k := errorKind(err)
+	g.errs[k].Add(1)
+	g.mu.Lock()
+	g.lastErr = err
+	ok, suppressed := g.allowLog(k)
+	g.mu.Unlock()
+	if ok {
+		g.log.Error("store background error (one line per kind per minute)", "component", "pebble",
+			"kind", errorKinds[k], "suppressed", suppressed, "data_dir", g.dataDir, "err", err)
+	}
+}
+
+// allowLog is the per-kind rate limit: true at most once per
+// errorLogInterval, with how many lines were suppressed since. g.mu held.
+func (g *diskGuard) allowLog(slot int) (bool, uint64) {
+	now := g.now()
+	if !g.lastLog[slot].IsZero() && now.Sub(g.lastLog[slot]) < errorLogInterval {
+		g.suppressed[slot]++
+		return false, 0
+	}
+	n := g.suppressed[slot]
+	g.lastLog[slot], g.suppressed[slot] = now, 0
+	return true, n
+}
+
+func (g *diskGuard) flushEnd(info pebble.FlushInfo) {
+	if info.Err == nil || info.Err.Error() == "pebble: empty table" { // an empty flush succeeded
+		g.mu.Lock()
+		g.flushFails = 0
+		g.mu.Unlock()
+		return
+	}
+	g.mu.Lock()
+	g.flushFails++
+	n := g.flushFails
+	g.mu.Unlock()
+	if n == g.maxFailedFlushes {
+		what := fmt.Sprintf("%d consecutive memtable flushes failed", n)
+		if isENOSPC(info.Err) {
+			g.setFault(FaultFailedFlushes, diskFullError(g.dataDir, what, info.Err))
+			return
+		}
+		g.setFault(FaultFailedFlushes, fmt.Errorf("archive: %s: writes to the store in %s fail; check the disk and restart: %w", what, g.dataDir, info.Err))
+	}
+}
+
+func (g *diskGuard) stallBegin(info pebble.WriteStallBeginInfo) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stall != nil || g.closed {
+		return
+	}
+	g.stallSince, g.stallWhy = g.now(), info.Reason
+	g.stallGen++
+	gen := g.stallGen
+	g.stall = time.AfterFunc(g.maxStall, func() { g.stallExpired(gen) })
+}
+
+func (g *diskGuard) stallEnd() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stall != nil {
+		g.stall.Stop()
+		g.stall = nil
+	}
+}
+
+// stallExpired runs when a stall has lasted maxStall: unless it ended in
+// the meantime (gen is no longer the current stall), it is a fault, named
+// after the last background error.
+func (g *diskGuard) stallExpired(gen uint64) {
+	g.mu.Lock()
+	if g.stall == nil || g.stallGen != gen || g.closed {
+		g.mu.Unlock()
+		return
+	}
+	last, since, why := g.lastErr, g.now().Sub(g.stallSince), g.stallWhy
+	g.mu.Unlock()
+	what := fmt.Sprintf("no write has gone through for %v (pebble write stall: %s)", since.Round(time.Millisecond), why)
+	switch {
+	case isENOSPC(last):
+		g.setFault(FaultWriteStall, diskFullError(g.dataDir, what, last))
+	case last != nil:
+		g.setFault(FaultWriteStall, fmt.Errorf("archive: %s: writes to the store in %s fail; check the disk and restart: %w", what, g.dataDir, last))
+	default:
+		g.setFault(FaultWriteStall, fmt.Errorf("archive: %s with no error from the disk holding %s: it is stuck or far too slow; check it and restart", what, g.dataDir))
+	}
+}
+
+func (g *diskGuard) diskSlow(info pebble.DiskSlowInfo) {
+	g.mu.Lock()
+	ok, suppressed := g.allowLog(len(errorKinds))
+	g.mu.Unlock()
+	if ok {
+		g.log.Warn("store disk slow (one line per minute)", "component", "pebble", "suppressed", suppressed,
+			"path", info.Path, "op", info.OpType.String(), "duration", info.Duration)
+	}
+}
+
+// setFault records the first fault, logs it once at ERROR and closes
+// failed. Later faults are counted only.
+func (g *diskGuard) setFault(cause string, err error) {
+	c, _ := g.faults.LoadOrStore(cause, new(atomic.Uint64))
+	c.(*atomic.Uint64).Add(1)
+	fe := &FatalError{Err: err}
+	if !g.fault.CompareAndSwap(nil, fe) {
+		return
+	}
+	g.log.Error("store disk fault: the process stops", "cause", cause, "err", err)
+	close(g.failed)
+}
+
+// close stops the stall timer; events after it are ignored.
+func (g *diskGuard) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	if g.stall != nil {
+		g.stall.Stop()
+		g.stall = nil
+	}
+}
+
+// Faulted is closed when the store records a disk fault: a write stall
+// longer than Options.MaxWriteStall, Options.MaxFailedFlushes consecutive
+// failed flushes, or (CheckSpace) the volume below the free-space floor.
+// The writer may then be blocked inside a commit for good: whoever stops
+// the process must not wait for it without a bound.
+func (s *Store) Faulted() <-chan struct{} { return s.disk.failed }
+
+// Fault is the recorded disk fault (nil before one): a *FatalError whose
+// message names the data dir, and says "disk full at <dir>: free space and
+// restart" when the disk is full.
+func (s *Store) Fault() error {
+	if fe := s.disk.fault.Load(); fe != nil {
+		return fe
+	}
+	return nil
+}
+
+// BackgroundErrors is the number of Pebble background errors of a kind
+// (KindENOSPC, KindEIO, KindEMFILE, KindOther) since Open.
+func (s *Store) BackgroundErrors(kind string) uint64 {
+	for i, k := range errorKinds {
+		if k == kind {
+			return s.disk.errs[i].Load()
+		}
+	}
+	return 0
+}
+
+// freeSpace is the store's free-space floor check.
+type freeSpace struct {
+	setting int64 // Options.MinFree
+	stat    func(string) (diskspace.Space, error)
+}
+
+// CheckSpace reads the free space of the store's volume and, below the
+// floor (Options.MinFree), records a disk fault (see Faulted) and returns
+// it. It returns nil when the floor is off or the store's filesystem is not
+// the OS's (and no Options.Space was given); a failed statfs is returned
+// and is not a fault.
+func (s *Store) CheckSpace() error {
+	if s.space.stat == nil || s.space.setting < 0 {
+		return nil
+	}
+	if err := s.belowFloor(); err != nil {
+		if errors.Is(err, ErrDiskFull) {
+			s.disk.setFault(FaultMinFree, err)
+			return s.Fault()
+		}
+		return err
+	}
+	return nil
+}
+
+// belowFloor is the floor check itself: an ErrDiskFull error naming what is
+// free and the floor, nil above it.
+func (s *Store) belowFloor() error {
+	if s.space.stat == nil || s.space.setting < 0 {
+		return nil
+	}
+	sp, err := s.space.stat(s.dataDir)
+	if err != nil {
+		return fmt.Errorf("archive: free space of %s: %w", s.dataDir, err)
+	}
+	floor := diskspace.Floor(s.space.setting, sp.Total)
+	if !sp.Below(floor) {
+		return nil
+	}
+	return diskFullError(s.dataDir, fmt.Sprintf("%d bytes free of %d, below the floor of %d bytes (--min-free)", sp.Free, sp.Total, floor), nil)
+}
