@@ -16,6 +16,8 @@ import (
 	"github.com/cockroachdb/pebble/vfs/errorfs"
 
 	"github.com/backstream/backstream/internal/diskspace"
+	"github.com/backstream/backstream/internal/promtest"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // attr is the value of a record's attribute key, "" when absent.
@@ -153,8 +155,13 @@ func TestFailedFlushesAreAFault(t *testing.T) {
 		!strings.Contains(err.Error(), "20 consecutive memtable flushes failed") {
 		t.Fatalf("fault %v, want a FatalError saying disk full at /data after 20 failed flushes", err)
 	}
-	if n := s.BackgroundErrors(KindENOSPC); n < 20 {
-		t.Fatalf("%d enospc background errors counted, want ≥ 20", n)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewPebbleCollector(s))
+	if n := promtest.Value(t, reg, "backstream_store_background_errors_total", map[string]string{"kind": KindENOSPC}); n < 20 {
+		t.Fatalf("%v enospc background errors counted, want ≥ 20", n)
+	}
+	if n := promtest.Value(t, reg, "backstream_store_disk_faults_total", map[string]string{"cause": FaultFailedFlushes}); n != 1 {
+		t.Fatalf("failed_flushes faults %v, want 1", n)
 	}
 	if log.count() == 0 || log.count() > 3 { // the enospc line, the fault line, and maybe Pebble's own
 		t.Fatalf("%d ERROR lines: %v", log.count(), log.errors)

@@ -3,13 +3,18 @@ package archive
 // pebble_metrics.go exports Pebble's health at scrape time (no polling
 // goroutine): disk usage, compaction debt, L0 shape, read amplification, WAL.
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // PebbleCollector is a prometheus.Collector over the store's db.Metrics().
 type PebbleCollector struct {
 	s                                              *Store
 	disk, debt, l0Files, l0Sublevels, readAmp, wal *prometheus.Desc
 	compactions, flushes                           *prometheus.Desc
+	bgErrors, faults                               *prometheus.Desc
 }
 
 // NewPebbleCollector returns a collector for s; register it on the process
@@ -28,12 +33,16 @@ func NewPebbleCollector(s *Store) *PebbleCollector {
 		wal:         d("wal_bytes", "Live WAL bytes."),
 		compactions: d("compactions_total", "Compactions since the store was opened."),
 		flushes:     d("flushes_total", "Memtable flushes since the store was opened."),
+		bgErrors: prometheus.NewDesc("backstream_store_background_errors_total",
+			"Pebble background errors (failed flushes, compactions) by kind: enospc, eio, emfile, other.", []string{"kind"}, nil),
+		faults: prometheus.NewDesc("backstream_store_disk_faults_total",
+			"Disk faults that stop the process, by cause: write_stall, failed_flushes, min_free.", []string{"cause"}, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *PebbleCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.disk, c.debt, c.l0Files, c.l0Sublevels, c.readAmp, c.wal, c.compactions, c.flushes} {
+	for _, d := range []*prometheus.Desc{c.disk, c.debt, c.l0Files, c.l0Sublevels, c.readAmp, c.wal, c.compactions, c.flushes, c.bgErrors, c.faults} {
 		ch <- d
 	}
 }
@@ -43,6 +52,7 @@ func (c *PebbleCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.s == nil || c.s.db == nil {
 		return
 	}
+	c.collectDisk(ch)
 	m := c.s.db.Metrics()
 	g := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
 	g(c.disk, float64(m.DiskSpaceUsage()))
@@ -53,4 +63,18 @@ func (c *PebbleCollector) Collect(ch chan<- prometheus.Metric) {
 	g(c.wal, float64(m.WAL.Size))
 	ch <- prometheus.MustNewConstMetric(c.compactions, prometheus.CounterValue, float64(m.Compact.Count))
 	ch <- prometheus.MustNewConstMetric(c.flushes, prometheus.CounterValue, float64(m.Flush.Count))
+}
+
+// collectDisk exports the disk guard's counters (diskguard.go).
+func (c *PebbleCollector) collectDisk(ch chan<- prometheus.Metric) {
+	for i, k := range errorKinds {
+		ch <- prometheus.MustNewConstMetric(c.bgErrors, prometheus.CounterValue, float64(c.s.disk.errs[i].Load()), k)
+	}
+	for _, cause := range []string{FaultWriteStall, FaultFailedFlushes, FaultMinFree} {
+		v := 0.0
+		if n, ok := c.s.disk.faults.Load(cause); ok {
+			v = float64(n.(*atomic.Uint64).Load())
+		}
+		ch <- prometheus.MustNewConstMetric(c.faults, prometheus.CounterValue, v, cause)
+	}
 }

@@ -41,6 +41,16 @@ const (
 	// DefaultStopGrace is how long Run lets the components notice a
 	// stopped writer and stop on their own before it cancels them.
 	DefaultStopGrace = 5 * time.Second
+	// DefaultSpaceCheckPeriod is how often Run reads the store volume's
+	// free space against the floor (MinFree): a statfs every few seconds
+	// is free, and at a few MB/s of ingest a 1 GiB floor is minutes of
+	// margin.
+	DefaultSpaceCheckPeriod = 5 * time.Second
+	// DefaultFaultLinger is how long Run keeps the probes answering 503
+	// (and /status the error) after a full disk stops it, before it
+	// returns and the process's listener closes: a prober sees the
+	// failure, not only a refused connection.
+	DefaultFaultLinger = time.Second
 )
 
 // Config is one backstream process run. The zero value of every optional
@@ -93,6 +103,20 @@ type Config struct {
 
 	// StopGrace: see DefaultStopGrace.
 	StopGrace time.Duration
+	// MinFree is the free-space floor of the data dir's volume (serve's
+	// --min-free): 0 the default (the smaller of 1 GiB and 2 % of the
+	// volume, internal/diskspace), negative off. The store refuses to open
+	// below it and Run stops the process when the volume goes below it
+	// (checked every SpaceCheckPeriod, default DefaultSpaceCheckPeriod).
+	// Scratch spills use the same floor. It overrides Store.MinFree when
+	// set.
+	MinFree          int64
+	SpaceCheckPeriod time.Duration
+	// MaxWriteStall bounds a store write stall (archive.DefaultMaxWriteStall
+	// when zero); it overrides Store.MaxWriteStall when set.
+	MaxWriteStall time.Duration
+	// FaultLinger: see DefaultFaultLinger.
+	FaultLinger time.Duration
 	// Now is every component's clock (the writer's event times, due
 	// checks, backoff, phase timestamps). Default time.Now.
 	Now func() time.Time
@@ -129,6 +153,18 @@ func (c *Config) defaults() error {
 	if c.Store.Logger == nil {
 		c.Store.Logger = c.Logger
 	}
+	if c.MinFree != 0 {
+		c.Store.MinFree = c.MinFree
+	}
+	if c.MaxWriteStall != 0 {
+		c.Store.MaxWriteStall = c.MaxWriteStall
+	}
+	if c.SpaceCheckPeriod <= 0 {
+		c.SpaceCheckPeriod = DefaultSpaceCheckPeriod
+	}
+	if c.FaultLinger <= 0 {
+		c.FaultLinger = DefaultFaultLinger
+	}
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()
 	}
@@ -158,6 +194,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Store.Now == nil {
+		c.Store.Now = c.Now
 	}
 	return nil
 }
@@ -307,10 +346,14 @@ func (n *Node) lifecycleConfig(reg prometheus.Registerer, am *archive.Metrics) l
 }
 
 // Run drives the lifecycle until ctx is done (nil) or something stops the
-// process: the lifecycle's own error, or the writer stopping on a
-// persistence error. On a writer failure the probes fail at once; the
-// components get StopGrace to notice and stop on their own, then are
-// cancelled. Run may be called once.
+// process: the lifecycle's own error, the writer stopping on a persistence
+// error, or a disk fault of the store (a write stall past its bound, failed
+// flushes, the volume below the free-space floor, read every
+// SpaceCheckPeriod). On a writer failure or a disk fault the probes fail at
+// once; the components get StopGrace to notice and stop on their own, then
+// are cancelled. After a disk fault the writer may be blocked in a commit
+// for good: Run does not wait for it, and waits at most StopGrace for the
+// components after cancelling them. Run may be called once.
 func (n *Node) Run(ctx context.Context) error {
 	if n.ran.Swap(true) {
 		return errors.New("node: Run called twice")
@@ -323,52 +366,115 @@ func (n *Node) Run(ctx context.Context) error {
 		n.lcErr.Store(&err)
 		runErr <- err
 	}()
-	select {
-	case err := <-runErr:
-		if err == nil && ctx.Err() == nil {
-			err = errors.New("node: the lifecycle ended on its own (a bug)")
-		}
-		if err != nil {
-			n.health.Fail(err)
-		}
-		return err
-	case <-n.w.Done():
-		err := n.w.Err()
-		if err == nil {
-			err = errors.New("node: the archive writer stopped while the lifecycle ran (a bug)")
-		}
-		n.health.Fail(err)
+	tick := time.NewTicker(n.cfg.SpaceCheckPeriod)
+	defer tick.Stop()
+	for {
 		select {
-		case <-runErr:
-		case <-time.After(n.cfg.StopGrace):
+		case err := <-runErr:
+			if err == nil && ctx.Err() == nil {
+				err = errors.New("node: the lifecycle ended on its own (a bug)")
+			}
+			if err != nil {
+				n.health.Fail(err)
+			}
+			return err
+		case <-n.w.Done():
+			err := n.w.Err()
+			if err == nil {
+				err = errors.New("node: the archive writer stopped while the lifecycle ran (a bug)")
+			}
+			n.health.Fail(err)
+			select {
+			case <-runErr:
+			case <-time.After(n.cfg.StopGrace):
+				cancel()
+				<-runErr
+			}
+			n.linger(ctx, err)
+			return err
+		case <-n.store.Faulted():
+			err := n.store.Fault()
+			n.health.Fail(err)
 			cancel()
-			<-runErr
+			select {
+			case <-runErr:
+			case <-time.After(n.cfg.StopGrace):
+				n.log.Error("the components did not stop within the grace after the disk fault; not waiting for them", "grace", n.cfg.StopGrace)
+			}
+			n.linger(ctx, err)
+			return err
+		case <-tick.C:
+			// Below the floor, the store records a disk fault, which the
+			// next turn of the loop handles; a failed statfs is logged.
+			if err := n.store.CheckSpace(); err != nil && !errors.Is(err, archive.ErrDiskFull) {
+				n.log.Warn("cannot read the data dir's free space", "err", err)
+			}
 		}
-		return err
+	}
+}
+
+// linger keeps the probes failing for FaultLinger before Run returns on a
+// full disk or a disk fault (see DefaultFaultLinger).
+func (n *Node) linger(ctx context.Context, err error) {
+	if !errors.Is(err, archive.ErrDiskFull) && n.store.Fault() == nil {
+		return
+	}
+	t := time.NewTimer(n.cfg.FaultLinger)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }
 
 // Close stops the subscribe server, drains the writer and closes the client
 // and the store, in that order (subscribers read the store). It returns the
-// writer's fatal error if one stopped it. Safe to call more than once.
+// writer's fatal error if one stopped it, or the store's disk fault. After a
+// disk fault it waits at most StopGrace for the writer (which may be blocked
+// in a commit for good) and then leaves it and the store to the process
+// exit, saying so in the log. Safe to call more than once.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		if n.sub != nil {
 			_ = n.sub.Close()
 		}
+		stuck := false
 		if n.w != nil {
-			n.closeErr = n.w.Close()
+			n.closeErr, stuck = n.closeWriter()
 		}
 		if n.client != nil {
 			n.client.Close()
 		}
-		if n.store != nil {
+		if n.store != nil && !stuck {
 			if err := n.store.Close(); err != nil && n.closeErr == nil {
 				n.closeErr = err
 			}
 		}
 	})
 	return n.closeErr
+}
+
+// closeWriter closes the writer; after a disk fault it gives up after
+// StopGrace and reports the writer stuck.
+func (n *Node) closeWriter() (error, bool) {
+	done := make(chan error, 1)
+	go func() { done <- n.w.Close() }()
+	select {
+	case err := <-done:
+		return err, false
+	case <-n.store.Faulted():
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			err = n.store.Fault()
+		}
+		return err, false
+	case <-time.After(n.cfg.StopGrace):
+		n.log.Error("the archive writer is blocked in a store write after the disk fault; not waiting for it: the store is left open for the process exit to release (everything synced is kept)",
+			"waited", n.cfg.StopGrace)
+		return n.store.Fault(), true
+	}
 }
 
 // Handler serves /subscribe, /status, /healthz, /readyz and

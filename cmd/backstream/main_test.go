@@ -24,7 +24,7 @@ func TestFailedExitStatus(t *testing.T) {
 		code int
 		want string
 	}{
-		{"fatal store error", fmt.Errorf("a steady-state component stopped: %w", fatal), 2, "disk full: the volume holding /data has no space left"},
+		{"fatal store error", fmt.Errorf("a steady-state component stopped: %w", fatal), 2, "disk full at /data: free space and restart"},
 		{"usage", fmt.Errorf("%w: --relay: want an http(s) URL", errUsage), 2, "--relay"},
 		{"other", errors.New("http server: boom"), 1, "boom"},
 	} {

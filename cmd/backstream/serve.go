@@ -63,6 +63,8 @@ func serveCommand() *command {
 			fs.Int("devnet-accounts", 3000, "with --devnet: accounts in the simulated network")
 			fs.Float64("devnet-rate", 50, "with --devnet: live events per second")
 			fs.Duration("capture-wait", lifecycle.DefaultCaptureWait, "how long bootstrap waits for the firehose's first durable event before starting anyway")
+			fs.String("min-free", "auto", "free-space floor of the data dir's volume, e.g. 2GiB: below it ingest stops and the process exits (auto: the smaller of 1 GiB and 2% of the volume; off or 0: no floor)")
+			fs.Duration("max-write-stall", archive.DefaultMaxWriteStall, "longest store write stall before the process stops (a full or failing disk)")
 		},
 		run: runServe,
 	}
@@ -87,6 +89,8 @@ type serveOptions struct {
 	http                   httpOptions
 	backupDir              string
 	checkpointInterval     time.Duration
+	minFree                int64 // node.Config.MinFree: 0 auto, -1 off
+	maxWriteStall          time.Duration
 }
 
 func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
@@ -114,6 +118,7 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 		},
 		backupDir:          strings.TrimSpace(fs.str("backup-dir")),
 		checkpointInterval: fs.get("checkpoint-interval").(time.Duration),
+		maxWriteStall:      fs.get("max-write-stall").(time.Duration),
 	}
 	if o.retryWorkers < 1 || o.retryHostWorkers < 1 || o.retryInterval <= 0 || o.retryMaxDelay < o.retryInterval || o.retryScanPeriod <= 0 {
 		return serveOptions{}, fmt.Errorf("%w: --retry-workers and --retry-host-workers must be ≥ 1, and 0 < --retry-interval ≤ --retry-max-delay", errUsage)
@@ -171,7 +176,25 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 		return bad("--backfill-memory: %v", err)
 	}
 	o.memory = mem
+	if o.minFree, err = parseMinFree(fs.str("min-free")); err != nil {
+		return bad("--min-free: %v", err)
+	}
+	if o.maxWriteStall <= 0 {
+		return bad("--max-write-stall %s: must be positive", o.maxWriteStall)
+	}
 	return o, nil
+}
+
+// parseMinFree reads --min-free: auto (0), off or 0 (-1: no floor), or a
+// size.
+func parseMinFree(s string) (int64, error) {
+	switch t := strings.TrimSpace(s); {
+	case strings.EqualFold(t, "off") || t == "0":
+		return -1, nil
+	case t == "":
+		return 0, fmt.Errorf("%q: want auto, off, or a size such as 2GiB", s)
+	}
+	return parseBytes(s)
 }
 
 // parseBytes reads "auto" (0), a byte count, or a number with a unit
@@ -412,6 +435,7 @@ func (o serveOptions) nodeConfig(s *server, crash *crashpoint.Set) node.Config {
 		CaptureWait:    o.captureWait,
 		RetryWorkers:   o.retryWorkers, RetryHostWorkers: o.retryHostWorkers,
 		RetryInterval: o.retryInterval, RetryMaxDelay: o.retryMaxDelay, RetryScanPeriod: o.retryScanPeriod,
+		MinFree: o.minFree, MaxWriteStall: o.maxWriteStall,
 		Registry: s.reg, Logger: s.log, Crash: crash,
 		Server: s.sub, Health: &s.health,
 	}
