@@ -166,6 +166,7 @@ func TestFailedFlushesAreAFault(t *testing.T) {
 	if log.count() == 0 || log.count() > 3 { // the enospc line, the fault line, and maybe Pebble's own
 		t.Fatalf("%d ERROR lines: %v", log.count(), log.errors)
 	}
+	t.Logf("%d enospc background errors, %d ERROR lines", s.BackgroundErrors(KindENOSPC), log.count())
 	fail.Store(nil) // space freed: the flush goes through and Close can finish
 	if err := s.Close(); err != nil {
 		t.Fatal(err)

@@ -64,6 +64,23 @@
 // Fatalf: a WAL or manifest write) is a *FatalError returned by the commit
 // that hit it; the store never exits the process, the command does.
 //
+// # The disk (diskguard.go)
+//
+// Open installs a Pebble event listener: background errors (failed flushes
+// and compactions) are counted by kind (enospc, eio, emfile, other:
+// backstream_store_background_errors_total) and logged at ERROR once per
+// kind per minute, with how many were suppressed. Failures that do not fail
+// a commit leave the writer blocked inside Pebble's write stall, where it
+// cannot report anything, so the store records a disk fault itself
+// (Store.Faulted, Store.Fault: a *FatalError;
+// backstream_store_disk_faults_total) on a write stall longer than
+// MaxWriteStall (default 1 min), on MaxFailedFlushes consecutive failed
+// flushes (default 100), and (CheckSpace) when the volume's free space is
+// below the floor (Options.MinFree; default the smaller of 1 GiB and 2 %).
+// A full disk always says "disk full at <data-dir>: free space and restart"
+// (ErrDiskFull): a failed commit, a fault, Open below the floor, and Open on
+// a volume that cannot take the WAL replay.
+//
 // Open takes the LOCK file before Pebble opens: a lock someone holds is
 // ErrLocked, recognised by its errno or by Pebble's own error value, never by
 // a substring of a message.

@@ -47,7 +47,8 @@ type Options struct {
 	CacheSize int64
 	// MemTableSize is Pebble's memtable size in bytes (default 64 MiB).
 	MemTableSize uint64
-	// Now is the clock for timestamps written at creation (default time.Now).
+	// Now is the clock for timestamps written at creation and for the rate
+	// limit of the disk guard's log lines (default time.Now).
 	Now func() time.Time
 	// CommitHook (tests only; nil in production) is called with the keys of
 	// every synced batch (the Writer's and the store's own) before it is
@@ -486,6 +487,8 @@ type pebbleLogger struct {
 	onFatal func(*FatalError)
 }
 
+// Infof is Pebble's chatter, at debug level. Background errors do not come
+// here: the event listener (diskguard.go) takes them, at ERROR.
 func (l pebbleLogger) Infof(format string, args ...any) {
 	l.log.Debug(fmt.Sprintf(format, args...), "component", "pebble")
 }

@@ -1,13 +1,14 @@
 package node_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,24 +25,6 @@ import (
 	"github.com/backstream/backstream/node"
 	"github.com/backstream/backstream/oracle"
 )
-
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestDiskFaultStopsNode: a node in steady state with live traffic whose
 // disk goes bad stops by itself: /healthz and /readyz answer 503 before Run
@@ -104,9 +87,14 @@ func TestDiskFaultStopsNode(t *testing.T) {
 			defer sst.unhold()
 			var free atomic.Uint64
 			free.Store(50 << 30)
-			logs := &syncBuffer{}
+			logFile, err := os.Create(filepath.Join(t.TempDir(), "node.log"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer logFile.Close()
+			logs := func() string { b, _ := os.ReadFile(logFile.Name()); return string(b) }
 			cfg := sweepConfig(t, net.RelayURL(), archive.Options{FS: sst.wrap(vfs.NewMem())})
-			cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+			cfg.Logger = slog.New(slog.NewTextHandler(logFile, nil)) // the handler serialises its writes
 			cfg.StopGrace = time.Second
 			tc.setup(&cfg, sst, &free)
 			steady := make(chan struct{})
@@ -151,7 +139,7 @@ func TestDiskFaultStopsNode(t *testing.T) {
 					saw503 = true
 				}
 				if time.Since(start) > 30*time.Second {
-					t.Fatalf("Run did not return within 30 s of the fault:\n%s", logs)
+					t.Fatalf("Run did not return within 30 s of the fault:\n%s", logs())
 				}
 			}
 			took := time.Since(start)
@@ -170,11 +158,11 @@ func TestDiskFaultStopsNode(t *testing.T) {
 					t.Fatalf("Close: %v, want the fault", err)
 				}
 			case <-time.After(10 * time.Second):
-				t.Fatalf("Close did not return within 10 s after the fault:\n%s", logs)
+				t.Fatalf("Close did not return within 10 s after the fault:\n%s", logs())
 			}
 			t.Logf("fault to Run's return %v, probes 503 seen %v: %v", took.Round(time.Millisecond), saw503, runErr)
-			if tc.name == "write stall" && !strings.Contains(logs.String(), "blocked in a store write") {
-				t.Fatalf("the writer was not reported stuck:\n%s", logs)
+			if tc.name == "write stall" && !strings.Contains(logs(), "blocked in a store write") {
+				t.Fatalf("the writer was not reported stuck:\n%s", logs())
 			}
 		})
 	}

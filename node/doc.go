@@ -10,11 +10,17 @@
 //
 // Lifetime: New opens and builds everything but runs nothing; Run drives the
 // lifecycle until its context ends or something fatal happens (the
-// lifecycle's error, or the writer stopping on a persistence error: the
+// lifecycle's error, the writer stopping on a persistence error, or a disk
+// fault of the store: a write stall past its bound, failed flushes, or the
+// volume below the free-space floor, which Run reads every few seconds: the
 // probes fail at once, and the components get a grace period to stop on
-// their own before they are cancelled); Close releases everything in order
-// (subscribers, writer, client, store). A node runs once: a restart is a new
-// node over the same data directory.
+// their own before they are cancelled; on a full disk or a disk fault Run
+// keeps the probes at 503 for a second before it returns); Close releases
+// everything in order (subscribers, writer, client, store). After a disk
+// fault the writer may be blocked inside a store commit for good: Close
+// waits for it at most the grace period, then says so and leaves it and the
+// store to the process exit (everything synced is in the WAL). A node runs
+// once: a restart is a new node over the same data directory.
 //
 // Not here: flags, signals, the HTTP listener, /metrics and the status
 // report are the command's (cmd/backstream); each component's behaviour is
