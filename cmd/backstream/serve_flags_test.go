@@ -64,9 +64,27 @@ func TestServeFlagsRefused(t *testing.T) {
 		{"--repos", "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa", "--max-repos", "5"},
 		{"--backfill-memory", "lots"},
 		{"--backfill-memory", "-1GiB"},
+		{"--min-free", "plenty"},
+		{"--min-free", "-1GiB"},
+		{"--max-write-stall", "0s"},
 	} {
 		if _, err := serveFlags(t, args, nil); !errors.Is(err, errUsage) {
 			t.Errorf("%q: %v, want a usage error", args, err)
+		}
+	}
+}
+
+// TestServeMinFree: --min-free is node.Config.MinFree: auto is 0 (the
+// default floor), off and 0 are negative (no floor), a size is itself; and
+// the floor and the write-stall bound reach the node.
+func TestServeMinFree(t *testing.T) {
+	for in, want := range map[string]int64{"auto": 0, "off": -1, "OFF": -1, "0": -1, "2GiB": 2 << 30} {
+		o, err := serveFlags(t, nil, []string{"BACKSTREAM_MIN_FREE=" + in, "BACKSTREAM_MAX_WRITE_STALL=90s"})
+		if err != nil || o.minFree != want || o.maxWriteStall != 90*time.Second {
+			t.Errorf("--min-free %q: %d, %v (stall %v); want %d", in, o.minFree, err, o.maxWriteStall, want)
+		}
+		if c := o.nodeConfig(&server{}, nil); c.MinFree != want || c.MaxWriteStall != 90*time.Second {
+			t.Errorf("--min-free %q: node.Config.MinFree %d, MaxWriteStall %v", in, c.MinFree, c.MaxWriteStall)
 		}
 	}
 }

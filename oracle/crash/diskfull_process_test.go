@@ -64,7 +64,10 @@ func diskFullRun(t *testing.T, args []string, leave uint64, within time.Duration
 		t.Fatal(err)
 	}
 	defer net.Close()
-	h := crash.New(t, net, crash.Options{Args: append(append([]string{}, serveArgs...), args...), Subscribe: true})
+	// A short capture wait and settle: the world is small and the
+	// restart's convergence is checked exactly by Finish anyway.
+	args = append(append(append([]string{}, serveArgs...), "--capture-wait", "1s"), args...)
+	h := crash.New(t, net, crash.Options{Args: args, Subscribe: true, Settle: time.Second})
 	mountTmpfs(t, h.DataDir, "64m")
 
 	p := h.Start()
