@@ -369,6 +369,7 @@ func (n *Node) Run(ctx context.Context) error {
 	}()
 	tick := time.NewTicker(n.cfg.SpaceCheckPeriod)
 	defer tick.Stop()
+	statFailed := false
 	for {
 		select {
 		case err := <-runErr:
@@ -394,23 +395,39 @@ func (n *Node) Run(ctx context.Context) error {
 			n.linger(ctx, err)
 			return err
 		case <-n.store.Faulted():
-			err := n.store.Fault()
-			n.health.Fail(err)
-			cancel()
-			select {
-			case <-runErr:
-			case <-time.After(n.cfg.StopGrace):
-				n.log.Error("the components did not stop within the grace after the disk fault; not waiting for them", "grace", n.cfg.StopGrace)
-			}
-			n.linger(ctx, err)
-			return err
+			return n.stopOnFault(ctx, cancel, runErr)
 		case <-tick.C:
-			// Below the floor, the store records a disk fault, which the
-			// next turn of the loop handles; a failed statfs is logged.
-			if err := n.store.CheckSpace(); err != nil && !errors.Is(err, archive.ErrDiskFull) {
-				n.log.Warn("cannot read the data dir's free space", "err", err)
-			}
+			n.checkSpace(&statFailed)
 		}
+	}
+}
+
+// stopOnFault stops the lifecycle after the store's disk fault: the probes
+// fail at once, the components are cancelled and get StopGrace to return
+// (one blocked on the writer may never), and the probes stay at 503 for
+// FaultLinger.
+func (n *Node) stopOnFault(ctx context.Context, cancel context.CancelFunc, runErr <-chan error) error {
+	err := n.store.Fault()
+	n.health.Fail(err)
+	cancel()
+	select {
+	case <-runErr:
+	case <-time.After(n.cfg.StopGrace):
+		n.log.Error("the components did not stop within the grace after the disk fault; not waiting for them", "grace", n.cfg.StopGrace)
+	}
+	n.linger(ctx, err)
+	return err
+}
+
+// checkSpace reads the volume's free space against the floor: below it the
+// store records a disk fault, which Run's next turn handles. Only the first
+// failed statfs is logged (failed says whether one was), not one line
+// every period.
+func (n *Node) checkSpace(failed *bool) {
+	err := n.store.CheckSpace()
+	if err != nil && !errors.Is(err, archive.ErrDiskFull) && !*failed {
+		*failed = true
+		n.log.Warn("cannot read the data dir's free space; the free-space floor is not enforced while this lasts", "err", err)
 	}
 }
 
