@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/backstream/backstream/internal/citest"
 	"github.com/backstream/backstream/internal/diskspace"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/crash"
@@ -30,12 +31,7 @@ import (
 )
 
 func TestDiskFullUnderLiveTraffic(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("BACKSTREAM_CI") == "1" {
-			t.Fatal("the disk-full process test mounts a tmpfs and needs root (BACKSTREAM_CI=1)")
-		}
-		t.Skip("the disk-full process test mounts a tmpfs: root only")
-	}
+	citest.NeedRoot(t) // it mounts a tmpfs
 	for _, tc := range []struct {
 		name string
 		args []string
