@@ -65,6 +65,9 @@ const (
 	FaultMinFree       = "min_free"
 )
 
+// faultCauses index the per-cause counters.
+var faultCauses = [...]string{FaultWriteStall, FaultFailedFlushes, FaultMinFree}
+
 // errorKind classes a background error. Pebble wraps the errno through
 // cockroachdb/errors (errors.Is finds it); a cause formatted into text only
 // is recognised by the errno's message.
@@ -96,7 +99,7 @@ type diskGuard struct {
 	maxFailedFlushes int
 
 	errs   [len(errorKinds)]atomic.Uint64
-	faults sync.Map // cause → *atomic.Uint64
+	faults [len(faultCauses)]atomic.Uint64
 	fault  atomic.Pointer[FatalError]
 	failed chan struct{} // closed with the first fault
 
@@ -239,8 +242,11 @@ func (g *diskGuard) diskSlow(info pebble.DiskSlowInfo) {
 // setFault records the first fault, logs it once at ERROR and closes
 // failed. Later faults are counted only.
 func (g *diskGuard) setFault(cause string, err error) {
-	c, _ := g.faults.LoadOrStore(cause, new(atomic.Uint64))
-	c.(*atomic.Uint64).Add(1)
+	for i, c := range faultCauses {
+		if c == cause {
+			g.faults[i].Add(1)
+		}
+	}
 	fe := &FatalError{Err: err}
 	if !g.fault.CompareAndSwap(nil, fe) {
 		return

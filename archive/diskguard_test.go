@@ -338,6 +338,11 @@ func TestFreeSpaceFloor(t *testing.T) {
 	default:
 		t.Fatal("below the floor is no fault")
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewPebbleCollector(s))
+	if n := promtest.Value(t, reg, "backstream_store_disk_faults_total", map[string]string{"cause": FaultMinFree}); n != 1 {
+		t.Fatalf("min_free faults %v, want 1", n)
+	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,9 @@ var ErrClosed = errors.New("writer closed")
 var ErrLocked = errors.New("the store is locked")
 
 // FatalError is an unrecoverable store failure reported by Pebble (a failed
-// WAL or manifest write, a broken internal invariant): Pebble cannot continue
+// WAL or manifest write, a broken internal invariant), or a disk fault the
+// store recorded (Store.Fault: a write stall past its bound, failed
+// flushes, the volume below the free-space floor): Pebble cannot continue
 // after one, so neither can the process. The message is the operator's: it
 // names the data dir and a full disk as such.
 type FatalError struct{ Err error }

@@ -3,11 +3,7 @@ package archive
 // pebble_metrics.go exports Pebble's health at scrape time (no polling
 // goroutine): disk usage, compaction debt, L0 shape, read amplification, WAL.
 
-import (
-	"sync/atomic"
-
-	"github.com/prometheus/client_golang/prometheus"
-)
+import "github.com/prometheus/client_golang/prometheus"
 
 // PebbleCollector is a prometheus.Collector over the store's db.Metrics().
 type PebbleCollector struct {
@@ -70,11 +66,7 @@ func (c *PebbleCollector) collectDisk(ch chan<- prometheus.Metric) {
 	for i, k := range errorKinds {
 		ch <- prometheus.MustNewConstMetric(c.bgErrors, prometheus.CounterValue, float64(c.s.disk.errs[i].Load()), k)
 	}
-	for _, cause := range []string{FaultWriteStall, FaultFailedFlushes, FaultMinFree} {
-		v := 0.0
-		if n, ok := c.s.disk.faults.Load(cause); ok {
-			v = float64(n.(*atomic.Uint64).Load())
-		}
-		ch <- prometheus.MustNewConstMetric(c.faults, prometheus.CounterValue, v, cause)
+	for i, cause := range faultCauses {
+		ch <- prometheus.MustNewConstMetric(c.faults, prometheus.CounterValue, float64(c.s.disk.faults[i].Load()), cause)
 	}
 }

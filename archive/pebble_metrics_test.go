@@ -22,7 +22,7 @@ func TestPebbleCollector(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewPebbleCollector(s))
-	if n, err := testutil.GatherAndCount(reg); err != nil || n != 8+len(errorKinds)+3 {
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 8+len(errorKinds)+len(faultCauses) {
 		t.Fatalf("%d metrics, %v", n, err)
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
