@@ -451,7 +451,9 @@ func checkpointLocal(dataDir, to string, log *slog.Logger) (*checkpointResult, e
 	if err := ro.Close(); err != nil {
 		return nil, fmt.Errorf("checkpoint: close %s: %w", dataDir, err)
 	}
-	store, err := archive.Open(dataDir, archive.Options{Logger: log, CacheSize: 8 << 20})
+	// No free-space floor: copying the store off a full volume is how an
+	// operator gets out of one.
+	store, err := archive.Open(dataDir, archive.Options{Logger: log, CacheSize: 8 << 20, MinFree: -1})
 	if err != nil {
 		if errors.Is(err, archive.ErrLocked) {
 			return nil, fmt.Errorf("checkpoint: %s was taken by another process meanwhile: checkpoint through it with --admin-listen (%w)", dataDir, err)
