@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -79,6 +80,23 @@ type Options struct {
 	LoopbackHosts []string
 	// Metrics may be nil.
 	Metrics *Metrics
+
+	// Download limits (limits.go). ScratchBudget bounds the bytes of every
+	// scratch file together (default half the scratch volume's space above
+	// its floor, at most DefaultScratchBudgetMax); MinFree is the scratch
+	// volume's free-space floor (0: diskspace.Floor's default); a body
+	// slower than MinBodyBytes per BodyWindow fails with ErrSlowBody
+	// (defaults DefaultMinBodyBytes, DefaultBodyWindow; negative
+	// MinBodyBytes: no minimum); HostWorkers caps concurrent downloads per
+	// redirect target host (default DefaultHostWorkers).
+	ScratchBudget int64
+	MinFree       int64
+	MinBodyBytes  int64
+	BodyWindow    time.Duration
+	HostWorkers   int
+	// Logger receives the limits' log lines (at most one a minute per
+	// limit); nil discards.
+	Logger *slog.Logger
 }
 
 // RepoSource is what enumeration and backfill need from the network.
@@ -101,6 +119,9 @@ type Client struct {
 	transport *http.Transport
 	http      *http.Client
 	bufs      sync.Pool
+	trips     *trips
+	scratch   *scratchSpace
+	hosts     *hostSlots
 }
 
 // New builds a Client for the relay at relayURL (http or https). Loopback
@@ -147,6 +168,18 @@ func New(relayURL string, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("upstream: new: %w", err)
 	}
+	if opts.MinBodyBytes == 0 {
+		opts.MinBodyBytes = DefaultMinBodyBytes
+	}
+	if opts.BodyWindow <= 0 {
+		opts.BodyWindow = DefaultBodyWindow
+	}
+	if opts.HostWorkers <= 0 {
+		opts.HostWorkers = DefaultHostWorkers
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
 	if err := os.MkdirAll(opts.ScratchDir, 0o755); err != nil {
 		return nil, fmt.Errorf("upstream: new: scratch dir: %w", err)
 	}
@@ -156,6 +189,11 @@ func New(relayURL string, opts Options) (*Client, error) {
 		policy:    policy,
 		opts:      opts,
 		metrics:   opts.Metrics,
+		trips:     &trips{log: opts.Logger, metrics: opts.Metrics, last: map[string]time.Time{}},
+	}
+	c.hosts = &hostSlots{max: opts.HostWorkers, trips: c.trips, n: map[string]int{}}
+	if c.scratch, err = newScratchSpace(opts.ScratchDir, opts.ScratchBudget, opts.MinFree, c.trips); err != nil {
+		return nil, err
 	}
 	c.bufs.New = func() any { b := make([]byte, 128<<10); return &b }
 	g := &guardedDialer{
@@ -403,6 +441,9 @@ func (c *Client) transportError(ctx, reqCtx context.Context, op, host string, er
 	case errors.Is(context.Cause(reqCtx), ErrIdleTimeout):
 		e.kind = ErrIdleTimeout
 		e.Err = fmt.Errorf("%w: no byte for %s", ErrIdleTimeout, c.opts.IdleBodyTimeout)
+	case errors.Is(context.Cause(reqCtx), ErrSlowBody):
+		e.kind = ErrSlowBody
+		e.Err = fmt.Errorf("%w: under %d bytes in %s", ErrSlowBody, c.opts.MinBodyBytes, c.opts.BodyWindow)
 	default:
 		e.kind = kindOf(err)
 		if e.kind == context.Canceled || e.kind == context.DeadlineExceeded {

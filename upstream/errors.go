@@ -55,6 +55,18 @@ var (
 	// ErrMalformedResponse: a 200 response whose body could not be parsed.
 	// Also matches ErrPermanent.
 	ErrMalformedResponse = errors.New("malformed response")
+	// ErrSlowBody: the body arrived slower than the minimum throughput
+	// (Options.MinBodyBytes per Options.BodyWindow). Also matches
+	// ErrTransient.
+	ErrSlowBody = errors.New("body slower than the minimum throughput")
+	// ErrHostBusy: the redirect target already serves as many downloads as
+	// Options.HostWorkers allows. Also matches ErrTransient.
+	ErrHostBusy = errors.New("download host at its concurrency cap")
+	// ErrLocal: our own scratch space failed or refused the spill: the
+	// scratch budget is held by other downloads, the volume is below its
+	// free-space floor, or a scratch write failed (ENOSPC). Not the
+	// upstream's fault: ClassLocal, retried after a backoff.
+	ErrLocal = errors.New("local scratch space unavailable")
 )
 
 // Class is the coarse decision a caller takes on an upstream error.
@@ -77,6 +89,9 @@ const (
 	// ClassCanceled: the caller's context ended (canceled or its deadline
 	// passed); errors.Is(err, context.DeadlineExceeded) tells which.
 	ClassCanceled
+	// ClassLocal: our own scratch space (ErrLocal); back off and retry,
+	// never fatal, never the upstream's fault.
+	ClassLocal
 )
 
 var classNames = [...]string{
@@ -87,6 +102,7 @@ var classNames = [...]string{
 	ClassTransient:   "transient",
 	ClassPermanent:   "permanent",
 	ClassCanceled:    "canceled",
+	ClassLocal:       "local",
 }
 
 // String returns a stable snake_case name, usable as a metric label.
@@ -215,13 +231,21 @@ func (e *Error) Is(target error) bool {
 	case ErrPermanent:
 		return isPermanentKind(e.kind)
 	case ErrTransient:
-		return e.kind == ErrIdleTimeout
+		return isTransientKind(e.kind)
 	}
 	return false
 }
 
 // Kind returns the sentinel this error was classified as.
 func (e *Error) Kind() error { return e.kind }
+
+func isTransientKind(k error) bool {
+	switch k {
+	case ErrIdleTimeout, ErrSlowBody, ErrHostBusy:
+		return true
+	}
+	return false
+}
 
 func isPermanentKind(k error) bool {
 	switch k {
@@ -252,8 +276,10 @@ func classOfKind(k error) Class {
 		return ClassUnavailable
 	case ErrRateLimited:
 		return ClassRateLimited
-	case ErrTransient, ErrIdleTimeout:
+	case ErrTransient, ErrIdleTimeout, ErrSlowBody, ErrHostBusy:
 		return ClassTransient
+	case ErrLocal:
+		return ClassLocal
 	case context.Canceled, context.DeadlineExceeded:
 		return ClassCanceled
 	default:
@@ -300,6 +326,12 @@ func kindOf(err error) error {
 		return ErrTooLarge
 	case errors.Is(err, ErrIdleTimeout):
 		return ErrIdleTimeout
+	case errors.Is(err, ErrSlowBody):
+		return ErrSlowBody
+	case errors.Is(err, ErrHostBusy):
+		return ErrHostBusy
+	case errors.Is(err, ErrLocal):
+		return ErrLocal
 	case errors.Is(err, context.Canceled):
 		return context.Canceled
 	case errors.Is(err, context.DeadlineExceeded):

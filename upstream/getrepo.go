@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
@@ -38,6 +39,8 @@ type Download struct {
 	Redirects int
 	// Duration covers request start to the last body byte.
 	Duration time.Duration
+
+	spill *spill // the scratch budget Path holds; returned by Remove
 }
 
 // Open opens the CAR for reading: the scratch file, or the in-memory body.
@@ -48,18 +51,18 @@ func (d *Download) Open() (io.ReadCloser, error) {
 	return os.Open(d.Path)
 }
 
-// Remove deletes the scratch file; removing twice is not an error.
+// Remove deletes the scratch file and returns its bytes to the scratch
+// budget; removing twice is not an error.
 func (d *Download) Remove() error {
 	if d == nil || d.Path == "" {
 		return nil
 	}
+	defer d.spill.release()
 	if err := os.Remove(d.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("upstream: remove scratch: %w", err)
 	}
 	return nil
 }
-
-type hopsKey struct{}
 
 // GetRepo downloads the full repository of did through the relay
 // (GET <relay>/xrpc/com.atproto.sync.getRepo?did=..., Accept:
@@ -70,10 +73,15 @@ type hopsKey struct{}
 // behind. Classify gives: ClassNotFound / ClassUnavailable from the XRPC
 // error name; ClassRateLimited for 429 (RetryAfter(err) for the wait);
 // ClassTransient for 5xx, 408, resets, unexpected EOF, connect, header and
-// idle-body timeouts; ClassPermanent for other statuses, refused redirects
-// (ErrForbiddenRedirect), too many redirects (ErrTooManyRedirects), a body
-// over the cap (ErrTooLarge) or an invalid DID; ClassCanceled when ctx ends.
-// The CAR is not parsed or verified here.
+// idle-body timeouts, a body under the minimum throughput (ErrSlowBody) and
+// a redirect target at its concurrency cap (ErrHostBusy); ClassPermanent
+// for other statuses, refused redirects (ErrForbiddenRedirect), too many
+// redirects (ErrTooManyRedirects), a body over the cap or over the whole
+// scratch budget (ErrTooLarge) or an invalid DID; ClassLocal when our own
+// scratch space refuses the spill (ErrLocal: budget held by other
+// downloads, volume below its free-space floor, a failed write such as
+// ENOSPC); ClassCanceled when ctx ends. The CAR is not parsed or verified
+// here.
 func (c *Client) GetRepo(ctx context.Context, did string) (*Download, error) {
 	const op = "getRepo"
 	d, err := c.getRepo(ctx, did)
@@ -90,8 +98,9 @@ func (c *Client) getRepo(ctx context.Context, did string) (*Download, error) {
 		return nil, &Error{Op: op, Err: fmt.Errorf("invalid DID: %w", err), kind: ErrPermanent}
 	}
 	start := time.Now()
-	hops := new(int)
-	reqCtx, cancel := context.WithCancelCause(context.WithValue(ctx, hopsKey{}, hops))
+	st := new(getRepoState)
+	defer c.releaseSlot(st)
+	reqCtx, cancel := context.WithCancelCause(context.WithValue(ctx, getRepoStateKey{}, st))
 	defer cancel(nil)
 	q := url.Values{}
 	q.Set("did", did)
@@ -118,50 +127,83 @@ func (c *Client) getRepo(ctx context.Context, did string) (*Download, error) {
 			Err: fmt.Errorf("%w: Content-Length %d > %d", ErrTooLarge, resp.ContentLength, c.opts.MaxCARBytes), kind: ErrTooLarge}
 	}
 	body := io.Reader(&watchedReader{r: resp.Body, w: w})
+	if c.opts.MinBodyBytes > 0 {
+		rw := startRateWatch(c.opts.MinBodyBytes, c.opts.BodyWindow, cancel)
+		defer rw.stop()
+		body = &ratedReader{r: body, w: rw}
+	}
+	d, err := c.readBody(resp, body)
+	if err != nil {
+		var ue *Error
+		if errors.As(err, &ue) && ue.Op == "" {
+			ue.Op, ue.Host, ue.StatusCode = op, host, resp.StatusCode
+			return nil, ue
+		}
+		if errors.Is(context.Cause(reqCtx), ErrSlowBody) {
+			c.trips.trip(slog.LevelInfo, limitMinBodyRate, "upstream: getRepo body under the minimum throughput; cut",
+				"host", host, "min_bytes", c.opts.MinBodyBytes, "window", c.opts.BodyWindow)
+		}
+		return nil, c.transportError(ctx, reqCtx, op, host, err)
+	}
+	d.DID, d.FinalHost, d.Redirects, d.Duration = did, host, st.hops, time.Since(start)
+	return d, nil
+}
+
+// readBody reads a 200 body: into memory when it fits MemoryBodyBytes, else
+// into a scratch file within the scratch budget and above the free-space
+// floor. Errors of its own are *Error without Op; the file is removed and
+// its budget returned on every error.
+func (c *Client) readBody(resp *http.Response, body io.Reader) (*Download, error) {
 	var prefix []byte
 	if lim := c.opts.MemoryBodyBytes; lim > 0 && resp.ContentLength <= lim {
 		// Small (or unannounced): read up to the limit into memory.
 		buf, err := io.ReadAll(io.LimitReader(body, lim+1))
 		if err != nil {
-			return nil, c.transportError(ctx, reqCtx, op, host, err)
+			return nil, err
 		}
 		if int64(len(buf)) <= lim {
-			return &Download{DID: did, Body: buf, Size: int64(len(buf)), FinalHost: host, Redirects: *hops, Duration: time.Since(start)}, nil
+			return &Download{Body: buf, Size: int64(len(buf))}, nil
 		}
 		prefix = buf // larger than announced: spill to the scratch file
 	}
+	if resp.ContentLength > c.scratch.budget {
+		return nil, &Error{Err: fmt.Errorf("%w: Content-Length %d > scratch budget %d", ErrTooLarge, resp.ContentLength, c.scratch.budget), kind: ErrTooLarge}
+	}
+	p := &spill{space: c.scratch}
+	// Before the first byte: room for the announced length (or a first
+	// read) above the floor.
+	if err := c.scratch.checkFloor(max(resp.ContentLength, 0)); err != nil {
+		return nil, err
+	}
+	p.next = floorCheckEvery
 	f, err := os.CreateTemp(c.opts.ScratchDir, "getrepo-*.car")
 	if err != nil {
-		// Our own disk, not upstream: still an *Error so callers have one
-		// contract, but permanent so nobody hammers a full disk.
-		return nil, &Error{Op: op, Host: host, Err: fmt.Errorf("scratch file: %w", err), kind: ErrPermanent}
+		return nil, c.scratchWriteError(err)
 	}
-	n, err := c.copyCapped(f, io.MultiReader(bytes.NewReader(prefix), body))
+	n, err := c.copyCapped(f, io.MultiReader(bytes.NewReader(prefix), body), p)
 	if cerr := f.Close(); err == nil && cerr != nil {
-		err = &Error{Op: op, Host: host, Err: fmt.Errorf("scratch file: %w", cerr), kind: ErrPermanent}
+		err = c.scratchWriteError(cerr)
 	}
 	if err != nil {
 		_ = os.Remove(f.Name())
-		var ue *Error
-		if errors.As(err, &ue) {
-			ue.Op, ue.Host, ue.StatusCode = op, host, resp.StatusCode
-			return nil, ue
-		}
-		return nil, c.transportError(ctx, reqCtx, op, host, err)
+		p.release()
+		return nil, err
 	}
-	return &Download{
-		DID:       did,
-		Path:      f.Name(),
-		Size:      n,
-		FinalHost: host,
-		Redirects: *hops,
-		Duration:  time.Since(start),
-	}, nil
+	return &Download{Path: f.Name(), Size: n, spill: p}, nil
+}
+
+// scratchWriteError is a failed scratch create, write or close: our own
+// disk (ENOSPC, EIO, a vanished directory), never the upstream's fault.
+func (c *Client) scratchWriteError(err error) error {
+	c.trips.trip(slog.LevelWarn, limitScratchWrite, "upstream: scratch write failed; spills back off", "dir", c.opts.ScratchDir, "err", err)
+	return &Error{Err: fmt.Errorf("%w: scratch file: %w", ErrLocal, err), kind: ErrLocal}
 }
 
 // copyCapped copies r to f, failing with an ErrTooLarge *Error as soon as
-// more than MaxCARBytes arrive.
-func (c *Client) copyCapped(f *os.File, r io.Reader) (int64, error) {
+// more than MaxCARBytes (or more than the whole scratch budget) arrive, and
+// with an ErrLocal *Error when the scratch budget or the volume's floor
+// refuses more.
+func (c *Client) copyCapped(f *os.File, r io.Reader, p *spill) (int64, error) {
 	bp := c.bufs.Get().(*[]byte)
 	defer c.bufs.Put(bp)
 	buf := *bp
@@ -173,8 +215,11 @@ func (c *Client) copyCapped(f *os.File, r io.Reader) (int64, error) {
 			if total > c.opts.MaxCARBytes {
 				return total, &Error{Err: fmt.Errorf("%w: more than %d bytes", ErrTooLarge, c.opts.MaxCARBytes), kind: ErrTooLarge}
 			}
+			if err := p.grow(int64(n), total); err != nil {
+				return total, err
+			}
 			if _, werr := f.Write(buf[:n]); werr != nil {
-				return total, &Error{Err: fmt.Errorf("scratch file: %w", werr), kind: ErrPermanent}
+				return total, c.scratchWriteError(werr)
 			}
 		}
 		if rerr == io.EOF {

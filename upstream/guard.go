@@ -255,10 +255,7 @@ func (c *Client) checkRedirect(req *http.Request, via []*http.Request) error {
 		c.metrics.refused("redirect", refusalReason(err))
 		return err
 	}
-	if hops, ok := req.Context().Value(hopsKey{}).(*int); ok {
-		*hops = len(via)
-	}
-	return nil
+	return c.redirected(req, len(via))
 }
 
 // checkTarget applies the static part of the policy to a redirect URL.

@@ -11,12 +11,15 @@ type Metrics struct {
 	bytes         prometheus.Counter
 	listDropped   *prometheus.CounterVec // reason
 	refusedTarget *prometheus.CounterVec // stage, reason
+	limited       *prometheus.CounterVec // limit
+	scratchHeld   prometheus.Gauge
+	scratchBudget prometheus.Gauge
 }
 
 // ErrorClasses is the closed set of classes Classify returns for an error
 // (every Class but ClassNone), for callers that label metrics with them.
 func ErrorClasses() []Class {
-	return []Class{ClassNotFound, ClassUnavailable, ClassRateLimited, ClassTransient, ClassPermanent, ClassCanceled}
+	return []Class{ClassNotFound, ClassUnavailable, ClassRateLimited, ClassTransient, ClassPermanent, ClassCanceled, ClassLocal}
 }
 
 // The closed label sets of this package's metrics. Every combination is
@@ -34,6 +37,8 @@ var (
 	// redirectReasons are the refusals only a redirect can meet
 	// (checkTarget's and the hop limit).
 	redirectReasons = []string{"scheme", "empty-host", "too_many"}
+	// limitNames are the download limits of limited (limits.go).
+	limitNames = []string{limitHostWorkers, limitMinBodyRate, limitScratchBudget, limitMinFree, limitScratchWrite}
 )
 
 // NewMetrics registers the upstream metrics on reg (nil: unregistered, still
@@ -44,6 +49,8 @@ var (
 //   - backstream_upstream_listrepos_dropped_total{reason=invalid_did|malformed}
 //   - backstream_upstream_refused_targets_total{stage=dial, reason=<policyReasons>} and
 //     {stage=redirect, reason=<policyReasons>|scheme|empty-host|too_many}
+//   - backstream_upstream_getrepo_limited_total{limit=host_workers|min_body_rate|scratch_budget|min_free|scratch_write}
+//   - backstream_upstream_scratch_bytes, backstream_upstream_scratch_budget_bytes
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -62,6 +69,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "backstream_upstream_refused_targets_total",
 			Help: "Redirect targets or dial addresses refused by the E14 policy.",
 		}, []string{"stage", "reason"}),
+		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backstream_upstream_getrepo_limited_total",
+			Help: "getRepo downloads stopped by a download limit: host_workers (per-host cap), min_body_rate (slow body), scratch_budget, min_free (scratch volume below its floor), scratch_write (a scratch write failed).",
+		}, []string{"limit"}),
+		scratchHeld: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "backstream_upstream_scratch_bytes",
+			Help: "Bytes of getRepo bodies held in scratch files (the shared scratch budget in use).",
+		}),
+		scratchBudget: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "backstream_upstream_scratch_budget_bytes",
+			Help: "The shared scratch budget of getRepo bodies in flight.",
+		}),
 	}
 	for _, ep := range requestEndpoints {
 		m.requests.WithLabelValues(ep, ClassNone.String())
@@ -79,8 +98,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range redirectReasons {
 		m.refusedTarget.WithLabelValues("redirect", r)
 	}
+	for _, l := range limitNames {
+		m.limited.WithLabelValues(l)
+	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.bytes, m.listDropped, m.refusedTarget)
+		reg.MustRegister(m.requests, m.bytes, m.listDropped, m.refusedTarget, m.limited, m.scratchHeld, m.scratchBudget)
 	}
 	return m
 }
@@ -114,4 +136,19 @@ func (m *Metrics) refused(stage, reason string) {
 		reason = "invalid"
 	}
 	m.refusedTarget.WithLabelValues(stage, reason).Inc()
+}
+
+func (m *Metrics) limit(name string) {
+	if m == nil {
+		return
+	}
+	m.limited.WithLabelValues(name).Inc()
+}
+
+func (m *Metrics) scratch(held, budget int64) {
+	if m == nil {
+		return
+	}
+	m.scratchHeld.Set(float64(held))
+	m.scratchBudget.Set(float64(budget))
 }

@@ -1,0 +1,314 @@
+// limits.go owns the bounds that keep getRepo downloads from exhausting the
+// process: one scratch budget shared by every download's spill, the scratch
+// volume's free-space floor (checked before and while a body spills), a
+// minimum body throughput, and a cap on concurrent downloads per redirect
+// target host. Every trip is counted
+// (backstream_upstream_getrepo_limited_total{limit}) and logged at most once
+// a minute per limit.
+
+package upstream
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/backstream/backstream/internal/diskspace"
+)
+
+// Defaults of the download limits in Options.
+const (
+	// DefaultMinBodyBytes per DefaultBodyWindow is the slowest body
+	// accepted: 64 KiB in every 20 s window, about 3 KiB/s. A PDS streams a
+	// CAR at megabytes per second; a body under this is a trickle holding a
+	// worker for nothing, and is cut within one window instead of at the
+	// attempt deadline (5 min).
+	DefaultMinBodyBytes = 64 << 10
+	DefaultBodyWindow   = 20 * time.Second
+	// DefaultHostWorkers caps concurrent downloads per redirect target
+	// host, so one slow host cannot hold every worker: with the bootstrap's
+	// 100 workers spread over a network's PDS hosts, 16 per host is rarely
+	// reached by a healthy host.
+	DefaultHostWorkers = 16
+	// DefaultScratchBudgetMax caps the default scratch budget (half the
+	// scratch volume's space above its floor when the client is built).
+	DefaultScratchBudgetMax = 64 << 30
+	// minScratchBudget is the least default budget, on a nearly full
+	// volume; the free-space floor still applies.
+	minScratchBudget = 64 << 20
+	// floorCheckEvery is how many spilled bytes pass between two
+	// free-space checks of the scratch volume.
+	floorCheckEvery = 16 << 20
+	// tripLogEvery spaces the log lines of one limit.
+	tripLogEvery = time.Minute
+)
+
+// Limit names: label values of backstream_upstream_getrepo_limited_total.
+const (
+	limitHostWorkers   = "host_workers"
+	limitMinBodyRate   = "min_body_rate"
+	limitScratchBudget = "scratch_budget"
+	limitMinFree       = "min_free"
+	limitScratchWrite  = "scratch_write"
+)
+
+// trips counts limit trips and logs each limit at most once a minute.
+type trips struct {
+	log     *slog.Logger
+	metrics *Metrics
+	mu      sync.Mutex
+	last    map[string]time.Time
+}
+
+func (t *trips) trip(level slog.Level, limit, msg string, attrs ...any) {
+	t.metrics.limit(limit)
+	now := time.Now()
+	t.mu.Lock()
+	due := now.Sub(t.last[limit]) >= tripLogEvery
+	if due {
+		t.last[limit] = now
+	}
+	t.mu.Unlock()
+	if due {
+		t.log.Log(context.Background(), level, msg, append([]any{"limit", limit}, attrs...)...)
+	}
+}
+
+// scratchSpace is the budget of every download's scratch file, and the
+// scratch volume's free-space floor.
+type scratchSpace struct {
+	dir    string
+	budget int64
+	floor  uint64
+	held   atomic.Int64
+	trips  *trips
+}
+
+func newScratchSpace(dir string, budget, minFree int64, t *trips) (*scratchSpace, error) {
+	sp, err := diskspace.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("upstream: new: scratch dir: %w", err)
+	}
+	s := &scratchSpace{dir: dir, budget: budget, floor: diskspace.Floor(minFree, sp.Total), trips: t}
+	if s.budget <= 0 {
+		s.budget = defaultScratchBudget(sp, s.floor)
+	}
+	t.metrics.scratch(0, s.budget)
+	return s, nil
+}
+
+// defaultScratchBudget is half the space above the floor, clamped to
+// [minScratchBudget, DefaultScratchBudgetMax].
+func defaultScratchBudget(sp diskspace.Space, floor uint64) int64 {
+	var above uint64
+	if sp.Free > floor {
+		above = sp.Free - floor
+	}
+	return int64(min(max(above/2, minScratchBudget), DefaultScratchBudgetMax))
+}
+
+// take reserves n more bytes of the budget; false when they do not fit.
+func (s *scratchSpace) take(n int64) bool {
+	if held := s.held.Add(n); held > s.budget {
+		s.held.Add(-n)
+		return false
+	}
+	return true
+}
+
+// give returns n bytes to the budget.
+func (s *scratchSpace) give(n int64) {
+	if n != 0 {
+		s.trips.metrics.scratch(s.held.Add(-n), s.budget)
+	}
+}
+
+// checkFloor fails with an ErrLocal *Error when writing need more bytes
+// would leave the scratch volume below its floor.
+func (s *scratchSpace) checkFloor(need int64) error {
+	sp, err := diskspace.Stat(s.dir)
+	if err != nil {
+		s.trips.trip(slog.LevelWarn, limitMinFree, "upstream: scratch volume unreadable; spills refused", "err", err)
+		return &Error{Err: fmt.Errorf("%w: %v", ErrLocal, err), kind: ErrLocal}
+	}
+	if sp.Free < uint64(max(need, 0)) || sp.Below(s.floor+uint64(max(need, 0))) {
+		s.trips.trip(slog.LevelWarn, limitMinFree, "upstream: scratch volume at its free-space floor; spills refused until space is freed",
+			"dir", s.dir, "free", sp.Free, "floor", s.floor)
+		return &Error{Err: fmt.Errorf("%w: scratch volume has %d bytes free, floor %d", ErrLocal, sp.Free, s.floor), kind: ErrLocal}
+	}
+	return nil
+}
+
+// spill is one download's share of the scratch space: the bytes it has
+// reserved, returned once when its file is removed.
+type spill struct {
+	space *scratchSpace
+	held  int64
+	next  int64 // spilled size at which the floor is checked again
+	once  sync.Once
+}
+
+// grow reserves n more bytes for a body of total bytes so far.
+func (p *spill) grow(n, total int64) error {
+	s := p.space
+	if total > s.budget {
+		// Larger than the whole budget: no retry can ever hold it.
+		return &Error{Err: fmt.Errorf("%w: more than the scratch budget of %d bytes", ErrTooLarge, s.budget), kind: ErrTooLarge}
+	}
+	if !s.take(n) {
+		s.trips.trip(slog.LevelWarn, limitScratchBudget, "upstream: scratch budget full; spills refused until downloads finish",
+			"budget", s.budget)
+		return &Error{Err: fmt.Errorf("%w: scratch budget of %d bytes held by other downloads", ErrLocal, s.budget), kind: ErrLocal}
+	}
+	p.held += n
+	s.trips.metrics.scratch(s.held.Load(), s.budget)
+	if total >= p.next {
+		p.next = total + floorCheckEvery
+		return s.checkFloor(0)
+	}
+	return nil
+}
+
+func (p *spill) release() {
+	if p != nil {
+		p.once.Do(func() { p.space.give(p.held) })
+	}
+}
+
+// hostSlots caps concurrent downloads per redirect target host.
+type hostSlots struct {
+	max   int
+	trips *trips
+	mu    sync.Mutex
+	n     map[string]int
+}
+
+// try takes a slot of host; false when the host is at its cap.
+func (h *hostSlots) try(host string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n[host] >= h.max {
+		return false
+	}
+	h.n[host]++
+	return true
+}
+
+func (h *hostSlots) release(host string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n[host]--; h.n[host] <= 0 {
+		delete(h.n, host)
+	}
+}
+
+// held is the number of slots host holds.
+func (h *hostSlots) held(host string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n[host]
+}
+
+// getRepoState is one getRepo call's redirect bookkeeping, carried in its
+// request context: the hops followed and the host whose slot it holds.
+type getRepoState struct {
+	hops int
+	slot string
+}
+
+type getRepoStateKey struct{}
+
+// redirected records a redirect of a getRepo request and takes the target
+// host's slot (the relay itself is exempt) before the target is requested,
+// releasing the previous target's. At the cap it fails with ErrHostBusy: the
+// worker moves on instead of waiting behind a slow host.
+func (c *Client) redirected(req *http.Request, hops int) error {
+	st, ok := req.Context().Value(getRepoStateKey{}).(*getRepoState)
+	if !ok {
+		return nil
+	}
+	st.hops = hops
+	host := canonicalHostPort(req.URL)
+	if host == c.relayAddr || host == st.slot {
+		return nil
+	}
+	c.releaseSlot(st)
+	if !c.hosts.try(host) {
+		c.trips.trip(slog.LevelInfo, limitHostWorkers, "upstream: download host at its concurrency cap; downloads to it fail fast and retry later",
+			"host", host, "cap", c.hosts.max)
+		return fmt.Errorf("%w: %s serves %d downloads", ErrHostBusy, host, c.hosts.max)
+	}
+	st.slot = host
+	return nil
+}
+
+func (c *Client) releaseSlot(st *getRepoState) {
+	if st.slot != "" {
+		c.hosts.release(st.slot)
+		st.slot = ""
+	}
+}
+
+// HostDownloads is the number of downloads holding a slot of host (host:port,
+// lower case, the scheme's default port filled in).
+func (c *Client) HostDownloads(host string) int { return c.hosts.held(strings.ToLower(host)) }
+
+// ScratchHeld is the number of scratch bytes held by downloads in flight or
+// not yet removed.
+func (c *Client) ScratchHeld() int64 { return c.scratch.held.Load() }
+
+// ScratchBudget is the shared scratch budget in bytes.
+func (c *Client) ScratchBudget() int64 { return c.scratch.budget }
+
+// rateWatch cancels a request whose body delivers fewer than min bytes in a
+// window. Reads cost one atomic add; the check runs once per window.
+type rateWatch struct {
+	min     int64
+	window  time.Duration
+	n       atomic.Int64
+	last    int64 // n at the previous check; only fire touches it
+	stopped atomic.Bool
+	cancel  context.CancelCauseFunc
+	timer   *time.Timer
+}
+
+func startRateWatch(min int64, window time.Duration, cancel context.CancelCauseFunc) *rateWatch {
+	w := &rateWatch{min: min, window: window, cancel: cancel}
+	w.timer = time.AfterFunc(window, w.fire)
+	return w
+}
+
+func (w *rateWatch) fire() {
+	if w.stopped.Load() {
+		return
+	}
+	got := w.n.Load()
+	if got-w.last < w.min {
+		w.cancel(ErrSlowBody)
+		return
+	}
+	w.last = got
+	w.timer.Reset(w.window)
+}
+
+func (w *rateWatch) stop() {
+	w.stopped.Store(true)
+	w.timer.Stop()
+}
+
+// Read counts the bytes of the body it wraps.
+type ratedReader struct {
+	r interface{ Read([]byte) (int, error) }
+	w *rateWatch
+}
+
+func (r *ratedReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	r.w.n.Add(int64(n))
+	return n, err
+}

@@ -1,0 +1,301 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/backstream/backstream/internal/diskspace"
+)
+
+// endlessBody writes 64 KiB chunks until the client goes away.
+func endlessBody(w http.ResponseWriter, r *http.Request) {
+	chunk := make([]byte, 64<<10)
+	for r.Context().Err() == nil {
+		if _, err := w.Write(chunk); err != nil {
+			return
+		}
+	}
+}
+
+// scratchBytes is the total size of the files in dir.
+func scratchBytes(dir string) int64 {
+	ents, _ := os.ReadDir(dir)
+	var n int64
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil {
+			n += fi.Size()
+		}
+	}
+	return n
+}
+
+// TestGetRepoScratchBudgetBoundsEndlessBodies: 16 concurrent never-ending
+// bodies, each allowed 64 MiB by the per-repo cap, never hold more scratch
+// than the shared budget (measured on disk by a sampler, not by the
+// client's own count); each ends too_large (larger than the whole budget:
+// no retry can hold it) or local (budget held by the others), and every
+// byte is returned.
+func TestGetRepoScratchBudgetBoundsEndlessBodies(t *testing.T) {
+	const budget = 4 << 20
+	pds := newServer(t, endlessBody)
+	c, scratch := testClient(t, pds.URL, func(o *Options) {
+		o.ScratchBudget = budget
+		o.MaxCARBytes = 64 << 20
+		o.MinFree = 1 // the floor is another test's subject
+	})
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			peak.Store(max(peak.Load(), scratchBytes(scratch)))
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	classes := make([]Class, 16)
+	for i := range classes {
+		wg.Go(func() {
+			_, err := c.GetRepo(context.Background(), testDID)
+			classes[i] = Classify(err)
+			if Classify(err) == ClassPermanent && !errors.Is(err, ErrTooLarge) {
+				t.Errorf("download %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	<-sampled
+	for i, cl := range classes {
+		if cl != ClassPermanent && cl != ClassLocal {
+			t.Errorf("download %d ended %v, want permanent (too large) or local", i, cl)
+		}
+	}
+	if p := peak.Load(); p > budget {
+		t.Errorf("scratch held %d bytes at its peak, budget %d", p, budget)
+	}
+	t.Logf("peak scratch %d bytes on disk for 16 endless bodies, budget %d", peak.Load(), budget)
+	if h := c.ScratchHeld(); h != 0 {
+		t.Errorf("%d scratch bytes still held after every download ended", h)
+	}
+	assertScratchEmpty(t, scratch)
+}
+
+// TestGetRepoScratchBudgetHeldUntilRemove: a finished download keeps its
+// bytes in the budget until Remove, so files waiting for verification
+// count too.
+func TestGetRepoScratchBudgetHeldUntilRemove(t *testing.T) {
+	pds := pdsServer(t)
+	c, _ := testClient(t, pds.URL, func(o *Options) { o.ScratchBudget = int64(len(carBody)) + 10 })
+	d, err := c.GetRepo(context.Background(), testDID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ScratchHeld() != d.Size {
+		t.Fatalf("held %d, want %d", c.ScratchHeld(), d.Size)
+	}
+	if _, err := c.GetRepo(context.Background(), testDID); Classify(err) != ClassLocal || !errors.Is(err, ErrLocal) {
+		t.Fatalf("second download with the budget held: %v (class %v), want local", err, Classify(err))
+	}
+	d.Remove()
+	d.Remove()
+	if c.ScratchHeld() != 0 {
+		t.Fatalf("held %d after Remove", c.ScratchHeld())
+	}
+	d2, err := c.GetRepo(context.Background(), testDID)
+	if err != nil {
+		t.Fatalf("download after Remove: %v", err)
+	}
+	d2.Remove()
+}
+
+// TestGetRepoScratchFloor: a scratch volume at its free-space floor refuses
+// a spill before any file exists, and a floor crossed while spilling stops
+// the body: both local, never permanent, the file removed.
+func TestGetRepoScratchFloor(t *testing.T) {
+	t.Run("before", func(t *testing.T) {
+		pds := newServer(t, endlessBody)
+		c, scratch := testClient(t, pds.URL, func(o *Options) { o.MinFree = 1 << 62 })
+		_, err := c.GetRepo(context.Background(), testDID)
+		if Classify(err) != ClassLocal || !errors.Is(err, ErrLocal) {
+			t.Fatalf("got %v (class %v), want local", err, Classify(err))
+		}
+		assertScratchEmpty(t, scratch)
+	})
+	t.Run("while spilling", func(t *testing.T) {
+		pds := newServer(t, endlessBody)
+		dir := t.TempDir()
+		sp, err := diskspace.Stat(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sp.Free < 256<<20 {
+			t.Fatalf("test volume has only %d bytes free", sp.Free)
+		}
+		// The floor sits 48 MiB below the free space: the first check
+		// passes, a later one (every 16 MiB) fails.
+		c, scratch := testClient(t, pds.URL, func(o *Options) {
+			o.ScratchDir = filepath.Join(dir, "scratch")
+			o.MinFree = int64(sp.Free) - 48<<20
+			o.MaxCARBytes = 1 << 30
+			o.ScratchBudget = 1 << 30
+		})
+		d, err := c.GetRepo(context.Background(), testDID)
+		if err == nil {
+			d.Remove()
+			t.Fatal("an endless body spilled past the floor")
+		}
+		if Classify(err) != ClassLocal || !errors.Is(err, ErrLocal) {
+			t.Fatalf("got %v (class %v), want local", err, Classify(err))
+		}
+		assertScratchEmpty(t, scratch)
+		if c.ScratchHeld() != 0 {
+			t.Fatalf("held %d", c.ScratchHeld())
+		}
+	})
+	t.Run("write fails", func(t *testing.T) {
+		c, scratch := testClient(t, pdsServer(t).URL, nil)
+		if err := os.Remove(scratch); err != nil {
+			t.Fatal(err)
+		}
+		_, err := c.GetRepo(context.Background(), testDID)
+		if Classify(err) != ClassLocal {
+			t.Fatalf("got %v (class %v), want local", err, Classify(err))
+		}
+	})
+}
+
+// TestGetRepoTrickleCut: a body sending one byte per 20 ms (far under 1 KiB
+// per 200 ms) but never idle long enough for the idle timeout is cut as
+// slow_body within about one window, not at the caller's deadline.
+func TestGetRepoTrickleCut(t *testing.T) {
+	pds := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		for r.Context().Err() == nil {
+			if _, err := w.Write([]byte{'x'}); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	c, scratch := testClient(t, pds.URL, func(o *Options) {
+		o.MinBodyBytes, o.BodyWindow = 1<<10, 200*time.Millisecond
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := c.GetRepo(ctx, testDID)
+	if !errors.Is(err, ErrSlowBody) || Classify(err) != ClassTransient {
+		t.Fatalf("got %v (class %v) after %v, want slow body", err, Classify(err), time.Since(start))
+	}
+	t.Logf("trickle cut after %v", time.Since(start))
+	assertScratchEmpty(t, scratch)
+}
+
+// TestGetRepoHostWorkersCap: downloads redirected by the relay to two PDS
+// hosts, held open by them: each host never serves more than the cap at
+// once; a download beyond it fails fast (host busy, transient) without the
+// host seeing the request, and the other host's downloads are unaffected.
+func TestGetRepoHostWorkersCap(t *testing.T) {
+	const cap = 2
+	release := make(chan struct{})
+	type host struct {
+		srv        *server
+		now, peak  atomic.Int64
+		arrivedAny chan struct{}
+	}
+	mk := func() *host {
+		h := &host{}
+		h.srv = newServer(t, func(w http.ResponseWriter, r *http.Request) {
+			n := h.now.Add(1)
+			defer h.now.Add(-1)
+			for p := h.peak.Load(); n > p && !h.peak.CompareAndSwap(p, n); p = h.peak.Load() {
+			}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			w.Write(carBody)
+		})
+		return h
+	}
+	a, b := mk(), mk()
+	relay := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		target := a
+		if r.URL.Query().Get("did") == testDID+"b" {
+			target = b
+		}
+		http.Redirect(w, r, target.srv.URL+"/car", http.StatusFound)
+	})
+	c, _ := testClient(t, relay.URL, func(o *Options) { o.HostWorkers = cap })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	type result struct {
+		d   *Download
+		err error
+	}
+	results := make(chan result, 6)
+	get := func(did string) {
+		go func() {
+			d, err := c.GetRepo(ctx, did)
+			results <- result{d, err}
+		}()
+	}
+	for range cap {
+		get(testDID)
+		get(testDID + "b")
+	}
+	waitFor(t, func() bool { return a.now.Load() == cap && b.now.Load() == cap })
+	get(testDID) // a third to host a: busy
+	r := <-results
+	if !errors.Is(r.err, ErrHostBusy) || Classify(r.err) != ClassTransient {
+		t.Fatalf("download beyond the cap: %v (class %v), want host busy", r.err, Classify(r.err))
+	}
+	if a.srv.hits.Load() != cap {
+		t.Fatalf("host a saw %d requests, want %d", a.srv.hits.Load(), cap)
+	}
+	close(release)
+	for range 2 * cap {
+		r := <-results
+		if r.err != nil {
+			t.Fatalf("held download: %v", r.err)
+		}
+		r.d.Remove()
+	}
+	if a.peak.Load() != cap || b.peak.Load() != cap {
+		t.Fatalf("peak concurrency a=%d b=%d, want %d each", a.peak.Load(), b.peak.Load(), cap)
+	}
+	hostA := a.srv.Listener.Addr().String()
+	if n := c.HostDownloads(hostA); n != 0 {
+		t.Fatalf("%d slots of %s still held", n, hostA)
+	}
+	d, err := c.GetRepo(ctx, testDID)
+	if err != nil {
+		t.Fatalf("after the slots were returned: %v", err)
+	}
+	d.Remove()
+}
+
+// waitFor polls cond until it holds, failing the test after 10 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
