@@ -250,7 +250,9 @@ const (
 	ClassBadCommit      = "bad_commit"     // undecodable commit, invalid rev, bad signature
 	ClassIncompleteCAR  = "incomplete_car" // truncated, missing block, partial tree (retried)
 	ClassInvalidCAR     = "invalid_car"    // bad block CID, malformed framing, invalid MST (retried)
-	ClassLocal          = "local"          // our own scratch I/O failed
+	ClassLocal          = "local"          // our own scratch space: budget held, volume at its floor, a failed write (retried after a backoff)
+	ClassSlowBody       = "slow_body"      // the body came slower than the minimum throughput (retried)
+	ClassHostBusy       = "host_busy"      // the PDS host was at its download cap (retried)
 	ClassDeactivated    = "deactivated"    // unavailable classes: the account status
 	ClassSuspended      = "suspended"
 	ClassTakendown      = "takendown"
@@ -426,8 +428,15 @@ func decide(err error) decision {
 	switch {
 	case errors.As(err, &te):
 		return decision{kindFail, ClassTimeout}
-	case errors.As(err, &le):
-		return decision{kindFail, ClassLocal}
+	case errors.As(err, &le), upstream.Classify(err) == upstream.ClassLocal:
+		// Our own disk: not the repo's fault and not fatal. Back off on
+		// the ordinary budget; a spill never grows past the scratch budget
+		// or below the volume's floor, so retries cannot fill the volume.
+		return decision{kindRetry, ClassLocal}
+	case errors.Is(err, upstream.ErrSlowBody):
+		return decision{kindRetry, ClassSlowBody}
+	case errors.Is(err, upstream.ErrHostBusy):
+		return decision{kindRetry, ClassHostBusy}
 	case errors.Is(err, ErrWrongDID):
 		return decision{kindFail, ClassWrongDID}
 	case errors.Is(err, ErrBadCommit), errors.Is(err, ErrBadSignature):
