@@ -7,12 +7,15 @@ package backfill
 // state made durable with or after the last row (R4, E11).
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/backstream/backstream/archive"
@@ -347,7 +350,8 @@ type prepared struct {
 
 // attempt downloads and verifies once under the attempt deadline. The
 // deadline pauses while the job waits for memory. The scratch file is
-// removed before attempt returns, on every outcome.
+// removed on every outcome: before attempt returns, or (a CAR verified from
+// its file) by the prepared snapshot's release.
 func (r *Runner) attempt(ctx context.Context, did string) (*prepared, error) {
 	deadline := r.o.AttemptTimeout
 	actx, cancel := context.WithTimeoutCause(ctx, deadline, errAttemptTimeout)
@@ -364,34 +368,81 @@ func (r *Runner) attempt(ctx context.Context, did string) (*prepared, error) {
 		}
 		return nil, err
 	}
-	defer func() { _ = dl.Remove() }()
-
-	release, err := r.o.Memory.Acquire(ctx, dl.Size)
-	if err != nil {
-		return nil, err
-	}
 	vctx, vcancel := context.WithTimeoutCause(ctx, max(deadline-elapsed, time.Millisecond), errAttemptTimeout)
 	defer vcancel()
-	var snap *Snapshot
-	if dl.Path == "" { // small body kept in memory by upstream
-		snap, err = VerifyBytes(vctx, dl.Body, did, r.o.Verify)
-	} else {
-		f, ferr := os.Open(dl.Path)
-		if ferr != nil {
-			release()
-			return nil, &localError{err: fmt.Errorf("backfill: open scratch: %w", ferr)}
-		}
-		snap, err = Verify(vctx, f, did, r.o.Verify)
-		_ = f.Close()
-	}
+	p, err := r.prepare(ctx, vctx, did, dl)
 	if err != nil {
-		release()
+		_ = dl.Remove()
 		if context.Cause(vctx) == errAttemptTimeout && ctx.Err() == nil {
 			return nil, &timeoutError{err: err}
 		}
 		return nil, err
 	}
-	return &prepared{snap: snap, host: dl.FinalHost, size: dl.Size, release: release}, nil
+	p.host, p.size = dl.FinalHost, dl.Size
+	return p, nil
+}
+
+// prepare admits a download to the memory budget and verifies it. What it
+// charges is a true bound on what verification and emission hold: the CAR
+// and its block index (memoryCost, from the sections counted first) when
+// that fits the budget; otherwise the whole budget (the job runs alone, the
+// semaphore being FIFO) and the CAR is verified from its scratch file
+// within it (VerifyFile), never read whole into memory. A body upstream
+// kept in memory is verified there. On success the download is removed by
+// the returned release (a CAR verified in memory: at once); on error the
+// caller removes it.
+func (r *Runner) prepare(ctx, vctx context.Context, did string, dl *upstream.Download) (*prepared, error) {
+	var f *os.File
+	var sections int64
+	if dl.Path == "" {
+		sections = countSections(bytes.NewReader(dl.Body))
+	} else {
+		var err error
+		if f, err = os.Open(dl.Path); err != nil {
+			return nil, &localError{err: fmt.Errorf("backfill: open scratch: %w", err)}
+		}
+		sections = countSections(f)
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			_ = f.Close()
+			return nil, &localError{err: fmt.Errorf("backfill: rewind scratch: %w", err)}
+		}
+	}
+	cost := memoryCost(dl.Size, sections)
+	fromFile := f != nil && r.o.Memory != nil && cost > r.o.Memory.Budget()
+	release, err := r.o.Memory.Acquire(ctx, cost)
+	if err != nil {
+		if f != nil {
+			_ = f.Close()
+		}
+		return nil, err
+	}
+	var snap *Snapshot
+	switch {
+	case f == nil:
+		snap, err = verifyBytes(vctx, dl.Body, did, r.o.Verify, sections)
+	case fromFile:
+		snap, err = VerifyFile(vctx, f, did, r.o.Verify, r.o.Memory.Budget(), sections)
+	default:
+		var b []byte
+		if b, err = readCAR(f); err != nil {
+			err = &localError{err: fmt.Errorf("backfill: read scratch: %w", err)}
+		} else {
+			snap, err = verifyBytes(vctx, b, did, r.o.Verify, sections)
+		}
+	}
+	if f != nil && (!fromFile || err != nil) {
+		_ = f.Close()
+	}
+	if err != nil {
+		release()
+		return nil, err
+	}
+	if !fromFile {
+		_ = dl.Remove() // the CAR is in memory: the scratch budget is free again
+		return &prepared{snap: snap, release: release}, nil
+	}
+	var once sync.Once
+	return &prepared{snap: snap, release: func() { once.Do(func() { release(); _ = f.Close(); _ = dl.Remove() }) }}, nil
 }
 
 // timeoutError is an attempt that ran out of its deadline (E8).
@@ -445,6 +496,8 @@ func decide(err error) decision {
 		return decision{kindRetry, ClassIncompleteCAR}
 	case errors.Is(err, ErrBadBlock), errors.Is(err, ErrMalformedCAR), errors.Is(err, ErrBadTree):
 		return decision{kindRetry, ClassInvalidCAR}
+	case errors.Is(err, ErrOverBudget):
+		return decision{kindFail, ClassTooLarge}
 	}
 	switch upstream.Classify(err) {
 	case upstream.ClassNotFound:

@@ -6,10 +6,11 @@
 // one, optionally its signature, the whole MST walked and checked with no
 // node and no record block missing, and every record validated (R1).
 //
-// Memory: the whole CAR is held in one buffer, plus an index of about 40
-// bytes per block whose keys alias that buffer. Iterating records allocates
-// two objects per record (its key string and its CID); MST nodes decode
-// without allocating and record bytes are never copied.
+// Memory: the whole CAR is held in one buffer, plus an index of at most
+// indexBytesPerBlock per block whose keys alias that buffer (VerifyFile
+// keeps neither: see verify_file.go). Iterating records allocates two
+// objects per record (its key string and its CID); MST nodes decode without
+// allocating and record bytes are never copied.
 
 package backfill
 
@@ -61,8 +62,25 @@ type Snapshot struct {
 
 	car    []byte
 	index  map[string]span
-	drops  []int32 // ordinals (MST key order) of dropped entries, ascending
+	file   *fileBlocks // set instead of car and index when verified from a file
+	drops  []uint64    // bitmap by ordinal (MST key order) of the dropped entries
 	strict bool
+}
+
+// dropped reports whether the entry at ordinal was dropped.
+func (s *Snapshot) dropped(ordinal int32) bool {
+	w := int(ordinal >> 6)
+	return w < len(s.drops) && s.drops[w]&(1<<(ordinal&63)) != 0
+}
+
+// markDropped sets ordinal in the drop bitmap, growing it as needed (one
+// bit per entry: an eighth of a byte per entry, at most).
+func (s *Snapshot) markDropped(ordinal int32) {
+	w := int(ordinal >> 6)
+	for len(s.drops) <= w {
+		s.drops = append(s.drops, 0)
+	}
+	s.drops[w] |= 1 << (ordinal & 63)
 }
 
 // span locates a block's bytes in the CAR buffer.
@@ -90,25 +108,43 @@ func Verify(ctx context.Context, r io.Reader, wantDID string, opts VerifyOptions
 // exactly one of the Err* sentinels of this package (or ctx's error) and no
 // Snapshot is returned.
 func VerifyBytes(ctx context.Context, b []byte, wantDID string, opts VerifyOptions) (*Snapshot, error) {
+	return verifyBytes(ctx, b, wantDID, opts, 0)
+}
+
+// verifyBytes is VerifyBytes with the number of sections when known (0:
+// unknown), which sizes the block index exactly.
+func verifyBytes(ctx context.Context, b []byte, wantDID string, opts VerifyOptions, sections int64) (*Snapshot, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("backfill: verify: %w", err)
 	}
 	if len(b) > maxCARBytes {
 		return nil, verifyErr(ErrMalformedCAR, nil, "CAR of %d bytes exceeds %d", len(b), maxCARBytes)
 	}
-	root, index, blocks, err := indexCAR(ctx, b)
+	root, index, blocks, err := indexCAR(ctx, b, sections)
 	if err != nil {
 		return nil, err
 	}
+	s := &Snapshot{CommitCID: root, Blocks: blocks, Bytes: len(b), car: b, index: index}
+	return s.verify(ctx, wantDID, opts)
+}
 
-	loc, ok := index[root.KeyString()]
+// verify checks the commit and the whole tree of a snapshot whose blocks
+// are indexed (CommitCID, Blocks, Bytes and the block source set).
+func (s *Snapshot) verify(ctx context.Context, wantDID string, opts VerifyOptions) (*Snapshot, error) {
+	root := s.CommitCID
+	var buf []byte
+	blk, ok, err := s.block(root.Bytes(), &buf)
+	if err != nil {
+		return nil, err
+	}
 	if !ok {
 		return nil, verifyErr(ErrMissingBlock, nil, "commit block %s", root)
 	}
 	var commit repo.Commit
-	if err := commit.UnmarshalCBOR(bytes.NewReader(b[loc.off:loc.end])); err != nil {
+	if err := commit.UnmarshalCBOR(bytes.NewReader(blk)); err != nil {
 		return nil, verifyErr(ErrBadCommit, err, "decode commit %s", root)
 	}
+	s.file.give(cap(buf))
 	if err := commit.VerifyStructure(); err != nil {
 		return nil, verifyErr(ErrBadCommit, err, "commit %s", root)
 	}
@@ -123,22 +159,25 @@ func VerifyBytes(ctx context.Context, b []byte, wantDID string, opts VerifyOptio
 			return nil, verifyErr(ErrBadSignature, err, "commit %s", root)
 		}
 	}
-
-	s := &Snapshot{
-		DID:       syntax.DID(commit.DID),
-		Rev:       syntax.TID(commit.Rev),
-		CommitCID: root,
-		Data:      commit.Data,
-		Blocks:    blocks,
-		Bytes:     len(b),
-		car:       b,
-		index:     index,
-		strict:    opts.StrictRecords,
-	}
+	s.DID, s.Rev, s.Data, s.strict = syntax.DID(commit.DID), syntax.TID(commit.Rev), commit.Data, opts.StrictRecords
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// block returns the bytes of the block with CID bytes c: a view of the CAR
+// buffer, or (a snapshot verified from a file) the block read into *buf,
+// grown within the memory limit as needed.
+func (s *Snapshot) block(c []byte, buf *[]byte) ([]byte, bool, error) {
+	if s.file != nil {
+		return s.file.get(c, buf)
+	}
+	loc, ok := s.index[string(c)]
+	if !ok {
+		return nil, false, nil
+	}
+	return s.car[loc.off:loc.end:loc.end], true, nil
 }
 
 // check walks the whole tree once with every structural check on, requires
@@ -146,6 +185,7 @@ func VerifyBytes(ctx context.Context, b []byte, wantDID string, opts VerifyOptio
 func (s *Snapshot) check(ctx context.Context) error {
 	rc := newRecordChecker(s.strict)
 	w := s.newWalker(ctx, true)
+	defer w.release()
 	var ordinal int32
 	err := w.walk(s.Data, func(key, _, body []byte) error {
 		reason := DropReason(0)
@@ -156,7 +196,7 @@ func (s *Snapshot) check(ctx context.Context) error {
 		}
 		if reason != 0 {
 			s.Dropped[reason]++
-			s.drops = append(s.drops, ordinal)
+			s.markDropped(ordinal)
 		} else {
 			s.RecordCount++
 		}
@@ -227,13 +267,10 @@ func (s *Snapshot) Drops(fn func(Drop) error) error {
 // entries (dropped == false) or the dropped ones.
 func (s *Snapshot) replay(ctx context.Context, dropped bool, fn visitFunc) error {
 	w := s.newWalker(ctx, false)
+	defer w.release()
 	var ordinal int32
-	next := 0
 	return w.walk(s.Data, func(key, val, body []byte) error {
-		isDrop := next < len(s.drops) && s.drops[next] == ordinal
-		if isDrop {
-			next++
-		}
+		isDrop := s.dropped(ordinal)
 		ordinal++
 		if isDrop != dropped {
 			return nil
@@ -269,7 +306,7 @@ func readCAR(r io.Reader) ([]byte, error) {
 // indexCAR reads b as a CAR v1 with internal/car (which re-hashes every
 // block against its CID) and indexes the blocks by CID bytes. The index
 // keys alias b.
-func indexCAR(ctx context.Context, b []byte) (cid.Cid, map[string]span, int, error) {
+func indexCAR(ctx context.Context, b []byte, sections int64) (cid.Cid, map[string]span, int, error) {
 	r, err := car.Open(b)
 	if err != nil {
 		return cid.Undef, nil, 0, carError(err, "")
@@ -283,8 +320,13 @@ func indexCAR(ctx context.Context, b []byte) (cid.Cid, map[string]span, int, err
 		return cid.Undef, nil, 0, verifyErr(ErrMalformedCAR, err, "root")
 	}
 
-	// A repository block is rarely under 100 bytes with its framing.
-	index := make(map[string]span, min((len(b)-r.Offset())/128+1, 1<<20))
+	// Sized exactly when the sections were counted; otherwise a repository
+	// block is rarely under 100 bytes with its framing.
+	hint := min((len(b)-r.Offset())/128+1, 1<<20)
+	if sections > 0 {
+		hint = int(min(sections, int64(len(b))))
+	}
+	index := make(map[string]span, hint)
 	blocks := 0
 	for ; ; blocks++ {
 		if blocks%ctxCheckEvery == 0 {

@@ -36,9 +36,11 @@ type visitFunc func(key, val, body []byte) error
 // walker is one in-order walk; it is not safe for concurrent use.
 type walker struct {
 	ctx   context.Context
-	car   []byte
-	index map[string]span
+	snap  *Snapshot
 	check bool // verify heights (the first walk); replays skip it
+
+	nodeBufs [][]byte // file-backed snapshots: one node block per depth
+	recBuf   []byte   // file-backed snapshots: the record block being visited
 
 	keyBufs   [][]byte     // one key buffer per depth
 	entryBufs [][]mstEntry // one entry buffer per depth
@@ -50,7 +52,7 @@ type walker struct {
 
 func (s *Snapshot) newWalker(ctx context.Context, check bool) *walker {
 	return &walker{
-		ctx: ctx, car: s.car, index: s.index, check: check,
+		ctx: ctx, snap: s, check: check,
 		keyBufs:   make([][]byte, 0, 8),
 		entryBufs: make([][]mstEntry, 0, 8),
 		last:      make([]byte, 0, 64),
@@ -79,16 +81,35 @@ func (w *walker) walk(root cid.Cid, visit visitFunc) error {
 	return w.node(root.Bytes(), nd, mst.HeightForKey(nd.entries[0].suffix), 0)
 }
 
+// release returns the walk's block buffers to the file-backed snapshot's
+// memory limit.
+func (w *walker) release() {
+	if f := w.snap.file; f != nil {
+		for _, b := range w.nodeBufs {
+			f.give(cap(b))
+		}
+		f.give(cap(w.recBuf))
+		w.nodeBufs, w.recBuf = nil, nil
+	}
+}
+
 // load decodes the node with CID bytes c for a walk at depth.
 func (w *walker) load(c []byte, depth int) (mstNode, bool, error) {
-	loc, ok := w.index[string(c)]
-	if !ok {
-		return mstNode{}, false, nil
+	for len(w.nodeBufs) <= depth && w.snap.file != nil {
+		w.nodeBufs = append(w.nodeBufs, nil)
+	}
+	var buf *[]byte
+	if w.snap.file != nil {
+		buf = &w.nodeBufs[depth]
+	}
+	blk, ok, err := w.snap.block(c, buf)
+	if err != nil || !ok {
+		return mstNode{}, false, err
 	}
 	for len(w.entryBufs) <= depth {
 		w.entryBufs = append(w.entryBufs, make([]mstEntry, 0, 16))
 	}
-	nd, err := decodeNode(w.car[loc.off:loc.end], w.entryBufs[depth])
+	nd, err := decodeNode(blk, w.entryBufs[depth])
 	w.entryBufs[depth] = nd.entries
 	if err != nil {
 		return nd, true, verifyErr(ErrBadTree, err, "decode node %s", car.CIDString(c))
@@ -147,7 +168,10 @@ func (w *walker) node(self []byte, nd mstNode, height, depth int) error {
 		if e.value == nil {
 			return verifyErr(ErrBadTree, nil, "node %s entry %d: no value", car.CIDString(self), i)
 		}
-		loc, ok := w.index[string(e.value)]
+		body, ok, err := w.snap.block(e.value, &w.recBuf)
+		if err != nil {
+			return err
+		}
 		if !ok {
 			return verifyErr(ErrMissingBlock, nil, "record %q block %s", key, car.CIDString(e.value))
 		}
@@ -157,7 +181,7 @@ func (w *walker) node(self []byte, nd mstNode, height, depth int) error {
 			}
 		}
 		w.visited++
-		if err := w.visit(key, e.value, w.car[loc.off:loc.end:loc.end]); err != nil {
+		if err := w.visit(key, e.value, body); err != nil {
 			return err
 		}
 		if e.right != nil {

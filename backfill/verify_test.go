@@ -52,10 +52,31 @@ func requireOnly(t *testing.T, err, want error) {
 }
 
 // collect returns every record a snapshot yields.
+// verifyFileBytes writes b to a file and verifies it with VerifyFile (a
+// generous limit).
+func verifyFileBytes(t *testing.T, b []byte, did string, opts VerifyOptions) (*Snapshot, error) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "repo.car")
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fh, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fh.Close() })
+	return VerifyFile(context.Background(), fh, did, opts, 64<<20, 0)
+}
+
+func sameRecord(a, b Record) bool {
+	return a.Collection == b.Collection && a.RKey == b.RKey && a.CID.Equals(b.CID) && bytes.Equal(a.CBOR, b.CBOR)
+}
+
 func collect(t *testing.T, s *Snapshot) []Record {
 	t.Helper()
 	var out []Record
 	if err := s.Records(func(r Record) error {
+		r.CBOR = bytes.Clone(r.CBOR) // a file-backed snapshot reuses the buffer
 		out = append(out, r)
 		return nil
 	}); err != nil {
@@ -119,6 +140,13 @@ func TestVerifyValidRepo(t *testing.T) {
 			}
 			if n > 0 && !slices.Equal(keys, indigoKeys(t, b)) {
 				t.Fatal("keys differ from indigo's walk")
+			}
+			fs, err := verifyFileBytes(t, b, f.did, VerifyOptions{PublicKey: f.pub})
+			if err != nil {
+				t.Fatalf("from a file: %v", err)
+			}
+			if frecs := collect(t, fs); !slices.EqualFunc(frecs, recs, sameRecord) || fs.Blocks != s.Blocks || fs.Bytes != s.Bytes || fs.Rev != s.Rev {
+				t.Fatalf("from a file: %d records, %d blocks, %d bytes, rev %s; in memory %d, %d, %d, %s", len(frecs), fs.Blocks, fs.Bytes, fs.Rev, len(recs), s.Blocks, s.Bytes, s.Rev)
 			}
 			if n == 300 && f.nodes[len(f.nodes)-1].depth < 2 {
 				t.Fatalf("300 records gave a tree of depth %d; want interior nodes", f.nodes[len(f.nodes)-1].depth)
@@ -284,6 +312,11 @@ func TestVerifyFailures(t *testing.T) {
 			did := tc.did
 			if did == "" {
 				did = fixtureDID
+			}
+			if _, err := verifyFileBytes(t, tc.car, did, tc.opts); err == nil || !errors.Is(err, tc.want) {
+				t.Fatalf("from a file: %v, want %v", err, tc.want)
+			} else {
+				requireOnly(t, err, tc.want)
 			}
 			s, err := VerifyBytes(context.Background(), tc.car, did, tc.opts)
 			if err == nil {
@@ -453,6 +486,13 @@ func TestVerifyRecordDrops(t *testing.T) {
 	}
 	if s.Dropped != want || s.RecordCount != 21 {
 		t.Fatalf("dropped %v, kept %d; want %v, 21", s.Dropped, s.RecordCount, want)
+	}
+	fs, err := verifyFileBytes(t, f.car(t), f.did, VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fs.Dropped != want || fs.RecordCount != 21 || !slices.EqualFunc(collect(t, fs), collect(t, s), sameRecord) {
+		t.Fatalf("from a file: dropped %v, kept %d; want %v, 21, the same records", fs.Dropped, fs.RecordCount, want)
 	}
 	var got []string
 	for _, r := range collect(t, s) {

@@ -168,6 +168,11 @@ func (r *Reader) Next() (cidBytes, data []byte, err error) {
 	return sec[:clen:clen], sec[clen:], nil
 }
 
+// CheckSection checks one block section (its CID, then the block's bytes)
+// as Next does, for callers that frame sections themselves (a CAR read from
+// a file section by section). It returns the CID's length.
+func CheckSection(sec []byte) (cidLen int, err error) { return checkBlock(sec) }
+
 // checkBlock parses the CID at the start of a section and checks the rest
 // of the section hashes to it. It returns the CID's length.
 func checkBlock(sec []byte) (int, error) {
