@@ -7,7 +7,7 @@
 //
 // # What it provides
 //
-//   - Verify / VerifyBytes → *Snapshot: every block re-hashed (the CAR is
+//   - Verify / VerifyBytes / VerifyFile → *Snapshot: every block re-hashed (the CAR is
 //     read by internal/car, MST links by car.ReadLink, heads by
 //     internal/cborhead), the commit decoded and checked, its DID equal to the requested one, the whole MST
 //     walked with no node or record block missing, every record validated
@@ -21,18 +21,27 @@
 // # Invariants kept here
 //
 //   - E5: the body streams to a scratch file (upstream); the job removes it
-//     on every outcome once the CAR is read; concurrent CARs in memory are
-//     bounded by Memory, held from verification until the job's last unit is
-//     durable. A CAR larger than the whole budget takes the whole budget
-//     and runs alone; the semaphore is FIFO, so it is never starved.
+//     on every outcome; concurrent CARs in memory are bounded by Memory,
+//     held from verification until the job's last unit is durable. A job is
+//     charged its CAR plus its block index (memoryCost: sections counted
+//     from the framing first), so the budget is a true bound. A CAR whose
+//     charge exceeds the whole budget takes the whole budget and runs
+//     alone (the semaphore is FIFO, so it is never starved) and is verified
+//     from its scratch file (VerifyFile: a 16-byte-per-block index, blocks
+//     read on demand, everything counted against the budget), never read
+//     whole into memory; if even its index does not fit, it fails too_large
+//     (ErrOverBudget). A body upstream kept in memory (at most
+//     MemoryBodyBytes) is verified in memory.
 //   - E6, E7: nothing is submitted before Verify has passed for the whole CAR.
 //   - E8: one deadline per attempt covers download and verification; the
 //     wait for memory pauses it and store writes are outside it. An expired
 //     deadline fails the repo for this run (class timeout), without retry.
-//   - E9: transient failures (5xx, resets, idle body, incomplete or invalid
-//     CAR) get Retries (3) more attempts, waiting exponentially from 1 s,
-//     capped at 30 s, jittered by the project's one backoff rule (package
-//     internal/backoff: ±25 %, never above the cap).
+//   - E9: transient failures (5xx, resets, idle or slow body, a PDS host
+//     at its download cap, our own scratch space refusing the spill (class
+//     local), incomplete or invalid CAR) get Retries (3) more attempts,
+//     waiting exponentially from 1 s, capped at 30 s, jittered by the
+//     project's one backoff rule (package internal/backoff: ±25 %, never
+//     above the cap).
 //   - E10: 429 has its own budget (20), waits RetryAfter bounded by
 //     RateLimitCeiling, and never consumes the ordinary budget.
 //   - E11: RepoNotFound → complete with no rows; deactivated / suspended /

@@ -96,17 +96,23 @@ type nopWriter struct{ Writer }
 // BenchmarkJobPrepare: one attempt's preparation of a spilled CAR (memory
 // admission, reading or indexing the scratch file, verification) plus one
 // pass over its records, for an ordinary repository (2,000 records) and a
-// padded one (the same with 20,000 extra 200-byte blocks).
+// padded one (the same with 20,000 extra 200-byte blocks); the ordinary
+// one again with a budget that sends it through VerifyFile.
 func BenchmarkJobPrepare(b *testing.B) {
 	for _, tc := range []struct {
 		name       string
 		posts, pad int
-	}{{"records=2000", 2000, 0}, {"records=50,blocks=20000", 50, 20000}} {
+		budget     int64
+	}{
+		{"records=2000", 2000, 0, 1 << 30},
+		{"records=50,blocks=20000", 50, 20000, 1 << 30},
+		{"records=2000,from-file", 2000, 0, 256 << 10}, // under the CAR: verified from its file
+	} {
 		b.Run(tc.name, func(b *testing.B) {
 			path := filepath.Join(b.TempDir(), "repo.car")
 			did, size := writeBenchCAR(b, path, tc.posts, tc.pad, 200)
 			src := &fileSource{path: path}
-			r, err := NewRunner(Options{Source: src, Writer: nopWriter{}, Memory: NewMemory(1<<30, nil)})
+			r, err := NewRunner(Options{Source: src, Writer: nopWriter{}, Memory: NewMemory(tc.budget, nil)})
 			if err != nil {
 				b.Fatal(err)
 			}

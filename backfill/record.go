@@ -26,7 +26,9 @@ type Record struct {
 	CID        cid.Cid
 	// CBOR is the record block. It aliases the snapshot's CAR buffer (no
 	// copy): read-only, and holding it keeps the whole buffer alive, so copy
-	// it if it must outlive the emission of its chunk.
+	// it if it must outlive the emission of its chunk. A snapshot verified
+	// from its file (VerifyFile) reuses one read buffer: copy before the
+	// callback returns.
 	CBOR []byte
 }
 

@@ -211,7 +211,8 @@ func (s *Snapshot) check(ctx context.Context) error {
 
 // Records calls fn for every record that passed validation, in MST key
 // order, and stops at the first error fn returns (returned as is). It
-// allocates one key string per record; Record.CBOR aliases the CAR buffer.
+// allocates one key string per record; Record.CBOR aliases the CAR buffer
+// (a snapshot from VerifyFile: a read buffer valid only during fn).
 func (s *Snapshot) Records(fn func(Record) error) error {
 	return s.replay(context.Background(), false, func(key, val, body []byte) error {
 		c, err := cid.Cast(val)

@@ -30,7 +30,8 @@ const maxKeyBytes = mst.MAX_KEY_BYTES
 
 // visitFunc receives one MST entry in key order: the key (valid only during
 // the call), the record's CID bytes and its block (both aliasing the CAR
-// buffer).
+// buffer; for a file-backed snapshot, read buffers valid only during the
+// call).
 type visitFunc func(key, val, body []byte) error
 
 // walker is one in-order walk; it is not safe for concurrent use.

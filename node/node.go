@@ -96,6 +96,16 @@ type Config struct {
 	// CaptureWait: see lifecycle.DefaultCaptureWait.
 	CaptureWait time.Duration
 
+	// Download limits of the one upstream client every job shares
+	// (upstream.Options): the scratch budget of all spills (0: half the
+	// scratch volume's space above its floor (MinFree), capped), the
+	// slowest body accepted (0: the default upstream.DefaultMinBodyBytes
+	// per upstream.DefaultBodyWindow) and the cap on concurrent downloads
+	// per PDS host (0: upstream.DefaultHostWorkers).
+	ScratchBudget int64
+	MinBodyBytes  int64
+	HostWorkers   int
+
 	// The retry schedule of failed repos and the steady-state runner.
 	RetryWorkers, RetryHostWorkers int
 	RetryInterval, RetryMaxDelay   time.Duration
@@ -295,8 +305,10 @@ func (n *Node) buildJobs(reg prometheus.Registerer) error {
 		scratch = n.store.ScratchDir()
 	}
 	var err error
-	n.client, err = upstream.New(cfg.SourceURL, upstream.Options{ScratchDir: scratch, MemoryBodyBytes: max(cfg.MemoryBodyBytes, 0),
-		LoopbackHosts: cfg.LoopbackHosts, Metrics: upstream.NewMetrics(reg)})
+	n.client, err = upstream.New(cfg.SourceURL, upstream.Options{ScratchDir: scratch, MemoryBodyBytes: max(cfg.MemoryBodyBytes, 0), Metrics: upstream.NewMetrics(reg),
+		LoopbackHosts: cfg.LoopbackHosts,
+		ScratchBudget: cfg.ScratchBudget, MinFree: cfg.MinFree, MinBodyBytes: cfg.MinBodyBytes, HostWorkers: cfg.HostWorkers,
+		Logger: n.log.With("component", "upstream")})
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}

@@ -8,7 +8,7 @@
 //   - Client (New, Options): ListRepos and GetRepo over one guarded HTTP
 //     transport. Every error is an *Error; Classify maps any error onto one
 //     Class (not found, unavailable, rate limited, transient, permanent,
-//     canceled) and RetryAfter gives the server-directed wait.
+//     canceled, local) and RetryAfter gives the server-directed wait.
 //   - SubscribeURL, DialFirehose: the websocket to subscribeRepos with a read
 //     limit. Reading frames, cursors and reconnects live in package firehose.
 //   - DecodeFrame / EncodeFrame: the two-object DAG-CBOR framing, decoded by
@@ -19,10 +19,21 @@
 //
 //   - E4: getRepo goes to the relay and follows its redirects; the final
 //     host is reported in Download.FinalHost.
-//   - E5: the body is streamed to a file in the scratch dir, never held in
-//     memory, capped at Options.MaxCARBytes (ErrTooLarge); on every error the
-//     file is removed before GetRepo returns. On success the caller owns it
-//     (Download.Remove).
+//   - E5: the body is streamed to a file in the scratch dir (or, up to
+//     MemoryBodyBytes, kept in memory), capped at Options.MaxCARBytes
+//     (ErrTooLarge); on every error the file is removed before GetRepo
+//     returns. On success the caller owns it (Download.Remove).
+//   - Download limits (limits.go): every spill draws on one scratch budget
+//     shared by all downloads and held until Download.Remove (a body larger
+//     than the whole budget is ErrTooLarge; one refused because others hold
+//     the budget is ErrLocal); the scratch volume's free-space floor is
+//     checked before a spill and every 16 MiB of it (ErrLocal); a failed
+//     scratch write (ENOSPC) is ErrLocal too — ClassLocal, never permanent,
+//     never the upstream's fault. A body under MinBodyBytes per BodyWindow is
+//     cut (ErrSlowBody, transient); a redirect target already serving
+//     HostWorkers downloads is refused before it is requested (ErrHostBusy,
+//     transient: the worker moves on). Each trip is counted and logged at
+//     most once a minute per limit.
 //   - E14: at most MaxRedirects redirects, only to http(s); every address a
 //     non-relay host resolves to is checked at dial time (private, ULA,
 //     link-local, metadata, multicast, unspecified, reserved ranges refused;
@@ -63,5 +74,5 @@
 // host is reachable only through a redirect and is checked. The idle-body
 // watch cancels a per-request context with the cause ErrIdleTimeout, so an
 // idle timeout and the caller's cancellation are told apart by checking the
-// caller's ctx first.
+// caller's ctx first; the throughput watch does the same with ErrSlowBody.
 package upstream

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/internal/diskspace"
+	"github.com/backstream/backstream/internal/promtest"
 )
 
 // endlessBody writes 64 KiB chunks until the client goes away.
@@ -257,7 +258,7 @@ func TestGetRepoHostWorkersCap(t *testing.T) {
 		get(testDID)
 		get(testDID + "b")
 	}
-	waitFor(t, func() bool { return a.now.Load() == cap && b.now.Load() == cap })
+	promtest.Eventually(t, 10*time.Second, "both hosts holding their cap", func() bool { return a.now.Load() == cap && b.now.Load() == cap })
 	get(testDID) // a third to host a: busy
 	r := <-results
 	if !errors.Is(r.err, ErrHostBusy) || Classify(r.err) != ClassTransient {
@@ -286,16 +287,4 @@ func TestGetRepoHostWorkersCap(t *testing.T) {
 		t.Fatalf("after the slots were returned: %v", err)
 	}
 	d.Remove()
-}
-
-// waitFor polls cond until it holds, failing the test after 10 s.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10 s")
-		}
-		time.Sleep(time.Millisecond)
-	}
 }

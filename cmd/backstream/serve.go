@@ -25,6 +25,7 @@ import (
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/retry"
 	"github.com/backstream/backstream/subscribe"
+	"github.com/backstream/backstream/upstream"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -51,6 +52,9 @@ func serveCommand() *command {
 			fs.Int("max-repos", 0, "debug: stop enumeration after this many repos; no resumable cursor, no discovery (0 = no limit)")
 			fs.String("backfill-memory", "auto", "memory budget for CARs being verified and emitted, e.g. 2GiB (auto: a quarter of available memory)")
 			fs.Duration("getrepo-timeout", backfill.DefaultAttemptTimeout, "deadline of one getRepo attempt, download and verification")
+			fs.String("scratch-budget", "auto", "disk budget of every getRepo body spilled to scratch at once, e.g. 20GiB (auto: half the scratch volume's free space above its floor, at most 64GiB)")
+			fs.Int("backfill-host-workers", upstream.DefaultHostWorkers, "concurrent getRepo downloads per PDS host (final host after the relay's redirect); more fail fast and retry later")
+			fs.String("getrepo-min-body", "auto", "slowest getRepo body accepted, in bytes per 20 s window, e.g. 64KiB (auto: 64KiB); slower bodies are cut and retried")
 			fs.Bool("reset-relay-cursor", false, "follow a relay other than the one the store follows, dropping the old relay's cursor")
 			fs.String("loopback-hosts", "", "with a relay on loopback: other loopback host:port (comma-separated) a getRepo redirect may reach, e.g. local PDS hosts; otherwise only the relay's own port")
 			fs.Int("retry-workers", 16, "concurrent whole-repo replacements in steady state")
@@ -77,6 +81,9 @@ type serveOptions struct {
 	repos                  []string
 	maxRepos               int
 	memory                 int64
+	scratchBudget          int64
+	hostWorkers            int
+	minBody                int64
 	getRepoTimeout         time.Duration
 	resetRelay             bool
 	loopbackHosts          []string
@@ -102,6 +109,7 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 		window:           fs.get("enumeration-window").(int),
 		maxRepos:         fs.get("max-repos").(int),
 		getRepoTimeout:   fs.get("getrepo-timeout").(time.Duration),
+		hostWorkers:      fs.get("backfill-host-workers").(int),
 		resetRelay:       fs.get("reset-relay-cursor").(bool),
 		captureWait:      fs.get("capture-wait").(time.Duration),
 		retryWorkers:     fs.get("retry-workers").(int),
@@ -141,6 +149,8 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 		return bad("--max-conns and --max-conns-per-ip must not be negative")
 	case o.checkpointInterval < 0:
 		return bad("--checkpoint-interval %s: must not be negative", o.checkpointInterval)
+	case o.hostWorkers <= 0:
+		return bad("--backfill-host-workers %d: must be at least 1", o.hostWorkers)
 	}
 	for _, h := range strings.Split(fs.str("loopback-hosts"), ",") {
 		if h = strings.TrimSpace(h); h != "" {
@@ -181,6 +191,12 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 	}
 	if o.maxWriteStall <= 0 {
 		return bad("--max-write-stall %s: must be positive", o.maxWriteStall)
+	}
+	if o.scratchBudget, err = parseBytes(fs.str("scratch-budget")); err != nil {
+		return bad("--scratch-budget: %v", err)
+	}
+	if o.minBody, err = parseBytes(fs.str("getrepo-min-body")); err != nil {
+		return bad("--getrepo-min-body: %v", err)
 	}
 	return o, nil
 }
@@ -429,8 +445,9 @@ func (o serveOptions) nodeConfig(s *server, crash *crashpoint.Set) node.Config {
 	return node.Config{
 		DataDir: o.dataDir, Store: archive.Options{Logger: s.log},
 		Relay: o.relay, ResetRelay: o.resetRelay, LoopbackHosts: o.loopbackHosts,
-		Bootstrap:      bootstrap.Config{Workers: o.workers, Window: o.window, Repos: o.repos, MaxRepos: o.maxRepos},
-		Memory:         o.memory,
+		Bootstrap:     bootstrap.Config{Workers: o.workers, Window: o.window, Repos: o.repos, MaxRepos: o.maxRepos},
+		Memory:        o.memory,
+		ScratchBudget: o.scratchBudget, HostWorkers: o.hostWorkers, MinBodyBytes: o.minBody,
 		AttemptTimeout: o.getRepoTimeout,
 		CaptureWait:    o.captureWait,
 		RetryWorkers:   o.retryWorkers, RetryHostWorkers: o.retryHostWorkers,
