@@ -37,7 +37,7 @@ func scratchBytes(dir string) int64 {
 	return n
 }
 
-// TestGetRepoScratchBudgetBoundsEndlessBodies: 16 concurrent never-ending
+// TestGetRepoScratchBudgetBoundsEndlessBodies: 100 concurrent never-ending
 // bodies, each allowed 64 MiB by the per-repo cap, never hold more scratch
 // than the shared budget (measured on disk by a sampler, not by the
 // client's own count); each ends too_large (larger than the whole budget:
@@ -66,7 +66,7 @@ func TestGetRepoScratchBudgetBoundsEndlessBodies(t *testing.T) {
 		}
 	}()
 	var wg sync.WaitGroup
-	classes := make([]Class, 16)
+	classes := make([]Class, 100)
 	for i := range classes {
 		wg.Go(func() {
 			_, err := c.GetRepo(context.Background(), testDID)
@@ -87,7 +87,7 @@ func TestGetRepoScratchBudgetBoundsEndlessBodies(t *testing.T) {
 	if p := peak.Load(); p > budget {
 		t.Errorf("scratch held %d bytes at its peak, budget %d", p, budget)
 	}
-	t.Logf("peak scratch %d bytes on disk for 16 endless bodies, budget %d", peak.Load(), budget)
+	t.Logf("peak scratch %d bytes on disk for 100 endless bodies, budget %d", peak.Load(), budget)
 	if h := c.ScratchHeld(); h != 0 {
 		t.Errorf("%d scratch bytes still held after every download ended", h)
 	}
