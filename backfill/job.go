@@ -395,13 +395,13 @@ func (r *Runner) prepare(ctx, vctx context.Context, did string, dl *upstream.Dow
 	var f *os.File
 	var sections int64
 	if dl.Path == "" {
-		sections = countSections(bytes.NewReader(dl.Body))
+		sections = countSections(vctx, bytes.NewReader(dl.Body))
 	} else {
 		var err error
 		if f, err = os.Open(dl.Path); err != nil {
 			return nil, &localError{err: fmt.Errorf("backfill: open scratch: %w", err)}
 		}
-		sections = countSections(f)
+		sections = countSections(vctx, f)
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
 			_ = f.Close()
 			return nil, &localError{err: fmt.Errorf("backfill: rewind scratch: %w", err)}

@@ -74,13 +74,25 @@ func (s *Snapshot) dropped(ordinal int32) bool {
 }
 
 // markDropped sets ordinal in the drop bitmap, growing it as needed (one
-// bit per entry: an eighth of a byte per entry, at most).
-func (s *Snapshot) markDropped(ordinal int32) {
+// bit per entry: an eighth of a byte per entry, at most), within the memory
+// limit of a file-backed snapshot.
+func (s *Snapshot) markDropped(ordinal int32) error {
 	w := int(ordinal >> 6)
-	for len(s.drops) <= w {
-		s.drops = append(s.drops, 0)
+	if w >= cap(s.drops) {
+		next := max(2*cap(s.drops), w+1, 8)
+		if s.file != nil {
+			if err := s.file.take(8 * next); err != nil {
+				return err
+			}
+			s.file.give(8 * cap(s.drops))
+		}
+		s.drops = append(make([]uint64, 0, next), s.drops...)
+	}
+	if w >= len(s.drops) {
+		s.drops = s.drops[:w+1]
 	}
 	s.drops[w] |= 1 << (ordinal & 63)
+	return nil
 }
 
 // span locates a block's bytes in the CAR buffer.
@@ -196,7 +208,9 @@ func (s *Snapshot) check(ctx context.Context) error {
 		}
 		if reason != 0 {
 			s.Dropped[reason]++
-			s.markDropped(ordinal)
+			if err := s.markDropped(ordinal); err != nil {
+				return err
+			}
 		} else {
 			s.RecordCount++
 		}

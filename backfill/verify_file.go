@@ -56,7 +56,7 @@ func memoryCost(size, sections int64) int64 {
 // countSections counts the block sections of a CAR by its framing alone
 // (no hashing), reading r once. A framing error ends the count: verification
 // fails at that section, so no index grows beyond it.
-func countSections(r io.Reader) int64 {
+func countSections(ctx context.Context, r io.Reader) int64 {
 	br := bufio.NewReaderSize(r, fileReadBuffer)
 	hlen, err := binary.ReadUvarint(br)
 	if err != nil || hlen > maxHeaderBytes {
@@ -67,6 +67,9 @@ func countSections(r io.Reader) int64 {
 	}
 	var n int64
 	for {
+		if n%ctxCheckEvery == 0 && ctx.Err() != nil {
+			return n // verification sees ctx's end at once
+		}
 		slen, err := binary.ReadUvarint(br)
 		if err != nil || slen == 0 || slen > maxCARBytes {
 			return n
@@ -181,7 +184,7 @@ func (fb *fileBlocks) index(ctx context.Context, size, sections int64) (cid.Cid,
 	cr := &countingReader{r: io.NewSectionReader(fb.f, 0, maxCARBytes)}
 	br := bufio.NewReaderSize(cr, fileReadBuffer)
 	pos := func() int64 { return cr.n - int64(br.Buffered()) }
-	root, err := fb.header(br)
+	root, err := fb.header(br, size)
 	if err != nil {
 		return cid.Undef, 0, err
 	}
@@ -248,12 +251,15 @@ func (fb *fileBlocks) room() error {
 
 // header reads and parses the CAR header (car.Open on its bytes) and
 // returns the first root.
-func (fb *fileBlocks) header(br *bufio.Reader) (cid.Cid, error) {
+func (fb *fileBlocks) header(br *bufio.Reader, size int64) (cid.Cid, error) {
 	hlen, err := binary.ReadUvarint(br)
 	if err != nil {
 		return cid.Undef, carError(varintError(err, "header length"), "")
 	}
-	if hlen > maxHeaderBytes {
+	if hlen > uint64(size-int64(binary.PutUvarint(make([]byte, binary.MaxVarintLen64), hlen))) {
+		return cid.Undef, carError(fmt.Errorf("%w: header of %d bytes", car.ErrTruncated, hlen), "")
+	}
+	if hlen > maxHeaderBytes { // car.Open would refuse it too: no valid header is this long
 		return cid.Undef, verifyErr(ErrMalformedCAR, nil, "header of %d bytes", hlen)
 	}
 	hdr := binary.AppendUvarint(make([]byte, 0, binary.MaxVarintLen64+int(hlen)), hlen)

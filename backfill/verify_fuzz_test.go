@@ -16,6 +16,25 @@ import (
 // exactly one sentinel and no snapshot; a success yields only valid records,
 // in strictly ascending key order, each hashing to its CID, counts matching,
 // and the same key set indigo's loader finds in a complete, valid tree.
+// sameFromFile holds VerifyFile to VerifyBytes: the same verdict (the same
+// sentinel on failure; the same records, in order, and drops on success).
+func sameFromFile(t *testing.T, car []byte, s *Snapshot, err error) {
+	t.Helper()
+	fs, ferr := verifyFileBytes(t, car, fixtureDID, VerifyOptions{})
+	if (err == nil) != (ferr == nil) {
+		t.Fatalf("in memory: %v; from a file: %v", err, ferr)
+	}
+	if err != nil {
+		if a, b := sentinelsOf(err), sentinelsOf(ferr); !slices.Equal(a, b) {
+			t.Fatalf("in memory %v (%v); from a file %v (%v)", a, err, b, ferr)
+		}
+		return
+	}
+	if fs.RecordCount != s.RecordCount || fs.Dropped != s.Dropped || fs.Blocks != s.Blocks || !slices.EqualFunc(collect(t, fs), collect(t, s), sameRecord) {
+		t.Fatalf("from a file: %d records, drops %v, %d blocks; in memory %d, %v, %d", fs.RecordCount, fs.Dropped, fs.Blocks, s.RecordCount, s.Dropped, s.Blocks)
+	}
+}
+
 func checkVerifyOutcome(t *testing.T, car []byte, s *Snapshot, err error) {
 	t.Helper()
 	if err != nil {
@@ -108,6 +127,7 @@ func FuzzVerify(f *testing.F) {
 		car := bytes.Clone(data) // the snapshot keeps its buffer
 		s, err := VerifyBytes(context.Background(), car, fixtureDID, VerifyOptions{})
 		checkVerifyOutcome(t, data, s, err)
+		sameFromFile(t, data, s, err)
 	})
 }
 
@@ -139,6 +159,7 @@ func FuzzVerifyTree(f *testing.F) {
 		car := writeCAR(t, []cid.Cid{cb.c}, append(bl, base.records...))
 		s, err := VerifyBytes(context.Background(), bytes.Clone(car), fixtureDID, VerifyOptions{})
 		checkVerifyOutcome(t, car, s, err)
+		sameFromFile(t, car, s, err)
 	})
 }
 

@@ -18,6 +18,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"unsafe"
 
 	"github.com/backstream/backstream/internal/car"
 	"github.com/bluesky-social/indigo/atproto/repo/mst"
@@ -90,7 +91,10 @@ func (w *walker) release() {
 			f.give(cap(b))
 		}
 		f.give(cap(w.recBuf))
-		w.nodeBufs, w.recBuf = nil, nil
+		for _, e := range w.entryBufs {
+			f.give(cap(e) * int(unsafe.Sizeof(mstEntry{})))
+		}
+		w.nodeBufs, w.recBuf, w.entryBufs = nil, nil, nil
 	}
 }
 
@@ -108,10 +112,23 @@ func (w *walker) load(c []byte, depth int) (mstNode, bool, error) {
 		return mstNode{}, false, err
 	}
 	for len(w.entryBufs) <= depth {
-		w.entryBufs = append(w.entryBufs, make([]mstEntry, 0, 16))
+		var b []mstEntry // a file-backed walk counts every entry it allocates
+		if w.snap.file == nil {
+			b = make([]mstEntry, 0, 16)
+		}
+		w.entryBufs = append(w.entryBufs, b)
 	}
+	old := cap(w.entryBufs[depth])
 	nd, err := decodeNode(blk, w.entryBufs[depth])
 	w.entryBufs[depth] = nd.entries
+	if f := w.snap.file; f != nil && cap(nd.entries) > old {
+		// At most maxNodeEntries entries were decoded: count them now.
+		if terr := f.take((cap(nd.entries) - old) * int(unsafe.Sizeof(mstEntry{}))); terr != nil {
+			w.entryBufs[depth] = w.entryBufs[depth][:0:0]
+			f.give(old * int(unsafe.Sizeof(mstEntry{})))
+			return nd, true, terr
+		}
+	}
 	if err != nil {
 		return nd, true, verifyErr(ErrBadTree, err, "decode node %s", car.CIDString(c))
 	}

@@ -42,8 +42,9 @@ const (
 	// volume; the free-space floor still applies.
 	minScratchBudget = 64 << 20
 	// floorCheckEvery is how many spilled bytes pass between two
-	// free-space checks of the scratch volume.
-	floorCheckEvery = 16 << 20
+	// free-space checks of the scratch volume (a statfs, about a
+	// microsecond): 100 downloads overshoot the floor by 100 MiB at most.
+	floorCheckEvery = 1 << 20
 	// tripLogEvery spaces the log lines of one limit.
 	tripLogEvery = time.Minute
 )

@@ -146,7 +146,7 @@ func TestGetRepoScratchFloor(t *testing.T) {
 			t.Fatalf("test volume has only %d bytes free", sp.Free)
 		}
 		// The floor sits 48 MiB below the free space: the first check
-		// passes, a later one (every 16 MiB) fails.
+		// passes, a later one (every MiB) fails.
 		c, scratch := testClient(t, pds.URL, func(o *Options) {
 			o.ScratchDir = filepath.Join(dir, "scratch")
 			o.MinFree = int64(sp.Free) - 48<<20
