@@ -1,13 +1,20 @@
 package backfill_test
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/internal/backoff"
+	"github.com/backstream/backstream/oracle"
+	"github.com/backstream/backstream/oracle/world"
 	"github.com/backstream/backstream/upstream"
 )
 
@@ -92,5 +99,112 @@ func TestJobTrickleRetried(t *testing.T) {
 		t.Fatalf("trickle: %v class %q after %d attempts, want failed slow_body after 4", res.Status, res.Class, res.Attempts)
 	}
 	t.Logf("4 trickling attempts held the worker %v (attempt deadline 1 min each)", time.Since(start))
+	e.scratchEmpty()
+}
+
+// TestJobsTricklingHostHoldsFewWorkers: a PDS host trickling every body (20
+// bytes a second) while 12 workers run every repo of the network, as the
+// bootstrap does. Its downloads never hold more than the per-host cap of
+// workers at once (sampled from the client), each is cut within a
+// throughput window, its repos fail slow_body or host_busy, and every repo
+// of the healthy host completes. Without the cap and the throughput floor
+// every worker would sit on the trickling host until the attempt deadline.
+func TestJobsTricklingHostHoldsFewWorkers(t *testing.T) {
+	e := newEnv(t, oracle.Config{Accounts: 24, RecordsMean: 5, Hosts: 2, Seed: 11, Traffic: oracle.TrafficNone})
+	const hostCap, workers = 2, 12
+	c, err := upstream.New(e.net.RelayURL(), upstream.Options{ScratchDir: e.store.ScratchDir(),
+		HostWorkers: hostCap, MinBodyBytes: 1 << 10, BodyWindow: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	u, err := url.Parse(e.net.HostURLs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	slowHost := u.Host
+	var accts []world.Account
+	for _, a := range e.activeAccounts(0) {
+		accts = append(accts, a)
+		if a.Host == 0 {
+			e.net.Faults().SlowBody(a.DID, 20, oracle.Always)
+		}
+	}
+	// Real backoff waits, short: a worker refused by a full host sleeps,
+	// as in production, instead of retrying at once on the fake clock.
+	r := e.runner(func(o *backfill.Options) {
+		o.Source, o.AttemptTimeout = c, time.Minute
+		o.Sleep, o.BackoffBase, o.BackoffMax = backoff.Sleep, 20*time.Millisecond, 100*time.Millisecond
+	})
+
+	var peak atomic.Int64
+	stop, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			peak.Store(max(peak.Load(), int64(c.HostDownloads(slowHost))))
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	jobs := make(chan world.Account)
+	results := make([]backfill.Result, len(accts))
+	index := map[string]int{}
+	for i, a := range accts {
+		index[a.DID] = i
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for a := range jobs {
+				res, err := r.Run(ctx, backfill.Request{DID: a.DID})
+				if err != nil {
+					t.Errorf("%s: %v", a.DID, err)
+				}
+				results[index[a.DID]] = res
+			}
+		})
+	}
+	for _, a := range accts {
+		jobs <- a
+	}
+	close(jobs)
+	wg.Wait()
+	close(stop)
+	<-sampled
+	var slow, healthy, completed int
+	for i, a := range accts {
+		res := results[i]
+		switch {
+		case a.Host == 0:
+			slow++
+			if res.Status != archive.StatusFailed || (res.Class != backfill.ClassSlowBody && res.Class != backfill.ClassHostBusy) {
+				t.Errorf("%s on the trickling host: %v %q", a.DID, res.Status, res.Class)
+			}
+		default:
+			// The healthy host has the same cap: a repo may find it full
+			// on every try (host_busy) but never fails for the slow one.
+			healthy++
+			if res.Status == archive.StatusComplete {
+				completed++
+			} else if res.Class != backfill.ClassHostBusy {
+				t.Errorf("%s on the healthy host: %v %q %v", a.DID, res.Status, res.Class, res.Err)
+			}
+		}
+	}
+	if p := peak.Load(); p > hostCap {
+		t.Errorf("the trickling host held %d workers at once, cap %d", p, hostCap)
+	}
+	t.Logf("%d workers, %d repos on a trickling host, %d on a healthy one (%d complete): at most %d workers held by the trickling host at once; all done in %v",
+		workers, slow, healthy, completed, peak.Load(), time.Since(start))
+	if slow == 0 || completed == 0 {
+		t.Fatalf("%d repos on the trickling host, %d of %d on the healthy one complete", slow, completed, healthy)
+	}
 	e.scratchEmpty()
 }
