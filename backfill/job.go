@@ -368,14 +368,9 @@ func (r *Runner) attempt(ctx context.Context, did string) (*prepared, error) {
 		}
 		return nil, err
 	}
-	vctx, vcancel := context.WithTimeoutCause(ctx, max(deadline-elapsed, time.Millisecond), errAttemptTimeout)
-	defer vcancel()
-	p, err := r.prepare(ctx, vctx, did, dl)
+	p, err := r.prepare(ctx, did, dl, max(deadline-elapsed, time.Millisecond))
 	if err != nil {
 		_ = dl.Remove()
-		if context.Cause(vctx) == errAttemptTimeout && ctx.Err() == nil {
-			return nil, &timeoutError{err: err}
-		}
 		return nil, err
 	}
 	p.host, p.size = dl.FinalHost, dl.Size
@@ -388,20 +383,21 @@ func (r *Runner) attempt(ctx context.Context, did string) (*prepared, error) {
 // that fits the budget; otherwise the whole budget (the job runs alone, the
 // semaphore being FIFO) and the CAR is verified from its scratch file
 // within it (VerifyFile), never read whole into memory. A body upstream
-// kept in memory is verified there. On success the download is removed by
-// the returned release (a CAR verified in memory: at once); on error the
-// caller removes it.
-func (r *Runner) prepare(ctx, vctx context.Context, did string, dl *upstream.Download) (*prepared, error) {
+// kept in memory is verified there. The rest of the attempt's deadline
+// (left) covers verification, not the wait for memory. On success the
+// download is removed by the returned release (a CAR verified in memory: at
+// once); on error the caller removes it.
+func (r *Runner) prepare(ctx context.Context, did string, dl *upstream.Download, left time.Duration) (*prepared, error) {
 	var f *os.File
 	var sections int64
 	if dl.Path == "" {
-		sections = countSections(vctx, bytes.NewReader(dl.Body))
+		sections = countSections(ctx, bytes.NewReader(dl.Body))
 	} else {
 		var err error
 		if f, err = os.Open(dl.Path); err != nil {
 			return nil, &localError{err: fmt.Errorf("backfill: open scratch: %w", err)}
 		}
-		sections = countSections(vctx, f)
+		sections = countSections(ctx, f)
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
 			_ = f.Close()
 			return nil, &localError{err: fmt.Errorf("backfill: rewind scratch: %w", err)}
@@ -416,6 +412,9 @@ func (r *Runner) prepare(ctx, vctx context.Context, did string, dl *upstream.Dow
 		}
 		return nil, err
 	}
+	// The attempt's deadline resumes once memory is admitted.
+	vctx, vcancel := context.WithTimeoutCause(ctx, left, errAttemptTimeout)
+	defer vcancel()
 	var snap *Snapshot
 	switch {
 	case f == nil:
@@ -435,6 +434,9 @@ func (r *Runner) prepare(ctx, vctx context.Context, did string, dl *upstream.Dow
 	}
 	if err != nil {
 		release()
+		if context.Cause(vctx) == errAttemptTimeout && ctx.Err() == nil {
+			return nil, &timeoutError{err: err}
+		}
 		return nil, err
 	}
 	if !fromFile {

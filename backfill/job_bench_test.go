@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/backstream/backstream/upstream"
@@ -65,12 +66,11 @@ func writeBenchCAR(t testing.TB, path string, posts, n, pad int) (string, int64)
 type fileSource struct {
 	upstream.RepoSource
 	path string
-	n    int
+	n    atomic.Int64
 }
 
 func (s *fileSource) GetRepo(_ context.Context, did string) (*upstream.Download, error) {
-	s.n++
-	p := s.path + ".dl" + itoa(s.n)
+	p := s.path + ".dl" + itoa(int(s.n.Add(1)))
 	if err := os.Link(s.path, p); err != nil {
 		return nil, err
 	}

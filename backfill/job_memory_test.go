@@ -7,6 +7,9 @@ import (
 	"runtime"
 	"runtime/debug"
 	"testing"
+	"time"
+
+	"github.com/backstream/backstream/internal/promtest"
 )
 
 // peakPrepare runs one attempt (download, memory admission, verification)
@@ -93,5 +96,38 @@ func TestJobMemoryTrueBound(t *testing.T) {
 				t.Errorf("peak live heap %d bytes, charged %d (limit with slack %d)", peak, charge, limit)
 			}
 		})
+	}
+}
+
+// TestJobDeadlinePausesForMemory (E8): the attempt deadline covers the
+// download and the verification, not the wait for memory: a job that waits
+// longer than its whole deadline for the budget still verifies and succeeds.
+func TestJobDeadlinePausesForMemory(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "repo.car")
+	did, _ := writePaddedCAR(t, path, 100, 8)
+	src := &fileSource{path: path}
+	mem := NewMemory(64<<20, nil)
+	hold, err := mem.Acquire(context.Background(), 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const deadline = 100 * time.Millisecond
+	r, err := NewRunner(Options{Source: src, Writer: nopWriter{}, Memory: mem, AttemptTimeout: deadline})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		p, err := r.attempt(context.Background(), did)
+		if err == nil {
+			p.release()
+		}
+		done <- err
+	}()
+	promtest.Eventually(t, 10*time.Second, "the download", func() bool { return src.n.Load() == 1 })
+	time.Sleep(3 * deadline) // the job waits for memory past its whole deadline
+	hold()
+	if err := <-done; err != nil {
+		t.Fatalf("a job that waited for memory failed: %v", err)
 	}
 }
