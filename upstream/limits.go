@@ -137,7 +137,7 @@ func (s *scratchSpace) checkFloor(need int64) error {
 		s.trips.trip(slog.LevelWarn, limitMinFree, "upstream: scratch volume unreadable; spills refused", "err", err)
 		return &Error{Err: fmt.Errorf("%w: %v", ErrLocal, err), kind: ErrLocal}
 	}
-	if sp.Free < uint64(max(need, 0)) || sp.Below(s.floor+uint64(max(need, 0))) {
+	if sp.Below(s.floor + uint64(max(need, 0))) {
 		s.trips.trip(slog.LevelWarn, limitMinFree, "upstream: scratch volume at its free-space floor; spills refused until space is freed",
 			"dir", s.dir, "free", sp.Free, "floor", s.floor)
 		return &Error{Err: fmt.Errorf("%w: scratch volume has %d bytes free, floor %d", ErrLocal, sp.Free, s.floor), kind: ErrLocal}

@@ -29,19 +29,20 @@ func TestServeFlagDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.listen != ":6008" || o.workers != 100 || o.window != 50_000 || o.maxRepos != 0 || o.repos != nil ||
-		o.memory != 0 || o.getRepoTimeout != 5*time.Minute {
+		o.memory != 0 || o.getRepoTimeout != 5*time.Minute || o.scratchBudget != 0 || o.minBody != 0 || o.hostWorkers != 16 {
 		t.Fatalf("defaults %+v", o)
 	}
 }
 
 func TestServeFlagsFromEnvAndCommandLine(t *testing.T) {
 	env := []string{"BACKSTREAM_BACKFILL_WORKERS=7", "BACKSTREAM_ENUMERATION_WINDOW=900", "BACKSTREAM_BACKFILL_MEMORY=512MiB",
-		"BACKSTREAM_GETREPO_TIMEOUT=30s", "BACKSTREAM_MAX_REPOS=12"}
-	o, err := serveFlags(t, []string{"--backfill-workers", "9"}, env)
+		"BACKSTREAM_GETREPO_TIMEOUT=30s", "BACKSTREAM_MAX_REPOS=12", "BACKSTREAM_SCRATCH_BUDGET=20GiB", "BACKSTREAM_BACKFILL_HOST_WORKERS=5"}
+	o, err := serveFlags(t, []string{"--backfill-workers", "9", "--getrepo-min-body", "8KiB"}, env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.workers != 9 || o.window != 900 || o.memory != 512<<20 || o.getRepoTimeout != 30*time.Second || o.maxRepos != 12 {
+	if o.workers != 9 || o.window != 900 || o.memory != 512<<20 || o.getRepoTimeout != 30*time.Second || o.maxRepos != 12 ||
+		o.scratchBudget != 20<<30 || o.hostWorkers != 5 || o.minBody != 8<<10 {
 		t.Fatalf("options %+v", o)
 	}
 	o, err = serveFlags(t, []string{"--repos", "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa, did:web:example.com,did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"}, nil)
@@ -67,6 +68,9 @@ func TestServeFlagsRefused(t *testing.T) {
 		{"--min-free", "plenty"},
 		{"--min-free", "-1GiB"},
 		{"--max-write-stall", "0s"},
+		{"--scratch-budget", "much"},
+		{"--getrepo-min-body", "-1KiB"},
+		{"--backfill-host-workers", "0"},
 	} {
 		if _, err := serveFlags(t, args, nil); !errors.Is(err, errUsage) {
 			t.Errorf("%q: %v, want a usage error", args, err)
