@@ -27,7 +27,8 @@
 //     shared by all downloads and held until Download.Remove (a body larger
 //     than the whole budget is ErrTooLarge; one refused because others hold
 //     the budget is ErrLocal); the scratch volume's free-space floor is
-//     checked before a spill and every MiB of it (ErrLocal); a failed
+//     checked before a spill and every MiB of it, with room for the next
+//     MiB (ErrLocal); a failed
 //     scratch write (ENOSPC) is ErrLocal too — ClassLocal, never permanent,
 //     never the upstream's fault. A body under MinBodyBytes per BodyWindow is
 //     cut (ErrSlowBody, transient); a redirect target already serving

@@ -169,8 +169,10 @@ func (p *spill) grow(n, total int64) error {
 	p.held += n
 	s.trips.metrics.scratch(s.held.Load(), s.budget)
 	if total >= p.next {
+		// Room for the bytes up to the next check, so this spill alone
+		// never crosses the floor between two checks.
 		p.next = total + floorCheckEvery
-		return s.checkFloor(0)
+		return s.checkFloor(floorCheckEvery)
 	}
 	return nil
 }
