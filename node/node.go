@@ -115,9 +115,8 @@ type Config struct {
 	StopGrace time.Duration
 	// MinFree is the free-space floor of the data dir's volume (serve's
 	// --min-free): 0 the default (diskspace.Floor(0, total): the smaller of
-	// 1 GiB and 2 % of the volume), positive a size in bytes, negative off
-	// (no floor: do not ask diskspace.Floor, which treats it as the
-	// default). The store refuses to open below it and Run stops the
+	// 1 GiB and 2 % of the volume), positive a size in bytes, negative off.
+	// The store refuses to open below it and Run stops the
 	// process when the volume goes below it (checked every
 	// SpaceCheckPeriod, default DefaultSpaceCheckPeriod). Scratch spills
 	// use the same floor. It overrides Store.MinFree when set.

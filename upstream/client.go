@@ -84,7 +84,7 @@ type Options struct {
 	// Download limits (limits.go). ScratchBudget bounds the bytes of every
 	// scratch file together (default half the scratch volume's space above
 	// its floor, at most DefaultScratchBudgetMax); MinFree is the scratch
-	// volume's free-space floor (0: diskspace.Floor's default); a body
+	// volume's free-space floor (diskspace.Floor: 0 the default, negative off); a body
 	// slower than MinBodyBytes per BodyWindow fails with ErrSlowBody
 	// (defaults DefaultMinBodyBytes, DefaultBodyWindow; negative
 	// MinBodyBytes: no minimum); HostWorkers caps concurrent downloads per

@@ -5,39 +5,20 @@ package upstream
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
-)
 
-// smallVolume mounts a tmpfs of size bytes (and tmpfs options opts, e.g.
-// ",nr_inodes=1") on a new directory and returns it. Mounting needs root (CAP_SYS_ADMIN); without it the test is skipped,
-// except in CI (BACKSTREAM_CI=1), where it fails.
-func smallVolume(t *testing.T, size int, opts string) string {
-	t.Helper()
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d%s", size, opts)); err != nil {
-		if os.Getenv("BACKSTREAM_CI") == "1" {
-			t.Fatalf("mount a %d-byte tmpfs: %v (CI runs as root)", size, err)
-		}
-		t.Skipf("mount a tmpfs needs root: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
+	"github.com/backstream/backstream/internal/citest"
+)
 
 // TestGetRepoScratchENOSPC: a scratch volume with free bytes but no free
 // inode (the kernel answers ENOSPC while statfs shows space, so the floor
 // lets the spill start): the download fails local, never permanent, and
 // holds nothing; a retry meets the same and still fills nothing.
 func TestGetRepoScratchENOSPC(t *testing.T) {
-	vol := smallVolume(t, 8<<20, ",nr_inodes=1")
+	vol := t.TempDir()
+	citest.Tmpfs(t, vol, 8<<20, "nr_inodes=1")
 	pds := newServer(t, endlessBody)
 	c, _ := testClient(t, pds.URL, func(o *Options) {
 		o.ScratchDir = vol
@@ -61,7 +42,8 @@ func TestGetRepoScratchENOSPC(t *testing.T) {
 func TestGetRepoScratchDefaultFloorOnSmallVolume(t *testing.T) {
 	// 8.5 MiB: the half MiB left after 8 MiB is above the floor but
 	// below the next MiB of the spill.
-	vol := smallVolume(t, 17<<19, "")
+	vol := t.TempDir()
+	citest.Tmpfs(t, vol, 17<<19, "")
 	pds := newServer(t, endlessBody)
 	c, scratch := testClient(t, pds.URL, func(o *Options) {
 		o.ScratchDir = filepath.Join(vol, "scratch")

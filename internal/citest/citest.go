@@ -9,7 +9,9 @@
 package citest
 
 import (
+	"fmt"
 	"os"
+	"syscall"
 	"testing"
 )
 
@@ -34,4 +36,27 @@ func NeedRoot(t testing.TB) {
 	if os.Geteuid() != 0 {
 		Need(t, "needs root")
 	}
+}
+
+// Tmpfs mounts a tmpfs of size bytes on dir (created if missing) until the
+// test ends; opts are further tmpfs options, comma-separated ("nr_inodes=1").
+// It needs root: see NeedRoot.
+func Tmpfs(t testing.TB, dir string, size int64, opts string) {
+	t.Helper()
+	NeedRoot(t)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data := fmt.Sprintf("size=%d", size)
+	if opts != "" {
+		data += "," + opts
+	}
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, data); err != nil {
+		t.Fatalf("mount a %d-byte tmpfs on %s: %v", size, dir, err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, 0); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
 }

@@ -30,12 +30,17 @@ func Stat(path string) (Space, error) {
 	return Space{Free: st.Bavail * bs, Total: st.Blocks * bs}, nil
 }
 
-// Floor is the free-space floor of a volume of the given total size:
-// setting itself when positive, otherwise the default (the smaller of
-// DefaultFloorBytes and DefaultFloorPercent of total).
+// Floor is the free-space floor of a volume of the given total size, from
+// the operator's setting (--min-free): a positive setting is the floor
+// itself, zero asks for the default (the smaller of DefaultFloorBytes and
+// DefaultFloorPercent of total), and a negative one turns the floor off (0:
+// no reading is below it).
 func Floor(setting int64, total uint64) uint64 {
-	if setting > 0 {
+	switch {
+	case setting > 0:
 		return uint64(setting)
+	case setting < 0:
+		return 0
 	}
 	return min(DefaultFloorBytes, total/100*DefaultFloorPercent)
 }

@@ -8,11 +8,11 @@ func TestFloor(t *testing.T) {
 		total   uint64
 		want    uint64
 	}{
-		{0, 10 << 30, 10 << 30 / 100 * 2},  // 2 % of a small volume
-		{0, 1 << 40, DefaultFloorBytes},    // 1 GiB of a large one
-		{0, 0, 0},                          // unknown size: no floor
-		{5 << 20, 1 << 40, 5 << 20},        // the operator's setting wins
-		{-1, 10 << 30, 10 << 30 / 100 * 2}, // not positive: default
+		{0, 10 << 30, 10 << 30 / 100 * 2}, // 2 % of a small volume
+		{0, 1 << 40, DefaultFloorBytes},   // 1 GiB of a large one
+		{0, 0, 0},                         // unknown size: no floor
+		{5 << 20, 1 << 40, 5 << 20},       // the operator's setting wins
+		{-1, 10 << 30, 0},                 // negative: off
 	} {
 		if got := Floor(c.setting, c.total); got != c.want {
 			t.Errorf("Floor(%d, %d) = %d, want %d", c.setting, c.total, got, c.want)

@@ -64,7 +64,7 @@ func diskFullRun(t *testing.T, args []string, leave uint64, within time.Duration
 	// restart's convergence is checked exactly by Finish anyway.
 	args = append(append(append([]string{}, serveArgs...), "--capture-wait", "1s"), args...)
 	h := crash.New(t, net, crash.Options{Args: args, Subscribe: true, Settle: time.Second})
-	mountTmpfs(t, h.DataDir, "64m")
+	citest.Tmpfs(t, h.DataDir, 64<<20, "")
 
 	p := h.Start()
 	st := h.WaitPhase(p, crash.PhaseSteady, 90*time.Second)
@@ -108,22 +108,6 @@ func diskFullRun(t *testing.T, args []string, leave uint64, within time.Duration
 	res := h.Finish(h.WaitConverged(p2, 2*time.Minute))
 	t.Logf("after the restart: %d events fold to ground truth for %d accounts; the subscriber held %d over %d connections",
 		res.Events, res.Checked, res.SubHeld, res.SubConns)
-}
-
-// mountTmpfs mounts a tmpfs of size on dir (created) until the test ends.
-func mountTmpfs(t *testing.T, dir, size string) {
-	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Fatalf("mount tmpfs on %s: %v\n%s", dir, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v\n%s", dir, err, out)
-		}
-	})
 }
 
 // fill writes path until the volume holding dir has about leave bytes free.
