@@ -21,12 +21,14 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
 // maxControlPending bounds the bytes gorilla may queue (pongs to a ping
-// flood from a client that does not read).
-const maxControlPending = 1 << 20
+// flood from a client that does not read; a pong is at most 127 bytes, and
+// pings are rationed by the connection's message budget).
+const maxControlPending = 16 << 10
 
 // errControlBacklog: gorilla tried to queue more control bytes than
 // maxControlPending; the connection is being abused.
@@ -35,13 +37,39 @@ var errControlBacklog = errors.New("subscribe: too many control frames queued")
 // sockConn is the net.Conn gorilla sees. Reads pass through; writes queue.
 type sockConn struct {
 	net.Conn
+	raw     syscall.RawConn // nil when the connection has no file descriptor
 	mu      sync.Mutex
 	pending []byte
 	kick    chan struct{} // capacity 1: gorilla queued bytes
 }
 
 func newSockConn(c net.Conn) *sockConn {
-	return &sockConn{Conn: c, kick: make(chan struct{}, 1)}
+	sc := &sockConn{Conn: c, kick: make(chan struct{}, 1)}
+	if s, ok := c.(syscall.Conn); ok {
+		sc.raw, _ = s.SyscallConn()
+	}
+	return sc
+}
+
+// tryWrite writes as much of b as the socket takes without waiting and
+// returns how much that was; errors are left for the next ordinary write to
+// report.
+func (c *sockConn) tryWrite(b []byte) int {
+	if c.raw == nil {
+		return 0
+	}
+	n := 0
+	_ = c.raw.Write(func(fd uintptr) bool {
+		for n < len(b) {
+			m, err := syscall.Write(int(fd), b[n:])
+			if err != nil || m <= 0 {
+				break
+			}
+			n += m
+		}
+		return true // never wait
+	})
+	return n
 }
 
 // Write queues a whole frame (gorilla writes each frame in one call).
@@ -101,19 +129,26 @@ const (
 	opPing   = 0x9
 )
 
+// maxFrameHeader is the longest header appendFrameHeader writes.
+const maxFrameHeader = 10
+
 // appendFrame appends one unmasked, final server frame.
 func appendFrame(b []byte, op byte, payload []byte) []byte {
-	n := len(payload)
+	return append(appendFrameHeader(b, op, len(payload)), payload...)
+}
+
+// appendFrameHeader appends the header of an unmasked, final server frame
+// of n payload bytes.
+func appendFrameHeader(b []byte, op byte, n int) []byte {
 	switch {
 	case n < 126:
-		b = append(b, 0x80|op, byte(n))
+		return append(b, 0x80|op, byte(n))
 	case n <= 0xffff:
-		b = append(b, 0x80|op, 126, byte(n>>8), byte(n))
+		return append(b, 0x80|op, 126, byte(n>>8), byte(n))
 	default:
 		b = append(b, 0x80|op, 127)
-		b = binary.BigEndian.AppendUint64(b, uint64(n))
+		return binary.BigEndian.AppendUint64(b, uint64(n))
 	}
-	return append(b, payload...)
 }
 
 // closePayload is a close frame's body: code, then a reason cut to fit the

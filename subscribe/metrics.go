@@ -10,24 +10,34 @@ import (
 // Disconnect reasons: the closed set of label values of
 // backstream_subscribe_disconnects_total.
 const (
-	ReasonClientClosed  = "client_closed"  // the client closed the socket or sent a close frame
-	ReasonReadError     = "read_error"     // reading the client's frames failed (protocol error, reset)
-	ReasonWriteError    = "write_error"    // writing to the socket failed
-	ReasonTooSlow       = "too_slow"       // stayed far behind while reading slower than the floor rate (D6)
-	ReasonBadOptions    = "bad_options"    // a malformed options_update
-	ReasonShutdown      = "shutdown"       // the server is stopping, or the archive writer stopped
-	ReasonInternalError = "internal_error" // reading the archive failed
+	ReasonClientClosed  = "client_closed"     // the client closed the socket or sent a close frame
+	ReasonReadError     = "read_error"        // reading the client's frames failed (protocol error, reset)
+	ReasonWriteError    = "write_error"       // writing to the socket failed
+	ReasonTooSlow       = "too_slow"          // stayed far behind while reading slower than the floor rate (D6)
+	ReasonStalled       = "stalled"           // a socket write did not complete within StallTimeout
+	ReasonHelloTimeout  = "hello_timeout"     // requireHello, and no options_update within HelloTimeout
+	ReasonTooManyMsgs   = "too_many_messages" // client messages beyond MessageRate/MessageBurst
+	ReasonBadOptions    = "bad_options"       // a malformed options_update
+	ReasonShutdown      = "shutdown"          // the server is stopping, or the archive writer stopped
+	ReasonInternalError = "internal_error"    // reading the archive failed
 )
 
 var disconnectReasons = []string{ReasonClientClosed, ReasonReadError, ReasonWriteError, ReasonTooSlow,
-	ReasonBadOptions, ReasonShutdown, ReasonInternalError}
+	ReasonStalled, ReasonHelloTimeout, ReasonTooManyMsgs, ReasonBadOptions, ReasonShutdown, ReasonInternalError}
 
 // Refusal reasons of backstream_subscribe_refused_total.
 const (
 	refusedBadParam = "bad_param" // 400 before the upgrade (D5)
 	refusedNotReady = "not_ready" // 503 before steady_state
 	refusedUpgrade  = "upgrade"   // not a websocket handshake
+
+	refusedMaxSubscribers = "max_subscribers" // 503: MaxSubscribers connected
+	refusedMaxPerIP       = "max_per_ip"      // 429: MaxSubscribersPerIP from this client IP
+	refusedBufferBudget   = "buffer_budget"   // 503: BufferBudget fully reserved
 )
+
+var refusedReasons = []string{refusedBadParam, refusedNotReady, refusedUpgrade,
+	refusedMaxSubscribers, refusedMaxPerIP, refusedBufferBudget}
 
 // Metrics are the /subscribe instruments.
 type Metrics struct {
@@ -40,6 +50,7 @@ type Metrics struct {
 	renderErrors  prometheus.Counter
 	tooLarge      prometheus.Counter
 	delivery      prometheus.Histogram
+	reserved      prometheus.Gauge
 
 	live, replay prometheus.Counter // eventsSent children, resolved once
 }
@@ -69,7 +80,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backstream_subscribe_refused_total",
-			Help: "/subscribe requests answered without an upgrade, by reason (bad_param, not_ready, upgrade).",
+			Help: "/subscribe requests answered without an upgrade, by reason (bad_param, not_ready, upgrade, max_subscribers, max_per_ip, buffer_budget).",
 		}, []string{"reason"}),
 		renderErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_subscribe_render_errors_total",
@@ -84,18 +95,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Live events: from the event's archive timestamp (seq allocation, before the synced commit) to its write to a subscriber's socket.",
 			Buckets: []float64{0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.035, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
 		}),
+		reserved: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "backstream_subscribe_buffer_reserved_bytes",
+			Help: "Output-buffer bytes reserved by connected subscribers, out of the buffer budget.",
+		}),
 	}
 	m.live = m.eventsSent.WithLabelValues("live")
 	m.replay = m.eventsSent.WithLabelValues("replay")
 	for _, r := range disconnectReasons {
 		m.disconnects.WithLabelValues(r)
 	}
-	for _, r := range []string{refusedBadParam, refusedNotReady, refusedUpgrade} {
+	for _, r := range refusedReasons {
 		m.refused.WithLabelValues(r)
 	}
 	if reg != nil {
 		reg.MustRegister(m.subscribers, m.eventsSent, m.bytesSent, m.disconnects, m.unknownParams,
-			m.refused, m.renderErrors, m.tooLarge, m.delivery)
+			m.refused, m.renderErrors, m.tooLarge, m.delivery, m.reserved)
 	}
 	return m
 }
@@ -154,5 +169,11 @@ func (m *Metrics) skippedTooLarge() {
 func (m *Metrics) observeDelivery(secs float64) {
 	if m != nil {
 		m.delivery.Observe(secs)
+	}
+}
+
+func (m *Metrics) setReserved(bytes int64) {
+	if m != nil {
+		m.reserved.Set(float64(bytes))
 	}
 }

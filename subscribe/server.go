@@ -12,7 +12,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,7 +34,30 @@ const (
 	DefaultFlushBytes   = 64 << 10
 	DefaultDictSamples  = 20_000
 	DefaultRetryAfter   = 30 * time.Second
+	// DefaultStallTimeout: a socket write that has not completed for this
+	// long closes the subscriber (stalled), whatever its lag.
+	DefaultStallTimeout = 60 * time.Second
+	// DefaultHelloTimeout: a requireHello subscriber has this long to send
+	// its first options_update.
+	DefaultHelloTimeout = 30 * time.Second
+	// DefaultBufferBudget bounds the output buffers of all subscribers
+	// together (each reserves FlushBytes + 64 KiB, 128 KiB by default).
+	DefaultBufferBudget = 1 << 30
+	// DefaultMaxSubscribers and DefaultMaxSubscribersPerIP cap connected
+	// subscribers (503 / 429 beyond).
+	DefaultMaxSubscribers      = 10_000
+	DefaultMaxSubscribersPerIP = 100
+	// DefaultMessageRate and DefaultMessageBurst: client messages (text,
+	// binary, ping) a connection may send per second, and at once; beyond,
+	// it is closed (too_many_messages).
+	DefaultMessageRate  = 1.0
+	DefaultMessageBurst = 10
 )
+
+// DefaultReplayReaders is how many subscribers read the archive at once:
+// half the CPUs (at least one), leaving the rest to the writer and live
+// delivery.
+func DefaultReplayReaders() int { return max(1, runtime.GOMAXPROCS(0)/2) }
 
 // Config configures a Server. Store and Writer may be left nil and given
 // later with Attach (the HTTP server starts before the store is open).
@@ -73,6 +98,34 @@ type Config struct {
 	DictSamples int
 	// RetryAfter is the Retry-After of a 503.
 	RetryAfter time.Duration
+
+	// StallTimeout: a subscriber whose socket write has not completed for
+	// this long — it does not read, or reads a trickle — is closed (1008,
+	// reason stalled), however little it lags.
+	StallTimeout time.Duration
+	// HelloTimeout: a requireHello subscriber that sends no options_update
+	// within this long is closed (1008, reason hello_timeout).
+	HelloTimeout time.Duration
+	// BufferBudget is the bytes of output buffers all subscribers may
+	// reserve together; each reserves bufferReservation(FlushBytes) at the
+	// upgrade and keeps within it. Beyond it a new subscriber gets 503
+	// (buffer_budget); connected ones are never closed for it.
+	BufferBudget int64
+	// MaxSubscribers caps connected subscribers (503 beyond);
+	// MaxSubscribersPerIP caps them per client IP (429 beyond). The client
+	// IP is the connection's remote address; with TrustForwardedFor, the
+	// last address of X-Forwarded-For (set it only behind a reverse proxy
+	// that appends it).
+	MaxSubscribers      int
+	MaxSubscribersPerIP int
+	TrustForwardedFor   bool
+	// ReplayReaders is how many subscribers read the archive at once; each
+	// reads one bounded batch, then yields its turn (0: DefaultReplayReaders).
+	ReplayReaders int
+	// MessageRate and MessageBurst bound the client messages of one
+	// connection (token bucket); beyond, it is closed (too_many_messages).
+	MessageRate  float64
+	MessageBurst int
 }
 
 func (c *Config) defaults() {
@@ -103,6 +156,30 @@ func (c *Config) defaults() {
 	if c.RetryAfter == 0 {
 		c.RetryAfter = DefaultRetryAfter
 	}
+	if c.StallTimeout == 0 {
+		c.StallTimeout = DefaultStallTimeout
+	}
+	if c.HelloTimeout == 0 {
+		c.HelloTimeout = DefaultHelloTimeout
+	}
+	if c.BufferBudget == 0 {
+		c.BufferBudget = DefaultBufferBudget
+	}
+	if c.MaxSubscribers == 0 {
+		c.MaxSubscribers = DefaultMaxSubscribers
+	}
+	if c.MaxSubscribersPerIP == 0 {
+		c.MaxSubscribersPerIP = DefaultMaxSubscribersPerIP
+	}
+	if c.ReplayReaders == 0 {
+		c.ReplayReaders = DefaultReplayReaders()
+	}
+	if c.MessageRate == 0 {
+		c.MessageRate = DefaultMessageRate
+	}
+	if c.MessageBurst == 0 {
+		c.MessageBurst = DefaultMessageBurst
+	}
 }
 
 // source is what subscribers read: the store and the writer's live log.
@@ -125,8 +202,13 @@ type Server struct {
 
 	closeOnce sync.Once
 
+	readers  readerSlots // archive readers at once
+	bufBytes int64       // what one subscriber reserves from the buffer budget
+	refusals *logEvery   // one log line per refusal reason per interval
+
 	mu     sync.Mutex
 	subs   map[*subscriber]struct{}
+	adm    admission
 	closed bool
 	nextID uint64
 }
@@ -134,7 +216,9 @@ type Server struct {
 // New builds a Server; nothing runs until its Handler serves requests.
 func New(cfg Config) (*Server, error) {
 	cfg.defaults()
-	s := &Server{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, subs: make(map[*subscriber]struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, subs: make(map[*subscriber]struct{}),
+		readers: make(readerSlots, cfg.ReplayReaders), bufBytes: bufferReservation(cfg.FlushBytes),
+		refusals: newLogEvery(time.Minute), adm: admission{perIP: map[string]int{}}}
 	c, err := newCodecs(cfg.DictSamples, func() *archive.Store {
 		if src := s.src.Load(); src != nil {
 			return src.store
@@ -333,7 +417,8 @@ func (s *Server) handleSubscribe(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(req.unknown) > 0 {
 		s.m.unknownParam(len(req.unknown))
-		s.log.Debug("subscribe: ignoring unknown parameters", "params", req.unknown)
+		s.log.Debug("subscribe: ignoring unknown parameters", "count", len(req.unknown),
+			"params", clip(strings.Join(req.unknown, ","), maxLogDetail))
 	}
 	if !websocket.IsWebSocketUpgrade(r) {
 		s.m.refuse(refusedUpgrade)
@@ -371,10 +456,16 @@ func (s *Server) handleSubscribe(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
+	ip := clientIP(r, s.cfg.TrustForwardedFor)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "ShuttingDown", "message": "the server is stopping"})
+		return
+	}
+	if ref := s.admitLocked(ip); ref != nil {
+		s.mu.Unlock()
+		s.refuseLimit(w, ref, ip)
 		return
 	}
 	s.wg.Add(1)
@@ -382,6 +473,7 @@ func (s *Server) handleSubscribe(w http.ResponseWriter, r *http.Request) {
 	id := s.nextID
 	s.mu.Unlock()
 	defer s.wg.Done()
+	defer s.release(ip)
 
 	hj := &hijacker{ResponseWriter: w}
 	ws, err := upgrader.Upgrade(hj, r, nil)
@@ -401,6 +493,19 @@ func (s *Server) handleSubscribe(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	delete(s.subs, sub)
 	s.mu.Unlock()
+}
+
+// refuseLimit answers a request refused by a subscriber limit: the status,
+// Retry-After and a JSON error, counted, and logged once a minute per
+// reason.
+func (s *Server) refuseLimit(w http.ResponseWriter, ref *refusal, ip string) {
+	s.m.refuse(ref.reason)
+	if n, ok := s.refusals.tick(ref.reason, time.Now()); ok {
+		s.log.Warn("subscribe: refusing subscribers at a limit", "reason", ref.reason, "refused", n,
+			"last_client", ip, "detail", ref.message)
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(int(s.cfg.RetryAfter/time.Second)))
+	writeJSON(w, ref.code, map[string]any{"error": ref.errName, "message": ref.message})
 }
 
 // errorsIsTimeout reports a deadline expiry.

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -24,7 +25,7 @@ import (
 
 const (
 	liveBatch     = 512              // live entries read per step
-	replayChunk   = 512              // archive events read between checks of the live floor
+	replayChunk   = 512              // archive events read per batch, at most
 	iterMaxAge    = 10 * time.Second // reopen a replay iterator this often, so it pins no old sstables
 	iterMaxEvents = 1 << 18
 	// replayFlushEvery: a replaying subscriber whose filter admits few
@@ -43,8 +44,14 @@ const (
 // errTooSlow: the slow rule fired during a blocked write.
 var errTooSlow = errors.New("subscriber stayed far behind while reading slower than the floor rate")
 
+// errStalled: a socket write did not complete within StallTimeout.
+var errStalled = errors.New("subscriber's socket write stayed blocked")
+
 // errShutdown: the server is closing.
 var errShutdown = errors.New("server shutting down")
+
+// errTooManyMessages: the client sent messages beyond its budget.
+var errTooManyMessages = errors.New("too many client messages")
 
 type subscriber struct {
 	srv   *Server
@@ -65,8 +72,11 @@ type subscriber struct {
 	// subscriber goroutine).
 	position atomic.Uint64
 
-	// Output not yet written, and what it holds.
+	// Output not yet written, and what it holds. out never grows past its
+	// capacity, FlushBytes + maxInlineFrame + maxControlPending: frames
+	// larger than maxInlineFrame are written from where they lie (tail).
 	out       []byte
+	tail      []byte // the unwritten rest of a large frame's payload, after a failed write
 	nLive     int
 	nReplay   int
 	liveTimes []int64 // TimeUS of the live events in out (delivery latency)
@@ -77,7 +87,9 @@ type subscriber struct {
 	slowFrom  uint64
 	lastFlush time.Time
 
-	// Replay from the archive.
+	// Replay from the archive: the iterator, kept between batches only
+	// while the socket takes every write without waiting; the renderer and
+	// its buffers, dropped back to maxInlineFrame after a larger event.
 	it       *archive.EventIter
 	itNext   uint64 // the seq the iterator yields next (valid while it != nil)
 	itOpened time.Time
@@ -109,7 +121,7 @@ func newSubscriber(s *Server, src *source, ws *websocket.Conn, sock *sockConn, r
 		helloCh:  make(chan struct{}),
 		ended:    make(chan endReason, 1),
 		readDone: make(chan struct{}),
-		out:      make([]byte, 0, s.cfg.FlushBytes+16<<10),
+		out:      make([]byte, 0, s.cfg.FlushBytes+maxInlineFrame+maxControlPending+2*maxFrameHeader),
 	}
 	sub.log = s.log.With("subscriber", id, "remote", r.RemoteAddr)
 	sub.filt.Store(req.filter)
@@ -127,16 +139,33 @@ func (s *subscriber) end(reason, detail string) {
 
 // readLoop reads client frames: options_update messages replace the
 // filter; gorilla answers pings and close frames itself (through sockConn).
+// Every message and ping spends a token of the connection's budget; beyond
+// it the connection is closed (too_many_messages).
 func (s *subscriber) readLoop() {
 	defer close(s.readDone)
 	s.ws.SetReadLimit(maxClientMessage)
+	cfg := &s.srv.cfg
+	bucket := newMsgBucket(cfg.MessageRate, cfg.MessageBurst, time.Now())
+	pong := s.ws.PingHandler()
+	s.ws.SetPingHandler(func(data string) error {
+		if !bucket.take(time.Now()) {
+			return errTooManyMessages
+		}
+		return pong(data)
+	})
 	for {
 		typ, r, err := s.ws.NextReader()
+		if err == nil && !bucket.take(time.Now()) {
+			err = errTooManyMessages
+		}
 		if err != nil {
 			var ce *websocket.CloseError
-			if errors.As(err, &ce) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			switch {
+			case errors.Is(err, errTooManyMessages):
+				s.end(ReasonTooManyMsgs, fmt.Sprintf("more than %g client messages per second (burst %d)", cfg.MessageRate, cfg.MessageBurst))
+			case errors.As(err, &ce) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 				s.end(ReasonClientClosed, err.Error())
-			} else {
+			default:
 				s.end(ReasonReadError, err.Error())
 			}
 			return
@@ -166,39 +195,48 @@ func (s *subscriber) readLoop() {
 // run serves the connection until it ends and returns the reason.
 func (s *subscriber) run(ctx context.Context) string {
 	go s.readLoop()
-	// Send the handshake response gorilla queued.
 	reason, detail := s.serve(ctx)
 	s.closeIter()
 	s.finish(reason, detail)
 	return reason
 }
 
+// awaitHello holds a requireHello subscriber until its first
+// options_update, for at most HelloTimeout; it keeps answering pings.
+func (s *subscriber) awaitHello(ctx context.Context, ping <-chan time.Time) (reason, detail string) {
+	timeout := time.NewTimer(s.srv.cfg.HelloTimeout)
+	defer timeout.Stop()
+	for {
+		select {
+		case <-s.helloCh:
+			return "", ""
+		case e := <-s.ended:
+			return e.reason, e.detail
+		case <-ctx.Done():
+			return ReasonShutdown, "server shutting down"
+		case <-timeout.C:
+			return ReasonHelloTimeout, fmt.Sprintf("requireHello: no options_update within %s", s.srv.cfg.HelloTimeout)
+		case <-s.sock.kick:
+		case <-ping:
+			s.out = appendFrame(s.out, opPing, nil)
+		}
+		if err := s.flush(ctx); err != nil {
+			return s.writeFailure(err)
+		}
+	}
+}
+
 // serve is the main loop; it returns when the connection must end.
 func (s *subscriber) serve(ctx context.Context) (reason, detail string) {
 	ping := time.NewTicker(s.srv.cfg.PingInterval)
 	defer ping.Stop()
+	// Send the handshake response gorilla queued.
 	if err := s.flush(ctx); err != nil {
 		return s.writeFailure(err)
 	}
 	if s.hello {
-		for waiting := true; waiting; {
-			select {
-			case <-s.helloCh:
-				waiting = false
-			case e := <-s.ended:
-				return e.reason, e.detail
-			case <-ctx.Done():
-				return ReasonShutdown, "server shutting down"
-			case <-s.sock.kick:
-				if err := s.flush(ctx); err != nil {
-					return s.writeFailure(err)
-				}
-			case <-ping.C:
-				s.out = appendFrame(s.out, opPing, nil)
-				if err := s.flush(ctx); err != nil {
-					return s.writeFailure(err)
-				}
-			}
+		if reason, detail := s.awaitHello(ctx, ping.C); reason != "" {
+			return reason, detail
 		}
 	}
 	for {
@@ -216,7 +254,7 @@ func (s *subscriber) serve(ctx context.Context) (reason, detail string) {
 		s.ents, floor = s.live.ReadEntries(s.next, s.ents[:0], liveBatch)
 		if s.next < floor {
 			if err := s.replay(ctx, floor); err != nil {
-				if errors.Is(err, errTooSlow) || errors.Is(err, errShutdown) || isWriteErr(err) {
+				if errors.Is(err, errTooSlow) || errors.Is(err, errStalled) || errors.Is(err, errShutdown) || isWriteErr(err) {
 					return s.writeFailure(err)
 				}
 				s.log.Error("subscribe: replay from the archive failed", "next", s.next, "err", err)
@@ -252,7 +290,7 @@ func (s *subscriber) serve(ctx context.Context) (reason, detail string) {
 			}
 			continue
 		}
-		for _, e := range s.ents {
+		for i, e := range s.ents {
 			if e.Event.Seq != s.next {
 				// The live log's seqs are contiguous; anything else is a bug
 				// that would break D2, so stop rather than skip or repeat.
@@ -260,22 +298,26 @@ func (s *subscriber) serve(ctx context.Context) (reason, detail string) {
 				return ReasonInternalError, "live log out of step"
 			}
 			s.next++
-			s.sendLive(e)
-		}
-		clear(s.ents)
-		if len(s.out) >= s.srv.cfg.FlushBytes {
-			if err := s.flush(ctx); err != nil {
+			err := s.sendLive(ctx, e)
+			if err == nil && len(s.out) >= s.srv.cfg.FlushBytes {
+				err = s.flush(ctx)
+			}
+			if err != nil {
+				clear(s.ents[i:])
 				return s.writeFailure(err)
 			}
 		}
+		clear(s.ents)
 	}
 }
 
-// sendLive appends a live event's shared frame if the filter admits it.
-func (s *subscriber) sendLive(e *archive.LiveEntry) {
+// sendLive appends a live event's shared frame if the filter admits it; a
+// frame too large for the output buffer is written from the live log's
+// memo.
+func (s *subscriber) sendLive(ctx context.Context, e *archive.LiveEntry) error {
 	f := s.filt.Load()
 	if !f.admit(e.Event) {
-		return
+		return nil
 	}
 	fr, first := liveFrame(e)
 	if fr.err != nil {
@@ -283,16 +325,20 @@ func (s *subscriber) sendLive(e *archive.LiveEntry) {
 			s.srv.m.renderError()
 			s.srv.log.Error("subscribe: cannot render archived event; skipped", "seq", e.Event.Seq, "err", fr.err)
 		}
-		return
+		return nil
 	}
 	p := fr.payload(s.srv.codecs, s.comp, s.dict)
 	if f.maxSize > 0 && len(p) > f.maxSize {
 		s.srv.m.skippedTooLarge()
-		return
+		return nil
 	}
-	s.out = appendFrame(s.out, s.opcode(), p)
 	s.nLive++
 	s.liveTimes = append(s.liveTimes, e.Event.TimeUS)
+	if len(p) > maxInlineFrame-maxFrameHeader {
+		return s.writeLarge(ctx, p)
+	}
+	s.out = appendFrame(s.out, s.opcode(), p)
+	return nil
 }
 
 func (s *subscriber) opcode() byte {
@@ -302,57 +348,30 @@ func (s *subscriber) opcode() byte {
 	return opText
 }
 
-// replay reads up to replayChunk events from the archive at s.next, and
-// stops at floor, the live log's floor as the caller saw it: from there the
-// live log's shared frames serve (if the floor has moved on meanwhile, the
-// caller comes back here). An exhausted iterator is closed, not taken as
-// "caught up": the caller re-reads the live floor and comes back here if
-// still below it.
+// replay reads one batch from the archive at s.next and sends it. The batch
+// holds an archive-reader slot only while it reads, and gives it back
+// before anything is written, so waiting subscribers take their turns; its
+// iterator outlives the batch only while the socket takes every write at
+// once (write closes it before any write that would wait), so a client that
+// does not read pins no sstable.
 func (s *subscriber) replay(ctx context.Context, floor uint64) error {
-	now := time.Now()
-	if s.it != nil && (s.itNext != s.next || now.Sub(s.itOpened) > iterMaxAge || s.itCount > iterMaxEvents) {
-		s.closeIter()
+	if !s.srv.readers.acquire(ctx, s) {
+		return nil // the main loop sees why
 	}
-	fresh := false
-	if s.it == nil {
-		it, err := s.store.Events(s.next)
-		if err != nil {
+	large, err := s.readBatch(floor)
+	s.srv.readers.release()
+	if err != nil {
+		return err
+	}
+	if large != nil {
+		if err := s.writeLarge(ctx, large); err != nil {
 			return err
 		}
-		s.it, s.itNext, s.itOpened, s.itCount, fresh = it, s.next, now, 0, true
+		s.dropRenderBuffers()
 	}
-	f := s.filt.Load()
-	for n := 0; n < replayChunk && s.next < floor; n++ {
-		if !s.it.Next() {
-			err := s.it.Err()
-			s.closeIter()
-			if err != nil {
-				return err
-			}
-			if fresh && n == 0 {
-				// Below the live floor yet nothing in the archive from here:
-				// the archive lost events the live log has published.
-				return fmt.Errorf("subscribe: archive has no event at or after seq %d below the live floor", s.next)
-			}
-			break
-		}
-		ev := s.it.Event()
-		s.next = ev.Seq + 1
-		s.itNext = s.next
-		s.itCount++
-		if f.admit(ev) {
-			s.sendReplay(ev, f)
-		}
-		if len(s.out) >= s.srv.cfg.FlushBytes {
-			if err := s.flush(ctx); err != nil {
-				return err
-			}
-			f = s.filt.Load()
-		}
-	}
-	now = time.Now()
+	now := time.Now()
 	s.position.Store(s.next)
-	if len(s.out) > 0 && now.Sub(s.lastFlush) >= replayFlushEvery {
+	if len(s.out) >= s.srv.cfg.FlushBytes || (len(s.out) > 0 && now.Sub(s.lastFlush) >= replayFlushEvery) {
 		// A sparse filter fills the buffer slowly: do not sit on events.
 		return s.flush(ctx)
 	}
@@ -362,17 +381,88 @@ func (s *subscriber) replay(ctx context.Context, floor uint64) error {
 	return nil
 }
 
-// sendReplay renders an archive event for this subscriber alone.
-func (s *subscriber) sendReplay(ev *archive.Event, f *filter) {
+// readBatch reads archive events at s.next into the output buffer: at most
+// replayChunk, stopping at floor (the live log's floor as the caller saw it:
+// from there the live log's shared frames serve, and if the floor has moved
+// on meanwhile the caller comes back), at a full buffer, or after an event
+// too large for the buffer, which it returns (rendered, still to send). An
+// exhausted iterator is closed, not taken as "caught up": the caller
+// re-reads the floor.
+func (s *subscriber) readBatch(floor uint64) (large []byte, err error) {
+	now := time.Now()
+	if s.it != nil && (s.itNext != s.next || now.Sub(s.itOpened) > iterMaxAge || s.itCount > iterMaxEvents) {
+		s.closeIter()
+	}
+	fresh := false
+	if s.it == nil {
+		it, err := s.store.Events(s.next)
+		if err != nil {
+			return nil, err
+		}
+		s.it, s.itNext, s.itOpened, s.itCount, fresh = it, s.next, now, 0, true
+	}
+	f := s.filt.Load()
+	for n := 0; n < replayChunk && s.next < floor && len(s.out) < s.srv.cfg.FlushBytes; n++ {
+		if !s.it.Next() {
+			err := s.it.Err()
+			s.closeIter()
+			if err != nil {
+				return nil, err
+			}
+			if fresh && n == 0 {
+				// Below the live floor yet nothing in the archive from here:
+				// the archive lost events the live log has published.
+				return nil, fmt.Errorf("subscribe: archive has no event at or after seq %d below the live floor", s.next)
+			}
+			return nil, nil
+		}
+		ev := s.it.Event()
+		s.next = ev.Seq + 1
+		s.itNext = s.next
+		s.itCount++
+		if !f.admit(ev) {
+			continue
+		}
+		p := s.renderReplay(ev, f)
+		if p == nil {
+			continue
+		}
+		s.nReplay++
+		if len(p) > maxInlineFrame-maxFrameHeader {
+			return p, nil
+		}
+		s.out = appendFrame(s.out, s.opcode(), p)
+	}
+	return nil, nil
+}
+
+func (s *subscriber) closeIter() {
+	if s.it != nil {
+		if err := s.it.Close(); err != nil {
+			s.log.Warn("subscribe: closing archive iterator", "err", err)
+		}
+		s.it = nil
+	}
+}
+
+// renderReplay renders an archive event for this subscriber alone; nil when
+// it is skipped.
+func (s *subscriber) renderReplay(ev *archive.Event, f *filter) []byte {
+	if s.scratch == nil {
+		s.scratch = make([]byte, 0, maxInlineFrame)
+	}
 	var err error
 	s.scratch, err = s.rend.AppendJSON(s.scratch[:0], ev)
 	if err != nil {
 		s.srv.m.renderError()
 		s.log.Error("subscribe: cannot render archived event; skipped", "seq", ev.Seq, "err", err)
-		return
+		return nil
 	}
 	p := s.scratch
 	if s.comp {
+		if s.zbuf == nil {
+			s.zbuf = make([]byte, 0, maxInlineFrame)
+		}
 		if s.dict != nil {
 			s.zbuf = s.dict.enc.EncodeAll(p, s.zbuf[:0])
 		} else {
@@ -382,18 +472,18 @@ func (s *subscriber) sendReplay(ev *archive.Event, f *filter) {
 	}
 	if f.maxSize > 0 && len(p) > f.maxSize {
 		s.srv.m.skippedTooLarge()
-		return
+		return nil
 	}
-	s.out = appendFrame(s.out, s.opcode(), p)
-	s.nReplay++
+	return p
 }
 
-func (s *subscriber) closeIter() {
-	if s.it != nil {
-		if err := s.it.Close(); err != nil {
-			s.log.Warn("subscribe: closing archive iterator", "err", err)
-		}
-		s.it = nil
+// dropRenderBuffers lets go of render buffers a large event grew.
+func (s *subscriber) dropRenderBuffers() {
+	if cap(s.scratch) > maxInlineFrame {
+		s.scratch = nil
+	}
+	if cap(s.zbuf) > maxInlineFrame {
+		s.zbuf = nil
 	}
 }
 
@@ -409,45 +499,86 @@ func isWriteErr(err error) bool {
 }
 
 func (s *subscriber) writeFailure(err error) (string, string) {
+	cfg := &s.srv.cfg
 	switch {
 	case errors.Is(err, errTooSlow):
 		return ReasonTooSlow, fmt.Sprintf("consumer too slow: more than %d events behind, reading under %.0f events/s for %s",
-			s.srv.cfg.SlowLag, s.srv.cfg.SlowRate, s.srv.cfg.SlowWindow)
+			cfg.SlowLag, cfg.SlowRate, cfg.SlowWindow)
+	case errors.Is(err, errStalled):
+		return ReasonStalled, fmt.Sprintf("consumer stalled: a write did not complete within %s", cfg.StallTimeout)
 	case errors.Is(err, errShutdown):
 		return ReasonShutdown, "server shutting down"
 	}
 	return ReasonWriteError, err.Error()
 }
 
-// flush writes the buffered frames (and any control frames gorilla
-// queued). A write that blocks wakes every WriteTick to apply the slow rule
-// and notice shutdown; it never gives up on a client that is reading.
-func (s *subscriber) flush(ctx context.Context) error {
-	s.out = s.sock.takePending(s.out)
-	if len(s.out) == 0 {
-		s.position.Store(s.next)
-		return nil
+// writeLarge writes one frame whose payload p is too large for the output
+// buffer: its header with what is buffered, then p itself.
+func (s *subscriber) writeLarge(ctx context.Context, p []byte) error {
+	s.out = appendFrameHeader(s.out, s.opcode(), len(p))
+	s.tail = p // until written: finish must not cut the frame short
+	if err := s.flush(ctx); err != nil {
+		return err
 	}
-	b := s.out
-	tick := s.srv.cfg.WriteTick
+	rest, err := s.write(ctx, p)
+	s.tail = rest
+	if err != nil {
+		return err
+	}
+	s.srv.m.sent(0, 0, len(p))
+	return nil
+}
+
+// write writes b to the socket and returns what is left unwritten when it
+// fails. While a replay iterator is open it first writes what the socket
+// takes at once, and closes the iterator before it waits for the rest. A
+// write that blocks wakes every WriteTick to notice shutdown and apply the
+// slow rule; one that has not completed within StallTimeout fails with
+// errStalled — the client does not read, or reads a trickle. It never gives
+// up on a client that keeps up.
+func (s *subscriber) write(ctx context.Context, b []byte) ([]byte, error) {
+	cfg := &s.srv.cfg
+	if s.it != nil {
+		b = b[s.sock.tryWrite(b):]
+		if len(b) > 0 {
+			s.closeIter()
+		}
+	}
+	since := time.Now()
 	for len(b) > 0 {
-		_ = s.sock.Conn.SetWriteDeadline(time.Now().Add(tick))
+		_ = s.sock.Conn.SetWriteDeadline(time.Now().Add(cfg.WriteTick))
 		n, err := s.sock.Conn.Write(b)
 		b = b[n:]
 		if err == nil {
 			continue
 		}
 		if !errorsIsTimeout(err) {
-			return &writeErr{err}
+			return b, &writeErr{err}
 		}
-		if ctx.Err() != nil {
-			s.out = append(s.out[:0], b...)
-			return errShutdown
+		now := time.Now()
+		switch {
+		case ctx.Err() != nil:
+			return b, errShutdown
+		case now.Sub(since) >= cfg.StallTimeout:
+			return b, errStalled
+		case s.slow(now):
+			return b, errTooSlow
 		}
-		if s.slow(time.Now()) {
-			s.out = append(s.out[:0], b...)
-			return errTooSlow
-		}
+	}
+	return nil, nil
+}
+
+// flush writes the buffered frames (and any control frames gorilla
+// queued).
+func (s *subscriber) flush(ctx context.Context) error {
+	s.out = s.sock.takePending(s.out)
+	if len(s.out) == 0 {
+		s.position.Store(s.next)
+		return nil
+	}
+	if rest, err := s.write(ctx, s.out); err != nil {
+		s.out = s.out[:copy(s.out, rest)] // for finish, before its close frame
+		return err
 	}
 	now := time.Now()
 	m := s.srv.m
@@ -498,12 +629,13 @@ func (s *subscriber) slow(now time.Time) bool {
 	return false
 }
 
-// finish sends a close frame when the connection is still writable, closes
-// the socket and waits for the reader.
+// finish sends a close frame when the connection is still writable (after
+// the rest of a frame cut short), closes the socket and waits for the
+// reader.
 func (s *subscriber) finish(reason, detail string) {
 	var code int
 	switch reason {
-	case ReasonTooSlow, ReasonBadOptions:
+	case ReasonTooSlow, ReasonStalled, ReasonHelloTimeout, ReasonTooManyMsgs, ReasonBadOptions:
 		code = closePolicy
 	case ReasonShutdown:
 		code = closeGoingAway
@@ -511,17 +643,16 @@ func (s *subscriber) finish(reason, detail string) {
 		code = closeInternalError
 	}
 	if reason != ReasonWriteError && reason != ReasonReadError {
-		s.out = s.sock.takePending(s.out) // e.g. gorilla's echo of the client's close
+		end := s.sock.takePending(nil) // e.g. gorilla's echo of the client's close
 		if code != 0 {
-			s.out = appendFrame(s.out, opClose, closePayload(code, detail))
+			end = appendFrame(end, opClose, closePayload(code, detail))
 		}
-		if len(s.out) > 0 {
-			_ = s.sock.Conn.SetWriteDeadline(time.Now().Add(closeGrace))
-			_, _ = s.sock.Conn.Write(s.out)
-		}
+		bufs := net.Buffers{s.out, s.tail, end}
+		_ = s.sock.Conn.SetWriteDeadline(time.Now().Add(closeGrace))
+		_, _ = bufs.WriteTo(s.sock.Conn)
 	}
 	if reason != ReasonClientClosed {
-		s.log.Info("subscriber disconnected", "reason", reason, "detail", detail, "position", s.position.Load())
+		s.log.Info("subscriber disconnected", "reason", reason, "detail", clip(detail, maxLogDetail), "position", s.position.Load())
 	}
 	_ = s.ws.Close()
 	<-s.readDone

@@ -1,0 +1,201 @@
+package subscribe
+
+// This file owns the server's bounds on subscribers as a whole: admission
+// (the global and per-client-IP caps and the output-buffer budget, checked
+// before the upgrade), the semaphore that shares archive reading among
+// replaying subscribers, the per-connection budget of client messages, and
+// the one log line a tripping limit writes per interval.
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// Output-buffer sizing. A subscriber appends frames of at most
+// maxInlineFrame bytes to its output buffer and writes larger ones to the
+// socket straight from where they were rendered, so the buffer never grows
+// past FlushBytes + maxInlineFrame; gorilla's control frames queue apart, up
+// to maxControlPending. A replaying subscriber also keeps a render buffer
+// and a compression buffer, dropped again after an event larger than
+// maxInlineFrame.
+const maxInlineFrame = 16 << 10
+
+// bufferReservation is what one subscriber reserves from the BufferBudget:
+// its output buffer, the control-frame queue and the two render buffers.
+func bufferReservation(flushBytes int) int64 {
+	return int64(flushBytes) + maxInlineFrame + maxControlPending + 2*maxInlineFrame
+}
+
+// refusal is an answer given instead of an upgrade because a limit is
+// reached.
+type refusal struct {
+	code    int    // 503 or 429
+	reason  string // the refused_total label
+	errName string // the JSON "error"
+	message string
+}
+
+// admission is the set of admitted subscribers: counts per client IP and
+// the reserved buffer bytes. Guarded by Server.mu.
+type admission struct {
+	total    int
+	perIP    map[string]int
+	reserved int64
+}
+
+// admit reserves a place for a subscriber from ip, or says why not. The
+// caller holds s.mu.
+func (s *Server) admitLocked(ip string) *refusal {
+	cfg := &s.cfg
+	a := &s.adm
+	switch {
+	case a.total >= cfg.MaxSubscribers:
+		return &refusal{http.StatusServiceUnavailable, refusedMaxSubscribers, "TooManySubscribers",
+			"the server has " + strconv.Itoa(a.total) + " subscribers, its limit; retry later"}
+	case cfg.MaxSubscribersPerIP > 0 && a.perIP[ip] >= cfg.MaxSubscribersPerIP:
+		return &refusal{http.StatusTooManyRequests, refusedMaxPerIP, "TooManySubscribersFromIP",
+			"too many subscribers from " + ip + " (limit " + strconv.Itoa(cfg.MaxSubscribersPerIP) + ")"}
+	case a.reserved+s.bufBytes > cfg.BufferBudget:
+		return &refusal{http.StatusServiceUnavailable, refusedBufferBudget, "BufferBudgetExhausted",
+			"the subscribers' output buffers use the whole budget of " + strconv.FormatInt(cfg.BufferBudget, 10) + " bytes; retry later"}
+	}
+	a.total++
+	a.perIP[ip]++
+	a.reserved += s.bufBytes
+	s.m.setReserved(a.reserved)
+	return nil
+}
+
+// release gives back what admitLocked reserved.
+func (s *Server) release(ip string) {
+	s.mu.Lock()
+	a := &s.adm
+	a.total--
+	if a.perIP[ip]--; a.perIP[ip] <= 0 {
+		delete(a.perIP, ip)
+	}
+	a.reserved -= s.bufBytes
+	s.m.setReserved(a.reserved)
+	s.mu.Unlock()
+}
+
+// clientIP is the address the per-IP cap counts: the connection's remote
+// address, or, only when the operator says a reverse proxy sets it
+// (TrustForwardedFor), the last address of X-Forwarded-For — the one that
+// proxy appended; earlier ones are the client's to invent.
+func clientIP(r *http.Request, trustForwarded bool) string {
+	if trustForwarded {
+		if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
+			last := xff[len(xff)-1]
+			if i := strings.LastIndexByte(last, ','); i >= 0 {
+				last = last[i+1:]
+			}
+			if ip := net.ParseIP(strings.TrimSpace(last)); ip != nil {
+				return ip.String()
+			}
+		}
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// readerSlots is the semaphore of archive readers: a replaying subscriber
+// holds a slot for one bounded batch, then gives it back before it writes.
+// Waiters are served in arrival order (a channel's queue is FIFO), so every
+// replaying subscriber gets its turn and the number reading at once — and
+// so the CPU replay takes from live delivery — is bounded.
+type readerSlots chan struct{}
+
+// acquire waits for a slot; false when ctx ends or the connection must
+// stop first (the reason stays queued in ended).
+func (r readerSlots) acquire(ctx context.Context, sub *subscriber) bool {
+	select {
+	case r <- struct{}{}:
+		return true
+	default:
+	}
+	select {
+	case r <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	case e := <-sub.ended:
+		sub.end(e.reason, e.detail) // put it back for the main loop
+		return false
+	}
+}
+
+func (r readerSlots) release() { <-r }
+
+// msgBucket is a token bucket over one connection's client messages
+// (data frames and pings), owned by its reader goroutine.
+type msgBucket struct {
+	rate, burst, tokens float64
+	last                time.Time
+}
+
+func newMsgBucket(rate float64, burst int, now time.Time) msgBucket {
+	return msgBucket{rate: rate, burst: float64(burst), tokens: float64(burst), last: now}
+}
+
+// take spends one token; false when none is left.
+func (b *msgBucket) take(now time.Time) bool {
+	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// maxLogDetail bounds a client-influenced detail in a log line.
+const maxLogDetail = 256
+
+// clip cuts s to at most n bytes of valid UTF-8, saying how long it was.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "… (" + strconv.Itoa(len(s)) + " bytes)"
+}
+
+// logEvery logs a limit tripping at most once per interval per key, with
+// how often it tripped since the last line.
+type logEvery struct {
+	mu    sync.Mutex
+	every time.Duration
+	last  map[string]time.Time
+	count map[string]int
+}
+
+func newLogEvery(every time.Duration) *logEvery {
+	return &logEvery{every: every, last: map[string]time.Time{}, count: map[string]int{}}
+}
+
+// tick counts one trip of key and reports whether to log now, with the
+// number of trips the line covers.
+func (l *logEvery) tick(key string, now time.Time) (int, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.count[key]++
+	if t, ok := l.last[key]; ok && now.Sub(t) < l.every {
+		return 0, false
+	}
+	n := l.count[key]
+	l.last[key], l.count[key] = now, 0
+	return n, true
+}

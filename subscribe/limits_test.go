@@ -1,0 +1,457 @@
+package subscribe
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/promtest"
+)
+
+// fillFlushed commits n events and flushes them to sstables, so archive
+// iterators show up in Pebble's TableIters.
+func (h *harness) fillFlushed(n int) {
+	h.t.Helper()
+	for i := 0; i < n; i += 2000 {
+		h.commit(genEvents(h.t, i, min(2000, n-i), 50)...)
+	}
+	if err := h.store.DB().Flush(); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// tableIters is the number of sstable iterators open in the store.
+func (h *harness) tableIters() int64 { return h.store.DB().Metrics().TableIters }
+
+// subsSnapshot is the connected subscribers.
+func (h *harness) subsSnapshot() []*subscriber {
+	h.srv.mu.Lock()
+	defer h.srv.mu.Unlock()
+	var out []*subscriber
+	for s := range h.srv.subs {
+		out = append(out, s)
+	}
+	return out
+}
+
+// waitStill waits until no subscriber's position has moved for a while:
+// every one is blocked in a write or caught up.
+func (h *harness) waitStill(within time.Duration) {
+	h.t.Helper()
+	var last []uint64
+	var since time.Time
+	promtest.Eventually(h.t, within, "subscriber positions to stop moving", func() bool {
+		var pos []uint64
+		for _, s := range h.subsSnapshot() {
+			pos = append(pos, s.position.Load())
+		}
+		if fmt.Sprint(pos) != fmt.Sprint(last) {
+			last, since = pos, time.Now()
+			return false
+		}
+		return time.Since(since) > 300*time.Millisecond
+	})
+}
+
+// TestStalledSubscriberClosed: a client that stops reading is closed once
+// a write has been blocked for StallTimeout, however little it lags (the
+// archive holds fewer than SlowLag events, so the too_slow rule never
+// fires), with 1008 and the reason, counted as stalled. A client that reads
+// the same stream is not touched.
+func TestStalledSubscriberClosed(t *testing.T) {
+	const stall = time.Second
+	h := newHarness(t, harnessOpts{cfg: Config{StallTimeout: stall, WriteTick: 50 * time.Millisecond}})
+	h.fillFlushed(12000)
+	reader := h.dial("?cursor=0", nil)
+	defer reader.Close()
+	silent := h.dialSmall("?cursor=0")
+	defer silent.Close()
+	t0 := time.Now()
+	readUntil(t, reader, 12000)
+
+	promtest.Eventually(t, 10*time.Second, "a stalled disconnect", func() bool {
+		return metricValue(h.m.disconnects.WithLabelValues(ReasonStalled)) == 1
+	})
+	took := time.Since(t0)
+	t.Logf("the silent subscriber was closed %v after it connected (stall timeout %v)", took, stall)
+	if got := metricValue(h.m.disconnects.WithLabelValues(ReasonTooSlow)); got != 0 {
+		t.Errorf("too_slow disconnects %v, want 0: the lag is far below SlowLag", got)
+	}
+	// The silent client, reading at last, finds events and then the close.
+	var closeErr error
+	for closeErr == nil {
+		_ = silent.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, _, closeErr = silent.ReadMessage()
+	}
+	var ce *websocket.CloseError
+	if !asCloseError(closeErr, &ce) || (ce.Code != closePolicy && ce.Code != websocket.CloseAbnormalClosure) {
+		t.Errorf("silent client: %v, want close 1008 or the socket closed", closeErr)
+	}
+	if h.srv.Stats().Subscribers != 1 {
+		t.Errorf("subscribers %d, want the reader alone", h.srv.Stats().Subscribers)
+	}
+}
+
+// TestReplayIteratorsReleasedWhileBlocked: subscribers replaying the
+// archive into clients that do not read hold no Pebble iterator while their
+// writes are blocked (an iterator pins sstables and memory); they read again
+// from their cursor once the client reads, losing nothing.
+func TestReplayIteratorsReleasedWhileBlocked(t *testing.T) {
+	h := newHarness(t, harnessOpts{liveBytes: 64 << 10}) // the archive, not the live log, serves
+	h.fillFlushed(12000)
+	var silent []*websocket.Conn
+	for i := 0; i < 5; i++ {
+		silent = append(silent, h.dialSmall("?cursor=0"))
+	}
+	h.waitStill(20 * time.Second)
+	for _, s := range h.subsSnapshot() {
+		if s.position.Load() > 12000 {
+			t.Fatalf("a silent subscriber is at %d: it never blocked", s.position.Load())
+		}
+	}
+	if n := h.tableIters(); n != 0 {
+		t.Errorf("%d sstable iterators open while every replay is blocked in a write, want 0", n)
+	}
+	// Reading now, each gets the whole archive, in order.
+	for i, c := range silent {
+		got, err := readUntilErr(c, 12000)
+		if err == nil {
+			err = checkContiguous(got, 1, 12000)
+		}
+		if err != nil {
+			t.Errorf("subscriber %d: %v", i, err)
+		}
+		c.Close()
+	}
+}
+
+// readingReplays counts, in a dump of every goroutine, the subscribers
+// inside replay that are neither waiting for their turn nor writing: those
+// reading the archive and rendering.
+func readingReplays(buf []byte) int {
+	n := 0
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "subscribe.(*subscriber).replay(") && !strings.Contains(g, "readerSlots.acquire") &&
+			!strings.Contains(g, "subscribe.(*subscriber).flush(") && !strings.Contains(g, "subscribe.(*subscriber).write(") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestReplayReadersCapped: twelve subscribers replay the archive at once,
+// but no more than ReplayReaders read it at any moment (sampled from
+// goroutine dumps), so replay's CPU is bounded whatever the number of
+// replaying clients; and every one of them gets the whole archive.
+func TestReplayReadersCapped(t *testing.T) {
+	const readers, subs, n = 2, 12, 6000
+	h := newHarness(t, harnessOpts{liveBytes: 64 << 10, cfg: Config{ReplayReaders: readers}})
+	h.fillFlushed(n)
+	stop := make(chan struct{})
+	maxReading := make(chan [2]int, 1)
+	go func() {
+		buf := make([]byte, 4<<20)
+		var m, samples int
+		for {
+			select {
+			case <-stop:
+				maxReading <- [2]int{m, samples}
+				return
+			case <-time.After(time.Millisecond):
+			}
+			m = max(m, readingReplays(buf))
+			samples++
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make([]error, subs)
+	for i := 0; i < subs; i++ {
+		c := h.dial("?cursor=0", nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close()
+			got, err := readUntilErr(c, n)
+			if err == nil {
+				err = checkContiguous(got, 1, n)
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	m := <-maxReading
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("subscriber %d: %v", i, err)
+		}
+	}
+	t.Logf("at most %d subscribers reading the archive at once over %d samples (%d replaying, ReplayReaders %d)", m[0], m[1], subs, readers)
+	if m[0] > readers || m[0] == 0 {
+		t.Errorf("%d subscribers reading the archive at once, want 1..%d", m[0], readers)
+	}
+}
+
+// TestHelloTimeout: a requireHello client that never says hello is closed
+// after HelloTimeout with 1008 and the reason, counted; one that does is
+// served.
+func TestHelloTimeout(t *testing.T) {
+	h := newHarness(t, harnessOpts{cfg: Config{HelloTimeout: 300 * time.Millisecond}})
+	mute := h.dial("?requireHello=true", nil)
+	defer mute.Close()
+	polite := h.dial("?requireHello=true", nil)
+	defer polite.Close()
+	if err := polite.WriteMessage(websocket.TextMessage, []byte(`{"type":"options_update","payload":{}}`)); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := readEvent(t, mute, 5*time.Second)
+	var ce *websocket.CloseError
+	if !asCloseError(err, &ce) || ce.Code != closePolicy || !strings.Contains(ce.Text, "options_update") {
+		t.Fatalf("mute client: %v, want close 1008 naming the missing options_update", err)
+	}
+	promtest.Eventually(t, 5*time.Second, "a hello_timeout disconnect", func() bool {
+		return metricValue(h.m.disconnects.WithLabelValues(ReasonHelloTimeout)) == 1
+	})
+	first, _ := h.commit(genEvents(t, 0, 3, 3)...)
+	if ev, _, err := readEvent(t, polite, 5*time.Second); err != nil || ev.Cursor != first {
+		t.Errorf("polite client: %v %v, want event %d", ev.Cursor, err, first)
+	}
+}
+
+// TestOutputBufferBounded: a live subscriber's output buffer never grows
+// past its reserved capacity, whatever a live batch holds: 512 events of
+// ~6 KB each in one commit (3 MB in one live-log read) and events of 100 KB
+// and 300 KB, which are written from the live log's frame. The client gets
+// every event intact.
+func TestOutputBufferBounded(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	c := h.dial("", nil)
+	defer c.Close()
+	subs := h.subsSnapshot()
+	if len(subs) != 1 {
+		t.Fatalf("%d subscribers", len(subs))
+	}
+	sub := subs[0]
+	want := cap(sub.out)
+	big := func(i, size int) archive.Event {
+		rec := makeRecord(t, "app.bsky.feed.post", map[string]any{"$type": "app.bsky.feed.post", "text": strings.Repeat("x", size), "createdAt": "2024-11-05T10:11:12.345Z"})
+		return archive.Event{DID: didOf(i % 7), Source: archive.SourceLive, UpstreamSeq: int64(i + 1), Kind: archive.KindCreate,
+			Collection: rec.coll, RKey: fmt.Sprintf("3k%011d", i), Rev: fmt.Sprintf("3l%011d", i+1), Record: rec.cbor, CID: rec.cid}
+	}
+	var evs []archive.Event
+	for i := 0; i < 512; i++ {
+		evs = append(evs, big(i, 6000))
+	}
+	evs[100], evs[300] = big(100, 100_000), big(300, 300_000)
+	first, last := h.commit(evs...)
+	n := 0
+	for seq := first; seq <= last; seq++ {
+		ev, b, err := readEvent(t, c, 10*time.Second)
+		if err != nil || ev.Cursor != seq {
+			t.Fatalf("event %d: cursor %d, %v", seq, ev.Cursor, err)
+		}
+		n += len(b)
+	}
+	c.Close()
+	promtest.Eventually(t, 5*time.Second, "the subscriber to end", func() bool { return len(h.subsSnapshot()) == 0 })
+	h.srv.wg.Wait() // its goroutine has returned: its buffer is ours to read
+	if got := cap(sub.out); got != want {
+		t.Errorf("output buffer capacity %d after %d bytes of live events, want it kept at %d", got, n, want)
+	}
+}
+
+// TestSubscriberCaps: beyond MaxSubscribers a handshake gets 503, beyond
+// MaxSubscribersPerIP 429, beyond the BufferBudget 503 — each with a JSON
+// error and Retry-After, counted by reason — and a place freed is taken
+// again. X-Forwarded-For counts only when TrustForwardedFor says so.
+func TestSubscriberCaps(t *testing.T) {
+	try := func(h *harness, hdr http.Header) (int, map[string]any, http.Header) {
+		t.Helper()
+		c, resp, err := websocket.DefaultDialer.Dial(h.wsURL(""), hdr)
+		if err == nil {
+			t.Cleanup(func() { c.Close() })
+			return http.StatusSwitchingProtocols, nil, resp.Header
+		}
+		if resp == nil {
+			t.Fatalf("dial: %v", err)
+		}
+		var body map[string]any
+		b, _ := io.ReadAll(resp.Body)
+		_ = json.Unmarshal(b, &body)
+		return resp.StatusCode, body, resp.Header
+	}
+	expect := func(h *harness, hdr http.Header, code int, errName, reason string) {
+		t.Helper()
+		before := metricValue(h.m.refused.WithLabelValues(reason))
+		got, body, rh := try(h, hdr)
+		if got != code || body["error"] != errName || rh.Get("Retry-After") == "" {
+			t.Fatalf("got %d %v (Retry-After %q), want %d %s", got, body, rh.Get("Retry-After"), code, errName)
+		}
+		if after := metricValue(h.m.refused.WithLabelValues(reason)); after != before+1 {
+			t.Errorf("refused{%s} %v → %v, want +1", reason, before, after)
+		}
+	}
+	xff := func(ip string) http.Header { return http.Header{"X-Forwarded-For": {"203.0.113.9, " + ip}} }
+
+	t.Run("global", func(t *testing.T) {
+		h := newHarness(t, harnessOpts{cfg: Config{MaxSubscribers: 2}})
+		for i := 0; i < 2; i++ {
+			h.dial("", nil)
+		}
+		expect(h, nil, http.StatusServiceUnavailable, "TooManySubscribers", refusedMaxSubscribers)
+	})
+	t.Run("per-ip", func(t *testing.T) {
+		h := newHarness(t, harnessOpts{cfg: Config{MaxSubscribersPerIP: 2}})
+		a := h.dial("", nil)
+		h.dial("", xff("198.51.100.1")) // not trusted: still 127.0.0.1
+		expect(h, xff("198.51.100.2"), http.StatusTooManyRequests, "TooManySubscribersFromIP", refusedMaxPerIP)
+		a.Close()
+		promtest.Eventually(t, 5*time.Second, "a freed place to be taken", func() bool {
+			code, _, _ := try(h, nil)
+			return code == http.StatusSwitchingProtocols
+		})
+	})
+	t.Run("per-ip-forwarded", func(t *testing.T) {
+		h := newHarness(t, harnessOpts{cfg: Config{MaxSubscribersPerIP: 1, TrustForwardedFor: true}})
+		h.dial("", xff("198.51.100.1"))
+		h.dial("", xff("198.51.100.2"))
+		h.dial("", nil)
+		expect(h, xff("198.51.100.1"), http.StatusTooManyRequests, "TooManySubscribersFromIP", refusedMaxPerIP)
+	})
+	t.Run("buffer-budget", func(t *testing.T) {
+		h := newHarness(t, harnessOpts{cfg: Config{BufferBudget: 3 * bufferReservation(DefaultFlushBytes)}})
+		for i := 0; i < 3; i++ {
+			h.dial("", nil)
+		}
+		if got := metricValue(h.m.reserved); got != float64(3*bufferReservation(DefaultFlushBytes)) {
+			t.Errorf("reserved bytes %v", got)
+		}
+		expect(h, nil, http.StatusServiceUnavailable, "BufferBudgetExhausted", refusedBufferBudget)
+	})
+}
+
+// TestClientMessageRate: a client flooding options_update messages (or
+// pings) is closed with 1008 once past its burst, counted as
+// too_many_messages; one within the budget keeps its connection.
+func TestClientMessageRate(t *testing.T) {
+	h := newHarness(t, harnessOpts{cfg: Config{MessageRate: 2, MessageBurst: 5}})
+	update := []byte(`{"type":"options_update","payload":{"wantedCollections":["app.bsky.feed.post"]}}`)
+	for _, flood := range []func(c *websocket.Conn) error{
+		func(c *websocket.Conn) error { return c.WriteMessage(websocket.TextMessage, update) },
+		func(c *websocket.Conn) error {
+			return c.WriteControl(websocket.PingMessage, nil, time.Now().Add(time.Second))
+		},
+	} {
+		c := h.dial("", nil)
+		for i := 0; i < 50; i++ {
+			if flood(c) != nil {
+				break // closed under us
+			}
+		}
+		var err error
+		for err == nil {
+			_, _, err = readEvent(t, c, 5*time.Second)
+		}
+		var ce *websocket.CloseError
+		if !asCloseError(err, &ce) || ce.Code != closePolicy {
+			t.Errorf("flooding client: %v, want close 1008", err)
+		}
+		c.Close()
+	}
+	if got := metricValue(h.m.disconnects.WithLabelValues(ReasonTooManyMsgs)); got != 2 {
+		t.Errorf("too_many_messages disconnects %v, want 2", got)
+	}
+	calm := h.dial("", nil)
+	defer calm.Close()
+	for i := 0; i < 3; i++ {
+		if err := calm.WriteMessage(websocket.TextMessage, update); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, _ := h.commit(genEvents(t, 0, 1, 1)...) // event 0 is a post
+	if ev, _, err := readEvent(t, calm, 5*time.Second); err != nil || ev.Cursor != first {
+		t.Errorf("calm client: %v %v, want event %d", ev.Cursor, err, first)
+	}
+}
+
+// lockedBuffer is a log sink for tests.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestBadUpdateLogIsShort: an options_update of 1.9 MB with an invalid DID
+// closes the connection with the reason, and the log line that records it
+// stays a few hundred bytes.
+func TestBadUpdateLogIsShort(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	var logs lockedBuffer
+	h.srv.log = slog.New(slog.NewJSONHandler(&logs, nil))
+	c := h.dial("", nil)
+	defer c.Close()
+	bad := fmt.Sprintf(`{"type":"options_update","payload":{"wantedDids":["did:%s"]}}`, strings.Repeat("é", 950_000))
+	if err := c.WriteMessage(websocket.TextMessage, []byte(bad)); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := readEvent(t, c, 5*time.Second)
+	var ce *websocket.CloseError
+	if !asCloseError(err, &ce) || ce.Code != closePolicy {
+		t.Fatalf("bad update: %v, want close 1008", err)
+	}
+	promtest.Eventually(t, 5*time.Second, "the disconnect log line", func() bool {
+		return strings.Contains(logs.String(), ReasonBadOptions)
+	})
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if len(line) > 1024 {
+			t.Errorf("a log line of %d bytes: %.200s…", len(line), line)
+		}
+	}
+}
+
+func TestClientIP(t *testing.T) {
+	for _, tc := range []struct {
+		remote string
+		xff    []string
+		trust  bool
+		want   string
+	}{
+		{"127.0.0.1:5000", nil, false, "127.0.0.1"},
+		{"127.0.0.1:5000", []string{"198.51.100.1"}, false, "127.0.0.1"},
+		{"127.0.0.1:5000", []string{"198.51.100.1"}, true, "198.51.100.1"},
+		{"127.0.0.1:5000", []string{"1.1.1.1, 198.51.100.1"}, true, "198.51.100.1"},
+		{"127.0.0.1:5000", []string{"1.1.1.1", "198.51.100.2"}, true, "198.51.100.2"},
+		{"127.0.0.1:5000", []string{"garbage"}, true, "127.0.0.1"},
+		{"[::1]:5000", nil, false, "::1"},
+	} {
+		r := &http.Request{RemoteAddr: tc.remote, Header: http.Header{}}
+		for _, v := range tc.xff {
+			r.Header.Add("X-Forwarded-For", v)
+		}
+		if got := clientIP(r, tc.trust); got != tc.want {
+			t.Errorf("clientIP(%q, %q, trust=%v) = %q, want %q", tc.remote, tc.xff, tc.trust, got, tc.want)
+		}
+	}
+}
