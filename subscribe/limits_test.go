@@ -151,11 +151,11 @@ func readingReplays(buf []byte) int {
 }
 
 // TestReplayReadersCapped: twelve subscribers replay the archive at once,
-// but no more than ReplayReaders read it at any moment (sampled from
+// but no more than ReplayReaders (here one) read it at any moment (sampled from
 // goroutine dumps), so replay's CPU is bounded whatever the number of
 // replaying clients; and every one of them gets the whole archive.
 func TestReplayReadersCapped(t *testing.T) {
-	const readers, subs, n = 2, 12, 6000
+	const readers, subs, n = 1, 12, 12000
 	h := newHarness(t, harnessOpts{liveBytes: 64 << 10, cfg: Config{ReplayReaders: readers}})
 	h.fillFlushed(n)
 	stop := make(chan struct{})
@@ -276,7 +276,7 @@ func TestOutputBufferBounded(t *testing.T) {
 // error and Retry-After, counted by reason — and a place freed is taken
 // again. X-Forwarded-For counts only when TrustForwardedFor says so.
 func TestSubscriberCaps(t *testing.T) {
-	try := func(h *harness, hdr http.Header) (int, map[string]any, http.Header) {
+	try := func(t *testing.T, h *harness, hdr http.Header) (int, map[string]any, http.Header) {
 		t.Helper()
 		c, resp, err := websocket.DefaultDialer.Dial(h.wsURL(""), hdr)
 		if err == nil {
@@ -291,10 +291,10 @@ func TestSubscriberCaps(t *testing.T) {
 		_ = json.Unmarshal(b, &body)
 		return resp.StatusCode, body, resp.Header
 	}
-	expect := func(h *harness, hdr http.Header, code int, errName, reason string) {
+	expect := func(t *testing.T, h *harness, hdr http.Header, code int, errName, reason string) {
 		t.Helper()
 		before := metricValue(h.m.refused.WithLabelValues(reason))
-		got, body, rh := try(h, hdr)
+		got, body, rh := try(t, h, hdr)
 		if got != code || body["error"] != errName || rh.Get("Retry-After") == "" {
 			t.Fatalf("got %d %v (Retry-After %q), want %d %s", got, body, rh.Get("Retry-After"), code, errName)
 		}
@@ -309,16 +309,16 @@ func TestSubscriberCaps(t *testing.T) {
 		for i := 0; i < 2; i++ {
 			h.dial("", nil)
 		}
-		expect(h, nil, http.StatusServiceUnavailable, "TooManySubscribers", refusedMaxSubscribers)
+		expect(t, h, nil, http.StatusServiceUnavailable, "TooManySubscribers", refusedMaxSubscribers)
 	})
 	t.Run("per-ip", func(t *testing.T) {
 		h := newHarness(t, harnessOpts{cfg: Config{MaxSubscribersPerIP: 2}})
 		a := h.dial("", nil)
 		h.dial("", xff("198.51.100.1")) // not trusted: still 127.0.0.1
-		expect(h, xff("198.51.100.2"), http.StatusTooManyRequests, "TooManySubscribersFromIP", refusedMaxPerIP)
+		expect(t, h, xff("198.51.100.2"), http.StatusTooManyRequests, "TooManySubscribersFromIP", refusedMaxPerIP)
 		a.Close()
 		promtest.Eventually(t, 5*time.Second, "a freed place to be taken", func() bool {
-			code, _, _ := try(h, nil)
+			code, _, _ := try(t, h, nil)
 			return code == http.StatusSwitchingProtocols
 		})
 	})
@@ -327,7 +327,7 @@ func TestSubscriberCaps(t *testing.T) {
 		h.dial("", xff("198.51.100.1"))
 		h.dial("", xff("198.51.100.2"))
 		h.dial("", nil)
-		expect(h, xff("198.51.100.1"), http.StatusTooManyRequests, "TooManySubscribersFromIP", refusedMaxPerIP)
+		expect(t, h, xff("198.51.100.1"), http.StatusTooManyRequests, "TooManySubscribersFromIP", refusedMaxPerIP)
 	})
 	t.Run("buffer-budget", func(t *testing.T) {
 		h := newHarness(t, harnessOpts{cfg: Config{BufferBudget: 3 * bufferReservation(DefaultFlushBytes)}})
@@ -337,7 +337,7 @@ func TestSubscriberCaps(t *testing.T) {
 		if got := metricValue(h.m.reserved); got != float64(3*bufferReservation(DefaultFlushBytes)) {
 			t.Errorf("reserved bytes %v", got)
 		}
-		expect(h, nil, http.StatusServiceUnavailable, "BufferBudgetExhausted", refusedBufferBudget)
+		expect(t, h, nil, http.StatusServiceUnavailable, "BufferBudgetExhausted", refusedBufferBudget)
 	})
 }
 
