@@ -69,6 +69,15 @@ func serveCommand() *command {
 			fs.Duration("capture-wait", lifecycle.DefaultCaptureWait, "how long bootstrap waits for the firehose's first durable event before starting anyway")
 			fs.String("min-free", "auto", "free-space floor of the data dir's volume, e.g. 2GiB: below it ingest stops and the process exits (auto: the smaller of 1 GiB and 2% of the volume; off or 0: no floor)")
 			fs.Duration("max-write-stall", archive.DefaultMaxWriteStall, "longest store write stall before the process stops (a full or failing disk)")
+			fs.Duration("subscriber-stall-timeout", subscribe.DefaultStallTimeout, "close a subscriber whose socket write has not completed for this long (it does not read), whatever its lag")
+			fs.Duration("subscriber-hello-timeout", subscribe.DefaultHelloTimeout, "close a requireHello subscriber that sends no options_update within this long")
+			fs.String("subscriber-buffer-budget", "1GiB", "output-buffer bytes all subscribers may reserve together (each reserves 144 KiB); beyond, new subscribers get 503")
+			fs.Int("max-subscribers", subscribe.DefaultMaxSubscribers, "connected subscribers at most; beyond, 503")
+			fs.Int("max-subscribers-per-ip", subscribe.DefaultMaxSubscribersPerIP, "connected subscribers per client IP at most; beyond, 429")
+			fs.Bool("trust-x-forwarded-for", false, "count subscribers per the last X-Forwarded-For address (only behind a reverse proxy that appends it) instead of the connection's address")
+			fs.Int("replay-readers", 0, "subscribers reading the archive at once, each a bounded batch per turn (0 = half the CPUs)")
+			fs.Float64("subscriber-message-rate", subscribe.DefaultMessageRate, "client messages (options_update, pings) per second per connection; beyond the burst, the connection is closed")
+			fs.Int("subscriber-message-burst", subscribe.DefaultMessageBurst, "client messages a connection may send at once")
 		},
 		run: runServe,
 	}
@@ -98,6 +107,7 @@ type serveOptions struct {
 	checkpointInterval     time.Duration
 	minFree                int64 // node.Config.MinFree: 0 auto, -1 off
 	maxWriteStall          time.Duration
+	subscribers            subscribe.Config // the subscriber limits; the rest is filled in by runServe
 }
 
 func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
@@ -198,6 +208,9 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 	if o.minBody, err = parseBytes(fs.str("getrepo-min-body")); err != nil {
 		return bad("--getrepo-min-body: %v", err)
 	}
+	if o.subscribers, err = subscriberLimits(fs); err != nil {
+		return bad("%v", err)
+	}
 	return o, nil
 }
 
@@ -211,6 +224,36 @@ func parseMinFree(s string) (int64, error) {
 		return 0, fmt.Errorf("%q: want auto, off, or a size such as 2GiB", s)
 	}
 	return parseBytes(s)
+}
+
+// subscriberLimits reads the subscriber flags.
+func subscriberLimits(fs *flagSet) (subscribe.Config, error) {
+	c := subscribe.Config{
+		StallTimeout:        fs.get("subscriber-stall-timeout").(time.Duration),
+		HelloTimeout:        fs.get("subscriber-hello-timeout").(time.Duration),
+		MaxSubscribers:      fs.get("max-subscribers").(int),
+		MaxSubscribersPerIP: fs.get("max-subscribers-per-ip").(int),
+		TrustForwardedFor:   fs.get("trust-x-forwarded-for").(bool),
+		ReplayReaders:       fs.get("replay-readers").(int),
+		MessageRate:         fs.get("subscriber-message-rate").(float64),
+		MessageBurst:        fs.get("subscriber-message-burst").(int),
+	}
+	budget, err := parseBytes(fs.str("subscriber-buffer-budget"))
+	if err != nil || budget == 0 {
+		return c, fmt.Errorf("--subscriber-buffer-budget: want a positive size such as 1GiB")
+	}
+	c.BufferBudget = budget
+	switch {
+	case c.StallTimeout <= 0 || c.HelloTimeout <= 0:
+		return c, fmt.Errorf("--subscriber-stall-timeout and --subscriber-hello-timeout must be positive")
+	case c.MaxSubscribers < 1 || c.MaxSubscribersPerIP < 1:
+		return c, fmt.Errorf("--max-subscribers and --max-subscribers-per-ip must be at least 1")
+	case c.ReplayReaders < 0:
+		return c, fmt.Errorf("--replay-readers %d: must not be negative", c.ReplayReaders)
+	case c.MessageRate <= 0 || c.MessageBurst < 1:
+		return c, fmt.Errorf("--subscriber-message-rate must be positive and --subscriber-message-burst at least 1")
+	}
+	return c, nil
 }
 
 // parseBytes reads "auto" (0), a byte count, or a number with a unit
@@ -322,7 +365,10 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	s := &server{reg: newRegistry(), log: log, state: "opening"}
-	s.sub, err = subscribe.New(subscribe.Config{Ready: s.ready, Healthy: s.health.Err, StatusJSON: s.statusJSON, Metrics: subscribe.NewMetrics(s.reg), Logger: log.With("component", "subscribe")})
+	sc := o.subscribers
+	sc.Ready, sc.Healthy, sc.StatusJSON = s.ready, s.health.Err, s.statusJSON
+	sc.Metrics, sc.Logger = subscribe.NewMetrics(s.reg), log.With("component", "subscribe")
+	s.sub, err = subscribe.New(sc)
 	if err != nil {
 		return err
 	}
