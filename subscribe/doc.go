@@ -56,7 +56,11 @@
 //     next (anything else closes the connection with 1011 rather than skip
 //     or repeat). An exhausted iterator is closed and the floor re-read, not
 //     taken as caught up; iterators are reopened every 10 s so none pins old
-//     sstables. Within a connection cursors strictly increase.
+//     sstables, and closed before any socket write that would wait (the
+//     socket is first offered what it takes at once), so a client that does
+//     not read pins none. At most ReplayReaders subscribers read the archive
+//     at once, each one batch (≤ 512 events or a full buffer) per turn, in
+//     arrival order. Within a connection cursors strictly increase.
 //   - D4: account, identity and sync events pass every collection filter;
 //     every kind is gated by wantedDids.
 //   - D5: as above; nothing is upgraded before the request is valid.
@@ -65,9 +69,26 @@
 //     tip whose cursor advanced slower than SlowRate events/s over a whole
 //     SlowWindow is closed (1008, reason too_slow, counted). The writer
 //     never waits for a subscriber; subscribers never wait for each other.
+//     Whatever its lag, a subscriber whose socket write has not completed
+//     for StallTimeout (60 s) is closed (1008, stalled): it does not read.
 //     Pongs are not awaited, so a busy client is never dropped for a late
 //     pong queued behind data; TCP keepalive finds dead peers, and a write
-//     that blocks wakes every WriteTick to re-apply the slow rule.
+//     that blocks wakes every WriteTick to re-apply both rules.
+//
+// # Limits (limits.go)
+//
+// Admission, before the upgrade: at most MaxSubscribers (503) and
+// MaxSubscribersPerIP per client IP (429; the remote address, or the last
+// X-Forwarded-For address only with TrustForwardedFor); each subscriber
+// reserves FlushBytes + 80 KiB of output buffers from BufferBudget and
+// keeps within it (frames over 16 KiB are written from where they lie),
+// beyond which new subscribers get 503 — connected ones are never closed
+// for it. Refusals carry a JSON error and Retry-After, are counted by
+// reason and logged once a minute per reason. requireHello waits at most
+// HelloTimeout (hello_timeout). Client messages and pings are rationed
+// per connection (MessageRate, MessageBurst; beyond: 1008,
+// too_many_messages). Client-influenced details in logs are clipped to
+// 256 bytes.
 //   - Render once: a live event's JSON and zstd frames live in its live-log
 //     memo slot (archive.LiveEntry), made by the first subscriber that
 //     needs them and shared by all. Replayed events are rendered by the
@@ -89,6 +110,7 @@
 // backstream_subscribe_bytes_sent_total, backstream_subscribe_disconnects_total{reason},
 // backstream_subscribe_unknown_params_total, backstream_subscribe_refused_total{reason},
 // backstream_subscribe_render_errors_total, backstream_subscribe_skipped_too_large_total,
+// backstream_subscribe_buffer_reserved_bytes,
 // backstream_live_delivery_seconds (live events: archive TimeUS, stamped
 // before the synced commit, to the socket write).
 //

@@ -94,6 +94,7 @@ type subscriber struct {
 	itNext   uint64 // the seq the iterator yields next (valid while it != nil)
 	itOpened time.Time
 	itCount  int
+	slot     bool // holding an archive-reader slot (readerSlots)
 	rend     Renderer
 	scratch  []byte
 	zbuf     []byte
@@ -349,17 +350,20 @@ func (s *subscriber) opcode() byte {
 }
 
 // replay reads one batch from the archive at s.next and sends it. The batch
-// holds an archive-reader slot only while it reads, and gives it back
-// before anything is written, so waiting subscribers take their turns; its
-// iterator outlives the batch only while the socket takes every write at
-// once (write closes it before any write that would wait), so a client that
+// holds an archive-reader slot while it reads, renders and writes what the
+// socket takes at once, and gives it back before any write that would wait
+// and at its end, so waiting subscribers take their turns and replay as a
+// whole uses at most ReplayReaders goroutines' worth of CPU. Its iterator
+// outlives the batch only while the socket takes every write at once
+// (write closes it before any write that would wait), so a client that
 // does not read pins no sstable.
 func (s *subscriber) replay(ctx context.Context, floor uint64) error {
 	if !s.srv.readers.acquire(ctx, s) {
 		return nil // the main loop sees why
 	}
+	s.slot = true
+	defer s.yieldSlot()
 	large, err := s.readBatch(floor)
-	s.srv.readers.release()
 	if err != nil {
 		return err
 	}
@@ -379,6 +383,14 @@ func (s *subscriber) replay(ctx context.Context, floor uint64) error {
 		return errTooSlow
 	}
 	return nil
+}
+
+// yieldSlot gives back the archive-reader slot, if held.
+func (s *subscriber) yieldSlot() {
+	if s.slot {
+		s.slot = false
+		s.srv.readers.release()
+	}
 }
 
 // readBatch reads archive events at s.next into the output buffer: at most
@@ -530,18 +542,20 @@ func (s *subscriber) writeLarge(ctx context.Context, p []byte) error {
 }
 
 // write writes b to the socket and returns what is left unwritten when it
-// fails. While a replay iterator is open it first writes what the socket
-// takes at once, and closes the iterator before it waits for the rest. A
+// fails. While a replay iterator is open or a reader slot held, it first
+// writes what the socket takes at once, and closes the iterator and gives
+// the slot back before it waits for the rest. A
 // write that blocks wakes every WriteTick to notice shutdown and apply the
 // slow rule; one that has not completed within StallTimeout fails with
 // errStalled — the client does not read, or reads a trickle. It never gives
 // up on a client that keeps up.
 func (s *subscriber) write(ctx context.Context, b []byte) ([]byte, error) {
 	cfg := &s.srv.cfg
-	if s.it != nil {
+	if s.it != nil || s.slot {
 		b = b[s.sock.tryWrite(b):]
 		if len(b) > 0 {
 			s.closeIter()
+			s.yieldSlot()
 		}
 	}
 	since := time.Now()
