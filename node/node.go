@@ -142,6 +142,11 @@ type Config struct {
 	// as its /status report.
 	Server     *subscribe.Server
 	StatusJSON func() any
+	// Subscribe holds the subscriber limits (StallTimeout, BufferBudget,
+	// MaxSubscribers, …) of the server the node makes when Server is nil;
+	// zero fields take subscribe's defaults, and its wiring fields (store,
+	// probes, metrics, logger) are the node's own.
+	Subscribe subscribe.Config
 	// Health, when set, is the process's probe state, shared with whoever
 	// answered the probes before the node existed. Nil: the node's own.
 	Health *lifecycle.Health
@@ -283,8 +288,11 @@ func New(cfg Config) (n *Node, err error) {
 		return n, err
 	}
 	if n.sub = cfg.Server; n.sub == nil {
-		if n.sub, err = subscribe.New(subscribe.Config{Ready: n.health.Ready, Healthy: n.health.Err, StatusJSON: cfg.StatusJSON,
-			Metrics: subscribe.NewMetrics(reg), Logger: n.log.With("component", "subscribe")}); err != nil {
+		sc := cfg.Subscribe
+		sc.Store, sc.Writer = nil, nil // attached below
+		sc.Ready, sc.Healthy, sc.StatusJSON = n.health.Ready, n.health.Err, cfg.StatusJSON
+		sc.Metrics, sc.Logger = subscribe.NewMetrics(reg), n.log.With("component", "subscribe")
+		if n.sub, err = subscribe.New(sc); err != nil {
 			return n, err
 		}
 	}
