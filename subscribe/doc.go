@@ -58,9 +58,12 @@
 //     taken as caught up; iterators are reopened every 10 s so none pins old
 //     sstables, and closed before any socket write that would wait (the
 //     socket is first offered what it takes at once), so a client that does
-//     not read pins none. At most ReplayReaders subscribers read the archive
-//     at once, each one batch (≤ 512 events or a full buffer) per turn, in
-//     arrival order. Within a connection cursors strictly increase.
+//     not read pins none. At most ReplayReaders subscribers replay at once
+//     — from the archive, or from live-log entries older than a second
+//     (catching up) — each one batch (≤ 512 events or a full buffer) per
+//     turn, in arrival order, writing within its turn only what the socket
+//     takes at once; subscribers following the tip never wait for a turn.
+//     Within a connection cursors strictly increase.
 //   - D4: account, identity and sync events pass every collection filter;
 //     every kind is gated by wantedDids.
 //   - D5: as above; nothing is upgraded before the request is valid.
@@ -111,8 +114,9 @@
 // backstream_subscribe_unknown_params_total, backstream_subscribe_refused_total{reason},
 // backstream_subscribe_render_errors_total, backstream_subscribe_skipped_too_large_total,
 // backstream_subscribe_buffer_reserved_bytes,
-// backstream_live_delivery_seconds (live events: archive TimeUS, stamped
-// before the synced commit, to the socket write).
+// backstream_live_delivery_seconds (live events to subscribers following
+// the tip: archive TimeUS, stamped before the synced commit, to the socket
+// write).
 //
 // # Wire shapes (render.go)
 //

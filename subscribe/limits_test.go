@@ -137,12 +137,13 @@ func TestReplayIteratorsReleasedWhileBlocked(t *testing.T) {
 }
 
 // readingReplays counts, in a dump of every goroutine, the subscribers
-// inside replay that are neither waiting for their turn nor writing: those
-// reading the archive and rendering.
+// replaying (from the archive, or from the live log's old entries) that
+// are neither waiting for their turn nor writing.
 func readingReplays(buf []byte) int {
 	n := 0
 	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
-		if strings.Contains(g, "subscribe.(*subscriber).replay(") && !strings.Contains(g, "readerSlots.acquire") &&
+		replaying := strings.Contains(g, "subscribe.(*subscriber).replay(") || strings.Contains(g, "subscribe.(*subscriber).sendLiveBatch(")
+		if replaying && !strings.Contains(g, "readerSlots.acquire") &&
 			!strings.Contains(g, "subscribe.(*subscriber).flush(") && !strings.Contains(g, "subscribe.(*subscriber).write(") {
 			n++
 		}
@@ -150,56 +151,66 @@ func readingReplays(buf []byte) int {
 	return n
 }
 
-// TestReplayReadersCapped: twelve subscribers replay the archive at once,
-// but no more than ReplayReaders (here one) read it at any moment (sampled from
-// goroutine dumps), so replay's CPU is bounded whatever the number of
-// replaying clients; and every one of them gets the whole archive.
+// TestReplayReadersCapped: twelve subscribers replay at once — from the
+// archive, or from old entries of the live log — but no more than
+// ReplayReaders (here one) read at any moment (sampled from goroutine
+// dumps), so replay's CPU is bounded whatever the number of replaying
+// clients; and every one of them gets the whole archive.
 func TestReplayReadersCapped(t *testing.T) {
 	const readers, subs, n = 1, 12, 12000
-	h := newHarness(t, harnessOpts{liveBytes: 64 << 10, cfg: Config{ReplayReaders: readers}})
-	h.fillFlushed(n)
-	stop := make(chan struct{})
-	maxReading := make(chan [2]int, 1)
-	go func() {
-		buf := make([]byte, 4<<20)
-		var m, samples int
-		for {
-			select {
-			case <-stop:
-				maxReading <- [2]int{m, samples}
-				return
-			case <-time.After(time.Millisecond):
+	for _, tc := range []struct {
+		name      string
+		liveBytes int64
+	}{{"archive", 64 << 10}, {"live-log", 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Events an hour old: catching up, whichever log serves them.
+			old := func() time.Time { return time.Now().Add(-time.Hour) }
+			h := newHarness(t, harnessOpts{liveBytes: tc.liveBytes, now: old, cfg: Config{ReplayReaders: readers}})
+			h.fillFlushed(n)
+			stop := make(chan struct{})
+			maxReading := make(chan [2]int, 1)
+			go func() {
+				buf := make([]byte, 4<<20)
+				var m, samples int
+				for {
+					select {
+					case <-stop:
+						maxReading <- [2]int{m, samples}
+						return
+					case <-time.After(time.Millisecond):
+					}
+					m = max(m, readingReplays(buf))
+					samples++
+				}
+			}()
+			var wg sync.WaitGroup
+			errs := make([]error, subs)
+			for i := 0; i < subs; i++ {
+				c := h.dial("?cursor=0", nil)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer c.Close()
+					got, err := readUntilErr(c, n)
+					if err == nil {
+						err = checkContiguous(got, 1, n)
+					}
+					errs[i] = err
+				}()
 			}
-			m = max(m, readingReplays(buf))
-			samples++
-		}
-	}()
-	var wg sync.WaitGroup
-	errs := make([]error, subs)
-	for i := 0; i < subs; i++ {
-		c := h.dial("?cursor=0", nil)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer c.Close()
-			got, err := readUntilErr(c, n)
-			if err == nil {
-				err = checkContiguous(got, 1, n)
+			wg.Wait()
+			close(stop)
+			m := <-maxReading
+			for i, err := range errs {
+				if err != nil {
+					t.Errorf("subscriber %d: %v", i, err)
+				}
 			}
-			errs[i] = err
-		}()
-	}
-	wg.Wait()
-	close(stop)
-	m := <-maxReading
-	for i, err := range errs {
-		if err != nil {
-			t.Errorf("subscriber %d: %v", i, err)
-		}
-	}
-	t.Logf("at most %d subscribers reading the archive at once over %d samples (%d replaying, ReplayReaders %d)", m[0], m[1], subs, readers)
-	if m[0] > readers || m[0] == 0 {
-		t.Errorf("%d subscribers reading the archive at once, want 1..%d", m[0], readers)
+			t.Logf("at most %d subscribers replaying at once over %d samples (%d replaying, ReplayReaders %d)", m[0], m[1], subs, readers)
+			if m[0] > readers || m[0] == 0 {
+				t.Errorf("%d subscribers replaying at once, want 1..%d", m[0], readers)
+			}
+		})
 	}
 }
 

@@ -92,7 +92,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		delivery: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "backstream_live_delivery_seconds",
-			Help:    "Live events: from the event's archive timestamp (seq allocation, before the synced commit) to its write to a subscriber's socket.",
+			Help:    "Live events sent to subscribers following the tip (not those catching up through the live log): from the event's archive timestamp (seq allocation, before the synced commit) to its write to a subscriber's socket.",
 			Buckets: []float64{0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.035, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
 		}),
 		reserved: prometheus.NewGauge(prometheus.GaugeOpts{

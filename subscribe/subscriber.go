@@ -95,6 +95,7 @@ type subscriber struct {
 	itOpened time.Time
 	itCount  int
 	slot     bool // holding an archive-reader slot (readerSlots)
+	catchUp  bool // the live entries being sent are old (catchingUp)
 	rend     Renderer
 	scratch  []byte
 	zbuf     []byte
@@ -291,25 +292,61 @@ func (s *subscriber) serve(ctx context.Context) (reason, detail string) {
 			}
 			continue
 		}
-		for i, e := range s.ents {
-			if e.Event.Seq != s.next {
-				// The live log's seqs are contiguous; anything else is a bug
-				// that would break D2, so stop rather than skip or repeat.
-				s.log.Error("subscribe: live log out of step", "next", s.next, "got", e.Event.Seq)
-				return ReasonInternalError, "live log out of step"
+		if s.catchUp = s.catchingUp(); s.catchUp {
+			// Old entries: this is a replay through the live log, and takes
+			// its turn among the archive readers.
+			if !s.srv.readers.acquire(ctx, s) {
+				clear(s.ents)
+				continue // the main loop sees why
 			}
-			s.next++
-			err := s.sendLive(ctx, e)
-			if err == nil && len(s.out) >= s.srv.cfg.FlushBytes {
-				err = s.flush(ctx)
-			}
-			if err != nil {
-				clear(s.ents[i:])
-				return s.writeFailure(err)
+			s.slot = true
+		}
+		err := s.sendLiveBatch(ctx)
+		s.yieldSlot()
+		clear(s.ents)
+		if errors.Is(err, errOutOfStep) {
+			return ReasonInternalError, "live log out of step"
+		}
+		if err != nil {
+			return s.writeFailure(err)
+		}
+	}
+}
+
+// catchUpAge: a subscriber whose next live-log entry is older than this is
+// catching up, not following the tip, and shares the archive readers' turns.
+const catchUpAge = time.Second
+
+// catchingUp reports whether the live entries just read are old: the
+// subscriber reads the live log as a replay.
+func (s *subscriber) catchingUp() bool {
+	return time.Since(time.UnixMicro(s.ents[0].Event.TimeUS)) > catchUpAge
+}
+
+// errOutOfStep: a live-log entry did not have the seq expected.
+var errOutOfStep = errors.New("live log out of step")
+
+// sendLiveBatch sends the live entries read, writing whenever the buffer
+// is full.
+func (s *subscriber) sendLiveBatch(ctx context.Context) error {
+	for _, e := range s.ents {
+		if e.Event.Seq != s.next {
+			// The live log's seqs are contiguous; anything else is a bug
+			// that would break D2, so stop rather than skip or repeat.
+			s.log.Error("subscribe: live log out of step", "next", s.next, "got", e.Event.Seq)
+			return errOutOfStep
+		}
+		s.next++
+		if err := s.sendLive(ctx, e); err != nil {
+			return err
+		}
+		if len(s.out) >= s.srv.cfg.FlushBytes {
+			if err := s.flush(ctx); err != nil {
+				return err
 			}
 		}
-		clear(s.ents)
 	}
+	return nil
 }
 
 // sendLive appends a live event's shared frame if the filter admits it; a
@@ -334,7 +371,9 @@ func (s *subscriber) sendLive(ctx context.Context, e *archive.LiveEntry) error {
 		return nil
 	}
 	s.nLive++
-	s.liveTimes = append(s.liveTimes, e.Event.TimeUS)
+	if !s.catchUp {
+		s.liveTimes = append(s.liveTimes, e.Event.TimeUS) // delivery latency of events followed at the tip
+	}
 	if len(p) > maxInlineFrame-maxFrameHeader {
 		return s.writeLarge(ctx, p)
 	}
