@@ -83,7 +83,7 @@
 // Admission, before the upgrade: at most MaxSubscribers (503) and
 // MaxSubscribersPerIP per client IP (429; the remote address, or the last
 // X-Forwarded-For address only with TrustForwardedFor); each subscriber
-// reserves FlushBytes + 80 KiB of output buffers from BufferBudget and
+// reserves FlushBytes + 64 KiB of output buffers from BufferBudget and
 // keeps within it (frames over 16 KiB are written from where they lie),
 // beyond which new subscribers get 503 — connected ones are never closed
 // for it. Refusals carry a JSON error and Retry-After, are counted by

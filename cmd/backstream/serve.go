@@ -71,11 +71,11 @@ func serveCommand() *command {
 			fs.Duration("max-write-stall", archive.DefaultMaxWriteStall, "longest store write stall before the process stops (a full or failing disk)")
 			fs.Duration("subscriber-stall-timeout", subscribe.DefaultStallTimeout, "close a subscriber whose socket write has not completed for this long (it does not read), whatever its lag")
 			fs.Duration("subscriber-hello-timeout", subscribe.DefaultHelloTimeout, "close a requireHello subscriber that sends no options_update within this long")
-			fs.String("subscriber-buffer-budget", "1GiB", "output-buffer bytes all subscribers may reserve together (each reserves 144 KiB); beyond, new subscribers get 503")
+			fs.String("subscriber-buffer-budget", "1GiB", "output-buffer bytes all subscribers may reserve together (each reserves 128 KiB); beyond, new subscribers get 503")
 			fs.Int("max-subscribers", subscribe.DefaultMaxSubscribers, "connected subscribers at most; beyond, 503")
 			fs.Int("max-subscribers-per-ip", subscribe.DefaultMaxSubscribersPerIP, "connected subscribers per client IP at most; beyond, 429")
 			fs.Bool("trust-x-forwarded-for", false, "count subscribers per the last X-Forwarded-For address (only behind a reverse proxy that appends it) instead of the connection's address")
-			fs.Int("replay-readers", 0, "subscribers reading the archive at once, each a bounded batch per turn (0 = half the CPUs)")
+			fs.Int("replay-readers", 0, "subscribers replaying at once (from the archive, or catching up through the live log), each a bounded batch per turn (0 = half the CPUs)")
 			fs.Float64("subscriber-message-rate", subscribe.DefaultMessageRate, "client messages (options_update, pings) per second per connection; beyond the burst, the connection is closed")
 			fs.Int("subscriber-message-burst", subscribe.DefaultMessageBurst, "client messages a connection may send at once")
 		},

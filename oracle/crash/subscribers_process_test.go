@@ -47,7 +47,7 @@ func TestSilentAndReplayingSubscribers(t *testing.T) {
 	const (
 		stall   = 3 * time.Second
 		perConn = 64 << 10  // goroutine stacks, gorilla's read buffer, net/http's bufio, kernel-side bookkeeping in the process
-		reserve = 144 << 10 // each subscriber's reservation from the buffer budget (subscribe.bufferReservation)
+		reserve = 128 << 10 // each subscriber's reservation from the buffer budget (subscribe.bufferReservation)
 	)
 	total := replaying + silent + 1
 	budget := int64(total+replaying) * reserve
