@@ -380,9 +380,9 @@ func TestClientMessageRate(t *testing.T) {
 		}
 		c.Close()
 	}
-	if got := metricValue(h.m.disconnects.WithLabelValues(ReasonTooManyMsgs)); got != 2 {
-		t.Errorf("too_many_messages disconnects %v, want 2", got)
-	}
+	promtest.Eventually(t, 5*time.Second, "two too_many_messages disconnects", func() bool {
+		return metricValue(h.m.disconnects.WithLabelValues(ReasonTooManyMsgs)) == 2
+	})
 	calm := h.dial("", nil)
 	defer calm.Close()
 	for i := 0; i < 3; i++ {

@@ -182,16 +182,12 @@ func TestSilentAndReplayingSubscribers(t *testing.T) {
 	p50, p99 := got[len(got)/2], got[len(got)*99/100]
 	t.Logf("live subscriber: %d events, p50 %.1f ms, p99 %.1f ms, max %.1f ms; replays delivered %.0f events/s to %d subscribers; peak RSS %d MiB (bound %d MiB); subscribers now %v",
 		len(got), p50, p99, got[len(got)-1], rate, replaying, hwm>>10, bound>>20, m["backstream_subscribers"])
-	// Where the time goes, from the server's own histograms over the window:
-	// delivery (time_us to the socket write) and the writer's synced commits.
-	over := func(name, le string) (float64, float64) {
-		all := m[name+"_count"] - m0[name+"_count"]
-		under := m[name+`_bucket{le="`+le+`"}`] - m0[name+`_bucket{le="`+le+`"}`]
-		return all - under, all
-	}
-	dOver, dAll := over("backstream_live_delivery_seconds", "0.05")
-	cOver, cAll := over("backstream_archive_commit_seconds", "0.064")
-	t.Logf("server side over the window: %.0f of %.0f deliveries over 50 ms; %.0f of %.0f synced commits over 64 ms", dOver, dAll, cOver, cAll)
+	// How much of the tail is the disk: the writer's synced commits over
+	// the window (a commit is inside every live event's latency).
+	const commits = "backstream_archive_commit_seconds"
+	all := m[commits+"_count"] - m0[commits+"_count"]
+	slow := all - (m[commits+`_bucket{le="0.064"}`] - m0[commits+`_bucket{le="0.064"}`])
+	t.Logf("synced commits over the window: %.0f, of which %.0f took over 64 ms", all, slow)
 	if hwm<<10 > bound {
 		t.Errorf("peak RSS %d MiB over the bound %d MiB", hwm>>10, bound>>20)
 	}
