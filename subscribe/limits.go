@@ -10,6 +10,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -125,6 +126,11 @@ func (r readerSlots) acquire(ctx context.Context, sub *subscriber) bool {
 	}
 	select {
 	case r <- struct{}{}:
+		// Handed the slot by the releasing subscriber, this goroutine would
+		// run next on its processor, inheriting its time slice: a chain of
+		// replays could hold a processor for a whole slice while a live
+		// subscriber's goroutine waits in its queue. Yield first.
+		runtime.Gosched()
 		return true
 	case <-ctx.Done():
 		return false

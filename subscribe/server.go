@@ -54,9 +54,10 @@ const (
 	DefaultMessageBurst = 10
 )
 
-// DefaultReplayReaders is how many subscribers read the archive at once:
-// half the CPUs (at least one), leaving the rest to the writer and live
-// delivery.
+// DefaultReplayReaders is how many subscribers replay at once: half the
+// CPUs (at least one). A reader slot rests as long as it was held, so
+// replay takes at most a quarter of the CPUs (at least half of one),
+// leaving the rest to the writer and live delivery.
 func DefaultReplayReaders() int { return max(1, runtime.GOMAXPROCS(0)/2) }
 
 // Config configures a Server. Store and Writer may be left nil and given
@@ -119,8 +120,9 @@ type Config struct {
 	MaxSubscribers      int
 	MaxSubscribersPerIP int
 	TrustForwardedFor   bool
-	// ReplayReaders is how many subscribers read the archive at once; each
-	// reads one bounded batch, then yields its turn (0: DefaultReplayReaders).
+	// ReplayReaders is how many subscribers replay at once; each reads one
+	// bounded batch, then yields its turn, and the slot rests as long as it
+	// was held (0: DefaultReplayReaders).
 	ReplayReaders int
 	// MessageRate and MessageBurst bound the client messages of one
 	// connection (token bucket); beyond, it is closed (too_many_messages).

@@ -94,8 +94,9 @@ type subscriber struct {
 	itNext   uint64 // the seq the iterator yields next (valid while it != nil)
 	itOpened time.Time
 	itCount  int
-	slot     bool // holding an archive-reader slot (readerSlots)
-	catchUp  bool // the live entries being sent are old (catchingUp)
+	slot     bool      // holding an archive-reader slot (readerSlots)
+	slotAt   time.Time // since when
+	catchUp  bool      // the live entries being sent are old (catchingUp)
 	rend     Renderer
 	scratch  []byte
 	zbuf     []byte
@@ -299,7 +300,7 @@ func (s *subscriber) serve(ctx context.Context) (reason, detail string) {
 				clear(s.ents)
 				continue // the main loop sees why
 			}
-			s.slot = true
+			s.slot, s.slotAt = true, time.Now()
 		}
 		err := s.sendLiveBatch(ctx)
 		s.yieldSlot()
@@ -312,6 +313,10 @@ func (s *subscriber) serve(ctx context.Context) (reason, detail string) {
 		}
 	}
 }
+
+// maxSlotRest bounds the rest after one turn (a turn the OS stretched must
+// not park a subscriber for long).
+const maxSlotRest = 50 * time.Millisecond
 
 // catchUpAge: a subscriber whose next live-log entry is older than this is
 // catching up, not following the tip, and shares the archive readers' turns.
@@ -400,7 +405,7 @@ func (s *subscriber) replay(ctx context.Context, floor uint64) error {
 	if !s.srv.readers.acquire(ctx, s) {
 		return nil // the main loop sees why
 	}
-	s.slot = true
+	s.slot, s.slotAt = true, time.Now()
 	defer s.yieldSlot()
 	large, err := s.readBatch(floor)
 	if err != nil {
@@ -424,10 +429,15 @@ func (s *subscriber) replay(ctx context.Context, floor uint64) error {
 	return nil
 }
 
-// yieldSlot gives back the archive-reader slot, if held.
+// yieldSlot gives back the archive-reader slot, if held, after resting as
+// long as it was held: a slot is busy at most half the time, so replay —
+// reading, rendering, and the socket writes, whose kernel work on loopback
+// includes the receiver's — takes at most half a CPU per slot, however many
+// subscribers wait for it.
 func (s *subscriber) yieldSlot() {
 	if s.slot {
 		s.slot = false
+		time.Sleep(min(time.Since(s.slotAt), maxSlotRest))
 		s.srv.readers.release()
 	}
 }

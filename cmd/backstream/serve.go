@@ -75,7 +75,7 @@ func serveCommand() *command {
 			fs.Int("max-subscribers", subscribe.DefaultMaxSubscribers, "connected subscribers at most; beyond, 503")
 			fs.Int("max-subscribers-per-ip", subscribe.DefaultMaxSubscribersPerIP, "connected subscribers per client IP at most; beyond, 429")
 			fs.Bool("trust-x-forwarded-for", false, "count subscribers per the last X-Forwarded-For address (only behind a reverse proxy that appends it) instead of the connection's address")
-			fs.Int("replay-readers", 0, "subscribers replaying at once (from the archive, or catching up through the live log), each a bounded batch per turn (0 = half the CPUs)")
+			fs.Int("replay-readers", 0, "subscribers replaying at once (from the archive, or catching up through the live log), each a bounded batch per turn and at most half a CPU (0 = half the CPUs)")
 			fs.Float64("subscriber-message-rate", subscribe.DefaultMessageRate, "client messages (options_update, pings) per second per connection; beyond the burst, the connection is closed")
 			fs.Int("subscriber-message-burst", subscribe.DefaultMessageBurst, "client messages a connection may send at once")
 		},
