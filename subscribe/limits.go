@@ -109,38 +109,78 @@ func clientIP(r *http.Request, trustForwarded bool) string {
 	return host
 }
 
-// readerSlots is the semaphore of archive readers: a replaying subscriber
-// holds a slot for one bounded batch, then gives it back before it writes.
-// Waiters are served in arrival order (a channel's queue is FIFO), so every
-// replaying subscriber gets its turn and the number reading at once — and
-// so the CPU replay takes from live delivery — is bounded.
-type readerSlots chan struct{}
+// readerSlots is the semaphore of replay readers: a replaying subscriber
+// holds a slot for one bounded batch, then gives it back before it waits on
+// a write. Waiters are served in arrival order (a channel's queue is
+// FIFO), so every replaying subscriber gets its turn and the number
+// replaying at once is bounded. Each slot also keeps a duty cycle: the time
+// it was held accrues as rest, taken (by the subscriber giving it back,
+// before the next turn) once it reaches slotRestQuantum, so a slot is busy
+// at most ReplayDuty of the time (half, by default) and replay — reading,
+// rendering and socket writes, whose kernel work on loopback includes the
+// receiver's — takes at most that share of a CPU per slot, however many
+// subscribers wait for it.
+type readerSlots struct {
+	ch   chan *readerSlot
+	duty float64 // the share of time a slot may be busy (ReplayDuty)
+}
 
-// acquire waits for a slot; false when ctx ends or the connection must
-// stop first (the reason stays queued in ended).
-func (r readerSlots) acquire(ctx context.Context, sub *subscriber) bool {
+// readerSlot is one slot's rest still owed.
+type readerSlot struct{ rest time.Duration }
+
+// Rest is taken in quanta of at least slotRestQuantum (fewer, longer
+// sleeps than one per batch, which would cost more than they save) and at
+// most maxSlotRest (a turn the OS stretched must not park a subscriber for
+// long).
+const (
+	slotRestQuantum = 5 * time.Millisecond
+	maxSlotRest     = 50 * time.Millisecond
+)
+
+func newReaderSlots(n int, duty float64) readerSlots {
+	r := readerSlots{ch: make(chan *readerSlot, n), duty: duty}
+	for i := 0; i < n; i++ {
+		r.ch <- &readerSlot{}
+	}
+	return r
+}
+
+// acquire waits for a slot; nil when ctx ends or the connection must stop
+// first (the reason stays queued in ended).
+func (r readerSlots) acquire(ctx context.Context, sub *subscriber) *readerSlot {
 	select {
-	case r <- struct{}{}:
-		return true
+	case sl := <-r.ch:
+		return sl
 	default:
 	}
 	select {
-	case r <- struct{}{}:
+	case sl := <-r.ch:
 		// Handed the slot by the releasing subscriber, this goroutine would
 		// run next on its processor, inheriting its time slice: a chain of
 		// replays could hold a processor for a whole slice while a live
 		// subscriber's goroutine waits in its queue. Yield first.
 		runtime.Gosched()
-		return true
+		return sl
 	case <-ctx.Done():
-		return false
+		return nil
 	case e := <-sub.ended:
 		sub.end(e.reason, e.detail) // put it back for the main loop
-		return false
+		return nil
 	}
 }
 
-func (r readerSlots) release() { <-r }
+// release gives sl back after a turn that began at since, first resting
+// what the slot owes once that is a quantum.
+func (r readerSlots) release(sl *readerSlot, since time.Time) {
+	if r.duty < 1 {
+		sl.rest += time.Duration(float64(time.Since(since)) * (1 - r.duty) / r.duty)
+		if sl.rest >= slotRestQuantum {
+			time.Sleep(min(sl.rest, maxSlotRest))
+			sl.rest = 0
+		}
+	}
+	r.ch <- sl
+}
 
 // msgBucket is a token bucket over one connection's client messages
 // (data frames and pings), owned by its reader goroutine.

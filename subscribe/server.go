@@ -54,10 +54,13 @@ const (
 	DefaultMessageBurst = 10
 )
 
+// DefaultReplayDuty: a replay reader slot is busy at most half the time.
+const DefaultReplayDuty = 0.5
+
 // DefaultReplayReaders is how many subscribers replay at once: half the
-// CPUs (at least one). A reader slot rests as long as it was held, so
-// replay takes at most a quarter of the CPUs (at least half of one),
-// leaving the rest to the writer and live delivery.
+// CPUs (at least one). With DefaultReplayDuty, replay takes at most a
+// quarter of the CPUs (at least half of one), leaving the rest to the
+// writer and live delivery.
 func DefaultReplayReaders() int { return max(1, runtime.GOMAXPROCS(0)/2) }
 
 // Config configures a Server. Store and Writer may be left nil and given
@@ -121,9 +124,12 @@ type Config struct {
 	MaxSubscribersPerIP int
 	TrustForwardedFor   bool
 	// ReplayReaders is how many subscribers replay at once; each reads one
-	// bounded batch, then yields its turn, and the slot rests as long as it
-	// was held (0: DefaultReplayReaders).
+	// bounded batch, then yields its turn (0: DefaultReplayReaders).
+	// ReplayDuty is the share of time a reader slot may be busy, so of a
+	// CPU it may take: after its turns a slot rests (0: DefaultReplayDuty;
+	// 1: never rests).
 	ReplayReaders int
+	ReplayDuty    float64
 	// MessageRate and MessageBurst bound the client messages of one
 	// connection (token bucket); beyond, it is closed (too_many_messages).
 	MessageRate  float64
@@ -176,6 +182,9 @@ func (c *Config) defaults() {
 	if c.ReplayReaders == 0 {
 		c.ReplayReaders = DefaultReplayReaders()
 	}
+	if c.ReplayDuty <= 0 || c.ReplayDuty > 1 {
+		c.ReplayDuty = DefaultReplayDuty
+	}
 	if c.MessageRate == 0 {
 		c.MessageRate = DefaultMessageRate
 	}
@@ -219,7 +228,7 @@ type Server struct {
 func New(cfg Config) (*Server, error) {
 	cfg.defaults()
 	s := &Server{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, subs: make(map[*subscriber]struct{}),
-		readers: make(readerSlots, cfg.ReplayReaders), bufBytes: bufferReservation(cfg.FlushBytes),
+		readers: newReaderSlots(cfg.ReplayReaders, cfg.ReplayDuty), bufBytes: bufferReservation(cfg.FlushBytes),
 		refusals: newLogEvery(time.Minute), adm: admission{perIP: map[string]int{}}}
 	c, err := newCodecs(cfg.DictSamples, func() *archive.Store {
 		if src := s.src.Load(); src != nil {

@@ -94,9 +94,9 @@ type subscriber struct {
 	itNext   uint64 // the seq the iterator yields next (valid while it != nil)
 	itOpened time.Time
 	itCount  int
-	slot     bool      // holding an archive-reader slot (readerSlots)
-	slotAt   time.Time // since when
-	catchUp  bool      // the live entries being sent are old (catchingUp)
+	slot     *readerSlot // the replay-reader slot held, if any (readerSlots)
+	slotAt   time.Time   // since when
+	catchUp  bool        // the live entries being sent are old (catchingUp)
 	rend     Renderer
 	scratch  []byte
 	zbuf     []byte
@@ -296,11 +296,11 @@ func (s *subscriber) serve(ctx context.Context) (reason, detail string) {
 		if s.catchUp = s.catchingUp(); s.catchUp {
 			// Old entries: this is a replay through the live log, and takes
 			// its turn among the archive readers.
-			if !s.srv.readers.acquire(ctx, s) {
+			if s.slot = s.srv.readers.acquire(ctx, s); s.slot == nil {
 				clear(s.ents)
 				continue // the main loop sees why
 			}
-			s.slot, s.slotAt = true, time.Now()
+			s.slotAt = time.Now()
 		}
 		err := s.sendLiveBatch(ctx)
 		s.yieldSlot()
@@ -313,10 +313,6 @@ func (s *subscriber) serve(ctx context.Context) (reason, detail string) {
 		}
 	}
 }
-
-// maxSlotRest bounds the rest after one turn (a turn the OS stretched must
-// not park a subscriber for long).
-const maxSlotRest = 50 * time.Millisecond
 
 // catchUpAge: a subscriber whose next live-log entry is older than this is
 // catching up, not following the tip, and shares the archive readers' turns.
@@ -402,10 +398,10 @@ func (s *subscriber) opcode() byte {
 // (write closes it before any write that would wait), so a client that
 // does not read pins no sstable.
 func (s *subscriber) replay(ctx context.Context, floor uint64) error {
-	if !s.srv.readers.acquire(ctx, s) {
+	if s.slot = s.srv.readers.acquire(ctx, s); s.slot == nil {
 		return nil // the main loop sees why
 	}
-	s.slot, s.slotAt = true, time.Now()
+	s.slotAt = time.Now()
 	defer s.yieldSlot()
 	large, err := s.readBatch(floor)
 	if err != nil {
@@ -429,16 +425,13 @@ func (s *subscriber) replay(ctx context.Context, floor uint64) error {
 	return nil
 }
 
-// yieldSlot gives back the archive-reader slot, if held, after resting as
-// long as it was held: a slot is busy at most half the time, so replay —
-// reading, rendering, and the socket writes, whose kernel work on loopback
-// includes the receiver's — takes at most half a CPU per slot, however many
-// subscribers wait for it.
+// yieldSlot gives back the replay-reader slot, if held (taking the rest it
+// owes: readerSlots).
 func (s *subscriber) yieldSlot() {
-	if s.slot {
-		s.slot = false
-		time.Sleep(min(time.Since(s.slotAt), maxSlotRest))
-		s.srv.readers.release()
+	if s.slot != nil {
+		sl := s.slot
+		s.slot = nil
+		s.srv.readers.release(sl, s.slotAt)
 	}
 }
 
@@ -600,7 +593,7 @@ func (s *subscriber) writeLarge(ctx context.Context, p []byte) error {
 // up on a client that keeps up.
 func (s *subscriber) write(ctx context.Context, b []byte) ([]byte, error) {
 	cfg := &s.srv.cfg
-	if s.it != nil || s.slot {
+	if s.it != nil || s.slot != nil {
 		b = b[s.sock.tryWrite(b):]
 		if len(b) > 0 {
 			s.closeIter()

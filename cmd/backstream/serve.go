@@ -75,7 +75,8 @@ func serveCommand() *command {
 			fs.Int("max-subscribers", subscribe.DefaultMaxSubscribers, "connected subscribers at most; beyond, 503")
 			fs.Int("max-subscribers-per-ip", subscribe.DefaultMaxSubscribersPerIP, "connected subscribers per client IP at most; beyond, 429")
 			fs.Bool("trust-x-forwarded-for", false, "count subscribers per the last X-Forwarded-For address (only behind a reverse proxy that appends it) instead of the connection's address")
-			fs.Int("replay-readers", 0, "subscribers replaying at once (from the archive, or catching up through the live log), each a bounded batch per turn and at most half a CPU (0 = half the CPUs)")
+			fs.Int("replay-readers", 0, "subscribers replaying at once (from the archive, or catching up through the live log), each a bounded batch per turn (0 = half the CPUs)")
+			fs.Float64("replay-duty", subscribe.DefaultReplayDuty, "share of the time (0 < d ≤ 1) a replay reader may be busy, so of a CPU it may take; 1 = replay at full speed")
 			fs.Float64("subscriber-message-rate", subscribe.DefaultMessageRate, "client messages (options_update, pings) per second per connection; beyond the burst, the connection is closed")
 			fs.Int("subscriber-message-burst", subscribe.DefaultMessageBurst, "client messages a connection may send at once")
 		},
@@ -235,6 +236,7 @@ func subscriberLimits(fs *flagSet) (subscribe.Config, error) {
 		MaxSubscribersPerIP: fs.get("max-subscribers-per-ip").(int),
 		TrustForwardedFor:   fs.get("trust-x-forwarded-for").(bool),
 		ReplayReaders:       fs.get("replay-readers").(int),
+		ReplayDuty:          fs.get("replay-duty").(float64),
 		MessageRate:         fs.get("subscriber-message-rate").(float64),
 		MessageBurst:        fs.get("subscriber-message-burst").(int),
 	}
@@ -250,6 +252,8 @@ func subscriberLimits(fs *flagSet) (subscribe.Config, error) {
 		return c, fmt.Errorf("--max-subscribers and --max-subscribers-per-ip must be at least 1")
 	case c.ReplayReaders < 0:
 		return c, fmt.Errorf("--replay-readers %d: must not be negative", c.ReplayReaders)
+	case c.ReplayDuty <= 0 || c.ReplayDuty > 1:
+		return c, fmt.Errorf("--replay-duty %g: want 0 < d ≤ 1", c.ReplayDuty)
 	case c.MessageRate <= 0 || c.MessageBurst < 1:
 		return c, fmt.Errorf("--subscriber-message-rate must be positive and --subscriber-message-burst at least 1")
 	}
