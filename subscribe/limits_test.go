@@ -137,14 +137,16 @@ func TestReplayIteratorsReleasedWhileBlocked(t *testing.T) {
 }
 
 // readingReplays counts, in a dump of every goroutine, the subscribers
-// replaying (from the archive, or from the live log's old entries) that
-// are neither waiting for their turn nor writing.
+// holding a replay-reader slot: replaying (from the archive, or from the
+// live log's old entries) and neither waiting for a turn nor blocked in a
+// write (which gives the slot back first), or resting the slot.
 func readingReplays(buf []byte) int {
 	n := 0
 	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
 		replaying := strings.Contains(g, "subscribe.(*subscriber).replay(") || strings.Contains(g, "subscribe.(*subscriber).sendLiveBatch(")
-		if replaying && !strings.Contains(g, "readerSlots.acquire") &&
-			!strings.Contains(g, "subscribe.(*subscriber).flush(") && !strings.Contains(g, "subscribe.(*subscriber).write(") {
+		blocked := strings.Contains(g, "readerSlots.acquire") ||
+			(strings.Contains(g, "subscribe.(*subscriber).write(") && !strings.Contains(g, "sockConn).tryWrite("))
+		if strings.Contains(g, "readerSlots.release(") || (replaying && !blocked) {
 			n++
 		}
 	}
