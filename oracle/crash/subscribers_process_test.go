@@ -316,7 +316,7 @@ func procKB(t *testing.T, p *crash.Proc, field string) int64 {
 // metrics reads the process's /metrics as name{labels} → value.
 func metrics(t *testing.T, p *crash.Proc) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + p.Listen + "/metrics")
+	resp, err := http.Get("http://" + p.Admin + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
