@@ -62,10 +62,11 @@
 //     — from the archive, or from live-log entries older than a second
 //     (catching up) — each one batch (≤ 512 events or a full buffer) per
 //     turn, in arrival order, writing within its turn only what the socket
-//     takes at once; a slot is busy at most ReplayDuty of the time (half:
-//     it rests, in quanta of 5 ms, for as long as it was held), so replay
-//     takes at most that share of a CPU per slot whatever the number of
-//     replaying clients. Subscribers following the tip never wait for a
+//     takes at once; while another subscriber waits for a turn, a slot is
+//     busy at most ReplayDuty of the time (half: it rests, in quanta of
+//     5 ms, for as long as it was held), so replay takes at most that share
+//     of a CPU per slot whatever the number of replaying clients (a replay
+//     that waits for no one never rests). Subscribers following the tip never wait for a
 //     turn.
 //     Within a connection cursors strictly increase.
 //   - D4: account, identity and sync events pass every collection filter;

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -113,16 +114,19 @@ func clientIP(r *http.Request, trustForwarded bool) string {
 // holds a slot for one bounded batch, then gives it back before it waits on
 // a write. Waiters are served in arrival order (a channel's queue is
 // FIFO), so every replaying subscriber gets its turn and the number
-// replaying at once is bounded. Each slot also keeps a duty cycle: the time
-// it was held accrues as rest, taken (by the subscriber giving it back,
-// before the next turn) once it reaches slotRestQuantum, so a slot is busy
-// at most ReplayDuty of the time (half, by default) and replay — reading,
-// rendering and socket writes, whose kernel work on loopback includes the
-// receiver's — takes at most that share of a CPU per slot, however many
-// subscribers wait for it.
+// replaying at once is bounded. Under contention — some subscriber waits
+// for a slot — each slot also keeps a duty cycle: the time it was held
+// accrues as rest, taken (by the subscriber giving it back, before the next
+// turn) once it reaches slotRestQuantum, so a slot is busy at most
+// ReplayDuty of the time (half, by default) and replay — reading, rendering
+// and socket writes, whose kernel work on loopback includes the receiver's —
+// takes at most that share of a CPU per slot, however many subscribers wait
+// for it. A replay that waits for no one never rests: one subscriber alone
+// reads the archive at full speed.
 type readerSlots struct {
-	ch   chan *readerSlot
-	duty float64 // the share of time a slot may be busy (ReplayDuty)
+	ch      chan *readerSlot
+	duty    float64       // the share of time a slot may be busy (ReplayDuty)
+	waiting *atomic.Int64 // subscribers blocked in acquire
 }
 
 // readerSlot is one slot's rest still owed.
@@ -138,7 +142,7 @@ const (
 )
 
 func newReaderSlots(n int, duty float64) readerSlots {
-	r := readerSlots{ch: make(chan *readerSlot, n), duty: duty}
+	r := readerSlots{ch: make(chan *readerSlot, n), duty: duty, waiting: new(atomic.Int64)}
 	for i := 0; i < n; i++ {
 		r.ch <- &readerSlot{}
 	}
@@ -153,6 +157,8 @@ func (r readerSlots) acquire(ctx context.Context, sub *subscriber) *readerSlot {
 		return sl
 	default:
 	}
+	r.waiting.Add(1)
+	defer r.waiting.Add(-1)
 	select {
 	case sl := <-r.ch:
 		// Handed the slot by the releasing subscriber, this goroutine would
@@ -170,9 +176,9 @@ func (r readerSlots) acquire(ctx context.Context, sub *subscriber) *readerSlot {
 }
 
 // release gives sl back after a turn that began at since, first resting
-// what the slot owes once that is a quantum.
+// what the slot owes once that is a quantum, if anyone waits for a slot.
 func (r readerSlots) release(sl *readerSlot, since time.Time) {
-	if r.duty < 1 {
+	if r.duty < 1 && r.waiting.Load() > 0 {
 		sl.rest += time.Duration(float64(time.Since(since)) * (1 - r.duty) / r.duty)
 		if sl.rest >= slotRestQuantum {
 			time.Sleep(min(sl.rest, maxSlotRest))

@@ -54,7 +54,8 @@ const (
 	DefaultMessageBurst = 10
 )
 
-// DefaultReplayDuty: a replay reader slot is busy at most half the time.
+// DefaultReplayDuty: while subscribers wait for a replay turn, a reader
+// slot is busy at most half the time.
 const DefaultReplayDuty = 0.5
 
 // DefaultReplayReaders is how many subscribers replay at once: half the
@@ -126,8 +127,8 @@ type Config struct {
 	// ReplayReaders is how many subscribers replay at once; each reads one
 	// bounded batch, then yields its turn (0: DefaultReplayReaders).
 	// ReplayDuty is the share of time a reader slot may be busy, so of a
-	// CPU it may take: after its turns a slot rests (0: DefaultReplayDuty;
-	// 1: never rests).
+	// CPU it may take while others wait for a turn: after its turns a slot
+	// rests (0: DefaultReplayDuty; 1: never rests).
 	ReplayReaders int
 	ReplayDuty    float64
 	// MessageRate and MessageBurst bound the client messages of one
