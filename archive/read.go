@@ -45,6 +45,26 @@ func (s *Store) Counts() (Counts, error) { return get(s.db, KeyCounts, DecodeCou
 // Time reads one of the meta/*_at timestamps.
 func (s *Store) Time(key []byte) (time.Time, error) { return get(s.db, key, DecodeTime) }
 
+// Untouched reports whether the store holds nothing but what Open's
+// initialisation wrote (meta/instance, meta/phase, meta/phase_entered_at):
+// nothing was written since. A failed scan is ErrRead.
+func (s *Store) Untouched() (bool, error) {
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		return false, fmt.Errorf("archive: scan the store: %w: %w", ErrRead, err)
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		if k := string(it.Key()); k != string(KeyInstance) && k != string(KeyPhase) && k != string(KeyPhaseEnteredAt) {
+			return false, nil
+		}
+	}
+	if err := it.Error(); err != nil {
+		return false, fmt.Errorf("archive: scan the store: %w: %w", ErrRead, err)
+	}
+	return true, nil
+}
+
 // RelayCursor reads cursor/relay.
 func (s *Store) RelayCursor() (uint64, error) { return get(s.db, KeyCursorRelay, DecodeSeqCursor) }
 

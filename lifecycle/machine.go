@@ -99,27 +99,59 @@ func Next(f Facts) (Action, error) {
 	return 0, fmt.Errorf("lifecycle: unknown phase %q", f.Phase)
 }
 
-// RelayDecision is what startup does about --relay (C6).
+// RelayDecision is what startup does about --relay and the store's
+// position on it (C6).
 type RelayDecision int
 
 const (
-	RelayKeep   RelayDecision = iota + 1 // the store already follows this relay
-	RelayRecord                          // first start: record it
-	RelayReset                           // the operator asked: record the new relay and drop the relay cursor
+	RelayKeep      RelayDecision = iota + 1 // the store already follows this relay from its cursor
+	RelayRecord                             // a store nothing was written to yet: record the relay
+	RelayReset                              // the operator asked: record the relay and drop the relay cursor
+	RelayFollowTip                          // the operator asked: the cursor is lost, follow the relay from its live tip (a gap)
 )
 
-// DecideRelay checks --relay against the relay the store follows. stored is
-// "" when the store records none (a new store).
-func DecideRelay(stored, requested string, resetCursor bool) (RelayDecision, error) {
+// RelayFacts are what startup reads before anything runs.
+type RelayFacts struct {
+	Phase     archive.Phase
+	Stored    string // meta/relay; "" when absent
+	Requested string // --relay's host
+	Reset     bool   // --reset-relay-cursor
+	// HasCursor: cursor/relay is present. In bootstrap it may legitimately
+	// be absent (capture has not made a first cursor durable, or the relay
+	// stayed silent past the capture wait); from merging on, capture made
+	// one durable before the first getRepo, so its absence means the
+	// firehose position is lost.
+	HasCursor bool
+	// Untouched: the store holds nothing but what archive.Open's
+	// initialisation wrote. The relay is recorded right after that, before
+	// anything else is written, so only such a store may lack meta/relay.
+	Untouched bool
+}
+
+// DecideRelay checks --relay against the relay the store follows and the
+// store's position on it. Failing closed: a store whose relay or position is
+// lost is refused, naming --reset-relay-cursor, which follows the relay from
+// its live tip and so accepts a gap in the archive.
+func DecideRelay(f RelayFacts) (RelayDecision, error) {
 	switch {
-	case stored == "":
+	case f.Stored == "" && f.Untouched && f.Phase == archive.PhaseBootstrap:
 		return RelayRecord, nil
-	case stored == requested:
-		return RelayKeep, nil
-	case resetCursor:
+	case f.Stored == "" && f.Reset:
 		return RelayReset, nil
+	case f.Stored == "":
+		return 0, fmt.Errorf("lifecycle: store in %s has no meta/relay, yet was written to: which relay its firehose position "+
+			"belongs to is lost; restart with --reset-relay-cursor to record %s and follow it from its live tip, accepting a gap", f.Phase, f.Requested)
+	case f.Stored != f.Requested && f.Reset:
+		return RelayReset, nil
+	case f.Stored != f.Requested:
+		return 0, fmt.Errorf("lifecycle: this store follows relay %q, not %q; its cursor means nothing on another relay. "+
+			"Run with --relay %s, or pass --reset-relay-cursor to follow %s from its live tip (events between the two are not archived)",
+			f.Stored, f.Requested, f.Stored, f.Requested)
+	case f.HasCursor || f.Phase == archive.PhaseBootstrap:
+		return RelayKeep, nil
+	case f.Reset:
+		return RelayFollowTip, nil
 	}
-	return 0, fmt.Errorf("lifecycle: this store follows relay %q, not %q; its cursor means nothing on another relay. "+
-		"Run with --relay %s, or pass --reset-relay-cursor to follow %s from its live tip (events between the two are not archived)",
-		stored, requested, stored, requested)
+	return 0, fmt.Errorf("lifecycle: store in %s has no cursor/relay: the firehose position is lost; "+
+		"restart with --reset-relay-cursor to follow %s from its live tip, accepting a gap", f.Phase, f.Requested)
 }

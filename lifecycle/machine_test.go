@@ -81,25 +81,48 @@ func TestNextProgresses(t *testing.T) {
 	t.Fatalf("no steady state after %v", trace)
 }
 
+// TestDecideRelay: the relay check at startup, for every phase, stored
+// relay, cursor and flag. A store whose relay or firehose position is lost
+// is refused (fail closed) naming --reset-relay-cursor, except in the two
+// cases where the absence is legitimate: a store nothing was written to yet
+// (no meta/relay) and bootstrap before capture's first durable cursor (no
+// cursor/relay).
 func TestDecideRelay(t *testing.T) {
+	B, M, S := archive.PhaseBootstrap, archive.PhaseMerging, archive.PhaseSteadyState
 	for _, tc := range []struct {
-		stored, req string
-		reset       bool
-		want        RelayDecision
-		err         bool
+		name string
+		f    RelayFacts
+		want RelayDecision // 0: refused
 	}{
-		{"", "relay.a", false, RelayRecord, false},
-		{"relay.a", "relay.a", false, RelayKeep, false},
-		{"relay.a", "relay.a", true, RelayKeep, false},
-		{"relay.a", "relay.b", false, 0, true},
-		{"relay.a", "relay.b", true, RelayReset, false},
+		{"new store: record", RelayFacts{Phase: B, Untouched: true}, RelayRecord},
+		{"same relay, cursor", RelayFacts{Phase: S, Stored: "relay.a", HasCursor: true}, RelayKeep},
+		{"same relay, cursor, reset: nothing to reset", RelayFacts{Phase: S, Stored: "relay.a", HasCursor: true, Reset: true}, RelayKeep},
+		{"another relay", RelayFacts{Phase: S, Stored: "relay.b", HasCursor: true}, 0},
+		{"another relay, reset", RelayFacts{Phase: S, Stored: "relay.b", HasCursor: true, Reset: true}, RelayReset},
+
+		// cursor/relay absent.
+		{"bootstrap before capture's first cursor", RelayFacts{Phase: B, Stored: "relay.a"}, RelayKeep},
+		{"merging without cursor", RelayFacts{Phase: M, Stored: "relay.a"}, 0},
+		{"steady state without cursor", RelayFacts{Phase: S, Stored: "relay.a"}, 0},
+		{"merging without cursor, reset", RelayFacts{Phase: M, Stored: "relay.a", Reset: true}, RelayFollowTip},
+		{"steady state without cursor, reset", RelayFacts{Phase: S, Stored: "relay.a", Reset: true}, RelayFollowTip},
+		{"unknown phase without cursor", RelayFacts{Phase: "later", Stored: "relay.a"}, 0},
+
+		// meta/relay absent.
+		{"bootstrap, written to", RelayFacts{Phase: B, HasCursor: true}, 0},
+		{"bootstrap, written to, no cursor", RelayFacts{Phase: B}, 0},
+		{"steady state", RelayFacts{Phase: S, HasCursor: true}, 0},
+		{"steady state holding only identity keys", RelayFacts{Phase: S, Untouched: true}, 0},
+		{"merging, reset", RelayFacts{Phase: M, HasCursor: true, Reset: true}, RelayReset},
+		{"steady state, reset", RelayFacts{Phase: S, Reset: true}, RelayReset},
 	} {
-		got, err := DecideRelay(tc.stored, tc.req, tc.reset)
-		if (err != nil) != tc.err || got != tc.want {
-			t.Errorf("%+v: %v %v", tc, got, err)
+		tc.f.Requested = "relay.a"
+		got, err := DecideRelay(tc.f)
+		if (err != nil) != (tc.want == 0) || got != tc.want {
+			t.Errorf("%s: %v %v, want %v", tc.name, got, err, tc.want)
 		}
 		if err != nil && !strings.Contains(err.Error(), "--reset-relay-cursor") {
-			t.Errorf("refusal does not say how to proceed: %v", err)
+			t.Errorf("%s: refusal does not say how to proceed: %v", tc.name, err)
 		}
 	}
 }

@@ -567,17 +567,29 @@ func hostOf(relay string) (string, error) {
 	return strings.ToLower(u.Host), nil
 }
 
-// checkRelay refuses a store that follows another relay unless reset says
-// so (C6), and records the relay on first start.
+// checkRelay refuses a store that follows another relay, or whose relay or
+// firehose position is lost, unless reset says so (C6), and records the
+// relay on first start. What it reads is read fail-closed: an unreadable key
+// stops the start, it is never taken for an absent one.
 func checkRelay(store *archive.Store, host string, reset bool, log *slog.Logger) error {
-	stored, err := store.Relay()
-	if errors.Is(err, archive.ErrNotFound) {
-		stored, err = "", nil
-	}
-	if err != nil {
+	f := lifecycle.RelayFacts{Requested: host, Reset: reset}
+	var err error
+	if f.Phase, err = store.Phase(); err != nil {
 		return err
 	}
-	d, err := lifecycle.DecideRelay(stored, host, reset)
+	if f.Stored, err = store.Relay(); errors.Is(err, archive.ErrNotFound) {
+		if f.Untouched, err = store.Untouched(); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	if _, err = store.RelayCursor(); err == nil {
+		f.HasCursor = true
+	} else if !errors.Is(err, archive.ErrNotFound) {
+		return err
+	}
+	d, err := lifecycle.DecideRelay(f)
 	if err != nil {
 		return err
 	}
@@ -585,9 +597,17 @@ func checkRelay(store *archive.Store, host string, reset bool, log *slog.Logger)
 	case lifecycle.RelayRecord:
 		return store.SetRelay(host, false)
 	case lifecycle.RelayReset:
-		log.Warn("following another relay: its cursor is dropped; events between the two relays are not archived",
-			"old", stored, "new", host)
+		if f.Stored == "" {
+			log.Error("archive gap: the store records no relay; --reset-relay-cursor records this one and follows it from its live tip: "+
+				"events since the last durable position are not archived", "phase", f.Phase, "relay", host, "dropped_cursor", f.HasCursor)
+		} else {
+			log.Warn("following another relay: its cursor is dropped; events between the two relays are not archived",
+				"old", f.Stored, "new", host)
+		}
 		return store.SetRelay(host, true)
+	case lifecycle.RelayFollowTip:
+		log.Error("archive gap: the store has no cursor/relay; --reset-relay-cursor follows the relay from its live tip: "+
+			"events since the last durable position are not archived", "phase", f.Phase, "relay", host)
 	}
 	return nil
 }

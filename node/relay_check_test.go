@@ -1,0 +1,164 @@
+package node_test
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/vfs"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/node"
+)
+
+// The relay of these tests is never dialed: node.New reads and records, it
+// does not connect.
+const checkRelayURL = "http://127.0.0.1:9"
+
+// deleteKey deletes key from the store under /data on mem, as a lost or
+// hand-edited store would have it.
+func deleteKey(t *testing.T, mem vfs.FS, key []byte) {
+	t.Helper()
+	s, err := archive.Open("/data", archive.Options{FS: mem, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.DB().Delete(key, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// newNode runs node.New over the store on mem and closes the node: its error
+// and what it logged.
+func newNode(t *testing.T, mem vfs.FS, reset bool) (error, string) {
+	t.Helper()
+	var logs bytes.Buffer
+	cfg := memConfig(t, checkRelayURL, archive.Options{FS: mem})
+	cfg.ResetRelay = reset
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	n, err := node.New(cfg)
+	if err == nil {
+		if err := n.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return err, logs.String()
+}
+
+// storeKeys reads meta/relay and cursor/relay of the store on mem ("" and
+// -1 when absent).
+func storeKeys(t *testing.T, mem vfs.FS) (relay string, cursor int64) {
+	t.Helper()
+	s, err := archive.Open("/data", archive.Options{FS: mem, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	relay, err = s.Relay()
+	if err != nil && !errors.Is(err, archive.ErrNotFound) {
+		t.Fatal(err)
+	}
+	cursor = -1
+	if c, err := s.RelayCursor(); err == nil {
+		cursor = int64(c)
+	} else if !errors.Is(err, archive.ErrNotFound) {
+		t.Fatal(err)
+	}
+	return relay, cursor
+}
+
+// TestNewRefusesLostRelayPosition: a store past bootstrap whose cursor/relay
+// is gone used to start "following … cursor: live tip", silently skipping
+// everything since its last position; one whose meta/relay is gone had it
+// re-recorded, so the relay-identity check never ran. Both are refused in
+// New with the recovery path named, and nothing is written; with
+// --reset-relay-cursor the node starts, from the live tip, and says at
+// ERROR that the archive has a gap.
+func TestNewRefusesLostRelayPosition(t *testing.T) {
+	for _, tc := range []struct {
+		phase archive.Phase
+		lost  []byte
+	}{
+		{archive.PhaseMerging, archive.KeyCursorRelay},
+		{archive.PhaseSteadyState, archive.KeyCursorRelay},
+		{archive.PhaseBootstrap, archive.KeyRelay},
+		{archive.PhaseMerging, archive.KeyRelay},
+		{archive.PhaseSteadyState, archive.KeyRelay},
+	} {
+		t.Run(string(tc.phase)+"/"+string(tc.lost), func(t *testing.T) {
+			mem := vfs.NewMem()
+			storeAt(t, mem, tc.phase, checkRelayURL, "did:plc:pending")
+			deleteKey(t, mem, tc.lost)
+			relay0, cursor0 := storeKeys(t, mem)
+
+			err, _ := newNode(t, mem, false)
+			if err == nil {
+				t.Fatalf("a %s store without %s started", tc.phase, tc.lost)
+			}
+			for _, want := range []string{string(tc.phase), string(tc.lost), "--reset-relay-cursor", "live tip", "gap"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("refusal %q does not say %q", err, want)
+				}
+			}
+			if relay, cursor := storeKeys(t, mem); relay != relay0 || cursor != cursor0 {
+				t.Fatalf("the refused start wrote: relay %q cursor %d, was %q %d", relay, cursor, relay0, cursor0)
+			}
+
+			err, logs := newNode(t, mem, true)
+			if err != nil {
+				t.Fatalf("with --reset-relay-cursor: %v", err)
+			}
+			if n := strings.Count(logs, "level=ERROR msg=\"archive gap"); n != 1 {
+				t.Errorf("%d ERROR lines about the gap, want 1; logs:\n%s", n, logs)
+			}
+			relay, cursor := storeKeys(t, mem)
+			if relay != "127.0.0.1:9" || cursor != -1 {
+				t.Fatalf("after the reset: relay %q cursor %d, want the relay recorded and no cursor (the live tip)", relay, cursor)
+			}
+			// The next start follows on without the flag: in bootstrap a
+			// missing cursor is capture's to make; later the live consumer
+			// writes it with its first frame, and until then the gap the
+			// operator accepted is still open, so the start is refused again.
+			err, _ = newNode(t, mem, false)
+			if tc.phase == archive.PhaseBootstrap && err != nil {
+				t.Fatalf("restart in bootstrap after the reset: %v", err)
+			}
+			if tc.phase != archive.PhaseBootstrap && err == nil {
+				t.Fatal("restart without a cursor after the reset started")
+			}
+		})
+	}
+}
+
+// TestNewAcceptsLegitimateAbsence: the two absences that are not a loss. A
+// store nothing was written to after Open's initialisation (a crash between
+// it and the relay's record) gets its relay recorded; a bootstrap store
+// whose capture has made no cursor durable yet starts without one.
+func TestNewAcceptsLegitimateAbsence(t *testing.T) {
+	t.Run("initialised only", func(t *testing.T) {
+		mem := vfs.NewMem()
+		s, err := archive.Open("/data", archive.Options{FS: mem, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		if err, logs := newNode(t, mem, false); err != nil || strings.Contains(logs, "level=ERROR") {
+			t.Fatalf("new store: %v\n%s", err, logs)
+		}
+		if relay, _ := storeKeys(t, mem); relay != "127.0.0.1:9" {
+			t.Fatalf("relay %q not recorded", relay)
+		}
+	})
+	t.Run("bootstrap without cursor/relay", func(t *testing.T) {
+		mem := vfs.NewMem()
+		storeAt(t, mem, archive.PhaseBootstrap, checkRelayURL, "did:plc:pending")
+		deleteKey(t, mem, archive.KeyCursorRelay)
+		if err, logs := newNode(t, mem, false); err != nil || strings.Contains(logs, "level=ERROR") {
+			t.Fatalf("bootstrap before capture's first cursor: %v\n%s", err, logs)
+		}
+	})
+}
