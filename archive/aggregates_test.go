@@ -135,13 +135,15 @@ func TestFailureAggregates(t *testing.T) {
 					}
 					u.Repos = append(u.Repos, RepoUpdate{DID: did, Fields: f | FieldStatus, State: randState()})
 				case 1:
-					ns := randState()
+					// Drawn here: the Func runs on the writer's goroutine,
+					// and rng is the test goroutine's.
+					ns, keep := randState(), rng.IntN(4) != 0
 					u.Repos = append(u.Repos, RepoUpdate{DID: did, Func: func(cur RepoState, exists bool) (RepoState, bool) {
 						if !exists {
 							return ns, true
 						}
 						cur.Status, cur.Host = ns.Status, ns.Host
-						return cur, rng.IntN(4) != 0
+						return cur, keep
 					}})
 				default:
 					u.Repos = append(u.Repos, RepoUpdate{DID: did, Fields: fields, State: randState()})
