@@ -16,7 +16,10 @@
 //     backstream does with the error, which the hook answers for any key.
 //   - Read path: ReadFault is a vfs/errorfs injector failing sstable data
 //     reads (every file, chosen files, from the n-th read on, or only the
-//     n-th). IsolateKey rewrites one key into an sstable of its own, so that
+//     n-th). The n-th counts only the reads of the operation under test:
+//     reads on goroutines Pebble started (table stats, flushes, compactions)
+//     are left alone, so a sweep's n is the same read in every run.
+//     IsolateKey rewrites one key into an sstable of its own, so that
 //     failing that file's reads fails exactly the reads of that key.
 //
 // # Invariants kept here

@@ -4,6 +4,7 @@ package storefault
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,12 +47,15 @@ func (f *ReadFault) FailFiles(paths ...string) {
 
 // FailFromNth arms the injector so that every sstable read from the n-th
 // (1-based, counted from now) on fails: a sweep over n visits every read of
-// an operation as its first failing read.
+// an operation as its first failing read. Like FailNth, it counts and fails
+// only the reads of the operation under test, not Pebble's background jobs'
+// (see onPebbleGoroutine).
 func (f *ReadFault) FailFromNth(n int) { f.arm(nil, int64(n)) }
 
 // FailNth arms the injector so that only the n-th sstable read (1-based,
 // counted from now) fails: a transient error. An operation that swallows it
-// shows up as a success with the fault fired.
+// shows up as a success with the fault fired. Pebble's background reads are
+// neither counted nor failed (see onPebbleGoroutine).
 func (f *ReadFault) FailNth(n int) {
 	f.arm(nil, int64(n))
 	f.mu.Lock()
@@ -94,6 +98,9 @@ func (f *ReadFault) MaybeError(op errorfs.Op, path string) error {
 	if files != nil && !files[baseName(path)] {
 		return nil
 	}
+	if from > 0 && onPebbleGoroutine() {
+		return nil
+	}
 	n := f.reads.Add(1)
 	if from > 0 && (n < from || (only && n > from)) {
 		return nil
@@ -107,4 +114,31 @@ func baseName(p string) string {
 		return p[i+1:]
 	}
 	return p
+}
+
+// onPebbleGoroutine reports whether the caller runs on a goroutine Pebble
+// started: a background job (the table-stats collector every Open starts, a
+// flush, a compaction) whose read failures reach no caller — Pebble reports
+// them as background errors and retries. Such reads interleave with the
+// operation's own at the scheduler's whim, so counting them would make the
+// n-th read of a sweep a different read from run to run, and a transient
+// failure of one a success that the operation never saw.
+func onPebbleGoroutine() bool {
+	pcs := make([]uintptr, 256)
+	n := runtime.Callers(2, pcs)
+	if n == len(pcs) {
+		return false // too deep to see the entry: count the read
+	}
+	frames := runtime.CallersFrames(pcs[:n])
+	entry := ""
+	for {
+		fr, more := frames.Next()
+		if fr.Function != "runtime.goexit" {
+			entry = fr.Function
+		}
+		if !more {
+			break
+		}
+	}
+	return strings.HasPrefix(entry, "github.com/cockroachdb/pebble.")
 }
