@@ -28,7 +28,8 @@
 //   - C5: Open refuses a store that holds keys but no readable identity and
 //     phase (ErrRefused, saying what was found); an empty store is initialised
 //     with meta/instance and meta/phase=bootstrap in one synced batch; the
-//     scratch dir is emptied and never a reason to refuse.
+//     scratch dir is emptied, only once the store's lock is held (it holds
+//     the lock holder's downloads), and never a reason to refuse.
 //   - D1: the Writer publishes events (LiveLog) and receipts (Acks) only after
 //     the batch holding them is synced. A seq handed to anyone is durable, so
 //     it is never reused after a crash; TimeUS is max(now, previous), seeded

@@ -98,15 +98,16 @@ const (
 	ScratchDir = "scratch"
 )
 
-// Open opens (or creates) <dataDir>/store, empties <dataDir>/scratch, and
-// runs the startup guard: a store with no keys is initialised with a fresh
-// meta/instance and meta/phase=bootstrap in one synced batch; a store with
-// keys but without a readable, well-formed identity and phase is refused
-// (ErrRefused) with a message saying what was found. The guard looks at
-// <dataDir>/store only; leftover scratch files never block startup. A store
-// another process (or another Open in this one) holds is ErrLocked. A volume
-// below the free-space floor (Options.MinFree), or full, is refused with
-// ErrDiskFull: "disk full at <data-dir>: free space and restart".
+// Open opens (or creates) <dataDir>/store, takes its lock, then empties
+// <dataDir>/scratch, and runs the startup guard: a store with no keys is
+// initialised with a fresh meta/instance and meta/phase=bootstrap in one
+// synced batch; a store with keys but without a readable, well-formed
+// identity and phase is refused (ErrRefused) with a message saying what was
+// found. The guard looks at <dataDir>/store only; leftover scratch files
+// never block startup. A store another process (or another Open in this
+// one) holds is ErrLocked, and its scratch is left alone. A volume below the
+// free-space floor (Options.MinFree), or full, is refused with ErrDiskFull:
+// "disk full at <data-dir>: free space and restart".
 func Open(dataDir string, opts Options) (*Store, error) {
 	s, err := open(dataDir, opts)
 	if err != nil && isENOSPC(err) && !errors.Is(err, ErrDiskFull) {
@@ -146,11 +147,22 @@ func open(dataDir string, opts Options) (*Store, error) {
 		if _, err := fs.Stat(s.dir); err != nil {
 			return nil, fmt.Errorf("archive: open %s: no store here: %w", s.dir, err)
 		}
-	} else {
-		if err := s.prepareDirs(); err != nil {
-			return nil, err
+	} else if err := s.prepareDirs(); err != nil {
+		return nil, err
+	}
+	// The lock first: scratch holds the downloads of whichever process
+	// holds it, and a second process must not empty it under them.
+	if err := s.lockStore(); err != nil {
+		return nil, err
+	}
+	if !opts.ReadOnly {
+		err := s.emptyScratch()
+		if err == nil {
+			err = s.belowFloor()
 		}
-		if err := s.belowFloor(); err != nil {
+		if err != nil {
+			s.lock.Close()
+			s.lock = nil
 			return nil, err
 		}
 	}
@@ -165,17 +177,10 @@ func open(dataDir string, opts Options) (*Store, error) {
 }
 
 // prepareDirs creates the data dir and the store dir (syncing every parent
-// directory on creation so a power loss cannot take the store away), and
-// empties the scratch dir.
+// directory on creation so a power loss cannot take the store away).
 func (s *Store) prepareDirs() error {
 	if err := s.fs.MkdirAll(s.dataDir, 0o755); err != nil {
 		return fmt.Errorf("archive: create data dir %s: %w", s.dataDir, err)
-	}
-	if err := s.fs.RemoveAll(s.scratch); err != nil {
-		return fmt.Errorf("archive: empty scratch dir %s: %w", s.scratch, err)
-	}
-	if err := s.fs.MkdirAll(s.scratch, 0o755); err != nil {
-		return fmt.Errorf("archive: create scratch dir %s: %w", s.scratch, err)
 	}
 	if _, err := s.fs.Stat(s.dir); err == nil {
 		return nil
@@ -199,6 +204,18 @@ func (s *Store) prepareDirs() error {
 	}
 }
 
+// emptyScratch empties the scratch dir: only under the store's lock, as
+// the scratch dir is the lock holder's.
+func (s *Store) emptyScratch() error {
+	if err := s.fs.RemoveAll(s.scratch); err != nil {
+		return fmt.Errorf("archive: empty scratch dir %s: %w", s.scratch, err)
+	}
+	if err := s.fs.MkdirAll(s.scratch, 0o755); err != nil {
+		return fmt.Errorf("archive: create scratch dir %s: %w", s.scratch, err)
+	}
+	return nil
+}
+
 func syncDir(fs vfs.FS, dir string) error {
 	d, err := fs.OpenDir(dir)
 	if err != nil {
@@ -215,9 +232,6 @@ func (s *Store) openPebble(opts Options) error {
 	cacheSize := opts.CacheSize
 	if cacheSize <= 0 {
 		cacheSize = 256 << 20
-	}
-	if err := s.lockStore(); err != nil {
-		return err
 	}
 	s.cache = pebble.NewCache(cacheSize)
 	po := &pebble.Options{

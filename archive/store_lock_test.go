@@ -3,6 +3,8 @@ package archive
 import (
 	"errors"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -106,5 +108,38 @@ func TestLockHeld(t *testing.T) {
 		if got := lockHeld(tc.err); got != tc.held {
 			t.Errorf("lockHeld(%#v) = %v, want %v", tc.err, got, tc.held)
 		}
+	}
+}
+
+// TestOpenLockedLeavesScratch: a second Open of a held data dir used to
+// empty scratch/ before it found the lock, deleting the running process's
+// spilled downloads under it. It fails with ErrLocked and the file is still
+// there; once the holder closes, the next Open empties scratch as before.
+func TestOpenLockedLeavesScratch(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{Logger: quietLogger, CacheSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spill := filepath.Join(s.ScratchDir(), "getRepo-123.car")
+	if err := os.WriteFile(spill, []byte("a download in progress"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir, Options{Logger: quietLogger, CacheSize: 1 << 20}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second open: %v, want ErrLocked", err)
+	}
+	if b, err := os.ReadFile(spill); err != nil || string(b) != "a download in progress" {
+		t.Fatalf("the held store's scratch file after a refused open: %q, %v", b, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(dir, Options{Logger: quietLogger, CacheSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := os.Stat(spill); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("scratch not emptied by the holder's open: %v", err)
 	}
 }
