@@ -5,6 +5,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/backstream/backstream/archive"
 )
@@ -58,5 +59,46 @@ func TestServeRefusesAnotherRelay(t *testing.T) {
 	}
 	if _, err := s.RelayCursor(); err == nil {
 		t.Fatal("the old relay's cursor survived the reset")
+	}
+}
+
+// TestServeRefusesLostRelayCursor: a steady-state store whose cursor/relay
+// is gone used to start following the live tip, silently skipping every
+// event since its last position. serve exits 1 naming the lost key and the
+// recovery path; with --reset-relay-cursor it starts.
+func TestServeRefusesLostRelayCursor(t *testing.T) {
+	dir := t.TempDir()
+	s, err := archive.Open(dir, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetRelay("relay-a.example", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CommitSteadyState(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	serve := func(ctx context.Context, extra ...string) (int, string) {
+		var out, errb bytes.Buffer
+		args := append([]string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--log-format", "text", "--relay", "https://relay-a.example"}, extra...)
+		code := run(ctx, args, nil, &out, &errb)
+		return code, errb.String()
+	}
+	// Bounded: a serve that starts instead would follow the (unreachable)
+	// relay until the deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	code, stderr := serve(ctx)
+	if code != 1 || !strings.Contains(stderr, "steady_state has no cursor/relay") || !strings.Contains(stderr, "--reset-relay-cursor") {
+		t.Fatalf("lost cursor: exit %d, %q", code, stderr)
+	}
+	// A cancelled context stops serve right after its startup checks.
+	ctx, cancel = context.WithCancel(context.Background())
+	cancel()
+	code, stderr = serve(ctx, "--reset-relay-cursor")
+	if code != 0 || !strings.Contains(stderr, "level=ERROR msg=\"archive gap") {
+		t.Fatalf("reset: exit %d, %q", code, stderr)
 	}
 }

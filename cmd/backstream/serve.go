@@ -55,7 +55,7 @@ func serveCommand() *command {
 			fs.String("scratch-budget", "auto", "disk budget of every getRepo body spilled to scratch at once, e.g. 20GiB (auto: half the scratch volume's free space above its floor, at most 64GiB)")
 			fs.Int("backfill-host-workers", upstream.DefaultHostWorkers, "concurrent getRepo downloads per PDS host (final host after the relay's redirect); more fail fast and retry later")
 			fs.String("getrepo-min-body", "auto", "slowest getRepo body accepted, in bytes per 20 s window, e.g. 64KiB (auto: 64KiB); slower bodies are cut and retried")
-			fs.Bool("reset-relay-cursor", false, "follow a relay other than the one the store follows, dropping the old relay's cursor")
+			fs.Bool("reset-relay-cursor", false, "follow --relay from its live tip, accepting a gap in the archive, when the store follows another relay (its cursor is dropped) or has lost its relay record or its cursor/relay")
 			fs.String("loopback-hosts", "", "with a relay on loopback: other loopback host:port (comma-separated) a getRepo redirect may reach, e.g. local PDS hosts; otherwise only the relay's own port")
 			fs.Int("retry-workers", 16, "concurrent whole-repo replacements in steady state")
 			fs.Int("retry-host-workers", 4, "concurrent replacements per PDS host (final host after redirects)")
