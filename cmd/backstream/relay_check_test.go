@@ -82,7 +82,7 @@ func TestServeRefusesLostRelayCursor(t *testing.T) {
 
 	serve := func(ctx context.Context, extra ...string) (int, string) {
 		var out, errb bytes.Buffer
-		args := append([]string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--log-format", "text", "--relay", "https://relay-a.example"}, extra...)
+		args := append([]string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--admin-listen", "", "--log-format", "text", "--relay", "https://relay-a.example"}, extra...)
 		code := run(ctx, args, nil, &out, &errb)
 		return code, errb.String()
 	}
