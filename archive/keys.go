@@ -21,6 +21,11 @@ var (
 	KeyCursorListRepos    = []byte("cursor/listrepos")
 	KeyCursorListLast     = []byte("cursor/listrepos_last")
 	KeyCursorMerge        = []byte("cursor/merge")
+
+	// KeyRelaySilentAt: capture's wait for a first frame expired while the
+	// relay had sent nothing, so cursor/relay is absent because there was
+	// never a position, not because one was lost (Store.MarkRelaySilent).
+	KeyRelaySilentAt = []byte("meta/relay_silent_at")
 )
 
 // Key prefixes of the keyed families.

@@ -60,3 +60,22 @@ func (s *Store) SetRelay(host string, resetCursor bool) error {
 	}
 	return s.commit("record the relay", b)
 }
+
+// MarkRelaySilent records (meta/relay_silent_at) that capture's wait for a
+// first firehose frame expired with no cursor/relay durable: the relay had
+// sent nothing, so a store without cursor/relay past bootstrap has no
+// position to lose. ClearRelaySilent drops it once a cursor exists.
+func (s *Store) MarkRelaySilent(now time.Time) error {
+	b := s.db.NewBatch()
+	defer b.Close()
+	_ = b.Set(KeyRelaySilentAt, EncodeTime(now), nil)
+	return s.commit("record a silent relay", b)
+}
+
+// ClearRelaySilent deletes meta/relay_silent_at.
+func (s *Store) ClearRelaySilent() error {
+	b := s.db.NewBatch()
+	defer b.Close()
+	_ = b.Delete(KeyRelaySilentAt, nil)
+	return s.commit("clear the silent relay mark", b)
+}

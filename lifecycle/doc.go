@@ -20,9 +20,14 @@
 //   - C4: steady_state is entered only by the cleanup batch, after the walk,
 //     the pending pass and discovery.
 //   - C6: a --relay other than the one the store follows is refused unless
-//     --reset-relay-cursor is given (DecideRelay).
+//     --reset-relay-cursor is given (DecideRelay). So is a store whose
+//     position is lost: past bootstrap without cursor/relay, or written to
+//     without meta/relay; with the flag it follows the relay's live tip and
+//     the gap is logged at ERROR.
 //   - M1: bootstrap dispatches no getRepo until capture's start cursor is
-//     durable, or upstream stayed silent for the capture start wait (30 s).
+//     durable, or upstream stayed silent for the capture start wait (30 s);
+//     that silence is recorded (meta/relay_silent_at), so a later start
+//     tells a cursor never made from a lost one.
 //
 // # Commit points and crash points
 //

@@ -108,6 +108,7 @@ const (
 	RelayRecord                             // a store nothing was written to yet: record the relay
 	RelayReset                              // the operator asked: record the relay and drop the relay cursor
 	RelayFollowTip                          // the operator asked: the cursor is lost, follow the relay from its live tip (a gap)
+	RelaySilent                             // no cursor ever: the relay sent nothing within capture's wait; follow its live tip
 )
 
 // RelayFacts are what startup reads before anything runs.
@@ -119,9 +120,12 @@ type RelayFacts struct {
 	// HasCursor: cursor/relay is present. In bootstrap it may legitimately
 	// be absent (capture has not made a first cursor durable, or the relay
 	// stayed silent past the capture wait); from merging on, capture made
-	// one durable before the first getRepo, so its absence means the
-	// firehose position is lost.
+	// one durable before the first getRepo unless the relay stayed silent
+	// (Silent), so its absence means the firehose position is lost.
 	HasCursor bool
+	// Silent: meta/relay_silent_at is present: capture's wait expired while
+	// the relay had sent nothing, and no cursor was made durable since.
+	Silent bool
 	// Untouched: the store holds nothing but what archive.Open's
 	// initialisation wrote. The relay is recorded right after that, before
 	// anything else is written, so only such a store may lack meta/relay.
@@ -149,6 +153,8 @@ func DecideRelay(f RelayFacts) (RelayDecision, error) {
 			f.Stored, f.Requested, f.Stored, f.Requested)
 	case f.HasCursor || f.Phase == archive.PhaseBootstrap:
 		return RelayKeep, nil
+	case f.Silent:
+		return RelaySilent, nil
 	case f.Reset:
 		return RelayFollowTip, nil
 	}

@@ -107,6 +107,10 @@ func TestDecideRelay(t *testing.T) {
 		{"merging without cursor, reset", RelayFacts{Phase: M, Stored: "relay.a", Reset: true}, RelayFollowTip},
 		{"steady state without cursor, reset", RelayFacts{Phase: S, Stored: "relay.a", Reset: true}, RelayFollowTip},
 		{"unknown phase without cursor", RelayFacts{Phase: "later", Stored: "relay.a"}, 0},
+		{"merging, the relay silent since capture", RelayFacts{Phase: M, Stored: "relay.a", Silent: true}, RelaySilent},
+		{"steady state, the relay silent since capture", RelayFacts{Phase: S, Stored: "relay.a", Silent: true}, RelaySilent},
+		{"steady state, silent, cursor", RelayFacts{Phase: S, Stored: "relay.a", Silent: true, HasCursor: true}, RelayKeep},
+		{"steady state, silent, another relay", RelayFacts{Phase: S, Stored: "relay.b", Silent: true}, 0},
 
 		// meta/relay absent.
 		{"bootstrap, written to", RelayFacts{Phase: B, HasCursor: true}, 0},

@@ -251,6 +251,11 @@ func (r *runner) awaitCapture(ctx context.Context) error {
 		r.cfg.Crash.Hit(crashpoint.CaptureStarted)
 	case <-t.C:
 		r.log.Warn("the relay sent no firehose event yet; bootstrap starts without a durable capture cursor", "waited", r.cfg.CaptureWait)
+		// Durable, so that a later start tells this absence of cursor/relay
+		// from a lost one.
+		if err := r.cfg.Store.MarkRelaySilent(r.cfg.Now()); err != nil {
+			return err
+		}
 	case err := <-r.captureFailed():
 		r.capDone = nil
 		return fmt.Errorf("capture stopped: %w", orClosed(err))

@@ -589,6 +589,19 @@ func checkRelay(store *archive.Store, host string, reset bool, log *slog.Logger)
 	} else if !errors.Is(err, archive.ErrNotFound) {
 		return err
 	}
+	silentAt, err := store.Time(archive.KeyRelaySilentAt)
+	if err == nil {
+		f.Silent = true
+	} else if !errors.Is(err, archive.ErrNotFound) {
+		return err
+	}
+	if f.Silent && f.HasCursor {
+		// The relay has spoken since: a later loss of the cursor is a loss.
+		if err := store.ClearRelaySilent(); err != nil {
+			return err
+		}
+		f.Silent = false
+	}
 	d, err := lifecycle.DecideRelay(f)
 	if err != nil {
 		return err
@@ -605,6 +618,9 @@ func checkRelay(store *archive.Store, host string, reset bool, log *slog.Logger)
 				"old", f.Stored, "new", host)
 		}
 		return store.SetRelay(host, true)
+	case lifecycle.RelaySilent:
+		log.Warn("no cursor/relay: the relay has sent no firehose event since capture's wait expired; following its live tip",
+			"phase", f.Phase, "relay", host, "silent_since", silentAt)
 	case lifecycle.RelayFollowTip:
 		log.Error("archive gap: the store has no cursor/relay; --reset-relay-cursor follows the relay from its live tip: "+
 			"events since the last durable position are not archived", "phase", f.Phase, "relay", host)

@@ -2,16 +2,19 @@ package node_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/node"
+	"github.com/backstream/backstream/oracle"
 )
 
 // The relay of these tests is never dialed: node.New reads and records, it
@@ -161,4 +164,83 @@ func TestNewAcceptsLegitimateAbsence(t *testing.T) {
 			t.Fatalf("bootstrap before capture's first cursor: %v\n%s", err, logs)
 		}
 	})
+}
+
+// TestNewSilentRelay: a relay that sends nothing through bootstrap leaves a
+// store past bootstrap without cursor/relay, by design (capture's wait
+// expires and bootstrap goes on). That store restarts, because the expired
+// wait is recorded (meta/relay_silent_at); the record is dropped as soon as
+// a cursor exists, so a cursor lost after that is refused like any other.
+func TestNewSilentRelay(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	net, err := oracle.Start(ctx, oracle.Config{Accounts: 6, RecordsMean: 2, Hosts: 1, Traffic: oracle.TrafficNone, Seed: 17})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer net.Close()
+	mem := vfs.NewMem()
+	cfg := memConfig(t, net.RelayURL(), archive.Options{FS: mem})
+	cfg.CaptureWait = 50 * time.Millisecond
+	n, err := node.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- n.Run(rctx) }()
+	for deadline := time.Now().Add(30 * time.Second); !n.Health().Ready(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no steady state")
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
+	if _, cursor := storeKeys(t, mem); cursor != -1 {
+		t.Fatalf("cursor/relay %d from a silent relay", cursor)
+	}
+
+	restart := func() (error, string) {
+		var logs bytes.Buffer
+		cfg := memConfig(t, net.RelayURL(), archive.Options{FS: mem})
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		n, err := node.New(cfg)
+		if err == nil {
+			n.Close()
+		}
+		return err, logs.String()
+	}
+	err, logs := restart()
+	if err != nil {
+		t.Fatalf("restart in steady state after a silent relay: %v", err)
+	}
+	if !strings.Contains(logs, "level=WARN msg=\"no cursor/relay: the relay has sent no firehose event") {
+		t.Errorf("the restart does not say it follows the live tip of a silent relay:\n%s", logs)
+	}
+
+	// The relay speaks: the live consumer makes a cursor durable, the next
+	// start drops the record, and a later loss of the cursor is refused.
+	s, err := archive.Open("/data", archive.Options{FS: mem, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := archive.NewWriter(s, archive.WriterOptions{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := w.Apply(ctx, &archive.Unit{Cursor: archive.SeqCursor{Key: archive.KeyCursorRelay, Seq: 5}}); err != nil || r.Refused != nil {
+		t.Fatal(err, r.Refused)
+	}
+	w.Close()
+	s.Close()
+	if err, _ := restart(); err != nil {
+		t.Fatalf("restart with a cursor: %v", err)
+	}
+	deleteKey(t, mem, archive.KeyCursorRelay)
+	if err, _ := restart(); err == nil || !strings.Contains(err.Error(), "no cursor/relay") {
+		t.Fatalf("a cursor lost after the relay spoke: %v, want the refusal", err)
+	}
 }
