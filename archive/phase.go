@@ -6,6 +6,7 @@ package archive
 // a Unit's Puts instead (bootstrap.EnterMerging).
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -64,7 +65,8 @@ func (s *Store) SetRelay(host string, resetCursor bool) error {
 // MarkRelaySilent records (meta/relay_silent_at) that capture's wait for a
 // first firehose frame expired with no cursor/relay durable: the relay had
 // sent nothing, so a store without cursor/relay past bootstrap has no
-// position to lose. ClearRelaySilent drops it once a cursor exists.
+// position to lose. A firehose consumer that starts from a cursor drops it
+// (ClearRelaySilent).
 func (s *Store) MarkRelaySilent(now time.Time) error {
 	b := s.db.NewBatch()
 	defer b.Close()
@@ -72,8 +74,13 @@ func (s *Store) MarkRelaySilent(now time.Time) error {
 	return s.commit("record a silent relay", b)
 }
 
-// ClearRelaySilent deletes meta/relay_silent_at.
+// ClearRelaySilent deletes meta/relay_silent_at if it is there.
 func (s *Store) ClearRelaySilent() error {
+	if _, err := s.Time(KeyRelaySilentAt); errors.Is(err, ErrNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
 	b := s.db.NewBatch()
 	defer b.Close()
 	_ = b.Delete(KeyRelaySilentAt, nil)

@@ -198,12 +198,17 @@ func (r *runner) mergeConfig() merge.Config {
 }
 
 // relayCursor reads cursor/relay: nil when absent (start at the live tip).
+// A cursor makes a record of a silent relay stale: it is dropped, so that a
+// later loss of the cursor is refused at startup.
 func (r *runner) relayCursor() (*int64, error) {
 	c, err := r.cfg.Store.RelayCursor()
 	if errors.Is(err, archive.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
+		return nil, err
+	}
+	if err := r.cfg.Store.ClearRelaySilent(); err != nil {
 		return nil, err
 	}
 	v := int64(c)

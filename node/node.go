@@ -589,18 +589,13 @@ func checkRelay(store *archive.Store, host string, reset bool, log *slog.Logger)
 	} else if !errors.Is(err, archive.ErrNotFound) {
 		return err
 	}
-	silentAt, err := store.Time(archive.KeyRelaySilentAt)
-	if err == nil {
-		f.Silent = true
-	} else if !errors.Is(err, archive.ErrNotFound) {
-		return err
-	}
-	if f.Silent && f.HasCursor {
-		// The relay has spoken since: a later loss of the cursor is a loss.
-		if err := store.ClearRelaySilent(); err != nil {
+	var silentAt time.Time
+	if !f.HasCursor {
+		if silentAt, err = store.Time(archive.KeyRelaySilentAt); err == nil {
+			f.Silent = true
+		} else if !errors.Is(err, archive.ErrNotFound) {
 			return err
 		}
-		f.Silent = false
 	}
 	d, err := lifecycle.DecideRelay(f)
 	if err != nil {

@@ -169,8 +169,9 @@ func TestNewAcceptsLegitimateAbsence(t *testing.T) {
 // TestNewSilentRelay: a relay that sends nothing through bootstrap leaves a
 // store past bootstrap without cursor/relay, by design (capture's wait
 // expires and bootstrap goes on). That store restarts, because the expired
-// wait is recorded (meta/relay_silent_at); the record is dropped as soon as
-// a cursor exists, so a cursor lost after that is refused like any other.
+// wait is recorded (meta/relay_silent_at); a consumer that starts from a
+// cursor drops the record, so a cursor lost after that is refused like any
+// other.
 func TestNewSilentRelay(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -221,8 +222,9 @@ func TestNewSilentRelay(t *testing.T) {
 		t.Errorf("the restart does not say it follows the live tip of a silent relay:\n%s", logs)
 	}
 
-	// The relay speaks: the live consumer makes a cursor durable, the next
-	// start drops the record, and a later loss of the cursor is refused.
+	// The relay speaks: the live consumer makes a cursor durable; the next
+	// run's consumer starts from it and drops the record; a later loss of
+	// the cursor is refused.
 	s, err := archive.Open("/data", archive.Options{FS: mem, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -236,9 +238,25 @@ func TestNewSilentRelay(t *testing.T) {
 	}
 	w.Close()
 	s.Close()
-	if err, _ := restart(); err != nil {
+	n, err = node.New(cfg)
+	if err != nil {
 		t.Fatalf("restart with a cursor: %v", err)
 	}
+	rctx, stop = context.WithCancel(ctx)
+	go func() { done <- n.Run(rctx) }()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := n.Store().Time(archive.KeyRelaySilentAt); errors.Is(err, archive.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the live consumer started from a cursor and the silent relay's record stayed")
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
 	deleteKey(t, mem, archive.KeyCursorRelay)
 	if err, _ := restart(); err == nil || !strings.Contains(err.Error(), "no cursor/relay") {
 		t.Fatalf("a cursor lost after the relay spoke: %v, want the refusal", err)
