@@ -13,9 +13,10 @@
 // /subscribe answers 503 with the status JSON, an "error" and Retry-After.
 //
 // StatusCache (status_cache.go) builds the /status report at most once per
-// DefaultStatusTTL (a second), one build shared by the requests that arrive
-// during it, and never caches while the process has a fatal error; serve's
-// report goes through it. /healthz and /readyz are never cached.
+// DefaultStatusTTL (a second) and phase, one build shared by the requests
+// that arrive during it, and never caches while the process has a fatal
+// error; serve's report goes through it. /healthz and /readyz are never
+// cached.
 //
 // GET /subscribe parameters, validated before the upgrade (D5; an invalid
 // value is a 400 {"error":"InvalidParameter","param":P,"message":"P: …"}):

@@ -12,54 +12,65 @@ import (
 // one reads the store; unthrottled, 3,252 requests/s cost 105% CPU.
 const DefaultStatusTTL = time.Second
 
-// StatusCache serves the report Build returns for TTL after building it.
-// Callers that arrive while a build runs wait for it and share its result,
-// so a burst of requests costs one build. While Fatal reports an error the
-// cache is bypassed (every call builds), so a fatal error shows at once.
-// The liveness and readiness probes do not go through it.
-type StatusCache struct {
+// StatusCache serves the report Build returns for TTL after building it,
+// while Key returns what it returned then (the phase: a report is never
+// served across a phase change, and a poller that sees "bootstrap" knows the
+// process had not left it when the request came). Callers that arrive while
+// a build for their key runs wait for it and share its result, so a burst of
+// requests costs one build. While Fatal reports an error the cache is
+// bypassed (every call builds), so a fatal error shows at once. The liveness
+// and readiness probes do not go through it.
+type StatusCache[K comparable] struct {
 	Build func() any
+	Key   func() K         // nil: one key
 	Fatal func() error     // nil: never fatal
 	TTL   time.Duration    // default DefaultStatusTTL
 	Now   func() time.Time // default time.Now
 
 	mu     sync.Mutex
 	val    any
+	key    K
 	at     time.Time // when the build that made val started
 	have   bool
-	flight *statusFlight // the build running now, nil when none
+	flight *statusFlight[K] // the latest build running now, nil when none
 }
 
-type statusFlight struct {
+type statusFlight[K comparable] struct {
+	key  K
 	done chan struct{}
 	val  any
 	ok   bool // false if Build panicked
 }
 
-// CacheStatus caches build with the default TTL and clock; its Get is a
-// Config.StatusJSON.
-func CacheStatus(build func() any, fatal func() error) func() any {
-	return (&StatusCache{Build: build, Fatal: fatal}).Get
+// CacheStatus caches build per key with the default TTL and clock; its Get
+// is a Config.StatusJSON.
+func CacheStatus[K comparable](build func() any, fatal func() error, key func() K) func() any {
+	return (&StatusCache[K]{Build: build, Fatal: fatal, Key: key}).Get
 }
 
-// Get returns the report: the cached one while it is younger than the TTL,
-// else the result of a new build, one at a time.
-func (c *StatusCache) Get() any {
+// Get returns the report: the cached one while it is younger than the TTL
+// and of the current key, else the result of a new build, one per key at a
+// time.
+func (c *StatusCache[K]) Get() any {
 	if c.Fatal != nil && c.Fatal() != nil {
 		c.mu.Lock()
 		c.have = false
 		c.mu.Unlock()
 		return c.Build()
 	}
+	var k K
+	if c.Key != nil {
+		k = c.Key()
+	}
 	c.mu.Lock()
 	for {
-		if c.have && c.now().Sub(c.at) < c.ttl() {
+		if c.have && c.key == k && c.now().Sub(c.at) < c.ttl() {
 			v := c.val
 			c.mu.Unlock()
 			return v
 		}
 		f := c.flight
-		if f == nil {
+		if f == nil || f.key != k {
 			break
 		}
 		c.mu.Unlock()
@@ -69,16 +80,18 @@ func (c *StatusCache) Get() any {
 		}
 		c.mu.Lock()
 	}
-	f := &statusFlight{done: make(chan struct{})}
+	f := &statusFlight[K]{key: k, done: make(chan struct{})}
 	c.flight = f
 	start := c.now()
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
-		if f.ok {
-			c.val, c.at, c.have = f.val, start, true
+		if c.flight == f { // not overtaken by a build for a newer key
+			if f.ok {
+				c.val, c.key, c.at, c.have = f.val, k, start, true
+			}
+			c.flight = nil
 		}
-		c.flight = nil
 		c.mu.Unlock()
 		close(f.done)
 	}()
@@ -87,14 +100,14 @@ func (c *StatusCache) Get() any {
 	return f.val
 }
 
-func (c *StatusCache) ttl() time.Duration {
+func (c *StatusCache[K]) ttl() time.Duration {
 	if c.TTL > 0 {
 		return c.TTL
 	}
 	return DefaultStatusTTL
 }
 
-func (c *StatusCache) now() time.Time {
+func (c *StatusCache[K]) now() time.Time {
 	if c.Now != nil {
 		return c.Now()
 	}

@@ -16,7 +16,7 @@ import (
 func TestStatusCacheBuildsOncePerTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var builds atomic.Int64
-		c := &StatusCache{Build: func() any { return builds.Add(1) }}
+		c := &StatusCache[int]{Build: func() any { return builds.Add(1) }}
 		for i := 0; i < 1000; i++ {
 			if v := c.Get(); v != int64(1) {
 				t.Fatalf("request %d got report %v, want 1", i, v)
@@ -39,7 +39,7 @@ func TestStatusCacheSharesOneBuild(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var builds atomic.Int64
 		release := make(chan struct{})
-		c := &StatusCache{Build: func() any {
+		c := &StatusCache[int]{Build: func() any {
 			n := builds.Add(1)
 			<-release
 			return n
@@ -70,7 +70,7 @@ func TestStatusCacheSharesOneBuild(t *testing.T) {
 func TestStatusCacheFatalShowsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var fatal atomic.Pointer[error]
-		c := &StatusCache{
+		c := &StatusCache[int]{
 			Build: func() any {
 				if p := fatal.Load(); p != nil {
 					return "stopping on a fatal error: " + (*p).Error()
@@ -100,7 +100,7 @@ func TestStatusCacheFatalShowsAtOnce(t *testing.T) {
 // and does not wedge the cache: the next request builds again.
 func TestStatusCachePanickedBuild(t *testing.T) {
 	var builds atomic.Int64
-	c := &StatusCache{Build: func() any {
+	c := &StatusCache[int]{Build: func() any {
 		if builds.Add(1) == 1 {
 			panic("build failed")
 		}
@@ -113,4 +113,56 @@ func TestStatusCachePanickedBuild(t *testing.T) {
 	if v := c.Get(); v != "ok" || builds.Load() != 2 {
 		t.Fatalf("after a panicked build: %v, %d builds", v, builds.Load())
 	}
+}
+
+// TestStatusCacheNewPhaseRebuilds: a report is never served across a phase
+// change, neither from the cache nor from a build still running when the
+// phase changed: a poller that reads "bootstrap" knows the process was in
+// bootstrap when its request came (the crash harness relies on it to tell
+// bootstrap's getRepos from later ones).
+func TestStatusCacheNewPhaseRebuilds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var phase atomic.Pointer[string]
+		set := func(p string) { phase.Store(&p) }
+		set("bootstrap")
+		var gate atomic.Pointer[chan struct{}]
+		var builds atomic.Int64
+		c := &StatusCache[string]{
+			Key: func() string { return *phase.Load() },
+			Build: func() any {
+				builds.Add(1)
+				p := *phase.Load()
+				if g := gate.Load(); g != nil && p == "merging" {
+					<-*g
+				}
+				return p
+			},
+		}
+		if v := c.Get(); v != "bootstrap" {
+			t.Fatal(v)
+		}
+		set("merging")
+		if v := c.Get(); v != "merging" {
+			t.Fatalf("a fresh cached report across a phase change: %v", v)
+		}
+
+		release := make(chan struct{})
+		gate.Store(&release)
+		time.Sleep(DefaultStatusTTL) // expired: the next request builds
+		old := make(chan any, 1)
+		go func() { old <- c.Get() }()
+		synctest.Wait() // that build runs, in merging
+		set("steady_state")
+		if v := c.Get(); v != "steady_state" {
+			t.Fatalf("a request after the phase change got %v", v)
+		}
+		close(release)
+		if v := <-old; v != "merging" {
+			t.Fatalf("the request before the change got %v", v)
+		}
+		// The overtaken build left the newer report in the cache.
+		if v, n := c.Get(), builds.Load(); v != "steady_state" || n != 4 {
+			t.Fatalf("after the overtaken build: %v, %d builds (want steady_state from the cache, 4 builds)", v, n)
+		}
+	})
 }

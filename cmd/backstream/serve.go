@@ -370,7 +370,7 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 	}
 	s := &server{reg: newRegistry(), log: log, state: "opening"}
 	sc := o.subscribers
-	sc.Ready, sc.Healthy, sc.StatusJSON = s.ready, s.health.Err, subscribe.CacheStatus(s.statusJSON, s.health.Err)
+	sc.Ready, sc.Healthy, sc.StatusJSON = s.ready, s.health.Err, subscribe.CacheStatus(s.statusJSON, s.health.Err, s.health.Phase)
 	sc.Metrics, sc.Logger = subscribe.NewMetrics(s.reg), log.With("component", "subscribe")
 	s.sub, err = subscribe.New(sc)
 	if err != nil {
