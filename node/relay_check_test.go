@@ -183,23 +183,7 @@ func TestNewSilentRelay(t *testing.T) {
 	mem := vfs.NewMem()
 	cfg := memConfig(t, net.RelayURL(), archive.Options{FS: mem})
 	cfg.CaptureWait = 50 * time.Millisecond
-	n, err := node.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- n.Run(rctx) }()
-	for deadline := time.Now().Add(30 * time.Second); !n.Health().Ready(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no steady state")
-		}
-	}
-	stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	n.Close()
+	runUntil(t, cfg, "steady state", func(n *node.Node) bool { return n.Health().Ready() })
 	if _, cursor := storeKeys(t, mem); cursor != -1 {
 		t.Fatalf("cursor/relay %d from a silent relay", cursor)
 	}
@@ -238,27 +222,37 @@ func TestNewSilentRelay(t *testing.T) {
 	}
 	w.Close()
 	s.Close()
-	n, err = node.New(cfg)
-	if err != nil {
-		t.Fatalf("restart with a cursor: %v", err)
+	runUntil(t, cfg, "the silent relay's record dropped by the live consumer starting from a cursor", func(n *node.Node) bool {
+		_, err := n.Store().Time(archive.KeyRelaySilentAt)
+		return errors.Is(err, archive.ErrNotFound)
+	})
+	deleteKey(t, mem, archive.KeyCursorRelay)
+	if err, _ := restart(); err == nil || !strings.Contains(err.Error(), "no cursor/relay") {
+		t.Fatalf("a cursor lost after the relay spoke: %v, want the refusal", err)
 	}
-	rctx, stop = context.WithCancel(ctx)
-	go func() { done <- n.Run(rctx) }()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := n.Store().Time(archive.KeyRelaySilentAt); errors.Is(err, archive.ErrNotFound) {
-			break
-		}
+}
+
+// runUntil runs a node from cfg until cond holds (30 s at most), then stops
+// and closes it; Run must end without an error.
+func runUntil(t *testing.T, cfg node.Config, what string, cond func(*node.Node) bool) {
+	t.Helper()
+	n, err := node.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	for deadline := time.Now().Add(30 * time.Second); !cond(n); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("the live consumer started from a cursor and the silent relay's record stayed")
+			stop()
+			<-done
+			t.Fatalf("no %s within 30 s", what)
 		}
 	}
 	stop()
 	if err := <-done; err != nil {
 		t.Fatal(err)
-	}
-	n.Close()
-	deleteKey(t, mem, archive.KeyCursorRelay)
-	if err, _ := restart(); err == nil || !strings.Contains(err.Error(), "no cursor/relay") {
-		t.Fatalf("a cursor lost after the relay spoke: %v, want the refusal", err)
 	}
 }
