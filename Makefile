@@ -24,6 +24,7 @@ test-long: vet fmt-check
 
 vet:
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags crashpoint ./internal/crashpoint ./cmd/backstream
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
