@@ -194,4 +194,45 @@ var mutants = []Mutant{
 			{Pkg: "./oracle/scenario", Run: "^TestSyncWakesRetry$"},
 		},
 	},
+	{
+		ID: "m19", Invariant: "H1",
+		Name: "a store write stall is never bounded (a full disk hangs silently)",
+		File: "archive/diskguard.go",
+		Old:  "g.stall = time.AfterFunc(g.maxStall, func() { g.stallExpired(gen) })",
+		New:  "g.stall = time.AfterFunc(g.maxStall, func() { _ = gen })",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^(TestWriteStallBound|TestShortStallIsNoFault)$"},
+		},
+	},
+	{
+		ID: "m20", Invariant: "H4 C6",
+		Name: "a store past bootstrap that lost cursor/relay follows the live tip (history skipped silently)",
+		File: "lifecycle/machine.go",
+		Old:  "case f.HasCursor || f.Phase == archive.PhaseBootstrap:",
+		New:  "case true:",
+		Tests: []Test{
+			{Pkg: "./lifecycle", Run: "^TestDecideRelay$"},
+			{Pkg: "./node", Run: "^TestNewRefusesLostRelayPosition$"},
+		},
+	},
+	{
+		ID: "m21", Invariant: "H5 D6",
+		Name: "a subscriber whose writes stall is never closed",
+		File: "subscribe/subscriber.go",
+		Old:  "case now.Sub(since) >= cfg.StallTimeout:",
+		New:  "case false && now.Sub(since) >= cfg.StallTimeout:",
+		Tests: []Test{
+			{Pkg: "./subscribe", Run: "^TestStalledSubscriberClosed$"},
+		},
+	},
+	{
+		ID: "m22", Invariant: "H7",
+		Name: "the scratch budget of all spills is never enforced",
+		File: "upstream/limits.go",
+		Old:  "if held := s.held.Add(n); held > s.budget {",
+		New:  "if held := s.held.Add(n); held > s.budget && false {",
+		Tests: []Test{
+			{Pkg: "./upstream", Run: "^TestGetRepoScratchBudgetBoundsEndlessBodies$"},
+		},
+	},
 }
