@@ -18,8 +18,8 @@ package main
 // reads it, and every frame goes through the steady-state path (decode,
 // validate, ratchet, synced group commit). Events/s and CPU-seconds per
 // million events are over the frames applied between the first and the last
-// /status sample of the catch-up (cursor/relay as read from the store, so
-// durable). Archived and stale rows come from /metrics.
+// sample of the catch-up (backstream_firehose_durable_seq: cursor/relay as
+// made durable). Archived and stale rows come from /metrics.
 //
 // Replay. On the same serve, once caught up and idle (its idle CPU rate is
 // measured first), one websocket client reads /subscribe?cursor=0 until the
@@ -144,8 +144,11 @@ func measureIngest(parent context.Context, o options, devnet *proc, relay string
 			return r, s2.alive()
 		case <-tick.C:
 		}
-		var st status
-		if err := getJSON(c, base+"/status", &st); err != nil || st.Cursors.Relay == nil || *st.Cursors.Relay == 0 {
+		// The durable cursor from /metrics: /status is built at most once
+		// a second, which would blur a catch-up of a second or two.
+		m, err := scrape(c, admin+"/metrics")
+		durable := m.get("backstream_firehose_durable_seq")
+		if err != nil || durable <= 0 {
 			continue
 		}
 		now := time.Now()
@@ -157,7 +160,7 @@ func measureIngest(parent context.Context, o options, devnet *proc, relay string
 		if err != nil {
 			return r, err
 		}
-		s := sample{t: now, cpu: cpu, net: netCPU, cursor: *st.Cursors.Relay}
+		s := sample{t: now, cpu: cpu, net: netCPU, cursor: uint64(durable)}
 		if first.cursor == 0 {
 			first = s
 		}
