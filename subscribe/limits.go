@@ -3,8 +3,7 @@ package subscribe
 // This file owns the server's bounds on subscribers as a whole: admission
 // (the global and per-client-IP caps and the output-buffer budget, checked
 // before the upgrade), the semaphore that shares archive reading among
-// replaying subscribers, the per-connection budget of client messages, and
-// the one log line a tripping limit writes per interval.
+// replaying subscribers and the per-connection budget of client messages.
 
 import (
 	"context"
@@ -13,10 +12,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 )
 
 // Output-buffer sizing. A subscriber appends frames of at most
@@ -212,42 +209,3 @@ func (b *msgBucket) take(now time.Time) bool {
 
 // maxLogDetail bounds a client-influenced detail in a log line.
 const maxLogDetail = 256
-
-// clip cuts s to at most n bytes of valid UTF-8, saying how long it was.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "… (" + strconv.Itoa(len(s)) + " bytes)"
-}
-
-// logEvery logs a limit tripping at most once per interval per key, with
-// how often it tripped since the last line.
-type logEvery struct {
-	mu    sync.Mutex
-	every time.Duration
-	last  map[string]time.Time
-	count map[string]int
-}
-
-func newLogEvery(every time.Duration) *logEvery {
-	return &logEvery{every: every, last: map[string]time.Time{}, count: map[string]int{}}
-}
-
-// tick counts one trip of key and reports whether to log now, with the
-// number of trips the line covers.
-func (l *logEvery) tick(key string, now time.Time) (int, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.count[key]++
-	if t, ok := l.last[key]; ok && now.Sub(t) < l.every {
-		return 0, false
-	}
-	n := l.count[key]
-	l.last[key], l.count[key] = now, 0
-	return n, true
-}

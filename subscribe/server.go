@@ -22,6 +22,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/loglimit"
 )
 
 // Defaults of the Config tuning knobs.
@@ -214,9 +215,9 @@ type Server struct {
 
 	closeOnce sync.Once
 
-	readers  readerSlots // archive readers at once
-	bufBytes int64       // what one subscriber reserves from the buffer budget
-	refusals *logEvery   // one log line per refusal reason per interval
+	readers  readerSlots     // archive readers at once
+	bufBytes int64           // what one subscriber reserves from the buffer budget
+	refusals *loglimit.Every // one log line per refusal reason per interval
 
 	mu     sync.Mutex
 	subs   map[*subscriber]struct{}
@@ -230,7 +231,7 @@ func New(cfg Config) (*Server, error) {
 	cfg.defaults()
 	s := &Server{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, subs: make(map[*subscriber]struct{}),
 		readers: newReaderSlots(cfg.ReplayReaders, cfg.ReplayDuty), bufBytes: bufferReservation(cfg.FlushBytes),
-		refusals: newLogEvery(time.Minute), adm: admission{perIP: map[string]int{}}}
+		refusals: loglimit.New(time.Minute, nil), adm: admission{perIP: map[string]int{}}}
 	c, err := newCodecs(cfg.DictSamples, func() *archive.Store {
 		if src := s.src.Load(); src != nil {
 			return src.store
@@ -430,7 +431,7 @@ func (s *Server) handleSubscribe(w http.ResponseWriter, r *http.Request) {
 	if len(req.unknown) > 0 {
 		s.m.unknownParam(len(req.unknown))
 		s.log.Debug("subscribe: ignoring unknown parameters", "count", len(req.unknown),
-			"params", clip(strings.Join(req.unknown, ","), maxLogDetail))
+			"params", loglimit.Clip(strings.Join(req.unknown, ","), maxLogDetail))
 	}
 	if !websocket.IsWebSocketUpgrade(r) {
 		s.m.refuse(refusedUpgrade)
@@ -512,7 +513,7 @@ func (s *Server) handleSubscribe(w http.ResponseWriter, r *http.Request) {
 // reason.
 func (s *Server) refuseLimit(w http.ResponseWriter, ref *refusal, ip string) {
 	s.m.refuse(ref.reason)
-	if n, ok := s.refusals.tick(ref.reason, time.Now()); ok {
+	if n, ok := s.refusals.Tick(ref.reason); ok {
 		s.log.Warn("subscribe: refusing subscribers at a limit", "reason", ref.reason, "refused", n,
 			"last_client", ip, "detail", ref.message)
 	}

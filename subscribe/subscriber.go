@@ -21,6 +21,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/loglimit"
 )
 
 const (
@@ -708,7 +709,7 @@ func (s *subscriber) finish(reason, detail string) {
 		_, _ = bufs.WriteTo(s.sock.Conn)
 	}
 	if reason != ReasonClientClosed {
-		s.log.Info("subscriber disconnected", "reason", reason, "detail", clip(detail, maxLogDetail), "position", s.position.Load())
+		s.log.Info("subscriber disconnected", "reason", reason, "detail", loglimit.Clip(detail, maxLogDetail), "position", s.position.Load())
 	}
 	_ = s.ws.Close()
 	<-s.readDone
