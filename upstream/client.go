@@ -189,7 +189,7 @@ func New(relayURL string, opts Options) (*Client, error) {
 		policy:    policy,
 		opts:      opts,
 		metrics:   opts.Metrics,
-		trips:     &trips{log: opts.Logger, metrics: opts.Metrics, last: map[string]time.Time{}},
+		trips:     newTrips(opts.Logger, opts.Metrics),
 	}
 	c.hosts = &hostSlots{max: opts.HostWorkers, trips: c.trips, n: map[string]int{}}
 	if c.scratch, err = newScratchSpace(opts.ScratchDir, opts.ScratchBudget, opts.MinFree, c.trips); err != nil {

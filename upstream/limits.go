@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/internal/diskspace"
+	"github.com/backstream/backstream/internal/loglimit"
 )
 
 // Defaults of the download limits in Options.
@@ -62,20 +63,16 @@ const (
 type trips struct {
 	log     *slog.Logger
 	metrics *Metrics
-	mu      sync.Mutex
-	last    map[string]time.Time
+	lines   *loglimit.Every // per limit
+}
+
+func newTrips(log *slog.Logger, m *Metrics) *trips {
+	return &trips{log: log, metrics: m, lines: loglimit.New(tripLogEvery, nil)}
 }
 
 func (t *trips) trip(level slog.Level, limit, msg string, attrs ...any) {
 	t.metrics.limit(limit)
-	now := time.Now()
-	t.mu.Lock()
-	due := now.Sub(t.last[limit]) >= tripLogEvery
-	if due {
-		t.last[limit] = now
-	}
-	t.mu.Unlock()
-	if due {
+	if _, ok := t.lines.Tick(limit); ok {
 		t.log.Log(context.Background(), level, msg, append([]any{"limit", limit}, attrs...)...)
 	}
 }
