@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/backstream/backstream/internal/loglimit"
 )
 
 // Connection caps and the descriptor reserve.
@@ -140,27 +142,21 @@ type limitListener struct {
 	lim connLimits
 	m   *connMetrics
 	log *slog.Logger
-	now func() time.Time
+	// refusals spaces the log lines: one per refusal reason per capLogEvery.
+	refusals *loglimit.Every
 
 	mu    sync.Mutex
 	open  int
 	perIP map[string]int
-	logs  map[string]*capLog // per refusal reason
 
 	refusing chan struct{} // semaphore of refusal goroutines
 	wg       sync.WaitGroup
 }
 
-// capLog throttles a cap's log line to one per capLogEvery.
-type capLog struct {
-	last    time.Time
-	refused int // since the last line
-}
-
 func newLimitListener(ln net.Listener, lim connLimits, m *connMetrics, log *slog.Logger) *limitListener {
 	return &limitListener{
-		Listener: ln, lim: lim, m: m, log: log, now: time.Now,
-		perIP: map[string]int{}, logs: map[string]*capLog{},
+		Listener: ln, lim: lim, m: m, log: log,
+		perIP: map[string]int{}, refusals: loglimit.New(capLogEvery, nil),
 		refusing: make(chan struct{}, refusers),
 	}
 }
@@ -272,20 +268,12 @@ func answerAndClose(c net.Conn, answer []byte) {
 // logRefusal logs one line per reason per capLogEvery, with the number of
 // refusals since the previous line.
 func (l *limitListener) logRefusal(reason string) {
-	now := l.now()
-	l.mu.Lock()
-	cl := l.logs[reason]
-	if cl == nil {
-		cl = &capLog{}
-		l.logs[reason] = cl
-	}
-	cl.refused++
-	if !cl.last.IsZero() && now.Sub(cl.last) < capLogEvery {
-		l.mu.Unlock()
+	n, ok := l.refusals.Tick(reason)
+	if !ok {
 		return
 	}
-	n, open := cl.refused, l.open
-	cl.last, cl.refused = now, 0
+	l.mu.Lock()
+	open := l.open
 	l.mu.Unlock()
 	if reason == refusedGlobal {
 		l.log.Warn("refusing connections: the global connection cap is reached (503; --max-conns)",

@@ -18,9 +18,10 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"time"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/backstream/backstream/internal/loglimit"
 )
 
 // HTTP server limits.
@@ -98,7 +99,7 @@ func errorLog(l *slog.Logger) *log.Logger {
 type truncating struct{ slog.Handler }
 
 func (t truncating) Handle(ctx context.Context, r slog.Record) error {
-	r.Message = truncate(r.Message, errorLogMax)
+	r.Message = loglimit.Clip(r.Message, errorLogMax)
 	return t.Handler.Handle(ctx, r)
 }
 
@@ -106,19 +107,6 @@ func (t truncating) WithAttrs(as []slog.Attr) slog.Handler {
 	return truncating{t.Handler.WithAttrs(as)}
 }
 func (t truncating) WithGroup(g string) slog.Handler { return truncating{t.Handler.WithGroup(g)} }
-
-// truncate cuts s to at most n bytes on a rune boundary, saying how much
-// it dropped.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%s… (%d bytes truncated)", s[:cut], len(s)-cut)
-}
 
 // httpServers are serve's running listeners.
 type httpServers struct {
