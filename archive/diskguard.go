@@ -22,6 +22,7 @@ import (
 	"github.com/cockroachdb/pebble"
 
 	"github.com/backstream/backstream/internal/diskspace"
+	"github.com/backstream/backstream/internal/loglimit"
 )
 
 const (
@@ -37,7 +38,8 @@ const (
 	// a single success — far past any transient error — while one success
 	// starts the count again.
 	DefaultMaxFailedFlushes = 100
-	// errorLogInterval: one ERROR line per error kind per interval.
+	// errorLogInterval: one ERROR line per error kind per interval (and
+	// one DiskSlow WARN line).
 	errorLogInterval = time.Minute
 )
 
@@ -57,6 +59,9 @@ const (
 
 // errorKinds index the per-kind counters.
 var errorKinds = [...]string{KindENOSPC, KindEIO, KindEMFILE, KindOther}
+
+// logDiskSlow is the key of DiskSlow's log line beside the error kinds'.
+const logDiskSlow = "disk_slow"
 
 // Fault causes, the label of backstream_store_disk_faults_total.
 const (
@@ -101,11 +106,10 @@ type diskGuard struct {
 	errs   [len(errorKinds)]atomic.Uint64
 	faults [len(faultCauses)]atomic.Uint64
 	fault  atomic.Pointer[FatalError]
-	failed chan struct{} // closed with the first fault
+	failed chan struct{}   // closed with the first fault
+	lines  *loglimit.Every // per error kind, and logDiskSlow
 
 	mu         sync.Mutex
-	lastLog    [len(errorKinds) + 1]time.Time // the last slot is DiskSlow
-	suppressed [len(errorKinds) + 1]uint64
 	lastErr    error // the last background error
 	flushFails int   // consecutive failed flushes
 	stall      *time.Timer
@@ -123,7 +127,7 @@ func newDiskGuard(dataDir string, log *slog.Logger, now func() time.Time, maxSta
 		maxFlushes = DefaultMaxFailedFlushes
 	}
 	return &diskGuard{dataDir: dataDir, log: log, now: now, maxStall: maxStall, maxFailedFlushes: maxFlushes,
-		failed: make(chan struct{})}
+		failed: make(chan struct{}), lines: loglimit.New(errorLogInterval, now)}
 }
 
 // listener is the event listener Open installs in Pebble. Its callbacks run
@@ -144,25 +148,11 @@ func (g *diskGuard) backgroundError(err error) {
 	g.errs[k].Add(1)
 	g.mu.Lock()
 	g.lastErr = err
-	ok, suppressed := g.allowLog(k)
 	g.mu.Unlock()
-	if ok {
+	if n, ok := g.lines.Tick(errorKinds[k]); ok {
 		g.log.Error("store background error (one line per kind per minute)", "component", "pebble",
-			"kind", errorKinds[k], "suppressed", suppressed, "data_dir", g.dataDir, "err", err)
+			"kind", errorKinds[k], "suppressed", n-1, "data_dir", g.dataDir, "err", err)
 	}
-}
-
-// allowLog is the per-kind rate limit: true at most once per
-// errorLogInterval, with how many lines were suppressed since. g.mu held.
-func (g *diskGuard) allowLog(slot int) (bool, uint64) {
-	now := g.now()
-	if !g.lastLog[slot].IsZero() && now.Sub(g.lastLog[slot]) < errorLogInterval {
-		g.suppressed[slot]++
-		return false, 0
-	}
-	n := g.suppressed[slot]
-	g.lastLog[slot], g.suppressed[slot] = now, 0
-	return true, n
 }
 
 func (g *diskGuard) flushEnd(info pebble.FlushInfo) {
@@ -230,11 +220,8 @@ func (g *diskGuard) stallExpired(gen uint64) {
 }
 
 func (g *diskGuard) diskSlow(info pebble.DiskSlowInfo) {
-	g.mu.Lock()
-	ok, suppressed := g.allowLog(len(errorKinds))
-	g.mu.Unlock()
-	if ok {
-		g.log.Warn("store disk slow (one line per minute)", "component", "pebble", "suppressed", suppressed,
+	if n, ok := g.lines.Tick(logDiskSlow); ok {
+		g.log.Warn("store disk slow (one line per minute)", "component", "pebble", "suppressed", n-1,
 			"path", info.Path, "op", info.OpType.String(), "duration", info.Duration)
 	}
 }
