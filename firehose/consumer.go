@@ -18,6 +18,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/internal/crashpoint"
+	"github.com/backstream/backstream/internal/loglimit"
 	"github.com/backstream/backstream/upstream"
 )
 
@@ -303,8 +304,8 @@ func (c *Consumer) Handle(ctx context.Context, msg []byte) error {
 			kind = AnomalyConsumerTooSlow
 		}
 		c.m.anomaly(kind)
-		c.log.Warn("firehose: relay sent an error frame", "error", clip(f.Error.Error, 64),
-			"message", clip(f.Error.Message, 256), "cursor", c.LastAccepted())
+		c.log.Warn("firehose: relay sent an error frame", "error", loglimit.Clip(f.Error.Error, 64),
+			"message", loglimit.Clip(f.Error.Message, 256), "cursor", c.LastAccepted())
 		return nil
 	case f.Info != nil:
 		c.m.frame(frameInfo)
@@ -406,13 +407,6 @@ func eventTime(f *upstream.Frame, now func() time.Time) float64 {
 		t = now()
 	}
 	return float64(t.UnixNano()) / 1e9
-}
-
-func clip(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
 }
 
 // resumeCursor is the cursor for the next dial: the last accepted seq, or

@@ -3,7 +3,11 @@ package firehose
 import (
 	"bytes"
 	"context"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
+	"unicode/utf8"
 
 	comatproto "github.com/bluesky-social/indigo/api/atproto"
 	lexutil "github.com/bluesky-social/indigo/lex/util"
@@ -348,3 +352,53 @@ func TestHandleSkips(t *testing.T) {
 }
 
 func testutilGauge(m *Metrics) int { return int(gaugeValue(m.outdated)) }
+
+// TestErrorFrameLogClipped: a relay's #error frame carries text of its
+// choosing; the log line keeps at most 64 bytes of its name and 256 of its
+// message, cut on a rune boundary (valid UTF-8, whatever the relay sent)
+// and marked as cut.
+func TestErrorFrameLogClipped(t *testing.T) {
+	s := openStore(t)
+	c, _ := newConsumer(t, Config{Writer: newWriter(t, s, false), Mode: ModeLive})
+	logs := &recordLog{}
+	c.log = slog.New(logs)
+	// "a" then 2-byte runes: byte 64 and byte 256 fall inside a rune.
+	name := "a" + strings.Repeat("é", 100)
+	message := "a" + strings.Repeat("é", 1000)
+	if err := c.Handle(context.Background(), errorFrame(t, name, message)); err != nil {
+		t.Fatal(err)
+	}
+	if len(logs.recs) != 1 {
+		t.Fatalf("%d log lines for one error frame, want 1", len(logs.recs))
+	}
+	for key, bound := range map[string]int{"error": 64, "message": 256} {
+		var got string
+		logs.recs[0].Attrs(func(a slog.Attr) bool {
+			if a.Key == key {
+				got = a.Value.String()
+			}
+			return true
+		})
+		kept, _, cut := strings.Cut(got, "… (")
+		if !utf8.ValidString(got) || !cut || len(kept) > bound || len(kept) < bound-1 {
+			t.Errorf("%s logged as %q (%d bytes kept, valid UTF-8 %v), want at most %d bytes of valid UTF-8 marked as cut",
+				key, got, len(kept), utf8.ValidString(got), bound)
+		}
+	}
+}
+
+// recordLog keeps the records logged through it.
+type recordLog struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (l *recordLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *recordLog) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recs = append(l.recs, r.Clone())
+	return nil
+}
+func (l *recordLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *recordLog) WithGroup(string) slog.Handler      { return l }
