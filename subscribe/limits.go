@@ -7,13 +7,15 @@ package subscribe
 
 import (
 	"context"
-	"net"
 	"net/http"
+	"net/netip"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/backstream/backstream/internal/clientkey"
 )
 
 // Output-buffer sizing. A subscriber appends frames of at most
@@ -84,8 +86,10 @@ func (s *Server) release(ip string) {
 	s.mu.Unlock()
 }
 
-// clientIP is the address the per-IP cap counts: the connection's remote
-// address, or, only when the operator says a reverse proxy sets it
+// clientIP is the client the per-IP cap counts (internal/clientkey: an IPv4
+// address or an IPv6 /64, as the listener's connection cap counts): the
+// connection's remote address, or, only when the operator says a reverse
+// proxy sets it
 // (TrustForwardedFor), the last address of X-Forwarded-For — the one that
 // proxy appended; earlier ones are the client's to invent.
 func clientIP(r *http.Request, trustForwarded bool) string {
@@ -95,16 +99,12 @@ func clientIP(r *http.Request, trustForwarded bool) string {
 			if i := strings.LastIndexByte(last, ','); i >= 0 {
 				last = last[i+1:]
 			}
-			if ip := net.ParseIP(strings.TrimSpace(last)); ip != nil {
-				return ip.String()
+			if ip, err := netip.ParseAddr(strings.TrimSpace(last)); err == nil {
+				return clientkey.Of(ip)
 			}
 		}
 	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
+	return clientkey.OfHostPort(r.RemoteAddr)
 }
 
 // readerSlots is the semaphore of replay readers: a replaying subscriber

@@ -457,7 +457,10 @@ func TestClientIP(t *testing.T) {
 		{"127.0.0.1:5000", []string{"1.1.1.1, 198.51.100.1"}, true, "198.51.100.1"},
 		{"127.0.0.1:5000", []string{"1.1.1.1", "198.51.100.2"}, true, "198.51.100.2"},
 		{"127.0.0.1:5000", []string{"garbage"}, true, "127.0.0.1"},
-		{"[::1]:5000", nil, false, "::1"},
+		{"[::1]:5000", nil, false, "::/64"},
+		{"[2001:db8::1]:5000", nil, false, "2001:db8::/64"},
+		{"[2001:db8::2]:5000", nil, false, "2001:db8::/64"}, // one /64, one client
+		{"127.0.0.1:5000", []string{"2001:db8:0:1::9"}, true, "2001:db8:0:1::/64"},
 	} {
 		r := &http.Request{RemoteAddr: tc.remote, Header: http.Header{}}
 		for _, v := range tc.xff {

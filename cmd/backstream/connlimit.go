@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/backstream/backstream/internal/clientkey"
 	"github.com/backstream/backstream/internal/loglimit"
 )
 
@@ -169,7 +170,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		key := clientKey(c.RemoteAddr())
+		key := clientkey.OfAddr(c.RemoteAddr())
 		if reason := l.admit(key); reason != "" {
 			l.refuse(c, reason)
 			continue
@@ -282,29 +283,6 @@ func (l *limitListener) logRefusal(reason string) {
 	}
 	l.log.Warn("refusing connections: a client address reached its connection cap (429; --max-conns-per-ip)",
 		"cap", l.lim.PerIP, "open", open, "refused", n, "per", capLogEvery)
-}
-
-// clientKey is the address a per-IP cap counts: the IP, or for IPv6 its
-// /64 (one client's usual allocation).
-func clientKey(a net.Addr) string {
-	var ip net.IP
-	switch a := a.(type) {
-	case *net.TCPAddr:
-		ip = a.IP
-	default:
-		host, _, err := net.SplitHostPort(a.String())
-		if err != nil {
-			return a.String()
-		}
-		ip = net.ParseIP(host)
-	}
-	if ip4 := ip.To4(); ip4 != nil {
-		return ip4.String()
-	}
-	if len(ip) == net.IPv6len {
-		return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
-	}
-	return ip.String()
 }
 
 // limitedConn releases its slot when closed, once.

@@ -260,23 +260,3 @@ func TestConnCapFromFDLimit(t *testing.T) {
 		t.Fatalf("raiseFDLimit: %+v %v", l, err)
 	}
 }
-
-// TestClientKey: a per-IP cap counts an IPv4 address, and an IPv6 client
-// by its /64, so rotating addresses inside one allocation does not escape.
-func TestClientKey(t *testing.T) {
-	for addr, want := range map[string]string{
-		"192.0.2.7:443":             "192.0.2.7",
-		"[::ffff:192.0.2.7]:443":    "192.0.2.7",
-		"[2001:db8:1:2:3:4:5:6]:80": "2001:db8:1:2::/64",
-		"[2001:db8:1:2:ffff::1]:80": "2001:db8:1:2::/64",
-		"[2001:db8:1:3::1]:80":      "2001:db8:1:3::/64",
-	} {
-		a, err := net.ResolveTCPAddr("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := clientKey(a); got != want {
-			t.Errorf("%s: %s, want %s", addr, got, want)
-		}
-	}
-}
