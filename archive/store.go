@@ -228,6 +228,15 @@ func syncDir(fs vfs.FS, dir string) error {
 	return d.Close()
 }
 
+// MaxOpenFiles bounds the sstables Pebble keeps open (its table cache);
+// FileDescriptors is what an open store may hold at most: those, plus the
+// WAL, the manifest, the lock and the directories. serve keeps them in
+// reserve when it sizes its connection cap.
+const (
+	MaxOpenFiles    = 1000
+	FileDescriptors = MaxOpenFiles + 64
+)
+
 func (s *Store) openPebble(opts Options) error {
 	cacheSize := opts.CacheSize
 	if cacheSize <= 0 {
@@ -240,6 +249,7 @@ func (s *Store) openPebble(opts Options) error {
 		Cache:        s.cache,
 		ReadOnly:     opts.ReadOnly,
 		MemTableSize: opts.MemTableSize,
+		MaxOpenFiles: MaxOpenFiles,
 		Logger:       pebbleLogger{log: s.log, dataDir: s.dataDir, onFatal: s.onFatal(opts.OnFatal)},
 		// Background errors, failed flushes and write stalls are counted,
 		// logged at ERROR and bounded (diskguard.go); without a listener

@@ -14,6 +14,10 @@ import (
 
 // Config configures the merging steps: Walk, PendingPass, Discover and
 // Cleanup. Each step uses the fields it names.
+// DefaultPendingWorkers bounds the pending pass: at most this many
+// replacement downloads run at once.
+const DefaultPendingWorkers = 16
+
 type Config struct {
 	Store  *archive.Store
 	Writer *archive.Writer // the archive writer (not the capture writer)
@@ -42,7 +46,7 @@ func (c *Config) defaults() {
 		c.InFlight = 8
 	}
 	if c.PendingWorkers <= 0 {
-		c.PendingWorkers = 16
+		c.PendingWorkers = DefaultPendingWorkers
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -18,8 +18,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/internal/clientkey"
 	"github.com/backstream/backstream/internal/loglimit"
+	"github.com/backstream/backstream/merge"
 )
 
 // Connection caps and the descriptor reserve.
@@ -27,17 +29,11 @@ const (
 	// DefaultMaxConnsPerIP is the default cap of open connections per
 	// client address (an IPv6 client: per /64).
 	DefaultMaxConnsPerIP = 256
-	// pebbleFDs is what the store may hold open: Pebble's table cache
-	// (its default MaxOpenFiles, 1,000 sstables) plus the WAL, the
-	// manifest, the lock and the directories.
-	pebbleFDs = 1000 + 64
 	// fixedFDs covers the rest of the process: the listeners, the
 	// firehose, the simulated network under --devnet, stdio and Go's own.
 	fixedFDs = 64
 	// fdsPerDownload is a download's socket and its scratch file.
 	fdsPerDownload = 2
-	// pendingPassWorkers is merge's pending pass, which downloads too.
-	pendingPassWorkers = 16
 	// fallbackMaxConns is the global cap when RLIMIT_NOFILE cannot be read.
 	fallbackMaxConns = 1024
 	// minAutoConns: when the reserve leaves less than this, the automatic
@@ -80,11 +76,11 @@ func raiseFDLimit() (fdLimit, error) {
 }
 
 // fdReserve is the descriptors kept for everything but client
-// connections: the store (pebbleFDs), every download that may run at once
-// (backfill workers, retry workers, the pending pass: fdsPerDownload each)
-// and fixedFDs.
+// connections: the store (archive.FileDescriptors), every download that may
+// run at once (backfill workers, retry workers, the pending pass:
+// fdsPerDownload each) and fixedFDs.
 func fdReserve(backfillWorkers, retryWorkers int) uint64 {
-	return pebbleFDs + fixedFDs + fdsPerDownload*uint64(backfillWorkers+retryWorkers+pendingPassWorkers)
+	return archive.FileDescriptors + fixedFDs + fdsPerDownload*uint64(backfillWorkers+retryWorkers+merge.DefaultPendingWorkers)
 }
 
 // autoMaxConns is the default global cap: the soft limit minus the

@@ -21,6 +21,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/internal/promtest"
+	"github.com/backstream/backstream/merge"
 	"github.com/gorilla/websocket"
 	"github.com/ipfs/go-cid"
 	"github.com/multiformats/go-multihash"
@@ -237,7 +238,7 @@ func TestReadTimeoutSparesWebsockets(t *testing.T) {
 // limit too low for the reserve gives a quarter of it, flagged.
 func TestConnCapFromFDLimit(t *testing.T) {
 	reserve := fdReserve(100, 16)
-	if want := uint64(pebbleFDs + fixedFDs + fdsPerDownload*(100+16+pendingPassWorkers)); reserve != want {
+	if want := uint64(archive.FileDescriptors + fixedFDs + fdsPerDownload*(100+16+merge.DefaultPendingWorkers)); reserve != want {
 		t.Fatalf("reserve %d, want %d", reserve, want)
 	}
 	for _, c := range []struct {
