@@ -137,16 +137,18 @@ func TestReplayIteratorsReleasedWhileBlocked(t *testing.T) {
 }
 
 // readingReplays counts, in a dump of every goroutine, the subscribers
-// holding a replay-reader slot: replaying (from the archive, or from the
-// live log's old entries) and neither waiting for a turn nor blocked in a
-// write (which gives the slot back first), or resting the slot.
+// doing replay's work — reading the archive, rendering an old live-log
+// entry, or writing what the socket takes at once, all of which only a
+// reader slot's holder may do — or resting a slot. Being anywhere else in
+// a replay (waiting for a turn, blocked in a write, on the way out after
+// one) is not work.
 func readingReplays(buf []byte) int {
 	n := 0
 	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
-		replaying := strings.Contains(g, "subscribe.(*subscriber).replay(") || strings.Contains(g, "subscribe.(*subscriber).sendLiveBatch(")
-		blocked := strings.Contains(g, "readerSlots.acquire") ||
-			(strings.Contains(g, "subscribe.(*subscriber).write(") && !strings.Contains(g, "sockConn).tryWrite("))
-		if strings.Contains(g, "readerSlots.release(") || (replaying && !blocked) {
+		trying := strings.Contains(g, "sockConn).tryWrite(")
+		working := strings.Contains(g, "subscriber).readBatch(") || strings.Contains(g, "subscriber).sendLive(") || trying
+		blocked := strings.Contains(g, "subscriber).write(") && !trying
+		if strings.Contains(g, "readerSlots.release(") || (working && !blocked) {
 			n++
 		}
 	}

@@ -294,15 +294,9 @@ func (s *subscriber) serve(ctx context.Context) (reason, detail string) {
 			}
 			continue
 		}
-		if s.catchUp = s.catchingUp(); s.catchUp {
-			// Old entries: this is a replay through the live log, and takes
-			// its turn among the archive readers.
-			if s.slot = s.srv.readers.acquire(ctx, s); s.slot == nil {
-				clear(s.ents)
-				continue // the main loop sees why
-			}
-			s.slotAt = time.Now()
-		}
+		// Old entries make this a replay through the live log, which takes
+		// its turns among the archive readers (sendLiveBatch).
+		s.catchUp = s.catchingUp()
 		err := s.sendLiveBatch(ctx)
 		s.yieldSlot()
 		clear(s.ents)
@@ -329,9 +323,18 @@ func (s *subscriber) catchingUp() bool {
 var errOutOfStep = errors.New("live log out of step")
 
 // sendLiveBatch sends the live entries read, writing whenever the buffer
-// is full.
+// is full. A catching-up subscriber renders only while it holds a reader
+// slot: one that a write made give its slot back takes a turn again before
+// the next entry, and if it cannot (the connection ends) it stops there —
+// the main loop reads again from s.next and sees why.
 func (s *subscriber) sendLiveBatch(ctx context.Context) error {
 	for _, e := range s.ents {
+		if s.catchUp && s.slot == nil {
+			if s.slot = s.srv.readers.acquire(ctx, s); s.slot == nil {
+				return nil
+			}
+			s.slotAt = time.Now()
+		}
 		if e.Event.Seq != s.next {
 			// The live log's seqs are contiguous; anything else is a bug
 			// that would break D2, so stop rather than skip or repeat.
