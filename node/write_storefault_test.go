@@ -59,9 +59,12 @@ func lcRun(t *testing.T, net *oracle.Network, mem vfs.FS, hook func(string, [][]
 }
 
 // convergence tells when a run over the simulated network has converged:
-// its traffic is done, cursor/relay has caught up with it, and two complete
+// its traffic is done, cursor/relay has caught up with it, two complete
 // retry passes that started after the catch-up found nothing due (an earlier
-// pass may predate the last marks).
+// pass may predate the last marks), and no active repo is left for the
+// runner: none failed or pending (a failure backing off is not due yet, but
+// its account is not in the archive either) and none marked for a
+// replacement.
 type convergence struct{ caughtUpAt uint64 }
 
 func (cv *convergence) reached(net *oracle.Network, store *archive.Store, retrier *retry.Runner) bool {
@@ -74,7 +77,17 @@ func (cv *convergence) reached(net *oracle.Network, store *archive.Store, retrie
 	if cv.caughtUpAt == 0 {
 		cv.caughtUpAt = rs.Passes + 1
 	}
-	return rs.Passes >= cv.caughtUpAt+2 && rs.Due == 0 && rs.InFlight == 0
+	if rs.Passes < cv.caughtUpAt+2 || rs.Due != 0 || rs.InFlight != 0 {
+		return false
+	}
+	left := false
+	err := store.ScanRepos(func(_ string, r archive.RepoState) error {
+		if r.Active && (r.Status == archive.StatusFailed || r.Status == archive.StatusPending || r.Refetch != archive.RefetchNone) {
+			left = true
+		}
+		return nil
+	})
+	return err == nil && !left
 }
 
 // TestLifecycleCommitFaults (C3, C4, M1, M4, M7, R6): the
