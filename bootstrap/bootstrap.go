@@ -284,8 +284,11 @@ func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing
 	wm := &watermark{pending: start}
 	pageOf := make(map[string]*page)
 	var queue []string // dispatched by a page, not yet durable as not_started
+	// unrecorded: the repos of queue the store does not know yet (Progress.Unrecorded).
+	unrecorded := make(map[string]struct{})
 	var ready []string // durable as not_started, waiting for a worker
 	recording := false
+	recordingLen := 0 // repos of the batch being recorded
 	batchSize := max(cfg.Workers, 16)
 	inflight := 0
 	ckOutstanding := false
@@ -351,7 +354,7 @@ func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing
 			batch := slices.Clone(queue[:n])
 			clear(queue[:n])
 			queue = queue[n:]
-			recording = true
+			recording, recordingLen = true, n
 			select {
 			case recordReq <- batch: // the recorder is idle: it takes it at once
 			case <-parent.Done():
@@ -363,8 +366,8 @@ func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing
 		if len(ready) > 0 {
 			out, head = dispatch, ready[0]
 		}
-		queued := len(queue) + len(ready)
-		b.prog.set(func(p *Progress) { p.Queued, p.InFlight = queued, inflight })
+		queued := len(queue) + len(ready) + recordingLen
+		b.prog.set(func(p *Progress) { p.Queued, p.InFlight, p.Unrecorded = queued, inflight, int64(len(unrecorded)) })
 		cfg.Metrics.setQueued(queued + inflight)
 		select {
 		case out <- head:
@@ -372,11 +375,14 @@ func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing
 			ready = ready[1:]
 			inflight++
 		case rb := <-recorded:
-			recording = false
+			recording, recordingLen = false, 0
 			if rb.err != nil {
 				return b.stopped(parent, rb.err)
 			}
 			ready = append(ready, rb.dids...)
+			for _, d := range rb.dids {
+				delete(unrecorded, d)
+			}
 		case pm := <-pagesCh:
 			pageIdx++
 			p := &page{idx: pageIdx, reqCursor: pm.reqCursor, next: pm.next, final: pm.final, cut: pm.cut,
@@ -385,6 +391,9 @@ func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing
 				pageOf[did] = p
 			}
 			queue = append(queue, pm.dispatch...)
+			for _, d := range pm.fresh {
+				unrecorded[d] = struct{}{}
+			}
 			enumerated += int64(pm.entries)
 			wm.add(p)
 			b.prog.set(func(pr *Progress) {

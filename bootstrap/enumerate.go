@@ -33,6 +33,7 @@ type pageMsg struct {
 	cut        bool // the listing ended early at this page (cutListing)
 	weight     int64
 	dispatch   []string // shuffled; each already in b.inflight
+	fresh      []string // the dispatched repos the store does not know yet
 	discovered int
 }
 
@@ -190,6 +191,7 @@ func (b *Bootstrap) record(ctx context.Context, entries []upstream.RepoEntry, sh
 				// coordinator's recorder): until then a crash simply
 				// lists it again, since its page is not checkpointed.
 				msg.dispatch = append(msg.dispatch, e.DID)
+				msg.fresh = append(msg.fresh, e.DID)
 			} else {
 				ups = append(ups, archive.RepoUpdate{DID: e.DID, Func: discovered(false, e.Status)})
 				newInactive++

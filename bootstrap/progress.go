@@ -45,7 +45,8 @@ type Progress struct {
 	// finished; CheckpointLag the repos enumerated beyond it.
 	Checkpoint    string `json:"checkpoint"`
 	CheckpointLag int64  `json:"checkpoint_lag"`
-	// Queued and InFlight are this run's repos waiting for / held by a worker.
+	// Queued and InFlight are this run's repos waiting for / held by a
+	// worker; Queued includes those not yet recorded (Unrecorded).
 	Queued   int `json:"queued"`
 	InFlight int `json:"in_flight"`
 	// Durable outcomes of this run.
@@ -54,10 +55,20 @@ type Progress struct {
 	Unavailable int64 `json:"unavailable"`
 	Failed      int64 `json:"failed"`
 	Records     int64 `json:"records"`
-	// Known and Done are all repos in the store and those durably terminal
-	// (as of the last progress tick).
-	Known int64 `json:"known"`
-	Done  int64 `json:"done"`
+	// Known is the repos in the store, Done those of them this run owes
+	// no more work: Known less the known repos still queued or in flight
+	// (Queued + InFlight − Unrecorded), so complete, failed and unavailable
+	// repos and inactive ones never fetched count as done. Unrecorded is
+	// the queued repos the store does not know yet (the listing runs a
+	// window ahead of recording); Listed = Known + Unrecorded. The status
+	// page's bars are DoneFraction (Done of Known) and KnownFraction (Known
+	// of Listed). All as of the last progress tick or SetCounts.
+	Known         int64   `json:"known"`
+	Done          int64   `json:"done"`
+	Unrecorded    int64   `json:"unrecorded"`
+	Listed        int64   `json:"listed"`
+	DoneFraction  float64 `json:"done_fraction"`
+	KnownFraction float64 `json:"known_fraction"`
 	// Rates over the last minute; ETA (seconds) is -1 while the listing is
 	// still running or nothing has finished yet.
 	ReposPerSec   float64 `json:"repos_per_sec"`
@@ -105,6 +116,27 @@ func (s *progressState) record(res *backfill.Result) {
 	s.p.Records += int64(res.Records)
 }
 
+// SetCounts sets Known, Done, Listed and the two fractions from the
+// store's counts c and the queue. The queue is not all known: subtracting
+// all of it from Known (as this once did) read "0 of 12358 done" while
+// 11,197 were complete, the window having listed 17,642 repos ahead.
+func (p *Progress) SetCounts(c archive.Counts) {
+	p.Known = c.Total()
+	owed := int64(p.Queued+p.InFlight) - p.Unrecorded
+	p.Done = min(max(p.Known-owed, 0), p.Known)
+	p.Listed = p.Known + p.Unrecorded
+	p.DoneFraction = fraction(p.Done, p.Known)
+	p.KnownFraction = fraction(p.Known, p.Listed)
+}
+
+// fraction is n/of in [0, 1]; 0 when of is 0.
+func fraction(n, of int64) float64 {
+	if of <= 0 {
+		return 0
+	}
+	return min(1, float64(n)/float64(of))
+}
+
 // Progress returns a snapshot of the run. Safe to call at any time.
 func (b *Bootstrap) Progress() Progress { return b.prog.get() }
 
@@ -120,8 +152,7 @@ func (b *Bootstrap) tick(quiet bool) {
 	s := &b.prog
 	s.mu.Lock()
 	p := &s.p
-	p.Known = counts.Total()
-	p.Done = max(p.Known-int64(p.Queued+p.InFlight), 0)
+	p.SetCounts(counts)
 	finished := p.Complete + p.NotFound + p.Unavailable + p.Failed
 	s.samples = append(s.samples, sample{t: now, done: finished, records: p.Records})
 	for len(s.samples) > 1 && now.Sub(s.samples[0].t) > rateWindow {
@@ -134,23 +165,20 @@ func (b *Bootstrap) tick(quiet bool) {
 	}
 	p.ETASeconds = -1
 	if p.ListingFinished && p.ReposPerSec > 0 {
-		p.ETASeconds = float64(p.Known-p.Done) / p.ReposPerSec
+		p.ETASeconds = float64(p.Listed-p.Done) / p.ReposPerSec
 	}
 	snap := *p
 	s.mu.Unlock()
 	if quiet {
 		return
 	}
-	pct := 0.0
-	if snap.Known > 0 {
-		pct = 100 * float64(snap.Done) / float64(snap.Known)
-	}
+	pct := 100 * snap.DoneFraction
 	eta := "unknown"
 	if snap.ETASeconds >= 0 {
 		eta = (time.Duration(snap.ETASeconds) * time.Second).String()
 	}
 	b.cfg.Logger.Info("bootstrap progress",
-		"done", snap.Done, "known", snap.Known, "percent", float64(int(pct*10))/10,
+		"done", snap.Done, "known", snap.Known, "listed", snap.Listed, "percent", float64(int(pct*10))/10,
 		"repos_per_s", float64(int(snap.ReposPerSec*10))/10,
 		"records_per_s", int64(snap.RecordsPerSec),
 		"failed", counts.Get(archive.StatusFailed), "unavailable", counts.Get(archive.StatusUnavailable),

@@ -1,0 +1,44 @@
+package bootstrap_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/bootstrap"
+)
+
+// TestProgressBarWindowAhead is the case of a bootstrap of 30,000 accounts
+// whose listing ran ahead of recording: the store knows 12,358 repos, 11,197
+// of them terminal; the queue holds 18,771 repos, 17,642 of them not yet
+// recorded, and 32 are in flight. The bar is done of known and known of
+// listed; subtracting the whole queue from Known read "0 of 12358".
+func TestProgressBarWindowAhead(t *testing.T) {
+	var c archive.Counts
+	c.ByStatus[archive.StatusComplete] = 11_136
+	c.ByStatus[archive.StatusFailed] = 40
+	c.ByStatus[archive.StatusUnavailable] = 21
+	c.ByStatus[archive.StatusPending] = 32
+	c.ByStatus[archive.StatusNotStarted] = 1_129
+	if c.Total() != 12_358 {
+		t.Fatalf("fixture: %d known", c.Total())
+	}
+	p := bootstrap.Progress{Queued: 18_771, InFlight: 32, Unrecorded: 17_642}
+	p.SetCounts(c)
+	if p.Known != 12_358 || p.Done != 11_197 || p.Listed != 30_000 {
+		t.Fatalf("known %d done %d listed %d, want 12358, 11197, 30000", p.Known, p.Done, p.Listed)
+	}
+	if want := 11_197.0 / 12_358; math.Abs(p.DoneFraction-want) > 1e-12 {
+		t.Fatalf("done fraction %v, want %v", p.DoneFraction, want)
+	}
+	if want := 12_358.0 / 30_000; math.Abs(p.KnownFraction-want) > 1e-12 {
+		t.Fatalf("known fraction %v, want %v", p.KnownFraction, want)
+	}
+
+	// Nothing known yet: zero, not NaN.
+	var empty bootstrap.Progress
+	empty.SetCounts(archive.Counts{})
+	if empty.DoneFraction != 0 || empty.KnownFraction != 0 {
+		t.Fatalf("empty store: %+v", empty)
+	}
+}
