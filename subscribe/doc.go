@@ -18,6 +18,15 @@
 // error; serve's report goes through it. /healthz and /readyz are never
 // cached.
 //
+// A browser (Accept: text/html) gets the status page instead of the JSON
+// (status_html.go): status_page.html, embedded, with the report inlined so
+// it renders at once and offline, then polling /status?format=json every
+// 5 s. It draws bars and charts only from fields of the report, formats
+// every value by its key (durations, bytes, times, rates, percentages) and
+// shows a section it does not know as a labelled table. StatusHistory
+// (status_history.go) is the ring of rates the charts draw, kept by the
+// server so a page opened now shows the last minutes.
+//
 // GET /subscribe parameters, validated before the upgrade (D5; an invalid
 // value is a 400 {"error":"InvalidParameter","param":P,"message":"P: …"}):
 //

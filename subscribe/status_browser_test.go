@@ -1,54 +1,357 @@
 package subscribe
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"image/png"
+	"math"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/internal/citest"
 )
 
 // TestStatusPageInBrowser renders /status in headless Chromium (Debian's
-// chromium package) and checks the DOM it built: the phase, the progress bar
-// at the bootstrap's fraction, the per-status table. Without Chromium it
-// skips, and fails under .ci/run (internal/citest).
+// chromium package), once in bootstrap and once in steady state, takes a
+// screenshot of each and checks the DOM the page's script built: the bars'
+// values are the JSON's fractions and their labels the counts of the
+// bootstrap of 30,000 accounts whose listing ran ahead (11,197 of 12,358
+// known repos done, 12,358 of 30,000 listed), the charts have a point per
+// history sample, values are in human units with labels rather than JSON
+// keys, a section the page does not know is a labelled table, and the raw
+// JSON link answers the report as JSON. Without Chromium it skips, and
+// fails under .ci/run (internal/citest). STATUS_SCREENSHOT_DIR keeps the
+// screenshots.
 func TestStatusPageInBrowser(t *testing.T) {
-	var bin string
+	bin := chromium(t)
+	for _, tc := range []struct {
+		name   string
+		status map[string]any
+		check  func(t *testing.T, p *renderedPage)
+	}{
+		{"bootstrap", bootstrapStatus(), checkBootstrapPage},
+		{"steady_state", steadyStatus(), checkSteadyPage},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, harnessOpts{notReady: true, status: func() any { return tc.status }})
+			p := render(t, bin, h.url("/status"), tc.name)
+			p.checkCommon(t)
+			tc.check(t, p)
+		})
+	}
+}
+
+func chromium(t *testing.T) string {
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless_shell"} {
 		if p, err := exec.LookPath(name); err == nil {
-			bin = p
-			break
+			return p
 		}
 	}
-	if bin == "" {
-		citest.Need(t, "no Chromium installed (apt-get install chromium)")
-	}
-	status := func() any {
-		return map[string]any{
-			"phase":     "bootstrap",
-			"repos":     map[string]any{"complete": 30, "failed": 2, "not_started": 68, "total": 100},
-			"bootstrap": map[string]any{"done": 32, "known": 100, "repos_per_sec": 12.5, "eta_seconds": 6},
-			"archive":   map[string]any{"tip_seq": 12345},
-		}
-	}
-	h := newHarness(t, harnessOpts{notReady: true, status: status})
+	citest.Need(t, "no Chromium installed (apt-get install chromium)")
+	return ""
+}
+
+// renderedPage is what Chromium made of the page: its DOM, its visible
+// text and the JSON the raw-JSON link answers.
+type renderedPage struct {
+	url  string
+	dom  string
+	text string         // the DOM's text, without scripts, styles and the raw JSON
+	json map[string]any // what the raw-JSON link answers
+}
+
+func render(t *testing.T, bin, pageURL, name string) *renderedPage {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", h.url("/status")).Output()
+	dir := os.Getenv("STATUS_SCREENSHOT_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	shot := filepath.Join(dir, "status-"+name+".png")
+	args := func(mode ...string) []string {
+		return append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1280,1000",
+			"--user-data-dir=" + t.TempDir()}, append(mode, pageURL)...)
+	}
+	if out, err := exec.CommandContext(ctx, bin, args("--screenshot="+shot)...).CombinedOutput(); err != nil {
+		t.Fatalf("chromium --screenshot: %v\n%s", err, out)
+	}
+	checkScreenshot(t, shot)
+	out, err := exec.CommandContext(ctx, bin, args("--dump-dom")...).Output()
 	if err != nil {
-		t.Fatalf("chromium: %v", err)
+		t.Fatalf("chromium --dump-dom: %v", err)
 	}
-	dom := string(out)
-	if shot := os.Getenv("STATUS_SCREENSHOT"); shot != "" {
-		// Manual check: STATUS_SCREENSHOT=/tmp/status.png go test -run TestStatusPageInBrowser
-		_ = exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=900,900", "--screenshot="+shot, h.url("/status")).Run()
+	p := &renderedPage{url: pageURL, dom: string(out)}
+	p.text = visibleText(p.dom)
+	p.json = followRawLink(t, p)
+	return p
+}
+
+// checkScreenshot: a PNG of the window, not a blank one.
+func checkScreenshot(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("no screenshot: %v", err)
 	}
-	for _, want := range []string{`id="phase">bootstrap<`, `id="progress" style="width:32.00%"`, `<td>complete</td><td>30</td>`, `32 of 100 repos terminal`} {
-		if !strings.Contains(dom, want) {
-			t.Errorf("rendered DOM lacks %s:\n%s", want, dom)
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", path, err)
+	}
+	colors := map[uint32]bool{}
+	r := img.Bounds()
+	for y := r.Min.Y; y < r.Max.Y; y += 7 {
+		for x := r.Min.X; x < r.Max.X; x += 7 {
+			cr, cg, cb, _ := img.At(x, y).RGBA()
+			colors[cr>>8<<16|cg>>8<<8|cb>>8] = true
 		}
+	}
+	if r.Dx() != 1280 || r.Dy() != 1000 || len(colors) < 16 {
+		t.Fatalf("screenshot %s: %dx%d with %d colours: not a rendered page", path, r.Dx(), r.Dy(), len(colors))
+	}
+	t.Logf("screenshot: %s", path)
+}
+
+var (
+	hiddenRE = regexp.MustCompile(`(?s)<script.*?</script>|<style.*?</style>|<title>.*?</title>|<pre id="raw">.*?</pre>`)
+	tagRE    = regexp.MustCompile(`<[^>]*>`)
+)
+
+func visibleText(dom string) string {
+	s := tagRE.ReplaceAllString(hiddenRE.ReplaceAllString(dom, " "), " ")
+	for _, e := range [][2]string{{"&amp;", "&"}, {"&lt;", "<"}, {"&gt;", ">"}, {"&nbsp;", " "}} {
+		s = strings.ReplaceAll(s, e[0], e[1])
+	}
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// followRawLink fetches the raw-JSON link's target as a browser would
+// (Accept: text/html) and decodes it: the link must answer JSON.
+func followRawLink(t *testing.T, p *renderedPage) map[string]any {
+	t.Helper()
+	href := p.attr(t, "raw-json", "href")
+	base, _ := url.Parse(p.url)
+	ref, err := url.Parse(strings.ReplaceAll(href, "&amp;", "&"))
+	if err != nil {
+		t.Fatalf("raw JSON link %q: %v", href, err)
+	}
+	req, _ := http.NewRequest("GET", base.ResolveReference(ref).String(), nil)
+	req.Header.Set("Accept", "text/html,application/xhtml+xml,*/*;q=0.8")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m map[string]any
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || !strings.HasPrefix(ct, "application/json") {
+		t.Fatalf("raw JSON link %s: %d %s", href, resp.StatusCode, ct)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+		t.Fatalf("raw JSON link %s: %v", href, err)
+	}
+	return m
+}
+
+// tag is the start tag of the element with id.
+func (p *renderedPage) tag(t *testing.T, id string) string {
+	t.Helper()
+	m := regexp.MustCompile(`<[a-z]+ [^>]*\bid="` + regexp.QuoteMeta(id) + `"[^>]*>`).FindString(p.dom)
+	if m == "" {
+		t.Fatalf("no element #%s in the rendered page:\n%s", id, p.text)
+	}
+	return m
+}
+
+func (p *renderedPage) attr(t *testing.T, id, name string) string {
+	t.Helper()
+	m := regexp.MustCompile(`\b` + name + `="([^"]*)"`).FindStringSubmatch(p.tag(t, id))
+	if m == nil {
+		t.Fatalf("#%s has no %s: %s", id, name, p.tag(t, id))
+	}
+	return m[1]
+}
+
+// textOf is the text of the element with id (one without child elements).
+func (p *renderedPage) textOf(t *testing.T, id string) string {
+	t.Helper()
+	tag := p.tag(t, id)
+	rest := p.dom[strings.Index(p.dom, tag)+len(tag):]
+	return strings.ReplaceAll(rest[:strings.Index(rest, "<")], "&amp;", "&")
+}
+
+var (
+	// snakeRE is a JSON key shown as is (checkpoint_lag, tip_time_us).
+	snakeRE = regexp.MustCompile(`\b[a-z]+_[a-z_]+\b`)
+	// rawNumberRE is a number no person reads: a microsecond timestamp, a
+	// long integer without separators, a float with many decimals.
+	rawNumberRE = regexp.MustCompile(`\b\d{6,}\b|\d\.\d{4,}`)
+)
+
+// checkCommon: what both pages must be: human labels and numbers, the raw
+// JSON one click away, an unknown section shown as a labelled table.
+func (p *renderedPage) checkCommon(t *testing.T) {
+	t.Helper()
+	if k := snakeRE.FindAllString(p.text, 5); k != nil {
+		t.Errorf("raw keys shown: %q in\n%s", k, p.text)
+	}
+	if n := rawNumberRE.FindAllString(p.text, 5); n != nil {
+		t.Errorf("raw numbers shown: %q in\n%s", n, p.text)
+	}
+	if p.json["phase"] == nil || p.json["history"] == nil {
+		t.Errorf("the raw JSON link answered %v", p.json)
+	}
+	p.attr(t, "section-compaction", "id")
+	for _, want := range []string{"Compaction", "Reclaimed 118 MiB", "Runs 3", "Last run 2026-12-01 10:00:00 UTC"} {
+		if !strings.Contains(p.text, want) {
+			t.Errorf("the unknown section lacks %q:\n%s", want, p.text)
+		}
+	}
+}
+
+// checkChart: the chart has one point per history point that has field.
+func (p *renderedPage) checkChart(t *testing.T, id string, want int) {
+	t.Helper()
+	if n := p.attr(t, id, "data-points"); n != strconv.Itoa(want) {
+		t.Errorf("#%s has %s points, want %d", id, n, want)
+	}
+	tag := p.tag(t, id)
+	svg := p.dom[strings.Index(p.dom, tag):]
+	svg = svg[:strings.Index(svg, "</svg>")]
+	m := regexp.MustCompile(`<polyline points="([^"]*)"`).FindStringSubmatch(svg)
+	if m == nil || len(strings.Fields(m[1])) != want {
+		t.Errorf("#%s: polyline %q, want %d points", id, m, want)
+	}
+}
+
+// checkBar: the bar's value is the JSON's fraction, its width that
+// percentage, its label wantLabel.
+func (p *renderedPage) checkBar(t *testing.T, id string, fraction any, wantLabel string) {
+	t.Helper()
+	f, ok := fraction.(float64)
+	if !ok {
+		t.Fatalf("the JSON has no fraction for #%s: %v", id, fraction)
+	}
+	got, err := strconv.ParseFloat(p.attr(t, id, "data-value"), 64)
+	if err != nil || got != f {
+		t.Errorf("#%s value %s, the JSON says %v", id, p.attr(t, id, "data-value"), f)
+	}
+	if now := p.attr(t, id, "aria-valuenow"); now != fmt.Sprintf("%.2f", 100*f) {
+		t.Errorf("#%s aria-valuenow %s, want %.2f", id, now, 100*f)
+	}
+	if l := p.textOf(t, id+"-label"); !strings.HasPrefix(l, wantLabel) {
+		t.Errorf("#%s label %q, want %q…", id, l, wantLabel)
+	}
+}
+
+func checkBootstrapPage(t *testing.T, p *renderedPage) {
+	b, _ := p.json["bootstrap"].(map[string]any)
+	p.checkBar(t, "bar-done", b["done_fraction"], "11,197 of 12,358 known repos done (90.6 %)")
+	p.checkBar(t, "bar-known", b["known_fraction"], "12,358 of 30,000 listed repos recorded (41.2 %)")
+	if math.Abs(b["done_fraction"].(float64)-11_197.0/12_358) > 1e-12 {
+		t.Errorf("the JSON's done fraction %v is not 11,197 of 12,358", b["done_fraction"])
+	}
+	if eta := p.textOf(t, "eta"); eta != "1 h 2 min" {
+		t.Errorf("ETA %q, want 1 h 2 min", eta)
+	}
+	p.checkChart(t, "chart-records", historyPoints)
+	p.checkChart(t, "chart-repos", historyPoints)
+	for _, want := range []string{"Bootstrap", "12,000 records/s", "35.2 repos/s", "Made pending on restart", "17,000 listed beyond the checkpoint",
+		"By error class", "rate limited 30", "pds1.example 25", "Not started 1,129", "Complete 11,136"} {
+		if !strings.Contains(p.text, want) {
+			t.Errorf("bootstrap page lacks %q:\n%s", want, p.text)
+		}
+	}
+}
+
+func checkSteadyPage(t *testing.T, p *renderedPage) {
+	if strings.Contains(p.dom, `id="bar-done"`) {
+		t.Error("a bootstrap bar in steady state")
+	}
+	for id, want := range map[string]string{"events": "48,123,456", "disk": "12.3 GiB", "lag": "1.5 s", "subscribers": "3"} {
+		if got := p.textOf(t, id); got != want {
+			t.Errorf("#%s %q, want %q", id, got, want)
+		}
+	}
+	p.checkChart(t, "chart-ingest", historyPoints)
+	p.checkChart(t, "chart-delivered", historyPoints)
+	p.checkChart(t, "chart-lag", historyPoints)
+	for _, want := range []string{"Steady state", "wss://relay.example", "Relay cursor (last seq processed) 9,876,543", "Newest event time 2026-12-01",
+		"Delivered, events/s", "relay connection lost — err=EOF"} {
+		if !strings.Contains(p.text, want) {
+			t.Errorf("steady-state page lacks %q:\n%s", want, p.text)
+		}
+	}
+}
+
+const historyPoints = 12
+
+// history is a StatusHistory of historyPoints points 10 s apart.
+func history(bootstrapping bool) HistoryReport {
+	h := NewStatusHistory(DefaultHistoryInterval, DefaultHistoryPoints)
+	t0 := time.Now().Add(-2 * time.Minute)
+	for i := range historyPoints + 1 {
+		f := float64(i)
+		r := HistoryReading{Events: f * 20_000, Delivered: f * 55_000, LagSeconds: 1 + f/24}
+		if bootstrapping {
+			r.Records, r.Repos = f*120_000+f*f*1000, f*350
+		}
+		h.Add(t0.Add(time.Duration(i)*10*time.Second), r)
+	}
+	return h.Report()
+}
+
+// unknownSection stands for a section another part of the server adds.
+func unknownSection() map[string]any {
+	return map[string]any{"runs": 3, "reclaimed_bytes": 123_456_789, "last_run_at": "2026-12-01T10:00:00Z"}
+}
+
+func bootstrapStatus() map[string]any {
+	var c archive.Counts
+	c.ByStatus[archive.StatusComplete] = 11_136
+	c.ByStatus[archive.StatusFailed] = 40
+	c.ByStatus[archive.StatusUnavailable] = 21
+	c.ByStatus[archive.StatusPending] = 32
+	c.ByStatus[archive.StatusNotStarted] = 1_129
+	p := bootstrap.Progress{State: bootstrap.StateRunning, Started: time.Now().Add(-3 * time.Hour), Queued: 18_771, InFlight: 32, Unrecorded: 17_642,
+		PendingOnRestart: 3, Pages: 30, Enumerated: 30_000, ListingFinished: true, Checkpoint: "page", CheckpointLag: 17_000,
+		Complete: 11_136, Records: 4_000_000, ReposPerSec: 35.2, RecordsPerSec: 12_000, ETASeconds: 3725}
+	p.SetCounts(c)
+	return map[string]any{
+		"phase": "bootstrap", "relay": "wss://relay.example",
+		"repos": map[string]int64{"not_started": 1_129, "pending": 32, "complete": 11_136, "failed": 40, "unavailable": 21, "inactive": 0, "total": 12_358},
+		"failed": map[string]any{"by_class": map[string]int{"rate_limited": 30, "timeout": 10},
+			"top_hosts": []any{map[string]any{"host": "pds1.example", "failed": 25}, map[string]any{"host": "pds2.example", "failed": 15}}},
+		"cursors":    map[string]any{"relay": 9_876_543, "listrepos": "did:plc:abc"},
+		"archive":    map[string]any{"tip_seq": 4_100_000, "capture_tip_seq": 20_000, "disk_bytes": 2_000_000_000},
+		"bootstrap":  p,
+		"history":    history(true),
+		"compaction": unknownSection(),
+	}
+}
+
+func steadyStatus() map[string]any {
+	return map[string]any{
+		"phase": "steady_state", "relay": "wss://relay.example",
+		"repos":   map[string]int64{"not_started": 0, "pending": 0, "complete": 30_000, "failed": 0, "unavailable": 0, "inactive": 0, "total": 30_000},
+		"failed":  map[string]any{"by_class": map[string]int{}, "top_hosts": []any{}},
+		"cursors": map[string]any{"relay": 9_876_543, "merge": 120_000, "listrepos": ""},
+		"archive": map[string]any{"tip_seq": 48_123_456, "disk_bytes": 13_207_024_435},
+		"subscribe": map[string]any{"subscribers": 3, "replaying": 1, "tip_seq": 48_123_456,
+			"tip_time_us": time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC).UnixMicro() + 249_677, "tip_age_seconds": 0.4, "live_floor": 47_000_000},
+		"history":     history(false),
+		"last_errors": []any{map[string]any{"time": "2026-12-01T09:59:00Z", "level": "WARN", "message": "relay connection lost", "detail": "err=EOF"}},
+		"compaction":  unknownSection(),
 	}
 }
