@@ -302,6 +302,9 @@ type server struct {
 	state  string            // what the process is doing, for /status before the store is open
 	sub    *subscribe.Server // clients: /subscribe and the status endpoints
 	health lifecycle.Health  // the phase as the lifecycle last reported it, and any fatal error
+
+	hist   *subscribe.StatusHistory // the rates /status charts; nil: none
+	recent *recentLog               // the last warnings and errors; nil: none
 }
 
 func newRegistry() *prometheus.Registry {
@@ -337,11 +340,14 @@ func (s *server) statusJSON() any {
 			rep = got
 		}
 	}
+	var counts *archive.Counts
 	if w != nil && rep.Error == "" {
 		// Progress as of the last synced batch (R8): a read of the store
 		// can show a batch whose sync has not completed.
-		rep.setCounts(w.DurableCounts())
+		c := w.DurableCounts()
+		rep.setCounts(c)
 		rep.Archive.TipSeq = w.Live().Tip()
+		counts = &c
 	}
 	if err := s.health.Err(); err != nil {
 		rep.Error = "stopping on a fatal error: " + err.Error()
@@ -349,9 +355,17 @@ func (s *server) statusJSON() any {
 	if n != nil {
 		if boot := n.Bootstrap(); boot != nil {
 			p := boot.Progress()
+			if counts != nil { // the bar agrees with the repos by status
+				p.SetCounts(*counts)
+			}
 			rep.Bootstrap = &p
 		}
 	}
+	if s.hist != nil {
+		h := s.hist.Report()
+		rep.History = &h
+	}
+	rep.LastErrors = s.recent.last()
 	return rep
 }
 
@@ -363,12 +377,14 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 	if err != nil {
 		return err
 	}
-	log := env.log
+	recent := &recentLog{}
+	log := slog.New(recent.handler(env.log.Handler()))
 	crash, err := crashpoint.FromEnv()
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	s := &server{reg: newRegistry(), log: log, state: "opening"}
+	s := &server{reg: newRegistry(), log: log, state: "opening", recent: recent,
+		hist: subscribe.NewStatusHistory(subscribe.DefaultHistoryInterval, subscribe.DefaultHistoryPoints)}
 	sc := o.subscribers
 	sc.Ready, sc.Healthy, sc.StatusJSON = s.ready, s.health.Err, subscribe.CacheStatus(s.statusJSON, s.health.Err, s.health.Phase)
 	sc.Metrics, sc.Logger = subscribe.NewMetrics(s.reg), log.With("component", "subscribe")
@@ -389,6 +405,10 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 		return err
 	}
 	errc := hs.errc
+	// The sampler gathers the registry, the store's collector included:
+	// it stops before the store closes.
+	stopSampling := startHistory(ctx, s.hist, s.reg, subscribe.DefaultHistoryInterval)
+	defer stopSampling()
 	var httpDown sync.Once
 	stopHTTP := func() {
 		httpDown.Do(func() {
@@ -428,6 +448,7 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 		// Requests (a checkpoint, /status) and subscribers read the store:
 		// they end before it closes.
 		stopHTTP()
+		stopSampling()
 		n.Close()
 	}()
 	s.set(func(s *server) { s.node, s.store, s.w, s.state = n, n.Store(), n.Writer(), "" })
@@ -451,6 +472,7 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 		return err
 	}
 	log.Info("stopped; a restart resumes from the durable state")
+	stopSampling()
 	return n.Close()
 }
 

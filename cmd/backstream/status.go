@@ -15,6 +15,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/subscribe"
 )
 
 func statusCommand() *command {
@@ -44,6 +45,10 @@ type statusReport struct {
 	// Bootstrap is the live progress of a running bootstrap (serve's
 	// /status only).
 	Bootstrap *bootstrap.Progress `json:"bootstrap,omitempty"`
+	// History is the rates of the last minutes and LastErrors the last
+	// warnings and errors logged (serve's /status only; status_live.go).
+	History    *subscribe.HistoryReport `json:"history,omitempty"`
+	LastErrors []logLine                `json:"last_errors,omitempty"`
 }
 
 // emptyStatus is the report before a store can be read: phase names what
@@ -78,6 +83,7 @@ type statusCursors struct {
 type statusArchive struct {
 	TipSeq     uint64 `json:"tip_seq"`
 	CaptureTip uint64 `json:"capture_tip_seq"`
+	DiskBytes  uint64 `json:"disk_bytes"` // the store's files, as Pebble counts them
 }
 
 // setCounts fills the repo counts and the failed classes from c.
@@ -163,6 +169,7 @@ func buildStatus(s *archive.Store) (*statusReport, error) {
 	if r.Archive.CaptureTip, err = s.CaptureTip(); err != nil {
 		return nil, err
 	}
+	r.Archive.DiskBytes = s.DB().Metrics().DiskSpaceUsage()
 	return r, nil
 }
 
@@ -253,5 +260,6 @@ func printStatus(out io.Writer, r *statusReport) {
 	if r.Archive.CaptureTip > 0 {
 		fmt.Fprintf(tw, "capture tip seq\t%d\n", r.Archive.CaptureTip)
 	}
+	fmt.Fprintf(tw, "store on disk\t%d bytes\n", r.Archive.DiskBytes)
 	tw.Flush()
 }
