@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,6 +52,24 @@ func TestStatusPageInBrowser(t *testing.T) {
 			tc.check(t, p)
 		})
 	}
+	// The page polls: opened during bootstrap, it shows steady state once
+	// the report says so, without a reload (virtual time runs the 5 s
+	// timer at once).
+	t.Run("refresh", func(t *testing.T) {
+		var calls atomic.Int32
+		status := func() any {
+			if calls.Add(1) == 1 {
+				return bootstrapStatus()
+			}
+			return steadyStatus()
+		}
+		h := newHarness(t, harnessOpts{notReady: true, status: status})
+		p := render(t, bin, h.url("/status"), "refresh", "--virtual-time-budget=6000")
+		if got := p.textOf(t, "phase"); got != "Steady state" {
+			t.Fatalf("after a refresh the page shows %q", got)
+		}
+		checkSteadyPage(t, p)
+	})
 }
 
 func chromium(t *testing.T) string {
@@ -72,7 +91,7 @@ type renderedPage struct {
 	json map[string]any // what the raw-JSON link answers
 }
 
-func render(t *testing.T, bin, pageURL, name string) *renderedPage {
+func render(t *testing.T, bin, pageURL, name string, flags ...string) *renderedPage {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -81,18 +100,18 @@ func render(t *testing.T, bin, pageURL, name string) *renderedPage {
 		dir = t.TempDir()
 	}
 	shot := filepath.Join(dir, "status-"+name+".png")
-	args := func(mode ...string) []string {
-		return append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1280,1000",
-			"--user-data-dir=" + t.TempDir()}, append(mode, pageURL)...)
-	}
-	if out, err := exec.CommandContext(ctx, bin, args("--screenshot="+shot)...).CombinedOutput(); err != nil {
-		t.Fatalf("chromium --screenshot: %v\n%s", err, out)
+	// One run: the screenshot is written, the DOM printed, both after the
+	// page's script has run.
+	args := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1280,1000",
+		"--user-data-dir=" + t.TempDir(), "--screenshot=" + shot, "--dump-dom"}, flags...)
+	cmd := exec.CommandContext(ctx, bin, append(args, pageURL)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("chromium: %v\n%s", err, stderr.Bytes())
 	}
 	checkScreenshot(t, shot)
-	out, err := exec.CommandContext(ctx, bin, args("--dump-dom")...).Output()
-	if err != nil {
-		t.Fatalf("chromium --dump-dom: %v", err)
-	}
 	p := &renderedPage{url: pageURL, dom: string(out)}
 	p.text = visibleText(p.dom)
 	p.json = followRawLink(t, p)
