@@ -119,11 +119,17 @@ func (s *progressState) record(res *backfill.Result) {
 // SetCounts sets Known, Done, Listed and the two fractions from the
 // store's counts c and the queue. The queue is not all known: subtracting
 // all of it from Known (as this once did) read "0 of 12358 done" while
-// 11,197 were complete, the window having listed 17,642 repos ahead.
+// 11,197 were complete, the window having listed 17,642 repos ahead. Known
+// less the known repos owed is exact within a run; after a restart, repos
+// recorded beyond the checkpoint are owed before they are listed again, so
+// Done is also capped by what the counts allow: every repo but the pending
+// and not_started ones, inactive ones excepted (an inactive complete repo
+// counted twice only loosens the cap).
 func (p *Progress) SetCounts(c archive.Counts) {
 	p.Known = c.Total()
 	owed := int64(p.Queued+p.InFlight) - p.Unrecorded
-	p.Done = min(max(p.Known-owed, 0), p.Known)
+	most := p.Known - c.Get(archive.StatusPending) - c.Get(archive.StatusNotStarted) + c.Inactive
+	p.Done = min(max(p.Known-owed, 0), most, p.Known)
 	p.Listed = p.Known + p.Unrecorded
 	p.DoneFraction = fraction(p.Done, p.Known)
 	p.KnownFraction = fraction(p.Known, p.Listed)

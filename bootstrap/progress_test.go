@@ -35,6 +35,33 @@ func TestProgressBarWindowAhead(t *testing.T) {
 		t.Fatalf("known fraction %v, want %v", p.KnownFraction, want)
 	}
 
+	// After a restart: 300 repos recorded beyond the checkpoint were made
+	// pending and are not listed (queued) again yet; 50 inactive repos were
+	// never fetched. Done is what needs no more work: 650 + 50.
+	var r archive.Counts
+	r.ByStatus[archive.StatusComplete] = 650
+	r.ByStatus[archive.StatusPending] = 300
+	r.ByStatus[archive.StatusNotStarted] = 50
+	r.Inactive = 50
+	restarted := bootstrap.Progress{PendingOnRestart: 300}
+	restarted.SetCounts(r)
+	if restarted.Done != 700 || restarted.Known != 1000 {
+		t.Fatalf("after a restart: done %d of %d, want 700 of 1000", restarted.Done, restarted.Known)
+	}
+
+	// Within a run, the queue decides: of 120 known repos, 20 active
+	// not_started ones are queued, 10 complete ones are inactive (listed
+	// so after they were fetched), so the counts alone would allow 110.
+	var q archive.Counts
+	q.ByStatus[archive.StatusComplete] = 100
+	q.ByStatus[archive.StatusNotStarted] = 20
+	q.Inactive = 10
+	running := bootstrap.Progress{Queued: 15, InFlight: 5}
+	running.SetCounts(q)
+	if running.Done != 100 {
+		t.Fatalf("with inactive complete repos: done %d, want 100", running.Done)
+	}
+
 	// Nothing known yet: zero, not NaN.
 	var empty bootstrap.Progress
 	empty.SetCounts(archive.Counts{})
