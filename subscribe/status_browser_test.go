@@ -1,18 +1,8 @@
 package subscribe
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
-	"image/png"
 	"math"
-	"net/http"
-	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -21,7 +11,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/bootstrap"
-	"github.com/backstream/backstream/internal/citest"
+	"github.com/backstream/backstream/internal/browsertest"
 )
 
 // TestStatusPageInBrowser renders /status in headless Chromium (Debian's
@@ -36,7 +26,7 @@ import (
 // fails under .ci/run (internal/citest). STATUS_SCREENSHOT_DIR keeps the
 // screenshots.
 func TestStatusPageInBrowser(t *testing.T) {
-	bin := chromium(t)
+	bin := browsertest.Chromium(t)
 	for _, tc := range []struct {
 		name   string
 		status map[string]any
@@ -65,176 +55,39 @@ func TestStatusPageInBrowser(t *testing.T) {
 		}
 		h := newHarness(t, harnessOpts{notReady: true, status: status})
 		p := render(t, bin, h.url("/status"), "refresh", "--virtual-time-budget=6000")
-		if got := p.textOf(t, "phase"); got != "Steady state" {
+		if got := p.TextOf(t, "phase"); got != "Steady state" {
 			t.Fatalf("after a refresh the page shows %q", got)
 		}
 		checkSteadyPage(t, p)
 	})
 }
 
-func chromium(t *testing.T) string {
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless_shell"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	citest.Need(t, "no Chromium installed (apt-get install chromium)")
-	return ""
-}
-
-// renderedPage is what Chromium made of the page: its DOM, its visible
-// text and the JSON the raw-JSON link answers.
+// renderedPage is the page as Chromium rendered it and the JSON its raw
+// JSON link answers.
 type renderedPage struct {
-	url  string
-	dom  string
-	text string         // the DOM's text, without scripts, styles and the raw JSON
-	json map[string]any // what the raw-JSON link answers
+	*browsertest.Page
+	json map[string]any
 }
 
 func render(t *testing.T, bin, pageURL, name string, flags ...string) *renderedPage {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	dir := os.Getenv("STATUS_SCREENSHOT_DIR")
-	if dir == "" {
-		dir = t.TempDir()
-	}
-	shot := filepath.Join(dir, "status-"+name+".png")
-	// One run: the screenshot is written, the DOM printed, both after the
-	// page's script has run.
-	args := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1280,1000",
-		"--user-data-dir=" + t.TempDir(), "--screenshot=" + shot, "--dump-dom"}, flags...)
-	cmd := exec.CommandContext(ctx, bin, append(args, pageURL)...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("chromium: %v\n%s", err, stderr.Bytes())
-	}
-	checkScreenshot(t, shot)
-	p := &renderedPage{url: pageURL, dom: string(out)}
-	p.text = visibleText(p.dom)
-	p.json = followRawLink(t, p)
+	p := &renderedPage{Page: browsertest.Render(t, bin, pageURL, "status-"+name, flags...)}
+	p.json = p.FollowJSON(t, "raw-json")
 	return p
 }
-
-// checkScreenshot: a PNG of the window, not a blank one.
-func checkScreenshot(t *testing.T, path string) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("no screenshot: %v", err)
-	}
-	img, err := png.Decode(bytes.NewReader(b))
-	if err != nil {
-		t.Fatalf("screenshot %s: %v", path, err)
-	}
-	colors := map[uint32]bool{}
-	r := img.Bounds()
-	for y := r.Min.Y; y < r.Max.Y; y += 7 {
-		for x := r.Min.X; x < r.Max.X; x += 7 {
-			cr, cg, cb, _ := img.At(x, y).RGBA()
-			colors[cr>>8<<16|cg>>8<<8|cb>>8] = true
-		}
-	}
-	if r.Dx() != 1280 || r.Dy() != 1000 || len(colors) < 16 {
-		t.Fatalf("screenshot %s: %dx%d with %d colours: not a rendered page", path, r.Dx(), r.Dy(), len(colors))
-	}
-	t.Logf("screenshot: %s", path)
-}
-
-var (
-	hiddenRE = regexp.MustCompile(`(?s)<script.*?</script>|<style.*?</style>|<title>.*?</title>|<pre id="raw">.*?</pre>`)
-	tagRE    = regexp.MustCompile(`<[^>]*>`)
-)
-
-func visibleText(dom string) string {
-	s := tagRE.ReplaceAllString(hiddenRE.ReplaceAllString(dom, " "), " ")
-	for _, e := range [][2]string{{"&amp;", "&"}, {"&lt;", "<"}, {"&gt;", ">"}, {"&nbsp;", " "}} {
-		s = strings.ReplaceAll(s, e[0], e[1])
-	}
-	return strings.Join(strings.Fields(s), " ")
-}
-
-// followRawLink fetches the raw-JSON link's target as a browser would
-// (Accept: text/html) and decodes it: the link must answer JSON.
-func followRawLink(t *testing.T, p *renderedPage) map[string]any {
-	t.Helper()
-	href := p.attr(t, "raw-json", "href")
-	base, _ := url.Parse(p.url)
-	ref, err := url.Parse(strings.ReplaceAll(href, "&amp;", "&"))
-	if err != nil {
-		t.Fatalf("raw JSON link %q: %v", href, err)
-	}
-	req, _ := http.NewRequest("GET", base.ResolveReference(ref).String(), nil)
-	req.Header.Set("Accept", "text/html,application/xhtml+xml,*/*;q=0.8")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var m map[string]any
-	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || !strings.HasPrefix(ct, "application/json") {
-		t.Fatalf("raw JSON link %s: %d %s", href, resp.StatusCode, ct)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
-		t.Fatalf("raw JSON link %s: %v", href, err)
-	}
-	return m
-}
-
-// tag is the start tag of the element with id.
-func (p *renderedPage) tag(t *testing.T, id string) string {
-	t.Helper()
-	m := regexp.MustCompile(`<[a-z]+ [^>]*\bid="` + regexp.QuoteMeta(id) + `"[^>]*>`).FindString(p.dom)
-	if m == "" {
-		t.Fatalf("no element #%s in the rendered page:\n%s", id, p.text)
-	}
-	return m
-}
-
-func (p *renderedPage) attr(t *testing.T, id, name string) string {
-	t.Helper()
-	m := regexp.MustCompile(`\b` + name + `="([^"]*)"`).FindStringSubmatch(p.tag(t, id))
-	if m == nil {
-		t.Fatalf("#%s has no %s: %s", id, name, p.tag(t, id))
-	}
-	return m[1]
-}
-
-// textOf is the text of the element with id (one without child elements).
-func (p *renderedPage) textOf(t *testing.T, id string) string {
-	t.Helper()
-	tag := p.tag(t, id)
-	rest := p.dom[strings.Index(p.dom, tag)+len(tag):]
-	return strings.ReplaceAll(rest[:strings.Index(rest, "<")], "&amp;", "&")
-}
-
-var (
-	// snakeRE is a JSON key shown as is (checkpoint_lag, tip_time_us).
-	snakeRE = regexp.MustCompile(`\b[a-z]+_[a-z_]+\b`)
-	// rawNumberRE is a number no person reads: a microsecond timestamp, a
-	// long integer without separators, a float with many decimals.
-	rawNumberRE = regexp.MustCompile(`\b\d{6,}\b|\d\.\d{4,}`)
-)
 
 // checkCommon: what both pages must be: human labels and numbers, the raw
 // JSON one click away, an unknown section shown as a labelled table.
 func (p *renderedPage) checkCommon(t *testing.T) {
 	t.Helper()
-	if k := snakeRE.FindAllString(p.text, 5); k != nil {
-		t.Errorf("raw keys shown: %q in\n%s", k, p.text)
-	}
-	if n := rawNumberRE.FindAllString(p.text, 5); n != nil {
-		t.Errorf("raw numbers shown: %q in\n%s", n, p.text)
-	}
+	p.RequireHuman(t)
 	if p.json["phase"] == nil || p.json["history"] == nil {
 		t.Errorf("the raw JSON link answered %v", p.json)
 	}
-	p.attr(t, "section-compaction", "id")
+	p.Tag(t, "section-compaction")
 	for _, want := range []string{"Compaction", "Reclaimed 118 MiB", "Runs 3", "Last run 2026-12-01 10:00:00 UTC"} {
-		if !strings.Contains(p.text, want) {
-			t.Errorf("the unknown section lacks %q:\n%s", want, p.text)
+		if !strings.Contains(p.Text, want) {
+			t.Errorf("the unknown section lacks %q:\n%s", want, p.Text)
 		}
 	}
 }
@@ -242,15 +95,8 @@ func (p *renderedPage) checkCommon(t *testing.T) {
 // checkChart: the chart has one point per history point that has field.
 func (p *renderedPage) checkChart(t *testing.T, id string, want int) {
 	t.Helper()
-	if n := p.attr(t, id, "data-points"); n != strconv.Itoa(want) {
-		t.Errorf("#%s has %s points, want %d", id, n, want)
-	}
-	tag := p.tag(t, id)
-	svg := p.dom[strings.Index(p.dom, tag):]
-	svg = svg[:strings.Index(svg, "</svg>")]
-	m := regexp.MustCompile(`<polyline points="([^"]*)"`).FindStringSubmatch(svg)
-	if m == nil || len(strings.Fields(m[1])) != want {
-		t.Errorf("#%s: polyline %q, want %d points", id, m, want)
+	if n := p.ChartPoints(t, id); n != want {
+		t.Errorf("#%s has %d points, want %d", id, n, want)
 	}
 }
 
@@ -262,14 +108,14 @@ func (p *renderedPage) checkBar(t *testing.T, id string, fraction any, wantLabel
 	if !ok {
 		t.Fatalf("the JSON has no fraction for #%s: %v", id, fraction)
 	}
-	got, err := strconv.ParseFloat(p.attr(t, id, "data-value"), 64)
+	got, err := strconv.ParseFloat(p.Attr(t, id, "data-value"), 64)
 	if err != nil || got != f {
-		t.Errorf("#%s value %s, the JSON says %v", id, p.attr(t, id, "data-value"), f)
+		t.Errorf("#%s value %s, the JSON says %v", id, p.Attr(t, id, "data-value"), f)
 	}
-	if now := p.attr(t, id, "aria-valuenow"); now != fmt.Sprintf("%.2f", 100*f) {
+	if now := p.Attr(t, id, "aria-valuenow"); now != fmt.Sprintf("%.2f", 100*f) {
 		t.Errorf("#%s aria-valuenow %s, want %.2f", id, now, 100*f)
 	}
-	if l := p.textOf(t, id+"-label"); !strings.HasPrefix(l, wantLabel) {
+	if l := p.TextOf(t, id+"-label"); !strings.HasPrefix(l, wantLabel) {
 		t.Errorf("#%s label %q, want %q…", id, l, wantLabel)
 	}
 }
@@ -281,25 +127,25 @@ func checkBootstrapPage(t *testing.T, p *renderedPage) {
 	if math.Abs(b["done_fraction"].(float64)-11_197.0/12_358) > 1e-12 {
 		t.Errorf("the JSON's done fraction %v is not 11,197 of 12,358", b["done_fraction"])
 	}
-	if eta := p.textOf(t, "eta"); eta != "1 h 2 min" {
+	if eta := p.TextOf(t, "eta"); eta != "1 h 2 min" {
 		t.Errorf("ETA %q, want 1 h 2 min", eta)
 	}
 	p.checkChart(t, "chart-records", historyPoints)
 	p.checkChart(t, "chart-repos", historyPoints)
 	for _, want := range []string{"Bootstrap", "12,000 records/s", "35.2 repos/s", "Made pending on restart", "17,000 listed beyond the checkpoint",
 		"By error class", "rate limited 30", "pds1.example 25", "Not started 1,129", "Complete 11,136"} {
-		if !strings.Contains(p.text, want) {
-			t.Errorf("bootstrap page lacks %q:\n%s", want, p.text)
+		if !strings.Contains(p.Text, want) {
+			t.Errorf("bootstrap page lacks %q:\n%s", want, p.Text)
 		}
 	}
 }
 
 func checkSteadyPage(t *testing.T, p *renderedPage) {
-	if strings.Contains(p.dom, `id="bar-done"`) {
+	if p.Has("bar-done") {
 		t.Error("a bootstrap bar in steady state")
 	}
 	for id, want := range map[string]string{"events": "48,123,456", "disk": "12.3 GiB", "lag": "1.5 s", "subscribers": "3"} {
-		if got := p.textOf(t, id); got != want {
+		if got := p.TextOf(t, id); got != want {
 			t.Errorf("#%s %q, want %q", id, got, want)
 		}
 	}
@@ -308,8 +154,8 @@ func checkSteadyPage(t *testing.T, p *renderedPage) {
 	p.checkChart(t, "chart-lag", historyPoints)
 	for _, want := range []string{"Steady state", "wss://relay.example", "Relay cursor (last seq processed) 9,876,543", "Newest event time 2026-12-01",
 		"Delivered, events/s", "relay connection lost — err=EOF"} {
-		if !strings.Contains(p.text, want) {
-			t.Errorf("steady-state page lacks %q:\n%s", want, p.text)
+		if !strings.Contains(p.Text, want) {
+			t.Errorf("steady-state page lacks %q:\n%s", want, p.Text)
 		}
 	}
 }

@@ -67,13 +67,7 @@ func TestHistoryReading(t *testing.T) {
 // store's size on disk, and the last warnings and errors with their
 // attributes (those of With and groups included); infos are not kept.
 func TestServeStatusLiveSections(t *testing.T) {
-	dir := t.TempDir()
-	seedStore(t, dir)
-	store, err := archive.Open(dir, archive.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store, _ := openSeeded(t)
 	var out bytes.Buffer
 	recent := &recentLog{}
 	log := slog.New(recent.handler(slog.NewTextHandler(&out, nil)))

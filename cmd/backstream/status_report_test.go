@@ -121,15 +121,22 @@ func TestStatusReportTable(t *testing.T) {
 	}
 }
 
-// TestStatusHeldStore: a store another holder has open is named as such.
-func TestStatusHeldStore(t *testing.T) {
+// openSeeded is a seeded store in dir, held open until the test ends.
+func openSeeded(t *testing.T) (*archive.Store, string) {
+	t.Helper()
 	dir := t.TempDir()
 	seedStore(t, dir)
 	s, err := archive.Open(dir, archive.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return s, dir
+}
+
+// TestStatusHeldStore: a store another holder has open is named as such.
+func TestStatusHeldStore(t *testing.T) {
+	_, dir := openSeeded(t)
 	code, _, stderr := runCLI(t, nil, "status", "--data-dir", dir)
 	if code != 1 || !strings.Contains(stderr, "held open by another process") || !strings.Contains(stderr, "/status") {
 		t.Fatalf("held store: code %d, %s", code, stderr)
