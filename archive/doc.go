@@ -32,8 +32,9 @@
 //     the lock holder's downloads), and never a reason to refuse.
 //   - D1: the Writer publishes events (LiveLog) and receipts (Acks) only after
 //     the batch holding them is synced. A seq handed to anyone is durable, so
-//     it is never reused after a crash; TimeUS is max(now, previous), seeded
-//     from the tip on restart, so it never goes backwards along seqs.
+//     it is never reused after a crash; each event's TimeUS is
+//     max(now, previous+1), seeded from the tip on restart, so it strictly
+//     increases along seqs and a time cursor names exactly one event.
 //   - D3 (the ratchet): rev/<did> is the newest rev archived for the account.
 //     A live or merged commit/sync row is kept only when its rev is newer
 //     (the other ops of the same commit, in the same unit, pass with it);

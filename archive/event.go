@@ -80,7 +80,7 @@ type Event struct {
 	Rev         string // commit and sync kinds: the repo revision (TID)
 	CID         []byte // create/update: the record CID in binary form
 	Record      []byte // create/update: the record as raw DAG-CBOR
-	TimeUS      int64  // unix microseconds, stamped at seq allocation, never decreasing along seqs
+	TimeUS      int64  // unix microseconds, stamped at seq allocation, strictly increasing along seqs
 	Handle      string // identity only (may be empty)
 	Active      bool   // account only
 	Status      string // account only: "", "deactivated", "takendown", "suspended", "deleted", ...

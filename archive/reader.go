@@ -125,8 +125,9 @@ func (ev *Event) Clone() Event {
 }
 
 // SeqAtTime returns the first archived seq whose TimeUS is ≥ us, or tip+1
-// when every archived event is older (the caller starts live). TimeUS never
-// decreases along seqs, so this is a binary search over point reads.
+// when every archived event is older (the caller starts live). TimeUS
+// strictly increases along seqs, so this is a binary search over point reads
+// and a time taken from an event finds that very event.
 func (s *Store) SeqAtTime(us int64) (uint64, error) {
 	tip, tipUS, err := s.tip(PrefixEvent)
 	if err != nil {

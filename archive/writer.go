@@ -590,9 +590,6 @@ func (w *Writer) apply(p *pending, u *Unit, dropped int) bool {
 	}
 	// Apply the staged unit: seqs, times, batch writes, overlays.
 	now := w.opts.Now().UnixMicro()
-	if now < w.lastUS {
-		now = w.lastUS
-	}
 	for i := range u.Events {
 		ev := &u.Events[i]
 		if !st.keep[i] {
@@ -600,9 +597,11 @@ func (w *Writer) apply(p *pending, u *Unit, dropped int) bool {
 			p.staleBy[ev.Source]++
 			continue
 		}
-		ev.Seq, ev.TimeUS = w.nextSeq, now
+		// Every kept event gets its own time, max(now, previous+1): a
+		// client resuming by time_us lands on exactly one event.
+		w.lastUS = max(now, w.lastUS+1)
+		ev.Seq, ev.TimeUS = w.nextSeq, w.lastUS
 		w.nextSeq++
-		w.lastUS = now
 		var err error
 		if w.buf, err = AppendEvent(w.buf[:0], ev); err != nil {
 			w.bug(fmt.Errorf("event of %s: %w", ev.DID, err)) // validated in stage

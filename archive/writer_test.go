@@ -276,13 +276,60 @@ func TestSeqAndTimeAcrossRestart(t *testing.T) {
 	if len(times) != 4 {
 		t.Fatalf("%d events", len(times))
 	}
-	for i := 1; i < len(times); i++ {
-		if times[i] < times[i-1] {
-			t.Fatalf("time went backwards: %v", times)
-		}
+	// One microsecond apart along seqs, the clock's steps back ignored; the
+	// restart seeds from the tip's time, not from the earlier clock.
+	c := clock.UnixMicro()
+	if want := []int64{c, c + 1, c + 2, c + 3}; !reflect.DeepEqual(times, want) {
+		t.Fatalf("times %v, want %v", times, want)
 	}
-	if times[3] != clock.UnixMicro() {
-		t.Fatalf("restart did not seed time from the tip: %v", times)
+}
+
+// TestTimeStrictlyIncreasesPerEvent: a frozen clock and big units (one unit
+// of 300 rows, then several units in one batch) still give every event its
+// own time_us, and SeqAtTime maps each event's time back to exactly its seq
+// — a client resuming by time_us lands on the one event it named, not on
+// the first of a batch sharing its time.
+func TestTimeStrictlyIncreasesPerEvent(t *testing.T) {
+	s := openMem(t, vfs.NewMem())
+	defer s.Close()
+	const c = 1_700_000_000_000_000
+	w := newWriter(t, s, WriterOptions{Now: func() time.Time { return time.UnixMicro(c) }})
+	defer w.Close()
+	big := make([]Event, 300)
+	for i := range big {
+		big[i] = commitEv(didN(i), "01", KindCreate, SourceLive, "a")
+	}
+	apply(t, w, &Unit{Events: big})
+	// Units submitted together share a batch (group commit).
+	acks := make(chan struct{}, 8)
+	for i := 0; i < 8; i++ {
+		go func() {
+			apply(t, w, &Unit{Events: []Event{{Kind: KindIdentity, DID: didN(1000 + i), Source: SourceLive}, {Kind: KindIdentity, DID: didN(2000 + i), Source: SourceLive}}})
+			acks <- struct{}{}
+		}()
+	}
+	for i := 0; i < 8; i++ {
+		<-acks
+	}
+	it, err := s.Events(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	n := 0
+	for it.Next() {
+		ev := it.Event()
+		if want := int64(c) + int64(ev.Seq) - 1; ev.TimeUS != want {
+			t.Fatalf("seq %d time %d, want %d", ev.Seq, ev.TimeUS, want)
+		}
+		got, err := s.SeqAtTime(ev.TimeUS)
+		if err != nil || got != ev.Seq {
+			t.Fatalf("SeqAtTime(%d) = %d, %v; want seq %d", ev.TimeUS, got, err, ev.Seq)
+		}
+		n++
+	}
+	if it.Err() != nil || n != 316 {
+		t.Fatalf("%d events, err %v", n, it.Err())
 	}
 }
 
