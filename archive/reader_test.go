@@ -16,7 +16,8 @@ func TestSeqAtTimeAndIteration(t *testing.T) {
 	if seq, err := s.SeqAtTime(5); err != nil || seq != 1 {
 		t.Fatalf("empty archive: %d %v", seq, err)
 	}
-	// Times: seqs 1-3 at 1s, 4-6 at 2s, 7-9 at 3s (batches share a stamp).
+	// Times: seqs 1-3 at 1s +0,1,2 µs, 4-6 at 2s +0,1,2, 7-9 at 3s +0,1,2
+	// (every event its own stamp).
 	for i := 0; i < 3; i++ {
 		apply(t, w, &Unit{Events: []Event{realisticEvent(3 * i), realisticEvent(3*i + 1), realisticEvent(3*i + 2)}})
 		now += 1_000_000
@@ -24,7 +25,7 @@ func TestSeqAtTimeAndIteration(t *testing.T) {
 	for _, tc := range []struct {
 		us   int64
 		want uint64
-	}{{0, 1}, {1_000_000, 1}, {1_000_001, 4}, {2_000_000, 4}, {2_500_000, 7}, {3_000_000, 7}, {3_000_001, 10}} {
+	}{{0, 1}, {1_000_000, 1}, {1_000_001, 2}, {1_000_002, 3}, {1_000_003, 4}, {2_000_000, 4}, {2_000_002, 6}, {2_500_000, 7}, {3_000_000, 7}, {3_000_002, 9}, {3_000_003, 10}} {
 		if got, err := s.SeqAtTime(tc.us); err != nil || got != tc.want {
 			t.Errorf("SeqAtTime(%d) = %d, %v; want %d", tc.us, got, err, tc.want)
 		}
