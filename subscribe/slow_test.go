@@ -164,7 +164,7 @@ func TestCursorAsTime(t *testing.T) {
 	h := newHarness(t, harnessOpts{now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }})
 	var seqs []uint64
 	for i := 0; i < 5; i++ {
-		f, l := h.commit(genEvents(t, 3*i, 3, 4)...) // one stamp per commit
+		f, l := h.commit(genEvents(t, 3*i, 3, 4)...) // times now, now+1µs, now+2µs
 		for s := f; s <= l; s++ {
 			seqs = append(seqs, s)
 		}
@@ -178,8 +178,11 @@ func TestCursorAsTime(t *testing.T) {
 	}{
 		{base.UnixMicro() - 1, 1},
 		{base.UnixMicro(), 1},
-		{base.UnixMicro() + 1, 4},
+		{base.UnixMicro() + 1, 2},
+		{base.UnixMicro() + 2, 3},
+		{base.UnixMicro() + 3, 4},
 		{base.Add(2 * time.Second).UnixMicro(), 7},
+		{base.Add(2*time.Second).UnixMicro() + 2, 9},
 		{base.Add(4*time.Second).UnixMicro() + 500, 16}, // past the tip: live
 	} {
 		// The cursor is resolved before the upgrade is answered: a time past
@@ -195,6 +198,48 @@ func TestCursorAsTime(t *testing.T) {
 		}
 		if err == nil && tc.want <= seqs[len(seqs)-1] && ev.TimeUS < tc.us {
 			t.Errorf("cursor time %d: event at %d is older", tc.us, ev.TimeUS)
+		}
+	}
+}
+
+// TestResumeByTimeUS: a v1-style client keeps the time_us of the last event
+// it handled and reconnects with it as the cursor, as the npm Jetstream
+// clients do. The writer committed the events in big units under a frozen
+// clock (one unit of 257, the most live events a batch held), so before
+// every event had its own time the whole unit came again. Now Jetstream's
+// rule holds exactly: a time cursor is inclusive, so the one event the
+// client last saw comes again, then the ones after it, and nothing else.
+func TestResumeByTimeUS(t *testing.T) {
+	base := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	h := newHarness(t, harnessOpts{now: func() time.Time { return base }})
+	first, _ := h.commit(genEvents(t, 0, 257, 9)...)
+	_, last := h.commit(genEvents(t, 257, 40, 9)...)
+	c := h.dial("?cursor=0", nil)
+	var all []wireEvent
+	for len(all) < int(last-first+1) {
+		ev, _, err := readEvent(t, c, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(all); n > 0 && ev.TimeUS <= all[n-1].TimeUS {
+			t.Fatalf("time_us %d at cursor %d after %d", ev.TimeUS, ev.Cursor, all[n-1].TimeUS)
+		}
+		all = append(all, ev)
+	}
+	c.Close()
+	for _, k := range []int{0, 1, 100, 256, 257, len(all) - 1} {
+		c := h.dial(fmt.Sprintf("?cursor=%d", all[k].TimeUS), nil)
+		var got []uint64
+		for len(got) < len(all)-k {
+			ev, _, err := readEvent(t, c, 5*time.Second)
+			if err != nil {
+				t.Fatalf("resume at %d: %v", all[k].TimeUS, err)
+			}
+			got = append(got, ev.Cursor)
+		}
+		c.Close()
+		if err := checkContiguous(got, all[k].Cursor, last); err != nil {
+			t.Fatalf("resume from the time_us of cursor %d: %v", all[k].Cursor, err)
 		}
 	}
 }
