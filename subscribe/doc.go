@@ -34,20 +34,24 @@
 //	wantedDids         repeatable; DIDs; ≤ 10,000 distinct
 //	cursor             archive seq, inclusive (0 = the start); ≥ 10^15 = unix µs (first event at or after);
 //	                   beyond the tip, or absent = live from the tip at connect time
-//	maxMessageSizeBytes (alias maxSize) non-negative; events whose payload (compressed if
-//	                   compressing) is larger are skipped; 0 = no limit
-//	compress           true|false; the Socket-Encoding header containing "zstd" also turns it on
+//	maxMessageSizeBytes (alias maxSize) events whose payload (compressed if compressing) is
+//	                   larger are skipped; 0 = no limit, and so is a negative, malformed or
+//	                   overflowing value (Jetstream's reading: never a refusal)
+//	compress           exactly "true" turns it on, anything else leaves it off (Jetstream's
+//	                   reading); the Socket-Encoding header containing "zstd" also turns it on
 //	zstdDictionary     the current dictionary's id (implies compression); anything else is a 400
 //	                   naming the current id
-//	requireHello       true|false; true holds the stream until the first options_update
+//	requireHello       exactly "true" holds the stream until the first options_update
 //
 // Empty values are ignored; for scalars the first value counts; unknown
-// parameters are ignored and counted. The query is split here, not by
+// parameters are ignored and counted. docs/jetstream-compat.md compares
+// every parameter with Jetstream v1's. The query is split here, not by
 // net/url, whose parser silently drops everything above 10,000 parameters.
 // Text messages {"type":"options_update","payload":{"wantedCollections":[…],
 // "wantedDids":[…],"maxMessageSizeBytes":N}} replace the filter; other types
 // are ignored, as Jetstream does; a malformed one (bad JSON, a bad value, a
-// negative size) closes with 1008 and the reason.
+// size that is not a JSON integer) closes with 1008 and the reason; a
+// negative size is 0 (no limit).
 //
 // Every JSON event carries "cursor":<seq>. With compression each event is
 // one binary message holding one zstd frame (no checksum); without a

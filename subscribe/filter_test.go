@@ -263,7 +263,7 @@ func TestOptionsUpdate(t *testing.T) {
 		`{"type":"options_update"}`,
 		`{"type":"options_update","payload":{"wantedCollections":["bad..nsid"]}}`,
 		`{"type":"options_update","payload":{"wantedDids":["nope"]}}`,
-		`{"type":"options_update","payload":{"maxMessageSizeBytes":-5}}`,
+		`{"type":"options_update","payload":{"maxMessageSizeBytes":"big"}}`,
 		`{"type":"options_update","payload":{"wantedDids":"did:plc:notalist"}}`,
 	} {
 		c := h.dial("", nil)
@@ -324,6 +324,23 @@ func TestMaxMessageSize(t *testing.T) {
 		c.Close()
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("%s: got %v, want %v", p, got, want)
+		}
+	}
+	// Jetstream's reading: a negative, malformed or overflowing size is 0,
+	// no limit — the connection is accepted and gets every event; in an
+	// options_update a negative size is 0 too.
+	for _, q := range []string{"maxMessageSizeBytes=-1", "maxMessageSizeBytes=big", "maxMessageSizeBytes=99999999999999999999", "maxSize=-7",
+		"maxMessageSizeBytes=300&requireHello=true"} {
+		c := h.dial("?cursor=0&"+q, nil)
+		if strings.Contains(q, "requireHello") {
+			if err := c.WriteMessage(websocket.TextMessage, []byte(`{"type":"options_update","payload":{"maxMessageSizeBytes":-5}}`)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := readUntil(t, c, last)
+		c.Close()
+		if err := checkContiguous(got, first, last); err != nil {
+			t.Fatalf("%s: %v", q, err)
 		}
 	}
 }

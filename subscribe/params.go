@@ -114,7 +114,7 @@ func (f *filter) admit(ev *archive.Event) bool {
 // newFilter validates filter values (query parameters or an options_update)
 // and builds the filter. Empty strings are ignored. Duplicates count once
 // towards the limits, as in Jetstream.
-func newFilter(collections, dids []string, maxSize int64, maxSizeParam string) (*filter, *ParamError) {
+func newFilter(collections, dids []string, maxSize int64) (*filter, *ParamError) {
 	f := &filter{}
 	for _, c := range collections {
 		if c == "" {
@@ -160,11 +160,8 @@ func newFilter(collections, dids []string, maxSize int64, maxSizeParam string) (
 	if len(f.dids) > MaxWantedDIDs {
 		return nil, paramErr(paramDIDs, "%d values, at most %d", len(f.dids), MaxWantedDIDs)
 	}
-	if maxSize < 0 {
-		return nil, paramErr(maxSizeParam, "%d is negative", maxSize)
-	}
-	if maxSize > 1<<40 {
-		maxSize = 0 // larger than anything: no limit
+	if maxSize < 0 || maxSize > 1<<40 {
+		maxSize = 0 // negative (Jetstream's rule) or larger than anything: no limit
 	}
 	f.maxSize = int(maxSize)
 	return f, nil
@@ -240,26 +237,21 @@ func parseRequest(q url.Values, h http.Header, dictID func() (uint32, error)) (*
 			r.unknown = append(r.unknown, name)
 		}
 	}
-	maxParam, maxVal := paramMaxSize, q.Get(paramMaxSize)
+	maxVal := q.Get(paramMaxSize)
 	if maxVal == "" {
-		maxParam, maxVal = paramMaxSizeAlt, q.Get(paramMaxSizeAlt)
+		maxVal = q.Get(paramMaxSizeAlt)
 	}
-	var maxSize int64
-	if maxVal != "" {
-		v, err := strconv.ParseInt(maxVal, 10, 64)
-		if err != nil || v < 0 || maxVal[0] == '+' {
-			return nil, paramErr(maxParam, "%q is not a non-negative integer", maxVal)
-		}
-		maxSize = v
-	}
-	f, perr := newFilter(q[paramCollections], q[paramDIDs], maxSize, maxParam)
+	// Jetstream's rule: a malformed, negative or overflowing size is 0 (no
+	// limit), never a refusal.
+	maxSize, _ := strconv.ParseInt(maxVal, 10, 64)
+	f, perr := newFilter(q[paramCollections], q[paramDIDs], maxSize)
 	if perr != nil {
 		return nil, perr
 	}
 	r.filter = f
 	if v := q.Get(paramCursor); v != "" {
 		c, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || c < 0 || v[0] == '+' {
+		if err != nil || c < 0 {
 			return nil, paramErr(paramCursor, "%q is not a non-negative integer (an archive seq, or unix microseconds when ≥ 10^15)", v)
 		}
 		r.cursorValue = c
@@ -268,16 +260,11 @@ func parseRequest(q url.Values, h http.Header, dictID func() (uint32, error)) (*
 			r.cursor = cursorTime
 		}
 	}
-	var err *ParamError
-	if r.compress, err = boolParam(q, paramCompress); err != nil {
-		return nil, err
-	}
+	r.compress = boolParam(q, paramCompress)
 	if strings.Contains(strings.ToLower(h.Get("Socket-Encoding")), "zstd") {
 		r.compress = true
 	}
-	if r.requireHello, err = boolParam(q, paramHello); err != nil {
-		return nil, err
-	}
+	r.requireHello = boolParam(q, paramHello)
 	if v := q.Get(paramDictionary); v != "" {
 		cur, derr := dictID()
 		id, perr := strconv.ParseUint(v, 10, 32)
@@ -293,16 +280,9 @@ func parseRequest(q url.Values, h http.Header, dictID func() (uint32, error)) (*
 	return r, nil
 }
 
-func boolParam(q url.Values, name string) (bool, *ParamError) {
-	switch v := q.Get(name); v {
-	case "", "false":
-		return false, nil
-	case "true":
-		return true, nil
-	default:
-		return false, paramErr(name, "%q is neither true nor false", v)
-	}
-}
+// boolParam reads a flag as Jetstream does: exactly "true" turns it on;
+// anything else, "1" and "True" included, leaves it off.
+func boolParam(q url.Values, name string) bool { return q.Get(name) == "true" }
 
 // Client messages, Jetstream's format.
 const msgOptionsUpdate = "options_update"
@@ -337,7 +317,7 @@ func parseClientMessage(b []byte) (*filter, error) {
 	if err := json.Unmarshal(m.Payload, &u); err != nil {
 		return nil, fmt.Errorf("options_update payload: %v", err)
 	}
-	f, perr := newFilter(u.WantedCollections, u.WantedDIDs, u.MaxMessageSizeBytes, paramMaxSize)
+	f, perr := newFilter(u.WantedCollections, u.WantedDIDs, u.MaxMessageSizeBytes)
 	if perr != nil {
 		return nil, fmt.Errorf("options_update: %s", perr.Message)
 	}
