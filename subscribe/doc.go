@@ -53,6 +53,16 @@
 // size that is not a JSON integer) closes with 1008 and the reason; a
 // negative size is 0 (no limit).
 //
+// permessage-deflate (RFC 7692) is accepted when a client offers it, as
+// Jetstream does; gorilla negotiates it, always with no context takeover
+// either way, and inflates client messages; the subscriber deflates its own
+// event frames (deflate.go, klauspost's stateless encoder: no window kept
+// between messages). Each message stands alone, so a live event is deflated
+// once, in its live-log slot, and shared by every deflate subscriber; a
+// replayed one is deflated by its subscriber. A zstd subscriber's frames are
+// never deflated again. maxMessageSizeBytes compares the JSON's size for a
+// deflate subscriber (the size the client's message has once inflated).
+//
 // Every JSON event carries "cursor":<seq>. With compression each event is
 // one binary message holding one zstd frame (no checksum); without a
 // dictionary id the frame has no dictionary, so any decoder reads it,
@@ -129,7 +139,8 @@
 // live batch). gorilla/websocket does the handshake and all reading; the
 // few frames it writes itself (handshake response, pongs, close echoes)
 // are queued whole by sockConn and sent with the next flush, so only the
-// subscriber goroutine writes to the socket.
+// subscriber goroutine writes to the socket. Whether deflate was negotiated is read
+// from the handshake response gorilla queued there.
 //
 // # Metrics
 //

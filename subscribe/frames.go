@@ -1,7 +1,8 @@
 package subscribe
 
 // This file owns the per-event payloads a subscriber sends: the JSON, the
-// dictionary-less zstd frame and the dictionary zstd frame. For live events
+// dictionary-less zstd frame, the dictionary zstd frame and the deflated
+// JSON. For live events
 // they are made once and kept in the live log's memo slot, shared by every
 // subscriber; replayed events are rendered by the subscriber that reads them.
 
@@ -28,6 +29,8 @@ type frame struct {
 	dOnce sync.Once
 	d     []byte // zstd frame with the dictionary
 	dID   uint32 // the dictionary d was made with
+	fOnce sync.Once
+	f     []byte // the JSON as a permessage-deflate message (deflate.go)
 }
 
 // codecs compresses payloads: one dictionary-less encoder and, once
@@ -194,6 +197,16 @@ func (f *frame) payload(c *codecs, compress bool, d *zdict) []byte {
 		})
 		return f.d
 	}
+}
+
+// deflated returns the JSON compressed as one permessage-deflate message,
+// made once and shared by every deflate subscriber.
+func (f *frame) deflated() []byte {
+	f.fOnce.Do(func() {
+		var w sliceWriter
+		f.f = w.appendDeflate(make([]byte, 0, len(f.json)/2+16), f.json)
+	})
+	return f.f
 }
 
 // rendererPool holds Renderers with Cursor set, for live frames.

@@ -400,6 +400,10 @@ var upgrader = websocket.Upgrader{
 	CheckOrigin:     func(*http.Request) bool { return true },
 	ReadBufferSize:  4096,
 	WriteBufferSize: 256, // gorilla writes only control frames here
+	// permessage-deflate when the client offers it, as Jetstream does:
+	// gorilla negotiates it and inflates client messages; the subscriber
+	// deflates its own frames (deflate.go).
+	EnableCompression: true,
 }
 
 // maxClientMessage bounds one client message (an options_update with

@@ -51,6 +51,7 @@ func TestBenchClientProcess(t *testing.T) {
 	conns, _ := strconv.Atoi(os.Getenv("CONNS"))
 	events, _ := strconv.ParseInt(os.Getenv("EVENTS"), 10, 64)
 	lat := os.Getenv("LAT") == "1"
+	deflate := os.Getenv("DEFLATE") == "1"
 	var (
 		mu  sync.Mutex
 		res benchClientResult
@@ -62,7 +63,7 @@ func TestBenchClientProcess(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, _, err := (&websocket.Dialer{ReadBufferSize: 256 << 10}).Dial(url, nil)
+			c, _, err := (&websocket.Dialer{ReadBufferSize: 256 << 10, EnableCompression: deflate}).Dial(url, nil)
 			if err != nil {
 				mu.Lock()
 				res.Err = err.Error()
@@ -133,17 +134,14 @@ type benchClient struct {
 	out *bufio.Scanner
 }
 
-func startBenchClient(b *testing.B, url string, conns int, events int64, lat bool) *benchClient {
+func startBenchClient(b *testing.B, url string, conns int, events int64, lat, deflate bool) *benchClient {
 	exe, err := os.Executable()
 	if err != nil {
 		b.Fatal(err)
 	}
 	cmd := exec.Command(exe, "-test.run=^TestBenchClientProcess$", "-test.v")
-	l := "0"
-	if lat {
-		l = "1"
-	}
-	cmd.Env = append(os.Environ(), benchClientEnv+"=1", "URL="+url, fmt.Sprint("CONNS=", conns), fmt.Sprint("EVENTS=", events), "LAT="+l)
+	cmd.Env = append(os.Environ(), benchClientEnv+"=1", "URL="+url, fmt.Sprint("CONNS=", conns), fmt.Sprint("EVENTS=", events),
+		fmt.Sprint("LAT=", flag01(lat)), fmt.Sprint("DEFLATE=", flag01(deflate)))
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		b.Fatal(err)
@@ -160,6 +158,13 @@ func startBenchClient(b *testing.B, url string, conns int, events int64, lat boo
 	}
 	b.Fatal("bench client did not start")
 	return nil
+}
+
+func flag01(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // wait returns the child's result and its CPU time.
@@ -229,10 +234,14 @@ func worldEvents(b *testing.B, n int) []archive.Event {
 // BenchmarkReplay: one subscriber replays the whole archive from cursor 0
 // (targets: ≥ 100,000 events/s, ≤ 8 server CPU-µs per event).
 func BenchmarkReplay(b *testing.B) {
-	for _, mode := range []struct{ name, query string }{
-		{"json", "?cursor=0"},
-		{"zstd", "?cursor=0&compress=true"},
-		{"zstd-dict", "?cursor=0&zstdDictionary="},
+	for _, mode := range []struct {
+		name, query string
+		deflate     bool // the client offers permessage-deflate
+	}{
+		{"json", "?cursor=0", false},
+		{"deflate", "?cursor=0", true},
+		{"zstd", "?cursor=0&compress=true", false},
+		{"zstd-dict", "?cursor=0&zstdDictionary=", false},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
 			const n = 200_000
@@ -252,7 +261,7 @@ func BenchmarkReplay(b *testing.B) {
 			var srvCPU, cliCPU, wall time.Duration
 			var bytes int64
 			for i := 0; i < b.N; i++ {
-				bc := startBenchClient(b, h.wsURL(mode.query), 1, n, false)
+				bc := startBenchClient(b, h.wsURL(mode.query), 1, n, false, mode.deflate)
 				cpu0, t0 := selfCPU(), time.Now()
 				res, ccpu := bc.wait(b)
 				wall += time.Since(t0)
@@ -279,13 +288,16 @@ func BenchmarkReplay(b *testing.B) {
 func BenchmarkLive(b *testing.B) {
 	const rate, secs = 1000, 5
 	for _, mode := range []struct {
-		name  string
-		subs  int
-		query string
+		name    string
+		subs    int
+		query   string
+		deflate bool // the clients offer permessage-deflate
 	}{
-		{"subs=100/json", 100, ""},
-		{"subs=100/zstd", 100, "?compress=true"},
-		{"subs=10/json", 10, ""},
+		{"subs=100/json", 100, "", false},
+		{"subs=100/deflate", 100, "", true},
+		{"subs=100/zstd", 100, "?compress=true", false},
+		{"subs=10/json", 10, "", false},
+		{"subs=10/deflate", 10, "", true},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
 			h := newHarness(b, harnessOpts{})
@@ -315,7 +327,7 @@ func BenchmarkLive(b *testing.B) {
 				// Baseline: the producer and the writer alone.
 				base := produce(rate)
 				n := rate * secs
-				bc := startBenchClient(b, h.wsURL(mode.query), mode.subs, int64(n), true)
+				bc := startBenchClient(b, h.wsURL(mode.query), mode.subs, int64(n), true, mode.deflate)
 				time.Sleep(100 * time.Millisecond)
 				total := produce(n)
 				res, ccpu := bc.wait(b)

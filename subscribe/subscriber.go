@@ -63,6 +63,9 @@ type subscriber struct {
 	live  *archive.LiveLog
 	dict  *zdict // non-nil: compress with the dictionary
 	comp  bool
+	// defl: the client negotiated permessage-deflate and asked for no zstd
+	// (zstd frames are not deflated again).
+	defl  bool
 	hello bool // requireHello: wait for the first options_update
 
 	filt atomic.Pointer[filter]
@@ -101,6 +104,7 @@ type subscriber struct {
 	rend     Renderer
 	scratch  []byte
 	zbuf     []byte
+	deflater sliceWriter
 
 	ents []*archive.LiveEntry
 
@@ -120,6 +124,7 @@ func newSubscriber(s *Server, src *source, ws *websocket.Conn, sock *sockConn, r
 	sub := &subscriber{
 		srv: s, ws: ws, sock: sock, store: src.store, live: src.live,
 		dict: dz, comp: req.compress, hello: req.requireHello,
+		defl:     !req.compress && deflateNegotiated(sock),
 		next:     start,
 		rend:     Renderer{Cursor: true},
 		helloCh:  make(chan struct{}),
@@ -375,6 +380,9 @@ func (s *subscriber) sendLive(ctx context.Context, e *archive.LiveEntry) error {
 		s.srv.m.skippedTooLarge()
 		return nil
 	}
+	if s.defl {
+		p = fr.deflated()
+	}
 	s.nLive++
 	if !s.catchUp {
 		s.liveTimes = append(s.liveTimes, e.Event.TimeUS) // delivery latency of events followed at the tip
@@ -386,9 +394,14 @@ func (s *subscriber) sendLive(ctx context.Context, e *archive.LiveEntry) error {
 	return nil
 }
 
+// opcode is the first header byte's opcode of an event frame, with RSV1
+// set when the message is deflated.
 func (s *subscriber) opcode() byte {
-	if s.comp {
+	switch {
+	case s.comp:
 		return opBinary
+	case s.defl:
+		return opText | rsv1
 	}
 	return opText
 }
@@ -531,6 +544,13 @@ func (s *subscriber) renderReplay(ev *archive.Event, f *filter) []byte {
 	if f.maxSize > 0 && len(p) > f.maxSize {
 		s.srv.m.skippedTooLarge()
 		return nil
+	}
+	if s.defl {
+		if s.zbuf == nil {
+			s.zbuf = make([]byte, 0, maxInlineFrame)
+		}
+		s.zbuf = s.deflater.appendDeflate(s.zbuf[:0], p)
+		p = s.zbuf
 	}
 	return p
 }
