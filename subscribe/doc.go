@@ -144,14 +144,19 @@
 //
 // # Metrics
 //
-// backstream_subscribers, backstream_subscribe_events_sent_total{path=replay|live},
+// backstream_subscribers, backstream_subscribe_events_sent_total{path=replay|live}
+// (replay: the event was more than a second old when the subscriber read it,
+// whether the archive or the live log served it; live: it was following the
+// tip),
 // backstream_subscribe_bytes_sent_total, backstream_subscribe_disconnects_total{reason},
 // backstream_subscribe_unknown_params_total, backstream_subscribe_refused_total{reason},
 // backstream_subscribe_render_errors_total, backstream_subscribe_skipped_too_large_total,
 // backstream_subscribe_buffer_reserved_bytes,
-// backstream_live_delivery_seconds (live events to subscribers following
-// the tip: archive TimeUS, stamped before the synced commit, to the socket
-// write).
+// backstream_live_delivery_seconds (the path="live" events only: archive
+// TimeUS, stamped before the synced commit, to the socket write). Stats'
+// Replaying counts subscribers below the live floor, reading the archive,
+// or catching up through the live log, so a cursor-0 replay of an archive
+// that fits in the live log is one.
 //
 // # Wire shapes (render.go)
 //

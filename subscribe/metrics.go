@@ -64,7 +64,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		eventsSent: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backstream_subscribe_events_sent_total",
-			Help: "Events written to subscribers, by path: replay (read from the archive) or live (from the in-memory live log).",
+			Help: "Events written to subscribers, by path: replay (more than a second old when read, from the archive or the live log) or live (following the tip).",
 		}, []string{"path"}),
 		bytesSent: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_subscribe_bytes_sent_total",

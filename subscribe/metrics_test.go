@@ -1,10 +1,14 @@
 package subscribe
 
 import (
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/backstream/backstream/internal/promtest"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestMetricsPreinitialised: right after NewMetrics every series of a
@@ -18,4 +22,62 @@ func TestMetricsPreinitialised(t *testing.T) {
 		ReasonClientClosed, ReasonReadError, ReasonWriteError, ReasonTooSlow, ReasonBadOptions,
 		ReasonShutdown, ReasonInternalError)...)
 	promtest.RequireZero(t, reg, "backstream_subscribe_refused_total", promtest.Label("reason", "bad_param", "not_ready", "upgrade")...)
+}
+
+// TestReplayFromLiveLogCountsAsReplay: a world that fits in the live log,
+// archived an hour ago, replayed from cursor 0. Every event is served from
+// memory, yet the replay is a replay: backstream_subscribe_events_sent_total
+// counts it under path="replay", backstream_live_delivery_seconds gets none
+// of its (hour-old) ages, and /status says replaying while a cursor-0
+// subscriber is stuck mid-replay. Events committed now, to subscribers at
+// the tip, are live and each gets one latency sample.
+func TestReplayFromLiveLogCountsAsReplay(t *testing.T) {
+	var skew atomic.Int64 // how far the writer's clock is behind
+	skew.Store(int64(time.Hour))
+	h := newHarness(t, harnessOpts{now: func() time.Time { return time.Now().Add(-time.Duration(skew.Load())) }})
+	const n = 3000
+	_, last := h.commit(genEvents(t, 0, n, 20)...)
+	if _, floor := h.w.Live().ReadEntries(1, nil, 1); floor != 1 {
+		t.Fatalf("live floor %d: the world does not fit in the live log", floor)
+	}
+	sent := func(path string) float64 {
+		return promtest.Value(t, h.reg, "backstream_subscribe_events_sent_total", map[string]string{"path": path})
+	}
+	samples := func() float64 { return promtest.Value(t, h.reg, "backstream_live_delivery_seconds", nil) }
+
+	// A cursor-0 subscriber that does not read stays mid-replay.
+	stuck := h.dialSmall("?cursor=0")
+	promtest.Eventually(t, 10*time.Second, "status to count the stuck cursor-0 replay", func() bool {
+		return h.srv.Stats().Replaying == 1
+	})
+	stuck.Close()
+	c := h.dial("?cursor=0", nil)
+	defer c.Close()
+	if err := checkContiguous(readUntil(t, c, last), 1, last); err != nil {
+		t.Fatal(err)
+	}
+	promtest.Eventually(t, 10*time.Second, "the caught-up subscriber to stop counting as replaying", func() bool {
+		st := h.srv.Stats()
+		return st.Replaying == 0 && st.Subscribers == 1
+	})
+	if r, l, s := sent("replay"), sent("live"), samples(); r < n || l != 0 || s != 0 {
+		t.Fatalf("after a cursor-0 replay from the live log: replay %v (want ≥ %d), live %v, latency samples %v (want 0)", r, n, l, s)
+	}
+
+	// Now the tip moves: a new subscriber at the tip and the caught-up one
+	// get the fresh events live.
+	skew.Store(0)
+	tip := h.dial("", nil)
+	defer tip.Close()
+	r0 := sent("replay")
+	first, last2 := h.commit(genEvents(t, n, 50, 20)...)
+	for _, cc := range []*websocket.Conn{c, tip} {
+		if err := checkContiguous(readUntil(t, cc, last2), first, last2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	promtest.Eventually(t, 5*time.Second, "100 live deliveries", func() bool { return sent("live") == 100 })
+	if r, s := sent("replay"), samples(); r != r0 || s != 100 {
+		t.Fatalf("live events: replay %v (was %v), latency samples %v (want 100)", r, r0, s)
+	}
 }

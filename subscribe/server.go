@@ -316,7 +316,8 @@ type Stats struct {
 	// LiveFloor is the lowest seq the live log holds: subscribers below it
 	// read the archive.
 	LiveFloor uint64 `json:"live_floor"`
-	// Replaying counts subscribers whose position is below LiveFloor.
+	// Replaying counts subscribers replaying: below LiveFloor, reading the
+	// archive, or catching up through live-log entries older than a second.
 	Replaying int `json:"replaying"`
 }
 
@@ -336,7 +337,7 @@ func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	st.Subscribers = len(s.subs)
 	for sub := range s.subs {
-		if sub.position.Load() < st.LiveFloor {
+		if sub.position.Load() < st.LiveFloor || sub.replaying.Load() {
 			st.Replaying++
 		}
 	}

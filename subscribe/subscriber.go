@@ -101,10 +101,16 @@ type subscriber struct {
 	slot     *readerSlot // the replay-reader slot held, if any (readerSlots)
 	slotAt   time.Time   // since when
 	catchUp  bool        // the live entries being sent are old (catchingUp)
-	rend     Renderer
-	scratch  []byte
-	zbuf     []byte
-	deflater sliceWriter
+	// oldBefore: a live-log entry stamped before this (unix µs) is a replay
+	// delivery, not a live one (catchingUp sets it per batch).
+	oldBefore int64
+	// replaying mirrors, for Stats, whether the subscriber is replaying:
+	// reading the archive or catching up through the live log.
+	replaying atomic.Bool
+	rend      Renderer
+	scratch   []byte
+	zbuf      []byte
+	deflater  sliceWriter
 
 	ents []*archive.LiveEntry
 
@@ -273,6 +279,7 @@ func (s *subscriber) serve(ctx context.Context) (reason, detail string) {
 		}
 		s.closeIter()
 		if len(s.ents) == 0 {
+			s.replaying.Store(false)
 			// Caught up: write what is buffered, then wait for the next
 			// publish (wake was taken before the read, so none is missed).
 			if err := s.flush(ctx); err != nil {
@@ -302,6 +309,7 @@ func (s *subscriber) serve(ctx context.Context) (reason, detail string) {
 		// Old entries make this a replay through the live log, which takes
 		// its turns among the archive readers (sendLiveBatch).
 		s.catchUp = s.catchingUp()
+		s.replaying.Store(s.catchUp)
 		err := s.sendLiveBatch(ctx)
 		s.yieldSlot()
 		clear(s.ents)
@@ -315,13 +323,17 @@ func (s *subscriber) serve(ctx context.Context) (reason, detail string) {
 }
 
 // catchUpAge: a subscriber whose next live-log entry is older than this is
-// catching up, not following the tip, and shares the archive readers' turns.
+// catching up, not following the tip, and shares the archive readers' turns;
+// an event older than this when read is a replay delivery in the metrics,
+// whichever buffer served it.
 const catchUpAge = time.Second
 
 // catchingUp reports whether the live entries just read are old: the
-// subscriber reads the live log as a replay.
+// subscriber reads the live log as a replay. It sets the age below which
+// an entry of the batch counts as replayed.
 func (s *subscriber) catchingUp() bool {
-	return time.Since(time.UnixMicro(s.ents[0].Event.TimeUS)) > catchUpAge
+	s.oldBefore = time.Now().Add(-catchUpAge).UnixMicro()
+	return s.ents[0].Event.TimeUS < s.oldBefore
 }
 
 // errOutOfStep: a live-log entry did not have the seq expected.
@@ -383,8 +395,10 @@ func (s *subscriber) sendLive(ctx context.Context, e *archive.LiveEntry) error {
 	if s.defl {
 		p = fr.deflated()
 	}
-	s.nLive++
-	if !s.catchUp {
+	if e.Event.TimeUS < s.oldBefore {
+		s.nReplay++ // an old event, served from memory: still a replay
+	} else {
+		s.nLive++
 		s.liveTimes = append(s.liveTimes, e.Event.TimeUS) // delivery latency of events followed at the tip
 	}
 	if len(p) > maxInlineFrame-maxFrameHeader {
@@ -415,6 +429,7 @@ func (s *subscriber) opcode() byte {
 // (write closes it before any write that would wait), so a client that
 // does not read pins no sstable.
 func (s *subscriber) replay(ctx context.Context, floor uint64) error {
+	s.replaying.Store(true)
 	if s.slot = s.srv.readers.acquire(ctx, s); s.slot == nil {
 		return nil // the main loop sees why
 	}
