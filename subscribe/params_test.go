@@ -177,3 +177,20 @@ func TestNotReady(t *testing.T) {
 		t.Errorf("not_ready refusals %v", got)
 	}
 }
+
+// TestV1FlagValues: compress and requireHello read as Jetstream reads them:
+// exactly "true" turns them on, and any other value — "1", "True", "yes" —
+// connects with the flag off (before, those were a 400): text events
+// without a hello.
+func TestV1FlagValues(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	_, last := h.commit(genEvents(t, 0, 5, 2)...)
+	for _, q := range []string{"compress=1", "compress=True", "requireHello=1", "requireHello=yes", "compress=1&requireHello=TRUE"} {
+		c := h.dial("?cursor=0&"+q, nil)
+		got := readUntil(t, c, last) // fails on a binary (zstd) message or no event
+		c.Close()
+		if err := checkContiguous(got, 1, last); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
