@@ -2,9 +2,9 @@ package subscribe
 
 // This file owns the per-event payloads a subscriber sends: the JSON, the
 // dictionary-less zstd frame, the dictionary zstd frame and the deflated
-// JSON. For live events
-// they are made once and kept in the live log's memo slot, shared by every
-// subscriber; replayed events are rendered by the subscriber that reads them.
+// JSON. For live events they are made once and kept in the live log's memo
+// slot, shared by every subscriber; replayed events are rendered by the
+// subscriber that reads them.
 
 import (
 	"errors"
