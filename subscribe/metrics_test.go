@@ -35,8 +35,14 @@ func TestReplayFromLiveLogCountsAsReplay(t *testing.T) {
 	var skew atomic.Int64 // how far the writer's clock is behind
 	skew.Store(int64(time.Hour))
 	h := newHarness(t, harnessOpts{now: func() time.Time { return time.Now().Add(-time.Duration(skew.Load())) }})
-	const n = 3000
-	_, last := h.commit(genEvents(t, 0, n, 20)...)
+	// More JSON (about 8 MB) than the socket buffers between the server
+	// and a client that does not read can take, so that client stays
+	// mid-replay.
+	const n = 20_000
+	var last uint64
+	for i := 0; i < n; i += 4096 {
+		_, last = h.commit(genEvents(t, i, min(4096, n-i), 20)...)
+	}
 	if _, floor := h.w.Live().ReadEntries(1, nil, 1); floor != 1 {
 		t.Fatalf("live floor %d: the world does not fit in the live log", floor)
 	}

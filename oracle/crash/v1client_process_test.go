@@ -155,7 +155,7 @@ func TestV1ClientProcess(t *testing.T) {
 	crash.Binary(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	net, err := oracle.Start(ctx, oracle.Config{Accounts: 100, RecordsMean: 120, Hosts: 2, Traffic: oracle.TrafficNone, Seed: 16})
+	net, err := oracle.Start(ctx, oracle.Config{Accounts: 100, RecordsMean: 200, Hosts: 2, Traffic: oracle.TrafficNone, Seed: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
