@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gorilla/websocket"
 	"github.com/klauspost/compress/zstd"
@@ -84,11 +85,37 @@ func TestDeflate(t *testing.T) {
 	var wire2 atomic.Int64
 	c2, _ := h.dialDeflate("", nil, &wire2)
 	defer c2.Close()
-	// A deflated options_update from the client is read and applied (to
-	// the same filter: every event), and the subscriber stays connected.
-	c.EnableWriteCompression(true)
-	if err := c.WriteMessage(websocket.TextMessage, []byte(`{"type":"options_update","payload":{"wantedCollections":[],"wantedDids":[]}}`)); err != nil {
+	// A client's deflated options_update is inflated and applied: c3 asks
+	// for one account only. The pong to a ping sent after it says the
+	// server has read it (it reads a client's frames in order).
+	var wire3 atomic.Int64
+	c3, _ := h.dialDeflate("", nil, &wire3)
+	defer c3.Close()
+	c3.EnableWriteCompression(true)
+	c3.SetCompressionLevel(9) // compressible: gorilla sends it deflated
+	if err := c3.WriteMessage(websocket.TextMessage, []byte(`{"type":"options_update","payload":{"wantedDids":["`+didOf(1)+`"]}}`)); err != nil {
 		t.Fatal(err)
+	}
+	ponged := make(chan struct{})
+	c3.SetPongHandler(func(string) error { close(ponged); return nil })
+	got3 := make(chan []byte, n)
+	go func() { // reading runs the pong handler
+		for {
+			_, b, err := c3.ReadMessage()
+			if err != nil {
+				close(got3)
+				return
+			}
+			got3 <- b
+		}
+	}()
+	if err := c3.WriteControl(websocket.PingMessage, nil, time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ponged:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no pong after the deflated options_update")
 	}
 	w0 := wire.Load()
 	evs := genEvents(t, n, n, 5)
@@ -102,6 +129,22 @@ func TestDeflate(t *testing.T) {
 			if !bytes.Equal(gotLive[j], wantLive[j]) {
 				t.Fatalf("subscriber %d, live event %d:\n got %s\nwant %s", i, j, gotLive[j], wantLive[j])
 			}
+		}
+	}
+	var want3 []string
+	for i, ev := range evs {
+		if ev.DID == didOf(1) {
+			want3 = append(want3, string(wantLive[i]))
+		}
+	}
+	for i := range want3 {
+		select {
+		case b := <-got3:
+			if string(b) != want3[i] {
+				t.Fatalf("after a deflated options_update for %s, event %d:\n got %s\nwant %s", didOf(1), i, b, want3[i])
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("after a deflated options_update: %d of %d events", i, len(want3))
 		}
 	}
 	if liveWire := wire.Load() - w0; liveWire > jsonBytes*85/100 {
@@ -119,8 +162,8 @@ func TestDeflate(t *testing.T) {
 	}
 
 	// zstd wins over deflate: binary zstd frames, not deflated again.
-	var wire3 atomic.Int64
-	z, _ := h.dialDeflate("?cursor=0&compress=true", nil, &wire3)
+	var wireZ atomic.Int64
+	z, _ := h.dialDeflate("?cursor=0&compress=true", nil, &wireZ)
 	defer z.Close()
 	dec, err := zstd.NewReader(nil)
 	if err != nil {
@@ -135,7 +178,7 @@ func TestDeflate(t *testing.T) {
 			t.Fatalf("zstd frame %d: %v", i, err)
 		}
 	}
-	if w := wire3.Load(); w < zBytes {
+	if w := wireZ.Load(); w < zBytes {
 		t.Fatalf("zstd stream: %d bytes on the wire for %d bytes of zstd frames: deflated again", w, zBytes)
 	}
 }
