@@ -160,7 +160,8 @@ func TestV1ClientProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer net.Close()
-	h := crash.New(t, net, crash.Options{Args: serveArgs})
+	// The relay is silent until the test drives traffic: a short capture wait.
+	h := crash.New(t, net, crash.Options{Args: append(append([]string(nil), serveArgs...), "--capture-wait", "500ms")})
 	p := h.Start()
 	tip := h.WaitPhase(p, crash.PhaseSteady, 2*time.Minute).Archive.TipSeq
 	if tip < 1000 {
