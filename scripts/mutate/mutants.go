@@ -235,4 +235,34 @@ var mutants = []Mutant{
 			{Pkg: "./upstream", Run: "^TestGetRepoScratchBudgetBoundsEndlessBodies$"},
 		},
 	},
+	{
+		ID: "m23", Invariant: "X4",
+		Name: "events of one batch share a time_us",
+		File: "archive/writer.go",
+		Old:  "w.lastUS = max(now, w.lastUS+1)",
+		New:  "w.lastUS = max(now, w.lastUS)",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestTimeStrictlyIncreasesPerEvent$"},
+		},
+	},
+	{
+		ID: "m24", Invariant: "X5",
+		Name: "an old event served from the live log counts as live",
+		File: "subscribe/subscriber.go",
+		Old:  "if e.Event.TimeUS < s.oldBefore {",
+		New:  "if false && e.Event.TimeUS < s.oldBefore {",
+		Tests: []Test{
+			{Pkg: "./subscribe", Run: "^TestReplayFromLiveLogCountsAsReplay$"},
+		},
+	},
+	{
+		ID: "m25", Invariant: "X5",
+		Name: "permessage-deflate negotiated but never applied",
+		File: "subscribe/subscriber.go",
+		Old:  "defl:     !req.compress && deflateNegotiated(sock),",
+		New:  "defl:     false && deflateNegotiated(sock),",
+		Tests: []Test{
+			{Pkg: "./subscribe", Run: "^TestDeflate$"},
+		},
+	},
 }
