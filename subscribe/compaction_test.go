@@ -204,7 +204,7 @@ func purgingFold(rows []archive.Event) check.Fold {
 func TestReplayReopensAfterCompactionBatch(t *testing.T) {
 	h := newHarness(t, harnessOpts{liveBytes: 16 << 10})
 	rows := h.commitUnits(churn.New(22, 8).Units(2000))
-	f, perr := newFilter(nil, nil, 0, "")
+	f, perr := newFilter(nil, nil, 0)
 	if perr != nil {
 		t.Fatal(perr)
 	}
