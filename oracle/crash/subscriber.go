@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/oracle/check"
-	"github.com/backstream/backstream/oracle/world"
 	"github.com/gorilla/websocket"
 )
 
@@ -54,7 +53,7 @@ func FoldWire(f check.Fold, ev *WireEvent) {
 		}
 	case ev.Kind == "sync":
 		clear(recs)
-	case ev.Kind == "account" && ev.Account != nil && ev.Account.Status == world.StatusDeleted:
+	case ev.Kind == "account" && ev.Account != nil && check.Erases(ev.Account.Status):
 		clear(recs)
 	}
 }
