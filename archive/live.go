@@ -16,9 +16,15 @@ import (
 // entry when the event leaves the log. Memos are not counted in the log's
 // byte bound.
 type LiveEntry struct {
-	Event *Event // shared: never modify it
-	memo  atomic.Pointer[any]
+	Event     *Event // shared: never modify it
+	memo      atomic.Pointer[any]
+	forgotten atomic.Bool
 }
+
+// Forgotten reports whether a compaction pass removed the entry's row from
+// the archive (it was superseded): a reader skips it, still advancing its
+// position past its seq, so the log stays contiguous.
+func (e *LiveEntry) Forgotten() bool { return e.forgotten.Load() }
 
 // Memo returns the value attached with SetMemo or LoadOrStoreMemo, or nil.
 func (e *LiveEntry) Memo() any {

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble"
@@ -204,7 +205,8 @@ type Writer struct {
 	err     error  // fatal error, set once
 	durable Counts // meta/counts as of the last synced batch (R8)
 
-	live *LiveLog
+	live  *LiveLog
+	tombs atomic.Uint64 // tomb/ entries committed (TombstonesWritten)
 }
 
 // NewWriter starts the writer goroutine over s. The tip seq and time are
@@ -950,12 +952,12 @@ func checkPutKey(k []byte) error {
 	if _, ok := cursorIndex(k); ok {
 		return invalid("unit puts %q, a seq cursor: it moves through Unit.Cursor", k)
 	}
-	for _, p := range [][]byte{PrefixEvent, PrefixCapture, PrefixRepo, PrefixRev, PrefixHost, PrefixHostRank} {
+	for _, p := range [][]byte{PrefixEvent, PrefixCapture, PrefixRepo, PrefixRev, PrefixHost, PrefixHostRank, PrefixRecord, PrefixTomb} {
 		if hasPrefix(k, p) {
 			return invalid("unit puts %q, which only the writer itself writes", k)
 		}
 	}
-	if string(k) == string(KeyCounts) || string(k) == string(KeyInstance) {
+	if string(k) == string(KeyCounts) || string(k) == string(KeyInstance) || string(k) == string(KeyCompaction) {
 		return invalid("unit puts %q, which only the writer itself writes", k)
 	}
 	if !hasPrefix(k, PrefixCursor) && !hasPrefix(k, PrefixMeta) {
