@@ -87,6 +87,9 @@ type CompactionStatus struct {
 	LastTombstones    int64      `json:"last_tombstones"`
 	Halted            bool       `json:"halted"`
 	HaltReason        string     `json:"halt_reason,omitempty"`
+	// Intent is the watermark of an interrupted pass's intent
+	// (`backstream status` only: a running node finishes it).
+	Intent *uint64 `json:"intent_watermark,omitempty"`
 }
 
 // CompactionLag reads the watermark W and how far it is behind the tip:

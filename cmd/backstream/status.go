@@ -44,6 +44,8 @@ type statusReport struct {
 	// Bootstrap is the live progress of a running bootstrap (serve's
 	// /status only).
 	Bootstrap *bootstrap.Progress `json:"bootstrap,omitempty"`
+	// Compaction: the watermark, its lag, the last pass (serve's /status).
+	Compaction *statusCompaction `json:"compaction,omitempty"`
 }
 
 // emptyStatus is the report before a store can be read: phase names what
@@ -163,6 +165,9 @@ func buildStatus(s *archive.Store) (*statusReport, error) {
 	if r.Archive.CaptureTip, err = s.CaptureTip(); err != nil {
 		return nil, err
 	}
+	if r.Compaction, err = readCompaction(s); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 
@@ -253,5 +258,6 @@ func printStatus(out io.Writer, r *statusReport) {
 	if r.Archive.CaptureTip > 0 {
 		fmt.Fprintf(tw, "capture tip seq\t%d\n", r.Archive.CaptureTip)
 	}
+	printCompaction(tw, r.Compaction)
 	tw.Flush()
 }
