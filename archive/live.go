@@ -100,6 +100,26 @@ func (l *LiveLog) publish(evs []*Event) {
 	l.mu.Unlock()
 }
 
+// forget marks the held entries of the given seqs as forgotten: a
+// compaction pass removed their rows from the archive.
+func (l *LiveLog) forget(seqs []uint64) {
+	if len(seqs) == 0 {
+		return
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	held := l.evs[l.head:]
+	if len(held) == 0 {
+		return
+	}
+	floor := held[0].Event.Seq
+	for _, s := range seqs {
+		if s >= floor && s-floor < uint64(len(held)) {
+			held[s-floor].forgotten.Store(true)
+		}
+	}
+}
+
 func (l *LiveLog) close() {
 	l.mu.Lock()
 	if !l.closed {

@@ -176,6 +176,10 @@ func open(dataDir string, opts Options) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
+	if err := s.loadForgottenBelow(); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
