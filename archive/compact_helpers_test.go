@@ -239,26 +239,26 @@ func (tr *traffic) unit() []archive.Event {
 	a := tr.accts[tr.rng.IntN(len(tr.accts))]
 	r := tr.rng.IntN(100)
 	switch {
-	case r < 35 || len(a.live) == 0 && r < 70:
+	case r < 50 || len(a.live) == 0 && r < 75:
 		id := tr.newID()
 		a.live = append(a.live, id)
 		return []archive.Event{tr.record(archive.KindCreate, a, id)}
-	case r < 55:
+	case r < 65:
 		id := a.live[tr.rng.IntN(len(a.live))]
 		return []archive.Event{tr.record(archive.KindUpdate, a, id)}
-	case r < 67:
+	case r < 75:
 		var id string
 		id, a.live = pick(tr.rng, a.live)
 		a.dead = append(a.dead, id)
 		return []archive.Event{tr.record(archive.KindDelete, a, id)}
-	case r < 72 && len(a.dead) > 0:
+	case r < 80 && len(a.dead) > 0:
 		var id string
 		id, a.dead = pick(tr.rng, a.dead)
 		a.live = append(a.live, id)
 		return []archive.Event{tr.record(archive.KindCreate, a, id)}
-	case r < 76:
+	case r < 85:
 		return []archive.Event{{Kind: archive.KindIdentity, DID: a.did, Handle: fmt.Sprintf("h%d.test", tr.rng.IntN(1000)), Source: archive.SourceLive}}
-	case r < 90:
+	case r < 96:
 		statuses := []string{"deactivated", "suspended", "deleted", "takendown", ""}
 		st := statuses[tr.rng.IntN(len(statuses))]
 		if archive.AccountStatusPurges(st) {
