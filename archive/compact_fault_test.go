@@ -12,6 +12,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/oracle/check"
+	"github.com/backstream/backstream/oracle/churn"
 )
 
 // TestCompactPowerLoss cuts the power at every batch of a pass (Pebble's
@@ -26,10 +27,10 @@ func TestCompactPowerLoss(t *testing.T) {
 		fs := vfs.NewStrictMem()
 		s := openStore(t, fs, hook)
 		w := startWriter(t, s)
-		tr := newTraffic(7, 12)
-		rows := applyUnits(t, w, tr.units(300))
+		tr := churn.New(7, 12)
+		rows := applyUnits(t, w, tr.Units(300))
 		first := compact(t, s, w, archive.CompactOptions{Logger: quiet}) // an earlier pass: W moves from it
-		rows = append(rows, applyUnits(t, w, tr.units(300))...)
+		rows = append(rows, applyUnits(t, w, tr.Units(300))...)
 		return fs, s, w, rows, first.To
 	}
 	// How many removal batches does the pass take?
@@ -167,7 +168,7 @@ func TestCompactMalformedState(t *testing.T) {
 			defer s.Close()
 			w := startWriter(t, s)
 			defer w.Close()
-			rows := applyUnits(t, w, newTraffic(3, 8).units(400))
+			rows := applyUnits(t, w, churn.New(3, 8).Units(400))
 			key := tc.corrupt(t, s, rows)
 			before, _ := s.Compaction()
 			_, err := s.Compact(context.Background(), w, archive.CompactOptions{Logger: quiet})
@@ -209,7 +210,7 @@ func TestCompactResetIntent(t *testing.T) {
 	defer s.Close()
 	w := startWriter(t, s)
 	defer w.Close()
-	rows := applyUnits(t, w, newTraffic(5, 8).units(300))
+	rows := applyUnits(t, w, churn.New(5, 8).Units(300))
 	set(t, s, archive.KeyCompactIntent, []byte{1})
 	if _, err := s.Compact(context.Background(), w, archive.CompactOptions{Logger: quiet}); !errors.Is(err, archive.ErrCompactionState) {
 		t.Fatalf("pass over a malformed intent: %v", err)

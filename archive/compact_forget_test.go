@@ -2,17 +2,14 @@ package archive_test
 
 import (
 	"fmt"
-	"regexp"
 	"testing"
 
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/oracle/check"
+	"github.com/backstream/backstream/oracle/churn"
 )
-
-// recordMarker finds the unique marker each traffic record body carries.
-var recordMarker = regexp.MustCompile(`#[0-9]+ [0-9a-f]{16}`)
 
 // TestCompactForgetsRecordBytes: after a pass and a manual compaction, no
 // value of any key of the store holds the record bytes of a row the pass
@@ -27,7 +24,7 @@ func TestCompactForgetsRecordBytes(t *testing.T) {
 			defer s.Close()
 			w := startWriter(t, s)
 			defer w.Close()
-			rows := applyUnits(t, w, newTraffic(seed, 16).units(1500))
+			rows := applyUnits(t, w, churn.New(seed, 16).Units(1500))
 			res := compact(t, s, w, archive.CompactOptions{Logger: quiet, ReclaimBytes: 1})
 			if !res.Reclaimed {
 				t.Fatalf("the pass removed %d bytes over a 1-byte threshold and did not compact", res.Bytes)
@@ -42,7 +39,7 @@ func TestCompactForgetsRecordBytes(t *testing.T) {
 				if len(ev.Record) == 0 {
 					continue
 				}
-				m := string(recordMarker.Find(ev.Record))
+				m := string(churn.Marker.Find(ev.Record))
 				if m == "" {
 					t.Fatalf("row %d has no marker", ev.Seq)
 				}
@@ -66,13 +63,13 @@ func TestCompactForgetsRecordBytes(t *testing.T) {
 			keys := 0
 			for it.First(); it.Valid(); it.Next() {
 				keys++
-				for _, m := range recordMarker.FindAll(it.Value(), -1) {
+				for _, m := range churn.Marker.FindAll(it.Value(), -1) {
 					if ev, ok := gone[string(m)]; ok {
 						t.Fatalf("%q holds the record of superseded row %d (%s %s/%s)", it.Key(), ev.Seq, ev.Kind, ev.Collection, ev.RKey)
 					}
 					found[string(m)] = true
 				}
-				if recordMarker.Match(it.Key()) {
+				if churn.Marker.Match(it.Key()) {
 					t.Fatalf("key %q holds record bytes", it.Key())
 				}
 			}
