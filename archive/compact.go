@@ -138,9 +138,13 @@ func compactionErr(err error) error {
 	return err
 }
 
-// badState is ErrCompactionState naming key.
-func badState(key []byte, format string, args ...any) error {
-	return compactionErr(&KeyError{Key: truncateForError(key), Kind: ErrMalformed, Err: malformed(format, args...)})
+// badState is ErrCompactionState naming key (readably: keyString), for the
+// decode failure err, or the reason format describes when err is nil.
+func badState(key []byte, err error, format string, args ...any) error {
+	if err == nil {
+		err = malformed(format, args...)
+	}
+	return compactionErr(&KeyError{Key: keyString(key), Kind: ErrMalformed, Err: err})
 }
 
 // loadForgottenBelow seeds ForgottenBelow at Open. A malformed compaction
@@ -403,14 +407,14 @@ func (p *compactPass) readErr(what []byte, err error) error {
 func (p *compactPass) readAccount() (bool, error) {
 	did, _, err := ParseTombKey(p.tombIt.Key())
 	if err != nil {
-		return false, badState(p.tombIt.Key(), "%v", err)
+		return false, badState(p.tombIt.Key(), err, "")
 	}
 	p.acct = accountTombs{did: did}
 	for {
 		k := p.tombIt.Key()
 		d, seq, err := ParseTombKey(k)
 		if err != nil {
-			return false, badState(k, "%v", err)
+			return false, badState(k, err, "")
 		}
 		if d != did {
 			return true, nil
@@ -424,7 +428,7 @@ func (p *compactPass) readAccount() (bool, error) {
 		v := p.tombIt.Value()
 		t, err := DecodeTomb(v)
 		if err != nil {
-			return false, badState(k, "%v", err)
+			return false, badState(k, err, "")
 		}
 		p.acct.add(append([]byte(nil), k...), len(v), seq, t)
 		if !p.tombIt.Next() {
@@ -496,7 +500,7 @@ func (p *compactPass) removeRange(lo, hi []byte, before uint64) error {
 		k := it.Key()
 		f, err := ParseRecordKey(k)
 		if err != nil {
-			return badState(k, "%v", err)
+			return badState(k, err, "")
 		}
 		if f.Seq >= before {
 			continue
@@ -516,7 +520,7 @@ func (p *compactPass) removeRange(lo, hi []byte, before uint64) error {
 func (p *compactPass) remove(k, v []byte, f RecordKeyFields) error {
 	deleted, err := DecodeRecordValue(v)
 	if err != nil {
-		return badState(k, "%v", err)
+		return badState(k, err, "")
 	}
 	if deleted {
 		p.delete(k, 1)
@@ -527,14 +531,14 @@ func (p *compactPass) remove(k, v []byte, f RecordKeyFields) error {
 		if err := p.evIt.Error(); err != nil {
 			return p.readErr(PrefixEvent, err)
 		}
-		return badState(k, "the index names %s, which is absent", ek)
+		return badState(k, nil, "the index names %s, which is absent", keyString(ek))
 	}
 	row := p.evIt.Value()
 	if err := DecodeEvent(row, &p.ev); err != nil {
-		return badState(ek, "%v", err)
+		return badState(ek, err, "")
 	}
 	if e := &p.ev; (e.Kind != KindCreate && e.Kind != KindUpdate) || e.DID != f.DID || e.Collection != f.Collection || e.RKey != f.RKey {
-		return badState(k, "the index names %s, a %s row of %s/%s/%s", ek, e.Kind, e.DID, e.Collection, e.RKey)
+		return badState(k, nil, "the index names %s, a %s row of %s/%s/%s", keyString(ek), e.Kind, e.DID, e.Collection, e.RKey)
 	}
 	p.delete(ek, len(row))
 	p.delete(k, 0)

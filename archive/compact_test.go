@@ -12,6 +12,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/oracle/check"
+	"github.com/backstream/backstream/oracle/churn"
 )
 
 // op is one row of a rules case: kind, account (0: A, 1: B), record
@@ -154,7 +155,7 @@ func TestCompactMatchesRecomputation(t *testing.T) {
 			defer s.Close()
 			w := startWriter(t, s)
 			defer w.Close()
-			tr := newTraffic(seed, 24)
+			tr := churn.New(seed, 24)
 			opts := archive.CompactOptions{Logger: quiet}
 			if seed%2 == 0 {
 				archive.SetCompactBatchBytes(&opts, 1) // every account its own batch
@@ -162,7 +163,7 @@ func TestCompactMatchesRecomputation(t *testing.T) {
 			var rows []archive.Event
 			var last archive.CompactResult
 			for r := 0; r < rounds; r++ {
-				units := tr.units(perRound)
+				units := tr.Units(perRound)
 				var wg sync.WaitGroup
 				var written []archive.Event
 				wg.Add(1)

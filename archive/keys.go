@@ -211,6 +211,22 @@ func ParseTombKey(key []byte) (did string, seq uint64, err error) {
 	return string(d), binary.BigEndian.Uint64(key[len(key)-8:]), nil
 }
 
+// keyString renders a key for a message: an ev/, rec/ or tomb/ key with
+// its seq as a number and its separators visible; any other key as it is
+// (cut at 64 bytes).
+func keyString(key []byte) string {
+	if f, err := ParseRecordKey(key); err == nil {
+		return fmt.Sprintf("%s%s|%s|%s|%d", PrefixRecord, f.DID, f.Collection, f.RKey, f.Seq)
+	}
+	if did, seq, err := ParseTombKey(key); err == nil {
+		return fmt.Sprintf("%s%s|%d", PrefixTomb, did, seq)
+	}
+	if seq, err := ParseSeqKey(PrefixEvent, key); err == nil {
+		return fmt.Sprintf("%s%d", PrefixEvent, seq)
+	}
+	return truncateForError(key)
+}
+
 // prefixEnd returns the smallest key greater than every key with prefix p.
 func prefixEnd(p []byte) []byte {
 	end := append([]byte(nil), p...)
