@@ -17,22 +17,10 @@ import (
 // compaction's.
 func Vanished(before, after []archive.Event, w uint64) []uint64 {
 	present := make(map[uint64]bool, len(after))
-	union := make(map[uint64]archive.Event, len(after)+len(before))
 	for _, ev := range after {
 		present[ev.Seq] = true
-		union[ev.Seq] = ev
 	}
-	for _, ev := range before {
-		if _, ok := union[ev.Seq]; !ok {
-			union[ev.Seq] = ev
-		}
-	}
-	rows := make([]archive.Event, 0, len(union))
-	for _, ev := range union {
-		rows = append(rows, ev)
-	}
-	sort.Slice(rows, func(i, j int) bool { return rows[i].Seq < rows[j].Seq })
-	keep := Survivors(rows, w)
+	keep := Survivors(union(before, after), w)
 	var out []uint64
 	for _, ev := range before {
 		if !present[ev.Seq] && keep[ev.Seq] {
@@ -57,4 +45,39 @@ func Rows(s *archive.Store) ([]archive.Event, error) {
 		return nil, fmt.Errorf("check: read rows: %w", err)
 	}
 	return out, nil
+}
+
+// CompareSurvivors checks a store's rows after compaction (after) against
+// an earlier read of it (before) and the watermark w: no row of before is
+// gone unless superseded below w (Vanished), and no row of after below w
+// is one that Survivors says a pass to w must have removed.
+func CompareSurvivors(before, after []archive.Event, w uint64) error {
+	if gone := Vanished(before, after, w); len(gone) > 0 {
+		return fmt.Errorf("check: %d rows gone that nothing below the watermark %d supersedes (first seq %d)", len(gone), w, gone[0])
+	}
+	keep := Survivors(union(before, after), w)
+	for _, ev := range after {
+		if ev.Seq < w && !keep[ev.Seq] {
+			return fmt.Errorf("check: seq %d (%s %s %s/%s) is superseded below the watermark %d and still stored", ev.Seq, ev.Kind, ev.DID, ev.Collection, ev.RKey, w)
+		}
+	}
+	return nil
+}
+
+// union is every row of the two reads in seq order (after's copy of a seq
+// both hold).
+func union(before, after []archive.Event) []archive.Event {
+	bySeq := make(map[uint64]archive.Event, len(before)+len(after))
+	for _, ev := range before {
+		bySeq[ev.Seq] = ev
+	}
+	for _, ev := range after {
+		bySeq[ev.Seq] = ev
+	}
+	rows := make([]archive.Event, 0, len(bySeq))
+	for _, ev := range bySeq {
+		rows = append(rows, ev)
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].Seq < rows[j].Seq })
+	return rows
 }
