@@ -21,6 +21,7 @@ import (
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/check"
 	"github.com/backstream/backstream/oracle/crash"
+	"github.com/backstream/backstream/oracle/world"
 )
 
 // compactArgs run a pass whenever a tombstone is pending (checked every
@@ -280,4 +281,96 @@ func emittedBodies(t *testing.T, net *oracle.Network) (map[string]bool, map[stri
 		}
 	}
 	return bodies, kinds, erased
+}
+
+// TestCompactionDuringReplay: subscribers replay from cursor 0 while passes
+// remove rows behind and ahead of them (a pass whenever a tombstone is
+// pending, under live traffic). Replays run back to back until three have
+// seen a pass finish while they were below the tip they started at; those
+// three stay connected through the end of the traffic. None is ever
+// disconnected (one connection each, which goes on into live), their
+// cursors strictly increase, none was sent a row superseded below the
+// watermark it began at (removed before it started, from the archive or
+// the live log), and what each received folds to the network's records;
+// the store then folds to them too. Breaking subscribe's skip of the live
+// log's forgotten entries fails it ("replay 0 began at watermark 1800 and
+// was sent 2 rows superseded below it").
+func TestCompactionDuringReplay(t *testing.T) {
+	crash.Binary(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	net, err := oracle.Start(ctx, oracle.Config{Accounts: 80, RecordsMean: 25, Hosts: 2, Traffic: oracle.TrafficNone, Seed: 401})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer net.Close()
+	h := crash.New(t, net, crash.Options{Args: compactArgs})
+	// Traffic until the overlaps are seen, so tombstones keep coming.
+	h.Traffic = crash.StartTraffic(net, world.TrafficFull, 402, 200)
+	p := h.Start()
+	st := h.WaitPhase(p, crash.PhaseSteady, 2*time.Minute)
+	if st.Compaction == nil || st.Compaction.Passes == 0 {
+		t.Fatalf("steady state without the end-of-merging pass: %+v", st.Compaction)
+	}
+	passes := func() int64 {
+		st, ok := p.Status()
+		if !ok || st.Compaction == nil {
+			t.Fatalf("no /status compaction section:\n%s", p.Tail())
+		}
+		return st.Compaction.Passes
+	}
+	var through []*crash.Subscriber // replays a pass ran through
+	var startW []uint64             // the watermark each began at
+	replays := 0
+	for deadline := time.Now().Add(time.Minute); len(through) < 3; replays++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d replays saw a pass in a minute", len(through), replays)
+		}
+		st, _ := p.Status()
+		p0, tip0, w0 := passes(), st.Archive.TipSeq, st.Watermark()
+		sub := crash.Follow(p.Listen)
+		if err := sub.WaitFor(tip0, time.Minute); err != nil {
+			t.Fatalf("replay %d: %v", replays, err)
+		}
+		if passes() > p0 {
+			through, startW = append(through, sub), append(startW, w0)
+			defer sub.Close()
+		} else {
+			sub.Close()
+		}
+	}
+	h.StopTraffic()
+	p = h.WaitConverged(p, 3*time.Minute)
+	tip := waitCompacted(t, p)
+	held := 0
+	msgs := make([]map[uint64]string, len(through))
+	for i, sub := range through {
+		if err := sub.WaitFor(tip, time.Minute); err != nil {
+			t.Fatalf("replay %d through a pass: %v", i, err)
+		}
+		if n := sub.Conns(); n != 1 {
+			t.Fatalf("replay %d through a pass made %d connections, want 1 (no disconnect)", i, n)
+		}
+		if checked, bad := check.Compare(sub.Fold(), net.World(), nil); len(bad) > 0 {
+			t.Fatalf("replay %d through a pass differs for %d of %d accounts:\n%s", i, len(bad), checked, check.Describe(bad, 10))
+		}
+		held += sub.Len()
+		msgs[i] = sub.Messages()
+		sub.Close()
+	}
+	res := h.Finish(p)
+	// What a pass had removed before a replay began was never sent to it
+	// (neither from the archive nor from the live log).
+	rows, _ := storeRows(t, h.DataDir)
+	for i := range through {
+		sent, err := crash.Superseded(msgs[i], rows, startW[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(sent) > 0 {
+			t.Fatalf("replay %d began at watermark %d and was sent %d rows superseded below it (first cursor %d)", i, startW[i], len(sent), sent[0])
+		}
+	}
+	t.Logf("%d replays from cursor 0 back to back, %d with a pass during them; those held %d events in all, each on one connection with strictly increasing cursors, none superseded below the watermark it began at, folding to ground truth; so does the store (%d events), for %d accounts",
+		replays, len(through), held, res.Events, res.Checked)
 }

@@ -6,6 +6,7 @@ package crash
 // checks on the way that nothing it held disappears or changes.
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -324,6 +325,38 @@ func CompareHeldCompacted(held, after map[uint64]string, w uint64) error {
 		return fmt.Errorf("D1: cursor %d was handed to a subscriber and is gone, and no row below the compaction watermark %d supersedes it", lost[0], w)
 	}
 	return nil
+}
+
+// Superseded returns the cursors of messages that a compaction to w must
+// have removed: rows that check.Survivors, over the messages and rows (a
+// later read of the store), says a row below w supersedes. A replay that
+// began after the watermark reached w must never have been sent them.
+func Superseded(msgs map[uint64]string, rows []archive.Event, w uint64) ([]uint64, error) {
+	bySeq := make(map[uint64]archive.Event, len(rows)+len(msgs))
+	for _, ev := range rows {
+		bySeq[ev.Seq] = ev
+	}
+	for k, msg := range msgs {
+		ev, err := wireRow(k, msg)
+		if err != nil {
+			return nil, err
+		}
+		bySeq[k] = ev
+	}
+	all := make([]archive.Event, 0, len(bySeq))
+	for _, ev := range bySeq {
+		all = append(all, ev)
+	}
+	slices.SortFunc(all, func(a, b archive.Event) int { return cmp.Compare(a.Seq, b.Seq) })
+	keep := check.Survivors(all, w)
+	var out []uint64
+	for k := range msgs {
+		if !keep[k] {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // CompareHeld checks that every message held before (a snapshot, e.g. the
