@@ -374,3 +374,28 @@ func TestTraffic_HostileCommitsLeaveStateIntact(t *testing.T) {
 		t.Fatalf("hostile commits %v", kinds)
 	}
 }
+
+// TestLiveRecords: after traffic that deletes and takes down accounts,
+// LiveRecords is the number of records of the accounts neither deleted nor
+// taken down, as Records lists them.
+func TestLiveRecords(t *testing.T) {
+	w := mustBuild(t, Config{Seed: 6, Accounts: 30, RecordsMean: 10, Hosts: 2})
+	tr := w.NewTraffic(TrafficFull, 7)
+	erased := 0
+	for range 2000 {
+		if _, err := tr.Next(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var want int64
+	for _, a := range w.Accounts() {
+		if a.Status == StatusDeleted || a.Status == StatusTakendown {
+			erased++
+			continue
+		}
+		want += int64(len(w.Records(a.DID)))
+	}
+	if got := w.LiveRecords(); got != want || erased == 0 {
+		t.Fatalf("LiveRecords %d, want %d (%d accounts erased)", got, want, erased)
+	}
+}
