@@ -1,6 +1,9 @@
 // Package check holds the oracle's ground-truth checks over an archive: the
 // fold of the archived stream per DID against the simulated network's
-// current records, per-DID rev order (D3), and strictly increasing seqs.
+// current records, per-DID rev order (D3), and strictly increasing seqs
+// (not contiguous ones: compaction leaves gaps). What compaction may
+// remove is Survivors' recomputation; Vanished and CompareSurvivors tell a
+// gap compaction explains from a lost row.
 // Tests at every level (lifecycle, process, retry, subscribe) use it, so the
 // definition of "the archive is right" exists once.
 package check
