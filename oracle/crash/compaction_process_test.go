@@ -78,7 +78,7 @@ func compactionCrash(t *testing.T, seed int64, point string) {
 		t.Fatal(err)
 	}
 	defer net.Close()
-	h := crash.New(t, net, crash.Options{Args: compactArgs, Subscribe: true})
+	h := crash.New(t, net, crash.Options{Args: compactArgs, Subscribe: true, Settle: time.Second})
 	h.KillRun(crash.AtPoint(point))
 	before, atKill := storeRows(t, h.DataDir)
 	switch {
@@ -304,7 +304,7 @@ func TestCompactionDuringReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer net.Close()
-	h := crash.New(t, net, crash.Options{Args: compactArgs})
+	h := crash.New(t, net, crash.Options{Args: compactArgs, Settle: time.Second})
 	// Traffic until the overlaps are seen, so tombstones keep coming.
 	h.Traffic = crash.StartTraffic(net, world.TrafficFull, 402, 200)
 	p := h.Start()
