@@ -92,10 +92,10 @@ type CompactionStatus struct {
 	Intent *uint64 `json:"intent_watermark,omitempty"`
 }
 
-// CompactionLag reads the watermark W and how far it is behind the tip:
-// in seqs, and in seconds as the tip's time minus the time of the first
-// row at or after W (two seeks). Both lags are 0 when no row is at or
-// after W.
+// CompactionLag reads how far the watermark w is behind the archive's tip:
+// in seqs (w to the tip), and in seconds as the tip's time minus the time
+// of the first row at or after w (two seeks). Both are 0 when no row is at
+// or after w.
 func CompactionLag(s *archive.Store, w uint64) (lagSeqs uint64, lagSeconds float64, err error) {
 	tip, tipUS, err := rowAtOrAfter(s, max(w, 1), true)
 	if err != nil || tip == 0 {
