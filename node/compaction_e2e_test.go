@@ -3,10 +3,10 @@ package node_test
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +24,7 @@ import (
 // network with traffic until steady state, calls atSteady from OnPhase (on
 // the lifecycle's goroutine, right after steady_state is committed), and
 // stops it once the live consumer has caught up.
-func compactionRun(t *testing.T, dir string, logs *syncBuffer, prepare func(net *oracle.Network), atSteady func(n *node.Node)) (*node.Node, *oracle.Network) {
+func compactionRun(t *testing.T, dir string, logs io.Writer, prepare func(net *oracle.Network), atSteady func(n *node.Node)) (*node.Node, *oracle.Network) {
 	t.Helper()
 	ctx := t.Context()
 	net, err := oracle.Start(ctx, oracle.Config{Accounts: 60, RecordsMean: 10, Hosts: 2, Rate: 300, Events: 600, Traffic: oracle.TrafficFull, Seed: 15})
@@ -79,24 +79,6 @@ func compactionRun(t *testing.T, dir string, logs *syncBuffer, prepare func(net 
 	return n, net
 }
 
-// syncBuffer is a log destination safe for the node's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestMergingPassBeforeSteadyState: with periodic and early passes off, the
 // store that enters steady state is already compacted: when steady_state is
 // committed the watermark is past every merged row, no superseded row is
@@ -107,7 +89,7 @@ func TestMergingPassBeforeSteadyState(t *testing.T) {
 	var stErr error
 	var rows []archive.Event
 	var status node.CompactionStatus
-	n, _ := compactionRun(t, t.TempDir(), new(syncBuffer), nil, func(n *node.Node) {
+	n, _ := compactionRun(t, t.TempDir(), io.Discard, nil, func(n *node.Node) {
 		var cs archive.CompactionState
 		if cs, stErr = n.Store().Compaction(); stErr == nil {
 			w = cs.Watermark
@@ -157,16 +139,12 @@ func TestCompactionHaltKeepsServing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	logs := new(syncBuffer)
-	n, net := compactionRun(t, dir, logs, corrupt, func(*node.Node) {})
+	var logs bytes.Buffer // the handler serialises its writes; read after Close
+	n, net := compactionRun(t, dir, &logs, corrupt, func(*node.Node) {})
 	defer n.Close()
 	st := n.Compaction()
 	if !st.Halted || !strings.Contains(st.HaltReason, string(archive.KeyCompaction)) {
 		t.Fatalf("status %+v, want halted naming %s", st, archive.KeyCompaction)
-	}
-	out := logs.String()
-	if c := strings.Count(out, "level=ERROR"); c != 1 || !strings.Contains(out, "compaction halted") || !strings.Contains(out, "backstream compaction reset --data-dir "+dir) {
-		t.Fatalf("%d ERROR lines, want one saying compaction halted with the recovery command:\n%s", c, out)
 	}
 	f, _, err := check.Archive(n.Store())
 	if err != nil {
@@ -174,5 +152,12 @@ func TestCompactionHaltKeepsServing(t *testing.T) {
 	}
 	if checked, bad := check.Compare(f, net.World(), nil); len(bad) > 0 {
 		t.Fatalf("%d of %d accounts differ:\n%s", len(bad), checked, check.Describe(bad, 5))
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out := logs.String()
+	if c := strings.Count(out, "level=ERROR"); c != 1 || !strings.Contains(out, "compaction halted") || !strings.Contains(out, "backstream compaction reset --data-dir "+dir) {
+		t.Fatalf("%d ERROR lines, want one saying compaction halted with the recovery command:\n%s", c, out)
 	}
 }

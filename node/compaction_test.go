@@ -102,6 +102,16 @@ func startOwner(t *testing.T, fake *fakeCompaction) *ownerRig {
 	return r
 }
 
+// after lets the bubble's clock run d, then requires want passes so far.
+func (r *ownerRig) after(t *testing.T, d time.Duration, want int, when string) {
+	t.Helper()
+	time.Sleep(d)
+	synctest.Wait()
+	if n := r.fake.count(); n != want {
+		t.Fatalf("%d passes %s, want %d", n, when, want)
+	}
+}
+
 // TestCompactionOwner_Schedule: a pass runs every interval (counted from
 // the end of the last), early when the writer's tombstones since the last
 // pass reach the threshold, on request at the end of merging, and not
@@ -111,38 +121,18 @@ func TestCompactionOwner_Schedule(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fake := &fakeCompaction{}
 		r := startOwner(t, fake)
-		time.Sleep(59 * time.Minute)
-		synctest.Wait()
-		if n := fake.count(); n != 0 {
-			t.Fatalf("%d passes before the first interval", n)
-		}
-		time.Sleep(2 * time.Minute)
-		synctest.Wait()
-		if n := fake.count(); n != 1 {
-			t.Fatalf("%d passes after one interval, want 1", n)
-		}
+		r.after(t, 59*time.Minute, 0, "before the first interval")
+		r.after(t, 2*time.Minute, 1, "after one interval")
 		// 99 tombstones: not yet; 100: a pass within the check period.
 		fake.set(func(f *fakeCompaction) { f.tombs = 99 })
-		time.Sleep(5 * time.Second)
-		synctest.Wait()
-		if n := fake.count(); n != 1 {
-			t.Fatalf("%d passes at 99 pending tombstones, want still 1", n)
-		}
+		r.after(t, 5*time.Second, 1, "at 99 pending tombstones")
 		if v := promtest.Value(t, r.reg, "backstream_compaction_tombstones_pending", nil); v != 99 {
 			t.Fatalf("tombstones pending %v, want 99", v)
 		}
 		fake.set(func(f *fakeCompaction) { f.tombs = 199 })
-		time.Sleep(2 * time.Second)
-		synctest.Wait()
-		if n := fake.count(); n != 2 {
-			t.Fatalf("%d passes at 100 pending tombstones, want 2", n)
-		}
+		r.after(t, 2*time.Second, 2, "at 100 pending tombstones")
 		// The early pass restarted the interval.
-		time.Sleep(59 * time.Minute)
-		synctest.Wait()
-		if n := fake.count(); n != 2 {
-			t.Fatalf("%d passes within an interval of the early pass, want 2", n)
-		}
+		r.after(t, 59*time.Minute, 2, "within an interval of the early pass")
 		if err := r.c.MergingPass(t.Context()); err != nil {
 			t.Fatal(err)
 		}
@@ -229,11 +219,7 @@ func TestCompactionOwner_HaltsOnMalformedState(t *testing.T) {
 		}
 		time.Sleep(5 * time.Hour)
 		fake.set(func(f *fakeCompaction) { f.tombs = 1000 })
-		time.Sleep(time.Minute)
-		synctest.Wait()
-		if n := fake.count(); n != 1 {
-			t.Fatalf("%d passes after the halt, want still 1", n)
-		}
+		r.after(t, time.Minute, 1, "after the halt")
 		if err := r.c.MergingPass(t.Context()); err != nil {
 			t.Fatalf("merging pass while halted: %v", err)
 		}
