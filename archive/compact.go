@@ -5,7 +5,8 @@ package archive
 // writer lists in tomb/ and the record index it keeps in rec/, never by a
 // scan of ev/. Its cost is proportional to the tombstones it applies and
 // the rows it removes (plus the index entries of an account reset by a sync
-// or a deletion, which it scans).
+// or a deletion, which it scans); it reads rec/ and tomb/ only, never ev/
+// (a rec/ entry holds its row's size).
 
 import (
 	"bytes"
@@ -31,8 +32,8 @@ const DefaultCompactReclaimBytes = 64 << 20
 // account's removals are one batch however big.
 const compactBatchBytes = 1 << 20
 
-// ErrCompactionState: the compaction state (a tomb/ or rec/ entry, the ev/
-// row a rec/ entry names, compact/intent, meta/compaction) is malformed.
+// ErrCompactionState: the compaction state (a tomb/ or rec/ entry,
+// compact/intent, meta/compaction) is malformed.
 // The pass stopped before removing anything the bad value concerns and
 // guessed nothing. The owner halts compaction (ingest and serving go on)
 // and reports the key; the recovery path for a bad intent is `backstream
@@ -236,15 +237,14 @@ type compactPass struct {
 	W    uint64
 	res  CompactResult
 
-	b                   *pebble.Batch
-	tombIt, recIt, evIt *pebble.Iterator
-	forgotten           []uint64 // seqs removed by the open batch
-	lowest              uint64   // lowest seq removed
-	first, last         string   // first and last account touched
-	acct                accountTombs
-	ev                  Event
-	kbuf                []byte
-	sized               bool // the store's format has sized deletes
+	b             *pebble.Batch
+	tombIt, recIt *pebble.Iterator
+	forgotten     []uint64 // seqs removed by the open batch
+	lowest        uint64   // lowest seq removed
+	first, last   string   // first and last account touched
+	acct          accountTombs
+	kbuf          []byte
+	sized         bool // the store's format has sized deletes
 }
 
 // accountTombs is one account's tombstones below W.
@@ -332,14 +332,11 @@ func (p *compactPass) open(from []byte) error {
 	if p.recIt, err = p.s.db.NewIter(&pebble.IterOptions{LowerBound: PrefixRecord, UpperBound: prefixEnd(PrefixRecord)}); err != nil {
 		return p.readErr(PrefixRecord, err)
 	}
-	if p.evIt, err = p.s.db.NewIter(&pebble.IterOptions{LowerBound: PrefixEvent, UpperBound: EventKey(p.W)}); err != nil {
-		return p.readErr(PrefixEvent, err)
-	}
 	return nil
 }
 
 func (p *compactPass) closeIters() {
-	for _, it := range []**pebble.Iterator{&p.tombIt, &p.recIt, &p.evIt} {
+	for _, it := range []**pebble.Iterator{&p.tombIt, &p.recIt} {
 		if *it != nil {
 			st := (*it).Stats()
 			p.res.BytesRead += int64(st.InternalStats.BlockBytes)
@@ -483,34 +480,19 @@ func (p *compactPass) removeRange(lo, hi []byte, before uint64) error {
 }
 
 // remove removes one superseded rec/ entry and, for a create or update, its
-// ev/ row, after checking that the row is the one the entry names.
+// ev/ row, whose size the entry holds: the pass never reads ev/.
 func (p *compactPass) remove(k, v []byte, f RecordKeyFields) error {
-	deleted, err := DecodeRecordValue(v)
+	deleted, size, err := DecodeRecordValue(v)
 	if err != nil {
 		return badState(k, err, "")
 	}
+	p.delete(k, len(v))
 	if deleted {
-		p.delete(k, 1)
 		return nil
 	}
-	ek := EventKey(f.Seq)
-	if !p.evIt.SeekGE(ek) || !bytes.Equal(p.evIt.Key(), ek) {
-		if err := p.evIt.Error(); err != nil {
-			return p.readErr(PrefixEvent, err)
-		}
-		return badState(k, nil, "the index names %s, which is absent", keyString(ek))
-	}
-	row := p.evIt.Value()
-	if err := DecodeEvent(row, &p.ev); err != nil {
-		return badState(ek, err, "")
-	}
-	if e := &p.ev; (e.Kind != KindCreate && e.Kind != KindUpdate) || e.DID != f.DID || e.Collection != f.Collection || e.RKey != f.RKey {
-		return badState(k, nil, "the index names %s, a %s row of %s/%s/%s", keyString(ek), e.Kind, e.DID, e.Collection, e.RKey)
-	}
-	p.delete(ek, len(row))
-	p.delete(k, 0)
+	p.delete(EventKey(f.Seq), size)
 	p.res.Rows++
-	p.res.Bytes += int64(len(row))
+	p.res.Bytes += int64(size)
 	p.forgotten = append(p.forgotten, f.Seq)
 	p.lowest = min(p.lowest, f.Seq)
 	return nil

@@ -11,32 +11,45 @@ import (
 	"time"
 )
 
-// recDeleteValue is the rec/ value of a delete row; a create or update row's
-// value is empty.
-const recDeleteValue = 0x01
+// rec/ values: a delete row's is [0x01]; a create or update row's is
+// [0x02][uvarint size of its ev/ value], so a compaction pass counts the
+// bytes it removes without reading ev/.
+const (
+	recDelete = 0x01
+	recRow    = 0x02
+)
 
 // recValueDelete is the shared rec/ value of a delete row (never modified).
-var recValueDelete = []byte{recDeleteValue}
+var recValueDelete = []byte{recDelete}
 
-// EncodeRecordValue is the rec/ value of a record row: empty for a create or
-// update, [0x01] for a delete.
-func EncodeRecordValue(deleted bool) []byte {
+// AppendRecordValue appends the rec/ value of a record row to dst: [0x01]
+// for a delete, [0x02][uvarint size] for a create or update whose ev/ value
+// has size bytes.
+func AppendRecordValue(dst []byte, deleted bool, size int) []byte {
 	if deleted {
-		return recValueDelete
+		return append(dst, recDelete)
 	}
-	return nil
+	return binary.AppendUvarint(append(dst, recRow), uint64(size))
 }
 
-// DecodeRecordValue accepts exactly an empty value (create/update) or
-// [0x01] (delete).
-func DecodeRecordValue(b []byte) (deleted bool, err error) {
-	switch {
-	case len(b) == 0:
-		return false, nil
-	case len(b) == 1 && b[0] == recDeleteValue:
-		return true, nil
+// DecodeRecordValue accepts exactly what AppendRecordValue produces (a
+// size of at least 1 and at most MaxRecord's row).
+func DecodeRecordValue(b []byte) (deleted bool, size int, err error) {
+	if len(b) == 1 && b[0] == recDelete {
+		return true, 0, nil
 	}
-	return false, malformed("record index value of %d bytes (want empty or [0x01])", len(b))
+	if len(b) < 2 || b[0] != recRow {
+		return false, 0, malformed("record index value %x (want [0x01] or [0x02][size])", truncateForError(b))
+	}
+	d := decoder{b: b[1:]}
+	n := d.uvarint()
+	if err := d.finish("record index value"); err != nil {
+		return false, 0, err
+	}
+	if n == 0 || n > 2*MaxRecord {
+		return false, 0, malformed("record index value: row size %d", n)
+	}
+	return false, int(n), nil
 }
 
 // Tomb is one tombstone: a row that supersedes older rows of its account.

@@ -85,13 +85,20 @@ func TestCompactionCodecs(t *testing.T) {
 			t.Errorf("DecodeTomb(%x) = %v", bad, err)
 		}
 	}
-	for _, v := range [][]byte{nil, {}, {1}} {
-		if _, err := DecodeRecordValue(v); err != nil {
-			t.Errorf("DecodeRecordValue(%x): %v", v, err)
+	for _, tc := range []struct {
+		v       []byte
+		deleted bool
+		size    int
+	}{{[]byte{1}, true, 0}, {[]byte{2, 1}, false, 1}, {[]byte{2, 0xac, 0x02}, false, 300}} {
+		if d, n, err := DecodeRecordValue(tc.v); err != nil || d != tc.deleted || n != tc.size {
+			t.Errorf("DecodeRecordValue(%x) = %v %d %v", tc.v, d, n, err)
+		}
+		if re := AppendRecordValue(nil, tc.deleted, tc.size); !bytes.Equal(re, tc.v) {
+			t.Errorf("AppendRecordValue(%v, %d) = %x", tc.deleted, tc.size, re)
 		}
 	}
-	for _, bad := range [][]byte{{0}, {2}, {1, 1}} {
-		if _, err := DecodeRecordValue(bad); !errors.Is(err, ErrMalformed) {
+	for _, bad := range [][]byte{nil, {}, {0}, {2}, {1, 1}, {2, 0}, {2, 0x80, 0}, {2, 1, 0}, {3, 1}} {
+		if _, _, err := DecodeRecordValue(bad); !errors.Is(err, ErrMalformed) {
 			t.Errorf("DecodeRecordValue(%x) = %v", bad, err)
 		}
 	}
@@ -139,11 +146,11 @@ func FuzzDecodeTomb(f *testing.F) {
 }
 
 func FuzzDecodeRecordValue(f *testing.F) {
-	f.Add([]byte{})
 	f.Add([]byte{1})
+	f.Add([]byte{2, 0xac, 0x02})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		d, err := DecodeRecordValue(b)
-		if err == nil && !bytes.Equal(EncodeRecordValue(d), b) {
+		d, n, err := DecodeRecordValue(b)
+		if err == nil && !bytes.Equal(AppendRecordValue(nil, d, n), b) {
 			t.Fatalf("accepted non-canonical %x", b)
 		}
 	})

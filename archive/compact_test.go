@@ -128,6 +128,17 @@ func TestCompactRules(t *testing.T) {
 			if !reflect.DeepEqual(removed, tc.removed) {
 				t.Fatalf("removed rows %v, want %v", removed, tc.removed)
 			}
+			var bytes int64
+			for _, i := range removed {
+				v, err := archive.AppendEvent(nil, &rows[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				bytes += int64(len(v))
+			}
+			if res.Bytes != bytes {
+				t.Fatalf("the pass counted %d bytes removed, the rows were %d", res.Bytes, bytes)
+			}
 			if res.Rows != len(tc.removed) || res.To != rows[passAt-1].Seq+1 {
 				t.Fatalf("result %+v: %d rows removed, watermark %d", res, len(tc.removed), rows[passAt-1].Seq+1)
 			}

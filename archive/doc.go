@@ -144,7 +144,8 @@
 // suspended supersede nothing). Delete, account, identity and sync rows are
 // never removed. The archive writer (not the capture writer) writes, as
 // blind Sets in the row's own batch, rec/<did>\x00<collection>\x00<rkey>\x00<seq>
-// for every record row (empty value; [0x01] for a delete) and
+// for every record row (value [0x02][uvarint size of the row's ev/ value];
+// [0x01] for a delete) and
 // tomb/<did>\x00<seq> for every superseding row; it never reads them, and a
 // unit may Put neither (nor meta/compaction). ValidateEvent refuses a 0x00
 // byte in a DID, collection or rkey, so the fields parse back.
@@ -152,7 +153,7 @@
 // Store.Compact, run by one owner, moves the watermark meta/compaction to W
 // = max(W, durable tip + 1): a synced compact/intent = W first; then, account
 // by account in tomb/ order, the tombstones below W, the rec/ entries they
-// supersede, their ev/ rows (each checked against its entry) and a delete's
+// supersede, their ev/ rows (never read: the entry holds the size) and a delete's
 // own entry go in one batch per account (small accounts share one), so a
 // reader's snapshot never holds half an account's removal; after each batch
 // the store's CompactionGeneration moves (a replay reopens its iterator) and
@@ -163,8 +164,7 @@
 // leaves the intent, which the next pass rolls forward (removal is
 // idempotent). Past CompactOptions.ReclaimBytes removed (64 MiB), a manual
 // compaction of the ranges removed from lets the disk shrink. A malformed
-// tomb/, rec/, intent or watermark value (or an ev/ row that is not the one
-// its entry names) stops the pass with ErrCompactionState naming the key,
+// tomb/, rec/, intent or watermark value stops the pass with ErrCompactionState naming the key,
 // having guessed nothing; ResetCompactionIntent is the recovery of a bad
 // intent. The cost of a pass follows the tombstones and the rows removed
 // (plus the entries of an account a sync or deletion reset), never ev/'s

@@ -697,7 +697,7 @@ func (w *Writer) index(p *pending, ev *Event) {
 		k0 := len(w.idxBuf)
 		w.idxBuf = AppendRecordKey(w.idxBuf, ev.DID, ev.Collection, ev.RKey, ev.Seq)
 		k1 := len(w.idxBuf)
-		w.idxBuf = append(w.idxBuf, EncodeRecordValue(ev.Kind == KindDelete)...)
+		w.idxBuf = AppendRecordValue(w.idxBuf, ev.Kind == KindDelete, len(w.buf)) // w.buf holds the row
 		w.idx = append(w.idx, idxEntry{k0, k1, len(w.idxBuf)})
 	}
 	t, ok := Supersedes(ev)

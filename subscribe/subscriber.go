@@ -477,21 +477,15 @@ func (s *subscriber) readBatch(floor uint64) (large []byte, err error) {
 			if fresh && n == 0 {
 				// Below the live floor yet nothing in the archive from here:
 				// the archive lost events the live log has published.
-				// (Compaction leaves gaps, which the iterator steps over,
-				// but never removes the tip's row: nothing supersedes it.)
+				// (Compaction leaves gaps, which the iterator steps over:
+				// the first row it finds may lie at or past the floor, and
+				// is durable, since a pass only removes rows superseded by
+				// durable ones; it never removes the tip's row.)
 				return nil, fmt.Errorf("subscribe: archive has no event at or after seq %d below the live floor", s.next)
 			}
 			return nil, nil
 		}
 		ev := s.it.Event()
-		if ev.Seq >= floor {
-			// Compaction removed every row from s.next to the floor: the
-			// live log serves from there (a row past the floor may not be
-			// synced yet).
-			s.next = floor
-			s.closeIter()
-			return nil, nil
-		}
 		s.next = ev.Seq + 1
 		s.itNext = s.next
 		s.itCount++
