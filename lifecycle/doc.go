@@ -18,7 +18,8 @@
 //   - C3: phase=merging with both backfill timestamps is one synced batch,
 //     committed while capture still runs; capture stops only after it.
 //   - C4: steady_state is entered only by the cleanup batch, after the walk,
-//     the pending pass and discovery.
+//     the pending pass, discovery and the caller's BeforeCleanup step (the
+//     node's compaction pass, so the first archive served is compacted).
 //   - C6: a --relay other than the one the store follows is refused unless
 //     --reset-relay-cursor is given (DecideRelay). So is a store whose
 //     position is lost: past bootstrap without cursor/relay, or written to

@@ -67,6 +67,11 @@ type Config struct {
 	// .OnEffects): called when a #account/#sync side effect is durable, so
 	// the retry runner can pass at once (retry.Runner.Wake).
 	OnLiveEffects func()
+	// BeforeCleanup, when set, runs at the end of merging, just before the
+	// cleanup batch commits steady_state (the node's compaction pass, so
+	// the first archive served is already compacted). It runs again on a
+	// restart in merging; its error stops the process.
+	BeforeCleanup func(ctx context.Context) error
 }
 
 func (c *Config) defaults() error {
@@ -181,6 +186,11 @@ func (r *runner) do(ctx context.Context, a Action) error {
 		r.facts.DiscoveryDone = true
 		return nil
 	case ActCleanup:
+		if r.cfg.BeforeCleanup != nil {
+			if err := r.cfg.BeforeCleanup(ctx); err != nil {
+				return err
+			}
+		}
 		if err := merge.Cleanup(r.mergeConfig()); err != nil {
 			return err
 		}

@@ -8,6 +8,18 @@
 // and commit hook, URLs, sizes and schedules), so what the tests exercise is
 // what ships.
 //
+// Compaction: the node owns the one goroutine that runs the archive's
+// compaction passes (compaction.go): every CompactionInterval, early when
+// CompactionTombstones tombstones are pending, at startup when an
+// interrupted pass left its intent (in the background: startup never waits
+// for it), and at the end of merging, just before steady_state is
+// committed (lifecycle's BeforeCleanup). A malformed compaction state halts
+// compaction for the run (one ERROR line with the recovery command
+// `backstream compaction reset`, backstream_compaction_halted, /status)
+// while ingest and serving go on; a store error in a pass stops the process
+// like every persistence error. Its figures are /status's compaction
+// section (Compaction) and the backstream_compaction_* metrics.
+//
 // Lifetime: New opens and builds everything but runs nothing; Run drives the
 // lifecycle until its context ends or something fatal happens (the
 // lifecycle's error, the writer stopping on a persistence error, or a disk

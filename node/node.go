@@ -127,6 +127,16 @@ type Config struct {
 	MaxWriteStall time.Duration
 	// FaultLinger: see DefaultFaultLinger.
 	FaultLinger time.Duration
+	// CompactionInterval is the time between compaction passes (0:
+	// DefaultCompactionInterval; negative: no periodic passes);
+	// CompactionTombstones starts one early when that many tombstones are
+	// pending (0: DefaultCompactionTombstones; negative: never early).
+	// CompactionCheck is how often the pending count is read (0:
+	// DefaultCompactionCheck). The pass at the end of merging and the
+	// finishing of an interrupted pass at startup always run.
+	CompactionInterval   time.Duration
+	CompactionTombstones int64
+	CompactionCheck      time.Duration
 	// Now is every component's clock (the writer's event times, due
 	// checks, backoff, phase timestamps). Default time.Now.
 	Now func() time.Time
@@ -207,6 +217,15 @@ func (c *Config) defaults() error {
 	if c.StopGrace <= 0 {
 		c.StopGrace = DefaultStopGrace
 	}
+	if c.CompactionInterval == 0 {
+		c.CompactionInterval = DefaultCompactionInterval
+	}
+	if c.CompactionTombstones == 0 {
+		c.CompactionTombstones = DefaultCompactionTombstones
+	}
+	if c.CompactionCheck <= 0 {
+		c.CompactionCheck = DefaultCompactionCheck
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -228,6 +247,7 @@ type Node struct {
 	client  *upstream.Client
 	jobs    *backfill.Runner
 	retrier *retry.Runner
+	comp    *compactor
 	sub     *subscribe.Server
 	lcfg    lifecycle.Config
 
@@ -297,6 +317,13 @@ func New(cfg Config) (n *Node, err error) {
 		}
 	}
 	n.sub.Attach(n.store, n.w)
+	n.comp = newCompactor(compactionConfig{
+		store: storeCompaction{s: n.store, w: n.w, opts: archive.CompactOptions{
+			Logger: n.log.With("component", "compaction"), Crash: cfg.Crash, Now: cfg.Now}},
+		archive:  n.store,
+		interval: cfg.CompactionInterval, tombstones: cfg.CompactionTombstones, check: cfg.CompactionCheck,
+		now: cfg.Now, log: n.log.With("component", "compaction"), metrics: newCompactionMetrics(reg),
+	})
 	n.lcfg = n.lifecycleConfig(reg, am)
 	return n, nil
 }
@@ -362,6 +389,7 @@ func (n *Node) lifecycleConfig(reg prometheus.Registerer, am *archive.Metrics) l
 		OnBootstrap:     func(b *bootstrap.Bootstrap) { n.boot.Store(b) },
 		Steady:          []func(context.Context) error{n.retrier.Run},
 		OnLiveEffects:   n.retrier.Wake,
+		BeforeCleanup:   n.comp.MergingPass,
 	}
 }
 
@@ -386,11 +414,28 @@ func (n *Node) Run(ctx context.Context) error {
 		n.lcErr.Store(&err)
 		runErr <- err
 	}()
+	compDone := make(chan struct{})
+	var compRes error
+	go func() {
+		defer close(compDone)
+		compRes = n.comp.Run(lctx)
+	}()
+	defer n.stopCompaction(cancel, compDone)
+	compStopped := (<-chan struct{})(compDone)
 	tick := time.NewTicker(n.cfg.SpaceCheckPeriod)
 	defer tick.Stop()
 	statFailed := false
 	for {
 		select {
+		case <-compStopped:
+			compStopped = nil
+			if compRes == nil {
+				continue // ctx is done: the lifecycle returns next
+			}
+			n.health.Fail(compRes)
+			cancel()
+			<-runErr
+			return compRes
 		case err := <-runErr:
 			if err == nil && ctx.Err() == nil {
 				err = errors.New("node: the lifecycle ended on its own (a bug)")
@@ -418,6 +463,18 @@ func (n *Node) Run(ctx context.Context) error {
 		case <-tick.C:
 			n.checkSpace(&statFailed)
 		}
+	}
+}
+
+// stopCompaction cancels the compaction owner and waits for it, at most
+// StopGrace: after a disk fault a pass may be blocked in a store write for
+// good (what it removed is re-done by the next pass from its intent).
+func (n *Node) stopCompaction(cancel context.CancelFunc, done <-chan struct{}) {
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(n.cfg.StopGrace):
+		n.log.Error("the compaction pass did not stop within the grace; not waiting for it", "grace", n.cfg.StopGrace)
 	}
 }
 
@@ -523,6 +580,10 @@ func (n *Node) Store() *archive.Store { return n.store }
 
 // Writer is the archive writer.
 func (n *Node) Writer() *archive.Writer { return n.w }
+
+// Compaction is the compaction section of /status: the watermark, its lag,
+// the last pass and whether compaction is halted.
+func (n *Node) Compaction() CompactionStatus { return n.comp.Status() }
 
 // Retrier is the steady-state retry runner.
 func (n *Node) Retrier() *retry.Runner { return n.retrier }

@@ -33,19 +33,22 @@ var errPowerCut = errors.New("power cut")
 // phase the runner was in. The hook sees keys, not values, so a batch that
 // group-commits several producers' units takes the first matching class.
 const (
-	clsCapture      = "capture"       // capture writer: cap/ rows + cursor/relay
-	clsEnterMerging = "enter-merging" // phase=merging + backfill timestamps (C3)
-	clsMergeWalk    = "merge-walk"    // merged rows + cursor/merge (M4)
-	clsCheckpoint   = "checkpoint"    // the listRepos checkpoint (R6)
-	clsEnumerate    = "enumerate"     // bootstrap: repo states without rows (not_started, terminal without rows)
-	clsBackfill     = "backfill"      // bootstrap: backfill rows and completions
-	clsPending      = "pending-pass"  // merging: whole-repo replacement of a pending repo (M5)
-	clsDiscovery    = "discovery"     // merging: repo states without rows (discovered DIDs, failures)
-	clsCleanup      = "cleanup"       // cap/ range delete + cursor deletes + phase=steady_state (M7)
-	clsLive         = "live"          // steady state: live rows + cursor/relay
-	clsRetry        = "retry"         // steady state: a replacement's rows without a relay cursor
-	clsSteadyState  = "steady-state"  // steady state: repo/host states alone (retry bookkeeping)
-	clsRelay        = "relay"         // meta/relay
+	clsCapture      = "capture"           // capture writer: cap/ rows + cursor/relay
+	clsEnterMerging = "enter-merging"     // phase=merging + backfill timestamps (C3)
+	clsMergeWalk    = "merge-walk"        // merged rows + cursor/merge (M4)
+	clsCheckpoint   = "checkpoint"        // the listRepos checkpoint (R6)
+	clsEnumerate    = "enumerate"         // bootstrap: repo states without rows (not_started, terminal without rows)
+	clsBackfill     = "backfill"          // bootstrap: backfill rows and completions
+	clsPending      = "pending-pass"      // merging: whole-repo replacement of a pending repo (M5)
+	clsDiscovery    = "discovery"         // merging: repo states without rows (discovered DIDs, failures)
+	clsCleanup      = "cleanup"           // cap/ range delete + cursor deletes + phase=steady_state (M7)
+	clsLive         = "live"              // steady state: live rows + cursor/relay
+	clsRetry        = "retry"             // steady state: a replacement's rows without a relay cursor
+	clsSteadyState  = "steady-state"      // steady state: repo/host states alone (retry bookkeeping)
+	clsRelay        = "relay"             // meta/relay
+	clsCompIntent   = "compaction-intent" // a compaction pass's synced intent
+	clsCompBatch    = "compaction-batch"  // a compaction pass's removal batch (one or more accounts)
+	clsCompDone     = "compaction-done"   // the watermark moved, the intent cleared
 	clsOther        = "other"
 )
 
@@ -67,6 +70,12 @@ func classify(phase archive.Phase, op string, keys [][]byte) string {
 		return clsCleanup
 	case op == "record the relay":
 		return clsRelay
+	case op == "commit the compaction intent":
+		return clsCompIntent
+	case op == "commit a compaction batch":
+		return clsCompBatch
+	case op == "commit the compaction watermark":
+		return clsCompDone
 	case hasKeyPrefix(keys, archive.KeyPhase):
 		return clsEnterMerging
 	case hasKeyPrefix(keys, archive.KeyCursorMerge):

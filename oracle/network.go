@@ -36,6 +36,9 @@ type Status struct {
 	Events   int64 `json:"events"`   // events emitted (preload, traffic and Emit)
 	Done     bool  `json:"done"`     // the traffic generator has finished (or never runs)
 	Accounts int   `json:"accounts"` // accounts in the world
+	// LiveRecords: records of accounts neither deleted nor taken down
+	// (world.LiveRecords), at the time of the report.
+	LiveRecords int64 `json:"live_records"`
 }
 
 // netStats are the network's counters.
@@ -399,10 +402,11 @@ func (n *Network) Config() Config { return n.cfg }
 // Status reports the firehose head, emitted count and traffic state.
 func (n *Network) Status() Status {
 	return Status{
-		Seq:      n.log.headSeq(),
-		Events:   n.stats.emitted.Load(),
-		Done:     n.done.Load(),
-		Accounts: n.cfg.Accounts,
+		Seq:         n.log.headSeq(),
+		Events:      n.stats.emitted.Load(),
+		Done:        n.done.Load(),
+		Accounts:    n.cfg.Accounts,
+		LiveRecords: n.w.LiveRecords(),
 	}
 }
 

@@ -314,12 +314,12 @@ func TestListHostsAndStatus(t *testing.T) {
 	}
 	var st Status
 	getJSON(t, n.RelayURL()+"/_devnet/status", &st)
-	if st != (Status{Seq: 4, Events: 4, Done: true, Accounts: 40}) {
+	if st != (Status{Seq: 4, Events: 4, Done: true, Accounts: 40, LiveRecords: n.World().LiveRecords()}) || st.LiveRecords == 0 {
 		t.Fatalf("status %+v", st)
 	}
 	raw := map[string]any{}
 	getJSON(t, n.RelayURL()+"/_devnet/status", &raw)
-	for _, k := range []string{"seq", "events", "done", "accounts"} {
+	for _, k := range []string{"seq", "events", "done", "accounts", "live_records"} {
 		if _, ok := raw[k]; !ok {
 			b, _ := json.Marshal(raw)
 			t.Fatalf("status lacks %q: %s", k, b)

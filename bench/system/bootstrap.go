@@ -44,6 +44,13 @@ type bootRun struct {
 	BytesPerEvent      float64 `json:"bytes_on_disk_per_event"`  // compacted / archive events
 	ApparentPerEvent   float64 `json:"apparent_bytes_per_event"` // as left by serve / archive events
 	SteadyStateSecs    float64 `json:"seconds_to_steady_state"`
+	// LiveRecords are the records the network still has (of accounts
+	// neither deleted nor taken down) when steady state is reached, after
+	// the end-of-merging compaction pass; BytesPerLiveRecord is
+	// CompactedBytes over them.
+	LiveRecords        int64   `json:"live_records"`
+	BytesPerLiveRecord float64 `json:"bytes_on_disk_per_live_record"`
+	ArchiveRows        int64   `json:"archive_rows"` // rows left in ev/ (the tip minus what compaction removed)
 }
 
 // measureBootstrap runs one bootstrap of sh and returns its numbers.
@@ -57,7 +64,7 @@ func measureBootstrap(parent context.Context, o options, sh shape) (r bootRun, e
 	}
 	defer os.RemoveAll(dir)
 
-	devnet, relay, err := startDevnet(ctx, o.bin, dir, "devnet", devnetArgs{Accounts: sh.Accounts, Records: sh.Records, Rate: o.rate})
+	devnet, relay, err := startDevnet(ctx, o.devnet(), dir, "devnet", devnetArgs{Accounts: sh.Accounts, Records: sh.Records, Rate: o.rate})
 	if err != nil {
 		return r, err
 	}
@@ -108,6 +115,9 @@ func measureBootstrap(parent context.Context, o options, sh shape) (r bootRun, e
 			r.SteadyStateSecs = time.Since(started).Seconds()
 			r.PeakRSSBytes = vmHWM(serve.pid())
 			r.ArchiveEvents = int64(st.Archive.TipSeq)
+			if r.LiveRecords, err = devnetLiveRecords(c, relay); err != nil {
+				return r, err
+			}
 			break
 		}
 	}
@@ -117,7 +127,7 @@ func measureBootstrap(parent context.Context, o options, sh shape) (r bootRun, e
 	if r.StoreBytesOnDisk, r.StoreBytesApparent, err = dirSize(filepath.Join(data, "store")); err != nil {
 		return r, err
 	}
-	if err := compact(data); err != nil {
+	if r.ArchiveRows, err = compact(data); err != nil {
 		return r, err
 	}
 	if r.CompactedBytes, _, err = dirSize(filepath.Join(data, "store")); err != nil {
@@ -134,20 +144,33 @@ func measureBootstrap(parent context.Context, o options, sh shape) (r bootRun, e
 		r.BytesPerEvent = float64(r.CompactedBytes) / float64(r.ArchiveEvents)
 		r.ApparentPerEvent = float64(r.StoreBytesApparent) / float64(r.ArchiveEvents)
 	}
+	if r.LiveRecords > 0 {
+		r.BytesPerLiveRecord = float64(r.CompactedBytes) / float64(r.LiveRecords)
+	}
 	return r, nil
 }
 
-// compact opens a stopped store, flushes and compacts it fully, and closes
-// it: the manual compaction before the bytes-per-event measurement.
-func compact(dataDir string) error {
+// compact opens a stopped store, flushes and compacts it fully, counts its
+// ev/ rows and closes it: the manual compaction before the bytes-per-event
+// measurement.
+func compact(dataDir string) (rows int64, err error) {
 	s, err := archive.Open(dataDir, archive.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		return fmt.Errorf("compact: %w", err)
+		return 0, fmt.Errorf("compact: %w", err)
 	}
 	db := s.DB()
 	err = db.Flush()
 	if err == nil {
 		err = db.Compact([]byte{0}, bytes.Repeat([]byte{0xff}, 64), true)
 	}
-	return errors.Join(err, s.Close())
+	if err == nil {
+		var it *archive.EventIter
+		if it, err = s.Events(0); err == nil {
+			for it.Next() {
+				rows++
+			}
+			err = it.Close()
+		}
+	}
+	return rows, errors.Join(err, s.Close())
 }

@@ -22,6 +22,7 @@ import (
 // options are the benchmark's settings (flags).
 type options struct {
 	bin            string
+	devnetBin      string // "" = bin
 	shapes         []shape
 	runs           int
 	out            string
@@ -65,6 +66,7 @@ type report struct {
 func main() {
 	var o options
 	flag.StringVar(&o.bin, "bin", "bin/backstream", "the backstream binary")
+	flag.StringVar(&o.devnetBin, "devnet-bin", "", "the binary that runs the devnet (empty: -bin); e.g. this tree's, to measure an older serve")
 	shapesFlag := flag.String("shapes", "2000x200,20000x50", "bootstrap shapes: comma-separated accounts x mean records per account")
 	flag.IntVar(&o.runs, "runs", 3, "runs of each part (medians are reported)")
 	flag.StringVar(&o.out, "out", "bench/results", "directory of the JSON results (empty: none)")
@@ -192,7 +194,7 @@ func runIngest(ctx context.Context, o options) ([]ingestRun, error) {
 	logf("ingest: building a network with a %d-event history ...", o.preload)
 	t0 := time.Now()
 	sctx, cancel := context.WithTimeout(ctx, o.timeout)
-	devnet, relay, err := startDevnet(sctx, o.bin, dir, "devnet", ingestNetwork(o))
+	devnet, relay, err := startDevnet(sctx, o.devnet(), dir, "devnet", ingestNetwork(o))
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("ingest: %w", err)
@@ -238,7 +240,7 @@ func runFanout(ctx context.Context, o options) ([]fanoutRun, error) {
 	}
 	defer os.RemoveAll(dir)
 	sctx, cancel := context.WithTimeout(ctx, o.timeout)
-	devnet, relay, err := startDevnet(sctx, o.bin, dir, "devnet", fanoutNetwork(o))
+	devnet, relay, err := startDevnet(sctx, o.devnet(), dir, "devnet", fanoutNetwork(o))
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("fanout: %w", err)
@@ -271,6 +273,14 @@ func fail(err error) {
 // binaryCgo is the CGO_ENABLED setting the binary was built with ("0" or
 // "1"; "" when unknown). It matters: with cgo Pebble's zstd is the C
 // library, without it the pure-Go one, which peaks at more memory.
+// devnet is the binary that runs the devnet.
+func (o options) devnet() string {
+	if o.devnetBin != "" {
+		return o.devnetBin
+	}
+	return o.bin
+}
+
 func binaryCgo(bin string) string {
 	out, err := exec.Command("go", "version", "-m", bin).Output()
 	if err != nil {

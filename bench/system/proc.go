@@ -177,6 +177,21 @@ func devnetStatus(c *http.Client, relay string) (seq int64, done bool, err error
 	return st.Seq, st.Done, nil
 }
 
+// devnetLiveRecords is the network's count of records that still exist
+// (GET /_devnet/status live_records).
+func devnetLiveRecords(c *http.Client, relay string) (int64, error) {
+	var st struct {
+		LiveRecords *int64 `json:"live_records"`
+	}
+	if err := getJSON(c, relay+"/_devnet/status", &st); err != nil {
+		return 0, err
+	}
+	if st.LiveRecords == nil {
+		return 0, errors.New("/_devnet/status: no live_records (a devnet binary that predates it?)")
+	}
+	return *st.LiveRecords, nil
+}
+
 // startServe runs `backstream serve` against relay on fresh listen
 // addresses and returns it with the base URLs of its public listener
 // (/status, /subscribe) and of its admin listener (/metrics, /debug/pprof/).

@@ -118,7 +118,10 @@ func buildTable(rep report, o options) []row {
 		rs := byShape[sh]
 		rows = append(rows, newRow("archive "+sh+": bytes on disk per archived event, compacted", "B",
 			vals(rs, func(r bootRun) float64 { return r.BytesPerEvent }), atMost(targetBytesPerRecord),
-			fmt.Sprintf("%d events", rs[0].ArchiveEvents)))
+			fmt.Sprintf("%d events", rs[0].ArchiveEvents)),
+			newRow("archive "+sh+": bytes on disk per live record, after the end-of-merging pass", "B",
+				vals(rs, func(r bootRun) float64 { return r.BytesPerLiveRecord }), target{},
+				fmt.Sprintf("%d records still exist upstream; %d of %d events left in ev/", rs[0].LiveRecords, rs[0].ArchiveRows, rs[0].ArchiveEvents)))
 	}
 	if rs := rep.Ingest; len(rs) > 0 {
 		m := rep.IngestM

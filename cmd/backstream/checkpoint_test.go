@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/oracle/check"
 	"github.com/backstream/backstream/subscribe"
 )
 
@@ -173,37 +174,52 @@ func TestCheckpointEndpointWhileWriting(t *testing.T) {
 	}
 }
 
-// compareCheckpoint asserts that the checkpoint's events are seqs 1..n with
-// each equal to the live store's event at that seq, and returns n.
+// compareCheckpoint asserts that the checkpoint is a prefix of the live
+// store up to its tip: every live event at or below that tip is in the
+// checkpoint, equal, and a checkpoint event the live store lacks was
+// removed by compaction since (superseded below the live store's
+// watermark: check.Vanished). It returns the checkpoint's tip.
 func compareCheckpoint(t *testing.T, ck, live *archive.Store) uint64 {
 	t.Helper()
-	a, err := ck.Events(0)
+	ckRows, err := check.Rows(ck)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.Close()
-	b, err := live.Events(0)
+	liveRows, err := check.Rows(live)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
-	var n uint64
-	for a.Next() {
-		if !b.Next() {
-			t.Fatalf("the checkpoint holds seq %d beyond the live store (%v)", a.Event().Seq, b.Err())
+	cs, err := live.Compaction()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ckRows) == 0 {
+		return 0
+	}
+	tip := ckRows[len(ckRows)-1].Seq
+	bySeq := make(map[uint64]*archive.Event, len(ckRows))
+	for i := range ckRows {
+		bySeq[ckRows[i].Seq] = &ckRows[i]
+	}
+	for i := range liveRows {
+		y := &liveRows[i]
+		if y.Seq > tip {
+			break
 		}
-		x, y := a.Event(), b.Event()
-		if x.Seq != n+1 || x.Seq != y.Seq || x.DID != y.DID || x.Collection != y.Collection || x.RKey != y.RKey || x.Rev != y.Rev ||
+		x, ok := bySeq[y.Seq]
+		if !ok {
+			t.Fatalf("live seq %d (at or below the checkpoint's tip %d) is not in the checkpoint", y.Seq, tip)
+		}
+		if x.DID != y.DID || x.Collection != y.Collection || x.RKey != y.RKey || x.Rev != y.Rev ||
 			x.Kind != y.Kind || x.TimeUS != y.TimeUS || string(x.CID) != string(y.CID) || string(x.Record) != string(y.Record) ||
 			x.Handle != y.Handle || x.Active != y.Active || x.Status != y.Status || x.UpstreamSeq != y.UpstreamSeq || x.Source != y.Source {
-			t.Fatalf("event %d differs:\ncheckpoint %+v\nlive       %+v", n+1, *x, *y)
+			t.Fatalf("event %d differs:\ncheckpoint %+v\nlive       %+v", y.Seq, *x, *y)
 		}
-		n++
 	}
-	if err := a.Err(); err != nil {
-		t.Fatal(err)
+	if gone := check.Vanished(ckRows, liveRows, cs.Watermark); len(gone) > 0 {
+		t.Fatalf("checkpoint seq %d is not in the live store, and no row below its watermark %d supersedes it", gone[0], cs.Watermark)
 	}
-	return n
+	return tip
 }
 
 // TestCheckpointEndpointRefusals: the endpoint answers only loopback

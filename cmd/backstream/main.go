@@ -7,6 +7,7 @@
 //	checkpoint  write a consistent copy of the store to a new data dir (online backup)
 //	devnet  run a simulated atproto network (relay, PDS hosts, firehose) for tests and demos
 //	tail    print the events a backstream (or Jetstream) /subscribe sends, one JSON line each
+//	compaction reset  delete an interrupted compaction pass's intent (the recovery of a halted compaction)
 //
 // Every flag has a BACKSTREAM_* environment variable (--backfill-workers is
 // BACKSTREAM_BACKFILL_WORKERS); a flag on the command line wins over the
@@ -57,7 +58,7 @@ type cmdEnv struct {
 // commands lists every subcommand. A subcommand exists only once it does
 // something.
 func commands() []*command {
-	return []*command{serveCommand(), statusCommand(), checkpointCommand(), devnetCommand(), tailCommand()}
+	return []*command{serveCommand(), statusCommand(), checkpointCommand(), devnetCommand(), tailCommand(), compactionResetCommand()}
 }
 
 // errUsage marks command-line mistakes: exit status 2 and a usage hint.
@@ -73,9 +74,13 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		return 0
 	}
 	var cmd *command
+	rest := args[1:]
 	for _, c := range cmds {
-		if c.name == args[0] {
+		switch {
+		case c.name == args[0]:
 			cmd = c
+		case len(args) > 1 && c.name == args[0]+" "+args[1]: // a two-word command
+			cmd, rest = c, args[2:]
 		}
 	}
 	if cmd == nil {
@@ -83,7 +88,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		usage(stderr, cmds)
 		return 2
 	}
-	fs, err := parseFlags(cmd, cmds, args[1:], environ, stderr)
+	fs, err := parseFlags(cmd, cmds, rest, environ, stderr)
 	if errors.Is(err, errHelp) {
 		return 0
 	}

@@ -79,6 +79,8 @@ func serveCommand() *command {
 			fs.Float64("replay-duty", subscribe.DefaultReplayDuty, "share of the time (0 < d ≤ 1) a replay reader may be busy, so of a CPU it may take; 1 = replay at full speed")
 			fs.Float64("subscriber-message-rate", subscribe.DefaultMessageRate, "client messages (options_update, pings) per second per connection; beyond the burst, the connection is closed")
 			fs.Int("subscriber-message-burst", subscribe.DefaultMessageBurst, "client messages a connection may send at once")
+			fs.Duration("compaction-interval", node.DefaultCompactionInterval, "time between the end of one compaction pass (the physical removal of deleted and superseded records) and the start of the next (0 = no periodic passes)")
+			fs.Int64("compaction-tombstones", node.DefaultCompactionTombstones, "start a compaction pass early once this many deletes, updates, resets and account deletions or takedowns are pending (0 = never early)")
 		},
 		run: runServe,
 	}
@@ -109,6 +111,8 @@ type serveOptions struct {
 	minFree                int64 // node.Config.MinFree: 0 auto, -1 off
 	maxWriteStall          time.Duration
 	subscribers            subscribe.Config // the subscriber limits; the rest is filled in by runServe
+	compactionInterval     time.Duration    // node.Config's: negative off
+	compactionTombstones   int64            // node.Config's: negative off
 }
 
 func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
@@ -212,7 +216,27 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 	if o.subscribers, err = subscriberLimits(fs); err != nil {
 		return bad("%v", err)
 	}
+	if o.compactionInterval, o.compactionTombstones, err = compactionSchedule(fs); err != nil {
+		return bad("%v", err)
+	}
 	return o, nil
+}
+
+// compactionSchedule reads --compaction-interval and
+// --compaction-tombstones as node.Config takes them: 0 (off) becomes
+// negative.
+func compactionSchedule(fs *flagSet) (time.Duration, int64, error) {
+	interval, tombs := fs.get("compaction-interval").(time.Duration), fs.get("compaction-tombstones").(int64)
+	if interval < 0 || tombs < 0 {
+		return 0, 0, fmt.Errorf("--compaction-interval and --compaction-tombstones must not be negative (0 turns each off)")
+	}
+	if interval == 0 {
+		interval = -1
+	}
+	if tombs == 0 {
+		tombs = -1
+	}
+	return interval, tombs, nil
 }
 
 // parseMinFree reads --min-free: auto (0), off or 0 (-1: no floor), or a
@@ -360,6 +384,8 @@ func (s *server) statusJSON() any {
 			}
 			rep.Bootstrap = &p
 		}
+		c := n.Compaction()
+		rep.Compaction = &c
 	}
 	if s.hist != nil {
 		h := s.hist.Report()
@@ -525,6 +551,7 @@ func (o serveOptions) nodeConfig(s *server, crash *crashpoint.Set) node.Config {
 		RetryWorkers:   o.retryWorkers, RetryHostWorkers: o.retryHostWorkers,
 		RetryInterval: o.retryInterval, RetryMaxDelay: o.retryMaxDelay, RetryScanPeriod: o.retryScanPeriod,
 		MinFree: o.minFree, MaxWriteStall: o.maxWriteStall,
+		CompactionInterval: o.compactionInterval, CompactionTombstones: o.compactionTombstones,
 		Registry: s.reg, Logger: s.log, Crash: crash,
 		Server: s.sub, Health: &s.health,
 	}

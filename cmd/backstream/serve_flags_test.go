@@ -170,3 +170,29 @@ func TestServeDebugRepos(t *testing.T) {
 		t.Fatalf("status after --repos: %+v", r)
 	}
 }
+
+// TestServeCompactionFlags: the compaction schedule's defaults, its
+// BACKSTREAM_* variables, 0 as "off" (negative in node.Config, whose zero
+// is the default), and negative values refused.
+func TestServeCompactionFlags(t *testing.T) {
+	o, err := serveFlags(t, nil, nil)
+	if err != nil || o.compactionInterval != time.Hour || o.compactionTombstones != 1_000_000 {
+		t.Fatalf("defaults %v / %d (%v), want 1h / 1000000", o.compactionInterval, o.compactionTombstones, err)
+	}
+	o, err = serveFlags(t, []string{"--compaction-tombstones", "5000"}, []string{"BACKSTREAM_COMPACTION_INTERVAL=10m"})
+	if err != nil || o.compactionInterval != 10*time.Minute || o.compactionTombstones != 5000 {
+		t.Fatalf("set %v / %d (%v), want 10m / 5000", o.compactionInterval, o.compactionTombstones, err)
+	}
+	o, err = serveFlags(t, nil, []string{"BACKSTREAM_COMPACTION_INTERVAL=0", "BACKSTREAM_COMPACTION_TOMBSTONES=0"})
+	if err != nil || o.compactionInterval >= 0 || o.compactionTombstones >= 0 {
+		t.Fatalf("off %v / %d (%v), want both negative (off) in the node's config", o.compactionInterval, o.compactionTombstones, err)
+	}
+	if nc := o.nodeConfig(&server{}, nil); nc.CompactionInterval >= 0 || nc.CompactionTombstones >= 0 {
+		t.Fatalf("node config %v / %d, want off", nc.CompactionInterval, nc.CompactionTombstones)
+	}
+	for _, args := range [][]string{{"--compaction-interval", "-1m"}, {"--compaction-tombstones", "-5"}} {
+		if _, err := serveFlags(t, args, nil); !errors.Is(err, errUsage) {
+			t.Errorf("%v: %v, want a usage error", args, err)
+		}
+	}
+}

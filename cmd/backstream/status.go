@@ -49,6 +49,8 @@ type statusReport struct {
 	// warnings and errors logged (serve's /status only; status_live.go).
 	History    *subscribe.HistoryReport `json:"history,omitempty"`
 	LastErrors []logLine                `json:"last_errors,omitempty"`
+	// Compaction: the watermark, its lag, the last pass (serve's /status).
+	Compaction *statusCompaction `json:"compaction,omitempty"`
 }
 
 // emptyStatus is the report before a store can be read: phase names what
@@ -170,6 +172,9 @@ func buildStatus(s *archive.Store) (*statusReport, error) {
 		return nil, err
 	}
 	r.Archive.DiskBytes = s.DB().Metrics().DiskSpaceUsage()
+	if r.Compaction, err = readCompaction(s); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 
@@ -261,5 +266,6 @@ func printStatus(out io.Writer, r *statusReport) {
 		fmt.Fprintf(tw, "capture tip seq\t%d\n", r.Archive.CaptureTip)
 	}
 	fmt.Fprintf(tw, "store on disk\t%d bytes\n", r.Archive.DiskBytes)
+	printCompaction(tw, r.Compaction)
 	tw.Flush()
 }

@@ -1,6 +1,9 @@
 // Package check holds the oracle's ground-truth checks over an archive: the
 // fold of the archived stream per DID against the simulated network's
-// current records, per-DID rev order (D3), and strictly increasing seqs.
+// current records, per-DID rev order (D3), and strictly increasing seqs
+// (not contiguous ones: compaction leaves gaps). What compaction may
+// remove is Survivors' recomputation; Vanished and CompareSurvivors tell a
+// gap compaction explains from a lost row.
 // Tests at every level (lifecycle, process, retry, subscribe) use it, so the
 // definition of "the archive is right" exists once.
 package check
@@ -19,7 +22,10 @@ import (
 type Fold map[string]map[string]string
 
 // Apply folds one event: create/update set a record, delete removes it, a
-// sync row or an account "deleted" event clears the account. It returns an
+// sync row or an account "deleted" or "takendown" event clears the account
+// (Erases: its content is no longer redistributed, and the archive's
+// compaction removes it; a reactivation is followed by a whole-repo
+// replacement). It returns an
 // error for a row that cannot be folded (a bad CID).
 func (f Fold) Apply(ev *archive.Event) error {
 	recs := f[ev.DID]
@@ -40,11 +46,18 @@ func (f Fold) Apply(ev *archive.Event) error {
 	case archive.KindSync:
 		clear(recs)
 	case archive.KindAccount:
-		if ev.Status == world.StatusDeleted {
+		if Erases(ev.Status) {
 			clear(recs)
 		}
 	}
 	return nil
+}
+
+// Erases reports whether an account status makes the account's records
+// no longer the archive's to serve: deleted and takendown. Deactivated and
+// suspended keep them.
+func Erases(status string) bool {
+	return status == world.StatusDeleted || status == world.StatusTakendown
 }
 
 // Stats describe an archive walk.
@@ -109,20 +122,20 @@ func head(s []string) []string {
 }
 
 // Compare checks the fold against the world for every account include
-// selects (nil: every active account, and deleted accounts, which must fold
-// to nothing). Inactive, not-deleted accounts are skipped unless selected:
-// their records are not served while inactive.
+// selects (nil: every active account, and deleted and taken-down accounts,
+// which must fold to nothing). Deactivated and suspended accounts are
+// skipped unless selected: their records are not served while inactive.
 func Compare(f Fold, w *world.World, include func(world.Account) bool) (checked int, bad []Mismatch) {
 	for _, acc := range w.Accounts() {
 		if include != nil {
 			if !include(acc) {
 				continue
 			}
-		} else if !acc.Active && acc.Status != world.StatusDeleted {
+		} else if !acc.Active && !Erases(acc.Status) {
 			continue
 		}
 		want := map[string]string{}
-		if acc.Status != world.StatusDeleted {
+		if !Erases(acc.Status) {
 			for p, c := range w.Records(acc.DID) {
 				want[p] = c.String()
 			}

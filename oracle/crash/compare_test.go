@@ -1,6 +1,7 @@
 package crash_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -51,5 +52,31 @@ func TestDrawChainDeterministic(t *testing.T) {
 	}
 	if c := drawChain(6, longShape); c[0] == a[0] && c[1] == a[1] && c[2] == a[2] {
 		t.Fatal("seeds 5 and 6 draw the same schedule")
+	}
+}
+
+// TestCompareHeldCompacted: a held message missing from a later read is
+// accepted only when a row below the compaction watermark, in either read,
+// supersedes it (here an update of the same record); a missing message
+// with nothing superseding it, or superseded only at the watermark, is
+// still a D1 failure.
+func TestCompareHeldCompacted(t *testing.T) {
+	commit := func(cursor int, op, rkey string) string {
+		return fmt.Sprintf(`{"did":"did:plc:a","time_us":1,"cursor":%d,"kind":"commit","commit":{"rev":"r","operation":%q,"collection":"app.bsky.feed.post","rkey":%q,"cid":"c%d"}}`,
+			cursor, op, rkey, cursor)
+	}
+	held := map[uint64]string{3: commit(3, "create", "x"), 4: commit(4, "create", "y"), 5: commit(5, "update", "x")}
+	after := map[uint64]string{4: held[4], 5: held[5]}
+	if err := crash.CompareHeldCompacted(held, after, 6); err != nil {
+		t.Fatalf("a create superseded below the watermark: %v", err)
+	}
+	if err := crash.CompareHeldCompacted(held, after, 5); err == nil || !strings.Contains(err.Error(), "cursor 3") {
+		t.Fatalf("superseded only at the watermark: %v, want cursor 3 gone", err)
+	}
+	if err := crash.CompareHeldCompacted(held, map[uint64]string{3: held[3], 5: held[5]}, 6); err == nil || !strings.Contains(err.Error(), "cursor 4") {
+		t.Fatalf("a live record gone: %v, want cursor 4 gone", err)
+	}
+	if err := crash.CompareHeldCompacted(held, map[uint64]string{4: held[4], 5: commit(5, "update", "z")}, 6); err == nil || !strings.Contains(err.Error(), "cursor 5 changed") {
+		t.Fatalf("a kept message changed: %v", err)
 	}
 }

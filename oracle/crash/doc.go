@@ -23,7 +23,15 @@
 //     reconnecting with its last cursor (inclusive, so the event it last
 //     held is sent again and compared), and at the end its every message is
 //     compared byte for byte with a fresh read of the archive from cursor 0,
-//     with no cursor missing inside the range it followed.
+//     with no cursor missing inside the range it followed; a held event
+//     may be missing only when compaction explains it (a row below the
+//     watermark supersedes it: CompareHeldCompacted).
+//
+// The compaction tests (compaction_process_test.go) kill at the pass's
+// crash points and compare the surviving rows with oracle/check's
+// recomputation, search the raw values of a stopped process's store for the
+// bytes of every record the network no longer has, and replay from cursor
+// 0 through passes.
 //
 // Every kill asserts that it fired: a crash-point run must end by SIGKILL
 // (the crash point's exit status), and a random kill must land on a live

@@ -30,6 +30,21 @@ type Status struct {
 	Bootstrap *struct {
 		State string `json:"state"`
 	} `json:"bootstrap,omitempty"`
+	Compaction *struct {
+		Watermark  uint64 `json:"watermark"`
+		Passes     int64  `json:"passes"`
+		LastRows   int64  `json:"last_rows_removed"`
+		Halted     bool   `json:"halted"`
+		HaltReason string `json:"halt_reason"`
+	} `json:"compaction,omitempty"`
+}
+
+// Watermark is compaction.watermark (0 when absent).
+func (s Status) Watermark() uint64 {
+	if s.Compaction == nil {
+		return 0
+	}
+	return s.Compaction.Watermark
 }
 
 // RelayCursor is cursors.relay (0 when absent).

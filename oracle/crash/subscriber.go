@@ -6,15 +6,17 @@ package crash
 // checks on the way that nothing it held disappears or changes.
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
 
+	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/oracle/check"
-	"github.com/backstream/backstream/oracle/world"
 	"github.com/gorilla/websocket"
 )
 
@@ -54,7 +56,7 @@ func FoldWire(f check.Fold, ev *WireEvent) {
 		}
 	case ev.Kind == "sync":
 		clear(recs)
-	case ev.Kind == "account" && ev.Account != nil && ev.Account.Status == world.StatusDeleted:
+	case ev.Kind == "account" && ev.Account != nil && check.Erases(ev.Account.Status):
 		clear(recs)
 	}
 }
@@ -257,6 +259,104 @@ func (s *Subscriber) WaitFor(tip uint64, within time.Duration) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return s.Err()
+}
+
+// wireRow is the row a Jetstream message describes, as far as compaction's
+// rule reads it (kind, account, record, account status).
+func wireRow(cursor uint64, msg string) (archive.Event, error) {
+	var ev WireEvent
+	if err := json.Unmarshal([]byte(msg), &ev); err != nil {
+		return archive.Event{}, fmt.Errorf("crash: cursor %d: %w", cursor, err)
+	}
+	row := archive.Event{Seq: cursor, DID: ev.DID}
+	switch {
+	case ev.Kind == "commit" && ev.Commit != nil:
+		row.Collection, row.RKey = ev.Commit.Collection, ev.Commit.RKey
+		row.Kind = map[string]archive.Kind{"create": archive.KindCreate, "update": archive.KindUpdate, "delete": archive.KindDelete}[ev.Commit.Operation]
+	case ev.Kind == "account" && ev.Account != nil:
+		row.Kind, row.Status = archive.KindAccount, ev.Account.Status
+	case ev.Kind == "sync":
+		row.Kind = archive.KindSync
+	default:
+		row.Kind = archive.KindIdentity
+	}
+	return row, nil
+}
+
+// CompareHeldCompacted is CompareHeld over an archive that compaction may
+// have thinned since the messages were held: a held message missing from
+// after is accepted only when compaction explains it (check.Vanished over
+// both reads: a row below the watermark w supersedes it); every other
+// check of CompareHeld stands.
+func CompareHeldCompacted(held, after map[uint64]string, w uint64) error {
+	var before, kept []archive.Event
+	missing := false
+	for k, msg := range held {
+		ev, err := wireRow(k, msg)
+		if err != nil {
+			return err
+		}
+		before = append(before, ev)
+		if _, ok := after[k]; !ok {
+			missing = true
+		}
+	}
+	if !missing {
+		return CompareHeld(held, after)
+	}
+	rest := make(map[uint64]string, len(held))
+	for k, msg := range held {
+		if _, ok := after[k]; ok {
+			rest[k] = msg
+		}
+	}
+	if err := CompareHeld(rest, after); err != nil {
+		return err
+	}
+	for k, msg := range after {
+		ev, err := wireRow(k, msg)
+		if err != nil {
+			return err
+		}
+		kept = append(kept, ev)
+	}
+	if lost := check.Vanished(before, kept, w); len(lost) > 0 {
+		slices.Sort(lost)
+		return fmt.Errorf("D1: cursor %d was handed to a subscriber and is gone, and no row below the compaction watermark %d supersedes it", lost[0], w)
+	}
+	return nil
+}
+
+// Superseded returns the cursors of messages that a compaction to w must
+// have removed: rows that check.Survivors, over the messages and rows (a
+// later read of the store), says a row below w supersedes. A replay that
+// began after the watermark reached w must never have been sent them.
+func Superseded(msgs map[uint64]string, rows []archive.Event, w uint64) ([]uint64, error) {
+	bySeq := make(map[uint64]archive.Event, len(rows)+len(msgs))
+	for _, ev := range rows {
+		bySeq[ev.Seq] = ev
+	}
+	for k, msg := range msgs {
+		ev, err := wireRow(k, msg)
+		if err != nil {
+			return nil, err
+		}
+		bySeq[k] = ev
+	}
+	all := make([]archive.Event, 0, len(bySeq))
+	for _, ev := range bySeq {
+		all = append(all, ev)
+	}
+	slices.SortFunc(all, func(a, b archive.Event) int { return cmp.Compare(a.Seq, b.Seq) })
+	keep := check.Survivors(all, w)
+	var out []uint64
+	for k := range msgs {
+		if !keep[k] {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // CompareHeld checks that every message held before (a snapshot, e.g. the

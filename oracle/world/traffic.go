@@ -22,8 +22,8 @@ type Traffic struct {
 
 // NewTraffic returns a traffic generator over w. Mode TrafficBasic produces
 // record creates/updates/deletes (sometimes several in one commit), profile
-// updates, handle changes, deactivation and reactivation of accounts active
-// at build time, and account deletions. TrafficFull adds repo resets (#sync)
+// updates, handle changes, deactivation, takedown and reactivation of
+// accounts active at build time, and account deletions. TrafficFull adds repo resets (#sync)
 // and reactivation of accounts inactive at build time.
 func (w *World) NewTraffic(mode TrafficMode, seed int64) *Traffic {
 	return &Traffic{w: w, mode: mode, rng: newRNG(seed, saltTraffic, uint64(w.cfg.Seed))}
@@ -39,11 +39,16 @@ const (
 	tkHandle
 	tkDeactivate
 	tkReactivate
+	tkTakedown
 	tkDeleteAccount
 	tkReset
 )
 
-// trafficWeights is the per-mille mix of mutation kinds; tkReset only in full mode.
+// trafficWeights is the per-mille mix of mutation kinds; tkReset only in
+// full mode. Every rule of the archive's compaction has its kind: updates
+// and deletes supersede a record's older rows, takedowns and account
+// deletions all of an account's rows, resets (#sync) too; reactivation
+// reverses a takedown (or a deactivation).
 var trafficWeights = []struct {
 	kind   trafficKind
 	weight int
@@ -55,6 +60,7 @@ var trafficWeights = []struct {
 	{tkHandle, 20},
 	{tkDeactivate, 8},
 	{tkReactivate, 8},
+	{tkTakedown, 4},
 	{tkDeleteAccount, 3},
 	{tkReset, 10},
 }
@@ -202,7 +208,7 @@ func (t *Traffic) try(kind trafficKind) (Event, error) {
 		defer a.mu.Unlock()
 		a.handleGen++
 		return a.setHandle(nextHandle(a.handle, a.handleGen))
-	case tkDeactivate:
+	case tkDeactivate, tkTakedown:
 		// Keep at least half of the live accounts active.
 		if len(t.eligible(isActive))*2 <= len(t.eligible(notDeleted)) {
 			return Event{}, errNoTarget
@@ -213,10 +219,10 @@ func (t *Traffic) try(kind trafficKind) (Event, error) {
 		}
 		defer a.mu.Unlock()
 		status := StatusDeactivated
-		switch t.rng.IntN(10) {
-		case 0:
+		switch {
+		case kind == tkTakedown:
 			status = StatusTakendown
-		case 1:
+		case t.rng.IntN(10) == 0:
 			status = StatusSuspended
 		}
 		return a.setStatus(status)

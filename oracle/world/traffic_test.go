@@ -231,9 +231,9 @@ func runTrafficHostile(t *testing.T, cfg Config, mode TrafficMode, seed int64, s
 	f := snapshotFold(w)
 	tr := w.NewTraffic(mode, seed)
 	kinds := map[string]int{}
-	buildStatus := map[string]string{}
+	buildStatus, lastStatus := map[string]string{}, map[string]string{}
 	for did, st := range f.status {
-		buildStatus[did] = st
+		buildStatus[did], lastStatus[did] = st, st
 	}
 	for i := 0; i < steps; i++ {
 		ev, err := tr.Next()
@@ -287,6 +287,10 @@ func runTrafficHostile(t *testing.T, cfg Config, mode TrafficMode, seed int64, s
 			if ev.Account.Status != nil {
 				st = *ev.Account.Status
 			}
+			if ev.Account.Active && lastStatus[ev.DID] == StatusTakendown {
+				kinds["takedown-reversed"]++
+			}
+			lastStatus[ev.DID] = st
 			kinds["account:"+st]++
 			if ev.Account.Active && buildStatus[ev.DID] != StatusActive {
 				kinds["reactivated-build-inactive"]++
@@ -328,7 +332,7 @@ func runTrafficHostile(t *testing.T, cfg Config, mode TrafficMode, seed int64, s
 // exactly the world's current records, statuses and handles.
 func TestTraffic_BasicFold(t *testing.T) {
 	kinds := runTraffic(t, Config{Seed: 3, Accounts: 40, RecordsMean: 20, Hosts: 2}, TrafficBasic, 11, 3000)
-	for _, k := range []string{"#commit", "#identity", "#account", "create", "update", "delete", "multi-op", "account:active", "account:deactivated", "account:deleted"} {
+	for _, k := range []string{"#commit", "#identity", "#account", "create", "update", "delete", "multi-op", "account:active", "account:deactivated", "account:takendown", "takedown-reversed", "account:deleted"} {
 		if kinds[k] == 0 {
 			t.Errorf("no %s in basic traffic", k)
 		}
@@ -368,5 +372,30 @@ func TestTraffic_HostileCommitsLeaveStateIntact(t *testing.T) {
 	kinds := runTrafficHostile(t, Config{Seed: 5, Accounts: 30, RecordsMean: 10, Hosts: 2}, TrafficFull, 13, 1000, 5)
 	if kinds["hostile:"+ReasonInvalidRev] == 0 || kinds["hostile:"+ReasonInvalidPath] == 0 {
 		t.Fatalf("hostile commits %v", kinds)
+	}
+}
+
+// TestLiveRecords: after traffic that deletes and takes down accounts,
+// LiveRecords is the number of records of the accounts neither deleted nor
+// taken down, as Records lists them.
+func TestLiveRecords(t *testing.T) {
+	w := mustBuild(t, Config{Seed: 6, Accounts: 30, RecordsMean: 10, Hosts: 2})
+	tr := w.NewTraffic(TrafficFull, 7)
+	erased := 0
+	for range 2000 {
+		if _, err := tr.Next(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var want int64
+	for _, a := range w.Accounts() {
+		if a.Status == StatusDeleted || a.Status == StatusTakendown {
+			erased++
+			continue
+		}
+		want += int64(len(w.Records(a.DID)))
+	}
+	if got := w.LiveRecords(); got != want || erased == 0 {
+		t.Fatalf("LiveRecords %d, want %d (%d accounts erased)", got, want, erased)
 	}
 }

@@ -162,6 +162,22 @@ func (w *World) Accounts() []Account {
 	return out
 }
 
+// LiveRecords counts the records in the current repos of every account
+// that is neither deleted nor taken down: what an archive that honours
+// deletes must still hold (a deactivated or suspended account's records
+// stay).
+func (w *World) LiveRecords() int64 {
+	var n int64
+	for _, a := range w.sorted {
+		a.mu.Lock()
+		if a.status != StatusDeleted && a.status != StatusTakendown {
+			n += int64(a.nrec)
+		}
+		a.mu.Unlock()
+	}
+	return n
+}
+
 // Account returns a snapshot of one account.
 func (w *World) Account(did string) (Account, bool) {
 	a, ok := w.byDID[did]

@@ -1,0 +1,57 @@
+package main
+
+// This file owns the compaction section of the status report: the
+// watermark and its lag read from the store (`backstream status`), or the
+// running node's compaction owner's view (/status), which adds the last
+// pass and whether compaction is halted.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/node"
+)
+
+// statusCompaction is the report's "compaction" object.
+type statusCompaction = node.CompactionStatus
+
+// readCompaction reads the section from a store: the watermark, its lag
+// behind the tip, and an interrupted pass's intent. A malformed compaction
+// state is shown as halted, with the error, not as a failed report.
+func readCompaction(s *archive.Store) (*statusCompaction, error) {
+	st, err := s.Compaction()
+	if errors.Is(err, archive.ErrCompactionState) {
+		return &statusCompaction{Halted: true, HaltReason: err.Error()}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	c := &statusCompaction{Watermark: st.Watermark}
+	if st.Intent != nil {
+		w := st.Intent.W
+		c.Intent = &w
+	}
+	if c.LagSeqs, c.LagSeconds, err = node.CompactionLag(s, st.Watermark); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func printCompaction(tw io.Writer, c *statusCompaction) {
+	if c == nil {
+		return
+	}
+	fmt.Fprintf(tw, "compaction watermark\t%d (%d seqs, %.0f s behind the tip)\n", c.Watermark, c.LagSeqs, c.LagSeconds)
+	if c.Intent != nil {
+		fmt.Fprintf(tw, "compaction intent\tto %d (an interrupted pass; the next start finishes it)\n", *c.Intent)
+	}
+	if c.LastPassAt != nil {
+		fmt.Fprintf(tw, "last compaction pass\t%s: %d rows, %d bytes removed in %.1f s\n",
+			c.LastPassAt.UTC().Format("2006-01-02T15:04:05Z"), c.LastRows, c.LastBytes, c.LastPassSeconds)
+	}
+	if c.Halted {
+		fmt.Fprintf(tw, "compaction HALTED\t%s (recovery: backstream compaction reset)\n", c.HaltReason)
+	}
+}

@@ -1,0 +1,404 @@
+package node
+
+// compaction.go owns the node's compaction owner: the one goroutine that
+// runs the archive's compaction passes (the store's Compact) on a schedule,
+// early when enough tombstones are pending, once at startup to finish an
+// interrupted pass, and on request at the end of merging; and that halts
+// compaction, not the process, on a malformed compaction state.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/backstream/backstream/archive"
+)
+
+// Defaults of the compaction schedule (serve's --compaction-interval and
+// --compaction-tombstones).
+const (
+	// DefaultCompactionInterval is the time between the end of one pass
+	// and the start of the next.
+	DefaultCompactionInterval = time.Hour
+	// DefaultCompactionTombstones starts a pass early once the writer has
+	// written this many tombstones since the last pass started.
+	DefaultCompactionTombstones = 1_000_000
+	// DefaultCompactionCheck is how often the owner reads the writer's
+	// tombstone count and refreshes the lag figures: two seeks and a
+	// counter read.
+	DefaultCompactionCheck = time.Second
+)
+
+// Pass outcomes, the label of backstream_compaction_passes_total.
+const (
+	passOK     = "ok"
+	passHalted = "halted"
+	passFailed = "failed"
+)
+
+// Why a pass ran (its log line says).
+const (
+	reasonIntent     = "intent"
+	reasonInterval   = "interval"
+	reasonTombstones = "tombstones"
+	reasonMerging    = "merging"
+)
+
+// compactionStore is the part of the archive the owner drives (the store
+// and its writer; tests give a fake to drive the schedule).
+type compactionStore interface {
+	Compact(ctx context.Context) (archive.CompactResult, error)
+	Compaction() (archive.CompactionState, error)
+	TombstonesWritten() uint64
+}
+
+// storeCompaction is the real one.
+type storeCompaction struct {
+	s    *archive.Store
+	w    *archive.Writer
+	opts archive.CompactOptions
+}
+
+func (a storeCompaction) Compact(ctx context.Context) (archive.CompactResult, error) {
+	return a.s.Compact(ctx, a.w, a.opts)
+}
+func (a storeCompaction) Compaction() (archive.CompactionState, error) { return a.s.Compaction() }
+func (a storeCompaction) TombstonesWritten() uint64                    { return a.w.TombstonesWritten() }
+
+// CompactionStatus is the compaction section of /status. Watermark and
+// the lags come from the store; the rest is this process's.
+type CompactionStatus struct {
+	Watermark  uint64  `json:"watermark"`
+	LagSeqs    uint64  `json:"lag_seqs"`
+	LagSeconds float64 `json:"lag_seconds"`
+	// Interval is the schedule in seconds (0: periodic passes are off).
+	Interval          float64    `json:"interval_seconds"`
+	TombstonesPending uint64     `json:"tombstones_pending"`
+	Passes            int64      `json:"passes"`
+	LastPassAt        *time.Time `json:"last_pass_at,omitempty"`
+	LastPassSeconds   float64    `json:"last_pass_seconds"`
+	LastRows          int64      `json:"last_rows_removed"`
+	LastBytes         int64      `json:"last_bytes_removed"`
+	LastTombstones    int64      `json:"last_tombstones"`
+	Halted            bool       `json:"halted"`
+	HaltReason        string     `json:"halt_reason,omitempty"`
+	// Intent is the watermark of an interrupted pass's intent
+	// (`backstream status` only: a running node finishes it).
+	Intent *uint64 `json:"intent_watermark,omitempty"`
+}
+
+// CompactionLag reads how far the watermark w is behind the archive's tip:
+// in seqs (w to the tip), and in seconds as the tip's time minus the time
+// of the first row at or after w (two seeks). Both are 0 when no row is at
+// or after w.
+func CompactionLag(s *archive.Store, w uint64) (lagSeqs uint64, lagSeconds float64, err error) {
+	tip, tipUS, err := rowAtOrAfter(s, max(w, 1), true)
+	if err != nil || tip == 0 {
+		return 0, 0, err
+	}
+	_, firstUS, err := rowAtOrAfter(s, max(w, 1), false)
+	if err != nil {
+		return 0, 0, err
+	}
+	// Seqs below W are all compacted, so the rows from W to the tip are
+	// the ones a pass has not looked at yet.
+	first := max(w, 1)
+	return tip - first + 1, float64(tipUS-firstUS) / 1e6, nil
+}
+
+// rowAtOrAfter returns the seq and time of the first row at or after from,
+// or with last the archive's tip (0, 0 when there is no such row).
+func rowAtOrAfter(s *archive.Store, from uint64, last bool) (uint64, int64, error) {
+	if last {
+		tip, err := s.Tip()
+		if err != nil || tip < from {
+			return 0, 0, err
+		}
+		from = tip
+	}
+	it, err := s.Events(from)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer it.Close()
+	if !it.Next() {
+		return 0, 0, it.Err()
+	}
+	ev := it.Event()
+	return ev.Seq, ev.TimeUS, nil
+}
+
+// compactionConfig is the owner's schedule and dependencies.
+type compactionConfig struct {
+	store    compactionStore
+	archive  *archive.Store // for the lag figures
+	interval time.Duration  // ≤ 0: no periodic passes
+	// tombstones: ≤ 0, no early passes.
+	tombstones int64
+	check      time.Duration
+	now        func() time.Time
+	log        *slog.Logger
+	metrics    *compactionMetrics
+}
+
+// compactor is the owner. Run is its one goroutine; MergingPass asks it
+// for a pass and waits for the outcome; Status is safe from any goroutine.
+type compactor struct {
+	cfg compactionConfig
+	req chan chan error
+
+	mu       sync.Mutex
+	st       CompactionStatus
+	lastTomb uint64 // the writer's tombstone count when the last pass started
+}
+
+func newCompactor(cfg compactionConfig) *compactor {
+	c := &compactor{cfg: cfg, req: make(chan chan error)}
+	c.st.Interval = max(cfg.interval, 0).Seconds()
+	cfg.metrics.interval.Set(c.st.Interval)
+	return c
+}
+
+// Run runs passes until ctx is done (nil) or a pass meets an error that
+// must stop the process (a store I/O error). A pending intent is finished
+// first, in this goroutine: startup never waits for it.
+func (c *compactor) Run(ctx context.Context) error {
+	if err := c.refresh(); err != nil {
+		return err
+	}
+	st, err := c.cfg.store.Compaction()
+	if err != nil && !c.halted(err) {
+		return fmt.Errorf("node: compaction: read the state: %w", err)
+	}
+	if st.Intent != nil {
+		if err := c.pass(ctx, reasonIntent); err != nil {
+			return err
+		}
+	}
+	var timer <-chan time.Time
+	var t *time.Timer
+	if c.cfg.interval > 0 {
+		t = time.NewTimer(c.cfg.interval)
+		defer t.Stop()
+		timer = t.C
+	}
+	tick := time.NewTicker(c.cfg.check)
+	defer tick.Stop()
+	for {
+		var err error
+		passed := true
+		select {
+		case <-ctx.Done():
+			return nil
+		case reply := <-c.req:
+			err = c.pass(ctx, reasonMerging)
+			reply <- err
+		case <-timer:
+			err = c.pass(ctx, reasonInterval)
+		case <-tick.C:
+			if err = c.refresh(); err == nil {
+				if passed = c.due(); passed {
+					err = c.pass(ctx, reasonTombstones)
+				}
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if passed && t != nil { // the interval counts from the end of the last pass
+			resetTimer(t, c.cfg.interval)
+		}
+	}
+}
+
+func resetTimer(t *time.Timer, d time.Duration) {
+	t.Stop()
+	select {
+	case <-t.C:
+	default:
+	}
+	t.Reset(d)
+}
+
+// MergingPass is the pass at the end of merging, before steady_state is
+// committed: it asks the owner for a pass and waits for it. A halted
+// compaction skips it (merging ends; the archive is served uncompacted and
+// /status says why); a store error is returned.
+func (c *compactor) MergingPass(ctx context.Context) error {
+	reply := make(chan error, 1)
+	select {
+	case c.req <- reply:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// due reports whether enough tombstones are pending for an early pass.
+func (c *compactor) due() bool {
+	if c.cfg.tombstones <= 0 {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.st.Halted && c.st.TombstonesPending >= uint64(c.cfg.tombstones)
+}
+
+// pass runs one pass unless compaction is halted. It returns only errors
+// that stop the process; a malformed compaction state halts compaction.
+func (c *compactor) pass(ctx context.Context, reason string) error {
+	c.mu.Lock()
+	halted := c.st.Halted
+	c.lastTomb = c.cfg.store.TombstonesWritten()
+	c.mu.Unlock()
+	if halted {
+		return nil
+	}
+	start := c.cfg.now()
+	res, err := c.cfg.store.Compact(ctx)
+	switch {
+	case err == nil:
+	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+		return nil
+	case errors.Is(err, archive.ErrCompactionState):
+		c.cfg.metrics.passes.WithLabelValues(passHalted).Inc()
+		c.halt(err)
+		return nil
+	default:
+		c.cfg.metrics.passes.WithLabelValues(passFailed).Inc()
+		return fmt.Errorf("node: compaction pass (%s): %w", reason, err)
+	}
+	m := c.cfg.metrics
+	m.passes.WithLabelValues(passOK).Inc()
+	m.rows.Add(float64(res.Rows))
+	m.bytes.Add(float64(res.Bytes))
+	m.duration.Set(res.Duration.Seconds())
+	c.mu.Lock()
+	at := start
+	c.st.Passes++
+	c.st.LastPassAt, c.st.LastPassSeconds = &at, res.Duration.Seconds()
+	c.st.LastRows, c.st.LastBytes, c.st.LastTombstones = int64(res.Rows), res.Bytes, int64(res.Tombstones)
+	c.mu.Unlock()
+	c.cfg.log.Info("compaction pass", "reason", reason, "from", res.From, "watermark", res.To, "rows_removed", res.Rows,
+		"bytes_removed", res.Bytes, "tombstones", res.Tombstones, "accounts", res.Accounts, "rolled_over", res.RolledOver, "took", res.Duration)
+	return c.refresh()
+}
+
+// halted reports whether err (a read of the compaction state) halts
+// compaction; it halts it when the state is malformed.
+func (c *compactor) halted(err error) bool {
+	if !errors.Is(err, archive.ErrCompactionState) {
+		return false
+	}
+	c.halt(err)
+	return true
+}
+
+// halt stops compaction for the rest of the process: one ERROR line with
+// the recovery path, the gauge and /status. Ingest and serving go on.
+func (c *compactor) halt(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.st.Halted {
+		return
+	}
+	c.st.Halted, c.st.HaltReason = true, err.Error()
+	c.cfg.metrics.halted.Set(1)
+	c.cfg.log.Error("compaction halted: the compaction state in the store is malformed; ingest and serving go on, "+
+		"but deleted records are no longer removed. Recovery: stop backstream, run `backstream compaction reset --data-dir "+
+		c.dataDir()+"`, start it again (the next pass recomputes from the tombstones)", "err", err)
+}
+
+func (c *compactor) dataDir() string {
+	if c.cfg.archive == nil {
+		return "<data-dir>"
+	}
+	return c.cfg.archive.DataDir()
+}
+
+// refresh reads the watermark and the lags, and the pending tombstones,
+// into the status and the gauges. A malformed watermark halts compaction.
+func (c *compactor) refresh() error {
+	st, err := c.cfg.store.Compaction()
+	if err != nil && !c.halted(err) {
+		return fmt.Errorf("node: compaction: read the state: %w", err)
+	}
+	w := st.Watermark
+	var lagSeqs uint64
+	var lagSec float64
+	if c.cfg.archive != nil {
+		if lagSeqs, lagSec, err = CompactionLag(c.cfg.archive, w); errors.Is(err, archive.ErrMalformed) {
+			return nil // a malformed row is the readers' to report
+		} else if err != nil {
+			return fmt.Errorf("node: compaction: read the lag: %w", err)
+		}
+	}
+	tomb := c.cfg.store.TombstonesWritten()
+	c.mu.Lock()
+	c.st.Watermark, c.st.LagSeqs, c.st.LagSeconds = w, lagSeqs, lagSec
+	c.st.TombstonesPending = tomb - min(c.lastTomb, tomb)
+	pending := c.st.TombstonesPending
+	c.mu.Unlock()
+	m := c.cfg.metrics
+	m.watermark.Set(float64(w))
+	m.lagSeqs.Set(float64(lagSeqs))
+	m.lagSeconds.Set(lagSec)
+	m.pending.Set(float64(pending))
+	return nil
+}
+
+// Status is a copy of the compaction section of /status.
+func (c *compactor) Status() CompactionStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.st
+	if st.LastPassAt != nil {
+		at := *st.LastPassAt
+		st.LastPassAt = &at
+	}
+	return st
+}
+
+// compactionMetrics are the owner's series (backstream_compaction_*).
+type compactionMetrics struct {
+	watermark, lagSeqs, lagSeconds, duration, pending, halted, interval prometheus.Gauge
+	passes                                                              *prometheus.CounterVec
+	rows, bytes                                                         prometheus.Counter
+}
+
+func newCompactionMetrics(reg prometheus.Registerer) *compactionMetrics {
+	g := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Name: "backstream_compaction_" + name, Help: help})
+	}
+	c := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: "backstream_compaction_" + name, Help: help})
+	}
+	m := &compactionMetrics{
+		watermark:  g("watermark", "meta/compaction: below this seq every superseded row is gone."),
+		lagSeqs:    g("lag_seqs", "Archived seqs at or above the compaction watermark (not yet looked at by a pass)."),
+		lagSeconds: g("lag_seconds", "Time of the archive's tip minus the time of the first row at or after the compaction watermark."),
+		duration:   g("last_duration_seconds", "Duration of the last compaction pass."),
+		pending:    g("tombstones_pending", "Tombstones the writer has made durable since the last pass started (this process)."),
+		halted:     g("halted", "1 when compaction is halted on a malformed compaction state (see the log and /status for the recovery path)."),
+		interval:   g("interval_seconds", "--compaction-interval in seconds (0: periodic passes are off)."),
+		passes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "backstream_compaction_passes_total",
+			Help: "Compaction passes by outcome: ok, halted (malformed state), failed (store error, fatal)."}, []string{"outcome"}),
+		rows:  c("rows_removed_total", "Superseded ev/ rows removed by compaction passes."),
+		bytes: c("bytes_removed_total", "Bytes of the ev/ values removed by compaction passes."),
+	}
+	for _, o := range []string{passOK, passHalted, passFailed} {
+		m.passes.WithLabelValues(o)
+	}
+	reg.MustRegister(m.watermark, m.lagSeqs, m.lagSeconds, m.duration, m.pending, m.halted, m.interval, m.passes, m.rows, m.bytes)
+	return m
+}

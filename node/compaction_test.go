@@ -1,0 +1,258 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/promtest"
+)
+
+// fakeCompaction counts the passes the owner asks for and answers what the
+// test set. The schedule is the owner's; the pass itself is the archive's
+// (its own tests, and the process tests in oracle/crash, run the real one).
+type fakeCompaction struct {
+	mu     sync.Mutex
+	passes []time.Time
+	err    error // what Compact returns
+	intent bool  // an interrupted pass is pending
+	tombs  uint64
+	block  chan struct{} // when set, Compact waits on it
+	w      uint64
+}
+
+func (f *fakeCompaction) Compact(ctx context.Context) (archive.CompactResult, error) {
+	f.mu.Lock()
+	block := f.block
+	f.mu.Unlock()
+	if block != nil {
+		select {
+		case <-block:
+		case <-ctx.Done():
+			return archive.CompactResult{}, ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.passes = append(f.passes, time.Now())
+	if f.err != nil {
+		return archive.CompactResult{}, f.err
+	}
+	f.intent = false
+	f.w += 10
+	return archive.CompactResult{To: f.w, Rows: 3, Bytes: 300, Tombstones: 2, Duration: time.Second}, nil
+}
+
+func (f *fakeCompaction) Compaction() (archive.CompactionState, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := archive.CompactionState{Watermark: f.w}
+	if f.intent {
+		st.Intent = &archive.CompactIntent{}
+	}
+	return st, nil
+}
+
+func (f *fakeCompaction) TombstonesWritten() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.tombs
+}
+
+func (f *fakeCompaction) set(fn func(f *fakeCompaction)) {
+	f.mu.Lock()
+	fn(f)
+	f.mu.Unlock()
+}
+
+func (f *fakeCompaction) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.passes)
+}
+
+type ownerRig struct {
+	c    *compactor
+	fake *fakeCompaction
+	reg  *prometheus.Registry
+	logs *bytes.Buffer
+	errc chan error
+	stop context.CancelFunc
+}
+
+// startOwner runs an owner over fake on the bubble's clock: a pass every
+// hour, early at 100 pending tombstones, checked every second.
+func startOwner(t *testing.T, fake *fakeCompaction) *ownerRig {
+	r := &ownerRig{fake: fake, reg: prometheus.NewRegistry(), logs: new(bytes.Buffer), errc: make(chan error, 1)}
+	r.c = newCompactor(compactionConfig{store: fake, interval: time.Hour, tombstones: 100, check: time.Second,
+		now: time.Now, log: slog.New(slog.NewTextHandler(r.logs, nil)), metrics: newCompactionMetrics(r.reg)})
+	ctx, cancel := context.WithCancel(t.Context())
+	r.stop = cancel
+	go func() { r.errc <- r.c.Run(ctx) }()
+	return r
+}
+
+// after lets the bubble's clock run d, then requires want passes so far.
+func (r *ownerRig) after(t *testing.T, d time.Duration, want int, when string) {
+	t.Helper()
+	time.Sleep(d)
+	synctest.Wait()
+	if n := r.fake.count(); n != want {
+		t.Fatalf("%d passes %s, want %d", n, when, want)
+	}
+}
+
+// TestCompactionOwner_Schedule: a pass runs every interval (counted from
+// the end of the last), early when the writer's tombstones since the last
+// pass reach the threshold, on request at the end of merging, and not
+// otherwise. Breaking the tombstone check (due always false) fails the
+// early-pass step.
+func TestCompactionOwner_Schedule(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := &fakeCompaction{}
+		r := startOwner(t, fake)
+		r.after(t, 59*time.Minute, 0, "before the first interval")
+		r.after(t, 2*time.Minute, 1, "after one interval")
+		// 99 tombstones: not yet; 100: a pass within the check period.
+		fake.set(func(f *fakeCompaction) { f.tombs = 99 })
+		r.after(t, 5*time.Second, 1, "at 99 pending tombstones")
+		if v := promtest.Value(t, r.reg, "backstream_compaction_tombstones_pending", nil); v != 99 {
+			t.Fatalf("tombstones pending %v, want 99", v)
+		}
+		fake.set(func(f *fakeCompaction) { f.tombs = 199 })
+		r.after(t, 2*time.Second, 2, "at 100 pending tombstones")
+		// The early pass restarted the interval.
+		r.after(t, 59*time.Minute, 2, "within an interval of the early pass")
+		if err := r.c.MergingPass(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if n := fake.count(); n != 3 {
+			t.Fatalf("%d passes after the merging pass, want 3", n)
+		}
+		st := r.c.Status()
+		if st.Passes != 3 || st.Watermark != 30 || st.LastRows != 3 || st.LastBytes != 300 || st.LastTombstones != 2 || st.LastPassSeconds != 1 || st.Halted {
+			t.Fatalf("status %+v", st)
+		}
+		for name, want := range map[string]float64{
+			"backstream_compaction_rows_removed_total": 9, "backstream_compaction_bytes_removed_total": 900,
+			"backstream_compaction_watermark": 30, "backstream_compaction_interval_seconds": 3600,
+		} {
+			if v := promtest.Value(t, r.reg, name, nil); v != want {
+				t.Errorf("%s = %v, want %v", name, v, want)
+			}
+		}
+		if v := promtest.Value(t, r.reg, "backstream_compaction_passes_total", map[string]string{"outcome": "ok"}); v != 3 {
+			t.Errorf("ok passes %v, want 3", v)
+		}
+		r.stop()
+		if err := <-r.errc; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestCompactionOwner_IntentAtStartup: an interrupted pass is finished at
+// once by the owner's goroutine, without waiting for the interval, and a
+// pass that takes long does not hold up anything but the owner (Run's
+// caller is not blocked). Breaking it (no intent check) leaves the pass
+// to the interval and fails.
+func TestCompactionOwner_IntentAtStartup(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		fake := &fakeCompaction{intent: true, block: release}
+		r := startOwner(t, fake)
+		synctest.Wait() // the owner is blocked inside the pass; the test goes on
+		if n := fake.count(); n != 0 {
+			t.Fatalf("%d passes before the release", n)
+		}
+		close(release)
+		synctest.Wait()
+		if n := fake.count(); n != 1 {
+			t.Fatalf("%d passes after startup with an intent, want 1", n)
+		}
+		if st, _ := fake.Compaction(); st.Intent != nil {
+			t.Fatal("the intent is still there")
+		}
+		r.stop()
+		if err := <-r.errc; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestCompactionOwner_HaltsOnMalformedState: a pass that meets a malformed
+// compaction state halts compaction — one ERROR line naming the key and the
+// recovery command, the halted gauge, /status — and the owner keeps
+// running without passing again (no loop), the merging pass is skipped
+// rather than failing merging; a store I/O error instead ends Run with the
+// error (fatal like every persistence error). Breaking it (treating the
+// state error like any other) makes Run return it and fails.
+func TestCompactionOwner_HaltsOnMalformedState(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		bad := fmt.Errorf("archive: tomb/did:plc:x: %w (%w)", archive.ErrCompactionState, archive.ErrMalformed)
+		fake := &fakeCompaction{err: bad}
+		r := startOwner(t, fake)
+		time.Sleep(61 * time.Minute)
+		synctest.Wait()
+		if n := fake.count(); n != 1 {
+			t.Fatalf("%d passes, want 1", n)
+		}
+		st := r.c.Status()
+		if !st.Halted || !strings.Contains(st.HaltReason, "tomb/did:plc:x") {
+			t.Fatalf("status %+v, want halted naming the key", st)
+		}
+		if v := promtest.Value(t, r.reg, "backstream_compaction_halted", nil); v != 1 {
+			t.Fatalf("halted gauge %v", v)
+		}
+		if v := promtest.Value(t, r.reg, "backstream_compaction_passes_total", map[string]string{"outcome": "halted"}); v != 1 {
+			t.Fatalf("halted passes %v", v)
+		}
+		time.Sleep(5 * time.Hour)
+		fake.set(func(f *fakeCompaction) { f.tombs = 1000 })
+		r.after(t, time.Minute, 1, "after the halt")
+		if err := r.c.MergingPass(t.Context()); err != nil {
+			t.Fatalf("merging pass while halted: %v", err)
+		}
+		logs := r.logs.String()
+		if n := strings.Count(logs, "level=ERROR"); n != 1 || !strings.Contains(logs, "backstream compaction reset --data-dir") {
+			t.Fatalf("%d ERROR lines, want 1 with the recovery path:\n%s", n, logs)
+		}
+		select {
+		case err := <-r.errc:
+			t.Fatalf("Run returned %v while halted", err)
+		default:
+		}
+		r.stop()
+		if err := <-r.errc; err != nil {
+			t.Fatal(err)
+		}
+
+		// A store I/O error is fatal.
+		ioErr := &archive.KeyError{Key: "ev/…", Kind: archive.ErrRead, Err: errors.New("input/output error")}
+		r = startOwner(t, &fakeCompaction{err: ioErr})
+		time.Sleep(61 * time.Minute)
+		synctest.Wait()
+		select {
+		case err := <-r.errc:
+			if !errors.Is(err, archive.ErrRead) {
+				t.Fatalf("Run returned %v, want the read error", err)
+			}
+		default:
+			t.Fatal("Run goes on after a store I/O error")
+		}
+		if r.c.Status().Halted {
+			t.Fatal("an I/O error halted compaction instead of stopping the process")
+		}
+		r.stop()
+	})
+}
