@@ -14,6 +14,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"math"
+	"strings"
 )
 
 const (
@@ -119,6 +120,11 @@ func ValidateEvent(ev *Event) error {
 	}
 	if ev.TimeUS < 0 || ev.UpstreamSeq < 0 {
 		return malformed("negative event time or upstream seq")
+	}
+	// The key fields of rec/ and tomb/ are separated by 0x00; DIDs, NSIDs
+	// and rkeys never hold it.
+	if strings.IndexByte(ev.DID, keySep) >= 0 || strings.IndexByte(ev.Collection, keySep) >= 0 || strings.IndexByte(ev.RKey, keySep) >= 0 {
+		return malformed("event DID, collection or rkey holds a 0x00 byte")
 	}
 	return checkMask(ev.Kind, eventMask(ev), ev)
 }

@@ -4,6 +4,7 @@ package archive
 // project writes is built here; nothing else concatenates key bytes.
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 )
@@ -26,6 +27,14 @@ var (
 	// relay had sent nothing, so cursor/relay is absent because there was
 	// never a position, not because one was lost (Store.MarkRelaySilent).
 	KeyRelaySilentAt = []byte("meta/relay_silent_at")
+
+	// KeyCompaction is the compaction watermark W: below W every superseded
+	// row is gone (EncodeWatermark). Absent means 0, never compacted.
+	KeyCompaction = []byte("meta/compaction")
+	// KeyCompactIntent is a compaction pass in progress: the watermark it
+	// moves to (EncodeCompactIntent). Written synced before the pass
+	// removes anything, deleted with the watermark's move.
+	KeyCompactIntent = []byte("compact/intent")
 )
 
 // Key prefixes of the keyed families.
@@ -41,11 +50,20 @@ var (
 	PrefixCapture  = []byte("cap/")
 	PrefixCursor   = []byte("cursor/")
 	PrefixMeta     = []byte("meta/")
+	// PrefixRecord indexes every record row: rec/<did>\x00<collection>\x00<rkey>\x00<seq>
+	// (RecordKey). Written by the archive writer only.
+	PrefixRecord = []byte("rec/")
+	// PrefixTomb lists the rows that supersede older ones, by account:
+	// tomb/<did>\x00<seq> (TombKey). Written by the archive writer only;
+	// deleted by the compaction pass that applies them.
+	PrefixTomb = []byte("tomb/")
+	// PrefixCompact holds the compaction pass's own state (KeyCompactIntent).
+	PrefixCompact = []byte("compact/")
 )
 
 // dataPrefixes are the families whose presence means a store holds archived
 // data (the startup guard refuses such a store without an identity).
-var dataPrefixes = [][]byte{PrefixEvent, PrefixCapture, PrefixRev, PrefixRepo}
+var dataPrefixes = [][]byte{PrefixEvent, PrefixCapture, PrefixRev, PrefixRepo, PrefixRecord, PrefixTomb, PrefixCompact}
 
 func withSuffix(prefix []byte, s string) []byte {
 	k := make([]byte, 0, len(prefix)+len(s))
@@ -98,6 +116,115 @@ func ParseSeqKey(prefix, key []byte) (uint64, error) {
 		return 0, fmt.Errorf("archive: key %q is not a %q seq key", key, prefix)
 	}
 	return binary.BigEndian.Uint64(key[len(prefix):]), nil
+}
+
+// keySep separates the fields of rec/ and tomb/ keys. DIDs, NSIDs and
+// rkeys never contain it (ValidateEvent refuses a key field holding it), so
+// the fields parse back unambiguously and one account's (one record's) keys
+// are one contiguous range.
+const keySep = 0x00
+
+// AppendRecordKey appends rec/<did>\x00<collection>\x00<rkey>\x00<seq as 8
+// bytes big-endian> to dst: one record's rows sort together by seq, one
+// account's records together.
+func AppendRecordKey(dst []byte, did, collection, rkey string, seq uint64) []byte {
+	dst = AppendRecordPrefix(dst, did, collection, rkey)
+	return binary.BigEndian.AppendUint64(dst, seq)
+}
+
+// RecordKey is AppendRecordKey into a new slice.
+func RecordKey(did, collection, rkey string, seq uint64) []byte {
+	return AppendRecordKey(make([]byte, 0, len(PrefixRecord)+len(did)+len(collection)+len(rkey)+3+8), did, collection, rkey, seq)
+}
+
+// AppendRecordPrefix appends rec/<did>\x00<collection>\x00<rkey>\x00: the
+// prefix of every rec/ key of one record.
+func AppendRecordPrefix(dst []byte, did, collection, rkey string) []byte {
+	dst = append(dst, PrefixRecord...)
+	dst = append(dst, did...)
+	dst = append(dst, keySep)
+	dst = append(dst, collection...)
+	dst = append(dst, keySep)
+	dst = append(dst, rkey...)
+	return append(dst, keySep)
+}
+
+// AccountRecordPrefix is rec/<did>\x00: the prefix of every rec/ key of one
+// account.
+func AccountRecordPrefix(did string) []byte {
+	k := make([]byte, 0, len(PrefixRecord)+len(did)+1)
+	k = append(k, PrefixRecord...)
+	k = append(k, did...)
+	return append(k, keySep)
+}
+
+// RecordKeyFields is a parsed rec/ key. The strings alias nothing.
+type RecordKeyFields struct {
+	DID, Collection, RKey string
+	Seq                   uint64
+}
+
+// ParseRecordKey is the inverse of RecordKey; it fails closed on anything
+// RecordKey cannot produce (a missing field, an empty field, a short seq).
+func ParseRecordKey(key []byte) (RecordKeyFields, error) {
+	var f RecordKeyFields
+	if !hasPrefix(key, PrefixRecord) || len(key) < len(PrefixRecord)+3+8+3 {
+		return f, fmt.Errorf("archive: key %q is not a record index key", truncateForError(key))
+	}
+	body := key[len(PrefixRecord) : len(key)-8]
+	if body[len(body)-1] != keySep {
+		return f, fmt.Errorf("archive: record index key %q: no separator before the seq", truncateForError(key))
+	}
+	parts := bytes.Split(body[:len(body)-1], []byte{keySep})
+	if len(parts) != 3 || len(parts[0]) == 0 || len(parts[1]) == 0 || len(parts[2]) == 0 {
+		return f, fmt.Errorf("archive: record index key %q: want did, collection and rkey", truncateForError(key))
+	}
+	f.DID, f.Collection, f.RKey = string(parts[0]), string(parts[1]), string(parts[2])
+	f.Seq = binary.BigEndian.Uint64(key[len(key)-8:])
+	return f, nil
+}
+
+// AppendTombKey appends tomb/<did>\x00<seq as 8 bytes big-endian> to dst:
+// an account's tombstones sort together, by seq.
+func AppendTombKey(dst []byte, did string, seq uint64) []byte {
+	dst = append(dst, PrefixTomb...)
+	dst = append(dst, did...)
+	dst = append(dst, keySep)
+	return binary.BigEndian.AppendUint64(dst, seq)
+}
+
+// TombKey is AppendTombKey into a new slice.
+func TombKey(did string, seq uint64) []byte {
+	return AppendTombKey(make([]byte, 0, len(PrefixTomb)+len(did)+1+8), did, seq)
+}
+
+// ParseTombKey is the inverse of TombKey; it fails closed.
+func ParseTombKey(key []byte) (did string, seq uint64, err error) {
+	n := len(PrefixTomb)
+	if !hasPrefix(key, PrefixTomb) || len(key) < n+1+1+8 || key[len(key)-9] != keySep {
+		return "", 0, fmt.Errorf("archive: key %q is not a tombstone key", truncateForError(key))
+	}
+	d := key[n : len(key)-9]
+	if bytes.IndexByte(d, keySep) >= 0 {
+		return "", 0, fmt.Errorf("archive: tombstone key %q: separator inside the DID", truncateForError(key))
+	}
+	return string(d), binary.BigEndian.Uint64(key[len(key)-8:]), nil
+}
+
+// keyString renders a key for a message: an ev/, rec/ or tomb/ key with
+// its seq as a number and its separators visible; any other key as it is
+// (cut at 64 bytes).
+func keyString(key []byte) string {
+	if f, err := ParseRecordKey(key); err == nil {
+		return fmt.Sprintf("%s%s|%s|%s|%d", PrefixRecord, f.DID, f.Collection, f.RKey, f.Seq)
+	}
+	if did, seq, err := ParseTombKey(key); err == nil {
+		return fmt.Sprintf("%s%s|%d", PrefixTomb, did, seq)
+	}
+	if seq, err := ParseSeqKey(PrefixEvent, key); err == nil {
+		return fmt.Sprintf("%s%d", PrefixEvent, seq)
+	}
+	return truncateForError(key)
 }
 
 // prefixEnd returns the smallest key greater than every key with prefix p.

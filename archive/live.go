@@ -16,9 +16,15 @@ import (
 // entry when the event leaves the log. Memos are not counted in the log's
 // byte bound.
 type LiveEntry struct {
-	Event *Event // shared: never modify it
-	memo  atomic.Pointer[any]
+	Event     *Event // shared: never modify it
+	memo      atomic.Pointer[any]
+	forgotten atomic.Bool
 }
+
+// Forgotten reports whether a compaction pass removed the entry's row from
+// the archive (it was superseded): a reader skips it, still advancing its
+// position past its seq, so the log stays contiguous.
+func (e *LiveEntry) Forgotten() bool { return e.forgotten.Load() }
 
 // Memo returns the value attached with SetMemo or LoadOrStoreMemo, or nil.
 func (e *LiveEntry) Memo() any {
@@ -92,6 +98,26 @@ func (l *LiveLog) publish(evs []*Event) {
 	close(l.wake)
 	l.wake = make(chan struct{})
 	l.mu.Unlock()
+}
+
+// forget marks the held entries of the given seqs as forgotten: a
+// compaction pass removed their rows from the archive.
+func (l *LiveLog) forget(seqs []uint64) {
+	if len(seqs) == 0 {
+		return
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	held := l.evs[l.head:]
+	if len(held) == 0 {
+		return
+	}
+	floor := held[0].Event.Seq
+	for _, s := range seqs {
+		if s >= floor && s-floor < uint64(len(held)) {
+			held[s-floor].forgotten.Store(true)
+		}
+	}
 }
 
 func (l *LiveLog) close() {

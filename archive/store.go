@@ -90,6 +90,9 @@ type Store struct {
 	hook     func(op string, keys [][]byte) error
 	disk     *diskGuard // the Pebble event listener and the disk fault
 	space    freeSpace
+
+	compactGen     atomic.Uint64 // compaction removal batches committed (CompactionGeneration)
+	forgottenBelow atomic.Uint64 // ForgottenBelow
 }
 
 // StoreDir and ScratchDir are the fixed subdirectories of a data dir.
@@ -170,6 +173,10 @@ func open(dataDir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	if err := s.guard(now); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := s.loadForgottenBelow(); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -613,9 +620,10 @@ func (w pointReadFilterWriter) AddKey(key []byte) {
 }
 
 // scanOnlyKey reports whether key belongs to a family read by range scans
-// only (ev/, cap/).
+// only (ev/, cap/, rec/, tomb/).
 func scanOnlyKey(key []byte) bool {
-	return hasPrefix(key, PrefixEvent) || hasPrefix(key, PrefixCapture)
+	return hasPrefix(key, PrefixEvent) || hasPrefix(key, PrefixCapture) ||
+		hasPrefix(key, PrefixRecord) || hasPrefix(key, PrefixTomb)
 }
 
 func hasPrefix(b, p []byte) bool { return len(b) >= len(p) && string(b[:len(p)]) == string(p) }

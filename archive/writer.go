@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble"
@@ -199,12 +200,14 @@ type Writer struct {
 	repos    map[string]RepoState // repo states written in the open batch
 	hosts    map[string]HostState // host states written in the open batch
 	buf      []byte
+	kbuf     []byte // rec/ and tomb/ keys being written (the batch copies them)
 
 	mu      sync.Mutex
 	err     error  // fatal error, set once
 	durable Counts // meta/counts as of the last synced batch (R8)
 
-	live *LiveLog
+	live  *LiveLog
+	tombs atomic.Uint64 // tomb/ entries committed (TombstonesWritten)
 }
 
 // NewWriter starts the writer goroutine over s. The tip seq and time are
@@ -343,6 +346,7 @@ type pending struct {
 	cursors  [len(seqCursorKeys)]bool // seq cursors moved by the batch's units
 	rowsBy   [5]int                   // kept rows by source
 	staleBy  [5]int                   // stale rows by source
+	tombs    int                      // tomb/ entries written
 }
 
 func (w *Writer) run() {
@@ -463,6 +467,7 @@ fill:
 	clear(w.repos)
 	clear(w.hosts)
 	w.live.publish(p.events)
+	w.tombs.Add(uint64(p.tombs))
 	m.committed(w.name, p.rows, time.Since(start).Seconds(), w.nextSeq-1)
 	for src := SourceBackfill; src <= SourceRetry; src++ {
 		m.addRows(w.name, src, p.rowsBy[src])
@@ -608,6 +613,9 @@ func (w *Writer) apply(p *pending, u *Unit, dropped int) bool {
 			w.bug(fmt.Errorf("event of %s: %w", ev.DID, err)) // validated in stage
 		}
 		_ = p.b.Set(seqKey(w.prefix, ev.Seq), w.buf, nil)
+		if !w.opts.Capture {
+			w.index(p, ev)
+		}
 		if r.Kept == 0 {
 			r.FirstSeq = ev.Seq
 		}
@@ -669,6 +677,31 @@ func (w *Writer) apply(p *pending, u *Unit, dropped int) bool {
 	p.units = append(p.units, u)
 	p.receipts = append(p.receipts, r)
 	return true
+}
+
+// index writes the compaction index of an archived row, in its batch, as
+// blind Sets (the writer never reads the index): the rec/ entry of a record
+// row (create, update, delete) and the tomb/ entry of a row that supersedes
+// older ones (Supersedes). The key and value buffers are reused: a batch
+// copies what it is given.
+func (w *Writer) index(p *pending, ev *Event) {
+	if ev.Kind.IsCommit() {
+		w.kbuf = AppendRecordKey(w.kbuf[:0], ev.DID, ev.Collection, ev.RKey, ev.Seq)
+		_ = p.b.Set(w.kbuf, EncodeRecordValue(ev.Kind == KindDelete), nil)
+	}
+	t, ok := Supersedes(ev)
+	if !ok {
+		return
+	}
+	w.kbuf = AppendTombKey(w.kbuf[:0], ev.DID, ev.Seq)
+	var err error
+	// w.buf held the row, already in the batch: reuse it for the value.
+	if w.buf, err = AppendTomb(w.buf[:0], t); err != nil {
+		w.bug(fmt.Errorf("tombstone of %s: %w", ev.DID, err)) // validated in stage
+		return
+	}
+	_ = p.b.Set(w.kbuf, w.buf, nil)
+	p.tombs++
 }
 
 // bug stops the writer over a value stage should have refused: the batch
@@ -950,12 +983,12 @@ func checkPutKey(k []byte) error {
 	if _, ok := cursorIndex(k); ok {
 		return invalid("unit puts %q, a seq cursor: it moves through Unit.Cursor", k)
 	}
-	for _, p := range [][]byte{PrefixEvent, PrefixCapture, PrefixRepo, PrefixRev, PrefixHost, PrefixHostRank} {
+	for _, p := range [][]byte{PrefixEvent, PrefixCapture, PrefixRepo, PrefixRev, PrefixHost, PrefixHostRank, PrefixRecord, PrefixTomb} {
 		if hasPrefix(k, p) {
 			return invalid("unit puts %q, which only the writer itself writes", k)
 		}
 	}
-	if string(k) == string(KeyCounts) || string(k) == string(KeyInstance) {
+	if string(k) == string(KeyCounts) || string(k) == string(KeyInstance) || string(k) == string(KeyCompaction) {
 		return invalid("unit puts %q, which only the writer itself writes", k)
 	}
 	if !hasPrefix(k, PrefixCursor) && !hasPrefix(k, PrefixMeta) {
@@ -967,7 +1000,11 @@ func checkPutKey(k []byte) error {
 // commitSynced commits b with a sync. Pebble reports a failed WAL write
 // through its logger's Fatalf; when Options.OnFatal panics with the
 // FatalError (tests), it is recovered here and returned.
-func commitSynced(b *pebble.Batch) (err error) {
+func commitSynced(b *pebble.Batch) error { return commitWith(b, pebble.Sync) }
+
+// commitWith is commitSynced with the given write options (the compaction
+// pass's removal batches are not synced on their own).
+func commitWith(b *pebble.Batch, o *pebble.WriteOptions) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			fe, ok := r.(*FatalError)
@@ -977,5 +1014,5 @@ func commitSynced(b *pebble.Batch) (err error) {
 			err = fe
 		}
 	}()
-	return b.Commit(pebble.Sync)
+	return b.Commit(o)
 }

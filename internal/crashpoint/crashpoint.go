@@ -35,12 +35,16 @@ const (
 	DiscoveryPage     = "discovery-page"    // a discovery page's new repos are durable
 	SteadyCommitted   = "steady-committed"  // cleanup + phase=steady_state
 	LiveBatch         = "live-batch"        // live rows with cursor/relay
+	CompactionIntent  = "compaction-intent" // a compaction pass's intent (its watermark)
+	CompactionBatch   = "compaction-batch"  // one removal batch of a compaction pass (one or more accounts)
+	CompactionDone    = "compaction-done"   // the watermark moved and the intent cleared
 )
 
 // Points lists every valid name.
 var Points = []string{
 	CaptureStarted, BootstrapEnqueued, RepoChunk, RepoComplete, Checkpoint,
 	MergingCommitted, MergeBatch, PendingReplaced, DiscoveryPage, SteadyCommitted, LiveBatch,
+	CompactionIntent, CompactionBatch, CompactionDone,
 }
 
 // EnvVar configures the crash point of a process.

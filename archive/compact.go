@@ -1,0 +1,622 @@
+package archive
+
+// This file owns the compaction pass: the physical removal of superseded
+// rows below a watermark (meta/compaction), driven by the tombstones the
+// writer lists in tomb/ and the record index it keeps in rec/, never by a
+// scan of ev/. Its cost is proportional to the tombstones it applies and
+// the rows it removes (plus the index entries of an account reset by a sync
+// or a deletion, which it scans).
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/cockroachdb/pebble"
+
+	"github.com/backstream/backstream/internal/crashpoint"
+)
+
+// DefaultCompactReclaimBytes is the bytes a pass must remove before it asks
+// Pebble for a manual compaction of the range it removed from, so the disk
+// really shrinks.
+const DefaultCompactReclaimBytes = 64 << 20
+
+// compactBatchBytes bounds a removal batch shared by several accounts; one
+// account's removals are one batch however big.
+const compactBatchBytes = 1 << 20
+
+// ErrCompactionState: the compaction state (a tomb/ or rec/ entry, the ev/
+// row a rec/ entry names, compact/intent, meta/compaction) is malformed.
+// The pass stopped before removing anything the bad value concerns and
+// guessed nothing. The owner halts compaction (ingest and serving go on)
+// and reports the key; the recovery path for a bad intent is `backstream
+// compaction reset`, which deletes compact/intent (ResetCompactionIntent).
+// The error also matches ErrMalformed and names the key.
+var ErrCompactionState = errors.New("malformed compaction state: compaction halted")
+
+// CompactOptions configure one pass.
+type CompactOptions struct {
+	// ReclaimBytes: a pass that removed more than this many bytes of ev/
+	// values asks Pebble for a manual compaction of the ranges it removed
+	// from. 0 is DefaultCompactReclaimBytes; negative never compacts.
+	ReclaimBytes int64
+	// Logger receives the pass's one summary line; nil is slog.Default().
+	Logger *slog.Logger
+	// Crash fires compaction-intent, compaction-batch and compaction-done
+	// right after the batch each names (tests; nil in production).
+	Crash *crashpoint.Set
+	// Now is the clock of the intent's start time; nil is time.Now.
+	Now func() time.Time
+
+	batchBytes int // tests: the shared removal batch bound (0: compactBatchBytes)
+}
+
+func (o *CompactOptions) defaults() {
+	if o.ReclaimBytes == 0 {
+		o.ReclaimBytes = DefaultCompactReclaimBytes
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.batchBytes <= 0 {
+		o.batchBytes = compactBatchBytes
+	}
+}
+
+// CompactResult is what one pass did.
+type CompactResult struct {
+	From, To   uint64 // the watermark before and after the pass
+	Accounts   int    // accounts whose tombstones were applied
+	Tombstones int    // tomb/ entries applied and deleted
+	Rows       int    // ev/ rows removed
+	Bytes      int64  // bytes of the removed ev/ values
+	Batches    int    // removal batches committed
+	BytesRead  int64  // block bytes the pass's iterators loaded (cached or not)
+	Duration   time.Duration
+	Reclaimed  bool // a manual compaction ran (Bytes > ReclaimBytes)
+	RolledOver bool // the pass finished an intent a previous pass left
+}
+
+// CompactionState is the durable compaction state.
+type CompactionState struct {
+	// Watermark: below it every superseded row is gone (0: never compacted).
+	Watermark uint64
+	// Intent is the pass in progress, nil when none is: a pass that did not
+	// finish (a crash), which the next pass rolls forward.
+	Intent *CompactIntent
+}
+
+// horizon is the seq below which rows may be missing from ev/.
+func (c CompactionState) horizon() uint64 {
+	if c.Intent != nil && c.Intent.W > c.Watermark {
+		return c.Intent.W
+	}
+	return c.Watermark
+}
+
+// Compaction reads meta/compaction and compact/intent. A malformed value
+// (or an intent below the watermark) is an error matching
+// ErrCompactionState and ErrMalformed, naming the key.
+func (s *Store) Compaction() (CompactionState, error) {
+	var st CompactionState
+	w, err := get(s.db, KeyCompaction, DecodeWatermark)
+	switch {
+	case err == nil:
+		st.Watermark = w
+	case !errors.Is(err, ErrNotFound):
+		return st, compactionErr(err)
+	}
+	in, err := get(s.db, KeyCompactIntent, DecodeCompactIntent)
+	switch {
+	case err == nil:
+		if in.W < st.Watermark {
+			return st, compactionErr(&KeyError{Key: string(KeyCompactIntent), Kind: ErrMalformed,
+				Err: malformed("intent watermark %d below the watermark %d", in.W, st.Watermark)})
+		}
+		st.Intent = &in
+	case !errors.Is(err, ErrNotFound):
+		return st, compactionErr(err)
+	}
+	return st, nil
+}
+
+// compactionErr marks a malformed compaction value as ErrCompactionState;
+// other errors (I/O) pass unchanged.
+func compactionErr(err error) error {
+	if errors.Is(err, ErrMalformed) {
+		return fmt.Errorf("%w: %w", ErrCompactionState, err)
+	}
+	return err
+}
+
+// badState is ErrCompactionState naming key (readably: keyString), for the
+// decode failure err, or the reason format describes when err is nil.
+func badState(key []byte, err error, format string, args ...any) error {
+	if err == nil {
+		err = malformed(format, args...)
+	}
+	return compactionErr(&KeyError{Key: keyString(key), Kind: ErrMalformed, Err: err})
+}
+
+// loadForgottenBelow seeds ForgottenBelow at Open. A malformed compaction
+// state halts compaction but not the store: every gap is then taken as
+// compaction's (the pass will report the key).
+func (s *Store) loadForgottenBelow() error {
+	st, err := s.Compaction()
+	if errors.Is(err, ErrCompactionState) {
+		s.log.Warn("archive: the compaction state is malformed; compaction will halt until it is repaired", "err", err)
+		s.forgottenBelow.Store(math.MaxUint64)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("archive: open: %w", err)
+	}
+	s.forgottenBelow.Store(st.horizon())
+	return nil
+}
+
+func (s *Store) raiseForgottenBelow(w uint64) {
+	for {
+		cur := s.forgottenBelow.Load()
+		if cur >= w || s.forgottenBelow.CompareAndSwap(cur, w) {
+			return
+		}
+	}
+}
+
+// ResetCompactionIntent deletes compact/intent in one synced batch: the
+// recovery path of a malformed or unfinishable intent. Safe: a pass is
+// defined by tomb/ and the watermark, so the next pass recomputes what it
+// must remove.
+func (s *Store) ResetCompactionIntent() error {
+	b := s.db.NewBatch()
+	defer b.Close()
+	_ = b.Delete(KeyCompactIntent, nil)
+	return s.commit("reset the compaction intent", b)
+}
+
+// CompactionGeneration counts the compaction removal batches committed
+// since the store was opened. A reader holding an iterator opened at
+// another generation reopens it at its position before its next read, so
+// it never reads a row a committed removal batch took away.
+func (s *Store) CompactionGeneration() uint64 { return s.compactGen.Load() }
+
+// ForgottenBelow is the seq below which a pass may have removed rows (the
+// larger of the watermark and a pass's intent), as this process knows it:
+// a gap in ev/ below it is compaction's, one above it is data lost.
+func (s *Store) ForgottenBelow() uint64 { return s.forgottenBelow.Load() }
+
+// TombstonesWritten counts the tomb/ entries this writer committed since it
+// started (an owner compares it with its value at the last pass to run an
+// early pass).
+func (w *Writer) TombstonesWritten() uint64 { return w.tombs.Load() }
+
+// Compact runs one compaction pass to W = max(watermark, w's durable tip +
+// 1), or to the watermark of an intent a previous pass left (rolled
+// forward):
+//
+//  1. one synced batch writes compact/intent = W;
+//  2. tomb/ is read account by account; for each account, its tombstones
+//     below W name the superseded rows (rec/ entries of the record older
+//     than an update or delete; every rec/ entry of the account older than
+//     a sync or a deleted/taken-down account row); their ev/ rows and rec/
+//     entries, the applied tombstones, and a delete's own rec/ entry are
+//     removed in ONE batch (several small accounts may share one), so no
+//     reader's snapshot holds half of an account's removal. Removal batches
+//     are committed without a sync: the watermark batch's sync makes the
+//     WAL before it durable, and a crash before it leaves the intent, which
+//     the next pass rolls forward (removing is idempotent). After each
+//     batch the store's compaction generation moves and the removed rows
+//     still in w's live log are marked forgotten;
+//  3. one synced batch sets meta/compaction = W and deletes the intent;
+//  4. past ReclaimBytes removed, a manual compaction of the ranges removed
+//     from lets the disk shrink.
+//
+// Only one pass may run at a time (one owner goroutine); the writer goes
+// on meanwhile (it only adds keys above W). A malformed compaction value
+// stops the pass with an error matching ErrCompactionState, naming the key;
+// a store I/O error is returned wrapped as usual (fatal for the owner). A
+// cancelled ctx stops it between accounts, leaving the intent.
+func (s *Store) Compact(ctx context.Context, w *Writer, opts CompactOptions) (CompactResult, error) {
+	opts.defaults()
+	start := time.Now()
+	st, err := s.Compaction()
+	if err != nil {
+		return CompactResult{}, fmt.Errorf("archive: compaction: %w", err)
+	}
+	p := &compactPass{s: s, w: w, opts: opts, lowest: math.MaxUint64,
+		sized: s.db.FormatMajorVersion() >= pebble.FormatDeleteSizedAndObsolete}
+	p.res.From = st.Watermark
+	if st.Intent != nil {
+		p.W, p.res.RolledOver = st.Intent.W, true
+	} else {
+		p.W = max(st.Watermark, w.Live().Tip()+1)
+		if p.W == st.Watermark {
+			p.res.To = p.W
+			return p.res, nil // nothing archived since the last pass
+		}
+		if err := p.writeIntent(); err != nil {
+			return p.res, err
+		}
+	}
+	s.raiseForgottenBelow(p.W)
+	err = p.run(ctx)
+	p.close()
+	if err != nil {
+		return p.res, err
+	}
+	if err := p.finish(); err != nil {
+		return p.res, err
+	}
+	p.res.To = p.W
+	if err := p.reclaim(); err != nil {
+		return p.res, err
+	}
+	p.res.Duration = time.Since(start)
+	opts.Logger.Info("archive: compaction pass done", "from", p.res.From, "to", p.res.To,
+		"accounts", p.res.Accounts, "tombstones", p.res.Tombstones, "rows", p.res.Rows, "bytes", p.res.Bytes,
+		"reclaimed", p.res.Reclaimed, "rolled_over", p.res.RolledOver, "duration", p.res.Duration)
+	return p.res, nil
+}
+
+// compactPass is one pass's state.
+type compactPass struct {
+	s    *Store
+	w    *Writer
+	opts CompactOptions
+	W    uint64
+	res  CompactResult
+
+	b                   *pebble.Batch
+	tombIt, recIt, evIt *pebble.Iterator
+	forgotten           []uint64 // seqs removed by the open batch
+	lowest              uint64   // lowest seq removed
+	first, last         string   // first and last account touched
+	acct                accountTombs
+	ev                  Event
+	kbuf                []byte
+	sized               bool // the store's format has sized deletes
+}
+
+// accountTombs is one account's tombstones below W.
+type accountTombs struct {
+	did   string
+	reset uint64                // highest sync/deleted-account tombstone (0: none)
+	recs  map[string]recordTomb // collection\x00rkey → its latest tombstone
+	keys  [][]byte              // the tomb/ keys applied
+	sizes []int                 // their value sizes
+}
+
+type recordTomb struct {
+	collection, rkey string
+	seq              uint64
+	kind             Kind
+}
+
+func (p *compactPass) writeIntent() error {
+	v, err := EncodeCompactIntent(CompactIntent{W: p.W, Started: p.opts.Now()})
+	if err != nil {
+		return fmt.Errorf("archive: compaction intent: %w", err)
+	}
+	b := p.s.db.NewBatch()
+	defer b.Close()
+	_ = b.Set(KeyCompactIntent, v, nil)
+	if err := p.s.commit("commit the compaction intent", b); err != nil {
+		return err
+	}
+	p.opts.Crash.Hit(crashpoint.CompactionIntent)
+	return nil
+}
+
+// run applies every account's tombstones below W.
+func (p *compactPass) run(ctx context.Context) error {
+	p.b = p.s.db.NewBatch()
+	if err := p.open(PrefixTomb); err != nil {
+		return err
+	}
+	valid := p.tombIt.First()
+	for valid {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var err error
+		if valid, err = p.readAccount(); err != nil {
+			return err
+		}
+		if len(p.acct.keys) == 0 {
+			continue
+		}
+		if err := p.removeAccount(); err != nil {
+			return err
+		}
+		if p.b.Len() >= p.opts.batchBytes {
+			var resume []byte
+			if valid {
+				resume = append(resume, p.tombIt.Key()...)
+			}
+			if err := p.commit(); err != nil {
+				return err
+			}
+			if valid {
+				// Fresh iterators after each commit: a long pass pins no
+				// memtable or sstable for its whole length.
+				if err := p.open(resume); err != nil {
+					return err
+				}
+				valid = p.tombIt.First()
+			}
+		}
+	}
+	if err := p.tombIt.Error(); err != nil {
+		return p.readErr(PrefixTomb, err)
+	}
+	return p.commit()
+}
+
+// open (re)opens the pass's iterators, tomb/ from the key from.
+func (p *compactPass) open(from []byte) error {
+	p.closeIters()
+	var err error
+	if p.tombIt, err = p.s.db.NewIter(&pebble.IterOptions{LowerBound: from, UpperBound: prefixEnd(PrefixTomb)}); err != nil {
+		return p.readErr(PrefixTomb, err)
+	}
+	if p.recIt, err = p.s.db.NewIter(&pebble.IterOptions{LowerBound: PrefixRecord, UpperBound: prefixEnd(PrefixRecord)}); err != nil {
+		return p.readErr(PrefixRecord, err)
+	}
+	if p.evIt, err = p.s.db.NewIter(&pebble.IterOptions{LowerBound: PrefixEvent, UpperBound: EventKey(p.W)}); err != nil {
+		return p.readErr(PrefixEvent, err)
+	}
+	return nil
+}
+
+func (p *compactPass) closeIters() {
+	for _, it := range []**pebble.Iterator{&p.tombIt, &p.recIt, &p.evIt} {
+		if *it != nil {
+			st := (*it).Stats()
+			p.res.BytesRead += int64(st.InternalStats.BlockBytes)
+			_ = (*it).Close()
+			*it = nil
+		}
+	}
+}
+
+func (p *compactPass) close() {
+	p.closeIters()
+	if p.b != nil {
+		_ = p.b.Close()
+		p.b = nil
+	}
+}
+
+func (p *compactPass) readErr(what []byte, err error) error {
+	return p.s.persistErr("compaction: read "+string(what), err)
+}
+
+// readAccount reads the tombstones of the account at the tomb/ iterator's
+// position into p.acct, leaving the iterator on the next account's first
+// key; it reports whether there is one.
+func (p *compactPass) readAccount() (bool, error) {
+	did, _, err := ParseTombKey(p.tombIt.Key())
+	if err != nil {
+		return false, badState(p.tombIt.Key(), err, "")
+	}
+	p.acct = accountTombs{did: did}
+	for {
+		k := p.tombIt.Key()
+		d, seq, err := ParseTombKey(k)
+		if err != nil {
+			return false, badState(k, err, "")
+		}
+		if d != did {
+			return true, nil
+		}
+		if seq >= p.W {
+			// The account's later tombstones are all above W (keys sort
+			// by seq): skip to the next account.
+			p.kbuf = append(append(append(p.kbuf[:0], PrefixTomb...), did...), keySep+1)
+			return p.tombIt.SeekGE(p.kbuf), nil
+		}
+		v := p.tombIt.Value()
+		t, err := DecodeTomb(v)
+		if err != nil {
+			return false, badState(k, err, "")
+		}
+		p.acct.add(append([]byte(nil), k...), len(v), seq, t)
+		if !p.tombIt.Next() {
+			return false, nil
+		}
+	}
+}
+
+func (a *accountTombs) add(key []byte, size int, seq uint64, t Tomb) {
+	a.keys = append(a.keys, key)
+	a.sizes = append(a.sizes, size)
+	if t.Kind == KindSync || t.Kind == KindAccount {
+		a.reset = max(a.reset, seq)
+		return
+	}
+	if a.recs == nil {
+		a.recs = make(map[string]recordTomb)
+	}
+	id := t.Collection + "\x00" + t.RKey
+	if cur, ok := a.recs[id]; !ok || seq > cur.seq {
+		a.recs[id] = recordTomb{collection: t.Collection, rkey: t.RKey, seq: seq, kind: t.Kind}
+	}
+}
+
+// removeAccount adds the removal of everything p.acct's tombstones
+// supersede to the open batch.
+func (p *compactPass) removeAccount() error {
+	a := &p.acct
+	if a.reset > 0 {
+		// Every record row of the account before the reset.
+		prefix := AccountRecordPrefix(a.did)
+		if err := p.removeRange(prefix, prefixEnd(prefix), a.reset); err != nil {
+			return err
+		}
+	}
+	for _, r := range a.recs {
+		if r.seq <= a.reset {
+			continue // the reset covered it, its own entry included
+		}
+		prefix := AppendRecordPrefix(nil, a.did, r.collection, r.rkey)
+		lo := binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), a.reset)
+		hi := binary.BigEndian.AppendUint64(prefix, r.seq)
+		if err := p.removeRange(lo, hi, r.seq); err != nil {
+			return err
+		}
+		if r.kind == KindDelete {
+			// Nothing older is left: no entry means the record is absent.
+			p.delete(hi, 1)
+		}
+	}
+	for i, k := range a.keys {
+		p.delete(k, a.sizes[i])
+	}
+	p.res.Accounts++
+	p.res.Tombstones += len(a.keys)
+	if p.first == "" {
+		p.first = a.did
+	}
+	p.last = a.did
+	return nil
+}
+
+// removeRange removes the rec/ entries in [lo, hi) whose seq is below
+// before, with their ev/ rows (a delete's entry alone: delete rows are
+// kept).
+func (p *compactPass) removeRange(lo, hi []byte, before uint64) error {
+	it := p.recIt
+	for valid := it.SeekGE(lo); valid && bytes.Compare(it.Key(), hi) < 0; valid = it.Next() {
+		k := it.Key()
+		f, err := ParseRecordKey(k)
+		if err != nil {
+			return badState(k, err, "")
+		}
+		if f.Seq >= before {
+			continue
+		}
+		if err := p.remove(k, it.Value(), f); err != nil {
+			return err
+		}
+	}
+	if err := it.Error(); err != nil {
+		return p.readErr(PrefixRecord, err)
+	}
+	return nil
+}
+
+// remove removes one superseded rec/ entry and, for a create or update, its
+// ev/ row, after checking that the row is the one the entry names.
+func (p *compactPass) remove(k, v []byte, f RecordKeyFields) error {
+	deleted, err := DecodeRecordValue(v)
+	if err != nil {
+		return badState(k, err, "")
+	}
+	if deleted {
+		p.delete(k, 1)
+		return nil
+	}
+	ek := EventKey(f.Seq)
+	if !p.evIt.SeekGE(ek) || !bytes.Equal(p.evIt.Key(), ek) {
+		if err := p.evIt.Error(); err != nil {
+			return p.readErr(PrefixEvent, err)
+		}
+		return badState(k, nil, "the index names %s, which is absent", keyString(ek))
+	}
+	row := p.evIt.Value()
+	if err := DecodeEvent(row, &p.ev); err != nil {
+		return badState(ek, err, "")
+	}
+	if e := &p.ev; (e.Kind != KindCreate && e.Kind != KindUpdate) || e.DID != f.DID || e.Collection != f.Collection || e.RKey != f.RKey {
+		return badState(k, nil, "the index names %s, a %s row of %s/%s/%s", keyString(ek), e.Kind, e.DID, e.Collection, e.RKey)
+	}
+	p.delete(ek, len(row))
+	p.delete(k, 0)
+	p.res.Rows++
+	p.res.Bytes += int64(len(row))
+	p.forgotten = append(p.forgotten, f.Seq)
+	p.lowest = min(p.lowest, f.Seq)
+	return nil
+}
+
+// delete adds the deletion of key, whose value has size bytes, to the open
+// batch: a sized delete (it helps Pebble's space-reclaim heuristics) when
+// the store's format has them (FormatDeleteSizedAndObsolete), a plain one
+// otherwise: the store's format version is never raised here.
+func (p *compactPass) delete(key []byte, size int) {
+	if p.sized {
+		_ = p.b.DeleteSized(key, uint32(size), nil)
+	} else {
+		_ = p.b.Delete(key, nil)
+	}
+}
+
+// commit commits the open removal batch (not synced: see Compact), moves
+// the compaction generation and forgets the removed rows in the live log.
+func (p *compactPass) commit() error {
+	if p.b.Empty() {
+		return nil
+	}
+	err := p.s.checkCommit("commit a compaction batch", p.b)
+	if err == nil {
+		err = commitWith(p.b, pebble.NoSync)
+	}
+	if err != nil {
+		return p.s.persistErr("commit a compaction batch", err)
+	}
+	p.s.compactGen.Add(1)
+	p.w.live.forget(p.forgotten)
+	p.forgotten = p.forgotten[:0]
+	p.res.Batches++
+	_ = p.b.Close()
+	p.b = p.s.db.NewBatch()
+	p.opts.Crash.Hit(crashpoint.CompactionBatch)
+	return nil
+}
+
+// finish moves the watermark and clears the intent in one synced batch.
+func (p *compactPass) finish() error {
+	v, err := EncodeWatermark(p.W)
+	if err != nil {
+		return fmt.Errorf("archive: compaction watermark: %w", err)
+	}
+	b := p.s.db.NewBatch()
+	defer b.Close()
+	_ = b.Set(KeyCompaction, v, nil)
+	_ = b.Delete(KeyCompactIntent, nil)
+	if err := p.s.commit("commit the compaction watermark", b); err != nil {
+		return err
+	}
+	p.opts.Crash.Hit(crashpoint.CompactionDone)
+	return nil
+}
+
+// reclaim asks Pebble to compact the ranges the pass removed from once it
+// removed more than ReclaimBytes.
+func (p *compactPass) reclaim() error {
+	if p.opts.ReclaimBytes < 0 || p.res.Bytes <= p.opts.ReclaimBytes {
+		return nil
+	}
+	ranges := [][2][]byte{
+		{EventKey(p.lowest), EventKey(p.W)},
+		{AccountRecordPrefix(p.first), prefixEnd(AccountRecordPrefix(p.last))},
+		{TombKey(p.first, 0), prefixEnd(AppendTombKey(nil, p.last, math.MaxUint64))},
+	}
+	for _, r := range ranges {
+		if err := p.s.db.Compact(r[0], r[1], true); err != nil {
+			return p.s.persistErr("compaction: reclaim the removed range", err)
+		}
+	}
+	p.res.Reclaimed = true
+	return nil
+}

@@ -1,0 +1,202 @@
+package archive
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"testing"
+	"time"
+)
+
+func TestRecordAndTombKeysRoundTrip(t *testing.T) {
+	k := RecordKey("did:plc:abc", "app.bsky.feed.post", "3kxyz", 0x0001000000000200)
+	want := "rec/did:plc:abc\x00app.bsky.feed.post\x003kxyz\x00\x00\x01\x00\x00\x00\x00\x02\x00"
+	if string(k) != want {
+		t.Fatalf("rec key %q, want %q", k, want)
+	}
+	f, err := ParseRecordKey(k)
+	if err != nil || f != (RecordKeyFields{"did:plc:abc", "app.bsky.feed.post", "3kxyz", 0x0001000000000200}) {
+		t.Fatalf("parse %q = %+v, %v", k, f, err)
+	}
+	if !bytes.HasPrefix(k, AccountRecordPrefix("did:plc:abc")) || bytes.HasPrefix(k, AccountRecordPrefix("did:plc:ab")) {
+		t.Fatal("account prefix does not delimit the account")
+	}
+	tk := TombKey("did:plc:abc", 7)
+	if string(tk) != "tomb/did:plc:abc\x00\x00\x00\x00\x00\x00\x00\x00\x07" {
+		t.Fatalf("tomb key %q", tk)
+	}
+	did, seq, err := ParseTombKey(tk)
+	if err != nil || did != "did:plc:abc" || seq != 7 {
+		t.Fatalf("parse %q = %s %d %v", tk, did, seq, err)
+	}
+	// One DID a prefix of another: all of the shorter one's keys sort first.
+	if bytes.Compare(TombKey("did:plc:abc", math.MaxUint64), TombKey("did:plc:abcd", 0)) >= 0 ||
+		bytes.Compare(RecordKey("did:plc:abc", "z", "z", math.MaxUint64), RecordKey("did:plc:abcd", "a", "a", 0)) >= 0 {
+		t.Fatal("an account's keys are not contiguous")
+	}
+	for _, bad := range []string{
+		"rec/", "rec/a\x00b\x00c\x00", "rec/a\x00b\x00c\x0012345678x", "rec/a\x00b\x00\x0012345678",
+		"rec/a\x00b\x00c\x00d\x0012345678", "rec/\x00b\x00c\x0012345678", "ev/a\x00b\x00c\x0012345678",
+	} {
+		if _, err := ParseRecordKey([]byte(bad)); err == nil {
+			t.Errorf("ParseRecordKey accepted %q", bad)
+		}
+	}
+	for _, bad := range []string{"tomb/", "tomb/\x0012345678", "tomb/a12345678", "tomb/a\x00b\x0012345678", "tomb/a\x001234567"} {
+		if _, _, err := ParseTombKey([]byte(bad)); err == nil {
+			t.Errorf("ParseTombKey accepted %q", bad)
+		}
+	}
+}
+
+func TestValidateEventRefusesKeySeparator(t *testing.T) {
+	for _, ev := range []Event{
+		commitEv("did:plc:a\x00b", "r", KindCreate, SourceLive, "k"),
+		commitEv(testDID, "r", KindDelete, SourceLive, "k\x00"),
+	} {
+		if err := ValidateEvent(&ev); !errors.Is(err, ErrMalformed) {
+			t.Errorf("event of %q/%q accepted: %v", ev.DID, ev.RKey, err)
+		}
+	}
+}
+
+func TestCompactionCodecs(t *testing.T) {
+	for _, tc := range []Tomb{{Kind: KindUpdate, Collection: "a.b.c", RKey: "k"}, {Kind: KindDelete, Collection: "a.b.c", RKey: "k"}, {Kind: KindSync}, {Kind: KindAccount}} {
+		b, err := AppendTomb(nil, tc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := DecodeTomb(b); err != nil || got != tc {
+			t.Fatalf("tomb %+v → %x → %+v, %v", tc, b, got, err)
+		}
+	}
+	if b, _ := AppendTomb(nil, Tomb{Kind: KindDelete, Collection: "a.b.c", RKey: "k"}); !bytes.Equal(b, []byte("\x01\x03\x05a.b.c\x01k")) {
+		t.Fatalf("tomb bytes %q", b)
+	}
+	for _, bad := range []Tomb{{Kind: KindCreate, Collection: "a", RKey: "k"}, {Kind: KindUpdate}, {Kind: KindSync, RKey: "k"}, {Kind: KindIdentity}} {
+		if _, err := AppendTomb(nil, bad); !errors.Is(err, ErrMalformed) {
+			t.Errorf("AppendTomb(%+v) = %v", bad, err)
+		}
+	}
+	for _, bad := range [][]byte{nil, {1}, {2, 6, 0, 0}, {1, 6, 0}, {1, 6, 0, 0, 0}, {1, 3, 0, 0}, {1, 1, 1, 'a', 1, 'k'}, {1, 6, 0x80, 0, 0}} {
+		if _, err := DecodeTomb(bad); !errors.Is(err, ErrMalformed) {
+			t.Errorf("DecodeTomb(%x) = %v", bad, err)
+		}
+	}
+	for _, v := range [][]byte{nil, {}, {1}} {
+		if _, err := DecodeRecordValue(v); err != nil {
+			t.Errorf("DecodeRecordValue(%x): %v", v, err)
+		}
+	}
+	for _, bad := range [][]byte{{0}, {2}, {1, 1}} {
+		if _, err := DecodeRecordValue(bad); !errors.Is(err, ErrMalformed) {
+			t.Errorf("DecodeRecordValue(%x) = %v", bad, err)
+		}
+	}
+	wm, _ := EncodeWatermark(1234)
+	if got, err := DecodeWatermark(wm); err != nil || got != 1234 {
+		t.Fatalf("watermark %d %v", got, err)
+	}
+	if _, err := EncodeWatermark(math.MaxUint64); err == nil {
+		t.Fatal("watermark above MaxInt64 encoded")
+	}
+	for _, bad := range [][]byte{nil, {1, 0, 0, 0, 0, 0, 0, 0}, {2, 0, 0, 0, 0, 0, 0, 0, 0}, {1, 0, 0, 0, 0, 0, 0, 0, 0x80}, {1, 0, 0, 0, 0, 0, 0, 0, 0, 0}} {
+		if _, err := DecodeWatermark(bad); !errors.Is(err, ErrMalformed) {
+			t.Errorf("DecodeWatermark(%x) = %v", bad, err)
+		}
+	}
+	in := CompactIntent{W: 99, Started: time.UnixMicro(1_700_000_000_123_456).UTC()}
+	b, err := EncodeCompactIntent(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := DecodeCompactIntent(b); err != nil || got != in {
+		t.Fatalf("intent %+v %v", got, err)
+	}
+	for _, bad := range [][]byte{nil, b[:9], append(append([]byte(nil), b...), 0), {2, 99, 0, 0, 0, 0, 0, 0, 0, 1}, {1, 99, 0, 0, 0, 0, 0, 0, 0, 0x80, 0}} {
+		if _, err := DecodeCompactIntent(bad); !errors.Is(err, ErrMalformed) {
+			t.Errorf("DecodeCompactIntent(%x) = %v", bad, err)
+		}
+	}
+}
+
+func FuzzDecodeTomb(f *testing.F) {
+	for _, tc := range []Tomb{{Kind: KindUpdate, Collection: "a.b.c", RKey: "k"}, {Kind: KindSync}, {Kind: KindAccount}} {
+		b, _ := AppendTomb(nil, tc)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tb, err := DecodeTomb(b)
+		if err != nil {
+			return
+		}
+		if re, err := AppendTomb(nil, tb); err != nil || !bytes.Equal(re, b) {
+			t.Fatalf("accepted non-canonical %x (%v)", b, err)
+		}
+	})
+}
+
+func FuzzDecodeRecordValue(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte{1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d, err := DecodeRecordValue(b)
+		if err == nil && !bytes.Equal(EncodeRecordValue(d), b) {
+			t.Fatalf("accepted non-canonical %x", b)
+		}
+	})
+}
+
+func FuzzDecodeWatermark(f *testing.F) {
+	b, _ := EncodeWatermark(42)
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		w, err := DecodeWatermark(b)
+		if err != nil {
+			return
+		}
+		if re, err := EncodeWatermark(w); err != nil || !bytes.Equal(re, b) {
+			t.Fatalf("accepted non-canonical %x", b)
+		}
+	})
+}
+
+func FuzzDecodeCompactIntent(f *testing.F) {
+	b, _ := EncodeCompactIntent(CompactIntent{W: 42, Started: time.UnixMicro(1_700_000_000_000_000)})
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		in, err := DecodeCompactIntent(b)
+		if err != nil {
+			return
+		}
+		if re, err := EncodeCompactIntent(in); err != nil || !bytes.Equal(re, b) {
+			t.Fatalf("accepted non-canonical %x", b)
+		}
+	})
+}
+
+func FuzzParseRecordKey(f *testing.F) {
+	f.Add(RecordKey("did:plc:abc", "app.bsky.feed.post", "3kxyz", 5))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		k, err := ParseRecordKey(b)
+		if err != nil {
+			return
+		}
+		if re := RecordKey(k.DID, k.Collection, k.RKey, k.Seq); !bytes.Equal(re, b) {
+			t.Fatalf("accepted non-canonical %q", b)
+		}
+	})
+}
+
+func FuzzParseTombKey(f *testing.F) {
+	f.Add(TombKey("did:plc:abc", 5))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		did, seq, err := ParseTombKey(b)
+		if err != nil {
+			return
+		}
+		if re := TombKey(did, seq); !bytes.Equal(re, b) {
+			t.Fatalf("accepted non-canonical %q", b)
+		}
+	})
+}

@@ -1,0 +1,223 @@
+package archive_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/vfs"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/oracle/check"
+	"github.com/backstream/backstream/oracle/churn"
+)
+
+// TestCompactPowerLoss cuts the power at every batch of a pass (Pebble's
+// strict in-memory filesystem: what was not synced is lost): for k = 0…n,
+// the intent and the first k removal batches are durable, nothing after.
+// After reopening, the store holds a superset of the survivors (nothing
+// that is not superseded was removed) with the intent still there and the
+// watermark not moved back; the next pass rolls the intent forward and the
+// store then equals the recomputation.
+func TestCompactPowerLoss(t *testing.T) {
+	build := func(t *testing.T, hook func(op string, keys [][]byte) error) (*vfs.MemFS, *archive.Store, *archive.Writer, []archive.Event, uint64) {
+		fs := vfs.NewStrictMem()
+		s := openStore(t, fs, hook)
+		w := startWriter(t, s)
+		tr := churn.New(7, 12)
+		rows := applyUnits(t, w, tr.Units(300))
+		first := compact(t, s, w, archive.CompactOptions{Logger: quiet}) // an earlier pass: W moves from it
+		rows = append(rows, applyUnits(t, w, tr.Units(300))...)
+		return fs, s, w, rows, first.To
+	}
+	// How many removal batches does the pass take?
+	fs, s, w, _, _ := build(t, nil)
+	opts := archive.CompactOptions{Logger: quiet}
+	archive.SetCompactBatchBytes(&opts, 1)
+	n := compact(t, s, w, opts).Batches
+	w.Close()
+	s.Close()
+	_ = fs
+	if n < 3 {
+		t.Fatalf("the pass took %d batches; the sweep needs several", n)
+	}
+	for k := 0; k <= n; k++ {
+		t.Run(fmt.Sprint(k), func(t *testing.T) {
+			var s *archive.Store
+			var fs *vfs.MemFS
+			armed, batches := false, 0
+			hook := func(op string, _ [][]byte) error {
+				if !armed || (!strings.HasPrefix(op, "commit a compaction batch") && op != "commit the compaction watermark") {
+					return nil
+				}
+				// Everything before this commit is durable (a WAL sync
+				// by the writer's next batch, say); from here on, nothing.
+				if batches == k {
+					if err := s.DB().LogData(nil, pebble.Sync); err != nil {
+						return err
+					}
+					fs.SetIgnoreSyncs(true)
+				}
+				batches++
+				return nil
+			}
+			var w *archive.Writer
+			var rows []archive.Event
+			var oldW uint64
+			fs, s, w, rows, oldW = build(t, hook)
+			armed = true
+			res := compact(t, s, w, opts)
+			if res.Batches != n {
+				t.Fatalf("%d batches, the sweep expected %d", res.Batches, n)
+			}
+			w.Close()
+			s.Close()
+			fs.ResetToSyncedState()
+			fs.SetIgnoreSyncs(false)
+
+			s = openStore(t, fs, nil)
+			defer s.Close()
+			st, err := s.Compaction()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Watermark != oldW || st.Intent == nil || st.Intent.W != res.To {
+				t.Fatalf("after the cut: %+v (intent %v), want the watermark %d and an intent for %d", st, st.Intent, oldW, res.To)
+			}
+			want := check.Survivors(rows, res.To)
+			got := storeRows(t, s)
+			for _, ev := range rows {
+				if _, ok := got[ev.Seq]; want[ev.Seq] && !ok {
+					t.Fatalf("seq %d removed though it is not superseded", ev.Seq)
+				}
+			}
+			removed := len(rows) - len(got)
+			w = startWriter(t, s)
+			defer w.Close()
+			again := compact(t, s, w, archive.CompactOptions{Logger: quiet})
+			if !again.RolledOver || again.To != res.To || again.From != oldW {
+				t.Fatalf("roll forward: %+v, want the intent's watermark %d from %d", again, res.To, oldW)
+			}
+			checkSurvivors(t, s, rows, res.To)
+			t.Logf("cut after %d of %d batches: %d rows removed before the cut, %d by the roll forward", k, n, removed, again.Rows)
+		})
+	}
+}
+
+// TestCompactMalformedState: a malformed tombstone, index entry, intent or
+// watermark stops the pass with ErrCompactionState naming the key; the
+// watermark does not move and nothing that is not superseded is removed.
+func TestCompactMalformedState(t *testing.T) {
+	cases := []struct {
+		name    string
+		corrupt func(t *testing.T, s *archive.Store, rows []archive.Event) []byte // returns the key
+	}{
+		{"tombstone value", func(t *testing.T, s *archive.Store, rows []archive.Event) []byte {
+			for _, ev := range rows {
+				if ev.Kind == archive.KindDelete {
+					return set(t, s, archive.TombKey(ev.DID, ev.Seq), []byte{1, 9, 0, 0})
+				}
+			}
+			t.Fatal("no delete row")
+			return nil
+		}},
+		{"index value", func(t *testing.T, s *archive.Store, rows []archive.Event) []byte {
+			for i := len(rows) - 1; i >= 0; i-- {
+				ev := rows[i]
+				if ev.Kind == archive.KindCreate && check.Survivors(rows, 1<<62)[ev.Seq] == false {
+					return set(t, s, archive.RecordKey(ev.DID, ev.Collection, ev.RKey, ev.Seq), []byte{7})
+				}
+			}
+			t.Fatal("no superseded create")
+			return nil
+		}},
+		{"index names a row of another record", func(t *testing.T, s *archive.Store, rows []archive.Event) []byte {
+			for i := len(rows) - 1; i >= 0; i-- {
+				ev := rows[i]
+				if ev.Kind == archive.KindUpdate {
+					// An entry of the updated record naming another record's row.
+					var other uint64
+					for _, o := range rows {
+						if o.Kind == archive.KindCreate && (o.DID != ev.DID || o.RKey != ev.RKey) {
+							other = o.Seq
+							break
+						}
+					}
+					if other == 0 || other >= ev.Seq {
+						continue
+					}
+					return set(t, s, archive.RecordKey(ev.DID, ev.Collection, ev.RKey, other), nil)
+				}
+			}
+			t.Fatal("no update row")
+			return nil
+		}},
+		{"intent", func(t *testing.T, s *archive.Store, _ []archive.Event) []byte {
+			return set(t, s, archive.KeyCompactIntent, []byte{1, 2, 3})
+		}},
+		{"watermark", func(t *testing.T, s *archive.Store, _ []archive.Event) []byte {
+			return set(t, s, archive.KeyCompaction, []byte{2, 0, 0, 0, 0, 0, 0, 0, 0})
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openStore(t, vfs.NewMem(), nil)
+			defer s.Close()
+			w := startWriter(t, s)
+			defer w.Close()
+			rows := applyUnits(t, w, churn.New(3, 8).Units(400))
+			key := tc.corrupt(t, s, rows)
+			before, _ := s.Compaction()
+			_, err := s.Compact(context.Background(), w, archive.CompactOptions{Logger: quiet})
+			if !errors.Is(err, archive.ErrCompactionState) || !errors.Is(err, archive.ErrMalformed) {
+				t.Fatalf("pass over a malformed %s: %v, want ErrCompactionState", tc.name, err)
+			}
+			if !strings.Contains(err.Error(), archive.KeyString(key)) {
+				t.Fatalf("the error does not name %q: %v", key, err)
+			}
+			// Nothing that is not superseded was removed.
+			want := check.Survivors(rows, 1<<62)
+			got := storeRows(t, s)
+			for _, ev := range rows {
+				if _, ok := got[ev.Seq]; want[ev.Seq] && !ok {
+					t.Fatalf("seq %d removed though it is not superseded", ev.Seq)
+				}
+			}
+			if after, err := s.Compaction(); err == nil && after.Watermark != before.Watermark {
+				t.Fatalf("the watermark moved %d → %d over a malformed state", before.Watermark, after.Watermark)
+			}
+			t.Logf("%v", err)
+		})
+	}
+}
+
+func set(t *testing.T, s *archive.Store, key, value []byte) []byte {
+	t.Helper()
+	if err := s.DB().Set(key, value, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+// TestCompactResetIntent: a malformed intent halts compaction until
+// ResetCompactionIntent removes it; the next pass then computes everything
+// from tomb/ and the watermark.
+func TestCompactResetIntent(t *testing.T) {
+	s := openStore(t, vfs.NewMem(), nil)
+	defer s.Close()
+	w := startWriter(t, s)
+	defer w.Close()
+	rows := applyUnits(t, w, churn.New(5, 8).Units(300))
+	set(t, s, archive.KeyCompactIntent, []byte{1})
+	if _, err := s.Compact(context.Background(), w, archive.CompactOptions{Logger: quiet}); !errors.Is(err, archive.ErrCompactionState) {
+		t.Fatalf("pass over a malformed intent: %v", err)
+	}
+	if err := s.ResetCompactionIntent(); err != nil {
+		t.Fatal(err)
+	}
+	res := compact(t, s, w, archive.CompactOptions{Logger: quiet})
+	checkSurvivors(t, s, rows, res.To)
+}

@@ -1,0 +1,39 @@
+package check
+
+import "github.com/backstream/backstream/archive"
+
+// Survivors recomputes, from every row ever archived (in seq order, as the
+// writer assigned them), the seqs a compaction to watermark w must leave:
+// a create or update row is gone when a later row below w supersedes it —
+// an update or delete of the same record, a sync of its account, or an
+// account row of its account whose status is deleted or takendown. Every
+// other row (delete, account, identity, sync, and anything not superseded)
+// survives. It is the definition written out directly, one backward walk
+// over the rows, independent of the store's index, so tests at every
+// level can compare what a store kept with it.
+func Survivors(rows []archive.Event, w uint64) map[uint64]bool {
+	type record struct{ did, collection, rkey string }
+	reset := map[string]bool{}    // accounts superseded from here back
+	replaced := map[record]bool{} // records superseded from here back
+	keep := make(map[uint64]bool, len(rows))
+	for i := len(rows) - 1; i >= 0; i-- {
+		ev := &rows[i]
+		r := record{ev.DID, ev.Collection, ev.RKey}
+		gone := (ev.Kind == archive.KindCreate || ev.Kind == archive.KindUpdate) && (reset[ev.DID] || replaced[r])
+		if !gone {
+			keep[ev.Seq] = true
+		}
+		if ev.Seq >= w {
+			continue // a row at or above w supersedes nothing yet
+		}
+		switch {
+		case ev.Kind == archive.KindUpdate || ev.Kind == archive.KindDelete:
+			replaced[r] = true
+		case ev.Kind == archive.KindSync:
+			reset[ev.DID] = true
+		case ev.Kind == archive.KindAccount && (ev.Status == "deleted" || ev.Status == "takendown"):
+			reset[ev.DID] = true
+		}
+	}
+	return keep
+}
