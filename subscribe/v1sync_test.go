@@ -13,6 +13,7 @@ import (
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/oracle"
+	"github.com/backstream/backstream/oracle/check"
 	"github.com/backstream/backstream/upstream"
 )
 
@@ -190,6 +191,38 @@ func TestReplacementFoldsForV1(t *testing.T) {
 	if fmt.Sprint(fold) != fmt.Sprint(truth) {
 		t.Fatal("the v1 fold changed after an unchanged replacement")
 	}
+
+	// Compaction keeps what the replacements left unchanged: a sync row
+	// supersedes nothing, their rows supersede what they change.
+	// (Read from ev/, as a client replaying after a restart reads it: the
+	// live log still holds what the pass removed.)
+	replayFold := func(what string) {
+		t.Helper()
+		res, err := h.store.Compact(ctx, h.w, archive.CompactOptions{Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, _, err := check.Archive(h.store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(f[did]) != fmt.Sprint(truth) {
+			t.Fatalf("%s (%d rows removed): the archive folds to %d records, the network has %d", what, res.Rows, len(f[did]), len(truth))
+		}
+	}
+	replayFold("after compaction")
+	// A takedown purges the account's records (compaction removes them):
+	// the replacement when it comes back creates every record again.
+	_, down := h.commit(archive.Event{Kind: archive.KindAccount, DID: did, Status: "takendown", Source: archive.SourceLive})
+	run(true)
+	back, err := h.store.Tip()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows := kindsBetween(t, h.store, down, back); fmt.Sprint(rows) != fmt.Sprint(map[archive.Kind]int{archive.KindCreate: len(truth), archive.KindSync: 1}) {
+		t.Fatalf("the replacement after a takedown archived %v, want its sync row and %d creates", rows, len(truth))
+	}
+	replayFold("after a takedown, its replacement and compaction")
 }
 
 // kindsBetween counts the archived rows with seq in (after, to] by kind.
