@@ -95,14 +95,6 @@ type CompactionState struct {
 	Intent *CompactIntent
 }
 
-// horizon is the seq below which rows may be missing from ev/.
-func (c CompactionState) horizon() uint64 {
-	if c.Intent != nil && c.Intent.W > c.Watermark {
-		return c.Intent.W
-	}
-	return c.Watermark
-}
-
 // Compaction reads meta/compaction and compact/intent. A malformed value
 // (or an intent below the watermark) is an error matching
 // ErrCompactionState and ErrMalformed, naming the key.
@@ -147,32 +139,6 @@ func badState(key []byte, err error, format string, args ...any) error {
 	return compactionErr(&KeyError{Key: keyString(key), Kind: ErrMalformed, Err: err})
 }
 
-// loadForgottenBelow seeds ForgottenBelow at Open. A malformed compaction
-// state halts compaction but not the store: every gap is then taken as
-// compaction's (the pass will report the key).
-func (s *Store) loadForgottenBelow() error {
-	st, err := s.Compaction()
-	if errors.Is(err, ErrCompactionState) {
-		s.log.Warn("archive: the compaction state is malformed; compaction will halt until it is repaired", "err", err)
-		s.forgottenBelow.Store(math.MaxUint64)
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("archive: open: %w", err)
-	}
-	s.forgottenBelow.Store(st.horizon())
-	return nil
-}
-
-func (s *Store) raiseForgottenBelow(w uint64) {
-	for {
-		cur := s.forgottenBelow.Load()
-		if cur >= w || s.forgottenBelow.CompareAndSwap(cur, w) {
-			return
-		}
-	}
-}
-
 // ResetCompactionIntent deletes compact/intent in one synced batch: the
 // recovery path of a malformed or unfinishable intent. Safe: a pass is
 // defined by tomb/ and the watermark, so the next pass recomputes what it
@@ -189,11 +155,6 @@ func (s *Store) ResetCompactionIntent() error {
 // another generation reopens it at its position before its next read, so
 // it never reads a row a committed removal batch took away.
 func (s *Store) CompactionGeneration() uint64 { return s.compactGen.Load() }
-
-// ForgottenBelow is the seq below which a pass may have removed rows (the
-// larger of the watermark and a pass's intent), as this process knows it:
-// a gap in ev/ below it is compaction's, one above it is data lost.
-func (s *Store) ForgottenBelow() uint64 { return s.forgottenBelow.Load() }
 
 // TombstonesWritten counts the tomb/ entries this writer committed since it
 // started (an owner compares it with its value at the last pass to run an
@@ -248,7 +209,6 @@ func (s *Store) Compact(ctx context.Context, w *Writer, opts CompactOptions) (Co
 			return p.res, err
 		}
 	}
-	s.raiseForgottenBelow(p.W)
 	err = p.run(ctx)
 	p.close()
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble/vfs"
 )
 
 func TestRecordAndTombKeysRoundTrip(t *testing.T) {
@@ -199,4 +201,28 @@ func FuzzParseTombKey(f *testing.F) {
 			t.Fatalf("accepted non-canonical %q", b)
 		}
 	})
+}
+
+// TestWriterIndexAllocationFree: the rec/ and tomb/ entries of a row cost no
+// allocation once the writer's buffers have grown.
+func TestWriterIndexAllocationFree(t *testing.T) {
+	s := openMem(t, vfs.NewMem())
+	defer s.Close()
+	w := newWriter(t, s, WriterOptions{})
+	defer w.Close()
+	p := &pending{b: s.db.NewBatch()}
+	defer p.b.Close()
+	evs := []Event{commitEv(testDID, "r", KindUpdate, SourceLive, "k"), commitEv(testDID, "r", KindDelete, SourceLive, "k"), {Kind: KindSync, DID: testDID, Rev: "r"}}
+	run := func() {
+		for i := range evs {
+			evs[i].Seq++
+			w.index(p, &evs[i])
+		}
+		w.writeIndex(p)
+		p.b.Reset()
+	}
+	run()
+	if n := testing.AllocsPerRun(100, run); n != 0 {
+		t.Fatalf("%v allocations per row set", n)
+	}
 }

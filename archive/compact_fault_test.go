@@ -94,6 +94,23 @@ func TestCompactPowerLoss(t *testing.T) {
 					t.Fatalf("seq %d removed though it is not superseded", ev.Seq)
 				}
 			}
+			// Per account, all or nothing: a reader never sees half of one
+			// account's removal.
+			before := check.Survivors(rows, oldW)
+			pass, gone := map[string]int{}, map[string]int{}
+			for _, ev := range rows {
+				if before[ev.Seq] && !want[ev.Seq] {
+					pass[ev.DID]++
+					if _, ok := got[ev.Seq]; !ok {
+						gone[ev.DID]++
+					}
+				}
+			}
+			for did, n := range gone {
+				if n != pass[did] {
+					t.Fatalf("%s: %d of the %d rows the pass removes are gone: half an account's removal is durable", did, n, pass[did])
+				}
+			}
 			removed := len(rows) - len(got)
 			w = startWriter(t, s)
 			defer w.Close()

@@ -4,7 +4,9 @@
 // commit and the per-account rev ratchet (writer.go) and its per-account
 // barrier of whole-repo replacements (barrier.go), the live log of recent
 // durable events (live.go), the failure aggregates (aggregates.go), online
-// checkpoints (checkpoint.go), and readers (reader.go, read.go).
+// checkpoints (checkpoint.go), readers (reader.go, read.go), and the
+// compaction pass that physically removes superseded rows (compact.go,
+// compact_codec.go).
 //
 // It knows nothing about HTTP or atproto: DIDs, revs and CIDs are opaque
 // strings and bytes here; syntax is checked at the edges that receive them.
@@ -133,6 +135,41 @@
 //
 // Close leaves the waiting units unapplied (no receipt); their cursor never
 // passed them, so the relay sends them again after a restart.
+//
+// # Compaction (compact.go)
+//
+// A create or update row is superseded by a later update or delete of the
+// same record, and every record row of an account by a later sync of it or
+// a later account row with status deleted or takendown (deactivated and
+// suspended supersede nothing). Delete, account, identity and sync rows are
+// never removed. The archive writer (not the capture writer) writes, as
+// blind Sets in the row's own batch, rec/<did>\x00<collection>\x00<rkey>\x00<seq>
+// for every record row (empty value; [0x01] for a delete) and
+// tomb/<did>\x00<seq> for every superseding row; it never reads them, and a
+// unit may Put neither (nor meta/compaction). ValidateEvent refuses a 0x00
+// byte in a DID, collection or rkey, so the fields parse back.
+//
+// Store.Compact, run by one owner, moves the watermark meta/compaction to W
+// = max(W, durable tip + 1): a synced compact/intent = W first; then, account
+// by account in tomb/ order, the tombstones below W, the rec/ entries they
+// supersede, their ev/ rows (each checked against its entry) and a delete's
+// own entry go in one batch per account (small accounts share one), so a
+// reader's snapshot never holds half an account's removal; after each batch
+// the store's CompactionGeneration moves (a replay reopens its iterator) and
+// the removed rows still in the live log are marked Forgotten (a reader
+// skips them, still advancing); last, one synced batch sets the watermark
+// and deletes the intent. Removal batches are not synced on their own: the
+// last batch's sync makes the WAL before it durable, and a crash before it
+// leaves the intent, which the next pass rolls forward (removal is
+// idempotent). Past CompactOptions.ReclaimBytes removed (64 MiB), a manual
+// compaction of the ranges removed from lets the disk shrink. A malformed
+// tomb/, rec/, intent or watermark value (or an ev/ row that is not the one
+// its entry names) stops the pass with ErrCompactionState naming the key,
+// having guessed nothing; ResetCompactionIntent is the recovery of a bad
+// intent. The cost of a pass follows the tombstones and the rows removed
+// (plus the entries of an account a sync or deletion reset), never ev/'s
+// size (BenchmarkCompact). Crash points: compaction-intent,
+// compaction-batch, compaction-done.
 //
 // # Not here
 //

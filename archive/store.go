@@ -91,8 +91,7 @@ type Store struct {
 	disk     *diskGuard // the Pebble event listener and the disk fault
 	space    freeSpace
 
-	compactGen     atomic.Uint64 // compaction removal batches committed (CompactionGeneration)
-	forgottenBelow atomic.Uint64 // ForgottenBelow
+	compactGen atomic.Uint64 // compaction removal batches committed (CompactionGeneration)
 }
 
 // StoreDir and ScratchDir are the fixed subdirectories of a data dir.
@@ -173,10 +172,6 @@ func open(dataDir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	if err := s.guard(now); err != nil {
-		s.Close()
-		return nil, err
-	}
-	if err := s.loadForgottenBelow(); err != nil {
 		s.Close()
 		return nil, err
 	}

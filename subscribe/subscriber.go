@@ -95,6 +95,7 @@ type subscriber struct {
 	itNext   uint64 // the seq the iterator yields next (valid while it != nil)
 	itOpened time.Time
 	itCount  int
+	itGen    uint64      // the store's compaction generation when it was opened
 	slot     *readerSlot // the replay-reader slot held, if any (readerSlots)
 	slotAt   time.Time   // since when
 	catchUp  bool        // the live entries being sent are old (catchingUp)
@@ -342,6 +343,9 @@ func (s *subscriber) sendLiveBatch(ctx context.Context) error {
 			return errOutOfStep
 		}
 		s.next++
+		if e.Forgotten() {
+			continue // compaction removed it: superseded, never sent again
+		}
 		if err := s.sendLive(ctx, e); err != nil {
 			return err
 		}
@@ -448,7 +452,10 @@ func (s *subscriber) yieldSlot() {
 // re-reads the floor.
 func (s *subscriber) readBatch(floor uint64) (large []byte, err error) {
 	now := time.Now()
-	if s.it != nil && (s.itNext != s.next || now.Sub(s.itOpened) > iterMaxAge || s.itCount > iterMaxEvents) {
+	gen := s.store.CompactionGeneration()
+	// A compaction batch committed since the iterator opened: reopen it,
+	// so no row that batch removed is read from the old snapshot.
+	if s.it != nil && (s.itNext != s.next || now.Sub(s.itOpened) > iterMaxAge || s.itCount > iterMaxEvents || s.itGen != gen) {
 		s.closeIter()
 	}
 	fresh := false
@@ -457,7 +464,7 @@ func (s *subscriber) readBatch(floor uint64) (large []byte, err error) {
 		if err != nil {
 			return nil, err
 		}
-		s.it, s.itNext, s.itOpened, s.itCount, fresh = it, s.next, now, 0, true
+		s.it, s.itNext, s.itOpened, s.itCount, s.itGen, fresh = it, s.next, now, 0, gen, true
 	}
 	f := s.filt.Load()
 	for n := 0; n < replayChunk && s.next < floor && len(s.out) < s.srv.cfg.FlushBytes; n++ {
@@ -470,11 +477,21 @@ func (s *subscriber) readBatch(floor uint64) (large []byte, err error) {
 			if fresh && n == 0 {
 				// Below the live floor yet nothing in the archive from here:
 				// the archive lost events the live log has published.
+				// (Compaction leaves gaps, which the iterator steps over,
+				// but never removes the tip's row: nothing supersedes it.)
 				return nil, fmt.Errorf("subscribe: archive has no event at or after seq %d below the live floor", s.next)
 			}
 			return nil, nil
 		}
 		ev := s.it.Event()
+		if ev.Seq >= floor {
+			// Compaction removed every row from s.next to the floor: the
+			// live log serves from there (a row past the floor may not be
+			// synced yet).
+			s.next = floor
+			s.closeIter()
+			return nil, nil
+		}
 		s.next = ev.Seq + 1
 		s.itNext = s.next
 		s.itCount++
