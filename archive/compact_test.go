@@ -48,6 +48,19 @@ func (o op) event(dids []string, rev int) archive.Event {
 	return ev
 }
 
+// opUnits makes one unit per op, over dids (nil: two accounts), and
+// returns the dids.
+func opUnits(dids []string, ops []op) ([]string, [][]archive.Event) {
+	if dids == nil {
+		dids = []string{"did:plc:aaaa", "did:plc:bbbb"}
+	}
+	units := make([][]archive.Event, len(ops))
+	for i, o := range ops {
+		units[i] = []archive.Event{o.event(dids, i+1)}
+	}
+	return dids, units
+}
+
 func cut(s string) (string, string, bool) {
 	for i := range s {
 		if s[i] == '/' {
@@ -99,18 +112,11 @@ func TestCompactRules(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			dids := tc.dids
-			if dids == nil {
-				dids = []string{"did:plc:aaaa", "did:plc:bbbb"}
-			}
+			_, units := opUnits(tc.dids, tc.ops)
 			s := openStore(t, vfs.NewMem(), nil)
 			defer s.Close()
 			w := startWriter(t, s)
 			defer w.Close()
-			units := make([][]archive.Event, len(tc.ops))
-			for i, o := range tc.ops {
-				units[i] = []archive.Event{o.event(dids, i+1)}
-			}
 			passAt := tc.passAt
 			if passAt == 0 {
 				passAt = len(units)

@@ -36,18 +36,11 @@ func TestAccountRecords(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			dids := tc.dids
-			if dids == nil {
-				dids = []string{"did:plc:aaaa", "did:plc:bbbb"}
-			}
+			dids, units := opUnits(tc.dids, tc.ops)
 			s := openStore(t, vfs.NewMem(), nil)
 			defer s.Close()
 			w := startWriter(t, s)
 			defer w.Close()
-			units := make([][]archive.Event, len(tc.ops))
-			for i, o := range tc.ops {
-				units[i] = []archive.Event{o.event(dids, i+1)}
-			}
 			rows := applyUnits(t, w, units)
 			want := map[string]string{}
 			for rkey, i := range tc.want {
