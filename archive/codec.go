@@ -135,27 +135,34 @@ func checkRelay(host string) error {
 
 // EncodeSeqCursor encodes [0x01][uint64 LE]. Values above MaxInt64 are
 // refused: upstream seqs are signed 64-bit.
-func EncodeSeqCursor(seq uint64) ([]byte, error) {
-	if seq > math.MaxInt64 {
-		return nil, malformed("cursor %d above MaxInt64", seq)
+func EncodeSeqCursor(seq uint64) ([]byte, error) { return encodeU64("cursor", seq) }
+
+// DecodeSeqCursor accepts exactly 9 bytes, version 1, value ≤ MaxInt64.
+func DecodeSeqCursor(b []byte) (uint64, error) { return decodeU64("cursor", b) }
+
+// encodeU64 encodes [0x01][uint64 LE] of a value at most MaxInt64 (a seq);
+// what names the value in the error.
+func encodeU64(what string, v uint64) ([]byte, error) {
+	if v > math.MaxInt64 {
+		return nil, malformed("%s %d above MaxInt64", what, v)
 	}
 	b := make([]byte, 9)
 	b[0] = codecV1
-	binary.LittleEndian.PutUint64(b[1:], seq)
+	binary.LittleEndian.PutUint64(b[1:], v)
 	return b, nil
 }
 
-// DecodeSeqCursor accepts exactly 9 bytes, version 1, value ≤ MaxInt64.
-func DecodeSeqCursor(b []byte) (uint64, error) {
+// decodeU64 accepts exactly what encodeU64 produces.
+func decodeU64(what string, b []byte) (uint64, error) {
 	if len(b) != 9 {
-		return 0, malformed("cursor: %d bytes, want 9", len(b))
+		return 0, malformed("%s: %d bytes, want 9", what, len(b))
 	}
 	if b[0] != codecV1 {
-		return 0, malformed("cursor: unknown version 0x%02x", b[0])
+		return 0, malformed("%s: unknown version 0x%02x", what, b[0])
 	}
 	v := binary.LittleEndian.Uint64(b[1:])
 	if v > math.MaxInt64 {
-		return 0, malformed("cursor %d above MaxInt64", v)
+		return 0, malformed("%s %d above MaxInt64", what, v)
 	}
 	return v, nil
 }

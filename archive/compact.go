@@ -383,7 +383,10 @@ func (p *compactPass) readAccount() (bool, error) {
 			// The account's later tombstones are all above W (keys sort
 			// by seq): skip to the next account.
 			p.kbuf = append(append(append(p.kbuf[:0], PrefixTomb...), did...), keySep+1)
-			return p.tombIt.SeekGE(p.kbuf), nil
+			if !p.tombIt.SeekGE(p.kbuf) {
+				return false, nil // the caller checks the iterator's error
+			}
+			return true, nil
 		}
 		v := p.tombIt.Value()
 		t, err := DecodeTomb(v)
@@ -392,6 +395,10 @@ func (p *compactPass) readAccount() (bool, error) {
 		}
 		p.acct.add(append([]byte(nil), k...), len(v), seq, t)
 		if !p.tombIt.Next() {
+			// An unreadable rest must not leave half an account applied.
+			if err := p.tombIt.Error(); err != nil {
+				return false, p.readErr(PrefixTomb, err)
+			}
 			return false, nil
 		}
 	}

@@ -123,32 +123,12 @@ func DecodeTomb(b []byte) (Tomb, error) {
 	return t, nil
 }
 
-// EncodeWatermark encodes meta/compaction: [0x01][uint64 LE]. Seqs are at
-// most MaxInt64.
-func EncodeWatermark(w uint64) ([]byte, error) {
-	if w > math.MaxInt64 {
-		return nil, malformed("watermark %d above MaxInt64", w)
-	}
-	b := make([]byte, 9)
-	b[0] = codecV1
-	binary.LittleEndian.PutUint64(b[1:], w)
-	return b, nil
-}
+// EncodeWatermark encodes meta/compaction: [0x01][uint64 LE], at most
+// MaxInt64 (a seq).
+func EncodeWatermark(w uint64) ([]byte, error) { return encodeU64("watermark", w) }
 
-// DecodeWatermark accepts exactly 9 bytes, version 1, value ≤ MaxInt64.
-func DecodeWatermark(b []byte) (uint64, error) {
-	if len(b) != 9 {
-		return 0, malformed("watermark: %d bytes, want 9", len(b))
-	}
-	if b[0] != codecV1 {
-		return 0, malformed("watermark: unknown version 0x%02x", b[0])
-	}
-	w := binary.LittleEndian.Uint64(b[1:])
-	if w > math.MaxInt64 {
-		return 0, malformed("watermark %d above MaxInt64", w)
-	}
-	return w, nil
-}
+// DecodeWatermark accepts exactly what EncodeWatermark produces.
+func DecodeWatermark(b []byte) (uint64, error) { return decodeU64("watermark", b) }
 
 // CompactIntent is a compaction pass in progress (compact/intent).
 type CompactIntent struct {

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/oracle/check"
 	"github.com/backstream/backstream/oracle/churn"
 )
@@ -237,4 +239,48 @@ func TestCompactResetIntent(t *testing.T) {
 	}
 	res := compact(t, s, w, archive.CompactOptions{Logger: quiet})
 	checkSurvivors(t, s, rows, res.To)
+}
+
+// TestCompactCrashPoints: the pass passes compaction-intent once after its
+// intent batch, compaction-batch after each removal batch, and
+// compaction-done once after the watermark batch; a pass that rolls an
+// intent forward writes no intent and passes no compaction-intent.
+func TestCompactCrashPoints(t *testing.T) {
+	// pass runs a pass over fresh traffic with point armed far past its
+	// passes (it counts, never fires) and reports how often it was passed.
+	pass := func(roll bool, point string) (int64, archive.CompactResult) {
+		s := openStore(t, vfs.NewMem(), nil)
+		defer s.Close()
+		w := startWriter(t, s)
+		defer w.Close()
+		applyUnits(t, w, churn.New(9, 10).Units(300))
+		if roll {
+			v, err := archive.EncodeCompactIntent(archive.CompactIntent{W: w.Live().Tip() + 1, Started: time.Unix(1, 0)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			set(t, s, archive.KeyCompactIntent, v)
+		}
+		cp, err := crashpoint.Parse(point + ":1000000")
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := archive.CompactOptions{Logger: quiet, Crash: cp}
+		archive.SetCompactBatchBytes(&opts, 1)
+		res := compact(t, s, w, opts)
+		return cp.Seen(), res
+	}
+	for _, roll := range []bool{false, true} {
+		intent, _ := pass(roll, crashpoint.CompactionIntent)
+		batches, res := pass(roll, crashpoint.CompactionBatch)
+		done, _ := pass(roll, crashpoint.CompactionDone)
+		wantIntent := int64(1)
+		if roll {
+			wantIntent = 0
+		}
+		if intent != wantIntent || res.Batches < 2 || batches != int64(res.Batches) || done != 1 || res.RolledOver != roll {
+			t.Fatalf("rolled over %v (%v): intent passed %d (want %d), batch %d (want %d), done %d (want 1)",
+				roll, res.RolledOver, intent, wantIntent, batches, res.Batches, done)
+		}
+	}
 }

@@ -106,3 +106,11 @@ func (s *Set) Name() string {
 	}
 	return s.name
 }
+
+// Seen is how many times the armed point was passed (0 for nil).
+func (s *Set) Seen() int64 {
+	if s == nil {
+		return 0
+	}
+	return s.seen.Load()
+}
