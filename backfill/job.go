@@ -213,8 +213,9 @@ type Result struct {
 	Rev string
 	// Host is the final host of the last download (after redirects).
 	Host string
-	// Records is the number of record rows made durable; Dropped the
-	// records refused by per-record validation (R1).
+	// Records is the number of records of the snapshot (a backfill makes a
+	// row of each durable; a replacement only those that changed); Dropped
+	// the records refused by per-record validation (R1).
 	Records int
 	Dropped DropCounts
 	// Bytes is the CAR size of the archived snapshot.
