@@ -4,8 +4,8 @@ package archive
 // rows below a watermark (meta/compaction), driven by the tombstones the
 // writer lists in tomb/ and the record index it keeps in rec/, never by a
 // scan of ev/. Its cost is proportional to the tombstones it applies and
-// the rows it removes (plus the index entries of an account reset by a sync
-// or a deletion, which it scans); it reads rec/ and tomb/ only, never ev/
+// the rows it removes (plus the index entries of an account deleted or
+// taken down, which it scans); it reads rec/ and tomb/ only, never ev/
 // (a rec/ entry holds its row's size).
 
 import (
@@ -170,7 +170,7 @@ func (w *Writer) TombstonesWritten() uint64 { return w.tombs.Load() }
 //  2. tomb/ is read account by account; for each account, its tombstones
 //     below W name the superseded rows (rec/ entries of the record older
 //     than an update or delete; every rec/ entry of the account older than
-//     a sync or a deleted/taken-down account row); their ev/ rows and rec/
+//     a deleted/taken-down account row); their ev/ rows and rec/
 //     entries, the applied tombstones, and a delete's own rec/ entry are
 //     removed in ONE batch (several small accounts may share one), so no
 //     reader's snapshot holds half of an account's removal. Removal batches
@@ -250,7 +250,7 @@ type compactPass struct {
 // accountTombs is one account's tombstones below W.
 type accountTombs struct {
 	did   string
-	reset uint64                // highest sync/deleted-account tombstone (0: none)
+	reset uint64                // highest deleted/taken-down account tombstone (0: none)
 	recs  map[string]recordTomb // collection\x00rkey → its latest tombstone
 	keys  [][]byte              // the tomb/ keys applied
 	sizes []int                 // their value sizes
@@ -404,7 +404,7 @@ func (p *compactPass) readAccount() (bool, error) {
 func (a *accountTombs) add(key []byte, size int, seq uint64, t Tomb) {
 	a.keys = append(a.keys, key)
 	a.sizes = append(a.sizes, size)
-	if t.Kind == KindSync || t.Kind == KindAccount {
+	if t.Kind == KindAccount {
 		a.reset = max(a.reset, seq)
 		return
 	}

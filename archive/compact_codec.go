@@ -54,8 +54,8 @@ func DecodeRecordValue(b []byte) (deleted bool, size int, err error) {
 
 // Tomb is one tombstone: a row that supersedes older rows of its account.
 // Kind is KindUpdate or KindDelete (Collection and RKey name the record) or
-// KindSync or KindAccount (a deleted or taken-down account; Collection and
-// RKey empty): every older record row of the account.
+// KindAccount (a deleted or taken-down account; Collection and RKey empty):
+// every older record row of the account.
 type Tomb struct {
 	Kind       Kind
 	Collection string
@@ -63,16 +63,17 @@ type Tomb struct {
 }
 
 // Supersedes reports whether ev is a row that supersedes older rows, and
-// its tombstone: an update or delete of a record; a sync; an account row
-// whose status is deleted or takendown. Other account statuses
-// (deactivated, suspended, …) supersede nothing: the account may come back
-// and its content is kept.
+// its tombstone: an update or delete of a record; an account row whose
+// status is deleted or takendown. Other account statuses (deactivated,
+// suspended, …) supersede nothing: the account may come back and its
+// content is kept. A sync row supersedes nothing either: a whole-repo
+// replacement is archived as the rows that change the account (backfill's
+// job_replace.go), whose updates and deletes supersede what they replace,
+// and the records it leaves unchanged are only in the rows before it.
 func Supersedes(ev *Event) (Tomb, bool) {
 	switch ev.Kind {
 	case KindUpdate, KindDelete:
 		return Tomb{Kind: ev.Kind, Collection: ev.Collection, RKey: ev.RKey}, true
-	case KindSync:
-		return Tomb{Kind: KindSync}, true
 	case KindAccount:
 		if AccountStatusPurges(ev.Status) {
 			return Tomb{Kind: KindAccount}, true
@@ -97,7 +98,7 @@ func checkTomb(t Tomb) error {
 		if len(t.Collection) > maxCollection || len(t.RKey) > maxRKey {
 			return malformed("%s tombstone: collection or rkey too long", t.Kind)
 		}
-	case KindSync, KindAccount:
+	case KindAccount:
 		if t.Collection != "" || t.RKey != "" {
 			return malformed("%s tombstone names a record", t.Kind)
 		}

@@ -50,7 +50,7 @@ func TestCompactForgetsRecordBytes(t *testing.T) {
 				gone[m] = ev
 				rule[supersededBy(rows[i+1:], &ev)]++
 			}
-			for _, r := range []string{"update", "delete", "sync", "deleted", "takendown"} {
+			for _, r := range []string{"update", "delete", "deleted", "takendown"} {
 				if rule[r] == 0 {
 					t.Fatalf("no row superseded by %s in this traffic (%v)", r, rule)
 				}
@@ -100,8 +100,6 @@ func supersededBy(later []archive.Event, ev *archive.Event) string {
 			continue
 		}
 		switch {
-		case l.Kind == archive.KindSync:
-			return "sync"
 		case l.Kind == archive.KindAccount && archive.AccountStatusPurges(l.Status):
 			return l.Status
 		case (l.Kind == archive.KindUpdate || l.Kind == archive.KindDelete) && l.Collection == ev.Collection && l.RKey == ev.RKey:

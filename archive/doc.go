@@ -140,10 +140,12 @@
 // # Compaction (compact.go)
 //
 // A create or update row is superseded by a later update or delete of the
-// same record, and every record row of an account by a later sync of it or
-// a later account row with status deleted or takendown (deactivated and
-// suspended supersede nothing). Delete, account, identity and sync rows are
-// never removed. The archive writer (not the capture writer) writes, as
+// same record, and every record row of an account by a later account row
+// with status deleted or takendown (deactivated and suspended supersede
+// nothing). A sync row supersedes nothing: a whole-repo replacement is
+// archived as the rows that change the account (records.go), and the
+// records it leaves unchanged live only in the rows before it. Delete,
+// account, identity and sync rows are never removed. The archive writer (not the capture writer) writes, as
 // blind Sets in the row's own batch, rec/<did>\x00<collection>\x00<rkey>\x00<seq>
 // for every record row (value [0x02][uvarint size of the row's ev/ value];
 // [0x01] for a delete) and
@@ -168,9 +170,14 @@
 // tomb/, rec/, intent or watermark value stops the pass with ErrCompactionState naming the key,
 // having guessed nothing; ResetCompactionIntent is the recovery of a bad
 // intent. The cost of a pass follows the tombstones and the rows removed
-// (plus the entries of an account a sync or deletion reset), never ev/'s
+// (plus the entries of an account a deletion or takedown reset), never ev/'s
 // size (BenchmarkCompact). Crash points: compaction-intent,
 // compaction-batch, compaction-done.
+//
+// Store.AccountRecords (records.go) reads an account's current records from
+// the same index, under one snapshot: each record's newest entry unless it
+// is a delete or older than a purging account row, its CID from the ev/
+// row. It is what a whole-repo replacement is diffed against.
 //
 // # Not here
 //

@@ -14,7 +14,7 @@ const (
 	KindDelete   Kind = 3 // a record was removed (no Record, no CID)
 	KindIdentity Kind = 4 // the account's identity (handle) changed
 	KindAccount  Kind = 5 // the account's hosting status changed (Active, Status)
-	KindSync     Kind = 6 // the account's repo was reset: everything before is superseded
+	KindSync     Kind = 6 // the account's repo was reset: the rows that change its records follow (a marker; it supersedes nothing)
 )
 
 // Valid reports whether k is one of the six kinds.

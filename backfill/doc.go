@@ -61,11 +61,17 @@
 //
 // # Whole-repo replacement
 //
-// Request.Replace runs the same job as a replacement: a sync
-// row at the snapshot rev opens the first chunk, every chunk carries
-// Unit.Replace so the writer refuses it whole over newer data (ErrStale),
-// and rows are SourceRetry. Keeping other producers' rows of the account out
-// of the middle of a multi-chunk replacement is the writer's business.
+// Request.Replace runs the same job as a replacement: its first unit is a
+// sync row at the snapshot rev alone, every unit carries Unit.Replace so
+// the writer refuses it whole over newer data (ErrStale), and rows are
+// SourceRetry. Once the sync row is durable the writer's barrier keeps
+// every other producer's units of the account waiting until the final
+// unit, so the job then reads the account's archived records
+// (Options.Current) and emits only what changes them: a create for each new
+// record, an update for each changed CID, a delete for each record the
+// snapshot lacks, nothing for unchanged ones (job_replace.go). A resync
+// that changed k records costs k + 1 rows; a reactivated account whose repo
+// did not change, its sync row alone.
 //
 // # Not here
 //

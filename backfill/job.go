@@ -59,6 +59,9 @@ type Options struct {
 	Source upstream.RepoSource
 	// Writer receives the rows and the terminal state. Required.
 	Writer Writer
+	// Current reads the account's archived records, which a replacement
+	// is diffed against (the store). Required for Request.Replace.
+	Current Current
 	// Memory bounds concurrent CAR preparation; nil is unbounded.
 	Memory *Memory
 	// Metrics may be nil.
@@ -181,11 +184,13 @@ func NewRunner(opts Options) (*Runner, error) {
 type Request struct {
 	DID string
 	// Replace runs the job as a whole-repo replacement: the
-	// first unit starts with a sync row at the snapshot rev, every unit is
+	// first unit is a sync row at the snapshot rev, every unit is
 	// marked Unit.Replace (refused whole if the account's archived rev is
-	// already newer), and rows carry SourceRetry. A replacement meeting
-	// RepoNotFound still emits its sync row. Otherwise rows are
-	// SourceBackfill and no sync row is written.
+	// already newer), rows carry SourceRetry, and only what changes the
+	// account's archived records is emitted (job_replace.go). A
+	// replacement meeting RepoNotFound still emits its sync row and
+	// deletes every archived record. Otherwise rows are SourceBackfill
+	// creates and no sync row is written.
 	Replace bool
 	// Active says the store shows the account active (listRepos or the
 	// firehose): a replacement that then meets RepoNotFound is in a
@@ -208,8 +213,9 @@ type Result struct {
 	Rev string
 	// Host is the final host of the last download (after redirects).
 	Host string
-	// Records is the number of record rows made durable; Dropped the
-	// records refused by per-record validation (R1).
+	// Records is the number of records of the snapshot (a backfill makes a
+	// row of each durable; a replacement only those that changed); Dropped
+	// the records refused by per-record validation (R1).
 	Records int
 	Dropped DropCounts
 	// Bytes is the CAR size of the archived snapshot.
@@ -540,17 +546,18 @@ func errHost(err error) string {
 func (r *Runner) finish(ctx context.Context, req Request, res *Result, st archive.RepoStatus) (Result, error) {
 	res.Status = st
 	now := r.o.Now()
-	u := &archive.Unit{}
+	done := archive.RepoUpdate{DID: req.DID, Func: r.terminal(res, now)}
 	if st == archive.StatusComplete && req.Replace {
-		// The account's records are gone: the sync row says so. There is no
-		// snapshot rev, so it carries a TID of now, which supersedes every
-		// older row of the account.
-		rev := syntax.NewTIDNow(0).String()
-		u.Events = []archive.Event{{Kind: archive.KindSync, DID: req.DID, Rev: rev, Source: archive.SourceRetry}}
-		u.Replace = &archive.Replacement{DID: req.DID, Rev: rev, Final: true}
+		// The account's records are gone: its sync row, then a delete for
+		// every record archived. There is no snapshot rev, so they carry a
+		// TID of now, newer than every older row of the account.
+		e := r.newEmitter(ctx, req, res, syntax.NewTIDNow(0).String(), 0)
+		if err := e.rows(func(func(Record) error) error { return nil }); err != nil {
+			return *res, e.fail(err)
+		}
+		return e.complete(&done)
 	}
-	u.Repos = []archive.RepoUpdate{{DID: req.DID, Func: r.terminal(res, now)}}
-	return r.submitOne(ctx, req, res, u)
+	return r.submitOne(ctx, req, res, &archive.Unit{Repos: []archive.RepoUpdate{done}})
 }
 
 // terminal builds the writer-side mutation of res's terminal state.

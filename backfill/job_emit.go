@@ -31,6 +31,7 @@ type emitter struct {
 	events      []archive.Event
 	recsInChunk int
 	chunkRecs   []int // record rows per submitted chunk, by token
+	added       int   // record rows added to chunks
 	submitted   int
 	received    int
 	kept        int
@@ -46,48 +47,62 @@ func (r *Runner) emit(ctx context.Context, req Request, p *prepared, res *Result
 	res.Bytes = p.size
 	res.Dropped = snap.Dropped
 	res.Records = snap.RecordCount
+	e := r.newEmitter(ctx, req, res, res.Rev, snap.Bytes)
+	if err := e.rows(snap.Records); err != nil {
+		return *res, e.fail(err)
+	}
+	res.Status = archive.StatusComplete
+	return e.complete(&archive.RepoUpdate{DID: req.DID, Func: r.terminal(res, r.o.Now())})
+}
+
+func (r *Runner) newEmitter(ctx context.Context, req Request, res *Result, rev string, bytes int) *emitter {
 	e := &emitter{
 		r: r, ctx: ctx, req: req, res: res,
 		src:   archive.SourceBackfill,
-		rev:   res.Rev,
+		rev:   rev,
 		acks:  archive.NewAcks(),
 		final: -1,
-		left:  snap.Bytes,
+		left:  bytes,
 	}
 	if req.Replace {
 		e.src = archive.SourceRetry
 	}
 	e.startChunk()
-	err := snap.Records(func(rec Record) error {
-		if len(e.events) == r.o.ChunkRows {
-			if err := e.flush(nil); err != nil {
-				return err
-			}
-			e.startChunk()
-		}
-		e.add(rec)
-		return nil
-	})
-	if err != nil {
-		return *res, e.fail(err)
+	return e
+}
+
+// rows emits the job's rows: every record as a create, or for a
+// replacement its sync row and then only what changes the account.
+func (e *emitter) rows(records func(func(Record) error) error) error {
+	if !e.req.Replace {
+		return records(func(rec Record) error { return e.add(archive.KindCreate, rec) })
 	}
-	res.Status = archive.StatusComplete
-	done := &archive.RepoUpdate{DID: req.DID, Func: r.terminal(res, r.o.Now())}
+	if err := e.open(); err != nil {
+		return err
+	}
+	return e.diff(records)
+}
+
+// complete submits the last chunk with the terminal state done, waits for
+// every receipt, and accounts for the job.
+func (e *emitter) complete(done *archive.RepoUpdate) (Result, error) {
+	res := e.res
 	if err := e.flush(done); err != nil {
 		return *res, e.fail(err)
 	}
 	if err := e.collect(e.submitted - e.received); err != nil {
 		return *res, err
 	}
-	r.o.Crash.Hit(crashpoint.RepoComplete)
-	if e.kept != snap.RecordCount {
-		// Backfill rows always pass the ratchet; a shortfall is a writer bug.
-		return *res, fmt.Errorf("backfill: %s: %d of %d rows kept", req.DID, e.kept, snap.RecordCount)
+	e.r.o.Crash.Hit(crashpoint.RepoComplete)
+	if e.kept != e.added {
+		// Backfill and replacement rows always pass the ratchet; a
+		// shortfall is a writer bug.
+		return *res, fmt.Errorf("backfill: %s: %d of %d rows kept", e.req.DID, e.kept, e.added)
 	}
 	res.Units = e.submitted
-	res.Duration = r.o.Now().Sub(res.Started)
-	r.o.Metrics.durableOutcome(res)
-	r.log(res)
+	res.Duration = e.r.o.Now().Sub(res.Started)
+	e.r.o.Metrics.durableOutcome(res)
+	e.r.log(res)
 	return *res, nil
 }
 
@@ -98,36 +113,30 @@ func (e *emitter) fail(err error) error {
 	return err
 }
 
-// startChunk begins a chunk; a replacement's first chunk opens with its
-// sync row.
+// startChunk begins a chunk.
 func (e *emitter) startChunk() {
-	e.events = make([]archive.Event, 0, min(e.r.o.ChunkRows, max(e.res.Records-e.recsBefore(), 0)+1))
+	e.events = make([]archive.Event, 0, min(e.r.o.ChunkRows, max(e.res.Records-e.added, 0)+1))
 	e.recsInChunk = 0
-	if e.req.Replace && e.submitted == 0 {
-		e.events = append(e.events, archive.Event{Kind: archive.KindSync, DID: e.req.DID, Rev: e.rev, Source: e.src})
-	}
 }
 
-func (e *emitter) recsBefore() int {
-	n := 0
-	for _, c := range e.chunkRecs {
-		n += c
+// add appends one record row (a delete carries no record), first
+// submitting the chunk when it is full.
+func (e *emitter) add(kind archive.Kind, rec Record) error {
+	if len(e.events) == e.r.o.ChunkRows {
+		if err := e.flush(nil); err != nil {
+			return err
+		}
+		e.startChunk()
 	}
-	return n
-}
-
-func (e *emitter) add(rec Record) {
-	e.events = append(e.events, archive.Event{
-		Kind:       archive.KindCreate,
-		DID:        e.req.DID,
-		Collection: rec.Collection,
-		RKey:       rec.RKey,
-		Rev:        e.rev,
-		CID:        e.copyString(rec.CID.KeyString()),
-		Record:     e.copyBytes(rec.CBOR),
-		Source:     e.src,
-	})
+	ev := archive.Event{Kind: kind, DID: e.req.DID, Collection: rec.Collection, RKey: rec.RKey, Rev: e.rev, Source: e.src}
+	if kind != archive.KindDelete {
+		ev.CID = e.copyString(rec.CID.KeyString())
+		ev.Record = e.copyBytes(rec.CBOR)
+	}
+	e.events = append(e.events, ev)
 	e.recsInChunk++
+	e.added++
+	return nil
 }
 
 // copyBytes copies b into the current slab (a fresh one when it does not
@@ -217,11 +226,7 @@ func (e *emitter) account(r archive.Receipt) error {
 	if e.final < 0 || tok != e.final {
 		e.r.o.Crash.Hit(crashpoint.RepoChunk)
 	}
-	recs := r.Kept
-	if e.req.Replace && tok == 0 && recs > 0 {
-		recs-- // the sync row
-	}
-	recs = min(recs, e.chunkRecs[tok])
+	recs := min(r.Kept, e.chunkRecs[tok]) // a replacement's first chunk is its sync row alone
 	e.kept += recs
 	e.r.o.Metrics.durableRecords(recs)
 	if r.Kept > 0 {

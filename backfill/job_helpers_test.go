@@ -137,7 +137,7 @@ func (e *env) reopen() {
 func (e *env) runner(mod func(o *backfill.Options)) *backfill.Runner {
 	e.t.Helper()
 	o := backfill.Options{
-		Source: e.client, Writer: e.w, Metrics: e.m, Logger: quiet,
+		Source: e.client, Writer: e.w, Current: e.store, Metrics: e.m, Logger: quiet,
 		Now: e.clock.Now, Sleep: e.clock.Sleep, Rand: func() float64 { return 0.5 },
 	}
 	if mod != nil {

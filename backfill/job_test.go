@@ -15,6 +15,7 @@ import (
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/oracle"
+	"github.com/backstream/backstream/oracle/check"
 	"github.com/backstream/backstream/oracle/world"
 	"github.com/backstream/backstream/upstream"
 )
@@ -623,5 +624,38 @@ func TestJobReplace(t *testing.T) {
 	}
 	if n := len(e.rows()[did]); n != 1 {
 		t.Fatalf("refused replacement left %d rows, want only the newer sync row", n)
+	}
+}
+
+// TestJobReplaceNotFound: a replacement of an account whose repo is gone
+// (RepoNotFound for an account not shown active) archives its sync row and
+// a delete for every record the archive holds, so a consumer that never
+// sees sync rows (a Jetstream v1 client) folds the account to nothing.
+func TestJobReplaceNotFound(t *testing.T) {
+	e := newEnv(t, smallWorld(10, 20))
+	a := e.activeAccounts(3)[0]
+	r := e.runner(nil)
+	e.run(r, a.DID)
+	if _, err := e.net.World().SetStatus(a.DID, world.StatusDeleted); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Run(context.Background(), backfill.Request{DID: a.DID, Replace: true})
+	if err != nil || res.Status != archive.StatusComplete || !res.NotFound {
+		t.Fatalf("replacement of a gone repo: %v notFound=%v %v", res.Status, res.NotFound, err)
+	}
+	rows := e.rows()[a.DID][a.Records:]
+	kinds := map[archive.Kind]int{}
+	for _, ev := range rows {
+		kinds[ev.Kind]++
+	}
+	if kinds[archive.KindSync] != 1 || kinds[archive.KindDelete] != a.Records || len(rows) != a.Records+1 || rows[0].Kind != archive.KindSync {
+		t.Fatalf("replacement of a gone repo of %d records archived %v", a.Records, kinds)
+	}
+	f, _, err := check.Archive(e.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f[a.DID]); n != 0 {
+		t.Fatalf("the account folds to %d records, want none", n)
 	}
 }

@@ -61,7 +61,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"result"}),
 		records: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_backfill_records_total",
-			Help: "Snapshot records made durable by backfill jobs.",
+			Help: "Record rows made durable by backfill jobs (a replacement's rows are only the creates, updates and deletes that changed the account).",
 		}),
 		bytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_backfill_bytes_total",

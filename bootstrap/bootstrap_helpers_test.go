@@ -189,7 +189,7 @@ func (e *env) reopen() {
 // boot builds a bootstrap over the env with real jobs; mod adjusts config.
 func (e *env) boot(mod func(c *bootstrap.Config, o *backfill.Options)) *bootstrap.Bootstrap {
 	e.t.Helper()
-	o := backfill.Options{Source: e.src, Writer: e.w, Metrics: e.bm, Logger: quiet,
+	o := backfill.Options{Source: e.src, Writer: e.w, Current: e.store, Metrics: e.bm, Logger: quiet,
 		Sleep: func(ctx context.Context, d time.Duration) error { return ctx.Err() }}
 	c := bootstrap.Config{Store: e.store, Writer: e.w, Source: e.src, Metrics: e.m, Logger: quiet,
 		Workers: 8, PageLimit: 40, Seed: 1}

@@ -19,7 +19,7 @@ func TestPendingPass(t *testing.T) {
 	defer cancel()
 	net, client := quietNetwork(t, oracle.Config{Accounts: 6, RecordsMean: 3, Hosts: 2, Seed: 3})
 	r := newRig(t)
-	jobs, err := backfill.NewRunner(backfill.Options{Source: client, Writer: r.w, Logger: quiet})
+	jobs, err := backfill.NewRunner(backfill.Options{Source: client, Writer: r.w, Current: r.store, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

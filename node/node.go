@@ -349,7 +349,7 @@ func (n *Node) buildJobs(reg prometheus.Registerer) error {
 	bm := backfill.NewMetrics(reg)
 	backoff := retry.Backoff{Interval: cfg.RetryInterval, MaxDelay: cfg.RetryMaxDelay}
 	jobOpts := backfill.Options{
-		Source: n.client, Writer: n.w, Memory: backfill.NewMemory(cfg.Memory, bm), Metrics: bm, Logger: n.log,
+		Source: n.client, Writer: n.w, Current: n.store, Memory: backfill.NewMemory(cfg.Memory, bm), Metrics: bm, Logger: n.log,
 		AttemptTimeout: cfg.AttemptTimeout, Crash: cfg.Crash, NextAttempt: backoff.NextAttempt(),
 		BackoffBase: cfg.JobBackoffBase, BackoffMax: cfg.JobBackoffMax, Now: cfg.Now,
 	}

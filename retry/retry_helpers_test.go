@@ -22,12 +22,12 @@ import (
 	"github.com/backstream/backstream/firehose"
 	"github.com/backstream/backstream/internal/promtest"
 	"github.com/backstream/backstream/oracle"
+	"github.com/backstream/backstream/oracle/check"
 	"github.com/backstream/backstream/oracle/world"
 	"github.com/backstream/backstream/retry"
 	"github.com/backstream/backstream/upstream"
 	"github.com/cockroachdb/pebble/vfs"
 	"github.com/cockroachdb/pebble/vfs/errorfs"
-	"github.com/ipfs/go-cid"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -150,7 +150,7 @@ func (e *env) open() {
 // retry schedule for failures, no in-job 429 budget (the runner parks).
 func (e *env) newJobs(mod func(*backfill.Options)) *backfill.Runner {
 	e.t.Helper()
-	o := retry.Backoff{Interval: time.Minute, MaxDelay: time.Hour}.JobOptions(backfill.Options{Source: e.src, Writer: e.w, Logger: quiet,
+	o := retry.Backoff{Interval: time.Minute, MaxDelay: time.Hour}.JobOptions(backfill.Options{Source: e.src, Writer: e.w, Current: e.store, Logger: quiet,
 		Retries: -1, AttemptTimeout: time.Minute,
 		Sleep: func(ctx context.Context, d time.Duration) error { return ctx.Err() }})
 	if mod != nil {
@@ -312,58 +312,16 @@ func (e *env) emit(f func(w *world.World) (world.Event, error)) oracle.Emitted {
 	return em
 }
 
-// fold replays the archive per DID (create/update set, delete removes, a
-// sync row or a deleted account clears) and checks that seqs strictly
-// increase and per-DID revs never go backwards (D3).
+// fold replays the archive per DID (oracle/check's fold: create/update
+// set, delete removes, a deleted account clears) and checks that seqs
+// strictly increase and per-DID revs never go backwards (D3).
 func fold(t *testing.T, s *archive.Store) map[string]map[string]string {
 	t.Helper()
-	it, err := s.Events(0)
+	f, _, err := check.Archive(s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer it.Close()
-	out := map[string]map[string]string{}
-	lastRev := map[string]string{}
-	var prev uint64
-	for it.Next() {
-		ev := it.Event()
-		if ev.Seq <= prev {
-			t.Fatalf("seq %d after %d", ev.Seq, prev)
-		}
-		prev = ev.Seq
-		if ev.Rev != "" {
-			if ev.Rev < lastRev[ev.DID] {
-				t.Fatalf("D3: %s rev %s after %s at seq %d", ev.DID, ev.Rev, lastRev[ev.DID], ev.Seq)
-			}
-			lastRev[ev.DID] = ev.Rev
-		}
-		recs := out[ev.DID]
-		if recs == nil {
-			recs = map[string]string{}
-			out[ev.DID] = recs
-		}
-		path := ev.Collection + "/" + ev.RKey
-		switch ev.Kind {
-		case archive.KindCreate, archive.KindUpdate:
-			c, err := cid.Cast(ev.CID)
-			if err != nil {
-				t.Fatalf("seq %d: bad cid: %v", ev.Seq, err)
-			}
-			recs[path] = c.String()
-		case archive.KindDelete:
-			delete(recs, path)
-		case archive.KindSync:
-			clear(recs)
-		case archive.KindAccount:
-			if ev.Status == "deleted" {
-				clear(recs)
-			}
-		}
-	}
-	if err := it.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return f
 }
 
 // sameRecords compares a folded record set with the world's.

@@ -413,3 +413,51 @@ func TestInFlightIsNotQueuedTwice(t *testing.T) {
 		t.Fatalf("retry_due = %v, want 1", got)
 	}
 }
+
+// TestUnchangedReactivationCostsNoRecordRows: an archived account is
+// deactivated and comes back with the same repo; the live consumer marks
+// it and the runner replaces it. The replacement archives its sync row
+// alone (before, every record again as a create), and the archive still
+// folds to the network's records.
+func TestUnchangedReactivationCostsNoRecordRows(t *testing.T) {
+	e := newEnv(t, replaceWorld())
+	e.archiveAll()
+	e.live()
+	tgt := e.pick(func(a world.Account) bool { return a.Active && a.Records > 3 })
+	stop := runBG(e.runner(nil))
+	e.emit(func(w *world.World) (world.Event, error) { return w.SetStatus(tgt.DID, world.StatusDeactivated) })
+	eventually(t, 10*time.Second, "the deactivation", func() bool { return !e.state(tgt.DID).Active })
+	e.emit(func(w *world.World) (world.Event, error) { return w.SetStatus(tgt.DID, world.StatusActive) })
+	eventually(t, 15*time.Second, "the reactivation's replacement", func() bool {
+		it, err := e.store.Events(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer it.Close()
+		for it.Next() {
+			if ev := it.Event(); ev.DID == tgt.DID && ev.Source == archive.SourceRetry {
+				st := e.state(tgt.DID)
+				return st.Active && st.Refetch == archive.RefetchNone
+			}
+		}
+		return false
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.replaced(tgt.DID)
+	it, err := e.store.Events(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	kinds := map[archive.Kind]int{}
+	for it.Next() {
+		if ev := it.Event(); ev.DID == tgt.DID && ev.Source == archive.SourceRetry {
+			kinds[ev.Kind]++
+		}
+	}
+	if len(kinds) != 1 || kinds[archive.KindSync] != 1 {
+		t.Fatalf("the replacement of an unchanged %d-record repo archived %v, want its sync row alone", tgt.Records, kinds)
+	}
+}

@@ -109,7 +109,7 @@ func (e *sfEnv) pass(fs vfs.FS, hook func(string, [][]byte) error, arm func()) (
 	}
 	defer c.Close()
 	jobs, err := backfill.NewRunner(retry.Backoff{Interval: time.Minute, MaxDelay: time.Hour}.JobOptions(backfill.Options{
-		Source: c, Writer: w, Logger: quiet, Retries: -1, AttemptTimeout: time.Minute,
+		Source: c, Writer: w, Current: s, Logger: quiet, Retries: -1, AttemptTimeout: time.Minute,
 		Sleep: func(ctx context.Context, d time.Duration) error { return ctx.Err() }}))
 	if err != nil {
 		e.t.Fatal(err)

@@ -38,7 +38,7 @@ func TestReplayDuringCompaction(t *testing.T) {
 
 			// A small socket: the server cannot render far ahead of what
 			// the client read, so the passes remove rows ahead of it.
-			c := h.dialSmall("?cursor=0")
+			c := h.dialSmall("?cursor=0&includeSync=true") // every surviving row, sync markers too
 			defer c.Close()
 			var target atomic.Uint64 // the last cursor to read, once known
 			type result struct {
@@ -94,7 +94,7 @@ func TestReplayDuringCompaction(t *testing.T) {
 			}
 
 			// From 0 after the last pass: exactly the survivors.
-			c2 := h.dial("?cursor=0", nil)
+			c2 := h.dial("?cursor=0&includeSync=true", nil)
 			defer c2.Close()
 			var t2 atomic.Uint64
 			t2.Store(tip)
@@ -208,6 +208,7 @@ func TestReplayReopensAfterCompactionBatch(t *testing.T) {
 	if perr != nil {
 		t.Fatal(perr)
 	}
+	f.withSync = true // every surviving row counts, sync markers too
 	sub := &subscriber{srv: h.srv, store: h.store, live: h.w.Live(), log: quiet, rend: Renderer{Cursor: true}, next: 1,
 		out: make([]byte, 0, h.srv.cfg.FlushBytes+maxInlineFrame)}
 	sub.filt.Store(f)

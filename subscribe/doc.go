@@ -42,13 +42,15 @@
 //	zstdDictionary     the current dictionary's id (implies compression); anything else is a 400
 //	                   naming the current id
 //	requireHello       exactly "true" holds the stream until the first options_update
+//	includeSync        exactly "true" also sends "sync" events (backstream's; Jetstream v1
+//	                   never sends that kind and strict v1 clients refuse it), off by default
 //
 // Empty values are ignored; for scalars the first value counts; unknown
 // parameters are ignored and counted. docs/jetstream-compat.md compares
 // every parameter with Jetstream v1's. The query is split here, not by
 // net/url, whose parser silently drops everything above 10,000 parameters.
 // Text messages {"type":"options_update","payload":{"wantedCollections":[…],
-// "wantedDids":[…],"maxMessageSizeBytes":N}} replace the filter; other types
+// "wantedDids":[…],"maxMessageSizeBytes":N,"includeSync":B}} replace the filter; other types
 // are ignored, as Jetstream does; a malformed one (bad JSON, a bad value, a
 // size that is not a JSON integer) closes with 1008 and the reason; a
 // negative size is 0 (no limit).
@@ -99,7 +101,7 @@
 //     turn.
 //     Within a connection cursors strictly increase.
 //   - D4: account, identity and sync events pass every collection filter;
-//     every kind is gated by wantedDids.
+//     every kind is gated by wantedDids; sync events only with includeSync.
 //   - D5: as above; nothing is upgraded before the request is valid.
 //   - D6: the archive is the buffer: a subscriber that falls behind the live
 //     log reads the archive. Only one more than SlowLag events behind the
@@ -177,10 +179,14 @@
 // follow comatproto.SyncSubscribeRepos_Account, so status comes before time.
 //
 // Extensions, which Jetstream clients ignore as unknown fields:
-//   - kind "sync" (backstream's): "drop everything you hold for this account;
-//     its full state follows". Folding consumers must honour it; Jetstream
-//     never sends it. Its body follows comatproto.SyncSubscribeRepos_Sync
-//     without blocks.
+//   - kind "sync" (backstream's, only with includeSync=true): "this
+//     account's repo was reset". It is a marker: the archive stores a
+//     replacement as the rows that change the account's records (a delete
+//     for each record the new snapshot lacks, an update for each changed
+//     CID, a create for each new record, nothing for unchanged ones), so a
+//     consumer folds it by ignoring it, with or without includeSync;
+//     Jetstream never sends it. Its body follows
+//     comatproto.SyncSubscribeRepos_Sync without blocks.
 //   - "cursor":<archive seq>, right after time_us, when Renderer.Cursor is
 //     set: where a client resumes (sent on every event).
 //

@@ -48,10 +48,14 @@ type filterCase struct {
 	name        string
 	collections []string
 	dids        []string
+	sync        bool // includeSync=true
 }
 
 // want is the test's own statement of D4, independent of filter.admit.
 func (fc filterCase) want(ev *archive.Event) bool {
+	if ev.Kind == archive.KindSync && !fc.sync {
+		return false // v1 never sends the kind: opt-in only
+	}
 	if len(fc.dids) > 0 {
 		found := false
 		for _, d := range fc.dids {
@@ -84,6 +88,9 @@ func (fc filterCase) query() url.Values {
 	for _, d := range fc.dids {
 		q.Add("wantedDids", d)
 	}
+	if fc.sync {
+		q.Set("includeSync", "true")
+	}
 	return q
 }
 
@@ -106,13 +113,17 @@ func filterCases() []filterCase {
 		{name: "did and prefix", collections: []string{"app.bsky.feed.*"}, dids: []string{didOf(2)}},
 		{name: "did and nothing", collections: []string{"org.nothing.here"}, dids: []string{didOf(0)}},
 		{name: "10000 dids", dids: manyDIDs},
+		{name: "sync", sync: true},
+		{name: "sync did and prefix", collections: []string{"app.bsky.feed.*"}, dids: []string{didOf(2)}, sync: true},
+		{name: "sync no such collection", collections: []string{"org.nothing.here"}, sync: true},
 	}
 }
 
 // TestFilterMatrix (D4): every filter combination, from the archive and
 // live, gets exactly the events the filter admits; account, identity and
 // sync events reach every subscriber whatever its collections, gated by
-// wantedDids.
+// wantedDids; sync events only with includeSync=true, so a v1 client never
+// sees the kind.
 func TestFilterMatrix(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
 	stream := matrixStream(t, 0)
@@ -246,6 +257,7 @@ func TestOptionsUpdate(t *testing.T) {
 	}
 	evs := []archive.Event{
 		{Kind: archive.KindIdentity, DID: didOf(1), Source: archive.SourceLive},
+		{Kind: archive.KindSync, DID: didOf(2), Rev: "3l00000009000", Source: archive.SourceLive},
 		{Kind: archive.KindIdentity, DID: didOf(2), Source: archive.SourceLive},
 	}
 	_, l := h.commit(evs...)
@@ -255,7 +267,30 @@ func TestOptionsUpdate(t *testing.T) {
 		r.err = jsonUnmarshal(r.b, &ev)
 	}
 	if r.err != nil || ev.Cursor != l || ev.DID != didOf(2) {
-		t.Fatalf("after the second update: %+v %v, want seq %d of %s", ev, r.err, l, didOf(2))
+		t.Fatalf("after the second update (no includeSync: the sync row is skipped): %+v %v, want seq %d of %s", ev, r.err, l, didOf(2))
+	}
+	// includeSync in an update opts in.
+	ponged = make(chan struct{})
+	go func() {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, b, err := c.ReadMessage()
+		next <- read{b, err}
+	}()
+	_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"options_update","payload":{"wantedDids":["`+didOf(2)+`"],"includeSync":true}}`))
+	_ = c.WriteControl(websocket.PingMessage, nil, time.Now().Add(time.Second))
+	select {
+	case <-ponged:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no pong after the includeSync update")
+	}
+	_, l = h.commit(archive.Event{Kind: archive.KindSync, DID: didOf(2), Rev: "3l00000009001", Source: archive.SourceLive})
+	r = <-next
+	ev = wireEvent{}
+	if r.err == nil {
+		r.err = jsonUnmarshal(r.b, &ev)
+	}
+	if r.err != nil || ev.Cursor != l || ev.Kind != "sync" {
+		t.Fatalf("after the includeSync update: %+v %v, want the sync row at seq %d", ev, r.err, l)
 	}
 	// Malformed updates close with 1008 and a reason.
 	for _, bad := range []string{
@@ -265,6 +300,7 @@ func TestOptionsUpdate(t *testing.T) {
 		`{"type":"options_update","payload":{"wantedDids":["nope"]}}`,
 		`{"type":"options_update","payload":{"maxMessageSizeBytes":"big"}}`,
 		`{"type":"options_update","payload":{"wantedDids":"did:plc:notalist"}}`,
+		`{"type":"options_update","payload":{"includeSync":"yes"}}`,
 	} {
 		c := h.dial("", nil)
 		if err := c.WriteMessage(websocket.TextMessage, []byte(bad)); err != nil {
@@ -277,11 +313,11 @@ func TestOptionsUpdate(t *testing.T) {
 		}
 		c.Close()
 	}
-	promtest.Eventually(t, 5*time.Second, "six bad_options disconnects", func() bool {
-		return metricValue(h.m.disconnects.WithLabelValues(ReasonBadOptions)) >= 6
+	promtest.Eventually(t, 5*time.Second, "seven bad_options disconnects", func() bool {
+		return metricValue(h.m.disconnects.WithLabelValues(ReasonBadOptions)) >= 7
 	})
-	if got := metricValue(h.m.disconnects.WithLabelValues(ReasonBadOptions)); got != 6 {
-		t.Errorf("bad_options disconnects %v, want 6", got)
+	if got := metricValue(h.m.disconnects.WithLabelValues(ReasonBadOptions)); got != 7 {
+		t.Errorf("bad_options disconnects %v, want 7", got)
 	}
 }
 

@@ -37,11 +37,13 @@ const (
 	paramHello       = "requireHello"
 	paramCompress    = "compress"
 	paramDictionary  = "zstdDictionary"
+	paramSync        = "includeSync"
 )
 
 var knownParams = map[string]bool{
 	paramCollections: true, paramDIDs: true, paramCursor: true, paramMaxSize: true,
 	paramMaxSizeAlt: true, paramHello: true, paramCompress: true, paramDictionary: true,
+	paramSync: true,
 }
 
 // ParamError is an invalid value of a known parameter: answered with 400 and
@@ -84,14 +86,23 @@ type filter struct {
 	prefixes []string            // "app.bsky.feed." for the pattern "app.bsky.feed.*"
 	dids     map[string]struct{} // nil: every account
 	maxSize  int                 // 0: no limit; else the largest payload sent
+	// withSync: the subscriber opted into "sync" events (includeSync=true).
+	// Jetstream v1 never sends that kind and strict v1 clients reject it;
+	// without it a replacement still folds, since it is archived as the
+	// create, update and delete rows that change the account's records.
+	withSync bool
 }
 
 // allCollections reports whether the filter wants every collection.
 func (f *filter) allCollections() bool { return f.exact == nil && f.prefixes == nil }
 
 // admit reports whether the subscriber wants ev. Account, identity and sync
-// events pass every collection filter; every kind is gated by wantedDids.
+// events pass every collection filter; every kind is gated by wantedDids;
+// sync events go only to subscribers that opted into them.
 func (f *filter) admit(ev *archive.Event) bool {
+	if ev.Kind == archive.KindSync && !f.withSync {
+		return false
+	}
 	if f.dids != nil {
 		if _, ok := f.dids[ev.DID]; !ok {
 			return false
@@ -249,6 +260,7 @@ func parseRequest(q url.Values, h http.Header, dictID func() (uint32, error)) (*
 		return nil, perr
 	}
 	r.filter = f
+	f.withSync = boolParam(q, paramSync)
 	if v := q.Get(paramCursor); v != "" {
 		c, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || c < 0 {
@@ -296,6 +308,7 @@ type optionsUpdate struct {
 	WantedCollections   []string `json:"wantedCollections"`
 	WantedDIDs          []string `json:"wantedDids"`
 	MaxMessageSizeBytes int64    `json:"maxMessageSizeBytes"`
+	IncludeSync         bool     `json:"includeSync"`
 }
 
 // parseClientMessage reads one text message from a client. It returns the
@@ -321,5 +334,6 @@ func parseClientMessage(b []byte) (*filter, error) {
 	if perr != nil {
 		return nil, fmt.Errorf("options_update: %s", perr.Message)
 	}
+	f.withSync = u.IncludeSync
 	return f, nil
 }

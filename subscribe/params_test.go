@@ -76,6 +76,9 @@ func TestParamsRefusedBeforeUpgrade(t *testing.T) {
 		{"compress other", "compress=yes", ""}, // off: only "true" turns it on, as in Jetstream
 		{"requireHello false", "requireHello=false", ""},
 		{"requireHello other", "requireHello=1", ""},
+		{"includeSync true", "includeSync=true", ""},
+		{"includeSync false", "includeSync=false", ""},
+		{"includeSync other", "includeSync=1", ""}, // off, like compress and requireHello
 		{"dictionary current", fmt.Sprintf("zstdDictionary=%d", dictID), ""},
 		{"dictionary unknown", "zstdDictionary=12345", paramDictionary},
 		{"dictionary text", "zstdDictionary=jetstream", paramDictionary},

@@ -46,7 +46,7 @@ func eventCursor(msg []byte) (uint64, error) {
 // their cursors strictly increase.
 func readUntil(ctx context.Context, base string, cursor, tip uint64) (int64, error) {
 	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second, ReadBufferSize: 1 << 16}
-	conn, _, err := d.DialContext(ctx, wsURL(base, "cursor="+strconv.FormatUint(cursor, 10)), nil)
+	conn, _, err := d.DialContext(ctx, wsURL(base, "includeSync=true&cursor="+strconv.FormatUint(cursor, 10)), nil)
 	if err != nil {
 		return 0, fmt.Errorf("replay: dial: %w", err)
 	}

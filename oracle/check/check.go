@@ -21,12 +21,12 @@ import (
 // Fold is the state the archived stream describes: per DID, path → CID.
 type Fold map[string]map[string]string
 
-// Apply folds one event: create/update set a record, delete removes it, a
-// sync row or an account "deleted" or "takendown" event clears the account
-// (Erases: its content is no longer redistributed, and the archive's
-// compaction removes it; a reactivation is followed by a whole-repo
-// replacement). It returns an
-// error for a row that cannot be folded (a bad CID).
+// Apply folds one event: create/update set a record, delete removes it, an
+// account "deleted" or "takendown" event clears the account (Erases: its
+// content is no longer redistributed, and the archive's compaction removes
+// it; a reactivation is followed by a whole-repo replacement). A sync row
+// changes nothing: a replacement is archived as the rows that change the
+// account. It returns an error for a row that cannot be folded (a bad CID).
 func (f Fold) Apply(ev *archive.Event) error {
 	recs := f[ev.DID]
 	if recs == nil {
@@ -43,8 +43,6 @@ func (f Fold) Apply(ev *archive.Event) error {
 		recs[path] = c.String()
 	case archive.KindDelete:
 		delete(recs, path)
-	case archive.KindSync:
-		clear(recs)
 	case archive.KindAccount:
 		if Erases(ev.Status) {
 			clear(recs)

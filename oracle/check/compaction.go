@@ -5,8 +5,9 @@ import "github.com/backstream/backstream/archive"
 // Survivors recomputes, from every row ever archived (in seq order, as the
 // writer assigned them), the seqs a compaction to watermark w must leave:
 // a create or update row is gone when a later row below w supersedes it —
-// an update or delete of the same record, a sync of its account, or an
-// account row of its account whose status is deleted or takendown. Every
+// an update or delete of the same record, or an account row of its account
+// whose status is deleted or takendown (a sync row supersedes nothing: the
+// replacement it opens is archived as the rows that change the account). Every
 // other row (delete, account, identity, sync, and anything not superseded)
 // survives. It is the definition written out directly, one backward walk
 // over the rows, independent of the store's index, so tests at every
@@ -29,8 +30,6 @@ func Survivors(rows []archive.Event, w uint64) map[uint64]bool {
 		switch {
 		case ev.Kind == archive.KindUpdate || ev.Kind == archive.KindDelete:
 			replaced[r] = true
-		case ev.Kind == archive.KindSync:
-			reset[ev.DID] = true
 		case ev.Kind == archive.KindAccount && (ev.Status == "deleted" || ev.Status == "takendown"):
 			reset[ev.DID] = true
 		}

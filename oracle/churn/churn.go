@@ -1,6 +1,6 @@
 // Package churn generates deterministic random record traffic with every
 // kind of supersession — creates, updates, deletes, re-creates after a
-// delete, syncs followed by the replacement's records, account rows of
+// delete, syncs followed by the rows that change the account, account rows of
 // every status (deleted and takendown purge; deactivated and suspended do
 // not), identity rows — for the compaction tests at every level. Every
 // record body is unique and carries a marker (Marker), so a test can search
@@ -22,7 +22,7 @@ var Marker = regexp.MustCompile(`#[0-9]+ [0-9a-f]{16}`)
 
 // Traffic generates deterministic random traffic over a few accounts with
 // every kind of supersession: creates, updates, deletes, re-creates after a
-// delete, syncs followed by the replacement's creates, account rows of
+// delete, syncs followed by the rows that change the account, account rows of
 // every status, identity rows. Revs increase globally, so every row passes
 // the ratchet.
 type Traffic struct {
@@ -120,18 +120,28 @@ func (tr *Traffic) Unit() []archive.Event {
 		}
 		return []archive.Event{{Kind: archive.KindAccount, DID: a.did, Active: st == "", Status: st, Source: archive.SourceLive}}
 	default:
-		// A sync, then the replacement's records.
+		// A sync, then the replacement's rows: what changes the account
+		// (its unchanged records stay current from the rows before).
 		evs := []archive.Event{{Kind: archive.KindSync, DID: a.did, Rev: tr.nextRev(), Source: archive.SourceLive}}
-		a.dead, a.live = append(a.dead, a.live...), nil
 		for i := tr.rng.IntN(4); i > 0; i-- {
-			var id string
-			if len(a.dead) > 0 && tr.rng.IntN(2) == 0 {
-				id, a.dead = pick(tr.rng, a.dead)
-			} else {
-				id = tr.newID()
+			switch r := tr.rng.IntN(3); {
+			case r == 0 && len(a.live) > 0:
+				var id string
+				id, a.live = pick(tr.rng, a.live)
+				a.dead = append(a.dead, id)
+				evs = append(evs, tr.record(archive.KindDelete, a, id))
+			case r == 1 && len(a.live) > 0:
+				evs = append(evs, tr.record(archive.KindUpdate, a, a.live[tr.rng.IntN(len(a.live))]))
+			default:
+				var id string
+				if len(a.dead) > 0 && tr.rng.IntN(2) == 0 {
+					id, a.dead = pick(tr.rng, a.dead)
+				} else {
+					id = tr.newID()
+				}
+				a.live = append(a.live, id)
+				evs = append(evs, tr.record(archive.KindCreate, a, id))
 			}
-			a.live = append(a.live, id)
-			evs = append(evs, tr.record(archive.KindCreate, a, id))
 		}
 		return evs
 	}

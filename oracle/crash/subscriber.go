@@ -39,7 +39,8 @@ type WireEvent struct {
 	} `json:"account"`
 }
 
-// FoldWire folds one Jetstream JSON event like check.Fold.Apply folds rows.
+// FoldWire folds one Jetstream JSON event like check.Fold.Apply folds rows
+// (a sync marker changes nothing: the replacement's rows follow it).
 func FoldWire(f check.Fold, ev *WireEvent) {
 	recs := f[ev.DID]
 	if recs == nil {
@@ -54,8 +55,6 @@ func FoldWire(f check.Fold, ev *WireEvent) {
 		} else {
 			recs[path] = ev.Commit.CID
 		}
-	case ev.Kind == "sync":
-		clear(recs)
 	case ev.Kind == "account" && ev.Account != nil && check.Erases(ev.Account.Status):
 		clear(recs)
 	}
@@ -114,7 +113,7 @@ func (s *Subscriber) run(ctx context.Context) {
 		s.mu.Lock()
 		cursor, resumed := s.last, s.last > 0
 		s.mu.Unlock()
-		c, _, err := d.DialContext(ctx, fmt.Sprintf("%s?cursor=%d", s.url, cursor), nil)
+		c, _, err := d.DialContext(ctx, fmt.Sprintf("%s?includeSync=true&cursor=%d", s.url, cursor), nil)
 		if err != nil { // down, starting, or 503 before steady_state
 			select {
 			case <-ctx.Done():

@@ -240,7 +240,7 @@ func TestReplayClientProcess(t *testing.T) {
 
 // replayOnce reads n events from cursor 0 (without decoding them).
 func replayOnce(url string, n uint64, count *atomic.Int64, stop *atomic.Bool) error {
-	c, _, err := websocket.DefaultDialer.Dial(url+"?cursor=0", nil)
+	c, _, err := websocket.DefaultDialer.Dial(url+"?cursor=0&includeSync=true", nil) // every archived row, the sync markers too
 	if err != nil {
 		return err
 	}

@@ -233,7 +233,7 @@ func TestRetryBackoffFakeClock(t *testing.T) {
 			if r, err := w.Apply(context.Background(), &archive.Unit{Repos: ups}); err != nil || r.Refused != nil {
 				t.Fatalf("seed: %v %v", err, r.Refused)
 			}
-			jr, err := backfill.NewRunner(backoff.JobOptions(backfill.Options{Source: src, Writer: w, Logger: log}))
+			jr, err := backfill.NewRunner(backoff.JobOptions(backfill.Options{Source: src, Writer: w, Current: store, Logger: log}))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -148,6 +148,15 @@ func TestMutators_Scripted(t *testing.T) {
 		t.Fatalf("after reset: %d records, rev %s", len(lr.records), lr.commit.Rev)
 	}
 	verify(w.CreateRecord(did, "com.example.thing", "after-reset", rec))
+	// Resync: a verifiable #sync of the current repo, which it leaves alone.
+	now, _ := w.Account(did)
+	ev = verify(w.Resync(did))
+	if _, err := repo.VerifySyncMessage(ctx, dir, ev.Sync); err != nil || ev.Sync.Rev != now.Rev {
+		t.Fatalf("resync: rev %s, want %s: %v", ev.Sync.Rev, now.Rev, err)
+	}
+	if after, _ := w.Account(did); after.Rev != now.Rev || after.Records != now.Records {
+		t.Fatalf("resync changed the repo: %+v, was %+v", after, now)
+	}
 
 	ev = verify(w.SetStatus(did, StatusDeleted))
 	if ev.Account.Active || *ev.Account.Status != StatusDeleted {
@@ -158,6 +167,7 @@ func TestMutators_Scripted(t *testing.T) {
 		"handle": func() error { _, err := w.SetHandle(did, "back.test"); return err }(),
 		"status": func() error { _, err := w.SetStatus(did, StatusActive); return err }(),
 		"reset":  func() error { _, err := w.ResetRepo(did, 1); return err }(),
+		"resync": func() error { _, err := w.Resync(did); return err }(),
 		"car":    func() error { _, _, err := w.RepoCAR(did); return err }(),
 	} {
 		if !errors.Is(err, ErrAccountDeleted) {

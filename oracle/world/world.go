@@ -456,11 +456,34 @@ func (a *account) reset(g recordGen, records int) (Event, error) {
 	if err := a.newRepo(genRepoRecords(g, records)); err != nil {
 		return Event{}, err
 	}
+	return a.syncEvent()
+}
+
+// syncEvent is the account's #sync event for its current head.
+func (a *account) syncEvent() (Event, error) {
 	body, err := a.syncBody(now())
 	if err != nil {
 		return Event{}, err
 	}
 	return Event{DID: a.did, Sync: body}, nil
+}
+
+// Resync returns a #sync event of the account's current repo without
+// changing it: what a relay sends when consumers must fetch the repo again
+// (commits it never relayed, a PDS migration). Changes made to the world
+// without emitting their events and then a Resync model a reset that
+// changed exactly those records. The account must be active.
+func (w *World) Resync(did string) (Event, error) {
+	a, err := w.lookup(did)
+	if err != nil {
+		return Event{}, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.writable(); err != nil {
+		return Event{}, err
+	}
+	return a.syncEvent()
 }
 
 var errNoTarget = errors.New("world: no target")
