@@ -1,0 +1,35 @@
+// Package ident owns identity resolution: a DID (did:plc through the PLC
+// directory named by --plc, did:web over HTTPS) resolved to the parts of
+// its document backstream trusts — the atproto signing key, the
+// atproto_pds endpoint, the handle it declares — and the commit-signature
+// check built on them.
+//
+// Resolution goes through indigo's atproto/identity BaseDirectory (handle
+// verification skipped: the archive needs keys and endpoints), behind
+//
+//   - a bounded in-memory cache (CacheSize entries, least recently used
+//     evicted) whose entries live TTL;
+//   - the durable copy in the store, ident/<did> (archive.Ident), read on a
+//     memory miss and used while younger than TTL; every network
+//     resolution is written back through Config.Persist, which node wires
+//     to a writer unit (the writer writes it in its batches);
+//   - one network flight per DID at a time (concurrent lookups of a DID
+//     share it), at most Concurrency flights in all (a lookup past the
+//     limit waits, counted), each request under Timeout, a failed request
+//     retried Retries times with the project's backoff; a DID the
+//     directory does not know is not retried.
+//
+// Failures are typed: ErrUnresolvable (the DID could not be resolved, or
+// its document is unusable — no signing key); callers record it as the
+// failure class "identity", which is retryable (the retry runner tries the
+// repo again later). ErrBadSignature says a commit's signature did not
+// verify with the current key even after one forced re-resolution (a key
+// rotated since the cached copy).
+//
+// Invalidate drops an entry from memory (an #identity event); the next
+// lookup goes back to the network, not to the durable copy, so a changed
+// document is seen at once.
+//
+// Mode is the operator's verification mode (--verify): strict drops and
+// refuses what fails, warn archives it and counts, off resolves nothing.
+package ident
