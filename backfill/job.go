@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/ident"
 	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/upstream"
@@ -96,6 +97,16 @@ type Options struct {
 
 	// Verify tunes verification.
 	Verify VerifyOptions
+	// Identity, when set and not in ident.ModeOff, resolves each account's
+	// DID document before its download and checks the snapshot against it:
+	// the commit signature with the document's key (re-resolving once on a
+	// mismatch), and the host that served the repo against the document's
+	// PDS. Strict mode fails the repo (classes identity, signature,
+	// authority); warn mode counts and archives.
+	Identity *ident.Resolver
+	// TrustedHosts are hosts allowed to serve any account's repo (the relay
+	// itself, host[:port]); every other host must be the account's PDS.
+	TrustedHosts []string
 	// ChunkRows is the emission chunk (R3): at most 1024 rows per unit.
 	ChunkRows int
 	// ChunksInFlight bounds a job's submitted-but-not-durable chunks, so a
@@ -259,7 +270,10 @@ const (
 	ClassDeactivated    = "deactivated"    // unavailable classes: the account status
 	ClassSuspended      = "suspended"
 	ClassTakendown      = "takendown"
-	ClassNotFoundActive = "not_found_active" // a replacement met RepoNotFound for an account shown active (migration window)
+	ClassNotFoundActive = "not_found_active"   // a replacement met RepoNotFound for an account shown active (migration window)
+	ClassIdentity       = ident.ClassIdentity  // the DID could not be resolved to a usable document (retried later)
+	ClassSignature      = ident.ClassSignature // the commit signature fails with the document's key, re-resolved once
+	ClassAuthority      = ident.ClassAuthority // the repo came from a host that is not the document's PDS
 )
 
 // ErrCanceled: the job's context ended before its terminal state was
@@ -356,6 +370,11 @@ func (r *Runner) attempt(ctx context.Context, did string) (*prepared, error) {
 	deadline := r.o.AttemptTimeout
 	actx, cancel := context.WithTimeoutCause(ctx, deadline, errAttemptTimeout)
 	t0 := time.Now()
+	info, err := r.identity(actx, did)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
 	r.o.Metrics.getRepoStart()
 	dl, err := r.o.Source.GetRepo(actx, did)
 	elapsed := time.Since(t0)
@@ -366,6 +385,10 @@ func (r *Runner) attempt(ctx context.Context, did string) (*prepared, error) {
 		if timedOut && ctx.Err() == nil {
 			return nil, &timeoutError{err: err}
 		}
+		return nil, err
+	}
+	if err := r.authority(info, dl.FinalHost); err != nil {
+		_ = dl.Remove()
 		return nil, err
 	}
 	p, err := r.prepare(ctx, did, dl, max(deadline-elapsed, time.Millisecond))
@@ -415,18 +438,19 @@ func (r *Runner) prepare(ctx context.Context, did string, dl *upstream.Download,
 	// The attempt's deadline resumes once memory is admitted.
 	vctx, vcancel := context.WithTimeoutCause(ctx, left, errAttemptTimeout)
 	defer vcancel()
+	opts := r.verifyOptions(did)
 	var snap *Snapshot
 	switch {
 	case f == nil:
-		snap, err = verifyBytes(vctx, dl.Body, did, r.o.Verify, sections)
+		snap, err = verifyBytes(vctx, dl.Body, did, opts, sections)
 	case fromFile:
-		snap, err = VerifyFile(vctx, f, did, r.o.Verify, r.o.Memory.Budget(), sections)
+		snap, err = VerifyFile(vctx, f, did, opts, r.o.Memory.Budget(), sections)
 	default:
 		var b []byte
 		if b, err = readCAR(f); err != nil {
 			err = &localError{err: fmt.Errorf("backfill: read scratch: %w", err)}
 		} else {
-			snap, err = verifyBytes(vctx, b, did, r.o.Verify, sections)
+			snap, err = verifyBytes(vctx, b, did, opts, sections)
 		}
 	}
 	if f != nil && (!fromFile || err != nil) {
@@ -478,6 +502,9 @@ type decision struct {
 func decide(err error) decision {
 	var te *timeoutError
 	var le *localError
+	if class := ident.Class(err); class != "" {
+		return decision{kindFail, class}
+	}
 	switch {
 	case errors.As(err, &te):
 		return decision{kindFail, ClassTimeout}

@@ -106,6 +106,8 @@ type Config struct {
 	// Persist, when set, writes a network resolution's result durably
 	// (ident/<did> through the writer). Its error is counted, not returned.
 	Persist func(ctx context.Context, did string, v archive.Ident) error
+	// Mode is the verification mode the callers apply (Resolver.Mode).
+	Mode Mode
 	// HTTPClient overrides the client built from Timeout (tests).
 	HTTPClient *http.Client
 	Metrics    *Metrics
@@ -182,6 +184,21 @@ func New(cfg Config) *Resolver {
 		cache: newCache(cfg.CacheSize),
 		slots: make(chan struct{}, cfg.Concurrency),
 		m:     cfg.Metrics,
+	}
+}
+
+// Mode is the configured verification mode; a nil Resolver is ModeOff.
+func (r *Resolver) Mode() Mode {
+	if r == nil {
+		return ModeOff
+	}
+	return r.cfg.Mode
+}
+
+// Verified counts one verification on path with outcome (nil-safe).
+func (r *Resolver) Verified(path, outcome string) {
+	if r != nil {
+		r.m.Verified(path, outcome)
 	}
 }
 

@@ -1,0 +1,77 @@
+package backfill
+
+// job_ident.go owns a job's checks against the account's DID document
+// (Options.Identity): resolution before the download, the serving host's
+// authority, and the commit signature during verification.
+
+import (
+	"context"
+
+	"github.com/bluesky-social/indigo/atproto/repo"
+
+	"github.com/backstream/backstream/ident"
+)
+
+// identity resolves did's document before its download; nil when
+// verification is off. In warn mode an unresolvable DID is counted and the
+// job goes on unverified.
+func (r *Runner) identity(ctx context.Context, did string) (*ident.Info, error) {
+	id := r.o.Identity
+	if id.Mode() == ident.ModeOff {
+		return nil, nil
+	}
+	info, _, err := id.Lookup(ctx, did)
+	if err == nil {
+		return info, nil
+	}
+	if ident.Class(err) != "" {
+		id.Verified(ident.PathBackfill, ident.OutcomeIdentity)
+		if id.Mode() == ident.ModeWarn {
+			return nil, nil
+		}
+	}
+	return nil, err
+}
+
+// authority refuses a repo served by a host that is neither a trusted host
+// nor the document's PDS (strict), or counts it (warn).
+func (r *Runner) authority(info *ident.Info, host string) error {
+	if info == nil {
+		return nil
+	}
+	err := ident.CheckAuthority(info, host, r.o.TrustedHosts...)
+	if err == nil {
+		return nil
+	}
+	r.o.Identity.Verified(ident.PathBackfill, ident.OutcomeAuthority)
+	if r.o.Identity.Mode() == ident.ModeWarn {
+		return nil
+	}
+	return err
+}
+
+// verifyOptions are the runner's verification options with the signature
+// check for did when verification is on.
+func (r *Runner) verifyOptions(did string) VerifyOptions {
+	opts := r.o.Verify
+	id := r.o.Identity
+	if id.Mode() == ident.ModeOff {
+		return opts
+	}
+	opts.CheckCommit = func(ctx context.Context, c *repo.Commit) error {
+		_, err := id.VerifyCommit(ctx, did, c)
+		switch {
+		case err == nil:
+			id.Verified(ident.PathBackfill, ident.OutcomeOK)
+			return nil
+		case ident.Class(err) == "":
+			return err // ctx ended, or the durable copy is unreadable
+		}
+		id.Verified(ident.PathBackfill, ident.Class(err))
+		if id.Mode() == ident.ModeWarn {
+			return nil
+		}
+		return err
+	}
+	return opts
+}
