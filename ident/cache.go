@@ -9,6 +9,8 @@ import (
 	"time"
 )
 
+// cacheEntry is one DID's document; info nil marks it invalidated (the
+// durable copy is stale too).
 type cacheEntry struct {
 	did     string
 	info    *Info
@@ -61,17 +63,6 @@ func (c *cache) put(did string, info *Info, expires time.Time) {
 		c.order.Remove(old)
 		delete(c.items, old.Value.(*cacheEntry).did)
 	}
-}
-
-func (c *cache) remove(did string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	el, ok := c.items[did]
-	if ok {
-		c.order.Remove(el)
-		delete(c.items, did)
-	}
-	return ok
 }
 
 func (c *cache) len() int {

@@ -207,13 +207,19 @@ func (r *Resolver) Verified(path, outcome string) {
 // this call.
 func (r *Resolver) Lookup(ctx context.Context, did string) (info *Info, fresh bool, err error) {
 	now := r.cfg.Now()
-	if info, ok := r.cache.get(did, now); ok {
+	info, ok := r.cache.get(did, now)
+	switch {
+	case ok && info != nil:
 		r.m.cache(tierMemory)
 		return info, false, nil
+	case ok: // invalidated: the durable copy is stale too
+	default:
+		info, _, err = r.durable(did, now)
 	}
-	if info, ok, err := r.durable(did, now); err != nil {
+	if err != nil {
 		return nil, false, err
-	} else if ok {
+	}
+	if info != nil {
 		r.m.cache(tierStore)
 		r.cache.put(did, info, now.Add(r.cfg.TTL))
 		return info, false, nil
@@ -261,11 +267,11 @@ func (r *Resolver) Refresh(ctx context.Context, did string) (*Info, error) {
 	return v.(*Info), nil
 }
 
-// Invalidate drops did from memory: the next Lookup resolves it again.
+// Invalidate marks did's document stale (an #identity event): the next
+// Lookup resolves it over the network, skipping the durable copy.
 func (r *Resolver) Invalidate(did string) {
-	if r.cache.remove(did) {
-		r.m.invalidated()
-	}
+	r.cache.put(did, nil, r.cfg.Now().Add(r.cfg.TTL))
+	r.m.invalidated()
 }
 
 // resolve is one network resolution under the concurrency limit, with the

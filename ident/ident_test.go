@@ -92,6 +92,12 @@ func TestLookupResolvesThroughPLCAndCaches(t *testing.T) {
 	}
 	expect(t, reg, "backstream_ident_resolutions_total", map[string]string{"result": "ok"}, 1)
 	expect(t, reg, "backstream_ident_lookups_total", map[string]string{"tier": "memory"}, 1)
+	// An #identity invalidates: the next lookup goes to the network, not to
+	// the (now stale) durable copy.
+	r.Invalidate(a.DID)
+	if _, fresh, err := r.Lookup(ctx, a.DID); err != nil || !fresh {
+		t.Fatalf("lookup after invalidation: %v fresh=%v, want a network resolution", err, fresh)
+	}
 }
 
 func hostOf(u string) string { return u[len("http://"):] }

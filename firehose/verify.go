@@ -1,0 +1,174 @@
+package firehose
+
+// verify.go owns the live checks of a #commit or #sync against the
+// account's DID document (Config.Identity, package ident): the commit
+// decoded from the frame's blocks must name the frame's DID and rev, a
+// #commit's ops must match its MST and invert to its prevData (sync 1.1),
+// and the commit's signature must verify with the account's key (one
+// re-resolution on a mismatch, for a rotated key). An #identity frame drops
+// the account's cached document.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	comatproto "github.com/bluesky-social/indigo/api/atproto"
+	"github.com/bluesky-social/indigo/atproto/repo"
+	"github.com/bluesky-social/indigo/atproto/syntax"
+	"github.com/ipfs/go-cid"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/ident"
+	"github.com/backstream/backstream/upstream"
+)
+
+// errNotInverting: a #commit's ops do not match its MST or do not invert to
+// its prevData, or its commit block does not name the frame's DID and rev.
+var errNotInverting = errors.New("commit does not match its message (sync 1.1)")
+
+// verify checks f and returns the failed outcome ("" when it passed or was
+// not checked). An error is returned only when ctx ended or the identity
+// store could not be read: the frame is then not accepted.
+func (c *Consumer) verify(ctx context.Context, f *upstream.Frame) (string, error) {
+	id := c.cfg.Identity
+	if id.Mode() == ident.ModeOff {
+		return "", nil
+	}
+	if f.Identity != nil {
+		id.Invalidate(f.Identity.Did)
+		return "", nil
+	}
+	var did string
+	var commit *repo.Commit
+	var err error
+	switch {
+	case f.Commit != nil:
+		did = f.Commit.Repo
+		commit, err = checkCommitMessage(ctx, f.Commit)
+	case f.Sync != nil:
+		did = f.Sync.Did
+		commit, err = checkSyncMessage(ctx, f.Sync)
+	default:
+		return "", nil
+	}
+	if err == nil {
+		_, err = id.VerifyCommit(ctx, did, commit)
+	}
+	outcome := ident.OutcomeOK
+	switch {
+	case err == nil:
+	case errors.Is(err, errNotInverting):
+		outcome = ident.OutcomeInversion
+	case ident.Class(err) != "":
+		outcome = ident.Class(err)
+	case ctx.Err() != nil:
+		return "", fmt.Errorf("firehose: verify: %w", ctx.Err())
+	default:
+		return "", fmt.Errorf("firehose: verify %s: %w", did, err)
+	}
+	id.Verified(ident.PathLive, outcome)
+	if outcome == ident.OutcomeOK || id.Mode() == ident.ModeWarn {
+		return "", nil
+	}
+	return outcome, nil
+}
+
+// checkCommitMessage loads a #commit's blocks (hash-checked) and checks
+// them against the message: the commit names the message's DID and rev,
+// every create/update op's CID is the MST's value at its path, and — when
+// every update and delete carries its prev and prevData is present (sync
+// 1.1) — the ops inverted on the partial MST give prevData. It returns the
+// commit for the signature check. indigo's repo.VerifyCommitMessage does the
+// same but logs per event through slog.Default.
+func checkCommitMessage(ctx context.Context, m *comatproto.SyncSubscribeRepos_Commit) (*repo.Commit, error) {
+	commit, r, err := repo.LoadRepoFromCAR(ctx, bytes.NewReader(m.Blocks))
+	if err != nil {
+		return nil, fmt.Errorf("%w: blocks: %w", errNotInverting, err)
+	}
+	if commit.DID != m.Repo || commit.Rev != m.Rev {
+		return nil, fmt.Errorf("%w: commit names %s rev %s", errNotInverting, commit.DID, commit.Rev)
+	}
+	ops := make([]repo.Operation, 0, len(m.Ops))
+	invertible := m.PrevData != nil
+	for _, rop := range m.Ops {
+		if rop == nil {
+			return nil, fmt.Errorf("%w: null op", errNotInverting)
+		}
+		op := repo.Operation{Path: rop.Path}
+		if rop.Cid != nil {
+			v := cid.Cid(*rop.Cid)
+			op.Value = &v
+		}
+		if rop.Prev != nil {
+			p := cid.Cid(*rop.Prev)
+			op.Prev = &p
+		}
+		switch rop.Action {
+		case "create", "update":
+			if op.Value == nil {
+				return nil, fmt.Errorf("%w: %s %s without cid", errNotInverting, rop.Action, rop.Path)
+			}
+			nsid, rkey, err := syntax.ParseRepoPath(rop.Path)
+			if err != nil {
+				continue // the op is dropped by Rows; its MST value is not checked
+			}
+			if _, val, err := r.GetRecordBytes(ctx, nsid, rkey); err != nil || *val != *op.Value {
+				return nil, fmt.Errorf("%w: %s %s does not match the MST", errNotInverting, rop.Action, rop.Path)
+			}
+		}
+		if rop.Action != "create" && op.Prev == nil {
+			invertible = false // a legacy op: nothing to invert against
+		}
+		ops = append(ops, op)
+	}
+	if !invertible {
+		return commit, nil
+	}
+	ops, err = repo.NormalizeOps(ops)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errNotInverting, err)
+	}
+	tree := r.MST.Copy()
+	for i := range ops {
+		if err := repo.InvertOp(&tree, &ops[i]); err != nil {
+			return nil, fmt.Errorf("%w: invert %s: %w", errNotInverting, ops[i].Path, err)
+		}
+	}
+	root, err := tree.RootCID()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errNotInverting, err)
+	}
+	if *root != cid.Cid(*m.PrevData) {
+		return nil, fmt.Errorf("%w: ops invert to %s, prevData is %s", errNotInverting, root, cid.Cid(*m.PrevData))
+	}
+	return commit, nil
+}
+
+// checkSyncMessage decodes a #sync's commit and checks it names the
+// message's DID and rev.
+func checkSyncMessage(ctx context.Context, m *comatproto.SyncSubscribeRepos_Sync) (*repo.Commit, error) {
+	commit, _, err := repo.LoadCommitFromCAR(ctx, bytes.NewReader(m.Blocks))
+	if err != nil {
+		return nil, fmt.Errorf("%w: blocks: %w", errNotInverting, err)
+	}
+	if commit.DID != m.Did || commit.Rev != m.Rev {
+		return nil, fmt.Errorf("%w: commit names %s rev %s", errNotInverting, commit.DID, commit.Rev)
+	}
+	return commit, nil
+}
+
+// unverifiedEffect marks a known, active account due for a whole-repo
+// replacement after one of its live frames failed verification.
+func unverifiedEffect(did string, nowUS int64) archive.RepoUpdate {
+	return archive.RepoUpdate{DID: did, Func: func(cur archive.RepoState, exists bool) (archive.RepoState, bool) {
+		if !exists || !cur.Active {
+			return cur, false
+		}
+		next := cur
+		next.Refetch = archive.RefetchUnverified
+		next.NextAttemptUS = nowUS
+		return next, next != cur
+	}}
+}
