@@ -44,14 +44,14 @@ func (c *Consumer) verify(ctx context.Context, f *upstream.Frame) (string, error
 	var commit *repo.Commit
 	var err error
 	switch {
-	case f.Commit != nil:
+	case f.Commit != nil && validIDs(f.Commit.Repo, f.Commit.Rev):
 		did = f.Commit.Repo
 		commit, err = checkCommitMessage(ctx, f.Commit)
-	case f.Sync != nil:
+	case f.Sync != nil && validIDs(f.Sync.Did, f.Sync.Rev):
 		did = f.Sync.Did
 		commit, err = checkSyncMessage(ctx, f.Sync)
 	default:
-		return "", nil
+		return "", nil // nothing to check, or Rows drops the whole event
 	}
 	if err == nil {
 		_, err = id.VerifyCommit(ctx, did, commit)
@@ -74,6 +74,10 @@ func (c *Consumer) verify(ctx context.Context, f *upstream.Frame) (string, error
 	}
 	return outcome, nil
 }
+
+// validIDs: the frame's DID and rev are valid (otherwise Rows drops it
+// whole: there is nothing to verify and nothing forged to replace).
+func validIDs(did, rev string) bool { return upstream.ValidDID(did) && upstream.ValidTID(rev) }
 
 // checkCommitMessage loads a #commit's blocks (hash-checked) and checks
 // them against the message: the commit names the message's DID and rev,

@@ -16,6 +16,7 @@ import (
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/firehose"
+	"github.com/backstream/backstream/ident"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/merge"
 	"github.com/backstream/backstream/upstream"
@@ -67,6 +68,9 @@ type Config struct {
 	// .OnEffects): called when a #account/#sync side effect is durable, so
 	// the retry runner can pass at once (retry.Runner.Wake).
 	OnLiveEffects func()
+	// Identity verifies the consumers' #commit and #sync frames
+	// (firehose.Config.Identity); nil: off.
+	Identity *ident.Resolver
 }
 
 func (c *Config) defaults() error {
@@ -224,7 +228,7 @@ func (r *runner) startCapture(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: w, Mode: firehose.ModeCapture, Cursor: cursor, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "capture"), Now: r.cfg.Now})
+	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: w, Mode: firehose.ModeCapture, Cursor: cursor, Identity: r.cfg.Identity, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "capture"), Now: r.cfg.Now})
 	if err != nil {
 		w.Close()
 		return err
@@ -342,7 +346,7 @@ func (r *runner) steady(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: r.cfg.Writer, Mode: firehose.ModeLive, Cursor: cursor, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "live"), Now: r.cfg.Now, Crash: r.cfg.Crash, OnEffects: r.cfg.OnLiveEffects})
+	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: r.cfg.Writer, Mode: firehose.ModeLive, Cursor: cursor, Identity: r.cfg.Identity, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "live"), Now: r.cfg.Now, Crash: r.cfg.Crash, OnEffects: r.cfg.OnLiveEffects})
 	if err != nil {
 		return err
 	}

@@ -7,9 +7,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -19,6 +21,7 @@ import (
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/ident"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/lifecycle"
 	"github.com/backstream/backstream/node"
@@ -79,6 +82,13 @@ func serveCommand() *command {
 			fs.Float64("replay-duty", subscribe.DefaultReplayDuty, "share of the time (0 < d ≤ 1) a replay reader may be busy, so of a CPU it may take; 1 = replay at full speed")
 			fs.Float64("subscriber-message-rate", subscribe.DefaultMessageRate, "client messages (options_update, pings) per second per connection; beyond the burst, the connection is closed")
 			fs.Int("subscriber-message-burst", subscribe.DefaultMessageBurst, "client messages a connection may send at once")
+			fs.String("verify", "strict", "identity verification of every downloaded repo and live commit: strict (drop or fail what does not verify), warn (archive it, counted), off (resolve nothing: only for a relay that already verifies)")
+			fs.String("plc", "auto", "PLC directory URL for did:plc resolution (auto: "+ident.DefaultPLC+", or the relay's own URL when the relay is on loopback, as the simulated network serves DID documents)")
+			fs.Duration("ident-timeout", ident.DefaultTimeout, "deadline of one DID document request")
+			fs.Int("ident-concurrency", ident.DefaultConcurrency, "DID resolutions in flight at most; more wait (backstream_ident_limited_total)")
+			fs.Int("ident-retries", ident.DefaultRetries, "retries of a failed DID document request before the DID counts as unresolvable (failure class identity)")
+			fs.Int("ident-cache-size", ident.DefaultCacheSize, "DID documents kept in memory (least recently used evicted)")
+			fs.Duration("ident-ttl", ident.DefaultTTL, "how long a resolved DID document is trusted, in memory and in the store's ident/ rows")
 		},
 		run: runServe,
 	}
@@ -109,6 +119,7 @@ type serveOptions struct {
 	minFree                int64 // node.Config.MinFree: 0 auto, -1 off
 	maxWriteStall          time.Duration
 	subscribers            subscribe.Config // the subscriber limits; the rest is filled in by runServe
+	verify                 *ident.Config    // nil: --verify=off; PLC "auto" is resolved by nodeConfig
 }
 
 func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
@@ -212,7 +223,54 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 	if o.subscribers, err = subscriberLimits(fs); err != nil {
 		return bad("%v", err)
 	}
+	if o.verify, err = identOptions(fs); err != nil {
+		return bad("%v", err)
+	}
 	return o, nil
+}
+
+// identOptions reads --verify, --plc and the --ident-* flags; nil for off.
+func identOptions(fs *flagSet) (*ident.Config, error) {
+	mode, err := ident.ParseMode(strings.TrimSpace(fs.str("verify")))
+	if err != nil {
+		return nil, fmt.Errorf("--verify: %v", err)
+	}
+	c := &ident.Config{Mode: mode, PLC: strings.TrimSpace(fs.str("plc")),
+		Timeout: fs.get("ident-timeout").(time.Duration), Concurrency: fs.get("ident-concurrency").(int),
+		Retries: fs.get("ident-retries").(int), CacheSize: fs.get("ident-cache-size").(int), TTL: fs.get("ident-ttl").(time.Duration)}
+	switch {
+	case c.Timeout <= 0 || c.TTL <= 0:
+		return nil, errors.New("--ident-timeout and --ident-ttl must be positive")
+	case c.Concurrency < 1 || c.CacheSize < 1 || c.Retries < 0:
+		return nil, errors.New("--ident-concurrency and --ident-cache-size must be ≥ 1, --ident-retries ≥ 0")
+	}
+	if c.Retries == 0 {
+		c.Retries = -1 // ident.Config: 0 is the default, negative none
+	}
+	if c.PLC != "auto" {
+		if u, err := url.Parse(c.PLC); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" {
+			return nil, fmt.Errorf("--plc %q: want auto or an http(s) URL without a path", c.PLC)
+		}
+	}
+	if mode == ident.ModeOff {
+		return nil, nil
+	}
+	return c, nil
+}
+
+// plcFor resolves --plc auto for relay: the relay itself when it is on
+// loopback (the simulated network serves DID documents), the public
+// directory otherwise.
+func plcFor(plc, relay string) string {
+	if plc != "auto" {
+		return plc
+	}
+	if u, err := url.Parse(relay); err == nil {
+		if ip, err := netip.ParseAddr(u.Hostname()); (err == nil && ip.IsLoopback()) || u.Hostname() == "localhost" {
+			return strings.TrimSuffix(relay, "/")
+		}
+	}
+	return ident.DefaultPLC
 }
 
 // parseMinFree reads --min-free: auto (0), off or 0 (-1: no floor), or a
@@ -505,5 +563,16 @@ func (o serveOptions) nodeConfig(s *server, crash *crashpoint.Set) node.Config {
 		MinFree: o.minFree, MaxWriteStall: o.maxWriteStall,
 		Registry: s.reg, Logger: s.log, Crash: crash,
 		Server: s.sub, Health: &s.health,
+		Verify: o.identConfig(),
 	}
+}
+
+// identConfig is --verify's configuration with --plc resolved for the relay.
+func (o serveOptions) identConfig() *ident.Config {
+	if o.verify == nil {
+		return nil
+	}
+	c := *o.verify
+	c.PLC = plcFor(c.PLC, o.relay)
+	return &c
 }
