@@ -167,12 +167,6 @@ func checkSyncMessage(ctx context.Context, m *comatproto.SyncSubscribeRepos_Sync
 // replacement after one of its live frames failed verification.
 func unverifiedEffect(did string, nowUS int64) archive.RepoUpdate {
 	return archive.RepoUpdate{DID: did, Func: func(cur archive.RepoState, exists bool) (archive.RepoState, bool) {
-		if !exists || !cur.Active {
-			return cur, false
-		}
-		next := cur
-		next.Refetch = archive.RefetchUnverified
-		next.NextAttemptUS = nowUS
-		return next, next != cur
+		return dueEffect(cur, exists, nowUS, archive.RefetchUnverified)
 	}}
 }

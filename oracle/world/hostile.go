@@ -157,26 +157,9 @@ func readCommit(blocks []byte, c *repo.Commit) (cid.Cid, error) {
 // except that its rev, in the message and in the signed commit block, is
 // InvalidRevValue. The world does not apply it. The account must be active.
 func (w *World) InvalidRevCommit(did string) (Event, error) {
-	a, err := w.lookup(did)
-	if err != nil {
-		return Event{}, err
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if err := a.writable(); err != nil {
-		return Event{}, err
-	}
-	g := a.hostileGen(w)
-	r := g.next(trafficStep)
-	ops, err := createOps(pathRec{r.collection + "/" + r.rkey, r.rec})
-	if err != nil {
-		return Event{}, err
-	}
-	body, err := a.oneOffCommit(ops, InvalidRevValue, now(), a.priv)
-	if err != nil {
-		return Event{}, err
-	}
-	return Event{DID: a.did, Commit: body, Invalid: ReasonInvalidRev}, nil
+	return w.oneOffCreate(did, ReasonInvalidRev, func(a *account, ops []writeOp) (*comatproto.SyncSubscribeRepos_Commit, error) {
+		return a.oneOffCommit(ops, InvalidRevValue, now(), a.priv)
+	})
 }
 
 // InvalidPathCommit returns a one-off #commit for did with two creates: one
