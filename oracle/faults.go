@@ -59,6 +59,8 @@ const (
 	FaultDIDWrongKey     FaultKind = "did_wrong_key"    // DID document naming a key that does not sign the repo (the old key signs, the document names a new one)
 	FaultPLCSlow         FaultKind = "plc_slow"         // a DID document served after a delay
 	FaultPLCFailing      FaultKind = "plc_failing"      // a DID document request answered 500
+	FaultForgedCommit    FaultKind = "forged_commit"    // one-off #commit signed by a key that is not the account's, not applied
+	FaultNonInverting    FaultKind = "non_inverting"    // one-off #commit whose ops do not invert to its prevData, not applied
 )
 
 // PrivateRedirectTarget is where RedirectPrivate sends getRepo: an RFC 1918
@@ -125,6 +127,7 @@ type Faults struct {
 	fh         firehoseFaults
 	gapRate    float64
 	hostile    float64            // HostileCommits rate
+	forged     float64            // ForgedCommits rate
 	docs       map[string][]*step // per-DID DID-document faults (FaultDIDNotFound, FaultDIDNoKey, FaultDIDWrongKey)
 	misattr    map[string]int     // DID → uses left of FaultMisattributed
 	misServe   map[string]int     // DID → misattributed redirects not yet served by the other host
@@ -148,7 +151,7 @@ func (f *Faults) Clear() {
 	f.redirects = make(map[string]*redirectStep)
 	f.bursts = make(map[int]*hostBurst)
 	f.limits = make(map[int]*windowLimit)
-	f.listLoop, f.longCursor, f.gapRate, f.hostile = 0, 0, 0, 0
+	f.listLoop, f.longCursor, f.gapRate, f.hostile, f.forged = 0, 0, 0, 0, 0
 	f.listShape, f.listLeft = "", 0
 	f.fh = firehoseFaults{}
 	f.docs = make(map[string][]*step)
@@ -553,6 +556,25 @@ func (f *Faults) HostileCommits(rate float64) {
 	f.mu.Unlock()
 }
 
+// ForgedCommits follows an emitted #commit, with probability rate, by a
+// one-off #commit for the same account that only a verifying consumer can
+// refuse: half the time one signed by a key that is not the account's
+// (world.ForgedSignatureCommit), otherwise one whose ops do not invert to
+// its prevData (world.NonInvertingCommit). Both are otherwise valid and
+// chain from the account's state; the world does not apply them, so a
+// consumer that archives them folds to records the world never held.
+func (f *Faults) ForgedCommits(rate float64) {
+	f.mu.Lock()
+	f.forged = clampRate(rate)
+	f.mu.Unlock()
+}
+
+func (f *Faults) forgedCommitRate() float64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.forged
+}
+
 func (f *Faults) hostileCommitRate() float64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -752,6 +774,20 @@ func (f *Faults) applyHostile() {
 	f.DuplicateFrames(0.002)
 	f.SeqGaps(0.002)
 	f.HostileCommits(0.002)
+	// Identity and signature faults: only a verifying consumer (--verify)
+	// predicts these.
+	n := len(active)
+	for k := 0; k < per && i+5 < n; k++ {
+		f.ForgedSignature(active[i], Always)
+		f.Misattribute(active[i+1], Always)
+		f.DIDNotFound(active[i+2], 1)
+		f.DIDNoKey(active[i+3], 1)
+		f.DIDWrongKey(active[i+4], 1)
+		i += 5
+	}
+	f.FailPLC(2)
+	f.SlowPLC(200*time.Millisecond, 5)
+	f.ForgedCommits(0.002)
 }
 
 // describe is a one-line summary of the armed plan, for logs.

@@ -315,6 +315,9 @@ func (n *Network) Emit(mutate func(w *world.World) (world.Event, error)) (Emitte
 	if err := n.maybeHostileCommit(ev); err != nil {
 		return out, err
 	}
+	if err := n.maybeForgedCommit(ev); err != nil {
+		return out, err
+	}
 	return out, nil
 }
 
@@ -332,6 +335,35 @@ func (n *Network) appendLocked(ev world.Event) (Emitted, error) {
 	}
 	n.stats.emitted.Add(1)
 	return Emitted{Seq: f.seq, Event: ev}, nil
+}
+
+// maybeForgedCommit follows a valid #commit with a one-off forged or
+// non-inverting one for the same account when the ForgedCommits draw says
+// so. The caller holds emitMu.
+func (n *Network) maybeForgedCommit(ev world.Event) error {
+	if ev.Commit == nil || ev.Invalid != "" {
+		return nil
+	}
+	rate := n.faults.forgedCommitRate()
+	if rate == 0 || n.hostileRand.Float64() >= rate {
+		return nil
+	}
+	kind, build := FaultForgedCommit, n.w.ForgedSignatureCommit
+	if n.hostileRand.IntN(2) == 1 {
+		kind, build = FaultNonInverting, n.w.NonInvertingCommit
+	}
+	hev, err := build(ev.DID)
+	if errors.Is(err, world.ErrAccountInactive) || errors.Is(err, world.ErrAccountDeleted) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("oracle: emit: %s: %w", kind, err)
+	}
+	if _, err := n.appendLocked(hev); err != nil {
+		return err
+	}
+	n.faults.fire(kind)
+	return nil
 }
 
 // maybeHostileCommit follows a valid #commit with a one-off invalid one for
