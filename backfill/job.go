@@ -370,7 +370,7 @@ func (r *Runner) attempt(ctx context.Context, did string) (*prepared, error) {
 	deadline := r.o.AttemptTimeout
 	actx, cancel := context.WithTimeoutCause(ctx, deadline, errAttemptTimeout)
 	t0 := time.Now()
-	info, err := r.identity(actx, did)
+	doc, err := r.identity(actx, did)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -387,11 +387,11 @@ func (r *Runner) attempt(ctx context.Context, did string) (*prepared, error) {
 		}
 		return nil, err
 	}
-	if err := r.authority(info, dl.FinalHost); err != nil {
+	if err := r.authority(doc, dl.FinalHost); err != nil {
 		_ = dl.Remove()
 		return nil, err
 	}
-	p, err := r.prepare(ctx, did, dl, max(deadline-elapsed, time.Millisecond))
+	p, err := r.prepare(ctx, did, dl, doc, max(deadline-elapsed, time.Millisecond))
 	if err != nil {
 		_ = dl.Remove()
 		return nil, err
@@ -410,7 +410,7 @@ func (r *Runner) attempt(ctx context.Context, did string) (*prepared, error) {
 // (left) covers verification, not the wait for memory. On success the
 // download is removed by the returned release (a CAR verified in memory: at
 // once); on error the caller removes it.
-func (r *Runner) prepare(ctx context.Context, did string, dl *upstream.Download, left time.Duration) (*prepared, error) {
+func (r *Runner) prepare(ctx context.Context, did string, dl *upstream.Download, doc *resolved, left time.Duration) (*prepared, error) {
 	var f *os.File
 	var sections int64
 	if dl.Path == "" {
@@ -438,7 +438,7 @@ func (r *Runner) prepare(ctx context.Context, did string, dl *upstream.Download,
 	// The attempt's deadline resumes once memory is admitted.
 	vctx, vcancel := context.WithTimeoutCause(ctx, left, errAttemptTimeout)
 	defer vcancel()
-	opts := r.verifyOptions(did)
+	opts := r.verifyOptions(doc)
 	var snap *Snapshot
 	switch {
 	case f == nil:

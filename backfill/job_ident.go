@@ -12,17 +12,25 @@ import (
 	"github.com/backstream/backstream/ident"
 )
 
+// resolved is an account's document as a job looked it up: fresh says it
+// came from the network in this lookup (no second resolution on a failed
+// signature).
+type resolved struct {
+	info  *ident.Info
+	fresh bool
+}
+
 // identity resolves did's document before its download; nil when
 // verification is off. In warn mode an unresolvable DID is counted and the
 // job goes on unverified.
-func (r *Runner) identity(ctx context.Context, did string) (*ident.Info, error) {
+func (r *Runner) identity(ctx context.Context, did string) (*resolved, error) {
 	id := r.o.Identity
 	if id.Mode() == ident.ModeOff {
 		return nil, nil
 	}
-	info, _, err := id.Lookup(ctx, did)
+	info, fresh, err := id.Lookup(ctx, did)
 	if err == nil {
-		return info, nil
+		return &resolved{info, fresh}, nil
 	}
 	if ident.Class(err) != "" {
 		id.Verified(ident.PathBackfill, ident.OutcomeIdentity)
@@ -35,11 +43,11 @@ func (r *Runner) identity(ctx context.Context, did string) (*ident.Info, error) 
 
 // authority refuses a repo served by a host that is neither a trusted host
 // nor the document's PDS (strict), or counts it (warn).
-func (r *Runner) authority(info *ident.Info, host string) error {
-	if info == nil {
+func (r *Runner) authority(doc *resolved, host string) error {
+	if doc == nil {
 		return nil
 	}
-	err := ident.CheckAuthority(info, host, r.o.TrustedHosts...)
+	err := ident.CheckAuthority(doc.info, host, r.o.TrustedHosts...)
 	if err == nil {
 		return nil
 	}
@@ -51,15 +59,16 @@ func (r *Runner) authority(info *ident.Info, host string) error {
 }
 
 // verifyOptions are the runner's verification options with the signature
-// check for did when verification is on.
-func (r *Runner) verifyOptions(did string) VerifyOptions {
+// check against doc (nil: verification off, or a warn-mode DID that did
+// not resolve).
+func (r *Runner) verifyOptions(doc *resolved) VerifyOptions {
 	opts := r.o.Verify
 	id := r.o.Identity
-	if id.Mode() == ident.ModeOff {
+	if doc == nil {
 		return opts
 	}
 	opts.CheckCommit = func(ctx context.Context, c *repo.Commit) error {
-		_, err := id.VerifyCommit(ctx, did, c)
+		_, err := id.Verify(ctx, doc.info, doc.fresh, c)
 		switch {
 		case err == nil:
 			id.Verified(ident.PathBackfill, ident.OutcomeOK)

@@ -350,29 +350,35 @@ func (r *Resolver) accept(ctx context.Context, did string, id *identity.Identity
 	return info, nil
 }
 
-// VerifyCommit checks c's signature with did's current key. When it fails
-// with a key that did not come from the network in this call, the DID is
-// resolved again once (a rotated key) and the check repeated. It returns the
-// document the check used: ErrUnresolvable or ErrBadSignature otherwise.
+// VerifyCommit checks c's signature with did's current key (Lookup, then
+// Verify).
 func (r *Resolver) VerifyCommit(ctx context.Context, did string, c *repo.Commit) (*Info, error) {
 	info, fresh, err := r.Lookup(ctx, did)
 	if err != nil {
 		return nil, err
 	}
-	err = c.VerifySignature(info.Key)
+	return r.Verify(ctx, info, fresh, c)
+}
+
+// Verify checks c's signature with info's key. When it fails and info did
+// not come from the network just now (fresh), the DID is resolved again
+// once (a rotated key) and the check repeated. It returns the document the
+// check used: ErrUnresolvable or ErrBadSignature otherwise.
+func (r *Resolver) Verify(ctx context.Context, info *Info, fresh bool, c *repo.Commit) (*Info, error) {
+	err := c.VerifySignature(info.Key)
 	if err == nil {
 		return info, nil
 	}
 	if !fresh {
 		r.m.reresolved()
-		if info, err = r.Refresh(ctx, did); err != nil {
+		if info, err = r.Refresh(ctx, info.DID); err != nil {
 			return nil, err
 		}
 		if err = c.VerifySignature(info.Key); err == nil {
 			return info, nil
 		}
 	}
-	return info, fmt.Errorf("%w: %s rev %s: %w", ErrBadSignature, did, c.Rev, err)
+	return info, fmt.Errorf("%w: %s rev %s: %w", ErrBadSignature, info.DID, c.Rev, err)
 }
 
 // Class is the failure class of an error of this package ("" otherwise).

@@ -5,9 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/ident"
+	"github.com/backstream/backstream/internal/promtest"
 	"github.com/backstream/backstream/node"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/check"
@@ -29,7 +32,7 @@ import (
 func TestVerifyEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	net, err := oracle.Start(ctx, oracle.Config{Accounts: 40, RecordsMean: 6, Hosts: 3, Rate: 300, Events: 300, Traffic: oracle.TrafficBasic, Seed: 23})
+	net, err := oracle.Start(ctx, oracle.Config{Accounts: 40, RecordsMean: 6, Hosts: 3, Traffic: oracle.TrafficNone, Seed: 23})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,8 +50,36 @@ func TestVerifyEndToEnd(t *testing.T) {
 	f.Misattribute(misattributed, oracle.Always)
 	f.DIDNotFound(unresolvable, 2)
 
+	emit := func(fn func(*world.World) (world.Event, error)) oracle.Emitted {
+		t.Helper()
+		e, err := net.Emit(fn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	like := func(did string) func(*world.World) (world.Event, error) {
+		return func(w *world.World) (world.Event, error) {
+			return w.CreateRecord(did, "app.bsky.feed.like", "", map[string]any{"$type": "app.bsky.feed.like", "createdAt": "2024-01-01T00:00:00Z"})
+		}
+	}
+	// Live commits of the other accounts while bootstrap runs (captured,
+	// verified, merged). Only creates: no #identity invalidates a cached key.
+	traffic := make(chan error, 1)
+	go func() {
+		for i := range 300 {
+			if _, err := net.Emit(like(live[7+i%(len(live)-7)])); err != nil {
+				traffic <- err
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+		traffic <- nil
+	}()
+
 	phases := make(chan archive.Phase, 8)
-	cfg := node.Config{
+	reg := prometheus.NewRegistry()
+	cfg := node.Config{Registry: reg,
 		DataDir: t.TempDir(), Relay: net.RelayURL(), Store: archive.Options{Logger: quiet},
 		Bootstrap: bootstrap.Config{Workers: 8}, CaptureWait: 5 * time.Second,
 		JobBackoffBase: 10 * time.Millisecond, JobBackoffMax: 50 * time.Millisecond,
@@ -89,20 +120,8 @@ func TestVerifyEndToEnd(t *testing.T) {
 			}
 		}
 	}
-	waitFor("traffic done", func() bool { return net.Status().Done })
-
-	emit := func(fn func(*world.World) (world.Event, error)) oracle.Emitted {
-		t.Helper()
-		e, err := net.Emit(fn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e
-	}
-	like := func(did string) func(*world.World) (world.Event, error) {
-		return func(w *world.World) (world.Event, error) {
-			return w.CreateRecord(did, "app.bsky.feed.like", "", map[string]any{"$type": "app.bsky.feed.like", "createdAt": "2024-01-01T00:00:00Z"})
-		}
+	if err := <-traffic; err != nil {
+		t.Fatal(err)
 	}
 	bad := []oracle.Emitted{
 		emit(func(w *world.World) (world.Event, error) { return w.ForgedSignatureCommit(forgedCommit) }),
@@ -122,6 +141,14 @@ func TestVerifyEndToEnd(t *testing.T) {
 	waitFor("catch-up", func() bool { c, _ := store.RelayCursor(); return c >= head })
 	// The retry runner replaces the marked accounts and brings in the
 	// unresolvable one.
+	waitFor("replacements and retries", func() bool {
+		for _, did := range []string{unresolvable, forgedCommit, nonInverting, rotated, wronged} {
+			if st, err := store.RepoState(did); err != nil || st.Status != archive.StatusComplete || st.Refetch != archive.RefetchNone {
+				return false
+			}
+		}
+		return true
+	})
 	retrier := n.Retrier()
 	passes := retrier.Status().Passes
 	waitFor("retry drained", func() bool {
@@ -170,5 +197,16 @@ func TestVerifyEndToEnd(t *testing.T) {
 			t.Errorf("fault %s never fired", k)
 		}
 	}
-	t.Logf("%d events; %d accounts fold to the world", stats.Events, checked)
+	// Through the cache: one network resolution per account for the whole
+	// bootstrap and steady state, plus one after each #identity (the
+	// rotation, the handle change); the rest are forced re-resolutions, one
+	// per signature failure with a cached key (the wrong key met by the
+	// replacement, each retry of the forged repo).
+	resolved := promtest.Value(t, reg, "backstream_ident_resolutions_total", map[string]string{"result": "ok"})
+	forced := promtest.Value(t, reg, "backstream_ident_reresolved_total", nil)
+	if want := float64(len(live) + 2); resolved-forced != want || forced < 1 {
+		t.Errorf("%v network resolutions, %v of them forced, for %d active accounts: want %v unforced and at least 1 forced",
+			resolved, forced, len(live), want)
+	}
+	t.Logf("%d events; %d accounts fold to the world; %v resolutions (%v forced) for %d active accounts", stats.Events, checked, resolved, forced, len(live))
 }
