@@ -33,7 +33,7 @@ func (r *Runner) identity(ctx context.Context, did string) (*resolved, error) {
 		return &resolved{info, fresh}, nil
 	}
 	if ident.Class(err) != "" {
-		id.Verified(ident.PathBackfill, ident.OutcomeIdentity)
+		id.Verified(ident.PathBackfill, ident.OutcomeIdentity, did)
 		if id.Mode() == ident.ModeWarn {
 			return nil, nil
 		}
@@ -51,7 +51,7 @@ func (r *Runner) authority(doc *resolved, host string) error {
 	if err == nil {
 		return nil
 	}
-	r.o.Identity.Verified(ident.PathBackfill, ident.OutcomeAuthority)
+	r.o.Identity.Verified(ident.PathBackfill, ident.OutcomeAuthority, doc.info.DID)
 	if r.o.Identity.Mode() == ident.ModeWarn {
 		return nil
 	}
@@ -71,12 +71,12 @@ func (r *Runner) verifyOptions(doc *resolved) VerifyOptions {
 		_, err := id.Verify(ctx, doc.info, doc.fresh, c)
 		switch {
 		case err == nil:
-			id.Verified(ident.PathBackfill, ident.OutcomeOK)
+			id.Verified(ident.PathBackfill, ident.OutcomeOK, c.DID)
 			return nil
 		case ident.Class(err) == "":
 			return err // ctx ended, or the durable copy is unreadable
 		}
-		id.Verified(ident.PathBackfill, ident.Class(err))
+		id.Verified(ident.PathBackfill, ident.Class(err), c.DID)
 		if id.Mode() == ident.ModeWarn {
 			return nil
 		}

@@ -68,7 +68,7 @@ func (c *Consumer) verify(ctx context.Context, f *upstream.Frame) (string, error
 	default:
 		return "", fmt.Errorf("firehose: verify %s: %w", did, err)
 	}
-	id.Verified(ident.PathLive, outcome)
+	id.Verified(ident.PathLive, outcome, did)
 	if outcome == ident.OutcomeOK || id.Mode() == ident.ModeWarn {
 		return "", nil
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/internal/backoff"
+	"github.com/backstream/backstream/internal/loglimit"
 )
 
 // Defaults of Config.
@@ -169,7 +170,11 @@ type Resolver struct {
 	slots  chan struct{}
 	flight singleflight.Group
 	m      *Metrics
+	lines  *loglimit.Every // one line per trip kind per logEvery
 }
+
+// logEvery is the interval of this package's rate-limited log lines.
+const logEvery = time.Minute
 
 // New returns a Resolver for cfg.
 func New(cfg Config) *Resolver {
@@ -184,6 +189,7 @@ func New(cfg Config) *Resolver {
 		cache: newCache(cfg.CacheSize),
 		slots: make(chan struct{}, cfg.Concurrency),
 		m:     cfg.Metrics,
+		lines: loglimit.New(logEvery, cfg.Now),
 	}
 }
 
@@ -195,10 +201,24 @@ func (r *Resolver) Mode() Mode {
 	return r.cfg.Mode
 }
 
-// Verified counts one verification on path with outcome (nil-safe).
-func (r *Resolver) Verified(path, outcome string) {
-	if r != nil {
-		r.m.Verified(path, outcome)
+// Verified counts one verification of did on path with outcome (nil-safe);
+// a failure is logged once per path and outcome per minute.
+func (r *Resolver) Verified(path, outcome, did string) {
+	if r == nil {
+		return
+	}
+	r.m.Verified(path, outcome)
+	if outcome != OutcomeOK {
+		r.logTrip(path+"/"+outcome, "ident: verification failed", "path", path, "outcome", outcome, "mode", r.cfg.Mode.String(),
+			"did", loglimit.Clip(did, 256))
+	}
+}
+
+// logTrip logs msg at Warn when key's line is due, with the number of
+// occurrences it stands for.
+func (r *Resolver) logTrip(key, msg string, args ...any) {
+	if n, ok := r.lines.Tick(key); ok {
+		r.cfg.Logger.Warn(msg, append(args, "occurrences", n, "per", logEvery)...)
 	}
 }
 
@@ -286,6 +306,7 @@ func (r *Resolver) resolve(ctx context.Context, did string) (*Info, error) {
 	case r.slots <- struct{}{}:
 	default:
 		r.m.limited()
+		r.logTrip("limited", "ident: DID resolutions waiting for a slot", "concurrency", r.cfg.Concurrency)
 		select {
 		case r.slots <- struct{}{}:
 		case <-ctx.Done():
@@ -308,6 +329,7 @@ func (r *Resolver) resolve(ctx context.Context, did string) (*Info, error) {
 			return nil, fmt.Errorf("%w: %s: %w", ErrUnresolvable, did, err)
 		case attempt >= r.cfg.Retries:
 			r.m.resolution(resultFailed)
+			r.logTrip("failed", "ident: DID resolution failed past its retries", "did", did, "attempts", attempt+1, "err", loglimit.Clip(err.Error(), 512))
 			return nil, fmt.Errorf("%w: %s: after %d attempts: %w", ErrUnresolvable, did, attempt+1, err)
 		}
 		r.m.retry()
@@ -345,6 +367,7 @@ func (r *Resolver) accept(ctx context.Context, did string, id *identity.Identity
 		v := archive.Ident{Key: info.KeyMultibase, PDS: info.PDS, Handle: info.Handle, FetchedUS: max(now.UnixMicro(), 1)}
 		if err := r.cfg.Persist(ctx, did, v); err != nil {
 			r.m.persistFailed()
+			r.logTrip("persist", "ident: a resolved document could not be submitted for ident/", "err", err)
 		}
 	}
 	return info, nil

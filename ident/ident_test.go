@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -282,5 +284,26 @@ func expect(t *testing.T, reg prometheus.Gatherer, name string, labels map[strin
 	t.Helper()
 	if got := promtest.Value(t, reg, name, labels); got != want {
 		t.Fatalf("%s%v = %v, want %v", name, labels, got, want)
+	}
+}
+
+// TestFailuresLogOncePerMinute: a hundred verification failures of one kind
+// write one line, which counts them; a minute later the next writes another.
+func TestFailuresLogOncePerMinute(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Unix(1_800_000_000, 0)
+	r := ident.New(ident.Config{PLC: "http://127.0.0.1:1", Logger: slog.New(slog.NewTextHandler(&buf, nil)),
+		Now: func() time.Time { return now }})
+	for range 100 {
+		r.Verified(ident.PathLive, ident.OutcomeSignature, "did:plc:x")
+	}
+	r.Verified(ident.PathLive, ident.OutcomeOK, "did:plc:x")
+	if got := strings.Count(buf.String(), "verification failed"); got != 1 || !strings.Contains(buf.String(), "occurrences=1 ") {
+		t.Fatalf("%d lines after 100 failures:\n%s", got, buf.String())
+	}
+	now = now.Add(time.Minute)
+	r.Verified(ident.PathLive, ident.OutcomeSignature, "did:plc:x")
+	if got := strings.Count(buf.String(), "verification failed"); got != 2 || !strings.Contains(buf.String(), "occurrences=100 ") {
+		t.Fatalf("%d lines a minute later:\n%s", got, buf.String())
 	}
 }
