@@ -26,9 +26,21 @@
 // verify with the current key even after one forced re-resolution (a key
 // rotated since the cached copy).
 //
-// Invalidate drops an entry from memory (an #identity event); the next
-// lookup goes back to the network, not to the durable copy, so a changed
-// document is seen at once.
+// Verify checks a commit's signature with a looked-up document's key and,
+// unless that document came from the network in the same lookup, resolves
+// once more on a mismatch: at most one extra resolution per failed check.
+// VerifyCommit is Lookup then Verify. CheckAuthority refuses a repository
+// served by a host that is neither the document's PDS nor a trusted one.
+//
+// Invalidate marks an entry stale (an #identity event); the next lookup
+// goes back to the network, not to the durable copy, so a changed document
+// is seen at once. The handle kept is the one the document declares; it is
+// not bidirectionally verified here.
+//
+// Log lines: one Warn line per minute per kind of trip (verification
+// failures by path and outcome, resolutions failed past their retries,
+// waits for a slot, failed ident/ submissions), counting the occurrences
+// it stands for.
 //
 // Mode is the operator's verification mode (--verify): strict drops and
 // refuses what fails, warn archives it and counts, off resolves nothing.
