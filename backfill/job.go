@@ -369,12 +369,12 @@ type prepared struct {
 func (r *Runner) attempt(ctx context.Context, did string) (*prepared, error) {
 	deadline := r.o.AttemptTimeout
 	actx, cancel := context.WithTimeoutCause(ctx, deadline, errAttemptTimeout)
-	t0 := time.Now()
 	doc, err := r.identity(actx, did)
 	if err != nil {
 		cancel()
 		return nil, err
 	}
+	t0 := time.Now()
 	r.o.Metrics.getRepoStart()
 	dl, err := r.o.Source.GetRepo(actx, did)
 	elapsed := time.Since(t0)
@@ -387,7 +387,7 @@ func (r *Runner) attempt(ctx context.Context, did string) (*prepared, error) {
 		}
 		return nil, err
 	}
-	if err := r.authority(doc, dl.FinalHost); err != nil {
+	if err := r.authority(ctx, doc, dl.FinalHost); err != nil {
 		_ = dl.Remove()
 		return nil, err
 	}

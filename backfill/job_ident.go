@@ -42,17 +42,28 @@ func (r *Runner) identity(ctx context.Context, did string) (*resolved, error) {
 }
 
 // authority refuses a repo served by a host that is neither a trusted host
-// nor the document's PDS (strict), or counts it (warn).
-func (r *Runner) authority(doc *resolved, host string) error {
+// nor the document's PDS (strict), or counts it (warn). A document that did
+// not come from the network in this lookup is resolved again once first (an
+// account that moved to another PDS); doc then holds the new one.
+func (r *Runner) authority(ctx context.Context, doc *resolved, host string) error {
 	if doc == nil {
 		return nil
 	}
+	id := r.o.Identity
 	err := ident.CheckAuthority(doc.info, host, r.o.TrustedHosts...)
+	if err != nil && !doc.fresh {
+		info, rerr := id.Reresolve(ctx, doc.info.DID)
+		if rerr != nil {
+			return rerr
+		}
+		doc.info, doc.fresh = info, true
+		err = ident.CheckAuthority(info, host, r.o.TrustedHosts...)
+	}
 	if err == nil {
 		return nil
 	}
-	r.o.Identity.Verified(ident.PathBackfill, ident.OutcomeAuthority, doc.info.DID)
-	if r.o.Identity.Mode() == ident.ModeWarn {
+	id.Verified(ident.PathBackfill, ident.OutcomeAuthority, doc.info.DID)
+	if id.Mode() == ident.ModeWarn {
 		return nil
 	}
 	return err

@@ -127,3 +127,39 @@ func TestIdentityRotationWarnAndOff(t *testing.T) {
 		t.Fatalf("off mode: %+v", res)
 	}
 }
+
+// An account whose cached document names another PDS (it moved): one
+// re-resolution finds the new one and the repo is archived.
+func TestIdentityStalePDSReresolvesOnce(t *testing.T) {
+	e := newEnv(t, smallWorld(8, 4))
+	a := e.activeAccounts(1)[0]
+	info, _, err := ident.New(ident.Config{PLC: e.net.RelayURL()}).Lookup(context.Background(), a.DID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := *info
+	stale.PDS = "http://127.0.0.9:1"
+	moved := ident.New(ident.Config{PLC: e.net.RelayURL(), Mode: ident.ModeStrict, Metrics: ident.NewMetrics(e.reg),
+		Store: staleStore{a.DID, stale}})
+	defer moved.Close()
+	r := e.runner(func(o *backfill.Options) { o.Identity, o.TrustedHosts = moved, []string{e.relayHost()} })
+	if res := e.run(r, a.DID); res.Status != archive.StatusComplete {
+		t.Fatalf("moved account: %+v", res)
+	}
+	if got := counter(t, e.reg, "backstream_ident_resolutions_total", map[string]string{"result": "ok"}); got != 1 {
+		t.Fatalf("%v resolutions, want 1 (the stored copy, then the one re-resolution)", got)
+	}
+}
+
+// staleStore serves one DID's ident/ row.
+type staleStore struct {
+	did  string
+	info ident.Info
+}
+
+func (s staleStore) Ident(did string) (archive.Ident, error) {
+	if did != s.did {
+		return archive.Ident{}, &archive.KeyError{Key: "ident/" + did, Kind: archive.ErrNotFound}
+	}
+	return archive.Ident{Key: s.info.KeyMultibase, PDS: s.info.PDS, Handle: s.info.Handle, FetchedUS: time.Now().UnixMicro()}, nil
+}

@@ -28,23 +28,18 @@ func newCache(max int) *cache {
 	return &cache{max: max, order: list.New(), items: make(map[string]*list.Element)}
 }
 
-// get returns did's entry unless absent or expired at now (an expired entry
-// is removed).
-func (c *cache) get(did string, now time.Time) (*Info, bool) {
+// get returns did's entry and whether it has expired at now; ok is false
+// when there is none.
+func (c *cache) get(did string, now time.Time) (info *Info, expired, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.items[did]
 	if !ok {
-		return nil, false
+		return nil, false, false
 	}
 	e := el.Value.(*cacheEntry)
-	if !now.Before(e.expires) {
-		c.order.Remove(el)
-		delete(c.items, did)
-		return nil, false
-	}
 	c.order.MoveToFront(el)
-	return e.info, true
+	return e.info, !now.Before(e.expires), true
 }
 
 // put stores did's entry, evicting the least recently used past max.

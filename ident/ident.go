@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/atcrypto"
@@ -171,6 +172,13 @@ type Resolver struct {
 	flight singleflight.Group
 	m      *Metrics
 	lines  *loglimit.Every // one line per trip kind per logEvery
+
+	// Background refreshes of expired entries (revalidate): at most
+	// Concurrency at once, stopped by Close.
+	bg     chan struct{}
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 // logEvery is the interval of this package's rate-limited log lines.
@@ -183,13 +191,17 @@ func New(cfg Config) *Resolver {
 	if hc == nil {
 		hc = &http.Client{Timeout: cfg.Timeout}
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	return &Resolver{
-		cfg:   cfg,
-		dir:   &identity.BaseDirectory{PLCURL: cfg.PLC, HTTPClient: *hc, SkipHandleVerification: true, UserAgent: "backstream"},
-		cache: newCache(cfg.CacheSize),
-		slots: make(chan struct{}, cfg.Concurrency),
-		m:     cfg.Metrics,
-		lines: loglimit.New(logEvery, cfg.Now),
+		bg:     make(chan struct{}, cfg.Concurrency),
+		ctx:    ctx,
+		cancel: cancel,
+		cfg:    cfg,
+		dir:    &identity.BaseDirectory{PLCURL: cfg.PLC, HTTPClient: *hc, SkipHandleVerification: true, UserAgent: "backstream"},
+		cache:  newCache(cfg.CacheSize),
+		slots:  make(chan struct{}, cfg.Concurrency),
+		m:      cfg.Metrics,
+		lines:  loglimit.New(logEvery, cfg.Now),
 	}
 }
 
@@ -224,24 +236,33 @@ func (r *Resolver) logTrip(key, msg string, args ...any) {
 
 // Lookup returns did's document: from memory, from the durable copy, or
 // from the network (written back). fresh says it came from the network in
-// this call.
+// this call. A document past its TTL is still returned at once (not fresh:
+// a failed check with it resolves again) while a background refresh
+// replaces it, so an expired entry never puts a network round trip on the
+// caller's path; only a DID never seen or invalidated does.
 func (r *Resolver) Lookup(ctx context.Context, did string) (info *Info, fresh bool, err error) {
 	now := r.cfg.Now()
-	info, ok := r.cache.get(did, now)
+	info, expired, ok := r.cache.get(did, now)
 	switch {
 	case ok && info != nil:
 		r.m.cache(tierMemory)
+		if expired {
+			r.revalidate(did, info, now)
+		}
 		return info, false, nil
 	case ok: // invalidated: the durable copy is stale too
 	default:
-		info, _, err = r.durable(did, now)
+		info, err = r.durable(did)
 	}
 	if err != nil {
 		return nil, false, err
 	}
 	if info != nil {
 		r.m.cache(tierStore)
-		r.cache.put(did, info, now.Add(r.cfg.TTL))
+		r.cache.put(did, info, info.FetchedAt.Add(r.cfg.TTL))
+		if !now.Before(info.FetchedAt.Add(r.cfg.TTL)) {
+			r.revalidate(did, info, now)
+		}
 		return info, false, nil
 	}
 	r.m.cache(tierMiss)
@@ -249,32 +270,63 @@ func (r *Resolver) Lookup(ctx context.Context, did string) (info *Info, fresh bo
 	return info, err == nil, err
 }
 
-// durable reads the store's copy; absent or expired is (nil, false, nil),
-// an unreadable or malformed row is an error (fail closed).
-func (r *Resolver) durable(did string, now time.Time) (*Info, bool, error) {
+// revalidate refreshes did's expired document in the background, unless
+// as many refreshes as Concurrency already run (a later lookup tries
+// again). The stale entry is kept for revalidateGrace meanwhile, so a burst
+// of lookups starts one refresh.
+func (r *Resolver) revalidate(did string, stale *Info, now time.Time) {
+	r.cache.put(did, stale, now.Add(min(revalidateGrace, r.cfg.TTL)))
+	select {
+	case r.bg <- struct{}{}:
+	default:
+		return
+	}
+	r.wg.Add(1)
+	go func() { // owned: Close cancels r.ctx and waits
+		defer r.wg.Done()
+		defer func() { <-r.bg }()
+		if _, err := r.Refresh(r.ctx, did); err != nil && r.ctx.Err() == nil {
+			r.m.staleFailed()
+		}
+	}()
+}
+
+// revalidateGrace is how long an expired entry serves while its refresh
+// runs, before a lookup may start another.
+const revalidateGrace = time.Minute
+
+// Close stops the background refreshes and waits for them. Lookups after
+// Close still work, without background refreshes.
+func (r *Resolver) Close() {
+	if r == nil {
+		return
+	}
+	r.cancel()
+	r.wg.Wait()
+}
+
+// durable reads the store's copy (nil when absent), whatever its age; an
+// unreadable or malformed row is an error (fail closed).
+func (r *Resolver) durable(did string) (*Info, error) {
 	if r.cfg.Store == nil {
-		return nil, false, nil
+		return nil, nil
 	}
 	v, err := r.cfg.Store.Ident(did)
 	switch {
 	case errors.Is(err, archive.ErrNotFound):
-		return nil, false, nil
+		return nil, nil
 	case err != nil:
-		return nil, false, fmt.Errorf("ident: %s: %w", did, err)
+		return nil, fmt.Errorf("ident: %s: %w", did, err)
 	}
-	fetched := time.UnixMicro(v.FetchedUS)
-	if now.Sub(fetched) >= r.cfg.TTL {
-		return nil, false, nil
-	}
-	info := &Info{DID: did, KeyMultibase: v.Key, PDS: v.PDS, Handle: v.Handle, FetchedAt: fetched}
+	info := &Info{DID: did, KeyMultibase: v.Key, PDS: v.PDS, Handle: v.Handle, FetchedAt: time.UnixMicro(v.FetchedUS)}
 	if v.Key != "" {
 		k, err := atcrypto.ParsePublicMultibase(v.Key)
 		if err != nil {
-			return nil, false, fmt.Errorf("ident: %s: stored key: %w: %w", did, archive.ErrMalformed, err)
+			return nil, fmt.Errorf("ident: %s: stored key: %w: %w", did, archive.ErrMalformed, err)
 		}
 		info.Key = k
 	}
-	return info, true, nil
+	return info, nil
 }
 
 // Refresh resolves did over the network (one flight per DID; concurrent
@@ -285,6 +337,13 @@ func (r *Resolver) Refresh(ctx context.Context, did string) (*Info, error) {
 		return nil, err
 	}
 	return v.(*Info), nil
+}
+
+// Reresolve is Refresh forced by a check that failed with a document that
+// did not come from the network just now (counted as a re-resolution).
+func (r *Resolver) Reresolve(ctx context.Context, did string) (*Info, error) {
+	r.m.reresolved()
+	return r.Refresh(ctx, did)
 }
 
 // Invalidate marks did's document stale (an #identity event): the next
@@ -393,8 +452,7 @@ func (r *Resolver) Verify(ctx context.Context, info *Info, fresh bool, c *repo.C
 		return info, nil
 	}
 	if !fresh {
-		r.m.reresolved()
-		if info, err = r.Refresh(ctx, info.DID); err != nil {
+		if info, err = r.Reresolve(ctx, info.DID); err != nil {
 			return nil, err
 		}
 		if err = c.VerifySignature(info.Key); err == nil {

@@ -87,11 +87,20 @@ func TestLookupResolvesThroughPLCAndCaches(t *testing.T) {
 	if got := st.m[a.DID]; got.Key != a.PublicKeyMultibase || got.FetchedUS == 0 {
 		t.Fatalf("durable copy %+v", got)
 	}
-	// A fresh resolver on the same store answers from ident/ without the network.
-	r2 := ident.New(ident.Config{PLC: "http://127.0.0.1:1", Store: st, Retries: -1})
+	// A fresh resolver on the same store answers from ident/ without the
+	// network, even a day later with the directory down: the stale copy
+	// serves while its background refresh fails, counted.
+	reg2 := prometheus.NewRegistry()
+	later := time.Now().Add(25 * time.Hour)
+	r2 := ident.New(ident.Config{PLC: "http://127.0.0.1:1", Store: st, Retries: -1, Metrics: ident.NewMetrics(reg2),
+		Now: func() time.Time { return later }})
 	if info, fresh, err := r2.Lookup(ctx, a.DID); err != nil || fresh || info.KeyMultibase != a.PublicKeyMultibase {
 		t.Fatalf("durable lookup: %+v fresh=%v err=%v", info, fresh, err)
 	}
+	promtest.Eventually(t, 5*time.Second, "a failed background refresh", func() bool {
+		return promtest.Value(t, reg2, "backstream_ident_refresh_errors_total", nil) == 1
+	})
+	r2.Close()
 	expect(t, reg, "backstream_ident_resolutions_total", map[string]string{"result": "ok"}, 1)
 	expect(t, reg, "backstream_ident_lookups_total", map[string]string{"tier": "memory"}, 1)
 	// An #identity invalidates: the next lookup goes to the network, not to
@@ -210,9 +219,21 @@ func TestCacheIsBoundedAndExpires(t *testing.T) {
 	if _, fresh, _ := r.Lookup(ctx, live[0]); fresh {
 		t.Fatal("a cached entry was resolved again")
 	}
+	// Past its TTL an entry is still served at once, not fresh, while one
+	// background refresh replaces it.
 	now = now.Add(time.Minute)
-	if _, fresh, _ := r.Lookup(ctx, live[0]); !fresh {
-		t.Fatal("an entry past its TTL was served")
+	before := promtest.Value(t, reg, "backstream_ident_resolutions_total", map[string]string{"result": "ok"})
+	for range 5 {
+		if info, fresh, err := r.Lookup(ctx, live[0]); err != nil || fresh || info == nil {
+			t.Fatalf("expired entry: %v fresh=%v", err, fresh)
+		}
+	}
+	promtest.Eventually(t, 5*time.Second, "a background refresh", func() bool {
+		return promtest.Value(t, reg, "backstream_ident_resolutions_total", map[string]string{"result": "ok"}) == before+1
+	})
+	r.Close()
+	if got := promtest.Value(t, reg, "backstream_ident_resolutions_total", map[string]string{"result": "ok"}); got != before+1 {
+		t.Fatalf("%v background refreshes for 5 lookups of one expired entry, want 1", got-before)
 	}
 }
 

@@ -45,6 +45,7 @@ type Metrics struct {
 	reresolve   prometheus.Counter
 	invalidate  prometheus.Counter
 	persistErr  prometheus.Counter
+	staleErr    prometheus.Counter
 	entriesG    prometheus.Gauge
 	seconds     prometheus.Histogram
 	verified    *prometheus.CounterVec // path, outcome
@@ -55,8 +56,9 @@ type Metrics struct {
 //   - backstream_ident_lookups_total{tier=memory|store|miss}
 //   - backstream_ident_retries_total, backstream_ident_limited_total (a
 //     resolution waited for a slot), backstream_ident_reresolved_total (a
-//     signature failure forced a fresh resolution),
-//     backstream_ident_invalidated_total, backstream_ident_persist_errors_total
+//     signature or PDS check failed with a cached document),
+//     backstream_ident_invalidated_total, backstream_ident_persist_errors_total,
+//     backstream_ident_refresh_errors_total (a background refresh failed)
 //   - backstream_ident_cache_entries, backstream_ident_resolve_seconds
 //   - backstream_verify_total{path=backfill|live, outcome=ok|identity|signature|authority|inversion|rev}
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -76,13 +78,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "backstream_ident_limited_total", Help: "DID resolutions that waited for a slot (--ident-concurrency).",
 		}),
 		reresolve: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "backstream_ident_reresolved_total", Help: "Forced re-resolutions after a signature failed with a cached key.",
+			Name: "backstream_ident_reresolved_total", Help: "Forced re-resolutions after a signature or PDS check failed with a cached document.",
 		}),
 		invalidate: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_ident_invalidated_total", Help: "Cached DID documents dropped by #identity events.",
 		}),
 		persistErr: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_ident_persist_errors_total", Help: "Resolved documents that could not be submitted for ident/ (the writer stopped).",
+		}),
+		staleErr: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_ident_refresh_errors_total", Help: "Background refreshes of expired DID documents that failed (the stale copy stays in use).",
 		}),
 		entriesG: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "backstream_ident_cache_entries", Help: "DID documents in the memory cache.",
@@ -109,7 +114,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.resolutions, m.lookups, m.retries, m.limitedC, m.reresolve, m.invalidate,
-			m.persistErr, m.entriesG, m.seconds, m.verified)
+			m.persistErr, m.staleErr, m.entriesG, m.seconds, m.verified)
 	}
 	return m
 }
@@ -153,6 +158,12 @@ func (m *Metrics) invalidated() {
 func (m *Metrics) persistFailed() {
 	if m != nil {
 		m.persistErr.Inc()
+	}
+}
+
+func (m *Metrics) staleFailed() {
+	if m != nil {
+		m.staleErr.Inc()
 	}
 }
 

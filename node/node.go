@@ -507,6 +507,7 @@ func (n *Node) Close() error {
 		if n.sub != nil {
 			_ = n.sub.Close()
 		}
+		n.ident.Close() // its background refreshes submit ident/ rows to the writer
 		stuck := false
 		if n.w != nil {
 			n.closeErr, stuck = n.closeWriter()

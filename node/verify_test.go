@@ -200,8 +200,9 @@ func TestVerifyEndToEnd(t *testing.T) {
 	// Through the cache: one network resolution per account for the whole
 	// bootstrap and steady state, plus one after each #identity (the
 	// rotation, the handle change); the rest are forced re-resolutions, one
-	// per signature failure with a cached key (the wrong key met by the
-	// replacement, each retry of the forged repo).
+	// per signature or PDS check failed with a cached document (the wrong
+	// key met by the replacement, each retry of the forged and the
+	// misattributed repos).
 	resolved := promtest.Value(t, reg, "backstream_ident_resolutions_total", map[string]string{"result": "ok"})
 	forced := promtest.Value(t, reg, "backstream_ident_reresolved_total", nil)
 	if want := float64(len(live) + 2); resolved-forced != want || forced < 1 {
