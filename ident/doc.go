@@ -8,11 +8,18 @@
 // verification skipped: the archive needs keys and endpoints), behind
 //
 //   - a bounded in-memory cache (CacheSize entries, least recently used
-//     evicted) whose entries live TTL;
+//     evicted) whose entries are trusted for TTL;
 //   - the durable copy in the store, ident/<did> (archive.Ident), read on a
-//     memory miss and used while younger than TTL; every network
-//     resolution is written back through Config.Persist, which node wires
-//     to a writer unit (the writer writes it in its batches);
+//     memory miss; every network resolution is written back through
+//     Config.Persist, which node wires to a writer unit (the writer writes
+//     it in its batches);
+//   - stale-while-revalidate: a document past its TTL (in memory or in the
+//     store) is still returned at once, as not fresh, while one background
+//     refresh replaces it (owned goroutines, at most Concurrency, stopped by
+//     Close). A check that fails with a document that is not fresh resolves
+//     again first, so a stale key or PDS costs one re-resolution, never a
+//     wrong verdict; only a DID never seen, or invalidated, waits for the
+//     network;
 //   - one network flight per DID at a time (concurrent lookups of a DID
 //     share it), at most Concurrency flights in all (a lookup past the
 //     limit waits, counted), each request under Timeout, a failed request
