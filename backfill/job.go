@@ -604,8 +604,12 @@ func (r *Runner) terminal(res *Result, now time.Time) func(archive.RepoState, bo
 			cur.BackfillRev = rev
 			cur.Attempts = 0
 			cur.ErrClass, cur.LastError = "", ""
-			cur.NextAttemptUS = 0
-			cur.Refetch = archive.RefetchNone
+			// A live frame that failed verification after this job started
+			// may be newer than the snapshot: its mark stays due.
+			if cur.Refetch != archive.RefetchUnverified || cur.NextAttemptUS < started {
+				cur.NextAttemptUS = 0
+				cur.Refetch = archive.RefetchNone
+			}
 			cur.CompletedUS = nowUS
 			cur.Records, cur.Bytes = records, bytes
 		case archive.StatusUnavailable:

@@ -82,6 +82,10 @@ type Config struct {
 	// frame's rows (its cursor still advances) and, live, marks the account
 	// due for a whole-repo replacement; warn mode counts and archives.
 	Identity *ident.Resolver
+	// MarkWriter (capture mode) is the archive writer, where a frame that
+	// failed verification marks its account due for a replacement (capture
+	// units carry no repo mutations); nil: not marked.
+	MarkWriter *archive.Writer
 	// OnEffects, when set (live mode), is called after a unit carrying repo
 	// side effects (#account, #sync) is durable, so the retry runner can
 	// look for newly due repos at once (retry.Runner.Wake). It must not
@@ -342,6 +346,9 @@ func (c *Consumer) Handle(ctx context.Context, msg []byte) error {
 	}
 	failed, err := c.verify(ctx, &f)
 	if err != nil {
+		return err
+	}
+	if err := c.markCaptured(ctx, &f, failed); err != nil {
 		return err
 	}
 	u := c.unit(&f, seq, failed)

@@ -22,8 +22,10 @@
 //     account's key, re-resolved once on a mismatch. Strict: a failing
 //     frame keeps only its cursor, is counted
 //     (backstream_verify_total{path="live"}), and live marks its known,
-//     active account due for a replacement (RefetchUnverified). Warn counts
-//     and archives. #identity frames invalidate the cached document. The
+//     active account due for a replacement (RefetchUnverified); capture
+//     submits that mark to the archive writer (Config.MarkWriter), since the
+//     account's snapshot may predate the dropped commit. Warn counts and
+//     archives. #identity frames invalidate the cached document. The
 //     rev order of sync 1.1 is the writer's ratchet.
 //   - LastAccepted, LastDurable, Started, OutdatedCursor; NewMetrics.
 //

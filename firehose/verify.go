@@ -163,6 +163,23 @@ func checkSyncMessage(ctx context.Context, m *comatproto.SyncSubscribeRepos_Sync
 	return commit, nil
 }
 
+// markCaptured, in capture mode, submits the replacement mark of a frame
+// that failed verification to Config.MarkWriter, the archive writer: the
+// account's snapshot may predate the dropped commit. A job that completes
+// after the mark keeps it (backfill keeps a RefetchUnverified newer than its
+// start), so the replacement follows in steady state.
+func (c *Consumer) markCaptured(ctx context.Context, f *upstream.Frame, failed string) error {
+	did := f.DID()
+	if failed == "" || c.cfg.Mode != ModeCapture || c.cfg.MarkWriter == nil || !upstream.ValidDID(did) {
+		return nil
+	}
+	u := &archive.Unit{Repos: []archive.RepoUpdate{unverifiedEffect(did, c.cfg.Now().UnixMicro())}}
+	if err := c.cfg.MarkWriter.Submit(ctx, u); err != nil {
+		return fmt.Errorf("firehose: mark %s for a replacement: %w", did, err)
+	}
+	return nil
+}
+
 // unverifiedEffect marks a known, active account due for a whole-repo
 // replacement after one of its live frames failed verification.
 func unverifiedEffect(did string, nowUS int64) archive.RepoUpdate {

@@ -164,3 +164,37 @@ func TestLiveVerificationWarn(t *testing.T) {
 		t.Fatalf("signature failures %v, want 1", got)
 	}
 }
+
+// TestCaptureVerificationMarks: in capture mode a forged #commit is not
+// captured, and its account is marked due for a replacement through the
+// archive writer (capture units carry no repo mutations).
+func TestCaptureVerificationMarks(t *testing.T) {
+	n := startNetwork(t, oracle.Config{Seed: 33, Accounts: 6})
+	s := openStore(t)
+	archiveW, captureW := newWriter(t, s, false), newWriter(t, s, true)
+	did := activeDIDs(n.World())[0]
+	r, err := archiveW.Apply(context.Background(), &archive.Unit{Repos: []archive.RepoUpdate{{DID: did,
+		Fields: archive.FieldStatus | archive.FieldActive, State: archive.RepoState{Status: archive.StatusPending, Active: true}}}})
+	if err != nil || r.Refused != nil {
+		t.Fatalf("seed: %v %v", err, r.Refused)
+	}
+	now := time.UnixMicro(1_700_000_000_000_000)
+	zero := int64(0)
+	c, _ := newConsumer(t, Config{Relay: n.RelayURL(), Writer: captureW, MarkWriter: archiveW, Mode: ModeCapture, Cursor: &zero,
+		Identity: ident.New(ident.Config{PLC: n.RelayURL()}), Now: func() time.Time { return now }})
+	startRun(t, c)
+	bad, err := n.Emit(func(w *world.World) (world.Event, error) { return w.ForgedSignatureCommit(did) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, n, c, nil)
+	for _, r := range readLog(t, s, true) {
+		if r.DID == did && r.Rev == bad.Event.Commit.Rev {
+			t.Fatalf("forged commit captured: %+v", r)
+		}
+	}
+	waitFor(t, 5*time.Second, "the replacement mark", func() bool {
+		st, err := s.RepoState(did)
+		return err == nil && st.Refetch == archive.RefetchUnverified && st.NextAttemptUS == now.UnixMicro()
+	})
+}

@@ -228,7 +228,7 @@ func (r *runner) startCapture(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: w, Mode: firehose.ModeCapture, Cursor: cursor, Identity: r.cfg.Identity, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "capture"), Now: r.cfg.Now})
+	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: w, Mode: firehose.ModeCapture, Cursor: cursor, Identity: r.cfg.Identity, MarkWriter: r.cfg.Writer, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "capture"), Now: r.cfg.Now})
 	if err != nil {
 		w.Close()
 		return err
