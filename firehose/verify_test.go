@@ -198,3 +198,37 @@ func TestCaptureVerificationMarks(t *testing.T) {
 		return err == nil && st.Refetch == archive.RefetchUnverified && st.NextAttemptUS == now.UnixMicro()
 	})
 }
+
+// TestLiveSyncVerification: a genuine #sync verifies and schedules its
+// replacement as #sync does; a #sync signed by a foreign key is dropped (no
+// sync row) and its account marked as unverified.
+func TestLiveSyncVerification(t *testing.T) {
+	n := startNetwork(t, oracle.Config{Seed: 34, Accounts: 8})
+	v := startVerify(t, n, ident.ModeStrict)
+	dids := activeDIDs(n.World())
+	good, forged := dids[0], dids[1]
+	g := v.emit(t, func(w *world.World) (world.Event, error) { return w.ResetRepo(good, 2) })
+	b := v.emit(t, func(w *world.World) (world.Event, error) { return w.ForgedSync(forged) })
+	waitCaughtUp(t, n, v.c, nil)
+	var sawGood bool
+	for _, r := range readLog(t, v.s, false) {
+		switch {
+		case r.Kind == archive.KindSync && r.DID == good && r.Rev == g.Event.Sync.Rev:
+			sawGood = true
+		case r.Kind == archive.KindSync && r.DID == forged:
+			t.Fatalf("forged #sync archived: %+v (rev %s)", r, b.Event.Sync.Rev)
+		}
+	}
+	if !sawGood {
+		t.Fatal("genuine #sync not archived")
+	}
+	if st, _ := v.s.RepoState(good); st.Refetch != archive.RefetchSync {
+		t.Fatalf("genuine #sync: %+v", st)
+	}
+	if st, _ := v.s.RepoState(forged); st.Refetch != archive.RefetchUnverified {
+		t.Fatalf("forged #sync: %+v", st)
+	}
+	if got := promtest.Value(t, v.reg, "backstream_verify_total", map[string]string{"path": "live", "outcome": "signature"}); got != 1 {
+		t.Fatalf("signature failures %v, want 1", got)
+	}
+}

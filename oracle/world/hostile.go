@@ -109,6 +109,43 @@ func (w *World) NonInvertingCommit(did string) (Event, error) {
 	})
 }
 
+// ForgedSync returns a one-off #sync for did naming its current tree under
+// a new rev, signed by ForeignKey. The world does not apply it. The account
+// must be active.
+func (w *World) ForgedSync(did string) (Event, error) {
+	a, err := w.lookup(did)
+	if err != nil {
+		return Event{}, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.writable(); err != nil {
+		return Event{}, err
+	}
+	var c repo.Commit
+	if err := c.UnmarshalCBOR(bytes.NewReader(a.commitBlk)); err != nil {
+		return Event{}, fmt.Errorf("world: forged sync: %w", err)
+	}
+	c.Rev = a.revClock.Next().String()
+	if err := c.Sign(ForeignKey()); err != nil {
+		return Event{}, fmt.Errorf("world: forged sync: %w", err)
+	}
+	var cb bytes.Buffer
+	if err := c.MarshalCBOR(&cb); err != nil {
+		return Event{}, fmt.Errorf("world: forged sync: %w", err)
+	}
+	head, err := dagCBORPrefix.Sum(cb.Bytes())
+	if err != nil {
+		return Event{}, fmt.Errorf("world: forged sync: %w", err)
+	}
+	var buf bytes.Buffer
+	if err := writeCARHeader(&buf, head, cb.Bytes()); err != nil {
+		return Event{}, err
+	}
+	body := &comatproto.SyncSubscribeRepos_Sync{Blocks: buf.Bytes(), Did: a.did, Rev: c.Rev, Time: now()}
+	return Event{DID: a.did, Sync: body, Invalid: ReasonForgedSignature}, nil
+}
+
 // oneOffCreate builds a one-off commit of one new record with build, under
 // the account's lock.
 func (w *World) oneOffCreate(did, reason string, build func(*account, []writeOp) (*comatproto.SyncSubscribeRepos_Commit, error)) (Event, error) {
