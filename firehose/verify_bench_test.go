@@ -93,3 +93,48 @@ func BenchmarkVerifyCommitFrame(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkLiveIngestVerify: the live consumer reading a preloaded history
+// of basic traffic over a real websocket into the archive writer, from
+// cursor 0 to the head, with verification off and strict (every account's
+// key cached, as after bootstrap). Reports events/s and CPU-s per million
+// events (process CPU, the simulated relay's included, alike in both).
+func BenchmarkLiveIngestVerify(b *testing.B) {
+	const preload = 20000
+	net, err := oracle.Start(context.Background(), oracle.Config{Accounts: 200, RecordsMean: 5, Hosts: 2, Seed: 4,
+		Traffic: oracle.TrafficBasic, PreloadEvents: preload, Rate: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { net.Close() })
+	head := int64(preload)
+	for _, mode := range []string{"off", "strict"} {
+		b.Run(mode, func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				var id *ident.Resolver
+				if mode == "strict" {
+					id = ident.New(ident.Config{PLC: net.RelayURL(), Mode: ident.ModeStrict})
+					for _, a := range net.World().Accounts() {
+						_, _, _ = id.Lookup(context.Background(), a.DID)
+					}
+				}
+				s := openStore(b)
+				zero := int64(0)
+				c, _ := newConsumer(b, Config{Relay: net.RelayURL(), Writer: newWriter(b, s, false), Mode: ModeLive, Cursor: &zero, Identity: id})
+				b.StartTimer()
+				t0, cpu0 := time.Now(), processCPU(b)
+				r := startRun(b, c)
+				waitFor(b, 5*time.Minute, "the head durable", func() bool { return c.LastDurable() >= head })
+				elapsed, cpu := time.Since(t0), processCPU(b)-cpu0
+				b.StopTimer()
+				if err := r.stop(b); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(head)/elapsed.Seconds(), "events/s")
+				b.ReportMetric(cpu.Seconds()*1e6/float64(head), "cpu-s/1M-events")
+				b.StartTimer()
+			}
+		})
+	}
+}
