@@ -39,9 +39,12 @@
 // VerifyCommit is Lookup then Verify. CheckAuthority refuses a repository
 // served by a host that is neither the document's PDS nor a trusted one.
 //
-// Invalidate marks an entry stale (an #identity event); the next lookup
-// goes back to the network, not to the durable copy, so a changed document
-// is seen at once. The handle kept is the one the document declares; it is
+// Invalidate marks an entry stale (an #identity event) and refreshes it in
+// the background; a lookup before that refresh is done goes to the network
+// (sharing its flight), never to the durable copy, so a changed document is
+// seen at once, and one resolution follows an invalidation whatever the
+// interleaving (a flight finds a document fetched since it was wanted and
+// does not resolve again). The handle kept is the one the document declares; it is
 // not bidirectionally verified here.
 //
 // Log lines: one Warn line per minute per kind of trip (verification

@@ -266,16 +266,22 @@ func (r *Resolver) Lookup(ctx context.Context, did string) (info *Info, fresh bo
 		return info, false, nil
 	}
 	r.m.cache(tierMiss)
-	info, err = r.Refresh(ctx, did)
+	info, err = r.refreshSince(ctx, did, now)
 	return info, err == nil, err
 }
 
-// revalidate refreshes did's expired document in the background, unless
-// as many refreshes as Concurrency already run (a later lookup tries
-// again). The stale entry is kept for revalidateGrace meanwhile, so a burst
-// of lookups starts one refresh.
+// revalidate refreshes did's expired document in the background (see
+// background). The stale entry is kept for revalidateGrace meanwhile, so a
+// burst of lookups starts one refresh.
 func (r *Resolver) revalidate(did string, stale *Info, now time.Time) {
 	r.cache.put(did, stale, now.Add(min(revalidateGrace, r.cfg.TTL)))
+	r.background(did, now)
+}
+
+// background resolves did on an owned goroutine, unless as many background
+// refreshes as Concurrency already run (a later lookup resolves it then),
+// or a document fetched since `since` is in memory by the time it starts.
+func (r *Resolver) background(did string, since time.Time) {
 	select {
 	case r.bg <- struct{}{}:
 	default:
@@ -285,7 +291,7 @@ func (r *Resolver) revalidate(did string, stale *Info, now time.Time) {
 	go func() { // owned: Close cancels r.ctx and waits
 		defer r.wg.Done()
 		defer func() { <-r.bg }()
-		if _, err := r.Refresh(r.ctx, did); err != nil && r.ctx.Err() == nil {
+		if _, err := r.refreshSince(r.ctx, did, since); err != nil && r.ctx.Err() == nil {
 			r.m.staleFailed()
 		}
 	}()
@@ -332,7 +338,23 @@ func (r *Resolver) durable(did string) (*Info, error) {
 // Refresh resolves did over the network (one flight per DID; concurrent
 // callers share it), replaces the cached entry and writes it back.
 func (r *Resolver) Refresh(ctx context.Context, did string) (*Info, error) {
-	v, err, _ := r.flight.Do(did, func() (any, error) { return r.resolve(ctx, did) })
+	return r.refreshSince(ctx, did, time.Time{})
+}
+
+// refreshSince is Refresh unless, once the flight starts, memory already
+// holds a document fetched at or after since (another flight resolved it
+// meanwhile): so one invalidation or expiry costs one resolution, whatever
+// the interleaving of lookups and background refreshes. The zero since
+// always resolves.
+func (r *Resolver) refreshSince(ctx context.Context, did string, since time.Time) (*Info, error) {
+	v, err, _ := r.flight.Do(did, func() (any, error) {
+		if !since.IsZero() {
+			if info, _, ok := r.cache.get(did, r.cfg.Now()); ok && info != nil && !info.FetchedAt.Before(since) {
+				return info, nil
+			}
+		}
+		return r.resolve(ctx, did)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -346,11 +368,15 @@ func (r *Resolver) Reresolve(ctx context.Context, did string) (*Info, error) {
 	return r.Refresh(ctx, did)
 }
 
-// Invalidate marks did's document stale (an #identity event): the next
-// Lookup resolves it over the network, skipping the durable copy.
+// Invalidate marks did's document stale (an #identity event) and refreshes
+// it in the background: the next Lookup finds the new document, or (the
+// refresh not done yet) resolves it over the network, skipping the durable
+// copy. Either way one resolution follows an invalidation.
 func (r *Resolver) Invalidate(did string) {
-	r.cache.put(did, nil, r.cfg.Now().Add(r.cfg.TTL))
+	now := r.cfg.Now()
+	r.cache.put(did, nil, now.Add(r.cfg.TTL))
 	r.m.invalidated()
+	r.background(did, now)
 }
 
 // resolve is one network resolution under the concurrency limit, with the

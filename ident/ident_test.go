@@ -275,14 +275,24 @@ func TestVerifyCommitReresolvesOnceOnRotation(t *testing.T) {
 	}
 	expect(t, reg, "backstream_ident_reresolved_total", nil, 1)
 	// The document names a key that does not sign (old key signs, document
-	// names a new one): one re-resolution, then ErrBadSignature.
+	// names a new one). The invalidation refreshes in the background; the
+	// check with that document fails, re-resolves once, then ErrBadSignature.
 	n.Faults().DIDWrongKey(a.DID, oracle.Always)
 	r.Invalidate(a.DID)
+	promtest.Eventually(t, 5*time.Second, "the background refresh", func() bool {
+		return promtest.Value(t, reg, "backstream_ident_resolutions_total", map[string]string{"result": "ok"}) == 3
+	})
 	_, err := r.VerifyCommit(ctx, a.DID, headCommit(t, n, a.DID))
 	if !errors.Is(err, ident.ErrBadSignature) || ident.Class(err) != ident.ClassSignature {
 		t.Fatalf("wrong key: %v", err)
 	}
-	expect(t, reg, "backstream_ident_reresolved_total", nil, 1) // fresh from the network: no second resolution
+	expect(t, reg, "backstream_ident_reresolved_total", nil, 2)
+	// Fresh from the network in the same lookup: no second resolution.
+	r2 := ident.New(ident.Config{PLC: n.RelayURL(), Metrics: ident.NewMetrics(prometheus.NewRegistry())})
+	defer r2.Close()
+	if _, err := r2.VerifyCommit(ctx, a.DID, headCommit(t, n, a.DID)); ident.Class(err) != ident.ClassSignature {
+		t.Fatalf("wrong key, fresh: %v", err)
+	}
 }
 
 func TestCheckAuthority(t *testing.T) {

@@ -87,7 +87,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "backstream_ident_persist_errors_total", Help: "Resolved documents that could not be submitted for ident/ (the writer stopped).",
 		}),
 		staleErr: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "backstream_ident_refresh_errors_total", Help: "Background refreshes of expired DID documents that failed (the stale copy stays in use).",
+			Name: "backstream_ident_refresh_errors_total", Help: "Background refreshes (of expired or invalidated DID documents) that failed; a stale copy stays in use.",
 		}),
 		entriesG: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "backstream_ident_cache_entries", Help: "DID documents in the memory cache.",

@@ -127,11 +127,12 @@ func TestVerifyEndToEnd(t *testing.T) {
 		emit(func(w *world.World) (world.Event, error) { return w.ForgedSignatureCommit(forgedCommit) }),
 		emit(func(w *world.World) (world.Event, error) { return w.NonInvertingCommit(nonInverting) }),
 	}
-	// wronged's document names a wrong key for one resolution, right after
-	// an #identity dropped the cached one: its next, genuine commit fails
+	// wronged's document names a wrong key for the two resolutions after an
+	// #identity dropped the cached one (its background refresh, and the
+	// lookup or re-resolution of its next commit): that genuine commit fails
 	// and is dropped; only the replacement it schedules brings it back.
+	f.DIDWrongKey(wronged, 2)
 	emit(func(w *world.World) (world.Event, error) { return w.SetHandle(wronged, "wronged.test") })
-	f.DIDWrongKey(wronged, 1)
 	emit(like(wronged))
 	emit(like(rotated))
 	emit(func(w *world.World) (world.Event, error) { return w.RotateKey(rotated) })
