@@ -163,7 +163,8 @@ func (c *Config) defaults() {
 	}
 }
 
-// Resolver resolves DIDs. Safe for concurrent use; it owns no goroutine.
+// Resolver resolves DIDs. Safe for concurrent use. Its background
+// refreshes are owned goroutines that Close stops.
 type Resolver struct {
 	cfg    Config
 	dir    *identity.BaseDirectory
