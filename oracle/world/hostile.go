@@ -113,42 +113,53 @@ func (w *World) NonInvertingCommit(did string) (Event, error) {
 // a new rev, signed by ForeignKey. The world does not apply it. The account
 // must be active.
 func (w *World) ForgedSync(did string) (Event, error) {
-	a, err := w.lookup(did)
-	if err != nil {
-		return Event{}, err
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if err := a.writable(); err != nil {
-		return Event{}, err
-	}
-	var c repo.Commit
-	if err := c.UnmarshalCBOR(bytes.NewReader(a.commitBlk)); err != nil {
-		return Event{}, fmt.Errorf("world: forged sync: %w", err)
-	}
-	c.Rev = a.revClock.Next().String()
-	if err := c.Sign(ForeignKey()); err != nil {
-		return Event{}, fmt.Errorf("world: forged sync: %w", err)
-	}
-	var cb bytes.Buffer
-	if err := c.MarshalCBOR(&cb); err != nil {
-		return Event{}, fmt.Errorf("world: forged sync: %w", err)
-	}
-	head, err := dagCBORPrefix.Sum(cb.Bytes())
-	if err != nil {
-		return Event{}, fmt.Errorf("world: forged sync: %w", err)
-	}
-	var buf bytes.Buffer
-	if err := writeCARHeader(&buf, head, cb.Bytes()); err != nil {
-		return Event{}, err
-	}
-	body := &comatproto.SyncSubscribeRepos_Sync{Blocks: buf.Bytes(), Did: a.did, Rev: c.Rev, Time: now()}
-	return Event{DID: a.did, Sync: body, Invalid: ReasonForgedSignature}, nil
+	return w.writableAccount(did, func(a *account) (Event, error) {
+		var c repo.Commit
+		if err := c.UnmarshalCBOR(bytes.NewReader(a.commitBlk)); err != nil {
+			return Event{}, fmt.Errorf("world: forged sync: %w", err)
+		}
+		c.Rev = a.revClock.Next().String()
+		if err := c.Sign(ForeignKey()); err != nil {
+			return Event{}, fmt.Errorf("world: forged sync: %w", err)
+		}
+		var cb bytes.Buffer
+		if err := c.MarshalCBOR(&cb); err != nil {
+			return Event{}, fmt.Errorf("world: forged sync: %w", err)
+		}
+		head, err := dagCBORPrefix.Sum(cb.Bytes())
+		if err != nil {
+			return Event{}, fmt.Errorf("world: forged sync: %w", err)
+		}
+		var buf bytes.Buffer
+		if err := writeCARHeader(&buf, head, cb.Bytes()); err != nil {
+			return Event{}, err
+		}
+		body := &comatproto.SyncSubscribeRepos_Sync{Blocks: buf.Bytes(), Did: a.did, Rev: c.Rev, Time: now()}
+		return Event{DID: a.did, Sync: body, Invalid: ReasonForgedSignature}, nil
+	})
 }
 
 // oneOffCreate builds a one-off commit of one new record with build, under
 // the account's lock.
 func (w *World) oneOffCreate(did, reason string, build func(*account, []writeOp) (*comatproto.SyncSubscribeRepos_Commit, error)) (Event, error) {
+	return w.writableAccount(did, func(a *account) (Event, error) {
+		g := a.hostileGen(w)
+		r := g.next(trafficStep)
+		ops, err := createOps(pathRec{r.collection + "/" + r.rkey, r.rec})
+		if err != nil {
+			return Event{}, err
+		}
+		body, err := build(a, ops)
+		if err != nil {
+			return Event{}, err
+		}
+		return Event{DID: a.did, Commit: body, Invalid: reason}, nil
+	})
+}
+
+// writableAccount runs fn with did's account locked, once it is writable
+// (active).
+func (w *World) writableAccount(did string, fn func(a *account) (Event, error)) (Event, error) {
 	a, err := w.lookup(did)
 	if err != nil {
 		return Event{}, err
@@ -158,17 +169,7 @@ func (w *World) oneOffCreate(did, reason string, build func(*account, []writeOp)
 	if err := a.writable(); err != nil {
 		return Event{}, err
 	}
-	g := a.hostileGen(w)
-	r := g.next(trafficStep)
-	ops, err := createOps(pathRec{r.collection + "/" + r.rkey, r.rec})
-	if err != nil {
-		return Event{}, err
-	}
-	body, err := build(a, ops)
-	if err != nil {
-		return Event{}, err
-	}
-	return Event{DID: a.did, Commit: body, Invalid: reason}, nil
+	return fn(a)
 }
 
 // readCommit decodes the root commit of a commit's blocks CAR.
@@ -208,30 +209,23 @@ func (w *World) InvalidRevCommit(did string) (Event, error) {
 // PrevData = its current data (and a greater rev than this one). The account
 // must be active.
 func (w *World) InvalidPathCommit(did string) (Event, error) {
-	a, err := w.lookup(did)
-	if err != nil {
-		return Event{}, err
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if err := a.writable(); err != nil {
-		return Event{}, err
-	}
-	g := a.hostileGen(w)
-	good := g.next(trafficStep)
-	bad := g.make(colPost)
-	paths := InvalidRecordPaths()
-	badPath := paths[a.hostileN%len(paths)]
-	a.hostileN++
-	ops, err := createOps(pathRec{good.collection + "/" + good.rkey, good.rec}, pathRec{badPath, bad.rec})
-	if err != nil {
-		return Event{}, err
-	}
-	body, err := a.oneOffCommit(ops, a.revClock.Next().String(), now(), a.priv)
-	if err != nil {
-		return Event{}, err
-	}
-	return Event{DID: a.did, Commit: body, Invalid: ReasonInvalidPath}, nil
+	return w.writableAccount(did, func(a *account) (Event, error) {
+		g := a.hostileGen(w)
+		good := g.next(trafficStep)
+		bad := g.make(colPost)
+		paths := InvalidRecordPaths()
+		badPath := paths[a.hostileN%len(paths)]
+		a.hostileN++
+		ops, err := createOps(pathRec{good.collection + "/" + good.rkey, good.rec}, pathRec{badPath, bad.rec})
+		if err != nil {
+			return Event{}, err
+		}
+		body, err := a.oneOffCommit(ops, a.revClock.Next().String(), now(), a.priv)
+		if err != nil {
+			return Event{}, err
+		}
+		return Event{DID: a.did, Commit: body, Invalid: ReasonInvalidPath}, nil
+	})
 }
 
 // RetryValidOps commits, as a new valid commit of the same account, the
