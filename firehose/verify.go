@@ -46,10 +46,10 @@ func (c *Consumer) verify(ctx context.Context, f *upstream.Frame) (string, error
 	switch {
 	case f.Commit != nil && validIDs(f.Commit.Repo, f.Commit.Rev):
 		did = f.Commit.Repo
-		commit, err = checkCommitMessage(ctx, f.Commit)
+		commit, err = guarded(func() (*repo.Commit, error) { return checkCommitMessage(ctx, f.Commit) })
 	case f.Sync != nil && validIDs(f.Sync.Did, f.Sync.Rev):
 		did = f.Sync.Did
-		commit, err = checkSyncMessage(ctx, f.Sync)
+		commit, err = guarded(func() (*repo.Commit, error) { return checkSyncMessage(ctx, f.Sync) })
 	default:
 		return "", nil // nothing to check, or Rows drops the whole event
 	}
@@ -73,6 +73,19 @@ func (c *Consumer) verify(ctx context.Context, f *upstream.Frame) (string, error
 		return "", nil
 	}
 	return outcome, nil
+}
+
+// guarded runs a check of hostile blocks through indigo's repo and MST
+// code, turning a panic into errNotInverting: as in DecodeFrame and
+// CommitOps, hostile input never panics the process (the fuzz target calls
+// the checks directly, without this belt).
+func guarded(check func() (*repo.Commit, error)) (c *repo.Commit, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c, err = nil, fmt.Errorf("%w: panic: %v", errNotInverting, r)
+		}
+	}()
+	return check()
 }
 
 // validIDs: the frame's DID and rev are valid (otherwise Rows drops it
