@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -190,7 +191,7 @@ func New(cfg Config) *Resolver {
 	cfg.defaults()
 	hc := cfg.HTTPClient
 	if hc == nil {
-		hc = &http.Client{Timeout: cfg.Timeout}
+		hc = &http.Client{Timeout: cfg.Timeout, Transport: capBodies{http.DefaultTransport}}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Resolver{
@@ -234,6 +235,49 @@ func (r *Resolver) logTrip(key, msg string, args ...any) {
 		r.cfg.Logger.Warn(msg, append(args, "occurrences", n, "per", logEvery)...)
 	}
 }
+
+// MaxDocumentBytes bounds a DID document response: a did:web host is
+// anyone's, and indigo reads the whole body.
+const MaxDocumentBytes = 1 << 20
+
+// ErrDocumentTooLarge: a DID document response exceeded MaxDocumentBytes.
+var ErrDocumentTooLarge = errors.New("DID document response too large")
+
+// capBodies cuts every response body at MaxDocumentBytes.
+type capBodies struct{ next http.RoundTripper }
+
+func (c capBodies) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(req)
+	if err == nil {
+		resp.Body = &cappedBody{rc: resp.Body, left: MaxDocumentBytes}
+	}
+	return resp, err
+}
+
+// cappedBody fails a read past its limit instead of returning a silently
+// truncated document.
+type cappedBody struct {
+	rc   io.ReadCloser
+	left int64
+}
+
+func (b *cappedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		var one [1]byte
+		if n, err := b.rc.Read(one[:]); n == 0 && err == io.EOF {
+			return 0, io.EOF
+		}
+		return 0, ErrDocumentTooLarge
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.rc.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
+func (b *cappedBody) Close() error { return b.rc.Close() }
 
 // Lookup returns did's document: from memory, from the durable copy, or
 // from the network (written back). fresh says it came from the network in

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -336,5 +338,26 @@ func TestFailuresLogOncePerMinute(t *testing.T) {
 	r.Verified(ident.PathLive, ident.OutcomeSignature, "did:plc:x")
 	if got := strings.Count(buf.String(), "verification failed"); got != 2 || !strings.Contains(buf.String(), "occurrences=100 ") {
 		t.Fatalf("%d lines a minute later:\n%s", got, buf.String())
+	}
+}
+
+// TestHugeDocumentRefused: a directory (or a did:web host, anyone's) that
+// answers with an endless body is cut at MaxDocumentBytes: the DID is
+// unresolvable, the memory bounded.
+func TestHugeDocumentRefused(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		chunk := bytes.Repeat([]byte(" "), 64<<10)
+		for range 64 { // 4 MiB of JSON whitespace, then nothing valid
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+	r := ident.New(ident.Config{PLC: srv.URL, Retries: -1})
+	_, _, err := r.Lookup(context.Background(), "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa")
+	if ident.Class(err) != ident.ClassIdentity || !errors.Is(err, ident.ErrDocumentTooLarge) {
+		t.Fatalf("huge document: %v", err)
 	}
 }
