@@ -61,6 +61,13 @@ var (
 	PrefixCompact = []byte("compact/")
 )
 
+// Identity cache keys: the durable copy of resolved DID documents
+// (signing key, PDS endpoint, handle, fetched-at), written through unit Puts.
+var PrefixIdent = []byte("ident/")
+
+// IdentKey is ident/<did>.
+func IdentKey(did string) []byte { return withSuffix(PrefixIdent, did) }
+
 // dataPrefixes are the families whose presence means a store holds archived
 // data (the startup guard refuses such a store without an identity).
 var dataPrefixes = [][]byte{PrefixEvent, PrefixCapture, PrefixRev, PrefixRepo, PrefixRecord, PrefixTomb, PrefixCompact}

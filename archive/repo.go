@@ -53,7 +53,8 @@ const (
 	RefetchReactivated Refetch = 2 // the account became active again
 	RefetchDiscovered  Refetch = 3 // found after bootstrap
 	RefetchPending     Refetch = 4 // interrupted mid-emission
-	numRefetch                 = 5
+	RefetchUnverified  Refetch = 5 // a live frame failed signature or sync 1.1 verification
+	numRefetch                 = 6
 )
 
 func (r Refetch) String() string {
@@ -68,6 +69,8 @@ func (r Refetch) String() string {
 		return "discovered"
 	case RefetchPending:
 		return "pending"
+	case RefetchUnverified:
+		return "unverified"
 	}
 	return fmt.Sprintf("refetch(%d)", uint8(r))
 }

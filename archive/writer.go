@@ -64,7 +64,7 @@ type Unit struct {
 	Events  []Event      // in order; Seq and TimeUS are assigned by the writer
 	Repos   []RepoUpdate // applied after the events, in order
 	Hosts   []HostUpdate // applied after the repo updates, in order
-	Puts    []KV         // phase, listRepos cursors (only cursor/ and meta/, never a seq cursor, meta/counts or meta/instance)
+	Puts    []KV         // phase, listRepos cursors, identities (only cursor/, meta/ and ident/, never a seq cursor, meta/counts or meta/instance)
 	Cursor  SeqCursor    // the producer's position after this unit (cursor/relay, cursor/merge); see SeqCursor
 	Replace *Replacement // non-nil: refused whole if the ratchet is newer than Replace.Rev
 	Token   any          // returned in the receipt
@@ -1015,8 +1015,8 @@ func checkPutKey(k []byte) error {
 	if string(k) == string(KeyCounts) || string(k) == string(KeyInstance) || string(k) == string(KeyCompaction) {
 		return invalid("unit puts %q, which only the writer itself writes", k)
 	}
-	if !hasPrefix(k, PrefixCursor) && !hasPrefix(k, PrefixMeta) {
-		return invalid("unit puts %q outside cursor/ and meta/", k)
+	if !hasPrefix(k, PrefixCursor) && !hasPrefix(k, PrefixMeta) && !hasPrefix(k, PrefixIdent) {
+		return invalid("unit puts %q outside cursor/, meta/ and ident/", k)
 	}
 	return nil
 }

@@ -12,6 +12,13 @@
 //     internal/cborhead), the commit decoded and checked, its DID equal to the requested one, the whole MST
 //     walked with no node or record block missing, every record validated
 //     (drops by DropReason).
+//   - Identity checks (job_ident.go, Options.Identity, package ident): the
+//     account's DID document is resolved before the download (failure class
+//     identity), the host that served the repo must be the document's PDS
+//     or a trusted host, the relay (class authority), and the commit
+//     signature must verify with the document's key, re-resolved once on a
+//     mismatch (class signature) — all before any row is emitted. Warn mode
+//     counts and archives; off skips it all.
 //   - Runner.Run(ctx, Request) → Result: one job. It returns once the
 //     terminal state is durable, or with ErrCanceled / ErrStale / a writer
 //     error when no terminal state was written by this call.

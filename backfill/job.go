@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/ident"
 	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/upstream"
@@ -99,6 +100,16 @@ type Options struct {
 
 	// Verify tunes verification.
 	Verify VerifyOptions
+	// Identity, when set and not in ident.ModeOff, resolves each account's
+	// DID document before its download and checks the snapshot against it:
+	// the commit signature with the document's key (re-resolving once on a
+	// mismatch), and the host that served the repo against the document's
+	// PDS. Strict mode fails the repo (classes identity, signature,
+	// authority); warn mode counts and archives.
+	Identity *ident.Resolver
+	// TrustedHosts are hosts allowed to serve any account's repo (the relay
+	// itself, host[:port]); every other host must be the account's PDS.
+	TrustedHosts []string
 	// ChunkRows is the emission chunk (R3): at most 1024 rows per unit.
 	ChunkRows int
 	// ChunksInFlight bounds a job's submitted-but-not-durable chunks, so a
@@ -265,7 +276,10 @@ const (
 	ClassDeactivated    = "deactivated"    // unavailable classes: the account status
 	ClassSuspended      = "suspended"
 	ClassTakendown      = "takendown"
-	ClassNotFoundActive = "not_found_active" // a replacement met RepoNotFound for an account shown active (migration window)
+	ClassNotFoundActive = "not_found_active"   // a replacement met RepoNotFound for an account shown active (migration window)
+	ClassIdentity       = ident.ClassIdentity  // the DID could not be resolved to a usable document (retried later)
+	ClassSignature      = ident.ClassSignature // the commit signature fails with the document's key, re-resolved once
+	ClassAuthority      = ident.ClassAuthority // the repo came from a host that is not the document's PDS
 )
 
 // ErrCanceled: the job's context ended before its terminal state was
@@ -361,6 +375,11 @@ type prepared struct {
 func (r *Runner) attempt(ctx context.Context, did string) (*prepared, error) {
 	deadline := r.o.AttemptTimeout
 	actx, cancel := context.WithTimeoutCause(ctx, deadline, errAttemptTimeout)
+	doc, err := r.identity(actx, did)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
 	t0 := time.Now()
 	r.o.Metrics.getRepoStart()
 	dl, err := r.o.Source.GetRepo(actx, did)
@@ -374,7 +393,11 @@ func (r *Runner) attempt(ctx context.Context, did string) (*prepared, error) {
 		}
 		return nil, err
 	}
-	p, err := r.prepare(ctx, did, dl, max(deadline-elapsed, time.Millisecond))
+	if err := r.authority(ctx, doc, dl.FinalHost); err != nil {
+		_ = dl.Remove()
+		return nil, err
+	}
+	p, err := r.prepare(ctx, did, dl, doc, max(deadline-elapsed, time.Millisecond))
 	if err != nil {
 		_ = dl.Remove()
 		return nil, err
@@ -393,7 +416,7 @@ func (r *Runner) attempt(ctx context.Context, did string) (*prepared, error) {
 // (left) covers verification, not the wait for memory. On success the
 // download is removed by the returned release (a CAR verified in memory: at
 // once); on error the caller removes it.
-func (r *Runner) prepare(ctx context.Context, did string, dl *upstream.Download, left time.Duration) (*prepared, error) {
+func (r *Runner) prepare(ctx context.Context, did string, dl *upstream.Download, doc *resolved, left time.Duration) (*prepared, error) {
 	var f *os.File
 	var sections int64
 	if dl.Path == "" {
@@ -421,18 +444,19 @@ func (r *Runner) prepare(ctx context.Context, did string, dl *upstream.Download,
 	// The attempt's deadline resumes once memory is admitted.
 	vctx, vcancel := context.WithTimeoutCause(ctx, left, errAttemptTimeout)
 	defer vcancel()
+	opts := r.verifyOptions(doc)
 	var snap *Snapshot
 	switch {
 	case f == nil:
-		snap, err = verifyBytes(vctx, dl.Body, did, r.o.Verify, sections)
+		snap, err = verifyBytes(vctx, dl.Body, did, opts, sections)
 	case fromFile:
-		snap, err = VerifyFile(vctx, f, did, r.o.Verify, r.o.Memory.Budget(), sections)
+		snap, err = VerifyFile(vctx, f, did, opts, r.o.Memory.Budget(), sections)
 	default:
 		var b []byte
 		if b, err = readCAR(f); err != nil {
 			err = &localError{err: fmt.Errorf("backfill: read scratch: %w", err)}
 		} else {
-			snap, err = verifyBytes(vctx, b, did, r.o.Verify, sections)
+			snap, err = verifyBytes(vctx, b, did, opts, sections)
 		}
 	}
 	if f != nil && (!fromFile || err != nil) {
@@ -484,6 +508,9 @@ type decision struct {
 func decide(err error) decision {
 	var te *timeoutError
 	var le *localError
+	if class := ident.Class(err); class != "" {
+		return decision{kindFail, class}
+	}
 	switch {
 	case errors.As(err, &te):
 		return decision{kindFail, ClassTimeout}
@@ -584,8 +611,12 @@ func (r *Runner) terminal(res *Result, now time.Time) func(archive.RepoState, bo
 			cur.BackfillRev = rev
 			cur.Attempts = 0
 			cur.ErrClass, cur.LastError = "", ""
-			cur.NextAttemptUS = 0
-			cur.Refetch = archive.RefetchNone
+			// A live frame that failed verification after this job started
+			// may be newer than the snapshot: its mark stays due.
+			if cur.Refetch != archive.RefetchUnverified || cur.NextAttemptUS < started {
+				cur.NextAttemptUS = 0
+				cur.Refetch = archive.RefetchNone
+			}
 			cur.CompletedUS = nowUS
 			cur.Records, cur.Bytes = records, bytes
 		case archive.StatusUnavailable:

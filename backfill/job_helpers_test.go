@@ -59,7 +59,7 @@ func (c *fakeClock) Sleeps() []time.Duration {
 
 // env is one test's network, store, writer and client.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	net    *oracle.Network
 	dir    string
 	store  *archive.Store
@@ -79,7 +79,7 @@ func bigWorld() oracle.Config {
 	return oracle.Config{Accounts: 8, RecordsMean: 1500, Hosts: 2, Seed: 11, Traffic: oracle.TrafficNone}
 }
 
-func newEnv(t *testing.T, cfg oracle.Config) *env {
+func newEnv(t testing.TB, cfg oracle.Config) *env {
 	t.Helper()
 	n, err := oracle.Start(context.Background(), cfg)
 	if err != nil {
@@ -236,7 +236,7 @@ func rowPaths(evs []archive.Event) []string {
 	return out
 }
 
-func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+func counter(t testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
 	return promtest.Value(t, reg, name, labels)
 }

@@ -34,7 +34,8 @@ const (
 // series, not "no data", before the first failure.
 func FailedClasses() []string {
 	return []string{ClassTransient, ClassRateLimited, ClassTimeout, ClassPermanent, ClassForbidden, ClassTooLarge,
-		ClassWrongDID, ClassBadCommit, ClassIncompleteCAR, ClassInvalidCAR, ClassLocal, ClassSlowBody, ClassHostBusy, ClassNotFoundActive}
+		ClassWrongDID, ClassBadCommit, ClassIncompleteCAR, ClassInvalidCAR, ClassLocal, ClassSlowBody, ClassHostBusy, ClassNotFoundActive,
+		ClassIdentity, ClassSignature, ClassAuthority}
 }
 
 // Metrics are the backfill job's instruments.

@@ -38,6 +38,11 @@ type VerifyOptions struct {
 	// (ErrBadSignature). Nil skips the check: the bootstrap trusts the relay
 	// for snapshots and resolves no DID documents.
 	PublicKey atcrypto.PublicKey
+	// CheckCommit, when set, is called with the decoded commit once its
+	// structure and DID are checked, before any record is read; its error
+	// fails verification as it is (the job sets it per attempt to check the
+	// signature against the account's DID document, package ident).
+	CheckCommit func(ctx context.Context, c *repo.Commit) error
 	// StrictRecords also decodes every record with atdata.UnmarshalCBOR and
 	// drops those it rejects (bad_cbor). The default is the allocation-free
 	// structural scan; strict decoding costs several microseconds and tens
@@ -169,6 +174,11 @@ func (s *Snapshot) verify(ctx context.Context, wantDID string, opts VerifyOption
 	if opts.PublicKey != nil {
 		if err := commit.VerifySignature(opts.PublicKey); err != nil {
 			return nil, verifyErr(ErrBadSignature, err, "commit %s", root)
+		}
+	}
+	if opts.CheckCommit != nil {
+		if err := opts.CheckCommit(ctx, &commit); err != nil {
+			return nil, fmt.Errorf("backfill: verify: commit %s: %w", root, err)
 		}
 	}
 	s.DID, s.Rev, s.Data, s.strict = syntax.DID(commit.DID), syntax.TID(commit.Rev), commit.Data, opts.StrictRecords

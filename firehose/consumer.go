@@ -17,6 +17,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/ident"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/internal/loglimit"
 	"github.com/backstream/backstream/upstream"
@@ -75,6 +76,16 @@ type Config struct {
 	// Crash, when armed (tests), kills the process right after a live
 	// unit is durable (crashpoint.LiveBatch). Nil in production.
 	Crash *crashpoint.Set
+	// Identity, when set and not in ident.ModeOff, verifies every #commit
+	// and #sync against the account's DID document (verify.go); #identity
+	// frames invalidate its cached document. Strict mode drops a failing
+	// frame's rows (its cursor still advances) and, live, marks the account
+	// due for a whole-repo replacement; warn mode counts and archives.
+	Identity *ident.Resolver
+	// MarkWriter (capture mode) is the archive writer, where a frame that
+	// failed verification marks its account due for a replacement (capture
+	// units carry no repo mutations); nil: not marked.
+	MarkWriter *archive.Writer
 	// OnEffects, when set (live mode), is called after a unit carrying repo
 	// side effects (#account, #sync) is durable, so the retry runner can
 	// look for newly due repos at once (retry.Runner.Wake). It must not
@@ -333,10 +344,14 @@ func (c *Consumer) Handle(ctx context.Context, msg []byte) error {
 			c.m.anomaly(AnomalySeqGap)
 		}
 	}
-	u, err := c.unit(&f, seq)
+	failed, err := c.verify(ctx, &f)
 	if err != nil {
 		return err
 	}
+	if err := c.markCaptured(ctx, &f, failed); err != nil {
+		return err
+	}
+	u := c.unit(&f, seq, failed)
 	if err := c.submit(ctx, u); err != nil {
 		if werr := c.writerErr(); werr != nil {
 			return werr
@@ -350,16 +365,23 @@ func (c *Consumer) Handle(ctx context.Context, msg []byte) error {
 }
 
 // unit builds the unit of one seq'd frame: its valid rows, their side
-// effects (live mode), and cursor/relay in the same unit (C1).
-func (c *Consumer) unit(f *upstream.Frame, seq int64) (*archive.Unit, error) {
+// effects (live mode), and cursor/relay in the same unit (C1). A frame that
+// failed verification (failed names the outcome) has no rows; live, it
+// marks its account due for a replacement.
+func (c *Consumer) unit(f *upstream.Frame, seq int64, failed string) *archive.Unit {
 	u := &archive.Unit{
-		Events: Rows(f, seq, c.m),
 		Cursor: archive.SeqCursor{Key: archive.KeyCursorRelay, Seq: uint64(seq)}, // seq > 0
 		Token:  seq,
 		Acks:   c.acks,
 	}
+	if failed == "" {
+		u.Events = Rows(f, seq, c.m)
+	}
 	if c.cfg.Mode == ModeLive {
 		now := c.cfg.Now().UnixMicro()
+		if did := f.DID(); failed != "" && upstream.ValidDID(did) {
+			u.Repos = append(u.Repos, unverifiedEffect(did, now))
+		}
 		for i := range u.Events {
 			if up := Effects(&u.Events[i], now); up != nil {
 				u.Repos = append(u.Repos, *up)
@@ -371,7 +393,7 @@ func (c *Consumer) unit(f *upstream.Frame, seq int64) (*archive.Unit, error) {
 			c.mu.Unlock()
 		}
 	}
-	return u, nil
+	return u
 }
 
 func frameType(f *upstream.Frame) string {

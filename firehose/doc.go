@@ -14,6 +14,19 @@
 //   - Rows(frame, seq, metrics): a frame's archive rows after validation.
 //   - Effects(event, nowUS): the conditional repo mutation of an #account or
 //     #sync row. The merge walker applies exactly this to captured rows (M8).
+//   - Verification (verify.go, Config.Identity, package ident): every
+//     #commit and #sync is checked before its rows are built — the commit in
+//     its blocks names the frame's DID and rev, a #commit's ops match its
+//     MST and invert to its prevData (sync 1.1; skipped for legacy ops
+//     without prev or a null prevData), and the signature verifies with the
+//     account's key, re-resolved once on a mismatch. Strict: a failing
+//     frame keeps only its cursor, is counted
+//     (backstream_verify_total{path="live"}), and live marks its known,
+//     active account due for a replacement (RefetchUnverified); capture
+//     submits that mark to the archive writer (Config.MarkWriter), since the
+//     account's snapshot may predate the dropped commit. Warn counts and
+//     archives. #identity frames invalidate the cached document. The
+//     rev order of sync 1.1 is the writer's ratchet.
 //   - LastAccepted, LastDurable, Started, OutdatedCursor; NewMetrics.
 //
 // # Invariants kept here

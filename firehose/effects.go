@@ -51,11 +51,17 @@ func accountEffect(cur archive.RepoState, exists, active bool, status string, no
 }
 
 func syncEffect(cur archive.RepoState, exists bool, nowUS int64) (archive.RepoState, bool) {
+	return dueEffect(cur, exists, nowUS, archive.RefetchSync)
+}
+
+// dueEffect marks a known, active repo due now for a whole-repo
+// replacement, for reason.
+func dueEffect(cur archive.RepoState, exists bool, nowUS int64, reason archive.Refetch) (archive.RepoState, bool) {
 	if !exists || !cur.Active {
 		return cur, false
 	}
 	next := cur
-	next.Refetch = archive.RefetchSync
+	next.Refetch = reason
 	next.NextAttemptUS = nowUS
 	return next, next != cur
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/firehose"
+	"github.com/backstream/backstream/ident"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/merge"
 	"github.com/backstream/backstream/upstream"
@@ -72,6 +73,9 @@ type Config struct {
 	// the first archive served is already compacted). It runs again on a
 	// restart in merging; its error stops the process.
 	BeforeCleanup func(ctx context.Context) error
+	// Identity verifies the consumers' #commit and #sync frames
+	// (firehose.Config.Identity); nil: off.
+	Identity *ident.Resolver
 }
 
 func (c *Config) defaults() error {
@@ -234,7 +238,7 @@ func (r *runner) startCapture(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: w, Mode: firehose.ModeCapture, Cursor: cursor, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "capture"), Now: r.cfg.Now})
+	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: w, Mode: firehose.ModeCapture, Cursor: cursor, Identity: r.cfg.Identity, MarkWriter: r.cfg.Writer, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "capture"), Now: r.cfg.Now})
 	if err != nil {
 		w.Close()
 		return err
@@ -352,7 +356,7 @@ func (r *runner) steady(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: r.cfg.Writer, Mode: firehose.ModeLive, Cursor: cursor, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "live"), Now: r.cfg.Now, Crash: r.cfg.Crash, OnEffects: r.cfg.OnLiveEffects})
+	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: r.cfg.Writer, Mode: firehose.ModeLive, Cursor: cursor, Identity: r.cfg.Identity, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "live"), Now: r.cfg.Now, Crash: r.cfg.Crash, OnEffects: r.cfg.OnLiveEffects})
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/firehose"
+	"github.com/backstream/backstream/ident"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/lifecycle"
 	"github.com/backstream/backstream/merge"
@@ -125,6 +126,11 @@ type Config struct {
 	// MaxWriteStall bounds a store write stall (archive.DefaultMaxWriteStall
 	// when zero); it overrides Store.MaxWriteStall when set.
 	MaxWriteStall time.Duration
+	// Verify, when set, is the identity resolution and verification of
+	// every downloaded repo and live commit (package ident; its Mode says
+	// strict, warn or off). Store, Persist, Metrics, Logger and Now are
+	// filled in. Nil: nothing is resolved or verified.
+	Verify *ident.Config
 	// FaultLinger: see DefaultFaultLinger.
 	FaultLinger time.Duration
 	// CompactionInterval is the time between compaction passes (0:
@@ -248,6 +254,7 @@ type Node struct {
 	jobs    *backfill.Runner
 	retrier *retry.Runner
 	comp    *compactor
+	ident   *ident.Resolver // nil: verification off
 	sub     *subscribe.Server
 	lcfg    lifecycle.Config
 
@@ -346,12 +353,18 @@ func (n *Node) buildJobs(reg prometheus.Registerer) error {
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
+	n.ident = n.resolver(reg)
+	sourceHost, err := hostOf(cfg.SourceURL)
+	if err != nil {
+		return err
+	}
 	bm := backfill.NewMetrics(reg)
 	backoff := retry.Backoff{Interval: cfg.RetryInterval, MaxDelay: cfg.RetryMaxDelay}
 	jobOpts := backfill.Options{
 		Source: n.client, Writer: n.w, Current: n.store, Memory: backfill.NewMemory(cfg.Memory, bm), Metrics: bm, Logger: n.log,
 		AttemptTimeout: cfg.AttemptTimeout, Crash: cfg.Crash, NextAttempt: backoff.NextAttempt(),
 		BackoffBase: cfg.JobBackoffBase, BackoffMax: cfg.JobBackoffMax, Now: cfg.Now,
+		Identity: n.ident, TrustedHosts: []string{sourceHost},
 	}
 	if n.jobs, err = backfill.NewRunner(jobOpts); err != nil {
 		return err
@@ -390,7 +403,26 @@ func (n *Node) lifecycleConfig(reg prometheus.Registerer, am *archive.Metrics) l
 		Steady:          []func(context.Context) error{n.retrier.Run},
 		OnLiveEffects:   n.retrier.Wake,
 		BeforeCleanup:   n.comp.MergingPass,
+		Identity:        n.ident,
 	}
+}
+
+// resolver builds the identity resolver of Config.Verify (nil when unset),
+// whose resolutions are written to ident/<did> through the writer.
+func (n *Node) resolver(reg prometheus.Registerer) *ident.Resolver {
+	if n.cfg.Verify == nil {
+		return nil
+	}
+	c := *n.cfg.Verify
+	c.Store, c.Metrics, c.Logger, c.Now = n.store, ident.NewMetrics(reg), n.log.With("component", "ident"), n.cfg.Now
+	c.Persist = func(ctx context.Context, did string, v archive.Ident) error {
+		b, err := archive.EncodeIdent(v)
+		if err != nil {
+			return err
+		}
+		return n.w.Submit(ctx, &archive.Unit{Puts: []archive.KV{{Key: archive.IdentKey(did), Value: b}}})
+	}
+	return ident.New(c)
 }
 
 // Run drives the lifecycle until ctx is done (nil) or something stops the
@@ -532,6 +564,7 @@ func (n *Node) Close() error {
 		if n.sub != nil {
 			_ = n.sub.Close()
 		}
+		n.ident.Close() // its background refreshes submit ident/ rows to the writer
 		stuck := false
 		if n.w != nil {
 			n.closeErr, stuck = n.closeWriter()

@@ -56,6 +56,19 @@
 // followed by a valid commit re-creating its valid op, so a lenient fold
 // (drop only the invalid op) gives the same records.
 //
+// Identity faults (for a consumer that verifies against DID documents): a
+// getRepo CAR re-signed by world.ForeignKey (ForgedSignature); a relay
+// redirect to a PDS host that is not the account's, which serves the
+// account's genuine repo (Misattribute); DID documents answered 404
+// (DIDNotFound), without a verification method (DIDNoKey), or naming
+// ForeignKey's public key (DIDWrongKey); every document request delayed
+// (SlowPLC) or answered 500 (FailPLC); and, on the firehose, one-off
+// #commits signed by ForeignKey or whose ops do not invert to their
+// prevData (ForgedCommits; world.ForgedSignatureCommit,
+// world.NonInvertingCommit), not applied to the world. world.RotateKey
+// gives an account a new key, announced by an #identity event. The hostile
+// profile arms all of them.
+//
 // It must not be imported by production packages (only cmd/backstream wires
 // it, for `devnet`); it holds no global state. World data and mutations live
 // in oracle/world; this package only serves them and never edits a repo

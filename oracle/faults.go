@@ -50,6 +50,17 @@ const (
 	FaultSeqGap              FaultKind = "seq_gap"               // a seq number skipped in the history (no event lost)
 	FaultInvalidRevCommit    FaultKind = "invalid_rev_commit"    // one-off #commit whose rev is not a TID, not applied to the world
 	FaultInvalidPathCommit   FaultKind = "invalid_path_commit"   // one-off #commit with an op under an invalid path, not applied
+
+	// Identity and signature faults.
+	FaultForgedSignature FaultKind = "forged_signature" // getRepo CAR re-signed by a key that is not the account's
+	FaultMisattributed   FaultKind = "misattributed"    // relay sent getRepo to a PDS that is not the account's, which served the account's repo
+	FaultDIDNotFound     FaultKind = "did_not_found"    // DID document answered 404 (an unresolvable DID)
+	FaultDIDNoKey        FaultKind = "did_no_key"       // DID document without a signing key
+	FaultDIDWrongKey     FaultKind = "did_wrong_key"    // DID document naming a key that does not sign the repo (the old key signs, the document names a new one)
+	FaultPLCSlow         FaultKind = "plc_slow"         // a DID document served after a delay
+	FaultPLCFailing      FaultKind = "plc_failing"      // a DID document request answered 500
+	FaultForgedCommit    FaultKind = "forged_commit"    // one-off #commit signed by a key that is not the account's, not applied
+	FaultNonInverting    FaultKind = "non_inverting"    // one-off #commit whose ops do not invert to its prevData, not applied
 )
 
 // PrivateRedirectTarget is where RedirectPrivate sends getRepo: an RFC 1918
@@ -115,7 +126,14 @@ type Faults struct {
 	listLeft   int
 	fh         firehoseFaults
 	gapRate    float64
-	hostile    float64 // HostileCommits rate
+	hostile    float64            // HostileCommits rate
+	forged     float64            // ForgedCommits rate
+	docs       map[string][]*step // per-DID DID-document faults (FaultDIDNotFound, FaultDIDNoKey, FaultDIDWrongKey)
+	misattr    map[string]int     // DID → uses left of FaultMisattributed
+	misServe   map[string]int     // DID → misattributed redirects not yet served by the other host
+	plcSlow    time.Duration      // FaultPLCSlow delay
+	plcSlowN   int
+	plcFailN   int
 	fired      map[FaultKind]int64
 }
 
@@ -133,9 +151,13 @@ func (f *Faults) Clear() {
 	f.redirects = make(map[string]*redirectStep)
 	f.bursts = make(map[int]*hostBurst)
 	f.limits = make(map[int]*windowLimit)
-	f.listLoop, f.longCursor, f.gapRate, f.hostile = 0, 0, 0, 0
+	f.listLoop, f.longCursor, f.gapRate, f.hostile, f.forged = 0, 0, 0, 0, 0
 	f.listShape, f.listLeft = "", 0
 	f.fh = firehoseFaults{}
+	f.docs = make(map[string][]*step)
+	f.misattr = make(map[string]int)
+	f.misServe = make(map[string]int)
+	f.plcSlow, f.plcSlowN, f.plcFailN = 0, 0, 0
 	if f.fired == nil {
 		f.fired = make(map[FaultKind]int64)
 	}
@@ -268,6 +290,121 @@ func (f *Faults) InvalidRev(did string, n int) { f.push(did, step{kind: FaultInv
 // InvalidRecordPathKeys, re-signed, so only those records are bad.
 func (f *Faults) InvalidRecordPaths(did string, n int) {
 	f.push(did, step{kind: FaultInvalidRecordPaths, left: n})
+}
+
+// ForgedSignature serves did's CAR with its commit re-signed by a key that
+// is not the account's (world.ForeignKey).
+func (f *Faults) ForgedSignature(did string, n int) {
+	f.push(did, step{kind: FaultForgedSignature, left: n})
+}
+
+// Misattribute makes the relay redirect did's next n getRepo requests to a
+// PDS host that is not did's, which then serves did's genuine repo: a host
+// serving an account it has no authority over. Needs two hosts or more.
+func (f *Faults) Misattribute(did string, n int) {
+	f.mu.Lock()
+	f.misattr[did] = normCount(n)
+	f.mu.Unlock()
+}
+
+// misattributed reports whether did's getRepo at the relay goes to another
+// host (consuming a use).
+func (f *Faults) misattributed(did string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	left := f.misattr[did]
+	if left == 0 {
+		return false
+	}
+	if left > 0 {
+		f.misattr[did] = left - 1
+	}
+	f.fired[FaultMisattributed]++
+	f.misServe[did]++
+	return true
+}
+
+// misattributedHost reports whether a request for did reaching a host that
+// is not did's follows a misattributed redirect (consuming it).
+func (f *Faults) misattributedHost(did string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.misServe[did] == 0 {
+		return false
+	}
+	f.misServe[did]--
+	return true
+}
+
+// DIDNotFound answers did's next n DID-document requests with 404.
+func (f *Faults) DIDNotFound(did string, n int) { f.pushDoc(did, FaultDIDNotFound, n) }
+
+// DIDNoKey serves did's next n DID documents without a verification method.
+func (f *Faults) DIDNoKey(did string, n int) { f.pushDoc(did, FaultDIDNoKey, n) }
+
+// DIDWrongKey serves did's next n DID documents naming a key that does not
+// sign its repo (world.ForeignKey's).
+func (f *Faults) DIDWrongKey(did string, n int) { f.pushDoc(did, FaultDIDWrongKey, n) }
+
+func (f *Faults) pushDoc(did string, kind FaultKind, n int) {
+	n = normCount(n)
+	if n == 0 {
+		return
+	}
+	f.mu.Lock()
+	f.docs[did] = append(f.docs[did], &step{kind: kind, left: n})
+	f.mu.Unlock()
+}
+
+// SlowPLC delays the next n DID-document answers by d.
+func (f *Faults) SlowPLC(d time.Duration, n int) {
+	f.mu.Lock()
+	f.plcSlow, f.plcSlowN = d, normCount(n)
+	f.mu.Unlock()
+}
+
+// FailPLC answers the next n DID-document requests (any DID) with 500.
+func (f *Faults) FailPLC(n int) {
+	f.mu.Lock()
+	f.plcFailN = normCount(n)
+	f.mu.Unlock()
+}
+
+// nextDoc returns the fault for one DID-document request of did: a delay
+// to apply first, and a kind (FaultPLCFailing or a per-DID kind; "" for
+// none).
+func (f *Faults) nextDoc(did string) (time.Duration, FaultKind) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var delay time.Duration
+	if f.plcSlowN != 0 {
+		if f.plcSlowN > 0 {
+			f.plcSlowN--
+		}
+		delay = f.plcSlow
+		f.fired[FaultPLCSlow]++
+	}
+	if f.plcFailN != 0 {
+		if f.plcFailN > 0 {
+			f.plcFailN--
+		}
+		f.fired[FaultPLCFailing]++
+		return delay, FaultPLCFailing
+	}
+	q := f.docs[did]
+	for len(q) > 0 && q[0].left == 0 {
+		q = q[1:]
+	}
+	if len(q) == 0 {
+		delete(f.docs, did)
+		return delay, ""
+	}
+	f.docs[did] = q
+	if q[0].left > 0 {
+		q[0].left--
+	}
+	f.fired[q[0].kind]++
+	return delay, q[0].kind
 }
 
 // RedirectTo makes the relay redirect did's next n getRepo requests to target.
@@ -417,6 +554,25 @@ func (f *Faults) HostileCommits(rate float64) {
 	f.mu.Lock()
 	f.hostile = clampRate(rate)
 	f.mu.Unlock()
+}
+
+// ForgedCommits follows an emitted #commit, with probability rate, by a
+// one-off #commit for the same account that only a verifying consumer can
+// refuse: half the time one signed by a key that is not the account's
+// (world.ForgedSignatureCommit), otherwise one whose ops do not invert to
+// its prevData (world.NonInvertingCommit). Both are otherwise valid and
+// chain from the account's state; the world does not apply them, so a
+// consumer that archives them folds to records the world never held.
+func (f *Faults) ForgedCommits(rate float64) {
+	f.mu.Lock()
+	f.forged = clampRate(rate)
+	f.mu.Unlock()
+}
+
+func (f *Faults) forgedCommitRate() float64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.forged
 }
 
 func (f *Faults) hostileCommitRate() float64 {
@@ -618,6 +774,20 @@ func (f *Faults) applyHostile() {
 	f.DuplicateFrames(0.002)
 	f.SeqGaps(0.002)
 	f.HostileCommits(0.002)
+	// Identity and signature faults: only a verifying consumer (--verify)
+	// predicts these.
+	n := len(active)
+	for k := 0; k < per && i+5 < n; k++ {
+		f.ForgedSignature(active[i], Always)
+		f.Misattribute(active[i+1], Always)
+		f.DIDNotFound(active[i+2], 1)
+		f.DIDNoKey(active[i+3], 1)
+		f.DIDWrongKey(active[i+4], 1)
+		i += 5
+	}
+	f.FailPLC(2)
+	f.SlowPLC(200*time.Millisecond, 5)
+	f.ForgedCommits(0.002)
 }
 
 // describe is a one-line summary of the armed plan, for logs.

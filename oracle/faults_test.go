@@ -611,14 +611,14 @@ func TestFaultProfiles(t *testing.T) {
 			}
 		}
 		desc := n.Faults().describe()
-		for _, k := range []FaultKind{FaultCommitForOtherDID, FaultInvalidRev, FaultInvalidRecordPaths} {
+		for _, k := range []FaultKind{FaultCommitForOtherDID, FaultInvalidRev, FaultInvalidRecordPaths, FaultForgedSignature} {
 			if !strings.Contains(desc, string(k)) {
 				t.Fatalf("hostile does not arm %s: %s", k, desc)
 			}
 		}
 		fh := n.Faults().firehose()
 		if fh.disconnectEvery == 0 || fh.malformed == 0 || fh.duplicate == 0 || n.Faults().seqGapRate() == 0 ||
-			n.Faults().hostileCommitRate() == 0 || n.Faults().longCursorSize() != 4096 {
+			n.Faults().hostileCommitRate() == 0 || n.Faults().forgedCommitRate() == 0 || n.Faults().longCursorSize() != 4096 {
 			t.Fatalf("hostile firehose/cursor faults %+v", fh)
 		}
 	})
@@ -802,7 +802,8 @@ func TestFaultHostileCommits(t *testing.T) {
 func TestFaultHostileProfileTraffic(t *testing.T) {
 	cfg := Config{Accounts: 40, RecordsMean: 8, Hosts: 2, Seed: 9, Rate: 5000, Events: 1500, Faults: ProfileHostile}
 	n := startNet(t, cfg)
-	n.Faults().HostileCommits(0.05) // the profile's rate, raised so a short run sees both kinds
+	n.Faults().HostileCommits(0.05) // the profile's rates, raised so a short run sees every kind
+	n.Faults().ForgedCommits(0.05)
 	deadline := time.Now().Add(20 * time.Second)
 	for !n.Status().Done {
 		if time.Now().After(deadline) {
@@ -813,7 +814,8 @@ func TestFaultHostileProfileTraffic(t *testing.T) {
 	if err := n.TrafficErr(); err != nil {
 		t.Fatalf("traffic stopped: %v", err)
 	}
-	if n.Faults().Fired(FaultInvalidRevCommit) == 0 || n.Faults().Fired(FaultInvalidPathCommit) == 0 {
+	if n.Faults().Fired(FaultInvalidRevCommit) == 0 || n.Faults().Fired(FaultInvalidPathCommit) == 0 ||
+		n.Faults().Fired(FaultForgedCommit) == 0 || n.Faults().Fired(FaultNonInverting) == 0 {
 		t.Fatalf("fired %v", n.Faults().FiredAll())
 	}
 	evs, err := n.Events()
@@ -821,13 +823,18 @@ func TestFaultHostileProfileTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	n.Faults().Clear() // the profile's DID-document faults would fail genuine commits here
+	dir := directory(n)
 	for _, e := range evs {
 		if e.Commit == nil {
 			continue
 		}
 		_, err := repo.VerifyCommitMessage(ctx, e.Commit)
+		if err == nil {
+			err = repo.VerifyCommitSignature(ctx, dir, e.Commit)
+		}
 		if (err != nil) != (e.Invalid != "") {
-			t.Fatalf("seq %d (invalid %q): VerifyCommitMessage %v", e.Seq, e.Invalid, err)
+			t.Fatalf("seq %d (invalid %q): VerifyCommitMessage/Signature %v", e.Seq, e.Invalid, err)
 		}
 	}
 }

@@ -15,11 +15,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/bluesky-social/indigo/atproto/atcrypto"
 	"github.com/bluesky-social/indigo/atproto/atdata"
 	"github.com/bluesky-social/indigo/atproto/repo"
 	"github.com/bluesky-social/indigo/atproto/repo/mst"
@@ -105,7 +107,7 @@ func (n *Network) serveFaultedCAR(w http.ResponseWriter, r *http.Request, did st
 			return
 		}
 		writeCAR(w, other)
-	case FaultDropBlock, FaultCorruptBlock, FaultInvalidRev, FaultInvalidRecordPaths:
+	case FaultDropBlock, FaultCorruptBlock, FaultInvalidRev, FaultInvalidRecordPaths, FaultForgedSignature:
 		key := string(st.kind) + " " + did + " " + acct.Head.String()
 		out, ok := n.hostile.get(key)
 		if !ok {
@@ -312,6 +314,8 @@ func (n *Network) buildHostile(ctx context.Context, kind FaultKind, did string, 
 		return out, nil
 	case FaultInvalidRev:
 		return n.resign(did, root, bs, nil, func(c *repo.Commit) { c.Rev = InvalidRevValue })
+	case FaultForgedSignature:
+		return resignWith(world.ForeignKey(), root, bs, nil, func(*repo.Commit) {})
 	case FaultInvalidRecordPaths:
 		return n.withInvalidPaths(ctx, did, b, root, bs)
 	}
@@ -321,13 +325,16 @@ func (n *Network) buildHostile(ctx context.Context, kind FaultKind, did string, 
 // resign replaces the commit block with edit(commit) signed by did's key. When
 // tree is non-nil the CAR's other blocks are replaced by tree (in order).
 func (n *Network) resign(did string, root cid.Cid, bs []carBlock, tree []carBlock, edit func(*repo.Commit)) ([]byte, error) {
-	ci := -1
-	for i, blk := range bs {
-		if blk.c == root {
-			ci = i
-			break
-		}
+	key, ok := n.w.SigningKey(did)
+	if !ok {
+		return nil, fmt.Errorf("oracle: resign %s: %w", did, world.ErrUnknownDID)
 	}
+	return resignWith(key, root, bs, tree, edit)
+}
+
+// resignWith is resign with a given key (world.ForeignKey for a forgery).
+func resignWith(key atcrypto.PrivateKey, root cid.Cid, bs []carBlock, tree []carBlock, edit func(*repo.Commit)) ([]byte, error) {
+	ci := slices.IndexFunc(bs, func(b carBlock) bool { return b.c == root })
 	if ci < 0 {
 		return nil, errors.New("oracle: resign: commit block missing")
 	}
@@ -336,10 +343,12 @@ func (n *Network) resign(did string, root cid.Cid, bs []carBlock, tree []carBloc
 		return nil, fmt.Errorf("oracle: resign: decode commit: %w", err)
 	}
 	edit(&c)
-	key, ok := n.w.SigningKey(did)
-	if !ok {
-		return nil, fmt.Errorf("oracle: resign %s: %w", did, world.ErrUnknownDID)
-	}
+	return signedCAR(&c, key, bs, ci, tree)
+}
+
+// signedCAR signs c with key and writes it as the root of a CAR holding
+// tree, or (tree nil) the other blocks of bs (bs[ci] is the old commit).
+func signedCAR(c *repo.Commit, key atcrypto.PrivateKey, bs []carBlock, ci int, tree []carBlock) ([]byte, error) {
 	if err := c.Sign(key); err != nil {
 		return nil, fmt.Errorf("oracle: resign: %w", err)
 	}

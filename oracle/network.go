@@ -318,6 +318,9 @@ func (n *Network) Emit(mutate func(w *world.World) (world.Event, error)) (Emitte
 	if err := n.maybeHostileCommit(ev); err != nil {
 		return out, err
 	}
+	if err := n.maybeForgedCommit(ev); err != nil {
+		return out, err
+	}
 	return out, nil
 }
 
@@ -337,34 +340,54 @@ func (n *Network) appendLocked(ev world.Event) (Emitted, error) {
 	return Emitted{Seq: f.seq, Event: ev}, nil
 }
 
+// maybeForgedCommit follows a valid #commit with a one-off forged or
+// non-inverting one for the same account when the ForgedCommits draw says
+// so. The caller holds emitMu.
+func (n *Network) maybeForgedCommit(ev world.Event) error {
+	_, _, _, err := n.oneOffAfter(ev, n.faults.forgedCommitRate(),
+		oneOff{FaultForgedCommit, n.w.ForgedSignatureCommit}, oneOff{FaultNonInverting, n.w.NonInvertingCommit})
+	return err
+}
+
+// oneOff is a kind of one-off commit and its world builder.
+type oneOff struct {
+	kind  FaultKind
+	build func(did string) (world.Event, error)
+}
+
+// oneOffAfter draws rate after a valid #commit ev and, on a hit, appends
+// one of a or b (even odds) for the same account. ok is false when nothing
+// was appended. The caller holds emitMu.
+func (n *Network) oneOffAfter(ev world.Event, rate float64, a, b oneOff) (kind FaultKind, hev world.Event, ok bool, err error) {
+	if ev.Commit == nil || ev.Invalid != "" || rate == 0 || n.hostileRand.Float64() >= rate {
+		return "", world.Event{}, false, nil
+	}
+	pick := a
+	if n.hostileRand.IntN(2) == 1 {
+		pick = b
+	}
+	hev, err = pick.build(ev.DID)
+	if errors.Is(err, world.ErrAccountInactive) || errors.Is(err, world.ErrAccountDeleted) {
+		return "", world.Event{}, false, nil // changed by a direct world call since the commit: nothing to attack
+	}
+	if err != nil {
+		return "", world.Event{}, false, fmt.Errorf("oracle: emit: %s: %w", pick.kind, err)
+	}
+	if _, err := n.appendLocked(hev); err != nil {
+		return "", world.Event{}, false, err
+	}
+	n.faults.fire(pick.kind)
+	return pick.kind, hev, true, nil
+}
+
 // maybeHostileCommit follows a valid #commit with a one-off invalid one for
 // the same account when the HostileCommits draw says so. The caller holds
 // emitMu.
 func (n *Network) maybeHostileCommit(ev world.Event) error {
-	if ev.Commit == nil || ev.Invalid != "" {
-		return nil
-	}
-	rate := n.faults.hostileCommitRate()
-	if rate == 0 || n.hostileRand.Float64() >= rate {
-		return nil
-	}
-	kind, build := FaultInvalidRevCommit, n.w.InvalidRevCommit
-	if n.hostileRand.IntN(2) == 1 {
-		kind, build = FaultInvalidPathCommit, n.w.InvalidPathCommit
-	}
-	hev, err := build(ev.DID)
-	if errors.Is(err, world.ErrAccountInactive) || errors.Is(err, world.ErrAccountDeleted) {
-		return nil // changed by a direct world call since the commit: nothing to attack
-	}
-	if err != nil {
-		return fmt.Errorf("oracle: emit: %s: %w", kind, err)
-	}
-	if _, err := n.appendLocked(hev); err != nil {
+	kind, hev, ok, err := n.oneOffAfter(ev, n.faults.hostileCommitRate(),
+		oneOff{FaultInvalidRevCommit, n.w.InvalidRevCommit}, oneOff{FaultInvalidPathCommit, n.w.InvalidPathCommit})
+	if err != nil || !ok || kind != FaultInvalidPathCommit {
 		return err
-	}
-	n.faults.fire(kind)
-	if kind != FaultInvalidPathCommit {
-		return nil
 	}
 	// The PDS retries the write without its bad record: a lenient consumer
 	// (drops the invalid op) and a strict one (drops the commit) then agree

@@ -131,7 +131,9 @@ func (h *pdsHost) handleGetRepo(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	acct, known := n.w.Account(did)
-	known = known && acct.Host == h.idx
+	// A misattributed request (FaultMisattributed) reaches a host that is
+	// not the account's, which serves the account's repo anyway.
+	known = known && (acct.Host == h.idx || n.faults.misattributedHost(did))
 	st, faulted := n.faults.nextGetRepo(did, known && acct.Active)
 	if faulted && st.kind == FaultGetRepoStatus {
 		if st.status == http.StatusTooManyRequests {

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	comatproto "github.com/bluesky-social/indigo/api/atproto"
 	"github.com/bluesky-social/indigo/atproto/syntax"
@@ -254,6 +255,11 @@ func (n *Network) handleRelayGetRepo(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n.repos.relayHit(did)
+	if len(n.hosts) > 1 && n.faults.misattributed(did) {
+		other := n.hosts[(acct.Host+1)%len(n.hosts)]
+		http.Redirect(w, r, other.url+"/xrpc/com.atproto.sync.getRepo?"+r.URL.RawQuery, http.StatusFound)
+		return
+	}
 	if target, ok := n.faults.redirect(did); ok {
 		http.Redirect(w, r, target, http.StatusFound)
 		return
@@ -303,6 +309,16 @@ func (n *Network) handleListHosts(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// foreignKeyMultibase is world.ForeignKey's public key, what FaultDIDWrongKey
+// documents name.
+func foreignKeyMultibase() string {
+	pub, err := world.ForeignKey().PublicKey()
+	if err != nil {
+		panic(err) // a valid K256 key always has a public key
+	}
+	return pub.Multibase()
+}
+
 // didDocument is a DID document as a PLC directory serves it.
 type didDocument struct {
 	Context            []string             `json:"@context"`
@@ -337,6 +353,26 @@ func (n *Network) handleDIDDoc(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"message": "DID not registered: " + did})
 		return
 	}
+	delay, fault := n.faults.nextDoc(did)
+	if delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-r.Context().Done():
+			return
+		case <-n.ctx.Done():
+			return
+		}
+	}
+	switch fault {
+	case FaultPLCFailing:
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"message": "injected fault"})
+		return
+	case FaultDIDNotFound:
+		writeJSON(w, http.StatusNotFound, map[string]string{"message": "DID not registered: " + did})
+		return
+	case FaultDIDWrongKey:
+		acct.PublicKeyMultibase = foreignKeyMultibase()
+	}
 	doc := didDocument{
 		Context: []string{
 			"https://www.w3.org/ns/did/v1",
@@ -351,6 +387,9 @@ func (n *Network) handleDIDDoc(w http.ResponseWriter, r *http.Request) {
 		Service: []didService{{
 			ID: "#atproto_pds", Type: "AtprotoPersonalDataServer", ServiceEndpoint: n.hosts[acct.Host].url,
 		}},
+	}
+	if fault == FaultDIDNoKey {
+		doc.VerificationMethod = []verificationMethod{}
 	}
 	w.Header().Set("Content-Type", "application/did+ld+json")
 	w.WriteHeader(http.StatusOK)

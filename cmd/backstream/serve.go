@@ -7,9 +7,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -19,6 +21,7 @@ import (
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/ident"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/lifecycle"
 	"github.com/backstream/backstream/node"
@@ -81,6 +84,13 @@ func serveCommand() *command {
 			fs.Int("subscriber-message-burst", subscribe.DefaultMessageBurst, "client messages a connection may send at once")
 			fs.Duration("compaction-interval", node.DefaultCompactionInterval, "time between the end of one compaction pass (the physical removal of deleted and superseded records) and the start of the next (0 = no periodic passes)")
 			fs.Int64("compaction-tombstones", node.DefaultCompactionTombstones, "start a compaction pass early once this many deletes, updates, resets and account deletions or takedowns are pending (0 = never early)")
+			fs.String("verify", "strict", "identity verification of every downloaded repo and live commit: strict (drop or fail what does not verify), warn (archive it, counted), off (resolve nothing: only for a relay that already verifies)")
+			fs.String("plc", "auto", "PLC directory URL for did:plc resolution (auto: "+ident.DefaultPLC+", or the relay's own URL when the relay is on loopback, as the simulated network serves DID documents)")
+			fs.Duration("ident-timeout", ident.DefaultTimeout, "deadline of one DID document request")
+			fs.Int("ident-concurrency", ident.DefaultConcurrency, "DID resolutions in flight at most; more wait (backstream_ident_limited_total)")
+			fs.Int("ident-retries", ident.DefaultRetries, "retries of a failed DID document request before the DID counts as unresolvable (failure class identity)")
+			fs.Int("ident-cache-size", ident.DefaultCacheSize, "DID documents kept in memory (least recently used evicted)")
+			fs.Duration("ident-ttl", ident.DefaultTTL, "how long a resolved DID document is trusted, in memory and in the store's ident/ rows")
 		},
 		run: runServe,
 	}
@@ -113,6 +123,7 @@ type serveOptions struct {
 	subscribers            subscribe.Config // the subscriber limits; the rest is filled in by runServe
 	compactionInterval     time.Duration    // node.Config's: negative off
 	compactionTombstones   int64            // node.Config's: negative off
+	verify                 *ident.Config    // nil: --verify=off; PLC "auto" is resolved by nodeConfig
 }
 
 func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
@@ -219,6 +230,9 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 	if o.compactionInterval, o.compactionTombstones, err = compactionSchedule(fs); err != nil {
 		return bad("%v", err)
 	}
+	if o.verify, err = identOptions(fs); err != nil {
+		return bad("%v", err)
+	}
 	return o, nil
 }
 
@@ -237,6 +251,50 @@ func compactionSchedule(fs *flagSet) (time.Duration, int64, error) {
 		tombs = -1
 	}
 	return interval, tombs, nil
+}
+
+// identOptions reads --verify, --plc and the --ident-* flags; nil for off.
+func identOptions(fs *flagSet) (*ident.Config, error) {
+	mode, err := ident.ParseMode(strings.TrimSpace(fs.str("verify")))
+	if err != nil {
+		return nil, fmt.Errorf("--verify: %v", err)
+	}
+	c := &ident.Config{Mode: mode, PLC: strings.TrimSpace(fs.str("plc")),
+		Timeout: fs.get("ident-timeout").(time.Duration), Concurrency: fs.get("ident-concurrency").(int),
+		Retries: fs.get("ident-retries").(int), CacheSize: fs.get("ident-cache-size").(int), TTL: fs.get("ident-ttl").(time.Duration)}
+	switch {
+	case c.Timeout <= 0 || c.TTL <= 0:
+		return nil, errors.New("--ident-timeout and --ident-ttl must be positive")
+	case c.Concurrency < 1 || c.CacheSize < 1 || c.Retries < 0:
+		return nil, errors.New("--ident-concurrency and --ident-cache-size must be ≥ 1, --ident-retries ≥ 0")
+	}
+	if c.Retries == 0 {
+		c.Retries = -1 // ident.Config: 0 is the default, negative none
+	}
+	if c.PLC != "auto" {
+		if u, err := url.Parse(c.PLC); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" {
+			return nil, fmt.Errorf("--plc %q: want auto or an http(s) URL without a path", c.PLC)
+		}
+	}
+	if mode == ident.ModeOff {
+		return nil, nil
+	}
+	return c, nil
+}
+
+// plcFor resolves --plc auto for relay: the relay itself when it is on
+// loopback (the simulated network serves DID documents), the public
+// directory otherwise.
+func plcFor(plc, relay string) string {
+	if plc != "auto" {
+		return plc
+	}
+	if u, err := url.Parse(relay); err == nil {
+		if ip, err := netip.ParseAddr(u.Hostname()); (err == nil && ip.IsLoopback()) || u.Hostname() == "localhost" {
+			return strings.TrimSuffix(relay, "/")
+		}
+	}
+	return ident.DefaultPLC
 }
 
 // parseMinFree reads --min-free: auto (0), off or 0 (-1: no floor), or a
@@ -554,5 +612,16 @@ func (o serveOptions) nodeConfig(s *server, crash *crashpoint.Set) node.Config {
 		CompactionInterval: o.compactionInterval, CompactionTombstones: o.compactionTombstones,
 		Registry: s.reg, Logger: s.log, Crash: crash,
 		Server: s.sub, Health: &s.health,
+		Verify: o.identConfig(),
 	}
+}
+
+// identConfig is --verify's configuration with --plc resolved for the relay.
+func (o serveOptions) identConfig() *ident.Config {
+	if o.verify == nil {
+		return nil
+	}
+	c := *o.verify
+	c.PLC = plcFor(c.PLC, o.relay)
+	return &c
 }

@@ -33,6 +33,12 @@ const (
 	// ReasonInvalidPath: one create op's path is not a valid repo path
 	// (invalid NSID, invalid rkey, or no rkey), next to a valid create.
 	ReasonInvalidPath = "invalid_path"
+	// ReasonForgedSignature: the commit is signed by a key that is not the
+	// account's (ForgedSignatureCommit).
+	ReasonForgedSignature = "forged_signature"
+	// ReasonNonInverting: the ops do not invert to the claimed prevData
+	// (NonInvertingCommit).
+	ReasonNonInverting = "non_inverting"
 )
 
 // InvalidRevValue is the rev InvalidRevCommit carries: not a TID.
@@ -50,24 +56,110 @@ func InvalidRecordPaths() []string {
 	}
 }
 
-// SigningKey returns the account's #atproto signing key (the private half of
-// Account.PublicKeyMultibase), so hostile copies of its repo can be validly
-// signed. Keys are fixed at Build; deleted accounts keep theirs. false for an
-// unknown DID.
+// SigningKey returns the account's current #atproto signing key (the
+// private half of Account.PublicKeyMultibase), so hostile copies of its repo
+// can be validly signed. Keys change only by RotateKey; deleted accounts keep
+// theirs. false for an unknown DID.
 func (w *World) SigningKey(did string) (atcrypto.PrivateKey, bool) {
 	a, ok := w.byDID[did]
 	if !ok {
 		return nil, false
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	return a.priv, true
 }
 
-// InvalidRevCommit returns a one-off #commit for did that creates one new
-// record and is correct in every respect (signed by the account's key, Since
-// and PrevData naming the current state, blocks inverting to PrevData)
-// except that its rev, in the message and in the signed commit block, is
-// InvalidRevValue. The world does not apply it. The account must be active.
-func (w *World) InvalidRevCommit(did string) (Event, error) {
+// ForeignKey is a K256 key that is no account's: what a forger signs with.
+func ForeignKey() atcrypto.PrivateKey {
+	k, err := deriveKey(-1, -1)
+	if err != nil {
+		panic(err) // deterministic: a fixed seed that has a valid scalar
+	}
+	return k
+}
+
+// ForgedSignatureCommit returns a one-off #commit for did creating one new
+// record, correct in every respect (rev, Since, PrevData, blocks inverting
+// to PrevData) except that its commit is signed by ForeignKey. The world does
+// not apply it. The account must be active.
+func (w *World) ForgedSignatureCommit(did string) (Event, error) {
+	return w.oneOffCreate(did, ReasonForgedSignature, func(a *account, ops []writeOp) (*comatproto.SyncSubscribeRepos_Commit, error) {
+		return a.oneOffCommit(ops, a.revClock.Next().String(), now(), ForeignKey())
+	})
+}
+
+// NonInvertingCommit returns a one-off #commit for did creating one new
+// record, validly signed by the account, whose PrevData is not the state its
+// ops invert to (it names the new tree's root instead). The world does not
+// apply it. The account must be active.
+func (w *World) NonInvertingCommit(did string) (Event, error) {
+	return w.oneOffCreate(did, ReasonNonInverting, func(a *account, ops []writeOp) (*comatproto.SyncSubscribeRepos_Commit, error) {
+		body, err := a.oneOffCommit(ops, a.revClock.Next().String(), now(), a.priv)
+		if err != nil {
+			return nil, err
+		}
+		var c repo.Commit
+		if _, err := readCommit(body.Blocks, &c); err != nil {
+			return nil, err
+		}
+		pd := lexutil.LexLink(c.Data)
+		body.PrevData = &pd
+		return body, nil
+	})
+}
+
+// ForgedSync returns a one-off #sync for did naming its current tree under
+// a new rev, signed by ForeignKey. The world does not apply it. The account
+// must be active.
+func (w *World) ForgedSync(did string) (Event, error) {
+	return w.writableAccount(did, func(a *account) (Event, error) {
+		var c repo.Commit
+		if err := c.UnmarshalCBOR(bytes.NewReader(a.commitBlk)); err != nil {
+			return Event{}, fmt.Errorf("world: forged sync: %w", err)
+		}
+		c.Rev = a.revClock.Next().String()
+		if err := c.Sign(ForeignKey()); err != nil {
+			return Event{}, fmt.Errorf("world: forged sync: %w", err)
+		}
+		var cb bytes.Buffer
+		if err := c.MarshalCBOR(&cb); err != nil {
+			return Event{}, fmt.Errorf("world: forged sync: %w", err)
+		}
+		head, err := dagCBORPrefix.Sum(cb.Bytes())
+		if err != nil {
+			return Event{}, fmt.Errorf("world: forged sync: %w", err)
+		}
+		var buf bytes.Buffer
+		if err := writeCARHeader(&buf, head, cb.Bytes()); err != nil {
+			return Event{}, err
+		}
+		body := &comatproto.SyncSubscribeRepos_Sync{Blocks: buf.Bytes(), Did: a.did, Rev: c.Rev, Time: now()}
+		return Event{DID: a.did, Sync: body, Invalid: ReasonForgedSignature}, nil
+	})
+}
+
+// oneOffCreate builds a one-off commit of one new record with build, under
+// the account's lock.
+func (w *World) oneOffCreate(did, reason string, build func(*account, []writeOp) (*comatproto.SyncSubscribeRepos_Commit, error)) (Event, error) {
+	return w.writableAccount(did, func(a *account) (Event, error) {
+		g := a.hostileGen(w)
+		r := g.next(trafficStep)
+		ops, err := createOps(pathRec{r.collection + "/" + r.rkey, r.rec})
+		if err != nil {
+			return Event{}, err
+		}
+		body, err := build(a, ops)
+		if err != nil {
+			return Event{}, err
+		}
+		return Event{DID: a.did, Commit: body, Invalid: reason}, nil
+	})
+}
+
+// writableAccount runs fn with did's account locked, once it is writable
+// (active).
+func (w *World) writableAccount(did string, fn func(a *account) (Event, error)) (Event, error) {
 	a, err := w.lookup(did)
 	if err != nil {
 		return Event{}, err
@@ -77,17 +169,35 @@ func (w *World) InvalidRevCommit(did string) (Event, error) {
 	if err := a.writable(); err != nil {
 		return Event{}, err
 	}
-	g := a.hostileGen(w)
-	r := g.next(trafficStep)
-	ops, err := createOps(pathRec{r.collection + "/" + r.rkey, r.rec})
+	return fn(a)
+}
+
+// readCommit decodes the root commit of a commit's blocks CAR.
+func readCommit(blocks []byte, c *repo.Commit) (cid.Cid, error) {
+	bs, err := carBlocks(blocks)
 	if err != nil {
-		return Event{}, err
+		return cid.Undef, err
 	}
-	body, err := a.oneOffCommit(ops, InvalidRevValue, now())
-	if err != nil {
-		return Event{}, err
+	cr, err := car.NewCarReader(bytes.NewReader(blocks))
+	if err != nil || len(cr.Header.Roots) != 1 {
+		return cid.Undef, fmt.Errorf("world: commit blocks: %v", err)
 	}
-	return Event{DID: a.did, Commit: body, Invalid: ReasonInvalidRev}, nil
+	root := cr.Header.Roots[0]
+	if err := c.UnmarshalCBOR(bytes.NewReader(bs[root])); err != nil {
+		return cid.Undef, fmt.Errorf("world: decode commit: %w", err)
+	}
+	return root, nil
+}
+
+// InvalidRevCommit returns a one-off #commit for did that creates one new
+// record and is correct in every respect (signed by the account's key, Since
+// and PrevData naming the current state, blocks inverting to PrevData)
+// except that its rev, in the message and in the signed commit block, is
+// InvalidRevValue. The world does not apply it. The account must be active.
+func (w *World) InvalidRevCommit(did string) (Event, error) {
+	return w.oneOffCreate(did, ReasonInvalidRev, func(a *account, ops []writeOp) (*comatproto.SyncSubscribeRepos_Commit, error) {
+		return a.oneOffCommit(ops, InvalidRevValue, now(), a.priv)
+	})
 }
 
 // InvalidPathCommit returns a one-off #commit for did with two creates: one
@@ -99,30 +209,23 @@ func (w *World) InvalidRevCommit(did string) (Event, error) {
 // PrevData = its current data (and a greater rev than this one). The account
 // must be active.
 func (w *World) InvalidPathCommit(did string) (Event, error) {
-	a, err := w.lookup(did)
-	if err != nil {
-		return Event{}, err
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if err := a.writable(); err != nil {
-		return Event{}, err
-	}
-	g := a.hostileGen(w)
-	good := g.next(trafficStep)
-	bad := g.make(colPost)
-	paths := InvalidRecordPaths()
-	badPath := paths[a.hostileN%len(paths)]
-	a.hostileN++
-	ops, err := createOps(pathRec{good.collection + "/" + good.rkey, good.rec}, pathRec{badPath, bad.rec})
-	if err != nil {
-		return Event{}, err
-	}
-	body, err := a.oneOffCommit(ops, a.revClock.Next().String(), now())
-	if err != nil {
-		return Event{}, err
-	}
-	return Event{DID: a.did, Commit: body, Invalid: ReasonInvalidPath}, nil
+	return w.writableAccount(did, func(a *account) (Event, error) {
+		g := a.hostileGen(w)
+		good := g.next(trafficStep)
+		bad := g.make(colPost)
+		paths := InvalidRecordPaths()
+		badPath := paths[a.hostileN%len(paths)]
+		a.hostileN++
+		ops, err := createOps(pathRec{good.collection + "/" + good.rkey, good.rec}, pathRec{badPath, bad.rec})
+		if err != nil {
+			return Event{}, err
+		}
+		body, err := a.oneOffCommit(ops, a.revClock.Next().String(), now(), a.priv)
+		if err != nil {
+			return Event{}, err
+		}
+		return Event{DID: a.did, Commit: body, Invalid: ReasonInvalidPath}, nil
+	})
 }
 
 // RetryValidOps commits, as a new valid commit of the same account, the
@@ -217,7 +320,7 @@ func createOps(recs ...pathRec) ([]writeOp, error) {
 // oneOffCommit builds the #commit that applying creates ops at rev would
 // produce, on a copy of the tree and a scratch block store, without touching
 // the account. The account's mutex must be held.
-func (a *account) oneOffCommit(ops []writeOp, rev, now string) (*comatproto.SyncSubscribeRepos_Commit, error) {
+func (a *account) oneOffCommit(ops []writeOp, rev, now string, key atcrypto.PrivateKey) (*comatproto.SyncSubscribeRepos_Commit, error) {
 	tree := a.tree.Copy()
 	scratch := newMemBlockstore(len(ops) + 8)
 	repoOps := make([]*comatproto.SyncSubscribeRepos_RepoOp, 0, len(ops))
@@ -246,7 +349,7 @@ func (a *account) oneOffCommit(ops []writeOp, rev, now string) (*comatproto.Sync
 		return nil, fmt.Errorf("world: one-off mst diff: %w", err)
 	}
 	c := repo.Commit{DID: a.did, Version: repo.ATPROTO_REPO_VERSION, Data: *root, Rev: rev}
-	if err := c.Sign(a.priv); err != nil {
+	if err := c.Sign(key); err != nil {
 		return nil, fmt.Errorf("world: one-off sign: %w", err)
 	}
 	var cb bytes.Buffer

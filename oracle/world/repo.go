@@ -28,11 +28,12 @@ type account struct {
 	idx         int
 	did         string
 	host        int
-	priv        *atcrypto.PrivateKeyK256
-	pubMB       string
 	buildStatus string // status at build time
 
 	mu        sync.Mutex
+	priv      *atcrypto.PrivateKeyK256 // changed by RotateKey
+	pubMB     string
+	keyGen    int // key rotations so far
 	handle    string
 	handleGen int    // number of handle changes so far
 	status    string // StatusActive when active

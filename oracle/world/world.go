@@ -404,6 +404,33 @@ func (a *account) setHandle(h string) (Event, error) {
 	return Event{DID: a.did, Identity: identityBody(a.did, h)}, nil
 }
 
+// RotateKey gives the account a new signing key (derived from the seed and
+// the rotation count) and returns an #identity event, as a PLC operation
+// would: the DID document names the new key from now on and every later
+// commit is signed with it. Deleted accounts may not rotate.
+func (w *World) RotateKey(did string) (Event, error) {
+	a, err := w.lookup(did)
+	if err != nil {
+		return Event{}, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.status == StatusDeleted {
+		return Event{}, fmt.Errorf("world: rotate key %s: %w", a.did, ErrAccountDeleted)
+	}
+	a.keyGen++
+	priv, err := deriveKey(w.cfg.Seed^int64(a.keyGen)<<40, a.idx)
+	if err != nil {
+		return Event{}, err
+	}
+	pub, err := priv.PublicKey()
+	if err != nil {
+		return Event{}, fmt.Errorf("world: rotate key %s: %w", a.did, err)
+	}
+	a.priv, a.pubMB = priv, pub.Multibase()
+	return Event{DID: a.did, Identity: identityBody(a.did, a.handle)}, nil
+}
+
 // SetStatus changes the account's status and returns an #account event.
 // StatusActive reactivates; StatusDeleted is final (the repo is dropped and
 // every later mutation returns ErrAccountDeleted).

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/backstream/backstream/ident"
+)
+
+// TestServeVerifyFlags: --verify defaults to strict with the public PLC
+// directory, a loopback relay is its own PLC (the simulated network), off
+// configures nothing, and bad values are usage errors.
+func TestServeVerifyFlags(t *testing.T) {
+	o, err := serveFlags(t, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := o.identConfig()
+	if c == nil || c.Mode != ident.ModeStrict || c.PLC != ident.DefaultPLC || c.Timeout != ident.DefaultTimeout ||
+		c.Concurrency != ident.DefaultConcurrency || c.CacheSize != ident.DefaultCacheSize || c.TTL != ident.DefaultTTL {
+		t.Fatalf("default verification %+v", c)
+	}
+	o, err = serveFlags(t, []string{"--relay", "http://127.0.0.1:7777", "--ident-retries", "0"},
+		[]string{"BACKSTREAM_VERIFY=warn", "BACKSTREAM_IDENT_TIMEOUT=3s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := o.identConfig(); c.Mode != ident.ModeWarn || c.PLC != "http://127.0.0.1:7777" || c.Timeout != 3*time.Second || c.Retries >= 0 {
+		t.Fatalf("loopback relay, warn: %+v", c)
+	}
+	o, err = serveFlags(t, []string{"--verify", "off", "--plc", "https://plc.example.com"}, nil)
+	if err != nil || o.identConfig() != nil {
+		t.Fatalf("off: %+v %v", o.identConfig(), err)
+	}
+	for _, args := range [][]string{
+		{"--verify", "sometimes"},
+		{"--plc", "plc.directory"},
+		{"--plc", "https://plc.directory/path"},
+		{"--ident-timeout", "0s"},
+		{"--ident-concurrency", "0"},
+		{"--ident-cache-size", "0"},
+		{"--ident-retries", "-1"},
+		{"--ident-ttl", "-1s"},
+	} {
+		if _, err := serveFlags(t, args, nil); !errors.Is(err, errUsage) {
+			t.Errorf("%q: %v, want a usage error", args, err)
+		}
+	}
+}

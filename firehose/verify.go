@@ -1,0 +1,202 @@
+package firehose
+
+// verify.go owns the live checks of a #commit or #sync against the
+// account's DID document (Config.Identity, package ident): the commit
+// decoded from the frame's blocks must name the frame's DID and rev, a
+// #commit's ops must match its MST and invert to its prevData (sync 1.1),
+// and the commit's signature must verify with the account's key (one
+// re-resolution on a mismatch, for a rotated key). An #identity frame drops
+// the account's cached document.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	comatproto "github.com/bluesky-social/indigo/api/atproto"
+	"github.com/bluesky-social/indigo/atproto/repo"
+	"github.com/bluesky-social/indigo/atproto/syntax"
+	"github.com/ipfs/go-cid"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/ident"
+	"github.com/backstream/backstream/upstream"
+)
+
+// errNotInverting: a #commit's ops do not match its MST or do not invert to
+// its prevData, or its commit block does not name the frame's DID and rev.
+var errNotInverting = errors.New("commit does not match its message (sync 1.1)")
+
+// verify checks f and returns the failed outcome ("" when it passed or was
+// not checked). An error is returned only when ctx ended or the identity
+// store could not be read: the frame is then not accepted.
+func (c *Consumer) verify(ctx context.Context, f *upstream.Frame) (string, error) {
+	id := c.cfg.Identity
+	if id.Mode() == ident.ModeOff {
+		return "", nil
+	}
+	if f.Identity != nil {
+		id.Invalidate(f.Identity.Did)
+		return "", nil
+	}
+	var did string
+	var commit *repo.Commit
+	var err error
+	switch {
+	case f.Commit != nil && validIDs(f.Commit.Repo, f.Commit.Rev):
+		did = f.Commit.Repo
+		commit, err = guarded(func() (*repo.Commit, error) { return checkCommitMessage(ctx, f.Commit) })
+	case f.Sync != nil && validIDs(f.Sync.Did, f.Sync.Rev):
+		did = f.Sync.Did
+		commit, err = guarded(func() (*repo.Commit, error) { return checkSyncMessage(ctx, f.Sync) })
+	default:
+		return "", nil // nothing to check, or Rows drops the whole event
+	}
+	if err == nil {
+		_, err = id.VerifyCommit(ctx, did, commit)
+	}
+	outcome := ident.OutcomeOK
+	switch {
+	case err == nil:
+	case errors.Is(err, errNotInverting):
+		outcome = ident.OutcomeInversion
+	case ident.Class(err) != "":
+		outcome = ident.Class(err)
+	case ctx.Err() != nil:
+		return "", fmt.Errorf("firehose: verify: %w", ctx.Err())
+	default:
+		return "", fmt.Errorf("firehose: verify %s: %w", did, err)
+	}
+	id.Verified(ident.PathLive, outcome, did)
+	if outcome == ident.OutcomeOK || id.Mode() == ident.ModeWarn {
+		return "", nil
+	}
+	return outcome, nil
+}
+
+// guarded runs a check of hostile blocks through indigo's repo and MST
+// code, turning a panic into errNotInverting: as in DecodeFrame and
+// CommitOps, hostile input never panics the process (the fuzz target calls
+// the checks directly, without this belt).
+func guarded(check func() (*repo.Commit, error)) (c *repo.Commit, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c, err = nil, fmt.Errorf("%w: panic: %v", errNotInverting, r)
+		}
+	}()
+	return check()
+}
+
+// validIDs: the frame's DID and rev are valid (otherwise Rows drops it
+// whole: there is nothing to verify and nothing forged to replace).
+func validIDs(did, rev string) bool { return upstream.ValidDID(did) && upstream.ValidTID(rev) }
+
+// checkCommitMessage loads a #commit's blocks (hash-checked) and checks
+// them against the message: the commit names the message's DID and rev,
+// every create/update op's CID is the MST's value at its path, and — when
+// every update and delete carries its prev and prevData is present (sync
+// 1.1) — the ops inverted on the partial MST give prevData. It returns the
+// commit for the signature check. indigo's repo.VerifyCommitMessage does the
+// same but logs per event through slog.Default.
+func checkCommitMessage(ctx context.Context, m *comatproto.SyncSubscribeRepos_Commit) (*repo.Commit, error) {
+	commit, r, err := repo.LoadRepoFromCAR(ctx, bytes.NewReader(m.Blocks))
+	if err != nil {
+		return nil, fmt.Errorf("%w: blocks: %w", errNotInverting, err)
+	}
+	if commit.DID != m.Repo || commit.Rev != m.Rev {
+		return nil, fmt.Errorf("%w: commit names %s rev %s", errNotInverting, commit.DID, commit.Rev)
+	}
+	ops := make([]repo.Operation, 0, len(m.Ops))
+	invertible := m.PrevData != nil
+	for _, rop := range m.Ops {
+		if rop == nil {
+			return nil, fmt.Errorf("%w: null op", errNotInverting)
+		}
+		op := repo.Operation{Path: rop.Path}
+		if rop.Cid != nil {
+			v := cid.Cid(*rop.Cid)
+			op.Value = &v
+		}
+		if rop.Prev != nil {
+			p := cid.Cid(*rop.Prev)
+			op.Prev = &p
+		}
+		switch rop.Action {
+		case "create", "update":
+			if op.Value == nil {
+				return nil, fmt.Errorf("%w: %s %s without cid", errNotInverting, rop.Action, rop.Path)
+			}
+			nsid, rkey, err := syntax.ParseRepoPath(rop.Path)
+			if err != nil {
+				continue // the op is dropped by Rows; its MST value is not checked
+			}
+			if _, val, err := r.GetRecordBytes(ctx, nsid, rkey); err != nil || *val != *op.Value {
+				return nil, fmt.Errorf("%w: %s %s does not match the MST", errNotInverting, rop.Action, rop.Path)
+			}
+		}
+		if rop.Action != "create" && op.Prev == nil {
+			invertible = false // a legacy op: nothing to invert against
+		}
+		ops = append(ops, op)
+	}
+	if !invertible {
+		return commit, nil
+	}
+	ops, err = repo.NormalizeOps(ops)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errNotInverting, err)
+	}
+	tree := r.MST.Copy()
+	for i := range ops {
+		if err := repo.InvertOp(&tree, &ops[i]); err != nil {
+			return nil, fmt.Errorf("%w: invert %s: %w", errNotInverting, ops[i].Path, err)
+		}
+	}
+	root, err := tree.RootCID()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errNotInverting, err)
+	}
+	if *root != cid.Cid(*m.PrevData) {
+		return nil, fmt.Errorf("%w: ops invert to %s, prevData is %s", errNotInverting, root, cid.Cid(*m.PrevData))
+	}
+	return commit, nil
+}
+
+// checkSyncMessage decodes a #sync's commit and checks it names the
+// message's DID and rev.
+func checkSyncMessage(ctx context.Context, m *comatproto.SyncSubscribeRepos_Sync) (*repo.Commit, error) {
+	commit, _, err := repo.LoadCommitFromCAR(ctx, bytes.NewReader(m.Blocks))
+	if err != nil {
+		return nil, fmt.Errorf("%w: blocks: %w", errNotInverting, err)
+	}
+	if commit.DID != m.Did || commit.Rev != m.Rev {
+		return nil, fmt.Errorf("%w: commit names %s rev %s", errNotInverting, commit.DID, commit.Rev)
+	}
+	return commit, nil
+}
+
+// markCaptured, in capture mode, submits the replacement mark of a frame
+// that failed verification to Config.MarkWriter, the archive writer: the
+// account's snapshot may predate the dropped commit. A job that completes
+// after the mark keeps it (backfill keeps a RefetchUnverified newer than its
+// start), so the replacement follows in steady state.
+func (c *Consumer) markCaptured(ctx context.Context, f *upstream.Frame, failed string) error {
+	did := f.DID()
+	if failed == "" || c.cfg.Mode != ModeCapture || c.cfg.MarkWriter == nil || !upstream.ValidDID(did) {
+		return nil
+	}
+	u := &archive.Unit{Repos: []archive.RepoUpdate{unverifiedEffect(did, c.cfg.Now().UnixMicro())}}
+	if err := c.cfg.MarkWriter.Submit(ctx, u); err != nil {
+		return fmt.Errorf("firehose: mark %s for a replacement: %w", did, err)
+	}
+	return nil
+}
+
+// unverifiedEffect marks a known, active account due for a whole-repo
+// replacement after one of its live frames failed verification.
+func unverifiedEffect(did string, nowUS int64) archive.RepoUpdate {
+	return archive.RepoUpdate{DID: did, Func: func(cur archive.RepoState, exists bool) (archive.RepoState, bool) {
+		return dueEffect(cur, exists, nowUS, archive.RefetchUnverified)
+	}}
+}

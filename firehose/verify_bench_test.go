@@ -1,0 +1,140 @@
+package firehose
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/backstream/backstream/ident"
+	"github.com/backstream/backstream/oracle"
+	"github.com/backstream/backstream/upstream"
+)
+
+// verifyBenchFrames are n single-op #commit frames of a served network's
+// accounts, and a resolver on its PLC endpoint with every key cached.
+func verifyBenchFrames(b *testing.B, n int) ([][]byte, *ident.Resolver) {
+	b.Helper()
+	net, err := oracle.Start(context.Background(), oracle.Config{Accounts: 8, RecordsMean: 5, Hosts: 2, Seed: 3, Traffic: oracle.TrafficNone})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { net.Close() })
+	w := net.World()
+	dids := activeDIDs(w)
+	frames := make([][]byte, n)
+	for i := range frames {
+		ev := must(b)(w.CreateRecord(dids[i%len(dids)], "app.bsky.feed.post", "", map[string]any{
+			"$type": "app.bsky.feed.post", "text": fmt.Sprintf("post number %d with some text in it", i), "createdAt": "2024-01-01T00:00:00Z"}))
+		frames[i] = encode(b, ev, int64(i+1))
+	}
+	id := ident.New(ident.Config{PLC: net.RelayURL(), Mode: ident.ModeStrict})
+	for _, d := range dids {
+		if _, _, err := id.Lookup(context.Background(), d); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return frames, id
+}
+
+// BenchmarkHandleCommitVerify: BenchmarkHandleCommit with verification off
+// and strict (keys cached): the consumer's frames/s through the capture
+// writer, and CPU-µs per frame (process CPU over the run).
+func BenchmarkHandleCommitVerify(b *testing.B) {
+	const n = 5000
+	frames, id := verifyBenchFrames(b, n)
+	for _, mode := range []string{"off", "strict"} {
+		b.Run(mode, func(b *testing.B) {
+			var res *ident.Resolver
+			if mode == "strict" {
+				res = id
+			}
+			s := openStore(b)
+			wr := newWriter(b, s, true)
+			b.ResetTimer()
+			start, cpu0 := time.Now(), processCPU(b)
+			for i := 0; i < b.N; i++ {
+				c, _ := newConsumer(b, Config{Writer: wr, Mode: ModeCapture, Identity: res})
+				for _, f := range frames {
+					if err := c.Handle(context.Background(), f); err != nil {
+						b.Fatal(err)
+					}
+				}
+				waitDurable(b, c, n)
+			}
+			b.ReportMetric(float64(n*b.N)/time.Since(start).Seconds(), "frames/s")
+			b.ReportMetric((processCPU(b)-cpu0).Seconds()*1e6/float64(n*b.N), "cpu-µs/frame")
+		})
+	}
+}
+
+// BenchmarkVerifyCommitFrame: the verification alone of one decoded
+// single-op #commit (blocks loaded, MST checked, inverted, signature with a
+// cached key).
+func BenchmarkVerifyCommitFrame(b *testing.B) {
+	const n = 256
+	frames, id := verifyBenchFrames(b, n)
+	decoded := make([]upstream.Frame, n)
+	for i, raw := range frames {
+		f, err := upstream.DecodeFrame(raw)
+		if err != nil {
+			b.Fatal(err)
+		}
+		decoded[i] = f
+	}
+	c := &Consumer{cfg: Config{Identity: id}}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		failed, err := c.verify(context.Background(), &decoded[i%n])
+		if err != nil || failed != "" {
+			b.Fatalf("verify: %q %v", failed, err)
+		}
+		i++
+	}
+}
+
+// BenchmarkLiveIngestVerify: the live consumer reading a preloaded history
+// of basic traffic over a real websocket into the archive writer, from
+// cursor 0 to the head, with verification off and strict (every account's
+// key cached, as after bootstrap). Reports events/s and CPU-s per million
+// events (process CPU, the simulated relay's included, alike in both).
+func BenchmarkLiveIngestVerify(b *testing.B) {
+	const preload = 20000
+	net, err := oracle.Start(context.Background(), oracle.Config{Accounts: 200, RecordsMean: 5, Hosts: 2, Seed: 4,
+		Traffic: oracle.TrafficBasic, PreloadEvents: preload, Rate: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { net.Close() })
+	head := int64(preload)
+	for _, mode := range []string{"off", "strict"} {
+		b.Run(mode, func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				var id *ident.Resolver
+				if mode == "strict" {
+					id = ident.New(ident.Config{PLC: net.RelayURL(), Mode: ident.ModeStrict})
+					for _, a := range net.World().Accounts() {
+						_, _, _ = id.Lookup(context.Background(), a.DID)
+					}
+				}
+				s := openStore(b)
+				zero := int64(0)
+				c, _ := newConsumer(b, Config{Relay: net.RelayURL(), Writer: newWriter(b, s, false), Mode: ModeLive, Cursor: &zero, Identity: id})
+				b.StartTimer()
+				t0, cpu0 := time.Now(), processCPU(b)
+				r := startRun(b, c)
+				waitFor(b, 5*time.Minute, "the head durable", func() bool { return c.LastDurable() >= head })
+				elapsed, cpu := time.Since(t0), processCPU(b)-cpu0
+				b.StopTimer()
+				if err := r.stop(b); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(head)/elapsed.Seconds(), "events/s")
+				b.ReportMetric(cpu.Seconds()*1e6/float64(head), "cpu-s/1M-events")
+				b.StartTimer()
+			}
+		})
+	}
+}

@@ -1,0 +1,234 @@
+package firehose
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/ident"
+	"github.com/backstream/backstream/internal/promtest"
+	"github.com/backstream/backstream/oracle"
+	"github.com/backstream/backstream/oracle/world"
+)
+
+// verifyRun is a live consumer verifying in mode against n, over a store
+// where every active account is complete.
+type verifyRun struct {
+	n   *oracle.Network
+	s   *archive.Store
+	c   *Consumer
+	reg *prometheus.Registry
+	now time.Time
+}
+
+func startVerify(t *testing.T, n *oracle.Network, mode ident.Mode) *verifyRun {
+	t.Helper()
+	v := &verifyRun{n: n, s: openStore(t), reg: prometheus.NewRegistry(), now: time.UnixMicro(1_700_000_000_000_000)}
+	wr := newWriter(t, v.s, false)
+	for _, did := range activeDIDs(n.World()) {
+		r, err := wr.Apply(context.Background(), &archive.Unit{Repos: []archive.RepoUpdate{{DID: did,
+			Fields: archive.FieldStatus | archive.FieldActive, State: archive.RepoState{Status: archive.StatusComplete, Active: true}}}})
+		if err != nil || r.Refused != nil {
+			t.Fatalf("seed %s: %v %v", did, err, r.Refused)
+		}
+	}
+	id := ident.New(ident.Config{PLC: n.RelayURL(), Mode: mode, Metrics: ident.NewMetrics(v.reg)})
+	zero := int64(0)
+	v.c, _ = newConsumer(t, Config{Relay: n.RelayURL(), Writer: wr, Mode: ModeLive, Cursor: &zero, Identity: id,
+		Now: func() time.Time { return v.now }})
+	startRun(t, v.c)
+	return v
+}
+
+func (v *verifyRun) emit(t *testing.T, f func(*world.World) (world.Event, error)) oracle.Emitted {
+	t.Helper()
+	e, err := v.n.Emit(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// paths are the archived record paths per account.
+func (v *verifyRun) paths(t *testing.T) map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	for _, r := range readLog(t, v.s, false) {
+		if out[r.DID] == nil {
+			out[r.DID] = map[string]bool{}
+		}
+		if r.Collection != "" {
+			out[r.DID][r.Collection+"/"+r.RKey] = true
+		}
+	}
+	return out
+}
+
+func opPaths(e oracle.Emitted) []string {
+	var out []string
+	for _, op := range e.Event.Commit.Ops {
+		out = append(out, op.Path)
+	}
+	return out
+}
+
+func like(did string) func(*world.World) (world.Event, error) {
+	return func(w *world.World) (world.Event, error) {
+		return w.CreateRecord(did, "app.bsky.feed.like", "", map[string]any{"$type": "app.bsky.feed.like", "createdAt": "2024-01-01T00:00:00Z"})
+	}
+}
+
+// TestLiveVerification: a forged #commit and one whose ops do not invert
+// to its prevData are dropped, counted by reason, and their accounts marked
+// due for a replacement; an account that rotates its key mid-traffic has
+// its later commits archived after one re-resolution; genuine commits are
+// all archived.
+func TestLiveVerification(t *testing.T) {
+	n := startNetwork(t, oracle.Config{Seed: 31, Accounts: 12})
+	v := startVerify(t, n, ident.ModeStrict)
+	dids := activeDIDs(n.World())
+	forged, inverted, rotated, silent := dids[0], dids[1], dids[2], dids[3]
+
+	v.emit(t, like(rotated)) // caches the keys before the rotations
+	v.emit(t, like(silent))
+	waitCaughtUp(t, n, v.c, nil)
+	// silent rotates with no #identity on the firehose (a lost event): its
+	// next commit fails with the cached key and re-resolves once.
+	if _, err := n.World().RotateKey(silent); err != nil {
+		t.Fatal(err)
+	}
+	bad1 := v.emit(t, func(w *world.World) (world.Event, error) { return w.ForgedSignatureCommit(forged) })
+	bad2 := v.emit(t, func(w *world.World) (world.Event, error) { return w.NonInvertingCommit(inverted) })
+	v.emit(t, func(w *world.World) (world.Event, error) { return w.RotateKey(rotated) })
+	good := []oracle.Emitted{v.emit(t, like(rotated)), v.emit(t, like(rotated)), v.emit(t, like(forged)), v.emit(t, like(inverted)),
+		v.emit(t, like(silent)), v.emit(t, like(silent))}
+	waitCaughtUp(t, n, v.c, nil)
+
+	got := v.paths(t)
+	for _, bad := range []oracle.Emitted{bad1, bad2} {
+		for _, p := range opPaths(bad) {
+			if got[bad.Event.DID][p] {
+				t.Fatalf("%s: record %s of a %s commit was archived", bad.Event.DID, p, bad.Event.Invalid)
+			}
+		}
+	}
+	for _, e := range good {
+		for _, p := range opPaths(e) {
+			if !got[e.Event.DID][p] {
+				t.Fatalf("%s: genuine record %s missing", e.Event.DID, p)
+			}
+		}
+	}
+	for _, did := range []string{forged, inverted} {
+		st, err := v.s.RepoState(did)
+		if err != nil || st.Refetch != archive.RefetchUnverified || st.NextAttemptUS != v.now.UnixMicro() {
+			t.Fatalf("%s not marked for a replacement: %+v %v", did, st, err)
+		}
+	}
+	if st, _ := v.s.RepoState(rotated); st.Refetch != archive.RefetchNone {
+		t.Fatalf("rotated account marked for a replacement: %+v", st)
+	}
+	for outcome, want := range map[string]float64{"signature": 1, "inversion": 1, "ok": 8} {
+		if got := promtest.Value(t, v.reg, "backstream_verify_total", map[string]string{"path": "live", "outcome": outcome}); got != want {
+			t.Errorf("verify_total{live,%s} = %v, want %v", outcome, got, want)
+		}
+	}
+	// The #identity of the announced rotation dropped the cached key (one
+	// network resolution after it, no signature failure); the silent one
+	// cost one forced re-resolution; the forged commit was its account's
+	// first lookup, fresh, so it is not re-resolved. Network resolutions:
+	// forged 1, inverted 1, rotated 2, silent 2.
+	if got := promtest.Value(t, v.reg, "backstream_ident_reresolved_total", nil); got != 1 {
+		t.Errorf("forced re-resolutions %v, want 1 (the silent rotation)", got)
+	}
+	if got := promtest.Value(t, v.reg, "backstream_ident_resolutions_total", map[string]string{"result": "ok"}); got != 6 {
+		t.Errorf("network resolutions %v, want 6", got)
+	}
+}
+
+// TestLiveVerificationWarn: warn mode archives a forged commit and counts it.
+func TestLiveVerificationWarn(t *testing.T) {
+	n := startNetwork(t, oracle.Config{Seed: 32, Accounts: 6})
+	v := startVerify(t, n, ident.ModeWarn)
+	did := activeDIDs(n.World())[0]
+	bad := v.emit(t, func(w *world.World) (world.Event, error) { return w.ForgedSignatureCommit(did) })
+	waitCaughtUp(t, n, v.c, nil)
+	for _, p := range opPaths(bad) {
+		if !v.paths(t)[did][p] {
+			t.Fatalf("warn mode dropped %s", p)
+		}
+	}
+	if got := promtest.Value(t, v.reg, "backstream_verify_total", map[string]string{"path": "live", "outcome": "signature"}); got != 1 {
+		t.Fatalf("signature failures %v, want 1", got)
+	}
+}
+
+// TestCaptureVerificationMarks: in capture mode a forged #commit is not
+// captured, and its account is marked due for a replacement through the
+// archive writer (capture units carry no repo mutations).
+func TestCaptureVerificationMarks(t *testing.T) {
+	n := startNetwork(t, oracle.Config{Seed: 33, Accounts: 6})
+	s := openStore(t)
+	archiveW, captureW := newWriter(t, s, false), newWriter(t, s, true)
+	did := activeDIDs(n.World())[0]
+	r, err := archiveW.Apply(context.Background(), &archive.Unit{Repos: []archive.RepoUpdate{{DID: did,
+		Fields: archive.FieldStatus | archive.FieldActive, State: archive.RepoState{Status: archive.StatusPending, Active: true}}}})
+	if err != nil || r.Refused != nil {
+		t.Fatalf("seed: %v %v", err, r.Refused)
+	}
+	now := time.UnixMicro(1_700_000_000_000_000)
+	zero := int64(0)
+	c, _ := newConsumer(t, Config{Relay: n.RelayURL(), Writer: captureW, MarkWriter: archiveW, Mode: ModeCapture, Cursor: &zero,
+		Identity: ident.New(ident.Config{PLC: n.RelayURL()}), Now: func() time.Time { return now }})
+	startRun(t, c)
+	bad, err := n.Emit(func(w *world.World) (world.Event, error) { return w.ForgedSignatureCommit(did) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, n, c, nil)
+	for _, r := range readLog(t, s, true) {
+		if r.DID == did && r.Rev == bad.Event.Commit.Rev {
+			t.Fatalf("forged commit captured: %+v", r)
+		}
+	}
+	waitFor(t, 5*time.Second, "the replacement mark", func() bool {
+		st, err := s.RepoState(did)
+		return err == nil && st.Refetch == archive.RefetchUnverified && st.NextAttemptUS == now.UnixMicro()
+	})
+}
+
+// TestLiveSyncVerification: a genuine #sync verifies and schedules its
+// replacement as #sync does; a #sync signed by a foreign key is dropped (no
+// sync row) and its account marked as unverified.
+func TestLiveSyncVerification(t *testing.T) {
+	n := startNetwork(t, oracle.Config{Seed: 34, Accounts: 8})
+	v := startVerify(t, n, ident.ModeStrict)
+	dids := activeDIDs(n.World())
+	good, forged := dids[0], dids[1]
+	g := v.emit(t, func(w *world.World) (world.Event, error) { return w.ResetRepo(good, 2) })
+	b := v.emit(t, func(w *world.World) (world.Event, error) { return w.ForgedSync(forged) })
+	waitCaughtUp(t, n, v.c, nil)
+	var sawGood bool
+	for _, r := range readLog(t, v.s, false) {
+		switch {
+		case r.Kind == archive.KindSync && r.DID == good && r.Rev == g.Event.Sync.Rev:
+			sawGood = true
+		case r.Kind == archive.KindSync && r.DID == forged:
+			t.Fatalf("forged #sync archived: %+v (rev %s)", r, b.Event.Sync.Rev)
+		}
+	}
+	if !sawGood {
+		t.Fatal("genuine #sync not archived")
+	}
+	if st, _ := v.s.RepoState(good); st.Refetch != archive.RefetchSync {
+		t.Fatalf("genuine #sync: %+v", st)
+	}
+	if st, _ := v.s.RepoState(forged); st.Refetch != archive.RefetchUnverified {
+		t.Fatalf("forged #sync: %+v", st)
+	}
+	if got := promtest.Value(t, v.reg, "backstream_verify_total", map[string]string{"path": "live", "outcome": "signature"}); got != 1 {
+		t.Fatalf("signature failures %v, want 1", got)
+	}
+}

@@ -1,0 +1,57 @@
+// Package ident owns identity resolution: a DID (did:plc through the PLC
+// directory named by --plc, did:web over HTTPS) resolved to the parts of
+// its document backstream trusts — the atproto signing key, the
+// atproto_pds endpoint, the handle it declares — and the commit-signature
+// check built on them.
+//
+// Resolution goes through indigo's atproto/identity BaseDirectory (handle
+// verification skipped: the archive needs keys and endpoints), behind
+//
+//   - a bounded in-memory cache (CacheSize entries, least recently used
+//     evicted) whose entries are trusted for TTL;
+//   - the durable copy in the store, ident/<did> (archive.Ident), read on a
+//     memory miss; every network resolution is written back through
+//     Config.Persist, which node wires to a writer unit (the writer writes
+//     it in its batches);
+//   - stale-while-revalidate: a document past its TTL (in memory or in the
+//     store) is still returned at once, as not fresh, while one background
+//     refresh replaces it (owned goroutines, at most Concurrency, stopped by
+//     Close). A check that fails with a document that is not fresh resolves
+//     again first, so a stale key or PDS costs one re-resolution, never a
+//     wrong verdict; only a DID never seen, or invalidated, waits for the
+//     network;
+//   - one network flight per DID at a time (concurrent lookups of a DID
+//     share it), at most Concurrency flights in all (a lookup past the
+//     limit waits, counted), each request under Timeout, a failed request
+//     retried Retries times with the project's backoff; a DID the
+//     directory does not know is not retried.
+//
+// Failures are typed: ErrUnresolvable (the DID could not be resolved, or
+// its document is unusable — no signing key); callers record it as the
+// failure class "identity", which is retryable (the retry runner tries the
+// repo again later). ErrBadSignature says a commit's signature did not
+// verify with the current key even after one forced re-resolution (a key
+// rotated since the cached copy).
+//
+// Verify checks a commit's signature with a looked-up document's key and,
+// unless that document came from the network in the same lookup, resolves
+// once more on a mismatch: at most one extra resolution per failed check.
+// VerifyCommit is Lookup then Verify. CheckAuthority refuses a repository
+// served by a host that is neither the document's PDS nor a trusted one.
+//
+// Invalidate marks an entry stale (an #identity event) and refreshes it in
+// the background; a lookup before that refresh is done goes to the network
+// (sharing its flight), never to the durable copy, so a changed document is
+// seen at once, and one resolution follows an invalidation whatever the
+// interleaving (a flight finds a document fetched since it was wanted and
+// does not resolve again). The handle kept is the one the document declares; it is
+// not bidirectionally verified here.
+//
+// Log lines: one Warn line per minute per kind of trip (verification
+// failures by path and outcome, resolutions failed past their retries,
+// waits for a slot, failed ident/ submissions), counting the occurrences
+// it stands for.
+//
+// Mode is the operator's verification mode (--verify): strict drops and
+// refuses what fails, warn archives it and counts, off resolves nothing.
+package ident

@@ -1,0 +1,569 @@
+package ident
+
+// ident.go owns the Resolver: lookups through the memory cache, the durable
+// copy and the network, forced refreshes, invalidation, and the signature
+// check with one re-resolution.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/atcrypto"
+	"github.com/bluesky-social/indigo/atproto/identity"
+	"github.com/bluesky-social/indigo/atproto/repo"
+	"github.com/bluesky-social/indigo/atproto/syntax"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/backoff"
+	"github.com/backstream/backstream/internal/loglimit"
+)
+
+// Defaults of Config.
+const (
+	DefaultPLC         = "https://plc.directory"
+	DefaultTimeout     = 10 * time.Second
+	DefaultConcurrency = 16
+	DefaultRetries     = 2
+	DefaultTTL         = 24 * time.Hour
+	DefaultCacheSize   = 100_000
+	DefaultBackoffBase = 250 * time.Millisecond
+	DefaultBackoffMax  = 5 * time.Second
+)
+
+// ErrUnresolvable: the DID could not be resolved to a usable document (not
+// found, the directory failing past the retry budget, no signing key).
+// Failure class "identity", retryable.
+var ErrUnresolvable = errors.New("identity unresolvable")
+
+// ErrNoKey: the document declares no usable atproto signing key. It matches
+// ErrUnresolvable.
+var ErrNoKey = fmt.Errorf("%w: DID document has no atproto signing key", ErrUnresolvable)
+
+// ErrBadSignature: a commit's signature does not verify with the DID's
+// current key, re-resolved once. Failure class "signature".
+var ErrBadSignature = errors.New("commit signature does not verify with the DID's key")
+
+// Failure classes of this package's errors (archive.RepoState.ErrClass).
+const (
+	ClassIdentity  = "identity"
+	ClassSignature = "signature"
+	ClassAuthority = "authority"
+)
+
+// Info is what backstream keeps of a DID document.
+type Info struct {
+	DID string
+	// Key is the atproto signing key; KeyMultibase its stored form.
+	Key          atcrypto.PublicKey
+	KeyMultibase string
+	// PDS is the atproto_pds endpoint URL ("" when none).
+	PDS string
+	// Handle is the handle the document declares ("" when none); not
+	// bidirectionally verified.
+	Handle    string
+	FetchedAt time.Time
+}
+
+// PDSHost is host[:port] of the PDS endpoint ("" when none or unparsable),
+// the form upstream.Download.FinalHost takes.
+func (i *Info) PDSHost() string {
+	u, err := url.Parse(i.PDS)
+	if err != nil {
+		return ""
+	}
+	return u.Host
+}
+
+// Store is the durable copy's read side (*archive.Store).
+type Store interface {
+	Ident(did string) (archive.Ident, error)
+}
+
+// Config configures a Resolver. Zero fields take the defaults.
+type Config struct {
+	// PLC is the PLC directory's base URL (scheme, host, optional port).
+	PLC string
+	// Timeout bounds one request to the directory (or a did:web host).
+	Timeout time.Duration
+	// Concurrency bounds the network resolutions in flight.
+	Concurrency int
+	// Retries is the budget of retries of a failed request per resolution;
+	// negative means none.
+	Retries                 int
+	BackoffBase, BackoffMax time.Duration
+	// TTL is how long a resolved document is trusted (memory and store).
+	TTL time.Duration
+	// CacheSize bounds the memory cache's entries.
+	CacheSize int
+	// Store, when set, is read on a memory miss.
+	Store Store
+	// Persist, when set, writes a network resolution's result durably
+	// (ident/<did> through the writer). Its error is counted, not returned.
+	Persist func(ctx context.Context, did string, v archive.Ident) error
+	// Mode is the verification mode the callers apply (Resolver.Mode).
+	Mode Mode
+	// HTTPClient overrides the client built from Timeout (tests).
+	HTTPClient *http.Client
+	Metrics    *Metrics
+	Logger     *slog.Logger
+	// Now, Sleep and Rand are the clock, the backoff sleep and the jitter
+	// source (defaults: time.Now, backoff.Sleep, math/rand/v2).
+	Now   func() time.Time
+	Sleep func(ctx context.Context, d time.Duration) error
+	Rand  func() float64
+}
+
+func (c *Config) defaults() {
+	if c.PLC == "" {
+		c.PLC = DefaultPLC
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	switch {
+	case c.Retries == 0:
+		c.Retries = DefaultRetries
+	case c.Retries < 0:
+		c.Retries = 0
+	}
+	if c.BackoffBase <= 0 {
+		c.BackoffBase = DefaultBackoffBase
+	}
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = DefaultBackoffMax
+	}
+	if c.TTL <= 0 {
+		c.TTL = DefaultTTL
+	}
+	if c.CacheSize <= 0 {
+		c.CacheSize = DefaultCacheSize
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Sleep == nil {
+		c.Sleep = backoff.Sleep
+	}
+	if c.Rand == nil {
+		c.Rand = rand.Float64
+	}
+}
+
+// Resolver resolves DIDs. Safe for concurrent use. Its background
+// refreshes are owned goroutines that Close stops.
+type Resolver struct {
+	cfg    Config
+	dir    *identity.BaseDirectory
+	cache  *cache
+	slots  chan struct{}
+	flight singleflight.Group
+	m      *Metrics
+	lines  *loglimit.Every // one line per trip kind per logEvery
+
+	// Background refreshes of expired entries (revalidate): at most
+	// Concurrency at once, stopped by Close.
+	bg     chan struct{}
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// logEvery is the interval of this package's rate-limited log lines.
+const logEvery = time.Minute
+
+// New returns a Resolver for cfg.
+func New(cfg Config) *Resolver {
+	cfg.defaults()
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Timeout: cfg.Timeout, Transport: capBodies{http.DefaultTransport}}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Resolver{
+		bg:     make(chan struct{}, cfg.Concurrency),
+		ctx:    ctx,
+		cancel: cancel,
+		cfg:    cfg,
+		dir:    &identity.BaseDirectory{PLCURL: cfg.PLC, HTTPClient: *hc, SkipHandleVerification: true, UserAgent: "backstream"},
+		cache:  newCache(cfg.CacheSize),
+		slots:  make(chan struct{}, cfg.Concurrency),
+		m:      cfg.Metrics,
+		lines:  loglimit.New(logEvery, cfg.Now),
+	}
+}
+
+// Mode is the configured verification mode; a nil Resolver is ModeOff.
+func (r *Resolver) Mode() Mode {
+	if r == nil {
+		return ModeOff
+	}
+	return r.cfg.Mode
+}
+
+// Verified counts one verification of did on path with outcome (nil-safe);
+// a failure is logged once per path and outcome per minute.
+func (r *Resolver) Verified(path, outcome, did string) {
+	if r == nil {
+		return
+	}
+	r.m.Verified(path, outcome)
+	if outcome != OutcomeOK {
+		r.logTrip(path+"/"+outcome, "ident: verification failed", "path", path, "outcome", outcome, "mode", r.cfg.Mode.String(),
+			"did", loglimit.Clip(did, 256))
+	}
+}
+
+// logTrip logs msg at Warn when key's line is due, with the number of
+// occurrences it stands for.
+func (r *Resolver) logTrip(key, msg string, args ...any) {
+	if n, ok := r.lines.Tick(key); ok {
+		r.cfg.Logger.Warn(msg, append(args, "occurrences", n, "per", logEvery)...)
+	}
+}
+
+// MaxDocumentBytes bounds a DID document response: a did:web host is
+// anyone's, and indigo reads the whole body.
+const MaxDocumentBytes = 1 << 20
+
+// ErrDocumentTooLarge: a DID document response exceeded MaxDocumentBytes.
+var ErrDocumentTooLarge = errors.New("DID document response too large")
+
+// capBodies cuts every response body at MaxDocumentBytes.
+type capBodies struct{ next http.RoundTripper }
+
+func (c capBodies) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(req)
+	if err == nil {
+		resp.Body = &cappedBody{rc: resp.Body, left: MaxDocumentBytes}
+	}
+	return resp, err
+}
+
+// cappedBody fails a read past its limit instead of returning a silently
+// truncated document.
+type cappedBody struct {
+	rc   io.ReadCloser
+	left int64
+}
+
+func (b *cappedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		var one [1]byte
+		if n, err := b.rc.Read(one[:]); n == 0 && err == io.EOF {
+			return 0, io.EOF
+		}
+		return 0, ErrDocumentTooLarge
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.rc.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
+func (b *cappedBody) Close() error { return b.rc.Close() }
+
+// Lookup returns did's document: from memory, from the durable copy, or
+// from the network (written back). fresh says it came from the network in
+// this call. A document past its TTL is still returned at once (not fresh:
+// a failed check with it resolves again) while a background refresh
+// replaces it, so an expired entry never puts a network round trip on the
+// caller's path; only a DID never seen or invalidated does.
+func (r *Resolver) Lookup(ctx context.Context, did string) (info *Info, fresh bool, err error) {
+	now := r.cfg.Now()
+	info, expired, ok := r.cache.get(did, now)
+	switch {
+	case ok && info != nil:
+		r.m.cache(tierMemory)
+		if expired {
+			r.revalidate(did, info, now)
+		}
+		return info, false, nil
+	case ok: // invalidated: the durable copy is stale too
+	default:
+		info, err = r.durable(did)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if info != nil {
+		r.m.cache(tierStore)
+		r.cache.put(did, info, info.FetchedAt.Add(r.cfg.TTL))
+		if !now.Before(info.FetchedAt.Add(r.cfg.TTL)) {
+			r.revalidate(did, info, now)
+		}
+		return info, false, nil
+	}
+	r.m.cache(tierMiss)
+	info, err = r.refreshSince(ctx, did, now)
+	return info, err == nil, err
+}
+
+// revalidate refreshes did's expired document in the background (see
+// background). The stale entry is kept for revalidateGrace meanwhile, so a
+// burst of lookups starts one refresh.
+func (r *Resolver) revalidate(did string, stale *Info, now time.Time) {
+	r.cache.put(did, stale, now.Add(min(revalidateGrace, r.cfg.TTL)))
+	r.background(did, now)
+}
+
+// background resolves did on an owned goroutine, unless as many background
+// refreshes as Concurrency already run (a later lookup resolves it then),
+// or a document fetched since `since` is in memory by the time it starts.
+func (r *Resolver) background(did string, since time.Time) {
+	select {
+	case r.bg <- struct{}{}:
+	default:
+		return
+	}
+	r.wg.Add(1)
+	go func() { // owned: Close cancels r.ctx and waits
+		defer r.wg.Done()
+		defer func() { <-r.bg }()
+		if _, err := r.refreshSince(r.ctx, did, since); err != nil && r.ctx.Err() == nil {
+			r.m.staleFailed()
+		}
+	}()
+}
+
+// revalidateGrace is how long an expired entry serves while its refresh
+// runs, before a lookup may start another.
+const revalidateGrace = time.Minute
+
+// Close stops the background refreshes and waits for them. Lookups after
+// Close still work, without background refreshes.
+func (r *Resolver) Close() {
+	if r == nil {
+		return
+	}
+	r.cancel()
+	r.wg.Wait()
+}
+
+// durable reads the store's copy (nil when absent), whatever its age; an
+// unreadable or malformed row is an error (fail closed).
+func (r *Resolver) durable(did string) (*Info, error) {
+	if r.cfg.Store == nil {
+		return nil, nil
+	}
+	v, err := r.cfg.Store.Ident(did)
+	switch {
+	case errors.Is(err, archive.ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("ident: %s: %w", did, err)
+	}
+	info := &Info{DID: did, KeyMultibase: v.Key, PDS: v.PDS, Handle: v.Handle, FetchedAt: time.UnixMicro(v.FetchedUS)}
+	if v.Key != "" {
+		k, err := atcrypto.ParsePublicMultibase(v.Key)
+		if err != nil {
+			return nil, fmt.Errorf("ident: %s: stored key: %w: %w", did, archive.ErrMalformed, err)
+		}
+		info.Key = k
+	}
+	return info, nil
+}
+
+// Refresh resolves did over the network (one flight per DID; concurrent
+// callers share it), replaces the cached entry and writes it back.
+func (r *Resolver) Refresh(ctx context.Context, did string) (*Info, error) {
+	return r.refreshSince(ctx, did, time.Time{})
+}
+
+// refreshSince is Refresh unless, once the flight starts, memory already
+// holds a document fetched at or after since (another flight resolved it
+// meanwhile): so one invalidation or expiry costs one resolution, whatever
+// the interleaving of lookups and background refreshes. The zero since
+// always resolves.
+func (r *Resolver) refreshSince(ctx context.Context, did string, since time.Time) (*Info, error) {
+	v, err, _ := r.flight.Do(did, func() (any, error) {
+		if !since.IsZero() {
+			if info, _, ok := r.cache.get(did, r.cfg.Now()); ok && info != nil && !info.FetchedAt.Before(since) {
+				return info, nil
+			}
+		}
+		return r.resolve(ctx, did)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*Info), nil
+}
+
+// Reresolve is Refresh forced by a check that failed with a document that
+// did not come from the network just now (counted as a re-resolution).
+func (r *Resolver) Reresolve(ctx context.Context, did string) (*Info, error) {
+	r.m.reresolved()
+	return r.Refresh(ctx, did)
+}
+
+// Invalidate marks did's document stale (an #identity event) and refreshes
+// it in the background: the next Lookup finds the new document, or (the
+// refresh not done yet) resolves it over the network, skipping the durable
+// copy. Either way one resolution follows an invalidation.
+func (r *Resolver) Invalidate(did string) {
+	now := r.cfg.Now()
+	r.cache.put(did, nil, now.Add(r.cfg.TTL))
+	r.m.invalidated()
+	r.background(did, now)
+}
+
+// resolve is one network resolution under the concurrency limit, with the
+// retry budget.
+func (r *Resolver) resolve(ctx context.Context, did string) (*Info, error) {
+	d, err := syntax.ParseDID(did)
+	if err != nil {
+		r.m.resolution(resultNotFound)
+		return nil, fmt.Errorf("%w: %s: %w", ErrUnresolvable, did, err)
+	}
+	select {
+	case r.slots <- struct{}{}:
+	default:
+		r.m.limited()
+		r.logTrip("limited", "ident: DID resolutions waiting for a slot", "concurrency", r.cfg.Concurrency)
+		select {
+		case r.slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("ident: %s: %w", did, ctx.Err())
+		}
+	}
+	defer func() { <-r.slots }()
+	policy := backoff.Policy{Base: r.cfg.BackoffBase, Max: r.cfg.BackoffMax}
+	for attempt := 0; ; attempt++ {
+		t0 := time.Now()
+		id, err := r.fetch(ctx, d)
+		r.m.observe(time.Since(t0).Seconds())
+		switch {
+		case err == nil:
+			return r.accept(ctx, did, id)
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("ident: %s: %w", did, ctx.Err())
+		case errors.Is(err, identity.ErrDIDNotFound):
+			r.m.resolution(resultNotFound)
+			return nil, fmt.Errorf("%w: %s: %w", ErrUnresolvable, did, err)
+		case attempt >= r.cfg.Retries:
+			r.m.resolution(resultFailed)
+			r.logTrip("failed", "ident: DID resolution failed past its retries", "did", did, "attempts", attempt+1, "err", loglimit.Clip(err.Error(), 512))
+			return nil, fmt.Errorf("%w: %s: after %d attempts: %w", ErrUnresolvable, did, attempt+1, err)
+		}
+		r.m.retry()
+		if err := r.cfg.Sleep(ctx, policy.Delay(attempt, r.cfg.Rand())); err != nil {
+			return nil, fmt.Errorf("ident: %s: %w", did, err)
+		}
+	}
+}
+
+func (r *Resolver) fetch(ctx context.Context, d syntax.DID) (*identity.Identity, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	return r.dir.LookupDID(ctx, d)
+}
+
+// accept turns a resolved identity into an Info, caches and persists it. A
+// document without a usable signing key is ErrNoKey (not cached: a fixed
+// document is seen at the next lookup).
+func (r *Resolver) accept(ctx context.Context, did string, id *identity.Identity) (*Info, error) {
+	now := r.cfg.Now()
+	info := &Info{DID: did, PDS: id.PDSEndpoint(), FetchedAt: now}
+	if h, err := id.DeclaredHandle(); err == nil {
+		info.Handle = h.String()
+	}
+	k, err := id.PublicKey()
+	if err != nil {
+		r.m.resolution(resultNoKey)
+		return nil, fmt.Errorf("%w: %s: %w", ErrNoKey, did, err)
+	}
+	info.Key, info.KeyMultibase = k, k.Multibase()
+	r.m.resolution(resultOK)
+	r.cache.put(did, info, now.Add(r.cfg.TTL))
+	r.m.entries(r.cache.len())
+	if r.cfg.Persist != nil {
+		v := archive.Ident{Key: info.KeyMultibase, PDS: info.PDS, Handle: info.Handle, FetchedUS: max(now.UnixMicro(), 1)}
+		if err := r.cfg.Persist(ctx, did, v); err != nil {
+			r.m.persistFailed()
+			r.logTrip("persist", "ident: a resolved document could not be submitted for ident/", "err", err)
+		}
+	}
+	return info, nil
+}
+
+// VerifyCommit checks c's signature with did's current key (Lookup, then
+// Verify).
+func (r *Resolver) VerifyCommit(ctx context.Context, did string, c *repo.Commit) (*Info, error) {
+	info, fresh, err := r.Lookup(ctx, did)
+	if err != nil {
+		return nil, err
+	}
+	return r.Verify(ctx, info, fresh, c)
+}
+
+// Verify checks c's signature with info's key. When it fails and info did
+// not come from the network just now (fresh), the DID is resolved again
+// once (a rotated key) and the check repeated. It returns the document the
+// check used: ErrUnresolvable or ErrBadSignature otherwise.
+func (r *Resolver) Verify(ctx context.Context, info *Info, fresh bool, c *repo.Commit) (*Info, error) {
+	err := c.VerifySignature(info.Key)
+	if err == nil {
+		return info, nil
+	}
+	if !fresh {
+		if info, err = r.Reresolve(ctx, info.DID); err != nil {
+			return nil, err
+		}
+		if err = c.VerifySignature(info.Key); err == nil {
+			return info, nil
+		}
+	}
+	return info, fmt.Errorf("%w: %s rev %s: %w", ErrBadSignature, info.DID, c.Rev, err)
+}
+
+// Class is the failure class of an error of this package ("" otherwise).
+func Class(err error) string {
+	switch {
+	case errors.Is(err, ErrUnresolvable):
+		return ClassIdentity
+	case errors.Is(err, ErrBadSignature):
+		return ClassSignature
+	case errors.Is(err, ErrWrongAuthority):
+		return ClassAuthority
+	}
+	return ""
+}
+
+// ErrWrongAuthority: a repository came from a host that is not the PDS its
+// DID document names (a misattribution). Failure class "authority".
+var ErrWrongAuthority = errors.New("repository served by a host that is not the DID's PDS")
+
+// CheckAuthority refuses a repository of did fetched from host (host[:port],
+// after redirects) unless host is the PDS info names, or one of trusted
+// (the relay itself, which serves getRepo for any account).
+func CheckAuthority(info *Info, host string, trusted ...string) error {
+	if host == "" {
+		return nil
+	}
+	for _, t := range trusted {
+		if host == t {
+			return nil
+		}
+	}
+	if want := info.PDSHost(); want == "" || host != want {
+		return fmt.Errorf("%w: %s from %s, document names %q", ErrWrongAuthority, info.DID, host, info.PDS)
+	}
+	return nil
+}

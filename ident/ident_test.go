@@ -1,0 +1,363 @@
+package ident_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/repo"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/ident"
+	"github.com/backstream/backstream/internal/promtest"
+	"github.com/backstream/backstream/oracle"
+	"github.com/backstream/backstream/oracle/world"
+)
+
+func startNet(t *testing.T) *oracle.Network {
+	t.Helper()
+	n, err := oracle.Start(context.Background(), oracle.Config{Accounts: 6, RecordsMean: 3, Hosts: 2, Seed: 21, Traffic: oracle.TrafficNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	return n
+}
+
+func firstActive(t *testing.T, n *oracle.Network) world.Account {
+	t.Helper()
+	for _, a := range n.World().Accounts() {
+		if a.Active {
+			return a
+		}
+	}
+	t.Fatal("no active account")
+	return world.Account{}
+}
+
+// memStore is an ident/ store in memory, for the durable tier.
+type memStore struct {
+	mu sync.Mutex
+	m  map[string]archive.Ident
+}
+
+func (s *memStore) Ident(did string) (archive.Ident, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.m[did]
+	if !ok {
+		return v, &archive.KeyError{Key: "ident/" + did, Kind: archive.ErrNotFound}
+	}
+	return v, nil
+}
+
+func (s *memStore) persist(_ context.Context, did string, v archive.Ident) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[did] = v
+	return nil
+}
+
+func noSleep(context.Context, time.Duration) error { return nil }
+
+func TestLookupResolvesThroughPLCAndCaches(t *testing.T) {
+	n := startNet(t)
+	a := firstActive(t, n)
+	reg := prometheus.NewRegistry()
+	st := &memStore{m: map[string]archive.Ident{}}
+	r := ident.New(ident.Config{PLC: n.RelayURL(), Metrics: ident.NewMetrics(reg), Store: st, Persist: st.persist})
+	ctx := context.Background()
+	info, fresh, err := r.Lookup(ctx, a.DID)
+	if err != nil || !fresh {
+		t.Fatalf("lookup: %v fresh=%v", err, fresh)
+	}
+	if info.KeyMultibase != a.PublicKeyMultibase || info.PDSHost() != hostOf(n.HostURLs()[a.Host]) || info.Handle != a.Handle {
+		t.Fatalf("info %+v does not match account %+v", info, a)
+	}
+	if _, fresh, err := r.Lookup(ctx, a.DID); err != nil || fresh {
+		t.Fatalf("second lookup: %v fresh=%v, want a memory hit", err, fresh)
+	}
+	if got := st.m[a.DID]; got.Key != a.PublicKeyMultibase || got.FetchedUS == 0 {
+		t.Fatalf("durable copy %+v", got)
+	}
+	// A fresh resolver on the same store answers from ident/ without the
+	// network, even a day later with the directory down: the stale copy
+	// serves while its background refresh fails, counted.
+	reg2 := prometheus.NewRegistry()
+	later := time.Now().Add(25 * time.Hour)
+	r2 := ident.New(ident.Config{PLC: "http://127.0.0.1:1", Store: st, Retries: -1, Metrics: ident.NewMetrics(reg2),
+		Now: func() time.Time { return later }})
+	if info, fresh, err := r2.Lookup(ctx, a.DID); err != nil || fresh || info.KeyMultibase != a.PublicKeyMultibase {
+		t.Fatalf("durable lookup: %+v fresh=%v err=%v", info, fresh, err)
+	}
+	promtest.Eventually(t, 5*time.Second, "a failed background refresh", func() bool {
+		return promtest.Value(t, reg2, "backstream_ident_refresh_errors_total", nil) == 1
+	})
+	r2.Close()
+	expect(t, reg, "backstream_ident_resolutions_total", map[string]string{"result": "ok"}, 1)
+	expect(t, reg, "backstream_ident_lookups_total", map[string]string{"tier": "memory"}, 1)
+	// An #identity invalidates: the next lookup goes to the network, not to
+	// the (now stale) durable copy.
+	r.Invalidate(a.DID)
+	if _, fresh, err := r.Lookup(ctx, a.DID); err != nil || !fresh {
+		t.Fatalf("lookup after invalidation: %v fresh=%v, want a network resolution", err, fresh)
+	}
+}
+
+func hostOf(u string) string { return u[len("http://"):] }
+
+func TestUnresolvableIsTypedAndRetryable(t *testing.T) {
+	n := startNet(t)
+	a := firstActive(t, n)
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	r := ident.New(ident.Config{PLC: n.RelayURL(), Metrics: ident.NewMetrics(reg), Sleep: noSleep, Retries: 2})
+
+	n.Faults().DIDNotFound(a.DID, 1)
+	_, _, err := r.Lookup(ctx, a.DID)
+	if !errors.Is(err, ident.ErrUnresolvable) || ident.Class(err) != ident.ClassIdentity {
+		t.Fatalf("not found: %v (class %q)", err, ident.Class(err))
+	}
+	if n.Faults().Fired(oracle.FaultDIDNotFound) != 1 {
+		t.Fatal("404 fault did not fire once (a 404 must not be retried)")
+	}
+	// A failing PLC is retried within the budget: 2 failures then success.
+	n.Faults().FailPLC(2)
+	if _, _, err := r.Lookup(ctx, a.DID); err != nil {
+		t.Fatalf("lookup through 2 failures with 2 retries: %v", err)
+	}
+	expect(t, reg, "backstream_ident_retries_total", nil, 2)
+	// Past the budget it is unresolvable, not a crash or a hang.
+	r.Invalidate(a.DID)
+	n.Faults().FailPLC(3)
+	if _, _, err := r.Lookup(ctx, a.DID); ident.Class(err) != ident.ClassIdentity {
+		t.Fatalf("3 failures with 2 retries: %v", err)
+	}
+	n.Faults().DIDNoKey(a.DID, 1)
+	if _, _, err := r.Lookup(ctx, a.DID); !errors.Is(err, ident.ErrNoKey) || ident.Class(err) != ident.ClassIdentity {
+		t.Fatalf("document without key: %v", err)
+	}
+	expect(t, reg, "backstream_ident_resolutions_total", map[string]string{"result": "no_key"}, 1)
+}
+
+func TestSlowPLCTimesOut(t *testing.T) {
+	n := startNet(t)
+	a := firstActive(t, n)
+	n.Faults().SlowPLC(5*time.Second, oracle.Always)
+	r := ident.New(ident.Config{PLC: n.RelayURL(), Timeout: 100 * time.Millisecond, Retries: -1})
+	t0 := time.Now()
+	_, _, err := r.Lookup(context.Background(), a.DID)
+	if ident.Class(err) != ident.ClassIdentity {
+		t.Fatalf("slow PLC: %v", err)
+	}
+	if d := time.Since(t0); d > 3*time.Second {
+		t.Fatalf("lookup took %v: the timeout did not bound it", d)
+	}
+}
+
+func TestConcurrencyLimitAndSingleFlight(t *testing.T) {
+	n := startNet(t)
+	accts := n.World().Accounts()
+	reg := prometheus.NewRegistry()
+	r := ident.New(ident.Config{PLC: n.RelayURL(), Concurrency: 1, Metrics: ident.NewMetrics(reg)})
+	n.Faults().SlowPLC(50*time.Millisecond, oracle.Always)
+	var wg sync.WaitGroup
+	var errs atomic.Int64
+	for i := 0; i < 8; i++ { // 4 DIDs, 2 lookups each at once
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := accts[i%4]
+			if _, _, err := r.Lookup(context.Background(), a.DID); err != nil && a.Status != world.StatusDeleted {
+				errs.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if errs.Load() != 0 {
+		t.Fatalf("%d lookups failed", errs.Load())
+	}
+	res := promtest.Sum(t, reg, "backstream_ident_resolutions_total")
+	if res > 4 {
+		t.Fatalf("%v network resolutions for 4 DIDs: concurrent lookups of a DID must share one", res)
+	}
+	if promtest.Sum(t, reg, "backstream_ident_limited_total") == 0 {
+		t.Fatal("no lookup waited for the single slot")
+	}
+}
+
+func TestCacheIsBoundedAndExpires(t *testing.T) {
+	n := startNet(t)
+	accts := n.World().Accounts()
+	now := time.Unix(1_800_000_000, 0)
+	reg := prometheus.NewRegistry()
+	r := ident.New(ident.Config{PLC: n.RelayURL(), CacheSize: 2, TTL: time.Minute, Metrics: ident.NewMetrics(reg),
+		Now: func() time.Time { return now }})
+	ctx := context.Background()
+	var live []string
+	for _, a := range accts {
+		if a.Active {
+			live = append(live, a.DID)
+		}
+	}
+	for _, d := range live[:3] {
+		if _, _, err := r.Lookup(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect(t, reg, "backstream_ident_cache_entries", nil, 2)
+	if _, fresh, _ := r.Lookup(ctx, live[0]); !fresh {
+		t.Fatal("the least recently used entry was not evicted")
+	}
+	if _, fresh, _ := r.Lookup(ctx, live[0]); fresh {
+		t.Fatal("a cached entry was resolved again")
+	}
+	// Past its TTL an entry is still served at once, not fresh, while one
+	// background refresh replaces it.
+	now = now.Add(time.Minute)
+	before := promtest.Value(t, reg, "backstream_ident_resolutions_total", map[string]string{"result": "ok"})
+	for range 5 {
+		if info, fresh, err := r.Lookup(ctx, live[0]); err != nil || fresh || info == nil {
+			t.Fatalf("expired entry: %v fresh=%v", err, fresh)
+		}
+	}
+	promtest.Eventually(t, 5*time.Second, "a background refresh", func() bool {
+		return promtest.Value(t, reg, "backstream_ident_resolutions_total", map[string]string{"result": "ok"}) == before+1
+	})
+	r.Close()
+	if got := promtest.Value(t, reg, "backstream_ident_resolutions_total", map[string]string{"result": "ok"}); got != before+1 {
+		t.Fatalf("%v background refreshes for 5 lookups of one expired entry, want 1", got-before)
+	}
+}
+
+// verifyHead decodes did's current head commit from its CAR.
+func headCommit(t *testing.T, n *oracle.Network, did string) *repo.Commit {
+	t.Helper()
+	b, _, err := n.World().RepoCAR(did)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _, err := repo.LoadCommitFromCAR(context.Background(), bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestVerifyCommitReresolvesOnceOnRotation(t *testing.T) {
+	n := startNet(t)
+	a := firstActive(t, n)
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	r := ident.New(ident.Config{PLC: n.RelayURL(), Metrics: ident.NewMetrics(reg)})
+	if _, err := r.VerifyCommit(ctx, a.DID, headCommit(t, n, a.DID)); err != nil {
+		t.Fatalf("genuine commit: %v", err)
+	}
+	// The account rotates its key and commits with the new one: the cached
+	// old key fails, one re-resolution finds the new key.
+	if _, err := n.Emit(func(w *world.World) (world.Event, error) { return w.RotateKey(a.DID) }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Emit(func(w *world.World) (world.Event, error) {
+		return w.CreateRecord(a.DID, "app.bsky.feed.like", "", map[string]any{"$type": "app.bsky.feed.like", "createdAt": "2024-01-01T00:00:00Z"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.VerifyCommit(ctx, a.DID, headCommit(t, n, a.DID)); err != nil {
+		t.Fatalf("commit under the rotated key: %v", err)
+	}
+	expect(t, reg, "backstream_ident_reresolved_total", nil, 1)
+	// The document names a key that does not sign (old key signs, document
+	// names a new one). The invalidation refreshes in the background; the
+	// check with that document fails, re-resolves once, then ErrBadSignature.
+	n.Faults().DIDWrongKey(a.DID, oracle.Always)
+	r.Invalidate(a.DID)
+	promtest.Eventually(t, 5*time.Second, "the background refresh", func() bool {
+		return promtest.Value(t, reg, "backstream_ident_resolutions_total", map[string]string{"result": "ok"}) == 3
+	})
+	_, err := r.VerifyCommit(ctx, a.DID, headCommit(t, n, a.DID))
+	if !errors.Is(err, ident.ErrBadSignature) || ident.Class(err) != ident.ClassSignature {
+		t.Fatalf("wrong key: %v", err)
+	}
+	expect(t, reg, "backstream_ident_reresolved_total", nil, 2)
+	// Fresh from the network in the same lookup: no second resolution.
+	r2 := ident.New(ident.Config{PLC: n.RelayURL(), Metrics: ident.NewMetrics(prometheus.NewRegistry())})
+	defer r2.Close()
+	if _, err := r2.VerifyCommit(ctx, a.DID, headCommit(t, n, a.DID)); ident.Class(err) != ident.ClassSignature {
+		t.Fatalf("wrong key, fresh: %v", err)
+	}
+}
+
+func TestCheckAuthority(t *testing.T) {
+	info := &ident.Info{DID: "did:plc:x", PDS: "https://pds.example.com"}
+	if err := ident.CheckAuthority(info, "pds.example.com"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ident.CheckAuthority(info, "relay.example.com", "relay.example.com"); err != nil {
+		t.Fatalf("the relay itself: %v", err)
+	}
+	if err := ident.CheckAuthority(info, "evil.example.com", "relay.example.com"); ident.Class(err) != ident.ClassAuthority {
+		t.Fatalf("another host: %v", err)
+	}
+	if err := ident.CheckAuthority(&ident.Info{DID: "did:plc:x"}, "pds.example.com"); ident.Class(err) != ident.ClassAuthority {
+		t.Fatalf("no PDS in the document: %v", err)
+	}
+}
+
+func expect(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string, want float64) {
+	t.Helper()
+	if got := promtest.Value(t, reg, name, labels); got != want {
+		t.Fatalf("%s%v = %v, want %v", name, labels, got, want)
+	}
+}
+
+// TestFailuresLogOncePerMinute: a hundred verification failures of one kind
+// write one line, which counts them; a minute later the next writes another.
+func TestFailuresLogOncePerMinute(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Unix(1_800_000_000, 0)
+	r := ident.New(ident.Config{PLC: "http://127.0.0.1:1", Logger: slog.New(slog.NewTextHandler(&buf, nil)),
+		Now: func() time.Time { return now }})
+	for range 100 {
+		r.Verified(ident.PathLive, ident.OutcomeSignature, "did:plc:x")
+	}
+	r.Verified(ident.PathLive, ident.OutcomeOK, "did:plc:x")
+	if got := strings.Count(buf.String(), "verification failed"); got != 1 || !strings.Contains(buf.String(), "occurrences=1 ") {
+		t.Fatalf("%d lines after 100 failures:\n%s", got, buf.String())
+	}
+	now = now.Add(time.Minute)
+	r.Verified(ident.PathLive, ident.OutcomeSignature, "did:plc:x")
+	if got := strings.Count(buf.String(), "verification failed"); got != 2 || !strings.Contains(buf.String(), "occurrences=100 ") {
+		t.Fatalf("%d lines a minute later:\n%s", got, buf.String())
+	}
+}
+
+// TestHugeDocumentRefused: a directory (or a did:web host, anyone's) that
+// answers with an endless body is cut at MaxDocumentBytes: the DID is
+// unresolvable, the memory bounded.
+func TestHugeDocumentRefused(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		chunk := bytes.Repeat([]byte(" "), 64<<10)
+		for range 64 { // 4 MiB of JSON whitespace, then nothing valid
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+	r := ident.New(ident.Config{PLC: srv.URL, Retries: -1})
+	_, _, err := r.Lookup(context.Background(), "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa")
+	if ident.Class(err) != ident.ClassIdentity || !errors.Is(err, ident.ErrDocumentTooLarge) {
+		t.Fatalf("huge document: %v", err)
+	}
+}
