@@ -32,6 +32,11 @@ type KV struct {
 type SeqCursor struct {
 	Key []byte
 	Seq uint64
+	// Reset moves the cursor to Seq even when it is lower: the source
+	// restarted its sequence (a relay that was rebuilt). A reset unit is
+	// refused while units carrying the same key wait behind a replacement
+	// (the producer waits for its earlier units to be durable first).
+	Reset bool
 }
 
 // Replacement marks a unit as (one chunk of) a whole-repo replacement of DID
@@ -61,7 +66,7 @@ type Unit struct {
 	Events  []Event      // in order; Seq and TimeUS are assigned by the writer
 	Repos   []RepoUpdate // applied after the events, in order
 	Hosts   []HostUpdate // applied after the repo updates, in order
-	Puts    []KV         // phase, listRepos cursors (only cursor/ and meta/, never a seq cursor, meta/counts or meta/instance)
+	Puts    []KV         // phase, listRepos cursors, gaps, audit cursors (only cursor/, meta/, gap/ and audit/, never a seq cursor, meta/counts or meta/instance)
 	Cursor  SeqCursor    // the producer's position after this unit (cursor/relay, cursor/merge); see SeqCursor
 	Replace *Replacement // non-nil: refused whole if the ratchet is newer than Replace.Rev
 	Token   any          // returned in the receipt
@@ -958,8 +963,8 @@ func checkPutKey(k []byte) error {
 	if string(k) == string(KeyCounts) || string(k) == string(KeyInstance) {
 		return invalid("unit puts %q, which only the writer itself writes", k)
 	}
-	if !hasPrefix(k, PrefixCursor) && !hasPrefix(k, PrefixMeta) {
-		return invalid("unit puts %q outside cursor/ and meta/", k)
+	if !hasPrefix(k, PrefixCursor) && !hasPrefix(k, PrefixMeta) && !hasPrefix(k, PrefixGap) && !hasPrefix(k, PrefixAudit) {
+		return invalid("unit puts %q outside cursor/, meta/, gap/ and audit/", k)
 	}
 	return nil
 }

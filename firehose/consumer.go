@@ -80,6 +80,12 @@ type Config struct {
 	// look for newly due repos at once (retry.Runner.Wake). It must not
 	// block.
 	OnEffects func()
+	// NextGapID is the id of the next gap/ row this consumer records
+	// (archive.Store.NextGapID; default 1).
+	NextGapID uint64
+	// GapThreshold is the largest seq skip counted only as an anomaly
+	// (default DefaultGapThreshold; a larger one is a gap).
+	GapThreshold int64
 }
 
 // Consumer reads subscribeRepos and submits one archive.Unit per frame. Run
@@ -93,8 +99,17 @@ type Consumer struct {
 	submit  func(context.Context, *archive.Unit) error // Writer.Submit; tests wrap it to see units
 
 	// Owned by the goroutine calling Handle (Run's).
-	hasPos bool  // a resume position exists (Config.Cursor or an accepted frame)
-	last   int64 // last accepted seq
+	hasPos  bool  // a resume position exists (Config.Cursor or an accepted frame)
+	last    int64 // last accepted seq
+	fresh   bool  // no frame above the cursor yet on this connection
+	below   int64 // frames below the dialed cursor on this connection
+	pending *pendingGap
+	nextGap uint64
+
+	// lastEventUS is the upstream time of the last accepted event, or
+	// when Run started before any (unix µs): how far behind the relay the
+	// archive is (Behind).
+	lastEventUS atomic.Int64
 
 	lastAccepted atomic.Int64
 	lastDurable  atomic.Int64
@@ -110,6 +125,9 @@ type Consumer struct {
 	effectSeqs map[int64]struct{}
 	fatal      error
 	abort      context.CancelFunc // cancels the active Run
+	// lowerDurable: the next receipt is a cursor reset's, whose durable
+	// cursor is below the last one (guarded by mu).
+	lowerDurable bool
 }
 
 // New validates cfg and returns a Consumer; nothing starts until Run.
@@ -144,6 +162,12 @@ func New(cfg Config) (*Consumer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.NextGapID == 0 {
+		cfg.NextGapID = 1
+	}
+	if cfg.GapThreshold <= 0 {
+		cfg.GapThreshold = DefaultGapThreshold
+	}
 	c := &Consumer{
 		cfg:        cfg,
 		log:        cfg.Logger.With("component", "firehose", "mode", cfg.Mode.String()),
@@ -151,6 +175,7 @@ func New(cfg Config) (*Consumer, error) {
 		acks:       archive.NewAcks(),
 		started:    make(chan struct{}),
 		effectSeqs: make(map[int64]struct{}),
+		nextGap:    cfg.NextGapID,
 	}
 	c.submit = cfg.Writer.Submit
 	if cfg.Cursor != nil {
@@ -172,6 +197,18 @@ func (c *Consumer) LastAccepted() int64 { return c.lastAccepted.Load() }
 func (c *Consumer) LastDurable() int64 {
 	c.collect()
 	return c.lastDurable.Load()
+}
+
+// Behind is how far the archive is behind the relay as this consumer
+// knows it: now less the upstream time of the last accepted event (or the
+// time Run started, before any). A relay that refuses every cursor, or a
+// connection that never delivers, makes it grow.
+func (c *Consumer) Behind() time.Duration {
+	since := c.lastEventUS.Load()
+	if since == 0 {
+		return 0 // not running yet
+	}
+	return max(0, c.cfg.Now().Sub(time.UnixMicro(since)))
 }
 
 // Started is closed once a starting cursor is durable: at New when
@@ -219,10 +256,11 @@ func (c *Consumer) collect() {
 		}
 		// The durable cursor, not the unit's own seq: a unit of an account
 		// held by a replacement may still wait behind this one.
-		if d := int64(r.Cursor); d > c.lastDurable.Load() {
+		if d := int64(r.Cursor); d > c.lastDurable.Load() || c.lowerDurable {
 			c.lastDurable.Store(d)
 			c.m.durable(d)
 		}
+		c.lowerDurable = false
 		c.startedOnce.Do(func() { close(c.started) })
 		if c.cfg.Mode == ModeLive {
 			c.cfg.Crash.Hit(crashpoint.LiveBatch) // live rows with cursor/relay are durable
@@ -306,6 +344,13 @@ func (c *Consumer) Handle(ctx context.Context, msg []byte) error {
 		c.m.anomaly(kind)
 		c.log.Warn("firehose: relay sent an error frame", "error", loglimit.Clip(f.Error.Error, 64),
 			"message", loglimit.Clip(f.Error.Message, 256), "cursor", c.LastAccepted())
+		if kind == AnomalyFutureCursor && c.hasPos {
+			// The relay's sequence is behind ours: it was rebuilt or
+			// replaced. Follow its live tip; the first frame's unit
+			// records the gap and resets cursor/relay.
+			c.noteGap(archive.GapFutureCursor, true)
+			c.hasPos = false
+		}
 		return nil
 	case f.Info != nil:
 		c.m.frame(frameInfo)
@@ -315,6 +360,7 @@ func (c *Consumer) Handle(ctx context.Context, msg []byte) error {
 			c.m.anomaly(AnomalyOutdatedCursor)
 			c.log.Error("firehose: relay says our cursor is outdated: events were missed",
 				"cursor", c.LastAccepted())
+			c.noteGap(archive.GapOutdatedCursor, false)
 		}
 		return nil
 	}
@@ -324,17 +370,14 @@ func (c *Consumer) Handle(ctx context.Context, msg []byte) error {
 		c.m.anomaly(AnomalyInvalidSeq)
 		return nil
 	}
-	if c.hasPos {
-		if seq <= c.last {
-			c.m.anomaly(AnomalyDuplicate)
-			return nil
-		}
-		if seq > c.last+1 {
-			c.m.anomaly(AnomalySeqGap)
-		}
+	if !c.checkSeq(seq) {
+		return nil
 	}
 	u, err := c.unit(&f, seq)
 	if err != nil {
+		return err
+	}
+	if err := c.withGap(ctx, u, seq); err != nil {
 		return err
 	}
 	if err := c.submit(ctx, u); err != nil {
@@ -345,7 +388,12 @@ func (c *Consumer) Handle(ctx context.Context, msg []byte) error {
 	}
 	c.hasPos, c.last = true, seq
 	c.lastAccepted.Store(seq)
-	c.m.accepted(seq, eventTime(&f, c.cfg.Now))
+	if c.pending != nil {
+		c.gapRecorded()
+	}
+	t := eventTime(&f, c.cfg.Now)
+	c.m.accepted(seq, t)
+	c.lastEventUS.Store(min(int64(t*1e6), c.cfg.Now().UnixMicro()))
 	return nil
 }
 
@@ -437,6 +485,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	defer c.running.Store(false)
+	c.lastEventUS.CompareAndSwap(0, c.cfg.Now().UnixMicro())
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	c.mu.Lock()
@@ -524,6 +573,7 @@ func (c *Consumer) session(ctx context.Context) (progressed bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	c.fresh, c.below = true, 0
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)

@@ -265,7 +265,7 @@ func New(cfg Config) (n *Node, err error) {
 	if n.store, err = archive.Open(cfg.DataDir, cfg.Store); err != nil {
 		return n, err
 	}
-	if err := checkRelay(n.store, relayHost, cfg.ResetRelay, n.log); err != nil {
+	if err := checkRelay(n.store, relayHost, cfg.ResetRelay, cfg.Now(), n.log); err != nil {
 		return n, err
 	}
 	phase, err := n.store.Phase()
@@ -571,7 +571,7 @@ func hostOf(relay string) (string, error) {
 // firehose position is lost, unless reset says so (C6), and records the
 // relay on first start. What it reads is read fail-closed: an unreadable key
 // stops the start, it is never taken for an absent one.
-func checkRelay(store *archive.Store, host string, reset bool, log *slog.Logger) error {
+func checkRelay(store *archive.Store, host string, reset bool, now time.Time, log *slog.Logger) error {
 	f := lifecycle.RelayFacts{Requested: host, Reset: reset}
 	var err error
 	if f.Phase, err = store.Phase(); err != nil {
@@ -605,20 +605,30 @@ func checkRelay(store *archive.Store, host string, reset bool, log *slog.Logger)
 	case lifecycle.RelayRecord:
 		return store.SetRelay(host, false)
 	case lifecycle.RelayReset:
+		g, err := store.RecordRelayGap(host, true, now)
+		if err != nil {
+			return err
+		}
 		if f.Stored == "" {
 			log.Error("archive gap: the store records no relay; --reset-relay-cursor records this one and follows it from its live tip: "+
-				"events since the last durable position are not archived", "phase", f.Phase, "relay", host, "dropped_cursor", f.HasCursor)
+				"events since the last durable position are not archived until the gap's repair pass fetches what changed",
+				"phase", f.Phase, "relay", host, "dropped_cursor", f.HasCursor, "gap", g.ID, "from_seq", g.FromSeq)
 		} else {
-			log.Warn("following another relay: its cursor is dropped; events between the two relays are not archived",
-				"old", f.Stored, "new", host)
+			log.Warn("following another relay: its cursor is dropped; events between the two relays are not archived until the gap's repair pass fetches what changed",
+				"old", f.Stored, "new", host, "gap", g.ID, "from_seq", g.FromSeq)
 		}
-		return store.SetRelay(host, true)
 	case lifecycle.RelaySilent:
 		log.Warn("no cursor/relay: the relay has sent no firehose event since capture's wait expired; following its live tip",
 			"phase", f.Phase, "relay", host, "silent_since", silentAt)
 	case lifecycle.RelayFollowTip:
+		g, err := store.RecordRelayGap(host, false, now)
+		if err != nil {
+			return err
+		}
 		log.Error("archive gap: the store has no cursor/relay; --reset-relay-cursor follows the relay from its live tip: "+
-			"events since the last durable position are not archived", "phase", f.Phase, "relay", host)
+			"events since the last durable position are not archived until the gap's repair pass fetches what changed",
+			"phase", f.Phase, "relay", host, "gap", g.ID)
 	}
 	return nil
 }
+

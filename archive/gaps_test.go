@@ -1,0 +1,136 @@
+package archive
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/vfs"
+)
+
+func FuzzDecodeGap(f *testing.F) {
+	for _, g := range []Gap{
+		{Kind: GapOutdatedCursor, FromSeq: 10, ToSeq: 500, FirstSeenUS: 1},
+		{Kind: GapAudit, FirstSeenUS: 1 << 50, ClosedUS: 1<<50 + 7},
+	} {
+		b, err := EncodeGap(g)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte{0x01, 0x07, 0, 0, 1, 0})          // guards: an unknown kind
+	f.Add([]byte{0x01, 0x01, 0, 0, 0, 0})          // guards: no first-seen time
+	f.Add([]byte{0x01, 0x01, 0x80, 0x00, 0, 1, 0}) // guards: a non-minimal uvarint
+	f.Add([]byte{0x02, 0x01, 0, 0, 1, 0})          // guards: an unknown version
+	f.Fuzz(func(t *testing.T, b []byte) {
+		g, err := DecodeGap(b)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v is not ErrMalformed", err)
+			}
+			return
+		}
+		if re, _ := EncodeGap(g); !bytes.Equal(re, b) {
+			t.Fatalf("accepted non-canonical %x", b)
+		}
+	})
+}
+
+// TestGapRowsThroughUnits: a gap and an audit cursor travel as unit Puts,
+// and Gaps reads them back in id order; a malformed gap row fails the read
+// naming its key, never an empty list.
+func TestGapRowsThroughUnits(t *testing.T) {
+	s := openMem(t, vfs.NewMem())
+	defer s.Close()
+	w := newWriter(t, s, WriterOptions{})
+	defer w.Close()
+	var puts []KV
+	for _, g := range []Gap{
+		{ID: 2, Kind: GapSeqSkip, FromSeq: 7, ToSeq: 9000, FirstSeenUS: 20},
+		{ID: 1, Kind: GapFutureCursor, FromSeq: 500, ToSeq: 3, FirstSeenUS: 10},
+	} {
+		kv, err := GapPut(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		puts = append(puts, kv)
+	}
+	ac, _ := EncodeListCursor(ListCursor{Cursor: "abc"})
+	puts = append(puts, KV{Key: AuditKey(1), Value: ac})
+	if r := apply(t, w, &Unit{Puts: puts}); r.Refused != nil {
+		t.Fatalf("refused: %v", r.Refused)
+	}
+	gs, err := s.Gaps()
+	if err != nil || len(gs) != 2 || gs[0].ID != 1 || gs[1].ID != 2 || gs[0].Kind != GapFutureCursor || gs[1].ToSeq != 9000 {
+		t.Fatalf("gaps %+v, %v", gs, err)
+	}
+	if id, _ := s.NextGapID(); id != 3 {
+		t.Fatalf("next gap id %d, want 3", id)
+	}
+	if c, err := s.AuditCursor(1); err != nil || c.Cursor != "abc" {
+		t.Fatalf("audit cursor %+v, %v", c, err)
+	}
+	if r := apply(t, w, &Unit{Puts: []KV{{Key: GapKey(3), Value: []byte{0x01, 0x09, 0, 0, 1, 0}}}}); r.Refused != nil {
+		t.Fatalf("refused: %v", r.Refused) // the writer stores Puts as given
+	}
+	if _, err := s.Gaps(); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("malformed gap row read as %v", err)
+	}
+}
+
+// TestRecordRelayGap: --reset-relay-cursor's batch records the gap after the
+// durable cursor, the new relay, and drops the cursor, all at once.
+func TestRecordRelayGap(t *testing.T) {
+	s := openMem(t, vfs.NewMem())
+	defer s.Close()
+	w := newWriter(t, s, WriterOptions{})
+	apply(t, w, &Unit{Cursor: SeqCursor{Key: KeyCursorRelay, Seq: 4321}})
+	w.Close()
+	now := time.Unix(1700000000, 0)
+	g, err := s.RecordRelayGap("relay.example", true, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs, err := s.Gaps()
+	if err != nil || len(gs) != 1 || gs[0] != g || g.FromSeq != 4321 || g.Kind != GapRelayReset || g.FirstSeenUS != now.UnixMicro() || !g.Open() {
+		t.Fatalf("gaps %+v (returned %+v), %v", gs, g, err)
+	}
+	if _, err := s.RelayCursor(); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("cursor/relay after the reset: %v", err)
+	}
+	if h, _ := s.Relay(); h != "relay.example" {
+		t.Fatalf("relay %q", h)
+	}
+}
+
+// TestCursorReset: a unit whose cursor resets moves cursor/relay down once
+// (a relay restarted its sequence), and later units move it up from there;
+// without Reset the cursor never goes backwards. A reset while a unit
+// carrying the cursor waits behind a replacement is refused.
+func TestCursorReset(t *testing.T) {
+	s := openMem(t, vfs.NewMem())
+	defer s.Close()
+	w := newWriter(t, s, WriterOptions{})
+	defer w.Close()
+	at := func(seq uint64, reset bool) Receipt {
+		return apply(t, w, &Unit{Cursor: SeqCursor{Key: KeyCursorRelay, Seq: seq, Reset: reset}})
+	}
+	at(5000, false)
+	if r := at(3, false); r.Cursor != 5000 {
+		t.Fatalf("a plain unit moved the cursor back: %d", r.Cursor)
+	}
+	if r := at(3, true); r.Refused != nil || r.Cursor != 3 {
+		t.Fatalf("reset: cursor %d, refused %v", r.Cursor, r.Refused)
+	}
+	if c, _ := s.RelayCursor(); c != 3 {
+		t.Fatalf("durable cursor %d after the reset, want 3", c)
+	}
+	if r := at(4, false); r.Cursor != 4 {
+		t.Fatalf("after the reset: cursor %d, want 4", r.Cursor)
+	}
+	if c, _ := s.RelayCursor(); c != 4 {
+		t.Fatalf("durable cursor %d, want 4", c)
+	}
+}
