@@ -8,6 +8,7 @@ package archive
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble"
@@ -53,9 +54,37 @@ func (s *Store) NextGapID() (uint64, error) {
 	return gs[len(gs)-1].ID + 1, nil
 }
 
-// AuditCursor reads audit/<gapID>: the repair pass's listRepos position.
-func (s *Store) AuditCursor(gapID uint64) (ListCursor, error) {
-	return get(s.db, AuditKey(gapID), DecodeListCursor)
+// GapIDs hands out gap ids to everyone who records gaps in one process (the
+// firehose consumers, the repair runner's scheduled audits), so two never
+// take the same one. Safe for concurrent use.
+type GapIDs struct{ next atomic.Uint64 }
+
+// NewGapIDs starts after the highest gap id in s.
+func NewGapIDs(s *Store) (*GapIDs, error) {
+	id, err := s.NextGapID()
+	if err != nil {
+		return nil, err
+	}
+	g := &GapIDs{}
+	g.next.Store(id)
+	return g, nil
+}
+
+// Next returns an id no one else got. A nil *GapIDs is not usable.
+func (g *GapIDs) Next() uint64 { return g.next.Add(1) - 1 }
+
+// Audit reads audit/<gapID>: the gap's repair pass position.
+func (s *Store) Audit(gapID uint64) (Audit, error) {
+	return get(s.db, AuditKey(gapID), DecodeAudit)
+}
+
+// AuditPut is the unit Put recording a under audit/<gapID>.
+func AuditPut(gapID uint64, a Audit) (KV, error) {
+	v, err := EncodeAudit(a)
+	if err != nil {
+		return KV{}, err
+	}
+	return KV{Key: AuditKey(gapID), Value: v}, nil
 }
 
 // GapPut is the unit Put recording g under gap/<g.ID>.

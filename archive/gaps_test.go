@@ -57,8 +57,11 @@ func TestGapRowsThroughUnits(t *testing.T) {
 		}
 		puts = append(puts, kv)
 	}
-	ac, _ := EncodeListCursor(ListCursor{Cursor: "abc"})
-	puts = append(puts, KV{Key: AuditKey(1), Value: ac})
+	ac, err := AuditPut(1, Audit{Phase: AuditList, ScanFrom: 5, ScanTo: 9, Cursor: "abc", Marked: 3, Listed: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	puts = append(puts, ac)
 	if r := apply(t, w, &Unit{Puts: puts}); r.Refused != nil {
 		t.Fatalf("refused: %v", r.Refused)
 	}
@@ -69,8 +72,8 @@ func TestGapRowsThroughUnits(t *testing.T) {
 	if id, _ := s.NextGapID(); id != 3 {
 		t.Fatalf("next gap id %d, want 3", id)
 	}
-	if c, err := s.AuditCursor(1); err != nil || c.Cursor != "abc" {
-		t.Fatalf("audit cursor %+v, %v", c, err)
+	if a, err := s.Audit(1); err != nil || a.Cursor != "abc" || a.Phase != AuditList || a.Marked != 3 || a.Listed != 1000 {
+		t.Fatalf("audit %+v, %v", a, err)
 	}
 	if r := apply(t, w, &Unit{Puts: []KV{{Key: GapKey(3), Value: []byte{0x01, 0x09, 0, 0, 1, 0}}}}); r.Refused != nil {
 		t.Fatalf("refused: %v", r.Refused) // the writer stores Puts as given
@@ -133,4 +136,32 @@ func TestCursorReset(t *testing.T) {
 	if c, _ := s.RelayCursor(); c != 4 {
 		t.Fatalf("durable cursor %d, want 4", c)
 	}
+}
+
+func FuzzDecodeAudit(f *testing.F) {
+	for _, a := range []Audit{
+		{Phase: AuditScan, ScanFrom: 1, ScanTo: 1 << 40},
+		{Phase: AuditList, Cursor: "did:plc:xyz", Marked: 7, Listed: 1000},
+		{Phase: AuditDone},
+	} {
+		b, err := EncodeAudit(a)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte{0x01, 0x04, 0, 0, 0, 0, 0}) // guards: an unknown phase
+	f.Add([]byte{0x01, 0x01, 0, 0, 5, 'a'})  // guards: a cursor longer than the bytes left
+	f.Fuzz(func(t *testing.T, b []byte) {
+		a, err := DecodeAudit(b)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v is not ErrMalformed", err)
+			}
+			return
+		}
+		if re, _ := EncodeAudit(a); !bytes.Equal(re, b) {
+			t.Fatalf("accepted non-canonical %x", b)
+		}
+	})
 }

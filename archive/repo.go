@@ -53,7 +53,8 @@ const (
 	RefetchReactivated Refetch = 2 // the account became active again
 	RefetchDiscovered  Refetch = 3 // found after bootstrap
 	RefetchPending     Refetch = 4 // interrupted mid-emission
-	numRefetch                 = 5
+	RefetchAudit       Refetch = 5 // a gap's repair pass found it changed
+	numRefetch                 = 6
 )
 
 func (r Refetch) String() string {
@@ -68,6 +69,8 @@ func (r Refetch) String() string {
 		return "discovered"
 	case RefetchPending:
 		return "pending"
+	case RefetchAudit:
+		return "audit"
 	}
 	return fmt.Sprintf("refetch(%d)", uint8(r))
 }

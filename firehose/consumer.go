@@ -80,9 +80,9 @@ type Config struct {
 	// look for newly due repos at once (retry.Runner.Wake). It must not
 	// block.
 	OnEffects func()
-	// NextGapID is the id of the next gap/ row this consumer records
-	// (archive.Store.NextGapID; default 1).
-	NextGapID uint64
+	// GapIDs hands out the ids of the gap/ rows this consumer records
+	// (nil: ids from 1, for a store without gaps).
+	GapIDs *archive.GapIDs
 	// GapThreshold is the largest seq skip counted only as an anomaly
 	// (default DefaultGapThreshold; a larger one is a gap).
 	GapThreshold int64
@@ -104,12 +104,13 @@ type Consumer struct {
 	fresh   bool  // no frame above the cursor yet on this connection
 	below   int64 // frames below the dialed cursor on this connection
 	pending *pendingGap
-	nextGap uint64
 
 	// lastEventUS is the upstream time of the last accepted event, or
 	// when Run started before any (unix µs): how far behind the relay the
 	// archive is (Behind).
 	lastEventUS atomic.Int64
+	// acceptedUS is when the last frame was accepted (Now, unix µs).
+	acceptedUS atomic.Int64
 
 	lastAccepted atomic.Int64
 	lastDurable  atomic.Int64
@@ -162,8 +163,9 @@ func New(cfg Config) (*Consumer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.NextGapID == 0 {
-		cfg.NextGapID = 1
+	if cfg.GapIDs == nil {
+		cfg.GapIDs = new(archive.GapIDs)
+		cfg.GapIDs.Next() // ids start at 1
 	}
 	if cfg.GapThreshold <= 0 {
 		cfg.GapThreshold = DefaultGapThreshold
@@ -175,7 +177,6 @@ func New(cfg Config) (*Consumer, error) {
 		acks:       archive.NewAcks(),
 		started:    make(chan struct{}),
 		effectSeqs: make(map[int64]struct{}),
-		nextGap:    cfg.NextGapID,
 	}
 	c.submit = cfg.Writer.Submit
 	if cfg.Cursor != nil {
@@ -210,6 +211,11 @@ func (c *Consumer) Behind() time.Duration {
 	}
 	return max(0, c.cfg.Now().Sub(time.UnixMicro(since)))
 }
+
+// AcceptedSince reports whether a frame was accepted at or after us (unix
+// µs): the stream has resumed after a gap found then, so a repair pass that
+// lists the relay now misses nothing the stream will not bring.
+func (c *Consumer) AcceptedSince(us int64) bool { return c.acceptedUS.Load() >= us }
 
 // Started is closed once a starting cursor is durable: at New when
 // Config.Cursor is set, otherwise when the first frame's unit is durable
@@ -349,6 +355,9 @@ func (c *Consumer) Handle(ctx context.Context, msg []byte) error {
 			// replaced. Follow its live tip; the first frame's unit
 			// records the gap and resets cursor/relay.
 			c.noteGap(archive.GapFutureCursor, true)
+			if err := c.recordNow(ctx); err != nil {
+				return err
+			}
 			c.hasPos = false
 		}
 		return nil
@@ -393,7 +402,9 @@ func (c *Consumer) Handle(ctx context.Context, msg []byte) error {
 	}
 	t := eventTime(&f, c.cfg.Now)
 	c.m.accepted(seq, t)
-	c.lastEventUS.Store(min(int64(t*1e6), c.cfg.Now().UnixMicro()))
+	now := c.cfg.Now().UnixMicro()
+	c.lastEventUS.Store(min(int64(t*1e6), now))
+	c.acceptedUS.Store(now)
 	return nil
 }
 

@@ -22,10 +22,11 @@ import (
 // skip seqs of events they did not emit; thousands in a row is an outage.
 const DefaultGapThreshold = 1000
 
-// pendingGap is a gap seen but not yet durable.
+// pendingGap is a gap seen whose resume point is not durable yet.
 type pendingGap struct {
-	gap   archive.Gap
-	reset bool // the relay restarted its sequence: cursor/relay goes back
+	gap      archive.Gap
+	reset    bool // the relay restarted its sequence: cursor/relay goes back
+	recorded bool // its row is durable already (without ToSeq)
 }
 
 // noteGap remembers a gap of kind found now after the last accepted seq; an
@@ -73,6 +74,32 @@ func (c *Consumer) checkSeq(seq int64) bool {
 	return true
 }
 
+// recordNow submits the pending gap's row on its own, before any frame of
+// the new sequence: after FutureCursor the stream resumes at the relay's
+// live tip, and a quiet relay may send nothing for a while. cursor/relay
+// does not move; the first frame's unit rewrites the row with its ToSeq.
+func (c *Consumer) recordNow(ctx context.Context) error {
+	p := c.pending
+	if p == nil || p.recorded {
+		return nil
+	}
+	p.gap.ID = c.cfg.GapIDs.Next()
+	kv, err := archive.GapPut(p.gap)
+	if err != nil {
+		return fmt.Errorf("firehose: record gap: %w", err)
+	}
+	u := &archive.Unit{Puts: []archive.KV{kv}, Token: c.last, Acks: c.acks}
+	if err := c.submit(ctx, u); err != nil {
+		if werr := c.writerErr(); werr != nil {
+			return werr
+		}
+		return fmt.Errorf("firehose: record gap: %w", err)
+	}
+	p.recorded = true
+	c.logGap(p.gap)
+	return nil
+}
+
 // withGap adds the pending gap to u (the unit of seq): its gap/ row, and a
 // cursor reset when the relay restarted its sequence, after every unit
 // already accepted is durable (a reset may not pass units still queued).
@@ -81,7 +108,9 @@ func (c *Consumer) withGap(ctx context.Context, u *archive.Unit, seq int64) erro
 	if p == nil {
 		return nil
 	}
-	p.gap.ID = c.nextGap
+	if p.gap.ID == 0 {
+		p.gap.ID = c.cfg.GapIDs.Next()
+	}
 	p.gap.ToSeq = uint64(seq)
 	kv, err := archive.GapPut(p.gap)
 	if err != nil {
@@ -102,9 +131,15 @@ func (c *Consumer) withGap(ctx context.Context, u *archive.Unit, seq int64) erro
 
 // gapRecorded is called once the pending gap's unit is submitted.
 func (c *Consumer) gapRecorded() {
-	g := c.pending.gap
+	p := c.pending
 	c.pending = nil
-	c.nextGap++
+	if !p.recorded {
+		c.logGap(p.gap)
+	}
+}
+
+// logGap counts a gap and logs its one line.
+func (c *Consumer) logGap(g archive.Gap) {
 	c.m.gap(g.Kind)
 	c.log.Error("firehose: gap in the relay's stream recorded; its repair pass will fetch what changed",
 		"gap", g.ID, "kind", g.Kind.String(), "from_seq", g.FromSeq, "to_seq", g.ToSeq)

@@ -51,7 +51,7 @@ func TestFutureCursorResets(t *testing.T) {
 	w := newWriter(t, s, false)
 	seedCursor(t, w, 5000)
 	start := int64(5000)
-	c, m := newConsumer(t, Config{Relay: relay.url(), Writer: w, Mode: ModeLive, Cursor: &start, NextGapID: 7})
+	c, m := newConsumer(t, Config{Relay: relay.url(), Writer: w, Mode: ModeLive, Cursor: &start, GapIDs: gapIDsFrom(t, 7)})
 	startRun(t, c)
 	waitFor(t, 10*time.Second, "durable seq 8 of the new sequence", func() bool { return c.LastDurable() == 8 })
 	if got := cursorsString(relay.connCursors()); got != "5000 nil 5" {
@@ -166,4 +166,13 @@ func TestBehindGrowsWhileRefused(t *testing.T) {
 	if b := c.Behind(); b != 10*time.Minute {
 		t.Fatalf("behind %v, want 10m", b)
 	}
+}
+
+// gapIDsFrom is an allocator whose next id is id.
+func gapIDsFrom(t *testing.T, id uint64) *archive.GapIDs {
+	t.Helper()
+	g := new(archive.GapIDs)
+	for g.Next() < id-1 {
+	}
+	return g
 }

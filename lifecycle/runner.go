@@ -67,8 +67,9 @@ type Config struct {
 	// .OnEffects): called when a #account/#sync side effect is durable, so
 	// the retry runner can pass at once (retry.Runner.Wake).
 	OnLiveEffects func()
-	// GapThreshold is the consumers' firehose.Config.GapThreshold.
+	// GapThreshold and GapIDs are the consumers' (firehose.Config).
 	GapThreshold int64
+	GapIDs       *archive.GapIDs
 	// OnLive, when set, is handed the live consumer before it runs (how far
 	// behind the relay the archive is: /readyz), and nil once it stopped.
 	OnLive func(*firehose.Consumer)
@@ -229,13 +230,8 @@ func (r *runner) startCapture(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	gapID, err := r.cfg.Store.NextGapID()
-	if err != nil {
-		w.Close()
-		return err
-	}
 	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: w, Mode: firehose.ModeCapture, Cursor: cursor, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "capture"), Now: r.cfg.Now,
-		NextGapID: gapID, GapThreshold: r.cfg.GapThreshold})
+		GapIDs: r.cfg.GapIDs, GapThreshold: r.cfg.GapThreshold})
 	if err != nil {
 		w.Close()
 		return err
@@ -353,12 +349,8 @@ func (r *runner) steady(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	gapID, err := r.cfg.Store.NextGapID()
-	if err != nil {
-		return err
-	}
 	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: r.cfg.Writer, Mode: firehose.ModeLive, Cursor: cursor, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "live"), Now: r.cfg.Now, Crash: r.cfg.Crash, OnEffects: r.cfg.OnLiveEffects,
-		NextGapID: gapID, GapThreshold: r.cfg.GapThreshold})
+		GapIDs: r.cfg.GapIDs, GapThreshold: r.cfg.GapThreshold})
 	if err != nil {
 		return err
 	}

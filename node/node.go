@@ -24,6 +24,7 @@ import (
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/lifecycle"
 	"github.com/backstream/backstream/merge"
+	"github.com/backstream/backstream/repair"
 	"github.com/backstream/backstream/retry"
 	"github.com/backstream/backstream/subscribe"
 	"github.com/backstream/backstream/upstream"
@@ -153,6 +154,13 @@ type Config struct {
 	// OnPhase, when set, is told every phase the lifecycle enters, after
 	// the node's own health and metrics are.
 	OnPhase func(archive.Phase)
+	// MaxStale: see DefaultMaxStale. GapThreshold: see
+	// firehose.DefaultGapThreshold.
+	MaxStale     time.Duration
+	GapThreshold int64
+	// RepairPeriod and AuditInterval: see repair.Config (0: repair's
+	// DefaultPeriod, and no scheduled audits).
+	RepairPeriod, AuditInterval time.Duration
 }
 
 func (c *Config) defaults() error {
@@ -207,6 +215,9 @@ func (c *Config) defaults() error {
 	if c.StopGrace <= 0 {
 		c.StopGrace = DefaultStopGrace
 	}
+	if c.MaxStale <= 0 {
+		c.MaxStale = DefaultMaxStale
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -223,18 +234,21 @@ type Node struct {
 	cfg Config
 	log *slog.Logger
 
-	store   *archive.Store
-	w       *archive.Writer
-	client  *upstream.Client
-	jobs    *backfill.Runner
-	retrier *retry.Runner
-	sub     *subscribe.Server
-	lcfg    lifecycle.Config
+	store    *archive.Store
+	w        *archive.Writer
+	client   *upstream.Client
+	jobs     *backfill.Runner
+	retrier  *retry.Runner
+	repairer *repair.Runner
+	gapIDs   *archive.GapIDs
+	sub      *subscribe.Server
+	lcfg     lifecycle.Config
 
 	health *lifecycle.Health
 	phase  *prometheus.GaugeVec
 	boot   atomic.Pointer[bootstrap.Bootstrap]
 	lcErr  atomic.Pointer[error]
+	live   atomic.Pointer[firehose.Consumer] // the live consumer while it runs
 
 	ran       atomic.Bool
 	closeOnce sync.Once
@@ -272,6 +286,9 @@ func New(cfg Config) (n *Node, err error) {
 	if err != nil {
 		return n, err
 	}
+	if n.gapIDs, err = archive.NewGapIDs(n.store); err != nil {
+		return n, err
+	}
 	reg := cfg.Registry
 	reg.MustRegister(archive.NewPebbleCollector(n.store))
 	n.phase = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -279,6 +296,7 @@ func New(cfg Config) (n *Node, err error) {
 		Help: "1 for the lifecycle phase the process is in (bootstrap, merging, steady_state), 0 for the others.",
 	}, []string{"phase"})
 	reg.MustRegister(n.phase)
+	n.registerHealMetrics(reg)
 	n.setPhase(phase)
 	am := archive.NewMetrics(reg)
 	if n.w, err = archive.NewWriter(n.store, archive.WriterOptions{Metrics: am, Logger: n.log, Now: cfg.Now}); err != nil {
@@ -290,7 +308,7 @@ func New(cfg Config) (n *Node, err error) {
 	if n.sub = cfg.Server; n.sub == nil {
 		sc := cfg.Subscribe
 		sc.Store, sc.Writer = nil, nil // attached below
-		sc.Ready, sc.Healthy, sc.StatusJSON = n.health.Ready, n.health.Err, cfg.StatusJSON
+		sc.Ready, sc.Healthy, sc.StatusJSON, sc.Lagging = n.health.Ready, n.health.Err, cfg.StatusJSON, n.Lagging
 		sc.Metrics, sc.Logger = subscribe.NewMetrics(reg), n.log.With("component", "subscribe")
 		if n.sub, err = subscribe.New(sc); err != nil {
 			return n, err
@@ -340,6 +358,14 @@ func (n *Node) buildJobs(reg prometheus.Registerer) error {
 		Interval: cfg.RetryInterval, MaxDelay: cfg.RetryMaxDelay, ScanPeriod: cfg.RetryScanPeriod,
 		Metrics: retry.NewMetrics(reg), Logger: n.log.With("component", "retry"), Now: cfg.Now,
 	})
+	if err != nil {
+		return err
+	}
+	n.repairer, err = repair.New(repair.Config{
+		Store: n.store, Writer: n.w, Source: n.client, GapIDs: n.gapIDs, Wake: n.retrier.Wake, Resumed: n.resumed,
+		Period: cfg.RepairPeriod, AuditInterval: cfg.AuditInterval,
+		Metrics: repair.NewMetrics(reg), Logger: n.log, Now: cfg.Now, Crash: cfg.Crash,
+	})
 	return err
 }
 
@@ -360,8 +386,11 @@ func (n *Node) lifecycleConfig(reg prometheus.Registerer, am *archive.Metrics) l
 		Now:             cfg.Now,
 		OnPhase:         n.setPhase,
 		OnBootstrap:     func(b *bootstrap.Bootstrap) { n.boot.Store(b) },
-		Steady:          []func(context.Context) error{n.retrier.Run},
+		Steady:          []func(context.Context) error{n.retrier.Run, n.repairer.Run},
 		OnLiveEffects:   n.retrier.Wake,
+		GapThreshold:    cfg.GapThreshold,
+		GapIDs:          n.gapIDs,
+		OnLive:          n.setLive,
 	}
 }
 
@@ -631,4 +660,3 @@ func checkRelay(store *archive.Store, host string, reset bool, now time.Time, lo
 	}
 	return nil
 }
-

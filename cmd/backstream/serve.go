@@ -79,6 +79,7 @@ func serveCommand() *command {
 			fs.Float64("replay-duty", subscribe.DefaultReplayDuty, "share of the time (0 < d ≤ 1) a replay reader may be busy, so of a CPU it may take; 1 = replay at full speed")
 			fs.Float64("subscriber-message-rate", subscribe.DefaultMessageRate, "client messages (options_update, pings) per second per connection; beyond the burst, the connection is closed")
 			fs.Int("subscriber-message-burst", subscribe.DefaultMessageBurst, "client messages a connection may send at once")
+			healFlags(fs)
 		},
 		run: runServe,
 	}
@@ -109,6 +110,7 @@ type serveOptions struct {
 	minFree                int64 // node.Config.MinFree: 0 auto, -1 off
 	maxWriteStall          time.Duration
 	subscribers            subscribe.Config // the subscriber limits; the rest is filled in by runServe
+	heal                   healOptions
 }
 
 func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
@@ -210,6 +212,9 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 		return bad("--getrepo-min-body: %v", err)
 	}
 	if o.subscribers, err = subscriberLimits(fs); err != nil {
+		return bad("%v", err)
+	}
+	if o.heal, err = healOptionsFrom(fs); err != nil {
 		return bad("%v", err)
 	}
 	return o, nil
@@ -346,6 +351,11 @@ func (s *server) statusJSON() any {
 	if err := s.health.Err(); err != nil {
 		rep.Error = "stopping on a fatal error: " + err.Error()
 	}
+	if n != nil && rep.Gaps != nil {
+		if err := n.Lagging(); err != nil {
+			rep.Gaps.Lagging = err.Error()
+		}
+	}
 	if n != nil {
 		if boot := n.Bootstrap(); boot != nil {
 			p := boot.Progress()
@@ -371,6 +381,7 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 	s := &server{reg: newRegistry(), log: log, state: "opening"}
 	sc := o.subscribers
 	sc.Ready, sc.Healthy, sc.StatusJSON = s.ready, s.health.Err, subscribe.CacheStatus(s.statusJSON, s.health.Err, s.health.Phase)
+	sc.Lagging = s.lagging
 	sc.Metrics, sc.Logger = subscribe.NewMetrics(s.reg), log.With("component", "subscribe")
 	s.sub, err = subscribe.New(sc)
 	if err != nil {
@@ -492,7 +503,7 @@ func addrString(a net.Addr) string {
 // subscribe server and probe state (answering since before the store was
 // open), and the crash points of the environment.
 func (o serveOptions) nodeConfig(s *server, crash *crashpoint.Set) node.Config {
-	return node.Config{
+	c := node.Config{
 		DataDir: o.dataDir, Store: archive.Options{Logger: s.log},
 		Relay: o.relay, ResetRelay: o.resetRelay, LoopbackHosts: o.loopbackHosts,
 		Bootstrap:     bootstrap.Config{Workers: o.workers, Window: o.window, Repos: o.repos, MaxRepos: o.maxRepos},
@@ -506,4 +517,6 @@ func (o serveOptions) nodeConfig(s *server, crash *crashpoint.Set) node.Config {
 		Registry: s.reg, Logger: s.log, Crash: crash,
 		Server: s.sub, Health: &s.health,
 	}
+	o.heal.apply(&c)
+	return c
 }

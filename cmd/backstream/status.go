@@ -44,6 +44,7 @@ type statusReport struct {
 	// Bootstrap is the live progress of a running bootstrap (serve's
 	// /status only).
 	Bootstrap *bootstrap.Progress `json:"bootstrap,omitempty"`
+	Gaps      *statusGaps         `json:"gaps,omitempty"`
 }
 
 // emptyStatus is the report before a store can be read: phase names what
@@ -161,6 +162,9 @@ func buildStatus(s *archive.Store) (*statusReport, error) {
 		return nil, err
 	}
 	if r.Archive.CaptureTip, err = s.CaptureTip(); err != nil {
+		return nil, err
+	}
+	if r.Gaps, err = gapsStatus(s); err != nil {
 		return nil, err
 	}
 	return r, nil

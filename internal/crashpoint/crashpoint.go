@@ -35,12 +35,13 @@ const (
 	DiscoveryPage     = "discovery-page"    // a discovery page's new repos are durable
 	SteadyCommitted   = "steady-committed"  // cleanup + phase=steady_state
 	LiveBatch         = "live-batch"        // live rows with cursor/relay
+	RepairPage        = "repair-page"       // a repair pass's marks with its audit/ position
 )
 
 // Points lists every valid name.
 var Points = []string{
 	CaptureStarted, BootstrapEnqueued, RepoChunk, RepoComplete, Checkpoint,
-	MergingCommitted, MergeBatch, PendingReplaced, DiscoveryPage, SteadyCommitted, LiveBatch,
+	MergingCommitted, MergeBatch, PendingReplaced, DiscoveryPage, SteadyCommitted, LiveBatch, RepairPage,
 }
 
 // EnvVar configures the crash point of a process.

@@ -1,0 +1,87 @@
+package main
+
+// gaps.go owns serve's part of healing gaps: the flags (--max-stale,
+// --gap-threshold), the probe's lagging check, and the "gaps" section of
+// the status report.
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/firehose"
+	"github.com/backstream/backstream/node"
+)
+
+// healOptions are serve's flags about gaps.
+type healOptions struct {
+	maxStale     time.Duration
+	gapThreshold int64
+}
+
+func healFlags(fs *flagSet) {
+	fs.Duration("max-stale", node.DefaultMaxStale, "/readyz answers 503 while the archive is more than this behind the relay (the last event applied is older, or the relay refuses every cursor) or a gap in it is open")
+	fs.Int("gap-threshold", firehose.DefaultGapThreshold, "relay seqs skipped between two frames beyond which the skip is recorded as a gap (and repaired), not only counted")
+}
+
+func healOptionsFrom(fs *flagSet) (healOptions, error) {
+	o := healOptions{maxStale: fs.get("max-stale").(time.Duration), gapThreshold: int64(fs.get("gap-threshold").(int))}
+	switch {
+	case o.maxStale <= 0:
+		return o, fmt.Errorf("--max-stale %s: must be positive", o.maxStale)
+	case o.gapThreshold <= 0:
+		return o, fmt.Errorf("--gap-threshold %d: must be positive", o.gapThreshold)
+	}
+	return o, nil
+}
+
+func (o healOptions) apply(c *node.Config) {
+	c.MaxStale, c.GapThreshold = o.maxStale, o.gapThreshold
+}
+
+// lagging is /readyz's staleness check: the node's, once there is one.
+func (s *server) lagging() error {
+	s.mu.Lock()
+	n := s.node
+	s.mu.Unlock()
+	if n == nil {
+		return nil
+	}
+	return n.Lagging()
+}
+
+// statusGaps is the report's "gaps" section: the gaps recorded in the
+// store, the open ones listed, and (serve only) why /readyz says lagging.
+type statusGaps struct {
+	Open    int         `json:"open"`
+	Closed  int         `json:"closed"`
+	List    []statusGap `json:"open_gaps"`
+	Lagging string      `json:"lagging,omitempty"`
+}
+
+type statusGap struct {
+	ID        uint64    `json:"id"`
+	Kind      string    `json:"kind"`
+	FromSeq   uint64    `json:"from_seq"`
+	ToSeq     uint64    `json:"to_seq"`
+	FirstSeen time.Time `json:"first_seen"`
+}
+
+// gapsStatus reads the gaps section, fail-closed.
+func gapsStatus(s *archive.Store) (*statusGaps, error) {
+	gs, err := s.Gaps()
+	if err != nil {
+		return nil, err
+	}
+	r := &statusGaps{List: []statusGap{}}
+	for _, g := range gs {
+		if !g.Open() {
+			r.Closed++
+			continue
+		}
+		r.Open++
+		r.List = append(r.List, statusGap{ID: g.ID, Kind: g.Kind.String(), FromSeq: g.FromSeq, ToSeq: g.ToSeq,
+			FirstSeen: time.UnixMicro(g.FirstSeenUS).UTC()})
+	}
+	return r, nil
+}
