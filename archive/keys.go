@@ -255,6 +255,18 @@ const (
 	AuditDone AuditPhase = 3
 )
 
+func (p AuditPhase) String() string {
+	switch p {
+	case AuditScan:
+		return "scan"
+	case AuditList:
+		return "list"
+	case AuditDone:
+		return "done"
+	}
+	return fmt.Sprintf("audit_phase(%d)", uint8(p))
+}
+
 // Audit is a gap's repair pass position, audit/<gap id>.
 type Audit struct {
 	Phase    AuditPhase

@@ -599,7 +599,12 @@ func (c *Consumer) session(ctx context.Context) (progressed bool, err error) {
 	}()
 	idle := c.cfg.IdleTimeout
 	_ = conn.SetReadDeadline(time.Now().Add(idle))
-	conn.SetPongHandler(func(string) error { return conn.SetReadDeadline(time.Now().Add(idle)) })
+	var lastMsg atomic.Int64 // when the last message arrived (unix µs)
+	lastMsg.Store(c.cfg.Now().UnixMicro())
+	conn.SetPongHandler(func(string) error {
+		c.idlePong(lastMsg.Load())
+		return conn.SetReadDeadline(time.Now().Add(idle))
+	})
 	// One read buffer for the connection: Handle keeps nothing of msg
 	// (DecodeFrame copies what it returns), so each message reuses it.
 	var buf bytes.Buffer
@@ -609,6 +614,7 @@ func (c *Consumer) session(ctx context.Context) (progressed bool, err error) {
 			return progressed, err
 		}
 		_ = conn.SetReadDeadline(time.Now().Add(idle))
+		lastMsg.Store(c.cfg.Now().UnixMicro())
 		if mt != websocket.BinaryMessage {
 			c.m.frame(frameInvalid)
 			c.m.anomaly(AnomalyUndecodable)

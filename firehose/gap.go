@@ -167,3 +167,14 @@ func (c *Consumer) drainAccepted(ctx context.Context) error {
 	}
 	return nil
 }
+
+// idlePong notes a pong on a connection that has been silent for a ping
+// interval since its last message (at lastMsgUS): the relay is up and has
+// nothing newer to send, so the archive is at its tip (Behind is 0 now). A
+// connection busy replaying old frames never looks idle.
+func (c *Consumer) idlePong(lastMsgUS int64) {
+	now := c.cfg.Now()
+	if now.Sub(time.UnixMicro(lastMsgUS)) >= c.cfg.IdleTimeout/3 {
+		c.lastEventUS.Store(now.UnixMicro())
+	}
+}

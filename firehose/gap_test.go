@@ -176,3 +176,21 @@ func gapIDsFrom(t *testing.T, id uint64) *archive.GapIDs {
 	}
 	return g
 }
+
+// TestBehindQuietRelay: a healthy relay with nothing to send answers pings
+// on an otherwise silent connection: the archive is at its tip, so Behind
+// stays near zero however long the silence lasts.
+func TestBehindQuietRelay(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(time.Unix(1_800_000_000, 0).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	relay := newScriptRelay(t, func(i int, cursor *int64) session { return session{hold: true} })
+	s := openStore(t)
+	start := int64(3)
+	c, _ := newConsumer(t, Config{Relay: relay.url(), Writer: newWriter(t, s, false), Mode: ModeLive, Cursor: &start, Now: now,
+		IdleTimeout: 30 * time.Millisecond})
+	startRun(t, c)
+	waitFor(t, 5*time.Second, "a ping answered", func() bool { return relay.pingsOn(0) > 0 })
+	clock.Add(int64(10 * time.Minute)) // silence: the next pong finds the connection idle
+	waitFor(t, 5*time.Second, "an idle pong", func() bool { return c.Behind() < time.Minute })
+}

@@ -506,7 +506,7 @@ func (r *Runner) submit(ctx context.Context, u *archive.Unit) error {
 func (r *Runner) show(g archive.Gap, a archive.Audit) {
 	r.set(func(s *Status) {
 		s.Gap, s.Listed, s.Marked = g.ID, a.Listed, a.Marked
-		s.Phase = [...]string{archive.AuditScan: "scan", archive.AuditList: "list", archive.AuditDone: "done"}[a.Phase]
+		s.Phase = a.Phase.String()
 	})
 }
 

@@ -352,9 +352,7 @@ func (s *server) statusJSON() any {
 		rep.Error = "stopping on a fatal error: " + err.Error()
 	}
 	if n != nil && rep.Gaps != nil {
-		if err := n.Lagging(); err != nil {
-			rep.Gaps.Lagging = err.Error()
-		}
+		rep.Gaps.fromNode(n)
 	}
 	if n != nil {
 		if boot := n.Bootstrap(); boot != nil {
