@@ -374,6 +374,9 @@ func (r *Runner) compare(repos []upstream.RepoEntry) ([]archive.RepoUpdate, erro
 		if err != nil && !errors.Is(err, archive.ErrNotFound) {
 			return nil, err
 		}
+		if exists && st.BackfillRev > rev {
+			rev = st.BackfillRev // a snapshot without records moves no ratchet
+		}
 		newer := upstream.ValidTID(e.Rev) && e.Rev > rev
 		var reason string
 		switch {
