@@ -57,7 +57,7 @@ func TestGapRowsThroughUnits(t *testing.T) {
 		}
 		puts = append(puts, kv)
 	}
-	ac, err := AuditPut(1, Audit{Phase: AuditList, ScanFrom: 5, ScanTo: 9, Cursor: "abc", Marked: 3, Listed: 1000})
+	ac, err := AuditPut(1, Audit{Phase: AuditList, Cursor: "abc", Marked: 3, Listed: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestCursorReset(t *testing.T) {
 
 func FuzzDecodeAudit(f *testing.F) {
 	for _, a := range []Audit{
-		{Phase: AuditScan, ScanFrom: 1, ScanTo: 1 << 40},
+		{Phase: AuditList},
 		{Phase: AuditList, Cursor: "did:plc:xyz", Marked: 7, Listed: 1000},
 		{Phase: AuditDone},
 	} {
@@ -150,8 +150,8 @@ func FuzzDecodeAudit(f *testing.F) {
 		}
 		f.Add(b)
 	}
-	f.Add([]byte{0x01, 0x04, 0, 0, 0, 0, 0}) // guards: an unknown phase
-	f.Add([]byte{0x01, 0x01, 0, 0, 5, 'a'})  // guards: a cursor longer than the bytes left
+	f.Add([]byte{0x01, 0x03, 0, 0, 0}) // guards: an unknown phase
+	f.Add([]byte{0x01, 0x01, 5, 'a'})  // guards: a cursor longer than the bytes left
 	f.Fuzz(func(t *testing.T, b []byte) {
 		a, err := DecodeAudit(b)
 		if err != nil {
@@ -164,4 +164,40 @@ func FuzzDecodeAudit(f *testing.F) {
 			t.Fatalf("accepted non-canonical %x", b)
 		}
 	})
+}
+
+// TestPrevRevMarksHole: a live commit whose previous rev (since) is newer
+// than the archived rev follows a commit that never reached the archive:
+// its account is marked for a replacement in the same batch. A since equal
+// to the ratchet, or an account without one, marks nothing.
+func TestPrevRevMarksHole(t *testing.T) {
+	s := openMem(t, vfs.NewMem())
+	defer s.Close()
+	w := newWriter(t, s, WriterOptions{})
+	defer w.Close()
+	did := testDID
+	apply(t, w, &Unit{Repos: []RepoUpdate{{DID: did, Func: func(RepoState, bool) (RepoState, bool) {
+		return RepoState{Status: StatusComplete, Active: true}, true
+	}}}})
+	live := func(rev, since, rkey string) RepoState {
+		t.Helper()
+		r := apply(t, w, &Unit{Events: []Event{commitEv(did, rev, KindCreate, SourceLive, rkey)}, Prev: &PrevRev{DID: did, Rev: since}})
+		if r.Refused != nil || r.Kept != 1 {
+			t.Fatalf("live commit %s: %+v", rev, r)
+		}
+		st, err := s.RepoState(did)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	if st := live("3kaaaaaaaaaa2", "3jzzzzzzzzzz2", "a"); st.Refetch != RefetchNone {
+		t.Fatalf("first commit (no ratchet yet) marked: %+v", st)
+	}
+	if st := live("3kbbbbbbbbbb2", "3kaaaaaaaaaa2", "b"); st.Refetch != RefetchNone {
+		t.Fatalf("commit following the archived one marked: %+v", st)
+	}
+	if st := live("3kdddddddddd2", "3kcccccccccc2", "d"); st.Refetch != RefetchSync || st.NextAttemptUS == 0 {
+		t.Fatalf("commit after a missing one not marked: %+v", st)
+	}
 }

@@ -244,21 +244,15 @@ type AuditPhase uint8
 
 // Audit phases. The numeric values are part of the stored encoding.
 const (
-	// AuditScan: marking the accounts with live rows archived after the gap
-	// was found (ev/ from ScanFrom to ScanTo): what changed in the gap may be
-	// hidden under a newer rev archived since.
-	AuditScan AuditPhase = 1
 	// AuditList: comparing listRepos' head revs with rev/ from Cursor on.
-	AuditList AuditPhase = 2
+	AuditList AuditPhase = 1
 	// AuditDone: every account is marked; the gap closes when their
 	// replacements have finished.
-	AuditDone AuditPhase = 3
+	AuditDone AuditPhase = 2
 )
 
 func (p AuditPhase) String() string {
 	switch p {
-	case AuditScan:
-		return "scan"
 	case AuditList:
 		return "list"
 	case AuditDone:
@@ -269,30 +263,26 @@ func (p AuditPhase) String() string {
 
 // Audit is a gap's repair pass position, audit/<gap id>.
 type Audit struct {
-	Phase    AuditPhase
-	ScanFrom uint64 // AuditScan: the next ev/ seq to read
-	ScanTo   uint64 // the archive's tip when the pass started: the scan's last seq
-	Cursor   string // AuditList: the listRepos cursor to resume from ("" = the start)
-	Marked   uint64 // accounts marked for a replacement so far
-	Listed   uint64 // accounts listed so far
+	Phase  AuditPhase
+	Cursor string // AuditList: the listRepos cursor to resume from ("" = the start)
+	Marked uint64 // accounts marked (or refreshed) so far
+	Listed uint64 // accounts listed so far
 }
 
-// EncodeAudit encodes [0x01][phase][uvarint scan from][uvarint scan to]
-// [string cursor][uvarint marked][uvarint listed]. A cursor over 64 KiB, a
-// seq above MaxInt64 or an unknown phase is refused.
+// EncodeAudit encodes [0x01][phase][string cursor][uvarint marked]
+// [uvarint listed]. A cursor over 64 KiB, a count above MaxInt64 or an
+// unknown phase is refused.
 func EncodeAudit(a Audit) ([]byte, error) {
 	switch {
-	case a.Phase < AuditScan || a.Phase > AuditDone:
+	case a.Phase < AuditList || a.Phase > AuditDone:
 		return nil, fmt.Errorf("archive: audit: %w: phase %d", ErrMalformed, a.Phase)
-	case a.ScanFrom > math.MaxInt64 || a.ScanTo > math.MaxInt64 || a.Marked > math.MaxInt64 || a.Listed > math.MaxInt64:
-		return nil, fmt.Errorf("archive: audit: %w: value above MaxInt64", ErrMalformed)
+	case a.Marked > math.MaxInt64 || a.Listed > math.MaxInt64:
+		return nil, fmt.Errorf("archive: audit: %w: count above MaxInt64", ErrMalformed)
 	case len(a.Cursor) > maxStoredString:
 		return nil, fmt.Errorf("archive: audit: %w: cursor of %d bytes", ErrMalformed, len(a.Cursor))
 	}
-	b := make([]byte, 0, 2+4*binary.MaxVarintLen64+len(a.Cursor))
+	b := make([]byte, 0, 2+2*binary.MaxVarintLen64+binary.MaxVarintLen32+len(a.Cursor))
 	b = append(b, codecV1, byte(a.Phase))
-	b = binary.AppendUvarint(b, a.ScanFrom)
-	b = binary.AppendUvarint(b, a.ScanTo)
 	b = appendString(b, a.Cursor)
 	b = binary.AppendUvarint(b, a.Marked)
 	return binary.AppendUvarint(b, a.Listed), nil
@@ -305,13 +295,12 @@ func DecodeAudit(b []byte) (Audit, error) {
 	}
 	d := decoder{b: b[1:]}
 	a := Audit{Phase: AuditPhase(d.byte1())}
-	a.ScanFrom, a.ScanTo = uint64(d.count()), uint64(d.count())
 	a.Cursor = d.str(maxStoredString)
 	a.Marked, a.Listed = uint64(d.count()), uint64(d.count())
 	if err := d.finish("audit"); err != nil {
 		return Audit{}, err
 	}
-	if a.Phase < AuditScan || a.Phase > AuditDone {
+	if a.Phase < AuditList || a.Phase > AuditDone {
 		return Audit{}, malformed("audit: phase %d", a.Phase)
 	}
 	return a, nil

@@ -59,6 +59,17 @@ type Replacement struct {
 	Final bool
 }
 
+// PrevRev is what an upstream commit says came before it: Rev is the rev of
+// DID's previous commit (the commit's since). When the unit has rows of DID
+// and Rev is newer than the archived rev (and there is one), a commit in
+// between never reached the archive — a relay that dropped it, a stream
+// that resumed past it — so the writer marks the account for a
+// replacement (RefetchSync, due now) in the same batch.
+type PrevRev struct {
+	DID string
+	Rev string
+}
+
 // Unit is what a producer submits: rows and the state that must become
 // durable with them, all or nothing, in one batch. The writer owns the unit
 // from Submit on; the producer must not touch it afterwards.
@@ -69,6 +80,7 @@ type Unit struct {
 	Puts    []KV         // phase, listRepos cursors, gaps, audit cursors (only cursor/, meta/, gap/ and audit/, never a seq cursor, meta/counts or meta/instance)
 	Cursor  SeqCursor    // the producer's position after this unit (cursor/relay, cursor/merge); see SeqCursor
 	Replace *Replacement // non-nil: refused whole if the ratchet is newer than Replace.Rev
+	Prev    *PrevRev     // a live commit's since: a newer one than the ratchet marks a hole (see PrevRev)
 	Token   any          // returned in the receipt
 	Acks    *Acks        // receives the receipt once the unit is durable (or refused); nil: nobody listens
 }
@@ -828,6 +840,9 @@ func (w *Writer) stage(u *Unit) (*staged, error) {
 			st.revs[u.Replace.DID] = u.Replace.Rev
 		}
 	}
+	if err := w.checkPrev(u); err != nil {
+		return nil, err
+	}
 	if len(u.Repos) > 0 {
 		st.repos = make(map[string]RepoState, len(u.Repos))
 		st.old = make(map[string]RepoState, len(u.Repos))
@@ -876,6 +891,31 @@ func (w *Writer) stage(u *Unit) (*staged, error) {
 		return nil, err
 	}
 	return st, nil
+}
+
+// checkPrev marks u.Prev's account for a replacement when its previous
+// commit is newer than the archived rev: a hole in its history. It runs
+// before the unit's rows move the ratchet, and only for a unit with rows of
+// that account (so it touches no account the barrier did not admit).
+func (w *Writer) checkPrev(u *Unit) error {
+	p := u.Prev
+	if p == nil || p.Rev == "" || len(u.Events) == 0 || u.Events[0].DID != p.DID {
+		return nil
+	}
+	cur, err := w.ratchet(p.DID)
+	if err != nil || cur == "" || p.Rev <= cur {
+		return err
+	}
+	w.opts.Metrics.chainBreak()
+	now := w.opts.Now().UnixMicro()
+	u.Repos = append(u.Repos, RepoUpdate{DID: p.DID, Func: func(cur RepoState, exists bool) (RepoState, bool) {
+		if !exists || !cur.Active || cur.Refetch != RefetchNone {
+			return cur, false
+		}
+		cur.Refetch, cur.NextAttemptUS = RefetchSync, now
+		return cur, true
+	}})
+	return nil
 }
 
 // ratchetCacheMax bounds the writer's in-memory cache of rev/ values. The

@@ -424,6 +424,9 @@ func (c *Consumer) unit(f *upstream.Frame, seq int64) (*archive.Unit, error) {
 				u.Repos = append(u.Repos, *up)
 			}
 		}
+		if cm := f.Commit; cm != nil && cm.Since != nil && upstream.ValidTID(*cm.Since) {
+			u.Prev = &archive.PrevRev{DID: cm.Repo, Rev: *cm.Since}
+		}
 		if len(u.Repos) > 0 && c.cfg.OnEffects != nil {
 			c.mu.Lock()
 			c.effectSeqs[seq] = struct{}{}

@@ -26,8 +26,12 @@ type healNode struct {
 	steady chan struct{}
 }
 
-func startHealNode(t *testing.T, net *oracle.Network, dir string) *healNode {
+func startHealNode(t *testing.T, net *oracle.Network, dir string, audit ...time.Duration) *healNode {
 	t.Helper()
+	var auditInterval time.Duration
+	if len(audit) > 0 {
+		auditInterval = audit[0]
+	}
 	steady := make(chan struct{})
 	var once bool
 	n, err := node.New(node.Config{
@@ -36,8 +40,8 @@ func startHealNode(t *testing.T, net *oracle.Network, dir string) *healNode {
 		CaptureWait:    time.Second,
 		JobBackoffBase: 10 * time.Millisecond, JobBackoffMax: 50 * time.Millisecond,
 		RetryInterval: 100 * time.Millisecond, RetryMaxDelay: 300 * time.Millisecond, RetryScanPeriod: 100 * time.Millisecond,
-		RepairPeriod: 100 * time.Millisecond,
-		Logger:       testLogger,
+		RepairPeriod: 100 * time.Millisecond, AuditInterval: auditInterval,
+		Logger: testLogger,
 		OnPhase: func(p archive.Phase) {
 			if p == archive.PhaseSteadyState && !once {
 				once = true
@@ -135,10 +139,8 @@ func (h *healNode) healed(t *testing.T) []archive.Gap {
 	return gs
 }
 
-// changeAccounts emits one new record for each of the first k active
-// accounts (in DID order, skipping skip of them) and returns their DIDs.
-func changeAccounts(t *testing.T, net *oracle.Network, skip, k int) []string {
-	t.Helper()
+// changeAccountsList is the DIDs changeAccounts(skip, k) changes.
+func changeAccountsList(net *oracle.Network, skip, k int) []string {
 	var dids []string
 	for _, a := range net.World().Accounts() {
 		if a.Active && a.Status == "" {
@@ -146,7 +148,14 @@ func changeAccounts(t *testing.T, net *oracle.Network, skip, k int) []string {
 		}
 	}
 	sort.Strings(dids)
-	dids = dids[skip : skip+k]
+	return dids[skip : skip+k]
+}
+
+// changeAccounts emits one new record for each of the first k active
+// accounts (in DID order, skipping skip of them) and returns their DIDs.
+func changeAccounts(t *testing.T, net *oracle.Network, skip, k int) []string {
+	t.Helper()
+	dids := changeAccountsList(net, skip, k)
 	for _, did := range dids {
 		if _, err := net.Emit(func(w *world.World) (world.Event, error) {
 			return w.CreateRecord(did, "app.bsky.feed.post", "", map[string]any{"$type": "app.bsky.feed.post", "text": "in the gap", "createdAt": "2024-01-01T00:00:00Z"})
@@ -268,8 +277,8 @@ func TestHealRelaySequenceRestart(t *testing.T) {
 // window (Retention) is exceeded; on restart the relay answers
 // OutdatedCursor and streams from its oldest retained event. Before, the
 // events in between were lost silently. Now the gap is recorded and healed:
-// fold = ground truth, getRepo once per account changed during the outage
-// and for no other.
+// fold = ground truth, getRepo once per account whose commits fell out of
+// the window and for no other (those replayed whole are not fetched).
 func TestHealOutdatedCursor(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -286,10 +295,12 @@ func TestHealOutdatedCursor(t *testing.T) {
 	h.stop(t)
 	before := net.AllRepoCounts()
 
-	var changed []string
-	changed = append(changed, changeAccounts(t, net, 0, 10)...) // 10 events: past the 8 retained
-	changed = append(changed, changeAccounts(t, net, 0, 2)...)  // changed again, in the replay window
-	changed = changed[:10]
+	// 12 events, 8 retained: the commits of accounts 0-3 fall out of the
+	// window (0 and 1 change again inside it, their since naming the lost
+	// commit); accounts 4-9 come through the replay whole.
+	changeAccounts(t, net, 0, 10)
+	changeAccounts(t, net, 0, 2)
+	lost := changeAccountsList(net, 0, 4)
 
 	h = startHealNode(t, net, dir)
 	gs := h.healed(t)
@@ -298,5 +309,74 @@ func TestHealOutdatedCursor(t *testing.T) {
 	}
 	h.atHead(t, net)
 	checkTruth(t, h.n.Store(), net, fmt.Sprintf("an outage past the replay window (gap %+v)", gs[0]))
-	checkFetched(t, getRepoDelta(net, before), changed)
+	checkFetched(t, getRepoDelta(net, before), lost)
+}
+
+// TestHealDroppedFrames: the relay silently drops 1% of its frames. A
+// dropped commit followed by another of the same account is a hole the
+// next commit's since names (the writer marks the account at once); one
+// that was the account's last is found by the scheduled audit's listing.
+// Fold = ground truth, and getRepo went only to accounts the traffic
+// changed: every other account was fetched once, by bootstrap.
+func TestHealDroppedFrames(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	net, err := oracle.Start(ctx, oracle.Config{Accounts: 60, RecordsMean: 5, Hosts: 1, Traffic: oracle.TrafficBasic, Rate: 400, Events: 1500, Seed: 13})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer net.Close()
+	net.Faults().DropFrames(0.01)
+	h := startHealNode(t, net, t.TempDir(), 2*time.Second)
+	h.waitSteady(t)
+	h.waitUntil(t, time.Minute, "the traffic to end", func() bool { return net.Status().Done })
+	net.Faults().DropFrames(0)
+	doneAt := time.Now()
+	if net.Faults().Fired(oracle.FaultDroppedFrame) == 0 {
+		t.Fatal("no frame dropped: the test proves nothing")
+	}
+	h.waitUntil(t, 2*time.Minute, "an audit after the traffic, closed", func() bool {
+		gs, err := h.n.Store().Gaps()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range gs {
+			if g.Kind == archive.GapAudit && time.UnixMicro(g.FirstSeenUS).After(doneAt) && !g.Open() {
+				return true
+			}
+		}
+		return false
+	})
+	// Every active account folds to the truth. A dropped #account deletion
+	// is not healed yet: listRepos does not list deleted accounts, and the
+	// pass does not look for archived accounts missing from the listing.
+	f, _, err := check.Archive(h.n.Store())
+	if err != nil {
+		t.Fatal(err)
+	}
+	active := func(a world.Account) bool { return a.Active }
+	if checked, bad := check.Compare(f, net.World(), active); len(bad) > 0 {
+		t.Fatalf("%d of %d active accounts differ after %d dropped frames:\n%s", len(bad), checked, net.Faults().Fired(oracle.FaultDroppedFrame), check.Describe(bad, 5))
+	}
+	if _, bad := check.Compare(f, net.World(), nil); len(bad) > 0 {
+		t.Logf("known gap: %d deleted accounts still hold records (their dropped deletion is not healed):\n%s", len(bad), check.Describe(bad, 5))
+	}
+	evs, err := net.Events()
+	if err != nil {
+		t.Fatal(err)
+	}
+	touched := map[string]bool{}
+	for _, e := range evs {
+		touched[e.DID] = true
+	}
+	refetched := 0
+	for did, c := range net.AllRepoCounts() {
+		if !touched[did] && c.RelayRequests > 1 {
+			t.Errorf("%s: getRepo %d times, but the traffic never changed it", did, c.RelayRequests)
+		}
+		if touched[did] && c.RelayRequests > 1 {
+			refetched++
+		}
+	}
+	t.Logf("%d frames dropped; %d changed accounts fetched again", net.Faults().Fired(oracle.FaultDroppedFrame), refetched)
 }

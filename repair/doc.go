@@ -9,9 +9,9 @@
 //
 // # What it provides
 //
-//   - New(Config) / Run(ctx): every Period, the oldest open gap gets its
-//     pass (resumed from audit/<gap id>); a gap whose pass is done closes
-//     once every replacement it scheduled has finished. With
+//   - New(Config) / Run(ctx): every Period, the open gaps in id order get
+//     their pass (resumed from audit/<gap id>); a gap whose pass is done
+//     closes once every replacement it scheduled has finished. With
 //     AuditInterval, a GapAudit gap is recorded on that schedule, so the
 //     same comparison catches what no gap announced.
 //   - Status: the pass in progress, for /status.
@@ -19,35 +19,35 @@
 //
 // # Invariants kept here
 //
-//   - A pass has three phases, each unit durable with its position
-//     (audit/<id>, archive.Audit) and its marks in the same unit, so a
-//     crash resumes where the last durable unit ended and marks nothing
-//     twice: (1) scan: every account with a live commit or sync row
-//     archived after the gap was found (ev/ from the first seq at its
-//     first-seen time to the tip when the pass started): a change in the
-//     gap may hide under a newer rev archived since; (2) list: listRepos
-//     page by page, and an active account whose listed rev (a valid TID) is
-//     newer than rev/<did>, an account listed active but stored inactive,
-//     and an account the store does not know are marked
-//     (archive.RefetchAudit, due now); one listed inactive has its account
-//     state refreshed, nothing fetched; (3) done.
+//   - A pass pages listRepos from audit/<id> (archive.Audit), one unit per
+//     page holding its marks and the position after it, so a crash resumes
+//     where the last durable unit ended and marks nothing twice. An active
+//     account whose listed rev (a valid TID) is newer than its archived rev
+//     (rev/<did>, or the complete repo's snapshot rev: a snapshot without
+//     records moves no ratchet), one listed active but stored inactive, and
+//     an unknown one with a rev are marked (archive.RefetchAudit, due now);
+//     one listed inactive has its account state refreshed, nothing fetched.
+//   - A pass starts only once the live stream accepted a frame after its gap
+//     was found (Config.Resumed): a listing taken before would miss what
+//     changed between it and the resume. A scheduled audit follows no
+//     outage and starts at once.
 //   - A gap closes (its ClosedUS written, audit/<id> deleted, in one unit)
-//     only in phase done and when no active account that is not failed
+//     only when its pass is done and no active account that is not failed
 //     still carries the audit mark: a failed replacement is the retry
 //     runner's, on its schedule, and shows in /status's failed repos.
 //   - Upstream trouble never stops Run: a listRepos page whose retries are
 //     spent is tried again next Period from the durable cursor; a page that
-//     cannot be used (malformed, a cursor loop or over 64 KiB) ends the
-//     listing there, counted and logged once. Store and writer failures
-//     end Run with the error.
+//     cannot be used (malformed, a cursor over 64 KiB) ends the listing
+//     there, counted and logged once. Store and writer failures end Run.
 //
 // # Tricky bits
 //
-// The scan phase is what makes rev comparison sound after the stream
-// resumed: an account changed both in the gap and after it has a ratchet
-// equal to its listed rev, yet misses the gap's records. It marks every
-// account active since the gap (a superset of those that changed in it),
-// bounded by the accounts active between the gap and the pass.
+// Rev comparison alone misses an account changed both in the gap and after
+// the stream resumed: its ratchet equals its listed rev, yet the gap's
+// commits are missing. The writer catches those as they arrive: a live
+// commit whose since is newer than the archived rev marks its account
+// (archive.PrevRev). The two together heal every commit hole; an account
+// deleted in the gap is not listed at all, and is not healed yet.
 //
 // # Not here
 //

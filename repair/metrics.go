@@ -8,14 +8,13 @@ import "github.com/prometheus/client_golang/prometheus"
 // Why an account was marked or refreshed
 // (backstream_repair_accounts_total{reason}).
 const (
-	ReasonActiveAfterGap = "active_after_gap" // a live row archived after the gap (scan)
-	ReasonNewerRev       = "newer_rev"        // listed rev newer than rev/<did>
-	ReasonUnknown        = "unknown"          // listed, not in repo/ and not at its rev
-	ReasonReactivated    = "reactivated"      // listed active, stored inactive
-	ReasonInactive       = "inactive"         // listed inactive: account state refreshed, nothing fetched
+	ReasonNewerRev    = "newer_rev"   // listed rev newer than rev/<did>
+	ReasonUnknown     = "unknown"     // listed, not in repo/ and not at its rev
+	ReasonReactivated = "reactivated" // listed active, stored inactive
+	ReasonInactive    = "inactive"    // listed inactive: account state refreshed, nothing fetched
 )
 
-var reasons = []string{ReasonActiveAfterGap, ReasonNewerRev, ReasonUnknown, ReasonReactivated, ReasonInactive}
+var reasons = []string{ReasonNewerRev, ReasonUnknown, ReasonReactivated, ReasonInactive}
 
 // Metrics are the repair runner's metrics.
 type Metrics struct {

@@ -24,11 +24,6 @@ const (
 	DefaultPeriod = 30 * time.Second
 	// DefaultAuditInterval is how often a scheduled audit is recorded.
 	DefaultAuditInterval = 24 * time.Hour
-	// scanEvents bounds the ev/ rows one scan unit covers, and markChunk
-	// the accounts it marks: each unit's iterator is closed before it is
-	// submitted, so none pins memtables while the writer works.
-	scanEvents = 16384
-	markChunk  = 1024
 )
 
 // Config configures a Runner.
@@ -64,7 +59,7 @@ type Config struct {
 // Status is the repair runner's part of the status report.
 type Status struct {
 	Gap         uint64 `json:"gap,omitempty"`   // the gap whose pass runs (0: none open)
-	Phase       string `json:"phase,omitempty"` // scan, list, done
+	Phase       string `json:"phase,omitempty"` // waiting_for_stream, list, done
 	Listed      uint64 `json:"listed"`
 	Marked      uint64 `json:"marked"`
 	Outstanding int64  `json:"outstanding"` // marked accounts not yet replaced (phase done)
@@ -213,7 +208,8 @@ func (r *Runner) heal(ctx context.Context, g archive.Gap) (bool, error) {
 	a, err := r.cfg.Store.Audit(g.ID)
 	switch {
 	case errors.Is(err, archive.ErrNotFound):
-		if !r.cfg.Resumed(g.FirstSeenUS) {
+		// A scheduled audit follows no outage: the stream is live already.
+		if g.Kind != archive.GapAudit && !r.cfg.Resumed(g.FirstSeenUS) {
 			r.set(func(s *Status) { s.Gap, s.Phase = g.ID, "waiting_for_stream" })
 			return false, nil
 		}
@@ -224,11 +220,6 @@ func (r *Runner) heal(ctx context.Context, g archive.Gap) (bool, error) {
 		return false, err
 	}
 	r.show(g, a)
-	if a.Phase == archive.AuditScan {
-		if err := r.scan(ctx, g, &a); err != nil {
-			return false, err
-		}
-	}
 	if a.Phase == archive.AuditList {
 		if done, err := r.list(ctx, g, &a); err != nil || !done {
 			return false, err
@@ -237,79 +228,10 @@ func (r *Runner) heal(ctx context.Context, g archive.Gap) (bool, error) {
 	return r.close(ctx, g, a)
 }
 
-// begin is a new pass's position: the scan covers ev/ from the first row
-// archived at or after the gap was found to the tip now.
+// begin is a new pass's position: the listing from its start.
 func (r *Runner) begin(g archive.Gap) (archive.Audit, error) {
-	from, err := r.cfg.Store.SeqAtTime(g.FirstSeenUS)
-	if err != nil {
-		return archive.Audit{}, err
-	}
-	tip, err := r.cfg.Store.Tip()
-	if err != nil {
-		return archive.Audit{}, err
-	}
-	r.log.Info("repair pass starts", "gap", g.ID, "kind", g.Kind.String(), "scan_from", from, "scan_to", tip)
-	return archive.Audit{Phase: archive.AuditScan, ScanFrom: from, ScanTo: tip}, nil
-}
-
-// scan marks the accounts with live rev-carrying rows in ev/
-// [a.ScanFrom, a.ScanTo], a unit per chunk, each with the position after
-// it; then moves the pass to the listing.
-func (r *Runner) scan(ctx context.Context, g archive.Gap, a *archive.Audit) error {
-	seen := make(map[string]struct{})
-	for a.Phase == archive.AuditScan {
-		dids, next, err := r.scanChunk(a.ScanFrom, a.ScanTo, seen)
-		if err != nil {
-			return err
-		}
-		a.ScanFrom = next
-		if next > a.ScanTo {
-			a.Phase = archive.AuditList
-		}
-		now := r.cfg.Now().UnixMicro()
-		ups := make([]archive.RepoUpdate, 0, len(dids))
-		for _, did := range dids {
-			ups = append(ups, archive.RepoUpdate{DID: did, Func: scanMark(now)})
-		}
-		a.Marked += uint64(len(ups))
-		if err := r.commit(ctx, g, a, ups); err != nil {
-			return err
-		}
-		r.cfg.Metrics.account(ReasonActiveAfterGap, len(ups))
-	}
-	return nil
-}
-
-// scanChunk reads ev/ from from, at most scanEvents rows up to to, and
-// returns the accounts of its live commit and sync rows not seen before
-// (at most markChunk) and the seq to go on from.
-func (r *Runner) scanChunk(from, to uint64, seen map[string]struct{}) (dids []string, next uint64, err error) {
-	it, err := r.cfg.Store.Events(from)
-	if err != nil {
-		return nil, 0, err
-	}
-	next = to + 1
-	for n := 0; it.Next(); n++ {
-		ev := it.Event()
-		if ev.Seq > to {
-			break
-		}
-		if n == scanEvents || len(dids) == markChunk {
-			next = ev.Seq
-			break
-		}
-		if ev.Source != archive.SourceLive || ev.Rev == "" {
-			continue
-		}
-		if _, ok := seen[ev.DID]; !ok {
-			seen[ev.DID] = struct{}{}
-			dids = append(dids, ev.DID)
-		}
-	}
-	if err := it.Close(); err != nil {
-		return nil, 0, err
-	}
-	return dids, next, nil
+	r.log.Info("repair pass starts", "gap", g.ID, "kind", g.Kind.String())
+	return archive.Audit{Phase: archive.AuditList}, nil
 }
 
 // list compares listRepos pages with the ratchet from a.Cursor on, a unit
@@ -419,23 +341,6 @@ func markFunc(nowUS int64, active bool, status string) func(archive.RepoState, b
 			next.AccountStatus = ""
 			next.Refetch, next.NextAttemptUS = archive.RefetchAudit, nowUS
 		}
-		return next, next != cur
-	}
-}
-
-// scanMark marks an account seen live after the gap, if it is stored
-// active (a live commit says an unknown one is active: it is created
-// pending); an inactive one is the listing's to decide.
-func scanMark(nowUS int64) func(archive.RepoState, bool) (archive.RepoState, bool) {
-	return func(cur archive.RepoState, exists bool) (archive.RepoState, bool) {
-		if !exists {
-			return archive.RepoState{Status: archive.StatusPending, Active: true, Refetch: archive.RefetchAudit, NextAttemptUS: nowUS}, true
-		}
-		if !cur.Active {
-			return cur, false
-		}
-		next := cur
-		next.Refetch, next.NextAttemptUS = archive.RefetchAudit, nowUS
 		return next, next != cur
 	}
 }
