@@ -147,8 +147,13 @@ func (b *barrier) admit(u *Unit, now time.Time) admission {
 
 // refusal is the error a unit of an ended replacement is refused with (nil
 // for any other unit): a replacement that lost its hold must not resume
-// and interleave with the rows released meanwhile.
+// and interleave with the rows released meanwhile. A cursor reset is
+// refused while units carrying its cursor wait: one applied after it would
+// move the cursor back up into the old sequence.
 func (b *barrier) refusal(u *Unit) error {
+	if i, ok := cursorIndex(u.Cursor.Key); ok && u.Cursor.Reset && b.cursors[i].waiting > 0 {
+		return invalid("unit resets %s while %d units carrying it wait", u.Cursor.Key, b.cursors[i].waiting)
+	}
 	if u.Replace == nil || len(b.ended) == 0 {
 		return nil
 	}
@@ -270,8 +275,11 @@ func (b *barrier) enqueue(w *waiter) {
 func (b *barrier) applied(u *Unit, refused bool, now time.Time) (closed bool) {
 	if i, ok := cursorIndex(u.Cursor.Key); ok && !refused {
 		c := &b.cursors[i]
-		if !c.applied || u.Cursor.Seq > c.hi {
+		if !c.applied || u.Cursor.Seq > c.hi || u.Cursor.Reset {
 			c.hi = u.Cursor.Seq
+		}
+		if u.Cursor.Reset {
+			c.wrote = false // the next write may go backwards, once
 		}
 		c.applied = true
 	}

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
 )
 
 // Fixed keys.
@@ -244,4 +245,197 @@ func prefixEnd(p []byte) []byte {
 		}
 	}
 	return nil // p is all 0xff: no upper bound
+}
+
+// ---- gaps and audits --------------------------------------------------------
+//
+// gap/<id as 8 bytes big-endian> records a stretch of the relay's stream the
+// archive may be missing (Gap); audit/<id as 8 bytes big-endian> is the
+// durable listRepos position of the repair pass healing gap <id>
+// (ListCursor's encoding). Both travel as unit Puts, so a gap is durable in
+// the same batch as the cursor move that passes it.
+
+// Key prefixes of gaps and audits.
+var (
+	PrefixGap   = []byte("gap/")
+	PrefixAudit = []byte("audit/")
+)
+
+// GapKey is gap/<id as 8 bytes big-endian>: gaps sort by id, oldest first.
+func GapKey(id uint64) []byte { return seqKey(PrefixGap, id) }
+
+// AuditKey is audit/<gap id as 8 bytes big-endian>: the repair pass's
+// listRepos position for that gap.
+func AuditKey(gapID uint64) []byte { return seqKey(PrefixAudit, gapID) }
+
+// GapKind says how a gap was found.
+type GapKind uint8
+
+// Gap kinds. The numeric values are part of the stored encoding.
+const (
+	// GapOutdatedCursor: the relay said #info OutdatedCursor (our cursor is
+	// older than its replay window) and streamed from its oldest event.
+	GapOutdatedCursor GapKind = 1
+	// GapFutureCursor: the relay said FutureCursor (our cursor is ahead of
+	// its sequence: it was rebuilt or replaced); the stream resumed from its
+	// live tip.
+	GapFutureCursor GapKind = 2
+	// GapSeqRegression: a connection's first seq was below the cursor it was
+	// dialed with: the relay restarted its sequence without saying so.
+	GapSeqRegression GapKind = 3
+	// GapSeqSkip: consecutive frames skipped more seqs than the threshold.
+	GapSeqSkip GapKind = 4
+	// GapRelayReset: the operator's --reset-relay-cursor dropped the cursor.
+	GapRelayReset GapKind = 5
+	// GapAudit: a scheduled audit, announced by no gap, looks for what the
+	// relay dropped silently.
+	GapAudit GapKind = 6
+)
+
+var gapKindNames = [...]string{
+	GapOutdatedCursor: "outdated_cursor",
+	GapFutureCursor:   "future_cursor",
+	GapSeqRegression:  "seq_regression",
+	GapSeqSkip:        "seq_skip",
+	GapRelayReset:     "relay_reset",
+	GapAudit:          "audit",
+}
+
+// Valid reports whether k is a known kind.
+func (k GapKind) Valid() bool { return k > 0 && int(k) < len(gapKindNames) }
+
+func (k GapKind) String() string {
+	if k.Valid() {
+		return gapKindNames[k]
+	}
+	return fmt.Sprintf("gap_kind(%d)", uint8(k))
+}
+
+// GapKinds lists every valid kind (metric labels).
+func GapKinds() []GapKind {
+	ks := make([]GapKind, 0, len(gapKindNames)-1)
+	for k := GapKind(1); k.Valid(); k++ {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+// Gap is one stretch of the relay's stream the archive may be missing.
+// Events after FromSeq and before ToSeq may be missing; for a relay that
+// restarted its sequence, ToSeq is in the new sequence.
+type Gap struct {
+	ID          uint64  // the key's id (not in the value)
+	Kind        GapKind // how it was found
+	FromSeq     uint64  // the last relay seq held before the gap (0: none)
+	ToSeq       uint64  // the first relay seq taken after it (0: none yet)
+	FirstSeenUS int64   // when it was found (unix µs)
+	ClosedUS    int64   // when its repair finished (unix µs); 0: open
+}
+
+// Open reports whether the gap still waits for its repair.
+func (g Gap) Open() bool { return g.ClosedUS == 0 }
+
+// EncodeGap encodes [0x01][kind][uvarint from][uvarint to][uvarint
+// first seen µs][uvarint closed µs]. Seqs above MaxInt64, a negative or zero
+// first-seen time, a negative closing time or an unknown kind are refused.
+func EncodeGap(g Gap) ([]byte, error) {
+	switch {
+	case !g.Kind.Valid():
+		return nil, fmt.Errorf("archive: gap: %w: kind %d", ErrMalformed, g.Kind)
+	case g.FromSeq > math.MaxInt64 || g.ToSeq > math.MaxInt64:
+		return nil, fmt.Errorf("archive: gap: %w: seq above MaxInt64", ErrMalformed)
+	case g.FirstSeenUS <= 0 || g.ClosedUS < 0:
+		return nil, fmt.Errorf("archive: gap: %w: times %d, %d", ErrMalformed, g.FirstSeenUS, g.ClosedUS)
+	}
+	b := make([]byte, 0, 2+4*binary.MaxVarintLen64)
+	b = append(b, codecV1, byte(g.Kind))
+	b = binary.AppendUvarint(b, g.FromSeq)
+	b = binary.AppendUvarint(b, g.ToSeq)
+	b = binary.AppendUvarint(b, uint64(g.FirstSeenUS))
+	return binary.AppendUvarint(b, uint64(g.ClosedUS)), nil
+}
+
+// DecodeGap accepts exactly what EncodeGap produces (ID is left 0).
+func DecodeGap(b []byte) (Gap, error) {
+	if len(b) == 0 || b[0] != codecV1 {
+		return Gap{}, malformed("gap: unknown version or empty")
+	}
+	d := decoder{b: b[1:]}
+	g := Gap{Kind: GapKind(d.byte1())}
+	g.FromSeq, g.ToSeq = uint64(d.count()), uint64(d.count())
+	g.FirstSeenUS, g.ClosedUS = d.count(), d.count()
+	if err := d.finish("gap"); err != nil {
+		return Gap{}, err
+	}
+	if !g.Kind.Valid() || g.FirstSeenUS == 0 {
+		return Gap{}, malformed("gap: kind %d, first seen %d", g.Kind, g.FirstSeenUS)
+	}
+	return g, nil
+}
+
+// AuditPhase is where a gap's repair pass is.
+type AuditPhase uint8
+
+// Audit phases. The numeric values are part of the stored encoding.
+const (
+	// AuditList: comparing listRepos' head revs with rev/ from Cursor on.
+	AuditList AuditPhase = 1
+	// AuditDone: every account is marked; the gap closes when their
+	// replacements have finished.
+	AuditDone AuditPhase = 2
+)
+
+func (p AuditPhase) String() string {
+	switch p {
+	case AuditList:
+		return "list"
+	case AuditDone:
+		return "done"
+	}
+	return fmt.Sprintf("audit_phase(%d)", uint8(p))
+}
+
+// Audit is a gap's repair pass position, audit/<gap id>.
+type Audit struct {
+	Phase  AuditPhase
+	Cursor string // AuditList: the listRepos cursor to resume from ("" = the start)
+	Marked uint64 // accounts marked (or refreshed) so far
+	Listed uint64 // accounts listed so far
+}
+
+// EncodeAudit encodes [0x01][phase][string cursor][uvarint marked]
+// [uvarint listed]. A cursor over 64 KiB, a count above MaxInt64 or an
+// unknown phase is refused.
+func EncodeAudit(a Audit) ([]byte, error) {
+	switch {
+	case a.Phase < AuditList || a.Phase > AuditDone:
+		return nil, fmt.Errorf("archive: audit: %w: phase %d", ErrMalformed, a.Phase)
+	case a.Marked > math.MaxInt64 || a.Listed > math.MaxInt64:
+		return nil, fmt.Errorf("archive: audit: %w: count above MaxInt64", ErrMalformed)
+	case len(a.Cursor) > maxStoredString:
+		return nil, fmt.Errorf("archive: audit: %w: cursor of %d bytes", ErrMalformed, len(a.Cursor))
+	}
+	b := make([]byte, 0, 2+2*binary.MaxVarintLen64+binary.MaxVarintLen32+len(a.Cursor))
+	b = append(b, codecV1, byte(a.Phase))
+	b = appendString(b, a.Cursor)
+	b = binary.AppendUvarint(b, a.Marked)
+	return binary.AppendUvarint(b, a.Listed), nil
+}
+
+// DecodeAudit accepts exactly what EncodeAudit produces.
+func DecodeAudit(b []byte) (Audit, error) {
+	if len(b) == 0 || b[0] != codecV1 {
+		return Audit{}, malformed("audit: unknown version or empty")
+	}
+	d := decoder{b: b[1:]}
+	a := Audit{Phase: AuditPhase(d.byte1())}
+	a.Cursor = d.str(maxStoredString)
+	a.Marked, a.Listed = uint64(d.count()), uint64(d.count())
+	if err := d.finish("audit"); err != nil {
+		return Audit{}, err
+	}
+	if a.Phase < AuditList || a.Phase > AuditDone {
+		return Audit{}, malformed("audit: phase %d", a.Phase)
+	}
+	return a, nil
 }

@@ -20,6 +20,7 @@ type Metrics struct {
 	heldTotal    prometheus.Counter
 	holdDrops    prometheus.Counter
 	holdExpiries prometheus.Counter
+	chainBreaks  prometheus.Counter
 
 	failedShown map[string]bool // classes with a failed series, so a class that empties reads 0
 }
@@ -92,6 +93,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.staleRows, m.rows, m.batches, m.batchEvents, m.commitSecs, m.tip, m.repos, m.failed, m.refusedUnits,
 			m.heldUnits, m.heldTotal, m.holdDrops, m.holdExpiries)
+		m.chainBreaks = prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_archive_chain_breaks_total",
+			Help: "Live commits whose previous rev (since) is newer than the archived rev: a commit never reached the archive, and the account was marked for a replacement.",
+		})
+		reg.MustRegister(m.chainBreaks)
 	}
 	return m
 }
@@ -171,4 +177,11 @@ func (m *Metrics) holdExpired() {
 		return
 	}
 	m.holdExpiries.Inc()
+}
+
+func (m *Metrics) chainBreak() {
+	if m == nil || m.chainBreaks == nil {
+		return
+	}
+	m.chainBreaks.Inc()
 }

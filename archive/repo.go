@@ -54,7 +54,8 @@ const (
 	RefetchDiscovered  Refetch = 3 // found after bootstrap
 	RefetchPending     Refetch = 4 // interrupted mid-emission
 	RefetchUnverified  Refetch = 5 // a live frame failed signature or sync 1.1 verification
-	numRefetch                 = 6
+	RefetchAudit       Refetch = 6 // a gap's repair pass found it changed
+	numRefetch                 = 7
 )
 
 func (r Refetch) String() string {
@@ -71,6 +72,8 @@ func (r Refetch) String() string {
 		return "pending"
 	case RefetchUnverified:
 		return "unverified"
+	case RefetchAudit:
+		return "audit"
 	}
 	return fmt.Sprintf("refetch(%d)", uint8(r))
 }

@@ -35,6 +35,11 @@ type KV struct {
 type SeqCursor struct {
 	Key []byte
 	Seq uint64
+	// Reset moves the cursor to Seq even when it is lower: the source
+	// restarted its sequence (a relay that was rebuilt). A reset unit is
+	// refused while units carrying the same key wait behind a replacement
+	// (the producer waits for its earlier units to be durable first).
+	Reset bool
 }
 
 // Replacement marks a unit as (one chunk of) a whole-repo replacement of DID
@@ -57,6 +62,17 @@ type Replacement struct {
 	Final bool
 }
 
+// PrevRev is what an upstream commit says came before it: Rev is the rev of
+// DID's previous commit (the commit's since). When the unit has rows of DID
+// and Rev is newer than the archived rev (and there is one), a commit in
+// between never reached the archive — a relay that dropped it, a stream
+// that resumed past it — so the writer marks the account for a
+// replacement (RefetchSync, due now) in the same batch.
+type PrevRev struct {
+	DID string
+	Rev string
+}
+
 // Unit is what a producer submits: rows and the state that must become
 // durable with them, all or nothing, in one batch. The writer owns the unit
 // from Submit on; the producer must not touch it afterwards.
@@ -64,9 +80,10 @@ type Unit struct {
 	Events  []Event      // in order; Seq and TimeUS are assigned by the writer
 	Repos   []RepoUpdate // applied after the events, in order
 	Hosts   []HostUpdate // applied after the repo updates, in order
-	Puts    []KV         // phase, listRepos cursors, identities (only cursor/, meta/ and ident/, never a seq cursor, meta/counts or meta/instance)
+	Puts    []KV         // phase, listRepos cursors, identities, gaps, audit cursors (only cursor/, meta/, ident/, gap/ and audit/, never a seq cursor, meta/counts or meta/instance)
 	Cursor  SeqCursor    // the producer's position after this unit (cursor/relay, cursor/merge); see SeqCursor
 	Replace *Replacement // non-nil: refused whole if the ratchet is newer than Replace.Rev
+	Prev    *PrevRev     // a live commit's since: a newer one than the ratchet marks a hole (see PrevRev)
 	Token   any          // returned in the receipt
 	Acks    *Acks        // receives the receipt once the unit is durable (or refused); nil: nobody listens
 }
@@ -880,6 +897,9 @@ func (w *Writer) stage(u *Unit) (*staged, error) {
 			st.revs[u.Replace.DID] = u.Replace.Rev
 		}
 	}
+	if err := w.checkPrev(u); err != nil {
+		return nil, err
+	}
 	if len(u.Repos) > 0 {
 		st.repos = make(map[string]RepoState, len(u.Repos))
 		st.old = make(map[string]RepoState, len(u.Repos))
@@ -928,6 +948,31 @@ func (w *Writer) stage(u *Unit) (*staged, error) {
 		return nil, err
 	}
 	return st, nil
+}
+
+// checkPrev marks u.Prev's account for a replacement when its previous
+// commit is newer than the archived rev: a hole in its history. It runs
+// before the unit's rows move the ratchet, and only for a unit with rows of
+// that account (so it touches no account the barrier did not admit).
+func (w *Writer) checkPrev(u *Unit) error {
+	p := u.Prev
+	if p == nil || p.Rev == "" || len(u.Events) == 0 || u.Events[0].DID != p.DID {
+		return nil
+	}
+	cur, err := w.ratchet(p.DID)
+	if err != nil || cur == "" || p.Rev <= cur {
+		return err
+	}
+	w.opts.Metrics.chainBreak()
+	now := w.opts.Now().UnixMicro()
+	u.Repos = append(u.Repos, RepoUpdate{DID: p.DID, Func: func(cur RepoState, exists bool) (RepoState, bool) {
+		if !exists || !cur.Active || cur.Refetch != RefetchNone {
+			return cur, false
+		}
+		cur.Refetch, cur.NextAttemptUS = RefetchSync, now
+		return cur, true
+	}})
+	return nil
 }
 
 // ratchetCacheMax bounds the writer's in-memory cache of rev/ values. The
@@ -1015,8 +1060,8 @@ func checkPutKey(k []byte) error {
 	if string(k) == string(KeyCounts) || string(k) == string(KeyInstance) || string(k) == string(KeyCompaction) {
 		return invalid("unit puts %q, which only the writer itself writes", k)
 	}
-	if !hasPrefix(k, PrefixCursor) && !hasPrefix(k, PrefixMeta) && !hasPrefix(k, PrefixIdent) {
-		return invalid("unit puts %q outside cursor/, meta/ and ident/", k)
+	if !hasPrefix(k, PrefixCursor) && !hasPrefix(k, PrefixMeta) && !hasPrefix(k, PrefixIdent) && !hasPrefix(k, PrefixGap) && !hasPrefix(k, PrefixAudit) {
+		return invalid("unit puts %q outside cursor/, meta/, ident/, gap/ and audit/", k)
 	}
 	return nil
 }

@@ -91,6 +91,12 @@ type Config struct {
 	// look for newly due repos at once (retry.Runner.Wake). It must not
 	// block.
 	OnEffects func()
+	// GapIDs hands out the ids of the gap/ rows this consumer records
+	// (nil: ids from 1, for a store without gaps).
+	GapIDs *archive.GapIDs
+	// GapThreshold is the largest seq skip counted only as an anomaly
+	// (default DefaultGapThreshold; a larger one is a gap).
+	GapThreshold int64
 }
 
 // Consumer reads subscribeRepos and submits one archive.Unit per frame. Run
@@ -104,8 +110,18 @@ type Consumer struct {
 	submit  func(context.Context, *archive.Unit) error // Writer.Submit; tests wrap it to see units
 
 	// Owned by the goroutine calling Handle (Run's).
-	hasPos bool  // a resume position exists (Config.Cursor or an accepted frame)
-	last   int64 // last accepted seq
+	hasPos  bool  // a resume position exists (Config.Cursor or an accepted frame)
+	last    int64 // last accepted seq
+	fresh   bool  // no frame above the cursor yet on this connection
+	below   int64 // frames below the dialed cursor on this connection
+	pending *pendingGap
+
+	// lastEventUS is the upstream time of the last accepted event, or
+	// when Run started before any (unix µs): how far behind the relay the
+	// archive is (Behind).
+	lastEventUS atomic.Int64
+	// acceptedUS is when the last frame was accepted (Now, unix µs).
+	acceptedUS atomic.Int64
 
 	lastAccepted atomic.Int64
 	lastDurable  atomic.Int64
@@ -121,6 +137,9 @@ type Consumer struct {
 	effectSeqs map[int64]struct{}
 	fatal      error
 	abort      context.CancelFunc // cancels the active Run
+	// lowerDurable: the next receipt is a cursor reset's, whose durable
+	// cursor is below the last one (guarded by mu).
+	lowerDurable bool
 }
 
 // New validates cfg and returns a Consumer; nothing starts until Run.
@@ -155,6 +174,13 @@ func New(cfg Config) (*Consumer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.GapIDs == nil {
+		cfg.GapIDs = new(archive.GapIDs)
+		cfg.GapIDs.Next() // ids start at 1
+	}
+	if cfg.GapThreshold <= 0 {
+		cfg.GapThreshold = DefaultGapThreshold
+	}
 	c := &Consumer{
 		cfg:        cfg,
 		log:        cfg.Logger.With("component", "firehose", "mode", cfg.Mode.String()),
@@ -184,6 +210,23 @@ func (c *Consumer) LastDurable() int64 {
 	c.collect()
 	return c.lastDurable.Load()
 }
+
+// Behind is how far the archive is behind the relay as this consumer
+// knows it: now less the upstream time of the last accepted event (or the
+// time Run started, before any). A relay that refuses every cursor, or a
+// connection that never delivers, makes it grow.
+func (c *Consumer) Behind() time.Duration {
+	since := c.lastEventUS.Load()
+	if since == 0 {
+		return 0 // not running yet
+	}
+	return max(0, c.cfg.Now().Sub(time.UnixMicro(since)))
+}
+
+// AcceptedSince reports whether a frame was accepted at or after us (unix
+// µs): the stream has resumed after a gap found then, so a repair pass that
+// lists the relay now misses nothing the stream will not bring.
+func (c *Consumer) AcceptedSince(us int64) bool { return c.acceptedUS.Load() >= us }
 
 // Started is closed once a starting cursor is durable: at New when
 // Config.Cursor is set, otherwise when the first frame's unit is durable
@@ -230,10 +273,11 @@ func (c *Consumer) collect() {
 		}
 		// The durable cursor, not the unit's own seq: a unit of an account
 		// held by a replacement may still wait behind this one.
-		if d := int64(r.Cursor); d > c.lastDurable.Load() {
+		if d := int64(r.Cursor); d > c.lastDurable.Load() || c.lowerDurable {
 			c.lastDurable.Store(d)
 			c.m.durable(d)
 		}
+		c.lowerDurable = false
 		c.startedOnce.Do(func() { close(c.started) })
 		if c.cfg.Mode == ModeLive {
 			c.cfg.Crash.Hit(crashpoint.LiveBatch) // live rows with cursor/relay are durable
@@ -317,6 +361,16 @@ func (c *Consumer) Handle(ctx context.Context, msg []byte) error {
 		c.m.anomaly(kind)
 		c.log.Warn("firehose: relay sent an error frame", "error", loglimit.Clip(f.Error.Error, 64),
 			"message", loglimit.Clip(f.Error.Message, 256), "cursor", c.LastAccepted())
+		if kind == AnomalyFutureCursor && c.hasPos {
+			// The relay's sequence is behind ours: it was rebuilt or
+			// replaced. Follow its live tip; the first frame's unit
+			// records the gap and resets cursor/relay.
+			c.noteGap(archive.GapFutureCursor, true)
+			if err := c.recordNow(ctx); err != nil {
+				return err
+			}
+			c.hasPos = false
+		}
 		return nil
 	case f.Info != nil:
 		c.m.frame(frameInfo)
@@ -326,6 +380,7 @@ func (c *Consumer) Handle(ctx context.Context, msg []byte) error {
 			c.m.anomaly(AnomalyOutdatedCursor)
 			c.log.Error("firehose: relay says our cursor is outdated: events were missed",
 				"cursor", c.LastAccepted())
+			c.noteGap(archive.GapOutdatedCursor, false)
 		}
 		return nil
 	}
@@ -335,14 +390,8 @@ func (c *Consumer) Handle(ctx context.Context, msg []byte) error {
 		c.m.anomaly(AnomalyInvalidSeq)
 		return nil
 	}
-	if c.hasPos {
-		if seq <= c.last {
-			c.m.anomaly(AnomalyDuplicate)
-			return nil
-		}
-		if seq > c.last+1 {
-			c.m.anomaly(AnomalySeqGap)
-		}
+	if !c.checkSeq(seq) {
+		return nil
 	}
 	failed, err := c.verify(ctx, &f)
 	if err != nil {
@@ -352,6 +401,9 @@ func (c *Consumer) Handle(ctx context.Context, msg []byte) error {
 		return err
 	}
 	u := c.unit(&f, seq, failed)
+	if err := c.withGap(ctx, u, seq); err != nil {
+		return err
+	}
 	if err := c.submit(ctx, u); err != nil {
 		if werr := c.writerErr(); werr != nil {
 			return werr
@@ -360,7 +412,14 @@ func (c *Consumer) Handle(ctx context.Context, msg []byte) error {
 	}
 	c.hasPos, c.last = true, seq
 	c.lastAccepted.Store(seq)
-	c.m.accepted(seq, eventTime(&f, c.cfg.Now))
+	if c.pending != nil {
+		c.gapRecorded()
+	}
+	t := eventTime(&f, c.cfg.Now)
+	c.m.accepted(seq, t)
+	now := c.cfg.Now().UnixMicro()
+	c.lastEventUS.Store(min(int64(t*1e6), now))
+	c.acceptedUS.Store(now)
 	return nil
 }
 
@@ -386,6 +445,9 @@ func (c *Consumer) unit(f *upstream.Frame, seq int64, failed string) *archive.Un
 			if up := Effects(&u.Events[i], now); up != nil {
 				u.Repos = append(u.Repos, *up)
 			}
+		}
+		if cm := f.Commit; cm != nil && cm.Since != nil && upstream.ValidTID(*cm.Since) {
+			u.Prev = &archive.PrevRev{DID: cm.Repo, Rev: *cm.Since}
 		}
 		if len(u.Repos) > 0 && c.cfg.OnEffects != nil {
 			c.mu.Lock()
@@ -459,6 +521,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	defer c.running.Store(false)
+	c.lastEventUS.CompareAndSwap(0, c.cfg.Now().UnixMicro())
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	c.mu.Lock()
@@ -546,6 +609,7 @@ func (c *Consumer) session(ctx context.Context) (progressed bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	c.fresh, c.below = true, 0
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -560,7 +624,12 @@ func (c *Consumer) session(ctx context.Context) (progressed bool, err error) {
 	}()
 	idle := c.cfg.IdleTimeout
 	_ = conn.SetReadDeadline(time.Now().Add(idle))
-	conn.SetPongHandler(func(string) error { return conn.SetReadDeadline(time.Now().Add(idle)) })
+	var lastMsg atomic.Int64 // when the last message arrived (unix µs)
+	lastMsg.Store(c.cfg.Now().UnixMicro())
+	conn.SetPongHandler(func(string) error {
+		c.idlePong(lastMsg.Load())
+		return conn.SetReadDeadline(time.Now().Add(idle))
+	})
 	// One read buffer for the connection: Handle keeps nothing of msg
 	// (DecodeFrame copies what it returns), so each message reuses it.
 	var buf bytes.Buffer
@@ -570,6 +639,7 @@ func (c *Consumer) session(ctx context.Context) (progressed bool, err error) {
 			return progressed, err
 		}
 		_ = conn.SetReadDeadline(time.Now().Add(idle))
+		lastMsg.Store(c.cfg.Now().UnixMicro())
 		if mt != websocket.BinaryMessage {
 			c.m.frame(frameInvalid)
 			c.m.anomaly(AnomalyUndecodable)

@@ -27,7 +27,8 @@
 //     account's snapshot may predate the dropped commit. Warn counts and
 //     archives. #identity frames invalidate the cached document. The
 //     rev order of sync 1.1 is the writer's ratchet.
-//   - LastAccepted, LastDurable, Started, OutdatedCursor; NewMetrics.
+//   - LastAccepted, LastDurable, Started, OutdatedCursor, Behind,
+//     AcceptedSince; NewMetrics.
 //
 // # Invariants kept here
 //
@@ -49,6 +50,19 @@
 //     backstream_firehose_outdated_cursor), error frames, undecodable and
 //     unknown frames are counted in backstream_firehose_anomalies_total{kind}
 //     and skipped; a seq gap is counted and the frame processed.
+//   - Gaps (gap.go): OutdatedCursor, FutureCursor, a connection whose frames
+//     stay below its dialed cursor past GapThreshold (a relay that restarted
+//     its sequence unannounced) and a seq skip above GapThreshold become a
+//     gap/<id> row carried by the unit of the first frame accepted after the
+//     gap, the unit that moves cursor/relay past it (a FutureCursor gap is
+//     also recorded at once, cursor unmoved). A relay that restarted its
+//     sequence is followed from its live tip, and that unit resets
+//     cursor/relay (SeqCursor.Reset) once every earlier unit is durable. One
+//     ERROR line and backstream_firehose_gaps_total{kind} per gap.
+//   - Behind: the upstream time of the last accepted event (or a pong on an
+//     idle connection, or Run's start) against now: /readyz's staleness.
+//   - A live commit carries its since as Unit.Prev: the writer marks the
+//     account for a replacement when it is newer than the archived rev.
 //   - M1: Started is closed once a starting cursor is durable (the first
 //     frame's unit, or at once when Config.Cursor was given).
 //   - M2: upstream trouble never ends Run; a writer failure (its fatal error

@@ -302,8 +302,8 @@ func TestHandleSkips(t *testing.T) {
 			t.Fatalf("last accepted %d, want %d", c.LastAccepted(), wantAccepted)
 		}
 	}
+	step(errorFrame(t, "FutureCursor", "ahead"), 0) // no position yet: nothing to reset (TestFutureCursorResets)
 	step(encode(t, ident("one.test"), 5), 5)
-	step(errorFrame(t, "FutureCursor", "ahead"), 5)
 	step(errorFrame(t, "ConsumerTooSlow", "slow"), 5)
 	step(errorFrame(t, "Whatever", ""), 5)
 	step(infoFrame(t, "SomethingElse"), 5)

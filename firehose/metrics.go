@@ -3,7 +3,11 @@ package firehose
 // metrics.go owns the package's Prometheus metrics. Every method is nil-safe:
 // a nil *Metrics records nothing. Label values come from closed sets.
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/backstream/backstream/archive"
+)
 
 // Drop reasons (backstream_firehose_dropped_total{reason}): rows or whole
 // events refused by validation (S1). Every dropped event still advances the
@@ -67,6 +71,7 @@ type Metrics struct {
 	lastSeq    prometheus.Gauge
 	durableSeq prometheus.Gauge
 	lastTime   prometheus.Gauge
+	gaps       *prometheus.CounterVec
 }
 
 // NewMetrics registers the firehose metrics on reg (nil: unregistered, still
@@ -79,6 +84,7 @@ type Metrics struct {
 //   - backstream_firehose_last_seq (last upstream seq accepted)
 //   - backstream_firehose_durable_seq (last upstream seq made durable)
 //   - backstream_firehose_last_event_time_seconds (upstream time of the last accepted event)
+//   - backstream_firehose_gaps_total{kind} (gap/ rows recorded, by archive.GapKind)
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -113,6 +119,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "backstream_firehose_last_event_time_seconds",
 			Help: "Upstream time of the last accepted event, unix seconds (receive time when unparseable).",
 		}),
+		gaps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backstream_firehose_gaps_total",
+			Help: "Gaps in the relay's stream recorded as gap/ rows (the repair pass heals them), by kind.",
+		}, []string{"kind"}),
+	}
+	for _, k := range archive.GapKinds() {
+		m.gaps.WithLabelValues(k.String())
 	}
 	for _, r := range dropReasons {
 		m.dropped.WithLabelValues(r)
@@ -125,7 +138,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.dropped, m.anomalies, m.frames, m.reconnects, m.outdated,
-			m.lastSeq, m.durableSeq, m.lastTime)
+			m.lastSeq, m.durableSeq, m.lastTime, m.gaps)
 	}
 	return m
 }
@@ -178,4 +191,11 @@ func (m *Metrics) durable(seq int64) {
 		return
 	}
 	m.durableSeq.Set(float64(seq))
+}
+
+func (m *Metrics) gap(k archive.GapKind) {
+	if m == nil {
+		return
+	}
+	m.gaps.WithLabelValues(k.String()).Inc()
 }

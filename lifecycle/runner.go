@@ -76,6 +76,12 @@ type Config struct {
 	// Identity verifies the consumers' #commit and #sync frames
 	// (firehose.Config.Identity); nil: off.
 	Identity *ident.Resolver
+	// GapThreshold and GapIDs are the consumers' (firehose.Config).
+	GapThreshold int64
+	GapIDs       *archive.GapIDs
+	// OnLive, when set, is handed the live consumer before it runs (how far
+	// behind the relay the archive is: /readyz), and nil once it stopped.
+	OnLive func(*firehose.Consumer)
 }
 
 func (c *Config) defaults() error {
@@ -238,7 +244,8 @@ func (r *runner) startCapture(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: w, Mode: firehose.ModeCapture, Cursor: cursor, Identity: r.cfg.Identity, MarkWriter: r.cfg.Writer, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "capture"), Now: r.cfg.Now})
+	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: w, Mode: firehose.ModeCapture, Cursor: cursor, Identity: r.cfg.Identity, MarkWriter: r.cfg.Writer, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "capture"), Now: r.cfg.Now,
+		GapIDs: r.cfg.GapIDs, GapThreshold: r.cfg.GapThreshold})
 	if err != nil {
 		w.Close()
 		return err
@@ -356,9 +363,14 @@ func (r *runner) steady(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: r.cfg.Writer, Mode: firehose.ModeLive, Cursor: cursor, Identity: r.cfg.Identity, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "live"), Now: r.cfg.Now, Crash: r.cfg.Crash, OnEffects: r.cfg.OnLiveEffects})
+	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: r.cfg.Writer, Mode: firehose.ModeLive, Cursor: cursor, Identity: r.cfg.Identity, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "live"), Now: r.cfg.Now, Crash: r.cfg.Crash, OnEffects: r.cfg.OnLiveEffects,
+		GapIDs: r.cfg.GapIDs, GapThreshold: r.cfg.GapThreshold})
 	if err != nil {
 		return err
+	}
+	if r.cfg.OnLive != nil {
+		r.cfg.OnLive(c)
+		defer r.cfg.OnLive(nil)
 	}
 	r.log.Info("following the live firehose", "cursor", cursorString(cursor))
 	parent := ctx

@@ -47,7 +47,7 @@ func Discover(ctx context.Context, cfg Config) error {
 			break
 		}
 		seen[cursor] = true
-		page, err := listPage(ctx, cfg.Source, cursor)
+		page, err := ListPage(ctx, cfg.Source, cursor)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -108,12 +108,12 @@ func cut(cfg Config, reason string, pages int, err error) {
 		"reason", reason, "pages", pages, "err", err)
 }
 
-// listPage fetches one page, retrying a transient or rate-limited failure
+// ListPage fetches one listRepos page (discovery, the repair pass), retrying a transient or rate-limited failure
 // discoveryRetries times, 0.5 s doubling (internal/backoff's jitter, capped
 // at 16 s; a longer Retry-After wins). It returns the last error once they
 // are spent, with no wait after the last attempt, and any other error at
 // once: a malformed or oversized page or a 4xx is the same bytes again.
-func listPage(ctx context.Context, src upstream.RepoSource, cursor string) (upstream.Page, error) {
+func ListPage(ctx context.Context, src upstream.RepoSource, cursor string) (upstream.Page, error) {
 	bo := backoff.Policy{Base: 500 * time.Millisecond, Max: 16 * time.Second}
 	for retry := 0; ; retry++ {
 		p, err := src.ListRepos(ctx, cursor, 1000)

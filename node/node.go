@@ -25,6 +25,7 @@ import (
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/lifecycle"
 	"github.com/backstream/backstream/merge"
+	"github.com/backstream/backstream/repair"
 	"github.com/backstream/backstream/retry"
 	"github.com/backstream/backstream/subscribe"
 	"github.com/backstream/backstream/upstream"
@@ -169,6 +170,13 @@ type Config struct {
 	// OnPhase, when set, is told every phase the lifecycle enters, after
 	// the node's own health and metrics are.
 	OnPhase func(archive.Phase)
+	// MaxStale: see DefaultMaxStale. GapThreshold: see
+	// firehose.DefaultGapThreshold.
+	MaxStale     time.Duration
+	GapThreshold int64
+	// RepairPeriod and AuditInterval: see repair.Config (0: repair's
+	// DefaultPeriod, and no scheduled audits).
+	RepairPeriod, AuditInterval time.Duration
 }
 
 func (c *Config) defaults() error {
@@ -232,6 +240,9 @@ func (c *Config) defaults() error {
 	if c.CompactionCheck <= 0 {
 		c.CompactionCheck = DefaultCompactionCheck
 	}
+	if c.MaxStale <= 0 {
+		c.MaxStale = DefaultMaxStale
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -248,20 +259,23 @@ type Node struct {
 	cfg Config
 	log *slog.Logger
 
-	store   *archive.Store
-	w       *archive.Writer
-	client  *upstream.Client
-	jobs    *backfill.Runner
-	retrier *retry.Runner
-	comp    *compactor
-	ident   *ident.Resolver // nil: verification off
-	sub     *subscribe.Server
-	lcfg    lifecycle.Config
+	store    *archive.Store
+	w        *archive.Writer
+	client   *upstream.Client
+	jobs     *backfill.Runner
+	retrier  *retry.Runner
+	repairer *repair.Runner
+	gapIDs   *archive.GapIDs
+	comp     *compactor
+	ident    *ident.Resolver // nil: verification off
+	sub      *subscribe.Server
+	lcfg     lifecycle.Config
 
 	health *lifecycle.Health
 	phase  *prometheus.GaugeVec
 	boot   atomic.Pointer[bootstrap.Bootstrap]
 	lcErr  atomic.Pointer[error]
+	live   atomic.Pointer[firehose.Consumer] // the live consumer while it runs
 
 	ran       atomic.Bool
 	closeOnce sync.Once
@@ -292,11 +306,14 @@ func New(cfg Config) (n *Node, err error) {
 	if n.store, err = archive.Open(cfg.DataDir, cfg.Store); err != nil {
 		return n, err
 	}
-	if err := checkRelay(n.store, relayHost, cfg.ResetRelay, n.log); err != nil {
+	if err := checkRelay(n.store, relayHost, cfg.ResetRelay, cfg.Now(), n.log); err != nil {
 		return n, err
 	}
 	phase, err := n.store.Phase()
 	if err != nil {
+		return n, err
+	}
+	if n.gapIDs, err = archive.NewGapIDs(n.store); err != nil {
 		return n, err
 	}
 	reg := cfg.Registry
@@ -306,6 +323,7 @@ func New(cfg Config) (n *Node, err error) {
 		Help: "1 for the lifecycle phase the process is in (bootstrap, merging, steady_state), 0 for the others.",
 	}, []string{"phase"})
 	reg.MustRegister(n.phase)
+	n.registerHealMetrics(reg)
 	n.setPhase(phase)
 	am := archive.NewMetrics(reg)
 	if n.w, err = archive.NewWriter(n.store, archive.WriterOptions{Metrics: am, Logger: n.log, Now: cfg.Now}); err != nil {
@@ -317,7 +335,7 @@ func New(cfg Config) (n *Node, err error) {
 	if n.sub = cfg.Server; n.sub == nil {
 		sc := cfg.Subscribe
 		sc.Store, sc.Writer = nil, nil // attached below
-		sc.Ready, sc.Healthy, sc.StatusJSON = n.health.Ready, n.health.Err, cfg.StatusJSON
+		sc.Ready, sc.Healthy, sc.StatusJSON, sc.Lagging = n.health.Ready, n.health.Err, cfg.StatusJSON, n.Lagging
 		sc.Metrics, sc.Logger = subscribe.NewMetrics(reg), n.log.With("component", "subscribe")
 		if n.sub, err = subscribe.New(sc); err != nil {
 			return n, err
@@ -380,6 +398,14 @@ func (n *Node) buildJobs(reg prometheus.Registerer) error {
 		Interval: cfg.RetryInterval, MaxDelay: cfg.RetryMaxDelay, ScanPeriod: cfg.RetryScanPeriod,
 		Metrics: retry.NewMetrics(reg), Logger: n.log.With("component", "retry"), Now: cfg.Now,
 	})
+	if err != nil {
+		return err
+	}
+	n.repairer, err = repair.New(repair.Config{
+		Store: n.store, Writer: n.w, Source: n.client, GapIDs: n.gapIDs, Wake: n.retrier.Wake, Resumed: n.resumed,
+		Period: cfg.RepairPeriod, AuditInterval: cfg.AuditInterval,
+		Metrics: repair.NewMetrics(reg), Logger: n.log, Now: cfg.Now, Crash: cfg.Crash,
+	})
 	return err
 }
 
@@ -400,10 +426,13 @@ func (n *Node) lifecycleConfig(reg prometheus.Registerer, am *archive.Metrics) l
 		Now:             cfg.Now,
 		OnPhase:         n.setPhase,
 		OnBootstrap:     func(b *bootstrap.Bootstrap) { n.boot.Store(b) },
-		Steady:          []func(context.Context) error{n.retrier.Run},
+		Steady:          []func(context.Context) error{n.retrier.Run, n.repairer.Run},
 		OnLiveEffects:   n.retrier.Wake,
 		BeforeCleanup:   n.comp.MergingPass,
 		Identity:        n.ident,
+		GapThreshold:    cfg.GapThreshold,
+		GapIDs:          n.gapIDs,
+		OnLive:          n.setLive,
 	}
 }
 
@@ -665,7 +694,7 @@ func hostOf(relay string) (string, error) {
 // firehose position is lost, unless reset says so (C6), and records the
 // relay on first start. What it reads is read fail-closed: an unreadable key
 // stops the start, it is never taken for an absent one.
-func checkRelay(store *archive.Store, host string, reset bool, log *slog.Logger) error {
+func checkRelay(store *archive.Store, host string, reset bool, now time.Time, log *slog.Logger) error {
 	f := lifecycle.RelayFacts{Requested: host, Reset: reset}
 	var err error
 	if f.Phase, err = store.Phase(); err != nil {
@@ -699,20 +728,29 @@ func checkRelay(store *archive.Store, host string, reset bool, log *slog.Logger)
 	case lifecycle.RelayRecord:
 		return store.SetRelay(host, false)
 	case lifecycle.RelayReset:
+		g, err := store.RecordRelayGap(host, true, now)
+		if err != nil {
+			return err
+		}
 		if f.Stored == "" {
 			log.Error("archive gap: the store records no relay; --reset-relay-cursor records this one and follows it from its live tip: "+
-				"events since the last durable position are not archived", "phase", f.Phase, "relay", host, "dropped_cursor", f.HasCursor)
+				"events since the last durable position are not archived until the gap's repair pass fetches what changed",
+				"phase", f.Phase, "relay", host, "dropped_cursor", f.HasCursor, "gap", g.ID, "from_seq", g.FromSeq)
 		} else {
-			log.Warn("following another relay: its cursor is dropped; events between the two relays are not archived",
-				"old", f.Stored, "new", host)
+			log.Warn("following another relay: its cursor is dropped; events between the two relays are not archived until the gap's repair pass fetches what changed",
+				"old", f.Stored, "new", host, "gap", g.ID, "from_seq", g.FromSeq)
 		}
-		return store.SetRelay(host, true)
 	case lifecycle.RelaySilent:
 		log.Warn("no cursor/relay: the relay has sent no firehose event since capture's wait expired; following its live tip",
 			"phase", f.Phase, "relay", host, "silent_since", silentAt)
 	case lifecycle.RelayFollowTip:
+		g, err := store.RecordRelayGap(host, false, now)
+		if err != nil {
+			return err
+		}
 		log.Error("archive gap: the store has no cursor/relay; --reset-relay-cursor follows the relay from its live tip: "+
-			"events since the last durable position are not archived", "phase", f.Phase, "relay", host)
+			"events since the last durable position are not archived until the gap's repair pass fetches what changed",
+			"phase", f.Phase, "relay", host, "gap", g.ID)
 	}
 	return nil
 }

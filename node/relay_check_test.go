@@ -122,6 +122,10 @@ func TestNewRefusesLostRelayPosition(t *testing.T) {
 			if relay != "127.0.0.1:9" || cursor != -1 {
 				t.Fatalf("after the reset: relay %q cursor %d, want the relay recorded and no cursor (the live tip)", relay, cursor)
 			}
+			if gs := storeGaps(t, mem); len(gs) != 1 || gs[0].Kind != archive.GapRelayReset || !gs[0].Open() ||
+				cursor0 >= 0 && gs[0].FromSeq != uint64(cursor0) {
+				t.Fatalf("after the reset: gaps %+v, want one open relay_reset gap after cursor %d", gs, cursor0)
+			}
 			// The next start follows on without the flag: in bootstrap a
 			// missing cursor is capture's to make; later the live consumer
 			// writes it with its first frame, and until then the gap the
@@ -255,4 +259,19 @@ func runUntil(t *testing.T, cfg node.Config, what string, cond func(*node.Node) 
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// storeGaps reads the gap/ rows of the store on mem.
+func storeGaps(t *testing.T, mem vfs.FS) []archive.Gap {
+	t.Helper()
+	s, err := archive.Open("/data", archive.Options{FS: mem, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	gs, err := s.Gaps()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gs
 }

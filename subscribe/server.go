@@ -73,6 +73,10 @@ type Config struct {
 	// Ready reports whether the lifecycle is in steady_state; until then
 	// /subscribe answers 503 and /readyz 503. nil: ready once attached.
 	Ready func() bool
+	// Lagging, when set, says why the archive is not within its staleness
+	// bound of the relay (nil: it is); /readyz answers 503 with it while
+	// /subscribe still serves what the archive has.
+	Lagging func() error
 	// Healthy returns the process's fatal error, nil while it is healthy;
 	// /healthz answers 503 with it. nil: always healthy.
 	Healthy func() error
@@ -290,6 +294,13 @@ func (s *Server) Handler() http.Handler {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = w.Write([]byte("not ready\n"))
 			return
+		}
+		if s.cfg.Lagging != nil {
+			if err := s.cfg.Lagging(); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = fmt.Fprintf(w, "lagging: %v\n", err)
+				return
+			}
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})

@@ -91,6 +91,7 @@ func serveCommand() *command {
 			fs.Int("ident-retries", ident.DefaultRetries, "retries of a failed DID document request before the DID counts as unresolvable (failure class identity)")
 			fs.Int("ident-cache-size", ident.DefaultCacheSize, "DID documents kept in memory (least recently used evicted)")
 			fs.Duration("ident-ttl", ident.DefaultTTL, "how long a resolved DID document is trusted, in memory and in the store's ident/ rows")
+			healFlags(fs)
 		},
 		run: runServe,
 	}
@@ -124,6 +125,7 @@ type serveOptions struct {
 	compactionInterval     time.Duration    // node.Config's: negative off
 	compactionTombstones   int64            // node.Config's: negative off
 	verify                 *ident.Config    // nil: --verify=off; PLC "auto" is resolved by nodeConfig
+	heal                   healOptions
 }
 
 func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
@@ -231,6 +233,9 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 		return bad("%v", err)
 	}
 	if o.verify, err = identOptions(fs); err != nil {
+		return bad("%v", err)
+	}
+	if o.heal, err = healOptionsFrom(fs); err != nil {
 		return bad("%v", err)
 	}
 	return o, nil
@@ -434,6 +439,9 @@ func (s *server) statusJSON() any {
 	if err := s.health.Err(); err != nil {
 		rep.Error = "stopping on a fatal error: " + err.Error()
 	}
+	if n != nil && rep.Gaps != nil {
+		rep.Gaps.fromNode(n)
+	}
 	if n != nil {
 		if boot := n.Bootstrap(); boot != nil {
 			p := boot.Progress()
@@ -471,6 +479,7 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 		hist: subscribe.NewStatusHistory(subscribe.DefaultHistoryInterval, subscribe.DefaultHistoryPoints)}
 	sc := o.subscribers
 	sc.Ready, sc.Healthy, sc.StatusJSON = s.ready, s.health.Err, subscribe.CacheStatus(s.statusJSON, s.health.Err, s.health.Phase)
+	sc.Lagging = s.lagging
 	sc.Metrics, sc.Logger = subscribe.NewMetrics(s.reg), log.With("component", "subscribe")
 	s.sub, err = subscribe.New(sc)
 	if err != nil {
@@ -598,7 +607,7 @@ func addrString(a net.Addr) string {
 // subscribe server and probe state (answering since before the store was
 // open), and the crash points of the environment.
 func (o serveOptions) nodeConfig(s *server, crash *crashpoint.Set) node.Config {
-	return node.Config{
+	c := node.Config{
 		DataDir: o.dataDir, Store: archive.Options{Logger: s.log},
 		Relay: o.relay, ResetRelay: o.resetRelay, LoopbackHosts: o.loopbackHosts,
 		Bootstrap:     bootstrap.Config{Workers: o.workers, Window: o.window, Repos: o.repos, MaxRepos: o.maxRepos},
@@ -614,6 +623,8 @@ func (o serveOptions) nodeConfig(s *server, crash *crashpoint.Set) node.Config {
 		Server: s.sub, Health: &s.health,
 		Verify: o.identConfig(),
 	}
+	o.heal.apply(&c)
+	return c
 }
 
 // identConfig is --verify's configuration with --plc resolved for the relay.

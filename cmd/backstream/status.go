@@ -51,6 +51,7 @@ type statusReport struct {
 	LastErrors []logLine                `json:"last_errors,omitempty"`
 	// Compaction: the watermark, its lag, the last pass (serve's /status).
 	Compaction *statusCompaction `json:"compaction,omitempty"`
+	Gaps       *statusGaps       `json:"gaps,omitempty"`
 }
 
 // emptyStatus is the report before a store can be read: phase names what
@@ -173,6 +174,9 @@ func buildStatus(s *archive.Store) (*statusReport, error) {
 	}
 	r.Archive.DiskBytes = s.DB().Metrics().DiskSpaceUsage()
 	if r.Compaction, err = readCompaction(s); err != nil {
+		return nil, err
+	}
+	if r.Gaps, err = gapsStatus(s); err != nil {
 		return nil, err
 	}
 	return r, nil

@@ -38,13 +38,14 @@ const (
 	CompactionIntent  = "compaction-intent" // a compaction pass's intent (its watermark)
 	CompactionBatch   = "compaction-batch"  // one removal batch of a compaction pass (one or more accounts)
 	CompactionDone    = "compaction-done"   // the watermark moved and the intent cleared
+	RepairPage        = "repair-page"       // a repair pass's marks with its audit/ position
 )
 
 // Points lists every valid name.
 var Points = []string{
 	CaptureStarted, BootstrapEnqueued, RepoChunk, RepoComplete, Checkpoint,
 	MergingCommitted, MergeBatch, PendingReplaced, DiscoveryPage, SteadyCommitted, LiveBatch,
-	CompactionIntent, CompactionBatch, CompactionDone,
+	CompactionIntent, CompactionBatch, CompactionDone, RepairPage,
 }
 
 // EnvVar configures the crash point of a process.

@@ -1,0 +1,133 @@
+package archive
+
+// gaps.go owns the store's reads of gap/ and audit/ and the one synced batch
+// that records an operator-accepted gap (--reset-relay-cursor). Gaps found
+// by the firehose consumer travel as unit Puts instead, in the unit that
+// moves cursor/relay past them.
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble"
+)
+
+// Gaps returns every gap/ row, oldest first. A malformed row stops the read
+// with an error naming its key. Gaps are few (one per outage), so the
+// result is materialised.
+func (s *Store) Gaps() ([]Gap, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: PrefixGap, UpperBound: prefixEnd(PrefixGap)})
+	if err != nil {
+		return nil, fmt.Errorf("archive: scan gaps: %w", err)
+	}
+	defer it.Close()
+	var gs []Gap
+	for ok := it.First(); ok; ok = it.Next() {
+		id, err := ParseSeqKey(PrefixGap, it.Key())
+		if err != nil {
+			return nil, &KeyError{Key: string(it.Key()), Kind: ErrMalformed, Err: err}
+		}
+		g, err := DecodeGap(it.Value())
+		if err != nil {
+			return nil, &KeyError{Key: string(it.Key()), Kind: ErrMalformed, Err: err}
+		}
+		g.ID = id
+		gs = append(gs, g)
+	}
+	if err := it.Error(); err != nil {
+		return nil, &KeyError{Key: "gap/<scan>", Kind: ErrRead, Err: err}
+	}
+	return gs, nil
+}
+
+// NextGapID is one above the highest gap id recorded (1 when none).
+func (s *Store) NextGapID() (uint64, error) {
+	gs, err := s.Gaps()
+	if err != nil {
+		return 0, err
+	}
+	if len(gs) == 0 {
+		return 1, nil
+	}
+	return gs[len(gs)-1].ID + 1, nil
+}
+
+// GapIDs hands out gap ids to everyone who records gaps in one process (the
+// firehose consumers, the repair runner's scheduled audits), so two never
+// take the same one. Safe for concurrent use.
+type GapIDs struct{ next atomic.Uint64 }
+
+// NewGapIDs starts after the highest gap id in s.
+func NewGapIDs(s *Store) (*GapIDs, error) {
+	id, err := s.NextGapID()
+	if err != nil {
+		return nil, err
+	}
+	g := &GapIDs{}
+	g.next.Store(id)
+	return g, nil
+}
+
+// Next returns an id no one else got. A nil *GapIDs is not usable.
+func (g *GapIDs) Next() uint64 { return g.next.Add(1) - 1 }
+
+// Audit reads audit/<gapID>: the gap's repair pass position.
+func (s *Store) Audit(gapID uint64) (Audit, error) {
+	return get(s.db, AuditKey(gapID), DecodeAudit)
+}
+
+// AuditPut is the unit Put recording a under audit/<gapID>.
+func AuditPut(gapID uint64, a Audit) (KV, error) {
+	v, err := EncodeAudit(a)
+	if err != nil {
+		return KV{}, err
+	}
+	return KV{Key: AuditKey(gapID), Value: v}, nil
+}
+
+// GapPut is the unit Put recording g under gap/<g.ID>.
+func GapPut(g Gap) (KV, error) {
+	v, err := EncodeGap(g)
+	if err != nil {
+		return KV{}, err
+	}
+	return KV{Key: GapKey(g.ID), Value: v}, nil
+}
+
+// RecordRelayGap records, in one synced batch of the store's own, a gap of
+// kind GapRelayReset found at now, after the durable cursor/relay if there
+// is one; with dropCursor it also records host as the relay (meta/relay)
+// and deletes cursor/relay. It is what --reset-relay-cursor does: the
+// firehose then starts at the relay's live tip, and the gap's repair pass
+// finds what changed in between.
+func (s *Store) RecordRelayGap(host string, dropCursor bool, now time.Time) (Gap, error) {
+	g := Gap{Kind: GapRelayReset, FirstSeenUS: now.UnixMicro()}
+	cur, err := s.RelayCursor()
+	switch {
+	case err == nil:
+		g.FromSeq = cur
+	case !errors.Is(err, ErrNotFound):
+		return Gap{}, err
+	}
+	if g.ID, err = s.NextGapID(); err != nil {
+		return Gap{}, err
+	}
+	kv, err := GapPut(g)
+	if err != nil {
+		return Gap{}, fmt.Errorf("archive: record relay gap: %w", err)
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	_ = b.Set(kv.Key, kv.Value, nil)
+	if dropCursor {
+		v, err := EncodeRelay(host)
+		if err != nil {
+			return Gap{}, fmt.Errorf("archive: record relay gap: %w", err)
+		}
+		_ = b.Set(KeyRelay, v, nil)
+		_ = b.Delete(KeyCursorRelay, nil)
+	}
+	return g, s.commit("record a relay gap", b)
+}

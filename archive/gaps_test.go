@@ -1,0 +1,203 @@
+package archive
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/vfs"
+)
+
+func FuzzDecodeGap(f *testing.F) {
+	for _, g := range []Gap{
+		{Kind: GapOutdatedCursor, FromSeq: 10, ToSeq: 500, FirstSeenUS: 1},
+		{Kind: GapAudit, FirstSeenUS: 1 << 50, ClosedUS: 1<<50 + 7},
+	} {
+		b, err := EncodeGap(g)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte{0x01, 0x07, 0, 0, 1, 0})          // guards: an unknown kind
+	f.Add([]byte{0x01, 0x01, 0, 0, 0, 0})          // guards: no first-seen time
+	f.Add([]byte{0x01, 0x01, 0x80, 0x00, 0, 1, 0}) // guards: a non-minimal uvarint
+	f.Add([]byte{0x02, 0x01, 0, 0, 1, 0})          // guards: an unknown version
+	f.Fuzz(func(t *testing.T, b []byte) {
+		g, err := DecodeGap(b)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v is not ErrMalformed", err)
+			}
+			return
+		}
+		if re, _ := EncodeGap(g); !bytes.Equal(re, b) {
+			t.Fatalf("accepted non-canonical %x", b)
+		}
+	})
+}
+
+// TestGapRowsThroughUnits: a gap and an audit cursor travel as unit Puts,
+// and Gaps reads them back in id order; a malformed gap row fails the read
+// naming its key, never an empty list.
+func TestGapRowsThroughUnits(t *testing.T) {
+	s := openMem(t, vfs.NewMem())
+	defer s.Close()
+	w := newWriter(t, s, WriterOptions{})
+	defer w.Close()
+	var puts []KV
+	for _, g := range []Gap{
+		{ID: 2, Kind: GapSeqSkip, FromSeq: 7, ToSeq: 9000, FirstSeenUS: 20},
+		{ID: 1, Kind: GapFutureCursor, FromSeq: 500, ToSeq: 3, FirstSeenUS: 10},
+	} {
+		kv, err := GapPut(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		puts = append(puts, kv)
+	}
+	ac, err := AuditPut(1, Audit{Phase: AuditList, Cursor: "abc", Marked: 3, Listed: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	puts = append(puts, ac)
+	if r := apply(t, w, &Unit{Puts: puts}); r.Refused != nil {
+		t.Fatalf("refused: %v", r.Refused)
+	}
+	gs, err := s.Gaps()
+	if err != nil || len(gs) != 2 || gs[0].ID != 1 || gs[1].ID != 2 || gs[0].Kind != GapFutureCursor || gs[1].ToSeq != 9000 {
+		t.Fatalf("gaps %+v, %v", gs, err)
+	}
+	if id, _ := s.NextGapID(); id != 3 {
+		t.Fatalf("next gap id %d, want 3", id)
+	}
+	if a, err := s.Audit(1); err != nil || a.Cursor != "abc" || a.Phase != AuditList || a.Marked != 3 || a.Listed != 1000 {
+		t.Fatalf("audit %+v, %v", a, err)
+	}
+	if r := apply(t, w, &Unit{Puts: []KV{{Key: GapKey(3), Value: []byte{0x01, 0x09, 0, 0, 1, 0}}}}); r.Refused != nil {
+		t.Fatalf("refused: %v", r.Refused) // the writer stores Puts as given
+	}
+	if _, err := s.Gaps(); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("malformed gap row read as %v", err)
+	}
+}
+
+// TestRecordRelayGap: --reset-relay-cursor's batch records the gap after the
+// durable cursor, the new relay, and drops the cursor, all at once.
+func TestRecordRelayGap(t *testing.T) {
+	s := openMem(t, vfs.NewMem())
+	defer s.Close()
+	w := newWriter(t, s, WriterOptions{})
+	apply(t, w, &Unit{Cursor: SeqCursor{Key: KeyCursorRelay, Seq: 4321}})
+	w.Close()
+	now := time.Unix(1700000000, 0)
+	g, err := s.RecordRelayGap("relay.example", true, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs, err := s.Gaps()
+	if err != nil || len(gs) != 1 || gs[0] != g || g.FromSeq != 4321 || g.Kind != GapRelayReset || g.FirstSeenUS != now.UnixMicro() || !g.Open() {
+		t.Fatalf("gaps %+v (returned %+v), %v", gs, g, err)
+	}
+	if _, err := s.RelayCursor(); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("cursor/relay after the reset: %v", err)
+	}
+	if h, _ := s.Relay(); h != "relay.example" {
+		t.Fatalf("relay %q", h)
+	}
+}
+
+// TestCursorReset: a unit whose cursor resets moves cursor/relay down once
+// (a relay restarted its sequence), and later units move it up from there;
+// without Reset the cursor never goes backwards. A reset while a unit
+// carrying the cursor waits behind a replacement is refused.
+func TestCursorReset(t *testing.T) {
+	s := openMem(t, vfs.NewMem())
+	defer s.Close()
+	w := newWriter(t, s, WriterOptions{})
+	defer w.Close()
+	at := func(seq uint64, reset bool) Receipt {
+		return apply(t, w, &Unit{Cursor: SeqCursor{Key: KeyCursorRelay, Seq: seq, Reset: reset}})
+	}
+	at(5000, false)
+	if r := at(3, false); r.Cursor != 5000 {
+		t.Fatalf("a plain unit moved the cursor back: %d", r.Cursor)
+	}
+	if r := at(3, true); r.Refused != nil || r.Cursor != 3 {
+		t.Fatalf("reset: cursor %d, refused %v", r.Cursor, r.Refused)
+	}
+	if c, _ := s.RelayCursor(); c != 3 {
+		t.Fatalf("durable cursor %d after the reset, want 3", c)
+	}
+	if r := at(4, false); r.Cursor != 4 {
+		t.Fatalf("after the reset: cursor %d, want 4", r.Cursor)
+	}
+	if c, _ := s.RelayCursor(); c != 4 {
+		t.Fatalf("durable cursor %d, want 4", c)
+	}
+}
+
+func FuzzDecodeAudit(f *testing.F) {
+	for _, a := range []Audit{
+		{Phase: AuditList},
+		{Phase: AuditList, Cursor: "did:plc:xyz", Marked: 7, Listed: 1000},
+		{Phase: AuditDone},
+	} {
+		b, err := EncodeAudit(a)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte{0x01, 0x03, 0, 0, 0}) // guards: an unknown phase
+	f.Add([]byte{0x01, 0x01, 5, 'a'})  // guards: a cursor longer than the bytes left
+	f.Fuzz(func(t *testing.T, b []byte) {
+		a, err := DecodeAudit(b)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v is not ErrMalformed", err)
+			}
+			return
+		}
+		if re, _ := EncodeAudit(a); !bytes.Equal(re, b) {
+			t.Fatalf("accepted non-canonical %x", b)
+		}
+	})
+}
+
+// TestPrevRevMarksHole: a live commit whose previous rev (since) is newer
+// than the archived rev follows a commit that never reached the archive:
+// its account is marked for a replacement in the same batch. A since equal
+// to the ratchet, or an account without one, marks nothing.
+func TestPrevRevMarksHole(t *testing.T) {
+	s := openMem(t, vfs.NewMem())
+	defer s.Close()
+	w := newWriter(t, s, WriterOptions{})
+	defer w.Close()
+	did := testDID
+	apply(t, w, &Unit{Repos: []RepoUpdate{{DID: did, Func: func(RepoState, bool) (RepoState, bool) {
+		return RepoState{Status: StatusComplete, Active: true}, true
+	}}}})
+	live := func(rev, since, rkey string) RepoState {
+		t.Helper()
+		r := apply(t, w, &Unit{Events: []Event{commitEv(did, rev, KindCreate, SourceLive, rkey)}, Prev: &PrevRev{DID: did, Rev: since}})
+		if r.Refused != nil || r.Kept != 1 {
+			t.Fatalf("live commit %s: %+v", rev, r)
+		}
+		st, err := s.RepoState(did)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	if st := live("3kaaaaaaaaaa2", "3jzzzzzzzzzz2", "a"); st.Refetch != RefetchNone {
+		t.Fatalf("first commit (no ratchet yet) marked: %+v", st)
+	}
+	if st := live("3kbbbbbbbbbb2", "3kaaaaaaaaaa2", "b"); st.Refetch != RefetchNone {
+		t.Fatalf("commit following the archived one marked: %+v", st)
+	}
+	if st := live("3kdddddddddd2", "3kcccccccccc2", "d"); st.Refetch != RefetchSync || st.NextAttemptUS == 0 {
+		t.Fatalf("commit after a missing one not marked: %+v", st)
+	}
+}

@@ -1,0 +1,180 @@
+package firehose
+
+// gap.go owns what the consumer does when the relay cannot resume exactly:
+// it remembers the gap it saw (OutdatedCursor, FutureCursor, a seq below the
+// dialed cursor, a seq skip above the threshold) and records it as a gap/
+// row in the unit of the next frame it accepts, the unit that moves
+// cursor/relay past it. A relay that restarted its sequence also resets
+// cursor/relay to the new sequence in that unit. Until that unit is
+// submitted nothing moved: a crash re-dials from the old cursor and the
+// relay tells the same story again.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/backstream/backstream/archive"
+)
+
+// DefaultGapThreshold is the largest seq skip between consecutive frames
+// counted only as an anomaly; a larger one is recorded as a gap. Relays
+// skip seqs of events they did not emit; thousands in a row is an outage.
+const DefaultGapThreshold = 1000
+
+// pendingGap is a gap seen whose resume point is not durable yet.
+type pendingGap struct {
+	gap      archive.Gap
+	reset    bool // the relay restarted its sequence: cursor/relay goes back
+	recorded bool // its row is durable already (without ToSeq)
+}
+
+// noteGap remembers a gap of kind found now after the last accepted seq; an
+// earlier one still pending wins (one outage, one row).
+func (c *Consumer) noteGap(kind archive.GapKind, reset bool) {
+	if c.pending != nil {
+		c.pending.reset = c.pending.reset || reset
+		return
+	}
+	c.pending = &pendingGap{reset: reset, gap: archive.Gap{Kind: kind, FromSeq: uint64(c.last), FirstSeenUS: c.cfg.Now().UnixMicro()}}
+	if !c.hasPos {
+		c.pending.gap.FromSeq = 0
+	}
+}
+
+// checkSeq applies the seq rules to a frame about to be processed: it
+// reports false for a duplicate, and notes a skip above the threshold as a
+// gap. A connection whose frames stay below the cursor it was dialed with
+// for more than the threshold is on a relay that restarted its sequence
+// without saying FutureCursor (a relay merely replaying too much reaches the
+// cursor soon): that is a regression, and the frame goes on as the first of
+// the new sequence.
+func (c *Consumer) checkSeq(seq int64) bool {
+	if !c.hasPos {
+		c.fresh = false
+		return true
+	}
+	switch {
+	case seq <= c.last:
+		c.m.anomaly(AnomalyDuplicate)
+		if !c.fresh || seq == c.last {
+			return false
+		}
+		if c.below++; c.below <= c.cfg.GapThreshold {
+			return false
+		}
+		c.noteGap(archive.GapSeqRegression, true)
+	case seq > c.last+1:
+		c.m.anomaly(AnomalySeqGap)
+		if seq-c.last-1 > c.cfg.GapThreshold {
+			c.noteGap(archive.GapSeqSkip, false)
+		}
+	}
+	c.fresh = false
+	return true
+}
+
+// recordNow submits the pending gap's row on its own, before any frame of
+// the new sequence: after FutureCursor the stream resumes at the relay's
+// live tip, and a quiet relay may send nothing for a while. cursor/relay
+// does not move; the first frame's unit rewrites the row with its ToSeq.
+func (c *Consumer) recordNow(ctx context.Context) error {
+	p := c.pending
+	if p == nil || p.recorded {
+		return nil
+	}
+	p.gap.ID = c.cfg.GapIDs.Next()
+	kv, err := archive.GapPut(p.gap)
+	if err != nil {
+		return fmt.Errorf("firehose: record gap: %w", err)
+	}
+	u := &archive.Unit{Puts: []archive.KV{kv}, Token: c.last, Acks: c.acks}
+	if err := c.submit(ctx, u); err != nil {
+		if werr := c.writerErr(); werr != nil {
+			return werr
+		}
+		return fmt.Errorf("firehose: record gap: %w", err)
+	}
+	p.recorded = true
+	c.logGap(p.gap)
+	return nil
+}
+
+// withGap adds the pending gap to u (the unit of seq): its gap/ row, and a
+// cursor reset when the relay restarted its sequence, after every unit
+// already accepted is durable (a reset may not pass units still queued).
+func (c *Consumer) withGap(ctx context.Context, u *archive.Unit, seq int64) error {
+	p := c.pending
+	if p == nil {
+		return nil
+	}
+	if p.gap.ID == 0 {
+		p.gap.ID = c.cfg.GapIDs.Next()
+	}
+	p.gap.ToSeq = uint64(seq)
+	kv, err := archive.GapPut(p.gap)
+	if err != nil {
+		return fmt.Errorf("firehose: record gap: %w", err)
+	}
+	u.Puts = append(u.Puts, kv)
+	if p.reset {
+		if err := c.drainAccepted(ctx); err != nil {
+			return err
+		}
+		u.Cursor.Reset = true
+		c.mu.Lock()
+		c.lowerDurable = true
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+// gapRecorded is called once the pending gap's unit is submitted.
+func (c *Consumer) gapRecorded() {
+	p := c.pending
+	c.pending = nil
+	if !p.recorded {
+		c.logGap(p.gap)
+	}
+}
+
+// logGap counts a gap and logs its one line.
+func (c *Consumer) logGap(g archive.Gap) {
+	c.m.gap(g.Kind)
+	c.log.Error("firehose: gap in the relay's stream recorded; its repair pass will fetch what changed",
+		"gap", g.ID, "kind", g.Kind.String(), "from_seq", g.FromSeq, "to_seq", g.ToSeq)
+}
+
+// drainPoll is how often drainAccepted looks at the receipts.
+const drainPoll = 5 * time.Millisecond
+
+// drainAccepted waits until every accepted unit is durable.
+func (c *Consumer) drainAccepted(ctx context.Context) error {
+	t := time.NewTicker(drainPoll)
+	defer t.Stop()
+	for c.LastDurable() < c.LastAccepted() {
+		if err := c.failed(); err != nil {
+			return err
+		}
+		if err := c.writerErr(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("firehose: wait for durable units before a cursor reset: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// idlePong notes a pong on a connection that has been silent for a ping
+// interval since its last message (at lastMsgUS): the relay is up and has
+// nothing newer to send, so the archive is at its tip (Behind is 0 now). A
+// connection busy replaying old frames never looks idle.
+func (c *Consumer) idlePong(lastMsgUS int64) {
+	now := c.cfg.Now()
+	if now.Sub(time.UnixMicro(lastMsgUS)) >= c.cfg.IdleTimeout/3 {
+		c.lastEventUS.Store(now.UnixMicro())
+	}
+}

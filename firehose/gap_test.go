@@ -1,0 +1,196 @@
+package firehose
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/backstream/backstream/archive"
+)
+
+// seedCursor makes cursor/relay durable at seq, as a consumer that ran
+// before would have left it.
+func seedCursor(t *testing.T, w *archive.Writer, seq int64) {
+	t.Helper()
+	r, err := w.Apply(context.Background(), &archive.Unit{Cursor: archive.SeqCursor{Key: archive.KeyCursorRelay, Seq: uint64(seq)}})
+	if err != nil || r.Refused != nil {
+		t.Fatalf("seed cursor: %v, %v", err, r.Refused)
+	}
+}
+
+func gapsOf(t *testing.T, s *archive.Store) []archive.Gap {
+	t.Helper()
+	gs, err := s.Gaps()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gs
+}
+
+// TestFutureCursorResets: a relay rebuilt with a fresh sequence answers
+// FutureCursor to our cursor. The consumer follows its live tip, records
+// the gap in the unit of the first new frame (after the old cursor, before
+// the new seq), and cursor/relay goes back to the new sequence, so the
+// next reconnect resumes there instead of being refused forever.
+func TestFutureCursorResets(t *testing.T) {
+	frames := identityFrames(t, 8)
+	relay := newScriptRelay(t, func(i int, cursor *int64) session {
+		if cursor != nil && *cursor > 8 {
+			return session{msgs: []msg{{data: errorFrame(t, "FutureCursor", "cursor in the future")}}, closeFrame: true}
+		}
+		if cursor == nil {
+			return session{msgs: frames[:5]} // then drops: the next dial has a cursor
+		}
+		return session{msgs: after(frames, cursor), hold: true}
+	})
+	s := openStore(t)
+	w := newWriter(t, s, false)
+	seedCursor(t, w, 5000)
+	start := int64(5000)
+	c, m := newConsumer(t, Config{Relay: relay.url(), Writer: w, Mode: ModeLive, Cursor: &start, GapIDs: gapIDsFrom(t, 7)})
+	startRun(t, c)
+	waitFor(t, 10*time.Second, "durable seq 8 of the new sequence", func() bool { return c.LastDurable() == 8 })
+	if got := cursorsString(relay.connCursors()); got != "5000 nil 5" {
+		t.Fatalf("connection cursors %q, want 5000 nil 5", got)
+	}
+	if got := relayCursor(t, s); got != 8 {
+		t.Fatalf("cursor/relay %d, want 8", got)
+	}
+	gs := gapsOf(t, s)
+	if len(gs) != 1 || gs[0].ID != 7 || gs[0].Kind != archive.GapFutureCursor || gs[0].FromSeq != 5000 || gs[0].ToSeq != 1 || !gs[0].Open() {
+		t.Fatalf("gaps %+v", gs)
+	}
+	if rows := readLog(t, s, false); len(rows) != 8 {
+		t.Fatalf("%d rows, want the new sequence's 8", len(rows))
+	}
+	if n := testutil.ToFloat64(m.gaps.WithLabelValues("future_cursor")); n != 1 {
+		t.Fatalf("gaps_total{future_cursor} = %v", n)
+	}
+}
+
+// TestOutdatedCursorGapInCursorUnit: after #info OutdatedCursor the relay
+// streams from its oldest event; the gap row rides in the same unit as the
+// cursor move past it, so no batch has the cursor past a gap it does not
+// record.
+func TestOutdatedCursorGapInCursorUnit(t *testing.T) {
+	frames := identityFrames(t, 60)
+	relay := newScriptRelay(t, func(i int, cursor *int64) session {
+		return session{msgs: append([]msg{{data: infoFrame(t, "OutdatedCursor")}}, frames[49:]...), hold: true}
+	})
+	s := openStore(t)
+	w := newWriter(t, s, false)
+	seedCursor(t, w, 10)
+	start := int64(10)
+	c, _ := newConsumer(t, Config{Relay: relay.url(), Writer: w, Mode: ModeLive, Cursor: &start})
+	var withGap []int64
+	c.submit = func(ctx context.Context, u *archive.Unit) error {
+		for _, kv := range u.Puts {
+			if string(kv.Key) == string(archive.GapKey(1)) {
+				withGap = append(withGap, int64(u.Cursor.Seq))
+			}
+		}
+		return w.Submit(ctx, u)
+	}
+	startRun(t, c)
+	waitDurable(t, c, 60)
+	if fmt.Sprint(withGap) != "[50]" {
+		t.Fatalf("units carrying gap/1 moved the cursor to %v, want [50]", withGap)
+	}
+	gs := gapsOf(t, s)
+	if len(gs) != 1 || gs[0].Kind != archive.GapOutdatedCursor || gs[0].FromSeq != 10 || gs[0].ToSeq != 50 {
+		t.Fatalf("gaps %+v", gs)
+	}
+}
+
+// TestSeqSkipAndRegression: a skip above the threshold is a gap; a
+// connection whose frames stay below the cursor it was dialed with past
+// the threshold is a relay that restarted its sequence unannounced: a gap,
+// and cursor/relay follows the new sequence. A skip at the threshold and a
+// short replay below the cursor are not gaps.
+func TestSeqSkipAndRegression(t *testing.T) {
+	wd := buildWorld(t, 2)
+	a := activeDIDs(wd)[0]
+	s := openStore(t)
+	w := newWriter(t, s, false)
+	c, _ := newConsumer(t, Config{Writer: w, Mode: ModeLive, GapThreshold: 3})
+	ctx := context.Background()
+	n := 0
+	feed := func(seqs ...int64) {
+		t.Helper()
+		for _, q := range seqs {
+			n++
+			if err := c.Handle(ctx, encode(t, must(t)(wd.SetHandle(a, fmt.Sprintf("h%d.test", n))), q)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	feed(1, 5, 6, 16) // 1→5 skips 3: not a gap; 6→16 skips 9: a gap
+	c.fresh, c.below = true, 0
+	feed(2, 3, 4, 17) // a short replay below the cursor, then on: duplicates
+	c.fresh, c.below = true, 0
+	feed(2, 3, 4, 5, 6) // below the cursor past the threshold: 5 starts a new sequence
+	waitFor(t, 10*time.Second, "durable seq 6 of the new sequence", func() bool { return c.LastDurable() == 6 })
+	gs := gapsOf(t, s)
+	if len(gs) != 2 || gs[0].Kind != archive.GapSeqSkip || gs[0].FromSeq != 6 || gs[0].ToSeq != 16 ||
+		gs[1].Kind != archive.GapSeqRegression || gs[1].FromSeq != 17 || gs[1].ToSeq != 5 {
+		t.Fatalf("gaps %+v", gs)
+	}
+	if got := relayCursor(t, s); got != 6 {
+		t.Fatalf("cursor/relay %d, want 6", got)
+	}
+}
+
+// TestBehindGrowsWhileRefused: a relay refusing every cursor delivers
+// nothing, and Behind grows from Run's start with the clock; a frame
+// brings it back to its event's age.
+func TestBehindGrowsWhileRefused(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(time.Unix(1_800_000_000, 0).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	relay := newScriptRelay(t, func(i int, cursor *int64) session {
+		return session{msgs: []msg{{data: errorFrame(t, "FutureCursor", "no")}}, closeFrame: true}
+	})
+	s := openStore(t)
+	start := int64(3)
+	c, _ := newConsumer(t, Config{Relay: relay.url(), Writer: newWriter(t, s, false), Mode: ModeLive, Cursor: &start, Now: now})
+	if c.Behind() != 0 {
+		t.Fatal("behind before Run")
+	}
+	startRun(t, c)
+	waitFor(t, 5*time.Second, "two refused connections", func() bool { return relay.connections() >= 2 })
+	clock.Add(int64(10 * time.Minute))
+	if b := c.Behind(); b != 10*time.Minute {
+		t.Fatalf("behind %v, want 10m", b)
+	}
+}
+
+// gapIDsFrom is an allocator whose next id is id.
+func gapIDsFrom(t *testing.T, id uint64) *archive.GapIDs {
+	t.Helper()
+	g := new(archive.GapIDs)
+	for g.Next() < id-1 {
+	}
+	return g
+}
+
+// TestBehindQuietRelay: a healthy relay with nothing to send answers pings
+// on an otherwise silent connection: the archive is at its tip, so Behind
+// stays near zero however long the silence lasts.
+func TestBehindQuietRelay(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(time.Unix(1_800_000_000, 0).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	relay := newScriptRelay(t, func(i int, cursor *int64) session { return session{hold: true} })
+	s := openStore(t)
+	start := int64(3)
+	c, _ := newConsumer(t, Config{Relay: relay.url(), Writer: newWriter(t, s, false), Mode: ModeLive, Cursor: &start, Now: now,
+		IdleTimeout: 30 * time.Millisecond})
+	startRun(t, c)
+	waitFor(t, 5*time.Second, "a ping answered", func() bool { return relay.pingsOn(0) > 0 })
+	clock.Add(int64(10 * time.Minute)) // silence: the next pong finds the connection idle
+	waitFor(t, 5*time.Second, "an idle pong", func() bool { return c.Behind() < time.Minute })
+}

@@ -1,0 +1,56 @@
+// Package repair owns the repair pass that heals a gap in the archive: a
+// stretch of the relay's stream it may be missing (archive.Gap: the relay
+// said OutdatedCursor or FutureCursor, restarted its sequence, skipped
+// seqs, the operator reset the cursor, or a scheduled audit). The relay
+// knows the truth as each account's head rev (listRepos); the archive knows
+// its own as the rev ratchet (rev/<did>). A pass marks for a whole-repo
+// replacement exactly the accounts that may differ, and the retry runner
+// fetches them.
+//
+// # What it provides
+//
+//   - New(Config) / Run(ctx): every Period, the open gaps in id order get
+//     their pass (resumed from audit/<gap id>); a gap whose pass is done
+//     closes once every replacement it scheduled has finished. With
+//     AuditInterval, a GapAudit gap is recorded on that schedule, so the
+//     same comparison catches what no gap announced.
+//   - Status: the pass in progress, for /status.
+//   - NewMetrics.
+//
+// # Invariants kept here
+//
+//   - A pass pages listRepos from audit/<id> (archive.Audit), one unit per
+//     page holding its marks and the position after it, so a crash resumes
+//     where the last durable unit ended and marks nothing twice. An active
+//     account whose listed rev (a valid TID) is newer than its archived rev
+//     (rev/<did>, or the complete repo's snapshot rev: a snapshot without
+//     records moves no ratchet), one listed active but stored inactive, and
+//     an unknown one with a rev are marked (archive.RefetchAudit, due now);
+//     one listed inactive has its account state refreshed, nothing fetched.
+//   - A pass starts only once the live stream accepted a frame after its gap
+//     was found (Config.Resumed): a listing taken before would miss what
+//     changed between it and the resume. A scheduled audit follows no
+//     outage and starts at once.
+//   - A gap closes (its ClosedUS written, audit/<id> deleted, in one unit)
+//     only when its pass is done and no active account that is not failed
+//     still carries the audit mark: a failed replacement is the retry
+//     runner's, on its schedule, and shows in /status's failed repos.
+//   - Upstream trouble never stops Run: a listRepos page whose retries are
+//     spent is tried again next Period from the durable cursor; a page that
+//     cannot be used (malformed, a cursor over 64 KiB) ends the listing
+//     there, counted and logged once. Store and writer failures end Run.
+//
+// # Tricky bits
+//
+// Rev comparison alone misses an account changed both in the gap and after
+// the stream resumed: its ratchet equals its listed rev, yet the gap's
+// commits are missing. The writer catches those as they arrive: a live
+// commit whose since is newer than the archived rev marks its account
+// (archive.PrevRev). The two together heal every commit hole; an account
+// deleted in the gap is not listed at all, and is not healed yet.
+//
+// # Not here
+//
+// Fetching is retry's (its workers, host caps and backoff are the pass's
+// rate limit); detecting gaps is firehose's and the relay check's.
+package repair

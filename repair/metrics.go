@@ -1,0 +1,94 @@
+package repair
+
+// metrics.go owns the package's Prometheus metrics. Every method is
+// nil-safe. Label values come from closed sets.
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Why an account was marked or refreshed
+// (backstream_repair_accounts_total{reason}).
+const (
+	ReasonNewerRev    = "newer_rev"   // listed rev newer than rev/<did>
+	ReasonUnknown     = "unknown"     // listed, not in repo/ and not at its rev
+	ReasonReactivated = "reactivated" // listed active, stored inactive
+	ReasonInactive    = "inactive"    // listed inactive: account state refreshed, nothing fetched
+)
+
+var reasons = []string{ReasonNewerRev, ReasonUnknown, ReasonReactivated, ReasonInactive}
+
+// Metrics are the repair runner's metrics.
+type Metrics struct {
+	accounts *prometheus.CounterVec
+	pages    prometheus.Counter
+	cuts     prometheus.Counter
+	closed   prometheus.Counter
+	audits   prometheus.Counter
+}
+
+// NewMetrics registers on reg (nil: unregistered, still usable):
+//   - backstream_repair_accounts_total{reason}
+//   - backstream_repair_pages_total (listRepos pages compared)
+//   - backstream_repair_listing_cut_total (listings ended at an unusable page)
+//   - backstream_repair_gaps_closed_total
+//   - backstream_repair_audits_total (scheduled audits recorded)
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		accounts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backstream_repair_accounts_total",
+			Help: "Accounts a gap's repair pass marked for a whole-repo replacement (or, inactive, refreshed), by reason.",
+		}, []string{"reason"}),
+		pages: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_repair_pages_total",
+			Help: "listRepos pages a repair pass compared with the rev ratchet.",
+		}),
+		cuts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_repair_listing_cut_total",
+			Help: "Repair passes whose listing ended at a listRepos page that could not be used.",
+		}),
+		closed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_repair_gaps_closed_total",
+			Help: "Gaps closed: their repair pass finished and its replacements too.",
+		}),
+		audits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_repair_audits_total",
+			Help: "Scheduled audits recorded (--audit-interval).",
+		}),
+	}
+	for _, r := range reasons {
+		m.accounts.WithLabelValues(r)
+	}
+	if reg != nil {
+		reg.MustRegister(m.accounts, m.pages, m.cuts, m.closed, m.audits)
+	}
+	return m
+}
+
+func (m *Metrics) account(reason string, n int) {
+	if m != nil && n > 0 {
+		m.accounts.WithLabelValues(reason).Add(float64(n))
+	}
+}
+
+func (m *Metrics) page() {
+	if m != nil {
+		m.pages.Inc()
+	}
+}
+
+func (m *Metrics) cut() {
+	if m != nil {
+		m.cuts.Inc()
+	}
+}
+
+func (m *Metrics) gapClosed() {
+	if m != nil {
+		m.closed.Inc()
+	}
+}
+
+func (m *Metrics) audit() {
+	if m != nil {
+		m.audits.Inc()
+	}
+}

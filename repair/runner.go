@@ -1,0 +1,425 @@
+package repair
+
+// runner.go owns the Runner: its configuration, the loop over open gaps,
+// the three phases of a pass (scan, list, done) and closing a gap.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/crashpoint"
+	"github.com/backstream/backstream/merge"
+	"github.com/backstream/backstream/upstream"
+)
+
+// Defaults.
+const (
+	// DefaultPeriod is the pause between two looks at the open gaps (and
+	// at whether a done pass's replacements have finished).
+	DefaultPeriod = 30 * time.Second
+	// DefaultAuditInterval is how often a scheduled audit is recorded.
+	DefaultAuditInterval = 24 * time.Hour
+)
+
+// Config configures a Runner.
+type Config struct {
+	Store  *archive.Store
+	Writer *archive.Writer // the archive writer
+	// Source pages listRepos (the relay, or hosts).
+	Source upstream.RepoSource
+	// GapIDs allocates the ids of scheduled audits' gaps (shared with the
+	// firehose consumers). Required when AuditInterval > 0.
+	GapIDs *archive.GapIDs
+	// Resumed reports whether the live stream accepted a frame at or after
+	// the given time (unix µs; firehose.Consumer.AcceptedSince): a pass
+	// starts only once the stream resumed after its gap, or an account
+	// changed between the listing and the resume would be missed. Nil:
+	// always.
+	Resumed func(us int64) bool
+	// Wake is called after a unit marked accounts (retry.Runner.Wake). It
+	// must not block.
+	Wake func()
+	// Period: see DefaultPeriod. AuditInterval: a GapAudit gap is recorded
+	// this long after the last gap of any kind was found (0: never).
+	Period        time.Duration
+	AuditInterval time.Duration
+	Metrics       *Metrics
+	Logger        *slog.Logger
+	Now           func() time.Time
+	// Crash, when armed (tests), kills the process right after a repair
+	// unit is durable (crashpoint.RepairPage). Nil in production.
+	Crash *crashpoint.Set
+}
+
+// Status is the repair runner's part of the status report.
+type Status struct {
+	Gap         uint64 `json:"gap,omitempty"`   // the gap whose pass runs (0: none open)
+	Phase       string `json:"phase,omitempty"` // waiting_for_stream, list, done
+	Listed      uint64 `json:"listed"`
+	Marked      uint64 `json:"marked"`
+	Outstanding int64  `json:"outstanding"` // marked accounts not yet replaced (phase done)
+	Closed      int64  `json:"closed"`      // gaps closed by this process
+}
+
+// Runner runs repair passes.
+type Runner struct {
+	cfg  Config
+	log  *slog.Logger
+	acks *archive.Acks
+
+	mu     sync.Mutex
+	st     Status
+	origin time.Time // the first step (scheduled audits' origin)
+}
+
+// New validates cfg; nothing runs until Run.
+func New(cfg Config) (*Runner, error) {
+	switch {
+	case cfg.Store == nil || cfg.Writer == nil || cfg.Source == nil:
+		return nil, errors.New("repair: Store, Writer and Source are required")
+	case cfg.Period < 0 || cfg.AuditInterval < 0:
+		return nil, errors.New("repair: negative period")
+	case cfg.AuditInterval > 0 && cfg.GapIDs == nil:
+		return nil, errors.New("repair: scheduled audits need GapIDs")
+	}
+	if cfg.Period == 0 {
+		cfg.Period = DefaultPeriod
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Wake == nil {
+		cfg.Wake = func() {}
+	}
+	if cfg.Resumed == nil {
+		cfg.Resumed = func(int64) bool { return true }
+	}
+	return &Runner{cfg: cfg, log: cfg.Logger.With("component", "repair"), acks: archive.NewAcks()}, nil
+}
+
+// Status reports the pass in progress.
+func (r *Runner) Status() Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.st
+}
+
+// Run heals open gaps until ctx is done (nil) or a store or writer failure
+// (that error).
+func (r *Runner) Run(ctx context.Context) error {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.cfg.Writer.Done():
+			return fmt.Errorf("repair: writer stopped: %w", errors.Join(r.cfg.Writer.Err(), archive.ErrClosed))
+		case <-t.C:
+		}
+		if err := r.step(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("repair: %w", err)
+		}
+		t.Reset(r.cfg.Period)
+	}
+}
+
+// step records a scheduled audit when one is due, then works on the open
+// gaps in id order: a gap that closes lets the next one start at once.
+func (r *Runner) step(ctx context.Context) error {
+	gs, err := r.cfg.Store.Gaps()
+	if err != nil {
+		return err
+	}
+	if err := r.schedule(ctx, gs); err != nil {
+		return err
+	}
+	if gs, err = r.cfg.Store.Gaps(); err != nil {
+		return err
+	}
+	for _, g := range gs {
+		if !g.Open() {
+			continue
+		}
+		closed, err := r.heal(ctx, g)
+		if err != nil || !closed {
+			return err
+		}
+	}
+	r.set(func(s *Status) { s.Gap, s.Phase, s.Listed, s.Marked, s.Outstanding = 0, "", 0, 0, 0 })
+	return nil
+}
+
+// schedule records a GapAudit gap when AuditInterval has passed since the
+// newest gap was found (or, with none, since the first step).
+func (r *Runner) schedule(ctx context.Context, gs []archive.Gap) error {
+	if r.cfg.AuditInterval <= 0 {
+		return nil
+	}
+	now := r.cfg.Now()
+	last := r.started(now)
+	if len(gs) > 0 {
+		last = time.UnixMicro(gs[len(gs)-1].FirstSeenUS)
+	}
+	if now.Sub(last) < r.cfg.AuditInterval {
+		return nil
+	}
+	g := archive.Gap{ID: r.cfg.GapIDs.Next(), Kind: archive.GapAudit, FirstSeenUS: now.UnixMicro()}
+	if cur, err := r.cfg.Store.RelayCursor(); err == nil {
+		g.FromSeq, g.ToSeq = cur, cur
+	}
+	kv, err := archive.GapPut(g)
+	if err != nil {
+		return err
+	}
+	if err := r.submit(ctx, &archive.Unit{Puts: []archive.KV{kv}}); err != nil {
+		return err
+	}
+	r.cfg.Metrics.audit()
+	r.log.Info("scheduled audit recorded as a gap: its pass compares every account's listed rev with the archive", "gap", g.ID)
+	return nil
+}
+
+// started is when this runner first looked (the scheduled audits' origin
+// when the store has no gap).
+func (r *Runner) started(now time.Time) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.origin.IsZero() {
+		r.origin = now
+	}
+	return r.origin
+}
+
+// heal runs (or resumes) g's pass and closes g when it can; it reports
+// whether g is closed.
+func (r *Runner) heal(ctx context.Context, g archive.Gap) (bool, error) {
+	a, err := r.cfg.Store.Audit(g.ID)
+	switch {
+	case errors.Is(err, archive.ErrNotFound):
+		// A scheduled audit follows no outage: the stream is live already.
+		if g.Kind != archive.GapAudit && !r.cfg.Resumed(g.FirstSeenUS) {
+			r.set(func(s *Status) { s.Gap, s.Phase = g.ID, "waiting_for_stream" })
+			return false, nil
+		}
+		if a, err = r.begin(g); err != nil {
+			return false, err
+		}
+	case err != nil:
+		return false, err
+	}
+	r.show(g, a)
+	if a.Phase == archive.AuditList {
+		if done, err := r.list(ctx, g, &a); err != nil || !done {
+			return false, err
+		}
+	}
+	return r.close(ctx, g, a)
+}
+
+// begin is a new pass's position: the listing from its start.
+func (r *Runner) begin(g archive.Gap) (archive.Audit, error) {
+	r.log.Info("repair pass starts", "gap", g.ID, "kind", g.Kind.String())
+	return archive.Audit{Phase: archive.AuditList}, nil
+}
+
+// list compares listRepos pages with the ratchet from a.Cursor on, a unit
+// per page. It reports false when a page could not be fetched (retries
+// spent): the next step resumes from the durable cursor.
+func (r *Runner) list(ctx context.Context, g archive.Gap, a *archive.Audit) (bool, error) {
+	for a.Phase == archive.AuditList {
+		page, err := merge.ListPage(ctx, r.cfg.Source, a.Cursor)
+		if err != nil {
+			if ctx.Err() != nil {
+				return false, ctx.Err()
+			}
+			if c := upstream.Classify(err); c == upstream.ClassTransient || c == upstream.ClassRateLimited {
+				r.log.Warn("repair pass: listRepos failed; trying again later from the same page", "gap", g.ID, "err", err)
+				return false, nil
+			}
+			r.cutListing(g, err)
+			a.Phase = archive.AuditDone
+			return true, r.commit(ctx, g, a, nil)
+		}
+		ups, err := r.compare(page.Repos)
+		if err != nil {
+			return false, err
+		}
+		r.cfg.Metrics.page()
+		a.Listed += uint64(len(page.Repos))
+		a.Marked += uint64(len(ups))
+		switch {
+		case page.CursorRefused > 0:
+			r.cutListing(g, fmt.Errorf("a cursor of %d bytes", page.CursorRefused))
+			a.Phase = archive.AuditDone
+		case page.Cursor == "" || page.Cursor == a.Cursor:
+			a.Phase = archive.AuditDone
+		default:
+			a.Cursor = page.Cursor
+		}
+		if err := r.commit(ctx, g, a, ups); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+func (r *Runner) cutListing(g archive.Gap, err error) {
+	r.cfg.Metrics.cut()
+	r.log.Error("repair pass: a listRepos page cannot be used; the listing ends here and accounts listed after it are not compared",
+		"gap", g.ID, "err", err)
+}
+
+// compare decides each listed account against the store: the repo updates
+// of those that changed (or whose account state did).
+func (r *Runner) compare(repos []upstream.RepoEntry) ([]archive.RepoUpdate, error) {
+	now := r.cfg.Now().UnixMicro()
+	var ups []archive.RepoUpdate
+	for _, e := range repos {
+		rev, err := r.cfg.Store.Rev(e.DID)
+		if err != nil && !errors.Is(err, archive.ErrNotFound) {
+			return nil, err
+		}
+		st, err := r.cfg.Store.RepoState(e.DID)
+		exists := err == nil
+		if err != nil && !errors.Is(err, archive.ErrNotFound) {
+			return nil, err
+		}
+		if exists && st.BackfillRev > rev {
+			rev = st.BackfillRev // a snapshot without records moves no ratchet
+		}
+		newer := upstream.ValidTID(e.Rev) && e.Rev > rev
+		var reason string
+		switch {
+		case !e.Active:
+			if exists && (st.Active || st.AccountStatus != e.Status) {
+				reason = ReasonInactive
+			}
+		case !exists:
+			if newer {
+				reason = ReasonUnknown
+			}
+		case !st.Active:
+			reason = ReasonReactivated
+		case newer:
+			reason = ReasonNewerRev
+		}
+		if reason == "" {
+			continue
+		}
+		r.cfg.Metrics.account(reason, 1)
+		ups = append(ups, archive.RepoUpdate{DID: e.DID, Func: markFunc(now, e.Active, e.Status)})
+	}
+	return ups, nil
+}
+
+// markFunc marks a repo for an audit replacement, due at nowUS, when the
+// account is active; an inactive one gets its account state only. An
+// unknown active account is created pending.
+func markFunc(nowUS int64, active bool, status string) func(archive.RepoState, bool) (archive.RepoState, bool) {
+	return func(cur archive.RepoState, exists bool) (archive.RepoState, bool) {
+		if !exists {
+			if !active {
+				return cur, false
+			}
+			return archive.RepoState{Status: archive.StatusPending, Active: true, Refetch: archive.RefetchAudit, NextAttemptUS: nowUS}, true
+		}
+		next := cur
+		next.Active, next.AccountStatus = active, status
+		if active {
+			next.AccountStatus = ""
+			next.Refetch, next.NextAttemptUS = archive.RefetchAudit, nowUS
+		}
+		return next, next != cur
+	}
+}
+
+// commit submits ups with the pass's position and waits until durable.
+func (r *Runner) commit(ctx context.Context, g archive.Gap, a *archive.Audit, ups []archive.RepoUpdate) error {
+	kv, err := archive.AuditPut(g.ID, *a)
+	if err != nil {
+		return err
+	}
+	if err := r.submit(ctx, &archive.Unit{Repos: ups, Puts: []archive.KV{kv}}); err != nil {
+		return err
+	}
+	r.cfg.Crash.Hit(crashpoint.RepairPage)
+	if len(ups) > 0 {
+		r.cfg.Wake()
+	}
+	r.show(g, *a)
+	return nil
+}
+
+// close closes g when its pass is done and no active, not failed account
+// still carries the audit mark; it reports whether g closed.
+func (r *Runner) close(ctx context.Context, g archive.Gap, a archive.Audit) (bool, error) {
+	var outstanding int64
+	err := r.cfg.Store.ScanRepos(func(_ string, st archive.RepoState) error {
+		if st.Refetch == archive.RefetchAudit && st.Active && st.Status != archive.StatusFailed {
+			outstanding++
+		}
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	r.set(func(s *Status) { s.Outstanding = outstanding })
+	if outstanding > 0 {
+		return false, nil
+	}
+	g.ClosedUS = max(r.cfg.Now().UnixMicro(), g.FirstSeenUS)
+	kv, err := archive.GapPut(g)
+	if err != nil {
+		return false, err
+	}
+	if err := r.submit(ctx, &archive.Unit{Puts: []archive.KV{kv, {Key: archive.AuditKey(g.ID)}}}); err != nil {
+		return false, err
+	}
+	r.cfg.Metrics.gapClosed()
+	r.set(func(s *Status) { s.Closed++ })
+	r.log.Info("gap closed: its repair pass and every replacement it scheduled have finished",
+		"gap", g.ID, "kind", g.Kind.String(), "listed", a.Listed, "marked", a.Marked)
+	return true, nil
+}
+
+// submit applies u through the writer and waits until it is durable; a
+// refused unit is a bug, and fatal.
+func (r *Runner) submit(ctx context.Context, u *archive.Unit) error {
+	u.Acks = r.acks
+	if err := r.cfg.Writer.Submit(ctx, u); err != nil {
+		return err
+	}
+	rc, err := r.acks.Wait(ctx, r.cfg.Writer, 1)
+	if err != nil {
+		return err
+	}
+	if rc[0].Refused != nil {
+		return fmt.Errorf("unit refused: %w", rc[0].Refused)
+	}
+	return nil
+}
+
+func (r *Runner) show(g archive.Gap, a archive.Audit) {
+	r.set(func(s *Status) {
+		s.Gap, s.Listed, s.Marked = g.ID, a.Listed, a.Marked
+		s.Phase = a.Phase.String()
+	})
+}
+
+func (r *Runner) set(f func(*Status)) {
+	r.mu.Lock()
+	f(&r.st)
+	r.mu.Unlock()
+}
