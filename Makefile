@@ -5,7 +5,7 @@ BIN     := bin/backstream
 PKGS    := ./...
 FUZZTIME ?= 30s
 
-.PHONY: all build test test-long vet fmt-check lint bench bench-go fuzz demo clean
+.PHONY: all build test test-long test-clients vet fmt-check lint bench bench-go fuzz demo clean
 
 all: build
 
@@ -21,6 +21,14 @@ test: vet fmt-check
 test-long: vet fmt-check
 	$(GO) test -count=1 -timeout 60m $(PKGS)
 	$(GO) test -count=1 -timeout 20m ./oracle/scenario -scenario.seeds=5
+
+# The Jetstream client libraries people use (@atcute/jetstream,
+# @skyware/jetstream), installed from the npm registry, against a served
+# devnet with resyncs: zero validation errors, no duplicate past v1's
+# inclusive time resume, folds equal to the truth. Needs node, npm and the
+# registry, so it is not part of `make test`.
+test-clients:
+	bash scripts/test-clients.sh
 
 vet:
 	$(GO) vet $(PKGS)
