@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"errors"
+	"github.com/backstream/backstream/internal/promtest"
 	"github.com/backstream/backstream/oracle/world"
+	"github.com/prometheus/client_golang/prometheus"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -202,5 +204,55 @@ func TestHostFaults(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("ratelimit-limit") != "1000" || resp.Header.Get("ratelimit-remaining") != "999" ||
 		resp.Header.Get("ratelimit-policy") != "1000;w=60" || resp.Header.Get("ratelimit-reset") == "" {
 		t.Fatalf("served answer: %s, headers %v", resp.Status, resp.Header)
+	}
+}
+
+// TestClientPacesAnnouncedLimit: a PDS that announces its window limit in
+// ratelimit-* headers is paced by the client — requests past the budget
+// wait for the reset — so many more downloads than one window allows
+// finish without a single 429; listHosts lists every host, and HostGetRepo
+// fetches from the host asked (FinalHost), never through the relay.
+func TestClientPacesAnnouncedLimit(t *testing.T) {
+	n := startNet(t, quietCfg(40))
+	reg := prometheus.NewRegistry()
+	c, err := upstream.New(n.RelayURL(), upstream.Options{ScratchDir: t.TempDir(), Metrics: upstream.NewMetrics(reg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	hp, err := c.ListHosts(context.Background(), "", 0)
+	if err != nil || len(hp.Hosts) != 2 || hp.Hosts[0].Status != "active" {
+		t.Fatalf("listHosts: %+v, %v", hp, err)
+	}
+	host := hp.Hosts[0].Host
+	var dids []string
+	for _, a := range n.World().Accounts() {
+		if a.Host == 0 && a.Active {
+			dids = append(dids, a.DID)
+		}
+	}
+	const perWindow = 3
+	n.Faults().LimitHost(0, perWindow, time.Second)
+	want := 2*perWindow + 1 // spans at least three windows
+	for i := range want {
+		d, err := c.HostGetRepo(context.Background(), host, dids[i%len(dids)])
+		if err != nil {
+			t.Fatalf("download %d: %v", i, err)
+		}
+		if d.FinalHost != host || d.Redirects != 0 {
+			t.Fatalf("download from %s after %d redirects, want %s directly", d.FinalHost, d.Redirects, host)
+		}
+		_ = d.Remove()
+	}
+	if got := n.Faults().Fired(FaultRateLimit); got != 0 {
+		t.Fatalf("%d 429s although every answer announced the limit", got)
+	}
+	if got := promtest.Value(t, reg, "backstream_upstream_getrepo_limited_total", map[string]string{"limit": "ratelimit_pace"}); got == 0 {
+		t.Fatal("the client never waited for a reset")
+	}
+	for _, a := range n.World().Accounts() {
+		if rc := n.RepoCounts(a.DID); rc.RelayRequests != 0 {
+			t.Fatalf("%s: %d requests through the relay", a.DID, rc.RelayRequests)
+		}
 	}
 }
