@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,19 +27,21 @@ type pdsHost struct {
 	idx      int
 	n        *Network
 	requests atomic.Int64 // getRepo requests received
-	// active and peak are the requests being answered now and the most
-	// ever answered at once (getRepo and listRepos): a client's per-host
-	// concurrency as the host sees it.
+	// active and peak are the getRepo requests being answered now and the
+	// most ever answered at once: a client's concurrent downloads from the
+	// host as the host sees them.
 	active, peak atomic.Int64
 }
 
-// guard wraps the host's handlers: it meters concurrency and applies
+// guard wraps the host's handlers: it meters getRepo concurrency and applies
 // DownHost (503) and SlowHost (a delay, cut short when the client leaves).
 func (h *pdsHost) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		now := h.active.Add(1)
-		defer h.active.Add(-1)
-		for p := h.peak.Load(); now > p && !h.peak.CompareAndSwap(p, now); p = h.peak.Load() {
+		if strings.HasSuffix(r.URL.Path, ".getRepo") {
+			now := h.active.Add(1)
+			defer h.active.Add(-1)
+			for p := h.peak.Load(); now > p && !h.peak.CompareAndSwap(p, now); p = h.peak.Load() {
+			}
 		}
 		delay, down := h.n.faults.hostState(h.idx)
 		if down {
@@ -58,7 +61,8 @@ func (h *pdsHost) guard(next http.Handler) http.Handler {
 	})
 }
 
-// PeakConcurrency is the most requests PDS host i ever answered at once.
+// PeakConcurrency is the most getRepo requests PDS host i ever answered at
+// once.
 func (n *Network) PeakConcurrency(i int) int64 { return n.hosts[i].peak.Load() }
 
 // setRateHeaders announces host's window limit on a served answer, so a

@@ -1,0 +1,205 @@
+package bootstrap_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/oracle"
+	"github.com/backstream/backstream/oracle/check"
+	"github.com/backstream/backstream/oracle/world"
+)
+
+// fleetBoot builds a bootstrap over e in mode (hosts or relay), with its
+// jobs' completion times recorded per DID in done (nil: untimed).
+func (e *env) fleetBoot(mode string, workers, hostWorkers int, done *sync.Map) *bootstrap.Bootstrap {
+	e.t.Helper()
+	r, err := backfill.NewRunner(backfill.Options{Source: e.client, Writer: e.w, Metrics: e.bm, Logger: quiet,
+		Sleep: func(ctx context.Context, d time.Duration) error { return ctx.Err() }})
+	if err != nil {
+		e.t.Fatalf("runner: %v", err)
+	}
+	b, err := bootstrap.New(bootstrap.Config{Store: e.store, Writer: e.w, Source: e.client, Fleet: e.client,
+		Jobs: timedJobs{r, done}, Metrics: e.m, Logger: quiet, Enumerate: mode,
+		Workers: workers, HostWorkers: hostWorkers, PageLimit: 40, Seed: 1})
+	if err != nil {
+		e.t.Fatalf("bootstrap: %v", err)
+	}
+	return b
+}
+
+// timedJobs records when each job's terminal state became durable.
+type timedJobs struct {
+	bootstrap.Jobs
+	done *sync.Map
+}
+
+func (j timedJobs) Run(ctx context.Context, req backfill.Request) (backfill.Result, error) {
+	res, err := j.Jobs.Run(ctx, req)
+	if err == nil && j.done != nil {
+		j.done.Store(req.DID, time.Now())
+	}
+	return res, err
+}
+
+// archived reports, for every listed active account, whether the store holds
+// it complete, and checks the fold of the archive against the world for the
+// complete ones.
+func (e *env) archived() (complete, missing []string) {
+	e.t.Helper()
+	st := e.states()
+	for _, a := range e.listed() {
+		if !a.Active {
+			continue
+		}
+		if s, ok := st[a.DID]; ok && s.Status == archive.StatusComplete {
+			complete = append(complete, a.DID)
+		} else {
+			missing = append(missing, a.DID)
+		}
+	}
+	f, _, err := check.Archive(e.store)
+	if err != nil {
+		e.t.Fatalf("fold: %v", err)
+	}
+	have := map[string]bool{}
+	for _, d := range complete {
+		have[d] = true
+	}
+	if _, bad := check.Compare(f, e.world, func(a world.Account) bool { return have[a.DID] }); len(bad) > 0 {
+		e.t.Fatalf("fold ≠ ground truth for %d accounts, first %v", len(bad), bad[0])
+	}
+	return complete, missing
+}
+
+// TestFleetFindsWhatTheRelayIndexMisses: the relay's listRepos leaves 5% of
+// the accounts out. Hosts mode lists each PDS itself and archives every
+// account, fetched from its own host (no getRepo through the relay), fold =
+// ground truth; relay mode archives exactly the accounts the relay's index
+// knows and cannot know the others.
+func TestFleetFindsWhatTheRelayIndexMisses(t *testing.T) {
+	cfg := worldCfg(300, 4)
+	cfg.Hosts = 4
+	cfg.RelayIndexMissing = 0.05
+	for _, mode := range []string{bootstrap.EnumerateHosts, bootstrap.EnumerateRelay} {
+		t.Run(mode, func(t *testing.T) {
+			e := newEnv(t, cfg)
+			b := e.fleetBoot(mode, 16, 4, nil)
+			e.runToEnd(b)
+			complete, missing := e.archived()
+			omitted := 0
+			for _, a := range e.listed() {
+				if a.Active && e.net.RelayIndexOmits(a.DID) {
+					omitted++
+				}
+			}
+			t.Logf("%s mode: %d active accounts archived, %d not; the relay's index omits %d", mode, len(complete), len(missing), omitted)
+			if omitted == 0 {
+				t.Fatal("the relay's index omits nothing: the test proves nothing")
+			}
+			switch mode {
+			case bootstrap.EnumerateHosts:
+				if len(missing) > 0 {
+					t.Fatalf("hosts mode left %d accounts unarchived, e.g. %s", len(missing), missing[0])
+				}
+				for _, a := range e.listed() {
+					if rc := e.net.RepoCounts(a.DID); rc.RelayRequests != 0 {
+						t.Fatalf("%s fetched through the relay", a.DID)
+					}
+				}
+				p := b.Progress().Hosts
+				if p == nil || p.Mode != bootstrap.EnumerateHosts || p.ByState[bootstrap.HostDone] != 4 {
+					t.Fatalf("/status hosts: %+v", p)
+				}
+				for h := range 4 {
+					if _, err := e.store.HostListCursor(hostName(t, e.net, h)); err != nil {
+						t.Fatalf("host %d checkpoint: %v", h, err)
+					}
+				}
+			case bootstrap.EnumerateRelay:
+				if len(missing) != omitted {
+					t.Fatalf("relay mode missed %d accounts, its index omits %d", len(missing), omitted)
+				}
+				for _, d := range missing {
+					if !e.net.RelayIndexOmits(d) {
+						t.Fatalf("relay mode missed %s, which its index lists", d)
+					}
+				}
+				if b.Progress().Hosts != nil {
+					t.Fatal("relay mode reports a fleet section")
+				}
+			}
+		})
+	}
+}
+
+// hostName is PDS host i's host:port as listHosts names it.
+func hostName(t *testing.T, n *oracle.Network, i int) string {
+	t.Helper()
+	u := n.HostURLs()[i]
+	return u[len("http://"):]
+}
+
+// TestFleetSlowHostFailsAlone: one PDS answers 50× slower than the others.
+// The other hosts' repos finish within 1.2× of their time on the same
+// network without the slow host's delay (the slow host finishes last,
+// alone), no host ever serves more concurrent downloads than its cap
+// (measured at the simulated PDS), and a host whose ratelimit-* headers
+// announce its limit never answers 429.
+func TestFleetSlowHostFailsAlone(t *testing.T) {
+	const hosts, workers, hostCap = 4, 16, 3
+	accounts, base := 120, 10*time.Millisecond
+	if testing.Short() {
+		accounts, base = 60, 5*time.Millisecond
+	}
+	run := func(slow time.Duration) (others, all time.Duration, e *env) {
+		cfg := worldCfg(accounts, 4)
+		cfg.Hosts = hosts
+		e = newEnv(t, cfg)
+		for h := range hosts {
+			e.net.Faults().SlowHost(h, base)
+			e.net.Faults().LimitHost(h, 10_000, time.Minute) // announced, never reached
+		}
+		if slow > 0 {
+			e.net.Faults().SlowHost(0, slow)
+		}
+		var done sync.Map
+		b := e.fleetBoot(bootstrap.EnumerateHosts, workers, hostCap, &done)
+		start := time.Now()
+		e.runToEnd(b)
+		all = time.Since(start)
+		done.Range(func(k, v any) bool {
+			a, _ := e.world.Account(k.(string))
+			if d := v.(time.Time).Sub(start); a.Host != 0 && d > others {
+				others = d
+			}
+			return true
+		})
+		for h := range hosts {
+			if p := e.net.PeakConcurrency(h); p > hostCap {
+				t.Fatalf("host %d served %d downloads at once, cap %d", h, p, hostCap)
+			}
+		}
+		if n := e.net.Faults().Fired(oracle.FaultRateLimit); n != 0 {
+			t.Fatalf("%d 429s", n)
+		}
+		if c, m := e.archived(); len(m) > 0 {
+			t.Fatalf("%d archived, %d not", len(c), len(m))
+		}
+		return others, all, e
+	}
+	fastOthers, fastAll, _ := run(0)
+	slowOthers, slowAll, _ := run(50 * base)
+	t.Logf("other hosts' repos done in %v without the slow host, %v with it (%.2f×); whole bootstrap %v → %v",
+		fastOthers, slowOthers, float64(slowOthers)/float64(fastOthers), fastAll, slowAll)
+	if slowOthers > fastOthers*12/10 {
+		t.Fatalf("a slow host held the others back: %v vs %v", slowOthers, fastOthers)
+	}
+	if slowAll < slowOthers*2 {
+		t.Fatalf("the slow host did not finish last, alone: all %v, others %v", slowAll, slowOthers)
+	}
+}
