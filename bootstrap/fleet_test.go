@@ -2,6 +2,7 @@ package bootstrap_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -16,16 +17,20 @@ import (
 
 // fleetBoot builds a bootstrap over e in mode (hosts or relay), with its
 // jobs' completion times recorded per DID in done (nil: untimed).
-func (e *env) fleetBoot(mode string, workers, hostWorkers int, done *sync.Map) *bootstrap.Bootstrap {
+func (e *env) fleetBoot(mode string, workers, hostWorkers int, done *sync.Map, mods ...func(*bootstrap.Config)) *bootstrap.Bootstrap {
 	e.t.Helper()
 	r, err := backfill.NewRunner(backfill.Options{Source: e.client, Writer: e.w, Metrics: e.bm, Logger: quiet,
 		Sleep: func(ctx context.Context, d time.Duration) error { return ctx.Err() }})
 	if err != nil {
 		e.t.Fatalf("runner: %v", err)
 	}
-	b, err := bootstrap.New(bootstrap.Config{Store: e.store, Writer: e.w, Source: e.client, Fleet: e.client,
+	c := bootstrap.Config{Store: e.store, Writer: e.w, Source: e.client, Fleet: e.client,
 		Jobs: timedJobs{r, done}, Metrics: e.m, Logger: quiet, Enumerate: mode,
-		Workers: workers, HostWorkers: hostWorkers, PageLimit: 40, Seed: 1})
+		Workers: workers, HostWorkers: hostWorkers, PageLimit: 40, Seed: 1}
+	for _, m := range mods {
+		m(&c)
+	}
+	b, err := bootstrap.New(c)
 	if err != nil {
 		e.t.Fatalf("bootstrap: %v", err)
 	}
@@ -201,5 +206,55 @@ func TestFleetSlowHostFailsAlone(t *testing.T) {
 	}
 	if slowAll < slowOthers*2 {
 		t.Fatalf("the slow host did not finish last, alone: all %v, others %v", slowAll, slowOthers)
+	}
+}
+
+// TestFleetDownHostFailsAlone: one PDS answers 503 to everything. Its
+// listing is cut after its retry budget; every other host's repos are
+// archived; /status reports it failing with its reason and the others done;
+// its checkpoint stays unset, so the next start lists it again and, the
+// host back, archives its repos too (fold = ground truth). A relay-mode
+// bootstrap would have waited for nothing here: a host is never waited on.
+func TestFleetDownHostFailsAlone(t *testing.T) {
+	cfg := worldCfg(120, 4)
+	cfg.Hosts = 3
+	e := newEnv(t, cfg)
+	e.net.Faults().DownHost(1, time.Hour)
+	fast := func(c *bootstrap.Config) {
+		c.ListRetries = 2
+		c.Sleep = func(ctx context.Context, _ time.Duration) error { return ctx.Err() }
+	}
+	b := e.fleetBoot(bootstrap.EnumerateHosts, 8, 4, nil, fast)
+	e.runToEnd(b)
+	down := hostName(t, e.net, 1)
+	p := b.Progress().Hosts
+	if p.ByState[bootstrap.HostFailing] != 1 || p.ByState[bootstrap.HostDone] != 2 || len(p.Failing) != 1 || p.Failing[0].Host != down {
+		t.Fatalf("/status hosts: %+v", p)
+	}
+	if _, err := e.store.HostListCursor(down); !errors.Is(err, archive.ErrNotFound) {
+		t.Fatalf("the down host has a checkpoint: %v", err)
+	}
+	_, missing := e.archived()
+	for _, d := range missing {
+		if a, _ := e.world.Account(d); a.Host != 1 {
+			t.Fatalf("%s of host %d not archived while only host 1 was down", d, a.Host)
+		}
+	}
+	if len(missing) == 0 {
+		t.Fatal("host 1 has no active accounts: the test proves nothing")
+	}
+	if got := metric(t, e.reg, "backstream_listrepos_cut_total", map[string]string{"reason": "retries_exhausted"}); got != 1 {
+		t.Fatalf("cuts{retries_exhausted} = %v, want 1", got)
+	}
+
+	e.net.Faults().DownHost(1, 0)
+	e.reopen()
+	b = e.fleetBoot(bootstrap.EnumerateHosts, 8, 4, nil, fast)
+	e.runToEnd(b)
+	if _, missing := e.archived(); len(missing) > 0 {
+		t.Fatalf("after the host came back, %d accounts still unarchived", len(missing))
+	}
+	if p := b.Progress().Hosts; p.ByState[bootstrap.HostDone] != 3 {
+		t.Fatalf("/status hosts after the restart: %+v", p)
 	}
 }
