@@ -162,8 +162,9 @@ type Bootstrap struct {
 	mu       sync.Mutex
 	inflight map[string]attribution
 
-	prog  progressState
-	fleet atomic.Pointer[fleetState] // hosts mode; nil in relay mode
+	prog      progressState
+	fleet     atomic.Pointer[fleetState] // hosts mode; nil in relay mode
+	listSlots *semaphore.Weighted        // hosts mode: listRepos requests at once (Workers)
 }
 
 // New validates cfg.

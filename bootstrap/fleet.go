@@ -19,6 +19,7 @@ import (
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/internal/loglimit"
 	"github.com/backstream/backstream/upstream"
+	"golang.org/x/sync/semaphore"
 )
 
 // Enumeration modes (Config.Enumerate).
@@ -177,11 +178,17 @@ func (f *fleetState) snapshot() *HostsProgress {
 // hosts is the fleet's state, nil in relay mode.
 func (b *Bootstrap) hosts() *fleetState { return b.fleet.Load() }
 
-// listOnce asks for one listRepos page: the relay's, or host's own.
+// listOnce asks for one listRepos page: the relay's, or host's own. The
+// hosts' listings share Workers request slots, so a roster of thousands of
+// hosts is not asked all at once.
 func (b *Bootstrap) listOnce(ctx context.Context, host, cursor string) (upstream.Page, error) {
 	if host == "" {
 		return b.cfg.Source.ListRepos(ctx, cursor, b.cfg.PageLimit)
 	}
+	if err := b.listSlots.Acquire(ctx, 1); err != nil {
+		return upstream.Page{}, err
+	}
+	defer b.listSlots.Release(1)
 	return b.cfg.Fleet.HostListRepos(ctx, host, cursor, b.cfg.PageLimit)
 }
 
@@ -243,6 +250,7 @@ func (b *Bootstrap) fleetLanes(ctx context.Context) ([]lane, error) {
 	}
 	log.Info("bootstrap: enumeration mode hosts: every active host of the relay's roster lists its own repos and serves them",
 		"asked", cfg.Enumerate, "hosts", len(roster), "skipped_not_active", skipped)
+	b.listSlots = semaphore.NewWeighted(int64(cfg.Workers))
 	fs := newFleetState(EnumerateHosts)
 	fs.p.Roster, fs.p.Skipped = len(roster)+skipped, skipped
 	b.fleet.Store(fs)

@@ -13,6 +13,7 @@ import (
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/check"
 	"github.com/backstream/backstream/oracle/world"
+	"github.com/backstream/backstream/upstream"
 )
 
 // fleetBoot builds a bootstrap over e in mode (hosts or relay), with its
@@ -256,5 +257,45 @@ func TestFleetDownHostFailsAlone(t *testing.T) {
 	}
 	if p := b.Progress().Hosts; p.ByState[bootstrap.HostDone] != 3 {
 		t.Fatalf("/status hosts after the restart: %+v", p)
+	}
+}
+
+// countingFleet counts the hosts' listRepos requests in flight at once.
+type countingFleet struct {
+	bootstrap.FleetSource
+	mu        sync.Mutex
+	now, peak int
+}
+
+func (c *countingFleet) HostListRepos(ctx context.Context, host, cursor string, limit int) (upstream.Page, error) {
+	c.mu.Lock()
+	c.now++
+	c.peak = max(c.peak, c.now)
+	c.mu.Unlock()
+	defer func() { c.mu.Lock(); c.now--; c.mu.Unlock() }()
+	t := time.NewTimer(20 * time.Millisecond) // hold the slot long enough to overlap
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return upstream.Page{}, ctx.Err()
+	}
+	return c.FleetSource.HostListRepos(ctx, host, cursor, limit)
+}
+
+// TestFleetListingsShareWorkerSlots: a roster of many hosts is not asked
+// all at once: the hosts' listRepos requests share Workers slots.
+func TestFleetListingsShareWorkerSlots(t *testing.T) {
+	cfg := worldCfg(60, 4)
+	cfg.Hosts = 10
+	e := newEnv(t, cfg)
+	cf := &countingFleet{FleetSource: e.client}
+	b := e.fleetBoot(bootstrap.EnumerateHosts, 2, 1, nil, func(c *bootstrap.Config) { c.Fleet = cf })
+	e.runToEnd(b)
+	if cf.peak > 2 || cf.peak < 1 {
+		t.Fatalf("%d listRepos requests at once over 10 hosts, want at most the 2 workers", cf.peak)
+	}
+	if _, missing := e.archived(); len(missing) > 0 {
+		t.Fatalf("%d accounts unarchived", len(missing))
 	}
 }
