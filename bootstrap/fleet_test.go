@@ -157,22 +157,35 @@ func hostName(t *testing.T, n *oracle.Network, i int) string {
 // (measured at the simulated PDS), and a host whose ratelimit-* headers
 // announce its limit never answers 429.
 func TestFleetSlowHostFailsAlone(t *testing.T) {
-	const hosts, workers, hostCap = 4, 16, 3
-	accounts, base := 120, 10*time.Millisecond
+	const hosts, workers, hostCap, base = 4, 16, 3, 10 * time.Millisecond
+	accounts := 120
 	if testing.Short() {
-		accounts, base = 60, 5*time.Millisecond
+		accounts = 60
 	}
-	run := func(slow time.Duration) (others, all time.Duration, e *env) {
-		cfg := worldCfg(accounts, 4)
-		cfg.Hosts = hosts
-		e = newEnv(t, cfg)
+	cfg := worldCfg(accounts, 4)
+	cfg.Hosts = hosts
+	// The slow host is the one with the fewest accounts, so its long tail
+	// costs the test little.
+	perHost := make([]int, hosts)
+	probe := newEnv(t, cfg)
+	for _, a := range probe.world.Accounts() {
+		perHost[a.Host]++
+	}
+	slowHost := 0
+	for h := range hosts {
+		if perHost[h] < perHost[slowHost] {
+			slowHost = h
+		}
+	}
+	run := func(slow time.Duration) (others, all time.Duration) {
+		e := newEnv(t, cfg)
 		for h := range hosts {
 			e.net.Faults().SlowHost(h, base)
 			e.net.Faults().LimitHost(h, 10_000, time.Minute) // announced, never reached
 		}
-		if slow > 0 {
-			e.net.Faults().SlowHost(0, slow)
-		}
+		// Its downloads only: its listing arrives with the others', so its
+		// repos compete with theirs for the workers from the start.
+		e.net.Faults().SlowDownloads(slowHost, slow)
 		var done sync.Map
 		b := e.fleetBoot(bootstrap.EnumerateHosts, workers, hostCap, &done)
 		start := time.Now()
@@ -180,7 +193,7 @@ func TestFleetSlowHostFailsAlone(t *testing.T) {
 		all = time.Since(start)
 		done.Range(func(k, v any) bool {
 			a, _ := e.world.Account(k.(string))
-			if d := v.(time.Time).Sub(start); a.Host != 0 && d > others {
+			if d := v.(time.Time).Sub(start); a.Host != slowHost && d > others {
 				others = d
 			}
 			return true
@@ -196,12 +209,24 @@ func TestFleetSlowHostFailsAlone(t *testing.T) {
 		if c, m := e.archived(); len(m) > 0 {
 			t.Fatalf("%d archived, %d not", len(c), len(m))
 		}
-		return others, all, e
+		return others, all
 	}
-	fastOthers, fastAll, _ := run(0)
-	slowOthers, slowAll, _ := run(50 * base)
-	t.Logf("other hosts' repos done in %v without the slow host, %v with it (%.2f×); whole bootstrap %v → %v",
-		fastOthers, slowOthers, float64(slowOthers)/float64(fastOthers), fastAll, slowAll)
+	// The two cases interleaved, each run several times and its fastest
+	// kept: a scheduling hiccup of a shared test machine does not decide
+	// the comparison.
+	pairs := 3
+	if testing.Short() {
+		pairs = 2
+	}
+	fastOthers, fastAll, slowOthers, slowAll := time.Duration(1<<62), time.Duration(1<<62), time.Duration(1<<62), time.Duration(1<<62)
+	for range pairs {
+		o, a := run(0)
+		fastOthers, fastAll = min(fastOthers, o), min(fastAll, a)
+		o, a = run(50 * base)
+		slowOthers, slowAll = min(slowOthers, o), min(slowAll, a)
+	}
+	t.Logf("host %d (%d of %d accounts) 50× slower: the other hosts' repos done in %v without it, %v with it (%.2f×); whole bootstrap %v → %v",
+		slowHost, perHost[slowHost], accounts, fastOthers, slowOthers, float64(slowOthers)/float64(fastOthers), fastAll, slowAll)
 	if slowOthers > fastOthers*12/10 {
 		t.Fatalf("a slow host held the others back: %v vs %v", slowOthers, fastOthers)
 	}

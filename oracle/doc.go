@@ -16,7 +16,8 @@
 //
 // Fleet faults: Config.RelayIndexMissing makes the relay's listRepos leave
 // out a fixed fraction of the accounts (RelayIndexOmits; each PDS still
-// lists them); Faults.SlowHost delays every answer of a host, DownHost makes
+// lists them); Faults.SlowHost delays every answer of a host (SlowDownloads its getRepo
+// answers only), DownHost makes
 // it answer 503 for a while; a LimitHost window limit is announced in
 // ratelimit-* headers on every served getRepo, not only on the 429; and
 // PeakConcurrency is the most getRepo requests a host answered at once.

@@ -112,6 +112,7 @@ type Faults struct {
 	bursts     map[int]*hostBurst
 	limits     map[int]*windowLimit
 	slow       map[int]time.Duration // SlowHost: delay before every answer
+	slowGet    map[int]time.Duration // SlowDownloads: delay before every getRepo answer
 	down       map[int]time.Time     // DownHost: 503 until then
 	listLoop   int
 	longCursor int
@@ -138,6 +139,7 @@ func (f *Faults) Clear() {
 	f.bursts = make(map[int]*hostBurst)
 	f.limits = make(map[int]*windowLimit)
 	f.slow = make(map[int]time.Duration)
+	f.slowGet = make(map[int]time.Duration)
 	f.down = make(map[int]time.Time)
 	f.listLoop, f.longCursor, f.gapRate, f.hostile = 0, 0, 0, 0
 	f.listShape, f.listLeft = "", 0
@@ -330,6 +332,18 @@ func (f *Faults) SlowHost(host int, d time.Duration) {
 	f.slow[host] = d
 }
 
+// SlowDownloads delays every getRepo answer of PDS host by d (its listing
+// stays fast); 0 removes the delay. It adds to SlowHost's.
+func (f *Faults) SlowDownloads(host int, d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if d <= 0 {
+		delete(f.slowGet, host)
+		return
+	}
+	f.slowGet[host] = d
+}
+
 // DownHost makes PDS host answer every request with 503 for d from now; 0
 // brings it back at once.
 func (f *Faults) DownHost(host int, d time.Duration) {
@@ -342,9 +356,10 @@ func (f *Faults) DownHost(host int, d time.Duration) {
 	f.down[host] = time.Now().Add(d)
 }
 
-// hostState is what SlowHost and DownHost say about a request to host now,
-// counting the faults that fire.
-func (f *Faults) hostState(host int) (delay time.Duration, down bool) {
+// hostState is what SlowHost, SlowDownloads and DownHost say about a
+// request (a getRepo when download) to host now, counting the faults that
+// fire.
+func (f *Faults) hostState(host int, download bool) (delay time.Duration, down bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if until, ok := f.down[host]; ok {
@@ -354,11 +369,14 @@ func (f *Faults) hostState(host int) (delay time.Duration, down bool) {
 		}
 		delete(f.down, host)
 	}
-	if d := f.slow[host]; d > 0 {
-		f.fired[FaultSlowHost]++
-		return d, false
+	delay = f.slow[host]
+	if download {
+		delay += f.slowGet[host]
 	}
-	return 0, false
+	if delay > 0 {
+		f.fired[FaultSlowHost]++
+	}
+	return delay, false
 }
 
 // announce is the window limit of host as a served (not limited) request

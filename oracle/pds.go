@@ -37,13 +37,14 @@ type pdsHost struct {
 // DownHost (503) and SlowHost (a delay, cut short when the client leaves).
 func (h *pdsHost) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, ".getRepo") {
+		download := strings.HasSuffix(r.URL.Path, ".getRepo")
+		if download {
 			now := h.active.Add(1)
 			defer h.active.Add(-1)
 			for p := h.peak.Load(); now > p && !h.peak.CompareAndSwap(p, now); p = h.peak.Load() {
 			}
 		}
-		delay, down := h.n.faults.hostState(h.idx)
+		delay, down := h.n.faults.hostState(h.idx, download)
 		if down {
 			writeXRPCError(w, http.StatusServiceUnavailable, "ServiceUnavailable", "host down (injected)")
 			return
