@@ -11,12 +11,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/internal/loglimit"
 	"github.com/backstream/backstream/upstream"
 	"golang.org/x/sync/semaphore"
@@ -285,7 +288,7 @@ func (b *Bootstrap) roster(ctx context.Context) ([]string, int, error) {
 	skipped := 0
 	cursor := ""
 	for range maxRosterPages {
-		pg, err := b.cfg.Fleet.ListHosts(ctx, cursor, b.cfg.PageLimit)
+		pg, err := b.rosterPage(ctx, cursor)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -307,6 +310,41 @@ func (b *Bootstrap) roster(ctx context.Context) ([]string, int, error) {
 	}
 	slices.Sort(hosts)
 	return hosts, skipped, nil
+}
+
+// rosterPage reads one listHosts page, retrying transient failures and
+// 429s on the listRepos budgets (ListRetries, and the 429 budget); a 501
+// (a relay without the method) is not retried.
+func (b *Bootstrap) rosterPage(ctx context.Context, cursor string) (upstream.HostsPage, error) {
+	cfg := &b.cfg
+	bo := backoff.Policy{Base: backfill.DefaultBackoffBase, Max: backfill.DefaultBackoffMax}
+	for tries := 0; ; tries++ {
+		pg, err := cfg.Fleet.ListHosts(ctx, cursor, cfg.PageLimit)
+		if err == nil {
+			return pg, nil
+		}
+		class := upstream.Classify(err)
+		wait := upstream.RetryAfter(err)
+		var ue *upstream.Error
+		switch {
+		case ctx.Err() != nil:
+			return pg, ctx.Err()
+		case errors.As(err, &ue) && ue.StatusCode == http.StatusNotImplemented:
+			return pg, err // a relay without listHosts: no use asking again
+		case class == upstream.ClassRateLimited && tries < backfill.DefaultRateLimitRetries:
+		case class == upstream.ClassTransient && tries < cfg.ListRetries:
+			wait = 0
+		default:
+			return pg, err
+		}
+		if wait <= 0 {
+			wait = bo.Draw(tries, nil)
+		}
+		cfg.Logger.Warn("bootstrap: listHosts failed; retrying", "class", class.String(), "wait", wait, "err", err)
+		if err := cfg.Sleep(ctx, wait); err != nil {
+			return pg, err
+		}
+	}
 }
 
 // job is a repo handed to a worker and the host it is fetched from.

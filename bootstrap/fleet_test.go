@@ -3,6 +3,9 @@ package bootstrap_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -323,4 +326,76 @@ func TestFleetListingsShareWorkerSlots(t *testing.T) {
 	if _, missing := e.archived(); len(missing) > 0 {
 		t.Fatalf("%d accounts unarchived", len(missing))
 	}
+}
+
+// flakyRoster fails listHosts with err for the first fails calls.
+type flakyRoster struct {
+	bootstrap.FleetSource
+	mu    sync.Mutex
+	fails int
+	err   error
+	calls int
+}
+
+func (f *flakyRoster) ListHosts(ctx context.Context, cursor string, limit int) (upstream.HostsPage, error) {
+	f.mu.Lock()
+	f.calls++
+	fail := f.calls <= f.fails
+	f.mu.Unlock()
+	if fail {
+		return upstream.HostsPage{}, f.err
+	}
+	return f.FleetSource.ListHosts(ctx, cursor, limit)
+}
+
+// TestFleetMode: the mode decision. A relay whose listHosts fails
+// transiently is retried and hosts mode follows; one that does not serve
+// listHosts (a 4xx) gives relay mode by default and a clear error when
+// hosts mode was asked for.
+func TestFleetMode(t *testing.T) {
+	e := newEnv(t, worldCfg(30, 4))
+	noSleep := func(c *bootstrap.Config) {
+		c.Sleep = func(ctx context.Context, _ time.Duration) error { return ctx.Err() }
+	}
+	fr := &flakyRoster{FleetSource: e.client, fails: 2, err: upstreamErr(t, 503)}
+	b := e.fleetBoot("", 4, 2, nil, noSleep, func(c *bootstrap.Config) { c.Fleet = fr })
+	e.runToEnd(b)
+	if p := b.Progress().Hosts; p == nil || p.Mode != bootstrap.EnumerateHosts || fr.calls != 3 {
+		t.Fatalf("after two transient failures: hosts %+v, %d listHosts calls", p, fr.calls)
+	}
+
+	e2 := newEnv(t, worldCfg(30, 4))
+	missing := &flakyRoster{FleetSource: e2.client, fails: 1 << 30, err: upstreamErr(t, 501)}
+	b = e2.fleetBoot("", 4, 2, nil, noSleep, func(c *bootstrap.Config) { c.Fleet = missing })
+	e2.runToEnd(b)
+	if b.Progress().Hosts != nil || missing.calls != 1 {
+		t.Fatalf("a relay without listHosts: hosts %+v after %d calls, want relay mode after one", b.Progress().Hosts, missing.calls)
+	}
+	e3 := newEnv(t, worldCfg(30, 4))
+	b = e3.fleetBoot(bootstrap.EnumerateHosts, 4, 2, nil, noSleep, func(c *bootstrap.Config) {
+		c.Fleet = &flakyRoster{FleetSource: e3.client, fails: 1 << 30, err: upstreamErr(t, 501)}
+	})
+	if err := b.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "--enumerate hosts: the relay's listHosts") {
+		t.Fatalf("hosts asked of a relay without listHosts: %v", err)
+	}
+}
+
+// upstreamErr is the error the client returns for a listHosts answered
+// with status.
+func upstreamErr(t *testing.T, status int) error {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(status)
+	}))
+	defer srv.Close()
+	c, err := upstream.New(srv.URL, upstream.Options{ScratchDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.ListHosts(context.Background(), "", 0)
+	if err == nil {
+		t.Fatalf("listHosts answered %d: no error", status)
+	}
+	return err
 }
