@@ -82,7 +82,10 @@
 // # Hosts mode (the fleet bootstrap)
 //
 // Config.Enumerate "hosts" (or "" when the relay answers listHosts) pages
-// the roster, skips and counts hosts whose status is not active, and runs
+// the roster (retried on the listing budgets; a 501 means the relay has no
+// listHosts), records every entry in its host/<host> row (status, account
+// count, seq: HostUpdates, the writer the only writer of host/), skips and
+// counts hosts whose status is not active, and runs
 // one lane per active host: its own enumerator (HostListRepos), its own
 // watermark, its own share of the window (Window / hosts, at least a page)
 // and its own checkpoint, cursor/hostlist/<host>, with the same

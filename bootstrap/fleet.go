@@ -240,7 +240,7 @@ func (b *Bootstrap) fleetLanes(ctx context.Context) ([]lane, error) {
 	if cfg.Fleet == nil {
 		return nil, errors.New("bootstrap: --enumerate hosts needs a fleet source")
 	}
-	roster, skipped, err := b.roster(ctx)
+	roster, entries, skipped, err := b.roster(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -250,6 +250,9 @@ func (b *Bootstrap) fleetLanes(ctx context.Context) ([]lane, error) {
 		}
 		log.Info("bootstrap: enumeration mode relay: the relay does not answer listHosts", "err", err)
 		return nil, nil
+	}
+	if err := b.writeRoster(ctx, entries); err != nil {
+		return nil, err
 	}
 	log.Info("bootstrap: enumeration mode hosts: every active host of the relay's roster lists its own repos and serves them",
 		"asked", cfg.Enumerate, "hosts", len(roster), "skipped_not_active", skipped)
@@ -280,28 +283,34 @@ func (b *Bootstrap) fleetLanes(ctx context.Context) ([]lane, error) {
 	return lanes, nil
 }
 
-// roster pages listHosts: the active hosts, deduplicated and sorted, and
-// the number of hosts skipped for another status.
-func (b *Bootstrap) roster(ctx context.Context) ([]string, int, error) {
+// roster pages listHosts: the active hosts, deduplicated and sorted, every
+// entry (the first of a host listed twice), and the number of hosts
+// skipped for a status other than active.
+func (b *Bootstrap) roster(ctx context.Context) ([]string, []upstream.HostEntry, int, error) {
 	seen := map[string]bool{}
 	var hosts []string
+	var entries []upstream.HostEntry
 	skipped := 0
 	cursor := ""
 	for range maxRosterPages {
 		pg, err := b.rosterPage(ctx, cursor)
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 		for _, h := range pg.Hosts {
-			switch {
-			case seen[h.Host]:
-			case h.Status != "" && h.Status != "active":
-				seen[h.Host] = true
-				skipped++
-			default:
-				seen[h.Host] = true
-				hosts = append(hosts, h.Host)
+			if seen[h.Host] {
+				continue
 			}
+			seen[h.Host] = true
+			if h.Status == "" {
+				h.Status = "active" // listHosts without a status
+			}
+			entries = append(entries, h)
+			if h.Status != "active" {
+				skipped++
+				continue
+			}
+			hosts = append(hosts, h.Host)
 		}
 		if pg.Cursor == "" || pg.Cursor == cursor {
 			break
@@ -309,7 +318,45 @@ func (b *Bootstrap) roster(ctx context.Context) ([]string, int, error) {
 		cursor = pg.Cursor
 	}
 	slices.Sort(hosts)
-	return hosts, skipped, nil
+	return hosts, entries, skipped, nil
+}
+
+// rosterStatus is a roster status as stored: the relay's word when it is a
+// short lower-case word, else "other" (upstream data, never trusted).
+func rosterStatus(s string) string {
+	if s == "" || len(s) > 32 {
+		return "other"
+	}
+	for _, c := range s {
+		if (c < 'a' || c > 'z') && c != '_' {
+			return "other"
+		}
+	}
+	return s
+}
+
+// rosterUnit bounds the host rows of one roster unit.
+const rosterUnit = 1024
+
+// writeRoster makes the roster durable in host/<host> rows (status,
+// account count, seq), a unit of at most rosterUnit hosts at a time; the
+// rest of each row (parking, failures) is left as it is.
+func (b *Bootstrap) writeRoster(ctx context.Context, entries []upstream.HostEntry) error {
+	for chunk := range slices.Chunk(entries, rosterUnit) {
+		ups := make([]archive.HostUpdate, 0, len(chunk))
+		for _, e := range chunk {
+			status := rosterStatus(e.Status)
+			accounts, seq := uint64(max(e.Accounts, 0)), uint64(max(e.Seq, 0))
+			ups = append(ups, archive.HostUpdate{Host: e.Host, Func: func(cur archive.HostState) archive.HostState {
+				cur.Status, cur.Accounts, cur.Seq = status, accounts, seq
+				return cur
+			}})
+		}
+		if err := applyUnit(ctx, b.cfg.Writer, &archive.Unit{Hosts: ups}); err != nil {
+			return fmt.Errorf("bootstrap: record the roster: %w", err)
+		}
+	}
+	return nil
 }
 
 // rosterPage reads one listHosts page, retrying transient failures and

@@ -73,3 +73,14 @@ func TestSchedulerRoundRobinUnderCap(t *testing.T) {
 		t.Fatalf("after a finished one: %+v %v", j, ok)
 	}
 }
+
+// TestRosterStatus: a roster status is stored only as a short lower-case
+// word; anything else a relay sends is "other".
+func TestRosterStatus(t *testing.T) {
+	for in, want := range map[string]string{"active": "active", "throttled": "throttled", "": "other", "ACTIVE": "other",
+		"act\xffive": "other", "a b": "other", string(make([]byte, 33)): "other"} {
+		if got := rosterStatus(in); got != want {
+			t.Fatalf("rosterStatus(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -125,8 +125,20 @@ func TestFleetFindsWhatTheRelayIndexMisses(t *testing.T) {
 					t.Fatalf("/status hosts: %+v", p)
 				}
 				for h := range 4 {
-					if _, err := e.store.HostListCursor(hostName(t, e.net, h)); err != nil {
+					name := hostName(t, e.net, h)
+					if _, err := e.store.HostListCursor(name); err != nil {
 						t.Fatalf("host %d checkpoint: %v", h, err)
+					}
+					// The roster is kept in host/<host>.
+					hs, err := e.store.HostState(name)
+					want := 0
+					for _, a := range e.listed() {
+						if a.Host == h {
+							want++
+						}
+					}
+					if err != nil || hs.Status != "active" || hs.Accounts != uint64(want) {
+						t.Fatalf("host %d row: %+v, %v; want active with %d accounts", h, hs, err, want)
 					}
 				}
 			case bootstrap.EnumerateRelay:
