@@ -419,39 +419,78 @@ func DecodeCounts(b []byte) (Counts, error) {
 // ---- host state -----------------------------------------------------------
 
 // HostState is what is kept about one PDS host: retry's parking (through
-// HostUpdate) and the writer's failure aggregate.
+// HostUpdate), the writer's failure aggregate, and the relay's listHosts
+// roster entry as a fleet bootstrap last read it (through HostUpdate).
 type HostState struct {
 	ParkedUntilUS int64  // unix µs; 0 = not parked
 	Failures      uint64 // repos in status failed whose final host this is; the writer's
 	LastErrClass  string
+	// Status, Accounts and Seq are the host's roster entry (status as the
+	// relay gave it, e.g. active; its account count and seq); Status ""
+	// when the host was never on a roster read.
+	Status   string
+	Accounts uint64
+	Seq      uint64
 }
 
-// EncodeHostState encodes [0x01][varint parked][uvarint failures][string class].
+// hostStateV2 is the host state with a roster entry; maxHostStatus bounds
+// its status.
+const (
+	hostStateV2   = 0x02
+	maxHostStatus = 64
+)
+
+// EncodeHostState encodes [0x01][varint parked][uvarint failures][string
+// class], and, for a host with a roster entry, version 2: the same then
+// [string status][uvarint accounts][uvarint seq].
 func EncodeHostState(h HostState) ([]byte, error) {
 	if len(h.LastErrClass) > 256 {
 		return nil, malformed("host error class is %d bytes", len(h.LastErrClass))
 	}
-	b := []byte{codecV1}
+	if len(h.Status) > maxHostStatus {
+		return nil, malformed("host roster status is %d bytes", len(h.Status))
+	}
+	roster := h.Status != "" || h.Accounts != 0 || h.Seq != 0
+	v := byte(codecV1)
+	if roster {
+		v = hostStateV2
+	}
+	b := []byte{v}
 	b = binary.AppendVarint(b, h.ParkedUntilUS)
 	b = binary.AppendUvarint(b, h.Failures)
-	return appendString(b, h.LastErrClass), nil
+	b = appendString(b, h.LastErrClass)
+	if roster {
+		b = appendString(b, h.Status)
+		b = binary.AppendUvarint(b, h.Accounts)
+		b = binary.AppendUvarint(b, h.Seq)
+	}
+	return b, nil
 }
 
-// DecodeHostState is the inverse of EncodeHostState.
+// DecodeHostState is the inverse of EncodeHostState: version 1 or 2, and a
+// version 2 value must carry a roster entry.
 func DecodeHostState(b []byte) (HostState, error) {
 	var h HostState
 	if len(b) == 0 {
 		return h, malformed("empty host state")
 	}
-	if b[0] != codecV1 {
+	if b[0] != codecV1 && b[0] != hostStateV2 {
 		return h, malformed("host state: unknown version 0x%02x", b[0])
 	}
 	d := decoder{b: b[1:]}
 	h.ParkedUntilUS = d.varint()
 	h.Failures = d.uvarint()
 	h.LastErrClass = d.str(256)
+	if b[0] == hostStateV2 {
+		h.Status = d.str(maxHostStatus)
+		h.Accounts = d.uvarint()
+		h.Seq = d.uvarint()
+	}
 	if err := d.finish("host state"); err != nil {
 		return HostState{}, err
+	}
+	if b[0] == hostStateV2 && h.Status == "" && h.Accounts == 0 && h.Seq == 0 {
+		return HostState{}, malformed("host state: version 2 without a roster entry")
 	}
 	return h, nil
 }

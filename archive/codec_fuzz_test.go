@@ -102,6 +102,8 @@ func FuzzDecodeCounts(f *testing.F) {
 func FuzzDecodeHostState(f *testing.F) {
 	b, _ := EncodeHostState(HostState{ParkedUntilUS: 1, Failures: 2, LastErrClass: "rate_limited"})
 	f.Add(b)
+	b, _ = EncodeHostState(HostState{Failures: 2, Status: "active", Accounts: 900, Seq: 12})
+	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, err := DecodeHostState(b)
 		if err != nil {

@@ -23,6 +23,9 @@ var (
 	KeyCursorListRepos    = []byte("cursor/listrepos")
 	KeyCursorListLast     = []byte("cursor/listrepos_last")
 	KeyCursorMerge        = []byte("cursor/merge")
+	// PrefixCursorHostList holds a fleet bootstrap's per-host listRepos
+	// checkpoints, cursor/hostlist/<host>, valued like cursor/listrepos.
+	PrefixCursorHostList = []byte("cursor/hostlist/")
 
 	// KeyRelaySilentAt: capture's wait for a first frame expired while the
 	// relay had sent nothing, so cursor/relay is absent because there was
@@ -84,6 +87,9 @@ func RepoKey(did string) []byte { return withSuffix(PrefixRepo, did) }
 
 // RevKey is rev/<did>, the per-account ratchet.
 func RevKey(did string) []byte { return withSuffix(PrefixRev, did) }
+
+// HostListCursorKey is cursor/hostlist/<host>.
+func HostListCursorKey(host string) []byte { return withSuffix(PrefixCursorHostList, host) }
 
 // HostKey is host/<host>.
 func HostKey(host string) []byte { return withSuffix(PrefixHost, host) }

@@ -27,6 +27,7 @@ func (s *Store) CommitSteadyState(now time.Time) error {
 	_ = b.Delete(KeyCursorMerge, nil)
 	_ = b.Delete(KeyCursorListRepos, nil)
 	_ = b.Delete(KeyCursorListLast, nil)
+	_ = b.DeleteRange(PrefixCursorHostList, prefixEnd(PrefixCursorHostList), nil)
 	_ = b.Set(KeyPhase, phase, nil)
 	_ = b.Set(KeyPhaseEnteredAt, EncodeTime(now), nil)
 	return s.commit("commit steady_state", b)

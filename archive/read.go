@@ -79,6 +79,12 @@ func (s *Store) ListCursor(last bool) (ListCursor, error) {
 	return get(s.db, KeyCursorListRepos, DecodeListCursor)
 }
 
+// HostListCursor reads cursor/hostlist/<host>, a fleet bootstrap's
+// checkpoint of host's own listing.
+func (s *Store) HostListCursor(host string) (ListCursor, error) {
+	return get(s.db, HostListCursorKey(host), DecodeListCursor)
+}
+
 // RepoState reads repo/<did>.
 func (s *Store) RepoState(did string) (RepoState, error) {
 	return get(s.db, RepoKey(did), DecodeRepoState)

@@ -66,6 +66,11 @@
 //     for with archive.Acks.Wait (a receipt that arrived before the writer
 //     stopped still counts).
 //
+// Request.Host (a fleet bootstrap) downloads the repo from that PDS host
+// directly through a HostSource (upstream.Client.HostGetRepo) instead of
+// the relay's redirect; the host that answered is kept in repo/<did> as
+// for any download.
+//
 // # Whole-repo replacement
 //
 // Request.Replace runs the same job as a replacement: its first unit is a

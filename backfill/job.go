@@ -210,7 +210,19 @@ type Request struct {
 	// records. Bootstrap jobs (Replace false) ignore it: RepoNotFound is
 	// complete with no rows there (E11).
 	Active bool
+	// Host, when set, is the PDS host (host[:port]) that listed the repo
+	// in a fleet bootstrap: the download asks it directly (the Source must
+	// be a HostSource) instead of following the relay's redirect.
+	Host string
 }
+
+// HostSource downloads a repository from a named PDS host
+// (upstream.Client).
+type HostSource interface {
+	HostGetRepo(ctx context.Context, host, did string) (*upstream.Download, error)
+}
+
+var _ HostSource = (*upstream.Client)(nil)
 
 // Result is the durable outcome of a job.
 type Result struct {
@@ -303,7 +315,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 	ordinary, limited := 0, 0
 	for {
 		res.Attempts++
-		prep, err := r.attempt(ctx, req.DID)
+		prep, err := r.attempt(ctx, req.DID, req.Host)
 		if prep != nil {
 			res.Host = prep.host
 		} else if h := errHost(err); h != "" {
@@ -368,11 +380,23 @@ type prepared struct {
 	release func()
 }
 
+// download fetches did through the relay, or from host directly when set.
+func (r *Runner) download(ctx context.Context, did, host string) (*upstream.Download, error) {
+	if host == "" {
+		return r.o.Source.GetRepo(ctx, did)
+	}
+	hs, ok := r.o.Source.(HostSource)
+	if !ok {
+		return nil, fmt.Errorf("backfill: %s: a download from host %s needs a source that can ask a host directly", did, host)
+	}
+	return hs.HostGetRepo(ctx, host, did)
+}
+
 // attempt downloads and verifies once under the attempt deadline. The
 // deadline pauses while the job waits for memory. The scratch file is
 // removed on every outcome: before attempt returns, or (a CAR verified from
 // its file) by the prepared snapshot's release.
-func (r *Runner) attempt(ctx context.Context, did string) (*prepared, error) {
+func (r *Runner) attempt(ctx context.Context, did, host string) (*prepared, error) {
 	deadline := r.o.AttemptTimeout
 	actx, cancel := context.WithTimeoutCause(ctx, deadline, errAttemptTimeout)
 	doc, err := r.identity(actx, did)
@@ -382,7 +406,7 @@ func (r *Runner) attempt(ctx context.Context, did string) (*prepared, error) {
 	}
 	t0 := time.Now()
 	r.o.Metrics.getRepoStart()
-	dl, err := r.o.Source.GetRepo(actx, did)
+	dl, err := r.download(actx, did, host)
 	elapsed := time.Since(t0)
 	r.o.Metrics.getRepoEnd(elapsed.Seconds())
 	timedOut := context.Cause(actx) == errAttemptTimeout

@@ -119,7 +119,7 @@ func BenchmarkJobPrepare(b *testing.B) {
 			b.SetBytes(size)
 			b.ReportAllocs()
 			for b.Loop() {
-				p, err := r.attempt(context.Background(), did)
+				p, err := r.attempt(context.Background(), did, "")
 				if err != nil {
 					b.Fatal(err)
 				}

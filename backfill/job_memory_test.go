@@ -25,7 +25,7 @@ func peakPrepare(t *testing.T, src *fileSource, did string, budget int64) (peak 
 	}
 	base := heapLive()
 	h := startHeapSampler()
-	p, err := r.attempt(context.Background(), did)
+	p, err := r.attempt(context.Background(), did, "")
 	if err == nil {
 		err = p.snap.Records(func(Record) error { records++; return nil })
 		p.release()
@@ -118,7 +118,7 @@ func TestJobDeadlinePausesForMemory(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		p, err := r.attempt(context.Background(), did)
+		p, err := r.attempt(context.Background(), did, "")
 		if err == nil {
 			p.release()
 		}

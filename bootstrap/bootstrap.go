@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/backstream/backstream/archive"
@@ -49,6 +50,15 @@ type Config struct {
 	Writer backfill.Writer
 	// Source pages listRepos. Required unless Repos is set.
 	Source upstream.RepoSource
+	// Fleet reads the relay's roster and each host's own listing (hosts
+	// mode); nil runs relay mode.
+	Fleet FleetSource
+	// Enumerate is EnumerateHosts, EnumerateRelay, or "" for hosts when
+	// the relay answers listHosts, else relay.
+	Enumerate string
+	// HostWorkers caps the concurrent jobs of one host in hosts mode
+	// (the relay mode's cap is the download client's). Default 8.
+	HostWorkers int
 	// Jobs runs backfill jobs. Required.
 	Jobs Jobs
 
@@ -103,6 +113,17 @@ func (c *Config) defaults() error {
 	if c.Workers <= 0 {
 		c.Workers = DefaultWorkers
 	}
+	if c.HostWorkers <= 0 {
+		c.HostWorkers = DefaultHostWorkers
+	}
+	switch c.Enumerate {
+	case "", EnumerateHosts, EnumerateRelay:
+	default:
+		return fmt.Errorf("bootstrap: enumerate %q: want hosts or relay", c.Enumerate)
+	}
+	if len(c.Repos) > 0 || c.MaxRepos > 0 {
+		c.Enumerate = EnumerateRelay // the debug modes list no hosts
+	}
 	if c.Window <= 0 {
 		c.Window = DefaultWindow
 	}
@@ -139,9 +160,11 @@ type Bootstrap struct {
 	// the enumerator (adds) and the coordinator (removes after the
 	// terminal state is durable).
 	mu       sync.Mutex
-	inflight map[string]struct{}
+	inflight map[string]attribution
 
-	prog progressState
+	prog      progressState
+	fleet     atomic.Pointer[fleetState] // hosts mode; nil in relay mode
+	listSlots *semaphore.Weighted        // hosts mode: listRepos requests at once (Workers)
 }
 
 // New validates cfg.
@@ -149,7 +172,7 @@ func New(cfg Config) (*Bootstrap, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	return &Bootstrap{cfg: cfg, inflight: make(map[string]struct{})}, nil
+	return &Bootstrap{cfg: cfg, inflight: make(map[string]attribution)}, nil
 }
 
 // recordedBatch is a batch of repos made durable as not_started.
@@ -160,7 +183,7 @@ type recordedBatch struct {
 
 // outcome is a job's result as a worker reports it.
 type outcome struct {
-	did string
+	job
 	res backfill.Result
 	err error
 }
@@ -193,6 +216,13 @@ func (b *Bootstrap) Run(ctx context.Context) error {
 	case b.cfg.MaxRepos > 0:
 		log.Info("bootstrap: --max-repos: enumeration stops after the limit and commits no resumable cursor", "max_repos", b.cfg.MaxRepos)
 	default:
+		lanes, err := b.fleetLanes(ctx)
+		if err != nil {
+			return b.stopped(ctx, err)
+		}
+		if lanes != nil {
+			return b.coordinate(ctx, lanes)
+		}
 		c, err := b.cfg.Store.ListCursor(false)
 		switch {
 		case errors.Is(err, archive.ErrNotFound):
@@ -215,7 +245,7 @@ func (b *Bootstrap) Run(ctx context.Context) error {
 			log.Info("bootstrap: resuming enumeration from the checkpoint", "cursor_bytes", len(start.cursor.Cursor))
 		}
 	}
-	return b.coordinate(ctx, start, listing)
+	return b.coordinate(ctx, []lane{{start: start, listing: listing}})
 }
 
 func (b *Bootstrap) stopped(ctx context.Context, err error) error {
@@ -225,36 +255,53 @@ func (b *Bootstrap) stopped(ctx context.Context, err error) error {
 	return err
 }
 
-// coordinate runs the enumerator and the workers and owns the watermark.
-func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing bool) error {
+// coordinate runs the enumerators (one per lane: the relay's listing, or
+// each host's), the workers and the scheduler, and owns the watermarks.
+func (b *Bootstrap) coordinate(parent context.Context, lanes []lane) error {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	cfg := &b.cfg
 	log := cfg.Logger
+	fleet := lanes[0].host != ""
 
-	window := semaphore.NewWeighted(int64(cfg.Window))
 	pagesCh := make(chan *pageMsg)
-	enumErr := make(chan error, 1)
-	dispatch := make(chan string)
+	enumErr := make(chan error, len(lanes))
+	dispatch := make(chan job)
 	results := make(chan outcome)
 	var wg sync.WaitGroup
 	defer wg.Wait() // after cancel (deferred first-in, last-out: cancel runs before Wait)
 	defer cancel()
 
-	enumerating := listing
-	if len(cfg.Repos) > 0 {
-		enumerating = true
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			enumErr <- b.listed(ctx, pagesCh)
-		}()
-	} else if listing {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			enumErr <- b.enumerate(ctx, start.cursor.Cursor, window, pagesCh)
-		}()
+	// Each lane has its own watermark and window (the relay's the whole
+	// window; a host's its share, at least a page), so a slow host holds
+	// back only its own listing.
+	wms := make(map[string]*watermark, len(lanes))
+	windows := make(map[string]*semaphore.Weighted, len(lanes))
+	laneWindow := int64(cfg.Window)
+	if fleet {
+		laneWindow = max(int64(cfg.PageLimit), int64(cfg.Window/len(lanes)))
+	}
+	enumerating := 0
+	for _, l := range lanes {
+		l.start.host = l.host
+		wms[l.host] = &watermark{pending: l.start}
+		windows[l.host] = semaphore.NewWeighted(laneWindow)
+		switch {
+		case len(cfg.Repos) > 0:
+			enumerating++
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				enumErr <- b.listed(ctx, pagesCh)
+			}()
+		case l.listing:
+			enumerating++
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				enumErr <- b.enumerate(ctx, l.host, l.start.cursor.Cursor, windows[l.host], pagesCh)
+			}()
+		}
 	}
 	// The recorder makes batches of dispatched repos durable as not_started
 	// just before they go to the workers, so after a crash only those
@@ -267,9 +314,9 @@ func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing
 	})
 	defer close(recordReq)
 	for range cfg.Workers {
-		serve(ctx, &wg, dispatch, results, func(did string) outcome {
-			res, err := cfg.Jobs.Run(ctx, backfill.Request{DID: did})
-			return outcome{did: did, res: res, err: err}
+		serve(ctx, &wg, dispatch, results, func(j job) outcome {
+			res, err := cfg.Jobs.Run(ctx, backfill.Request{DID: j.did, Host: j.host})
+			return outcome{job: j, res: res, err: err}
 		})
 	}
 	defer close(dispatch)
@@ -281,29 +328,47 @@ func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing
 	defer close(ckReq)
 
 	checkpointing := len(cfg.Repos) == 0 && cfg.MaxRepos == 0
-	wm := &watermark{pending: start}
 	pageOf := make(map[string]*page)
 	var queue []string // dispatched by a page, not yet durable as not_started
 	// unrecorded: the repos of queue the store does not know yet (Progress.Unrecorded).
 	unrecorded := make(map[string]struct{})
-	var ready []string // durable as not_started, waiting for a worker
+	hostCap := cfg.Workers // relay mode: the download client caps hosts
+	if fleet {
+		hostCap = cfg.HostWorkers
+	}
+	ready := newScheduler(hostCap) // durable as not_started, waiting for a worker
 	recording := false
 	recordingLen := 0 // repos of the batch being recorded
 	batchSize := max(cfg.Workers, 16)
 	inflight := 0
 	ckOutstanding := false
 	var ckSubmitted checkpoint
-	durable := start
-	var durableCovered int64 // entries covered by the durable checkpoint
+	durable := lanes[0].start
+	var durableCovered int64 // entries covered by the durable checkpoints
 	var coveredAtSubmit int64
 	var enumerated int64
 	var pageIdx int64
+	covered := func() int64 {
+		var n int64
+		for _, wm := range wms {
+			n += wm.covered
+		}
+		return n
+	}
+	outstanding := func() bool {
+		for _, wm := range wms {
+			if wm.outstanding() > 0 {
+				return true
+			}
+		}
+		return false
+	}
 
 	ticker := time.NewTicker(cfg.ProgressEvery)
 	defer ticker.Stop()
 	b.prog.set(func(p *Progress) {
 		p.State = StateRunning
-		p.ListingFinished = !listing && len(cfg.Repos) == 0
+		p.ListingFinished = enumerating == 0 && len(cfg.Repos) == 0
 		p.Checkpoint = describe(durable)
 	})
 	b.tick(true)
@@ -312,7 +377,13 @@ func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing
 		if !checkpointing || ckOutstanding {
 			return nil
 		}
-		c, ok := wm.take()
+		var c checkpoint
+		ok := false
+		for _, l := range lanes {
+			if c, ok = wms[l.host].take(); ok {
+				break
+			}
+		}
 		if !ok {
 			return nil
 		}
@@ -322,34 +393,40 @@ func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing
 			return parent.Err()
 		}
 		ckOutstanding, ckSubmitted = true, c
-		coveredAtSubmit = wm.covered
+		coveredAtSubmit = covered()
 		return nil
 	}
-	advance := func() error {
+	advance := func(host string) error {
+		wm := wms[host]
 		for _, p := range wm.advance() {
-			window.Release(p.weight)
+			windows[host].Release(p.weight)
+			if p.final && fleet && !p.cut {
+				b.hosts().set(host, HostDone)
+			}
 		}
 		if !checkpointing {
-			durableCovered = wm.covered
+			durableCovered = covered()
 		}
 		cfg.Metrics.setLag(enumerated - durableCovered)
 		return submitCheckpoint()
 	}
 
 	for {
-		finished := !enumerating && wm.outstanding() == 0 && len(queue) == 0 && len(ready) == 0 &&
+		finished := enumerating == 0 && !outstanding() && len(queue) == 0 && ready.len() == 0 &&
 			!recording && inflight == 0 && !ckOutstanding
 		if finished {
-			if _, dirty := wm.take(); dirty && checkpointing {
-				// Unreachable: advance submits whenever the watermark moves.
-				return errors.New("bootstrap: internal: checkpoint left unsubmitted")
+			for _, wm := range wms {
+				if _, dirty := wm.take(); dirty && checkpointing {
+					// Unreachable: advance submits whenever a watermark moves.
+					return errors.New("bootstrap: internal: checkpoint left unsubmitted")
+				}
 			}
 			b.prog.set(func(p *Progress) { p.State = StateDone; p.Checkpoint = describe(durable) })
 			b.tick(true)
 			log.Info("bootstrap: done: the listing has ended and every repo is durably terminal")
 			return nil
 		}
-		if !recording && len(queue) > 0 && len(ready) < cfg.Workers {
+		if !recording && len(queue) > 0 && ready.len() < cfg.Workers {
 			n := min(len(queue), batchSize)
 			batch := slices.Clone(queue[:n])
 			clear(queue[:n])
@@ -361,31 +438,39 @@ func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing
 				return parent.Err()
 			}
 		}
-		var out chan string
-		var head string
-		if len(ready) > 0 {
-			out, head = dispatch, ready[0]
+		var out chan job
+		head, ok := ready.peek()
+		for ok && fleet {
+			// A repo listed again by a host with a newer rev is fetched there.
+			h := b.hostFor(head.did)
+			if h == head.host {
+				break
+			}
+			ready.move(head, h)
+			head, ok = ready.peek()
 		}
-		queued := len(queue) + len(ready) + recordingLen
+		if ok {
+			out = dispatch
+		}
+		queued := len(queue) + ready.len() + recordingLen
 		b.prog.set(func(p *Progress) { p.Queued, p.InFlight, p.Unrecorded = queued, inflight, int64(len(unrecorded)) })
 		cfg.Metrics.setQueued(queued + inflight)
 		select {
 		case out <- head:
-			ready[0] = ""
-			ready = ready[1:]
+			ready.take(head)
 			inflight++
 		case rb := <-recorded:
 			recording, recordingLen = false, 0
 			if rb.err != nil {
 				return b.stopped(parent, rb.err)
 			}
-			ready = append(ready, rb.dids...)
 			for _, d := range rb.dids {
+				ready.push(b.hostFor(d), d)
 				delete(unrecorded, d)
 			}
 		case pm := <-pagesCh:
 			pageIdx++
-			p := &page{idx: pageIdx, reqCursor: pm.reqCursor, next: pm.next, final: pm.final, cut: pm.cut,
+			p := &page{idx: pageIdx, host: pm.host, reqCursor: pm.reqCursor, next: pm.next, final: pm.final, cut: pm.cut,
 				entries: pm.entries, remaining: len(pm.dispatch), weight: pm.weight}
 			for _, did := range pm.dispatch {
 				pageOf[did] = p
@@ -395,24 +480,26 @@ func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing
 				unrecorded[d] = struct{}{}
 			}
 			enumerated += int64(pm.entries)
-			wm.add(p)
+			wms[pm.host].add(p)
 			b.prog.set(func(pr *Progress) {
 				pr.Pages++
 				pr.Enumerated = enumerated
 				pr.Discovered += int64(pm.discovered)
 			})
-			if err := advance(); err != nil {
+			if err := advance(pm.host); err != nil {
 				return err
 			}
 		case err := <-enumErr:
-			enumErr = nil
 			if err != nil {
 				return b.stopped(parent, err)
 			}
-			enumerating = false
-			b.prog.set(func(p *Progress) { p.ListingFinished = len(cfg.Repos) == 0 })
+			if enumerating--; enumerating == 0 {
+				enumErr = nil
+				b.prog.set(func(p *Progress) { p.ListingFinished = len(cfg.Repos) == 0 })
+			}
 		case o := <-results:
 			inflight--
+			ready.done(o.host)
 			if o.err != nil {
 				if errors.Is(o.err, backfill.ErrCanceled) && parent.Err() != nil {
 					return parent.Err()
@@ -426,16 +513,19 @@ func (b *Bootstrap) coordinate(parent context.Context, start checkpoint, listing
 			b.mu.Unlock()
 			b.prog.record(&o.res)
 			if p != nil {
-				wm.done(p)
-			}
-			if err := advance(); err != nil {
-				return err
+				wms[p.host].done(p)
+				if err := advance(p.host); err != nil {
+					return err
+				}
 			}
 		case err := <-ckDone:
 			if err != nil {
 				return b.stopped(parent, err)
 			}
-			durable, durableCovered = ckSubmitted, coveredAtSubmit
+			if ckSubmitted.host == "" {
+				durable = ckSubmitted
+			}
+			durableCovered = coveredAtSubmit
 			ckOutstanding = false
 			cfg.Metrics.setLag(enumerated - durableCovered)
 			b.prog.set(func(p *Progress) { p.Checkpoint = describe(durable); p.CheckpointLag = enumerated - durableCovered })

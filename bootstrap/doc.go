@@ -1,5 +1,6 @@
 // Package bootstrap owns the whole-network first pass: enumeration of the
-// relay's repositories (listRepos), dispatch to a pool of backfill jobs
+// relay's repositories (listRepos) or, in hosts mode, of every PDS host of
+// the relay's listHosts roster on the host itself (fleet.go), dispatch to a pool of backfill jobs
 // (package backfill), the completion watermark and the durable listRepos
 // checkpoint, the restart pass, progress reporting, and the bootstrap →
 // merging commit point (EnterMerging). It does not download or verify a
@@ -77,6 +78,28 @@
 //
 // A listRepos cursor that repeats any cursor of this run ends the listing
 // as if on the last page (counted: backstream_listrepos_cursor_loops_total).
+//
+// # Hosts mode (the fleet bootstrap)
+//
+// Config.Enumerate "hosts" (or "" when the relay answers listHosts) pages
+// the roster (retried on the listing budgets; a 501 means the relay has no
+// listHosts), records every entry in its host/<host> row (status, account
+// count, seq: HostUpdates, the writer the only writer of host/), skips and
+// counts hosts whose status is not active, and runs
+// one lane per active host: its own enumerator (HostListRepos), its own
+// watermark, its own share of the window (Window / hosts, at least a page)
+// and its own checkpoint, cursor/hostlist/<host>, with the same
+// completion-watermark rule as the relay's cursor/listrepos. Every
+// invariant above holds per lane; the restart pass, the recorder and the
+// in-flight set are shared. A host's first page is never waited for: a
+// host that is down, slow past its budgets, returns garbage or loops its
+// cursor is cut alone (HostFailing on /status, its checkpoint left where it
+// was, listed again at the next start) and the others go on. A repo is
+// fetched from the host that listed it (backfill.Request.Host); listed by a
+// second host with a newer rev before a worker took it, it is fetched from
+// that host instead (Progress.Hosts.Reattributed). Dispatch is round-robin
+// over the hosts with ready repos, each under HostWorkers concurrent jobs,
+// so a slow host holds at most its cap of workers.
 //
 // # Tricky bits: a listing cut short
 //

@@ -26,6 +26,7 @@ import (
 
 // pageMsg is a page whose new repos are durable, handed to the coordinator.
 type pageMsg struct {
+	host       string // the PDS host listed (fleet mode); "" for the relay
 	reqCursor  string
 	next       string
 	final      bool
@@ -37,9 +38,10 @@ type pageMsg struct {
 	discovered int
 }
 
-// enumerate pages listRepos from cursor until the listing ends, holding
-// window credit for every entry of every page not yet checkpointed.
-func (b *Bootstrap) enumerate(ctx context.Context, cursor string, window *semaphore.Weighted, out chan<- *pageMsg) error {
+// enumerate pages listRepos (the relay's, or host's own when host is set)
+// from cursor until the listing ends, holding window credit for every
+// entry of every page not yet checkpointed.
+func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, window *semaphore.Weighted, out chan<- *pageMsg) error {
 	cfg := &b.cfg
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
 	seen := map[[16]byte]struct{}{}
@@ -58,15 +60,17 @@ func (b *Bootstrap) enumerate(ctx context.Context, cursor string, window *semaph
 	listed := 0
 	// Until a first page arrives, a listing that has never listed anything
 	// waits for the relay rather than ending empty.
-	patient := cursor == ""
+	// A host of the fleet is never waited for: it fails alone.
+	patient := cursor == "" && host == ""
 	for {
-		pg, err := b.listPage(ctx, cursor, patient)
+		pg, err := b.listPage(ctx, host, cursor, patient)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return b.cutListing(ctx, cursor, upstream.CutReason(err), err, out)
+			return b.cutListing(ctx, host, cursor, upstream.CutReason(err), err, out)
 		}
+		b.hosts().listed(host)
 		patient = false
 		cfg.Metrics.page()
 		next, final := pg.Cursor, pg.Cursor == ""
@@ -77,7 +81,7 @@ func (b *Bootstrap) enumerate(ctx context.Context, cursor string, window *semaph
 		case !final && (next == cursor || mark(next)):
 			cfg.Metrics.loop()
 			cfg.Logger.Warn("bootstrap: listRepos returned a cursor it had already returned; the listing ends here as if this were the last page",
-				"cursor_bytes", len(next))
+				"host", host, "cursor_bytes", len(next))
 			next, final = "", true
 		}
 		entries := pg.Repos
@@ -93,15 +97,15 @@ func (b *Bootstrap) enumerate(ctx context.Context, cursor string, window *semaph
 		if err := window.Acquire(ctx, weight); err != nil {
 			return err
 		}
-		msg, err := b.record(ctx, entries, true, rng)
+		msg, err := b.record(ctx, host, entries, true, rng)
 		if err != nil {
 			window.Release(weight)
 			return err
 		}
-		msg.reqCursor, msg.next, msg.final, msg.weight = cursor, next, final, weight
+		msg.host, msg.reqCursor, msg.next, msg.final, msg.weight = host, cursor, next, final, weight
 		if cut != "" {
 			msg.cut = true
-			b.logCut(cursor, cut, fmt.Errorf("a cursor of %d bytes (at most %d)", pg.CursorRefused, archive.MaxListCursor))
+			b.logCut(host, cursor, cut, fmt.Errorf("a cursor of %d bytes (at most %d)", pg.CursorRefused, archive.MaxListCursor))
 		}
 		select {
 		case out <- msg:
@@ -119,19 +123,24 @@ func (b *Bootstrap) enumerate(ctx context.Context, cursor string, window *semaph
 // could not be used (reason, err): an empty last page marked cut, so the
 // checkpoint stays at cursor (watermark.advance) and bootstrap goes on with
 // what it listed. Upstream data is never fatal.
-func (b *Bootstrap) cutListing(ctx context.Context, cursor, reason string, err error, out chan<- *pageMsg) error {
-	b.logCut(cursor, reason, err)
+func (b *Bootstrap) cutListing(ctx context.Context, host, cursor, reason string, err error, out chan<- *pageMsg) error {
+	b.logCut(host, cursor, reason, err)
 	select {
-	case out <- &pageMsg{reqCursor: cursor, final: true, cut: true}:
+	case out <- &pageMsg{host: host, reqCursor: cursor, final: true, cut: true}:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-// logCut counts a listing cut short and says so, once per listing.
-func (b *Bootstrap) logCut(cursor, reason string, err error) {
+// logCut counts a listing cut short and says so, once per listing (a
+// fleet host's: fleet.go).
+func (b *Bootstrap) logCut(host, cursor, reason string, err error) {
 	b.cfg.Metrics.cut(reason)
+	if host != "" {
+		b.hosts().cut(b.cfg.Logger, host, reason, err)
+		return
+	}
 	b.prog.set(func(p *Progress) { p.ListingCut = reason })
 	b.cfg.Logger.Error("bootstrap: the listing ends early: a listRepos page cannot be used; bootstrap goes on with the repos listed so far, "+
 		"and discovery lists again from this page after bootstrap",
@@ -148,7 +157,7 @@ func (b *Bootstrap) listed(ctx context.Context, out chan<- *pageMsg) error {
 		}
 		entries = append(entries, upstream.RepoEntry{DID: d, Active: true})
 	}
-	msg, err := b.record(ctx, entries, false, nil)
+	msg, err := b.record(ctx, "", entries, false, nil)
 	if err != nil {
 		return err
 	}
@@ -164,7 +173,7 @@ func (b *Bootstrap) listed(ctx context.Context, out chan<- *pageMsg) error {
 // record decides every entry of a page against the store, makes the new
 // and flipped states durable in one unit, and returns the repos to
 // dispatch (shuffled when rng is set, else in page order).
-func (b *Bootstrap) record(ctx context.Context, entries []upstream.RepoEntry, shuffle bool, rng *rand.Rand) (*pageMsg, error) {
+func (b *Bootstrap) record(ctx context.Context, host string, entries []upstream.RepoEntry, shuffle bool, rng *rand.Rand) (*pageMsg, error) {
 	msg := &pageMsg{entries: len(entries)}
 	var ups []archive.RepoUpdate
 	inPage := make(map[string]struct{}, len(entries))
@@ -177,10 +186,7 @@ func (b *Bootstrap) record(ctx context.Context, entries []upstream.RepoEntry, sh
 		// In flight first, then the store: a job removes its DID from the
 		// in-flight set only after its terminal state is durable, so a DID
 		// absent from the set is either new or visible as terminal below.
-		b.mu.Lock()
-		_, busy := b.inflight[e.DID]
-		b.mu.Unlock()
-		if busy {
+		if b.listedAgain(host, e) {
 			continue
 		}
 		st, err := b.cfg.Store.RepoState(e.DID)
@@ -218,9 +224,13 @@ func (b *Bootstrap) record(ctx context.Context, entries []upstream.RepoEntry, sh
 	}
 	b.cfg.Metrics.discover(0, newInactive)
 	msg.discovered = newInactive
+	revs := make(map[string]string, len(msg.dispatch))
+	for _, e := range entries {
+		revs[e.DID] = e.Rev
+	}
 	b.mu.Lock()
 	for _, d := range msg.dispatch {
-		b.inflight[d] = struct{}{}
+		b.inflight[d] = attribution{host: host, rev: revs[d]}
 	}
 	b.mu.Unlock()
 	if shuffle && rng != nil {
@@ -291,13 +301,13 @@ func boundedStatus(s string) string {
 // patient call (nothing listed yet) never gives up on a transient failure
 // or a 429: it keeps retrying at the longest wait, since ending a listing
 // that has listed nothing would archive nothing.
-func (b *Bootstrap) listPage(ctx context.Context, cursor string, patient bool) (upstream.Page, error) {
+func (b *Bootstrap) listPage(ctx context.Context, host, cursor string, patient bool) (upstream.Page, error) {
 	cfg := &b.cfg
 	bo := backoff.Policy{Base: backfill.DefaultBackoffBase, Max: backfill.DefaultBackoffMax}
 	ordinary, limited := 0, 0
 	overtime := false
 	for {
-		pg, err := cfg.Source.ListRepos(ctx, cursor, cfg.PageLimit)
+		pg, err := b.listOnce(ctx, host, cursor)
 		if err == nil {
 			return pg, nil
 		}
@@ -322,7 +332,7 @@ func (b *Bootstrap) listPage(ctx context.Context, cursor string, patient bool) (
 		}
 		switch {
 		case ordinary <= cfg.ListRetries && limited <= backfill.DefaultRateLimitRetries:
-			cfg.Logger.Warn("bootstrap: listRepos failed; retrying", "class", class.String(), "wait", wait, "err", err)
+			cfg.Logger.Warn("bootstrap: listRepos failed; retrying", "host", host, "class", class.String(), "wait", wait, "err", err)
 		case !patient:
 			return upstream.Page{}, fmt.Errorf("bootstrap: listRepos: retries spent: %w", err)
 		case !overtime:

@@ -17,6 +17,7 @@ type Metrics struct {
 	pending    prometheus.Counter
 	queued     prometheus.Gauge
 	listErrs   *prometheus.CounterVec
+	skipped    prometheus.Counter
 }
 
 // NewMetrics registers the bootstrap metrics on reg (nil: unregistered).
@@ -29,6 +30,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		pages: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_listrepos_pages_total",
 			Help: "listRepos pages enumerated (their new repos durable as not_started).",
+		}),
+		skipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_bootstrap_hosts_skipped_total",
+			Help: "Hosts of the relay's listHosts roster skipped by a fleet bootstrap because their status is not active.",
 		}),
 		loops: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_listrepos_cursor_loops_total",
@@ -66,7 +71,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.listErrs.WithLabelValues(c.String())
 	}
 	if reg != nil {
-		reg.MustRegister(m.lag, m.pages, m.loops, m.cuts, m.discovered, m.pending, m.queued, m.listErrs)
+		reg.MustRegister(m.lag, m.pages, m.skipped, m.loops, m.cuts, m.discovered, m.pending, m.queued, m.listErrs)
 	}
 	return m
 }
@@ -118,5 +123,11 @@ func (m *Metrics) setQueued(n int) {
 func (m *Metrics) listError(class string) {
 	if m != nil {
 		m.listErrs.WithLabelValues(class).Inc()
+	}
+}
+
+func (m *Metrics) hostsSkipped(n int) {
+	if m != nil {
+		m.skipped.Add(float64(n))
 	}
 }

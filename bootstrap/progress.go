@@ -74,6 +74,9 @@ type Progress struct {
 	ReposPerSec   float64 `json:"repos_per_sec"`
 	RecordsPerSec float64 `json:"records_per_sec"`
 	ETASeconds    float64 `json:"eta_seconds"`
+	// Hosts is the fleet bootstrap's roster and hosts by state; absent in
+	// relay mode.
+	Hosts *HostsProgress `json:"hosts,omitempty"`
 }
 
 type sample struct {
@@ -144,7 +147,11 @@ func fraction(n, of int64) float64 {
 }
 
 // Progress returns a snapshot of the run. Safe to call at any time.
-func (b *Bootstrap) Progress() Progress { return b.prog.get() }
+func (b *Bootstrap) Progress() Progress {
+	p := b.prog.get()
+	p.Hosts = b.hosts().snapshot()
+	return p
+}
 
 const rateWindow = time.Minute
 

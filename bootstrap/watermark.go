@@ -11,6 +11,7 @@ import "github.com/backstream/backstream/archive"
 // page is one listRepos page as enumeration saw it.
 type page struct {
 	idx       int64
+	host      string // the lane: "" for the relay's listing, else the host's
 	reqCursor string // the cursor the page was requested with ("" = first page)
 	next      string // the cursor after it ("" when final)
 	final     bool   // the listing ends with this page
@@ -22,6 +23,7 @@ type page struct {
 
 // checkpoint is the durable form of the watermark.
 type checkpoint struct {
+	host   string // "" for the relay's listing (cursor/listrepos), else cursor/hostlist/<host>
 	cursor archive.ListCursor
 	last   string // the last non-empty cursor covered ("" = none yet)
 }
@@ -97,6 +99,9 @@ func checkpointPuts(c checkpoint) ([]archive.KV, error) {
 	v, err := archive.EncodeListCursor(c.cursor)
 	if err != nil {
 		return nil, err
+	}
+	if c.host != "" {
+		return []archive.KV{{Key: archive.HostListCursorKey(c.host), Value: v}}, nil
 	}
 	puts := []archive.KV{{Key: archive.KeyCursorListRepos, Value: v}}
 	if c.last != "" {

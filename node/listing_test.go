@@ -198,7 +198,7 @@ func runListingNode(t *testing.T, net *oracle.Network) (*node.Node, *prometheus.
 	phases := make(chan archive.Phase, 8)
 	cfg := node.Config{
 		DataDir: t.TempDir(), Relay: net.RelayURL(), Store: archive.Options{Logger: quiet, CacheSize: 8 << 20},
-		Bootstrap:   bootstrap.Config{Workers: 8, PageLimit: listingPage},
+		Bootstrap:   bootstrap.Config{Workers: 8, PageLimit: listingPage, Enumerate: bootstrap.EnumerateRelay}, // the relay's listing is under test
 		CaptureWait: 100 * time.Millisecond, Registry: reg, Logger: quiet,
 		JobBackoffBase: 10 * time.Millisecond, JobBackoffMax: 50 * time.Millisecond,
 		RetryInterval: 100 * time.Millisecond, RetryMaxDelay: 300 * time.Millisecond, RetryScanPeriod: 100 * time.Millisecond,

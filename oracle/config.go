@@ -61,6 +61,14 @@ type Config struct {
 	Traffic       string  // "full" (default), "basic" or "none"
 	Faults        string  // fault profile: "none" (default), "flaky", "hostile"
 	PreloadEvents int     // events generated before the listeners open, kept in the history
+	// RelayIndexMissing is the fraction (0..1) of accounts the relay's own
+	// listRepos leaves out, as a rebuilt relay index does; each PDS still
+	// lists them (Network.RelayIndexOmits says which).
+	RelayIndexMissing float64
+	// SlowHost and SlowHostDelay: PDS host SlowHost answers every request
+	// SlowHostDelay late (Faults.SlowHost); a zero delay is no slow host.
+	SlowHost      int
+	SlowHostDelay time.Duration
 
 	Retention        int           // max events kept in the firehose history; 0 = unlimited
 	SubscriberBuffer int           // live events a subscriber may lag before ConsumerTooSlow; default 100000
@@ -146,6 +154,10 @@ func (c Config) Validate() error {
 		return bad("subscriber-buffer", c.SubscriberBuffer, "must not be negative")
 	case c.WriteTimeout < 0:
 		return bad("write-timeout", c.WriteTimeout, "must not be negative")
+	case !(c.RelayIndexMissing >= 0 && c.RelayIndexMissing <= 1):
+		return bad("relay-index-missing", c.RelayIndexMissing, "must be in [0, 1]")
+	case c.SlowHostDelay < 0 || c.SlowHost < 0 || (c.SlowHostDelay > 0 && c.SlowHost >= c.Hosts):
+		return bad("slow-host", c.SlowHost, fmt.Sprintf("want a host index below %d and a delay ≥ 0", c.Hosts))
 	}
 	switch c.Traffic {
 	case TrafficBasic, TrafficFull, TrafficNone:

@@ -14,6 +14,14 @@
 //     error names RepoNotFound / RepoDeactivated / RepoSuspended /
 //     RepoTakendown) and listRepos for the accounts it hosts.
 //
+// Fleet faults: Config.RelayIndexMissing makes the relay's listRepos leave
+// out a fixed fraction of the accounts (RelayIndexOmits; each PDS still
+// lists them); Faults.SlowHost delays every answer of a host (SlowDownloads its getRepo
+// answers only), DownHost makes
+// it answer 503 for a while; a LimitHost window limit is announced in
+// ratelimit-* headers on every served getRepo, not only on the 429; and
+// PeakConcurrency is the most getRepo requests a host answered at once.
+//
 // listRepos (relay and PDS) lists every account except deleted ones (a
 // deleted account has no repo left, as on a real PDS); inactive accounts are
 // listed with active=false and their status. getRepo ignores `since` and

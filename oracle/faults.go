@@ -50,6 +50,8 @@ const (
 	FaultSeqGap              FaultKind = "seq_gap"               // a seq number skipped in the history (no event lost)
 	FaultInvalidRevCommit    FaultKind = "invalid_rev_commit"    // one-off #commit whose rev is not a TID, not applied to the world
 	FaultInvalidPathCommit   FaultKind = "invalid_path_commit"   // one-off #commit with an op under an invalid path, not applied
+	FaultSlowHost            FaultKind = "slow_host"             // a PDS request answered after SlowHost's delay
+	FaultHostDown            FaultKind = "host_down"             // a PDS request answered 503 while DownHost holds
 
 	// Identity and signature faults.
 	FaultForgedSignature FaultKind = "forged_signature" // getRepo CAR re-signed by a key that is not the account's
@@ -120,6 +122,9 @@ type Faults struct {
 	redirects  map[string]*redirectStep
 	bursts     map[int]*hostBurst
 	limits     map[int]*windowLimit
+	slow       map[int]time.Duration // SlowHost: delay before every answer
+	slowGet    map[int]time.Duration // SlowDownloads: delay before every getRepo answer
+	down       map[int]time.Time     // DownHost: 503 until then
 	listLoop   int
 	longCursor int
 	listShape  FaultKind // HostileListRepos
@@ -151,6 +156,9 @@ func (f *Faults) Clear() {
 	f.redirects = make(map[string]*redirectStep)
 	f.bursts = make(map[int]*hostBurst)
 	f.limits = make(map[int]*windowLimit)
+	f.slow = make(map[int]time.Duration)
+	f.slowGet = make(map[int]time.Duration)
+	f.down = make(map[int]time.Time)
 	f.listLoop, f.longCursor, f.gapRate, f.hostile, f.forged = 0, 0, 0, 0, 0
 	f.listShape, f.listLeft = "", 0
 	f.fh = firehoseFaults{}
@@ -447,6 +455,77 @@ func (f *Faults) LimitHost(host, perWindow int, window time.Duration) {
 		return
 	}
 	f.limits[host] = &windowLimit{limit: perWindow, window: max(window, time.Second)}
+}
+
+// SlowHost delays every request to PDS host (getRepo and listRepos) by d
+// before it is answered; 0 removes the delay.
+func (f *Faults) SlowHost(host int, d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if d <= 0 {
+		delete(f.slow, host)
+		return
+	}
+	f.slow[host] = d
+}
+
+// SlowDownloads delays every getRepo answer of PDS host by d (its listing
+// stays fast); 0 removes the delay. It adds to SlowHost's.
+func (f *Faults) SlowDownloads(host int, d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if d <= 0 {
+		delete(f.slowGet, host)
+		return
+	}
+	f.slowGet[host] = d
+}
+
+// DownHost makes PDS host answer every request with 503 for d from now; 0
+// brings it back at once.
+func (f *Faults) DownHost(host int, d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if d <= 0 {
+		delete(f.down, host)
+		return
+	}
+	f.down[host] = time.Now().Add(d)
+}
+
+// hostState is what SlowHost, SlowDownloads and DownHost say about a
+// request (a getRepo when download) to host now, counting the faults that
+// fire.
+func (f *Faults) hostState(host int, download bool) (delay time.Duration, down bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if until, ok := f.down[host]; ok {
+		if time.Now().Before(until) {
+			f.fired[FaultHostDown]++
+			return 0, true
+		}
+		delete(f.down, host)
+	}
+	delay = f.slow[host]
+	if download {
+		delay += f.slowGet[host]
+	}
+	if delay > 0 {
+		f.fired[FaultSlowHost]++
+	}
+	return delay, false
+}
+
+// announce is the window limit of host as a served (not limited) request
+// sees it, for its ratelimit-* headers; false when host has none.
+func (f *Faults) announce(host int) (rateLimit, int, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l := f.limits[host]
+	if l == nil {
+		return rateLimit{}, 0, false
+	}
+	return rateLimit{limit: l.limit, window: l.window, resetAt: l.start.Add(l.window)}, max(l.limit-l.count, 0), true
 }
 
 // ListReposCursorLoop makes the relay's next n listRepos pages requested with

@@ -2,7 +2,13 @@ package oracle
 
 import (
 	"context"
+	"sync"
+	"time"
+
 	"errors"
+	"github.com/backstream/backstream/internal/promtest"
+	"github.com/backstream/backstream/oracle/world"
+	"github.com/prometheus/client_golang/prometheus"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -78,5 +84,181 @@ func TestHostsShareTheRelayPort(t *testing.T) {
 				t.Fatalf("local server hit %d times, redirect fired %d", hits.Load(), n.Faults().Fired(FaultRedirect))
 			}
 		})
+	}
+}
+
+// listReposPage GETs one listRepos page of base.
+func listReposPage(t *testing.T, base, cursor string) *http.Response {
+	t.Helper()
+	u := base + "/xrpc/com.atproto.sync.listRepos?limit=1000"
+	if cursor != "" {
+		u += "&cursor=" + url.QueryEscape(cursor)
+	}
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	return resp
+}
+
+// listedDIDs is every DID listRepos at base lists.
+func listedDIDs(t *testing.T, base string) map[string]bool {
+	t.Helper()
+	all, _ := listAll(t, base, 1000)
+	out := make(map[string]bool, len(all))
+	for _, r := range all {
+		out[r.Did] = true
+	}
+	return out
+}
+
+// TestRelayIndexMissing: with RelayIndexMissing the relay's listRepos leaves
+// out about that fraction of the accounts (exactly those RelayIndexOmits
+// names), while the hosts' own listRepos together list every one.
+func TestRelayIndexMissing(t *testing.T) {
+	cfg := quietCfg(400)
+	cfg.Hosts = 3
+	cfg.RelayIndexMissing = 0.05
+	n := startNet(t, cfg)
+	relay := listedDIDs(t, n.RelayURL())
+	hosts := map[string]bool{}
+	for _, h := range n.HostURLs() {
+		for d := range listedDIDs(t, h) {
+			hosts[d] = true
+		}
+	}
+	missing := 0
+	for _, a := range n.World().Accounts() {
+		if a.Status == world.StatusDeleted {
+			continue
+		}
+		if !hosts[a.DID] {
+			t.Fatalf("%s: listed by no host", a.DID)
+		}
+		if relay[a.DID] == n.RelayIndexOmits(a.DID) {
+			t.Fatalf("%s: relay lists it %v, RelayIndexOmits %v", a.DID, relay[a.DID], n.RelayIndexOmits(a.DID))
+		}
+		if !relay[a.DID] {
+			missing++
+		}
+	}
+	if missing < 8 || missing > 40 {
+		t.Fatalf("relay left out %d of 400, want about 5%%", missing)
+	}
+}
+
+// TestHostFaults: DownHost answers 503 until it expires; SlowHost delays
+// every answer; a window limit is announced in ratelimit-* headers on served
+// answers before any 429; PeakConcurrency counts requests answered at once.
+func TestHostFaults(t *testing.T) {
+	n := startNet(t, quietCfg(40))
+	h0 := n.HostURLs()[0]
+	n.Faults().DownHost(0, 300*time.Millisecond)
+	if resp := listReposPage(t, h0, ""); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("down host: %s, want 503", resp.Status)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp := listReposPage(t, h0, "")
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("host still down after its window")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n.Faults().Fired(FaultHostDown) == 0 {
+		t.Fatal("host_down never fired")
+	}
+
+	n.Faults().SlowHost(1, 200*time.Millisecond)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := http.Get(n.HostURLs()[1] + "/xrpc/com.atproto.sync.getRepo?did=did:plc:none")
+			if err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	if el := time.Since(start); el < 200*time.Millisecond {
+		t.Fatalf("slow host answered in %v", el)
+	}
+	if p := n.PeakConcurrency(1); p != 4 {
+		t.Fatalf("peak concurrency %d, want 4 (four getRepo requests held by the delay)", p)
+	}
+
+	n.Faults().LimitHost(0, 1000, time.Minute)
+	var did string
+	for _, a := range n.World().Accounts() {
+		if a.Host == 0 && a.Active {
+			did = a.DID
+			break
+		}
+	}
+	resp, err := http.Get(h0 + "/xrpc/com.atproto.sync.getRepo?did=" + did)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("ratelimit-limit") != "1000" || resp.Header.Get("ratelimit-remaining") != "999" ||
+		resp.Header.Get("ratelimit-policy") != "1000;w=60" || resp.Header.Get("ratelimit-reset") == "" {
+		t.Fatalf("served answer: %s, headers %v", resp.Status, resp.Header)
+	}
+}
+
+// TestClientPacesAnnouncedLimit: a PDS that announces its window limit in
+// ratelimit-* headers is paced by the client — requests past the budget
+// wait for the reset — so many more downloads than one window allows
+// finish without a single 429; listHosts lists every host, and HostGetRepo
+// fetches from the host asked (FinalHost), never through the relay.
+func TestClientPacesAnnouncedLimit(t *testing.T) {
+	n := startNet(t, quietCfg(40))
+	reg := prometheus.NewRegistry()
+	c, err := upstream.New(n.RelayURL(), upstream.Options{ScratchDir: t.TempDir(), Metrics: upstream.NewMetrics(reg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	hp, err := c.ListHosts(context.Background(), "", 0)
+	if err != nil || len(hp.Hosts) != 2 || hp.Hosts[0].Status != "active" {
+		t.Fatalf("listHosts: %+v, %v", hp, err)
+	}
+	host := hp.Hosts[0].Host
+	var dids []string
+	for _, a := range n.World().Accounts() {
+		if a.Host == 0 && a.Active {
+			dids = append(dids, a.DID)
+		}
+	}
+	const perWindow = 3
+	n.Faults().LimitHost(0, perWindow, time.Second)
+	want := 2*perWindow + 1 // spans at least three windows
+	for i := range want {
+		d, err := c.HostGetRepo(context.Background(), host, dids[i%len(dids)])
+		if err != nil {
+			t.Fatalf("download %d: %v", i, err)
+		}
+		if d.FinalHost != host || d.Redirects != 0 {
+			t.Fatalf("download from %s after %d redirects, want %s directly", d.FinalHost, d.Redirects, host)
+		}
+		_ = d.Remove()
+	}
+	if got := n.Faults().Fired(FaultRateLimit); got != 0 {
+		t.Fatalf("%d 429s although every answer announced the limit", got)
+	}
+	if got := promtest.Value(t, reg, "backstream_upstream_getrepo_limited_total", map[string]string{"limit": "ratelimit_pace"}); got == 0 {
+		t.Fatal("the client never waited for a reset")
+	}
+	for _, a := range n.World().Accounts() {
+		if rc := n.RepoCounts(a.DID); rc.RelayRequests != 0 {
+			t.Fatalf("%s: %d requests through the relay", a.DID, rc.RelayRequests)
+		}
 	}
 }

@@ -131,6 +131,7 @@ func Start(ctx context.Context, cfg Config) (*Network, error) {
 		}
 	}
 
+	n.faults.SlowHost(cfg.SlowHost, cfg.SlowHostDelay)
 	if err := n.faults.ApplyProfile(cfg.Faults); err != nil {
 		n.cancel()
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,53 @@ type pdsHost struct {
 	idx      int
 	n        *Network
 	requests atomic.Int64 // getRepo requests received
+	// active and peak are the getRepo requests being answered now and the
+	// most ever answered at once: a client's concurrent downloads from the
+	// host as the host sees them.
+	active, peak atomic.Int64
+}
+
+// guard wraps the host's handlers: it meters getRepo concurrency and applies
+// DownHost (503) and SlowHost (a delay, cut short when the client leaves).
+func (h *pdsHost) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		download := strings.HasSuffix(r.URL.Path, ".getRepo")
+		if download {
+			now := h.active.Add(1)
+			defer h.active.Add(-1)
+			for p := h.peak.Load(); now > p && !h.peak.CompareAndSwap(p, now); p = h.peak.Load() {
+			}
+		}
+		delay, down := h.n.faults.hostState(h.idx, download)
+		if down {
+			writeXRPCError(w, http.StatusServiceUnavailable, "ServiceUnavailable", "host down (injected)")
+			return
+		}
+		if delay > 0 {
+			t := time.NewTimer(delay)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// PeakConcurrency is the most getRepo requests PDS host i ever answered at
+// once.
+func (n *Network) PeakConcurrency(i int) int64 { return n.hosts[i].peak.Load() }
+
+// setRateHeaders announces host's window limit on a served answer, so a
+// client can pace itself before it meets a 429.
+func setRateHeaders(w http.ResponseWriter, rl rateLimit, remaining int) {
+	hd := w.Header()
+	hd.Set("ratelimit-limit", strconv.Itoa(rl.limit))
+	hd.Set("ratelimit-remaining", strconv.Itoa(remaining))
+	hd.Set("ratelimit-reset", strconv.FormatInt((rl.resetAt.UnixNano()+int64(time.Second)-1)/int64(time.Second), 10))
+	hd.Set("ratelimit-policy", strconv.Itoa(rl.limit)+";w="+strconv.Itoa(int(max(rl.window/time.Second, 1))))
 }
 
 // hostname is host:port, the form listHosts reports.
@@ -47,7 +95,7 @@ func (h *pdsHost) mux() http.Handler {
 	mux.HandleFunc("/xrpc/{method}", func(w http.ResponseWriter, r *http.Request) {
 		writeXRPCError(w, http.StatusNotImplemented, "MethodNotImplemented", "method not implemented: "+r.PathValue("method"))
 	})
-	return mux
+	return h.guard(mux)
 }
 
 func (h *pdsHost) handleListRepos(w http.ResponseWriter, r *http.Request) {
@@ -129,6 +177,9 @@ func (h *pdsHost) handleGetRepo(w http.ResponseWriter, r *http.Request) {
 	if rl, ok := n.faults.hostLimited(h.idx); ok {
 		writeRateLimited(w, rl.limit, rl.window, rl.resetAt)
 		return
+	}
+	if rl, left, ok := n.faults.announce(h.idx); ok {
+		setRateHeaders(w, rl, left)
 	}
 	acct, known := n.w.Account(did)
 	// A misattributed request (FaultMisattributed) reaches a host that is

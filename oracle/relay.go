@@ -6,6 +6,7 @@ package oracle
 import (
 	"encoding/base64"
 	"encoding/json"
+	"hash/fnv"
 	"io"
 	"net/http"
 	"net/url"
@@ -138,6 +139,19 @@ func page(accts []world.Account, p pageRequest, keep func(world.Account) bool) (
 	return out, false
 }
 
+// RelayIndexOmits says whether the relay's listRepos leaves did out
+// (Config.RelayIndexMissing): a fixed hash of the DID against the fraction,
+// so the same accounts are missing on every page and every run.
+func (n *Network) RelayIndexOmits(did string) bool {
+	f := n.cfg.RelayIndexMissing
+	if f <= 0 {
+		return false
+	}
+	h := fnv.New64a()
+	h.Write([]byte(did))
+	return float64(h.Sum64()%1_000_000) < f*1_000_000
+}
+
 // listed says whether listRepos shows an account: a deleted account has no
 // repo any more and disappears from enumeration, as on a real PDS; every other
 // status is listed with active=false and its status.
@@ -169,7 +183,9 @@ func (n *Network) handleRelayListRepos(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	accts, more := page(n.w.Accounts(), p, listed)
+	accts, more := page(n.w.Accounts(), p, func(a world.Account) bool {
+		return listed(a) && !n.RelayIndexOmits(a.DID)
+	})
 	var cursor string
 	if more && len(accts) > 0 {
 		cursor = encodeCursor(accts[len(accts)-1].DID, n.faults.longCursorSize())

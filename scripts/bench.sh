@@ -16,6 +16,7 @@
 #
 #   RUNS=5 SHAPES=2000x200 PARTS=bootstrap,ingest,fanout scripts/bench.sh
 #   QUICK=1 scripts/bench.sh
+#   ENUMERATE=hosts QUICK=1 scripts/bench.sh   # bootstrap in one --enumerate mode (default: relay,hosts)
 #   PPROF=/tmp/prof QUICK=1 scripts/bench.sh   # + CPU profiles of serve
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +26,7 @@ if [ "${QUICK:-0}" = 1 ]; then
   : "${RUNS:=1}" "${SHAPES:=2000x200}" "${PRELOAD:=50000}" "${WINDOW:=5s}"
 fi
 $GO build -o "$BIN" ./cmd/backstream
-exec $GO run ./bench/system -bin "$BIN" \
+exec $GO run ./bench/system -bin "$BIN" -enumerate "${ENUMERATE:-relay,hosts}" \
   -parts "${PARTS:-bootstrap,ingest,fanout}" \
   -shapes "${SHAPES:-2000x200,20000x50}" -runs "${RUNS:-3}" -workers "${WORKERS:-100}" \
   -rate "${RATE:-50}" -preload "${PRELOAD:-200000}" \

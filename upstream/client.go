@@ -122,6 +122,7 @@ type Client struct {
 	trips     *trips
 	scratch   *scratchSpace
 	hosts     *hostSlots
+	pace      *pacer
 }
 
 // New builds a Client for the relay at relayURL (http or https). Loopback
@@ -192,6 +193,7 @@ func New(relayURL string, opts Options) (*Client, error) {
 		trips:     newTrips(opts.Logger, opts.Metrics),
 	}
 	c.hosts = &hostSlots{max: opts.HostWorkers, trips: c.trips, n: map[string]int{}}
+	c.pace = newPacer()
 	if c.scratch, err = newScratchSpace(opts.ScratchDir, opts.ScratchBudget, opts.MinFree, c.trips); err != nil {
 		return nil, err
 	}
@@ -236,9 +238,12 @@ func (c *Client) AllowLoopback() bool { return len(c.policy.loopbackPorts) > 0 }
 func (c *Client) Close() { c.transport.CloseIdleConnections() }
 
 // xrpcURL builds <relay>/xrpc/<nsid>?<q>.
-func (c *Client) xrpcURL(nsid string, q url.Values) string {
-	u := *c.relay
-	u.Path = c.relay.Path + "/xrpc/" + nsid
+func (c *Client) xrpcURL(nsid string, q url.Values) string { return xrpcURL(c.relay, nsid, q) }
+
+// xrpcURL is base's XRPC endpoint nsid with query q.
+func xrpcURL(base *url.URL, nsid string, q url.Values) string {
+	u := *base
+	u.Path = base.Path + "/xrpc/" + nsid
 	u.RawQuery = q.Encode()
 	return u.String()
 }
@@ -287,6 +292,11 @@ type repoWire struct {
 // over 64 KiB is refused (Page.CursorRefused). Errors: *Error; decode with
 // Classify, and CutReason when the error ends a listing.
 func (c *Client) ListRepos(ctx context.Context, cursor string, limit int) (Page, error) {
+	return c.listRepos(ctx, c.relay, cursor, limit)
+}
+
+// listRepos pages listRepos at base (the relay, or a PDS host).
+func (c *Client) listRepos(ctx context.Context, base *url.URL, cursor string, limit int) (Page, error) {
 	const op = "listRepos"
 	if limit <= 0 {
 		limit = DefaultListReposLimit
@@ -296,7 +306,7 @@ func (c *Client) ListRepos(ctx context.Context, cursor string, limit int) (Page,
 	if cursor != "" {
 		q.Set("cursor", cursor)
 	}
-	body, host, err := c.fetchSmall(ctx, op, c.xrpcURL("com.atproto.sync.listRepos", q), "application/json", maxListReposBody)
+	body, host, err := c.fetchSmall(ctx, op, xrpcURL(base, "com.atproto.sync.listRepos", q), "application/json", maxListReposBody)
 	if err != nil {
 		c.metrics.request(op, Classify(err))
 		return Page{}, err
@@ -366,6 +376,7 @@ func (c *Client) fetchSmall(ctx context.Context, op, rawURL, accept string, max 
 	}
 	defer resp.Body.Close()
 	host := strings.ToLower(resp.Request.URL.Host)
+	c.pace.observe(canonicalHostPort(resp.Request.URL), resp.Header)
 	w := startIdleWatch(c.opts.IdleBodyTimeout, cancel)
 	defer w.stop()
 	if resp.StatusCode != http.StatusOK {

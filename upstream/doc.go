@@ -6,7 +6,9 @@
 // # What it provides
 //
 //   - Client (New, Options): ListRepos and GetRepo over one guarded HTTP
-//     transport. Every error is an *Error; Classify maps any error onto one
+//     transport; for a fleet bootstrap, ListHosts (the relay's roster,
+//     hostnames validated as bare host[:port]) and HostListRepos /
+//     HostGetRepo, which ask a PDS host directly (hosts.go). Every error is an *Error; Classify maps any error onto one
 //     Class (not found, unavailable, rate limited, transient, permanent,
 //     canceled, local) and RetryAfter gives the server-directed wait.
 //   - SubscribeURL, DialFirehose: the websocket to subscribeRepos with a read
@@ -17,8 +19,14 @@
 //
 // # Invariants kept here
 //
-//   - E4: getRepo goes to the relay and follows its redirects; the final
-//     host is reported in Download.FinalHost.
+//   - E4: getRepo goes to the relay and follows its redirects (HostGetRepo:
+//     to the named host, with the relay's scheme, through the same guarded
+//     dialer); the final host is reported in Download.FinalHost.
+//   - Pacing (hosts.go): a host whose answers announce ratelimit-remaining
+//     and ratelimit-reset is paced by HostListRepos and HostGetRepo — a
+//     request that would overspend the budget (remaining less the requests
+//     already in flight) waits for the reset instead of meeting a 429
+//     (counted as limit ratelimit_pace, logged at most once a minute).
 //   - E5: the body is streamed to a file in the scratch dir (or, up to
 //     MemoryBodyBytes, kept in memory), capped at Options.MaxCARBytes
 //     (ErrTooLarge); on every error the file is removed before GetRepo

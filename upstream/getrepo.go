@@ -84,7 +84,7 @@ func (d *Download) Remove() error {
 // here.
 func (c *Client) GetRepo(ctx context.Context, did string) (*Download, error) {
 	const op = "getRepo"
-	d, err := c.getRepo(ctx, did)
+	d, err := c.getRepo(ctx, nil, did)
 	c.metrics.request(op, Classify(err))
 	if err == nil {
 		c.metrics.downloaded(d.Size)
@@ -92,7 +92,10 @@ func (c *Client) GetRepo(ctx context.Context, did string) (*Download, error) {
 	return d, err
 }
 
-func (c *Client) getRepo(ctx context.Context, did string) (*Download, error) {
+// getRepo downloads did from the relay (direct nil: its redirect picks the
+// PDS) or straight from the host direct, whose download slot it takes first and whose
+// announced rate limit it paces to (hosts.go).
+func (c *Client) getRepo(ctx context.Context, direct *url.URL, did string) (*Download, error) {
 	const op = "getRepo"
 	if _, err := syntax.ParseDID(did); err != nil {
 		return nil, &Error{Op: op, Err: fmt.Errorf("invalid DID: %w", err), kind: ErrPermanent}
@@ -100,11 +103,18 @@ func (c *Client) getRepo(ctx context.Context, did string) (*Download, error) {
 	start := time.Now()
 	st := new(getRepoState)
 	defer c.releaseSlot(st)
+	base := c.relay
+	if direct != nil {
+		base = direct
+		if err := c.direct(ctx, op, st, direct); err != nil {
+			return nil, err
+		}
+	}
 	reqCtx, cancel := context.WithCancelCause(context.WithValue(ctx, getRepoStateKey{}, st))
 	defer cancel(nil)
 	q := url.Values{}
 	q.Set("did", did)
-	req, err := http.NewRequestWithContext(reqCtx, http.MethodGet, c.xrpcURL("com.atproto.sync.getRepo", q), nil)
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodGet, xrpcURL(base, "com.atproto.sync.getRepo", q), nil)
 	if err != nil {
 		return nil, &Error{Op: op, Err: err, kind: ErrPermanent}
 	}
@@ -117,6 +127,7 @@ func (c *Client) getRepo(ctx context.Context, did string) (*Download, error) {
 	}
 	defer resp.Body.Close()
 	host := strings.ToLower(resp.Request.URL.Host)
+	c.pace.observe(canonicalHostPort(resp.Request.URL), resp.Header)
 	w := startIdleWatch(c.opts.IdleBodyTimeout, cancel)
 	defer w.stop()
 	if resp.StatusCode != http.StatusOK {

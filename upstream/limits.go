@@ -53,6 +53,7 @@ const (
 // Limit names: label values of backstream_upstream_getrepo_limited_total.
 const (
 	limitHostWorkers   = "host_workers"
+	limitRatePace      = "ratelimit_pace"
 	limitMinBodyRate   = "min_body_rate"
 	limitScratchBudget = "scratch_budget"
 	limitMinFree       = "min_free"
@@ -217,8 +218,9 @@ func (h *hostSlots) held(host string) int {
 // getRepoState is one getRepo call's redirect bookkeeping, carried in its
 // request context: the hops followed and the host whose slot it holds.
 type getRepoState struct {
-	hops int
-	slot string
+	hops  int
+	slot  string
+	paced string // the host whose pace it holds (a direct request)
 }
 
 type getRepoStateKey struct{}
@@ -238,6 +240,12 @@ func (c *Client) redirected(req *http.Request, hops int) error {
 		return nil
 	}
 	c.releaseSlot(st)
+	return c.takeSlot(st, host)
+}
+
+// takeSlot takes host's download slot for st; at the cap it fails with
+// ErrHostBusy.
+func (c *Client) takeSlot(st *getRepoState, host string) error {
 	if !c.hosts.try(host) {
 		c.trips.trip(slog.LevelInfo, limitHostWorkers, "upstream: download host at its concurrency cap; downloads to it fail fast and retry later",
 			"host", host, "cap", c.hosts.max)
@@ -248,6 +256,10 @@ func (c *Client) redirected(req *http.Request, hops int) error {
 }
 
 func (c *Client) releaseSlot(st *getRepoState) {
+	if st.paced != "" {
+		c.pace.release(st.paced)
+		st.paced = ""
+	}
 	if st.slot != "" {
 		c.hosts.release(st.slot)
 		st.slot = ""

@@ -38,7 +38,7 @@ var (
 	// (checkTarget's and the hop limit).
 	redirectReasons = []string{"scheme", "empty-host", "too_many"}
 	// limitNames are the download limits of limited (limits.go).
-	limitNames = []string{limitHostWorkers, limitMinBodyRate, limitScratchBudget, limitMinFree, limitScratchWrite}
+	limitNames = []string{limitHostWorkers, limitRatePace, limitMinBodyRate, limitScratchBudget, limitMinFree, limitScratchWrite}
 )
 
 // NewMetrics registers the upstream metrics on reg (nil: unregistered, still
@@ -49,7 +49,7 @@ var (
 //   - backstream_upstream_listrepos_dropped_total{reason=invalid_did|malformed}
 //   - backstream_upstream_refused_targets_total{stage=dial, reason=<policyReasons>} and
 //     {stage=redirect, reason=<policyReasons>|scheme|empty-host|too_many}
-//   - backstream_upstream_getrepo_limited_total{limit=host_workers|min_body_rate|scratch_budget|min_free|scratch_write}
+//   - backstream_upstream_getrepo_limited_total{limit=host_workers|ratelimit_pace|min_body_rate|scratch_budget|min_free|scratch_write}
 //   - backstream_upstream_scratch_bytes, backstream_upstream_scratch_budget_bytes
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
@@ -71,7 +71,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"stage", "reason"}),
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backstream_upstream_getrepo_limited_total",
-			Help: "getRepo downloads stopped by a download limit: host_workers (per-host cap), min_body_rate (slow body), scratch_budget, min_free (scratch volume below its floor), scratch_write (a scratch write failed).",
+			Help: "getRepo downloads stopped by a download limit: host_workers (per-host cap), ratelimit_pace (a request to a host waited for its announced ratelimit-reset), min_body_rate (slow body), scratch_budget, min_free (scratch volume below its floor), scratch_write (a scratch write failed).",
 		}, []string{"limit"}),
 		scratchHeld: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "backstream_upstream_scratch_bytes",

@@ -28,6 +28,7 @@ func (s shape) String() string { return fmt.Sprintf("%dx%d", s.Accounts, s.Recor
 // result files written before the steady-state rows existed.
 type bootRun struct {
 	Shape              string  `json:"shape"`
+	Mode               string  `json:"mode,omitempty"` // serve --enumerate: hosts or relay ("": the default)
 	Run                int     `json:"run"`
 	Repos              int64   `json:"repos_complete"`
 	Records            int64   `json:"records"`
@@ -54,10 +55,10 @@ type bootRun struct {
 }
 
 // measureBootstrap runs one bootstrap of sh and returns its numbers.
-func measureBootstrap(parent context.Context, o options, sh shape) (r bootRun, err error) {
+func measureBootstrap(parent context.Context, o options, sh shape, mode string) (r bootRun, err error) {
 	ctx, cancel := context.WithTimeout(parent, o.timeout)
 	defer cancel()
-	r.Shape = sh.String()
+	r.Shape, r.Mode = sh.String(), mode
 	dir, err := os.MkdirTemp("", "backstream-bench-")
 	if err != nil {
 		return r, err
@@ -73,7 +74,7 @@ func measureBootstrap(parent context.Context, o options, sh shape) (r bootRun, e
 	data := filepath.Join(dir, "data")
 	started := time.Now()
 	serve, base, admin, err := startServe(o.bin, dir, "serve", relay, data,
-		"--backfill-workers", strconv.Itoa(o.workers), "--capture-wait", "5s")
+		"--backfill-workers", strconv.Itoa(o.workers), "--capture-wait", "5s", "--enumerate", mode)
 	if err != nil {
 		return r, err
 	}

@@ -71,6 +71,7 @@ func main() {
 	flag.IntVar(&o.runs, "runs", 3, "runs of each part (medians are reported)")
 	flag.StringVar(&o.out, "out", "bench/results", "directory of the JSON results (empty: none)")
 	flag.IntVar(&o.workers, "workers", 100, "serve --backfill-workers in the bootstrap part")
+	enumFlag := flag.String("enumerate", "relay,hosts", "bootstrap: serve --enumerate modes measured, each on every shape")
 	flag.Float64Var(&o.rate, "rate", 50, "devnet --rate during the bootstrap part")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "give up on one run after this long")
 	partsFlag := flag.String("parts", "bootstrap,ingest,fanout", "parts to run")
@@ -130,20 +131,22 @@ func main() {
 	}
 	if o.parts["bootstrap"] {
 		for _, sh := range o.shapes {
-			var rs []bootRun
-			for i := 1; i <= o.runs; i++ {
-				logf("bootstrap %s run %d/%d ...", sh, i, o.runs)
-				r, err := measureBootstrap(ctx, o, sh)
-				if err != nil {
-					fail(fmt.Errorf("bootstrap %s run %d: %w", sh, i, err))
+			for _, mode := range strings.Split(*enumFlag, ",") {
+				var rs []bootRun
+				for i := 1; i <= o.runs; i++ {
+					logf("bootstrap %s (%s) run %d/%d ...", sh, mode, i, o.runs)
+					r, err := measureBootstrap(ctx, o, sh, mode)
+					if err != nil {
+						fail(fmt.Errorf("bootstrap %s (%s) run %d: %w", sh, mode, i, err))
+					}
+					r.Run = i
+					logf("bootstrap %s (%s) run %d: %.0f records/CPU-s, %.0f records/s, peak RSS %s, %.1f B/event",
+						sh, mode, i, r.RecordsPerCPUSec, r.RecordsPerSec, mib(r.PeakRSSBytes), r.BytesPerEvent)
+					rs = append(rs, r)
 				}
-				r.Run = i
-				logf("bootstrap %s run %d: %.0f records/CPU-s, %.0f records/s, peak RSS %s, %.1f B/event",
-					sh, i, r.RecordsPerCPUSec, r.RecordsPerSec, mib(r.PeakRSSBytes), r.BytesPerEvent)
-				rs = append(rs, r)
+				rep.Runs = append(rep.Runs, rs...)
+				rep.Medians = append(rep.Medians, medianOf(rs))
 			}
-			rep.Runs = append(rep.Runs, rs...)
-			rep.Medians = append(rep.Medians, medianOf(rs))
 		}
 	}
 	if o.parts["ingest"] {

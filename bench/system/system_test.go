@@ -206,3 +206,31 @@ func TestSmallSystem(t *testing.T) {
 		t.Errorf("%.0f events/s per subscriber, the archive took %.0f rows/s", perSub, f.ArchivedRowsPerSec)
 	}
 }
+
+// TestFleetRatioRow: a shape measured in both modes gets the hosts/relay
+// records-per-CPU-second row, met at ≥ 0.95 and missed below; each mode's
+// rows carry its name.
+func TestFleetRatioRow(t *testing.T) {
+	for _, tc := range []struct {
+		hosts float64
+		met   bool
+	}{{96_000, true}, {94_000, false}} {
+		rep := report{Runs: []bootRun{
+			{Shape: "2x2", Mode: "relay", RecordsPerCPUSec: 100_000},
+			{Shape: "2x2", Mode: "hosts", RecordsPerCPUSec: tc.hosts},
+		}}
+		var ratio *row
+		rows := buildTable(rep, options{workers: 100})
+		for i, r := range rows {
+			if r.Measure == "bootstrap 2x2: records per CPU-second, hosts mode / relay mode" {
+				ratio = &rows[i]
+			}
+		}
+		if ratio == nil || ratio.Met == nil || *ratio.Met != tc.met {
+			t.Fatalf("hosts %v vs relay 100000: ratio row %+v, want met=%v", tc.hosts, ratio, tc.met)
+		}
+		if rows[0].Measure != "bootstrap 2x2 relay mode: records per CPU-second" {
+			t.Fatalf("first row %q", rows[0].Measure)
+		}
+	}
+}

@@ -89,16 +89,53 @@ func vals[R any](rs []R, get func(R) float64) []float64 {
 	return out
 }
 
+// targetFleetCPURatio: a hosts-mode bootstrap's records per CPU-second are
+// at least 95% of relay mode's on the same shape.
+const targetFleetCPURatio = 0.95
+
+// label names a bootstrap run's rows: its shape, and its mode when set.
+func (r bootRun) label() string {
+	if r.Mode == "" {
+		return r.Shape
+	}
+	return r.Shape + " " + r.Mode + " mode"
+}
+
+// fleetRows compares, per shape measured in both modes, the median records
+// per CPU-second of hosts mode with relay mode's.
+func fleetRows(runs []bootRun) []row {
+	med := map[string]map[string][]float64{} // shape → mode → records per CPU-s
+	var shapes []string
+	for _, r := range runs {
+		if med[r.Shape] == nil {
+			med[r.Shape] = map[string][]float64{}
+			shapes = append(shapes, r.Shape)
+		}
+		med[r.Shape][r.Mode] = append(med[r.Shape][r.Mode], r.RecordsPerCPUSec)
+	}
+	var rows []row
+	for _, sh := range shapes {
+		h, rl := med[sh]["hosts"], med[sh]["relay"]
+		if len(h) == 0 || len(rl) == 0 || median(rl) == 0 {
+			continue
+		}
+		rows = append(rows, newRow("bootstrap "+sh+": records per CPU-second, hosts mode / relay mode", "×",
+			[]float64{median(h) / median(rl)}, atLeast(targetFleetCPURatio), ""))
+	}
+	return rows
+}
+
 // buildTable is the report's table: one row per measure, in a fixed order.
 func buildTable(rep report, o options) []row {
 	var rows []row
 	byShape := map[string][]bootRun{}
 	var order []string
 	for _, r := range rep.Runs {
-		if _, ok := byShape[r.Shape]; !ok {
-			order = append(order, r.Shape)
+		k := r.label()
+		if _, ok := byShape[k]; !ok {
+			order = append(order, k)
 		}
-		byShape[r.Shape] = append(byShape[r.Shape], r)
+		byShape[k] = append(byShape[k], r)
 	}
 	for _, sh := range order {
 		rs := byShape[sh]
@@ -114,6 +151,7 @@ func buildTable(rep report, o options) []row {
 				fmt.Sprintf("%d workers", o.workers)),
 		)
 	}
+	rows = append(rows, fleetRows(rep.Runs)...)
 	for _, sh := range order {
 		rs := byShape[sh]
 		rows = append(rows, newRow("archive "+sh+": bytes on disk per archived event, compacted", "B",

@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/backstream/backstream/oracle"
 )
@@ -25,6 +26,9 @@ func devnetCommand() *command {
 			fs.String("traffic", oracle.TrafficFull, "traffic: full, basic or none")
 			fs.String("faults", oracle.ProfileNone, "fault profile: none, flaky or hostile")
 			fs.Int("preload-events", 0, "generate this many live events before opening, kept in the firehose history")
+			fs.Float64("relay-index-missing", 0, "fraction of accounts (0..1) the relay's listRepos leaves out; each PDS still lists them")
+			fs.Int("slow-host", 0, "index of the PDS host that --slow-host-delay slows")
+			fs.Duration("slow-host-delay", 0, "delay before every answer of --slow-host (0 = no slow host)")
 		},
 		run: runDevnet,
 	}
@@ -33,17 +37,20 @@ func devnetCommand() *command {
 func runDevnet(ctx context.Context, env *cmdEnv) error {
 	fs := env.fs
 	cfg := oracle.Config{
-		Listen:        fs.str("listen"),
-		Accounts:      fs.get("accounts").(int),
-		RecordsMean:   fs.get("records").(int),
-		Hosts:         fs.get("hosts").(int),
-		Seed:          fs.get("seed").(int64),
-		Rate:          fs.get("rate").(float64),
-		Events:        fs.get("events").(int),
-		Traffic:       fs.str("traffic"),
-		Faults:        fs.str("faults"),
-		PreloadEvents: fs.get("preload-events").(int),
-		Logger:        env.log,
+		Listen:            fs.str("listen"),
+		Accounts:          fs.get("accounts").(int),
+		RecordsMean:       fs.get("records").(int),
+		Hosts:             fs.get("hosts").(int),
+		Seed:              fs.get("seed").(int64),
+		Rate:              fs.get("rate").(float64),
+		Events:            fs.get("events").(int),
+		Traffic:           fs.str("traffic"),
+		Faults:            fs.str("faults"),
+		PreloadEvents:     fs.get("preload-events").(int),
+		RelayIndexMissing: fs.get("relay-index-missing").(float64),
+		SlowHost:          fs.get("slow-host").(int),
+		SlowHostDelay:     fs.get("slow-host-delay").(time.Duration),
+		Logger:            env.log,
 	}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)

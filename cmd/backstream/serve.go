@@ -28,7 +28,6 @@ import (
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/retry"
 	"github.com/backstream/backstream/subscribe"
-	"github.com/backstream/backstream/upstream"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -56,7 +55,8 @@ func serveCommand() *command {
 			fs.String("backfill-memory", "auto", "memory budget for CARs being verified and emitted, e.g. 2GiB (auto: a quarter of available memory)")
 			fs.Duration("getrepo-timeout", backfill.DefaultAttemptTimeout, "deadline of one getRepo attempt, download and verification")
 			fs.String("scratch-budget", "auto", "disk budget of every getRepo body spilled to scratch at once, e.g. 20GiB (auto: half the scratch volume's free space above its floor, at most 64GiB)")
-			fs.Int("backfill-host-workers", upstream.DefaultHostWorkers, "concurrent getRepo downloads per PDS host (final host after the relay's redirect); more fail fast and retry later")
+			fs.Int("backfill-host-workers", bootstrap.DefaultHostWorkers, "concurrent getRepo downloads per PDS host: with --enumerate hosts the scheduler hands a host no more jobs; with relay (final host after the redirect) more fail fast and retry later")
+			fs.String("enumerate", "", "bootstrap enumeration: hosts (list each active host of the relay's listHosts roster on the host and download from it), relay (the relay's listRepos and redirect); empty: hosts when the relay answers listHosts, else relay")
 			fs.String("getrepo-min-body", "auto", "slowest getRepo body accepted, in bytes per 20 s window, e.g. 64KiB (auto: 64KiB); slower bodies are cut and retried")
 			fs.Bool("reset-relay-cursor", false, "follow --relay from its live tip, accepting a gap in the archive, when the store follows another relay (its cursor is dropped) or has lost its relay record or its cursor/relay")
 			fs.String("loopback-hosts", "", "with a relay on loopback: other loopback host:port (comma-separated) a getRepo redirect may reach, e.g. local PDS hosts; otherwise only the relay's own port")
@@ -106,6 +106,7 @@ type serveOptions struct {
 	memory                 int64
 	scratchBudget          int64
 	hostWorkers            int
+	enumerate              string
 	minBody                int64
 	getRepoTimeout         time.Duration
 	resetRelay             bool
@@ -138,6 +139,7 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 		maxRepos:         fs.get("max-repos").(int),
 		getRepoTimeout:   fs.get("getrepo-timeout").(time.Duration),
 		hostWorkers:      fs.get("backfill-host-workers").(int),
+		enumerate:        fs.str("enumerate"),
 		resetRelay:       fs.get("reset-relay-cursor").(bool),
 		captureWait:      fs.get("capture-wait").(time.Duration),
 		retryWorkers:     fs.get("retry-workers").(int),
@@ -179,6 +181,8 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 		return bad("--checkpoint-interval %s: must not be negative", o.checkpointInterval)
 	case o.hostWorkers <= 0:
 		return bad("--backfill-host-workers %d: must be at least 1", o.hostWorkers)
+	case o.enumerate != "" && o.enumerate != bootstrap.EnumerateHosts && o.enumerate != bootstrap.EnumerateRelay:
+		return bad("--enumerate %q: want hosts or relay", o.enumerate)
 	}
 	for _, h := range strings.Split(fs.str("loopback-hosts"), ",") {
 		if h = strings.TrimSpace(h); h != "" {
@@ -610,7 +614,7 @@ func (o serveOptions) nodeConfig(s *server, crash *crashpoint.Set) node.Config {
 	c := node.Config{
 		DataDir: o.dataDir, Store: archive.Options{Logger: s.log},
 		Relay: o.relay, ResetRelay: o.resetRelay, LoopbackHosts: o.loopbackHosts,
-		Bootstrap:     bootstrap.Config{Workers: o.workers, Window: o.window, Repos: o.repos, MaxRepos: o.maxRepos},
+		Bootstrap:     bootstrap.Config{Workers: o.workers, Window: o.window, Repos: o.repos, MaxRepos: o.maxRepos, Enumerate: o.enumerate, HostWorkers: o.hostWorkers},
 		Memory:        o.memory,
 		ScratchBudget: o.scratchBudget, HostWorkers: o.hostWorkers, MinBodyBytes: o.minBody,
 		AttemptTimeout: o.getRepoTimeout,

@@ -29,7 +29,7 @@ func TestServeFlagDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.listen != ":6008" || o.workers != 100 || o.window != 50_000 || o.maxRepos != 0 || o.repos != nil ||
-		o.memory != 0 || o.getRepoTimeout != 5*time.Minute || o.scratchBudget != 0 || o.minBody != 0 || o.hostWorkers != 16 {
+		o.memory != 0 || o.getRepoTimeout != 5*time.Minute || o.scratchBudget != 0 || o.minBody != 0 || o.hostWorkers != 8 || o.enumerate != "" {
 		t.Fatalf("defaults %+v", o)
 	}
 }

@@ -100,7 +100,7 @@ func TestServeBootstrapSurvivesSIGKILL(t *testing.T) {
 	const deadline = 2 * time.Second
 	want := armFaults(n, 6)
 	// The network sends no firehose traffic: do not wait for capture.
-	h := crash.New(t, n, crash.Options{Args: []string{"--backfill-workers", "6", "--getrepo-timeout", deadline.String(),
+	h := crash.New(t, n, crash.Options{Args: []string{"--enumerate", "relay", "--backfill-workers", "6", "--getrepo-timeout", deadline.String(),
 		"--backfill-memory", "64MiB", "--capture-wait", "100ms"}})
 
 	var activeTotal int64

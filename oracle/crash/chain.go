@@ -267,7 +267,7 @@ func (h *Harness) afterKill(k Kill, p *Proc, last Status, held int) Landed {
 		err := s.ScanRepos(func(did string, st archive.RepoState) error {
 			if st.Status == archive.StatusComplete {
 				if _, seen := h.completeAt[did]; !seen {
-					h.completeAt[did] = h.Net.RepoCounts(did).RelayRequests
+					h.completeAt[did] = h.Net.RepoCounts(did).Requests
 				}
 			}
 			return nil
@@ -290,7 +290,7 @@ func (h *Harness) afterKill(k Kill, p *Proc, last Status, held int) Landed {
 func (h *Harness) CheckNoRedownload(when string) {
 	h.T.Helper()
 	for did, n := range h.completeAt {
-		if got := h.Net.RepoCounts(did).RelayRequests; got != n {
+		if got := h.Net.RepoCounts(did).Requests; got != n {
 			h.T.Fatalf("R7 %s: %s was complete before a kill and was downloaded again during bootstrap (%d → %d getRepo)", when, did, n, got)
 		}
 	}
@@ -305,7 +305,7 @@ func (h *Harness) poll(p *Proc) (Status, bool) {
 	if !h.pastBootstrap && len(h.completeAt) > 0 {
 		counts = make(map[string]int, len(h.completeAt))
 		for did := range h.completeAt {
-			counts[did] = h.Net.RepoCounts(did).RelayRequests
+			counts[did] = h.Net.RepoCounts(did).Requests
 		}
 	}
 	st, ok := p.Status()

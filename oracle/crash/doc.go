@@ -15,8 +15,9 @@
 //   - per-DID revs never go backwards and archive seqs strictly increase
 //     (oracle/check.Archive);
 //   - no repo durably complete before a kill is downloaded again while the
-//     next run is still in bootstrap: the simulated relay counts getRepo per
-//     DID (oracle.Network.RepoCounts), read after each kill and while a run
+//     next run is still in bootstrap: the simulated PDS hosts count getRepo
+//     per DID, redirected by the relay or asked directly (RepoCount.Requests
+//     of oracle.Network.RepoCounts), read after each kill and while a run
 //     reports phase=bootstrap;
 //   - nothing a websocket subscriber received before a kill is missing or
 //     changed afterwards: a Subscriber stays connected across the chain,

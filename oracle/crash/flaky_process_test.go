@@ -66,7 +66,7 @@ func TestFlakyRetryConverges(t *testing.T) {
 		t.Fatal("the flaky profile armed no active repo")
 	}
 
-	h := crash.New(t, net, crash.Options{Args: []string{"--backfill-workers", "32", "--capture-wait", "3s",
+	h := crash.New(t, net, crash.Options{Args: []string{"--enumerate", "relay", "--backfill-workers", "32", "--capture-wait", "3s",
 		"--retry-interval", "200ms", "--retry-max-delay", "1s", "--retry-scan-period", "300ms"}})
 	start := time.Now()
 	p := h.Start()

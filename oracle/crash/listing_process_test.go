@@ -27,7 +27,7 @@ func TestServeHostileListingNoCrashLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	// serve pages 1,000 at a time: the second page is the hostile one.
-	h := crash.New(t, n, crash.Options{Args: []string{"--capture-wait", "100ms", "--backfill-workers", "32"}})
+	h := crash.New(t, n, crash.Options{Args: []string{"--enumerate", "relay", "--capture-wait", "100ms", "--backfill-workers", "32"}})
 	for run := 1; run <= 2; run++ {
 		start := time.Now()
 		p := h.Start()

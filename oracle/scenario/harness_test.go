@@ -111,6 +111,7 @@ type nodeOpts struct {
 	ListURL        string
 	Workers        int
 	PageLimit      int
+	Enumerate      string // bootstrap.Config.Enumerate ("": hosts when the relay answers listHosts)
 	AttemptTimeout time.Duration
 	CaptureWait    time.Duration
 	RetryInterval  time.Duration
@@ -183,7 +184,7 @@ func startNode(t *testing.T, n *oracle.Network, fs vfs.FS, o nodeOpts) *node {
 		Store: archive.Options{FS: fs, CommitHook: o.Hook, CacheSize: 8 << 20,
 			OnFatal: func(fe *archive.FatalError) { panic(fe) }},
 		Relay: n.RelayURL(), SourceURL: o.ListURL, LoopbackHosts: loopback,
-		Bootstrap:       bootstrap.Config{Workers: o.Workers, PageLimit: o.PageLimit},
+		Bootstrap:       bootstrap.Config{Workers: o.Workers, PageLimit: o.PageLimit, Enumerate: o.Enumerate},
 		MemoryBodyBytes: 16 << 10, AttemptTimeout: o.AttemptTimeout,
 		JobBackoffBase: 10 * time.Millisecond, JobBackoffMax: 50 * time.Millisecond,
 		CaptureWait:   o.CaptureWait,

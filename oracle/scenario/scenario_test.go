@@ -3,6 +3,7 @@ package scenario
 import (
 	"errors"
 	"fmt"
+	"github.com/backstream/backstream/bootstrap"
 	"math/rand/v2"
 	"net/http"
 	"sort"
@@ -88,7 +89,7 @@ func TestInactiveAndLongCursor(t *testing.T) {
 		rec := newListRecorder(t, n.RelayURL())
 		drv := newDriver(n, seed, size(60, 300), 10*time.Millisecond, nil).start(t)
 		fs := vfs.NewMem()
-		opts := nodeOpts{ListURL: rec.URL, PageLimit: pageLimit, Workers: 4, AttemptTimeout: 10 * time.Minute}
+		opts := nodeOpts{ListURL: rec.URL, PageLimit: pageLimit, Workers: 4, AttemptTimeout: 10 * time.Minute, Enumerate: bootstrap.EnumerateRelay}
 
 		nd := startNode(t, n, fs, opts)
 		var checkpoint string

@@ -1,0 +1,463 @@
+package bootstrap
+
+// fleet.go owns the fleet bootstrap: the enumeration mode (hosts or relay),
+// the relay's listHosts roster, each host's own listing and its state,
+// attribution of a repo to the host that lists it (the newer rev when two
+// do), and the dispatch scheduler: round-robin over the hosts with work,
+// each under its concurrency cap.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/internal/backoff"
+	"github.com/backstream/backstream/internal/loglimit"
+	"github.com/backstream/backstream/upstream"
+	"golang.org/x/sync/semaphore"
+)
+
+// Enumeration modes (Config.Enumerate).
+const (
+	// EnumerateHosts lists every active host of the relay's listHosts
+	// roster on the host itself and downloads each repo from the host that
+	// listed it.
+	EnumerateHosts = "hosts"
+	// EnumerateRelay lists the relay's own listRepos and downloads through
+	// its redirect.
+	EnumerateRelay = "relay"
+)
+
+// DefaultHostWorkers caps the concurrent jobs of one host in hosts mode.
+const DefaultHostWorkers = 8
+
+// maxRosterPages bounds the listHosts pages read (1000 hosts a page).
+const maxRosterPages = 1000
+
+// maxFailingShown bounds the failing hosts /status lists.
+const maxFailingShown = 10
+
+// hostCutLogEvery is how often a host's cut listing is logged at most (the
+// rest are counted in backstream_listrepos_cut_total and on /status).
+const hostCutLogEvery = time.Minute
+
+// FleetSource is what hosts mode needs from the network beyond a
+// RepoSource (upstream.Client).
+type FleetSource interface {
+	ListHosts(ctx context.Context, cursor string, limit int) (upstream.HostsPage, error)
+	HostListRepos(ctx context.Context, host, cursor string, limit int) (upstream.Page, error)
+}
+
+var _ FleetSource = (*upstream.Client)(nil)
+
+// Host states on /status.
+const (
+	HostEnumerating = "enumerating"
+	HostDone        = "done"
+	HostFailing     = "failing"
+)
+
+// HostsProgress is the fleet section of Progress: the mode, the roster and
+// every host by state.
+type HostsProgress struct {
+	Mode string `json:"mode"`
+	// Roster is the hosts listHosts named; Skipped those not active.
+	Roster  int `json:"roster"`
+	Skipped int `json:"skipped"`
+	// ByState counts the listed hosts by enumeration state.
+	ByState map[string]int `json:"by_state"`
+	// Failing are some hosts whose listing was cut (retried from their
+	// checkpoint at the next start), by host name.
+	Failing []FailingHost `json:"failing,omitempty"`
+	// Reattributed counts repos listed by a second host with a newer rev,
+	// fetched from that host instead.
+	Reattributed int64 `json:"reattributed"`
+}
+
+// FailingHost is one failing host.
+type FailingHost struct {
+	Host   string `json:"host"`
+	Reason string `json:"reason"`
+}
+
+// attribution is the host a dispatched repo is fetched from and the rev
+// that host listed ("" for the relay).
+type attribution struct {
+	host, rev string
+}
+
+// fleetState is the hosts' states for Progress; nil-safe (relay mode).
+type fleetState struct {
+	mu      sync.Mutex
+	p       HostsProgress
+	state   map[string]string
+	failing map[string]string
+	lines   *loglimit.Every
+}
+
+func newFleetState(mode string) *fleetState {
+	return &fleetState{p: HostsProgress{Mode: mode}, state: map[string]string{}, failing: map[string]string{},
+		lines: loglimit.New(hostCutLogEvery, nil)}
+}
+
+func (f *fleetState) set(host, st string) {
+	if f == nil || host == "" {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.state[host] = st
+	if st != HostFailing {
+		delete(f.failing, host)
+	}
+}
+
+// listed: host answered a page.
+func (f *fleetState) listed(host string) {
+	if f == nil || host == "" {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.state[host] != HostEnumerating {
+		f.state[host] = HostEnumerating
+		delete(f.failing, host)
+	}
+}
+
+// cut: host's listing ended early; logged at most once a minute.
+func (f *fleetState) cut(log *slog.Logger, host, reason string, err error) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	f.state[host] = HostFailing
+	f.failing[host] = reason
+	f.mu.Unlock()
+	if n, ok := f.lines.Tick("cut"); ok {
+		log.Warn("bootstrap: a host's listRepos cannot be used; that host alone stops listing, every other host goes on, and it is listed again from its checkpoint at the next start",
+			"host", host, "reason", reason, "err", err, "suppressed", n)
+	}
+}
+
+func (f *fleetState) reattributed() {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	f.p.Reattributed++
+	f.mu.Unlock()
+}
+
+func (f *fleetState) snapshot() *HostsProgress {
+	if f == nil {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := f.p
+	p.ByState = map[string]int{HostEnumerating: 0, HostDone: 0, HostFailing: 0}
+	for _, st := range f.state {
+		p.ByState[st]++
+	}
+	for h, r := range f.failing {
+		p.Failing = append(p.Failing, FailingHost{Host: h, Reason: r})
+	}
+	sort.Slice(p.Failing, func(i, j int) bool { return p.Failing[i].Host < p.Failing[j].Host })
+	if len(p.Failing) > maxFailingShown {
+		p.Failing = p.Failing[:maxFailingShown]
+	}
+	return &p
+}
+
+// hosts is the fleet's state, nil in relay mode.
+func (b *Bootstrap) hosts() *fleetState { return b.fleet.Load() }
+
+// listOnce asks for one listRepos page: the relay's, or host's own. The
+// hosts' listings share Workers request slots, so a roster of thousands of
+// hosts is not asked all at once.
+func (b *Bootstrap) listOnce(ctx context.Context, host, cursor string) (upstream.Page, error) {
+	if host == "" {
+		return b.cfg.Source.ListRepos(ctx, cursor, b.cfg.PageLimit)
+	}
+	if err := b.listSlots.Acquire(ctx, 1); err != nil {
+		return upstream.Page{}, err
+	}
+	defer b.listSlots.Release(1)
+	return b.cfg.Fleet.HostListRepos(ctx, host, cursor, b.cfg.PageLimit)
+}
+
+// listedAgain handles an entry whose DID is already dispatched in this run
+// (true: skip it). Listed by another host with a newer rev (a migration in
+// flight), the repo is fetched from that host instead, if it has not been
+// handed to a worker yet (the scheduler reads the attribution at dispatch).
+func (b *Bootstrap) listedAgain(host string, e upstream.RepoEntry) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	a, busy := b.inflight[e.DID]
+	if !busy {
+		return false
+	}
+	if host != "" && host != a.host && e.Rev > a.rev {
+		b.inflight[e.DID] = attribution{host: host, rev: e.Rev}
+		b.hosts().reattributed()
+	}
+	return true
+}
+
+// hostFor is the host a dispatched repo is fetched from now.
+func (b *Bootstrap) hostFor(did string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.inflight[did].host
+}
+
+// lane is one listing: the relay's (host "") or one host's.
+type lane struct {
+	host    string
+	start   checkpoint
+	listing bool
+}
+
+// fleetLanes decides the mode and, in hosts mode, reads the roster and
+// each active host's checkpoint. It returns nil lanes in relay mode.
+func (b *Bootstrap) fleetLanes(ctx context.Context) ([]lane, error) {
+	cfg := &b.cfg
+	log := cfg.Logger
+	mode := cfg.Enumerate
+	if mode == EnumerateRelay || (mode == "" && cfg.Fleet == nil) {
+		log.Info("bootstrap: enumeration mode relay: the relay's listRepos, downloads through its redirect", "asked", cfg.Enumerate)
+		return nil, nil
+	}
+	if cfg.Fleet == nil {
+		return nil, errors.New("bootstrap: --enumerate hosts needs a fleet source")
+	}
+	roster, entries, skipped, err := b.roster(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if mode == EnumerateHosts {
+			return nil, fmt.Errorf("bootstrap: --enumerate hosts: the relay's listHosts: %w", err)
+		}
+		log.Info("bootstrap: enumeration mode relay: the relay does not answer listHosts", "err", err)
+		return nil, nil
+	}
+	if err := b.writeRoster(ctx, entries); err != nil {
+		return nil, err
+	}
+	log.Info("bootstrap: enumeration mode hosts: every active host of the relay's roster lists its own repos and serves them",
+		"asked", cfg.Enumerate, "hosts", len(roster), "skipped_not_active", skipped)
+	b.listSlots = semaphore.NewWeighted(int64(cfg.Workers))
+	fs := newFleetState(EnumerateHosts)
+	fs.p.Roster, fs.p.Skipped = len(roster)+skipped, skipped
+	b.fleet.Store(fs)
+	cfg.Metrics.hostsSkipped(skipped)
+	lanes := make([]lane, 0, len(roster))
+	for _, h := range roster {
+		l := lane{host: h, listing: true}
+		c, err := cfg.Store.HostListCursor(h)
+		switch {
+		case errors.Is(err, archive.ErrNotFound):
+		case err != nil:
+			return nil, fmt.Errorf("bootstrap: read checkpoint of host %s: %w", h, err)
+		default:
+			l.start.cursor = c
+			l.listing = !c.Finished
+		}
+		if l.listing {
+			b.hosts().set(h, HostEnumerating)
+		} else {
+			b.hosts().set(h, HostDone)
+		}
+		lanes = append(lanes, l)
+	}
+	return lanes, nil
+}
+
+// roster pages listHosts: the active hosts, deduplicated and sorted, every
+// entry (the first of a host listed twice), and the number of hosts
+// skipped for a status other than active.
+func (b *Bootstrap) roster(ctx context.Context) ([]string, []upstream.HostEntry, int, error) {
+	seen := map[string]bool{}
+	var hosts []string
+	var entries []upstream.HostEntry
+	skipped := 0
+	cursor := ""
+	for range maxRosterPages {
+		pg, err := b.rosterPage(ctx, cursor)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		for _, h := range pg.Hosts {
+			if seen[h.Host] {
+				continue
+			}
+			seen[h.Host] = true
+			if h.Status == "" {
+				h.Status = "active" // listHosts without a status
+			}
+			entries = append(entries, h)
+			if h.Status != "active" {
+				skipped++
+				continue
+			}
+			hosts = append(hosts, h.Host)
+		}
+		if pg.Cursor == "" || pg.Cursor == cursor {
+			break
+		}
+		cursor = pg.Cursor
+	}
+	slices.Sort(hosts)
+	return hosts, entries, skipped, nil
+}
+
+// rosterStatus is a roster status as stored: the relay's word when it is a
+// short lower-case word, else "other" (upstream data, never trusted).
+func rosterStatus(s string) string {
+	if s == "" || len(s) > 32 {
+		return "other"
+	}
+	for _, c := range s {
+		if (c < 'a' || c > 'z') && c != '_' {
+			return "other"
+		}
+	}
+	return s
+}
+
+// rosterUnit bounds the host rows of one roster unit.
+const rosterUnit = 1024
+
+// writeRoster makes the roster durable in host/<host> rows (status,
+// account count, seq), a unit of at most rosterUnit hosts at a time; the
+// rest of each row (parking, failures) is left as it is.
+func (b *Bootstrap) writeRoster(ctx context.Context, entries []upstream.HostEntry) error {
+	for chunk := range slices.Chunk(entries, rosterUnit) {
+		ups := make([]archive.HostUpdate, 0, len(chunk))
+		for _, e := range chunk {
+			status := rosterStatus(e.Status)
+			accounts, seq := uint64(max(e.Accounts, 0)), uint64(max(e.Seq, 0))
+			ups = append(ups, archive.HostUpdate{Host: e.Host, Func: func(cur archive.HostState) archive.HostState {
+				cur.Status, cur.Accounts, cur.Seq = status, accounts, seq
+				return cur
+			}})
+		}
+		if err := applyUnit(ctx, b.cfg.Writer, &archive.Unit{Hosts: ups}); err != nil {
+			return fmt.Errorf("bootstrap: record the roster: %w", err)
+		}
+	}
+	return nil
+}
+
+// rosterPage reads one listHosts page, retrying transient failures and
+// 429s on the listRepos budgets (ListRetries, and the 429 budget); a 501
+// (a relay without the method) is not retried.
+func (b *Bootstrap) rosterPage(ctx context.Context, cursor string) (upstream.HostsPage, error) {
+	cfg := &b.cfg
+	bo := backoff.Policy{Base: backfill.DefaultBackoffBase, Max: backfill.DefaultBackoffMax}
+	for tries := 0; ; tries++ {
+		pg, err := cfg.Fleet.ListHosts(ctx, cursor, cfg.PageLimit)
+		if err == nil {
+			return pg, nil
+		}
+		class := upstream.Classify(err)
+		wait := upstream.RetryAfter(err)
+		var ue *upstream.Error
+		switch {
+		case ctx.Err() != nil:
+			return pg, ctx.Err()
+		case errors.As(err, &ue) && ue.StatusCode == http.StatusNotImplemented:
+			return pg, err // a relay without listHosts: no use asking again
+		case class == upstream.ClassRateLimited && tries < backfill.DefaultRateLimitRetries:
+		case class == upstream.ClassTransient && tries < cfg.ListRetries:
+			wait = 0
+		default:
+			return pg, err
+		}
+		if wait <= 0 {
+			wait = bo.Draw(tries, nil)
+		}
+		cfg.Logger.Warn("bootstrap: listHosts failed; retrying", "class", class.String(), "wait", wait, "err", err)
+		if err := cfg.Sleep(ctx, wait); err != nil {
+			return pg, err
+		}
+	}
+}
+
+// job is a repo handed to a worker and the host it is fetched from.
+type job struct {
+	did, host string
+}
+
+// scheduler holds the repos ready for a worker, one queue per host, and
+// hands them out round-robin over the hosts that have work and are under
+// their cap, so a slow host holds at most its cap of workers.
+type scheduler struct {
+	cap    int
+	queues map[string][]string
+	order  []string // hosts with a queue, in arrival order
+	next   int
+	busy   map[string]int
+	n      int
+}
+
+func newScheduler(hostCap int) *scheduler {
+	return &scheduler{cap: hostCap, queues: map[string][]string{}, busy: map[string]int{}}
+}
+
+func (s *scheduler) push(host, did string) {
+	if _, ok := s.queues[host]; !ok {
+		s.order = append(s.order, host)
+	}
+	s.queues[host] = append(s.queues[host], did)
+	s.n++
+}
+
+// peek is the next repo to hand out, without taking it.
+func (s *scheduler) peek() (job, bool) {
+	for i := range len(s.order) {
+		h := s.order[(s.next+i)%len(s.order)]
+		if q := s.queues[h]; len(q) > 0 && s.busy[h] < s.cap {
+			s.next = (s.next + i) % len(s.order)
+			return job{did: q[0], host: h}, true
+		}
+	}
+	return job{}, false
+}
+
+// take removes the job peek returned and counts it busy.
+func (s *scheduler) take(j job) {
+	q := s.queues[j.host]
+	q[0] = ""
+	s.queues[j.host] = q[1:]
+	s.busy[j.host]++
+	s.n--
+	s.next++
+}
+
+// move re-queues the head of from's queue under host to (reattributed).
+func (s *scheduler) move(j job, to string) {
+	q := s.queues[j.host]
+	q[0] = ""
+	s.queues[j.host] = q[1:]
+	s.n--
+	s.push(to, j.did)
+}
+
+func (s *scheduler) done(host string) {
+	if s.busy[host]--; s.busy[host] <= 0 {
+		delete(s.busy, host)
+	}
+}
+
+func (s *scheduler) len() int { return s.n }

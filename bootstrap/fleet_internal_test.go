@@ -1,0 +1,86 @@
+package bootstrap
+
+import (
+	"testing"
+
+	"github.com/backstream/backstream/upstream"
+)
+
+// TestListedAgainPrefersNewerRev: a DID dispatched from host a and listed
+// again by host b (a migration in flight) is fetched from b when b's rev is
+// newer, and stays with a when it is not; either way it is not dispatched
+// twice. The scheduler moves a queued repo to its new host at dispatch.
+func TestListedAgainPrefersNewerRev(t *testing.T) {
+	b := &Bootstrap{inflight: map[string]attribution{}}
+	b.fleet.Store(newFleetState(EnumerateHosts))
+	const did = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"
+	if b.listedAgain("a", upstream.RepoEntry{DID: did, Rev: "3k2"}) {
+		t.Fatal("a DID not in flight was skipped")
+	}
+	b.inflight[did] = attribution{host: "a", rev: "3k2"}
+	if !b.listedAgain("b", upstream.RepoEntry{DID: did, Rev: "3k1"}) || b.hostFor(did) != "a" {
+		t.Fatalf("an older rev on b moved it to %q", b.hostFor(did))
+	}
+	if !b.listedAgain("b", upstream.RepoEntry{DID: did, Rev: "3k3"}) || b.hostFor(did) != "b" {
+		t.Fatalf("a newer rev on b left it on %q", b.hostFor(did))
+	}
+	if got := b.hosts().snapshot().Reattributed; got != 1 {
+		t.Fatalf("reattributed %d, want 1", got)
+	}
+
+	s := newScheduler(1)
+	s.push("a", did)
+	j, ok := s.peek()
+	if !ok || j.host != "a" {
+		t.Fatalf("peek %+v %v", j, ok)
+	}
+	s.move(j, b.hostFor(did))
+	if j, ok = s.peek(); !ok || j.host != "b" || j.did != did || s.len() != 1 {
+		t.Fatalf("after the move: %+v %v len %d", j, ok, s.len())
+	}
+}
+
+// TestSchedulerRoundRobinUnderCap: jobs come out one host after another,
+// never more than the cap of one host at once, and a host at its cap does
+// not stop the others.
+func TestSchedulerRoundRobinUnderCap(t *testing.T) {
+	s := newScheduler(2)
+	for _, d := range []string{"a1", "a2", "a3", "a4", "a5"} {
+		s.push("a", d)
+	}
+	s.push("b", "b1")
+	s.push("c", "c1")
+	var got []string
+	for {
+		j, ok := s.peek()
+		if !ok {
+			break
+		}
+		s.take(j)
+		got = append(got, j.did)
+	}
+	want := []string{"a1", "b1", "c1", "a2"}
+	if len(got) != len(want) {
+		t.Fatalf("handed out %v, want %v (a capped at 2)", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("handed out %v, want %v", got, want)
+		}
+	}
+	s.done("a")
+	if j, ok := s.peek(); !ok || j.did != "a3" {
+		t.Fatalf("after a finished one: %+v %v", j, ok)
+	}
+}
+
+// TestRosterStatus: a roster status is stored only as a short lower-case
+// word; anything else a relay sends is "other".
+func TestRosterStatus(t *testing.T) {
+	for in, want := range map[string]string{"active": "active", "throttled": "throttled", "": "other", "ACTIVE": "other",
+		"act\xffive": "other", "a b": "other", string(make([]byte, 33)): "other"} {
+		if got := rosterStatus(in); got != want {
+			t.Fatalf("rosterStatus(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

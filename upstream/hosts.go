@@ -1,0 +1,250 @@
+package upstream
+
+// hosts.go owns the fleet side of the client: the relay's listHosts roster,
+// listRepos and getRepo asked of a PDS host directly (the relay's own index
+// and redirect bypassed), and the per-host pacing that keeps a host's
+// announced ratelimit-* budget from being spent before it resets.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/backstream/backstream/internal/backoff"
+)
+
+// maxListHostsBody bounds a listHosts page (1000 hosts are ~150 KiB).
+const maxListHostsBody = 8 << 20
+
+// maxHostname bounds a roster hostname (DNS names are at most 253 bytes,
+// plus a port).
+const maxHostname = 260
+
+// HostEntry is one validated listHosts entry.
+type HostEntry struct {
+	Host     string // host[:port], lower case
+	Status   string // "active", "idle", "offline", "throttled", "banned", …; "" when absent
+	Accounts int64
+	Seq      int64
+}
+
+// HostsPage is one listHosts page; Cursor "" means the roster is finished.
+// Dropped counts entries refused by validation.
+type HostsPage struct {
+	Hosts   []HostEntry
+	Cursor  string
+	Dropped int
+}
+
+type listHostsWire struct {
+	Cursor *string           `json:"cursor"`
+	Hosts  []json.RawMessage `json:"hosts"`
+}
+
+type hostWire struct {
+	Hostname     string  `json:"hostname"`
+	Status       *string `json:"status"`
+	AccountCount *int64  `json:"accountCount"`
+	Seq          *int64  `json:"seq"`
+}
+
+// ListHosts fetches one page of the relay's com.atproto.sync.listHosts.
+// Entries whose hostname is not a bare host[:port] are dropped and
+// counted. Errors: *Error (Classify); a relay without the method answers
+// a 4xx (ClassPermanent).
+func (c *Client) ListHosts(ctx context.Context, cursor string, limit int) (HostsPage, error) {
+	const op = "listHosts"
+	q := url.Values{}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	body, host, err := c.fetchSmall(ctx, op, c.xrpcURL("com.atproto.sync.listHosts", q), "application/json", maxListHostsBody)
+	if err != nil {
+		return HostsPage{}, err
+	}
+	var w listHostsWire
+	if err := json.Unmarshal(body, &w); err != nil {
+		return HostsPage{}, &Error{Op: op, Host: host, StatusCode: http.StatusOK, Err: fmt.Errorf("%w: listHosts: %v", ErrMalformedResponse, err), kind: ErrMalformedResponse}
+	}
+	var p HostsPage
+	if w.Cursor != nil && len(*w.Cursor) <= maxCursorLen {
+		p.Cursor = *w.Cursor
+	}
+	for _, raw := range w.Hosts {
+		var h hostWire
+		if json.Unmarshal(raw, &h) != nil {
+			p.Dropped++
+			continue
+		}
+		name, ok := hostName(h.Hostname)
+		if !ok {
+			p.Dropped++
+			continue
+		}
+		e := HostEntry{Host: name}
+		if h.Status != nil {
+			e.Status = *h.Status
+		}
+		if h.AccountCount != nil {
+			e.Accounts = *h.AccountCount
+		}
+		if h.Seq != nil {
+			e.Seq = *h.Seq
+		}
+		p.Hosts = append(p.Hosts, e)
+	}
+	return p, nil
+}
+
+// hostName validates a roster hostname: host[:port] with no scheme, path,
+// user or query, lower-cased.
+func hostName(s string) (string, bool) {
+	if s == "" || len(s) > maxHostname || strings.ContainsAny(s, "/?#@ \\") {
+		return "", false
+	}
+	u, err := url.Parse("https://" + s)
+	if err != nil || u.Host != s || u.Hostname() == "" {
+		return "", false
+	}
+	return strings.ToLower(s), true
+}
+
+// hostURL is the base URL of a PDS host: the relay's scheme (http only
+// when the relay itself is plain http, as on a devnet).
+func (c *Client) hostURL(host string) (*url.URL, error) {
+	name, ok := hostName(host)
+	if !ok {
+		return nil, &Error{Op: "host", Host: host, Err: fmt.Errorf("invalid host name %q", host), kind: ErrPermanent}
+	}
+	return &url.URL{Scheme: c.relay.Scheme, Host: name}, nil
+}
+
+// HostListRepos pages listRepos on PDS host directly, paced to its
+// announced rate limit. Same contract as ListRepos.
+func (c *Client) HostListRepos(ctx context.Context, host, cursor string, limit int) (Page, error) {
+	base, err := c.hostURL(host)
+	if err != nil {
+		return Page{}, err
+	}
+	if err := c.pace.acquire(ctx, canonicalHostPort(base), c.trips); err != nil {
+		return Page{}, &Error{Op: "listRepos", Host: host, Err: err, kind: err}
+	}
+	defer c.pace.release(canonicalHostPort(base))
+	return c.listRepos(ctx, base, cursor, limit)
+}
+
+// HostGetRepo downloads did from PDS host directly (no relay redirect),
+// within the host's download slots and paced to its announced rate limit.
+// Same contract as GetRepo; Download.FinalHost is host (or where it
+// redirected).
+func (c *Client) HostGetRepo(ctx context.Context, host, did string) (*Download, error) {
+	const op = "getRepo"
+	base, err := c.hostURL(host)
+	var d *Download
+	if err == nil {
+		d, err = c.getRepo(ctx, base, did)
+	}
+	c.metrics.request(op, Classify(err))
+	if err == nil {
+		c.metrics.downloaded(d.Size)
+	}
+	return d, err
+}
+
+// direct prepares a getRepo asked of host itself: it takes the host's
+// download slot (ErrHostBusy at the cap, as for a redirect) and waits for
+// the host's announced budget. The caller's releaseSlot frees the slot;
+// the pace is released when the answer's headers are observed.
+func (c *Client) direct(ctx context.Context, op string, st *getRepoState, host *url.URL) error {
+	name := canonicalHostPort(host)
+	if err := c.takeSlot(st, name); err != nil {
+		return &Error{Op: op, Host: name, Err: err, kind: ErrHostBusy}
+	}
+	if err := c.pace.acquire(ctx, name, c.trips); err != nil {
+		return &Error{Op: op, Host: name, Err: err, kind: err}
+	}
+	st.paced = name
+	return nil
+}
+
+// pacer keeps, per host, the request budget its last answer announced
+// (ratelimit-remaining until ratelimit-reset) and the requests started
+// since; a request that would overspend it waits for the reset instead of
+// meeting a 429.
+type pacer struct {
+	mu    sync.Mutex
+	hosts map[string]*pace
+	now   func() time.Time
+}
+
+type pace struct {
+	inflight  int
+	remaining int
+	reset     time.Time
+	known     bool
+}
+
+func newPacer() *pacer { return &pacer{hosts: map[string]*pace{}, now: time.Now} }
+
+// acquire waits until host's announced budget has room for one more
+// request, then counts it in flight.
+func (p *pacer) acquire(ctx context.Context, host string, t *trips) error {
+	for {
+		p.mu.Lock()
+		h := p.hosts[host]
+		if h == nil {
+			h = &pace{}
+			p.hosts[host] = h
+		}
+		now := p.now()
+		if !h.known || !now.Before(h.reset) || h.remaining-h.inflight > 0 {
+			h.inflight++
+			p.mu.Unlock()
+			return nil
+		}
+		wait := h.reset.Sub(now)
+		p.mu.Unlock()
+		t.trip(slog.LevelInfo, limitRatePace, "upstream: a host's announced rate limit is spent; its requests wait for the reset instead of meeting a 429",
+			"host", host, "wait", wait)
+		if err := backoff.Sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
+}
+
+// observe records the budget an answer of host announced.
+func (p *pacer) observe(host string, hd http.Header) {
+	rem, err := strconv.Atoi(strings.TrimSpace(hd.Get("Ratelimit-Remaining")))
+	reset := parseReset(hd.Get("Ratelimit-Reset"))
+	if err != nil || rem < 0 || reset.IsZero() {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if h := p.hosts[host]; h != nil {
+		h.remaining, h.reset, h.known = rem, reset, true
+	}
+}
+
+// release ends a request started by acquire.
+func (p *pacer) release(host string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h := p.hosts[host]
+	if h == nil {
+		return
+	}
+	if h.inflight--; h.inflight <= 0 && (!h.known || !p.now().Before(h.reset)) {
+		delete(p.hosts, host)
+	}
+}
