@@ -16,7 +16,8 @@
 // the one it saw last: Jetstream's time cursor is inclusive, so that one
 // event comes again (counted as resent); any other event received twice
 // (same archive seq, the "cursor" field) is a duplicate. Both fold their commits
-// (create/update set, delete removes, an account deleted clears it), which
+// (create/update set, delete removes, an account deleted or taken down
+// clears it: its content is no longer redistributed), which
 // the Go side compares with the simulated network's records.
 
 import { writeFileSync } from 'node:fs';
@@ -43,7 +44,7 @@ function apply(fold, ev) {
 		} else {
 			recs[path] = ev.commit.cid;
 		}
-	} else if (ev.kind === 'account' && ev.account?.status === 'deleted') {
+	} else if (ev.kind === 'account' && (ev.account?.status === 'deleted' || ev.account?.status === 'takendown')) {
 		fold[ev.did] = {};
 	}
 }
