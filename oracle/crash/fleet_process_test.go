@@ -2,6 +2,7 @@ package crash_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +35,7 @@ func TestFleetBootstrapSurvivesSIGKILL(t *testing.T) {
 	}
 	defer n.Close()
 	for h := range hosts {
-		n.Faults().SlowHost(h, 15*time.Millisecond) // long enough a bootstrap to land three kills in
+		n.Faults().SlowHost(h, 40*time.Millisecond) // long enough a bootstrap to land three kills in
 	}
 	h := crash.New(t, n, crash.Options{Args: []string{"--enumerate", "hosts", "--backfill-workers", "8", "--backfill-host-workers", "2",
 		"--backfill-memory", "64MiB", "--capture-wait", "100ms"}})
@@ -44,12 +45,16 @@ func TestFleetBootstrapSurvivesSIGKILL(t *testing.T) {
 			active++
 		}
 	}
-	for k, th := range []int64{int64(active) / 10, int64(active) * 2 / 5, int64(active) * 3 / 4} {
-		l := h.KillRun(crash.Kill{Kind: crash.KillWhen, Label: "fleet bootstrap running", When: func(r crash.Status) bool {
-			return r.Phase == crash.PhaseBootstrap && r.Bootstrap != nil && r.Bootstrap.State == "running" && r.Repos["complete"] >= th
-		}})
-		if l.Store.Phase != crash.PhaseBootstrap || l.Status.Repos["complete"] >= int64(active) {
-			t.Fatalf("kill %d did not land mid-bootstrap: phase %s, %d of %d complete", k+1, l.Store.Phase, l.Status.Repos["complete"], active)
+	// Each kill lands right after the run's n-th repo completion (a crash
+	// point inside the process, so however fast the run goes the kill is
+	// mid-bootstrap: a poll of /status may see a short run only once it
+	// is done). Each run leaves enough for the next: a kill turns the repos
+	// dispatched but not complete into pending, for merge.
+	for k := range 3 {
+		n := active / 8
+		l := h.KillRun(crash.AtPoint(fmt.Sprintf("%s:%d", crashpoint.RepoComplete, n)))
+		if l.Store.Phase != crash.PhaseBootstrap {
+			t.Fatalf("kill %d (after %d completions) did not land mid-bootstrap: phase %s", k+1, n, l.Store.Phase)
 		}
 	}
 	h.KillRun(crash.AtPoint(crashpoint.MergingCommitted))
