@@ -81,7 +81,8 @@ func TestVerifyEndToEnd(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg := node.Config{Registry: reg,
 		DataDir: t.TempDir(), Relay: net.RelayURL(), Store: archive.Options{Logger: quiet},
-		Bootstrap: bootstrap.Config{Workers: 8}, CaptureWait: 5 * time.Second,
+		// Relay mode: the misattribution fault is the relay's redirect.
+		Bootstrap: bootstrap.Config{Workers: 8, Enumerate: bootstrap.EnumerateRelay}, CaptureWait: 5 * time.Second,
 		JobBackoffBase: 10 * time.Millisecond, JobBackoffMax: 50 * time.Millisecond,
 		RetryInterval: 200 * time.Millisecond, RetryMaxDelay: time.Second, RetryScanPeriod: 100 * time.Millisecond,
 		Logger: quiet, OnPhase: func(p archive.Phase) { phases <- p },
