@@ -83,8 +83,8 @@ func TestSinkR3ExactlyOnceAcrossFailures(t *testing.T) {
 	}
 	tr.stop()
 	rs.waitCaughtUp(t, wd, 60*time.Second)
-	msgs := readStream(t, c.URLs(), DefaultStream)
-	checkStream(t, wd, msgs, DefaultStream)
+	msgs := natstest.ReadStream(t, c.URLs(), DefaultStream)
+	natstest.CheckStream(t, wd.store, msgs, subjectOf(DefaultStream))
 	// The position is durable through the writer.
 	promtest.Eventually(t, 10*time.Second, "the position is written", func() bool {
 		v, err := wd.store.SinkCursor()
@@ -98,9 +98,11 @@ func TestSinkR3ExactlyOnceAcrossFailures(t *testing.T) {
 // shows its lag and state, and catches up without a gap or a duplicate
 // once NATS is back. The full outage is 60 s; -short uses 3 s.
 func TestSinkOutageNeverSlowsIngest(t *testing.T) {
-	outage, nodes := 60*time.Second, 3
+	// The machine is shared: -short's 2 s windows are noisy, so it only
+	// catches ingest blocked or halved; the full run asks for 80 %.
+	outage, nodes, floor := 60*time.Second, 3, 0.8
 	if testing.Short() {
-		outage, nodes = 2*time.Second, 1
+		outage, nodes, floor = 2*time.Second, 1, 0.5
 	}
 	c := natstest.Start(t, nodes)
 	wd := newWorld(t)
@@ -109,17 +111,18 @@ func TestSinkOutageNeverSlowsIngest(t *testing.T) {
 	rs := wd.startSink(t, Config{URLs: c.URLs(), Window: 512})
 	promtest.Eventually(t, 30*time.Second, "the sink publishes", func() bool { return rs.s.Status().Position > 500 })
 	before := time.Now()
-	time.Sleep(outage / 2) // a baseline of the same length as half the outage
+	time.Sleep(outage) // a baseline as long as the outage
 	down := time.Now()
 	for i := range nodes {
 		c.Stop(i)
 	}
-	time.Sleep(outage)
+	promtest.Eventually(t, outage+10*time.Second, "the status shows the outage", func() bool {
+		st := rs.s.Status()
+		return st.LagEvents > 0 && st.Errors > 0 && st.State != StatePublishing
+	})
+	time.Sleep(time.Until(down.Add(outage)))
 	up := time.Now()
 	st := rs.s.Status()
-	if st.LagEvents == 0 || st.State == StatePublishing && st.Errors == 0 {
-		t.Errorf("during the outage the status shows no lag or trouble: %+v", st)
-	}
 	lagMetric := promtest.Value(t, rs.reg, "backstream_nats_lag_events", nil)
 	for i := range nodes {
 		c.Restart(i)
@@ -131,12 +134,12 @@ func TestSinkOutageNeverSlowsIngest(t *testing.T) {
 	rateDuring := float64(nDuring) / up.Sub(down).Seconds()
 	t.Logf("ingest: %.0f units/s before, %.0f during the outage (worst unit %v); lag at the end of the outage %v events, %.1f s",
 		rateBefore, rateDuring, worst, lagMetric, st.LagSeconds)
-	if rateDuring < 0.8*rateBefore || worst > time.Second {
+	if rateDuring < floor*rateBefore || worst > time.Second {
 		t.Errorf("ingest slowed while NATS was down: %.0f units/s before, %.0f during, worst unit %v", rateBefore, rateDuring, worst)
 	}
 	tr.stop()
 	rs.waitCaughtUp(t, wd, 120*time.Second)
-	checkStream(t, wd, readStream(t, c.URLs(), DefaultStream), DefaultStream)
+	natstest.CheckStream(t, wd.store, natstest.ReadStream(t, c.URLs(), DefaultStream), subjectOf(DefaultStream))
 }
 
 // TestSinkResumesFromTheStream: the durable position lags the stream (a
@@ -164,7 +167,7 @@ func TestSinkResumesFromTheStream(t *testing.T) {
 		rs.waitCaughtUp(t, wd, 30*time.Second)
 		rs.stop()
 	}
-	checkStream(t, wd, readStream(t, c.URLs(), DefaultStream), DefaultStream)
+	natstest.CheckStream(t, wd.store, natstest.ReadStream(t, c.URLs(), DefaultStream), subjectOf(DefaultStream))
 }
 
 // TestSinkFrom: an empty stream starts at --nats-from; the events before it
@@ -177,7 +180,7 @@ func TestSinkFrom(t *testing.T) {
 	}
 	rs := wd.startSink(t, Config{URLs: c.URLs(), From: 61})
 	rs.waitCaughtUp(t, wd, 30*time.Second)
-	msgs := readStream(t, c.URLs(), DefaultStream)
+	msgs := natstest.ReadStream(t, c.URLs(), DefaultStream)
 	if len(msgs) != 40 || msgs[0].Headers().Get(nats.MsgIdHdr) != "61" {
 		t.Fatalf("got %d messages from id %s, want 40 from 61", len(msgs), msgs[0].Headers().Get(nats.MsgIdHdr))
 	}
@@ -230,4 +233,8 @@ func TestSubject(t *testing.T) {
 			t.Errorf("%+v: %s, want %s", c.ev, got, c.want)
 		}
 	}
+}
+
+func subjectOf(prefix string) func(*archive.Event) string {
+	return func(ev *archive.Event) string { return Subject(prefix, ev) }
 }

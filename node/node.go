@@ -24,6 +24,7 @@ import (
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/lifecycle"
 	"github.com/backstream/backstream/merge"
+	"github.com/backstream/backstream/natssink"
 	"github.com/backstream/backstream/retry"
 	"github.com/backstream/backstream/subscribe"
 	"github.com/backstream/backstream/upstream"
@@ -153,6 +154,9 @@ type Config struct {
 	// OnPhase, when set, is told every phase the lifecycle enters, after
 	// the node's own health and metrics are.
 	OnPhase func(archive.Phase)
+	// NATS, when set, runs the NATS sink in steady state (its Store,
+	// Writer, Metrics, Logger and Now are the node's own).
+	NATS *natssink.Config
 }
 
 func (c *Config) defaults() error {
@@ -228,6 +232,7 @@ type Node struct {
 	client  *upstream.Client
 	jobs    *backfill.Runner
 	retrier *retry.Runner
+	sink    *natssink.Sink // nil: no NATS sink
 	sub     *subscribe.Server
 	lcfg    lifecycle.Config
 
@@ -301,8 +306,9 @@ func New(cfg Config) (n *Node, err error) {
 	return n, nil
 }
 
-// buildJobs makes the upstream client, the bootstrap's backfill jobs and the
-// retry runner with its own jobs. One retry schedule serves every failure: a
+// buildJobs makes the upstream client, the bootstrap's backfill jobs, the
+// retry runner with its own jobs, and the NATS sink when configured. One
+// retry schedule serves every failure: a
 // repo failed in bootstrap is first retried after the retry interval, like
 // one failed in steady state.
 func (n *Node) buildJobs(reg prometheus.Registerer) error {
@@ -340,6 +346,12 @@ func (n *Node) buildJobs(reg prometheus.Registerer) error {
 		Interval: cfg.RetryInterval, MaxDelay: cfg.RetryMaxDelay, ScanPeriod: cfg.RetryScanPeriod,
 		Metrics: retry.NewMetrics(reg), Logger: n.log.With("component", "retry"), Now: cfg.Now,
 	})
+	if err != nil || cfg.NATS == nil {
+		return err
+	}
+	nc := *cfg.NATS
+	nc.Store, nc.Writer, nc.Metrics, nc.Logger, nc.Now = n.store, n.w, natssink.NewMetrics(reg), n.log.With("component", "nats"), cfg.Now
+	n.sink, err = natssink.New(nc)
 	return err
 }
 
@@ -360,9 +372,27 @@ func (n *Node) lifecycleConfig(reg prometheus.Registerer, am *archive.Metrics) l
 		Now:             cfg.Now,
 		OnPhase:         n.setPhase,
 		OnBootstrap:     func(b *bootstrap.Bootstrap) { n.boot.Store(b) },
-		Steady:          []func(context.Context) error{n.retrier.Run},
+		Steady:          n.steady(),
 		OnLiveEffects:   n.retrier.Wake,
 	}
+}
+
+// steady are the components that run in steady state: the retry runner,
+// and the NATS sink when configured.
+func (n *Node) steady() []func(context.Context) error {
+	if n.sink == nil {
+		return []func(context.Context) error{n.retrier.Run}
+	}
+	return []func(context.Context) error{n.retrier.Run, n.sink.Run}
+}
+
+// NATSStatus is the NATS sink's /status section (nil without a sink).
+func (n *Node) NATSStatus() *natssink.Status {
+	if n.sink == nil {
+		return nil
+	}
+	st := n.sink.Status()
+	return &st
 }
 
 // Run drives the lifecycle until ctx is done (nil) or something stops the

@@ -21,6 +21,7 @@ import (
 	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/lifecycle"
+	"github.com/backstream/backstream/natssink"
 	"github.com/backstream/backstream/node"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/retry"
@@ -79,6 +80,12 @@ func serveCommand() *command {
 			fs.Float64("replay-duty", subscribe.DefaultReplayDuty, "share of the time (0 < d ≤ 1) a replay reader may be busy, so of a CPU it may take; 1 = replay at full speed")
 			fs.Float64("subscriber-message-rate", subscribe.DefaultMessageRate, "client messages (options_update, pings) per second per connection; beyond the burst, the connection is closed")
 			fs.Int("subscriber-message-burst", subscribe.DefaultMessageBurst, "client messages a connection may send at once")
+			fs.String("nats-url", "", "publish every archived event, in seq order and once, into a NATS JetStream stream on these servers (comma-separated nats:// URLs; empty: no NATS sink)")
+			fs.String("nats-stream", natssink.DefaultStream, "with --nats-url: the stream's name, also its subjects' prefix (<stream>.commit.<collection>, <stream>.<kind>)")
+			fs.Int("nats-replicas", 0, "with --nats-url: replicas of the stream when the sink creates it (0: 3 when the cluster shows at least 3 servers, else 1)")
+			fs.String("nats-creds", "", "with --nats-url: NATS credentials file")
+			fs.Int("nats-from", 0, "with --nats-url: archive seq an empty stream starts from (0: the whole archive)")
+			fs.Int("nats-window", natssink.DefaultWindow, "with --nats-url: publishes awaiting the stream's acknowledgement at most")
 		},
 		run: runServe,
 	}
@@ -109,6 +116,7 @@ type serveOptions struct {
 	minFree                int64 // node.Config.MinFree: 0 auto, -1 off
 	maxWriteStall          time.Duration
 	subscribers            subscribe.Config // the subscriber limits; the rest is filled in by runServe
+	nats                   *natssink.Config // nil: no NATS sink
 }
 
 func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
@@ -211,6 +219,9 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 	}
 	if o.subscribers, err = subscriberLimits(fs); err != nil {
 		return bad("%v", err)
+	}
+	if o.nats, err = natsOptions(fs); err != nil {
+		return serveOptions{}, err
 	}
 	return o, nil
 }
@@ -366,6 +377,9 @@ func (s *server) statusJSON() any {
 		rep.History = &h
 	}
 	rep.LastErrors = s.recent.last()
+	if n != nil {
+		rep.NATS = n.NATSStatus()
+	}
 	return rep
 }
 
@@ -527,5 +541,25 @@ func (o serveOptions) nodeConfig(s *server, crash *crashpoint.Set) node.Config {
 		MinFree: o.minFree, MaxWriteStall: o.maxWriteStall,
 		Registry: s.reg, Logger: s.log, Crash: crash,
 		Server: s.sub, Health: &s.health,
+		NATS: o.nats,
 	}
+}
+
+// natsOptions are the --nats-* flags (nil without --nats-url).
+func natsOptions(fs *flagSet) (*natssink.Config, error) {
+	u := strings.TrimSpace(fs.str("nats-url"))
+	if u == "" {
+		return nil, nil
+	}
+	c := &natssink.Config{URLs: u, Stream: strings.TrimSpace(fs.str("nats-stream")), Replicas: fs.get("nats-replicas").(int),
+		Creds: strings.TrimSpace(fs.str("nats-creds")), Window: fs.get("nats-window").(int)}
+	from := fs.get("nats-from").(int)
+	switch {
+	case from < 0:
+		return nil, fmt.Errorf("%w: --nats-from %d: must not be negative", errUsage, from)
+	case c.Window < 1:
+		return nil, fmt.Errorf("%w: --nats-window %d: must be at least 1", errUsage, c.Window)
+	}
+	c.From = uint64(from)
+	return c, nil
 }

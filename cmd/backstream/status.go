@@ -15,6 +15,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/natssink"
 	"github.com/backstream/backstream/subscribe"
 )
 
@@ -49,6 +50,9 @@ type statusReport struct {
 	// warnings and errors logged (serve's /status only; status_live.go).
 	History    *subscribe.HistoryReport `json:"history,omitempty"`
 	LastErrors []logLine                `json:"last_errors,omitempty"`
+	// NATS is the NATS sink's state, position and lag (serve's /status
+	// with --nats-url only).
+	NATS *natssink.Status `json:"nats,omitempty"`
 }
 
 // emptyStatus is the report before a store can be read: phase names what

@@ -5,13 +5,20 @@
 package natstest
 
 import (
+	"context"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/subscribe"
 )
 
 // Cluster is n JetStream servers routed to each other on 127.0.0.1.
@@ -128,4 +135,88 @@ func freePorts(t testing.TB, n int) []int {
 		l.Close()
 	}
 	return ports
+}
+
+// ReadStream reads every message of the stream with an ordered consumer.
+func ReadStream(t testing.TB, urls, stream string) []jetstream.Msg {
+	t.Helper()
+	nc, err := nats.Connect(urls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []jetstream.Msg
+	for uint64(len(out)) < info.State.Msgs {
+		batch, err := c.Fetch(int(min(1000, info.State.Msgs-uint64(len(out)))), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			out = append(out, m)
+		}
+		if err := batch.Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// CheckStream checks the stream holds every archived event exactly once,
+// in seq order: the message id is the seq, the body the event's /subscribe
+// JSON, the subject and DID header the event's.
+func CheckStream(t testing.TB, store *archive.Store, msgs []jetstream.Msg, subject func(*archive.Event) string) {
+	t.Helper()
+	it, err := store.Events(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	r := subscribe.Renderer{Cursor: true}
+	i := 0
+	for it.Next() {
+		ev := it.Event()
+		if i >= len(msgs) {
+			t.Fatalf("the stream ends after %d messages; archive seq %d (and later) missing", i, ev.Seq)
+		}
+		m := msgs[i]
+		id := m.Headers().Get(nats.MsgIdHdr)
+		if id != strconv.FormatUint(ev.Seq, 10) {
+			t.Fatalf("stream message %d has id %s, want archive seq %d (duplicate or gap)", i+1, id, ev.Seq)
+		}
+		want, err := r.AppendJSON(nil, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(m.Data()) != string(want) {
+			t.Fatalf("seq %d body\n%s\nwant the /subscribe JSON\n%s", ev.Seq, m.Data(), want)
+		}
+		if m.Subject() != subject(ev) || m.Headers().Get("Backstream-Did") != ev.DID {
+			t.Fatalf("seq %d: subject %s did %s", ev.Seq, m.Subject(), m.Headers().Get("Backstream-Did"))
+		}
+		i++
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if i != len(msgs) {
+		t.Fatalf("the stream holds %d messages, the archive %d events (duplicates)", len(msgs), i)
+	}
 }
