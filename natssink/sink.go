@@ -24,7 +24,7 @@ import (
 // Defaults.
 const (
 	DefaultStream          = "backstream"
-	DefaultWindow          = 4096             // unacknowledged publishes in flight
+	DefaultWindow          = 16384            // unacknowledged publishes in flight (about 8 MiB of posts)
 	DefaultDuplicateWindow = time.Hour        // the stream's de-duplication window, longer than any restart
 	DefaultAckTimeout      = 10 * time.Second // a publish not acknowledged by then fails the session
 	DefaultPositionEvery   = time.Second      // how often the position is written (when it moved)
