@@ -346,11 +346,14 @@ func (n *Node) buildJobs(reg prometheus.Registerer) error {
 		Interval: cfg.RetryInterval, MaxDelay: cfg.RetryMaxDelay, ScanPeriod: cfg.RetryScanPeriod,
 		Metrics: retry.NewMetrics(reg), Logger: n.log.With("component", "retry"), Now: cfg.Now,
 	})
+	// The sink's metrics are exposed (at zero) without a sink too, so
+	// dashboards and alerts find them.
+	sm := natssink.NewMetrics(reg)
 	if err != nil || cfg.NATS == nil {
 		return err
 	}
 	nc := *cfg.NATS
-	nc.Store, nc.Writer, nc.Metrics, nc.Logger, nc.Now = n.store, n.w, natssink.NewMetrics(reg), n.log.With("component", "nats"), cfg.Now
+	nc.Store, nc.Writer, nc.Metrics, nc.Logger, nc.Now = n.store, n.w, sm, n.log.With("component", "nats"), cfg.Now
 	n.sink, err = natssink.New(nc)
 	return err
 }
