@@ -22,7 +22,7 @@ import (
 // (about 400 bytes of /subscribe JSON each).
 func postEvents(b testing.TB, wd *world, n int) {
 	rec, err := atdata.MarshalCBOR(map[string]any{"$type": "app.bsky.feed.post",
-		"text": "Morning walk by the river, the fog was lifting off the water. Coffee next, then the long way home.",
+		"text":      "Morning walk by the river, the fog was lifting off the water. Coffee next, then the long way home.",
 		"createdAt": "2024-11-05T10:11:12.345Z", "langs": []any{"en"}})
 	if err != nil {
 		b.Fatal(err)
