@@ -50,13 +50,13 @@ func TestFoldEqualsArchive(t *testing.T) {
 			cd, _ := cid.NewPrefixV1(cid.DagCBOR, 0x12).Sum(rec)
 			ev := archive.Event{DID: did, Source: archive.SourceLive, Collection: "app.bsky.feed.like", RKey: fmt.Sprintf("k%d", i%11),
 				Rev: fmt.Sprintf("3l%011d", rev), Kind: archive.KindCreate, Record: rec, CID: cd.Bytes()}
-			switch i % 13 {
-			case 3, 4:
-				ev.Kind, ev.Record, ev.CID = archive.KindDelete, nil, nil
-			case 7:
+			switch {
+			case i-from == 7: // one sync and one deleted account per round, early
 				ev = archive.Event{DID: did, Source: archive.SourceLive, Kind: archive.KindSync, Rev: ev.Rev}
-			case 9:
+			case i-from == 9:
 				ev = archive.Event{DID: did, Source: archive.SourceLive, Kind: archive.KindAccount, Status: "deleted"}
+			case i%5 == 3:
+				ev.Kind, ev.Record, ev.CID = archive.KindDelete, nil, nil
 			}
 			evs = append(evs, ev)
 		}
