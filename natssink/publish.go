@@ -155,6 +155,10 @@ func (p *publisher) resume(ctx context.Context, stream jetstream.Stream) error {
 	}
 	p.expect = info.State.LastSeq
 	if info.State.Msgs == 0 {
+		if pos := s.acked.Load(); pos > 0 && s.cfg.From <= pos {
+			s.log.Warn("the NATS stream is empty but backstream had published up to its position: publishing again from --nats-from",
+				"stream", s.cfg.Stream, "position", pos, "from", s.cfg.From)
+		}
 		p.next = s.cfg.From
 		s.acked.Store(p.next - min(p.next, 1))
 		return nil

@@ -172,6 +172,12 @@ func (s *Sink) Run(ctx context.Context) error {
 	if s.cfg.Creds != "" {
 		opts = append(opts, nats.UserCredentials(s.cfg.Creds))
 	}
+	switch pos, err := s.cfg.Store.SinkCursor(); {
+	case err == nil:
+		s.acked.Store(pos) // shown until the stream says where it is
+	case !errors.Is(err, archive.ErrNotFound):
+		return fmt.Errorf("natssink: %w", err)
+	}
 	nc, err := nats.Connect(s.cfg.URLs, opts...)
 	if err != nil {
 		return fmt.Errorf("natssink: connect %s: %w", s.cfg.URLs, err)
