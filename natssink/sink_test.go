@@ -83,7 +83,7 @@ func TestSinkR3ExactlyOnceAcrossFailures(t *testing.T) {
 	}
 	tr.stop()
 	rs.waitCaughtUp(t, wd, 60*time.Second)
-	msgs := natstest.ReadStream(t, c.URLs(), DefaultStream)
+	msgs := natstest.ReadStream(t, c.URLs(), DefaultStream, natstest.ArchiveEvents(t, wd.store))
 	natstest.CheckStream(t, wd.store, msgs, subjectOf(DefaultStream))
 	// The position is durable through the writer.
 	promtest.Eventually(t, 10*time.Second, "the position is written", func() bool {
@@ -139,7 +139,7 @@ func TestSinkOutageNeverSlowsIngest(t *testing.T) {
 	}
 	tr.stop()
 	rs.waitCaughtUp(t, wd, 120*time.Second)
-	natstest.CheckStream(t, wd.store, natstest.ReadStream(t, c.URLs(), DefaultStream), subjectOf(DefaultStream))
+	natstest.CheckStream(t, wd.store, natstest.ReadStream(t, c.URLs(), DefaultStream, natstest.ArchiveEvents(t, wd.store)), subjectOf(DefaultStream))
 }
 
 // TestSinkResumesFromTheStream: the durable position lags the stream (a
@@ -167,7 +167,7 @@ func TestSinkResumesFromTheStream(t *testing.T) {
 		rs.waitCaughtUp(t, wd, 30*time.Second)
 		rs.stop()
 	}
-	natstest.CheckStream(t, wd.store, natstest.ReadStream(t, c.URLs(), DefaultStream), subjectOf(DefaultStream))
+	natstest.CheckStream(t, wd.store, natstest.ReadStream(t, c.URLs(), DefaultStream, natstest.ArchiveEvents(t, wd.store)), subjectOf(DefaultStream))
 }
 
 // TestSinkFrom: an empty stream starts at --nats-from; the events before it
@@ -180,7 +180,7 @@ func TestSinkFrom(t *testing.T) {
 	}
 	rs := wd.startSink(t, Config{URLs: c.URLs(), From: 61})
 	rs.waitCaughtUp(t, wd, 30*time.Second)
-	msgs := natstest.ReadStream(t, c.URLs(), DefaultStream)
+	msgs := natstest.ReadStream(t, c.URLs(), DefaultStream, 40)
 	if len(msgs) != 40 || msgs[0].Headers().Get(nats.MsgIdHdr) != "61" {
 		t.Fatalf("got %d messages from id %s, want 40 from 61", len(msgs), msgs[0].Headers().Get(nats.MsgIdHdr))
 	}

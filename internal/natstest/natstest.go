@@ -6,6 +6,7 @@ package natstest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -137,8 +138,13 @@ func freePorts(t testing.TB, n int) []int {
 	return ports
 }
 
-// ReadStream reads every message of the stream with an ordered consumer.
-func ReadStream(t testing.TB, urls, stream string) []jetstream.Msg {
+// ReadStream reads the stream from its start with an ordered consumer
+// until it holds at least want messages and one more second brings none
+// (so extra messages — duplicates — are read too), or 60 s pass. The
+// count comes from the caller (the archive), not from the stream's own
+// info: a stream leader elected a moment ago may report a state it has
+// not caught up with.
+func ReadStream(t testing.TB, urls, stream string, want int) []jetstream.Msg {
 	t.Helper()
 	nc, err := nats.Connect(urls)
 	if err != nil {
@@ -151,32 +157,58 @@ func ReadStream(t testing.TB, urls, stream string) []jetstream.Msg {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	st, err := js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
+	// A cluster restarted a moment ago may not answer yet.
+	var c jetstream.Consumer
+	for {
+		st, err := js.Stream(ctx, stream)
+		if err == nil {
+			c, err = st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+		}
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("natstest: stream %s: %v", stream, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	var out []jetstream.Msg
-	for uint64(len(out)) < info.State.Msgs {
-		batch, err := c.Fetch(int(min(1000, info.State.Msgs-uint64(len(out)))), jetstream.FetchMaxWait(5*time.Second))
+	for ctx.Err() == nil {
+		batch, err := c.Fetch(1000, jetstream.FetchMaxWait(time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
+		n := 0
 		for m := range batch.Messages() {
 			out = append(out, m)
+			n++
 		}
-		if err := batch.Error(); err != nil {
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 			t.Fatal(err)
+		}
+		if n == 0 && len(out) >= want {
+			break
 		}
 	}
 	return out
+}
+
+// ArchiveEvents counts the archived events.
+func ArchiveEvents(t testing.TB, store *archive.Store) int {
+	t.Helper()
+	it, err := store.Events(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	n := 0
+	for it.Next() {
+		n++
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // CheckStream checks the stream holds every archived event exactly once,

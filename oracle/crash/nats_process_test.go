@@ -3,6 +3,7 @@ package crash_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"strconv"
 	"testing"
 	"time"
@@ -126,13 +127,34 @@ func TestNATSSinkProcess(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// /status shows the sink caught up.
+	var last natssink.Status
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var sr struct {
+			NATS *natssink.Status `json:"nats"`
+		}
+		if resp, err := http.Get("http://" + p.Listen + "/status"); err == nil {
+			_ = json.NewDecoder(resp.Body).Decode(&sr)
+			resp.Body.Close()
+		}
+		if sr.NATS != nil {
+			last = *sr.NATS
+			if last.Position == tip && last.LagEvents == 0 && last.State == natssink.StatePublishing {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/status nats section %+v, want position %d, no lag, publishing", last, tip)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	res := h.Finish(p)
-	msgs := natstest.ReadStream(t, cl.URLs(), natssink.DefaultStream)
 	s, err := crash.OpenStore(h.DataDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	msgs := natstest.ReadStream(t, cl.URLs(), natssink.DefaultStream, natstest.ArchiveEvents(t, s))
 	natstest.CheckStream(t, s, msgs, func(ev *archive.Event) string { return natssink.Subject(natssink.DefaultStream, ev) })
 	fold := check.Fold{}
 	for _, m := range msgs {
