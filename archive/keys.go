@@ -41,6 +41,12 @@ var (
 	KeyCompactIntent = []byte("compact/intent")
 )
 
+// KeyCursorSinkNATS is the NATS sink's position: [0x01][uint64 LE], the
+// highest seq whose publish the stream acknowledged with none missing
+// below it. A unit Put like the listRepos cursors (it is no seq cursor of
+// the writer's: the sink only reads the archive).
+var KeyCursorSinkNATS = []byte("cursor/sink/nats")
+
 // Key prefixes of the keyed families.
 var (
 	PrefixRepo = []byte("repo/")

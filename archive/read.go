@@ -121,3 +121,6 @@ func (s *Store) ScanRepos(fn func(did string, st RepoState) error) error {
 	}
 	return nil
 }
+
+// SinkCursor reads cursor/sink/nats, the NATS sink's position.
+func (s *Store) SinkCursor() (uint64, error) { return get(s.db, KeyCursorSinkNATS, DecodeSeqCursor) }

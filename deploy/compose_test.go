@@ -162,6 +162,7 @@ func TestComposeFile(t *testing.T) {
 	want := map[string][]string{ // service → profiles
 		"backstream": nil, "prometheus": nil, "grafana": nil,
 		"devnet": {"devnet"}, "backstream-devnet": {"devnet"},
+		"nats-1": {"nats"}, "nats-2": {"nats"}, "nats-3": {"nats"},
 	}
 	for name, profiles := range want {
 		s, ok := c.Services[name]

@@ -25,6 +25,7 @@ import (
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/lifecycle"
 	"github.com/backstream/backstream/merge"
+	"github.com/backstream/backstream/natssink"
 	"github.com/backstream/backstream/repair"
 	"github.com/backstream/backstream/retry"
 	"github.com/backstream/backstream/subscribe"
@@ -177,6 +178,9 @@ type Config struct {
 	// RepairPeriod and AuditInterval: see repair.Config (0: repair's
 	// DefaultPeriod, and no scheduled audits).
 	RepairPeriod, AuditInterval time.Duration
+	// NATS, when set, runs the NATS sink in steady state (its Store,
+	// Writer, Metrics, Logger and Now are the node's own).
+	NATS *natssink.Config
 }
 
 func (c *Config) defaults() error {
@@ -268,6 +272,7 @@ type Node struct {
 	gapIDs   *archive.GapIDs
 	comp     *compactor
 	ident    *ident.Resolver // nil: verification off
+	sink     *natssink.Sink  // nil: no NATS sink
 	sub      *subscribe.Server
 	lcfg     lifecycle.Config
 
@@ -353,8 +358,9 @@ func New(cfg Config) (n *Node, err error) {
 	return n, nil
 }
 
-// buildJobs makes the upstream client, the bootstrap's backfill jobs and the
-// retry runner with its own jobs. One retry schedule serves every failure: a
+// buildJobs makes the upstream client, the bootstrap's backfill jobs, the
+// retry runner with its own jobs, and the NATS sink when configured. One
+// retry schedule serves every failure: a
 // repo failed in bootstrap is first retried after the retry interval, like
 // one failed in steady state.
 func (n *Node) buildJobs(reg prometheus.Registerer) error {
@@ -406,6 +412,18 @@ func (n *Node) buildJobs(reg prometheus.Registerer) error {
 		Period: cfg.RepairPeriod, AuditInterval: cfg.AuditInterval,
 		Metrics: repair.NewMetrics(reg), Logger: n.log, Now: cfg.Now, Crash: cfg.Crash,
 	})
+	if err != nil {
+		return err
+	}
+	// The sink's metrics are exposed (at zero) without a sink too, so
+	// dashboards and alerts find them.
+	sm := natssink.NewMetrics(reg)
+	if err != nil || cfg.NATS == nil {
+		return err
+	}
+	nc := *cfg.NATS
+	nc.Store, nc.Writer, nc.Metrics, nc.Logger, nc.Now = n.store, n.w, sm, n.log.With("component", "nats"), cfg.Now
+	n.sink, err = natssink.New(nc)
 	return err
 }
 
@@ -427,7 +445,7 @@ func (n *Node) lifecycleConfig(reg prometheus.Registerer, am *archive.Metrics) l
 		Now:             cfg.Now,
 		OnPhase:         n.setPhase,
 		OnBootstrap:     func(b *bootstrap.Bootstrap) { n.boot.Store(b) },
-		Steady:          []func(context.Context) error{n.retrier.Run, n.repairer.Run},
+		Steady:          n.steady(),
 		OnLiveEffects:   n.retrier.Wake,
 		BeforeCleanup:   n.comp.MergingPass,
 		Identity:        n.ident,
@@ -453,6 +471,25 @@ func (n *Node) resolver(reg prometheus.Registerer) *ident.Resolver {
 		return n.w.Submit(ctx, &archive.Unit{Puts: []archive.KV{{Key: archive.IdentKey(did), Value: b}}})
 	}
 	return ident.New(c)
+}
+
+// steady are the components that run in steady state: the retry runner,
+// the repair runner, and the NATS sink when configured.
+func (n *Node) steady() []func(context.Context) error {
+	steady := []func(context.Context) error{n.retrier.Run, n.repairer.Run}
+	if n.sink != nil {
+		steady = append(steady, n.sink.Run)
+	}
+	return steady
+}
+
+// NATSStatus is the NATS sink's /status section (nil without a sink).
+func (n *Node) NATSStatus() *natssink.Status {
+	if n.sink == nil {
+		return nil
+	}
+	st := n.sink.Status()
+	return &st
 }
 
 // Run drives the lifecycle until ctx is done (nil) or something stops the

@@ -237,3 +237,12 @@ func liveFrame(e *archive.LiveEntry) (f *frame, first bool) {
 	got := e.LoadOrStoreMemo(f).(*frame)
 	return got, got == f
 }
+
+// LiveJSON returns a live entry's /subscribe JSON (with its cursor), the
+// same bytes every subscriber is sent: rendered once and kept in the
+// entry's memo slot, shared with subscribers (and other readers such as
+// the NATS sink). The bytes are shared: never modify them.
+func LiveJSON(e *archive.LiveEntry) ([]byte, error) {
+	f, _ := liveFrame(e)
+	return f.json, f.err
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/backstream/backstream/ident"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/lifecycle"
+	"github.com/backstream/backstream/natssink"
 	"github.com/backstream/backstream/node"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/retry"
@@ -92,6 +93,12 @@ func serveCommand() *command {
 			fs.Int("ident-cache-size", ident.DefaultCacheSize, "DID documents kept in memory (least recently used evicted)")
 			fs.Duration("ident-ttl", ident.DefaultTTL, "how long a resolved DID document is trusted, in memory and in the store's ident/ rows")
 			healFlags(fs)
+			fs.String("nats-url", "", "publish every archived event, in seq order and once, into a NATS JetStream stream on these servers (comma-separated nats:// URLs; empty: no NATS sink)")
+			fs.String("nats-stream", natssink.DefaultStream, "with --nats-url: the stream's name, also its subjects' prefix (<stream>.commit.<collection>, <stream>.<kind>)")
+			fs.Int("nats-replicas", 0, "with --nats-url: replicas of the stream when the sink creates it (0: 3 when the cluster shows at least 3 servers, else 1)")
+			fs.String("nats-creds", "", "with --nats-url: NATS credentials file")
+			fs.Int("nats-from", 0, "with --nats-url: archive seq an empty stream starts from (0: the whole archive)")
+			fs.Int("nats-window", natssink.DefaultWindow, "with --nats-url: publishes awaiting the stream's acknowledgement at most")
 		},
 		run: runServe,
 	}
@@ -127,6 +134,7 @@ type serveOptions struct {
 	compactionTombstones   int64            // node.Config's: negative off
 	verify                 *ident.Config    // nil: --verify=off; PLC "auto" is resolved by nodeConfig
 	heal                   healOptions
+	nats                   *natssink.Config // nil: no NATS sink
 }
 
 func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
@@ -241,6 +249,9 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 	}
 	if o.heal, err = healOptionsFrom(fs); err != nil {
 		return bad("%v", err)
+	}
+	if o.nats, err = natsOptions(fs); err != nil {
+		return serveOptions{}, err
 	}
 	return o, nil
 }
@@ -462,6 +473,9 @@ func (s *server) statusJSON() any {
 		rep.History = &h
 	}
 	rep.LastErrors = s.recent.last()
+	if n != nil {
+		rep.NATS = n.NATSStatus()
+	}
 	return rep
 }
 
@@ -626,6 +640,7 @@ func (o serveOptions) nodeConfig(s *server, crash *crashpoint.Set) node.Config {
 		Registry: s.reg, Logger: s.log, Crash: crash,
 		Server: s.sub, Health: &s.health,
 		Verify: o.identConfig(),
+		NATS:   o.nats,
 	}
 	o.heal.apply(&c)
 	return c
@@ -639,4 +654,23 @@ func (o serveOptions) identConfig() *ident.Config {
 	c := *o.verify
 	c.PLC = plcFor(c.PLC, o.relay)
 	return &c
+}
+
+// natsOptions are the --nats-* flags (nil without --nats-url).
+func natsOptions(fs *flagSet) (*natssink.Config, error) {
+	u := strings.TrimSpace(fs.str("nats-url"))
+	if u == "" {
+		return nil, nil
+	}
+	c := &natssink.Config{URLs: u, Stream: strings.TrimSpace(fs.str("nats-stream")), Replicas: fs.get("nats-replicas").(int),
+		Creds: strings.TrimSpace(fs.str("nats-creds")), Window: fs.get("nats-window").(int)}
+	from := fs.get("nats-from").(int)
+	switch {
+	case from < 0:
+		return nil, fmt.Errorf("%w: --nats-from %d: must not be negative", errUsage, from)
+	case c.Window < 1:
+		return nil, fmt.Errorf("%w: --nats-window %d: must be at least 1", errUsage, c.Window)
+	}
+	c.From = uint64(from)
+	return c, nil
 }

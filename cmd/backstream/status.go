@@ -15,6 +15,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/natssink"
 	"github.com/backstream/backstream/subscribe"
 )
 
@@ -52,6 +53,9 @@ type statusReport struct {
 	// Compaction: the watermark, its lag, the last pass (serve's /status).
 	Compaction *statusCompaction `json:"compaction,omitempty"`
 	Gaps       *statusGaps       `json:"gaps,omitempty"`
+	// NATS is the NATS sink's state, position and lag (serve's /status
+	// with --nats-url only).
+	NATS *natssink.Status `json:"nats,omitempty"`
 }
 
 // emptyStatus is the report before a store can be read: phase names what

@@ -1,0 +1,42 @@
+// Package natssink owns the NATS JetStream sink: a reader of the archive
+// that publishes every archived event, in seq order and once, into one
+// JetStream stream, so consumers on many machines read a replicated,
+// replayable, filterable log instead of connecting to /subscribe.
+//
+// The body of each message is exactly the event's /subscribe JSON (with its
+// cursor): for events still in the live log it is the rendering kept in the
+// entry's memo slot and shared with every subscriber (subscribe.LiveJSON);
+// older events are rendered here with the same renderer. The subject is
+// <stream>.commit.<collection NSID> for create, update and delete, and
+// <stream>.<kind> for identity, account and sync. Headers: Nats-Msg-Id is
+// the archive seq in decimal, Backstream-Did the account's DID, and
+// Nats-Expected-Last-Sequence the stream sequence the publish must follow.
+//
+// # Invariants kept here
+//
+//   - The sink only reads the archive. It never submits anything to the
+//     writer but its position (cursor/sink/nats, a unit Put at most once per
+//     PositionEvery), so NATS down, slow or full never slows ingest: the
+//     archive is the buffer and the sink lags.
+//   - Exactly once into the stream. Every publish carries the stream
+//     sequence it must follow (Nats-Expected-Last-Sequence): a publish after
+//     one that was lost is refused by the server instead of leaving a gap,
+//     and one repeated is refused instead of landing twice. On any error the
+//     sink drops what is in flight, reads the stream's last message, and
+//     resumes from the archive seq after its Nats-Msg-Id — the stream, not
+//     the position, is the truth, so a SIGKILL between a publish and the
+//     position write loses and repeats nothing. Nats-Msg-Id adds the
+//     server's de-duplication within the duplicate window.
+//   - At most Window publishes are unacknowledged at once.
+//   - An empty stream starts from Config.From (archive seq, 0 = the
+//     beginning); a stream holding messages always wins over From.
+//   - The stream is created when missing (file storage, Replicas, a
+//     duplicate window of DefaultDuplicateWindow); an existing stream is never
+//     changed: its differences from that config are logged once per
+//     session and shown in Status.
+//
+// The sink runs in steady state only (node adds it to the lifecycle's
+// steady components). Persistence failures of our own (a store read, the
+// writer refusing the position) stop it with an error; NATS failures never
+// do: they are counted, shown, and retried with backoff.
+package natssink

@@ -1,0 +1,183 @@
+package natssink
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/promtest"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// world is a store and its writer, with a producer of live traffic.
+type world struct {
+	t     testing.TB
+	store *archive.Store
+	w     *archive.Writer
+	n     atomic.Int64 // events generated
+}
+
+func newWorld(t testing.TB) *world {
+	t.Helper()
+	store, err := archive.Open(t.TempDir(), archive.Options{Logger: quiet, CacheSize: 16 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A small live log, so a lagging sink reads the store as well.
+	w, err := archive.NewWriter(store, archive.WriterOptions{Logger: quiet, LiveLogBytes: 256 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close(); store.Close() })
+	return &world{t: t, store: store, w: w}
+}
+
+// event i: deletes, identity and account rows over 50 accounts, each with
+// a rev above every earlier one, so the ratchet keeps them all.
+func (wd *world) event(i int64) archive.Event {
+	did := fmt.Sprintf("did:plc:%024d", i%50)
+	ev := archive.Event{DID: did, Source: archive.SourceLive, UpstreamSeq: i + 1}
+	switch i % 5 {
+	case 1:
+		ev.Kind, ev.Handle = archive.KindIdentity, fmt.Sprintf("u%d.test", i%50)
+	case 2:
+		ev.Kind, ev.Active = archive.KindAccount, true
+	default:
+		colls := []string{"app.bsky.feed.post", "app.bsky.feed.like", "app.bsky.graph.follow"}
+		ev.Kind, ev.Collection, ev.RKey, ev.Rev = archive.KindDelete, colls[i%3], fmt.Sprintf("3k%011d", i), fmt.Sprintf("3l%011d", i+1)
+	}
+	return ev
+}
+
+// commit appends n events as one unit.
+func (wd *world) commit(ctx context.Context, n int) error {
+	evs := make([]archive.Event, n)
+	for i := range evs {
+		evs[i] = wd.event(wd.n.Add(1))
+	}
+	r, err := wd.w.Apply(ctx, &archive.Unit{Events: evs})
+	if err != nil {
+		return err
+	}
+	if r.Kept != n {
+		return fmt.Errorf("receipt %+v for %d events", r, n)
+	}
+	return nil
+}
+
+// traffic commits units of 10 events every period until stop is called;
+// it returns the unit latencies seen, by the time they were taken.
+type traffic struct {
+	stop func()
+	mu   sync.Mutex
+	lat  []sample
+}
+
+type sample struct {
+	at  time.Time
+	dur time.Duration
+}
+
+func (wd *world) traffic(period time.Duration) *traffic {
+	ctx, cancel := context.WithCancel(context.Background())
+	tr := &traffic{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			start := time.Now()
+			if err := wd.commit(ctx, 10); err != nil {
+				if ctx.Err() == nil {
+					wd.t.Errorf("traffic: %v", err)
+				}
+				return
+			}
+			tr.mu.Lock()
+			tr.lat = append(tr.lat, sample{start, time.Since(start)})
+			tr.mu.Unlock()
+		}
+	}()
+	tr.stop = func() { cancel(); <-done }
+	return tr
+}
+
+// units returns how many units were committed in [from, to).
+func (tr *traffic) units(from, to time.Time) (n int, worst time.Duration) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for _, s := range tr.lat {
+		if !s.at.Before(from) && s.at.Before(to) {
+			n++
+			worst = max(worst, s.dur)
+		}
+	}
+	return n, worst
+}
+
+// runningSink is a Sink running in a goroutine.
+type runningSink struct {
+	s    *Sink
+	reg  *prometheus.Registry
+	stop func() error
+}
+
+func (wd *world) startSink(t testing.TB, cfg Config) *runningSink {
+	t.Helper()
+	cfg.Store, cfg.Writer = wd.store, wd.w
+	if cfg.Logger == nil {
+		cfg.Logger = quiet
+	}
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = NewMetrics(reg)
+	if cfg.PositionEvery == 0 {
+		cfg.PositionEvery = 50 * time.Millisecond
+	}
+	if cfg.AckTimeout == 0 {
+		cfg.AckTimeout = 2 * time.Second
+	}
+	cfg.Backoff.Base, cfg.Backoff.Max = 50*time.Millisecond, 500*time.Millisecond
+	cfg.Options = append(cfg.Options, nats.ReconnectWait(100*time.Millisecond))
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- s.Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	rs := &runningSink{s: s, reg: reg, stop: func() error {
+		once.Do(func() { cancel(); runErr = <-errc })
+		return runErr
+	}}
+	t.Cleanup(func() { rs.stop() })
+	return rs
+}
+
+// waitCaughtUp waits until the sink's position is the archive's tip.
+func (rs *runningSink) waitCaughtUp(t testing.TB, wd *world, d time.Duration) {
+	t.Helper()
+	tip := wd.w.Live().Tip()
+	promtest.Eventually(t, d, fmt.Sprintf("the sink reaches the tip %d", tip), func() bool {
+		return rs.s.Status().Position >= tip
+	})
+}
+
+func fmtSscanf(leader string, i *int) (int, error) { return fmt.Sscanf(leader, "n%d", i) }

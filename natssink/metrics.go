@@ -1,0 +1,109 @@
+package natssink
+
+// This file owns the sink's Prometheus metrics. Every method is nil-safe.
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// States of the sink (label values of backstream_nats_state).
+const (
+	StateConnecting = "connecting" // finding or creating the stream, reading its last message
+	StatePublishing = "publishing" // publishing the archive from the position
+	StateRetrying   = "retrying"   // the last session failed; waiting before the next
+)
+
+var states = []string{StateConnecting, StatePublishing, StateRetrying}
+
+// Error kinds (label values of backstream_nats_errors_total).
+const (
+	errStream   = "stream"   // stream lookup, creation or info failed
+	errResume   = "resume"   // the stream's last message is not one of ours
+	errPublish  = "publish"  // a publish was refused, timed out or its connection failed
+	errRender   = "render"   // an event could not be rendered; it is not published
+	errPosition = "position" // the position could not be submitted
+)
+
+var errorKinds = []string{errStream, errResume, errPublish, errRender, errPosition}
+
+// Metrics are the sink's instruments.
+type Metrics struct {
+	published  prometheus.Counter
+	errors     *prometheus.CounterVec
+	state      *prometheus.GaugeVec
+	position   prometheus.Gauge
+	lagEvents  prometheus.Gauge
+	lagSeconds prometheus.Gauge
+	mismatch   prometheus.Gauge
+}
+
+// NewMetrics registers the sink's metrics on reg (nil: unregistered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		published: prometheus.NewCounter(prometheus.CounterOpts{Name: "backstream_nats_published_total",
+			Help: "Events whose publish the NATS stream acknowledged."}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "backstream_nats_errors_total",
+			Help: "NATS sink failures by kind (stream, resume, publish, render, position)."}, []string{"kind"}),
+		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "backstream_nats_state",
+			Help: "1 for the NATS sink's current state (connecting, publishing, retrying)."}, []string{"state"}),
+		position: prometheus.NewGauge(prometheus.GaugeOpts{Name: "backstream_nats_position",
+			Help: "The highest archive seq acknowledged by the stream with none missing below it."}),
+		lagEvents: prometheus.NewGauge(prometheus.GaugeOpts{Name: "backstream_nats_lag_events",
+			Help: "Archive tip seq minus the NATS sink's position."}),
+		lagSeconds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "backstream_nats_lag_seconds",
+			Help: "Age of the oldest archived event the stream has not acknowledged (0 when caught up)."}),
+		mismatch: prometheus.NewGauge(prometheus.GaugeOpts{Name: "backstream_nats_stream_config_mismatch",
+			Help: "1 when the existing stream's config differs from the one the sink would create."}),
+	}
+	for _, k := range errorKinds {
+		m.errors.WithLabelValues(k)
+	}
+	for _, s := range states {
+		m.state.WithLabelValues(s)
+	}
+	if reg != nil {
+		reg.MustRegister(m.published, m.errors, m.state, m.position, m.lagEvents, m.lagSeconds, m.mismatch)
+	}
+	return m
+}
+
+func (m *Metrics) setState(s string) {
+	if m == nil {
+		return
+	}
+	for _, k := range states {
+		v := 0.0
+		if k == s {
+			v = 1
+		}
+		m.state.WithLabelValues(k).Set(v)
+	}
+}
+
+func (m *Metrics) failed(kind string) {
+	if m != nil {
+		m.errors.WithLabelValues(kind).Inc()
+	}
+}
+
+func (m *Metrics) acked(n int, position uint64) {
+	if m != nil {
+		m.published.Add(float64(n))
+		m.position.Set(float64(position))
+	}
+}
+
+func (m *Metrics) lag(events uint64, seconds float64) {
+	if m != nil {
+		m.lagEvents.Set(float64(events))
+		m.lagSeconds.Set(seconds)
+	}
+}
+
+func (m *Metrics) configMismatch(diff bool) {
+	if m != nil {
+		v := 0.0
+		if diff {
+			v = 1
+		}
+		m.mismatch.Set(v)
+	}
+}

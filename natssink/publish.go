@@ -1,0 +1,370 @@
+package natssink
+
+// This file owns one session of the sink: find or create the stream, read
+// where it ends, and publish the archive from there with a bounded window
+// of unacknowledged messages, until an error.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/subscribe"
+)
+
+// HeaderDID carries the event's DID.
+const HeaderDID = "Backstream-Did"
+
+// readBatch bounds the events read per turn of the loop.
+const readBatch = 512
+
+// inflight is a published event waiting for its acknowledgement.
+type inflight struct {
+	seq uint64
+	fut jetstream.PubAckFuture
+}
+
+type publisher struct {
+	sink *Sink
+	nc   *nats.Conn
+	js   jetstream.JetStream
+
+	next      uint64 // the archive seq to publish next
+	expect    uint64 // the stream sequence the next publish must follow
+	q         []inflight
+	head      int
+	published int // acknowledged in this session
+	rend      subscribe.Renderer
+	ents      []*archive.LiveEntry
+}
+
+func (p *publisher) session(ctx context.Context) error {
+	s := p.sink
+	s.setState(StateConnecting)
+	stream, err := p.ensureStream(ctx)
+	if err != nil {
+		s.fail(errStream, err)
+		return err
+	}
+	if err := p.resume(ctx, stream); err != nil {
+		return err
+	}
+	s.setState(StatePublishing)
+	p.rend = subscribe.Renderer{Cursor: true}
+	p.q = make([]inflight, 0, s.cfg.Window)
+	err = p.run(ctx)
+	var fatal *fatalError
+	if !errors.As(err, &fatal) && ctx.Err() == nil {
+		s.fail(errPublish, err)
+	}
+	return err
+}
+
+// want is the config of a stream the sink creates.
+func (p *publisher) want() jetstream.StreamConfig {
+	c := p.sink.cfg
+	replicas := c.Replicas
+	if replicas == 0 {
+		replicas = 1
+		if len(p.nc.Servers()) >= 3 {
+			replicas = 3
+		}
+	}
+	return jetstream.StreamConfig{
+		Name:       c.Stream,
+		Subjects:   []string{c.Stream + ".>"},
+		Storage:    jetstream.FileStorage,
+		Replicas:   replicas,
+		Duplicates: c.DuplicateWindow,
+		Retention:  jetstream.LimitsPolicy,
+		Discard:    jetstream.DiscardOld,
+	}
+}
+
+// ensureStream finds the stream, or creates it; an existing stream's
+// differences from want are reported, never changed.
+func (p *publisher) ensureStream(ctx context.Context) (jetstream.Stream, error) {
+	s := p.sink
+	want := p.want()
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.AckTimeout)
+	defer cancel()
+	stream, err := p.js.Stream(cctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		stream, err = p.js.CreateStream(cctx, want)
+		if err == nil {
+			s.log.Info("created the NATS stream", "stream", want.Name, "replicas", want.Replicas, "duplicate_window", want.Duplicates)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", want.Name, err)
+	}
+	diffs := configDiffs(want, stream.CachedInfo().Config, s.cfg.Replicas != 0)
+	s.mu.Lock()
+	old := s.status.ConfigDiffs
+	s.status.ConfigDiffs = diffs
+	s.mu.Unlock()
+	s.cfg.Metrics.configMismatch(len(diffs) > 0)
+	if len(diffs) > 0 && fmt.Sprint(old) != fmt.Sprint(diffs) {
+		s.log.Warn("the NATS stream's config differs from the sink's; it is used as it is", "stream", want.Name, "differences", diffs)
+	}
+	return stream, nil
+}
+
+// configDiffs says how got differs from want in what the sink relies on.
+func configDiffs(want, got jetstream.StreamConfig, replicasSet bool) []string {
+	var d []string
+	covered := false
+	for _, sub := range got.Subjects {
+		if sub == want.Subjects[0] || sub == ">" {
+			covered = true
+		}
+	}
+	if !covered {
+		d = append(d, fmt.Sprintf("subjects %v do not include %s (publishes will fail)", got.Subjects, want.Subjects[0]))
+	}
+	if got.Storage != want.Storage {
+		d = append(d, fmt.Sprintf("storage %s, want %s", got.Storage, want.Storage))
+	}
+	if replicasSet && got.Replicas != want.Replicas {
+		d = append(d, fmt.Sprintf("replicas %d, want %d", got.Replicas, want.Replicas))
+	}
+	if got.Duplicates < want.Duplicates {
+		d = append(d, fmt.Sprintf("duplicate window %s, want at least %s", got.Duplicates, want.Duplicates))
+	}
+	if got.MaxMsgs > 0 || got.MaxBytes > 0 || got.MaxAge > 0 || got.MaxMsgsPerSubject > 0 {
+		d = append(d, "limits (max msgs, bytes, age or per subject) remove published events")
+	}
+	return d
+}
+
+// resume sets next and expect from the stream's last message: the stream,
+// not the position, says what was published.
+func (p *publisher) resume(ctx context.Context, stream jetstream.Stream) error {
+	s := p.sink
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.AckTimeout)
+	defer cancel()
+	info, err := stream.Info(cctx)
+	if err != nil {
+		s.fail(errStream, err)
+		return fmt.Errorf("stream info: %w", err)
+	}
+	p.expect = info.State.LastSeq
+	if info.State.Msgs == 0 {
+		if pos := s.acked.Load(); pos > 0 && s.cfg.From <= pos {
+			s.log.Warn("the NATS stream is empty but backstream had published up to its position: publishing again from --nats-from",
+				"stream", s.cfg.Stream, "position", pos, "from", s.cfg.From)
+		}
+		p.next = s.cfg.From
+		s.acked.Store(p.next - min(p.next, 1))
+		return nil
+	}
+	msg, err := stream.GetMsg(cctx, info.State.LastSeq)
+	if err != nil {
+		s.fail(errStream, err)
+		return fmt.Errorf("stream's last message %d: %w", info.State.LastSeq, err)
+	}
+	last, err := strconv.ParseUint(msg.Header.Get(nats.MsgIdHdr), 10, 63)
+	if err != nil {
+		s.fail(errResume, err)
+		return fmt.Errorf("stream's last message %d has %s %q, not an archive seq: is something else publishing to %s?",
+			info.State.LastSeq, nats.MsgIdHdr, msg.Header.Get(nats.MsgIdHdr), msg.Subject)
+	}
+	p.next = last + 1
+	s.acked.Store(last)
+	s.cfg.Metrics.acked(0, last)
+	return nil
+}
+
+// run publishes from p.next until an error or ctx's end.
+func (p *publisher) run(ctx context.Context) error {
+	live := p.sink.cfg.Writer.Live()
+	for {
+		wake := live.Wait()
+		if err := p.reap(); err != nil {
+			return err
+		}
+		n, err := p.fill()
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			continue
+		}
+		if p.pending() == 0 {
+			if live.Closed() {
+				return &fatalError{errors.New("natssink: the archive writer stopped")}
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-wake:
+			}
+			continue
+		}
+		// Nothing to publish now, or the window is full: wait for the
+		// oldest acknowledgement or a new event.
+		f := p.q[p.head].fut
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-wake:
+		case a := <-f.Ok():
+			if err := p.ack(a); err != nil {
+				return err
+			}
+		case err := <-f.Err():
+			return fmt.Errorf("publish of seq %d: %w", p.q[p.head].seq, err)
+		}
+	}
+}
+
+func (p *publisher) pending() int { return len(p.q) - p.head }
+
+// reap takes the acknowledgements already in, oldest first.
+func (p *publisher) reap() error {
+	for p.pending() > 0 {
+		f := p.q[p.head].fut
+		select {
+		case a := <-f.Ok():
+			if err := p.ack(a); err != nil {
+				return err
+			}
+		case err := <-f.Err():
+			return fmt.Errorf("publish of seq %d: %w", p.q[p.head].seq, err)
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+// ack moves the position past the oldest in-flight event.
+func (p *publisher) ack(a *jetstream.PubAck) error {
+	in := p.q[p.head]
+	if a.Duplicate {
+		return fmt.Errorf("publish of seq %d was a duplicate (stream sequence %d): resuming from the stream", in.seq, a.Sequence)
+	}
+	p.q[p.head] = inflight{}
+	p.head++
+	if p.head == len(p.q) {
+		p.q, p.head = p.q[:0], 0
+	}
+	p.published++
+	p.sink.acked.Store(in.seq)
+	p.sink.cfg.Metrics.acked(1, in.seq)
+	return nil
+}
+
+// fill publishes what the window has room for: from the store below the
+// live log's floor, from the live log (sharing its rendering) above.
+func (p *publisher) fill() (int, error) {
+	room := min(p.sink.cfg.Window-p.pending(), readBatch)
+	if room <= 0 {
+		return 0, nil
+	}
+	ents, floor := p.sink.cfg.Writer.Live().ReadEntries(p.next, p.ents[:0], room)
+	p.ents = ents[:0]
+	if p.next < floor {
+		return p.fillFromStore(room, floor)
+	}
+	for i, e := range ents {
+		body, err := subscribe.LiveJSON(e)
+		if err := p.publish(e.Event, body, err); err != nil {
+			clear(ents[i:])
+			return i, err
+		}
+	}
+	clear(ents)
+	return len(ents), nil
+}
+
+// fillFromStore publishes up to room events of [p.next, floor) from the
+// store. Replay never reads at or past the floor: those rows may not be
+// synced yet.
+func (p *publisher) fillFromStore(room int, floor uint64) (int, error) {
+	it, err := p.sink.cfg.Store.Events(p.next)
+	if err != nil {
+		return 0, &fatalError{fmt.Errorf("natssink: read the archive at %d: %w", p.next, err)}
+	}
+	defer it.Close()
+	n := 0
+	for n < room && it.Next() {
+		ev := it.Event()
+		if ev.Seq >= floor {
+			break
+		}
+		body, rerr := p.rend.AppendJSON(nil, ev)
+		if err := p.publish(ev, body, rerr); err != nil {
+			return n, err
+		}
+		n++
+	}
+	if err := it.Err(); err != nil {
+		return n, &fatalError{fmt.Errorf("natssink: read the archive at %d: %w", p.next, err)}
+	}
+	if n == 0 {
+		p.next = floor // nothing left below the floor (compacted away)
+		return 1, nil  // go round again without waiting
+	}
+	return n, nil
+}
+
+// publish sends one event, or skips it (counted) when it cannot be rendered.
+func (p *publisher) publish(ev *archive.Event, body []byte, renderErr error) error {
+	if renderErr != nil {
+		p.sink.fail(errRender, fmt.Errorf("seq %d: %w", ev.Seq, renderErr))
+		p.next = ev.Seq + 1
+		return nil
+	}
+	h := make(nats.Header, 3)
+	h[nats.MsgIdHdr] = []string{strconv.FormatUint(ev.Seq, 10)}
+	h[HeaderDID] = []string{ev.DID}
+	if p.expect > 0 {
+		h[nats.ExpectedLastSeqHdr] = []string{strconv.FormatUint(p.expect, 10)}
+	}
+	msg := &nats.Msg{Subject: Subject(p.sink.cfg.Stream, ev), Data: body, Header: h}
+	fut, err := p.js.PublishMsgAsync(msg)
+	if err != nil {
+		return fmt.Errorf("publish of seq %d: %w", ev.Seq, err)
+	}
+	p.q = append(p.q, inflight{seq: ev.Seq, fut: fut})
+	p.expect++
+	p.next = ev.Seq + 1
+	return nil
+}
+
+// Subject is the subject of ev in a stream with the given prefix:
+// <prefix>.commit.<collection> for record operations, <prefix>.<kind>
+// otherwise. A collection that is not a valid subject suffix goes to
+// <prefix>.commit.
+func Subject(prefix string, ev *archive.Event) string {
+	if !ev.Kind.IsCommit() {
+		return prefix + "." + ev.Kind.String()
+	}
+	if !subjectTokens(ev.Collection) {
+		return prefix + ".commit"
+	}
+	return prefix + ".commit." + ev.Collection
+}
+
+// subjectTokens reports whether s is dot-separated non-empty tokens free of
+// wildcards and whitespace.
+func subjectTokens(s string) bool {
+	if s == "" || s[0] == '.' || s[len(s)-1] == '.' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '*' || c == '>' || c <= ' ' || c == 0x7f:
+			return false
+		case c == '.' && s[i-1] == '.':
+			return false
+		}
+	}
+	return true
+}

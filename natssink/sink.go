@@ -1,0 +1,297 @@
+package natssink
+
+// This file owns the Sink: its configuration, its run loop (sessions with
+// backoff between them) and its status.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/backoff"
+)
+
+// Defaults.
+const (
+	DefaultStream          = "backstream"
+	DefaultWindow          = 16384            // unacknowledged publishes in flight (about 8 MiB of posts)
+	DefaultDuplicateWindow = time.Hour        // the stream's de-duplication window, longer than any restart
+	DefaultAckTimeout      = 10 * time.Second // a publish not acknowledged by then fails the session
+	DefaultPositionEvery   = time.Second      // how often the position is written (when it moved)
+)
+
+// DefaultBackoff spaces sessions after a failure.
+var DefaultBackoff = backoff.Policy{Base: 250 * time.Millisecond, Max: 10 * time.Second}
+
+// Config configures a Sink.
+type Config struct {
+	// URLs are the NATS servers, comma-separated. Required.
+	URLs string
+	// Stream is the stream's name and its subjects' prefix (DefaultStream).
+	Stream string
+	// Replicas of a stream the sink creates; 0: 3 when the cluster shows
+	// at least 3 servers, else 1.
+	Replicas int
+	// Creds is a NATS credentials file ("" none).
+	Creds string
+	// From is the archive seq an empty stream starts from (0: the start).
+	From uint64
+	// Window bounds the unacknowledged publishes (DefaultWindow).
+	Window int
+	// DuplicateWindow of a created stream (DefaultDuplicateWindow).
+	DuplicateWindow time.Duration
+	// AckTimeout (DefaultAckTimeout) and PositionEvery (DefaultPositionEvery).
+	AckTimeout    time.Duration
+	PositionEvery time.Duration
+	// Backoff between failed sessions (DefaultBackoff).
+	Backoff backoff.Policy
+
+	Store   *archive.Store  // required
+	Writer  *archive.Writer // required: its live log, and the position's unit
+	Metrics *Metrics
+	Logger  *slog.Logger
+	Now     func() time.Time
+	// Options are extra connection options (tests: shorter reconnects).
+	Options []nats.Option
+}
+
+// Status is the sink's section of /status.
+type Status struct {
+	Stream      string   `json:"stream"`
+	State       string   `json:"state"`
+	Position    uint64   `json:"position"`
+	LagEvents   uint64   `json:"lag_events"`
+	LagSeconds  float64  `json:"lag_seconds"`
+	Errors      uint64   `json:"errors"`
+	LastError   string   `json:"last_error,omitempty"`
+	ConfigDiffs []string `json:"config_differences,omitempty"`
+}
+
+// Sink publishes the archive into a JetStream stream. Build it with New,
+// run it with Run.
+type Sink struct {
+	cfg Config
+	log *slog.Logger
+
+	acked  atomic.Uint64 // the position: highest seq acknowledged, none missing below
+	mu     sync.Mutex
+	status Status
+}
+
+// New checks cfg and fills its defaults. It does not connect.
+func New(cfg Config) (*Sink, error) {
+	if cfg.URLs == "" || cfg.Store == nil || cfg.Writer == nil {
+		return nil, errors.New("natssink: URLs, Store and Writer are required")
+	}
+	if cfg.Stream == "" {
+		cfg.Stream = DefaultStream
+	}
+	if strings.ContainsAny(cfg.Stream, ".*> \t") {
+		return nil, fmt.Errorf("natssink: stream name %q: no dots, wildcards or spaces", cfg.Stream)
+	}
+	if cfg.Replicas < 0 || cfg.Replicas > 5 {
+		return nil, fmt.Errorf("natssink: replicas %d: 0 (auto) to 5", cfg.Replicas)
+	}
+	if cfg.Creds != "" {
+		if _, err := os.Stat(cfg.Creds); err != nil {
+			return nil, fmt.Errorf("natssink: credentials file: %w", err)
+		}
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = DefaultWindow
+	}
+	if cfg.DuplicateWindow <= 0 {
+		cfg.DuplicateWindow = DefaultDuplicateWindow
+	}
+	if cfg.AckTimeout <= 0 {
+		cfg.AckTimeout = DefaultAckTimeout
+	}
+	if cfg.PositionEvery <= 0 {
+		cfg.PositionEvery = DefaultPositionEvery
+	}
+	if cfg.Backoff.Base <= 0 {
+		cfg.Backoff = DefaultBackoff
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Sink{cfg: cfg, log: cfg.Logger}
+	s.status = Status{Stream: cfg.Stream, State: StateConnecting}
+	return s, nil
+}
+
+// Status is a snapshot of the sink for /status.
+func (s *Sink) Status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.status
+	st.ConfigDiffs = append([]string(nil), st.ConfigDiffs...)
+	st.Position = s.acked.Load()
+	return st
+}
+
+func (s *Sink) setState(state string) {
+	s.mu.Lock()
+	s.status.State = state
+	s.mu.Unlock()
+	s.cfg.Metrics.setState(state)
+}
+
+// fail counts err under kind and keeps it as the last error.
+func (s *Sink) fail(kind string, err error) {
+	s.cfg.Metrics.failed(kind)
+	s.mu.Lock()
+	s.status.Errors++
+	s.status.LastError = kind + ": " + err.Error()
+	s.mu.Unlock()
+}
+
+// Run publishes until ctx ends. It returns nil then, or the error of a
+// persistence failure of our own (a store read, the writer); NATS failures
+// are retried, never returned.
+func (s *Sink) Run(ctx context.Context) error {
+	opts := append([]nats.Option{
+		nats.Name("backstream"),
+		nats.MaxReconnects(-1),
+		nats.RetryOnFailedConnect(true),
+		nats.ReconnectWait(time.Second),
+	}, s.cfg.Options...)
+	if s.cfg.Creds != "" {
+		opts = append(opts, nats.UserCredentials(s.cfg.Creds))
+	}
+	switch pos, err := s.cfg.Store.SinkCursor(); {
+	case err == nil:
+		s.acked.Store(pos) // shown until the stream says where it is
+	case !errors.Is(err, archive.ErrNotFound):
+		return fmt.Errorf("natssink: %w", err)
+	}
+	nc, err := nats.Connect(s.cfg.URLs, opts...)
+	if err != nil {
+		return fmt.Errorf("natssink: connect %s: %w", s.cfg.URLs, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(s.cfg.Window),
+		jetstream.WithPublishAsyncTimeout(s.cfg.AckTimeout))
+	if err != nil {
+		return fmt.Errorf("natssink: jetstream: %w", err)
+	}
+	mon := s.startMonitor(ctx)
+	defer mon()
+	s.log.Info("publishing the archive to NATS", "servers", s.cfg.URLs, "stream", s.cfg.Stream)
+	loop := backoff.Loop{Policy: s.cfg.Backoff}
+	logged := false
+	for {
+		p := &publisher{sink: s, nc: nc, js: js}
+		err := p.session(ctx)
+		js.CleanupPublisher()
+		if ctx.Err() != nil {
+			return nil
+		}
+		var fatal *fatalError
+		if errors.As(err, &fatal) {
+			return fatal.err
+		}
+		if p.published > 0 {
+			loop.Reset()
+			logged = false
+		}
+		if !logged { // one line per outage, not one per attempt
+			s.log.Warn("NATS sink session failed; the archive buffers, retrying", "err", err, "position", s.acked.Load())
+			logged = true
+		}
+		s.setState(StateRetrying)
+		if backoff.Sleep(ctx, loop.Next()) != nil {
+			return nil
+		}
+	}
+}
+
+// fatalError is a failure of our own persistence: Run returns it.
+type fatalError struct{ err error }
+
+func (f *fatalError) Error() string { return f.err.Error() }
+
+// startMonitor writes the position and the lag every PositionEvery until
+// ctx ends or stop is called.
+func (s *Sink) startMonitor(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(s.cfg.PositionEvery)
+		defer t.Stop()
+		var saved uint64
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			s.measureLag()
+			if pos := s.acked.Load(); pos != saved {
+				if err := s.savePosition(ctx, pos); err != nil {
+					if ctx.Err() == nil {
+						s.fail(errPosition, err)
+					}
+					continue
+				}
+				saved = pos
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// savePosition submits the position as a unit Put; it does not wait for
+// the unit to be durable (the stream, not the position, decides a resume).
+func (s *Sink) savePosition(ctx context.Context, pos uint64) error {
+	v, err := archive.EncodeSeqCursor(pos)
+	if err != nil {
+		return err
+	}
+	return s.cfg.Writer.Submit(ctx, &archive.Unit{Puts: []archive.KV{{Key: archive.KeyCursorSinkNATS, Value: v}}})
+}
+
+// measureLag sets the lag: events between the position and the archive
+// tip, and the age of the first event after the position.
+func (s *Sink) measureLag() {
+	pos, tip := s.acked.Load(), s.cfg.Writer.Live().Tip()
+	var events uint64
+	var seconds float64
+	if tip > pos {
+		events = tip - pos
+		if us, ok := s.eventTime(pos + 1); ok {
+			seconds = max(0, float64(s.cfg.Now().UnixMicro()-us)/1e6)
+		}
+	}
+	s.mu.Lock()
+	s.status.LagEvents, s.status.LagSeconds = events, seconds
+	s.mu.Unlock()
+	s.cfg.Metrics.lag(events, seconds)
+}
+
+// eventTime is the time of the first archived event at or after seq.
+func (s *Sink) eventTime(seq uint64) (int64, bool) {
+	it, err := s.cfg.Store.Events(seq)
+	if err != nil {
+		return 0, false
+	}
+	defer it.Close()
+	if !it.Next() {
+		return 0, false
+	}
+	return it.Event().TimeUS, true
+}
