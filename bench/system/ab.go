@@ -22,7 +22,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 )
 
@@ -137,25 +136,13 @@ func printAB(w io.Writer, sh shape, as, bs []abRun) {
 func measureAB(parent context.Context, o options, bin string, sh shape) (r abRun, err error) {
 	ctx, cancel := context.WithTimeout(parent, o.timeout)
 	defer cancel()
-	dir, err := os.MkdirTemp("", "backstream-bench-ab-")
+	w, err := startBootWorld(ctx, o, bin, sh)
 	if err != nil {
 		return r, err
 	}
-	defer os.RemoveAll(dir)
-	devnet, relay, err := startDevnet(ctx, o.bin, dir, "devnet", devnetArgs{Accounts: sh.Accounts, Records: sh.Records, Rate: o.rate})
-	if err != nil {
-		return r, err
-	}
-	defer devnet.kill()
-
-	data := filepath.Join(dir, "data")
-	serveArgs := []string{"--backfill-workers", strconv.Itoa(o.workers), "--capture-wait", "5s"}
-	serve, base, admin, err := startServe(bin, dir, "serve", relay, data, serveArgs...)
-	if err != nil {
-		return r, err
-	}
-	defer serve.kill()
-	if err := followBootstrap(ctx, serve, base, admin, &r); err != nil {
+	defer w.close()
+	serve, data := w.serve, w.data
+	if err := followBootstrap(ctx, serve, w.base, w.admin, &r); err != nil {
 		return r, err
 	}
 	if err := serve.stop(time.Minute); err != nil {
@@ -165,7 +152,7 @@ func measureAB(parent context.Context, o options, bin string, sh shape) (r abRun
 		return r, err
 	}
 
-	again, base, _, err := startServe(bin, dir, "serve-restart", relay, data, serveArgs...)
+	again, base, _, err := startServe(bin, w.dir, "serve-restart", w.relay, data, w.serveArgs...)
 	if err != nil {
 		return r, err
 	}
@@ -179,7 +166,7 @@ func measureAB(parent context.Context, o options, bin string, sh shape) (r abRun
 	if r.DataBytesRestart, _, err = dirSize(data); err != nil {
 		return r, err
 	}
-	return r, devnet.stop(10 * time.Second)
+	return r, w.devnet.stop(10 * time.Second)
 }
 
 // followBootstrap polls serve until steady_state, recording its CPU when
