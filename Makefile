@@ -5,7 +5,7 @@ BIN     := bin/backstream
 PKGS    := ./...
 FUZZTIME ?= 30s
 
-.PHONY: all build test test-long test-clients vet fmt-check lint bench bench-go fuzz demo clean
+.PHONY: all build test test-long test-clients bench-ab vet fmt-check lint bench bench-go fuzz demo clean
 
 all: build
 
@@ -46,6 +46,14 @@ lint: vet fmt-check
 # 3); JSON in bench/results/. QUICK=1 for a short run. See scripts/bench.sh.
 bench:
 	BIN=$(BIN) ./scripts/bench.sh
+
+# A/B bootstrap: REF (a git ref, built from a clean worktree) against the
+# working tree, alternating runs on the same devnet worlds; per-pair ratios
+# and medians of CPU-seconds per record, peak RSS and data-dir bytes.
+# QUICK=1 for a smoke run. See scripts/bench-ab.sh.
+REF ?= main
+bench-ab:
+	GO=$(GO) REF=$(REF) ./scripts/bench-ab.sh
 
 # Micro-benchmarks (writer, codecs, verifier, renderer, simulated network).
 # Report CPU-seconds and ratios: the machine is shared and noisy; compare

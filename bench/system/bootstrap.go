@@ -59,26 +59,13 @@ func measureBootstrap(parent context.Context, o options, sh shape, mode string) 
 	ctx, cancel := context.WithTimeout(parent, o.timeout)
 	defer cancel()
 	r.Shape, r.Mode = sh.String(), mode
-	dir, err := os.MkdirTemp("", "backstream-bench-")
-	if err != nil {
-		return r, err
-	}
-	defer os.RemoveAll(dir)
-
-	devnet, relay, err := startDevnet(ctx, o.devnet(), dir, "devnet", devnetArgs{Accounts: sh.Accounts, Records: sh.Records, Rate: o.rate})
-	if err != nil {
-		return r, err
-	}
-	defer devnet.kill()
-
-	data := filepath.Join(dir, "data")
 	started := time.Now()
-	serve, base, admin, err := startServe(o.bin, dir, "serve", relay, data,
-		"--backfill-workers", strconv.Itoa(o.workers), "--capture-wait", "5s", "--enumerate", mode)
+	w, err := startBootWorld(ctx, o, o.bin, sh, "--enumerate", mode)
 	if err != nil {
 		return r, err
 	}
-	defer serve.kill()
+	defer w.close()
+	serve, base, admin, data, relay := w.serve, w.base, w.admin, w.data, w.relay
 
 	c := &http.Client{Timeout: 5 * time.Second}
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -149,6 +136,45 @@ func measureBootstrap(parent context.Context, o options, sh shape, mode string) 
 		r.BytesPerLiveRecord = float64(r.CompactedBytes) / float64(r.LiveRecords)
 	}
 	return r, nil
+}
+
+// bootWorld is one bootstrap's temporary dir, its devnet of sh (run by
+// o.devnet()) and a serve of serveBin on a fresh data dir in it, with
+// extra appended to its arguments.
+type bootWorld struct {
+	dir, data, relay, base, admin string
+	serveArgs                     []string
+	devnet, serve                 *proc
+}
+
+// startBootWorld starts a bootWorld; close ends it.
+func startBootWorld(ctx context.Context, o options, serveBin string, sh shape, extra ...string) (w *bootWorld, err error) {
+	w = &bootWorld{serveArgs: append([]string{"--backfill-workers", strconv.Itoa(o.workers), "--capture-wait", "5s"}, extra...)}
+	if w.dir, err = os.MkdirTemp("", "backstream-bench-"); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			w.close()
+		}
+	}()
+	w.devnet, w.relay, err = startDevnet(ctx, o.devnet(), w.dir, "devnet", devnetArgs{Accounts: sh.Accounts, Records: sh.Records, Rate: o.rate})
+	if err != nil {
+		return nil, err
+	}
+	w.data = filepath.Join(w.dir, "data")
+	w.serve, w.base, w.admin, err = startServe(serveBin, w.dir, "serve", w.relay, w.data, w.serveArgs...)
+	return w, err
+}
+
+// close kills what is still running and removes the temporary dir.
+func (w *bootWorld) close() {
+	for _, p := range []*proc{w.serve, w.devnet} {
+		if p != nil {
+			p.kill()
+		}
+	}
+	os.RemoveAll(w.dir)
 }
 
 // compact opens a stopped store, flushes and compacts it fully, counts its

@@ -83,6 +83,7 @@ func main() {
 	flag.DurationVar(&o.window, "window", 10*time.Second, "fanout: length of the idle and the measured windows")
 	flag.DurationVar(&o.idleWindow, "idle-window", 3*time.Second, "ingest: window measuring serve's idle CPU before the replay")
 	flag.StringVar(&o.pprofDir, "pprof", "", "write CPU profiles of serve (first run: live ingest, replay, fan-out window) to this directory")
+	abRef := flag.String("ab-ref", "", "A/B mode: the reference serve binary; -bin is the candidate (and runs every devnet); -runs pairs per shape of bootstrap only (see ab.go)")
 	flag.Parse()
 	if o.pprofDir != "" {
 		if err := os.MkdirAll(o.pprofDir, 0o755); err != nil {
@@ -115,6 +116,13 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+
+	if *abRef != "" {
+		if err := mainAB(ctx, o, *abRef); err != nil {
+			fail(err)
+		}
+		return
+	}
 
 	began := time.Now()
 	rep := report{

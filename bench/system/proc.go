@@ -46,6 +46,9 @@ func startProc(dir, name, bin string, stdout io.Writer, args ...string) (*proc, 
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = cleanEnv()
+	// A benchmark killed outright (SIGKILL) must not leave its devnets and
+	// serves running on the shared machine.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if stdout != nil {
 		cmd.Stdout = stdout

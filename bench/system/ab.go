@@ -1,0 +1,238 @@
+package main
+
+// ab.go owns the A/B bootstrap comparison (`make bench-ab`,
+// scripts/bench-ab.sh): two serve binaries, the reference (A) and the
+// candidate (B), bootstrap the same devnet worlds in alternating runs, and
+// each pair's B/A ratios are printed with their medians.
+//
+// Both sides of a pair get a fresh devnet of the same shape and seed, run by
+// the candidate binary (-bin), so that only serve differs. Each run measures
+// the serve process alone: CPU-seconds per bootstrap record when
+// backfill_completed_at appears and again when the phase is steady_state,
+// peak RSS (VmHWM) at steady state, the data dir's bytes on disk as serve
+// left it after a clean stop, and again after a restart (serve started on
+// the same data dir, back to steady_state, stopped).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// abRun is one side of one pair.
+type abRun struct {
+	Side             string  `json:"side"` // "A" (reference) or "B" (candidate)
+	Shape            string  `json:"shape"`
+	Pair             int     `json:"pair"`
+	Records          int64   `json:"records"`
+	Events           int64   `json:"archive_events"`
+	CPUAtComplete    float64 `json:"cpu_seconds_at_bootstrap_complete"`
+	CPUAtSteady      float64 `json:"cpu_seconds_at_steady_state"`
+	PeakRSSBytes     int64   `json:"peak_rss_bytes"`
+	DataBytesLeft    int64   `json:"data_dir_bytes_as_left"`
+	DataBytesRestart int64   `json:"data_dir_bytes_after_restart"`
+}
+
+// The compared quantities: name, unit and how to read them from a run.
+var abMetrics = []struct {
+	name string
+	get  func(abRun) float64
+	unit func(float64) string
+}{
+	{"CPU-µs/record at bootstrap complete", func(r abRun) float64 { return perRecord(r.CPUAtComplete, r.Records) }, micro},
+	{"CPU-µs/record at steady state", func(r abRun) float64 { return perRecord(r.CPUAtSteady, r.Records) }, micro},
+	{"peak RSS (VmHWM)", func(r abRun) float64 { return float64(r.PeakRSSBytes) }, mibF},
+	{"data dir as left", func(r abRun) float64 { return float64(r.DataBytesLeft) }, mibF},
+	{"data dir after restart", func(r abRun) float64 { return float64(r.DataBytesRestart) }, mibF},
+	{"data dir B/event as left", func(r abRun) float64 { return perEvent(r.DataBytesLeft, r.Events) }, plain},
+	{"data dir B/event after restart", func(r abRun) float64 { return perEvent(r.DataBytesRestart, r.Events) }, plain},
+}
+
+func perRecord(cpu float64, recs int64) float64 {
+	if recs <= 0 {
+		return 0
+	}
+	return cpu / float64(recs) * 1e6
+}
+
+func perEvent(b, events int64) float64 {
+	if events <= 0 {
+		return 0
+	}
+	return float64(b) / float64(events)
+}
+
+func micro(v float64) string { return fmt.Sprintf("%.2f", v) }
+func mibF(v float64) string  { return fmt.Sprintf("%.1f MiB", v/(1<<20)) }
+func plain(v float64) string { return fmt.Sprintf("%.1f", v) }
+
+// runAB runs o.runs pairs per shape, A then B then A ..., alternating which
+// side goes first in each pair, and prints the table to w.
+func runAB(ctx context.Context, o options, refBin string, w io.Writer) ([]abRun, error) {
+	var all []abRun
+	for _, sh := range o.shapes {
+		var as, bs []abRun
+		for i := 1; i <= o.runs; i++ {
+			order := []string{"A", "B"}
+			if i%2 == 0 {
+				order = []string{"B", "A"}
+			}
+			for _, side := range order {
+				bin := o.bin
+				if side == "A" {
+					bin = refBin
+				}
+				logf("A/B %s pair %d/%d: %s ...", sh, i, o.runs, side)
+				r, err := measureAB(ctx, o, bin, sh)
+				if err != nil {
+					return all, fmt.Errorf("A/B %s pair %d side %s: %w", sh, i, side, err)
+				}
+				r.Side, r.Shape, r.Pair = side, sh.String(), i
+				logf("A/B %s pair %d %s: %d records, %.2f CPU-µs/record at complete, %.2f at steady, peak RSS %s, data dir %s as left, %s after restart",
+					sh, i, side, r.Records, perRecord(r.CPUAtComplete, r.Records), perRecord(r.CPUAtSteady, r.Records),
+					mib(r.PeakRSSBytes), mib(r.DataBytesLeft), mib(r.DataBytesRestart))
+				if side == "A" {
+					as = append(as, r)
+				} else {
+					bs = append(bs, r)
+				}
+				all = append(all, r)
+			}
+		}
+		printAB(w, sh, as, bs)
+	}
+	return all, nil
+}
+
+// printAB prints one shape's per-pair values and B/A ratios and their
+// medians.
+func printAB(w io.Writer, sh shape, as, bs []abRun) {
+	fmt.Fprintf(w, "\n## %s: A = reference, B = candidate; %d pairs (B/A < 1 is better for every row)\n\n", sh, len(as))
+	fmt.Fprintf(w, "| metric | pair | A | B | B/A |\n|---|---|---|---|---|\n")
+	for _, m := range abMetrics {
+		var av, bv, ratios []float64
+		for i := range as {
+			a, b := m.get(as[i]), m.get(bs[i])
+			av, bv = append(av, a), append(bv, b)
+			ratio := 0.0
+			if a > 0 {
+				ratio = b / a
+			}
+			ratios = append(ratios, ratio)
+			fmt.Fprintf(w, "| %s | %d | %s | %s | %.3f |\n", m.name, i+1, m.unit(a), m.unit(b), ratio)
+		}
+		fmt.Fprintf(w, "| **%s** | median | %s | %s | **%.3f** |\n", m.name, m.unit(median(av)), m.unit(median(bv)), median(ratios))
+	}
+}
+
+// measureAB runs one bootstrap of sh by serve binary bin against a fresh
+// devnet run by o.bin, then restarts serve on the same data dir.
+func measureAB(parent context.Context, o options, bin string, sh shape) (r abRun, err error) {
+	ctx, cancel := context.WithTimeout(parent, o.timeout)
+	defer cancel()
+	w, err := startBootWorld(ctx, o, bin, sh)
+	if err != nil {
+		return r, err
+	}
+	defer w.close()
+	serve, data := w.serve, w.data
+	if err := followBootstrap(ctx, serve, w.base, w.admin, &r); err != nil {
+		return r, err
+	}
+	if err := serve.stop(time.Minute); err != nil {
+		return r, err
+	}
+	if r.DataBytesLeft, _, err = dirSize(data); err != nil {
+		return r, err
+	}
+
+	again, base, _, err := startServe(bin, w.dir, "serve-restart", w.relay, data, w.serveArgs...)
+	if err != nil {
+		return r, err
+	}
+	defer again.kill()
+	if _, err := waitSteady(ctx, &http.Client{Timeout: 5 * time.Second}, again, base); err != nil {
+		return r, fmt.Errorf("restart: %w", err)
+	}
+	if err := again.stop(time.Minute); err != nil {
+		return r, err
+	}
+	if r.DataBytesRestart, _, err = dirSize(data); err != nil {
+		return r, err
+	}
+	return r, w.devnet.stop(10 * time.Second)
+}
+
+// followBootstrap polls serve until steady_state, recording its CPU when
+// the bootstrap completes and at steady state, and its peak RSS.
+func followBootstrap(ctx context.Context, serve *proc, base, admin string, r *abRun) error {
+	c := &http.Client{Timeout: 5 * time.Second}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no steady_state: %w (serve log: %s)", ctx.Err(), tail(serve.log.Name()))
+		case <-serve.exited:
+			return serve.alive()
+		case <-tick.C:
+		}
+		cpu, cpuErr := serve.cpu()
+		var st status
+		if err := getJSON(c, base+"/status", &st); err != nil || cpuErr != nil {
+			continue
+		}
+		if r.Records == 0 && st.BackfillCompletedAt != nil {
+			r.CPUAtComplete = cpu
+			m, err := scrape(c, admin+"/metrics")
+			if err != nil {
+				return err
+			}
+			recs, ok := m.sum("backstream_backfill_records_total")
+			if !ok || recs <= 0 {
+				return errors.New("/metrics: no backstream_backfill_records_total at bootstrap completion")
+			}
+			r.Records = int64(recs)
+		}
+		if r.Records > 0 && st.Phase == "steady_state" {
+			r.CPUAtSteady = cpu
+			r.PeakRSSBytes = vmHWM(serve.pid())
+			r.Events = int64(st.Archive.TipSeq)
+			return nil
+		}
+	}
+}
+
+// mainAB is the A/B mode of the command: the table on stdout, the runs as
+// JSON in o.out.
+func mainAB(ctx context.Context, o options, refBin string) error {
+	for _, b := range []string{refBin, o.bin} {
+		if _, err := os.Stat(b); err != nil {
+			return fmt.Errorf("A/B: binary: %w", err)
+		}
+	}
+	fmt.Printf("# A/B bootstrap: A = %s, B = %s; %d workers, devnet rate %g, cgo A=%q B=%q\n",
+		refBin, o.bin, o.workers, o.rate, binaryCgo(refBin), binaryCgo(o.bin))
+	runs, err := runAB(ctx, o, refBin, os.Stdout)
+	if o.out != "" && len(runs) > 0 {
+		if err := os.MkdirAll(o.out, 0o755); err != nil {
+			return err
+		}
+		path := filepath.Join(o.out, "ab-"+time.Now().UTC().Format("2006-01-02T150405Z")+".json")
+		b, jerr := json.MarshalIndent(map[string]any{"ref": refBin, "candidate": o.bin, "runs": runs}, "", "  ")
+		if jerr == nil {
+			jerr = os.WriteFile(path, append(b, '\n'), 0o644)
+		}
+		if jerr != nil {
+			return errors.Join(err, jerr)
+		}
+		fmt.Printf("\nwritten to %s\n", path)
+	}
+	return err
+}
