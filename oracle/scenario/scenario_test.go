@@ -472,6 +472,10 @@ func TestSyncWakesRetry(t *testing.T) {
 		// The first pass of the runner starts with steady state; wait until
 		// it has found nothing to do, so the next one is an hour away.
 		nd.waitFor(10*time.Second, "the first retry pass", func() bool { return nd.retrier.Status().Passes > 0 })
+		// The relay has been silent, so the live consumer starts at the
+		// relay's live tip: a #sync sent before it is connected would be
+		// behind it. Capture connected once; the live consumer is the second.
+		nd.waitFor(10*time.Second, "the live consumer connected", func() bool { return n.FirehoseConnections() >= 2 })
 		em, err := n.Emit(func(w *world.World) (world.Event, error) { return w.ResetRepo(victim, 3) })
 		if err != nil {
 			t.Fatal(err)
