@@ -175,6 +175,12 @@ func ReadStream(t testing.TB, urls, stream string, want int) []jetstream.Msg {
 	var out []jetstream.Msg
 	for ctx.Err() == nil {
 		batch, err := c.Fetch(1000, jetstream.FetchMaxWait(time.Second))
+		if errors.Is(err, nats.ErrNoResponders) {
+			// A node restarted a moment ago: the stream's leader is
+			// being elected again. The ordered consumer resumes.
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -183,7 +189,7 @@ func ReadStream(t testing.TB, urls, stream string, want int) []jetstream.Msg {
 			out = append(out, m)
 			n++
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, nats.ErrNoResponders) {
 			t.Fatal(err)
 		}
 		if n == 0 && len(out) >= want {
