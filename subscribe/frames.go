@@ -146,7 +146,10 @@ const dictContentMax = 64 << 10
 // maps), so a restart over the same archive serves the same bytes. The
 // content is evenly spaced samples laid end to end, the most recent
 // closest to the end (shortest offsets); zstd.BuildDict derives the entropy
-// tables from all samples.
+// tables from all samples. When the history holds every sample (a small or
+// very repetitive archive) the samples compress to matches alone and
+// zstd.BuildDict finds no literals to build its tables from: then every
+// other sample is left out of the history, and so on.
 func buildDictionary(id uint32, samples [][]byte) ([]byte, error) {
 	total := 0
 	for _, s := range samples {
@@ -156,6 +159,20 @@ func buildDictionary(id uint32, samples [][]byte) ([]byte, error) {
 	if total > dictContentMax {
 		step = (total + dictContentMax - 1) / dictContentMax
 	}
+	for {
+		d, err := zstd.BuildDict(zstd.BuildDictOptions{
+			ID: id, Contents: samples, History: dictHistory(samples, step), Offsets: [3]int{1, 4, 8}, Level: zstd.SpeedFastest,
+		})
+		if err == nil || step >= len(samples) {
+			return d, err
+		}
+		step *= 2
+	}
+}
+
+// dictHistory lays every step-th sample end to end, from the most recent
+// back, up to dictContentMax bytes.
+func dictHistory(samples [][]byte, step int) []byte {
 	var picked [][]byte
 	size := 0
 	for i := len(samples) - 1; i >= 0 && size < dictContentMax; i -= step {
@@ -169,9 +186,7 @@ func buildDictionary(id uint32, samples [][]byte) ([]byte, error) {
 	for i := len(picked) - 1; i >= 0; i-- {
 		history = append(history, picked[i]...)
 	}
-	return zstd.BuildDict(zstd.BuildDictOptions{
-		ID: id, Contents: samples, History: history, Offsets: [3]int{1, 4, 8}, Level: zstd.SpeedFastest,
-	})
+	return history
 }
 
 // currentID is the current dictionary's id, training it if needed.
