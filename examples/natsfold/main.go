@@ -44,8 +44,10 @@ type Event struct {
 type Fold map[string]map[string]string
 
 // Apply folds one event: a create or update sets a record, a delete removes
-// it, a sync (everything before is superseded; the records follow as
-// creates) or a deleted account clears the account.
+// it, an account deleted or taken down clears the account (its content is no
+// longer redistributed). A sync changes nothing: backstream archives a
+// whole-repo replacement as the creates, updates and deletes that bring the
+// account to its new snapshot, and those follow it.
 func (f Fold) Apply(ev *Event) {
 	recs := f[ev.DID]
 	if recs == nil {
@@ -60,9 +62,7 @@ func (f Fold) Apply(ev *Event) {
 		} else {
 			recs[path] = ev.Commit.CID
 		}
-	case ev.Kind == "sync":
-		clear(recs)
-	case ev.Kind == "account" && ev.Account != nil && ev.Account.Status == "deleted":
+	case ev.Kind == "account" && ev.Account != nil && (ev.Account.Status == "deleted" || ev.Account.Status == "takendown"):
 		clear(recs)
 	}
 }
