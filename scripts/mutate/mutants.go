@@ -265,4 +265,24 @@ var mutants = []Mutant{
 			{Pkg: "./subscribe", Run: "^TestDeflate$"},
 		},
 	},
+	{
+		ID: "m26", Invariant: "K1",
+		Name: "an account taken down keeps its records through compaction",
+		File: "archive/compact_codec.go",
+		Old:  `return status == "deleted" || status == "takendown"`,
+		New:  `return status == "deleted"`,
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestCompactRules$"},
+		},
+	},
+	{
+		ID: "m27", Invariant: "K4",
+		Name: "a subscriber sends live-log entries a compaction pass removed",
+		File: "subscribe/subscriber.go",
+		Old:  "if e.Forgotten() {",
+		New:  "if false && e.Forgotten() {",
+		Tests: []Test{
+			{Pkg: "./subscribe", Run: "^TestReplayDuringCompaction$"},
+		},
+	},
 }
