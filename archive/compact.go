@@ -85,6 +85,9 @@ type CompactResult struct {
 	Duration   time.Duration
 	Reclaimed  bool // a manual compaction ran (Bytes > ReclaimBytes)
 	RolledOver bool // the pass finished an intent a previous pass left
+	// IndexPending: the index backfill has not finished (FillIndex), so no
+	// pass ran and the watermark did not move.
+	IndexPending bool
 }
 
 // CompactionState is the durable compaction state.
@@ -198,6 +201,12 @@ func (s *Store) Compact(ctx context.Context, w *Writer, opts CompactOptions) (Co
 	p := &compactPass{s: s, w: w, opts: opts, lowest: math.MaxUint64,
 		sized: s.db.FormatMajorVersion() >= pebble.FormatDeleteSizedAndObsolete}
 	p.res.From = st.Watermark
+	if m, err := s.IndexMarker(); err != nil {
+		return p.res, fmt.Errorf("archive: compaction: %w", err)
+	} else if !m.Done() {
+		p.res.To, p.res.IndexPending = st.Watermark, true
+		return p.res, nil
+	}
 	if st.Intent != nil {
 		p.W, p.res.RolledOver = st.Intent.W, true
 	} else {

@@ -144,15 +144,25 @@ func checkSurvivors(t testing.TB, s *archive.Store, rows []archive.Event, w uint
 
 func keysUnder(t testing.TB, s *archive.Store, prefix []byte) map[string]bool {
 	t.Helper()
+	out := map[string]bool{}
+	for k := range entriesUnder(t, s, prefix) {
+		out[k] = true
+	}
+	return out
+}
+
+// entriesUnder returns every key under prefix with its value.
+func entriesUnder(t testing.TB, s *archive.Store, prefix []byte) map[string]string {
+	t.Helper()
 	end := append(append([]byte(nil), prefix[:len(prefix)-1]...), prefix[len(prefix)-1]+1)
 	it, err := s.DB().NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: end})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer it.Close()
-	out := map[string]bool{}
+	out := map[string]string{}
 	for it.First(); it.Valid(); it.Next() {
-		out[string(it.Key())] = true
+		out[string(it.Key())] = string(it.Value())
 	}
 	return out
 }

@@ -41,6 +41,14 @@ var (
 	KeyCompactIntent = []byte("compact/intent")
 )
 
+// KeyIndex is the compaction index's coverage of ev/ (EncodeIndexMarker):
+// the ev/ rows from Next up to End lack their rec/ and tomb/ entries (a
+// store archived before the writer kept the index); Next ≥ End means the
+// index covers every row. A new store writes it covered at creation;
+// Open writes it for an older store, End the first seq this writer
+// indexes; the index backfill (Store.FillIndex) moves Next.
+var KeyIndex = []byte("meta/index")
+
 // KeyCursorSinkNATS is the NATS sink's position: [0x01][uint64 LE], the
 // highest seq whose publish the stream acknowledged with none missing
 // below it. A unit Put like the listRepos cursors (it is no seq cursor of

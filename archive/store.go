@@ -176,6 +176,12 @@ func open(dataDir string, opts Options) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
+	if !opts.ReadOnly {
+		if err := s.markIndex(); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
 	return s, nil
 }
 

@@ -713,27 +713,42 @@ type idxEntry struct{ k0, k1, v1 int }
 // blind Sets (the writer never reads the index), written at commit in key
 // order (writeIndex). No allocation once the buffers have grown.
 func (w *Writer) index(p *pending, ev *Event) {
-	if ev.Kind.IsCommit() {
-		k0 := len(w.idxBuf)
-		w.idxBuf = AppendRecordKey(w.idxBuf, ev.DID, ev.Collection, ev.RKey, ev.Seq)
-		k1 := len(w.idxBuf)
-		w.idxBuf = AppendRecordValue(w.idxBuf, ev.Kind == KindDelete, len(w.buf)) // w.buf holds the row
-		w.idx = append(w.idx, idxEntry{k0, k1, len(w.idxBuf)})
-	}
-	t, ok := Supersedes(ev)
-	if !ok {
-		return
-	}
-	k0 := len(w.idxBuf)
-	w.idxBuf = AppendTombKey(w.idxBuf, ev.DID, ev.Seq)
-	k1 := len(w.idxBuf)
+	var tomb bool
 	var err error
-	if w.idxBuf, err = AppendTomb(w.idxBuf, t); err != nil {
+	w.idxBuf, w.idx, tomb, err = appendIndex(w.idxBuf, w.idx, ev, len(w.buf)) // w.buf holds the row
+	if err != nil {
 		w.bug(fmt.Errorf("tombstone of %s: %w", ev.DID, err)) // validated in stage
 		return
 	}
-	w.idx = append(w.idx, idxEntry{k0, k1, len(w.idxBuf)})
-	p.tombs++
+	if tomb {
+		p.tombs++
+	}
+}
+
+// appendIndex appends the compaction index entries of the archived row ev,
+// whose ev/ value has size bytes, to buf and idx: the rec/ entry of a
+// record row and the tomb/ entry of a row that supersedes older ones. The
+// one encoding of the index, for the writer and the index backfill.
+func appendIndex(buf []byte, idx []idxEntry, ev *Event, size int) ([]byte, []idxEntry, bool, error) {
+	if ev.Kind.IsCommit() {
+		k0 := len(buf)
+		buf = AppendRecordKey(buf, ev.DID, ev.Collection, ev.RKey, ev.Seq)
+		k1 := len(buf)
+		buf = AppendRecordValue(buf, ev.Kind == KindDelete, size)
+		idx = append(idx, idxEntry{k0, k1, len(buf)})
+	}
+	t, ok := Supersedes(ev)
+	if !ok {
+		return buf, idx, false, nil
+	}
+	k0 := len(buf)
+	buf = AppendTombKey(buf, ev.DID, ev.Seq)
+	k1 := len(buf)
+	var err error
+	if buf, err = AppendTomb(buf, t); err != nil {
+		return buf, idx, false, err
+	}
+	return buf, append(idx, idxEntry{k0, k1, len(buf)}), true, nil
 }
 
 // writeIndex writes the batch's index entries in key order: Pebble inserts
@@ -741,12 +756,16 @@ func (w *Writer) index(p *pending, ev *Event) {
 // position when the next key lands next to it, so sorted rec/ keys (one
 // account's records are neighbours) cost a fraction of scattered ones.
 func (w *Writer) writeIndex(p *pending) {
-	buf := w.idxBuf
-	slices.SortFunc(w.idx, func(a, b idxEntry) int { return bytes.Compare(buf[a.k0:a.k1], buf[b.k0:b.k1]) })
-	for _, e := range w.idx {
-		_ = p.b.Set(buf[e.k0:e.k1], buf[e.k1:e.v1], nil)
-	}
+	setIndex(p.b, w.idxBuf, w.idx)
 	w.idx, w.idxBuf = w.idx[:0], w.idxBuf[:0]
+}
+
+// setIndex adds the index entries idx (into buf) to b, in key order.
+func setIndex(b *pebble.Batch, buf []byte, idx []idxEntry) {
+	slices.SortFunc(idx, func(x, y idxEntry) int { return bytes.Compare(buf[x.k0:x.k1], buf[y.k0:y.k1]) })
+	for _, e := range idx {
+		_ = b.Set(buf[e.k0:e.k1], buf[e.k1:e.v1], nil)
+	}
 }
 
 // bug stops the writer over a value stage should have refused: the batch

@@ -1,0 +1,176 @@
+package archive
+
+// This file owns the index backfill: a store archived before the writer
+// kept the compaction index (rec/, tomb/) holds ev/ rows without their
+// entries. meta/index (KeyIndex) records which: the rows from Next up to
+// End. FillIndex writes their entries, exactly as the writer would have
+// (appendIndex), in bounded batches, each moving Next in the same synced
+// batch, so a crash resumes where the last batch ended. Compaction does
+// not run until the backfill is done (Compact): a tombstone above End can
+// supersede a row below it, and a pass that applied it before that row's
+// rec/ entry existed would delete the tombstone and leave the row for
+// ever, under a watermark that says it is gone.
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/pebble"
+)
+
+// DefaultIndexFillRows is the ev/ rows one index backfill batch reads.
+const DefaultIndexFillRows = 4096
+
+// IndexMarker is meta/index: the ev/ rows in [Next, End) lack their index
+// entries.
+type IndexMarker struct {
+	Next uint64 // the first row not yet indexed
+	End  uint64 // the first seq the writer indexed itself
+}
+
+// Done reports whether the index covers every ev/ row.
+func (m IndexMarker) Done() bool { return m.Next >= m.End }
+
+// EncodeIndexMarker encodes [0x01][uint64 LE next][uint64 LE end].
+func EncodeIndexMarker(m IndexMarker) []byte {
+	b := make([]byte, 17)
+	b[0] = codecV1
+	binary.LittleEndian.PutUint64(b[1:], m.Next)
+	binary.LittleEndian.PutUint64(b[9:], m.End)
+	return b
+}
+
+// DecodeIndexMarker accepts exactly what EncodeIndexMarker produces.
+func DecodeIndexMarker(b []byte) (IndexMarker, error) {
+	if len(b) != 17 || b[0] != codecV1 {
+		return IndexMarker{}, malformed("index marker: %d bytes, want [0x01][next][end]", len(b))
+	}
+	return IndexMarker{Next: binary.LittleEndian.Uint64(b[1:]), End: binary.LittleEndian.Uint64(b[9:])}, nil
+}
+
+// IndexMarker reads meta/index. A store without it (read-only, or opened
+// before Open wrote it) reports every row from 0 to the tip unindexed.
+func (s *Store) IndexMarker() (IndexMarker, error) {
+	m, err := get(s.db, KeyIndex, DecodeIndexMarker)
+	if errors.Is(err, ErrNotFound) {
+		tip, err := s.Tip()
+		return IndexMarker{End: tip + 1}, err
+	}
+	if err != nil {
+		return m, compactionErr(err)
+	}
+	return m, nil
+}
+
+// markIndex writes meta/index when it is absent: for a new store (tip 0)
+// covered, for an older store the rows up to its tip unindexed (the writer
+// indexes every row after it).
+func (s *Store) markIndex() error {
+	switch _, err := get(s.db, KeyIndex, DecodeIndexMarker); {
+	case isRead(err):
+		return fmt.Errorf("archive: read the index marker: %w", err)
+	case !errors.Is(err, ErrNotFound):
+		return nil // present (a malformed one is the backfill's to report)
+	}
+	tip, err := s.Tip()
+	if err != nil {
+		return err
+	}
+	m := IndexMarker{Next: 1, End: tip + 1}
+	b := s.db.NewBatch()
+	defer b.Close()
+	_ = b.Set(KeyIndex, EncodeIndexMarker(m), nil)
+	if err := commitSynced(b); err != nil {
+		return s.persistErr("write the index marker", err)
+	}
+	return nil
+}
+
+// IndexFillResult is what one FillIndex call did.
+type IndexFillResult struct {
+	Marker   IndexMarker // where it ended
+	Rows     int         // ev/ rows indexed
+	Batches  int         // synced batches committed
+	Duration time.Duration
+}
+
+// FillIndex runs the index backfill to its end: batches of at most rows
+// ev/ rows (≤ 0: DefaultIndexFillRows) from meta/index's Next, each
+// committed synced with Next moved past it; progress (may be nil) sees the
+// marker after each batch. A malformed ev/ row or marker stops it with an
+// error matching ErrCompactionState naming the key; a cancelled ctx stops
+// it between batches.
+func (s *Store) FillIndex(ctx context.Context, rows int, progress func(IndexMarker)) (IndexFillResult, error) {
+	start := time.Now()
+	if rows <= 0 {
+		rows = DefaultIndexFillRows
+	}
+	var res IndexFillResult
+	m, err := s.IndexMarker()
+	if err != nil {
+		return res, fmt.Errorf("archive: index backfill: %w", err)
+	}
+	var buf []byte
+	var idx []idxEntry
+	for !m.Done() {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		var n int
+		if m, n, err = s.fillBatch(m, rows, buf[:0], idx[:0]); err != nil {
+			return res, err
+		}
+		res.Rows += n
+		res.Batches++
+		if progress != nil {
+			progress(m)
+		}
+	}
+	res.Marker, res.Duration = m, time.Since(start)
+	return res, nil
+}
+
+// fillBatch indexes up to rows ev/ rows from m.Next and commits them with
+// the marker moved past them, synced.
+func (s *Store) fillBatch(m IndexMarker, rows int, buf []byte, idx []idxEntry) (IndexMarker, int, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: EventKey(m.Next), UpperBound: EventKey(m.End)})
+	if err != nil {
+		return m, 0, s.persistErr("index backfill: read ev/", err)
+	}
+	defer it.Close()
+	next, n := m.End, 0
+	var ev Event
+	for ok := it.First(); ok; ok = it.Next() {
+		seq, err := ParseSeqKey(PrefixEvent, it.Key())
+		if err != nil {
+			return m, 0, badState(it.Key(), err, "")
+		}
+		if n == rows {
+			next = seq
+			break
+		}
+		ev.Seq = seq
+		if err := DecodeEvent(it.Value(), &ev); err != nil {
+			return m, 0, badState(it.Key(), err, "")
+		}
+		if buf, idx, _, err = appendIndex(buf, idx, &ev, len(it.Value())); err != nil {
+			return m, 0, badState(it.Key(), err, "")
+		}
+		n++
+	}
+	if err := it.Error(); err != nil {
+		return m, 0, s.persistErr("index backfill: read ev/", err)
+	}
+	m.Next = next
+	b := s.db.NewBatch()
+	defer b.Close()
+	setIndex(b, buf, idx)
+	_ = b.Set(KeyIndex, EncodeIndexMarker(m), nil)
+	if err := s.commit("commit an index backfill batch", b); err != nil {
+		return m, 0, err
+	}
+	return m, n, nil
+}

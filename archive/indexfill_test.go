@@ -1,0 +1,182 @@
+package archive_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"testing"
+
+	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/vfs"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/oracle/churn"
+)
+
+// indexOf returns every rec/ and tomb/ entry of s, key → value.
+func indexOf(t testing.TB, s *archive.Store) map[string]string {
+	t.Helper()
+	out := entriesUnder(t, s, archive.PrefixRecord)
+	maps.Copy(out, entriesUnder(t, s, archive.PrefixTomb))
+	return out
+}
+
+// forgetIndex makes s an older backstream's store: no rec/, no tomb/, no
+// meta/index (synced).
+func forgetIndex(t testing.TB, s *archive.Store) {
+	t.Helper()
+	b := s.DB().NewBatch()
+	for _, p := range [][]byte{archive.PrefixRecord, archive.PrefixTomb} {
+		end := append(append([]byte(nil), p[:len(p)-1]...), p[len(p)-1]+1)
+		_ = b.DeleteRange(p, end, nil)
+	}
+	_ = b.Delete(archive.KeyIndex, nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// oldStore writes traffic, remembers the index the writer wrote, then
+// removes it as an older store would lack it, and reopens the store (Open
+// writes meta/index). It returns the rows and the writer's index.
+func oldStore(t *testing.T, fs vfs.FS, tr *churn.Traffic, n int) ([]archive.Event, map[string]string) {
+	t.Helper()
+	s := openStore(t, fs, nil)
+	w := startWriter(t, s)
+	rows := applyUnits(t, w, tr.Units(n))
+	want := indexOf(t, s)
+	forgetIndex(t, s)
+	w.Close()
+	s.Close()
+	return rows, want
+}
+
+// TestFillIndexOldStore: a store archived without the compaction index
+// gets it back from the backfill — key for key, value for value what the
+// writer wrote — while the writer indexes what it archives since; no pass
+// runs before the backfill is done, and the pass after it removes exactly
+// what the recomputation says is superseded.
+func TestFillIndexOldStore(t *testing.T) {
+	fs := vfs.NewMem()
+	tr := churn.New(5, 16)
+	rows, want := oldStore(t, fs, tr, 300)
+	s := openStore(t, fs, nil)
+	defer s.Close()
+	m, err := s.IndexMarker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tip := rows[len(rows)-1].Seq; m.Done() || m.End != tip+1 {
+		t.Fatalf("marker %+v for an old store with tip %d", m, tip)
+	}
+	w := startWriter(t, s)
+	defer w.Close()
+	// The new rows supersede old ones: their tombstones name rows the
+	// backfill has not indexed yet.
+	newRows := applyUnits(t, w, tr.Units(300))
+	maps.Copy(want, indexOf(t, s)) // the writer's own entries, above End
+	rows = append(rows, newRows...)
+	if res := compact(t, s, w, archive.CompactOptions{}); !res.IndexPending || res.Rows != 0 || res.To != 0 {
+		t.Fatalf("a pass before the backfill: %+v", res)
+	}
+	var seen []archive.IndexMarker
+	res, err := s.FillIndex(context.Background(), 64, func(m archive.IndexMarker) { seen = append(seen, m) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Rows != len(rows)-len(newRows) || res.Batches != len(seen) || !res.Marker.Done() || res.Batches < 4 {
+		t.Fatalf("backfill %+v (progress %v) over %d old rows", res, seen, len(rows)-len(newRows))
+	}
+	compareIndex(t, indexOf(t, s), want)
+	pass := compact(t, s, w, archive.CompactOptions{})
+	if pass.IndexPending || pass.Rows == 0 {
+		t.Fatalf("the pass after the backfill: %+v", pass)
+	}
+	checkSurvivors(t, s, rows, pass.To)
+}
+
+func compareIndex(t testing.TB, got, want map[string]string) {
+	t.Helper()
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			t.Fatalf("index entry %s: have %x (present %v), the writer wrote %x", archive.KeyString([]byte(k)), g, ok, v)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Fatalf("index entry %s the writer never wrote", archive.KeyString([]byte(k)))
+		}
+	}
+}
+
+// TestFillIndexNewStore: a new store's index covers everything from the
+// start; the backfill has nothing to do.
+func TestFillIndexNewStore(t *testing.T) {
+	s := openStore(t, vfs.NewMem(), nil)
+	defer s.Close()
+	m, err := s.IndexMarker()
+	if err != nil || !m.Done() {
+		t.Fatalf("new store: marker %+v, %v", m, err)
+	}
+	w := startWriter(t, s)
+	defer w.Close()
+	applyUnits(t, w, churn.New(3, 4).Units(20))
+	res, err := s.FillIndex(context.Background(), 0, nil)
+	if err != nil || res.Rows != 0 || res.Batches != 0 {
+		t.Fatalf("backfill of a new store: %+v, %v", res, err)
+	}
+}
+
+// TestFillIndexPowerLoss cuts the power after k synced backfill batches
+// (strict in-memory filesystem: what was not synced is lost): the store
+// reopens with the marker at the k-th batch's end and the entries of those
+// batches, the backfill resumes there and ends with the writer's index.
+func TestFillIndexPowerLoss(t *testing.T) {
+	const perBatch = 50
+	for _, k := range []int{0, 1, 3} {
+		t.Run(fmt.Sprint(k), func(t *testing.T) {
+			fs := vfs.NewStrictMem()
+			rows, want := oldStore(t, fs, churn.New(9, 12), 300)
+			var s *archive.Store
+			batches := 0
+			hook := func(op string, _ [][]byte) error {
+				if op != "commit an index backfill batch" {
+					return nil
+				}
+				if batches == k {
+					fs.SetIgnoreSyncs(true) // from here on nothing is durable
+				}
+				batches++
+				return nil
+			}
+			s = openStore(t, fs, hook)
+			if _, err := s.FillIndex(context.Background(), perBatch, nil); err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			fs.ResetToSyncedState()
+			fs.SetIgnoreSyncs(false)
+
+			s = openStore(t, fs, nil)
+			defer s.Close()
+			m, err := s.IndexMarker()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Done() || m.Next != rows[k*perBatch].Seq {
+				t.Fatalf("after the cut at batch %d: marker %+v, want Next %d", k, m, rows[k*perBatch].Seq)
+			}
+			res, err := s.FillIndex(context.Background(), perBatch, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Rows != len(rows)-k*perBatch {
+				t.Fatalf("resumed backfill indexed %d rows, want %d", res.Rows, len(rows)-k*perBatch)
+			}
+			compareIndex(t, indexOf(t, s), want)
+			w := startWriter(t, s)
+			defer w.Close()
+			checkSurvivors(t, s, rows, compact(t, s, w, archive.CompactOptions{}).To)
+		})
+	}
+}
