@@ -174,6 +174,14 @@
 // size (BenchmarkCompact). Crash points: compaction-intent,
 // compaction-batch, compaction-done.
 //
+// The index backfill (indexfill.go): a store archived before the writer
+// kept rec/ and tomb/ has ev/ rows without entries. meta/index says which
+// ([Next, End); Open writes it covered for a new store, End = tip + 1 for
+// an older one). Store.FillIndex writes their entries with the writer's
+// encoding (appendIndex) in bounded batches, each synced with Next moved,
+// so a crash resumes; Compact runs no pass until it is done
+// (CompactResult.IndexPending).
+//
 // Store.AccountRecords (records.go) reads an account's current records from
 // the same index, under one snapshot: each record's newest entry unless it
 // is a delete or older than a purging account row, its CID from the ev/

@@ -443,6 +443,7 @@ func (s *Store) initialise(now time.Time) error {
 	_ = b.Set(KeyInstance, id[:], nil)
 	_ = b.Set(KeyPhase, phase, nil)
 	_ = b.Set(KeyPhaseEnteredAt, EncodeTime(now), nil)
+	_ = b.Set(KeyIndex, EncodeIndexMarker(IndexMarker{Next: 1, End: 1}), nil) // nothing to backfill
 	// Not through commit: the CommitHook sees the batches of a store that
 	// is open, and this one is part of opening it.
 	if err := commitSynced(b); err != nil {

@@ -55,6 +55,8 @@ type compactionStore interface {
 	Compact(ctx context.Context) (archive.CompactResult, error)
 	Compaction() (archive.CompactionState, error)
 	TombstonesWritten() uint64
+	IndexMarker() (archive.IndexMarker, error)
+	FillIndex(ctx context.Context, progress func(archive.IndexMarker)) (archive.IndexFillResult, error)
 }
 
 // storeCompaction is the real one.
@@ -69,6 +71,10 @@ func (a storeCompaction) Compact(ctx context.Context) (archive.CompactResult, er
 }
 func (a storeCompaction) Compaction() (archive.CompactionState, error) { return a.s.Compaction() }
 func (a storeCompaction) TombstonesWritten() uint64                    { return a.w.TombstonesWritten() }
+func (a storeCompaction) IndexMarker() (archive.IndexMarker, error)    { return a.s.IndexMarker() }
+func (a storeCompaction) FillIndex(ctx context.Context, progress func(archive.IndexMarker)) (archive.IndexFillResult, error) {
+	return a.s.FillIndex(ctx, 0, progress)
+}
 
 // CompactionStatus is the compaction section of /status. Watermark and
 // the lags come from the store; the rest is this process's.
@@ -90,6 +96,17 @@ type CompactionStatus struct {
 	// Intent is the watermark of an interrupted pass's intent
 	// (`backstream status` only: a running node finishes it).
 	Intent *uint64 `json:"intent_watermark,omitempty"`
+	// Index is the index backfill of a store archived before the writer
+	// kept the compaction index (absent when the store never needed one).
+	Index *IndexBackfillStatus `json:"index_backfill,omitempty"`
+}
+
+// IndexBackfillStatus is the index backfill's progress: the ev/ rows from
+// Next up to End are not indexed yet; no pass runs until Done.
+type IndexBackfillStatus struct {
+	Next uint64 `json:"next_seq"`
+	End  uint64 `json:"end_seq"`
+	Done bool   `json:"done"`
 }
 
 // CompactionLag reads how far the watermark w is behind the archive's tip:
@@ -171,6 +188,9 @@ func (c *compactor) Run(ctx context.Context) error {
 	if err := c.refresh(); err != nil {
 		return err
 	}
+	if err := c.fillIndex(ctx); err != nil {
+		return err
+	}
 	st, err := c.cfg.store.Compaction()
 	if err != nil && !c.halted(err) {
 		return fmt.Errorf("node: compaction: read the state: %w", err)
@@ -223,6 +243,48 @@ func resetTimer(t *time.Timer, d time.Duration) {
 	default:
 	}
 	t.Reset(d)
+}
+
+// fillIndex runs the index backfill to its end when the store needs one
+// (no pass could run before: the merging pass waits for it). A malformed
+// ev/ row or marker halts compaction; a store error stops the process.
+func (c *compactor) fillIndex(ctx context.Context) error {
+	m, err := c.cfg.store.IndexMarker()
+	if err != nil {
+		if c.halted(err) {
+			return nil
+		}
+		return fmt.Errorf("node: index backfill: read the marker: %w", err)
+	}
+	if m.Done() {
+		return nil
+	}
+	c.showIndex(m)
+	c.cfg.log.Info("index backfill: start: rows archived before the compaction index are indexed; no compaction pass runs until it ends",
+		"from", m.Next, "to", m.End)
+	res, err := c.cfg.store.FillIndex(ctx, c.showIndex)
+	switch {
+	case err == nil:
+	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+		return nil
+	case errors.Is(err, archive.ErrCompactionState):
+		c.halt(err)
+		return nil
+	default:
+		return fmt.Errorf("node: index backfill: %w", err)
+	}
+	c.showIndex(res.Marker)
+	c.cfg.log.Info("index backfill: done", "rows", res.Rows, "batches", res.Batches, "took", res.Duration,
+		"rows_per_second", int64(float64(res.Rows)/max(res.Duration.Seconds(), 1e-9)))
+	return nil
+}
+
+// showIndex puts the index backfill's progress in /status and the gauge.
+func (c *compactor) showIndex(m archive.IndexMarker) {
+	c.cfg.metrics.indexLeft.Set(float64(m.End - min(m.Next, m.End)))
+	c.mu.Lock()
+	c.st.Index = &IndexBackfillStatus{Next: m.Next, End: m.End, Done: m.Done()}
+	c.mu.Unlock()
 }
 
 // MergingPass is the pass at the end of merging, before steady_state is
@@ -366,12 +428,17 @@ func (c *compactor) Status() CompactionStatus {
 		at := *st.LastPassAt
 		st.LastPassAt = &at
 	}
+	if st.Index != nil {
+		ix := *st.Index
+		st.Index = &ix
+	}
 	return st
 }
 
 // compactionMetrics are the owner's series (backstream_compaction_*).
 type compactionMetrics struct {
 	watermark, lagSeqs, lagSeconds, duration, pending, halted, interval prometheus.Gauge
+	indexLeft                                                           prometheus.Gauge
 	passes                                                              *prometheus.CounterVec
 	rows, bytes                                                         prometheus.Counter
 }
@@ -391,6 +458,8 @@ func newCompactionMetrics(reg prometheus.Registerer) *compactionMetrics {
 		pending:    g("tombstones_pending", "Tombstones the writer has made durable since the last pass started (this process)."),
 		halted:     g("halted", "1 when compaction is halted on a malformed compaction state (see the log and /status for the recovery path)."),
 		interval:   g("interval_seconds", "--compaction-interval in seconds (0: periodic passes are off)."),
+		indexLeft: g("index_backfill_remaining_seqs", "Seqs of ev/ rows archived before the compaction index that the index backfill has not indexed yet "+
+			"(0: the index covers the archive; no pass runs while it is above 0)."),
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "backstream_compaction_passes_total",
 			Help: "Compaction passes by outcome: ok, halted (malformed state), failed (store error, fatal)."}, []string{"outcome"}),
 		rows:  c("rows_removed_total", "Superseded ev/ rows removed by compaction passes."),
@@ -399,6 +468,6 @@ func newCompactionMetrics(reg prometheus.Registerer) *compactionMetrics {
 	for _, o := range []string{passOK, passHalted, passFailed} {
 		m.passes.WithLabelValues(o)
 	}
-	reg.MustRegister(m.watermark, m.lagSeqs, m.lagSeconds, m.duration, m.pending, m.halted, m.interval, m.passes, m.rows, m.bytes)
+	reg.MustRegister(m.watermark, m.lagSeqs, m.lagSeconds, m.duration, m.pending, m.halted, m.interval, m.indexLeft, m.passes, m.rows, m.bytes)
 	return m
 }

@@ -69,6 +69,14 @@ func (f *fakeCompaction) TombstonesWritten() uint64 {
 	return f.tombs
 }
 
+func (f *fakeCompaction) IndexMarker() (archive.IndexMarker, error) {
+	return archive.IndexMarker{}, nil
+}
+
+func (f *fakeCompaction) FillIndex(context.Context, func(archive.IndexMarker)) (archive.IndexFillResult, error) {
+	return archive.IndexFillResult{}, nil
+}
+
 func (f *fakeCompaction) set(fn func(f *fakeCompaction)) {
 	f.mu.Lock()
 	fn(f)

@@ -18,7 +18,12 @@
 // `backstream compaction reset`, backstream_compaction_halted, /status)
 // while ingest and serving go on; a store error in a pass stops the process
 // like every persistence error. Its figures are /status's compaction
-// section (Compaction) and the backstream_compaction_* metrics.
+// section (Compaction) and the backstream_compaction_* metrics. On a store
+// archived before the compaction index, the same goroutine first runs the
+// index backfill (archive's FillIndex) to its end, before any pass (the
+// merging pass waits for it): /status's index_backfill, the gauge
+// backstream_compaction_index_backfill_remaining_seqs, a log line at its
+// start and one at its end.
 //
 // Lifetime: New opens and builds everything but runs nothing; Run drives the
 // lifecycle until its context ends or something fatal happens (the
