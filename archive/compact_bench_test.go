@@ -46,18 +46,44 @@ func BenchmarkCompact(b *testing.B) {
 
 func benchCompact(b *testing.B, total, per int) float64 {
 	b.StopTimer()
+	t0 := time.Now()
+	s, w := buildBenchArchive(b, total, per)
+	ctx := context.Background()
+	build, deletes := time.Since(t0), total/per
+	var ru0, ru1 syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	b.StartTimer()
+	res, err := s.Compact(ctx, w, CompactOptions{Logger: quietLogger, ReclaimBytes: -1})
+	b.StopTimer()
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cpu := tv(ru1.Utime) + tv(ru1.Stime) - tv(ru0.Utime) - tv(ru0.Stime)
+	b.ReportMetric(cpu, "cpu-s")
+	b.ReportMetric(float64(res.BytesRead)/1e6, "MB-read")
+	b.ReportMetric(float64(res.Rows), "rows-removed")
+	b.ReportMetric(float64(res.Tombstones), "tombstones")
+	b.ReportMetric(res.Duration.Seconds(), "pass-s")
+	b.Logf("%d events (built in %v), %d deletes: %s", total, build.Round(time.Second), deletes, fmt.Sprintf("%+v", res))
+	return cpu
+}
+
+// buildBenchArchive builds a settled archive of total record rows (~230-byte
+// records, 100 per account) in which one record in per was then deleted.
+func buildBenchArchive(b *testing.B, total, per int) (*Store, *Writer) {
 	opts := testOptions(nil)
 	opts.CacheSize = 256 << 20 // production's
 	s, err := Open(b.TempDir(), opts)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
+	b.Cleanup(func() { s.Close() })
 	w, err := NewWriter(s, WriterOptions{Logger: quietLogger, LiveLogBytes: 1 << 20})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer w.Close()
+	b.Cleanup(func() { w.Close() })
 	ctx := context.Background()
 	acks := NewAcks()
 	submit := func(evs []Event) {
@@ -67,7 +93,6 @@ func benchCompact(b *testing.B, total, per int) float64 {
 		acks.Drain(nil)
 	}
 	const perAccount = 100
-	t0 := time.Now()
 	for i := 0; i < total; i += perAccount {
 		evs := make([]Event, 0, perAccount)
 		for j := i; j < min(i+perAccount, total); j++ {
@@ -100,22 +125,5 @@ func benchCompact(b *testing.B, total, per int) float64 {
 	for s.DB().Metrics().Compact.NumInProgress > 0 {
 		time.Sleep(100 * time.Millisecond)
 	}
-	build := time.Since(t0)
-	var ru0, ru1 syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
-	b.StartTimer()
-	res, err := s.Compact(ctx, w, CompactOptions{Logger: quietLogger, ReclaimBytes: -1})
-	b.StopTimer()
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cpu := tv(ru1.Utime) + tv(ru1.Stime) - tv(ru0.Utime) - tv(ru0.Stime)
-	b.ReportMetric(cpu, "cpu-s")
-	b.ReportMetric(float64(res.BytesRead)/1e6, "MB-read")
-	b.ReportMetric(float64(res.Rows), "rows-removed")
-	b.ReportMetric(float64(res.Tombstones), "tombstones")
-	b.ReportMetric(res.Duration.Seconds(), "pass-s")
-	b.Logf("%d events (built in %v), %d deletes: %s", total, build.Round(time.Second), deletes, fmt.Sprintf("%+v", res))
-	return cpu
+	return s, w
 }
