@@ -2,8 +2,10 @@ package archive_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble"
@@ -178,5 +180,33 @@ func TestFillIndexPowerLoss(t *testing.T) {
 			defer w.Close()
 			checkSurvivors(t, s, rows, compact(t, s, w, archive.CompactOptions{}).To)
 		})
+	}
+}
+
+// TestFillIndexMalformed: an undecodable ev/ row stops the backfill with
+// ErrCompactionState naming the row, the marker left at the last batch
+// before it (nothing guessed); an undecodable marker is the same error
+// naming meta/index.
+func TestFillIndexMalformed(t *testing.T) {
+	fs := vfs.NewMem()
+	rows, _ := oldStore(t, fs, churn.New(2, 6), 100)
+	s := openStore(t, fs, nil)
+	defer s.Close()
+	bad := rows[70].Seq
+	if err := s.DB().Set(archive.EventKey(bad), []byte{0x01, 0xff}, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.FillIndex(context.Background(), 50, nil)
+	if !errors.Is(err, archive.ErrCompactionState) || !strings.Contains(err.Error(), fmt.Sprintf("ev/%d", bad)) {
+		t.Fatalf("backfill over a malformed row: %v", err)
+	}
+	if m, err := s.IndexMarker(); err != nil || m.Next != rows[50].Seq {
+		t.Fatalf("marker %+v (%v), want Next %d: the batch before the bad row, not past it", m, err, rows[50].Seq)
+	}
+	if err := s.DB().Set(archive.KeyIndex, []byte{0x01, 2}, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.FillIndex(context.Background(), 50, nil); !errors.Is(err, archive.ErrCompactionState) || !strings.Contains(err.Error(), "meta/index") {
+		t.Fatalf("backfill with a malformed marker: %v", err)
 	}
 }
