@@ -18,7 +18,8 @@ import (
 type statusCompaction = node.CompactionStatus
 
 // readCompaction reads the section from a store: the watermark, its lag
-// behind the tip, and an interrupted pass's intent. A malformed compaction
+// behind the tip, an interrupted pass's intent, and an unfinished index
+// backfill. A malformed compaction
 // state is shown as halted, with the error, not as a failed report.
 func readCompaction(s *archive.Store) (*statusCompaction, error) {
 	st, err := s.Compaction()
@@ -36,6 +37,14 @@ func readCompaction(s *archive.Store) (*statusCompaction, error) {
 	if c.LagSeqs, c.LagSeconds, err = node.CompactionLag(s, st.Watermark); err != nil {
 		return nil, err
 	}
+	switch m, err := s.IndexMarker(); {
+	case errors.Is(err, archive.ErrCompactionState):
+		c.Halted, c.HaltReason = true, err.Error()
+	case err != nil:
+		return nil, err
+	case !m.Done():
+		c.Index = &node.IndexBackfillStatus{Next: m.Next, End: m.End}
+	}
 	return c, nil
 }
 
@@ -46,6 +55,10 @@ func printCompaction(tw io.Writer, c *statusCompaction) {
 	fmt.Fprintf(tw, "compaction watermark\t%d (%d seqs, %.0f s behind the tip)\n", c.Watermark, c.LagSeqs, c.LagSeconds)
 	if c.Intent != nil {
 		fmt.Fprintf(tw, "compaction intent\tto %d (an interrupted pass; the next start finishes it)\n", *c.Intent)
+	}
+	if c.Index != nil && !c.Index.Done {
+		fmt.Fprintf(tw, "index backfill\t%d of %d seqs left (no compaction pass until it ends)\n",
+			c.Index.End-min(c.Index.Next, c.Index.End), c.Index.End)
 	}
 	if c.LastPassAt != nil {
 		fmt.Fprintf(tw, "last compaction pass\t%s: %d rows, %d bytes removed in %.1f s\n",
