@@ -26,6 +26,10 @@ var (
 	// PrefixCursorHostList holds a fleet bootstrap's per-host listRepos
 	// checkpoints, cursor/hostlist/<host>, valued like cursor/listrepos.
 	PrefixCursorHostList = []byte("cursor/hostlist/")
+	// PrefixCursorHostListLast holds each host's last non-empty listRepos
+	// cursor, cursor/hostlist_last/<host>, valued like
+	// cursor/listrepos_last: where hosts-mode discovery lists the host again.
+	PrefixCursorHostListLast = []byte("cursor/hostlist_last/")
 
 	// KeyRelaySilentAt: capture's wait for a first frame expired while the
 	// relay had sent nothing, so cursor/relay is absent because there was
@@ -104,6 +108,9 @@ func RevKey(did string) []byte { return withSuffix(PrefixRev, did) }
 
 // HostListCursorKey is cursor/hostlist/<host>.
 func HostListCursorKey(host string) []byte { return withSuffix(PrefixCursorHostList, host) }
+
+// HostListLastKey is cursor/hostlist_last/<host>.
+func HostListLastKey(host string) []byte { return withSuffix(PrefixCursorHostListLast, host) }
 
 // HostKey is host/<host>.
 func HostKey(host string) []byte { return withSuffix(PrefixHost, host) }

@@ -28,6 +28,7 @@ func (s *Store) CommitSteadyState(now time.Time) error {
 	_ = b.Delete(KeyCursorListRepos, nil)
 	_ = b.Delete(KeyCursorListLast, nil)
 	_ = b.DeleteRange(PrefixCursorHostList, prefixEnd(PrefixCursorHostList), nil)
+	_ = b.DeleteRange(PrefixCursorHostListLast, prefixEnd(PrefixCursorHostListLast), nil)
 	_ = b.Set(KeyPhase, phase, nil)
 	_ = b.Set(KeyPhaseEnteredAt, EncodeTime(now), nil)
 	return s.commit("commit steady_state", b)

@@ -85,6 +85,37 @@ func (s *Store) HostListCursor(host string) (ListCursor, error) {
 	return get(s.db, HostListCursorKey(host), DecodeListCursor)
 }
 
+// HostListLast reads cursor/hostlist_last/<host>, the last non-empty
+// cursor of host's own listing a fleet bootstrap covered.
+func (s *Store) HostListLast(host string) (ListCursor, error) {
+	return get(s.db, HostListLastKey(host), DecodeListCursor)
+}
+
+// RosterHosts returns the hosts whose host/<host> row holds an active
+// roster entry (a fleet bootstrap read the relay's listHosts), in key
+// order; none when no roster was ever read.
+func (s *Store) RosterHosts() ([]string, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: PrefixHost, UpperBound: prefixEnd(PrefixHost)})
+	if err != nil {
+		return nil, &KeyError{Key: "host/<scan>", Kind: ErrRead, Err: err}
+	}
+	defer it.Close()
+	var hosts []string
+	for ok := it.First(); ok; ok = it.Next() {
+		h, err := DecodeHostState(it.Value())
+		if err != nil {
+			return nil, &KeyError{Key: string(it.Key()), Kind: ErrMalformed, Err: err}
+		}
+		if h.Status == "active" {
+			hosts = append(hosts, string(it.Key()[len(PrefixHost):]))
+		}
+	}
+	if err := it.Error(); err != nil {
+		return nil, &KeyError{Key: "host/<scan>", Kind: ErrRead, Err: err}
+	}
+	return hosts, nil
+}
+
 // RepoState reads repo/<did>.
 func (s *Store) RepoState(did string) (RepoState, error) {
 	return get(s.db, RepoKey(did), DecodeRepoState)

@@ -88,8 +88,10 @@
 // counts hosts whose status is not active, and runs
 // one lane per active host: its own enumerator (HostListRepos), its own
 // watermark, its own share of the window (Window / hosts, at least a page)
-// and its own checkpoint, cursor/hostlist/<host>, with the same
-// completion-watermark rule as the relay's cursor/listrepos. Every
+// and its own checkpoint, cursor/hostlist/<host> (with its last non-empty
+// cursor in cursor/hostlist_last/<host>, where hosts-mode discovery lists
+// the host again), with the same completion-watermark rule as the relay's
+// cursor/listrepos (and cursor/listrepos_last). Every
 // invariant above holds per lane; the restart pass, the recorder and the
 // in-flight set are shared. A host's first page is never waited for: a
 // host that is down, slow past its budgets, returns garbage or loops its

@@ -3,20 +3,24 @@ package bootstrap_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/merge"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/check"
 	"github.com/backstream/backstream/oracle/world"
 	"github.com/backstream/backstream/upstream"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // fleetBoot builds a bootstrap over e in mode (hosts or relay), with its
@@ -410,4 +414,117 @@ func upstreamErr(t *testing.T, status int) error {
 		t.Fatalf("listHosts answered %d: no error", status)
 	}
 	return err
+}
+
+// tailHidingFleet leaves the last hide entries out of host's final
+// listRepos page: accounts the host creates after its bootstrap listing
+// has ended. bad is a host whose listing is always malformed.
+type tailHidingFleet struct {
+	bootstrap.FleetSource
+	host, bad string
+	hide      int
+	mu        sync.Mutex
+	hidden    map[string]bool
+	asked     map[string]int // listRepos requests by host
+	limit     int            // > 0: the page size asked for instead
+}
+
+func (f *tailHidingFleet) HostListRepos(ctx context.Context, host, cursor string, limit int) (upstream.Page, error) {
+	f.mu.Lock()
+	f.asked[host]++
+	f.mu.Unlock()
+	if host == f.bad {
+		return upstream.Page{}, fmt.Errorf("host %s: %w", host, upstream.ErrMalformedResponse)
+	}
+	if f.limit > 0 {
+		limit = f.limit
+	}
+	pg, err := f.FleetSource.HostListRepos(ctx, host, cursor, limit)
+	if err != nil || host != f.host || pg.Cursor != "" || f.hide == 0 {
+		return pg, err
+	}
+	n := min(f.hide, len(pg.Repos))
+	f.mu.Lock()
+	for _, r := range pg.Repos[len(pg.Repos)-n:] {
+		f.hidden[r.DID] = true
+	}
+	f.mu.Unlock()
+	pg.Repos = pg.Repos[:len(pg.Repos)-n]
+	return pg, nil
+}
+
+// relayLists counts the relay's listRepos requests.
+type relayLists struct {
+	upstream.RepoSource
+	n atomic.Int64
+}
+
+func (r *relayLists) ListRepos(ctx context.Context, cursor string, limit int) (upstream.Page, error) {
+	r.n.Add(1)
+	return r.RepoSource.ListRepos(ctx, cursor, limit)
+}
+
+// TestFleetDiscoveryListsHosts: after a hosts-mode bootstrap, discovery
+// lists every roster host again from its own last non-empty cursor
+// (cursor/hostlist_last/<host>) and records the accounts a host created
+// after its listing ended, as relay-mode discovery does (failed,
+// discovered, due now), without asking the relay's listRepos once. A host
+// whose listing fails in discovery fails alone (counted), the others are
+// listed, and discovery returns no error. Cleanup deletes the per-host
+// cursors.
+func TestFleetDiscoveryListsHosts(t *testing.T) {
+	cfg := worldCfg(300, 2)
+	cfg.Hosts = 4
+	e := newEnv(t, cfg)
+	late, bad := hostName(t, e.net, 1), hostName(t, e.net, 2)
+	f := &tailHidingFleet{FleetSource: e.client, host: late, hide: 5, hidden: map[string]bool{}, asked: map[string]int{}}
+	e.runToEnd(e.fleetBoot(bootstrap.EnumerateHosts, 16, 4, nil, func(c *bootstrap.Config) { c.Fleet = f }))
+	if len(f.hidden) == 0 {
+		t.Fatal("nothing hidden from the bootstrap: the test proves nothing")
+	}
+	for d := range f.hidden {
+		if _, err := e.store.RepoState(d); !errors.Is(err, archive.ErrNotFound) {
+			t.Fatalf("hidden %s known after bootstrap: %v", d, err)
+		}
+	}
+	if lc, err := e.store.HostListLast(late); err != nil || lc.Cursor == "" {
+		t.Fatalf("host %s has no last non-empty cursor: %+v, %v", late, lc, err)
+	}
+
+	// The accounts exist now; one host fails; pages as small as the
+	// bootstrap's, so the host's listing is more than its final page.
+	f.hide, f.bad, f.asked, f.limit = 0, bad, map[string]int{}, 40
+	relay := &relayLists{RepoSource: e.client}
+	reg := prometheus.NewRegistry()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := merge.Discover(ctx, merge.Config{Store: e.store, Writer: e.w, Source: relay, Fleet: f,
+		Metrics: merge.NewMetrics(reg), Logger: quiet}); err != nil {
+		t.Fatalf("discovery: %v", err)
+	}
+	for d := range f.hidden {
+		st, err := e.store.RepoState(d)
+		if err != nil || st.Status != archive.StatusFailed || st.Refetch != archive.RefetchDiscovered || st.NextAttemptUS == 0 {
+			t.Fatalf("%s after discovery: %+v, %v", d, st, err)
+		}
+	}
+	// From its last non-empty cursor: the final page alone, not the
+	// whole listing again.
+	if f.asked[late] != 1 {
+		t.Fatalf("discovery asked host %s for %d pages, want 1 (its final page)", late, f.asked[late])
+	}
+	if n := relay.n.Load(); n != 0 {
+		t.Fatalf("hosts-mode discovery asked the relay's listRepos %d times", n)
+	}
+	if got := metric(t, reg, "backstream_discovery_cut_total", map[string]string{"reason": upstream.CutMalformed}); got != 1 {
+		t.Fatalf("discovery cuts{malformed} = %v, want 1 (the bad host alone)", got)
+	}
+	t.Logf("discovery recorded %d accounts host %s created after its listing, 0 relay listRepos requests", len(f.hidden), late)
+
+	if err := e.store.CommitSteadyState(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.HostListLast(late); !errors.Is(err, archive.ErrNotFound) {
+		t.Fatalf("cleanup left cursor/hostlist_last/%s: %v", late, err)
+	}
 }

@@ -100,16 +100,17 @@ func checkpointPuts(c checkpoint) ([]archive.KV, error) {
 	if err != nil {
 		return nil, err
 	}
+	key, lastKey := archive.KeyCursorListRepos, archive.KeyCursorListLast
 	if c.host != "" {
-		return []archive.KV{{Key: archive.HostListCursorKey(c.host), Value: v}}, nil
+		key, lastKey = archive.HostListCursorKey(c.host), archive.HostListLastKey(c.host)
 	}
-	puts := []archive.KV{{Key: archive.KeyCursorListRepos, Value: v}}
+	puts := []archive.KV{{Key: key, Value: v}}
 	if c.last != "" {
 		lv, err := archive.EncodeListCursor(archive.ListCursor{Cursor: c.last})
 		if err != nil {
 			return nil, err
 		}
-		puts = append(puts, archive.KV{Key: archive.KeyCursorListLast, Value: lv})
+		puts = append(puts, archive.KV{Key: lastKey, Value: lv})
 	}
 	return puts, nil
 }

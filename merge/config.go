@@ -25,6 +25,10 @@ type Config struct {
 	Jobs *backfill.Runner
 	// Source pages listRepos for discovery; nil skips discovery.
 	Source upstream.RepoSource
+	// Fleet lists each roster host's own repos: with it and a roster in
+	// the store (a hosts-mode bootstrap), discovery lists the hosts, not
+	// the relay.
+	Fleet HostLister
 	// PendingWorkers bounds the pending pass (default 16).
 	PendingWorkers int
 	// MaxRows bounds the rows of one unit (default 1024); one upstream

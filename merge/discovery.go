@@ -19,41 +19,143 @@ import (
 // discoveryRetries bounds the retries of one discovery page.
 const discoveryRetries = 5
 
+// HostLister lists one host's own repos (hosts-mode discovery);
+// upstream.Client is one.
+type HostLister interface {
+	HostListRepos(ctx context.Context, host, cursor string, limit int) (upstream.Page, error)
+}
+
+var _ HostLister = (*upstream.Client)(nil)
+
+// listFunc asks for one listRepos page, the relay's or one host's.
+type listFunc func(ctx context.Context, cursor string, limit int) (upstream.Page, error)
+
+// laneCut is a listing discovery could not finish: why, after how many
+// pages, and the error.
+type laneCut struct {
+	reason string
+	pages  int
+	err    error
+}
+
 // Discover lists repos from the last non-empty listRepos cursor and records
-// every DID the store does not know as a failed repo due now. It never fails
-// merge for upstream trouble: a cursor loop ends discovery with a warning,
+// every DID the store does not know as a failed repo due now. It uses the
+// bootstrap's mode: with a roster in the store (a hosts-mode bootstrap read
+// listHosts) and cfg.Fleet set, every active roster host is listed again
+// from its own last non-empty cursor (discoverHosts) and the relay's
+// listRepos is not asked; else the relay's. It never fails merge for
+// upstream trouble: a cursor loop ends discovery with a warning,
 // a page it cannot use (retries spent, a cursor over 64 KiB after the
 // page's repos are recorded) with an error log and a count (M8). Only a store or writer failure is
-// returned. A nil cfg.Source discovers nothing.
+// returned. A nil cfg.Source (and no roster) discovers nothing.
 func Discover(ctx context.Context, cfg Config) error {
 	cfg.defaults()
+	if cfg.Fleet != nil {
+		hosts, err := cfg.Store.RosterHosts()
+		if err != nil {
+			return fmt.Errorf("merge: discovery: %w", err)
+		}
+		if len(hosts) > 0 {
+			return discoverHosts(ctx, cfg, hosts)
+		}
+	}
 	if cfg.Source == nil {
 		return nil
 	}
-	cursor := ""
-	last, err := cfg.Store.ListCursor(true)
-	switch {
-	case err == nil:
-		cursor = last.Cursor
-	case !errors.Is(err, archive.ErrNotFound):
+	cursor, err := resumeAt(cfg.Store.ListCursor(true))
+	if err != nil {
 		return err
 	}
+	d := newDiscovery(cfg)
+	relay := func(ctx context.Context, c string, _ int) (upstream.Page, error) { return ListPage(ctx, cfg.Source, c) }
+	lc, err := d.lane(ctx, cursor, relay)
+	if err != nil {
+		return err
+	}
+	switch {
+	case lc == nil:
+	case lc.reason == cutLoop:
+		cfg.Logger.Warn("discovery: the relay's listRepos cursor repeats; discovery ends here", "pages", lc.pages)
+	default:
+		cut(cfg, lc.reason, lc.pages, lc.err)
+	}
+	return d.finish(ctx)
+}
+
+// resumeAt is where a listing is resumed from its last non-empty cursor:
+// the start when there is none.
+func resumeAt(last archive.ListCursor, err error) (string, error) {
+	if errors.Is(err, archive.ErrNotFound) {
+		return "", nil
+	}
+	return last.Cursor, err
+}
+
+// cutLoop is the laneCut reason of a repeating cursor.
+const cutLoop = "cursor_loop"
+
+// discoverHosts lists every host of the roster again from its own last
+// non-empty cursor (cursor/hostlist_last/<host>; from the start when it has
+// none). A host whose listing cannot be used fails alone: counted by
+// reason in backstream_discovery_cut_total, the others go on, and one
+// warning names how many failed and the first of them.
+func discoverHosts(ctx context.Context, cfg Config, hosts []string) error {
+	d := newDiscovery(cfg)
+	var failed []laneCut
+	var failedHosts []string
+	for _, h := range hosts {
+		cursor, err := resumeAt(cfg.Store.HostListLast(h))
+		if err != nil {
+			return fmt.Errorf("merge: discovery: %w", err)
+		}
+		list := func(ctx context.Context, c string, _ int) (upstream.Page, error) {
+			return listWithRetries(ctx, func(ctx context.Context, c string, n int) (upstream.Page, error) {
+				return cfg.Fleet.HostListRepos(ctx, h, c, n)
+			}, c)
+		}
+		lc, err := d.lane(ctx, cursor, list)
+		if err != nil {
+			return err
+		}
+		if lc != nil {
+			cfg.Metrics.discoveryCut(lc.reason)
+			failed = append(failed, *lc)
+			failedHosts = append(failedHosts, h)
+		}
+	}
+	if len(failed) > 0 {
+		cfg.Logger.Warn("discovery: some hosts' listRepos could not be used; each failed alone, every other host was listed, merge completes; accounts those hosts list after their last page are not recorded",
+			"failed_hosts", len(failed), "hosts", len(hosts), "first", failedHosts[0], "reason", failed[0].reason, "pages", failed[0].pages, "err", failed[0].err)
+	}
+	return d.finish(ctx)
+}
+
+// discovery is one discovery pass: the units it submitted and what it found.
+type discovery struct {
+	cfg            Config
+	acks           *archive.Acks
+	pending, found int
+}
+
+func newDiscovery(cfg Config) *discovery { return &discovery{cfg: cfg, acks: archive.NewAcks()} }
+
+// lane pages one listing from cursor and records the DIDs the store does
+// not know. It returns why the listing ended early (nil: it ended), and
+// only a writer failure or the context's end as an error.
+func (d *discovery) lane(ctx context.Context, cursor string, list listFunc) (*laneCut, error) {
+	cfg := d.cfg
 	seen := map[string]bool{}
-	acks := archive.NewAcks()
-	pending, found := 0, 0
 	for pages := 0; ; pages++ {
 		if seen[cursor] && cursor != "" {
-			cfg.Logger.Warn("discovery: the relay's listRepos cursor repeats; discovery ends here", "pages", pages)
-			break
+			return &laneCut{reason: cutLoop, pages: pages, err: errors.New("the listRepos cursor repeats")}, nil
 		}
 		seen[cursor] = true
-		page, err := ListPage(ctx, cfg.Source, cursor)
+		page, err := list(ctx, cursor, 1000)
 		if err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return nil, ctx.Err()
 			}
-			cut(cfg, upstream.CutReason(err), pages, err)
-			break
+			return &laneCut{reason: upstream.CutReason(err), pages: pages, err: err}, nil
 		}
 		var ups []archive.RepoUpdate
 		now := cfg.Now().UnixMicro()
@@ -70,22 +172,26 @@ func Discover(ctx context.Context, cfg Config) error {
 			}})
 		}
 		if len(ups) > 0 {
-			if err := cfg.Writer.Submit(ctx, &archive.Unit{Repos: ups, Acks: acks}); err != nil {
-				return err
+			if err := cfg.Writer.Submit(ctx, &archive.Unit{Repos: ups, Acks: d.acks}); err != nil {
+				return nil, err
 			}
-			pending++
-			found += len(ups)
+			d.pending++
+			d.found += len(ups)
 		}
 		if page.CursorRefused > 0 {
-			cut(cfg, upstream.CutCursorTooLong, pages+1, fmt.Errorf("a cursor of %d bytes", page.CursorRefused))
-			break
+			return &laneCut{reason: upstream.CutCursorTooLong, pages: pages + 1, err: fmt.Errorf("a cursor of %d bytes", page.CursorRefused)}, nil
 		}
 		if page.Cursor == "" || page.Cursor == cursor {
-			break
+			return nil, nil
 		}
 		cursor = page.Cursor
 	}
-	rc, err := acks.Wait(ctx, cfg.Writer, pending)
+}
+
+// finish waits until every submitted unit is durable.
+func (d *discovery) finish(ctx context.Context) error {
+	cfg := d.cfg
+	rc, err := d.acks.Wait(ctx, cfg.Writer, d.pending)
 	for _, r := range rc {
 		if r.Refused != nil {
 			return fmt.Errorf("merge: discovery: unit refused: %w", r.Refused)
@@ -95,7 +201,7 @@ func Discover(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("merge: discovery: %w", err)
 	}
-	cfg.Logger.Info("discovery finished", "listed", found)
+	cfg.Logger.Info("discovery finished", "listed", d.found)
 	return nil
 }
 
@@ -114,9 +220,14 @@ func cut(cfg Config, reason string, pages int, err error) {
 // are spent, with no wait after the last attempt, and any other error at
 // once: a malformed or oversized page or a 4xx is the same bytes again.
 func ListPage(ctx context.Context, src upstream.RepoSource, cursor string) (upstream.Page, error) {
+	return listWithRetries(ctx, src.ListRepos, cursor)
+}
+
+// listWithRetries is ListPage over any listing (the relay's, a host's).
+func listWithRetries(ctx context.Context, list listFunc, cursor string) (upstream.Page, error) {
 	bo := backoff.Policy{Base: 500 * time.Millisecond, Max: 16 * time.Second}
 	for retry := 0; ; retry++ {
-		p, err := src.ListRepos(ctx, cursor, 1000)
+		p, err := list(ctx, cursor, 1000)
 		if err == nil || retry == discoveryRetries || !retryable(err) {
 			return p, err
 		}

@@ -37,7 +37,14 @@
 // Discover pages listRepos from the last non-empty cursor of the bootstrap's
 // listing and records every DID the store does not know as a failed repo due
 // now, with refetch reason "discovered" (M6): the retry runner fetches them in
-// steady state. Upstream trouble never fails merge (M8): a repeating cursor
+// steady state. Discovery uses the bootstrap's mode: after a hosts-mode
+// bootstrap (an active roster in host/ and Config.Fleet set) it lists every
+// active roster host on the host, from its own last non-empty cursor
+// (cursor/hostlist_last/<host>, from the start when it has none), and
+// never the relay's listRepos; a host whose listing cannot be used fails
+// alone (counted by reason like a cut, one warning for all of them) and
+// the other hosts are listed. The hosts are listed one after another.
+// Upstream trouble never fails merge (M8): a repeating cursor
 // ends discovery with a warning; a page it cannot use ends it with one error
 // line and a count (backstream_discovery_cut_total{reason}): a transient
 // failure or 429 after five retries (0.5 s doubling, internal/backoff's
@@ -53,7 +60,7 @@
 // units, followed by crash point pending-replaced; each discovery page is
 // one unit, followed by crash point discovery-page. Cleanup is one synced
 // batch: range delete of cap/, delete of cursor/merge and the listRepos
-// cursors, and phase=steady_state (M7, C4), followed by crash point
+// cursors (the relay's and every host's), and phase=steady_state (M7, C4), followed by crash point
 // steady-committed.
 //
 // # Not here
