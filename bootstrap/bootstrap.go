@@ -80,6 +80,11 @@ type Config struct {
 	// (429s have the 20-retry budget of getRepo); spent, it cuts the
 	// listing short. Default 8.
 	ListRetries int
+	// HostRetries is how many times a host whose listing was cut is
+	// listed again in the same run, from where it was cut, after a wait
+	// of 5 s doubling to 5 min (hosts mode); spent, the host is left
+	// failing for discovery. Default 8 (about 15 minutes); negative: none.
+	HostRetries int
 	// ProgressEvery is the progress log period. Default 10 s.
 	ProgressEvery time.Duration
 	// Seed seeds the dispatch shuffle; 0 draws one at random.
@@ -132,6 +137,9 @@ func (c *Config) defaults() error {
 	}
 	if c.ListRetries <= 0 {
 		c.ListRetries = DefaultListRetries
+	}
+	if c.HostRetries == 0 {
+		c.HostRetries = DefaultHostRetries
 	}
 	if c.ProgressEvery <= 0 {
 		c.ProgressEvery = DefaultProgressEvery
@@ -299,7 +307,7 @@ func (b *Bootstrap) coordinate(parent context.Context, lanes []lane) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				enumErr <- b.enumerate(ctx, l.host, l.start.cursor.Cursor, windows[l.host], pagesCh)
+				enumErr <- b.enumerateLane(ctx, l.host, l.start.cursor.Cursor, windows[l.host], pagesCh)
 			}()
 		}
 	}

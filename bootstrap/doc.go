@@ -96,7 +96,13 @@
 // in-flight set are shared. A host's first page is never waited for: a
 // host that is down, slow past its budgets, returns garbage or loops its
 // cursor is cut alone (HostFailing on /status, its checkpoint left where it
-// was, listed again at the next start) and the others go on. A repo is
+// was) and the others go on; the cut host is listed again in the same run
+// from where it was cut, HostRetries times after 5 s doubling to 5 min
+// (enumerateLane; /status shows its retries and next attempt), so
+// bootstrap's end waits for it about 15 minutes at most. Still cut after
+// that, it is left failing (backstream_bootstrap_hosts_gave_up_total, one
+// warning): discovery lists it again after bootstrap, a restart before
+// merging from its checkpoint. A repo is
 // fetched from the host that listed it (backfill.Request.Host); listed by a
 // second host with a newer rev before a worker took it, it is fetched from
 // that host instead (Progress.Hosts.Reattributed). Dispatch is round-robin

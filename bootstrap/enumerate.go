@@ -40,8 +40,9 @@ type pageMsg struct {
 
 // enumerate pages listRepos (the relay's, or host's own when host is set)
 // from cursor until the listing ends, holding window credit for every
-// entry of every page not yet checkpointed.
-func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, window *semaphore.Weighted, out chan<- *pageMsg) error {
+// entry of every page not yet checkpointed. When the listing was cut short
+// it returns cut and the cursor of the page it was cut at.
+func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, window *semaphore.Weighted, out chan<- *pageMsg) (at string, cut bool, err error) {
 	cfg := &b.cfg
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
 	seen := map[[16]byte]struct{}{}
@@ -66,9 +67,9 @@ func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, window *
 		pg, err := b.listPage(ctx, host, cursor, patient)
 		if err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return "", false, ctx.Err()
 			}
-			return b.cutListing(ctx, host, cursor, upstream.CutReason(err), err, out)
+			return cursor, true, b.cutListing(ctx, host, cursor, upstream.CutReason(err), err, out)
 		}
 		b.hosts().listed(host)
 		patient = false
@@ -95,12 +96,12 @@ func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, window *
 		}
 		weight := min(int64(len(entries)), int64(cfg.Window))
 		if err := window.Acquire(ctx, weight); err != nil {
-			return err
+			return "", false, err
 		}
 		msg, err := b.record(ctx, host, entries, true, rng)
 		if err != nil {
 			window.Release(weight)
-			return err
+			return "", false, err
 		}
 		msg.host, msg.reqCursor, msg.next, msg.final, msg.weight = host, cursor, next, final, weight
 		if cut != "" {
@@ -110,10 +111,10 @@ func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, window *
 		select {
 		case out <- msg:
 		case <-ctx.Done():
-			return ctx.Err()
+			return "", false, ctx.Err()
 		}
 		if final {
-			return nil
+			return cursor, msg.cut, nil
 		}
 		cursor = next
 	}

@@ -39,6 +39,17 @@ const (
 // DefaultHostWorkers caps the concurrent jobs of one host in hosts mode.
 const DefaultHostWorkers = 8
 
+// DefaultHostRetries is how many times a host whose listing was cut is
+// listed again in the same run (Config.HostRetries), after hostRetryBase
+// doubling to hostRetryMax: about 15 minutes in all.
+const DefaultHostRetries = 8
+
+// The wait before a cut host is listed again.
+const (
+	hostRetryBase = 5 * time.Second
+	hostRetryMax  = 5 * time.Minute
+)
+
 // maxRosterPages bounds the listHosts pages read (1000 hosts a page).
 const maxRosterPages = 1000
 
@@ -82,10 +93,15 @@ type HostsProgress struct {
 	Reattributed int64 `json:"reattributed"`
 }
 
-// FailingHost is one failing host.
+// FailingHost is one failing host: why its listing was last cut, how
+// many times it was listed again in this run, and when it is next; no
+// next attempt once its retries are spent (left for discovery, which lists
+// it again after bootstrap, and for a restart before merging).
 type FailingHost struct {
-	Host   string `json:"host"`
-	Reason string `json:"reason"`
+	Host        string     `json:"host"`
+	Reason      string     `json:"reason"`
+	Retries     int        `json:"retries"`
+	NextAttempt *time.Time `json:"next_attempt,omitempty"`
 }
 
 // attribution is the host a dispatched repo is fetched from and the rev
@@ -99,12 +115,12 @@ type fleetState struct {
 	mu      sync.Mutex
 	p       HostsProgress
 	state   map[string]string
-	failing map[string]string
+	failing map[string]FailingHost
 	lines   *loglimit.Every
 }
 
 func newFleetState(mode string) *fleetState {
-	return &fleetState{p: HostsProgress{Mode: mode}, state: map[string]string{}, failing: map[string]string{},
+	return &fleetState{p: HostsProgress{Mode: mode}, state: map[string]string{}, failing: map[string]FailingHost{},
 		lines: loglimit.New(hostCutLogEvery, nil)}
 }
 
@@ -140,12 +156,26 @@ func (f *fleetState) cut(log *slog.Logger, host, reason string, err error) {
 	}
 	f.mu.Lock()
 	f.state[host] = HostFailing
-	f.failing[host] = reason
+	fh := f.failing[host]
+	fh.Host, fh.Reason, fh.NextAttempt = host, reason, nil
+	f.failing[host] = fh
 	f.mu.Unlock()
 	if n, ok := f.lines.Tick("cut"); ok {
-		log.Warn("bootstrap: a host's listRepos cannot be used; that host alone stops listing, every other host goes on, and it is listed again from its checkpoint at the next start",
+		log.Warn("bootstrap: a host's listRepos cannot be used; that host alone stops listing, every other host goes on, and it is listed again from where it was cut after a backoff",
 			"host", host, "reason", reason, "err", err, "suppressed", n)
 	}
+}
+
+// retrying: host is listed again at next (its retries-th retry).
+func (f *fleetState) retrying(host string, retries int, next time.Time) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fh := f.failing[host]
+	fh.Retries, fh.NextAttempt = retries, &next
+	f.failing[host] = fh
 }
 
 func (f *fleetState) reattributed() {
@@ -168,14 +198,45 @@ func (f *fleetState) snapshot() *HostsProgress {
 	for _, st := range f.state {
 		p.ByState[st]++
 	}
-	for h, r := range f.failing {
-		p.Failing = append(p.Failing, FailingHost{Host: h, Reason: r})
+	for _, fh := range f.failing {
+		p.Failing = append(p.Failing, fh)
 	}
 	sort.Slice(p.Failing, func(i, j int) bool { return p.Failing[i].Host < p.Failing[j].Host })
 	if len(p.Failing) > maxFailingShown {
 		p.Failing = p.Failing[:maxFailingShown]
 	}
 	return &p
+}
+
+// enumerateLane runs one lane's listing. A host's listing that is cut is
+// listed again from where it was cut, HostRetries times, after a wait of
+// hostRetryBase doubling to hostRetryMax (failing on /status meanwhile,
+// with its next attempt), while every other lane goes on; bootstrap's end
+// waits for it only that long. Spent, the host is left failing: discovery
+// lists it again after bootstrap, a restart before merging from its
+// checkpoint.
+func (b *Bootstrap) enumerateLane(ctx context.Context, host, cursor string, window *semaphore.Weighted, out chan<- *pageMsg) error {
+	cfg := &b.cfg
+	bo := backoff.Policy{Base: hostRetryBase, Max: hostRetryMax}
+	for retry := 0; ; retry++ {
+		at, cut, err := b.enumerate(ctx, host, cursor, window, out)
+		if err != nil || !cut || host == "" {
+			return err
+		}
+		if retry >= cfg.HostRetries {
+			cfg.Metrics.hostGaveUp()
+			cfg.Logger.Warn("bootstrap: a host's listing is still cut after its retries; bootstrap ends without the rest of it, discovery lists it again after bootstrap",
+				"host", host, "retries", retry)
+			return nil
+		}
+		wait := bo.Draw(retry, nil)
+		cfg.Metrics.hostRetry()
+		b.hosts().retrying(host, retry+1, cfg.Now().Add(wait))
+		if err := cfg.Sleep(ctx, wait); err != nil {
+			return err
+		}
+		cursor = at
+	}
 }
 
 // hosts is the fleet's state, nil in relay mode.

@@ -15,6 +15,7 @@ import (
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/merge"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/check"
@@ -266,14 +267,15 @@ func TestFleetDownHostFailsAlone(t *testing.T) {
 	e := newEnv(t, cfg)
 	e.net.Faults().DownHost(1, time.Hour)
 	fast := func(c *bootstrap.Config) {
-		c.ListRetries = 2
+		c.ListRetries, c.HostRetries = 2, 2
 		c.Sleep = func(ctx context.Context, _ time.Duration) error { return ctx.Err() }
 	}
 	b := e.fleetBoot(bootstrap.EnumerateHosts, 8, 4, nil, fast)
 	e.runToEnd(b)
 	down := hostName(t, e.net, 1)
 	p := b.Progress().Hosts
-	if p.ByState[bootstrap.HostFailing] != 1 || p.ByState[bootstrap.HostDone] != 2 || len(p.Failing) != 1 || p.Failing[0].Host != down {
+	if p.ByState[bootstrap.HostFailing] != 1 || p.ByState[bootstrap.HostDone] != 2 || len(p.Failing) != 1 || p.Failing[0].Host != down ||
+		p.Failing[0].Retries != 2 || p.Failing[0].NextAttempt != nil {
 		t.Fatalf("/status hosts: %+v", p)
 	}
 	if _, err := e.store.HostListCursor(down); !errors.Is(err, archive.ErrNotFound) {
@@ -288,8 +290,12 @@ func TestFleetDownHostFailsAlone(t *testing.T) {
 	if len(missing) == 0 {
 		t.Fatal("host 1 has no active accounts: the test proves nothing")
 	}
-	if got := metric(t, e.reg, "backstream_listrepos_cut_total", map[string]string{"reason": "retries_exhausted"}); got != 1 {
-		t.Fatalf("cuts{retries_exhausted} = %v, want 1", got)
+	// Cut, then listed again twice in the run, cut each time, given up.
+	if got := metric(t, e.reg, "backstream_listrepos_cut_total", map[string]string{"reason": "retries_exhausted"}); got != 3 {
+		t.Fatalf("cuts{retries_exhausted} = %v, want 3", got)
+	}
+	if got := metric(t, e.reg, "backstream_bootstrap_hosts_gave_up_total", nil); got != 1 {
+		t.Fatalf("hosts given up = %v, want 1", got)
 	}
 
 	e.net.Faults().DownHost(1, 0)
@@ -302,6 +308,45 @@ func TestFleetDownHostFailsAlone(t *testing.T) {
 	if p := b.Progress().Hosts; p.ByState[bootstrap.HostDone] != 3 {
 		t.Fatalf("/status hosts after the restart: %+v", p)
 	}
+}
+
+// TestFleetDownHostRetriedInRun: a host that is down for a while is cut,
+// failing on /status with a next attempt, and listed again with backoff in
+// the same run while the other hosts go on: once it is back, its repos are
+// archived by the same bootstrap (fold = ground truth), not left for the
+// next start. The backoff waits are shortened to 20 ms (real time, as the
+// down window is), so the host's 8 retries span at least 340 ms, over twice its 150 ms down.
+func TestFleetDownHostRetriedInRun(t *testing.T) {
+	cfg := worldCfg(120, 4)
+	cfg.Hosts = 3
+	e := newEnv(t, cfg)
+	down := hostName(t, e.net, 1)
+	var sawRetry atomic.Bool
+	var b *bootstrap.Bootstrap
+	short := func(c *bootstrap.Config) {
+		c.ListRetries = 1
+		c.Sleep = func(ctx context.Context, d time.Duration) error {
+			if p := b.Progress().Hosts; p != nil && len(p.Failing) == 1 && p.Failing[0].Host == down && p.Failing[0].NextAttempt != nil {
+				sawRetry.Store(true)
+			}
+			return backoff.Sleep(ctx, min(d, 20*time.Millisecond))
+		}
+	}
+	e.net.Faults().DownHost(1, 150*time.Millisecond)
+	b = e.fleetBoot(bootstrap.EnumerateHosts, 8, 4, nil, short)
+	e.runToEnd(b)
+	if _, missing := e.archived(); len(missing) > 0 {
+		t.Fatalf("%d accounts of the host that came back not archived in the same run, e.g. %s", len(missing), missing[0])
+	}
+	if p := b.Progress().Hosts; p.ByState[bootstrap.HostDone] != 3 || len(p.Failing) != 0 {
+		t.Fatalf("/status hosts: %+v", p)
+	}
+	cuts := metric(t, e.reg, "backstream_listrepos_cut_total", map[string]string{"reason": "retries_exhausted"})
+	retries := metric(t, e.reg, "backstream_bootstrap_host_retries_total", nil)
+	if cuts < 1 || retries != cuts || !sawRetry.Load() {
+		t.Fatalf("the host was not cut and retried: %v cuts, %v retries, failing with a next attempt seen: %v", cuts, retries, sawRetry.Load())
+	}
+	t.Logf("host %s cut %v times, listed again %v times, every account archived in the run", down, cuts, retries)
 }
 
 // countingFleet counts the hosts' listRepos requests in flight at once.

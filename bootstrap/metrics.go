@@ -9,15 +9,16 @@ import (
 
 // Metrics are the bootstrap instruments.
 type Metrics struct {
-	lag        prometheus.Gauge
-	pages      prometheus.Counter
-	loops      prometheus.Counter
-	cuts       *prometheus.CounterVec
-	discovered *prometheus.CounterVec
-	pending    prometheus.Counter
-	queued     prometheus.Gauge
-	listErrs   *prometheus.CounterVec
-	skipped    prometheus.Counter
+	lag                      prometheus.Gauge
+	pages                    prometheus.Counter
+	loops                    prometheus.Counter
+	cuts                     *prometheus.CounterVec
+	discovered               *prometheus.CounterVec
+	pending                  prometheus.Counter
+	queued                   prometheus.Gauge
+	listErrs                 *prometheus.CounterVec
+	skipped                  prometheus.Counter
+	hostRetries, hostsGaveUp prometheus.Counter
 }
 
 // NewMetrics registers the bootstrap metrics on reg (nil: unregistered).
@@ -34,6 +35,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		skipped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_bootstrap_hosts_skipped_total",
 			Help: "Hosts of the relay's listHosts roster skipped by a fleet bootstrap because their status is not active.",
+		}),
+		hostRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_bootstrap_host_retries_total",
+			Help: "Times a fleet bootstrap listed a host again, after a backoff, from where its listing was cut.",
+		}),
+		hostsGaveUp: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_bootstrap_hosts_gave_up_total",
+			Help: "Hosts whose listing was still cut after their retries (--backfill-host-retries): left failing for discovery.",
 		}),
 		loops: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_listrepos_cursor_loops_total",
@@ -71,7 +80,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.listErrs.WithLabelValues(c.String())
 	}
 	if reg != nil {
-		reg.MustRegister(m.lag, m.pages, m.skipped, m.loops, m.cuts, m.discovered, m.pending, m.queued, m.listErrs)
+		reg.MustRegister(m.lag, m.pages, m.skipped, m.hostRetries, m.hostsGaveUp, m.loops, m.cuts, m.discovered, m.pending, m.queued, m.listErrs)
 	}
 	return m
 }
@@ -129,5 +138,17 @@ func (m *Metrics) listError(class string) {
 func (m *Metrics) hostsSkipped(n int) {
 	if m != nil {
 		m.skipped.Add(float64(n))
+	}
+}
+
+func (m *Metrics) hostRetry() {
+	if m != nil {
+		m.hostRetries.Inc()
+	}
+}
+
+func (m *Metrics) hostGaveUp() {
+	if m != nil {
+		m.hostsGaveUp.Inc()
 	}
 }

@@ -57,6 +57,7 @@ func serveCommand() *command {
 			fs.Duration("getrepo-timeout", backfill.DefaultAttemptTimeout, "deadline of one getRepo attempt, download and verification")
 			fs.String("scratch-budget", "auto", "disk budget of every getRepo body spilled to scratch at once, e.g. 20GiB (auto: half the scratch volume's free space above its floor, at most 64GiB)")
 			fs.Int("backfill-host-workers", bootstrap.DefaultHostWorkers, "concurrent getRepo downloads per PDS host: with --enumerate hosts the scheduler hands a host no more jobs; with relay (final host after the redirect) more fail fast and retry later")
+			fs.Int("backfill-host-retries", bootstrap.DefaultHostRetries, "with --enumerate hosts: times a host whose listRepos is cut is listed again in the same bootstrap, from where it was cut, after 5 s doubling to 5 min; then it is left failing for discovery; 0: none")
 			fs.String("enumerate", "", "bootstrap enumeration: hosts (list each active host of the relay's listHosts roster on the host and download from it), relay (the relay's listRepos and redirect); empty: hosts when the relay answers listHosts, else relay")
 			fs.String("getrepo-min-body", "auto", "slowest getRepo body accepted, in bytes per 20 s window, e.g. 64KiB (auto: 64KiB); slower bodies are cut and retried")
 			fs.Bool("reset-relay-cursor", false, "follow --relay from its live tip, accepting a gap in the archive, when the store follows another relay (its cursor is dropped) or has lost its relay record or its cursor/relay")
@@ -113,6 +114,7 @@ type serveOptions struct {
 	memory                 int64
 	scratchBudget          int64
 	hostWorkers            int
+	hostRetries            int
 	enumerate              string
 	minBody                int64
 	getRepoTimeout         time.Duration
@@ -147,6 +149,7 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 		maxRepos:         fs.get("max-repos").(int),
 		getRepoTimeout:   fs.get("getrepo-timeout").(time.Duration),
 		hostWorkers:      fs.get("backfill-host-workers").(int),
+		hostRetries:      fs.get("backfill-host-retries").(int),
 		enumerate:        fs.str("enumerate"),
 		resetRelay:       fs.get("reset-relay-cursor").(bool),
 		captureWait:      fs.get("capture-wait").(time.Duration),
@@ -187,6 +190,8 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 		return bad("--max-conns and --max-conns-per-ip must not be negative")
 	case o.checkpointInterval < 0:
 		return bad("--checkpoint-interval %s: must not be negative", o.checkpointInterval)
+	case o.hostRetries < 0:
+		return bad("--backfill-host-retries %d: must not be negative", o.hostRetries)
 	case o.hostWorkers <= 0:
 		return bad("--backfill-host-workers %d: must be at least 1", o.hostWorkers)
 	case o.enumerate != "" && o.enumerate != bootstrap.EnumerateHosts && o.enumerate != bootstrap.EnumerateRelay:
@@ -628,7 +633,7 @@ func (o serveOptions) nodeConfig(s *server, crash *crashpoint.Set) node.Config {
 	c := node.Config{
 		DataDir: o.dataDir, Store: archive.Options{Logger: s.log},
 		Relay: o.relay, ResetRelay: o.resetRelay, LoopbackHosts: o.loopbackHosts,
-		Bootstrap:     bootstrap.Config{Workers: o.workers, Window: o.window, Repos: o.repos, MaxRepos: o.maxRepos, Enumerate: o.enumerate, HostWorkers: o.hostWorkers},
+		Bootstrap:     bootstrap.Config{Workers: o.workers, Window: o.window, Repos: o.repos, MaxRepos: o.maxRepos, Enumerate: o.enumerate, HostWorkers: o.hostWorkers, HostRetries: hostRetries(o.hostRetries)},
 		Memory:        o.memory,
 		ScratchBudget: o.scratchBudget, HostWorkers: o.hostWorkers, MinBodyBytes: o.minBody,
 		AttemptTimeout: o.getRepoTimeout,
@@ -673,4 +678,13 @@ func natsOptions(fs *flagSet) (*natssink.Config, error) {
 	}
 	c.From = uint64(from)
 	return c, nil
+}
+
+// hostRetries is --backfill-host-retries as bootstrap.Config.HostRetries
+// takes it (negative: none; 0 would be the default).
+func hostRetries(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
