@@ -341,6 +341,11 @@ func TestFleetDownHostRetriedInRun(t *testing.T) {
 	if p := b.Progress().Hosts; p.ByState[bootstrap.HostDone] != 3 || len(p.Failing) != 0 {
 		t.Fatalf("/status hosts: %+v", p)
 	}
+	// The cut page held the checkpoint back; the retried listing's pages
+	// moved it on to the end.
+	if c, err := e.store.HostListCursor(down); err != nil || !c.Finished {
+		t.Fatalf("the retried host's checkpoint: %+v, %v; want finished", c, err)
+	}
 	cuts := metric(t, e.reg, "backstream_listrepos_cut_total", map[string]string{"reason": "retries_exhausted"})
 	retries := metric(t, e.reg, "backstream_bootstrap_host_retries_total", nil)
 	if cuts < 1 || retries != cuts || !sawRetry.Load() {
