@@ -41,8 +41,9 @@ type pageMsg struct {
 // enumerate pages listRepos (the relay's, or host's own when host is set)
 // from cursor until the listing ends, holding window credit for every
 // entry of every page not yet checkpointed. When the listing was cut short
-// it returns cut and the cursor of the page it was cut at.
-func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, window *semaphore.Weighted, out chan<- *pageMsg) (at string, cut bool, err error) {
+// it returns why (upstream.CutReason) and the cursor of the page it was cut
+// at.
+func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, window *semaphore.Weighted, out chan<- *pageMsg) (at, cutReason string, err error) {
 	cfg := &b.cfg
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
 	seen := map[[16]byte]struct{}{}
@@ -67,9 +68,10 @@ func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, window *
 		pg, err := b.listPage(ctx, host, cursor, patient)
 		if err != nil {
 			if ctx.Err() != nil {
-				return "", false, ctx.Err()
+				return "", "", ctx.Err()
 			}
-			return cursor, true, b.cutListing(ctx, host, cursor, upstream.CutReason(err), err, out)
+			reason := upstream.CutReason(err)
+			return cursor, reason, b.cutListing(ctx, host, cursor, reason, err, out)
 		}
 		b.hosts().listed(host)
 		patient = false
@@ -96,12 +98,12 @@ func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, window *
 		}
 		weight := min(int64(len(entries)), int64(cfg.Window))
 		if err := window.Acquire(ctx, weight); err != nil {
-			return "", false, err
+			return "", "", err
 		}
 		msg, err := b.record(ctx, host, entries, true, rng)
 		if err != nil {
 			window.Release(weight)
-			return "", false, err
+			return "", "", err
 		}
 		msg.host, msg.reqCursor, msg.next, msg.final, msg.weight = host, cursor, next, final, weight
 		if cut != "" {
@@ -111,10 +113,10 @@ func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, window *
 		select {
 		case out <- msg:
 		case <-ctx.Done():
-			return "", false, ctx.Err()
+			return "", "", ctx.Err()
 		}
 		if final {
-			return cursor, msg.cut, nil
+			return cursor, cut, nil
 		}
 		cursor = next
 	}

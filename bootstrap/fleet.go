@@ -208,19 +208,22 @@ func (f *fleetState) snapshot() *HostsProgress {
 	return &p
 }
 
-// enumerateLane runs one lane's listing. A host's listing that is cut is
-// listed again from where it was cut, HostRetries times, after a wait of
+// enumerateLane runs one lane's listing. A host's listing cut because it
+// kept failing (down, overloaded: upstream.CutRetriesExhausted) is listed
+// again from where it was cut, HostRetries times, after a wait of
 // hostRetryBase doubling to hostRetryMax (failing on /status meanwhile,
 // with its next attempt), while every other lane goes on; bootstrap's end
 // waits for it only that long. Spent, the host is left failing: discovery
 // lists it again after bootstrap, a restart before merging from its
-// checkpoint.
+// checkpoint. A listing cut for its bytes (malformed, too large, refused,
+// a cursor too long) is not asked again in this run: the same request
+// gets the same bytes.
 func (b *Bootstrap) enumerateLane(ctx context.Context, host, cursor string, window *semaphore.Weighted, out chan<- *pageMsg) error {
 	cfg := &b.cfg
 	bo := backoff.Policy{Base: hostRetryBase, Max: hostRetryMax}
 	for retry := 0; ; retry++ {
 		at, cut, err := b.enumerate(ctx, host, cursor, window, out)
-		if err != nil || !cut || host == "" {
+		if err != nil || cut != upstream.CutRetriesExhausted || host == "" {
 			return err
 		}
 		if retry >= cfg.HostRetries {

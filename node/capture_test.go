@@ -17,6 +17,7 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/node"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/world"
@@ -78,6 +79,9 @@ func newCaptureRig(t *testing.T, wait time.Duration) *captureRig {
 	watch, proxied := newGetRepoWatch(t, net.RelayURL())
 	cfg := memConfig(t, net.RelayURL(), archive.Options{FS: vfs.NewMem()})
 	cfg.SourceURL, cfg.CaptureWait = proxied, wait
+	// The watch sees getRepo through the relay: relay mode (in hosts mode
+	// the repos come from the hosts, and discovery lists the hosts too).
+	cfg.Bootstrap.Enumerate = bootstrap.EnumerateRelay
 	n, err := node.New(cfg)
 	if err != nil {
 		t.Fatal(err)
