@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"sort"
 	"testing"
 	"time"
 
@@ -61,32 +60,11 @@ func TestRepairPassCrashResumes(t *testing.T) {
 	}
 	defer net.Close()
 	h := crash.New(t, net, crash.Options{Args: append(append([]string(nil), serveArgs...), "--repair-period", "100ms")})
-	var dids []string
-	for _, a := range net.World().Accounts() {
-		if a.Active && a.Status == "" {
-			dids = append(dids, a.DID)
-		}
-	}
-	sort.Strings(dids)
+	dids := activeDIDs(net)
 
 	p := h.Start()
 	h.WaitPhase(p, crash.PhaseSteady, 2*time.Minute)
-	// One event through the live stream: a durable position to resume from.
-	for deadline := time.Now().Add(time.Minute); ; {
-		emitOne(t, net, dids[len(dids)-1])
-		head := uint64(net.Status().Seq)
-		caught := false
-		for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end) && !caught; time.Sleep(10 * time.Millisecond) {
-			st, ok := p.Status()
-			caught = ok && st.RelayCursor() == head
-		}
-		if caught {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no event through the live stream:\n%s", p.Tail())
-		}
-	}
+	liveEvent(t, net, p, dids[len(dids)-1]) // a durable position to resume from
 	if err := p.Stop(time.Minute); err != nil {
 		t.Fatalf("stop: %v\n%s", err, p.Tail())
 	}
@@ -112,19 +90,7 @@ func TestRepairPassCrashResumes(t *testing.T) {
 	h.WaitConverged(p, 2*time.Minute)
 	res := h.Finish(p)
 
-	fetched := map[string]int{}
-	for did, c := range net.AllRepoCounts() {
-		if d := c.RelayRequests - before[did].RelayRequests; d > 0 {
-			fetched[did] = d
-		}
-	}
-	if len(fetched) != len(changed) {
-		t.Errorf("getRepo for %d accounts, want exactly the %d changed: %v", len(fetched), len(changed), fetched)
-	}
-	for _, did := range changed {
-		if fetched[did] != 1 {
-			t.Errorf("getRepo %d times for %s, want 1", fetched[did], did)
-		}
-	}
+	fetched := fetchedSince(net, before)
+	checkFetchedOnce(t, fetched, changed)
 	t.Logf("gap healed across a SIGKILL mid-pass: %d events, fold = ground truth for %d accounts, %d accounts fetched once each", res.Events, res.Checked, len(fetched))
 }

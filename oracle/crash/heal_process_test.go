@@ -1,0 +1,254 @@
+package crash_test
+
+import (
+	"context"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/oracle"
+	"github.com/backstream/backstream/oracle/check"
+	"github.com/backstream/backstream/oracle/crash"
+	"github.com/backstream/backstream/oracle/world"
+)
+
+// healArgs are the serve flags of the heal tests: quick repair and retry
+// passes.
+var healArgs = append(append([]string(nil), serveArgs...), "--repair-period", "100ms",
+	"--retry-scan-period", "200ms", "--retry-interval", "200ms", "--retry-max-delay", "1s")
+
+// activeDIDs is the network's active accounts in DID order.
+func activeDIDs(net *oracle.Network) []string {
+	var dids []string
+	for _, a := range net.World().Accounts() {
+		if a.Active && a.Status == "" {
+			dids = append(dids, a.DID)
+		}
+	}
+	sort.Strings(dids)
+	return dids
+}
+
+// fetchedSince is, per DID, the getRepo requests since before that reached
+// a PDS host (directly or redirected by the relay).
+func fetchedSince(net *oracle.Network, before map[string]oracle.RepoCount) map[string]int {
+	out := map[string]int{}
+	for did, c := range net.AllRepoCounts() {
+		if d := c.Requests - before[did].Requests; d > 0 {
+			out[did] = d
+		}
+	}
+	return out
+}
+
+// checkFetchedOnce fails t unless got holds exactly want, once each.
+func checkFetchedOnce(t *testing.T, got map[string]int, want []string) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("getRepo for %d accounts, want exactly the %d changed: %v", len(got), len(want), got)
+	}
+	for _, did := range want {
+		if got[did] != 1 {
+			t.Errorf("getRepo %d times for changed account %s, want 1", got[did], did)
+		}
+	}
+}
+
+// liveEvent emits events for did until one is archived through the live
+// stream (cursor/relay at the relay's head): a durable position to resume
+// from.
+func liveEvent(t *testing.T, net *oracle.Network, p *crash.Proc, did string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; {
+		emitOne(t, net, did)
+		head := uint64(net.Status().Seq)
+		for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			if st, ok := p.Status(); ok && st.RelayCursor() == head {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no event through the live stream:\n%s", p.Tail())
+		}
+	}
+}
+
+// waitGaps polls /status until cond holds for its gaps section.
+func waitGaps(t *testing.T, p *crash.Proc, d time.Duration, what string, cond func(open, closed int) bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		if g, ok := readGaps(p.Listen); ok && cond(g.Gaps.Open, g.Gaps.Closed) {
+			return
+		}
+		if p.Exited() || time.Now().After(deadline) {
+			t.Fatalf("waiting for %s (exited %v):\n%s", what, p.Exited(), p.Tail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// storeGaps is the gaps of the harness's data dir (no process may hold it).
+func storeGaps(t *testing.T, h *crash.Harness) []archive.Gap {
+	t.Helper()
+	s, err := crash.OpenStore(h.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	gs, err := s.Gaps()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gs
+}
+
+// TestProcessHealOutdatedCursor: serve is stopped (SIGTERM) while 24
+// accounts change on a relay whose replay window holds 8 events. The
+// restart meets OutdatedCursor and a replay from the oldest retained event:
+// before, the 16 commits in between were lost silently. Now one
+// outdated_cursor gap is recorded, its repair pass marks exactly the
+// accounts whose listed rev is newer than the archive's, the gap closes,
+// the archive folds to the network's records, and getRepo was called once
+// for each of the 16 and for no other account.
+func TestProcessHealOutdatedCursor(t *testing.T) {
+	crash.Binary(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	net, err := oracle.Start(ctx, oracle.Config{Accounts: 40, RecordsMean: 5, Hosts: 1, Traffic: oracle.TrafficNone, Seed: 41, Retention: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer net.Close()
+	h := crash.New(t, net, crash.Options{Args: healArgs, Settle: time.Second})
+	dids := activeDIDs(net)
+
+	p := h.Start()
+	h.WaitPhase(p, crash.PhaseSteady, 2*time.Minute)
+	liveEvent(t, net, p, dids[len(dids)-1])
+	if err := p.Stop(time.Minute); err != nil {
+		t.Fatalf("stop: %v\n%s", err, p.Tail())
+	}
+
+	before := net.AllRepoCounts()
+	for _, did := range dids[:24] {
+		emitOne(t, net, did)
+	}
+	lost := dids[:16] // out of the 8-event window; the last 8 are replayed whole
+
+	start := time.Now()
+	p = h.Start()
+	waitGaps(t, p, 2*time.Minute, "the gap closed", func(open, closed int) bool { return open == 0 && closed == 1 })
+	healed := time.Since(start)
+	h.WaitConverged(p, 2*time.Minute)
+	res := h.Finish(p)
+
+	gs := storeGaps(t, h)
+	if len(gs) != 1 || gs[0].Kind != archive.GapOutdatedCursor || gs[0].Open() {
+		t.Fatalf("gaps %+v, want one closed outdated_cursor gap", gs)
+	}
+	checkFetchedOnce(t, fetchedSince(net, before), lost)
+	t.Logf("outage past the replay window healed %v after the restart: %d events, fold = ground truth for %d accounts, getRepo once for each of the %d lost accounts, 0 for the other %d",
+		healed.Round(time.Millisecond), res.Events, res.Checked, len(lost), len(dids)-len(lost))
+}
+
+// TestProcessHealDroppedFrames: the relay silently drops 1% of its frames
+// while traffic runs. A dropped commit followed by another of the same
+// account is named by the next commit's since; one that was the account's
+// last is announced by nothing, and only the scheduled audit
+// (--audit-interval) finds it. After the traffic ends, an audit recorded
+// after it closes, and every active account folds to the network's
+// records; after bootstrap, getRepo went only to accounts the traffic
+// changed.
+func TestProcessHealDroppedFrames(t *testing.T) {
+	crash.Binary(t)
+	events := 1500
+	if testing.Short() {
+		events = 800
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	net, err := oracle.Start(ctx, oracle.Config{Accounts: 150, RecordsMean: 3, Hosts: 1, Traffic: oracle.TrafficBasic, Rate: 400, Events: events, Seed: 43})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer net.Close()
+	net.Faults().DropFrames(0.01)
+	args := append(append([]string(nil), healArgs...), "--audit-interval", "2s")
+	h := crash.New(t, net, crash.Options{Args: args, Settle: time.Second})
+
+	p := h.Start()
+	h.WaitPhase(p, crash.PhaseSteady, 2*time.Minute)
+	steady := net.AllRepoCounts() // bootstrap's getRepo calls are behind
+	for deadline := time.Now().Add(2 * time.Minute); !net.Status().Done; time.Sleep(20 * time.Millisecond) {
+		if p.Exited() || time.Now().After(deadline) {
+			t.Fatalf("the traffic did not end (exited %v):\n%s", p.Exited(), p.Tail())
+		}
+	}
+	net.Faults().DropFrames(0)
+	dropped := net.Faults().Fired(oracle.FaultDroppedFrame)
+	if dropped == 0 {
+		t.Fatal("no frame dropped: the test proves nothing")
+	}
+	doneAt := time.Now()
+	// Every gap counted now was recorded before the traffic ended; one more
+	// closed is an audit recorded after it.
+	var open0, closed0 int
+	waitGaps(t, p, time.Minute, "the gaps section", func(open, closed int) bool {
+		open0, closed0 = open, closed
+		return true
+	})
+	waitGaps(t, p, 2*time.Minute, "an audit after the traffic, closed", func(open, closed int) bool {
+		return open == 0 && closed > open0+closed0
+	})
+	audited := time.Since(doneAt)
+	h.WaitConverged(p, 2*time.Minute)
+	if err := p.Stop(time.Minute); err != nil {
+		t.Fatalf("stop: %v\n%s", err, p.Tail())
+	}
+
+	gs := storeGaps(t, h)
+	audits := 0
+	for _, g := range gs {
+		if g.Kind == archive.GapAudit && time.UnixMicro(g.FirstSeenUS).After(doneAt) && !g.Open() {
+			audits++
+		}
+	}
+	if audits == 0 {
+		t.Fatalf("no closed audit recorded after the traffic ended: gaps %+v", gs)
+	}
+	s, err := crash.OpenStore(h.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	f, _, err := check.Archive(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A dropped #account deletion is not healed (listRepos does not list
+	// deleted accounts): active accounts only.
+	active := func(a world.Account) bool { return a.Active }
+	if checked, bad := check.Compare(f, net.World(), active); len(bad) > 0 {
+		t.Fatalf("%d of %d active accounts differ after %d dropped frames:\n%s", len(bad), checked, dropped, check.Describe(bad, 5))
+	}
+	evs, err := net.Events()
+	if err != nil {
+		t.Fatal(err)
+	}
+	touched := map[string]bool{}
+	for _, e := range evs {
+		touched[e.DID] = true
+	}
+	fetched := fetchedSince(net, steady)
+	calls := 0
+	for did, n := range fetched {
+		calls += n
+		if !touched[did] {
+			t.Errorf("%s: getRepo %d times after bootstrap, but the traffic never changed it", did, n)
+		}
+	}
+	t.Logf("%d events, %d frames dropped; an audit after the traffic closed %v after it; %d gaps recorded; after bootstrap getRepo %d calls for %d of the %d changed accounts, 0 for the %d unchanged",
+		len(evs), dropped, audited.Round(time.Millisecond), len(gs), calls, len(fetched), len(touched), len(net.World().Accounts())-len(touched))
+}
