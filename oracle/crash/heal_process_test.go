@@ -2,7 +2,9 @@ package crash_test
 
 import (
 	"context"
+	"net/http"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -148,9 +150,10 @@ func TestProcessHealOutdatedCursor(t *testing.T) {
 	if len(gs) != 1 || gs[0].Kind != archive.GapOutdatedCursor || gs[0].Open() {
 		t.Fatalf("gaps %+v, want one closed outdated_cursor gap", gs)
 	}
-	checkFetchedOnce(t, fetchedSince(net, before), lost)
-	t.Logf("outage past the replay window healed %v after the restart: %d events, fold = ground truth for %d accounts, getRepo once for each of the %d lost accounts, 0 for the other %d",
-		healed.Round(time.Millisecond), res.Events, res.Checked, len(lost), len(dids)-len(lost))
+	fetched := fetchedSince(net, before)
+	checkFetchedOnce(t, fetched, lost)
+	t.Logf("outage past the replay window healed %v after the restart: %d events, fold = ground truth for %d accounts; getRepo for %d accounts (%d lost, %d not)",
+		healed.Round(time.Millisecond), res.Events, res.Checked, len(fetched), len(lost), len(dids)-len(lost))
 }
 
 // TestProcessHealDroppedFrames: the relay silently drops 1% of its frames
@@ -242,13 +245,107 @@ func TestProcessHealDroppedFrames(t *testing.T) {
 		touched[e.DID] = true
 	}
 	fetched := fetchedSince(net, steady)
-	calls := 0
+	calls, unchanged := 0, 0
 	for did, n := range fetched {
 		calls += n
 		if !touched[did] {
+			unchanged++
 			t.Errorf("%s: getRepo %d times after bootstrap, but the traffic never changed it", did, n)
 		}
 	}
-	t.Logf("%d events, %d frames dropped; an audit after the traffic closed %v after it; %d gaps recorded; after bootstrap getRepo %d calls for %d of the %d changed accounts, 0 for the %d unchanged",
-		len(evs), dropped, audited.Round(time.Millisecond), len(gs), calls, len(fetched), len(touched), len(net.World().Accounts())-len(touched))
+	t.Logf("%d events, %d frames dropped; an audit after the traffic closed %v after it; %d gaps recorded; after bootstrap getRepo %d calls for %d of the %d changed accounts and %d of the %d unchanged",
+		len(evs), dropped, audited.Round(time.Millisecond), len(gs), calls, len(fetched)-unchanged, len(touched), unchanged, len(net.World().Accounts())-len(touched))
+}
+
+// readyz is /readyz's status code (0 while not answering).
+func readyz(p *crash.Proc) int {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + p.Listen + "/readyz")
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestProcessHealRelaySequenceRestart: the relay restarts its sequence
+// while serve runs, and 6 accounts change before serve reconnects. Before,
+// the consumer redialed its old cursor forever (FutureCursor) while the
+// probes said ready. Now a future_cursor gap is recorded; while it is open
+// /readyz answers 503 and /status's gaps section names it (its lagging
+// reason and the open gap's kind); the stream follows the new sequence, the
+// gap closes, /readyz is 200 again, the archive folds to the network's
+// records, and getRepo went once to each account changed in the hole and
+// to no other.
+func TestProcessHealRelaySequenceRestart(t *testing.T) {
+	crash.Binary(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	net, err := oracle.Start(ctx, oracle.Config{Accounts: 40, RecordsMean: 5, Hosts: 1, Traffic: oracle.TrafficNone, Seed: 42})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer net.Close()
+	h := crash.New(t, net, crash.Options{Args: healArgs, Settle: time.Second})
+	dids := activeDIDs(net)
+
+	p := h.Start()
+	h.WaitPhase(p, crash.PhaseSteady, 2*time.Minute)
+	// Live traffic first: the cursor ends well above the restarted relay's
+	// head.
+	for _, did := range dids[:20] {
+		emitOne(t, net, did)
+	}
+	liveEvent(t, net, p, dids[len(dids)-1])
+	old := uint64(net.Status().Seq)
+	if code := readyz(p); code != http.StatusOK {
+		t.Fatalf("/readyz %d before any gap:\n%s", code, p.Tail())
+	}
+	before := net.AllRepoCounts()
+
+	start := time.Now()
+	net.RestartSequence()
+	changed := dids[5:11] // before serve reconnects: a real hole
+	for _, did := range changed {
+		emitOne(t, net, did)
+	}
+	var lagging, kinds string
+	waitGaps(t, p, time.Minute, "the gap open, /readyz 503 and /status naming it", func(open, _ int) bool {
+		if open == 0 || readyz(p) != http.StatusServiceUnavailable {
+			return false
+		}
+		g, ok := readGaps(p.Listen)
+		if !ok || len(g.Gaps.OpenGaps) == 0 {
+			return false
+		}
+		lagging, kinds = g.Gaps.Lagging, g.Gaps.OpenGaps[0].Kind
+		return true
+	})
+	if !strings.Contains(lagging, "gap") || kinds != archive.GapFutureCursor.String() {
+		t.Errorf("/status while /readyz is 503: lagging %q, open gap kind %q; want the reason and a future_cursor gap", lagging, kinds)
+	}
+	// An event through the stream in the new sequence. If the consumer
+	// resumes only once an event arrives, that account is in the hole too.
+	liveEvent(t, net, p, dids[30])
+	waitGaps(t, p, 2*time.Minute, "the gap closed", func(open, closed int) bool { return open == 0 && closed == 1 })
+	healed := time.Since(start)
+	for deadline := time.Now().Add(time.Minute); readyz(p) != http.StatusOK; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz not 200 after the gap closed:\n%s", p.Tail())
+		}
+	}
+	h.WaitConverged(p, 2*time.Minute)
+	res := h.Finish(p)
+
+	gs := storeGaps(t, h)
+	if len(gs) != 1 || gs[0].Kind != archive.GapFutureCursor || gs[0].FromSeq != old || gs[0].ToSeq == 0 || gs[0].ToSeq >= old || gs[0].Open() {
+		t.Fatalf("gaps %+v, want one closed future_cursor gap from %d into the new sequence", gs, old)
+	}
+	fetched := fetchedSince(net, before)
+	if fetched[dids[30]] == 1 {
+		changed = append(changed, dids[30])
+	}
+	checkFetchedOnce(t, fetched, changed)
+	t.Logf("relay sequence restart healed %v after it (/status said %q while /readyz was 503): %d events, fold = ground truth for %d accounts; getRepo for %d accounts (%d changed in the hole, %d not)",
+		healed.Round(time.Millisecond), lagging, res.Events, res.Checked, len(fetched), len(changed), len(dids)-len(changed))
 }

@@ -16,8 +16,12 @@ import (
 // gapsReport is the "gaps" section of serve's /status.
 type gapsReport struct {
 	Gaps *struct {
-		Open   int `json:"open"`
-		Closed int `json:"closed"`
+		Open     int    `json:"open"`
+		Closed   int    `json:"closed"`
+		Lagging  string `json:"lagging"`
+		OpenGaps []struct {
+			Kind string `json:"kind"`
+		} `json:"open_gaps"`
 	} `json:"gaps"`
 }
 
