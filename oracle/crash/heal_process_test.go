@@ -57,6 +57,18 @@ func checkFetchedOnce(t *testing.T, got map[string]int, want []string) {
 	}
 }
 
+// waitLive waits for serve's live firehose connection (the relay's
+// second, after capture's): a live stream that starts at the relay's tip
+// misses every event emitted before it.
+func waitLive(t *testing.T, net *oracle.Network, p *crash.Proc) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); net.FirehoseConnections() < 2; time.Sleep(10 * time.Millisecond) {
+		if p.Exited() || time.Now().After(deadline) {
+			t.Fatalf("no live firehose connection (exited %v):\n%s", p.Exited(), p.Tail())
+		}
+	}
+}
+
 // liveEvent emits events for did until one is archived through the live
 // stream (cursor/relay at the relay's head): a durable position to resume
 // from.
@@ -128,6 +140,7 @@ func TestProcessHealOutdatedCursor(t *testing.T) {
 
 	p := h.Start()
 	h.WaitPhase(p, crash.PhaseSteady, 2*time.Minute)
+	waitLive(t, net, p)
 	liveEvent(t, net, p, dids[len(dids)-1])
 	if err := p.Stop(time.Minute); err != nil {
 		t.Fatalf("stop: %v\n%s", err, p.Tail())
@@ -291,6 +304,7 @@ func TestProcessHealRelaySequenceRestart(t *testing.T) {
 
 	p := h.Start()
 	h.WaitPhase(p, crash.PhaseSteady, 2*time.Minute)
+	waitLive(t, net, p)
 	// Live traffic first: the cursor ends well above the restarted relay's
 	// head.
 	for _, did := range dids[:20] {

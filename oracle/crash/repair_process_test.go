@@ -68,6 +68,7 @@ func TestRepairPassCrashResumes(t *testing.T) {
 
 	p := h.Start()
 	h.WaitPhase(p, crash.PhaseSteady, 2*time.Minute)
+	waitLive(t, net, p)
 	liveEvent(t, net, p, dids[len(dids)-1]) // a durable position to resume from
 	if err := p.Stop(time.Minute); err != nil {
 		t.Fatalf("stop: %v\n%s", err, p.Tail())
