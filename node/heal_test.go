@@ -186,31 +186,6 @@ func resumeStream(t *testing.T, h *healNode, net *oracle.Network, skip int) []st
 	return dids
 }
 
-// getRepoDelta is, per DID, the relay's getRepo requests since before.
-func getRepoDelta(net *oracle.Network, before map[string]oracle.RepoCount) map[string]int {
-	out := map[string]int{}
-	for did, c := range net.AllRepoCounts() {
-		if d := c.RelayRequests - before[did].RelayRequests; d > 0 {
-			out[did] = d
-		}
-	}
-	return out
-}
-
-// checkFetched fails t unless getRepo was called exactly once for each of
-// want and for nothing else.
-func checkFetched(t *testing.T, got map[string]int, want []string) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Errorf("getRepo for %d accounts, want exactly the %d changed: %v", len(got), len(want), got)
-	}
-	for _, did := range want {
-		if got[did] != 1 {
-			t.Errorf("getRepo %d times for changed account %s, want 1", got[did], did)
-		}
-	}
-}
-
 func checkTruth(t *testing.T, s *archive.Store, net *oracle.Network, after string) {
 	t.Helper()
 	f, _, err := check.Archive(s)
@@ -267,7 +242,9 @@ func TestHealRelaySequenceRestart(t *testing.T) {
 	}
 	h.atHead(t, net)
 	checkTruth(t, h.n.Store(), net, "a relay sequence restart")
-	checkFetched(t, getRepoDelta(net, before), changed)
+	if err := check.FetchedOnce(net.FetchedSince(before), changed); err != nil {
+		t.Error(err)
+	}
 	if c, _ := h.n.Store().RelayCursor(); c >= 30 {
 		t.Fatalf("cursor/relay %d: not in the new sequence", c)
 	}
@@ -309,7 +286,9 @@ func TestHealOutdatedCursor(t *testing.T) {
 	}
 	h.atHead(t, net)
 	checkTruth(t, h.n.Store(), net, fmt.Sprintf("an outage past the replay window (gap %+v)", gs[0]))
-	checkFetched(t, getRepoDelta(net, before), lost)
+	if err := check.FetchedOnce(net.FetchedSince(before), lost); err != nil {
+		t.Error(err)
+	}
 }
 
 // TestHealDroppedFrames: the relay silently drops 1% of its frames. A

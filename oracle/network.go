@@ -471,6 +471,19 @@ func (n *Network) HostGetRepoRequests(i int) int64 {
 	return n.hosts[i].requests.Load()
 }
 
+// FetchedSince is, per DID, the getRepo requests that reached a PDS host
+// (directly or redirected by the relay) since before (AllRepoCounts taken
+// earlier); DIDs not fetched since are absent.
+func (n *Network) FetchedSince(before map[string]RepoCount) map[string]int {
+	out := map[string]int{}
+	for did, c := range n.AllRepoCounts() {
+		if d := c.Requests - before[did].Requests; d > 0 {
+			out[did] = d
+		}
+	}
+	return out
+}
+
 // FirehoseConnections is how many subscribeRepos connections were served
 // (FutureCursor refusals excluded).
 func (n *Network) FirehoseConnections() int64 { return n.stats.connections.Load() }

@@ -9,6 +9,7 @@
 package check
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -177,4 +178,20 @@ func Describe(bad []Mismatch, n int) string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// FetchedOnce reports how fetched (FetchedSince of the simulated network:
+// getRepo requests per DID) differs from exactly one fetch of each DID of
+// want and none of any other; nil when it does not.
+func FetchedOnce(fetched map[string]int, want []string) error {
+	var errs []error
+	if len(fetched) != len(want) {
+		errs = append(errs, fmt.Errorf("getRepo for %d accounts, want exactly the %d changed: %v", len(fetched), len(want), fetched))
+	}
+	for _, did := range want {
+		if fetched[did] != 1 {
+			errs = append(errs, fmt.Errorf("getRepo %d times for changed account %s, want 1", fetched[did], did))
+		}
+	}
+	return errors.Join(errs...)
 }

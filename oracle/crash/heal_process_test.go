@@ -32,31 +32,6 @@ func activeDIDs(net *oracle.Network) []string {
 	return dids
 }
 
-// fetchedSince is, per DID, the getRepo requests since before that reached
-// a PDS host (directly or redirected by the relay).
-func fetchedSince(net *oracle.Network, before map[string]oracle.RepoCount) map[string]int {
-	out := map[string]int{}
-	for did, c := range net.AllRepoCounts() {
-		if d := c.Requests - before[did].Requests; d > 0 {
-			out[did] = d
-		}
-	}
-	return out
-}
-
-// checkFetchedOnce fails t unless got holds exactly want, once each.
-func checkFetchedOnce(t *testing.T, got map[string]int, want []string) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Errorf("getRepo for %d accounts, want exactly the %d changed: %v", len(got), len(want), got)
-	}
-	for _, did := range want {
-		if got[did] != 1 {
-			t.Errorf("getRepo %d times for changed account %s, want 1", got[did], did)
-		}
-	}
-}
-
 // waitLive waits for serve's live firehose connection (the relay's
 // second, after capture's): a live stream that starts at the relay's tip
 // misses every event emitted before it.
@@ -163,8 +138,10 @@ func TestProcessHealOutdatedCursor(t *testing.T) {
 	if len(gs) != 1 || gs[0].Kind != archive.GapOutdatedCursor || gs[0].Open() {
 		t.Fatalf("gaps %+v, want one closed outdated_cursor gap", gs)
 	}
-	fetched := fetchedSince(net, before)
-	checkFetchedOnce(t, fetched, lost)
+	fetched := net.FetchedSince(before)
+	if err := check.FetchedOnce(fetched, lost); err != nil {
+		t.Error(err)
+	}
 	t.Logf("outage past the replay window healed %v after the restart: %d events, fold = ground truth for %d accounts; getRepo for %d accounts (%d lost, %d not)",
 		healed.Round(time.Millisecond), res.Events, res.Checked, len(fetched), len(lost), len(dids)-len(lost))
 }
@@ -257,7 +234,7 @@ func TestProcessHealDroppedFrames(t *testing.T) {
 	for _, e := range evs {
 		touched[e.DID] = true
 	}
-	fetched := fetchedSince(net, steady)
+	fetched := net.FetchedSince(steady)
 	calls, unchanged := 0, 0
 	for did, n := range fetched {
 		calls += n
@@ -355,11 +332,13 @@ func TestProcessHealRelaySequenceRestart(t *testing.T) {
 	if len(gs) != 1 || gs[0].Kind != archive.GapFutureCursor || gs[0].FromSeq != old || gs[0].ToSeq == 0 || gs[0].ToSeq >= old || gs[0].Open() {
 		t.Fatalf("gaps %+v, want one closed future_cursor gap from %d into the new sequence", gs, old)
 	}
-	fetched := fetchedSince(net, before)
+	fetched := net.FetchedSince(before)
 	if fetched[dids[30]] == 1 {
 		changed = append(changed, dids[30])
 	}
-	checkFetchedOnce(t, fetched, changed)
+	if err := check.FetchedOnce(fetched, changed); err != nil {
+		t.Error(err)
+	}
 	t.Logf("relay sequence restart healed %v after it (/status said %q while /readyz was 503): %d events, fold = ground truth for %d accounts; getRepo for %d accounts (%d changed in the hole, %d not)",
 		healed.Round(time.Millisecond), lagging, res.Events, res.Checked, len(fetched), len(changed), len(dids)-len(changed))
 }

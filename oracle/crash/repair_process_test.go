@@ -9,6 +9,7 @@ import (
 
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/oracle"
+	"github.com/backstream/backstream/oracle/check"
 	"github.com/backstream/backstream/oracle/crash"
 	"github.com/backstream/backstream/oracle/world"
 )
@@ -95,7 +96,9 @@ func TestRepairPassCrashResumes(t *testing.T) {
 	h.WaitConverged(p, 2*time.Minute)
 	res := h.Finish(p)
 
-	fetched := fetchedSince(net, before)
-	checkFetchedOnce(t, fetched, changed)
+	fetched := net.FetchedSince(before)
+	if err := check.FetchedOnce(fetched, changed); err != nil {
+		t.Error(err)
+	}
 	t.Logf("gap healed across a SIGKILL mid-pass: %d events, fold = ground truth for %d accounts, %d accounts fetched once each", res.Events, res.Checked, len(fetched))
 }
