@@ -459,38 +459,29 @@ func (f *Faults) LimitHost(host, perWindow int, window time.Duration) {
 
 // SlowHost delays every request to PDS host (getRepo and listRepos) by d
 // before it is answered; 0 removes the delay.
-func (f *Faults) SlowHost(host int, d time.Duration) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if d <= 0 {
-		delete(f.slow, host)
-		return
-	}
-	f.slow[host] = d
-}
+func (f *Faults) SlowHost(host int, d time.Duration) { setHostFault(f, &f.slow, host, d, d) }
 
 // SlowDownloads delays every getRepo answer of PDS host by d (its listing
 // stays fast); 0 removes the delay. It adds to SlowHost's.
-func (f *Faults) SlowDownloads(host int, d time.Duration) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if d <= 0 {
-		delete(f.slowGet, host)
-		return
-	}
-	f.slowGet[host] = d
-}
+func (f *Faults) SlowDownloads(host int, d time.Duration) { setHostFault(f, &f.slowGet, host, d, d) }
 
 // DownHost makes PDS host answer every request with 503 for d from now; 0
 // brings it back at once.
 func (f *Faults) DownHost(host int, d time.Duration) {
+	setHostFault(f, &f.down, host, d, time.Now().Add(d))
+}
+
+// setHostFault sets host's entry of one of f's per-host faults to v, or
+// removes it when d is not positive. m is read under f.mu: Clear replaces
+// the maps.
+func setHostFault[V any](f *Faults, m *map[int]V, host int, d time.Duration, v V) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if d <= 0 {
-		delete(f.down, host)
+		delete(*m, host)
 		return
 	}
-	f.down[host] = time.Now().Add(d)
+	(*m)[host] = v
 }
 
 // hostState is what SlowHost, SlowDownloads and DownHost say about a
