@@ -155,9 +155,6 @@ func tipAt(t *testing.T, admin string) uint64 {
 // --http-idle-timeout the server has closed every idle connection, the
 // public listener serves again, and the log shows no descriptor error.
 func TestFDExhaustionProcess(t *testing.T) {
-	if testing.Short() {
-		t.Skip("process-level descriptor attack: skipped under -short (TestConnLimits runs instead)")
-	}
 	var rl syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur < 3*(attackPerIP+attackIPs*attackEachIP) {
 		t.Fatalf("this test holds %d client sockets: its own RLIMIT_NOFILE is %d (%v)", attackPerIP+attackIPs*attackEachIP, rl.Cur, err)

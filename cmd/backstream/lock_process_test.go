@@ -21,9 +21,6 @@ import (
 // the first one was spilling there. It exits with the lock error, the first
 // one's scratch file is intact, and the first one goes on to steady state.
 func TestSecondServeLeavesTheFirstAlone(t *testing.T) {
-	if testing.Short() {
-		t.Skip("process-level lock test: skipped under -short")
-	}
 	bin := buildBinary(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
