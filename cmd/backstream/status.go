@@ -15,6 +15,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/internal/human"
 	"github.com/backstream/backstream/natssink"
 	"github.com/backstream/backstream/subscribe"
 )
@@ -231,9 +232,9 @@ func printStatus(out io.Writer, r *statusReport) {
 	if r.Relay != "" {
 		fmt.Fprintf(tw, "relay\t%s\n", r.Relay)
 	}
-	fmt.Fprintf(tw, "repos\t%d total, %d inactive\n", r.Repos["total"], r.Repos["inactive"])
+	fmt.Fprintf(tw, "repos\t%s total, %s inactive\n", human.Count(r.Repos["total"]), human.Count(r.Repos["inactive"]))
 	for _, st := range archive.RepoStatuses {
-		fmt.Fprintf(tw, "  %s\t%d\n", st, r.Repos[st.String()])
+		fmt.Fprintf(tw, "  %s\t%s\n", st, human.Count(r.Repos[st.String()]))
 	}
 	if len(r.Failed.ByClass) > 0 {
 		classes := make([]string, 0, len(r.Failed.ByClass))
@@ -246,13 +247,13 @@ func printStatus(out io.Writer, r *statusReport) {
 		})
 		fmt.Fprintf(tw, "failed by class\t\n")
 		for _, k := range classes {
-			fmt.Fprintf(tw, "  %s\t%d\n", k, r.Failed.ByClass[k])
+			fmt.Fprintf(tw, "  %s\t%s\n", k, human.Count(r.Failed.ByClass[k]))
 		}
 	}
 	if len(r.Failed.TopHosts) > 0 {
 		fmt.Fprintf(tw, "hosts with most failed repos\t\n")
 		for _, h := range r.Failed.TopHosts {
-			fmt.Fprintf(tw, "  %s\t%d\n", h.Host, h.Failures)
+			fmt.Fprintf(tw, "  %s\t%s\n", h.Host, human.Count(h.Failures))
 		}
 	}
 	switch {
@@ -264,16 +265,16 @@ func printStatus(out io.Writer, r *statusReport) {
 		fmt.Fprintf(tw, "listRepos checkpoint\t%.60q\n", *r.Cursors.ListRepos)
 	}
 	if r.Cursors.Relay != nil {
-		fmt.Fprintf(tw, "relay cursor\t%d\n", *r.Cursors.Relay)
+		fmt.Fprintf(tw, "relay cursor\t%s\n", human.Count(*r.Cursors.Relay))
 	}
 	if r.Cursors.Merge != nil {
-		fmt.Fprintf(tw, "merge cursor\t%d\n", *r.Cursors.Merge)
+		fmt.Fprintf(tw, "merge cursor\t%s\n", human.Count(*r.Cursors.Merge))
 	}
-	fmt.Fprintf(tw, "archive tip seq\t%d\n", r.Archive.TipSeq)
+	fmt.Fprintf(tw, "archive tip seq\t%s\n", human.Count(r.Archive.TipSeq))
 	if r.Archive.CaptureTip > 0 {
-		fmt.Fprintf(tw, "capture tip seq\t%d\n", r.Archive.CaptureTip)
+		fmt.Fprintf(tw, "capture tip seq\t%s\n", human.Count(r.Archive.CaptureTip))
 	}
-	fmt.Fprintf(tw, "store on disk\t%d bytes\n", r.Archive.DiskBytes)
+	fmt.Fprintf(tw, "store on disk\t%s\n", human.Bytes(r.Archive.DiskBytes))
 	printCompaction(tw, r.Compaction)
 	tw.Flush()
 }

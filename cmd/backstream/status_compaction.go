@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/human"
 	"github.com/backstream/backstream/node"
 )
 
@@ -52,17 +54,18 @@ func printCompaction(tw io.Writer, c *statusCompaction) {
 	if c == nil {
 		return
 	}
-	fmt.Fprintf(tw, "compaction watermark\t%d (%d seqs, %.0f s behind the tip)\n", c.Watermark, c.LagSeqs, c.LagSeconds)
+	fmt.Fprintf(tw, "compaction watermark\t%s (%s seqs, %s behind the tip)\n", human.Count(c.Watermark), human.Count(c.LagSeqs), human.Duration(time.Duration(c.LagSeconds*float64(time.Second))))
 	if c.Intent != nil {
-		fmt.Fprintf(tw, "compaction intent\tto %d (an interrupted pass; the next start finishes it)\n", *c.Intent)
+		fmt.Fprintf(tw, "compaction intent\tto %s (an interrupted pass; the next start finishes it)\n", human.Count(*c.Intent))
 	}
 	if c.Index != nil && !c.Index.Done {
-		fmt.Fprintf(tw, "index backfill\t%d of %d seqs left (no compaction pass until it ends)\n",
-			c.Index.End-min(c.Index.Next, c.Index.End), c.Index.End)
+		fmt.Fprintf(tw, "index backfill\t%s of %s seqs left (no compaction pass until it ends)\n",
+			human.Count(c.Index.End-min(c.Index.Next, c.Index.End)), human.Count(c.Index.End))
 	}
 	if c.LastPassAt != nil {
-		fmt.Fprintf(tw, "last compaction pass\t%s: %d rows, %d bytes removed in %.1f s\n",
-			c.LastPassAt.UTC().Format("2006-01-02T15:04:05Z"), c.LastRows, c.LastBytes, c.LastPassSeconds)
+		fmt.Fprintf(tw, "last compaction pass\t%s: %s rows, %s removed in %s\n",
+			c.LastPassAt.UTC().Format("2006-01-02T15:04:05Z"), human.Count(c.LastRows), human.Bytes(c.LastBytes),
+			human.Duration(time.Duration(c.LastPassSeconds*float64(time.Second))))
 	}
 	if c.Halted {
 		fmt.Fprintf(tw, "compaction HALTED\t%s (recovery: backstream compaction reset)\n", c.HaltReason)

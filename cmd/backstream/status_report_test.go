@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -118,6 +119,10 @@ func TestStatusReportTable(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Fatalf("table lacks %q:\n%s", want, out)
 		}
+	}
+	// Sizes in binary units, not a raw byte count.
+	if !regexp.MustCompile(`store on disk +[0-9][0-9.]* (B|KiB|MiB|GiB)\n`).MatchString(out) {
+		t.Fatalf("the store's size is not in human units:\n%s", out)
 	}
 }
 
