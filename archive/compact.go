@@ -82,9 +82,12 @@ type CompactResult struct {
 	Bytes      int64  // bytes of the removed ev/ values
 	Batches    int    // removal batches committed
 	BytesRead  int64  // block bytes the pass's iterators loaded (cached or not)
-	Duration   time.Duration
-	Reclaimed  bool // a manual compaction ran (Bytes > ReclaimBytes)
-	RolledOver bool // the pass finished an intent a previous pass left
+	// BytesUncached: of BytesRead, the bytes not found in the block cache:
+	// read from the files and decompressed (what a pass's CPU follows).
+	BytesUncached int64
+	Duration      time.Duration
+	Reclaimed     bool // a manual compaction ran (Bytes > ReclaimBytes)
+	RolledOver    bool // the pass finished an intent a previous pass left
 	// IndexPending: the index backfill has not finished (FillIndex), so no
 	// pass ran and the watermark did not move.
 	IndexPending bool
@@ -349,6 +352,7 @@ func (p *compactPass) closeIters() {
 		if *it != nil {
 			st := (*it).Stats()
 			p.res.BytesRead += int64(st.InternalStats.BlockBytes)
+			p.res.BytesUncached += int64(st.InternalStats.BlockBytes - st.InternalStats.BlockBytesInCache)
 			_ = (*it).Close()
 			*it = nil
 		}

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -13,16 +16,26 @@ import (
 
 // BenchmarkCompact measures one compaction pass over a synthetic archive of
 // BACKSTREAM_BENCH_EVENTS record rows (default 2,000,000; 10,000,000 is the
-// issue's shape, ~6 min to build here) of ~230-byte records over 100
-// records per account, after 1%, 0.1% and 0.01% of the records were
-// deleted at random: CPU-seconds of the process during the pass, block
-// bytes the pass's iterators loaded (cached or not), rows removed. The
-// pass's cost must follow the tombstones, not the archive: the 0.1% pass
-// must cost at most a fifth of the 1% pass (it fails otherwise). Random
-// deletes of 0.1% of the records still touch nearly every rec/ block (one
-// 64 KiB block holds the entries of ~55 accounts), so both passes read
-// most of the index; 0.01% shows the regime where they do not. Run with
-// -benchtime=1x.
+// issue's shape, ~6 min to build here; BACKSTREAM_BENCH_CACHE keeps the
+// built stores) of ~230-byte records over 100 records per account, after
+// 1%, 0.1% and 0.01% of the records were deleted at random: CPU-seconds of
+// the process during the pass, block bytes the pass's iterators loaded
+// (cached or not, and not cached), block cache misses, rows removed
+// (BACKSTREAM_BENCH_CPUPROFILE profiles the pass alone). The pass's cost
+// must follow the tombstones, not the archive: the 0.1% pass must cost at
+// most a fifth of the 1% pass (it fails otherwise).
+//
+// What it shows today (10M events): each tombstone costs one rec/ lookup
+// (~8 µs), plus a block cache miss when no earlier tombstone of the pass
+// loaded its block (read and decompress a 64 KiB bottom-level block, ~58
+// µs). Random deletes of 0.1% of the records still miss on most rec/
+// blocks (10,000 tombstones, 3,994 misses of ~4,560 blocks), while the 1%
+// pass shares each block between ~22 tombstones (4,562 misses); so the
+// 0.1% pass costs 0.36 of the 1% one (0.404 of 1.112 CPU-s) with no fixed
+// part: the 0.01% pass (1,000 tombstones, 916 misses) costs 0.13 of the
+// 0.1% one. Smaller bottom-level blocks do not bring it under a fifth
+// either (4 KiB at 2M events: 0.23, and the 1% pass costs twice as much).
+// Run with -benchtime=1x.
 func BenchmarkCompact(b *testing.B) {
 	total := 2_000_000
 	if v, err := strconv.Atoi(os.Getenv("BACKSTREAM_BENCH_EVENTS")); err == nil && v > 0 {
@@ -50,31 +63,71 @@ func benchCompact(b *testing.B, total, per int) float64 {
 	s, w := buildBenchArchive(b, total, per)
 	ctx := context.Background()
 	build, deletes := time.Since(t0), total/per
+	stopProfile := benchProfile(b, fmt.Sprintf("compact-%d-%d", total, per))
+	misses := s.DB().Metrics().BlockCache.Misses
 	var ru0, ru1 syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	b.StartTimer()
 	res, err := s.Compact(ctx, w, CompactOptions{Logger: quietLogger, ReclaimBytes: -1})
 	b.StopTimer()
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	stopProfile()
 	if err != nil {
 		b.Fatal(err)
 	}
 	cpu := tv(ru1.Utime) + tv(ru1.Stime) - tv(ru0.Utime) - tv(ru0.Stime)
 	b.ReportMetric(cpu, "cpu-s")
 	b.ReportMetric(float64(res.BytesRead)/1e6, "MB-read")
+	b.ReportMetric(float64(res.BytesUncached)/1e6, "MB-uncached")
 	b.ReportMetric(float64(res.Rows), "rows-removed")
+	b.ReportMetric(float64(s.DB().Metrics().BlockCache.Misses-misses), "cache-misses")
 	b.ReportMetric(float64(res.Tombstones), "tombstones")
 	b.ReportMetric(res.Duration.Seconds(), "pass-s")
 	b.Logf("%d events (built in %v), %d deletes: %s", total, build.Round(time.Second), deletes, fmt.Sprintf("%+v", res))
 	return cpu
 }
 
+// benchProfile starts a CPU profile of what follows into
+// $BACKSTREAM_BENCH_CPUPROFILE-name.pprof when that variable is set (go
+// test's -cpuprofile would profile the archive's build too); the returned
+// func stops it.
+func benchProfile(b *testing.B, name string) func() {
+	prefix := os.Getenv("BACKSTREAM_BENCH_CPUPROFILE")
+	if prefix == "" {
+		return func() {}
+	}
+	f, err := os.Create(prefix + "-" + name + ".pprof")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // buildBenchArchive builds a settled archive of total record rows (~230-byte
 // records, 100 per account) in which one record in per was then deleted.
+// With BACKSTREAM_BENCH_CACHE set, the settled store is kept under that
+// directory (a Pebble checkpoint per shape) and later runs start from a
+// copy of it: a 10M-event build takes minutes.
 func buildBenchArchive(b *testing.B, total, per int) (*Store, *Writer) {
 	opts := testOptions(nil)
 	opts.CacheSize = 256 << 20 // production's
-	s, err := Open(b.TempDir(), opts)
+	dir, cached, fromCache := b.TempDir(), "", false
+	if c := os.Getenv("BACKSTREAM_BENCH_CACHE"); c != "" {
+		cached = filepath.Join(c, fmt.Sprintf("compact-%d-%d", total, per), StoreDir)
+		if _, err := os.Stat(cached); err == nil {
+			copyBenchStore(b, cached, filepath.Join(dir, StoreDir))
+			fromCache = true
+		}
+	}
+	s, err := Open(dir, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -84,13 +137,27 @@ func buildBenchArchive(b *testing.B, total, per int) (*Store, *Writer) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { w.Close() })
+	if fromCache {
+		settleBenchStore(b, s)
+		return s, w
+	}
 	ctx := context.Background()
 	acks := NewAcks()
+	pending := 0 // units submitted whose receipt has not been seen
+	check := func(rs []Receipt) {
+		for _, r := range rs {
+			if r.Refused != nil || r.Kept != len(r.Token.([]Event)) {
+				b.Fatalf("a build unit was not archived: %+v", r)
+			}
+		}
+		pending -= len(rs)
+	}
 	submit := func(evs []Event) {
-		if err := w.Submit(ctx, &Unit{Events: evs, Acks: acks}); err != nil {
+		if err := w.Submit(ctx, &Unit{Events: evs, Acks: acks, Token: evs}); err != nil {
 			b.Fatal(err)
 		}
-		acks.Drain(nil)
+		pending++
+		check(acks.Drain(nil))
 	}
 	const perAccount = 100
 	for i := 0; i < total; i += perAccount {
@@ -109,21 +176,66 @@ func buildBenchArchive(b *testing.B, total, per int) (*Store, *Writer) {
 		for k := d; k < min(d+64, deletes); k++ {
 			j := rng.IntN(total)
 			ev := realisticEvent(j)
-			evs = append(evs, Event{Kind: KindDelete, DID: didN(j / perAccount), Collection: ev.Collection, RKey: ev.RKey, Rev: "4" + ev.Rev, Source: SourceLive})
+			// Revs above every create's and increasing, so the writer's
+			// rev ratchet keeps every delete (a random order of per-record
+			// revs dropped a fifth of them).
+			evs = append(evs, Event{Kind: KindDelete, DID: didN(j / perAccount), Collection: ev.Collection, RKey: ev.RKey, Rev: fmt.Sprintf("4%012d", k), Source: SourceLive})
 		}
 		submit(evs)
 	}
-	if _, err := acks.Wait(ctx, w, 0); err != nil {
+	// Every unit durable before the pass: the writer must not be committing
+	// the build's tail while the pass runs (its W and its CPU would vary).
+	rs, err := acks.Wait(ctx, w, pending)
+	if err != nil {
 		b.Fatal(err)
 	}
-	// Settle the LSM as an old archive is (nearly everything in the bottom
-	// level), and let no background compaction of the build run during the
-	// pass: its CPU is measured for the whole process.
+	check(rs)
+	settleBenchStore(b, s)
+	if cached != "" {
+		// Keep the settled store for later runs.
+		if err := os.MkdirAll(filepath.Dir(cached), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.DB().Checkpoint(cached); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return s, w
+}
+
+// settleBenchStore settles the LSM as an old archive is (nearly everything
+// in the bottom level), and lets no background compaction run during the
+// pass: its CPU is measured for the whole process.
+func settleBenchStore(b *testing.B, s *Store) {
 	if err := s.DB().Compact([]byte{0}, []byte{0xff}, true); err != nil {
 		b.Fatal(err)
 	}
 	for s.DB().Metrics().Compact.NumInProgress > 0 {
 		time.Sleep(100 * time.Millisecond)
 	}
-	return s, w
+}
+
+// copyBenchStore copies the store directory src to dst, hard-linking the
+// sstables (Pebble never modifies one).
+func copyBenchStore(b *testing.B, src, dst string) {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, e := range ents {
+		from, to := filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())
+		if strings.HasSuffix(e.Name(), ".sst") && os.Link(from, to) == nil {
+			continue
+		}
+		data, err := os.ReadFile(from)
+		if err == nil {
+			err = os.WriteFile(to, data, 0o644)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
 }

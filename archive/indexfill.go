@@ -51,6 +51,33 @@ func DecodeIndexMarker(b []byte) (IndexMarker, error) {
 	return IndexMarker{Next: binary.LittleEndian.Uint64(b[1:]), End: binary.LittleEndian.Uint64(b[9:])}, nil
 }
 
+// ErrIndexPending: the index backfill has not finished (meta/index), so
+// the record index lacks the entries of older rows and Store.AccountRecords
+// cannot say which records an account holds. A whole-repo replacement is
+// deferred until it has (its diff would miss the older records: no delete
+// for a record the snapshot lacks, a create again for one it keeps).
+var ErrIndexPending = errors.New("the record index is still being backfilled")
+
+// IndexReady returns nil once the record index covers every ev/ row, and
+// an error matching ErrIndexPending while the index backfill has rows left
+// (or meta/index is absent or malformed: then it matches
+// ErrCompactionState too, which the compaction owner reports); a read
+// error otherwise.
+func (s *Store) IndexReady() error { return indexReady(s.db) }
+
+func indexReady(r pebble.Reader) error {
+	m, err := get(r, KeyIndex, DecodeIndexMarker)
+	switch {
+	case errors.Is(err, ErrNotFound) || errors.Is(err, ErrMalformed):
+		return fmt.Errorf("archive: %w: %w", ErrIndexPending, compactionErr(err))
+	case err != nil:
+		return fmt.Errorf("archive: read the index marker: %w", err)
+	case !m.Done():
+		return fmt.Errorf("archive: %w: rows %d to %d are not indexed yet", ErrIndexPending, m.Next, m.End-1)
+	}
+	return nil
+}
+
 // IndexMarker reads meta/index. A store without it (read-only, or opened
 // before Open wrote it) reports every row from 0 to the tip unindexed.
 func (s *Store) IndexMarker() (IndexMarker, error) {

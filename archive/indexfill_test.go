@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/oracle/check"
 	"github.com/backstream/backstream/oracle/churn"
 )
 
@@ -23,21 +24,6 @@ func indexOf(t testing.TB, s *archive.Store) map[string]string {
 	return out
 }
 
-// forgetIndex makes s an older backstream's store: no rec/, no tomb/, no
-// meta/index (synced).
-func forgetIndex(t testing.TB, s *archive.Store) {
-	t.Helper()
-	b := s.DB().NewBatch()
-	for _, p := range [][]byte{archive.PrefixRecord, archive.PrefixTomb} {
-		end := append(append([]byte(nil), p[:len(p)-1]...), p[len(p)-1]+1)
-		_ = b.DeleteRange(p, end, nil)
-	}
-	_ = b.Delete(archive.KeyIndex, nil)
-	if err := b.Commit(pebble.Sync); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // oldStore writes traffic, remembers the index the writer wrote, then
 // removes it as an older store would lack it, and reopens the store (Open
 // writes meta/index). It returns the rows and the writer's index.
@@ -47,7 +33,9 @@ func oldStore(t *testing.T, fs vfs.FS, tr *churn.Traffic, n int) ([]archive.Even
 	w := startWriter(t, s)
 	rows := applyUnits(t, w, tr.Units(n))
 	want := indexOf(t, s)
-	forgetIndex(t, s)
+	if err := check.ForgetIndex(s); err != nil {
+		t.Fatal(err)
+	}
 	w.Close()
 	s.Close()
 	return rows, want
@@ -208,5 +196,77 @@ func TestFillIndexMalformed(t *testing.T) {
 	}
 	if _, err := s.FillIndex(context.Background(), 50, nil); !errors.Is(err, archive.ErrCompactionState) || !strings.Contains(err.Error(), "meta/index") {
 		t.Fatalf("backfill with a malformed marker: %v", err)
+	}
+}
+
+// TestAccountRecordsIndexPending: while the index backfill has not reached
+// an account's rows, the index holds part of its records (or none), and a
+// whole-repo replacement diffed against that would archive creates again
+// and miss the deletes. AccountRecords (and IndexReady) answer
+// ErrIndexPending instead of a partial account; after the backfill they
+// give exactly what the writer's own index gave.
+func TestAccountRecordsIndexPending(t *testing.T) {
+	fs := vfs.NewMem()
+	tr := churn.New(7, 6)
+	s := openStore(t, fs, nil)
+	w := startWriter(t, s)
+	dids := map[string]bool{}
+	for _, ev := range applyUnits(t, w, tr.Units(200)) {
+		dids[ev.DID] = true
+	}
+	records := func(s *archive.Store) (map[string][]archive.CurrentRecord, error) {
+		out := map[string][]archive.CurrentRecord{}
+		for did := range dids {
+			err := s.AccountRecords(did, func(r archive.CurrentRecord) error {
+				out[did] = append(out[did], r)
+				return nil
+			})
+			if err != nil {
+				return out, err
+			}
+		}
+		return out, nil
+	}
+	want, err := records(s)
+	if err != nil || len(want) == 0 {
+		t.Fatalf("records of a new store: %d accounts, %v", len(want), err)
+	}
+	if err := check.ForgetIndex(s); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	s.Close()
+
+	s = openStore(t, fs, nil)
+	defer s.Close()
+	if err := s.IndexReady(); !errors.Is(err, archive.ErrIndexPending) {
+		t.Fatalf("IndexReady of a store being backfilled: %v", err)
+	}
+	// Half the rows indexed: still pending.
+	m, err := s.IndexMarker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	during := 0
+	if _, err := s.FillIndex(context.Background(), int(m.End/2), func(m archive.IndexMarker) {
+		if m.Done() {
+			return
+		}
+		during++
+		if got, err := records(s); !errors.Is(err, archive.ErrIndexPending) {
+			t.Fatalf("records during the backfill: %d accounts, %v; want ErrIndexPending", len(got), err)
+		}
+	}); err != nil || during == 0 {
+		t.Fatalf("backfill: %v (%d batches before its end)", err, during)
+	}
+	if err := s.IndexReady(); err != nil {
+		t.Fatalf("IndexReady after the backfill: %v", err)
+	}
+	got, err := records(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("records after the backfill differ from the writer's index:\n%v\n%v", got, want)
 	}
 }

@@ -34,10 +34,15 @@ type CurrentRecord struct {
 // (recomputed from the record when the row does not store it). All reads
 // are of one Pebble snapshot, so a compaction pass running meanwhile never
 // shows half of its removal. Malformed index entries or rows fail closed,
-// naming the key.
+// naming the key. While the index backfill runs (IndexReady) the index
+// lacks the older rows' records: it fails with ErrIndexPending rather than
+// answer with part of the account.
 func (s *Store) AccountRecords(did string, fn func(CurrentRecord) error) error {
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
+	if err := indexReady(snap); err != nil {
+		return fmt.Errorf("archive: records of %s: %w", did, err)
+	}
 	purged, err := accountPurgedAt(snap, did)
 	if err != nil {
 		return err

@@ -83,7 +83,10 @@
 // record, an update for each changed CID, a delete for each record the
 // snapshot lacks, nothing for unchanged ones (job_replace.go). A resync
 // that changed k records costs k + 1 rows; a reactivated account whose repo
-// did not change, its sync row alone.
+// did not change, its sync row alone. While the store's record index is
+// still being backfilled (a store archived before it) a replacement is
+// deferred before it fetches anything (archive.ErrIndexPending): the
+// index would not show the records of the older rows.
 //
 // # Not here
 //

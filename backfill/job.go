@@ -307,11 +307,21 @@ var errAttemptTimeout = errors.New("getRepo attempt deadline")
 
 // Run performs one job and returns once its terminal state is durable. An
 // error means no terminal state was made durable by this call: ErrCanceled
-// (ctx ended), ErrStale (replacement refused), or a writer failure (fatal
-// to the process).
+// (ctx ended), ErrStale (replacement refused), an error matching
+// archive.ErrIndexPending (a replacement while the record index is still
+// being backfilled: deferred, nothing fetched or archived), or a writer
+// failure (fatal to the process).
 func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 	start := r.o.Now()
 	res := Result{DID: req.DID, Started: start}
+	if req.Replace && r.o.Current != nil {
+		// The diff needs the account's every archived record: not before
+		// the index covers every row (the index only ever completes, so
+		// checking once, before the fetch, is enough).
+		if err := r.o.Current.IndexReady(); err != nil {
+			return res, fmt.Errorf("backfill: %s: replacement: %w", req.DID, err)
+		}
+	}
 	ordinary, limited := 0, 0
 	for {
 		res.Attempts++

@@ -16,9 +16,12 @@ import (
 )
 
 // Current is what a replacement needs of the archive: the account's
-// records as archived now. *archive.Store implements it.
+// records as archived now, which it can only tell once its record index
+// covers every row (IndexReady, archive.ErrIndexPending). *archive.Store
+// implements it.
 type Current interface {
 	AccountRecords(did string, fn func(archive.CurrentRecord) error) error
+	IndexReady() error
 }
 
 var _ Current = (*archive.Store)(nil)

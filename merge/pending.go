@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
@@ -36,12 +37,21 @@ func PendingPass(ctx context.Context, cfg Config) error {
 	defer cancel(nil)
 	work := make(chan string)
 	var wg sync.WaitGroup
+	var deferred atomic.Int64 // repos left pending: the index backfill runs
 	for range min(cfg.PendingWorkers, len(dids)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for did := range work {
 				res, err := cfg.Jobs.Run(ctx, backfill.Request{DID: did, Replace: true, Active: true})
+				if errors.Is(err, archive.ErrIndexPending) {
+					// A store archived before the record index: the
+					// replacement cannot be diffed until the index
+					// backfill is done. It stays pending, for the retry
+					// runner.
+					deferred.Add(1)
+					continue
+				}
 				if errors.Is(err, backfill.ErrStale) {
 					// The archive already holds a newer rev than the
 					// snapshot served: the repo stays pending, and the
@@ -68,6 +78,9 @@ feed:
 	}
 	close(work)
 	wg.Wait()
+	if n := deferred.Load(); n > 0 {
+		cfg.Logger.Warn("pending pass: the record index is still being backfilled; repos left pending for the retry runner", "repos", n)
+	}
 	return context.Cause(ctx)
 }
 

@@ -5,24 +5,33 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble"
+
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/oracle"
 )
 
-// TestPendingPass (M5): every active pending repo is replaced wholesale; an
-// inactive one is left alone; a replacement the ratchet refuses (the archive
-// holds a newer rev than the snapshot the PDS serves) does not stop merging:
-// the repo stays pending, for the retry runner in steady state.
-func TestPendingPass(t *testing.T) {
+// pendingRig is a pending pass's test world: a small network, a store and
+// its writers, the replacement jobs.
+func pendingRig(t *testing.T) (context.Context, *oracle.Network, *rig, *backfill.Runner) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	net, client := quietNetwork(t, oracle.Config{Accounts: 6, RecordsMean: 3, Hosts: 2, Seed: 3})
 	r := newRig(t)
 	jobs, err := backfill.NewRunner(backfill.Options{Source: client, Writer: r.w, Current: r.store, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ctx, net, r, jobs
+}
+
+// TestPendingPass (M5): every active pending repo is replaced wholesale; an
+// inactive one is left alone; a replacement the ratchet refuses (the archive
+// holds a newer rev than the snapshot the PDS serves) does not stop merging:
+// the repo stays pending, for the retry runner in steady state.
+func TestPendingPass(t *testing.T) {
+	ctx, net, r, jobs := pendingRig(t)
 	var active []string
 	for _, a := range net.World().Accounts() {
 		if a.Active && a.Status != "deleted" {
@@ -51,5 +60,44 @@ func TestPendingPass(t *testing.T) {
 		if err != nil || st.Status != status {
 			t.Errorf("%s after the pending pass: %+v %v; want %s", did, st, err, status)
 		}
+	}
+}
+
+// TestPendingPassDuringIndexBackfill: in a store archived before the record
+// index, a pending repo met while the index backfill runs cannot be
+// replaced (its diff would miss the older rows' records): the job defers
+// (archive.ErrIndexPending) and the pass leaves the repo pending for the
+// retry runner instead of stopping merging.
+func TestPendingPassDuringIndexBackfill(t *testing.T) {
+	ctx, net, r, jobs := pendingRig(t)
+	var did string
+	for _, a := range net.World().Accounts() {
+		if a.Active && a.Status != "deleted" {
+			did = a.DID
+			break
+		}
+	}
+	r.apply(r.w, &archive.Unit{
+		Events: []archive.Event{op(did, "2222222222222", archive.KindCreate, "a")},
+		Repos: []archive.RepoUpdate{{DID: did, Fields: archive.FieldStatus | archive.FieldActive,
+			State: archive.RepoState{Status: archive.StatusPending, Active: true}}},
+	})
+	// The rows up to the tip are not indexed yet, as in an older store
+	// that Open just marked.
+	tip, err := r.store.Tip()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.store.DB().Set(archive.KeyIndex, archive.EncodeIndexMarker(archive.IndexMarker{Next: 1, End: tip + 1}), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := PendingPass(ctx, Config{Store: r.store, Writer: r.w, Jobs: jobs, Logger: quiet}); err != nil {
+		t.Fatalf("pending pass during the index backfill: %v", err)
+	}
+	if st, err := r.store.RepoState(did); err != nil || st.Status != archive.StatusPending {
+		t.Fatalf("after the pass: %+v %v; want pending", st, err)
+	}
+	if now, err := r.store.Tip(); err != nil || now != tip {
+		t.Fatalf("the deferred replacement archived rows: tip %d, was %d (%v)", now, tip, err)
 	}
 }

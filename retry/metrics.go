@@ -68,7 +68,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backstream_retry_deferred_total",
-			Help: "Due repos a pass left for a later pass, by reason (parked: the host is parked; host_full: the host's queue share is full). Not failures.",
+			Help: "Due repos a pass left for a later pass, by reason (parked: the host is parked; host_full: the host's queue share is full; index_pending: the record index is still being backfilled). Not failures.",
 		}, []string{"reason"}),
 	}
 	for _, r := range results {
@@ -76,6 +76,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.deferred.WithLabelValues(deferParked)
 	m.deferred.WithLabelValues(deferHostFull)
+	m.deferred.WithLabelValues(deferIndexPending)
 	if reg != nil {
 		reg.MustRegister(m.attempts, m.refused, m.fatal, m.due, m.parked, m.inflight, m.queued, m.passes, m.deferred)
 	}
@@ -85,6 +86,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 const (
 	deferParked   = "parked"
 	deferHostFull = "host_full"
+	// deferIndexPending: the replacement job found the record index still
+	// being backfilled (archive.ErrIndexPending) and ran nothing.
+	deferIndexPending = "index_pending"
 )
 
 func (m *Metrics) attempt(result string) {

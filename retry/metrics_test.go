@@ -18,5 +18,5 @@ func TestMetricsPreinitialised(t *testing.T) {
 	promtest.RequireZero(t, reg, "backstream_retry_attempts_total", promtest.Label("result",
 		retry.ResultComplete, retry.ResultNotFound, retry.ResultUnavailable, retry.ResultFailed,
 		retry.ResultRateLimited, retry.ResultStale)...)
-	promtest.RequireZero(t, reg, "backstream_retry_deferred_total", promtest.Label("reason", "parked", "host_full")...)
+	promtest.RequireZero(t, reg, "backstream_retry_deferred_total", promtest.Label("reason", "parked", "host_full", "index_pending")...)
 }

@@ -532,6 +532,13 @@ func (e *exec) process(it item) {
 				e.machineryErr(err)
 			}
 			return
+		case errors.Is(err, archive.ErrIndexPending):
+			// The store's record index is still being backfilled: nothing
+			// was fetched or archived, and the repo stays due for a later
+			// pass (not a failure).
+			r.m.deferral(deferIndexPending, 1)
+			e.skip()
+			return
 		case errors.Is(err, backfill.ErrStale):
 			// S9: the archive moved past the snapshot; nothing was applied.
 			r.m.refusedReplacement()

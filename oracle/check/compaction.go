@@ -1,6 +1,12 @@
 package check
 
-import "github.com/backstream/backstream/archive"
+import (
+	"fmt"
+
+	"github.com/cockroachdb/pebble"
+
+	"github.com/backstream/backstream/archive"
+)
 
 // Survivors recomputes, from every row ever archived (in seq order, as the
 // writer assigned them), the seqs a compaction to watermark w must leave:
@@ -35,4 +41,22 @@ func Survivors(rows []archive.Event, w uint64) map[uint64]bool {
 		}
 	}
 	return keep
+}
+
+// ForgetIndex makes s a store written by a backstream older than the
+// record index: its rec/ and tomb/ entries and meta/index are deleted in
+// one synced batch. Reopened, the store marks every row up to its tip as
+// not indexed yet, for the index backfill (Store.FillIndex).
+func ForgetIndex(s *archive.Store) error {
+	b := s.DB().NewBatch()
+	defer b.Close()
+	for _, p := range [][]byte{archive.PrefixRecord, archive.PrefixTomb} {
+		end := append(append([]byte(nil), p[:len(p)-1]...), p[len(p)-1]+1)
+		_ = b.DeleteRange(p, end, nil)
+	}
+	_ = b.Delete(archive.KeyIndex, nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("check: forget the index: %w", err)
+	}
+	return nil
 }
