@@ -463,6 +463,11 @@ func (n *Node) resolver(reg prometheus.Registerer) *ident.Resolver {
 	}
 	c := *n.cfg.Verify
 	c.Store, c.Metrics, c.Logger, c.Now = n.store, ident.NewMetrics(reg), n.log.With("component", "ident"), n.cfg.Now
+	if c.Dial == nil && c.HTTPClient == nil {
+		// DID documents and handles name hosts anyone chooses: the
+		// address policy of the relay's redirects applies to them too.
+		c.Dial = n.client.GuardedDial(c.PLC, c.Web)
+	}
 	c.Persist = func(ctx context.Context, did string, v archive.Ident) error {
 		b, err := archive.EncodeIdent(v)
 		if err != nil {

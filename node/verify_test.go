@@ -86,7 +86,7 @@ func TestVerifyEndToEnd(t *testing.T) {
 		JobBackoffBase: 10 * time.Millisecond, JobBackoffMax: 50 * time.Millisecond,
 		RetryInterval: 200 * time.Millisecond, RetryMaxDelay: time.Second, RetryScanPeriod: 100 * time.Millisecond,
 		Logger: quiet, OnPhase: func(p archive.Phase) { phases <- p },
-		Verify: &ident.Config{PLC: net.RelayURL(), Mode: ident.ModeStrict},
+		Verify: &ident.Config{PLC: net.RelayURL(), Web: net.RelayURL(), Mode: ident.ModeStrict},
 	}
 	n, err := node.New(cfg)
 	if err != nil {

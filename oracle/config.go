@@ -69,6 +69,9 @@ type Config struct {
 	// SlowHostDelay late (Faults.SlowHost); a zero delay is no slow host.
 	SlowHost      int
 	SlowHostDelay time.Duration
+	// WebDIDs accounts (the last by index) are did:web (world.Config.WebDIDs);
+	// the relay serves their documents at /.well-known/did.json by Host.
+	WebDIDs int
 
 	Retention        int           // max events kept in the firehose history; 0 = unlimited
 	SubscriberBuffer int           // live events a subscriber may lag before ConsumerTooSlow; default 100000
