@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,7 +33,7 @@ import (
 func TestVerifyEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	net, err := oracle.Start(ctx, oracle.Config{Accounts: 40, RecordsMean: 6, Hosts: 3, Traffic: oracle.TrafficNone, Seed: 23})
+	net, err := oracle.Start(ctx, oracle.Config{Accounts: 40, RecordsMean: 6, Hosts: 3, Traffic: oracle.TrafficNone, Seed: 23, WebDIDs: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,6 +43,15 @@ func TestVerifyEndToEnd(t *testing.T) {
 		if a.Active {
 			live = append(live, a.DID)
 		}
+	}
+	var web []string // did:web accounts: documents from their own host (the relay, by Host)
+	for _, did := range live {
+		if strings.HasPrefix(did, "did:web:") {
+			web = append(web, did)
+		}
+	}
+	if len(web) == 0 {
+		t.Fatal("no active did:web account")
 	}
 	forgedRepo, misattributed, unresolvable := live[0], live[1], live[2]
 	forgedCommit, nonInverting, rotated, wronged := live[3], live[4], live[5], live[6]
@@ -134,6 +144,15 @@ func TestVerifyEndToEnd(t *testing.T) {
 	// and is dropped; only the replacement it schedules brings it back.
 	f.DIDWrongKey(wronged, 2)
 	emit(func(w *world.World) (world.Event, error) { return w.SetHandle(wronged, "wronged.test") })
+	// Two #identity events naming handles that do not verify both ways.
+	var badHandles []oracle.Emitted
+	for _, k := range []oracle.FaultKind{oracle.FaultHandleNotResolving, oracle.FaultHandleUndeclared} {
+		e, err := net.EmitBadHandle(live[7+len(badHandles)], k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		badHandles = append(badHandles, e)
+	}
 	emit(like(wronged))
 	emit(like(rotated))
 	emit(func(w *world.World) (world.Event, error) { return w.RotateKey(rotated) })
@@ -188,11 +207,38 @@ func TestVerifyEndToEnd(t *testing.T) {
 			}
 		}
 	}
+	// The identity rows carry the verified handle, handle.invalid for the
+	// two that do not verify.
+	handles := map[string]string{}
+	it, err := store.Events(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for it.Next() {
+		if ev := it.Event(); ev.Kind == archive.KindIdentity {
+			handles[ev.DID] = ev.Handle
+		}
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	it.Close()
+	for did, want := range map[string]string{wronged: "wronged.test", badHandles[0].Event.DID: ident.HandleInvalid,
+		badHandles[1].Event.DID: ident.HandleInvalid} {
+		if handles[did] != want {
+			t.Errorf("%s: archived handle %q, want %q", did, handles[did], want)
+		}
+	}
 	checked, mism := check.Compare(fold, net.World(), func(a world.Account) bool {
 		return (a.Active || a.Status == world.StatusDeleted) && a.DID != forgedRepo && a.DID != misattributed
 	})
 	if len(mism) > 0 {
 		t.Fatalf("%d of %d accounts differ:\n%s", len(mism), checked, check.Describe(mism, 5))
+	}
+	for _, did := range web {
+		if st, err := store.RepoState(did); err != nil || st.Status != archive.StatusComplete {
+			t.Errorf("did:web %s: %+v %v, want complete", did, st, err)
+		}
 	}
 	for _, k := range []oracle.FaultKind{oracle.FaultForgedSignature, oracle.FaultMisattributed, oracle.FaultDIDNotFound, oracle.FaultDIDWrongKey} {
 		if f.Fired(k) == 0 {
@@ -201,13 +247,13 @@ func TestVerifyEndToEnd(t *testing.T) {
 	}
 	// Through the cache: one network resolution per account for the whole
 	// bootstrap and steady state, plus one after each #identity (the
-	// rotation, the handle change); the rest are forced re-resolutions, one
+	// rotation, the handle change, the two bad handles); the rest are forced re-resolutions, one
 	// per signature or PDS check failed with a cached document (the wrong
 	// key met by the replacement, each retry of the forged and the
 	// misattributed repos).
 	resolved := promtest.Value(t, reg, "backstream_ident_resolutions_total", map[string]string{"result": "ok"})
 	forced := promtest.Value(t, reg, "backstream_ident_reresolved_total", nil)
-	if want := float64(len(live) + 2); resolved-forced != want || forced < 1 {
+	if want := float64(len(live) + 4); resolved-forced != want || forced < 1 {
 		t.Errorf("%v network resolutions, %v of them forced, for %d active accounts: want %v unforced and at least 1 forced",
 			resolved, forced, len(live), want)
 	}
