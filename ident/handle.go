@@ -14,6 +14,7 @@ import (
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
 	"github.com/backstream/backstream/internal/loglimit"
+	"github.com/backstream/backstream/upstream"
 )
 
 // HandleInvalid is the handle of an account whose handle does not verify.
@@ -103,7 +104,9 @@ func (r *Resolver) resolvesTo(ctx context.Context, h syntax.Handle, did string) 
 			got, err = r.dir.ResolveHandle(ctx, h)
 		}
 		return err
-	}, func(err error) bool { return errors.Is(err, identity.ErrHandleNotFound) })
+	}, func(err error) bool {
+		return errors.Is(err, identity.ErrHandleNotFound) || errors.Is(err, upstream.ErrForbiddenRedirect)
+	})
 	switch {
 	case ctx.Err() != nil:
 		return "", fmt.Errorf("ident: handle %s: %w", h, ctx.Err())

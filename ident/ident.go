@@ -26,6 +26,7 @@ import (
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/internal/loglimit"
+	"github.com/backstream/backstream/upstream"
 )
 
 // Defaults of Config.
@@ -457,7 +458,10 @@ func (r *Resolver) resolve(ctx context.Context, did string) (*Info, error) {
 		id, err = r.fetch(ctx, d)
 		r.m.observe(time.Since(t0).Seconds())
 		return err
-	}, func(err error) bool { return errors.Is(err, identity.ErrDIDNotFound) })
+	}, func(err error) bool {
+		// A refused address is refused again: not worth a retry.
+		return errors.Is(err, identity.ErrDIDNotFound) || errors.Is(err, upstream.ErrForbiddenRedirect)
+	})
 	switch {
 	case err == nil:
 		return r.accept(ctx, did, id)
