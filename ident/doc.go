@@ -51,7 +51,8 @@
 // the event names verified both ways, as atproto specifies — the fresh
 // document declares it (first at:// alsoKnownAs) and it resolves back to
 // the DID (DNS TXT, then https://<handle>/.well-known/atproto-did), under
-// the same concurrency limit, timeout and retry budget; it returns the
+// the same concurrency limit and timeout, in one attempt (it runs on the
+// firehose's path and a handle host is anyone's); it returns the
 // handle or HandleInvalid, which the firehose archives (strict), counted
 // by result (backstream_ident_handles_total). Info.Handle, and the handle
 // of ident/<did>, is that verdict ("" until an #identity named one; a

@@ -6,15 +6,12 @@ package ident
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/bluesky-social/indigo/atproto/identity"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
 	"github.com/backstream/backstream/internal/loglimit"
-	"github.com/backstream/backstream/upstream"
 )
 
 // HandleInvalid is the handle of an account whose handle does not verify.
@@ -89,9 +86,11 @@ func (r *Resolver) checkHandle(ctx context.Context, did, handle string, since ti
 	return verdict, result, nil
 }
 
-// resolvesTo resolves h (under the concurrency limit, with the retry
-// budget) and compares it with did: HandleOK, HandleUnresolved or
-// HandleMismatch; an error only when ctx ended.
+// resolvesTo resolves h (under the concurrency limit and Timeout, one
+// attempt: the check runs on the firehose's path, and a handle host is
+// anyone's, so a failing one costs one timeout, never the retry budget)
+// and compares it with did: HandleOK, HandleUnresolved or HandleMismatch;
+// an error only when ctx ended.
 func (r *Resolver) resolvesTo(ctx context.Context, h syntax.Handle, did string) (string, error) {
 	var got syntax.DID
 	_, err := r.withRetries(ctx, h.String(), func(ctx context.Context) error {
@@ -104,9 +103,7 @@ func (r *Resolver) resolvesTo(ctx context.Context, h syntax.Handle, did string) 
 			got, err = r.dir.ResolveHandle(ctx, h)
 		}
 		return err
-	}, func(err error) bool {
-		return errors.Is(err, identity.ErrHandleNotFound) || errors.Is(err, upstream.ErrForbiddenRedirect)
-	})
+	}, func(error) bool { return true })
 	switch {
 	case ctx.Err() != nil:
 		return "", fmt.Errorf("ident: handle %s: %w", h, ctx.Err())

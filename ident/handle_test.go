@@ -2,6 +2,9 @@ package ident_test
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,4 +109,34 @@ func TestCheckIdentityVerifiesHandleBothWays(t *testing.T) {
 		ident.HandleUndeclared: 2, ident.HandleNoDocument: 1, ident.HandleUnresolved: 0} {
 		expect(t, reg, "backstream_ident_handles_total", map[string]string{"result": result}, want)
 	}
+}
+
+// TestCheckIdentityFailingHandleHost: a handle host that fails (500) makes
+// the handle unresolved at once — one attempt, no retry, since the check
+// runs on the firehose's path — and handle.invalid; the DID document still
+// comes from the PLC directory, not from the handle host.
+func TestCheckIdentityFailingHandleHost(t *testing.T) {
+	n := startNet(t)
+	a := firstActive(t, n)
+	var hits atomic.Int64
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		if r.URL.Path != "/.well-known/atproto-did" || r.Host != a.Handle {
+			t.Errorf("handle host asked %s %s", r.Host, r.URL.Path)
+		}
+		http.Error(w, "down", http.StatusInternalServerError)
+	}))
+	defer web.Close()
+	reg := prometheus.NewRegistry()
+	r := ident.New(ident.Config{PLC: n.RelayURL(), Web: web.URL, Metrics: ident.NewMetrics(reg), Sleep: noSleep, Retries: 3})
+	defer r.Close()
+	verdict, result, err := r.CheckIdentity(context.Background(), a.DID, a.Handle)
+	if err != nil || verdict != ident.HandleInvalid || result != ident.HandleUnresolved {
+		t.Fatalf("%q %q %v, want handle.invalid unresolved", verdict, result, err)
+	}
+	if hits.Load() != 1 {
+		t.Fatalf("%d requests to the handle host, want 1", hits.Load())
+	}
+	expect(t, reg, "backstream_ident_retries_total", nil, 0)
+	expect(t, reg, "backstream_ident_handles_total", map[string]string{"result": ident.HandleUnresolved}, 1)
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 )
 
 // transport is the RoundTripper of the client New builds: Dial's (no proxy,
@@ -29,15 +30,16 @@ func (c *Config) transport() http.RoundTripper {
 	return via{base: u, next: rt}
 }
 
-// via sends every request to base's scheme and host:port, keeping the host
-// asked for as the Host header.
+// via sends every did:web and handle request (a /.well-known/ path) to
+// base's scheme and host:port, keeping the host asked for as the Host
+// header.
 type via struct {
 	base *url.URL
 	next http.RoundTripper
 }
 
 func (v via) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Host == v.base.Host {
+	if !strings.HasPrefix(req.URL.Path, "/.well-known/") { // the PLC directory's
 		return v.next.RoundTrip(req)
 	}
 	out := req.Clone(req.Context())
