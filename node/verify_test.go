@@ -2,6 +2,10 @@ package node_test
 
 import (
 	"context"
+	"encoding/json"
+	"maps"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +19,7 @@ import (
 	"github.com/backstream/backstream/node"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/check"
+	"github.com/backstream/backstream/oracle/crash"
 	"github.com/backstream/backstream/oracle/world"
 )
 
@@ -188,45 +193,57 @@ func TestVerifyEndToEnd(t *testing.T) {
 			t.Errorf("%s: %+v %v, want complete with nothing due", did, st, err)
 		}
 	}
-	fold, stats, err := check.Archive(store)
+	_, stats, err := check.Archive(store) // seqs and per-account revs in order
 	if err != nil {
 		t.Fatal(err)
 	}
+	// What a client sees: /subscribe from cursor 0, folded.
+	srv := httptest.NewServer(n.Handler())
+	defer srv.Close()
+	sub := crash.Follow(strings.TrimPrefix(srv.URL, "http://"))
+	defer sub.Close()
+	if err := sub.WaitFor(stats.Tip, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	fold := sub.Fold()
 	for _, did := range []string{forgedRepo, misattributed} {
 		// Live commits of a failed repo are genuine; its snapshot never came.
 		for p := range fold[did] {
 			if _, ok := net.World().Records(did)[p]; !ok {
-				t.Errorf("%s: archived %s, which the world never held", did, p)
+				t.Errorf("%s: /subscribe serves %s, which the world never held", did, p)
 			}
 		}
 	}
 	for _, e := range bad {
 		for _, op := range e.Event.Commit.Ops {
 			if _, ok := fold[e.Event.DID][op.Path]; ok {
-				t.Errorf("%s: record %s of a %s commit is in the archive", e.Event.DID, op.Path, e.Event.Invalid)
+				t.Errorf("%s: record %s of a %s commit is served", e.Event.DID, op.Path, e.Event.Invalid)
 			}
 		}
 	}
-	// The identity rows carry the verified handle, handle.invalid for the
+	// The identity events carry the verified handle, handle.invalid for the
 	// two that do not verify.
 	handles := map[string]string{}
-	it, err := store.Events(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for it.Next() {
-		if ev := it.Event(); ev.Kind == archive.KindIdentity {
-			handles[ev.DID] = ev.Handle
+	msgs := sub.Messages()
+	for _, cursor := range slices.Sorted(maps.Keys(msgs)) {
+		var ev struct {
+			Kind     string `json:"kind"`
+			Identity *struct {
+				DID    string `json:"did"`
+				Handle string `json:"handle"`
+			} `json:"identity"`
+		}
+		if err := json.Unmarshal([]byte(msgs[cursor]), &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.Kind == "identity" && ev.Identity != nil {
+			handles[ev.Identity.DID] = ev.Identity.Handle
 		}
 	}
-	if err := it.Err(); err != nil {
-		t.Fatal(err)
-	}
-	it.Close()
 	for did, want := range map[string]string{wronged: "wronged.test", badHandles[0].Event.DID: ident.HandleInvalid,
 		badHandles[1].Event.DID: ident.HandleInvalid} {
 		if handles[did] != want {
-			t.Errorf("%s: archived handle %q, want %q", did, handles[did], want)
+			t.Errorf("%s: /subscribe's last identity event has handle %q, want %q", did, handles[did], want)
 		}
 	}
 	checked, mism := check.Compare(fold, net.World(), func(a world.Account) bool {
