@@ -32,23 +32,15 @@ import (
 // and a non-inverting #commit are dropped and their accounts replaced; an
 // account that rotates its key keeps every later commit; a genuine commit
 // dropped because the document named a wrong key comes back through the
-// replacement its drop scheduled. The archive folds
-// to the world for every other account, and no record of a forged or
-// non-inverting commit is in it.
+// replacement its drop scheduled; did:web accounts resolve through their
+// own host (the relay, by Host) and are archived; two #identity events
+// naming handles that do not verify reach /subscribe with handle.invalid.
+// /subscribe from cursor 0 folds to the world for every other account,
+// and serves no record of a forged or non-inverting commit.
 func TestVerifyEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	net, err := oracle.Start(ctx, oracle.Config{Accounts: 40, RecordsMean: 6, Hosts: 3, Traffic: oracle.TrafficNone, Seed: 23, WebDIDs: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer net.Close()
-	var live []string
-	for _, a := range net.World().Accounts() {
-		if a.Active {
-			live = append(live, a.DID)
-		}
-	}
+	net, live := activeNetwork(t, ctx, oracle.Config{Accounts: 40, RecordsMean: 6, Hosts: 3, Seed: 23, WebDIDs: 3})
 	var web []string // did:web accounts: documents from their own host (the relay, by Host)
 	for _, did := range live {
 		if strings.HasPrefix(did, "did:web:") {
@@ -92,50 +84,8 @@ func TestVerifyEndToEnd(t *testing.T) {
 		traffic <- nil
 	}()
 
-	phases := make(chan archive.Phase, 8)
-	reg := prometheus.NewRegistry()
-	cfg := node.Config{Registry: reg,
-		DataDir: t.TempDir(), Relay: net.RelayURL(), Store: archive.Options{Logger: quiet},
-		// Relay mode: the misattribution fault is the relay's redirect.
-		Bootstrap: bootstrap.Config{Workers: 8, Enumerate: bootstrap.EnumerateRelay}, CaptureWait: 5 * time.Second,
-		JobBackoffBase: 10 * time.Millisecond, JobBackoffMax: 50 * time.Millisecond,
-		RetryInterval: 200 * time.Millisecond, RetryMaxDelay: time.Second, RetryScanPeriod: 100 * time.Millisecond,
-		Logger: quiet, OnPhase: func(p archive.Phase) { phases <- p },
-		Verify: &ident.Config{PLC: net.RelayURL(), Web: net.RelayURL(), Mode: ident.ModeStrict},
-	}
-	n, err := node.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	store := n.Store()
-	runErr := make(chan error, 1)
-	rctx, rcancel := context.WithCancel(ctx)
-	defer rcancel()
-	go func() { runErr <- n.Run(rctx) }()
-	deadline := time.After(2 * time.Minute)
-	for steady := false; !steady; {
-		select {
-		case p := <-phases:
-			steady = p == archive.PhaseSteadyState
-		case err := <-runErr:
-			t.Fatalf("lifecycle stopped before steady state: %v", err)
-		case <-deadline:
-			t.Fatal("no steady state within 2 minutes")
-		}
-	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for !cond() {
-			select {
-			case err := <-runErr:
-				t.Fatalf("lifecycle stopped waiting for %s: %v", what, err)
-			case <-deadline:
-				t.Fatalf("timed out waiting for %s", what)
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}
+	v := startVerifying(t, ctx, net)
+	n, store, reg, waitFor := v.n, v.n.Store(), v.reg, v.waitFor
 	if err := <-traffic; err != nil {
 		t.Fatal(err)
 	}
@@ -193,19 +143,7 @@ func TestVerifyEndToEnd(t *testing.T) {
 			t.Errorf("%s: %+v %v, want complete with nothing due", did, st, err)
 		}
 	}
-	_, stats, err := check.Archive(store) // seqs and per-account revs in order
-	if err != nil {
-		t.Fatal(err)
-	}
-	// What a client sees: /subscribe from cursor 0, folded.
-	srv := httptest.NewServer(n.Handler())
-	defer srv.Close()
-	sub := crash.Follow(strings.TrimPrefix(srv.URL, "http://"))
-	defer sub.Close()
-	if err := sub.WaitFor(stats.Tip, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	fold := sub.Fold()
+	fold, msgs := v.subscribeFold()
 	for _, did := range []string{forgedRepo, misattributed} {
 		// Live commits of a failed repo are genuine; its snapshot never came.
 		for p := range fold[did] {
@@ -224,7 +162,6 @@ func TestVerifyEndToEnd(t *testing.T) {
 	// The identity events carry the verified handle, handle.invalid for the
 	// two that do not verify.
 	handles := map[string]string{}
-	msgs := sub.Messages()
 	for _, cursor := range slices.Sorted(maps.Keys(msgs)) {
 		var ev struct {
 			Kind     string `json:"kind"`
@@ -274,5 +211,190 @@ func TestVerifyEndToEnd(t *testing.T) {
 		t.Errorf("%v network resolutions, %v of them forced, for %d active accounts: want %v unforced and at least 1 forced",
 			resolved, forced, len(live), want)
 	}
-	t.Logf("%d events; %d accounts fold to the world; %v resolutions (%v forced) for %d active accounts", stats.Events, checked, resolved, forced, len(live))
+	t.Logf("%d events served; %d accounts fold to the world; %v resolutions (%v forced) for %d active accounts", len(msgs), checked, resolved, forced, len(live))
+}
+
+// activeNetwork starts a simulated network of cfg without traffic of its
+// own (the test emits), closed at the test's end, and lists its active
+// accounts.
+func activeNetwork(t *testing.T, ctx context.Context, cfg oracle.Config) (*oracle.Network, []string) {
+	t.Helper()
+	cfg.Traffic = oracle.TrafficNone
+	net, err := oracle.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = net.Close() })
+	var live []string
+	for _, a := range net.World().Accounts() {
+		if a.Active {
+			live = append(live, a.DID)
+		}
+	}
+	return net, live
+}
+
+// verifying is a node with strict verification against a simulated
+// network's PLC directory (and its did:web and handle host), in steady
+// state.
+type verifying struct {
+	n        *node.Node
+	reg      *prometheus.Registry
+	runErr   chan error
+	deadline <-chan time.Time
+	t        *testing.T
+}
+
+// startVerifying runs a node on net until steady state (2 minutes at most
+// for the whole test); Close and the end of ctx stop it.
+func startVerifying(t *testing.T, ctx context.Context, net *oracle.Network) *verifying {
+	t.Helper()
+	phases := make(chan archive.Phase, 8)
+	v := &verifying{reg: prometheus.NewRegistry(), runErr: make(chan error, 1), deadline: time.After(2 * time.Minute), t: t}
+	cfg := node.Config{Registry: v.reg,
+		DataDir: t.TempDir(), Relay: net.RelayURL(), Store: archive.Options{Logger: quiet},
+		// Relay mode: the misattribution fault is the relay's redirect.
+		Bootstrap: bootstrap.Config{Workers: 8, Enumerate: bootstrap.EnumerateRelay}, CaptureWait: 500 * time.Millisecond,
+		JobBackoffBase: 10 * time.Millisecond, JobBackoffMax: 50 * time.Millisecond,
+		RetryInterval: 200 * time.Millisecond, RetryMaxDelay: time.Second, RetryScanPeriod: 100 * time.Millisecond,
+		Logger: quiet, OnPhase: func(p archive.Phase) { phases <- p },
+		Verify: &ident.Config{PLC: net.RelayURL(), Web: net.RelayURL(), Mode: ident.ModeStrict},
+	}
+	var err error
+	if v.n, err = node.New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { v.n.Close() })
+	rctx, rcancel := context.WithCancel(ctx)
+	t.Cleanup(rcancel)
+	go func() { v.runErr <- v.n.Run(rctx) }()
+	for steady := false; !steady; {
+		select {
+		case p := <-phases:
+			steady = p == archive.PhaseSteadyState
+		case err := <-v.runErr:
+			t.Fatalf("lifecycle stopped before steady state: %v", err)
+		case <-v.deadline:
+			t.Fatal("no steady state within 2 minutes")
+		}
+	}
+	return v
+}
+
+// waitFor polls cond until it holds; the lifecycle stopping or the
+// deadline passing fails the test.
+func (v *verifying) waitFor(what string, cond func() bool) {
+	v.t.Helper()
+	for !cond() {
+		select {
+		case err := <-v.runErr:
+			v.t.Fatalf("lifecycle stopped waiting for %s: %v", what, err)
+		case <-v.deadline:
+			v.t.Fatalf("timed out waiting for %s", what)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// subscribeFold is the fold of /subscribe from cursor 0 up to the
+// archive's tip, with its messages by cursor.
+func (v *verifying) subscribeFold() (check.Fold, map[uint64]string) {
+	v.t.Helper()
+	_, stats, err := check.Archive(v.n.Store()) // seqs and per-account revs in order
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	srv := httptest.NewServer(v.n.Handler())
+	defer srv.Close()
+	sub := crash.Follow(strings.TrimPrefix(srv.URL, "http://"))
+	defer sub.Close()
+	if err := sub.WaitFor(stats.Tip, 30*time.Second); err != nil {
+		v.t.Fatal(err)
+	}
+	return sub.Fold(), sub.Messages()
+}
+
+// TestKeyRotationMidTraffic: two accounts rotate their signing keys while
+// live traffic runs over every account. One announces it with an
+// #identity (its cached document is dropped and resolved again); the
+// other's #identity is lost (only the directory knows), so its first
+// commit under the new key fails with the cached key and re-resolves once.
+// Every later commit of both is archived live — no signature failure, no
+// replacement scheduled, no sync row — and /subscribe from cursor 0 folds
+// to the world for every account: nothing is lost.
+func TestKeyRotationMidTraffic(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	net, live := activeNetwork(t, ctx, oracle.Config{Accounts: 30, RecordsMean: 5, Hosts: 2, Seed: 29})
+	announced, silent := live[0], live[1]
+	v := startVerifying(t, ctx, net)
+	metric := func(name string, labels map[string]string) float64 { return promtest.Value(t, v.reg, name, labels) }
+	// The live stream starts at the relay's tip (nothing was captured): it
+	// must be connected before the traffic, or it misses the first events.
+	v.waitFor("the live firehose connection", func() bool { return net.FirehoseConnections() >= 2 })
+	resolvedBefore := metric("backstream_ident_resolutions_total", map[string]string{"result": "ok"})
+	const commits, rotateAt = 400, 100
+	traffic := make(chan error, 1)
+	go func() {
+		for i := range commits {
+			if i == rotateAt {
+				if _, err := net.Emit(func(w *world.World) (world.Event, error) { return w.RotateKey(announced) }); err != nil {
+					traffic <- err
+					return
+				}
+				if _, err := net.World().RotateKey(silent); err != nil { // its #identity lost
+					traffic <- err
+					return
+				}
+			}
+			if _, err := net.Emit(func(w *world.World) (world.Event, error) {
+				return w.CreateRecord(live[i%len(live)], "app.bsky.feed.like", "", map[string]any{"$type": "app.bsky.feed.like", "createdAt": "2024-01-01T00:00:00Z"})
+			}); err != nil {
+				traffic <- err
+				return
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+		traffic <- nil
+	}()
+	if err := <-traffic; err != nil {
+		t.Fatal(err)
+	}
+	head := uint64(net.Status().Seq)
+	v.waitFor("catch-up", func() bool { c, _ := v.n.Store().RelayCursor(); return c >= head })
+
+	if got := metric("backstream_verify_total", map[string]string{"path": "live", "outcome": "ok"}); got != commits {
+		t.Errorf("%v live commits verified, want %d", got, commits)
+	}
+	if got := metric("backstream_verify_total", map[string]string{"path": "live", "outcome": "signature"}); got != 0 {
+		t.Errorf("%v live signature failures, want 0", got)
+	}
+	if got := metric("backstream_ident_reresolved_total", nil); got != 1 {
+		t.Errorf("%v forced re-resolutions, want 1 (the silent rotation)", got)
+	}
+	// The announced rotation's refresh and the silent one's re-resolution.
+	if got := metric("backstream_ident_resolutions_total", map[string]string{"result": "ok"}) - resolvedBefore; got != 2 {
+		t.Errorf("%v network resolutions during the traffic, want 2", got)
+	}
+	for _, did := range []string{announced, silent} {
+		if st, err := v.n.Store().RepoState(did); err != nil || st.Status != archive.StatusComplete || st.Refetch != archive.RefetchNone {
+			t.Errorf("%s: %+v %v, want complete with no replacement due", did, st, err)
+		}
+	}
+	fold, msgs := v.subscribeFold()
+	for _, msg := range msgs {
+		var ev struct {
+			DID  string `json:"did"`
+			Kind string `json:"kind"`
+		}
+		if err := json.Unmarshal([]byte(msg), &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.Kind == "sync" && (ev.DID == announced || ev.DID == silent) {
+			t.Errorf("%s was replaced: %s", ev.DID, msg)
+		}
+	}
+	if checked, mism := check.Compare(fold, net.World(), nil); len(mism) > 0 {
+		t.Fatalf("%d of %d accounts differ:\n%s", len(mism), checked, check.Describe(mism, 5))
+	}
 }
