@@ -28,7 +28,9 @@ import (
 // identity faults. A repo served with a forged signature fails with class
 // signature, one served by another account's PDS with class authority,
 // neither archives a row; a DID unresolvable for a while fails with class
-// identity and comes in through the retry runner; in steady state a forged
+// identity and comes in through the retry runner, and so does one whose
+// document names no key for a while; the directory failing twice and
+// slow five times costs retries only; in steady state a forged
 // and a non-inverting #commit are dropped and their accounts replaced; an
 // account that rotates its key keeps every later commit; a genuine commit
 // dropped because the document named a wrong key comes back through the
@@ -56,6 +58,13 @@ func TestVerifyEndToEnd(t *testing.T) {
 	f.ForgedSignature(forgedRepo, oracle.Always)
 	f.Misattribute(misattributed, oracle.Always)
 	f.DIDNotFound(unresolvable, 2)
+	// A document without a signing key for a while (class identity, then
+	// the retry runner); the directory failing twice and slow five times
+	// (within the retry budget and the timeout).
+	noKey := live[9]
+	f.DIDNoKey(noKey, 2)
+	f.FailPLC(2)
+	f.SlowPLC(100*time.Millisecond, 5)
 
 	emit := func(fn func(*world.World) (world.Event, error)) oracle.Emitted {
 		t.Helper()
@@ -118,7 +127,7 @@ func TestVerifyEndToEnd(t *testing.T) {
 	// The retry runner replaces the marked accounts and brings in the
 	// unresolvable one.
 	waitFor("replacements and retries", func() bool {
-		for _, did := range []string{unresolvable, forgedCommit, nonInverting, rotated, wronged} {
+		for _, did := range []string{unresolvable, noKey, forgedCommit, nonInverting, rotated, wronged} {
 			if st, err := store.RepoState(did); err != nil || st.Status != archive.StatusComplete || st.Refetch != archive.RefetchNone {
 				return false
 			}
@@ -138,7 +147,7 @@ func TestVerifyEndToEnd(t *testing.T) {
 			t.Errorf("%s: %+v %v, want failed %q", did, st, err, class)
 		}
 	}
-	for _, did := range []string{unresolvable, forgedCommit, nonInverting, rotated, wronged} {
+	for _, did := range []string{unresolvable, noKey, forgedCommit, nonInverting, rotated, wronged} {
 		if st, err := store.RepoState(did); err != nil || st.Status != archive.StatusComplete || st.Refetch != archive.RefetchNone {
 			t.Errorf("%s: %+v %v, want complete with nothing due", did, st, err)
 		}
@@ -194,7 +203,8 @@ func TestVerifyEndToEnd(t *testing.T) {
 			t.Errorf("did:web %s: %+v %v, want complete", did, st, err)
 		}
 	}
-	for _, k := range []oracle.FaultKind{oracle.FaultForgedSignature, oracle.FaultMisattributed, oracle.FaultDIDNotFound, oracle.FaultDIDWrongKey} {
+	for _, k := range []oracle.FaultKind{oracle.FaultForgedSignature, oracle.FaultMisattributed, oracle.FaultDIDNotFound, oracle.FaultDIDWrongKey,
+		oracle.FaultDIDNoKey, oracle.FaultPLCFailing, oracle.FaultPLCSlow, oracle.FaultHandleNotResolving, oracle.FaultHandleUndeclared} {
 		if f.Fired(k) == 0 {
 			t.Errorf("fault %s never fired", k)
 		}
