@@ -140,3 +140,30 @@ func TestCheckIdentityFailingHandleHost(t *testing.T) {
 	expect(t, reg, "backstream_ident_retries_total", nil, 0)
 	expect(t, reg, "backstream_ident_handles_total", map[string]string{"result": ident.HandleUnresolved}, 1)
 }
+
+// BenchmarkCheckIdentity: the consumer-path cost of one #identity naming a
+// handle against the simulated network on loopback (a DID resolution and
+// a well-known request, both over HTTP on 127.0.0.1).
+func BenchmarkCheckIdentity(b *testing.B) {
+	n, err := oracle.Start(context.Background(), oracle.Config{Accounts: 6, RecordsMean: 3, Hosts: 2, Seed: 21, Traffic: oracle.TrafficNone})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer n.Close()
+	var a world.Account
+	for _, x := range n.World().Accounts() {
+		if x.Active {
+			a = x
+			break
+		}
+	}
+	r := ident.New(ident.Config{PLC: n.RelayURL(), Web: n.RelayURL()})
+	defer r.Close()
+	ctx := context.Background()
+	b.ResetTimer()
+	for range b.N {
+		if v, _, err := r.CheckIdentity(ctx, a.DID, a.Handle); err != nil || v != a.Handle {
+			b.Fatalf("%q %v", v, err)
+		}
+	}
+}
