@@ -3,7 +3,9 @@ package node_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
+	"math/rand/v2"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/ident"
 	"github.com/backstream/backstream/internal/promtest"
@@ -171,20 +174,8 @@ func TestVerifyEndToEnd(t *testing.T) {
 	// The identity events carry the verified handle, handle.invalid for the
 	// two that do not verify.
 	handles := map[string]string{}
-	for _, cursor := range slices.Sorted(maps.Keys(msgs)) {
-		var ev struct {
-			Kind     string `json:"kind"`
-			Identity *struct {
-				DID    string `json:"did"`
-				Handle string `json:"handle"`
-			} `json:"identity"`
-		}
-		if err := json.Unmarshal([]byte(msgs[cursor]), &ev); err != nil {
-			t.Fatal(err)
-		}
-		if ev.Kind == "identity" && ev.Identity != nil {
-			handles[ev.Identity.DID] = ev.Identity.Handle
-		}
+	for _, ev := range identityEvents(t, msgs) {
+		handles[ev.DID] = ev.Handle
 	}
 	for did, want := range map[string]string{wronged: "wronged.test", badHandles[0].Event.DID: ident.HandleInvalid,
 		badHandles[1].Event.DID: ident.HandleInvalid} {
@@ -244,6 +235,32 @@ func activeNetwork(t *testing.T, ctx context.Context, cfg oracle.Config) (*oracl
 	return net, live
 }
 
+// wireIdentity is an identity event as /subscribe serves it.
+type wireIdentity struct {
+	DID    string `json:"did"`
+	Handle string `json:"handle"`
+	Seq    int64  `json:"seq"` // the upstream seq
+}
+
+// identityEvents are the identity events of msgs (by cursor), in order.
+func identityEvents(t *testing.T, msgs map[uint64]string) []wireIdentity {
+	t.Helper()
+	var out []wireIdentity
+	for _, cursor := range slices.Sorted(maps.Keys(msgs)) {
+		var ev struct {
+			Kind     string        `json:"kind"`
+			Identity *wireIdentity `json:"identity"`
+		}
+		if err := json.Unmarshal([]byte(msgs[cursor]), &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.Kind == "identity" && ev.Identity != nil {
+			out = append(out, *ev.Identity)
+		}
+	}
+	return out
+}
+
 // verifying is a node with strict verification against a simulated
 // network's PLC directory (and its did:web and handle host), in steady
 // state.
@@ -257,7 +274,7 @@ type verifying struct {
 
 // startVerifying runs a node on net until steady state (2 minutes at most
 // for the whole test); Close and the end of ctx stop it.
-func startVerifying(t *testing.T, ctx context.Context, net *oracle.Network) *verifying {
+func startVerifying(t *testing.T, ctx context.Context, net *oracle.Network, mods ...func(*node.Config)) *verifying {
 	t.Helper()
 	phases := make(chan archive.Phase, 8)
 	v := &verifying{reg: prometheus.NewRegistry(), runErr: make(chan error, 1), deadline: time.After(2 * time.Minute), t: t}
@@ -269,6 +286,9 @@ func startVerifying(t *testing.T, ctx context.Context, net *oracle.Network) *ver
 		RetryInterval: 200 * time.Millisecond, RetryMaxDelay: time.Second, RetryScanPeriod: 100 * time.Millisecond,
 		Logger: quiet, OnPhase: func(p archive.Phase) { phases <- p },
 		Verify: &ident.Config{PLC: net.RelayURL(), Web: net.RelayURL(), Mode: ident.ModeStrict},
+	}
+	for _, mod := range mods {
+		mod(&cfg)
 	}
 	var err error
 	if v.n, err = node.New(cfg); err != nil {
@@ -407,4 +427,149 @@ func TestKeyRotationMidTraffic(t *testing.T) {
 	if checked, mism := check.Compare(fold, net.World(), nil); len(mism) > 0 {
 		t.Fatalf("%d of %d accounts differ:\n%s", len(mism), checked, check.Describe(mism, 5))
 	}
+}
+
+// TestVerifyHostileProfile: the simulated network's whole hostile profile
+// at once (every getRepo, listRepos, firehose and identity fault; live
+// commits followed now and then by invalid, forged and non-inverting ones,
+// handle changes by identity events whose handles do not verify) against
+// a verifying node. Every account ends as predicted: the four accounts
+// served a forged, another account's, an invalid-rev or a misattributed
+// repo every time fail with their class; every other active account is
+// complete with nothing due — transient shapes, a document missing, without
+// a key or naming a wrong key once, the directory failing and slow, the
+// dropped live commits, all recovered. /subscribe from cursor 0 folds to
+// the world for them, serves nothing the world never held for the failed
+// four, and carries handle.invalid for every identity event whose handle
+// does not verify.
+func TestVerifyHostileProfile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("9 s: the profile's slow (2 KiB/s), hung and rate-limited bodies; TestVerifyEndToEnd arms its identity faults one by one under -short")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	net, live := activeNetwork(t, ctx, oracle.Config{Accounts: 200, RecordsMean: 4, Hosts: 3, Seed: 41, Faults: oracle.ProfileHostile})
+	per := max(1, len(live)/200) // the profile's accounts per per-DID shape
+	v := startVerifying(t, ctx, net, func(c *node.Config) {
+		c.AttemptTimeout = time.Second // the hung body
+		c.Bootstrap.Workers = 16
+	})
+	v.waitFor("the live firehose connection", func() bool { return net.FirehoseConnections() >= 2 })
+	rng := rand.New(rand.NewPCG(41, 1))
+	for i := range 1500 {
+		did := live[rng.IntN(len(live))]
+		var err error
+		if i%20 == 0 {
+			_, err = net.Emit(func(w *world.World) (world.Event, error) { return w.SetHandle(did, fmt.Sprintf("h%d.test", i)) })
+		} else {
+			_, err = net.Emit(func(w *world.World) (world.Event, error) {
+				return w.CreateRecord(did, "app.bsky.feed.like", "", map[string]any{"$type": "app.bsky.feed.like", "createdAt": "2024-01-01T00:00:00Z"})
+			})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	head := uint64(net.Status().Seq)
+	store := v.n.Store()
+	v.waitFor("catch-up", func() bool { c, _ := store.RelayCursor(); return c >= head })
+	failed := map[string]string{}
+	settled := func() bool {
+		clear(failed)
+		for _, did := range live {
+			st, err := store.RepoState(did)
+			switch {
+			case err != nil:
+				return false
+			case st.Status == archive.StatusFailed:
+				failed[did] = st.ErrClass
+			case st.Status != archive.StatusComplete || st.Refetch != archive.RefetchNone:
+				return false
+			}
+		}
+		return len(failed) == 4*per
+	}
+	v.waitFor("every account settled", settled)
+	passes := v.n.Retrier().Status().Passes
+	v.waitFor("retry drained", func() bool {
+		st := v.n.Retrier().Status()
+		return st.Passes >= passes+2 && st.InFlight == 0 && settled()
+	})
+	byClass := map[string]int{}
+	for _, class := range failed {
+		byClass[class]++
+	}
+	for _, class := range []string{ident.ClassSignature, ident.ClassAuthority, backfill.ClassWrongDID, backfill.ClassBadCommit} {
+		if byClass[class] != per {
+			t.Errorf("failed %s: %d, want %d (all: %v)", class, byClass[class], per, byClass)
+		}
+	}
+	fold, msgs := v.subscribeFold()
+	for did := range failed {
+		for p := range fold[did] {
+			if _, ok := net.World().Records(did)[p]; !ok {
+				t.Errorf("failed %s: /subscribe serves %s, which the world never held", did, p)
+			}
+		}
+	}
+	checked, mism := check.Compare(fold, net.World(), func(a world.Account) bool {
+		_, bad := failed[a.DID]
+		return (a.Active || a.Status == world.StatusDeleted) && !bad
+	})
+	if len(mism) > 0 {
+		t.Fatalf("%d of %d accounts differ:\n%s", len(mism), checked, check.Describe(mism, 5))
+	}
+	// Identity events: the handle of a bad one is handle.invalid on the wire.
+	evs, err := net.Events()
+	if err != nil {
+		t.Fatal(err)
+	}
+	badSeqs := map[int64]bool{}
+	for _, e := range evs {
+		if e.Identity != nil && e.Invalid != "" {
+			badSeqs[e.Seq] = true
+		}
+	}
+	// Every bad one is served with handle.invalid; an account's last one
+	// names the handle it holds now, unless it is a bad one. (An earlier
+	// genuine one checked after a later rename is handle.invalid too: the
+	// handle is no longer the account's.)
+	invalid := 0
+	type served struct {
+		handle string
+		bad    bool
+	}
+	last := map[string]served{}
+	for _, ev := range identityEvents(t, msgs) {
+		bad := badSeqs[ev.Seq]
+		if bad {
+			invalid++
+			if ev.Handle != ident.HandleInvalid {
+				t.Errorf("bad handle event (upstream seq %d) served with handle %q", ev.Seq, ev.Handle)
+			}
+		}
+		last[ev.DID] = served{ev.Handle, bad}
+	}
+	for did, l := range last {
+		want := ident.HandleInvalid
+		if a, _ := net.World().Account(did); !l.bad {
+			want = a.Handle
+		}
+		if l.handle != want {
+			t.Errorf("%s: last identity event served with handle %q, want %q", did, l.handle, want)
+		}
+	}
+	f := net.Faults()
+	for _, k := range []oracle.FaultKind{oracle.FaultForgedSignature, oracle.FaultMisattributed, oracle.FaultDIDNotFound, oracle.FaultDIDNoKey,
+		oracle.FaultDIDWrongKey, oracle.FaultPLCFailing, oracle.FaultPLCSlow, oracle.FaultForgedCommit, oracle.FaultNonInverting,
+		oracle.FaultHandleNotResolving, oracle.FaultHandleUndeclared, oracle.FaultInvalidRevCommit, oracle.FaultInvalidPathCommit} {
+		if f.Fired(k) == 0 {
+			t.Errorf("fault %s never fired", k)
+		}
+	}
+	if invalid == 0 || int64(invalid) != f.Fired(oracle.FaultHandleNotResolving)+f.Fired(oracle.FaultHandleUndeclared) {
+		t.Errorf("%d identity events served with handle.invalid, %d bad handles emitted", invalid,
+			f.Fired(oracle.FaultHandleNotResolving)+f.Fired(oracle.FaultHandleUndeclared))
+	}
+	t.Logf("%d active accounts, %d fold to the world, failed %v; %d events served; fired %v", len(live), checked, byClass, len(msgs), f.FiredAll())
 }
