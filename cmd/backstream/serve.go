@@ -541,7 +541,8 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 		log.Info("building the simulated network (--devnet)", "accounts", env.fs.get("devnet-accounts"))
 		net, err := oracle.Start(ctx, oracle.Config{
 			Listen: env.fs.str("devnet-listen"), Accounts: env.fs.get("devnet-accounts").(int),
-			Rate: env.fs.get("devnet-rate").(float64), Logger: log.With("component", "devnet"),
+			WebDIDs: oracle.DevnetWebDIDs(env.fs.get("devnet-accounts").(int)),
+			Rate:    env.fs.get("devnet-rate").(float64), Logger: log.With("component", "devnet"),
 		})
 		if err != nil {
 			return fmt.Errorf("%w: --devnet: %v", errUsage, err)
