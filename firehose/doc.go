@@ -25,8 +25,11 @@
 //     active account due for a replacement (RefetchUnverified); capture
 //     submits that mark to the archive writer (Config.MarkWriter), since the
 //     account's snapshot may predate the dropped commit. Warn counts and
-//     archives. #identity frames invalidate the cached document. The
-//     rev order of sync 1.1 is the writer's ratchet.
+//     archives. #identity frames invalidate the cached document, and the
+//     handle one names is verified both ways (ident.Resolver.CheckIdentity):
+//     strict archives the verdict, the handle or handle.invalid (what
+//     /subscribe's identity events then carry); warn archives the handle as
+//     sent and counts. The rev order of sync 1.1 is the writer's ratchet.
 //   - LastAccepted, LastDurable, Started, OutdatedCursor, Behind,
 //     AcceptedSince; NewMetrics.
 //

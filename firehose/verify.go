@@ -6,7 +6,8 @@ package firehose
 // #commit's ops must match its MST and invert to its prevData (sync 1.1),
 // and the commit's signature must verify with the account's key (one
 // re-resolution on a mismatch, for a rotated key). An #identity frame drops
-// the account's cached document.
+// the account's cached document and has the handle it names verified both
+// ways; strict mode archives the verdict (the handle or handle.invalid).
 
 import (
 	"bytes"
@@ -37,8 +38,10 @@ func (c *Consumer) verify(ctx context.Context, f *upstream.Frame) (string, error
 		return "", nil
 	}
 	if f.Identity != nil {
-		id.Invalidate(f.Identity.Did)
-		return "", nil
+		if !upstream.ValidDID(f.Identity.Did) {
+			return "", nil // Rows drops the whole event
+		}
+		return "", c.checkIdentity(ctx, f.Identity)
 	}
 	var did string
 	var commit *repo.Commit
@@ -73,6 +76,25 @@ func (c *Consumer) verify(ctx context.Context, f *upstream.Frame) (string, error
 		return "", nil
 	}
 	return outcome, nil
+}
+
+// checkIdentity refreshes an #identity frame's account and verifies the
+// handle it names (ident.Resolver.CheckIdentity); in strict mode the frame
+// then carries the verdict (the handle, or handle.invalid), in warn mode
+// the handle as sent.
+func (c *Consumer) checkIdentity(ctx context.Context, b *comatproto.SyncSubscribeRepos_Identity) error {
+	var handle string
+	if b.Handle != nil {
+		handle = *b.Handle
+	}
+	verdict, _, err := c.cfg.Identity.CheckIdentity(ctx, b.Did, handle)
+	if err != nil {
+		return fmt.Errorf("firehose: identity of %s: %w", b.Did, err)
+	}
+	if handle != "" && c.cfg.Identity.Mode() == ident.ModeStrict {
+		b.Handle = &verdict
+	}
+	return nil
 }
 
 // guarded runs a check of hostile blocks through indigo's repo and MST

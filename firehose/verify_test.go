@@ -35,7 +35,7 @@ func startVerify(t *testing.T, n *oracle.Network, mode ident.Mode) *verifyRun {
 			t.Fatalf("seed %s: %v %v", did, err, r.Refused)
 		}
 	}
-	id := ident.New(ident.Config{PLC: n.RelayURL(), Mode: mode, Metrics: ident.NewMetrics(v.reg)})
+	id := ident.New(ident.Config{PLC: n.RelayURL(), Web: n.RelayURL(), Mode: mode, Metrics: ident.NewMetrics(v.reg)})
 	zero := int64(0)
 	v.c, _ = newConsumer(t, Config{Relay: n.RelayURL(), Writer: wr, Mode: ModeLive, Cursor: &zero, Identity: id,
 		Now: func() time.Time { return v.now }})
@@ -230,5 +230,57 @@ func TestLiveSyncVerification(t *testing.T) {
 	}
 	if got := promtest.Value(t, v.reg, "backstream_verify_total", map[string]string{"path": "live", "outcome": "signature"}); got != 1 {
 		t.Fatalf("signature failures %v, want 1", got)
+	}
+}
+
+// TestIdentityHandleVerification: the handle an #identity names is archived
+// only when it verifies both ways: a genuine handle change carries its
+// handle; an event claiming another account's handle (the document claims
+// it, it resolves to the other account) and one naming an alias its
+// document does not declare carry handle.invalid, counted; an event naming
+// no handle stays without one. Warn mode archives the handles as sent and
+// counts the failures.
+func TestIdentityHandleVerification(t *testing.T) {
+	for _, mode := range []ident.Mode{ident.ModeStrict, ident.ModeWarn} {
+		t.Run(mode.String(), func(t *testing.T) {
+			n := startNetwork(t, oracle.Config{Seed: 34, Accounts: 8})
+			v := startVerify(t, n, mode)
+			dids := activeDIDs(n.World())
+			renamed, claimer, aliased := dids[0], dids[1], dids[2]
+			v.emit(t, func(w *world.World) (world.Event, error) { return w.SetHandle(renamed, "renamed.test") })
+			claim, err := n.EmitBadHandle(claimer, oracle.FaultHandleNotResolving)
+			if err != nil {
+				t.Fatal(err)
+			}
+			alias, err := n.EmitBadHandle(aliased, oracle.FaultHandleUndeclared)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v.emit(t, like(claimer)) // its commits still verify
+			waitCaughtUp(t, n, v.c, nil)
+			want := map[string]string{renamed: "renamed.test", claimer: ident.HandleInvalid, aliased: ident.HandleInvalid}
+			if mode == ident.ModeWarn {
+				want[claimer], want[aliased] = *claim.Event.Identity.Handle, *alias.Event.Identity.Handle
+			}
+			got := map[string]string{}
+			for _, r := range readLog(t, v.s, false) {
+				if r.Kind == archive.KindIdentity {
+					got[r.DID] = r.Handle
+				}
+			}
+			for did, h := range want {
+				if got[did] != h {
+					t.Errorf("%s: archived handle %q, want %q", did, got[did], h)
+				}
+			}
+			for result, want := range map[string]float64{ident.HandleOK: 1, ident.HandleMismatch: 1, ident.HandleUndeclared: 1} {
+				if got := promtest.Value(t, v.reg, "backstream_ident_handles_total", map[string]string{"result": result}); got != want {
+					t.Errorf("handles_total{%s} = %v, want %v", result, got, want)
+				}
+			}
+			if st, _ := v.s.RepoState(claimer); st.Refetch != archive.RefetchNone {
+				t.Errorf("a bad handle marked its account for a replacement: %+v", st)
+			}
+		})
 	}
 }

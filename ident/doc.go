@@ -4,8 +4,9 @@
 // atproto_pds endpoint, the handle it declares — and the commit-signature
 // check built on them.
 //
-// Resolution goes through indigo's atproto/identity BaseDirectory (handle
-// verification skipped: the archive needs keys and endpoints), behind
+// Resolution goes through indigo's atproto/identity BaseDirectory (no
+// handle check on a lookup: the archive needs keys and endpoints; handles
+// are checked when an #identity names one, CheckIdentity), behind
 //
 //   - a bounded in-memory cache (CacheSize entries, least recently used
 //     evicted) whose entries are trusted for TTL;
@@ -44,8 +45,26 @@
 // (sharing its flight), never to the durable copy, so a changed document is
 // seen at once, and one resolution follows an invalidation whatever the
 // interleaving (a flight finds a document fetched since it was wanted and
-// does not resolve again). The handle kept is the one the document declares; it is
-// not bidirectionally verified here.
+// does not resolve again).
+//
+// CheckIdentity is an #identity event's part: Invalidate, then the handle
+// the event names verified both ways, as atproto specifies — the fresh
+// document declares it (first at:// alsoKnownAs) and it resolves back to
+// the DID (DNS TXT, then https://<handle>/.well-known/atproto-did), under
+// the same concurrency limit and timeout, in one attempt (it runs on the
+// firehose's path and a handle host is anyone's); it returns the
+// handle or HandleInvalid, which the firehose archives (strict), counted
+// by result (backstream_ident_handles_total). Info.Handle, and the handle
+// of ident/<did>, is that verdict ("" until an #identity named one; a
+// resolution in between keeps it).
+//
+// Every request of the resolver's own client goes through Config.Dial:
+// node wires upstream's address policy (upstream.Client.GuardedDial), so a
+// did:web or handle host on a private, loopback, link-local or metadata
+// address is refused (not retried) unless it is the relay's or the
+// configured PLC's own address. Config.Web sends every did:web and
+// handle request to one base URL, naming the host in the Host header: the
+// simulated network on loopback answers them there.
 //
 // Log lines: one Warn line per minute per kind of trip (verification
 // failures by path and outcome, resolutions failed past their retries,

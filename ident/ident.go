@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"sync"
@@ -25,6 +26,7 @@ import (
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/internal/loglimit"
+	"github.com/backstream/backstream/upstream"
 )
 
 // Defaults of Config.
@@ -67,10 +69,15 @@ type Info struct {
 	KeyMultibase string
 	// PDS is the atproto_pds endpoint URL ("" when none).
 	PDS string
-	// Handle is the handle the document declares ("" when none); not
-	// bidirectionally verified.
+	// Handle is the verdict of the last #identity event that named a
+	// handle (CheckIdentity): the handle verified both ways, or
+	// HandleInvalid; "" when none was checked since the DID was first
+	// resolved or last invalidated. A resolution in between keeps it.
 	Handle    string
 	FetchedAt time.Time
+	// declared is the handle the document declares (its first at://
+	// alsoKnownAs); set only on a document resolved in this process.
+	declared string
 }
 
 // PDSHost is host[:port] of the PDS endpoint ("" when none or unparsable),
@@ -111,7 +118,19 @@ type Config struct {
 	Persist func(ctx context.Context, did string, v archive.Ident) error
 	// Mode is the verification mode the callers apply (Resolver.Mode).
 	Mode Mode
-	// HTTPClient overrides the client built from Timeout (tests).
+	// Web, when set (an http(s) base URL), receives every did:web document
+	// and handle well-known request in place of https://<name>, with the
+	// name as the Host header, and handles are not looked up in DNS: the
+	// simulated network answers them all by Host. "" (production): each
+	// name is asked directly.
+	Web string
+	// Dial, when set, makes every connection of the resolver's own client
+	// (node wires upstream's address policy, Client.GuardedDial: a did:web
+	// or handle host on a private, loopback or metadata address is
+	// refused); no proxy is used then.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// HTTPClient overrides the client built from Timeout, Dial and Web
+	// (tests).
 	HTTPClient *http.Client
 	Metrics    *Metrics
 	Logger     *slog.Logger
@@ -191,7 +210,7 @@ func New(cfg Config) *Resolver {
 	cfg.defaults()
 	hc := cfg.HTTPClient
 	if hc == nil {
-		hc = &http.Client{Timeout: cfg.Timeout, Transport: capBodies{http.DefaultTransport}}
+		hc = &http.Client{Timeout: cfg.Timeout, Transport: capBodies{cfg.transport()}}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Resolver{
@@ -432,39 +451,57 @@ func (r *Resolver) resolve(ctx context.Context, did string) (*Info, error) {
 		r.m.resolution(resultNotFound)
 		return nil, fmt.Errorf("%w: %s: %w", ErrUnresolvable, did, err)
 	}
+	var id *identity.Identity
+	attempts, err := r.withRetries(ctx, did, func(ctx context.Context) error {
+		t0 := time.Now()
+		var err error
+		id, err = r.fetch(ctx, d)
+		r.m.observe(time.Since(t0).Seconds())
+		return err
+	}, func(err error) bool {
+		// A refused address is refused again: not worth a retry.
+		return errors.Is(err, identity.ErrDIDNotFound) || errors.Is(err, upstream.ErrForbiddenRedirect)
+	})
+	switch {
+	case err == nil:
+		return r.accept(ctx, did, id)
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("ident: %s: %w", did, ctx.Err())
+	case errors.Is(err, identity.ErrDIDNotFound):
+		r.m.resolution(resultNotFound)
+		return nil, fmt.Errorf("%w: %s: %w", ErrUnresolvable, did, err)
+	}
+	r.m.resolution(resultFailed)
+	r.logTrip("failed", "ident: DID resolution failed past its retries", "did", did, "attempts", attempts, "err", loglimit.Clip(err.Error(), 512))
+	return nil, fmt.Errorf("%w: %s: after %d attempts: %w", ErrUnresolvable, did, attempts, err)
+}
+
+// withRetries runs try under one of the Concurrency slots (a wait for one
+// counted), again after a backoff while it fails, up to the retry budget;
+// an error that is permanent, or the end of ctx, stops it at once. It
+// returns the attempts made and the last error.
+func (r *Resolver) withRetries(ctx context.Context, what string, try func(context.Context) error, permanent func(error) bool) (int, error) {
 	select {
 	case r.slots <- struct{}{}:
 	default:
 		r.m.limited()
-		r.logTrip("limited", "ident: DID resolutions waiting for a slot", "concurrency", r.cfg.Concurrency)
+		r.logTrip("limited", "ident: resolutions waiting for a slot", "concurrency", r.cfg.Concurrency)
 		select {
 		case r.slots <- struct{}{}:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("ident: %s: %w", did, ctx.Err())
+			return 0, fmt.Errorf("ident: %s: %w", what, ctx.Err())
 		}
 	}
 	defer func() { <-r.slots }()
 	policy := backoff.Policy{Base: r.cfg.BackoffBase, Max: r.cfg.BackoffMax}
 	for attempt := 0; ; attempt++ {
-		t0 := time.Now()
-		id, err := r.fetch(ctx, d)
-		r.m.observe(time.Since(t0).Seconds())
-		switch {
-		case err == nil:
-			return r.accept(ctx, did, id)
-		case ctx.Err() != nil:
-			return nil, fmt.Errorf("ident: %s: %w", did, ctx.Err())
-		case errors.Is(err, identity.ErrDIDNotFound):
-			r.m.resolution(resultNotFound)
-			return nil, fmt.Errorf("%w: %s: %w", ErrUnresolvable, did, err)
-		case attempt >= r.cfg.Retries:
-			r.m.resolution(resultFailed)
-			r.logTrip("failed", "ident: DID resolution failed past its retries", "did", did, "attempts", attempt+1, "err", loglimit.Clip(err.Error(), 512))
-			return nil, fmt.Errorf("%w: %s: after %d attempts: %w", ErrUnresolvable, did, attempt+1, err)
+		err := try(ctx)
+		if err == nil || ctx.Err() != nil || permanent(err) || attempt >= r.cfg.Retries {
+			return attempt + 1, err
 		}
 		r.m.retry()
 		if err := r.cfg.Sleep(ctx, policy.Delay(attempt, r.cfg.Rand())); err != nil {
-			return nil, fmt.Errorf("ident: %s: %w", did, err)
+			return attempt + 1, fmt.Errorf("ident: %s: %w", what, err)
 		}
 	}
 }
@@ -482,7 +519,10 @@ func (r *Resolver) accept(ctx context.Context, did string, id *identity.Identity
 	now := r.cfg.Now()
 	info := &Info{DID: did, PDS: id.PDSEndpoint(), FetchedAt: now}
 	if h, err := id.DeclaredHandle(); err == nil {
-		info.Handle = h.String()
+		info.declared = h.Normalize().String()
+	}
+	if prev, _, ok := r.cache.get(did, now); ok && prev != nil {
+		info.Handle = prev.Handle // the last #identity verdict stands
 	}
 	k, err := id.PublicKey()
 	if err != nil {
@@ -491,16 +531,22 @@ func (r *Resolver) accept(ctx context.Context, did string, id *identity.Identity
 	}
 	info.Key, info.KeyMultibase = k, k.Multibase()
 	r.m.resolution(resultOK)
-	r.cache.put(did, info, now.Add(r.cfg.TTL))
-	r.m.entries(r.cache.len())
-	if r.cfg.Persist != nil {
-		v := archive.Ident{Key: info.KeyMultibase, PDS: info.PDS, Handle: info.Handle, FetchedUS: max(now.UnixMicro(), 1)}
-		if err := r.cfg.Persist(ctx, did, v); err != nil {
-			r.m.persistFailed()
-			r.logTrip("persist", "ident: a resolved document could not be submitted for ident/", "err", err)
-		}
-	}
+	r.keep(ctx, info)
 	return info, nil
+}
+
+// keep caches info until its TTL runs out and writes it back to ident/.
+func (r *Resolver) keep(ctx context.Context, info *Info) {
+	r.cache.put(info.DID, info, info.FetchedAt.Add(r.cfg.TTL))
+	r.m.entries(r.cache.len())
+	if r.cfg.Persist == nil {
+		return
+	}
+	v := archive.Ident{Key: info.KeyMultibase, PDS: info.PDS, Handle: info.Handle, FetchedUS: max(info.FetchedAt.UnixMicro(), 1)}
+	if err := r.cfg.Persist(ctx, info.DID, v); err != nil {
+		r.m.persistFailed()
+		r.logTrip("persist", "ident: a resolved document could not be submitted for ident/", "err", err)
+	}
 }
 
 // VerifyCommit checks c's signature with did's current key (Lookup, then

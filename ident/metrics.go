@@ -34,6 +34,7 @@ var (
 	cacheTiers        = []string{tierMemory, tierStore, tierMiss}
 	verifyPaths       = []string{PathBackfill, PathLive}
 	verifyOutcomes    = []string{OutcomeOK, OutcomeIdentity, OutcomeSignature, OutcomeAuthority, OutcomeInversion, OutcomeRev}
+	handleResults     = []string{HandleOK, HandleBadSyntax, HandleNoDocument, HandleUndeclared, HandleUnresolved, HandleMismatch}
 )
 
 // Metrics counts resolutions and verifications. Build with NewMetrics.
@@ -49,6 +50,7 @@ type Metrics struct {
 	entriesG    prometheus.Gauge
 	seconds     prometheus.Histogram
 	verified    *prometheus.CounterVec // path, outcome
+	handles     *prometheus.CounterVec // result
 }
 
 // NewMetrics registers the metrics on reg (nil: unregistered, still usable):
@@ -61,6 +63,8 @@ type Metrics struct {
 //     backstream_ident_refresh_errors_total (a background refresh failed)
 //   - backstream_ident_cache_entries, backstream_ident_resolve_seconds
 //   - backstream_verify_total{path=backfill|live, outcome=ok|identity|signature|authority|inversion|rev}
+//   - backstream_ident_handles_total{result=ok|syntax|no_document|undeclared|unresolved|mismatch}:
+//     handles named by #identity events, by the bidirectional check's result
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		resolutions: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -100,6 +104,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "backstream_verify_total",
 			Help: "Signature and authority verifications of repositories (backfill) and commits (live), by outcome.",
 		}, []string{"path", "outcome"}),
+		handles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backstream_ident_handles_total",
+			Help: "Handles named by #identity events, by the result of their bidirectional check (anything but ok is archived as handle.invalid).",
+		}, []string{"result"}),
 	}
 	for _, r := range resolutionResults {
 		m.resolutions.WithLabelValues(r)
@@ -112,9 +120,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.verified.WithLabelValues(p, o)
 		}
 	}
+	for _, r := range handleResults {
+		m.handles.WithLabelValues(r)
+	}
 	if reg != nil {
 		reg.MustRegister(m.resolutions, m.lookups, m.retries, m.limitedC, m.reresolve, m.invalidate,
-			m.persistErr, m.staleErr, m.entriesG, m.seconds, m.verified)
+			m.persistErr, m.staleErr, m.entriesG, m.seconds, m.verified, m.handles)
 	}
 	return m
 }
@@ -183,5 +194,11 @@ func (m *Metrics) observe(s float64) {
 func (m *Metrics) Verified(path, outcome string) {
 	if m != nil {
 		m.verified.WithLabelValues(path, outcome).Inc()
+	}
+}
+
+func (m *Metrics) handle(result string) {
+	if m != nil {
+		m.handles.WithLabelValues(result).Inc()
 	}
 }

@@ -463,6 +463,7 @@ func (n *Node) resolver(reg prometheus.Registerer) *ident.Resolver {
 	}
 	c := *n.cfg.Verify
 	c.Store, c.Metrics, c.Logger, c.Now = n.store, ident.NewMetrics(reg), n.log.With("component", "ident"), n.cfg.Now
+	guardIdent(&c, n.client)
 	c.Persist = func(ctx context.Context, did string, v archive.Ident) error {
 		b, err := archive.EncodeIdent(v)
 		if err != nil {
@@ -471,6 +472,16 @@ func (n *Node) resolver(reg prometheus.Registerer) *ident.Resolver {
 		return n.w.Submit(ctx, &archive.Unit{Puts: []archive.KV{{Key: archive.IdentKey(did), Value: b}}})
 	}
 	return ident.New(c)
+}
+
+// guardIdent gives the resolver's own client the address policy of the
+// relay's redirects (DID documents and handles name hosts anyone chooses),
+// the configured PLC directory and Web exempt, unless c brings its own
+// dialer or client.
+func guardIdent(c *ident.Config, client *upstream.Client) {
+	if c.Dial == nil && c.HTTPClient == nil {
+		c.Dial = client.GuardedDial(c.PLC, c.Web)
+	}
 }
 
 // steady are the components that run in steady state: the retry runner,

@@ -39,6 +39,10 @@ const (
 	DefaultWriteTimeout     = 30 * time.Second
 )
 
+// DevnetWebDIDs is how many of accounts the demo network makes did:web:
+// one in a hundred.
+func DevnetWebDIDs(accounts int) int { return accounts / 100 }
+
 // Limits enforced by Config validation.
 const (
 	maxAccounts      = 10_000_000
@@ -69,6 +73,10 @@ type Config struct {
 	// SlowHostDelay late (Faults.SlowHost); a zero delay is no slow host.
 	SlowHost      int
 	SlowHostDelay time.Duration
+	// WebDIDs accounts (the last by index) are did:web (world.Config.WebDIDs);
+	// the relay serves their documents at /.well-known/did.json by Host.
+	// 0: none; DevnetWebDIDs is the demo's share.
+	WebDIDs int
 
 	Retention        int           // max events kept in the firehose history; 0 = unlimited
 	SubscriberBuffer int           // live events a subscriber may lag before ConsumerTooSlow; default 100000
@@ -134,6 +142,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Accounts < 0 || c.Accounts > maxAccounts:
 		return bad("accounts", c.Accounts, fmt.Sprintf("must be 1..%d", maxAccounts))
+	case c.WebDIDs < 0 || c.WebDIDs > c.Accounts:
+		return bad("web_dids", c.WebDIDs, "must be 0..accounts")
 	case c.RecordsMean < 0 || c.RecordsMean > maxRecordsMean:
 		return bad("records", c.RecordsMean, fmt.Sprintf("must be 1..%d", maxRecordsMean))
 	case c.Hosts < 0 || c.Hosts > maxHosts:

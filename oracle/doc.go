@@ -74,8 +74,15 @@
 // #commits signed by ForeignKey or whose ops do not invert to their
 // prevData (ForgedCommits; world.ForgedSignatureCommit,
 // world.NonInvertingCommit), not applied to the world. world.RotateKey
-// gives an account a new key, announced by an #identity event. The hostile
-// profile arms all of them.
+// gives an account a new key, announced by an #identity event. The relay
+// also answers what a resolver asks a did:web or handle host, by the
+// request's Host (ident.Config.Web): /.well-known/did.json for the
+// did:web accounts (Config.WebDIDs) and /.well-known/atproto-did for every
+// current handle; BadHandles follows an #identity with a one-off one naming
+// a handle that fails the bidirectional check (EmitBadHandle: another
+// account's handle that the document claims, or an alias resolving to the
+// account that its document does not declare). The hostile profile arms
+// all of them.
 //
 // It must not be imported by production packages (only cmd/backstream wires
 // it, for `devnet`); it holds no global state. World data and mutations live

@@ -63,6 +63,11 @@ const (
 	FaultPLCFailing      FaultKind = "plc_failing"      // a DID document request answered 500
 	FaultForgedCommit    FaultKind = "forged_commit"    // one-off #commit signed by a key that is not the account's, not applied
 	FaultNonInverting    FaultKind = "non_inverting"    // one-off #commit whose ops do not invert to its prevData, not applied
+
+	// Handle faults: one-off #identity events naming a handle that does not
+	// verify both ways (handles.go), not applied.
+	FaultHandleNotResolving FaultKind = "handle_not_resolving" // another account's handle, declared by the document but resolving to that account
+	FaultHandleUndeclared   FaultKind = "handle_undeclared"    // a handle resolving to the account that its document does not declare
 )
 
 // PrivateRedirectTarget is where RedirectPrivate sends getRepo: an RFC 1918
@@ -139,6 +144,9 @@ type Faults struct {
 	plcSlow    time.Duration      // FaultPLCSlow delay
 	plcSlowN   int
 	plcFailN   int
+	badHandles float64                // BadHandles rate
+	claims     map[string]handleClaim // DID → FaultHandleNotResolving document override
+	aliases    map[string]string      // FaultHandleUndeclared handle → DID
 	fired      map[FaultKind]int64
 }
 
@@ -166,6 +174,7 @@ func (f *Faults) Clear() {
 	f.misattr = make(map[string]int)
 	f.misServe = make(map[string]int)
 	f.plcSlow, f.plcSlowN, f.plcFailN = 0, 0, 0
+	f.badHandles, f.claims, f.aliases = 0, make(map[string]handleClaim), make(map[string]string)
 	if f.fired == nil {
 		f.fired = make(map[FaultKind]int64)
 	}
@@ -858,6 +867,7 @@ func (f *Faults) applyHostile() {
 	f.FailPLC(2)
 	f.SlowPLC(200*time.Millisecond, 5)
 	f.ForgedCommits(0.002)
+	f.BadHandles(0.05)
 }
 
 // describe is a one-line summary of the armed plan, for logs.

@@ -618,7 +618,8 @@ func TestFaultProfiles(t *testing.T) {
 		}
 		fh := n.Faults().firehose()
 		if fh.disconnectEvery == 0 || fh.malformed == 0 || fh.duplicate == 0 || n.Faults().seqGapRate() == 0 ||
-			n.Faults().hostileCommitRate() == 0 || n.Faults().forgedCommitRate() == 0 || n.Faults().longCursorSize() != 4096 {
+			n.Faults().hostileCommitRate() == 0 || n.Faults().forgedCommitRate() == 0 || n.Faults().badHandleRate() == 0 ||
+			n.Faults().longCursorSize() != 4096 {
 			t.Fatalf("hostile firehose/cursor faults %+v", fh)
 		}
 	})
@@ -804,6 +805,7 @@ func TestFaultHostileProfileTraffic(t *testing.T) {
 	n := startNet(t, cfg)
 	n.Faults().HostileCommits(0.05) // the profile's rates, raised so a short run sees every kind
 	n.Faults().ForgedCommits(0.05)
+	n.Faults().BadHandles(0.5)
 	deadline := time.Now().Add(20 * time.Second)
 	for !n.Status().Done {
 		if time.Now().After(deadline) {
@@ -815,7 +817,8 @@ func TestFaultHostileProfileTraffic(t *testing.T) {
 		t.Fatalf("traffic stopped: %v", err)
 	}
 	if n.Faults().Fired(FaultInvalidRevCommit) == 0 || n.Faults().Fired(FaultInvalidPathCommit) == 0 ||
-		n.Faults().Fired(FaultForgedCommit) == 0 || n.Faults().Fired(FaultNonInverting) == 0 {
+		n.Faults().Fired(FaultForgedCommit) == 0 || n.Faults().Fired(FaultNonInverting) == 0 ||
+		n.Faults().Fired(FaultHandleNotResolving) == 0 || n.Faults().Fired(FaultHandleUndeclared) == 0 {
 		t.Fatalf("fired %v", n.Faults().FiredAll())
 	}
 	evs, err := n.Events()

@@ -99,7 +99,7 @@ func Start(ctx context.Context, cfg Config) (*Network, error) {
 	}
 	cfg = cfg.withDefaults()
 	w, err := world.Build(world.Config{
-		Seed: cfg.Seed, Accounts: cfg.Accounts, RecordsMean: cfg.RecordsMean, Hosts: cfg.Hosts,
+		Seed: cfg.Seed, Accounts: cfg.Accounts, RecordsMean: cfg.RecordsMean, Hosts: cfg.Hosts, WebDIDs: cfg.WebDIDs,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("oracle: start: build world: %w", err)
@@ -320,6 +320,9 @@ func (n *Network) Emit(mutate func(w *world.World) (world.Event, error)) (Emitte
 		return out, err
 	}
 	if err := n.maybeForgedCommit(ev); err != nil {
+		return out, err
+	}
+	if err := n.maybeBadHandle(ev); err != nil {
 		return out, err
 	}
 	return out, nil

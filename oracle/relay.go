@@ -41,6 +41,8 @@ func (n *Network) relayMux() http.Handler {
 		writeJSON(w, http.StatusOK, n.Status())
 	})
 	mux.HandleFunc("GET /{did}", n.handleDIDDoc)
+	mux.HandleFunc("GET /.well-known/did.json", n.handleWebDIDDoc)
+	mux.HandleFunc("GET /.well-known/atproto-did", n.handleAtprotoDID)
 	mux.HandleFunc("/xrpc/{method}", func(w http.ResponseWriter, r *http.Request) {
 		writeXRPCError(w, http.StatusNotImplemented, "MethodNotImplemented", "method not implemented: "+r.PathValue("method"))
 	})
@@ -357,13 +359,20 @@ type didService struct {
 	ServiceEndpoint string `json:"serviceEndpoint"`
 }
 
-// handleDIDDoc serves GET /<did> like plc.directory: 404 for unknown DIDs.
+// handleDIDDoc serves GET /<did> like plc.directory: 404 for unknown DIDs
+// and for anything but a did:plc.
 func (n *Network) handleDIDDoc(w http.ResponseWriter, r *http.Request) {
 	did, err := url.PathUnescape(r.PathValue("did"))
-	if err != nil || !strings.HasPrefix(did, "did:") {
+	if err != nil || !strings.HasPrefix(did, "did:plc:") {
 		writeJSON(w, http.StatusNotFound, map[string]string{"message": "not found"})
 		return
 	}
+	n.serveDIDDoc(w, r, did)
+}
+
+// serveDIDDoc serves did's document (PLC or did:web), 404 for unknown DIDs,
+// with the document faults applied.
+func (n *Network) serveDIDDoc(w http.ResponseWriter, r *http.Request, did string) {
 	acct, ok := n.w.Account(did)
 	if !ok || acct.Host < 0 || acct.Host >= len(n.hosts) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"message": "DID not registered: " + did})
@@ -396,7 +405,7 @@ func (n *Network) handleDIDDoc(w http.ResponseWriter, r *http.Request) {
 			"https://w3id.org/security/suites/secp256k1-2019/v1",
 		},
 		ID:          did,
-		AlsoKnownAs: []string{"at://" + acct.Handle},
+		AlsoKnownAs: []string{"at://" + n.faults.declaredHandle(did, acct.Handle)},
 		VerificationMethod: []verificationMethod{{
 			ID: did + "#atproto", Type: "Multikey", Controller: did, PublicKeyMultibase: acct.PublicKeyMultibase,
 		}},

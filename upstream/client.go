@@ -120,6 +120,7 @@ type Client struct {
 	http      *http.Client
 	bufs      sync.Pool
 	trips     *trips
+	dialer    *guardedDialer
 	scratch   *scratchSpace
 	hosts     *hostSlots
 	pace      *pacer
@@ -206,6 +207,7 @@ func New(relayURL string, opts Options) (*Client, error) {
 		timeout:   opts.ConnectTimeout,
 		metrics:   opts.Metrics,
 	}
+	c.dialer = g
 	c.transport = &http.Transport{
 		Proxy:                 nil, // a proxy would bypass the dial-time guard
 		DialContext:           g.DialContext,

@@ -50,7 +50,9 @@
 //     only on the relay's own port or a declared Options.LoopbackHosts
 //     port, so a relay cannot send getRepo to another local server, such
 //     as backstream's own /debug/pprof), and redirect URLs are checked
-//     before any dial.
+//     before any dial. Client.GuardedDial hands the same dial-time check to
+//     package ident for DID documents and handles (did:web and handle
+//     hosts are anyone's), with the operator's PLC directory exempt too.
 //   - Timeouts: connect (resolve+dial+TLS), response header, and idle body
 //     (no byte for IdleBodyTimeout → ErrIdleTimeout, transient). The caller's
 //     ctx deadline covers the whole attempt and, when it ends, the error is

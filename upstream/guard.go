@@ -181,7 +181,8 @@ func isLoopbackHost(hostname string) bool {
 // connected to.
 type guardedDialer struct {
 	policy    addrPolicy
-	relayAddr string // host:port of the relay, lower-case; exempt from the policy
+	relayAddr string   // host:port of the relay, lower-case; exempt from the policy
+	exempt    []string // further host:port addresses exempt (GuardedDial)
 	resolve   Resolver
 	dialer    net.Dialer
 	timeout   time.Duration // covers resolution and every dial attempt
@@ -198,7 +199,7 @@ func (g *guardedDialer) DialContext(ctx context.Context, network, addr string) (
 		ctx, cancel = context.WithTimeout(ctx, g.timeout)
 		defer cancel()
 	}
-	exempt := strings.EqualFold(addr, g.relayAddr)
+	exempt := g.exempts(addr)
 	portNum, _ := strconv.ParseUint(port, 10, 16)
 	var ips []netip.Addr
 	if ip, perr := netip.ParseAddr(host); perr == nil {
@@ -236,6 +237,36 @@ func (g *guardedDialer) DialContext(ctx context.Context, network, addr string) (
 		}
 	}
 	return nil, firstErr
+}
+
+// exempts reports whether addr is the relay's or another trusted address.
+func (g *guardedDialer) exempts(addr string) bool {
+	if strings.EqualFold(addr, g.relayAddr) {
+		return true
+	}
+	for _, e := range g.exempt {
+		if strings.EqualFold(addr, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// GuardedDial returns a DialContext that applies the client's address policy
+// to connections made for other components (DID documents and handles, which
+// name hosts anyone chooses): the relay's address and those of the
+// endpoints the operator configured (trusted, base URLs such as the PLC
+// directory's; an unparsable one is ignored) are exempt; every other
+// resolved address must pass the policy, or the dial fails with
+// ErrForbiddenRedirect and is counted on stage "dial".
+func (c *Client) GuardedDial(trusted ...string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	g := *c.dialer
+	for _, t := range trusted {
+		if u, err := url.Parse(t); err == nil && u.Host != "" {
+			g.exempt = append(g.exempt, canonicalHostPort(u))
+		}
+	}
+	return g.DialContext
 }
 
 func defaultResolve(ctx context.Context, host string) ([]netip.Addr, error) {

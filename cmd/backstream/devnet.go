@@ -20,6 +20,7 @@ func devnetCommand() *command {
 			fs.Int("accounts", oracle.DefaultAccounts, "number of accounts")
 			fs.Int("records", oracle.DefaultRecordsMean, "mean records per account")
 			fs.Int("hosts", oracle.DefaultHosts, "number of PDS hosts")
+			fs.Int("web-dids", -1, "accounts that are did:web (their documents served by the relay at /.well-known/did.json by Host); -1: one in a hundred")
 			fs.Int64("seed", oracle.DefaultSeed, "seed of the world, its traffic and its faults")
 			fs.Float64("rate", oracle.DefaultRate, "live events per second")
 			fs.Int("events", 0, "stop live traffic after this many events (0 = never)")
@@ -50,7 +51,11 @@ func runDevnet(ctx context.Context, env *cmdEnv) error {
 		RelayIndexMissing: fs.get("relay-index-missing").(float64),
 		SlowHost:          fs.get("slow-host").(int),
 		SlowHostDelay:     fs.get("slow-host-delay").(time.Duration),
+		WebDIDs:           fs.get("web-dids").(int),
 		Logger:            env.log,
+	}
+	if cfg.WebDIDs < 0 {
+		cfg.WebDIDs = oracle.DevnetWebDIDs(cfg.Accounts)
 	}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)

@@ -87,7 +87,7 @@ func serveCommand() *command {
 			fs.Duration("compaction-interval", node.DefaultCompactionInterval, "time between the end of one compaction pass (the physical removal of deleted and superseded records) and the start of the next (0 = no periodic passes)")
 			fs.Int64("compaction-tombstones", node.DefaultCompactionTombstones, "start a compaction pass early once this many deletes, updates, resets and account deletions or takedowns are pending (0 = never early)")
 			fs.String("verify", "strict", "identity verification of every downloaded repo and live commit: strict (drop or fail what does not verify), warn (archive it, counted), off (resolve nothing: only for a relay that already verifies)")
-			fs.String("plc", "auto", "PLC directory URL for did:plc resolution (auto: "+ident.DefaultPLC+", or the relay's own URL when the relay is on loopback, as the simulated network serves DID documents)")
+			fs.String("plc", "auto", "PLC directory URL for did:plc resolution (auto: "+ident.DefaultPLC+", or the relay's own URL when the relay is on loopback, as the simulated network serves DID documents; it then answers did:web documents and handle resolution too)")
 			fs.Duration("ident-timeout", ident.DefaultTimeout, "deadline of one DID document request")
 			fs.Int("ident-concurrency", ident.DefaultConcurrency, "DID resolutions in flight at most; more wait (backstream_ident_limited_total)")
 			fs.Int("ident-retries", ident.DefaultRetries, "retries of a failed DID document request before the DID counts as unresolvable (failure class identity)")
@@ -541,7 +541,8 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 		log.Info("building the simulated network (--devnet)", "accounts", env.fs.get("devnet-accounts"))
 		net, err := oracle.Start(ctx, oracle.Config{
 			Listen: env.fs.str("devnet-listen"), Accounts: env.fs.get("devnet-accounts").(int),
-			Rate: env.fs.get("devnet-rate").(float64), Logger: log.With("component", "devnet"),
+			WebDIDs: oracle.DevnetWebDIDs(env.fs.get("devnet-accounts").(int)),
+			Rate:    env.fs.get("devnet-rate").(float64), Logger: log.With("component", "devnet"),
 		})
 		if err != nil {
 			return fmt.Errorf("%w: --devnet: %v", errUsage, err)
@@ -651,13 +652,19 @@ func (o serveOptions) nodeConfig(s *server, crash *crashpoint.Set) node.Config {
 	return c
 }
 
-// identConfig is --verify's configuration with --plc resolved for the relay.
+// identConfig is --verify's configuration with --plc resolved for the
+// relay; a relay on loopback under --plc auto (the simulated network) also
+// answers did:web documents and handles (ident.Config.Web).
 func (o serveOptions) identConfig() *ident.Config {
 	if o.verify == nil {
 		return nil
 	}
 	c := *o.verify
+	auto := c.PLC == "auto"
 	c.PLC = plcFor(c.PLC, o.relay)
+	if auto && c.PLC != ident.DefaultPLC {
+		c.Web = c.PLC // the simulated network: did:web and handles by Host
+	}
 	return &c
 }
 

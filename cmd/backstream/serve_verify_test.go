@@ -9,7 +9,8 @@ import (
 )
 
 // TestServeVerifyFlags: --verify defaults to strict with the public PLC
-// directory, a loopback relay is its own PLC (the simulated network), off
+// directory, a loopback relay is its own PLC and did:web and handle host
+// (the simulated network), off
 // configures nothing, and bad values are usage errors.
 func TestServeVerifyFlags(t *testing.T) {
 	o, err := serveFlags(t, nil, nil)
@@ -17,7 +18,7 @@ func TestServeVerifyFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := o.identConfig()
-	if c == nil || c.Mode != ident.ModeStrict || c.PLC != ident.DefaultPLC || c.Timeout != ident.DefaultTimeout ||
+	if c == nil || c.Mode != ident.ModeStrict || c.PLC != ident.DefaultPLC || c.Web != "" || c.Timeout != ident.DefaultTimeout ||
 		c.Concurrency != ident.DefaultConcurrency || c.CacheSize != ident.DefaultCacheSize || c.TTL != ident.DefaultTTL {
 		t.Fatalf("default verification %+v", c)
 	}
@@ -26,8 +27,13 @@ func TestServeVerifyFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := o.identConfig(); c.Mode != ident.ModeWarn || c.PLC != "http://127.0.0.1:7777" || c.Timeout != 3*time.Second || c.Retries >= 0 {
+	if c := o.identConfig(); c.Mode != ident.ModeWarn || c.PLC != "http://127.0.0.1:7777" || c.Web != c.PLC || c.Timeout != 3*time.Second || c.Retries >= 0 {
 		t.Fatalf("loopback relay, warn: %+v", c)
+	}
+	// An explicit PLC: did:web and handles are asked of their own hosts.
+	o, err = serveFlags(t, []string{"--relay", "http://127.0.0.1:7777", "--plc", "http://127.0.0.1:8888"}, nil)
+	if c := o.identConfig(); err != nil || c.PLC != "http://127.0.0.1:8888" || c.Web != "" {
+		t.Fatalf("explicit PLC: %+v %v", c, err)
 	}
 	o, err = serveFlags(t, []string{"--verify", "off", "--plc", "https://plc.example.com"}, nil)
 	if err != nil || o.identConfig() != nil {

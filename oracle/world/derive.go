@@ -55,6 +55,10 @@ func deriveDID(seed int64, idx int) string {
 	return "did:plc:" + lowerBase32.EncodeToString(h[:15])[:24]
 }
 
+// WebHost is the host name of account idx's did:web (Config.WebDIDs): the
+// network serves its document at https://<WebHost>/.well-known/did.json.
+func WebHost(idx int) string { return fmt.Sprintf("web%d.test", idx) }
+
 // deriveKey returns the K256 signing key of account idx: SHA-256 over the
 // seed, index and a counter, retried while the bytes are not a valid scalar.
 func deriveKey(seed int64, idx int) (*atcrypto.PrivateKeyK256, error) {

@@ -23,6 +23,10 @@ type Config struct {
 	Accounts    int   // number of accounts
 	RecordsMean int   // mean records per account (skewed distribution: most small, a few huge)
 	Hosts       int   // number of PDS hosts; accounts are spread over them (index 0..Hosts-1)
+	// WebDIDs is how many accounts (the last by index) are did:web
+	// (did:web:<WebHost(idx)>) instead of did:plc; 0 (the default) keeps
+	// every world built before it unchanged.
+	WebDIDs int
 }
 
 // Status values of an account ("" means active).

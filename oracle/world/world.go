@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -34,7 +35,7 @@ type World struct {
 // and signatures come from the wall clock and differ between builds). It
 // fans out over GOMAXPROCS goroutines and waits for them.
 func Build(cfg Config) (*World, error) {
-	if cfg.Accounts < 0 || cfg.RecordsMean < 0 || cfg.Hosts < 0 {
+	if cfg.Accounts < 0 || cfg.RecordsMean < 0 || cfg.Hosts < 0 || cfg.WebDIDs < 0 || cfg.WebDIDs > cfg.Accounts {
 		return nil, fmt.Errorf("%w: negative field in %+v", ErrInvalidConfig, cfg)
 	}
 	if cfg.Hosts == 0 {
@@ -49,6 +50,9 @@ func Build(cfg Config) (*World, error) {
 	}
 	for i := range w.dids {
 		w.dids[i] = deriveDID(cfg.Seed, i)
+		if i >= n-cfg.WebDIDs {
+			w.dids[i] = "did:web:" + WebHost(i)
+		}
 	}
 	sizes := deriveSizes(cfg)
 
@@ -187,6 +191,21 @@ func (w *World) Account(did string) (Account, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.snapshot(), true
+}
+
+// HandleDID returns the DID of the account whose current handle is handle
+// (compared case-insensitively), deleted accounts excluded: what the
+// handle's /.well-known/atproto-did answers. A scan of every account.
+func (w *World) HandleDID(handle string) (string, bool) {
+	for _, a := range w.sorted {
+		a.mu.Lock()
+		ok := a.status != StatusDeleted && strings.EqualFold(a.handle, handle)
+		a.mu.Unlock()
+		if ok {
+			return a.did, true
+		}
+	}
+	return "", false
 }
 
 // RepoCAR returns the account's current repo as CAR v1 bytes and the
