@@ -443,9 +443,6 @@ func TestKeyRotationMidTraffic(t *testing.T) {
 // four, and carries handle.invalid for every identity event whose handle
 // does not verify.
 func TestVerifyHostileProfile(t *testing.T) {
-	if testing.Short() {
-		t.Skip("9 s: the profile's slow (2 KiB/s), hung and rate-limited bodies; TestVerifyEndToEnd arms its identity faults one by one under -short")
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	net, live := activeNetwork(t, ctx, oracle.Config{Accounts: 200, RecordsMean: 4, Hosts: 3, Seed: 41, Faults: oracle.ProfileHostile})
