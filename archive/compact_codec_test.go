@@ -210,8 +210,9 @@ func FuzzParseTombKey(f *testing.F) {
 	})
 }
 
-// TestWriterIndexAllocationFree: the rec/ and tomb/ entries of a row cost no
-// allocation once the writer's buffers have grown.
+// TestWriterIndexAllocationFree: the rec/ and tomb/ entries of a row, and
+// its replay index entries (xd/, xc/ or xm/), cost no allocation once the
+// writer's buffers have grown.
 func TestWriterIndexAllocationFree(t *testing.T) {
 	s := openMem(t, vfs.NewMem())
 	defer s.Close()
@@ -232,4 +233,28 @@ func TestWriterIndexAllocationFree(t *testing.T) {
 	if n := testing.AllocsPerRun(100, run); n != 0 {
 		t.Fatalf("%v allocations per row set", n)
 	}
+}
+
+func FuzzParseIndexKey(f *testing.F) {
+	f.Add(AppendCollectionIndexKey(nil, "app.bsky.feed.post", 7))
+	f.Add(AppendAccountIndexKey(nil, "did:plc:abc", 1<<40))
+	f.Add(AppendMarkerKey(nil, 3))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fam, name, seq, err := ParseIndexKey(b)
+		if err != nil {
+			return
+		}
+		var re []byte
+		switch string(fam) {
+		case string(PrefixByCollection):
+			re = AppendCollectionIndexKey(nil, name, seq)
+		case string(PrefixByAccount):
+			re = AppendAccountIndexKey(nil, name, seq)
+		default:
+			re = AppendMarkerKey(nil, seq)
+		}
+		if !bytes.Equal(re, b) {
+			t.Fatalf("accepted non-canonical %q", b)
+		}
+	})
 }
