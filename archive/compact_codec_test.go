@@ -238,7 +238,7 @@ func TestWriterIndexAllocationFree(t *testing.T) {
 func FuzzParseIndexKey(f *testing.F) {
 	f.Add(AppendCollectionIndexKey(nil, "app.bsky.feed.post", 7))
 	f.Add(AppendAccountIndexKey(nil, "did:plc:abc", 1<<40))
-	f.Add(AppendMarkerKey(nil, 3))
+	f.Add(AppendMarkerKey(nil, KindIdentity, 3))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		fam, name, seq, err := ParseIndexKey(b)
 		if err != nil {
@@ -251,7 +251,7 @@ func FuzzParseIndexKey(f *testing.F) {
 		case string(PrefixByAccount):
 			re = AppendAccountIndexKey(nil, name, seq)
 		default:
-			re = AppendMarkerKey(nil, seq)
+			re = AppendMarkerKey(nil, Kind(name[0]), seq)
 		}
 		if !bytes.Equal(re, b) {
 			t.Fatalf("accepted non-canonical %q", b)

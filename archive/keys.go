@@ -267,8 +267,8 @@ func keyString(key []byte) string {
 		return fmt.Sprintf("%s%d", PrefixEvent, seq)
 	}
 	if fam, name, seq, err := ParseIndexKey(key); err == nil {
-		if name == "" {
-			return fmt.Sprintf("%s%d", fam, seq)
+		if string(fam) == string(PrefixMarker) {
+			return fmt.Sprintf("%s%s|%d", fam, Kind(name[0]), seq)
 		}
 		return fmt.Sprintf("%s%s|%d", fam, name, seq)
 	}
@@ -500,8 +500,9 @@ var (
 	// account's whole history, markers included, so a wantedDids replay
 	// reads it alone.
 	PrefixByAccount = []byte("xd/")
-	// PrefixMarker: xm/<seq>, one per account, identity and sync row: the
-	// rows every collection filter lets through.
+	// PrefixMarker: xm/<kind><seq>, one per account, identity and sync
+	// row (kind one byte): the rows every collection filter lets through,
+	// by kind, so a subscriber without includeSync never reads a sync row.
 	PrefixMarker = []byte("xm/")
 )
 
@@ -515,33 +516,37 @@ func AppendAccountIndexKey(dst []byte, did string, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(AppendIndexPrefix(dst, PrefixByAccount, did), seq)
 }
 
-// AppendMarkerKey appends xm/<seq> to dst.
-func AppendMarkerKey(dst []byte, seq uint64) []byte {
-	return binary.BigEndian.AppendUint64(append(dst, PrefixMarker...), seq)
+// AppendMarkerKey appends xm/<kind><seq> to dst.
+func AppendMarkerKey(dst []byte, kind Kind, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(append(append(dst, PrefixMarker...), byte(kind)), seq)
 }
 
+// MarkerName is the name of kind's marker range (IndexRange.Name).
+func MarkerName(kind Kind) string { return string([]byte{byte(kind)}) }
+
 // AppendIndexPrefix appends <family><name>\x00 to dst: the prefix of one
-// collection's (xc/) or one account's (xd/) entries; the marker family's
-// prefix is PrefixMarker itself (name empty, no separator).
+// collection's (xc/) or one account's (xd/) entries; for the marker family
+// <family><kind byte> (name MarkerName(kind)), no separator.
 func AppendIndexPrefix(dst, family []byte, name string) []byte {
 	dst = append(dst, family...)
+	dst = append(dst, name...)
 	if string(family) == string(PrefixMarker) {
 		return dst
 	}
-	dst = append(dst, name...)
 	return append(dst, keySep)
 }
 
-// ParseIndexKey returns the family, the name (collection or DID; empty
-// for a marker) and the seq of a replay index key; it fails closed on
-// anything the Append functions cannot produce.
+// ParseIndexKey returns the family, the name (collection, DID, or the
+// marker's MarkerName) and the seq of a replay index key; it fails closed
+// on anything the Append functions cannot produce.
 func ParseIndexKey(key []byte) (family []byte, name string, seq uint64, err error) {
 	switch {
 	case hasPrefix(key, PrefixMarker):
-		if len(key) != len(PrefixMarker)+8 {
+		n := len(PrefixMarker)
+		if k := Kind(key[min(n, len(key)-1)]); len(key) != n+1+8 || k.IsCommit() || !k.Valid() {
 			return nil, "", 0, fmt.Errorf("archive: key %q is not a marker index key", truncateForError(key))
 		}
-		return PrefixMarker, "", binary.BigEndian.Uint64(key[len(PrefixMarker):]), nil
+		return PrefixMarker, string(key[n : n+1]), binary.BigEndian.Uint64(key[n+1:]), nil
 	case hasPrefix(key, PrefixByCollection):
 		family = PrefixByCollection
 	case hasPrefix(key, PrefixByAccount):

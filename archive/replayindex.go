@@ -35,7 +35,7 @@ func appendReplayIndex(buf []byte, idx []idxEntry, ev *Event) ([]byte, []idxEntr
 	if ev.Kind.IsCommit() {
 		buf = AppendCollectionIndexKey(buf, ev.Collection, ev.Seq)
 	} else {
-		buf = AppendMarkerKey(buf, ev.Seq)
+		buf = AppendMarkerKey(buf, ev.Kind, ev.Seq)
 	}
 	return buf, append(idx, idxEntry{k0, len(buf), len(buf)})
 }
@@ -52,7 +52,8 @@ func deleteReplayIndex(b *pebble.Batch, kbuf []byte, did, collection string, seq
 
 // IndexRange is one range of the replay index a filtered replay reads:
 // one collection's entries (Family PrefixByCollection), one account's
-// (PrefixByAccount) or the markers (PrefixMarker, Name empty).
+// (PrefixByAccount) or one kind's markers (PrefixMarker, Name
+// MarkerName(kind)).
 type IndexRange struct {
 	Family []byte
 	Name   string
@@ -89,10 +90,13 @@ func (s *Store) CollectionsUnder(prefix string, limit int) ([]string, bool, erro
 	return names, true, nil
 }
 
-// CountIndex counts the entries of ranges whose seq is in [from, to),
-// stopping at limit: it reports the count and whether it is exact (below
-// limit). Its cost is at most limit index keys, however large the ranges.
-func (s *Store) CountIndex(ranges []IndexRange, from, to uint64, limit int) (int, bool, error) {
+// EstimateIndex estimates the entries of ranges whose seq is in [from,
+// to): an exact count up to limit (exact true), at most limit index keys
+// read however large the ranges. Past limit it extrapolates from the
+// ranges' bytes on disk (Pebble's EstimateDiskUsage, sstables only): the
+// limit entries counted took so many bytes, the whole ranges take so
+// many; when neither can be measured (all in memtables) it reports limit.
+func (s *Store) EstimateIndex(ranges []IndexRange, from, to uint64, limit int) (uint64, bool, error) {
 	if from >= to {
 		return 0, true, nil
 	}
@@ -102,20 +106,53 @@ func (s *Store) CountIndex(ranges []IndexRange, from, to uint64, limit int) (int
 	}
 	defer it.Close()
 	n := 0
-	var lo, hi []byte
-	for _, r := range ranges {
-		lo = binary.BigEndian.AppendUint64(r.prefix(lo[:0]), from)
-		hi = binary.BigEndian.AppendUint64(r.prefix(hi[:0]), to)
+	var counted, all uint64 // bytes on disk of the counted spans, of every range
+	bounds := func(r IndexRange) ([]byte, []byte) {
+		return binary.BigEndian.AppendUint64(r.prefix(nil), from), binary.BigEndian.AppendUint64(r.prefix(nil), to)
+	}
+	usage := func(lo, hi []byte) (uint64, error) {
+		u, err := s.db.EstimateDiskUsage(lo, hi)
+		if err != nil {
+			return 0, &KeyError{Key: keyString(lo), Kind: ErrRead, Err: err}
+		}
+		return u, nil
+	}
+	for i, r := range ranges {
+		lo, hi := bounds(r)
 		for ok := it.SeekGE(lo); ok && bytes.Compare(it.Key(), hi) < 0; ok = it.Next() {
-			if n++; n >= limit {
-				return n, false, nil
+			if n++; n < limit {
+				continue
 			}
+			// Past the limit: extrapolate.
+			u, err := usage(lo, it.Key())
+			if err != nil {
+				return 0, false, err
+			}
+			counted += u
+			for _, r := range ranges[i:] {
+				lo, hi := bounds(r)
+				u, err := usage(lo, hi)
+				if err != nil {
+					return 0, false, err
+				}
+				all += u
+			}
+			if counted == 0 {
+				return uint64(limit), false, nil
+			}
+			return max(uint64(limit), uint64(float64(limit)*float64(all)/float64(counted))), false, nil
 		}
 		if err := it.Error(); err != nil {
 			return 0, false, &KeyError{Key: keyString(lo), Kind: ErrRead, Err: err}
 		}
+		u, err := usage(lo, hi)
+		if err != nil {
+			return 0, false, err
+		}
+		counted += u
+		all += u
 	}
-	return n, true, nil
+	return uint64(n), true, nil
 }
 
 // IndexIter yields, in increasing seq order, the ev/ rows in [from, to)
