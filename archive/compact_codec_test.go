@@ -2,6 +2,7 @@ package archive
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"math"
 	"testing"
@@ -249,7 +250,7 @@ func FuzzParseIndexKey(f *testing.F) {
 		case string(PrefixByCollection):
 			re = AppendCollectionIndexKey(nil, name, seq)
 		case string(PrefixByAccount):
-			re = AppendAccountIndexKey(nil, name, seq)
+			re = binary.BigEndian.AppendUint64(append(append([]byte(nil), PrefixByAccount...), name...), seq)
 		default:
 			re = AppendMarkerKey(nil, Kind(name[0]), seq)
 		}

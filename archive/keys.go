@@ -267,8 +267,11 @@ func keyString(key []byte) string {
 		return fmt.Sprintf("%s%d", PrefixEvent, seq)
 	}
 	if fam, name, seq, err := ParseIndexKey(key); err == nil {
-		if string(fam) == string(PrefixMarker) {
+		switch string(fam) {
+		case string(PrefixMarker):
 			return fmt.Sprintf("%s%s|%d", fam, Kind(name[0]), seq)
+		case string(PrefixByAccount):
+			return fmt.Sprintf("%s%x|%d", fam, name, seq)
 		}
 		return fmt.Sprintf("%s%s|%d", fam, name, seq)
 	}
@@ -496,9 +499,12 @@ var (
 	// PrefixByCollection: xc/<collection>\x00<seq>, one per create, update
 	// and delete row.
 	PrefixByCollection = []byte("xc/")
-	// PrefixByAccount: xd/<did>\x00<seq>, one per row of every kind: an
-	// account's whole history, markers included, so a wantedDids replay
-	// reads it alone.
+	// PrefixByAccount: xd/<account hash><seq>, one per row of every kind:
+	// an account's whole history, markers included, so a wantedDids
+	// replay reads it alone. The account is its DID's 64-bit FNV-1a hash
+	// (AccountHash), 8 bytes big-endian: a fixed-width key a third the
+	// size of the DID; two DIDs with one hash only make a replay read the
+	// other's rows too, which its filter drops.
 	PrefixByAccount = []byte("xd/")
 	// PrefixMarker: xm/<kind><seq>, one per account, identity and sync
 	// row (kind one byte): the rows every collection filter lets through,
@@ -511,9 +517,20 @@ func AppendCollectionIndexKey(dst []byte, collection string, seq uint64) []byte 
 	return binary.BigEndian.AppendUint64(AppendIndexPrefix(dst, PrefixByCollection, collection), seq)
 }
 
-// AppendAccountIndexKey appends xd/<did>\x00<seq> to dst.
+// AppendAccountIndexKey appends xd/<AccountHash(did)><seq> to dst.
 func AppendAccountIndexKey(dst []byte, did string, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(AppendIndexPrefix(dst, PrefixByAccount, did), seq)
+}
+
+// AccountHash is the 64-bit FNV-1a hash of a DID, the account in xd/ keys.
+// Stored: it never changes.
+func AccountHash(did string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(did); i++ {
+		h ^= uint64(did[i])
+		h *= 1099511628211
+	}
+	return h
 }
 
 // AppendMarkerKey appends xm/<kind><seq> to dst.
@@ -524,23 +541,34 @@ func AppendMarkerKey(dst []byte, kind Kind, seq uint64) []byte {
 // MarkerName is the name of kind's marker range (IndexRange.Name).
 func MarkerName(kind Kind) string { return string([]byte{byte(kind)}) }
 
-// AppendIndexPrefix appends <family><name>\x00 to dst: the prefix of one
-// collection's (xc/) or one account's (xd/) entries; for the marker family
-// <family><kind byte> (name MarkerName(kind)), no separator.
+// AppendIndexPrefix appends the prefix of one range of the replay index
+// to dst: xc/<collection>\x00 for a collection, xd/<AccountHash(did)> for
+// an account (name the DID), xm/<kind> for a kind's markers (name
+// MarkerName(kind)).
 func AppendIndexPrefix(dst, family []byte, name string) []byte {
 	dst = append(dst, family...)
-	dst = append(dst, name...)
-	if string(family) == string(PrefixMarker) {
-		return dst
+	switch string(family) {
+	case string(PrefixByAccount):
+		return binary.BigEndian.AppendUint64(dst, AccountHash(name))
+	case string(PrefixMarker):
+		return append(dst, name...)
 	}
+	dst = append(dst, name...)
 	return append(dst, keySep)
 }
 
-// ParseIndexKey returns the family, the name (collection, DID, or the
-// marker's MarkerName) and the seq of a replay index key; it fails closed
-// on anything the Append functions cannot produce.
+// ParseIndexKey returns the family, the name (the collection, the
+// account hash's 8 bytes, or the marker's MarkerName) and the seq of a
+// replay index key; it fails closed on anything the Append functions
+// cannot produce.
 func ParseIndexKey(key []byte) (family []byte, name string, seq uint64, err error) {
 	switch {
+	case hasPrefix(key, PrefixByAccount):
+		n := len(PrefixByAccount)
+		if len(key) != n+16 {
+			return nil, "", 0, fmt.Errorf("archive: key %q is not an account index key", truncateForError(key))
+		}
+		return PrefixByAccount, string(key[n : n+8]), binary.BigEndian.Uint64(key[n+8:]), nil
 	case hasPrefix(key, PrefixMarker):
 		n := len(PrefixMarker)
 		if k := Kind(key[min(n, len(key)-1)]); len(key) != n+1+8 || k.IsCommit() || !k.Valid() {
@@ -549,8 +577,6 @@ func ParseIndexKey(key []byte) (family []byte, name string, seq uint64, err erro
 		return PrefixMarker, string(key[n : n+1]), binary.BigEndian.Uint64(key[n+1:]), nil
 	case hasPrefix(key, PrefixByCollection):
 		family = PrefixByCollection
-	case hasPrefix(key, PrefixByAccount):
-		family = PrefixByAccount
 	default:
 		return nil, "", 0, fmt.Errorf("archive: key %q is not a replay index key", truncateForError(key))
 	}
