@@ -201,9 +201,9 @@ func (s *Store) Compact(ctx context.Context, w *Writer, opts CompactOptions) (Co
 	p := &compactPass{s: s, w: w, opts: opts, lowest: math.MaxUint64,
 		sized: s.db.FormatMajorVersion() >= pebble.FormatDeleteSizedAndObsolete}
 	p.res.From = st.Watermark
-	if pending, err := s.indexPending(); err != nil {
+	if m, err := s.IndexMarker(); err != nil {
 		return p.res, fmt.Errorf("archive: compaction: %w", err)
-	} else if pending {
+	} else if !m.Done() {
 		p.res.To, p.res.IndexPending = st.Watermark, true
 		return p.res, nil
 	}

@@ -126,7 +126,10 @@ func (s *Store) FillIndex(ctx context.Context, rows int, progress func(IndexMark
 
 // FillReplayIndex is FillIndex for the replay index (xc/, xd/, xm/) and
 // its marker, meta/index_replay: a store archived before the writer kept
-// it. Until it is done a filtered replay scans.
+// it. Until it is done a filtered replay scans. It must not run
+// concurrently with a compaction pass (the node's compaction owner runs
+// both in its one goroutine): a pass removing a row between this reading
+// it and committing its entries would leave them dangling.
 func (s *Store) FillReplayIndex(ctx context.Context, rows int, progress func(IndexMarker)) (IndexFillResult, error) {
 	return s.fill(ctx, KeyReplayIndex, rows, progress, func(buf []byte, idx []idxEntry, ev *Event, _ int) ([]byte, []idxEntry, error) {
 		buf, idx = appendReplayIndex(buf, idx, ev)
@@ -209,19 +212,3 @@ func (s *Store) fillBatch(key []byte, m IndexMarker, rows int, buf []byte, idx [
 	return m, n, nil
 }
 
-// indexPending reports whether either index backfill has rows left: no
-// compaction pass runs until both are done (a pass that removed a row the
-// replay backfill had read but not yet indexed would leave its entries
-// dangling).
-func (s *Store) indexPending() (bool, error) {
-	for _, k := range [][]byte{KeyIndex, KeyReplayIndex} {
-		m, err := s.indexMarker(k)
-		if err != nil {
-			return false, err
-		}
-		if !m.Done() {
-			return true, nil
-		}
-	}
-	return false, nil
-}
