@@ -211,4 +211,3 @@ func (s *Store) fillBatch(key []byte, m IndexMarker, rows int, buf []byte, idx [
 	}
 	return m, n, nil
 }
-
