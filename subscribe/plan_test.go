@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
 	"strconv"
 	"testing"
 	"time"
@@ -361,16 +360,8 @@ func TestIndexedReplayOverSocket(t *testing.T) {
 			f := pc.filter(t)
 			_, want, _, _ := driveReplay(t, h, f, 0, wr.tip+1, true)
 			before := metricValue(h.m.plans.WithLabelValues(planIndex))
-			q := url.Values{"cursor": {"0"}}
-			for _, c := range pc.collections {
-				q.Add("wantedCollections", c)
-			}
-			for _, d := range pc.dids {
-				q.Add("wantedDids", d)
-			}
-			if pc.sync {
-				q.Set("includeSync", "true")
-			}
+			q := filterCase{collections: pc.collections, dids: pc.dids, sync: pc.sync}.query()
+			q.Set("cursor", "0")
 			c := h.dial("?"+q.Encode(), nil)
 			defer c.Close()
 			// Live rows after the archive's: one the filter admits (a

@@ -27,6 +27,11 @@ import (
 const (
 	liveBatch     = 512              // live entries read per step
 	replayChunk   = 512              // archive events read per batch, at most
+	// indexChunk: rows an index replay's batch reads, at most. Each is a
+	// point read that may load a block of its own, so a batch stays a few
+	// milliseconds long: the first events go out at once, and a reader
+	// slot turns over as often as a scan's.
+	indexChunk = 64
 	iterMaxAge    = 10 * time.Second // reopen a replay iterator this often, so it pins no old sstables
 	iterMaxEvents = 1 << 18
 	// replayFlushEvery: a replaying subscriber whose filter admits few
@@ -455,8 +460,10 @@ func (s *subscriber) replay(ctx context.Context, floor uint64) error {
 	}
 	now := time.Now()
 	s.position.Store(s.next)
-	if len(s.out) >= s.srv.cfg.FlushBytes || (len(s.out) > 0 && now.Sub(s.lastFlush) >= replayFlushEvery) {
+	if len(s.out) >= s.srv.cfg.FlushBytes || (len(s.out) > 0 && (now.Sub(s.lastFlush) >= replayFlushEvery || s.plan.name() == planIndex)) {
 		// A sparse filter fills the buffer slowly: do not sit on events.
+		// An index replay's batch is a few point reads: what it found goes
+		// out at once.
 		return s.flush(ctx)
 	}
 	if s.slow(now) {
@@ -499,7 +506,11 @@ func (s *subscriber) readBatch(floor uint64) (large []byte, err error) {
 		}
 		s.itNext, s.itOpened, s.itCount, s.itGen, fresh = s.next, now, 0, gen, true
 	}
-	for n := 0; n < replayChunk && s.next < floor && len(s.out) < s.srv.cfg.FlushBytes; n++ {
+	chunk := replayChunk
+	if s.itTo > 0 {
+		chunk = indexChunk
+	}
+	for n := 0; n < chunk && s.next < floor && len(s.out) < s.srv.cfg.FlushBytes; n++ {
 		if !s.it.Next() {
 			err := s.it.Err()
 			indexed := s.itTo > 0
