@@ -157,16 +157,18 @@ func (s *Store) EstimateIndex(ranges []IndexRange, from, to uint64, limit int) (
 
 // IndexIter yields, in increasing seq order, the ev/ rows in [from, to)
 // that have an entry in any of its ranges, each once: a k-way merge of the
-// ranges by seq over one index iterator, each row point-read from ev/.
-// Index and rows are read from one snapshot, so an entry without its row
-// is a broken index, not a race with compaction: it stops the iterator
-// with an error (ErrMalformed naming the entry). Not safe for concurrent
-// use.
+// ranges by seq, each row point-read from ev/. Up to ownIterRanges ranges
+// each get an iterator of their own, which only steps; more (a long
+// wantedDids list) share one, which seeks from range to range. Index and
+// rows are read from one snapshot, so an entry without its row is a broken
+// index, not a race with compaction: it stops the iterator with an error
+// (ErrMalformed naming the entry). Not safe for concurrent use.
 type IndexIter struct {
 	snap    *pebble.Snapshot
-	idx, ev *pebble.Iterator
+	shared  *pebble.Iterator // the ranges' iterator when they have none of their own
+	ev      *pebble.Iterator
 	heads   idxHeads
-	at      int    // the id of the head the index iterator is on (-1: none)
+	at      int    // the id of the head the shared iterator is on (-1: none)
 	to      uint64 // the bound: seqs below it
 	last    uint64 // the last seq yielded
 	yielded bool
@@ -176,10 +178,17 @@ type IndexIter struct {
 	err     error
 }
 
+// ownIterRanges: up to this many ranges, each has its own index iterator.
+// Alternating seeks of one shared iterator between a few ranges reload
+// their blocks from every level on each seek (measured: 0.2 ms an entry on
+// a 1M-row store with three ranges, against 30 µs when each steps).
+const ownIterRanges = 32
+
 // idxHead is one range's position: the seq of its current entry.
 type idxHead struct {
 	id     int
 	prefix []byte
+	it     *pebble.Iterator // its own, or the shared one
 	seq    uint64
 }
 
@@ -201,24 +210,39 @@ func (h *idxHeads) Pop() any {
 func (s *Store) IndexedEvents(ranges []IndexRange, from, to uint64) (*IndexIter, error) {
 	x := &IndexIter{snap: s.db.NewSnapshot(), to: to, at: -1}
 	var err error
-	if x.idx, err = x.snap.NewIter(&pebble.IterOptions{LowerBound: PrefixByCollection, UpperBound: prefixEnd(PrefixMarker)}); err != nil {
-		_ = x.snap.Close()
-		return nil, fmt.Errorf("archive: iterate the replay index: %w", err)
-	}
 	if x.ev, err = x.snap.NewIter(&pebble.IterOptions{LowerBound: EventKey(from), UpperBound: EventKey(max(to, from))}); err != nil {
-		_ = x.idx.Close()
 		_ = x.snap.Close()
 		return nil, fmt.Errorf("archive: iterate %s: %w", PrefixEvent, err)
 	}
+	if len(ranges) > ownIterRanges {
+		if x.shared, err = x.snap.NewIter(&pebble.IterOptions{LowerBound: PrefixByCollection, UpperBound: prefixEnd(PrefixMarker)}); err != nil {
+			_ = x.Close()
+			return nil, fmt.Errorf("archive: iterate the replay index: %w", err)
+		}
+	}
 	x.heads = make(idxHeads, 0, len(ranges))
 	for i, r := range ranges {
-		h := idxHead{id: i, prefix: r.prefix(nil)}
-		if x.seek(&h, from) {
-			x.heads = append(x.heads, h)
+		h := idxHead{id: i, prefix: r.prefix(nil), it: x.shared}
+		if h.it == nil {
+			lo := binary.BigEndian.AppendUint64(append([]byte(nil), h.prefix...), from)
+			hi := binary.BigEndian.AppendUint64(append([]byte(nil), h.prefix...), max(to, from))
+			if h.it, err = x.snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi}); err != nil {
+				_ = x.Close()
+				return nil, fmt.Errorf("archive: iterate the replay index: %w", err)
+			}
 		}
+		ok := x.seek(&h, from)
 		if x.err != nil {
+			if h.it != x.shared {
+				_ = h.it.Close()
+			}
 			_ = x.Close()
 			return nil, x.err
+		}
+		if ok {
+			x.heads = append(x.heads, h)
+		} else if h.it != x.shared {
+			_ = h.it.Close()
 		}
 	}
 	heap.Init(&x.heads)
@@ -229,20 +253,20 @@ func (s *Store) IndexedEvents(ranges []IndexRange, from, to uint64) (*IndexIter,
 // false when it has none (or on error, in x.err).
 func (x *IndexIter) seek(h *idxHead, from uint64) bool {
 	x.kbuf = binary.BigEndian.AppendUint64(append(x.kbuf[:0], h.prefix...), from)
-	return x.read(h, x.idx.SeekGE(x.kbuf))
+	return x.read(h, h.it.SeekGE(x.kbuf))
 }
 
-// read takes the index iterator's current entry as h's when it is h's,
-// and notes that the iterator is on h.
+// read takes h's iterator's current entry as h's when it is h's, and
+// notes whether the shared iterator is on h.
 func (x *IndexIter) read(h *idxHead, ok bool) bool {
 	x.at = -1
 	if !ok {
-		if err := x.idx.Error(); err != nil {
+		if err := h.it.Error(); err != nil {
 			x.err = &KeyError{Key: keyString(h.prefix) + "<iter>", Kind: ErrRead, Err: err}
 		}
 		return false
 	}
-	k := x.idx.Key()
+	k := h.it.Key()
 	if !hasPrefix(k, h.prefix) {
 		return false
 	}
@@ -263,11 +287,11 @@ func (x *IndexIter) Next() bool {
 	for x.err == nil && len(x.heads) > 0 {
 		h := &x.heads[0]
 		seq := h.seq
-		// Advance the head: a step when the index iterator is still on it
-		// (a single range reads sequentially), else a seek.
+		// Advance the head: a step on its own iterator, or on the shared
+		// one while it is still on this head; else a seek.
 		var more bool
-		if x.at == h.id {
-			more = x.read(h, x.idx.Next())
+		if h.it != x.shared || x.at == h.id {
+			more = x.read(h, h.it.Next())
 		} else {
 			more = x.seek(h, seq+1)
 		}
@@ -277,6 +301,9 @@ func (x *IndexIter) Next() bool {
 		if more {
 			heap.Fix(&x.heads, 0)
 		} else {
+			if h.it != x.shared {
+				_ = h.it.Close()
+			}
 			heap.Pop(&x.heads)
 		}
 		if x.yielded && seq <= x.last {
@@ -321,7 +348,13 @@ func (x *IndexIter) Err() error { return x.err }
 // Close releases the iterators and the snapshot.
 func (x *IndexIter) Close() error {
 	var errs []error
-	for _, it := range []*pebble.Iterator{x.idx, x.ev} {
+	for _, h := range x.heads {
+		if h.it != x.shared {
+			errs = append(errs, h.it.Close())
+		}
+	}
+	x.heads = nil
+	for _, it := range []*pebble.Iterator{x.shared, x.ev} {
 		if it != nil {
 			errs = append(errs, it.Close())
 		}

@@ -226,6 +226,7 @@ func planCases() []planCase {
 		{name: "one did with sync", dids: []string{"did:plc:ab"}, sync: true, indexed: true},
 		{name: "three dids", dids: []string{didOf(0), didOf(5), "did:plc:abc"}, indexed: true},
 		{name: "unknown did", dids: []string{"did:plc:nobody"}, indexed: true},
+		{name: "many dids, few rows (one shared index iterator)", dids: manyDIDs(), indexed: true},
 		{name: "did and collection", collections: []string{"app.bsky.feed.post"}, dids: []string{didOf(3)}, indexed: true},
 		{name: "did and rare collection", collections: []string{"com.whtwnd.blog.entry"}, dids: []string{didOf(3), didOf(4)}, indexed: true},
 		{name: "did and prefix", collections: []string{"app.bsky.feed.*"}, dids: []string{didOf(7)}, sync: true, indexed: true},
@@ -233,6 +234,16 @@ func planCases() []planCase {
 		{name: "everything"},
 		{name: "everything with sync", sync: true},
 	}
+}
+
+// manyDIDs is more accounts than IndexIter gives iterators of their own,
+// two of them in the archive.
+func manyDIDs() []string {
+	d := []string{didOf(3), "did:plc:ab"}
+	for i := 0; i < 40; i++ {
+		d = append(d, fmt.Sprintf("did:plc:absent%04d", i))
+	}
+	return d
 }
 
 func allDIDs(n int) []string {
