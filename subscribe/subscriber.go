@@ -27,11 +27,6 @@ import (
 const (
 	liveBatch     = 512              // live entries read per step
 	replayChunk   = 512              // archive events read per batch, at most
-	// indexChunk: rows an index replay's batch reads, at most. Each is a
-	// point read that may load a block of its own, so a batch stays a few
-	// milliseconds long: the first events go out at once, and a reader
-	// slot turns over as often as a scan's.
-	indexChunk = 64
 	iterMaxAge    = 10 * time.Second // reopen a replay iterator this often, so it pins no old sstables
 	iterMaxEvents = 1 << 18
 	// replayFlushEvery: a replaying subscriber whose filter admits few
@@ -39,6 +34,12 @@ const (
 	replayFlushEvery = 50 * time.Millisecond
 	closeGrace       = time.Second // how long a final close frame may take to write
 )
+
+// indexChunk: rows an index replay's batch reads, at most. Each is a point
+// read that may load a block of its own, so a batch stays a few
+// milliseconds long: the first events go out at once, and a reader slot
+// turns over as often as a scan's.
+const indexChunk = 64
 
 // Websocket close codes we send.
 const (
