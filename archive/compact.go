@@ -256,7 +256,8 @@ type compactPass struct {
 	first, last   string   // first and last account touched
 	acct          accountTombs
 	kbuf          []byte
-	sized         bool // the store's format has sized deletes
+	xbuf          []byte // replay index keys being deleted
+	sized         bool   // the store's format has sized deletes
 }
 
 // accountTombs is one account's tombstones below W.
@@ -493,7 +494,8 @@ func (p *compactPass) removeRange(lo, hi []byte, before uint64) error {
 }
 
 // remove removes one superseded rec/ entry and, for a create or update, its
-// ev/ row, whose size the entry holds: the pass never reads ev/.
+// ev/ row, whose size the entry holds, with the row's replay index entries
+// (xd/, xc/): the pass never reads ev/.
 func (p *compactPass) remove(k, v []byte, f RecordKeyFields) error {
 	deleted, size, err := DecodeRecordValue(v)
 	if err != nil {
@@ -504,6 +506,7 @@ func (p *compactPass) remove(k, v []byte, f RecordKeyFields) error {
 		return nil
 	}
 	p.delete(EventKey(f.Seq), size)
+	p.xbuf = deleteReplayIndex(p.b, p.xbuf, f.DID, f.Collection, f.Seq)
 	p.res.Rows++
 	p.res.Bytes += int64(size)
 	p.forgotten = append(p.forgotten, f.Seq)

@@ -2,6 +2,7 @@ package archive
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"math"
 	"testing"
@@ -210,8 +211,9 @@ func FuzzParseTombKey(f *testing.F) {
 	})
 }
 
-// TestWriterIndexAllocationFree: the rec/ and tomb/ entries of a row cost no
-// allocation once the writer's buffers have grown.
+// TestWriterIndexAllocationFree: the rec/ and tomb/ entries of a row, and
+// its replay index entries (xd/, xc/ or xm/), cost no allocation once the
+// writer's buffers have grown.
 func TestWriterIndexAllocationFree(t *testing.T) {
 	s := openMem(t, vfs.NewMem())
 	defer s.Close()
@@ -232,4 +234,28 @@ func TestWriterIndexAllocationFree(t *testing.T) {
 	if n := testing.AllocsPerRun(100, run); n != 0 {
 		t.Fatalf("%v allocations per row set", n)
 	}
+}
+
+func FuzzParseIndexKey(f *testing.F) {
+	f.Add(AppendCollectionIndexKey(nil, "app.bsky.feed.post", 7))
+	f.Add(AppendAccountIndexKey(nil, "did:plc:abc", 1<<40))
+	f.Add(AppendMarkerKey(nil, KindIdentity, 3))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fam, name, seq, err := ParseIndexKey(b)
+		if err != nil {
+			return
+		}
+		var re []byte
+		switch string(fam) {
+		case string(PrefixByCollection):
+			re = AppendCollectionIndexKey(nil, name, seq)
+		case string(PrefixByAccount):
+			re = binary.BigEndian.AppendUint64(append(append([]byte(nil), PrefixByAccount...), name...), seq)
+		default:
+			re = AppendMarkerKey(nil, Kind(name[0]), seq)
+		}
+		if !bytes.Equal(re, b) {
+			t.Fatalf("accepted non-canonical %q", b)
+		}
+	})
 }

@@ -140,6 +140,10 @@ func checkSurvivors(t testing.TB, s *archive.Store, rows []archive.Event, w uint
 			}
 		}
 	}
+	// The replay index: exactly the survivors' entries.
+	if err := s.CheckReplayIndex(); err != nil {
+		t.Fatalf("watermark %d: %v", w, err)
+	}
 }
 
 func keysUnder(t testing.TB, s *archive.Store, prefix []byte) map[string]bool {

@@ -182,6 +182,26 @@
 // so a crash resumes; Compact runs no pass until it is done
 // (CompactResult.IndexPending).
 //
+// # The replay index (replayindex.go)
+//
+// For every row the archive writer also writes, blind and sorted in the
+// row's batch, its account entry xd/<FNV-1a 64 of the DID><seq> and either
+// its collection entry xc/<collection>\x00<seq> (create, update, delete) or
+// its marker entry xm/<kind><seq> (account, identity, sync); values are
+// empty, seqs 8 bytes big-endian, so a range's keys share all but the seq's
+// low bytes. The compaction pass deletes a removed row's xd/ and xc/
+// entries in the row's batch (deleteReplayIndex). Store.IndexedEvents
+// merges ranges (IndexRange: one collection, one account, one marker kind)
+// by seq over one index iterator and point-reads each row, index and rows
+// from one snapshot, bounded above: an entry without its row is
+// ErrMalformed. EstimateIndex counts ranges exactly up to a limit (then
+// extrapolates from EstimateDiskUsage); CollectionsUnder lists the
+// collections under an NSID prefix; CheckReplayIndex compares the index
+// with ev/ (tests, the power-loss sweep, the crash matrix). A store older
+// than the index gets meta/index_replay at Open and Store.FillReplayIndex,
+// the backfill's batches with appendReplayIndex, run by the node's
+// compaction owner between passes (never alongside one).
+//
 // Store.AccountRecords (records.go) reads an account's current records from
 // the same index, under one snapshot: each record's newest entry unless it
 // is a delete or older than a purging account row, its CID from the ev/

@@ -80,8 +80,14 @@ func indexReady(r pebble.Reader) error {
 
 // IndexMarker reads meta/index. A store without it (read-only, or opened
 // before Open wrote it) reports every row from 0 to the tip unindexed.
-func (s *Store) IndexMarker() (IndexMarker, error) {
-	m, err := get(s.db, KeyIndex, DecodeIndexMarker)
+func (s *Store) IndexMarker() (IndexMarker, error) { return s.indexMarker(KeyIndex) }
+
+// ReplayIndexMarker reads meta/index_replay, the replay index's coverage,
+// as IndexMarker reads meta/index.
+func (s *Store) ReplayIndexMarker() (IndexMarker, error) { return s.indexMarker(KeyReplayIndex) }
+
+func (s *Store) indexMarker(key []byte) (IndexMarker, error) {
+	m, err := get(s.db, key, DecodeIndexMarker)
 	if errors.Is(err, ErrNotFound) {
 		tip, err := s.Tip()
 		return IndexMarker{End: tip + 1}, err
@@ -92,15 +98,21 @@ func (s *Store) IndexMarker() (IndexMarker, error) {
 	return m, nil
 }
 
-// markIndex writes meta/index when it is absent: for a new store (tip 0)
-// covered, for an older store the rows up to its tip unindexed (the writer
-// indexes every row after it).
+// markIndex writes meta/index and meta/index_replay when they are absent:
+// for a new store (tip 0) covered, for an older store the rows up to its
+// tip unindexed (the writer indexes every row after it).
 func (s *Store) markIndex() error {
-	switch _, err := get(s.db, KeyIndex, DecodeIndexMarker); {
-	case isRead(err):
-		return fmt.Errorf("archive: read the index marker: %w", err)
-	case !errors.Is(err, ErrNotFound):
-		return nil // present (a malformed one is the backfill's to report)
+	var absent [][]byte
+	for _, k := range [][]byte{KeyIndex, KeyReplayIndex} {
+		switch _, err := get(s.db, k, DecodeIndexMarker); {
+		case isRead(err):
+			return fmt.Errorf("archive: read the index marker %s: %w", k, err)
+		case errors.Is(err, ErrNotFound):
+			absent = append(absent, k)
+		} // present (a malformed one is the backfill's to report)
+	}
+	if len(absent) == 0 {
+		return nil
 	}
 	tip, err := s.Tip()
 	if err != nil {
@@ -109,7 +121,9 @@ func (s *Store) markIndex() error {
 	m := IndexMarker{Next: 1, End: tip + 1}
 	b := s.db.NewBatch()
 	defer b.Close()
-	_ = b.Set(KeyIndex, EncodeIndexMarker(m), nil)
+	for _, k := range absent {
+		_ = b.Set(k, EncodeIndexMarker(m), nil)
+	}
 	if err := commitSynced(b); err != nil {
 		return s.persistErr("write the index marker", err)
 	}
@@ -131,12 +145,35 @@ type IndexFillResult struct {
 // error matching ErrCompactionState naming the key; a cancelled ctx stops
 // it between batches.
 func (s *Store) FillIndex(ctx context.Context, rows int, progress func(IndexMarker)) (IndexFillResult, error) {
+	return s.fill(ctx, KeyIndex, rows, progress, func(buf []byte, idx []idxEntry, ev *Event, size int) ([]byte, []idxEntry, error) {
+		buf, idx, _, err := appendIndex(buf, idx, ev, size)
+		return buf, idx, err
+	})
+}
+
+// FillReplayIndex is FillIndex for the replay index (xc/, xd/, xm/) and
+// its marker, meta/index_replay: a store archived before the writer kept
+// it. Until it is done a filtered replay scans. It must not run
+// concurrently with a compaction pass (the node's compaction owner runs
+// both in its one goroutine): a pass removing a row between this reading
+// it and committing its entries would leave them dangling.
+func (s *Store) FillReplayIndex(ctx context.Context, rows int, progress func(IndexMarker)) (IndexFillResult, error) {
+	return s.fill(ctx, KeyReplayIndex, rows, progress, func(buf []byte, idx []idxEntry, ev *Event, _ int) ([]byte, []idxEntry, error) {
+		buf, idx = appendReplayIndex(buf, idx, ev)
+		return buf, idx, nil
+	})
+}
+
+// indexer appends one row's entries of an index.
+type indexer func(buf []byte, idx []idxEntry, ev *Event, size int) ([]byte, []idxEntry, error)
+
+func (s *Store) fill(ctx context.Context, key []byte, rows int, progress func(IndexMarker), add indexer) (IndexFillResult, error) {
 	start := time.Now()
 	if rows <= 0 {
 		rows = DefaultIndexFillRows
 	}
 	var res IndexFillResult
-	m, err := s.IndexMarker()
+	m, err := s.indexMarker(key)
 	if err != nil {
 		return res, fmt.Errorf("archive: index backfill: %w", err)
 	}
@@ -147,7 +184,7 @@ func (s *Store) FillIndex(ctx context.Context, rows int, progress func(IndexMark
 			return res, err
 		}
 		var n int
-		if m, n, err = s.fillBatch(m, rows, buf[:0], idx[:0]); err != nil {
+		if m, n, err = s.fillBatch(key, m, rows, buf[:0], idx[:0], add); err != nil {
 			return res, err
 		}
 		res.Rows += n
@@ -161,8 +198,8 @@ func (s *Store) FillIndex(ctx context.Context, rows int, progress func(IndexMark
 }
 
 // fillBatch indexes up to rows ev/ rows from m.Next and commits them with
-// the marker moved past them, synced.
-func (s *Store) fillBatch(m IndexMarker, rows int, buf []byte, idx []idxEntry) (IndexMarker, int, error) {
+// the marker key moved past them, synced.
+func (s *Store) fillBatch(key []byte, m IndexMarker, rows int, buf []byte, idx []idxEntry, add indexer) (IndexMarker, int, error) {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: EventKey(m.Next), UpperBound: EventKey(m.End)})
 	if err != nil {
 		return m, 0, s.persistErr("index backfill: read ev/", err)
@@ -183,7 +220,7 @@ func (s *Store) fillBatch(m IndexMarker, rows int, buf []byte, idx []idxEntry) (
 		if err := DecodeEvent(it.Value(), &ev); err != nil {
 			return m, 0, badState(it.Key(), err, "")
 		}
-		if buf, idx, _, err = appendIndex(buf, idx, &ev, len(it.Value())); err != nil {
+		if buf, idx, err = add(buf, idx, &ev, len(it.Value())); err != nil {
 			return m, 0, badState(it.Key(), err, "")
 		}
 		n++
@@ -195,7 +232,7 @@ func (s *Store) fillBatch(m IndexMarker, rows int, buf []byte, idx []idxEntry) (
 	b := s.db.NewBatch()
 	defer b.Close()
 	setIndex(b, buf, idx)
-	_ = b.Set(KeyIndex, EncodeIndexMarker(m), nil)
+	_ = b.Set(key, EncodeIndexMarker(m), nil)
 	if err := s.commit("commit an index backfill batch", b); err != nil {
 		return m, 0, err
 	}

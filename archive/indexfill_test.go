@@ -270,3 +270,92 @@ func TestAccountRecordsIndexPending(t *testing.T) {
 		t.Fatalf("records after the backfill differ from the writer's index:\n%v\n%v", got, want)
 	}
 }
+
+// forgetReplayIndex makes s a store archived before the replay index: no
+// xc/, xd/, xm/, no meta/index_replay (synced).
+func forgetReplayIndex(t testing.TB, s *archive.Store) {
+	t.Helper()
+	b := s.DB().NewBatch()
+	for _, p := range [][]byte{archive.PrefixByCollection, archive.PrefixByAccount, archive.PrefixMarker} {
+		end := append(append([]byte(nil), p[:len(p)-1]...), p[len(p)-1]+1)
+		_ = b.DeleteRange(p, end, nil)
+	}
+	_ = b.Delete(archive.KeyReplayIndex, nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFillReplayIndexOldStore: a store archived before the replay index
+// reopens with meta/index_replay covering its rows; the writer indexes
+// what it archives since; a compaction pass may run before the backfill
+// (it removes rows the backfill then never sees); the backfill, stopped
+// after two batches and resumed, ends with the index matching ev/ exactly
+// (CheckReplayIndex, which honours the unfilled span meanwhile).
+func TestFillReplayIndexOldStore(t *testing.T) {
+	fs := vfs.NewMem()
+	tr := churn.New(7, 16)
+	s := openStore(t, fs, nil)
+	w := startWriter(t, s)
+	rows := applyUnits(t, w, tr.Units(300))
+	forgetReplayIndex(t, s)
+	w.Close()
+	s.Close()
+
+	s = openStore(t, fs, nil)
+	defer s.Close()
+	m, err := s.ReplayIndexMarker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tip := rows[len(rows)-1].Seq; m.Done() || m.Next != 1 || m.End != tip+1 {
+		t.Fatalf("marker %+v for a store with tip %d and no replay index", m, tip)
+	}
+	if err := s.CheckReplayIndex(); err != nil {
+		t.Fatalf("the unfilled span is not the checker's to report: %v", err)
+	}
+	w = startWriter(t, s)
+	defer w.Close()
+	applyUnits(t, w, tr.Units(300))
+	if pass := compact(t, s, w, archive.CompactOptions{}); pass.IndexPending || pass.Rows == 0 {
+		t.Fatalf("a pass before the replay backfill: %+v", pass)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	batches := 0
+	r0, err := s.FillReplayIndex(ctx, 16, func(archive.IndexMarker) {
+		if batches++; batches == 2 {
+			cancel()
+		}
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("stopped backfill: %+v, %v (%d rows)", r0, err, len(rows))
+	}
+	if m, _ = s.ReplayIndexMarker(); m.Done() || m.Next <= 1 {
+		t.Fatalf("marker %+v after two batches", m)
+	}
+	if err := s.CheckReplayIndex(); err != nil {
+		t.Fatalf("half filled: %v", err)
+	}
+	res, err := s.FillReplayIndex(context.Background(), 16, nil)
+	if err != nil || !res.Marker.Done() || res.Batches < 2 {
+		t.Fatalf("resumed backfill %+v, %v", res, err)
+	}
+	if err := s.CheckReplayIndex(); err != nil {
+		t.Fatal(err)
+	}
+	// Break the backfill's work: one entry gone is a row without it.
+	k := append(append([]byte(nil), archive.PrefixMarker...), 0xff)
+	it, err := s.DB().NewIter(&pebble.IterOptions{LowerBound: archive.PrefixByAccount, UpperBound: k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	it.First()
+	first := append([]byte(nil), it.Key()...)
+	it.Close()
+	if err := s.DB().Delete(first, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CheckReplayIndex(); err == nil || !strings.Contains(err.Error(), "has no entry") {
+		t.Fatalf("an entry deleted: %v", err)
+	}
+}

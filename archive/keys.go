@@ -53,6 +53,12 @@ var (
 // indexes; the index backfill (Store.FillIndex) moves Next.
 var KeyIndex = []byte("meta/index")
 
+// KeyReplayIndex is the replay index's coverage of ev/ (xc/, xd/, xm/),
+// valued like KeyIndex: the rows from Next up to End lack their entries (a
+// store archived before the writer kept it); Store.FillReplayIndex moves
+// Next. A filtered replay scans until Next ≥ End.
+var KeyReplayIndex = []byte("meta/index_replay")
+
 // KeyCursorSinkNATS is the NATS sink's position: [0x01][uint64 LE], the
 // highest seq whose publish the stream acknowledged with none missing
 // below it. A unit Put like the listRepos cursors (it is no seq cursor of
@@ -92,7 +98,8 @@ func IdentKey(did string) []byte { return withSuffix(PrefixIdent, did) }
 
 // dataPrefixes are the families whose presence means a store holds archived
 // data (the startup guard refuses such a store without an identity).
-var dataPrefixes = [][]byte{PrefixEvent, PrefixCapture, PrefixRev, PrefixRepo, PrefixRecord, PrefixTomb, PrefixCompact}
+var dataPrefixes = [][]byte{PrefixEvent, PrefixCapture, PrefixRev, PrefixRepo, PrefixRecord, PrefixTomb, PrefixCompact,
+	PrefixByCollection, PrefixByAccount, PrefixMarker}
 
 func withSuffix(prefix []byte, s string) []byte {
 	k := make([]byte, 0, len(prefix)+len(s))
@@ -258,6 +265,15 @@ func keyString(key []byte) string {
 	}
 	if seq, err := ParseSeqKey(PrefixEvent, key); err == nil {
 		return fmt.Sprintf("%s%d", PrefixEvent, seq)
+	}
+	if fam, name, seq, err := ParseIndexKey(key); err == nil {
+		switch string(fam) {
+		case string(PrefixMarker):
+			return fmt.Sprintf("%s%s|%d", fam, Kind(name[0]), seq)
+		case string(PrefixByAccount):
+			return fmt.Sprintf("%s%x|%d", fam, name, seq)
+		}
+		return fmt.Sprintf("%s%s|%d", fam, name, seq)
 	}
 	return truncateForError(key)
 }
@@ -465,4 +481,108 @@ func DecodeAudit(b []byte) (Audit, error) {
 		return Audit{}, malformed("audit: phase %d", a.Phase)
 	}
 	return a, nil
+}
+
+// ---- the replay index ------------------------------------------------------
+//
+// Three families let a filtered replay read only the rows it sends
+// (Store.IndexedEvents). Each key ends with the row's seq as 8 bytes
+// big-endian after a fixed prefix, and its value is empty: neighbouring keys
+// share everything but the seq's low bytes, which Pebble's prefix
+// compression keeps out of the block. Every family is written by the archive
+// writer only, as blind Sets in the row's batch, and deleted with the row by
+// the compaction pass (a delete, account, identity or sync row is never
+// removed, so neither are its entries).
+
+// Key prefixes of the replay index.
+var (
+	// PrefixByCollection: xc/<collection>\x00<seq>, one per create, update
+	// and delete row.
+	PrefixByCollection = []byte("xc/")
+	// PrefixByAccount: xd/<account hash><seq>, one per row of every kind:
+	// an account's whole history, markers included, so a wantedDids
+	// replay reads it alone. The account is its DID's 64-bit FNV-1a hash
+	// (AccountHash), 8 bytes big-endian: a fixed-width key a third the
+	// size of the DID; two DIDs with one hash only make a replay read the
+	// other's rows too, which its filter drops.
+	PrefixByAccount = []byte("xd/")
+	// PrefixMarker: xm/<kind><seq>, one per account, identity and sync
+	// row (kind one byte): the rows every collection filter lets through,
+	// by kind, so a subscriber without includeSync never reads a sync row.
+	PrefixMarker = []byte("xm/")
+)
+
+// AppendCollectionIndexKey appends xc/<collection>\x00<seq> to dst.
+func AppendCollectionIndexKey(dst []byte, collection string, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(AppendIndexPrefix(dst, PrefixByCollection, collection), seq)
+}
+
+// AppendAccountIndexKey appends xd/<AccountHash(did)><seq> to dst.
+func AppendAccountIndexKey(dst []byte, did string, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(AppendIndexPrefix(dst, PrefixByAccount, did), seq)
+}
+
+// AccountHash is the 64-bit FNV-1a hash of a DID, the account in xd/ keys.
+// Stored: it never changes.
+func AccountHash(did string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(did); i++ {
+		h ^= uint64(did[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// AppendMarkerKey appends xm/<kind><seq> to dst.
+func AppendMarkerKey(dst []byte, kind Kind, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(append(append(dst, PrefixMarker...), byte(kind)), seq)
+}
+
+// MarkerName is the name of kind's marker range (IndexRange.Name).
+func MarkerName(kind Kind) string { return string([]byte{byte(kind)}) }
+
+// AppendIndexPrefix appends the prefix of one range of the replay index
+// to dst: xc/<collection>\x00 for a collection, xd/<AccountHash(did)> for
+// an account (name the DID), xm/<kind> for a kind's markers (name
+// MarkerName(kind)).
+func AppendIndexPrefix(dst, family []byte, name string) []byte {
+	dst = append(dst, family...)
+	switch string(family) {
+	case string(PrefixByAccount):
+		return binary.BigEndian.AppendUint64(dst, AccountHash(name))
+	case string(PrefixMarker):
+		return append(dst, name...)
+	}
+	dst = append(dst, name...)
+	return append(dst, keySep)
+}
+
+// ParseIndexKey returns the family, the name (the collection, the
+// account hash's 8 bytes, or the marker's MarkerName) and the seq of a
+// replay index key; it fails closed on anything the Append functions
+// cannot produce.
+func ParseIndexKey(key []byte) (family []byte, name string, seq uint64, err error) {
+	switch {
+	case hasPrefix(key, PrefixByAccount):
+		n := len(PrefixByAccount)
+		if len(key) != n+16 {
+			return nil, "", 0, fmt.Errorf("archive: key %q is not an account index key", truncateForError(key))
+		}
+		return PrefixByAccount, string(key[n : n+8]), binary.BigEndian.Uint64(key[n+8:]), nil
+	case hasPrefix(key, PrefixMarker):
+		n := len(PrefixMarker)
+		if k := Kind(key[min(n, len(key)-1)]); len(key) != n+1+8 || k.IsCommit() || !k.Valid() {
+			return nil, "", 0, fmt.Errorf("archive: key %q is not a marker index key", truncateForError(key))
+		}
+		return PrefixMarker, string(key[n : n+1]), binary.BigEndian.Uint64(key[n+1:]), nil
+	case hasPrefix(key, PrefixByCollection):
+		family = PrefixByCollection
+	default:
+		return nil, "", 0, fmt.Errorf("archive: key %q is not a replay index key", truncateForError(key))
+	}
+	n := len(family)
+	if len(key) < n+1+1+8 || key[len(key)-9] != keySep || bytes.IndexByte(key[n:len(key)-9], keySep) >= 0 {
+		return nil, "", 0, fmt.Errorf("archive: replay index key %q: want <name>\\x00<seq>", truncateForError(key))
+	}
+	return family, string(key[n : len(key)-9]), binary.BigEndian.Uint64(key[len(key)-8:]), nil
 }

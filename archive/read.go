@@ -47,7 +47,7 @@ func (s *Store) Time(key []byte) (time.Time, error) { return get(s.db, key, Deco
 
 // Untouched reports whether the store holds nothing but what Open's
 // initialisation wrote (meta/instance, meta/phase, meta/phase_entered_at,
-// meta/index): nothing was written since. A failed scan is ErrRead.
+// meta/index, meta/index_replay): nothing was written since. A failed scan is ErrRead.
 func (s *Store) Untouched() (bool, error) {
 	it, err := s.db.NewIter(nil)
 	if err != nil {
@@ -55,7 +55,7 @@ func (s *Store) Untouched() (bool, error) {
 	}
 	defer it.Close()
 	for it.First(); it.Valid(); it.Next() {
-		if k := string(it.Key()); k != string(KeyInstance) && k != string(KeyPhase) && k != string(KeyPhaseEnteredAt) && k != string(KeyIndex) {
+		if k := string(it.Key()); k != string(KeyInstance) && k != string(KeyPhase) && k != string(KeyPhaseEnteredAt) && k != string(KeyIndex) && k != string(KeyReplayIndex) {
 			return false, nil
 		}
 	}

@@ -64,7 +64,7 @@ func measureSizes(s *Store) (sizeBreakdown, error) {
 			bd.Entries += int64(p.NumEntries)
 		}
 	}
-	for _, p := range [][]byte{PrefixMeta, PrefixCursor, PrefixRepo, PrefixRev, PrefixHost, PrefixEvent, PrefixCapture, PrefixRecord, PrefixTomb} {
+	for _, p := range [][]byte{PrefixMeta, PrefixCursor, PrefixRepo, PrefixRev, PrefixHost, PrefixEvent, PrefixCapture, PrefixRecord, PrefixTomb, PrefixByCollection, PrefixByAccount, PrefixMarker} {
 		n, err := db.EstimateDiskUsage(p, prefixEnd(p))
 		if err != nil {
 			return bd, err

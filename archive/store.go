@@ -639,10 +639,10 @@ func (w pointReadFilterWriter) AddKey(key []byte) {
 }
 
 // scanOnlyKey reports whether key belongs to a family read by range scans
-// only (ev/, cap/, rec/, tomb/).
+// only (ev/, cap/, rec/, tomb/, and the replay index xc/, xd/, xm/).
 func scanOnlyKey(key []byte) bool {
 	return hasPrefix(key, PrefixEvent) || hasPrefix(key, PrefixCapture) ||
-		hasPrefix(key, PrefixRecord) || hasPrefix(key, PrefixTomb)
+		hasPrefix(key, PrefixRecord) || hasPrefix(key, PrefixTomb) || isReplayIndexKey(key)
 }
 
 func hasPrefix(b, p []byte) bool { return len(b) >= len(p) && string(b[:len(p)]) == string(p) }

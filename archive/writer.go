@@ -223,7 +223,7 @@ type Writer struct {
 	repos    map[string]RepoState // repo states written in the open batch
 	hosts    map[string]HostState // host states written in the open batch
 	buf      []byte
-	idx      []idxEntry // the open batch's rec/ and tomb/ entries (index)
+	idx      []idxEntry // the open batch's index entries: rec/, tomb/, xc/, xd/, xm/
 	idxBuf   []byte     // their keys and values
 
 	mu      sync.Mutex
@@ -709,7 +709,8 @@ type idxEntry struct{ k0, k1, v1 int }
 
 // index adds the compaction index of an archived row to the open batch's
 // entries: the rec/ entry of a record row (create, update, delete) and the
-// tomb/ entry of a row that supersedes older ones (Supersedes). They are
+// tomb/ entry of a row that supersedes older ones (Supersedes); and its
+// replay index entries (appendReplayIndex). They are
 // blind Sets (the writer never reads the index), written at commit in key
 // order (writeIndex). No allocation once the buffers have grown.
 func (w *Writer) index(p *pending, ev *Event) {
@@ -720,6 +721,7 @@ func (w *Writer) index(p *pending, ev *Event) {
 		w.bug(fmt.Errorf("tombstone of %s: %w", ev.DID, err)) // validated in stage
 		return
 	}
+	w.idxBuf, w.idx = appendReplayIndex(w.idxBuf, w.idx, ev)
 	if tomb {
 		p.tombs++
 	}

@@ -57,6 +57,8 @@ type compactionStore interface {
 	TombstonesWritten() uint64
 	IndexMarker() (archive.IndexMarker, error)
 	FillIndex(ctx context.Context, progress func(archive.IndexMarker)) (archive.IndexFillResult, error)
+	ReplayIndexMarker() (archive.IndexMarker, error)
+	FillReplayIndex(ctx context.Context, progress func(archive.IndexMarker)) (archive.IndexFillResult, error)
 }
 
 // storeCompaction is the real one.
@@ -74,6 +76,12 @@ func (a storeCompaction) TombstonesWritten() uint64                    { return 
 func (a storeCompaction) IndexMarker() (archive.IndexMarker, error)    { return a.s.IndexMarker() }
 func (a storeCompaction) FillIndex(ctx context.Context, progress func(archive.IndexMarker)) (archive.IndexFillResult, error) {
 	return a.s.FillIndex(ctx, 0, progress)
+}
+func (a storeCompaction) ReplayIndexMarker() (archive.IndexMarker, error) {
+	return a.s.ReplayIndexMarker()
+}
+func (a storeCompaction) FillReplayIndex(ctx context.Context, progress func(archive.IndexMarker)) (archive.IndexFillResult, error) {
+	return a.s.FillReplayIndex(ctx, 0, progress)
 }
 
 // CompactionStatus is the compaction section of /status. Watermark and
@@ -99,6 +107,10 @@ type CompactionStatus struct {
 	// Index is the index backfill of a store archived before the writer
 	// kept the compaction index (absent when the store never needed one).
 	Index *IndexBackfillStatus `json:"index_backfill,omitempty"`
+	// ReplayIndex is the replay index's backfill of a store archived
+	// before the writer kept it (absent when the store never needed one):
+	// filtered replays scan until it is done.
+	ReplayIndex *IndexBackfillStatus `json:"replay_index_backfill,omitempty"`
 }
 
 // IndexBackfillStatus is the index backfill's progress: the ev/ rows from
@@ -224,6 +236,8 @@ func (c *compactor) Run(ctx context.Context) error {
 			if err = c.refresh(); err == nil {
 				if passed = c.due(); passed {
 					err = c.pass(ctx, reasonTombstones)
+				} else {
+					err = c.fillReplayIndex(ctx)
 				}
 			}
 		}
@@ -277,6 +291,65 @@ func (c *compactor) fillIndex(ctx context.Context) error {
 	c.cfg.log.Info("index backfill: done", "rows", res.Rows, "batches", res.Batches, "took", res.Duration,
 		"rows_per_second", int64(float64(res.Rows)/max(res.Duration.Seconds(), 1e-9)))
 	return nil
+}
+
+// ReplayFillSlice is how long the replay index backfill runs per check
+// tick (DefaultCompactionCheck, a second): at most a quarter of one CPU
+// and of the store's write bandwidth, so live ingest keeps its rate. Its
+// batches are the compaction backfill's (DefaultIndexFillRows) and never
+// overlap a pass: both run on the owner's goroutine.
+const ReplayFillSlice = 250 * time.Millisecond
+
+// fillReplayIndex runs the replay index backfill of a store archived
+// before the writer kept it for at most ReplayFillSlice (a batch begun
+// finishes), leaving the rest to the next tick. A malformed ev/ row or
+// marker halts compaction like the compaction backfill's; a store error
+// stops the process.
+func (c *compactor) fillReplayIndex(ctx context.Context) error {
+	c.mu.Lock()
+	done := c.st.ReplayIndex != nil && c.st.ReplayIndex.Done || c.st.Halted
+	c.mu.Unlock()
+	if done {
+		return nil
+	}
+	m, err := c.cfg.store.ReplayIndexMarker()
+	if err != nil {
+		if c.halted(err) {
+			return nil
+		}
+		return fmt.Errorf("node: replay index backfill: read the marker: %w", err)
+	}
+	if m.Done() {
+		c.showReplayIndex(m)
+		return nil
+	}
+	if c.st.ReplayIndex == nil {
+		c.cfg.log.Info("replay index backfill: start: rows archived before the replay index are indexed; filtered replays scan until it ends",
+			"from", m.Next, "to", m.End)
+	}
+	sctx, cancel := context.WithTimeout(ctx, ReplayFillSlice)
+	defer cancel()
+	res, err := c.cfg.store.FillReplayIndex(sctx, c.showReplayIndex)
+	switch {
+	case err == nil:
+		c.showReplayIndex(res.Marker)
+		c.cfg.log.Info("replay index backfill: done", "end", res.Marker.End)
+	case sctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+	case errors.Is(err, archive.ErrCompactionState):
+		c.halt(err)
+	default:
+		return fmt.Errorf("node: replay index backfill: %w", err)
+	}
+	return nil
+}
+
+// showReplayIndex puts the replay index backfill's progress in /status
+// and its gauge.
+func (c *compactor) showReplayIndex(m archive.IndexMarker) {
+	c.cfg.metrics.replayIndexLeft.Set(float64(m.End - min(m.Next, m.End)))
+	c.mu.Lock()
+	c.st.ReplayIndex = &IndexBackfillStatus{Next: m.Next, End: m.End, Done: m.Done()}
+	c.mu.Unlock()
 }
 
 // showIndex puts the index backfill's progress in /status and the gauge.
@@ -438,7 +511,7 @@ func (c *compactor) Status() CompactionStatus {
 // compactionMetrics are the owner's series (backstream_compaction_*).
 type compactionMetrics struct {
 	watermark, lagSeqs, lagSeconds, duration, pending, halted, interval prometheus.Gauge
-	indexLeft                                                           prometheus.Gauge
+	indexLeft, replayIndexLeft                                          prometheus.Gauge
 	passes                                                              *prometheus.CounterVec
 	rows, bytes                                                         prometheus.Counter
 }
@@ -460,6 +533,8 @@ func newCompactionMetrics(reg prometheus.Registerer) *compactionMetrics {
 		interval:   g("interval_seconds", "--compaction-interval in seconds (0: periodic passes are off)."),
 		indexLeft: g("index_backfill_remaining_seqs", "Seqs of ev/ rows archived before the compaction index that the index backfill has not indexed yet "+
 			"(0: the index covers the archive; no pass runs while it is above 0)."),
+		replayIndexLeft: prometheus.NewGauge(prometheus.GaugeOpts{Name: "backstream_replay_index_backfill_remaining_seqs",
+			Help: "Seqs of ev/ rows archived before the replay index that its backfill has not indexed yet (0: filtered replays may use the index)."}),
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "backstream_compaction_passes_total",
 			Help: "Compaction passes by outcome: ok, halted (malformed state), failed (store error, fatal)."}, []string{"outcome"}),
 		rows:  c("rows_removed_total", "Superseded ev/ rows removed by compaction passes."),
@@ -468,6 +543,6 @@ func newCompactionMetrics(reg prometheus.Registerer) *compactionMetrics {
 	for _, o := range []string{passOK, passHalted, passFailed} {
 		m.passes.WithLabelValues(o)
 	}
-	reg.MustRegister(m.watermark, m.lagSeqs, m.lagSeconds, m.duration, m.pending, m.halted, m.interval, m.indexLeft, m.passes, m.rows, m.bytes)
+	reg.MustRegister(m.watermark, m.lagSeqs, m.lagSeconds, m.duration, m.pending, m.halted, m.interval, m.indexLeft, m.replayIndexLeft, m.passes, m.rows, m.bytes)
 	return m
 }

@@ -77,6 +77,14 @@ func (f *fakeCompaction) FillIndex(context.Context, func(archive.IndexMarker)) (
 	return archive.IndexFillResult{}, nil
 }
 
+func (f *fakeCompaction) ReplayIndexMarker() (archive.IndexMarker, error) {
+	return archive.IndexMarker{}, nil
+}
+
+func (f *fakeCompaction) FillReplayIndex(context.Context, func(archive.IndexMarker)) (archive.IndexFillResult, error) {
+	return archive.IndexFillResult{}, nil
+}
+
 func (f *fakeCompaction) set(fn func(f *fakeCompaction)) {
 	f.mu.Lock()
 	fn(f)

@@ -23,7 +23,12 @@
 // index backfill (archive's FillIndex) to its end, before any pass (the
 // merging pass waits for it): /status's index_backfill, the gauge
 // backstream_compaction_index_backfill_remaining_seqs, a log line at its
-// start and one at its end.
+// start and one at its end. On a store archived before the replay index it
+// runs the replay index backfill (archive's FillReplayIndex) between
+// passes, ReplayFillSlice of each check tick, so ingest keeps its rate:
+// /status's replay_index_backfill, the gauge
+// backstream_replay_index_backfill_remaining_seqs; filtered replays scan
+// until it ends.
 //
 // Lifetime: New opens and builds everything but runs nothing; Run drives the
 // lifecycle until its context ends or something fatal happens (the

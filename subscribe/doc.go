@@ -102,6 +102,22 @@
 //     Within a connection cursors strictly increase.
 //   - D4: account, identity and sync events pass every collection filter;
 //     every kind is gated by wantedDids; sync events only with includeSync.
+//   - Replay plans (plan.go): when a subscriber first replays from the
+//     archive, and after each options_update, it plans: with wantedDids
+//     and/or wantedCollections whose estimated rows (an exact count of the
+//     replay index's ranges, bounded at 1/planRatio of the span) are under
+//     1/planRatio (16) of the seqs to the live floor, it reads the index —
+//     the accounts' ranges, or the collections' (a prefix: every
+//     collection the index lists under it, listed again at each iterator
+//     opened) with the account and identity markers and, with includeSync,
+//     the sync markers, whichever is smaller — merged by seq, each row
+//     point-read, bounded by the floor; otherwise it scans ev/. Every row
+//     read goes through the same filter either way, so both plans send the
+//     same events (TestIndexedReplayMatchesScan, FuzzIndexedReplay); the
+//     cursor, the floor, strict increase, the reopen on a compaction batch
+//     and the reader slots are the scan's. The planner scans while the
+//     store's replay index backfill is unfinished, and always with
+//     Config.ScanReplays.
 //   - D5: as above; nothing is upgraded before the request is valid.
 //   - D6: the archive is the buffer: a subscriber that falls behind the live
 //     log reads the archive. Only one more than SlowLag events behind the
@@ -150,6 +166,9 @@
 // (replay: the event was more than a second old when the subscriber read it,
 // whether the archive or the live log served it; live: it was following the
 // tip),
+// backstream_subscribe_replay_plans_total{plan=index|scan},
+// backstream_subscribe_replay_rows_read_total{plan} and
+// backstream_subscribe_replay_rows_sent_total{plan} (rows read per row sent),
 // backstream_subscribe_bytes_sent_total, backstream_subscribe_disconnects_total{reason},
 // backstream_subscribe_unknown_params_total, backstream_subscribe_refused_total{reason},
 // backstream_subscribe_render_errors_total, backstream_subscribe_skipped_too_large_total,

@@ -53,6 +53,10 @@ type Metrics struct {
 	reserved      prometheus.Gauge
 
 	live, replay prometheus.Counter // eventsSent children, resolved once
+
+	// Replay plans (plan.go): plans made, ev/ rows read and rows sent from
+	// the archive, by plan (scan, index).
+	plans, rowsRead, rowsSent *prometheus.CounterVec
 }
 
 // NewMetrics registers the subscribe metrics on reg (nil: unregistered).
@@ -100,6 +104,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Output-buffer bytes reserved by connected subscribers, out of the buffer budget.",
 		}),
 	}
+	m.plans = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "backstream_subscribe_replay_plans_total",
+		Help: "Replay plans chosen for a subscriber's filter (at its first replay and after each options_update), by plan: index (the replay index's ranges, rows point-read) or scan (ev/ read in full).",
+	}, []string{"plan"})
+	m.rowsRead = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "backstream_subscribe_replay_rows_read_total",
+		Help: "ev/ rows read by replays from the archive, by plan; divided by backstream_subscribe_replay_rows_sent_total, the rows read per row sent.",
+	}, []string{"plan"})
+	m.rowsSent = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "backstream_subscribe_replay_rows_sent_total",
+		Help: "Rows of the archive sent by replays (not through the live log), by plan.",
+	}, []string{"plan"})
+	for _, p := range []string{planScan, planIndex} {
+		m.plans.WithLabelValues(p)
+		m.rowsRead.WithLabelValues(p)
+		m.rowsSent.WithLabelValues(p)
+	}
 	m.live = m.eventsSent.WithLabelValues("live")
 	m.replay = m.eventsSent.WithLabelValues("replay")
 	for _, r := range disconnectReasons {
@@ -110,7 +131,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.subscribers, m.eventsSent, m.bytesSent, m.disconnects, m.unknownParams,
-			m.refused, m.renderErrors, m.tooLarge, m.delivery, m.reserved)
+			m.refused, m.renderErrors, m.tooLarge, m.delivery, m.reserved, m.plans, m.rowsRead, m.rowsSent)
 	}
 	return m
 }
@@ -175,5 +196,23 @@ func (m *Metrics) observeDelivery(secs float64) {
 func (m *Metrics) setReserved(bytes int64) {
 	if m != nil {
 		m.reserved.Set(float64(bytes))
+	}
+}
+
+func (m *Metrics) planned(plan string) {
+	if m != nil {
+		m.plans.WithLabelValues(plan).Inc()
+	}
+}
+
+func (m *Metrics) replayRows(plan string, read, sent int) {
+	if m == nil {
+		return
+	}
+	if read > 0 {
+		m.rowsRead.WithLabelValues(plan).Add(float64(read))
+	}
+	if sent > 0 {
+		m.rowsSent.WithLabelValues(plan).Add(float64(sent))
 	}
 }

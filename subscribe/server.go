@@ -140,6 +140,9 @@ type Config struct {
 	// connection (token bucket); beyond, it is closed (too_many_messages).
 	MessageRate  float64
 	MessageBurst int
+	// ScanReplays turns the replay planner off: every replay from the
+	// archive scans ev/, as before the replay index existed.
+	ScanReplays bool
 }
 
 func (c *Config) defaults() {

@@ -35,6 +35,12 @@ const (
 	closeGrace       = time.Second // how long a final close frame may take to write
 )
 
+// indexChunk: rows an index replay's batch reads, at most. Each is a point
+// read that may load a block of its own, so a batch stays a few
+// milliseconds long: the first events go out at once, and a reader slot
+// turns over as often as a scan's.
+const indexChunk = 64
+
 // Websocket close codes we send.
 const (
 	closeGoingAway     = 1001
@@ -94,8 +100,12 @@ type subscriber struct {
 	// Replay from the archive: the iterator, kept between batches only
 	// while the socket takes every write without waiting; the renderer and
 	// its buffers, dropped back to maxInlineFrame after a larger event.
-	it       *archive.EventIter
-	itNext   uint64 // the seq the iterator yields next (valid while it != nil)
+	it       replayIter
+	itNext   uint64      // the seq the iterator yields next (valid while it != nil)
+	itTo     uint64      // an index iterator's bound: it yields no seq at or past it
+	itRows   int         // rows the iterator read
+	itSent   int         // rows it read that were sent
+	plan     *replayPlan // how the current filter replays (plan.go)
 	itOpened time.Time
 	itCount  int
 	itGen    uint64      // the store's compaction generation when it was opened
@@ -451,8 +461,10 @@ func (s *subscriber) replay(ctx context.Context, floor uint64) error {
 	}
 	now := time.Now()
 	s.position.Store(s.next)
-	if len(s.out) >= s.srv.cfg.FlushBytes || (len(s.out) > 0 && now.Sub(s.lastFlush) >= replayFlushEvery) {
+	if len(s.out) >= s.srv.cfg.FlushBytes || (len(s.out) > 0 && (now.Sub(s.lastFlush) >= replayFlushEvery || s.plan.name() == planIndex)) {
 		// A sparse filter fills the buffer slowly: do not sit on events.
+		// An index replay's batch is a few point reads: what it found goes
+		// out at once.
 		return s.flush(ctx)
 	}
 	if s.slow(now) {
@@ -481,26 +493,38 @@ func (s *subscriber) yieldSlot() {
 func (s *subscriber) readBatch(floor uint64) (large []byte, err error) {
 	now := time.Now()
 	gen := s.store.CompactionGeneration()
+	f := s.filt.Load()
 	// A compaction batch committed since the iterator opened: reopen it,
-	// so no row that batch removed is read from the old snapshot.
-	if s.it != nil && (s.itNext != s.next || now.Sub(s.itOpened) > iterMaxAge || s.itCount > iterMaxEvents || s.itGen != gen) {
+	// so no row that batch removed is read from the old snapshot. A new
+	// filter (options_update) plans again.
+	if s.it != nil && (s.itNext != s.next || now.Sub(s.itOpened) > iterMaxAge || s.itCount > iterMaxEvents || s.itGen != gen || s.plan.f != f) {
 		s.closeIter()
 	}
 	fresh := false
 	if s.it == nil {
-		it, err := s.store.Events(s.next)
-		if err != nil {
+		if err := s.openIter(f, floor); err != nil {
 			return nil, err
 		}
-		s.it, s.itNext, s.itOpened, s.itCount, s.itGen, fresh = it, s.next, now, 0, gen, true
+		s.itNext, s.itOpened, s.itCount, s.itGen, fresh = s.next, now, 0, gen, true
 	}
-	f := s.filt.Load()
-	for n := 0; n < replayChunk && s.next < floor && len(s.out) < s.srv.cfg.FlushBytes; n++ {
+	chunk := replayChunk
+	if s.itTo > 0 {
+		chunk = indexChunk
+	}
+	for n := 0; n < chunk && s.next < floor && len(s.out) < s.srv.cfg.FlushBytes; n++ {
 		if !s.it.Next() {
 			err := s.it.Err()
+			indexed := s.itTo > 0
+			to := s.itTo
 			s.closeIter()
 			if err != nil {
 				return nil, err
+			}
+			if indexed {
+				// No wanted row below the bound: every seq below it is
+				// sent or filtered out.
+				s.next = max(s.next, to)
+				return nil, nil
 			}
 			if fresh && n == 0 {
 				// Below the live floor yet nothing in the archive from here:
@@ -517,6 +541,7 @@ func (s *subscriber) readBatch(floor uint64) (large []byte, err error) {
 		s.next = ev.Seq + 1
 		s.itNext = s.next
 		s.itCount++
+		s.itRows++
 		if !f.admit(ev) {
 			continue
 		}
@@ -525,6 +550,7 @@ func (s *subscriber) readBatch(floor uint64) (large []byte, err error) {
 			continue
 		}
 		s.nReplay++
+		s.itSent++
 		if len(p) > maxInlineFrame-maxFrameHeader {
 			return p, nil
 		}
@@ -533,12 +559,57 @@ func (s *subscriber) readBatch(floor uint64) (large []byte, err error) {
 	return nil, nil
 }
 
+// openIter opens the replay iterator at s.next for f, planning first when
+// f is new (or the plan waits for the index backfill): a scan of ev/, or
+// the index ranges of the plan merged by seq, bounded by floor.
+func (s *subscriber) openIter(f *filter, floor uint64) error {
+	if s.plan == nil || s.plan.f != f || s.plan.unindexed {
+		p, err := plan(s.store, f, s.next, floor, s.srv.cfg.ScanReplays)
+		if err != nil {
+			return err
+		}
+		if s.plan == nil || s.plan.f != f || p.name() != s.plan.name() {
+			s.srv.m.planned(p.name())
+		}
+		s.plan = p
+	}
+	ranges, err := s.plan.rangesAt(s.store)
+	if err != nil {
+		return err
+	}
+	if ranges == nil {
+		it, err := s.store.Events(s.next)
+		if err != nil {
+			return err
+		}
+		s.it, s.itTo = it, 0
+		return nil
+	}
+	it, err := s.store.IndexedEvents(ranges, s.next, floor)
+	if err != nil {
+		return err
+	}
+	s.it, s.itTo = it, floor
+	return nil
+}
+
+// replayIter is what a replay reads: a scan (archive.EventIter) or an
+// index merge (archive.IndexIter).
+type replayIter interface {
+	Next() bool
+	Event() *archive.Event
+	Err() error
+	Close() error
+}
+
 func (s *subscriber) closeIter() {
 	if s.it != nil {
 		if err := s.it.Close(); err != nil {
 			s.log.Warn("subscribe: closing archive iterator", "err", err)
 		}
-		s.it = nil
+		s.it, s.itTo = nil, 0
+		s.srv.m.replayRows(s.plan.name(), s.itRows, s.itSent)
+		s.itRows, s.itSent = 0, 0
 	}
 }
 

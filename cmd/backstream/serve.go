@@ -82,6 +82,7 @@ func serveCommand() *command {
 			fs.Bool("trust-x-forwarded-for", false, "count subscribers per the last X-Forwarded-For address (only behind a reverse proxy that appends it) instead of the connection's address")
 			fs.Int("replay-readers", 0, "subscribers replaying at once (from the archive, or catching up through the live log), each a bounded batch per turn (0 = half the CPUs)")
 			fs.Float64("replay-duty", subscribe.DefaultReplayDuty, "share of the time (0 < d ≤ 1) a replay reader may be busy, so of a CPU it may take; 1 = replay at full speed")
+			fs.Bool("scan-replays", false, "every replay from the archive scans ev/: the replay planner, which reads a selective wantedCollections or wantedDids replay from the replay index, is off")
 			fs.Float64("subscriber-message-rate", subscribe.DefaultMessageRate, "client messages (options_update, pings) per second per connection; beyond the burst, the connection is closed")
 			fs.Int("subscriber-message-burst", subscribe.DefaultMessageBurst, "client messages a connection may send at once")
 			fs.Duration("compaction-interval", node.DefaultCompactionInterval, "time between the end of one compaction pass (the physical removal of deleted and superseded records) and the start of the next (0 = no periodic passes)")
@@ -344,6 +345,7 @@ func subscriberLimits(fs *flagSet) (subscribe.Config, error) {
 		TrustForwardedFor:   fs.get("trust-x-forwarded-for").(bool),
 		ReplayReaders:       fs.get("replay-readers").(int),
 		ReplayDuty:          fs.get("replay-duty").(float64),
+		ScanReplays:         fs.get("scan-replays").(bool),
 		MessageRate:         fs.get("subscriber-message-rate").(float64),
 		MessageBurst:        fs.get("subscriber-message-burst").(int),
 	}

@@ -21,7 +21,7 @@ type statusCompaction = node.CompactionStatus
 
 // readCompaction reads the section from a store: the watermark, its lag
 // behind the tip, an interrupted pass's intent, and an unfinished index
-// backfill. A malformed compaction
+// or replay index backfill. A malformed compaction
 // state is shown as halted, with the error, not as a failed report.
 func readCompaction(s *archive.Store) (*statusCompaction, error) {
 	st, err := s.Compaction()
@@ -47,6 +47,14 @@ func readCompaction(s *archive.Store) (*statusCompaction, error) {
 	case !m.Done():
 		c.Index = &node.IndexBackfillStatus{Next: m.Next, End: m.End}
 	}
+	switch m, err := s.ReplayIndexMarker(); {
+	case errors.Is(err, archive.ErrCompactionState):
+		c.Halted, c.HaltReason = true, err.Error()
+	case err != nil:
+		return nil, err
+	case !m.Done():
+		c.ReplayIndex = &node.IndexBackfillStatus{Next: m.Next, End: m.End}
+	}
 	return c, nil
 }
 
@@ -61,6 +69,10 @@ func printCompaction(tw io.Writer, c *statusCompaction) {
 	if c.Index != nil && !c.Index.Done {
 		fmt.Fprintf(tw, "index backfill\t%s of %s seqs left (no compaction pass until it ends)\n",
 			human.Count(c.Index.End-min(c.Index.Next, c.Index.End)), human.Count(c.Index.End))
+	}
+	if c.ReplayIndex != nil && !c.ReplayIndex.Done {
+		fmt.Fprintf(tw, "replay index backfill\t%d of %d seqs left (filtered replays scan until it ends)\n",
+			c.ReplayIndex.End-min(c.ReplayIndex.Next, c.ReplayIndex.End), c.ReplayIndex.End)
 	}
 	if c.LastPassAt != nil {
 		fmt.Fprintf(tw, "last compaction pass\t%s: %s rows, %s removed in %s\n",

@@ -258,6 +258,11 @@ func (h *Harness) afterKill(k Kill, p *Proc, last Status, held int) Landed {
 	if err != nil && !errors.Is(err, archive.ErrNotFound) {
 		t.Fatalf("after kill %s: %v", k, err)
 	}
+	// The replay index names exactly the durable rows (every row has its
+	// entries, every entry its row).
+	if err := s.CheckReplayIndex(); err != nil {
+		t.Fatalf("after kill %s: %v", k, err)
+	}
 	if sum.Phase == PhaseBootstrap && !h.pastBootstrap {
 		h.CheckNoRedownload(fmt.Sprintf("after kill %d (%s)", len(h.Kills)+1, k))
 	} else if sum.Phase != "" && sum.Phase != PhaseBootstrap {
