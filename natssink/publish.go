@@ -5,10 +5,12 @@ package natssink
 // of unacknowledged messages, until an error.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -25,19 +27,32 @@ const readBatch = 512
 
 // inflight is a published event waiting for its acknowledgement.
 type inflight struct {
-	seq uint64
-	fut jetstream.PubAckFuture
+	seq  uint64    // archive seq
+	sent time.Time // when the turn that published it began
 }
 
 type publisher struct {
 	sink *Sink
 	nc   *nats.Conn
-	js   jetstream.JetStream
+	js   jetstream.JetStream // stream lookup and creation, the last message
 
-	next      uint64 // the archive seq to publish next
-	expect    uint64 // the stream sequence the next publish must follow
-	q         []inflight
-	head      int
+	next   uint64 // the archive seq to publish next
+	expect uint64 // the stream sequence the next publish must follow
+	stored uint64 // the stream sequence of the last acknowledged publish
+	q      []inflight
+	head   int
+	sent   uint64 // publishes in this session; the reply token of the next
+	// Acknowledgements: q[head+i] is publish number sent-pending()+i
+	// and must be stored at stream sequence stored+1+i.
+	acks    *acks
+	replies []ackReply
+	// Reused for every publish: a message, its headers, its reply
+	// subject and the body of an event rendered here.
+	msg                nats.Msg
+	hID, hDID, hExpect []string
+	reply, body        []byte
+	now                time.Time
+
 	published int // acknowledged in this session
 	rend      subscribe.Renderer
 	ents      []*archive.LiveEntry
@@ -54,6 +69,16 @@ func (p *publisher) session(ctx context.Context) error {
 	if err := p.resume(ctx, stream); err != nil {
 		return err
 	}
+	a, inbox, err := subscribeAcks(p.nc, s.cfg.Window)
+	if err != nil {
+		s.fail(errPublish, err)
+		return err
+	}
+	defer a.close()
+	p.acks = a
+	p.reply = append(append(p.reply[:0], inbox...), '.')
+	p.hID, p.hDID, p.hExpect = make([]string, 1), make([]string, 1), make([]string, 1)
+	p.msg.Header = nats.Header{nats.MsgIdHdr: p.hID, HeaderDID: p.hDID, nats.ExpectedLastSeqHdr: p.hExpect}
 	s.setState(StatePublishing)
 	p.rend = subscribe.Renderer{Cursor: true}
 	p.q = make([]inflight, 0, s.cfg.Window)
@@ -153,7 +178,7 @@ func (p *publisher) resume(ctx context.Context, stream jetstream.Stream) error {
 		s.fail(errStream, err)
 		return fmt.Errorf("stream info: %w", err)
 	}
-	p.expect = info.State.LastSeq
+	p.expect, p.stored = info.State.LastSeq, info.State.LastSeq
 	if info.State.Msgs == 0 {
 		if pos := s.acked.Load(); pos > 0 && s.cfg.From <= pos {
 			s.log.Warn("the NATS stream is empty but backstream had published up to its position: publishing again from --nats-from",
@@ -183,6 +208,8 @@ func (p *publisher) resume(ctx context.Context, stream jetstream.Stream) error {
 // run publishes from p.next until an error or ctx's end.
 func (p *publisher) run(ctx context.Context) error {
 	live := p.sink.cfg.Writer.Live()
+	timeout := time.NewTimer(p.sink.cfg.AckTimeout)
+	defer timeout.Stop()
 	for {
 		wake := live.Wait()
 		if err := p.reap(); err != nil {
@@ -206,58 +233,81 @@ func (p *publisher) run(ctx context.Context) error {
 			}
 			continue
 		}
-		// Nothing to publish now, or the window is full: wait for the
-		// oldest acknowledgement or a new event.
-		f := p.q[p.head].fut
+		// Nothing to publish now, or the window is full: wait for an
+		// acknowledgement, a new event, or the oldest publish's deadline.
+		left := p.q[p.head].sent.Add(p.sink.cfg.AckTimeout).Sub(p.sink.cfg.Now())
+		if left <= 0 {
+			return fmt.Errorf("publish of seq %d: no acknowledgement within %s", p.q[p.head].seq, p.sink.cfg.AckTimeout)
+		}
+		timeout.Reset(left)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-wake:
-		case a := <-f.Ok():
-			if err := p.ack(a); err != nil {
-				return err
-			}
-		case err := <-f.Err():
-			return fmt.Errorf("publish of seq %d: %w", p.q[p.head].seq, err)
+		case <-p.acks.wake:
+		case <-timeout.C:
 		}
 	}
 }
 
 func (p *publisher) pending() int { return len(p.q) - p.head }
 
-// reap takes the acknowledgements already in, oldest first.
+// reap takes the acknowledgements already in.
 func (p *publisher) reap() error {
-	for p.pending() > 0 {
-		f := p.q[p.head].fut
-		select {
-		case a := <-f.Ok():
-			if err := p.ack(a); err != nil {
-				return err
-			}
-		case err := <-f.Err():
-			return fmt.Errorf("publish of seq %d: %w", p.q[p.head].seq, err)
-		default:
-			return nil
+	rs := p.acks.take(p.replies)
+	for _, r := range rs {
+		if err := p.ack(r); err != nil {
+			return err
 		}
 	}
+	p.replies = rs
 	return nil
 }
 
-// ack moves the position past the oldest in-flight event.
-func (p *publisher) ack(a *jetstream.PubAck) error {
-	in := p.q[p.head]
-	if a.Duplicate {
-		return fmt.Errorf("publish of seq %d was a duplicate (stream sequence %d): resuming from the stream", in.seq, a.Sequence)
+// ack moves the position past the publish r answers, and past every
+// earlier one in the window: a publish stored at stream sequence N after
+// the stream's last was N-1 (its Nats-Expected-Last-Sequence) means the
+// publishes before it, which chain the same way, are stored below it, in
+// order, whether or not their own replies arrive.
+func (p *publisher) ack(r ackReply) error {
+	if r.err != nil {
+		return fmt.Errorf("publish after stream sequence %d (seq %d): %w", p.stored, p.headSeq(), r.err)
 	}
-	p.q[p.head] = inflight{}
-	p.head++
+	first := p.sent - uint64(p.pending()) // the publish number of q[head]
+	if r.token < first {
+		return nil // already covered by a later publish's acknowledgement
+	}
+	i := r.token - first
+	if i >= uint64(p.pending()) {
+		return fmt.Errorf("acknowledgement of publish %d, beyond the %d sent", r.token, p.sent)
+	}
+	in := p.q[p.head+int(i)]
+	if r.dup {
+		return fmt.Errorf("publish of seq %d was a duplicate (stream sequence %d): resuming from the stream", in.seq, r.seq)
+	}
+	if want := p.stored + 1 + i; r.seq != want {
+		return fmt.Errorf("publish of seq %d stored at stream sequence %d, want %d: resuming from the stream", in.seq, r.seq, want)
+	}
+	n := int(i) + 1
+	clear(p.q[p.head : p.head+n])
+	p.head += n
 	if p.head == len(p.q) {
 		p.q, p.head = p.q[:0], 0
 	}
-	p.published++
+	p.stored = r.seq
+	p.published += n
 	p.sink.acked.Store(in.seq)
-	p.sink.cfg.Metrics.acked(1, in.seq)
+	p.sink.cfg.Metrics.acked(n, in.seq)
 	return nil
+}
+
+// headSeq is the archive seq of the oldest unacknowledged publish, or the
+// next to publish.
+func (p *publisher) headSeq() uint64 {
+	if p.pending() > 0 {
+		return p.q[p.head].seq
+	}
+	return p.next
 }
 
 // fill publishes what the window has room for: from the store below the
@@ -267,6 +317,7 @@ func (p *publisher) fill() (int, error) {
 	if room <= 0 {
 		return 0, nil
 	}
+	p.now = p.sink.cfg.Now()
 	ents, floor := p.sink.cfg.Writer.Live().ReadEntries(p.next, p.ents[:0], room)
 	p.ents = ents[:0]
 	if p.next < floor {
@@ -298,7 +349,8 @@ func (p *publisher) fillFromStore(room int, floor uint64) (int, error) {
 		if ev.Seq >= floor {
 			break
 		}
-		body, rerr := p.rend.AppendJSON(nil, ev)
+		body, rerr := p.rend.AppendJSON(p.body[:0], ev)
+		p.body = body[:0] // the publish copies it into the connection's buffer
 		if err := p.publish(ev, body, rerr); err != nil {
 			return n, err
 		}
@@ -314,25 +366,29 @@ func (p *publisher) fillFromStore(room int, floor uint64) (int, error) {
 	return n, nil
 }
 
-// publish sends one event, or skips it (counted) when it cannot be rendered.
+// publish sends one event, or skips it (counted) when it cannot be
+// rendered. Every publish carries the stream sequence it must follow, and
+// asks for its reply on the session's inbox, token its publish number.
 func (p *publisher) publish(ev *archive.Event, body []byte, renderErr error) error {
 	if renderErr != nil {
 		p.sink.fail(errRender, fmt.Errorf("seq %d: %w", ev.Seq, renderErr))
 		p.next = ev.Seq + 1
 		return nil
 	}
-	h := make(nats.Header, 3)
-	h[nats.MsgIdHdr] = []string{strconv.FormatUint(ev.Seq, 10)}
-	h[HeaderDID] = []string{ev.DID}
-	if p.expect > 0 {
-		h[nats.ExpectedLastSeqHdr] = []string{strconv.FormatUint(p.expect, 10)}
-	}
-	msg := &nats.Msg{Subject: Subject(p.sink.cfg.Stream, ev), Data: body, Header: h}
-	fut, err := p.js.PublishMsgAsync(msg)
+	p.hID[0] = strconv.FormatUint(ev.Seq, 10)
+	p.hDID[0] = ev.DID
+	p.hExpect[0] = strconv.FormatUint(p.expect, 10)
+	p.msg.Subject = Subject(p.sink.cfg.Stream, ev)
+	p.msg.Data = body
+	p.reply = strconv.AppendUint(p.reply[:bytes.LastIndexByte(p.reply, '.')+1], p.sent, 10)
+	p.msg.Reply = string(p.reply)
+	err := p.nc.PublishMsg(&p.msg)
+	p.msg.Data = nil
 	if err != nil {
 		return fmt.Errorf("publish of seq %d: %w", ev.Seq, err)
 	}
-	p.q = append(p.q, inflight{seq: ev.Seq, fut: fut})
+	p.q = append(p.q, inflight{seq: ev.Seq, sent: p.now})
+	p.sent++
 	p.expect++
 	p.next = ev.Seq + 1
 	return nil

@@ -183,8 +183,7 @@ func (s *Sink) Run(ctx context.Context) error {
 		return fmt.Errorf("natssink: connect %s: %w", s.cfg.URLs, err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(s.cfg.Window),
-		jetstream.WithPublishAsyncTimeout(s.cfg.AckTimeout))
+	js, err := jetstream.New(nc)
 	if err != nil {
 		return fmt.Errorf("natssink: jetstream: %w", err)
 	}
@@ -196,7 +195,6 @@ func (s *Sink) Run(ctx context.Context) error {
 	for {
 		p := &publisher{sink: s, nc: nc, js: js}
 		err := p.session(ctx)
-		js.CleanupPublisher()
 		if ctx.Err() != nil {
 			return nil
 		}
