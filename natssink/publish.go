@@ -25,6 +25,9 @@ const HeaderDID = "Backstream-Did"
 // readBatch bounds the events read per turn of the loop.
 const readBatch = 512
 
+// iterSpan bounds the events one store iterator reads.
+const iterSpan = 1 << 16
+
 // inflight is a published event waiting for its acknowledgement.
 type inflight struct {
 	seq  uint64    // archive seq
@@ -56,6 +59,8 @@ type publisher struct {
 	published int // acknowledged in this session
 	rend      subscribe.Renderer
 	ents      []*archive.LiveEntry
+	it        *archive.EventIter // reading the store below itEnd
+	itEnd     uint64
 }
 
 func (p *publisher) session(ctx context.Context) error {
@@ -82,6 +87,7 @@ func (p *publisher) session(ctx context.Context) error {
 	s.setState(StatePublishing)
 	p.rend = subscribe.Renderer{Cursor: true}
 	p.q = make([]inflight, 0, s.cfg.Window)
+	defer p.closeIter()
 	err = p.run(ctx)
 	var fatal *fatalError
 	if !errors.As(err, &fatal) && ctx.Err() == nil {
@@ -336,18 +342,33 @@ func (p *publisher) fill() (int, error) {
 
 // fillFromStore publishes up to room events of [p.next, floor) from the
 // store. Replay never reads at or past the floor: those rows may not be
-// synced yet.
+// synced yet. One iterator serves many turns: it is opened at p.next and
+// read up to the floor of its opening, or iterSpan events, whichever is
+// first (an iterator pins what it sees), then opened again.
 func (p *publisher) fillFromStore(room int, floor uint64) (int, error) {
-	it, err := p.sink.cfg.Store.Events(p.next)
-	if err != nil {
-		return 0, &fatalError{fmt.Errorf("natssink: read the archive at %d: %w", p.next, err)}
+	if p.it == nil {
+		it, err := p.sink.cfg.Store.Events(p.next)
+		if err != nil {
+			return 0, &fatalError{fmt.Errorf("natssink: read the archive at %d: %w", p.next, err)}
+		}
+		p.it, p.itEnd = it, min(floor, p.next+iterSpan)
 	}
-	defer it.Close()
 	n := 0
-	for n < room && it.Next() {
-		ev := it.Event()
-		if ev.Seq >= floor {
-			break
+	for n < room {
+		if !p.it.Next() {
+			if err := p.it.Err(); err != nil {
+				p.closeIter()
+				return n, &fatalError{fmt.Errorf("natssink: read the archive at %d: %w", p.next, err)}
+			}
+			p.next = max(p.next, p.itEnd) // nothing else below its end (compacted away)
+			p.closeIter()
+			return max(n, 1), nil // go round again without waiting
+		}
+		ev := p.it.Event()
+		if ev.Seq >= p.itEnd {
+			p.next = max(p.next, p.itEnd) // likewise
+			p.closeIter()
+			return max(n, 1), nil
 		}
 		body, rerr := p.rend.AppendJSON(p.body[:0], ev)
 		p.body = body[:0] // the publish copies it into the connection's buffer
@@ -356,14 +377,14 @@ func (p *publisher) fillFromStore(room int, floor uint64) (int, error) {
 		}
 		n++
 	}
-	if err := it.Err(); err != nil {
-		return n, &fatalError{fmt.Errorf("natssink: read the archive at %d: %w", p.next, err)}
-	}
-	if n == 0 {
-		p.next = floor // nothing left below the floor (compacted away)
-		return 1, nil  // go round again without waiting
-	}
 	return n, nil
+}
+
+func (p *publisher) closeIter() {
+	if p.it != nil {
+		p.it.Close()
+		p.it = nil
+	}
 }
 
 // publish sends one event, or skips it (counted) when it cannot be
