@@ -42,13 +42,14 @@ type publisher struct {
 	next   uint64 // the archive seq to publish next
 	expect uint64 // the stream sequence the next publish must follow
 	stored uint64 // the stream sequence of the last acknowledged publish
-	q      []inflight
-	head   int
-	sent   uint64 // publishes in this session; the reply token of the next
-	// Acknowledgements: q[head+i] is publish number sent-pending()+i
-	// and must be stored at stream sequence stored+1+i.
-	acks    *acks
-	replies []ackReply
+	// Publishes of this session are numbered from 0 (a reply's token):
+	// sent were made, the first done are acknowledged, and publish k
+	// waits in q[k % Window]. Publish done+i must be stored at stream
+	// sequence stored+1+i.
+	q          []inflight
+	sent, done uint64
+	acks       *acks
+	replies    []ackReply
 	// Reused for every publish: a message, its headers, its reply
 	// subject and the body of an event rendered here.
 	msg                nats.Msg
@@ -56,11 +57,10 @@ type publisher struct {
 	reply, body        []byte
 	now                time.Time
 
-	published int // acknowledged in this session
-	rend      subscribe.Renderer
-	ents      []*archive.LiveEntry
-	it        *archive.EventIter // reading the store below itEnd
-	itEnd     uint64
+	rend  subscribe.Renderer
+	ents  []*archive.LiveEntry
+	it    *archive.EventIter // reading the store below itEnd
+	itEnd uint64
 }
 
 func (p *publisher) session(ctx context.Context) error {
@@ -86,7 +86,7 @@ func (p *publisher) session(ctx context.Context) error {
 	p.msg.Header = nats.Header{nats.MsgIdHdr: p.hID, HeaderDID: p.hDID, nats.ExpectedLastSeqHdr: p.hExpect}
 	s.setState(StatePublishing)
 	p.rend = subscribe.Renderer{Cursor: true}
-	p.q = make([]inflight, 0, s.cfg.Window)
+	p.q = make([]inflight, s.cfg.Window)
 	defer p.closeIter()
 	err = p.run(ctx)
 	var fatal *fatalError
@@ -241,9 +241,10 @@ func (p *publisher) run(ctx context.Context) error {
 		}
 		// Nothing to publish now, or the window is full: wait for an
 		// acknowledgement, a new event, or the oldest publish's deadline.
-		left := p.q[p.head].sent.Add(p.sink.cfg.AckTimeout).Sub(p.sink.cfg.Now())
+		oldest := p.slot(p.done)
+		left := oldest.sent.Add(p.sink.cfg.AckTimeout).Sub(p.sink.cfg.Now())
 		if left <= 0 {
-			return fmt.Errorf("publish of seq %d: no acknowledgement within %s", p.q[p.head].seq, p.sink.cfg.AckTimeout)
+			return fmt.Errorf("publish of seq %d: no acknowledgement within %s", oldest.seq, p.sink.cfg.AckTimeout)
 		}
 		timeout.Reset(left)
 		select {
@@ -256,7 +257,9 @@ func (p *publisher) run(ctx context.Context) error {
 	}
 }
 
-func (p *publisher) pending() int { return len(p.q) - p.head }
+func (p *publisher) pending() int { return int(p.sent - p.done) }
+
+func (p *publisher) slot(k uint64) *inflight { return &p.q[k%uint64(len(p.q))] }
 
 // reap takes the acknowledgements already in.
 func (p *publisher) reap() error {
@@ -279,31 +282,24 @@ func (p *publisher) ack(r ackReply) error {
 	if r.err != nil {
 		return fmt.Errorf("publish after stream sequence %d (seq %d): %w", p.stored, p.headSeq(), r.err)
 	}
-	first := p.sent - uint64(p.pending()) // the publish number of q[head]
-	if r.token < first {
+	if r.token < p.done {
 		return nil // already covered by a later publish's acknowledgement
 	}
-	i := r.token - first
-	if i >= uint64(p.pending()) {
+	if r.token >= p.sent {
 		return fmt.Errorf("acknowledgement of publish %d, beyond the %d sent", r.token, p.sent)
 	}
-	in := p.q[p.head+int(i)]
+	i := r.token - p.done
+	in := p.slot(r.token)
 	if r.dup {
 		return fmt.Errorf("publish of seq %d was a duplicate (stream sequence %d): resuming from the stream", in.seq, r.seq)
 	}
 	if want := p.stored + 1 + i; r.seq != want {
 		return fmt.Errorf("publish of seq %d stored at stream sequence %d, want %d: resuming from the stream", in.seq, r.seq, want)
 	}
-	n := int(i) + 1
-	clear(p.q[p.head : p.head+n])
-	p.head += n
-	if p.head == len(p.q) {
-		p.q, p.head = p.q[:0], 0
-	}
+	p.done = r.token + 1
 	p.stored = r.seq
-	p.published += n
 	p.sink.acked.Store(in.seq)
-	p.sink.cfg.Metrics.acked(n, in.seq)
+	p.sink.cfg.Metrics.acked(int(i)+1, in.seq)
 	return nil
 }
 
@@ -311,7 +307,7 @@ func (p *publisher) ack(r ackReply) error {
 // next to publish.
 func (p *publisher) headSeq() uint64 {
 	if p.pending() > 0 {
-		return p.q[p.head].seq
+		return p.slot(p.done).seq
 	}
 	return p.next
 }
@@ -408,7 +404,7 @@ func (p *publisher) publish(ev *archive.Event, body []byte, renderErr error) err
 	if err != nil {
 		return fmt.Errorf("publish of seq %d: %w", ev.Seq, err)
 	}
-	p.q = append(p.q, inflight{seq: ev.Seq, sent: p.now})
+	*p.slot(p.sent) = inflight{seq: ev.Seq, sent: p.now}
 	p.sent++
 	p.expect++
 	p.next = ev.Seq + 1

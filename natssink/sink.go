@@ -202,7 +202,7 @@ func (s *Sink) Run(ctx context.Context) error {
 		if errors.As(err, &fatal) {
 			return fatal.err
 		}
-		if p.published > 0 {
+		if p.done > 0 {
 			loop.Reset()
 			logged = false
 		}
