@@ -72,6 +72,7 @@ func BenchmarkSinkSaturation(b *testing.B) {
 			b.ReportMetric(float64(srv.Microseconds())/float64(b.N), "server-cpu-µs/event")
 			b.ReportMetric(cpu.Seconds()/el.Seconds(), "cores")
 			b.ReportMetric(srv.Seconds()/el.Seconds(), "server-cores")
+			b.ReportMetric(float64(procs.RSS(b))/(1<<20), "server-rss-MiB")
 		})
 	}
 }

@@ -25,7 +25,7 @@ import (
 const (
 	DefaultStream          = "backstream"
 	DefaultWindow          = 16384            // unacknowledged publishes in flight (about 8 MiB of posts)
-	DefaultDuplicateWindow = time.Hour        // the stream's de-duplication window, longer than any restart
+	DefaultDuplicateWindow = 2 * time.Minute  // the stream's de-duplication window (a second guard; see doc.go)
 	DefaultAckTimeout      = 10 * time.Second // a publish not acknowledged by then fails the session
 	DefaultPositionEvery   = time.Second      // how often the position is written (when it moved)
 )

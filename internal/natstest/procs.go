@@ -39,6 +39,24 @@ func (p *Procs) CPU(t testing.TB) time.Duration {
 	return total
 }
 
+// RSS is the servers' resident memory, summed.
+func (p *Procs) RSS(t testing.TB) (bytes int64) {
+	t.Helper()
+	for _, pid := range p.pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			t.Fatalf("natstest: server memory: %v", err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) == 3 && f[0] == "VmRSS:" {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				bytes += kb << 10
+			}
+		}
+	}
+	return bytes
+}
+
 // StartProcs runs an n-node cluster as nats-server processes (built from
 // the module into a temporary directory), so a benchmark's process holds
 // only backstream's side and the servers' CPU is measured apart (Procs.CPU).
