@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -21,7 +22,40 @@ type ackReply struct {
 	token uint64 // the publish number, from the reply subject
 	seq   uint64 // the stream sequence the message was stored at
 	dup   bool   // refused as a duplicate of an earlier message id
-	err   error  // refused or undeliverable
+	err   error  // refused or undeliverable; a *fullError for want of room
+}
+
+// fullError is a refusal for want of room: the stream's limits with
+// discard new, or the account's or the servers' storage.
+type fullError struct{ err error }
+
+func (f *fullError) Error() string { return f.err.Error() }
+func (f *fullError) Unwrap() error { return f.err }
+
+// fullCodes are the JetStream error codes of a refusal for want of room;
+// 10077 (the store failed) only with one of fullStore's descriptions.
+var (
+	fullCodes = map[int]bool{
+		10002: true, // resource limits exceeded for account
+		10023: true, // insufficient resources
+		10028: true, // insufficient memory resources available
+		10047: true, // insufficient storage resources available
+	}
+	fullStore = []string{"maximum messages exceeded", "maximum bytes exceeded", "maximum messages per subject exceeded"}
+)
+
+func isFull(code int, description string) bool {
+	if fullCodes[code] {
+		return true
+	}
+	if code == 10077 {
+		for _, d := range fullStore {
+			if strings.Contains(description, d) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // acks collects the replies arriving on a session's inbox.
@@ -108,7 +142,11 @@ func parseAck(m *nats.Msg) ackReply {
 		if err := json.Unmarshal(d, &e); err != nil || e.Error == nil {
 			return ackReply{err: fmt.Errorf("unreadable acknowledgement %q", d)}
 		}
-		return ackReply{err: fmt.Errorf("refused: %s (code %d, err_code %d)", e.Error.Description, e.Error.Code, e.Error.ErrCode)}
+		err := fmt.Errorf("refused: %s (code %d, err_code %d)", e.Error.Description, e.Error.Code, e.Error.ErrCode)
+		if isFull(e.Error.ErrCode, e.Error.Description) {
+			err = &fullError{err}
+		}
+		return ackReply{err: err}
 	}
 	i := bytes.Index(d, ackSeq)
 	if i < 0 {

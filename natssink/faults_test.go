@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/backstream/backstream/internal/natstest"
+	"github.com/backstream/backstream/internal/promtest"
 )
 
 // nth acts on the n-th message whose subject has prefix, once.
@@ -94,4 +96,67 @@ func TestParseAck(t *testing.T) {
 			t.Errorf("%q: %+v, want seq %d dup %v", c.msg.Data, r, c.seq, c.dup)
 		}
 	}
+}
+
+// TestSinkStreamFull: the stream refuses new messages (max msgs with
+// discard new, as an operator's limit or a full disk would): the sink
+// stops at the limit without a gap, shows the state full, the refusal as
+// its last error and its lag, probes with one publish per retry, and goes
+// on where it stopped once the limit is raised.
+func TestSinkStreamFull(t *testing.T) {
+	c := natstest.Start(t, 1)
+	nc, err := nats.Connect(c.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	cfg := jetstream.StreamConfig{Name: DefaultStream, Subjects: []string{DefaultStream + ".>"}, Storage: jetstream.FileStorage,
+		Duplicates: DefaultDuplicateWindow, MaxMsgs: 500, Discard: jetstream.DiscardNew}
+	if _, err := js.CreateStream(ctxT(t), cfg); err != nil {
+		t.Fatal(err)
+	}
+	wd := newWorld(t)
+	for range 10 {
+		if err := wd.commit(ctxT(t), 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var pubs atomic.Int64
+	proxy := natstest.StartProxy(t, c.Addr(0), func(subject string) natstest.Action {
+		if strings.HasPrefix(subject, DefaultStream+".") {
+			pubs.Add(1)
+		}
+		return natstest.Forward
+	}, nil)
+	const window = 64
+	rs := wd.startSink(t, Config{URLs: proxy.URL, Window: window, Options: []nats.Option{nats.IgnoreDiscoveredServers()}})
+	promtest.Eventually(t, 30*time.Second, "the sink shows the stream full, after 3 refused sessions", func() bool {
+		st := rs.s.Status()
+		return st.State == StateFull && st.Position == 500 && st.LagEvents == 500 && st.Errors >= 3 &&
+			strings.Contains(st.LastError, "maximum messages exceeded")
+	})
+	// Each retry probes with one publish, not a window of them: the 500
+	// stored, at most a window refused in the first session, one a retry.
+	if n, sessions := pubs.Load(), int64(rs.s.Status().Errors); n > 500+window+sessions {
+		t.Errorf("%d publishes for 500 stored and %d refused sessions: more than one a retry", n, sessions)
+	}
+	if got := promtest.Value(t, rs.reg, "backstream_nats_state", map[string]string{"state": StateFull}); got != 1 {
+		t.Errorf("state full = %v", got)
+	}
+	if got := promtest.Value(t, rs.reg, "backstream_nats_errors_total", map[string]string{"kind": errFull}); got < 1 {
+		t.Errorf("full errors = %v", got)
+	}
+	if d := strings.Join(rs.s.Status().ConfigDiffs, "; "); !strings.Contains(d, "refuse events once reached") {
+		t.Errorf("config differences %q do not say the limits refuse events", d)
+	}
+	cfg.MaxMsgs = -1
+	if _, err := js.UpdateStream(ctxT(t), cfg); err != nil {
+		t.Fatal(err)
+	}
+	rs.waitCaughtUp(t, wd, 30*time.Second)
+	if st := rs.s.Status(); st.State != StatePublishing {
+		t.Errorf("state %s after the limit was raised", st.State)
+	}
+	natstest.CheckStream(t, wd.store, natstest.ReadStream(t, c.URLs(), DefaultStream, natstest.ArchiveEvents(t, wd.store)), subjectOf(DefaultStream))
 }

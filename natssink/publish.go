@@ -65,7 +65,7 @@ type publisher struct {
 
 func (p *publisher) session(ctx context.Context) error {
 	s := p.sink
-	s.setState(StateConnecting)
+	s.sessionState(StateConnecting)
 	stream, err := p.ensureStream(ctx)
 	if err != nil {
 		s.fail(errStream, err)
@@ -84,13 +84,18 @@ func (p *publisher) session(ctx context.Context) error {
 	p.reply = append(append(p.reply[:0], inbox...), '.')
 	p.hID, p.hDID, p.hExpect = make([]string, 1), make([]string, 1), make([]string, 1)
 	p.msg.Header = nats.Header{nats.MsgIdHdr: p.hID, HeaderDID: p.hDID, nats.ExpectedLastSeqHdr: p.hExpect}
-	s.setState(StatePublishing)
+	s.sessionState(StatePublishing)
 	p.rend = subscribe.Renderer{Cursor: true}
 	p.q = make([]inflight, s.cfg.Window)
 	defer p.closeIter()
 	err = p.run(ctx)
 	var fatal *fatalError
-	if !errors.As(err, &fatal) && ctx.Err() == nil {
+	var full *fullError
+	switch {
+	case errors.As(err, &fatal) || ctx.Err() != nil:
+	case errors.As(err, &full):
+		s.fail(errFull, err)
+	default:
 		s.fail(errPublish, err)
 	}
 	return err
@@ -167,8 +172,12 @@ func configDiffs(want, got jetstream.StreamConfig, replicasSet bool) []string {
 	if got.Duplicates < want.Duplicates {
 		d = append(d, fmt.Sprintf("duplicate window %s, want at least %s", got.Duplicates, want.Duplicates))
 	}
-	if got.MaxMsgs > 0 || got.MaxBytes > 0 || got.MaxAge > 0 || got.MaxMsgsPerSubject > 0 {
+	limited := got.MaxMsgs > 0 || got.MaxBytes > 0 || got.MaxMsgsPerSubject > 0
+	if got.MaxAge > 0 || limited && got.Discard != jetstream.DiscardNew {
 		d = append(d, "limits (max msgs, bytes, age or per subject) remove published events")
+	}
+	if limited && got.Discard == jetstream.DiscardNew {
+		d = append(d, "limits (max msgs, bytes or per subject) with discard new refuse events once reached: the sink then waits, state full")
 	}
 	return d
 }
@@ -259,6 +268,16 @@ func (p *publisher) run(ctx context.Context) error {
 
 func (p *publisher) pending() int { return int(p.sent - p.done) }
 
+// window is the publishes allowed in flight: one until the session's
+// first is acknowledged, so a stream that refuses (full, or not there) is
+// probed with one publish per session, not a window of them.
+func (p *publisher) window() int {
+	if p.done == 0 {
+		return 1
+	}
+	return p.sink.cfg.Window
+}
+
 func (p *publisher) slot(k uint64) *inflight { return &p.q[k%uint64(len(p.q))] }
 
 // reap takes the acknowledgements already in.
@@ -296,6 +315,9 @@ func (p *publisher) ack(r ackReply) error {
 	if want := p.stored + 1 + i; r.seq != want {
 		return fmt.Errorf("publish of seq %d stored at stream sequence %d, want %d: resuming from the stream", in.seq, r.seq, want)
 	}
+	if p.done == 0 {
+		p.sink.setState(StatePublishing)
+	}
 	p.done = r.token + 1
 	p.stored = r.seq
 	p.sink.acked.Store(in.seq)
@@ -315,7 +337,7 @@ func (p *publisher) headSeq() uint64 {
 // fill publishes what the window has room for: from the store below the
 // live log's floor, from the live log (sharing its rendering) above.
 func (p *publisher) fill() (int, error) {
-	room := min(p.sink.cfg.Window-p.pending(), readBatch)
+	room := min(p.window()-p.pending(), readBatch)
 	if room <= 0 {
 		return 0, nil
 	}

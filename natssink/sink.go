@@ -150,6 +150,17 @@ func (s *Sink) setState(state string) {
 	s.cfg.Metrics.setState(state)
 }
 
+// sessionState sets the state of a session under way, except that a full
+// stream stays full until a publish is acknowledged.
+func (s *Sink) sessionState(state string) {
+	s.mu.Lock()
+	full := s.status.State == StateFull
+	s.mu.Unlock()
+	if !full {
+		s.setState(state)
+	}
+}
+
 // fail counts err under kind and keeps it as the last error.
 func (s *Sink) fail(kind string, err error) {
 	s.cfg.Metrics.failed(kind)
@@ -210,7 +221,12 @@ func (s *Sink) Run(ctx context.Context) error {
 			s.log.Warn("NATS sink session failed; the archive buffers, retrying", "err", err, "position", s.acked.Load())
 			logged = true
 		}
-		s.setState(StateRetrying)
+		state := StateRetrying
+		var full *fullError
+		if errors.As(err, &full) {
+			state = StateFull
+		}
+		s.setState(state)
 		if backoff.Sleep(ctx, loop.Next()) != nil {
 			return nil
 		}
