@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -82,6 +83,8 @@ func StartProcs(t testing.TB, n int) *Procs {
 		}
 		cmd := exec.Command(bin, args...)
 		cmd.Stdout, cmd.Stderr = nil, nil
+		// The servers die with the test process, even one killed.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
