@@ -105,12 +105,7 @@ func TestParseAck(t *testing.T) {
 // on where it stopped once the limit is raised.
 func TestSinkStreamFull(t *testing.T) {
 	c := natstest.Start(t, 1)
-	nc, err := nats.Connect(c.URLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := jsConnect(t, c.URLs())
 	cfg := jetstream.StreamConfig{Name: DefaultStream, Subjects: []string{DefaultStream + ".>"}, Storage: jetstream.FileStorage,
 		Duplicates: DefaultDuplicateWindow, MaxMsgs: 500, Discard: jetstream.DiscardNew}
 	if _, err := js.CreateStream(ctxT(t), cfg); err != nil {

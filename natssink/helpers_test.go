@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/backstream/backstream/archive"
@@ -178,6 +179,21 @@ func (rs *runningSink) waitCaughtUp(t testing.TB, wd *world, d time.Duration) {
 	promtest.Eventually(t, d, fmt.Sprintf("the sink reaches the tip %d", tip), func() bool {
 		return rs.s.Status().Position >= tip
 	})
+}
+
+// jsConnect is a JetStream client of urls, closed at the test's end.
+func jsConnect(t testing.TB, urls string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(urls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
 
 func fmtSscanf(leader string, i *int) (int, error) { return fmt.Sscanf(leader, "n%d", i) }
