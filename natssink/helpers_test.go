@@ -172,12 +172,15 @@ func (wd *world) startSink(t testing.TB, cfg Config) *runningSink {
 	return rs
 }
 
-// waitCaughtUp waits until the sink's position is the archive's tip.
+// waitCaughtUp waits until the sink publishes and its position is the
+// archive's tip. (Until a session has read the stream, the position shown
+// is the durable one, which may be ahead of the stream.)
 func (rs *runningSink) waitCaughtUp(t testing.TB, wd *world, d time.Duration) {
 	t.Helper()
 	tip := wd.w.Live().Tip()
 	promtest.Eventually(t, d, fmt.Sprintf("the sink reaches the tip %d", tip), func() bool {
-		return rs.s.Status().Position >= tip
+		st := rs.s.Status()
+		return st.State == StatePublishing && st.Position >= tip
 	})
 }
 
