@@ -5,7 +5,6 @@ package natssink
 // of unacknowledged messages, until an error.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -54,7 +53,8 @@ type publisher struct {
 	// subject and the body of an event rendered here.
 	msg                nats.Msg
 	hID, hDID, hExpect []string
-	reply, body        []byte
+	reply, body        []byte // reply: <inbox>. and the token
+	inboxLen           int    // of reply's <inbox>.
 	now                time.Time
 
 	rend  subscribe.Renderer
@@ -82,6 +82,7 @@ func (p *publisher) session(ctx context.Context) error {
 	defer a.close()
 	p.acks = a
 	p.reply = append(append(p.reply[:0], inbox...), '.')
+	p.inboxLen = len(p.reply)
 	p.hID, p.hDID, p.hExpect = make([]string, 1), make([]string, 1), make([]string, 1)
 	p.msg.Header = nats.Header{nats.MsgIdHdr: p.hID, HeaderDID: p.hDID, nats.ExpectedLastSeqHdr: p.hExpect}
 	s.sessionState(StatePublishing)
@@ -419,7 +420,7 @@ func (p *publisher) publish(ev *archive.Event, body []byte, renderErr error) err
 	p.hExpect[0] = strconv.FormatUint(p.expect, 10)
 	p.msg.Subject = Subject(p.sink.cfg.Stream, ev)
 	p.msg.Data = body
-	p.reply = strconv.AppendUint(p.reply[:bytes.LastIndexByte(p.reply, '.')+1], p.sent, 10)
+	p.reply = strconv.AppendUint(p.reply[:p.inboxLen], p.sent, 10)
 	p.msg.Reply = string(p.reply)
 	err := p.nc.PublishMsg(&p.msg)
 	p.msg.Data = nil
