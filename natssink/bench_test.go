@@ -52,24 +52,27 @@ func cpuTime() time.Duration {
 
 // BenchmarkSinkSaturation: the sink publishes an archive of b.N posts from
 // the start into an empty R1 or R3 stream on nats-server processes; it
-// reports events/s and the CPU this (backstream's) process spent per
-// published event.
+// reports events/s, the CPU this (backstream's) process spent per published
+// event, and the CPU the servers spent per event (all of them together).
 func BenchmarkSinkSaturation(b *testing.B) {
 	for _, r := range []int{1, 3} {
 		b.Run(fmt.Sprintf("R%d", r), func(b *testing.B) {
-			urls := natstest.StartProcs(b, r)
+			procs := natstest.StartProcs(b, r)
 			wd := newWorld(b)
 			postEvents(b, wd, b.N)
 			b.ResetTimer()
-			cpu0, t0 := cpuTime(), time.Now()
-			rs := wd.startSink(b, Config{URLs: urls, Replicas: r})
+			cpu0, srv0, t0 := cpuTime(), procs.CPU(b), time.Now()
+			rs := wd.startSink(b, Config{URLs: procs.URLs, Replicas: r})
 			rs.waitCaughtUp(b, wd, 10*time.Minute)
-			el, cpu := time.Since(t0), cpuTime()-cpu0
+			el, cpu, srv := time.Since(t0), cpuTime()-cpu0, procs.CPU(b)-srv0
 			b.StopTimer()
 			rs.stop()
 			b.ReportMetric(float64(b.N)/el.Seconds(), "events/s")
 			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/event")
-			b.ReportMetric(cpu.Seconds(), "cpu-s")
+			b.ReportMetric(float64(srv.Microseconds())/float64(b.N), "server-cpu-µs/event")
+			b.ReportMetric(cpu.Seconds()/el.Seconds(), "cores")
+			b.ReportMetric(srv.Seconds()/el.Seconds(), "server-cores")
+			b.ReportMetric(float64(procs.RSS(b))/(1<<20), "server-rss-MiB")
 		})
 	}
 }
@@ -79,7 +82,7 @@ func BenchmarkSinkSaturation(b *testing.B) {
 // the writer before the synced commit, so fsync is included). Reports p50
 // and p99 over b.N seconds.
 func BenchmarkSinkLatency(b *testing.B) {
-	urls := natstest.StartProcs(b, 3)
+	urls := natstest.StartProcs(b, 3).URLs
 	wd := newWorld(b)
 	rs := wd.startSink(b, Config{URLs: urls, Replicas: 3})
 	if err := wd.commit(context.Background(), 10); err != nil {

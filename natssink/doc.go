@@ -26,7 +26,13 @@
 //     resumes from the archive seq after its Nats-Msg-Id — the stream, not
 //     the position, is the truth, so a SIGKILL between a publish and the
 //     position write loses and repeats nothing. Nats-Msg-Id adds the
-//     server's de-duplication within the duplicate window.
+//     server's de-duplication within the duplicate window, a second guard
+//     only: kept short (DefaultDuplicateWindow), since the server holds
+//     every id of the window in memory (about 170 bytes each).
+//   - A reply covers the publishes before it in the window: a publish
+//     stored at stream sequence N after the stream's last was N-1 means
+//     those before it, chained the same way, are stored below it. So a lost
+//     reply costs nothing; a refusal, for any publish, ends the session.
 //   - At most Window publishes are unacknowledged at once.
 //   - An empty stream starts from Config.From (archive seq, 0 = the
 //     beginning); a stream holding messages always wins over From.

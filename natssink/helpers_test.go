@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/backstream/backstream/archive"
@@ -171,13 +172,31 @@ func (wd *world) startSink(t testing.TB, cfg Config) *runningSink {
 	return rs
 }
 
-// waitCaughtUp waits until the sink's position is the archive's tip.
+// waitCaughtUp waits until the sink publishes and its position is the
+// archive's tip. (Until a session has read the stream, the position shown
+// is the durable one, which may be ahead of the stream.)
 func (rs *runningSink) waitCaughtUp(t testing.TB, wd *world, d time.Duration) {
 	t.Helper()
 	tip := wd.w.Live().Tip()
 	promtest.Eventually(t, d, fmt.Sprintf("the sink reaches the tip %d", tip), func() bool {
-		return rs.s.Status().Position >= tip
+		st := rs.s.Status()
+		return st.State == StatePublishing && st.Position >= tip
 	})
+}
+
+// jsConnect is a JetStream client of urls, closed at the test's end.
+func jsConnect(t testing.TB, urls string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(urls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
 
 func fmtSscanf(leader string, i *int) (int, error) { return fmt.Sscanf(leader, "n%d", i) }

@@ -9,20 +9,22 @@ const (
 	StateConnecting = "connecting" // finding or creating the stream, reading its last message
 	StatePublishing = "publishing" // publishing the archive from the position
 	StateRetrying   = "retrying"   // the last session failed; waiting before the next
+	StateFull       = "full"       // the stream refused events for want of room (its limits, or the servers' storage); retrying
 )
 
-var states = []string{StateConnecting, StatePublishing, StateRetrying}
+var states = []string{StateConnecting, StatePublishing, StateRetrying, StateFull}
 
 // Error kinds (label values of backstream_nats_errors_total).
 const (
 	errStream   = "stream"   // stream lookup, creation or info failed
 	errResume   = "resume"   // the stream's last message is not one of ours
 	errPublish  = "publish"  // a publish was refused, timed out or its connection failed
+	errFull     = "full"     // a publish was refused for want of room: stream limits with discard new, account or server storage
 	errRender   = "render"   // an event could not be rendered; it is not published
 	errPosition = "position" // the position could not be submitted
 )
 
-var errorKinds = []string{errStream, errResume, errPublish, errRender, errPosition}
+var errorKinds = []string{errStream, errResume, errPublish, errFull, errRender, errPosition}
 
 // Metrics are the sink's instruments.
 type Metrics struct {
@@ -41,9 +43,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		published: prometheus.NewCounter(prometheus.CounterOpts{Name: "backstream_nats_published_total",
 			Help: "Events whose publish the NATS stream acknowledged."}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "backstream_nats_errors_total",
-			Help: "NATS sink failures by kind (stream, resume, publish, render, position)."}, []string{"kind"}),
+			Help: "NATS sink failures by kind (stream, resume, publish, full, render, position)."}, []string{"kind"}),
 		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "backstream_nats_state",
-			Help: "1 for the NATS sink's current state (connecting, publishing, retrying)."}, []string{"state"}),
+			Help: "1 for the NATS sink's current state (connecting, publishing, retrying, full)."}, []string{"state"}),
 		position: prometheus.NewGauge(prometheus.GaugeOpts{Name: "backstream_nats_position",
 			Help: "The highest archive seq acknowledged by the stream with none missing below it."}),
 		lagEvents: prometheus.NewGauge(prometheus.GaugeOpts{Name: "backstream_nats_lag_events",

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,29 +24,48 @@ const HeaderDID = "Backstream-Did"
 // readBatch bounds the events read per turn of the loop.
 const readBatch = 512
 
+// iterSpan bounds the events one store iterator reads.
+const iterSpan = 1 << 16
+
 // inflight is a published event waiting for its acknowledgement.
 type inflight struct {
-	seq uint64
-	fut jetstream.PubAckFuture
+	seq  uint64    // archive seq
+	sent time.Time // when the turn that published it began
 }
 
 type publisher struct {
 	sink *Sink
 	nc   *nats.Conn
-	js   jetstream.JetStream
+	js   jetstream.JetStream // stream lookup and creation, the last message
 
-	next      uint64 // the archive seq to publish next
-	expect    uint64 // the stream sequence the next publish must follow
-	q         []inflight
-	head      int
-	published int // acknowledged in this session
-	rend      subscribe.Renderer
-	ents      []*archive.LiveEntry
+	next   uint64 // the archive seq to publish next
+	expect uint64 // the stream sequence the next publish must follow
+	stored uint64 // the stream sequence of the last acknowledged publish
+	// Publishes of this session are numbered from 0 (a reply's token):
+	// sent were made, the first done are acknowledged, and publish k
+	// waits in q[k % Window]. Publish done+i must be stored at stream
+	// sequence stored+1+i.
+	q          []inflight
+	sent, done uint64
+	acks       *acks
+	replies    []ackReply
+	// Reused for every publish: a message, its headers, its reply
+	// subject and the body of an event rendered here.
+	msg                nats.Msg
+	hID, hDID, hExpect []string
+	reply, body        []byte // reply: <inbox>. and the token
+	inboxLen           int    // of reply's <inbox>.
+	now                time.Time
+
+	rend  subscribe.Renderer
+	ents  []*archive.LiveEntry
+	it    *archive.EventIter // reading the store below itEnd
+	itEnd uint64
 }
 
 func (p *publisher) session(ctx context.Context) error {
 	s := p.sink
-	s.setState(StateConnecting)
+	s.sessionState(StateConnecting)
 	stream, err := p.ensureStream(ctx)
 	if err != nil {
 		s.fail(errStream, err)
@@ -54,12 +74,29 @@ func (p *publisher) session(ctx context.Context) error {
 	if err := p.resume(ctx, stream); err != nil {
 		return err
 	}
-	s.setState(StatePublishing)
+	a, inbox, err := subscribeAcks(p.nc, s.cfg.Window)
+	if err != nil {
+		s.fail(errPublish, err)
+		return err
+	}
+	defer a.close()
+	p.acks = a
+	p.reply = append(append(p.reply[:0], inbox...), '.')
+	p.inboxLen = len(p.reply)
+	p.hID, p.hDID, p.hExpect = make([]string, 1), make([]string, 1), make([]string, 1)
+	p.msg.Header = nats.Header{nats.MsgIdHdr: p.hID, HeaderDID: p.hDID, nats.ExpectedLastSeqHdr: p.hExpect}
+	s.sessionState(StatePublishing)
 	p.rend = subscribe.Renderer{Cursor: true}
-	p.q = make([]inflight, 0, s.cfg.Window)
+	p.q = make([]inflight, s.cfg.Window)
+	defer p.closeIter()
 	err = p.run(ctx)
 	var fatal *fatalError
-	if !errors.As(err, &fatal) && ctx.Err() == nil {
+	var full *fullError
+	switch {
+	case errors.As(err, &fatal) || ctx.Err() != nil:
+	case errors.As(err, &full):
+		s.fail(errFull, err)
+	default:
 		s.fail(errPublish, err)
 	}
 	return err
@@ -136,8 +173,12 @@ func configDiffs(want, got jetstream.StreamConfig, replicasSet bool) []string {
 	if got.Duplicates < want.Duplicates {
 		d = append(d, fmt.Sprintf("duplicate window %s, want at least %s", got.Duplicates, want.Duplicates))
 	}
-	if got.MaxMsgs > 0 || got.MaxBytes > 0 || got.MaxAge > 0 || got.MaxMsgsPerSubject > 0 {
+	limited := got.MaxMsgs > 0 || got.MaxBytes > 0 || got.MaxMsgsPerSubject > 0
+	if got.MaxAge > 0 || limited && got.Discard != jetstream.DiscardNew {
 		d = append(d, "limits (max msgs, bytes, age or per subject) remove published events")
+	}
+	if limited && got.Discard == jetstream.DiscardNew {
+		d = append(d, "limits (max msgs, bytes or per subject) with discard new refuse events once reached: the sink then waits, state full")
 	}
 	return d
 }
@@ -153,7 +194,7 @@ func (p *publisher) resume(ctx context.Context, stream jetstream.Stream) error {
 		s.fail(errStream, err)
 		return fmt.Errorf("stream info: %w", err)
 	}
-	p.expect = info.State.LastSeq
+	p.expect, p.stored = info.State.LastSeq, info.State.LastSeq
 	if info.State.Msgs == 0 {
 		if pos := s.acked.Load(); pos > 0 && s.cfg.From <= pos {
 			s.log.Warn("the NATS stream is empty but backstream had published up to its position: publishing again from --nats-from",
@@ -183,6 +224,8 @@ func (p *publisher) resume(ctx context.Context, stream jetstream.Stream) error {
 // run publishes from p.next until an error or ctx's end.
 func (p *publisher) run(ctx context.Context) error {
 	live := p.sink.cfg.Writer.Live()
+	timeout := time.NewTimer(p.sink.cfg.AckTimeout)
+	defer timeout.Stop()
 	for {
 		wake := live.Wait()
 		if err := p.reap(); err != nil {
@@ -206,67 +249,100 @@ func (p *publisher) run(ctx context.Context) error {
 			}
 			continue
 		}
-		// Nothing to publish now, or the window is full: wait for the
-		// oldest acknowledgement or a new event.
-		f := p.q[p.head].fut
+		// Nothing to publish now, or the window is full: wait for an
+		// acknowledgement, a new event, or the oldest publish's deadline.
+		oldest := p.slot(p.done)
+		left := oldest.sent.Add(p.sink.cfg.AckTimeout).Sub(p.sink.cfg.Now())
+		if left <= 0 {
+			return fmt.Errorf("publish of seq %d: no acknowledgement within %s", oldest.seq, p.sink.cfg.AckTimeout)
+		}
+		timeout.Reset(left)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-wake:
-		case a := <-f.Ok():
-			if err := p.ack(a); err != nil {
-				return err
-			}
-		case err := <-f.Err():
-			return fmt.Errorf("publish of seq %d: %w", p.q[p.head].seq, err)
+		case <-p.acks.wake:
+		case <-timeout.C:
 		}
 	}
 }
 
-func (p *publisher) pending() int { return len(p.q) - p.head }
+func (p *publisher) pending() int { return int(p.sent - p.done) }
 
-// reap takes the acknowledgements already in, oldest first.
+// window is the publishes allowed in flight: one until the session's
+// first is acknowledged, so a stream that refuses (full, or not there) is
+// probed with one publish per session, not a window of them.
+func (p *publisher) window() int {
+	if p.done == 0 {
+		return 1
+	}
+	return p.sink.cfg.Window
+}
+
+func (p *publisher) slot(k uint64) *inflight { return &p.q[k%uint64(len(p.q))] }
+
+// reap takes the acknowledgements already in.
 func (p *publisher) reap() error {
-	for p.pending() > 0 {
-		f := p.q[p.head].fut
-		select {
-		case a := <-f.Ok():
-			if err := p.ack(a); err != nil {
-				return err
-			}
-		case err := <-f.Err():
-			return fmt.Errorf("publish of seq %d: %w", p.q[p.head].seq, err)
-		default:
-			return nil
+	rs := p.acks.take(p.replies)
+	for _, r := range rs {
+		if err := p.ack(r); err != nil {
+			return err
 		}
 	}
+	p.replies = rs
 	return nil
 }
 
-// ack moves the position past the oldest in-flight event.
-func (p *publisher) ack(a *jetstream.PubAck) error {
-	in := p.q[p.head]
-	if a.Duplicate {
-		return fmt.Errorf("publish of seq %d was a duplicate (stream sequence %d): resuming from the stream", in.seq, a.Sequence)
+// ack moves the position past the publish r answers, and past every
+// earlier one in the window: a publish stored at stream sequence N after
+// the stream's last was N-1 (its Nats-Expected-Last-Sequence) means the
+// publishes before it, which chain the same way, are stored below it, in
+// order, whether or not their own replies arrive.
+func (p *publisher) ack(r ackReply) error {
+	if r.err != nil {
+		return fmt.Errorf("publish after stream sequence %d (seq %d): %w", p.stored, p.headSeq(), r.err)
 	}
-	p.q[p.head] = inflight{}
-	p.head++
-	if p.head == len(p.q) {
-		p.q, p.head = p.q[:0], 0
+	if r.token < p.done {
+		return nil // already covered by a later publish's acknowledgement
 	}
-	p.published++
+	if r.token >= p.sent {
+		return fmt.Errorf("acknowledgement of publish %d, beyond the %d sent", r.token, p.sent)
+	}
+	i := r.token - p.done
+	in := p.slot(r.token)
+	if r.dup {
+		return fmt.Errorf("publish of seq %d was a duplicate (stream sequence %d): resuming from the stream", in.seq, r.seq)
+	}
+	if want := p.stored + 1 + i; r.seq != want {
+		return fmt.Errorf("publish of seq %d stored at stream sequence %d, want %d: resuming from the stream", in.seq, r.seq, want)
+	}
+	if p.done == 0 {
+		p.sink.setState(StatePublishing)
+	}
+	p.done = r.token + 1
+	p.stored = r.seq
 	p.sink.acked.Store(in.seq)
-	p.sink.cfg.Metrics.acked(1, in.seq)
+	p.sink.cfg.Metrics.acked(int(i)+1, in.seq)
 	return nil
+}
+
+// headSeq is the archive seq of the oldest unacknowledged publish, or the
+// next to publish.
+func (p *publisher) headSeq() uint64 {
+	if p.pending() > 0 {
+		return p.slot(p.done).seq
+	}
+	return p.next
 }
 
 // fill publishes what the window has room for: from the store below the
 // live log's floor, from the live log (sharing its rendering) above.
 func (p *publisher) fill() (int, error) {
-	room := min(p.sink.cfg.Window-p.pending(), readBatch)
+	room := min(p.window()-p.pending(), readBatch)
 	if room <= 0 {
 		return 0, nil
 	}
+	p.now = p.sink.cfg.Now()
 	ents, floor := p.sink.cfg.Writer.Live().ReadEntries(p.next, p.ents[:0], room)
 	p.ents = ents[:0]
 	if p.next < floor {
@@ -285,54 +361,74 @@ func (p *publisher) fill() (int, error) {
 
 // fillFromStore publishes up to room events of [p.next, floor) from the
 // store. Replay never reads at or past the floor: those rows may not be
-// synced yet.
+// synced yet. One iterator serves many turns: it is opened at p.next and
+// read up to the floor of its opening, or iterSpan events, whichever is
+// first (an iterator pins what it sees), then opened again.
 func (p *publisher) fillFromStore(room int, floor uint64) (int, error) {
-	it, err := p.sink.cfg.Store.Events(p.next)
-	if err != nil {
-		return 0, &fatalError{fmt.Errorf("natssink: read the archive at %d: %w", p.next, err)}
-	}
-	defer it.Close()
-	n := 0
-	for n < room && it.Next() {
-		ev := it.Event()
-		if ev.Seq >= floor {
-			break
+	if p.it == nil {
+		it, err := p.sink.cfg.Store.Events(p.next)
+		if err != nil {
+			return 0, &fatalError{fmt.Errorf("natssink: read the archive at %d: %w", p.next, err)}
 		}
-		body, rerr := p.rend.AppendJSON(nil, ev)
+		p.it, p.itEnd = it, min(floor, p.next+iterSpan)
+	}
+	n := 0
+	for n < room {
+		if !p.it.Next() {
+			if err := p.it.Err(); err != nil {
+				p.closeIter()
+				return n, &fatalError{fmt.Errorf("natssink: read the archive at %d: %w", p.next, err)}
+			}
+			p.next = max(p.next, p.itEnd) // nothing else below its end (compacted away)
+			p.closeIter()
+			return max(n, 1), nil // go round again without waiting
+		}
+		ev := p.it.Event()
+		if ev.Seq >= p.itEnd {
+			p.next = max(p.next, p.itEnd) // likewise
+			p.closeIter()
+			return max(n, 1), nil
+		}
+		body, rerr := p.rend.AppendJSON(p.body[:0], ev)
+		p.body = body[:0] // the publish copies it into the connection's buffer
 		if err := p.publish(ev, body, rerr); err != nil {
 			return n, err
 		}
 		n++
 	}
-	if err := it.Err(); err != nil {
-		return n, &fatalError{fmt.Errorf("natssink: read the archive at %d: %w", p.next, err)}
-	}
-	if n == 0 {
-		p.next = floor // nothing left below the floor (compacted away)
-		return 1, nil  // go round again without waiting
-	}
 	return n, nil
 }
 
-// publish sends one event, or skips it (counted) when it cannot be rendered.
+func (p *publisher) closeIter() {
+	if p.it != nil {
+		p.it.Close()
+		p.it = nil
+	}
+}
+
+// publish sends one event, or skips it (counted) when it cannot be
+// rendered. Every publish carries the stream sequence it must follow, and
+// asks for its reply on the session's inbox, token its publish number.
 func (p *publisher) publish(ev *archive.Event, body []byte, renderErr error) error {
 	if renderErr != nil {
 		p.sink.fail(errRender, fmt.Errorf("seq %d: %w", ev.Seq, renderErr))
 		p.next = ev.Seq + 1
 		return nil
 	}
-	h := make(nats.Header, 3)
-	h[nats.MsgIdHdr] = []string{strconv.FormatUint(ev.Seq, 10)}
-	h[HeaderDID] = []string{ev.DID}
-	if p.expect > 0 {
-		h[nats.ExpectedLastSeqHdr] = []string{strconv.FormatUint(p.expect, 10)}
-	}
-	msg := &nats.Msg{Subject: Subject(p.sink.cfg.Stream, ev), Data: body, Header: h}
-	fut, err := p.js.PublishMsgAsync(msg)
+	p.hID[0] = strconv.FormatUint(ev.Seq, 10)
+	p.hDID[0] = ev.DID
+	p.hExpect[0] = strconv.FormatUint(p.expect, 10)
+	p.msg.Subject = Subject(p.sink.cfg.Stream, ev)
+	p.msg.Data = body
+	p.reply = strconv.AppendUint(p.reply[:p.inboxLen], p.sent, 10)
+	p.msg.Reply = string(p.reply)
+	err := p.nc.PublishMsg(&p.msg)
+	p.msg.Data = nil
 	if err != nil {
 		return fmt.Errorf("publish of seq %d: %w", ev.Seq, err)
 	}
-	p.q = append(p.q, inflight{seq: ev.Seq, fut: fut})
+	*p.slot(p.sent) = inflight{seq: ev.Seq, sent: p.now}
+	p.sent++
 	p.expect++
 	p.next = ev.Seq + 1
 	return nil

@@ -25,7 +25,7 @@ import (
 const (
 	DefaultStream          = "backstream"
 	DefaultWindow          = 16384            // unacknowledged publishes in flight (about 8 MiB of posts)
-	DefaultDuplicateWindow = time.Hour        // the stream's de-duplication window, longer than any restart
+	DefaultDuplicateWindow = 2 * time.Minute  // the stream's de-duplication window (a second guard; see doc.go)
 	DefaultAckTimeout      = 10 * time.Second // a publish not acknowledged by then fails the session
 	DefaultPositionEvery   = time.Second      // how often the position is written (when it moved)
 )
@@ -150,6 +150,17 @@ func (s *Sink) setState(state string) {
 	s.cfg.Metrics.setState(state)
 }
 
+// sessionState sets the state of a session under way, except that a full
+// stream stays full until a publish is acknowledged.
+func (s *Sink) sessionState(state string) {
+	s.mu.Lock()
+	full := s.status.State == StateFull
+	s.mu.Unlock()
+	if !full {
+		s.setState(state)
+	}
+}
+
 // fail counts err under kind and keeps it as the last error.
 func (s *Sink) fail(kind string, err error) {
 	s.cfg.Metrics.failed(kind)
@@ -183,8 +194,7 @@ func (s *Sink) Run(ctx context.Context) error {
 		return fmt.Errorf("natssink: connect %s: %w", s.cfg.URLs, err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(s.cfg.Window),
-		jetstream.WithPublishAsyncTimeout(s.cfg.AckTimeout))
+	js, err := jetstream.New(nc)
 	if err != nil {
 		return fmt.Errorf("natssink: jetstream: %w", err)
 	}
@@ -196,7 +206,6 @@ func (s *Sink) Run(ctx context.Context) error {
 	for {
 		p := &publisher{sink: s, nc: nc, js: js}
 		err := p.session(ctx)
-		js.CleanupPublisher()
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -204,7 +213,7 @@ func (s *Sink) Run(ctx context.Context) error {
 		if errors.As(err, &fatal) {
 			return fatal.err
 		}
-		if p.published > 0 {
+		if p.done > 0 {
 			loop.Reset()
 			logged = false
 		}
@@ -212,7 +221,12 @@ func (s *Sink) Run(ctx context.Context) error {
 			s.log.Warn("NATS sink session failed; the archive buffers, retrying", "err", err, "position", s.acked.Load())
 			logged = true
 		}
-		s.setState(StateRetrying)
+		state := StateRetrying
+		var full *fullError
+		if errors.As(err, &full) {
+			state = StateFull
+		}
+		s.setState(state)
 		if backoff.Sleep(ctx, loop.Next()) != nil {
 			return nil
 		}

@@ -23,12 +23,7 @@ func ctxT(t testing.TB) context.Context {
 // streamLeader is the index of the node leading the stream.
 func streamLeader(t testing.TB, urls, stream string) int {
 	t.Helper()
-	nc, err := nats.Connect(urls)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := jsConnect(t, urls)
 	st, err := js.Stream(ctxT(t), stream)
 	if err != nil {
 		t.Fatal(err)
@@ -190,12 +185,7 @@ func TestSinkFrom(t *testing.T) {
 // from what the sink would create is logged, shown and counted.
 func TestSinkConfigDiffs(t *testing.T) {
 	c := natstest.Start(t, 1)
-	nc, err := nats.Connect(c.URLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := jsConnect(t, c.URLs())
 	if _, err := js.CreateStream(ctxT(t), jetstream.StreamConfig{Name: "bs", Subjects: []string{"bs.>"},
 		Storage: jetstream.MemoryStorage, MaxMsgs: 1 << 20, Duplicates: time.Minute}); err != nil {
 		t.Fatal(err)

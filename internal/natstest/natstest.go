@@ -73,6 +73,9 @@ func (c *Cluster) URLs() string {
 	return strings.Join(u, ",")
 }
 
+// Addr is node i's client address, host:port.
+func (c *Cluster) Addr(i int) string { return fmt.Sprintf("127.0.0.1:%d", c.opts[i].Port) }
+
 // Stop shuts node i down (its store stays).
 func (c *Cluster) Stop(i int) {
 	if s := c.nodes[i]; s != nil {

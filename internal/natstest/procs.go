@@ -1,20 +1,68 @@
 package natstest
 
 import (
+	"bytes"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 )
 
+// Procs is a cluster of nats-server processes.
+type Procs struct {
+	URLs string // client URLs, comma-separated
+	pids []int
+}
+
+// CPU is the CPU time (user and system) the servers have used so far.
+func (p *Procs) CPU(t testing.TB) time.Duration {
+	t.Helper()
+	var total time.Duration
+	for _, pid := range p.pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatalf("natstest: server cpu: %v", err)
+		}
+		// Fields after the command's closing parenthesis: utime and
+		// stime are the 12th and 13th, in clock ticks (100 a second).
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		s, _ := strconv.ParseInt(f[12], 10, 64)
+		total += time.Duration(u+s) * 10 * time.Millisecond
+	}
+	return total
+}
+
+// RSS is the servers' resident memory, summed.
+func (p *Procs) RSS(t testing.TB) (bytes int64) {
+	t.Helper()
+	for _, pid := range p.pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			t.Fatalf("natstest: server memory: %v", err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) == 3 && f[0] == "VmRSS:" {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				bytes += kb << 10
+			}
+		}
+	}
+	return bytes
+}
+
 // StartProcs runs an n-node cluster as nats-server processes (built from
 // the module into a temporary directory), so a benchmark's process holds
-// only backstream's side. t.Cleanup kills them.
-func StartProcs(t testing.TB, n int) (urls string) {
+// only backstream's side and the servers' CPU is measured apart (Procs.CPU).
+// t.Cleanup kills them.
+func StartProcs(t testing.TB, n int) *Procs {
 	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "nats-server")
@@ -22,6 +70,7 @@ func StartProcs(t testing.TB, n int) (urls string) {
 		t.Fatalf("natstest: build nats-server: %v\n%s", err, out)
 	}
 	clientPorts, routePorts := freePorts(t, n), freePorts(t, n)
+	p := &Procs{}
 	var routes, us []string
 	for i := range n {
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", routePorts[i]))
@@ -34,12 +83,16 @@ func StartProcs(t testing.TB, n int) (urls string) {
 		}
 		cmd := exec.Command(bin, args...)
 		cmd.Stdout, cmd.Stderr = nil, nil
+		// The servers die with the test process, even one killed.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		p.pids = append(p.pids, cmd.Process.Pid)
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	}
-	urls = strings.Join(us, ",")
+	urls := strings.Join(us, ",")
+	p.URLs = urls
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		nc, err := nats.Connect(urls)
@@ -51,7 +104,7 @@ func StartProcs(t testing.TB, n int) (urls string) {
 			}
 			nc.Close()
 			if err == nil {
-				return urls
+				return p
 			}
 		}
 		if time.Now().After(deadline) {
