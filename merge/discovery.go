@@ -109,9 +109,7 @@ func discoverHosts(ctx context.Context, cfg Config, hosts []string) error {
 			return fmt.Errorf("merge: discovery: %w", err)
 		}
 		list := func(ctx context.Context, c string, _ int) (upstream.Page, error) {
-			return listWithRetries(ctx, func(ctx context.Context, c string, n int) (upstream.Page, error) {
-				return cfg.Fleet.HostListRepos(ctx, h, c, n)
-			}, c)
+			return HostListPage(ctx, cfg.Fleet, h, c)
 		}
 		lc, err := d.lane(ctx, cursor, list)
 		if err != nil {
@@ -221,6 +219,13 @@ func cut(cfg Config, reason string, pages int, err error) {
 // once: a malformed or oversized page or a 4xx is the same bytes again.
 func ListPage(ctx context.Context, src upstream.RepoSource, cursor string) (upstream.Page, error) {
 	return listWithRetries(ctx, src.ListRepos, cursor)
+}
+
+// HostListPage is ListPage over host's own listRepos (hosts mode).
+func HostListPage(ctx context.Context, fleet HostLister, host, cursor string) (upstream.Page, error) {
+	return listWithRetries(ctx, func(ctx context.Context, c string, n int) (upstream.Page, error) {
+		return fleet.HostListRepos(ctx, host, c, n)
+	}, cursor)
 }
 
 // listWithRetries is ListPage over any listing (the relay's, a host's).

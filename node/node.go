@@ -408,7 +408,7 @@ func (n *Node) buildJobs(reg prometheus.Registerer) error {
 		return err
 	}
 	n.repairer, err = repair.New(repair.Config{
-		Store: n.store, Writer: n.w, Source: n.client, GapIDs: n.gapIDs, Wake: n.retrier.Wake, Resumed: n.resumed,
+		Store: n.store, Writer: n.w, Source: n.client, Fleet: n.client, GapIDs: n.gapIDs, Wake: n.retrier.Wake, Resumed: n.resumed,
 		Period: cfg.RepairPeriod, AuditInterval: cfg.AuditInterval,
 		Metrics: repair.NewMetrics(reg), Logger: n.log, Now: cfg.Now, Crash: cfg.Crash,
 	})

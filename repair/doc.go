@@ -21,7 +21,15 @@
 //
 //   - A pass pages listRepos from audit/<id> (archive.Audit), one unit per
 //     page holding its marks and the position after it, so a crash resumes
-//     where the last durable unit ended and marks nothing twice. An active
+//     where the last durable unit ended and marks nothing twice. In hosts
+//     mode (Config.Fleet set and a roster in the store, as for discovery)
+//     it pages every active roster host's own listRepos instead, each from
+//     its own position (audit/<id>/<host>), so an account the relay's index
+//     misses is compared too; a host whose listing fails transiently is
+//     tried again next Period while the others go on, and after
+//     bootstrap.DefaultHostRetries such steps in a row it is cut (counted,
+//     logged) so a dead host cannot hold its gap open. The per-host rows
+//     are deleted before the gap closes. An active
 //     account whose listed rev (a valid TID) is newer than its archived rev
 //     (rev/<did>, or the complete repo's snapshot rev: a snapshot without
 //     records moves no ratchet), one listed active but stored inactive, and

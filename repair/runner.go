@@ -30,8 +30,13 @@ const (
 type Config struct {
 	Store  *archive.Store
 	Writer *archive.Writer // the archive writer
-	// Source pages listRepos (the relay, or hosts).
+	// Source pages the relay's listRepos.
 	Source upstream.RepoSource
+	// Fleet lists each roster host's own repos: with it and a roster in
+	// the store (a hosts-mode bootstrap read listHosts), a pass lists every
+	// active roster host, not the relay, so accounts the relay's index
+	// misses are compared too.
+	Fleet merge.HostLister
 	// GapIDs allocates the ids of scheduled audits' gaps (shared with the
 	// firehose consumers). Required when AuditInterval > 0.
 	GapIDs *archive.GapIDs
@@ -60,6 +65,7 @@ type Config struct {
 type Status struct {
 	Gap         uint64 `json:"gap,omitempty"`   // the gap whose pass runs (0: none open)
 	Phase       string `json:"phase,omitempty"` // waiting_for_stream, list, done
+	Host        string `json:"host,omitempty"`  // hosts mode: the roster host being listed
 	Listed      uint64 `json:"listed"`
 	Marked      uint64 `json:"marked"`
 	Outstanding int64  `json:"outstanding"` // marked accounts not yet replaced (phase done)
@@ -75,6 +81,10 @@ type Runner struct {
 	mu     sync.Mutex
 	st     Status
 	origin time.Time // the first step (scheduled audits' origin)
+	// failing counts, for the pass of gap failingGap, the steps in a row
+	// in which a host's listing failed transiently.
+	failing    map[string]int
+	failingGap uint64
 }
 
 // New validates cfg; nothing runs until Run.
@@ -234,53 +244,6 @@ func (r *Runner) begin(g archive.Gap) (archive.Audit, error) {
 	return archive.Audit{Phase: archive.AuditList}, nil
 }
 
-// list compares listRepos pages with the ratchet from a.Cursor on, a unit
-// per page. It reports false when a page could not be fetched (retries
-// spent): the next step resumes from the durable cursor.
-func (r *Runner) list(ctx context.Context, g archive.Gap, a *archive.Audit) (bool, error) {
-	for a.Phase == archive.AuditList {
-		page, err := merge.ListPage(ctx, r.cfg.Source, a.Cursor)
-		if err != nil {
-			if ctx.Err() != nil {
-				return false, ctx.Err()
-			}
-			if c := upstream.Classify(err); c == upstream.ClassTransient || c == upstream.ClassRateLimited {
-				r.log.Warn("repair pass: listRepos failed; trying again later from the same page", "gap", g.ID, "err", err)
-				return false, nil
-			}
-			r.cutListing(g, err)
-			a.Phase = archive.AuditDone
-			return true, r.commit(ctx, g, a, nil)
-		}
-		ups, err := r.compare(page.Repos)
-		if err != nil {
-			return false, err
-		}
-		r.cfg.Metrics.page()
-		a.Listed += uint64(len(page.Repos))
-		a.Marked += uint64(len(ups))
-		switch {
-		case page.CursorRefused > 0:
-			r.cutListing(g, fmt.Errorf("a cursor of %d bytes", page.CursorRefused))
-			a.Phase = archive.AuditDone
-		case page.Cursor == "" || page.Cursor == a.Cursor:
-			a.Phase = archive.AuditDone
-		default:
-			a.Cursor = page.Cursor
-		}
-		if err := r.commit(ctx, g, a, ups); err != nil {
-			return false, err
-		}
-	}
-	return true, nil
-}
-
-func (r *Runner) cutListing(g archive.Gap, err error) {
-	r.cfg.Metrics.cut()
-	r.log.Error("repair pass: a listRepos page cannot be used; the listing ends here and accounts listed after it are not compared",
-		"gap", g.ID, "err", err)
-}
-
 // compare decides each listed account against the store: the repo updates
 // of those that changed (or whose account state did).
 func (r *Runner) compare(repos []upstream.RepoEntry) ([]archive.RepoUpdate, error) {
@@ -345,13 +308,22 @@ func markFunc(nowUS int64, active bool, status string) func(archive.RepoState, b
 	}
 }
 
-// commit submits ups with the pass's position and waits until durable.
-func (r *Runner) commit(ctx context.Context, g archive.Gap, a *archive.Audit, ups []archive.RepoUpdate) error {
+// commit submits ups with the pass's position (and l's, a host's) and
+// waits until durable.
+func (r *Runner) commit(ctx context.Context, g archive.Gap, a *archive.Audit, l *lane, ups []archive.RepoUpdate) error {
 	kv, err := archive.AuditPut(g.ID, *a)
 	if err != nil {
 		return err
 	}
-	if err := r.submit(ctx, &archive.Unit{Repos: ups, Puts: []archive.KV{kv}}); err != nil {
+	puts := []archive.KV{kv}
+	if l != nil && l.host != "" {
+		hkv, err := archive.AuditHostPut(g.ID, l.host, *l.pos)
+		if err != nil {
+			return err
+		}
+		puts = append(puts, hkv)
+	}
+	if err := r.submit(ctx, &archive.Unit{Repos: ups, Puts: puts}); err != nil {
 		return err
 	}
 	r.cfg.Crash.Hit(crashpoint.RepairPage)
@@ -378,6 +350,9 @@ func (r *Runner) close(ctx context.Context, g archive.Gap, a archive.Audit) (boo
 	r.set(func(s *Status) { s.Outstanding = outstanding })
 	if outstanding > 0 {
 		return false, nil
+	}
+	if err := r.dropHostPositions(ctx, g); err != nil {
+		return false, err
 	}
 	g.ClosedUS = max(r.cfg.Now().UnixMicro(), g.FirstSeenUS)
 	kv, err := archive.GapPut(g)

@@ -93,6 +93,28 @@ func storeGaps(t *testing.T, h *crash.Harness) []archive.Gap {
 	return gs
 }
 
+// restartHealed starts serve after an outage past the relay's replay
+// window and checks the heal: one outdated_cursor gap, closed; the fold
+// equal to the ground truth; getRepo once for each lost account and for no
+// other since before. It returns the converged run's result and the
+// getRepo calls since before.
+func restartHealed(t *testing.T, h *crash.Harness, before map[string]oracle.RepoCount, lost []string) (crash.Result, map[string]int) {
+	t.Helper()
+	p := h.Start()
+	waitGaps(t, p, 2*time.Minute, "the gap closed", func(open, closed int) bool { return open == 0 && closed == 1 })
+	h.WaitConverged(p, 2*time.Minute)
+	res := h.Finish(p)
+	gs := storeGaps(t, h)
+	if len(gs) != 1 || gs[0].Kind != archive.GapOutdatedCursor || gs[0].Open() {
+		t.Fatalf("gaps %+v, want one closed outdated_cursor gap", gs)
+	}
+	fetched := h.Net.FetchedSince(before)
+	if err := check.FetchedOnce(fetched, lost); err != nil {
+		t.Error(err)
+	}
+	return res, fetched
+}
+
 // TestProcessHealOutdatedCursor: serve is stopped (SIGTERM) while 24
 // accounts change on a relay whose replay window holds 8 events. The
 // restart meets OutdatedCursor and a replay from the oldest retained event:
@@ -128,20 +150,8 @@ func TestProcessHealOutdatedCursor(t *testing.T) {
 	lost := dids[:16] // out of the 8-event window; the last 8 are replayed whole
 
 	start := time.Now()
-	p = h.Start()
-	waitGaps(t, p, 2*time.Minute, "the gap closed", func(open, closed int) bool { return open == 0 && closed == 1 })
+	res, fetched := restartHealed(t, h, before, lost)
 	healed := time.Since(start)
-	h.WaitConverged(p, 2*time.Minute)
-	res := h.Finish(p)
-
-	gs := storeGaps(t, h)
-	if len(gs) != 1 || gs[0].Kind != archive.GapOutdatedCursor || gs[0].Open() {
-		t.Fatalf("gaps %+v, want one closed outdated_cursor gap", gs)
-	}
-	fetched := net.FetchedSince(before)
-	if err := check.FetchedOnce(fetched, lost); err != nil {
-		t.Error(err)
-	}
 	t.Logf("outage past the replay window healed %v after the restart: %d events, fold = ground truth for %d accounts; getRepo for %d accounts (%d lost, %d not)",
 		healed.Round(time.Millisecond), res.Events, res.Checked, len(fetched), len(lost), len(dids)-len(lost))
 }
