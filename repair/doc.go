@@ -34,7 +34,18 @@
 //     (rev/<did>, or the complete repo's snapshot rev: a snapshot without
 //     records moves no ratchet), one listed active but stored inactive, and
 //     an unknown one with a rev are marked (archive.RefetchAudit, due now);
-//     one listed inactive has its account state refreshed, nothing fetched.
+//     one listed inactive whose stored state differs gets the account row
+//     a live #account event would have archived (firehose.Effects on its
+//     repo), nothing fetched.
+//   - After a complete pass (listed from its start in this process, no
+//     listing cut), each account active in the archive that no listing
+//     named is asked (Config.Status: the relay's getRepoStatus; its own
+//     host's when the relay does not know it): inactive or gone (deleted,
+//     takendown, ...) gets its account row, active is marked. The relay's
+//     RepoNotFound alone is never taken as a deletion (its index may miss
+//     a live account). More absent accounts than MaxAbsent means a listing
+//     went wrong: none is asked, counted and logged once. The DIDs listed
+//     are held as 64-bit hashes, 8 bytes an account, for the pass.
 //   - A pass starts only once the live stream accepted a frame after its gap
 //     was found (Config.Resumed): a listing taken before would miss what
 //     changed between it and the resume. A scheduled audit follows no
@@ -54,8 +65,10 @@
 // the stream resumed: its ratchet equals its listed rev, yet the gap's
 // commits are missing. The writer catches those as they arrive: a live
 // commit whose since is newer than the archived rev marks its account
-// (archive.PrevRev). The two together heal every commit hole; an account
-// deleted in the gap is not listed at all, and is not healed yet.
+// (archive.PrevRev). The two together heal every commit hole. An account
+// deleted in the gap is listed nowhere, so only its absence shows it; a
+// pass resumed after a restart did not see every listing and leaves the
+// absences to the next audit (a crash during the checks too).
 //
 // # Not here
 //

@@ -27,13 +27,16 @@ type lane struct {
 // list walks the pass's listings from their durable positions. It reports
 // false when some listing could not be fetched (retries spent): the next
 // step resumes it from its durable cursor.
-func (r *Runner) list(ctx context.Context, g archive.Gap, a *archive.Audit) (bool, error) {
+func (r *Runner) list(ctx context.Context, g archive.Gap, a *archive.Audit, seen *listedSet) (bool, error) {
 	hosts, err := r.roster()
 	if err != nil {
 		return false, err
 	}
 	if len(hosts) == 0 {
-		return r.listLane(ctx, g, a, &lane{pos: a})
+		if done, err := r.listLane(ctx, g, a, &lane{pos: a}, seen); err != nil || !done {
+			return false, err
+		}
+		return true, r.checkAbsent(ctx, g, seen)
 	}
 	done := true
 	for _, h := range hosts {
@@ -48,7 +51,7 @@ func (r *Runner) list(ctx context.Context, g archive.Gap, a *archive.Audit) (boo
 			continue
 		}
 		r.set(func(s *Status) { s.Host = h })
-		ok, err := r.listLane(ctx, g, a, &lane{host: h, pos: &pos})
+		ok, err := r.listLane(ctx, g, a, &lane{host: h, pos: &pos}, seen)
 		if err != nil {
 			return false, err
 		}
@@ -57,6 +60,9 @@ func (r *Runner) list(ctx context.Context, g archive.Gap, a *archive.Audit) (boo
 	r.set(func(s *Status) { s.Host = "" })
 	if !done {
 		return false, nil
+	}
+	if err := r.checkAbsent(ctx, g, seen); err != nil {
+		return false, err
 	}
 	a.Phase = archive.AuditDone
 	return true, r.commit(ctx, g, a, nil, nil)
@@ -81,7 +87,7 @@ func (r *Runner) roster() ([]string, error) {
 // is to be tried again next Period. A host that fails so
 // bootstrap.DefaultHostRetries steps in a row is cut like a page that
 // cannot be used: it fails alone, counted and logged.
-func (r *Runner) listLane(ctx context.Context, g archive.Gap, a *archive.Audit, l *lane) (bool, error) {
+func (r *Runner) listLane(ctx context.Context, g archive.Gap, a *archive.Audit, l *lane, seen *listedSet) (bool, error) {
 	for l.pos.Phase == archive.AuditList {
 		page, err := r.page(ctx, l.host, l.pos.Cursor)
 		if err != nil {
@@ -93,31 +99,34 @@ func (r *Runner) listLane(ctx context.Context, g archive.Gap, a *archive.Audit, 
 				return false, nil
 			}
 			r.cutListing(g, l.host, err)
+			seen.whole = false
 			l.pos.Phase = archive.AuditDone
 			return true, r.commit(ctx, g, a, l, nil)
 		}
 		r.listedOK(l.host)
-		ups, err := r.compare(page.Repos)
+		seen.add(page.Repos)
+		u, err := r.compare(page.Repos)
 		if err != nil {
 			return false, err
 		}
 		r.cfg.Metrics.page()
 		a.Listed += uint64(len(page.Repos))
-		a.Marked += uint64(len(ups))
+		a.Marked += uint64(len(u.Repos))
 		if l.pos != a {
 			l.pos.Listed += uint64(len(page.Repos))
-			l.pos.Marked += uint64(len(ups))
+			l.pos.Marked += uint64(len(u.Repos))
 		}
 		switch {
 		case page.CursorRefused > 0:
 			r.cutListing(g, l.host, fmt.Errorf("a cursor of %d bytes", page.CursorRefused))
+			seen.whole = false
 			l.pos.Phase = archive.AuditDone
 		case page.Cursor == "" || page.Cursor == l.pos.Cursor:
 			l.pos.Phase = archive.AuditDone
 		default:
 			l.pos.Cursor = page.Cursor
 		}
-		if err := r.commit(ctx, g, a, l, ups); err != nil {
+		if err := r.commit(ctx, g, a, l, u); err != nil {
 			return false, err
 		}
 	}

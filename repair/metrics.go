@@ -12,9 +12,12 @@ const (
 	ReasonUnknown     = "unknown"     // listed, not in repo/ and not at its rev
 	ReasonReactivated = "reactivated" // listed active, stored inactive
 	ReasonInactive    = "inactive"    // listed inactive: account state refreshed, nothing fetched
+	// Active in the archive but listed by no listing of a complete pass:
+	ReasonAbsentActive   = "absent_active"   // its status says active: marked for a replacement
+	ReasonAbsentInactive = "absent_inactive" // its status says deleted, takendown, ...: an account row archived
 )
 
-var reasons = []string{ReasonNewerRev, ReasonUnknown, ReasonReactivated, ReasonInactive}
+var reasons = []string{ReasonNewerRev, ReasonUnknown, ReasonReactivated, ReasonInactive, ReasonAbsentActive, ReasonAbsentInactive}
 
 // Metrics are the repair runner's metrics.
 type Metrics struct {
@@ -23,6 +26,9 @@ type Metrics struct {
 	cuts     prometheus.Counter
 	closed   prometheus.Counter
 	audits   prometheus.Counter
+	// absent counts the absence checks not made: too many absent
+	// (result="skipped", once a pass) or no answer (result="unanswered").
+	absent *prometheus.CounterVec
 }
 
 // NewMetrics registers on reg (nil: unregistered, still usable):
@@ -31,6 +37,7 @@ type Metrics struct {
 //   - backstream_repair_listing_cut_total (listings ended at an unusable page)
 //   - backstream_repair_gaps_closed_total
 //   - backstream_repair_audits_total (scheduled audits recorded)
+//   - backstream_repair_absent_unchecked_total{result}
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		accounts: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -53,12 +60,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "backstream_repair_audits_total",
 			Help: "Scheduled audits recorded (--audit-interval).",
 		}),
+		absent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backstream_repair_absent_unchecked_total",
+			Help: "Absence checks a repair pass did not make: skipped (more absent accounts than --repair-max-absent, once a pass) or unanswered (getRepoStatus failed; the next audit asks again).",
+		}, []string{"result"}),
+	}
+	for _, r := range []string{"skipped", "unanswered"} {
+		m.absent.WithLabelValues(r)
 	}
 	for _, r := range reasons {
 		m.accounts.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.accounts, m.pages, m.cuts, m.closed, m.audits)
+		reg.MustRegister(m.accounts, m.pages, m.cuts, m.closed, m.audits, m.absent)
 	}
 	return m
 }
@@ -90,5 +104,17 @@ func (m *Metrics) gapClosed() {
 func (m *Metrics) audit() {
 	if m != nil {
 		m.audits.Inc()
+	}
+}
+
+func (m *Metrics) absentSkipped() {
+	if m != nil {
+		m.absent.WithLabelValues("skipped").Inc()
+	}
+}
+
+func (m *Metrics) absentUnanswered() {
+	if m != nil {
+		m.absent.WithLabelValues("unanswered").Inc()
 	}
 }

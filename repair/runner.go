@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/firehose"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/merge"
 	"github.com/backstream/backstream/upstream"
@@ -37,6 +38,13 @@ type Config struct {
 	// active roster host, not the relay, so accounts the relay's index
 	// misses are compared too.
 	Fleet merge.HostLister
+	// Status asks an account's status (the relay's getRepoStatus, or its
+	// host's): after a complete pass, each active account no listing named
+	// is asked, and what it says is archived. Nil: absences are not
+	// checked.
+	Status StatusSource
+	// MaxAbsent: see DefaultMaxAbsent.
+	MaxAbsent int
 	// GapIDs allocates the ids of scheduled audits' gaps (shared with the
 	// firehose consumers). Required when AuditInterval > 0.
 	GapIDs *archive.GapIDs
@@ -85,6 +93,7 @@ type Runner struct {
 	// in which a host's listing failed transiently.
 	failing    map[string]int
 	failingGap uint64
+	seen       *listedSet // the DIDs the pass in progress listed
 }
 
 // New validates cfg; nothing runs until Run.
@@ -96,6 +105,9 @@ func New(cfg Config) (*Runner, error) {
 		return nil, errors.New("repair: negative period")
 	case cfg.AuditInterval > 0 && cfg.GapIDs == nil:
 		return nil, errors.New("repair: scheduled audits need GapIDs")
+	}
+	if cfg.MaxAbsent <= 0 {
+		cfg.MaxAbsent = DefaultMaxAbsent
 	}
 	if cfg.Period == 0 {
 		cfg.Period = DefaultPeriod
@@ -216,6 +228,7 @@ func (r *Runner) started(now time.Time) time.Time {
 // whether g is closed.
 func (r *Runner) heal(ctx context.Context, g archive.Gap) (bool, error) {
 	a, err := r.cfg.Store.Audit(g.ID)
+	begins := false
 	switch {
 	case errors.Is(err, archive.ErrNotFound):
 		// A scheduled audit follows no outage: the stream is live already.
@@ -226,12 +239,13 @@ func (r *Runner) heal(ctx context.Context, g archive.Gap) (bool, error) {
 		if a, err = r.begin(g); err != nil {
 			return false, err
 		}
+		begins = true
 	case err != nil:
 		return false, err
 	}
 	r.show(g, a)
 	if a.Phase == archive.AuditList {
-		if done, err := r.list(ctx, g, &a); err != nil || !done {
+		if done, err := r.list(ctx, g, &a, r.listed(g, begins)); err != nil || !done {
 			return false, err
 		}
 	}
@@ -246,9 +260,9 @@ func (r *Runner) begin(g archive.Gap) (archive.Audit, error) {
 
 // compare decides each listed account against the store: the repo updates
 // of those that changed (or whose account state did).
-func (r *Runner) compare(repos []upstream.RepoEntry) ([]archive.RepoUpdate, error) {
+func (r *Runner) compare(repos []upstream.RepoEntry) (*archive.Unit, error) {
 	now := r.cfg.Now().UnixMicro()
-	var ups []archive.RepoUpdate
+	u := &archive.Unit{}
 	for _, e := range repos {
 		rev, err := r.cfg.Store.Rev(e.DID)
 		if err != nil && !errors.Is(err, archive.ErrNotFound) {
@@ -278,39 +292,52 @@ func (r *Runner) compare(repos []upstream.RepoEntry) ([]archive.RepoUpdate, erro
 		case newer:
 			reason = ReasonNewerRev
 		}
-		if reason == "" {
+		switch reason {
+		case "":
 			continue
+		case ReasonInactive:
+			addAccountRow(u, e.DID, e.Status, now)
+		default:
+			u.Repos = append(u.Repos, archive.RepoUpdate{DID: e.DID, Func: markFunc(now)})
 		}
 		r.cfg.Metrics.account(reason, 1)
-		ups = append(ups, archive.RepoUpdate{DID: e.DID, Func: markFunc(now, e.Active, e.Status)})
 	}
-	return ups, nil
+	return u, nil
 }
 
-// markFunc marks a repo for an audit replacement, due at nowUS, when the
-// account is active; an inactive one gets its account state only. An
-// unknown active account is created pending.
-func markFunc(nowUS int64, active bool, status string) func(archive.RepoState, bool) (archive.RepoState, bool) {
+// markFunc marks an active account's repo for an audit replacement, due
+// at nowUS; an unknown one is created pending.
+func markFunc(nowUS int64) func(archive.RepoState, bool) (archive.RepoState, bool) {
 	return func(cur archive.RepoState, exists bool) (archive.RepoState, bool) {
 		if !exists {
-			if !active {
-				return cur, false
-			}
 			return archive.RepoState{Status: archive.StatusPending, Active: true, Refetch: archive.RefetchAudit, NextAttemptUS: nowUS}, true
 		}
 		next := cur
-		next.Active, next.AccountStatus = active, status
-		if active {
-			next.AccountStatus = ""
-			next.Refetch, next.NextAttemptUS = archive.RefetchAudit, nowUS
-		}
+		next.Active, next.AccountStatus = true, ""
+		next.Refetch, next.NextAttemptUS = archive.RefetchAudit, nowUS
 		return next, next != cur
 	}
 }
 
-// commit submits ups with the pass's position (and l's, a host's) and
-// waits until durable.
-func (r *Runner) commit(ctx context.Context, g archive.Gap, a *archive.Audit, l *lane, ups []archive.RepoUpdate) error {
+// maxAccountStatus bounds an upstream account status archived.
+const maxAccountStatus = 64
+
+// addAccountRow adds to u the row a live #account event saying did is
+// inactive with status would have archived, with the same effect on its
+// repo (firehose.Effects): a deletion or takedown the stream lost is
+// served and folded like one it carried.
+func addAccountRow(u *archive.Unit, did, status string, nowUS int64) {
+	if len(status) > maxAccountStatus {
+		status = status[:maxAccountStatus]
+	}
+	ev := archive.Event{Kind: archive.KindAccount, DID: did, Status: status, Source: archive.SourceRetry}
+	u.Events = append(u.Events, ev)
+	u.Repos = append(u.Repos, *firehose.Effects(&ev, nowUS))
+}
+
+// commit submits u (nil: nothing but positions) with the pass's position
+// (and l's, a host's) and waits until durable.
+func (r *Runner) commit(ctx context.Context, g archive.Gap, a *archive.Audit, l *lane, u *archive.Unit) error {
 	kv, err := archive.AuditPut(g.ID, *a)
 	if err != nil {
 		return err
@@ -323,11 +350,16 @@ func (r *Runner) commit(ctx context.Context, g archive.Gap, a *archive.Audit, l 
 		}
 		puts = append(puts, hkv)
 	}
-	if err := r.submit(ctx, &archive.Unit{Repos: ups, Puts: puts}); err != nil {
+	if u == nil {
+		u = &archive.Unit{}
+	}
+	marked := len(u.Repos) > 0
+	u.Puts = puts
+	if err := r.submit(ctx, u); err != nil {
 		return err
 	}
 	r.cfg.Crash.Hit(crashpoint.RepairPage)
-	if len(ups) > 0 {
+	if marked {
 		r.cfg.Wake()
 	}
 	r.show(g, *a)

@@ -93,6 +93,31 @@ func storeGaps(t *testing.T, h *crash.Harness) []archive.Gap {
 	return gs
 }
 
+// stoppedAfterLive starts a network with cfg and serve with args, runs
+// serve to steady state with an event archived through its live stream
+// (a durable position to resume from), and stops it (SIGTERM).
+func stoppedAfterLive(t *testing.T, cfg oracle.Config, args []string) (*oracle.Network, *crash.Harness) {
+	t.Helper()
+	crash.Binary(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	net, err := oracle.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { net.Close() })
+	h := crash.New(t, net, crash.Options{Args: args, Settle: time.Second})
+	p := h.Start()
+	h.WaitPhase(p, crash.PhaseSteady, 2*time.Minute)
+	waitLive(t, net, p)
+	dids := activeDIDs(net)
+	liveEvent(t, net, p, dids[len(dids)-1])
+	if err := p.Stop(time.Minute); err != nil {
+		t.Fatalf("stop: %v\n%s", err, p.Tail())
+	}
+	return net, h
+}
+
 // restartHealed starts serve after an outage past the relay's replay
 // window and checks the heal: one outdated_cursor gap, closed; the fold
 // equal to the ground truth; getRepo once for each lost account and for no
@@ -124,24 +149,8 @@ func restartHealed(t *testing.T, h *crash.Harness, before map[string]oracle.Repo
 // the archive folds to the network's records, and getRepo was called once
 // for each of the 16 and for no other account.
 func TestProcessHealOutdatedCursor(t *testing.T) {
-	crash.Binary(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	net, err := oracle.Start(ctx, oracle.Config{Accounts: 40, RecordsMean: 5, Hosts: 1, Traffic: oracle.TrafficNone, Seed: 41, Retention: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer net.Close()
-	h := crash.New(t, net, crash.Options{Args: healArgs, Settle: time.Second})
+	net, h := stoppedAfterLive(t, oracle.Config{Accounts: 40, RecordsMean: 5, Hosts: 1, Traffic: oracle.TrafficNone, Seed: 41, Retention: 8}, healArgs)
 	dids := activeDIDs(net)
-
-	p := h.Start()
-	h.WaitPhase(p, crash.PhaseSteady, 2*time.Minute)
-	waitLive(t, net, p)
-	liveEvent(t, net, p, dids[len(dids)-1])
-	if err := p.Stop(time.Minute); err != nil {
-		t.Fatalf("stop: %v\n%s", err, p.Tail())
-	}
 
 	before := net.AllRepoCounts()
 	for _, did := range dids[:24] {
