@@ -216,6 +216,7 @@ func TestProcessHealDroppedFrames(t *testing.T) {
 	})
 	audited := time.Since(doneAt)
 	h.WaitConverged(p, 2*time.Minute)
+	m := waitReplaced(t, p, 2*time.Minute)
 	if err := p.Stop(time.Minute); err != nil {
 		t.Fatalf("stop: %v\n%s", err, p.Tail())
 	}
@@ -243,7 +244,9 @@ func TestProcessHealDroppedFrames(t *testing.T) {
 	// deleted accounts): active accounts only.
 	active := func(a world.Account) bool { return a.Active }
 	if checked, bad := check.Compare(f, net.World(), active); len(bad) > 0 {
-		t.Fatalf("%d of %d active accounts differ after %d dropped frames:\n%s", len(bad), checked, dropped, check.Describe(bad, 5))
+		t.Fatalf("%d of %d active accounts differ after %d dropped frames (%v chain breaks found in capture, %v live):\n%s",
+			len(bad), checked, dropped, m[`backstream_firehose_anomalies_total{kind="chain_break"}`], m["backstream_archive_chain_breaks_total"],
+			check.Describe(bad, 5))
 	}
 	evs, err := net.Events()
 	if err != nil {
@@ -264,6 +267,25 @@ func TestProcessHealDroppedFrames(t *testing.T) {
 	}
 	t.Logf("%d events, %d frames dropped; an audit after the traffic closed %v after it; %d gaps recorded; after bootstrap getRepo %d calls for %d of the %d changed accounts and %d of the %d unchanged",
 		len(evs), dropped, audited.Round(time.Millisecond), len(gs), calls, len(fetched)-unchanged, len(touched), unchanged, len(net.World().Accounts())-len(touched))
+}
+
+// waitReplaced waits until a candidate pass of the retry runner that
+// started after the call found nothing due and no replacement runs or
+// waits, and returns /metrics as then read.
+func waitReplaced(t *testing.T, p *crash.Proc, d time.Duration) map[string]float64 {
+	t.Helper()
+	passes := metrics(t, p)["backstream_retry_passes_total"]
+	for deadline := time.Now().Add(d); ; time.Sleep(50 * time.Millisecond) {
+		m := metrics(t, p)
+		if m["backstream_retry_passes_total"] > passes+1 && m["backstream_retry_due"] == 0 &&
+			m["backstream_retry_inflight"] == 0 && m["backstream_retry_queued"] == 0 {
+			return m
+		}
+		if p.Exited() || time.Now().After(deadline) {
+			t.Fatalf("replacements still due (exited %v): due %v, inflight %v, queued %v\n%s", p.Exited(),
+				m["backstream_retry_due"], m["backstream_retry_inflight"], m["backstream_retry_queued"], p.Tail())
+		}
+	}
 }
 
 // readyz is /readyz's status code (0 while not answering).

@@ -1,0 +1,126 @@
+package firehose
+
+// chain.go owns capture mode's chain check: each account's last captured
+// commit rev, so a captured commit whose since is newer shows a commit the
+// stream lost in between. Merging cannot see that hole (captured rows keep
+// no since, and the later commit moves the ratchet to the account's head,
+// where a repair pass's rev comparison finds nothing), so the account is
+// marked for a replacement here, as a frame that failed verification is.
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"time"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/upstream"
+)
+
+// DefaultChainAccounts bounds the accounts whose last captured rev capture
+// mode remembers (about 30 bytes each). Once full, accounts not yet
+// remembered are not checked (counted: chain_untracked).
+const DefaultChainAccounts = 1 << 21
+
+// capturedChain maps a DID's 64-bit hash to its last captured rev.
+type capturedChain struct {
+	seed    maphash.Seed
+	revs    map[uint64]string
+	max     int
+	startUS int64 // when this capture began (unix µs)
+}
+
+func newCapturedChain(max int, start time.Time) *capturedChain {
+	return &capturedChain{seed: maphash.MakeSeed(), revs: map[uint64]string{}, max: max, startUS: start.UnixMicro()}
+}
+
+// link is where a captured commit stands in its account's chain.
+type link int
+
+const (
+	linkOK     link = iota // chains from the last captured commit, or not checked
+	linkBroken             // its since is newer than the last captured commit
+	linkFirst              // the account's first captured commit: its since is for the snapshot to judge
+)
+
+// next records f's rev for its account and says where f stands. A #sync
+// restarts the account's chain at its rev.
+func (ch *capturedChain) next(f *upstream.Frame, m *Metrics) (link, string) {
+	var did, rev, since string
+	switch {
+	case f.Commit != nil:
+		did, rev = f.Commit.Repo, f.Commit.Rev
+		if f.Commit.Since != nil {
+			since = *f.Commit.Since
+		}
+	case f.Sync != nil:
+		did, rev = f.Sync.Did, f.Sync.Rev
+	default:
+		return linkOK, ""
+	}
+	if !upstream.ValidTID(rev) {
+		return linkOK, ""
+	}
+	k := maphash.String(ch.seed, did)
+	last, ok := ch.revs[k]
+	switch {
+	case ok:
+		if rev > last {
+			ch.revs[k] = rev
+		}
+		if since != "" && since > last {
+			return linkBroken, since
+		}
+	case len(ch.revs) < ch.max:
+		ch.revs[k] = rev
+		if since != "" {
+			return linkFirst, since
+		}
+	default:
+		m.anomaly(AnomalyChainUntracked)
+	}
+	return linkOK, ""
+}
+
+// checkChain, in capture mode, marks for a replacement (through
+// Config.MarkWriter) the account of a captured commit that shows a lost
+// commit before it: its since is newer than the account's last captured
+// commit, or, for the account's first captured commit, newer than a
+// snapshot completed since this capture began (every commit after that
+// snapshot reached this capture, unless the stream lost it). A job that
+// starts after the mark fetches the lost commit anyway and clears it.
+func (c *Consumer) checkChain(ctx context.Context, f *upstream.Frame) error {
+	if c.chain == nil {
+		return nil
+	}
+	l, since := c.chain.next(f, c.m)
+	did := f.DID()
+	if l == linkOK || !upstream.ValidDID(did) {
+		return nil
+	}
+	now := c.cfg.Now().UnixMicro()
+	up := unverifiedEffect(did, now)
+	if l == linkFirst {
+		up = archive.RepoUpdate{DID: did, Func: snapshotBehind(since, c.chain.startUS, now, c.m)}
+	} else {
+		c.m.anomaly(AnomalyChainBreak)
+	}
+	if err := c.cfg.MarkWriter.Submit(ctx, &archive.Unit{Repos: []archive.RepoUpdate{up}}); err != nil {
+		return fmt.Errorf("firehose: mark %s for a replacement: %w", did, err)
+	}
+	return nil
+}
+
+// snapshotBehind marks a repo whose snapshot, completed at or after
+// startUS, is older than since (the rev before its first captured commit):
+// a commit between the two never reached the capture. Decided on the
+// writer goroutine, against the repo as it is then.
+func snapshotBehind(since string, startUS, nowUS int64, m *Metrics) func(archive.RepoState, bool) (archive.RepoState, bool) {
+	return func(cur archive.RepoState, exists bool) (archive.RepoState, bool) {
+		if !exists || cur.Status != archive.StatusComplete || cur.CompletedUS < startUS || cur.BackfillRev == "" || since <= cur.BackfillRev {
+			return cur, false
+		}
+		m.anomaly(AnomalyChainBreak)
+		return dueEffect(cur, exists, nowUS, archive.RefetchUnverified)
+	}
+}
