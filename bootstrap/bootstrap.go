@@ -18,6 +18,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/ident"
 	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/upstream"
@@ -53,6 +54,10 @@ type Config struct {
 	// Fleet reads the relay's roster and each host's own listing (hosts
 	// mode); nil runs relay mode.
 	Fleet FleetSource
+	// Identity resolves a DID listed by two hosts (a migration in flight)
+	// to the PDS its document names; nil or ident.ModeOff: the newer
+	// listed rev decides.
+	Identity *ident.Resolver
 	// Enumerate is EnumerateHosts, EnumerateRelay, or "" for hosts when
 	// the relay answers listHosts, else relay.
 	Enumerate string

@@ -104,8 +104,12 @@
 // warning): discovery lists it again after bootstrap, a restart before
 // merging from its checkpoint. A repo is
 // fetched from the host that listed it (backfill.Request.Host); listed by a
-// second host with a newer rev before a worker took it, it is fetched from
-// that host instead (Progress.Hosts.Reattributed). Dispatch is round-robin
+// second host before a worker took it (a migration in flight), it is
+// fetched from the host its DID document names as its PDS (Config.Identity)
+// or, with identity resolution off (--verify off), failing, or naming
+// neither host, from the one whose listing has the newer rev
+// (Progress.Hosts.Reattributed, AttributedByRev,
+// backstream_bootstrap_double_listed_total{by}). Dispatch is round-robin
 // over the hosts with ready repos, each under HostWorkers concurrent jobs,
 // so a slow host holds at most its cap of workers.
 //

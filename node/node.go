@@ -433,7 +433,7 @@ func (n *Node) lifecycleConfig(reg prometheus.Registerer, am *archive.Metrics) l
 	cfg := n.cfg
 	bc := cfg.Bootstrap
 	bc.Logger, bc.Metrics, bc.Crash = n.log, bootstrap.NewMetrics(reg), cfg.Crash
-	bc.Fleet = n.client
+	bc.Fleet, bc.Identity = n.client, n.ident
 	return lifecycle.Config{
 		Store: n.store, Writer: n.w, Relay: cfg.Relay, Source: n.client, Jobs: n.jobs,
 		Bootstrap:       bc,
