@@ -234,7 +234,10 @@ func (b *Bootstrap) Run(ctx context.Context) error {
 			return b.stopped(ctx, err)
 		}
 		if lanes != nil {
-			return b.coordinate(ctx, lanes)
+			if err := b.coordinate(ctx, lanes); err != nil || !b.everyHostFailed() {
+				return err
+			}
+			b.fallBackToRelay()
 		}
 		c, err := b.cfg.Store.ListCursor(false)
 		switch {

@@ -81,6 +81,13 @@
 //
 // # Hosts mode (the fleet bootstrap)
 //
+// When every active roster host's listing ends failing (refused, e.g. by
+// the address policy, or failing past its retries), hosts mode would
+// archive nothing: the run then lists the relay's listRepos as relay mode
+// does, from its own checkpoint (one warning,
+// backstream_bootstrap_relay_fallback_total, /status
+// hosts.fell_back_to_relay).
+//
 // Config.Enumerate "hosts" (or "" when the relay answers listHosts) pages
 // the roster (retried on the listing budgets; a 501 means the relay has no
 // listHosts), records every entry in its host/<host> row (status, account

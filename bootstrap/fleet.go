@@ -97,6 +97,9 @@ type HostsProgress struct {
 	// listed rev, without their DID document (--verify off, or resolution
 	// failed or named neither host).
 	AttributedByRev int64 `json:"attributed_by_rev"`
+	// FellBackToRelay: every roster host's listing failed, and the
+	// relay's listing was used instead.
+	FellBackToRelay bool `json:"fell_back_to_relay,omitempty"`
 }
 
 // FailingHost is one failing host: why its listing was last cut, how
@@ -255,6 +258,27 @@ func (b *Bootstrap) enumerateLane(ctx context.Context, host, cursor string, wind
 		}
 		cursor = at
 	}
+}
+
+// everyHostFailed reports whether, in hosts mode, every roster host's
+// listing ended cut (refused, failing past its retries): hosts mode
+// archived nothing, and the relay's listing is the only one left.
+func (b *Bootstrap) everyHostFailed() bool {
+	p := b.hosts().snapshot()
+	return p != nil && p.Roster > p.Skipped && p.ByState[HostFailing] == p.Roster-p.Skipped
+}
+
+// fallBackToRelay says, once, that hosts mode lists the relay after all
+// (counted, on /status).
+func (b *Bootstrap) fallBackToRelay() {
+	b.cfg.Metrics.relayFallback()
+	if f := b.hosts(); f != nil {
+		f.mu.Lock()
+		f.p.FellBackToRelay = true
+		f.mu.Unlock()
+	}
+	b.cfg.Logger.Warn("bootstrap: every roster host's listing failed (refused, or failing past its retries); the relay's own listRepos is listed instead, downloads through its redirect",
+		"hosts", b.hosts().snapshot().Roster)
 }
 
 // hosts is the fleet's state, nil in relay mode.

@@ -20,6 +20,7 @@ type Metrics struct {
 	skipped                  prometheus.Counter
 	hostRetries, hostsGaveUp prometheus.Counter
 	doubleListedBy           *prometheus.CounterVec
+	relayFallbacks           prometheus.Counter
 }
 
 // NewMetrics registers the bootstrap metrics on reg (nil: unregistered).
@@ -49,6 +50,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "backstream_bootstrap_double_listed_total",
 			Help: "DIDs listed by two hosts in a fleet bootstrap (a migration in flight), by how the host fetched from was picked: document (the PDS its DID document names) or rev (the newer listed rev: --verify off, or resolution failed or named neither host).",
 		}, []string{"by"}),
+		relayFallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_bootstrap_relay_fallback_total",
+			Help: "Fleet bootstraps in which every roster host's listing failed (refused, or failing past its retries), so the relay's listRepos was listed instead.",
+		}),
 		loops: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_listrepos_cursor_loops_total",
 			Help: "listRepos cursors that repeated; the listing ended there as if on a last page.",
@@ -87,7 +92,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.listErrs.WithLabelValues(c.String())
 	}
 	if reg != nil {
-		reg.MustRegister(m.lag, m.pages, m.skipped, m.hostRetries, m.hostsGaveUp, m.doubleListedBy, m.loops, m.cuts, m.discovered, m.pending, m.queued, m.listErrs)
+		reg.MustRegister(m.lag, m.pages, m.skipped, m.hostRetries, m.hostsGaveUp, m.doubleListedBy, m.relayFallbacks, m.loops, m.cuts, m.discovered, m.pending, m.queued, m.listErrs)
 	}
 	return m
 }
@@ -165,5 +170,11 @@ func (m *Metrics) hostGaveUp() {
 func (m *Metrics) doubleListed(by string) {
 	if m != nil {
 		m.doubleListedBy.WithLabelValues(by).Inc()
+	}
+}
+
+func (m *Metrics) relayFallback() {
+	if m != nil {
+		m.relayFallbacks.Inc()
 	}
 }

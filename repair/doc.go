@@ -28,8 +28,10 @@
 //     misses is compared too; a host whose listing fails transiently is
 //     tried again next Period while the others go on, and after
 //     bootstrap.DefaultHostRetries such steps in a row it is cut (counted,
-//     logged) so a dead host cannot hold its gap open. The per-host rows
-//     are deleted before the gap closes. An active
+//     logged) so a dead host cannot hold its gap open. When no host listed
+//     anything (every one refused or failing for good), the relay's
+//     listing is compared instead (backstream_repair_relay_fallback_total).
+//     The per-host rows are deleted before the gap closes. An active
 //     account whose listed rev (a valid TID) is newer than its archived rev
 //     (rev/<did>, or the complete repo's snapshot rev: a snapshot without
 //     records moves no ratchet), one listed active but stored inactive, and

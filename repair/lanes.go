@@ -39,6 +39,7 @@ func (r *Runner) list(ctx context.Context, g archive.Gap, a *archive.Audit, seen
 		return true, r.checkAbsent(ctx, g, seen)
 	}
 	done := true
+	var hostsListed uint64
 	for _, h := range hosts {
 		pos, err := r.cfg.Store.AuditHost(g.ID, h)
 		switch {
@@ -47,25 +48,48 @@ func (r *Runner) list(ctx context.Context, g archive.Gap, a *archive.Audit, seen
 		case err != nil:
 			return false, err
 		}
-		if pos.Phase != archive.AuditList {
-			continue
+		if pos.Phase == archive.AuditList {
+			r.set(func(s *Status) { s.Host = h })
+			ok, err := r.listLane(ctx, g, a, &lane{host: h, pos: &pos}, seen)
+			if err != nil {
+				return false, err
+			}
+			done = done && ok
 		}
-		r.set(func(s *Status) { s.Host = h })
-		ok, err := r.listLane(ctx, g, a, &lane{host: h, pos: &pos}, seen)
-		if err != nil {
-			return false, err
-		}
-		done = done && ok
+		hostsListed += pos.Listed
 	}
 	r.set(func(s *Status) { s.Host = "" })
 	if !done {
 		return false, nil
+	}
+	if hostsListed == 0 {
+		// No host listed anything (every one refused or failing for good,
+		// or an empty roster): the relay's listing, from the pass's own
+		// position, is all there is.
+		r.fallBackToRelay(g)
+		if done, err := r.listLane(ctx, g, a, &lane{pos: a}, seen); err != nil || !done {
+			return false, err
+		}
+		return true, r.checkAbsent(ctx, g, seen)
 	}
 	if err := r.checkAbsent(ctx, g, seen); err != nil {
 		return false, err
 	}
 	a.Phase = archive.AuditDone
 	return true, r.commit(ctx, g, a, nil, nil)
+}
+
+// fallBackToRelay says, once a pass, that no roster host listed anything
+// and the relay's listing is walked instead (counted).
+func (r *Runner) fallBackToRelay(g archive.Gap) {
+	r.mu.Lock()
+	first := r.fellBack != g.ID
+	r.fellBack = g.ID
+	r.mu.Unlock()
+	if first {
+		r.cfg.Metrics.relayFallback()
+		r.log.Warn("repair pass: no roster host listed anything (refused, or failing for good); the relay's listRepos is compared instead", "gap", g.ID)
+	}
 }
 
 // roster is the hosts a pass lists in hosts mode: the store's active

@@ -88,3 +88,32 @@ func TestHostsModePass(t *testing.T) {
 		t.Fatalf("per-host positions left behind a closed gap: %q, %v", keys, err)
 	}
 }
+
+// TestHostsModeEveryHostRefused: when no roster host lists anything (every
+// one refused), the pass compares the relay's listing instead, so a gap in
+// hosts mode is still healed.
+func TestHostsModeEveryHostRefused(t *testing.T) {
+	s, w, apply := newStore(t)
+	active := func(cur archive.HostState) archive.HostState { cur.Status = "active"; return cur }
+	gap, _ := archive.GapPut(archive.Gap{ID: 1, Kind: archive.GapOutdatedCursor, FirstSeenUS: time.Now().UnixMicro()})
+	apply(&archive.Unit{Hosts: []archive.HostUpdate{{Host: "a.test", Func: active}, {Host: "b.test", Func: active}}, Puts: []archive.KV{gap}})
+	refused := errors.New("address refused")
+	f := &fleet{asked: map[string]int{}, fail: map[string]error{"a.test": refused, "b.test": refused}}
+	relay := &listing{repos: []upstream.RepoEntry{{DID: didNew, Rev: revNew, Active: true}}}
+	r, err := New(Config{Store: s, Writer: w, Source: relay, Fleet: f, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if relay.pages.Load() != 1 || f.asked["a.test"] != 1 || f.asked["b.test"] != 1 {
+		t.Fatalf("relay asked %d pages, hosts %v: want both hosts once, then the relay", relay.pages.Load(), f.asked)
+	}
+	if st, err := s.RepoState(didNew); err != nil || st.Refetch != archive.RefetchAudit {
+		t.Fatalf("listed by the relay: %+v, %v; want marked", st, err)
+	}
+	if a, err := s.Audit(1); err != nil || a.Phase != archive.AuditDone || a.Listed != 1 {
+		t.Fatalf("the pass %+v, %v", a, err)
+	}
+}

@@ -29,6 +29,9 @@ type Metrics struct {
 	// absent counts the absence checks not made: too many absent
 	// (result="skipped", once a pass) or no answer (result="unanswered").
 	absent *prometheus.CounterVec
+	// fallbacks counts passes that listed the relay because no roster host
+	// listed anything.
+	fallbacks prometheus.Counter
 }
 
 // NewMetrics registers on reg (nil: unregistered, still usable):
@@ -38,6 +41,7 @@ type Metrics struct {
 //   - backstream_repair_gaps_closed_total
 //   - backstream_repair_audits_total (scheduled audits recorded)
 //   - backstream_repair_absent_unchecked_total{result}
+//   - backstream_repair_relay_fallback_total
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		accounts: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -64,6 +68,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "backstream_repair_absent_unchecked_total",
 			Help: "Absence checks a repair pass did not make: skipped (more absent accounts than --repair-max-absent, once a pass) or unanswered (getRepoStatus failed; the next audit asks again).",
 		}, []string{"result"}),
+		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_repair_relay_fallback_total",
+			Help: "Repair passes in hosts mode in which no roster host listed anything (refused, or failing for good), so the relay's listRepos was compared instead.",
+		}),
 	}
 	for _, r := range []string{"skipped", "unanswered"} {
 		m.absent.WithLabelValues(r)
@@ -72,7 +80,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.accounts.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.accounts, m.pages, m.cuts, m.closed, m.audits, m.absent)
+		reg.MustRegister(m.accounts, m.pages, m.cuts, m.closed, m.audits, m.absent, m.fallbacks)
 	}
 	return m
 }
@@ -116,5 +124,11 @@ func (m *Metrics) absentSkipped() {
 func (m *Metrics) absentUnanswered() {
 	if m != nil {
 		m.absent.WithLabelValues("unanswered").Inc()
+	}
+}
+
+func (m *Metrics) relayFallback() {
+	if m != nil {
+		m.fallbacks.Inc()
 	}
 }

@@ -94,6 +94,7 @@ type Runner struct {
 	failing    map[string]int
 	failingGap uint64
 	seen       *listedSet // the DIDs the pass in progress listed
+	fellBack   uint64     // the gap whose pass last fell back to the relay's listing
 }
 
 // New validates cfg; nothing runs until Run.
