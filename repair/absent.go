@@ -5,8 +5,9 @@ package repair
 // a deleted account, so a #account deletion (or takedown) the stream lost
 // in the gap shows only as an absence; each such account's status is asked
 // of the relay (and of its own host when the relay does not know it) and
-// what it says is archived as an account row (the live path's effects) or,
-// still active, marked for a replacement.
+// decided as a listing entry saying the same would be (compare): gone or
+// inactive, its account row is archived (the live path's effects); active
+// at a newer rev, it is marked for a replacement.
 
 import (
 	"context"
@@ -98,7 +99,7 @@ func (r *Runner) checkAbsent(ctx context.Context, g archive.Gap, seen *listedSet
 		return nil
 	})
 	if errors.Is(err, errTooManyAbsent) {
-		r.cfg.Metrics.absentSkipped()
+		r.cfg.Metrics.absentResult(absentSkipped)
 		r.log.Warn("repair pass: more accounts are absent from its listings than --repair-max-absent; none is checked (a listing that went wrong, not accounts deleted in a gap)",
 			"gap", g.ID, "max_absent", r.cfg.MaxAbsent)
 		return nil
@@ -122,50 +123,44 @@ func (r *Runner) checkAbsent(ctx context.Context, g archive.Gap, seen *listedSet
 	return nil
 }
 
-// checkOne asks did's status and acts on it; false when no one answered
-// (counted; the next audit asks again).
+// checkOne asks did's status and decides it as a listing entry saying
+// the same would be (compare: an inactive or gone account gets its account
+// row, an active one is marked only when its rev is newer than the
+// archive's); false when no one answered (counted; the next audit asks
+// again).
 func (r *Runner) checkOne(ctx context.Context, did, host string) (bool, error) {
 	rs, err := r.cfg.Status.GetRepoStatus(ctx, "", did)
 	if upstream.Classify(err) == upstream.ClassNotFound {
 		// The relay's index may miss a live account: only its own host's
 		// word that it is gone is taken; with no host known, nothing is.
 		if host == "" {
-			r.cfg.Metrics.absentUnanswered()
+			r.cfg.Metrics.absentResult(absentUnanswered)
 			return false, nil
 		}
 		rs, err = r.cfg.Status.GetRepoStatus(ctx, host, did)
 	}
-	now := r.cfg.Now().UnixMicro()
-	var u *archive.Unit
-	switch {
-	case err == nil && rs.Active:
-		r.cfg.Metrics.account(ReasonAbsentActive, 1)
-		u = &archive.Unit{Repos: []archive.RepoUpdate{{DID: did, Func: markFunc(now)}}}
+	e := upstream.RepoEntry{DID: did, Rev: rs.Rev, Active: rs.Active, Status: rs.Status}
+	switch c := upstream.Classify(err); {
 	case err == nil:
-		u = r.accountRow(did, rs.Status, now)
-	case upstream.Classify(err) == upstream.ClassNotFound:
-		u = r.accountRow(did, "deleted", now)
-	case upstream.Classify(err) == upstream.ClassUnavailable:
-		u = r.accountRow(did, backfill.UnavailableStatus(err), now)
+	case c == upstream.ClassNotFound:
+		e = upstream.RepoEntry{DID: did, Status: "deleted"}
+	case c == upstream.ClassUnavailable:
+		e = upstream.RepoEntry{DID: did, Status: backfill.UnavailableStatus(err)}
 	default:
 		if ctx.Err() != nil {
 			return false, ctx.Err()
 		}
-		r.cfg.Metrics.absentUnanswered()
+		r.cfg.Metrics.absentResult(absentUnanswered)
 		return false, nil
+	}
+	r.cfg.Metrics.absentResult(absentChecked)
+	u, err := r.compare([]upstream.RepoEntry{e})
+	if err != nil || len(u.Repos) == 0 {
+		return true, err
 	}
 	if err := r.submit(ctx, u); err != nil {
 		return false, err
 	}
 	r.cfg.Wake()
 	return true, nil
-}
-
-// accountRow is the unit archiving did's account status as a live
-// #account event would.
-func (r *Runner) accountRow(did, status string, nowUS int64) *archive.Unit {
-	r.cfg.Metrics.account(ReasonAbsentInactive, 1)
-	u := &archive.Unit{}
-	addAccountRow(u, did, status, nowUS)
-	return u
 }

@@ -18,7 +18,8 @@ const (
 	didGone     = "did:plc:gggggggggggggggggggggggg" // the relay says deleted
 	didHostGone = "did:plc:hhhhhhhhhhhhhhhhhhhhhhhh" // the relay does not know it, its host neither
 	didNoHost   = "did:plc:nnnnnnnnnnnnnnnnnnnnnnnn" // the relay does not know it, no host to ask
-	didAlive    = "did:plc:llllllllllllllllllllllll" // the relay does not know it, its host says active
+	didAlive    = "did:plc:llllllllllllllllllllllll" // the relay does not know it, its host says active at a newer rev
+	didAliveOld = "did:plc:oooooooooooooooooooooooo" // the relay says active at the archived rev
 	didNoAnswer = "did:plc:eeeeeeeeeeeeeeeeeeeeeeee" // the relay fails
 )
 
@@ -47,23 +48,25 @@ func statusServer(t *testing.T, answers map[string]string, asked *atomic.Int64) 
 // listing named (here: every account but one) is asked with getRepoStatus:
 // the relay's "deleted" and a host's RepoNotFound (when the relay does not
 // know the account either) are archived as account rows that erase it, a
-// host's "active" marks it for a replacement, and an account the relay
+// host's "active" at a newer rev marks it for a replacement, and an account the relay
 // does not know with no host to ask, or one nobody answers for, is left as
-// it is. A listed account is never asked. With more absent accounts than
-// MaxAbsent, none is asked.
+// it is, and so is one active at the archived rev (an account the relay's
+// index misses is not fetched again). A listed account is never asked. With
+// more absent accounts than MaxAbsent, none is asked.
 func TestAbsentAccounts(t *testing.T) {
 	s, w, apply := newStore(t)
 	ctx := context.Background()
 	var relayAsked, hostAsked atomic.Int64
-	relay := statusServer(t, map[string]string{didGone: `"active":false,"status":"deleted"`, didNoAnswer: "500"}, &relayAsked)
-	host := statusServer(t, map[string]string{didAlive: `"active":true`}, &hostAsked)
+	relay := statusServer(t, map[string]string{didGone: `"active":false,"status":"deleted"`, didNoAnswer: "500",
+		didAliveOld: `"active":true,"rev":"` + revNew + `"`}, &relayAsked)
+	host := statusServer(t, map[string]string{didAlive: `"active":true,"rev":"3kcccccccccc2"`}, &hostAsked)
 	hostName := strings.TrimPrefix(host.URL, "http://")
 	c, err := upstream.New(relay.URL, upstream.Options{ScratchDir: t.TempDir(), LoopbackHosts: []string{hostName}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	for did, h := range map[string]string{didSame: "", didGone: "", didHostGone: hostName, didNoHost: "", didAlive: hostName, didNoAnswer: hostName} {
+	for did, h := range map[string]string{didSame: "", didGone: "", didHostGone: hostName, didNoHost: "", didAlive: hostName, didNoAnswer: hostName, didAliveOld: ""} {
 		apply(setRepo(did, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revNew, Host: h}))
 	}
 	gap, _ := archive.GapPut(archive.Gap{ID: 1, Kind: archive.GapAudit, FirstSeenUS: time.Now().UnixMicro()})
@@ -85,7 +88,7 @@ func TestAbsentAccounts(t *testing.T) {
 	if st, _ := s.RepoState(didAlive); !st.Active || st.Refetch != archive.RefetchAudit {
 		t.Errorf("absent but active at its host: %+v, want marked for a replacement", st)
 	}
-	for _, did := range []string{didNoHost, didNoAnswer, didSame} {
+	for _, did := range []string{didNoHost, didNoAnswer, didSame, didAliveOld} {
 		if st, _ := s.RepoState(did); !st.Active || st.Refetch != archive.RefetchNone {
 			t.Errorf("%s: %+v, want untouched", did, st)
 		}
@@ -93,8 +96,8 @@ func TestAbsentAccounts(t *testing.T) {
 	if got := accountRows(t, s); got[didGone] != "deleted" || got[didHostGone] != "deleted" || len(got) != 2 {
 		t.Errorf("account rows %v: want one deletion each for the two gone accounts", got)
 	}
-	if relayAsked.Load() != 5 || hostAsked.Load() != 2 {
-		t.Errorf("relay asked %d times, host %d: want the 5 absent accounts, then the host for the 2 the relay does not know that have a host", relayAsked.Load(), hostAsked.Load())
+	if relayAsked.Load() != 6 || hostAsked.Load() != 2 {
+		t.Errorf("relay asked %d times, host %d: want the 6 absent accounts, then the host for the 2 the relay does not know that have a host", relayAsked.Load(), hostAsked.Load())
 	}
 
 	// A second pass with more absent accounts than MaxAbsent asks nobody.
@@ -110,7 +113,7 @@ func TestAbsentAccounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	if relayAsked.Load() != 0 {
-		t.Errorf("3 absent accounts over a MaxAbsent of 2: the relay was asked %d times", relayAsked.Load())
+		t.Errorf("4 absent accounts over a MaxAbsent of 2: the relay was asked %d times", relayAsked.Load())
 	}
 }
 

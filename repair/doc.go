@@ -42,8 +42,11 @@
 //   - After a complete pass (listed from its start in this process, no
 //     listing cut), each account active in the archive that no listing
 //     named is asked (Config.Status: the relay's getRepoStatus; its own
-//     host's when the relay does not know it): inactive or gone (deleted,
-//     takendown, ...) gets its account row, active is marked. The relay's
+//     host's when the relay does not know it), and the answer is decided
+//     as a listing entry saying the same would be: inactive or gone
+//     (deleted, takendown, ...) gets its account row, active is marked
+//     only at a newer rev (an account a relay's index misses is not
+//     fetched again at every audit). The relay's
 //     RepoNotFound alone is never taken as a deletion (its index may miss
 //     a live account). More absent accounts than MaxAbsent means a listing
 //     went wrong: none is asked, counted and logged once. The DIDs listed
