@@ -15,23 +15,26 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/upstream"
+	"github.com/bluesky-social/indigo/atproto/syntax"
 )
 
 // DefaultChainAccounts bounds the accounts whose last captured rev capture
-// mode remembers (about 30 bytes each). Once full, accounts not yet
-// remembered are not checked (counted: chain_untracked).
+// mode remembers (a 64-bit DID hash and the rev's 64-bit TID value: about
+// 20 bytes each, 40 MiB in all). Once full, accounts not yet remembered
+// are not checked (counted: chain_untracked).
 const DefaultChainAccounts = 1 << 21
 
-// capturedChain maps a DID's 64-bit hash to its last captured rev.
+// capturedChain maps a DID's 64-bit hash to its last captured rev (the
+// TID's integer value, ordered as the TID strings are).
 type capturedChain struct {
 	seed    maphash.Seed
-	revs    map[uint64]string
+	revs    map[uint64]uint64
 	max     int
 	startUS int64 // when this capture began (unix µs)
 }
 
 func newCapturedChain(max int, start time.Time) *capturedChain {
-	return &capturedChain{seed: maphash.MakeSeed(), revs: map[uint64]string{}, max: max, startUS: start.UnixMicro()}
+	return &capturedChain{seed: maphash.MakeSeed(), revs: map[uint64]uint64{}, max: max, startUS: start.UnixMicro()}
 }
 
 // link is where a captured commit stands in its account's chain.
@@ -61,18 +64,22 @@ func (ch *capturedChain) next(f *upstream.Frame, m *Metrics) (link, string) {
 	if !upstream.ValidTID(rev) {
 		return linkOK, ""
 	}
+	if !upstream.ValidTID(since) {
+		since = ""
+	}
 	k := maphash.String(ch.seed, did)
+	r := syntax.TID(rev).Integer()
 	last, ok := ch.revs[k]
 	switch {
 	case ok:
-		if rev > last {
-			ch.revs[k] = rev
+		if r > last {
+			ch.revs[k] = r
 		}
-		if since != "" && since > last {
+		if since != "" && syntax.TID(since).Integer() > last {
 			return linkBroken, since
 		}
 	case len(ch.revs) < ch.max:
-		ch.revs[k] = rev
+		ch.revs[k] = r
 		if since != "" {
 			return linkFirst, since
 		}
