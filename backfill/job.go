@@ -641,9 +641,10 @@ func (r *Runner) terminal(res *Result, now time.Time) func(archive.RepoState, bo
 			cur.BackfillRev = rev
 			cur.Attempts = 0
 			cur.ErrClass, cur.LastError = "", ""
-			// A live frame that failed verification after this job started
-			// may be newer than the snapshot: its mark stays due.
-			if cur.Refetch != archive.RefetchUnverified || cur.NextAttemptUS < started {
+			// A mark made due after this job started (a live frame that
+			// failed verification, a hole its since showed) may be newer
+			// than the snapshot: it stays due.
+			if cur.Refetch == archive.RefetchNone || cur.NextAttemptUS < started {
 				cur.NextAttemptUS = 0
 				cur.Refetch = archive.RefetchNone
 			}
