@@ -5,9 +5,12 @@ import (
 	"testing"
 	"time"
 
+	comatproto "github.com/bluesky-social/indigo/api/atproto"
+
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/world"
+	"github.com/backstream/backstream/upstream"
 )
 
 // TestCaptureChainBreakMarks: in capture mode, a commit the relay drops
@@ -86,5 +89,30 @@ func TestCaptureChainBreakMarks(t *testing.T) {
 	}
 	if got := counter(m.anomalies, AnomalyChainBreak); got != 2 {
 		t.Fatalf("chain breaks counted %d, want 2", got)
+	}
+}
+
+// TestCapturedChainFull: past its bound the chain remembers no new
+// account: their commits are not checked, counted each time, and reported
+// (linkFull) once; remembered accounts are still checked.
+func TestCapturedChainFull(t *testing.T) {
+	m := NewMetrics(nil)
+	ch := newCapturedChain(1, time.Now())
+	commit := func(did, rev, since string) link {
+		f := &upstream.Frame{Commit: &comatproto.SyncSubscribeRepos_Commit{Repo: did, Rev: rev, Since: &since}}
+		l, _ := ch.next(f, m)
+		return l
+	}
+	const a, b = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa", "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb"
+	got := []link{commit(a, "3kbbbbbbbbbb2", "3kaaaaaaaaaa2"), commit(b, "3kbbbbbbbbbb2", "3kaaaaaaaaaa2"),
+		commit(b, "3kdddddddddd2", "3kcccccccccc2"), commit(a, "3kdddddddddd2", "3kcccccccccc2")}
+	want := []link{linkFirst, linkFull, linkOK, linkBroken}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("links %v, want %v", got, want)
+		}
+	}
+	if n := counter(m.anomalies, AnomalyChainUntracked); n != 2 {
+		t.Fatalf("untracked counted %d, want 2", n)
 	}
 }
