@@ -32,7 +32,7 @@ type StatusSource interface {
 
 var _ StatusSource = (*upstream.Client)(nil)
 
-// listedSet is the DIDs a pass listed, as 64-bit hashes (8 bytes an
+// listedSet is the DIDs a pass listed, as 64-bit hashes (about 16 bytes an
 // account). Whole only when this process listed the pass from its start
 // and no listing was cut: a pass resumed after a restart has no set, and
 // checks no absence (the next audit does).
