@@ -87,6 +87,40 @@ func AuditPut(gapID uint64, a Audit) (KV, error) {
 	return KV{Key: AuditKey(gapID), Value: v}, nil
 }
 
+// AuditHost reads audit/<gapID>/<host>: the pass's position in host's own
+// listing.
+func (s *Store) AuditHost(gapID uint64, host string) (Audit, error) {
+	return get(s.db, AuditHostKey(gapID, host), DecodeAudit)
+}
+
+// AuditHostPut is the unit Put recording a under audit/<gapID>/<host>.
+func AuditHostPut(gapID uint64, host string, a Audit) (KV, error) {
+	v, err := EncodeAudit(a)
+	if err != nil {
+		return KV{}, err
+	}
+	return KV{Key: AuditHostKey(gapID, host), Value: v}, nil
+}
+
+// AuditHostKeys returns the keys of every audit/<gapID>/<host> row (what
+// closing the gap deletes).
+func (s *Store) AuditHostKeys(gapID uint64) ([][]byte, error) {
+	lo := append(AuditKey(gapID), '/')
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
+	if err != nil {
+		return nil, &KeyError{Key: string(lo) + "<scan>", Kind: ErrRead, Err: err}
+	}
+	defer it.Close()
+	var keys [][]byte
+	for ok := it.First(); ok; ok = it.Next() {
+		keys = append(keys, append([]byte(nil), it.Key()...))
+	}
+	if err := it.Error(); err != nil {
+		return nil, &KeyError{Key: string(lo) + "<scan>", Kind: ErrRead, Err: err}
+	}
+	return keys, nil
+}
+
 // GapPut is the unit Put recording g under gap/<g.ID>.
 func GapPut(g Gap) (KV, error) {
 	v, err := EncodeGap(g)

@@ -197,7 +197,17 @@ func TestPrevRevMarksHole(t *testing.T) {
 	if st := live("3kbbbbbbbbbb2", "3kaaaaaaaaaa2", "b"); st.Refetch != RefetchNone {
 		t.Fatalf("commit following the archived one marked: %+v", st)
 	}
-	if st := live("3kdddddddddd2", "3kcccccccccc2", "d"); st.Refetch != RefetchSync || st.NextAttemptUS == 0 {
+	st := live("3kdddddddddd2", "3kcccccccccc2", "d")
+	if st.Refetch != RefetchSync || st.NextAttemptUS == 0 {
 		t.Fatalf("commit after a missing one not marked: %+v", st)
+	}
+	// Marked already (its replacement may be running on a snapshot older
+	// than this hole): due again from now, its reason kept.
+	apply(t, w, &Unit{Repos: []RepoUpdate{{DID: did, Func: func(cur RepoState, _ bool) (RepoState, bool) {
+		cur.Refetch, cur.NextAttemptUS = RefetchAudit, 1
+		return cur, true
+	}}}})
+	if st := live("3kffffffffff2", "3keeeeeeeeee2", "f"); st.Refetch != RefetchAudit || st.NextAttemptUS <= 1 {
+		t.Fatalf("a second hole while marked: %+v, want the mark due again", st)
 	}
 }

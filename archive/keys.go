@@ -311,6 +311,13 @@ func GapKey(id uint64) []byte { return seqKey(PrefixGap, id) }
 // listRepos position for that gap.
 func AuditKey(gapID uint64) []byte { return seqKey(PrefixAudit, gapID) }
 
+// AuditHostKey is audit/<gap id as 8 bytes big-endian>/<host>: in hosts
+// mode, the repair pass's position in one roster host's own listing (an
+// Audit: the host's cursor, or done). The gap's AuditKey is its prefix.
+func AuditHostKey(gapID uint64, host string) []byte {
+	return append(append(AuditKey(gapID), '/'), host...)
+}
+
 // GapKind says how a gap was found.
 type GapKind uint8
 

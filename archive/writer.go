@@ -67,7 +67,9 @@ type Replacement struct {
 // and Rev is newer than the archived rev (and there is one), a commit in
 // between never reached the archive — a relay that dropped it, a stream
 // that resumed past it — so the writer marks the account for a
-// replacement (RefetchSync, due now) in the same batch.
+// replacement (RefetchSync, due now) in the same batch; one already marked
+// is made due again from now (a replacement already running keeps a mark
+// due after its start).
 type PrevRev struct {
 	DID string
 	Rev string
@@ -991,10 +993,15 @@ func (w *Writer) checkPrev(u *Unit) error {
 	w.opts.Metrics.chainBreak()
 	now := w.opts.Now().UnixMicro()
 	u.Repos = append(u.Repos, RepoUpdate{DID: p.DID, Func: func(cur RepoState, exists bool) (RepoState, bool) {
-		if !exists || !cur.Active || cur.Refetch != RefetchNone {
+		if !exists || !cur.Active {
 			return cur, false
 		}
-		cur.Refetch, cur.NextAttemptUS = RefetchSync, now
+		if cur.Refetch == RefetchNone {
+			cur.Refetch = RefetchSync
+		}
+		// Already marked: due again from now, so a replacement already
+		// running (its snapshot maybe older than this hole) keeps the mark.
+		cur.NextAttemptUS = now
 		return cur, true
 	}})
 	return nil

@@ -294,6 +294,18 @@ const (
 	ClassAuthority      = ident.ClassAuthority // the repo came from a host that is not the document's PDS
 )
 
+// UnavailableStatus is the account status an error of
+// upstream.ClassUnavailable names: suspended, takendown, else deactivated.
+func UnavailableStatus(err error) string {
+	switch {
+	case errors.Is(err, upstream.ErrRepoSuspended):
+		return ClassSuspended
+	case errors.Is(err, upstream.ErrRepoTakendown):
+		return ClassTakendown
+	}
+	return ClassDeactivated
+}
+
 // ErrCanceled: the job's context ended before its terminal state was
 // durable. Some chunks may be durable; the repo keeps its previous status.
 var ErrCanceled = errors.New("backfill: job canceled")
@@ -572,13 +584,7 @@ func decide(err error) decision {
 	case upstream.ClassNotFound:
 		return decision{kindNotFound, ""}
 	case upstream.ClassUnavailable:
-		switch {
-		case errors.Is(err, upstream.ErrRepoSuspended):
-			return decision{kindUnavailable, ClassSuspended}
-		case errors.Is(err, upstream.ErrRepoTakendown):
-			return decision{kindUnavailable, ClassTakendown}
-		}
-		return decision{kindUnavailable, ClassDeactivated}
+		return decision{kindUnavailable, UnavailableStatus(err)}
 	case upstream.ClassRateLimited:
 		return decision{kindRateLimited, ClassRateLimited}
 	case upstream.ClassTransient:
@@ -645,9 +651,10 @@ func (r *Runner) terminal(res *Result, now time.Time) func(archive.RepoState, bo
 			cur.BackfillRev = rev
 			cur.Attempts = 0
 			cur.ErrClass, cur.LastError = "", ""
-			// A live frame that failed verification after this job started
-			// may be newer than the snapshot: its mark stays due.
-			if cur.Refetch != archive.RefetchUnverified || cur.NextAttemptUS < started {
+			// A mark made due after this job started (a live frame that
+			// failed verification, a hole its since showed) may be newer
+			// than the snapshot: it stays due.
+			if cur.Refetch == archive.RefetchNone || cur.NextAttemptUS < started {
 				cur.NextAttemptUS = 0
 				cur.Refetch = archive.RefetchNone
 			}

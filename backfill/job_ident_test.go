@@ -164,19 +164,23 @@ func (s staleStore) Ident(did string) (archive.Ident, error) {
 	return archive.Ident{Key: s.info.KeyMultibase, PDS: s.info.PDS, Handle: s.info.Handle, FetchedUS: time.Now().UnixMicro()}, nil
 }
 
-// A replacement mark set by a live frame that failed verification after a
-// job started survives the job's completion (the snapshot may predate the
-// dropped commit); one set before the job started is cleared by it.
+// A replacement mark made due after a job started (a live frame that
+// failed verification, or a hole a live commit's since showed) survives the
+// job's completion (the snapshot may predate the dropped commit); one made
+// due before the job started is cleared by it.
 func TestCompleteKeepsANewerUnverifiedMark(t *testing.T) {
 	e := newEnv(t, smallWorld(8, 4))
 	accts := e.activeAccounts(1)
 	r := e.runner(nil)
 	start := e.clock.Now()
-	for i, at := range []time.Time{start.Add(time.Second), start.Add(-time.Second)} {
+	for i, m := range []struct {
+		at     time.Time
+		reason archive.Refetch
+	}{{start.Add(time.Second), archive.RefetchUnverified}, {start.Add(-time.Second), archive.RefetchUnverified}, {start.Add(time.Second), archive.RefetchSync}} {
 		did := accts[i].DID
 		rc, err := e.w.Apply(context.Background(), &archive.Unit{Repos: []archive.RepoUpdate{{DID: did,
 			Fields: archive.FieldStatus | archive.FieldActive | archive.FieldRefetch | archive.FieldNextAttempt,
-			State:  archive.RepoState{Status: archive.StatusPending, Active: true, Refetch: archive.RefetchUnverified, NextAttemptUS: at.UnixMicro()}}}})
+			State:  archive.RepoState{Status: archive.StatusPending, Active: true, Refetch: m.reason, NextAttemptUS: m.at.UnixMicro()}}}})
 		if err != nil || rc.Refused != nil {
 			t.Fatalf("seed: %v %v", err, rc.Refused)
 		}
@@ -184,8 +188,10 @@ func TestCompleteKeepsANewerUnverifiedMark(t *testing.T) {
 			t.Fatalf("%s: %+v", did, res)
 		}
 	}
-	if st := e.state(accts[0].DID); st.Refetch != archive.RefetchUnverified || st.NextAttemptUS != start.Add(time.Second).UnixMicro() {
-		t.Fatalf("a mark newer than the job was cleared: %+v", st)
+	for i, want := range []archive.Refetch{archive.RefetchUnverified, archive.RefetchSync} {
+		if st := e.state(accts[2*i].DID); st.Refetch != want || st.NextAttemptUS != start.Add(time.Second).UnixMicro() {
+			t.Fatalf("a mark newer than the job was cleared: %+v", st)
+		}
 	}
 	if st := e.state(accts[1].DID); st.Refetch != archive.RefetchNone || st.NextAttemptUS != 0 {
 		t.Fatalf("a mark older than the job was kept: %+v", st)

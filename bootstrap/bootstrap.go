@@ -18,6 +18,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/ident"
 	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/upstream"
@@ -53,6 +54,10 @@ type Config struct {
 	// Fleet reads the relay's roster and each host's own listing (hosts
 	// mode); nil runs relay mode.
 	Fleet FleetSource
+	// Identity resolves a DID listed by two hosts (a migration in flight)
+	// to the PDS its document names; nil or ident.ModeOff: the newer
+	// listed rev decides.
+	Identity *ident.Resolver
 	// Enumerate is EnumerateHosts, EnumerateRelay, or "" for hosts when
 	// the relay answers listHosts, else relay.
 	Enumerate string
@@ -229,7 +234,10 @@ func (b *Bootstrap) Run(ctx context.Context) error {
 			return b.stopped(ctx, err)
 		}
 		if lanes != nil {
-			return b.coordinate(ctx, lanes)
+			if err := b.coordinate(ctx, lanes); err != nil || !b.everyHostFailed() {
+				return err
+			}
+			b.fallBackToRelay()
 		}
 		c, err := b.cfg.Store.ListCursor(false)
 		switch {

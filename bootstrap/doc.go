@@ -81,6 +81,13 @@
 //
 // # Hosts mode (the fleet bootstrap)
 //
+// When every active roster host's listing ends failing (refused, e.g. by
+// the address policy, or failing past its retries), hosts mode would
+// archive nothing: the run then lists the relay's listRepos as relay mode
+// does, from its own checkpoint (one warning,
+// backstream_bootstrap_relay_fallback_total, /status
+// hosts.fell_back_to_relay).
+//
 // Config.Enumerate "hosts" (or "" when the relay answers listHosts) pages
 // the roster (retried on the listing budgets; a 501 means the relay has no
 // listHosts), records every entry in its host/<host> row (status, account
@@ -104,8 +111,12 @@
 // warning): discovery lists it again after bootstrap, a restart before
 // merging from its checkpoint. A repo is
 // fetched from the host that listed it (backfill.Request.Host); listed by a
-// second host with a newer rev before a worker took it, it is fetched from
-// that host instead (Progress.Hosts.Reattributed). Dispatch is round-robin
+// second host before a worker took it (a migration in flight), it is
+// fetched from the host its DID document names as its PDS (Config.Identity)
+// or, with identity resolution off (--verify off), failing, or naming
+// neither host, from the one whose listing has the newer rev
+// (Progress.Hosts.Reattributed, AttributedByRev,
+// backstream_bootstrap_double_listed_total{by}). Dispatch is round-robin
 // over the hosts with ready repos, each under HostWorkers concurrent jobs,
 // so a slow host holds at most its cap of workers.
 //

@@ -189,7 +189,7 @@ func (b *Bootstrap) record(ctx context.Context, host string, entries []upstream.
 		// In flight first, then the store: a job removes its DID from the
 		// in-flight set only after its terminal state is durable, so a DID
 		// absent from the set is either new or visible as terminal below.
-		if b.listedAgain(host, e) {
+		if b.listedAgain(ctx, host, e) {
 			continue
 		}
 		st, err := b.cfg.Store.RepoState(e.DID)

@@ -2,8 +2,8 @@ package bootstrap
 
 // fleet.go owns the fleet bootstrap: the enumeration mode (hosts or relay),
 // the relay's listHosts roster, each host's own listing and its state,
-// attribution of a repo to the host that lists it (the newer rev when two
-// do), and the dispatch scheduler: round-robin over the hosts with work,
+// attribution of a repo to the host that lists it (when two do, the one
+// its DID document names, else the newer rev), and the dispatch scheduler: round-robin over the hosts with work,
 // each under its concurrency cap.
 
 import (
@@ -19,6 +19,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/ident"
 	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/internal/loglimit"
 	"github.com/backstream/backstream/upstream"
@@ -88,9 +89,17 @@ type HostsProgress struct {
 	// Failing are some hosts whose listing was cut (retried from their
 	// checkpoint at the next start), by host name.
 	Failing []FailingHost `json:"failing,omitempty"`
-	// Reattributed counts repos listed by a second host with a newer rev,
-	// fetched from that host instead.
+	// Reattributed counts repos listed by a second host and fetched from
+	// that host instead (the host their DID document names, or with the
+	// newer rev: AttributedByRev).
 	Reattributed int64 `json:"reattributed"`
+	// AttributedByRev counts DIDs listed by two hosts decided by the newer
+	// listed rev, without their DID document (--verify off, or resolution
+	// failed or named neither host).
+	AttributedByRev int64 `json:"attributed_by_rev"`
+	// FellBackToRelay: every roster host's listing failed, and the
+	// relay's listing was used instead.
+	FellBackToRelay bool `json:"fell_back_to_relay,omitempty"`
 }
 
 // FailingHost is one failing host: why its listing was last cut, how
@@ -178,6 +187,15 @@ func (f *fleetState) retrying(host string, retries int, next time.Time) {
 	f.failing[host] = fh
 }
 
+func (f *fleetState) byRev() {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	f.p.AttributedByRev++
+	f.mu.Unlock()
+}
+
 func (f *fleetState) reattributed() {
 	if f == nil {
 		return
@@ -242,6 +260,27 @@ func (b *Bootstrap) enumerateLane(ctx context.Context, host, cursor string, wind
 	}
 }
 
+// everyHostFailed reports whether, in hosts mode, every roster host's
+// listing ended cut (refused, failing past its retries): hosts mode
+// archived nothing, and the relay's listing is the only one left.
+func (b *Bootstrap) everyHostFailed() bool {
+	p := b.hosts().snapshot()
+	return p != nil && p.Roster > p.Skipped && p.ByState[HostFailing] == p.Roster-p.Skipped
+}
+
+// fallBackToRelay says, once, that hosts mode lists the relay after all
+// (counted, on /status).
+func (b *Bootstrap) fallBackToRelay() {
+	b.cfg.Metrics.relayFallback()
+	if f := b.hosts(); f != nil {
+		f.mu.Lock()
+		f.p.FellBackToRelay = true
+		f.mu.Unlock()
+	}
+	b.cfg.Logger.Warn("bootstrap: every roster host's listing failed (refused, or failing past its retries); the relay's own listRepos is listed instead, downloads through its redirect",
+		"hosts", b.hosts().snapshot().Roster)
+}
+
 // hosts is the fleet's state, nil in relay mode.
 func (b *Bootstrap) hosts() *fleetState { return b.fleet.Load() }
 
@@ -260,21 +299,67 @@ func (b *Bootstrap) listOnce(ctx context.Context, host, cursor string) (upstream
 }
 
 // listedAgain handles an entry whose DID is already dispatched in this run
-// (true: skip it). Listed by another host with a newer rev (a migration in
-// flight), the repo is fetched from that host instead, if it has not been
-// handed to a worker yet (the scheduler reads the attribution at dispatch).
-func (b *Bootstrap) listedAgain(host string, e upstream.RepoEntry) bool {
+// (true: skip it). Listed by another host (a migration in flight), the repo
+// is fetched from the host attribute picks, if it has not been handed to a
+// worker yet (the scheduler reads the attribution at dispatch).
+func (b *Bootstrap) listedAgain(ctx context.Context, host string, e upstream.RepoEntry) bool {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	a, busy := b.inflight[e.DID]
+	b.mu.Unlock()
 	if !busy {
 		return false
 	}
-	if host != "" && host != a.host && e.Rev > a.rev {
-		b.inflight[e.DID] = attribution{host: host, rev: e.Rev}
+	if host == "" || host == a.host {
+		return true
+	}
+	to := b.attribute(ctx, e.DID, a, attribution{host: host, rev: e.Rev})
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cur, ok := b.inflight[e.DID]; ok && cur == a && to != a {
+		b.inflight[e.DID] = to
 		b.hosts().reattributed()
 	}
 	return true
+}
+
+// Attribution rules of a DID listed by two hosts
+// (backstream_bootstrap_double_listed_total{by}).
+const (
+	AttributedByDocument = "document" // the host its DID document names as its PDS
+	AttributedByRev      = "rev"      // the newer listed rev: resolution off, failed, or naming neither host
+)
+
+// attributionRule says how a DID listed by two hosts is attributed.
+func (b *Bootstrap) attributionRule() string {
+	if r := b.cfg.Identity; r != nil && r.Mode() != ident.ModeOff {
+		return "fetched from the PDS its DID document names (the newer listed rev when resolution fails)"
+	}
+	return "fetched from the host listing the newer rev (identity resolution is off: --verify off)"
+}
+
+// attribute picks the host of a DID listed by two (cur, then other): the
+// one its DID document names as its PDS (Config.Identity); the one whose
+// listing has the newer rev when identity resolution is off (--verify off)
+// or fails, or the document names neither host.
+func (b *Bootstrap) attribute(ctx context.Context, did string, cur, other attribution) attribution {
+	if r := b.cfg.Identity; r != nil && r.Mode() != ident.ModeOff {
+		if info, _, err := r.Lookup(ctx, did); err == nil {
+			switch {
+			case ident.CheckAuthority(info, other.host) == nil:
+				b.cfg.Metrics.doubleListed(AttributedByDocument)
+				return other
+			case ident.CheckAuthority(info, cur.host) == nil:
+				b.cfg.Metrics.doubleListed(AttributedByDocument)
+				return cur
+			}
+		}
+	}
+	b.cfg.Metrics.doubleListed(AttributedByRev)
+	b.hosts().byRev()
+	if other.rev > cur.rev {
+		return other
+	}
+	return cur
 }
 
 // hostFor is the host a dispatched repo is fetched from now.
@@ -319,7 +404,7 @@ func (b *Bootstrap) fleetLanes(ctx context.Context) ([]lane, error) {
 		return nil, err
 	}
 	log.Info("bootstrap: enumeration mode hosts: every active host of the relay's roster lists its own repos and serves them",
-		"asked", cfg.Enumerate, "hosts", len(roster), "skipped_not_active", skipped)
+		"asked", cfg.Enumerate, "hosts", len(roster), "skipped_not_active", skipped, "listed_by_two_hosts", b.attributionRule())
 	b.listSlots = semaphore.NewWeighted(int64(cfg.Workers))
 	fs := newFleetState(EnumerateHosts)
 	fs.p.Roster, fs.p.Skipped = len(roster)+skipped, skipped

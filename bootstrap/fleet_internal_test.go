@@ -1,8 +1,12 @@
 package bootstrap
 
 import (
+	"context"
+	"strings"
 	"testing"
 
+	"github.com/backstream/backstream/ident"
+	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/upstream"
 )
 
@@ -14,14 +18,14 @@ func TestListedAgainPrefersNewerRev(t *testing.T) {
 	b := &Bootstrap{inflight: map[string]attribution{}}
 	b.fleet.Store(newFleetState(EnumerateHosts))
 	const did = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"
-	if b.listedAgain("a", upstream.RepoEntry{DID: did, Rev: "3k2"}) {
+	if b.listedAgain(context.Background(), "a", upstream.RepoEntry{DID: did, Rev: "3k2"}) {
 		t.Fatal("a DID not in flight was skipped")
 	}
 	b.inflight[did] = attribution{host: "a", rev: "3k2"}
-	if !b.listedAgain("b", upstream.RepoEntry{DID: did, Rev: "3k1"}) || b.hostFor(did) != "a" {
+	if !b.listedAgain(context.Background(), "b", upstream.RepoEntry{DID: did, Rev: "3k1"}) || b.hostFor(did) != "a" {
 		t.Fatalf("an older rev on b moved it to %q", b.hostFor(did))
 	}
-	if !b.listedAgain("b", upstream.RepoEntry{DID: did, Rev: "3k3"}) || b.hostFor(did) != "b" {
+	if !b.listedAgain(context.Background(), "b", upstream.RepoEntry{DID: did, Rev: "3k3"}) || b.hostFor(did) != "b" {
 		t.Fatalf("a newer rev on b left it on %q", b.hostFor(did))
 	}
 	if got := b.hosts().snapshot().Reattributed; got != 1 {
@@ -81,6 +85,64 @@ func TestRosterStatus(t *testing.T) {
 		"act\xffive": "other", "a b": "other", string(make([]byte, 33)): "other"} {
 		if got := rosterStatus(in); got != want {
 			t.Fatalf("rosterStatus(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestListedAgainFollowsTheDocument: an account migrating from host a to
+// host b is listed by both, a's entry with the newer rev (a stale listing,
+// or a host that still writes to it). Its DID document names b: with
+// identity resolution on, the repo is fetched from b whichever host listed
+// it first; the newer-rev rule would pick a. With resolution off (nil, or
+// --verify off) or failing, the newer rev decides, counted as such.
+func TestListedAgainFollowsTheDocument(t *testing.T) {
+	n, err := oracle.Start(context.Background(), oracle.Config{Accounts: 4, RecordsMean: 1, Hosts: 2, Seed: 8, Traffic: oracle.TrafficNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	urls := n.HostURLs()
+	var did string
+	for _, acc := range n.World().Accounts() {
+		if acc.Host == 1 {
+			did = acc.DID
+		}
+	}
+	if did == "" {
+		t.Fatal("no account on host 1")
+	}
+	a, b := strings.TrimPrefix(urls[0], "http://"), strings.TrimPrefix(urls[1], "http://")
+	const older, newer = "3k2aaaaaaaaa2", "3k9aaaaaaaaa2"
+	on := ident.New(ident.Config{PLC: n.RelayURL(), Mode: ident.ModeStrict})
+	defer on.Close()
+	failing := ident.New(ident.Config{PLC: "http://127.0.0.1:1", Mode: ident.ModeStrict, Retries: -1})
+	defer failing.Close()
+	off := ident.New(ident.Config{PLC: n.RelayURL(), Mode: ident.ModeOff})
+	defer off.Close()
+	for _, c := range []struct {
+		name  string
+		r     *ident.Resolver
+		first attribution
+		again attribution
+		want  string
+		byRev int64
+		moved int64
+	}{
+		{"document, a first", on, attribution{a, newer}, attribution{b, older}, b, 0, 1},
+		{"document, b first", on, attribution{b, older}, attribution{a, newer}, b, 0, 0},
+		{"no resolver", nil, attribution{b, older}, attribution{a, newer}, a, 1, 1},
+		{"verify off", off, attribution{b, older}, attribution{a, newer}, a, 1, 1},
+		{"resolution fails", failing, attribution{b, older}, attribution{a, newer}, a, 1, 1},
+	} {
+		bs := &Bootstrap{inflight: map[string]attribution{did: c.first}, cfg: Config{Identity: c.r}}
+		bs.fleet.Store(newFleetState(EnumerateHosts))
+		if !bs.listedAgain(context.Background(), c.again.host, upstream.RepoEntry{DID: did, Rev: c.again.rev}) {
+			t.Fatalf("%s: a DID in flight was not skipped", c.name)
+		}
+		p := bs.hosts().snapshot()
+		if got := bs.hostFor(did); got != c.want || p.AttributedByRev != c.byRev || p.Reattributed != c.moved {
+			t.Errorf("%s: fetched from %s (want %s), by rev %d (want %d), reattributed %d (want %d)",
+				c.name, got, c.want, p.AttributedByRev, c.byRev, p.Reattributed, c.moved)
 		}
 	}
 }

@@ -578,3 +578,43 @@ func TestFleetDiscoveryListsHosts(t *testing.T) {
 		t.Fatalf("cleanup left cursor/hostlist_last/%s: %v", late, err)
 	}
 }
+
+// refusingFleet is a fleet source whose roster answers but every host's
+// own listing is refused, as when the address policy refuses every host
+// the roster names.
+type refusingFleet struct{ bootstrap.FleetSource }
+
+func (refusingFleet) HostListRepos(ctx context.Context, host, cursor string, limit int) (upstream.Page, error) {
+	return upstream.Page{}, fmt.Errorf("dial %s: %w", host, upstream.ErrForbiddenRedirect)
+}
+
+// TestFleetEveryHostRefusedFallsBackToRelay: when every roster host's
+// listing fails for good, hosts mode would archive nothing; bootstrap
+// lists the relay's listRepos instead, says so once (counted, on
+// /status), and archives every account the relay lists (fold = ground
+// truth). Discovery after it lists the relay too (counted).
+func TestFleetEveryHostRefusedFallsBackToRelay(t *testing.T) {
+	e := newEnv(t, worldCfg(60, 3))
+	refusing := refusingFleet{e.client}
+	b := e.fleetBoot(bootstrap.EnumerateHosts, 8, 4, nil, func(c *bootstrap.Config) { c.Fleet = refusing })
+	e.runToEnd(b)
+	if complete, missing := e.archived(); len(missing) > 0 || len(complete) == 0 {
+		t.Fatalf("%d accounts archived, %d not (e.g. %v)", len(complete), len(missing), missing)
+	}
+	if p := b.Progress().Hosts; p == nil || !p.FellBackToRelay || p.ByState[bootstrap.HostFailing] != 3 {
+		t.Fatalf("/status hosts: %+v", p)
+	}
+	if got := metric(t, e.reg, "backstream_bootstrap_relay_fallback_total", nil); got != 1 {
+		t.Fatalf("relay fallbacks counted %v, want 1", got)
+	}
+	relay := &relayLists{RepoSource: e.client}
+	reg := prometheus.NewRegistry()
+	if err := merge.Discover(context.Background(), merge.Config{Store: e.store, Writer: e.w, Source: relay, Fleet: refusing,
+		Metrics: merge.NewMetrics(reg), Logger: quiet}); err != nil {
+		t.Fatalf("discovery: %v", err)
+	}
+	if relay.n.Load() == 0 || metric(t, reg, "backstream_discovery_relay_fallback_total", nil) != 1 {
+		t.Fatalf("discovery with every host refused asked the relay for %d pages, counted %v fallbacks; want the relay listed, once counted",
+			relay.n.Load(), metric(t, reg, "backstream_discovery_relay_fallback_total", nil))
+	}
+}

@@ -19,6 +19,8 @@ type Metrics struct {
 	listErrs                 *prometheus.CounterVec
 	skipped                  prometheus.Counter
 	hostRetries, hostsGaveUp prometheus.Counter
+	doubleListedBy           *prometheus.CounterVec
+	relayFallbacks           prometheus.Counter
 }
 
 // NewMetrics registers the bootstrap metrics on reg (nil: unregistered).
@@ -43,6 +45,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		hostsGaveUp: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_bootstrap_hosts_gave_up_total",
 			Help: "Hosts whose listing was still cut after their retries (--backfill-host-retries): left failing for discovery.",
+		}),
+		doubleListedBy: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backstream_bootstrap_double_listed_total",
+			Help: "DIDs listed by two hosts in a fleet bootstrap (a migration in flight), by how the host fetched from was picked: document (the PDS its DID document names) or rev (the newer listed rev: --verify off, or resolution failed or named neither host).",
+		}, []string{"by"}),
+		relayFallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_bootstrap_relay_fallback_total",
+			Help: "Fleet bootstraps in which every roster host's listing failed (refused, or failing past its retries), so the relay's listRepos was listed instead.",
 		}),
 		loops: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_listrepos_cursor_loops_total",
@@ -72,6 +82,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range upstream.CutReasons() {
 		m.cuts.WithLabelValues(r)
 	}
+	m.doubleListedBy.WithLabelValues(AttributedByDocument)
+	m.doubleListedBy.WithLabelValues(AttributedByRev)
 	m.discovered.WithLabelValues("active")
 	m.discovered.WithLabelValues("inactive")
 	// Every error class a listRepos request can fail with, at 0 from the
@@ -80,7 +92,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.listErrs.WithLabelValues(c.String())
 	}
 	if reg != nil {
-		reg.MustRegister(m.lag, m.pages, m.skipped, m.hostRetries, m.hostsGaveUp, m.loops, m.cuts, m.discovered, m.pending, m.queued, m.listErrs)
+		reg.MustRegister(m.lag, m.pages, m.skipped, m.hostRetries, m.hostsGaveUp, m.doubleListedBy, m.relayFallbacks, m.loops, m.cuts, m.discovered, m.pending, m.queued, m.listErrs)
 	}
 	return m
 }
@@ -113,6 +125,8 @@ func (m *Metrics) discover(active, inactive int) {
 	if m == nil {
 		return
 	}
+	m.doubleListedBy.WithLabelValues(AttributedByDocument)
+	m.doubleListedBy.WithLabelValues(AttributedByRev)
 	m.discovered.WithLabelValues("active").Add(float64(active))
 	m.discovered.WithLabelValues("inactive").Add(float64(inactive))
 }
@@ -150,5 +164,17 @@ func (m *Metrics) hostRetry() {
 func (m *Metrics) hostGaveUp() {
 	if m != nil {
 		m.hostsGaveUp.Inc()
+	}
+}
+
+func (m *Metrics) doubleListed(by string) {
+	if m != nil {
+		m.doubleListedBy.WithLabelValues(by).Inc()
+	}
+}
+
+func (m *Metrics) relayFallback() {
+	if m != nil {
+		m.relayFallbacks.Inc()
 	}
 }

@@ -110,6 +110,8 @@ type Consumer struct {
 	submit  func(context.Context, *archive.Unit) error // Writer.Submit; tests wrap it to see units
 
 	// Owned by the goroutine calling Handle (Run's).
+	chain *capturedChain // capture mode with a MarkWriter: each account's last captured rev
+
 	hasPos  bool  // a resume position exists (Config.Cursor or an accepted frame)
 	last    int64 // last accepted seq
 	fresh   bool  // no frame above the cursor yet on this connection
@@ -190,6 +192,9 @@ func New(cfg Config) (*Consumer, error) {
 		effectSeqs: make(map[int64]struct{}),
 	}
 	c.submit = cfg.Writer.Submit
+	if cfg.Mode == ModeCapture && cfg.MarkWriter != nil {
+		c.chain = newCapturedChain(DefaultChainAccounts, cfg.Now())
+	}
 	if cfg.Cursor != nil {
 		c.hasPos, c.last = true, *cfg.Cursor
 		c.lastAccepted.Store(c.last)
@@ -398,6 +403,9 @@ func (c *Consumer) Handle(ctx context.Context, msg []byte) error {
 		return err
 	}
 	if err := c.markCaptured(ctx, &f, failed); err != nil {
+		return err
+	}
+	if err := c.checkChain(ctx, &f); err != nil {
 		return err
 	}
 	u := c.unit(&f, seq, failed)

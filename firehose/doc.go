@@ -66,6 +66,12 @@
 //     idle connection, or Run's start) against now: /readyz's staleness.
 //   - A live commit carries its since as Unit.Prev: the writer marks the
 //     account for a replacement when it is newer than the archived rev.
+//     Captured rows keep no since, so capture checks the chain itself
+//     (chain.go): a commit whose since is newer than the account's last
+//     captured commit, or (its first captured one) than a snapshot
+//     completed since the capture began, marks the account through
+//     Config.MarkWriter (anomaly chain_break). Each account's last captured
+//     rev is held for the capture, DefaultChainAccounts at most.
 //   - M1: Started is closed once a starting cursor is durable (the first
 //     frame's unit, or at once when Config.Cursor was given).
 //   - M2: upstream trouble never ends Run; a writer failure (its fatal error

@@ -38,11 +38,16 @@ const (
 	AnomalySeqGap          = "seq_gap"           // a seq above last accepted + 1 (processed)
 	AnomalyDuplicate       = "duplicate"         // a seq at or below the last accepted (dropped)
 	AnomalyInvalidSeq      = "invalid_seq"       // a seq'd frame with seq <= 0 (skipped)
+	// Capture mode: a commit whose since is newer than the account's last
+	// captured commit (one was lost; the account is marked), and a commit
+	// of an account not checked because DefaultChainAccounts are tracked.
+	AnomalyChainBreak     = "chain_break"
+	AnomalyChainUntracked = "chain_untracked"
 )
 
 var anomalyKinds = []string{AnomalyUndecodable, AnomalyUnknownType, AnomalyFutureCursor,
 	AnomalyConsumerTooSlow, AnomalyErrorFrame, AnomalyOutdatedCursor, AnomalySeqGap,
-	AnomalyDuplicate, AnomalyInvalidSeq}
+	AnomalyDuplicate, AnomalyInvalidSeq, AnomalyChainBreak, AnomalyChainUntracked}
 
 // Frame types (backstream_firehose_frames_total{type}).
 const (

@@ -62,11 +62,20 @@ func Discover(ctx context.Context, cfg Config) error {
 	if cfg.Source == nil {
 		return nil
 	}
+	d := newDiscovery(cfg)
+	if err := d.relay(ctx); err != nil {
+		return err
+	}
+	return d.finish(ctx)
+}
+
+// relay lists the relay's listRepos from its last non-empty cursor.
+func (d *discovery) relay(ctx context.Context) error {
+	cfg := d.cfg
 	cursor, err := resumeAt(cfg.Store.ListCursor(true))
 	if err != nil {
 		return err
 	}
-	d := newDiscovery(cfg)
 	relay := func(ctx context.Context, c string, _ int) (upstream.Page, error) { return ListPage(ctx, cfg.Source, c) }
 	lc, err := d.lane(ctx, cursor, relay)
 	if err != nil {
@@ -79,7 +88,7 @@ func Discover(ctx context.Context, cfg Config) error {
 	default:
 		cut(cfg, lc.reason, lc.pages, lc.err)
 	}
-	return d.finish(ctx)
+	return nil
 }
 
 // resumeAt is where a listing is resumed from its last non-empty cursor:
@@ -109,9 +118,7 @@ func discoverHosts(ctx context.Context, cfg Config, hosts []string) error {
 			return fmt.Errorf("merge: discovery: %w", err)
 		}
 		list := func(ctx context.Context, c string, _ int) (upstream.Page, error) {
-			return listWithRetries(ctx, func(ctx context.Context, c string, n int) (upstream.Page, error) {
-				return cfg.Fleet.HostListRepos(ctx, h, c, n)
-			}, c)
+			return HostListPage(ctx, cfg.Fleet, h, c)
 		}
 		lc, err := d.lane(ctx, cursor, list)
 		if err != nil {
@@ -126,6 +133,14 @@ func discoverHosts(ctx context.Context, cfg Config, hosts []string) error {
 	if len(failed) > 0 {
 		cfg.Logger.Warn("discovery: some hosts' listRepos could not be used; each failed alone, every other host was listed, merge completes; accounts those hosts list after their last page are not recorded",
 			"failed_hosts", len(failed), "hosts", len(hosts), "first", failedHosts[0], "reason", failed[0].reason, "pages", failed[0].pages, "err", failed[0].err)
+	}
+	if len(failed) == len(hosts) && cfg.Source != nil {
+		// Every host refused or failing: the relay's listing is all there is.
+		cfg.Metrics.discoveryRelayFallback()
+		cfg.Logger.Warn("discovery: no roster host could be listed; the relay's listRepos is listed instead", "hosts", len(hosts))
+		if err := d.relay(ctx); err != nil {
+			return err
+		}
 	}
 	return d.finish(ctx)
 }
@@ -221,6 +236,13 @@ func cut(cfg Config, reason string, pages int, err error) {
 // once: a malformed or oversized page or a 4xx is the same bytes again.
 func ListPage(ctx context.Context, src upstream.RepoSource, cursor string) (upstream.Page, error) {
 	return listWithRetries(ctx, src.ListRepos, cursor)
+}
+
+// HostListPage is ListPage over host's own listRepos (hosts mode).
+func HostListPage(ctx context.Context, fleet HostLister, host, cursor string) (upstream.Page, error) {
+	return listWithRetries(ctx, func(ctx context.Context, c string, n int) (upstream.Page, error) {
+		return fleet.HostListRepos(ctx, host, c, n)
+	}, cursor)
 }
 
 // listWithRetries is ListPage over any listing (the relay's, a host's).

@@ -43,7 +43,9 @@
 // (cursor/hostlist_last/<host>, from the start when it has none), and
 // never the relay's listRepos; a host whose listing cannot be used fails
 // alone (counted by reason like a cut, one warning for all of them) and
-// the other hosts are listed. The hosts are listed one after another.
+// the other hosts are listed. The hosts are listed one after another. When
+// every host fails, the relay's listRepos is listed instead (one warning,
+// backstream_discovery_relay_fallback_total).
 // Upstream trouble never fails merge (M8): a repeating cursor
 // ends discovery with a warning; a page it cannot use ends it with one error
 // line and a count (backstream_discovery_cut_total{reason}): a transient

@@ -10,6 +10,9 @@ type Metrics struct {
 	rows   *prometheus.CounterVec
 	cursor prometheus.Gauge
 	cuts   *prometheus.CounterVec
+	// fallbacks: discoveries after a hosts-mode bootstrap that listed the
+	// relay because no roster host could be listed.
+	fallbacks prometheus.Counter
 }
 
 // NewMetrics registers merge's metrics on reg.
@@ -27,6 +30,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "backstream_discovery_cut_total",
 			Help: "Discoveries ended at a listRepos page that could not be used, by reason (cursor_too_long, too_large, malformed, refused, retries_exhausted).",
 		}, []string{"reason"}),
+		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_discovery_relay_fallback_total",
+			Help: "Discoveries after a hosts-mode bootstrap in which no roster host could be listed, so the relay's listRepos was listed instead.",
+		}),
 	}
 	// Every series exists from the start, at 0 (a rate over "no data" is
 	// no rate at all).
@@ -36,7 +43,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.cuts.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.rows, m.cursor, m.cuts)
+		reg.MustRegister(m.rows, m.cursor, m.cuts, m.fallbacks)
 	}
 	return m
 }
@@ -53,5 +60,11 @@ func (m *Metrics) merged(kept, stale int, through uint64) {
 func (m *Metrics) discoveryCut(reason string) {
 	if m != nil {
 		m.cuts.WithLabelValues(reason).Inc()
+	}
+}
+
+func (m *Metrics) discoveryRelayFallback() {
+	if m != nil {
+		m.fallbacks.Inc()
 	}
 }

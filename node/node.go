@@ -178,6 +178,8 @@ type Config struct {
 	// RepairPeriod and AuditInterval: see repair.Config (0: repair's
 	// DefaultPeriod, and no scheduled audits).
 	RepairPeriod, AuditInterval time.Duration
+	// RepairMaxAbsent: see repair.Config.MaxAbsent.
+	RepairMaxAbsent int
 	// NATS, when set, runs the NATS sink in steady state (its Store,
 	// Writer, Metrics, Logger and Now are the node's own).
 	NATS *natssink.Config
@@ -408,7 +410,7 @@ func (n *Node) buildJobs(reg prometheus.Registerer) error {
 		return err
 	}
 	n.repairer, err = repair.New(repair.Config{
-		Store: n.store, Writer: n.w, Source: n.client, GapIDs: n.gapIDs, Wake: n.retrier.Wake, Resumed: n.resumed,
+		Store: n.store, Writer: n.w, Source: n.client, Fleet: n.client, Status: n.client, MaxAbsent: cfg.RepairMaxAbsent, GapIDs: n.gapIDs, Wake: n.retrier.Wake, Resumed: n.resumed,
 		Period: cfg.RepairPeriod, AuditInterval: cfg.AuditInterval,
 		Metrics: repair.NewMetrics(reg), Logger: n.log, Now: cfg.Now, Crash: cfg.Crash,
 	})
@@ -431,7 +433,7 @@ func (n *Node) lifecycleConfig(reg prometheus.Registerer, am *archive.Metrics) l
 	cfg := n.cfg
 	bc := cfg.Bootstrap
 	bc.Logger, bc.Metrics, bc.Crash = n.log, bootstrap.NewMetrics(reg), cfg.Crash
-	bc.Fleet = n.client
+	bc.Fleet, bc.Identity = n.client, n.ident
 	return lifecycle.Config{
 		Store: n.store, Writer: n.w, Relay: cfg.Relay, Source: n.client, Jobs: n.jobs,
 		Bootstrap:       bc,

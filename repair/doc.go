@@ -21,12 +21,37 @@
 //
 //   - A pass pages listRepos from audit/<id> (archive.Audit), one unit per
 //     page holding its marks and the position after it, so a crash resumes
-//     where the last durable unit ended and marks nothing twice. An active
+//     where the last durable unit ended and marks nothing twice. In hosts
+//     mode (Config.Fleet set and a roster in the store, as for discovery)
+//     it pages every active roster host's own listRepos instead, each from
+//     its own position (audit/<id>/<host>), so an account the relay's index
+//     misses is compared too; a host whose listing fails transiently is
+//     tried again next Period while the others go on, and after
+//     bootstrap.DefaultHostRetries such steps in a row it is cut (counted,
+//     logged) so a dead host cannot hold its gap open. When no host listed
+//     anything (every one refused or failing for good), the relay's
+//     listing is compared instead (backstream_repair_relay_fallback_total).
+//     The per-host rows are deleted before the gap closes. An active
 //     account whose listed rev (a valid TID) is newer than its archived rev
 //     (rev/<did>, or the complete repo's snapshot rev: a snapshot without
 //     records moves no ratchet), one listed active but stored inactive, and
 //     an unknown one with a rev are marked (archive.RefetchAudit, due now);
-//     one listed inactive has its account state refreshed, nothing fetched.
+//     one listed inactive whose stored state differs gets the account row
+//     a live #account event would have archived (firehose.Effects on its
+//     repo), nothing fetched.
+//   - After a complete pass (listed from its start in this process, no
+//     listing cut), each account active in the archive that no listing
+//     named is asked (Config.Status: the relay's getRepoStatus; its own
+//     host's when the relay does not know it), and the answer is decided
+//     as a listing entry saying the same would be: inactive or gone
+//     (deleted, takendown, ...) gets its account row, active is marked
+//     only at a newer rev (an account a relay's index misses is not
+//     fetched again at every audit). The relay's
+//     RepoNotFound alone is never taken as a deletion (its index may miss
+//     a live account). More absent accounts than MaxAbsent means a listing
+//     went wrong: none is asked, counted and logged once. The DIDs listed
+//     are held as 64-bit hashes in a set for the pass (about 16 bytes an
+//     account: some 0.6 GiB for 40 million).
 //   - A pass starts only once the live stream accepted a frame after its gap
 //     was found (Config.Resumed): a listing taken before would miss what
 //     changed between it and the resume. A scheduled audit follows no
@@ -46,8 +71,10 @@
 // the stream resumed: its ratchet equals its listed rev, yet the gap's
 // commits are missing. The writer catches those as they arrive: a live
 // commit whose since is newer than the archived rev marks its account
-// (archive.PrevRev). The two together heal every commit hole; an account
-// deleted in the gap is not listed at all, and is not healed yet.
+// (archive.PrevRev). The two together heal every commit hole. An account
+// deleted in the gap is listed nowhere, so only its absence shows it; a
+// pass resumed after a restart did not see every listing and leaves the
+// absences to the next audit (a crash during the checks too).
 //
 // # Not here
 //

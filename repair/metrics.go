@@ -11,10 +11,18 @@ const (
 	ReasonNewerRev    = "newer_rev"   // listed rev newer than rev/<did>
 	ReasonUnknown     = "unknown"     // listed, not in repo/ and not at its rev
 	ReasonReactivated = "reactivated" // listed active, stored inactive
-	ReasonInactive    = "inactive"    // listed inactive: account state refreshed, nothing fetched
+	ReasonInactive    = "inactive"    // listed inactive (or absent and found so): its account row archived, nothing fetched
 )
 
 var reasons = []string{ReasonNewerRev, ReasonUnknown, ReasonReactivated, ReasonInactive}
+
+// What became of an account active in the archive but absent from every
+// listing of a complete pass (backstream_repair_absent_total{result}).
+const (
+	absentChecked    = "checked"    // its status was asked and decided like a listing entry
+	absentUnanswered = "unanswered" // getRepoStatus failed, or only the relay said not found with no host to ask
+	absentSkipped    = "skipped"    // more absent than --repair-max-absent: none asked (counted once a pass)
+)
 
 // Metrics are the repair runner's metrics.
 type Metrics struct {
@@ -23,6 +31,11 @@ type Metrics struct {
 	cuts     prometheus.Counter
 	closed   prometheus.Counter
 	audits   prometheus.Counter
+	// absent counts absent accounts by result.
+	absent *prometheus.CounterVec
+	// fallbacks counts passes that listed the relay because no roster host
+	// listed anything.
+	fallbacks prometheus.Counter
 }
 
 // NewMetrics registers on reg (nil: unregistered, still usable):
@@ -31,6 +44,8 @@ type Metrics struct {
 //   - backstream_repair_listing_cut_total (listings ended at an unusable page)
 //   - backstream_repair_gaps_closed_total
 //   - backstream_repair_audits_total (scheduled audits recorded)
+//   - backstream_repair_absent_total{result}
+//   - backstream_repair_relay_fallback_total
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		accounts: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -53,12 +68,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "backstream_repair_audits_total",
 			Help: "Scheduled audits recorded (--audit-interval).",
 		}),
+		absent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backstream_repair_absent_total",
+			Help: "Accounts active in the archive that no listing of a complete repair pass named, by result: checked (getRepoStatus asked, decided like a listing entry), unanswered (no usable answer; the next audit asks again), skipped (more absent than --repair-max-absent: none asked; counted once a pass).",
+		}, []string{"result"}),
+		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_repair_relay_fallback_total",
+			Help: "Repair passes in hosts mode in which no roster host listed anything (refused, or failing for good), so the relay's listRepos was compared instead.",
+		}),
+	}
+	for _, r := range []string{absentChecked, absentUnanswered, absentSkipped} {
+		m.absent.WithLabelValues(r)
 	}
 	for _, r := range reasons {
 		m.accounts.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.accounts, m.pages, m.cuts, m.closed, m.audits)
+		reg.MustRegister(m.accounts, m.pages, m.cuts, m.closed, m.audits, m.absent, m.fallbacks)
 	}
 	return m
 }
@@ -90,5 +116,17 @@ func (m *Metrics) gapClosed() {
 func (m *Metrics) audit() {
 	if m != nil {
 		m.audits.Inc()
+	}
+}
+
+func (m *Metrics) absentResult(result string) {
+	if m != nil {
+		m.absent.WithLabelValues(result).Inc()
+	}
+}
+
+func (m *Metrics) relayFallback() {
+	if m != nil {
+		m.fallbacks.Inc()
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/firehose"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/merge"
 	"github.com/backstream/backstream/upstream"
@@ -30,8 +31,20 @@ const (
 type Config struct {
 	Store  *archive.Store
 	Writer *archive.Writer // the archive writer
-	// Source pages listRepos (the relay, or hosts).
+	// Source pages the relay's listRepos.
 	Source upstream.RepoSource
+	// Fleet lists each roster host's own repos: with it and a roster in
+	// the store (a hosts-mode bootstrap read listHosts), a pass lists every
+	// active roster host, not the relay, so accounts the relay's index
+	// misses are compared too.
+	Fleet merge.HostLister
+	// Status asks an account's status (the relay's getRepoStatus, or its
+	// host's): after a complete pass, each active account no listing named
+	// is asked, and what it says is archived. Nil: absences are not
+	// checked.
+	Status StatusSource
+	// MaxAbsent: see DefaultMaxAbsent.
+	MaxAbsent int
 	// GapIDs allocates the ids of scheduled audits' gaps (shared with the
 	// firehose consumers). Required when AuditInterval > 0.
 	GapIDs *archive.GapIDs
@@ -60,6 +73,7 @@ type Config struct {
 type Status struct {
 	Gap         uint64 `json:"gap,omitempty"`   // the gap whose pass runs (0: none open)
 	Phase       string `json:"phase,omitempty"` // waiting_for_stream, list, done
+	Host        string `json:"host,omitempty"`  // hosts mode: the roster host being listed
 	Listed      uint64 `json:"listed"`
 	Marked      uint64 `json:"marked"`
 	Outstanding int64  `json:"outstanding"` // marked accounts not yet replaced (phase done)
@@ -75,6 +89,12 @@ type Runner struct {
 	mu     sync.Mutex
 	st     Status
 	origin time.Time // the first step (scheduled audits' origin)
+	// failing counts, for the pass of gap failingGap, the steps in a row
+	// in which a host's listing failed transiently.
+	failing    map[string]int
+	failingGap uint64
+	seen       *listedSet // the DIDs the pass in progress listed
+	fellBack   uint64     // the gap whose pass last fell back to the relay's listing
 }
 
 // New validates cfg; nothing runs until Run.
@@ -86,6 +106,9 @@ func New(cfg Config) (*Runner, error) {
 		return nil, errors.New("repair: negative period")
 	case cfg.AuditInterval > 0 && cfg.GapIDs == nil:
 		return nil, errors.New("repair: scheduled audits need GapIDs")
+	}
+	if cfg.MaxAbsent <= 0 {
+		cfg.MaxAbsent = DefaultMaxAbsent
 	}
 	if cfg.Period == 0 {
 		cfg.Period = DefaultPeriod
@@ -206,6 +229,7 @@ func (r *Runner) started(now time.Time) time.Time {
 // whether g is closed.
 func (r *Runner) heal(ctx context.Context, g archive.Gap) (bool, error) {
 	a, err := r.cfg.Store.Audit(g.ID)
+	begins := false
 	switch {
 	case errors.Is(err, archive.ErrNotFound):
 		// A scheduled audit follows no outage: the stream is live already.
@@ -216,12 +240,13 @@ func (r *Runner) heal(ctx context.Context, g archive.Gap) (bool, error) {
 		if a, err = r.begin(g); err != nil {
 			return false, err
 		}
+		begins = true
 	case err != nil:
 		return false, err
 	}
 	r.show(g, a)
 	if a.Phase == archive.AuditList {
-		if done, err := r.list(ctx, g, &a); err != nil || !done {
+		if done, err := r.list(ctx, g, &a, r.listed(g, begins)); err != nil || !done {
 			return false, err
 		}
 	}
@@ -234,58 +259,11 @@ func (r *Runner) begin(g archive.Gap) (archive.Audit, error) {
 	return archive.Audit{Phase: archive.AuditList}, nil
 }
 
-// list compares listRepos pages with the ratchet from a.Cursor on, a unit
-// per page. It reports false when a page could not be fetched (retries
-// spent): the next step resumes from the durable cursor.
-func (r *Runner) list(ctx context.Context, g archive.Gap, a *archive.Audit) (bool, error) {
-	for a.Phase == archive.AuditList {
-		page, err := merge.ListPage(ctx, r.cfg.Source, a.Cursor)
-		if err != nil {
-			if ctx.Err() != nil {
-				return false, ctx.Err()
-			}
-			if c := upstream.Classify(err); c == upstream.ClassTransient || c == upstream.ClassRateLimited {
-				r.log.Warn("repair pass: listRepos failed; trying again later from the same page", "gap", g.ID, "err", err)
-				return false, nil
-			}
-			r.cutListing(g, err)
-			a.Phase = archive.AuditDone
-			return true, r.commit(ctx, g, a, nil)
-		}
-		ups, err := r.compare(page.Repos)
-		if err != nil {
-			return false, err
-		}
-		r.cfg.Metrics.page()
-		a.Listed += uint64(len(page.Repos))
-		a.Marked += uint64(len(ups))
-		switch {
-		case page.CursorRefused > 0:
-			r.cutListing(g, fmt.Errorf("a cursor of %d bytes", page.CursorRefused))
-			a.Phase = archive.AuditDone
-		case page.Cursor == "" || page.Cursor == a.Cursor:
-			a.Phase = archive.AuditDone
-		default:
-			a.Cursor = page.Cursor
-		}
-		if err := r.commit(ctx, g, a, ups); err != nil {
-			return false, err
-		}
-	}
-	return true, nil
-}
-
-func (r *Runner) cutListing(g archive.Gap, err error) {
-	r.cfg.Metrics.cut()
-	r.log.Error("repair pass: a listRepos page cannot be used; the listing ends here and accounts listed after it are not compared",
-		"gap", g.ID, "err", err)
-}
-
 // compare decides each listed account against the store: the repo updates
 // of those that changed (or whose account state did).
-func (r *Runner) compare(repos []upstream.RepoEntry) ([]archive.RepoUpdate, error) {
+func (r *Runner) compare(repos []upstream.RepoEntry) (*archive.Unit, error) {
 	now := r.cfg.Now().UnixMicro()
-	var ups []archive.RepoUpdate
+	u := &archive.Unit{}
 	for _, e := range repos {
 		rev, err := r.cfg.Store.Rev(e.DID)
 		if err != nil && !errors.Is(err, archive.ErrNotFound) {
@@ -315,47 +293,74 @@ func (r *Runner) compare(repos []upstream.RepoEntry) ([]archive.RepoUpdate, erro
 		case newer:
 			reason = ReasonNewerRev
 		}
-		if reason == "" {
+		switch reason {
+		case "":
 			continue
+		case ReasonInactive:
+			addAccountRow(u, e.DID, e.Status, now)
+		default:
+			u.Repos = append(u.Repos, archive.RepoUpdate{DID: e.DID, Func: markFunc(now)})
 		}
 		r.cfg.Metrics.account(reason, 1)
-		ups = append(ups, archive.RepoUpdate{DID: e.DID, Func: markFunc(now, e.Active, e.Status)})
 	}
-	return ups, nil
+	return u, nil
 }
 
-// markFunc marks a repo for an audit replacement, due at nowUS, when the
-// account is active; an inactive one gets its account state only. An
-// unknown active account is created pending.
-func markFunc(nowUS int64, active bool, status string) func(archive.RepoState, bool) (archive.RepoState, bool) {
+// markFunc marks an active account's repo for an audit replacement, due
+// at nowUS; an unknown one is created pending.
+func markFunc(nowUS int64) func(archive.RepoState, bool) (archive.RepoState, bool) {
 	return func(cur archive.RepoState, exists bool) (archive.RepoState, bool) {
 		if !exists {
-			if !active {
-				return cur, false
-			}
 			return archive.RepoState{Status: archive.StatusPending, Active: true, Refetch: archive.RefetchAudit, NextAttemptUS: nowUS}, true
 		}
 		next := cur
-		next.Active, next.AccountStatus = active, status
-		if active {
-			next.AccountStatus = ""
-			next.Refetch, next.NextAttemptUS = archive.RefetchAudit, nowUS
-		}
+		next.Active, next.AccountStatus = true, ""
+		next.Refetch, next.NextAttemptUS = archive.RefetchAudit, nowUS
 		return next, next != cur
 	}
 }
 
-// commit submits ups with the pass's position and waits until durable.
-func (r *Runner) commit(ctx context.Context, g archive.Gap, a *archive.Audit, ups []archive.RepoUpdate) error {
+// maxAccountStatus bounds an upstream account status archived.
+const maxAccountStatus = 64
+
+// addAccountRow adds to u the row a live #account event saying did is
+// inactive with status would have archived, with the same effect on its
+// repo (firehose.Effects): a deletion or takedown the stream lost is
+// served and folded like one it carried.
+func addAccountRow(u *archive.Unit, did, status string, nowUS int64) {
+	if len(status) > maxAccountStatus {
+		status = status[:maxAccountStatus]
+	}
+	ev := archive.Event{Kind: archive.KindAccount, DID: did, Status: status, Source: archive.SourceRetry}
+	u.Events = append(u.Events, ev)
+	u.Repos = append(u.Repos, *firehose.Effects(&ev, nowUS))
+}
+
+// commit submits u (nil: nothing but positions) with the pass's position
+// (and l's, a host's) and waits until durable.
+func (r *Runner) commit(ctx context.Context, g archive.Gap, a *archive.Audit, l *lane, u *archive.Unit) error {
 	kv, err := archive.AuditPut(g.ID, *a)
 	if err != nil {
 		return err
 	}
-	if err := r.submit(ctx, &archive.Unit{Repos: ups, Puts: []archive.KV{kv}}); err != nil {
+	puts := []archive.KV{kv}
+	if l != nil && l.host != "" {
+		hkv, err := archive.AuditHostPut(g.ID, l.host, *l.pos)
+		if err != nil {
+			return err
+		}
+		puts = append(puts, hkv)
+	}
+	if u == nil {
+		u = &archive.Unit{}
+	}
+	marked := len(u.Repos) > 0
+	u.Puts = puts
+	if err := r.submit(ctx, u); err != nil {
 		return err
 	}
 	r.cfg.Crash.Hit(crashpoint.RepairPage)
-	if len(ups) > 0 {
+	if marked {
 		r.cfg.Wake()
 	}
 	r.show(g, *a)
@@ -378,6 +383,9 @@ func (r *Runner) close(ctx context.Context, g archive.Gap, a archive.Audit) (boo
 	r.set(func(s *Status) { s.Outstanding = outstanding })
 	if outstanding > 0 {
 		return false, nil
+	}
+	if err := r.dropHostPositions(ctx, g); err != nil {
+		return false, err
 	}
 	g.ClosedUS = max(r.cfg.Now().UnixMicro(), g.FirstSeenUS)
 	kv, err := archive.GapPut(g)

@@ -44,24 +44,9 @@ const (
 // its account state and no mark, an unchanged one nothing. The gap closes
 // only once the marked replacement has finished.
 func TestScheduledAudit(t *testing.T) {
-	s, err := archive.Open("/data", archive.Options{FS: vfs.NewMem(), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	w, err := archive.NewWriter(s, archive.WriterOptions{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	s, w, apply := newStore(t)
 	ctx := context.Background()
-	set := func(did string, st archive.RepoState) {
-		t.Helper()
-		r, err := w.Apply(ctx, &archive.Unit{Repos: []archive.RepoUpdate{{DID: did, Func: func(archive.RepoState, bool) (archive.RepoState, bool) { return st, true }}}})
-		if err != nil || r.Refused != nil {
-			t.Fatalf("set %s: %v %v", did, err, r.Refused)
-		}
-	}
+	set := func(did string, st archive.RepoState) { t.Helper(); apply(setRepo(did, st)) }
 	set(didInactive, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revOld})
 	set(didSame, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revNew})
 
@@ -115,4 +100,31 @@ func TestScheduledAudit(t *testing.T) {
 	if _, err := s.Audit(gs[0].ID); err == nil {
 		t.Fatal("audit/ position left behind a closed gap")
 	}
+}
+
+// newStore is an in-memory store and its writer (closed with the test) and
+// a function applying a unit that fails the test unless it is durable.
+func newStore(t *testing.T) (*archive.Store, *archive.Writer, func(*archive.Unit)) {
+	t.Helper()
+	s, err := archive.Open("/data", archive.Options{FS: vfs.NewMem(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	w, err := archive.NewWriter(s, archive.WriterOptions{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return s, w, func(u *archive.Unit) {
+		t.Helper()
+		if r, err := w.Apply(context.Background(), u); err != nil || r.Refused != nil {
+			t.Fatalf("apply: %v %v", err, r.Refused)
+		}
+	}
+}
+
+// setRepo is a unit setting did's repo/ row to st.
+func setRepo(did string, st archive.RepoState) *archive.Unit {
+	return &archive.Unit{Repos: []archive.RepoUpdate{{DID: did, Func: func(archive.RepoState, bool) (archive.RepoState, bool) { return st, true }}}}
 }

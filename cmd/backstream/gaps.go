@@ -20,6 +20,7 @@ type healOptions struct {
 	gapThreshold  int64
 	repairPeriod  time.Duration
 	auditInterval time.Duration
+	maxAbsent     int
 }
 
 func healFlags(fs *flagSet) {
@@ -27,11 +28,13 @@ func healFlags(fs *flagSet) {
 	fs.Int("gap-threshold", firehose.DefaultGapThreshold, "relay seqs skipped between two frames beyond which the skip is recorded as a gap (and repaired), not only counted")
 	fs.Duration("repair-period", repair.DefaultPeriod, "pause between two looks of the repair runner at the open gaps (and at whether a pass's replacements have finished)")
 	fs.Duration("audit-interval", repair.DefaultAuditInterval, "record a scheduled audit this long after the last gap: its pass compares every account's listed rev with the archive (0 = off)")
+	fs.Int("repair-max-absent", repair.DefaultMaxAbsent, "a repair pass asks the status of each active account no listing named (a deletion lost in a gap), unless more than this many are absent")
 }
 
 func healOptionsFrom(fs *flagSet) (healOptions, error) {
 	o := healOptions{maxStale: fs.get("max-stale").(time.Duration), gapThreshold: int64(fs.get("gap-threshold").(int)),
-		repairPeriod: fs.get("repair-period").(time.Duration), auditInterval: fs.get("audit-interval").(time.Duration)}
+		repairPeriod: fs.get("repair-period").(time.Duration), auditInterval: fs.get("audit-interval").(time.Duration),
+		maxAbsent: fs.get("repair-max-absent").(int)}
 	switch {
 	case o.repairPeriod <= 0:
 		return o, fmt.Errorf("--repair-period %s: must be positive", o.repairPeriod)
@@ -41,13 +44,15 @@ func healOptionsFrom(fs *flagSet) (healOptions, error) {
 		return o, fmt.Errorf("--max-stale %s: must be positive", o.maxStale)
 	case o.gapThreshold <= 0:
 		return o, fmt.Errorf("--gap-threshold %d: must be positive", o.gapThreshold)
+	case o.maxAbsent <= 0:
+		return o, fmt.Errorf("--repair-max-absent %d: must be positive", o.maxAbsent)
 	}
 	return o, nil
 }
 
 func (o healOptions) apply(c *node.Config) {
 	c.MaxStale, c.GapThreshold = o.maxStale, o.gapThreshold
-	c.RepairPeriod, c.AuditInterval = o.repairPeriod, o.auditInterval
+	c.RepairPeriod, c.AuditInterval, c.RepairMaxAbsent = o.repairPeriod, o.auditInterval, o.maxAbsent
 }
 
 // lagging is /readyz's staleness check: the node's, once there is one.

@@ -12,7 +12,6 @@ import (
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/check"
 	"github.com/backstream/backstream/oracle/crash"
-	"github.com/backstream/backstream/oracle/world"
 )
 
 // healArgs are the serve flags of the heal tests: quick repair and retry
@@ -93,6 +92,53 @@ func storeGaps(t *testing.T, h *crash.Harness) []archive.Gap {
 	return gs
 }
 
+// stoppedAfterLive starts a network with cfg and serve with args, runs
+// serve to steady state with an event archived through its live stream
+// (a durable position to resume from), and stops it (SIGTERM).
+func stoppedAfterLive(t *testing.T, cfg oracle.Config, args []string) (*oracle.Network, *crash.Harness) {
+	t.Helper()
+	crash.Binary(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	net, err := oracle.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { net.Close() })
+	h := crash.New(t, net, crash.Options{Args: args, Settle: time.Second})
+	p := h.Start()
+	h.WaitPhase(p, crash.PhaseSteady, 2*time.Minute)
+	waitLive(t, net, p)
+	dids := activeDIDs(net)
+	liveEvent(t, net, p, dids[len(dids)-1])
+	if err := p.Stop(time.Minute); err != nil {
+		t.Fatalf("stop: %v\n%s", err, p.Tail())
+	}
+	return net, h
+}
+
+// restartHealed starts serve after an outage past the relay's replay
+// window and checks the heal: one outdated_cursor gap, closed; the fold
+// equal to the ground truth; getRepo once for each lost account and for no
+// other since before. It returns the converged run's result and the
+// getRepo calls since before.
+func restartHealed(t *testing.T, h *crash.Harness, before map[string]oracle.RepoCount, lost []string) (crash.Result, map[string]int) {
+	t.Helper()
+	p := h.Start()
+	waitGaps(t, p, 2*time.Minute, "the gap closed", func(open, closed int) bool { return open == 0 && closed == 1 })
+	h.WaitConverged(p, 2*time.Minute)
+	res := h.Finish(p)
+	gs := storeGaps(t, h)
+	if len(gs) != 1 || gs[0].Kind != archive.GapOutdatedCursor || gs[0].Open() {
+		t.Fatalf("gaps %+v, want one closed outdated_cursor gap", gs)
+	}
+	fetched := h.Net.FetchedSince(before)
+	if err := check.FetchedOnce(fetched, lost); err != nil {
+		t.Error(err)
+	}
+	return res, fetched
+}
+
 // TestProcessHealOutdatedCursor: serve is stopped (SIGTERM) while 24
 // accounts change on a relay whose replay window holds 8 events. The
 // restart meets OutdatedCursor and a replay from the oldest retained event:
@@ -102,24 +148,8 @@ func storeGaps(t *testing.T, h *crash.Harness) []archive.Gap {
 // the archive folds to the network's records, and getRepo was called once
 // for each of the 16 and for no other account.
 func TestProcessHealOutdatedCursor(t *testing.T) {
-	crash.Binary(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	net, err := oracle.Start(ctx, oracle.Config{Accounts: 40, RecordsMean: 5, Hosts: 1, Traffic: oracle.TrafficNone, Seed: 41, Retention: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer net.Close()
-	h := crash.New(t, net, crash.Options{Args: healArgs, Settle: time.Second})
+	net, h := stoppedAfterLive(t, oracle.Config{Accounts: 40, RecordsMean: 5, Hosts: 1, Traffic: oracle.TrafficNone, Seed: 41, Retention: 8}, healArgs)
 	dids := activeDIDs(net)
-
-	p := h.Start()
-	h.WaitPhase(p, crash.PhaseSteady, 2*time.Minute)
-	waitLive(t, net, p)
-	liveEvent(t, net, p, dids[len(dids)-1])
-	if err := p.Stop(time.Minute); err != nil {
-		t.Fatalf("stop: %v\n%s", err, p.Tail())
-	}
 
 	before := net.AllRepoCounts()
 	for _, did := range dids[:24] {
@@ -128,20 +158,8 @@ func TestProcessHealOutdatedCursor(t *testing.T) {
 	lost := dids[:16] // out of the 8-event window; the last 8 are replayed whole
 
 	start := time.Now()
-	p = h.Start()
-	waitGaps(t, p, 2*time.Minute, "the gap closed", func(open, closed int) bool { return open == 0 && closed == 1 })
+	res, fetched := restartHealed(t, h, before, lost)
 	healed := time.Since(start)
-	h.WaitConverged(p, 2*time.Minute)
-	res := h.Finish(p)
-
-	gs := storeGaps(t, h)
-	if len(gs) != 1 || gs[0].Kind != archive.GapOutdatedCursor || gs[0].Open() {
-		t.Fatalf("gaps %+v, want one closed outdated_cursor gap", gs)
-	}
-	fetched := net.FetchedSince(before)
-	if err := check.FetchedOnce(fetched, lost); err != nil {
-		t.Error(err)
-	}
 	t.Logf("outage past the replay window healed %v after the restart: %d events, fold = ground truth for %d accounts; getRepo for %d accounts (%d lost, %d not)",
 		healed.Round(time.Millisecond), res.Events, res.Checked, len(fetched), len(lost), len(dids)-len(lost))
 }
@@ -152,8 +170,8 @@ func TestProcessHealOutdatedCursor(t *testing.T) {
 // last is announced by nothing, and only the scheduled audit
 // (--audit-interval) finds it. After the traffic ends, an audit recorded
 // after it closes, and every active account folds to the network's
-// records; after bootstrap, getRepo went only to accounts the traffic
-// changed.
+// records (deleted and taken-down ones to nothing); after bootstrap,
+// getRepo went only to accounts the traffic changed.
 func TestProcessHealDroppedFrames(t *testing.T) {
 	crash.Binary(t)
 	events := 1500
@@ -197,6 +215,7 @@ func TestProcessHealDroppedFrames(t *testing.T) {
 	})
 	audited := time.Since(doneAt)
 	h.WaitConverged(p, 2*time.Minute)
+	m := waitReplaced(t, p, 2*time.Minute)
 	if err := p.Stop(time.Minute); err != nil {
 		t.Fatalf("stop: %v\n%s", err, p.Tail())
 	}
@@ -220,11 +239,13 @@ func TestProcessHealDroppedFrames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A dropped #account deletion is not healed (listRepos does not list
-	// deleted accounts): active accounts only.
-	active := func(a world.Account) bool { return a.Active }
-	if checked, bad := check.Compare(f, net.World(), active); len(bad) > 0 {
-		t.Fatalf("%d of %d active accounts differ after %d dropped frames:\n%s", len(bad), checked, dropped, check.Describe(bad, 5))
+	// Every active account, and every deleted or taken-down one (a dropped
+	// #account frame is healed by the audit: listed inactive, or absent
+	// from every listing and asked).
+	if checked, bad := check.Compare(f, net.World(), nil); len(bad) > 0 {
+		t.Fatalf("%d of %d accounts differ after %d dropped frames (%v chain breaks found in capture, %v live):\n%s",
+			len(bad), checked, dropped, m[`backstream_firehose_anomalies_total{kind="chain_break"}`], m["backstream_archive_chain_breaks_total"],
+			check.Describe(bad, 5))
 	}
 	evs, err := net.Events()
 	if err != nil {
@@ -245,6 +266,25 @@ func TestProcessHealDroppedFrames(t *testing.T) {
 	}
 	t.Logf("%d events, %d frames dropped; an audit after the traffic closed %v after it; %d gaps recorded; after bootstrap getRepo %d calls for %d of the %d changed accounts and %d of the %d unchanged",
 		len(evs), dropped, audited.Round(time.Millisecond), len(gs), calls, len(fetched)-unchanged, len(touched), unchanged, len(net.World().Accounts())-len(touched))
+}
+
+// waitReplaced waits until a candidate pass of the retry runner that
+// started after the call found nothing due and no replacement runs or
+// waits, and returns /metrics as then read.
+func waitReplaced(t *testing.T, p *crash.Proc, d time.Duration) map[string]float64 {
+	t.Helper()
+	passes := metrics(t, p)["backstream_retry_passes_total"]
+	for deadline := time.Now().Add(d); ; time.Sleep(50 * time.Millisecond) {
+		m := metrics(t, p)
+		if m["backstream_retry_passes_total"] > passes+1 && m["backstream_retry_due"] == 0 &&
+			m["backstream_retry_inflight"] == 0 && m["backstream_retry_queued"] == 0 {
+			return m
+		}
+		if p.Exited() || time.Now().After(deadline) {
+			t.Fatalf("replacements still due (exited %v): due %v, inflight %v, queued %v\n%s", p.Exited(),
+				m["backstream_retry_due"], m["backstream_retry_inflight"], m["backstream_retry_queued"], p.Tail())
+		}
+	}
 }
 
 // readyz is /readyz's status code (0 while not answering).

@@ -1,0 +1,166 @@
+package repair
+
+// absent.go owns the accounts a pass's listings left out: active in the
+// archive, listed by no listing of a complete pass. listRepos does not list
+// a deleted account, so a #account deletion (or takedown) the stream lost
+// in the gap shows only as an absence; each such account's status is asked
+// of the relay (and of its own host when the relay does not know it) and
+// decided as a listing entry saying the same would be (compare): gone or
+// inactive, its account row is archived (the live path's effects); active
+// at a newer rev, it is marked for a replacement.
+
+import (
+	"context"
+	"errors"
+	"hash/maphash"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/upstream"
+)
+
+// DefaultMaxAbsent bounds the accounts one pass checks for being absent
+// from its listings. More absent than that is a listing that went wrong (a
+// relay answering short pages), not accounts deleted in a gap: none are
+// checked, counted and logged once.
+const DefaultMaxAbsent = 10_000
+
+// StatusSource asks an account's hosting status (upstream.Client).
+type StatusSource interface {
+	GetRepoStatus(ctx context.Context, host, did string) (upstream.RepoStatus, error)
+}
+
+var _ StatusSource = (*upstream.Client)(nil)
+
+// listedSet is the DIDs a pass listed, as 64-bit hashes (about 16 bytes an
+// account). Whole only when this process listed the pass from its start
+// and no listing was cut: a pass resumed after a restart has no set, and
+// checks no absence (the next audit does).
+type listedSet struct {
+	gap   uint64
+	whole bool
+	seed  maphash.Seed
+	dids  map[uint64]struct{}
+}
+
+func newListedSet(gap uint64, whole bool) *listedSet {
+	return &listedSet{gap: gap, whole: whole, seed: maphash.MakeSeed(), dids: map[uint64]struct{}{}}
+}
+
+func (l *listedSet) add(repos []upstream.RepoEntry) {
+	if !l.whole {
+		return
+	}
+	for _, e := range repos {
+		l.dids[maphash.String(l.seed, e.DID)] = struct{}{}
+	}
+}
+
+func (l *listedSet) has(did string) bool {
+	_, ok := l.dids[maphash.String(l.seed, did)]
+	return ok
+}
+
+// listed is g's set: a new one, whole, when the pass begins in this
+// process; an empty, not whole one when it was resumed.
+func (r *Runner) listed(g archive.Gap, begins bool) *listedSet {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if begins || r.seen == nil || r.seen.gap != g.ID {
+		r.seen = newListedSet(g.ID, begins)
+	}
+	return r.seen
+}
+
+// errTooManyAbsent stops the scan for absent accounts.
+var errTooManyAbsent = errors.New("too many absent accounts")
+
+// checkAbsent checks every active account of the archive that no listing
+// of g's complete pass named. Upstream trouble is counted, never fatal.
+func (r *Runner) checkAbsent(ctx context.Context, g archive.Gap, seen *listedSet) error {
+	if r.cfg.Status == nil {
+		return nil
+	}
+	if !seen.whole {
+		r.log.Info("repair pass: accounts absent from its listings are not checked in this pass (resumed after a restart, or a listing was cut); the next audit checks them",
+			"gap", g.ID)
+		return nil
+	}
+	type absentRepo struct{ did, host string }
+	var absent []absentRepo
+	err := r.cfg.Store.ScanRepos(func(did string, st archive.RepoState) error {
+		if !st.Active || seen.has(did) {
+			return nil
+		}
+		if len(absent) == r.cfg.MaxAbsent {
+			return errTooManyAbsent
+		}
+		absent = append(absent, absentRepo{did, st.Host})
+		return nil
+	})
+	if errors.Is(err, errTooManyAbsent) {
+		r.cfg.Metrics.absentResult(absentSkipped)
+		r.log.Warn("repair pass: more accounts are absent from its listings than --repair-max-absent; none is checked (a listing that went wrong, not accounts deleted in a gap)",
+			"gap", g.ID, "max_absent", r.cfg.MaxAbsent)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	failed := 0
+	for _, a := range absent {
+		ok, err := r.checkOne(ctx, a.did, a.host)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			failed++
+		}
+	}
+	if len(absent) > 0 {
+		r.log.Info("repair pass: accounts absent from every listing checked", "gap", g.ID, "absent", len(absent), "unanswered", failed)
+	}
+	return nil
+}
+
+// checkOne asks did's status and decides it as a listing entry saying
+// the same would be (compare: an inactive or gone account gets its account
+// row, an active one is marked only when its rev is newer than the
+// archive's); false when no one answered (counted; the next audit asks
+// again).
+func (r *Runner) checkOne(ctx context.Context, did, host string) (bool, error) {
+	rs, err := r.cfg.Status.GetRepoStatus(ctx, "", did)
+	if upstream.Classify(err) == upstream.ClassNotFound {
+		// The relay's index may miss a live account: only its own host's
+		// word that it is gone is taken; with no host known, nothing is.
+		if host == "" {
+			r.cfg.Metrics.absentResult(absentUnanswered)
+			return false, nil
+		}
+		rs, err = r.cfg.Status.GetRepoStatus(ctx, host, did)
+	}
+	e := upstream.RepoEntry{DID: did, Rev: rs.Rev, Active: rs.Active, Status: rs.Status}
+	switch c := upstream.Classify(err); {
+	case err == nil:
+	case c == upstream.ClassNotFound:
+		e = upstream.RepoEntry{DID: did, Status: "deleted"}
+	case c == upstream.ClassUnavailable:
+		e = upstream.RepoEntry{DID: did, Status: backfill.UnavailableStatus(err)}
+	default:
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		r.cfg.Metrics.absentResult(absentUnanswered)
+		return false, nil
+	}
+	r.cfg.Metrics.absentResult(absentChecked)
+	u, err := r.compare([]upstream.RepoEntry{e})
+	if err != nil || len(u.Repos) == 0 {
+		return true, err
+	}
+	if err := r.submit(ctx, u); err != nil {
+		return false, err
+	}
+	r.cfg.Wake()
+	return true, nil
+}

@@ -1,0 +1,138 @@
+package repair
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/upstream"
+)
+
+const (
+	didGone     = "did:plc:gggggggggggggggggggggggg" // the relay says deleted
+	didHostGone = "did:plc:hhhhhhhhhhhhhhhhhhhhhhhh" // the relay does not know it, its host neither
+	didNoHost   = "did:plc:nnnnnnnnnnnnnnnnnnnnnnnn" // the relay does not know it, no host to ask
+	didAlive    = "did:plc:llllllllllllllllllllllll" // the relay does not know it, its host says active at a newer rev
+	didAliveOld = "did:plc:oooooooooooooooooooooooo" // the relay says active at the archived rev
+	didNoAnswer = "did:plc:eeeeeeeeeeeeeeeeeeeeeeee" // the relay fails
+)
+
+// statusServer serves getRepoStatus from answers (did -> status code and
+// body), counting requests.
+func statusServer(t *testing.T, answers map[string]string, asked *atomic.Int64) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		did := r.URL.Query().Get("did")
+		a, ok := answers[did]
+		switch {
+		case !ok || a == "404":
+			w.WriteHeader(http.StatusBadRequest)
+			w.Write([]byte(`{"error":"RepoNotFound","message":"repo not found"}`))
+		case a == "500":
+			w.WriteHeader(http.StatusInternalServerError)
+		default:
+			w.Write([]byte(`{"did":"` + did + `",` + a + `}`))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestAbsentAccounts: after a complete pass, each active account no
+// listing named (here: every account but one) is asked with getRepoStatus:
+// the relay's "deleted" and a host's RepoNotFound (when the relay does not
+// know the account either) are archived as account rows that erase it, a
+// host's "active" at a newer rev marks it for a replacement, and an account the relay
+// does not know with no host to ask, or one nobody answers for, is left as
+// it is, and so is one active at the archived rev (an account the relay's
+// index misses is not fetched again). A listed account is never asked. With
+// more absent accounts than MaxAbsent, none is asked.
+func TestAbsentAccounts(t *testing.T) {
+	s, w, apply := newStore(t)
+	ctx := context.Background()
+	var relayAsked, hostAsked atomic.Int64
+	relay := statusServer(t, map[string]string{didGone: `"active":false,"status":"deleted"`, didNoAnswer: "500",
+		didAliveOld: `"active":true,"rev":"` + revNew + `"`}, &relayAsked)
+	host := statusServer(t, map[string]string{didAlive: `"active":true,"rev":"3kcccccccccc2"`}, &hostAsked)
+	hostName := strings.TrimPrefix(host.URL, "http://")
+	c, err := upstream.New(relay.URL, upstream.Options{ScratchDir: t.TempDir(), LoopbackHosts: []string{hostName}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for did, h := range map[string]string{didSame: "", didGone: "", didHostGone: hostName, didNoHost: "", didAlive: hostName, didNoAnswer: hostName, didAliveOld: ""} {
+		apply(setRepo(did, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revNew, Host: h}))
+	}
+	gap, _ := archive.GapPut(archive.Gap{ID: 1, Kind: archive.GapAudit, FirstSeenUS: time.Now().UnixMicro()})
+	apply(&archive.Unit{Puts: []archive.KV{gap}})
+
+	src := &listing{repos: []upstream.RepoEntry{{DID: didSame, Rev: revNew, Active: true}}}
+	r, err := New(Config{Store: s, Writer: w, Source: src, Status: c, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for did, want := range map[string]string{didGone: "deleted", didHostGone: "deleted"} {
+		if st, _ := s.RepoState(did); st.Active || st.AccountStatus != want {
+			t.Errorf("%s: %+v, want inactive, %s", did, st, want)
+		}
+	}
+	if st, _ := s.RepoState(didAlive); !st.Active || st.Refetch != archive.RefetchAudit {
+		t.Errorf("absent but active at its host: %+v, want marked for a replacement", st)
+	}
+	for _, did := range []string{didNoHost, didNoAnswer, didSame, didAliveOld} {
+		if st, _ := s.RepoState(did); !st.Active || st.Refetch != archive.RefetchNone {
+			t.Errorf("%s: %+v, want untouched", did, st)
+		}
+	}
+	if got := accountRows(t, s); got[didGone] != "deleted" || got[didHostGone] != "deleted" || len(got) != 2 {
+		t.Errorf("account rows %v: want one deletion each for the two gone accounts", got)
+	}
+	if relayAsked.Load() != 6 || hostAsked.Load() != 2 {
+		t.Errorf("relay asked %d times, host %d: want the 6 absent accounts, then the host for the 2 the relay does not know that have a host", relayAsked.Load(), hostAsked.Load())
+	}
+
+	// A second pass with more absent accounts than MaxAbsent asks nobody.
+	apply(setRepo(didAlive, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revNew, Host: hostName}))
+	gap, _ = archive.GapPut(archive.Gap{ID: 2, Kind: archive.GapAudit, FirstSeenUS: time.Now().UnixMicro()})
+	apply(&archive.Unit{Puts: []archive.KV{gap}})
+	relayAsked.Store(0)
+	r, err = New(Config{Store: s, Writer: w, Source: src, Status: c, MaxAbsent: 2, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if relayAsked.Load() != 0 {
+		t.Errorf("4 absent accounts over a MaxAbsent of 2: the relay was asked %d times", relayAsked.Load())
+	}
+}
+
+// accountRows is the status of every account row archived, by DID.
+func accountRows(t *testing.T, s *archive.Store) map[string]string {
+	t.Helper()
+	it, err := s.Events(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	got := map[string]string{}
+	for it.Next() {
+		if ev := it.Event(); ev.Kind == archive.KindAccount {
+			got[ev.DID] = ev.Status
+		}
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}

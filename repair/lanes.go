@@ -1,0 +1,219 @@
+package repair
+
+// lanes.go owns a pass's listings: the relay's listRepos (relay mode), or
+// in hosts mode every active roster host's own listRepos, each with its own
+// durable position, so an account the relay's index misses is compared
+// too and a host that cannot be listed fails alone.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/merge"
+	"github.com/backstream/backstream/upstream"
+)
+
+// lane is one listing of a pass: the relay's (host "", its position the
+// pass's own audit/<id>) or one roster host's (audit/<id>/<host>).
+type lane struct {
+	host string
+	pos  *archive.Audit
+}
+
+// list walks the pass's listings from their durable positions. It reports
+// false when some listing could not be fetched (retries spent): the next
+// step resumes it from its durable cursor.
+func (r *Runner) list(ctx context.Context, g archive.Gap, a *archive.Audit, seen *listedSet) (bool, error) {
+	hosts, err := r.roster()
+	if err != nil {
+		return false, err
+	}
+	if len(hosts) == 0 {
+		if done, err := r.listLane(ctx, g, a, &lane{pos: a}, seen); err != nil || !done {
+			return false, err
+		}
+		return true, r.checkAbsent(ctx, g, seen)
+	}
+	done := true
+	var hostsListed uint64
+	for _, h := range hosts {
+		pos, err := r.cfg.Store.AuditHost(g.ID, h)
+		switch {
+		case errors.Is(err, archive.ErrNotFound):
+			pos = archive.Audit{Phase: archive.AuditList}
+		case err != nil:
+			return false, err
+		}
+		if pos.Phase == archive.AuditList {
+			r.set(func(s *Status) { s.Host = h })
+			ok, err := r.listLane(ctx, g, a, &lane{host: h, pos: &pos}, seen)
+			if err != nil {
+				return false, err
+			}
+			done = done && ok
+		}
+		hostsListed += pos.Listed
+	}
+	r.set(func(s *Status) { s.Host = "" })
+	if !done {
+		return false, nil
+	}
+	if hostsListed == 0 {
+		// No host listed anything (every one refused or failing for good,
+		// or an empty roster): the relay's listing, from the pass's own
+		// position, is all there is.
+		r.fallBackToRelay(g)
+		if done, err := r.listLane(ctx, g, a, &lane{pos: a}, seen); err != nil || !done {
+			return false, err
+		}
+		return true, r.checkAbsent(ctx, g, seen)
+	}
+	if err := r.checkAbsent(ctx, g, seen); err != nil {
+		return false, err
+	}
+	a.Phase = archive.AuditDone
+	return true, r.commit(ctx, g, a, nil, nil)
+}
+
+// fallBackToRelay says, once a pass, that no roster host listed anything
+// and the relay's listing is walked instead (counted).
+func (r *Runner) fallBackToRelay(g archive.Gap) {
+	r.mu.Lock()
+	first := r.fellBack != g.ID
+	r.fellBack = g.ID
+	r.mu.Unlock()
+	if first {
+		r.cfg.Metrics.relayFallback()
+		r.log.Warn("repair pass: no roster host listed anything (refused, or failing for good); the relay's listRepos is compared instead", "gap", g.ID)
+	}
+}
+
+// roster is the hosts a pass lists in hosts mode: the store's active
+// roster hosts when Fleet is set (none: relay mode).
+func (r *Runner) roster() ([]string, error) {
+	if r.cfg.Fleet == nil {
+		return nil, nil
+	}
+	hosts, err := r.cfg.Store.RosterHosts()
+	if err != nil {
+		return nil, fmt.Errorf("read the roster: %w", err)
+	}
+	return hosts, nil
+}
+
+// listLane compares l's listRepos pages with the ratchet from its
+// position on, a unit per page holding the marks, the pass's counts and
+// l's position. It reports false when a page could not be fetched and l
+// is to be tried again next Period. A host that fails so
+// bootstrap.DefaultHostRetries steps in a row is cut like a page that
+// cannot be used: it fails alone, counted and logged.
+func (r *Runner) listLane(ctx context.Context, g archive.Gap, a *archive.Audit, l *lane, seen *listedSet) (bool, error) {
+	for l.pos.Phase == archive.AuditList {
+		page, err := r.page(ctx, l.host, l.pos.Cursor)
+		if err != nil {
+			if ctx.Err() != nil {
+				return false, ctx.Err()
+			}
+			if c := upstream.Classify(err); (c == upstream.ClassTransient || c == upstream.ClassRateLimited) && !r.failedAgain(g, l.host) {
+				r.log.Warn("repair pass: listRepos failed; trying again later from the same page", "gap", g.ID, "host", l.host, "err", err)
+				return false, nil
+			}
+			r.cutListing(g, l.host, err)
+			seen.whole = false
+			l.pos.Phase = archive.AuditDone
+			return true, r.commit(ctx, g, a, l, nil)
+		}
+		r.listedOK(l.host)
+		seen.add(page.Repos)
+		u, err := r.compare(page.Repos)
+		if err != nil {
+			return false, err
+		}
+		r.cfg.Metrics.page()
+		a.Listed += uint64(len(page.Repos))
+		a.Marked += uint64(len(u.Repos))
+		if l.pos != a {
+			l.pos.Listed += uint64(len(page.Repos))
+			l.pos.Marked += uint64(len(u.Repos))
+		}
+		switch {
+		case page.CursorRefused > 0:
+			r.cutListing(g, l.host, fmt.Errorf("a cursor of %d bytes", page.CursorRefused))
+			seen.whole = false
+			l.pos.Phase = archive.AuditDone
+		case page.Cursor == "" || page.Cursor == l.pos.Cursor:
+			l.pos.Phase = archive.AuditDone
+		default:
+			l.pos.Cursor = page.Cursor
+		}
+		if err := r.commit(ctx, g, a, l, u); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// page is one listRepos page of the relay or of host, with discovery's
+// retries (merge.ListPage, merge.HostListPage).
+func (r *Runner) page(ctx context.Context, host, cursor string) (upstream.Page, error) {
+	if host == "" {
+		return merge.ListPage(ctx, r.cfg.Source, cursor)
+	}
+	return merge.HostListPage(ctx, r.cfg.Fleet, host, cursor)
+}
+
+// failedAgain counts a step in which host's listing failed transiently
+// and reports whether it has now failed bootstrap.DefaultHostRetries steps
+// in a row (the relay's listing is never given up: it is the only one).
+func (r *Runner) failedAgain(g archive.Gap, host string) bool {
+	if host == "" {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failing == nil || r.failingGap != g.ID {
+		r.failing, r.failingGap = map[string]int{}, g.ID
+	}
+	r.failing[host]++
+	return r.failing[host] > bootstrap.DefaultHostRetries
+}
+
+// listedOK forgets host's failed steps.
+func (r *Runner) listedOK(host string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.failing, host)
+}
+
+func (r *Runner) cutListing(g archive.Gap, host string, err error) {
+	r.cfg.Metrics.cut()
+	r.log.Error("repair pass: a listRepos page cannot be used; that listing ends here and accounts it lists after it are not compared",
+		"gap", g.ID, "host", host, "err", err)
+}
+
+// hostDropUnit bounds the audit/<id>/<host> deletions of one unit.
+const hostDropUnit = 1024
+
+// dropHostPositions deletes g's per-host positions before g closes (its
+// own position goes in the closing unit): a crash in between leaves the
+// pass done, and closing again finds fewer rows to drop.
+func (r *Runner) dropHostPositions(ctx context.Context, g archive.Gap) error {
+	keys, err := r.cfg.Store.AuditHostKeys(g.ID)
+	if err != nil {
+		return err
+	}
+	for chunk := range slices.Chunk(keys, hostDropUnit) {
+		puts := make([]archive.KV, len(chunk))
+		for i, k := range chunk {
+			puts[i] = archive.KV{Key: k}
+		}
+		if err := r.submit(ctx, &archive.Unit{Puts: puts}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
