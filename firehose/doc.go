@@ -27,6 +27,14 @@
 //     account's snapshot may predate the dropped commit. Warn counts and
 //     archives. #identity frames invalidate the cached document. The
 //     rev order of sync 1.1 is the writer's ratchet.
+//   - Parallel verification (pipeline.go): with verification on, Run
+//     checks frames on Config.Verifiers goroutines (default
+//     ident.Config.Verifiers, GOMAXPROCS), an account always on the same
+//     one so its frames are checked in order; one sequencer takes the
+//     frames back in read order and does the rest of Handle. The window of
+//     frames read and not yet submitted is bounded (32 per verifier, 32
+//     MiB); a read that waits for it is counted in
+//     backstream_firehose_verify_waits_total.
 //   - LastAccepted, LastDurable, Started, OutdatedCursor, Behind,
 //     AcceptedSince; NewMetrics.
 //

@@ -28,17 +28,37 @@ import (
 // its prevData, or its commit block does not name the frame's DID and rev.
 var errNotInverting = errors.New("commit does not match its message (sync 1.1)")
 
+// verdict is the outcome of checking one frame (check), before the mode
+// and the counters apply (judge).
+type verdict struct {
+	did     string
+	outcome string // "" when not checked
+	// err: ctx ended or the identity store could not be read; the frame is
+	// then not accepted.
+	err error
+}
+
 // verify checks f and returns the failed outcome ("" when it passed or was
 // not checked). An error is returned only when ctx ended or the identity
 // store could not be read: the frame is then not accepted.
 func (c *Consumer) verify(ctx context.Context, f *upstream.Frame) (string, error) {
+	v := c.check(ctx, f)
+	return c.judge(&v)
+}
+
+// check verifies f against its account's document; an #identity frame
+// drops the cached document. It reads no consumer state and writes only
+// the resolver's cache, so frames of different accounts may be checked
+// concurrently (pipeline.go); one account's frames are checked in order,
+// an #identity before the commits that follow it.
+func (c *Consumer) check(ctx context.Context, f *upstream.Frame) verdict {
 	id := c.cfg.Identity
 	if id.Mode() == ident.ModeOff {
-		return "", nil
+		return verdict{}
 	}
 	if f.Identity != nil {
 		id.Invalidate(f.Identity.Did)
-		return "", nil
+		return verdict{}
 	}
 	var did string
 	var commit *repo.Commit
@@ -51,28 +71,41 @@ func (c *Consumer) verify(ctx context.Context, f *upstream.Frame) (string, error
 		did = f.Sync.Did
 		commit, err = guarded(func() (*repo.Commit, error) { return checkSyncMessage(ctx, f.Sync) })
 	default:
-		return "", nil // nothing to check, or Rows drops the whole event
+		return verdict{} // nothing to check, or Rows drops the whole event
 	}
 	if err == nil {
 		_, err = id.VerifyCommit(ctx, did, commit)
 	}
-	outcome := ident.OutcomeOK
+	v := verdict{did: did, outcome: ident.OutcomeOK}
 	switch {
 	case err == nil:
 	case errors.Is(err, errNotInverting):
-		outcome = ident.OutcomeInversion
+		v.outcome = ident.OutcomeInversion
 	case ident.Class(err) != "":
-		outcome = ident.Class(err)
+		v.outcome = ident.Class(err)
 	case ctx.Err() != nil:
-		return "", fmt.Errorf("firehose: verify: %w", ctx.Err())
+		v.err = fmt.Errorf("firehose: verify: %w", ctx.Err())
 	default:
-		return "", fmt.Errorf("firehose: verify %s: %w", did, err)
+		v.err = fmt.Errorf("firehose: verify %s: %w", did, err)
 	}
-	id.Verified(ident.PathLive, outcome, did)
-	if outcome == ident.OutcomeOK || id.Mode() == ident.ModeWarn {
+	return v
+}
+
+// judge counts a checked frame's outcome and applies the mode: the failed
+// outcome a strict consumer drops the frame's rows for ("" otherwise).
+func (c *Consumer) judge(v *verdict) (string, error) {
+	if v.err != nil {
+		return "", v.err
+	}
+	if v.outcome == "" {
 		return "", nil
 	}
-	return outcome, nil
+	id := c.cfg.Identity
+	id.Verified(ident.PathLive, v.outcome, v.did)
+	if v.outcome == ident.OutcomeOK || id.Mode() == ident.ModeWarn {
+		return "", nil
+	}
+	return v.outcome, nil
 }
 
 // guarded runs a check of hostile blocks through indigo's repo and MST

@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"runtime"
 	"sync"
 	"time"
 
@@ -111,6 +112,9 @@ type Config struct {
 	Persist func(ctx context.Context, did string, v archive.Ident) error
 	// Mode is the verification mode the callers apply (Resolver.Mode).
 	Mode Mode
+	// Verifiers is how many live frames the firehose consumer checks in
+	// parallel (Resolver.Verifiers; 0: GOMAXPROCS).
+	Verifiers int
 	// HTTPClient overrides the client built from Timeout (tests).
 	HTTPClient *http.Client
 	Metrics    *Metrics
@@ -213,6 +217,18 @@ func (r *Resolver) Mode() Mode {
 		return ModeOff
 	}
 	return r.cfg.Mode
+}
+
+// Verifiers is Config.Verifiers (GOMAXPROCS when unset); 1 on a nil
+// Resolver.
+func (r *Resolver) Verifiers() int {
+	if r == nil {
+		return 1
+	}
+	if r.cfg.Verifiers > 0 {
+		return r.cfg.Verifiers
+	}
+	return runtime.GOMAXPROCS(0)
 }
 
 // Verified counts one verification of did on path with outcome (nil-safe);

@@ -93,6 +93,7 @@ func serveCommand() *command {
 			fs.Int("ident-retries", ident.DefaultRetries, "retries of a failed DID document request before the DID counts as unresolvable (failure class identity)")
 			fs.Int("ident-cache-size", ident.DefaultCacheSize, "DID documents kept in memory (least recently used evicted)")
 			fs.Duration("ident-ttl", ident.DefaultTTL, "how long a resolved DID document is trusted, in memory and in the store's ident/ rows")
+			fs.Int("verify-workers", 0, "live #commit and #sync frames verified in parallel (0 = one per CPU); an account's frames are checked in order, and archived in the relay's order")
 			healFlags(fs)
 			fs.String("nats-url", "", "publish every archived event, in seq order and once, into a NATS JetStream stream on these servers (comma-separated nats:// URLs; empty: no NATS sink)")
 			fs.String("nats-stream", natssink.DefaultStream, "with --nats-url: the stream's name, also its subjects' prefix (<stream>.commit.<collection>, <stream>.<kind>)")
@@ -286,10 +287,13 @@ func identOptions(fs *flagSet) (*ident.Config, error) {
 	}
 	c := &ident.Config{Mode: mode, PLC: strings.TrimSpace(fs.str("plc")),
 		Timeout: fs.get("ident-timeout").(time.Duration), Concurrency: fs.get("ident-concurrency").(int),
-		Retries: fs.get("ident-retries").(int), CacheSize: fs.get("ident-cache-size").(int), TTL: fs.get("ident-ttl").(time.Duration)}
+		Retries: fs.get("ident-retries").(int), CacheSize: fs.get("ident-cache-size").(int), TTL: fs.get("ident-ttl").(time.Duration),
+		Verifiers: fs.get("verify-workers").(int)}
 	switch {
 	case c.Timeout <= 0 || c.TTL <= 0:
 		return nil, errors.New("--ident-timeout and --ident-ttl must be positive")
+	case c.Verifiers < 0:
+		return nil, errors.New("--verify-workers must be ≥ 0")
 	case c.Concurrency < 1 || c.CacheSize < 1 || c.Retries < 0:
 		return nil, errors.New("--ident-concurrency and --ident-cache-size must be ≥ 1, --ident-retries ≥ 0")
 	}

@@ -22,11 +22,11 @@ func TestServeVerifyFlags(t *testing.T) {
 		t.Fatalf("default verification %+v", c)
 	}
 	o, err = serveFlags(t, []string{"--relay", "http://127.0.0.1:7777", "--ident-retries", "0"},
-		[]string{"BACKSTREAM_VERIFY=warn", "BACKSTREAM_IDENT_TIMEOUT=3s"})
+		[]string{"BACKSTREAM_VERIFY=warn", "BACKSTREAM_IDENT_TIMEOUT=3s", "BACKSTREAM_VERIFY_WORKERS=5"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := o.identConfig(); c.Mode != ident.ModeWarn || c.PLC != "http://127.0.0.1:7777" || c.Timeout != 3*time.Second || c.Retries >= 0 {
+	if c := o.identConfig(); c.Mode != ident.ModeWarn || c.PLC != "http://127.0.0.1:7777" || c.Timeout != 3*time.Second || c.Retries >= 0 || c.Verifiers != 5 {
 		t.Fatalf("loopback relay, warn: %+v", c)
 	}
 	o, err = serveFlags(t, []string{"--verify", "off", "--plc", "https://plc.example.com"}, nil)
@@ -42,6 +42,7 @@ func TestServeVerifyFlags(t *testing.T) {
 		{"--ident-cache-size", "0"},
 		{"--ident-retries", "-1"},
 		{"--ident-ttl", "-1s"},
+		{"--verify-workers", "-1"},
 	} {
 		if _, err := serveFlags(t, args, nil); !errors.Is(err, errUsage) {
 			t.Errorf("%q: %v, want a usage error", args, err)
