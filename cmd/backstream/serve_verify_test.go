@@ -18,15 +18,15 @@ func TestServeVerifyFlags(t *testing.T) {
 	}
 	c := o.identConfig()
 	if c == nil || c.Mode != ident.ModeStrict || c.PLC != ident.DefaultPLC || c.Timeout != ident.DefaultTimeout ||
-		c.Concurrency != ident.DefaultConcurrency || c.CacheSize != ident.DefaultCacheSize || c.TTL != ident.DefaultTTL {
+		c.Concurrency != ident.DefaultConcurrency || c.CacheSize != ident.DefaultCacheSize || c.TTL != ident.DefaultTTL || c.Rate != ident.DefaultRate {
 		t.Fatalf("default verification %+v", c)
 	}
-	o, err = serveFlags(t, []string{"--relay", "http://127.0.0.1:7777", "--ident-retries", "0"},
+	o, err = serveFlags(t, []string{"--relay", "http://127.0.0.1:7777", "--ident-retries", "0", "--ident-rate", "0"},
 		[]string{"BACKSTREAM_VERIFY=warn", "BACKSTREAM_IDENT_TIMEOUT=3s", "BACKSTREAM_VERIFY_WORKERS=5"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := o.identConfig(); c.Mode != ident.ModeWarn || c.PLC != "http://127.0.0.1:7777" || c.Timeout != 3*time.Second || c.Retries >= 0 || c.Verifiers != 5 {
+	if c := o.identConfig(); c.Mode != ident.ModeWarn || c.PLC != "http://127.0.0.1:7777" || c.Timeout != 3*time.Second || c.Retries >= 0 || c.Verifiers != 5 || c.Rate >= 0 {
 		t.Fatalf("loopback relay, warn: %+v", c)
 	}
 	o, err = serveFlags(t, []string{"--verify", "off", "--plc", "https://plc.example.com"}, nil)
@@ -43,6 +43,8 @@ func TestServeVerifyFlags(t *testing.T) {
 		{"--ident-retries", "-1"},
 		{"--ident-ttl", "-1s"},
 		{"--verify-workers", "-1"},
+		{"--ident-rate", "-5"},
+		{"--ident-rate", "NaN"},
 	} {
 		if _, err := serveFlags(t, args, nil); !errors.Is(err, errUsage) {
 			t.Errorf("%q: %v, want a usage error", args, err)
