@@ -5,11 +5,13 @@ package firehose
 // check (#commit, #sync, #identity) to a bounded pool of verifiers, one
 // account always to the same verifier, so an account's frames are checked
 // in their order (an #identity drops the cached key before the commits that
-// follow it are checked). One sequencer takes the frames back in the order
-// they were read and does everything else exactly as Handle does (seq
-// rules, counters, rows, side effects, submit): cursor semantics, drops and
-// crash safety do not depend on how many verifiers there are. The window of
-// frames read but not yet submitted is bounded in frames and in bytes.
+// follow it are checked), and an account with no document in memory has
+// it resolved as soon as its frame is read. One sequencer takes the frames
+// back in the order they were read and does everything else exactly as
+// Handle does (seq rules, counters, rows, side effects, submit): cursor
+// semantics, drops and crash safety do not depend on how many verifiers
+// there are. The window of frames read but not yet submitted is bounded in
+// frames and in bytes.
 
 import (
 	"context"
@@ -30,6 +32,13 @@ const (
 	DefaultVerifyWindowPerVerifier = 32
 	DefaultVerifyWindowBytes       = 32 << 20
 )
+
+// resolveAhead is how many goroutines resolve, ahead of their verifier, the
+// accounts whose documents are not in memory when their frame is read (an
+// account never seen, or invalidated): a verifier then rarely waits for
+// the directory, and the resolutions of a window run together, up to the
+// resolver's own concurrency limit.
+const resolveAhead = 16
 
 // verifiers is the number of parallel verifiers Run uses: 1 (verify inline,
 // in Handle) when nothing is verified.
@@ -56,8 +65,9 @@ type job struct {
 type pipeline struct {
 	c       *Consumer
 	workers []chan *job
-	order   chan *job // frames in read order, to the sequencer
-	free    chan *job // the window's frame slots
+	order   chan *job   // frames in read order, to the sequencer
+	free    chan *job   // the window's frame slots
+	ahead   chan string // DIDs to resolve ahead (resolveAhead goroutines)
 	bytes   *semaphore.Weighted
 	budget  int64
 	seed    maphash.Seed
@@ -70,6 +80,7 @@ func newPipeline(c *Consumer, n int) *pipeline {
 		workers: make([]chan *job, n),
 		order:   make(chan *job, window),
 		free:    make(chan *job, window),
+		ahead:   make(chan string, window),
 		bytes:   semaphore.NewWeighted(DefaultVerifyWindowBytes),
 		budget:  DefaultVerifyWindowBytes,
 		seed:    maphash.MakeSeed(),
@@ -99,6 +110,15 @@ func (c *Consumer) pipelined(ctx context.Context, read func() ([]byte, error), a
 			}
 		}()
 	}
+	for range resolveAhead {
+		wg.Add(1)
+		go func() { // owned: ahead is closed below, then waited for
+			defer wg.Done()
+			for did := range p.ahead {
+				_, _, _ = c.cfg.Identity.Lookup(ctx, did) // an error is its verifier's to judge
+			}
+		}()
+	}
 	type result struct {
 		progressed bool
 		err        error
@@ -112,6 +132,7 @@ func (c *Consumer) pipelined(ctx context.Context, read func() ([]byte, error), a
 	}()
 	rerr := p.feed(ctx, read)
 	close(p.order)
+	close(p.ahead)
 	for _, in := range p.workers {
 		close(in)
 	}
@@ -138,7 +159,14 @@ func (p *pipeline) feed(ctx context.Context, read func() ([]byte, error)) error 
 		j.v = verdict{}
 		p.order <- j // never blocks: order holds the whole window
 		if j.derr == nil && needsCheck(&j.f) {
-			p.workers[maphash.String(p.seed, j.f.DID())%uint64(len(p.workers))] <- j
+			did := j.f.DID()
+			if j.f.Identity == nil && upstream.ValidDID(did) && !p.c.cfg.Identity.Known(did) {
+				select {
+				case p.ahead <- did:
+				default: // the look-ahead is full: its verifier resolves it
+				}
+			}
+			p.workers[maphash.String(p.seed, did)%uint64(len(p.workers))] <- j
 		} else {
 			j.done <- struct{}{}
 		}

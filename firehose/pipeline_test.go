@@ -4,7 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,23 +69,7 @@ func TestPipelineKeepsAccountOrder(t *testing.T) {
 		}
 		want = append(want, e)
 	}
-	s := openStore(t)
-	zero := int64(0)
-	c, _ := newConsumer(t, Config{Relay: n.RelayURL(), Writer: newWriter(t, s, false), Mode: ModeLive, Cursor: &zero,
-		Identity: id, Verifiers: 8})
-	startRun(t, c)
-	waitCaughtUp(t, n, c, nil)
-	got := map[string]bool{}
-	for _, r := range readLog(t, s, false) {
-		got[r.DID+" "+r.Collection+"/"+r.RKey] = true
-	}
-	for _, e := range want {
-		for _, p := range opPaths(e) {
-			if !got[e.Event.DID+" "+p] {
-				t.Errorf("%s: commit %s (seq %d) not archived", e.Event.DID, p, e.Seq)
-			}
-		}
-	}
+	checkArchived(t, ingestAll(t, n, id, 8), want)
 	if v := promtest.Value(t, reg, "backstream_verify_total", map[string]string{"path": "live", "outcome": "signature"}); v != 0 {
 		t.Errorf("%v signature failures, want 0", v)
 	}
@@ -119,5 +108,104 @@ func TestRunIdentityStoreFails(t *testing.T) {
 				t.Fatalf("accepted %d past a frame that could not be verified", c.LastAccepted())
 			}
 		})
+	}
+}
+
+// gatedPLC proxies DID-document requests to the simulated network, each
+// held until `want` are in flight together (or a second has passed), and
+// keeps the peak in flight.
+type gatedPLC struct {
+	next http.Handler
+	want int
+
+	mu       sync.Mutex
+	inflight int
+	peak     int
+	reached  chan struct{}
+}
+
+func (g *gatedPLC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.mu.Lock()
+	g.inflight++
+	g.peak = max(g.peak, g.inflight)
+	if g.peak == g.want {
+		close(g.reached)
+	}
+	g.mu.Unlock()
+	select {
+	case <-g.reached:
+	case <-time.After(time.Second): // only when the requests come one by one
+	}
+	g.next.ServeHTTP(w, r)
+	g.mu.Lock()
+	g.inflight--
+	g.mu.Unlock()
+}
+
+// TestPipelineResolvesAhead: accounts never seen have their documents
+// resolved as soon as their frames are read, together, not one by one by
+// the verifier that reaches them: with two verifiers, the first
+// commits of several new accounts have their DID-document requests in
+// flight at once, and every commit is archived. A pipeline that resolved
+// only in its verifiers would have at most one request per verifier (two)
+// in flight.
+func TestPipelineResolvesAhead(t *testing.T) {
+	n := startNetwork(t, oracle.Config{Seed: 43, Accounts: 10})
+	dids := activeDIDs(n.World())
+	const want = 4
+	relay, err := url.Parse(n.RelayURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gatedPLC{next: httputil.NewSingleHostReverseProxy(relay), want: want, reached: make(chan struct{})}
+	plc := httptest.NewServer(g)
+	t.Cleanup(plc.Close)
+	id := ident.New(ident.Config{PLC: plc.URL, Mode: ident.ModeStrict})
+	t.Cleanup(id.Close)
+	var emitted []oracle.Emitted
+	for _, did := range dids {
+		e, err := n.Emit(like(did))
+		if err != nil {
+			t.Fatal(err)
+		}
+		emitted = append(emitted, e)
+	}
+	s := ingestAll(t, n, id, 2)
+	g.mu.Lock()
+	peak := g.peak
+	g.mu.Unlock()
+	if peak < want {
+		t.Errorf("at most %d DID-document requests in flight together, want %d", peak, want)
+	}
+	checkArchived(t, s, emitted)
+}
+
+// ingestAll runs a live consumer verifying with id on verifiers from
+// cursor 0 until it has caught up with n, and returns its store.
+func ingestAll(t *testing.T, n *oracle.Network, id *ident.Resolver, verifiers int) *archive.Store {
+	t.Helper()
+	s := openStore(t)
+	zero := int64(0)
+	c, _ := newConsumer(t, Config{Relay: n.RelayURL(), Writer: newWriter(t, s, false), Mode: ModeLive, Cursor: &zero,
+		Identity: id, Verifiers: verifiers})
+	startRun(t, c)
+	waitCaughtUp(t, n, c, nil)
+	return s
+}
+
+// checkArchived fails t for every record of the emitted commits missing
+// from s's log.
+func checkArchived(t *testing.T, s *archive.Store, emitted []oracle.Emitted) {
+	t.Helper()
+	got := map[string]bool{}
+	for _, r := range readLog(t, s, false) {
+		got[r.DID+" "+r.Collection+"/"+r.RKey] = true
+	}
+	for _, e := range emitted {
+		for _, p := range opPaths(e) {
+			if !got[e.Event.DID+" "+p] {
+				t.Errorf("%s: commit %s (seq %d) not archived", e.Event.DID, p, e.Seq)
+			}
+		}
 	}
 }

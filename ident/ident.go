@@ -349,6 +349,17 @@ func (r *Resolver) Lookup(ctx context.Context, did string) (info *Info, fresh bo
 	return info, err == nil, err
 }
 
+// Known reports whether memory holds a usable document for did (expired
+// or not), so a Lookup would not wait for the network. It is not counted
+// as a lookup.
+func (r *Resolver) Known(did string) bool {
+	if r == nil {
+		return true
+	}
+	info, _, ok := r.cache.get(did, r.cfg.Now())
+	return ok && info != nil
+}
+
 // revalidate refreshes did's expired document in the background (see
 // background). The stale entry is kept for revalidateGrace meanwhile, so a
 // burst of lookups starts one refresh.
