@@ -29,7 +29,7 @@ import (
 // verifier and in bytes (a frame larger than the byte bound waits for the
 // window to empty, then goes alone).
 const (
-	DefaultVerifyWindowPerVerifier = 32
+	DefaultVerifyWindowPerVerifier = 256
 	DefaultVerifyWindowBytes       = 32 << 20
 )
 
@@ -38,7 +38,7 @@ const (
 // account never seen, or invalidated): a verifier then rarely waits for
 // the directory, and the resolutions of a window run together, up to the
 // resolver's own concurrency limit.
-const resolveAhead = 16
+const resolveAhead = 64
 
 // verifiers is the number of parallel verifiers Run uses: 1 (verify inline,
 // in Handle) when nothing is verified.

@@ -26,8 +26,9 @@
 //     retried Retries times with the project's backoff; a DID the
 //     directory does not know is not retried. Resolutions per second are
 //     at most Concurrency over the directory's latency (64 at 50 ms:
-//     1,280/s); requests to the PLC directory are also held to Rate per
-//     second (300, a burst of Concurrency; a wait is counted).
+//     1,280/s); requests to the PLC directory may also be held to Rate per
+//     second (a burst of Concurrency; a wait is counted): serve holds the
+//     public directory to DefaultRate.
 //
 // Failures are typed: ErrUnresolvable (the DID could not be resolved, or
 // its document is unusable — no signing key); callers record it as the

@@ -34,6 +34,8 @@ const (
 	DefaultPLC         = "https://plc.directory"
 	DefaultTimeout     = 10 * time.Second
 	DefaultConcurrency = 64
+	// DefaultRate is the request rate serve holds the public PLC directory
+	// to (indigo's own PLC clients default to 100–300/s).
 	DefaultRate        = 300
 	DefaultRetries     = 2
 	DefaultTTL         = 24 * time.Hour
@@ -103,8 +105,9 @@ type Config struct {
 	// download rate).
 	Concurrency int
 	// Rate bounds the requests per second to the PLC directory, retries
-	// included (a burst of Concurrency); negative: none. did:web requests
-	// go to each account's own host and are not paced.
+	// included (a burst of Concurrency); 0: none (DefaultRate is the
+	// public directory's). did:web requests go to each account's own host
+	// and are not paced.
 	Rate float64
 	// Retries is the budget of retries of a failed request per resolution;
 	// negative means none.
@@ -144,9 +147,6 @@ func (c *Config) defaults() {
 	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = DefaultConcurrency
-	}
-	if c.Rate == 0 {
-		c.Rate = DefaultRate
 	}
 	switch {
 	case c.Retries == 0:

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/netip"
 	"net/url"
@@ -90,7 +91,7 @@ func serveCommand() *command {
 			fs.String("plc", "auto", "PLC directory URL for did:plc resolution (auto: "+ident.DefaultPLC+", or the relay's own URL when the relay is on loopback, as the simulated network serves DID documents)")
 			fs.Duration("ident-timeout", ident.DefaultTimeout, "deadline of one DID document request")
 			fs.Int("ident-concurrency", ident.DefaultConcurrency, "DID resolutions in flight at most; more wait (backstream_ident_limited_total). Resolutions per second are at most this over the directory's latency")
-			fs.Float64("ident-rate", ident.DefaultRate, "requests per second to the PLC directory at most, retries included (0 = no limit); more wait (backstream_ident_rate_limited_total)")
+			fs.String("ident-rate", "auto", "requests per second to the PLC directory at most, retries included (0 = no limit; auto: "+strconv.Itoa(ident.DefaultRate)+" for "+ident.DefaultPLC+", no limit for any other directory, e.g. a mirror or the simulated network); more wait (backstream_ident_rate_limited_total)")
 			fs.Int("ident-retries", ident.DefaultRetries, "retries of a failed DID document request before the DID counts as unresolvable (failure class identity)")
 			fs.Int("ident-cache-size", ident.DefaultCacheSize, "DID documents kept in memory (least recently used evicted)")
 			fs.Duration("ident-ttl", ident.DefaultTTL, "how long a resolved DID document is trusted, in memory and in the store's ident/ rows")
@@ -289,20 +290,22 @@ func identOptions(fs *flagSet) (*ident.Config, error) {
 	c := &ident.Config{Mode: mode, PLC: strings.TrimSpace(fs.str("plc")),
 		Timeout: fs.get("ident-timeout").(time.Duration), Concurrency: fs.get("ident-concurrency").(int),
 		Retries: fs.get("ident-retries").(int), CacheSize: fs.get("ident-cache-size").(int), TTL: fs.get("ident-ttl").(time.Duration),
-		Verifiers: fs.get("verify-workers").(int), Rate: fs.get("ident-rate").(float64)}
+		Verifiers: fs.get("verify-workers").(int), Rate: -1}
+	if r := strings.TrimSpace(fs.str("ident-rate")); r != "auto" {
+		if c.Rate, err = strconv.ParseFloat(r, 64); err != nil || !(c.Rate >= 0) || math.IsInf(c.Rate, 0) {
+			return nil, fmt.Errorf("--ident-rate %q: want auto or a rate ≥ 0", r)
+		}
+	}
 	switch {
 	case c.Timeout <= 0 || c.TTL <= 0:
 		return nil, errors.New("--ident-timeout and --ident-ttl must be positive")
-	case c.Verifiers < 0 || !(c.Rate >= 0):
-		return nil, errors.New("--verify-workers and --ident-rate must be ≥ 0")
+	case c.Verifiers < 0:
+		return nil, errors.New("--verify-workers must be ≥ 0")
 	case c.Concurrency < 1 || c.CacheSize < 1 || c.Retries < 0:
 		return nil, errors.New("--ident-concurrency and --ident-cache-size must be ≥ 1, --ident-retries ≥ 0")
 	}
 	if c.Retries == 0 {
 		c.Retries = -1 // ident.Config: 0 is the default, negative none
-	}
-	if c.Rate == 0 {
-		c.Rate = -1 // the same
 	}
 	if c.PLC != "auto" {
 		if u, err := url.Parse(c.PLC); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" {
@@ -666,6 +669,12 @@ func (o serveOptions) identConfig() *ident.Config {
 	}
 	c := *o.verify
 	c.PLC = plcFor(c.PLC, o.relay)
+	if c.Rate < 0 { // --ident-rate auto
+		c.Rate = 0
+		if c.PLC == ident.DefaultPLC {
+			c.Rate = ident.DefaultRate
+		}
+	}
 	return &c
 }
 
