@@ -98,7 +98,7 @@ type Config struct {
 	// (default DefaultGapThreshold; a larger one is a gap).
 	GapThreshold int64
 	// Verifiers is how many frames Run checks in parallel when Identity
-	// verifies (pipeline.go); 0: Identity.Verifiers(), 1: inline.
+	// verifies (pipeline.go); 0: Identity.Verifiers().
 	Verifiers int
 }
 
@@ -664,7 +664,7 @@ func (c *Consumer) session(ctx context.Context) (progressed bool, err error) {
 			c.m.anomaly(AnomalyUndecodable)
 		}
 	}
-	if n := c.verifiers(); n > 1 {
+	if n := c.verifiers(); n > 0 {
 		return c.pipelined(ctx, read, func() { _ = conn.Close() }, n)
 	}
 	for {

@@ -40,11 +40,11 @@ const (
 // resolver's own concurrency limit.
 const resolveAhead = 64
 
-// verifiers is the number of parallel verifiers Run uses: 1 (verify inline,
-// in Handle) when nothing is verified.
+// verifiers is the number of parallel verifiers Run uses: 0 (no pipeline:
+// Handle inline) when nothing is verified.
 func (c *Consumer) verifiers() int {
 	if c.cfg.Identity.Mode() == ident.ModeOff {
-		return 1
+		return 0
 	}
 	if c.cfg.Verifiers > 0 {
 		return c.cfg.Verifiers

@@ -125,7 +125,7 @@ type Config struct {
 	// Mode is the verification mode the callers apply (Resolver.Mode).
 	Mode Mode
 	// Verifiers is how many live frames the firehose consumer checks in
-	// parallel (Resolver.Verifiers; 0: GOMAXPROCS).
+	// parallel (Resolver.Verifiers; 0: GOMAXPROCS-1, at least 1).
 	Verifiers int
 	// HTTPClient overrides the client built from Timeout (tests).
 	HTTPClient *http.Client
@@ -208,7 +208,12 @@ func New(cfg Config) *Resolver {
 	cfg.defaults()
 	hc := cfg.HTTPClient
 	if hc == nil {
-		hc = &http.Client{Timeout: cfg.Timeout, Transport: capBodies{http.DefaultTransport}}
+		// Keep a connection per resolution in flight: the default keeps 2
+		// per host, so concurrent resolutions against one directory would
+		// dial and close a connection each.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = cfg.Concurrency
+		hc = &http.Client{Timeout: cfg.Timeout, Transport: capBodies{tr}}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var pacer *rate.Limiter
@@ -237,8 +242,10 @@ func (r *Resolver) Mode() Mode {
 	return r.cfg.Mode
 }
 
-// Verifiers is Config.Verifiers (GOMAXPROCS when unset); 1 on a nil
-// Resolver.
+// Verifiers is Config.Verifiers; unset, one less than GOMAXPROCS (at least
+// 1): verification saturates its CPUs, and the frames' reading, decoding,
+// ordering and writing need one too (on 2 CPUs, two verifiers made a live
+// ingest slower than one). 1 on a nil Resolver.
 func (r *Resolver) Verifiers() int {
 	if r == nil {
 		return 1
@@ -246,7 +253,7 @@ func (r *Resolver) Verifiers() int {
 	if r.cfg.Verifiers > 0 {
 		return r.cfg.Verifiers
 	}
-	return runtime.GOMAXPROCS(0)
+	return max(1, runtime.GOMAXPROCS(0)-1)
 }
 
 // Verified counts one verification of did on path with outcome (nil-safe);
