@@ -29,7 +29,7 @@
 //     rev order of sync 1.1 is the writer's ratchet.
 //   - Parallel verification (pipeline.go): with verification on, Run
 //     checks frames on Config.Verifiers goroutines (default
-//     ident.Config.Verifiers, GOMAXPROCS-1), an account always on the same
+//     ident.Config.Verifiers, GOMAXPROCS), an account always on the same
 //     one so its frames are checked in order; one sequencer takes the
 //     frames back in read order and does the rest of Handle. The window of
 //     frames read and not yet submitted is bounded (256 per verifier, 32

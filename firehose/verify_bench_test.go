@@ -97,7 +97,7 @@ func BenchmarkVerifyCommitFrame(b *testing.B) {
 // BenchmarkLiveIngestVerify: the live consumer reading a preloaded history
 // of basic traffic over a real websocket into the archive writer, from
 // cursor 0 to the head, with verification off, strict with one verifier
-// and strict with two (the default on 2 CPUs is one), every
+// and strict with two (the default on 2 CPUs), every
 // account's key cached, as after bootstrap. Reports events/s and CPU-s per
 // million events (process CPU, the simulated relay's included, alike in
 // all).

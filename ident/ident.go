@@ -125,7 +125,7 @@ type Config struct {
 	// Mode is the verification mode the callers apply (Resolver.Mode).
 	Mode Mode
 	// Verifiers is how many live frames the firehose consumer checks in
-	// parallel (Resolver.Verifiers; 0: GOMAXPROCS-1, at least 1).
+	// parallel (Resolver.Verifiers; 0: GOMAXPROCS).
 	Verifiers int
 	// HTTPClient overrides the client built from Timeout (tests).
 	HTTPClient *http.Client
@@ -242,10 +242,11 @@ func (r *Resolver) Mode() Mode {
 	return r.cfg.Mode
 }
 
-// Verifiers is Config.Verifiers; unset, one less than GOMAXPROCS (at least
-// 1): verification saturates its CPUs, and the frames' reading, decoding,
-// ordering and writing need one too (on 2 CPUs, two verifiers made a live
-// ingest slower than one). 1 on a nil Resolver.
+// Verifiers is Config.Verifiers, GOMAXPROCS when unset; 1 on a nil
+// Resolver. (With the relay in the same process, as in the firehose
+// package's benchmark, one verifier fewer than the CPUs is faster: two
+// verifiers on 2 CPUs starve the relay; with serve and the relay as
+// separate processes, two are faster.)
 func (r *Resolver) Verifiers() int {
 	if r == nil {
 		return 1
@@ -253,7 +254,7 @@ func (r *Resolver) Verifiers() int {
 	if r.cfg.Verifiers > 0 {
 		return r.cfg.Verifiers
 	}
-	return max(1, runtime.GOMAXPROCS(0)-1)
+	return runtime.GOMAXPROCS(0)
 }
 
 // Verified counts one verification of did on path with outcome (nil-safe);

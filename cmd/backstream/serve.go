@@ -95,7 +95,7 @@ func serveCommand() *command {
 			fs.Int("ident-retries", ident.DefaultRetries, "retries of a failed DID document request before the DID counts as unresolvable (failure class identity)")
 			fs.Int("ident-cache-size", ident.DefaultCacheSize, "DID documents kept in memory (least recently used evicted)")
 			fs.Duration("ident-ttl", ident.DefaultTTL, "how long a resolved DID document is trusted, in memory and in the store's ident/ rows")
-			fs.Int("verify-workers", 0, "live #commit and #sync frames verified in parallel (0 = one less than the CPUs, at least 1: reading, ordering and writing the frames need a CPU too); an account's frames are checked in order, and archived in the relay's order")
+			fs.Int("verify-workers", 0, "live #commit and #sync frames verified in parallel (0 = one per CPU); an account's frames are checked in order, and archived in the relay's order")
 			healFlags(fs)
 			fs.String("nats-url", "", "publish every archived event, in seq order and once, into a NATS JetStream stream on these servers (comma-separated nats:// URLs; empty: no NATS sink)")
 			fs.String("nats-stream", natssink.DefaultStream, "with --nats-url: the stream's name, also its subjects' prefix (<stream>.commit.<collection>, <stream>.<kind>)")
