@@ -70,6 +70,14 @@ type Config struct {
 	// Workers is the number of concurrent jobs, hence of concurrent getRepo
 	// requests (E3). Default 100.
 	Workers int
+	// Resolve, when set, looks a repo's DID document up ahead of its job
+	// (the node passes ident.Resolver.Lookup, which fills the cache the job
+	// reads): each batch about to be dispatched is resolved by Workers
+	// look-ahead goroutines while the repos before it download, so the
+	// directory's latency overlaps the downloads instead of starting each
+	// job. At most the batches recorded and not yet dispatched (about two
+	// batches) are ahead. Nil: each job resolves its own DID.
+	Resolve func(ctx context.Context, did string)
 	// Window bounds the repos enumerated beyond the checkpoint. Default 50,000.
 	Window int
 	// PageLimit is the listRepos page size (E1). Default 1000.
@@ -325,7 +333,14 @@ func (b *Bootstrap) coordinate(parent context.Context, lanes []lane) error {
 	// hence pending; the rest of their pages is simply listed again.
 	recordReq := make(chan []string)
 	recorded := make(chan recordedBatch)
+	ahead := b.resolveAhead(ctx, &wg)
 	serve(ctx, &wg, recordReq, recorded, func(batch []string) recordedBatch {
+		for i := 0; ahead != nil && i < len(batch); i++ {
+			select {
+			case ahead <- batch[i]:
+			case <-ctx.Done():
+			}
+		}
 		return recordedBatch{dids: batch, err: b.writeNotStarted(ctx, batch)}
 	})
 	defer close(recordReq)
@@ -572,6 +587,33 @@ func serve[T, R any](ctx context.Context, wg *sync.WaitGroup, req <-chan T, res 
 			}
 		}
 	}()
+}
+
+// resolveAhead starts the look-ahead resolvers of Config.Resolve (Workers
+// goroutines, stopped by ctx) and returns their input, nil without
+// Resolve. Its buffer holds one batch: the recorder waits on it beyond, so
+// the look-ahead stays bounded.
+func (b *Bootstrap) resolveAhead(ctx context.Context, wg *sync.WaitGroup) chan string {
+	cfg := &b.cfg
+	if cfg.Resolve == nil {
+		return nil
+	}
+	ahead := make(chan string, max(cfg.Workers, 16))
+	for range cfg.Workers {
+		wg.Add(1)
+		go func() { // owned: ends with ctx, waited for by coordinate
+			defer wg.Done()
+			for {
+				select {
+				case did := <-ahead:
+					cfg.Resolve(ctx, did)
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	return ahead
 }
 
 // writeCheckpoint makes c durable in one unit and then fires

@@ -48,7 +48,10 @@
 //   - one unit per page: its new inactive DIDs (not_started, active=false)
 //     and activity flips;
 //   - one unit per dispatch batch (max(Workers, 16) repos): new active DIDs
-//     as not_started, written just before they are handed to workers;
+//     as not_started, written just before they are handed to workers (with
+//     Config.Resolve, the batch's DIDs go to Workers look-ahead resolvers
+//     first, so their documents are cached before their jobs start: the
+//     directory's latency overlaps the downloads);
 //   - per repo: the job's units (backfill);
 //   - cursor/listrepos (+ cursor/listrepos_last): one unit per watermark
 //     move, at most one outstanding;

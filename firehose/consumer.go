@@ -97,6 +97,9 @@ type Config struct {
 	// GapThreshold is the largest seq skip counted only as an anomaly
 	// (default DefaultGapThreshold; a larger one is a gap).
 	GapThreshold int64
+	// Verifiers is how many frames Run checks in parallel when Identity
+	// verifies (pipeline.go); 0: Identity.Verifiers().
+	Verifiers int
 }
 
 // Consumer reads subscribeRepos and submits one archive.Unit per frame. Run
@@ -104,6 +107,7 @@ type Config struct {
 type Consumer struct {
 	cfg     Config
 	log     *slog.Logger
+	lines   *loglimit.Every // rate-limited lines (the verification window)
 	m       *Metrics
 	acks    *archive.Acks
 	running atomic.Bool
@@ -186,6 +190,7 @@ func New(cfg Config) (*Consumer, error) {
 	c := &Consumer{
 		cfg:        cfg,
 		log:        cfg.Logger.With("component", "firehose", "mode", cfg.Mode.String()),
+		lines:      loglimit.New(time.Minute, cfg.Now),
 		m:          cfg.Metrics,
 		acks:       archive.NewAcks(),
 		started:    make(chan struct{}),
@@ -343,6 +348,13 @@ func (c *Consumer) Handle(ctx context.Context, msg []byte) error {
 		return err
 	}
 	f, err := upstream.DecodeFrame(msg)
+	return c.handleFrame(ctx, &f, err, nil)
+}
+
+// handleFrame is Handle after decoding (err is DecodeFrame's). v is the
+// frame's verdict when it was checked ahead (pipeline.go); nil checks it
+// here, once the seq rules have accepted it.
+func (c *Consumer) handleFrame(ctx context.Context, f *upstream.Frame, err error, v *verdict) error {
 	switch {
 	case errors.Is(err, upstream.ErrUnknownFrameType):
 		c.m.frame(frameUnknown)
@@ -390,7 +402,7 @@ func (c *Consumer) Handle(ctx context.Context, msg []byte) error {
 		return nil
 	}
 	seq, _ := f.Seq()
-	c.m.frame(frameType(&f))
+	c.m.frame(frameType(f))
 	if seq <= 0 {
 		c.m.anomaly(AnomalyInvalidSeq)
 		return nil
@@ -398,17 +410,21 @@ func (c *Consumer) Handle(ctx context.Context, msg []byte) error {
 	if !c.checkSeq(seq) {
 		return nil
 	}
-	failed, err := c.verify(ctx, &f)
+	if v == nil {
+		v = &verdict{}
+		*v = c.check(ctx, f)
+	}
+	failed, err := c.judge(v)
 	if err != nil {
 		return err
 	}
-	if err := c.markCaptured(ctx, &f, failed); err != nil {
+	if err := c.markCaptured(ctx, f, failed); err != nil {
 		return err
 	}
-	if err := c.checkChain(ctx, &f); err != nil {
+	if err := c.checkChain(ctx, f); err != nil {
 		return err
 	}
-	u := c.unit(&f, seq, failed)
+	u := c.unit(f, seq, failed)
 	if err := c.withGap(ctx, u, seq); err != nil {
 		return err
 	}
@@ -423,7 +439,7 @@ func (c *Consumer) Handle(ctx context.Context, msg []byte) error {
 	if c.pending != nil {
 		c.gapRecorded()
 	}
-	t := eventTime(&f, c.cfg.Now)
+	t := eventTime(f, c.cfg.Now)
 	c.m.accepted(seq, t)
 	now := c.cfg.Now().UnixMicro()
 	c.lastEventUS.Store(min(int64(t*1e6), now))
@@ -641,17 +657,28 @@ func (c *Consumer) session(ctx context.Context) (progressed bool, err error) {
 	// One read buffer for the connection: Handle keeps nothing of msg
 	// (DecodeFrame copies what it returns), so each message reuses it.
 	var buf bytes.Buffer
-	for {
-		mt, msg, err := readMessage(conn, &buf)
-		if err != nil {
-			return progressed, err
-		}
-		_ = conn.SetReadDeadline(time.Now().Add(idle))
-		lastMsg.Store(c.cfg.Now().UnixMicro())
-		if mt != websocket.BinaryMessage {
+	read := func() ([]byte, error) {
+		for {
+			mt, msg, err := readMessage(conn, &buf)
+			if err != nil {
+				return nil, err
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(idle))
+			lastMsg.Store(c.cfg.Now().UnixMicro())
+			if mt == websocket.BinaryMessage {
+				return msg, nil
+			}
 			c.m.frame(frameInvalid)
 			c.m.anomaly(AnomalyUndecodable)
-			continue
+		}
+	}
+	if n := c.verifiers(); n > 0 {
+		return c.pipelined(ctx, read, func() { _ = conn.Close() }, n)
+	}
+	for {
+		msg, err := read()
+		if err != nil {
+			return progressed, err
 		}
 		before := c.last
 		if err := c.Handle(ctx, msg); err != nil {

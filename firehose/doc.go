@@ -30,6 +30,17 @@
 //     strict archives the verdict, the handle or handle.invalid (what
 //     /subscribe's identity events then carry); warn archives the handle as
 //     sent and counts. The rev order of sync 1.1 is the writer's ratchet.
+//   - Parallel verification (pipeline.go): with verification on, Run
+//     checks frames on Config.Verifiers goroutines (default
+//     ident.Config.Verifiers, GOMAXPROCS), an account always on the same
+//     one so its frames are checked in order; one sequencer takes the
+//     frames back in read order and does the rest of Handle. The window of
+//     frames read and not yet submitted is bounded (256 per verifier, 32
+//     MiB); a read that waits for it is counted in
+//     backstream_firehose_verify_waits_total. A frame whose account has no
+//     document in memory (never seen, or invalidated) has it resolved as
+//     soon as it is read, by 64 look-ahead goroutines, so the resolutions
+//     of a window run together instead of each blocking its verifier.
 //   - LastAccepted, LastDurable, Started, OutdatedCursor, Behind,
 //     AcceptedSince; NewMetrics.
 //

@@ -68,15 +68,16 @@ var frameTypes = []string{frameCommit, frameSync, frameIdentity, frameAccount, f
 // consumers that run one after the other (capture, then live); build it once
 // per registry.
 type Metrics struct {
-	dropped    *prometheus.CounterVec
-	anomalies  *prometheus.CounterVec
-	frames     *prometheus.CounterVec
-	reconnects prometheus.Counter
-	outdated   prometheus.Gauge
-	lastSeq    prometheus.Gauge
-	durableSeq prometheus.Gauge
-	lastTime   prometheus.Gauge
-	gaps       *prometheus.CounterVec
+	dropped     *prometheus.CounterVec
+	anomalies   *prometheus.CounterVec
+	frames      *prometheus.CounterVec
+	reconnects  prometheus.Counter
+	outdated    prometheus.Gauge
+	lastSeq     prometheus.Gauge
+	durableSeq  prometheus.Gauge
+	lastTime    prometheus.Gauge
+	gaps        *prometheus.CounterVec
+	verifyWaits prometheus.Counter
 }
 
 // NewMetrics registers the firehose metrics on reg (nil: unregistered, still
@@ -90,6 +91,7 @@ type Metrics struct {
 //   - backstream_firehose_durable_seq (last upstream seq made durable)
 //   - backstream_firehose_last_event_time_seconds (upstream time of the last accepted event)
 //   - backstream_firehose_gaps_total{kind} (gap/ rows recorded, by archive.GapKind)
+//   - backstream_firehose_verify_waits_total (reads that waited for the verification window)
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -128,6 +130,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "backstream_firehose_gaps_total",
 			Help: "Gaps in the relay's stream recorded as gap/ rows (the repair pass heals them), by kind.",
 		}, []string{"kind"}),
+		verifyWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_firehose_verify_waits_total",
+			Help: "Firehose reads that waited because the window of frames being verified was full (verification is the bottleneck).",
+		}),
 	}
 	for _, k := range archive.GapKinds() {
 		m.gaps.WithLabelValues(k.String())
@@ -143,7 +149,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.dropped, m.anomalies, m.frames, m.reconnects, m.outdated,
-			m.lastSeq, m.durableSeq, m.lastTime, m.gaps)
+			m.lastSeq, m.durableSeq, m.lastTime, m.gaps, m.verifyWaits)
 	}
 	return m
 }
@@ -203,4 +209,11 @@ func (m *Metrics) gap(k archive.GapKind) {
 		return
 	}
 	m.gaps.WithLabelValues(k.String()).Inc()
+}
+
+func (m *Metrics) verifyWait() {
+	if m == nil {
+		return
+	}
+	m.verifyWaits.Inc()
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/ident"
 )
 
 // identityFrames returns n #identity frames with seqs 1..n.
@@ -75,7 +76,17 @@ func checkOnce(t *testing.T, rows []archive.Event, n int) {
 // each reconnect asks for the last accepted seq, even though the writer
 // (lingering) has not made it durable yet, and nothing is lost or repeated
 // (S1).
-func TestRunResumesFromLastAccepted(t *testing.T) {
+func TestRunResumesFromLastAccepted(t *testing.T) { bothPaths(t, testRunResumes) }
+
+// bothPaths runs test inline (no verification) and again with the
+// verification pipeline (#identity frames go through its verifiers): the
+// consumer's semantics do not depend on it.
+func bothPaths(t *testing.T, test func(t *testing.T, id *ident.Resolver, verifiers int)) {
+	t.Run("inline", func(t *testing.T) { test(t, nil, 1) })
+	t.Run("pipelined", func(t *testing.T) { test(t, offlineIdentity(t), 3) })
+}
+
+func testRunResumes(t *testing.T, id *ident.Resolver, verifiers int) {
 	frames := identityFrames(t, 12)
 	relay := newScriptRelay(t, func(i int, cursor *int64) session {
 		rest := after(frames, cursor)
@@ -86,7 +97,7 @@ func TestRunResumesFromLastAccepted(t *testing.T) {
 	})
 	s := openStore(t)
 	wr := newWriterOpts(t, s, archive.WriterOptions{Capture: true, Linger: 150 * time.Millisecond})
-	c, m := newConsumer(t, Config{Relay: relay.url(), Writer: wr, Mode: ModeCapture})
+	c, m := newConsumer(t, Config{Relay: relay.url(), Writer: wr, Mode: ModeCapture, Identity: id, Verifiers: verifiers})
 	r := startRun(t, c)
 	waitDurable(t, c, 12)
 	if err := r.stop(t); err != nil {
@@ -258,7 +269,9 @@ func TestRunWriterClosed(t *testing.T) {
 
 // TestRunWriterFatal: a failed commit (WAL write error) stops the writer;
 // Run returns the writer's error and nothing is reported durable.
-func TestRunWriterFatal(t *testing.T) {
+func TestRunWriterFatal(t *testing.T) { bothPaths(t, testRunWriterFatal) }
+
+func testRunWriterFatal(t *testing.T, id *ident.Resolver, verifiers int) {
 	var armed atomic.Bool
 	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
 		if armed.Load() && (op == errorfs.OpFileWrite || op == errorfs.OpFileSync) && strings.HasSuffix(path, ".log") {
@@ -271,7 +284,7 @@ func TestRunWriterFatal(t *testing.T) {
 	armed.Store(true)
 	frames := identityFrames(t, 3)
 	relay := newScriptRelay(t, func(_ int, cursor *int64) session { return session{msgs: after(frames, cursor), hold: true} })
-	c, _ := newConsumer(t, Config{Relay: relay.url(), Writer: wr, Mode: ModeCapture})
+	c, _ := newConsumer(t, Config{Relay: relay.url(), Writer: wr, Mode: ModeCapture, Identity: id, Verifiers: verifiers})
 	r := startRun(t, c)
 	err := r.wait(10 * time.Second)
 	if err == nil || err == errTimeout || !strings.Contains(err.Error(), "injected EIO") {
@@ -290,7 +303,9 @@ func TestRunWriterFatal(t *testing.T) {
 // TestRunRefusedUnit: a live-mode consumer wired to the capture writer has
 // its #account unit refused; Run stops with ErrUnitRefused instead of
 // skipping the frame.
-func TestRunRefusedUnit(t *testing.T) {
+func TestRunRefusedUnit(t *testing.T) { bothPaths(t, testRunRefusedUnit) }
+
+func testRunRefusedUnit(t *testing.T, id *ident.Resolver, verifiers int) {
 	w := buildWorld(t, 2)
 	a := activeDIDs(w)[0]
 	frames := []msg{
@@ -299,7 +314,7 @@ func TestRunRefusedUnit(t *testing.T) {
 	}
 	relay := newScriptRelay(t, func(_ int, cursor *int64) session { return session{msgs: after(frames, cursor), hold: true} })
 	s := openStore(t)
-	c, _ := newConsumer(t, Config{Relay: relay.url(), Writer: newWriter(t, s, true), Mode: ModeLive})
+	c, _ := newConsumer(t, Config{Relay: relay.url(), Writer: newWriter(t, s, true), Mode: ModeLive, Identity: id, Verifiers: verifiers})
 	r := startRun(t, c)
 	err := r.wait(10 * time.Second)
 	if !errors.Is(err, ErrUnitRefused) {

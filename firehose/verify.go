@@ -14,11 +14,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	comatproto "github.com/bluesky-social/indigo/api/atproto"
 	"github.com/bluesky-social/indigo/atproto/repo"
-	"github.com/bluesky-social/indigo/atproto/syntax"
+	"github.com/bluesky-social/indigo/atproto/repo/mst"
+	blocks "github.com/ipfs/go-block-format"
 	"github.com/ipfs/go-cid"
+	ipld "github.com/ipfs/go-ipld-format"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/ident"
@@ -29,19 +32,39 @@ import (
 // its prevData, or its commit block does not name the frame's DID and rev.
 var errNotInverting = errors.New("commit does not match its message (sync 1.1)")
 
+// verdict is the outcome of checking one frame (check), before the mode
+// and the counters apply (judge).
+type verdict struct {
+	did     string
+	outcome string // "" when not checked
+	// err: ctx ended or the identity store could not be read; the frame is
+	// then not accepted.
+	err error
+}
+
 // verify checks f and returns the failed outcome ("" when it passed or was
 // not checked). An error is returned only when ctx ended or the identity
 // store could not be read: the frame is then not accepted.
 func (c *Consumer) verify(ctx context.Context, f *upstream.Frame) (string, error) {
+	v := c.check(ctx, f)
+	return c.judge(&v)
+}
+
+// check verifies f against its account's document; an #identity frame
+// drops the cached document. It reads no consumer state and writes only
+// the resolver's cache, so frames of different accounts may be checked
+// concurrently (pipeline.go); one account's frames are checked in order,
+// an #identity before the commits that follow it.
+func (c *Consumer) check(ctx context.Context, f *upstream.Frame) verdict {
 	id := c.cfg.Identity
 	if id.Mode() == ident.ModeOff {
-		return "", nil
+		return verdict{}
 	}
 	if f.Identity != nil {
 		if !upstream.ValidDID(f.Identity.Did) {
-			return "", nil // Rows drops the whole event
+			return verdict{} // Rows drops the whole event
 		}
-		return "", c.checkIdentity(ctx, f.Identity)
+		return verdict{err: c.checkIdentity(ctx, f.Identity)}
 	}
 	var did string
 	var commit *repo.Commit
@@ -54,28 +77,41 @@ func (c *Consumer) verify(ctx context.Context, f *upstream.Frame) (string, error
 		did = f.Sync.Did
 		commit, err = guarded(func() (*repo.Commit, error) { return checkSyncMessage(ctx, f.Sync) })
 	default:
-		return "", nil // nothing to check, or Rows drops the whole event
+		return verdict{} // nothing to check, or Rows drops the whole event
 	}
 	if err == nil {
 		_, err = id.VerifyCommit(ctx, did, commit)
 	}
-	outcome := ident.OutcomeOK
+	v := verdict{did: did, outcome: ident.OutcomeOK}
 	switch {
 	case err == nil:
 	case errors.Is(err, errNotInverting):
-		outcome = ident.OutcomeInversion
+		v.outcome = ident.OutcomeInversion
 	case ident.Class(err) != "":
-		outcome = ident.Class(err)
+		v.outcome = ident.Class(err)
 	case ctx.Err() != nil:
-		return "", fmt.Errorf("firehose: verify: %w", ctx.Err())
+		v.err = fmt.Errorf("firehose: verify: %w", ctx.Err())
 	default:
-		return "", fmt.Errorf("firehose: verify %s: %w", did, err)
+		v.err = fmt.Errorf("firehose: verify %s: %w", did, err)
 	}
-	id.Verified(ident.PathLive, outcome, did)
-	if outcome == ident.OutcomeOK || id.Mode() == ident.ModeWarn {
+	return v
+}
+
+// judge counts a checked frame's outcome and applies the mode: the failed
+// outcome a strict consumer drops the frame's rows for ("" otherwise).
+func (c *Consumer) judge(v *verdict) (string, error) {
+	if v.err != nil {
+		return "", v.err
+	}
+	if v.outcome == "" {
 		return "", nil
 	}
-	return outcome, nil
+	id := c.cfg.Identity
+	id.Verified(ident.PathLive, v.outcome, v.did)
+	if v.outcome == ident.OutcomeOK || id.Mode() == ident.ModeWarn {
+		return "", nil
+	}
+	return v.outcome, nil
 }
 
 // checkIdentity refreshes an #identity frame's account and verifies the
@@ -114,20 +150,30 @@ func guarded(check func() (*repo.Commit, error)) (c *repo.Commit, err error) {
 // whole: there is nothing to verify and nothing forged to replace).
 func validIDs(did, rev string) bool { return upstream.ValidDID(did) && upstream.ValidTID(rev) }
 
-// checkCommitMessage loads a #commit's blocks (hash-checked) and checks
-// them against the message: the commit names the message's DID and rev,
-// every create/update op's CID is the MST's value at its path, and — when
-// every update and delete carries its prev and prevData is present (sync
-// 1.1) — the ops inverted on the partial MST give prevData. It returns the
-// commit for the signature check. indigo's repo.VerifyCommitMessage does the
-// same but logs per event through slog.Default.
+// checkCommitMessage reads a #commit's blocks (hash-checked, rooted at the
+// commit: upstream.ReadCommitBlocks) and checks them against the message:
+// the commit names the message's DID and rev, every create/update op's CID
+// is the MST's value at its path and its record block is present, and —
+// when every update and delete carries its prev and prevData is present
+// (sync 1.1) — the ops inverted on the partial MST give prevData. It
+// returns the commit for the signature check. indigo's
+// repo.VerifyCommitMessage does the same but logs per event through
+// slog.Default, and reads the CAR through go-car (slower).
 func checkCommitMessage(ctx context.Context, m *comatproto.SyncSubscribeRepos_Commit) (*repo.Commit, error) {
-	commit, r, err := repo.LoadRepoFromCAR(ctx, bytes.NewReader(m.Blocks))
+	bs, err := upstream.ReadCommitBlocks(m.Blocks, cid.Cid(m.Commit))
 	if err != nil {
 		return nil, fmt.Errorf("%w: blocks: %w", errNotInverting, err)
 	}
+	commit, err := decodeCommit(&bs, cid.Cid(m.Commit))
+	if err != nil {
+		return nil, err
+	}
 	if commit.DID != m.Repo || commit.Rev != m.Rev {
 		return nil, fmt.Errorf("%w: commit names %s rev %s", errNotInverting, commit.DID, commit.Rev)
+	}
+	tree, err := mst.LoadTreeFromStore(ctx, mstBlocks{&bs}, commit.Data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: MST: %w", errNotInverting, err)
 	}
 	ops := make([]repo.Operation, 0, len(m.Ops))
 	invertible := m.PrevData != nil
@@ -149,11 +195,11 @@ func checkCommitMessage(ctx context.Context, m *comatproto.SyncSubscribeRepos_Co
 			if op.Value == nil {
 				return nil, fmt.Errorf("%w: %s %s without cid", errNotInverting, rop.Action, rop.Path)
 			}
-			nsid, rkey, err := syntax.ParseRepoPath(rop.Path)
-			if err != nil {
+			if !validRepoPath(rop.Path) {
 				continue // the op is dropped by Rows; its MST value is not checked
 			}
-			if _, val, err := r.GetRecordBytes(ctx, nsid, rkey); err != nil || *val != *op.Value {
+			val, err := tree.Get([]byte(rop.Path))
+			if _, ok := bs.Get(*op.Value); err != nil || val == nil || *val != *op.Value || !ok {
 				return nil, fmt.Errorf("%w: %s %s does not match the MST", errNotInverting, rop.Action, rop.Path)
 			}
 		}
@@ -169,9 +215,8 @@ func checkCommitMessage(ctx context.Context, m *comatproto.SyncSubscribeRepos_Co
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errNotInverting, err)
 	}
-	tree := r.MST.Copy()
-	for i := range ops {
-		if err := repo.InvertOp(&tree, &ops[i]); err != nil {
+	for i := range ops { // the tree is this check's own: inverted in place
+		if err := repo.InvertOp(tree, &ops[i]); err != nil {
 			return nil, fmt.Errorf("%w: invert %s: %w", errNotInverting, ops[i].Path, err)
 		}
 	}
@@ -183,6 +228,42 @@ func checkCommitMessage(ctx context.Context, m *comatproto.SyncSubscribeRepos_Co
 		return nil, fmt.Errorf("%w: ops invert to %s, prevData is %s", errNotInverting, root, cid.Cid(*m.PrevData))
 	}
 	return commit, nil
+}
+
+// validRepoPath: path is collection/rkey, both valid (syntax.ParseRepoPath's
+// rule, without its regexps).
+func validRepoPath(path string) bool {
+	coll, rkey, ok := strings.Cut(path, "/")
+	return ok && upstream.ValidNSID(coll) && upstream.ValidRecordKey(rkey)
+}
+
+// decodeCommit decodes and checks the structure of the commit block c.
+func decodeCommit(bs *upstream.CommitBlocks, c cid.Cid) (*repo.Commit, error) {
+	data, ok := bs.Get(c)
+	if !ok {
+		return nil, fmt.Errorf("%w: no commit block", errNotInverting)
+	}
+	var commit repo.Commit
+	if err := commit.UnmarshalCBOR(bytes.NewReader(data)); err != nil {
+		return nil, fmt.Errorf("%w: commit block: %w", errNotInverting, err)
+	}
+	if err := commit.VerifyStructure(); err != nil {
+		return nil, fmt.Errorf("%w: commit block: %w", errNotInverting, err)
+	}
+	return &commit, nil
+}
+
+// mstBlocks serves a commit's blocks to indigo's MST loader; a block
+// absent from the partial tree is ipld's not-found, which the loader
+// skips.
+type mstBlocks struct{ bs *upstream.CommitBlocks }
+
+func (b mstBlocks) Get(_ context.Context, c cid.Cid) (blocks.Block, error) {
+	data, ok := b.bs.Get(c)
+	if !ok {
+		return nil, &ipld.ErrNotFound{Cid: c}
+	}
+	return blocks.NewBlockWithCid(data, c)
 }
 
 // checkSyncMessage decodes a #sync's commit and checks it names the

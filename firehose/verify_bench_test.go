@@ -96,9 +96,11 @@ func BenchmarkVerifyCommitFrame(b *testing.B) {
 
 // BenchmarkLiveIngestVerify: the live consumer reading a preloaded history
 // of basic traffic over a real websocket into the archive writer, from
-// cursor 0 to the head, with verification off and strict (every account's
-// key cached, as after bootstrap). Reports events/s and CPU-s per million
-// events (process CPU, the simulated relay's included, alike in both).
+// cursor 0 to the head, with verification off, strict with one verifier
+// and strict with two (the default on 2 CPUs), every
+// account's key cached, as after bootstrap. Reports events/s and CPU-s per
+// million events (process CPU, the simulated relay's included, alike in
+// all).
 func BenchmarkLiveIngestVerify(b *testing.B) {
 	const preload = 20000
 	net, err := oracle.Start(context.Background(), oracle.Config{Accounts: 200, RecordsMean: 5, Hosts: 2, Seed: 4,
@@ -108,12 +110,16 @@ func BenchmarkLiveIngestVerify(b *testing.B) {
 	}
 	b.Cleanup(func() { net.Close() })
 	head := int64(preload)
-	for _, mode := range []string{"off", "strict"} {
+	for _, mode := range []string{"off", "strict-1", "strict-2"} {
 		b.Run(mode, func(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				var id *ident.Resolver
-				if mode == "strict" {
+				verifiers := 1
+				if mode == "strict-2" {
+					verifiers = 2
+				}
+				if mode != "off" {
 					id = ident.New(ident.Config{PLC: net.RelayURL(), Mode: ident.ModeStrict})
 					for _, a := range net.World().Accounts() {
 						_, _, _ = id.Lookup(context.Background(), a.DID)
@@ -121,7 +127,8 @@ func BenchmarkLiveIngestVerify(b *testing.B) {
 				}
 				s := openStore(b)
 				zero := int64(0)
-				c, _ := newConsumer(b, Config{Relay: net.RelayURL(), Writer: newWriter(b, s, false), Mode: ModeLive, Cursor: &zero, Identity: id})
+				c, _ := newConsumer(b, Config{Relay: net.RelayURL(), Writer: newWriter(b, s, false), Mode: ModeLive, Cursor: &zero, Identity: id,
+					Verifiers: verifiers})
 				b.StartTimer()
 				t0, cpu0 := time.Now(), processCPU(b)
 				r := startRun(b, c)

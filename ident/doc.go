@@ -25,7 +25,11 @@
 //     share it), at most Concurrency flights in all (a lookup past the
 //     limit waits, counted), each request under Timeout, a failed request
 //     retried Retries times with the project's backoff; a DID the
-//     directory does not know is not retried.
+//     directory does not know is not retried. Resolutions per second are
+//     at most Concurrency over the directory's latency (64 at 50 ms:
+//     1,280/s); requests to the PLC directory may also be held to Rate per
+//     second (a burst of Concurrency; a wait is counted): serve holds the
+//     public directory to DefaultRate.
 //
 // Failures are typed: ErrUnresolvable (the DID could not be resolved, or
 // its document is unusable — no signing key); callers record it as the
@@ -68,7 +72,7 @@
 //
 // Log lines: one Warn line per minute per kind of trip (verification
 // failures by path and outcome, resolutions failed past their retries,
-// waits for a slot, failed ident/ submissions), counting the occurrences
+// waits for a slot or for the PLC rate, failed ident/ submissions), counting the occurrences
 // it stands for.
 //
 // Mode is the operator's verification mode (--verify): strict drops and

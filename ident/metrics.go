@@ -43,6 +43,7 @@ type Metrics struct {
 	lookups     *prometheus.CounterVec // tier
 	retries     prometheus.Counter
 	limitedC    prometheus.Counter
+	pacedC      prometheus.Counter
 	reresolve   prometheus.Counter
 	invalidate  prometheus.Counter
 	persistErr  prometheus.Counter
@@ -57,7 +58,8 @@ type Metrics struct {
 //   - backstream_ident_resolutions_total{result=ok|not_found|failed|no_key}
 //   - backstream_ident_lookups_total{tier=memory|store|miss}
 //   - backstream_ident_retries_total, backstream_ident_limited_total (a
-//     resolution waited for a slot), backstream_ident_reresolved_total (a
+//     resolution waited for a slot), backstream_ident_rate_limited_total
+//     (a PLC request waited for the request rate), backstream_ident_reresolved_total (a
 //     signature or PDS check failed with a cached document),
 //     backstream_ident_invalidated_total, backstream_ident_persist_errors_total,
 //     backstream_ident_refresh_errors_total (a background refresh failed)
@@ -77,6 +79,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"tier"}),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_ident_retries_total", Help: "Retried DID resolution requests.",
+		}),
+		pacedC: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_ident_rate_limited_total", Help: "PLC directory requests that waited for the request rate (--ident-rate).",
 		}),
 		limitedC: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_ident_limited_total", Help: "DID resolutions that waited for a slot (--ident-concurrency).",
@@ -124,7 +129,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.handles.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.resolutions, m.lookups, m.retries, m.limitedC, m.reresolve, m.invalidate,
+		reg.MustRegister(m.resolutions, m.lookups, m.retries, m.limitedC, m.pacedC, m.reresolve, m.invalidate,
 			m.persistErr, m.staleErr, m.entriesG, m.seconds, m.verified, m.handles)
 	}
 	return m
@@ -151,6 +156,12 @@ func (m *Metrics) retry() {
 func (m *Metrics) limited() {
 	if m != nil {
 		m.limitedC.Inc()
+	}
+}
+
+func (m *Metrics) paced() {
+	if m != nil {
+		m.pacedC.Inc()
 	}
 }
 

@@ -11,15 +11,19 @@ import (
 	"strings"
 )
 
-// transport is the RoundTripper of the client New builds: Dial's (no proxy,
-// which would bypass it) or the default one, sent through Web when set.
+// transport is the RoundTripper of the client New builds: the default one
+// keeping an idle connection per slot, dialling through Dial when set (no
+// proxy, which would bypass it), sent through Web when set.
 func (c *Config) transport() http.RoundTripper {
-	var rt http.RoundTripper = http.DefaultTransport
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	// Keep a connection per resolution in flight: the default keeps 2 per
+	// host, so concurrent resolutions against one directory would dial and
+	// close a connection each.
+	t.MaxIdleConnsPerHost = max(c.Concurrency, 2)
 	if c.Dial != nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.Proxy, t.DialContext = nil, c.Dial
-		rt = t
 	}
+	var rt http.RoundTripper = t
 	if c.Web == "" {
 		return rt
 	}

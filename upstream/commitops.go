@@ -180,6 +180,23 @@ func (bs *commitBlocks) get(key string) ([]byte, bool) {
 	return nil, false
 }
 
+// CommitBlocks are the blocks of a commit's CAR, by CID (ReadCommitBlocks).
+type CommitBlocks struct{ bs commitBlocks }
+
+// ReadCommitBlocks reads a commit's blocks as CommitOps does: a CAR v1,
+// exactly one root equal to commit, every block hash-checked
+// (ErrBadBlocks, ErrCommitRootMismatch otherwise). The blocks alias data.
+func ReadCommitBlocks(data []byte, commit cid.Cid) (CommitBlocks, error) {
+	bs, err := readCommitBlocks(data, commit, nil)
+	if err != nil {
+		return CommitBlocks{}, fmt.Errorf("upstream: commit blocks: %w", err)
+	}
+	return CommitBlocks{bs}, nil
+}
+
+// Get returns the data of the block whose CID is c.
+func (b *CommitBlocks) Get(c cid.Cid) ([]byte, bool) { return b.bs.get(c.KeyString()) }
+
 // readCommitBlocks reads a commit's CAR with internal/car: version 1,
 // exactly one root equal to commit, every block hash-checked, at most
 // maxCommitBlocks blocks, appended to list. The blocks alias data.

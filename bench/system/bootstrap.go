@@ -52,6 +52,12 @@ type bootRun struct {
 	LiveRecords        int64   `json:"live_records"`
 	BytesPerLiveRecord float64 `json:"bytes_on_disk_per_live_record"`
 	ArchiveRows        int64   `json:"archive_rows"` // rows left in ev/ (the tip minus what compaction removed)
+	// Resolutions are the DID documents resolved over the network until the
+	// bootstrap completed (backstream_ident_resolutions_total; 0 with
+	// --verify off), ResolutionsPerRepo over every repo known then, whatever
+	// its status (the live traffic's #identity events re-resolve a few).
+	Resolutions        int64   `json:"ident_resolutions"`
+	ResolutionsPerRepo float64 `json:"ident_resolutions_per_repo"`
 }
 
 // measureBootstrap runs one bootstrap of sh and returns its numbers.
@@ -97,6 +103,15 @@ func measureBootstrap(parent context.Context, o options, sh shape, mode string) 
 			}
 			r.Records = int64(recs)
 			r.Repos = st.Repos["complete"]
+			res, _ := m.sum("backstream_ident_resolutions_total")
+			r.Resolutions = int64(res)
+			var known int64 // every repo, whatever its status: each is one account
+			for _, n := range st.Repos {
+				known += n
+			}
+			if known > 0 {
+				r.ResolutionsPerRepo = res / float64(known)
+			}
 			r.BootstrapWallSecs = st.BackfillCompletedAt.Sub(*st.BackfillStartedAt).Seconds()
 		}
 		if bootstrapDone && st.Phase == "steady_state" {
@@ -149,7 +164,7 @@ type bootWorld struct {
 
 // startBootWorld starts a bootWorld; close ends it.
 func startBootWorld(ctx context.Context, o options, serveBin string, sh shape, extra ...string) (w *bootWorld, err error) {
-	w = &bootWorld{serveArgs: append([]string{"--backfill-workers", strconv.Itoa(o.workers), "--capture-wait", "5s"}, extra...)}
+	w = &bootWorld{serveArgs: append(append([]string{"--backfill-workers", strconv.Itoa(o.workers), "--capture-wait", "5s"}, extra...), o.serveArgs...)}
 	if w.dir, err = os.MkdirTemp("", "backstream-bench-"); err != nil {
 		return nil, err
 	}

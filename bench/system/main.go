@@ -37,7 +37,8 @@ type options struct {
 	subscribers    int
 	window         time.Duration
 	idleWindow     time.Duration
-	pprofDir       string // CPU profiles of serve in the first run of ingest and fanout; "" = none
+	pprofDir       string   // CPU profiles of serve in the first run of ingest and fanout; "" = none
+	serveArgs      []string // appended to every serve's arguments (e.g. --verify off)
 }
 
 // profilePath is where run's profile of part goes ("" when not profiling).
@@ -83,8 +84,10 @@ func main() {
 	flag.DurationVar(&o.window, "window", 10*time.Second, "fanout: length of the idle and the measured windows")
 	flag.DurationVar(&o.idleWindow, "idle-window", 3*time.Second, "ingest: window measuring serve's idle CPU before the replay")
 	flag.StringVar(&o.pprofDir, "pprof", "", "write CPU profiles of serve (first run: live ingest, replay, fan-out window) to this directory")
+	serveArgs := flag.String("serve-args", "", "arguments appended to every serve of every part, space-separated (e.g. \"--verify off\")")
 	abRef := flag.String("ab-ref", "", "A/B mode: the reference serve binary; -bin is the candidate (and runs every devnet); -runs pairs per shape of bootstrap only (see ab.go)")
 	flag.Parse()
+	o.serveArgs = strings.Fields(*serveArgs)
 	if o.pprofDir != "" {
 		if err := os.MkdirAll(o.pprofDir, 0o755); err != nil {
 			fail(err)
@@ -132,7 +135,7 @@ func main() {
 			"cpus": strconv.Itoa(runtime.NumCPU()), "goos": runtime.GOOS, "goarch": runtime.GOARCH,
 			"kernel": strings.TrimSpace(readString("/proc/sys/kernel/osrelease")),
 		},
-		Settings: map[string]any{"workers": o.workers, "devnet_rate": o.rate, "runs": o.runs, "shapes": *shapesFlag,
+		Settings: map[string]any{"workers": o.workers, "devnet_rate": o.rate, "runs": o.runs, "shapes": *shapesFlag, "serve_args": *serveArgs,
 			"binary_cgo": binaryCgo(o.bin), "parts": *partsFlag, "preload_events": o.preload,
 			"ingest_accounts": o.ingestAccounts, "fanout_accounts": o.fanoutAccounts, "live_rate": o.liveRate,
 			"subscribers": o.subscribers, "window_seconds": o.window.Seconds()},

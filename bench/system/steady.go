@@ -95,7 +95,7 @@ func measureIngest(parent context.Context, o options, devnet *proc, relay string
 	c := &http.Client{Timeout: 5 * time.Second}
 
 	// 1. An empty steady_state that follows relay.
-	s1, base, _, err := startServe(o.bin, dir, "serve-bootstrap", relay, data, "--repos", absentDID, "--capture-wait", "1s")
+	s1, base, _, err := startServe(o.bin, dir, "serve-bootstrap", relay, data, append([]string{"--repos", absentDID, "--capture-wait", "1s"}, o.serveArgs...)...)
 	if err != nil {
 		return r, err
 	}
@@ -120,7 +120,7 @@ func measureIngest(parent context.Context, o options, devnet *proc, relay string
 
 	// 3. Restart: the live consumer reads the whole history.
 	started := time.Now()
-	s2, base, admin, err := startServe(o.bin, dir, "serve", relay, data)
+	s2, base, admin, err := startServe(o.bin, dir, "serve", relay, data, o.serveArgs...)
 	if err != nil {
 		return r, err
 	}
@@ -304,7 +304,7 @@ func measureFanout(parent context.Context, o options, relay string, run int) (r 
 	}
 	defer os.RemoveAll(dir)
 	c := &http.Client{Timeout: 5 * time.Second}
-	serve, base, admin, err := startServe(o.bin, dir, "serve", relay, filepath.Join(dir, "data"), "--capture-wait", "5s")
+	serve, base, admin, err := startServe(o.bin, dir, "serve", relay, filepath.Join(dir, "data"), append([]string{"--capture-wait", "5s"}, o.serveArgs...)...)
 	if err != nil {
 		return r, err
 	}

@@ -118,9 +118,9 @@ func TestMedianOf(t *testing.T) {
 func TestTableVerdicts(t *testing.T) {
 	rep := report{
 		Runs: []bootRun{
-			{Shape: "2x2", RecordsPerCPUSec: 70_000, PeakRSSBytes: 2 << 30, BytesPerEvent: 80},
-			{Shape: "2x2", RecordsPerCPUSec: 50_000, PeakRSSBytes: 1 << 30, BytesPerEvent: 81},
-			{Shape: "2x2", RecordsPerCPUSec: 65_000, PeakRSSBytes: 1 << 30, BytesPerEvent: 79},
+			{Shape: "2x2", RecordsPerCPUSec: 70_000, PeakRSSBytes: 2 << 30, BytesPerEvent: 80, ResolutionsPerRepo: 1.5},
+			{Shape: "2x2", RecordsPerCPUSec: 50_000, PeakRSSBytes: 1 << 30, BytesPerEvent: 81, ResolutionsPerRepo: 1},
+			{Shape: "2x2", RecordsPerCPUSec: 65_000, PeakRSSBytes: 1 << 30, BytesPerEvent: 79, ResolutionsPerRepo: 0.9},
 		},
 		Fanout: []fanoutRun{{NetCPUMicros: 15.5, DeliveryP50Millis: 1, DeliveryP99Millis: 25}},
 	}
@@ -130,6 +130,7 @@ func TestTableVerdicts(t *testing.T) {
 		"bootstrap 2x2: records per CPU-second":                                     "met", // median 65,000 ≥ 60,000
 		"bootstrap 2x2: records/s":                                                  "",    // informational
 		"bootstrap 2x2: repos/s":                                                    "",
+		"bootstrap 2x2: DID resolutions per repo":                                   "met",    // median 1 ≤ 1
 		"bootstrap 2x2: peak RSS":                                                   "met",    // median 1 GiB ≤ 1.5 GiB
 		"archive 2x2: bytes on disk per archived event, compacted":                  "met",    // median 80 ≤ 80
 		"archive 2x2: bytes on disk per live record, after the end-of-merging pass": "",       // informational

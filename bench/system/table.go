@@ -146,6 +146,8 @@ func buildTable(rep report, o options) []row {
 				vals(rs, func(r bootRun) float64 { return r.RecordsPerSec }), target{}, ""),
 			newRow("bootstrap "+sh+": repos/s", "repos/s",
 				vals(rs, func(r bootRun) float64 { return r.ReposPerSec }), target{}, ""),
+			newRow("bootstrap "+sh+": DID resolutions per repo", "/repo",
+				vals(rs, func(r bootRun) float64 { return r.ResolutionsPerRepo }), atMost(1), "0 with --verify off"),
 			newRow("bootstrap "+sh+": peak RSS", "MiB",
 				vals(rs, func(r bootRun) float64 { return float64(r.PeakRSSBytes) / (1 << 20) }), atMost(targetPeakRSSMiB),
 				fmt.Sprintf("%d workers", o.workers)),

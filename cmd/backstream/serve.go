@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/netip"
 	"net/url"
@@ -90,10 +91,12 @@ func serveCommand() *command {
 			fs.String("verify", "strict", "identity verification of every downloaded repo and live commit: strict (drop or fail what does not verify), warn (archive it, counted), off (resolve nothing: only for a relay that already verifies)")
 			fs.String("plc", "auto", "PLC directory URL for did:plc resolution (auto: "+ident.DefaultPLC+", or the relay's own URL when the relay is on loopback, as the simulated network serves DID documents; it then answers did:web documents and handle resolution too)")
 			fs.Duration("ident-timeout", ident.DefaultTimeout, "deadline of one DID document request")
-			fs.Int("ident-concurrency", ident.DefaultConcurrency, "DID resolutions in flight at most; more wait (backstream_ident_limited_total)")
+			fs.Int("ident-concurrency", ident.DefaultConcurrency, "DID resolutions in flight at most; more wait (backstream_ident_limited_total). Resolutions per second are at most this over the directory's latency")
+			fs.String("ident-rate", "auto", "requests per second to the PLC directory at most, retries included (0 = no limit; auto: "+strconv.Itoa(ident.DefaultRate)+" for "+ident.DefaultPLC+", no limit for any other directory, e.g. a mirror or the simulated network); more wait (backstream_ident_rate_limited_total)")
 			fs.Int("ident-retries", ident.DefaultRetries, "retries of a failed DID document request before the DID counts as unresolvable (failure class identity)")
 			fs.Int("ident-cache-size", ident.DefaultCacheSize, "DID documents kept in memory (least recently used evicted)")
 			fs.Duration("ident-ttl", ident.DefaultTTL, "how long a resolved DID document is trusted, in memory and in the store's ident/ rows")
+			fs.Int("verify-workers", 0, "live #commit and #sync frames verified in parallel (0 = one per CPU); an account's frames are checked in order, and archived in the relay's order")
 			healFlags(fs)
 			fs.String("nats-url", "", "publish every archived event, in seq order and once, into a NATS JetStream stream on these servers (comma-separated nats:// URLs; empty: no NATS sink)")
 			fs.String("nats-stream", natssink.DefaultStream, "with --nats-url: the stream's name, also its subjects' prefix (<stream>.commit.<collection>, <stream>.<kind>)")
@@ -287,10 +290,18 @@ func identOptions(fs *flagSet) (*ident.Config, error) {
 	}
 	c := &ident.Config{Mode: mode, PLC: strings.TrimSpace(fs.str("plc")),
 		Timeout: fs.get("ident-timeout").(time.Duration), Concurrency: fs.get("ident-concurrency").(int),
-		Retries: fs.get("ident-retries").(int), CacheSize: fs.get("ident-cache-size").(int), TTL: fs.get("ident-ttl").(time.Duration)}
+		Retries: fs.get("ident-retries").(int), CacheSize: fs.get("ident-cache-size").(int), TTL: fs.get("ident-ttl").(time.Duration),
+		Verifiers: fs.get("verify-workers").(int), Rate: -1}
+	if r := strings.TrimSpace(fs.str("ident-rate")); r != "auto" {
+		if c.Rate, err = strconv.ParseFloat(r, 64); err != nil || !(c.Rate >= 0) || math.IsInf(c.Rate, 0) {
+			return nil, fmt.Errorf("--ident-rate %q: want auto or a rate ≥ 0", r)
+		}
+	}
 	switch {
 	case c.Timeout <= 0 || c.TTL <= 0:
 		return nil, errors.New("--ident-timeout and --ident-ttl must be positive")
+	case c.Verifiers < 0:
+		return nil, errors.New("--verify-workers must be ≥ 0")
 	case c.Concurrency < 1 || c.CacheSize < 1 || c.Retries < 0:
 		return nil, errors.New("--ident-concurrency and --ident-cache-size must be ≥ 1, --ident-retries ≥ 0")
 	}
@@ -666,6 +677,12 @@ func (o serveOptions) identConfig() *ident.Config {
 	c.PLC = plcFor(c.PLC, o.relay)
 	if auto && c.PLC != ident.DefaultPLC {
 		c.Web = c.PLC // the simulated network: did:web and handles by Host
+	}
+	if c.Rate < 0 { // --ident-rate auto
+		c.Rate = 0
+		if c.PLC == ident.DefaultPLC {
+			c.Rate = ident.DefaultRate
+		}
 	}
 	return &c
 }

@@ -19,21 +19,30 @@ func TestServeVerifyFlags(t *testing.T) {
 	}
 	c := o.identConfig()
 	if c == nil || c.Mode != ident.ModeStrict || c.PLC != ident.DefaultPLC || c.Web != "" || c.Timeout != ident.DefaultTimeout ||
-		c.Concurrency != ident.DefaultConcurrency || c.CacheSize != ident.DefaultCacheSize || c.TTL != ident.DefaultTTL {
+		c.Concurrency != ident.DefaultConcurrency || c.CacheSize != ident.DefaultCacheSize || c.TTL != ident.DefaultTTL || c.Rate != ident.DefaultRate {
 		t.Fatalf("default verification %+v", c)
 	}
 	o, err = serveFlags(t, []string{"--relay", "http://127.0.0.1:7777", "--ident-retries", "0"},
-		[]string{"BACKSTREAM_VERIFY=warn", "BACKSTREAM_IDENT_TIMEOUT=3s"})
+		[]string{"BACKSTREAM_VERIFY=warn", "BACKSTREAM_IDENT_TIMEOUT=3s", "BACKSTREAM_VERIFY_WORKERS=5"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := o.identConfig(); c.Mode != ident.ModeWarn || c.PLC != "http://127.0.0.1:7777" || c.Web != c.PLC || c.Timeout != 3*time.Second || c.Retries >= 0 {
+	if c := o.identConfig(); c.Mode != ident.ModeWarn || c.PLC != "http://127.0.0.1:7777" || c.Web != c.PLC || c.Timeout != 3*time.Second || c.Retries >= 0 || c.Verifiers != 5 || c.Rate != 0 {
 		t.Fatalf("loopback relay, warn: %+v", c)
 	}
 	// An explicit PLC: did:web and handles are asked of their own hosts.
 	o, err = serveFlags(t, []string{"--relay", "http://127.0.0.1:7777", "--plc", "http://127.0.0.1:8888"}, nil)
 	if c := o.identConfig(); err != nil || c.PLC != "http://127.0.0.1:8888" || c.Web != "" {
 		t.Fatalf("explicit PLC: %+v %v", c, err)
+	}
+	// --ident-rate auto paces only the public directory; a number paces any.
+	o, err = serveFlags(t, []string{"--plc", "https://plc.example.com"}, nil)
+	if err != nil || o.identConfig().Rate != 0 {
+		t.Fatalf("a mirror, auto rate: %+v %v", o.identConfig(), err)
+	}
+	o, err = serveFlags(t, []string{"--plc", "https://plc.example.com", "--ident-rate", "50"}, nil)
+	if err != nil || o.identConfig().Rate != 50 {
+		t.Fatalf("a mirror at 50/s: %+v %v", o.identConfig(), err)
 	}
 	o, err = serveFlags(t, []string{"--verify", "off", "--plc", "https://plc.example.com"}, nil)
 	if err != nil || o.identConfig() != nil {
@@ -48,6 +57,10 @@ func TestServeVerifyFlags(t *testing.T) {
 		{"--ident-cache-size", "0"},
 		{"--ident-retries", "-1"},
 		{"--ident-ttl", "-1s"},
+		{"--verify-workers", "-1"},
+		{"--ident-rate", "-5"},
+		{"--ident-rate", "NaN"},
+		{"--ident-rate", "fast"},
 	} {
 		if _, err := serveFlags(t, args, nil); !errors.Is(err, errUsage) {
 			t.Errorf("%q: %v, want a usage error", args, err)

@@ -1,0 +1,64 @@
+package bootstrap_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/bootstrap"
+)
+
+// TestResolveAhead: with Config.Resolve, the DIDs of the batches about to
+// be dispatched are resolved while every download is held, not when their
+// jobs start: more DIDs are resolved than there are workers (so ahead of
+// their jobs), each once, and only DIDs later dispatched. A bootstrap
+// without the look-ahead resolves nothing before a job starts, and a slow
+// PLC directory then delays every job by its latency.
+func TestResolveAhead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newBubbleEnv(t, worldCfg(80, 2))
+		e.mem.hold = func(string) bool { return true }
+		const workers = 2
+		var mu sync.Mutex
+		resolved := map[string]int{}
+		b := e.boot(func(c *bootstrap.Config, _ *backfill.Options) {
+			c.Workers = workers
+			c.Resolve = func(_ context.Context, did string) {
+				mu.Lock()
+				resolved[did]++
+				mu.Unlock()
+			}
+		})
+		done := make(chan error, 1)
+		go func() { done <- b.Run(context.Background()) }()
+		settle(30 * time.Second)
+		calls, _, _ := e.mem.counts()
+		mu.Lock()
+		ahead := len(resolved)
+		mu.Unlock()
+		if calls != workers || ahead < 2*workers {
+			t.Fatalf("with %d downloads held, %d DIDs resolved; want at least %d resolved ahead of their jobs", calls, ahead, 2*workers)
+		}
+		close(e.mem.release)
+		if err := <-done; err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		active := map[string]bool{}
+		for _, a := range e.listed() {
+			if a.Active {
+				active[a.DID] = true
+			}
+		}
+		for did, n := range resolved {
+			if n != 1 || !active[did] {
+				t.Errorf("%s resolved %d times (dispatched: %v)", did, n, active[did])
+			}
+		}
+		if len(resolved) != len(active) {
+			t.Errorf("%d DIDs resolved ahead, %d dispatched", len(resolved), len(active))
+		}
+	})
+}

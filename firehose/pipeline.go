@@ -1,0 +1,241 @@
+package firehose
+
+// pipeline.go owns the parallel verification of a connection's frames: the
+// reading goroutine decodes each message and hands the frames that need a
+// check (#commit, #sync, #identity) to a bounded pool of verifiers, one
+// account always to the same verifier, so an account's frames are checked
+// in their order (an #identity drops the cached key before the commits that
+// follow it are checked), and an account with no document in memory has
+// it resolved as soon as its frame is read. One sequencer takes the frames
+// back in the order they were read and does everything else exactly as
+// Handle does (seq rules, counters, rows, side effects, submit): cursor
+// semantics, drops and crash safety do not depend on how many verifiers
+// there are. The window of frames read but not yet submitted is bounded in
+// frames and in bytes.
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/backstream/backstream/ident"
+	"github.com/backstream/backstream/upstream"
+)
+
+// Bounds of the verification window: frames read and not yet submitted, per
+// verifier and in bytes (a frame larger than the byte bound waits for the
+// window to empty, then goes alone).
+const (
+	DefaultVerifyWindowPerVerifier = 256
+	DefaultVerifyWindowBytes       = 32 << 20
+)
+
+// resolveAhead is how many goroutines resolve, ahead of their verifier, the
+// accounts whose documents are not in memory when their frame is read (an
+// account never seen, or invalidated): a verifier then rarely waits for
+// the directory, and the resolutions of a window run together, up to the
+// resolver's own concurrency limit.
+const resolveAhead = 64
+
+// verifiers is the number of parallel verifiers Run uses: 0 (no pipeline:
+// Handle inline) when nothing is verified.
+func (c *Consumer) verifiers() int {
+	if c.cfg.Identity.Mode() == ident.ModeOff {
+		return 0
+	}
+	if c.cfg.Verifiers > 0 {
+		return c.cfg.Verifiers
+	}
+	return c.cfg.Identity.Verifiers()
+}
+
+// job is one frame in the window.
+type job struct {
+	f    upstream.Frame
+	derr error // DecodeFrame's error
+	v    verdict
+	size int64         // bytes of the window it holds
+	done chan struct{} // cap 1: its verifier is done (nil: not sent to one)
+}
+
+// pipeline is one connection's window, verifiers and sequencer.
+type pipeline struct {
+	c       *Consumer
+	workers []chan *job
+	order   chan *job   // frames in read order, to the sequencer
+	free    chan *job   // the window's frame slots
+	ahead   chan string // DIDs to resolve ahead (resolveAhead goroutines)
+	bytes   *semaphore.Weighted
+	budget  int64
+	seed    maphash.Seed
+}
+
+func newPipeline(c *Consumer, n int) *pipeline {
+	window := n * DefaultVerifyWindowPerVerifier
+	p := &pipeline{
+		c:       c,
+		workers: make([]chan *job, n),
+		order:   make(chan *job, window),
+		free:    make(chan *job, window),
+		ahead:   make(chan string, window),
+		bytes:   semaphore.NewWeighted(DefaultVerifyWindowBytes),
+		budget:  DefaultVerifyWindowBytes,
+		seed:    maphash.MakeSeed(),
+	}
+	for i := range p.workers {
+		p.workers[i] = make(chan *job, window)
+	}
+	for range window {
+		p.free <- &job{done: make(chan struct{}, 1)}
+	}
+	return p
+}
+
+// pipelined is session's read loop with parallel verification: it returns
+// when reading fails (after every frame read is handled) or, as a
+// fatalError, when handling one failed (closing the connection with abort).
+func (c *Consumer) pipelined(ctx context.Context, read func() ([]byte, error), abort func(), n int) (bool, error) {
+	p := newPipeline(c, n)
+	var wg sync.WaitGroup
+	for _, in := range p.workers {
+		wg.Add(1)
+		go func() { // owned: its input is closed below, then waited for
+			defer wg.Done()
+			for j := range in {
+				j.v = c.check(ctx, &j.f)
+				j.done <- struct{}{}
+			}
+		}()
+	}
+	for range resolveAhead {
+		wg.Add(1)
+		go func() { // owned: ahead is closed below, then waited for
+			defer wg.Done()
+			for did := range p.ahead {
+				_, _, _ = c.cfg.Identity.Lookup(ctx, did) // an error is its verifier's to judge
+			}
+		}()
+	}
+	type result struct {
+		progressed bool
+		err        error
+	}
+	res := make(chan result, 1)
+	wg.Add(1)
+	go func() { // owned: ends when order is closed, waited for below
+		defer wg.Done()
+		progressed, err := p.sequence(ctx, abort)
+		res <- result{progressed, err}
+	}()
+	rerr := p.feed(ctx, read)
+	close(p.order)
+	close(p.ahead)
+	for _, in := range p.workers {
+		close(in)
+	}
+	r := <-res
+	wg.Wait()
+	if r.err != nil {
+		return r.progressed, &fatalError{r.err}
+	}
+	return r.progressed, rerr
+}
+
+// feed reads and decodes messages into the window until reading fails.
+func (p *pipeline) feed(ctx context.Context, read func() ([]byte, error)) error {
+	for {
+		msg, err := read()
+		if err != nil {
+			return err
+		}
+		j, err := p.admit(ctx, int64(len(msg)))
+		if err != nil {
+			return err
+		}
+		j.f, j.derr = upstream.DecodeFrame(msg)
+		j.v = verdict{}
+		p.order <- j // never blocks: order holds the whole window
+		if j.derr == nil && needsCheck(&j.f) {
+			did := j.f.DID()
+			if j.f.Identity == nil && upstream.ValidDID(did) && !p.c.cfg.Identity.Known(did) {
+				select {
+				case p.ahead <- did:
+				default: // the look-ahead is full: its verifier resolves it
+				}
+			}
+			p.workers[maphash.String(p.seed, did)%uint64(len(p.workers))] <- j
+		} else {
+			j.done <- struct{}{}
+		}
+	}
+}
+
+// needsCheck: frames check looks at (the rest pass through the window).
+func needsCheck(f *upstream.Frame) bool {
+	return f.Commit != nil || f.Sync != nil || f.Identity != nil
+}
+
+// admit takes a frame slot and size bytes of the window, waiting (counted,
+// one log line a minute) when it is full.
+func (p *pipeline) admit(ctx context.Context, size int64) (*job, error) {
+	size = min(max(size, 1), p.budget)
+	var j *job
+	select {
+	case j = <-p.free:
+	default:
+		p.waited()
+		select {
+		case j = <-p.free:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if !p.bytes.TryAcquire(size) {
+		p.waited()
+		if err := p.bytes.Acquire(ctx, size); err != nil {
+			p.free <- j
+			return nil, err
+		}
+	}
+	j.size = size
+	return j, nil
+}
+
+func (p *pipeline) waited() {
+	p.c.m.verifyWait()
+	if n, ok := p.c.lines.Tick("verify-window"); ok {
+		p.c.log.Info("firehose: reading waits for the verifiers (the verification window is full)",
+			"verifiers", len(p.workers), "window", cap(p.free), "window_bytes", p.budget, "occurrences", n, "per", time.Minute)
+	}
+}
+
+// sequence handles the window's frames in read order until order is
+// closed. After a failure it only drains (the connection is aborted), and
+// returns the failure.
+func (p *pipeline) sequence(ctx context.Context, abort func()) (progressed bool, failed error) {
+	c := p.c
+	for j := range p.order {
+		<-j.done
+		if failed == nil {
+			before := c.last
+			err := c.failed()
+			if err == nil {
+				err = c.handleFrame(ctx, &j.f, j.derr, &j.v)
+			}
+			if err != nil {
+				failed = err
+				abort()
+			}
+			if c.last != before {
+				progressed = true
+			}
+		}
+		p.bytes.Release(j.size)
+		j.f, j.v = upstream.Frame{}, verdict{}
+		p.free <- j
+	}
+	return progressed, failed
+}

@@ -1,0 +1,211 @@
+package firehose
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/ident"
+	"github.com/backstream/backstream/internal/promtest"
+	"github.com/backstream/backstream/oracle"
+	"github.com/backstream/backstream/oracle/world"
+)
+
+// offlineIdentity is a strict resolver whose directory is unreachable: the
+// #identity frames of the run tests only invalidate (their background
+// refreshes fail, counted), and the consumer runs its verification
+// pipeline with n verifiers.
+func offlineIdentity(t *testing.T) *ident.Resolver {
+	t.Helper()
+	id := ident.New(ident.Config{PLC: "http://127.0.0.1:1", Mode: ident.ModeStrict, Retries: -1})
+	t.Cleanup(id.Close)
+	return id
+}
+
+// TestPipelineKeepsAccountOrder: each of many accounts, its key cached,
+// commits with its old key, announces a rotation (#identity), then commits
+// with its new key, all queued on the relay before the consumer starts, so
+// the three frames of an account are in the verification window together.
+// Checked in order, the first commit verifies with the cached old key and
+// the #identity drops it before the last commit is checked; a pipeline
+// that checked an account's frames out of order would verify the first
+// commit against the new document and drop it. Every commit is archived,
+// and no verification fails.
+func TestPipelineKeepsAccountOrder(t *testing.T) {
+	const accounts = 48
+	n := startNetwork(t, oracle.Config{Seed: 41, Accounts: accounts})
+	dids := activeDIDs(n.World())
+	reg := prometheus.NewRegistry()
+	id := ident.New(ident.Config{PLC: n.RelayURL(), Mode: ident.ModeStrict, Metrics: ident.NewMetrics(reg)})
+	t.Cleanup(id.Close)
+	for _, did := range dids {
+		if _, _, err := id.Lookup(context.Background(), did); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var want []oracle.Emitted
+	for _, did := range dids {
+		e, err := n.Emit(like(did))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, e)
+		if _, err := n.Emit(func(w *world.World) (world.Event, error) { return w.RotateKey(did) }); err != nil {
+			t.Fatal(err)
+		}
+		if e, err = n.Emit(like(did)); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, e)
+	}
+	checkArchived(t, ingestAll(t, n, id, 8), want)
+	if v := promtest.Value(t, reg, "backstream_verify_total", map[string]string{"path": "live", "outcome": "signature"}); v != 0 {
+		t.Errorf("%v signature failures, want 0", v)
+	}
+	if v := promtest.Value(t, reg, "backstream_verify_total", map[string]string{"path": "live", "outcome": "ok"}); v != float64(2*len(dids)) {
+		t.Errorf("%v commits verified, want %d", v, 2*len(dids))
+	}
+}
+
+// brokenIdentStore fails every read of the durable identity copy.
+type brokenIdentStore struct{}
+
+func (brokenIdentStore) Ident(string) (archive.Ident, error) {
+	return archive.Ident{}, errors.New("injected store read error")
+}
+
+// TestRunIdentityStoreFails: a commit whose account's key cannot be read
+// from the store (our own persistence failing) ends Run with that error,
+// nothing past it accepted, while the relay keeps the connection open.
+func TestRunIdentityStoreFails(t *testing.T) {
+	for _, verifiers := range []int{1, 3} {
+		t.Run(fmt.Sprintf("verifiers=%d", verifiers), func(t *testing.T) {
+			w := buildWorld(t, 2)
+			a := activeDIDs(w)[0]
+			frames := []msg{{seq: 1, data: encode(t, must(t)(like(a)(w)), 1)}, {seq: 2, data: encode(t, must(t)(like(a)(w)), 2)}}
+			relay := newScriptRelay(t, func(_ int, cursor *int64) session { return session{msgs: after(frames, cursor), hold: true} })
+			id := ident.New(ident.Config{PLC: "http://127.0.0.1:1", Mode: ident.ModeStrict, Store: brokenIdentStore{}})
+			t.Cleanup(id.Close)
+			c, _ := newConsumer(t, Config{Relay: relay.url(), Writer: newWriter(t, openStore(t), true), Mode: ModeCapture,
+				Identity: id, Verifiers: verifiers})
+			r := startRun(t, c)
+			err := r.wait(10 * time.Second)
+			if err == nil || err == errTimeout || !strings.Contains(err.Error(), "injected store read error") {
+				t.Fatalf("Run returned %v, want the store's error", err)
+			}
+			if c.LastAccepted() != 0 {
+				t.Fatalf("accepted %d past a frame that could not be verified", c.LastAccepted())
+			}
+		})
+	}
+}
+
+// gatedPLC proxies DID-document requests to the simulated network, each
+// held until `want` are in flight together (or a second has passed), and
+// keeps the peak in flight.
+type gatedPLC struct {
+	next http.Handler
+	want int
+
+	mu       sync.Mutex
+	inflight int
+	peak     int
+	reached  chan struct{}
+}
+
+func (g *gatedPLC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.mu.Lock()
+	g.inflight++
+	g.peak = max(g.peak, g.inflight)
+	if g.peak == g.want {
+		close(g.reached)
+	}
+	g.mu.Unlock()
+	select {
+	case <-g.reached:
+	case <-time.After(time.Second): // only when the requests come one by one
+	}
+	g.next.ServeHTTP(w, r)
+	g.mu.Lock()
+	g.inflight--
+	g.mu.Unlock()
+}
+
+// TestPipelineResolvesAhead: accounts never seen have their documents
+// resolved as soon as their frames are read, together, not one by one by
+// the verifier that reaches them: with two verifiers, the first
+// commits of several new accounts have their DID-document requests in
+// flight at once, and every commit is archived. A pipeline that resolved
+// only in its verifiers would have at most one request per verifier (two)
+// in flight.
+func TestPipelineResolvesAhead(t *testing.T) {
+	n := startNetwork(t, oracle.Config{Seed: 43, Accounts: 10})
+	dids := activeDIDs(n.World())
+	const want = 4
+	relay, err := url.Parse(n.RelayURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gatedPLC{next: httputil.NewSingleHostReverseProxy(relay), want: want, reached: make(chan struct{})}
+	plc := httptest.NewServer(g)
+	t.Cleanup(plc.Close)
+	id := ident.New(ident.Config{PLC: plc.URL, Mode: ident.ModeStrict})
+	t.Cleanup(id.Close)
+	var emitted []oracle.Emitted
+	for _, did := range dids {
+		e, err := n.Emit(like(did))
+		if err != nil {
+			t.Fatal(err)
+		}
+		emitted = append(emitted, e)
+	}
+	s := ingestAll(t, n, id, 2)
+	g.mu.Lock()
+	peak := g.peak
+	g.mu.Unlock()
+	if peak < want {
+		t.Errorf("at most %d DID-document requests in flight together, want %d", peak, want)
+	}
+	checkArchived(t, s, emitted)
+}
+
+// ingestAll runs a live consumer verifying with id on verifiers from
+// cursor 0 until it has caught up with n, and returns its store.
+func ingestAll(t *testing.T, n *oracle.Network, id *ident.Resolver, verifiers int) *archive.Store {
+	t.Helper()
+	s := openStore(t)
+	zero := int64(0)
+	c, _ := newConsumer(t, Config{Relay: n.RelayURL(), Writer: newWriter(t, s, false), Mode: ModeLive, Cursor: &zero,
+		Identity: id, Verifiers: verifiers})
+	startRun(t, c)
+	waitCaughtUp(t, n, c, nil)
+	return s
+}
+
+// checkArchived fails t for every record of the emitted commits missing
+// from s's log.
+func checkArchived(t *testing.T, s *archive.Store, emitted []oracle.Emitted) {
+	t.Helper()
+	got := map[string]bool{}
+	for _, r := range readLog(t, s, false) {
+		got[r.DID+" "+r.Collection+"/"+r.RKey] = true
+	}
+	for _, e := range emitted {
+		for _, p := range opPaths(e) {
+			if !got[e.Event.DID+" "+p] {
+				t.Errorf("%s: commit %s (seq %d) not archived", e.Event.DID, p, e.Seq)
+			}
+		}
+	}
+}
