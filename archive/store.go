@@ -251,12 +251,16 @@ const (
 // being filled) out of the block cache, and preallocates each WAL at 110%
 // of the memtable size, keeping up to three used ones for recycling: the
 // memtable size sets both the memory the write path holds and the WAL's
-// bytes on disk (about 70 MiB a log at 64 MiB). The cache serves point
+// bytes on disk (about 70 MiB a log at 64 MiB). Those logs count against
+// the data directory's bound (at most 1.2× the compacted store plus
+// 64 MiB at every moment): a 2,000 × 200 bootstrap peaked at 125 MB for
+// a 40 MB compacted store with 16 MiB memtables (55 MB of logs), at 97 MB
+// with 8 MiB (27 MB of logs), for no more CPU per record. The cache serves point
 // reads of rev/ and repo/ (filter and index blocks, mostly) and replay,
 // which scans and gains little from it.
 const (
 	DefaultCacheSize    = 96 << 20
-	DefaultMemTableSize = 16 << 20
+	DefaultMemTableSize = 8 << 20
 )
 
 func (s *Store) openPebble(opts Options) error {
@@ -279,11 +283,11 @@ func (s *Store) openPebble(opts Options) error {
 		EventListener: s.disk.listener(),
 		// Events are written in seq order and never rewritten; larger L0
 		// thresholds let bulk ingest run without write stalls. L0 is
-		// compacted once it holds about 256 MiB of flushes (16 of 16 MiB,
+		// compacted once it holds about 256 MiB of flushes (32 of 8 MiB,
 		// as 4 of 64 MiB did): compacting it every 64 MiB cost a
 		// 2,000 × 200 bootstrap a quarter more CPU per record.
-		L0CompactionThreshold:    16,
-		L0StopWritesThreshold:    64,
+		L0CompactionThreshold:    32,
+		L0StopWritesThreshold:    96,
 		MaxConcurrentCompactions: func() int { return 2 },
 	}
 	if po.MemTableSize == 0 {

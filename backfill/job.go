@@ -7,7 +7,7 @@ package backfill
 // state made durable with or after the last row (R4, E11).
 
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -466,13 +466,13 @@ func (r *Runner) prepare(ctx context.Context, did string, dl *upstream.Download,
 	var f *os.File
 	var sections int64
 	if dl.Path == "" {
-		sections = countSections(ctx, bytes.NewReader(dl.Body))
+		sections = countSections(ctx, &sliceReader{b: dl.Body})
 	} else {
 		var err error
 		if f, err = os.Open(dl.Path); err != nil {
 			return nil, &localError{err: fmt.Errorf("backfill: open scratch: %w", err)}
 		}
-		sections = countSections(ctx, f)
+		sections = countSections(ctx, bufio.NewReaderSize(f, fileReadBuffer))
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
 			_ = f.Close()
 			return nil, &localError{err: fmt.Errorf("backfill: rewind scratch: %w", err)}

@@ -53,11 +53,41 @@ func memoryCost(size, sections int64) int64 {
 	return size + sections*indexBytesPerBlock + size/64 + 64<<10
 }
 
+// sectionReader is what countSections reads: a bufio.Reader over a file,
+// or a sliceReader over a CAR held in memory (no read buffer to allocate).
+type sectionReader interface {
+	io.ByteReader
+	Discard(n int) (int, error)
+}
+
+// sliceReader reads a CAR held in memory as a sectionReader.
+type sliceReader struct{ b []byte }
+
+func (s *sliceReader) ReadByte() (byte, error) {
+	if len(s.b) == 0 {
+		return 0, io.EOF
+	}
+	c := s.b[0]
+	s.b = s.b[1:]
+	return c, nil
+}
+
+// Discard skips n bytes, as bufio.Reader.Discard does: fewer, with io.EOF,
+// when the slice ends first.
+func (s *sliceReader) Discard(n int) (int, error) {
+	if n > len(s.b) {
+		n = len(s.b)
+		s.b = nil
+		return n, io.EOF
+	}
+	s.b = s.b[n:]
+	return n, nil
+}
+
 // countSections counts the block sections of a CAR by its framing alone
-// (no hashing), reading r once. A framing error ends the count: verification
+// (no hashing), reading br once. A framing error ends the count: verification
 // fails at that section, so no index grows beyond it.
-func countSections(ctx context.Context, r io.Reader) int64 {
-	br := bufio.NewReaderSize(r, fileReadBuffer)
+func countSections(ctx context.Context, br sectionReader) int64 {
 	hlen, err := binary.ReadUvarint(br)
 	if err != nil || hlen > maxHeaderBytes {
 		return 0

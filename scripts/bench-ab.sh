@@ -6,7 +6,8 @@
 # binary) and prints, per shape, each pair's values and B/A ratios and
 # their medians: CPU-µs per record of the serve process (from /proc, when
 # the bootstrap completes and at steady state), peak RSS (VmHWM), and the
-# data dir's bytes as left by serve and after a restart. A = REF, B = the
+# data dir's bytes as left by serve and after a restart, and its peak
+# during the bootstrap over 1.2x the compacted store + 64 MiB. A = REF, B = the
 # working tree. See bench/system/ab.go.
 #
 # The machine may be shared: CPU-seconds per record, in ratios from one

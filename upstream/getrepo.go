@@ -168,7 +168,7 @@ func (c *Client) readBody(resp *http.Response, body io.Reader) (*Download, error
 	var prefix []byte
 	if lim := c.opts.MemoryBodyBytes; lim > 0 && resp.ContentLength <= lim {
 		// Small (or unannounced): read up to the limit into memory.
-		buf, err := io.ReadAll(io.LimitReader(body, lim+1))
+		buf, err := readAllSized(io.LimitReader(body, lim+1), resp.ContentLength)
 		if err != nil {
 			return nil, err
 		}
@@ -201,6 +201,31 @@ func (c *Client) readBody(resp *http.Response, body io.Reader) (*Download, error
 		return nil, err
 	}
 	return &Download{Path: f.Name(), Size: n, spill: p}, nil
+}
+
+// readAllSized is io.ReadAll into one buffer of the announced length
+// (plus the byte that shows a longer body) when there is one: a single
+// allocation instead of io.ReadAll's growing chunks and final copy. A
+// body longer than announced keeps growing; an unannounced one (size < 0)
+// is read by io.ReadAll.
+func readAllSized(r io.Reader, size int64) ([]byte, error) {
+	if size < 0 {
+		return io.ReadAll(r)
+	}
+	buf := make([]byte, 0, size+1)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
 }
 
 // scratchWriteError is a failed scratch create, write or close: our own

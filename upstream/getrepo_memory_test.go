@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"testing"
+	"testing/iotest"
 )
 
 // TestGetRepoSmallBodyInMemory: with MemoryBodyBytes set, a body within the
@@ -70,4 +71,41 @@ func itoa(n int) string {
 		n /= 10
 	}
 	return string(b)
+}
+
+// TestReadAllSized: an announced body is read into one buffer of its size
+// (one allocation, where io.ReadAll's growing chunks and final copy take
+// several for a CAR of this size); a body longer or shorter than announced
+// and an unannounced one are still read whole, and a read error is
+// returned.
+func TestReadAllSized(t *testing.T) {
+	body := bytes.Repeat([]byte("car-bytes-"), 6000) // 60,000 bytes
+	for _, tc := range []struct {
+		name string
+		size int64
+	}{
+		{"announced", int64(len(body))},
+		{"longer than announced", 1000},
+		{"shorter than announced", int64(len(body)) + 500},
+		{"unannounced", -1},
+		{"empty announcement", 0},
+	} {
+		got, err := readAllSized(iotest.HalfReader(bytes.NewReader(body)), tc.size)
+		if err != nil || !bytes.Equal(got, body) {
+			t.Fatalf("%s: %d bytes, %v; want %d", tc.name, len(got), err, len(body))
+		}
+	}
+	if _, err := readAllSized(iotest.TimeoutReader(bytes.NewReader(body)), int64(len(body))); err != iotest.ErrTimeout {
+		t.Fatalf("read error: %v, want %v", err, iotest.ErrTimeout)
+	}
+	r := bytes.NewReader(nil)
+	allocs := testing.AllocsPerRun(20, func() {
+		r.Reset(body)
+		if _, err := readAllSized(r, int64(len(body))); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 1 {
+		t.Fatalf("announced body: %.0f allocations, want 1", allocs)
+	}
 }

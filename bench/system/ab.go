@@ -11,7 +11,9 @@ package main
 // backfill_completed_at appears and again when the phase is steady_state,
 // peak RSS (VmHWM) at steady state, the data dir's bytes on disk as serve
 // left it after a clean stop, and again after a restart (serve started on
-// the same data dir, back to steady_state, stopped).
+// the same data dir, back to steady_state, stopped); the data dir's peak
+// sampled while the first serve ran, over its bound of 1.2× the store
+// after a full compaction plus 64 MiB.
 
 import (
 	"context"
@@ -37,6 +39,12 @@ type abRun struct {
 	PeakRSSBytes     int64   `json:"peak_rss_bytes"`
 	DataBytesLeft    int64   `json:"data_dir_bytes_as_left"`
 	DataBytesRestart int64   `json:"data_dir_bytes_after_restart"`
+	// DataBytesPeak is the data dir's largest size on disk sampled while
+	// serve ran (every 50 ms, until steady state); CompactedBytes the
+	// store's after the restart, flushed and fully compacted. The data dir
+	// must stay within 1.2× the compacted size plus 64 MiB at every moment.
+	DataBytesPeak  int64 `json:"data_dir_bytes_peak"`
+	CompactedBytes int64 `json:"compacted_store_bytes"`
 }
 
 // The compared quantities: name, unit and how to read them from a run.
@@ -52,6 +60,18 @@ var abMetrics = []struct {
 	{"data dir after restart", func(r abRun) float64 { return float64(r.DataBytesRestart) }, mibF},
 	{"data dir B/event as left", func(r abRun) float64 { return perEvent(r.DataBytesLeft, r.Events) }, plain},
 	{"data dir B/event after restart", func(r abRun) float64 { return perEvent(r.DataBytesRestart, r.Events) }, plain},
+	{"data dir peak during bootstrap", func(r abRun) float64 { return float64(r.DataBytesPeak) }, mibF},
+	{"compacted store B/event", func(r abRun) float64 { return perEvent(r.CompactedBytes, r.Events) }, plain},
+	{"data dir peak / (1.2 × compacted + 64 MiB), ≤ 1", func(r abRun) float64 { return peakOverBound(r) }, ratioF},
+}
+
+// peakOverBound is the data dir's peak over its bound, 1.2× the compacted
+// store plus 64 MiB (0 when either is unknown).
+func peakOverBound(r abRun) float64 {
+	if r.DataBytesPeak <= 0 || r.CompactedBytes <= 0 {
+		return 0
+	}
+	return float64(r.DataBytesPeak) / (1.2*float64(r.CompactedBytes) + 64<<20)
 }
 
 func perRecord(cpu float64, recs int64) float64 {
@@ -68,9 +88,10 @@ func perEvent(b, events int64) float64 {
 	return float64(b) / float64(events)
 }
 
-func micro(v float64) string { return fmt.Sprintf("%.2f", v) }
-func mibF(v float64) string  { return fmt.Sprintf("%.1f MiB", v/(1<<20)) }
-func plain(v float64) string { return fmt.Sprintf("%.1f", v) }
+func micro(v float64) string  { return fmt.Sprintf("%.2f", v) }
+func mibF(v float64) string   { return fmt.Sprintf("%.1f MiB", v/(1<<20)) }
+func plain(v float64) string  { return fmt.Sprintf("%.1f", v) }
+func ratioF(v float64) string { return fmt.Sprintf("%.3f", v) }
 
 // runAB runs o.runs pairs per shape, A then B then A ..., alternating which
 // side goes first in each pair, and prints the table to w.
@@ -94,9 +115,9 @@ func runAB(ctx context.Context, o options, refBin string, w io.Writer) ([]abRun,
 					return all, fmt.Errorf("A/B %s pair %d side %s: %w", sh, i, side, err)
 				}
 				r.Side, r.Shape, r.Pair = side, sh.String(), i
-				logf("A/B %s pair %d %s: %d records, %.2f CPU-µs/record at complete, %.2f at steady, peak RSS %s, data dir %s as left, %s after restart",
+				logf("A/B %s pair %d %s: %d records, %.2f CPU-µs/record at complete, %.2f at steady, peak RSS %s, data dir %s as left, %s after restart, %s at peak, %s compacted",
 					sh, i, side, r.Records, perRecord(r.CPUAtComplete, r.Records), perRecord(r.CPUAtSteady, r.Records),
-					mib(r.PeakRSSBytes), mib(r.DataBytesLeft), mib(r.DataBytesRestart))
+					mib(r.PeakRSSBytes), mib(r.DataBytesLeft), mib(r.DataBytesRestart), mib(r.DataBytesPeak), mib(r.CompactedBytes))
 				if side == "A" {
 					as = append(as, r)
 				} else {
@@ -142,7 +163,7 @@ func measureAB(parent context.Context, o options, bin string, sh shape) (r abRun
 	}
 	defer w.close()
 	serve, data := w.serve, w.data
-	if err := followBootstrap(ctx, serve, w.base, w.admin, &r); err != nil {
+	if err := followBootstrap(ctx, serve, w.base, w.admin, data, &r); err != nil {
 		return r, err
 	}
 	if err := serve.stop(time.Minute); err != nil {
@@ -166,12 +187,19 @@ func measureAB(parent context.Context, o options, bin string, sh shape) (r abRun
 	if r.DataBytesRestart, _, err = dirSize(data); err != nil {
 		return r, err
 	}
+	if _, err := compact(data); err != nil {
+		return r, err
+	}
+	if r.CompactedBytes, _, err = dirSize(filepath.Join(data, "store")); err != nil {
+		return r, err
+	}
 	return r, w.devnet.stop(10 * time.Second)
 }
 
 // followBootstrap polls serve until steady_state, recording its CPU when
-// the bootstrap completes and at steady state, and its peak RSS.
-func followBootstrap(ctx context.Context, serve *proc, base, admin string, r *abRun) error {
+// the bootstrap completes and at steady state, its peak RSS and the peak
+// size of its data dir.
+func followBootstrap(ctx context.Context, serve *proc, base, admin, data string, r *abRun) error {
 	c := &http.Client{Timeout: 5 * time.Second}
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
@@ -182,6 +210,10 @@ func followBootstrap(ctx context.Context, serve *proc, base, admin string, r *ab
 		case <-serve.exited:
 			return serve.alive()
 		case <-tick.C:
+		}
+		// A file a compaction removes during the walk fails that sample only.
+		if n, _, err := dirSize(data); err == nil {
+			r.DataBytesPeak = max(r.DataBytesPeak, n)
 		}
 		cpu, cpuErr := serve.cpu()
 		var st status

@@ -28,3 +28,22 @@ func TestPrintABRatiosAndMedians(t *testing.T) {
 		}
 	}
 }
+
+// TestPeakOverBound: the data dir's peak is compared with 1.2× the
+// compacted store plus 64 MiB, and a run that measured neither prints 0.
+func TestPeakOverBound(t *testing.T) {
+	for _, tc := range []struct {
+		peak, compacted int64
+		want            float64
+	}{
+		{(12 + 64) << 20, 10 << 20, 1},
+		{(24 + 64) << 20, 10 << 20, (24.0 + 64) / (12 + 64)},
+		{0, 10 << 20, 0},
+		{100 << 20, 0, 0},
+	} {
+		got := peakOverBound(abRun{DataBytesPeak: tc.peak, CompactedBytes: tc.compacted})
+		if d := got - tc.want; d > 1e-9 || d < -1e-9 {
+			t.Errorf("peak %d, compacted %d: %.4f, want %.4f", tc.peak, tc.compacted, got, tc.want)
+		}
+	}
+}

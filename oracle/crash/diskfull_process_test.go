@@ -64,7 +64,7 @@ func diskFullRun(t *testing.T, args []string, leave uint64, within time.Duration
 	// restart's convergence is checked exactly by Finish anyway.
 	args = append(append(append([]string{}, serveArgs...), "--capture-wait", "1s"), args...)
 	h := crash.New(t, net, crash.Options{Args: args, Subscribe: true, Settle: time.Second})
-	citest.Tmpfs(t, h.DataDir, 128<<20, "") // the store, its preallocated logs (about 18 MiB each) and the floor case's 16 MiB
+	citest.Tmpfs(t, h.DataDir, 128<<20, "") // the store, its preallocated logs (about 9 MiB each) and the floor case's 16 MiB
 
 	p := h.Start()
 	st := h.WaitPhase(p, crash.PhaseSteady, 90*time.Second)
