@@ -14,7 +14,7 @@ import (
 // TestResolveAhead: with Config.Resolve, the DIDs of the batches about to
 // be dispatched are resolved while every download is held, not when their
 // jobs start: more DIDs are resolved than there are workers (so ahead of
-// their jobs), each once, and only DIDs later dispatched. A bootstrap
+// their jobs), each at most once, and only DIDs later dispatched. A bootstrap
 // without the look-ahead resolves nothing before a job starts, and a slow
 // PLC directory then delays every job by its latency.
 func TestResolveAhead(t *testing.T) {
@@ -57,7 +57,11 @@ func TestResolveAhead(t *testing.T) {
 				t.Errorf("%s resolved %d times (dispatched: %v)", did, n, active[did])
 			}
 		}
-		if len(resolved) != len(active) {
+		// The look-ahead is best effort: a DID its resolvers had not reached
+		// when its job started is resolved by the job's own lookup (through
+		// the same cache), so resolved ahead may be fewer than dispatched,
+		// never more, and never twice.
+		if len(resolved) > len(active) {
 			t.Errorf("%d DIDs resolved ahead, %d dispatched", len(resolved), len(active))
 		}
 	})
