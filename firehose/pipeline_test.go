@@ -47,7 +47,7 @@ func TestPipelineKeepsAccountOrder(t *testing.T) {
 	n := startNetwork(t, oracle.Config{Seed: 41, Accounts: accounts})
 	dids := activeDIDs(n.World())
 	reg := prometheus.NewRegistry()
-	id := ident.New(ident.Config{PLC: n.RelayURL(), Mode: ident.ModeStrict, Metrics: ident.NewMetrics(reg)})
+	id := ident.New(ident.Config{PLC: n.RelayURL(), Web: n.RelayURL(), Mode: ident.ModeStrict, Metrics: ident.NewMetrics(reg)})
 	t.Cleanup(id.Close)
 	for _, did := range dids {
 		if _, _, err := id.Lookup(context.Background(), did); err != nil {
