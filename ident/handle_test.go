@@ -167,3 +167,55 @@ func BenchmarkCheckIdentity(b *testing.B) {
 		}
 	}
 }
+
+// TestHandleResultsBounded: handle results are kept for at most CacheSize
+// (DID, handle) pairs, least recently used evicted: a pair checked again
+// while kept costs no request (a cache hit), an evicted one is resolved
+// again. Every check still resolves the DID document.
+func TestHandleResultsBounded(t *testing.T) {
+	n := startNet(t)
+	var live []world.Account
+	for _, a := range n.World().Accounts() {
+		if a.Active {
+			live = append(live, a)
+		}
+	}
+	if len(live) < 3 {
+		t.Fatalf("%d active accounts, want 3", len(live))
+	}
+	var hits atomic.Int64
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		did, ok := n.World().HandleDID(r.Host)
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write([]byte(did))
+	}))
+	defer web.Close()
+	reg := prometheus.NewRegistry()
+	r := ident.New(ident.Config{PLC: n.RelayURL(), Web: web.URL, CacheSize: 2, Metrics: ident.NewMetrics(reg), Sleep: noSleep})
+	defer r.Close()
+	check := func(a world.Account, wantHits int64) {
+		t.Helper()
+		resolved := promtest.Value(t, reg, "backstream_ident_resolutions_total", map[string]string{"result": "ok"})
+		if v, result, err := r.CheckIdentity(context.Background(), a.DID, a.Handle); err != nil || v != a.Handle || result != ident.HandleOK {
+			t.Fatalf("%s: %q %q %v", a.Handle, v, result, err)
+		}
+		if got := hits.Load(); got != wantHits {
+			t.Fatalf("%s: %d requests to the handle host, want %d", a.Handle, got, wantHits)
+		}
+		if got := promtest.Value(t, reg, "backstream_ident_resolutions_total", map[string]string{"result": "ok"}); got != resolved+1 {
+			t.Fatalf("%s: %v DID resolutions, want 1", a.Handle, got-resolved)
+		}
+	}
+	a, b, c := live[0], live[1], live[2]
+	check(a, 1)
+	check(b, 2)
+	check(a, 2) // kept
+	check(c, 3) // evicts b, the least recently used
+	check(b, 4)
+	check(c, 4)
+	expect(t, reg, "backstream_ident_handle_cache_hits_total", nil, 2)
+}
