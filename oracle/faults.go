@@ -368,19 +368,34 @@ func (f *Faults) Migrating(did string, from int) error {
 	return nil
 }
 
-// staleOn is did's stale copy on host (ok false when host is not one did
-// migrated away from); a served copy counts as fired.
-func (f *Faults) staleOn(did string, host int, serve bool) (staleCopy, bool) {
+// staleOn is did's stale copy on host, counted as served (ok false when
+// host is not one did migrated away from).
+func (f *Faults) staleOn(did string, host int) (staleCopy, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, ok := f.left[did]
 	if !ok || c.host != host {
 		return staleCopy{}, false
 	}
-	if serve {
-		f.fired[FaultMigrating]++
-	}
+	f.fired[FaultMigrating]++
 	return c, true
+}
+
+// staleRevs is the listed rev of every account that migrated away from
+// host, by DID (nil when none).
+func (f *Faults) staleRevs(host int) map[string]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out map[string]string
+	for did, c := range f.left {
+		if c.host == host {
+			if out == nil {
+				out = make(map[string]string)
+			}
+			out[did] = c.rev
+		}
+	}
+	return out
 }
 
 // misattributed reports whether did's getRepo at the relay goes to another

@@ -104,15 +104,14 @@ func (h *pdsHost) handleListRepos(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	left := h.n.faults.staleRevs(h.idx) // FaultMigrating: accounts that left this host
 	accts, more := page(h.n.w.Accounts(), p, func(a world.Account) bool {
-		if _, stale := h.n.faults.staleOn(a.DID, h.idx, false); stale {
-			return true // FaultMigrating: the account left this host
-		}
-		return a.Host == h.idx && a.Status != world.StatusDeleted
+		_, stale := left[a.DID]
+		return stale || (a.Host == h.idx && a.Status != world.StatusDeleted)
 	})
 	for i := range accts {
-		if c, stale := h.n.faults.staleOn(accts[i].DID, h.idx, false); stale {
-			accts[i].Rev = c.rev
+		if rev, stale := left[accts[i].DID]; stale {
+			accts[i].Rev = rev
 		}
 	}
 	var cursor string
@@ -190,7 +189,7 @@ func (h *pdsHost) handleGetRepo(w http.ResponseWriter, r *http.Request) {
 	if rl, left, ok := n.faults.announce(h.idx); ok {
 		setRateHeaders(w, rl, left)
 	}
-	if c, stale := n.faults.staleOn(did, h.idx, true); stale {
+	if c, stale := n.faults.staleOn(did, h.idx); stale {
 		writeCAR(w, c.car) // the copy the account left behind
 		return
 	}
