@@ -2,6 +2,11 @@ package firehose
 
 import (
 	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +31,13 @@ type verifyRun struct {
 
 func startVerify(t *testing.T, n *oracle.Network, mode ident.Mode) *verifyRun {
 	t.Helper()
+	return startVerifyWith(t, n, ident.Config{PLC: n.RelayURL(), Web: n.RelayURL(), Mode: mode})
+}
+
+// startVerifyWith is startVerify with the resolver's configuration (its
+// Metrics are the run's).
+func startVerifyWith(t *testing.T, n *oracle.Network, cfg ident.Config) *verifyRun {
+	t.Helper()
 	v := &verifyRun{n: n, s: openStore(t), reg: prometheus.NewRegistry(), now: time.UnixMicro(1_700_000_000_000_000)}
 	wr := newWriter(t, v.s, false)
 	for _, did := range activeDIDs(n.World()) {
@@ -35,7 +47,9 @@ func startVerify(t *testing.T, n *oracle.Network, mode ident.Mode) *verifyRun {
 			t.Fatalf("seed %s: %v %v", did, err, r.Refused)
 		}
 	}
-	id := ident.New(ident.Config{PLC: n.RelayURL(), Web: n.RelayURL(), Mode: mode, Metrics: ident.NewMetrics(v.reg)})
+	cfg.Metrics = ident.NewMetrics(v.reg)
+	id := ident.New(cfg)
+	t.Cleanup(id.Close)
 	zero := int64(0)
 	v.c, _ = newConsumer(t, Config{Relay: n.RelayURL(), Writer: wr, Mode: ModeLive, Cursor: &zero, Identity: id,
 		Now: func() time.Time { return v.now }})
@@ -282,5 +296,125 @@ func TestIdentityHandleVerification(t *testing.T) {
 				t.Errorf("a bad handle marked its account for a replacement: %+v", st)
 			}
 		})
+	}
+}
+
+// silentHost is a handle host that never answers: it holds every request
+// until its client gives up, and reports how long it held each.
+type silentHost struct {
+	*httptest.Server
+	hits atomic.Int64
+	held chan time.Duration
+}
+
+func newSilentHost(t *testing.T) *silentHost {
+	h := &silentHost{held: make(chan time.Duration, 16)}
+	stop := make(chan struct{})
+	h.Server = httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		h.hits.Add(1)
+		t0 := time.Now()
+		select {
+		case <-r.Context().Done():
+			h.held <- time.Since(t0)
+		case <-stop:
+		}
+	}))
+	t.Cleanup(func() { close(stop); h.Close() })
+	return h
+}
+
+// TestSilentHandleHostBoundedStall: an account whose handle's host never
+// answers sends #identity events naming it. The frames of every other
+// account, queued behind the event in the one sequencer, wait no longer
+// than --handle-timeout (measured at the host: how long it held the
+// request before the consumer gave up), not the DID timeout; the handle is
+// archived as handle.invalid, counted as a timeout, logged once. A second
+// event for the same (DID, handle) within the TTL does not reach the host
+// (a cache hit); past the TTL one does.
+func TestSilentHandleHostBoundedStall(t *testing.T) {
+	const handleTimeout = 300 * time.Millisecond
+	n := startNetwork(t, oracle.Config{Seed: 36, Accounts: 8})
+	host := newSilentHost(t)
+	logs := &recordLog{}
+	var clock atomic.Int64
+	clock.Store(1_800_000_000)
+	v := startVerifyWith(t, n, ident.Config{PLC: n.RelayURL(), Web: host.URL, Mode: ident.ModeStrict,
+		Timeout: time.Minute, HandleTimeout: handleTimeout, HandleTTL: time.Hour, Logger: slog.New(logs),
+		Now: func() time.Time { return time.Unix(clock.Load(), 0) }})
+	dids := activeDIDs(n.World())
+	slow, others := dids[0], dids[1:]
+	round := func() time.Duration {
+		t.Helper()
+		start := time.Now()
+		v.emit(t, func(w *world.World) (world.Event, error) { return w.SetHandle(slow, "slow.test") })
+		for _, did := range others {
+			v.emit(t, like(did))
+		}
+		waitCaughtUp(t, n, v.c, nil)
+		return time.Since(start)
+	}
+	value := func(name, result string) float64 {
+		var labels map[string]string
+		if result != "" {
+			labels = map[string]string{"result": result}
+		}
+		return promtest.Value(t, v.reg, name, labels)
+	}
+
+	stall := round()
+	select {
+	case held := <-host.held:
+		if held > handleTimeout+2*time.Second {
+			t.Fatalf("the handle host held the check %v: the stream stalled past --handle-timeout %v", held, handleTimeout)
+		}
+		t.Logf("first event: host held %v, %d frames of other accounts caught up in %v", held, len(others), stall)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the handle host's request was never given up")
+	}
+	if got := value("backstream_ident_handles_total", ident.HandleTimeout); got != 1 {
+		t.Fatalf("handles_total{timeout} = %v, want 1", got)
+	}
+
+	stall = round()
+	if got := host.hits.Load(); got != 1 {
+		t.Fatalf("a second event for the same (DID, handle) within the TTL reached the host: %d requests", got)
+	}
+	t.Logf("second event (cached): caught up in %v", stall)
+	if got := value("backstream_ident_handle_cache_hits_total", ""); got != 1 {
+		t.Fatalf("handle cache hits %v, want 1", got)
+	}
+	if got := value("backstream_ident_handles_total", ident.HandleTimeout); got != 2 {
+		t.Fatalf("handles_total{timeout} = %v, want 2", got)
+	}
+	lines := 0
+	logs.mu.Lock()
+	for _, r := range logs.recs {
+		if strings.Contains(r.Message, "handle does not verify") {
+			lines++
+		}
+	}
+	logs.mu.Unlock()
+	if lines != 1 {
+		t.Fatalf("%d log lines for two timed-out handles, want 1", lines)
+	}
+
+	clock.Add(int64(2 * time.Hour / time.Second)) // past the TTL
+	round()
+	if got := host.hits.Load(); got != 2 {
+		t.Fatalf("an event past the TTL: %d requests to the host, want 2", got)
+	}
+	var handles []string
+	for _, r := range readLog(t, v.s, false) {
+		if r.Kind == archive.KindIdentity && r.DID == slow {
+			handles = append(handles, r.Handle)
+		}
+	}
+	if len(handles) != 3 || handles[0] != ident.HandleInvalid || handles[1] != ident.HandleInvalid || handles[2] != ident.HandleInvalid {
+		t.Fatalf("archived handles %q, want handle.invalid three times", handles)
+	}
+	for _, did := range others {
+		if got := len(v.paths(t)[did]); got == 0 {
+			t.Fatalf("%s: nothing archived", did)
+		}
 	}
 }

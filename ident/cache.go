@@ -1,7 +1,7 @@
 package ident
 
-// cache.go owns the bounded, TTL'd memory cache: a map plus an LRU list
-// under one mutex.
+// cache.go owns the bounded, TTL'd memory caches (DID documents, handle
+// verdicts): a map plus an LRU list under one mutex.
 
 import (
 	"container/list"
@@ -9,58 +9,58 @@ import (
 	"time"
 )
 
-// cacheEntry is one DID's document; info nil marks it invalidated (the
-// durable copy is stale too).
-type cacheEntry struct {
-	did     string
-	info    *Info
+// cacheEntry is one key's value; for the document cache a nil *Info marks
+// it invalidated (the durable copy is stale too).
+type cacheEntry[V any] struct {
+	key     string
+	val     V
 	expires time.Time
 }
 
-type cache struct {
+type cache[V any] struct {
 	mu    sync.Mutex
 	max   int
 	order *list.List // front: most recently used
 	items map[string]*list.Element
 }
 
-func newCache(max int) *cache {
-	return &cache{max: max, order: list.New(), items: make(map[string]*list.Element)}
+func newCache[V any](max int) *cache[V] {
+	return &cache[V]{max: max, order: list.New(), items: make(map[string]*list.Element)}
 }
 
-// get returns did's entry and whether it has expired at now; ok is false
+// get returns key's value and whether it has expired at now; ok is false
 // when there is none.
-func (c *cache) get(did string, now time.Time) (info *Info, expired, ok bool) {
+func (c *cache[V]) get(key string, now time.Time) (val V, expired, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	el, ok := c.items[did]
+	el, ok := c.items[key]
 	if !ok {
-		return nil, false, false
+		return val, false, false
 	}
-	e := el.Value.(*cacheEntry)
+	e := el.Value.(*cacheEntry[V])
 	c.order.MoveToFront(el)
-	return e.info, !now.Before(e.expires), true
+	return e.val, !now.Before(e.expires), true
 }
 
-// put stores did's entry, evicting the least recently used past max.
-func (c *cache) put(did string, info *Info, expires time.Time) {
+// put stores key's value, evicting the least recently used past max.
+func (c *cache[V]) put(key string, val V, expires time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if el, ok := c.items[did]; ok {
-		e := el.Value.(*cacheEntry)
-		e.info, e.expires = info, expires
+	if el, ok := c.items[key]; ok {
+		e := el.Value.(*cacheEntry[V])
+		e.val, e.expires = val, expires
 		c.order.MoveToFront(el)
 		return
 	}
-	c.items[did] = c.order.PushFront(&cacheEntry{did: did, info: info, expires: expires})
+	c.items[key] = c.order.PushFront(&cacheEntry[V]{key: key, val: val, expires: expires})
 	for c.order.Len() > c.max {
 		old := c.order.Back()
 		c.order.Remove(old)
-		delete(c.items, old.Value.(*cacheEntry).did)
+		delete(c.items, old.Value.(*cacheEntry[V]).key)
 	}
 }
 
-func (c *cache) len() int {
+func (c *cache[V]) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.order.Len()

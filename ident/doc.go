@@ -55,8 +55,13 @@
 // the event names verified both ways, as atproto specifies — the fresh
 // document declares it (first at:// alsoKnownAs) and it resolves back to
 // the DID (DNS TXT, then https://<handle>/.well-known/atproto-did), under
-// the same concurrency limit and timeout, in one attempt (it runs on the
-// firehose's path and a handle host is anyone's); it returns the
+// the same concurrency limit, in one attempt bounded by HandleTimeout
+// (--handle-timeout, DefaultHandleTimeout: it runs on the firehose's path,
+// whose one sequencer waits for it, and a handle host is anyone's). That
+// resolution's result is kept per (DID, handle) for HandleTTL in a bounded
+// cache (CacheSize entries), so a repeated #identity naming the same pair
+// costs no request (backstream_ident_handle_cache_hits_total); the DID
+// document is still refreshed and must still declare the handle. It returns the
 // handle or HandleInvalid, which the firehose archives (strict), counted
 // by result (backstream_ident_handles_total). Info.Handle, and the handle
 // of ident/<did>, is that verdict ("" until an #identity named one; a

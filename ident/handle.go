@@ -6,6 +6,7 @@ package ident
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -23,7 +24,8 @@ const (
 	HandleBadSyntax  = "syntax"      // not a handle, or under a reserved TLD (handle.invalid among them)
 	HandleNoDocument = "no_document" // the DID did not resolve
 	HandleUndeclared = "undeclared"  // the DID document does not name it
-	HandleUnresolved = "unresolved"  // it does not resolve (not found, or failing past the retries)
+	HandleUnresolved = "unresolved"  // it does not resolve (not found, or failing)
+	HandleTimeout    = "timeout"     // its host did not answer within Config.HandleTimeout
 	HandleMismatch   = "mismatch"    // it resolves to another DID
 )
 
@@ -86,31 +88,45 @@ func (r *Resolver) checkHandle(ctx context.Context, did, handle string, since ti
 	return verdict, result, nil
 }
 
-// resolvesTo resolves h (under the concurrency limit and Timeout, one
-// attempt: the check runs on the firehose's path, and a handle host is
-// anyone's, so a failing one costs one timeout, never the retry budget)
-// and compares it with did: HandleOK, HandleUnresolved or HandleMismatch;
-// an error only when ctx ended.
+// resolvesTo resolves h and compares it with did: HandleOK,
+// HandleUnresolved, HandleTimeout or HandleMismatch; an error only when
+// ctx ended. A result for the pair within HandleTTL is reused (counted as
+// a cache hit): a repeated #identity costs no request. Otherwise the one
+// attempt runs under the concurrency limit and HandleTimeout (the check
+// runs on the firehose's path, and a handle host is anyone's, so a failing
+// or silent one costs one short timeout, never the retry budget).
 func (r *Resolver) resolvesTo(ctx context.Context, h syntax.Handle, did string) (string, error) {
+	key := did + " " + h.String()
+	now := r.cfg.Now()
+	if result, expired, ok := r.handles.get(key, now); ok && !expired {
+		r.m.handleCached()
+		return result, nil
+	}
 	var got syntax.DID
+	timedOut := false
 	_, err := r.withRetries(ctx, h.String(), func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+		tctx, cancel := context.WithTimeout(ctx, r.cfg.HandleTimeout)
 		defer cancel()
 		var err error
 		if r.cfg.Web != "" {
-			got, err = r.dir.ResolveHandleWellKnown(ctx, h)
+			got, err = r.dir.ResolveHandleWellKnown(tctx, h)
 		} else {
-			got, err = r.dir.ResolveHandle(ctx, h)
+			got, err = r.dir.ResolveHandle(tctx, h)
 		}
+		timedOut = err != nil && ctx.Err() == nil && errors.Is(tctx.Err(), context.DeadlineExceeded)
 		return err
 	}, func(error) bool { return true })
+	result := HandleOK
 	switch {
 	case ctx.Err() != nil:
 		return "", fmt.Errorf("ident: handle %s: %w", h, ctx.Err())
+	case timedOut:
+		result = HandleTimeout
 	case err != nil:
-		return HandleUnresolved, nil
+		result = HandleUnresolved
 	case got.String() != did:
-		return HandleMismatch, nil
+		result = HandleMismatch
 	}
-	return HandleOK, nil
+	r.handles.put(key, result, now.Add(r.cfg.HandleTTL))
+	return result, nil
 }

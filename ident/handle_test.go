@@ -142,8 +142,9 @@ func TestCheckIdentityFailingHandleHost(t *testing.T) {
 }
 
 // BenchmarkCheckIdentity: the consumer-path cost of one #identity naming a
-// handle against the simulated network on loopback (a DID resolution and
-// a well-known request, both over HTTP on 127.0.0.1).
+// handle against the simulated network on loopback: a DID resolution over
+// HTTP on 127.0.0.1; the well-known request is made by the first iteration
+// only (the pair's result is reused within HandleTTL).
 func BenchmarkCheckIdentity(b *testing.B) {
 	n, err := oracle.Start(context.Background(), oracle.Config{Accounts: 6, RecordsMean: 3, Hosts: 2, Seed: 21, Traffic: oracle.TrafficNone})
 	if err != nil {
@@ -166,4 +167,56 @@ func BenchmarkCheckIdentity(b *testing.B) {
 			b.Fatalf("%q %v", v, err)
 		}
 	}
+}
+
+// TestHandleResultsBounded: handle results are kept for at most CacheSize
+// (DID, handle) pairs, least recently used evicted: a pair checked again
+// while kept costs no request (a cache hit), an evicted one is resolved
+// again. Every check still resolves the DID document.
+func TestHandleResultsBounded(t *testing.T) {
+	n := startNet(t)
+	var live []world.Account
+	for _, a := range n.World().Accounts() {
+		if a.Active {
+			live = append(live, a)
+		}
+	}
+	if len(live) < 3 {
+		t.Fatalf("%d active accounts, want 3", len(live))
+	}
+	var hits atomic.Int64
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		did, ok := n.World().HandleDID(r.Host)
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write([]byte(did))
+	}))
+	defer web.Close()
+	reg := prometheus.NewRegistry()
+	r := ident.New(ident.Config{PLC: n.RelayURL(), Web: web.URL, CacheSize: 2, Metrics: ident.NewMetrics(reg), Sleep: noSleep})
+	defer r.Close()
+	check := func(a world.Account, wantHits int64) {
+		t.Helper()
+		resolved := promtest.Value(t, reg, "backstream_ident_resolutions_total", map[string]string{"result": "ok"})
+		if v, result, err := r.CheckIdentity(context.Background(), a.DID, a.Handle); err != nil || v != a.Handle || result != ident.HandleOK {
+			t.Fatalf("%s: %q %q %v", a.Handle, v, result, err)
+		}
+		if got := hits.Load(); got != wantHits {
+			t.Fatalf("%s: %d requests to the handle host, want %d", a.Handle, got, wantHits)
+		}
+		if got := promtest.Value(t, reg, "backstream_ident_resolutions_total", map[string]string{"result": "ok"}); got != resolved+1 {
+			t.Fatalf("%s: %v DID resolutions, want 1", a.Handle, got-resolved)
+		}
+	}
+	a, b, c := live[0], live[1], live[2]
+	check(a, 1)
+	check(b, 2)
+	check(a, 2) // kept
+	check(c, 3) // evicts b, the least recently used
+	check(b, 4)
+	check(c, 4)
+	expect(t, reg, "backstream_ident_handle_cache_hits_total", nil, 2)
 }

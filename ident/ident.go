@@ -46,6 +46,23 @@ const (
 	DefaultBackoffMax  = 5 * time.Second
 )
 
+// Defaults of Config's handle check.
+const (
+	// DefaultHandleTimeout bounds an #identity's handle check (DNS TXT,
+	// then the well-known request), which runs on the firehose's path:
+	// ONE sequencer takes verified frames back in read order, so a handle
+	// host that holds the request stalls every account's frames for this
+	// long. A healthy host answers in one connection's round trips (well
+	// under a second from anywhere); 2 s leaves room for a slow TLS
+	// handshake while bounding what a hostile host costs per event.
+	DefaultHandleTimeout = 2 * time.Second
+	// DefaultHandleTTL is how long a handle check's result for a (DID,
+	// handle) pair stands: a repeated #identity naming the same pair
+	// within it is not checked again (an operator's fix of a DNS record
+	// is seen within it).
+	DefaultHandleTTL = 10 * time.Minute
+)
+
 // ErrUnresolvable: the DID could not be resolved to a usable document (not
 // found, the directory failing past the retry budget, no signing key).
 // Failure class "identity", retryable.
@@ -122,8 +139,13 @@ type Config struct {
 	BackoffBase, BackoffMax time.Duration
 	// TTL is how long a resolved document is trusted (memory and store).
 	TTL time.Duration
-	// CacheSize bounds the memory cache's entries.
+	// CacheSize bounds the memory cache's entries (the documents' and,
+	// separately, the handle results').
 	CacheSize int
+	// HandleTimeout bounds the one attempt of a handle's resolution
+	// (CheckIdentity); HandleTTL is how long its result for a (DID,
+	// handle) pair is reused.
+	HandleTimeout, HandleTTL time.Duration
 	// Store, when set, is read on a memory miss.
 	Store Store
 	// Persist, when set, writes a network resolution's result durably
@@ -182,6 +204,12 @@ func (c *Config) defaults() {
 	if c.TTL <= 0 {
 		c.TTL = DefaultTTL
 	}
+	if c.HandleTimeout <= 0 {
+		c.HandleTimeout = DefaultHandleTimeout
+	}
+	if c.HandleTTL <= 0 {
+		c.HandleTTL = DefaultHandleTTL
+	}
 	if c.CacheSize <= 0 {
 		c.CacheSize = DefaultCacheSize
 	}
@@ -204,12 +232,14 @@ func (c *Config) defaults() {
 type Resolver struct {
 	cfg    Config
 	dir    *identity.BaseDirectory
-	cache  *cache
+	cache  *cache[*Info]
 	slots  chan struct{}
 	pacer  *rate.Limiter // PLC requests per second; nil: none
 	flight singleflight.Group
 	m      *Metrics
 	lines  *loglimit.Every // one line per trip kind per logEvery
+	// handles: a handle resolution's result by (DID, handle) (handle.go).
+	handles *cache[string]
 
 	// Background refreshes of expired entries (revalidate): at most
 	// Concurrency at once, stopped by Close.
@@ -235,16 +265,17 @@ func New(cfg Config) *Resolver {
 		pacer = rate.NewLimiter(rate.Limit(cfg.Rate), cfg.Concurrency)
 	}
 	return &Resolver{
-		pacer:  pacer,
-		bg:     make(chan struct{}, cfg.Concurrency),
-		ctx:    ctx,
-		cancel: cancel,
-		cfg:    cfg,
-		dir:    &identity.BaseDirectory{PLCURL: cfg.PLC, HTTPClient: *hc, SkipHandleVerification: true, UserAgent: "backstream"},
-		cache:  newCache(cfg.CacheSize),
-		slots:  make(chan struct{}, cfg.Concurrency),
-		m:      cfg.Metrics,
-		lines:  loglimit.New(logEvery, cfg.Now),
+		pacer:   pacer,
+		bg:      make(chan struct{}, cfg.Concurrency),
+		ctx:     ctx,
+		cancel:  cancel,
+		cfg:     cfg,
+		dir:     &identity.BaseDirectory{PLCURL: cfg.PLC, HTTPClient: *hc, SkipHandleVerification: true, UserAgent: "backstream"},
+		cache:   newCache[*Info](cfg.CacheSize),
+		handles: newCache[string](cfg.CacheSize),
+		slots:   make(chan struct{}, cfg.Concurrency),
+		m:       cfg.Metrics,
+		lines:   loglimit.New(logEvery, cfg.Now),
 	}
 }
 

@@ -34,7 +34,7 @@ var (
 	cacheTiers        = []string{tierMemory, tierStore, tierMiss}
 	verifyPaths       = []string{PathBackfill, PathLive}
 	verifyOutcomes    = []string{OutcomeOK, OutcomeIdentity, OutcomeSignature, OutcomeAuthority, OutcomeInversion, OutcomeRev}
-	handleResults     = []string{HandleOK, HandleBadSyntax, HandleNoDocument, HandleUndeclared, HandleUnresolved, HandleMismatch}
+	handleResults     = []string{HandleOK, HandleBadSyntax, HandleNoDocument, HandleUndeclared, HandleUnresolved, HandleTimeout, HandleMismatch}
 )
 
 // Metrics counts resolutions and verifications. Build with NewMetrics.
@@ -52,6 +52,7 @@ type Metrics struct {
 	seconds     prometheus.Histogram
 	verified    *prometheus.CounterVec // path, outcome
 	handles     *prometheus.CounterVec // result
+	handleHits  prometheus.Counter
 }
 
 // NewMetrics registers the metrics on reg (nil: unregistered, still usable):
@@ -65,8 +66,10 @@ type Metrics struct {
 //     backstream_ident_refresh_errors_total (a background refresh failed)
 //   - backstream_ident_cache_entries, backstream_ident_resolve_seconds
 //   - backstream_verify_total{path=backfill|live, outcome=ok|identity|signature|authority|inversion|rev}
-//   - backstream_ident_handles_total{result=ok|syntax|no_document|undeclared|unresolved|mismatch}:
+//   - backstream_ident_handles_total{result=ok|syntax|no_document|undeclared|unresolved|timeout|mismatch}:
 //     handles named by #identity events, by the bidirectional check's result
+//   - backstream_ident_handle_cache_hits_total: handle checks answered by an
+//     earlier result for the same (DID, handle) within --handle-ttl
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		resolutions: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -113,6 +116,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "backstream_ident_handles_total",
 			Help: "Handles named by #identity events, by the result of their bidirectional check (anything but ok is archived as handle.invalid).",
 		}, []string{"result"}),
+		handleHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_ident_handle_cache_hits_total",
+			Help: "Handle checks answered by an earlier result for the same (DID, handle) within --handle-ttl, without a request.",
+		}),
 	}
 	for _, r := range resolutionResults {
 		m.resolutions.WithLabelValues(r)
@@ -130,7 +137,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.resolutions, m.lookups, m.retries, m.limitedC, m.pacedC, m.reresolve, m.invalidate,
-			m.persistErr, m.staleErr, m.entriesG, m.seconds, m.verified, m.handles)
+			m.persistErr, m.staleErr, m.entriesG, m.seconds, m.verified, m.handles, m.handleHits)
 	}
 	return m
 }
@@ -211,5 +218,11 @@ func (m *Metrics) Verified(path, outcome string) {
 func (m *Metrics) handle(result string) {
 	if m != nil {
 		m.handles.WithLabelValues(result).Inc()
+	}
+}
+
+func (m *Metrics) handleCached() {
+	if m != nil {
+		m.handleHits.Inc()
 	}
 }

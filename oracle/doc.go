@@ -67,7 +67,11 @@
 // Identity faults (for a consumer that verifies against DID documents): a
 // getRepo CAR re-signed by world.ForeignKey (ForgedSignature); a relay
 // redirect to a PDS host that is not the account's, which serves the
-// account's genuine repo (Misattribute); DID documents answered 404
+// account's genuine repo (Misattribute); a host an account has migrated
+// away from that still lists it, with a rev newer-looking than the
+// account's, and serves its old copy while the DID document names its new
+// host (Migrating; getRepo requests are counted per host, FetchedFrom);
+// DID documents answered 404
 // (DIDNotFound), without a verification method (DIDNoKey), or naming
 // ForeignKey's public key (DIDWrongKey); every document request delayed
 // (SlowPLC) or answered 500 (FailPLC); and, on the firehose, one-off

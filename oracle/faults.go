@@ -13,6 +13,10 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/backstream/backstream/oracle/world"
 )
 
 // Always, passed as a count, arms a fault for every request.
@@ -63,6 +67,7 @@ const (
 	FaultPLCFailing      FaultKind = "plc_failing"      // a DID document request answered 500
 	FaultForgedCommit    FaultKind = "forged_commit"    // one-off #commit signed by a key that is not the account's, not applied
 	FaultNonInverting    FaultKind = "non_inverting"    // one-off #commit whose ops do not invert to its prevData, not applied
+	FaultMigrating       FaultKind = "migrating"        // a PDS an account left still lists it (a newer-looking rev) and serves its old copy
 
 	// Handle faults: one-off #identity events naming a handle that does not
 	// verify both ways (handles.go), not applied.
@@ -136,12 +141,13 @@ type Faults struct {
 	listLeft   int
 	fh         firehoseFaults
 	gapRate    float64
-	hostile    float64            // HostileCommits rate
-	forged     float64            // ForgedCommits rate
-	docs       map[string][]*step // per-DID DID-document faults (FaultDIDNotFound, FaultDIDNoKey, FaultDIDWrongKey)
-	misattr    map[string]int     // DID → uses left of FaultMisattributed
-	misServe   map[string]int     // DID → misattributed redirects not yet served by the other host
-	plcSlow    time.Duration      // FaultPLCSlow delay
+	hostile    float64              // HostileCommits rate
+	forged     float64              // ForgedCommits rate
+	docs       map[string][]*step   // per-DID DID-document faults (FaultDIDNotFound, FaultDIDNoKey, FaultDIDWrongKey)
+	misattr    map[string]int       // DID → uses left of FaultMisattributed
+	misServe   map[string]int       // DID → misattributed redirects not yet served by the other host
+	left       map[string]staleCopy // DID → Migrating: the host it left still listing and serving it
+	plcSlow    time.Duration        // FaultPLCSlow delay
 	plcSlowN   int
 	plcFailN   int
 	badHandles float64                // BadHandles rate
@@ -173,6 +179,7 @@ func (f *Faults) Clear() {
 	f.docs = make(map[string][]*step)
 	f.misattr = make(map[string]int)
 	f.misServe = make(map[string]int)
+	f.left = make(map[string]staleCopy)
 	f.plcSlow, f.plcSlowN, f.plcFailN = 0, 0, 0
 	f.badHandles, f.claims, f.aliases = 0, make(map[string]handleClaim), make(map[string]string)
 	if f.fired == nil {
@@ -322,6 +329,73 @@ func (f *Faults) Misattribute(did string, n int) {
 	f.mu.Lock()
 	f.misattr[did] = normCount(n)
 	f.mu.Unlock()
+}
+
+// staleCopy is what a host an account migrated away from still has of it.
+type staleCopy struct {
+	host int
+	rev  string // listed: newer-looking than the account's
+	car  []byte // served: the repo as it was when Migrating was armed
+}
+
+// Migrating makes PDS host `from` (not did's own) behave as the host did
+// has just migrated away from: its listRepos still lists did, with a rev
+// that looks newer than the account's (its rev now, an hour later),
+// and its getRepo serves did's repo as it is now — an old copy once the
+// account commits again on its new host — while did's DID document names
+// its own host. A fleet bootstrap must fetch did from the host its
+// document names, not from the one listing the newer rev.
+func (f *Faults) Migrating(did string, from int) error {
+	acct, ok := f.n.w.Account(did)
+	switch {
+	case !ok:
+		return fmt.Errorf("oracle: migrating %s: %w", did, world.ErrUnknownDID)
+	case from < 0 || from >= len(f.n.hosts) || from == acct.Host:
+		return fmt.Errorf("oracle: migrating %s from host %d: want another host than its own (%d) below %d", did, from, acct.Host, len(f.n.hosts))
+	}
+	car, _, err := f.n.w.RepoCAR(did)
+	if err != nil {
+		return fmt.Errorf("oracle: migrating %s: %w", did, err)
+	}
+	cur, err := syntax.ParseTID(acct.Rev)
+	if err != nil {
+		return fmt.Errorf("oracle: migrating %s: rev: %w", did, err)
+	}
+	rev := syntax.NewTIDFromInteger(cur.Integer() + uint64(time.Hour/time.Microsecond)<<10).String()
+	f.mu.Lock()
+	f.left[did] = staleCopy{host: from, rev: rev, car: car}
+	f.mu.Unlock()
+	return nil
+}
+
+// staleOn is did's stale copy on host, counted as served (ok false when
+// host is not one did migrated away from).
+func (f *Faults) staleOn(did string, host int) (staleCopy, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.left[did]
+	if !ok || c.host != host {
+		return staleCopy{}, false
+	}
+	f.fired[FaultMigrating]++
+	return c, true
+}
+
+// staleRevs is the listed rev of every account that migrated away from
+// host, by DID (nil when none).
+func (f *Faults) staleRevs(host int) map[string]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out map[string]string
+	for did, c := range f.left {
+		if c.host == host {
+			if out == nil {
+				out = make(map[string]string)
+			}
+			out[did] = c.rev
+		}
+	}
+	return out
 }
 
 // misattributed reports whether did's getRepo at the relay goes to another

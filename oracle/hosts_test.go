@@ -262,3 +262,66 @@ func TestClientPacesAnnouncedLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestMigratingListedAndServedByTheHostLeft: after Migrating, the host the
+// account left lists it (with a rev newer than the account's) and serves
+// the copy it had when the fault was armed, though the account has
+// committed since; its own host lists its real rev and serves its current
+// repo; the DID document names its own host; getRepo is counted per host.
+func TestMigratingListedAndServedByTheHostLeft(t *testing.T) {
+	n := startNet(t, quietCfg(10))
+	did := activeDIDs(n)[0]
+	acct, _ := n.World().Account(did)
+	to, from := acct.Host, 1-acct.Host
+	if err := n.Faults().Migrating(did, to); err == nil {
+		t.Fatal("a migration from the account's own host was accepted")
+	}
+	if err := n.Faults().Migrating(did, from); err != nil {
+		t.Fatal(err)
+	}
+	_, old, _ := getRepo(t, n.HostURLs()[to], did)
+	if _, err := n.Emit(func(w *world.World) (world.Event, error) {
+		return w.CreateRecord(did, "app.bsky.feed.like", "", map[string]any{"$type": "app.bsky.feed.like", "createdAt": "2024-01-01T00:00:00Z"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	acct, _ = n.World().Account(did)
+	listed := func(host int) string {
+		var out struct {
+			Repos []struct{ Did, Rev string }
+		}
+		getJSON(t, n.HostURLs()[host]+"/xrpc/com.atproto.sync.listRepos?limit=1000", &out)
+		for _, r := range out.Repos {
+			if r.Did == did {
+				return r.Rev
+			}
+		}
+		return ""
+	}
+	if got := listed(to); got != acct.Rev {
+		t.Fatalf("its host lists rev %q, want %q", got, acct.Rev)
+	}
+	if got := listed(from); got <= acct.Rev {
+		t.Fatalf("the host it left lists rev %q, want one newer-looking than %q", got, acct.Rev)
+	}
+	cur, _, err := n.World().RepoCAR(did)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, b, _ := getRepo(t, n.HostURLs()[from], did); st != http.StatusOK || string(b) != string(old) || string(b) == string(cur) {
+		t.Fatalf("the host it left served %d, %d bytes: want the old copy", st, len(b))
+	}
+	if st, b, _ := getRepo(t, n.HostURLs()[to], did); st != http.StatusOK || string(b) != string(cur) {
+		t.Fatalf("its host served %d, %d bytes: want its current repo", st, len(b))
+	}
+	if got := n.FetchedFrom(did); got[from] != 1 || got[to] != 2 {
+		t.Fatalf("getRepo per host %v, want 1 from %d and 2 from %d", got, from, to)
+	}
+	if n.Faults().Fired(FaultMigrating) != 1 {
+		t.Fatalf("fired %d", n.Faults().Fired(FaultMigrating))
+	}
+	doc, err := directory(n).LookupDID(context.Background(), mustDID(t, did))
+	if err != nil || doc.PDSEndpoint() != n.HostURLs()[to] {
+		t.Fatalf("document names %v (%v), want %s", doc, err, n.HostURLs()[to])
+	}
+}

@@ -487,6 +487,10 @@ func (n *Network) FetchedSince(before map[string]RepoCount) map[string]int {
 	return out
 }
 
+// FetchedFrom is did's getRepo requests by the PDS host index that
+// received them (directly or redirected by the relay).
+func (n *Network) FetchedFrom(did string) map[int]int { return n.repos.hosts(did) }
+
 // FirehoseConnections is how many subscribeRepos connections were served
 // (FutureCursor refusals excluded).
 func (n *Network) FirehoseConnections() int64 { return n.stats.connections.Load() }

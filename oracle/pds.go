@@ -6,6 +6,7 @@ package oracle
 
 import (
 	"errors"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -103,9 +104,16 @@ func (h *pdsHost) handleListRepos(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	left := h.n.faults.staleRevs(h.idx) // FaultMigrating: accounts that left this host
 	accts, more := page(h.n.w.Accounts(), p, func(a world.Account) bool {
-		return a.Host == h.idx && a.Status != world.StatusDeleted
+		_, stale := left[a.DID]
+		return stale || (a.Host == h.idx && a.Status != world.StatusDeleted)
 	})
+	for i := range accts {
+		if rev, stale := left[accts[i].DID]; stale {
+			accts[i].Rev = rev
+		}
+	}
 	var cursor string
 	if more && len(accts) > 0 {
 		cursor = encodeCursor(accts[len(accts)-1].DID, 0)
@@ -173,13 +181,17 @@ func (h *pdsHost) handleGetRepo(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.requests.Add(1)
-	n.repos.hit(did)
+	n.repos.hit(did, h.idx)
 	if rl, ok := n.faults.hostLimited(h.idx); ok {
 		writeRateLimited(w, rl.limit, rl.window, rl.resetAt)
 		return
 	}
 	if rl, left, ok := n.faults.announce(h.idx); ok {
 		setRateHeaders(w, rl, left)
+	}
+	if c, stale := n.faults.staleOn(did, h.idx); stale {
+		writeCAR(w, c.car) // the copy the account left behind
+		return
 	}
 	acct, known := n.w.Account(did)
 	// A misattributed request (FaultMisattributed) reaches a host that is
@@ -244,8 +256,9 @@ func writeCAR(w http.ResponseWriter, car []byte) bool {
 
 // repoCounts are the per-DID getRepo counters.
 type repoCounts struct {
-	mu sync.Mutex
-	m  map[string]*RepoCount
+	mu     sync.Mutex
+	m      map[string]*RepoCount
+	byHost map[string]map[int]int // DID → PDS host → getRepo requests
 }
 
 // RepoCount is what the network served for one DID.
@@ -255,7 +268,9 @@ type RepoCount struct {
 	Complete      int // complete, unfaulted CARs written in full
 }
 
-func newRepoCounts() *repoCounts { return &repoCounts{m: make(map[string]*RepoCount)} }
+func newRepoCounts() *repoCounts {
+	return &repoCounts{m: make(map[string]*RepoCount), byHost: make(map[string]map[int]int)}
+}
 
 func (c *repoCounts) entry(did string) *RepoCount {
 	e := c.m[did]
@@ -272,10 +287,21 @@ func (c *repoCounts) relayHit(did string) {
 	c.mu.Unlock()
 }
 
-func (c *repoCounts) hit(did string) {
+func (c *repoCounts) hit(did string, host int) {
 	c.mu.Lock()
 	c.entry(did).Requests++
+	if c.byHost[did] == nil {
+		c.byHost[did] = make(map[int]int)
+	}
+	c.byHost[did][host]++
 	c.mu.Unlock()
+}
+
+// hosts is did's getRepo requests by PDS host.
+func (c *repoCounts) hosts(did string) map[int]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.byHost[did])
 }
 
 func (c *repoCounts) completed(did string) {

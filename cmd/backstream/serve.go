@@ -96,6 +96,8 @@ func serveCommand() *command {
 			fs.Int("ident-retries", ident.DefaultRetries, "retries of a failed DID document request before the DID counts as unresolvable (failure class identity)")
 			fs.Int("ident-cache-size", ident.DefaultCacheSize, "DID documents kept in memory (least recently used evicted)")
 			fs.Duration("ident-ttl", ident.DefaultTTL, "how long a resolved DID document is trusted, in memory and in the store's ident/ rows")
+			fs.Duration("handle-timeout", ident.DefaultHandleTimeout, "deadline of an #identity's handle check (DNS TXT, then https://<handle>/.well-known/atproto-did; one attempt): live frames of every account wait behind it; past it the handle is archived as handle.invalid (backstream_ident_handles_total{result=\"timeout\"})")
+			fs.Duration("handle-ttl", ident.DefaultHandleTTL, "how long a handle check's result for a (DID, handle) pair is reused: a repeated #identity naming the same pair within it sends no request (backstream_ident_handle_cache_hits_total)")
 			fs.Int("verify-workers", 0, "live #commit and #sync frames verified in parallel (0 = one per CPU); an account's frames are checked in order, and archived in the relay's order")
 			healFlags(fs)
 			fs.String("nats-url", "", "publish every archived event, in seq order and once, into a NATS JetStream stream on these servers (comma-separated nats:// URLs; empty: no NATS sink)")
@@ -291,6 +293,7 @@ func identOptions(fs *flagSet) (*ident.Config, error) {
 	c := &ident.Config{Mode: mode, PLC: strings.TrimSpace(fs.str("plc")),
 		Timeout: fs.get("ident-timeout").(time.Duration), Concurrency: fs.get("ident-concurrency").(int),
 		Retries: fs.get("ident-retries").(int), CacheSize: fs.get("ident-cache-size").(int), TTL: fs.get("ident-ttl").(time.Duration),
+		HandleTimeout: fs.get("handle-timeout").(time.Duration), HandleTTL: fs.get("handle-ttl").(time.Duration),
 		Verifiers: fs.get("verify-workers").(int), Rate: -1}
 	if r := strings.TrimSpace(fs.str("ident-rate")); r != "auto" {
 		if c.Rate, err = strconv.ParseFloat(r, 64); err != nil || !(c.Rate >= 0) || math.IsInf(c.Rate, 0) {
@@ -298,8 +301,8 @@ func identOptions(fs *flagSet) (*ident.Config, error) {
 		}
 	}
 	switch {
-	case c.Timeout <= 0 || c.TTL <= 0:
-		return nil, errors.New("--ident-timeout and --ident-ttl must be positive")
+	case c.Timeout <= 0 || c.TTL <= 0 || c.HandleTimeout <= 0 || c.HandleTTL <= 0:
+		return nil, errors.New("--ident-timeout, --ident-ttl, --handle-timeout and --handle-ttl must be positive")
 	case c.Verifiers < 0:
 		return nil, errors.New("--verify-workers must be ≥ 0")
 	case c.Concurrency < 1 || c.CacheSize < 1 || c.Retries < 0:
