@@ -629,6 +629,9 @@ func (w *Writer) apply(p *pending, u *Unit, dropped int) bool {
 			p.staleBy[ev.Source]++
 			continue
 		}
+		if !w.opts.Capture && upstreamSync(ev) {
+			continue // its rev moved the ratchet (stage); no row
+		}
 		// Every kept event gets its own time, max(now, previous+1): a
 		// client resuming by time_us lands on exactly one event.
 		w.lastUS = max(now, w.lastUS+1)
@@ -975,6 +978,15 @@ func (w *Writer) stage(u *Unit) (*staged, error) {
 		return nil, err
 	}
 	return st, nil
+}
+
+// upstreamSync reports whether ev is an upstream #sync (live, or merged
+// from the capture) rather than a replacement's opening row. It moves the
+// ratchet like a kept row but is not archived: the replacement it marks the
+// account for opens with its own sync row at the snapshot's rev, so a
+// subscriber sees one sync event per upstream reset.
+func upstreamSync(ev *Event) bool {
+	return ev.Kind == KindSync && (ev.Source == SourceLive || ev.Source == SourceMerge)
 }
 
 // checkPrev marks u.Prev's account for a replacement when its previous
