@@ -104,7 +104,7 @@ type Receipt struct {
 	Token    any
 	FirstSeq uint64 // seq of the first kept event (0 if none were kept)
 	LastSeq  uint64 // seq of the last kept event
-	Kept     int    // events appended
+	Kept     int    // events appended (a live or merged sync row, which moves the ratchet only, is neither kept nor stale)
 	Stale    int    // commit/sync rows dropped by the ratchet
 	Dropped  int    // rows dropped because waiting behind a replacement would pass a hold cap
 	Cursor   uint64 // the durable position under the unit's Cursor.Key after its batch (below its own while earlier units wait)
