@@ -39,7 +39,10 @@ func (o op) event(dids []string, rev int) archive.Event {
 			ev.Record = []byte{0xa1, 0x61, 'n', 0x18, byte(rev)}
 		}
 	case archive.KindSync:
-		ev.Rev = fmt.Sprintf("3m%011d", rev)
+		// An archived sync row is a replacement's opening row: an
+		// upstream #sync (live or merged) moves the ratchet and is not
+		// archived.
+		ev.Rev, ev.Source = fmt.Sprintf("3m%011d", rev), archive.SourceRetry
 	case archive.KindAccount:
 		ev.Status, ev.Active = o.status, o.status == ""
 	case archive.KindIdentity:

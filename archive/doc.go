@@ -40,6 +40,9 @@
 //   - D3 (the ratchet): rev/<did> is the newest rev archived for the account.
 //     A live or merged commit/sync row is kept only when its rev is newer
 //     (the other ops of the same commit, in the same unit, pass with it);
+//     a kept live or merged sync row (an upstream #sync) moves the ratchet
+//     but is not archived: the replacement its effect schedules opens with
+//     the account's one sync row, at the snapshot's rev;
 //     backfill and replacement rows move the ratchet to their snapshot rev; a
 //     Unit marked Replace is refused whole when the ratchet is already newer
 //     than its snapshot (S9). Identity and account rows always pass.

@@ -104,7 +104,7 @@ type Receipt struct {
 	Token    any
 	FirstSeq uint64 // seq of the first kept event (0 if none were kept)
 	LastSeq  uint64 // seq of the last kept event
-	Kept     int    // events appended
+	Kept     int    // events appended (a live or merged sync row, which moves the ratchet only, is neither kept nor stale)
 	Stale    int    // commit/sync rows dropped by the ratchet
 	Dropped  int    // rows dropped because waiting behind a replacement would pass a hold cap
 	Cursor   uint64 // the durable position under the unit's Cursor.Key after its batch (below its own while earlier units wait)
@@ -629,6 +629,9 @@ func (w *Writer) apply(p *pending, u *Unit, dropped int) bool {
 			p.staleBy[ev.Source]++
 			continue
 		}
+		if !w.opts.Capture && upstreamSync(ev) {
+			continue // its rev moved the ratchet (stage); no row
+		}
 		// Every kept event gets its own time, max(now, previous+1): a
 		// client resuming by time_us lands on exactly one event.
 		w.lastUS = max(now, w.lastUS+1)
@@ -975,6 +978,15 @@ func (w *Writer) stage(u *Unit) (*staged, error) {
 		return nil, err
 	}
 	return st, nil
+}
+
+// upstreamSync reports whether ev is an upstream #sync (live, or merged
+// from the capture) rather than a replacement's opening row. It moves the
+// ratchet like a kept row but is not archived: the replacement it marks the
+// account for opens with its own sync row at the snapshot's rev, so a
+// subscriber sees one sync event per upstream reset.
+func upstreamSync(ev *Event) bool {
+	return ev.Kind == KindSync && (ev.Source == SourceLive || ev.Source == SourceMerge)
 }
 
 // checkPrev marks u.Prev's account for a replacement when its previous

@@ -14,6 +14,9 @@
 //   - Rows(frame, seq, metrics): a frame's archive rows after validation.
 //   - Effects(event, nowUS): the conditional repo mutation of an #account or
 //     #sync row. The merge walker applies exactly this to captured rows (M8).
+//     A #sync row reaches cap/ (the merge walk needs it) but never ev/: the
+//     archive writer takes its rev into the ratchet and archives no row, so
+//     the replacement it schedules is the one sync row of the reset.
 //   - Verification (verify.go, Config.Identity, package ident): every
 //     #commit and #sync is checked before its rows are built — the commit in
 //     its blocks names the frame's DID and rev, a #commit's ops match its

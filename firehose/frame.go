@@ -15,7 +15,10 @@ import (
 // frame carrying upstream seq, with Source = archive.SourceLive. Rows that
 // fail validation are left out and counted on m (nil: not counted); the
 // result may be empty (every row dropped, or a commit without ops). Frames
-// without rows of their own (#info, error frames) return nil.
+// without rows of their own (#info, error frames) return nil. A #sync's row
+// carries its rev and effect to the writer: the capture writer stores it,
+// the archive writer moves the ratchet and archives none (the replacement
+// it schedules opens with the account's sync row).
 func Rows(f *upstream.Frame, seq int64, m *Metrics) []archive.Event {
 	switch {
 	case f.Commit != nil:

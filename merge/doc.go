@@ -16,7 +16,8 @@
 // Keeping or dropping a row is the writer's per-account rev ratchet (M3): a
 // captured commit or sync row is kept exactly when its rev is newer than
 // rev/<did> — for a complete repo, newer than its snapshot — and identity
-// and account rows always pass.
+// and account rows always pass. A kept sync row moves the ratchet but is
+// not archived (its replacement archives the account's sync row).
 //
 // Tricky bit: the ratchet lets the other ops of a commit through only when
 // they arrive in the same unit as the first one (they share its rev). The

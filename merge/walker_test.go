@@ -123,7 +123,7 @@ func TestMergeKeptDroppedMatrix(t *testing.T) {
 	st := r.walk(1) // the smallest units: one upstream event each
 	got := r.mergedRows()
 	want := map[string][]string{
-		"did:plc:complete":     {"create@07", "delete@07", "identity@", "sync@09"},
+		"did:plc:complete":     {"create@07", "delete@07", "identity@"}, // the #sync: ratchet and mark, no row
 		"did:plc:pending":      {"create@07", "delete@07", "identity@"},
 		"did:plc:failed":       {"create@03", "update@05", "create@07", "delete@07", "identity@"},
 		"did:plc:unavailable":  {"create@03", "update@05", "create@07", "delete@07", "identity@", "account@"},
@@ -149,6 +149,9 @@ func TestMergeKeptDroppedMatrix(t *testing.T) {
 	}
 	if s, _ := r.store.RepoState("did:plc:complete"); s.Refetch != archive.RefetchSync {
 		t.Errorf("#sync not marked: %+v", s)
+	}
+	if rev, err := r.store.Rev("did:plc:complete"); err != nil || rev != "09" {
+		t.Errorf("#sync did not move the ratchet: %q %v, want 09", rev, err)
 	}
 	if _, err := r.store.RepoState("did:plc:neverfetched"); err == nil {
 		t.Error("merge created a repo for an unknown account")

@@ -199,7 +199,9 @@
 //
 // Extensions, which Jetstream clients ignore as unknown fields:
 //   - kind "sync" (backstream's, only with includeSync=true): "this
-//     account's repo was reset". It is a marker: the archive stores a
+//     account's repo was reset", one per whole-repo replacement (an
+//     upstream #sync is not archived by itself: the replacement it schedules
+//     is its sync event, R the snapshot's rev, S 0). It is a marker: the archive stores a
 //     replacement as the rows that change the account's records (a delete
 //     for each record the new snapshot lacks, an update for each changed
 //     CID, a create for each new record, nothing for unchanged ones), so a

@@ -34,7 +34,8 @@ func matrixStream(t *testing.T, rev int) []archive.Event {
 			rev++
 			evs = append(evs,
 				archive.Event{Kind: archive.KindIdentity, DID: did, Handle: fmt.Sprintf("u%d.test", d), Source: archive.SourceLive},
-				archive.Event{Kind: archive.KindSync, DID: did, Rev: fmt.Sprintf("3l%011d", rev), Source: archive.SourceLive},
+				// A replacement's sync row (an upstream #sync archives none).
+				archive.Event{Kind: archive.KindSync, DID: did, Rev: fmt.Sprintf("3l%011d", rev), Source: archive.SourceRetry},
 			)
 		}
 	}
@@ -257,7 +258,7 @@ func TestOptionsUpdate(t *testing.T) {
 	}
 	evs := []archive.Event{
 		{Kind: archive.KindIdentity, DID: didOf(1), Source: archive.SourceLive},
-		{Kind: archive.KindSync, DID: didOf(2), Rev: "3l00000009000", Source: archive.SourceLive},
+		{Kind: archive.KindSync, DID: didOf(2), Rev: "3l00000009000", Source: archive.SourceRetry}, // a replacement's row
 		{Kind: archive.KindIdentity, DID: didOf(2), Source: archive.SourceLive},
 	}
 	_, l := h.commit(evs...)
@@ -283,7 +284,7 @@ func TestOptionsUpdate(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no pong after the includeSync update")
 	}
-	_, l = h.commit(archive.Event{Kind: archive.KindSync, DID: didOf(2), Rev: "3l00000009001", Source: archive.SourceLive})
+	_, l = h.commit(archive.Event{Kind: archive.KindSync, DID: didOf(2), Rev: "3l00000009001", Source: archive.SourceRetry})
 	r = <-next
 	ev = wireEvent{}
 	if r.err == nil {

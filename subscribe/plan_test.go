@@ -61,7 +61,8 @@ func newIndexWorld(t testing.TB, seed uint64, n, accounts int) *indexWorld {
 				ev.Active, ev.Status = false, "deactivated"
 			}
 		case x < 3:
-			ev.Kind, ev.Rev = archive.KindSync, rev
+			// A replacement's sync row: an upstream #sync archives none.
+			ev.Kind, ev.Rev, ev.Source = archive.KindSync, rev, archive.SourceRetry
 		case x < 30 && len(live[did]) > 0:
 			k := live[did][r.IntN(len(live[did]))]
 			c, rk, _ := cut(k)

@@ -122,7 +122,8 @@ func (tr *Traffic) Unit() []archive.Event {
 	default:
 		// A sync, then the replacement's rows: what changes the account
 		// (its unchanged records stay current from the rows before).
-		evs := []archive.Event{{Kind: archive.KindSync, DID: a.did, Rev: tr.nextRev(), Source: archive.SourceLive}}
+		// (The replacement's own sync row: an upstream #sync archives none.)
+		evs := []archive.Event{{Kind: archive.KindSync, DID: a.did, Rev: tr.nextRev(), Source: archive.SourceRetry}}
 		for i := tr.rng.IntN(4); i > 0; i-- {
 			switch r := tr.rng.IntN(3); {
 			case r == 0 && len(a.live) > 0:
