@@ -8,10 +8,12 @@ package archive
 
 import (
 	"bytes"
+	"cmp"
 	"container/heap"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/cockroachdb/pebble"
@@ -38,6 +40,72 @@ func appendReplayIndex(buf []byte, idx []idxEntry, ev *Event) ([]byte, []idxEntr
 		buf = AppendMarkerKey(buf, ev.Kind, ev.Seq)
 	}
 	return buf, append(idx, idxEntry{k0, len(buf), len(buf)})
+}
+
+// replayBatch holds the writer's open batch's replay index entries until
+// commit, each family as fixed-width sort keys (an account hash or a kind
+// and a seq, a collection and a seq) rather than encoded keys: the writer
+// sorts a family by comparing integers instead of key bytes, and encodes
+// each key once, into one scratch buffer, as it Sets it. Rows arrive in seq
+// order, so a family whose rows share a name (one collection, one kind)
+// is sorted already. The keys are appendReplayIndex's (CheckReplayIndex
+// encodes them that way and compares). No allocation once grown.
+type replayBatch struct {
+	acct []replayEntry // xd/: name the account hash
+	coll []collEntry   // xc/
+	mark []replayEntry // xm/: name the kind
+	key  []byte
+}
+
+type replayEntry struct{ name, seq uint64 }
+
+type collEntry struct {
+	name string
+	seq  uint64
+}
+
+// add stages the replay index entries of the archived row ev: its account
+// entry, and its collection entry (a record row) or its marker entry.
+func (r *replayBatch) add(ev *Event) {
+	r.acct = append(r.acct, replayEntry{AccountHash(ev.DID), ev.Seq})
+	if ev.Kind.IsCommit() {
+		r.coll = append(r.coll, collEntry{ev.Collection, ev.Seq})
+	} else {
+		r.mark = append(r.mark, replayEntry{uint64(ev.Kind), ev.Seq})
+	}
+}
+
+// write Sets the staged entries in b, each family in key order, and
+// empties the batch.
+func (r *replayBatch) write(b *pebble.Batch) {
+	slices.SortFunc(r.coll, func(x, y collEntry) int {
+		if c := strings.Compare(x.name, y.name); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.seq, y.seq)
+	})
+	for _, e := range r.coll {
+		r.key = AppendCollectionIndexKey(r.key[:0], e.name, e.seq)
+		_ = b.Set(r.key, nil, nil)
+	}
+	slices.SortFunc(r.acct, compareReplayEntry)
+	for _, e := range r.acct {
+		r.key = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(append(r.key[:0], PrefixByAccount...), e.name), e.seq)
+		_ = b.Set(r.key, nil, nil)
+	}
+	slices.SortFunc(r.mark, compareReplayEntry)
+	for _, e := range r.mark {
+		r.key = AppendMarkerKey(r.key[:0], Kind(e.name), e.seq)
+		_ = b.Set(r.key, nil, nil)
+	}
+	r.acct, r.coll, r.mark = r.acct[:0], r.coll[:0], r.mark[:0]
+}
+
+func compareReplayEntry(x, y replayEntry) int {
+	if c := cmp.Compare(x.name, y.name); c != 0 {
+		return c
+	}
+	return cmp.Compare(x.seq, y.seq)
 }
 
 // deleteReplayIndex adds the removal of a record row's replay index

@@ -225,8 +225,9 @@ type Writer struct {
 	repos    map[string]RepoState // repo states written in the open batch
 	hosts    map[string]HostState // host states written in the open batch
 	buf      []byte
-	idx      []idxEntry // the open batch's index entries: rec/, tomb/, xc/, xd/, xm/
-	idxBuf   []byte     // their keys and values
+	idx      []idxEntry  // the open batch's index entries: rec/, tomb/
+	idxBuf   []byte      // their keys and values
+	replay   replayBatch // and its replay index entries: xc/, xd/, xm/
 
 	mu      sync.Mutex
 	err     error  // fatal error, set once
@@ -715,7 +716,7 @@ type idxEntry struct{ k0, k1, v1 int }
 // index adds the compaction index of an archived row to the open batch's
 // entries: the rec/ entry of a record row (create, update, delete) and the
 // tomb/ entry of a row that supersedes older ones (Supersedes); and its
-// replay index entries (appendReplayIndex). They are
+// replay index entries (replayBatch). They are
 // blind Sets (the writer never reads the index), written at commit in key
 // order (writeIndex). No allocation once the buffers have grown.
 func (w *Writer) index(p *pending, ev *Event) {
@@ -726,7 +727,7 @@ func (w *Writer) index(p *pending, ev *Event) {
 		w.bug(fmt.Errorf("tombstone of %s: %w", ev.DID, err)) // validated in stage
 		return
 	}
-	w.idxBuf, w.idx = appendReplayIndex(w.idxBuf, w.idx, ev)
+	w.replay.add(ev)
 	if tomb {
 		p.tombs++
 	}
@@ -765,6 +766,7 @@ func appendIndex(buf []byte, idx []idxEntry, ev *Event, size int) ([]byte, []idx
 func (w *Writer) writeIndex(p *pending) {
 	setIndex(p.b, w.idxBuf, w.idx)
 	w.idx, w.idxBuf = w.idx[:0], w.idxBuf[:0]
+	w.replay.write(p.b)
 }
 
 // setIndex adds the index entries idx (into buf) to b, in key order.
