@@ -181,7 +181,9 @@ func TestPrevRevMarksHole(t *testing.T) {
 	}}}})
 	live := func(rev, since, rkey string) RepoState {
 		t.Helper()
-		r := apply(t, w, &Unit{Events: []Event{commitEv(did, rev, KindCreate, SourceLive, rkey)}, Prev: &PrevRev{DID: did, Rev: since}})
+		ev := commitEv(did, rev, KindCreate, SourceLive, rkey)
+		ev.Since = since
+		r := apply(t, w, &Unit{Events: []Event{ev}})
 		if r.Refused != nil || r.Kept != 1 {
 			t.Fatalf("live commit %s: %+v", rev, r)
 		}
