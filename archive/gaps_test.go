@@ -213,3 +213,49 @@ func TestPrevRevMarksHole(t *testing.T) {
 		t.Fatalf("a second hole while marked: %+v, want the mark due again", st)
 	}
 }
+
+// TestSinceCheckedPerCommit: a merge unit holds many commits of many
+// accounts; each commit's since is checked against its account's ratchet as
+// it stands when that commit applies, once per commit (its first row). A
+// chain of commits in one unit marks nothing (each since is the rev the
+// previous commit just set, newer than the ratchet before the unit); a
+// commit missing between two of them marks that account only.
+func TestSinceCheckedPerCommit(t *testing.T) {
+	s := openMem(t, vfs.NewMem())
+	defer s.Close()
+	w := newWriter(t, s, WriterOptions{})
+	defer w.Close()
+	const chained, holed = testDID, "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb"
+	for _, did := range []string{chained, holed} {
+		snap := commitEv(did, "3kaaaaaaaaaa2", KindCreate, SourceBackfill, "s")
+		apply(t, w, &Unit{Events: []Event{snap}, Repos: []RepoUpdate{{DID: did, Func: func(RepoState, bool) (RepoState, bool) {
+			return RepoState{Status: StatusComplete, Active: true, BackfillRev: "3kaaaaaaaaaa2"}, true
+		}}}})
+	}
+	commit := func(did, rev, since string, rkeys ...string) []Event {
+		var evs []Event
+		for i, rk := range rkeys {
+			ev := commitEv(did, rev, KindCreate, SourceMerge, rk)
+			if i == 0 {
+				ev.Since = since
+			}
+			evs = append(evs, ev)
+		}
+		return evs
+	}
+	var evs []Event
+	evs = append(evs, commit(chained, "3kbbbbbbbbbb2", "3kaaaaaaaaaa2", "b")...)
+	evs = append(evs, commit(holed, "3kbbbbbbbbbb2", "3kaaaaaaaaaa2", "b")...)
+	evs = append(evs, commit(chained, "3kcccccccccc2", "3kbbbbbbbbbb2", "c1", "c2")...)
+	evs = append(evs, commit(holed, "3kdddddddddd2", "3kcccccccccc2", "d")...) // 3kccc… never came
+	evs = append(evs, commit(chained, "3kdddddddddd2", "3kcccccccccc2", "d")...)
+	if r := apply(t, w, &Unit{Events: evs}); r.Kept != len(evs) {
+		t.Fatalf("kept %d of %d rows", r.Kept, len(evs))
+	}
+	if st, _ := s.RepoState(chained); st.Refetch != RefetchNone {
+		t.Fatalf("chained commits in one unit marked: %+v", st)
+	}
+	if st, _ := s.RepoState(holed); st.Refetch != RefetchSync || st.NextAttemptUS == 0 {
+		t.Fatalf("a commit missing inside a unit not marked: %+v", st)
+	}
+}
