@@ -226,9 +226,15 @@ func TestSinceCheckedPerCommit(t *testing.T) {
 	w := newWriter(t, s, WriterOptions{})
 	defer w.Close()
 	const chained, holed = testDID, "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb"
-	for _, did := range []string{chained, holed} {
-		snap := commitEv(did, "3kaaaaaaaaaa2", KindCreate, SourceBackfill, "s")
-		apply(t, w, &Unit{Events: []Event{snap}, Repos: []RepoUpdate{{DID: did, Func: func(RepoState, bool) (RepoState, bool) {
+	// An empty snapshot stores no row, so it sets no ratchet: its rev is
+	// the snapshot's.
+	const empty, emptyHoled = "did:plc:cccccccccccccccccccccccc", "did:plc:dddddddddddddddddddddddd"
+	for _, did := range []string{chained, holed, empty, emptyHoled} {
+		var rows []Event
+		if did == chained || did == holed {
+			rows = append(rows, commitEv(did, "3kaaaaaaaaaa2", KindCreate, SourceBackfill, "s"))
+		}
+		apply(t, w, &Unit{Events: rows, Repos: []RepoUpdate{{DID: did, Func: func(RepoState, bool) (RepoState, bool) {
 			return RepoState{Status: StatusComplete, Active: true, BackfillRev: "3kaaaaaaaaaa2"}, true
 		}}}})
 	}
@@ -249,13 +255,19 @@ func TestSinceCheckedPerCommit(t *testing.T) {
 	evs = append(evs, commit(chained, "3kcccccccccc2", "3kbbbbbbbbbb2", "c1", "c2")...)
 	evs = append(evs, commit(holed, "3kdddddddddd2", "3kcccccccccc2", "d")...) // 3kccc… never came
 	evs = append(evs, commit(chained, "3kdddddddddd2", "3kcccccccccc2", "d")...)
+	evs = append(evs, commit(empty, "3kbbbbbbbbbb2", "3kaaaaaaaaaa2", "b")...)
+	evs = append(evs, commit(emptyHoled, "3kcccccccccc2", "3kbbbbbbbbbb2", "c")...) // 3kbbb… never came
 	if r := apply(t, w, &Unit{Events: evs}); r.Kept != len(evs) {
 		t.Fatalf("kept %d of %d rows", r.Kept, len(evs))
 	}
-	if st, _ := s.RepoState(chained); st.Refetch != RefetchNone {
-		t.Fatalf("chained commits in one unit marked: %+v", st)
+	for _, did := range []string{chained, empty} {
+		if st, _ := s.RepoState(did); st.Refetch != RefetchNone {
+			t.Fatalf("%s: chained commits in one unit marked: %+v", did, st)
+		}
 	}
-	if st, _ := s.RepoState(holed); st.Refetch != RefetchSync || st.NextAttemptUS == 0 {
-		t.Fatalf("a commit missing inside a unit not marked: %+v", st)
+	for _, did := range []string{holed, emptyHoled} {
+		if st, _ := s.RepoState(did); st.Refetch != RefetchSync || st.NextAttemptUS == 0 {
+			t.Fatalf("%s: a commit missing inside a unit not marked: %+v", did, st)
+		}
 	}
 }

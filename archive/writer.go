@@ -891,8 +891,12 @@ func (w *Writer) stage(u *Unit) (*staged, error) {
 		if err != nil {
 			return nil, err
 		}
-		if ev.Since > cur && cur != "" && ev.Source != SourceBackfill && ev.Source != SourceRetry {
-			holes = append(holes, ev.DID)
+		if ev.Since != "" && ev.Source != SourceBackfill && ev.Source != SourceRetry {
+			if hole, err := w.sinceAhead(ev, cur); err != nil {
+				return nil, err
+			} else if hole {
+				holes = append(holes, ev.DID)
+			}
 		}
 		switch ev.Source {
 		case SourceBackfill, SourceRetry:
@@ -968,16 +972,30 @@ func (w *Writer) stage(u *Unit) (*staged, error) {
 	return st, nil
 }
 
+// sinceAhead reports whether ev's since is newer than what the archive holds
+// of its account: the ratchet cur, or, when the account has none (an empty
+// snapshot stores no row, so it sets no rev/), its completed snapshot's rev.
+func (w *Writer) sinceAhead(ev *Event, cur string) (bool, error) {
+	if cur != "" {
+		return ev.Since > cur, nil
+	}
+	rs, ok, err := w.repoState(ev.DID)
+	if err != nil || !ok || rs.Status != StatusComplete {
+		return false, err
+	}
+	return rs.BackfillRev != "" && ev.Since > rs.BackfillRev, nil
+}
+
 // markHoles marks each account in holes for a replacement (RefetchSync, due
 // now), in u's batch: a commit of it came with a since (Event.Since) newer
-// than the account's archived rev as it stood when that commit applied, so
-// a commit in between never reached the archive — a relay that dropped it,
-// a stream that resumed past it. The check is per commit (a merge unit
-// holds many commits of many accounts; after a commit's first row the
-// ratchet is at its rev), only where the account has an archived rev, and
-// only for accounts with rows in the unit (the barrier admitted them). One
-// already marked is made due again from now: a replacement already running
-// (its snapshot maybe older than this hole) keeps the mark.
+// than what the archive held of the account when that commit applied, so a
+// commit in between never reached the archive — a relay that dropped it, a
+// stream that resumed past it. The check is per commit (a merge unit holds
+// many commits of many accounts; after a commit's first row the ratchet is
+// at its rev), against the ratchet or a completed snapshot (sinceAhead),
+// and only for accounts with rows in the unit (the barrier admitted them).
+// One already marked is made due again from now: a replacement already
+// running (its snapshot maybe older than this hole) keeps the mark.
 func (w *Writer) markHoles(u *Unit, holes []string) {
 	if len(holes) == 0 {
 		return

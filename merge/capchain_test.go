@@ -23,7 +23,8 @@ import (
 // would be missing for good with the account's rev equal to its head
 // (nothing for an audit to find). The merge unit that applies Y marks the
 // account for a replacement; an account whose captured commits follow its
-// snapshot is not marked.
+// snapshot is not marked. The same for an account whose snapshot is empty
+// (no row, so no ratchet: the check uses the snapshot's rev).
 func TestMergeMarksCapturedHole(t *testing.T) {
 	n, err := oracle.Start(context.Background(), oracle.Config{Seed: 18, Accounts: 8, RecordsMean: 3, Hosts: 1, Traffic: oracle.TrafficNone})
 	if err != nil {
@@ -37,9 +38,10 @@ func TestMergeMarksCapturedHole(t *testing.T) {
 			dids = append(dids, a.DID)
 		}
 	}
-	holed, whole := dids[0], dids[1]
+	// empty's snapshot holds no record (it stores no row, so no ratchet).
+	holed, whole, empty := dids[0], dids[1], dids[2]
 	snap := map[string]string{}
-	for _, did := range []string{holed, whole} {
+	for _, did := range []string{holed, whole, empty} {
 		a, _ := n.World().Account(did)
 		snap[did] = a.Rev // R0: the in-flight download's rev
 	}
@@ -77,34 +79,43 @@ func TestMergeMarksCapturedHole(t *testing.T) {
 	}
 	defer stop()
 	// X: dropped by the relay.
-	n.Faults().DropFrames(1)
-	fired := n.Faults().Fired(oracle.FaultDroppedFrame)
-	post(holed, "feed-1")
-	waitUntil(t, "the dropped frame", func() bool { return n.Faults().Fired(oracle.FaultDroppedFrame) > fired })
-	n.Faults().DropFrames(0)
+	for _, did := range []string{holed, empty} {
+		n.Faults().DropFrames(1)
+		fired := n.Faults().Fired(oracle.FaultDroppedFrame)
+		post(did, "feed-1")
+		waitUntil(t, "the dropped frame", func() bool { return n.Faults().Fired(oracle.FaultDroppedFrame) > fired })
+		n.Faults().DropFrames(0)
+	}
 	// Y and the control account's commit: captured.
 	post(holed, "feed-2")
+	post(empty, "feed-2")
 	last := post(whole, "feed-1")
 	waitUntil(t, "the capture of Y", func() bool { return c.LastDurable() >= last })
 	stop()
 	// The snapshots complete now, at R0 (downloaded before X).
-	for _, did := range []string{holed, whole} {
-		r.repo(did, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: snap[did]}, snap[did])
+	for _, did := range []string{holed, whole, empty} {
+		rows := snap[did]
+		if did == empty {
+			rows = ""
+		}
+		r.repo(did, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: snap[did]}, rows)
 		if st, _ := r.store.RepoState(did); st.Refetch != archive.RefetchNone {
 			t.Fatalf("%s marked at capture time (%+v): the case is not the in-flight snapshot one", did, st)
 		}
 	}
 	st := r.walk(1)
-	if st.Kept != 2 {
-		t.Fatalf("merge kept %d rows, want Y and the control commit: %+v", st.Kept, st)
+	if st.Kept != 3 {
+		t.Fatalf("merge kept %d rows, want both Ys and the control commit: %+v", st.Kept, st)
 	}
-	a, _ := n.World().Account(holed)
-	if rev, _ := r.store.Rev(holed); rev != a.Rev {
-		t.Fatalf("rev of %s after the merge %q, want its head %q (the case hides the hole from an audit)", holed, rev, a.Rev)
-	}
-	got, err := r.store.RepoState(holed)
-	if err != nil || got.Refetch != archive.RefetchSync || got.NextAttemptUS == 0 {
-		t.Fatalf("record feed-1 missing from %s and not marked for a replacement: %+v %v", holed, got, err)
+	for _, did := range []string{holed, empty} {
+		a, _ := n.World().Account(did)
+		if rev, _ := r.store.Rev(did); rev != a.Rev {
+			t.Fatalf("rev of %s after the merge %q, want its head %q (the case hides the hole from an audit)", did, rev, a.Rev)
+		}
+		got, err := r.store.RepoState(did)
+		if err != nil || got.Refetch != archive.RefetchSync || got.NextAttemptUS == 0 {
+			t.Fatalf("record feed-1 missing from %s and not marked for a replacement: %+v %v", did, got, err)
+		}
 	}
 	if got, _ := r.store.RepoState(whole); got.Refetch != archive.RefetchNone {
 		t.Fatalf("%s, whose commits follow its snapshot, marked: %+v", whole, got)
