@@ -198,7 +198,7 @@ func New(cfg Config) (*Consumer, error) {
 	}
 	c.submit = cfg.Writer.Submit
 	if cfg.Mode == ModeCapture && cfg.MarkWriter != nil {
-		c.chain = newCapturedChain(DefaultChainAccounts, cfg.Now())
+		c.chain = newCapturedChain(DefaultChainAccounts)
 	}
 	if cfg.Cursor != nil {
 		c.hasPos, c.last = true, *cfg.Cursor
