@@ -233,7 +233,11 @@ func TestEventCodec(t *testing.T) {
 		{Kind: KindAccount, DID: testDID, Active: false, Status: "takendown", Source: SourceMerge},
 		{Kind: KindAccount, DID: testDID, Active: true, Source: SourceLive, UpstreamSeq: 1},
 		{Kind: KindSync, DID: testDID, Rev: "3kabcdefghijk", Source: SourceRetry},
+		{Kind: KindDelete, DID: testDID, Collection: "a.b.c", RKey: "x", Rev: "3kabcdefghijk", Since: "3kabcdefghiji", UpstreamSeq: 7, Source: SourceLive},
 	}
+	withSince := commitEv(testDID, "3kabcdefghijk", KindCreate, SourceLive, "x")
+	withSince.Since = "3kabcdefghiji"
+	cases = append(cases, withSince)
 	for i, ev := range cases {
 		ev.TimeUS = 1700000000000000 + int64(i)
 		b, err := AppendEvent(nil, &ev)
@@ -249,6 +253,18 @@ func TestEventCodec(t *testing.T) {
 			t.Fatalf("case %d: got %+v want %+v", i, got, ev)
 		}
 	}
+	// A row written before Since existed reads as it did; Since adds its
+	// own mask bit and a string at the end.
+	old := []byte{1, 3, 2, 0x87, 0x01, 5, 5, 'd', 'i', 'd', ':', 'x', 3, 'a', '.', 'b', 1, 'k', 1, 'r', 9}
+	del := Event{Kind: KindDelete, DID: "did:x", Collection: "a.b", RKey: "k", Rev: "r", TimeUS: 5, UpstreamSeq: 9, Source: SourceLive}
+	var got Event
+	if err := DecodeEvent(old, &got); err != nil || !equalEvents(&got, &del) {
+		t.Fatalf("old row: %+v %v", got, err)
+	}
+	del.Since = "q"
+	if b, err := AppendEvent(nil, &del); err != nil || !bytes.Equal(b, append([]byte{1, 3, 2, 0x87, 0x09}, append(old[5:], 1, 'q')...)) {
+		t.Fatalf("row with since: % x %v", b, err)
+	}
 	// The encoder refuses events the decoder would refuse.
 	for name, ev := range map[string]Event{
 		"no kind":             {DID: testDID, Source: SourceLive},
@@ -258,6 +274,8 @@ func TestEventCodec(t *testing.T) {
 		"delete with record":  {Kind: KindDelete, DID: testDID, Collection: "a.b.c", RKey: "x", Rev: "r", Record: []byte{0xa0}, Source: SourceLive},
 		"sync without rev":    {Kind: KindSync, DID: testDID, Source: SourceLive},
 		"identity with rev":   {Kind: KindIdentity, DID: testDID, Rev: "r", Source: SourceLive},
+		"sync with since":     {Kind: KindSync, DID: testDID, Rev: "r", Since: "q", Source: SourceLive},
+		"long since":          {Kind: KindDelete, DID: testDID, Collection: "a.b.c", RKey: "x", Rev: "r", Since: strings.Repeat("q", maxRev+1), Source: SourceLive},
 		"account with handle": {Kind: KindAccount, DID: testDID, Handle: "h", Source: SourceLive},
 		"negative time":       {Kind: KindIdentity, DID: testDID, Source: SourceLive, TimeUS: -1},
 	} {
@@ -291,7 +309,7 @@ func equalEvents(a, b *Event) bool {
 	return a.Seq == b.Seq && a.Kind == b.Kind && a.DID == b.DID && a.Collection == b.Collection &&
 		a.RKey == b.RKey && a.Rev == b.Rev && bytes.Equal(a.CID, b.CID) && bytes.Equal(a.Record, b.Record) &&
 		a.TimeUS == b.TimeUS && a.Handle == b.Handle && a.Active == b.Active && a.Status == b.Status &&
-		a.UpstreamSeq == b.UpstreamSeq && a.Source == b.Source
+		a.UpstreamSeq == b.UpstreamSeq && a.Source == b.Source && a.Since == b.Since
 }
 
 func TestKeys(t *testing.T) {

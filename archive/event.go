@@ -86,4 +86,9 @@ type Event struct {
 	Status      string // account only: "", "deactivated", "takendown", "suspended", "deleted", ...
 	UpstreamSeq int64  // the relay seq the row came from; 0 for snapshot rows
 	Source      Source
+	// Since is a firehose commit's since (the rev of the account's commit
+	// before it), on the commit's first row; "" otherwise. The writer
+	// checks it against the ratchet (see Writer's chain check); only cap/
+	// keeps it, so merging checks it too.
+	Since string
 }

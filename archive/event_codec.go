@@ -5,7 +5,10 @@ package archive
 //	[0x01][kind][source][uvarint field mask][uvarint time_us][str did]
 //	then, in mask order, the present fields:
 //	collection, rkey, rev (str); cid, record (bytes); handle, status (str);
-//	upstream seq (uvarint). Active is a mask bit with no payload.
+//	upstream seq (uvarint); since (str). Active is a mask bit with no
+//	payload. Since is written to cap/ only (the archive writer drops it
+//	from ev/ rows); a row without it has no bit set, so rows written
+//	before it existed read as they did.
 //
 // The seq is the key, not part of the value.
 
@@ -33,8 +36,10 @@ const (
 	// elides a derivable CID, so the encoding stays canonical; a CID that is
 	// not the record's hash is stored as is.
 	evCIDDerived
+	// evSince: a commit row's Since (its payload follows the upstream seq).
+	evSince
 
-	evKnown = evCIDDerived<<1 - 1
+	evKnown = evSince<<1 - 1
 )
 
 // cidPrefix is the CIDv1 dag-cbor sha2-256 header of a derivable CID.
@@ -77,7 +82,9 @@ func requiredFields(k Kind) uint64 {
 // allowedFields lists, per kind, the fields an event may carry.
 func allowedFields(k Kind) uint64 {
 	switch k {
-	case KindCreate, KindUpdate, KindDelete, KindSync:
+	case KindCreate, KindUpdate, KindDelete:
+		return requiredFields(k) | evUpstreamSeq | evSince
+	case KindSync:
 		return requiredFields(k) | evUpstreamSeq
 	case KindIdentity:
 		return evHandle | evUpstreamSeq
@@ -103,6 +110,7 @@ func eventMask(ev *Event) uint64 {
 	set(ev.Status != "", evStatus)
 	set(ev.UpstreamSeq != 0, evUpstreamSeq)
 	set(ev.Active, evActive)
+	set(ev.Since != "", evSince)
 	return m
 }
 
@@ -143,6 +151,8 @@ func checkMask(k Kind, m uint64, ev *Event) error {
 		return malformed("rkey of %d bytes", len(ev.RKey))
 	case len(ev.Rev) > maxRev:
 		return malformed("rev of %d bytes", len(ev.Rev))
+	case len(ev.Since) > maxRev:
+		return malformed("since of %d bytes", len(ev.Since))
 	case len(ev.CID) > maxCID:
 		return malformed("cid of %d bytes", len(ev.CID))
 	case len(ev.Record) > MaxRecord:
@@ -192,13 +202,16 @@ func AppendEvent(dst []byte, ev *Event) ([]byte, error) {
 	if m&evUpstreamSeq != 0 {
 		dst = binary.AppendUvarint(dst, uint64(ev.UpstreamSeq))
 	}
+	if m&evSince != 0 {
+		dst = appendString(dst, ev.Since)
+	}
 	return dst, nil
 }
 
 // EncodedSize is an upper bound of the encoded size of ev.
 func EncodedSize(ev *Event) int {
-	return 3 + 3*binary.MaxVarintLen64 + 8*binary.MaxVarintLen32 +
-		len(ev.DID) + len(ev.Collection) + len(ev.RKey) + len(ev.Rev) +
+	return 3 + 3*binary.MaxVarintLen64 + 9*binary.MaxVarintLen32 +
+		len(ev.DID) + len(ev.Collection) + len(ev.RKey) + len(ev.Rev) + len(ev.Since) +
 		len(ev.CID) + len(ev.Record) + len(ev.Handle) + len(ev.Status)
 }
 
@@ -252,6 +265,9 @@ func DecodeEvent(b []byte, ev *Event) error {
 	var up uint64
 	if m&evUpstreamSeq != 0 {
 		up = d.uvarint()
+	}
+	if m&evSince != 0 {
+		ev.Since = d.str(maxRev)
 	}
 	ev.Active = m&evActive != 0
 	derived := m&evCIDDerived != 0

@@ -181,7 +181,9 @@ func TestPrevRevMarksHole(t *testing.T) {
 	}}}})
 	live := func(rev, since, rkey string) RepoState {
 		t.Helper()
-		r := apply(t, w, &Unit{Events: []Event{commitEv(did, rev, KindCreate, SourceLive, rkey)}, Prev: &PrevRev{DID: did, Rev: since}})
+		ev := commitEv(did, rev, KindCreate, SourceLive, rkey)
+		ev.Since = since
+		r := apply(t, w, &Unit{Events: []Event{ev}})
 		if r.Refused != nil || r.Kept != 1 {
 			t.Fatalf("live commit %s: %+v", rev, r)
 		}
@@ -209,5 +211,63 @@ func TestPrevRevMarksHole(t *testing.T) {
 	}}}})
 	if st := live("3kffffffffff2", "3keeeeeeeeee2", "f"); st.Refetch != RefetchAudit || st.NextAttemptUS <= 1 {
 		t.Fatalf("a second hole while marked: %+v, want the mark due again", st)
+	}
+}
+
+// TestSinceCheckedPerCommit: a merge unit holds many commits of many
+// accounts; each commit's since is checked against its account's ratchet as
+// it stands when that commit applies, once per commit (its first row). A
+// chain of commits in one unit marks nothing (each since is the rev the
+// previous commit just set, newer than the ratchet before the unit); a
+// commit missing between two of them marks that account only.
+func TestSinceCheckedPerCommit(t *testing.T) {
+	s := openMem(t, vfs.NewMem())
+	defer s.Close()
+	w := newWriter(t, s, WriterOptions{})
+	defer w.Close()
+	const chained, holed = testDID, "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb"
+	// An empty snapshot stores no row, so it sets no ratchet: its rev is
+	// the snapshot's.
+	const empty, emptyHoled = "did:plc:cccccccccccccccccccccccc", "did:plc:dddddddddddddddddddddddd"
+	for _, did := range []string{chained, holed, empty, emptyHoled} {
+		var rows []Event
+		if did == chained || did == holed {
+			rows = append(rows, commitEv(did, "3kaaaaaaaaaa2", KindCreate, SourceBackfill, "s"))
+		}
+		apply(t, w, &Unit{Events: rows, Repos: []RepoUpdate{{DID: did, Func: func(RepoState, bool) (RepoState, bool) {
+			return RepoState{Status: StatusComplete, Active: true, BackfillRev: "3kaaaaaaaaaa2"}, true
+		}}}})
+	}
+	commit := func(did, rev, since string, rkeys ...string) []Event {
+		var evs []Event
+		for i, rk := range rkeys {
+			ev := commitEv(did, rev, KindCreate, SourceMerge, rk)
+			if i == 0 {
+				ev.Since = since
+			}
+			evs = append(evs, ev)
+		}
+		return evs
+	}
+	var evs []Event
+	evs = append(evs, commit(chained, "3kbbbbbbbbbb2", "3kaaaaaaaaaa2", "b")...)
+	evs = append(evs, commit(holed, "3kbbbbbbbbbb2", "3kaaaaaaaaaa2", "b")...)
+	evs = append(evs, commit(chained, "3kcccccccccc2", "3kbbbbbbbbbb2", "c1", "c2")...)
+	evs = append(evs, commit(holed, "3kdddddddddd2", "3kcccccccccc2", "d")...) // 3kccc… never came
+	evs = append(evs, commit(chained, "3kdddddddddd2", "3kcccccccccc2", "d")...)
+	evs = append(evs, commit(empty, "3kbbbbbbbbbb2", "3kaaaaaaaaaa2", "b")...)
+	evs = append(evs, commit(emptyHoled, "3kcccccccccc2", "3kbbbbbbbbbb2", "c")...) // 3kbbb… never came
+	if r := apply(t, w, &Unit{Events: evs}); r.Kept != len(evs) {
+		t.Fatalf("kept %d of %d rows", r.Kept, len(evs))
+	}
+	for _, did := range []string{chained, empty} {
+		if st, _ := s.RepoState(did); st.Refetch != RefetchNone {
+			t.Fatalf("%s: chained commits in one unit marked: %+v", did, st)
+		}
+	}
+	for _, did := range []string{holed, emptyHoled} {
+		if st, _ := s.RepoState(did); st.Refetch != RefetchSync || st.NextAttemptUS == 0 {
+			t.Fatalf("%s: a commit missing inside a unit not marked: %+v", did, st)
+		}
 	}
 }

@@ -62,19 +62,6 @@ type Replacement struct {
 	Final bool
 }
 
-// PrevRev is what an upstream commit says came before it: Rev is the rev of
-// DID's previous commit (the commit's since). When the unit has rows of DID
-// and Rev is newer than the archived rev (and there is one), a commit in
-// between never reached the archive — a relay that dropped it, a stream
-// that resumed past it — so the writer marks the account for a
-// replacement (RefetchSync, due now) in the same batch; one already marked
-// is made due again from now (a replacement already running keeps a mark
-// due after its start).
-type PrevRev struct {
-	DID string
-	Rev string
-}
-
 // Unit is what a producer submits: rows and the state that must become
 // durable with them, all or nothing, in one batch. The writer owns the unit
 // from Submit on; the producer must not touch it afterwards.
@@ -85,7 +72,6 @@ type Unit struct {
 	Puts    []KV         // phase, listRepos cursors, identities, gaps, audit cursors (only cursor/, meta/, ident/, gap/ and audit/, never a seq cursor, meta/counts or meta/instance)
 	Cursor  SeqCursor    // the producer's position after this unit (cursor/relay, cursor/merge); see SeqCursor
 	Replace *Replacement // non-nil: refused whole if the ratchet is newer than Replace.Rev
-	Prev    *PrevRev     // a live commit's since: a newer one than the ratchet marks a hole (see PrevRev)
 	Token   any          // returned in the receipt
 	Acks    *Acks        // receives the receipt once the unit is durable (or refused); nil: nobody listens
 }
@@ -638,6 +624,9 @@ func (w *Writer) apply(p *pending, u *Unit, dropped int) bool {
 		w.lastUS = max(now, w.lastUS+1)
 		ev.Seq, ev.TimeUS = w.nextSeq, w.lastUS
 		w.nextSeq++
+		if !w.opts.Capture {
+			ev.Since = "" // checked in stage; only cap/ keeps it, for merging
+		}
 		var err error
 		if w.buf, err = AppendEvent(w.buf[:0], ev); err != nil {
 			w.bug(fmt.Errorf("event of %s: %w", ev.DID, err)) // validated in stage
@@ -896,6 +885,7 @@ func (w *Writer) stage(u *Unit) (*staged, error) {
 	// admitted remembers the (did, rev) a live/merge row of this unit was
 	// kept at, so the other ops of the same commit pass too.
 	admitted := map[string]string{}
+	var holes []string // accounts of commits whose since is newer than the ratchet as it stands before them
 	for i := range u.Events {
 		ev := &u.Events[i]
 		if !(ev.Kind.IsCommit() || ev.Kind == KindSync) {
@@ -905,6 +895,13 @@ func (w *Writer) stage(u *Unit) (*staged, error) {
 		cur, err := ratchet(ev.DID)
 		if err != nil {
 			return nil, err
+		}
+		if ev.Since != "" && ev.Source != SourceBackfill && ev.Source != SourceRetry {
+			if hole, err := w.sinceAhead(ev, cur); err != nil {
+				return nil, err
+			} else if hole {
+				holes = append(holes, ev.DID)
+			}
 		}
 		switch ev.Source {
 		case SourceBackfill, SourceRetry:
@@ -929,9 +926,7 @@ func (w *Writer) stage(u *Unit) (*staged, error) {
 			st.revs[u.Replace.DID] = u.Replace.Rev
 		}
 	}
-	if err := w.checkPrev(u); err != nil {
-		return nil, err
-	}
+	w.markHoles(u, holes)
 	if len(u.Repos) > 0 {
 		st.repos = make(map[string]RepoState, len(u.Repos))
 		st.old = make(map[string]RepoState, len(u.Repos))
@@ -991,34 +986,49 @@ func upstreamSync(ev *Event) bool {
 	return ev.Kind == KindSync && (ev.Source == SourceLive || ev.Source == SourceMerge)
 }
 
-// checkPrev marks u.Prev's account for a replacement when its previous
-// commit is newer than the archived rev: a hole in its history. It runs
-// before the unit's rows move the ratchet, and only for a unit with rows of
-// that account (so it touches no account the barrier did not admit).
-func (w *Writer) checkPrev(u *Unit) error {
-	p := u.Prev
-	if p == nil || p.Rev == "" || len(u.Events) == 0 || u.Events[0].DID != p.DID {
-		return nil
+// sinceAhead reports whether ev's since is newer than what the archive holds
+// of its account: the ratchet cur, or, when the account has none (an empty
+// snapshot stores no row, so it sets no rev/), its completed snapshot's rev.
+func (w *Writer) sinceAhead(ev *Event, cur string) (bool, error) {
+	if cur != "" {
+		return ev.Since > cur, nil
 	}
-	cur, err := w.ratchet(p.DID)
-	if err != nil || cur == "" || p.Rev <= cur {
-		return err
+	rs, ok, err := w.repoState(ev.DID)
+	if err != nil || !ok || rs.Status != StatusComplete {
+		return false, err
 	}
-	w.opts.Metrics.chainBreak()
+	return rs.BackfillRev != "" && ev.Since > rs.BackfillRev, nil
+}
+
+// markHoles marks each account in holes for a replacement (RefetchSync, due
+// now), in u's batch: a commit of it came with a since (Event.Since) newer
+// than what the archive held of the account when that commit applied, so a
+// commit in between never reached the archive — a relay that dropped it, a
+// stream that resumed past it. The check is per commit (a merge unit holds
+// many commits of many accounts; after a commit's first row the ratchet is
+// at its rev), against the ratchet or a completed snapshot (sinceAhead),
+// and only for accounts with rows in the unit (the barrier admitted them).
+// One already marked is made due again from now: a replacement already
+// running (its snapshot maybe older than this hole) keeps the mark.
+func (w *Writer) markHoles(u *Unit, holes []string) {
+	if len(holes) == 0 {
+		return
+	}
 	now := w.opts.Now().UnixMicro()
-	u.Repos = append(u.Repos, RepoUpdate{DID: p.DID, Func: func(cur RepoState, exists bool) (RepoState, bool) {
+	mark := func(cur RepoState, exists bool) (RepoState, bool) {
 		if !exists || !cur.Active {
 			return cur, false
 		}
 		if cur.Refetch == RefetchNone {
 			cur.Refetch = RefetchSync
 		}
-		// Already marked: due again from now, so a replacement already
-		// running (its snapshot maybe older than this hole) keeps the mark.
 		cur.NextAttemptUS = now
 		return cur, true
-	}})
-	return nil
+	}
+	for _, did := range holes {
+		w.opts.Metrics.chainBreak()
+		u.Repos = append(u.Repos, RepoUpdate{DID: did, Func: mark})
+	}
 }
 
 // ratchetCacheMax bounds the writer's in-memory cache of rev/ values. The

@@ -198,7 +198,7 @@ func New(cfg Config) (*Consumer, error) {
 	}
 	c.submit = cfg.Writer.Submit
 	if cfg.Mode == ModeCapture && cfg.MarkWriter != nil {
-		c.chain = newCapturedChain(DefaultChainAccounts, cfg.Now())
+		c.chain = newCapturedChain(DefaultChainAccounts)
 	}
 	if cfg.Cursor != nil {
 		c.hasPos, c.last = true, *cfg.Cursor
@@ -459,6 +459,9 @@ func (c *Consumer) unit(f *upstream.Frame, seq int64, failed string) *archive.Un
 	}
 	if failed == "" {
 		u.Events = Rows(f, seq, c.m)
+		if cm := f.Commit; cm != nil && len(u.Events) > 0 && cm.Since != nil && upstream.ValidTID(*cm.Since) {
+			u.Events[0].Since = *cm.Since // the writer's chain check, live or when merged
+		}
 	}
 	if c.cfg.Mode == ModeLive {
 		now := c.cfg.Now().UnixMicro()
@@ -469,9 +472,6 @@ func (c *Consumer) unit(f *upstream.Frame, seq int64, failed string) *archive.Un
 			if up := Effects(&u.Events[i], now); up != nil {
 				u.Repos = append(u.Repos, *up)
 			}
-		}
-		if cm := f.Commit; cm != nil && cm.Since != nil && upstream.ValidTID(*cm.Since) {
-			u.Prev = &archive.PrevRev{DID: cm.Repo, Rev: *cm.Since}
 		}
 		if len(u.Repos) > 0 && c.cfg.OnEffects != nil {
 			c.mu.Lock()

@@ -78,14 +78,15 @@
 //     ERROR line and backstream_firehose_gaps_total{kind} per gap.
 //   - Behind: the upstream time of the last accepted event (or a pong on an
 //     idle connection, or Run's start) against now: /readyz's staleness.
-//   - A live commit carries its since as Unit.Prev: the writer marks the
-//     account for a replacement when it is newer than the archived rev.
-//     Captured rows keep no since, so capture checks the chain itself
-//     (chain.go): a commit whose since is newer than the account's last
-//     captured commit, or (its first captured one) than a snapshot
-//     completed since the capture began, marks the account through
-//     Config.MarkWriter (anomaly chain_break). Each account's last captured
-//     rev is held for the capture, DefaultChainAccounts at most.
+//   - A commit carries its since on its first row (archive.Event.Since):
+//     live, the writer marks the account for a replacement when it is
+//     newer than the archived rev; captured, cap/ keeps it and merging
+//     checks it the same way, per commit, against the account's snapshot
+//     too. Capture also checks the chain itself (chain.go), to mark at
+//     once: a commit whose since is newer than the account's last captured
+//     commit marks the account through Config.MarkWriter (anomaly
+//     chain_break). Each account's last captured rev is held for the
+//     capture, DefaultChainAccounts at most.
 //   - M1: Started is closed once a starting cursor is durable (the first
 //     frame's unit, or at once when Config.Cursor was given).
 //   - M2: upstream trouble never ends Run; a writer failure (its fatal error

@@ -16,8 +16,13 @@
 // Keeping or dropping a row is the writer's per-account rev ratchet (M3): a
 // captured commit or sync row is kept exactly when its rev is newer than
 // rev/<did> — for a complete repo, newer than its snapshot — and identity
-// and account rows always pass. A kept sync row moves the ratchet but is
-// not archived (its replacement archives the account's sync row).
+// and account rows always pass. A captured commit's since (cap/ keeps it on
+// the commit's first row) is checked by the writer as a live one is: newer
+// than the account's archived rev as it stands when that commit applies
+// (or, with no rev/, than its completed snapshot), a commit the relay
+// dropped is missing, and the unit marks the account for a replacement. A kept sync row moves the
+// ratchet but is not archived (its replacement archives the account's sync
+// row).
 //
 // Tricky bit: the ratchet lets the other ops of a commit through only when
 // they arrive in the same unit as the first one (they share its rev). The

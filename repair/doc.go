@@ -69,9 +69,9 @@
 //
 // Rev comparison alone misses an account changed both in the gap and after
 // the stream resumed: its ratchet equals its listed rev, yet the gap's
-// commits are missing. The writer catches those as they arrive: a live
-// commit whose since is newer than the archived rev marks its account
-// (archive.PrevRev). The two together heal every commit hole. An account
+// commits are missing. The writer catches those as they arrive: a live or
+// merged commit whose since is newer than the archived rev marks its
+// account (archive.Event.Since). The two together heal every commit hole. An account
 // deleted in the gap is listed nowhere, so only its absence shows it; a
 // pass resumed after a restart did not see every listing and leaves the
 // absences to the next audit (a crash during the checks too).
