@@ -171,13 +171,14 @@ func hostName(t *testing.T, n *oracle.Network, i int) string {
 }
 
 // TestFleetSlowHostFailsAlone: one PDS answers 50× slower than the others.
-// The other hosts' repos finish within 1.2× of their time on the same
-// network without the slow host's delay (the slow host finishes last,
-// alone), no host ever serves more concurrent downloads than its cap
+// The other hosts' repos are not held back by it: they finish less than
+// half a slow download later than on the same network without the slow
+// host's delay (the slow host finishes last, alone), no host ever serves more concurrent downloads than its cap
 // (measured at the simulated PDS), and a host whose ratelimit-* headers
 // announce its limit never answers 429.
 func TestFleetSlowHostFailsAlone(t *testing.T) {
 	const hosts, workers, hostCap, base = 4, 16, 3, 10 * time.Millisecond
+	const slowDownload = 50 * base
 	accounts := 120
 	if testing.Short() {
 		accounts = 60
@@ -242,13 +243,21 @@ func TestFleetSlowHostFailsAlone(t *testing.T) {
 	for range pairs {
 		o, a := run(0)
 		fastOthers, fastAll = min(fastOthers, o), min(fastAll, a)
-		o, a = run(50 * base)
+		o, a = run(slowDownload)
 		slowOthers, slowAll = min(slowOthers, o), min(slowAll, a)
 	}
 	t.Logf("host %d (%d of %d accounts) 50× slower: the other hosts' repos done in %v without it, %v with it (%.2f×); whole bootstrap %v → %v",
 		slowHost, perHost[slowHost], accounts, fastOthers, slowOthers, float64(slowOthers)/float64(fastOthers), fastAll, slowAll)
-	if slowOthers > fastOthers*12/10 {
-		t.Fatalf("a slow host held the others back: %v vs %v", slowOthers, fastOthers)
+	// A repo held back by the slow host waits for a worker one of its
+	// downloads holds: at least a slow download (500 ms) later than it
+	// would have been (a scheduler that stops at a host at its cap: 1.14 s
+	// against 143 ms). Anything less is the machine's scheduling noise,
+	// which grows with its load, not with the slow host: the fastest of
+	// the pairs measured 0.63× to 1.43× on a 2-core machine under two CPU
+	// hogs (up to +118 ms), so a ratio of these wall times cannot tell the
+	// two apart; half a slow download can.
+	if slowOthers > fastOthers+slowDownload/2 {
+		t.Fatalf("a slow host held the others back: %v vs %v (held back: at least one slow download, %v, later)", slowOthers, fastOthers, slowDownload)
 	}
 	if slowAll < slowOthers*2 {
 		t.Fatalf("the slow host did not finish last, alone: all %v, others %v", slowAll, slowOthers)

@@ -395,6 +395,17 @@ func (r *scriptRelay) pingsOn(i int) int {
 	return r.pings[i]
 }
 
+// pingsAnswered is the number of pings answered on every connection.
+func (r *scriptRelay) pingsAnswered() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, p := range r.pings {
+		n += p
+	}
+	return n
+}
+
 func (r *scriptRelay) connections() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

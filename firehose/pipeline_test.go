@@ -47,6 +47,10 @@ func TestPipelineKeepsAccountOrder(t *testing.T) {
 	n := startNetwork(t, oracle.Config{Seed: 41, Accounts: accounts})
 	dids := activeDIDs(n.World())
 	reg := prometheus.NewRegistry()
+	// Web: the #identity frames' handles are checked against the simulated
+	// network; without it each is a DNS lookup and an HTTPS request to
+	// <handle> on the real network, which on a machine without one can
+	// hold the account's frames (and so every later unit) past the wait.
 	id := ident.New(ident.Config{PLC: n.RelayURL(), Web: n.RelayURL(), Mode: ident.ModeStrict, Metrics: ident.NewMetrics(reg)})
 	t.Cleanup(id.Close)
 	for _, did := range dids {

@@ -17,6 +17,7 @@ import (
 	"github.com/backstream/backstream/node"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/check"
+	"github.com/backstream/backstream/retry"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -72,4 +73,15 @@ func checkFold(t *testing.T, fs vfs.FS, net *oracle.Network, after string) (even
 		t.Fatalf("%d of %d accounts differ after %s and a restart:\n%s", len(bad), checked, after, check.Describe(bad, 5))
 	}
 	return stats.Events, checked
+}
+
+// retryDrained is true once the retry runner has completed two passes that
+// started after this call and the last found nothing due, with nothing in
+// flight: what #sync, reactivations and failed jobs marked by then is in.
+func retryDrained(r *retry.Runner) func() bool {
+	passes := r.Status().Passes
+	return func() bool {
+		st := r.Status()
+		return st.Passes >= passes+2 && st.Due == 0 && st.InFlight == 0
+	}
 }

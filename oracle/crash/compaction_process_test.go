@@ -10,6 +10,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"testing"
 	"time"
 
@@ -151,6 +152,11 @@ func countBelow(rows []archive.Event, seq uint64) int {
 // deleted or taken-down account the archive knew keeps its account row.
 // The network's traffic must have sent every kind of supersession, so the
 // search is not vacuous.
+//
+// The archive knows an erasure from the firehose if it was sent after the
+// consumer's first cursor: traffic starts with the network, before the
+// process is up (later on a loaded machine), and an account deleted before
+// that is neither listed nor streamed to it, so it never had a row.
 func checkForgotten(t *testing.T, dataDir string, net *oracle.Network, before, after []archive.Event) {
 	t.Helper()
 	w := net.World()
@@ -169,6 +175,7 @@ func checkForgotten(t *testing.T, dataDir string, net *oracle.Network, before, a
 		}
 	}
 	bodies, kinds, erasedLive := emittedBodies(t, net)
+	firstLive := firstUpstreamSeq(before, after)
 	for _, ev := range before {
 		if len(ev.Record) > 0 {
 			bodies[string(ev.Record)] = true
@@ -197,12 +204,15 @@ func checkForgotten(t *testing.T, dataDir string, net *oracle.Network, before, a
 	}
 	erased := 0
 	for _, a := range w.Accounts() {
-		if check.Erases(a.Status) && erasedLive[a.DID] {
+		if seq, ok := erasedLive[a.DID]; check.Erases(a.Status) && ok && seq >= firstLive {
 			erased++
 			if !accountRows[a.DID] {
 				t.Errorf("%s was %s on the firehose and its account row is gone", a.DID, a.Status)
 			}
 		}
+	}
+	if erased == 0 {
+		t.Errorf("no account was deleted or taken down on the firehose after relay seq %d: the account rows are not checked", firstLive)
 	}
 	t.Logf("raw search: %d bodies the network no longer has, searched in %d bytes of values, none found; the network sent %v; %d deleted or taken-down accounts keep their account row",
 		searched, len(values), kinds, erased)
@@ -235,17 +245,31 @@ func storeValues(t *testing.T, dataDir string) []byte {
 	return all.Bytes()
 }
 
+// firstUpstreamSeq is the lowest relay seq of the rows (the first frame the
+// consumer archived; snapshot rows have none).
+func firstUpstreamSeq(rowSets ...[]archive.Event) int64 {
+	first := int64(math.MaxInt64)
+	for _, rows := range rowSets {
+		for _, ev := range rows {
+			if ev.UpstreamSeq > 0 {
+				first = min(first, ev.UpstreamSeq)
+			}
+		}
+	}
+	return first
+}
+
 // emittedBodies returns the record bytes of every create and update the
 // relay emitted, how many of each superseding kind it sent (update,
 // delete, #sync, and account statuses), and the accounts an #account event
-// deleted or took down.
-func emittedBodies(t *testing.T, net *oracle.Network) (map[string]bool, map[string]int, map[string]bool) {
+// deleted or took down, with the relay seq of the last such event.
+func emittedBodies(t *testing.T, net *oracle.Network) (map[string]bool, map[string]int, map[string]int64) {
 	t.Helper()
 	evs, err := net.Events()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bodies, kinds, erased := map[string]bool{}, map[string]int{}, map[string]bool{}
+	bodies, kinds, erased := map[string]bool{}, map[string]int{}, map[string]int64{}
 	for _, ev := range evs {
 		switch {
 		case ev.Invalid != "":
@@ -277,7 +301,9 @@ func emittedBodies(t *testing.T, net *oracle.Network) (map[string]bool, map[stri
 			kinds["#sync"]++
 		case ev.Account != nil && ev.Account.Status != nil:
 			kinds[*ev.Account.Status]++
-			erased[ev.DID] = erased[ev.DID] || check.Erases(*ev.Account.Status)
+			if check.Erases(*ev.Account.Status) {
+				erased[ev.DID] = ev.Seq
+			}
 		}
 	}
 	return bodies, kinds, erased

@@ -202,6 +202,11 @@ func TestProcessHealDroppedFrames(t *testing.T) {
 	if dropped == 0 {
 		t.Fatal("no frame dropped: the test proves nothing")
 	}
+	// One frame after the drops stop: when the traffic's last frames were
+	// the dropped ones, the stream's cursor could never reach the relay's
+	// head, and convergence (cursor/relay at the head) never came
+	// ("no convergence within 2m0s" with every audit finding nothing).
+	emitOne(t, net, activeDIDs(net)[0])
 	doneAt := time.Now()
 	// Every gap counted now was recorded before the traffic ended; one more
 	// closed is an audit recorded after it.
