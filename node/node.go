@@ -285,6 +285,10 @@ type Node struct {
 	live   atomic.Pointer[firehose.Consumer] // the live consumer while it runs
 
 	ran       atomic.Bool
+	runMu     sync.Mutex
+	runStop   context.CancelFunc // cancels a running Run's components
+	closing   atomic.Bool        // Close stopped Run: its end is no error
+	runDone   chan struct{}      // closed when Run returns
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -525,6 +529,7 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	defer close(n.running(cancel))
 	runErr := make(chan error, 1)
 	go func() {
 		err := lifecycle.Run(lctx, n.lcfg)
@@ -554,6 +559,9 @@ func (n *Node) Run(ctx context.Context) error {
 			<-runErr
 			return compRes
 		case err := <-runErr:
+			if n.closing.Load() {
+				return nil
+			}
 			if err == nil && ctx.Err() == nil {
 				err = errors.New("node: the lifecycle ended on its own (a bug)")
 			}
@@ -638,14 +646,39 @@ func (n *Node) linger(ctx context.Context, err error) {
 	}
 }
 
-// Close stops the subscribe server, drains the writer and closes the client
-// and the store, in that order (subscribers read the store). It returns the
+// running records a Run in progress: Close cancels it through stop and
+// waits for the returned channel, closed when Run returns.
+func (n *Node) running(stop context.CancelFunc) chan struct{} {
+	n.runMu.Lock()
+	defer n.runMu.Unlock()
+	n.runStop, n.runDone = stop, make(chan struct{})
+	return n.runDone
+}
+
+// stopRun cancels a Run in progress and waits for it to return, so no
+// component reads the store Close is about to close.
+func (n *Node) stopRun() {
+	n.runMu.Lock()
+	stop, done := n.runStop, n.runDone
+	n.runMu.Unlock()
+	if stop != nil {
+		n.closing.Store(true)
+		stop()
+		<-done
+	}
+}
+
+// Close stops a Run still in progress (cancelling its components and
+// waiting for it to return), then stops the subscribe server, drains the
+// writer and closes the client and the store, in that order (subscribers
+// read the store). It returns the
 // writer's fatal error if one stopped it, or the store's disk fault. After a
 // disk fault it waits at most StopGrace for the writer (which may be blocked
 // in a commit for good) and then leaves it and the store to the process
 // exit, saying so in the log. Safe to call more than once.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
+		n.stopRun()
 		if n.sub != nil {
 			_ = n.sub.Close()
 		}
