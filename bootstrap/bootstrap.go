@@ -70,9 +70,9 @@ type Config struct {
 	// Workers is the number of concurrent jobs, hence of concurrent getRepo
 	// requests (E3). Default 100.
 	Workers int
-	// Resolve, when set, looks a repo's DID document up ahead of its job
-	// (the node passes ident.Resolver.Lookup, which fills the cache the job
-	// reads): each batch about to be dispatched is resolved by Workers
+	// Resolve, when set, looks a repo's DID document up ahead of its job;
+	// nil with a verifying Identity: Identity.Lookup, which fills the cache
+	// the job reads (tests set Resolve to watch the look-ahead): each batch about to be dispatched is resolved by Workers
 	// look-ahead goroutines while the repos before it download, so the
 	// directory's latency overlaps the downloads instead of starting each
 	// job. At most the batches recorded and not yet dispatched (about two
@@ -589,13 +589,18 @@ func serve[T, R any](ctx context.Context, wg *sync.WaitGroup, req <-chan T, res 
 	}()
 }
 
-// resolveAhead starts the look-ahead resolvers of Config.Resolve (Workers
-// goroutines, stopped by ctx) and returns their input, nil without
-// Resolve. Its buffer holds one batch: the recorder waits on it beyond, so
+// resolveAhead starts the look-ahead resolvers of Config.Resolve, or of
+// Identity's Lookup (Workers goroutines, stopped by ctx) and returns their
+// input, nil when there is nothing to resolve. Its buffer holds one batch: the recorder waits on it beyond, so
 // the look-ahead stays bounded.
 func (b *Bootstrap) resolveAhead(ctx context.Context, wg *sync.WaitGroup) chan string {
 	cfg := &b.cfg
-	if cfg.Resolve == nil {
+	resolve := cfg.Resolve
+	if id := cfg.Identity; resolve == nil && id != nil && id.Mode() != ident.ModeOff {
+		// A failure is the job's to report when its own lookup fails.
+		resolve = func(ctx context.Context, did string) { _, _, _ = id.Lookup(ctx, did) }
+	}
+	if resolve == nil {
 		return nil
 	}
 	ahead := make(chan string, max(cfg.Workers, 16))
@@ -606,7 +611,7 @@ func (b *Bootstrap) resolveAhead(ctx context.Context, wg *sync.WaitGroup) chan s
 			for {
 				select {
 				case did := <-ahead:
-					cfg.Resolve(ctx, did)
+					resolve(ctx, did)
 				case <-ctx.Done():
 					return
 				}

@@ -438,11 +438,6 @@ func (n *Node) lifecycleConfig(reg prometheus.Registerer, am *archive.Metrics) l
 	bc := cfg.Bootstrap
 	bc.Logger, bc.Metrics, bc.Crash = n.log, bootstrap.NewMetrics(reg), cfg.Crash
 	bc.Fleet, bc.Identity = n.client, n.ident
-	if id := n.ident; id != nil {
-		// Resolve ahead of the jobs, into the cache their lookups read; a
-		// failure is the job's to report when its own lookup fails.
-		bc.Resolve = func(ctx context.Context, did string) { _, _, _ = id.Lookup(ctx, did) }
-	}
 	return lifecycle.Config{
 		Store: n.store, Writer: n.w, Relay: cfg.Relay, Source: n.client, Jobs: n.jobs,
 		Bootstrap:       bc,
