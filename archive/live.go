@@ -13,12 +13,32 @@ import (
 // value a reader may attach to the event (subscribe keeps the event's
 // rendered JSON and compressed frames there, so every subscriber shares one
 // rendering). The archive never looks inside a memo; it is dropped with the
-// entry when the event leaves the log. Memos are not counted in the log's
-// byte bound.
+// entry when the event leaves the log. What a memo holds counts in the log's
+// byte bound as its maker charges it (Charge).
 type LiveEntry struct {
 	Event     *Event // shared: never modify it
 	memo      atomic.Pointer[any]
 	forgotten atomic.Bool
+	log       *LiveLog
+	charged   int64 // memo bytes counted in log.bytes; guarded by log.mu
+}
+
+// Charge counts n more bytes held by the entry's memo in the log's byte
+// bound, dropping the oldest entries when the log is over it. An entry the
+// log no longer holds is not counted: its memo goes with the last reader.
+func (e *LiveEntry) Charge(n int) {
+	l := e.log
+	if l == nil || n <= 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.evs) == l.head || e.Event.Seq < l.evs[l.head].Event.Seq {
+		return
+	}
+	e.charged += int64(n)
+	l.bytes += int64(n)
+	l.trim()
 }
 
 // Forgotten reports whether a compaction pass removed the entry's row from
@@ -64,6 +84,10 @@ func newLiveLog(max int64, tip uint64) *LiveLog {
 	return &LiveLog{max: max, tip: tip, wake: make(chan struct{})}
 }
 
+// EventBytes is what the live log counts for holding ev itself (its
+// memos are counted as readers charge them, see LiveEntry.Charge).
+func EventBytes(ev *Event) int64 { return eventBytes(ev) }
+
 func eventBytes(ev *Event) int64 {
 	return int64(96 + len(ev.DID) + len(ev.Collection) + len(ev.RKey) + len(ev.Rev) +
 		len(ev.CID) + len(ev.Record) + len(ev.Handle) + len(ev.Status))
@@ -79,13 +103,23 @@ func (l *LiveLog) publish(evs []*Event) {
 	ents := make([]LiveEntry, len(evs))
 	l.mu.Lock()
 	for i, ev := range evs {
-		ents[i].Event = ev
+		ents[i].Event, ents[i].log = ev, l
 		l.evs = append(l.evs, &ents[i])
 		l.bytes += eventBytes(ev)
 	}
 	l.tip = evs[len(evs)-1].Seq
+	l.trim()
+	close(l.wake)
+	l.wake = make(chan struct{})
+	l.mu.Unlock()
+}
+
+// trim drops the oldest entries (and what their memos were charged) while
+// the log is over its bound, always keeping the newest. Callers hold l.mu.
+func (l *LiveLog) trim() {
 	for l.bytes > l.max && l.head < len(l.evs)-1 {
-		l.bytes -= eventBytes(l.evs[l.head].Event)
+		e := l.evs[l.head]
+		l.bytes -= eventBytes(e.Event) + e.charged
 		l.evs[l.head] = nil
 		l.head++
 	}
@@ -95,9 +129,6 @@ func (l *LiveLog) publish(evs []*Event) {
 		l.evs = l.evs[:n]
 		l.head = 0
 	}
-	close(l.wake)
-	l.wake = make(chan struct{})
-	l.mu.Unlock()
 }
 
 // forget marks the held entries of the given seqs as forgotten: a

@@ -3,8 +3,9 @@ package subscribe
 // This file owns the per-event payloads a subscriber sends: the JSON, the
 // dictionary-less zstd frame, the dictionary zstd frame and the deflated
 // JSON. For live events they are made once and kept in the live log's memo
-// slot, shared by every subscriber; replayed events are rendered by the
-// subscriber that reads them.
+// slot, shared by every subscriber, and each is charged to the live log's
+// byte bound as it is made; replayed events are rendered by the subscriber
+// that reads them.
 
 import (
 	"errors"
@@ -12,15 +13,18 @@ import (
 	"hash/fnv"
 	"runtime"
 	"sync"
+	"unsafe"
 
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/backstream/backstream/archive"
 )
 
-// frame is one event's payloads. json is set at creation; the compressed
-// forms are made on first use.
+// frame is one live event's payloads. json is set at creation; the
+// compressed forms are made on first use. Each form's bytes are charged to
+// the live entry holding the frame when made.
 type frame struct {
+	ent  *archive.LiveEntry
 	json []byte
 	err  error // rendering failed: the event is skipped for everyone
 
@@ -204,11 +208,15 @@ func (f *frame) payload(c *codecs, compress bool, d *zdict) []byte {
 	case !compress:
 		return f.json
 	case d == nil:
-		f.zOnce.Do(func() { f.z = c.plain.EncodeAll(f.json, make([]byte, 0, len(f.json)/2+16)) })
+		f.zOnce.Do(func() {
+			f.z = c.plain.EncodeAll(f.json, make([]byte, 0, len(f.json)/2+16))
+			f.ent.Charge(cap(f.z))
+		})
 		return f.z
 	default:
 		f.dOnce.Do(func() {
 			f.d, f.dID = d.enc.EncodeAll(f.json, make([]byte, 0, len(f.json)/3+16)), d.id
+			f.ent.Charge(cap(f.d))
 		})
 		return f.d
 	}
@@ -220,6 +228,7 @@ func (f *frame) deflated() []byte {
 	f.fOnce.Do(func() {
 		var w sliceWriter
 		f.f = w.appendDeflate(make([]byte, 0, len(f.json)/2+16), f.json)
+		f.ent.Charge(cap(f.f))
 	})
 	return f.f
 }
@@ -237,7 +246,7 @@ func liveFrame(e *archive.LiveEntry) (f *frame, first bool) {
 	if m := e.Memo(); m != nil {
 		return m.(*frame), false
 	}
-	f = &frame{}
+	f = &frame{ent: e}
 	r := cursorRenderers.Get().(*Renderer)
 	bp := scratchPool.Get().(*[]byte)
 	out, err := r.AppendJSON((*bp)[:0], e.Event)
@@ -250,7 +259,11 @@ func liveFrame(e *archive.LiveEntry) (f *frame, first bool) {
 	scratchPool.Put(bp)
 	cursorRenderers.Put(r)
 	got := e.LoadOrStoreMemo(f).(*frame)
-	return got, got == f
+	if got != f {
+		return got, false
+	}
+	e.Charge(int(unsafe.Sizeof(*f)) + cap(f.json))
+	return f, true
 }
 
 // LiveJSON returns a live entry's /subscribe JSON (with its cursor), the
