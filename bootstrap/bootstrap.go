@@ -495,10 +495,18 @@ func (b *Bootstrap) coordinate(parent context.Context, lanes []lane) error {
 			if rb.err != nil {
 				return b.stopped(parent, rb.err)
 			}
+			fresh := 0
 			for _, d := range rb.dids {
 				ready.push(b.hostFor(d), d)
-				delete(unrecorded, d)
+				if _, ok := unrecorded[d]; ok {
+					fresh++
+					delete(unrecorded, d)
+				}
 			}
+			// A batch also holds known repos listed again (an inactive
+			// not_started repo now active): only the fresh ones are new.
+			cfg.Metrics.discover(fresh, 0)
+			b.prog.set(func(p *Progress) { p.Discovered += int64(fresh) })
 		case pm := <-pagesCh:
 			pageIdx++
 			p := &page{idx: pageIdx, host: pm.host, reqCursor: pm.reqCursor, next: pm.next, final: pm.final, cut: pm.cut,

@@ -253,8 +253,6 @@ func (b *Bootstrap) writeNotStarted(ctx context.Context, dids []string) error {
 		return fmt.Errorf("bootstrap: record repos: %w", err)
 	}
 	b.cfg.Crash.Hit(crashpoint.BootstrapEnqueued)
-	b.cfg.Metrics.discover(len(dids), 0)
-	b.prog.set(func(p *Progress) { p.Discovered += int64(len(dids)) })
 	return nil
 }
 

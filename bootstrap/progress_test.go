@@ -1,11 +1,13 @@
 package bootstrap_test
 
 import (
+	"context"
 	"math"
 	"testing"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/oracle/world"
 )
 
 // TestProgressBarWindowAhead is the case of a bootstrap of 30,000 accounts
@@ -67,5 +69,51 @@ func TestProgressBarWindowAhead(t *testing.T) {
 	empty.SetCounts(archive.Counts{})
 	if empty.DoneFraction != 0 || empty.KnownFraction != 0 {
 		t.Fatalf("empty store: %+v", empty)
+	}
+}
+
+// TestDiscoveredCountsNewReposOnce: Progress.Discovered and
+// backstream_bootstrap_repos_discovered_total count the repos a run records
+// for the first time, each once. A first run over a world records every
+// listed account; a second run listing the same world again, in which an
+// inactive account the first run recorded (never fetched) is now active,
+// discovers nothing: that account is known, not new.
+func TestDiscoveredCountsNewReposOnce(t *testing.T) {
+	e := newEnv(t, worldCfg(60, 4))
+	discovered := func() float64 {
+		return metric(t, e.reg, "backstream_bootstrap_repos_discovered_total", map[string]string{"activity": "active"}) +
+			metric(t, e.reg, "backstream_bootstrap_repos_discovered_total", map[string]string{"activity": "inactive"})
+	}
+	b := e.boot(nil)
+	e.runToEnd(b)
+	listed := e.listed()
+	if p := b.Progress(); p.Discovered != int64(len(listed)) || discovered() != float64(len(listed)) {
+		t.Fatalf("first run: discovered %d (metric %v), want the %d listed accounts", p.Discovered, discovered(), len(listed))
+	}
+	var inactive world.Account
+	for _, a := range listed {
+		if !a.Active && a.Status == world.StatusDeactivated {
+			inactive = a
+			break
+		}
+	}
+	if inactive.DID == "" {
+		t.Fatal("fixture: the world has no deactivated account")
+	}
+	if _, err := e.net.Emit(func(w *world.World) (world.Event, error) { return w.SetStatus(inactive.DID, world.StatusActive) }); err != nil {
+		t.Fatal(err)
+	}
+	// Forget the finished checkpoint so the next run lists everything again.
+	if _, err := e.w.Apply(context.Background(), &archive.Unit{Puts: []archive.KV{{Key: archive.KeyCursorListRepos}}}); err != nil {
+		t.Fatal(err)
+	}
+	before := discovered()
+	b = e.boot(nil)
+	e.runToEnd(b)
+	if p := b.Progress(); p.Discovered != 0 || discovered() != before {
+		t.Fatalf("second run over the same %d accounts (one reactivated): discovered %d (metric +%v), want 0", len(listed), p.Discovered, discovered()-before)
+	}
+	if st := e.states()[inactive.DID]; st.Status != archive.StatusComplete {
+		t.Fatalf("reactivated account: %+v, want fetched", st)
 	}
 }
