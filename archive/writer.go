@@ -92,6 +92,7 @@ type Receipt struct {
 	LastSeq  uint64 // seq of the last kept event
 	Kept     int    // events appended (a live or merged sync row, which moves the ratchet only, is neither kept nor stale)
 	Stale    int    // commit/sync rows dropped by the ratchet
+	Synced   int    // live or merged sync rows that moved the ratchet and made no row
 	Dropped  int    // rows dropped because waiting behind a replacement would pass a hold cap
 	Cursor   uint64 // the durable position under the unit's Cursor.Key after its batch (below its own while earlier units wait)
 	Refused  error  // non-nil: nothing of the unit was applied (invalid unit, or a replacement over newer data)
@@ -617,6 +618,7 @@ func (w *Writer) apply(p *pending, u *Unit, dropped int) bool {
 			continue
 		}
 		if !w.opts.Capture && upstreamSync(ev) {
+			r.Synced++
 			continue // its rev moved the ratchet (stage); no row
 		}
 		// Every kept event gets its own time, max(now, previous+1): a

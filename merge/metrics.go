@@ -1,6 +1,7 @@
 package merge
 
 import (
+	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/upstream"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -20,7 +21,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		rows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backstream_merge_rows_total",
-			Help: "Captured rows merged into the archive, by result (kept, stale).",
+			Help: "Captured rows merged, by result: kept (archived), stale (older than the ratchet), sync (a #sync that moved the ratchet and makes no row), dropped (would have waited past a replacement's hold cap; the account is marked for another replacement). They sum to the rows captured.",
 		}, []string{"result"}),
 		cursor: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "backstream_merge_cursor",
@@ -37,8 +38,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	// Every series exists from the start, at 0 (a rate over "no data" is
 	// no rate at all).
-	m.rows.WithLabelValues("kept")
-	m.rows.WithLabelValues("stale")
+	for _, r := range mergeResults {
+		m.rows.WithLabelValues(r)
+	}
 	for _, r := range upstream.CutReasons() {
 		m.cuts.WithLabelValues(r)
 	}
@@ -48,12 +50,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func (m *Metrics) merged(kept, stale int, through uint64) {
+// mergeResults are the values of backstream_merge_rows_total's result label.
+var mergeResults = []string{"kept", "stale", "sync", "dropped"}
+
+// merged counts what became of a merge unit's captured rows.
+func (m *Metrics) merged(r archive.Receipt, through uint64) {
 	if m == nil {
 		return
 	}
-	m.rows.WithLabelValues("kept").Add(float64(kept))
-	m.rows.WithLabelValues("stale").Add(float64(stale))
+	for i, n := range []int{r.Kept, r.Stale, r.Synced, r.Dropped} {
+		m.rows.WithLabelValues(mergeResults[i]).Add(float64(n))
+	}
 	m.cursor.Set(float64(through))
 }
 

@@ -58,7 +58,7 @@ func Walk(ctx context.Context, cfg Config) (Stats, error) {
 			if r.Cursor > st.Through { // the durable cursor/merge: units may be applied out of order around a replacement
 				st.Through = r.Cursor
 			}
-			cfg.Metrics.merged(r.Kept, r.Stale, st.Through)
+			cfg.Metrics.merged(r, st.Through)
 			cfg.Crash.Hit(crashpoint.MergeBatch)
 		}
 		if err != nil {
