@@ -34,6 +34,14 @@
 //     those before it, chained the same way, are stored below it. So a lost
 //     reply costs nothing; a refusal, for any publish, ends the session.
 //   - At most Window publishes are unacknowledged at once.
+//   - An event larger than the servers' max_payload is never skipped: the
+//     sink publishes up to it, lets the window before it be acknowledged,
+//     and stops there in state too_large (Status.TooLarge names its seq,
+//     size and the max_payload; backstream_nats_too_large_seq; one ERROR
+//     line per event, not per recheck). It rechecks on TooLargeBackoff,
+//     reconnecting first (a client learns max_payload only from the
+//     server's greeting), and goes on from that event once the operator
+//     has raised max_payload.
 //   - An empty stream starts from Config.From (archive seq, 0 = the
 //     beginning); a stream holding messages always wins over From.
 //   - The stream is created when missing (file storage, Replicas, a

@@ -10,21 +10,23 @@ const (
 	StatePublishing = "publishing" // publishing the archive from the position
 	StateRetrying   = "retrying"   // the last session failed; waiting before the next
 	StateFull       = "full"       // the stream refused events for want of room (its limits, or the servers' storage); retrying
+	StateTooLarge   = "too_large"  // stopped at an event larger than the servers' max_payload; rechecking slowly (Status.TooLarge)
 )
 
-var states = []string{StateConnecting, StatePublishing, StateRetrying, StateFull}
+var states = []string{StateConnecting, StatePublishing, StateRetrying, StateFull, StateTooLarge}
 
 // Error kinds (label values of backstream_nats_errors_total).
 const (
-	errStream   = "stream"   // stream lookup, creation or info failed
-	errResume   = "resume"   // the stream's last message is not one of ours
-	errPublish  = "publish"  // a publish was refused, timed out or its connection failed
-	errFull     = "full"     // a publish was refused for want of room: stream limits with discard new, account or server storage
-	errRender   = "render"   // an event could not be rendered; it is not published
-	errPosition = "position" // the position could not be submitted
+	errStream   = "stream"    // stream lookup, creation or info failed
+	errResume   = "resume"    // the stream's last message is not one of ours
+	errPublish  = "publish"   // a publish was refused, timed out or its connection failed
+	errFull     = "full"      // a publish was refused for want of room: stream limits with discard new, account or server storage
+	errRender   = "render"    // an event could not be rendered; it is not published
+	errPosition = "position"  // the position could not be submitted
+	errTooLarge = "too_large" // an event is larger than the servers' max_payload: the sink stops at it
 )
 
-var errorKinds = []string{errStream, errResume, errPublish, errFull, errRender, errPosition}
+var errorKinds = []string{errStream, errResume, errPublish, errFull, errRender, errPosition, errTooLarge}
 
 // Metrics are the sink's instruments.
 type Metrics struct {
@@ -35,6 +37,7 @@ type Metrics struct {
 	lagEvents  prometheus.Gauge
 	lagSeconds prometheus.Gauge
 	mismatch   prometheus.Gauge
+	tooLarge   prometheus.Gauge
 }
 
 // NewMetrics registers the sink's metrics on reg (nil: unregistered).
@@ -43,9 +46,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		published: prometheus.NewCounter(prometheus.CounterOpts{Name: "backstream_nats_published_total",
 			Help: "Events whose publish the NATS stream acknowledged."}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "backstream_nats_errors_total",
-			Help: "NATS sink failures by kind (stream, resume, publish, full, render, position)."}, []string{"kind"}),
+			Help: "NATS sink failures by kind (stream, resume, publish, full, render, position, too_large)."}, []string{"kind"}),
 		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "backstream_nats_state",
-			Help: "1 for the NATS sink's current state (connecting, publishing, retrying, full)."}, []string{"state"}),
+			Help: "1 for the NATS sink's current state (connecting, publishing, retrying, full, too_large)."}, []string{"state"}),
 		position: prometheus.NewGauge(prometheus.GaugeOpts{Name: "backstream_nats_position",
 			Help: "The highest archive seq acknowledged by the stream with none missing below it."}),
 		lagEvents: prometheus.NewGauge(prometheus.GaugeOpts{Name: "backstream_nats_lag_events",
@@ -54,6 +57,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Age of the oldest archived event the stream has not acknowledged (0 when caught up)."}),
 		mismatch: prometheus.NewGauge(prometheus.GaugeOpts{Name: "backstream_nats_stream_config_mismatch",
 			Help: "1 when the existing stream's config differs from the one the sink would create."}),
+		tooLarge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "backstream_nats_too_large_seq",
+			Help: "The archive seq of the event the NATS sink is stopped at because it is larger than the servers' max_payload (0: none)."}),
 	}
 	for _, k := range errorKinds {
 		m.errors.WithLabelValues(k)
@@ -62,7 +67,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.state.WithLabelValues(s)
 	}
 	if reg != nil {
-		reg.MustRegister(m.published, m.errors, m.state, m.position, m.lagEvents, m.lagSeconds, m.mismatch)
+		reg.MustRegister(m.published, m.errors, m.state, m.position, m.lagEvents, m.lagSeconds, m.mismatch, m.tooLarge)
 	}
 	return m
 }
@@ -107,5 +112,11 @@ func (m *Metrics) configMismatch(diff bool) {
 			v = 1
 		}
 		m.mismatch.Set(v)
+	}
+}
+
+func (m *Metrics) stoppedAt(seq uint64) {
+	if m != nil {
+		m.tooLarge.Set(float64(seq))
 	}
 }

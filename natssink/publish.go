@@ -61,6 +61,24 @@ type publisher struct {
 	ents  []*archive.LiveEntry
 	it    *archive.EventIter // reading the store below itEnd
 	itEnd uint64
+	// stuck: an event the servers' max_payload refuses; nothing more is
+	// published, and the session ends with it once the window is
+	// acknowledged.
+	stuck *tooLargeError
+}
+
+// tooLargeError: an event's message is larger than the servers'
+// max_payload. It can never be published as it is: the sink stops at it
+// (never skipping it) until the operator raises max_payload.
+type tooLargeError struct {
+	seq        uint64
+	bytes      int   // the message body (headers not counted)
+	maxPayload int64 // the connected server's max_payload
+}
+
+func (e *tooLargeError) Error() string {
+	return fmt.Sprintf("event seq %d is %d bytes plus headers, over the NATS servers' max_payload of %d bytes: the sink stops at it until max_payload is raised",
+		e.seq, e.bytes, e.maxPayload)
 }
 
 func (p *publisher) session(ctx context.Context) error {
@@ -92,10 +110,13 @@ func (p *publisher) session(ctx context.Context) error {
 	err = p.run(ctx)
 	var fatal *fatalError
 	var full *fullError
+	var big *tooLargeError
 	switch {
 	case errors.As(err, &fatal) || ctx.Err() != nil:
 	case errors.As(err, &full):
 		s.fail(errFull, err)
+	case errors.As(err, &big):
+		s.fail(errTooLarge, err)
 	default:
 		s.fail(errPublish, err)
 	}
@@ -233,12 +254,19 @@ func (p *publisher) run(ctx context.Context) error {
 		}
 		n, err := p.fill()
 		if err != nil {
-			return err
+			if !errors.As(err, &p.stuck) || p.pending() == 0 {
+				return err
+			}
+			// Let the window before it be acknowledged, so the position
+			// shows where the sink stopped.
 		}
 		if n > 0 {
 			continue
 		}
 		if p.pending() == 0 {
+			if p.stuck != nil {
+				return p.stuck
+			}
 			if live.Closed() {
 				return &fatalError{errors.New("natssink: the archive writer stopped")}
 			}
@@ -317,7 +345,7 @@ func (p *publisher) ack(r ackReply) error {
 		return fmt.Errorf("publish of seq %d stored at stream sequence %d, want %d: resuming from the stream", in.seq, r.seq, want)
 	}
 	if p.done == 0 {
-		p.sink.setState(StatePublishing)
+		p.sink.publishing()
 	}
 	p.done = r.token + 1
 	p.stored = r.seq
@@ -339,7 +367,7 @@ func (p *publisher) headSeq() uint64 {
 // live log's floor, from the live log (sharing its rendering) above.
 func (p *publisher) fill() (int, error) {
 	room := min(p.window()-p.pending(), readBatch)
-	if room <= 0 {
+	if room <= 0 || p.stuck != nil {
 		return 0, nil
 	}
 	p.now = p.sink.cfg.Now()
@@ -424,6 +452,9 @@ func (p *publisher) publish(ev *archive.Event, body []byte, renderErr error) err
 	p.msg.Reply = string(p.reply)
 	err := p.nc.PublishMsg(&p.msg)
 	p.msg.Data = nil
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return &tooLargeError{seq: ev.Seq, bytes: len(body), maxPayload: p.nc.MaxPayload()}
+	}
 	if err != nil {
 		return fmt.Errorf("publish of seq %d: %w", ev.Seq, err)
 	}

@@ -33,6 +33,10 @@ const (
 // DefaultBackoff spaces sessions after a failure.
 var DefaultBackoff = backoff.Policy{Base: 250 * time.Millisecond, Max: 10 * time.Second}
 
+// DefaultTooLargeBackoff spaces the rechecks of an event larger than the
+// servers' max_payload: only an operator raising it can end that state.
+var DefaultTooLargeBackoff = backoff.Policy{Base: 5 * time.Second, Max: time.Minute}
+
 // Config configures a Sink.
 type Config struct {
 	// URLs are the NATS servers, comma-separated. Required.
@@ -55,6 +59,9 @@ type Config struct {
 	PositionEvery time.Duration
 	// Backoff between failed sessions (DefaultBackoff).
 	Backoff backoff.Policy
+	// TooLargeBackoff between the rechecks of an event larger than the
+	// servers' max_payload (DefaultTooLargeBackoff).
+	TooLargeBackoff backoff.Policy
 
 	Store   *archive.Store  // required
 	Writer  *archive.Writer // required: its live log, and the position's unit
@@ -75,6 +82,18 @@ type Status struct {
 	Errors      uint64   `json:"errors"`
 	LastError   string   `json:"last_error,omitempty"`
 	ConfigDiffs []string `json:"config_differences,omitempty"`
+	// TooLarge is the event the sink is stopped at, in state too_large.
+	TooLarge *TooLarge `json:"too_large,omitempty"`
+}
+
+// TooLarge is an event whose message is larger than the NATS servers'
+// max_payload: the sink publishes nothing after it until the operator
+// raises max_payload (the servers' config, then a reload), and never skips
+// it.
+type TooLarge struct {
+	Seq        uint64 `json:"seq"`
+	Bytes      int    `json:"bytes"`
+	MaxPayload int64  `json:"max_payload"`
 }
 
 // Sink publishes the archive into a JetStream stream. Build it with New,
@@ -122,6 +141,9 @@ func New(cfg Config) (*Sink, error) {
 	if cfg.Backoff.Base <= 0 {
 		cfg.Backoff = DefaultBackoff
 	}
+	if cfg.TooLargeBackoff.Base <= 0 {
+		cfg.TooLargeBackoff = DefaultTooLargeBackoff
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -139,6 +161,10 @@ func (s *Sink) Status() Status {
 	defer s.mu.Unlock()
 	st := s.status
 	st.ConfigDiffs = append([]string(nil), st.ConfigDiffs...)
+	if st.TooLarge != nil {
+		tl := *st.TooLarge
+		st.TooLarge = &tl
+	}
 	st.Position = s.acked.Load()
 	return st
 }
@@ -151,13 +177,41 @@ func (s *Sink) setState(state string) {
 }
 
 // sessionState sets the state of a session under way, except that a full
-// stream stays full until a publish is acknowledged.
+// stream stays full, and a sink stopped at a too large event stays so,
+// until a publish is acknowledged.
 func (s *Sink) sessionState(state string) {
 	s.mu.Lock()
-	full := s.status.State == StateFull
+	stopped := s.status.State == StateFull || s.status.State == StateTooLarge
 	s.mu.Unlock()
-	if !full {
+	if !stopped {
 		s.setState(state)
+	}
+}
+
+// publishing is the state once a session's first publish is acknowledged.
+func (s *Sink) publishing() {
+	s.mu.Lock()
+	went := s.status.TooLarge
+	s.status.TooLarge = nil
+	s.mu.Unlock()
+	if went != nil {
+		s.cfg.Metrics.stoppedAt(0)
+		s.log.Info("the NATS sink goes on: the event it stopped at was published", "seq", went.Seq, "bytes", went.Bytes)
+	}
+	s.setState(StatePublishing)
+}
+
+// stoppedAt shows the too large event the sink stops at, logging it once.
+func (s *Sink) stoppedAt(e *tooLargeError) {
+	s.mu.Lock()
+	prev := s.status.TooLarge
+	s.status.TooLarge = &TooLarge{Seq: e.seq, Bytes: e.bytes, MaxPayload: e.maxPayload}
+	s.mu.Unlock()
+	s.cfg.Metrics.stoppedAt(e.seq)
+	s.setState(StateTooLarge)
+	if prev == nil || prev.Seq != e.seq {
+		s.log.Error("NATS sink stopped: an event is larger than the servers' max_payload; it is never skipped: raise max_payload (nats-server config, then reload) and the sink goes on",
+			"seq", e.seq, "bytes", e.bytes, "max_payload", e.maxPayload, "position", s.acked.Load())
 	}
 }
 
@@ -202,6 +256,7 @@ func (s *Sink) Run(ctx context.Context) error {
 	defer mon()
 	s.log.Info("publishing the archive to NATS", "servers", s.cfg.URLs, "stream", s.cfg.Stream)
 	loop := backoff.Loop{Policy: s.cfg.Backoff}
+	slow := backoff.Loop{Policy: s.cfg.TooLargeBackoff}
 	logged := false
 	for {
 		p := &publisher{sink: s, nc: nc, js: js}
@@ -215,7 +270,19 @@ func (s *Sink) Run(ctx context.Context) error {
 		}
 		if p.done > 0 {
 			loop.Reset()
+			slow.Reset()
 			logged = false
+		}
+		var big *tooLargeError
+		if errors.As(err, &big) {
+			s.stoppedAt(big)
+			if backoff.Sleep(ctx, slow.Next()) != nil {
+				return nil
+			}
+			// The client knows max_payload from the server's greeting
+			// only: reconnect, so the next session sees a raised one.
+			_ = nc.ForceReconnect()
+			continue
 		}
 		if !logged { // one line per outage, not one per attempt
 			s.log.Warn("NATS sink session failed; the archive buffers, retrying", "err", err, "position", s.acked.Load())

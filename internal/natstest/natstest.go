@@ -100,6 +100,22 @@ func (c *Cluster) Restart(i int) {
 	c.nodes[i] = s
 }
 
+// SetMaxPayload sets every node's max_payload (bytes) and reloads it, as an
+// operator editing the config and sending SIGHUP would: clients already
+// connected learn the new limit only when they reconnect.
+func (c *Cluster) SetMaxPayload(n int32) {
+	c.t.Helper()
+	for i, s := range c.nodes {
+		c.opts[i].MaxPayload = n
+		if s == nil {
+			continue
+		}
+		if err := s.ReloadOptions(c.opts[i].Clone()); err != nil {
+			c.t.Fatalf("natstest: node %d: reload max_payload %d: %v", i, n, err)
+		}
+	}
+}
+
 // Shutdown stops every node.
 func (c *Cluster) Shutdown() {
 	for i := range c.nodes {
