@@ -76,22 +76,13 @@ func (wd *world) commit(ctx context.Context, n int) error {
 	return nil
 }
 
-// traffic commits units of 10 events every period until stop is called;
-// it returns the unit latencies seen, by the time they were taken.
+// traffic commits units of 10 events every period until stop is called.
 type traffic struct {
 	stop func()
-	mu   sync.Mutex
-	lat  []sample
-}
-
-type sample struct {
-	at  time.Time
-	dur time.Duration
 }
 
 func (wd *world) traffic(period time.Duration) *traffic {
 	ctx, cancel := context.WithCancel(context.Background())
-	tr := &traffic{}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -103,33 +94,15 @@ func (wd *world) traffic(period time.Duration) *traffic {
 				return
 			case <-t.C:
 			}
-			start := time.Now()
 			if err := wd.commit(ctx, 10); err != nil {
 				if ctx.Err() == nil {
 					wd.t.Errorf("traffic: %v", err)
 				}
 				return
 			}
-			tr.mu.Lock()
-			tr.lat = append(tr.lat, sample{start, time.Since(start)})
-			tr.mu.Unlock()
 		}
 	}()
-	tr.stop = func() { cancel(); <-done }
-	return tr
-}
-
-// units returns how many units were committed in [from, to).
-func (tr *traffic) units(from, to time.Time) (n int, worst time.Duration) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	for _, s := range tr.lat {
-		if !s.at.Before(from) && s.at.Before(to) {
-			n++
-			worst = max(worst, s.dur)
-		}
-	}
-	return n, worst
+	return &traffic{stop: func() { cancel(); <-done }}
 }
 
 // runningSink is a Sink running in a goroutine.
