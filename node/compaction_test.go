@@ -109,9 +109,17 @@ type ownerRig struct {
 // startOwner runs an owner over fake on the bubble's clock: a pass every
 // hour, early at 100 pending tombstones, checked every second.
 func startOwner(t *testing.T, fake *fakeCompaction) *ownerRig {
-	r := &ownerRig{fake: fake, reg: prometheus.NewRegistry(), logs: new(bytes.Buffer), errc: make(chan error, 1)}
-	r.c = newCompactor(compactionConfig{store: fake, interval: time.Hour, tombstones: 100, check: time.Second,
-		now: time.Now, log: slog.New(slog.NewTextHandler(r.logs, nil)), metrics: newCompactionMetrics(r.reg)})
+	r := runOwner(t, compactionConfig{store: fake, interval: time.Hour, tombstones: 100, check: time.Second, now: time.Now})
+	r.fake = fake
+	return r
+}
+
+// runOwner runs an owner of cfg, logging to the rig's buffer and counting
+// on its registry, until the test ends or r.stop.
+func runOwner(t *testing.T, cfg compactionConfig) *ownerRig {
+	r := &ownerRig{reg: prometheus.NewRegistry(), logs: new(bytes.Buffer), errc: make(chan error, 1)}
+	cfg.log, cfg.metrics = slog.New(slog.NewTextHandler(r.logs, nil)), newCompactionMetrics(r.reg)
+	r.c = newCompactor(cfg)
 	ctx, cancel := context.WithCancel(t.Context())
 	r.stop = cancel
 	go func() { r.errc <- r.c.Run(ctx) }()

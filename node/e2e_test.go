@@ -97,8 +97,7 @@ func TestLifecycleEndToEnd(t *testing.T) {
 	// The retry runner brings in what bootstrap left and what #sync and
 	// reactivations marked: wait for two complete passes that started after
 	// the catch-up and found nothing due.
-	passes := retrier.Status().Passes
-	for st := retrier.Status(); st.Passes < passes+2 || st.Due > 0 || st.InFlight > 0; st = retrier.Status() {
+	for drained := retryDrained(retrier); !drained(); {
 		select {
 		case <-deadline:
 			t.Fatalf("retry never drained: %+v", retrier.Status())

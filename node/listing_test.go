@@ -118,10 +118,9 @@ func TestCutListingHealsThroughDiscovery(t *testing.T) {
 	}
 	retrier := n.Retrier()
 	deadline := time.Now().Add(time.Minute)
-	passes := retrier.Status().Passes
-	for st := retrier.Status(); st.Passes < passes+2 || st.Due > 0 || st.InFlight > 0; st = retrier.Status() {
+	for drained := retryDrained(retrier); !drained(); {
 		if time.Now().After(deadline) {
-			t.Fatalf("retry never drained: %+v", st)
+			t.Fatalf("retry never drained: %+v", retrier.Status())
 		}
 		run.stillRunning(t)
 		time.Sleep(20 * time.Millisecond)

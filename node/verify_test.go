@@ -137,12 +137,7 @@ func TestVerifyEndToEnd(t *testing.T) {
 		}
 		return true
 	})
-	retrier := n.Retrier()
-	passes := retrier.Status().Passes
-	waitFor("retry drained", func() bool {
-		st := retrier.Status()
-		return st.Passes >= passes+2 && st.Due == 0 && st.InFlight == 0
-	})
+	waitFor("retry drained", retryDrained(n.Retrier()))
 
 	for did, class := range map[string]string{forgedRepo: ident.ClassSignature, misattributed: ident.ClassAuthority} {
 		st, err := store.RepoState(did)
@@ -487,11 +482,8 @@ func TestVerifyHostileProfile(t *testing.T) {
 		return len(failed) == 4*per
 	}
 	v.waitFor("every account settled", settled)
-	passes := v.n.Retrier().Status().Passes
-	v.waitFor("retry drained", func() bool {
-		st := v.n.Retrier().Status()
-		return st.Passes >= passes+2 && st.InFlight == 0 && settled()
-	})
+	drained := retryDrained(v.n.Retrier())
+	v.waitFor("retry drained", func() bool { return drained() && settled() })
 	byClass := map[string]int{}
 	for _, class := range failed {
 		byClass[class]++
