@@ -228,6 +228,17 @@ func (e *env) listed() []world.Account {
 	return out
 }
 
+// activeListed is how many listed accounts are active (each fetched once).
+func (e *env) activeListed() int {
+	n := 0
+	for _, a := range e.listed() {
+		if a.Active {
+			n++
+		}
+	}
+	return n
+}
+
 // states reads every repo state from the store.
 func (e *env) states() map[string]archive.RepoState {
 	e.t.Helper()

@@ -211,12 +211,7 @@ func TestWorkersBoundConcurrentGetRepo(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatalf("run: %v", err)
 		}
-		active := 0
-		for _, a := range e.listed() {
-			if a.Active {
-				active++
-			}
-		}
+		active := e.activeListed()
 		if calls, _, peak := e.mem.counts(); calls != active || peak != n {
 			t.Fatalf("%d getRepo for %d active repos, at most %d at once; want each once, at most %d", calls, active, peak, n)
 		}

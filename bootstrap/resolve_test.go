@@ -111,12 +111,7 @@ func TestResolveAheadDefaultsToIdentity(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	active := 0
-	for _, a := range e.listed() {
-		if a.Active {
-			active++
-		}
-	}
+	active := e.activeListed()
 	if got := resolved(); got != float64(active) {
 		t.Fatalf("%v DID resolutions for %d active accounts, want one each", got, active)
 	}
