@@ -165,3 +165,43 @@ func max64(a, b uint64) uint64 {
 	}
 	return b
 }
+
+// TestLiveLogCountsCharges: what readers charge for an entry's memo counts
+// in the bound: ten events with 100-byte memos fill a log of ten times
+// their size, the oldest leaving as newer ones come (their charges with
+// them); a charge for an entry no longer held counts nothing; a charge
+// that passes the bound drops the oldest at once.
+func TestLiveLogCountsCharges(t *testing.T) {
+	ev := func(seq uint64) *Event {
+		e := realisticEvent(int(seq))
+		e.Seq = seq
+		return &e
+	}
+	per := eventBytes(ev(1)) + 100
+	l := newLiveLog(10*per, 0)
+	var first *LiveEntry
+	for seq := uint64(1); seq <= 30; seq++ {
+		l.publish([]*Event{ev(seq)})
+		ents, _ := l.ReadEntries(seq, nil, 1)
+		ents[0].Charge(100)
+		if seq == 1 {
+			first = ents[0]
+		}
+	}
+	held := func() (int, uint64) {
+		ents, floor := l.ReadEntries(0, nil, 100)
+		return len(ents), floor
+	}
+	if n, floor := held(); n != 10 || floor != 21 {
+		t.Fatalf("with 100-byte memos: %d entries from %d, want 10 from 21", n, floor)
+	}
+	first.Charge(1 << 20)
+	if n, floor := held(); n != 10 || floor != 21 {
+		t.Fatalf("after charging an entry no longer held: %d entries from %d, want 10 from 21", n, floor)
+	}
+	ents, _ := l.ReadEntries(30, nil, 1)
+	ents[0].Charge(int(per))
+	if n, floor := held(); n != 9 || floor != 22 {
+		t.Fatalf("after a charge past the bound: %d entries from %d, want 9 from 22", n, floor)
+	}
+}
