@@ -205,18 +205,16 @@ type Writer struct {
 	nextSeq  uint64
 	lastUS   int64
 	counts   Counts
-	bar      *barrier          // replacements in progress, units waiting for them, seq cursors (S5)
-	revs     map[string]string // ratchet values written in the open batch
-	revCache map[string]string // durable ratchet values (bounded)
-	// revsAll: revCache holds every rev/ row (there was none at start and
-	// the cache was never dropped since), so a miss is "" without a read.
-	revsAll bool
-	repos   map[string]RepoState // repo states written in the open batch
-	hosts   map[string]HostState // host states written in the open batch
-	buf     []byte
-	idx     []idxEntry  // the open batch's index entries: rec/, tomb/
-	idxBuf  []byte      // their keys and values
-	replay  replayBatch // and its replay index entries: xc/, xd/, xm/
+	bar      *barrier             // replacements in progress, units waiting for them, seq cursors (S5)
+	revs     map[string]string    // ratchet values written in the open batch
+	revCache map[string]string    // durable ratchet values (bounded)
+	revsAll  bool                 // revCache holds every rev/ row (none at start, never dropped since): a miss is "" without a read
+	repos    map[string]RepoState // repo states written in the open batch
+	hosts    map[string]HostState // host states written in the open batch
+	buf      []byte
+	idx      []idxEntry  // the open batch's index entries: rec/, tomb/
+	idxBuf   []byte      // their keys and values
+	replay   replayBatch // and its replay index entries: xc/, xd/, xm/
 
 	mu      sync.Mutex
 	err     error  // fatal error, set once
