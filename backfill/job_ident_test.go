@@ -164,8 +164,6 @@ func (s staleStore) Ident(did string) (archive.Ident, error) {
 	return archive.Ident{Key: s.info.KeyMultibase, PDS: s.info.PDS, Handle: s.info.Handle, FetchedUS: time.Now().UnixMicro()}, nil
 }
 
-func (staleStore) NoIdents() (bool, error) { return false, nil }
-
 // A replacement mark made due after a job started (a live frame that
 // failed verification, or a hole a live commit's since showed) survives the
 // job's completion (the snapshot may predate the dropped commit); one made

@@ -116,9 +116,16 @@ func (i *Info) PDSHost() string {
 // Store is the durable copy's read side (*archive.Store).
 type Store interface {
 	Ident(did string) (archive.Ident, error)
-	// NoIdents reports whether the store holds no ident/ row at all.
+}
+
+// emptyReporter is a Store that can tell it holds no ident/ row at all
+// (*archive.Store): a resolver on one that holds none skips the durable
+// read of a DID memory does not hold (Resolver.memoryOnly).
+type emptyReporter interface {
 	NoIdents() (bool, error)
 }
+
+var _ emptyReporter = (*archive.Store)(nil)
 
 // Config configures a Resolver. Zero fields take the defaults.
 type Config struct {
@@ -290,12 +297,14 @@ func New(cfg Config) *Resolver {
 }
 
 // storeHoldsNone reports whether st holds no ident/ row; false when there
-// is no store (nothing to skip) or the scan fails (read it as usual).
+// is no store (nothing to skip), it cannot tell, or the scan fails (read
+// it as usual).
 func storeHoldsNone(st Store) bool {
-	if st == nil {
+	e, ok := st.(emptyReporter)
+	if !ok {
 		return false
 	}
-	none, err := st.NoIdents()
+	none, err := e.NoIdents()
 	return err == nil && none
 }
 
