@@ -362,4 +362,24 @@ func TestDerivedCID(t *testing.T) {
 	copy(forged[bytes.Index(forged, other.CID[:4]):], derived[:4])
 	var got Event
 	mustMalformed(t, "stored derivable CID", DecodeEvent(forged, &got))
+
+	// A producer that checked the hash (CIDOfRecord) gets the same
+	// encoding; a CID of another codec is still stored.
+	checked, checkedOther := ev, other
+	checked.CIDOfRecord, checkedOther.CIDOfRecord = true, true
+	if c, _ := AppendEvent(nil, &checked); !bytes.Equal(c, b) {
+		t.Fatal("a checked derivable CID is not elided as a hashed one is")
+	}
+	if c, _ := AppendEvent(nil, &checkedOther); !bytes.Equal(c, b2) {
+		t.Fatal("a checked CID of the raw codec was elided")
+	}
+	// The codec takes the producer's word and does not hash the record:
+	// a (false) claim on a CID that is not the record's hash is stored
+	// derived, so it reads back as the record's hash.
+	lying := checked
+	lying.CID = append([]byte{0x01, 0x71, 0x12, 0x20}, make([]byte, 32)...)
+	l, _ := AppendEvent(nil, &lying)
+	if err := DecodeEvent(l, &got); err != nil || !bytes.Equal(got.CID, derived) {
+		t.Fatalf("a checked CID was hashed again: %v %x", err, got.CID)
+	}
 }

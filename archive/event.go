@@ -86,6 +86,11 @@ type Event struct {
 	Status      string // account only: "", "deactivated", "takendown", "suspended", "deleted", ...
 	UpstreamSeq int64  // the relay seq the row came from; 0 for snapshot rows
 	Source      Source
+	// CIDOfRecord: the producer checked that CID is Record's block CID (a
+	// block of a CAR whose every block was hashed against its CID), so the
+	// codec stores a derivable CID without hashing Record again. Not
+	// stored; never set on data not so checked.
+	CIDOfRecord bool
 	// Since is a firehose commit's since (the rev of the account's commit
 	// before it), on the commit's first row; "" otherwise. The writer
 	// checks it against the ratchet (see Writer's chain check); only cap/

@@ -54,6 +54,16 @@ func derivedCID(cid, rec []byte) bool {
 	return bytes.Equal(cid[4:], sum[:])
 }
 
+// derivable reports whether ev's CID is the content hash of its record:
+// from the CID's header alone when the producer checked the hash
+// (CIDOfRecord), else by hashing the record.
+func derivable(ev *Event) bool {
+	if ev.CIDOfRecord {
+		return len(ev.CID) == 36 && len(ev.Record) > 0 && [4]byte(ev.CID[:4]) == cidPrefix
+	}
+	return derivedCID(ev.CID, ev.Record)
+}
+
 // Field limits enforced by the codec. Records are capped at the atproto
 // maximum record size; identifiers well above their syntax limits.
 const (
@@ -171,7 +181,7 @@ func AppendEvent(dst []byte, ev *Event) ([]byte, error) {
 		return dst, err
 	}
 	m := eventMask(ev)
-	if m&evCID != 0 && m&evRecord != 0 && derivedCID(ev.CID, ev.Record) {
+	if m&evCID != 0 && m&evRecord != 0 && derivable(ev) {
 		m = m&^evCID | evCIDDerived
 	}
 	dst = append(dst, codecV1, byte(ev.Kind), byte(ev.Source))

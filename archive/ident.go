@@ -80,3 +80,7 @@ func checkIdent(v Ident) error {
 
 // Ident reads ident/<did>.
 func (s *Store) Ident(did string) (Ident, error) { return get(s.db, IdentKey(did), DecodeIdent) }
+
+// NoIdents reports whether ident/ holds no row (a store that never kept a
+// resolution). A failed scan is ErrRead.
+func (s *Store) NoIdents() (bool, error) { return s.empty(PrefixIdent) }

@@ -16,6 +16,9 @@ func TestIdentRoundTripThroughWriter(t *testing.T) {
 	if _, err := s.Ident(did); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("absent ident: %v, want ErrNotFound", err)
 	}
+	if none, err := s.NoIdents(); err != nil || !none {
+		t.Fatalf("NoIdents of a new store = %v, %v; want true", none, err)
+	}
 	want := Ident{Key: "zQ3shXjHeiBuRCKmM36cuYnm7YEMzhGnCmCyW92sRJ9pribSF", PDS: "http://127.0.0.2:4000", Handle: "a.test", FetchedUS: 1_700_000_000_000_000}
 	b, err := EncodeIdent(want)
 	if err != nil {
@@ -27,6 +30,9 @@ func TestIdentRoundTripThroughWriter(t *testing.T) {
 	got, err := s.Ident(did)
 	if err != nil || got != want {
 		t.Fatalf("ident = %+v, %v; want %+v", got, err, want)
+	}
+	if none, err := s.NoIdents(); err != nil || none {
+		t.Fatalf("NoIdents with a row = %v, %v; want false", none, err)
 	}
 }
 

@@ -65,6 +65,21 @@ func (s *Store) Untouched() (bool, error) {
 	return true, nil
 }
 
+// empty reports whether the store holds no key under prefix. A failed
+// scan is ErrRead.
+func (s *Store) empty(prefix []byte) (bool, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return false, fmt.Errorf("archive: scan %s: %w: %w", prefix, ErrRead, err)
+	}
+	defer it.Close()
+	found := it.First()
+	if err := it.Error(); err != nil {
+		return false, fmt.Errorf("archive: scan %s: %w: %w", prefix, ErrRead, err)
+	}
+	return !found, nil
+}
+
 // RelayCursor reads cursor/relay.
 func (s *Store) RelayCursor() (uint64, error) { return get(s.db, KeyCursorRelay, DecodeSeqCursor) }
 

@@ -209,6 +209,7 @@ type Writer struct {
 	bar      *barrier             // replacements in progress, units waiting for them, seq cursors (S5)
 	revs     map[string]string    // ratchet values written in the open batch
 	revCache map[string]string    // durable ratchet values (bounded)
+	revsAll  bool                 // revCache holds every rev/ row (none at start, never dropped since): a miss is "" without a read
 	repos    map[string]RepoState // repo states written in the open batch
 	hosts    map[string]HostState // host states written in the open batch
 	buf      []byte
@@ -262,6 +263,9 @@ func NewWriter(s *Store, opts WriterOptions) (*Writer, error) {
 		w.counts = c
 		w.durable = c.Clone()
 		opts.Metrics.setCounts(c)
+		if w.revsAll, err = s.empty(PrefixRev); err != nil {
+			return nil, fmt.Errorf("archive: start writer: %w", err)
+		}
 	}
 	w.live = newLiveLog(opts.LiveLogBytes, tip)
 	go w.run()
@@ -1035,7 +1039,9 @@ func (w *Writer) markHoles(u *Unit, holes []string) {
 
 // ratchetCacheMax bounds the writer's in-memory cache of rev/ values. The
 // writer is the only writer of rev/, so the cache is always coherent; when it
-// fills up it is simply dropped and refilled from the store.
+// fills up it is simply dropped and refilled from the store. On a store that
+// had no rev/ row at start it holds every row until then (revsAll): a
+// bootstrap reads no rev/ key for its first ratchetCacheMax accounts.
 const ratchetCacheMax = 1 << 18
 
 // ratchet returns the account's archived rev ("" when it has none).
@@ -1045,6 +1051,9 @@ func (w *Writer) ratchet(did string) (string, error) {
 	}
 	if r, ok := w.revCache[did]; ok {
 		return r, nil
+	}
+	if w.revsAll {
+		return "", nil
 	}
 	r, err := w.store.Rev(did)
 	if errors.Is(err, ErrNotFound) {
@@ -1060,6 +1069,7 @@ func (w *Writer) ratchet(did string) (string, error) {
 func (w *Writer) remember(did, rev string) {
 	if len(w.revCache) >= ratchetCacheMax {
 		clear(w.revCache)
+		w.revsAll = false
 	}
 	w.revCache[did] = rev
 }

@@ -82,6 +82,41 @@ func TestRatchet(t *testing.T) {
 	assertRevsNeverBackwards(t, s)
 }
 
+// The ratchet of an account the writer's cache does not hold is read from
+// rev/ whenever the cache may not hold every row: after a restart on a store
+// with rev/ rows, and after the cache was dropped for its size. (On a store
+// that had none, a miss is "" without a read.)
+func TestRatchetReadsTheStoreUnlessTheCacheHoldsEveryRow(t *testing.T) {
+	s := openMem(t, vfs.NewMem())
+	defer s.Close()
+	w := newWriter(t, s, WriterOptions{})
+	if !w.revsAll {
+		t.Fatal("a writer on a new store does not know it holds every rev/ row")
+	}
+	if r := apply(t, w, &Unit{Events: []Event{commitEv(testDID, "05", KindCreate, SourceBackfill, "a")}}); r.Kept != 1 {
+		t.Fatalf("backfill: %+v", r)
+	}
+	// The writer goroutine waits for a unit: the test may fill its cache
+	// (the next Apply's send orders these writes before its reads).
+	for i := range ratchetCacheMax {
+		w.remember(didN(i+10), "01")
+	}
+	if r := apply(t, w, &Unit{Events: []Event{commitEv(testDID, "03", KindCreate, SourceLive, "x")}}); r.Kept != 0 {
+		t.Fatalf("a live row older than the archived rev after the cache was dropped: %+v, want stale", r)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w = newWriter(t, s, WriterOptions{})
+	defer w.Close()
+	if r := apply(t, w, &Unit{Events: []Event{commitEv(testDID, "04", KindCreate, SourceLive, "y")}}); r.Kept != 0 {
+		t.Fatalf("a live row older than the archived rev after a restart: %+v, want stale", r)
+	}
+	if r := apply(t, w, &Unit{Events: []Event{commitEv(testDID, "06", KindCreate, SourceLive, "z")}}); r.Kept != 1 {
+		t.Fatalf("a newer live row after a restart: %+v, want kept", r)
+	}
+}
+
 // assertRevsNeverBackwards checks D3 over the whole archive.
 func assertRevsNeverBackwards(t *testing.T, s *Store) {
 	t.Helper()

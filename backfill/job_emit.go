@@ -38,6 +38,10 @@ type emitter struct {
 	slab        []byte
 	final       int // token of the unit carrying the completion (-1 until submitted)
 	left        int // bytes the snapshot's rows may still copy (bounded by the CAR size)
+	// hashed: every record's bytes are the CAR block that was hashed
+	// against its CID (a snapshot verified in memory; one verified from
+	// its file reads them again), so rows carry Event.CIDOfRecord.
+	hashed bool
 }
 
 func (r *Runner) emit(ctx context.Context, req Request, p *prepared, res *Result) (Result, error) {
@@ -48,6 +52,7 @@ func (r *Runner) emit(ctx context.Context, req Request, p *prepared, res *Result
 	res.Dropped = snap.Dropped
 	res.Records = snap.RecordCount
 	e := r.newEmitter(ctx, req, res, res.Rev, snap.Bytes)
+	e.hashed = snap.file == nil
 	if err := e.rows(snap.Records); err != nil {
 		return *res, e.fail(err)
 	}
@@ -132,6 +137,7 @@ func (e *emitter) add(kind archive.Kind, rec Record) error {
 	if kind != archive.KindDelete {
 		ev.CID = e.copyString(rec.CID.KeyString())
 		ev.Record = e.copyBytes(rec.CBOR)
+		ev.CIDOfRecord = e.hashed
 	}
 	e.events = append(e.events, ev)
 	e.recsInChunk++

@@ -42,22 +42,25 @@ func (c *cache[V]) get(key string, now time.Time) (val V, expired, ok bool) {
 	return e.val, !now.Before(e.expires), true
 }
 
-// put stores key's value, evicting the least recently used past max.
-func (c *cache[V]) put(key string, val V, expires time.Time) {
+// put stores key's value, evicting the least recently used past max; it
+// reports whether it evicted one.
+func (c *cache[V]) put(key string, val V, expires time.Time) (evicted bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.items[key]; ok {
 		e := el.Value.(*cacheEntry[V])
 		e.val, e.expires = val, expires
 		c.order.MoveToFront(el)
-		return
+		return false
 	}
 	c.items[key] = c.order.PushFront(&cacheEntry[V]{key: key, val: val, expires: expires})
 	for c.order.Len() > c.max {
 		old := c.order.Back()
 		c.order.Remove(old)
 		delete(c.items, old.Value.(*cacheEntry[V]).key)
+		evicted = true
 	}
+	return evicted
 }
 
 func (c *cache[V]) len() int {

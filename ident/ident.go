@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/atcrypto"
@@ -116,6 +117,15 @@ func (i *Info) PDSHost() string {
 type Store interface {
 	Ident(did string) (archive.Ident, error)
 }
+
+// emptyReporter is a Store that can tell it holds no ident/ row at all
+// (*archive.Store): a resolver on one that holds none skips the durable
+// read of a DID memory does not hold (Resolver.memoryOnly).
+type emptyReporter interface {
+	NoIdents() (bool, error)
+}
+
+var _ emptyReporter = (*archive.Store)(nil)
 
 // Config configures a Resolver. Zero fields take the defaults.
 type Config struct {
@@ -240,6 +250,11 @@ type Resolver struct {
 	lines  *loglimit.Every // one line per trip kind per logEvery
 	// handles: a handle resolution's result by (DID, handle) (handle.go).
 	handles *cache[string]
+	// memoryOnly holds while every ident/ row the store can have is one
+	// this resolver wrote and still holds in memory: the store had none
+	// when it started and the cache has evicted nothing since. A memory
+	// miss then skips the durable read (a bootstrap's every DID is one).
+	memoryOnly atomic.Bool
 
 	// Background refreshes of expired entries (revalidate): at most
 	// Concurrency at once, stopped by Close.
@@ -264,7 +279,7 @@ func New(cfg Config) *Resolver {
 	if cfg.Rate > 0 {
 		pacer = rate.NewLimiter(rate.Limit(cfg.Rate), cfg.Concurrency)
 	}
-	return &Resolver{
+	r := &Resolver{
 		pacer:   pacer,
 		bg:      make(chan struct{}, cfg.Concurrency),
 		ctx:     ctx,
@@ -276,6 +291,28 @@ func New(cfg Config) *Resolver {
 		slots:   make(chan struct{}, cfg.Concurrency),
 		m:       cfg.Metrics,
 		lines:   loglimit.New(logEvery, cfg.Now),
+	}
+	r.memoryOnly.Store(storeHoldsNone(cfg.Store))
+	return r
+}
+
+// storeHoldsNone reports whether st holds no ident/ row; false when there
+// is no store (nothing to skip), it cannot tell, or the scan fails (read
+// it as usual).
+func storeHoldsNone(st Store) bool {
+	e, ok := st.(emptyReporter)
+	if !ok {
+		return false
+	}
+	none, err := e.NoIdents()
+	return err == nil && none
+}
+
+// hold puts did's entry in the document cache; an eviction ends
+// memoryOnly (the evicted DID's row may be in the store).
+func (r *Resolver) hold(did string, info *Info, expires time.Time) {
+	if r.cache.put(did, info, expires) {
+		r.memoryOnly.Store(false)
 	}
 }
 
@@ -391,7 +428,7 @@ func (r *Resolver) Lookup(ctx context.Context, did string) (info *Info, fresh bo
 	}
 	if info != nil {
 		r.m.cache(tierStore)
-		r.cache.put(did, info, info.FetchedAt.Add(r.cfg.TTL))
+		r.hold(did, info, info.FetchedAt.Add(r.cfg.TTL))
 		if !now.Before(info.FetchedAt.Add(r.cfg.TTL)) {
 			r.revalidate(did, info, now)
 		}
@@ -417,7 +454,7 @@ func (r *Resolver) Known(did string) bool {
 // background). The stale entry is kept for revalidateGrace meanwhile, so a
 // burst of lookups starts one refresh.
 func (r *Resolver) revalidate(did string, stale *Info, now time.Time) {
-	r.cache.put(did, stale, now.Add(min(revalidateGrace, r.cfg.TTL)))
+	r.hold(did, stale, now.Add(min(revalidateGrace, r.cfg.TTL)))
 	r.background(did, now)
 }
 
@@ -455,9 +492,10 @@ func (r *Resolver) Close() {
 }
 
 // durable reads the store's copy (nil when absent), whatever its age; an
-// unreadable or malformed row is an error (fail closed).
+// unreadable or malformed row is an error (fail closed). While memoryOnly
+// holds, a DID memory does not hold has no row: nothing is read.
 func (r *Resolver) durable(did string) (*Info, error) {
-	if r.cfg.Store == nil {
+	if r.cfg.Store == nil || r.memoryOnly.Load() {
 		return nil, nil
 	}
 	v, err := r.cfg.Store.Ident(did)
@@ -517,7 +555,7 @@ func (r *Resolver) Reresolve(ctx context.Context, did string) (*Info, error) {
 // copy. Either way one resolution follows an invalidation.
 func (r *Resolver) Invalidate(did string) {
 	now := r.cfg.Now()
-	r.cache.put(did, nil, now.Add(r.cfg.TTL))
+	r.hold(did, nil, now.Add(r.cfg.TTL))
 	r.m.invalidated()
 	r.background(did, now)
 }
@@ -622,15 +660,27 @@ func (r *Resolver) accept(ctx context.Context, did string, id *identity.Identity
 		r.m.resolution(resultNoKey)
 		return nil, fmt.Errorf("%w: %s: %w", ErrNoKey, did, err)
 	}
-	info.Key, info.KeyMultibase = k, k.Multibase()
+	info.Key, info.KeyMultibase = k, storedKey(id, k)
 	r.m.resolution(resultOK)
 	r.keep(ctx, info)
 	return info, nil
 }
 
+// storedKey is the form of id's atproto key k kept in ident/: the
+// document's own string when it is a Multikey (k was parsed from exactly
+// it, and durable parses it the same way), so a resolution does not
+// compress and base58-encode the point again; k.Multibase() for a legacy
+// key type.
+func storedKey(id *identity.Identity, k atcrypto.PublicKey) string {
+	if vm, ok := id.Keys["atproto"]; ok && vm.Type == "Multikey" {
+		return vm.PublicKeyMultibase
+	}
+	return k.Multibase()
+}
+
 // keep caches info until its TTL runs out and writes it back to ident/.
 func (r *Resolver) keep(ctx context.Context, info *Info) {
-	r.cache.put(info.DID, info, info.FetchedAt.Add(r.cfg.TTL))
+	r.hold(info.DID, info, info.FetchedAt.Add(r.cfg.TTL))
 	r.m.entries(r.cache.len())
 	if r.cfg.Persist == nil {
 		return

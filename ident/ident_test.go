@@ -46,18 +46,26 @@ func firstActive(t *testing.T, n *oracle.Network) world.Account {
 
 // memStore is an ident/ store in memory, for the durable tier.
 type memStore struct {
-	mu sync.Mutex
-	m  map[string]archive.Ident
+	mu    sync.Mutex
+	m     map[string]archive.Ident
+	reads int // Ident calls
 }
 
 func (s *memStore) Ident(did string) (archive.Ident, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.reads++
 	v, ok := s.m[did]
 	if !ok {
 		return v, &archive.KeyError{Key: "ident/" + did, Kind: archive.ErrNotFound}
 	}
 	return v, nil
+}
+
+func (s *memStore) NoIdents() (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m) == 0, nil
 }
 
 func (s *memStore) persist(_ context.Context, did string, v archive.Ident) error {
@@ -115,6 +123,44 @@ func TestLookupResolvesThroughPLCAndCaches(t *testing.T) {
 }
 
 func hostOf(u string) string { return u[len("http://"):] }
+
+// A resolver on a store without ident/ rows answers a memory miss from the
+// network without reading the store (every row there is one it wrote and
+// still holds), until its cache evicts an entry: that DID's row is then
+// read back from the store, not resolved again.
+func TestColdStoreSkipsTheDurableReadUntilAnEviction(t *testing.T) {
+	n := startNet(t)
+	var live []string
+	for _, a := range n.World().Accounts() {
+		if a.Active {
+			live = append(live, a.DID)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	st := &memStore{m: map[string]archive.Ident{}}
+	r := ident.New(ident.Config{PLC: n.RelayURL(), CacheSize: 2, Metrics: ident.NewMetrics(reg), Store: st, Persist: st.persist})
+	defer r.Close()
+	ctx := context.Background()
+	for _, d := range live[:2] {
+		if _, fresh, err := r.Lookup(ctx, d); err != nil || !fresh {
+			t.Fatalf("lookup %s: %v fresh=%v", d, err, fresh)
+		}
+	}
+	if st.reads != 0 {
+		t.Fatalf("%d reads of a store that held no ident/ row", st.reads)
+	}
+	if _, _, err := r.Lookup(ctx, live[2]); err != nil { // evicts live[0]
+		t.Fatal(err)
+	}
+	info, fresh, err := r.Lookup(ctx, live[0])
+	if err != nil || fresh || info == nil {
+		t.Fatalf("evicted entry: %+v fresh=%v err=%v, want its row from the store", info, fresh, err)
+	}
+	if st.reads != 1 {
+		t.Fatalf("%d store reads after an eviction, want 1", st.reads)
+	}
+	expect(t, reg, "backstream_ident_resolutions_total", map[string]string{"result": "ok"}, 3)
+}
 
 func TestUnresolvableIsTypedAndRetryable(t *testing.T) {
 	n := startNet(t)
