@@ -27,6 +27,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/internal/backoff"
+	"github.com/backstream/backstream/internal/k256"
 	"github.com/backstream/backstream/internal/loglimit"
 	"github.com/backstream/backstream/upstream"
 )
@@ -86,7 +87,8 @@ const (
 // Info is what backstream keeps of a DID document.
 type Info struct {
 	DID string
-	// Key is the atproto signing key; KeyMultibase its stored form.
+	// Key is the atproto signing key (prepared for repeated checks:
+	// k256.Prepare); KeyMultibase its stored form.
 	Key          atcrypto.PublicKey
 	KeyMultibase string
 	// PDS is the atproto_pds endpoint URL ("" when none).
@@ -473,7 +475,7 @@ func (r *Resolver) durable(did string) (*Info, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ident: %s: stored key: %w: %w", did, archive.ErrMalformed, err)
 		}
-		info.Key = k
+		info.Key = k256.Prepare(k)
 	}
 	return info, nil
 }
@@ -622,7 +624,7 @@ func (r *Resolver) accept(ctx context.Context, did string, id *identity.Identity
 		r.m.resolution(resultNoKey)
 		return nil, fmt.Errorf("%w: %s: %w", ErrNoKey, did, err)
 	}
-	info.Key, info.KeyMultibase = k, k.Multibase()
+	info.Key, info.KeyMultibase = k256.Prepare(k), k.Multibase()
 	r.m.resolution(resultOK)
 	r.keep(ctx, info)
 	return info, nil
