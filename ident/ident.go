@@ -620,11 +620,12 @@ func (r *Resolver) accept(ctx context.Context, did string, id *identity.Identity
 		info.Handle = prev.Handle // the last #identity verdict stands
 	}
 	k, err := id.PublicKey()
+	k = k256.Prepare(k) // nil stays nil
 	if err != nil {
 		r.m.resolution(resultNoKey)
 		return nil, fmt.Errorf("%w: %s: %w", ErrNoKey, did, err)
 	}
-	info.Key, info.KeyMultibase = k256.Prepare(k), k.Multibase()
+	info.Key, info.KeyMultibase = k, k.Multibase()
 	r.m.resolution(resultOK)
 	r.keep(ctx, info)
 	return info, nil
