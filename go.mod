@@ -100,3 +100,5 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 	lukechampine.com/blake3 v1.2.1 // indirect
 )
+
+replace github.com/DataDog/zstd => github.com/DataDog/zstd v1.4.5
