@@ -18,10 +18,7 @@ import (
 
 	comatproto "github.com/bluesky-social/indigo/api/atproto"
 	"github.com/bluesky-social/indigo/atproto/repo"
-	"github.com/bluesky-social/indigo/atproto/repo/mst"
-	blocks "github.com/ipfs/go-block-format"
 	"github.com/ipfs/go-cid"
-	ipld "github.com/ipfs/go-ipld-format"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/ident"
@@ -72,7 +69,7 @@ func (c *Consumer) check(ctx context.Context, f *upstream.Frame) verdict {
 	switch {
 	case f.Commit != nil && validIDs(f.Commit.Repo, f.Commit.Rev):
 		did = f.Commit.Repo
-		commit, err = guarded(func() (*repo.Commit, error) { return checkCommitMessage(ctx, f.Commit) })
+		commit, err = guarded(func() (*repo.Commit, error) { return checkCommitMessage(f.Commit) })
 	case f.Sync != nil && validIDs(f.Sync.Did, f.Sync.Rev):
 		did = f.Sync.Did
 		commit, err = guarded(func() (*repo.Commit, error) { return checkSyncMessage(ctx, f.Sync) })
@@ -159,7 +156,7 @@ func validIDs(did, rev string) bool { return upstream.ValidDID(did) && upstream.
 // returns the commit for the signature check. indigo's
 // repo.VerifyCommitMessage does the same but logs per event through
 // slog.Default, and reads the CAR through go-car (slower).
-func checkCommitMessage(ctx context.Context, m *comatproto.SyncSubscribeRepos_Commit) (*repo.Commit, error) {
+func checkCommitMessage(m *comatproto.SyncSubscribeRepos_Commit) (*repo.Commit, error) {
 	bs, err := upstream.ReadCommitBlocks(m.Blocks, cid.Cid(m.Commit))
 	if err != nil {
 		return nil, fmt.Errorf("%w: blocks: %w", errNotInverting, err)
@@ -171,7 +168,7 @@ func checkCommitMessage(ctx context.Context, m *comatproto.SyncSubscribeRepos_Co
 	if commit.DID != m.Repo || commit.Rev != m.Rev {
 		return nil, fmt.Errorf("%w: commit names %s rev %s", errNotInverting, commit.DID, commit.Rev)
 	}
-	tree, err := mst.LoadTreeFromStore(ctx, mstBlocks{&bs}, commit.Data)
+	tree, err := loadTree(&bs, commit.Data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: MST: %w", errNotInverting, err)
 	}
@@ -251,19 +248,6 @@ func decodeCommit(bs *upstream.CommitBlocks, c cid.Cid) (*repo.Commit, error) {
 		return nil, fmt.Errorf("%w: commit block: %w", errNotInverting, err)
 	}
 	return &commit, nil
-}
-
-// mstBlocks serves a commit's blocks to indigo's MST loader; a block
-// absent from the partial tree is ipld's not-found, which the loader
-// skips.
-type mstBlocks struct{ bs *upstream.CommitBlocks }
-
-func (b mstBlocks) Get(_ context.Context, c cid.Cid) (blocks.Block, error) {
-	data, ok := b.bs.Get(c)
-	if !ok {
-		return nil, &ipld.ErrNotFound{Cid: c}
-	}
-	return blocks.NewBlockWithCid(data, c)
 }
 
 // checkSyncMessage decodes a #sync's commit and checks it names the

@@ -6,14 +6,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bluesky-social/indigo/atproto/atcrypto"
+	"github.com/bluesky-social/indigo/atproto/repo/mst"
+	"github.com/ipfs/go-cid"
+
 	"github.com/backstream/backstream/ident"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/upstream"
 )
 
 // verifyBenchFrames are n single-op #commit frames of a served network's
-// accounts, and a resolver on its PLC endpoint with every key cached.
-func verifyBenchFrames(b *testing.B, n int) ([][]byte, *ident.Resolver) {
+// accounts, a resolver on its PLC endpoint with every key cached, and the
+// accounts.
+func verifyBenchFrames(b *testing.B, n int) ([][]byte, *ident.Resolver, []string) {
 	b.Helper()
 	net, err := oracle.Start(context.Background(), oracle.Config{Accounts: 8, RecordsMean: 5, Hosts: 2, Seed: 3, Traffic: oracle.TrafficNone})
 	if err != nil {
@@ -34,7 +39,23 @@ func verifyBenchFrames(b *testing.B, n int) ([][]byte, *ident.Resolver) {
 			b.Fatal(err)
 		}
 	}
-	return frames, id
+	return frames, id, dids
+}
+
+// unprepare replaces the cached key of each of dids in id with atcrypto's
+// own (k256.Prepare undone): the check before libsecp256k1, for an A/B in
+// one process. Lookup hands out the cached *Info, so the change sticks.
+func unprepare(b *testing.B, id *ident.Resolver, dids []string) {
+	b.Helper()
+	for _, d := range dids {
+		info, _, err := id.Lookup(context.Background(), d)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if info.Key, err = atcrypto.ParsePublicMultibase(info.KeyMultibase); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // BenchmarkHandleCommitVerify: BenchmarkHandleCommit with verification off
@@ -42,7 +63,7 @@ func verifyBenchFrames(b *testing.B, n int) ([][]byte, *ident.Resolver) {
 // writer, and CPU-µs per frame (process CPU over the run).
 func BenchmarkHandleCommitVerify(b *testing.B) {
 	const n = 5000
-	frames, id := verifyBenchFrames(b, n)
+	frames, id, _ := verifyBenchFrames(b, n)
 	for _, mode := range []string{"off", "strict"} {
 		b.Run(mode, func(b *testing.B) {
 			var res *ident.Resolver
@@ -70,27 +91,38 @@ func BenchmarkHandleCommitVerify(b *testing.B) {
 
 // BenchmarkVerifyCommitFrame: the verification alone of one decoded
 // single-op #commit (blocks loaded, MST checked, inverted, signature with a
-// cached key).
+// cached key), with atcrypto's signature check and with the prepared key's
+// (libsecp256k1 in cgo builds), alternating in one process: -count=6 gives
+// six of each. Reports CPU-µs per frame (process CPU).
 func BenchmarkVerifyCommitFrame(b *testing.B) {
 	const n = 256
-	frames, id := verifyBenchFrames(b, n)
-	decoded := make([]upstream.Frame, n)
-	for i, raw := range frames {
-		f, err := upstream.DecodeFrame(raw)
-		if err != nil {
-			b.Fatal(err)
-		}
-		decoded[i] = f
-	}
-	c := &Consumer{cfg: Config{Identity: id}}
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		failed, err := c.verify(context.Background(), &decoded[i%n])
-		if err != nil || failed != "" {
-			b.Fatalf("verify: %q %v", failed, err)
-		}
-		i++
+	for _, key := range []string{"atcrypto", "prepared"} {
+		b.Run("key="+key, func(b *testing.B) {
+			frames, id, dids := verifyBenchFrames(b, n)
+			if key == "atcrypto" {
+				unprepare(b, id, dids)
+			}
+			decoded := make([]upstream.Frame, n)
+			for i, raw := range frames {
+				f, err := upstream.DecodeFrame(raw)
+				if err != nil {
+					b.Fatal(err)
+				}
+				decoded[i] = f
+			}
+			c := &Consumer{cfg: Config{Identity: id}}
+			b.ReportAllocs()
+			i := 0
+			cpu0 := processCPU(b)
+			for b.Loop() {
+				failed, err := c.verify(context.Background(), &decoded[i%n])
+				if err != nil || failed != "" {
+					b.Fatalf("verify: %q %v", failed, err)
+				}
+				i++
+			}
+			b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/frame")
+		})
 	}
 }
 
@@ -142,6 +174,49 @@ func BenchmarkLiveIngestVerify(b *testing.B) {
 				b.ReportMetric(cpu.Seconds()*1e6/float64(head), "cpu-s/1M-events")
 				b.StartTimer()
 			}
+		})
+	}
+}
+
+// BenchmarkLoadTree: a #commit's partial MST loaded by indigo's
+// mst.LoadTreeFromStore and by loadTree, over basic traffic's commits to
+// repos a few hundred records deep; CPU-µs per tree (process CPU).
+func BenchmarkLoadTree(b *testing.B) {
+	type frame struct {
+		bs   upstream.CommitBlocks
+		data cid.Cid
+	}
+	var frames []frame
+	for _, ev := range trafficCommits(b, 256) {
+		bs, err := upstream.ReadCommitBlocks(ev.Commit.Blocks, cid.Cid(ev.Commit.Commit))
+		if err != nil {
+			b.Fatal(err)
+		}
+		commit, err := decodeCommit(&bs, cid.Cid(ev.Commit.Commit))
+		if err != nil {
+			b.Fatal(err)
+		}
+		frames = append(frames, frame{bs, commit.Data})
+	}
+	for _, loader := range []string{"indigo", "own"} {
+		b.Run("loader="+loader, func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			cpu0 := processCPU(b)
+			for b.Loop() {
+				f := &frames[i%len(frames)]
+				var err error
+				if loader == "indigo" {
+					_, err = mst.LoadTreeFromStore(context.Background(), indigoBlocks{&f.bs}, f.data)
+				} else {
+					_, err = loadTree(&f.bs, f.data)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+			b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/tree")
 		})
 	}
 }

@@ -2,7 +2,6 @@ package firehose
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"testing"
 )
@@ -28,7 +27,7 @@ func FuzzCheckCommitMessage(f *testing.F) {
 	f.Fuzz(func(t *testing.T, blocks []byte) {
 		m := msg
 		m.Blocks = blocks
-		c, err := checkCommitMessage(context.Background(), &m)
+		c, err := checkCommitMessage(&m)
 		if err != nil {
 			if !errors.Is(err, errNotInverting) {
 				t.Fatalf("untyped error: %v", err)

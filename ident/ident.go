@@ -28,6 +28,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/internal/backoff"
+	"github.com/backstream/backstream/internal/k256"
 	"github.com/backstream/backstream/internal/loglimit"
 	"github.com/backstream/backstream/upstream"
 )
@@ -87,7 +88,8 @@ const (
 // Info is what backstream keeps of a DID document.
 type Info struct {
 	DID string
-	// Key is the atproto signing key; KeyMultibase its stored form.
+	// Key is the atproto signing key (prepared for repeated checks:
+	// k256.Prepare); KeyMultibase its stored form.
 	Key          atcrypto.PublicKey
 	KeyMultibase string
 	// PDS is the atproto_pds endpoint URL ("" when none).
@@ -511,7 +513,7 @@ func (r *Resolver) durable(did string) (*Info, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ident: %s: stored key: %w: %w", did, archive.ErrMalformed, err)
 		}
-		info.Key = k
+		info.Key = k256.Prepare(k)
 	}
 	return info, nil
 }
@@ -656,6 +658,7 @@ func (r *Resolver) accept(ctx context.Context, did string, id *identity.Identity
 		info.Handle = prev.Handle // the last #identity verdict stands
 	}
 	k, err := id.PublicKey()
+	k = k256.Prepare(k) // nil stays nil
 	if err != nil {
 		r.m.resolution(resultNoKey)
 		return nil, fmt.Errorf("%w: %s: %w", ErrNoKey, did, err)

@@ -7,17 +7,20 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/bluesky-social/indigo/atproto/atcrypto"
 	"github.com/bluesky-social/indigo/atproto/repo"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/ident"
+	"github.com/backstream/backstream/internal/k256"
 	"github.com/backstream/backstream/internal/promtest"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/world"
@@ -406,5 +409,39 @@ func TestHugeDocumentRefused(t *testing.T) {
 	_, _, err := r.Lookup(context.Background(), "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa")
 	if ident.Class(err) != ident.ClassIdentity || !errors.Is(err, ident.ErrDocumentTooLarge) {
 		t.Fatalf("huge document: %v", err)
+	}
+}
+
+// TestKeysArePrepared: a key from the network and one from the durable
+// copy are both prepared for libsecp256k1 (k256.Prepare) in a cgo build,
+// and both verify the account's commits.
+func TestKeysArePrepared(t *testing.T) {
+	n := startNet(t)
+	a := firstActive(t, n)
+	st := &memStore{m: map[string]archive.Ident{}}
+	ctx := context.Background()
+	r := ident.New(ident.Config{PLC: n.RelayURL(), Store: st, Persist: st.persist})
+	defer r.Close()
+	fromNet, fresh, err := r.Lookup(ctx, a.DID)
+	if err != nil || !fresh {
+		t.Fatalf("lookup: %v fresh=%v", err, fresh)
+	}
+	r2 := ident.New(ident.Config{PLC: "http://127.0.0.1:1", Store: st, Retries: -1})
+	defer r2.Close()
+	fromStore, fresh, err := r2.Lookup(ctx, a.DID)
+	if err != nil || fresh {
+		t.Fatalf("durable lookup: %v fresh=%v", err, fresh)
+	}
+	parsed, err := atcrypto.ParsePublicMultibase(a.PublicKeyMultibase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tier, info := range map[string]*ident.Info{"network": fromNet, "store": fromStore} {
+		if prepared := reflect.TypeOf(info.Key) != reflect.TypeOf(parsed); prepared != k256.Native {
+			t.Errorf("%s: key %T, prepared %v, want %v", tier, info.Key, prepared, k256.Native)
+		}
+		if err := headCommit(t, n, a.DID).VerifySignature(info.Key); err != nil {
+			t.Errorf("%s: %v", tier, err)
+		}
 	}
 }
