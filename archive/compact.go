@@ -80,10 +80,14 @@ type CompactResult struct {
 	From, To   uint64 // the watermark before and after the pass
 	Accounts   int    // accounts whose tombstones were applied
 	Tombstones int    // tomb/ entries applied and deleted
-	Rows       int    // ev/ rows removed
-	Bytes      int64  // bytes of the removed ev/ values
-	Batches    int    // removal batches committed
-	BytesRead  int64  // block bytes the pass's iterators loaded (cached or not)
+	Rows       int    // ev/ rows removed (see Bytes)
+	// Bytes: of the removed ev/ values. Rows and Bytes count a row a
+	// tombstone names even when an account's deletion or takedown removed
+	// it in an earlier pass (a row the writer named while that pass ran):
+	// its removal is blind.
+	Bytes     int64
+	Batches   int   // removal batches committed
+	BytesRead int64 // block bytes the pass's iterators loaded (cached or not)
 	// BytesUncached: of BytesRead, the bytes not found in the block cache:
 	// read from the files and decompressed (what a pass's CPU follows).
 	BytesUncached int64

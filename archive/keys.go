@@ -82,8 +82,9 @@ var (
 	// (RecordKey). Written by the archive writer only.
 	PrefixRecord = []byte("rec/")
 	// PrefixTomb lists the rows that supersede older ones, by account:
-	// tomb/<did>\x00<seq> (TombKey). Written by the archive writer only;
-	// deleted by the compaction pass that applies them.
+	// tomb/<did>\x00<seq> (TombKey), value a Tomb (a record's names the
+	// rows it supersedes). Written by the archive writer only; deleted by
+	// the compaction pass that applies them.
 	PrefixTomb = []byte("tomb/")
 	// PrefixCompact holds the compaction pass's own state (KeyCompactIntent).
 	PrefixCompact = []byte("compact/")
