@@ -44,7 +44,7 @@ type tombResolver struct {
 // own older entries of the record, then r's (rows older than the batch's
 // first of the record, so the backfill never sees the writer's newer rows).
 func (t *tombResolver) appendRecordTombs(r pebble.Reader, buf []byte, idx []idxEntry) ([]byte, []idxEntry, error) {
-	slices.SortFunc(idx, func(x, y idxEntry) int { return bytes.Compare(buf[x.k0:x.k1], buf[y.k0:y.k1]) })
+	sortIndex(buf, idx)
 	var it *pebble.Iterator
 	defer func() {
 		if it != nil {

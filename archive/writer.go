@@ -797,10 +797,15 @@ func (w *Writer) indexCovered() (bool, error) {
 
 // setIndex adds the index entries idx (into buf) to b, in key order.
 func setIndex(b *pebble.Batch, buf []byte, idx []idxEntry) {
-	slices.SortFunc(idx, func(x, y idxEntry) int { return bytes.Compare(buf[x.k0:x.k1], buf[y.k0:y.k1]) })
+	sortIndex(buf, idx)
 	for _, e := range idx {
 		_ = b.Set(buf[e.k0:e.k1], buf[e.k1:e.v1], nil)
 	}
+}
+
+// sortIndex sorts the index entries idx (into buf) by key.
+func sortIndex(buf []byte, idx []idxEntry) {
+	slices.SortFunc(idx, func(x, y idxEntry) int { return bytes.Compare(buf[x.k0:x.k1], buf[y.k0:y.k1]) })
 }
 
 // bug stops the writer over a value stage should have refused: the batch
