@@ -78,7 +78,7 @@ func benchCompact(b *testing.B, total, per int, unnamed bool) float64 {
 	}
 	ctx := context.Background()
 	build, deletes := time.Since(t0), total/per
-	stopProfile := benchProfile(b, fmt.Sprintf("compact-%d-%d", total, per))
+	stopProfile := benchProfile(b, fmt.Sprintf("compact-%d-%d-unnamed=%v", total, per, unnamed))
 	misses := s.DB().Metrics().BlockCache.Misses
 	var ru0, ru1 syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
