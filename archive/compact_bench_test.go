@@ -24,21 +24,22 @@ import (
 // 1%, 0.1% and 0.01% of the records were deleted at random: CPU-seconds of
 // the process during the pass, block bytes the pass's iterators loaded
 // (cached or not, and not cached), block cache misses, rows removed
-// (BACKSTREAM_BENCH_CPUPROFILE profiles the pass alone). The pass's cost
-// must follow the tombstones, not the archive: the 0.1% pass must cost at
-// most a fifth of the 1% pass (it fails otherwise).
+// (BACKSTREAM_BENCH_CPUPROFILE profiles the pass alone). Each shape runs
+// twice on copies of one store: with the tombstones as the writer wrote
+// them (naming the rows they supersede: the pass deletes blind) and, as
+// "unnamed", rewritten as a writer before names wrote them (the pass looks
+// each tombstone's rows up in rec/). The pass's cost must follow the
+// tombstones, not the archive: the 0.1% pass must cost at most a fifth of
+// the 1% pass (it fails otherwise).
 //
-// What it shows today (10M events): each tombstone costs one rec/ lookup
-// (~8 µs), plus a block cache miss when no earlier tombstone of the pass
-// loaded its block (read and decompress a 64 KiB bottom-level block, ~58
-// µs). Random deletes of 0.1% of the records still miss on most rec/
-// blocks (10,000 tombstones, 3,994 misses of ~4,560 blocks), while the 1%
-// pass shares each block between ~22 tombstones (4,562 misses); so the
-// 0.1% pass costs 0.36 of the 1% one (0.404 of 1.112 CPU-s) with no fixed
-// part: the 0.01% pass (1,000 tombstones, 916 misses) costs 0.13 of the
-// 0.1% one. Smaller bottom-level blocks do not bring it under a fifth
-// either (4 KiB at 2M events: 0.23, and the 1% pass costs twice as much).
-// Run with -benchtime=1x.
+// What it shows (10M events, 2 cores under heavy load): named, the 1%,
+// 0.1% and 0.01% passes cost 1.074, 0.052 and 0.007 CPU-s (0.1% / 1% =
+// 0.048) and load 6.9, 0.23 and 0.03 MB of blocks: tomb/ alone, the rest of
+// the CPU is committing the deletes (and Pebble flushing them). Unnamed,
+// 1.520, 0.407 and 0.119 CPU-s (0.27) and 2,063, 200 and 20 MB: each
+// tombstone's rec/ lookup misses a distinct 64 KiB bottom-level block at
+// low density (4,010 misses for 10,000 tombstones at 0.1%), while at 1%
+// ~20 tombstones share one. Run with -benchtime=1x.
 func BenchmarkCompact(b *testing.B) {
 	total := 2_000_000
 	if v, err := strconv.Atoi(os.Getenv("BACKSTREAM_BENCH_EVENTS")); err == nil && v > 0 {
