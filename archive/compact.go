@@ -82,9 +82,10 @@ type CompactResult struct {
 	Tombstones int    // tomb/ entries applied and deleted
 	Rows       int    // ev/ rows removed (see Bytes)
 	// Bytes: of the removed ev/ values. Rows and Bytes count a row a
-	// tombstone names even when an account's deletion or takedown removed
-	// it in an earlier pass (a row the writer named while that pass ran):
-	// its removal is blind.
+	// tombstone names even when an earlier pass removed it (an account's
+	// deletion or takedown applied while the writer named the row, or an
+	// unnamed tombstone's lookup of a row the writer named past an update
+	// written before updates had their own rec/ tag): its removal is blind.
 	Bytes     int64
 	Batches   int   // removal batches committed
 	BytesRead int64 // block bytes the pass's iterators loaded (cached or not)

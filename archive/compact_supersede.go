@@ -14,10 +14,11 @@ package archive
 // record that is still current (hostile or replayed upstream data) makes
 // the next tombstone name both. A row written before updates had their own
 // rec/ tag reads as a create: the walk goes on past it, and may name a row
-// an older tombstone names too (removing it twice is harmless). The rows
-// of the same batch (not in Pebble yet) are resolved from the batch's own
-// sorted entries, the older ones by one reverse seek in rec/ (recent
-// records are in the memtable or the block cache).
+// an older tombstone removes too (removing it twice is harmless, but
+// counted twice: CompactResult.Bytes). The rows of the same batch (not in
+// Pebble yet) are resolved from the batch's own sorted entries, the older
+// ones by one seek in rec/ per record (recent records are in the memtable
+// or the block cache).
 
 import (
 	"bytes"
