@@ -5,8 +5,10 @@ package archive
 // writer lists in tomb/ and the record index it keeps in rec/, never by a
 // scan of ev/. Its cost is proportional to the tombstones it applies and
 // the rows it removes (plus the index entries of an account deleted or
-// taken down, which it scans); it reads rec/ and tomb/ only, never ev/
-// (a rec/ entry holds its row's size).
+// taken down, which it scans): a record's tombstone names the rows it
+// supersedes and their sizes (compact_supersede.go), so the pass reads
+// tomb/ and deletes blind; only a tombstone written before they were named
+// makes it look the rows up in rec/. It never reads ev/.
 
 import (
 	"bytes"
@@ -78,10 +80,15 @@ type CompactResult struct {
 	From, To   uint64 // the watermark before and after the pass
 	Accounts   int    // accounts whose tombstones were applied
 	Tombstones int    // tomb/ entries applied and deleted
-	Rows       int    // ev/ rows removed
-	Bytes      int64  // bytes of the removed ev/ values
-	Batches    int    // removal batches committed
-	BytesRead  int64  // block bytes the pass's iterators loaded (cached or not)
+	Rows       int    // ev/ rows removed (see Bytes)
+	// Bytes: of the removed ev/ values. Rows and Bytes count a row a
+	// tombstone names even when an earlier pass removed it (an account's
+	// deletion or takedown applied while the writer named the row, or an
+	// unnamed tombstone's lookup of a row the writer named past an update
+	// written before updates had their own rec/ tag): its removal is blind.
+	Bytes     int64
+	Batches   int   // removal batches committed
+	BytesRead int64 // block bytes the pass's iterators loaded (cached or not)
 	// BytesUncached: of BytesRead, the bytes not found in the block cache:
 	// read from the files and decompressed (what a pass's CPU follows).
 	BytesUncached int64
@@ -174,9 +181,10 @@ func (w *Writer) TombstonesWritten() uint64 { return w.tombs.Load() }
 //
 //  1. one synced batch writes compact/intent = W;
 //  2. tomb/ is read account by account; for each account, its tombstones
-//     below W name the superseded rows (rec/ entries of the record older
-//     than an update or delete; every rec/ entry of the account older than
-//     a deleted/taken-down account row); their ev/ rows and rec/
+//     below W name the superseded rows (a record's tombstone lists them,
+//     or, written before it did, the rec/ entries of the record older than
+//     the update or delete; every rec/ entry of the account older than a
+//     deleted/taken-down account row); their ev/ rows and rec/
 //     entries, the applied tombstones, and a delete's own rec/ entry are
 //     removed in ONE batch (several small accounts may share one), so no
 //     reader's snapshot holds half of an account's removal. Removal batches
@@ -256,15 +264,17 @@ type compactPass struct {
 	first, last   string   // first and last account touched
 	acct          accountTombs
 	kbuf          []byte
-	xbuf          []byte // replay index keys being deleted
-	sized         bool   // the store's format has sized deletes
+	xbuf          []byte              // replay index keys being deleted
+	removed       map[uint64]struct{} // rows the account's removal has removed
+	sized         bool                // the store's format has sized deletes
 }
 
 // accountTombs is one account's tombstones below W.
 type accountTombs struct {
 	did   string
 	reset uint64                // highest deleted/taken-down account tombstone (0: none)
-	recs  map[string]recordTomb // collection\x00rkey → its latest tombstone
+	recs  map[string]recordTomb // unnamed: collection\x00rkey → its latest tombstone
+	named []recordTomb          // named, in seq order
 	keys  [][]byte              // the tomb/ keys applied
 	sizes []int                 // their value sizes
 }
@@ -273,6 +283,7 @@ type recordTomb struct {
 	collection, rkey string
 	seq              uint64
 	kind             Kind
+	superseded       []SupersededRow // a named tombstone's
 }
 
 func (p *compactPass) writeIntent() error {
@@ -404,6 +415,9 @@ func (p *compactPass) readAccount() (bool, error) {
 		if err != nil {
 			return false, badState(k, err, "")
 		}
+		if len(t.Superseded) > 0 && t.Superseded[0].Seq >= seq {
+			return false, badState(k, nil, "tombstone names row %d, not older than itself", t.Superseded[0].Seq)
+		}
 		p.acct.add(append([]byte(nil), k...), len(v), seq, t)
 		if !p.tombIt.Next() {
 			// An unreadable rest must not leave half an account applied.
@@ -422,6 +436,10 @@ func (a *accountTombs) add(key []byte, size int, seq uint64, t Tomb) {
 		a.reset = max(a.reset, seq)
 		return
 	}
+	if t.Named {
+		a.named = append(a.named, recordTomb{collection: t.Collection, rkey: t.RKey, seq: seq, kind: t.Kind, superseded: t.Superseded})
+		return
+	}
 	if a.recs == nil {
 		a.recs = make(map[string]recordTomb)
 	}
@@ -435,6 +453,10 @@ func (a *accountTombs) add(key []byte, size int, seq uint64, t Tomb) {
 // supersede to the open batch.
 func (p *compactPass) removeAccount() error {
 	a := &p.acct
+	if p.removed == nil {
+		p.removed = make(map[uint64]struct{})
+	}
+	clear(p.removed)
 	if a.reset > 0 {
 		// Every record row of the account before the reset.
 		prefix := AccountRecordPrefix(a.did)
@@ -455,6 +477,23 @@ func (p *compactPass) removeAccount() error {
 		if r.kind == KindDelete {
 			// Nothing older is left: no entry means the record is absent.
 			p.delete(hi, 1)
+		}
+	}
+	for _, r := range a.named {
+		if r.seq < a.reset {
+			continue // the reset covered it, its own entry included
+		}
+		for _, row := range r.superseded {
+			if _, done := p.removed[row.Seq]; done || row.Seq < a.reset {
+				continue // an unnamed tombstone's lookup or the reset removed it
+			}
+			p.kbuf = AppendRecordKey(p.kbuf[:0], a.did, r.collection, r.rkey, row.Seq)
+			p.delete(p.kbuf, recordValueLen(row.Size))
+			p.removeRow(a.did, r.collection, row.Seq, row.Size)
+		}
+		if r.kind == KindDelete {
+			p.kbuf = AppendRecordKey(p.kbuf[:0], a.did, r.collection, r.rkey, r.seq)
+			p.delete(p.kbuf, len(recValueDelete))
 		}
 	}
 	for i, k := range a.keys {
@@ -502,16 +541,22 @@ func (p *compactPass) remove(k, v []byte, f RecordKeyFields) error {
 		return badState(k, err, "")
 	}
 	p.delete(k, len(v))
-	if deleted {
-		return nil
+	if !deleted {
+		p.removeRow(f.DID, f.Collection, f.Seq, size)
 	}
-	p.delete(EventKey(f.Seq), size)
-	p.xbuf = deleteReplayIndex(p.b, p.xbuf, f.DID, f.Collection, f.Seq)
+	return nil
+}
+
+// removeRow removes the create or update row seq of did's collection, whose
+// ev/ value has size bytes, with its replay index entries (xd/, xc/).
+func (p *compactPass) removeRow(did, collection string, seq uint64, size int) {
+	p.delete(EventKey(seq), size)
+	p.xbuf = deleteReplayIndex(p.b, p.xbuf, did, collection, seq)
 	p.res.Rows++
 	p.res.Bytes += int64(size)
-	p.forgotten = append(p.forgotten, f.Seq)
-	p.lowest = min(p.lowest, f.Seq)
-	return nil
+	p.forgotten = append(p.forgotten, seq)
+	p.lowest = min(p.lowest, seq)
+	p.removed[seq] = struct{}{}
 }
 
 // delete adds the deletion of key, whose value has size bytes, to the open

@@ -2,6 +2,7 @@ package archive
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble"
 )
 
 // BenchmarkCompact measures one compaction pass over a synthetic archive of
@@ -21,21 +24,22 @@ import (
 // 1%, 0.1% and 0.01% of the records were deleted at random: CPU-seconds of
 // the process during the pass, block bytes the pass's iterators loaded
 // (cached or not, and not cached), block cache misses, rows removed
-// (BACKSTREAM_BENCH_CPUPROFILE profiles the pass alone). The pass's cost
-// must follow the tombstones, not the archive: the 0.1% pass must cost at
-// most a fifth of the 1% pass (it fails otherwise).
+// (BACKSTREAM_BENCH_CPUPROFILE profiles the pass alone). Each shape runs
+// twice on copies of one store: with the tombstones as the writer wrote
+// them (naming the rows they supersede: the pass deletes blind) and, as
+// "unnamed", rewritten as a writer before names wrote them (the pass looks
+// each tombstone's rows up in rec/). The pass's cost must follow the
+// tombstones, not the archive: the 0.1% pass must cost at most a fifth of
+// the 1% pass (it fails otherwise).
 //
-// What it shows today (10M events): each tombstone costs one rec/ lookup
-// (~8 µs), plus a block cache miss when no earlier tombstone of the pass
-// loaded its block (read and decompress a 64 KiB bottom-level block, ~58
-// µs). Random deletes of 0.1% of the records still miss on most rec/
-// blocks (10,000 tombstones, 3,994 misses of ~4,560 blocks), while the 1%
-// pass shares each block between ~22 tombstones (4,562 misses); so the
-// 0.1% pass costs 0.36 of the 1% one (0.404 of 1.112 CPU-s) with no fixed
-// part: the 0.01% pass (1,000 tombstones, 916 misses) costs 0.13 of the
-// 0.1% one. Smaller bottom-level blocks do not bring it under a fifth
-// either (4 KiB at 2M events: 0.23, and the 1% pass costs twice as much).
-// Run with -benchtime=1x.
+// What it shows (10M events, 2 cores under heavy load): named, the 1%,
+// 0.1% and 0.01% passes cost 1.074, 0.052 and 0.007 CPU-s (0.1% / 1% =
+// 0.048) and load 6.9, 0.23 and 0.03 MB of blocks: tomb/ alone, the rest of
+// the CPU is committing the deletes (and Pebble flushing them). Unnamed,
+// 1.520, 0.407 and 0.119 CPU-s (0.27) and 2,063, 200 and 20 MB: each
+// tombstone's rec/ lookup misses a distinct 64 KiB bottom-level block at
+// low density (4,010 misses for 10,000 tombstones at 0.1%), while at 1%
+// ~20 tombstones share one. Run with -benchtime=1x.
 func BenchmarkCompact(b *testing.B) {
 	total := 2_000_000
 	if v, err := strconv.Atoi(os.Getenv("BACKSTREAM_BENCH_EVENTS")); err == nil && v > 0 {
@@ -46,24 +50,36 @@ func BenchmarkCompact(b *testing.B) {
 		name string
 		per  int // one record in per is deleted
 	}{{"deleted=1%", 100}, {"deleted=0.1%", 1000}, {"deleted=0.01%", 10000}} {
-		b.Run(frac.name, func(b *testing.B) {
-			for n := 0; n < b.N; n++ {
-				cpu[frac.name] = benchCompact(b, total, frac.per)
+		for _, unnamed := range []bool{false, true} {
+			name := frac.name
+			if unnamed {
+				name += "/unnamed"
 			}
-		})
+			b.Run(name, func(b *testing.B) {
+				for n := 0; n < b.N; n++ {
+					cpu[name] = benchCompact(b, total, frac.per, unnamed)
+				}
+			})
+		}
+	}
+	for _, n := range []string{"deleted=1%", "deleted=0.1%", "deleted=0.01%"} {
+		b.Logf("%s: %.3f CPU-s named, %.3f unnamed", n, cpu[n], cpu[n+"/unnamed"])
 	}
 	if a, c := cpu["deleted=1%"], cpu["deleted=0.1%"]; a > 0 && c > a/5 {
 		b.Fatalf("the 0.1%% pass took %.3f CPU-s, more than a fifth of the 1%% pass's %.3f", c, a)
 	}
 }
 
-func benchCompact(b *testing.B, total, per int) float64 {
+func benchCompact(b *testing.B, total, per int, unnamed bool) float64 {
 	b.StopTimer()
 	t0 := time.Now()
 	s, w := buildBenchArchive(b, total, per)
+	if unnamed {
+		unnameBenchTombs(b, s)
+	}
 	ctx := context.Background()
 	build, deletes := time.Since(t0), total/per
-	stopProfile := benchProfile(b, fmt.Sprintf("compact-%d-%d", total, per))
+	stopProfile := benchProfile(b, fmt.Sprintf("compact-%d-%d-unnamed=%v", total, per, unnamed))
 	misses := s.DB().Metrics().BlockCache.Misses
 	var ru0, ru1 syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
@@ -121,7 +137,7 @@ func buildBenchArchive(b *testing.B, total, per int) (*Store, *Writer) {
 	opts.CacheSize = 256 << 20 // production's
 	dir, cached, fromCache := b.TempDir(), "", false
 	if c := os.Getenv("BACKSTREAM_BENCH_CACHE"); c != "" {
-		cached = filepath.Join(c, fmt.Sprintf("compact-%d-%d", total, per), StoreDir)
+		cached = filepath.Join(c, fmt.Sprintf("compact-named-%d-%d", total, per), StoreDir)
 		if _, err := os.Stat(cached); err == nil {
 			copyBenchStore(b, cached, filepath.Join(dir, StoreDir))
 			fromCache = true
@@ -237,5 +253,37 @@ func copyBenchStore(b *testing.B, src, dst string) {
 		if err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// unnameBenchTombs rewrites every tombstone of s as a writer before named
+// tombstones wrote it (the pass then looks the superseded rows up in rec/:
+// the cost named tombstones remove), and settles tomb/ again.
+func unnameBenchTombs(b *testing.B, s *Store) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: PrefixTomb, UpperBound: prefixEnd(PrefixTomb)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	batch := s.db.NewBatch()
+	for it.First(); it.Valid(); it.Next() {
+		t, err := DecodeTomb(it.Value())
+		if err != nil {
+			b.Fatal(err)
+		}
+		t.Named, t.Superseded = false, nil
+		v, err := AppendTomb(nil, t)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = batch.Set(it.Key(), v, nil)
+	}
+	if err := errors.Join(it.Error(), it.Close(), batch.Commit(pebble.Sync), batch.Close()); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.db.Compact(PrefixTomb, prefixEnd(PrefixTomb), true); err != nil {
+		b.Fatal(err)
+	}
+	for s.db.Metrics().Compact.NumInProgress > 0 {
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -143,6 +143,20 @@ func TestCompactMalformedState(t *testing.T) {
 			t.Fatal("no delete row")
 			return nil
 		}},
+		{"tombstone naming a row not older than itself", func(t *testing.T, s *archive.Store, rows []archive.Event) []byte {
+			for _, ev := range rows {
+				if ev.Kind == archive.KindDelete {
+					v, err := archive.AppendTomb(nil, archive.Tomb{Kind: archive.KindDelete, Collection: ev.Collection, RKey: ev.RKey,
+						Named: true, Superseded: []archive.SupersededRow{{Seq: ev.Seq, Size: 100}}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return set(t, s, archive.TombKey(ev.DID, ev.Seq), v)
+				}
+			}
+			t.Fatal("no delete row")
+			return nil
+		}},
 		{"index value", func(t *testing.T, s *archive.Store, rows []archive.Event) []byte {
 			for i := len(rows) - 1; i >= 0; i-- {
 				ev := rows[i]

@@ -100,6 +100,8 @@ func TestCompactRules(t *testing.T) {
 		{name: "a delete supersedes the create and update, and is kept", ops: []op{cr("r1"), up("r1"), del("r1")}, removed: []int{0, 1}},
 		{name: "a re-create after a delete is kept", ops: []op{cr("r1"), del("r1"), cr("r1")}, removed: []int{0}},
 		{name: "a re-create then an update", ops: []op{cr("r1"), del("r1"), cr("r1"), up("r1")}, removed: []int{0, 2}},
+		{name: "a create over a current record is superseded with it", ops: []op{cr("r1"), cr("r1"), del("r1")}, removed: []int{0, 1}},
+		{name: "creates over a current record, then an update", ops: []op{cr("r1"), up("r1"), cr("r1"), cr("r1"), up("r1")}, removed: []int{0, 1, 2, 3}},
 		{name: "other records are untouched", ops: []op{cr("r1"), cr("r2"), del("r1"), up("r2")}, removed: []int{0, 1}},
 		{name: "the same rkey in another collection is another record", ops: []op{cr("app.bsky.feed.post/r1"), cr("app.bsky.feed.like/r1"), cr("app.bsky.feed.postgate/r1"), del("app.bsky.feed.post/r1")}, removed: []int{0}},
 		{name: "a sync supersedes nothing: its replacement's rows do", ops: []op{cr("r1"), cr("r2"), up("r2"), del("r3"), syn, up("r1"), cr("r4")}, removed: []int{0, 1}},
@@ -114,49 +116,62 @@ func TestCompactRules(t *testing.T) {
 		{name: "a pass applies what is below it only", ops: []op{cr("r1"), up("r1"), cr("r2"), del("r2")}, passAt: 2, removed: []int{0}},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			_, units := opUnits(tc.dids, tc.ops)
-			s := openStore(t, vfs.NewMem(), nil)
-			defer s.Close()
-			w := startWriter(t, s)
-			defer w.Close()
-			passAt := tc.passAt
-			if passAt == 0 {
-				passAt = len(units)
+		for _, each := range []bool{false, true} {
+			name := tc.name
+			if each {
+				// A batch per unit: what a tombstone supersedes is in
+				// Pebble, not in its own batch.
+				name += " (unit by unit)"
 			}
-			rows := applyUnits(t, w, units[:passAt])
-			res := compact(t, s, w, archive.CompactOptions{})
-			rows = append(rows, applyUnits(t, w, units[passAt:])...)
-			var removed []int
-			got := storeRows(t, s)
-			for i, ev := range rows {
-				if _, ok := got[ev.Seq]; !ok {
-					removed = append(removed, i)
-				}
-			}
-			if !reflect.DeepEqual(removed, tc.removed) {
-				t.Fatalf("removed rows %v, want %v", removed, tc.removed)
-			}
-			var bytes int64
-			for _, i := range removed {
-				v, err := archive.AppendEvent(nil, &rows[i])
-				if err != nil {
-					t.Fatal(err)
-				}
-				bytes += int64(len(v))
-			}
-			if res.Bytes != bytes {
-				t.Fatalf("the pass counted %d bytes removed, the rows were %d", res.Bytes, bytes)
-			}
-			if res.Rows != len(tc.removed) || res.To != rows[passAt-1].Seq+1 {
-				t.Fatalf("result %+v: %d rows removed, watermark %d", res, len(tc.removed), rows[passAt-1].Seq+1)
-			}
-			checkSurvivors(t, s, rows, res.To)
-			// A second pass applies the rest; the reference agrees.
-			res = compact(t, s, w, archive.CompactOptions{})
-			checkSurvivors(t, s, rows, res.To)
-		})
+			t.Run(name, func(t *testing.T) { rulesCase(t, tc.dids, tc.ops, tc.passAt, tc.removed, each) })
+		}
 	}
+}
+
+func rulesCase(t *testing.T, dids []string, ops []op, passAt int, wantRemoved []int, each bool) {
+	_, units := opUnits(dids, ops)
+	s := openStore(t, vfs.NewMem(), nil)
+	defer s.Close()
+	w := startWriter(t, s)
+	defer w.Close()
+	if passAt == 0 {
+		passAt = len(units)
+	}
+	apply := applyUnits
+	if each {
+		apply = applyEach
+	}
+	rows := apply(t, w, units[:passAt])
+	res := compact(t, s, w, archive.CompactOptions{})
+	rows = append(rows, apply(t, w, units[passAt:])...)
+	var removed []int
+	got := storeRows(t, s)
+	for i, ev := range rows {
+		if _, ok := got[ev.Seq]; !ok {
+			removed = append(removed, i)
+		}
+	}
+	if !reflect.DeepEqual(removed, wantRemoved) {
+		t.Fatalf("removed rows %v, want %v", removed, wantRemoved)
+	}
+	var bytes int64
+	for _, i := range removed {
+		v, err := archive.AppendEvent(nil, &rows[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		bytes += int64(len(v))
+	}
+	if res.Bytes != bytes {
+		t.Fatalf("the pass counted %d bytes removed, the rows were %d", res.Bytes, bytes)
+	}
+	if res.Rows != len(wantRemoved) || res.To != rows[passAt-1].Seq+1 {
+		t.Fatalf("result %+v: %d rows removed, watermark %d", res, len(wantRemoved), rows[passAt-1].Seq+1)
+	}
+	checkSurvivors(t, s, rows, res.To)
+	// A second pass applies the rest; the reference agrees.
+	res = compact(t, s, w, archive.CompactOptions{})
+	checkSurvivors(t, s, rows, res.To)
 }
 
 // TestCompactMatchesRecomputation runs passes over random traffic, while

@@ -150,16 +150,21 @@
 // records it leaves unchanged live only in the rows before it. Delete,
 // account, identity and sync rows are never removed. The archive writer (not the capture writer) writes, as
 // blind Sets in the row's own batch, rec/<did>\x00<collection>\x00<rkey>\x00<seq>
-// for every record row (value [0x02][uvarint size of the row's ev/ value];
-// [0x01] for a delete) and
-// tomb/<did>\x00<seq> for every superseding row; it never reads them, and a
-// unit may Put neither (nor meta/compaction). ValidateEvent refuses a 0x00
+// for every record row (value [0x02][uvarint size of the row's ev/ value]
+// for a create, [0x03][size] for an update, [0x01] for a delete) and
+// tomb/<did>\x00<seq> for every superseding row. A record's tombstone names
+// the create and update rows it supersedes with their sizes
+// (compact_supersede.go): the writer resolves them at commit from the
+// batch's own entries and one seek in rec/ per update or delete (while the
+// index backfill runs it writes them unnamed); a unit may Put neither (nor
+// meta/compaction). ValidateEvent refuses a 0x00
 // byte in a DID, collection or rkey, so the fields parse back.
 //
 // Store.Compact, run by one owner, moves the watermark meta/compaction to W
 // = max(W, durable tip + 1): a synced compact/intent = W first; then, account
 // by account in tomb/ order, the tombstones below W, the rec/ entries they
-// supersede, their ev/ rows (never read: the entry holds the size) and a delete's
+// supersede (named by the tombstone and deleted blind; an unnamed one's
+// looked up in rec/), their ev/ rows (never read: the size is known) and a delete's
 // own entry go in one batch per account (small accounts share one), so a
 // reader's snapshot never holds half an account's removal; after each batch
 // the store's CompactionGeneration moves (a replay reopens its iterator) and

@@ -229,6 +229,10 @@ func (s *Store) fillBatch(key []byte, m IndexMarker, rows int, buf []byte, idx [
 		return m, 0, s.persistErr("index backfill: read ev/", err)
 	}
 	m.Next = next
+	var t tombResolver // a record's tombstone names what it supersedes, as the writer's
+	if buf, idx, err = t.appendRecordTombs(s.db, buf, idx); err != nil {
+		return m, 0, s.resolveErr(err)
+	}
 	b := s.db.NewBatch()
 	defer b.Close()
 	setIndex(b, buf, idx)

@@ -82,8 +82,9 @@ var (
 	// (RecordKey). Written by the archive writer only.
 	PrefixRecord = []byte("rec/")
 	// PrefixTomb lists the rows that supersede older ones, by account:
-	// tomb/<did>\x00<seq> (TombKey). Written by the archive writer only;
-	// deleted by the compaction pass that applies them.
+	// tomb/<did>\x00<seq> (TombKey), value a Tomb (a record's names the
+	// rows it supersedes). Written by the archive writer only; deleted by
+	// the compaction pass that applies them.
 	PrefixTomb = []byte("tomb/")
 	// PrefixCompact holds the compaction pass's own state (KeyCompactIntent).
 	PrefixCompact = []byte("compact/")
@@ -209,26 +210,39 @@ type RecordKeyFields struct {
 // ParseRecordKey is the inverse of RecordKey; it fails closed on anything
 // RecordKey cannot produce (a missing field, an empty field, a short seq).
 func ParseRecordKey(key []byte) (RecordKeyFields, error) {
-	var f RecordKeyFields
+	did, collection, rkey, seq, err := splitRecordKey(key)
+	if err != nil {
+		return RecordKeyFields{}, err
+	}
+	return RecordKeyFields{DID: string(did), Collection: string(collection), RKey: string(rkey), Seq: seq}, nil
+}
+
+// splitRecordKey is ParseRecordKey without a copy: the fields alias key.
+func splitRecordKey(key []byte) (did, collection, rkey []byte, seq uint64, err error) {
 	if !hasPrefix(key, PrefixRecord) || len(key) < len(PrefixRecord)+3+8+3 {
-		return f, fmt.Errorf("archive: key %q is not a record index key", truncateForError(key))
+		return nil, nil, nil, 0, fmt.Errorf("archive: key %q is not a record index key", truncateForError(key))
 	}
 	body := key[len(PrefixRecord) : len(key)-8]
 	if body[len(body)-1] != keySep {
-		return f, fmt.Errorf("archive: record index key %q: no separator before the seq", truncateForError(key))
+		return nil, nil, nil, 0, fmt.Errorf("archive: record index key %q: no separator before the seq", truncateForError(key))
 	}
-	parts := bytes.Split(body[:len(body)-1], []byte{keySep})
-	if len(parts) != 3 || len(parts[0]) == 0 || len(parts[1]) == 0 || len(parts[2]) == 0 {
-		return f, fmt.Errorf("archive: record index key %q: want did, collection and rkey", truncateForError(key))
+	body = body[:len(body)-1]
+	i := bytes.IndexByte(body, keySep)
+	j := i + 1 + bytes.IndexByte(body[i+1:], keySep)
+	if i <= 0 || j <= i+1 || j == len(body)-1 || bytes.IndexByte(body[j+1:], keySep) >= 0 {
+		return nil, nil, nil, 0, fmt.Errorf("archive: record index key %q: want did, collection and rkey", truncateForError(key))
 	}
-	f.DID, f.Collection, f.RKey = string(parts[0]), string(parts[1]), string(parts[2])
-	f.Seq = binary.BigEndian.Uint64(key[len(key)-8:])
-	return f, nil
+	return body[:i], body[i+1 : j], body[j+1:], binary.BigEndian.Uint64(key[len(key)-8:]), nil
 }
 
 // AppendTombKey appends tomb/<did>\x00<seq as 8 bytes big-endian> to dst:
 // an account's tombstones sort together, by seq.
 func AppendTombKey(dst []byte, did string, seq uint64) []byte {
+	return appendTombKey(dst, did, seq)
+}
+
+// appendTombKey is AppendTombKey for a DID held as a string or as bytes.
+func appendTombKey[S ~string | ~[]byte](dst []byte, did S, seq uint64) []byte {
 	dst = append(dst, PrefixTomb...)
 	dst = append(dst, did...)
 	dst = append(dst, keySep)

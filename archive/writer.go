@@ -216,6 +216,8 @@ type Writer struct {
 	idx      []idxEntry  // the open batch's index entries: rec/, tomb/
 	idxBuf   []byte      // their keys and values
 	replay   replayBatch // and its replay index entries: xc/, xd/, xm/
+	resolver tombResolver
+	covered  bool // the index covers every older row (indexCovered)
 
 	mu      sync.Mutex
 	err     error  // fatal error, set once
@@ -447,7 +449,10 @@ fill:
 		w.bug(err)
 		return false
 	}
-	w.writeIndex(p)
+	if err := w.writeIndex(p); err != nil {
+		w.fail(err)
+		return false
+	}
 	if p.counts {
 		v, err := EncodeCounts(w.counts)
 		if err != nil {
@@ -710,10 +715,11 @@ type idxEntry struct{ k0, k1, v1 int }
 
 // index adds the compaction index of an archived row to the open batch's
 // entries: the rec/ entry of a record row (create, update, delete) and the
-// tomb/ entry of a row that supersedes older ones (Supersedes); and its
-// replay index entries (replayBatch). They are
-// blind Sets (the writer never reads the index), written at commit in key
-// order (writeIndex). No allocation once the buffers have grown.
+// tomb/ entry of a row that supersedes older ones (Supersedes; a record's
+// is added at commit, naming what it supersedes: writeIndex); and its
+// replay index entries (replayBatch). They are blind Sets, written at
+// commit in key order (writeIndex). No allocation once the buffers have
+// grown.
 func (w *Writer) index(p *pending, ev *Event) {
 	var tomb bool
 	var err error
@@ -730,19 +736,21 @@ func (w *Writer) index(p *pending, ev *Event) {
 
 // appendIndex appends the compaction index entries of the archived row ev,
 // whose ev/ value has size bytes, to buf and idx: the rec/ entry of a
-// record row and the tomb/ entry of a row that supersedes older ones. The
+// record row and the tomb/ entry of an account row that supersedes older
+// ones. It reports whether ev supersedes older rows (Supersedes): a
+// record's tombstone is appended with the batch's (appendRecordTombs). The
 // one encoding of the index, for the writer and the index backfill.
 func appendIndex(buf []byte, idx []idxEntry, ev *Event, size int) ([]byte, []idxEntry, bool, error) {
 	if ev.Kind.IsCommit() {
 		k0 := len(buf)
 		buf = AppendRecordKey(buf, ev.DID, ev.Collection, ev.RKey, ev.Seq)
 		k1 := len(buf)
-		buf = AppendRecordValue(buf, ev.Kind == KindDelete, size)
+		buf = AppendRecordValue(buf, ev.Kind, size)
 		idx = append(idx, idxEntry{k0, k1, len(buf)})
 	}
 	t, ok := Supersedes(ev)
-	if !ok {
-		return buf, idx, false, nil
+	if !ok || t.Kind != KindAccount {
+		return buf, idx, ok, nil
 	}
 	k0 := len(buf)
 	buf = AppendTombKey(buf, ev.DID, ev.Seq)
@@ -754,22 +762,56 @@ func appendIndex(buf []byte, idx []idxEntry, ev *Event, size int) ([]byte, []idx
 	return buf, append(idx, idxEntry{k0, k1, len(buf)}), true, nil
 }
 
-// writeIndex writes the batch's index entries in key order: Pebble inserts
-// a batch into its memtable in batch order and reuses the last insert's
-// position when the next key lands next to it, so sorted rec/ keys (one
-// account's records are neighbours) cost a fraction of scattered ones.
-func (w *Writer) writeIndex(p *pending) {
-	setIndex(p.b, w.idxBuf, w.idx)
-	w.idx, w.idxBuf = w.idx[:0], w.idxBuf[:0]
+// writeIndex adds the batch's record tombstones, named once the index
+// covers every older row (indexCovered), and writes the batch's index
+// entries in key order: Pebble inserts a batch into its memtable in batch
+// order and reuses the last insert's position when the next key lands next
+// to it, so sorted rec/ keys (one account's records are neighbours) cost a
+// fraction of scattered ones. An error (reading rec/) is fatal.
+func (w *Writer) writeIndex(p *pending) error {
+	defer func() { w.idx, w.idxBuf = w.idx[:0], w.idxBuf[:0] }()
 	w.replay.write(p.b)
+	if len(w.idx) == 0 {
+		return nil
+	}
+	var r pebble.Reader
+	if covered, err := w.indexCovered(); err != nil {
+		return err
+	} else if covered {
+		r = w.store.db
+	}
+	var err error
+	if w.idxBuf, w.idx, err = w.resolver.appendRecordTombs(r, w.idxBuf, w.idx); err != nil {
+		return w.store.resolveErr(err)
+	}
+	setIndex(p.b, w.idxBuf, w.idx)
+	return nil
+}
+
+// indexCovered reports whether the record index covers every row older
+// than the writer's (meta/index is done; it stays done).
+func (w *Writer) indexCovered() (bool, error) {
+	if !w.covered {
+		m, err := w.store.IndexMarker()
+		if err != nil {
+			return false, fmt.Errorf("archive: %s writer: %w", w.name, err)
+		}
+		w.covered = m.Done()
+	}
+	return w.covered, nil
 }
 
 // setIndex adds the index entries idx (into buf) to b, in key order.
 func setIndex(b *pebble.Batch, buf []byte, idx []idxEntry) {
-	slices.SortFunc(idx, func(x, y idxEntry) int { return bytes.Compare(buf[x.k0:x.k1], buf[y.k0:y.k1]) })
+	sortIndex(buf, idx)
 	for _, e := range idx {
 		_ = b.Set(buf[e.k0:e.k1], buf[e.k1:e.v1], nil)
 	}
+}
+
+// sortIndex sorts the index entries idx (into buf) by key.
+func sortIndex(buf []byte, idx []idxEntry) {
+	slices.SortFunc(idx, func(x, y idxEntry) int { return bytes.Compare(buf[x.k0:x.k1], buf[y.k0:y.k1]) })
 }
 
 // bug stops the writer over a value stage should have refused: the batch

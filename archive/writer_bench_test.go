@@ -2,6 +2,7 @@ package archive
 
 import (
 	"context"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"syscall"
@@ -19,17 +20,22 @@ func BenchmarkWriter(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("BACKSTREAM_BENCH_EVENTS")); err == nil && v > 0 {
 		total = v
 	}
-	for _, shape := range []string{"backfill", "live"} {
+	for _, shape := range []string{"backfill", "live", "live-deletes"} {
 		for _, rows := range []int{1024, 4096, 16384} {
-			b.Run(shape+"/batch"+strconv.Itoa(rows), func(b *testing.B) { benchWriter(b, total, rows, shape == "backfill") })
+			b.Run(shape+"/batch"+strconv.Itoa(rows), func(b *testing.B) { benchWriter(b, total, rows, shape) })
 		}
 	}
 }
 
 // benchWriter: the backfill shape submits units of 64 rows of one repo, every
 // repo new (ratchet reads miss: the bloom-filter path); the live shape
-// submits units of 64 rows of 64 accounts out of 2,000 that recur.
-func benchWriter(b *testing.B, total, maxRows int, backfill bool) {
+// submits units of 64 rows of 64 accounts out of 2,000 that recur; the
+// live-deletes shape is live with every record new and one row in ten a
+// delete of an earlier record picked at random (its tombstone names the
+// create: a read of rec/, in the memtable or not).
+func benchWriter(b *testing.B, total, maxRows int, shape string) {
+	backfill, deletes := shape == "backfill", shape == "live-deletes"
+	rng := rand.New(rand.NewPCG(1, 2))
 	dir := b.TempDir()
 	opts := testOptions(nil)
 	opts.CacheSize = 64 << 20
@@ -65,6 +71,15 @@ func benchWriter(b *testing.B, total, maxRows int, backfill bool) {
 				evs[j].Source = SourceLive
 				evs[j].Rev = revN(submitted + j)
 			}
+			if i := submitted + j; deletes {
+				evs[j].RKey = benchRKey(i)
+				if i%10 == 9 {
+					k := rng.IntN(i)
+					k -= k % 10 // a create
+					evs[j] = Event{Kind: KindDelete, DID: template[k%len(template)].DID, Collection: template[0].Collection,
+						RKey: benchRKey(k), Rev: evs[j].Rev, Source: SourceLive}
+				}
+			}
 		}
 		if err := w.Submit(ctx, &Unit{Events: evs, Acks: acks}); err != nil {
 			b.Fatal(err)
@@ -95,6 +110,8 @@ func benchWriter(b *testing.B, total, maxRows int, backfill bool) {
 		b.ReportMetric(float64(len(template[0].Record)), "record-B")
 	}
 }
+
+func benchRKey(i int) string { return "3l" + strconv.FormatInt(int64(1e10+i), 10) }
 
 func tv(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
 
