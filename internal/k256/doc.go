@@ -1,5 +1,6 @@
-// Package k256 checks atproto commit signatures: VerifyCommit is the one
-// check the live firehose and backfill use.
+// Package k256 prepares resolved public keys for repeated commit signature
+// checks: ident prepares every key it resolves or reads back, so the live
+// firehose's and backfill's checks (through ident's Verify) all use it.
 //
 // A K-256 (secp256k1) key prepared with Prepare is checked by
 // libsecp256k1 (through go-ethereum's cgo binding) in builds with cgo:
