@@ -49,29 +49,45 @@ func appendReplayIndex(buf []byte, idx []idxEntry, ev *Event) ([]byte, []idxEntr
 // each key once, into one scratch buffer, as it Sets it. Rows arrive in seq
 // order, so a family whose rows share a name (one collection, one kind)
 // is sorted already. The keys are appendReplayIndex's (CheckReplayIndex
-// encodes them that way and compares). No allocation once grown.
+// encodes them that way and compares). An xc/ or xm/ entry the cover
+// policy picks carries a copy of its row (rows holds them). No allocation
+// once grown.
 type replayBatch struct {
-	acct []replayEntry // xd/: name the account hash
-	coll []collEntry   // xc/
-	mark []replayEntry // xm/: name the kind
-	key  []byte
+	acct  []replayEntry // xd/: name the account hash
+	coll  []collEntry   // xc/
+	mark  []replayEntry // xm/: name the kind
+	key   []byte
+	rows  []byte // the covering copies, [v0, v1) each
+	cover coverPolicy
 }
 
-type replayEntry struct{ name, seq uint64 }
+type replayEntry struct {
+	name, seq uint64
+	v0, v1    int // its covering copy in replayBatch.rows (empty: none)
+}
 
 type collEntry struct {
-	name string
-	seq  uint64
+	name   string
+	seq    uint64
+	v0, v1 int
 }
 
-// add stages the replay index entries of the archived row ev: its account
-// entry, and its collection entry (a record row) or its marker entry.
-func (r *replayBatch) add(ev *Event) {
-	r.acct = append(r.acct, replayEntry{AccountHash(ev.DID), ev.Seq})
+// add stages the replay index entries of the archived row ev, whose ev/
+// value is row: its account entry, and its collection entry (a record row)
+// or its marker entry, with a copy of row when the cover policy picks it.
+func (r *replayBatch) add(ev *Event, row []byte) {
+	r.acct = append(r.acct, replayEntry{name: AccountHash(ev.DID), seq: ev.Seq})
+	v0 := len(r.rows)
 	if ev.Kind.IsCommit() {
-		r.coll = append(r.coll, collEntry{ev.Collection, ev.Seq})
+		if r.cover.pick(ev.Collection, len(row)) {
+			r.rows = append(r.rows, row...)
+		}
+		r.coll = append(r.coll, collEntry{ev.Collection, ev.Seq, v0, len(r.rows)})
 	} else {
-		r.mark = append(r.mark, replayEntry{uint64(ev.Kind), ev.Seq})
+		if r.cover.pick("", len(row)) {
+			r.rows = append(r.rows, row...)
+		}
+		r.mark = append(r.mark, replayEntry{uint64(ev.Kind), ev.Seq, v0, len(r.rows)})
 	}
 }
 
@@ -86,7 +102,7 @@ func (r *replayBatch) write(b *pebble.Batch) {
 	})
 	for _, e := range r.coll {
 		r.key = AppendCollectionIndexKey(r.key[:0], e.name, e.seq)
-		_ = b.Set(r.key, nil, nil)
+		_ = b.Set(r.key, r.rows[e.v0:e.v1], nil)
 	}
 	slices.SortFunc(r.acct, compareReplayEntry)
 	for _, e := range r.acct {
@@ -96,9 +112,87 @@ func (r *replayBatch) write(b *pebble.Batch) {
 	slices.SortFunc(r.mark, compareReplayEntry)
 	for _, e := range r.mark {
 		r.key = AppendMarkerKey(r.key[:0], Kind(e.name), e.seq)
-		_ = b.Set(r.key, nil, nil)
+		_ = b.Set(r.key, r.rows[e.v0:e.v1], nil)
 	}
-	r.acct, r.coll, r.mark = r.acct[:0], r.coll[:0], r.mark[:0]
+	r.acct, r.coll, r.mark, r.rows = r.acct[:0], r.coll[:0], r.mark[:0], r.rows[:0]
+}
+
+// Covering copies. At the density of a collection that is rare but not
+// very rare (a row in a few hundred), nearly every ev/ block holds one of
+// its rows, and a replay that point-reads them decompresses nearly every
+// block a scan would. So an xc/ entry of a rare collection, and an xm/
+// entry (every collection filter reads every marker), carries a copy of
+// its row as its value, while a budget allows: the replay then reads those
+// rows from the index, in seq order, and never touches ev/ for them. A
+// copy is the row's ev/ value byte for byte (rows are never rewritten,
+// only removed, and a copy goes with its entry's key, so deleteReplayIndex
+// removes it with the row). An entry without a copy is as valid: a store
+// indexed before copies existed, the backfill's entries, a common
+// collection's, or one past the budget.
+const (
+	// coverShare: a collection is rare while its rows are fewer than
+	// 1/coverShare of the rows counted (coverPolicy.rows).
+	coverShare = 100
+	// coverBudget bounds the copies' bytes: at most this many per row the
+	// writer has written (since it started), before compression.
+	coverBudget = 4
+	// coverWindow: each time this many rows are counted, every count
+	// halves, so the shares follow the recent rows and a name seen once
+	// is forgotten.
+	coverWindow = 1 << 20
+	// coverNames bounds the names counted. A name not counted (the table
+	// full) is taken as rare: the budget bounds what that costs.
+	coverNames = 1 << 14
+)
+
+// coverPolicy picks the replay index entries that carry a copy of their
+// row: every marker, and a record row whose collection is rare (its share
+// of the recent rows below 1/coverShare), while the copies' bytes stay
+// within coverBudget per row written. Owned by the writer goroutine.
+type coverPolicy struct {
+	counts  map[string]uint64 // rows per collection, halved each window
+	rows    uint64            // rows counted in counts, halved with them
+	written uint64            // rows since the writer started
+	spent   uint64            // the copies' bytes since then
+}
+
+// pick counts a row of collection ("" for a marker row) whose ev/ value has
+// size bytes and reports whether its entry carries a copy.
+func (c *coverPolicy) pick(collection string, size int) bool {
+	c.written++
+	rare := true
+	if collection != "" {
+		rare = c.count(collection)*coverShare < c.rows
+	}
+	if !rare || c.spent+uint64(size) > c.written*coverBudget {
+		return false
+	}
+	c.spent += uint64(size)
+	return true
+}
+
+// count adds a row of collection to the window and returns the
+// collection's count (0 when the table is full and it is not in it).
+func (c *coverPolicy) count(collection string) uint64 {
+	if c.counts == nil {
+		c.counts = make(map[string]uint64)
+	}
+	if c.rows++; c.rows >= coverWindow {
+		c.rows /= 2
+		for name, n := range c.counts {
+			if n /= 2; n == 0 {
+				delete(c.counts, name)
+			} else {
+				c.counts[name] = n
+			}
+		}
+	}
+	n, ok := c.counts[collection]
+	if !ok && len(c.counts) >= coverNames {
+		return 0
+	}
+	c.counts[collection] = n + 1
+	return n + 1
 }
 
 func compareReplayEntry(x, y replayEntry) int {
@@ -225,7 +319,8 @@ func (s *Store) EstimateIndex(ranges []IndexRange, from, to uint64, limit int) (
 
 // IndexIter yields, in increasing seq order, the ev/ rows in [from, to)
 // that have an entry in any of its ranges, each once: a k-way merge of the
-// ranges by seq, each row point-read from ev/. Up to ownIterRanges ranges
+// ranges by seq, each row read from its entry's covering copy when it has
+// one, else point-read from ev/. Up to ownIterRanges ranges
 // each get an iterator of their own, which only steps; more (a long
 // wantedDids list) share one, which seeks from range to range. Index and
 // rows are read from one snapshot, so an entry without its row is a broken
@@ -241,8 +336,10 @@ type IndexIter struct {
 	last    uint64 // the last seq yielded
 	yielded bool
 	kbuf    []byte
+	row     []byte // the current row's covering copy (the event aliases it)
 	evt     Event
-	rows    int // rows point-read
+	rows    int // rows point-read from ev/
+	copies  int // rows read from a covering copy
 	err     error
 }
 
@@ -258,6 +355,7 @@ type idxHead struct {
 	prefix []byte
 	it     *pebble.Iterator // its own, or the shared one
 	seq    uint64
+	val    []byte // the current entry's value: its row's covering copy, or empty
 }
 
 // idxHeads is a min-heap of the ranges by their current seq.
@@ -346,6 +444,12 @@ func (x *IndexIter) read(h *idxHead, ok bool) bool {
 	if h.seq >= x.to {
 		return false
 	}
+	v, err := h.it.ValueAndErr()
+	if err != nil {
+		x.err = &KeyError{Key: keyString(k), Kind: ErrRead, Err: err}
+		return false
+	}
+	h.val = append(h.val[:0], v...)
 	x.at = h.id
 	return true
 }
@@ -355,6 +459,10 @@ func (x *IndexIter) Next() bool {
 	for x.err == nil && len(x.heads) > 0 {
 		h := &x.heads[0]
 		seq := h.seq
+		dup := x.yielded && seq <= x.last // the same row through another range
+		if !dup {
+			x.row, h.val = h.val, x.row[:0] // the head's next entry reuses the old buffer
+		}
 		// Advance the head: a step on its own iterator, or on the shared
 		// one while it is still on this head; else a seek.
 		var more bool
@@ -374,13 +482,27 @@ func (x *IndexIter) Next() bool {
 			}
 			heap.Pop(&x.heads)
 		}
-		if x.yielded && seq <= x.last {
-			continue // the same row through another range
+		if dup {
+			continue
 		}
 		x.last, x.yielded = seq, true
+		if len(x.row) > 0 {
+			return x.copied(seq)
+		}
 		return x.point(seq)
 	}
 	return false
+}
+
+// copied decodes the row at seq from its entry's covering copy.
+func (x *IndexIter) copied(seq uint64) bool {
+	x.copies++
+	x.evt.Seq = seq
+	if err := DecodeEvent(x.row, &x.evt); err != nil {
+		x.err = &KeyError{Key: keyString(EventKey(seq)) + "<covering copy>", Kind: ErrMalformed, Err: err}
+		return false
+	}
+	return true
 }
 
 // point reads the row at seq into the current event.
@@ -407,8 +529,11 @@ func (x *IndexIter) point(seq uint64) bool {
 // iterator memory until the next call to Next.
 func (x *IndexIter) Event() *Event { return &x.evt }
 
-// Rows is the number of ev/ rows read so far.
+// Rows is the number of rows point-read from ev/ so far.
 func (x *IndexIter) Rows() int { return x.rows }
+
+// Copies is the number of rows read from a covering copy so far.
+func (x *IndexIter) Copies() int { return x.copies }
 
 // Err reports the error that stopped iteration.
 func (x *IndexIter) Err() error { return x.err }
@@ -437,7 +562,8 @@ func (x *IndexIter) Close() error {
 // CheckReplayIndex compares the replay index with ev/ in one snapshot:
 // every durable row outside the backfill's unindexed span has exactly its
 // entries (xd/, and xc/ or xm/ by kind), and every entry names a row of
-// that account and collection (or a marker row). It holds the expected
+// that account and collection (or a marker row), with an empty value or,
+// in xc/ and xm/, a covering copy equal to the row's ev/ value. It holds the expected
 // keys in memory: a checker for tests and the crash matrix, not for a
 // production store. The first mismatches (at most 10) are in the error.
 func (s *Store) CheckReplayIndex() error {
@@ -494,15 +620,27 @@ func (s *Store) CheckReplayIndex() error {
 		if !isReplayIndexKey(k) {
 			continue
 		}
-		if _, _, _, err := ParseIndexKey(k); err != nil || len(it.Value()) != 0 {
+		family, _, _, err := ParseIndexKey(k)
+		if err != nil || len(it.Value()) != 0 && bytes.Equal(family, PrefixByAccount) {
 			note("malformed entry %s (value %d bytes)", keyString(k), len(it.Value()))
 			continue
 		}
-		if _, ok := want[string(k)]; !ok {
+		seq, ok := want[string(k)]
+		if !ok {
 			note("entry %s names no durable row of its account, collection or kind", keyString(k))
 			continue
 		}
 		delete(want, string(k))
+		if len(it.Value()) == 0 {
+			continue
+		}
+		same, err := get(snap, EventKey(seq), func(row []byte) (bool, error) { return bytes.Equal(it.Value(), row), nil })
+		if err != nil {
+			return fmt.Errorf("archive: check the replay index: %w", err)
+		}
+		if !same {
+			note("entry %s carries a copy that is not its row's ev/ value", keyString(k))
+		}
 	}
 	if err := errors.Join(it.Error(), it.Close()); err != nil {
 		return fmt.Errorf("archive: check the replay index: read it: %w", err)

@@ -2,9 +2,12 @@ package archive_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
+	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/backstream/backstream/archive"
@@ -59,5 +62,166 @@ func TestEstimateIndex(t *testing.T) {
 		if err != nil || exact || n < 200 {
 			t.Fatalf("past the limit (flushed %v): %d (exact %v), %v", flush, n, exact, err)
 		}
+	}
+}
+
+// coverWorld writes n rows: two common collections, a rare one (one row
+// in 250, each rewritten by an update later on, so compaction removes the
+// create) and identity rows (one in 300); it returns the rows as archived.
+func coverWorld(t *testing.T, w *archive.Writer, n int) []archive.Event {
+	t.Helper()
+	const rare = "com.whtwnd.blog.entry"
+	var units [][]archive.Event
+	var unit []archive.Event
+	var rareKeys []archive.Event
+	for i := 0; i < n; i++ {
+		did := fmt.Sprintf("did:plc:%06d", i%97)
+		ev := archive.Event{Kind: archive.KindCreate, DID: did, Collection: "app.bsky.feed.like", RKey: fmt.Sprintf("3k%011d", i),
+			Rev: fmt.Sprintf("3l%011d", i+1), CID: []byte{1, 0x71, 0x12, 0x20, 1}, Record: bytes.Repeat([]byte{0xa0}, 1+i%40),
+			Source: archive.SourceBackfill}
+		switch {
+		case i%300 == 7:
+			ev = archive.Event{Kind: archive.KindIdentity, DID: did, Handle: "u.test", Source: archive.SourceLive}
+		case i%250 == 3:
+			ev.Collection = rare
+			rareKeys = append(rareKeys, ev)
+		case i%250 == 200 && len(rareKeys) > 0:
+			ev.Kind, ev.Collection, ev.RKey, ev.DID = archive.KindUpdate, rare, rareKeys[0].RKey, rareKeys[0].DID
+			ev.Rev = fmt.Sprintf("3l%011d", i+1)
+			rareKeys = rareKeys[1:]
+		case i%2 == 0:
+			ev.Collection = "app.bsky.feed.post"
+		}
+		unit = append(unit, ev)
+		if len(unit) == 500 {
+			units, unit = append(units, unit), nil
+		}
+	}
+	return applyUnits(t, w, append(units, unit))
+}
+
+// TestIndexedEventsCoveringCopies: the writer gives the entries of a rare
+// collection and of the markers a covering copy of their row, so a replay
+// of them reads (nearly) no ev/ row, and yields exactly the rows a scan
+// with the same filter yields; compaction removes a copy with its row
+// (CheckReplayIndex compares every copy with its row and finds none
+// without one); the common collection's entries carry none.
+func TestIndexedEventsCoveringCopies(t *testing.T) {
+	s := openStore(t, vfs.NewMem(), nil)
+	defer s.Close()
+	w := startWriter(t, s)
+	defer w.Close()
+	rows := coverWorld(t, w, 30_000)
+	tip := rows[len(rows)-1].Seq
+	ranges := []archive.IndexRange{{Family: archive.PrefixByCollection, Name: "com.whtwnd.blog.entry"},
+		{Family: archive.PrefixMarker, Name: archive.MarkerName(archive.KindIdentity)}}
+	replay := func(stage string) {
+		t.Helper()
+		var want []string
+		it, err := s.Events(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for it.Next() {
+			if ev := it.Event(); ev.Kind == archive.KindIdentity || ev.Collection == "com.whtwnd.blog.entry" {
+				want = append(want, fmt.Sprintf("%d %s %s %s %s %x", ev.Seq, ev.Kind, ev.DID, ev.RKey, ev.Handle, ev.Record))
+			}
+		}
+		if err := errors.Join(it.Err(), it.Close()); err != nil {
+			t.Fatal(err)
+		}
+		x, err := s.IndexedEvents(ranges, 0, tip+1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for x.Next() {
+			ev := x.Event()
+			got = append(got, fmt.Sprintf("%d %s %s %s %s %x", ev.Seq, ev.Kind, ev.DID, ev.RKey, ev.Handle, ev.Record))
+		}
+		if err := x.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Fatalf("%s: the index yields %d rows, the scan %d", stage, len(got), len(want))
+		}
+		if x.Copies()+x.Rows() != len(got) || x.Rows() > len(got)/20 {
+			t.Fatalf("%s: %d rows, %d from copies, %d point-read from ev/: want nearly all from copies", stage, len(got), x.Copies(), x.Rows())
+		}
+		t.Logf("%s: %d rows, %d from copies, %d from ev/", stage, len(got), x.Copies(), x.Rows())
+		if err := s.CheckReplayIndex(); err != nil {
+			t.Fatalf("%s: %v", stage, err)
+		}
+	}
+	replay("written")
+	// The common collections' entries carry no copy.
+	for k, v := range entriesUnder(t, s, archive.AppendIndexPrefix(nil, archive.PrefixByCollection, "app.bsky.feed.like")) {
+		if v != "" {
+			t.Fatalf("%q, of a common collection, carries a copy", k)
+		}
+	}
+	if res := compact(t, s, w, archive.CompactOptions{}); res.Rows == 0 {
+		t.Fatalf("compaction removed no row: %+v", res)
+	}
+	replay("compacted")
+}
+
+// TestCheckReplayIndexCopies: a copy that is not its row's ev/ value and a
+// value on an account entry are each reported; an IndexIter over a copy
+// that does not decode stops with ErrMalformed.
+func TestCheckReplayIndexCopies(t *testing.T) {
+	s := openStore(t, vfs.NewMem(), nil)
+	defer s.Close()
+	w := startWriter(t, s)
+	rows := coverWorld(t, w, 3000)
+	w.Close()
+	var covered []byte
+	for k, v := range entriesUnder(t, s, archive.PrefixMarker) {
+		if v != "" {
+			covered = []byte(k)
+			break
+		}
+	}
+	if covered == nil {
+		t.Fatal("no marker entry carries a copy")
+	}
+	acct := archive.AppendAccountIndexKey(nil, rows[0].DID, rows[0].Seq)
+	for _, tc := range []struct {
+		key, value []byte
+		want       string
+	}{
+		{covered, []byte{0xff, 0xff}, "carries a copy that is not its row's ev/ value"},
+		{acct, []byte{1}, "malformed entry"},
+	} {
+		old, closer, err := s.DB().Get(tc.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old = bytes.Clone(old)
+		closer.Close()
+		if err := s.DB().Set(tc.key, tc.value, pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CheckReplayIndex(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%q = %x: CheckReplayIndex says %v, want %q", tc.key, tc.value, err, tc.want)
+		}
+		if bytes.Equal(tc.key, covered) {
+			_, _, seq, _ := archive.ParseIndexKey(covered)
+			x, err := s.IndexedEvents([]archive.IndexRange{{Family: archive.PrefixMarker, Name: archive.MarkerName(archive.KindIdentity)}}, seq, seq+1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for x.Next() {
+			}
+			if err := x.Close(); !errors.Is(err, archive.ErrMalformed) {
+				t.Fatalf("an IndexIter over a copy that does not decode: %v, want ErrMalformed", err)
+			}
+		}
+		if err := s.DB().Set(tc.key, old, pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.CheckReplayIndex(); err != nil {
+		t.Fatal(err)
 	}
 }
