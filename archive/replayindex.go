@@ -53,9 +53,9 @@ func appendReplayIndex(buf []byte, idx []idxEntry, ev *Event) ([]byte, []idxEntr
 // policy picks carries a copy of its row (rows holds them). No allocation
 // once grown.
 type replayBatch struct {
-	acct  []replayEntry // xd/: name the account hash
+	acct  replayEntries // xd/: name the account hash
 	coll  []collEntry   // xc/
-	mark  []replayEntry // xm/: name the kind
+	mark  replayEntries // xm/: name the kind
 	key   []byte
 	rows  []byte // the covering copies, [v0, v1) each
 	cover coverPolicy
@@ -92,7 +92,8 @@ func (r *replayBatch) add(ev *Event, row []byte) {
 }
 
 // write Sets the staged entries in b, each family in key order, and
-// empties the batch.
+// empties the batch. Consecutive seqs of one name without a copy are one
+// run entry.
 func (r *replayBatch) write(b *pebble.Batch) {
 	slices.SortFunc(r.coll, func(x, y collEntry) int {
 		if c := strings.Compare(x.name, y.name); c != 0 {
@@ -100,21 +101,47 @@ func (r *replayBatch) write(b *pebble.Batch) {
 		}
 		return cmp.Compare(x.seq, y.seq)
 	})
-	for _, e := range r.coll {
+	for i, j := 0, 0; i < len(r.coll); i = j {
+		e := r.coll[i]
+		for j = i + 1; j < len(r.coll) && e.v0 == e.v1 && r.coll[j].name == e.name && r.coll[j].seq == r.coll[j-1].seq+1 && r.coll[j].v0 == r.coll[j].v1; j++ {
+		}
 		r.key = AppendCollectionIndexKey(r.key[:0], e.name, e.seq)
-		_ = b.Set(r.key, r.rows[e.v0:e.v1], nil)
+		r.set(b, r.coll[j-1].seq, j-i, r.rows[e.v0:e.v1])
 	}
 	slices.SortFunc(r.acct, compareReplayEntry)
-	for _, e := range r.acct {
-		r.key = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(append(r.key[:0], PrefixByAccount...), e.name), e.seq)
-		_ = b.Set(r.key, nil, nil)
+	for i, j := 0, 0; i < len(r.acct); i = j {
+		j = r.acct.run(i)
+		r.key = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(append(r.key[:0], PrefixByAccount...), r.acct[i].name), r.acct[i].seq)
+		r.set(b, r.acct[j-1].seq, j-i, nil)
 	}
 	slices.SortFunc(r.mark, compareReplayEntry)
-	for _, e := range r.mark {
+	for i, j := 0, 0; i < len(r.mark); i = j {
+		j = r.mark.run(i)
+		e := r.mark[i]
 		r.key = AppendMarkerKey(r.key[:0], Kind(e.name), e.seq)
-		_ = b.Set(r.key, r.rows[e.v0:e.v1], nil)
+		r.set(b, r.mark[j-1].seq, j-i, r.rows[e.v0:e.v1])
 	}
 	r.acct, r.coll, r.mark, r.rows = r.acct[:0], r.coll[:0], r.mark[:0], r.rows[:0]
+}
+
+// set Sets the entry whose first key is in r.key: one row's (n 1, value
+// its copy or empty) or, for n rows, the run ending at last.
+func (r *replayBatch) set(b *pebble.Batch, last uint64, n int, value []byte) {
+	if n > 1 {
+		r.key = binary.BigEndian.AppendUint64(r.key, last)
+	}
+	_ = b.Set(r.key, value, nil)
+}
+
+type replayEntries []replayEntry
+
+// run returns the end of the run of entries from i: consecutive seqs of
+// one name, none with a copy.
+func (es replayEntries) run(i int) int {
+	j := i + 1
+	for e := es[i]; j < len(es) && e.v0 == e.v1 && es[j].name == e.name && es[j].seq == es[j-1].seq+1 && es[j].v0 == es[j].v1; j++ {
+	}
+	return j
 }
 
 // Covering copies. At the density of a collection that is rare but not
@@ -236,7 +263,7 @@ func (s *Store) CollectionsUnder(prefix string, limit int) ([]string, bool, erro
 	var names []string
 	var seek []byte
 	for ok := it.First(); ok; ok = it.SeekGE(seek) {
-		_, name, _, err := ParseIndexKey(it.Key())
+		_, name, _, _, err := ParseIndexEntry(it.Key())
 		if err != nil {
 			return nil, false, &KeyError{Key: keyString(it.Key()), Kind: ErrMalformed, Err: err}
 		}
@@ -253,8 +280,8 @@ func (s *Store) CollectionsUnder(prefix string, limit int) ([]string, bool, erro
 }
 
 // EstimateIndex estimates the entries of ranges whose seq is in [from,
-// to): an exact count up to limit (exact true), at most limit index keys
-// read however large the ranges. Past limit it extrapolates from the
+// to), a run as its seqs from its first: an exact count up to limit (exact
+// true), at most limit index keys read however large the ranges. Past limit it extrapolates from the
 // ranges' bytes on disk (Pebble's EstimateDiskUsage, sstables only): the
 // limit entries counted took so many bytes, the whole ranges take so
 // many; when neither can be measured (all in memtables) it reports limit.
@@ -282,7 +309,8 @@ func (s *Store) EstimateIndex(ranges []IndexRange, from, to uint64, limit int) (
 	for i, r := range ranges {
 		lo, hi := bounds(r)
 		for ok := it.SeekGE(lo); ok && bytes.Compare(it.Key(), hi) < 0; ok = it.Next() {
-			if n++; n < limit {
+			first, last, _ := entrySpan(it.Key(), len(lo)-8)
+			if n += int(min(last, to-1) - first + 1); n < limit {
 				continue
 			}
 			// Past the limit: extrapolate.
@@ -354,8 +382,10 @@ type idxHead struct {
 	id     int
 	prefix []byte
 	it     *pebble.Iterator // its own, or the shared one
-	seq    uint64
-	val    []byte // the current entry's value: its row's covering copy, or empty
+	seq    uint64           // its current seq: its entry's, or one of its run's
+	last   uint64           // the last seq of its entry (its run's, below the bound)
+	run    bool             // its entry is a run
+	val    []byte           // the current entry's value: its row's covering copy, or empty
 }
 
 // idxHeads is a min-heap of the ranges by their current seq.
@@ -390,9 +420,10 @@ func (s *Store) IndexedEvents(ranges []IndexRange, from, to uint64) (*IndexIter,
 	for i, r := range ranges {
 		h := idxHead{id: i, prefix: r.prefix(nil), it: x.shared}
 		if h.it == nil {
-			lo := binary.BigEndian.AppendUint64(append([]byte(nil), h.prefix...), from)
+			// From the range's first entry: a run that starts below from
+			// may reach into it (seek).
 			hi := binary.BigEndian.AppendUint64(append([]byte(nil), h.prefix...), max(to, from))
-			if h.it, err = x.snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi}); err != nil {
+			if h.it, err = x.snap.NewIter(&pebble.IterOptions{LowerBound: h.prefix, UpperBound: hi}); err != nil {
 				_ = x.Close()
 				return nil, fmt.Errorf("archive: iterate the replay index: %w", err)
 			}
@@ -415,10 +446,18 @@ func (s *Store) IndexedEvents(ranges []IndexRange, from, to uint64) (*IndexIter,
 	return x, nil
 }
 
-// seek positions h on its first entry with seq ≥ from below the bound;
+// seek positions h on its first seq ≥ from below the bound: in the run
+// before from when it reaches from, else on the first entry from there;
 // false when it has none (or on error, in x.err).
 func (x *IndexIter) seek(h *idxHead, from uint64) bool {
 	x.kbuf = binary.BigEndian.AppendUint64(append(x.kbuf[:0], h.prefix...), from)
+	if x.read(h, h.it.SeekLT(x.kbuf)) && h.last >= from {
+		h.seq = from
+		return true
+	}
+	if x.err != nil {
+		return false
+	}
 	return x.read(h, h.it.SeekGE(x.kbuf))
 }
 
@@ -436,17 +475,22 @@ func (x *IndexIter) read(h *idxHead, ok bool) bool {
 	if !hasPrefix(k, h.prefix) {
 		return false
 	}
-	if len(k) != len(h.prefix)+8 {
-		x.err = &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: errors.New("replay index key: want <prefix><seq>")}
+	first, last, ok := entrySpan(k, len(h.prefix))
+	if !ok {
+		x.err = &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: errors.New("replay index key: want <prefix><seq> or <prefix><first seq><last seq>")}
 		return false
 	}
-	h.seq = binary.BigEndian.Uint64(k[len(h.prefix):])
-	if h.seq >= x.to {
+	if first >= x.to {
 		return false
 	}
+	h.seq, h.last, h.run = first, min(last, x.to-1), last > first
 	v, err := h.it.ValueAndErr()
 	if err != nil {
 		x.err = &KeyError{Key: keyString(k), Kind: ErrRead, Err: err}
+		return false
+	}
+	if h.run && len(v) > 0 {
+		x.err = &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: errors.New("a run entry with a value")}
 		return false
 	}
 	h.val = append(h.val[:0], v...)
@@ -459,14 +503,18 @@ func (x *IndexIter) Next() bool {
 	for x.err == nil && len(x.heads) > 0 {
 		h := &x.heads[0]
 		seq := h.seq
+		run := h.run
 		dup := x.yielded && seq <= x.last // the same row through another range
 		if !dup {
 			x.row, h.val = h.val, x.row[:0] // the head's next entry reuses the old buffer
 		}
-		// Advance the head: a step on its own iterator, or on the shared
-		// one while it is still on this head; else a seek.
+		// Advance the head: to the run's next seq; or a step on its own
+		// iterator, or on the shared one while it is still on this head;
+		// else a seek.
 		var more bool
-		if h.it != x.shared || x.at == h.id {
+		if seq < h.last {
+			h.seq, more = seq+1, true
+		} else if h.it != x.shared || x.at == h.id {
 			more = x.read(h, h.it.Next())
 		} else {
 			more = x.seek(h, seq+1)
@@ -489,9 +537,26 @@ func (x *IndexIter) Next() bool {
 		if len(x.row) > 0 {
 			return x.copied(seq)
 		}
-		return x.point(seq)
+		if found := x.point(seq, run); found || x.err != nil {
+			return found
+		}
+		// A seq of a run that compaction emptied.
 	}
 	return false
+}
+
+// entrySpan returns the seqs [first, last] of the replay index key k
+// whose range prefix is plen bytes: one row's key, or a run's.
+func entrySpan(k []byte, plen int) (first, last uint64, ok bool) {
+	switch len(k) - plen {
+	case 8:
+		first = binary.BigEndian.Uint64(k[plen:])
+		return first, first, true
+	case 16:
+		first, last = binary.BigEndian.Uint64(k[plen:]), binary.BigEndian.Uint64(k[plen+8:])
+		return first, last, last > first
+	}
+	return 0, 0, false
 }
 
 // copied decodes the row at seq from its entry's covering copy.
@@ -505,8 +570,9 @@ func (x *IndexIter) copied(seq uint64) bool {
 	return true
 }
 
-// point reads the row at seq into the current event.
-func (x *IndexIter) point(seq uint64) bool {
+// point reads the row at seq into the current event: false when ev/ does
+// not hold it, an error (ErrMalformed) unless seq is in a run.
+func (x *IndexIter) point(seq uint64, run bool) bool {
 	x.rows++
 	k := EventKey(seq)
 	if !x.ev.SeekGE(k) || !bytes.Equal(x.ev.Key(), k) {
@@ -514,7 +580,9 @@ func (x *IndexIter) point(seq uint64) bool {
 			x.err = &KeyError{Key: keyString(k), Kind: ErrRead, Err: err}
 			return false
 		}
-		x.err = &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: errors.New("the replay index names a row ev/ does not hold")}
+		if !run {
+			x.err = &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: errors.New("the replay index names a row ev/ does not hold")}
+		}
 		return false
 	}
 	x.evt.Seq = seq
@@ -561,10 +629,12 @@ func (x *IndexIter) Close() error {
 
 // CheckReplayIndex compares the replay index with ev/ in one snapshot:
 // every durable row outside the backfill's unindexed span has exactly its
-// entries (xd/, and xc/ or xm/ by kind), and every entry names a row of
-// that account and collection (or a marker row), with an empty value or,
-// in xc/ and xm/, a covering copy equal to the row's ev/ value. It holds the expected
-// keys in memory: a checker for tests and the crash matrix, not for a
+// entries (xd/, and xc/ or xm/ by kind: its own keys, or runs spanning
+// it), every run spans only rows of its name (and seqs compaction
+// emptied), and every other entry names a row of that account and
+// collection (or a marker row), with an empty value or, in xc/ and xm/, a
+// covering copy equal to the row's ev/ value. It holds the expected keys
+// in memory: a checker for tests and the crash matrix, not for a
 // production store. The first mismatches (at most 10) are in the error.
 func (s *Store) CheckReplayIndex() error {
 	snap := s.db.NewSnapshot()
@@ -577,6 +647,7 @@ func (s *Store) CheckReplayIndex() error {
 		return fmt.Errorf("archive: check the replay index: %w", err)
 	}
 	want := make(map[string]uint64)
+	rowAt := make(map[uint64]bool)
 	var buf []byte
 	var idx []idxEntry
 	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: PrefixEvent, UpperBound: prefixEnd(PrefixEvent)})
@@ -595,6 +666,7 @@ func (s *Store) CheckReplayIndex() error {
 			_ = it.Close()
 			return &KeyError{Key: keyString(it.Key()), Kind: ErrMalformed, Err: err}
 		}
+		rowAt[seq] = true
 		buf, idx = appendReplayIndex(buf[:0], idx[:0], &ev)
 		for _, e := range idx {
 			want[string(buf[e.k0:e.k1])] = seq
@@ -620,9 +692,24 @@ func (s *Store) CheckReplayIndex() error {
 		if !isReplayIndexKey(k) {
 			continue
 		}
-		family, _, _, err := ParseIndexKey(k)
-		if err != nil || len(it.Value()) != 0 && bytes.Equal(family, PrefixByAccount) {
+		family, _, first, last, err := ParseIndexEntry(k)
+		if err != nil || len(it.Value()) != 0 && (bytes.Equal(family, PrefixByAccount) || last > first) {
 			note("malformed entry %s (value %d bytes)", keyString(k), len(it.Value()))
+			continue
+		}
+		if last > first {
+			// A run: each surviving row in it is of its name, and has no
+			// other entry.
+			single := k[:len(k)-8]
+			for seq := first; seq <= last; seq++ {
+				buf = binary.BigEndian.AppendUint64(append(buf[:0], single[:len(single)-8]...), seq)
+				switch _, ok := want[string(buf)]; {
+				case ok:
+					delete(want, string(buf))
+				case rowAt[seq]:
+					note("run %s spans ev/%d, which is not of its name or has another entry", keyString(k), seq)
+				}
+			}
 			continue
 		}
 		seq, ok := want[string(k)]

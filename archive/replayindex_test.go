@@ -225,3 +225,134 @@ func TestCheckReplayIndexCopies(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestIndexedEventsRuns: a bootstrap writes each repo's records as one
+// unit, consecutive seqs of one account and, within it, of one collection:
+// their entries are runs (one xd/ entry per repo, one xc/ per collection
+// in it). From any seq to any bound (inside a run too) the index yields
+// exactly the rows a filtered scan yields and EstimateIndex counts them
+// exactly; after compaction removed rows from the runs (their first and
+// last among them) the index still yields exactly the scan's rows and
+// CheckReplayIndex accepts the runs.
+func TestIndexedEventsRuns(t *testing.T) {
+	s := openStore(t, vfs.NewMem(), nil)
+	defer s.Close()
+	w := startWriter(t, s)
+	defer w.Close()
+	colls := []string{"app.bsky.feed.like", "app.bsky.feed.post", "app.bsky.graph.follow"}
+	var units [][]archive.Event
+	var recs []archive.Event
+	rev := 0
+	for a := 0; a < 40; a++ {
+		did := fmt.Sprintf("did:plc:repo%04d", a)
+		var unit []archive.Event
+		for c, coll := range colls {
+			for i := 0; i < 5+(a*7+c*3)%30; i++ {
+				rev++
+				ev := archive.Event{Kind: archive.KindCreate, DID: did, Collection: coll, RKey: fmt.Sprintf("3k%04d%07d", c, i),
+					Rev: fmt.Sprintf("3l%011d", a), CID: []byte{1, 0x71, 0x12, 0x20, 1}, Record: []byte{0xa0}, Source: archive.SourceBackfill}
+				unit = append(unit, ev)
+			}
+		}
+		recs = append(recs, unit...)
+		units = append(units, unit)
+		if a%5 == 4 {
+			units = append(units, []archive.Event{{Kind: archive.KindIdentity, DID: did, Handle: "u.test", Source: archive.SourceLive}})
+		}
+	}
+	// Live updates and deletes of some bootstrap records, the first and
+	// the last of some runs among them: compaction removes those rows.
+	var live []archive.Event
+	for i, r := range recs {
+		if i%7 == 0 || i%11 == 3 {
+			ev := r
+			ev.Rev, ev.Source = fmt.Sprintf("3m%011d", i), archive.SourceLive
+			if i%2 == 0 {
+				ev.Kind = archive.KindUpdate
+			} else {
+				ev.Kind, ev.Record, ev.CID = archive.KindDelete, nil, nil
+			}
+			live = append(live, ev)
+		}
+	}
+	for len(live) > 0 {
+		n := min(len(live), 3)
+		units, live = append(units, live[:n]), live[n:]
+	}
+	rows := applyUnits(t, w, units)
+	tip := rows[len(rows)-1].Seq
+	runs := 0
+	for k := range entriesUnder(t, s, archive.PrefixByAccount) {
+		if len(k) == len(archive.PrefixByAccount)+24 {
+			runs++
+		}
+	}
+	if runs < 40 {
+		t.Fatalf("%d xd/ run entries for 40 repos written as one unit each", runs)
+	}
+	acct := func(d string) archive.IndexRange { return archive.IndexRange{Family: archive.PrefixByAccount, Name: d} }
+	coll := func(c string) archive.IndexRange { return archive.IndexRange{Family: archive.PrefixByCollection, Name: c} }
+	ident := archive.IndexRange{Family: archive.PrefixMarker, Name: archive.MarkerName(archive.KindIdentity)}
+	cases := []struct {
+		name   string
+		ranges []archive.IndexRange
+		admit  func(ev *archive.Event) bool
+	}{
+		{"one account", []archive.IndexRange{acct("did:plc:repo0007")}, func(ev *archive.Event) bool { return ev.DID == "did:plc:repo0007" }},
+		{"two accounts", []archive.IndexRange{acct("did:plc:repo0007"), acct("did:plc:repo0031")}, func(ev *archive.Event) bool {
+			return ev.DID == "did:plc:repo0007" || ev.DID == "did:plc:repo0031"
+		}},
+		{"a collection and the markers", []archive.IndexRange{coll("app.bsky.feed.post"), ident}, func(ev *archive.Event) bool {
+			return ev.Collection == "app.bsky.feed.post" || ev.Kind == archive.KindIdentity
+		}},
+	}
+	check := func(stage string, counts bool) {
+		t.Helper()
+		for _, tc := range cases {
+			for _, span := range [][2]uint64{{0, tip + 1}, {rows[100].Seq + 3, tip + 1}, {rows[41].Seq, rows[377].Seq}, {rows[250].Seq, rows[251].Seq + 1}} {
+				from, to := span[0], span[1]
+				var want []uint64
+				it, err := s.Events(from)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for it.Next() && it.Event().Seq < to {
+					if tc.admit(it.Event()) {
+						want = append(want, it.Event().Seq)
+					}
+				}
+				if err := errors.Join(it.Err(), it.Close()); err != nil {
+					t.Fatal(err)
+				}
+				x, err := s.IndexedEvents(tc.ranges, from, to)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []uint64
+				for x.Next() {
+					if !tc.admit(x.Event()) {
+						t.Fatalf("%s, %s [%d, %d): the index yields ev/%d, not of its ranges", stage, tc.name, from, to, x.Event().Seq)
+					}
+					got = append(got, x.Event().Seq)
+				}
+				if err := x.Close(); err != nil {
+					t.Fatalf("%s, %s [%d, %d): %v", stage, tc.name, from, to, err)
+				}
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("%s, %s [%d, %d): the index yields %d rows %v, the scan %d %v", stage, tc.name, from, to, len(got), head(got), len(want), head(want))
+				}
+				if n, exact, err := s.EstimateIndex(tc.ranges, from, to, 1<<20); counts && from == 0 && (err != nil || !exact || n != uint64(len(want))) {
+					t.Fatalf("%s, %s: EstimateIndex %d (exact %v, %v), want %d", stage, tc.name, n, exact, err, len(want))
+				}
+			}
+		}
+		if err := s.CheckReplayIndex(); err != nil {
+			t.Fatalf("%s: %v", stage, err)
+		}
+	}
+	check("written", true)
+	if res := compact(t, s, w, archive.CompactOptions{}); res.Rows == 0 {
+		t.Fatalf("compaction removed no row: %+v", res)
+	}
+	check("compacted", false)
+}
