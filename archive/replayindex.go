@@ -1,10 +1,11 @@
 package archive
 
 // This file owns the replay index (keys.go has its layout): the writer's
-// entries for every row, their removal by the compaction pass, the reads a
-// filtered replay makes (bounded counts for its planner, the merge of
-// index ranges by seq with a point read of each row) and CheckIndex, which
-// compares the index with ev/.
+// entries for every row (runs of consecutive seqs as one entry, covering
+// copies of rare collections' and markers' rows), their removal by the
+// compaction pass, the reads a filtered replay makes (bounded counts for
+// its planner, the merge of index ranges by seq, each row from its copy or
+// a point read) and CheckReplayIndex, which compares the index with ev/.
 
 import (
 	"bytes"
@@ -215,10 +216,14 @@ func (c *coverPolicy) count(collection string) uint64 {
 		}
 	}
 	n, ok := c.counts[collection]
-	if !ok && len(c.counts) >= coverNames {
+	switch {
+	case ok:
+		c.counts[collection] = n + 1
+	case len(c.counts) >= coverNames:
 		return 0
+	default:
+		c.counts[strings.Clone(collection)] = 1 // not the event's memory
 	}
-	c.counts[collection] = n + 1
 	return n + 1
 }
 
@@ -348,12 +353,14 @@ func (s *Store) EstimateIndex(ranges []IndexRange, from, to uint64, limit int) (
 // IndexIter yields, in increasing seq order, the ev/ rows in [from, to)
 // that have an entry in any of its ranges, each once: a k-way merge of the
 // ranges by seq, each row read from its entry's covering copy when it has
-// one, else point-read from ev/. Up to ownIterRanges ranges
-// each get an iterator of their own, which only steps; more (a long
-// wantedDids list) share one, which seeks from range to range. Index and
-// rows are read from one snapshot, so an entry without its row is a broken
-// index, not a race with compaction: it stops the iterator with an error
-// (ErrMalformed naming the entry). Not safe for concurrent use.
+// one, else point-read from ev/; a run entry's seqs are point-read one by
+// one, skipping those ev/ no longer holds (compaction removed them). Up to
+// ownIterRanges ranges each get an iterator of their own, which only
+// steps; more (a long wantedDids list) share one, which seeks from range to
+// range. Index and rows are read from one snapshot, so an entry (not a
+// run's) without its row is a broken index, not a race with compaction: it
+// stops the iterator with an error (ErrMalformed naming the entry). Not
+// safe for concurrent use.
 type IndexIter struct {
 	snap    *pebble.Snapshot
 	shared  *pebble.Iterator // the ranges' iterator when they have none of their own

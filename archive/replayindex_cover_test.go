@@ -1,6 +1,8 @@
 package archive
 
 import (
+	"bytes"
+	"encoding/binary"
 	"fmt"
 	"testing"
 )
@@ -39,4 +41,30 @@ func TestCoverPolicy(t *testing.T) {
 	if len(c.counts) > coverNames || c.spent < c.written*coverBudget-300 {
 		t.Fatalf("%d names counted (at most %d); %d bytes of copies for %d rows (want the budget spent)", len(c.counts), coverNames, c.spent, c.written)
 	}
+}
+
+// FuzzParseIndexEntry: what ParseIndexEntry accepts, one row's key or a
+// run's, is exactly the key the writer would encode for it.
+func FuzzParseIndexEntry(f *testing.F) {
+	f.Add(AppendCollectionIndexKey(nil, "app.bsky.feed.post", 7))
+	f.Add(AppendIndexRunKey(nil, AppendIndexPrefix(nil, PrefixByCollection, "app.bsky.feed.post"), 0x100, 0x1ff))
+	f.Add(AppendIndexRunKey(nil, AppendIndexPrefix(nil, PrefixByAccount, "did:plc:abc"), 1<<40, 1<<41))
+	f.Add(AppendIndexRunKey(nil, AppendIndexPrefix(nil, PrefixMarker, MarkerName(KindIdentity)), 3, 9))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fam, name, first, last, err := ParseIndexEntry(b)
+		if err != nil {
+			return
+		}
+		prefix := append(append([]byte(nil), fam...), name...)
+		if string(fam) == string(PrefixByCollection) {
+			prefix = append(prefix, keySep)
+		}
+		re := binary.BigEndian.AppendUint64(prefix, first)
+		if last != first {
+			re = AppendIndexRunKey(nil, prefix, first, last)
+		}
+		if last < first || !bytes.Equal(re, b) {
+			t.Fatalf("accepted non-canonical %q as [%d, %d]", b, first, last)
+		}
+	})
 }

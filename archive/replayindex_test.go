@@ -186,19 +186,25 @@ func TestCheckReplayIndexCopies(t *testing.T) {
 		t.Fatal("no marker entry carries a copy")
 	}
 	acct := archive.AppendAccountIndexKey(nil, rows[0].DID, rows[0].Seq)
+	// A run of rows[0]'s account over the next rows, of other accounts.
+	foreign := archive.AppendIndexRunKey(nil, archive.AppendIndexPrefix(nil, archive.PrefixByAccount, rows[0].DID), rows[0].Seq, rows[5].Seq)
 	for _, tc := range []struct {
 		key, value []byte
 		want       string
 	}{
 		{covered, []byte{0xff, 0xff}, "carries a copy that is not its row's ev/ value"},
 		{acct, []byte{1}, "malformed entry"},
+		{foreign, nil, fmt.Sprintf("spans ev/%d, which is not of its name", rows[1].Seq)},
 	} {
 		old, closer, err := s.DB().Get(tc.key)
-		if err != nil {
-			t.Fatal(err)
+		existed := !errors.Is(err, pebble.ErrNotFound) // else a new entry: deleted after
+		if existed {
+			if err != nil {
+				t.Fatal(err)
+			}
+			old = bytes.Clone(old)
+			closer.Close()
 		}
-		old = bytes.Clone(old)
-		closer.Close()
 		if err := s.DB().Set(tc.key, tc.value, pebble.Sync); err != nil {
 			t.Fatal(err)
 		}
@@ -217,7 +223,12 @@ func TestCheckReplayIndexCopies(t *testing.T) {
 				t.Fatalf("an IndexIter over a copy that does not decode: %v, want ErrMalformed", err)
 			}
 		}
-		if err := s.DB().Set(tc.key, old, pebble.Sync); err != nil {
+		if !existed {
+			err = s.DB().Delete(tc.key, pebble.Sync)
+		} else {
+			err = s.DB().Set(tc.key, old, pebble.Sync)
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -291,7 +302,9 @@ func TestIndexedEventsRuns(t *testing.T) {
 		t.Fatalf("%d xd/ run entries for 40 repos written as one unit each", runs)
 	}
 	acct := func(d string) archive.IndexRange { return archive.IndexRange{Family: archive.PrefixByAccount, Name: d} }
-	coll := func(c string) archive.IndexRange { return archive.IndexRange{Family: archive.PrefixByCollection, Name: c} }
+	coll := func(c string) archive.IndexRange {
+		return archive.IndexRange{Family: archive.PrefixByCollection, Name: c}
+	}
 	ident := archive.IndexRange{Family: archive.PrefixMarker, Name: archive.MarkerName(archive.KindIdentity)}
 	cases := []struct {
 		name   string
