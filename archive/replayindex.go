@@ -373,7 +373,7 @@ type IndexIter struct {
 	kbuf    []byte
 	row     []byte // the current row's covering copy (the event aliases it)
 	evt     Event
-	rows    int // rows point-read from ev/
+	rows    int // point reads of ev/
 	copies  int // rows read from a covering copy
 	err     error
 }
@@ -604,7 +604,8 @@ func (x *IndexIter) point(seq uint64, run bool) bool {
 // iterator memory until the next call to Next.
 func (x *IndexIter) Event() *Event { return &x.evt }
 
-// Rows is the number of rows point-read from ev/ so far.
+// Rows is the number of point reads of ev/ so far (a run's seqs that
+// compaction emptied among them).
 func (x *IndexIter) Rows() int { return x.rows }
 
 // Copies is the number of rows read from a covering copy so far.
