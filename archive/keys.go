@@ -509,7 +509,7 @@ func DecodeAudit(b []byte) (Audit, error) {
 //
 // A run entry stands for consecutive seqs of one name written in one
 // batch (a repo's records in the bootstrap, a commit's ops): the first
-// seq's key followed by the last seq, 8 bytes big-endian, value empty.
+// seq's key followed by last-first, 2 bytes big-endian, value empty.
 // The compaction pass removes rows from a run without touching it (it
 // deletes each removed row's own key, which a run row never had), so a
 // run names a span of seqs whose surviving rows are all of its name; a
@@ -578,10 +578,15 @@ func AppendIndexPrefix(dst, family []byte, name string) []byte {
 	return append(dst, keySep)
 }
 
-// AppendIndexRunKey appends the run entry for the seqs [first, last] of
-// the range whose prefix (AppendIndexPrefix) is prefix.
+// MaxIndexRun is the most seqs one run entry stands for.
+const MaxIndexRun = 1 << 16
+
+// AppendIndexRunKey appends the run entry for the seqs [first, last]
+// (first < last ≤ first+MaxIndexRun-1) of the range whose prefix
+// (AppendIndexPrefix) is prefix: first's key and last-first, 2 bytes
+// big-endian (few bytes after the shared prefix, as a row's key).
 func AppendIndexRunKey(dst, prefix []byte, first, last uint64) []byte {
-	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(append(dst, prefix...), first), last)
+	return binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint64(append(dst, prefix...), first), uint16(last-first))
 }
 
 // ParseIndexEntry is ParseIndexKey for a key that may be a run entry: the
@@ -590,15 +595,15 @@ func ParseIndexEntry(key []byte) (family []byte, name string, first, last uint64
 	if family, name, first, err = ParseIndexKey(key); err == nil {
 		return family, name, first, first, nil
 	}
-	if len(key) < 8 {
+	if len(key) < 2 {
 		return nil, "", 0, 0, err
 	}
-	family, name, first, rerr := ParseIndexKey(key[:len(key)-8])
-	last = binary.BigEndian.Uint64(key[len(key)-8:])
-	if rerr != nil || last <= first {
+	family, name, first, rerr := ParseIndexKey(key[:len(key)-2])
+	n := uint64(binary.BigEndian.Uint16(key[len(key)-2:]))
+	if rerr != nil || n == 0 || first > math.MaxUint64-n {
 		return nil, "", 0, 0, err
 	}
-	return family, name, first, last, nil
+	return family, name, first, first + n, nil
 }
 
 // ParseIndexKey returns the family, the name (the collection, the

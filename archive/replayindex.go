@@ -14,6 +14,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -104,32 +105,32 @@ func (r *replayBatch) write(b *pebble.Batch) {
 	})
 	for i, j := 0, 0; i < len(r.coll); i = j {
 		e := r.coll[i]
-		for j = i + 1; j < len(r.coll) && e.v0 == e.v1 && r.coll[j].name == e.name && r.coll[j].seq == r.coll[j-1].seq+1 && r.coll[j].v0 == r.coll[j].v1; j++ {
+		for j = i + 1; j < len(r.coll) && e.v0 == e.v1 && j-i < MaxIndexRun && r.coll[j].name == e.name && r.coll[j].seq == r.coll[j-1].seq+1 && r.coll[j].v0 == r.coll[j].v1; j++ {
 		}
 		r.key = AppendCollectionIndexKey(r.key[:0], e.name, e.seq)
-		r.set(b, r.coll[j-1].seq, j-i, r.rows[e.v0:e.v1])
+		r.set(b, j-i, r.rows[e.v0:e.v1])
 	}
 	slices.SortFunc(r.acct, compareReplayEntry)
 	for i, j := 0, 0; i < len(r.acct); i = j {
 		j = r.acct.run(i)
 		r.key = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(append(r.key[:0], PrefixByAccount...), r.acct[i].name), r.acct[i].seq)
-		r.set(b, r.acct[j-1].seq, j-i, nil)
+		r.set(b, j-i, nil)
 	}
 	slices.SortFunc(r.mark, compareReplayEntry)
 	for i, j := 0, 0; i < len(r.mark); i = j {
 		j = r.mark.run(i)
 		e := r.mark[i]
 		r.key = AppendMarkerKey(r.key[:0], Kind(e.name), e.seq)
-		r.set(b, r.mark[j-1].seq, j-i, r.rows[e.v0:e.v1])
+		r.set(b, j-i, r.rows[e.v0:e.v1])
 	}
 	r.acct, r.coll, r.mark, r.rows = r.acct[:0], r.coll[:0], r.mark[:0], r.rows[:0]
 }
 
 // set Sets the entry whose first key is in r.key: one row's (n 1, value
-// its copy or empty) or, for n rows, the run ending at last.
-func (r *replayBatch) set(b *pebble.Batch, last uint64, n int, value []byte) {
+// its copy or empty) or a run of n rows.
+func (r *replayBatch) set(b *pebble.Batch, n int, value []byte) {
 	if n > 1 {
-		r.key = binary.BigEndian.AppendUint64(r.key, last)
+		r.key = binary.BigEndian.AppendUint16(r.key, uint16(n-1))
 	}
 	_ = b.Set(r.key, value, nil)
 }
@@ -140,7 +141,7 @@ type replayEntries []replayEntry
 // one name, none with a copy.
 func (es replayEntries) run(i int) int {
 	j := i + 1
-	for e := es[i]; j < len(es) && e.v0 == e.v1 && es[j].name == e.name && es[j].seq == es[j-1].seq+1 && es[j].v0 == es[j].v1; j++ {
+	for e := es[i]; j < len(es) && e.v0 == e.v1 && j-i < MaxIndexRun && es[j].name == e.name && es[j].seq == es[j-1].seq+1 && es[j].v0 == es[j].v1; j++ {
 	}
 	return j
 }
@@ -484,7 +485,7 @@ func (x *IndexIter) read(h *idxHead, ok bool) bool {
 	}
 	first, last, ok := entrySpan(k, len(h.prefix))
 	if !ok {
-		x.err = &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: errors.New("replay index key: want <prefix><seq> or <prefix><first seq><last seq>")}
+		x.err = &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: errors.New("replay index key: want <prefix><seq> or <prefix><first seq><seqs after it>")}
 		return false
 	}
 	if first >= x.to {
@@ -559,9 +560,10 @@ func entrySpan(k []byte, plen int) (first, last uint64, ok bool) {
 	case 8:
 		first = binary.BigEndian.Uint64(k[plen:])
 		return first, first, true
-	case 16:
-		first, last = binary.BigEndian.Uint64(k[plen:]), binary.BigEndian.Uint64(k[plen+8:])
-		return first, last, last > first
+	case 10:
+		first = binary.BigEndian.Uint64(k[plen:])
+		n := uint64(binary.BigEndian.Uint16(k[plen+8:]))
+		return first, first + n, n > 0 && first <= math.MaxUint64-n
 	}
 	return 0, 0, false
 }
@@ -708,7 +710,7 @@ func (s *Store) CheckReplayIndex() error {
 		if last > first {
 			// A run: each surviving row in it is of its name, and has no
 			// other entry.
-			single := k[:len(k)-8]
+			single := k[:len(k)-2]
 			for seq := first; seq <= last; seq++ {
 				buf = binary.BigEndian.AppendUint64(append(buf[:0], single[:len(single)-8]...), seq)
 				switch _, ok := want[string(buf)]; {

@@ -48,7 +48,7 @@ func TestCoverPolicy(t *testing.T) {
 func FuzzParseIndexEntry(f *testing.F) {
 	f.Add(AppendCollectionIndexKey(nil, "app.bsky.feed.post", 7))
 	f.Add(AppendIndexRunKey(nil, AppendIndexPrefix(nil, PrefixByCollection, "app.bsky.feed.post"), 0x100, 0x1ff))
-	f.Add(AppendIndexRunKey(nil, AppendIndexPrefix(nil, PrefixByAccount, "did:plc:abc"), 1<<40, 1<<41))
+	f.Add(AppendIndexRunKey(nil, AppendIndexPrefix(nil, PrefixByAccount, "did:plc:abc"), 1<<40, 1<<40+0xffff))
 	f.Add(AppendIndexRunKey(nil, AppendIndexPrefix(nil, PrefixMarker, MarkerName(KindIdentity)), 3, 9))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		fam, name, first, last, err := ParseIndexEntry(b)

@@ -294,7 +294,7 @@ func TestIndexedEventsRuns(t *testing.T) {
 	tip := rows[len(rows)-1].Seq
 	runs := 0
 	for k := range entriesUnder(t, s, archive.PrefixByAccount) {
-		if len(k) == len(archive.PrefixByAccount)+24 {
+		if len(k) == len(archive.PrefixByAccount)+18 {
 			runs++
 		}
 	}
