@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"strconv"
 )
 
 // Fixed keys.
@@ -280,14 +281,18 @@ func keyString(key []byte) string {
 	if seq, err := ParseSeqKey(PrefixEvent, key); err == nil {
 		return fmt.Sprintf("%s%d", PrefixEvent, seq)
 	}
-	if fam, name, seq, err := ParseIndexKey(key); err == nil {
+	if fam, name, seq, last, err := ParseIndexEntry(key); err == nil {
+		span := strconv.FormatUint(seq, 10)
+		if last > seq {
+			span += "-" + strconv.FormatUint(last, 10)
+		}
 		switch string(fam) {
 		case string(PrefixMarker):
-			return fmt.Sprintf("%s%s|%d", fam, Kind(name[0]), seq)
+			return fmt.Sprintf("%s%s|%s", fam, Kind(name[0]), span)
 		case string(PrefixByAccount):
-			return fmt.Sprintf("%s%x|%d", fam, name, seq)
+			return fmt.Sprintf("%s%x|%s", fam, name, span)
 		}
-		return fmt.Sprintf("%s%s|%d", fam, name, seq)
+		return fmt.Sprintf("%s%s|%s", fam, name, span)
 	}
 	return truncateForError(key)
 }
@@ -508,12 +513,21 @@ func DecodeAudit(b []byte) (Audit, error) {
 //
 // Three families let a filtered replay read only the rows it sends
 // (Store.IndexedEvents). Each key ends with the row's seq as 8 bytes
-// big-endian after a fixed prefix, and its value is empty: neighbouring keys
+// big-endian after a fixed prefix, and its value is empty or, in xc/ and
+// xm/, a covering copy of the row (replayindex.go): neighbouring keys
 // share everything but the seq's low bytes, which Pebble's prefix
 // compression keeps out of the block. Every family is written by the archive
 // writer only, as blind Sets in the row's batch, and deleted with the row by
 // the compaction pass (a delete, account, identity or sync row is never
 // removed, so neither are its entries).
+//
+// A run entry stands for consecutive seqs of one name written in one
+// batch (a repo's records in the bootstrap, a commit's ops): the first
+// seq's key followed by last-first, 2 bytes big-endian, value empty.
+// The compaction pass removes rows from a run without touching it (it
+// deletes each removed row's own key, which a run row never had), so a
+// run names a span of seqs whose surviving rows are all of its name; a
+// reader skips the seqs ev/ no longer holds.
 
 // Key prefixes of the replay index.
 var (
@@ -576,6 +590,34 @@ func AppendIndexPrefix(dst, family []byte, name string) []byte {
 	}
 	dst = append(dst, name...)
 	return append(dst, keySep)
+}
+
+// MaxIndexRun is the most seqs one run entry stands for.
+const MaxIndexRun = 1 << 16
+
+// AppendIndexRunKey appends the run entry for the seqs [first, last]
+// (first < last ≤ first+MaxIndexRun-1) of the range whose prefix
+// (AppendIndexPrefix) is prefix: first's key and last-first, 2 bytes
+// big-endian (few bytes after the shared prefix, as a row's key).
+func AppendIndexRunKey(dst, prefix []byte, first, last uint64) []byte {
+	return binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint64(append(dst, prefix...), first), uint16(last-first))
+}
+
+// ParseIndexEntry is ParseIndexKey for a key that may be a run entry: the
+// seqs it stands for are [first, last] (first == last: one row's key).
+func ParseIndexEntry(key []byte) (family []byte, name string, first, last uint64, err error) {
+	if family, name, first, err = ParseIndexKey(key); err == nil {
+		return family, name, first, first, nil
+	}
+	if len(key) < 2 {
+		return nil, "", 0, 0, err
+	}
+	family, name, first, rerr := ParseIndexKey(key[:len(key)-2])
+	n := uint64(binary.BigEndian.Uint16(key[len(key)-2:]))
+	if rerr != nil || n == 0 || first > math.MaxUint64-n {
+		return nil, "", 0, 0, err
+	}
+	return family, name, first, first + n, nil
 }
 
 // ParseIndexKey returns the family, the name (the collection, the

@@ -1,10 +1,11 @@
 package archive
 
 // This file owns the replay index (keys.go has its layout): the writer's
-// entries for every row, their removal by the compaction pass, the reads a
-// filtered replay makes (bounded counts for its planner, the merge of
-// index ranges by seq with a point read of each row) and CheckIndex, which
-// compares the index with ev/.
+// entries for every row (runs of consecutive seqs as one entry, covering
+// copies of rare collections' and markers' rows), their removal by the
+// compaction pass, the reads a filtered replay makes (bounded counts for
+// its planner, the merge of index ranges by seq, each row from its copy or
+// a point read) and CheckReplayIndex, which compares the index with ev/.
 
 import (
 	"bytes"
@@ -13,6 +14,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -49,34 +51,51 @@ func appendReplayIndex(buf []byte, idx []idxEntry, ev *Event) ([]byte, []idxEntr
 // each key once, into one scratch buffer, as it Sets it. Rows arrive in seq
 // order, so a family whose rows share a name (one collection, one kind)
 // is sorted already. The keys are appendReplayIndex's (CheckReplayIndex
-// encodes them that way and compares). No allocation once grown.
+// encodes them that way and compares). An xc/ or xm/ entry the cover
+// policy picks carries a copy of its row (rows holds them). No allocation
+// once grown.
 type replayBatch struct {
-	acct []replayEntry // xd/: name the account hash
-	coll []collEntry   // xc/
-	mark []replayEntry // xm/: name the kind
-	key  []byte
+	acct  replayEntries // xd/: name the account hash
+	coll  []collEntry   // xc/
+	mark  replayEntries // xm/: name the kind
+	key   []byte
+	rows  []byte // the covering copies, [v0, v1) each
+	cover coverPolicy
 }
 
-type replayEntry struct{ name, seq uint64 }
+type replayEntry struct {
+	name, seq uint64
+	v0, v1    int // its covering copy in replayBatch.rows (empty: none)
+}
 
 type collEntry struct {
-	name string
-	seq  uint64
+	name   string
+	seq    uint64
+	v0, v1 int
 }
 
-// add stages the replay index entries of the archived row ev: its account
-// entry, and its collection entry (a record row) or its marker entry.
-func (r *replayBatch) add(ev *Event) {
-	r.acct = append(r.acct, replayEntry{AccountHash(ev.DID), ev.Seq})
+// add stages the replay index entries of the archived row ev, whose ev/
+// value is row: its account entry, and its collection entry (a record row)
+// or its marker entry, with a copy of row when the cover policy picks it.
+func (r *replayBatch) add(ev *Event, row []byte) {
+	r.acct = append(r.acct, replayEntry{name: AccountHash(ev.DID), seq: ev.Seq})
+	v0 := len(r.rows)
 	if ev.Kind.IsCommit() {
-		r.coll = append(r.coll, collEntry{ev.Collection, ev.Seq})
+		if r.cover.pick(ev.Collection, len(row)) {
+			r.rows = append(r.rows, row...)
+		}
+		r.coll = append(r.coll, collEntry{ev.Collection, ev.Seq, v0, len(r.rows)})
 	} else {
-		r.mark = append(r.mark, replayEntry{uint64(ev.Kind), ev.Seq})
+		if r.cover.pick("", len(row)) {
+			r.rows = append(r.rows, row...)
+		}
+		r.mark = append(r.mark, replayEntry{uint64(ev.Kind), ev.Seq, v0, len(r.rows)})
 	}
 }
 
 // write Sets the staged entries in b, each family in key order, and
-// empties the batch.
+// empties the batch. Consecutive seqs of one name without a copy are one
+// run entry.
 func (r *replayBatch) write(b *pebble.Batch) {
 	slices.SortFunc(r.coll, func(x, y collEntry) int {
 		if c := strings.Compare(x.name, y.name); c != 0 {
@@ -84,21 +103,129 @@ func (r *replayBatch) write(b *pebble.Batch) {
 		}
 		return cmp.Compare(x.seq, y.seq)
 	})
-	for _, e := range r.coll {
+	for i, j := 0, 0; i < len(r.coll); i = j {
+		e := r.coll[i]
+		for j = i + 1; j < len(r.coll) && e.v0 == e.v1 && j-i < MaxIndexRun && r.coll[j].name == e.name && r.coll[j].seq == r.coll[j-1].seq+1 && r.coll[j].v0 == r.coll[j].v1; j++ {
+		}
 		r.key = AppendCollectionIndexKey(r.key[:0], e.name, e.seq)
-		_ = b.Set(r.key, nil, nil)
+		r.set(b, j-i, r.rows[e.v0:e.v1])
 	}
 	slices.SortFunc(r.acct, compareReplayEntry)
-	for _, e := range r.acct {
-		r.key = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(append(r.key[:0], PrefixByAccount...), e.name), e.seq)
-		_ = b.Set(r.key, nil, nil)
+	for i, j := 0, 0; i < len(r.acct); i = j {
+		j = r.acct.run(i)
+		r.key = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(append(r.key[:0], PrefixByAccount...), r.acct[i].name), r.acct[i].seq)
+		r.set(b, j-i, nil)
 	}
 	slices.SortFunc(r.mark, compareReplayEntry)
-	for _, e := range r.mark {
+	for i, j := 0, 0; i < len(r.mark); i = j {
+		j = r.mark.run(i)
+		e := r.mark[i]
 		r.key = AppendMarkerKey(r.key[:0], Kind(e.name), e.seq)
-		_ = b.Set(r.key, nil, nil)
+		r.set(b, j-i, r.rows[e.v0:e.v1])
 	}
-	r.acct, r.coll, r.mark = r.acct[:0], r.coll[:0], r.mark[:0]
+	r.acct, r.coll, r.mark, r.rows = r.acct[:0], r.coll[:0], r.mark[:0], r.rows[:0]
+}
+
+// set Sets the entry whose first key is in r.key: one row's (n 1, value
+// its copy or empty) or a run of n rows.
+func (r *replayBatch) set(b *pebble.Batch, n int, value []byte) {
+	if n > 1 {
+		r.key = binary.BigEndian.AppendUint16(r.key, uint16(n-1))
+	}
+	_ = b.Set(r.key, value, nil)
+}
+
+type replayEntries []replayEntry
+
+// run returns the end of the run of entries from i: consecutive seqs of
+// one name, none with a copy.
+func (es replayEntries) run(i int) int {
+	j := i + 1
+	for e := es[i]; j < len(es) && e.v0 == e.v1 && j-i < MaxIndexRun && es[j].name == e.name && es[j].seq == es[j-1].seq+1 && es[j].v0 == es[j].v1; j++ {
+	}
+	return j
+}
+
+// Covering copies. At the density of a collection that is rare but not
+// very rare (a row in a few hundred), nearly every ev/ block holds one of
+// its rows, and a replay that point-reads them decompresses nearly every
+// block a scan would. So an xc/ entry of a rare collection, and an xm/
+// entry (every collection filter reads every marker), carries a copy of
+// its row as its value, while a budget allows: the replay then reads those
+// rows from the index, in seq order, and never touches ev/ for them. A
+// copy is the row's ev/ value byte for byte (rows are never rewritten,
+// only removed, and a copy goes with its entry's key, so deleteReplayIndex
+// removes it with the row). An entry without a copy is as valid: a store
+// indexed before copies existed, the backfill's entries, a common
+// collection's, or one past the budget.
+const (
+	// coverShare: a collection is rare while its rows are fewer than
+	// 1/coverShare of the rows counted (coverPolicy.rows).
+	coverShare = 100
+	// coverBudget bounds the copies' bytes: at most this many per row the
+	// writer has written (since it started), before compression.
+	coverBudget = 4
+	// coverWindow: each time this many rows are counted, every count
+	// halves, so the shares follow the recent rows and a name seen once
+	// is forgotten.
+	coverWindow = 1 << 20
+	// coverNames bounds the names counted. A name not counted (the table
+	// full) is taken as rare: the budget bounds what that costs.
+	coverNames = 1 << 14
+)
+
+// coverPolicy picks the replay index entries that carry a copy of their
+// row: every marker, and a record row whose collection is rare (its share
+// of the recent rows below 1/coverShare), while the copies' bytes stay
+// within coverBudget per row written. Owned by the writer goroutine.
+type coverPolicy struct {
+	counts  map[string]uint64 // rows per collection, halved each window
+	rows    uint64            // rows counted in counts, halved with them
+	written uint64            // rows since the writer started
+	spent   uint64            // the copies' bytes since then
+}
+
+// pick counts a row of collection ("" for a marker row) whose ev/ value has
+// size bytes and reports whether its entry carries a copy.
+func (c *coverPolicy) pick(collection string, size int) bool {
+	c.written++
+	rare := true
+	if collection != "" {
+		rare = c.count(collection)*coverShare < c.rows
+	}
+	if !rare || c.spent+uint64(size) > c.written*coverBudget {
+		return false
+	}
+	c.spent += uint64(size)
+	return true
+}
+
+// count adds a row of collection to the window and returns the
+// collection's count (0 when the table is full and it is not in it).
+func (c *coverPolicy) count(collection string) uint64 {
+	if c.counts == nil {
+		c.counts = make(map[string]uint64)
+	}
+	if c.rows++; c.rows >= coverWindow {
+		c.rows /= 2
+		for name, n := range c.counts {
+			if n /= 2; n == 0 {
+				delete(c.counts, name)
+			} else {
+				c.counts[name] = n
+			}
+		}
+	}
+	n, ok := c.counts[collection]
+	switch {
+	case ok:
+		c.counts[collection] = n + 1
+	case len(c.counts) >= coverNames:
+		return 0
+	default:
+		c.counts[strings.Clone(collection)] = 1 // not the event's memory
+	}
+	return n + 1
 }
 
 func compareReplayEntry(x, y replayEntry) int {
@@ -142,7 +269,7 @@ func (s *Store) CollectionsUnder(prefix string, limit int) ([]string, bool, erro
 	var names []string
 	var seek []byte
 	for ok := it.First(); ok; ok = it.SeekGE(seek) {
-		_, name, _, err := ParseIndexKey(it.Key())
+		_, name, _, _, err := ParseIndexEntry(it.Key())
 		if err != nil {
 			return nil, false, &KeyError{Key: keyString(it.Key()), Kind: ErrMalformed, Err: err}
 		}
@@ -159,8 +286,8 @@ func (s *Store) CollectionsUnder(prefix string, limit int) ([]string, bool, erro
 }
 
 // EstimateIndex estimates the entries of ranges whose seq is in [from,
-// to): an exact count up to limit (exact true), at most limit index keys
-// read however large the ranges. Past limit it extrapolates from the
+// to), a run as its seqs from its first: an exact count up to limit (exact
+// true), at most limit index keys read however large the ranges. Past limit it extrapolates from the
 // ranges' bytes on disk (Pebble's EstimateDiskUsage, sstables only): the
 // limit entries counted took so many bytes, the whole ranges take so
 // many; when neither can be measured (all in memtables) it reports limit.
@@ -188,7 +315,8 @@ func (s *Store) EstimateIndex(ranges []IndexRange, from, to uint64, limit int) (
 	for i, r := range ranges {
 		lo, hi := bounds(r)
 		for ok := it.SeekGE(lo); ok && bytes.Compare(it.Key(), hi) < 0; ok = it.Next() {
-			if n++; n < limit {
+			first, last, _ := entrySpan(it.Key(), len(lo)-8)
+			if n += int(min(last, to-1) - first + 1); n < limit {
 				continue
 			}
 			// Past the limit: extrapolate.
@@ -225,12 +353,15 @@ func (s *Store) EstimateIndex(ranges []IndexRange, from, to uint64, limit int) (
 
 // IndexIter yields, in increasing seq order, the ev/ rows in [from, to)
 // that have an entry in any of its ranges, each once: a k-way merge of the
-// ranges by seq, each row point-read from ev/. Up to ownIterRanges ranges
-// each get an iterator of their own, which only steps; more (a long
-// wantedDids list) share one, which seeks from range to range. Index and
-// rows are read from one snapshot, so an entry without its row is a broken
-// index, not a race with compaction: it stops the iterator with an error
-// (ErrMalformed naming the entry). Not safe for concurrent use.
+// ranges by seq, each row read from its entry's covering copy when it has
+// one, else point-read from ev/; a run entry's seqs are point-read one by
+// one, skipping those ev/ no longer holds (compaction removed them). Up to
+// ownIterRanges ranges each get an iterator of their own, which only
+// steps; more (a long wantedDids list) share one, which seeks from range to
+// range. Index and rows are read from one snapshot, so an entry (not a
+// run's) without its row is a broken index, not a race with compaction: it
+// stops the iterator with an error (ErrMalformed naming the entry). Not
+// safe for concurrent use.
 type IndexIter struct {
 	snap    *pebble.Snapshot
 	shared  *pebble.Iterator // the ranges' iterator when they have none of their own
@@ -241,8 +372,10 @@ type IndexIter struct {
 	last    uint64 // the last seq yielded
 	yielded bool
 	kbuf    []byte
+	row     []byte // the current row's covering copy (the event aliases it)
 	evt     Event
-	rows    int // rows point-read
+	rows    int // point reads of ev/
+	copies  int // rows read from a covering copy
 	err     error
 }
 
@@ -257,7 +390,10 @@ type idxHead struct {
 	id     int
 	prefix []byte
 	it     *pebble.Iterator // its own, or the shared one
-	seq    uint64
+	seq    uint64           // its current seq: its entry's, or one of its run's
+	last   uint64           // the last seq of its entry (its run's, below the bound)
+	run    bool             // its entry is a run
+	val    []byte           // the current entry's value: its row's covering copy, or empty
 }
 
 // idxHeads is a min-heap of the ranges by their current seq.
@@ -292,9 +428,10 @@ func (s *Store) IndexedEvents(ranges []IndexRange, from, to uint64) (*IndexIter,
 	for i, r := range ranges {
 		h := idxHead{id: i, prefix: r.prefix(nil), it: x.shared}
 		if h.it == nil {
-			lo := binary.BigEndian.AppendUint64(append([]byte(nil), h.prefix...), from)
+			// From the range's first entry: a run that starts below from
+			// may reach into it (seek).
 			hi := binary.BigEndian.AppendUint64(append([]byte(nil), h.prefix...), max(to, from))
-			if h.it, err = x.snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi}); err != nil {
+			if h.it, err = x.snap.NewIter(&pebble.IterOptions{LowerBound: h.prefix, UpperBound: hi}); err != nil {
 				_ = x.Close()
 				return nil, fmt.Errorf("archive: iterate the replay index: %w", err)
 			}
@@ -317,10 +454,18 @@ func (s *Store) IndexedEvents(ranges []IndexRange, from, to uint64) (*IndexIter,
 	return x, nil
 }
 
-// seek positions h on its first entry with seq ≥ from below the bound;
+// seek positions h on its first seq ≥ from below the bound: in the run
+// before from when it reaches from, else on the first entry from there;
 // false when it has none (or on error, in x.err).
 func (x *IndexIter) seek(h *idxHead, from uint64) bool {
 	x.kbuf = binary.BigEndian.AppendUint64(append(x.kbuf[:0], h.prefix...), from)
+	if x.read(h, h.it.SeekLT(x.kbuf)) && h.last >= from {
+		h.seq = from
+		return true
+	}
+	if x.err != nil {
+		return false
+	}
 	return x.read(h, h.it.SeekGE(x.kbuf))
 }
 
@@ -338,14 +483,25 @@ func (x *IndexIter) read(h *idxHead, ok bool) bool {
 	if !hasPrefix(k, h.prefix) {
 		return false
 	}
-	if len(k) != len(h.prefix)+8 {
-		x.err = &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: errors.New("replay index key: want <prefix><seq>")}
+	first, last, ok := entrySpan(k, len(h.prefix))
+	if !ok {
+		x.err = &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: errors.New("replay index key: want <prefix><seq> or <prefix><first seq><seqs after it>")}
 		return false
 	}
-	h.seq = binary.BigEndian.Uint64(k[len(h.prefix):])
-	if h.seq >= x.to {
+	if first >= x.to {
 		return false
 	}
+	h.seq, h.last, h.run = first, min(last, x.to-1), last > first
+	v, err := h.it.ValueAndErr()
+	if err != nil {
+		x.err = &KeyError{Key: keyString(k), Kind: ErrRead, Err: err}
+		return false
+	}
+	if h.run && len(v) > 0 {
+		x.err = &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: errors.New("a run entry with a value")}
+		return false
+	}
+	h.val = append(h.val[:0], v...)
 	x.at = h.id
 	return true
 }
@@ -355,10 +511,18 @@ func (x *IndexIter) Next() bool {
 	for x.err == nil && len(x.heads) > 0 {
 		h := &x.heads[0]
 		seq := h.seq
-		// Advance the head: a step on its own iterator, or on the shared
-		// one while it is still on this head; else a seek.
+		run := h.run
+		dup := x.yielded && seq <= x.last // the same row through another range
+		if !dup {
+			x.row, h.val = h.val, x.row[:0] // the head's next entry reuses the old buffer
+		}
+		// Advance the head: to the run's next seq; or a step on its own
+		// iterator, or on the shared one while it is still on this head;
+		// else a seek.
 		var more bool
-		if h.it != x.shared || x.at == h.id {
+		if seq < h.last {
+			h.seq, more = seq+1, true
+		} else if h.it != x.shared || x.at == h.id {
 			more = x.read(h, h.it.Next())
 		} else {
 			more = x.seek(h, seq+1)
@@ -374,17 +538,50 @@ func (x *IndexIter) Next() bool {
 			}
 			heap.Pop(&x.heads)
 		}
-		if x.yielded && seq <= x.last {
-			continue // the same row through another range
+		if dup {
+			continue
 		}
 		x.last, x.yielded = seq, true
-		return x.point(seq)
+		if len(x.row) > 0 {
+			return x.copied(seq)
+		}
+		if found := x.point(seq, run); found || x.err != nil {
+			return found
+		}
+		// A seq of a run that compaction emptied.
 	}
 	return false
 }
 
-// point reads the row at seq into the current event.
-func (x *IndexIter) point(seq uint64) bool {
+// entrySpan returns the seqs [first, last] of the replay index key k
+// whose range prefix is plen bytes: one row's key, or a run's.
+func entrySpan(k []byte, plen int) (first, last uint64, ok bool) {
+	switch len(k) - plen {
+	case 8:
+		first = binary.BigEndian.Uint64(k[plen:])
+		return first, first, true
+	case 10:
+		first = binary.BigEndian.Uint64(k[plen:])
+		n := uint64(binary.BigEndian.Uint16(k[plen+8:]))
+		return first, first + n, n > 0 && first <= math.MaxUint64-n
+	}
+	return 0, 0, false
+}
+
+// copied decodes the row at seq from its entry's covering copy.
+func (x *IndexIter) copied(seq uint64) bool {
+	x.copies++
+	x.evt.Seq = seq
+	if err := DecodeEvent(x.row, &x.evt); err != nil {
+		x.err = &KeyError{Key: keyString(EventKey(seq)) + "<covering copy>", Kind: ErrMalformed, Err: err}
+		return false
+	}
+	return true
+}
+
+// point reads the row at seq into the current event: false when ev/ does
+// not hold it, an error (ErrMalformed) unless seq is in a run.
+func (x *IndexIter) point(seq uint64, run bool) bool {
 	x.rows++
 	k := EventKey(seq)
 	if !x.ev.SeekGE(k) || !bytes.Equal(x.ev.Key(), k) {
@@ -392,7 +589,9 @@ func (x *IndexIter) point(seq uint64) bool {
 			x.err = &KeyError{Key: keyString(k), Kind: ErrRead, Err: err}
 			return false
 		}
-		x.err = &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: errors.New("the replay index names a row ev/ does not hold")}
+		if !run {
+			x.err = &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: errors.New("the replay index names a row ev/ does not hold")}
+		}
 		return false
 	}
 	x.evt.Seq = seq
@@ -407,8 +606,12 @@ func (x *IndexIter) point(seq uint64) bool {
 // iterator memory until the next call to Next.
 func (x *IndexIter) Event() *Event { return &x.evt }
 
-// Rows is the number of ev/ rows read so far.
+// Rows is the number of point reads of ev/ so far (a run's seqs that
+// compaction emptied among them).
 func (x *IndexIter) Rows() int { return x.rows }
+
+// Copies is the number of rows read from a covering copy so far.
+func (x *IndexIter) Copies() int { return x.copies }
 
 // Err reports the error that stopped iteration.
 func (x *IndexIter) Err() error { return x.err }
@@ -436,9 +639,12 @@ func (x *IndexIter) Close() error {
 
 // CheckReplayIndex compares the replay index with ev/ in one snapshot:
 // every durable row outside the backfill's unindexed span has exactly its
-// entries (xd/, and xc/ or xm/ by kind), and every entry names a row of
-// that account and collection (or a marker row). It holds the expected
-// keys in memory: a checker for tests and the crash matrix, not for a
+// entries (xd/, and xc/ or xm/ by kind: its own keys, or runs spanning
+// it), every run spans only rows of its name (and seqs compaction
+// emptied), and every other entry names a row of that account and
+// collection (or a marker row), with an empty value or, in xc/ and xm/, a
+// covering copy equal to the row's ev/ value. It holds the expected keys
+// in memory: a checker for tests and the crash matrix, not for a
 // production store. The first mismatches (at most 10) are in the error.
 func (s *Store) CheckReplayIndex() error {
 	snap := s.db.NewSnapshot()
@@ -451,6 +657,7 @@ func (s *Store) CheckReplayIndex() error {
 		return fmt.Errorf("archive: check the replay index: %w", err)
 	}
 	want := make(map[string]uint64)
+	rowAt := make(map[uint64]bool)
 	var buf []byte
 	var idx []idxEntry
 	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: PrefixEvent, UpperBound: prefixEnd(PrefixEvent)})
@@ -469,6 +676,7 @@ func (s *Store) CheckReplayIndex() error {
 			_ = it.Close()
 			return &KeyError{Key: keyString(it.Key()), Kind: ErrMalformed, Err: err}
 		}
+		rowAt[seq] = true
 		buf, idx = appendReplayIndex(buf[:0], idx[:0], &ev)
 		for _, e := range idx {
 			want[string(buf[e.k0:e.k1])] = seq
@@ -494,15 +702,42 @@ func (s *Store) CheckReplayIndex() error {
 		if !isReplayIndexKey(k) {
 			continue
 		}
-		if _, _, _, err := ParseIndexKey(k); err != nil || len(it.Value()) != 0 {
+		family, _, first, last, err := ParseIndexEntry(k)
+		if err != nil || len(it.Value()) != 0 && (bytes.Equal(family, PrefixByAccount) || last > first) {
 			note("malformed entry %s (value %d bytes)", keyString(k), len(it.Value()))
 			continue
 		}
-		if _, ok := want[string(k)]; !ok {
+		if last > first {
+			// A run: each surviving row in it is of its name, and has no
+			// other entry.
+			single := k[:len(k)-2]
+			for seq := first; seq <= last; seq++ {
+				buf = binary.BigEndian.AppendUint64(append(buf[:0], single[:len(single)-8]...), seq)
+				switch _, ok := want[string(buf)]; {
+				case ok:
+					delete(want, string(buf))
+				case rowAt[seq]:
+					note("run %s spans ev/%d, which is not of its name or has another entry", keyString(k), seq)
+				}
+			}
+			continue
+		}
+		seq, ok := want[string(k)]
+		if !ok {
 			note("entry %s names no durable row of its account, collection or kind", keyString(k))
 			continue
 		}
 		delete(want, string(k))
+		if len(it.Value()) == 0 {
+			continue
+		}
+		same, err := get(snap, EventKey(seq), func(row []byte) (bool, error) { return bytes.Equal(it.Value(), row), nil })
+		if err != nil {
+			return fmt.Errorf("archive: check the replay index: %w", err)
+		}
+		if !same {
+			note("entry %s carries a copy that is not its row's ev/ value", keyString(k))
+		}
 	}
 	if err := errors.Join(it.Error(), it.Close()); err != nil {
 		return fmt.Errorf("archive: check the replay index: read it: %w", err)

@@ -15,11 +15,16 @@ import (
 func BenchmarkWriterIndexPath(b *testing.B) {
 	for _, shape := range []string{"backfill", "live"} {
 		evs := make([]Event, 16384)
+		rows := make([][]byte, len(evs))
 		for i := range evs {
 			evs[i] = realisticEvent(i)
 			evs[i].Seq = uint64(i + 1)
 			if shape == "backfill" {
 				evs[i].DID = didN(1_000_000 + i/64)
+			}
+			var err error
+			if rows[i], err = AppendEvent(nil, &evs[i]); err != nil {
+				b.Fatal(err)
 			}
 		}
 		run := func(b *testing.B, replay bool) {
@@ -31,7 +36,7 @@ func BenchmarkWriterIndexPath(b *testing.B) {
 				for i := range evs {
 					buf, idx, _, _ = appendIndex(buf, idx, &evs[i], 300)
 					if replay {
-						r.add(&evs[i])
+						r.add(&evs[i], rows[i])
 					}
 				}
 				setIndex(bt, buf, idx)

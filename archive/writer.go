@@ -728,7 +728,7 @@ func (w *Writer) index(p *pending, ev *Event) {
 		w.bug(fmt.Errorf("tombstone of %s: %w", ev.DID, err)) // validated in stage
 		return
 	}
-	w.replay.add(ev)
+	w.replay.add(ev, w.buf)
 	if tomb {
 		p.tombs++
 	}

@@ -36,6 +36,7 @@ func BenchmarkIndexedReplay(b *testing.B) {
 	build := time.Now()
 	wantColl := buildBenchArchive(b, h, n, rare, one)
 	b.Logf("archive of %d events built in %v", n, time.Since(build).Round(time.Millisecond))
+	logIndexBytes(b, h.store, n)
 	cfg := h.srv.cfg
 	cfg.ScanReplays = true
 	scanSrv, err := New(cfg)
@@ -66,6 +67,11 @@ func BenchmarkIndexedReplay(b *testing.B) {
 				b.ReportMetric(read, "rows-read")
 				b.ReportMetric(float64(first.Microseconds())/1e3, "first-ms")
 				b.ReportMetric(float64(all.Microseconds())/1e3, "all-ms")
+				if p.plan == planIndex {
+					ev, copies := indexReads(b, h.store, c.param, c.value)
+					b.ReportMetric(float64(ev), "ev-reads")
+					b.ReportMetric(float64(copies), "copies")
+				}
 			})
 		}
 	}
@@ -156,4 +162,47 @@ func timeReplay(b *testing.B, u string, want int) (first, all time.Duration, n i
 		}
 	}
 	return first, time.Since(start), n
+}
+
+// logIndexBytes logs the replay index's bytes on disk per event (Pebble's
+// estimate, sstables only: the archive is flushed and compacted), the
+// ev/ rows' for comparison.
+func logIndexBytes(b *testing.B, store *archive.Store, n int) {
+	usage := func(lo, hi []byte) float64 {
+		u, err := store.DB().EstimateDiskUsage(lo, hi)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return float64(u) / float64(n)
+	}
+	end := func(p []byte) []byte { return append(append([]byte(nil), p[:len(p)-1]...), p[len(p)-1]+1) }
+	b.Logf("bytes on disk per event: xc/ %.2f, xd/ %.2f, xm/ %.2f, ev/ %.1f",
+		usage(archive.PrefixByCollection, end(archive.PrefixByCollection)), usage(archive.PrefixByAccount, end(archive.PrefixByAccount)),
+		usage(archive.PrefixMarker, end(archive.PrefixMarker)), usage(archive.PrefixEvent, end(archive.PrefixEvent)))
+}
+
+// indexReads replays the index plan's ranges for param=value (the rare
+// collection with the markers, or the account) straight from the store:
+// the rows it point-reads from ev/ and those it reads from covering copies.
+func indexReads(b *testing.B, store *archive.Store, param, value string) (ev, copies int) {
+	ranges := []archive.IndexRange{{Family: archive.PrefixByAccount, Name: value}}
+	if param == "wantedCollections" {
+		ranges = []archive.IndexRange{{Family: archive.PrefixByCollection, Name: value},
+			{Family: archive.PrefixMarker, Name: archive.MarkerName(archive.KindIdentity)},
+			{Family: archive.PrefixMarker, Name: archive.MarkerName(archive.KindAccount)}}
+	}
+	tip, err := store.Tip()
+	if err != nil {
+		b.Fatal(err)
+	}
+	x, err := store.IndexedEvents(ranges, 0, tip+1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for x.Next() {
+	}
+	if err := x.Close(); err != nil {
+		b.Fatal(err)
+	}
+	return x.Rows(), x.Copies()
 }
