@@ -131,10 +131,10 @@ type gatedPLC struct {
 func (g *gatedPLC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.mu.Lock()
 	g.inflight++
-	g.peak = max(g.peak, g.inflight)
-	if g.peak == g.want {
-		close(g.reached)
+	if g.peak < g.want && g.inflight >= g.want {
+		close(g.reached) // once: the peak only grows
 	}
+	g.peak = max(g.peak, g.inflight)
 	g.mu.Unlock()
 	select {
 	case <-g.reached:
