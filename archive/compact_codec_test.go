@@ -235,8 +235,8 @@ func FuzzParseTombKey(f *testing.F) {
 // TestWriterIndexAllocationFree: the rec/ and tomb/ entries of a row, and
 // its replay index entries (xd/, xc/ or xm/), cost no allocation once the
 // writer's buffers have grown; naming what a batch's tombstones supersede
-// costs one per batch (the Pebble iterator it reads rec/ with), not one per
-// row.
+// costs two per batch (the Pebble iterator it reads rec/ with, and its
+// state for stepping back), not one per row.
 func TestWriterIndexAllocationFree(t *testing.T) {
 	s := openMem(t, vfs.NewMem())
 	defer s.Close()
@@ -262,7 +262,7 @@ func TestWriterIndexAllocationFree(t *testing.T) {
 		p.b.Reset()
 	}
 	run()
-	if n := testing.AllocsPerRun(100, run); n > 1 {
+	if n := testing.AllocsPerRun(100, run); n > 2 {
 		t.Fatalf("%v allocations per batch of %d rows", n, len(evs))
 	}
 }

@@ -34,7 +34,6 @@ import (
 // Its buffers are reused from batch to batch (no allocation once grown).
 type tombResolver struct {
 	names []SupersededRow
-	rows  []recordRow
 }
 
 // appendRecordTombs sorts idx (entries in buf) and appends a tombstone for
@@ -105,39 +104,33 @@ func sameRecord(a, b []byte) bool {
 
 // older appends to names the rows of key's record older than key that a
 // tombstone at key supersedes (the walk the file comment describes),
-// newest first. It reads forward (a reverse step of a Pebble iterator
-// copies the value): after a pass a record has one entry left, its current
-// row, plus the rows since.
+// newest first: it steps back from key and stops at the first delete or
+// after the first update, so it reads what it names and one entry more,
+// however many versions the record has kept (compaction off, or a pass
+// not yet run).
 func (t *tombResolver) older(it *pebble.Iterator, key []byte, names []SupersededRow) ([]SupersededRow, error) {
 	prefix := key[:len(key)-8]
-	t.rows = t.rows[:0]
-	for ok := it.SeekGE(prefix); ok; ok = it.Next() {
+	for ok := it.SeekLT(key); ok; ok = it.Prev() {
 		k := it.Key()
-		if len(k) != len(key) || !bytes.HasPrefix(k, prefix) || bytes.Compare(k, key) >= 0 {
+		if len(k) != len(key) || !bytes.HasPrefix(k, prefix) {
 			break
 		}
 		kind, size, err := decodeRecordValue(it.Value())
 		if err != nil {
 			return names, &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: err}
 		}
-		t.rows = append(t.rows, recordRow{kind: kind, SupersededRow: SupersededRow{Seq: binary.BigEndian.Uint64(k[len(k)-8:]), Size: size}})
+		if kind == KindDelete {
+			break
+		}
+		names = append(names, SupersededRow{Seq: binary.BigEndian.Uint64(k[len(k)-8:]), Size: size})
+		if kind == KindUpdate {
+			break
+		}
 	}
 	if err := it.Error(); err != nil {
 		return names, &KeyError{Key: keyString(prefix), Kind: ErrRead, Err: err}
 	}
-	for i := len(t.rows) - 1; i >= 0 && t.rows[i].kind != KindDelete; i-- {
-		names = append(names, t.rows[i].SupersededRow)
-		if t.rows[i].kind == KindUpdate {
-			break
-		}
-	}
 	return names, nil
-}
-
-// recordRow is a rec/ entry older than the tombstone being named.
-type recordRow struct {
-	kind Kind
-	SupersededRow
 }
 
 // appendTomb appends the tombstone of the update or delete rec/ entry
