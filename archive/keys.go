@@ -600,7 +600,12 @@ const MaxIndexRun = 1 << 16
 // (AppendIndexPrefix) is prefix: first's key and last-first, 2 bytes
 // big-endian (few bytes after the shared prefix, as a row's key).
 func AppendIndexRunKey(dst, prefix []byte, first, last uint64) []byte {
-	return binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint64(append(dst, prefix...), first), uint16(last-first))
+	return appendRunLength(binary.BigEndian.AppendUint64(append(dst, prefix...), first), last-first)
+}
+
+// appendRunLength appends to a run's first key the seqs after it.
+func appendRunLength(key []byte, after uint64) []byte {
+	return binary.BigEndian.AppendUint16(key, uint16(after))
 }
 
 // ParseIndexEntry is ParseIndexKey for a key that may be a run entry: the
@@ -609,15 +614,30 @@ func ParseIndexEntry(key []byte) (family []byte, name string, first, last uint64
 	if family, name, first, err = ParseIndexKey(key); err == nil {
 		return family, name, first, first, nil
 	}
-	if len(key) < 2 {
+	if len(key) < 10 {
 		return nil, "", 0, 0, err
 	}
-	family, name, first, rerr := ParseIndexKey(key[:len(key)-2])
-	n := uint64(binary.BigEndian.Uint16(key[len(key)-2:]))
-	if rerr != nil || n == 0 || first > math.MaxUint64-n {
+	family, name, _, rerr := ParseIndexKey(key[:len(key)-2])
+	first, last, ok := entrySpan(key, len(key)-10)
+	if rerr != nil || !ok {
 		return nil, "", 0, 0, err
 	}
-	return family, name, first, first + n, nil
+	return family, name, first, last, nil
+}
+
+// entrySpan returns the seqs [first, last] of the replay index key k
+// whose range prefix is plen bytes: one row's key, or a run's.
+func entrySpan(k []byte, plen int) (first, last uint64, ok bool) {
+	switch len(k) - plen {
+	case 8:
+		first = binary.BigEndian.Uint64(k[plen:])
+		return first, first, true
+	case 10:
+		first = binary.BigEndian.Uint64(k[plen:])
+		n := uint64(binary.BigEndian.Uint16(k[plen+8:]))
+		return first, first + n, n > 0 && first <= math.MaxUint64-n
+	}
+	return 0, 0, false
 }
 
 // ParseIndexKey returns the family, the name (the collection, the

@@ -14,7 +14,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 
@@ -55,9 +54,9 @@ func appendReplayIndex(buf []byte, idx []idxEntry, ev *Event) ([]byte, []idxEntr
 // policy picks carries a copy of its row (rows holds them). No allocation
 // once grown.
 type replayBatch struct {
-	acct  replayEntries // xd/: name the account hash
+	acct  []replayEntry // xd/: name the account hash
 	coll  []collEntry   // xc/
-	mark  replayEntries // xm/: name the kind
+	mark  []replayEntry // xm/: name the kind
 	key   []byte
 	rows  []byte // the covering copies, [v0, v1) each
 	cover coverPolicy
@@ -104,21 +103,20 @@ func (r *replayBatch) write(b *pebble.Batch) {
 		return cmp.Compare(x.seq, y.seq)
 	})
 	for i, j := 0, 0; i < len(r.coll); i = j {
+		j = runEnd(r.coll, i)
 		e := r.coll[i]
-		for j = i + 1; j < len(r.coll) && e.v0 == e.v1 && j-i < MaxIndexRun && r.coll[j].name == e.name && r.coll[j].seq == r.coll[j-1].seq+1 && r.coll[j].v0 == r.coll[j].v1; j++ {
-		}
 		r.key = AppendCollectionIndexKey(r.key[:0], e.name, e.seq)
 		r.set(b, j-i, r.rows[e.v0:e.v1])
 	}
 	slices.SortFunc(r.acct, compareReplayEntry)
 	for i, j := 0, 0; i < len(r.acct); i = j {
-		j = r.acct.run(i)
+		j = runEnd(r.acct, i)
 		r.key = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(append(r.key[:0], PrefixByAccount...), r.acct[i].name), r.acct[i].seq)
 		r.set(b, j-i, nil)
 	}
 	slices.SortFunc(r.mark, compareReplayEntry)
 	for i, j := 0, 0; i < len(r.mark); i = j {
-		j = r.mark.run(i)
+		j = runEnd(r.mark, i)
 		e := r.mark[i]
 		r.key = AppendMarkerKey(r.key[:0], Kind(e.name), e.seq)
 		r.set(b, j-i, r.rows[e.v0:e.v1])
@@ -130,21 +128,35 @@ func (r *replayBatch) write(b *pebble.Batch) {
 // its copy or empty) or a run of n rows.
 func (r *replayBatch) set(b *pebble.Batch, n int, value []byte) {
 	if n > 1 {
-		r.key = binary.BigEndian.AppendUint16(r.key, uint16(n-1))
+		r.key = appendRunLength(r.key, uint64(n-1))
 	}
 	_ = b.Set(r.key, value, nil)
 }
 
-type replayEntries []replayEntry
-
-// run returns the end of the run of entries from i: consecutive seqs of
-// one name, none with a copy.
-func (es replayEntries) run(i int) int {
+// runEnd returns the end of the run of entries from i: consecutive seqs
+// of one name, none with a copy, at most MaxIndexRun.
+func runEnd[E interface {
+	copied() bool
+	follows(prev E) bool
+}](es []E, i int) int {
 	j := i + 1
-	for e := es[i]; j < len(es) && e.v0 == e.v1 && j-i < MaxIndexRun && es[j].name == e.name && es[j].seq == es[j-1].seq+1 && es[j].v0 == es[j].v1; j++ {
+	if es[i].copied() {
+		return j
+	}
+	for j < len(es) && j-i < MaxIndexRun && !es[j].copied() && es[j].follows(es[j-1]) {
+		j++
 	}
 	return j
 }
+
+func (e replayEntry) copied() bool { return e.v1 > e.v0 }
+func (e collEntry) copied() bool   { return e.v1 > e.v0 }
+
+// follows reports whether e is the row after prev in prev's name.
+func (e replayEntry) follows(prev replayEntry) bool {
+	return e.name == prev.name && e.seq == prev.seq+1
+}
+func (e collEntry) follows(prev collEntry) bool { return e.name == prev.name && e.seq == prev.seq+1 }
 
 // Covering copies. At the density of a collection that is rare but not
 // very rare (a row in a few hundred), nearly every ev/ block holds one of
@@ -551,21 +563,6 @@ func (x *IndexIter) Next() bool {
 		// A seq of a run that compaction emptied.
 	}
 	return false
-}
-
-// entrySpan returns the seqs [first, last] of the replay index key k
-// whose range prefix is plen bytes: one row's key, or a run's.
-func entrySpan(k []byte, plen int) (first, last uint64, ok bool) {
-	switch len(k) - plen {
-	case 8:
-		first = binary.BigEndian.Uint64(k[plen:])
-		return first, first, true
-	case 10:
-		first = binary.BigEndian.Uint64(k[plen:])
-		n := uint64(binary.BigEndian.Uint16(k[plen+8:]))
-		return first, first + n, n > 0 && first <= math.MaxUint64-n
-	}
-	return 0, 0, false
 }
 
 // copied decodes the row at seq from its entry's covering copy.
