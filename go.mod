@@ -101,4 +101,7 @@ require (
 	lukechampine.com/blake3 v1.2.1 // indirect
 )
 
+// go-ethereum (libsecp256k1 for commit signatures) would raise DataDog/zstd
+// to 1.5.x, whose decompression Pebble v1's cgo build misreads ("decompressed
+// into unexpected buffer"): keep the version Pebble v1 is built against.
 replace github.com/DataDog/zstd => github.com/DataDog/zstd v1.4.5
