@@ -168,36 +168,48 @@ func FuzzDecodeInstance(f *testing.F) {
 	})
 }
 
+// FuzzDecodeEvent covers both row versions: a row is decoded at a seq, and
+// whatever is accepted re-encodes, in its own version, to the same bytes.
 func FuzzDecodeEvent(f *testing.F) {
-	seeds := []Event{
-		commitEv(testDID, "3kabcdefghijk", KindCreate, SourceBackfill, "3kaaaaaaaaaaa"),
-		commitEv(testDID, "3kabcdefghijk", KindDelete, SourceLive, "self"),
-		{Kind: KindIdentity, DID: testDID, Handle: "a.test", UpstreamSeq: 7, Source: SourceLive, TimeUS: 5},
-		{Kind: KindAccount, DID: testDID, Active: true, Source: SourceMerge},
-		{Kind: KindSync, DID: testDID, Rev: "3kabcdefghijk", Source: SourceRetry},
-		realisticEvent(3),
-	}
+	seeds := append(eventCases(), Event{Kind: KindIdentity, DID: testDID, Handle: "a.test", UpstreamSeq: 7, Source: SourceLive, TimeUS: 5})
 	for i := range seeds {
-		b, err := AppendEvent(nil, &seeds[i])
-		if err != nil {
-			f.Fatal(err)
+		for _, seq := range []uint64{1, 1 << 40, 1<<64 - 1} {
+			seeds[i].Seq = seq
+			seeds[i].TimeUS = 1700000000000000 + int64(i)
+			for _, enc := range []func([]byte, *Event) ([]byte, error){AppendEvent, appendEventV1} {
+				b, err := enc(nil, &seeds[i])
+				if err != nil {
+					f.Fatal(err)
+				}
+				f.Add(seq, b)
+			}
 		}
-		f.Add(b)
 	}
-	f.Add([]byte{1, 4, 2, 0x20, 0, 1, 'd', 0}) // guards: empty field flagged present
+	f.Add(uint64(0), []byte{1, 4, 2, 0x20, 0, 1, 'd', 0}) // guards: empty field flagged present
+	f.Add(uint64(0), []byte{2, 4, 2, 0x20, 0, 1, 'd', 0})
+	f.Add(uint64(1<<63-1), []byte{2, 4, 2, 0, 2, 1, 'd'}) // guards: time − seq wrapping above MaxInt64
 	{
 		rec := []byte{0xa1, 0x61, 'a', 0x01}
 		sum := sha256.Sum256(rec)
 		ev := Event{Kind: KindCreate, DID: testDID, Collection: "a.b.c", RKey: "k", Rev: "r", CID: append([]byte{1, 0x71, 0x12, 0x20}, sum[:]...), Record: rec, Source: SourceLive}
 		b, _ := AppendEvent(nil, &ev)
-		f.Add(b) // guards: a derived (elided) CID round-trips canonically
+		f.Add(uint64(0), b) // guards: a derived (elided) CID round-trips canonically
+		b, _ = appendEventV1(nil, &ev)
+		f.Add(uint64(0), b)
 	}
-	f.Fuzz(func(t *testing.T, b []byte) {
+	f.Fuzz(func(t *testing.T, seq uint64, b []byte) {
 		var ev Event
-		if err := DecodeEvent(b, &ev); err != nil {
+		if err := DecodeEvent(b, seq, &ev); err != nil {
 			return
 		}
-		re, err := AppendEvent(nil, &ev)
+		if ev.Seq != seq {
+			t.Fatalf("decoded seq %d, want %d", ev.Seq, seq)
+		}
+		enc := AppendEvent
+		if b[0] == codecV1 {
+			enc = appendEventV1
+		}
+		re, err := enc(nil, &ev)
 		if err != nil {
 			t.Fatalf("decoded event does not re-encode: %v", err)
 		}

@@ -223,7 +223,9 @@ func TestSmallCodecs(t *testing.T) {
 	}
 }
 
-func TestEventCodec(t *testing.T) {
+// eventCases is one event of every kind and field combination the codec
+// takes.
+func eventCases() []Event {
 	cases := []Event{
 		commitEv(testDID, "3kabcdefghijk", KindCreate, SourceBackfill, "3kaaaaaaaaaaa"),
 		commitEv(testDID, "3kabcdefghijk", KindUpdate, SourceLive, "self"),
@@ -234,36 +236,43 @@ func TestEventCodec(t *testing.T) {
 		{Kind: KindAccount, DID: testDID, Active: true, Source: SourceLive, UpstreamSeq: 1},
 		{Kind: KindSync, DID: testDID, Rev: "3kabcdefghijk", Source: SourceRetry},
 		{Kind: KindDelete, DID: testDID, Collection: "a.b.c", RKey: "x", Rev: "3kabcdefghijk", Since: "3kabcdefghiji", UpstreamSeq: 7, Source: SourceLive},
+		realisticEvent(5),
 	}
 	withSince := commitEv(testDID, "3kabcdefghijk", KindCreate, SourceLive, "x")
-	withSince.Since = "3kabcdefghiji"
-	cases = append(cases, withSince)
-	for i, ev := range cases {
-		ev.TimeUS = 1700000000000000 + int64(i)
-		b, err := AppendEvent(nil, &ev)
-		if err != nil {
-			t.Fatalf("case %d: %v", i, err)
-		}
-		got := Event{Seq: 42}
-		if err := DecodeEvent(b, &got); err != nil {
-			t.Fatalf("case %d decode: %v", i, err)
-		}
-		ev.Seq = 42
-		if !equalEvents(&got, &ev) {
-			t.Fatalf("case %d: got %+v want %+v", i, got, ev)
+	withSince.Since, withSince.UpstreamSeq = "3kabcdefghiji", 12
+	return append(cases, withSince)
+}
+
+func TestEventCodec(t *testing.T) {
+	for i, ev := range eventCases() {
+		for _, tc := range []struct{ seq, us uint64 }{
+			{42, 1700000000000000 + uint64(i)}, // time above the seq
+			{1<<62 + 5, 7},                     // time below the seq
+			{math.MaxUint64, math.MaxInt64},    // the extremes
+			{0, 0},
+		} {
+			ev.Seq, ev.TimeUS = tc.seq, int64(tc.us)
+			b, err := AppendEvent(nil, &ev)
+			if err != nil {
+				t.Fatalf("case %d: %v", i, err)
+			}
+			if b[0] != eventV2 {
+				t.Fatalf("case %d: version 0x%02x", i, b[0])
+			}
+			var got Event
+			if err := DecodeEvent(b, tc.seq, &got); err != nil {
+				t.Fatalf("case %d seq %d decode: %v", i, tc.seq, err)
+			}
+			if !equalEvents(&got, &ev) {
+				t.Fatalf("case %d: got %+v want %+v", i, got, ev)
+			}
 		}
 	}
-	// A row written before Since existed reads as it did; Since adds its
-	// own mask bit and a string at the end.
-	old := []byte{1, 3, 2, 0x87, 0x01, 5, 5, 'd', 'i', 'd', ':', 'x', 3, 'a', '.', 'b', 1, 'k', 1, 'r', 9}
-	del := Event{Kind: KindDelete, DID: "did:x", Collection: "a.b", RKey: "k", Rev: "r", TimeUS: 5, UpstreamSeq: 9, Source: SourceLive}
-	var got Event
-	if err := DecodeEvent(old, &got); err != nil || !equalEvents(&got, &del) {
-		t.Fatalf("old row: %+v %v", got, err)
-	}
-	del.Since = "q"
-	if b, err := AppendEvent(nil, &del); err != nil || !bytes.Equal(b, append([]byte{1, 3, 2, 0x87, 0x09}, append(old[5:], 1, 'q')...)) {
-		t.Fatalf("row with since: % x %v", b, err)
+	// The layout, byte for byte: a delete at seq 10, time 15 (+5).
+	del := Event{Seq: 10, Kind: KindDelete, DID: "did:x", Collection: "a.b", RKey: "k", Rev: "r", TimeUS: 15, UpstreamSeq: 9, Source: SourceLive, Since: "q"}
+	want := []byte{2, 3, 2, 0x87, 0x09, 10, 5, 'd', 'i', 'd', ':', 'x', 3, 'a', '.', 'b', 1, 'k', 1, 'r', 9, 1, 'q'}
+	if b, err := AppendEvent(nil, &del); err != nil || !bytes.Equal(b, want) {
+		t.Fatalf("delete row: % x %v, want % x", b, err, want)
 	}
 	// The encoder refuses events the decoder would refuse.
 	for name, ev := range map[string]Event{
@@ -283,25 +292,121 @@ func TestEventCodec(t *testing.T) {
 			t.Errorf("%s: encoder said %v", name, err)
 		}
 	}
-	good, _ := AppendEvent(nil, &cases[0])
+	create := eventCases()[0]
+	good, _ := AppendEvent(nil, &create)
+	goodDel, _ := AppendEvent(nil, &del)
+	head := len(good) - len(create.Record) // a create row up to its record
 	for name, b := range map[string][]byte{
 		"empty":          nil,
-		"v2":             append([]byte{2}, good[1:]...),
-		"kind 0":         append([]byte{1, 0}, good[2:]...),
-		"kind 7":         append([]byte{1, 7}, good[2:]...),
-		"source 9":       append([]byte{1, 1, 9}, good[3:]...),
-		"truncated":      good[:len(good)-1],
-		"trailing":       append(append([]byte(nil), good...), 0),
-		"unknown fields": {1, 4, 2, 0x80, 0x04, 0, 1, 'd'},
-		"empty did":      {1, 4, 2, 0, 0, 0},
+		"v3":             append([]byte{3}, good[1:]...),
+		"kind 0":         append([]byte{2, 0}, good[2:]...),
+		"kind 7":         append([]byte{2, 7}, good[2:]...),
+		"source 9":       append([]byte{2, 1, 9}, good[3:]...),
+		"truncated":      goodDel[:len(goodDel)-1],
+		"trailing":       append(append([]byte(nil), goodDel...), 0),
+		"no record":      good[:head], // flagged present, empty
+		"truncated cid":  good[:head-1],
+		"unknown fields": {2, 4, 2, 0x80, 0x10, 0, 1, 'd'},
+		"empty did":      {2, 4, 2, 0, 0, 0},
 		// A field flagged present but empty is not what the encoder writes.
-		"empty flagged handle": {1, 4, 2, 0x20, 0, 1, 'd', 0},
+		"empty flagged handle": {2, 4, 2, 0x20, 0, 1, 'd', 0},
+		"non-minimal time":     {2, 4, 2, 0, 0x80, 0, 1, 'd'},
+		// time − seq wraps to a time above MaxInt64.
+		"time above MaxInt64": {2, 4, 2, 0, 2, 1, 'd'},
 	} {
 		ev := Event{}
-		mustMalformed(t, "event "+name, DecodeEvent(b, &ev))
+		seq := uint64(0)
+		if name == "time above MaxInt64" {
+			seq = math.MaxInt64
+		}
+		mustMalformed(t, "event "+name, DecodeEvent(b, seq, &ev))
 		if ev.DID != "" || ev.Record != nil {
 			t.Errorf("%s: failed decode left fields set: %+v", name, ev)
 		}
+	}
+}
+
+// TestEventTimeRelativeToSeq: the time is stored relative to the row's seq,
+// so the rows of one writer unit under load (seq and time both previous+1)
+// carry the same bytes for it and compress to one match; the time is exact
+// and read back only with the row's own seq.
+func TestEventTimeRelativeToSeq(t *testing.T) {
+	ev := commitEv(testDID, "3kabcdefghijk", KindDelete, SourceLive, "3kaaaaaaaaaaa")
+	var rows [][]byte
+	for i := range uint64(3) {
+		ev.Seq, ev.TimeUS = 1000+i, 1700000000000000+int64(i)
+		b, err := AppendEvent(nil, &ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, b)
+		var got Event
+		if err := DecodeEvent(b, ev.Seq, &got); err != nil || got.TimeUS != ev.TimeUS {
+			t.Fatalf("seq %d: time %d, want %d (%v)", ev.Seq, got.TimeUS, ev.TimeUS, err)
+		}
+	}
+	if !bytes.Equal(rows[0], rows[1]) || !bytes.Equal(rows[1], rows[2]) {
+		t.Fatalf("rows one seq and one µs apart differ:\n% x\n% x\n% x", rows[0], rows[1], rows[2])
+	}
+	ev.TimeUS += 5 // a gap in time (a new unit) is a different row
+	if b, _ := AppendEvent(nil, &ev); bytes.Equal(b, rows[2]) {
+		t.Fatal("a later time encodes as the same row")
+	}
+}
+
+// TestEventRecordTail: a record is the last field of a row and takes the
+// rest of the value, with no length of its own.
+func TestEventRecordTail(t *testing.T) {
+	ev := commitEv(testDID, "3kabcdefghijk", KindCreate, SourceLive, "3kaaaaaaaaaaa")
+	size := func(n int) int {
+		ev.Record = append([]byte{0x78, byte(n - 2)}, bytes.Repeat([]byte{'a'}, n-2)...)
+		b, err := AppendEvent(nil, &ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.HasSuffix(b, ev.Record) {
+			t.Fatalf("a row does not end with its record: % x", b)
+		}
+		return len(b)
+	}
+	// 127 → 128 bytes: a uvarint length would grow by a byte.
+	if a, b := size(127), size(128); b-a != 1 {
+		t.Fatalf("rows of 127- and 128-byte records are %d and %d bytes: the record carries a length", a, b)
+	}
+}
+
+// TestEventV1Rows: rows written in version 1 (absolute time, length-prefixed
+// record in the middle) still read, at any seq.
+func TestEventV1Rows(t *testing.T) {
+	for i, ev := range eventCases() {
+		ev.Seq, ev.TimeUS = 77, 1700000000000000+int64(i)
+		b, err := appendEventV1(nil, &ev)
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		var got Event
+		if err := DecodeEvent(b, 77, &got); err != nil || !equalEvents(&got, &ev) {
+			t.Fatalf("case %d: got %+v want %+v (%v)", i, got, ev, err)
+		}
+	}
+	// A row written before Since existed, byte for byte.
+	old := []byte{1, 3, 2, 0x87, 0x01, 5, 5, 'd', 'i', 'd', ':', 'x', 3, 'a', '.', 'b', 1, 'k', 1, 'r', 9}
+	del := Event{Seq: 3, Kind: KindDelete, DID: "did:x", Collection: "a.b", RKey: "k", Rev: "r", TimeUS: 5, UpstreamSeq: 9, Source: SourceLive}
+	var got Event
+	if err := DecodeEvent(old, 3, &got); err != nil || !equalEvents(&got, &del) {
+		t.Fatalf("old row: %+v %v", got, err)
+	}
+	del.Since = "q"
+	if b, err := appendEventV1(nil, &del); err != nil || !bytes.Equal(b, append([]byte{1, 3, 2, 0x87, 0x09}, append(old[5:], 1, 'q')...)) {
+		t.Fatalf("row with since: % x %v", b, err)
+	}
+	good, _ := appendEventV1(nil, &eventCases()[0])
+	for name, b := range map[string][]byte{
+		"truncated":      good[:len(good)-1],
+		"trailing":       append(append([]byte(nil), good...), 0),
+		"unknown fields": {1, 4, 2, 0x80, 0x10, 0, 1, 'd'},
+	} {
+		mustMalformed(t, "v1 event "+name, DecodeEvent(b, 0, &got))
 	}
 }
 
@@ -350,7 +455,7 @@ func TestDerivedCID(t *testing.T) {
 		want []byte
 	}{{b, derived}, {b2, other.CID}} {
 		var got Event
-		if err := DecodeEvent(tc.enc, &got); err != nil || !bytes.Equal(got.CID, tc.want) || !bytes.Equal(got.Record, rec) {
+		if err := DecodeEvent(tc.enc, 0, &got); err != nil || !bytes.Equal(got.CID, tc.want) || !bytes.Equal(got.Record, rec) {
 			t.Fatalf("round trip: %v %x", err, got.CID)
 		}
 		if re, _ := AppendEvent(nil, &got); !bytes.Equal(re, tc.enc) {
@@ -361,7 +466,7 @@ func TestDerivedCID(t *testing.T) {
 	forged := append([]byte(nil), b2...)
 	copy(forged[bytes.Index(forged, other.CID[:4]):], derived[:4])
 	var got Event
-	mustMalformed(t, "stored derivable CID", DecodeEvent(forged, &got))
+	mustMalformed(t, "stored derivable CID", DecodeEvent(forged, 0, &got))
 
 	// A producer that checked the hash (CIDOfRecord) gets the same
 	// encoding; a CID of another codec is still stored.
@@ -379,7 +484,7 @@ func TestDerivedCID(t *testing.T) {
 	lying := checked
 	lying.CID = append([]byte{0x01, 0x71, 0x12, 0x20}, make([]byte, 32)...)
 	l, _ := AppendEvent(nil, &lying)
-	if err := DecodeEvent(l, &got); err != nil || !bytes.Equal(got.CID, derived) {
+	if err := DecodeEvent(l, 0, &got); err != nil || !bytes.Equal(got.CID, derived) {
 		t.Fatalf("a checked CID was hashed again: %v %x", err, got.CID)
 	}
 }

@@ -1,16 +1,32 @@
 package archive
 
-// This file owns the stored encoding of events (ev/ and cap/ values):
+// This file owns the stored encoding of events (ev/ and cap/ values). The
+// seq is the key, not part of the value; the writer writes version 2, and
+// version 1 rows (written before it) still read.
+//
+// Version 2:
+//
+//	[0x02][kind][source][uvarint field mask][varint time_us − seq][str did]
+//	then, in this order, the present fields:
+//	collection, rkey, rev, handle, status (str); upstream seq (uvarint);
+//	since (str); cid (bytes); record: the rest of the value, unprefixed.
+//
+// The time is stored relative to the row's seq (wrapping 64-bit
+// difference): the writer stamps consecutive rows previous+1 under load,
+// so the rows of one unit carry the same bytes there and compress to a
+// match. The record, when present, is the last field and takes the bytes
+// left (its length is the value's).
+//
+// Version 1:
 //
 //	[0x01][kind][source][uvarint field mask][uvarint time_us][str did]
 //	then, in mask order, the present fields:
 //	collection, rkey, rev (str); cid, record (bytes); handle, status (str);
-//	upstream seq (uvarint); since (str). Active is a mask bit with no
-//	payload. Since is written to cap/ only (the archive writer drops it
-//	from ev/ rows); a row without it has no bit set, so rows written
-//	before it existed read as they did.
+//	upstream seq (uvarint); since (str).
 //
-// The seq is the key, not part of the value.
+// In both, Active is a mask bit with no payload, and Since is written to
+// cap/ only (the archive writer drops it from ev/ rows); a row without it
+// has no bit set, so rows written before it existed read as they did.
 
 import (
 	"bytes"
@@ -19,6 +35,10 @@ import (
 	"math"
 	"strings"
 )
+
+// eventV2 is the version byte of the rows AppendEvent writes (version 1 is
+// codecV1).
+const eventV2 = 0x02
 
 const (
 	evCollection uint64 = 1 << iota
@@ -175,7 +195,9 @@ func checkMask(k Kind, m uint64, ev *Event) error {
 	return nil
 }
 
-// AppendEvent appends the stored encoding of ev to dst. Seq is not encoded.
+// AppendEvent appends the stored encoding of ev (version 2) to dst. Seq is
+// not encoded, but the time is stored relative to it: the row decodes only
+// with its own seq.
 func AppendEvent(dst []byte, ev *Event) ([]byte, error) {
 	if err := ValidateEvent(ev); err != nil {
 		return dst, err
@@ -184,9 +206,9 @@ func AppendEvent(dst []byte, ev *Event) ([]byte, error) {
 	if m&evCID != 0 && m&evRecord != 0 && derivable(ev) {
 		m = m&^evCID | evCIDDerived
 	}
-	dst = append(dst, codecV1, byte(ev.Kind), byte(ev.Source))
+	dst = append(dst, eventV2, byte(ev.Kind), byte(ev.Source))
 	dst = binary.AppendUvarint(dst, m)
-	dst = binary.AppendUvarint(dst, uint64(ev.TimeUS))
+	dst = binary.AppendVarint(dst, int64(uint64(ev.TimeUS)-ev.Seq))
 	dst = appendString(dst, ev.DID)
 	if m&evCollection != 0 {
 		dst = appendString(dst, ev.Collection)
@@ -196,12 +218,6 @@ func AppendEvent(dst []byte, ev *Event) ([]byte, error) {
 	}
 	if m&evRev != 0 {
 		dst = appendString(dst, ev.Rev)
-	}
-	if m&evCID != 0 {
-		dst = appendBytes(dst, ev.CID)
-	}
-	if m&evRecord != 0 {
-		dst = appendBytes(dst, ev.Record)
 	}
 	if m&evHandle != 0 {
 		dst = appendString(dst, ev.Handle)
@@ -215,7 +231,10 @@ func AppendEvent(dst []byte, ev *Event) ([]byte, error) {
 	if m&evSince != 0 {
 		dst = appendString(dst, ev.Since)
 	}
-	return dst, nil
+	if m&evCID != 0 {
+		dst = appendBytes(dst, ev.CID)
+	}
+	return append(dst, ev.Record...), nil
 }
 
 // EncodedSize is an upper bound of the encoded size of ev.
@@ -225,17 +244,17 @@ func EncodedSize(ev *Event) int {
 		len(ev.CID) + len(ev.Record) + len(ev.Handle) + len(ev.Status)
 }
 
-// DecodeEvent decodes b into ev (Seq is left as is: it comes from the key).
-// CID and Record alias b; copy them if b is reused (Pebble iterator values
-// are valid only until the iterator moves).
-func DecodeEvent(b []byte, ev *Event) error {
-	seq := ev.Seq
+// DecodeEvent decodes b, the value of the row at seq, into ev (ev.Seq is
+// set to seq). CID and Record alias b; copy them if b is reused (Pebble
+// iterator values are valid only until the iterator moves).
+func DecodeEvent(b []byte, seq uint64, ev *Event) error {
 	*ev = Event{Seq: seq}
 	if len(b) < 3 {
 		return malformed("event: %d bytes", len(b))
 	}
-	if b[0] != codecV1 {
-		return malformed("event: unknown version 0x%02x", b[0])
+	v := b[0]
+	if v != codecV1 && v != eventV2 {
+		return malformed("event: unknown version 0x%02x", v)
 	}
 	ev.Kind, ev.Source = Kind(b[1]), Source(b[2])
 	if !ev.Kind.Valid() {
@@ -249,7 +268,12 @@ func DecodeEvent(b []byte, ev *Event) error {
 	if m&^evKnown != 0 {
 		return malformed("event: unknown field bits 0x%x", m&^evKnown)
 	}
-	t := d.uvarint()
+	var t uint64
+	if v == codecV1 {
+		t = d.uvarint()
+	} else {
+		t = seq + uint64(d.varint())
+	}
 	ev.DID = d.str(maxDID)
 	if m&evCollection != 0 {
 		ev.Collection = d.str(maxCollection)
@@ -260,11 +284,8 @@ func DecodeEvent(b []byte, ev *Event) error {
 	if m&evRev != 0 {
 		ev.Rev = d.str(maxRev)
 	}
-	if m&evCID != 0 {
-		ev.CID = d.raw(maxCID)
-	}
-	if m&evRecord != 0 {
-		ev.Record = d.raw(MaxRecord)
+	if v == codecV1 {
+		decodeBody(&d, v, m, ev)
 	}
 	if m&evHandle != 0 {
 		ev.Handle = d.str(maxHandle)
@@ -279,38 +300,58 @@ func DecodeEvent(b []byte, ev *Event) error {
 	if m&evSince != 0 {
 		ev.Since = d.str(maxRev)
 	}
+	if v == eventV2 {
+		decodeBody(&d, v, m, ev)
+	}
 	ev.Active = m&evActive != 0
-	derived := m&evCIDDerived != 0
-	if derived {
+	if err := finishEvent(&d, m, t, up, ev); err != nil {
+		*ev = Event{Seq: seq}
+		return err
+	}
+	return nil
+}
+
+// decodeBody reads the CID and the record: length-prefixed in version 1;
+// in version 2 the record is the rest of the value (checkMask bounds it,
+// and an empty one is refused as a non-canonical mask).
+func decodeBody(d *decoder, v byte, m uint64, ev *Event) {
+	if m&evCID != 0 {
+		ev.CID = d.raw(maxCID)
+	}
+	switch {
+	case m&evRecord == 0:
+	case v == codecV1:
+		ev.Record = d.raw(MaxRecord)
+	case d.err == nil:
+		ev.Record, d.b = d.b[:len(d.b):len(d.b)], nil
+	}
+}
+
+// finishEvent completes a decoded event: it derives an elided CID, checks
+// that every byte was read, the time and upstream seq, and that the mask is
+// canonical and allowed for the kind.
+func finishEvent(d *decoder, m, t, up uint64, ev *Event) error {
+	if m&evCIDDerived != 0 {
 		if m&evCID != 0 || len(ev.Record) == 0 {
-			*ev = Event{Seq: seq}
 			return malformed("event: derived CID without a record, or with a stored CID")
 		}
 		sum := sha256.Sum256(ev.Record)
 		ev.CID = append(append(make([]byte, 0, 36), cidPrefix[:]...), sum[:]...)
 		m = m&^evCIDDerived | evCID
 	} else if m&evCID != 0 && derivedCID(ev.CID, ev.Record) {
-		*ev = Event{Seq: seq}
 		return malformed("event: stored CID that should have been derived")
 	}
 	if err := d.finish("event"); err != nil {
-		*ev = Event{Seq: seq}
 		return err
 	}
 	if t > math.MaxInt64 || up > math.MaxInt64 {
-		*ev = Event{Seq: seq}
 		return malformed("event: time %d or upstream seq %d above MaxInt64", t, up)
 	}
 	ev.TimeUS, ev.UpstreamSeq = int64(t), int64(up)
 	// The mask must be the canonical one for the decoded fields (an empty
 	// field flagged present is not something the encoder writes).
 	if eventMask(ev) != m || ev.DID == "" {
-		*ev = Event{Seq: seq}
 		return malformed("event: non-canonical field mask 0x%x", m)
 	}
-	if err := checkMask(ev.Kind, m, ev); err != nil {
-		*ev = Event{Seq: seq}
-		return err
-	}
-	return nil
+	return checkMask(ev.Kind, m, ev)
 }

@@ -216,8 +216,7 @@ func (s *Store) fillBatch(key []byte, m IndexMarker, rows int, buf []byte, idx [
 			next = seq
 			break
 		}
-		ev.Seq = seq
-		if err := DecodeEvent(it.Value(), &ev); err != nil {
+		if err := DecodeEvent(it.Value(), seq, &ev); err != nil {
 			return m, 0, badState(it.Key(), err, "")
 		}
 		if buf, idx, err = add(buf, idx, &ev, len(it.Value())); err != nil {

@@ -29,7 +29,7 @@ func (s *Store) tip(prefix []byte) (uint64, int64, error) {
 		return 0, 0, &KeyError{Key: string(it.Key()), Kind: ErrMalformed, Err: err}
 	}
 	var ev Event
-	if err := DecodeEvent(it.Value(), &ev); err != nil {
+	if err := DecodeEvent(it.Value(), seq, &ev); err != nil {
 		return 0, 0, &KeyError{Key: string(it.Key()), Kind: ErrMalformed, Err: err}
 	}
 	return seq, ev.TimeUS, nil
@@ -92,8 +92,7 @@ func (e *EventIter) Next() bool {
 		e.err = &KeyError{Key: string(e.it.Key()), Kind: ErrMalformed, Err: err}
 		return false
 	}
-	e.ev.Seq = seq
-	if err := DecodeEvent(e.it.Value(), &e.ev); err != nil {
+	if err := DecodeEvent(e.it.Value(), seq, &e.ev); err != nil {
 		e.err = &KeyError{Key: string(e.it.Key()), Kind: ErrMalformed, Err: err}
 		return false
 	}
@@ -154,7 +153,7 @@ func (s *Store) SeqAtTime(us int64) (uint64, error) {
 		if err != nil {
 			return 0, 0, &KeyError{Key: string(it.Key()), Kind: ErrMalformed, Err: err}
 		}
-		if err := DecodeEvent(it.Value(), &ev); err != nil {
+		if err := DecodeEvent(it.Value(), seq, &ev); err != nil {
 			return 0, 0, &KeyError{Key: string(it.Key()), Kind: ErrMalformed, Err: err}
 		}
 		return seq, ev.TimeUS, nil

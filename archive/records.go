@@ -125,7 +125,7 @@ func accountPurgedAt(r pebble.Reader, did string) (uint64, error) {
 func eventCID(r pebble.Reader, seq uint64) ([]byte, error) {
 	ev, err := get(r, EventKey(seq), func(b []byte) (Event, error) {
 		var ev Event
-		err := DecodeEvent(b, &ev)
+		err := DecodeEvent(b, seq, &ev)
 		ev.CID = append([]byte(nil), ev.CID...)
 		return ev, err
 	})

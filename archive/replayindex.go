@@ -568,8 +568,7 @@ func (x *IndexIter) Next() bool {
 // copied decodes the row at seq from its entry's covering copy.
 func (x *IndexIter) copied(seq uint64) bool {
 	x.copies++
-	x.evt.Seq = seq
-	if err := DecodeEvent(x.row, &x.evt); err != nil {
+	if err := DecodeEvent(x.row, seq, &x.evt); err != nil {
 		x.err = &KeyError{Key: keyString(EventKey(seq)) + "<covering copy>", Kind: ErrMalformed, Err: err}
 		return false
 	}
@@ -591,8 +590,7 @@ func (x *IndexIter) point(seq uint64, run bool) bool {
 		}
 		return false
 	}
-	x.evt.Seq = seq
-	if err := DecodeEvent(x.ev.Value(), &x.evt); err != nil {
+	if err := DecodeEvent(x.ev.Value(), seq, &x.evt); err != nil {
 		x.err = &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: err}
 		return false
 	}
@@ -668,8 +666,7 @@ func (s *Store) CheckReplayIndex() error {
 			_ = it.Close()
 			return &KeyError{Key: keyString(it.Key()), Kind: ErrMalformed, Err: err}
 		}
-		ev.Seq = seq
-		if err := DecodeEvent(it.Value(), &ev); err != nil {
+		if err := DecodeEvent(it.Value(), seq, &ev); err != nil {
 			_ = it.Close()
 			return &KeyError{Key: keyString(it.Key()), Kind: ErrMalformed, Err: err}
 		}

@@ -84,7 +84,11 @@ func BenchmarkBottomLevelRead(b *testing.B) {
 			if !it.Valid() {
 				it.First()
 			}
-			if err := DecodeEvent(it.Value(), &out); err != nil {
+			seq, err := ParseSeqKey(PrefixEvent, it.Key())
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := DecodeEvent(it.Value(), seq, &out); err != nil {
 				b.Fatal(fmt.Errorf("%x: %w", it.Key(), err))
 			}
 			it.Next()

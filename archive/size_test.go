@@ -98,7 +98,11 @@ func measureSizes(s *Store) (sizeBreakdown, error) {
 	var ev Event
 	for it.First(); it.Valid(); it.Next() {
 		v := it.Value()
-		if err := DecodeEvent(v, &ev); err != nil {
+		seq, err := ParseSeqKey(PrefixEvent, it.Key())
+		if err != nil {
+			return bd, err
+		}
+		if err := DecodeEvent(v, seq, &ev); err != nil {
 			return bd, fmt.Errorf("%x: %w", it.Key(), err)
 		}
 		bd.Events++
@@ -112,37 +116,51 @@ func measureSizes(s *Store) (sizeBreakdown, error) {
 // addEventFields attributes the bytes of one encoded event value to its
 // fields by re-walking the encoding (any version DecodeEvent accepts).
 func addEventFields(f map[string]int64, v []byte) {
-	uv := func(b []byte) int { _, n := binary.Uvarint(b); return n }
-	switch v[0] {
-	case codecV1:
-		f["header (version,kind,source)"] += 3
-		b := v[3:]
-		m, n := binary.Uvarint(b)
-		f["mask"] += int64(n)
-		b = b[n:]
-		n = uv(b)
-		f["time_us"] += int64(n)
-		b = b[n:]
-		str := func(name string) {
-			l, n := binary.Uvarint(b)
-			f["length prefixes"] += int64(n)
-			f[name] += int64(l)
-			b = b[n+int(l):]
-		}
-		str("did")
-		for _, x := range []struct {
-			bit  uint64
-			name string
-		}{{evCollection, "collection"}, {evRKey, "rkey"}, {evRev, "rev"}, {evCID, "cid"}, {evRecord, "record"}, {evHandle, "handle"}, {evStatus, "status"}} {
-			if m&x.bit != 0 {
-				str(x.name)
-			}
-		}
-		if m&evUpstreamSeq != 0 {
-			f["upstream seq"] += int64(uv(b))
-		}
-	default:
+	if v[0] != codecV1 && v[0] != eventV2 {
 		addEventFieldsV(f, v)
+		return
+	}
+	f["header (version,kind,source)"] += 3
+	b := v[3:]
+	uv := func(name string) {
+		_, n := binary.Uvarint(b)
+		f[name] += int64(n)
+		b = b[n:]
+	}
+	str := func(name string) {
+		l, n := binary.Uvarint(b)
+		f["length prefixes"] += int64(n)
+		f[name] += int64(l)
+		b = b[n+int(l):]
+	}
+	m, _ := binary.Uvarint(b)
+	uv("mask")
+	uv("time_us")
+	str("did")
+	fields := []struct {
+		bit  uint64
+		name string
+	}{{evCollection, "collection"}, {evRKey, "rkey"}, {evRev, "rev"}, {evCID, "cid"}, {evRecord, "record"}, {evHandle, "handle"}, {evStatus, "status"}, {evUpstreamSeq, "upstream seq"}}
+	if v[0] == eventV2 {
+		fields = append(fields[:3], fields[5:]...)
+	}
+	for _, x := range fields {
+		switch {
+		case m&x.bit == 0:
+		case x.bit == evUpstreamSeq:
+			uv(x.name)
+		default:
+			str(x.name)
+		}
+	}
+	if v[0] == eventV2 {
+		if m&evSince != 0 {
+			str("since")
+		}
+		if m&evCID != 0 {
+			str("cid")
+		}
+		f["record"] += int64(len(b))
 	}
 }
 

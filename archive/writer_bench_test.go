@@ -131,7 +131,7 @@ func BenchmarkEventDecode(b *testing.B) {
 	var out Event
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		if err := DecodeEvent(buf, &out); err != nil {
+		if err := DecodeEvent(buf, ev.Seq, &out); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -129,7 +129,11 @@ func readCosts(b *testing.B, dir string, events int64, w0 *world.World) (replayN
 	n := 0
 	t0 := time.Now()
 	for it.SeekGE(PrefixEvent); it.Valid() && hasPrefix(it.Key(), PrefixEvent); it.Next() {
-		if err := DecodeEvent(it.Value(), &ev); err != nil {
+		seq, err := ParseSeqKey(PrefixEvent, it.Key())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := DecodeEvent(it.Value(), seq, &ev); err != nil {
 			b.Fatal(err)
 		}
 		n++
