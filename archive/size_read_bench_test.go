@@ -28,6 +28,7 @@ func BenchmarkBottomLevelRead(b *testing.B) {
 	var buf []byte
 	for i := uint64(1); i <= events; i++ {
 		ev.DID = didN(int(i % dids))
+		ev.Seq, ev.TimeUS = i, 1700000000000000+int64(i) // the writer's stamps: the time reads back relative to the key's seq
 		buf, _ = AppendEvent(buf[:0], &ev)
 		_ = batch.Set(EventKey(i), buf, nil)
 	}
