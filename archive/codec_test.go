@@ -311,6 +311,8 @@ func TestEventCodec(t *testing.T) {
 		// A field flagged present but empty is not what the encoder writes.
 		"empty flagged handle": {2, 4, 2, 0x20, 0, 1, 'd', 0},
 		"non-minimal time":     {2, 4, 2, 0, 0x80, 0, 1, 'd'},
+		// A 0x00 would split the rec/ and tomb/ key fields.
+		"0x00 in rkey": {2, 3, 2, 0x07, 0, 1, 'd', 1, 'c', 1, 0, 1, 'r'},
 		// time − seq wraps to a time above MaxInt64.
 		"time above MaxInt64": {2, 4, 2, 0, 2, 1, 'd'},
 	} {
@@ -405,6 +407,7 @@ func TestEventV1Rows(t *testing.T) {
 		"truncated":      good[:len(good)-1],
 		"trailing":       append(append([]byte(nil), good...), 0),
 		"unknown fields": {1, 4, 2, 0x80, 0x10, 0, 1, 'd'},
+		"0x00 in did":    {1, 4, 2, 0, 0, 2, 'd', 0},
 	} {
 		mustMalformed(t, "v1 event "+name, DecodeEvent(b, 0, &got))
 	}

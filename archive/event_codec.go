@@ -159,12 +159,19 @@ func ValidateEvent(ev *Event) error {
 	if ev.TimeUS < 0 || ev.UpstreamSeq < 0 {
 		return malformed("negative event time or upstream seq")
 	}
-	// The key fields of rec/ and tomb/ are separated by 0x00; DIDs, NSIDs
-	// and rkeys never hold it.
+	if err := checkKeyFields(ev); err != nil {
+		return err
+	}
+	return checkMask(ev.Kind, eventMask(ev), ev)
+}
+
+// checkKeyFields: the key fields of rec/ and tomb/ are separated by 0x00;
+// DIDs, NSIDs and rkeys never hold it.
+func checkKeyFields(ev *Event) error {
 	if strings.IndexByte(ev.DID, keySep) >= 0 || strings.IndexByte(ev.Collection, keySep) >= 0 || strings.IndexByte(ev.RKey, keySep) >= 0 {
 		return malformed("event DID, collection or rkey holds a 0x00 byte")
 	}
-	return checkMask(ev.Kind, eventMask(ev), ev)
+	return nil
 }
 
 func checkMask(k Kind, m uint64, ev *Event) error {
@@ -352,6 +359,9 @@ func finishEvent(d *decoder, m, t, up uint64, ev *Event) error {
 	// field flagged present is not something the encoder writes).
 	if eventMask(ev) != m || ev.DID == "" {
 		return malformed("event: non-canonical field mask 0x%x", m)
+	}
+	if err := checkKeyFields(ev); err != nil {
+		return err
 	}
 	return checkMask(ev.Kind, m, ev)
 }
