@@ -32,6 +32,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"strings"
 )
@@ -202,10 +203,30 @@ func checkMask(k Kind, m uint64, ev *Event) error {
 	return nil
 }
 
+// eventLayout is the order of a row's mask fields after its DID, per
+// version (v is codecV1 or eventV2).
+func eventLayout(v byte) *[9]uint64 {
+	if v == codecV1 {
+		return &layoutV1
+	}
+	return &layoutV2
+}
+
+var (
+	layoutV1 = [9]uint64{evCollection, evRKey, evRev, evCID, evRecord, evHandle, evStatus, evUpstreamSeq, evSince}
+	layoutV2 = [9]uint64{evCollection, evRKey, evRev, evHandle, evStatus, evUpstreamSeq, evSince, evCID, evRecord}
+)
+
 // AppendEvent appends the stored encoding of ev (version 2) to dst. Seq is
 // not encoded, but the time is stored relative to it: the row decodes only
 // with its own seq.
 func AppendEvent(dst []byte, ev *Event) ([]byte, error) {
+	return appendEvent(dst, ev, eventV2)
+}
+
+// appendEvent appends the encoding of ev in version v (version 1 only for
+// the tests that prove old rows still read).
+func appendEvent(dst []byte, ev *Event, v byte) ([]byte, error) {
 	if err := ValidateEvent(ev); err != nil {
 		return dst, err
 	}
@@ -213,35 +234,64 @@ func AppendEvent(dst []byte, ev *Event) ([]byte, error) {
 	if m&evCID != 0 && m&evRecord != 0 && derivable(ev) {
 		m = m&^evCID | evCIDDerived
 	}
-	dst = append(dst, eventV2, byte(ev.Kind), byte(ev.Source))
+	dst = append(dst, v, byte(ev.Kind), byte(ev.Source))
 	dst = binary.AppendUvarint(dst, m)
-	dst = binary.AppendVarint(dst, int64(uint64(ev.TimeUS)-ev.Seq))
+	if v == codecV1 {
+		dst = binary.AppendUvarint(dst, uint64(ev.TimeUS))
+	} else {
+		dst = binary.AppendVarint(dst, int64(uint64(ev.TimeUS)-ev.Seq))
+	}
 	dst = appendString(dst, ev.DID)
-	if m&evCollection != 0 {
-		dst = appendString(dst, ev.Collection)
+	for _, f := range eventLayout(v) {
+		switch {
+		case m&f == 0:
+		case f == evUpstreamSeq:
+			dst = binary.AppendUvarint(dst, uint64(ev.UpstreamSeq))
+		case f == evCID:
+			dst = appendBytes(dst, ev.CID)
+		case f == evRecord && v == eventV2:
+			dst = append(dst, ev.Record...) // the rest of the value
+		case f == evRecord:
+			dst = appendBytes(dst, ev.Record)
+		default:
+			dst = appendString(dst, *stringField(ev, f))
+		}
 	}
-	if m&evRKey != 0 {
-		dst = appendString(dst, ev.RKey)
+	return dst, nil
+}
+
+// stringField returns ev's string field named by the mask bit f.
+func stringField(ev *Event, f uint64) *string {
+	switch f {
+	case evCollection:
+		return &ev.Collection
+	case evRKey:
+		return &ev.RKey
+	case evRev:
+		return &ev.Rev
+	case evHandle:
+		return &ev.Handle
+	case evStatus:
+		return &ev.Status
+	case evSince:
+		return &ev.Since
 	}
-	if m&evRev != 0 {
-		dst = appendString(dst, ev.Rev)
+	panic(fmt.Sprintf("archive: event field 0x%x is not a string", f))
+}
+
+// stringLimit is the longest value of the string field named by f.
+func stringLimit(f uint64) int {
+	switch f {
+	case evCollection:
+		return maxCollection
+	case evRKey:
+		return maxRKey
+	case evHandle:
+		return maxHandle
+	case evStatus:
+		return maxStatus
 	}
-	if m&evHandle != 0 {
-		dst = appendString(dst, ev.Handle)
-	}
-	if m&evStatus != 0 {
-		dst = appendString(dst, ev.Status)
-	}
-	if m&evUpstreamSeq != 0 {
-		dst = binary.AppendUvarint(dst, uint64(ev.UpstreamSeq))
-	}
-	if m&evSince != 0 {
-		dst = appendString(dst, ev.Since)
-	}
-	if m&evCID != 0 {
-		dst = appendBytes(dst, ev.CID)
-	}
-	return append(dst, ev.Record...), nil
+	return maxRev // rev, since
 }
 
 // EncodedSize is an upper bound of the encoded size of ev.
@@ -282,33 +332,25 @@ func DecodeEvent(b []byte, seq uint64, ev *Event) error {
 		t = seq + uint64(d.varint())
 	}
 	ev.DID = d.str(maxDID)
-	if m&evCollection != 0 {
-		ev.Collection = d.str(maxCollection)
-	}
-	if m&evRKey != 0 {
-		ev.RKey = d.str(maxRKey)
-	}
-	if m&evRev != 0 {
-		ev.Rev = d.str(maxRev)
-	}
-	if v == codecV1 {
-		decodeBody(&d, v, m, ev)
-	}
-	if m&evHandle != 0 {
-		ev.Handle = d.str(maxHandle)
-	}
-	if m&evStatus != 0 {
-		ev.Status = d.str(maxStatus)
-	}
 	var up uint64
-	if m&evUpstreamSeq != 0 {
-		up = d.uvarint()
-	}
-	if m&evSince != 0 {
-		ev.Since = d.str(maxRev)
-	}
-	if v == eventV2 {
-		decodeBody(&d, v, m, ev)
+	for _, f := range eventLayout(v) {
+		switch {
+		case m&f == 0:
+		case f == evUpstreamSeq:
+			up = d.uvarint()
+		case f == evCID:
+			ev.CID = d.raw(maxCID)
+		case f == evRecord && v == eventV2:
+			// The rest of the value: checkMask bounds it, and an empty
+			// one is refused as a non-canonical mask.
+			if d.err == nil {
+				ev.Record, d.b = d.b[:len(d.b):len(d.b)], nil
+			}
+		case f == evRecord:
+			ev.Record = d.raw(MaxRecord)
+		default:
+			*stringField(ev, f) = d.str(stringLimit(f))
+		}
 	}
 	ev.Active = m&evActive != 0
 	if err := finishEvent(&d, m, t, up, ev); err != nil {
@@ -316,22 +358,6 @@ func DecodeEvent(b []byte, seq uint64, ev *Event) error {
 		return err
 	}
 	return nil
-}
-
-// decodeBody reads the CID and the record: length-prefixed in version 1;
-// in version 2 the record is the rest of the value (checkMask bounds it,
-// and an empty one is refused as a non-canonical mask).
-func decodeBody(d *decoder, v byte, m uint64, ev *Event) {
-	if m&evCID != 0 {
-		ev.CID = d.raw(maxCID)
-	}
-	switch {
-	case m&evRecord == 0:
-	case v == codecV1:
-		ev.Record = d.raw(MaxRecord)
-	case d.err == nil:
-		ev.Record, d.b = d.b[:len(d.b):len(d.b)], nil
-	}
 }
 
 // finishEvent completes a decoded event: it derives an elided CID, checks
