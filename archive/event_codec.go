@@ -254,44 +254,31 @@ func appendEvent(dst []byte, ev *Event, v byte) ([]byte, error) {
 		case f == evRecord:
 			dst = appendBytes(dst, ev.Record)
 		default:
-			dst = appendString(dst, *stringField(ev, f))
+			p, _ := stringField(ev, f)
+			dst = appendString(dst, *p)
 		}
 	}
 	return dst, nil
 }
 
-// stringField returns ev's string field named by the mask bit f.
-func stringField(ev *Event, f uint64) *string {
+// stringField returns ev's string field named by the mask bit f and its
+// longest value.
+func stringField(ev *Event, f uint64) (*string, int) {
 	switch f {
 	case evCollection:
-		return &ev.Collection
+		return &ev.Collection, maxCollection
 	case evRKey:
-		return &ev.RKey
+		return &ev.RKey, maxRKey
 	case evRev:
-		return &ev.Rev
+		return &ev.Rev, maxRev
 	case evHandle:
-		return &ev.Handle
+		return &ev.Handle, maxHandle
 	case evStatus:
-		return &ev.Status
+		return &ev.Status, maxStatus
 	case evSince:
-		return &ev.Since
+		return &ev.Since, maxRev
 	}
 	panic(fmt.Sprintf("archive: event field 0x%x is not a string", f))
-}
-
-// stringLimit is the longest value of the string field named by f.
-func stringLimit(f uint64) int {
-	switch f {
-	case evCollection:
-		return maxCollection
-	case evRKey:
-		return maxRKey
-	case evHandle:
-		return maxHandle
-	case evStatus:
-		return maxStatus
-	}
-	return maxRev // rev, since
 }
 
 // EncodedSize is an upper bound of the encoded size of ev.
@@ -349,7 +336,8 @@ func DecodeEvent(b []byte, seq uint64, ev *Event) error {
 		case f == evRecord:
 			ev.Record = d.raw(MaxRecord)
 		default:
-			*stringField(ev, f) = d.str(stringLimit(f))
+			p, limit := stringField(ev, f)
+			*p = d.str(limit)
 		}
 	}
 	ev.Active = m&evActive != 0
