@@ -10,8 +10,9 @@ import (
 
 // BenchmarkBottomLevelRead measures reads of a compacted store (everything
 // in L6, the level store.go tunes for size): a hot point read of rev/<did>
-// (the ratchet read of a live commit; blocks cached) and a replay scan of
-// ev/ with decoding. Use it to weigh L6 block size and restart interval
+// (the ratchet read of a live commit; blocks cached), a hot point read of
+// ev/<seq> with decoding (an indexed replay reads each of its rows so) and
+// a replay scan of ev/ with decoding. Use it to weigh L6 block size and restart interval
 // against bytes per record (BenchmarkWriterWorldRecords, which also reports
 // the cost of a block-cache miss on the real record mix: the synthetic rows
 // here compress too well for that).
@@ -70,6 +71,27 @@ func BenchmarkBottomLevelRead(b *testing.B) {
 				b.Fatal(err)
 			}
 			c.Close()
+		}
+	})
+	b.Run("hot-ev-get", func(b *testing.B) {
+		get := func(seq uint64) {
+			v, c, err := db.Get(EventKey(seq))
+			if err != nil {
+				b.Fatal(err)
+			}
+			var out Event
+			if err := DecodeEvent(v, seq, &out); err != nil {
+				b.Fatal(err)
+			}
+			c.Close()
+		}
+		for seq := uint64(1); seq <= events; seq += 64 { // warm every block
+			get(seq)
+		}
+		rng := rand.New(rand.NewPCG(1, 2))
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			get(1 + rng.Uint64N(events))
 		}
 	})
 	b.Run("replay", func(b *testing.B) {
