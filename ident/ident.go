@@ -89,7 +89,7 @@ const (
 type Info struct {
 	DID string
 	// Key is the atproto signing key (prepared for repeated checks:
-	// k256.Prepare); KeyMultibase its stored form.
+	// k256.ParsePublicMultibase, k256.Prepare); KeyMultibase its stored form.
 	Key          atcrypto.PublicKey
 	KeyMultibase string
 	// PDS is the atproto_pds endpoint URL ("" when none).
@@ -509,11 +509,11 @@ func (r *Resolver) durable(did string) (*Info, error) {
 	}
 	info := &Info{DID: did, KeyMultibase: v.Key, PDS: v.PDS, Handle: v.Handle, FetchedAt: time.UnixMicro(v.FetchedUS)}
 	if v.Key != "" {
-		k, err := atcrypto.ParsePublicMultibase(v.Key)
+		k, err := k256.ParsePublicMultibase(v.Key)
 		if err != nil {
 			return nil, fmt.Errorf("ident: %s: stored key: %w: %w", did, archive.ErrMalformed, err)
 		}
-		info.Key = k256.Prepare(k)
+		info.Key = k
 	}
 	return info, nil
 }
@@ -657,8 +657,7 @@ func (r *Resolver) accept(ctx context.Context, did string, id *identity.Identity
 	if prev, _, ok := r.cache.get(did, now); ok && prev != nil {
 		info.Handle = prev.Handle // the last #identity verdict stands
 	}
-	k, err := id.PublicKey()
-	k = k256.Prepare(k) // nil stays nil
+	k, err := atprotoKey(id)
 	if err != nil {
 		r.m.resolution(resultNoKey)
 		return nil, fmt.Errorf("%w: %s: %w", ErrNoKey, did, err)
@@ -667,6 +666,18 @@ func (r *Resolver) accept(ctx context.Context, did string, id *identity.Identity
 	r.m.resolution(resultOK)
 	r.keep(ctx, info)
 	return info, nil
+}
+
+// atprotoKey is id.PublicKey() prepared for repeated checks: a Multikey
+// (every did:plc key) parsed by k256.ParsePublicMultibase, which accepts
+// exactly what atcrypto does without its pure-Go point decompression; a
+// legacy key type parsed by indigo, then k256.Prepare.
+func atprotoKey(id *identity.Identity) (atcrypto.PublicKey, error) {
+	if vm, ok := id.Keys["atproto"]; ok && vm.Type == "Multikey" {
+		return k256.ParsePublicMultibase(vm.PublicKeyMultibase)
+	}
+	k, err := id.PublicKey()
+	return k256.Prepare(k), err // nil stays nil
 }
 
 // storedKey is the form of id's atproto key k kept in ident/: the
