@@ -155,8 +155,8 @@ type Config struct {
 	// separately, the handle results').
 	CacheSize int
 	// HandleTimeout bounds the one attempt of a handle's resolution
-	// (CheckIdentity); HandleTTL is how long its result for a (DID,
-	// handle) pair is reused.
+	// (CheckIdentity; at most Timeout); HandleTTL is how long its result
+	// for a (DID, handle) pair is reused.
 	HandleTimeout, HandleTTL time.Duration
 	// Store, when set, is read on a memory miss.
 	Store Store
@@ -274,7 +274,12 @@ func New(cfg Config) *Resolver {
 	cfg.defaults()
 	hc := cfg.HTTPClient
 	if hc == nil {
-		hc = &http.Client{Timeout: cfg.Timeout, Transport: capBodies{cfg.transport()}}
+		// No client Timeout: every request runs under a deadline of its
+		// own ctx (a resolution's Timeout, a handle check's HandleTimeout,
+		// at most Timeout). A client Timeout over a transport it does not
+		// know (capBodies) costs each request a goroutine, a timer and two
+		// channels.
+		hc = &http.Client{Transport: capBodies{cfg.transport()}}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var pacer *rate.Limiter
