@@ -30,12 +30,7 @@ func BenchmarkWriterLinger(b *testing.B) {
 
 func benchLinger(b *testing.B, linger time.Duration) {
 	const jobs, rows = 100, 9
-	opts := testOptions(nil)
-	opts.CacheSize = 64 << 20
-	s, err := Open(b.TempDir(), opts)
-	if err != nil {
-		b.Fatal(err)
-	}
+	s := openDiskStore(b)
 	defer s.Close()
 	m := NewMetrics(prometheus.NewRegistry())
 	w, err := NewWriter(s, WriterOptions{Linger: linger, Metrics: m, Logger: quietLogger})
