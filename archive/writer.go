@@ -116,14 +116,17 @@ type WriterOptions struct {
 	// MaxBatchRows and MaxBatchBytes bound one synced batch (group commit).
 	MaxBatchRows  int
 	MaxBatchBytes int
-	// Linger is how long a batch of bulk units waits for more when the
-	// queue runs dry, so that a bootstrap's or a replacement's many small
-	// units share one synced commit (a bulk unit carries no seq cursor and
-	// no live row: a snapshot's chunks, repo and host updates, ident/ and
-	// other puts). A unit with a seq cursor or a live row ends the wait at
-	// once, so the live path never lingers. 0 (the default) commits as soon
-	// as the queue is empty: batches then grow only while a sync runs.
+	// Linger is how long the writer waits for more units after the first one
+	// of a batch when the queue runs dry. 0 commits as soon as the queue is
+	// empty: under load batches grow by themselves while a sync is running.
 	Linger time.Duration
+	// BulkLinger, when Linger is 0, is how long a batch of bulk units waits
+	// for more when the queue runs dry, so that a bootstrap's or a
+	// replacement's many small units share one synced commit (a bulk unit
+	// carries no seq cursor and no live row: a snapshot's chunks, repo and
+	// host updates, ident/ and other puts). A unit with a seq cursor or a
+	// live row ends the wait at once, so the live path never lingers.
+	BulkLinger time.Duration
 	// Queue is the submission queue capacity in units.
 	Queue int
 	// LiveLogBytes bounds the in-memory log of recent durable events.
@@ -161,7 +164,7 @@ const (
 	DefaultHoldBytes        = 64 << 20
 	DefaultHoldAccountBytes = 4 << 20
 	DefaultHoldTimeout      = 2 * time.Minute
-	// BulkLinger is the Linger of serve's archive writer: a bootstrap's
+	// BulkLinger is the BulkLinger of serve's archive writer: a bootstrap's
 	// units (each account's snapshot chunks and its ident/ put) share a
 	// synced batch with about twice as many others (20,000 × 10: about
 	// 6,000 syncs down to 3,000), a job's completion waits at most 2 ms
@@ -235,7 +238,7 @@ type Writer struct {
 
 	live   *LiveLog
 	tombs  atomic.Uint64 // tomb/ entries committed (TombstonesWritten)
-	linger *time.Timer   // a bulk batch's Linger (stopped between batches)
+	linger *time.Timer   // a batch's Linger or BulkLinger (stopped between batches)
 }
 
 // NewWriter starts the writer goroutine over s. The tip seq and time are
@@ -431,11 +434,9 @@ func (w *Writer) commitBatch(first *Unit) bool {
 	if first != nil {
 		w.add(p, first)
 	}
-	var linger <-chan time.Time
-	if w.opts.Linger > 0 && first != nil && bulk(first) {
-		w.linger.Reset(w.opts.Linger)
+	linger, bulkOnly := w.lingerFor(first)
+	if linger != nil {
 		defer w.linger.Stop()
-		linger = w.linger.C
 	}
 fill:
 	for p.rows < w.opts.MaxBatchRows && p.b.Len() < w.opts.MaxBatchBytes {
@@ -455,7 +456,7 @@ fill:
 			}
 		}
 		w.add(p, u)
-		if !bulk(u) {
+		if bulkOnly && !bulk(u) {
 			linger = nil // commit as soon as the queue is dry
 		}
 	}
@@ -532,7 +533,22 @@ fill:
 	return true
 }
 
-// bulk reports whether u may wait up to Linger for company: no seq
+// lingerFor starts the wait of a batch that starts with first: Linger's,
+// or BulkLinger's for a bulk first unit (bulkOnly: a unit that is not bulk
+// ends it). A nil channel: no wait.
+func (w *Writer) lingerFor(first *Unit) (linger <-chan time.Time, bulkOnly bool) {
+	d := w.opts.Linger
+	if d <= 0 && first != nil && bulk(first) {
+		d, bulkOnly = w.opts.BulkLinger, true
+	}
+	if d <= 0 {
+		return nil, false
+	}
+	w.linger.Reset(d)
+	return w.linger.C, bulkOnly
+}
+
+// bulk reports whether u may wait up to BulkLinger for company: no seq
 // cursor (a live frame's or merge's position) and no live row.
 func bulk(u *Unit) bool {
 	if u.Cursor.Key != nil {

@@ -33,7 +33,7 @@ func benchLinger(b *testing.B, linger time.Duration) {
 	s := openDiskStore(b)
 	defer s.Close()
 	m := NewMetrics(prometheus.NewRegistry())
-	w, err := NewWriter(s, WriterOptions{Linger: linger, Metrics: m, Logger: quietLogger})
+	w, err := NewWriter(s, WriterOptions{BulkLinger: linger, Metrics: m, Logger: quietLogger})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -17,7 +17,7 @@ func lingerWriter(t *testing.T, maxRows int) (*Writer, *Metrics) {
 	s := openMem(t, vfs.NewMem())
 	t.Cleanup(func() { s.Close() })
 	m := NewMetrics(prometheus.NewRegistry())
-	w := newWriter(t, s, WriterOptions{Linger: time.Hour, MaxBatchRows: maxRows, Metrics: m})
+	w := newWriter(t, s, WriterOptions{BulkLinger: time.Hour, MaxBatchRows: maxRows, Metrics: m})
 	t.Cleanup(func() { w.Close() })
 	return w, m
 }
@@ -50,7 +50,7 @@ func submitAll(t *testing.T, w *Writer, us []*Unit) {
 	}
 }
 
-// TestLingerGathersBulkUnits: bulk units wait for company up to Linger, and
+// TestLingerGathersBulkUnits: bulk units wait for company up to BulkLinger, and
 // a live unit (a seq cursor, a live row) ends the wait: they all go in its
 // one synced batch, the bulk ones' receipts first.
 func TestLingerGathersBulkUnits(t *testing.T) {
