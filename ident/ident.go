@@ -647,6 +647,9 @@ func (r *Resolver) pace(ctx context.Context, d syntax.DID) error {
 func (r *Resolver) fetch(ctx context.Context, d syntax.DID) (*identity.Identity, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
+	if d.Method() == "plc" {
+		return r.fetchPLC(ctx, d)
+	}
 	return r.dir.LookupDID(ctx, d)
 }
 
