@@ -36,13 +36,7 @@ func BenchmarkWriter(b *testing.B) {
 func benchWriter(b *testing.B, total, maxRows int, shape string) {
 	backfill, deletes := shape == "backfill", shape == "live-deletes"
 	rng := rand.New(rand.NewPCG(1, 2))
-	dir := b.TempDir()
-	opts := testOptions(nil)
-	opts.CacheSize = 64 << 20
-	s, err := Open(dir, opts)
-	if err != nil {
-		b.Fatal(err)
-	}
+	s := openDiskStore(b)
 	defer s.Close()
 	w, err := NewWriter(s, WriterOptions{MaxBatchRows: maxRows, Logger: quietLogger, LiveLogBytes: 16 << 20})
 	if err != nil {
@@ -109,6 +103,19 @@ func benchWriter(b *testing.B, total, maxRows int, shape string) {
 		b.ReportMetric(float64(size)/float64(total), "disk-B/event")
 		b.ReportMetric(float64(len(template[0].Record)), "record-B")
 	}
+}
+
+// openDiskStore opens a store on the real disk (a temp dir) with a 64 MiB
+// cache, for the writer's benchmarks.
+func openDiskStore(b *testing.B) *Store {
+	b.Helper()
+	opts := testOptions(nil)
+	opts.CacheSize = 64 << 20
+	s, err := Open(b.TempDir(), opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
 }
 
 func benchRKey(i int) string { return "3l" + strconv.FormatInt(int64(1e10+i), 10) }

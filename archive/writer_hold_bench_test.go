@@ -38,12 +38,7 @@ func BenchmarkWriterHoldLatency(b *testing.B) {
 }
 
 func benchHoldLatency(b *testing.B, records int) {
-	opts := testOptions(nil)
-	opts.CacheSize = 64 << 20
-	s, err := Open(b.TempDir(), opts)
-	if err != nil {
-		b.Fatal(err)
-	}
+	s := openDiskStore(b)
 	defer s.Close()
 	w, err := NewWriter(s, WriterOptions{Logger: quietLogger, LiveLogBytes: 16 << 20})
 	if err != nil {

@@ -6,7 +6,13 @@
 //
 // Resolution goes through indigo's atproto/identity BaseDirectory (no
 // handle check on a lookup: the archive needs keys and endpoints; handles
-// are checked when an #identity names one, CheckIdentity), behind
+// are checked when an #identity names one, CheckIdentity); a did:plc is
+// requested by the resolver itself with BaseDirectory's request and
+// outcomes, its document read by a scanner of the directory's plain JSON
+// shape that falls back to encoding/json for anything else (the same
+// documents accepted and the same fields read, held by a differential test
+// and a fuzzer), and its Multikey parsed by k256.ParsePublicMultibase. All
+// of it sits behind
 //
 //   - a bounded in-memory cache (CacheSize entries, least recently used
 //     evicted) whose entries are trusted for TTL;

@@ -105,7 +105,7 @@ func (r *Resolver) resolvesTo(ctx context.Context, h syntax.Handle, did string) 
 	var got syntax.DID
 	timedOut := false
 	_, err := r.withRetries(ctx, h.String(), func(ctx context.Context) error {
-		tctx, cancel := context.WithTimeout(ctx, r.cfg.HandleTimeout)
+		tctx, cancel := context.WithTimeout(ctx, min(r.cfg.HandleTimeout, r.cfg.Timeout))
 		defer cancel()
 		var err error
 		if r.cfg.Web != "" {

@@ -89,7 +89,7 @@ const (
 type Info struct {
 	DID string
 	// Key is the atproto signing key (prepared for repeated checks:
-	// k256.Prepare); KeyMultibase its stored form.
+	// k256.ParsePublicMultibase, k256.Prepare); KeyMultibase its stored form.
 	Key          atcrypto.PublicKey
 	KeyMultibase string
 	// PDS is the atproto_pds endpoint URL ("" when none).
@@ -155,8 +155,8 @@ type Config struct {
 	// separately, the handle results').
 	CacheSize int
 	// HandleTimeout bounds the one attempt of a handle's resolution
-	// (CheckIdentity); HandleTTL is how long its result for a (DID,
-	// handle) pair is reused.
+	// (CheckIdentity; at most Timeout); HandleTTL is how long its result
+	// for a (DID, handle) pair is reused.
 	HandleTimeout, HandleTTL time.Duration
 	// Store, when set, is read on a memory miss.
 	Store Store
@@ -274,7 +274,12 @@ func New(cfg Config) *Resolver {
 	cfg.defaults()
 	hc := cfg.HTTPClient
 	if hc == nil {
-		hc = &http.Client{Timeout: cfg.Timeout, Transport: capBodies{cfg.transport()}}
+		// No client Timeout: every request runs under a deadline of its
+		// own ctx (a resolution's Timeout, a handle check's HandleTimeout,
+		// at most Timeout). A client Timeout over a transport it does not
+		// know (capBodies) costs each request a goroutine, a timer and two
+		// channels.
+		hc = &http.Client{Transport: capBodies{cfg.transport()}}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var pacer *rate.Limiter
@@ -509,11 +514,11 @@ func (r *Resolver) durable(did string) (*Info, error) {
 	}
 	info := &Info{DID: did, KeyMultibase: v.Key, PDS: v.PDS, Handle: v.Handle, FetchedAt: time.UnixMicro(v.FetchedUS)}
 	if v.Key != "" {
-		k, err := atcrypto.ParsePublicMultibase(v.Key)
+		k, err := k256.ParsePublicMultibase(v.Key)
 		if err != nil {
 			return nil, fmt.Errorf("ident: %s: stored key: %w: %w", did, archive.ErrMalformed, err)
 		}
-		info.Key = k256.Prepare(k)
+		info.Key = k
 	}
 	return info, nil
 }
@@ -642,6 +647,9 @@ func (r *Resolver) pace(ctx context.Context, d syntax.DID) error {
 func (r *Resolver) fetch(ctx context.Context, d syntax.DID) (*identity.Identity, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
+	if d.Method() == "plc" {
+		return r.fetchPLC(ctx, d)
+	}
 	return r.dir.LookupDID(ctx, d)
 }
 
@@ -657,8 +665,7 @@ func (r *Resolver) accept(ctx context.Context, did string, id *identity.Identity
 	if prev, _, ok := r.cache.get(did, now); ok && prev != nil {
 		info.Handle = prev.Handle // the last #identity verdict stands
 	}
-	k, err := id.PublicKey()
-	k = k256.Prepare(k) // nil stays nil
+	k, err := atprotoKey(id)
 	if err != nil {
 		r.m.resolution(resultNoKey)
 		return nil, fmt.Errorf("%w: %s: %w", ErrNoKey, did, err)
@@ -667,6 +674,18 @@ func (r *Resolver) accept(ctx context.Context, did string, id *identity.Identity
 	r.m.resolution(resultOK)
 	r.keep(ctx, info)
 	return info, nil
+}
+
+// atprotoKey is id.PublicKey() prepared for repeated checks: a Multikey
+// (every did:plc key) parsed by k256.ParsePublicMultibase, which accepts
+// exactly what atcrypto does without its pure-Go point decompression; a
+// legacy key type parsed by indigo, then k256.Prepare.
+func atprotoKey(id *identity.Identity) (atcrypto.PublicKey, error) {
+	if vm, ok := id.Keys["atproto"]; ok && vm.Type == "Multikey" {
+		return k256.ParsePublicMultibase(vm.PublicKeyMultibase)
+	}
+	k, err := id.PublicKey()
+	return k256.Prepare(k), err // nil stays nil
 }
 
 // storedKey is the form of id's atproto key k kept in ident/: the

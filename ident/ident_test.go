@@ -413,7 +413,7 @@ func TestHugeDocumentRefused(t *testing.T) {
 }
 
 // TestKeysArePrepared: a key from the network and one from the durable
-// copy are both prepared for libsecp256k1 (k256.Prepare) in a cgo build,
+// copy are both prepared for libsecp256k1 (k256.ParsePublicMultibase) in a cgo build,
 // and both verify the account's commits.
 func TestKeysArePrepared(t *testing.T) {
 	n := startNet(t)

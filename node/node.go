@@ -337,7 +337,7 @@ func New(cfg Config) (n *Node, err error) {
 	n.registerHealMetrics(reg)
 	n.setPhase(phase)
 	am := archive.NewMetrics(reg)
-	if n.w, err = archive.NewWriter(n.store, archive.WriterOptions{Metrics: am, Logger: n.log, Now: cfg.Now}); err != nil {
+	if n.w, err = archive.NewWriter(n.store, archive.WriterOptions{BulkLinger: archive.BulkLinger, Metrics: am, Logger: n.log, Now: cfg.Now}); err != nil {
 		return n, err
 	}
 	if err := n.buildJobs(reg); err != nil {

@@ -2,12 +2,7 @@
 
 package k256
 
-import (
-	"crypto/sha256"
-
-	"github.com/bluesky-social/indigo/atproto/atcrypto"
-	"github.com/ethereum/go-ethereum/crypto/secp256k1"
-)
+import "github.com/bluesky-social/indigo/atproto/atcrypto"
 
 // Native: this build checks K-256 signatures with libsecp256k1.
 const Native = true
@@ -31,21 +26,19 @@ func Prepare(pub atcrypto.PublicKey) atcrypto.PublicKey {
 	return &Key{PublicKeyK256: k, point: k.UncompressedBytes()}
 }
 
-// HashAndVerify checks a low-S 64-byte r||s signature of SHA-256(content):
-// libsecp256k1's parse rejects r or s >= n, its verify rejects r or s zero
-// and s > n/2, which is atcrypto's HashAndVerify.
+// HashAndVerify is atcrypto's low-S check, run by libsecp256k1
+// (verifyPoint).
 func (k *Key) HashAndVerify(content, sig []byte) error {
-	h := sha256.Sum256(content)
-	if !secp256k1.VerifySignature(k.point, h[:], sig) {
-		return atcrypto.ErrInvalidSignature
-	}
-	return nil
+	return verifyPoint(k.point, content, sig)
 }
 
 // Equal compares the keys, prepared or not.
 func (k *Key) Equal(other atcrypto.PublicKey) bool {
-	if o, ok := other.(*Key); ok {
+	switch o := other.(type) {
+	case *Key:
 		other = o.PublicKeyK256
+	case *parsedKey:
+		return o.Equal(k)
 	}
 	return k.PublicKeyK256.Equal(other)
 }

@@ -1,0 +1,269 @@
+package ident
+
+// diddoc.go owns the resolution of a did:plc: the request to the directory
+// and the decoding of its document, with a scanner for the documents'
+// plain shape in front of encoding/json.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/bluesky-social/indigo/atproto/identity"
+	"github.com/bluesky-social/indigo/atproto/syntax"
+)
+
+// fetchPLC is indigo's BaseDirectory.LookupDID of a did:plc (without a
+// handle check, as r.dir is configured): the same request and outcomes — a
+// 404 is identity.ErrDIDNotFound, another status or a failed request
+// identity.ErrDIDResolutionFailed, a body read's error as it is, a
+// document that does not parse or names another DID an error — and the
+// same Identity, the document decoded by decodeDocument.
+func (r *Resolver) fetchPLC(ctx context.Context, did syntax.DID) (*identity.Identity, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.dir.PLCURL+"/"+did.String(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("constructing HTTP request for did:plc resolution: %w", err)
+	}
+	req.Header.Set("User-Agent", r.dir.UserAgent)
+	resp, err := r.dir.HTTPClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: PLC directory lookup: %w", identity.ErrDIDResolutionFailed, err)
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound:
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil, fmt.Errorf("%w: PLC directory 404", identity.ErrDIDNotFound)
+	default:
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil, fmt.Errorf("%w: PLC directory status %d", identity.ErrDIDResolutionFailed, resp.StatusCode)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := decodeDocument(b)
+	if err != nil {
+		return nil, err
+	}
+	if doc.DID != did {
+		return nil, fmt.Errorf("document ID did not match DID")
+	}
+	id := identity.ParseIdentity(&doc)
+	return &id, nil
+}
+
+// decodeDocument is encoding/json's decoding of a DID document into
+// indigo's DIDDocument, its error wrapped as indigo wraps it. A document of
+// the plain shape (scanDocument) is read without reflection; anything else
+// goes to encoding/json.
+func decodeDocument(b []byte) (identity.DIDDocument, error) {
+	if doc, ok := scanDocument(b); ok {
+		return doc, nil
+	}
+	var doc identity.DIDDocument
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return identity.DIDDocument{}, fmt.Errorf("%w: JSON DID document parse: %w", identity.ErrDIDResolutionFailed, err)
+	}
+	return doc, nil
+}
+
+// scanDocument decodes a document of the plain shape exactly as
+// encoding/json would, or reports !ok so that encoding/json decides. The
+// plain shape: one object, its strings printable ASCII without escapes,
+// each field of DIDDocument (and of its methods and services) named in its
+// own case at most once with a value of its own type (not null), a valid
+// "id", and every other member a string or an array of strings (as
+// "@context"). Anything else — numbers, literals, nested objects elsewhere,
+// escapes, other bytes, a name that matches a field only without case —
+// is left to encoding/json, whose verdict is then indigo's.
+func scanDocument(b []byte) (doc identity.DIDDocument, ok bool) {
+	s := docScanner{b: b}
+	var seen [4]bool
+	ok = s.object(func(key string) bool {
+		switch i := fieldIndex(key, "id", "alsoKnownAs", "verificationMethod", "service"); {
+		case i < 0:
+			return i == -1 && s.skip()
+		case seen[i]:
+			return false
+		default:
+			seen[i] = true
+			switch i {
+			case 0:
+				return s.did(&doc.DID)
+			case 1:
+				doc.AlsoKnownAs = []string{}
+				return s.array(func() bool {
+					v, ok := s.str()
+					doc.AlsoKnownAs = append(doc.AlsoKnownAs, v)
+					return ok
+				})
+			case 2:
+				doc.VerificationMethod = []identity.DocVerificationMethod{}
+				return s.array(func() bool {
+					var vm identity.DocVerificationMethod
+					ok := s.fields([]*string{&vm.ID, &vm.Type, &vm.Controller, &vm.PublicKeyMultibase},
+						"id", "type", "controller", "publicKeyMultibase")
+					doc.VerificationMethod = append(doc.VerificationMethod, vm)
+					return ok
+				})
+			default:
+				doc.Service = []identity.DocService{}
+				return s.array(func() bool {
+					var sv identity.DocService
+					ok := s.fields([]*string{&sv.ID, &sv.Type, &sv.ServiceEndpoint}, "id", "type", "serviceEndpoint")
+					doc.Service = append(doc.Service, sv)
+					return ok
+				})
+			}
+		}
+	})
+	s.ws()
+	return doc, ok && s.i == len(s.b)
+}
+
+// fieldIndex is the index of key among names; -1 for a name that matches
+// none, -2 for one that matches one only without case (encoding/json would
+// fill that field).
+func fieldIndex(key string, names ...string) int {
+	for i, n := range names {
+		if key == n {
+			return i
+		}
+	}
+	for _, n := range names {
+		if strings.EqualFold(key, n) {
+			return -2
+		}
+	}
+	return -1
+}
+
+// docScanner reads the plain shape of scanDocument; every method reports
+// false on anything outside it.
+type docScanner struct {
+	b []byte
+	i int
+}
+
+func (s *docScanner) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// next consumes c (after whitespace) when it is the next byte.
+func (s *docScanner) next(c byte) bool {
+	s.ws()
+	if s.i < len(s.b) && s.b[s.i] == c {
+		s.i++
+		return true
+	}
+	return false
+}
+
+// str reads a string of printable ASCII without escapes.
+func (s *docScanner) str() (string, bool) {
+	if !s.next('"') {
+		return "", false
+	}
+	for start := s.i; s.i < len(s.b); s.i++ {
+		switch c := s.b[s.i]; {
+		case c == '"':
+			s.i++
+			return string(s.b[start : s.i-1]), true
+		case c < 0x20 || c > 0x7e || c == '\\':
+			return "", false
+		}
+	}
+	return "", false
+}
+
+// did reads a string that syntax.ParseDID accepts (encoding/json decodes
+// the field through its UnmarshalText).
+func (s *docScanner) did(d *syntax.DID) bool {
+	v, ok := s.str()
+	if !ok {
+		return false
+	}
+	parsed, err := syntax.ParseDID(v)
+	*d = parsed
+	return err == nil
+}
+
+// object reads an object, calling member after each name and its colon to
+// read the value.
+func (s *docScanner) object(member func(key string) bool) bool {
+	if !s.next('{') {
+		return false
+	}
+	if s.next('}') {
+		return true
+	}
+	for {
+		k, ok := s.str()
+		if !ok || !s.next(':') || !member(k) {
+			return false
+		}
+		if !s.next(',') {
+			return s.next('}')
+		}
+	}
+}
+
+// array reads an array, calling elem to read each element.
+func (s *docScanner) array(elem func() bool) bool {
+	if !s.next('[') {
+		return false
+	}
+	if s.next(']') {
+		return true
+	}
+	for {
+		if !elem() {
+			return false
+		}
+		if !s.next(',') {
+			return s.next(']')
+		}
+	}
+}
+
+// fields reads an object whose members names are string fields (each at
+// most once); other members are skipped.
+func (s *docScanner) fields(dst []*string, names ...string) bool {
+	var seen [4]bool
+	return s.object(func(key string) bool {
+		i := fieldIndex(key, names...)
+		if i < 0 {
+			return i == -1 && s.skip()
+		}
+		if seen[i] {
+			return false
+		}
+		seen[i] = true
+		v, ok := s.str()
+		*dst[i] = v
+		return ok
+	})
+}
+
+// skip reads the value of a member no field takes: a string or an array of
+// strings.
+func (s *docScanner) skip() bool {
+	s.ws()
+	if s.i < len(s.b) && s.b[s.i] == '[' {
+		return s.array(func() bool { _, ok := s.str(); return ok })
+	}
+	_, ok := s.str()
+	return ok
+}
