@@ -264,7 +264,9 @@ func (r *Runner) heal(ctx context.Context, g archive.Gap) (bool, error) {
 // frame for a whole Period (the backlog is drained and the stream quiet).
 // A pass that compared before would mark every account whose replayed
 // commit is still on its way: a needless whole-repo fetch each, up to the
-// relay's whole retention window after an outage.
+// relay's whole retention window after an outage. The stamps are the
+// relay's clock: one ahead of ours can only start a pass early (needless
+// fetches, as before), one behind only late.
 func (r *Runner) caughtUp(us int64) bool {
 	s := r.cfg.Stream
 	if s == nil {
