@@ -6,6 +6,7 @@ package node
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -81,11 +82,20 @@ func (n *Node) registerHealMetrics(reg prometheus.Registerer) {
 
 func (n *Node) setLive(c *firehose.Consumer) { n.live.Store(c) }
 
-// resumed is repair's Config.Resumed: the live consumer accepted a frame
-// at or after us.
-func (n *Node) resumed(us int64) bool {
-	c := n.live.Load()
+// liveStream is repair's Config.Stream: the live consumer once it runs
+// (before, no frame was accepted and nothing is caught up).
+type liveStream struct{ n *Node }
+
+func (s liveStream) AcceptedSince(us int64) bool {
+	c := s.n.live.Load()
 	return c != nil && c.AcceptedSince(us)
+}
+
+func (s liveStream) Behind() time.Duration {
+	if c := s.n.live.Load(); c != nil {
+		return c.Behind()
+	}
+	return math.MaxInt64
 }
 
 // Repairer is the repair runner (its Status for /status).

@@ -52,10 +52,15 @@
 //     went wrong: none is asked, counted and logged once. The DIDs listed
 //     are held as 64-bit hashes in a set for the pass (about 16 bytes an
 //     account: some 0.6 GiB for 40 million).
-//   - A pass starts only once the live stream accepted a frame after its gap
-//     was found (Config.Resumed): a listing taken before would miss what
-//     changed between it and the resume. A scheduled audit follows no
-//     outage and starts at once.
+//   - A pass starts only once the live stream (Config.Stream) has caught
+//     up past its gap: it accepted a frame after the gap was found (a
+//     listing taken before would miss what changed between it and the
+//     resume), and then an event the relay stamped after that moment, or
+//     no frame for a whole Period; and only once a unit of its own is
+//     durable behind everything the stream accepted. So the relay's
+//     replayed backlog is in the ratchet before any account is compared,
+//     and an account whose commit the relay replays is not fetched again.
+//     A scheduled audit follows no outage and starts at once.
 //   - A gap closes (its ClosedUS written, audit/<id> deleted, in one unit)
 //     only when its pass is done and no active account that is not failed
 //     still carries the audit mark: a failed replacement is the retry

@@ -48,12 +48,9 @@ type Config struct {
 	// GapIDs allocates the ids of scheduled audits' gaps (shared with the
 	// firehose consumers). Required when AuditInterval > 0.
 	GapIDs *archive.GapIDs
-	// Resumed reports whether the live stream accepted a frame at or after
-	// the given time (unix µs; firehose.Consumer.AcceptedSince): a pass
-	// starts only once the stream resumed after its gap, or an account
-	// changed between the listing and the resume would be missed. Nil:
-	// always.
-	Resumed func(us int64) bool
+	// Stream is the live consumer (firehose.Consumer): a pass starts only
+	// once the stream has caught up past its gap (caughtUp). Nil: always.
+	Stream Stream
 	// Wake is called after a unit marked accounts (retry.Runner.Wake). It
 	// must not block.
 	Wake func()
@@ -67,6 +64,16 @@ type Config struct {
 	// Crash, when armed (tests), kills the process right after a repair
 	// unit is durable (crashpoint.RepairPage). Nil in production.
 	Crash *crashpoint.Set
+}
+
+// Stream is the live consumer as a pass sees it (firehose.Consumer).
+type Stream interface {
+	// AcceptedSince reports whether a frame was accepted (submitted to the
+	// writer) at or after us (unix µs).
+	AcceptedSince(us int64) bool
+	// Behind is now less the upstream time of the last accepted event (a
+	// pong on a connection silent for a while counts as the tip).
+	Behind() time.Duration
 }
 
 // Status is the repair runner's part of the status report.
@@ -121,9 +128,6 @@ func New(cfg Config) (*Runner, error) {
 	}
 	if cfg.Wake == nil {
 		cfg.Wake = func() {}
-	}
-	if cfg.Resumed == nil {
-		cfg.Resumed = func(int64) bool { return true }
 	}
 	return &Runner{cfg: cfg, log: cfg.Logger.With("component", "repair"), acks: archive.NewAcks()}, nil
 }
@@ -233,11 +237,11 @@ func (r *Runner) heal(ctx context.Context, g archive.Gap) (bool, error) {
 	switch {
 	case errors.Is(err, archive.ErrNotFound):
 		// A scheduled audit follows no outage: the stream is live already.
-		if g.Kind != archive.GapAudit && !r.cfg.Resumed(g.FirstSeenUS) {
+		if g.Kind != archive.GapAudit && !r.caughtUp(g.FirstSeenUS) {
 			r.set(func(s *Status) { s.Gap, s.Phase = g.ID, "waiting_for_stream" })
 			return false, nil
 		}
-		if a, err = r.begin(g); err != nil {
+		if a, err = r.begin(ctx, g); err != nil {
 			return false, err
 		}
 		begins = true
@@ -253,8 +257,36 @@ func (r *Runner) heal(ctx context.Context, g archive.Gap) (bool, error) {
 	return r.close(ctx, g, a)
 }
 
-// begin is a new pass's position: the listing from its start.
-func (r *Runner) begin(g archive.Gap) (archive.Audit, error) {
+// caughtUp reports whether the live stream has caught up past a gap found
+// at us: it accepted a frame after it, and then either an event the relay
+// stamped at or after us (every frame the relay held when the gap was
+// found, its replayed backlog included, came before that event), or no
+// frame for a whole Period (the backlog is drained and the stream quiet).
+// A pass that compared before would mark every account whose replayed
+// commit is still on its way: a needless whole-repo fetch each, up to the
+// relay's whole retention window after an outage. The stamps are the
+// relay's clock: one ahead of ours can only start a pass early (needless
+// fetches, as before), one behind only late.
+func (r *Runner) caughtUp(us int64) bool {
+	s := r.cfg.Stream
+	if s == nil {
+		return true
+	}
+	if !s.AcceptedSince(us) {
+		return false
+	}
+	now := r.cfg.Now()
+	return now.Add(-s.Behind()).UnixMicro() >= us || !s.AcceptedSince(now.Add(-r.cfg.Period).UnixMicro())
+}
+
+// begin is a new pass's position: the listing from its start. It first
+// waits until a unit of its own is durable: the writer applies units in
+// order, so every frame the stream accepted before (the replayed backlog
+// caughtUp saw) is in the ratchet the pass compares with.
+func (r *Runner) begin(ctx context.Context, g archive.Gap) (archive.Audit, error) {
+	if err := r.submit(ctx, &archive.Unit{}); err != nil {
+		return archive.Audit{}, fmt.Errorf("wait for the stream's accepted frames: %w", err)
+	}
 	r.log.Info("repair pass starts", "gap", g.ID, "kind", g.Kind.String())
 	return archive.Audit{Phase: archive.AuditList}, nil
 }

@@ -128,3 +128,96 @@ func newStore(t *testing.T) (*archive.Store, *archive.Writer, func(*archive.Unit
 func setRepo(did string, st archive.RepoState) *archive.Unit {
 	return &archive.Unit{Repos: []archive.RepoUpdate{{DID: did, Func: func(archive.RepoState, bool) (archive.RepoState, bool) { return st, true }}}}
 }
+
+// stream is a Stream whose last accepted frame and last event's upstream
+// time the test sets, on the test's clock.
+type stream struct {
+	now        func() time.Time
+	acceptedUS atomic.Int64 // when the last frame was accepted
+	eventUS    atomic.Int64 // the upstream time of the last accepted event
+}
+
+func (s *stream) AcceptedSince(us int64) bool { return s.acceptedUS.Load() >= us }
+func (s *stream) Behind() time.Duration {
+	return s.now().Sub(time.UnixMicro(s.eventUS.Load()))
+}
+
+// accept is a frame accepted now, carrying an event the relay stamped at
+// eventUS.
+func (s *stream) accept(eventUS int64) {
+	s.acceptedUS.Store(s.now().UnixMicro())
+	s.eventUS.Store(eventUS)
+}
+
+// TestPassWaitsForReplay: after an outdated cursor the relay replays its
+// retained backlog, events stamped before the gap was found. A pass that
+// compared while the backlog streams in would mark every account whose
+// replayed commit is not yet in the ratchet (a needless whole-repo fetch
+// each), so it starts only once the stream has caught up past the gap: an
+// event stamped after the gap was found, or no frame for a whole Period.
+func TestPassWaitsForReplay(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		catchUp func(s *stream, clock *atomic.Int64, gapUS int64)
+	}{
+		{"an event stamped after the gap", func(s *stream, clock *atomic.Int64, gapUS int64) {
+			clock.Add(int64(time.Millisecond))
+			s.accept(gapUS + 1)
+		}},
+		{"a quiet stream for a Period", func(s *stream, clock *atomic.Int64, gapUS int64) {
+			clock.Add(int64(time.Second + time.Microsecond))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, w, apply := newStore(t)
+			ctx := context.Background()
+			var clock atomic.Int64
+			clock.Store(time.Unix(1_800_000_000, 0).UnixNano())
+			now := func() time.Time { return time.Unix(0, clock.Load()) }
+			gapUS := now().UnixMicro()
+			kv, err := archive.GapPut(archive.Gap{ID: 1, Kind: archive.GapOutdatedCursor, FromSeq: 4, ToSeq: 25, FirstSeenUS: gapUS})
+			if err != nil {
+				t.Fatal(err)
+			}
+			apply(&archive.Unit{Puts: []archive.KV{kv}})
+			src := &listing{repos: []upstream.RepoEntry{{DID: didSame, Rev: revNew, Active: true}}}
+			live := &stream{now: now}
+			r, err := New(Config{Store: s, Writer: w, Source: src, Stream: live, Period: time.Second,
+				Logger: slog.New(slog.DiscardHandler), Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waiting := func(what string) {
+				t.Helper()
+				if err := r.step(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if st := r.Status(); src.pages.Load() != 0 || st.Phase != "waiting_for_stream" {
+					t.Fatalf("%s: the pass listed %d pages (status %+v): want it waiting for the stream", what, src.pages.Load(), st)
+				}
+			}
+			waiting("no frame accepted since the gap")
+			// The first replayed frame carries the gap; the backlog's
+			// events were stamped before it was found.
+			for i := range 3 {
+				clock.Add(int64(100 * time.Millisecond))
+				live.accept(gapUS - int64(10-i)*1000)
+				waiting("the backlog streaming in")
+			}
+			apply(setRepo(didSame, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revNew})) // the replayed commit
+			tc.catchUp(live, &clock, gapUS)
+			if err := r.step(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if src.pages.Load() != 1 {
+				t.Fatalf("caught up: %d pages listed, want the pass to run", src.pages.Load())
+			}
+			if st, _ := s.RepoState(didSame); st.Refetch != archive.RefetchNone {
+				t.Fatalf("the account whose commit was replayed is marked: %+v", st)
+			}
+			if gs, _ := s.Gaps(); len(gs) != 1 || gs[0].Open() {
+				t.Fatalf("gaps %+v: want the gap closed (nothing to fetch)", gs)
+			}
+		})
+	}
+}

@@ -54,7 +54,8 @@ func emitOne(t *testing.T, net *oracle.Network, did string) {
 // next run resumes the pass from audit/<gap>, closes the gap, and the
 // archive folds to the network's records; getRepo was called once for each
 // of the 20 accounts whose commit fell out of the window and for no other
-// (the 10 replayed whole are not fetched): nothing fetched twice.
+// (the 10 replayed whole are not fetched: the pass compares only once the
+// stream has caught up past the gap): nothing fetched twice.
 func TestRepairPassCrashResumes(t *testing.T) {
 	crash.Binary(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -64,7 +65,11 @@ func TestRepairPassCrashResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer net.Close()
-	h := crash.New(t, net, crash.Options{Args: append(append([]string(nil), serveArgs...), "--repair-period", "100ms")})
+	// The pass starts once the stream has caught up past the gap: after
+	// the replayed backlog, the stream is quiet for a repair period. A
+	// period well above any pause between two replayed frames on a loaded
+	// machine, so the pass compares after the whole backlog is durable.
+	h := crash.New(t, net, crash.Options{Args: append(append([]string(nil), serveArgs...), "--repair-period", "1s")})
 	dids := activeDIDs(net)
 
 	p := h.Start()
