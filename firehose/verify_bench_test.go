@@ -196,7 +196,7 @@ func BenchmarkLoadTree(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		frames = append(frames, frame{bs, commit.Data})
+		frames = append(frames, frame{bs, commit.commit.Data})
 	}
 	for _, loader := range []string{"indigo", "own"} {
 		b.Run("loader="+loader, func(b *testing.B) {

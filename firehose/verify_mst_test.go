@@ -80,10 +80,11 @@ func TestLoadTreeMatchesIndigo(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		commit, err := decodeCommit(&bs, cid.Cid(m.Commit))
+		s, err := decodeCommit(&bs, cid.Cid(m.Commit))
 		if err != nil {
 			t.Fatal(err)
 		}
+		commit := s.commit
 		want, err := mst.LoadTreeFromStore(context.Background(), indigoBlocks{&bs}, commit.Data)
 		if err != nil {
 			t.Fatal(err)
