@@ -257,11 +257,11 @@ func checkCommitMessage(m *comatproto.SyncSubscribeRepos_Commit) (signed, error)
 			return signed{}, fmt.Errorf("%w: invert %s: %w", errNotInverting, ops[i].Path, err)
 		}
 	}
-	root, err := tree.RootCID()
+	root, err := rootCID(tree)
 	if err != nil {
 		return signed{}, fmt.Errorf("%w: %w", errNotInverting, err)
 	}
-	if *root != cid.Cid(*m.PrevData) {
+	if root != cid.Cid(*m.PrevData) {
 		return signed{}, fmt.Errorf("%w: ops invert to %s, prevData is %s", errNotInverting, root, cid.Cid(*m.PrevData))
 	}
 	return s, nil
