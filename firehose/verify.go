@@ -218,15 +218,7 @@ func checkCommitMessage(m *comatproto.SyncSubscribeRepos_Commit) (signed, error)
 		if rop == nil {
 			return signed{}, fmt.Errorf("%w: null op", errNotInverting)
 		}
-		op := repo.Operation{Path: rop.Path}
-		if rop.Cid != nil {
-			v := cid.Cid(*rop.Cid)
-			op.Value = &v
-		}
-		if rop.Prev != nil {
-			p := cid.Cid(*rop.Prev)
-			op.Prev = &p
-		}
+		op := repoOp(rop)
 		switch rop.Action {
 		case "create", "update":
 			if op.Value == nil {
@@ -265,6 +257,20 @@ func checkCommitMessage(m *comatproto.SyncSubscribeRepos_Commit) (signed, error)
 		return signed{}, fmt.Errorf("%w: ops invert to %s, prevData is %s", errNotInverting, root, cid.Cid(*m.PrevData))
 	}
 	return s, nil
+}
+
+// repoOp is a message's op as indigo's inversion takes it.
+func repoOp(rop *comatproto.SyncSubscribeRepos_RepoOp) repo.Operation {
+	op := repo.Operation{Path: rop.Path}
+	if rop.Cid != nil {
+		v := cid.Cid(*rop.Cid)
+		op.Value = &v
+	}
+	if rop.Prev != nil {
+		p := cid.Cid(*rop.Prev)
+		op.Prev = &p
+	}
+	return op
 }
 
 // validRepoPath: path is collection/rkey, both valid (syntax.ParseRepoPath's

@@ -8,9 +8,6 @@ import (
 
 	"github.com/bluesky-social/indigo/atproto/repo"
 	"github.com/bluesky-social/indigo/atproto/repo/mst"
-	"github.com/ipfs/go-cid"
-
-	"github.com/backstream/backstream/upstream"
 )
 
 // sameRoot fails t unless rootCID of a and indigo's RootCID of b (the same
@@ -37,14 +34,7 @@ func invertedTrees(t testing.TB, n int) (a, b []*mst.Tree) {
 		if m.PrevData == nil {
 			continue
 		}
-		bs, err := upstream.ReadCommitBlocks(m.Blocks, cid.Cid(m.Commit))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := decodeCommit(&bs, cid.Cid(m.Commit))
-		if err != nil {
-			t.Fatal(err)
-		}
+		bs, s := commitBlocks(t, m)
 		var pair [2]*mst.Tree
 		for k := range pair {
 			tree, err := loadTree(&bs, s.commit.Data)
@@ -53,16 +43,7 @@ func invertedTrees(t testing.TB, n int) (a, b []*mst.Tree) {
 			}
 			var ops []repo.Operation
 			for _, op := range m.Ops {
-				o := repo.Operation{Path: op.Path}
-				if op.Cid != nil {
-					v := cid.Cid(*op.Cid)
-					o.Value = &v
-				}
-				if op.Prev != nil {
-					p := cid.Cid(*op.Prev)
-					o.Prev = &p
-				}
-				ops = append(ops, o)
+				ops = append(ops, repoOp(op))
 			}
 			if ops, err = repo.NormalizeOps(ops); err != nil {
 				t.Fatal(err)
