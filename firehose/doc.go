@@ -40,7 +40,7 @@
 //     waiting for the network (an #identity's handle, a DID resolution)
 //     holds up only its lane, not a verifier. One sequencer takes the
 //     frames back in read order and does the rest of Handle. The window of
-//     frames read and not yet submitted is bounded (4096 frames, 32 MiB); a
+//     frames read and not yet submitted is bounded (1024 frames, 32 MiB); a
 //     read that waits for it is counted in
 //     backstream_firehose_verify_waits_total. A frame whose account has no
 //     document in memory (never seen, or invalidated) has it resolved as
