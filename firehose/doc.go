@@ -34,16 +34,20 @@
 //     /subscribe's identity events then carry); warn archives the handle as
 //     sent and counts. The rev order of sync 1.1 is the writer's ratchet.
 //   - Parallel verification (pipeline.go): with verification on, Run
-//     checks frames on Config.Verifiers goroutines (default
-//     ident.Config.Verifiers, GOMAXPROCS), an account always on the same
-//     one so its frames are checked in order; one sequencer takes the
+//     checks frames on 64 lanes, an account always on the same one so its
+//     frames are checked in order; at most Config.Verifiers checks compute
+//     at once (default ident.Config.Verifiers, GOMAXPROCS), and a check
+//     waiting for the network (an #identity's handle, a DID resolution)
+//     holds up only its lane, not a verifier. One sequencer takes the
 //     frames back in read order and does the rest of Handle. The window of
-//     frames read and not yet submitted is bounded (256 per verifier, 32
-//     MiB); a read that waits for it is counted in
+//     frames read and not yet submitted is bounded (1024 frames, 32 MiB); a
+//     read that waits for it is counted in
 //     backstream_firehose_verify_waits_total. A frame whose account has no
 //     document in memory (never seen, or invalidated) has it resolved as
 //     soon as it is read, by 64 look-ahead goroutines, so the resolutions
-//     of a window run together instead of each blocking its verifier.
+//     of a window run together. A commit block in cbor-gen's canonical form
+//     has the bytes its signature covers cut from it (verify_commit.go)
+//     instead of decoded and encoded again.
 //   - LastAccepted, LastDurable, Started, OutdatedCursor, Behind,
 //     AcceptedSince; NewMetrics.
 //

@@ -20,6 +20,7 @@ import (
 	"github.com/backstream/backstream/internal/promtest"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/world"
+	"github.com/backstream/backstream/upstream"
 )
 
 // offlineIdentity is a strict resolver whose directory is unreachable: the
@@ -211,5 +212,122 @@ func checkArchived(t *testing.T, s *archive.Store, emitted []oracle.Emitted) {
 				t.Errorf("%s: commit %s (seq %d) not archived", e.Event.DID, p, e.Seq)
 			}
 		}
+	}
+}
+
+// heldServer answers like next, except that a request whose host or path
+// contains hold waits until release is closed (or its client gives up).
+func heldServer(t *testing.T, next http.Handler, hold string) (srv *httptest.Server, release func()) {
+	t.Helper()
+	ch := make(chan struct{})
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.Host+r.URL.Path, hold) {
+			select {
+			case <-ch:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	}))
+	var once sync.Once
+	release = func() { once.Do(func() { close(ch) }) }
+	t.Cleanup(func() { release(); srv.Close() })
+	return srv, release
+}
+
+// TestPipelineWaitHoldsOnlyItsLane: with one verifier, an account whose
+// #identity waits for its handle's host and an account never seen whose
+// commit waits for the DID directory hold up neither the commits of the
+// other accounts (on other lanes: checked and verified meanwhile) nor the
+// verifier's slot (free while they wait). A pipeline whose checks wait on
+// the verifiers themselves, or that holds the slot across the directory's
+// answer, leaves the other accounts' commits unchecked.
+func TestPipelineWaitHoldsOnlyItsLane(t *testing.T) {
+	n := startNetwork(t, oracle.Config{Seed: 45, Accounts: 12})
+	w := n.World()
+	dids := activeDIDs(w)
+	slowHandle, unseen := dids[0], dids[1]
+	relay, err := url.Parse(n.RelayURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(relay)
+	plc, releasePLC := heldServer(t, proxy, unseen)
+	host, releaseHost := heldServer(t, proxy, "slow.test")
+	id := ident.New(ident.Config{PLC: plc.URL, Web: host.URL, Mode: ident.ModeStrict, Timeout: time.Minute, HandleTimeout: time.Minute})
+	t.Cleanup(id.Close)
+	ctx := context.Background()
+	for _, did := range dids[2:] {
+		if _, _, err := id.Lookup(ctx, did); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := &Consumer{cfg: Config{Identity: id}}
+	p := newPipeline(c, 1)
+	var wg sync.WaitGroup
+	for _, in := range p.lanes {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.lane(ctx, in) }()
+	}
+	t.Cleanup(func() {
+		for _, in := range p.lanes {
+			close(in)
+		}
+		wg.Wait()
+	})
+	send := func(ev world.Event) *job {
+		f, err := upstream.DecodeFrame(encode(t, ev, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		j := &job{f: f, done: make(chan struct{}, 1)}
+		p.dispatch(j)
+		return j
+	}
+	post := func(did string) world.Event {
+		return must(t)(w.CreateRecord(did, "app.bsky.feed.post", "", map[string]any{
+			"$type": "app.bsky.feed.post", "text": "lane", "createdAt": "2024-01-01T00:00:00Z"}))
+	}
+	held := []*job{send(must(t)(w.SetHandle(slowHandle, "slow.test"))), send(post(unseen))}
+	var others []*job
+	for _, did := range dids[2:] {
+		if l := p.laneOf(did); l != p.laneOf(slowHandle) && l != p.laneOf(unseen) {
+			others = append(others, send(post(did)))
+		}
+	}
+	if len(others) < 4 {
+		t.Fatalf("only %d accounts on other lanes", len(others))
+	}
+	for i, j := range others {
+		select {
+		case <-j.done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("commit %d of another account not checked while two lanes wait for the network", i)
+		}
+		if j.v.outcome != ident.OutcomeOK || j.v.err != nil {
+			t.Fatalf("commit %d: outcome %q, err %v", i, j.v.outcome, j.v.err)
+		}
+	}
+	for i, j := range held {
+		select {
+		case <-j.done:
+			t.Fatalf("held frame %d checked before its answer", i)
+		default:
+		}
+	}
+	if len(p.gate) != 0 {
+		t.Fatalf("%d verifier slots held while the checks wait for the network", len(p.gate))
+	}
+	releasePLC()
+	releaseHost()
+	for i, j := range held {
+		<-j.done
+		if j.v.err != nil || (j.f.Identity == nil && j.v.outcome != ident.OutcomeOK) {
+			t.Fatalf("held frame %d: outcome %q, err %v", i, j.v.outcome, j.v.err)
+		}
+	}
+	if len(p.gate) != 0 {
+		t.Fatalf("%d verifier slots held after every check", len(p.gate))
 	}
 }

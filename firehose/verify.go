@@ -43,7 +43,7 @@ type verdict struct {
 // not checked). An error is returned only when ctx ended or the identity
 // store could not be read: the frame is then not accepted.
 func (c *Consumer) verify(ctx context.Context, f *upstream.Frame) (string, error) {
-	v := c.check(ctx, f)
+	v := c.check(ctx, f, nil)
 	return c.judge(&v)
 }
 
@@ -51,8 +51,10 @@ func (c *Consumer) verify(ctx context.Context, f *upstream.Frame) (string, error
 // drops the cached document. It reads no consumer state and writes only
 // the resolver's cache, so frames of different accounts may be checked
 // concurrently (pipeline.go); one account's frames are checked in order,
-// an #identity before the commits that follow it.
-func (c *Consumer) check(ctx context.Context, f *upstream.Frame) verdict {
+// an #identity before the commits that follow it. The CPU-bound part of a
+// #commit's or #sync's check runs holding a slot of g (nil: no bound);
+// waiting for the network (a DID resolution, a handle check) does not.
+func (c *Consumer) check(ctx context.Context, f *upstream.Frame, g gate) verdict {
 	id := c.cfg.Identity
 	if id.Mode() == ident.ModeOff {
 		return verdict{}
@@ -64,20 +66,25 @@ func (c *Consumer) check(ctx context.Context, f *upstream.Frame) verdict {
 		return verdict{err: c.checkIdentity(ctx, f.Identity)}
 	}
 	var did string
-	var commit *repo.Commit
-	var err error
+	var message func() (signed, error)
 	switch {
 	case f.Commit != nil && validIDs(f.Commit.Repo, f.Commit.Rev):
 		did = f.Commit.Repo
-		commit, err = guarded(func() (*repo.Commit, error) { return checkCommitMessage(f.Commit) })
+		message = func() (signed, error) { return checkCommitMessage(f.Commit) }
 	case f.Sync != nil && validIDs(f.Sync.Did, f.Sync.Rev):
 		did = f.Sync.Did
-		commit, err = guarded(func() (*repo.Commit, error) { return checkSyncMessage(ctx, f.Sync) })
+		message = func() (signed, error) { return checkSyncMessage(ctx, f.Sync) }
 	default:
 		return verdict{} // nothing to check, or Rows drops the whole event
 	}
+	if err := g.enter(ctx); err != nil {
+		return verdict{err: fmt.Errorf("firehose: verify: %w", err)}
+	}
+	s, err := guarded(message)
 	if err == nil {
-		_, err = id.VerifyCommit(ctx, did, commit)
+		err = c.verifySignature(ctx, did, s, g)
+	} else {
+		g.leave()
 	}
 	v := verdict{did: did, outcome: ident.OutcomeOK}
 	switch {
@@ -92,6 +99,38 @@ func (c *Consumer) check(ctx context.Context, f *upstream.Frame) verdict {
 		v.err = fmt.Errorf("firehose: verify %s: %w", did, err)
 	}
 	return v
+}
+
+// verifySignature checks s's signature with did's key and leaves g, which
+// the caller holds. The common case, the document in memory and the
+// signature good, is decided holding g; a lookup that waits for the
+// directory and a failed check (ident.Resolver.Verify: re-resolved once,
+// for a rotated key) run after leaving it, so a check waiting for the
+// network holds no verifier slot.
+func (c *Consumer) verifySignature(ctx context.Context, did string, s signed, g gate) error {
+	id := c.cfg.Identity
+	var info *ident.Info
+	var fresh bool
+	var err error
+	known := id.Known(did)
+	if known {
+		info, fresh, err = id.Lookup(ctx, did) // memory only: does not wait
+		if err == nil && s.verifiedBy(info.Key) {
+			g.leave()
+			return nil
+		}
+	}
+	g.leave()
+	if err != nil {
+		return err
+	}
+	if !known {
+		if info, fresh, err = id.Lookup(ctx, did); err != nil {
+			return err
+		}
+	}
+	_, err = id.Verify(ctx, info, fresh, s.commit)
+	return err
 }
 
 // judge counts a checked frame's outcome and applies the mode: the failed
@@ -134,10 +173,10 @@ func (c *Consumer) checkIdentity(ctx context.Context, b *comatproto.SyncSubscrib
 // code, turning a panic into errNotInverting: as in DecodeFrame and
 // CommitOps, hostile input never panics the process (the fuzz target calls
 // the checks directly, without this belt).
-func guarded(check func() (*repo.Commit, error)) (c *repo.Commit, err error) {
+func guarded(check func() (signed, error)) (s signed, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			c, err = nil, fmt.Errorf("%w: panic: %v", errNotInverting, r)
+			s, err = signed{}, fmt.Errorf("%w: panic: %v", errNotInverting, r)
 		}
 	}()
 	return check()
@@ -156,48 +195,41 @@ func validIDs(did, rev string) bool { return upstream.ValidDID(did) && upstream.
 // returns the commit for the signature check. indigo's
 // repo.VerifyCommitMessage does the same but logs per event through
 // slog.Default, and reads the CAR through go-car (slower).
-func checkCommitMessage(m *comatproto.SyncSubscribeRepos_Commit) (*repo.Commit, error) {
+func checkCommitMessage(m *comatproto.SyncSubscribeRepos_Commit) (signed, error) {
 	bs, err := upstream.ReadCommitBlocks(m.Blocks, cid.Cid(m.Commit))
 	if err != nil {
-		return nil, fmt.Errorf("%w: blocks: %w", errNotInverting, err)
+		return signed{}, fmt.Errorf("%w: blocks: %w", errNotInverting, err)
 	}
-	commit, err := decodeCommit(&bs, cid.Cid(m.Commit))
+	s, err := decodeCommit(&bs, cid.Cid(m.Commit))
 	if err != nil {
-		return nil, err
+		return signed{}, err
 	}
+	commit := s.commit
 	if commit.DID != m.Repo || commit.Rev != m.Rev {
-		return nil, fmt.Errorf("%w: commit names %s rev %s", errNotInverting, commit.DID, commit.Rev)
+		return signed{}, fmt.Errorf("%w: commit names %s rev %s", errNotInverting, commit.DID, commit.Rev)
 	}
 	tree, err := loadTree(&bs, commit.Data)
 	if err != nil {
-		return nil, fmt.Errorf("%w: MST: %w", errNotInverting, err)
+		return signed{}, fmt.Errorf("%w: MST: %w", errNotInverting, err)
 	}
 	ops := make([]repo.Operation, 0, len(m.Ops))
 	invertible := m.PrevData != nil
 	for _, rop := range m.Ops {
 		if rop == nil {
-			return nil, fmt.Errorf("%w: null op", errNotInverting)
+			return signed{}, fmt.Errorf("%w: null op", errNotInverting)
 		}
-		op := repo.Operation{Path: rop.Path}
-		if rop.Cid != nil {
-			v := cid.Cid(*rop.Cid)
-			op.Value = &v
-		}
-		if rop.Prev != nil {
-			p := cid.Cid(*rop.Prev)
-			op.Prev = &p
-		}
+		op := repoOp(rop)
 		switch rop.Action {
 		case "create", "update":
 			if op.Value == nil {
-				return nil, fmt.Errorf("%w: %s %s without cid", errNotInverting, rop.Action, rop.Path)
+				return signed{}, fmt.Errorf("%w: %s %s without cid", errNotInverting, rop.Action, rop.Path)
 			}
 			if !validRepoPath(rop.Path) {
 				continue // the op is dropped by Rows; its MST value is not checked
 			}
 			val, err := tree.Get([]byte(rop.Path))
 			if _, ok := bs.Get(*op.Value); err != nil || val == nil || *val != *op.Value || !ok {
-				return nil, fmt.Errorf("%w: %s %s does not match the MST", errNotInverting, rop.Action, rop.Path)
+				return signed{}, fmt.Errorf("%w: %s %s does not match the MST", errNotInverting, rop.Action, rop.Path)
 			}
 		}
 		if rop.Action != "create" && op.Prev == nil {
@@ -206,25 +238,39 @@ func checkCommitMessage(m *comatproto.SyncSubscribeRepos_Commit) (*repo.Commit, 
 		ops = append(ops, op)
 	}
 	if !invertible {
-		return commit, nil
+		return s, nil
 	}
 	ops, err = repo.NormalizeOps(ops)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errNotInverting, err)
+		return signed{}, fmt.Errorf("%w: %w", errNotInverting, err)
 	}
 	for i := range ops { // the tree is this check's own: inverted in place
 		if err := repo.InvertOp(tree, &ops[i]); err != nil {
-			return nil, fmt.Errorf("%w: invert %s: %w", errNotInverting, ops[i].Path, err)
+			return signed{}, fmt.Errorf("%w: invert %s: %w", errNotInverting, ops[i].Path, err)
 		}
 	}
-	root, err := tree.RootCID()
+	root, err := rootCID(tree)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errNotInverting, err)
+		return signed{}, fmt.Errorf("%w: %w", errNotInverting, err)
 	}
-	if *root != cid.Cid(*m.PrevData) {
-		return nil, fmt.Errorf("%w: ops invert to %s, prevData is %s", errNotInverting, root, cid.Cid(*m.PrevData))
+	if root != cid.Cid(*m.PrevData) {
+		return signed{}, fmt.Errorf("%w: ops invert to %s, prevData is %s", errNotInverting, root, cid.Cid(*m.PrevData))
 	}
-	return commit, nil
+	return s, nil
+}
+
+// repoOp is a message's op as indigo's inversion takes it.
+func repoOp(rop *comatproto.SyncSubscribeRepos_RepoOp) repo.Operation {
+	op := repo.Operation{Path: rop.Path}
+	if rop.Cid != nil {
+		v := cid.Cid(*rop.Cid)
+		op.Value = &v
+	}
+	if rop.Prev != nil {
+		p := cid.Cid(*rop.Prev)
+		op.Prev = &p
+	}
+	return op
 }
 
 // validRepoPath: path is collection/rkey, both valid (syntax.ParseRepoPath's
@@ -234,33 +280,38 @@ func validRepoPath(path string) bool {
 	return ok && upstream.ValidNSID(coll) && upstream.ValidRecordKey(rkey)
 }
 
-// decodeCommit decodes and checks the structure of the commit block c.
-func decodeCommit(bs *upstream.CommitBlocks, c cid.Cid) (*repo.Commit, error) {
+// decodeCommit decodes and checks the structure of the commit block c:
+// by decodeSignedCommit when the block is in its canonical form (the
+// unsigned bytes then cut from it), by cbor-gen otherwise.
+func decodeCommit(bs *upstream.CommitBlocks, c cid.Cid) (signed, error) {
 	data, ok := bs.Get(c)
 	if !ok {
-		return nil, fmt.Errorf("%w: no commit block", errNotInverting)
+		return signed{}, fmt.Errorf("%w: no commit block", errNotInverting)
 	}
-	var commit repo.Commit
-	if err := commit.UnmarshalCBOR(bytes.NewReader(data)); err != nil {
-		return nil, fmt.Errorf("%w: commit block: %w", errNotInverting, err)
+	s, ok := decodeSignedCommit(data)
+	if !ok {
+		s = signed{commit: new(repo.Commit)}
+		if err := s.commit.UnmarshalCBOR(bytes.NewReader(data)); err != nil {
+			return signed{}, fmt.Errorf("%w: commit block: %w", errNotInverting, err)
+		}
 	}
-	if err := commit.VerifyStructure(); err != nil {
-		return nil, fmt.Errorf("%w: commit block: %w", errNotInverting, err)
+	if err := s.commit.VerifyStructure(); err != nil {
+		return signed{}, fmt.Errorf("%w: commit block: %w", errNotInverting, err)
 	}
-	return &commit, nil
+	return s, nil
 }
 
 // checkSyncMessage decodes a #sync's commit and checks it names the
 // message's DID and rev.
-func checkSyncMessage(ctx context.Context, m *comatproto.SyncSubscribeRepos_Sync) (*repo.Commit, error) {
+func checkSyncMessage(ctx context.Context, m *comatproto.SyncSubscribeRepos_Sync) (signed, error) {
 	commit, _, err := repo.LoadCommitFromCAR(ctx, bytes.NewReader(m.Blocks))
 	if err != nil {
-		return nil, fmt.Errorf("%w: blocks: %w", errNotInverting, err)
+		return signed{}, fmt.Errorf("%w: blocks: %w", errNotInverting, err)
 	}
 	if commit.DID != m.Did || commit.Rev != m.Rev {
-		return nil, fmt.Errorf("%w: commit names %s rev %s", errNotInverting, commit.DID, commit.Rev)
+		return signed{}, fmt.Errorf("%w: commit names %s rev %s", errNotInverting, commit.DID, commit.Rev)
 	}
-	return commit, nil
+	return signed{commit: commit}, nil
 }
 
 // markCaptured, in capture mode, submits the replacement mark of a frame

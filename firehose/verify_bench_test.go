@@ -1,12 +1,14 @@
 package firehose
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/atcrypto"
+	"github.com/bluesky-social/indigo/atproto/repo"
 	"github.com/bluesky-social/indigo/atproto/repo/mst"
 	"github.com/ipfs/go-cid"
 
@@ -152,7 +154,9 @@ func BenchmarkLiveIngestVerify(b *testing.B) {
 					verifiers = 2
 				}
 				if mode != "off" {
-					id = ident.New(ident.Config{PLC: net.RelayURL(), Mode: ident.ModeStrict})
+					// Web: #identity handles are checked against the
+					// simulated network (not DNS and the real one).
+					id = ident.New(ident.Config{PLC: net.RelayURL(), Web: net.RelayURL(), Mode: ident.ModeStrict})
 					for _, a := range net.World().Accounts() {
 						_, _, _ = id.Lookup(context.Background(), a.DID)
 					}
@@ -196,7 +200,7 @@ func BenchmarkLoadTree(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		frames = append(frames, frame{bs, commit.Data})
+		frames = append(frames, frame{bs, commit.commit.Data})
 	}
 	for _, loader := range []string{"indigo", "own"} {
 		b.Run("loader="+loader, func(b *testing.B) {
@@ -217,6 +221,83 @@ func BenchmarkLoadTree(b *testing.B) {
 				i++
 			}
 			b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/tree")
+		})
+	}
+}
+
+// BenchmarkCommitUnsigned: a commit block of basic traffic decoded with
+// the bytes its signature covers, by cbor-gen and UnsignedBytes (decode,
+// encode again) and by decodeSignedCommit (read, cut); CPU-µs per commit
+// (process CPU), -count=6 alternates the two.
+func BenchmarkCommitUnsigned(b *testing.B) {
+	var blocks [][]byte
+	for _, ev := range trafficCommits(b, 256) {
+		bs, err := upstream.ReadCommitBlocks(ev.Commit.Blocks, cid.Cid(ev.Commit.Commit))
+		if err != nil {
+			b.Fatal(err)
+		}
+		data, _ := bs.Get(cid.Cid(ev.Commit.Commit))
+		blocks = append(blocks, data)
+	}
+	for _, how := range []string{"reencode", "cut"} {
+		b.Run("how="+how, func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			cpu0 := processCPU(b)
+			for b.Loop() {
+				data := blocks[i%len(blocks)]
+				var unsigned []byte
+				if how == "cut" {
+					s, ok := decodeSignedCommit(data)
+					if !ok {
+						b.Fatal("not taken")
+					}
+					unsigned = s.unsigned
+				} else {
+					var c repo.Commit
+					if err := c.UnmarshalCBOR(bytes.NewReader(data)); err != nil {
+						b.Fatal(err)
+					}
+					var err error
+					if unsigned, err = c.UnsignedBytes(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if len(unsigned) == 0 {
+					b.Fatal("no bytes")
+				}
+				i++
+			}
+			b.ReportMetric(float64((processCPU(b)-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
+		})
+	}
+}
+
+// BenchmarkRootCID: the root CID of a #commit's partial MST with its ops
+// inverted (the sync 1.1 check), by indigo's RootCID and by rootCID, over
+// copies of basic traffic's inverted trees; CPU-µs per tree (process CPU,
+// the copy included in both), -count=6 alternates the two.
+func BenchmarkRootCID(b *testing.B) {
+	trees, _ := invertedTrees(b, 256)
+	for _, how := range []string{"indigo", "own"} {
+		b.Run("how="+how, func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			cpu0 := processCPU(b)
+			for b.Loop() {
+				tree := trees[i%len(trees)].Copy()
+				var err error
+				if how == "own" {
+					_, err = rootCID(&tree)
+				} else {
+					_, err = tree.RootCID()
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+			b.ReportMetric(float64((processCPU(b)-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
 		})
 	}
 }

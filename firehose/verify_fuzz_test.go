@@ -27,14 +27,14 @@ func FuzzCheckCommitMessage(f *testing.F) {
 	f.Fuzz(func(t *testing.T, blocks []byte) {
 		m := msg
 		m.Blocks = blocks
-		c, err := checkCommitMessage(&m)
+		s, err := checkCommitMessage(&m)
 		if err != nil {
 			if !errors.Is(err, errNotInverting) {
 				t.Fatalf("untyped error: %v", err)
 			}
 			return
 		}
-		if c.DID != m.Repo || c.Rev != m.Rev {
+		if c := s.commit; c.DID != m.Repo || c.Rev != m.Rev {
 			t.Fatalf("accepted a commit of %s rev %s for %s rev %s", c.DID, c.Rev, m.Repo, m.Rev)
 		}
 	})

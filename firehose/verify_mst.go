@@ -221,9 +221,13 @@ func (r *nodeReader) name(c byte) bool {
 }
 
 // bytes reads a byte string of at most maxKeySuffix bytes.
-func (r *nodeReader) bytes() ([]byte, bool) {
-	n, ok := r.arg(2)
-	if !ok || n > maxKeySuffix || n > uint64(len(r.b)-r.pos) {
+func (r *nodeReader) bytes() ([]byte, bool) { return r.str(2, maxKeySuffix) }
+
+// str reads a string of the given major type (byte or text) of at most
+// max bytes, aliasing the block.
+func (r *nodeReader) str(major byte, max uint64) ([]byte, bool) {
+	n, ok := r.arg(major)
+	if !ok || n > max || n > uint64(len(r.b)-r.pos) {
 		return nil, false
 	}
 	b := r.b[r.pos : r.pos+int(n)]

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	comatproto "github.com/bluesky-social/indigo/api/atproto"
 	"github.com/bluesky-social/indigo/atproto/repo/mst"
 	blocks "github.com/ipfs/go-block-format"
 	"github.com/ipfs/go-cid"
@@ -53,6 +54,21 @@ func trafficCommits(t testing.TB, n int) []world.Event {
 	return out
 }
 
+// commitBlocks are the blocks of the #commit message m and its decoded
+// commit.
+func commitBlocks(t testing.TB, m *comatproto.SyncSubscribeRepos_Commit) (upstream.CommitBlocks, signed) {
+	t.Helper()
+	bs, err := upstream.ReadCommitBlocks(m.Blocks, cid.Cid(m.Commit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := decodeCommit(&bs, cid.Cid(m.Commit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bs, s
+}
+
 // indigoNode is what indigo makes of a node block: its error, or a panic
 // of NodeData.Node (a prefix past the previous key) as an error.
 func indigoNode(data []byte, ref cid.Cid) (n *mst.Node, err error) {
@@ -76,14 +92,8 @@ func TestLoadTreeMatchesIndigo(t *testing.T) {
 	nodes := 0
 	for i, ev := range trafficCommits(t, 300) {
 		m := ev.Commit
-		bs, err := upstream.ReadCommitBlocks(m.Blocks, cid.Cid(m.Commit))
-		if err != nil {
-			t.Fatal(err)
-		}
-		commit, err := decodeCommit(&bs, cid.Cid(m.Commit))
-		if err != nil {
-			t.Fatal(err)
-		}
+		bs, s := commitBlocks(t, m)
+		commit := s.commit
 		want, err := mst.LoadTreeFromStore(context.Background(), indigoBlocks{&bs}, commit.Data)
 		if err != nil {
 			t.Fatal(err)

@@ -238,8 +238,8 @@ func runIngest(ctx context.Context, o options) ([]ingestRun, error) {
 			return nil, fmt.Errorf("ingest run %d: %w", i, err)
 		}
 		r.Run = i
-		logf("ingest run %d: %.0f events/s, %.1f CPU-s per million events (rows archived %d, stale %d); replay %.0f events/s, %.2f CPU-µs/event",
-			i, r.EventsPerSec, r.CPUSecsPerMillion, r.RowsArchived, r.RowsStale, r.ReplayEventsPerSec, r.ReplayNetCPUMicros)
+		logf("ingest run %d: %.0f events/s, %.1f CPU-s per million events, %.4f DID resolutions per event (rows archived %d, stale %d); replay %.0f events/s, %.2f CPU-µs/event",
+			i, r.EventsPerSec, r.CPUSecsPerMillion, r.ResolutionsPerEvent, r.RowsArchived, r.RowsStale, r.ReplayEventsPerSec, r.ReplayNetCPUMicros)
 		rs = append(rs, r)
 	}
 	return rs, devnet.stop(10 * time.Second)

@@ -54,28 +54,36 @@ const absentDID = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"
 
 // ingestRun is one live-ingest and replay measurement.
 type ingestRun struct {
-	Run                int     `json:"run"`
-	HistoryEvents      int64   `json:"history_events"`    // the relay's head seq
-	Frames             int64   `json:"frames"`            // seqs applied in the measured interval
-	WallSecs           float64 `json:"wall_seconds"`      // of the measured interval
-	CPUSecs            float64 `json:"cpu_seconds"`       // of serve in the measured interval
-	EventsPerSec       float64 `json:"events_per_second"` // frames / wall
-	CPUSecsPerMillion  float64 `json:"cpu_seconds_per_million_events"`
-	NetworkCPUSecs     float64 `json:"network_cpu_seconds"` // of the devnet in the measured interval
-	CatchUpSecs        float64 `json:"catch_up_seconds"`    // serve start → cursor at the head
-	RowsArchived       int64   `json:"rows_archived"`       // backstream_archive_rows_total
-	RowsStale          int64   `json:"rows_stale"`          // backstream_archive_stale_rows_total
-	FramesDropped      int64   `json:"firehose_dropped"`    // backstream_firehose_dropped_total
-	Batches            int64   `json:"batches"`             // backstream_archive_batches_total
-	MeanCommitMillis   float64 `json:"mean_commit_ms"`      // backstream_archive_commit_seconds sum/count
-	PeakRSSBytes       int64   `json:"peak_rss_bytes"`      // serve, after ingest and replay
-	IdleCPUPerSec      float64 `json:"idle_cpu_per_second"` // serve caught up, no subscriber
-	ReplayEvents       int64   `json:"replay_events"`
-	ReplayWallSecs     float64 `json:"replay_wall_seconds"`
-	ReplayCPUSecs      float64 `json:"replay_cpu_seconds"`
-	ReplayEventsPerSec float64 `json:"replay_events_per_second"`
-	ReplayCPUMicros    float64 `json:"replay_cpu_us_per_event"`     // gross
-	ReplayNetCPUMicros float64 `json:"replay_net_cpu_us_per_event"` // minus the idle rate
+	Run               int     `json:"run"`
+	HistoryEvents     int64   `json:"history_events"`    // the relay's head seq
+	Frames            int64   `json:"frames"`            // seqs applied in the measured interval
+	WallSecs          float64 `json:"wall_seconds"`      // of the measured interval
+	CPUSecs           float64 `json:"cpu_seconds"`       // of serve in the measured interval
+	EventsPerSec      float64 `json:"events_per_second"` // frames / wall
+	CPUSecsPerMillion float64 `json:"cpu_seconds_per_million_events"`
+	NetworkCPUSecs    float64 `json:"network_cpu_seconds"` // of the devnet in the measured interval
+	CatchUpSecs       float64 `json:"catch_up_seconds"`    // serve start → cursor at the head
+	// DID resolutions (backstream_ident_resolutions_total, any result) and
+	// #identity invalidations in the measured interval, per frame: the
+	// history's accounts are unknown to serve, so each one's first frame
+	// resolves it (cold, once per account, which a bootstrap would have
+	// done), and each #identity resolves its account again (steady state).
+	// 0 with --verify off.
+	ResolutionsPerEvent   float64 `json:"resolutions_per_event"`
+	InvalidationsPerEvent float64 `json:"invalidations_per_event"`
+	RowsArchived          int64   `json:"rows_archived"`       // backstream_archive_rows_total
+	RowsStale             int64   `json:"rows_stale"`          // backstream_archive_stale_rows_total
+	FramesDropped         int64   `json:"firehose_dropped"`    // backstream_firehose_dropped_total
+	Batches               int64   `json:"batches"`             // backstream_archive_batches_total
+	MeanCommitMillis      float64 `json:"mean_commit_ms"`      // backstream_archive_commit_seconds sum/count
+	PeakRSSBytes          int64   `json:"peak_rss_bytes"`      // serve, after ingest and replay
+	IdleCPUPerSec         float64 `json:"idle_cpu_per_second"` // serve caught up, no subscriber
+	ReplayEvents          int64   `json:"replay_events"`
+	ReplayWallSecs        float64 `json:"replay_wall_seconds"`
+	ReplayCPUSecs         float64 `json:"replay_cpu_seconds"`
+	ReplayEventsPerSec    float64 `json:"replay_events_per_second"`
+	ReplayCPUMicros       float64 `json:"replay_cpu_us_per_event"`     // gross
+	ReplayNetCPUMicros    float64 `json:"replay_net_cpu_us_per_event"` // minus the idle rate
 }
 
 // measureIngest runs the ingest scenario once against relay, whose history
@@ -132,6 +140,8 @@ func measureIngest(parent context.Context, o options, devnet *proc, relay string
 		t        time.Time
 		cpu, net float64 // serve's and the network's CPU-seconds
 		cursor   uint64
+		resolved float64 // DID resolutions so far
+		dropped  float64 // cached documents invalidated by #identity so far
 	}
 	var first, last sample
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -160,7 +170,8 @@ func measureIngest(parent context.Context, o options, devnet *proc, relay string
 		if err != nil {
 			return r, err
 		}
-		s := sample{t: now, cpu: cpu, net: netCPU, cursor: uint64(durable)}
+		s := sample{t: now, cpu: cpu, net: netCPU, cursor: uint64(durable), dropped: m.get("backstream_ident_invalidated_total")}
+		s.resolved, _ = m.sum("backstream_ident_resolutions_total")
 		if first.cursor == 0 {
 			first = s
 		}
@@ -176,6 +187,8 @@ func measureIngest(parent context.Context, o options, devnet *proc, relay string
 	}
 	r.EventsPerSec = float64(r.Frames) / r.WallSecs
 	r.CPUSecsPerMillion = r.CPUSecs / float64(r.Frames) * 1e6
+	r.ResolutionsPerEvent = (last.resolved - first.resolved) / float64(r.Frames)
+	r.InvalidationsPerEvent = (last.dropped - first.dropped) / float64(r.Frames)
 	// The cursor is read from the store, which shows a batch before its
 	// sync returns; the writer's counters move right after. Wait until they
 	// stand still so the last batch is counted.
