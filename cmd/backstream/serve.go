@@ -98,7 +98,7 @@ func serveCommand() *command {
 			fs.Duration("ident-ttl", ident.DefaultTTL, "how long a resolved DID document is trusted, in memory and in the store's ident/ rows")
 			fs.Duration("handle-timeout", ident.DefaultHandleTimeout, "deadline of an #identity's handle check (DNS TXT, then https://<handle>/.well-known/atproto-did; one attempt): live frames of every account wait behind it; past it the handle is archived as handle.invalid (backstream_ident_handles_total{result=\"timeout\"})")
 			fs.Duration("handle-ttl", ident.DefaultHandleTTL, "how long a handle check's result for a (DID, handle) pair is reused: a repeated #identity naming the same pair within it sends no request (backstream_ident_handle_cache_hits_total)")
-			fs.Int("verify-workers", 0, "live #commit and #sync frames verified in parallel (0 = one per CPU); an account's frames are checked in order, and archived in the relay's order")
+			fs.Int("verify-workers", 0, "live #commit and #sync checks computed at once (0 = one per CPU; a check waiting for the network holds none); an account's frames are checked in order, and archived in the relay's order")
 			healFlags(fs)
 			fs.String("nats-url", "", "publish every archived event, in seq order and once, into a NATS JetStream stream on these servers (comma-separated nats:// URLs; empty: no NATS sink)")
 			fs.String("nats-stream", natssink.DefaultStream, "with --nats-url: the stream's name, also its subjects' prefix (<stream>.commit.<collection>, <stream>.<kind>)")
