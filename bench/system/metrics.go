@@ -18,9 +18,17 @@ import (
 // value.
 type samples map[string]float64
 
-// scrape reads every sample of the Prometheus text format at url.
+// scrape reads every sample of the Prometheus text format at url. It asks
+// for the page uncompressed: the ingest part scrapes every 50 ms, and
+// gzipping the page each time showed as ~4.5% of serve's CPU in a profile
+// of strict ingest, a cost a Prometheus scraping every 15 s never pays.
 func scrape(c *http.Client, url string) (samples, error) {
-	resp, err := c.Get(url)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept-Encoding", "identity")
+	resp, err := c.Do(req)
 	if err != nil {
 		return nil, err
 	}
