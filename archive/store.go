@@ -255,12 +255,17 @@ const (
 // the data directory's bound (at most 1.2× the compacted store plus
 // 64 MiB at every moment): a 2,000 × 200 bootstrap peaked at 125 MB for
 // a 40 MB compacted store with 16 MiB memtables (55 MB of logs), at 97 MB
-// with 8 MiB (27 MB of logs), for no more CPU per record. The cache serves point
+// with 8 MiB (27 MB of logs), for no more CPU per record. Once the rows
+// compressed better (37 MiB compacted), 8 MiB peaked at 108–114 MiB, over
+// the bound (1.004–1.055; sampled at the peak: 35 MiB of logs and 72 MiB
+// of snappy L0 tables before the one L0 → L6 compaction); 6 MiB peaked at
+// 83–87 MiB (0.77–0.80 of the bound), in A/B pairs at 0.87 and 1.04× the
+// CPU per record. The cache serves point
 // reads of rev/ and repo/ (filter and index blocks, mostly) and replay,
 // which scans and gains little from it.
 const (
 	DefaultCacheSize    = 96 << 20
-	DefaultMemTableSize = 8 << 20
+	DefaultMemTableSize = 6 << 20
 )
 
 func (s *Store) openPebble(opts Options) error {
@@ -283,8 +288,8 @@ func (s *Store) openPebble(opts Options) error {
 		EventListener: s.disk.listener(),
 		// Events are written in seq order and never rewritten; larger L0
 		// thresholds let bulk ingest run without write stalls. L0 is
-		// compacted once it holds about 256 MiB of flushes (32 of 8 MiB,
-		// as 4 of 64 MiB did): compacting it every 64 MiB cost a
+		// compacted once it holds 32 flushes (about 192 MiB of 6 MiB; 4 of
+		// 64 MiB were 256 MiB): compacting it every 64 MiB cost a
 		// 2,000 × 200 bootstrap a quarter more CPU per record.
 		L0CompactionThreshold:    32,
 		L0StopWritesThreshold:    96,
