@@ -15,8 +15,11 @@ import (
 )
 
 // healArgs are the serve flags of the heal tests: quick repair and retry
-// passes.
-var healArgs = append(append([]string(nil), serveArgs...), "--repair-period", "100ms",
+// passes. The repair period is 1 s, not less: a pass also starts once the
+// stream has been quiet for a period, and under load a pause of 100 ms
+// inside the relay's replayed backlog would start it before the replay is
+// in, fetching accounts these tests count exactly.
+var healArgs = append(append([]string(nil), serveArgs...), "--repair-period", "1s",
 	"--retry-scan-period", "200ms", "--retry-interval", "200ms", "--retry-max-delay", "1s")
 
 // activeDIDs is the network's active accounts in DID order.
