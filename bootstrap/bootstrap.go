@@ -309,7 +309,8 @@ func (b *Bootstrap) coordinate(parent context.Context, lanes []lane) error {
 	for _, l := range lanes {
 		l.start.host = l.host
 		wms[l.host] = &watermark{pending: l.start}
-		windows[l.host] = semaphore.NewWeighted(laneWindow)
+		window := semaphore.NewWeighted(laneWindow)
+		windows[l.host] = window
 		switch {
 		case len(cfg.Repos) > 0:
 			enumerating++
@@ -323,7 +324,7 @@ func (b *Bootstrap) coordinate(parent context.Context, lanes []lane) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				enumErr <- b.enumerateLane(ctx, l.host, l.start.cursor.Cursor, windows[l.host], pagesCh)
+				enumErr <- b.enumerateLane(ctx, l.host, l.start.cursor.Cursor, window, pagesCh)
 			}()
 		}
 	}
