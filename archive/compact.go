@@ -515,6 +515,12 @@ func (p *compactPass) removeRange(lo, hi []byte, before uint64) error {
 	it := p.recIt
 	for valid := it.SeekGE(lo); valid && bytes.Compare(it.Key(), hi) < 0; valid = it.Next() {
 		k := it.Key()
+		if did, collection, first, ok := splitRunKey(k); ok {
+			if err := p.removeRun(k, it.Value(), string(did), string(collection), first, before); err != nil {
+				return err
+			}
+			continue
+		}
 		f, err := ParseRecordKey(k)
 		if err != nil {
 			return badState(k, err, "")
@@ -528,6 +534,29 @@ func (p *compactPass) removeRange(lo, hi []byte, before uint64) error {
 	}
 	if err := it.Error(); err != nil {
 		return p.readErr(PrefixRecord, err)
+	}
+	return nil
+}
+
+// removeRun removes the members of a run (recrun.go) below before, with
+// the run's entry when that is all of them. The run holds its rows' bytes
+// only in all: a run removed in part counts its rows, not their bytes
+// (CompactResult.Bytes). A member a named tombstone removed already is
+// deleted again, harmlessly.
+func (p *compactPass) removeRun(k, v []byte, did, collection string, first, before uint64) error {
+	run, err := decodeRun(v)
+	if err != nil {
+		return badState(k, err, "")
+	}
+	whole := first+uint64(run.n) <= before
+	for i := range run.n {
+		if seq := first + uint64(i); seq < before {
+			p.removeRow(did, collection, seq, 0)
+		}
+	}
+	if whole {
+		p.delete(k, len(v))
+		p.res.Bytes += run.bytes
 	}
 	return nil
 }

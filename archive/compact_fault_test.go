@@ -158,13 +158,26 @@ func TestCompactMalformedState(t *testing.T) {
 			return nil
 		}},
 		{"index value", func(t *testing.T, s *archive.Store, rows []archive.Event) []byte {
-			for i := len(rows) - 1; i >= 0; i-- {
-				ev := rows[i]
-				if ev.Kind == archive.KindCreate && check.Survivors(rows, 1<<62)[ev.Seq] == false {
-					return set(t, s, archive.RecordKey(ev.DID, ev.Collection, ev.RKey, ev.Seq), []byte{7})
+			// A create entry a purge supersedes: the pass reads every entry of the account.
+			have := keysUnder(t, s, archive.PrefixRecord)
+			for _, ev := range rows {
+				k := archive.RecordKey(ev.DID, ev.Collection, ev.RKey, ev.Seq)
+				if ev.Kind == archive.KindCreate && have[string(k)] && purgedAfter(rows, ev) {
+					return set(t, s, k, []byte{7})
 				}
 			}
-			t.Fatal("no superseded create")
+			t.Fatal("no create entry a purge supersedes")
+			return nil
+		}},
+		{"run value", func(t *testing.T, s *archive.Store, rows []archive.Event) []byte {
+			have := keysUnder(t, s, archive.PrefixRecord)
+			for _, ev := range rows {
+				k := archive.RunKey(ev.DID, ev.Collection, ev.Seq)
+				if ev.Kind == archive.KindCreate && have[string(k)] && purgedAfter(rows, ev) {
+					return set(t, s, k, []byte{4, 1, 1, 0, 0})
+				}
+			}
+			t.Fatal("no run entry a purge supersedes")
 			return nil
 		}},
 		{"index value without a size", func(t *testing.T, s *archive.Store, rows []archive.Event) []byte {
@@ -221,6 +234,16 @@ func set(t *testing.T, s *archive.Store, key, value []byte) []byte {
 		t.Fatal(err)
 	}
 	return key
+}
+
+// purgedAfter reports whether a later row of rows purges ev's account.
+func purgedAfter(rows []archive.Event, ev archive.Event) bool {
+	for _, r := range rows {
+		if r.Seq > ev.Seq && r.DID == ev.DID && r.Kind == archive.KindAccount && archive.AccountStatusPurges(r.Status) {
+			return true
+		}
+	}
+	return false
 }
 
 // TestCompactResetIntent: a malformed intent halts compaction until

@@ -112,9 +112,9 @@ func checkSurvivors(t testing.TB, s *archive.Store, rows []archive.Event, w uint
 		t.Fatalf("watermark %d: store holds %d rows, recomputation %d; removed but must survive %v; superseded but kept %v",
 			w, len(got), len(want), head(missing), head(extra))
 	}
-	// The index: an entry per surviving create/update row and per delete
-	// row not yet applied (at or above w); a tombstone per superseding row
-	// at or above w.
+	// The index: an entry per surviving create/update row (in a run entry
+	// or its own) and per delete row not yet applied (at or above w); a
+	// tombstone per superseding row at or above w.
 	wantRec, wantTomb := map[string]bool{}, map[string]bool{}
 	for _, ev := range rows {
 		if (ev.Kind == archive.KindCreate || ev.Kind == archive.KindUpdate) && want[ev.Seq] || ev.Kind == archive.KindDelete && ev.Seq >= w {
@@ -124,11 +124,19 @@ func checkSurvivors(t testing.TB, s *archive.Store, rows []archive.Event, w uint
 			wantTomb[string(archive.TombKey(ev.DID, ev.Seq))] = true
 		}
 	}
+	entries, _, err := archive.RecordEntries(s)
+	if err != nil {
+		t.Fatalf("watermark %d: the record index: %v", w, err)
+	}
+	rec := map[string]bool{}
+	for k := range entries {
+		rec[k] = true
+	}
 	for _, fam := range []struct {
-		prefix []byte
-		want   map[string]bool
-	}{{archive.PrefixRecord, wantRec}, {archive.PrefixTomb, wantTomb}} {
-		have := keysUnder(t, s, fam.prefix)
+		have map[string]bool
+		want map[string]bool
+	}{{rec, wantRec}, {keysUnder(t, s, archive.PrefixTomb), wantTomb}} {
+		have := fam.have
 		for k := range have {
 			if !fam.want[k] {
 				t.Fatalf("watermark %d: %q is left in the store", w, k)

@@ -117,9 +117,13 @@ func applyEach(t testing.TB, w *archive.Writer, units [][]archive.Event) []archi
 }
 
 // unname rewrites every tombstone of s as a writer before named tombstones
-// wrote it, and every update's rec/ entry as it did ([0x02]).
+// wrote it, and every update's rec/ entry as it did ([0x02]); that writer
+// wrote no run entries either.
 func unname(t *testing.T, s *archive.Store) {
 	t.Helper()
+	if err := archive.UnfoldRuns(s); err != nil {
+		t.Fatal(err)
+	}
 	for k, v := range entriesUnder(t, s, archive.PrefixTomb) {
 		tb, err := archive.DecodeTomb([]byte(v))
 		if err != nil {

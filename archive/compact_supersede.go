@@ -33,7 +33,10 @@ import (
 // tombResolver appends the record tombstones of a batch of index entries.
 // Its buffers are reused from batch to batch (no allocation once grown).
 type tombResolver struct {
-	names []SupersededRow
+	names  []SupersededRow
+	runKey []byte          // runCreates' bound
+	hits   []SupersededRow // runCreates' result
+	runs   []idxEntry      // foldRuns' run entries
 }
 
 // appendRecordTombs sorts idx (entries in buf) and appends a tombstone for
@@ -79,7 +82,7 @@ func (t *tombResolver) appendRecordTombs(r pebble.Reader, buf []byte, idx []idxE
 					}
 				}
 				first := buf[idx[i].k0:idx[i].k1]
-				if t.names, err = t.older(it, first, t.names); err != nil {
+				if t.names, err = t.older(it, r, first, t.names); err != nil {
 					return buf, idx, err
 				}
 				based = true
@@ -107,9 +110,11 @@ func sameRecord(a, b []byte) bool {
 // newest first: it steps back from key and stops at the first delete or
 // after the first update, so it reads what it names and one entry more,
 // however many versions the record has kept (compaction off, or a pass
-// not yet run).
-func (t *tombResolver) older(it *pebble.Iterator, key []byte, names []SupersededRow) ([]SupersededRow, error) {
+// not yet run). The record's creates that runs hold (recrun.go) between
+// where the walk stopped and key are named too, read through r.
+func (t *tombResolver) older(it *pebble.Iterator, r pebble.Reader, key []byte, names []SupersededRow) ([]SupersededRow, error) {
 	prefix := key[:len(key)-8]
+	var stop uint64 // the delete or update the walk stopped at
 	for ok := it.SeekLT(key); ok; ok = it.Prev() {
 		k := it.Key()
 		if len(k) != len(key) || !bytes.HasPrefix(k, prefix) {
@@ -119,17 +124,30 @@ func (t *tombResolver) older(it *pebble.Iterator, key []byte, names []Superseded
 		if err != nil {
 			return names, &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: err}
 		}
+		seq := binary.BigEndian.Uint64(k[len(k)-8:])
 		if kind == KindDelete {
+			stop = seq
 			break
 		}
-		names = append(names, SupersededRow{Seq: binary.BigEndian.Uint64(k[len(k)-8:]), Size: size})
+		names = append(names, SupersededRow{Seq: seq, Size: size})
 		if kind == KindUpdate {
+			stop = seq
 			break
 		}
 	}
 	if err := it.Error(); err != nil {
 		return names, &KeyError{Key: keyString(prefix), Kind: ErrRead, Err: err}
 	}
+	did, collection, rkey, seq, err := splitRecordKey(key)
+	if err != nil {
+		return names, &KeyError{Key: keyString(key), Kind: ErrMalformed, Err: err}
+	}
+	hits, err := t.runCreates(it, r, did, collection, rkey, stop, seq)
+	if err != nil || len(hits) == 0 {
+		return names, err
+	}
+	names = append(names, hits...)
+	slices.SortFunc(names, func(a, b SupersededRow) int { return -cmpSeq(a.Seq, b.Seq) })
 	return names, nil
 }
 

@@ -80,7 +80,9 @@ var (
 	PrefixCursor   = []byte("cursor/")
 	PrefixMeta     = []byte("meta/")
 	// PrefixRecord indexes every record row: rec/<did>\x00<collection>\x00<rkey>\x00<seq>
-	// (RecordKey). Written by the archive writer only.
+	// (RecordKey), or, for a stretch of creates written together, one run
+	// entry rec/<did>\x00<collection>\x00\x01<first seq> (recrun.go).
+	// Written by the archive writer only.
 	PrefixRecord = []byte("rec/")
 	// PrefixTomb lists the rows that supersede older ones, by account:
 	// tomb/<did>\x00<seq> (TombKey), value a Tomb (a record's names the
@@ -274,6 +276,9 @@ func ParseTombKey(key []byte) (did string, seq uint64, err error) {
 func keyString(key []byte) string {
 	if f, err := ParseRecordKey(key); err == nil {
 		return fmt.Sprintf("%s%s|%s|%s|%d", PrefixRecord, f.DID, f.Collection, f.RKey, f.Seq)
+	}
+	if did, collection, first, ok := splitRunKey(key); ok {
+		return fmt.Sprintf("%s%s|%s|run|%d", PrefixRecord, did, collection, first)
 	}
 	if did, seq, err := ParseTombKey(key); err == nil {
 		return fmt.Sprintf("%s%s|%d", PrefixTomb, did, seq)

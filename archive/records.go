@@ -8,6 +8,8 @@ package archive
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/cockroachdb/pebble"
 )
@@ -31,7 +33,8 @@ type CurrentRecord struct {
 //
 // It reads the record index, not ev/: one scan of the account's rec/ and
 // tomb/ entries, and one point read of ev/ per current record for its CID
-// (recomputed from the record when the row does not store it). All reads
+// (recomputed from the record when the row does not store it) and per
+// member of a run entry (recrun.go), whose rkey only its row holds. All reads
 // are of one Pebble snapshot, so a compaction pass running meanwhile never
 // shows half of its removal. Malformed index entries or rows fail closed,
 // naming the key. While the index backfill runs (IndexReady) the index
@@ -53,41 +56,142 @@ func (s *Store) AccountRecords(did string, fn func(CurrentRecord) error) error {
 		return fmt.Errorf("archive: records of %s: %w", did, err)
 	}
 	defer it.Close()
-	var (
-		cur     RecordKeyFields
-		deleted bool
-		have    bool
-	)
-	emit := func() error {
-		if !have || deleted || cur.Seq < purged {
-			return nil
-		}
-		c, err := eventCID(snap, cur.Seq)
-		if err != nil {
+	c := currentRecords{snap: snap, did: did, purged: purged, fn: fn, runs: map[string]CurrentRecord{}}
+	for it.First(); it.Valid(); it.Next() {
+		if err := c.entry(it.Key(), it.Value()); err != nil {
 			return err
 		}
-		return fn(CurrentRecord{Collection: cur.Collection, RKey: cur.RKey, CID: c, Seq: cur.Seq})
-	}
-	for it.First(); it.Valid(); it.Next() {
-		f, err := ParseRecordKey(it.Key())
-		if err != nil {
-			return &KeyError{Key: keyString(it.Key()), Kind: ErrMalformed, Err: err}
-		}
-		del, _, err := DecodeRecordValue(it.Value())
-		if err != nil {
-			return &KeyError{Key: keyString(it.Key()), Kind: ErrMalformed, Err: err}
-		}
-		if have && (f.Collection != cur.Collection || f.RKey != cur.RKey) {
-			if err := emit(); err != nil {
-				return err
-			}
-		}
-		cur, deleted, have = f, del, true
 	}
 	if err := it.Error(); err != nil {
 		return &KeyError{Key: keyString(prefix), Kind: ErrRead, Err: err}
 	}
-	return emit()
+	return c.endCollection()
+}
+
+// currentRecords folds one account's rec/ entries, in key order, into its
+// current records. A collection's run entries (recrun.go) sort before its
+// per-record entries: their members are read from ev/ first and held in
+// runs until the collection ends; a record's newest row wins, wherever it
+// is indexed. Records are sent to fn a collection at a time, in rkey order.
+type currentRecords struct {
+	snap   pebble.Reader
+	did    string
+	purged uint64
+	fn     func(CurrentRecord) error
+
+	collection string
+	runs       map[string]CurrentRecord // the collection's run creates, by rkey
+	out        []CurrentRecord          // the collection's current records
+	cur        RecordKeyFields          // the newest per-record entry of the record being read
+	deleted    bool
+	have       bool
+}
+
+func (c *currentRecords) entry(k, v []byte) error {
+	if _, collection, first, ok := splitRunKey(k); ok {
+		if err := c.enter(string(collection)); err != nil {
+			return err
+		}
+		return c.run(k, v, collection, first)
+	}
+	f, err := ParseRecordKey(k)
+	if err != nil {
+		return &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: err}
+	}
+	del, _, err := DecodeRecordValue(v)
+	if err != nil {
+		return &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: err}
+	}
+	if err := c.enter(f.Collection); err != nil {
+		return err
+	}
+	if c.have && f.RKey != c.cur.RKey {
+		if err := c.record(); err != nil {
+			return err
+		}
+	}
+	c.cur, c.deleted, c.have = f, del, true
+	return nil
+}
+
+// enter ends the collection being read when collection is another.
+func (c *currentRecords) enter(collection string) error {
+	if collection == c.collection {
+		return nil
+	}
+	if err := c.endCollection(); err != nil {
+		return err
+	}
+	c.collection = collection
+	return nil
+}
+
+// run reads the members of one run entry.
+func (c *currentRecords) run(k, v, collection []byte, first uint64) error {
+	run, err := decodeRun(v)
+	if err != nil {
+		return &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: err}
+	}
+	for i := range run.n {
+		seq := first + uint64(i)
+		if seq < c.purged {
+			continue
+		}
+		ev, _, found, err := runMember(c.snap, k, seq, []byte(c.did), collection)
+		if err != nil {
+			return err
+		}
+		if !found {
+			continue // a pass removed it
+		}
+		if old, ok := c.runs[ev.RKey]; !ok || old.Seq < seq {
+			c.runs[ev.RKey] = CurrentRecord{Collection: ev.Collection, RKey: ev.RKey, CID: ev.CID, Seq: seq}
+		}
+	}
+	return nil
+}
+
+// record ends the record being read: its newest row, per-record or in a
+// run, decides.
+func (c *currentRecords) record() error {
+	c.have = false
+	if r, ok := c.runs[c.cur.RKey]; ok {
+		delete(c.runs, c.cur.RKey)
+		if r.Seq > c.cur.Seq {
+			c.out = append(c.out, r)
+			return nil
+		}
+	}
+	if c.deleted || c.cur.Seq < c.purged {
+		return nil
+	}
+	cid, err := eventCID(c.snap, c.cur.Seq)
+	if err != nil {
+		return err
+	}
+	c.out = append(c.out, CurrentRecord{Collection: c.cur.Collection, RKey: c.cur.RKey, CID: cid, Seq: c.cur.Seq})
+	return nil
+}
+
+// endCollection sends the collection's current records to fn.
+func (c *currentRecords) endCollection() error {
+	if c.have {
+		if err := c.record(); err != nil {
+			return err
+		}
+	}
+	for _, r := range c.runs {
+		c.out = append(c.out, r)
+	}
+	clear(c.runs)
+	slices.SortFunc(c.out, func(a, b CurrentRecord) int { return strings.Compare(a.RKey, b.RKey) })
+	for _, r := range c.out {
+		if err := c.fn(r); err != nil {
+			return err
+		}
+	}
+	c.out = c.out[:0]
+	return nil
 }
 
 // accountPurgedAt returns the seq of the account's newest tombstone of a

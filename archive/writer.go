@@ -810,7 +810,8 @@ func appendIndex(buf []byte, idx []idxEntry, ev *Event, size int) ([]byte, []idx
 }
 
 // writeIndex adds the batch's record tombstones, named once the index
-// covers every older row (indexCovered), and writes the batch's index
+// covers every older row (indexCovered), then folds stretches of creates
+// into run entries (recrun.go), and writes the batch's index
 // entries in key order: Pebble inserts a batch into its memtable in batch
 // order and reuses the last insert's position when the next key lands next
 // to it, so sorted rec/ keys (one account's records are neighbours) cost a
@@ -830,6 +831,11 @@ func (w *Writer) writeIndex(p *pending) error {
 	var err error
 	if w.idxBuf, w.idx, err = w.resolver.appendRecordTombs(r, w.idxBuf, w.idx); err != nil {
 		return w.store.resolveErr(err)
+	}
+	if r != nil {
+		// Runs only once the index covers every older row: the pass's
+		// lookups for unnamed tombstones (written before) do not read runs.
+		w.idxBuf, w.idx = w.resolver.foldRuns(w.idxBuf, w.idx)
 	}
 	setIndex(p.b, w.idxBuf, w.idx)
 	return nil

@@ -1,6 +1,6 @@
 // Package churn generates deterministic random record traffic with every
-// kind of supersession — creates, updates, deletes, re-creates after a
-// delete, syncs followed by the rows that change the account, account rows of
+// kind of supersession — creates (alone, and in stretches a download would
+// archive), updates, deletes, re-creates after a delete, syncs followed by the rows that change the account, account rows of
 // every status (deleted and takendown purge; deactivated and suspended do
 // not), identity rows — for the compaction tests at every level. Every
 // record body is unique and carries a marker (Marker), so a test can search
@@ -119,6 +119,8 @@ func (tr *Traffic) Unit() []archive.Event {
 			a.dead, a.live = append(a.dead, a.live...), nil
 		}
 		return []archive.Event{{Kind: archive.KindAccount, DID: a.did, Active: st == "", Status: st, Source: archive.SourceLive}}
+	case r < 98:
+		return tr.stretch(a)
 	default:
 		// A sync, then the replacement's rows: what changes the account
 		// (its unchanged records stay current from the rows before).
@@ -146,6 +148,21 @@ func (tr *Traffic) Unit() []archive.Event {
 		}
 		return evs
 	}
+}
+
+// stretch is a unit of 4 to 12 creates of one collection in rkey order, as
+// a repo's download archives them: the record index folds such a stretch
+// into one run entry.
+func (tr *Traffic) stretch(a *acct) []archive.Event {
+	coll := collections[tr.rng.IntN(len(collections))]
+	var evs []archive.Event
+	for i := 4 + tr.rng.IntN(9); i > 0; i-- {
+		tr.n++
+		id := fmt.Sprintf("%s\x003l%011d", coll, tr.n)
+		a.live = append(a.live, id)
+		evs = append(evs, tr.record(archive.KindCreate, a, id))
+	}
+	return evs
 }
 
 // Units returns the next n units.

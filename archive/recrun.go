@@ -1,0 +1,254 @@
+package archive
+
+// This file owns the record index's run entries. A backfilled repo is
+// archived as consecutive create rows, one collection after another in
+// (collection, rkey) order, and one rec/ entry per record was the largest
+// part of the compaction index on disk (11.8 bytes per archived event on
+// the 2,000 × 200 bench world). The writer folds each stretch of at least
+// minRun create rows of one (DID, collection) with consecutive seqs, written
+// in one batch, into one run entry:
+//
+//	rec/<did>\x00<collection>\x00\x01<first seq, 8 bytes big-endian>
+//	value [0x04][uvarint n][uvarint ev/ bytes of the n rows][n × 2-byte rkey hash]
+//
+// Member i is the create row first+i. The hash (FNV-1a of the rkey, folded
+// to 16 bits, big-endian) only narrows a lookup: a member whose hash
+// matches is read from ev/ and taken only when that row is the record's
+// create. A run key sorts before its collection's per-record keys (0x01 is
+// below every rkey character) and inside no record's range, so a record's
+// walk (recordSuperseded) and the pass's unnamed lookups never meet one.
+//
+// Runs are never rewritten: a member whose row a pass removed stays in its
+// run and reads as absent (its ev/ row is gone; a seq is never reused). A
+// pass removes whole runs with an account reset.
+
+import (
+	"bytes"
+	"encoding/binary"
+	"slices"
+
+	"github.com/cockroachdb/pebble"
+)
+
+const (
+	recRun = 0x04
+	// runMark follows the collection's separator in a run key.
+	runMark = 0x01
+	// minRun is the fewest creates folded into a run: below it a run entry
+	// (its key repeats the DID and the collection) is not smaller than the
+	// per-record entries.
+	minRun = 4
+	// maxRun bounds one run's value (8 KiB of hashes), so a lookup in a
+	// large collection reads runs, not one huge value.
+	maxRun = 4096
+)
+
+// appendRunKey appends rec/<did>\x00<collection>\x00\x01<first> to dst.
+func appendRunKey[S ~string | ~[]byte](dst []byte, did, collection S, first uint64) []byte {
+	dst = append(dst, PrefixRecord...)
+	dst = append(dst, did...)
+	dst = append(dst, keySep)
+	dst = append(dst, collection...)
+	dst = append(dst, keySep, runMark)
+	return binary.BigEndian.AppendUint64(dst, first)
+}
+
+// splitRunKey parses a run key; ok is false for any other key (a
+// per-record rec/ key included). The fields alias key.
+func splitRunKey(key []byte) (did, collection []byte, first uint64, ok bool) {
+	n := len(key)
+	if !hasPrefix(key, PrefixRecord) || n < len(PrefixRecord)+1+1+1+1+1+8 || key[n-9] != runMark || key[n-10] != keySep {
+		return nil, nil, 0, false
+	}
+	body := key[len(PrefixRecord) : n-10]
+	i := bytes.IndexByte(body, keySep)
+	if i <= 0 || i == len(body)-1 || bytes.IndexByte(body[i+1:], keySep) >= 0 {
+		return nil, nil, 0, false
+	}
+	return body[:i], body[i+1:], binary.BigEndian.Uint64(key[n-8:]), true
+}
+
+// rkeyHash is a run member's hash: 32-bit FNV-1a of the rkey, folded.
+func rkeyHash[S ~string | ~[]byte](rkey S) uint16 {
+	h := uint32(2166136261)
+	for i := 0; i < len(rkey); i++ {
+		h ^= uint32(rkey[i])
+		h *= 16777619
+	}
+	return uint16(h>>16) ^ uint16(h)
+}
+
+// recordRun is a decoded run value; hashes aliases it.
+type recordRun struct {
+	n      int
+	bytes  int64 // the ev/ bytes of its rows
+	hashes []byte
+}
+
+func (r recordRun) hash(i int) uint16 { return binary.BigEndian.Uint16(r.hashes[2*i:]) }
+
+// decodeRun accepts exactly what foldRuns writes.
+func decodeRun(b []byte) (recordRun, error) {
+	if len(b) == 0 || b[0] != recRun {
+		return recordRun{}, malformed("record run value %x: want tag 0x04", truncateForError(b))
+	}
+	d := decoder{b: b[1:]}
+	n := d.uvarint()
+	size := d.count()
+	if d.err != nil {
+		return recordRun{}, d.err
+	}
+	if n < minRun || n > maxRun || uint64(len(d.b)) != 2*n || size < int64(n) {
+		return recordRun{}, malformed("record run value: %d members, %d bytes of hashes, %d row bytes", n, len(d.b), size)
+	}
+	return recordRun{n: int(n), bytes: size, hashes: d.b}, nil
+}
+
+// foldRuns replaces, in idx (sorted by key), every stretch of at least
+// minRun per-record entries of creates of one (DID, collection) whose seqs
+// are consecutive by one run entry, appended to buf. The batch's
+// tombstones are resolved before (from the per-record entries).
+func (t *tombResolver) foldRuns(buf []byte, idx []idxEntry) ([]byte, []idxEntry) {
+	kept := idx[:0]
+	runs := t.runs[:0]
+	defer func() { t.runs = runs[:0] }()
+	for i := 0; i < len(idx); {
+		j := foldEnd(buf, idx, i)
+		if j-i < minRun {
+			kept = append(kept, idx[i:j]...)
+			i = j
+			continue
+		}
+		did, collection, _, first, _ := splitRecordKey(buf[idx[i].k0:idx[i].k1])
+		var size int
+		for e := i; e < j; e++ {
+			_, n, _ := decodeRecordValue(buf[idx[e].k1:idx[e].v1])
+			size += n
+		}
+		k0 := len(buf)
+		buf = appendRunKey(buf, did, collection, first)
+		k1 := len(buf)
+		buf = append(buf, recRun)
+		buf = binary.AppendUvarint(buf, uint64(j-i))
+		buf = binary.AppendUvarint(buf, uint64(size))
+		for e := i; e < j; e++ {
+			_, _, rkey, _, _ := splitRecordKey(buf[idx[e].k0:idx[e].k1])
+			buf = binary.BigEndian.AppendUint16(buf, rkeyHash(rkey))
+		}
+		runs = append(runs, idxEntry{k0, k1, len(buf)})
+		i = j
+	}
+	return buf, append(kept, runs...)
+}
+
+// foldEnd returns the end of the stretch of foldable entries starting at
+// idx[i] (i+1 when idx[i] starts none).
+func foldEnd(buf []byte, idx []idxEntry, i int) int {
+	did, collection, _, seq, ok := foldable(buf, idx[i])
+	if !ok {
+		return i + 1
+	}
+	j := i + 1
+	for ; j < len(idx) && j-i < maxRun; j++ {
+		d, c, _, s, ok := foldable(buf, idx[j])
+		if !ok || s != seq+1 || !bytes.Equal(d, did) || !bytes.Equal(c, collection) {
+			break
+		}
+		seq = s
+	}
+	return j
+}
+
+// foldable parses e when it is the per-record entry of a create.
+func foldable(buf []byte, e idxEntry) (did, collection, rkey []byte, seq uint64, ok bool) {
+	k := buf[e.k0:e.k1]
+	if !hasPrefix(k, PrefixRecord) {
+		return nil, nil, nil, 0, false
+	}
+	if kind, _, err := decodeRecordValue(buf[e.k1:e.v1]); err != nil || kind != KindCreate {
+		return nil, nil, nil, 0, false
+	}
+	did, collection, rkey, seq, err := splitRecordKey(k)
+	return did, collection, rkey, seq, err == nil
+}
+
+// runCreates returns (in a buffer reused by the next call) the create rows of (did, collection, rkey) that runs
+// hold with a seq in (after, before), newest first, read through r (it
+// over r positions in rec/). A member whose hash matches is read from
+// ev/: absent (a pass removed it) or another record's (a hash collision)
+// is skipped; a row that is not a create of the run's DID and collection
+// is malformed state.
+func (t *tombResolver) runCreates(it *pebble.Iterator, r pebble.Reader, did, collection, rkey []byte, after, before uint64) ([]SupersededRow, error) {
+	t.runKey = appendRunKey(t.runKey[:0], did, collection, before)
+	hi := t.runKey
+	prefix := hi[:len(hi)-8]
+	h := rkeyHash(rkey)
+	hits := t.hits[:0]
+	defer func() { t.hits = hits[:0] }()
+	for ok := it.SeekLT(hi); ok; ok = it.Prev() {
+		k := it.Key()
+		if len(k) != len(hi) || !bytes.HasPrefix(k, prefix) {
+			break
+		}
+		first := binary.BigEndian.Uint64(k[len(k)-8:])
+		run, err := decodeRun(it.Value())
+		if err != nil {
+			return hits, &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: err}
+		}
+		for i := run.n - 1; i >= 0; i-- {
+			seq := first + uint64(i)
+			if seq >= before || seq <= after || run.hash(i) != h {
+				continue
+			}
+			ev, size, found, err := runMember(r, k, seq, did, collection)
+			if err != nil {
+				return hits, err
+			}
+			if found && ev.RKey == string(rkey) {
+				hits = append(hits, SupersededRow{Seq: seq, Size: size})
+			}
+		}
+		if first <= after {
+			break
+		}
+	}
+	if err := it.Error(); err != nil {
+		return hits, &KeyError{Key: keyString(prefix), Kind: ErrRead, Err: err}
+	}
+	slices.SortFunc(hits, func(a, b SupersededRow) int { return -cmpSeq(a.Seq, b.Seq) })
+	return hits, nil
+}
+
+func cmpSeq(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// runMember reads the row of the run member seq (run names its key):
+// found is false when a pass removed it. A row that is not a create of
+// did's collection is malformed state: the run names a row it cannot hold.
+func runMember(r pebble.Reader, run []byte, seq uint64, did, collection []byte) (ev Event, size int, found bool, err error) {
+	v, closer, err := r.Get(EventKey(seq))
+	if err == pebble.ErrNotFound {
+		return Event{}, 0, false, nil
+	}
+	if err != nil {
+		return Event{}, 0, false, &KeyError{Key: keyString(EventKey(seq)), Kind: ErrRead, Err: err}
+	}
+	defer closer.Close()
+	if err := DecodeEvent(v, seq, &ev); err != nil {
+		return Event{}, 0, false, &KeyError{Key: keyString(EventKey(seq)), Kind: ErrMalformed, Err: err}
+	}
+	if ev.Kind != KindCreate || ev.DID != string(did) || ev.Collection != string(collection) {
+		return Event{}, 0, false, &KeyError{Key: keyString(run), Kind: ErrMalformed,
+			Err: malformed("run member ev/%d is a %s row of %s %s", seq, ev.Kind, ev.DID, ev.Collection)}
+	}
+	ev.CID = slices.Clone(ev.CID)
+	ev.Record = nil // aliases v
+	return ev, len(v), true, nil
+}

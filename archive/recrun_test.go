@@ -1,0 +1,220 @@
+package archive_test
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/pebble/vfs"
+
+	"github.com/backstream/backstream/archive"
+)
+
+// runUnit is one unit of creates of dids[0], one op per record, as a
+// repo's download archives them.
+func runUnit(dids []string, rev *int, recs ...string) []archive.Event {
+	var u []archive.Event
+	for _, r := range recs {
+		*rev++
+		u = append(u, cr(r).event(dids, *rev))
+	}
+	return u
+}
+
+// opUnit is one op as its own unit.
+func opUnit(dids []string, rev *int, o op) []archive.Event {
+	*rev++
+	return []archive.Event{o.event(dids, *rev)}
+}
+
+// rowSize is the size of ev's ev/ value.
+func rowSize(t *testing.T, ev *archive.Event) int {
+	t.Helper()
+	v, err := archive.AppendEvent(nil, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(v)
+}
+
+// tombOf decodes the tombstone of row ev.
+func tombOf(t *testing.T, s *archive.Store, ev archive.Event) archive.Tomb {
+	t.Helper()
+	v, ok := entriesUnder(t, s, archive.PrefixTomb)[string(archive.TombKey(ev.DID, ev.Seq))]
+	if !ok {
+		t.Fatalf("no tombstone for seq %d", ev.Seq)
+	}
+	tb, err := archive.DecodeTomb([]byte(v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tb
+}
+
+// TestRecordRuns: a unit's stretch of at least four creates of one
+// collection is indexed as one run entry, a shorter one entry per record;
+// an update's and a delete's tombstones name a run member with its size,
+// whether the run was written in an earlier batch or in the same; an
+// account's current records read through runs; a pass removes the named
+// members and, after a purge, whole runs; the index left is exactly what
+// the survivors need.
+func TestRecordRuns(t *testing.T) {
+	dids := []string{"did:plc:aaaa", "did:plc:bbbb"}
+	s := openStore(t, vfs.NewMem(), nil)
+	defer s.Close()
+	w := startWriter(t, s)
+	defer w.Close()
+	rev := 0
+	var rkeys []string
+	for i := range 10 {
+		rkeys = append(rkeys, fmt.Sprintf("p/3l%011d", i))
+	}
+	units := [][]archive.Event{
+		append(runUnit(dids, &rev, rkeys...), runUnit(dids, &rev, "q/a", "q/b", "q/c")...),
+		opUnit(dids, &rev, del(rkeys[3])),
+		opUnit(dids, &rev, up(rkeys[5])),
+		opUnit(dids, &rev, up(rkeys[5])),
+		opUnit(dids, &rev, del(rkeys[5])),
+	}
+	rows := applyEach(t, w, units)
+	run, qs := rows[0], rows[10:13]
+
+	have := keysUnder(t, s, archive.PrefixRecord)
+	if !have[string(archive.RunKey(run.DID, "p", run.Seq))] {
+		t.Fatalf("no run entry for the ten creates: %d rec/ keys", len(have))
+	}
+	for _, q := range qs {
+		if !have[string(archive.RecordKey(q.DID, q.Collection, q.RKey, q.Seq))] {
+			t.Fatalf("no entry of its own for %s, one of three creates", q.RKey)
+		}
+	}
+	if _, runs, _ := archive.RecordEntries(s); runs != 1 || len(have) != 1+3+4 {
+		t.Fatalf("%d runs and %d rec/ keys, want 1 run, 3 creates' entries and 4 of updates and deletes", runs, len(have))
+	}
+	want := map[int][]int{13: {3}, 14: {5}, 15: {14}, 16: {15}}
+	for i, names := range want {
+		var wantRows []archive.SupersededRow
+		for _, j := range names {
+			wantRows = append(wantRows, archive.SupersededRow{Seq: rows[j].Seq, Size: rowSize(t, &rows[j])})
+		}
+		if tb := tombOf(t, s, rows[i]); !tb.Named || !reflect.DeepEqual(tb.Superseded, wantRows) {
+			t.Fatalf("row %d's tombstone names %+v, want %+v", i, tb.Superseded, wantRows)
+		}
+	}
+
+	current := func() []string {
+		var out []string
+		err := s.AccountRecords(dids[0], func(r archive.CurrentRecord) error {
+			out = append(out, fmt.Sprintf("%s/%s@%d", r.Collection, r.RKey, r.Seq))
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	var wantCurrent []string
+	for i, r := range rows[:13] {
+		if i != 3 && i != 5 {
+			wantCurrent = append(wantCurrent, fmt.Sprintf("%s/%s@%d", r.Collection, r.RKey, r.Seq))
+		}
+	}
+	if got := current(); !reflect.DeepEqual(got, wantCurrent) {
+		t.Fatalf("current records %v, want %v", got, wantCurrent)
+	}
+	res := compact(t, s, w, archive.CompactOptions{})
+	if res.Rows != 4 {
+		t.Fatalf("pass %+v, want the 4 superseded rows removed", res)
+	}
+	checkSurvivors(t, s, rows, res.To)
+	if got := current(); !reflect.DeepEqual(got, wantCurrent) {
+		t.Fatalf("after the pass: current records %v, want %v", got, wantCurrent)
+	}
+
+	// The same stretch and a delete in one batch, then a purge.
+	more := applyUnits(t, w, [][]archive.Event{
+		append(runUnit(dids, &rev, "r/1", "r/2", "r/3", "r/4", "r/5"), opUnit(dids, &rev, del("r/2"))...),
+	})
+	if tb := tombOf(t, s, more[5]); !reflect.DeepEqual(tb.Superseded, []archive.SupersededRow{{Seq: more[1].Seq, Size: rowSize(t, &more[1])}}) {
+		t.Fatalf("a delete in the run's own batch names %+v, want row %d", tb.Superseded, more[1].Seq)
+	}
+	rows = append(rows, more...)
+	rows = append(rows, applyEach(t, w, [][]archive.Event{opUnit(dids, &rev, acc("takendown"))})...)
+	res = compact(t, s, w, archive.CompactOptions{})
+	checkSurvivors(t, s, rows, res.To)
+	if _, runs, _ := archive.RecordEntries(s); runs != 0 {
+		t.Fatalf("%d run entries left after a purge of their account", runs)
+	}
+	if got := current(); len(got) != 0 {
+		t.Fatalf("current records after a takedown: %v", got)
+	}
+}
+
+// TestRecordRunHashCollision: two rkeys of one run whose hashes collide;
+// deleting one names and removes that one only (a member is taken only
+// once its row is read and is the record's).
+func TestRecordRunHashCollision(t *testing.T) {
+	seen := map[uint16]string{}
+	var a, b string
+	for i := 0; b == ""; i++ {
+		rk := fmt.Sprintf("3l%011d", i)
+		h := archive.RKeyHash(rk)
+		if o, ok := seen[h]; ok {
+			a, b = o, rk
+		}
+		seen[h] = rk
+	}
+	recs := []string{"p/" + a, "p/" + b, "p/3m000000000x", "p/3m000000000y", "p/3m000000000z"}
+	sort.Strings(recs)
+	dids := []string{"did:plc:aaaa"}
+	s := openStore(t, vfs.NewMem(), nil)
+	defer s.Close()
+	w := startWriter(t, s)
+	defer w.Close()
+	rev := 0
+	rows := applyEach(t, w, [][]archive.Event{runUnit(dids, &rev, recs...)})
+	if _, runs, _ := archive.RecordEntries(s); runs != 1 {
+		t.Fatalf("%d runs, want 1", runs)
+	}
+	var victim archive.Event
+	for _, r := range rows {
+		if r.RKey == b {
+			victim = r
+		}
+	}
+	rows = append(rows, applyEach(t, w, [][]archive.Event{opUnit(dids, &rev, del("p/"+b))})...)
+	if tb := tombOf(t, s, rows[len(rows)-1]); len(tb.Superseded) != 1 || tb.Superseded[0].Seq != victim.Seq {
+		t.Fatalf("the delete of %s names %+v, want only row %d (%s collides with it)", b, tb.Superseded, victim.Seq, a)
+	}
+	res := compact(t, s, w, archive.CompactOptions{})
+	checkSurvivors(t, s, rows, res.To)
+}
+
+// TestRecordRunMalformed: a run entry the writer cannot have written
+// stops an account's records with ErrMalformed naming its key.
+func TestRecordRunMalformed(t *testing.T) {
+	dids := []string{"did:plc:aaaa"}
+	s := openStore(t, vfs.NewMem(), nil)
+	defer s.Close()
+	w := startWriter(t, s)
+	defer w.Close()
+	rev := 0
+	rows := applyEach(t, w, [][]archive.Event{runUnit(dids, &rev, "p/1", "p/2", "p/3", "p/4")})
+	key := archive.RunKey(dids[0], "p", rows[0].Seq)
+	for _, v := range [][]byte{{4, 4, 40, 0, 0}, {2, 10}, {4, 3, 40, 0, 0, 0, 0, 0, 0}} {
+		set(t, s, key, v)
+		err := s.AccountRecords(dids[0], func(archive.CurrentRecord) error { return nil })
+		if !errors.Is(err, archive.ErrMalformed) || !strings.Contains(err.Error(), archive.KeyString(key)) {
+			t.Fatalf("run value %x: %v, want ErrMalformed naming the key", v, err)
+		}
+	}
+	// A run naming another collection's row.
+	set(t, s, archive.RunKey(dids[0], "q", rows[0].Seq), []byte{4, 4, 40, 0, 0, 0, 0, 0, 0, 0, 0})
+	err := s.AccountRecords(dids[0], func(archive.CurrentRecord) error { return nil })
+	if !errors.Is(err, archive.ErrMalformed) {
+		t.Fatalf("a run naming rows of another collection: %v", err)
+	}
+}
