@@ -256,10 +256,14 @@ func copyBenchStore(b *testing.B, src, dst string) {
 	}
 }
 
-// unnameBenchTombs rewrites every tombstone of s as a writer before named
-// tombstones wrote it (the pass then looks the superseded rows up in rec/:
-// the cost named tombstones remove), and settles tomb/ again.
+// unnameBenchTombs rewrites every tombstone of s, and its run entries, as a
+// writer before named tombstones and runs wrote them (the pass then looks
+// the superseded rows up in rec/: the cost named tombstones remove), and
+// settles tomb/ again.
 func unnameBenchTombs(b *testing.B, s *Store) {
+	if err := UnfoldRuns(s); err != nil {
+		b.Fatal(err)
+	}
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: PrefixTomb, UpperBound: prefixEnd(PrefixTomb)})
 	if err != nil {
 		b.Fatal(err)

@@ -64,15 +64,40 @@ func RecordEntries(s *Store) (map[string]string, int, error) {
 // wrote it: each run entry becomes the per-record entries of its members
 // whose rows are left.
 func UnfoldRuns(s *Store) error {
-	entries, _, err := RecordEntries(s)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: PrefixRecord, UpperBound: prefixEnd(PrefixRecord)})
 	if err != nil {
 		return err
 	}
+	defer it.Close()
 	b := s.db.NewBatch()
-	defer b.Close()
-	_ = b.DeleteRange(PrefixRecord, prefixEnd(PrefixRecord), nil)
-	for k, v := range entries {
-		_ = b.Set([]byte(k), []byte(v), nil)
+	for it.First(); it.Valid(); it.Next() {
+		did, collection, first, ok := splitRunKey(it.Key())
+		if !ok {
+			continue
+		}
+		run, err := decodeRun(it.Value())
+		if err != nil {
+			return err
+		}
+		for i := range run.n {
+			ev, size, found, err := runMember(s.db, it.Key(), first+uint64(i), did, collection)
+			if err != nil {
+				return err
+			}
+			if found {
+				_ = b.Set(RecordKey(ev.DID, ev.Collection, ev.RKey, ev.Seq), AppendRecordValue(nil, KindCreate, size), nil)
+			}
+		}
+		_ = b.Delete(it.Key(), nil)
+		if b.Len() > 4<<20 {
+			if err := errors.Join(b.Commit(pebble.Sync), b.Close()); err != nil {
+				return err
+			}
+			b = s.db.NewBatch()
+		}
 	}
-	return b.Commit(pebble.Sync)
+	if err := it.Error(); err != nil {
+		return errors.Join(err, b.Close())
+	}
+	return errors.Join(b.Commit(pebble.Sync), b.Close())
 }
