@@ -20,7 +20,7 @@ func BenchmarkWriter(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("BACKSTREAM_BENCH_EVENTS")); err == nil && v > 0 {
 		total = v
 	}
-	for _, shape := range []string{"backfill", "live", "live-deletes"} {
+	for _, shape := range []string{"backfill", "live", "live-deletes", "backfill-deletes"} {
 		for _, rows := range []int{1024, 4096, 16384} {
 			b.Run(shape+"/batch"+strconv.Itoa(rows), func(b *testing.B) { benchWriter(b, total, rows, shape) })
 		}
@@ -32,9 +32,13 @@ func BenchmarkWriter(b *testing.B) {
 // submits units of 64 rows of 64 accounts out of 2,000 that recur; the
 // live-deletes shape is live with every record new and one row in ten a
 // delete of an earlier record picked at random (its tombstone names the
-// create: a read of rec/, in the memtable or not).
+// create: a read of rec/, in the memtable or not); the backfill-deletes
+// shape is backfill, each unit followed by a live unit of 7 deletes of
+// earlier records picked at random (records of a run entry: the tombstone
+// names the create after a hash match and a read of its ev/ row).
 func benchWriter(b *testing.B, total, maxRows int, shape string) {
-	backfill, deletes := shape == "backfill", shape == "live-deletes"
+	backfill, deletes := shape == "backfill" || shape == "backfill-deletes", shape == "live-deletes"
+	bfDeletes := shape == "backfill-deletes"
 	rng := rand.New(rand.NewPCG(1, 2))
 	s := openDiskStore(b)
 	defer s.Close()
@@ -54,6 +58,7 @@ func benchWriter(b *testing.B, total, maxRows int, shape string) {
 	b.ResetTimer()
 	acks := NewAcks()
 	submitted := 0
+	var created [][2]string // backfill-deletes: (DID, rkey) of every create
 	for submitted < total {
 		n := min(unit, total-submitted)
 		evs := make([]Event, n)
@@ -61,6 +66,10 @@ func benchWriter(b *testing.B, total, maxRows int, shape string) {
 			evs[j] = template[(submitted+j)%len(template)]
 			if backfill {
 				evs[j].DID = didN(1_000_000 + submitted/unit)
+				if bfDeletes {
+					evs[j].RKey = benchRKey(submitted + j)
+					created = append(created, [2]string{evs[j].DID, evs[j].RKey})
+				}
 			} else {
 				evs[j].Source = SourceLive
 				evs[j].Rev = revN(submitted + j)
@@ -79,6 +88,18 @@ func benchWriter(b *testing.B, total, maxRows int, shape string) {
 			b.Fatal(err)
 		}
 		submitted += n
+		if bfDeletes && submitted < total {
+			dels := make([]Event, min(7, total-submitted))
+			for j := range dels {
+				c := created[rng.IntN(len(created))]
+				dels[j] = Event{Kind: KindDelete, DID: c[0], Collection: template[0].Collection,
+					RKey: c[1], Rev: revN(submitted + j), Source: SourceLive}
+			}
+			if err := w.Submit(ctx, &Unit{Events: dels, Acks: acks}); err != nil {
+				b.Fatal(err)
+			}
+			submitted += len(dels)
+		}
 		acks.Drain(nil)
 	}
 	if err := w.Close(); err != nil {
