@@ -111,15 +111,15 @@ func sameRecord(a, b []byte) bool {
 // after the first update, so it reads what it names and one entry more,
 // however many versions the record has kept (compaction off, or a pass
 // not yet run). The record's creates that runs hold (recrun.go) between
-// where the walk stopped and key are named too, read through r.
+// where the walk stopped and key are named too, read through r
+// (runCreates).
 func (t *tombResolver) older(it *pebble.Iterator, r pebble.Reader, key []byte, names []SupersededRow) ([]SupersededRow, error) {
 	prefix := key[:len(key)-8]
+	inRecord := func(k []byte) bool { return len(k) == len(key) && bytes.HasPrefix(k, prefix) }
 	var stop uint64 // the delete or update the walk stopped at
-	for ok := it.SeekLT(key); ok; ok = it.Prev() {
+	valid := it.SeekLT(key)
+	for ; valid && inRecord(it.Key()); valid = it.Prev() {
 		k := it.Key()
-		if len(k) != len(key) || !bytes.HasPrefix(k, prefix) {
-			break
-		}
 		kind, size, err := decodeRecordValue(it.Value())
 		if err != nil {
 			return names, &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: err}
@@ -135,6 +135,11 @@ func (t *tombResolver) older(it *pebble.Iterator, r pebble.Reader, key []byte, n
 			break
 		}
 	}
+	// Step back to the entry before the record's, unless the record keeps
+	// many versions (then runCreates seeks).
+	for i := 0; valid && inRecord(it.Key()) && i < maxVersionSteps; i++ {
+		valid = it.Prev()
+	}
 	if err := it.Error(); err != nil {
 		return names, &KeyError{Key: keyString(prefix), Kind: ErrRead, Err: err}
 	}
@@ -142,7 +147,7 @@ func (t *tombResolver) older(it *pebble.Iterator, r pebble.Reader, key []byte, n
 	if err != nil {
 		return names, &KeyError{Key: keyString(key), Kind: ErrMalformed, Err: err}
 	}
-	hits, err := t.runCreates(it, r, did, collection, rkey, stop, seq)
+	hits, err := t.runCreates(it, valid && !inRecord(it.Key()), valid, r, did, collection, rkey, stop, seq)
 	if err != nil || len(hits) == 0 {
 		return names, err
 	}
@@ -150,6 +155,10 @@ func (t *tombResolver) older(it *pebble.Iterator, r pebble.Reader, key []byte, n
 	slices.SortFunc(names, func(a, b SupersededRow) int { return -cmpSeq(a.Seq, b.Seq) })
 	return names, nil
 }
+
+// maxVersionSteps bounds the entries older steps over to reach the entry
+// before a record's.
+const maxVersionSteps = 16
 
 // appendTomb appends the tombstone of the update or delete rec/ entry
 // idx[e], naming t.names when named.

@@ -172,25 +172,42 @@ func foldable(buf []byte, e idxEntry) (did, collection, rkey []byte, seq uint64,
 	return did, collection, rkey, seq, err == nil
 }
 
-// runCreates returns (in a buffer reused by the next call) the create rows of (did, collection, rkey) that runs
-// hold with a seq in (after, before), newest first, read through r (it
-// over r positions in rec/). A member whose hash matches is read from
-// ev/: absent (a pass removed it) or another record's (a hash collision)
-// is skipped; a row that is not a create of the run's DID and collection
-// is malformed state.
-func (t *tombResolver) runCreates(it *pebble.Iterator, r pebble.Reader, did, collection, rkey []byte, after, before uint64) ([]SupersededRow, error) {
+// runCreates returns (in a buffer reused by the next call) the create rows
+// of (did, collection, rkey) that runs hold with a seq in (after, before),
+// newest first, read through r (it over r positions in rec/). A member
+// whose hash matches is read from ev/: absent (a pass removed it) or
+// another record's (a hash collision) is skipped; a row that is not a
+// create of the run's DID and collection is malformed state.
+//
+// The collection's runs sort just before its per-record entries. When the
+// caller's iterator stands on the entry just before the record's (before
+// says where it stands: placed, and valid), that entry tells without a
+// seek: a run of the collection (the runs are read back from it), another
+// record of the collection (runs may sort before it: seek), or no entry of
+// the collection (it has no runs). A delete of a downloaded record, whose
+// collection holds only runs, so costs no seek of its own.
+func (t *tombResolver) runCreates(it *pebble.Iterator, placed, valid bool, r pebble.Reader, did, collection, rkey []byte, after, before uint64) ([]SupersededRow, error) {
 	t.runKey = appendRunKey(t.runKey[:0], did, collection, before)
 	hi := t.runKey
 	prefix := hi[:len(hi)-8]
+	isRun := func(k []byte) bool { return len(k) == len(hi) && bytes.HasPrefix(k, prefix) }
+	switch {
+	case !placed:
+		valid = it.SeekLT(hi)
+	case !valid || !bytes.HasPrefix(it.Key(), prefix[:len(prefix)-1]):
+		return nil, nil // no entry of the collection sorts before the record's
+	case !isRun(it.Key()):
+		valid = it.SeekLT(hi)
+	}
 	h := rkeyHash(rkey)
 	hits := t.hits[:0]
 	defer func() { t.hits = hits[:0] }()
-	for ok := it.SeekLT(hi); ok; ok = it.Prev() {
+	for ; valid && isRun(it.Key()); valid = it.Prev() {
 		k := it.Key()
-		if len(k) != len(hi) || !bytes.HasPrefix(k, prefix) {
-			break
-		}
 		first := binary.BigEndian.Uint64(k[len(k)-8:])
+		if first >= before {
+			continue
+		}
 		run, err := decodeRun(it.Value())
 		if err != nil {
 			return hits, &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: err}
