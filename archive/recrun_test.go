@@ -24,6 +24,16 @@ func runUnit(dids []string, rev *int, recs ...string) []archive.Event {
 	return u
 }
 
+// memStore opens a store in memory with a writer, both closed with t.
+func memStore(t *testing.T) (*archive.Store, *archive.Writer) {
+	t.Helper()
+	s := openStore(t, vfs.NewMem(), nil)
+	t.Cleanup(func() { s.Close() })
+	w := startWriter(t, s)
+	t.Cleanup(func() { w.Close() })
+	return s, w
+}
+
 // opUnit is one op as its own unit.
 func opUnit(dids []string, rev *int, o op) []archive.Event {
 	*rev++
@@ -63,10 +73,7 @@ func tombOf(t *testing.T, s *archive.Store, ev archive.Event) archive.Tomb {
 // the survivors need.
 func TestRecordRuns(t *testing.T) {
 	dids := []string{"did:plc:aaaa", "did:plc:bbbb"}
-	s := openStore(t, vfs.NewMem(), nil)
-	defer s.Close()
-	w := startWriter(t, s)
-	defer w.Close()
+	s, w := memStore(t)
 	rev := 0
 	var rkeys []string
 	for i := range 10 {
@@ -170,10 +177,7 @@ func TestRecordRunHashCollision(t *testing.T) {
 	recs := []string{"p/" + a, "p/" + b, "p/3m000000000x", "p/3m000000000y", "p/3m000000000z"}
 	sort.Strings(recs)
 	dids := []string{"did:plc:aaaa"}
-	s := openStore(t, vfs.NewMem(), nil)
-	defer s.Close()
-	w := startWriter(t, s)
-	defer w.Close()
+	s, w := memStore(t)
 	rev := 0
 	rows := applyEach(t, w, [][]archive.Event{runUnit(dids, &rev, recs...)})
 	if _, runs, _ := archive.RecordEntries(s); runs != 1 {
@@ -197,10 +201,7 @@ func TestRecordRunHashCollision(t *testing.T) {
 // stops an account's records with ErrMalformed naming its key.
 func TestRecordRunMalformed(t *testing.T) {
 	dids := []string{"did:plc:aaaa"}
-	s := openStore(t, vfs.NewMem(), nil)
-	defer s.Close()
-	w := startWriter(t, s)
-	defer w.Close()
+	s, w := memStore(t)
 	rev := 0
 	rows := applyEach(t, w, [][]archive.Event{runUnit(dids, &rev, "p/1", "p/2", "p/3", "p/4")})
 	key := archive.RunKey(dids[0], "p", rows[0].Seq)
