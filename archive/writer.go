@@ -224,6 +224,8 @@ type Writer struct {
 	revCache map[string]string    // durable ratchet values (bounded)
 	revsAll  bool                 // revCache holds every rev/ row (none at start, never dropped since): a miss is "" without a read
 	repos    map[string]RepoState // repo states written in the open batch
+	repoMem  map[string]RepoState // durable repo states (bounded, repoCacheMax)
+	reposAll bool                 // repoMem holds every repo/ row (none at start, never dropped since): a miss is "no state" without a read
 	hosts    map[string]HostState // host states written in the open batch
 	buf      []byte
 	idx      []idxEntry  // the open batch's index entries: rec/, tomb/
@@ -258,6 +260,7 @@ func NewWriter(s *Store, opts WriterOptions) (*Writer, error) {
 		bar:      newBarrier(barrierLimits{bytes: opts.HoldBytes, accountBytes: opts.HoldAccountBytes, timeout: opts.HoldTimeout}),
 		revCache: make(map[string]string),
 		repos:    make(map[string]RepoState),
+		repoMem:  make(map[string]RepoState),
 		hosts:    make(map[string]HostState),
 		linger:   time.NewTimer(time.Hour),
 	}
@@ -282,6 +285,9 @@ func NewWriter(s *Store, opts WriterOptions) (*Writer, error) {
 		w.durable = c.Clone()
 		opts.Metrics.setCounts(c)
 		if w.revsAll, err = s.empty(PrefixRev); err != nil {
+			return nil, fmt.Errorf("archive: start writer: %w", err)
+		}
+		if w.reposAll, err = s.empty(PrefixRepo); err != nil {
 			return nil, fmt.Errorf("archive: start writer: %w", err)
 		}
 	}
@@ -506,6 +512,9 @@ fill:
 		w.remember(did, rev)
 	}
 	clear(w.revs)
+	for did, st := range w.repos {
+		w.rememberRepo(did, st)
+	}
 	clear(w.repos)
 	clear(w.hosts)
 	w.live.publish(p.events)
@@ -1169,9 +1178,26 @@ func (w *Writer) remember(did, rev string) {
 	w.revCache[did] = rev
 }
 
+// repoCacheMax bounds the writer's in-memory cache of durable repo/
+// states (about 250 bytes an account: 8 MiB at most). The writer is the
+// only writer of repo/, so the cache is always coherent; when it fills up
+// it is dropped and refilled from the store. On a store that had no repo/
+// row at start it holds every row until then (reposAll): a bootstrap reads
+// no repo/ key for its first repoCacheMax accounts, neither when it records
+// an account nor when the account's job completes.
+const repoCacheMax = 1 << 15
+
+// repoState returns the account's repo state as of the open batch, and
+// whether it has one.
 func (w *Writer) repoState(did string) (RepoState, bool, error) {
 	if s, ok := w.repos[did]; ok {
 		return s, true, nil
+	}
+	if s, ok := w.repoMem[did]; ok {
+		return s, true, nil
+	}
+	if w.reposAll {
+		return RepoState{}, false, nil
 	}
 	s, err := w.store.RepoState(did)
 	if errors.Is(err, ErrNotFound) {
@@ -1180,7 +1206,17 @@ func (w *Writer) repoState(did string) (RepoState, bool, error) {
 	if err != nil {
 		return RepoState{}, false, err
 	}
+	w.rememberRepo(did, s)
 	return s, true, nil
+}
+
+// rememberRepo caches a durable repo state.
+func (w *Writer) rememberRepo(did string, st RepoState) {
+	if len(w.repoMem) >= repoCacheMax {
+		clear(w.repoMem)
+		w.reposAll = false
+	}
+	w.repoMem[did] = st
 }
 
 // checkReplacement refuses a replacement whose account or snapshot rev could

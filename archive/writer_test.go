@@ -117,6 +117,55 @@ func TestRatchetReadsTheStoreUnlessTheCacheHoldsEveryRow(t *testing.T) {
 	}
 }
 
+// A repo state the writer's cache does not hold is read from repo/
+// whenever the cache may not hold every row: after a restart on a store
+// with repo/ rows, and after the cache was dropped for its size. (On a
+// store that had none, a miss is "no state" without a read.) The state a
+// mutation sees is the last one committed either way.
+func TestRepoStateReadsTheStoreUnlessTheCacheHoldsEveryRow(t *testing.T) {
+	s := openMem(t, vfs.NewMem())
+	defer s.Close()
+	w := newWriter(t, s, WriterOptions{})
+	if !w.reposAll {
+		t.Fatal("a writer on a new store does not know it holds every repo/ row")
+	}
+	seen := func(want uint32) func(RepoState, bool) (RepoState, bool) {
+		return func(cur RepoState, exists bool) (RepoState, bool) {
+			if !exists || cur.Attempts != want || cur.Status != StatusFailed {
+				t.Errorf("mutation sees %+v (exists %v), want failed after %d attempts", cur, exists, want)
+			}
+			cur.Attempts++
+			return cur, true
+		}
+	}
+	apply(t, w, &Unit{Repos: []RepoUpdate{{DID: testDID, Fields: FieldStatus | FieldAttempts, State: RepoState{Status: StatusFailed, Attempts: 1}}}})
+	apply(t, w, &Unit{Repos: []RepoUpdate{{DID: testDID, Func: seen(1)}}})
+	// The writer goroutine waits for a unit: the test may fill its cache
+	// (the next Apply's send orders these writes before its reads).
+	for i := range repoCacheMax {
+		w.rememberRepo(didN(i+10), RepoState{Status: StatusNotStarted})
+	}
+	if w.reposAll {
+		t.Fatal("the cache was dropped and still claims every repo/ row")
+	}
+	apply(t, w, &Unit{Repos: []RepoUpdate{{DID: testDID, Func: seen(2)}}})
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w = newWriter(t, s, WriterOptions{})
+	defer w.Close()
+	if w.reposAll {
+		t.Fatal("a writer on a store with repo/ rows claims to hold every one")
+	}
+	apply(t, w, &Unit{Repos: []RepoUpdate{{DID: testDID, Func: seen(3)}}})
+	if st, err := s.RepoState(testDID); err != nil || st.Attempts != 4 {
+		t.Fatalf("repo/ holds %+v %v, want 4 attempts", st, err)
+	}
+	if c := w.DurableCounts(); c.Get(StatusFailed) != 1 || c.Total() != 1 {
+		t.Fatalf("counts %+v, want the one failed repo", c)
+	}
+}
+
 // assertRevsNeverBackwards checks D3 over the whole archive.
 func assertRevsNeverBackwards(t *testing.T, s *Store) {
 	t.Helper()
