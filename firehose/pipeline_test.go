@@ -316,9 +316,9 @@ func TestPipelineWaitHoldsOnlyItsLane(t *testing.T) {
 		default:
 		}
 	}
-	if len(p.gate) != 0 {
-		t.Fatalf("%d verifier slots held while the checks wait for the network", len(p.gate))
-	}
+	// The held checks leave their slots once they find they must wait for
+	// the network (their lanes may not have got there yet under load).
+	waitFor(t, 30*time.Second, "no verifier slot held while the checks wait for the network", func() bool { return len(p.gate) == 0 })
 	releasePLC()
 	releaseHost()
 	for i, j := range held {
