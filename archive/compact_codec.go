@@ -17,7 +17,7 @@ import (
 // writer tells an update (whose tombstone names what it supersedes) from a
 // create (which names nothing). An update written before updates had their
 // own tag is [0x02]: read as a create, which only makes the writer look
-// further back (recordSuperseded).
+// further back (tombResolver.older).
 const (
 	recDelete = 0x01
 	recRow    = 0x02

@@ -14,9 +14,12 @@ package archive
 // Member i is the create row first+i. The hash (FNV-1a of the rkey, folded
 // to 16 bits, big-endian) only narrows a lookup: a member whose hash
 // matches is read from ev/ and taken only when that row is the record's
-// create. A run key sorts before its collection's per-record keys (0x01 is
-// below every rkey character) and inside no record's range, so a record's
-// walk (recordSuperseded) and the pass's unnamed lookups never meet one.
+// create. A run key sorts just before its collection's per-record keys
+// (0x01 is below every rkey character) and inside no record's range: the
+// pass's lookups of unnamed tombstones (written before the index covered
+// every row, when no runs are written) never meet one, and the writer's
+// walk back from a record reads its collection's runs on purpose
+// (runCreates).
 //
 // Runs are never rewritten: a member whose row a pass removed stays in its
 // run and reads as absent (its ev/ row is gone; a seq is never reused). A
