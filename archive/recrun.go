@@ -183,23 +183,30 @@ func foldable(buf []byte, e idxEntry) (did, collection, rkey []byte, seq uint64,
 // create of the run's DID and collection is malformed state.
 //
 // The collection's runs sort just before its per-record entries. When the
-// caller's iterator stands on the entry just before the record's (before
-// says where it stands: placed, and valid), that entry tells without a
-// seek: a run of the collection (the runs are read back from it), another
-// record of the collection (runs may sort before it: seek), or no entry of
-// the collection (it has no runs). A delete of a downloaded record, whose
-// collection holds only runs, so costs no seek of its own.
+// caller's iterator stands on the entry just before the record's (placed,
+// and valid), the entries before it tell without a seek: a run of the
+// collection (the runs are read back from it) or no entry of the
+// collection (it has no runs), once past at most maxVersionSteps entries
+// of other records (more: seek). A delete of a downloaded record, or of
+// one of a few records written one by one since, so costs no seek of its
+// own.
 func (t *tombResolver) runCreates(it *pebble.Iterator, placed, valid bool, r pebble.Reader, did, collection, rkey []byte, after, before uint64) ([]SupersededRow, error) {
 	t.runKey = appendRunKey(t.runKey[:0], did, collection, before)
 	hi := t.runKey
 	prefix := hi[:len(hi)-8]
 	isRun := func(k []byte) bool { return len(k) == len(hi) && bytes.HasPrefix(k, prefix) }
-	switch {
-	case !placed:
-		valid = it.SeekLT(hi)
-	case !valid || !bytes.HasPrefix(it.Key(), prefix[:len(prefix)-1]):
-		return nil, nil // no entry of the collection sorts before the record's
-	case !isRun(it.Key()):
+	inCollection := func(k []byte) bool { return bytes.HasPrefix(k, prefix[:len(prefix)-1]) }
+	if placed {
+		// Step back over a few other records' entries: a collection that
+		// holds few records written one by one needs no seek either.
+		for i := 0; valid && inCollection(it.Key()) && !isRun(it.Key()) && i < maxVersionSteps; i++ {
+			valid = it.Prev()
+		}
+		if !valid || !inCollection(it.Key()) {
+			return nil, it.Error() // no run of the collection sorts before the record's entries
+		}
+	}
+	if !placed || !isRun(it.Key()) {
 		valid = it.SeekLT(hi)
 	}
 	h := rkeyHash(rkey)

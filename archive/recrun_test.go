@@ -219,3 +219,27 @@ func TestRecordRunMalformed(t *testing.T) {
 		t.Fatalf("a run naming rows of another collection: %v", err)
 	}
 }
+
+// TestRecordRunBehindRecords: a run member's delete when records written
+// one by one sort between the run and the member: a few (the walk steps
+// back over them to the run) and many (it seeks); both name the member.
+func TestRecordRunBehindRecords(t *testing.T) {
+	for _, n := range []int{3, 40} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			dids := []string{"did:plc:aaaa"}
+			s, w := memStore(t)
+			rev := 0
+			units := [][]archive.Event{runUnit(dids, &rev, "p/m0", "p/m1", "p/m2", "p/m3", "p/m4")}
+			for i := range n {
+				units = append(units, opUnit(dids, &rev, cr(fmt.Sprintf("p/a%02d", i))))
+			}
+			units = append(units, opUnit(dids, &rev, del("p/m2")))
+			rows := applyEach(t, w, units)
+			if tb := tombOf(t, s, rows[len(rows)-1]); len(tb.Superseded) != 1 || tb.Superseded[0].Seq != rows[2].Seq {
+				t.Fatalf("the delete of m2 names %+v, want row %d", tb.Superseded, rows[2].Seq)
+			}
+			res := compact(t, s, w, archive.CompactOptions{})
+			checkSurvivors(t, s, rows, res.To)
+		})
+	}
+}
