@@ -219,14 +219,12 @@ type Writer struct {
 	nextSeq  uint64
 	lastUS   int64
 	counts   Counts
-	bar      *barrier             // replacements in progress, units waiting for them, seq cursors (S5)
-	revs     map[string]string    // ratchet values written in the open batch
-	revCache map[string]string    // durable ratchet values (bounded)
-	revsAll  bool                 // revCache holds every rev/ row (none at start, never dropped since): a miss is "" without a read
-	repos    map[string]RepoState // repo states written in the open batch
-	repoMem  map[string]RepoState // durable repo states (bounded, repoCacheMax)
-	reposAll bool                 // repoMem holds every repo/ row (none at start, never dropped since): a miss is "no state" without a read
-	hosts    map[string]HostState // host states written in the open batch
+	bar      *barrier                // replacements in progress, units waiting for them, seq cursors (S5)
+	revs     map[string]string       // ratchet values written in the open batch
+	revCache durableCache[string]    // durable ratchet values
+	repos    map[string]RepoState    // repo states written in the open batch
+	repoMem  durableCache[RepoState] // durable repo states
+	hosts    map[string]HostState    // host states written in the open batch
 	buf      []byte
 	idx      []idxEntry  // the open batch's index entries: rec/, tomb/
 	idxBuf   []byte      // their keys and values
@@ -258,9 +256,9 @@ func NewWriter(s *Store, opts WriterOptions) (*Writer, error) {
 		done:     make(chan struct{}),
 		revs:     make(map[string]string),
 		bar:      newBarrier(barrierLimits{bytes: opts.HoldBytes, accountBytes: opts.HoldAccountBytes, timeout: opts.HoldTimeout}),
-		revCache: make(map[string]string),
+		revCache: newDurableCache[string](ratchetCacheMax),
 		repos:    make(map[string]RepoState),
-		repoMem:  make(map[string]RepoState),
+		repoMem:  newDurableCache[RepoState](repoCacheMax),
 		hosts:    make(map[string]HostState),
 		linger:   time.NewTimer(time.Hour),
 	}
@@ -284,10 +282,10 @@ func NewWriter(s *Store, opts WriterOptions) (*Writer, error) {
 		w.counts = c
 		w.durable = c.Clone()
 		opts.Metrics.setCounts(c)
-		if w.revsAll, err = s.empty(PrefixRev); err != nil {
+		if w.revCache.all, err = s.empty(PrefixRev); err != nil {
 			return nil, fmt.Errorf("archive: start writer: %w", err)
 		}
-		if w.reposAll, err = s.empty(PrefixRepo); err != nil {
+		if w.repoMem.all, err = s.empty(PrefixRepo); err != nil {
 			return nil, fmt.Errorf("archive: start writer: %w", err)
 		}
 	}
@@ -509,11 +507,11 @@ fill:
 	}
 	// Durable: now, and only now, tell anyone.
 	for did, rev := range w.revs {
-		w.remember(did, rev)
+		w.revCache.put(did, rev)
 	}
 	clear(w.revs)
 	for did, st := range w.repos {
-		w.rememberRepo(did, st)
+		w.repoMem.put(did, st)
 	}
 	clear(w.repos)
 	clear(w.hosts)
@@ -1141,11 +1139,7 @@ func (w *Writer) markHoles(u *Unit, holes []string) {
 	}
 }
 
-// ratchetCacheMax bounds the writer's in-memory cache of rev/ values. The
-// writer is the only writer of rev/, so the cache is always coherent; when it
-// fills up it is simply dropped and refilled from the store. On a store that
-// had no rev/ row at start it holds every row until then (revsAll): a
-// bootstrap reads no rev/ key for its first ratchetCacheMax accounts.
+// ratchetCacheMax bounds the writer's cache of rev/ values (durableCache).
 const ratchetCacheMax = 1 << 18
 
 // ratchet returns the account's archived rev ("" when it has none).
@@ -1153,11 +1147,8 @@ func (w *Writer) ratchet(did string) (string, error) {
 	if r, ok := w.revs[did]; ok {
 		return r, nil
 	}
-	if r, ok := w.revCache[did]; ok {
+	if r, found, absent := w.revCache.get(did); found || absent {
 		return r, nil
-	}
-	if w.revsAll {
-		return "", nil
 	}
 	r, err := w.store.Rev(did)
 	if errors.Is(err, ErrNotFound) {
@@ -1166,25 +1157,14 @@ func (w *Writer) ratchet(did string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	w.remember(did, r)
+	w.revCache.put(did, r)
 	return r, nil
 }
 
-func (w *Writer) remember(did, rev string) {
-	if len(w.revCache) >= ratchetCacheMax {
-		clear(w.revCache)
-		w.revsAll = false
-	}
-	w.revCache[did] = rev
-}
-
-// repoCacheMax bounds the writer's in-memory cache of durable repo/
-// states (about 250 bytes an account: 8 MiB at most). The writer is the
-// only writer of repo/, so the cache is always coherent; when it fills up
-// it is dropped and refilled from the store. On a store that had no repo/
-// row at start it holds every row until then (reposAll): a bootstrap reads
-// no repo/ key for its first repoCacheMax accounts, neither when it records
-// an account nor when the account's job completes.
+// repoCacheMax bounds the writer's cache of repo/ states (durableCache;
+// about 250 bytes an account: 8 MiB at most). A bootstrap reads no repo/
+// key for its first repoCacheMax accounts, neither when it records an
+// account nor when the account's job completes.
 const repoCacheMax = 1 << 15
 
 // repoState returns the account's repo state as of the open batch, and
@@ -1193,11 +1173,8 @@ func (w *Writer) repoState(did string) (RepoState, bool, error) {
 	if s, ok := w.repos[did]; ok {
 		return s, true, nil
 	}
-	if s, ok := w.repoMem[did]; ok {
-		return s, true, nil
-	}
-	if w.reposAll {
-		return RepoState{}, false, nil
+	if s, found, absent := w.repoMem.get(did); found || absent {
+		return s, found, nil
 	}
 	s, err := w.store.RepoState(did)
 	if errors.Is(err, ErrNotFound) {
@@ -1206,17 +1183,8 @@ func (w *Writer) repoState(did string) (RepoState, bool, error) {
 	if err != nil {
 		return RepoState{}, false, err
 	}
-	w.rememberRepo(did, s)
+	w.repoMem.put(did, s)
 	return s, true, nil
-}
-
-// rememberRepo caches a durable repo state.
-func (w *Writer) rememberRepo(did string, st RepoState) {
-	if len(w.repoMem) >= repoCacheMax {
-		clear(w.repoMem)
-		w.reposAll = false
-	}
-	w.repoMem[did] = st
 }
 
 // checkReplacement refuses a replacement whose account or snapshot rev could

@@ -90,7 +90,7 @@ func TestRatchetReadsTheStoreUnlessTheCacheHoldsEveryRow(t *testing.T) {
 	s := openMem(t, vfs.NewMem())
 	defer s.Close()
 	w := newWriter(t, s, WriterOptions{})
-	if !w.revsAll {
+	if !w.revCache.all {
 		t.Fatal("a writer on a new store does not know it holds every rev/ row")
 	}
 	if r := apply(t, w, &Unit{Events: []Event{commitEv(testDID, "05", KindCreate, SourceBackfill, "a")}}); r.Kept != 1 {
@@ -99,7 +99,7 @@ func TestRatchetReadsTheStoreUnlessTheCacheHoldsEveryRow(t *testing.T) {
 	// The writer goroutine waits for a unit: the test may fill its cache
 	// (the next Apply's send orders these writes before its reads).
 	for i := range ratchetCacheMax {
-		w.remember(didN(i+10), "01")
+		w.revCache.put(didN(i+10), "01")
 	}
 	if r := apply(t, w, &Unit{Events: []Event{commitEv(testDID, "03", KindCreate, SourceLive, "x")}}); r.Kept != 0 {
 		t.Fatalf("a live row older than the archived rev after the cache was dropped: %+v, want stale", r)
@@ -126,7 +126,7 @@ func TestRepoStateReadsTheStoreUnlessTheCacheHoldsEveryRow(t *testing.T) {
 	s := openMem(t, vfs.NewMem())
 	defer s.Close()
 	w := newWriter(t, s, WriterOptions{})
-	if !w.reposAll {
+	if !w.repoMem.all {
 		t.Fatal("a writer on a new store does not know it holds every repo/ row")
 	}
 	seen := func(want uint32) func(RepoState, bool) (RepoState, bool) {
@@ -143,9 +143,9 @@ func TestRepoStateReadsTheStoreUnlessTheCacheHoldsEveryRow(t *testing.T) {
 	// The writer goroutine waits for a unit: the test may fill its cache
 	// (the next Apply's send orders these writes before its reads).
 	for i := range repoCacheMax {
-		w.rememberRepo(didN(i+10), RepoState{Status: StatusNotStarted})
+		w.repoMem.put(didN(i+10), RepoState{Status: StatusNotStarted})
 	}
-	if w.reposAll {
+	if w.repoMem.all {
 		t.Fatal("the cache was dropped and still claims every repo/ row")
 	}
 	apply(t, w, &Unit{Repos: []RepoUpdate{{DID: testDID, Func: seen(2)}}})
@@ -154,7 +154,7 @@ func TestRepoStateReadsTheStoreUnlessTheCacheHoldsEveryRow(t *testing.T) {
 	}
 	w = newWriter(t, s, WriterOptions{})
 	defer w.Close()
-	if w.reposAll {
+	if w.repoMem.all {
 		t.Fatal("a writer on a store with repo/ rows claims to hold every one")
 	}
 	apply(t, w, &Unit{Repos: []RepoUpdate{{DID: testDID, Func: seen(3)}}})
