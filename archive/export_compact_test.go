@@ -26,78 +26,59 @@ func RunKey(did, collection string, first uint64) []byte {
 // stands for, a member whose row a pass removed as nothing; and the number
 // of run entries.
 func RecordEntries(s *Store) (map[string]string, int, error) {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: PrefixRecord, UpperBound: prefixEnd(PrefixRecord)})
-	if err != nil {
-		return nil, 0, err
-	}
-	defer it.Close()
 	out, runs := map[string]string{}, 0
-	for it.First(); it.Valid(); it.Next() {
-		did, collection, first, ok := splitRunKey(it.Key())
-		if !ok {
-			out[string(it.Key())] = string(it.Value())
-			continue
+	err := eachRecordEntry(s, func(k, v []byte) error {
+		if _, _, _, ok := splitRunKey(k); !ok {
+			out[string(k)] = string(v)
+			return nil
 		}
 		runs++
-		run, err := decodeRun(it.Value())
-		if err != nil {
-			return nil, 0, err
-		}
-		for i := range run.n {
-			ev, size, found, err := runMember(s.db, it.Key(), first+uint64(i), did, collection)
-			if err != nil {
-				return nil, 0, err
-			}
-			if !found {
-				continue
-			}
-			if rkeyHash(ev.RKey) != run.hash(i) {
-				return nil, 0, errors.New("a run member's hash is not its rkey's")
-			}
+		return runMembers(s.db, k, v, 0, func(ev *Event, size int) error {
 			out[string(RecordKey(ev.DID, ev.Collection, ev.RKey, ev.Seq))] = string(AppendRecordValue(nil, KindCreate, size))
-		}
-	}
-	return out, runs, it.Error()
+			return nil
+		})
+	})
+	return out, runs, err
 }
 
 // UnfoldRuns rewrites s's record index as a writer before run entries
 // wrote it: each run entry becomes the per-record entries of its members
 // whose rows are left.
 func UnfoldRuns(s *Store) error {
+	b := s.db.NewBatch()
+	err := eachRecordEntry(s, func(k, v []byte) error {
+		if _, _, _, ok := splitRunKey(k); !ok {
+			return nil
+		}
+		err := runMembers(s.db, k, v, 0, func(ev *Event, size int) error {
+			return b.Set(RecordKey(ev.DID, ev.Collection, ev.RKey, ev.Seq), AppendRecordValue(nil, KindCreate, size), nil)
+		})
+		if err != nil {
+			return err
+		}
+		if err := b.Delete(k, nil); err != nil || b.Len() < 4<<20 {
+			return err
+		}
+		err = errors.Join(b.Commit(pebble.Sync), b.Close())
+		b = s.db.NewBatch()
+		return err
+	})
+	if err != nil {
+		return errors.Join(err, b.Close())
+	}
+	return errors.Join(b.Commit(pebble.Sync), b.Close())
+}
+
+// eachRecordEntry calls fn for every rec/ entry of s, in key order.
+func eachRecordEntry(s *Store, fn func(k, v []byte) error) error {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: PrefixRecord, UpperBound: prefixEnd(PrefixRecord)})
 	if err != nil {
 		return err
 	}
-	defer it.Close()
-	b := s.db.NewBatch()
 	for it.First(); it.Valid(); it.Next() {
-		did, collection, first, ok := splitRunKey(it.Key())
-		if !ok {
-			continue
-		}
-		run, err := decodeRun(it.Value())
-		if err != nil {
-			return err
-		}
-		for i := range run.n {
-			ev, size, found, err := runMember(s.db, it.Key(), first+uint64(i), did, collection)
-			if err != nil {
-				return err
-			}
-			if found {
-				_ = b.Set(RecordKey(ev.DID, ev.Collection, ev.RKey, ev.Seq), AppendRecordValue(nil, KindCreate, size), nil)
-			}
-		}
-		_ = b.Delete(it.Key(), nil)
-		if b.Len() > 4<<20 {
-			if err := errors.Join(b.Commit(pebble.Sync), b.Close()); err != nil {
-				return err
-			}
-			b = s.db.NewBatch()
+		if err := fn(it.Key(), it.Value()); err != nil {
+			return errors.Join(err, it.Close())
 		}
 	}
-	if err := it.Error(); err != nil {
-		return errors.Join(err, b.Close())
-	}
-	return errors.Join(b.Commit(pebble.Sync), b.Close())
+	return errors.Join(it.Error(), it.Close())
 }

@@ -88,11 +88,11 @@ type currentRecords struct {
 }
 
 func (c *currentRecords) entry(k, v []byte) error {
-	if _, collection, first, ok := splitRunKey(k); ok {
+	if _, collection, _, ok := splitRunKey(k); ok {
 		if err := c.enter(string(collection)); err != nil {
 			return err
 		}
-		return c.run(k, v, collection, first)
+		return c.run(k, v)
 	}
 	f, err := ParseRecordKey(k)
 	if err != nil {
@@ -127,28 +127,13 @@ func (c *currentRecords) enter(collection string) error {
 }
 
 // run reads the members of one run entry.
-func (c *currentRecords) run(k, v, collection []byte, first uint64) error {
-	run, err := decodeRun(v)
-	if err != nil {
-		return &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: err}
-	}
-	for i := range run.n {
-		seq := first + uint64(i)
-		if seq < c.purged {
-			continue
+func (c *currentRecords) run(k, v []byte) error {
+	return runMembers(c.snap, k, v, c.purged, func(ev *Event, _ int) error {
+		if old, ok := c.runs[ev.RKey]; !ok || old.Seq < ev.Seq {
+			c.runs[ev.RKey] = CurrentRecord{Collection: ev.Collection, RKey: ev.RKey, CID: ev.CID, Seq: ev.Seq}
 		}
-		ev, _, found, err := runMember(c.snap, k, seq, []byte(c.did), collection)
-		if err != nil {
-			return err
-		}
-		if !found {
-			continue // a pass removed it
-		}
-		if old, ok := c.runs[ev.RKey]; !ok || old.Seq < seq {
-			c.runs[ev.RKey] = CurrentRecord{Collection: ev.Collection, RKey: ev.RKey, CID: ev.CID, Seq: seq}
-		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // record ends the record being read: its newest row, per-record or in a

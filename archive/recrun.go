@@ -256,6 +256,42 @@ func cmpSeq(a, b uint64) int {
 	return 0
 }
 
+// runMembers calls fn for every member of the run entry (k, v) at or above
+// from whose row is left (a pass removed the others), with its row and its
+// ev/ size, in seq order. A member whose row is not a create of the run's
+// DID and collection, or whose rkey's hash is not the run's, is malformed
+// state.
+func runMembers(r pebble.Reader, k, v []byte, from uint64, fn func(ev *Event, size int) error) error {
+	did, collection, first, ok := splitRunKey(k)
+	if !ok {
+		return &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: malformed("not a run key")}
+	}
+	run, err := decodeRun(v)
+	if err != nil {
+		return &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: err}
+	}
+	for i := range run.n {
+		seq := first + uint64(i)
+		if seq < from {
+			continue
+		}
+		ev, size, found, err := runMember(r, k, seq, did, collection)
+		if err != nil {
+			return err
+		}
+		if !found {
+			continue
+		}
+		if rkeyHash(ev.RKey) != run.hash(i) {
+			return &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: malformed("member ev/%d: the hash of rkey %q is not the run's", seq, ev.RKey)}
+		}
+		if err := fn(&ev, size); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // runMember reads the row of the run member seq (run names its key):
 // found is false when a pass removed it. A row that is not a create of
 // did's collection is malformed state: the run names a row it cannot hold.

@@ -198,14 +198,17 @@ func TestRecordRunHashCollision(t *testing.T) {
 }
 
 // TestRecordRunMalformed: a run entry the writer cannot have written
-// stops an account's records with ErrMalformed naming its key.
+// (its value, or hashes that are not its members' rkeys') stops an
+// account's records with ErrMalformed naming its key.
 func TestRecordRunMalformed(t *testing.T) {
 	dids := []string{"did:plc:aaaa"}
 	s, w := memStore(t)
 	rev := 0
 	rows := applyEach(t, w, [][]archive.Event{runUnit(dids, &rev, "p/1", "p/2", "p/3", "p/4")})
 	key := archive.RunKey(dids[0], "p", rows[0].Seq)
-	for _, v := range [][]byte{{4, 4, 40, 0, 0}, {2, 10}, {4, 3, 40, 0, 0, 0, 0, 0, 0}} {
+	// Short of hashes, a per-record value, too few members, hashes that
+	// are not the members' rkeys'.
+	for _, v := range [][]byte{{4, 4, 40, 0, 0}, {2, 10}, {4, 3, 40, 0, 0, 0, 0, 0, 0}, {4, 4, 40, 0, 0, 0, 0, 0, 0, 0, 0}} {
 		set(t, s, key, v)
 		err := s.AccountRecords(dids[0], func(archive.CurrentRecord) error { return nil })
 		if !errors.Is(err, archive.ErrMalformed) || !strings.Contains(err.Error(), archive.KeyString(key)) {
