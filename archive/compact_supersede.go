@@ -37,6 +37,8 @@ type tombResolver struct {
 	runKey []byte          // runCreates' bound
 	hits   []SupersededRow // runCreates' result
 	runs   []idxEntry      // foldRuns' run entries
+	spans  []span          // sortIndex's runs
+	order  []idxEntry      // sortIndex's moved entries
 }
 
 // appendRecordTombs sorts idx (entries in buf) and appends a tombstone for
@@ -47,7 +49,7 @@ type tombResolver struct {
 // own older entries of the record, then r's (rows older than the batch's
 // first of the record, so the backfill never sees the writer's newer rows).
 func (t *tombResolver) appendRecordTombs(r pebble.Reader, buf []byte, idx []idxEntry) ([]byte, []idxEntry, error) {
-	sortIndex(buf, idx)
+	t.sortIndex(buf, idx)
 	var it *pebble.Iterator
 	defer func() {
 		if it != nil {

@@ -234,7 +234,7 @@ func (s *Store) fillBatch(key []byte, m IndexMarker, rows int, buf []byte, idx [
 	}
 	b := s.db.NewBatch()
 	defer b.Close()
-	setIndex(b, buf, idx)
+	t.setIndex(b, buf, idx)
 	_ = b.Set(key, EncodeIndexMarker(m), nil)
 	if err := s.commit("commit an index backfill batch", b); err != nil {
 		return m, 0, err

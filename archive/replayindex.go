@@ -9,12 +9,10 @@ package archive
 
 import (
 	"bytes"
-	"cmp"
 	"container/heap"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/cockroachdb/pebble"
@@ -60,6 +58,10 @@ type replayBatch struct {
 	key   []byte
 	rows  []byte // the covering copies, [v0, v1) each
 	cover coverPolicy
+	// sortNamed's scratch
+	spans   []span
+	acctTmp []replayEntry
+	collTmp []collEntry
 }
 
 type replayEntry struct {
@@ -96,25 +98,20 @@ func (r *replayBatch) add(ev *Event, row []byte) {
 // empties the batch. Consecutive seqs of one name without a copy are one
 // run entry.
 func (r *replayBatch) write(b *pebble.Batch) {
-	slices.SortFunc(r.coll, func(x, y collEntry) int {
-		if c := strings.Compare(x.name, y.name); c != 0 {
-			return c
-		}
-		return cmp.Compare(x.seq, y.seq)
-	})
+	r.collTmp, r.spans = sortNamed[string](r.coll, r.collTmp, r.spans, compareCollEntry)
 	for i, j := 0, 0; i < len(r.coll); i = j {
 		j = runEnd(r.coll, i)
 		e := r.coll[i]
 		r.key = AppendCollectionIndexKey(r.key[:0], e.name, e.seq)
 		r.set(b, j-i, r.rows[e.v0:e.v1])
 	}
-	slices.SortFunc(r.acct, compareReplayEntry)
+	r.acctTmp, r.spans = sortNamed[uint64](r.acct, r.acctTmp, r.spans, compareReplayEntry)
 	for i, j := 0, 0; i < len(r.acct); i = j {
 		j = runEnd(r.acct, i)
 		r.key = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(append(r.key[:0], PrefixByAccount...), r.acct[i].name), r.acct[i].seq)
 		r.set(b, j-i, nil)
 	}
-	slices.SortFunc(r.mark, compareReplayEntry)
+	r.acctTmp, r.spans = sortNamed[uint64](r.mark, r.acctTmp, r.spans, compareReplayEntry)
 	for i, j := 0, 0; i < len(r.mark); i = j {
 		j = runEnd(r.mark, i)
 		e := r.mark[i]
@@ -238,13 +235,6 @@ func (c *coverPolicy) count(collection string) uint64 {
 		c.counts[strings.Clone(collection)] = 1 // not the event's memory
 	}
 	return n + 1
-}
-
-func compareReplayEntry(x, y replayEntry) int {
-	if c := cmp.Compare(x.name, y.name); c != 0 {
-		return c
-	}
-	return cmp.Compare(x.seq, y.seq)
 }
 
 // deleteReplayIndex adds the removal of a record row's replay index

@@ -5,13 +5,11 @@ package archive
 // commits group batches synced to disk before anyone hears of them.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -844,7 +842,7 @@ func (w *Writer) writeIndex(p *pending) error {
 		// lookups for unnamed tombstones (written before) do not read runs.
 		w.idxBuf, w.idx = w.resolver.foldRuns(w.idxBuf, w.idx)
 	}
-	setIndex(p.b, w.idxBuf, w.idx)
+	w.resolver.setIndex(p.b, w.idxBuf, w.idx)
 	return nil
 }
 
@@ -862,16 +860,11 @@ func (w *Writer) indexCovered() (bool, error) {
 }
 
 // setIndex adds the index entries idx (into buf) to b, in key order.
-func setIndex(b *pebble.Batch, buf []byte, idx []idxEntry) {
-	sortIndex(buf, idx)
+func (t *tombResolver) setIndex(b *pebble.Batch, buf []byte, idx []idxEntry) {
+	t.sortIndex(buf, idx)
 	for _, e := range idx {
 		_ = b.Set(buf[e.k0:e.k1], buf[e.k1:e.v1], nil)
 	}
-}
-
-// sortIndex sorts the index entries idx (into buf) by key.
-func sortIndex(buf []byte, idx []idxEntry) {
-	slices.SortFunc(idx, func(x, y idxEntry) int { return bytes.Compare(buf[x.k0:x.k1], buf[y.k0:y.k1]) })
 }
 
 // bug stops the writer over a value stage should have refused: the batch
