@@ -274,6 +274,20 @@ func (s *Store) openPebble(opts Options) error {
 		cacheSize = DefaultCacheSize
 	}
 	s.cache = pebble.NewCache(cacheSize)
+	db, err := pebble.Open(s.dir, s.pebbleOptions(opts))
+	if err != nil {
+		s.cache.Unref()
+		s.cache = nil
+		s.lock.Close()
+		s.lock = nil
+		return fmt.Errorf("archive: open %s: %w", s.dir, err)
+	}
+	s.db = db
+	return nil
+}
+
+// pebbleOptions are the store's Pebble options (its cache already made).
+func (s *Store) pebbleOptions(opts Options) *pebble.Options {
 	po := &pebble.Options{
 		FS:           s.fs,
 		Lock:         s.lock,
@@ -298,9 +312,19 @@ func (s *Store) openPebble(opts Options) error {
 	if po.MemTableSize == 0 {
 		po.MemTableSize = DefaultMemTableSize
 	}
-	po.Levels = make([]pebble.LevelOptions, 7)
-	for i := range po.Levels {
-		l := &po.Levels[i]
+	po.Levels = levelOptions()
+	// Tables written before pointReadFilter carry a filter of every key
+	// under the plain bloom policy's name; keep reading them.
+	po.Filters = map[string]pebble.FilterPolicy{plainBloom.Name(): plainBloom}
+	po.EnsureDefaults()
+	return po
+}
+
+// levelOptions are the store's per-level table options.
+func levelOptions() []pebble.LevelOptions {
+	levels := make([]pebble.LevelOptions, 7)
+	for i := range levels {
+		l := &levels[i]
 		l.BlockSize = 32 << 10
 		l.Compression = pebble.ZstdCompression
 		if i == 0 {
@@ -334,22 +358,9 @@ func (s *Store) openPebble(opts Options) error {
 	// compactions into L6), 104.5 B at level 5 (1.4x). On v1,
 	// FlushSplitBytes and an L0 target of 4 MiB: 0.92x and 1.01x the CPU in
 	// two pairs, no change in bytes.
-	po.Levels[6].FilterPolicy = nil
-	po.Levels[6].BlockSize = 64 << 10
-	// Tables written before pointReadFilter carry a filter of every key
-	// under the plain bloom policy's name; keep reading them.
-	po.Filters = map[string]pebble.FilterPolicy{plainBloom.Name(): plainBloom}
-	po.EnsureDefaults()
-	db, err := pebble.Open(s.dir, po)
-	if err != nil {
-		s.cache.Unref()
-		s.cache = nil
-		s.lock.Close()
-		s.lock = nil
-		return fmt.Errorf("archive: open %s: %w", s.dir, err)
-	}
-	s.db = db
-	return nil
+	levels[6].FilterPolicy = nil
+	levels[6].BlockSize = 64 << 10
+	return levels
 }
 
 // lockStore takes the store's LOCK file before Pebble opens, so that a
