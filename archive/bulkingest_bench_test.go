@@ -637,15 +637,7 @@ func (ig *bulkIngester) batch(p *pending) {
 	// What commitBatch does once a batch is durable; the caches are what
 	// lets the next batches of the group see this one's state before it is
 	// ingested (a bootstrap reads no rev/ or repo/ from the store).
-	for did, rev := range w.revs {
-		w.revCache.put(did, rev)
-	}
-	clear(w.revs)
-	for did, st := range w.repos {
-		w.repoMem.put(did, st)
-	}
-	clear(w.repos)
-	clear(w.hosts)
+	w.durableStates()
 	ig.events = append(ig.events, p.events...)
 }
 

@@ -504,15 +504,7 @@ fill:
 		}
 	}
 	// Durable: now, and only now, tell anyone.
-	for did, rev := range w.revs {
-		w.revCache.put(did, rev)
-	}
-	clear(w.revs)
-	for did, st := range w.repos {
-		w.repoMem.put(did, st)
-	}
-	clear(w.repos)
-	clear(w.hosts)
+	w.durableStates()
 	w.live.publish(p.events)
 	w.tombs.Add(uint64(p.tombs))
 	m.committed(w.name, p.rows, time.Since(start).Seconds(), w.nextSeq-1)
@@ -536,6 +528,20 @@ fill:
 		u.Acks.push(p.receipts[i])
 	}
 	return true
+}
+
+// durableStates moves the committed batch's ratchets and repo states
+// into the writer's caches of durable state.
+func (w *Writer) durableStates() {
+	for did, rev := range w.revs {
+		w.revCache.put(did, rev)
+	}
+	clear(w.revs)
+	for did, st := range w.repos {
+		w.repoMem.put(did, st)
+	}
+	clear(w.repos)
+	clear(w.hosts)
 }
 
 // lingerFor starts the wait of a batch that starts with first: Linger's,
