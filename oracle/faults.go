@@ -152,8 +152,8 @@ type Faults struct {
 	plcSlow    time.Duration        // FaultPLCSlow delay
 	plcSlowN   int
 	plcFailN   int
-	exportFail int // FailExport: pages left to answer 500
-	exportBad  int // HostileExport: pages left to carry malformed lines
+	exportFail int                    // FailExport: pages left to answer 500
+	exportBad  int                    // HostileExport: pages left to carry malformed lines
 	badHandles float64                // BadHandles rate
 	claims     map[string]handleClaim // DID → FaultHandleNotResolving document override
 	aliases    map[string]string      // FaultHandleUndeclared handle → DID

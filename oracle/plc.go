@@ -22,7 +22,6 @@ import (
 	"github.com/bluesky-social/indigo/atproto/atdata"
 	"github.com/ipfs/go-cid"
 	"github.com/multiformats/go-multihash"
-
 )
 
 // Export paging, as plc.directory's: count defaults to and is capped at
