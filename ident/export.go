@@ -1,0 +1,335 @@
+package ident
+
+// export.go owns the bulk read of the PLC directory's operation log (GET
+// /export): each DID's latest non-nullified operation turned into the
+// identity GET /<did> gives, and handed to the resolver as if it had been
+// resolved, so that a later Lookup of that DID needs no request.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/identity"
+	"github.com/bluesky-social/indigo/atproto/syntax"
+)
+
+// ExportPageSize is the ops asked per export page: the directory's cap.
+const ExportPageSize = 1000
+
+// maxExportLine bounds one line of the export: an operation is a few KiB
+// at most (the directory refuses larger ones); a longer line is dropped
+// without being held.
+const maxExportLine = 64 << 10
+
+// maxExportLines bounds the lines read from one page (twice what was
+// asked): a directory that sends more is cut there.
+const maxExportLines = 2 * ExportPageSize
+
+// ErrExportUnavailable: the directory did not answer an export page (after
+// the retry budget), so the lookups of the DIDs not loaded yet resolve
+// each DID as without the export.
+var ErrExportUnavailable = errors.New("PLC directory export unavailable")
+
+// ExportStats are what one ReadExport read.
+type ExportStats struct {
+	Pages int
+	// Loaded identities were handed to the resolver; Tombstoned and
+	// Skipped (no usable atproto key) ops dropped their DID's loaded
+	// identity, if any; Nullified ops were passed over; Dropped lines were
+	// malformed.
+	Loaded, Tombstoned, Nullified, Skipped, Dropped int64
+	// Cursor is the createdAt of the last op read (where a later read
+	// resumes); the after given when nothing was read.
+	Cursor string
+}
+
+// exportLine is one line of the export. Operation holds the fields of the
+// three types of op: plc_operation, the legacy create, plc_tombstone.
+type exportLine struct {
+	DID       string `json:"did"`
+	Operation struct {
+		Type                string                   `json:"type"`
+		VerificationMethods map[string]string        `json:"verificationMethods"`
+		AlsoKnownAs         []string                 `json:"alsoKnownAs"`
+		Services            map[string]exportService `json:"services"`
+		// The legacy create's.
+		SigningKey string `json:"signingKey"`
+		Handle     string `json:"handle"`
+		Service    string `json:"service"`
+	} `json:"operation"`
+	Nullified bool   `json:"nullified"`
+	CreatedAt string `json:"createdAt"`
+}
+
+type exportService struct {
+	Type     string `json:"type"`
+	Endpoint string `json:"endpoint"`
+}
+
+// ReadExport reads the directory's export from after (a createdAt; "" the
+// start) to its end, a page at a time: each DID's op, unless nullified,
+// replaces what the resolver holds of it (a plc_operation or legacy create
+// with a usable atproto key is loaded as its identity, fetched now, kept in
+// memory and written through Persist as a resolution is; a tombstone or an
+// op without a usable key drops a loaded identity, so its next lookup
+// resolves it), except a document memory holds from a resolution, which
+// is as new as the export or newer. A malformed line is counted and
+// dropped, never logged on its own. After each page, checkpoint (when set)
+// is given the cursor to resume from; its error stops the read. Each page
+// is one request under the resolver's slot, request rate, Timeout and
+// retry budget; a page that fails past them is ErrExportUnavailable.
+func (r *Resolver) ReadExport(ctx context.Context, after string, checkpoint func(ctx context.Context, cursor string) error) (ExportStats, error) {
+	st := ExportStats{Cursor: after}
+	var last time.Time
+	if after != "" {
+		t, err := time.Parse(time.RFC3339Nano, after)
+		if err != nil {
+			return st, fmt.Errorf("ident: export cursor %q: %w", after, err)
+		}
+		last = t
+	}
+	plc, err := syntax.ParseDID("did:plc:export")
+	if err != nil {
+		return st, err
+	}
+	for {
+		var lines int
+		var newest time.Time
+		var cursor string
+		page := st
+		_, err := r.withRetries(ctx, "export", func(ctx context.Context) error {
+			if err := r.pace(ctx, plc); err != nil {
+				return err
+			}
+			page = st // a retried page is read again from its start
+			lines, newest, cursor = 0, last, st.Cursor
+			return r.exportPage(ctx, st.Cursor, func(l *exportLine, at time.Time, ok bool) {
+				lines++
+				if !ok {
+					page.Dropped++
+					r.m.exported(exportDropped)
+					return
+				}
+				r.apply(ctx, l, &page)
+				if at.After(newest) {
+					newest, cursor = at, l.CreatedAt
+				}
+			})
+		}, func(error) bool { return false })
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return st, fmt.Errorf("ident: export: %w", ctx.Err())
+		case err != nil:
+			return st, fmt.Errorf("%w: %s after %q: %w", ErrExportUnavailable, r.cfg.PLC, st.Cursor, err)
+		}
+		st = page
+		st.Pages++
+		r.m.exportPage()
+		if st.Dropped > 0 {
+			r.logTrip("export", "ident: malformed lines of the PLC directory's export dropped", "dropped", st.Dropped)
+		}
+		if !newest.After(last) {
+			return st, nil // nothing newer: the end (or a directory that does not advance)
+		}
+		last, st.Cursor = newest, cursor
+		if checkpoint != nil {
+			if err := checkpoint(ctx, st.Cursor); err != nil {
+				return st, fmt.Errorf("ident: export checkpoint: %w", err)
+			}
+		}
+		if lines < ExportPageSize {
+			return st, nil
+		}
+	}
+}
+
+// exportPage requests one page after cursor and calls line on each line
+// (ok false: malformed), at most maxExportLines.
+func (r *Resolver) exportPage(ctx context.Context, cursor string, line func(l *exportLine, at time.Time, ok bool)) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	q := url.Values{"count": {fmt.Sprint(ExportPageSize)}}
+	if cursor != "" {
+		q.Set("after", cursor)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.cfg.PLC+"/export?"+q.Encode(), nil)
+	if err != nil {
+		return fmt.Errorf("ident: export request: %w", err)
+	}
+	req.Header.Set("User-Agent", r.dir.UserAgent)
+	resp, err := r.export.Do(req)
+	if err != nil {
+		return fmt.Errorf("ident: export: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxExportLine))
+		return fmt.Errorf("ident: export: status %d", resp.StatusCode)
+	}
+	br := bufio.NewReaderSize(resp.Body, maxExportLine)
+	for n := 0; n < maxExportLines; n++ {
+		b, long, err := readLine(br)
+		switch {
+		case long:
+			line(nil, time.Time{}, false)
+		case len(bytes.TrimSpace(b)) > 0:
+			l, at, ok := parseExportLine(b)
+			line(l, at, ok)
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("ident: export body: %w", err)
+		}
+	}
+	return nil
+}
+
+// readLine reads one line without its newline; long says it was longer
+// than the reader's buffer and has been skipped to its end.
+func readLine(br *bufio.Reader) (b []byte, long bool, err error) {
+	b, err = br.ReadSlice('\n')
+	for errors.Is(err, bufio.ErrBufferFull) {
+		long = true
+		_, err = br.ReadSlice('\n')
+	}
+	return bytes.TrimSuffix(b, []byte{'\n'}), long, err
+}
+
+// parseExportLine decodes a line; ok is false for one that is not an op of
+// a did:plc with a createdAt.
+func parseExportLine(b []byte) (*exportLine, time.Time, bool) {
+	var l exportLine
+	if err := json.Unmarshal(b, &l); err != nil {
+		return nil, time.Time{}, false
+	}
+	d, err := syntax.ParseDID(l.DID)
+	if err != nil || d.Method() != "plc" {
+		return nil, time.Time{}, false
+	}
+	at, err := time.Parse(time.RFC3339Nano, l.CreatedAt)
+	if err != nil {
+		return nil, time.Time{}, false
+	}
+	switch l.Operation.Type {
+	case "plc_operation", "create", "plc_tombstone":
+		return &l, at, true
+	}
+	return nil, time.Time{}, false
+}
+
+// apply gives the resolver what l says of its DID, counted in st.
+func (r *Resolver) apply(ctx context.Context, l *exportLine, st *ExportStats) {
+	if l.Nullified {
+		st.Nullified++
+		r.m.exported(exportNullified)
+		return
+	}
+	if l.Operation.Type == "plc_tombstone" {
+		st.Tombstoned++
+		r.m.exported(exportTombstoned)
+		r.unload(l.DID)
+		return
+	}
+	doc, ok := exportDocument(l)
+	if !ok {
+		st.Dropped++
+		r.m.exported(exportDropped)
+		return
+	}
+	id := identity.ParseIdentity(&doc)
+	if _, ok := id.Keys["atproto"]; !ok {
+		st.Skipped++
+		r.m.exported(exportSkipped)
+		r.unload(l.DID)
+		return
+	}
+	k, err := atprotoKey(&id)
+	if err != nil {
+		st.Dropped++
+		r.m.exported(exportDropped)
+		return
+	}
+	now := r.cfg.Now()
+	info := &Info{DID: l.DID, Key: k, KeyMultibase: storedKey(&id, k), PDS: id.PDSEndpoint(), FetchedAt: now, exported: true}
+	if h, err := id.DeclaredHandle(); err == nil {
+		info.declared = h.Normalize().String()
+	}
+	if prev, _, ok := r.cache.get(l.DID, now); ok && prev != nil {
+		if !prev.exported {
+			return // resolved over the network since: as new or newer
+		}
+		info.Handle = prev.Handle
+	}
+	st.Loaded++
+	r.m.exported(exportLoaded)
+	r.keep(ctx, info)
+}
+
+// unload drops a DID's document from memory, when memory holds one, as an
+// invalidation does (its next lookup resolves it), without a refresh.
+func (r *Resolver) unload(did string) {
+	now := r.cfg.Now()
+	if _, _, ok := r.cache.get(did, now); ok {
+		r.hold(did, nil, now.Add(r.cfg.TTL))
+	}
+}
+
+// exportDocument is the DID document an op gives, as the directory
+// renders it for GET /<did>: each verification method a Multikey named
+// <did>#<name> (its did:key's multibase), each service #<name>, the
+// legacy create's handle and service as an at:// alias and the
+// atproto_pds; false for a key that is not a did:key.
+func exportDocument(l *exportLine) (identity.DIDDocument, bool) {
+	did, err := syntax.ParseDID(l.DID)
+	if err != nil {
+		return identity.DIDDocument{}, false
+	}
+	op := &l.Operation
+	doc := identity.DIDDocument{DID: did, AlsoKnownAs: op.AlsoKnownAs}
+	methods, services := op.VerificationMethods, op.Services
+	if op.Type == "create" {
+		methods = map[string]string{"atproto": op.SigningKey}
+		doc.AlsoKnownAs = []string{withPrefix(op.Handle, "at://")}
+		services = map[string]exportService{"atproto_pds": {Type: "AtprotoPersonalDataServer", Endpoint: withHTTPS(op.Service)}}
+	}
+	for name, key := range methods {
+		mb, ok := strings.CutPrefix(key, "did:key:")
+		if !ok {
+			return identity.DIDDocument{}, false
+		}
+		doc.VerificationMethod = append(doc.VerificationMethod, identity.DocVerificationMethod{
+			ID: l.DID + "#" + name, Type: "Multikey", Controller: l.DID, PublicKeyMultibase: mb,
+		})
+	}
+	for name, s := range services {
+		doc.Service = append(doc.Service, identity.DocService{ID: "#" + name, Type: s.Type, ServiceEndpoint: s.Endpoint})
+	}
+	return doc, true
+}
+
+func withPrefix(s, p string) string {
+	if strings.HasPrefix(s, p) {
+		return s
+	}
+	return p + s
+}
+
+// withHTTPS is a legacy create's service as the directory normalises it:
+// https:// unless it names http:// or https://.
+func withHTTPS(s string) string {
+	if strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "https://") {
+		return s
+	}
+	return "https://" + s
+}
