@@ -78,6 +78,11 @@ type Config struct {
 	// job. At most the batches recorded and not yet dispatched (about two
 	// batches) are ahead. Nil: each job resolves its own DID.
 	Resolve func(ctx context.Context, did string)
+	// Preload, when set, runs beside the whole run, from its start until
+	// it returns or the run ends (its ctx is then cancelled and Run waits
+	// for it): node reads the PLC directory's export into Identity with
+	// it, so that most look-ahead lookups find their DID in memory.
+	Preload func(ctx context.Context)
 	// Window bounds the repos enumerated beyond the checkpoint. Default 50,000.
 	Window int
 	// PageLimit is the listRepos page size (E1). Default 1000.
@@ -219,6 +224,7 @@ type outcome struct {
 // retry budget, is never fatal: it cuts the listing short (enumerate.go).
 func (b *Bootstrap) Run(ctx context.Context) error {
 	log := b.cfg.Logger
+	defer b.preload(ctx)()
 	b.prog.set(func(p *Progress) { p.State = StateRestartPass; p.Started = b.cfg.Now() })
 	n, err := b.pendingPass(ctx)
 	if err != nil {
@@ -270,6 +276,24 @@ func (b *Bootstrap) Run(ctx context.Context) error {
 		}
 	}
 	return b.coordinate(ctx, []lane{{start: start, listing: listing}})
+}
+
+// preload starts Config.Preload on an owned goroutine and returns what
+// stops it: cancel its ctx and wait for it.
+func (b *Bootstrap) preload(ctx context.Context) (stop func()) {
+	if b.cfg.Preload == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { // owned: stop cancels and waits
+		defer close(done)
+		b.cfg.Preload(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 func (b *Bootstrap) stopped(ctx context.Context, err error) error {
