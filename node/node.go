@@ -499,8 +499,9 @@ var exportCursorKey = []byte("cursor/plcexport")
 // readExport reads the PLC directory's export into the resolver from
 // cursor/plcexport (the start when absent), making the cursor durable
 // after each page, and logs what it loaded; a directory that does not
-// answer it is logged once (each DID then resolves on its own).
-func (n *Node) readExport(ctx context.Context) {
+// answer it is logged once (each DID then resolves on its own). ready is
+// called once the first page is in.
+func (n *Node) readExport(ctx context.Context, ready func()) {
 	log := n.log.With("component", "ident")
 	var after string
 	switch t, err := n.store.Time(exportCursorKey); {
@@ -510,6 +511,7 @@ func (n *Node) readExport(ctx context.Context) {
 		log.Warn("bootstrap: the PLC export cursor is unreadable; reading the export from its start", "err", err)
 	}
 	st, err := n.ident.ReadExport(ctx, after, func(ctx context.Context, cursor string) error {
+		ready()
 		t, err := time.Parse(time.RFC3339Nano, cursor)
 		if err != nil {
 			return fmt.Errorf("node: export cursor %q: %w", cursor, err)
