@@ -81,8 +81,9 @@ type exportService struct {
 // with a usable atproto key is loaded as its identity, fetched now, kept in
 // memory and written through Persist as a resolution is; a tombstone or an
 // op without a usable key drops a loaded identity, so its next lookup
-// resolves it), except a document memory holds from a resolution, which
-// is as new as the export or newer. A malformed line is counted and
+// resolves it), except where memory holds a document from a resolution
+// (as new as the export or newer) or an invalidated one (its next lookup
+// resolves it). A malformed line is counted and
 // dropped, never logged on its own. After each page, checkpoint (when set)
 // is given the cursor to resume from; its error stops the read. Each page
 // is one request under the resolver's slot, request rate, Timeout and
@@ -97,17 +98,13 @@ func (r *Resolver) ReadExport(ctx context.Context, after string, checkpoint func
 		}
 		last = t
 	}
-	plc, err := syntax.ParseDID("did:plc:export")
-	if err != nil {
-		return st, err
-	}
 	for {
 		var lines int
 		var newest time.Time
 		var cursor string
 		page := st
 		_, err := r.withRetries(ctx, "export", func(ctx context.Context) error {
-			if err := r.pace(ctx, plc); err != nil {
+			if err := r.pacePLC(ctx); err != nil {
 				return err
 			}
 			page = st // a retried page is read again from its start
@@ -265,9 +262,12 @@ func (r *Resolver) apply(ctx context.Context, l *exportLine, st *ExportStats) {
 	if h, err := id.DeclaredHandle(); err == nil {
 		info.declared = h.Normalize().String()
 	}
-	if prev, _, ok := r.cache.get(l.DID, now); ok && prev != nil {
-		if !prev.exported {
-			return // resolved over the network since: as new or newer
+	if prev, _, ok := r.cache.get(l.DID, now); ok {
+		if prev == nil || !prev.exported {
+			// Resolved over the network since (as new as the export or
+			// newer), or invalidated (an #identity, or an earlier op of
+			// the export unloaded it): its next lookup resolves it.
+			return
 		}
 		info.Handle = prev.Handle
 	}

@@ -645,7 +645,16 @@ func (r *Resolver) withRetries(ctx context.Context, what string, try func(contex
 // pace waits for the PLC request rate (Config.Rate) before a did:plc
 // request, counting and logging (once a minute) when it has to.
 func (r *Resolver) pace(ctx context.Context, d syntax.DID) error {
-	if r.pacer == nil || d.Method() != "plc" || r.pacer.Allow() {
+	if d.Method() != "plc" {
+		return nil
+	}
+	return r.pacePLC(ctx)
+}
+
+// pacePLC waits for the PLC request rate before any request to the
+// directory (a resolution's or an export page's).
+func (r *Resolver) pacePLC(ctx context.Context) error {
+	if r.pacer == nil || r.pacer.Allow() {
 		return nil
 	}
 	r.m.paced()
