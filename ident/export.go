@@ -206,8 +206,8 @@ func readLine(br *bufio.Reader) (b []byte, long bool, err error) {
 // parseExportLine decodes a line; ok is false for one that is not an op of
 // a did:plc with a createdAt.
 func parseExportLine(b []byte) (*exportLine, time.Time, bool) {
-	var l exportLine
-	if err := json.Unmarshal(b, &l); err != nil {
+	l, err := decodeExportLine(b)
+	if err != nil {
 		return nil, time.Time{}, false
 	}
 	d, err := syntax.ParseDID(l.DID)
@@ -332,4 +332,135 @@ func withHTTPS(s string) string {
 		return s
 	}
 	return "https://" + s
+}
+
+// decodeExportLine is encoding/json's decoding of a line into exportLine.
+// A line of the plain shape (scanExportLine) is read without reflection;
+// anything else goes to encoding/json.
+func decodeExportLine(b []byte) (exportLine, error) {
+	if l, ok := scanExportLine(b); ok {
+		return l, nil
+	}
+	var l exportLine
+	if err := json.Unmarshal(b, &l); err != nil {
+		return exportLine{}, fmt.Errorf("ident: export line: %w", err)
+	}
+	return l, nil
+}
+
+// scanExportLine decodes a line of the plain shape exactly as encoding/json
+// would, or reports !ok so that encoding/json decides. The plain shape is
+// scanDocument's (one object, strings of printable ASCII without escapes,
+// each field named in its own case at most once with a value of its own
+// type, every other member a string or an array of strings), with
+// "nullified" true or false, and an operation's other members also null
+// (a key repeated in verificationMethods or services: the last one, as
+// encoding/json's maps).
+func scanExportLine(b []byte) (l exportLine, ok bool) {
+	s := docScanner{b: b}
+	var seen [4]bool
+	ok = s.object(func(key string) bool {
+		i := fieldIndex(key, "did", "operation", "nullified", "createdAt")
+		switch {
+		case i < 0:
+			return i == -1 && s.skip()
+		case seen[i]:
+			return false
+		}
+		seen[i] = true
+		var ok bool
+		switch i {
+		case 0:
+			l.DID, ok = s.str()
+		case 1:
+			ok = s.operation(&l)
+		case 2:
+			l.Nullified, ok = s.boolean()
+		default:
+			l.CreatedAt, ok = s.str()
+		}
+		return ok
+	})
+	s.ws()
+	return l, ok && s.i == len(s.b)
+}
+
+// operation reads the operation object of a line.
+func (s *docScanner) operation(l *exportLine) bool {
+	op := &l.Operation
+	var seen [7]bool
+	return s.object(func(key string) bool {
+		i := fieldIndex(key, "type", "verificationMethods", "alsoKnownAs", "services", "signingKey", "handle", "service")
+		switch {
+		case i < 0:
+			return i == -1 && (s.literal("null") || s.skip())
+		case seen[i]:
+			return false
+		}
+		seen[i] = true
+		var ok bool
+		switch i {
+		case 0:
+			op.Type, ok = s.str()
+		case 1:
+			op.VerificationMethods = map[string]string{}
+			ok = s.object(func(name string) bool {
+				v, ok := s.str()
+				op.VerificationMethods[name] = v
+				return ok
+			})
+		case 2:
+			op.AlsoKnownAs = []string{}
+			ok = s.array(func() bool {
+				v, ok := s.str()
+				op.AlsoKnownAs = append(op.AlsoKnownAs, v)
+				return ok
+			})
+		case 3:
+			op.Services = map[string]exportService{}
+			ok = s.object(func(name string) bool {
+				var sv exportService
+				ok := s.fields([]*string{&sv.Type, &sv.Endpoint}, "type", "endpoint")
+				op.Services[name] = sv
+				return ok
+			})
+		case 4:
+			op.SigningKey, ok = s.str()
+		case 5:
+			op.Handle, ok = s.str()
+		default:
+			op.Service, ok = s.str()
+		}
+		return ok
+	})
+}
+
+// boolean reads true or false.
+func (s *docScanner) boolean() (v, ok bool) {
+	switch {
+	case s.literal("true"):
+		return true, true
+	case s.literal("false"):
+		return false, true
+	}
+	return false, false
+}
+
+// literal consumes word (after whitespace) when it comes next, followed
+// by a byte that ends a value.
+func (s *docScanner) literal(word string) bool {
+	s.ws()
+	end := s.i + len(word)
+	if end > len(s.b) || string(s.b[s.i:end]) != word {
+		return false
+	}
+	if end < len(s.b) {
+		switch s.b[end] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+		default:
+			return false
+		}
+	}
+	s.i = end
+	return true
 }
