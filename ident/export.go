@@ -83,11 +83,12 @@ type exportService struct {
 // op without a usable key drops a loaded identity, so its next lookup
 // resolves it), except where memory holds a document from a resolution
 // (as new as the export or newer) or an invalidated one (its next lookup
-// resolves it). A malformed line is counted and
-// dropped, never logged on its own. After each page, checkpoint (when set)
-// is given the cursor to resume from; its error stops the read. Each page
-// is one request under the resolver's slot, request rate, Timeout and
-// retry budget; a page that fails past them is ErrExportUnavailable.
+// resolves it). A malformed line is counted and dropped, never logged on
+// its own. Each page is one request under the resolver's slot, request
+// rate, Timeout and retry budget (a retried page is applied again, and
+// counted once); a page that fails past them is ErrExportUnavailable.
+// After each page, checkpoint (when set) is given the cursor to resume
+// from; its error stops the read.
 func (r *Resolver) ReadExport(ctx context.Context, after string, checkpoint func(ctx context.Context, cursor string) error) (ExportStats, error) {
 	st := ExportStats{Cursor: after}
 	var last time.Time
@@ -113,7 +114,6 @@ func (r *Resolver) ReadExport(ctx context.Context, after string, checkpoint func
 				lines++
 				if !ok {
 					page.Dropped++
-					r.m.exported(exportDropped)
 					return
 				}
 				r.apply(ctx, l, &page)
@@ -128,9 +128,10 @@ func (r *Resolver) ReadExport(ctx context.Context, after string, checkpoint func
 		case err != nil:
 			return st, fmt.Errorf("%w: %s after %q: %w", ErrExportUnavailable, r.cfg.PLC, st.Cursor, err)
 		}
+		r.m.exportedPage(page.Loaded-st.Loaded, page.Tombstoned-st.Tombstoned, page.Nullified-st.Nullified,
+			page.Skipped-st.Skipped, page.Dropped-st.Dropped)
 		st = page
 		st.Pages++
-		r.m.exportPage()
 		if st.Dropped > 0 {
 			r.logTrip("export", "ident: malformed lines of the PLC directory's export dropped", "dropped", st.Dropped)
 		}
@@ -229,32 +230,27 @@ func parseExportLine(b []byte) (*exportLine, time.Time, bool) {
 func (r *Resolver) apply(ctx context.Context, l *exportLine, st *ExportStats) {
 	if l.Nullified {
 		st.Nullified++
-		r.m.exported(exportNullified)
 		return
 	}
 	if l.Operation.Type == "plc_tombstone" {
 		st.Tombstoned++
-		r.m.exported(exportTombstoned)
 		r.unload(l.DID)
 		return
 	}
 	doc, ok := exportDocument(l)
 	if !ok {
 		st.Dropped++
-		r.m.exported(exportDropped)
 		return
 	}
 	id := identity.ParseIdentity(&doc)
 	if _, ok := id.Keys["atproto"]; !ok {
 		st.Skipped++
-		r.m.exported(exportSkipped)
 		r.unload(l.DID)
 		return
 	}
 	k, err := atprotoKey(&id)
 	if err != nil {
 		st.Dropped++
-		r.m.exported(exportDropped)
 		return
 	}
 	now := r.cfg.Now()
@@ -272,7 +268,6 @@ func (r *Resolver) apply(ctx context.Context, l *exportLine, st *ExportStats) {
 		info.Handle = prev.Handle
 	}
 	st.Loaded++
-	r.m.exported(exportLoaded)
 	r.keep(ctx, info)
 }
 

@@ -251,14 +251,13 @@ func (m *Metrics) handleCached() {
 	}
 }
 
-func (m *Metrics) exported(result string) {
-	if m != nil {
-		m.exportOps.WithLabelValues(result).Inc()
+// exportedPage counts one export page read and its lines by result.
+func (m *Metrics) exportedPage(loaded, tombstoned, nullified, skipped, dropped int64) {
+	if m == nil {
+		return
 	}
-}
-
-func (m *Metrics) exportPage() {
-	if m != nil {
-		m.exportPages.Inc()
+	m.exportPages.Inc()
+	for i, n := range [...]int64{loaded, tombstoned, nullified, skipped, dropped} {
+		m.exportOps.WithLabelValues(exportResults[i]).Add(float64(n))
 	}
 }
