@@ -32,6 +32,7 @@ const (
 	DefaultPageLimit     = upstream.DefaultListReposLimit
 	DefaultProgressEvery = 10 * time.Second
 	DefaultListRetries   = 8
+	DefaultPreloadWait   = 10 * time.Second
 )
 
 // Jobs runs one repository's backfill; *backfill.Runner implements it. Run
@@ -78,6 +79,15 @@ type Config struct {
 	// job. At most the batches recorded and not yet dispatched (about two
 	// batches) are ahead. Nil: each job resolves its own DID.
 	Resolve func(ctx context.Context, did string)
+	// Preload, when set, runs beside the whole run, from its start until
+	// it returns or the run ends (its ctx is then cancelled and Run waits
+	// for it): node reads the PLC directory's export into Identity with
+	// it, so that most look-ahead lookups find their DID in memory. The
+	// run starts no job until Preload calls ready (node: its first page is
+	// in) or returns, or PreloadWait has passed.
+	Preload func(ctx context.Context, ready func())
+	// PreloadWait bounds that wait. Default 10 s.
+	PreloadWait time.Duration
 	// Window bounds the repos enumerated beyond the checkpoint. Default 50,000.
 	Window int
 	// PageLimit is the listRepos page size (E1). Default 1000.
@@ -157,6 +167,9 @@ func (c *Config) defaults() error {
 	if c.ProgressEvery <= 0 {
 		c.ProgressEvery = DefaultProgressEvery
 	}
+	if c.PreloadWait <= 0 {
+		c.PreloadWait = DefaultPreloadWait
+	}
 	if c.Seed == 0 {
 		c.Seed = rand.Uint64()
 	}
@@ -219,6 +232,8 @@ type outcome struct {
 // retry budget, is never fatal: it cuts the listing short (enumerate.go).
 func (b *Bootstrap) Run(ctx context.Context) error {
 	log := b.cfg.Logger
+	ready, stop := b.preload(ctx)
+	defer stop()
 	b.prog.set(func(p *Progress) { p.State = StateRestartPass; p.Started = b.cfg.Now() })
 	n, err := b.pendingPass(ctx)
 	if err != nil {
@@ -229,6 +244,13 @@ func (b *Bootstrap) Run(ctx context.Context) error {
 		log.Info("bootstrap: restart: active not_started repos are now pending (merge replaces them)", "repos", n)
 	}
 	b.prog.set(func(p *Progress) { p.PendingOnRestart = n })
+	select {
+	case <-ready:
+	case <-time.After(b.cfg.PreloadWait):
+		log.Info("bootstrap: starting before the preload's first part is in", "waited", b.cfg.PreloadWait)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 
 	var start checkpoint
 	listing := true
@@ -270,6 +292,30 @@ func (b *Bootstrap) Run(ctx context.Context) error {
 		}
 	}
 	return b.coordinate(ctx, []lane{{start: start, listing: listing}})
+}
+
+// preload starts Config.Preload on an owned goroutine; ready is closed
+// when it calls ready or returns (at once without one), and stop cancels
+// its ctx and waits for it.
+func (b *Bootstrap) preload(ctx context.Context) (ready <-chan struct{}, stop func()) {
+	r := make(chan struct{})
+	if b.cfg.Preload == nil {
+		close(r)
+		return r, func() {}
+	}
+	var once sync.Once
+	signal := func() { once.Do(func() { close(r) }) }
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { // owned: stop cancels and waits
+		defer close(done)
+		defer signal()
+		b.cfg.Preload(ctx, signal)
+	}()
+	return r, func() {
+		cancel()
+		<-done
+	}
 }
 
 func (b *Bootstrap) stopped(ctx context.Context, err error) error {

@@ -51,7 +51,10 @@
 //     as not_started, written just before they are handed to workers (with
 //     Config.Resolve, the batch's DIDs go to Workers look-ahead resolvers
 //     first, so their documents are cached before their jobs start: the
-//     directory's latency overlaps the downloads);
+//     directory's latency overlaps the downloads; with Config.Preload,
+//     which runs beside the whole run, node reads the PLC directory's
+//     export into the resolver, and no job starts before its first page is
+//     in or PreloadWait has passed);
 //   - per repo: the job's units (backfill);
 //   - cursor/listrepos (+ cursor/listrepos_last): one unit per watermark
 //     move, at most one outstanding;

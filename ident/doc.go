@@ -37,6 +37,21 @@
 //     second (a burst of Concurrency; a wait is counted): serve holds the
 //     public directory to DefaultRate.
 //
+// ReadExport reads the PLC directory's export (GET /export, its operation
+// log in createdAt order, pages of 1000 after a createdAt cursor) and hands
+// each DID's latest non-nullified op to the resolver as the identity GET
+// /<did> gives: the document rendered as the directory renders it, then
+// read by the same code as a resolution (ParseIdentity, the key parsing,
+// the stored key string), kept in memory and through Persist, fetched now,
+// so a later Lookup needs no request. A tombstone, or an op without an
+// atproto key, drops the DID from memory; a document memory holds from a
+// resolution is kept. Malformed lines are dropped and counted
+// (backstream_ident_export_total{result}), never logged one by one; a page
+// is one request under the slots, the PLC rate, Timeout and the retry
+// budget, and a page failing past them is ErrExportUnavailable. An
+// exported document is not fresh: a check that fails with it resolves the
+// DID once more, as with any cached document.
+//
 // Failures are typed: ErrUnresolvable (the DID could not be resolved, or
 // its document is unusable — no signing key); callers record it as the
 // failure class "identity", which is retryable (the retry runner tries the

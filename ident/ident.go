@@ -103,6 +103,9 @@ type Info struct {
 	// declared is the handle the document declares (its first at://
 	// alsoKnownAs); set only on a document resolved in this process.
 	declared string
+	// exported says the document came from the directory's export
+	// (ReadExport), not from a resolution of the DID.
+	exported bool
 }
 
 // PDSHost is host[:port] of the PDS endpoint ("" when none or unparsable),
@@ -244,6 +247,7 @@ func (c *Config) defaults() {
 type Resolver struct {
 	cfg    Config
 	dir    *identity.BaseDirectory
+	export *http.Client // ReadExport's: no cap on the body (it reads it line by line)
 	cache  *cache[*Info]
 	slots  chan struct{}
 	pacer  *rate.Limiter // PLC requests per second; nil: none
@@ -281,6 +285,10 @@ func New(cfg Config) *Resolver {
 		// channels.
 		hc = &http.Client{Transport: capBodies{cfg.transport()}}
 	}
+	export := cfg.HTTPClient
+	if export == nil {
+		export = &http.Client{Transport: cfg.transport()}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var pacer *rate.Limiter
 	if cfg.Rate > 0 {
@@ -292,6 +300,7 @@ func New(cfg Config) *Resolver {
 		ctx:     ctx,
 		cancel:  cancel,
 		cfg:     cfg,
+		export:  export,
 		dir:     &identity.BaseDirectory{PLCURL: cfg.PLC, HTTPClient: *hc, SkipHandleVerification: true, UserAgent: "backstream"},
 		cache:   newCache[*Info](cfg.CacheSize),
 		handles: newCache[string](cfg.CacheSize),
@@ -636,7 +645,16 @@ func (r *Resolver) withRetries(ctx context.Context, what string, try func(contex
 // pace waits for the PLC request rate (Config.Rate) before a did:plc
 // request, counting and logging (once a minute) when it has to.
 func (r *Resolver) pace(ctx context.Context, d syntax.DID) error {
-	if r.pacer == nil || d.Method() != "plc" || r.pacer.Allow() {
+	if d.Method() != "plc" {
+		return nil
+	}
+	return r.pacePLC(ctx)
+}
+
+// pacePLC waits for the PLC request rate before any request to the
+// directory (a resolution's or an export page's).
+func (r *Resolver) pacePLC(ctx context.Context) error {
+	if r.pacer == nil || r.pacer.Allow() {
 		return nil
 	}
 	r.m.paced()

@@ -14,6 +14,12 @@ const (
 	tierMemory     = "memory"
 	tierStore      = "store"
 	tierMiss       = "miss"
+
+	exportLoaded     = "loaded"
+	exportTombstoned = "tombstoned"
+	exportNullified  = "nullified"
+	exportSkipped    = "skipped"
+	exportDropped    = "dropped"
 )
 
 // Verification paths and outcomes of Verified.
@@ -34,6 +40,7 @@ var (
 	cacheTiers        = []string{tierMemory, tierStore, tierMiss}
 	verifyPaths       = []string{PathBackfill, PathLive}
 	verifyOutcomes    = []string{OutcomeOK, OutcomeIdentity, OutcomeSignature, OutcomeAuthority, OutcomeInversion, OutcomeRev}
+	exportResults     = []string{exportLoaded, exportTombstoned, exportNullified, exportSkipped, exportDropped}
 	handleResults     = []string{HandleOK, HandleBadSyntax, HandleNoDocument, HandleUndeclared, HandleUnresolved, HandleTimeout, HandleMismatch}
 )
 
@@ -53,6 +60,8 @@ type Metrics struct {
 	verified    *prometheus.CounterVec // path, outcome
 	handles     *prometheus.CounterVec // result
 	handleHits  prometheus.Counter
+	exportOps   *prometheus.CounterVec // result
+	exportPages prometheus.Counter
 }
 
 // NewMetrics registers the metrics on reg (nil: unregistered, still usable):
@@ -70,6 +79,11 @@ type Metrics struct {
 //     handles named by #identity events, by the bidirectional check's result
 //   - backstream_ident_handle_cache_hits_total: handle checks answered by an
 //     earlier result for the same (DID, handle) within --handle-ttl
+//   - backstream_ident_export_total{result=loaded|tombstoned|nullified|skipped|dropped}:
+//     lines of the PLC directory's export read (ReadExport): identities
+//     loaded into the resolver, tombstones, nullified ops, ops without a
+//     usable atproto key, malformed lines dropped; and
+//     backstream_ident_export_pages_total
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		resolutions: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -120,6 +134,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "backstream_ident_handle_cache_hits_total",
 			Help: "Handle checks answered by an earlier result for the same (DID, handle) within --handle-ttl, without a request.",
 		}),
+		exportOps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backstream_ident_export_total",
+			Help: "Lines of the PLC directory's export read, by result: loaded (an identity handed to the resolver), tombstoned, nullified, skipped (no usable atproto key), dropped (malformed).",
+		}, []string{"result"}),
+		exportPages: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_ident_export_pages_total", Help: "Pages of the PLC directory's export read.",
+		}),
+	}
+	for _, r := range exportResults {
+		m.exportOps.WithLabelValues(r)
 	}
 	for _, r := range resolutionResults {
 		m.resolutions.WithLabelValues(r)
@@ -137,7 +161,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.resolutions, m.lookups, m.retries, m.limitedC, m.pacedC, m.reresolve, m.invalidate,
-			m.persistErr, m.staleErr, m.entriesG, m.seconds, m.verified, m.handles, m.handleHits)
+			m.persistErr, m.staleErr, m.entriesG, m.seconds, m.verified, m.handles, m.handleHits, m.exportOps, m.exportPages)
 	}
 	return m
 }
@@ -224,5 +248,16 @@ func (m *Metrics) handle(result string) {
 func (m *Metrics) handleCached() {
 	if m != nil {
 		m.handleHits.Inc()
+	}
+}
+
+// exportedPage counts one export page read and its lines by result.
+func (m *Metrics) exportedPage(loaded, tombstoned, nullified, skipped, dropped int64) {
+	if m == nil {
+		return
+	}
+	m.exportPages.Inc()
+	for i, n := range [...]int64{loaded, tombstoned, nullified, skipped, dropped} {
+		m.exportOps.WithLabelValues(exportResults[i]).Add(float64(n))
 	}
 }

@@ -30,6 +30,12 @@
 // backstream_replay_index_backfill_remaining_seqs; filtered replays scan
 // until it ends.
 //
+// Identities: with Config.PLCExport (and Verify), bootstrap's Preload is
+// the read of the PLC directory's export into the resolver
+// (ident.ReadExport), from cursor/plcexport, which is submitted after each
+// page's ident/ rows; a directory that does not answer it is logged once
+// and each DID resolves on its own.
+//
 // Lifetime: New opens and builds everything but runs nothing; Run drives the
 // lifecycle until its context ends or something fatal happens (the
 // lifecycle's error, the writer stopping on a persistence error, or a disk

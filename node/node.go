@@ -133,6 +133,13 @@ type Config struct {
 	// strict, warn or off). Store, Persist, Metrics, Logger and Now are
 	// filled in. Nil: nothing is resolved or verified.
 	Verify *ident.Config
+	// PLCExport reads the PLC directory's export (GET /export) during
+	// bootstrap, beside the downloads, into the resolver (ident.ReadExport),
+	// from where the last run's read stopped (cursor/plcexport); a
+	// directory that does not answer it leaves each DID to its own
+	// resolution. Only with Verify, and not with Bootstrap.Repos or
+	// MaxRepos (a debug run of a few repos).
+	PLCExport bool
 	// FaultLinger: see DefaultFaultLinger.
 	FaultLinger time.Duration
 	// CompactionInterval is the time between compaction passes (0:
@@ -438,6 +445,9 @@ func (n *Node) lifecycleConfig(reg prometheus.Registerer, am *archive.Metrics) l
 	bc := cfg.Bootstrap
 	bc.Logger, bc.Metrics, bc.Crash = n.log, bootstrap.NewMetrics(reg), cfg.Crash
 	bc.Fleet, bc.Identity = n.client, n.ident
+	if cfg.PLCExport && n.ident.Mode() != ident.ModeOff && len(bc.Repos) == 0 && bc.MaxRepos == 0 {
+		bc.Preload = n.readExport
+	}
 	return lifecycle.Config{
 		Store: n.store, Writer: n.w, Relay: cfg.Relay, Source: n.client, Jobs: n.jobs,
 		Bootstrap:       bc,
@@ -478,6 +488,47 @@ func (n *Node) resolver(reg prometheus.Registerer) *ident.Resolver {
 		return n.w.Submit(ctx, &archive.Unit{Puts: []archive.KV{{Key: archive.IdentKey(did), Value: b}}})
 	}
 	return ident.New(c)
+}
+
+// exportCursorKey is cursor/plcexport: where the bootstrap's read of the
+// PLC directory's export resumes, the createdAt of the last op read (RFC
+// 3339). It is submitted after the ident/ rows of its page, and the writer
+// makes units durable in order.
+var exportCursorKey = []byte("cursor/plcexport")
+
+// readExport reads the PLC directory's export into the resolver from
+// cursor/plcexport (the start when absent), making the cursor durable
+// after each page, and logs what it loaded; a directory that does not
+// answer it is logged once (each DID then resolves on its own). ready is
+// called once the first page is in.
+func (n *Node) readExport(ctx context.Context, ready func()) {
+	log := n.log.With("component", "ident")
+	var after string
+	switch t, err := n.store.Time(exportCursorKey); {
+	case err == nil:
+		after = t.UTC().Format(time.RFC3339Nano)
+	case !errors.Is(err, archive.ErrNotFound):
+		log.Warn("bootstrap: the PLC export cursor is unreadable; reading the export from its start", "err", err)
+	}
+	st, err := n.ident.ReadExport(ctx, after, func(ctx context.Context, cursor string) error {
+		ready()
+		t, err := time.Parse(time.RFC3339Nano, cursor)
+		if err != nil {
+			return fmt.Errorf("node: export cursor %q: %w", cursor, err)
+		}
+		return n.w.Submit(ctx, &archive.Unit{Puts: []archive.KV{{Key: exportCursorKey, Value: archive.EncodeTime(t)}}})
+	})
+	args := []any{"from", after, "pages", st.Pages, "loaded", st.Loaded, "tombstoned", st.Tombstoned,
+		"nullified", st.Nullified, "skipped", st.Skipped, "dropped", st.Dropped, "cursor", st.Cursor}
+	switch {
+	case ctx.Err() != nil:
+		log.Info("bootstrap: the read of the PLC directory's export stopped with the bootstrap", args...)
+	case err != nil:
+		log.Warn("bootstrap: the PLC directory's export could not be read; DIDs it did not give are resolved one by one",
+			append(args, "err", err)...)
+	default:
+		log.Info("bootstrap: identities loaded from the PLC directory's export", args...)
+	}
 }
 
 // guardIdent gives the resolver's own client the address policy of the

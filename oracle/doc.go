@@ -9,7 +9,14 @@
 //   - the relay: com.atproto.sync.listRepos (opaque cursor, limit ≤ 1000),
 //     getRepo (302 to the account's PDS host), getRepoStatus, listHosts,
 //     subscribeRepos (atproto event-stream framing), DID documents the way a
-//     PLC directory serves them (GET /<did>), and GET /_devnet/status;
+//     PLC directory serves them (GET /<did>; 404 for a tombstoned DID), the
+//     directory's operation log the way plc.directory pages it (GET
+//     /export: JSON Lines, count ≤ 1000, after a createdAt; the log is
+//     brought up to date with the world before each page, so it folds to
+//     what GET /<did> serves; one account in 16 has a legacy create
+//     genesis, one in 16 a nullified fork, and RetiredDIDs, one per 100
+//     accounts, were created and tombstoned), and GET /_devnet/status
+//     (with the DID document and export requests answered);
 //   - every PDS host: getRepo (the world's prepared CAR bytes, or the atproto
 //     error names RepoNotFound / RepoDeactivated / RepoSuspended /
 //     RepoTakendown) and listRepos for the accounts it hosts.
@@ -74,7 +81,8 @@
 // DID documents answered 404
 // (DIDNotFound), without a verification method (DIDNoKey), or naming
 // ForeignKey's public key (DIDWrongKey); every document request delayed
-// (SlowPLC) or answered 500 (FailPLC); and, on the firehose, one-off
+// (SlowPLC) or answered 500 (FailPLC); export pages answered 500
+// (FailExport) or carrying malformed lines (HostileExport); and, on the firehose, one-off
 // #commits signed by ForeignKey or whose ops do not invert to their
 // prevData (ForgedCommits; world.ForgedSignatureCommit,
 // world.NonInvertingCommit), not applied to the world. world.RotateKey

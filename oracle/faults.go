@@ -65,6 +65,8 @@ const (
 	FaultDIDWrongKey     FaultKind = "did_wrong_key"    // DID document naming a key that does not sign the repo (the old key signs, the document names a new one)
 	FaultPLCSlow         FaultKind = "plc_slow"         // a DID document served after a delay
 	FaultPLCFailing      FaultKind = "plc_failing"      // a DID document request answered 500
+	FaultExportFailing   FaultKind = "export_failing"   // a GET /export page answered 500
+	FaultExportMalformed FaultKind = "export_malformed" // a malformed line in a GET /export page (HostileExport)
 	FaultForgedCommit    FaultKind = "forged_commit"    // one-off #commit signed by a key that is not the account's, not applied
 	FaultNonInverting    FaultKind = "non_inverting"    // one-off #commit whose ops do not invert to its prevData, not applied
 	FaultMigrating       FaultKind = "migrating"        // a PDS an account left still lists it (a newer-looking rev) and serves its old copy
@@ -150,6 +152,8 @@ type Faults struct {
 	plcSlow    time.Duration        // FaultPLCSlow delay
 	plcSlowN   int
 	plcFailN   int
+	exportFail int                    // FailExport: pages left to answer 500
+	exportBad  int                    // HostileExport: pages left to carry malformed lines
 	badHandles float64                // BadHandles rate
 	claims     map[string]handleClaim // DID → FaultHandleNotResolving document override
 	aliases    map[string]string      // FaultHandleUndeclared handle → DID
@@ -181,6 +185,7 @@ func (f *Faults) Clear() {
 	f.misServe = make(map[string]int)
 	f.left = make(map[string]staleCopy)
 	f.plcSlow, f.plcSlowN, f.plcFailN = 0, 0, 0
+	f.exportFail, f.exportBad = 0, 0
 	f.badHandles, f.claims, f.aliases = 0, make(map[string]handleClaim), make(map[string]string)
 	if f.fired == nil {
 		f.fired = make(map[FaultKind]int64)
@@ -459,6 +464,42 @@ func (f *Faults) FailPLC(n int) {
 	f.mu.Lock()
 	f.plcFailN = normCount(n)
 	f.mu.Unlock()
+}
+
+// FailExport answers the next n GET /export pages with 500.
+func (f *Faults) FailExport(n int) {
+	f.mu.Lock()
+	f.exportFail = normCount(n)
+	f.mu.Unlock()
+}
+
+// HostileExport adds HostileExportLines malformed lines to each of the
+// next n non-empty GET /export pages, after its first line (each line
+// counted as FaultExportMalformed).
+func (f *Faults) HostileExport(n int) {
+	f.mu.Lock()
+	f.exportBad = normCount(n)
+	f.mu.Unlock()
+}
+
+func (f *Faults) takeExportFailure() bool { return f.takeCounted(&f.exportFail, FaultExportFailing, 1) }
+
+func (f *Faults) takeHostileExport() bool {
+	return f.takeCounted(&f.exportBad, FaultExportMalformed, int64(HostileExportLines()))
+}
+
+// takeCounted consumes one use of a counted fault, firing k fired times.
+func (f *Faults) takeCounted(left *int, k FaultKind, fired int64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if *left == 0 {
+		return false
+	}
+	if *left > 0 {
+		*left--
+	}
+	f.fired[k] += fired
+	return true
 }
 
 // nextDoc returns the fault for one DID-document request of did: a delay

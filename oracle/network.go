@@ -39,6 +39,10 @@ type Status struct {
 	// LiveRecords: records of accounts neither deleted nor taken down
 	// (world.LiveRecords), at the time of the report.
 	LiveRecords int64 `json:"live_records"`
+	// DIDDocRequests and ExportRequests: GET /<did> requests for a did:plc
+	// and GET /export pages answered so far.
+	DIDDocRequests int64 `json:"did_doc_requests"`
+	ExportRequests int64 `json:"export_requests"`
 }
 
 // netStats are the network's counters.
@@ -49,6 +53,8 @@ type netStats struct {
 	futureCursor   atomic.Int64
 	outdatedCursor atomic.Int64
 	tooSlow        atomic.Int64
+	docRequests    atomic.Int64 // GET /<did> of a did:plc
+	exportRequests atomic.Int64 // GET /export
 }
 
 // Network is a running simulated atproto network.
@@ -60,6 +66,7 @@ type Network struct {
 	stats   netStats
 	repos   *repoCounts
 	hostile hostileCache
+	plc     *plcLog // the PLC directory's operation log (GET /export)
 
 	relay    *server
 	hosts    []*pdsHost
@@ -109,6 +116,7 @@ func Start(ctx context.Context, cfg Config) (*Network, error) {
 		w:           w,
 		log:         newEventLog(cfg.Retention),
 		repos:       newRepoCounts(),
+		plc:         newPLCLog(),
 		gapRand:     rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5e9)),
 		hostileRand: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x4057)),
 		conns:       make(map[*websocket.Conn]struct{}),
@@ -434,6 +442,9 @@ func (n *Network) Status() Status {
 		Done:        n.done.Load(),
 		Accounts:    n.cfg.Accounts,
 		LiveRecords: n.w.LiveRecords(),
+
+		DIDDocRequests: n.stats.docRequests.Load(),
+		ExportRequests: n.stats.exportRequests.Load(),
 	}
 }
 

@@ -40,6 +40,7 @@ func (n *Network) relayMux() http.Handler {
 	mux.HandleFunc("GET /_devnet/status", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, n.Status())
 	})
+	mux.HandleFunc("GET /export", n.handleExport)
 	mux.HandleFunc("GET /{did}", n.handleDIDDoc)
 	mux.HandleFunc("GET /.well-known/did.json", n.handleWebDIDDoc)
 	mux.HandleFunc("GET /.well-known/atproto-did", n.handleAtprotoDID)
@@ -359,12 +360,16 @@ type didService struct {
 	ServiceEndpoint string `json:"serviceEndpoint"`
 }
 
-// handleDIDDoc serves GET /<did> like plc.directory: 404 for unknown DIDs
-// and for anything but a did:plc.
+// handleDIDDoc serves GET /<did> like plc.directory: 404 for unknown DIDs,
+// tombstoned ones (RetiredDIDs) and anything but a did:plc.
 func (n *Network) handleDIDDoc(w http.ResponseWriter, r *http.Request) {
 	did, err := url.PathUnescape(r.PathValue("did"))
 	if err != nil || !strings.HasPrefix(did, "did:plc:") {
 		writeJSON(w, http.StatusNotFound, map[string]string{"message": "not found"})
+		return
+	}
+	n.stats.docRequests.Add(1)
+	if n.checkRetired(w, did) {
 		return
 	}
 	n.serveDIDDoc(w, r, did)

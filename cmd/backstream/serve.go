@@ -90,6 +90,7 @@ func serveCommand() *command {
 			fs.Int64("compaction-tombstones", node.DefaultCompactionTombstones, "start a compaction pass early once this many deletes, updates, resets and account deletions or takedowns are pending (0 = never early)")
 			fs.String("verify", "strict", "identity verification of every downloaded repo and live commit: strict (drop or fail what does not verify), warn (archive it, counted), off (resolve nothing: only for a relay that already verifies)")
 			fs.String("plc", "auto", "PLC directory URL for did:plc resolution (auto: "+ident.DefaultPLC+", or the relay's own URL when the relay is on loopback, as the simulated network serves DID documents; it then answers did:web documents and handle resolution too)")
+			fs.Bool("plc-export", true, "during bootstrap, read the PLC directory's export (GET /export, its whole operation log, paged) beside the downloads and keep each did:plc's identity (memory and ident/ rows), so most repos need no DID request; resumes from cursor/plcexport; a directory that does not answer it falls back to one request per DID (off: always one per DID; never with --repos or --max-repos)")
 			fs.Duration("ident-timeout", ident.DefaultTimeout, "deadline of one DID document request")
 			fs.Int("ident-concurrency", ident.DefaultConcurrency, "DID resolutions in flight at most; more wait (backstream_ident_limited_total). Resolutions per second are at most this over the directory's latency")
 			fs.String("ident-rate", "auto", "requests per second to the PLC directory at most, retries included (0 = no limit; auto: "+strconv.Itoa(ident.DefaultRate)+" for "+ident.DefaultPLC+", no limit for any other directory, e.g. a mirror or the simulated network); more wait (backstream_ident_rate_limited_total)")
@@ -125,6 +126,7 @@ type serveOptions struct {
 	minBody                int64
 	getRepoTimeout         time.Duration
 	resetRelay             bool
+	plcExport              bool // node.Config.PLCExport
 	loopbackHosts          []string
 	captureWait            time.Duration
 	retryWorkers           int
@@ -158,6 +160,7 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 		hostRetries:      fs.get("backfill-host-retries").(int),
 		enumerate:        fs.str("enumerate"),
 		resetRelay:       fs.get("reset-relay-cursor").(bool),
+		plcExport:        fs.get("plc-export").(bool),
 		captureWait:      fs.get("capture-wait").(time.Duration),
 		retryWorkers:     fs.get("retry-workers").(int),
 		retryHostWorkers: fs.get("retry-host-workers").(int),
@@ -661,8 +664,8 @@ func (o serveOptions) nodeConfig(s *server, crash *crashpoint.Set) node.Config {
 		CompactionInterval: o.compactionInterval, CompactionTombstones: o.compactionTombstones,
 		Registry: s.reg, Logger: s.log, Crash: crash,
 		Server: s.sub, Health: &s.health,
-		Verify: o.identConfig(),
-		NATS:   o.nats,
+		Verify: o.identConfig(), PLCExport: o.plcExport,
+		NATS: o.nats,
 	}
 	o.heal.apply(&c)
 	return c
