@@ -66,6 +66,11 @@ var KeyReplayIndex = []byte("meta/index_replay")
 // the writer's: the sink only reads the archive).
 var KeyCursorSinkNATS = []byte("cursor/sink/nats")
 
+// KeyCursorPLCExport is where a bootstrap's read of the PLC directory's
+// export resumes: the createdAt of the last op read (an EncodeTime value).
+// A unit Put, submitted after the ident/ rows of its page.
+var KeyCursorPLCExport = []byte("cursor/plcexport")
+
 // Key prefixes of the keyed families.
 var (
 	PrefixRepo = []byte("repo/")

@@ -490,12 +490,6 @@ func (n *Node) resolver(reg prometheus.Registerer) *ident.Resolver {
 	return ident.New(c)
 }
 
-// exportCursorKey is cursor/plcexport: where the bootstrap's read of the
-// PLC directory's export resumes, the createdAt of the last op read (RFC
-// 3339). It is submitted after the ident/ rows of its page, and the writer
-// makes units durable in order.
-var exportCursorKey = []byte("cursor/plcexport")
-
 // readExport reads the PLC directory's export into the resolver from
 // cursor/plcexport (the start when absent), making the cursor durable
 // after each page, and logs what it loaded; a directory that does not
@@ -504,7 +498,7 @@ var exportCursorKey = []byte("cursor/plcexport")
 func (n *Node) readExport(ctx context.Context, ready func()) {
 	log := n.log.With("component", "ident")
 	var after string
-	switch t, err := n.store.Time(exportCursorKey); {
+	switch t, err := n.store.Time(archive.KeyCursorPLCExport); {
 	case err == nil:
 		after = t.UTC().Format(time.RFC3339Nano)
 	case !errors.Is(err, archive.ErrNotFound):
@@ -516,7 +510,7 @@ func (n *Node) readExport(ctx context.Context, ready func()) {
 		if err != nil {
 			return fmt.Errorf("node: export cursor %q: %w", cursor, err)
 		}
-		return n.w.Submit(ctx, &archive.Unit{Puts: []archive.KV{{Key: exportCursorKey, Value: archive.EncodeTime(t)}}})
+		return n.w.Submit(ctx, &archive.Unit{Puts: []archive.KV{{Key: archive.KeyCursorPLCExport, Value: archive.EncodeTime(t)}}})
 	})
 	args := []any{"from", after, "pages", st.Pages, "loaded", st.Loaded, "tombstoned", st.Tombstoned,
 		"nullified", st.Nullified, "skipped", st.Skipped, "dropped", st.Dropped, "cursor", st.Cursor}
