@@ -99,27 +99,43 @@ func (r *Resolver) ReadExport(ctx context.Context, after string, checkpoint func
 		}
 		last = t
 	}
+	// The ops at a full page's last createdAt may go on in the next page,
+	// and `after` is exclusive: the next page is asked after the page's
+	// previous createdAt, and its first `seen` ops at seenAt, applied
+	// already, are passed over.
+	var seen int
+	var seenAt time.Time
 	for {
-		var lines int
-		var newest time.Time
-		var cursor string
+		var lines, atNewest int
+		var newest, prior time.Time
+		var cursor, priorCursor string
+		start := last
 		page := st
 		_, err := r.withRetries(ctx, "export", func(ctx context.Context) error {
 			if err := r.pacePLC(ctx); err != nil {
 				return err
 			}
 			page = st // a retried page is read again from its start
-			lines, newest, cursor = 0, last, st.Cursor
+			lines, atNewest, newest, cursor, prior, priorCursor = 0, 0, last, st.Cursor, time.Time{}, ""
+			skip := seen
 			return r.exportPage(ctx, st.Cursor, func(l *exportLine, at time.Time, ok bool) {
 				lines++
 				if !ok {
 					page.Dropped++
 					return
 				}
-				r.apply(ctx, l, &page)
 				if at.After(newest) {
-					newest, cursor = at, l.CreatedAt
+					prior, priorCursor = newest, cursor
+					newest, cursor, atNewest = at, l.CreatedAt, 0
 				}
+				if at.Equal(newest) {
+					atNewest++
+				}
+				if skip > 0 && at.Equal(seenAt) {
+					skip--
+					return
+				}
+				r.apply(ctx, l, &page)
 			})
 		}, func(error) bool { return false })
 		switch {
@@ -135,10 +151,15 @@ func (r *Resolver) ReadExport(ctx context.Context, after string, checkpoint func
 		if st.Dropped > 0 {
 			r.logTrip("export", "ident: malformed lines of the PLC directory's export dropped", "dropped", st.Dropped)
 		}
-		if !newest.After(last) {
+		if !newest.After(start) {
 			return st, nil // nothing newer: the end (or a directory that does not advance)
 		}
-		last, st.Cursor = newest, cursor
+		last, st.Cursor, seen = newest, cursor, 0
+		if lines >= ExportPageSize && prior.After(start) {
+			// Resume after the page's previous createdAt, which is past
+			// where the page started, so the read advances.
+			last, st.Cursor, seen, seenAt = prior, priorCursor, atNewest, newest
+		}
 		if checkpoint != nil {
 			if err := checkpoint(ctx, st.Cursor); err != nil {
 				return st, fmt.Errorf("ident: export checkpoint: %w", err)

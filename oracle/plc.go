@@ -79,14 +79,16 @@ type plcOp struct {
 // whose key, handle or PDS differs from its latest op gets a plc_operation
 // for the change, so a page shows what GET /<did> shows at that moment.
 // The first sync writes each account's genesis as it stands then, backdated
-// a day, one millisecond apart, and the retired DIDs (RetiredDIDs): a
-// genesis and a plc_tombstone each. createdAt increases strictly, so an
-// `after` cursor never skips an op.
+// a day, three ops to a millisecond, and the retired DIDs (RetiredDIDs): a
+// genesis and a plc_tombstone each. createdAt never decreases, and ops
+// share a millisecond as plc.directory's do, so a reader paging with the
+// exclusive `after` must not lose the ops at a page's last createdAt.
 type plcLog struct {
 	mu     sync.Mutex
 	ops    []*plcOp
 	state  map[string]*plcState
 	lastAt time.Time
+	shared int // the ops at lastAt
 }
 
 func newPLCLog() *plcLog { return &plcLog{state: make(map[string]*plcState)} }
@@ -109,11 +111,24 @@ func (n *Network) RetiredDIDs() []string {
 
 var lowerBase32 = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
 
-// at is the next createdAt: now, or a millisecond after the last op.
+// at is the next createdAt: now to the millisecond, never before the last
+// op's (so ops may share one); a zero now (the backdated first sync) is
+// the last op's millisecond, three ops to each.
 func (l *plcLog) at(now time.Time) time.Time {
 	t := now.UTC().Truncate(time.Millisecond)
-	if !t.After(l.lastAt) {
-		t = l.lastAt.Add(time.Millisecond)
+	if now.IsZero() {
+		t = l.lastAt
+		if l.shared >= 3 {
+			t = t.Add(time.Millisecond)
+		}
+	}
+	if t.Before(l.lastAt) {
+		t = l.lastAt
+	}
+	if t.Equal(l.lastAt) {
+		l.shared++
+	} else {
+		l.shared = 1
 	}
 	l.lastAt = t
 	return t
@@ -132,7 +147,7 @@ func (n *Network) syncPLC() error {
 	}
 	now := func() time.Time {
 		if first {
-			return time.Time{} // backdated: one millisecond after the last
+			return time.Time{} // backdated: three ops to a millisecond
 		}
 		return time.Now()
 	}
@@ -393,3 +408,11 @@ func (n *Network) DIDDocRequests() int64 { return n.stats.docRequests.Load() }
 
 // ExportRequests: see DIDDocRequests.
 func (n *Network) ExportRequests() int64 { return n.stats.exportRequests.Load() }
+
+// PLCOps is how many ops the directory's log holds (its export's lines,
+// malformed ones aside).
+func (n *Network) PLCOps() int {
+	n.plc.mu.Lock()
+	defer n.plc.mu.Unlock()
+	return len(n.plc.ops)
+}
