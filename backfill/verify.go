@@ -74,8 +74,8 @@ type Snapshot struct {
 	index   map[string]span
 	entries []walkEntry
 	file    *fileBlocks // set instead of car and index when verified from a file
-	drops  []uint64    // bitmap by ordinal (MST key order) of the dropped entries
-	strict bool
+	drops   []uint64    // bitmap by ordinal (MST key order) of the dropped entries
+	strict  bool
 }
 
 // dropped reports whether the entry at ordinal was dropped.
@@ -252,7 +252,7 @@ func (s *Snapshot) check(ctx context.Context) error {
 // allocates one key string per record; Record.CBOR aliases the CAR buffer
 // (a snapshot from VerifyFile: a read buffer valid only during fn).
 func (s *Snapshot) Records(fn func(Record) error) error {
-	return s.replay(context.Background(), false, func(key, val, body []byte) error {
+	return s.kept(func(key, val, body []byte) error {
 		c, err := cid.Cast(val)
 		if err != nil { // decodeNode checked it
 			return verifyErr(ErrBadTree, err, "record %q CID", key)
@@ -261,6 +261,12 @@ func (s *Snapshot) Records(fn func(Record) error) error {
 		k := string(key)
 		return fn(Record{Collection: k[:slash], RKey: k[slash+1:], CID: c, CBOR: body})
 	})
+}
+
+// kept passes on the entries that passed validation, in MST key order, as
+// replay does: what Records yields, before any string or CID is made.
+func (s *Snapshot) kept(fn visitFunc) error {
+	return s.replay(context.Background(), false, fn)
 }
 
 // All is Records as an iterator. The error half of a pair is non-nil only
