@@ -60,11 +60,10 @@ func decodeNode(b []byte, buf []mstEntry) (mstNode, error) {
 				return nd, errNodeShape
 			}
 			for range count {
-				e, ok := d.entry()
-				if !ok {
+				nd.entries = append(nd.entries, mstEntry{})
+				if !d.entry(&nd.entries[len(nd.entries)-1]) {
 					return nd, errNodeShape
 				}
-				nd.entries = append(nd.entries, e)
 			}
 		case 'l':
 			if seenL {
@@ -137,11 +136,11 @@ func (d *nodeDecoder) fieldName() byte {
 	return name[0]
 }
 
-func (d *nodeDecoder) entry() (mstEntry, bool) {
-	var e mstEntry
+// entry decodes one entry into e, which is zero.
+func (d *nodeDecoder) entry(e *mstEntry) bool {
 	n, ok := d.head(5)
 	if !ok || n > maxNodeEntries {
-		return e, false
+		return false
 	}
 	var seen [4]bool
 	for range n {
@@ -152,7 +151,7 @@ func (d *nodeDecoder) entry() (mstEntry, bool) {
 			i = 0
 			l, ok := d.head(2)
 			if !ok || l > maxKeySuffix {
-				return e, false
+				return false
 			}
 			e.suffixAt = uint32(d.pos)
 			e.suffix = d.bytesOf(l)
@@ -160,26 +159,26 @@ func (d *nodeDecoder) entry() (mstEntry, bool) {
 			i = 1
 			p, ok := d.head(0) // a negative prefix is never valid
 			if !ok || p > math.MaxInt64 {
-				return e, false
+				return false
 			}
 			e.prefix = int64(p)
 		case 't':
 			i = 2
 			if e.right, ok = d.nullableCID(); !ok {
-				return e, false
+				return false
 			}
 		case 'v':
 			i = 3
 			if e.value, ok = d.cid(); !ok {
-				return e, false
+				return false
 			}
 		}
 		if i < 0 || seen[i] || d.failed {
-			return e, false
+			return false
 		}
 		seen[i] = true
 	}
-	return e, !d.failed
+	return !d.failed
 }
 
 func (d *nodeDecoder) nullableCID() ([]byte, bool) {
