@@ -97,10 +97,6 @@ type Drop struct {
 // recordChecker validates the records of one walk.
 type recordChecker struct {
 	strict bool
-	// coll is the last collection found valid (empty: none yet): keys
-	// come in order, so consecutive keys mostly share it, and it is not
-	// validated again.
-	coll []byte
 }
 
 func newRecordChecker(strict bool) *recordChecker {
@@ -117,11 +113,8 @@ func (rc *recordChecker) checkPath(key []byte) (int, DropReason) {
 	if slash < 0 || bytes.IndexByte(key[slash+1:], '/') >= 0 {
 		return 0, DropInvalidPath
 	}
-	if len(rc.coll) == 0 || !bytes.Equal(key[:slash], rc.coll) {
-		if !upstream.ValidNSID(key[:slash]) {
-			return 0, DropInvalidCollection
-		}
-		rc.coll = append(rc.coll[:0], key[:slash]...)
+	if !upstream.ValidNSID(key[:slash]) {
+		return 0, DropInvalidCollection
 	}
 	if !upstream.ValidRecordKey(key[slash+1:]) {
 		return 0, DropInvalidRKey

@@ -60,10 +60,11 @@ func decodeNode(b []byte, buf []mstEntry) (mstNode, error) {
 				return nd, errNodeShape
 			}
 			for range count {
-				nd.entries = append(nd.entries, mstEntry{})
-				if !d.entry(&nd.entries[len(nd.entries)-1]) {
+				e, ok := d.entry()
+				if !ok {
 					return nd, errNodeShape
 				}
+				nd.entries = append(nd.entries, e)
 			}
 		case 'l':
 			if seenL {
@@ -136,11 +137,11 @@ func (d *nodeDecoder) fieldName() byte {
 	return name[0]
 }
 
-// entry decodes one entry into e, which is zero.
-func (d *nodeDecoder) entry(e *mstEntry) bool {
+func (d *nodeDecoder) entry() (mstEntry, bool) {
+	var e mstEntry
 	n, ok := d.head(5)
 	if !ok || n > maxNodeEntries {
-		return false
+		return e, false
 	}
 	var seen [4]bool
 	for range n {
@@ -151,7 +152,7 @@ func (d *nodeDecoder) entry(e *mstEntry) bool {
 			i = 0
 			l, ok := d.head(2)
 			if !ok || l > maxKeySuffix {
-				return false
+				return e, false
 			}
 			e.suffixAt = uint32(d.pos)
 			e.suffix = d.bytesOf(l)
@@ -159,26 +160,26 @@ func (d *nodeDecoder) entry(e *mstEntry) bool {
 			i = 1
 			p, ok := d.head(0) // a negative prefix is never valid
 			if !ok || p > math.MaxInt64 {
-				return false
+				return e, false
 			}
 			e.prefix = int64(p)
 		case 't':
 			i = 2
 			if e.right, ok = d.nullableCID(); !ok {
-				return false
+				return e, false
 			}
 		case 'v':
 			i = 3
 			if e.value, ok = d.cid(); !ok {
-				return false
+				return e, false
 			}
 		}
 		if i < 0 || seen[i] || d.failed {
-			return false
+			return e, false
 		}
 		seen[i] = true
 	}
-	return !d.failed
+	return e, !d.failed
 }
 
 func (d *nodeDecoder) nullableCID() ([]byte, bool) {
