@@ -42,7 +42,7 @@ type emitter struct {
 	slab        []byte
 	coll        string // the collection of the last record read
 	final       int    // token of the unit carrying the completion (-1 until submitted)
-	left        int    // bytes the snapshot's rows may still copy (Snapshot.rowBytes, less what they did)
+	left        int    // bytes the snapshot's rows may still copy (bounded by the CAR size)
 	// hashed: every record's bytes are the CAR block that was hashed
 	// against its CID (a snapshot verified in memory; one verified from
 	// its file reads them again), so rows carry Event.CIDOfRecord.
@@ -56,7 +56,7 @@ func (r *Runner) emit(ctx context.Context, req Request, p *prepared, res *Result
 	res.Bytes = p.size
 	res.Dropped = snap.Dropped
 	res.Records = snap.RecordCount
-	e := r.newEmitter(ctx, req, res, res.Rev, snap.rowBytes)
+	e := r.newEmitter(ctx, req, res, res.Rev, snap.Bytes)
 	e.hashed = snap.file == nil
 	if err := e.rows(snap.kept); err != nil {
 		return *res, e.fail(err)
@@ -195,9 +195,11 @@ func (e *emitter) slabString(b []byte) string {
 }
 
 // room makes sure the slab has n free bytes. A new slab is sized to what
-// the snapshot's rows can still copy (left), at most defaultArenaBlock: a
-// small repo's rows fill their slab exactly, and a large one's do not pin
-// one huge block in the live log.
+// the snapshot can still need (its records and CIDs are sections of the
+// CAR, and each record's MST entry names its CID again, which a record key
+// rarely exceeds, so the CAR's size bounds them), at most
+// defaultArenaBlock: a small repo's rows do not pin a large, mostly empty
+// block in the live log.
 func (e *emitter) room(n int) {
 	if n <= cap(e.slab)-len(e.slab) {
 		e.left -= n

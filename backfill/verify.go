@@ -60,9 +60,6 @@ type Snapshot struct {
 	Data      cid.Cid // the MST root
 	// RecordCount is the number of records Records yields (drops excluded).
 	RecordCount int
-	// rowBytes is what those records' rows hold of them: their record
-	// keys, CIDs and blocks, in bytes.
-	rowBytes int
 	// Dropped counts records dropped by per-record validation, by reason.
 	Dropped DropCounts
 	// Blocks is the number of block sections in the CAR; Bytes its size.
@@ -223,9 +220,11 @@ func (s *Snapshot) check(ctx context.Context) error {
 		w.table, w.entries = true, make([]walkEntry, 0, max(s.Blocks, 1))
 	}
 	var ordinal int32
-	err := w.walk(s.Data, func(key, val, body []byte) error {
-		slash, reason := rc.checkPath(key)
-		if reason == 0 {
+	err := w.walk(s.Data, func(key, _, body []byte) error {
+		reason := DropReason(0)
+		if _, r := rc.checkPath(key); r != 0 {
+			reason = r
+		} else {
 			reason = rc.checkBody(body)
 		}
 		if reason != 0 {
@@ -235,7 +234,6 @@ func (s *Snapshot) check(ctx context.Context) error {
 			}
 		} else {
 			s.RecordCount++
-			s.rowBytes += len(key) - slash - 1 + len(val) + len(body)
 		}
 		if ordinal == math.MaxInt32 {
 			return verifyErr(ErrBadTree, nil, "more than %d records", math.MaxInt32)
