@@ -11,7 +11,9 @@
 //     read by internal/car, MST links by car.ReadLink, heads by
 //     internal/cborhead), the commit decoded and checked, its DID equal to the requested one, the whole MST
 //     walked with no node or record block missing, every record validated
-//     (drops by DropReason).
+//     (drops by DropReason). A snapshot in memory keeps a table of the
+//     entries its walk found (verify_entries.go), so Records reads them
+//     without walking the tree again.
 //   - Identity checks (job_ident.go, Options.Identity, package ident): the
 //     account's DID document is resolved before the download (failure class
 //     identity), the host that served the repo must be the document's PDS
@@ -30,8 +32,9 @@
 //   - E5: the body streams to a scratch file (upstream); the job removes it
 //     on every outcome; concurrent CARs in memory are bounded by Memory,
 //     held from verification until the job's last unit is durable. A job is
-//     charged its CAR plus its block index (memoryCost: sections counted
-//     from the framing first), so the budget is a true bound. A CAR whose
+//     charged its CAR plus its block index and entry table (memoryCost:
+//     sections counted from the framing first), so the budget is a true
+//     bound. A CAR whose
 //     charge exceeds the whole budget takes the whole budget and runs
 //     alone (the semaphore is FIFO, so it is never starved) and is verified
 //     from its scratch file (VerifyFile: a 16-byte-per-block index, blocks

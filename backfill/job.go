@@ -619,7 +619,7 @@ func (r *Runner) finish(ctx context.Context, req Request, res *Result, st archiv
 		// every record archived. There is no snapshot rev, so they carry a
 		// TID of now, newer than every older row of the account.
 		e := r.newEmitter(ctx, req, res, syntax.NewTIDNow(0).String(), 0)
-		if err := e.rows(func(func(Record) error) error { return nil }); err != nil {
+		if err := e.rows(func(visitFunc) error { return nil }); err != nil {
 			return *res, e.fail(err)
 		}
 		return e.complete(&done)

@@ -6,13 +6,17 @@ package backfill
 // order, so it is durable with the last rows, never before them), and the
 // counters moved from receipts (R8).
 //
-// Record bytes and CIDs are copied out of the CAR buffer into small slabs
-// owned by the rows, so the CAR buffer is freed when the job ends instead of
-// being pinned by rows that stay in the writer's live log.
+// Record bytes, CIDs and record keys are copied out of the CAR buffer into
+// small slabs owned by the rows, so the CAR buffer is freed when the job
+// ends instead of being pinned by rows that stay in the writer's live log,
+// and a row costs no allocation of its own; consecutive rows of one
+// collection share its string.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"unsafe"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/internal/crashpoint"
@@ -36,8 +40,9 @@ type emitter struct {
 	received    int
 	kept        int
 	slab        []byte
-	final       int // token of the unit carrying the completion (-1 until submitted)
-	left        int // bytes the snapshot's rows may still copy (bounded by the CAR size)
+	coll        string // the collection of the last record read
+	final       int    // token of the unit carrying the completion (-1 until submitted)
+	left        int    // bytes the snapshot's rows may still copy (bounded by the CAR size)
 	// hashed: every record's bytes are the CAR block that was hashed
 	// against its CID (a snapshot verified in memory; one verified from
 	// its file reads them again), so rows carry Event.CIDOfRecord.
@@ -53,7 +58,7 @@ func (r *Runner) emit(ctx context.Context, req Request, p *prepared, res *Result
 	res.Records = snap.RecordCount
 	e := r.newEmitter(ctx, req, res, res.Rev, snap.Bytes)
 	e.hashed = snap.file == nil
-	if err := e.rows(snap.Records); err != nil {
+	if err := e.rows(snap.kept); err != nil {
 		return *res, e.fail(err)
 	}
 	res.Status = archive.StatusComplete
@@ -76,11 +81,18 @@ func (r *Runner) newEmitter(ctx context.Context, req Request, res *Result, rev s
 	return e
 }
 
-// rows emits the job's rows: every record as a create, or for a
-// replacement its sync row and then only what changes the account.
-func (e *emitter) rows(records func(func(Record) error) error) error {
+// rows emits the job's rows from records (Snapshot.kept): every record as
+// a create, or for a replacement its sync row and then only what changes
+// the account.
+func (e *emitter) rows(records func(visitFunc) error) error {
 	if !e.req.Replace {
-		return records(func(rec Record) error { return e.add(archive.KindCreate, rec) })
+		return records(func(key, cid, body []byte) error {
+			coll, rkey, err := e.path(key)
+			if err != nil {
+				return err
+			}
+			return e.add(archive.KindCreate, coll, rkey, cid, body)
+		})
 	}
 	if err := e.open(); err != nil {
 		return err
@@ -124,19 +136,33 @@ func (e *emitter) startChunk() {
 	e.recsInChunk = 0
 }
 
-// add appends one record row (a delete carries no record), first
-// submitting the chunk when it is full.
-func (e *emitter) add(kind archive.Kind, rec Record) error {
+// path splits a verified record's MST key (valid only during the visit)
+// into its collection, the last record's string when it is the same, and
+// its record key, copied into the slab.
+func (e *emitter) path(key []byte) (coll, rkey string, err error) {
+	slash := bytes.IndexByte(key, '/')
+	if slash < 0 { // verification dropped such keys
+		return "", "", fmt.Errorf("backfill: %s: record key %q has no collection", e.req.DID, key)
+	}
+	if string(key[:slash]) != e.coll {
+		e.coll = string(key[:slash])
+	}
+	return e.coll, e.slabString(key[slash+1:]), nil
+}
+
+// add appends one record row with the record's CID and block (a delete
+// carries none), first submitting the chunk when it is full.
+func (e *emitter) add(kind archive.Kind, coll, rkey string, cid, body []byte) error {
 	if len(e.events) == e.r.o.ChunkRows {
 		if err := e.flush(nil); err != nil {
 			return err
 		}
 		e.startChunk()
 	}
-	ev := archive.Event{Kind: kind, DID: e.req.DID, Collection: rec.Collection, RKey: rec.RKey, Rev: e.rev, Source: e.src}
+	ev := archive.Event{Kind: kind, DID: e.req.DID, Collection: coll, RKey: rkey, Rev: e.rev, Source: e.src}
 	if kind != archive.KindDelete {
-		ev.CID = e.copyString(rec.CID.KeyString())
-		ev.Record = e.copyBytes(rec.CBOR)
+		ev.CID = e.copyBytes(cid)
+		ev.Record = e.copyBytes(body)
 		ev.CIDOfRecord = e.hashed
 	}
 	e.events = append(e.events, ev)
@@ -158,17 +184,22 @@ func (e *emitter) copyBytes(b []byte) []byte {
 	return e.slab[n:len(e.slab):len(e.slab)]
 }
 
-func (e *emitter) copyString(s string) []byte {
-	e.room(len(s))
-	n := len(e.slab)
-	e.slab = append(e.slab, s...)
-	return e.slab[n:len(e.slab):len(e.slab)]
+// slabString copies b into the slab as a string. The slab's bytes are
+// never written again once appended, so the string stays immutable.
+func (e *emitter) slabString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	c := e.copyBytes(b)
+	return unsafe.String(unsafe.SliceData(c), len(c))
 }
 
 // room makes sure the slab has n free bytes. A new slab is sized to what
 // the snapshot can still need (its records and CIDs are sections of the
-// CAR, so the CAR's size bounds them), at most defaultArenaBlock: a small
-// repo's rows do not pin a large, mostly empty block in the live log.
+// CAR, and each record's MST entry names its CID again, which a record key
+// rarely exceeds, so the CAR's size bounds them), at most
+// defaultArenaBlock: a small repo's rows do not pin a large, mostly empty
+// block in the live log.
 func (e *emitter) room(n int) {
 	if n <= cap(e.slab)-len(e.slab) {
 		e.left -= n

@@ -55,7 +55,7 @@ type recPath struct{ coll, rkey string }
 // CID changed, nothing for an unchanged record, and then a delete for every
 // archived record the snapshot lacks (in (collection, rkey) order). It
 // holds the account's archived paths and CIDs in memory while it runs.
-func (e *emitter) diff(records func(func(Record) error) error) error {
+func (e *emitter) diff(records func(visitFunc) error) error {
 	cur := map[recPath]string{}
 	err := e.r.o.Current.AccountRecords(e.req.DID, func(c archive.CurrentRecord) error {
 		cur[recPath{c.Collection, c.RKey}] = string(c.CID)
@@ -64,17 +64,21 @@ func (e *emitter) diff(records func(func(Record) error) error) error {
 	if err != nil {
 		return fmt.Errorf("backfill: %s: the archived records to replace: %w", e.req.DID, err)
 	}
-	err = records(func(rec Record) error {
-		p := recPath{rec.Collection, rec.RKey}
+	err = records(func(key, cid, body []byte) error {
+		coll, rkey, err := e.path(key)
+		if err != nil {
+			return err
+		}
+		p := recPath{coll, rkey}
 		old, had := cur[p]
 		if !had {
-			return e.add(archive.KindCreate, rec)
+			return e.add(archive.KindCreate, coll, rkey, cid, body)
 		}
 		delete(cur, p)
-		if old == rec.CID.KeyString() {
+		if old == string(cid) {
 			return nil
 		}
-		return e.add(archive.KindUpdate, rec)
+		return e.add(archive.KindUpdate, coll, rkey, cid, body)
 	})
 	if err != nil {
 		return err
@@ -90,7 +94,7 @@ func (e *emitter) diff(records func(func(Record) error) error) error {
 		return gone[i].rkey < gone[j].rkey
 	})
 	for _, p := range gone {
-		if err := e.add(archive.KindDelete, Record{Collection: p.coll, RKey: p.rkey}); err != nil {
+		if err := e.add(archive.KindDelete, p.coll, p.rkey, nil, nil); err != nil {
 			return err
 		}
 	}

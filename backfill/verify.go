@@ -7,8 +7,9 @@
 // node and no record block missing, and every record validated (R1).
 //
 // Memory: the whole CAR is held in one buffer, plus an index of at most
-// indexBytesPerBlock per block whose keys alias that buffer (VerifyFile
-// keeps neither: see verify_file.go). Iterating records allocates two
+// indexBytesPerBlock per block whose keys alias that buffer while the tree
+// is verified, and the entry table (verify_entries.go) after (VerifyFile
+// keeps none of them: see verify_file.go). Iterating records allocates two
 // objects per record (its key string and its CID); MST nodes decode without
 // allocating and record bytes are never copied.
 
@@ -65,11 +66,16 @@ type Snapshot struct {
 	Blocks int
 	Bytes  int
 
-	car    []byte
-	index  map[string]span
-	file   *fileBlocks // set instead of car and index when verified from a file
-	drops  []uint64    // bitmap by ordinal (MST key order) of the dropped entries
-	strict bool
+	car []byte
+	// index maps CID bytes to blocks until the tree is verified; entries
+	// then replaces it (verify_entries.go). A non-nil entries (empty for
+	// an empty tree) is the table Records and Drops read; nil, they walk
+	// the tree again through index.
+	index   map[string]span
+	entries []walkEntry
+	file    *fileBlocks // set instead of car and index when verified from a file
+	drops   []uint64    // bitmap by ordinal (MST key order) of the dropped entries
+	strict  bool
 }
 
 // dropped reports whether the entry at ordinal was dropped.
@@ -150,7 +156,7 @@ func verifyBytes(ctx context.Context, b []byte, wantDID string, opts VerifyOptio
 func (s *Snapshot) verify(ctx context.Context, wantDID string, opts VerifyOptions) (*Snapshot, error) {
 	root := s.CommitCID
 	var buf []byte
-	blk, ok, err := s.block(root.Bytes(), &buf)
+	blk, _, ok, err := s.block(root.Bytes(), &buf)
 	if err != nil {
 		return nil, err
 	}
@@ -189,25 +195,30 @@ func (s *Snapshot) verify(ctx context.Context, wantDID string, opts VerifyOption
 }
 
 // block returns the bytes of the block with CID bytes c: a view of the CAR
-// buffer, or (a snapshot verified from a file) the block read into *buf,
-// grown within the memory limit as needed.
-func (s *Snapshot) block(c []byte, buf *[]byte) ([]byte, bool, error) {
+// buffer starting at offset at, or (a snapshot verified from a file, at 0)
+// the block read into *buf, grown within the memory limit as needed.
+func (s *Snapshot) block(c []byte, buf *[]byte) (b []byte, at uint32, ok bool, err error) {
 	if s.file != nil {
-		return s.file.get(c, buf)
+		b, ok, err = s.file.get(c, buf)
+		return b, 0, ok, err
 	}
 	loc, ok := s.index[string(c)]
 	if !ok {
-		return nil, false, nil
+		return nil, 0, false, nil
 	}
-	return s.car[loc.off:loc.end:loc.end], true, nil
+	return s.car[loc.off:loc.end:loc.end], loc.off, true, nil
 }
 
 // check walks the whole tree once with every structural check on, requires
-// every record block, and records the drop verdicts Records replays.
+// every record block, and records the drop verdicts Records replays (and,
+// for a snapshot in memory, the entry table it reads).
 func (s *Snapshot) check(ctx context.Context) error {
 	rc := newRecordChecker(s.strict)
 	w := s.newWalker(ctx, true)
 	defer w.release()
+	if s.file == nil {
+		w.table, w.entries = true, make([]walkEntry, 0, max(s.Blocks, 1))
+	}
 	var ordinal int32
 	err := w.walk(s.Data, func(key, _, body []byte) error {
 		reason := DropReason(0)
@@ -230,6 +241,9 @@ func (s *Snapshot) check(ctx context.Context) error {
 		ordinal++
 		return nil
 	})
+	if err == nil && w.table {
+		s.entries, s.index = w.entries, nil
+	}
 	return err
 }
 
@@ -238,7 +252,7 @@ func (s *Snapshot) check(ctx context.Context) error {
 // allocates one key string per record; Record.CBOR aliases the CAR buffer
 // (a snapshot from VerifyFile: a read buffer valid only during fn).
 func (s *Snapshot) Records(fn func(Record) error) error {
-	return s.replay(context.Background(), false, func(key, val, body []byte) error {
+	return s.kept(func(key, val, body []byte) error {
 		c, err := cid.Cast(val)
 		if err != nil { // decodeNode checked it
 			return verifyErr(ErrBadTree, err, "record %q CID", key)
@@ -247,6 +261,12 @@ func (s *Snapshot) Records(fn func(Record) error) error {
 		k := string(key)
 		return fn(Record{Collection: k[:slash], RKey: k[slash+1:], CID: c, CBOR: body})
 	})
+}
+
+// kept passes on the entries that passed validation, in MST key order, as
+// replay does: what Records yields, before any string or CID is made.
+func (s *Snapshot) kept(fn visitFunc) error {
+	return s.replay(context.Background(), false, fn)
 }
 
 // All is Records as an iterator. The error half of a pair is non-nil only
@@ -291,6 +311,9 @@ func (s *Snapshot) Drops(fn func(Drop) error) error {
 // replay walks the verified tree again and passes on either the kept
 // entries (dropped == false) or the dropped ones.
 func (s *Snapshot) replay(ctx context.Context, dropped bool, fn visitFunc) error {
+	if s.entries != nil {
+		return s.replayEntries(dropped, fn)
+	}
 	w := s.newWalker(ctx, false)
 	defer w.release()
 	var ordinal int32

@@ -47,10 +47,11 @@ const (
 var ErrOverBudget = errors.New("CAR needs more memory than the budget")
 
 // memoryCost is what verifying a CAR of size bytes and sections sections in
-// memory holds: the CAR, its block index, the drop bitmap (a bit per MST
-// entry, an entry taking at least 16 bytes of the CAR) and the walk.
+// memory holds: the CAR, its block index and entry table, the drop bitmap
+// (a bit per MST entry, an entry taking at least 16 bytes of the CAR) and
+// the walk.
 func memoryCost(size, sections int64) int64 {
-	return size + sections*indexBytesPerBlock + size/64 + 64<<10
+	return size + sections*(indexBytesPerBlock+tableBytesPerBlock) + size/64 + 64<<10
 }
 
 // sectionReader is what countSections reads: a bufio.Reader over a file,

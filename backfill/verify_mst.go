@@ -50,6 +50,11 @@ type walker struct {
 	started   bool
 	visited   int
 	visit     visitFunc
+
+	// table: the walk records every entry it visits in entries (a snapshot
+	// in memory; see verify_entries.go), until entries has no room left.
+	table   bool
+	entries []walkEntry
 }
 
 func (s *Snapshot) newWalker(ctx context.Context, check bool) *walker {
@@ -107,7 +112,7 @@ func (w *walker) load(c []byte, depth int) (mstNode, bool, error) {
 	if w.snap.file != nil {
 		buf = &w.nodeBufs[depth]
 	}
-	blk, ok, err := w.snap.block(c, buf)
+	blk, at, ok, err := w.snap.block(c, buf)
 	if err != nil || !ok {
 		return mstNode{}, false, err
 	}
@@ -120,6 +125,7 @@ func (w *walker) load(c []byte, depth int) (mstNode, bool, error) {
 	}
 	old := cap(w.entryBufs[depth])
 	nd, err := decodeNode(blk, w.entryBufs[depth])
+	nd.at = at
 	w.entryBufs[depth] = nd.entries
 	if f := w.snap.file; f != nil && cap(nd.entries) > old {
 		// At most maxNodeEntries entries were decoded: count them now.
@@ -186,12 +192,15 @@ func (w *walker) node(self []byte, nd mstNode, height, depth int) error {
 		if e.value == nil {
 			return verifyErr(ErrBadTree, nil, "node %s entry %d: no value", car.CIDString(self), i)
 		}
-		body, ok, err := w.snap.block(e.value, &w.recBuf)
+		body, at, ok, err := w.snap.block(e.value, &w.recBuf)
 		if err != nil {
 			return err
 		}
 		if !ok {
 			return verifyErr(ErrMissingBlock, nil, "record %q block %s", key, car.CIDString(e.value))
+		}
+		if w.table {
+			w.note(nd.at, e, at, len(body))
 		}
 		if w.visited%ctxCheckEvery == 0 {
 			if err := w.ctx.Err(); err != nil {

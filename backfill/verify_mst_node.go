@@ -19,14 +19,16 @@ import (
 type mstNode struct {
 	left    []byte // CID bytes (no multibase prefix); nil when null or absent
 	entries []mstEntry
+	at      uint32 // the block's offset in the CAR buffer (set by the walker of a snapshot in memory)
 }
 
 // mstEntry is one entry of a node.
 type mstEntry struct {
-	prefix int64
-	suffix []byte
-	value  []byte // CID bytes; nil when absent
-	right  []byte // CID bytes; nil when null or absent
+	prefix   int64
+	suffix   []byte
+	suffixAt uint32 // where suffix starts in the block
+	value    []byte // CID bytes; nil when absent
+	right    []byte // CID bytes; nil when null or absent
 }
 
 // Limits of indigo's decoder, kept so that nothing it rejects passes here.
@@ -152,6 +154,7 @@ func (d *nodeDecoder) entry() (mstEntry, bool) {
 			if !ok || l > maxKeySuffix {
 				return e, false
 			}
+			e.suffixAt = uint32(d.pos)
 			e.suffix = d.bytesOf(l)
 		case 'p':
 			i = 1
