@@ -261,6 +261,7 @@ func (r *Resolver) apply(ctx context.Context, l *exportLine, st *ExportStats) {
 	doc, ok := exportDocument(l)
 	if !ok {
 		st.Dropped++
+		r.unload(l.DID) // what the DID is now is unknown: its lookup resolves it
 		return
 	}
 	id := identity.ParseIdentity(&doc)
@@ -272,6 +273,7 @@ func (r *Resolver) apply(ctx context.Context, l *exportLine, st *ExportStats) {
 	k, err := atprotoKey(&id)
 	if err != nil {
 		st.Dropped++
+		r.unload(l.DID)
 		return
 	}
 	now := r.cfg.Now()

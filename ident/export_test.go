@@ -3,10 +3,14 @@ package ident_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/bluesky-social/indigo/atproto/atcrypto"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/backstream/backstream/archive"
@@ -149,5 +153,63 @@ func TestReadExportKeepsResolvedDocuments(t *testing.T) {
 	}
 	if info, _, _ := r.Lookup(ctx, a.DID); info != resolved {
 		t.Fatalf("the export replaced a resolved document: %+v, was %+v", info, resolved)
+	}
+}
+
+// exportTransport answers GET /export with lines (one page, then none),
+// and counts every other request.
+type exportTransport struct {
+	lines  []string
+	others int
+}
+
+func (x *exportTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	body := ""
+	if req.URL.Path == "/export" && req.URL.Query().Get("after") == "" {
+		body = strings.Join(x.lines, "\n")
+	} else if req.URL.Path != "/export" {
+		x.others++
+		return &http.Response{StatusCode: http.StatusNotFound, Body: io.NopCloser(strings.NewReader("")), Request: req}, nil
+	}
+	return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader(body)), Request: req}, nil
+}
+
+// A DID whose later op is malformed (a signing key that does not parse,
+// an operation the reader cannot render) is not left holding its earlier
+// op's identity: what the DID is now is unknown, so its lookup resolves it.
+func TestReadExportUnloadsADIDWithAMalformedOp(t *testing.T) {
+	k, err := atcrypto.GeneratePrivateKeyK256()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := k.PublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := func(did, key, at string) string {
+		return fmt.Sprintf(`{"did":%q,"operation":{"type":"plc_operation","verificationMethods":{"atproto":%q},"alsoKnownAs":["at://a.test"],`+
+			`"services":{"atproto_pds":{"type":"AtprotoPersonalDataServer","endpoint":"https://pds.test"}},"rotationKeys":[],"prev":null,"sig":"x"},`+
+			`"cid":"bafyreia","nullified":false,"createdAt":%q}`, did, key, at)
+	}
+	const kept, broken = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa", "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb"
+	x := &exportTransport{lines: []string{
+		op(kept, pub.DIDKey(), "2024-01-01T00:00:00.001Z"),
+		op(broken, pub.DIDKey(), "2024-01-01T00:00:00.002Z"),
+		op(broken, "did:key:zNotAKey", "2024-01-01T00:00:00.003Z"),
+	}}
+	r := ident.New(ident.Config{PLC: "http://plc.test", Sleep: noSleep, HTTPClient: &http.Client{Transport: x}})
+	defer r.Close()
+	st, err := r.ReadExport(context.Background(), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Loaded != 2 || st.Dropped != 1 {
+		t.Fatalf("stats %+v, want 2 loaded and 1 dropped", st)
+	}
+	if !r.Known(kept) || r.Known(broken) {
+		t.Fatalf("known: %s %v, %s %v; want only the DID whose last op was read", kept, r.Known(kept), broken, r.Known(broken))
+	}
+	if _, _, err := r.Lookup(context.Background(), broken); err == nil || x.others != 1 {
+		t.Fatalf("lookup of %s: %v after %d requests, want it resolved (here: not found)", broken, err, x.others)
 	}
 }
