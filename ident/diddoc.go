@@ -241,19 +241,29 @@ func (s *docScanner) array(elem func() bool) bool {
 // fields reads an object whose members names are string fields (each at
 // most once); other members are skipped.
 func (s *docScanner) fields(dst []*string, names ...string) bool {
-	var seen [4]bool
-	return s.object(func(key string) bool {
-		i := fieldIndex(key, names...)
-		if i < 0 {
-			return i == -1 && s.skip()
-		}
-		if seen[i] {
-			return false
-		}
-		seen[i] = true
+	return s.members(s.skip, func(i int) bool {
 		v, ok := s.str()
 		*dst[i] = v
 		return ok
+	}, names...)
+}
+
+// members reads an object whose members named names (at most 8) are read
+// by member(i), each at most once; any other member is passed over by
+// other. A case variant of a name, or a name twice, fails the read
+// (encoding/json would match the one and keep the last of the other).
+func (s *docScanner) members(other func() bool, member func(i int) bool, names ...string) bool {
+	var seen [8]bool
+	return s.object(func(key string) bool {
+		i := fieldIndex(key, names...)
+		switch {
+		case i < 0:
+			return i == -1 && other()
+		case seen[i]:
+			return false
+		}
+		seen[i] = true
+		return member(i)
 	})
 }
 

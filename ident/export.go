@@ -376,16 +376,7 @@ func decodeExportLine(b []byte) (exportLine, error) {
 // encoding/json's maps).
 func scanExportLine(b []byte) (l exportLine, ok bool) {
 	s := docScanner{b: b}
-	var seen [4]bool
-	ok = s.object(func(key string) bool {
-		i := fieldIndex(key, "did", "operation", "nullified", "createdAt")
-		switch {
-		case i < 0:
-			return i == -1 && s.skip()
-		case seen[i]:
-			return false
-		}
-		seen[i] = true
+	ok = s.members(s.skip, func(i int) bool {
 		var ok bool
 		switch i {
 		case 0:
@@ -398,7 +389,7 @@ func scanExportLine(b []byte) (l exportLine, ok bool) {
 			l.CreatedAt, ok = s.str()
 		}
 		return ok
-	})
+	}, "did", "operation", "nullified", "createdAt")
 	s.ws()
 	return l, ok && s.i == len(s.b)
 }
@@ -406,16 +397,8 @@ func scanExportLine(b []byte) (l exportLine, ok bool) {
 // operation reads the operation object of a line.
 func (s *docScanner) operation(l *exportLine) bool {
 	op := &l.Operation
-	var seen [7]bool
-	return s.object(func(key string) bool {
-		i := fieldIndex(key, "type", "verificationMethods", "alsoKnownAs", "services", "signingKey", "handle", "service")
-		switch {
-		case i < 0:
-			return i == -1 && (s.literal("null") || s.skip())
-		case seen[i]:
-			return false
-		}
-		seen[i] = true
+	other := func() bool { return s.literal("null") || s.skip() }
+	return s.members(other, func(i int) bool {
 		var ok bool
 		switch i {
 		case 0:
@@ -450,7 +433,7 @@ func (s *docScanner) operation(l *exportLine) bool {
 			op.Service, ok = s.str()
 		}
 		return ok
-	})
+	}, "type", "verificationMethods", "alsoKnownAs", "services", "signingKey", "handle", "service")
 }
 
 // boolean reads true or false.
