@@ -68,6 +68,8 @@ type exportLine struct {
 	} `json:"operation"`
 	Nullified bool   `json:"nullified"`
 	CreatedAt string `json:"createdAt"`
+
+	did syntax.DID // DID, parsed (parseExportLine)
 }
 
 type exportService struct {
@@ -236,6 +238,7 @@ func parseExportLine(b []byte) (*exportLine, time.Time, bool) {
 	if err != nil || d.Method() != "plc" {
 		return nil, time.Time{}, false
 	}
+	l.did = d
 	at, err := time.Parse(time.RFC3339Nano, l.CreatedAt)
 	if err != nil {
 		return nil, time.Time{}, false
@@ -309,12 +312,8 @@ func (r *Resolver) unload(did string) {
 // legacy create's handle and service as an at:// alias and the
 // atproto_pds; false for a key that is not a did:key.
 func exportDocument(l *exportLine) (identity.DIDDocument, bool) {
-	did, err := syntax.ParseDID(l.DID)
-	if err != nil {
-		return identity.DIDDocument{}, false
-	}
 	op := &l.Operation
-	doc := identity.DIDDocument{DID: did, AlsoKnownAs: op.AlsoKnownAs}
+	doc := identity.DIDDocument{DID: l.did, AlsoKnownAs: op.AlsoKnownAs}
 	methods, services := op.VerificationMethods, op.Services
 	if op.Type == "create" {
 		methods = map[string]string{"atproto": op.SigningKey}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bluesky-social/indigo/atproto/atcrypto"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/backstream/backstream/archive"
@@ -178,14 +177,7 @@ func (x *exportTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // an operation the reader cannot render) is not left holding its earlier
 // op's identity: what the DID is now is unknown, so its lookup resolves it.
 func TestReadExportUnloadsADIDWithAMalformedOp(t *testing.T) {
-	k, err := atcrypto.GeneratePrivateKeyK256()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, err := k.PublicKey()
-	if err != nil {
-		t.Fatal(err)
-	}
+	pub := newPublicKey(t)
 	op := func(did, key, at string) string {
 		return fmt.Sprintf(`{"did":%q,"operation":{"type":"plc_operation","verificationMethods":{"atproto":%q},"alsoKnownAs":["at://a.test"],`+
 			`"services":{"atproto_pds":{"type":"AtprotoPersonalDataServer","endpoint":"https://pds.test"}},"rotationKeys":[],"prev":null,"sig":"x"},`+

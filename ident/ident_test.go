@@ -80,6 +80,20 @@ func (s *memStore) persist(_ context.Context, did string, v archive.Ident) error
 
 func noSleep(context.Context, time.Duration) error { return nil }
 
+// newPublicKey is the public half of a fresh K-256 key.
+func newPublicKey(t testing.TB) atcrypto.PublicKey {
+	t.Helper()
+	k, err := atcrypto.GeneratePrivateKeyK256()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := k.PublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub
+}
+
 func TestLookupResolvesThroughPLCAndCaches(t *testing.T) {
 	n := startNet(t)
 	a := firstActive(t, n)

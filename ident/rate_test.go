@@ -10,7 +10,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/bluesky-social/indigo/atproto/atcrypto"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/backstream/backstream/ident"
@@ -35,14 +34,7 @@ func (d docTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // Without the pacing they take no time at all.
 func TestPLCRate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		k, err := atcrypto.GeneratePrivateKeyK256()
-		if err != nil {
-			t.Fatal(err)
-		}
-		pub, err := k.PublicKey()
-		if err != nil {
-			t.Fatal(err)
-		}
+		pub := newPublicKey(t)
 		reg := prometheus.NewRegistry()
 		r := ident.New(ident.Config{PLC: "http://plc.test", Rate: 10, Concurrency: 2, Metrics: ident.NewMetrics(reg),
 			HTTPClient: &http.Client{Transport: docTransport{key: pub.Multibase()}}})
