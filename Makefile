@@ -50,10 +50,11 @@ bench:
 # A/B bootstrap: REF (a git ref, built from a clean worktree) against the
 # working tree, alternating runs on the same devnet worlds; per-pair ratios
 # and medians of CPU-seconds per record, peak RSS and data-dir bytes.
-# QUICK=1 for a smoke run. See scripts/bench-ab.sh.
+# QUICK=1 for a smoke run; A_ARGS / B_ARGS add serve flags to one side
+# (e.g. B_ARGS="--verify off"). See scripts/bench-ab.sh.
 REF ?= main
 bench-ab:
-	GO=$(GO) REF=$(REF) ./scripts/bench-ab.sh
+	GO=$(GO) REF=$(REF) A_ARGS="$(A_ARGS)" B_ARGS="$(B_ARGS)" ./scripts/bench-ab.sh
 
 # Micro-benchmarks (writer, codecs, verifier, renderer, simulated network).
 # Report CPU-seconds and ratios: the machine is shared and noisy; compare

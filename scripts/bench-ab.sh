@@ -16,6 +16,7 @@
 #   REF=main scripts/bench-ab.sh                 # 3 pairs of 2000x200 and 20000x10
 #   REF=main QUICK=1 scripts/bench-ab.sh         # smoke: 1 pair of 300x50
 #   REF=HEAD~1 RUNS=5 SHAPES=2000x200 scripts/bench-ab.sh
+#   REF=HEAD B_ARGS="--verify off" scripts/bench-ab.sh   # one side's serve flags
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
@@ -56,7 +57,8 @@ $GO build -o "$tmp/bench" ./bench/system
 # SIGKILL), and the EXIT trap removes the reference worktree afterwards.
 "$tmp/bench" -ab-ref "$tmp/A" -bin "$tmp/B" \
   -shapes "${SHAPES:-2000x200,20000x10}" -runs "${RUNS:-3}" -workers "${WORKERS:-100}" \
-  -rate "${RATE:-50}" -out "${OUT-bench/results}" &
+  -rate "${RATE:-50}" -a-serve-args "${A_ARGS:-}" -b-serve-args "${B_ARGS:-}" \
+  -out "${OUT-bench/results}" &
 bench=$!
 trap 'kill -TERM $bench 2>/dev/null; wait $bench; exit 130' INT TERM
 wait $bench

@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -110,7 +111,7 @@ func runAB(ctx context.Context, o options, refBin string, w io.Writer) ([]abRun,
 					bin = refBin
 				}
 				logf("A/B %s pair %d/%d: %s ...", sh, i, o.runs, side)
-				r, err := measureAB(ctx, o, bin, sh)
+				r, err := measureAB(ctx, o, bin, sh, o.sideArgs[side]...)
 				if err != nil {
 					return all, fmt.Errorf("A/B %s pair %d side %s: %w", sh, i, side, err)
 				}
@@ -152,12 +153,13 @@ func printAB(w io.Writer, sh shape, as, bs []abRun) {
 	}
 }
 
-// measureAB runs one bootstrap of sh by serve binary bin against a fresh
-// devnet run by o.bin, then restarts serve on the same data dir.
-func measureAB(parent context.Context, o options, bin string, sh shape) (r abRun, err error) {
+// measureAB runs one bootstrap of sh by serve binary bin, with extra
+// appended to its arguments, against a fresh devnet run by o.bin, then
+// restarts serve on the same data dir.
+func measureAB(parent context.Context, o options, bin string, sh shape, extra ...string) (r abRun, err error) {
 	ctx, cancel := context.WithTimeout(parent, o.timeout)
 	defer cancel()
-	w, err := startBootWorld(ctx, o, bin, sh)
+	w, err := startBootWorld(ctx, o, bin, sh, extra...)
 	if err != nil {
 		return r, err
 	}
@@ -249,15 +251,17 @@ func mainAB(ctx context.Context, o options, refBin string) error {
 			return fmt.Errorf("A/B: binary: %w", err)
 		}
 	}
-	fmt.Printf("# A/B bootstrap: A = %s, B = %s; %d workers, devnet rate %g, cgo A=%q B=%q\n",
-		refBin, o.bin, o.workers, o.rate, binaryCgo(refBin), binaryCgo(o.bin))
+	fmt.Printf("# A/B bootstrap: A = %s %s, B = %s %s; %d workers, devnet rate %g, cgo A=%q B=%q\n",
+		refBin, strings.Join(o.sideArgs["A"], " "), o.bin, strings.Join(o.sideArgs["B"], " "),
+		o.workers, o.rate, binaryCgo(refBin), binaryCgo(o.bin))
 	runs, err := runAB(ctx, o, refBin, os.Stdout)
 	if o.out != "" && len(runs) > 0 {
 		if err := os.MkdirAll(o.out, 0o755); err != nil {
 			return err
 		}
 		path := filepath.Join(o.out, "ab-"+time.Now().UTC().Format("2006-01-02T150405Z")+".json")
-		b, jerr := json.MarshalIndent(map[string]any{"ref": refBin, "candidate": o.bin, "runs": runs}, "", "  ")
+		b, jerr := json.MarshalIndent(map[string]any{"ref": refBin, "candidate": o.bin,
+			"ref_serve_args": o.sideArgs["A"], "candidate_serve_args": o.sideArgs["B"], "runs": runs}, "", "  ")
 		if jerr == nil {
 			jerr = os.WriteFile(path, append(b, '\n'), 0o644)
 		}

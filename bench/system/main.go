@@ -37,8 +37,9 @@ type options struct {
 	subscribers    int
 	window         time.Duration
 	idleWindow     time.Duration
-	pprofDir       string   // CPU profiles of serve in the first run of ingest and fanout; "" = none
-	serveArgs      []string // appended to every serve's arguments (e.g. --verify off)
+	pprofDir       string              // CPU profiles of serve in the first run of ingest and fanout; "" = none
+	serveArgs      []string            // appended to every serve's arguments (e.g. --verify off)
+	sideArgs       map[string][]string // A/B mode: appended to the serves of side "A" or "B" only
 }
 
 // profilePath is where run's profile of part goes ("" when not profiling).
@@ -86,8 +87,11 @@ func main() {
 	flag.StringVar(&o.pprofDir, "pprof", "", "write CPU profiles of serve (first run: live ingest, replay, fan-out window) to this directory")
 	serveArgs := flag.String("serve-args", "", "arguments appended to every serve of every part, space-separated (e.g. \"--verify off\")")
 	abRef := flag.String("ab-ref", "", "A/B mode: the reference serve binary; -bin is the candidate (and runs every devnet); -runs pairs per shape of bootstrap only (see ab.go)")
+	aArgs := flag.String("a-serve-args", "", "A/B mode: arguments appended to the reference's serves only, space-separated")
+	bArgs := flag.String("b-serve-args", "", "A/B mode: arguments appended to the candidate's serves only, space-separated (e.g. \"--verify off\")")
 	flag.Parse()
 	o.serveArgs = strings.Fields(*serveArgs)
+	o.sideArgs = map[string][]string{"A": strings.Fields(*aArgs), "B": strings.Fields(*bArgs)}
 	if o.pprofDir != "" {
 		if err := os.MkdirAll(o.pprofDir, 0o755); err != nil {
 			fail(err)
