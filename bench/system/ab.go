@@ -251,8 +251,9 @@ func mainAB(ctx context.Context, o options, refBin string) error {
 			return fmt.Errorf("A/B: binary: %w", err)
 		}
 	}
-	fmt.Printf("# A/B bootstrap: A = %s %s, B = %s %s; %d workers, devnet rate %g, cgo A=%q B=%q\n",
-		refBin, strings.Join(o.sideArgs["A"], " "), o.bin, strings.Join(o.sideArgs["B"], " "),
+	fmt.Printf("# A/B bootstrap: A = %s, B = %s; %d workers, devnet rate %g, cgo A=%q B=%q\n",
+		strings.Join(append([]string{refBin}, o.sideArgs["A"]...), " "),
+		strings.Join(append([]string{o.bin}, o.sideArgs["B"]...), " "),
 		o.workers, o.rate, binaryCgo(refBin), binaryCgo(o.bin))
 	runs, err := runAB(ctx, o, refBin, os.Stdout)
 	if o.out != "" && len(runs) > 0 {
