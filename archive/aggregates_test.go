@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
 )
 
@@ -96,6 +97,36 @@ func checkAggregates(t *testing.T, s *Store, when string) {
 	if len(got) != len(want) || (len(want) > 0 && !reflect.DeepEqual(got, want)) {
 		t.Fatalf("%s: top hosts %v, want %v", when, got, want)
 	}
+	checkDueIndex(t, s, when)
+}
+
+// checkDueIndex compares the whole due/ index with the truth from repo/:
+// one entry per retryable repo, at its next attempt, valued with its host.
+func checkDueIndex(t *testing.T, s *Store, when string) {
+	t.Helper()
+	want := map[string]string{}
+	if err := s.ScanRepos(func(did string, st RepoState) error {
+		if st.Retryable() {
+			want[string(DueKey(st.NextAttemptUS, did))] = st.Host
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: PrefixDue, UpperBound: prefixEnd(PrefixDue)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		got[string(it.Key())] = string(it.Value())
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%s: due/ holds %d entries, repo/ says %d:\n got %q\nwant %q", when, len(got), len(want), got, want)
+	}
 }
 
 // TestFailureAggregates: random transitions of 300 repos
@@ -113,13 +144,15 @@ func TestFailureAggregates(t *testing.T) {
 	statuses := []RepoStatus{StatusNotStarted, StatusPending, StatusComplete, StatusFailed, StatusFailed, StatusUnavailable}
 	randState := func() RepoState {
 		return RepoState{
-			Status:   statuses[rng.IntN(len(statuses))],
-			Active:   rng.IntN(5) != 0,
-			ErrClass: classes[rng.IntN(len(classes))],
-			Host:     []string{"", fmt.Sprintf("pds%02d.test", rng.IntN(25))}[min(rng.IntN(8), 1)],
+			Status:        statuses[rng.IntN(len(statuses))],
+			Active:        rng.IntN(5) != 0,
+			ErrClass:      classes[rng.IntN(len(classes))],
+			Host:          []string{"", fmt.Sprintf("pds%02d.test", rng.IntN(25))}[min(rng.IntN(8), 1)],
+			NextAttemptUS: []int64{0, -5, rng.Int64N(1 << 50)}[rng.IntN(3)],
+			Refetch:       Refetch(rng.IntN(int(numRefetch))) * Refetch(rng.IntN(2)),
 		}
 	}
-	fields := FieldStatus | FieldActive | FieldError | FieldHost
+	fields := FieldStatus | FieldActive | FieldError | FieldHost | FieldNextAttempt | FieldRefetch
 	for burst := 0; burst < 60; burst++ {
 		acks := NewAcks()
 		units := 1 + rng.IntN(20)
@@ -131,7 +164,7 @@ func TestFailureAggregates(t *testing.T) {
 				case 0: // field-level, sometimes only the host or the class
 					f := fields
 					if rng.IntN(3) == 0 {
-						f = []RepoField{FieldHost, FieldError}[rng.IntN(2)]
+						f = []RepoField{FieldHost, FieldError, FieldNextAttempt, FieldRefetch, FieldActive}[rng.IntN(5)]
 					}
 					u.Repos = append(u.Repos, RepoUpdate{DID: did, Fields: f | FieldStatus, State: randState()})
 				case 1:

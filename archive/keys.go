@@ -96,7 +96,19 @@ var (
 	PrefixTomb = []byte("tomb/")
 	// PrefixCompact holds the compaction pass's own state (KeyCompactIntent).
 	PrefixCompact = []byte("compact/")
+	// PrefixDue indexes the repos the retry runner may fetch
+	// (RepoState.Retryable) by their next attempt: due/<next attempt as 8
+	// bytes big-endian><did> (DueKey), valued with the repo's host. A pass
+	// reads the keys up to now, so its cost follows the repos due, never
+	// the repos known. Written by the archive writer only, in the batch of
+	// the repo/ row it describes.
+	PrefixDue = []byte("due/")
 )
+
+// KeyDueIndex marks the due index as complete ([0x01]): a new store
+// writes it at creation; Open builds the index of an older store from its
+// repo/ rows, then writes it (Store.buildDueIndex).
+var KeyDueIndex = []byte("meta/due_index")
 
 // Identity cache keys: the durable copy of resolved DID documents
 // (signing key, PDS endpoint, handle, fetched-at), written through unit Puts.
@@ -108,7 +120,7 @@ func IdentKey(did string) []byte { return withSuffix(PrefixIdent, did) }
 // dataPrefixes are the families whose presence means a store holds archived
 // data (the startup guard refuses such a store without an identity).
 var dataPrefixes = [][]byte{PrefixEvent, PrefixCapture, PrefixRev, PrefixRepo, PrefixRecord, PrefixTomb, PrefixCompact,
-	PrefixByCollection, PrefixByAccount, PrefixMarker}
+	PrefixByCollection, PrefixByAccount, PrefixMarker, PrefixDue}
 
 func withSuffix(prefix []byte, s string) []byte {
 	k := make([]byte, 0, len(prefix)+len(s))
@@ -138,6 +150,30 @@ func HostRankKey(failures uint64, host string) []byte {
 	k = append(k, PrefixHostRank...)
 	k = binary.BigEndian.AppendUint64(k, ^failures)
 	return append(k, host...)
+}
+
+// DueKey is due/<nextUS as 8 bytes big-endian><did>: keys sort by next
+// attempt, then by DID. A next attempt before the epoch (none scheduled
+// is 0) is stored as 0: due at once either way.
+func DueKey(nextUS int64, did string) []byte {
+	k := make([]byte, 0, len(PrefixDue)+8+len(did))
+	k = append(k, PrefixDue...)
+	k = binary.BigEndian.AppendUint64(k, uint64(max(nextUS, 0)))
+	return append(k, did...)
+}
+
+// ParseDueKey is the inverse of DueKey; it fails closed on a key DueKey
+// cannot produce (no DID, or a time past the int64 range).
+func ParseDueKey(key []byte) (did string, nextUS int64, err error) {
+	n := len(PrefixDue)
+	if !hasPrefix(key, PrefixDue) || len(key) <= n+8 {
+		return "", 0, fmt.Errorf("archive: key %q is not a due index key", truncateForError(key))
+	}
+	t := binary.BigEndian.Uint64(key[n:])
+	if t > math.MaxInt64 {
+		return "", 0, fmt.Errorf("archive: due index key %q: time %d past the int64 range", truncateForError(key), t)
+	}
+	return string(key[n+8:]), int64(t), nil
 }
 
 // ParseHostRankKey is the inverse of HostRankKey.

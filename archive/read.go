@@ -5,8 +5,10 @@ package archive
 // distinct outcomes, each naming the key.
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cockroachdb/pebble"
@@ -45,9 +47,12 @@ func (s *Store) Counts() (Counts, error) { return get(s.db, KeyCounts, DecodeCou
 // Time reads one of the meta/*_at timestamps.
 func (s *Store) Time(key []byte) (time.Time, error) { return get(s.db, key, DecodeTime) }
 
-// Untouched reports whether the store holds nothing but what Open's
-// initialisation wrote (meta/instance, meta/phase, meta/phase_entered_at,
-// meta/index, meta/index_replay): nothing was written since. A failed scan is ErrRead.
+// openKeys are the keys Open writes by itself: the store's creation and the
+// markers of its indexes.
+var openKeys = [][]byte{KeyInstance, KeyPhase, KeyPhaseEnteredAt, KeyIndex, KeyReplayIndex, KeyDueIndex}
+
+// Untouched reports whether the store holds nothing but what Open wrote
+// (openKeys): nothing was written since. A failed scan is ErrRead.
 func (s *Store) Untouched() (bool, error) {
 	it, err := s.db.NewIter(nil)
 	if err != nil {
@@ -55,7 +60,7 @@ func (s *Store) Untouched() (bool, error) {
 	}
 	defer it.Close()
 	for it.First(); it.Valid(); it.Next() {
-		if k := string(it.Key()); k != string(KeyInstance) && k != string(KeyPhase) && k != string(KeyPhaseEnteredAt) && k != string(KeyIndex) && k != string(KeyReplayIndex) {
+		if !slices.ContainsFunc(openKeys, func(k []byte) bool { return bytes.Equal(k, it.Key()) }) {
 			return false, nil
 		}
 	}

@@ -96,6 +96,14 @@ type RepoState struct {
 	Bytes         uint64
 }
 
+// Retryable reports whether the retry runner may fetch the repo once its
+// next attempt is due: an active account that is failed, pending, or
+// marked for a replacement. An inactive account is never fetched, whatever
+// its mark. The due index (PrefixDue) holds exactly these repos.
+func (s RepoState) Retryable() bool {
+	return s.Active && (s.Status == StatusFailed || s.Status == StatusPending || s.Refetch != RefetchNone)
+}
+
 // RepoField selects the fields a RepoUpdate sets.
 type RepoField uint32
 

@@ -181,6 +181,10 @@ func open(dataDir string, opts Options) (*Store, error) {
 			s.Close()
 			return nil, err
 		}
+		if err := s.buildDueIndex(); err != nil {
+			s.Close()
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -476,6 +480,7 @@ func (s *Store) initialise(now time.Time) error {
 	_ = b.Set(KeyPhase, phase, nil)
 	_ = b.Set(KeyPhaseEnteredAt, EncodeTime(now), nil)
 	_ = b.Set(KeyIndex, EncodeIndexMarker(IndexMarker{Next: 1, End: 1}), nil) // nothing to backfill
+	_ = b.Set(KeyDueIndex, dueIndexBuilt, nil)                                // no repos to index
 	// Not through commit: the CommitHook sees the batches of a store that
 	// is open, and this one is part of opening it.
 	if err := commitSynced(b); err != nil {

@@ -724,6 +724,7 @@ func (w *Writer) apply(p *pending, u *Unit, dropped int) bool {
 			w.bug(fmt.Errorf("repo state of %s: %w", ch, err)) // validated in stage
 		}
 		_ = p.b.Set(RepoKey(ch), v, nil)
+		indexDue(p.b, ch, old, existed, ns)
 		w.repos[ch] = ns
 		w.count(old, existed, ns)
 		p.counts = true
@@ -895,6 +896,22 @@ func (w *Writer) refuse(p *pending, u *Unit, r Receipt, err error) {
 	r.Refused = err
 	p.units = append(p.units, u)
 	p.receipts = append(p.receipts, r)
+}
+
+// indexDue keeps the due index (PrefixDue) of one repo whose state moves
+// from old (existed: there was one) to ns, in the batch that writes ns: the
+// old entry goes, the new one comes, and an unchanged entry is left alone.
+func indexDue(b *pebble.Batch, did string, old RepoState, existed bool, ns RepoState) {
+	was, is := existed && old.Retryable(), ns.Retryable()
+	if was && is && max(old.NextAttemptUS, 0) == max(ns.NextAttemptUS, 0) && old.Host == ns.Host {
+		return
+	}
+	if was {
+		_ = b.Delete(DueKey(old.NextAttemptUS, did), nil)
+	}
+	if is {
+		_ = b.Set(DueKey(ns.NextAttemptUS, did), []byte(ns.Host), nil)
+	}
 }
 
 func (w *Writer) count(old RepoState, existed bool, ns RepoState) {
@@ -1218,12 +1235,12 @@ func checkPutKey(k []byte) error {
 	if _, ok := cursorIndex(k); ok {
 		return invalid("unit puts %q, a seq cursor: it moves through Unit.Cursor", k)
 	}
-	for _, p := range [][]byte{PrefixEvent, PrefixCapture, PrefixRepo, PrefixRev, PrefixHost, PrefixHostRank, PrefixRecord, PrefixTomb} {
+	for _, p := range [][]byte{PrefixEvent, PrefixCapture, PrefixRepo, PrefixRev, PrefixHost, PrefixHostRank, PrefixRecord, PrefixTomb, PrefixDue} {
 		if hasPrefix(k, p) {
 			return invalid("unit puts %q, which only the writer itself writes", k)
 		}
 	}
-	if string(k) == string(KeyCounts) || string(k) == string(KeyInstance) || string(k) == string(KeyCompaction) {
+	if string(k) == string(KeyCounts) || string(k) == string(KeyInstance) || string(k) == string(KeyCompaction) || string(k) == string(KeyDueIndex) {
 		return invalid("unit puts %q, which only the writer itself writes", k)
 	}
 	if !hasPrefix(k, PrefixCursor) && !hasPrefix(k, PrefixMeta) && !hasPrefix(k, PrefixIdent) && !hasPrefix(k, PrefixGap) && !hasPrefix(k, PrefixAudit) {

@@ -23,9 +23,12 @@
 //
 // # Invariants kept here
 //
-//   - S3: candidates stream from repo/ in pages of PageKeys keys, each read
-//     by its own short-lived iterator; due repos go into a queue bounded by
-//     Queue (the scan blocks when it is full). What is held in memory is one
+//   - S3: candidates stream from the due index (due/, kept by the archive
+//     writer in the batch of each repo/ row) in pages of PageKeys keys,
+//     each read by its own short-lived iterator, soonest due first and
+//     only up to now: a pass reads the repos due, never the repos known.
+//     Due repos go into a queue bounded by Queue (the scan blocks when it
+//     is full). What is held in memory is one
 //     page, the queue, the DIDs queued or running (deduplication: a DID is
 //     never queued twice), the gates of hosts with something queued or
 //     running, and the hosts parked right now. Never the candidate set nor
@@ -88,10 +91,10 @@
 //
 // # Known limits
 //
-//   - A pass reads every repo/ key, so the delay between a #sync and its
-//     replacement is up to ScanPeriod plus one pass (Wake shortens it). At
-//     tens of millions of repos a due index maintained by the writer would
-//     replace the scan.
+//   - The due index of a store written by a build without it is built
+//     when the store opens (one read of repo/). A store that a build
+//     without the index wrote to after that has an index missing those
+//     changes: downgrading and upgrading again is not supported.
 //
 // # Not here
 //

@@ -88,7 +88,7 @@ type Config struct {
 	// fills the queue in front of the others.
 	Queue     int
 	HostQueue int
-	// PageKeys is how many repo/ keys one iterator reads before it is
+	// PageKeys is how many due/ keys one iterator reads before it is
 	// closed (default 4096).
 	PageKeys int
 	// MaxRefetch: see DefaultMaxRefetch. Negative means 0.
@@ -193,7 +193,7 @@ func (r *Runner) Wake() {
 // PassStats describes one candidate pass and, for RunOnce (the tests'
 // synchronous step, export_test.go), the jobs it ran.
 type PassStats struct {
-	Scanned  int // repo/ keys read
+	Scanned  int // due/ keys read: the repos due, never the repos known
 	Due      int // due candidates seen (every outcome below)
 	Queued   int // handed to the queue
 	InFlight int // already queued or running (deduplicated)
@@ -418,7 +418,7 @@ func (e *exec) idle(ps PassStats) bool {
 	}
 }
 
-// pass walks repo/ once, page by page, offering every due repo.
+// pass reads the due index once, page by page, offering every due repo.
 func (e *exec) pass() (ps PassStats, err error) {
 	r := e.r
 	start := time.Now()
@@ -427,17 +427,19 @@ func (e *exec) pass() (ps PassStats, err error) {
 			err = fmt.Errorf("retry: pass: panic: %v", p)
 		}
 	}()
-	from := archive.PrefixRepo
+	var from []byte
 	var buf []item
+	var scratch []archive.DueEntry
 	for {
 		if err := e.ctx.Err(); err != nil {
 			return ps, err
 		}
-		pg, err := readPage(r.cfg.Store.DB(), from, r.cfg.PageKeys, r.cfg.Now().UnixMicro(), buf)
+		pg, entries, err := readPage(r.cfg.Store, from, r.cfg.PageKeys, r.cfg.Now().UnixMicro(), buf, scratch)
 		if err != nil {
 			return ps, fmt.Errorf("retry: candidate scan: %w", err)
 		}
-		ps.Scanned += pg.scanned
+		scratch = entries
+		ps.Scanned += pg.due
 		ps.Due += pg.due
 		for i, it := range pg.items {
 			res, err := e.s.offer(e.ctx, it)

@@ -343,7 +343,7 @@ func TestReactivationReplacesAccount(t *testing.T) {
 
 // TestStoreReadFaultStopsRun (S6): an I/O error under the candidate scan is
 // not a per-repo failure: Run stops with an error wrapping ErrFatal and
-// archive.ErrRead, counted once. A malformed repo state does the same.
+// archive.ErrRead, counted once. A malformed due index key does the same.
 func TestStoreReadFaultStopsRun(t *testing.T) {
 	e := newEnv(t, oracle.Config{Accounts: 20, RecordsMean: 2, Hosts: 2, Seed: 37, Traffic: oracle.TrafficNone})
 	var ups []archive.RepoUpdate
@@ -351,7 +351,7 @@ func TestStoreReadFaultStopsRun(t *testing.T) {
 	for i := 0; i < 400; i++ {
 		ups = append(ups, archive.RepoUpdate{DID: "did:plc:fault" + string(rune('a'+i%26)) + string(rune('a'+i/26)),
 			Fields: archive.FieldStatus | archive.FieldActive | archive.FieldError | archive.FieldNextAttempt,
-			State:  archive.RepoState{Status: archive.StatusFailed, Active: true, ErrClass: "x", LastError: long, NextAttemptUS: 1 << 60}})
+			State:  archive.RepoState{Status: archive.StatusFailed, Active: true, ErrClass: "x", LastError: long, NextAttemptUS: 1}})
 	}
 	e.apply(&archive.Unit{Repos: ups})
 	if err := e.store.DB().Flush(); err != nil {
@@ -376,8 +376,9 @@ func TestStoreReadFaultStopsRun(t *testing.T) {
 		t.Fatalf("fatal_total = %v, want 1", got)
 	}
 
-	// A malformed repo state stops the pass the same way, naming the key.
-	if err := e.store.DB().Set(archive.RepoKey("did:plc:faultzz"), []byte{9, 9}, nil); err != nil {
+	// A malformed due index key (no DID after its time) stops the pass the
+	// same way, naming the key; it sorts before every due entry.
+	if err := e.store.DB().Set(append(append([]byte(nil), archive.PrefixDue...), 0, 0, 0), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	_, err = e.runner(nil).RunOnce(context.Background())

@@ -138,3 +138,33 @@ func TestScale100k(t *testing.T) {
 		t.Fatalf("counts %+v %v", c, err)
 	}
 }
+
+// TestPassReadsOnlyDueRepos (S3): a pass reads the due index up to now, so
+// its cost follows the repos due, not the repos known: among 20,000
+// complete repos, one failed repo not yet due and one inactive one, it
+// reads exactly the one due repo's key and replaces it.
+func TestPassReadsOnlyDueRepos(t *testing.T) {
+	e := newEnv(t, oracle.Config{Accounts: 10, RecordsMean: 2, Hosts: 2, Seed: 43, Traffic: oracle.TrafficNone})
+	for i := 0; i < 20_000; {
+		var ups []archive.RepoUpdate
+		for ; i < 20_000 && len(ups) < 1000; i++ {
+			ups = append(ups, archive.RepoUpdate{DID: fmt.Sprintf("did:plc:done%020d", i), Fields: archive.FieldStatus | archive.FieldActive,
+				State: archive.RepoState{Status: archive.StatusComplete, Active: true}})
+		}
+		e.apply(&archive.Unit{Repos: ups})
+	}
+	due, later, inactive := failedDue("did:plc:due", "pds.example"), failedDue("did:plc:later", "pds.example"), failedDue("did:plc:inactive", "pds.example")
+	later.State.NextAttemptUS = time.Now().Add(time.Hour).UnixMicro()
+	inactive.State.Active = false
+	e.apply(&archive.Unit{Repos: []archive.RepoUpdate{due, later, inactive}})
+	ps, err := e.runner(func(c *retry.Config) { c.Jobs = completer{e.w} }).RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps.Scanned != 1 || ps.Due != 1 || ps.Results[retry.ResultComplete] != 1 {
+		t.Fatalf("pass %+v: want one key read, one due repo replaced", ps)
+	}
+	if st := e.state("did:plc:due"); st.Status != archive.StatusComplete {
+		t.Fatalf("the due repo is %v after the pass", st.Status)
+	}
+}

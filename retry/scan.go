@@ -1,10 +1,11 @@
 package retry
 
-// scan.go owns reading candidates from the store: repo/ walked in DID order
-// in short pages (each page opens and closes its own iterator, so no
-// iterator pins memtables while workers run for minutes), and the parked
-// hosts restored from host/ at startup. Nothing here holds more than one
-// page of candidates (S3).
+// scan.go owns reading candidates from the store: the due index (due/,
+// kept by the archive writer) read up to now in short pages, soonest due
+// first (each page opens and closes its own iterator, so no iterator pins
+// memtables while workers run for minutes), and the parked hosts restored
+// from host/ at startup. Nothing here holds more than one page of
+// candidates (S3), and a pass reads the repos due, not the repos known.
 
 import (
 	"github.com/backstream/backstream/archive"
@@ -18,65 +19,26 @@ import (
 // for the backoff written with its failure. An inactive account is never
 // fetched (E11, S8), whatever its mark.
 func Due(st archive.RepoState, nowUS int64) bool {
-	if !st.Active {
-		return false
-	}
-	if st.Status != archive.StatusFailed && st.Status != archive.StatusPending && st.Refetch == archive.RefetchNone {
-		return false
-	}
-	return st.NextAttemptUS <= nowUS
+	return st.Retryable() && st.NextAttemptUS <= nowUS
 }
-
-// repoEnd is the exclusive upper bound of repo/ keys.
-var repoEnd = func() []byte {
-	k := append([]byte(nil), archive.PrefixRepo...)
-	k[len(k)-1]++
-	return k
-}()
 
 // page is one page of a pass.
 type page struct {
-	items   []item
-	scanned int
-	due     int
-	next    []byte // first key of the next page; nil when the pass is over
+	items []item
+	due   int
+	next  []byte // first key of the next page; nil when the pass is over
 }
 
-// readPage reads at most keys repo/ entries from from on and returns those
-// due. The iterator is closed before it returns.
-func readPage(db *pebble.DB, from []byte, keys int, nowUS int64, buf []item) (page, error) {
-	p := page{items: buf[:0]}
-	it, err := db.NewIter(&pebble.IterOptions{LowerBound: from, UpperBound: repoEnd})
-	if err != nil {
-		return p, &archive.KeyError{Key: "repo/<scan>", Kind: archive.ErrRead, Err: err}
+// readPage reads at most keys due/ entries from from on (nil: the first)
+// whose next attempt is at most nowUS: the repos due, and only those
+// (archive.Store.DuePage).
+func readPage(s *archive.Store, from []byte, keys int, nowUS int64, buf []item, scratch []archive.DueEntry) (page, []archive.DueEntry, error) {
+	entries, next, err := s.DuePage(from, nowUS, keys, scratch)
+	p := page{items: buf[:0], next: next, due: len(entries)}
+	for _, e := range entries {
+		p.items = append(p.items, item{did: e.DID, host: e.Host})
 	}
-	ok := it.First()
-	for ; ok && p.scanned < keys; ok = it.Next() {
-		p.scanned++
-		st, err := archive.DecodeRepoState(it.Value())
-		if err != nil {
-			key := string(it.Key())
-			_ = it.Close()
-			return p, &archive.KeyError{Key: key, Kind: archive.ErrMalformed, Err: err}
-		}
-		if !Due(st, nowUS) {
-			continue
-		}
-		p.due++
-		p.items = append(p.items, item{did: string(it.Key()[len(archive.PrefixRepo):]), host: st.Host})
-	}
-	if ok {
-		// More keys follow: the next page starts at the first unread one.
-		p.next = append([]byte(nil), it.Key()...)
-	}
-	if err := it.Error(); err != nil {
-		_ = it.Close()
-		return p, &archive.KeyError{Key: "repo/<scan>", Kind: archive.ErrRead, Err: err}
-	}
-	if err := it.Close(); err != nil {
-		return p, &archive.KeyError{Key: "repo/<scan>", Kind: archive.ErrRead, Err: err}
-	}
-	return p, nil
+	return p, entries, err
 }
 
 // loadParks streams host/ once and calls fn for every host still parked at

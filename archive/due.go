@@ -1,0 +1,119 @@
+package archive
+
+// This file owns the due index's marker and its one-time build for a store
+// written before the writer kept the index (PrefixDue, KeyDueIndex). The
+// writer keeps the index itself (indexDue).
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/pebble"
+)
+
+// dueIndexBuilt is meta/due_index's only value.
+var dueIndexBuilt = []byte{0x01}
+
+// decodeDueMarker accepts exactly dueIndexBuilt.
+func decodeDueMarker(b []byte) (struct{}, error) {
+	if len(b) != 1 || b[0] != dueIndexBuilt[0] {
+		return struct{}{}, malformed("due index marker %x (want 01)", truncateForError(b))
+	}
+	return struct{}{}, nil
+}
+
+// dueBuildBatch is how many due/ keys one batch of the build writes.
+const dueBuildBatch = 16 << 10
+
+// buildDueIndex builds the due index from repo/ when meta/due_index is
+// absent: it clears due/, writes an entry for every retryable repo in
+// synced batches, and writes the marker last, so a crash at any point
+// leaves the marker absent and the next Open builds again. It runs before
+// any writer exists, so repo/ cannot change under it. An unreadable or
+// malformed marker stops Open.
+func (s *Store) buildDueIndex() error {
+	_, err := get(s.db, KeyDueIndex, decodeDueMarker)
+	switch {
+	case err == nil:
+		return nil
+	case !errors.Is(err, ErrNotFound):
+		return fmt.Errorf("archive: read the due index marker: %w", err)
+	}
+	start := time.Now()
+	b := s.db.NewBatch()
+	defer func() { b.Close() }()
+	_ = b.DeleteRange(PrefixDue, prefixEnd(PrefixDue), nil)
+	n, inBatch := 0, 0
+	err = s.ScanRepos(func(did string, st RepoState) error {
+		if !st.Retryable() {
+			return nil
+		}
+		_ = b.Set(DueKey(st.NextAttemptUS, did), []byte(st.Host), nil)
+		n++
+		if inBatch++; inBatch < dueBuildBatch {
+			return nil
+		}
+		if err := commitSynced(b); err != nil {
+			return s.persistErr("build the due index", err)
+		}
+		b.Close()
+		b, inBatch = s.db.NewBatch(), 0
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("archive: build the due index: %w", err)
+	}
+	_ = b.Set(KeyDueIndex, dueIndexBuilt, nil)
+	if err := commitSynced(b); err != nil {
+		return s.persistErr("build the due index", err)
+	}
+	s.log.Info("built the due index from repo/", "retryable", n, "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// DueEntry is one due/ entry: a retryable repo, its next attempt and the
+// host its last download reached ("" when none).
+type DueEntry struct {
+	DID    string
+	NextUS int64
+	Host   string
+}
+
+// DuePage reads at most n due/ entries from from on (nil: the first)
+// whose next attempt is at most nowUS, into buf. next is the key the
+// following page starts at, nil when no entry due at nowUS follows. The
+// iterator is closed before it returns, so no page pins memtables while
+// the caller works. A malformed key stops it with ErrMalformed naming it.
+func (s *Store) DuePage(from []byte, nowUS int64, n int, buf []DueEntry) (page []DueEntry, next []byte, err error) {
+	page = buf[:0]
+	if from == nil {
+		from = PrefixDue
+	}
+	// Every key of a next attempt ≤ nowUS sorts below DueKey(nowUS+1, "").
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: from, UpperBound: DueKey(nowUS+1, "")})
+	if err != nil {
+		return page, nil, &KeyError{Key: "due/<scan>", Kind: ErrRead, Err: err}
+	}
+	ok := it.First()
+	for ; ok && len(page) < n; ok = it.Next() {
+		did, at, perr := ParseDueKey(it.Key())
+		if perr != nil {
+			key := string(it.Key())
+			_ = it.Close()
+			return page, nil, &KeyError{Key: key, Kind: ErrMalformed, Err: perr}
+		}
+		page = append(page, DueEntry{DID: did, NextUS: at, Host: string(it.Value())})
+	}
+	if ok {
+		next = append([]byte(nil), it.Key()...)
+	}
+	if err := it.Error(); err != nil {
+		_ = it.Close()
+		return page, nil, &KeyError{Key: "due/<scan>", Kind: ErrRead, Err: err}
+	}
+	if err := it.Close(); err != nil {
+		return page, nil, &KeyError{Key: "due/<scan>", Kind: ErrRead, Err: err}
+	}
+	return page, next, nil
+}
