@@ -256,7 +256,7 @@ func NewWriter(s *Store, opts WriterOptions) (*Writer, error) {
 		bar:      newBarrier(barrierLimits{bytes: opts.HoldBytes, accountBytes: opts.HoldAccountBytes, timeout: opts.HoldTimeout}),
 		revCache: newDurableCache[string](ratchetCacheMax),
 		repos:    make(map[string]RepoState),
-		repoMem:  newDurableCache[RepoState](repoCacheMax),
+		repoMem:  newDurableCache[RepoState](RepoCacheStates),
 		hosts:    make(map[string]HostState),
 		linger:   time.NewTimer(time.Hour),
 	}
@@ -1177,11 +1177,11 @@ func (w *Writer) ratchet(did string) (string, error) {
 	return r, nil
 }
 
-// repoCacheMax bounds the writer's cache of repo/ states (durableCache;
+// RepoCacheStates bounds the writer's cache of repo/ states (durableCache;
 // about 250 bytes an account: 8 MiB at most). A bootstrap reads no repo/
-// key for its first repoCacheMax accounts, neither when it records an
+// key for its first RepoCacheStates accounts, neither when it records an
 // account nor when the account's job completes.
-const repoCacheMax = 1 << 15
+const RepoCacheStates = 1 << 15
 
 // repoState returns the account's repo state as of the open batch, and
 // whether it has one.

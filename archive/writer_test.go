@@ -142,7 +142,7 @@ func TestRepoStateReadsTheStoreUnlessTheCacheHoldsEveryRow(t *testing.T) {
 	apply(t, w, &Unit{Repos: []RepoUpdate{{DID: testDID, Func: seen(1)}}})
 	// The writer goroutine waits for a unit: the test may fill its cache
 	// (the next Apply's send orders these writes before its reads).
-	for i := range repoCacheMax {
+	for i := range RepoCacheStates {
 		w.repoMem.put(didN(i+10), RepoState{Status: StatusNotStarted})
 	}
 	if w.repoMem.all {
