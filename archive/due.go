@@ -117,3 +117,41 @@ func (s *Store) DuePage(from []byte, nowUS int64, n int, buf []DueEntry) (page [
 	}
 	return page, next, nil
 }
+
+// ScanRetryable calls fn for every retryable repo (RepoState.Retryable),
+// soonest due first, reading the due index and each repo's state from one
+// snapshot: its cost follows the repos the retry runner may fetch, never
+// the repos known. An entry whose repo has no state or is not retryable
+// (only a build without the index, writing after this one, leaves such an
+// entry) is skipped. fn returning an error stops the scan with it.
+func (s *Store) ScanRetryable(fn func(did string, st RepoState) error) error {
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: PrefixDue, UpperBound: prefixEnd(PrefixDue)})
+	if err != nil {
+		return &KeyError{Key: "due/<scan>", Kind: ErrRead, Err: err}
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		did, _, err := ParseDueKey(it.Key())
+		if err != nil {
+			return &KeyError{Key: string(it.Key()), Kind: ErrMalformed, Err: err}
+		}
+		st, err := get(snap, RepoKey(did), DecodeRepoState)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			continue
+		case err != nil:
+			return err
+		case !st.Retryable():
+			continue
+		}
+		if err := fn(did, st); err != nil {
+			return err
+		}
+	}
+	if err := it.Error(); err != nil {
+		return &KeyError{Key: "due/<scan>", Kind: ErrRead, Err: err}
+	}
+	return nil
+}

@@ -153,3 +153,36 @@ func TestDueKeyRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestScanRetryable: the scan visits exactly the retryable repos, each
+// with its state, and skips entries whose repo has no state or is no
+// longer retryable.
+func TestScanRetryable(t *testing.T) {
+	s := openMem(t, vfs.NewMem())
+	defer s.Close()
+	seedRepos(t, s, 600)
+	want := map[string]RepoState{}
+	if err := s.ScanRepos(func(did string, st RepoState) error {
+		if st.Retryable() {
+			want[did] = st
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range [][]byte{DueKey(1, didN(1)), DueKey(2, "did:plc:unknown")} { // complete; no state
+		if err := s.db.Set(k, nil, pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]RepoState{}
+	if err := s.ScanRetryable(func(did string, st RepoState) error {
+		got[did] = st
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(want) == 0 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("ScanRetryable visited %d repos, repo/ has %d retryable:\n got %v\nwant %v", len(got), len(want), got, want)
+	}
+}

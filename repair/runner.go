@@ -400,10 +400,13 @@ func (r *Runner) commit(ctx context.Context, g archive.Gap, a *archive.Audit, l 
 }
 
 // close closes g when its pass is done and no active, not failed account
-// still carries the audit mark; it reports whether g closed.
+// still carries the audit mark; it reports whether g closed. Such an
+// account is retryable (active, marked), so the due index's repos are the
+// ones to count: a look costs the repos due, not the repos known, and it
+// comes every Period while the marked accounts are fetched.
 func (r *Runner) close(ctx context.Context, g archive.Gap, a archive.Audit) (bool, error) {
 	var outstanding int64
-	err := r.cfg.Store.ScanRepos(func(_ string, st archive.RepoState) error {
+	err := r.cfg.Store.ScanRetryable(func(_ string, st archive.RepoState) error {
 		if st.Refetch == archive.RefetchAudit && st.Active && st.Status != archive.StatusFailed {
 			outstanding++
 		}
