@@ -428,21 +428,21 @@ func (e *exec) pass() (ps PassStats, err error) {
 		}
 	}()
 	var from []byte
-	var buf []item
-	var scratch []archive.DueEntry
+	var page []archive.DueEntry
 	for {
 		if err := e.ctx.Err(); err != nil {
 			return ps, err
 		}
-		pg, entries, err := readPage(r.cfg.Store, from, r.cfg.PageKeys, r.cfg.Now().UnixMicro(), buf, scratch)
+		var next []byte
+		var err error
+		page, next, err = r.cfg.Store.DuePage(from, r.cfg.Now().UnixMicro(), r.cfg.PageKeys, page)
 		if err != nil {
 			return ps, fmt.Errorf("retry: candidate scan: %w", err)
 		}
-		scratch = entries
-		ps.Scanned += pg.due
-		ps.Due += pg.due
-		for i, it := range pg.items {
-			res, err := e.s.offer(e.ctx, it)
+		ps.Scanned += len(page)
+		ps.Due += len(page)
+		for i, d := range page {
+			res, err := e.s.offer(e.ctx, item{did: d.DID, host: d.Host})
 			if err != nil {
 				return ps, err
 			}
@@ -456,13 +456,12 @@ func (e *exec) pass() (ps PassStats, err error) {
 			case offerHostFull:
 				ps.HostFull++
 			}
-			pg.items[i] = item{}
+			page[i] = archive.DueEntry{}
 		}
-		buf = pg.items
-		if pg.next == nil {
+		if next == nil {
 			break
 		}
-		from = pg.next
+		from = next
 	}
 	ps.Duration = time.Since(start)
 	r.m.pass()

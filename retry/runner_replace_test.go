@@ -3,6 +3,7 @@ package retry_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -343,7 +344,8 @@ func TestReactivationReplacesAccount(t *testing.T) {
 
 // TestStoreReadFaultStopsRun (S6): an I/O error under the candidate scan is
 // not a per-repo failure: Run stops with an error wrapping ErrFatal and
-// archive.ErrRead, counted once. A malformed due index key does the same.
+// archive.ErrRead, counted once. A malformed due index key does the same,
+// and so does a malformed state of a due repo.
 func TestStoreReadFaultStopsRun(t *testing.T) {
 	e := newEnv(t, oracle.Config{Accounts: 20, RecordsMean: 2, Hosts: 2, Seed: 37, Traffic: oracle.TrafficNone})
 	var ups []archive.RepoUpdate
@@ -387,6 +389,24 @@ func TestStoreReadFaultStopsRun(t *testing.T) {
 	}
 	if got := metric(t, e.reg, "backstream_retry_fatal_total", nil); got != 2 {
 		t.Fatalf("fatal_total = %v, want 2", got)
+	}
+
+	// A malformed state of a due repo, read again when its turn comes,
+	// stops the runner the same way.
+	bad := append(append([]byte(nil), archive.PrefixDue...), 0, 0, 0)
+	if err := e.store.DB().Delete(bad, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.apply(&archive.Unit{Repos: []archive.RepoUpdate{failedDue("did:plc:faultzz", "")}})
+	if err := e.store.DB().Set(archive.RepoKey("did:plc:faultzz"), []byte{9, 9}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := e.runner(nil).RunOnce(context.Background())
+	if !errors.Is(err, retry.ErrFatal) || !errors.Is(err, archive.ErrMalformed) || !strings.Contains(err.Error(), "did:plc:faultzz") {
+		t.Fatalf("RunOnce over a due repo's malformed state: %v (pass %+v)", err, ps)
+	}
+	if got := metric(t, e.reg, "backstream_retry_fatal_total", nil); got != 3 {
+		t.Fatalf("fatal_total = %v, want 3", got)
 	}
 }
 

@@ -1,11 +1,12 @@
 package retry
 
-// scan.go owns reading candidates from the store: the due index (due/,
-// kept by the archive writer) read up to now in short pages, soonest due
-// first (each page opens and closes its own iterator, so no iterator pins
-// memtables while workers run for minutes), and the parked hosts restored
-// from host/ at startup. Nothing here holds more than one page of
-// candidates (S3), and a pass reads the repos due, not the repos known.
+// scan.go owns the candidate rule (Due) and the parked hosts restored from
+// host/ at startup. A pass reads its candidates from the due index (due/,
+// kept by the archive writer) up to now, one page at a time through
+// archive.Store.DuePage, whose iterator is closed before the page is
+// offered: no iterator pins memtables while workers run for minutes, no
+// more than one page of candidates is held (S3), and a pass reads the
+// repos due, not the repos known.
 
 import (
 	"github.com/backstream/backstream/archive"
@@ -20,25 +21,6 @@ import (
 // fetched (E11, S8), whatever its mark.
 func Due(st archive.RepoState, nowUS int64) bool {
 	return st.Retryable() && st.NextAttemptUS <= nowUS
-}
-
-// page is one page of a pass.
-type page struct {
-	items []item
-	due   int
-	next  []byte // first key of the next page; nil when the pass is over
-}
-
-// readPage reads at most keys due/ entries from from on (nil: the first)
-// whose next attempt is at most nowUS: the repos due, and only those
-// (archive.Store.DuePage).
-func readPage(s *archive.Store, from []byte, keys int, nowUS int64, buf []item, scratch []archive.DueEntry) (page, []archive.DueEntry, error) {
-	entries, next, err := s.DuePage(from, nowUS, keys, scratch)
-	p := page{items: buf[:0], next: next, due: len(entries)}
-	for _, e := range entries {
-		p.items = append(p.items, item{did: e.DID, host: e.Host})
-	}
-	return p, entries, err
 }
 
 // loadParks streams host/ once and calls fn for every host still parked at
