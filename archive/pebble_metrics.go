@@ -1,15 +1,21 @@
 package archive
 
 // pebble_metrics.go exports Pebble's health at scrape time (no polling
-// goroutine): disk usage, compaction debt, L0 shape, read amplification, WAL.
+// goroutine): disk usage, compaction debt, L0 shape, read amplification, WAL,
+// and the bytes the store writes for the bytes committed to it (its write
+// amplification).
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/cockroachdb/pebble"
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // PebbleCollector is a prometheus.Collector over the store's db.Metrics().
 type PebbleCollector struct {
 	s                                              *Store
 	disk, debt, l0Files, l0Sublevels, readAmp, wal *prometheus.Desc
 	compactions, flushes                           *prometheus.Desc
+	walIn, written                                 *prometheus.Desc
 	bgErrors, faults                               *prometheus.Desc
 }
 
@@ -29,6 +35,10 @@ func NewPebbleCollector(s *Store) *PebbleCollector {
 		wal:         d("wal_bytes", "Live WAL bytes."),
 		compactions: d("compactions_total", "Compactions since the store was opened."),
 		flushes:     d("flushes_total", "Memtable flushes since the store was opened."),
+		walIn:       d("wal_in_bytes_total", "Bytes committed to the store (batches as the WAL receives them) since it was opened."),
+		written: prometheus.NewDesc("backstream_pebble_written_bytes_total",
+			"Bytes the store wrote since it was opened, by what wrote them: wal, flush, compaction, ingest. Their sum over backstream_pebble_wal_in_bytes_total is the write amplification.",
+			[]string{"by"}, nil),
 		bgErrors: prometheus.NewDesc("backstream_store_background_errors_total",
 			"Pebble background errors (failed flushes, compactions) by kind: enospc, eio, emfile, other.", []string{"kind"}, nil),
 		faults: prometheus.NewDesc("backstream_store_disk_faults_total",
@@ -38,7 +48,7 @@ func NewPebbleCollector(s *Store) *PebbleCollector {
 
 // Describe implements prometheus.Collector.
 func (c *PebbleCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.disk, c.debt, c.l0Files, c.l0Sublevels, c.readAmp, c.wal, c.compactions, c.flushes, c.bgErrors, c.faults} {
+	for _, d := range []*prometheus.Desc{c.disk, c.debt, c.l0Files, c.l0Sublevels, c.readAmp, c.wal, c.compactions, c.flushes, c.walIn, c.written, c.bgErrors, c.faults} {
 		ch <- d
 	}
 }
@@ -59,6 +69,25 @@ func (c *PebbleCollector) Collect(ch chan<- prometheus.Metric) {
 	g(c.wal, float64(m.WAL.Size))
 	ch <- prometheus.MustNewConstMetric(c.compactions, prometheus.CounterValue, float64(m.Compact.Count))
 	ch <- prometheus.MustNewConstMetric(c.flushes, prometheus.CounterValue, float64(m.Flush.Count))
+	c.collectWritten(ch, m)
+}
+
+// collectWritten exports the bytes committed and the bytes written for
+// them, since the store was opened. A move compaction writes nothing.
+func (c *PebbleCollector) collectWritten(ch chan<- prometheus.Metric, m *pebble.Metrics) {
+	var flushed, compacted, ingested uint64
+	for _, l := range m.Levels {
+		flushed += l.BytesFlushed
+		compacted += l.BytesCompacted
+		ingested += l.BytesIngested
+	}
+	ch <- prometheus.MustNewConstMetric(c.walIn, prometheus.CounterValue, float64(m.WAL.BytesIn))
+	for _, w := range []struct {
+		by string
+		n  uint64
+	}{{"wal", m.WAL.BytesWritten}, {"flush", flushed}, {"compaction", compacted}, {"ingest", ingested}} {
+		ch <- prometheus.MustNewConstMetric(c.written, prometheus.CounterValue, float64(w.n), w.by)
+	}
 }
 
 // collectDisk exports the disk guard's counters (diskguard.go).
