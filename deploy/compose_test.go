@@ -10,6 +10,7 @@ package deploy
 import (
 	"debug/elf"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/url"
 	"os"
@@ -413,7 +414,8 @@ func itoa(i int) string {
 
 // checkDashboardDatasources: every datasource reference in the dashboard
 // is the provisioned one (or Grafana's built-in annotations); panel ids are
-// unique.
+// unique, and no two panels cover the same cell of the grid (Grafana would
+// push one of them elsewhere).
 func checkDashboardDatasources(t *testing.T, uid string) {
 	t.Helper()
 	var dash map[string]any
@@ -424,6 +426,20 @@ func checkDashboardDatasources(t *testing.T, uid string) {
 		t.Errorf("dashboard needs a uid and a title")
 	}
 	ids := map[float64]bool{}
+	type cell struct{ x, y int }
+	cells := map[cell]string{}
+	place := func(title any, g map[string]any) {
+		x, y, w, h := int(g["x"].(float64)), int(g["y"].(float64)), int(g["w"].(float64)), int(g["h"].(float64))
+		for i := x; i < x+w; i++ {
+			for j := y; j < y+h; j++ {
+				if other, ok := cells[cell{i, j}]; ok {
+					t.Errorf("dashboard: panels %q and %q overlap at (%d, %d)", other, title, i, j)
+					return
+				}
+				cells[cell{i, j}] = fmt.Sprint(title)
+			}
+		}
+	}
 	var walk func(v any)
 	walk = func(v any) {
 		switch v := v.(type) {
@@ -438,6 +454,7 @@ func checkDashboardDatasources(t *testing.T, uid string) {
 					t.Errorf("dashboard: panel id %v twice", id)
 				}
 				ids[id] = true
+				place(v["title"], v["gridPos"].(map[string]any))
 			}
 			for _, c := range v {
 				walk(c)
