@@ -60,6 +60,26 @@ func (j timedJobs) Run(ctx context.Context, req backfill.Request) (backfill.Resu
 	return res, err
 }
 
+// describeStates names the stored state of the first few dids, for a
+// failure message.
+func (e *env) describeStates(dids []string) string {
+	e.t.Helper()
+	st := e.states()
+	var b strings.Builder
+	for i, d := range dids[:min(len(dids), 4)] {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		s, ok := st[d]
+		if !ok {
+			fmt.Fprintf(&b, "%s: no repo/ row", d)
+			continue
+		}
+		fmt.Fprintf(&b, "%s: %s, %d attempts, class %q: %s", d, s.Status, s.Attempts, s.ErrClass, s.LastError)
+	}
+	return b.String()
+}
+
 // archived reports, for every listed active account, whether the store holds
 // it complete, and checks the fold of the archive against the world for the
 // complete ones.
@@ -118,7 +138,7 @@ func TestFleetFindsWhatTheRelayIndexMisses(t *testing.T) {
 			switch mode {
 			case bootstrap.EnumerateHosts:
 				if len(missing) > 0 {
-					t.Fatalf("hosts mode left %d accounts unarchived, e.g. %s", len(missing), missing[0])
+					t.Fatalf("hosts mode left %d accounts unarchived: %s", len(missing), e.describeStates(missing))
 				}
 				for _, a := range e.listed() {
 					if rc := e.net.RepoCounts(a.DID); rc.RelayRequests != 0 {
@@ -312,7 +332,7 @@ func TestFleetDownHostFailsAlone(t *testing.T) {
 	b = e.fleetBoot(bootstrap.EnumerateHosts, 8, 4, nil, fast)
 	e.runToEnd(b)
 	if _, missing := e.archived(); len(missing) > 0 {
-		t.Fatalf("after the host came back, %d accounts still unarchived", len(missing))
+		t.Fatalf("after the host came back, %d accounts still unarchived: %s", len(missing), e.describeStates(missing))
 	}
 	if p := b.Progress().Hosts; p.ByState[bootstrap.HostDone] != 3 {
 		t.Fatalf("/status hosts after the restart: %+v", p)
@@ -399,7 +419,7 @@ func TestFleetListingsShareWorkerSlots(t *testing.T) {
 		t.Fatalf("%d listRepos requests at once over 10 hosts, want at most the 2 workers", cf.peak)
 	}
 	if _, missing := e.archived(); len(missing) > 0 {
-		t.Fatalf("%d accounts unarchived", len(missing))
+		t.Fatalf("%d accounts unarchived: %s", len(missing), e.describeStates(missing))
 	}
 }
 
