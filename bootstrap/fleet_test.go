@@ -419,7 +419,7 @@ func TestFleetListingsShareWorkerSlots(t *testing.T) {
 		t.Fatalf("%d listRepos requests at once over 10 hosts, want at most the 2 workers", cf.peak)
 	}
 	if _, missing := e.archived(); len(missing) > 0 {
-		t.Fatalf("%d accounts unarchived: %s; hosts %+v; progress %+v", len(missing), e.describeStates(missing), *b.Progress().Hosts, b.Progress())
+		t.Fatalf("%d accounts unarchived: %s; hosts %+v; progress %+v", len(missing), e.describeStates(missing), b.Progress().Hosts, b.Progress())
 	}
 }
 
