@@ -104,7 +104,7 @@ func (e *env) open() {
 		e.t.Fatalf("writer: %v", err)
 	}
 	c, err := upstream.New(e.net.RelayURL(), upstream.Options{ScratchDir: s.ScratchDir(),
-		IdleBodyTimeout: time.Minute})
+		IdleBodyTimeout: time.Minute, LoopbackHosts: e.net.LoopbackHosts()})
 	if err != nil {
 		e.t.Fatalf("client: %v", err)
 	}

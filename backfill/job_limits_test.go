@@ -113,7 +113,7 @@ func TestJobsTricklingHostHoldsFewWorkers(t *testing.T) {
 	e := newEnv(t, oracle.Config{Accounts: 24, RecordsMean: 5, Hosts: 2, Seed: 11, Traffic: oracle.TrafficNone})
 	const hostCap, workers = 2, 12
 	c, err := upstream.New(e.net.RelayURL(), upstream.Options{ScratchDir: e.store.ScratchDir(),
-		HostWorkers: hostCap, MinBodyBytes: 1 << 10, BodyWindow: 300 * time.Millisecond})
+		HostWorkers: hostCap, MinBodyBytes: 1 << 10, BodyWindow: 300 * time.Millisecond, LoopbackHosts: e.net.LoopbackHosts()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -156,7 +156,7 @@ func (e *env) open() {
 		e.src = &recSource{RepoSource: e.mem}
 		return
 	}
-	c, err := upstream.New(e.net.RelayURL(), upstream.Options{ScratchDir: s.ScratchDir()})
+	c, err := upstream.New(e.net.RelayURL(), upstream.Options{ScratchDir: s.ScratchDir(), LoopbackHosts: e.net.LoopbackHosts()})
 	if err != nil {
 		e.t.Fatalf("client: %v", err)
 	}

@@ -397,7 +397,7 @@ func runningServe(t *testing.T) (string, exposition) {
 	dir := t.TempDir()
 	listen, admin := freeAddr(t), freeAddr(t)
 	logs := &syncBuffer{}
-	cmd := exec.Command(bin, "serve", "--relay", n.RelayURL(), "--data-dir", filepath.Join(dir, "data"),
+	cmd := exec.Command(bin, "serve", "--relay", n.RelayURL(), "--loopback-hosts", strings.Join(n.LoopbackHosts(), ","), "--data-dir", filepath.Join(dir, "data"),
 		"--listen", listen, "--admin-listen", admin, "--capture-wait", "2s", "--log-format", "json", "--log-level", "warn")
 	cmd.Env = cleanEnv()
 	cmd.Stdout, cmd.Stderr = logs, logs

@@ -192,7 +192,7 @@ func quietNetwork(t *testing.T, cfg oracle.Config) (*oracle.Network, *upstream.C
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { net.Close() })
-	client, err := upstream.New(net.RelayURL(), upstream.Options{ScratchDir: t.TempDir()})
+	client, err := upstream.New(net.RelayURL(), upstream.Options{ScratchDir: t.TempDir(), LoopbackHosts: net.LoopbackHosts()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,7 +77,7 @@ func newCaptureRig(t *testing.T, wait time.Duration) *captureRig {
 	}
 	t.Cleanup(func() { net.Close() })
 	watch, proxied := newGetRepoWatch(t, net.RelayURL())
-	cfg := memConfig(t, net.RelayURL(), archive.Options{FS: vfs.NewMem()})
+	cfg := memConfig(t, net, archive.Options{FS: vfs.NewMem()})
 	cfg.SourceURL, cfg.CaptureWait = proxied, wait
 	// The watch sees getRepo through the relay: relay mode (in hosts mode
 	// the repos come from the hosts, and discovery lists the hosts too).

@@ -23,7 +23,7 @@ func TestCloseStopsARunningRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer net.Close()
-	cfg := sweepConfig(t, net.RelayURL(), archive.Options{})
+	cfg := sweepConfig(t, net, archive.Options{})
 	cfg.ScratchDir, cfg.DataDir = t.TempDir(), t.TempDir()
 	cfg.RepairPeriod = time.Millisecond
 	steady := make(chan struct{})

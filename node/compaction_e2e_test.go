@@ -38,7 +38,7 @@ func compactionRun(t *testing.T, dir string, logs io.Writer, prepare func(net *o
 	var n *node.Node
 	steady := make(chan struct{})
 	n, err = node.New(node.Config{
-		DataDir: dir, Relay: net.RelayURL(), Store: archive.Options{Logger: quiet},
+		DataDir: dir, Relay: net.RelayURL(), LoopbackHosts: net.LoopbackHosts(), Store: archive.Options{Logger: quiet},
 		Bootstrap: bootstrap.Config{Workers: 8}, CaptureWait: 2 * time.Second,
 		RetryInterval: 100 * time.Millisecond, RetryMaxDelay: 300 * time.Millisecond, RetryScanPeriod: 100 * time.Millisecond,
 		CompactionInterval: -1, CompactionTombstones: -1,

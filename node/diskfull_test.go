@@ -93,7 +93,7 @@ func TestDiskFaultStopsNode(t *testing.T) {
 			}
 			defer logFile.Close()
 			logs := func() string { b, _ := os.ReadFile(logFile.Name()); return string(b) }
-			cfg := sweepConfig(t, net.RelayURL(), archive.Options{FS: sst.wrap(vfs.NewMem())})
+			cfg := sweepConfig(t, net, archive.Options{FS: sst.wrap(vfs.NewMem())})
 			cfg.Logger = slog.New(slog.NewTextHandler(logFile, nil)) // the handler serialises its writes
 			cfg.StopGrace = time.Second
 			tc.setup(&cfg, sst, &free)

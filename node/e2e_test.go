@@ -44,7 +44,7 @@ func TestLifecycleEndToEnd(t *testing.T) {
 
 	phases := make(chan archive.Phase, 8)
 	n, err := node.New(node.Config{
-		DataDir: t.TempDir(), Relay: net.RelayURL(),
+		DataDir: t.TempDir(), Relay: net.RelayURL(), LoopbackHosts: net.LoopbackHosts(),
 		Store: archive.Options{Logger: quiet},
 		// Small repos stay in memory, big ones stream to scratch: both paths.
 		MemoryBodyBytes: 8 << 10,

@@ -22,23 +22,28 @@ import (
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// memConfig is a node following relay with its store under /data on
-// store.FS (an in-memory filesystem): getRepo bodies too large for memory
-// go to a real temporary directory, since the upstream client writes
-// scratch files on the OS.
-func memConfig(t *testing.T, relay string, store archive.Options) node.Config {
+// memConfig is a node following net's relay (and allowed its PDS hosts'
+// addresses: net.LoopbackHosts) with its store under /data on store.FS (an
+// in-memory filesystem): getRepo bodies too large for memory go to a real
+// temporary directory, since the upstream client writes scratch files on
+// the OS. A nil net leaves Relay to the caller.
+func memConfig(t *testing.T, net *oracle.Network, store archive.Options) node.Config {
 	store.Logger = quiet
 	if store.CacheSize == 0 {
 		store.CacheSize = 8 << 20
 	}
-	return node.Config{DataDir: "/data", ScratchDir: t.TempDir(), Relay: relay, Store: store, Logger: quiet}
+	c := node.Config{DataDir: "/data", ScratchDir: t.TempDir(), Store: store, Logger: quiet}
+	if net != nil {
+		c.Relay, c.LoopbackHosts = net.RelayURL(), net.LoopbackHosts()
+	}
+	return c
 }
 
 // sweepConfig is the node of the commit-fault and power-loss runs: a small
 // bootstrap, and job and retry schedules short enough that a run over a
 // small world converges in seconds.
-func sweepConfig(t *testing.T, relay string, store archive.Options) node.Config {
-	c := memConfig(t, relay, store)
+func sweepConfig(t *testing.T, net *oracle.Network, store archive.Options) node.Config {
+	c := memConfig(t, net, store)
 	c.Bootstrap = bootstrap.Config{Workers: 8}
 	c.CaptureWait = 2 * time.Second
 	c.JobBackoffBase, c.JobBackoffMax = 10*time.Millisecond, 50*time.Millisecond

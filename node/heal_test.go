@@ -35,7 +35,7 @@ func startHealNode(t *testing.T, net *oracle.Network, dir string, audit ...time.
 	steady := make(chan struct{})
 	var once bool
 	n, err := node.New(node.Config{
-		DataDir: dir, Relay: net.RelayURL(), Store: archive.Options{Logger: quiet},
+		DataDir: dir, Relay: net.RelayURL(), LoopbackHosts: net.LoopbackHosts(), Store: archive.Options{Logger: quiet},
 		Bootstrap:      bootstrap.Config{Workers: 8},
 		CaptureWait:    time.Second,
 		JobBackoffBase: 10 * time.Millisecond, JobBackoffMax: 50 * time.Millisecond,

@@ -145,7 +145,7 @@ func listingNetwork(t *testing.T) *oracle.Network {
 // pages it, before any fault is armed.
 func listedDIDs(t *testing.T, net *oracle.Network, pages int) map[string]bool {
 	t.Helper()
-	c, err := upstream.New(net.RelayURL(), upstream.Options{ScratchDir: t.TempDir()})
+	c, err := upstream.New(net.RelayURL(), upstream.Options{ScratchDir: t.TempDir(), LoopbackHosts: net.LoopbackHosts()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func runListingNode(t *testing.T, net *oracle.Network) (*node.Node, *prometheus.
 	reg := prometheus.NewRegistry()
 	phases := make(chan archive.Phase, 8)
 	cfg := node.Config{
-		DataDir: t.TempDir(), Relay: net.RelayURL(), Store: archive.Options{Logger: quiet, CacheSize: 8 << 20},
+		DataDir: t.TempDir(), Relay: net.RelayURL(), LoopbackHosts: net.LoopbackHosts(), Store: archive.Options{Logger: quiet, CacheSize: 8 << 20},
 		Bootstrap:   bootstrap.Config{Workers: 8, PageLimit: listingPage, Enumerate: bootstrap.EnumerateRelay}, // the relay's listing is under test
 		CaptureWait: 100 * time.Millisecond, Registry: reg, Logger: quiet,
 		JobBackoffBase: 10 * time.Millisecond, JobBackoffMax: 50 * time.Millisecond,

@@ -39,7 +39,7 @@ func BenchmarkBootstrapPLCLatency(b *testing.B) {
 					net.Faults().SlowPLC(lat, oracle.Always)
 				}
 				phases := make(chan archive.Phase, 8)
-				cfg := node.Config{DataDir: b.TempDir(), Relay: net.RelayURL(), Store: archive.Options{Logger: quiet},
+				cfg := node.Config{DataDir: b.TempDir(), Relay: net.RelayURL(), LoopbackHosts: net.LoopbackHosts(), Store: archive.Options{Logger: quiet},
 					Bootstrap: bootstrap.Config{Enumerate: bootstrap.EnumerateRelay}, CaptureWait: time.Second,
 					Logger: quiet, OnPhase: func(p archive.Phase) { phases <- p },
 					Verify: &ident.Config{PLC: net.RelayURL(), Mode: ident.ModeStrict, Concurrency: c.conc}}
@@ -91,7 +91,7 @@ func TestBootstrapResolvesOncePerAccount(t *testing.T) {
 		}
 	}
 	reg := prometheus.NewRegistry()
-	n := runToSteady(t, node.Config{Registry: reg, Relay: net.RelayURL(),
+	n := runToSteady(t, node.Config{Registry: reg, Relay: net.RelayURL(), LoopbackHosts: net.LoopbackHosts(),
 		Bootstrap: bootstrap.Config{Workers: 4, Enumerate: bootstrap.EnumerateRelay},
 		Verify:    &ident.Config{PLC: net.RelayURL(), Mode: ident.ModeStrict}})
 	counts, err := n.Store().Counts()
@@ -133,7 +133,7 @@ func TestBootstrapFromPLCExport(t *testing.T) {
 				}
 			}
 			reg := prometheus.NewRegistry()
-			n := runToSteady(t, node.Config{Registry: reg, Relay: net.RelayURL(), PLCExport: true,
+			n := runToSteady(t, node.Config{Registry: reg, Relay: net.RelayURL(), LoopbackHosts: net.LoopbackHosts(), PLCExport: true,
 				Bootstrap: bootstrap.Config{Workers: 8, Enumerate: bootstrap.EnumerateRelay},
 				Verify:    &ident.Config{PLC: net.RelayURL(), Mode: ident.ModeStrict, BackoffBase: time.Millisecond, BackoffMax: time.Millisecond}})
 			counts, err := n.Store().Counts()

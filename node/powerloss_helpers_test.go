@@ -337,7 +337,7 @@ type plResult struct {
 func plLifecycle(t *testing.T, net *oracle.Network, r *plRun) plResult {
 	t.Helper()
 	steadyCh := make(chan struct{}, 1)
-	cfg := sweepConfig(t, net.RelayURL(), archive.Options{FS: r.fs, CommitHook: r.hook})
+	cfg := sweepConfig(t, net, archive.Options{FS: r.fs, CommitHook: r.hook})
 	// Passes in steady state too, early on a few tombstones: the pass at the
 	// end of merging removes something only when the captured tail updated
 	// or deleted a record, which depends on timing.

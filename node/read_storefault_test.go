@@ -110,7 +110,7 @@ func TestRunReadFaults(t *testing.T) {
 			}
 			inj := storefault.NewReadFault()
 			inj.FailFiles(file)
-			cfg := memConfig(t, net.RelayURL(), archive.Options{FS: errorfs.Wrap(mem, inj), CacheSize: 1})
+			cfg := memConfig(t, net, archive.Options{FS: errorfs.Wrap(mem, inj), CacheSize: 1})
 			cfg.CaptureWait = time.Second
 			stage, err, kept := runReadFault(cfg, 10*time.Second)
 			inj.Disarm()

@@ -40,7 +40,8 @@ func deleteKey(t *testing.T, mem vfs.FS, key []byte) {
 func newNode(t *testing.T, mem vfs.FS, reset bool) (error, string) {
 	t.Helper()
 	var logs bytes.Buffer
-	cfg := memConfig(t, checkRelayURL, archive.Options{FS: mem})
+	cfg := memConfig(t, nil, archive.Options{FS: mem})
+	cfg.Relay = checkRelayURL
 	cfg.ResetRelay = reset
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	n, err := node.New(cfg)
@@ -185,7 +186,7 @@ func TestNewSilentRelay(t *testing.T) {
 	}
 	defer net.Close()
 	mem := vfs.NewMem()
-	cfg := memConfig(t, net.RelayURL(), archive.Options{FS: mem})
+	cfg := memConfig(t, net, archive.Options{FS: mem})
 	cfg.CaptureWait = 50 * time.Millisecond
 	runUntil(t, cfg, "steady state", func(n *node.Node) bool { return n.Health().Ready() })
 	if _, cursor := storeKeys(t, mem); cursor != -1 {
@@ -194,7 +195,7 @@ func TestNewSilentRelay(t *testing.T) {
 
 	restart := func() (error, string) {
 		var logs bytes.Buffer
-		cfg := memConfig(t, net.RelayURL(), archive.Options{FS: mem})
+		cfg := memConfig(t, net, archive.Options{FS: mem})
 		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 		n, err := node.New(cfg)
 		if err == nil {

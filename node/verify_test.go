@@ -274,7 +274,7 @@ func startVerifying(t *testing.T, ctx context.Context, net *oracle.Network, mods
 	phases := make(chan archive.Phase, 8)
 	v := &verifying{reg: prometheus.NewRegistry(), runErr: make(chan error, 1), deadline: time.After(2 * time.Minute), t: t}
 	cfg := node.Config{Registry: v.reg,
-		DataDir: t.TempDir(), Relay: net.RelayURL(), Store: archive.Options{Logger: quiet},
+		DataDir: t.TempDir(), Relay: net.RelayURL(), LoopbackHosts: net.LoopbackHosts(), Store: archive.Options{Logger: quiet},
 		// Relay mode: the misattribution fault is the relay's redirect.
 		Bootstrap: bootstrap.Config{Workers: 8, Enumerate: bootstrap.EnumerateRelay}, CaptureWait: 500 * time.Millisecond,
 		JobBackoffBase: 10 * time.Millisecond, JobBackoffMax: 50 * time.Millisecond,

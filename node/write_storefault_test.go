@@ -24,7 +24,7 @@ import (
 func lcRun(t *testing.T, net *oracle.Network, mem vfs.FS, hook func(string, [][]byte) error, untilSteady bool) (error, bool) {
 	t.Helper()
 	phases := make(chan archive.Phase, 8)
-	cfg := sweepConfig(t, net.RelayURL(), archive.Options{FS: mem, CommitHook: hook})
+	cfg := sweepConfig(t, net, archive.Options{FS: mem, CommitHook: hook})
 	cfg.OnPhase = func(p archive.Phase) { phases <- p }
 	n, err := node.New(cfg)
 	if err != nil {

@@ -2,23 +2,80 @@ package oracle
 
 import (
 	"context"
-	"sync"
-	"time"
-
 	"errors"
-	"github.com/backstream/backstream/internal/promtest"
-	"github.com/backstream/backstream/oracle/world"
-	"github.com/prometheus/client_golang/prometheus"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/backstream/backstream/internal/promtest"
+	"github.com/backstream/backstream/oracle/world"
 	"github.com/backstream/backstream/upstream"
 )
+
+// TestHostOnAPortOfItsOwn: a PDS host whose address cannot be bound on
+// the relay's port (another socket holds it) takes a port of its own on
+// 127.0.0.1. A client given the network's LoopbackHosts follows the relay's
+// redirect there; one told only of the relay refuses it, which is why every
+// client of a simulated network is given them.
+func TestHostOnAPortOfItsOwn(t *testing.T) {
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := probe.Addr().(*net.TCPAddr).Port
+	probe.Close()
+	taken, err := net.Listen("tcp", netip.AddrPortFrom(hostAddr(0), uint16(port)).String())
+	if err != nil {
+		t.Fatalf("hold host 0's address: %v", err)
+	}
+	defer taken.Close()
+	cfg := quietCfg(12)
+	cfg.Listen = fmt.Sprintf("127.0.0.1:%d", port)
+	n := startNet(t, cfg)
+	own, err := url.Parse(n.HostURLs()[0])
+	if err != nil || own.Hostname() != "127.0.0.1" || own.Port() == strconv.Itoa(port) {
+		t.Fatalf("host 0 at %s, want a port of its own on 127.0.0.1", n.HostURLs()[0])
+	}
+	if got := n.LoopbackHosts(); len(got) != cfg.Hosts || got[0] != own.Host {
+		t.Fatalf("LoopbackHosts %v, want host 0's %s first", got, own.Host)
+	}
+	var did string
+	for _, a := range n.World().Accounts() {
+		if a.Active && a.Host == 0 {
+			did = a.DID
+			break
+		}
+	}
+	fetch := func(loopback []string) error {
+		c, err := upstream.New(n.RelayURL(), upstream.Options{ScratchDir: t.TempDir(), LoopbackHosts: loopback})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		d, err := c.GetRepo(context.Background(), did)
+		if err == nil {
+			d.Remove()
+		}
+		return err
+	}
+	if err := fetch(n.LoopbackHosts()); err != nil {
+		t.Fatalf("getRepo %s with the network's loopback hosts: %v", did, err)
+	}
+	if err := fetch(nil); err == nil || !strings.Contains(err.Error(), "forbidden redirect") {
+		t.Fatalf("getRepo %s told only of the relay: %v, want a forbidden redirect", did, err)
+	}
+}
 
 // TestHostsShareTheRelayPort: a client following a loopback relay may be
 // redirected only to the relay's own port (no blanket loopback allowance),
@@ -221,7 +278,7 @@ func TestHostFaults(t *testing.T) {
 func TestClientPacesAnnouncedLimit(t *testing.T) {
 	n := startNet(t, quietCfg(40))
 	reg := prometheus.NewRegistry()
-	c, err := upstream.New(n.RelayURL(), upstream.Options{ScratchDir: t.TempDir(), Metrics: upstream.NewMetrics(reg)})
+	c, err := upstream.New(n.RelayURL(), upstream.Options{ScratchDir: t.TempDir(), Metrics: upstream.NewMetrics(reg), LoopbackHosts: n.LoopbackHosts()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -420,6 +421,22 @@ func (n *Network) HostURLs() []string {
 	out := make([]string, len(n.hosts))
 	for i, h := range n.hosts {
 		out[i] = h.url
+	}
+	return out
+}
+
+// LoopbackHosts is the host:port of every PDS host, for
+// upstream.Options.LoopbackHosts: the redirect targets a client following
+// this network's relay must be allowed. Each host listens on the relay's
+// port at an address of its own, unless that address could not be bound
+// and it took a port of its own on 127.0.0.1, which a client told only of
+// the relay would refuse.
+func (n *Network) LoopbackHosts() []string {
+	out := make([]string, 0, len(n.hosts))
+	for _, h := range n.hosts {
+		if u, err := url.Parse(h.url); err == nil {
+			out = append(out, u.Host)
+		}
 	}
 	return out
 }

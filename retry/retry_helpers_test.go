@@ -137,7 +137,7 @@ func (e *env) open() {
 	if err != nil {
 		e.t.Fatalf("writer: %v", err)
 	}
-	c, err := upstream.New(e.net.RelayURL(), upstream.Options{ScratchDir: s.ScratchDir()})
+	c, err := upstream.New(e.net.RelayURL(), upstream.Options{ScratchDir: s.ScratchDir(), LoopbackHosts: e.net.LoopbackHosts()})
 	if err != nil {
 		e.t.Fatalf("client: %v", err)
 	}

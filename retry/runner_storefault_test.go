@@ -103,7 +103,7 @@ func (e *sfEnv) pass(fs vfs.FS, hook func(string, [][]byte) error, arm func()) (
 		return retry.PassStats{}, err
 	}
 	defer w.Close()
-	c, err := upstream.New(e.net.RelayURL(), upstream.Options{ScratchDir: e.t.TempDir()})
+	c, err := upstream.New(e.net.RelayURL(), upstream.Options{ScratchDir: e.t.TempDir(), LoopbackHosts: e.net.LoopbackHosts()})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -85,7 +85,7 @@ func TestReplacementFoldsForV1(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer net.Close()
-	client, err := upstream.New(net.RelayURL(), upstream.Options{ScratchDir: t.TempDir()})
+	client, err := upstream.New(net.RelayURL(), upstream.Options{ScratchDir: t.TempDir(), LoopbackHosts: net.LoopbackHosts()})
 	if err != nil {
 		t.Fatal(err)
 	}

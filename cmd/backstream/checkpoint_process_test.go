@@ -33,6 +33,7 @@ func TestCheckpointLiveServe(t *testing.T) {
 	defer net.Close()
 	liveDir, ckBase := t.TempDir(), t.TempDir()
 	args := []string{"--backup-dir", ckBase, "--backfill-workers", "8", "--capture-wait", "3s", "--retry-interval", "200ms", "--retry-max-delay", "1s", "--retry-scan-period", "300ms"}
+	args = append(args, followArgs(net)...)
 	p := startServe(t, bin, net.RelayURL(), liveDir, args...)
 	rep := waitSteady(t, p, 2*time.Minute)
 

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,6 +41,13 @@ type proc struct {
 	listen string     // the public listener
 	admin  string     // the admin listener
 	done   chan error // receives the exit error once
+}
+
+// followArgs are the serve flags that follow n: its relay's PDS hosts as
+// --loopback-hosts (a host that could not bind the relay's port at its own
+// address listens on a port of its own).
+func followArgs(n *oracle.Network) []string {
+	return []string{"--loopback-hosts", strings.Join(n.LoopbackHosts(), ",")}
 }
 
 func startServe(t *testing.T, bin, relay, dir string, args ...string) *proc {

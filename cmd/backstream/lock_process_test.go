@@ -31,6 +31,7 @@ func TestSecondServeLeavesTheFirstAlone(t *testing.T) {
 	defer net.Close()
 	dir := t.TempDir()
 	args := []string{"--backfill-workers", "2", "--capture-wait", "1s"}
+	args = append(args, followArgs(net)...)
 	first := startServe(t, bin, net.RelayURL(), dir, args...)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
 		if r, ok := first.status(); ok && r.Phase != "" && r.Phase != "opening" {

@@ -568,11 +568,7 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 		}
 		defer net.Close()
 		o.relay = net.RelayURL()
-		for _, h := range net.HostURLs() { // on the relay's port, unless one had to take a port of its own
-			if u, err := url.Parse(h); err == nil {
-				o.loopbackHosts = append(o.loopbackHosts, u.Host)
-			}
-		}
+		o.loopbackHosts = append(o.loopbackHosts, net.LoopbackHosts()...)
 		log.Info("simulated network up", "relay", o.relay)
 	}
 

@@ -97,7 +97,7 @@ func TestBootstrapBenchmark(t *testing.T) {
 			dir := t.TempDir()
 			// Stop right after phase=merging is durable: bootstrap only. The
 			// network sends no firehose traffic, so capture is not waited for.
-			p := startServeEnv(t, bin, n.RelayURL(), dir, []string{"BACKSTREAM_CRASHPOINT=merging-committed"}, "--capture-wait", "1ms")
+			p := startServeEnv(t, bin, n.RelayURL(), dir, []string{"BACKSTREAM_CRASHPOINT=merging-committed"}, append(followArgs(n), "--capture-wait", "1ms")...)
 			var peakHeap, peakRSS float64
 			var peakHWM int64
 			var runErr error

@@ -153,7 +153,7 @@ func (h *Harness) keepLogs() {
 // Start starts one serve run with extra environment.
 func (h *Harness) Start(env ...string) *Proc {
 	h.T.Helper()
-	return Start(h.T, Run{Bin: h.Bin, Relay: h.Net.RelayURL(), DataDir: h.DataDir, LogDir: h.Dir,
+	return Start(h.T, Run{Bin: h.Bin, Relay: h.Net.RelayURL(), LoopbackHosts: h.Net.LoopbackHosts(), DataDir: h.DataDir, LogDir: h.Dir,
 		Listen: h.Listen, Env: env, Args: h.opts.Args})
 }
 

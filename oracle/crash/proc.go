@@ -20,14 +20,17 @@ import (
 
 // Run describes one serve process.
 type Run struct {
-	Bin     string   // the backstream binary (Binary)
-	Relay   string   // --relay
-	DataDir string   // --data-dir
-	LogDir  string   // where serve-<start time>-<random>.log is written; "" = the parent of DataDir
-	Listen  string   // --listen; "" = a free loopback port
-	Admin   string   // --admin-listen; "" = a free loopback port
-	Env     []string // extra environment (e.g. BACKSTREAM_CRASHPOINT=name)
-	Args    []string // extra serve flags
+	Bin   string // the backstream binary (Binary)
+	Relay string // --relay
+	// LoopbackHosts: --loopback-hosts, the simulated network's PDS hosts
+	// (oracle.Network.LoopbackHosts), for a relay on loopback.
+	LoopbackHosts []string
+	DataDir       string   // --data-dir
+	LogDir        string   // where serve-<start time>-<random>.log is written; "" = the parent of DataDir
+	Listen        string   // --listen; "" = a free loopback port
+	Admin         string   // --admin-listen; "" = a free loopback port
+	Env           []string // extra environment (e.g. BACKSTREAM_CRASHPOINT=name)
+	Args          []string // extra serve flags
 }
 
 // Proc is one running (or ended) `backstream serve`.
@@ -86,8 +89,12 @@ func Start(t testing.TB, r Run) *Proc {
 		t.Fatal(err)
 	}
 	p.Log = logFile.Name()
-	args := append([]string{"serve", "--relay", r.Relay, "--data-dir", r.DataDir,
-		"--listen", p.Listen, "--admin-listen", p.Admin, "--log-format", "json"}, r.Args...)
+	args := []string{"serve", "--relay", r.Relay, "--data-dir", r.DataDir,
+		"--listen", p.Listen, "--admin-listen", p.Admin, "--log-format", "json"}
+	if len(r.LoopbackHosts) > 0 {
+		args = append(args, "--loopback-hosts", strings.Join(r.LoopbackHosts, ","))
+	}
+	args = append(args, r.Args...)
 	p.Cmd = exec.Command(r.Bin, args...)
 	p.Cmd.Env = CleanEnv(r.Env...)
 	p.Cmd.Stdout, p.Cmd.Stderr = logFile, logFile

@@ -52,9 +52,9 @@ type bridgeRes struct {
 }
 
 // newBridge must be called outside any bubble.
-func newBridge(t *testing.T, relay string, slots int) *bridge {
+func newBridge(t *testing.T, n *oracle.Network, slots int) *bridge {
 	t.Helper()
-	c, err := upstream.New(relay, upstream.Options{ScratchDir: t.TempDir(), MemoryBodyBytes: 1 << 20})
+	c, err := upstream.New(n.RelayURL(), upstream.Options{ScratchDir: t.TempDir(), MemoryBodyBytes: 1 << 20, LoopbackHosts: n.LoopbackHosts()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestRetryBackoffFakeClock(t *testing.T) {
 		}
 		const reset = 2 * time.Minute
 		n.Faults().RateLimitHost(parked, 2, reset)
-		br := newBridge(t, n.RelayURL(), 32)
+		br := newBridge(t, n, 32)
 		fs := vfs.NewMem()
 		src := &clockedSource{RepoSource: br, calls: map[string][]call{}}
 		backoff := retry.Backoff{Interval: retry.DefaultInterval, MaxDelay: retry.DefaultMaxDelay}

@@ -171,12 +171,12 @@ func startNode(t *testing.T, n *oracle.Network, fs vfs.FS, o nodeOpts) *node {
 	t.Helper()
 	o.defaults()
 	nd := &node{t: t, net: n, phaseCh: make(chan archive.Phase, 16), exit: make(chan error, 1)}
-	var loopback []string
+	loopback := n.LoopbackHosts()
 	if o.ListURL != "" {
 		// The recorder stands in for the relay on a port of its own; the
 		// PDS hosts it redirects to listen on the real relay's port.
 		u, _ := url.Parse(n.RelayURL())
-		loopback = []string{u.Host}
+		loopback = append(loopback, u.Host)
 	}
 	var err error
 	nd.n, err = bnode.New(bnode.Config{
