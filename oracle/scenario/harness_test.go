@@ -349,10 +349,7 @@ func (nd *node) states() map[string]archive.RepoState {
 // accounts checked.
 func verify(t *testing.T, n *oracle.Network, fs vfs.FS) int {
 	t.Helper()
-	s, err := archive.Open("/data", archive.Options{FS: fs, Logger: logger(t), OnFatal: func(fe *archive.FatalError) { panic(fe) }})
-	if err != nil {
-		t.Fatalf("reopen for the check: %v", err)
-	}
+	s := reopenStore(t, fs)
 	defer s.Close()
 	f, stats, err := check.Archive(s)
 	if err != nil {
@@ -364,6 +361,17 @@ func verify(t *testing.T, n *oracle.Network, fs vfs.FS) int {
 	}
 	t.Logf("fold = ground truth for %d accounts (%d events, tip %d)", checked, stats.Events, stats.Tip)
 	return checked
+}
+
+// reopenStore opens the store in fs, which no run may hold; the caller
+// closes it.
+func reopenStore(t *testing.T, fs vfs.FS) *archive.Store {
+	t.Helper()
+	s, err := archive.Open("/data", archive.Options{FS: fs, Logger: logger(t), OnFatal: func(fe *archive.FatalError) { panic(fe) }})
+	if err != nil {
+		t.Fatalf("reopen the store: %v", err)
+	}
+	return s
 }
 
 // pdsRequests is the getRepo requests that reached a PDS host, per DID.

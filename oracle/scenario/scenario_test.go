@@ -340,10 +340,7 @@ func TestRestartSkipsCompleted(t *testing.T) {
 // in fs (no run may hold it).
 func reopenListCursor(t *testing.T, fs vfs.FS) archive.ListCursor {
 	t.Helper()
-	s, err := archive.Open("/data", archive.Options{FS: fs, Logger: logger(t), OnFatal: func(fe *archive.FatalError) { panic(fe) }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := reopenStore(t, fs)
 	defer s.Close()
 	c, err := s.ListCursor(false)
 	if err != nil {
@@ -355,10 +352,7 @@ func reopenListCursor(t *testing.T, fs vfs.FS) archive.ListCursor {
 // reopenStates reads every repo state from the store in fs.
 func reopenStates(t *testing.T, fs vfs.FS) map[string]archive.RepoState {
 	t.Helper()
-	s, err := archive.Open("/data", archive.Options{FS: fs, Logger: logger(t), OnFatal: func(fe *archive.FatalError) { panic(fe) }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := reopenStore(t, fs)
 	defer s.Close()
 	out := map[string]archive.RepoState{}
 	if err := s.ScanRepos(func(did string, st archive.RepoState) error { out[did] = st; return nil }); err != nil {
