@@ -167,8 +167,8 @@ func TestFDExhaustionProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer network.Close()
-	p := startServe(t, bin, network.RelayURL(), t.TempDir(), "--loopback-hosts", strings.Join(network.LoopbackHosts(), ","), "--backfill-workers", "4", "--retry-workers", "2", "--capture-wait", "2s",
-		"--max-conns-per-ip", "200", "--http-idle-timeout", attackIdle.String())
+	p := startServe(t, bin, network.RelayURL(), t.TempDir(), append(followArgs(network), "--backfill-workers", "4", "--retry-workers", "2", "--capture-wait", "2s",
+		"--max-conns-per-ip", "200", "--http-idle-timeout", attackIdle.String())...)
 	waitSteady(t, p, 2*time.Minute)
 	wantCap := attackFDLimit - int(fdReserve(4, 2))
 	if !strings.Contains(p.tail(), fmt.Sprintf(`"max_conns":%d`, wantCap)) {

@@ -128,8 +128,8 @@ func TestServeDebugRepos(t *testing.T) {
 	defer cancel()
 	go func() {
 		// No traffic: capture never sees an event, so don't wait 30 s for one.
-		done <- run(ctx, []string{"serve", "--relay", n.RelayURL(), "--loopback-hosts", strings.Join(n.LoopbackHosts(), ","), "--data-dir", dir, "--listen", listen, "--admin-listen", "127.0.0.1:0",
-			"--repos", strings.Join(dids, ","), "--capture-wait", "100ms", "--log-format", "text"}, nil, &bytes.Buffer{}, &stderr)
+		done <- run(ctx, append([]string{"serve", "--relay", n.RelayURL(), "--data-dir", dir, "--listen", listen, "--admin-listen", "127.0.0.1:0",
+			"--repos", strings.Join(dids, ","), "--capture-wait", "100ms", "--log-format", "text"}, followArgs(n)...), nil, &bytes.Buffer{}, &stderr)
 	}()
 	// /status answers from the first moments, and reports steady state.
 	deadline := time.Now().Add(60 * time.Second)
