@@ -23,6 +23,52 @@ import (
 	"github.com/backstream/backstream/upstream"
 )
 
+// TestRelayPortRedrawn: a host address taken on a drawn relay port makes
+// the relay draw another, so the hosts still share its port; only a port
+// asked for, or portDraws draws in a row, leave a host on a port of its
+// own.
+func TestRelayPortRedrawn(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		refuse      int // relay ports on which host 1's address is taken
+		wantDraws   int
+		wantOwnPort bool
+	}{
+		{"taken on two drawn ports", 2, 3, false},
+		{"taken on every drawn port", portDraws, portDraws, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			draws, refused := 0, 0
+			listen := func(network, addr string) (net.Listener, error) {
+				if ap, err := netip.ParseAddrPort(addr); err == nil && ap.Addr() == hostAddr(1) {
+					draws++ // host 1's address is tried once on each drawn relay port
+					if refused < c.refuse {
+						refused++
+						return nil, errors.New("address in use (test)")
+					}
+				}
+				return net.Listen(network, addr)
+			}
+			ln, hls, err := bindListeners(listen, "127.0.0.1:0", 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeAll(ln, hls)
+			_, relayPort, _ := net.SplitHostPort(ln.Addr().String())
+			_, hostPort, _ := net.SplitHostPort(hls[1].Addr().String())
+			if draws != c.wantDraws || (hostPort != relayPort) != c.wantOwnPort {
+				t.Fatalf("%d relay ports drawn, host 1 at %s (relay %s); want %d draws, a port of its own %v",
+					draws, hls[1].Addr(), ln.Addr(), c.wantDraws, c.wantOwnPort)
+			}
+			for i, hl := range hls {
+				if i != 1 && hl.Addr().String() != netip.AddrPortFrom(hostAddr(i), ln.Addr().(*net.TCPAddr).AddrPort().Port()).String() {
+					t.Fatalf("host %d at %s, want its own address on the relay's port", i, hl.Addr())
+				}
+			}
+		})
+	}
+}
+
 // TestHostOnAPortOfItsOwn: a PDS host whose address cannot be bound on
 // the relay's port (another socket holds it) takes a port of its own on
 // 127.0.0.1. A client given the network's LoopbackHosts follows the relay's

@@ -167,34 +167,31 @@ func Start(ctx context.Context, cfg Config) (*Network, error) {
 // among them), and each host still has a host:port of its own. When the
 // relay listens on every address (0.0.0.0:port), its listener already
 // answers on those addresses and serves each host by the local address a
-// request arrived on. A host address that cannot be bound (a loopback
-// interface carrying 127.0.0.1 only) falls back to a port of its own on
-// 127.0.0.1, which a client must be told of (HostURLs; serve --devnet does).
+// request arrived on. When a host's address is taken on the relay's port
+// and that port was drawn by the system (port 0), the relay draws another
+// (up to portDraws times). A host address that still cannot be bound (a
+// loopback interface carrying 127.0.0.1 only, or a port asked for) falls
+// back to a port of its own on 127.0.0.1, which a client must be told of
+// (LoopbackHosts; serve --devnet and every test's client are).
 func (n *Network) listen() error {
-	ln, err := net.Listen("tcp", n.cfg.Listen)
+	ln, hls, err := bindListeners(net.Listen, n.cfg.Listen, n.cfg.Hosts)
 	if err != nil {
-		return fmt.Errorf("oracle: listen relay %s: %w", n.cfg.Listen, err)
+		return err
 	}
 	relayAddr, _ := netip.ParseAddrPort(ln.Addr().String())
-	shared := relayAddr.Addr().IsUnspecified()
 	byAddr := map[netip.Addr]http.Handler{}
-	for i := 0; i < n.cfg.Hosts; i++ {
+	for i, hl := range hls {
 		h := &pdsHost{idx: i, n: n}
 		at := netip.AddrPortFrom(hostAddr(i), relayAddr.Port())
-		if shared {
+		if hl == nil { // shared: the relay's listener answers on at
 			byAddr[at.Addr()] = h.mux()
 			h.server = &server{url: "http://" + at.String()}
 			n.hosts = append(n.hosts, h)
 			continue
 		}
-		hl, err := net.Listen("tcp", at.String())
-		if err != nil {
+		if hl.Addr().String() != at.String() {
 			n.cfg.Logger.Warn("oracle: a PDS host cannot listen on the relay's port at its own loopback address; it takes a port of its own",
-				"host", i, "addr", at.String(), "err", err)
-			if hl, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-				_ = ln.Close()
-				return fmt.Errorf("oracle: listen pds host %d: %w", i, err)
-			}
+				"host", i, "addr", at.String(), "port", hl.Addr().String())
 		}
 		h.server = n.serve(hl, h.mux())
 		n.hosts = append(n.hosts, h)
@@ -202,6 +199,70 @@ func (n *Network) listen() error {
 	n.relay = n.serve(ln, byLocalAddr(byAddr, n.relayMux()))
 	n.relayURL = n.relay.url
 	return nil
+}
+
+// portDraws bounds the relay ports drawn before a host falls back to a port
+// of its own.
+const portDraws = 8
+
+// listenFunc is net.Listen's shape (tests stand in for it).
+type listenFunc func(network, address string) (net.Listener, error)
+
+// bindListeners binds the relay on addr and hosts PDS hosts (see listen),
+// drawing another relay port while a host's address is taken on a drawn
+// one.
+func bindListeners(listen listenFunc, addr string, hosts int) (net.Listener, []net.Listener, error) {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("oracle: listen relay %s: %w", addr, err)
+	}
+	for draw := 1; ; draw++ {
+		ln, err := listen("tcp", addr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("oracle: listen relay %s: %w", addr, err)
+		}
+		hls, taken, err := listenHosts(listen, ln, hosts)
+		if err == nil && (!taken || port != "0" || draw == portDraws) {
+			return ln, hls, nil
+		}
+		closeAll(ln, hls)
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+}
+
+// listenHosts binds each PDS host's listener on the relay ln's port at the
+// host's own address: nil for every host when ln listens on every address
+// (its listener serves them), a port of its own on 127.0.0.1 for a host
+// whose address is taken (taken is then true).
+func listenHosts(listen listenFunc, ln net.Listener, hosts int) (hls []net.Listener, taken bool, err error) {
+	relayAddr, _ := netip.ParseAddrPort(ln.Addr().String())
+	hls = make([]net.Listener, hosts)
+	if relayAddr.Addr().IsUnspecified() {
+		return hls, false, nil
+	}
+	for i := range hls {
+		at := netip.AddrPortFrom(hostAddr(i), relayAddr.Port())
+		if hls[i], err = listen("tcp", at.String()); err == nil {
+			continue
+		}
+		taken = true
+		if hls[i], err = listen("tcp", "127.0.0.1:0"); err != nil {
+			return hls, taken, fmt.Errorf("oracle: listen pds host %d: %w", i, err)
+		}
+	}
+	return hls, taken, nil
+}
+
+// closeAll closes the relay's listener and the hosts' (nil ones skipped).
+func closeAll(ln net.Listener, hls []net.Listener) {
+	for _, hl := range hls {
+		if hl != nil {
+			_ = hl.Close()
+		}
+	}
+	_ = ln.Close()
 }
 
 // hostAddr is PDS host i's loopback address: 127.0.0.2 onwards.
