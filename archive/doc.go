@@ -209,7 +209,9 @@
 // ErrMalformed. EstimateIndex counts ranges exactly up to a limit (then
 // extrapolates from EstimateDiskUsage); CollectionsUnder lists the
 // collections under an NSID prefix; CheckReplayIndex compares the index
-// with ev/ (tests, the power-loss sweep, the crash matrix). A store older
+// with ev/ (tests, the power-loss sweep, the crash matrix);
+// IndexDiskUsage measures both indexes' bytes when compacted (make bench).
+// A store older
 // than the index gets meta/index_replay at Open and Store.FillReplayIndex,
 // the backfill's batches with appendReplayIndex, run by the node's
 // compaction owner between passes (never alongside one).

@@ -13,7 +13,9 @@ package main
 // left it after a clean stop, and again after a restart (serve started on
 // the same data dir, back to steady_state, stopped); the data dir's peak
 // sampled while the first serve ran, over its bound of 1.2× the store
-// after a full compaction plus 64 MiB.
+// after a full compaction plus 64 MiB; and that compacted store's bytes
+// per archived event, all of them, then the first chain's (event rows and
+// state) and each index's apart.
 
 import (
 	"context"
@@ -46,6 +48,9 @@ type abRun struct {
 	// must stay within 1.2× the compacted size plus 64 MiB at every moment.
 	DataBytesPeak  int64 `json:"data_dir_bytes_peak"`
 	CompactedBytes int64 `json:"compacted_store_bytes"`
+	// IndexBytes is the compacted store's two indexes (compact); the
+	// first chain is the rest.
+	IndexBytes indexBytes `json:"index_bytes"`
 }
 
 // The compared quantities: name, unit and how to read them from a run.
@@ -63,6 +68,9 @@ var abMetrics = []struct {
 	{"data dir B/event after restart", func(r abRun) float64 { return perEvent(r.DataBytesRestart, r.Events) }, plain},
 	{"data dir peak during bootstrap", func(r abRun) float64 { return float64(r.DataBytesPeak) }, mibF},
 	{"compacted store B/event", func(r abRun) float64 { return perEvent(r.CompactedBytes, r.Events) }, plain},
+	{"compacted first chain (indexes apart) B/event", func(r abRun) float64 { return perEvent(r.CompactedBytes-r.IndexBytes.total(), r.Events) }, plain},
+	{"compacted compaction index B/event", func(r abRun) float64 { return perEvent(r.IndexBytes.Compaction, r.Events) }, plain},
+	{"compacted replay index B/event", func(r abRun) float64 { return perEvent(r.IndexBytes.Replay, r.Events) }, plain},
 	{"data dir peak / (1.2 × compacted + 64 MiB), ≤ 1", func(r abRun) float64 { return peakOverBound(r) }, ratioF},
 }
 
@@ -189,7 +197,7 @@ func measureAB(parent context.Context, o options, bin string, sh shape, extra ..
 	if r.DataBytesRestart, _, err = dirSize(data); err != nil {
 		return r, err
 	}
-	if _, err := compact(data); err != nil {
+	if _, r.IndexBytes, err = compact(data); err != nil {
 		return r, err
 	}
 	if r.CompactedBytes, _, err = dirSize(filepath.Join(data, "store")); err != nil {

@@ -39,12 +39,19 @@ type bootRun struct {
 	ReposPerSec        float64 `json:"repos_per_second"`
 	PeakRSSBytes       int64   `json:"peak_rss_bytes"`
 	ArchiveEvents      int64   `json:"archive_events"`
-	StoreBytesOnDisk   int64   `json:"store_bytes_on_disk"`      // as serve left it
-	StoreBytesApparent int64   `json:"store_bytes_apparent"`     // as serve left it
-	CompactedBytes     int64   `json:"compacted_store_bytes"`    // on disk, after flush + full compaction
-	BytesPerEvent      float64 `json:"bytes_on_disk_per_event"`  // compacted / archive events
-	ApparentPerEvent   float64 `json:"apparent_bytes_per_event"` // as left by serve / archive events
-	SteadyStateSecs    float64 `json:"seconds_to_steady_state"`
+	StoreBytesOnDisk   int64   `json:"store_bytes_on_disk"`     // as serve left it
+	StoreBytesApparent int64   `json:"store_bytes_apparent"`    // as serve left it
+	CompactedBytes     int64   `json:"compacted_store_bytes"`   // on disk, after flush + full compaction
+	BytesPerEvent      float64 `json:"bytes_on_disk_per_event"` // compacted / archive events
+	// IndexBytes is the compacted store's compaction index (rec/, tomb/)
+	// and replay index (xc/, xd/, xm/), each written alone as bottom-level
+	// tables (archive.Store.IndexDiskUsage); FirstChainPerEvent is the rest
+	// of the compacted store (event rows and the state the bootstrap keeps)
+	// per archive event.
+	IndexBytes         indexBytes `json:"index_bytes"`
+	FirstChainPerEvent float64    `json:"first_chain_bytes_per_event"`
+	ApparentPerEvent   float64    `json:"apparent_bytes_per_event"` // as left by serve / archive events
+	SteadyStateSecs    float64    `json:"seconds_to_steady_state"`
 	// LiveRecords are the records the network still has (of accounts
 	// neither deleted nor taken down) when steady state is reached, after
 	// the end-of-merging compaction pass; BytesPerLiveRecord is
@@ -130,7 +137,7 @@ func measureBootstrap(parent context.Context, o options, sh shape, mode string) 
 	if r.StoreBytesOnDisk, r.StoreBytesApparent, err = dirSize(filepath.Join(data, "store")); err != nil {
 		return r, err
 	}
-	if r.ArchiveRows, err = compact(data); err != nil {
+	if r.ArchiveRows, r.IndexBytes, err = compact(data); err != nil {
 		return r, err
 	}
 	if r.CompactedBytes, _, err = dirSize(filepath.Join(data, "store")); err != nil {
@@ -145,6 +152,7 @@ func measureBootstrap(parent context.Context, o options, sh shape, mode string) 
 	}
 	if r.ArchiveEvents > 0 {
 		r.BytesPerEvent = float64(r.CompactedBytes) / float64(r.ArchiveEvents)
+		r.FirstChainPerEvent = float64(r.CompactedBytes-r.IndexBytes.total()) / float64(r.ArchiveEvents)
 		r.ApparentPerEvent = float64(r.StoreBytesApparent) / float64(r.ArchiveEvents)
 	}
 	if r.LiveRecords > 0 {
@@ -193,12 +201,12 @@ func (w *bootWorld) close() {
 }
 
 // compact opens a stopped store, flushes and compacts it fully, counts its
-// ev/ rows and closes it: the manual compaction before the bytes-per-event
-// measurement.
-func compact(dataDir string) (rows int64, err error) {
+// ev/ rows, measures its indexes and closes it: the manual compaction
+// before the bytes-per-event measurement.
+func compact(dataDir string) (rows int64, idx indexBytes, err error) {
 	s, err := archive.Open(dataDir, archive.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		return 0, fmt.Errorf("compact: %w", err)
+		return 0, idx, fmt.Errorf("compact: %w", err)
 	}
 	db := s.DB()
 	err = db.Flush()
@@ -214,5 +222,18 @@ func compact(dataDir string) (rows int64, err error) {
 			err = it.Close()
 		}
 	}
-	return rows, errors.Join(err, s.Close())
+	if err == nil {
+		var u archive.IndexUsage
+		u, err = s.IndexDiskUsage()
+		idx = indexBytes{Compaction: int64(u.Compaction), Replay: int64(u.Replay)}
+	}
+	return rows, idx, errors.Join(err, s.Close())
 }
+
+// indexBytes is a compacted store's two indexes on disk.
+type indexBytes struct {
+	Compaction int64 `json:"compaction"` // rec/, tomb/
+	Replay     int64 `json:"replay"`     // xc/, xd/, xm/
+}
+
+func (b indexBytes) total() int64 { return b.Compaction + b.Replay }

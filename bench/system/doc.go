@@ -16,7 +16,9 @@
 //     records/s and repos/s over backfill_started_at →
 //     backfill_completed_at, peak RSS at steady_state; then serve is
 //     stopped, the store flushed and fully compacted offline, and its bytes
-//     on disk divided by the archived events (tip seq).
+//     on disk divided by the archived events (tip seq), all of them and
+//     with the compaction and replay indexes apart
+//     (archive.Store.IndexDiskUsage).
 //   - ingest (steady.go): live ingest at saturation of a -preload event
 //     history, then replay of the archive to one subscriber from cursor 0.
 //   - fanout (steady.go): -subscribers live subscribers without filters at
