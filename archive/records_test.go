@@ -92,25 +92,46 @@ func TestAccountRecordsMalformed(t *testing.T) {
 // BenchmarkAccountRecords: the read a replacement makes before its diff,
 // for one account of about 20,000 current records in an archive of real
 // (implicit-CID) record rows: per current record, its share of the rec/
-// scan, one ev/ point read and the CID recomputed from the record.
+// scan, its ev/ row read and the CID recomputed from the record. In
+// "memtable" every row is in the memtable; in "l0=12" the account's rows
+// were written in 12 batches between other accounts' batches of the same
+// size, each pair flushed to its own L0 table, as a store holds them
+// between compactions.
 func BenchmarkAccountRecords(b *testing.B) {
+	b.Run("memtable", func(b *testing.B) { benchAccountRecords(b, 1) })
+	b.Run("l0=12", func(b *testing.B) { benchAccountRecords(b, 12) })
+}
+
+func benchAccountRecords(b *testing.B, tables int) {
 	s := openStore(b, vfs.NewMem(), nil)
 	defer s.Close()
 	w := startWriter(b, s)
 	const n = 20_000
-	units := make([][]archive.Event, 0, n/500)
-	for u := 0; u < n/500; u++ {
-		evs := make([]archive.Event, 500)
+	per := n / tables
+	unit := func(did string, first, count int) []archive.Event {
+		evs := make([]archive.Event, count)
 		for i := range evs {
-			rec := []byte(fmt.Sprintf("\xa2e$typeqapp.bsky.feed.likedtextx\x18record %08d padding..", u*500+i))
+			rec := []byte(fmt.Sprintf("\xa2e$typeqapp.bsky.feed.likedtextx\x18record %08d padding..", first+i))
 			sum := sha256.Sum256(rec)
-			evs[i] = archive.Event{Kind: archive.KindCreate, DID: "did:plc:bench", Collection: "app.bsky.feed.like",
-				RKey: fmt.Sprintf("3k%011d", u*500+i), Rev: fmt.Sprintf("3l%011d", u*500+i), Record: rec,
+			evs[i] = archive.Event{Kind: archive.KindCreate, DID: did, Collection: "app.bsky.feed.like",
+				RKey: fmt.Sprintf("3k%011d", first+i), Rev: fmt.Sprintf("3l%011d", first+i), Record: rec,
 				CID: append([]byte{0x01, 0x71, 0x12, 0x20}, sum[:]...), Source: archive.SourceLive}
 		}
-		units = append(units, evs)
+		return evs
 	}
-	applyUnits(b, w, units)
+	for t := range tables {
+		count := per
+		if t == tables-1 {
+			count = n - t*per
+		}
+		applyUnits(b, w, [][]archive.Event{unit("did:plc:bench", t*per, count)})
+		if tables > 1 {
+			applyUnits(b, w, [][]archive.Event{unit(fmt.Sprintf("did:plc:other%04d", t), t*per, count)})
+			if err := s.DB().Flush(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
 	w.Close()
 	b.ResetTimer()
 	for b.Loop() {

@@ -258,9 +258,11 @@ func cmpSeq(a, b uint64) int {
 
 // runMembers calls fn for every member of the run entry (k, v) at or above
 // from whose row is left (a pass removed the others), with its row and its
-// ev/ size, in seq order. A member whose row is not a create of the run's
-// DID and collection, or whose rkey's hash is not the run's, is malformed
-// state.
+// ev/ size, in seq order. The members' rows are consecutive: one iterator
+// reads them in order (a point read each would probe every level the rows
+// might be in, once per member). A member whose row is not a create of the
+// run's DID and collection, or whose rkey's hash is not the run's, is
+// malformed state.
 func runMembers(r pebble.Reader, k, v []byte, from uint64, fn func(ev *Event, size int) error) error {
 	did, collection, first, ok := splitRunKey(k)
 	if !ok {
@@ -270,31 +272,39 @@ func runMembers(r pebble.Reader, k, v []byte, from uint64, fn func(ev *Event, si
 	if err != nil {
 		return &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: err}
 	}
-	for i := range run.n {
-		seq := first + uint64(i)
-		if seq < from {
-			continue
+	lo, end := max(first, from), first+uint64(run.n)
+	if lo >= end {
+		return nil
+	}
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: EventKey(lo), UpperBound: EventKey(end)})
+	if err != nil {
+		return &KeyError{Key: keyString(EventKey(lo)), Kind: ErrRead, Err: err}
+	}
+	defer it.Close()
+	for valid := it.First(); valid; valid = it.Next() {
+		seq, err := ParseSeqKey(PrefixEvent, it.Key())
+		if err != nil {
+			return &KeyError{Key: keyString(it.Key()), Kind: ErrMalformed, Err: err}
 		}
-		ev, size, found, err := runMember(r, k, seq, did, collection)
+		ev, err := runMemberRow(k, seq, it.Value(), did, collection)
 		if err != nil {
 			return err
 		}
-		if !found {
-			continue
-		}
-		if rkeyHash(ev.RKey) != run.hash(i) {
+		if rkeyHash(ev.RKey) != run.hash(int(seq-first)) {
 			return &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: malformed("member ev/%d: the hash of rkey %q is not the run's", seq, ev.RKey)}
 		}
-		if err := fn(&ev, size); err != nil {
+		if err := fn(&ev, len(it.Value())); err != nil {
 			return err
 		}
+	}
+	if err := it.Error(); err != nil {
+		return &KeyError{Key: keyString(EventKey(lo)), Kind: ErrRead, Err: err}
 	}
 	return nil
 }
 
 // runMember reads the row of the run member seq (run names its key):
-// found is false when a pass removed it. A row that is not a create of
-// did's collection is malformed state: the run names a row it cannot hold.
+// found is false when a pass removed it.
 func runMember(r pebble.Reader, run []byte, seq uint64, did, collection []byte) (ev Event, size int, found bool, err error) {
 	v, closer, err := r.Get(EventKey(seq))
 	if err == pebble.ErrNotFound {
@@ -304,14 +314,24 @@ func runMember(r pebble.Reader, run []byte, seq uint64, did, collection []byte) 
 		return Event{}, 0, false, &KeyError{Key: keyString(EventKey(seq)), Kind: ErrRead, Err: err}
 	}
 	defer closer.Close()
+	ev, err = runMemberRow(run, seq, v, did, collection)
+	return ev, len(v), err == nil, err
+}
+
+// runMemberRow decodes the row v of the run member seq (run names its
+// key), without its record (the caller's v goes on being reused). A row
+// that is not a create of did's collection is malformed state: the run
+// names a row it cannot hold.
+func runMemberRow(run []byte, seq uint64, v, did, collection []byte) (Event, error) {
+	var ev Event
 	if err := DecodeEvent(v, seq, &ev); err != nil {
-		return Event{}, 0, false, &KeyError{Key: keyString(EventKey(seq)), Kind: ErrMalformed, Err: err}
+		return Event{}, &KeyError{Key: keyString(EventKey(seq)), Kind: ErrMalformed, Err: err}
 	}
 	if ev.Kind != KindCreate || ev.DID != string(did) || ev.Collection != string(collection) {
-		return Event{}, 0, false, &KeyError{Key: keyString(run), Kind: ErrMalformed,
+		return Event{}, &KeyError{Key: keyString(run), Kind: ErrMalformed,
 			Err: malformed("run member ev/%d is a %s row of %s %s", seq, ev.Kind, ev.DID, ev.Collection)}
 	}
 	ev.CID = slices.Clone(ev.CID)
 	ev.Record = nil // aliases v
-	return ev, len(v), true, nil
+	return ev, nil
 }
