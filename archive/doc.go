@@ -219,7 +219,8 @@
 // Store.AccountRecords (records.go) reads an account's current records from
 // the same index, under one snapshot: each record's newest entry unless it
 // is a delete or older than a purging account row, its CID from the ev/
-// row. It is what a whole-repo replacement is diffed against. Until the
+// row (a run's rows by one iterator over them). It is what a whole-repo
+// replacement is diffed against. Until the
 // index backfill is done it answers ErrIndexPending (Store.IndexReady):
 // the index lacks the older rows' records, and a diff against part of an
 // account would be wrong.
