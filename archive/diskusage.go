@@ -12,9 +12,9 @@ import (
 type IndexUsage struct {
 	// Compaction is rec/ and tomb/: what the compaction pass removes, by
 	// record and by account.
-	Compaction uint64
+	Compaction uint64 `json:"compaction"`
 	// Replay is xc/, xd/ and xm/: what the replay planner reads.
-	Replay uint64
+	Replay uint64 `json:"replay"`
 }
 
 // Total is both indexes' bytes.

@@ -28,6 +28,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/backstream/backstream/archive"
 )
 
 // abRun is one side of one pair.
@@ -50,7 +52,7 @@ type abRun struct {
 	CompactedBytes int64 `json:"compacted_store_bytes"`
 	// IndexBytes is the compacted store's two indexes (compact); the
 	// first chain is the rest.
-	IndexBytes indexBytes `json:"index_bytes"`
+	IndexBytes archive.IndexUsage `json:"index_bytes"`
 }
 
 // The compared quantities: name, unit and how to read them from a run.
@@ -68,9 +70,9 @@ var abMetrics = []struct {
 	{"data dir B/event after restart", func(r abRun) float64 { return perEvent(r.DataBytesRestart, r.Events) }, plain},
 	{"data dir peak during bootstrap", func(r abRun) float64 { return float64(r.DataBytesPeak) }, mibF},
 	{"compacted store B/event", func(r abRun) float64 { return perEvent(r.CompactedBytes, r.Events) }, plain},
-	{"compacted first chain (indexes apart) B/event", func(r abRun) float64 { return perEvent(r.CompactedBytes-r.IndexBytes.total(), r.Events) }, plain},
-	{"compacted compaction index B/event", func(r abRun) float64 { return perEvent(r.IndexBytes.Compaction, r.Events) }, plain},
-	{"compacted replay index B/event", func(r abRun) float64 { return perEvent(r.IndexBytes.Replay, r.Events) }, plain},
+	{"compacted first chain (indexes apart) B/event", func(r abRun) float64 { return perEvent(r.CompactedBytes-int64(r.IndexBytes.Total()), r.Events) }, plain},
+	{"compacted compaction index B/event", func(r abRun) float64 { return perEvent(int64(r.IndexBytes.Compaction), r.Events) }, plain},
+	{"compacted replay index B/event", func(r abRun) float64 { return perEvent(int64(r.IndexBytes.Replay), r.Events) }, plain},
 	{"data dir peak / (1.2 × compacted + 64 MiB), ≤ 1", func(r abRun) float64 { return peakOverBound(r) }, ratioF},
 }
 

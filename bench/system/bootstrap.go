@@ -48,10 +48,10 @@ type bootRun struct {
 	// tables (archive.Store.IndexDiskUsage); FirstChainPerEvent is the rest
 	// of the compacted store (event rows and the state the bootstrap keeps)
 	// per archive event.
-	IndexBytes         indexBytes `json:"index_bytes"`
-	FirstChainPerEvent float64    `json:"first_chain_bytes_per_event"`
-	ApparentPerEvent   float64    `json:"apparent_bytes_per_event"` // as left by serve / archive events
-	SteadyStateSecs    float64    `json:"seconds_to_steady_state"`
+	IndexBytes         archive.IndexUsage `json:"index_bytes"`
+	FirstChainPerEvent float64            `json:"first_chain_bytes_per_event"`
+	ApparentPerEvent   float64            `json:"apparent_bytes_per_event"` // as left by serve / archive events
+	SteadyStateSecs    float64            `json:"seconds_to_steady_state"`
 	// LiveRecords are the records the network still has (of accounts
 	// neither deleted nor taken down) when steady state is reached, after
 	// the end-of-merging compaction pass; BytesPerLiveRecord is
@@ -152,7 +152,7 @@ func measureBootstrap(parent context.Context, o options, sh shape, mode string) 
 	}
 	if r.ArchiveEvents > 0 {
 		r.BytesPerEvent = float64(r.CompactedBytes) / float64(r.ArchiveEvents)
-		r.FirstChainPerEvent = float64(r.CompactedBytes-r.IndexBytes.total()) / float64(r.ArchiveEvents)
+		r.FirstChainPerEvent = float64(r.CompactedBytes-int64(r.IndexBytes.Total())) / float64(r.ArchiveEvents)
 		r.ApparentPerEvent = float64(r.StoreBytesApparent) / float64(r.ArchiveEvents)
 	}
 	if r.LiveRecords > 0 {
@@ -203,7 +203,7 @@ func (w *bootWorld) close() {
 // compact opens a stopped store, flushes and compacts it fully, counts its
 // ev/ rows, measures its indexes and closes it: the manual compaction
 // before the bytes-per-event measurement.
-func compact(dataDir string) (rows int64, idx indexBytes, err error) {
+func compact(dataDir string) (rows int64, idx archive.IndexUsage, err error) {
 	s, err := archive.Open(dataDir, archive.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return 0, idx, fmt.Errorf("compact: %w", err)
@@ -223,17 +223,7 @@ func compact(dataDir string) (rows int64, idx indexBytes, err error) {
 		}
 	}
 	if err == nil {
-		var u archive.IndexUsage
-		u, err = s.IndexDiskUsage()
-		idx = indexBytes{Compaction: int64(u.Compaction), Replay: int64(u.Replay)}
+		idx, err = s.IndexDiskUsage()
 	}
 	return rows, idx, errors.Join(err, s.Close())
 }
-
-// indexBytes is a compacted store's two indexes on disk.
-type indexBytes struct {
-	Compaction int64 `json:"compaction"` // rec/, tomb/
-	Replay     int64 `json:"replay"`     // xc/, xd/, xm/
-}
-
-func (b indexBytes) total() int64 { return b.Compaction + b.Replay }

@@ -161,7 +161,7 @@ func buildTable(rep report, o options) []row {
 			fmt.Sprintf("%d events", rs[0].ArchiveEvents)),
 			newRow("archive "+sh+": the same, indexes apart (event rows and state)", "B",
 				vals(rs, func(r bootRun) float64 { return r.FirstChainPerEvent }), target{},
-				fmt.Sprintf("compaction index %.1f B/event, replay index %.1f", perEvent(rs[0].IndexBytes.Compaction, rs[0].ArchiveEvents), perEvent(rs[0].IndexBytes.Replay, rs[0].ArchiveEvents))),
+				fmt.Sprintf("compaction index %.1f B/event, replay index %.1f", perEvent(int64(rs[0].IndexBytes.Compaction), rs[0].ArchiveEvents), perEvent(int64(rs[0].IndexBytes.Replay), rs[0].ArchiveEvents))),
 			newRow("archive "+sh+": bytes on disk per live record, after the end-of-merging pass", "B",
 				vals(rs, func(r bootRun) float64 { return r.BytesPerLiveRecord }), target{},
 				fmt.Sprintf("%d records still exist upstream; %d of %d events left in ev/", rs[0].LiveRecords, rs[0].ArchiveRows, rs[0].ArchiveEvents)))
