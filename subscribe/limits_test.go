@@ -162,6 +162,12 @@ func readingReplays(buf []byte) int {
 // clients; and every one of them gets the whole archive.
 func TestReplayReadersCapped(t *testing.T) {
 	const readers, subs, n = 1, 12, 12000
+	// The sampler must run beside the replays to see one at work: with a
+	// single P it runs only when they all wait, and sees none (go test
+	// -cpu 1 failed 6 runs in 20 so).
+	if runtime.GOMAXPROCS(0) < 2 {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	}
 	for _, tc := range []struct {
 		name      string
 		liveBytes int64
