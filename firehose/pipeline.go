@@ -68,6 +68,7 @@ type job struct {
 	f    upstream.Frame
 	derr error // DecodeFrame's error
 	v    verdict
+	seen time.Time     // when it was dispatched, on the identity resolver's clock
 	size int64         // bytes of the window it holds
 	done chan struct{} // cap 1: its verifier is done (nil: not sent to one)
 }
@@ -181,6 +182,7 @@ func (p *pipeline) dispatch(j *job) {
 		return
 	}
 	did := j.f.DID()
+	j.seen = p.c.cfg.Identity.Now()
 	if j.f.Identity == nil && upstream.ValidDID(did) && !p.c.cfg.Identity.Known(did) {
 		select {
 		case p.ahead <- did:
@@ -198,7 +200,7 @@ func (p *pipeline) laneOf(did string) int {
 // lane checks the frames of in, in order, until in is closed.
 func (p *pipeline) lane(ctx context.Context, in <-chan *job) {
 	for j := range in {
-		j.v = p.c.check(ctx, &j.f, p.gate)
+		j.v = p.c.check(ctx, &j.f, p.gate, j.seen)
 		j.done <- struct{}{}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	comatproto "github.com/bluesky-social/indigo/api/atproto"
 	"github.com/bluesky-social/indigo/atproto/repo"
@@ -43,7 +44,7 @@ type verdict struct {
 // not checked). An error is returned only when ctx ended or the identity
 // store could not be read: the frame is then not accepted.
 func (c *Consumer) verify(ctx context.Context, f *upstream.Frame) (string, error) {
-	v := c.check(ctx, f, nil)
+	v := c.check(ctx, f, nil, time.Time{})
 	return c.judge(&v)
 }
 
@@ -54,7 +55,11 @@ func (c *Consumer) verify(ctx context.Context, f *upstream.Frame) (string, error
 // an #identity before the commits that follow it. The CPU-bound part of a
 // #commit's or #sync's check runs holding a slot of g (nil: no bound);
 // waiting for the network (a DID resolution, a handle check) does not.
-func (c *Consumer) check(ctx context.Context, f *upstream.Frame, g gate) verdict {
+//
+// seen, when set, is when the frame was handed to its lane (the resolver's
+// clock): a document resolved since, by the look-ahead or by another frame,
+// counts as fresh, as the lane's own resolution would.
+func (c *Consumer) check(ctx context.Context, f *upstream.Frame, g gate, seen time.Time) verdict {
 	id := c.cfg.Identity
 	if id.Mode() == ident.ModeOff {
 		return verdict{}
@@ -82,7 +87,7 @@ func (c *Consumer) check(ctx context.Context, f *upstream.Frame, g gate) verdict
 	}
 	s, err := guarded(message)
 	if err == nil {
-		err = c.verifySignature(ctx, did, s, g)
+		err = c.verifySignature(ctx, did, s, g, seen)
 	} else {
 		g.leave()
 	}
@@ -107,7 +112,7 @@ func (c *Consumer) check(ctx context.Context, f *upstream.Frame, g gate) verdict
 // directory and a failed check (ident.Resolver.Verify: re-resolved once,
 // for a rotated key) run after leaving it, so a check waiting for the
 // network holds no verifier slot.
-func (c *Consumer) verifySignature(ctx context.Context, did string, s signed, g gate) error {
+func (c *Consumer) verifySignature(ctx context.Context, did string, s signed, g gate, seen time.Time) error {
 	id := c.cfg.Identity
 	var info *ident.Info
 	var fresh bool
@@ -129,6 +134,7 @@ func (c *Consumer) verifySignature(ctx context.Context, did string, s signed, g 
 			return err
 		}
 	}
+	fresh = fresh || (!seen.IsZero() && info.ResolvedSince(seen))
 	_, err = id.Verify(ctx, info, fresh, s.commit)
 	return err
 }

@@ -76,6 +76,9 @@ func TestReadExport(t *testing.T) {
 		if err != nil || fresh {
 			t.Fatalf("lookup %s: %v fresh=%v, want a memory hit", a.DID, err, fresh)
 		}
+		if info.ResolvedSince(time.Time{}) {
+			t.Fatalf("%s: a document from the export counts as resolved", a.DID)
+		}
 		if info.KeyMultibase != a.PublicKeyMultibase || info.PDSHost() != hostOf(n.HostURLs()[a.Host]) || info.Handle != "" {
 			t.Fatalf("%s: loaded %+v, account %+v", a.DID, info, a)
 		}

@@ -108,6 +108,13 @@ type Info struct {
 	exported bool
 }
 
+// ResolvedSince reports whether info came from a resolution of its DID
+// over the network at or after t (the resolver's clock, Resolver.Now): a
+// check that fails with it would resolve the same document again. A
+// durable copy keeps its first fetch's time; a document from the
+// directory's export never counts.
+func (i *Info) ResolvedSince(t time.Time) bool { return !i.exported && !i.FetchedAt.Before(t) }
+
 // PDSHost is host[:port] of the PDS endpoint ("" when none or unparsable),
 // the form upstream.Download.FinalHost takes.
 func (i *Info) PDSHost() string {
@@ -453,6 +460,14 @@ func (r *Resolver) Lookup(ctx context.Context, did string) (info *Info, fresh bo
 	r.m.cache(tierMiss)
 	info, err = r.refreshSince(ctx, did, now)
 	return info, err == nil, err
+}
+
+// Now is the resolver's clock, the one documents' FetchedAt is read from.
+func (r *Resolver) Now() time.Time {
+	if r == nil {
+		return time.Now()
+	}
+	return r.cfg.Now()
 }
 
 // Known reports whether memory holds a usable document for did (expired

@@ -101,9 +101,14 @@ func TestLookupResolvesThroughPLCAndCaches(t *testing.T) {
 	st := &memStore{m: map[string]archive.Ident{}}
 	r := ident.New(ident.Config{PLC: n.RelayURL(), Metrics: ident.NewMetrics(reg), Store: st, Persist: st.persist})
 	ctx := context.Background()
+	asked := r.Now()
 	info, fresh, err := r.Lookup(ctx, a.DID)
 	if err != nil || !fresh {
 		t.Fatalf("lookup: %v fresh=%v", err, fresh)
+	}
+	if !info.ResolvedSince(asked) || info.ResolvedSince(asked.Add(time.Hour)) {
+		t.Fatalf("resolved at %v: ResolvedSince(%v) %v, an hour later %v", info.FetchedAt, asked,
+			info.ResolvedSince(asked), info.ResolvedSince(asked.Add(time.Hour)))
 	}
 	// The handle is a verdict of CheckIdentity: none before an #identity.
 	if info.KeyMultibase != a.PublicKeyMultibase || info.PDSHost() != hostOf(n.HostURLs()[a.Host]) || info.Handle != "" {
@@ -122,7 +127,8 @@ func TestLookupResolvesThroughPLCAndCaches(t *testing.T) {
 	later := time.Now().Add(25 * time.Hour)
 	r2 := ident.New(ident.Config{PLC: "http://127.0.0.1:1", Store: st, Retries: -1, Metrics: ident.NewMetrics(reg2),
 		Now: func() time.Time { return later }})
-	if info, fresh, err := r2.Lookup(ctx, a.DID); err != nil || fresh || info.KeyMultibase != a.PublicKeyMultibase {
+	if info, fresh, err := r2.Lookup(ctx, a.DID); err != nil || fresh || info.KeyMultibase != a.PublicKeyMultibase ||
+		info.ResolvedSince(later.Add(-time.Hour)) {
 		t.Fatalf("durable lookup: %+v fresh=%v err=%v", info, fresh, err)
 	}
 	promtest.Eventually(t, 5*time.Second, "a failed background refresh", func() bool {
