@@ -27,7 +27,9 @@ done
 dir=${BACKSTREAM_CLIENTS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/backstream-clients}
 mkdir -p "$dir"
 cp "$root/scripts/clients/package.json" "$root/scripts/clients/clients.mjs" "$dir/"
-(cd "$dir" && npm install --no-package-lock --no-audit --no-fund --loglevel=error)
+# One retry: a registry hiccup is not a test failure.
+install() { (cd "$dir" && npm install --no-package-lock --no-audit --no-fund --loglevel=error); }
+install || { echo "test-clients: npm install failed; once more in 5 s" >&2; sleep 5; install; }
 echo "test-clients: node $(node --version); $(cd "$dir" && npm ls --depth=0 2>/dev/null | tail -n +2 | tr -d '\n' | sed 's/[├└]── / /g')"
 cd "$root"
 BACKSTREAM_CLIENTS_DIR="$dir" exec go test -tags npmclients -run '^TestNPMClients$' -count=1 -v -timeout 20m ./oracle/clients

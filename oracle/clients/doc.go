@@ -5,5 +5,6 @@
 // records, reactivations) from `backstream serve`, and their folds must
 // equal the network's records. It needs node and npm and installs the
 // packages from the npm registry, so it is behind the build tag npmclients
-// and out of `make test`: run scripts/test-clients.sh.
+// and out of `make test`: run scripts/test-clients.sh (`make test-clients`;
+// CI runs it after `make test`).
 package clients
