@@ -387,6 +387,7 @@ func DecodeCounts(b []byte) (Counts, error) {
 		n := d.uvarint()
 		if n > MaxFailedClasses {
 			d.fail("%d failed classes, at most %d", n, MaxFailedClasses)
+			n = 0 // no map sized by a malformed count
 		}
 		c.FailedByClass = make(map[string]int64, n)
 		var sum int64

@@ -8,6 +8,7 @@ package archive
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"strings"
 	"testing"
 	"time"
@@ -88,9 +89,25 @@ func FuzzDecodeCounts(f *testing.F) {
 	b, _ := EncodeCounts(Counts{ByStatus: [numRepoStatus]int64{0, 1, 2, 3, 4, 5}, Inactive: 6})
 	f.Add(b)
 	f.Add([]byte{1, 0x80, 0x00, 0, 0, 0, 0, 0}) // guards: non-minimal varint
+	f.Add([]byte{codecV1, 0, 1, 2, 3, 4, 5})    // version 1: no classes
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := DecodeCounts(b)
 		if err != nil {
+			return
+		}
+		if b[0] == codecV1 {
+			// Version 1 is read, never written (the writer rebuilds the
+			// classes from repo/ at start): canonical as version 1.
+			if c.FailedByClass != nil {
+				t.Fatalf("version 1 counts %x read with classes %v", b, c.FailedByClass)
+			}
+			re := []byte{codecV1}
+			for s := RepoStatus(1); s < numRepoStatus; s++ {
+				re = binary.AppendUvarint(re, uint64(c.ByStatus[s]))
+			}
+			if re = binary.AppendUvarint(re, uint64(c.Inactive)); !bytes.Equal(re, b) {
+				t.Fatalf("accepted non-canonical version 1 counts %x", b)
+			}
 			return
 		}
 		if re, _ := EncodeCounts(c); !bytes.Equal(re, b) {
