@@ -61,7 +61,7 @@ func (r *Reader) Offset() int { return r.pos }
 
 func (r *Reader) open() error {
 	b := r.b
-	hlen, n := binary.Uvarint(b)
+	hlen, n := uvarint(b)
 	switch {
 	case n == 0:
 		return fmt.Errorf("%w: header length", ErrTruncated)
@@ -148,7 +148,7 @@ func (r *Reader) Next() (cidBytes, data []byte, err error) {
 	if r.pos >= len(r.b) {
 		return nil, nil, io.EOF
 	}
-	slen, n := binary.Uvarint(r.b[r.pos:])
+	slen, n := uvarint(r.b[r.pos:])
 	switch {
 	case n == 0:
 		return nil, nil, fmt.Errorf("%w: section length at offset %d", ErrTruncated, r.pos)
@@ -166,6 +166,18 @@ func (r *Reader) Next() (cidBytes, data []byte, err error) {
 	}
 	r.pos = start + int(slen)
 	return sec[:clen:clen], sec[clen:], nil
+}
+
+// uvarint is binary.Uvarint, except that ten bytes that all continue are an
+// overflow (n < 0) even when nothing follows them: no eleventh byte can make
+// them a varint, so they are malformed, not cut short (binary.ReadUvarint,
+// which a CAR read from a file goes through, says the same).
+func uvarint(b []byte) (uint64, int) {
+	v, n := binary.Uvarint(b)
+	if n == 0 && len(b) >= binary.MaxVarintLen64 {
+		return 0, -binary.MaxVarintLen64
+	}
+	return v, n
 }
 
 // CheckSection checks one block section (its CID, then the block's bytes)

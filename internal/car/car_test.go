@@ -156,6 +156,8 @@ func TestReadRejects(t *testing.T) {
 	}{
 		{"empty", nil, ErrTruncated},
 		{"header-length-overflow", []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, ErrMalformed},
+		{"header-length-ten-continuing", bytes.Repeat([]byte{0x80}, 10), ErrMalformed},
+		{"header-length-nine-continuing", bytes.Repeat([]byte{0x80}, 9), ErrTruncated},
 		{"header-length-zero", []byte{0x00}, ErrMalformed},
 		{"header-truncated", good[:hdrLen-1], ErrTruncated},
 		{"header-not-map", rawHeader([]byte{0x80}), ErrMalformed},
@@ -173,6 +175,7 @@ func TestReadRejects(t *testing.T) {
 		{"root-link-over-max", rawHeader(cat([]byte{0xa2, 0x65, 'r', 'o', 'o', 't', 's', 0x81}, linkOf(longCID), version(1))), ErrMalformed},
 		{"section-truncated", good[:len(good)-3], ErrTruncated},
 		{"section-length-truncated", append(append([]byte(nil), good[:hdrLen]...), 0x80), ErrTruncated},
+		{"section-length-ten-continuing", append(append([]byte(nil), good[:hdrLen]...), bytes.Repeat([]byte{0x82}, 10)...), ErrMalformed},
 		{"section-empty", append(append([]byte(nil), good[:hdrLen]...), 0x00), ErrMalformed},
 		{"section-bad-cid", badCID, ErrMalformed},
 		{"tampered-sha256", tamperedFast, ErrBadBlock},
