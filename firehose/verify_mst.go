@@ -97,8 +97,31 @@ func decodeNode(data []byte, ref cid.Cid) (*mst.Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkPrefixes(nd); err != nil {
+		return nil, err
+	}
 	n := nd.Node(&ref)
 	return &n, nil
+}
+
+// checkPrefixes refuses a node whose entry shares more of the previous key
+// than that key has, or a negative share, as nodeReader does: indigo's
+// NodeData.Node slices the previous key by it unchecked and panics.
+func checkPrefixes(nd *mst.NodeData) error {
+	prev := 0
+	for _, e := range nd.Entries {
+		if e.PrefixLen < 0 || e.PrefixLen > int64(prev) {
+			return prefixError(e.PrefixLen, prev)
+		}
+		prev = int(e.PrefixLen) + len(e.KeySuffix)
+	}
+	return nil
+}
+
+// prefixError is the error of an MST entry whose prefix length p is not
+// within the previous key (prev bytes).
+func prefixError[P int64 | uint64](p P, prev int) error {
+	return fmt.Errorf("MST entry prefix %d longer than the previous key (%d)", p, prev)
 }
 
 // ensureHeights gives every loaded child without a height its parent's
@@ -178,7 +201,7 @@ func (r *nodeReader) node(ref cid.Cid) (*mst.Node, bool) {
 	for i := range entries {
 		e := &entries[i]
 		if e.prefix > uint64(len(prev)) {
-			r.err = fmt.Errorf("MST entry prefix %d longer than the previous key (%d)", e.prefix, len(prev))
+			r.err = prefixError(e.prefix, len(prev))
 			return nil, false
 		}
 		key := make([]byte, 0, int(e.prefix)+len(e.suffix))

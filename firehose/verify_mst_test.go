@@ -151,6 +151,14 @@ func FuzzDecodeNode(f *testing.F) {
 	f.Add([]byte{0xa2, 0x61, 'l', 0xf6, 0x61, 'e', 0x80})                             // keys out of order
 	f.Add([]byte{0xa2, 0x61, 'e', 0x81, 0xa4, 0x61, 'k', 0x41, 'a', 0x61, 'p', 0x01}) // prefix past the key
 	ref, _ := cid.Prefix{Version: 1, Codec: cid.DagCBOR, MhType: 0x12, MhLength: -1}.Sum([]byte("ref"))
+	// Entries whose keys are not in canonical order ("p" first) go to
+	// indigo's decoder, which takes a prefix past the previous key, or a
+	// negative one, and panics on it in NodeData.Node.
+	link := append([]byte{0xd8, 0x2a, 0x58, byte(1 + ref.ByteLen()), 0x00}, ref.Bytes()...)
+	for _, p := range []byte{0x01, 0x20} { // 1 (the first key has no previous one), -1
+		node := []byte{0xa2, 0x61, 'e', 0x81, 0xa4, 0x61, 'p', p, 0x61, 'k', 0x41, 'a', 0x61, 't', 0xf6, 0x61, 'v'}
+		f.Add(append(append(node, link...), 0x61, 'l', 0xf6))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		want, werr := indigoNode(data, ref)
 		got, gerr := decodeNode(data, ref)
