@@ -70,7 +70,10 @@ func commitBlocks(t testing.TB, m *comatproto.SyncSubscribeRepos_Commit) (upstre
 }
 
 // indigoNode is what indigo makes of a node block: its error, or a panic
-// of NodeData.Node (a prefix past the previous key) as an error.
+// of NodeData.Node as an error. NodeData.Node slices the previous key by
+// an entry's prefix length unchecked: past the key's length but within its
+// slice's spare capacity it takes whatever bytes lie there instead of
+// panicking; such a node is an error here too (decodeNode refuses it).
 func indigoNode(data []byte, ref cid.Cid) (n *mst.Node, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -80,6 +83,13 @@ func indigoNode(data []byte, ref cid.Cid) (n *mst.Node, err error) {
 	nd, err := mst.NodeDataFromCBOR(bytes.NewReader(data))
 	if err != nil {
 		return nil, err
+	}
+	var prev int64
+	for i, e := range nd.Entries {
+		if e.PrefixLen > prev {
+			return nil, fmt.Errorf("entry %d: prefix %d past the previous key's %d bytes", i, e.PrefixLen, prev)
+		}
+		prev = e.PrefixLen + int64(len(e.KeySuffix))
 	}
 	node := nd.Node(&ref)
 	return &node, nil
