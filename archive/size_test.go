@@ -8,7 +8,9 @@ package archive
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -75,6 +77,9 @@ func measureSizes(s *Store) (sizeBreakdown, error) {
 	if err == nil { // MemFS stores have no OS directory
 		for _, e := range ents {
 			info, err := e.Info()
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // an obsolete file Pebble's cleaner removed after the compaction returned
+			}
 			if err != nil {
 				return bd, err
 			}
