@@ -106,7 +106,8 @@ func decodeNode(data []byte, ref cid.Cid) (*mst.Node, error) {
 
 // checkPrefixes refuses a node whose entry shares more of the previous key
 // than that key has, or a negative share, as nodeReader does: indigo's
-// NodeData.Node slices the previous key by it unchecked and panics.
+// NodeData.Node slices the previous key by it unchecked, and panics, or
+// takes the bytes that lie past the key in its slice's spare capacity.
 func checkPrefixes(nd *mst.NodeData) error {
 	prev := 0
 	for _, e := range nd.Entries {
@@ -121,7 +122,7 @@ func checkPrefixes(nd *mst.NodeData) error {
 // prefixError is the error of an MST entry whose prefix length p is not
 // within the previous key (prev bytes).
 func prefixError[P int64 | uint64](p P, prev int) error {
-	return fmt.Errorf("MST entry prefix %d longer than the previous key (%d)", p, prev)
+	return fmt.Errorf("MST entry prefix %d not within the previous key (%d bytes)", p, prev)
 }
 
 // ensureHeights gives every loaded child without a height its parent's
@@ -144,9 +145,9 @@ func ensureHeights(n *mst.Node) {
 // "l": link or null} whose entries are maps {"k": bytes, "p": uint, "t":
 // link or null, "v": link}, keys in that order, every head minimal (bytes
 // after the node are ignored, as indigo's reader ignores them). Anything
-// else is not taken (ok false, err nil) and left to indigo; err is set only
-// for a node indigo would fail on too (a prefix longer than the previous
-// key, where indigo panics).
+// else is not taken (ok false, err nil) and left to indigo (through
+// checkPrefixes); err is set only for a prefix longer than the previous
+// key, which indigo does not check (checkPrefixes).
 type nodeReader struct {
 	b   []byte
 	pos int
