@@ -412,7 +412,7 @@ func (c *Consumer) handleFrame(ctx context.Context, f *upstream.Frame, err error
 	}
 	if v == nil {
 		v = &verdict{}
-		*v = c.check(ctx, f, nil, time.Time{})
+		*v = c.check(ctx, f, nil, c.cfg.Identity.Now())
 	}
 	failed, err := c.judge(v)
 	if err != nil {

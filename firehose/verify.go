@@ -44,7 +44,7 @@ type verdict struct {
 // not checked). An error is returned only when ctx ended or the identity
 // store could not be read: the frame is then not accepted.
 func (c *Consumer) verify(ctx context.Context, f *upstream.Frame) (string, error) {
-	v := c.check(ctx, f, nil, time.Time{})
+	v := c.check(ctx, f, nil, c.cfg.Identity.Now())
 	return c.judge(&v)
 }
 
@@ -56,9 +56,10 @@ func (c *Consumer) verify(ctx context.Context, f *upstream.Frame) (string, error
 // #commit's or #sync's check runs holding a slot of g (nil: no bound);
 // waiting for the network (a DID resolution, a handle check) does not.
 //
-// seen, when set, is when the frame was handed to its lane (the resolver's
-// clock): a document resolved since, by the look-ahead or by another frame,
-// counts as fresh, as the lane's own resolution would.
+// seen is when the frame was taken up (handed to its lane, or checked
+// inline), on the resolver's clock: a document resolved from the network
+// since, by this check, the look-ahead or another frame's, counts as fresh
+// (a failed check would resolve the same document again).
 func (c *Consumer) check(ctx context.Context, f *upstream.Frame, g gate, seen time.Time) verdict {
 	id := c.cfg.Identity
 	if id.Mode() == ident.ModeOff {
@@ -115,11 +116,10 @@ func (c *Consumer) check(ctx context.Context, f *upstream.Frame, g gate, seen ti
 func (c *Consumer) verifySignature(ctx context.Context, did string, s signed, g gate, seen time.Time) error {
 	id := c.cfg.Identity
 	var info *ident.Info
-	var fresh bool
 	var err error
 	known := id.Known(did)
 	if known {
-		info, fresh, err = id.Lookup(ctx, did) // memory only: does not wait
+		info, _, err = id.Lookup(ctx, did) // memory only: does not wait
 		if err == nil && s.verifiedBy(info.Key) {
 			g.leave()
 			return nil
@@ -130,12 +130,13 @@ func (c *Consumer) verifySignature(ctx context.Context, did string, s signed, g 
 		return err
 	}
 	if !known {
-		if info, fresh, err = id.Lookup(ctx, did); err != nil {
+		if info, _, err = id.Lookup(ctx, did); err != nil {
 			return err
 		}
 	}
-	fresh = fresh || (!seen.IsZero() && info.ResolvedSince(seen))
-	_, err = id.Verify(ctx, info, fresh, s.commit)
+	// Fresh: resolved from the network since the frame was seen, by this
+	// lookup, the look-ahead or another frame's check.
+	_, err = id.Verify(ctx, info, info.ResolvedSince(seen), s.commit)
 	return err
 }
 
