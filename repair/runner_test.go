@@ -4,11 +4,15 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/cockroachdb/pebble/vfs"
+	"github.com/cockroachdb/pebble/vfs/errorfs"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/upstream"
@@ -106,7 +110,13 @@ func TestScheduledAudit(t *testing.T) {
 // a function applying a unit that fails the test unless it is durable.
 func newStore(t *testing.T) (*archive.Store, *archive.Writer, func(*archive.Unit)) {
 	t.Helper()
-	s, err := archive.Open("/data", archive.Options{FS: vfs.NewMem(), Logger: slog.New(slog.DiscardHandler)})
+	return newStoreOn(t, vfs.NewMem())
+}
+
+// newStoreOn is newStore over fs.
+func newStoreOn(t *testing.T, fs vfs.FS) (*archive.Store, *archive.Writer, func(*archive.Unit)) {
+	t.Helper()
+	s, err := archive.Open("/data", archive.Options{FS: fs, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,4 +230,84 @@ func TestPassWaitsForReplay(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPassWaitsForItsOwnUnit: the stream has accepted the relay's replayed
+// commit of an account, but the writer has not made it durable yet (its
+// write-ahead log write is held) when the pass may begin. The pass first
+// waits until a unit of its own is durable: the writer applies units in
+// order, so the commit is in the ratchet before any listed rev is compared
+// with it, and the account is not marked for a needless whole-repo fetch.
+// The test runs in a synctest bubble, so "the pass has listed nothing
+// while the commit is held" is a fact about the runner once the bubble
+// settles, not what a sleep happened to see.
+func TestPassWaitsForItsOwnUnit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var held atomic.Bool
+		release := make(chan struct{})
+		fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
+			if op == errorfs.OpFileWrite && strings.HasSuffix(path, ".log") && held.Load() {
+				<-release // the write-ahead log's write of the replayed commit
+			}
+			return nil
+		}))
+		s, w, apply := newStoreOn(t, fs)
+		var once sync.Once
+		unhold := func() { once.Do(func() { held.Store(false); close(release) }) }
+		stepped := make(chan struct{}) // closed when the pass's step returns
+		t.Cleanup(func() {
+			// Before the writer and the store close, should the test
+			// fail while the write is held: let the step finish.
+			unhold()
+			<-stepped
+		})
+		ctx := context.Background()
+		now := time.Now // the bubble's clock
+		gapUS := now().UnixMicro()
+		kv, err := archive.GapPut(archive.Gap{ID: 1, Kind: archive.GapOutdatedCursor, FromSeq: 4, ToSeq: 25, FirstSeenUS: gapUS})
+		if err != nil {
+			t.Fatal(err)
+		}
+		apply(&archive.Unit{Puts: []archive.KV{kv}})
+		apply(setRepo(didSame, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revOld}))
+		src := &listing{repos: []upstream.RepoEntry{{DID: didSame, Rev: revNew, Active: true}}}
+		live := &stream{now: now}
+		r, err := New(Config{Store: s, Writer: w, Source: src, Stream: live, Period: time.Second,
+			Logger: slog.New(slog.DiscardHandler), Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		// The replayed commit, accepted and submitted; then an event the
+		// relay stamped after the gap: the stream has caught up.
+		held.Store(true)
+		if err := w.Submit(ctx, setRepo(didSame, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revNew})); err != nil {
+			t.Fatal(err)
+		}
+		live.accept(gapUS + 1)
+		done := make(chan error, 1)
+		go func() { defer close(stepped); done <- r.step(ctx) }()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("the pass finished (%v) while the replayed commit is not durable", err)
+		default:
+		}
+		if n := src.pages.Load(); n != 0 {
+			t.Fatalf("the pass listed %d pages while the replayed commit is not durable: want it waiting for its own unit", n)
+		}
+		unhold()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if n := src.pages.Load(); n != 1 {
+			t.Fatalf("%d pages listed, want the pass to run once the commit is durable", n)
+		}
+		if st, _ := s.RepoState(didSame); st.Refetch != archive.RefetchNone {
+			t.Fatalf("the account whose replayed commit was in flight is marked: %+v", st)
+		}
+		if gs, _ := s.Gaps(); len(gs) != 1 || gs[0].Open() {
+			t.Fatalf("gaps %+v: want the gap closed (nothing to fetch)", gs)
+		}
+	})
 }
