@@ -159,6 +159,27 @@ func (s *stream) accept(eventUS int64) {
 	s.eventUS.Store(eventUS)
 }
 
+// outdatedCursorPass records an outdated-cursor gap found now and returns
+// a runner whose listing names didSame at revNew, its live stream (a
+// Period of 1 s), and the gap's time.
+func outdatedCursorPass(t *testing.T, s *archive.Store, w *archive.Writer, apply func(*archive.Unit), now func() time.Time) (*Runner, *listing, *stream, int64) {
+	t.Helper()
+	gapUS := now().UnixMicro()
+	kv, err := archive.GapPut(archive.Gap{ID: 1, Kind: archive.GapOutdatedCursor, FromSeq: 4, ToSeq: 25, FirstSeenUS: gapUS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply(&archive.Unit{Puts: []archive.KV{kv}})
+	src := &listing{repos: []upstream.RepoEntry{{DID: didSame, Rev: revNew, Active: true}}}
+	live := &stream{now: now}
+	r, err := New(Config{Store: s, Writer: w, Source: src, Stream: live, Period: time.Second,
+		Logger: slog.New(slog.DiscardHandler), Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, src, live, gapUS
+}
+
 // TestPassWaitsForReplay: after an outdated cursor the relay replays its
 // retained backlog, events stamped before the gap was found. A pass that
 // compared while the backlog streams in would mark every account whose
@@ -184,19 +205,7 @@ func TestPassWaitsForReplay(t *testing.T) {
 			var clock atomic.Int64
 			clock.Store(time.Unix(1_800_000_000, 0).UnixNano())
 			now := func() time.Time { return time.Unix(0, clock.Load()) }
-			gapUS := now().UnixMicro()
-			kv, err := archive.GapPut(archive.Gap{ID: 1, Kind: archive.GapOutdatedCursor, FromSeq: 4, ToSeq: 25, FirstSeenUS: gapUS})
-			if err != nil {
-				t.Fatal(err)
-			}
-			apply(&archive.Unit{Puts: []archive.KV{kv}})
-			src := &listing{repos: []upstream.RepoEntry{{DID: didSame, Rev: revNew, Active: true}}}
-			live := &stream{now: now}
-			r, err := New(Config{Store: s, Writer: w, Source: src, Stream: live, Period: time.Second,
-				Logger: slog.New(slog.DiscardHandler), Now: now})
-			if err != nil {
-				t.Fatal(err)
-			}
+			r, src, live, gapUS := outdatedCursorPass(t, s, w, apply, now)
 			waiting := func(what string) {
 				t.Helper()
 				if err := r.step(ctx); err != nil {
@@ -263,20 +272,8 @@ func TestPassWaitsForItsOwnUnit(t *testing.T) {
 		})
 		ctx := context.Background()
 		now := time.Now // the bubble's clock
-		gapUS := now().UnixMicro()
-		kv, err := archive.GapPut(archive.Gap{ID: 1, Kind: archive.GapOutdatedCursor, FromSeq: 4, ToSeq: 25, FirstSeenUS: gapUS})
-		if err != nil {
-			t.Fatal(err)
-		}
-		apply(&archive.Unit{Puts: []archive.KV{kv}})
 		apply(setRepo(didSame, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revOld}))
-		src := &listing{repos: []upstream.RepoEntry{{DID: didSame, Rev: revNew, Active: true}}}
-		live := &stream{now: now}
-		r, err := New(Config{Store: s, Writer: w, Source: src, Stream: live, Period: time.Second,
-			Logger: slog.New(slog.DiscardHandler), Now: now})
-		if err != nil {
-			t.Fatal(err)
-		}
+		r, src, live, gapUS := outdatedCursorPass(t, s, w, apply, now)
 
 		// The replayed commit, accepted and submitted; then an event the
 		// relay stamped after the gap: the stream has caught up.
