@@ -62,13 +62,10 @@ bench-ab:
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m $(PKGS)
 
-# Every fuzz target for FUZZTIME each.
+# Every fuzz target for FUZZTIME each, stopping at the first finding (see
+# scripts/fuzz.sh).
 fuzz:
-	@for pkg in $$($(GO) list $(PKGS)); do \
-	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
-	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 100x $$pkg || exit 1; \
-	  done; \
-	done
+	GO=$(GO) FUZZTIME=$(FUZZTIME) PKGS="$(PKGS)" ./scripts/fuzz.sh
 
 # The whole product on loopback: a simulated network and backstream serving it.
 demo: build
