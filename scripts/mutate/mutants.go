@@ -83,8 +83,8 @@ var mutants = []Mutant{
 		ID: "m08", Invariant: "D1",
 		Name: "writer commits without sync",
 		File: "archive/writer.go",
-		Old:  "return b.Commit(pebble.Sync)",
-		New:  "return b.Commit(pebble.NoSync)",
+		Old:  "func commitSynced(b *pebble.Batch) error { return commitWith(b, pebble.Sync) }",
+		New:  "func commitSynced(b *pebble.Batch) error { return commitWith(b, pebble.NoSync) }",
 		Tests: []Test{
 			{Pkg: "./archive", Run: "^TestWriterPowerLoss$"},
 		},
@@ -134,11 +134,11 @@ var mutants = []Mutant{
 	},
 	{
 		ID: "m13", Invariant: "S6 S3",
-		Name: "retry's repo/ scan swallows an iterator error (a pass ends \"nothing due\")",
-		File: "retry/scan.go",
-		Old: "\tif err := it.Error(); err != nil {\n\t\t_ = it.Close()\n\t\treturn p, &archive.KeyError{Key: \"repo/<scan>\", Kind: archive.ErrRead, Err: err}\n\t}\n" +
+		Name: "a retry pass's read of the due index swallows an iterator error (the pass ends \"nothing due\")",
+		File: "archive/due.go",
+		Old: "\tif err := it.Error(); err != nil {\n\t\t_ = it.Close()\n\t\treturn page, nil, &KeyError{Key: \"due/<scan>\", Kind: ErrRead, Err: err}\n\t}\n" +
 			"\tif err := it.Close(); err != nil {\n",
-		New: "\tif err := it.Error(); false && err != nil {\n\t\t_ = it.Close()\n\t\treturn p, &archive.KeyError{Key: \"repo/<scan>\", Kind: archive.ErrRead, Err: err}\n\t}\n" +
+		New: "\tif err := it.Error(); false && err != nil {\n\t\t_ = it.Close()\n\t\treturn page, nil, &KeyError{Key: \"due/<scan>\", Kind: ErrRead, Err: err}\n\t}\n" +
 			"\tif err := it.Close(); false && err != nil {\n",
 		Tests: []Test{
 			{Pkg: "./retry", Run: "^TestRetryReadFaultSweep$"},
