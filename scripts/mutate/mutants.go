@@ -87,6 +87,7 @@ var mutants = []Mutant{
 		New:  "func commitSynced(b *pebble.Batch) error { return commitWith(b, pebble.NoSync) }",
 		Tests: []Test{
 			{Pkg: "./archive", Run: "^TestWriterPowerLoss$"},
+			{Pkg: "./archive", Run: "^TestWriterReceiptMeansSynced$"},
 		},
 	},
 	{
