@@ -163,6 +163,7 @@ var mutants = []Mutant{
 		New:  "\tc, err := r.cfg.Store.RelayCursor()\n\tif err != nil {\n",
 		Tests: []Test{
 			{Pkg: "./node", Run: "^TestRunReadFaults$"},
+			{Pkg: "./lifecycle", Run: "^TestRelayCursorReadFault$"},
 		},
 	},
 	{
