@@ -263,12 +263,15 @@ func TestPassWaitsForItsOwnUnit(t *testing.T) {
 		s, w, apply := newStoreOn(t, fs)
 		var once sync.Once
 		unhold := func() { once.Do(func() { held.Store(false); close(release) }) }
+		var stepping bool
 		stepped := make(chan struct{}) // closed when the pass's step returns
 		t.Cleanup(func() {
 			// Before the writer and the store close, should the test
 			// fail while the write is held: let the step finish.
 			unhold()
-			<-stepped
+			if stepping {
+				<-stepped
+			}
 		})
 		ctx := context.Background()
 		now := time.Now // the bubble's clock
@@ -283,6 +286,7 @@ func TestPassWaitsForItsOwnUnit(t *testing.T) {
 		}
 		live.accept(gapUS + 1)
 		done := make(chan error, 1)
+		stepping = true
 		go func() { defer close(stepped); done <- r.step(ctx) }()
 		synctest.Wait()
 		select {
