@@ -287,4 +287,14 @@ var mutants = []Mutant{
 			{Pkg: "./subscribe", Run: "^TestReplayDuringCompaction$"},
 		},
 	},
+	{
+		ID: "m28", Invariant: "G2",
+		Name: "a repair pass compares listed revs before a unit of its own is durable (the stream's accepted commits not yet in the ratchet)",
+		File: "repair/runner.go",
+		Old:  "\tif err := r.submit(ctx, &archive.Unit{}); err != nil {\n\t\treturn archive.Audit{}, fmt.Errorf(\"wait for the stream's accepted frames: %w\", err)\n\t}\n",
+		New:  "",
+		Tests: []Test{
+			{Pkg: "./repair", Run: "^TestPassWaitsForItsOwnUnit$"},
+		},
+	},
 }
