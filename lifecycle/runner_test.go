@@ -18,9 +18,9 @@ import (
 // an error naming the key, never taken as absent (which would start the
 // consumer at the relay's live tip and skip what happened meanwhile); an
 // absent one is nil, and a present one its seq. node.TestRunReadFaults
-// covers the same through a whole node, where the compaction owner's
-// reads at startup may meet the fault first; this test has nothing else
-// reading.
+// fails the same key under a whole node, which stops at node.New's own
+// earlier read of it: the runner's read is reached only when that one
+// passed (a transient fault), so it has this test of its own.
 func TestRelayCursorReadFault(t *testing.T) {
 	mem := vfs.NewMem()
 	s, err := archive.Open("/data", archive.Options{FS: mem, Logger: slog.New(slog.DiscardHandler)})
