@@ -297,4 +297,55 @@ var mutants = []Mutant{
 			{Pkg: "./repair", Run: "^TestPassWaitsForItsOwnUnit$"},
 		},
 	},
+	{
+		ID: "m29", Invariant: "V1",
+		Name: "a live commit is archived whenever its account's document is in memory, its signature unchecked",
+		File: "firehose/verify.go",
+		Old:  "if err == nil && s.verifiedBy(info.Key) {",
+		New:  "if err == nil {",
+		Tests: []Test{
+			{Pkg: "./firehose", Run: "^TestLiveVerification$"},
+		},
+	},
+	{
+		ID: "m30", Invariant: "V1",
+		Name: "a signature that fails with the account's key passes (repos and live commits alike)",
+		File: "ident/ident.go",
+		Old:  "func (r *Resolver) Verify(ctx context.Context, info *Info, fresh bool, c *repo.Commit) (*Info, error) {\n\terr := c.VerifySignature(info.Key)\n",
+		New:  "func (r *Resolver) Verify(ctx context.Context, info *Info, fresh bool, c *repo.Commit) (*Info, error) {\n\terr := c.VerifySignature(info.Key)\n\terr = nil\n",
+		Tests: []Test{
+			{Pkg: "./backfill", Run: "^TestIdentityFaultsFailTheRepoWithTheirClass$"},
+			{Pkg: "./firehose", Run: "^TestLiveVerification$"},
+		},
+	},
+	{
+		ID: "m31", Invariant: "V3",
+		Name: "a live commit whose ops do not invert to its prevData is archived (the inversion's result unchecked)",
+		File: "firehose/verify.go",
+		Old:  "if root != cid.Cid(*m.PrevData) {",
+		New:  "if false && root != cid.Cid(*m.PrevData) {",
+		Tests: []Test{
+			{Pkg: "./firehose", Run: "^TestLiveVerification$"},
+		},
+	},
+	{
+		ID: "m32", Invariant: "V2",
+		Name: "a repo served by a host that is not the account's PDS is taken (authority unchecked)",
+		File: "ident/ident.go",
+		Old:  "func CheckAuthority(info *Info, host string, trusted ...string) error {\n\tif host == \"\" {",
+		New:  "func CheckAuthority(info *Info, host string, trusted ...string) error {\n\tif true || host == \"\" {",
+		Tests: []Test{
+			{Pkg: "./backfill", Run: "^TestIdentityFaultsFailTheRepoWithTheirClass$"},
+		},
+	},
+	{
+		ID: "m33", Invariant: "E6",
+		Name: "a CAR block whose bytes do not hash to its CID is taken (the sha2-256 fast path)",
+		File: "internal/car/car.go",
+		Old:  "\t\tif !bytes.Equal(sum[:], sec[4:sha256CIDLen]) {\n",
+		New:  "\t\tif false && !bytes.Equal(sum[:], sec[4:sha256CIDLen]) {\n",
+		Tests: []Test{
+			{Pkg: "./backfill", Run: "^(TestJobHostileCARsEmitNothing|TestVerifyFailures)$"},
+		},
+	},
 }
