@@ -348,4 +348,24 @@ var mutants = []Mutant{
 			{Pkg: "./backfill", Run: "^(TestJobHostileCARsEmitNothing|TestVerifyFailures)$"},
 		},
 	},
+	{
+		ID: "m34", Invariant: "G1",
+		Name: "a seq skip above the threshold is counted but not recorded as a gap",
+		File: "firehose/gap.go",
+		Old:  "\t\tif seq-c.last-1 > c.cfg.GapThreshold {\n",
+		New:  "\t\tif false && seq-c.last-1 > c.cfg.GapThreshold {\n",
+		Tests: []Test{
+			{Pkg: "./firehose", Run: "^TestSeqSkipAndRegression$"},
+		},
+	},
+	{
+		ID: "m35", Invariant: "N1 N2",
+		Name: "the sink publishes without the stream sequence each message must follow",
+		File: "natssink/publish.go",
+		Old:  "p.msg.Header = nats.Header{nats.MsgIdHdr: p.hID, HeaderDID: p.hDID, nats.ExpectedLastSeqHdr: p.hExpect}",
+		New:  "p.msg.Header = nats.Header{nats.MsgIdHdr: p.hID, HeaderDID: p.hDID}",
+		Tests: []Test{
+			{Pkg: "./natssink", Run: "^TestSinkWindowFaults$"},
+		},
+	},
 }
