@@ -368,4 +368,25 @@ var mutants = []Mutant{
 			{Pkg: "./natssink", Run: "^TestSinkWindowFaults$"},
 		},
 	},
+	{
+		ID: "m36", Invariant: "X4",
+		Name: "a time cursor is exclusive: resuming with an event's time_us starts after that event",
+		File: "archive/reader.go",
+		Old:  "\t\tif t >= us {\n\t\t\thi = seq\n",
+		New:  "\t\tif t > us {\n\t\t\thi = seq\n",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestSeqAtTimeAndIteration$"},
+			{Pkg: "./subscribe", Run: "^TestResumeByTimeUS$"},
+		},
+	},
+	{
+		ID: "m37", Invariant: "X3",
+		Name: "a subscriber without includeSync gets sync frames",
+		File: "subscribe/params.go",
+		Old:  "if ev.Kind == archive.KindSync && !f.withSync {",
+		New:  "if ev.Kind == archive.KindSync && false {",
+		Tests: []Test{
+			{Pkg: "./subscribe", Run: "^TestReplacementFoldsForV1$"},
+		},
+	},
 }
