@@ -367,6 +367,41 @@ func TestVerifyCommitReresolvesOnceOnRotation(t *testing.T) {
 	}
 }
 
+// TestIdentityWithoutHandleAnnouncesRotation: an #identity event that
+// names no handle still announces a new document (the handle field is
+// optional). The account rotates its key, the #identity comes, then a
+// commit under the new key: it verifies without a forced re-resolution,
+// because the #identity dropped the cached document (V7: none when the
+// rotation is announced). An #identity with a handle refreshes the
+// document through its handle check anyway; without one, only the
+// invalidation does.
+func TestIdentityWithoutHandleAnnouncesRotation(t *testing.T) {
+	n := startNet(t)
+	a := firstActive(t, n)
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	r := ident.New(ident.Config{PLC: n.RelayURL(), Metrics: ident.NewMetrics(reg)})
+	defer r.Close()
+	if _, err := r.VerifyCommit(ctx, a.DID, headCommit(t, n, a.DID)); err != nil {
+		t.Fatalf("genuine commit: %v", err)
+	}
+	if _, err := n.Emit(func(w *world.World) (world.Event, error) { return w.RotateKey(a.DID) }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Emit(func(w *world.World) (world.Event, error) {
+		return w.CreateRecord(a.DID, "app.bsky.feed.like", "", map[string]any{"$type": "app.bsky.feed.like", "createdAt": "2024-01-01T00:00:00Z"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if verdict, result, err := r.CheckIdentity(ctx, a.DID, ""); err != nil || verdict != "" || result != "" {
+		t.Fatalf("#identity without a handle: %q, %q, %v", verdict, result, err)
+	}
+	if _, err := r.VerifyCommit(ctx, a.DID, headCommit(t, n, a.DID)); err != nil {
+		t.Fatalf("commit under the announced key: %v", err)
+	}
+	expect(t, reg, "backstream_ident_reresolved_total", nil, 0)
+}
+
 func TestCheckAuthority(t *testing.T) {
 	info := &ident.Info{DID: "did:plc:x", PDS: "https://pds.example.com"}
 	if err := ident.CheckAuthority(info, "pds.example.com"); err != nil {

@@ -389,4 +389,55 @@ var mutants = []Mutant{
 			{Pkg: "./subscribe", Run: "^TestReplacementFoldsForV1$"},
 		},
 	},
+	{
+		ID: "m38", Invariant: "E10",
+		Name: "a 429 retry also spends the ordinary budget",
+		File: "backfill/job.go",
+		Old:  "\t\t\t\tlimited++\n",
+		New:  "\t\t\t\tlimited++\n\t\t\t\tordinary++\n",
+		Tests: []Test{
+			{Pkg: "./backfill", Run: "^TestJobRateLimitBudget$"},
+		},
+	},
+	{
+		ID: "m39", Invariant: "R3",
+		Name: "emission chunks of twice the row bound",
+		File: "backfill/job_emit.go",
+		Old:  "if len(e.events) == e.r.o.ChunkRows {",
+		New:  "if len(e.events) == 2*e.r.o.ChunkRows {",
+		Tests: []Test{
+			{Pkg: "./backfill", Run: "^TestJobChunks$"},
+		},
+	},
+	{
+		ID: "m40", Invariant: "R3",
+		Name: "emission never waits for its chunks in flight (a big repo queued whole)",
+		File: "backfill/job_emit.go",
+		Old:  "if over := e.submitted - e.received - e.r.o.ChunksInFlight; over >= 0 {",
+		New:  "if over := e.submitted - e.received - e.r.o.ChunksInFlight; false && over >= 0 {",
+		Tests: []Test{
+			{Pkg: "./backfill", Run: "^TestJobChunks$"},
+		},
+	},
+	{
+		ID: "m41", Invariant: "V7 V4",
+		Name: "an #identity event does not drop the account's cached document",
+		File: "ident/handle.go",
+		Old:  "\tr.Invalidate(did)\n\tif handle == \"\" {",
+		New:  "\tif handle == \"\" {",
+		Tests: []Test{
+			{Pkg: "./firehose", Run: "^TestLiveVerification$"},
+			{Pkg: "./ident", Run: "^TestIdentityWithoutHandleAnnouncesRotation$"},
+		},
+	},
+	{
+		ID: "m42", Invariant: "K3",
+		Name: "a compaction pass removes rows without journaling its intent first",
+		File: "archive/compact.go",
+		Old:  "\t\tif err := p.writeIntent(); err != nil {\n\t\t\treturn p.res, err\n\t\t}\n",
+		New:  "",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestCompactPowerLoss$"},
+		},
+	},
 }
