@@ -440,4 +440,34 @@ var mutants = []Mutant{
 			{Pkg: "./archive", Run: "^TestCompactPowerLoss$"},
 		},
 	},
+	{
+		ID: "m43", Invariant: "E7",
+		Name: "a CAR whose commit names another DID than the one requested is taken",
+		File: "backfill/verify.go",
+		Old:  "if commit.DID != wantDID {",
+		New:  "if false && commit.DID != wantDID {",
+		Tests: []Test{
+			{Pkg: "./backfill", Run: "^(TestVerifyFailures|TestJobHostileCARsEmitNothing)$"},
+		},
+	},
+	{
+		ID: "m44", Invariant: "E14",
+		Name: "getRepo follows one redirect more than MaxRedirects",
+		File: "upstream/guard.go",
+		Old:  "if len(via) > MaxRedirects {",
+		New:  "if len(via) > MaxRedirects+1 {",
+		Tests: []Test{
+			{Pkg: "./upstream", Run: "^TestGetRepoRedirectChain$"},
+		},
+	},
+	{
+		ID: "m45", Invariant: "E14 V6",
+		Name: "a private address (10/8, 172.16/12, 192.168/16, fc00::/7) is dialled",
+		File: "upstream/guard.go",
+		Old:  "\tcase ip.IsPrivate():\n",
+		New:  "\tcase false && ip.IsPrivate():\n",
+		Tests: []Test{
+			{Pkg: "./upstream", Run: "^(TestGetRepoForbiddenRedirects|TestGuard.*)$"},
+		},
+	},
 }
