@@ -470,4 +470,24 @@ var mutants = []Mutant{
 			{Pkg: "./upstream", Run: "^(TestGetRepoForbiddenRedirects|TestGuard.*)$"},
 		},
 	},
+	{
+		ID: "m46", Invariant: "D4",
+		Name: "the collection filter also drops account, identity and sync events",
+		File: "subscribe/params.go",
+		Old:  "if !ev.Kind.IsCommit() || f.allCollections() {",
+		New:  "if f.allCollections() {",
+		Tests: []Test{
+			{Pkg: "./subscribe", Run: "^TestFilterMatrix$"},
+		},
+	},
+	{
+		ID: "m47", Invariant: "V8",
+		Name: "live frames go to a random verification lane, not their account's (an account's frames checked out of order)",
+		File: "firehose/pipeline.go",
+		Old:  "return int(maphash.String(p.seed, did) % uint64(len(p.lanes)))",
+		New:  "return int(maphash.String(maphash.MakeSeed(), did) % uint64(len(p.lanes)))",
+		Tests: []Test{
+			{Pkg: "./firehose", Run: "^TestPipelineKeepsAccountOrder$"},
+		},
+	},
 }
