@@ -323,6 +323,20 @@ func headCommit(t *testing.T, n *oracle.Network, did string) *repo.Commit {
 	return c
 }
 
+// rotateAndCommit rotates did's key on the network and commits a record
+// under the new one.
+func rotateAndCommit(t *testing.T, n *oracle.Network, did string) {
+	t.Helper()
+	if _, err := n.Emit(func(w *world.World) (world.Event, error) { return w.RotateKey(did) }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Emit(func(w *world.World) (world.Event, error) {
+		return w.CreateRecord(did, "app.bsky.feed.like", "", map[string]any{"$type": "app.bsky.feed.like", "createdAt": "2024-01-01T00:00:00Z"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestVerifyCommitReresolvesOnceOnRotation(t *testing.T) {
 	n := startNet(t)
 	a := firstActive(t, n)
@@ -334,14 +348,7 @@ func TestVerifyCommitReresolvesOnceOnRotation(t *testing.T) {
 	}
 	// The account rotates its key and commits with the new one: the cached
 	// old key fails, one re-resolution finds the new key.
-	if _, err := n.Emit(func(w *world.World) (world.Event, error) { return w.RotateKey(a.DID) }); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.Emit(func(w *world.World) (world.Event, error) {
-		return w.CreateRecord(a.DID, "app.bsky.feed.like", "", map[string]any{"$type": "app.bsky.feed.like", "createdAt": "2024-01-01T00:00:00Z"})
-	}); err != nil {
-		t.Fatal(err)
-	}
+	rotateAndCommit(t, n, a.DID)
 	if _, err := r.VerifyCommit(ctx, a.DID, headCommit(t, n, a.DID)); err != nil {
 		t.Fatalf("commit under the rotated key: %v", err)
 	}
@@ -385,14 +392,7 @@ func TestIdentityWithoutHandleAnnouncesRotation(t *testing.T) {
 	if _, err := r.VerifyCommit(ctx, a.DID, headCommit(t, n, a.DID)); err != nil {
 		t.Fatalf("genuine commit: %v", err)
 	}
-	if _, err := n.Emit(func(w *world.World) (world.Event, error) { return w.RotateKey(a.DID) }); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.Emit(func(w *world.World) (world.Event, error) {
-		return w.CreateRecord(a.DID, "app.bsky.feed.like", "", map[string]any{"$type": "app.bsky.feed.like", "createdAt": "2024-01-01T00:00:00Z"})
-	}); err != nil {
-		t.Fatal(err)
-	}
+	rotateAndCommit(t, n, a.DID)
 	if verdict, result, err := r.CheckIdentity(ctx, a.DID, ""); err != nil || verdict != "" || result != "" {
 		t.Fatalf("#identity without a handle: %q, %q, %v", verdict, result, err)
 	}
