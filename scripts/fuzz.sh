@@ -26,9 +26,12 @@ inputs() { ls "$1/testdata/fuzz/$2" 2>/dev/null | sort; }
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 flakes=0
-for pkg in $($GO list $PKGS); do
-  dir=$($GO list -f '{{.Dir}}' "$pkg")
-  for f in $($GO test -list '^Fuzz' "$pkg" 2>/dev/null | grep '^Fuzz'); do
+pkgs=$($GO list $PKGS) || exit 1
+for pkg in $pkgs; do
+  dir=$($GO list -f '{{.Dir}}' "$pkg") || exit 1
+  # A package whose tests do not build fails the sweep, not skips it.
+  targets=$($GO test -list '^Fuzz' "$pkg") || { echo "fuzz.sh: cannot list the targets of $pkg" >&2; exit 1; }
+  for f in $(grep '^Fuzz' <<<"$targets"); do
     echo "== $pkg $f"
     before=$(inputs "$dir" "$f")
     $GO test -run '^$' -fuzz "^$f\$" -fuzztime "$FUZZTIME" -fuzzminimizetime 100x "$pkg" 2>&1 | tee "$log"
