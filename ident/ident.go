@@ -427,8 +427,8 @@ func (b *cappedBody) Read(p []byte) (int, error) {
 func (b *cappedBody) Close() error { return b.rc.Close() }
 
 // Lookup returns did's document: from memory, from the durable copy, or
-// from the network (written back). fresh says it came from the network in
-// this call. A document past its TTL is still returned at once (not fresh:
+// from the network (written back). fresh says it came from the network
+// during this call (Info.ResolvedSince the call's start). A document past its TTL is still returned at once (not fresh:
 // a failed check with it resolves again) while a background refresh
 // replaces it, so an expired entry never puts a network round trip on the
 // caller's path; only a DID never seen or invalidated does.
@@ -458,8 +458,12 @@ func (r *Resolver) Lookup(ctx context.Context, did string) (info *Info, fresh bo
 		return info, false, nil
 	}
 	r.m.cache(tierMiss)
-	info, err = r.refreshSince(ctx, did, now)
-	return info, err == nil, err
+	if info, err = r.refreshSince(ctx, did, now); err != nil {
+		return nil, false, err
+	}
+	// The flight may have found a document in memory that arrived since
+	// (another flight's, or the directory's export): fresh by the one rule.
+	return info, info.ResolvedSince(now), nil
 }
 
 // Now is the resolver's clock, the one documents' FetchedAt is read from.
