@@ -323,6 +323,22 @@ func headCommit(t *testing.T, n *oracle.Network, did string) *repo.Commit {
 	return c
 }
 
+// verifiedAccount is a network, its first active account, and a resolver
+// (closed with the test) that has verified the account's head commit once,
+// so its document is in memory; reg holds the resolver's metrics.
+func verifiedAccount(t *testing.T) (*oracle.Network, world.Account, *ident.Resolver, *prometheus.Registry) {
+	t.Helper()
+	n := startNet(t)
+	a := firstActive(t, n)
+	reg := prometheus.NewRegistry()
+	r := ident.New(ident.Config{PLC: n.RelayURL(), Metrics: ident.NewMetrics(reg)})
+	t.Cleanup(r.Close)
+	if _, err := r.VerifyCommit(context.Background(), a.DID, headCommit(t, n, a.DID)); err != nil {
+		t.Fatalf("genuine commit: %v", err)
+	}
+	return n, a, r, reg
+}
+
 // rotateAndCommit rotates did's key on the network and commits a record
 // under the new one.
 func rotateAndCommit(t *testing.T, n *oracle.Network, did string) {
@@ -338,14 +354,8 @@ func rotateAndCommit(t *testing.T, n *oracle.Network, did string) {
 }
 
 func TestVerifyCommitReresolvesOnceOnRotation(t *testing.T) {
-	n := startNet(t)
-	a := firstActive(t, n)
+	n, a, r, reg := verifiedAccount(t)
 	ctx := context.Background()
-	reg := prometheus.NewRegistry()
-	r := ident.New(ident.Config{PLC: n.RelayURL(), Metrics: ident.NewMetrics(reg)})
-	if _, err := r.VerifyCommit(ctx, a.DID, headCommit(t, n, a.DID)); err != nil {
-		t.Fatalf("genuine commit: %v", err)
-	}
 	// The account rotates its key and commits with the new one: the cached
 	// old key fails, one re-resolution finds the new key.
 	rotateAndCommit(t, n, a.DID)
@@ -383,15 +393,8 @@ func TestVerifyCommitReresolvesOnceOnRotation(t *testing.T) {
 // document through its handle check anyway; without one, only the
 // invalidation does.
 func TestIdentityWithoutHandleAnnouncesRotation(t *testing.T) {
-	n := startNet(t)
-	a := firstActive(t, n)
+	n, a, r, reg := verifiedAccount(t)
 	ctx := context.Background()
-	reg := prometheus.NewRegistry()
-	r := ident.New(ident.Config{PLC: n.RelayURL(), Metrics: ident.NewMetrics(reg)})
-	defer r.Close()
-	if _, err := r.VerifyCommit(ctx, a.DID, headCommit(t, n, a.DID)); err != nil {
-		t.Fatalf("genuine commit: %v", err)
-	}
 	rotateAndCommit(t, n, a.DID)
 	if verdict, result, err := r.CheckIdentity(ctx, a.DID, ""); err != nil || verdict != "" || result != "" {
 		t.Fatalf("#identity without a handle: %q, %q, %v", verdict, result, err)
