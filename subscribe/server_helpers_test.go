@@ -235,17 +235,33 @@ type wireEvent struct {
 }
 
 func readEvent(tb testing.TB, c *websocket.Conn, timeout time.Duration) (wireEvent, []byte, error) {
+	ev, b, err := readWire(c, timeout)
+	var bad badMessage
+	if errors.As(err, &bad) {
+		tb.Fatal(bad)
+	}
+	return ev, b, err
+}
+
+// badMessage is a message that is not a JSON event in a text frame.
+type badMessage struct{ msg string }
+
+func (e badMessage) Error() string { return e.msg }
+
+// readWire is readEvent for goroutines other than the test's: a message
+// that is not a JSON event is a badMessage error.
+func readWire(c *websocket.Conn, timeout time.Duration) (wireEvent, []byte, error) {
 	_ = c.SetReadDeadline(time.Now().Add(timeout))
 	typ, b, err := c.ReadMessage()
 	if err != nil {
 		return wireEvent{}, nil, err
 	}
 	if typ != websocket.TextMessage {
-		tb.Fatalf("message type %d, want text", typ)
+		return wireEvent{}, nil, badMessage{fmt.Sprintf("message type %d, want text", typ)}
 	}
 	var ev wireEvent
 	if err := json.Unmarshal(b, &ev); err != nil {
-		tb.Fatalf("bad JSON %q: %v", b, err)
+		return wireEvent{}, nil, badMessage{fmt.Sprintf("bad JSON %q: %v", b, err)}
 	}
 	return ev, b, nil
 }
