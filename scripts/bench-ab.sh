@@ -17,12 +17,16 @@
 #   REF=main QUICK=1 scripts/bench-ab.sh         # smoke: 1 pair of 300x50
 #   REF=HEAD~1 RUNS=5 SHAPES=2000x200 scripts/bench-ab.sh
 #   REF=HEAD B_ARGS="--verify off" scripts/bench-ab.sh   # one side's serve flags
+#
+# Before the pairs each side bootstraps the first shape WARMUPS times
+# (default 1; 0 with QUICK=1), measured and discarded: the first run of a
+# sitting is slow, and it would always be A's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 REF=${REF:?"set REF to the git ref to compare against, e.g. REF=main"}
 if [ "${QUICK:-0}" = 1 ]; then
-  : "${RUNS:=1}" "${SHAPES:=300x50,1000x5}" "${WORKERS:=20}"
+  : "${RUNS:=1}" "${SHAPES:=300x50,1000x5}" "${WORKERS:=20}" "${WARMUPS:=0}"
 fi
 
 commit=$(git rev-parse --verify --quiet "$REF^{commit}") || {
@@ -57,7 +61,7 @@ $GO build -o "$tmp/bench" ./bench/system
 # SIGKILL), and the EXIT trap removes the reference worktree afterwards.
 "$tmp/bench" -ab-ref "$tmp/A" -bin "$tmp/B" \
   -shapes "${SHAPES:-2000x200,20000x10}" -runs "${RUNS:-3}" -workers "${WORKERS:-100}" \
-  -rate "${RATE:-50}" -a-serve-args "${A_ARGS:-}" -b-serve-args "${B_ARGS:-}" \
+  -rate "${RATE:-50}" -ab-warmups "${WARMUPS:-1}" -a-serve-args "${A_ARGS:-}" -b-serve-args "${B_ARGS:-}" \
   -out "${OUT-bench/results}" &
 bench=$!
 trap 'kill -TERM $bench 2>/dev/null; wait $bench; exit 130' INT TERM

@@ -40,6 +40,7 @@ type options struct {
 	pprofDir       string              // CPU profiles of serve in the first run of ingest and fanout; "" = none
 	serveArgs      []string            // appended to every serve's arguments (e.g. --verify off)
 	sideArgs       map[string][]string // A/B mode: appended to the serves of side "A" or "B" only
+	warmups        int                 // A/B mode: discarded runs of the first shape by each side before the pairs
 }
 
 // profilePath is where run's profile of part goes ("" when not profiling).
@@ -88,6 +89,7 @@ func main() {
 	serveArgs := flag.String("serve-args", "", "arguments appended to every serve of every part, space-separated (e.g. \"--verify off\")")
 	abRef := flag.String("ab-ref", "", "A/B mode: the reference serve binary; -bin is the candidate (and runs every devnet); -runs pairs per shape of bootstrap only (see ab.go)")
 	aArgs := flag.String("a-serve-args", "", "A/B mode: arguments appended to the reference's serves only, space-separated")
+	flag.IntVar(&o.warmups, "ab-warmups", 1, "A/B mode: bootstraps of the first shape by each side before the pairs, measured and discarded (the first run of a sitting is slow)")
 	bArgs := flag.String("b-serve-args", "", "A/B mode: arguments appended to the candidate's serves only, space-separated (e.g. \"--verify off\")")
 	flag.Parse()
 	o.serveArgs = strings.Fields(*serveArgs)
@@ -117,6 +119,9 @@ func main() {
 		default:
 			fail(fmt.Errorf("-parts: unknown part %q (want bootstrap, ingest, fanout)", p))
 		}
+	}
+	if o.warmups < 0 {
+		fail(fmt.Errorf("-ab-warmups %d: want 0 or more", o.warmups))
 	}
 	if o.runs < 1 {
 		fail(fmt.Errorf("-runs %d: want at least 1", o.runs))
