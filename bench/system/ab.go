@@ -147,10 +147,10 @@ func runAB(ctx context.Context, o options, refBin string, w io.Writer) ([]abRun,
 }
 
 // warmUpAB runs o.warmups bootstraps of the first shape by each side,
-// measured and discarded. The first run of a sitting is slow whichever
-// binary makes it (A's first run measured 8.97 and 9.20 CPU-µs a record on
-// 2,000 × 200 where its later runs gave 5.05–6.63), and without a warm-up it
-// is always A's: pair 1 would favour B.
+// measured and discarded. The first run of a sitting is often slow (the
+// reference's first run measured 8.97 and 9.20 CPU-µs a record on 2,000 ×
+// 200 where its later runs gave 5.05–6.63), and without a warm-up it is
+// always A's: pair 1 would favour B.
 func warmUpAB(ctx context.Context, o options, refBin string) error {
 	if len(o.shapes) == 0 {
 		return nil
