@@ -20,7 +20,7 @@
 #
 # Before the pairs each side bootstraps the first shape WARMUPS times
 # (default 1; 0 with QUICK=1), measured and discarded: the first run of a
-# sitting is slow, and it would always be A's.
+# sitting is often slow, and it would always be A's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}

@@ -89,7 +89,7 @@ func main() {
 	serveArgs := flag.String("serve-args", "", "arguments appended to every serve of every part, space-separated (e.g. \"--verify off\")")
 	abRef := flag.String("ab-ref", "", "A/B mode: the reference serve binary; -bin is the candidate (and runs every devnet); -runs pairs per shape of bootstrap only (see ab.go)")
 	aArgs := flag.String("a-serve-args", "", "A/B mode: arguments appended to the reference's serves only, space-separated")
-	flag.IntVar(&o.warmups, "ab-warmups", 1, "A/B mode: bootstraps of the first shape by each side before the pairs, measured and discarded (the first run of a sitting is slow)")
+	flag.IntVar(&o.warmups, "ab-warmups", 1, "A/B mode: bootstraps of the first shape by each side before the pairs, measured and discarded (the first run of a sitting is often slow)")
 	bArgs := flag.String("b-serve-args", "", "A/B mode: arguments appended to the candidate's serves only, space-separated (e.g. \"--verify off\")")
 	flag.Parse()
 	o.serveArgs = strings.Fields(*serveArgs)
