@@ -147,10 +147,11 @@ func runAB(ctx context.Context, o options, refBin string, w io.Writer) ([]abRun,
 }
 
 // warmUpAB runs o.warmups bootstraps of the first shape by each side,
-// measured and discarded. The first run of a sitting is often slow (the
-// reference's first run measured 8.97 and 9.20 CPU-µs a record on 2,000 ×
-// 200 where its later runs gave 5.05–6.63), and without a warm-up it is
-// always A's: pair 1 would favour B.
+// measured and discarded. Pair 1 runs A first, and A's first run of a
+// sitting is often slow (b70f9d8's measured 8.97 and 9.20 CPU-µs a record
+// on 2,000 × 200 where its later runs gave 5.05–6.63): without a warm-up
+// pair 1 would favour B. Whether it is the sitting's first run or each
+// binary's was not measured, so both sides warm up.
 func warmUpAB(ctx context.Context, o options, refBin string) error {
 	if len(o.shapes) == 0 {
 		return nil
