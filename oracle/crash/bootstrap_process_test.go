@@ -99,6 +99,15 @@ func TestServeBootstrapSurvivesSIGKILL(t *testing.T) {
 	defer n.Close()
 	const deadline = 2 * time.Second
 	want := armFaults(n, 6)
+	// A floor under each run's pace: 6 workers at 25 ms a download finish
+	// at most 240 repos a second, so the last kill's window (past three
+	// quarters complete, before the bootstrap ends) lasts over a second
+	// and a poll sees it through /status, which is rebuilt at most once a
+	// second. Unslowed, a quiet machine once bootstrapped the last 1,000
+	// repos in 0.7 s and the kill never landed.
+	for host := range 4 {
+		n.Faults().SlowDownloads(host, 25*time.Millisecond)
+	}
 	// The network sends no firehose traffic: do not wait for capture.
 	h := crash.New(t, n, crash.Options{Args: []string{"--enumerate", "relay", "--backfill-workers", "6", "--getrepo-timeout", deadline.String(),
 		"--backfill-memory", "64MiB", "--capture-wait", "100ms"}})
