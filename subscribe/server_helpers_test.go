@@ -281,14 +281,9 @@ func readUntil(tb testing.TB, c *websocket.Conn, last uint64) []uint64 {
 func readUntilErr(c *websocket.Conn, last uint64) ([]uint64, error) {
 	var got []uint64
 	for {
-		_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
-		typ, b, err := c.ReadMessage()
+		ev, _, err := readWire(c, 20*time.Second)
 		if err != nil {
 			return got, fmt.Errorf("read after %d events (last %v): %w", len(got), tail(got), err)
-		}
-		var ev wireEvent
-		if typ != websocket.TextMessage || json.Unmarshal(b, &ev) != nil {
-			return got, fmt.Errorf("message type %d is not a JSON event: %q", typ, b)
 		}
 		got = append(got, ev.Cursor)
 		if ev.Cursor >= last {

@@ -120,12 +120,8 @@ func runAB(ctx context.Context, o options, refBin string, w io.Writer) ([]abRun,
 				order = []string{"B", "A"}
 			}
 			for _, side := range order {
-				bin := o.bin
-				if side == "A" {
-					bin = refBin
-				}
 				logf("A/B %s pair %d/%d: %s ...", sh, i, o.runs, side)
-				r, err := measureAB(ctx, o, bin, sh, o.sideArgs[side]...)
+				r, err := measureSide(ctx, o, refBin, sh, side)
 				if err != nil {
 					return all, fmt.Errorf("A/B %s pair %d side %s: %w", sh, i, side, err)
 				}
@@ -159,12 +155,8 @@ func warmUpAB(ctx context.Context, o options, refBin string) error {
 	sh := o.shapes[0]
 	for i := 1; i <= o.warmups; i++ {
 		for _, side := range []string{"A", "B"} {
-			bin := o.bin
-			if side == "A" {
-				bin = refBin
-			}
 			logf("A/B warm-up %d/%d (discarded): %s %s ...", i, o.warmups, sh, side)
-			r, err := measureAB(ctx, o, bin, sh, o.sideArgs[side]...)
+			r, err := measureSide(ctx, o, refBin, sh, side)
 			if err != nil {
 				return fmt.Errorf("A/B warm-up %s side %s: %w", sh, side, err)
 			}
@@ -193,6 +185,16 @@ func printAB(w io.Writer, sh shape, as, bs []abRun) {
 		}
 		fmt.Fprintf(w, "| **%s** | median | %s | %s | **%.3f** |\n", m.name, m.unit(median(av)), m.unit(median(bv)), median(ratios))
 	}
+}
+
+// measureSide is measureAB of side "A" (the reference, refBin) or "B" (the
+// candidate, o.bin), with that side's serve arguments.
+func measureSide(ctx context.Context, o options, refBin string, sh shape, side string) (abRun, error) {
+	bin := o.bin
+	if side == "A" {
+		bin = refBin
+	}
+	return measureAB(ctx, o, bin, sh, o.sideArgs[side]...)
 }
 
 // measureAB runs one bootstrap of sh by serve binary bin, with extra
