@@ -198,6 +198,7 @@ func readFiltered(fc filterCase, c *websocket.Conn, evs []archive.Event) error {
 	if _, b, err := readWire(c, 80*time.Millisecond); err == nil {
 		return fmt.Errorf("unexpected extra event %s", b)
 	}
+	// want is in seq order: got equal to it is also strictly increasing.
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		return fmt.Errorf("got  %v\nwant %v", got, want)
 	}
