@@ -959,25 +959,10 @@ type hostChange struct {
 
 // stage decides every row and mutation of u without touching the batch.
 func (w *Writer) stage(u *Unit) (*staged, error) {
+	if err := validateUnit(u); err != nil {
+		return nil, err
+	}
 	st := &staged{keep: make([]bool, len(u.Events))}
-	for i := range u.Events {
-		if err := ValidateEvent(&u.Events[i]); err != nil {
-			return nil, invalid("event %d: %v", i, err)
-		}
-	}
-	for _, kv := range u.Puts {
-		if err := checkPutKey(kv.Key); err != nil {
-			return nil, err
-		}
-	}
-	if c := u.Cursor; c.Key != nil {
-		if _, ok := cursorIndex(c.Key); !ok {
-			return nil, invalid("unit cursor under %q, which is not a seq cursor", c.Key)
-		}
-		if c.Seq > math.MaxInt64 {
-			return nil, invalid("unit cursor %d above MaxInt64", c.Seq)
-		}
-	}
 	if w.opts.Capture {
 		if len(u.Repos) > 0 || len(u.Hosts) > 0 || u.Replace != nil {
 			return nil, invalid("the capture writer takes no repo or host mutations or replacements")
@@ -990,20 +975,65 @@ func (w *Writer) stage(u *Unit) (*staged, error) {
 	if err := checkReplacement(u); err != nil {
 		return nil, err
 	}
-	st.revs = make(map[string]string)
-	ratchet := func(did string) (string, error) {
-		if r, ok := st.revs[did]; ok {
-			return r, nil
-		}
-		return w.ratchet(did)
+	if err := w.stageRows(st, u); err != nil {
+		return nil, err
 	}
+	if err := w.stageRepos(st, u.Repos); err != nil {
+		return nil, err
+	}
+	if err := w.stageHosts(st, u.Hosts); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// validateUnit checks u's events, puts and cursor, whatever the state.
+func validateUnit(u *Unit) error {
+	for i := range u.Events {
+		if err := ValidateEvent(&u.Events[i]); err != nil {
+			return invalid("event %d: %v", i, err)
+		}
+	}
+	for _, kv := range u.Puts {
+		if err := checkPutKey(kv.Key); err != nil {
+			return err
+		}
+	}
+	if c := u.Cursor; c.Key != nil {
+		if _, ok := cursorIndex(c.Key); !ok {
+			return invalid("unit cursor under %q, which is not a seq cursor", c.Key)
+		}
+		if c.Seq > math.MaxInt64 {
+			return invalid("unit cursor %d above MaxInt64", c.Seq)
+		}
+	}
+	return nil
+}
+
+// stagedRev is did's rev ratchet as st leaves it: st's new value, else
+// the durable one.
+func (w *Writer) stagedRev(st *staged, did string) (string, error) {
+	if r, ok := st.revs[did]; ok {
+		return r, nil
+	}
+	return w.ratchet(did)
+}
+
+// stageRows decides which of u's rows are kept (st.keep) against the rev
+// ratchets, and the ratchets' new values (st.revs): backfill and retry rows
+// are kept (a replacement's up to its snapshot's rev, which a newer
+// archived rev refuses), a live or merge commit only above its account's
+// ratchet (or at the rev this unit kept it at: the other ops of one
+// commit). A commit whose since is ahead of the ratchet marks a hole.
+func (w *Writer) stageRows(st *staged, u *Unit) error {
+	st.revs = make(map[string]string)
 	if u.Replace != nil {
-		cur, err := ratchet(u.Replace.DID)
+		cur, err := w.stagedRev(st, u.Replace.DID)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if cur > u.Replace.Rev {
-			return nil, fmt.Errorf("%w: %s archived at %s, snapshot at %s", ErrStaleReplacement, u.Replace.DID, cur, u.Replace.Rev)
+			return fmt.Errorf("%w: %s archived at %s, snapshot at %s", ErrStaleReplacement, u.Replace.DID, cur, u.Replace.Rev)
 		}
 	}
 	// admitted remembers the (did, rev) a live/merge row of this unit was
@@ -1016,13 +1046,13 @@ func (w *Writer) stage(u *Unit) (*staged, error) {
 			st.keep[i] = true
 			continue
 		}
-		cur, err := ratchet(ev.DID)
+		cur, err := w.stagedRev(st, ev.DID)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if ev.Since != "" && ev.Source != SourceBackfill && ev.Source != SourceRetry {
 			if hole, err := w.sinceAhead(ev, cur); err != nil {
-				return nil, err
+				return err
 			} else if hole {
 				holes = append(holes, ev.DID)
 			}
@@ -1030,7 +1060,7 @@ func (w *Writer) stage(u *Unit) (*staged, error) {
 		switch ev.Source {
 		case SourceBackfill, SourceRetry:
 			if u.Replace != nil && ev.Rev > u.Replace.Rev {
-				return nil, invalid("replacement row at rev %s above the snapshot rev %s", ev.Rev, u.Replace.Rev)
+				return invalid("replacement row at rev %s above the snapshot rev %s", ev.Rev, u.Replace.Rev)
 			}
 			st.keep[i] = true
 		default:
@@ -1044,23 +1074,31 @@ func (w *Writer) stage(u *Unit) (*staged, error) {
 		}
 	}
 	if u.Replace != nil {
-		if cur, err := ratchet(u.Replace.DID); err != nil {
-			return nil, err
+		if cur, err := w.stagedRev(st, u.Replace.DID); err != nil {
+			return err
 		} else if u.Replace.Rev > cur {
 			st.revs[u.Replace.DID] = u.Replace.Rev
 		}
 	}
 	w.markHoles(u, holes)
-	if len(u.Repos) > 0 {
-		st.repos = make(map[string]RepoState, len(u.Repos))
-		st.old = make(map[string]RepoState, len(u.Repos))
+	return nil
+}
+
+// stageRepos applies the repo mutations ups, in order, to the states st
+// and the store hold (st.repos, and st.old: the durable states they
+// replace).
+func (w *Writer) stageRepos(st *staged, ups []RepoUpdate) error {
+	if len(ups) == 0 {
+		return nil
 	}
-	for _, up := range u.Repos {
+	st.repos = make(map[string]RepoState, len(ups))
+	st.old = make(map[string]RepoState, len(ups))
+	for _, up := range ups {
 		if up.DID == "" || len(up.DID) > maxDID {
-			return nil, invalid("repo update for DID of %d bytes", len(up.DID))
+			return invalid("repo update for DID of %d bytes", len(up.DID))
 		}
 		if up.Func == nil && (up.Fields&^allRepoFields != 0 || up.Fields == 0) {
-			return nil, invalid("repo update for %s names fields 0x%x", up.DID, up.Fields)
+			return invalid("repo update for %s names fields 0x%x", up.DID, up.Fields)
 		}
 		cur, seen := st.repos[up.DID]
 		exists := seen
@@ -1068,7 +1106,7 @@ func (w *Writer) stage(u *Unit) (*staged, error) {
 			var err error
 			cur, exists, err = w.repoState(up.DID)
 			if err != nil {
-				return nil, err
+				return err
 			}
 		}
 		ns := cur
@@ -1088,17 +1126,14 @@ func (w *Writer) stage(u *Unit) (*staged, error) {
 			st.repoOrder = append(st.repoOrder, up.DID)
 		}
 		if !ns.Status.Valid() {
-			return nil, invalid("repo update leaves %s without a valid status", up.DID)
+			return invalid("repo update leaves %s without a valid status", up.DID)
 		}
 		if _, err := EncodeRepoState(ns); err != nil {
-			return nil, invalid("repo update for %s: %v", up.DID, err)
+			return invalid("repo update for %s: %v", up.DID, err)
 		}
 		st.repos[up.DID] = ns
 	}
-	if err := w.stageHosts(st, u.Hosts); err != nil {
-		return nil, err
-	}
-	return st, nil
+	return nil
 }
 
 // upstreamSync reports whether ev is an upstream #sync (live, or merged
