@@ -675,7 +675,21 @@ func (w *Writer) apply(p *pending, u *Unit, dropped int) bool {
 		w.refuse(p, u, r, err)
 		return false
 	}
-	// Apply the staged unit: seqs, times, batch writes, overlays.
+	w.applyRows(p, u, st, &r)
+	for did, rev := range st.revs {
+		w.revs[did] = rev // written once per batch, at commit (flushKeyed)
+	}
+	w.applyRepos(p, st)
+	w.applyHosts(p, st)
+	p.addPuts(u.Puts)
+	p.units = append(p.units, u)
+	p.receipts = append(p.receipts, r)
+	return true
+}
+
+// applyRows gives u's kept rows their seqs and times, writes them and
+// their index entries to p's batch, and counts them into r.
+func (w *Writer) applyRows(p *pending, u *Unit, st *staged, r *Receipt) {
 	now := w.opts.Now().UnixMicro()
 	for i := range u.Events {
 		ev := &u.Events[i]
@@ -713,9 +727,11 @@ func (w *Writer) apply(p *pending, u *Unit, dropped int) bool {
 		p.rowsBy[ev.Source]++
 		p.events = append(p.events, ev)
 	}
-	for did, rev := range st.revs {
-		w.revs[did] = rev // written once per batch, at commit (flushKeyed)
-	}
+}
+
+// applyRepos writes st's repo states, their due/ entries and the counts'
+// changes.
+func (w *Writer) applyRepos(p *pending, st *staged) {
 	for _, ch := range st.repoOrder {
 		ns := st.repos[ch]
 		old, existed := st.old[ch]
@@ -729,6 +745,10 @@ func (w *Writer) apply(p *pending, u *Unit, dropped int) bool {
 		w.count(old, existed, ns)
 		p.counts = true
 	}
+}
+
+// applyHosts writes st's host states and their hostrank/ entries.
+func (w *Writer) applyHosts(p *pending, st *staged) {
 	for _, h := range st.hostOrder {
 		ch := st.hosts[h]
 		if ch.ns == (HostState{}) {
@@ -752,7 +772,12 @@ func (w *Writer) apply(p *pending, u *Unit, dropped int) bool {
 		}
 		w.hosts[h] = ch.ns
 	}
-	for _, kv := range u.Puts {
+}
+
+// addPuts adds a unit's puts to the batch's, a later put of a key
+// replacing an earlier one (written at commit, after the rows).
+func (p *pending) addPuts(puts []KV) {
+	for _, kv := range puts {
 		if i, ok := p.putIdx[string(kv.Key)]; ok {
 			p.puts[i] = kv
 			continue
@@ -763,9 +788,6 @@ func (w *Writer) apply(p *pending, u *Unit, dropped int) bool {
 		p.putIdx[string(kv.Key)] = len(p.puts)
 		p.puts = append(p.puts, kv)
 	}
-	p.units = append(p.units, u)
-	p.receipts = append(p.receipts, r)
-	return true
 }
 
 // idxEntry is one rec/ or tomb/ entry of the open batch: key and value
