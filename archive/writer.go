@@ -432,6 +432,32 @@ func (w *Writer) run() {
 func (w *Writer) commitBatch(first *Unit) bool {
 	p := &pending{b: w.store.db.NewBatch()}
 	defer p.b.Close()
+	w.fill(p, first)
+	if err := w.Err(); err != nil {
+		return false
+	}
+	if !w.seal(p) {
+		return false
+	}
+	if !w.opts.Capture { // the capture writer never holds; the metrics are shared
+		w.opts.Metrics.setHeld(w.bar.units())
+	}
+	if len(p.units) == 0 && p.b.Empty() {
+		return true // every unit waits (or an expiry released none)
+	}
+	start := time.Now()
+	if !p.b.Empty() && !w.commit(p) {
+		return false
+	}
+	// Durable: now, and only now, tell anyone.
+	w.published(p, time.Since(start))
+	return true
+}
+
+// fill applies the expired holds, first, and the units queued behind it
+// to p, until the batch is full or the queue is dry (after the linger, for
+// a bulk batch).
+func (w *Writer) fill(p *pending, first *Unit) {
 	w.expire(p)
 	if first != nil {
 		w.add(p, first)
@@ -440,21 +466,20 @@ func (w *Writer) commitBatch(first *Unit) bool {
 	if linger != nil {
 		defer w.linger.Stop()
 	}
-fill:
 	for p.rows < w.opts.MaxBatchRows && p.b.Len() < w.opts.MaxBatchBytes {
 		var u *Unit
 		select {
 		case u = <-w.in:
 		default:
 			if linger == nil {
-				break fill
+				return
 			}
 			select {
 			case u = <-w.in:
 			case <-linger:
-				break fill
+				return
 			case <-w.stop:
-				break fill
+				return
 			}
 		}
 		w.add(p, u)
@@ -462,9 +487,12 @@ fill:
 			linger = nil // commit as soon as the queue is dry
 		}
 	}
-	if err := w.Err(); err != nil {
-		return false
-	}
+}
+
+// seal adds the batch's keyed writes (ratchets, cursors, puts), index
+// entries and counts to p's batch. It returns false when the writer must
+// stop.
+func (w *Writer) seal(p *pending) bool {
 	if err := w.flushKeyed(p); err != nil {
 		w.bug(err)
 		return false
@@ -481,33 +509,36 @@ fill:
 		}
 		_ = p.b.Set(KeyCounts, v, nil)
 	}
+	return true
+}
+
+// commit commits p's batch synced. It returns false when the writer must
+// stop.
+func (w *Writer) commit(p *pending) bool {
+	err := w.store.checkCommit("commit "+w.name+" batch", p.b)
+	if err == nil {
+		err = commitSynced(p.b)
+	}
+	if err == nil {
+		return true
+	}
+	var fe *FatalError
+	if !errors.As(err, &fe) {
+		err = w.store.persistErr(fmt.Sprintf("commit %s batch of %d rows", w.name, p.rows), err)
+	}
+	w.fail(err)
+	return false
+}
+
+// published tells everyone of a durable batch: the states the writer
+// reads, the live log, the metrics (took: its commit) and the units'
+// receipts.
+func (w *Writer) published(p *pending, took time.Duration) {
 	m := w.opts.Metrics
-	if !w.opts.Capture { // the capture writer never holds; the metrics are shared
-		m.setHeld(w.bar.units())
-	}
-	if len(p.units) == 0 && p.b.Empty() {
-		return true // every unit waits (or an expiry released none)
-	}
-	start := time.Now()
-	if !p.b.Empty() {
-		err := w.store.checkCommit("commit "+w.name+" batch", p.b)
-		if err == nil {
-			err = commitSynced(p.b)
-		}
-		if err != nil {
-			var fe *FatalError
-			if !errors.As(err, &fe) {
-				err = w.store.persistErr(fmt.Sprintf("commit %s batch of %d rows", w.name, p.rows), err)
-			}
-			w.fail(err)
-			return false
-		}
-	}
-	// Durable: now, and only now, tell anyone.
 	w.durableStates()
 	w.live.publish(p.events)
 	w.tombs.Add(uint64(p.tombs))
-	m.committed(w.name, p.rows, time.Since(start).Seconds(), w.nextSeq-1)
+	m.committed(w.name, p.rows, took.Seconds(), w.nextSeq-1)
 	for src := SourceBackfill; src <= SourceRetry; src++ {
 		m.addRows(w.name, src, p.rowsBy[src])
 		m.addStale(src, p.staleBy[src])
@@ -527,7 +558,6 @@ fill:
 		}
 		u.Acks.push(p.receipts[i])
 	}
-	return true
 }
 
 // durableStates moves the committed batch's ratchets and repo states
