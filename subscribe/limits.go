@@ -27,6 +27,13 @@ import (
 // maxInlineFrame.
 const maxInlineFrame = 16 << 10
 
+// outputCapacity is a subscriber's output buffer, fixed at its start: a
+// flush's worth of frames, one inline frame more, the control frames
+// gorilla queued and the frames' headers.
+func outputCapacity(flushBytes int) int {
+	return flushBytes + maxInlineFrame + maxControlPending + 2*maxFrameHeader
+}
+
 // bufferReservation is what one subscriber reserves from the BufferBudget:
 // its output buffer, the control-frame queue and the two render buffers.
 func bufferReservation(flushBytes int) int64 {

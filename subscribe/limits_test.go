@@ -264,7 +264,7 @@ func TestOutputBufferBounded(t *testing.T) {
 		t.Fatalf("%d subscribers", len(subs))
 	}
 	sub := subs[0]
-	want := cap(sub.out)
+	want := outputCapacity(h.srv.cfg.FlushBytes) // not cap(sub.out): its goroutine writes sub.out
 	big := func(i, size int) archive.Event {
 		rec := makeRecord(t, "app.bsky.feed.post", map[string]any{"$type": "app.bsky.feed.post", "text": strings.Repeat("x", size), "createdAt": "2024-11-05T10:11:12.345Z"})
 		return archive.Event{DID: didOf(i % 7), Source: archive.SourceLive, UpstreamSeq: int64(i + 1), Kind: archive.KindCreate,

@@ -147,7 +147,7 @@ func newSubscriber(s *Server, src *source, ws *websocket.Conn, sock *sockConn, r
 		helloCh:  make(chan struct{}),
 		ended:    make(chan endReason, 1),
 		readDone: make(chan struct{}),
-		out:      make([]byte, 0, s.cfg.FlushBytes+maxInlineFrame+maxControlPending+2*maxFrameHeader),
+		out:      make([]byte, 0, outputCapacity(s.cfg.FlushBytes)),
 	}
 	sub.log = s.log.With("subscriber", id, "remote", r.RemoteAddr)
 	sub.filt.Store(req.filter)
