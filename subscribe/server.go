@@ -425,59 +425,24 @@ var upgrader = websocket.Upgrader{
 // 10,000 DIDs is about 400 KB).
 const maxClientMessage = 2 << 20
 
+// handleSubscribe answers GET /subscribe: every refusal (not ready, a bad
+// parameter, no upgrade, over a cap) before the upgrade, with a status
+// and a JSON error; an admitted subscriber is served until it ends.
 func (s *Server) handleSubscribe(w http.ResponseWriter, r *http.Request) {
 	src := s.src.Load()
 	if !s.ready() || src == nil {
-		s.m.refuse(refusedNotReady)
-		m := s.statusMap()
-		phase, _ := m["phase"].(string)
-		m["error"] = "NotReady"
-		m["message"] = "backstream is not serving subscribers yet (phase " + strconv.Quote(phase) + "); retry later"
-		w.Header().Set("Retry-After", strconv.Itoa(int(s.cfg.RetryAfter/time.Second)))
-		writeJSON(w, http.StatusServiceUnavailable, m)
+		s.refuseNotReady(w)
 		return
 	}
-	q, perr := parseQuery(r.URL.RawQuery)
-	var req *request
-	if perr == nil {
-		req, perr = parseRequest(q, r.Header, s.codecs.currentID)
-	}
-	if perr != nil {
-		s.m.refuse(refusedBadParam)
-		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "InvalidParameter", "param": perr.Param, "message": perr.Message})
+	req, ok := s.request(w, r)
+	if !ok {
 		return
 	}
-	if len(req.unknown) > 0 {
-		s.m.unknownParam(len(req.unknown))
-		s.log.Debug("subscribe: ignoring unknown parameters", "count", len(req.unknown),
-			"params", loglimit.Clip(strings.Join(req.unknown, ","), maxLogDetail))
-	}
-	if !websocket.IsWebSocketUpgrade(r) {
-		s.m.refuse(refusedUpgrade)
-		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "NotWebsocket", "message": "GET /subscribe is a websocket endpoint"})
+	start, err := startSeq(src, req)
+	if err != nil {
+		s.log.Error("subscribe: find cursor time", "cursor", req.cursorValue, "err", err)
+		writeJSON(w, http.StatusInternalServerError, map[string]any{"error": "InternalError", "message": "reading the archive failed"})
 		return
-	}
-	// Where the subscriber starts, resolved before the upgrade.
-	var start uint64
-	switch req.cursor {
-	case cursorLive:
-		start = src.live.Tip() + 1
-	case cursorSeq:
-		start = uint64(req.cursorValue)
-		if start == 0 {
-			start = 1
-		}
-		if tip := src.live.Tip(); start > tip+1 {
-			start = tip + 1 // beyond the tip: live
-		}
-	case cursorTime:
-		seq, err := src.store.SeqAtTime(req.cursorValue)
-		if err != nil {
-			s.log.Error("subscribe: find cursor time", "cursor", req.cursorValue, "err", err)
-			writeJSON(w, http.StatusInternalServerError, map[string]any{"error": "InternalError", "message": "reading the archive failed"})
-			return
-		}
-		start = seq
 	}
 	var dz *zdict
 	if req.dictID != 0 {
@@ -487,26 +452,13 @@ func (s *Server) handleSubscribe(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-
 	ip := clientIP(r, s.cfg.TrustForwardedFor)
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "ShuttingDown", "message": "the server is stopping"})
+	id, ok := s.admit(w, ip)
+	if !ok {
 		return
 	}
-	if ref := s.admitLocked(ip); ref != nil {
-		s.mu.Unlock()
-		s.refuseLimit(w, ref, ip)
-		return
-	}
-	s.wg.Add(1)
-	s.nextID++
-	id := s.nextID
-	s.mu.Unlock()
 	defer s.wg.Done()
 	defer s.release(ip)
-
 	hj := &hijacker{ResponseWriter: w}
 	ws, err := upgrader.Upgrade(hj, r, nil)
 	if err != nil {
@@ -514,7 +466,91 @@ func (s *Server) handleSubscribe(w http.ResponseWriter, r *http.Request) {
 		s.m.refuse(refusedUpgrade)
 		return
 	}
-	sub := newSubscriber(s, src, ws, hj.conn, req, dz, start, id, r)
+	s.serveSubscriber(newSubscriber(s, src, ws, hj.conn, req, dz, start, id, r))
+}
+
+// refuseNotReady answers a subscriber before the archive serves: 503, the
+// status and a Retry-After.
+func (s *Server) refuseNotReady(w http.ResponseWriter) {
+	s.m.refuse(refusedNotReady)
+	m := s.statusMap()
+	phase, _ := m["phase"].(string)
+	m["error"] = "NotReady"
+	m["message"] = "backstream is not serving subscribers yet (phase " + strconv.Quote(phase) + "); retry later"
+	w.Header().Set("Retry-After", strconv.Itoa(int(s.cfg.RetryAfter/time.Second)))
+	writeJSON(w, http.StatusServiceUnavailable, m)
+}
+
+// request parses r's query and headers into a subscriber's request, or
+// answers the refusal (a bad parameter, not a websocket upgrade) and
+// reports false.
+func (s *Server) request(w http.ResponseWriter, r *http.Request) (*request, bool) {
+	q, perr := parseQuery(r.URL.RawQuery)
+	var req *request
+	if perr == nil {
+		req, perr = parseRequest(q, r.Header, s.codecs.currentID)
+	}
+	if perr != nil {
+		s.m.refuse(refusedBadParam)
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "InvalidParameter", "param": perr.Param, "message": perr.Message})
+		return nil, false
+	}
+	if len(req.unknown) > 0 {
+		s.m.unknownParam(len(req.unknown))
+		s.log.Debug("subscribe: ignoring unknown parameters", "count", len(req.unknown),
+			"params", loglimit.Clip(strings.Join(req.unknown, ","), maxLogDetail))
+	}
+	if !websocket.IsWebSocketUpgrade(r) {
+		s.m.refuse(refusedUpgrade)
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "NotWebsocket", "message": "GET /subscribe is a websocket endpoint"})
+		return nil, false
+	}
+	return req, true
+}
+
+// startSeq is where req's subscriber starts, resolved before the upgrade:
+// the tip's next seq for live and beyond the tip, else the cursor's seq or
+// the first event at or after its time.
+func startSeq(src *source, req *request) (uint64, error) {
+	switch req.cursor {
+	case cursorSeq:
+		start := max(uint64(req.cursorValue), 1)
+		if tip := src.live.Tip(); start > tip+1 {
+			start = tip + 1 // beyond the tip: live
+		}
+		return start, nil
+	case cursorTime:
+		return src.store.SeqAtTime(req.cursorValue)
+	}
+	return src.live.Tip() + 1, nil
+}
+
+// admit takes a subscriber's place under the caps for a client at ip: its
+// id, and one count in s.wg and ip's the caller gives back (s.wg.Done,
+// s.release). Refused (stopping, or over a cap), it answers and reports
+// false.
+func (s *Server) admit(w http.ResponseWriter, ip string) (uint64, bool) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "ShuttingDown", "message": "the server is stopping"})
+		return 0, false
+	}
+	if ref := s.admitLocked(ip); ref != nil {
+		s.mu.Unlock()
+		s.refuseLimit(w, ref, ip)
+		return 0, false
+	}
+	s.wg.Add(1)
+	s.nextID++
+	id := s.nextID
+	s.mu.Unlock()
+	return id, true
+}
+
+// serveSubscriber runs an upgraded subscriber until it ends, counted in
+// s.subs and the metrics meanwhile.
+func (s *Server) serveSubscriber(sub *subscriber) {
 	s.mu.Lock()
 	s.subs[sub] = struct{}{}
 	s.mu.Unlock()
