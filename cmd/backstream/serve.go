@@ -539,7 +539,6 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 	if err != nil {
 		return err
 	}
-	errc := hs.errc
 	// The sampler gathers the registry, the store's collector included:
 	// it stops before the store closes.
 	stopSampling := startHistory(ctx, s.hist, s.reg, subscribe.DefaultHistoryInterval)
@@ -556,20 +555,11 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 		"backup_dir", s.ck.backupDir)
 
 	if env.fs.get("devnet").(bool) {
-		// Demo mode: the simulated network of package oracle, in-process.
-		log.Info("building the simulated network (--devnet)", "accounts", env.fs.get("devnet-accounts"))
-		net, err := oracle.Start(ctx, oracle.Config{
-			Listen: env.fs.str("devnet-listen"), Accounts: env.fs.get("devnet-accounts").(int),
-			WebDIDs: oracle.DevnetWebDIDs(env.fs.get("devnet-accounts").(int)),
-			Rate:    env.fs.get("devnet-rate").(float64), Logger: log.With("component", "devnet"),
-		})
+		net, err := startDevnet(ctx, env.fs, &o, log)
 		if err != nil {
-			return fmt.Errorf("%w: --devnet: %v", errUsage, err)
+			return err
 		}
 		defer net.Close()
-		o.relay = net.RelayURL()
-		o.loopbackHosts = append(o.loopbackHosts, net.LoopbackHosts()...)
-		log.Info("simulated network up", "relay", o.relay)
 	}
 
 	n, err := node.New(o.nodeConfig(s, crash))
@@ -586,26 +576,49 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 	s.set(func(s *server) { s.node, s.store, s.w, s.state = n, n.Store(), n.Writer(), "" })
 	log.Info("starting", "relay", o.relay, "workers", o.workers, "window", o.window,
 		"memory_budget", o.memory, "getrepo_timeout", o.getRepoTimeout, "repos", len(o.repos), "max_repos", o.maxRepos)
-	runErr := make(chan error, 1)
-	nctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() { runErr <- n.Run(nctx) }()
-	select {
-	case err = <-runErr:
-	case herr := <-errc:
-		// The HTTP server failed: stop the node and report it.
-		err = fmt.Errorf("http server: %w", herr)
-		s.health.Fail(err)
-		cancel()
-		<-runErr
-		return err
-	}
-	if err != nil {
+	if err := s.runNode(ctx, n, hs.errc); err != nil {
 		return err
 	}
 	log.Info("stopped; a restart resumes from the durable state")
 	stopSampling()
 	return n.Close()
+}
+
+// startDevnet starts the simulated network of package oracle in-process
+// (demo mode, --devnet) and points o at its relay and hosts.
+func startDevnet(ctx context.Context, fs *flagSet, o *serveOptions, log *slog.Logger) (*oracle.Network, error) {
+	accounts := fs.get("devnet-accounts").(int)
+	log.Info("building the simulated network (--devnet)", "accounts", accounts)
+	net, err := oracle.Start(ctx, oracle.Config{
+		Listen: fs.str("devnet-listen"), Accounts: accounts, WebDIDs: oracle.DevnetWebDIDs(accounts),
+		Rate: fs.get("devnet-rate").(float64), Logger: log.With("component", "devnet"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: --devnet: %v", errUsage, err)
+	}
+	o.relay = net.RelayURL()
+	o.loopbackHosts = append(o.loopbackHosts, net.LoopbackHosts()...)
+	log.Info("simulated network up", "relay", o.relay)
+	return net, nil
+}
+
+// runNode runs n until it returns or ctx ends; an HTTP server's failure
+// (errc) marks the process unhealthy and stops n first.
+func (s *server) runNode(ctx context.Context, n *node.Node, errc <-chan error) error {
+	runErr := make(chan error, 1)
+	nctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { runErr <- n.Run(nctx) }()
+	select {
+	case err := <-runErr:
+		return err
+	case herr := <-errc:
+		err := fmt.Errorf("http server: %w", herr)
+		s.health.Fail(err)
+		cancel()
+		<-runErr
+		return err
+	}
 }
 
 // connCaps raises the descriptor limit and derives the public listener's
