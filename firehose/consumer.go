@@ -367,38 +367,9 @@ func (c *Consumer) handleFrame(ctx context.Context, f *upstream.Frame, err error
 	}
 	switch {
 	case f.Error != nil:
-		c.m.frame(frameError)
-		kind := AnomalyErrorFrame
-		switch f.Error.Error {
-		case "FutureCursor":
-			kind = AnomalyFutureCursor
-		case "ConsumerTooSlow":
-			kind = AnomalyConsumerTooSlow
-		}
-		c.m.anomaly(kind)
-		c.log.Warn("firehose: relay sent an error frame", "error", loglimit.Clip(f.Error.Error, 64),
-			"message", loglimit.Clip(f.Error.Message, 256), "cursor", c.LastAccepted())
-		if kind == AnomalyFutureCursor && c.hasPos {
-			// The relay's sequence is behind ours: it was rebuilt or
-			// replaced. Follow its live tip; the first frame's unit
-			// records the gap and resets cursor/relay.
-			c.noteGap(archive.GapFutureCursor, true)
-			if err := c.recordNow(ctx); err != nil {
-				return err
-			}
-			c.hasPos = false
-		}
-		return nil
+		return c.handleErrorFrame(ctx, f.Error)
 	case f.Info != nil:
-		c.m.frame(frameInfo)
-		if f.Info.Name == "OutdatedCursor" {
-			c.outdated.Store(true)
-			c.m.outdatedCursor()
-			c.m.anomaly(AnomalyOutdatedCursor)
-			c.log.Error("firehose: relay says our cursor is outdated: events were missed",
-				"cursor", c.LastAccepted())
-			c.noteGap(archive.GapOutdatedCursor, false)
-		}
+		c.handleInfoFrame(f.Info.Name)
 		return nil
 	}
 	seq, _ := f.Seq()
@@ -434,6 +405,13 @@ func (c *Consumer) handleFrame(ctx context.Context, f *upstream.Frame, err error
 		}
 		return fmt.Errorf("firehose: submit seq %d: %w", seq, err)
 	}
+	c.accepted(f, seq)
+	return nil
+}
+
+// accepted moves the consumer's position to seq, whose frame f is
+// submitted.
+func (c *Consumer) accepted(f *upstream.Frame, seq int64) {
 	c.hasPos, c.last = true, seq
 	c.lastAccepted.Store(seq)
 	if c.pending != nil {
@@ -444,7 +422,49 @@ func (c *Consumer) handleFrame(ctx context.Context, f *upstream.Frame, err error
 	now := c.cfg.Now().UnixMicro()
 	c.lastEventUS.Store(min(int64(t*1e6), now))
 	c.acceptedUS.Store(now)
+}
+
+// handleErrorFrame counts and logs the relay's error frame e; a
+// FutureCursor, once the consumer has a position, records a gap and
+// follows the relay's live tip.
+func (c *Consumer) handleErrorFrame(ctx context.Context, e *upstream.ErrorFrame) error {
+	c.m.frame(frameError)
+	kind := AnomalyErrorFrame
+	switch e.Error {
+	case "FutureCursor":
+		kind = AnomalyFutureCursor
+	case "ConsumerTooSlow":
+		kind = AnomalyConsumerTooSlow
+	}
+	c.m.anomaly(kind)
+	c.log.Warn("firehose: relay sent an error frame", "error", loglimit.Clip(e.Error, 64),
+		"message", loglimit.Clip(e.Message, 256), "cursor", c.LastAccepted())
+	if kind != AnomalyFutureCursor || !c.hasPos {
+		return nil
+	}
+	// The relay's sequence is behind ours: it was rebuilt or replaced.
+	// Follow its live tip; the first frame's unit records the gap and
+	// resets cursor/relay.
+	c.noteGap(archive.GapFutureCursor, true)
+	if err := c.recordNow(ctx); err != nil {
+		return err
+	}
+	c.hasPos = false
 	return nil
+}
+
+// handleInfoFrame counts the relay's info frame of that name; an
+// OutdatedCursor records a gap: events were missed.
+func (c *Consumer) handleInfoFrame(name string) {
+	c.m.frame(frameInfo)
+	if name != "OutdatedCursor" {
+		return
+	}
+	c.outdated.Store(true)
+	c.m.outdatedCursor()
+	c.m.anomaly(AnomalyOutdatedCursor)
+	c.log.Error("firehose: relay says our cursor is outdated: events were missed", "cursor", c.LastAccepted())
+	c.noteGap(archive.GapOutdatedCursor, false)
 }
 
 // unit builds the unit of one seq'd frame: its valid rows, their side
