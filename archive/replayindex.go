@@ -622,6 +622,39 @@ func (x *IndexIter) Close() error {
 	return errors.Join(errs...)
 }
 
+// wantReplayIndex reads every ev/ row of snap: the replay index entries
+// each should have (key → seq), and the seqs with a row.
+func wantReplayIndex(snap *pebble.Snapshot) (map[string]uint64, map[uint64]bool, error) {
+	want := make(map[string]uint64)
+	rowAt := make(map[uint64]bool)
+	var buf []byte
+	var idx []idxEntry
+	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: PrefixEvent, UpperBound: prefixEnd(PrefixEvent)})
+	if err != nil {
+		return nil, nil, fmt.Errorf("archive: check the replay index: %w", err)
+	}
+	var ev Event
+	for ok := it.First(); ok; ok = it.Next() {
+		seq, err := ParseSeqKey(PrefixEvent, it.Key())
+		if err == nil {
+			err = DecodeEvent(it.Value(), seq, &ev)
+		}
+		if err != nil {
+			_ = it.Close()
+			return nil, nil, &KeyError{Key: keyString(it.Key()), Kind: ErrMalformed, Err: err}
+		}
+		rowAt[seq] = true
+		buf, idx = appendReplayIndex(buf[:0], idx[:0], &ev)
+		for _, e := range idx {
+			want[string(buf[e.k0:e.k1])] = seq
+		}
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return nil, nil, fmt.Errorf("archive: check the replay index: read ev/: %w", err)
+	}
+	return want, rowAt, nil
+}
+
 // CheckReplayIndex compares the replay index with ev/ in one snapshot:
 // every durable row outside the backfill's unindexed span has exactly its
 // entries (xd/, and xc/ or xm/ by kind: its own keys, or runs spanning
@@ -641,34 +674,11 @@ func (s *Store) CheckReplayIndex() error {
 	if err != nil {
 		return fmt.Errorf("archive: check the replay index: %w", err)
 	}
-	want := make(map[string]uint64)
-	rowAt := make(map[uint64]bool)
-	var buf []byte
-	var idx []idxEntry
-	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: PrefixEvent, UpperBound: prefixEnd(PrefixEvent)})
+	want, rowAt, err := wantReplayIndex(snap)
 	if err != nil {
-		return fmt.Errorf("archive: check the replay index: %w", err)
+		return err
 	}
-	var ev Event
-	for ok := it.First(); ok; ok = it.Next() {
-		seq, err := ParseSeqKey(PrefixEvent, it.Key())
-		if err != nil {
-			_ = it.Close()
-			return &KeyError{Key: keyString(it.Key()), Kind: ErrMalformed, Err: err}
-		}
-		if err := DecodeEvent(it.Value(), seq, &ev); err != nil {
-			_ = it.Close()
-			return &KeyError{Key: keyString(it.Key()), Kind: ErrMalformed, Err: err}
-		}
-		rowAt[seq] = true
-		buf, idx = appendReplayIndex(buf[:0], idx[:0], &ev)
-		for _, e := range idx {
-			want[string(buf[e.k0:e.k1])] = seq
-		}
-	}
-	if err := errors.Join(it.Error(), it.Close()); err != nil {
-		return fmt.Errorf("archive: check the replay index: read ev/: %w", err)
-	}
+	var buf []byte
 	var bad []string
 	note := func(format string, args ...any) {
 		if len(bad) < 10 {
@@ -677,7 +687,7 @@ func (s *Store) CheckReplayIndex() error {
 			bad = append(bad, "…")
 		}
 	}
-	it, err = snap.NewIter(&pebble.IterOptions{LowerBound: PrefixByCollection, UpperBound: prefixEnd(PrefixMarker)})
+	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: PrefixByCollection, UpperBound: prefixEnd(PrefixMarker)})
 	if err != nil {
 		return fmt.Errorf("archive: check the replay index: %w", err)
 	}
