@@ -434,7 +434,7 @@ func (s *Server) handleSubscribe(w http.ResponseWriter, r *http.Request) {
 		s.refuseNotReady(w)
 		return
 	}
-	req, ok := s.request(w, r)
+	req, ok := s.parseSubscribe(w, r)
 	if !ok {
 		return
 	}
@@ -481,10 +481,10 @@ func (s *Server) refuseNotReady(w http.ResponseWriter) {
 	writeJSON(w, http.StatusServiceUnavailable, m)
 }
 
-// request parses r's query and headers into a subscriber's request, or
+// parseSubscribe parses r's query and headers into a subscriber's request, or
 // answers the refusal (a bad parameter, not a websocket upgrade) and
 // reports false.
-func (s *Server) request(w http.ResponseWriter, r *http.Request) (*request, bool) {
+func (s *Server) parseSubscribe(w http.ResponseWriter, r *http.Request) (*request, bool) {
 	q, perr := parseQuery(r.URL.RawQuery)
 	var req *request
 	if perr == nil {
