@@ -128,15 +128,37 @@ func hasDuplicateKey(b []byte, pos int, n uint64) bool {
 	seen := make(map[string]struct{}, n)
 	for i := uint64(0); i < n; i++ {
 		keyStart := pos
-		pos, _ = skipCBOR(b, pos, 0)
+		pos = skipValidated(b, pos)
 		key := keyText(b, keyStart, pos)
 		if _, dup := seen[string(key)]; dup {
 			return true
 		}
 		seen[string(key)] = struct{}{}
-		pos, _ = skipCBOR(b, pos, 0)
+		pos = skipValidated(b, pos)
 	}
 	return false
+}
+
+// skipValidated returns the position after the item at pos, which
+// skipCBOR has already validated: its framing only. Skipping a map's values
+// with skipCBOR again would check each nested unsorted map's keys once more
+// per level above it, work that doubles with every level of nesting.
+func skipValidated(b []byte, pos int) int {
+	for items := uint64(1); items > 0; items-- {
+		major, arg, next, _ := cborhead.ReadLenient(b, pos)
+		pos = next
+		switch major {
+		case 2, 3: // strings
+			pos += int(arg)
+		case 4: // arrays
+			items += arg
+		case 5: // maps
+			items += 2 * arg
+		case 6: // a tag: the item it tags follows
+			items++
+		}
+	}
+	return pos
 }
 
 // validCIDLink checks the bytes of a tag-42 link: the 0x00 multibase prefix,

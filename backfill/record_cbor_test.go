@@ -3,6 +3,7 @@ package backfill
 import (
 	"bytes"
 	"testing"
+	"time"
 )
 
 func TestWellFormedCBORMap(t *testing.T) {
@@ -39,6 +40,11 @@ func TestWellFormedCBORMap(t *testing.T) {
 		{"duplicate key", []byte{0xa2, 0x61, 'a', 0x01, 0x61, 'a', 0x02}, false},
 		{"duplicate key, non-minimal head", []byte{0xa2, 0x61, 'a', 0x01, 0x78, 0x01, 'a', 0x02}, false},
 		{"unsorted distinct keys", []byte{0xa2, 0x61, 'b', 0x01, 0x61, 'a', 0x02}, true},
+		// The duplicate check skips values of every kind to reach the next key.
+		{"unsorted, a duplicate after nested values", append(append([]byte{0xa4, 0x61, 'c', 0x82, 0x01, 0xa1, 0x61, 'x'}, link[3:]...),
+			0x61, 'b', 0xf9, 0x3c, 0x00, 0x61, 'a', 0x62, 'h', 'i', 0x61, 'c', 0xf6), false},
+		{"unsorted, distinct after nested values", append(append([]byte{0xa4, 0x61, 'c', 0x82, 0x01, 0xa1, 0x61, 'x'}, link[3:]...),
+			0x61, 'b', 0xf9, 0x3c, 0x00, 0x61, 'a', 0x62, 'h', 'i', 0x61, 'd', 0xf6), true},
 		{"tag other than 42", []byte{0xa1, 0x61, 'a', 0xc1, 0x01}, false},
 		{"tag 42 over text", []byte{0xa1, 0x61, 'a', 0xd8, 0x2a, 0x61, 'x'}, false},
 		{"tag 42 without 0x00 prefix", append([]byte{0xa1, 0x61, 'l', 0xd8, 0x2a, 0x58, 0x25, 0x01}, link[8:]...), false},
@@ -53,5 +59,33 @@ func TestWellFormedCBORMap(t *testing.T) {
 		if got := wellFormedCBORMap(tc.b); got != tc.ok {
 			t.Errorf("%s: got %v, want %v (% x)", tc.name, got, tc.ok, tc.b)
 		}
+	}
+}
+
+// TestUnsortedNestingLinear: a map whose keys are out of order has its keys
+// checked for duplicates once, whatever nests inside it. Skipping its
+// values with the full check again made the work double with each nested
+// unsorted map: at the depth limit a record of a few hundred bytes held a
+// backfill worker for ever. Checked right it takes microseconds; the
+// minute allowed only turns a hang into a failure.
+func TestUnsortedNestingLinear(t *testing.T) {
+	const depth = maxCBORDepth - 1
+	var b []byte // {"b": {"b": … {} …, "a": 0}, "a": 0}
+	for range depth {
+		b = append(b, 0xa2, 0x61, 'b')
+	}
+	b = append(b, 0xa0)
+	for range depth {
+		b = append(b, 0x61, 'a', 0x00)
+	}
+	done := make(chan bool, 1)
+	go func() { done <- wellFormedCBORMap(b) }()
+	select {
+	case ok := <-done:
+		if !ok {
+			t.Fatal("unsorted nested maps refused")
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("checking %d nested unsorted maps (%d bytes) did not finish", depth, len(b))
 	}
 }
