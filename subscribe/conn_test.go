@@ -1,6 +1,7 @@
 package subscribe
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/promtest"
 )
 
 // TestControlFrames: an idle subscriber's ping is answered (gorilla queues
@@ -87,5 +89,57 @@ func TestLargeFrame(t *testing.T) {
 		if seq == first+1 && (len(b) < 96000 || !strings.Contains(string(b), `"collection":"com.example.big"`)) {
 			t.Fatalf("big event: %d bytes", len(b))
 		}
+	}
+}
+
+// TestPongBetweenLargeFrames: a pong gorilla queued while the subscriber
+// was blocked in a write goes out between frames, never inside one. An
+// event over the inline limit is written from where it was rendered,
+// behind a header in the output buffer; the queued control frames must go
+// before that header. Every event arrives whole and in order, and the pong
+// arrives.
+func TestPongBetweenLargeFrames(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	big := makeRecord(t, "app.bsky.feed.post", map[string]any{"$type": "app.bsky.feed.post",
+		"text": strings.Repeat("x", 40_000), "createdAt": "2024-11-05T10:11:12.345Z"})
+	var evs []archive.Event
+	for i := range 400 { // every one a large frame
+		evs = append(evs, archive.Event{DID: didOf(i % 5), Source: archive.SourceLive, UpstreamSeq: int64(i + 1),
+			Kind: archive.KindCreate, Collection: big.coll, RKey: fmt.Sprintf("3k%011d", i), Rev: fmt.Sprintf("3l%011d", i+1),
+			Record: big.cbor, CID: big.cid})
+	}
+	first, last := h.commit(evs...)
+
+	c := h.dialSmall("?cursor=0") // does not read yet: the subscriber blocks in a write
+	h.waitStill(10 * time.Second)
+	subs := h.subsSnapshot()
+	if len(subs) != 1 {
+		t.Fatalf("%d subscribers, want 1", len(subs))
+	}
+	if err := c.WriteControl(websocket.PingMessage, []byte("are-you-there"), time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	sock := subs[0].sock
+	promtest.Eventually(t, 10*time.Second, "the server to queue its pong", func() bool {
+		sock.mu.Lock()
+		defer sock.mu.Unlock()
+		return len(sock.pending) > 0
+	})
+	pong := make(chan string, 1)
+	c.SetPongHandler(func(s string) error { pong <- s; return nil })
+	for seq := first; seq <= last; seq++ {
+		ev, _, err := readWire(c, 10*time.Second)
+		if err != nil || ev.Cursor != seq {
+			msg := fmt.Sprint(err)
+			t.Fatalf("event %d of %d..%d: cursor %d, err %s…", seq, first, last, ev.Cursor, msg[:min(len(msg), 80)])
+		}
+	}
+	select {
+	case s := <-pong:
+		if s != "are-you-there" {
+			t.Fatalf("pong %q, want the ping's payload", s)
+		}
+	default:
+		t.Fatal("no pong arrived before the last event")
 	}
 }

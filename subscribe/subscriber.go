@@ -690,9 +690,12 @@ func (s *subscriber) writeFailure(err error) (string, string) {
 // writeLarge writes one frame whose payload p is too large for the output
 // buffer: its header with what is buffered, then p itself.
 func (s *subscriber) writeLarge(ctx context.Context, p []byte) error {
+	// Control frames gorilla queued go before the header: taken after it,
+	// a pong would land inside the event's frame.
+	s.out = s.sock.takePending(s.out)
 	s.out = appendFrameHeader(s.out, s.opcode(), len(p))
 	s.tail = p // until written: finish must not cut the frame short
-	if err := s.flush(ctx); err != nil {
+	if err := s.writeOut(ctx); err != nil {
 		return err
 	}
 	rest, err := s.write(ctx, p)
@@ -749,6 +752,12 @@ func (s *subscriber) write(ctx context.Context, b []byte) ([]byte, error) {
 // queued).
 func (s *subscriber) flush(ctx context.Context) error {
 	s.out = s.sock.takePending(s.out)
+	return s.writeOut(ctx)
+}
+
+// writeOut writes the output buffer as it is (flush, without taking the
+// queued control frames first).
+func (s *subscriber) writeOut(ctx context.Context) error {
 	if len(s.out) == 0 {
 		s.position.Store(s.next)
 		return nil
