@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -477,5 +478,87 @@ func TestClientIP(t *testing.T) {
 		if got := clientIP(r, tc.trust); got != tc.want {
 			t.Errorf("clientIP(%q, %q, trust=%v) = %q, want %q", tc.remote, tc.xff, tc.trust, got, tc.want)
 		}
+	}
+}
+
+// TestClientMessageTooBig: one client message holds at most 2 MiB as the
+// server reads it. Beyond, the connection is closed with 1009 and counted
+// as too_big, whether the message came plain or deflated (a few KB on the
+// wire that inflate to 3 MiB), text or binary. A message of exactly 2 MiB
+// is read and applied.
+func TestClientMessageTooBig(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	update := func(size int) []byte { // an options_update for didOf(1), padded with spaces to size bytes
+		head := `{"type":"options_update","payload":{"wantedDids":["` + didOf(1) + `"]}`
+		return []byte(head + strings.Repeat(" ", size-len(head)-1) + "}")
+	}
+	over := update(3 << 20)
+	var wire atomic.Int64
+	for _, tc := range []struct {
+		name string
+		dial func() *websocket.Conn
+		typ  int
+	}{
+		{"plain", func() *websocket.Conn { return h.dial("", nil) }, websocket.TextMessage},
+		{"deflated", func() *websocket.Conn {
+			c, _ := h.dialDeflate("", nil, &wire)
+			c.EnableWriteCompression(true)
+			return c
+		}, websocket.TextMessage},
+		{"deflated binary", func() *websocket.Conn {
+			c, _ := h.dialDeflate("", nil, &wire)
+			c.EnableWriteCompression(true)
+			return c
+		}, websocket.BinaryMessage},
+	} {
+		c := tc.dial()
+		if err := c.WriteMessage(tc.typ, over); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var err error
+		for err == nil {
+			_, _, err = readEvent(t, c, 10*time.Second)
+		}
+		var ce *websocket.CloseError
+		if !asCloseError(err, &ce) || ce.Code != closeTooBig {
+			t.Errorf("%s: a %d-byte message: %v, want close 1009", tc.name, len(over), err)
+		}
+		c.Close()
+	}
+	promtest.Eventually(t, 5*time.Second, "three too_big disconnects", func() bool {
+		return metricValue(h.m.disconnects.WithLabelValues(ReasonTooBig)) == 3
+	})
+
+	c, _ := h.dialDeflate("", nil, &wire)
+	defer c.Close()
+	c.EnableWriteCompression(true)
+	if err := c.WriteMessage(websocket.TextMessage, update(maxClientMessage)); err != nil {
+		t.Fatal(err)
+	}
+	// The server reads a client's frames in order: its pong says it has
+	// read the update.
+	pong := make(chan struct{})
+	c.SetPongHandler(func(string) error { close(pong); return nil })
+	if err := c.WriteControl(websocket.PingMessage, nil, time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	evs := make(chan wireEvent, 1)
+	errs := make(chan error, 1)
+	go func() {
+		ev, _, err := readEvent(t, c, 10*time.Second)
+		evs <- ev
+		errs <- err
+	}()
+	promtest.Eventually(t, 10*time.Second, "the pong", func() bool {
+		select {
+		case <-pong:
+			return true
+		default:
+			return false
+		}
+	})
+	h.commit(genEvents(t, 0, 3, 3)...) // one event each of didOf(0), didOf(1), didOf(2)
+	if ev, err := <-evs, <-errs; err != nil || ev.DID != didOf(1) {
+		t.Fatalf("after a %d-byte update: %s %v, want an event of %s", maxClientMessage, ev.DID, err, didOf(1))
 	}
 }

@@ -18,12 +18,13 @@ const (
 	ReasonHelloTimeout  = "hello_timeout"     // requireHello, and no options_update within HelloTimeout
 	ReasonTooManyMsgs   = "too_many_messages" // client messages beyond MessageRate/MessageBurst
 	ReasonBadOptions    = "bad_options"       // a malformed options_update
+	ReasonTooBig        = "too_big"           // a client message over 2 MiB (inflated, when deflated)
 	ReasonShutdown      = "shutdown"          // the server is stopping, or the archive writer stopped
 	ReasonInternalError = "internal_error"    // reading the archive failed
 )
 
 var disconnectReasons = []string{ReasonClientClosed, ReasonReadError, ReasonWriteError, ReasonTooSlow,
-	ReasonStalled, ReasonHelloTimeout, ReasonTooManyMsgs, ReasonBadOptions, ReasonShutdown, ReasonInternalError}
+	ReasonStalled, ReasonHelloTimeout, ReasonTooManyMsgs, ReasonBadOptions, ReasonTooBig, ReasonShutdown, ReasonInternalError}
 
 // Refusal reasons of backstream_subscribe_refused_total.
 const (

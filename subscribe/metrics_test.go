@@ -19,7 +19,7 @@ func TestMetricsPreinitialised(t *testing.T) {
 	NewMetrics(reg)
 	promtest.RequireZero(t, reg, "backstream_subscribe_events_sent_total", promtest.Label("path", "live", "replay")...)
 	promtest.RequireZero(t, reg, "backstream_subscribe_disconnects_total", promtest.Label("reason",
-		ReasonClientClosed, ReasonReadError, ReasonWriteError, ReasonTooSlow, ReasonBadOptions,
+		ReasonClientClosed, ReasonReadError, ReasonWriteError, ReasonTooSlow, ReasonBadOptions, ReasonTooBig,
 		ReasonShutdown, ReasonInternalError)...)
 	promtest.RequireZero(t, reg, "backstream_subscribe_refused_total", promtest.Label("reason", "bad_param", "not_ready", "upgrade")...)
 }

@@ -45,6 +45,7 @@ const indexChunk = 64
 const (
 	closeGoingAway     = 1001
 	closePolicy        = 1008
+	closeTooBig        = 1009
 	closeInternalError = 1011
 )
 
@@ -169,7 +170,6 @@ func (s *subscriber) end(reason, detail string) {
 // it the connection is closed (too_many_messages).
 func (s *subscriber) readLoop() {
 	defer close(s.readDone)
-	s.ws.SetReadLimit(maxClientMessage)
 	cfg := &s.srv.cfg
 	bucket := newMsgBucket(cfg.MessageRate, cfg.MessageBurst, time.Now())
 	pong := s.ws.PingHandler()
@@ -196,14 +196,17 @@ func (s *subscriber) readLoop() {
 			}
 			return
 		}
-		if typ != websocket.TextMessage {
-			_, _ = io.Copy(io.Discard, r) // Jetstream ignores binary messages too
-			continue
+		b, err := readClientMessage(typ, r)
+		if errors.Is(err, errMessageTooBig) {
+			s.end(ReasonTooBig, fmt.Sprintf("a client message over %d bytes", maxClientMessage))
+			return
 		}
-		b, err := io.ReadAll(r)
 		if err != nil {
 			s.end(ReasonReadError, err.Error())
 			return
+		}
+		if typ != websocket.TextMessage {
+			continue // Jetstream ignores binary messages too
 		}
 		f, err := parseClientMessage(b)
 		if err != nil {
@@ -216,6 +219,30 @@ func (s *subscriber) readLoop() {
 		s.filt.Store(f)
 		s.helloOnce.Do(func() { close(s.helloCh) })
 	}
+}
+
+// errMessageTooBig: a client message inflated past maxClientMessage.
+var errMessageTooBig = errors.New("client message too big")
+
+// readClientMessage reads one client message: a text message's bytes, or a
+// binary one's discarded. It stops past maxClientMessage bytes as the
+// server holds them, inflated when the client deflates (gorilla's own read
+// limit counts the bytes on the wire, a thousandth of that).
+func readClientMessage(typ int, r io.Reader) ([]byte, error) {
+	lr := io.LimitReader(r, maxClientMessage+1)
+	var b []byte
+	var n int64
+	var err error
+	if typ == websocket.TextMessage {
+		b, err = io.ReadAll(lr)
+		n = int64(len(b))
+	} else {
+		n, err = io.Copy(io.Discard, lr)
+	}
+	if err == nil && n > maxClientMessage {
+		err = errMessageTooBig
+	}
+	return b, err
 }
 
 // run serves the connection until it ends and returns the reason.
@@ -823,6 +850,8 @@ func (s *subscriber) finish(reason, detail string) {
 	switch reason {
 	case ReasonTooSlow, ReasonStalled, ReasonHelloTimeout, ReasonTooManyMsgs, ReasonBadOptions:
 		code = closePolicy
+	case ReasonTooBig:
+		code = closeTooBig
 	case ReasonShutdown:
 		code = closeGoingAway
 	case ReasonInternalError:
