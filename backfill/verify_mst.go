@@ -25,8 +25,8 @@ import (
 	"github.com/ipfs/go-cid"
 )
 
-// maxKeyBytes is the longest MST key (mst.MAX_KEY_BYTES); a longer key is
-// dropped as an invalid path.
+// maxKeyBytes is the longest MST key (mst.MAX_KEY_BYTES, which indigo's
+// tree refuses to hold); a tree with a longer key is refused as invalid.
 const maxKeyBytes = mst.MAX_KEY_BYTES
 
 // visitFunc receives one MST entry in key order: the key (valid only during
@@ -173,6 +173,11 @@ func (w *walker) node(self []byte, nd mstNode, height, depth int) error {
 		e := &nd.entries[i]
 		if e.prefix > int64(len(key)) {
 			return verifyErr(ErrBadTree, nil, "node %s entry %d: prefix length %d of a %d-byte key", car.CIDString(self), i, e.prefix, len(key))
+		}
+		if n := e.prefix + int64(len(e.suffix)); n > maxKeyBytes {
+			// Refused before it is built: hashing, comparing and copying
+			// ever longer keys would cost a node's size squared.
+			return verifyErr(ErrBadTree, nil, "node %s entry %d: key of %d bytes, over %d", car.CIDString(self), i, n, maxKeyBytes)
 		}
 		key = append(key[:e.prefix], e.suffix...)
 		w.keyBufs[depth] = key

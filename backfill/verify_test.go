@@ -376,6 +376,17 @@ func keysAtHeight(h, n int) []string {
 	return out
 }
 
+// keyOfLength returns a path of n bytes whose MST height is h.
+func keyOfLength(n, h int) string {
+	for i := 0; ; i++ {
+		k := fmt.Sprintf("app.bsky.feed.post/%d", i)
+		k += strings.Repeat("a", n-len(k))
+		if mst.HeightForKey([]byte(k)) == h {
+			return k
+		}
+	}
+}
+
 // badTreeCases are hand-made MST nodes indigo's writer would never produce.
 func badTreeCases(t testing.TB, f *fixture) []failCase {
 	val := f.records[0].c
@@ -401,6 +412,15 @@ func badTreeCases(t testing.TB, f *fixture) []failCase {
 	add("empty key", nodeBlock(t, mst.NodeData{Entries: []mst.EntryData{entry(0, "")}}))
 	mixed := []string{k0[0], k1[0]}
 	slices.Sort(mixed)
+	long := keyOfLength(maxKeyBytes+1, 0)
+	add("key longer than an MST key may be", nodeBlock(t, mst.NodeData{Entries: []mst.EntryData{entry(0, long)}}))
+	near := keyOfLength(maxKeyBytes-1, 0) // valid; the next key shares all of it
+	grown := near + "00"
+	for i := 1; mst.HeightForKey([]byte(grown)) != 0; i++ {
+		grown = near + fmt.Sprintf("%02d", i)
+	}
+	add("key grown past the limit by its prefix", nodeBlock(t, mst.NodeData{Entries: []mst.EntryData{
+		entry(0, near), entry(int64(len(near)), grown[len(near):])}}))
 	add("key at the wrong height", nodeBlock(t, mst.NodeData{Entries: []mst.EntryData{entry(0, mixed[0]), entry(0, mixed[1])}}))
 	// {"e": [{"k": key, "p": 0, "t": null}], "l": null}: no "v" at all.
 	noValue := append([]byte{0xa2, 0x61, 'e', 0x81, 0xa3, 0x61, 'k', 0x58, byte(len(k0[0]))}, k0[0]...)

@@ -84,7 +84,8 @@ func loadNode(bs blockSource, ref cid.Cid) (*mst.Node, error) {
 
 // decodeNode decodes the node block data (CID ref) into an mst.Node, as
 // mst.NodeData's UnmarshalCBOR and Node do: by nodeReader when the block is
-// canonical, by indigo otherwise.
+// canonical, by indigo otherwise. A node with a key longer than
+// mst.MAX_KEY_BYTES is refused either way.
 func decodeNode(data []byte, ref cid.Cid) (*mst.Node, error) {
 	r := nodeReader{b: data}
 	if n, ok := r.node(ref); ok {
@@ -115,8 +116,19 @@ func checkPrefixes(nd *mst.NodeData) error {
 			return prefixError(e.PrefixLen, prev)
 		}
 		prev = int(e.PrefixLen) + len(e.KeySuffix)
+		if prev > mst.MAX_KEY_BYTES {
+			return keyLengthError(prev)
+		}
 	}
 	return nil
+}
+
+// keyLengthError is the error of an MST key longer than an MST key may be
+// (indigo's tree refuses to hold one). Refused before the key is built:
+// each entry's key is a copy, so keys that each extend the one before
+// would cost a node's size squared in memory.
+func keyLengthError(n int) error {
+	return fmt.Errorf("MST key of %d bytes, over %d", n, mst.MAX_KEY_BYTES)
 }
 
 // prefixError is the error of an MST entry whose prefix length p is not
@@ -147,7 +159,8 @@ func ensureHeights(n *mst.Node) {
 // after the node are ignored, as indigo's reader ignores them). Anything
 // else is not taken (ok false, err nil) and left to indigo (through
 // checkPrefixes); err is set only for a prefix longer than the previous
-// key, which indigo does not check (checkPrefixes).
+// key, which indigo does not check, or a key longer than an MST key may
+// be (checkPrefixes refuses both).
 type nodeReader struct {
 	b   []byte
 	pos int
@@ -203,6 +216,10 @@ func (r *nodeReader) node(ref cid.Cid) (*mst.Node, bool) {
 		e := &entries[i]
 		if e.prefix > uint64(len(prev)) {
 			r.err = prefixError(e.prefix, len(prev))
+			return nil, false
+		}
+		if n := int(e.prefix) + len(e.suffix); n > mst.MAX_KEY_BYTES {
+			r.err = keyLengthError(n)
 			return nil, false
 		}
 		key := make([]byte, 0, int(e.prefix)+len(e.suffix))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 	"slices"
 	"testing"
 
@@ -73,7 +74,9 @@ func commitBlocks(t testing.TB, m *comatproto.SyncSubscribeRepos_Commit) (upstre
 // of NodeData.Node as an error. NodeData.Node slices the previous key by
 // an entry's prefix length unchecked: past the key's length but within its
 // slice's spare capacity it takes whatever bytes lie there instead of
-// panicking; such a node is an error here too (decodeNode refuses it).
+// panicking; such a node is an error here too (decodeNode refuses it), as
+// is a key longer than mst.MAX_KEY_BYTES, which indigo's tree refuses to
+// hold.
 func indigoNode(data []byte, ref cid.Cid) (n *mst.Node, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -90,6 +93,9 @@ func indigoNode(data []byte, ref cid.Cid) (n *mst.Node, err error) {
 			return nil, fmt.Errorf("entry %d: prefix %d past the previous key's %d bytes", i, e.PrefixLen, prev)
 		}
 		prev = e.PrefixLen + int64(len(e.KeySuffix))
+		if prev > mst.MAX_KEY_BYTES {
+			return nil, fmt.Errorf("entry %d: a key of %d bytes", i, prev)
+		}
 	}
 	node := nd.Node(&ref)
 	return &node, nil
@@ -179,6 +185,46 @@ func FuzzDecodeNode(f *testing.F) {
 			t.Fatalf("nodes differ for % x:\n%+v\n%+v", data, got, want)
 		}
 	})
+}
+
+// TestDecodeNodeRefusesLongKeys: a node holding a key longer than
+// mst.MAX_KEY_BYTES is refused, whether the key comes whole or grows by
+// its prefix, from the canonical reader or through indigo's decoder (entry
+// keys out of canonical order). Before, each entry's key was built whole:
+// 8,192 entries each extending the last by 190 bytes, in a frame's 2 MiB,
+// were 6.4 GB of keys.
+func TestDecodeNodeRefusesLongKeys(t *testing.T) {
+	val, _ := cid.Prefix{Version: 1, Codec: cid.DagCBOR, MhType: 0x12, MhLength: -1}.Sum([]byte("v"))
+	entry := func(p int, suffix string) mst.EntryData {
+		return mst.EntryData{PrefixLen: int64(p), KeySuffix: []byte(suffix), Value: val}
+	}
+	near := strings.Repeat("a", mst.MAX_KEY_BYTES)
+	m := mapBlocks{}
+	for name, nd := range map[string]mst.NodeData{
+		"at the limit":    {Entries: []mst.EntryData{entry(0, near)}},
+		"whole":           {Entries: []mst.EntryData{entry(0, near+"b")}},
+		"by their prefix": {Entries: []mst.EntryData{entry(0, near), entry(mst.MAX_KEY_BYTES-1, "bb")}},
+	} {
+		ref := m.put(t, nd)
+		_, err := decodeNode(m[*ref], *ref)
+		if (err == nil) != (name == "at the limit") {
+			t.Errorf("keys %s: %v", name, err)
+		}
+	}
+	// {"e": [{"p": 0, "k": key, "t": null, "v": link}], "l": null}: "p"
+	// first, so nodeReader leaves it to indigo's decoder.
+	link := append([]byte{0xd8, 0x2a, 0x58, byte(1 + val.ByteLen()), 0x00}, val.Bytes()...)
+	nonCanonical := func(key string) []byte {
+		b := []byte{0xa2, 0x61, 'e', 0x81, 0xa4, 0x61, 'p', 0x00, 0x61, 'k', 0x59, byte(len(key) >> 8), byte(len(key))}
+		b = append(append(b, key...), 0x61, 't', 0xf6, 0x61, 'v')
+		return append(append(b, link...), 0x61, 'l', 0xf6)
+	}
+	if _, err := decodeNode(nonCanonical(near), val); err != nil {
+		t.Errorf("a non-canonical node with a key at the limit: %v", err)
+	}
+	if _, err := decodeNode(nonCanonical(near+"b"), val); err == nil {
+		t.Error("a non-canonical node with a key over the limit: taken")
+	}
 }
 
 // mapBlocks is a blockSource over hand-made blocks.
