@@ -130,24 +130,49 @@ func commitOps(c *comatproto.SyncSubscribeRepos_Commit) ([]Op, error) {
 		}
 		ops = append(ops, o)
 	}
-	// Copy the records out of the blocks, into one buffer for the commit:
-	// a record kept downstream (the writer, the live log, whose byte bound
-	// counts only the record) must not pin the whole CAR, MST nodes and all.
+	copyRecords(ops)
+	return ops, nil
+}
+
+// copyRecords copies the ops' records out of the blocks into one buffer
+// for the commit: a record kept downstream (the writer, the live log,
+// whose byte bound counts only the record) must not pin the whole CAR, MST
+// nodes and all. Each block is copied once, and ops naming the same block
+// share its copy, so the buffer is never larger than the blocks (8,192 ops
+// naming one 1 MiB record would otherwise copy 8 GiB).
+func copyRecords(ops []Op) {
+	var copies map[*byte][]byte // a block's copy, by its first byte; when ops may share one
+	if len(ops) > 1 {
+		copies = make(map[*byte][]byte, len(ops))
+	}
 	total := 0
 	for i := range ops {
-		total += len(ops[i].Record)
-	}
-	if total > 0 {
-		buf := make([]byte, 0, total)
-		for i := range ops {
-			if r := ops[i].Record; r != nil {
-				at := len(buf)
-				buf = append(buf, r...)
-				ops[i].Record = buf[at:len(buf):len(buf)]
+		if r := ops[i].Record; r != nil {
+			if _, dup := copies[unsafe.SliceData(r)]; !dup {
+				total += len(r)
+				if copies != nil {
+					copies[unsafe.SliceData(r)] = nil
+				}
 			}
 		}
 	}
-	return ops, nil
+	buf := make([]byte, 0, total)
+	for i := range ops {
+		r := ops[i].Record
+		if r == nil {
+			continue
+		}
+		if c := copies[unsafe.SliceData(r)]; c != nil {
+			ops[i].Record = c
+			continue
+		}
+		at := len(buf)
+		buf = append(buf, r...)
+		ops[i].Record = buf[at:len(buf):len(buf)]
+		if copies != nil {
+			copies[unsafe.SliceData(r)] = ops[i].Record
+		}
+	}
 }
 
 // commitBlock is one block of a commit's CAR: its CID bytes (as a string

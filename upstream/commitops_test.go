@@ -3,7 +3,9 @@ package upstream
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"testing"
+	"unsafe"
 
 	comatproto "github.com/bluesky-social/indigo/api/atproto"
 	lexutil "github.com/bluesky-social/indigo/lex/util"
@@ -135,4 +137,43 @@ func TestCommitOpsPerOpFailures(t *testing.T) {
 			t.Errorf("op %d: failed op carries a record", i)
 		}
 	}
+}
+
+// TestCommitOpsCopiesEachBlockOnce: ops naming the same record block share
+// one copy of it, out of the blocks, so a commit's records never take more
+// memory than its blocks (a frame of 8,192 creates naming one large record
+// copied it 8,192 times).
+func TestCommitOpsCopiesEachBlockOnce(t *testing.T) {
+	fx := buildCommit(t)
+	c := *fx.evt
+	c.Ops = append([]*comatproto.SyncSubscribeRepos_RepoOp(nil), fx.evt.Ops...)
+	created := fx.evt.Ops[2]
+	for i := range 1000 {
+		c.Ops = append(c.Ops, &comatproto.SyncSubscribeRepos_RepoOp{Action: "create", Path: fmt.Sprintf("app.bsky.feed.post/dup%d", i), Cid: created.Cid})
+	}
+	ops, err := CommitOps(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := unsafe.SliceData(ops[2].Record)
+	for i, op := range ops[3:] {
+		if op.Err != nil || !bytes.Equal(op.Record, fx.records[created.Path]) {
+			t.Fatalf("op %d: %v, record %x", 3+i, op.Err, op.Record)
+		}
+		if unsafe.SliceData(op.Record) != shared {
+			t.Fatalf("op %d holds a copy of its own of the created record", 3+i)
+		}
+	}
+	blocks := unsafe.Slice(unsafe.SliceData(c.Blocks), len(c.Blocks))
+	for i, op := range ops {
+		if len(op.Record) > 0 && overlaps(op.Record, blocks) {
+			t.Fatalf("op %d's record aliases the blocks", i)
+		}
+	}
+}
+
+// overlaps reports whether a and b share memory.
+func overlaps(a, b []byte) bool {
+	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
 }
