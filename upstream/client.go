@@ -85,7 +85,7 @@ type Options struct {
 	// scratch file together (default half the scratch volume's space above
 	// its floor, at most DefaultScratchBudgetMax); MinFree is the scratch
 	// volume's free-space floor (diskspace.Floor: 0 the default, negative off); a body
-	// slower than MinBodyBytes per BodyWindow fails with ErrSlowBody
+	// (any read's, not only getRepo's) slower than MinBodyBytes per BodyWindow fails with ErrSlowBody
 	// (defaults DefaultMinBodyBytes, DefaultBodyWindow; negative
 	// MinBodyBytes: no minimum); HostWorkers caps concurrent downloads per
 	// redirect target host (default DefaultHostWorkers).
@@ -384,8 +384,10 @@ func (c *Client) fetchSmall(ctx context.Context, op, rawURL, accept string, max 
 	if resp.StatusCode != http.StatusOK {
 		return nil, host, c.statusError(ctx, op, host, resp, w)
 	}
+	body, stopRate := c.rated(&watchedReader{r: resp.Body, w: w}, cancel)
+	defer stopRate()
 	var buf bytes.Buffer
-	n, err := buf.ReadFrom(io.LimitReader(&watchedReader{r: resp.Body, w: w}, max+1))
+	n, err := buf.ReadFrom(io.LimitReader(body, max+1))
 	if err != nil {
 		return nil, host, c.transportError(ctx, reqCtx, op, host, err)
 	}
@@ -457,6 +459,8 @@ func (c *Client) transportError(ctx, reqCtx context.Context, op, host string, er
 	case errors.Is(context.Cause(reqCtx), ErrSlowBody):
 		e.kind = ErrSlowBody
 		e.Err = fmt.Errorf("%w: under %d bytes in %s", ErrSlowBody, c.opts.MinBodyBytes, c.opts.BodyWindow)
+		c.trips.trip(slog.LevelInfo, limitMinBodyRate, "upstream: a body under the minimum throughput; cut",
+			"op", op, "host", host, "min_bytes", c.opts.MinBodyBytes, "window", c.opts.BodyWindow)
 	default:
 		e.kind = kindOf(err)
 		if e.kind == context.Canceled || e.kind == context.DeadlineExceeded {

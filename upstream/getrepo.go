@@ -137,22 +137,14 @@ func (c *Client) getRepo(ctx context.Context, direct *url.URL, did string) (*Dow
 		return nil, &Error{Op: op, Host: host, StatusCode: resp.StatusCode,
 			Err: fmt.Errorf("%w: Content-Length %d > %d", ErrTooLarge, resp.ContentLength, c.opts.MaxCARBytes), kind: ErrTooLarge}
 	}
-	body := io.Reader(&watchedReader{r: resp.Body, w: w})
-	if c.opts.MinBodyBytes > 0 {
-		rw := startRateWatch(c.opts.MinBodyBytes, c.opts.BodyWindow, cancel)
-		defer rw.stop()
-		body = &ratedReader{r: body, w: rw}
-	}
+	body, stopRate := c.rated(&watchedReader{r: resp.Body, w: w}, cancel)
+	defer stopRate()
 	d, err := c.readBody(resp, body)
 	if err != nil {
 		var ue *Error
 		if errors.As(err, &ue) && ue.Op == "" {
 			ue.Op, ue.Host, ue.StatusCode = op, host, resp.StatusCode
 			return nil, ue
-		}
-		if errors.Is(context.Cause(reqCtx), ErrSlowBody) {
-			c.trips.trip(slog.LevelInfo, limitMinBodyRate, "upstream: getRepo body under the minimum throughput; cut",
-				"host", host, "min_bytes", c.opts.MinBodyBytes, "window", c.opts.BodyWindow)
 		}
 		return nil, c.transportError(ctx, reqCtx, op, host, err)
 	}

@@ -11,6 +11,7 @@ package upstream
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -276,6 +277,18 @@ func (c *Client) ScratchHeld() int64 { return c.scratch.held.Load() }
 
 // ScratchBudget is the shared scratch budget in bytes.
 func (c *Client) ScratchBudget() int64 { return c.scratch.budget }
+
+// rated wraps body in a watch that cancels the request (cause ErrSlowBody)
+// when fewer than MinBodyBytes arrive in a BodyWindow; none when
+// MinBodyBytes is negative. Every body read from upstream goes through it:
+// without it a body trickling a byte a second holds its caller forever.
+func (c *Client) rated(body io.Reader, cancel context.CancelCauseFunc) (io.Reader, func()) {
+	if c.opts.MinBodyBytes <= 0 {
+		return body, func() {}
+	}
+	w := startRateWatch(c.opts.MinBodyBytes, c.opts.BodyWindow, cancel)
+	return &ratedReader{r: body, w: w}, w.stop
+}
 
 // rateWatch cancels a request whose body delivers fewer than min bytes in a
 // window. Reads cost one atomic add; the check runs once per window.

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -178,10 +179,12 @@ func TestGetRepoScratchFloor(t *testing.T) {
 	})
 }
 
-// TestGetRepoTrickleCut: a body sending one byte per 20 ms (far under 1 KiB
-// per 200 ms) but never idle long enough for the idle timeout is cut as
-// slow_body within about one window, not at the caller's deadline.
-func TestGetRepoTrickleCut(t *testing.T) {
+// TestTrickleCut: a body sending one byte per 20 ms (far under 1 KiB per
+// 200 ms) but never idle long enough for the idle timeout is cut as
+// slow_body within about one window, not at the caller's deadline: a
+// getRepo, and the small JSON reads (listRepos, listHosts, getRepoStatus),
+// which the bootstrap calls without a deadline.
+func TestTrickleCut(t *testing.T) {
 	pds := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 		for r.Context().Err() == nil {
 			if _, err := w.Write([]byte{'x'}); err != nil {
@@ -194,14 +197,22 @@ func TestGetRepoTrickleCut(t *testing.T) {
 	c, scratch := testClient(t, pds.URL, func(o *Options) {
 		o.MinBodyBytes, o.BodyWindow = 1<<10, 200*time.Millisecond
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	start := time.Now()
-	_, err := c.GetRepo(ctx, testDID)
-	if !errors.Is(err, ErrSlowBody) || Classify(err) != ClassTransient {
-		t.Fatalf("got %v (class %v) after %v, want slow body", err, Classify(err), time.Since(start))
+	host := strings.TrimPrefix(pds.URL, "http://")
+	for name, read := range map[string]func(ctx context.Context) error{
+		"getRepo":       func(ctx context.Context) error { _, err := c.GetRepo(ctx, testDID); return err },
+		"listRepos":     func(ctx context.Context) error { _, err := c.ListRepos(ctx, "", 0); return err },
+		"listHosts":     func(ctx context.Context) error { _, err := c.ListHosts(ctx, "", 0); return err },
+		"getRepoStatus": func(ctx context.Context) error { _, err := c.GetRepoStatus(ctx, host, testDID); return err },
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		start := time.Now()
+		err := read(ctx)
+		cancel()
+		if !errors.Is(err, ErrSlowBody) || Classify(err) != ClassTransient {
+			t.Fatalf("%s: got %v (class %v) after %v, want slow body", name, err, Classify(err), time.Since(start))
+		}
+		t.Logf("%s: trickle cut after %v", name, time.Since(start))
 	}
-	t.Logf("trickle cut after %v", time.Since(start))
 	assertScratchEmpty(t, scratch)
 }
 
