@@ -107,7 +107,7 @@ type Config struct {
 type Consumer struct {
 	cfg     Config
 	log     *slog.Logger
-	lines   *loglimit.Every // rate-limited lines (the verification window)
+	lines   *loglimit.Every // rate-limited lines (the verification window, the relay's error and info frames)
 	m       *Metrics
 	acks    *archive.Acks
 	running atomic.Bool
@@ -437,8 +437,10 @@ func (c *Consumer) handleErrorFrame(ctx context.Context, e *upstream.ErrorFrame)
 		kind = AnomalyConsumerTooSlow
 	}
 	c.m.anomaly(kind)
-	c.log.Warn("firehose: relay sent an error frame", "error", loglimit.Clip(e.Error, 64),
-		"message", loglimit.Clip(e.Message, 256), "cursor", c.LastAccepted())
+	if n, ok := c.lines.Tick(kind); ok { // a relay may repeat it on every frame
+		c.log.Warn("firehose: relay sent an error frame", "error", loglimit.Clip(e.Error, 64),
+			"message", loglimit.Clip(e.Message, 256), "cursor", c.LastAccepted(), "occurrences", n, "per", time.Minute)
+	}
 	if kind != AnomalyFutureCursor || !c.hasPos {
 		return nil
 	}
@@ -463,7 +465,10 @@ func (c *Consumer) handleInfoFrame(name string) {
 	c.outdated.Store(true)
 	c.m.outdatedCursor()
 	c.m.anomaly(AnomalyOutdatedCursor)
-	c.log.Error("firehose: relay says our cursor is outdated: events were missed", "cursor", c.LastAccepted())
+	if n, ok := c.lines.Tick(AnomalyOutdatedCursor); ok {
+		c.log.Error("firehose: relay says our cursor is outdated: events were missed", "cursor", c.LastAccepted(),
+			"occurrences", n, "per", time.Minute)
+	}
 	c.noteGap(archive.GapOutdatedCursor, false)
 }
 

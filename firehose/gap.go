@@ -138,11 +138,15 @@ func (c *Consumer) gapRecorded() {
 	}
 }
 
-// logGap counts a gap and logs its one line.
+// logGap counts a gap and logs its line: at most one a minute per kind (a
+// relay skipping seqs on every frame records a gap per frame), standing
+// for the occurrences since the last.
 func (c *Consumer) logGap(g archive.Gap) {
 	c.m.gap(g.Kind)
-	c.log.Error("firehose: gap in the relay's stream recorded; its repair pass will fetch what changed",
-		"gap", g.ID, "kind", g.Kind.String(), "from_seq", g.FromSeq, "to_seq", g.ToSeq)
+	if n, ok := c.lines.Tick("gap:" + g.Kind.String()); ok {
+		c.log.Error("firehose: gap in the relay's stream recorded; its repair pass will fetch what changed",
+			"gap", g.ID, "kind", g.Kind.String(), "from_seq", g.FromSeq, "to_seq", g.ToSeq, "occurrences", n, "per", time.Minute)
+	}
 }
 
 // drainPoll is how often drainAccepted looks at the receipts.

@@ -3,10 +3,12 @@ package firehose
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	comatproto "github.com/bluesky-social/indigo/api/atproto"
@@ -408,3 +410,56 @@ func (l *recordLog) Handle(_ context.Context, r slog.Record) error {
 }
 func (l *recordLog) WithAttrs([]slog.Attr) slog.Handler { return l }
 func (l *recordLog) WithGroup(string) slog.Handler      { return l }
+
+// TestRepeatedRelayFramesLogBounded: a relay may repeat an error frame, an
+// #info OutdatedCursor or a seq skip on every frame of a connection. Each
+// is counted, and gaps recorded; the log has at most one line a minute per
+// kind, saying how many occurrences it stands for.
+func TestRepeatedRelayFramesLogBounded(t *testing.T) {
+	w := buildWorld(t, 4)
+	a := activeDIDs(w)[0]
+	s := openStore(t)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c, _ := newConsumer(t, Config{Writer: newWriter(t, s, false), Mode: ModeLive, Now: func() time.Time { return now }})
+	logs := &recordLog{}
+	c.log = slog.New(logs)
+	ctx := context.Background()
+	const n = 200
+	seq := int64(1)
+	for i := range n {
+		for _, f := range [][]byte{infoFrame(t, "OutdatedCursor"), errorFrame(t, "ConsumerTooSlow", "x")} {
+			if err := c.Handle(ctx, f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ev := must(t)(w.SetHandle(a, fmt.Sprintf("h%d.test", i)))
+		if err := c.Handle(ctx, encode(t, ev, seq)); err != nil {
+			t.Fatal(err)
+		}
+		seq += DefaultGapThreshold + 2 // every frame a recorded seq skip
+	}
+	waitDurable(t, c, seq-DefaultGapThreshold-2)
+	lines := map[string]int{}
+	for _, r := range logs.recs {
+		lines[r.Message]++
+	}
+	for _, msg := range []string{
+		"firehose: relay sent an error frame",
+		"firehose: relay says our cursor is outdated: events were missed",
+		"firehose: gap in the relay's stream recorded; its repair pass will fetch what changed",
+	} {
+		if lines[msg] != 1 {
+			t.Errorf("%d lines %q for %d frames within a minute, want 1", lines[msg], msg, n)
+		}
+	}
+	if got := counter(c.m.anomalies, AnomalyOutdatedCursor); got != n {
+		t.Errorf("outdated_cursor counted %d times, want %d", got, n)
+	}
+	gaps := 0
+	for _, k := range []string{"outdated_cursor", "seq_skip"} {
+		gaps += counter(c.m.gaps, k)
+	}
+	if gaps != n {
+		t.Errorf("%d gaps recorded, want %d (one per outdated cursor, the seq skips with them)", gaps, n)
+	}
+}

@@ -5,8 +5,8 @@ import (
 	"context"
 	"fmt"
 	"reflect"
-	"strings"
 	"slices"
+	"strings"
 	"testing"
 
 	comatproto "github.com/bluesky-social/indigo/api/atproto"
