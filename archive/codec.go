@@ -6,6 +6,7 @@ package archive
 // Every value that may change format starts with a version byte.
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math"
 	"sort"
@@ -107,6 +108,48 @@ func EncodeRelay(host string) ([]byte, error) {
 		return nil, err
 	}
 	return append([]byte{codecV1}, host...), nil
+}
+
+// zstdDictMagic opens every zstd dictionary (little-endian); its id follows.
+const zstdDictMagic = 0xEC30A437
+
+// EncodeZstdDictionary encodes a zstd dictionary (its own format: the magic,
+// its 4-byte id, its tables and content) under a version byte.
+func EncodeZstdDictionary(raw []byte) ([]byte, error) {
+	if _, err := zstdDictionaryID(raw); err != nil {
+		return nil, err
+	}
+	return append([]byte{codecV1}, raw...), nil
+}
+
+// DecodeZstdDictionary is the inverse of EncodeZstdDictionary: the
+// dictionary's bytes (a copy) and its id.
+func DecodeZstdDictionary(b []byte) (ZstdDictionary, error) {
+	if len(b) == 0 || b[0] != codecV1 {
+		return ZstdDictionary{}, malformed("zstd dictionary: no version byte")
+	}
+	id, err := zstdDictionaryID(b[1:])
+	if err != nil {
+		return ZstdDictionary{}, err
+	}
+	return ZstdDictionary{ID: id, Raw: bytes.Clone(b[1:])}, nil
+}
+
+// ZstdDictionary is a stored zstd dictionary.
+type ZstdDictionary struct {
+	ID  uint32
+	Raw []byte
+}
+
+func zstdDictionaryID(raw []byte) (uint32, error) {
+	if len(raw) < 8 || binary.LittleEndian.Uint32(raw) != zstdDictMagic {
+		return 0, malformed("zstd dictionary: no zstd dictionary header")
+	}
+	id := binary.LittleEndian.Uint32(raw[4:])
+	if id == 0 {
+		return 0, malformed("zstd dictionary: id 0")
+	}
+	return id, nil
 }
 
 // DecodeRelay is the inverse of EncodeRelay.

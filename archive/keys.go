@@ -105,6 +105,11 @@ var (
 	PrefixDue = []byte("due/")
 )
 
+// KeyZstdDictionary holds the zstd dictionary /subscribe serves
+// (EncodeZstdDictionary), written through a unit Put the first time it is
+// trained, so that it and its id outlive restarts and compaction passes.
+var KeyZstdDictionary = []byte("meta/zstd_dictionary")
+
 // KeyDueIndex marks the due index as complete ([0x01]): a new store
 // writes it at creation; Open builds the index of an older store from its
 // repo/ rows, then writes it (Store.buildDueIndex).

@@ -41,6 +41,11 @@ func (s *Store) Instance() (Instance, error) { return get(s.db, KeyInstance, Dec
 // Relay reads meta/relay.
 func (s *Store) Relay() (string, error) { return get(s.db, KeyRelay, DecodeRelay) }
 
+// ZstdDictionary reads meta/zstd_dictionary.
+func (s *Store) ZstdDictionary() (ZstdDictionary, error) {
+	return get(s.db, KeyZstdDictionary, DecodeZstdDictionary)
+}
+
 // Counts reads meta/counts; a store without repos has none (ErrNotFound).
 func (s *Store) Counts() (Counts, error) { return get(s.db, KeyCounts, DecodeCounts) }
 

@@ -1,8 +1,10 @@
 package subscribe
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -235,5 +237,45 @@ func TestReplayReopensAfterCompactionBatch(t *testing.T) {
 	}
 	if sub.nReplay != want {
 		t.Fatalf("after the pass the replay rendered %d rows in [%d, %d); %d of them survive", sub.nReplay, from, sub.next, want)
+	}
+}
+
+// TestDictionaryOutlivesCompaction: the zstd dictionary is stored the
+// first time it is trained, so a restart after a compaction pass has
+// removed some of the events it was trained from serves the same
+// dictionary and id (trained again, it would differ, and a client keeping
+// the id would get a 400). A store whose stored dictionary is malformed
+// fails, distinctly from one without a dictionary yet.
+func TestDictionaryOutlivesCompaction(t *testing.T) {
+	h := newHarness(t, harnessOpts{liveBytes: 16 << 10})
+	h.commitUnits(churn.New(22, 8).Units(2000))
+	const samples = 500
+	restart := func() (*zdict, error) {
+		c, err := newCodecs(samples, func() *source { return &source{store: h.store, writer: h.w, live: h.w.Live()} })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.close()
+		return c.dictionary(context.Background())
+	}
+	before, err := restart()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := h.store.Compact(context.Background(), h.w, archive.CompactOptions{Logger: quiet})
+	if err != nil || res.Rows == 0 {
+		t.Fatalf("compaction pass: %+v, %v; want rows removed", res, err)
+	}
+	after, err := restart()
+	if err != nil || after.id != before.id || !bytes.Equal(after.raw, before.raw) {
+		t.Fatalf("after a compaction pass (%d rows removed) and a restart: dictionary %d, was %d (same bytes %v), %v",
+			res.Rows, after.id, before.id, bytes.Equal(after.raw, before.raw), err)
+	}
+
+	if _, err := h.w.Apply(context.Background(), &archive.Unit{Puts: []archive.KV{{Key: archive.KeyZstdDictionary, Value: []byte{1, 2, 3}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := restart(); !errors.Is(err, archive.ErrMalformed) {
+		t.Fatalf("a malformed stored dictionary: %v, want ErrMalformed", err)
 	}
 }

@@ -2,6 +2,7 @@ package subscribe
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -192,14 +193,14 @@ func TestDictionary(t *testing.T) {
 	if sumDict >= sumPlain {
 		t.Errorf("the dictionary does not help: %d ≥ %d bytes", sumDict, sumPlain)
 	}
-	// The dictionary is a function of the archive's prefix: a second server
-	// over the same archive trains the same one.
+	// The dictionary is stored: a second server over the same archive
+	// serves the same one.
 	s2, err := New(Config{Store: h.store, Writer: h.w, Logger: quiet, DictSamples: 200})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s2.Close()
-	d2, err := s2.codecs.dictionary()
+	d2, err := s2.codecs.dictionary(context.Background())
 	if err != nil || uint64(d2.id) != id || !bytes.Equal(d2.raw, raw) {
 		t.Fatalf("second training: id %d vs %d, same bytes %v, %v", d2.id, id, bytes.Equal(d2.raw, raw), err)
 	}

@@ -70,9 +70,11 @@
 // dictionary id the frame has no dictionary, so any decoder reads it,
 // including a Jetstream client's decoder preloaded with Jetstream's own
 // dictionary. GET /zstd-dictionary serves backstream's dictionary (header
-// X-Zstd-Dictionary-Id); it is trained deterministically from the archive's
-// first DictSamples events, so it and its id survive restarts; before the
-// archive holds that many events there is none (404).
+// X-Zstd-Dictionary-Id); it is trained from the archive's first
+// DictSamples events the first time it is asked for and stored
+// (meta/zstd_dictionary, through the writer) before it is served, so it and
+// its id outlive restarts and compaction passes; before the archive holds
+// that many events there is none (404).
 //
 // # Invariants kept here
 //

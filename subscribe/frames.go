@@ -8,6 +8,7 @@ package subscribe
 // that reads them.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -44,9 +45,9 @@ type codecs struct {
 	plain *zstd.Encoder
 
 	mu      sync.Mutex
-	dict    *zdict // nil until trained
+	dict    *zdict // nil until loaded or trained
 	samples int
-	store   func() *archive.Store
+	src     func() *source // nil until the server is attached
 }
 
 // zdict is a trained dictionary.
@@ -56,12 +57,12 @@ type zdict struct {
 	enc *zstd.Encoder
 }
 
-func newCodecs(samples int, store func() *archive.Store) (*codecs, error) {
+func newCodecs(samples int, src func() *source) (*codecs, error) {
 	enc, err := zstd.NewWriter(nil, encoderOptions()...)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe: zstd encoder: %w", err)
 	}
-	return &codecs{plain: enc, samples: samples, store: store}, nil
+	return &codecs{plain: enc, samples: samples, src: src}, nil
 }
 
 // encoderOptions: one frame per event, no checksum (the transport has its
@@ -87,30 +88,49 @@ func (c *codecs) close() {
 // errNoDictionary: the archive is too small to train a dictionary from.
 var errNoDictionary = errors.New("the archive does not hold enough events to train a dictionary yet")
 
-// dictionary returns the current dictionary, training it on first use from
-// the first c.samples events of the archive. The archive's prefix never
-// changes, so the same archive always trains the same dictionary, with the
-// same id, across restarts.
-func (c *codecs) dictionary() (*zdict, error) {
+// dictionary returns the current dictionary: the one the store holds
+// (meta/zstd_dictionary), or, the first time, one trained from the
+// archive's first c.samples events and stored before it is served. Stored,
+// it and its id outlive restarts, and the compaction passes that remove
+// some of the events it was trained from.
+func (c *codecs) dictionary(ctx context.Context) (*zdict, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.dict != nil {
 		return c.dict, nil
 	}
-	st := c.store()
-	if st == nil {
+	src := c.src()
+	if src == nil {
 		return nil, errNoDictionary
 	}
-	tip, err := st.Tip()
+	stored, err := src.store.ZstdDictionary()
+	if errors.Is(err, archive.ErrNotFound) {
+		stored, err = c.train(ctx, src)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("subscribe: train dictionary: %w", err)
+		return nil, fmt.Errorf("subscribe: dictionary: %w", err)
+	}
+	enc, err := zstd.NewWriter(nil, encoderOptions(zstd.WithEncoderDict(stored.Raw))...)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe: dictionary %d: %w", stored.ID, err)
+	}
+	c.dict = &zdict{id: stored.ID, raw: stored.Raw, enc: enc}
+	return c.dict, nil
+}
+
+// train builds the dictionary from the archive's first c.samples events
+// and stores it, synced, through the writer.
+func (c *codecs) train(ctx context.Context, src *source) (archive.ZstdDictionary, error) {
+	tip, err := src.store.Tip()
+	if err != nil {
+		return archive.ZstdDictionary{}, err
 	}
 	if tip < uint64(c.samples) {
-		return nil, fmt.Errorf("%w (%d of %d)", errNoDictionary, tip, c.samples)
+		return archive.ZstdDictionary{}, fmt.Errorf("%w (%d of %d)", errNoDictionary, tip, c.samples)
 	}
-	it, err := st.Events(1)
+	it, err := src.store.Events(1)
 	if err != nil {
-		return nil, fmt.Errorf("subscribe: train dictionary: %w", err)
+		return archive.ZstdDictionary{}, err
 	}
 	defer it.Close()
 	r := &Renderer{Cursor: true}
@@ -125,21 +145,26 @@ func (c *codecs) dictionary() (*zdict, error) {
 		h.Write(b)
 	}
 	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("subscribe: train dictionary: %w", err)
+		return archive.ZstdDictionary{}, err
 	}
-	// Ids below 32768 are reserved by the zstd format; keep ours in range
-	// and derived from the samples, so it is stable.
+	// Ids below 32768 are reserved by the zstd format.
 	id := 32768 + h.Sum32()%((1<<31)-32768)
 	raw, err := buildDictionary(id, inputs)
 	if err != nil {
-		return nil, fmt.Errorf("subscribe: train dictionary: %w", err)
+		return archive.ZstdDictionary{}, err
 	}
-	enc, err := zstd.NewWriter(nil, encoderOptions(zstd.WithEncoderDict(raw))...)
+	v, err := archive.EncodeZstdDictionary(raw)
 	if err != nil {
-		return nil, fmt.Errorf("subscribe: dictionary encoder: %w", err)
+		return archive.ZstdDictionary{}, err
 	}
-	c.dict = &zdict{id: id, raw: raw, enc: enc}
-	return c.dict, nil
+	rc, err := src.writer.Apply(ctx, &archive.Unit{Puts: []archive.KV{{Key: archive.KeyZstdDictionary, Value: v}}})
+	if err == nil {
+		err = rc.Refused
+	}
+	if err != nil {
+		return archive.ZstdDictionary{}, fmt.Errorf("store the dictionary: %w", err)
+	}
+	return archive.ZstdDictionary{ID: id, Raw: raw}, nil
 }
 
 // dictContentMax bounds the dictionary's content (its history).
@@ -147,7 +172,7 @@ const dictContentMax = 64 << 10
 
 // buildDictionary makes a zstd dictionary from rendered events,
 // deterministically (klauspost's dict.BuildZstdDict is not: it iterates
-// maps), so a restart over the same archive serves the same bytes. The
+// maps), so that the same samples always make the same bytes. The
 // content is evenly spaced samples laid end to end, the most recent
 // closest to the end (shortest offsets); zstd.BuildDict derives the entropy
 // tables from all samples. When the history holds every sample (a small or
@@ -194,8 +219,8 @@ func dictHistory(samples [][]byte, step int) []byte {
 }
 
 // currentID is the current dictionary's id, training it if needed.
-func (c *codecs) currentID() (uint32, error) {
-	d, err := c.dictionary()
+func (c *codecs) currentID(ctx context.Context) (uint32, error) {
+	d, err := c.dictionary(ctx)
 	if err != nil {
 		return 0, err
 	}

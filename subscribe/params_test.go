@@ -1,6 +1,7 @@
 package subscribe
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,7 +21,7 @@ import (
 func TestParamsRefusedBeforeUpgrade(t *testing.T) {
 	h := newHarness(t, harnessOpts{cfg: Config{DictSamples: 50}})
 	h.commit(genEvents(t, 0, 60, 5)...)
-	dictID, err := h.srv.codecs.currentID()
+	dictID, err := h.srv.codecs.currentID(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

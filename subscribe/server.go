@@ -204,8 +204,9 @@ func (c *Config) defaults() {
 
 // source is what subscribers read: the store and the writer's live log.
 type source struct {
-	store *archive.Store
-	live  *archive.LiveLog
+	store  *archive.Store
+	writer *archive.Writer
+	live   *archive.LiveLog
 }
 
 // Server serves /subscribe and the status endpoints.
@@ -239,12 +240,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, subs: make(map[*subscriber]struct{}),
 		readers: newReaderSlots(cfg.ReplayReaders, cfg.ReplayDuty), bufBytes: bufferReservation(cfg.FlushBytes),
 		refusals: loglimit.New(time.Minute, nil), adm: admission{perIP: map[string]int{}}}
-	c, err := newCodecs(cfg.DictSamples, func() *archive.Store {
-		if src := s.src.Load(); src != nil {
-			return src.store
-		}
-		return nil
-	})
+	c, err := newCodecs(cfg.DictSamples, s.src.Load)
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +255,7 @@ func New(cfg Config) (*Server, error) {
 // Attach gives the server the store and the archive writer whose live log
 // it follows. Subscribers connected earlier keep their source.
 func (s *Server) Attach(store *archive.Store, w *archive.Writer) {
-	s.src.Store(&source{store: store, live: w.Live()})
+	s.src.Store(&source{store: store, writer: w, live: w.Live()})
 }
 
 // Close ends every subscriber (close code 1001) and waits for them. The
@@ -400,9 +396,14 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleDictionary(w http.ResponseWriter, r *http.Request) {
-	d, err := s.codecs.dictionary()
-	if err != nil {
+	d, err := s.codecs.dictionary(r.Context())
+	if errors.Is(err, errNoDictionary) {
 		writeJSON(w, http.StatusNotFound, map[string]any{"error": "NoDictionary", "message": err.Error()})
+		return
+	}
+	if err != nil {
+		s.log.Error("subscribe: the zstd dictionary", "err", err)
+		writeJSON(w, http.StatusInternalServerError, map[string]any{"error": "InternalError", "message": "reading or storing the dictionary failed"})
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
@@ -447,7 +448,7 @@ func (s *Server) handleSubscribe(w http.ResponseWriter, r *http.Request) {
 	var dz *zdict
 	if req.dictID != 0 {
 		var err error
-		if dz, err = s.codecs.dictionary(); err != nil || dz.id != req.dictID {
+		if dz, err = s.codecs.dictionary(r.Context()); err != nil || dz.id != req.dictID {
 			writeJSON(w, http.StatusBadRequest, map[string]any{"error": "InvalidParameter", "param": paramDictionary, "message": "zstdDictionary: the dictionary changed"})
 			return
 		}
@@ -488,7 +489,7 @@ func (s *Server) parseSubscribe(w http.ResponseWriter, r *http.Request) (*reques
 	q, perr := parseQuery(r.URL.RawQuery)
 	var req *request
 	if perr == nil {
-		req, perr = parseRequest(q, r.Header, s.codecs.currentID)
+		req, perr = parseRequest(q, r.Header, func() (uint32, error) { return s.codecs.currentID(r.Context()) })
 	}
 	if perr != nil {
 		s.m.refuse(refusedBadParam)

@@ -251,7 +251,7 @@ func BenchmarkReplay(b *testing.B) {
 				h.commit(evs[i:min(i+4096, n)]...)
 			}
 			if strings.HasSuffix(mode.query, "=") {
-				id, err := h.srv.codecs.currentID()
+				id, err := h.srv.codecs.currentID(context.Background())
 				if err != nil {
 					b.Fatal(err)
 				}
