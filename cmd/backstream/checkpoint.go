@@ -434,13 +434,13 @@ func checkpointRemote(ctx context.Context, listen, to string) (*checkpointResult
 	return &res, nil
 }
 
-// checkpointLocal checkpoints a data dir no process holds. It first opens
-// the store read-only, which refuses a missing, empty or unidentified store
-// and a held one without writing anything; Pebble can checkpoint only a
-// read-write open, which it then does (as serve would: scratch/ emptied,
-// the WAL replayed).
+// checkpointLocal checkpoints a data dir no process holds: opened as serve
+// would (scratch/ emptied, the WAL replayed), as Pebble can checkpoint only
+// a read-write open.
 func checkpointLocal(dataDir, to string, log *slog.Logger) (*checkpointResult, error) {
-	ro, err := archive.Open(dataDir, archive.Options{ReadOnly: true, Logger: log, CacheSize: 8 << 20})
+	// No free-space floor: copying the store off a full volume is how an
+	// operator gets out of one.
+	store, err := openExisting(dataDir, archive.Options{Logger: log, CacheSize: 8 << 20, MinFree: -1})
 	if err != nil {
 		if errors.Is(err, archive.ErrLocked) {
 			return nil, fmt.Errorf("checkpoint: %s is held open by another process (a running backstream serve?): "+
@@ -448,18 +448,22 @@ func checkpointLocal(dataDir, to string, log *slog.Logger) (*checkpointResult, e
 		}
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	if err := ro.Close(); err != nil {
-		return nil, fmt.Errorf("checkpoint: close %s: %w", dataDir, err)
-	}
-	// No free-space floor: copying the store off a full volume is how an
-	// operator gets out of one.
-	store, err := archive.Open(dataDir, archive.Options{Logger: log, CacheSize: 8 << 20, MinFree: -1})
-	if err != nil {
-		if errors.Is(err, archive.ErrLocked) {
-			return nil, fmt.Errorf("checkpoint: %s was taken by another process meanwhile: checkpoint through it with --admin-listen (%w)", dataDir, err)
-		}
-		return nil, fmt.Errorf("checkpoint: %w", err)
-	}
 	defer store.Close()
 	return takeCheckpoint(store, to, log)
+}
+
+// openExisting opens the store of a data dir read-write for a command that
+// works on an existing store (checkpoint, compaction reset), never creating
+// one: it first opens it read-only, which refuses a missing, empty or
+// unidentified store ("no store here") and a held one without writing
+// anything.
+func openExisting(dataDir string, opts archive.Options) (*archive.Store, error) {
+	ro, err := archive.Open(dataDir, archive.Options{ReadOnly: true, Logger: opts.Logger, CacheSize: 8 << 20})
+	if err != nil {
+		return nil, err
+	}
+	if err := ro.Close(); err != nil {
+		return nil, fmt.Errorf("close %s: %w", dataDir, err)
+	}
+	return archive.Open(dataDir, opts)
 }

@@ -26,7 +26,7 @@ func compactionResetCommand() *command {
 
 func runCompactionReset(ctx context.Context, env *cmdEnv) error {
 	dir := env.fs.str("data-dir")
-	s, err := archive.Open(dir, archive.Options{Logger: env.log})
+	s, err := openExisting(dir, archive.Options{Logger: env.log})
 	if errors.Is(err, archive.ErrLocked) {
 		return fmt.Errorf("%s is held open by another process (a running backstream serve?): stop it first, "+
 			"then run this again (%w)", dir, err)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -87,5 +89,27 @@ func TestCompactionReset(t *testing.T) {
 	code, out, _ = runCLI(t, nil, "compaction", "reset", "--data-dir", dir)
 	if code != 0 || !strings.Contains(out, "no compaction intent; the watermark stays at 1") {
 		t.Fatalf("a second reset: exit %d, %s", code, out)
+	}
+}
+
+// TestCompactionResetNeedsStore: `compaction reset` on a data dir that
+// holds no store (missing, or an empty directory) refuses with "no store
+// here" and creates nothing, as status and checkpoint do. Opening
+// read-write directly instead creates a fresh store and reports success.
+func TestCompactionResetNeedsStore(t *testing.T) {
+	base := t.TempDir()
+	missing := filepath.Join(base, "missing")
+	empty := filepath.Join(base, "empty")
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{missing, empty} {
+		code, out, stderr := runCLI(t, nil, "compaction", "reset", "--data-dir", dir)
+		if code != 1 || !strings.Contains(stderr, "no store here") {
+			t.Fatalf("reset of %s: exit %d, %s %s", dir, code, out, stderr)
+		}
+		if _, err := os.Stat(filepath.Join(dir, archive.StoreDir)); !os.IsNotExist(err) {
+			t.Fatalf("a refused reset created %s/%s: %v", dir, archive.StoreDir, err)
+		}
 	}
 }
