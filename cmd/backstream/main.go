@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
 
 	"github.com/backstream/backstream/archive"
@@ -92,6 +93,9 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	if errors.Is(err, errHelp) {
 		return 0
 	}
+	if err == nil {
+		err = checkDataDir(fs)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "backstream %s: %v\n", cmd.name, err)
 		return 2
@@ -106,6 +110,28 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		return failed(cmd.name, err, log, stderr)
 	}
 	return 0
+}
+
+// checkDataDir refuses a --data-dir that is itself a Pebble store
+// directory (a data dir's store/, or a checkpoint's DIR/store), for every
+// command that has the flag: opening it would create store/ and scratch/
+// inside it and start a new archive there.
+func checkDataDir(fs *flagSet) error {
+	f := fs.Lookup("data-dir")
+	if f == nil {
+		return nil
+	}
+	dir := f.Value.String()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil // missing or unreadable: the command says so when it opens it
+	}
+	for _, e := range entries {
+		if name := e.Name(); name == "CURRENT" || strings.HasPrefix(name, "MANIFEST-") {
+			return fmt.Errorf("--data-dir %q: this looks like a store directory (it holds Pebble's %s); pass its parent", dir, name)
+		}
+	}
+	return nil
 }
 
 // failed reports a command's error and returns the exit status: 2 for a

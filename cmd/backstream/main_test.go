@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -35,5 +38,38 @@ func TestFailedExitStatus(t *testing.T) {
 				t.Fatalf("exit %d, output %q; want %d and %q", code, out.String(), tc.code, tc.want)
 			}
 		})
+	}
+}
+
+// TestDataDirIsStoreDir: every command with --data-dir refuses a store
+// directory itself (a data dir's store/) with a usage error naming the flag
+// and creates nothing inside it; without the check, serve and compaction
+// reset would start a new store at store/store.
+func TestDataDirIsStoreDir(t *testing.T) {
+	base := t.TempDir()
+	data := filepath.Join(base, "data")
+	seedStore(t, data)
+	storeDir := filepath.Join(data, archive.StoreDir)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // a serve that got past the check stops at once
+	for _, args := range [][]string{
+		{"serve", "--relay", "http://127.0.0.1:1", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"},
+		{"status"},
+		{"checkpoint", "--to", filepath.Join(base, "ck")},
+		{"compaction", "reset"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(ctx, append(args, "--data-dir", storeDir), nil, &out, &errb)
+		if code != 2 || !strings.Contains(errb.String(), "--data-dir") || !strings.Contains(errb.String(), "looks like a store directory") {
+			t.Errorf("%s --data-dir %s: exit %d, %s", args[0], storeDir, code, errb.String())
+		}
+		for _, sub := range []string{archive.StoreDir, archive.ScratchDir} {
+			if _, err := os.Stat(filepath.Join(storeDir, sub)); !os.IsNotExist(err) {
+				t.Fatalf("%s created %s inside the store directory: %v", args[0], sub, err)
+			}
+		}
+	}
+	if code, _, stderr := runCLI(t, nil, "status", "--data-dir", data); code != 0 {
+		t.Fatalf("status of the data dir itself: %d %s", code, stderr)
 	}
 }
