@@ -17,7 +17,9 @@ package main
 // previous one ended (429 with Retry-After). The CLI's flag is
 // --admin-listen, so BACKSTREAM_ADMIN_LISTEN set for serve (as in a
 // container) points it at the right listener. Without it the CLI
-// opens a data dir no process holds and checkpoints it directly.
+// opens a data dir no process holds and checkpoints it directly; a
+// --data-dir on the command line with --admin-listen set is refused, as
+// it names a store the CLI would not copy.
 
 import (
 	"context"
@@ -360,9 +362,18 @@ func runCheckpoint(ctx context.Context, env *cmdEnv) error {
 	if to == "" {
 		return fmt.Errorf("%w: --to DIR is required", errUsage)
 	}
+	listen := strings.TrimSpace(env.fs.str("admin-listen"))
+	if listen != "" && env.cmdLine["data-dir"] {
+		set := "--admin-listen"
+		if v := env.fs.fromEnv["admin-listen"]; v != "" && !env.cmdLine["admin-listen"] {
+			set = fmt.Sprintf("%s=%s (--admin-listen; %s= unsets it)", v, listen, v)
+		}
+		return fmt.Errorf("%w: --data-dir and %s are both set: pass one of them (--admin-listen checkpoints "+
+			"the store of the serve answering there, --data-dir one no process holds)", errUsage, set)
+	}
 	var res *checkpointResult
 	var err error
-	if listen := strings.TrimSpace(env.fs.str("admin-listen")); listen != "" {
+	if listen != "" {
 		// A relative --to is relative to serve's --backup-dir.
 		res, err = checkpointRemote(ctx, listen, to)
 	} else {

@@ -354,3 +354,32 @@ func TestCheckpointCLIPublicListener(t *testing.T) {
 		t.Fatalf("result %+v (%v), want under %s", res, err, s.ck.backupDir)
 	}
 }
+
+// TestCheckpointDataDirAndAdminListen: a --data-dir on the command line
+// while --admin-listen is set, by flag or by BACKSTREAM_ADMIN_LISTEN (as in
+// a container, which sets BACKSTREAM_DATA_DIR too), is a usage error, not
+// a checkpoint of the serve's store instead; the variables alone go to the
+// admin listener, and an emptied BACKSTREAM_ADMIN_LISTEN lets --data-dir
+// through.
+func TestCheckpointDataDirAndAdminListen(t *testing.T) {
+	base := t.TempDir()
+	data := filepath.Join(base, "data")
+	seedStore(t, data)
+	container := []string{"BACKSTREAM_ADMIN_LISTEN=127.0.0.1:1", "BACKSTREAM_DATA_DIR=" + filepath.Join(base, "other")}
+	code, _, stderr := runCLI(t, container, "checkpoint", "--data-dir", data, "--to", filepath.Join(base, "a"))
+	if code != 2 || !strings.Contains(stderr, "--data-dir and BACKSTREAM_ADMIN_LISTEN=127.0.0.1:1") || !strings.Contains(stderr, "pass one of them") {
+		t.Fatalf("--data-dir with BACKSTREAM_ADMIN_LISTEN: exit %d, %s", code, stderr)
+	}
+	code, _, stderr = runCLI(t, nil, "checkpoint", "--data-dir", data, "--admin-listen", "127.0.0.1:1", "--to", filepath.Join(base, "b"))
+	if code != 2 || !strings.Contains(stderr, "--data-dir and --admin-listen are both set") {
+		t.Fatalf("--data-dir with --admin-listen: exit %d, %s", code, stderr)
+	}
+	code, _, stderr = runCLI(t, container, "checkpoint", "--to", "c")
+	if code != 1 || !strings.Contains(stderr, "no backstream serve answers on 127.0.0.1:1") {
+		t.Fatalf("the variables alone: exit %d, %s", code, stderr)
+	}
+	code, _, stderr = runCLI(t, []string{"BACKSTREAM_ADMIN_LISTEN="}, "checkpoint", "--data-dir", data, "--to", filepath.Join(base, "d"))
+	if code != 0 {
+		t.Fatalf("--data-dir with BACKSTREAM_ADMIN_LISTEN emptied: exit %d, %s", code, stderr)
+	}
+}
