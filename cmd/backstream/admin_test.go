@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -310,5 +312,53 @@ func TestReleaseRefusesCrashpoint(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatalf("the refused start created the data dir: %v", err)
+	}
+}
+
+// TestAdminPprofIndexLinks: every link of the admin listener's
+// /debug/pprof/ index answers 200 (profile and trace, which run for
+// seconds, with seconds=1), and /symbol answers a POST as `go tool pprof`
+// sends it.
+func TestAdminPprofIndexLinks(t *testing.T) {
+	s := testServer(t, openTestStore(t, filepath.Join(t.TempDir(), "data")), "", 0)
+	hs := httptest.NewServer(s.adminHandler())
+	defer hs.Close()
+	get := func(path string) (int, string) {
+		resp, err := http.Get(hs.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, index := get("/debug/pprof/")
+	if code != 200 {
+		t.Fatalf("/debug/pprof/: %d", code)
+	}
+	links := regexp.MustCompile(`href=['"]([^'"#]+)['"]`).FindAllStringSubmatch(index, -1)
+	seen := map[string]bool{}
+	for _, l := range links {
+		path, _, _ := strings.Cut(l[1], "?")
+		seen[path] = true
+		if path == "profile" || path == "trace" {
+			l[1] = path + "?seconds=1"
+		}
+		if code, body := get("/debug/pprof/" + l[1]); code != 200 {
+			t.Errorf("/debug/pprof/%s, linked from the index: %d %.200s", l[1], code, body)
+		}
+	}
+	for _, want := range []string{"cmdline", "symbol", "profile", "trace", "heap"} {
+		if !seen[want] {
+			t.Errorf("the index links no %s: %v", want, links)
+		}
+	}
+	resp, err := http.Post(hs.URL+"/debug/pprof/symbol", "text/plain", strings.NewReader("0x1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("POST /debug/pprof/symbol: %d", resp.StatusCode)
 	}
 }

@@ -63,8 +63,13 @@ func (s *server) publicHandler() http.Handler { return s.sub.Handler() }
 func (s *server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	// What net/http/pprof registers: the index links to every one of them,
+	// and `go tool pprof` POSTs to /symbol.
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("POST /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	// Online backup (checkpoint.go).
 	mux.Handle("POST "+checkpointPath, s.checkpointEndpoint())
