@@ -149,7 +149,7 @@ func DecideRelay(f RelayFacts) (RelayDecision, error) {
 		return RelayReset, nil
 	case f.Stored != f.Requested:
 		return 0, fmt.Errorf("lifecycle: this store follows relay %q, not %q; its cursor means nothing on another relay. "+
-			"Run with --relay %s, or pass --reset-relay-cursor to follow %s from its live tip (events between the two are not archived)",
+			"Run with a --relay URL whose host is %s, or pass --reset-relay-cursor to follow %s from its live tip (events between the two are not archived)",
 			f.Stored, f.Requested, f.Stored, f.Requested)
 	case f.HasCursor || f.Phase == archive.PhaseBootstrap:
 		return RelayKeep, nil

@@ -129,4 +129,10 @@ func TestDecideRelay(t *testing.T) {
 			t.Errorf("%s: refusal does not say how to proceed: %v", tc.name, err)
 		}
 	}
+	// The stored relay is a host; --relay takes a URL, so the refusal names
+	// the host of the URL to pass, not a flag value --relay would reject.
+	_, err := DecideRelay(RelayFacts{Phase: S, Stored: "127.0.0.1:7895", Requested: "relay.a", HasCursor: true})
+	if err == nil || !strings.Contains(err.Error(), "a --relay URL whose host is 127.0.0.1:7895") || strings.Contains(err.Error(), "--relay 127.0.0.1") {
+		t.Errorf("another relay: %v, want it to name a --relay URL whose host is 127.0.0.1:7895", err)
+	}
 }
