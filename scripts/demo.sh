@@ -2,7 +2,8 @@
 # The whole product on loopback: `backstream serve --devnet` runs a simulated
 # atproto network (relay, PDS hosts, live firehose traffic) in-process and
 # follows it: bootstrap → merging → steady_state, with progress on /status.
-# Ctrl-C stops it.
+# Ctrl-C stops it. Exits non-zero if steady state is not reached within
+# WAIT seconds (default 300).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin/backstream}
@@ -19,12 +20,23 @@ trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT INT TER
 echo "backstream:  http://$LISTEN/status (open it in a browser for the progress page)"
 echo "admin:       http://$ADMIN/metrics   http://$ADMIN/debug/pprof/"
 echo "data dir:    $DATA"
-for _ in $(seq 1 600); do
-  phase=$(curl -fsS "http://$LISTEN/status" 2>/dev/null | sed -n 's/.*"phase": *"\([a-z_]*\)".*/\1/p' | head -1 || true)
+# /status is JSON indented by two spaces: the top-level phase is the one
+# "phase" key at that depth (nested objects, such as a gap's repair, have
+# their own).
+phase=
+for _ in $(seq 1 $((${WAIT:-300} * 2))); do
+  phase=$(curl -fsS "http://$LISTEN/status" 2>/dev/null | sed -n 's/^  "phase": *"\([a-z_]*\)".*/\1/p' || true)
   [ "$phase" = steady_state ] && break
-  kill -0 $pid 2>/dev/null || exit 1
+  if ! kill -0 $pid 2>/dev/null; then
+    echo "demo: backstream exited before steady state (see its log above)" >&2
+    exit 1
+  fi
   sleep 0.5
 done
+if [ "$phase" != steady_state ]; then
+  echo "demo: no steady state after ${WAIT:-300} s (phase: ${phase:-unknown}); see http://$LISTEN/status and the log above" >&2
+  exit 1
+fi
 echo
 echo "steady state: serving the archive and the live firehose at ws://$LISTEN/subscribe"
 echo "try:         $BIN tail --url ws://$LISTEN/subscribe --cursor 0 --collection app.bsky.feed.post --limit 5"
