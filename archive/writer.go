@@ -67,7 +67,7 @@ type Unit struct {
 	Events  []Event      // in order; Seq and TimeUS are assigned by the writer
 	Repos   []RepoUpdate // applied after the events, in order
 	Hosts   []HostUpdate // applied after the repo updates, in order
-	Puts    []KV         // phase, listRepos cursors, identities, gaps, audit cursors (only cursor/, meta/, ident/, gap/ and audit/, never a seq cursor, meta/counts or meta/instance)
+	Puts    []KV         // phase, listRepos cursors, identities, gaps, audit cursors (only cursor/, meta/, ident/, gap/ and audit/, never a seq cursor or a key the store writes itself: meta/counts, meta/instance, meta/compaction, meta/due_index, meta/index, meta/index_replay)
 	Cursor  SeqCursor    // the producer's position after this unit (cursor/relay, cursor/merge); see SeqCursor
 	Replace *Replacement // non-nil: refused whole if the ratchet is newer than Replace.Rev
 	Token   any          // returned in the receipt
@@ -1327,8 +1327,12 @@ func checkPutKey(k []byte) error {
 			return invalid("unit puts %q, which only the writer itself writes", k)
 		}
 	}
-	if string(k) == string(KeyCounts) || string(k) == string(KeyInstance) || string(k) == string(KeyCompaction) || string(k) == string(KeyDueIndex) {
-		return invalid("unit puts %q, which only the writer itself writes", k)
+	for _, own := range [][]byte{KeyCounts, KeyInstance, KeyCompaction, KeyDueIndex, KeyIndex, KeyReplayIndex} {
+		if string(k) == string(own) {
+			// The index markers too: a put marking an index complete
+			// before its backfill ends would hide rows from every reader.
+			return invalid("unit puts %q, which only the store itself writes", k)
+		}
 	}
 	if !hasPrefix(k, PrefixCursor) && !hasPrefix(k, PrefixMeta) && !hasPrefix(k, PrefixIdent) && !hasPrefix(k, PrefixGap) && !hasPrefix(k, PrefixAudit) {
 		return invalid("unit puts %q outside cursor/, meta/, ident/, gap/ and audit/", k)

@@ -303,7 +303,7 @@ func TestRepoUpdatesAndCounts(t *testing.T) {
 	if r := apply(t, w, &Unit{Puts: []KV{{Key: KeyCursorListRepos, Value: cur}}}); r.Refused != nil {
 		t.Fatal(r.Refused)
 	}
-	for _, k := range [][]byte{KeyCounts, KeyInstance, RevKey(testDID), RepoKey(testDID), EventKey(1), CaptureKey(1), []byte("zzz")} {
+	for _, k := range [][]byte{KeyCounts, KeyInstance, KeyCompaction, KeyDueIndex, KeyIndex, KeyReplayIndex, RevKey(testDID), RepoKey(testDID), EventKey(1), CaptureKey(1), []byte("zzz")} {
 		if r := apply(t, w, &Unit{Puts: []KV{{Key: k, Value: []byte{1}}}}); r.Refused == nil {
 			t.Errorf("put of %q accepted", k)
 		}
