@@ -285,7 +285,7 @@ func (r *Resolver) apply(ctx context.Context, l *exportLine, st *ExportStats) {
 		info.declared = h.Normalize().String()
 	}
 	if prev, _, ok := r.cache.get(l.DID, now); ok {
-		if prev == nil || !prev.exported {
+		if !prev.usable() || !prev.exported {
 			// Resolved over the network since (as new as the export or
 			// newer), or invalidated (an #identity, or an earlier op of
 			// the export unloaded it): its next lookup resolves it.
@@ -297,12 +297,12 @@ func (r *Resolver) apply(ctx context.Context, l *exportLine, st *ExportStats) {
 	r.keep(ctx, info)
 }
 
-// unload drops a DID's document from memory, when memory holds one, as an
-// invalidation does (its next lookup resolves it), without a refresh.
+// unload drops a DID's document, when memory holds one, as an invalidation
+// does (its next lookup resolves it), without a refresh.
 func (r *Resolver) unload(did string) {
 	now := r.cfg.Now()
 	if _, _, ok := r.cache.get(did, now); ok {
-		r.hold(did, nil, now.Add(r.cfg.TTL))
+		r.forget(did, now)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,14 +116,20 @@ type Info struct {
 // directory's export never counts.
 func (i *Info) ResolvedSince(t time.Time) bool { return !i.exported && !i.FetchedAt.Before(t) }
 
+// usable reports whether a cached entry is a document. An entry without a
+// key marks the DID invalidated at its FetchedAt (an #identity, or the
+// directory no longer giving it a key): its next lookup resolves it.
+func (i *Info) usable() bool { return i != nil && i.Key != nil }
+
 // PDSHost is host[:port] of the PDS endpoint ("" when none or unparsable),
-// the form upstream.Download.FinalHost takes.
+// in the form upstream.Download.FinalHost takes: lowercased (host names
+// are case-insensitive).
 func (i *Info) PDSHost() string {
 	u, err := url.Parse(i.PDS)
 	if err != nil {
 		return ""
 	}
-	return u.Host
+	return strings.ToLower(u.Host)
 }
 
 // Store is the durable copy's read side (*archive.Store).
@@ -435,14 +442,16 @@ func (b *cappedBody) Close() error { return b.rc.Close() }
 func (r *Resolver) Lookup(ctx context.Context, did string) (info *Info, fresh bool, err error) {
 	now := r.cfg.Now()
 	info, expired, ok := r.cache.get(did, now)
+	var since time.Time // any answer will do, unless the DID was invalidated
 	switch {
-	case ok && info != nil:
+	case ok && info.usable():
 		r.m.cache(tierMemory)
 		if expired {
 			r.revalidate(did, info, now)
 		}
 		return info, false, nil
-	case ok: // invalidated: the durable copy is stale too
+	case ok: // invalidated: the durable copy is stale too, and so is any answer requested before
+		since, info = info.FetchedAt, nil
 	default:
 		info, err = r.durable(did)
 	}
@@ -458,7 +467,7 @@ func (r *Resolver) Lookup(ctx context.Context, did string) (info *Info, fresh bo
 		return info, false, nil
 	}
 	r.m.cache(tierMiss)
-	if info, err = r.refreshSince(ctx, did, now); err != nil {
+	if info, err = r.refreshSince(ctx, did, since); err != nil {
 		return nil, false, err
 	}
 	// The flight may have found a document in memory that arrived since
@@ -482,7 +491,7 @@ func (r *Resolver) Known(did string) bool {
 		return true
 	}
 	info, _, ok := r.cache.get(did, r.cfg.Now())
-	return ok && info != nil
+	return ok && info.usable()
 }
 
 // revalidate refreshes did's expired document in the background (see
@@ -506,8 +515,15 @@ func (r *Resolver) background(did string, since time.Time) {
 	go func() { // owned: Close cancels r.ctx and waits
 		defer r.wg.Done()
 		defer func() { <-r.bg }()
-		if _, err := r.refreshSince(r.ctx, did, since); err != nil && r.ctx.Err() == nil {
-			r.m.staleFailed()
+		_, err := r.refreshSince(r.ctx, did, since)
+		if err == nil || r.ctx.Err() != nil {
+			return
+		}
+		r.m.staleFailed()
+		if errors.Is(err, identity.ErrDIDNotFound) || errors.Is(err, ErrNoKey) {
+			// A definite answer: the DID has no document or no key any
+			// more. Its stale document must not keep verifying.
+			r.forget(did, r.cfg.Now())
 		}
 	}()
 }
@@ -526,9 +542,10 @@ func (r *Resolver) Close() {
 	r.wg.Wait()
 }
 
-// durable reads the store's copy (nil when absent), whatever its age; an
-// unreadable or malformed row is an error (fail closed). While memoryOnly
-// holds, a DID memory does not hold has no row: nothing is read.
+// durable reads the store's copy (nil when absent, or when the row marks
+// the DID invalidated: forget), whatever its age; an unreadable or
+// malformed row is an error (fail closed). While memoryOnly holds, a DID
+// memory does not hold has no row: nothing is read.
 func (r *Resolver) durable(did string) (*Info, error) {
 	if r.cfg.Store == nil || r.memoryOnly.Load() {
 		return nil, nil
@@ -540,41 +557,45 @@ func (r *Resolver) durable(did string) (*Info, error) {
 	case err != nil:
 		return nil, fmt.Errorf("ident: %s: %w", did, err)
 	}
-	info := &Info{DID: did, KeyMultibase: v.Key, PDS: v.PDS, Handle: v.Handle, FetchedAt: time.UnixMicro(v.FetchedUS)}
-	if v.Key != "" {
-		k, err := k256.ParsePublicMultibase(v.Key)
-		if err != nil {
-			return nil, fmt.Errorf("ident: %s: stored key: %w: %w", did, archive.ErrMalformed, err)
-		}
-		info.Key = k
+	if v.Key == "" {
+		return nil, nil
 	}
-	return info, nil
+	k, err := k256.ParsePublicMultibase(v.Key)
+	if err != nil {
+		return nil, fmt.Errorf("ident: %s: stored key: %w: %w", did, archive.ErrMalformed, err)
+	}
+	return &Info{DID: did, Key: k, KeyMultibase: v.Key, PDS: v.PDS, Handle: v.Handle, FetchedAt: time.UnixMicro(v.FetchedUS)}, nil
 }
 
 // Refresh resolves did over the network (one flight per DID; concurrent
-// callers share it), replaces the cached entry and writes it back.
+// callers share one that started after their call), replaces the cached
+// entry and writes it back.
 func (r *Resolver) Refresh(ctx context.Context, did string) (*Info, error) {
-	return r.refreshSince(ctx, did, time.Time{})
+	return r.refreshSince(ctx, did, r.cfg.Now())
 }
 
-// refreshSince is Refresh unless, once the flight starts, memory already
-// holds a document fetched at or after since (another flight resolved it
-// meanwhile): so one invalidation or expiry costs one resolution, whatever
-// the interleaving of lookups and background refreshes. The zero since
-// always resolves.
+// refreshSince returns a document resolved at or after since (the zero
+// since: any): one memory already holds (another flight resolved it
+// meanwhile), else a flight's (one flight per DID), so one invalidation or
+// expiry costs one resolution, whatever the interleaving of lookups and
+// background refreshes. A flight that started before since is joined and
+// then resolved again: its answer may predate what since stands for (an
+// #identity announcing a rotation).
 func (r *Resolver) refreshSince(ctx context.Context, did string, since time.Time) (*Info, error) {
-	v, err, _ := r.flight.Do(did, func() (any, error) {
-		if !since.IsZero() {
-			if info, _, ok := r.cache.get(did, r.cfg.Now()); ok && info != nil && !info.FetchedAt.Before(since) {
+	for {
+		v, err, _ := r.flight.Do(did, func() (any, error) {
+			if info, _, ok := r.cache.get(did, r.cfg.Now()); ok && info.usable() && !info.FetchedAt.Before(since) {
 				return info, nil
 			}
+			return r.resolve(ctx, did)
+		})
+		if err != nil {
+			return nil, err
 		}
-		return r.resolve(ctx, did)
-	})
-	if err != nil {
-		return nil, err
+		if info := v.(*Info); !info.FetchedAt.Before(since) {
+			return info, nil
+		}
 	}
-	return v.(*Info), nil
 }
 
 // Reresolve is Refresh forced by a check that failed with a document that
@@ -584,15 +605,32 @@ func (r *Resolver) Reresolve(ctx context.Context, did string) (*Info, error) {
 	return r.Refresh(ctx, did)
 }
 
-// Invalidate marks did's document stale (an #identity event) and refreshes
-// it in the background: the next Lookup finds the new document, or (the
-// refresh not done yet) resolves it over the network, skipping the durable
-// copy. Either way one resolution follows an invalidation.
+// Invalidate marks did's document stale (an #identity event), in memory
+// and in the durable copy, and refreshes it in the background: the next
+// Lookup finds the new document, or (the refresh not done yet, even after
+// an eviction or a restart) resolves it over the network. Either way one
+// resolution follows an invalidation, and no answer the directory gave
+// before it is kept.
 func (r *Resolver) Invalidate(did string) {
 	now := r.cfg.Now()
-	r.hold(did, nil, now.Add(r.cfg.TTL))
+	r.forget(did, now)
 	r.m.invalidated()
 	r.background(did, now)
+}
+
+// forget marks did invalidated at now: in memory, and in ident/ by a row
+// without a key (submitted before anything the caller submits next, so it
+// is durable no later than the event that caused it), which durable reads
+// as absent.
+func (r *Resolver) forget(did string, now time.Time) {
+	r.hold(did, &Info{DID: did, FetchedAt: now}, now.Add(r.cfg.TTL))
+	if r.cfg.Persist == nil {
+		return
+	}
+	if err := r.cfg.Persist(r.ctx, did, archive.Ident{FetchedUS: max(now.UnixMicro(), 1)}); err != nil {
+		r.m.persistFailed()
+		r.logTrip("persist", "ident: an invalidation could not be submitted for ident/", "err", err)
+	}
 }
 
 // resolve is one network resolution under the concurrency limit, with the
@@ -604,11 +642,13 @@ func (r *Resolver) resolve(ctx context.Context, did string) (*Info, error) {
 		return nil, fmt.Errorf("%w: %s: %w", ErrUnresolvable, did, err)
 	}
 	var id *identity.Identity
+	var started time.Time // the successful attempt's start: the answer is at least as new
 	attempts, err := r.withRetries(ctx, did, func(ctx context.Context) error {
 		if err := r.pace(ctx, d); err != nil {
 			return err
 		}
 		t0 := time.Now()
+		started = r.cfg.Now()
 		var err error
 		id, err = r.fetch(ctx, d)
 		r.m.observe(time.Since(t0).Seconds())
@@ -619,7 +659,7 @@ func (r *Resolver) resolve(ctx context.Context, did string) (*Info, error) {
 	})
 	switch {
 	case err == nil:
-		return r.accept(ctx, did, id)
+		return r.accept(ctx, did, id, started)
 	case ctx.Err() != nil:
 		return nil, fmt.Errorf("ident: %s: %w", did, ctx.Err())
 	case errors.Is(err, identity.ErrDIDNotFound):
@@ -690,16 +730,19 @@ func (r *Resolver) fetch(ctx context.Context, d syntax.DID) (*identity.Identity,
 	return r.dir.LookupDID(ctx, d)
 }
 
-// accept turns a resolved identity into an Info, caches and persists it. A
-// document without a usable signing key is ErrNoKey (not cached: a fixed
-// document is seen at the next lookup).
-func (r *Resolver) accept(ctx context.Context, did string, id *identity.Identity) (*Info, error) {
-	now := r.cfg.Now()
-	info := &Info{DID: did, PDS: id.PDSEndpoint(), FetchedAt: now}
+// accept turns an identity resolved by a request started at fetched into
+// an Info, caches and persists it. A document without a usable signing key
+// is ErrNoKey (not cached: a fixed document is seen at the next lookup).
+// An answer requested before the DID was invalidated is returned to the
+// flight's callers but not kept: the invalidation's own resolution
+// replaces it.
+func (r *Resolver) accept(ctx context.Context, did string, id *identity.Identity, fetched time.Time) (*Info, error) {
+	info := &Info{DID: did, PDS: id.PDSEndpoint(), FetchedAt: fetched}
 	if h, err := id.DeclaredHandle(); err == nil {
 		info.declared = h.Normalize().String()
 	}
-	if prev, _, ok := r.cache.get(did, now); ok && prev != nil {
+	prev, _, ok := r.cache.get(did, r.cfg.Now())
+	if ok && prev.usable() {
 		info.Handle = prev.Handle // the last #identity verdict stands
 	}
 	k, err := atprotoKey(id)
@@ -709,6 +752,9 @@ func (r *Resolver) accept(ctx context.Context, did string, id *identity.Identity
 	}
 	info.Key, info.KeyMultibase = k, storedKey(id, k)
 	r.m.resolution(resultOK)
+	if ok && !prev.usable() && fetched.Before(prev.FetchedAt) {
+		return info, nil
+	}
 	r.keep(ctx, info)
 	return info, nil
 }

@@ -83,6 +83,13 @@ func noSleep(context.Context, time.Duration) error { return nil }
 // newPublicKey is the public half of a fresh K-256 key.
 func newPublicKey(t testing.TB) atcrypto.PublicKey {
 	t.Helper()
+	_, pub := newKeyPair(t)
+	return pub
+}
+
+// newKeyPair is a fresh K-256 key and its public half.
+func newKeyPair(t testing.TB) (atcrypto.PrivateKey, atcrypto.PublicKey) {
+	t.Helper()
 	k, err := atcrypto.GeneratePrivateKeyK256()
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +98,7 @@ func newPublicKey(t testing.TB) atcrypto.PublicKey {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pub
+	return k, pub
 }
 
 func TestLookupResolvesThroughPLCAndCaches(t *testing.T) {
