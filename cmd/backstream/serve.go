@@ -40,7 +40,7 @@ func serveCommand() *command {
 		name:    "serve",
 		summary: "bootstrap from a relay, then archive its firehose and serve clients",
 		flags: func(fs *flagSet) {
-			fs.String("relay", "https://relay1.us-east.bsky.network", "relay URL")
+			fs.String("relay", "https://relay1.us-east.bsky.network", "relay URL: http(s)://host[:port], without a path")
 			fs.String("data-dir", "./data", "data directory (holds store/ and scratch/)")
 			fs.String("listen", ":6008", "public HTTP listen address: /subscribe, /status, /healthz, /readyz, /zstd-dictionary")
 			fs.String("admin-listen", DefaultAdminListen, "admin HTTP listen address: /metrics, /debug/pprof/, POST /admin/checkpoint, the probes and /status (empty disables it; keep it off the public network)")
@@ -234,6 +234,11 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 	u, err := url.Parse(strings.TrimSpace(o.relay))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return bad("--relay %q: want an http(s) URL", o.relay)
+	}
+	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		// The xrpc paths are appended to the relay's root: with a path,
+		// listRepos and the firehose would answer 404.
+		return bad("--relay %q: want an http(s) URL without a path", o.relay)
 	}
 	mem, err := parseBytes(fs.str("backfill-memory"))
 	if err != nil {

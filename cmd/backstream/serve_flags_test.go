@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -194,5 +196,51 @@ func TestServeCompactionFlags(t *testing.T) {
 		if _, err := serveFlags(t, args, nil); !errors.Is(err, errUsage) {
 			t.Errorf("%v: %v, want a usage error", args, err)
 		}
+	}
+}
+
+// TestServeFlagsRefusedNamed: each refused value is a usage error naming
+// its flag and quoting what the operator typed.
+func TestServeFlagsRefusedNamed(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string // substrings of the error
+	}{
+		{[]string{"--relay", "http://127.0.0.1:7894/xrpc"}, []string{"--relay", `"http://127.0.0.1:7894/xrpc"`, "without a path"}},
+		{[]string{"--relay", "https://relay.example/?x=1"}, []string{"--relay", `"https://relay.example/?x=1"`}},
+	} {
+		_, err := serveFlags(t, tc.args, nil)
+		if !errors.Is(err, errUsage) {
+			t.Errorf("%q: %v, want a usage error", tc.args, err)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%q: %q does not say %q", tc.args, err, w)
+			}
+		}
+	}
+	// A trailing slash is the relay's root, not a path.
+	if o, err := serveFlags(t, []string{"--relay", "https://relay.example/"}, nil); err != nil || o.relay != "https://relay.example/" {
+		t.Errorf("--relay with a trailing slash: %q, %v", o.relay, err)
+	}
+}
+
+// TestServeUsageErrorBeforeOpening: a refused flag exits 2 naming it, and
+// nothing is created in the data dir.
+func TestServeUsageErrorBeforeOpening(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	// Bounded: a serve that accepted the flag would run until cancelled.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var stderrb bytes.Buffer
+	code := run(ctx, []string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--admin-listen", "",
+		"--relay", "http://127.0.0.1:7894/xrpc"}, nil, &bytes.Buffer{}, &stderrb)
+	stderr := stderrb.String()
+	if code != 2 || !strings.Contains(stderr, "--relay") {
+		t.Fatalf("code %d, stderr %q; want 2 naming --relay", code, stderr)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the data dir was touched: %v", err)
 	}
 }
