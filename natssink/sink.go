@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -107,10 +108,43 @@ type Sink struct {
 	status Status
 }
 
+// CheckURLs reports the first entry of urls (comma-separated, as
+// Config.URLs) that is not a server URL nats.go can dial: a scheme of
+// nats, tls, ws or wss (websocket and plain ones not mixed), and a host.
+// nats.go itself would take a bare word as a host name and retry it
+// forever.
+func CheckURLs(urls string) error {
+	n, ws := 0, false
+	for _, e := range strings.Split(urls, ",") {
+		if e = strings.TrimSpace(e); e == "" {
+			continue
+		}
+		u, err := url.Parse(e)
+		if err != nil || u.Hostname() == "" {
+			return fmt.Errorf("server %q: want nats://host[:port] (or tls://, ws://, wss://)", e)
+		}
+		isWS := u.Scheme == "ws" || u.Scheme == "wss"
+		if !isWS && u.Scheme != "nats" && u.Scheme != "tls" {
+			return fmt.Errorf("server %q: scheme %q: want nats, tls, ws or wss", e, u.Scheme)
+		}
+		if n > 0 && isWS != ws {
+			return fmt.Errorf("server %q: websocket and non-websocket servers cannot be mixed", e)
+		}
+		n, ws = n+1, isWS
+	}
+	if n == 0 {
+		return errors.New("no server URL")
+	}
+	return nil
+}
+
 // New checks cfg and fills its defaults. It does not connect.
 func New(cfg Config) (*Sink, error) {
 	if cfg.URLs == "" || cfg.Store == nil || cfg.Writer == nil {
 		return nil, errors.New("natssink: URLs, Store and Writer are required")
+	}
+	if err := CheckURLs(cfg.URLs); err != nil {
+		return nil, fmt.Errorf("natssink: %w", err)
 	}
 	if cfg.Stream == "" {
 		cfg.Stream = DefaultStream

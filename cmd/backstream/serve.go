@@ -101,7 +101,7 @@ func serveCommand() *command {
 			fs.Duration("handle-ttl", ident.DefaultHandleTTL, "how long a handle check's result for a (DID, handle) pair is reused: a repeated #identity naming the same pair within it sends no request (backstream_ident_handle_cache_hits_total)")
 			fs.Int("verify-workers", 0, "live #commit and #sync checks computed at once (0 = one per CPU; a check waiting for the network holds none); an account's frames are checked in order, and archived in the relay's order")
 			healFlags(fs)
-			fs.String("nats-url", "", "publish every archived event, in seq order and once, into a NATS JetStream stream on these servers (comma-separated nats:// URLs; empty: no NATS sink)")
+			fs.String("nats-url", "", "publish every archived event, in seq order and once, into a NATS JetStream stream on these servers (comma-separated nats:// URLs, or tls://, ws://, wss://; empty: no NATS sink)")
 			fs.String("nats-stream", natssink.DefaultStream, "with --nats-url: the stream's name, also its subjects' prefix (<stream>.commit.<collection>, <stream>.<kind>)")
 			fs.Int("nats-replicas", 0, "with --nats-url: replicas of the stream when the sink creates it (0: 3 when the cluster shows at least 3 servers, else 1)")
 			fs.String("nats-creds", "", "with --nats-url: NATS credentials file")
@@ -712,6 +712,9 @@ func natsOptions(fs *flagSet) (*natssink.Config, error) {
 	u := strings.TrimSpace(fs.str("nats-url"))
 	if u == "" {
 		return nil, nil
+	}
+	if err := natssink.CheckURLs(u); err != nil {
+		return nil, fmt.Errorf("%w: --nats-url %q: %v", errUsage, u, err)
 	}
 	c := &natssink.Config{URLs: u, Stream: strings.TrimSpace(fs.str("nats-stream")), Replicas: fs.get("nats-replicas").(int),
 		Creds: strings.TrimSpace(fs.str("nats-creds")), Window: fs.get("nats-window").(int)}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/backstream/backstream/natssink"
@@ -25,12 +26,27 @@ func TestServeNATSFlags(t *testing.T) {
 		o.nats.From != want.From || o.nats.Window != want.Window {
 		t.Fatalf("got %+v, want %+v", o.nats, want)
 	}
-	for _, args := range [][]string{
-		{"--nats-url", "nats://a", "--nats-from", "-1"},
-		{"--nats-url", "nats://a", "--nats-window", "0"},
+	for _, urls := range []string{"tls://a:4222, nats://b", "ws://a,wss://b:443", "nats://user:pw@a:4222,"} {
+		if o, err := serveFlags(t, []string{"--nats-url", urls}, nil); err != nil || o.nats == nil {
+			t.Errorf("--nats-url %q: %v", urls, err)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string // in the error, beside the flag's name
+	}{
+		{[]string{"--nats-url", "nats://a", "--nats-from", "-1"}, "--nats-from"},
+		{[]string{"--nats-url", "nats://a", "--nats-window", "0"}, "--nats-window"},
+		{[]string{"--nats-url", "nats://%zz:4222"}, `--nats-url "nats://%zz:4222"`},
+		{[]string{"--nats-url", "garbage"}, `--nats-url "garbage"`},
+		{[]string{"--nats-url", "a:4222"}, `--nats-url "a:4222"`},
+		{[]string{"--nats-url", "http://a:4222"}, `scheme "http"`},
+		{[]string{"--nats-url", "nats://a,ws://b"}, "mixed"},
+		{[]string{"--nats-url", " , "}, `--nats-url`},
 	} {
-		if _, err := serveFlags(t, args, nil); !errors.Is(err, errUsage) {
-			t.Errorf("%v: %v, want a usage error", args, err)
+		_, err := serveFlags(t, tc.args, nil)
+		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want a usage error saying %q", tc.args, err, tc.want)
 		}
 	}
 }
