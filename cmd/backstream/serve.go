@@ -72,7 +72,7 @@ func serveCommand() *command {
 			fs.String("devnet-listen", "127.0.0.1:7777", "with --devnet: the simulated relay's listen address")
 			fs.Int("devnet-accounts", 3000, "with --devnet: accounts in the simulated network")
 			fs.Float64("devnet-rate", 50, "with --devnet: live events per second")
-			fs.Duration("capture-wait", lifecycle.DefaultCaptureWait, "how long bootstrap waits for the firehose's first durable event before starting anyway")
+			fs.Duration("capture-wait", lifecycle.DefaultCaptureWait, "how long bootstrap waits for the firehose's first durable event before starting anyway (must be positive)")
 			fs.String("min-free", "auto", "free-space floor of the data dir's volume, e.g. 2GiB: below it ingest stops and the process exits (auto: the smaller of 1 GiB and 2% of the volume; off or 0: no floor)")
 			fs.Duration("max-write-stall", archive.DefaultMaxWriteStall, "longest store write stall before the process stops (a full or failing disk)")
 			fs.Duration("subscriber-stall-timeout", subscribe.DefaultStallTimeout, "close a subscriber whose socket write has not completed for this long (it does not read), whatever its lag")
@@ -178,13 +178,16 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 		checkpointInterval: fs.get("checkpoint-interval").(time.Duration),
 		maxWriteStall:      fs.get("max-write-stall").(time.Duration),
 	}
-	if o.retryWorkers < 1 || o.retryHostWorkers < 1 || o.retryInterval <= 0 || o.retryMaxDelay < o.retryInterval || o.retryScanPeriod <= 0 {
-		return serveOptions{}, fmt.Errorf("%w: --retry-workers and --retry-host-workers must be ≥ 1, and 0 < --retry-interval ≤ --retry-max-delay", errUsage)
-	}
 	bad := func(format string, args ...any) (serveOptions, error) {
 		return serveOptions{}, fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
 	}
 	switch {
+	case o.retryWorkers < 1 || o.retryHostWorkers < 1 || o.retryInterval <= 0 || o.retryMaxDelay < o.retryInterval:
+		return bad("--retry-workers and --retry-host-workers must be ≥ 1, and 0 < --retry-interval ≤ --retry-max-delay")
+	case o.retryScanPeriod <= 0:
+		return bad("--retry-scan-period %q: must be positive", fs.str("retry-scan-period"))
+	case o.captureWait <= 0:
+		return bad("--capture-wait %q: must be positive", fs.str("capture-wait"))
 	case o.workers <= 0:
 		return bad("--backfill-workers %d: must be at least 1", o.workers)
 	case o.window <= 0:

@@ -208,6 +208,10 @@ func TestServeFlagsRefusedNamed(t *testing.T) {
 	}{
 		{[]string{"--relay", "http://127.0.0.1:7894/xrpc"}, []string{"--relay", `"http://127.0.0.1:7894/xrpc"`, "without a path"}},
 		{[]string{"--relay", "https://relay.example/?x=1"}, []string{"--relay", `"https://relay.example/?x=1"`}},
+		{[]string{"--retry-scan-period", "0"}, []string{`--retry-scan-period "0s"`, "positive"}},
+		{[]string{"--retry-scan-period", "-1s"}, []string{`--retry-scan-period "-1s"`}},
+		{[]string{"--capture-wait", "0"}, []string{`--capture-wait "0s"`, "positive"}},
+		{[]string{"--capture-wait", "-5s"}, []string{`--capture-wait "-5s"`}},
 	} {
 		_, err := serveFlags(t, tc.args, nil)
 		if !errors.Is(err, errUsage) {
