@@ -42,7 +42,7 @@ func serveCommand() *command {
 		flags: func(fs *flagSet) {
 			fs.String("relay", "https://relay1.us-east.bsky.network", "relay URL: http(s)://host[:port], without a path")
 			fs.String("data-dir", "./data", "data directory (holds store/ and scratch/)")
-			fs.String("listen", ":6008", "public HTTP listen address: /subscribe, /status, /healthz, /readyz, /zstd-dictionary")
+			fs.String("listen", ":6008", "public HTTP listen address, host:port or :port: /subscribe, /status, /healthz, /readyz, /zstd-dictionary")
 			fs.String("admin-listen", DefaultAdminListen, "admin HTTP listen address: /metrics, /debug/pprof/, POST /admin/checkpoint, the probes and /status (empty disables it; keep it off the public network)")
 			fs.String("backup-dir", "", "directory under which POST /admin/checkpoint may write checkpoints (empty: checkpoints through a running serve are refused)")
 			fs.Duration("checkpoint-interval", DefaultCheckpointInterval, "least time between the end of one checkpoint through the admin endpoint and the start of the next")
@@ -188,6 +188,20 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 		return bad("--retry-scan-period %q: must be positive", fs.str("retry-scan-period"))
 	case o.captureWait <= 0:
 		return bad("--capture-wait %q: must be positive", fs.str("capture-wait"))
+	case strings.TrimSpace(o.dataDir) == "":
+		return bad("--data-dir %q: want a directory", o.dataDir)
+	case strings.TrimSpace(o.listen) == "":
+		return bad("--listen %q: want host:port or :port (an empty address would bind a random port on every interface)", o.listen)
+	}
+	if err := checkListen(o.listen); err != nil {
+		return bad("--listen %q: want host:port or :port (%v)", o.listen, err)
+	}
+	if a := o.http.adminListen; a != "" {
+		if err := checkListen(a); err != nil {
+			return bad("--admin-listen %q: want host:port, :port, or empty to disable it (%v)", a, err)
+		}
+	}
+	switch {
 	case o.workers <= 0:
 		return bad("--backfill-workers %d: must be at least 1", o.workers)
 	case o.window <= 0:
@@ -276,6 +290,17 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 		return serveOptions{}, err
 	}
 	return o, nil
+}
+
+// checkListen checks a listen address's form before anything binds it:
+// host:port or :port, the port a number up to 65535 or a service name.
+func checkListen(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	_, err = net.LookupPort("tcp", port)
+	return err
 }
 
 // compactionSchedule reads --compaction-interval and

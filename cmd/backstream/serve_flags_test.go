@@ -212,6 +212,13 @@ func TestServeFlagsRefusedNamed(t *testing.T) {
 		{[]string{"--retry-scan-period", "-1s"}, []string{`--retry-scan-period "-1s"`}},
 		{[]string{"--capture-wait", "0"}, []string{`--capture-wait "0s"`, "positive"}},
 		{[]string{"--capture-wait", "-5s"}, []string{`--capture-wait "-5s"`}},
+		{[]string{"--listen", ""}, []string{`--listen ""`}},
+		{[]string{"--listen", " "}, []string{`--listen " "`}},
+		{[]string{"--listen", "garbage"}, []string{`--listen "garbage"`}},
+		{[]string{"--listen", "127.0.0.1:99999"}, []string{`--listen "127.0.0.1:99999"`}},
+		{[]string{"--admin-listen", "garbage"}, []string{`--admin-listen "garbage"`}},
+		{[]string{"--admin-listen", ":nosuchservice"}, []string{`--admin-listen ":nosuchservice"`}},
+		{[]string{"--data-dir", ""}, []string{`--data-dir ""`}},
 	} {
 		_, err := serveFlags(t, tc.args, nil)
 		if !errors.Is(err, errUsage) {
@@ -223,6 +230,14 @@ func TestServeFlagsRefusedNamed(t *testing.T) {
 				t.Errorf("%q: %q does not say %q", tc.args, err, w)
 			}
 		}
+	}
+	for _, a := range []string{":6008", "127.0.0.1:0", "[::1]:6008", "localhost:http"} {
+		if _, err := serveFlags(t, []string{"--listen", a, "--admin-listen", a}, nil); err != nil {
+			t.Errorf("--listen and --admin-listen %q: %v", a, err)
+		}
+	}
+	if o, err := serveFlags(t, []string{"--admin-listen", ""}, nil); err != nil || o.http.adminListen != "" {
+		t.Errorf("--admin-listen empty (disabled): %q, %v", o.http.adminListen, err)
 	}
 	// A trailing slash is the relay's root, not a path.
 	if o, err := serveFlags(t, []string{"--relay", "https://relay.example/"}, nil); err != nil || o.relay != "https://relay.example/" {
