@@ -75,17 +75,27 @@ func newAddrPolicy(relay *url.URL, extra []string) (addrPolicy, error) {
 	p := addrPolicy{loopbackPorts: map[uint16]bool{}}
 	_, port, _ := net.SplitHostPort(canonicalHostPort(relay))
 	for _, hp := range append([]string{net.JoinHostPort(relay.Hostname(), port)}, extra...) {
-		host, port, err := net.SplitHostPort(strings.TrimSpace(hp))
-		if err != nil || !isLoopbackHost(host) {
-			return addrPolicy{}, fmt.Errorf("loopback host %q: want host:port on loopback", hp)
+		n, err := ParseLoopbackHost(hp)
+		if err != nil {
+			return addrPolicy{}, err
 		}
-		n, err := strconv.ParseUint(port, 10, 16)
-		if err != nil || n == 0 {
-			return addrPolicy{}, fmt.Errorf("loopback host %q: bad port", hp)
-		}
-		p.loopbackPorts[uint16(n)] = true
+		p.loopbackPorts[n] = true
 	}
 	return p, nil
+}
+
+// ParseLoopbackHost returns the port of hp, one of Options.LoopbackHosts:
+// host:port with the host on loopback and a port from 1 to 65535.
+func ParseLoopbackHost(hp string) (uint16, error) {
+	host, port, err := net.SplitHostPort(strings.TrimSpace(hp))
+	if err != nil || !isLoopbackHost(host) {
+		return 0, fmt.Errorf("loopback host %q: want host:port on loopback", hp)
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("loopback host %q: bad port", hp)
+	}
+	return uint16(n), nil
 }
 
 // check returns nil when ip may be dialed on port, else an error naming

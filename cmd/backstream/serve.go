@@ -30,6 +30,7 @@ import (
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/retry"
 	"github.com/backstream/backstream/subscribe"
+	"github.com/backstream/backstream/upstream"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -225,6 +226,9 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 	}
 	for _, h := range strings.Split(fs.str("loopback-hosts"), ",") {
 		if h = strings.TrimSpace(h); h != "" {
+			if _, err := upstream.ParseLoopbackHost(h); err != nil {
+				return bad("--loopback-hosts %q: %v", fs.str("loopback-hosts"), err)
+			}
 			o.loopbackHosts = append(o.loopbackHosts, h)
 		}
 	}

@@ -219,6 +219,9 @@ func TestServeFlagsRefusedNamed(t *testing.T) {
 		{[]string{"--admin-listen", "garbage"}, []string{`--admin-listen "garbage"`}},
 		{[]string{"--admin-listen", ":nosuchservice"}, []string{`--admin-listen ":nosuchservice"`}},
 		{[]string{"--data-dir", ""}, []string{`--data-dir ""`}},
+		{[]string{"--loopback-hosts", "garbage"}, []string{`--loopback-hosts "garbage"`, "host:port on loopback"}},
+		{[]string{"--loopback-hosts", "127.0.0.2:7001, 10.0.0.1:7002"}, []string{`--loopback-hosts "127.0.0.2:7001, 10.0.0.1:7002"`, `"10.0.0.1:7002"`}},
+		{[]string{"--loopback-hosts", "127.0.0.2:0"}, []string{"--loopback-hosts", "bad port"}},
 	} {
 		_, err := serveFlags(t, tc.args, nil)
 		if !errors.Is(err, errUsage) {
@@ -238,6 +241,9 @@ func TestServeFlagsRefusedNamed(t *testing.T) {
 	}
 	if o, err := serveFlags(t, []string{"--admin-listen", ""}, nil); err != nil || o.http.adminListen != "" {
 		t.Errorf("--admin-listen empty (disabled): %q, %v", o.http.adminListen, err)
+	}
+	if o, err := serveFlags(t, []string{"--loopback-hosts", "127.0.0.2:7001, localhost:7002,"}, nil); err != nil || len(o.loopbackHosts) != 2 {
+		t.Errorf("--loopback-hosts: %q, %v", o.loopbackHosts, err)
 	}
 	// A trailing slash is the relay's root, not a path.
 	if o, err := serveFlags(t, []string{"--relay", "https://relay.example/"}, nil); err != nil || o.relay != "https://relay.example/" {
