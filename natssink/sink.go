@@ -31,6 +31,9 @@ const (
 	DefaultPositionEvery   = time.Second      // how often the position is written (when it moved)
 )
 
+// MaxReplicas is the most replicas a JetStream stream may have.
+const MaxReplicas = 5
+
 // DefaultBackoff spaces sessions after a failure.
 var DefaultBackoff = backoff.Policy{Base: 250 * time.Millisecond, Max: 10 * time.Second}
 
@@ -152,8 +155,8 @@ func New(cfg Config) (*Sink, error) {
 	if strings.ContainsAny(cfg.Stream, ".*> \t") {
 		return nil, fmt.Errorf("natssink: stream name %q: no dots, wildcards or spaces", cfg.Stream)
 	}
-	if cfg.Replicas < 0 || cfg.Replicas > 5 {
-		return nil, fmt.Errorf("natssink: replicas %d: 0 (auto) to 5", cfg.Replicas)
+	if cfg.Replicas < 0 || cfg.Replicas > MaxReplicas {
+		return nil, fmt.Errorf("natssink: replicas %d: 0 (auto) to %d", cfg.Replicas, MaxReplicas)
 	}
 	if cfg.Creds != "" {
 		if _, err := os.Stat(cfg.Creds); err != nil {

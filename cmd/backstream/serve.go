@@ -104,7 +104,7 @@ func serveCommand() *command {
 			healFlags(fs)
 			fs.String("nats-url", "", "publish every archived event, in seq order and once, into a NATS JetStream stream on these servers (comma-separated nats:// URLs, or tls://, ws://, wss://; empty: no NATS sink)")
 			fs.String("nats-stream", natssink.DefaultStream, "with --nats-url: the stream's name, also its subjects' prefix (<stream>.commit.<collection>, <stream>.<kind>)")
-			fs.Int("nats-replicas", 0, "with --nats-url: replicas of the stream when the sink creates it (0: 3 when the cluster shows at least 3 servers, else 1)")
+			fs.Int("nats-replicas", 0, "with --nats-url: replicas of the stream when the sink creates it, 0 to 5 (0: 3 when the cluster shows at least 3 servers, else 1)")
 			fs.String("nats-creds", "", "with --nats-url: NATS credentials file")
 			fs.Int("nats-from", 0, "with --nats-url: archive seq an empty stream starts from (0: the whole archive)")
 			fs.Int("nats-window", natssink.DefaultWindow, "with --nats-url: publishes awaiting the stream's acknowledgement at most")
@@ -756,6 +756,8 @@ func natsOptions(fs *flagSet) (*natssink.Config, error) {
 		return nil, fmt.Errorf("%w: --nats-from %d: must not be negative", errUsage, from)
 	case c.Window < 1:
 		return nil, fmt.Errorf("%w: --nats-window %d: must be at least 1", errUsage, c.Window)
+	case c.Replicas < 0 || c.Replicas > natssink.MaxReplicas:
+		return nil, fmt.Errorf("%w: --nats-replicas %d: want 0 (auto) to %d", errUsage, c.Replicas, natssink.MaxReplicas)
 	}
 	c.From = uint64(from)
 	return c, nil

@@ -37,6 +37,8 @@ func TestServeNATSFlags(t *testing.T) {
 	}{
 		{[]string{"--nats-url", "nats://a", "--nats-from", "-1"}, "--nats-from"},
 		{[]string{"--nats-url", "nats://a", "--nats-window", "0"}, "--nats-window"},
+		{[]string{"--nats-url", "nats://a", "--nats-replicas", "-3"}, "--nats-replicas -3"},
+		{[]string{"--nats-url", "nats://a", "--nats-replicas", "6"}, "--nats-replicas 6"},
 		{[]string{"--nats-url", "nats://%zz:4222"}, `--nats-url "nats://%zz:4222"`},
 		{[]string{"--nats-url", "garbage"}, `--nats-url "garbage"`},
 		{[]string{"--nats-url", "a:4222"}, `--nats-url "a:4222"`},
