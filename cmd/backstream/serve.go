@@ -425,8 +425,8 @@ func subscriberLimits(fs *flagSet) (subscribe.Config, error) {
 
 // parseBytes reads "auto" (0), a byte count, or a number with a unit
 // (KiB, MiB, GiB, TiB, or KB, MB, GB, TB).
-func parseBytes(s string) (int64, error) {
-	s = strings.TrimSpace(s)
+func parseBytes(in string) (int64, error) {
+	s := strings.TrimSpace(in)
 	if s == "" || strings.EqualFold(s, "auto") {
 		return 0, nil
 	}
@@ -446,7 +446,7 @@ func parseBytes(s string) (int64, error) {
 	}
 	v, err := strconv.ParseFloat(s, 64)
 	if err != nil || v <= 0 || v*mult > 1<<50 {
-		return 0, fmt.Errorf("%q: want auto, or a positive size such as 2GiB", s)
+		return 0, fmt.Errorf("%q: want auto, or a positive size such as 2GiB", in)
 	}
 	return int64(v * mult), nil
 }

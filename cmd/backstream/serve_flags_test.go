@@ -222,6 +222,9 @@ func TestServeFlagsRefusedNamed(t *testing.T) {
 		{[]string{"--loopback-hosts", "garbage"}, []string{`--loopback-hosts "garbage"`, "host:port on loopback"}},
 		{[]string{"--loopback-hosts", "127.0.0.2:7001, 10.0.0.1:7002"}, []string{`--loopback-hosts "127.0.0.2:7001, 10.0.0.1:7002"`, `"10.0.0.1:7002"`}},
 		{[]string{"--loopback-hosts", "127.0.0.2:0"}, []string{"--loopback-hosts", "bad port"}},
+		{[]string{"--backfill-memory", "1PB"}, []string{"--backfill-memory", `"1PB"`}},
+		{[]string{"--scratch-budget", "-1GiB"}, []string{"--scratch-budget", `"-1GiB"`}},
+		{[]string{"--min-free", "-1GiB"}, []string{"--min-free", `"-1GiB"`}},
 	} {
 		_, err := serveFlags(t, tc.args, nil)
 		if !errors.Is(err, errUsage) {
