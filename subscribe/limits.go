@@ -40,6 +40,13 @@ func bufferReservation(flushBytes int) int64 {
 	return int64(flushBytes) + maxInlineFrame + maxControlPending + 2*maxInlineFrame
 }
 
+// Reservation is what one subscriber reserves from c.BufferBudget (with
+// c's FlushBytes, or its default): a smaller budget admits no subscriber.
+func (c Config) Reservation() int64 {
+	c.defaults()
+	return bufferReservation(c.FlushBytes)
+}
+
 // refusal is an answer given instead of an upgrade because a limit is
 // reached.
 type refusal struct {

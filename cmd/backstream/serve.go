@@ -78,7 +78,7 @@ func serveCommand() *command {
 			fs.Duration("max-write-stall", archive.DefaultMaxWriteStall, "longest store write stall before the process stops (a full or failing disk)")
 			fs.Duration("subscriber-stall-timeout", subscribe.DefaultStallTimeout, "close a subscriber whose socket write has not completed for this long (it does not read), whatever its lag")
 			fs.Duration("subscriber-hello-timeout", subscribe.DefaultHelloTimeout, "close a requireHello subscriber that sends no options_update within this long")
-			fs.String("subscriber-buffer-budget", "1GiB", "output-buffer bytes all subscribers may reserve together (each reserves 128 KiB); beyond, new subscribers get 503")
+			fs.String("subscriber-buffer-budget", "1GiB", "output-buffer bytes all subscribers may reserve together (each reserves 128 KiB, so at least that); beyond, new subscribers get 503")
 			fs.Int("max-subscribers", subscribe.DefaultMaxSubscribers, "connected subscribers at most; beyond, 503")
 			fs.Int("max-subscribers-per-ip", subscribe.DefaultMaxSubscribersPerIP, "connected subscribers per client IP at most; beyond, 429")
 			fs.Bool("trust-x-forwarded-for", false, "count subscribers per the last X-Forwarded-For address (only behind a reverse proxy that appends it) instead of the connection's address")
@@ -403,9 +403,10 @@ func subscriberLimits(fs *flagSet) (subscribe.Config, error) {
 		MessageRate:         fs.get("subscriber-message-rate").(float64),
 		MessageBurst:        fs.get("subscriber-message-burst").(int),
 	}
-	budget, err := parseBytes(fs.str("subscriber-buffer-budget"))
-	if err != nil || budget == 0 {
-		return c, fmt.Errorf("--subscriber-buffer-budget: want a positive size such as 1GiB")
+	in := fs.str("subscriber-buffer-budget")
+	budget, err := parseBytes(in)
+	if least := c.Reservation(); err != nil || budget < least {
+		return c, fmt.Errorf("--subscriber-buffer-budget %q: want a size of at least one subscriber's reservation, %d KiB, such as 1GiB", in, least>>10)
 	}
 	c.BufferBudget = budget
 	switch {

@@ -225,6 +225,10 @@ func TestServeFlagsRefusedNamed(t *testing.T) {
 		{[]string{"--backfill-memory", "1PB"}, []string{"--backfill-memory", `"1PB"`}},
 		{[]string{"--scratch-budget", "-1GiB"}, []string{"--scratch-budget", `"-1GiB"`}},
 		{[]string{"--min-free", "-1GiB"}, []string{"--min-free", `"-1GiB"`}},
+		{[]string{"--subscriber-buffer-budget", "64KiB"}, []string{`--subscriber-buffer-budget "64KiB"`, "128 KiB"}},
+		{[]string{"--subscriber-buffer-budget", "131071"}, []string{`--subscriber-buffer-budget "131071"`}},
+		{[]string{"--subscriber-buffer-budget", "auto"}, []string{`--subscriber-buffer-budget "auto"`}},
+		{[]string{"--subscriber-buffer-budget", "lots"}, []string{`--subscriber-buffer-budget "lots"`}},
 	} {
 		_, err := serveFlags(t, tc.args, nil)
 		if !errors.Is(err, errUsage) {
@@ -247,6 +251,9 @@ func TestServeFlagsRefusedNamed(t *testing.T) {
 	}
 	if o, err := serveFlags(t, []string{"--loopback-hosts", "127.0.0.2:7001, localhost:7002,"}, nil); err != nil || len(o.loopbackHosts) != 2 {
 		t.Errorf("--loopback-hosts: %q, %v", o.loopbackHosts, err)
+	}
+	if o, err := serveFlags(t, []string{"--subscriber-buffer-budget", "128KiB"}, nil); err != nil || o.subscribers.BufferBudget != 128<<10 {
+		t.Errorf("--subscriber-buffer-budget of one subscriber: %d, %v", o.subscribers.BufferBudget, err)
 	}
 	// A trailing slash is the relay's root, not a path.
 	if o, err := serveFlags(t, []string{"--relay", "https://relay.example/"}, nil); err != nil || o.relay != "https://relay.example/" {
