@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -94,7 +95,23 @@ func parseFlags(cmd *command, all []*command, args, environ []string, out io.Wri
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
 	}
+	if err := finiteFloats(fs); err != nil {
+		return nil, err
+	}
 	return fs, nil
+}
+
+// finiteFloats refuses NaN and ±Inf in every float flag: strconv accepts
+// them, and every comparison with NaN is false, so a range check would let
+// it through.
+func finiteFloats(fs *flagSet) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v, ok := f.Value.(flag.Getter).Get().(float64); ok && err == nil && (math.IsNaN(v) || math.IsInf(v, 0)) {
+			err = fmt.Errorf("--%s %q: want a finite number", f.Name, f.Value.String())
+		}
+	})
+	return err
 }
 
 // ignoredEnv lists BACKSTREAM_* variables that are not flags: the crash

@@ -82,6 +82,39 @@ func TestBadValues(t *testing.T) {
 	}
 }
 
+// TestFloatFlagsFinite: NaN and ±Inf, which strconv accepts and range
+// checks let through, are refused in every float flag, from the command
+// line or the environment, naming the flag.
+func TestFloatFlagsFinite(t *testing.T) {
+	byName := map[string]*command{}
+	for _, c := range commands() {
+		byName[c.name] = c
+	}
+	for _, tc := range []struct {
+		cmd  string
+		env  []string
+		args []string
+		want string
+	}{
+		{"serve", nil, []string{"--replay-duty", "NaN"}, `--replay-duty "NaN"`},
+		{"serve", nil, []string{"--subscriber-message-rate", "NaN"}, `--subscriber-message-rate "NaN"`},
+		{"serve", []string{"BACKSTREAM_SUBSCRIBER_MESSAGE_RATE=+Inf"}, nil, `--subscriber-message-rate "+Inf"`},
+		{"serve", nil, []string{"--devnet-rate", "-Inf"}, `--devnet-rate "-Inf"`},
+		{"devnet", nil, []string{"--rate", "inf"}, `--rate "+Inf"`},
+		{"devnet", nil, []string{"--relay-index-missing", "nan"}, `--relay-index-missing "NaN"`},
+	} {
+		_, err := parseFlags(byName[tc.cmd], commands(), tc.args, tc.env, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %v %v: %v, want an error saying %q", tc.cmd, tc.env, tc.args, err, tc.want)
+		}
+	}
+	// The exit status of such an error is 2 (a devnet that would refuse the
+	// value later anyway, so a regression cannot start anything).
+	if code, _, stderr := runCLI(t, nil, "devnet", "--rate", "NaN"); code != 2 || !strings.Contains(stderr, "--rate") {
+		t.Errorf("devnet --rate NaN: code %d, %q", code, stderr)
+	}
+}
+
 func TestStatusJSON(t *testing.T) {
 	dir := t.TempDir()
 	s, err := archive.Open(dir, archive.Options{})
