@@ -17,12 +17,12 @@ func devnetCommand() *command {
 		summary: "run a simulated atproto network (relay, PDS hosts, firehose) on loopback",
 		flags: func(fs *flagSet) {
 			fs.String("listen", "127.0.0.1:7777", "relay listen address (PDS hosts listen on its port at 127.0.0.2 onwards, or on its listener when it listens on every address)")
-			fs.Int("accounts", oracle.DefaultAccounts, "number of accounts")
-			fs.Int("records", oracle.DefaultRecordsMean, "mean records per account")
-			fs.Int("hosts", oracle.DefaultHosts, "number of PDS hosts")
+			fs.Int("accounts", oracle.DefaultAccounts, "number of accounts (at least 1)")
+			fs.Int("records", oracle.DefaultRecordsMean, "mean records per account (at least 1)")
+			fs.Int("hosts", oracle.DefaultHosts, "number of PDS hosts (at least 1)")
 			fs.Int("web-dids", -1, "accounts that are did:web (their documents served by the relay at /.well-known/did.json by Host); -1: one in a hundred")
 			fs.Int64("seed", oracle.DefaultSeed, "seed of the world, its traffic and its faults")
-			fs.Float64("rate", oracle.DefaultRate, "live events per second")
+			fs.Float64("rate", oracle.DefaultRate, "live events per second (0 = no live traffic, as --traffic none)")
 			fs.Int("events", 0, "stop live traffic after this many events (0 = never)")
 			fs.String("traffic", oracle.TrafficFull, "traffic: full, basic or none")
 			fs.String("faults", oracle.ProfileNone, "fault profile: none, flaky or hostile")
@@ -36,7 +36,19 @@ func devnetCommand() *command {
 }
 
 func runDevnet(ctx context.Context, env *cmdEnv) error {
-	fs := env.fs
+	cfg, err := devnetConfig(env.fs)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	cfg.Logger = env.log
+	env.log.Info("building the simulated network", "accounts", cfg.Accounts, "records", cfg.RecordsMean, "hosts", cfg.Hosts, "seed", cfg.Seed)
+	return oracle.Run(ctx, cfg, env.stdout)
+}
+
+// devnetConfig is the network devnet's flags describe. The oracle takes a
+// zero count as its default, so a 0 the operator typed is refused here;
+// --rate 0 means no live traffic (--traffic none).
+func devnetConfig(fs *flagSet) (oracle.Config, error) {
 	cfg := oracle.Config{
 		Listen:            fs.str("listen"),
 		Accounts:          fs.get("accounts").(int),
@@ -52,14 +64,20 @@ func runDevnet(ctx context.Context, env *cmdEnv) error {
 		SlowHost:          fs.get("slow-host").(int),
 		SlowHostDelay:     fs.get("slow-host-delay").(time.Duration),
 		WebDIDs:           fs.get("web-dids").(int),
-		Logger:            env.log,
+	}
+	for _, f := range []string{"accounts", "records", "hosts"} {
+		if fs.get(f).(int) < 1 {
+			return cfg, fmt.Errorf("--%s %q: must be at least 1", f, fs.str(f))
+		}
+	}
+	if cfg.Rate == 0 {
+		if cfg.PreloadEvents > 0 {
+			return cfg, fmt.Errorf("--rate 0 (no live traffic) and --preload-events %d: preloading needs traffic", cfg.PreloadEvents)
+		}
+		cfg.Traffic = oracle.TrafficNone
 	}
 	if cfg.WebDIDs < 0 {
 		cfg.WebDIDs = oracle.DevnetWebDIDs(cfg.Accounts)
 	}
-	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	env.log.Info("building the simulated network", "accounts", cfg.Accounts, "records", cfg.RecordsMean, "hosts", cfg.Hosts, "seed", cfg.Seed)
-	return oracle.Run(ctx, cfg, env.stdout)
+	return cfg, cfg.Validate()
 }

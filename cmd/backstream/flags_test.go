@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/oracle"
 )
 
 func runCLI(t *testing.T, env []string, args ...string) (int, string, string) {
@@ -112,6 +113,41 @@ func TestFloatFlagsFinite(t *testing.T) {
 	// value later anyway, so a regression cannot start anything).
 	if code, _, stderr := runCLI(t, nil, "devnet", "--rate", "NaN"); code != 2 || !strings.Contains(stderr, "--rate") {
 		t.Errorf("devnet --rate NaN: code %d, %q", code, stderr)
+	}
+}
+
+// TestDevnetFlags: a zero count, which the oracle would take as its
+// default, is refused naming the flag; --rate 0 is no live traffic.
+func TestDevnetFlags(t *testing.T) {
+	cfgOf := func(args ...string) (oracle.Config, error) {
+		fs, err := parseFlags(devnetCommand(), commands(), args, nil, &bytes.Buffer{})
+		if err != nil {
+			return oracle.Config{}, err
+		}
+		return devnetConfig(fs)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--accounts", "0"}, `--accounts "0"`},
+		{[]string{"--accounts", "-5"}, `--accounts "-5"`},
+		{[]string{"--records", "0"}, `--records "0"`},
+		{[]string{"--hosts", "0"}, `--hosts "0"`},
+		{[]string{"--rate", "0", "--preload-events", "5"}, "--rate 0"},
+		{[]string{"--rate", "-1"}, "rate"},
+	} {
+		if _, err := cfgOf(tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an error saying %q", tc.args, err, tc.want)
+		}
+	}
+	c, err := cfgOf("--rate", "0")
+	if err != nil || c.Traffic != oracle.TrafficNone {
+		t.Errorf("--rate 0: traffic %q, %v; want none", c.Traffic, err)
+	}
+	c, err = cfgOf("--accounts", "10", "--hosts", "2", "--records", "3")
+	if err != nil || c.Accounts != 10 || c.Hosts != 2 || c.RecordsMean != 3 || c.Traffic != oracle.TrafficFull || c.Rate != oracle.DefaultRate {
+		t.Errorf("set: %+v, %v", c, err)
 	}
 }
 

@@ -71,8 +71,8 @@ func serveCommand() *command {
 			fs.Duration("retry-scan-period", retry.DefaultScanPeriod, "pause between two passes of the retry runner over the store's due repos")
 			fs.Bool("devnet", false, "demo mode: run a simulated atproto network in-process on --devnet-listen and follow it (ignores --relay)")
 			fs.String("devnet-listen", "127.0.0.1:7777", "with --devnet: the simulated relay's listen address")
-			fs.Int("devnet-accounts", 3000, "with --devnet: accounts in the simulated network")
-			fs.Float64("devnet-rate", 50, "with --devnet: live events per second")
+			fs.Int("devnet-accounts", 3000, "with --devnet: accounts in the simulated network (at least 1)")
+			fs.Float64("devnet-rate", 50, "with --devnet: live events per second (0 = no live traffic: bootstrap then waits --capture-wait for a first event)")
 			fs.Duration("capture-wait", lifecycle.DefaultCaptureWait, "how long bootstrap waits for the firehose's first durable event before starting anyway (must be positive)")
 			fs.String("min-free", "auto", "free-space floor of the data dir's volume, e.g. 2GiB: below it ingest stops and the process exits (auto: the smaller of 1 GiB and 2% of the volume; off or 0: no floor)")
 			fs.Duration("max-write-stall", archive.DefaultMaxWriteStall, "longest store write stall before the process stops (a full or failing disk)")
@@ -189,6 +189,10 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 		return bad("--retry-scan-period %q: must be positive", fs.str("retry-scan-period"))
 	case o.captureWait <= 0:
 		return bad("--capture-wait %q: must be positive", fs.str("capture-wait"))
+	case fs.get("devnet-accounts").(int) < 1:
+		return bad("--devnet-accounts %q: must be at least 1", fs.str("devnet-accounts"))
+	case fs.get("devnet-rate").(float64) < 0:
+		return bad("--devnet-rate %q: must not be negative (0 = no live traffic)", fs.str("devnet-rate"))
 	case strings.TrimSpace(o.dataDir) == "":
 		return bad("--data-dir %q: want a directory", o.dataDir)
 	case strings.TrimSpace(o.listen) == "":
@@ -627,10 +631,7 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 func startDevnet(ctx context.Context, fs *flagSet, o *serveOptions, log *slog.Logger) (*oracle.Network, error) {
 	accounts := fs.get("devnet-accounts").(int)
 	log.Info("building the simulated network (--devnet)", "accounts", accounts)
-	net, err := oracle.Start(ctx, oracle.Config{
-		Listen: fs.str("devnet-listen"), Accounts: accounts, WebDIDs: oracle.DevnetWebDIDs(accounts),
-		Rate: fs.get("devnet-rate").(float64), Logger: log.With("component", "devnet"),
-	})
+	net, err := oracle.Start(ctx, serveDevnetConfig(fs, log))
 	if err != nil {
 		return nil, fmt.Errorf("%w: --devnet: %v", errUsage, err)
 	}
@@ -638,6 +639,20 @@ func startDevnet(ctx context.Context, fs *flagSet, o *serveOptions, log *slog.Lo
 	o.loopbackHosts = append(o.loopbackHosts, net.LoopbackHosts()...)
 	log.Info("simulated network up", "relay", o.relay)
 	return net, nil
+}
+
+// serveDevnetConfig is the network of --devnet: --devnet-rate 0 is no
+// live traffic (the oracle would take a zero rate as its default).
+func serveDevnetConfig(fs *flagSet, log *slog.Logger) oracle.Config {
+	accounts := fs.get("devnet-accounts").(int)
+	c := oracle.Config{
+		Listen: fs.str("devnet-listen"), Accounts: accounts, WebDIDs: oracle.DevnetWebDIDs(accounts),
+		Rate: fs.get("devnet-rate").(float64), Logger: log.With("component", "devnet"),
+	}
+	if c.Rate == 0 {
+		c.Traffic = oracle.TrafficNone
+	}
+	return c
 }
 
 // runNode runs n until it returns or ctx ends; an HTTP server's failure

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -219,6 +220,8 @@ func TestServeFlagsRefusedNamed(t *testing.T) {
 		{[]string{"--admin-listen", "garbage"}, []string{`--admin-listen "garbage"`}},
 		{[]string{"--admin-listen", ":nosuchservice"}, []string{`--admin-listen ":nosuchservice"`}},
 		{[]string{"--data-dir", ""}, []string{`--data-dir ""`}},
+		{[]string{"--devnet-accounts", "0"}, []string{`--devnet-accounts "0"`}},
+		{[]string{"--devnet-rate", "-1"}, []string{`--devnet-rate "-1"`}},
 		{[]string{"--loopback-hosts", "garbage"}, []string{`--loopback-hosts "garbage"`, "host:port on loopback"}},
 		{[]string{"--loopback-hosts", "127.0.0.2:7001, 10.0.0.1:7002"}, []string{`--loopback-hosts "127.0.0.2:7001, 10.0.0.1:7002"`, `"10.0.0.1:7002"`}},
 		{[]string{"--loopback-hosts", "127.0.0.2:0"}, []string{"--loopback-hosts", "bad port"}},
@@ -254,6 +257,17 @@ func TestServeFlagsRefusedNamed(t *testing.T) {
 	}
 	if o, err := serveFlags(t, []string{"--subscriber-buffer-budget", "128KiB"}, nil); err != nil || o.subscribers.BufferBudget != 128<<10 {
 		t.Errorf("--subscriber-buffer-budget of one subscriber: %d, %v", o.subscribers.BufferBudget, err)
+	}
+	// --devnet-rate 0 is a network without live traffic, not the oracle's
+	// default rate.
+	for rate, traffic := range map[string]string{"0": oracle.TrafficNone, "5": ""} {
+		fs, err := parseFlags(serveCommand(), commands(), []string{"--devnet", "--devnet-rate", rate}, nil, &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := serveDevnetConfig(fs, slog.New(slog.DiscardHandler)); c.Traffic != traffic || c.Accounts != 3000 {
+			t.Errorf("--devnet-rate %s: traffic %q, accounts %d; want %q, 3000", rate, c.Traffic, c.Accounts, traffic)
+		}
 	}
 	// A trailing slash is the relay's root, not a path.
 	if o, err := serveFlags(t, []string{"--relay", "https://relay.example/"}, nil); err != nil || o.relay != "https://relay.example/" {
