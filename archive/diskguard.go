@@ -219,7 +219,19 @@ func (g *diskGuard) stallExpired(gen uint64) {
 	}
 }
 
+// diskSlowThreshold is how long a file operation may take before it is
+// reported as slow (at most the write-stall bound).
+const diskSlowThreshold = 5 * time.Second
+
+// diskSlow is called, every couple of seconds, for each file operation
+// outstanding past diskSlowThreshold: logged once a minute, and a fault once
+// it has lasted the write-stall bound (the disk is stuck: no write goes
+// through, and none fails).
 func (g *diskGuard) diskSlow(info pebble.DiskSlowInfo) {
+	if info.Duration >= g.maxStall && g.fault.Load() == nil {
+		what := fmt.Sprintf("no write has gone through for %v (a %s of %s has not returned)", info.Duration.Round(time.Millisecond), info.OpType, info.Path)
+		g.setFault(FaultWriteStall, fmt.Errorf("archive: %s with no error from the disk holding %s: it is stuck or far too slow; check it and restart", what, g.dataDir))
+	}
 	if n, ok := g.lines.Tick(logDiskSlow); ok {
 		g.log.Warn("store disk slow (one line per minute)", "component", "pebble", "suppressed", n-1,
 			"path", info.Path, "op", info.OpType.String(), "duration", info.Duration)

@@ -1,10 +1,12 @@
 package archive
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -364,4 +366,64 @@ func TestFreeSpaceFloor(t *testing.T) {
 		t.Fatalf("CheckSpace with the floor off: %v", err)
 	}
 	s.Close()
+}
+
+// slowLines signals the store's "disk slow" WARN line.
+type slowLines struct {
+	once sync.Once
+	seen chan struct{}
+}
+
+func (l *slowLines) Enabled(context.Context, slog.Level) bool { return true }
+func (l *slowLines) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *slowLines) WithGroup(string) slog.Handler            { return l }
+func (l *slowLines) Handle(_ context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, "store disk slow") {
+		l.once.Do(func() { close(l.seen) })
+	}
+	return nil
+}
+
+// TestHungSyncIsAFault: a commit whose WAL sync never returns, and never
+// fails (a stuck device), is no Pebble write stall, yet no write goes
+// through: Pebble's disk-health checker reports the outstanding sync (the
+// "disk slow" line), and once it has lasted MaxWriteStall the store
+// records a write-stall fault, which stops the process.
+func TestHungSyncIsAFault(t *testing.T) {
+	const bound = 200 * time.Millisecond
+	g := &gateFS{FS: vfs.NewMem()}
+	lines := &slowLines{seen: make(chan struct{})}
+	opts := testOptions(g)
+	opts.MaxWriteStall = bound
+	opts.Logger = slog.New(lines)
+	s, err := Open("/data", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWriter(t, s, WriterOptions{})
+	apply(t, w, &Unit{Events: []Event{commitEv(didN(1), "3k1", KindCreate, SourceLive, "a")}})
+	g.arm()
+	if err := w.Submit(context.Background(), &Unit{Events: []Event{commitEv(didN(1), "3k2", KindCreate, SourceLive, "b")}, Acks: NewAcks()}); err != nil {
+		t.Fatal(err)
+	}
+	<-g.held // the batch's sync hangs
+	defer func() {
+		g.release()
+		_ = w.Close()
+		_ = s.Close()
+	}()
+	// The checker looks every 2 s; a minute only turns a miss into a failure.
+	select {
+	case <-s.Faulted():
+	case <-time.After(time.Minute):
+		t.Fatalf("a WAL sync hung for a minute (MaxWriteStall %v) and the store records no fault", bound)
+	}
+	if err := s.Fault(); err == nil || !strings.Contains(err.Error(), "has not returned") {
+		t.Fatalf("fault %v, want the stuck operation named", err)
+	}
+	select {
+	case <-lines.seen:
+	default:
+		t.Fatal("no disk slow line before the fault")
+	}
 }

@@ -90,6 +90,8 @@ type Store struct {
 	log      *slog.Logger
 	hook     func(op string, keys [][]byte) error
 	disk     *diskGuard // the Pebble event listener and the disk fault
+	pfs      vfs.FS     // Pebble's file system: fs, timed by a disk-health checker when writable
+	health   io.Closer  // stops the checker; nil without one
 	space    freeSpace
 
 	compactGen atomic.Uint64 // compaction removal batches committed (CompactionGeneration)
@@ -278,8 +280,17 @@ func (s *Store) openPebble(opts Options) error {
 		cacheSize = DefaultCacheSize
 	}
 	s.cache = pebble.NewCache(cacheSize)
+	s.pfs, s.health = s.fs, nil
+	if !opts.ReadOnly {
+		// Every file operation Pebble makes is timed: one that has not
+		// returned after the threshold is reported (diskGuard.diskSlow),
+		// and one that hangs past the write-stall bound is a fault. A
+		// sync stuck without an error raises no write stall otherwise.
+		s.pfs, s.health = vfs.WithDiskHealthChecks(s.fs, min(diskSlowThreshold, s.disk.maxStall), s.disk.diskSlow)
+	}
 	db, err := pebble.Open(s.dir, s.pebbleOptions(opts))
 	if err != nil {
+		s.closeHealth()
 		s.cache.Unref()
 		s.cache = nil
 		s.lock.Close()
@@ -293,7 +304,7 @@ func (s *Store) openPebble(opts Options) error {
 // pebbleOptions are the store's Pebble options (its cache already made).
 func (s *Store) pebbleOptions(opts Options) *pebble.Options {
 	po := &pebble.Options{
-		FS:           s.fs,
+		FS:           s.pfs,
 		Lock:         s.lock,
 		Cache:        s.cache,
 		ReadOnly:     opts.ReadOnly,
@@ -518,6 +529,7 @@ func (s *Store) Close() error {
 	if s.db != nil {
 		err = s.closeDB()
 		s.db = nil
+		s.closeHealth()
 	}
 	if s.lock != nil {
 		err = errors.Join(err, s.lock.Close())
@@ -528,6 +540,14 @@ func (s *Store) Close() error {
 		s.cache = nil
 	}
 	return err
+}
+
+// closeHealth stops the disk-health checker, once Pebble is closed.
+func (s *Store) closeHealth() {
+	if s.health != nil {
+		s.health.Close()
+		s.health = nil
+	}
 }
 
 // closeDB closes Pebble. After a fatal error, Close reports the WAL error
