@@ -139,6 +139,11 @@ func (b *barrier) admit(u *Unit, now time.Time) admission {
 		w.bytes += p.bytes
 	}
 	if u.Replace == nil && b.overflows(w) {
+		if validateUnit(u) != nil {
+			// Dropping the held accounts' rows first would apply an
+			// invalid unit in part: the writer refuses it whole instead.
+			return admission{}
+		}
 		return b.drop(u, blocked, now)
 	}
 	b.enqueue(w)

@@ -1046,6 +1046,11 @@ func validateUnit(u *Unit) error {
 			return invalid("event %d: %v", i, err)
 		}
 	}
+	for i := range u.Repos {
+		if err := checkRepoUpdate(&u.Repos[i]); err != nil {
+			return err
+		}
+	}
 	for _, kv := range u.Puts {
 		if err := checkPutKey(kv.Key); err != nil {
 			return err
@@ -1058,6 +1063,18 @@ func validateUnit(u *Unit) error {
 		if c.Seq > math.MaxInt64 {
 			return invalid("unit cursor %d above MaxInt64", c.Seq)
 		}
+	}
+	return nil
+}
+
+// checkRepoUpdate checks what can be known of a repo update without the
+// state it applies to: its DID, and its fields unless it is a function.
+func checkRepoUpdate(up *RepoUpdate) error {
+	if up.DID == "" || len(up.DID) > maxDID {
+		return invalid("repo update for DID of %d bytes", len(up.DID))
+	}
+	if up.Func == nil && (up.Fields&^allRepoFields != 0 || up.Fields == 0) {
+		return invalid("repo update for %s names fields 0x%x", up.DID, up.Fields)
 	}
 	return nil
 }
@@ -1146,11 +1163,8 @@ func (w *Writer) stageRepos(st *staged, ups []RepoUpdate) error {
 	st.repos = make(map[string]RepoState, len(ups))
 	st.old = make(map[string]RepoState, len(ups))
 	for _, up := range ups {
-		if up.DID == "" || len(up.DID) > maxDID {
-			return invalid("repo update for DID of %d bytes", len(up.DID))
-		}
-		if up.Func == nil && (up.Fields&^allRepoFields != 0 || up.Fields == 0) {
-			return invalid("repo update for %s names fields 0x%x", up.DID, up.Fields)
+		if err := checkRepoUpdate(&up); err != nil {
+			return err
 		}
 		cur, seen := st.repos[up.DID]
 		exists := seen

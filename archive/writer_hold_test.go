@@ -452,3 +452,28 @@ func TestUnitValidationCursorAndReplacement(t *testing.T) {
 		t.Fatalf("rev %q %v", rev, err)
 	}
 }
+
+// TestInvalidUnitPastHoldCapIsRefused: a unit past a hold cap has its held
+// accounts' rows dropped; an invalid one (here a create without its
+// record, of the held account) is refused whole through its receipt
+// instead, nothing of it applied: dropping the invalid row first would
+// archive the rest and move the cursor, and the producer would never hear
+// of its bug.
+func TestInvalidUnitPastHoldCapIsRefused(t *testing.T) {
+	one := eventBytes(&liveUnit(1, accX, 1, nil).Events[0])
+	r := newHoldRig(t, WriterOptions{HoldAccountBytes: one / 2})
+	defer r.close()
+	job, live := NewAcks(), NewAcks()
+	r.submit(chunkUnit("c1", accX, job, false), job)
+	r.wait(job, 1) // accX is held
+
+	bad := commitEv(accX, liveRev(1), KindCreate, SourceLive, "bad")
+	bad.Record, bad.CID = nil, nil
+	u := &Unit{Token: "u", Events: []Event{commitEv(accY, liveRev(1), KindCreate, SourceLive, "ok"), bad},
+		Cursor: SeqCursor{Key: KeyCursorRelay, Seq: 1}}
+	r.submit(u, live)
+	if rc := r.wait(live, 1)[0]; !errors.Is(rc.Refused, errInvalidUnit) || rc.Kept != 0 {
+		t.Fatalf("an invalid unit past the hold cap: receipt %+v, want refused as invalid; %s's rows %q, cursor/relay %d",
+			rc, accY, r.rowsOf(accY), r.relay())
+	}
+}
