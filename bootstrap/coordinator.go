@@ -307,15 +307,22 @@ func (c *coordinator) onRecorded(rb recordedBatch) error {
 }
 
 // onPage queues a listed page's repos and counts the page into its lane's
-// watermark.
+// watermark. A repo already dispatched by another page stays that page's:
+// queued twice it would run twice, and the page whose count it was taken
+// from would never complete (nor bootstrap end). record's reservation
+// keeps this from happening; the check keeps a slip from hanging the run.
 func (c *coordinator) onPage(pm *pageMsg) error {
 	c.pageIdx++
 	p := &page{idx: c.pageIdx, host: pm.host, reqCursor: pm.reqCursor, next: pm.next, final: pm.final, cut: pm.cut,
-		entries: pm.entries, remaining: len(pm.dispatch), weight: pm.weight}
+		entries: pm.entries, weight: pm.weight}
 	for _, did := range pm.dispatch {
+		if _, dup := c.pageOf[did]; dup {
+			continue
+		}
 		c.pageOf[did] = p
+		c.queue = append(c.queue, did)
+		p.remaining++
 	}
-	c.queue = append(c.queue, pm.dispatch...)
 	for _, d := range pm.fresh {
 		c.unrecorded[d] = struct{}{}
 	}

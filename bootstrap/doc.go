@@ -78,8 +78,9 @@
 // instead of the whole window. A DID
 // listed again while in flight is not counted in the later page: the
 // earlier page, which must be covered first, already counts it. The
-// in-flight set is consulted before the store, and a DID leaves it only
-// after its outcome is durable, so a re-listed DID is never dispatched
+// in-flight set is consulted before the store, an active DID reserved in
+// it by the same check (two lanes may list it at once), and a DID leaves it
+// only after its outcome is durable, so a re-listed DID is never dispatched
 // twice.
 //
 // A listRepos cursor that repeats any cursor of this run ends the listing

@@ -178,6 +178,21 @@ func (b *Bootstrap) listed(ctx context.Context, out chan<- *pageMsg) error {
 // dispatch (shuffled when rng is set, else in page order).
 func (b *Bootstrap) record(ctx context.Context, host string, entries []upstream.RepoEntry, shuffle bool, rng *rand.Rand) (*pageMsg, error) {
 	msg := &pageMsg{entries: len(entries)}
+	// reserved: the DIDs listedAgain reserved for this page; those it does
+	// not dispatch (or all, on an error) are released on return.
+	var reserved []string
+	recorded := false
+	defer func() {
+		keep := make(map[string]struct{}, len(msg.dispatch))
+		for i := 0; recorded && i < len(msg.dispatch); i++ {
+			keep[msg.dispatch[i]] = struct{}{}
+		}
+		for _, d := range reserved {
+			if _, ok := keep[d]; !ok {
+				b.release(d)
+			}
+		}
+	}()
 	var ups []archive.RepoUpdate
 	inPage := make(map[string]struct{}, len(entries))
 	newInactive := 0
@@ -189,8 +204,12 @@ func (b *Bootstrap) record(ctx context.Context, host string, entries []upstream.
 		// In flight first, then the store: a job removes its DID from the
 		// in-flight set only after its terminal state is durable, so a DID
 		// absent from the set is either new or visible as terminal below.
+		// An active one is now reserved for this page (listedAgain).
 		if b.listedAgain(ctx, host, e) {
 			continue
+		}
+		if e.Active {
+			reserved = append(reserved, e.DID)
 		}
 		st, err := b.cfg.Store.RepoState(e.DID)
 		switch {
@@ -227,18 +246,10 @@ func (b *Bootstrap) record(ctx context.Context, host string, entries []upstream.
 	}
 	b.cfg.Metrics.discover(0, newInactive)
 	msg.discovered = newInactive
-	revs := make(map[string]string, len(msg.dispatch))
-	for _, e := range entries {
-		revs[e.DID] = e.Rev
-	}
-	b.mu.Lock()
-	for _, d := range msg.dispatch {
-		b.inflight[d] = attribution{host: host, rev: revs[d]}
-	}
-	b.mu.Unlock()
 	if shuffle && rng != nil {
 		Shuffle(msg.dispatch, rng)
 	}
+	recorded = true
 	return msg, nil
 }
 

@@ -301,10 +301,16 @@ func (b *Bootstrap) listOnce(ctx context.Context, host, cursor string) (upstream
 // listedAgain handles an entry whose DID is already dispatched in this run
 // (true: skip it). Listed by another host (a migration in flight), the repo
 // is fetched from the host attribute picks, if it has not been handed to a
-// worker yet (the scheduler reads the attribution at dispatch).
+// worker yet (the scheduler reads the attribution at dispatch). An active
+// entry not in flight is reserved for host in the same critical section as
+// the check, so two lanes listing one DID at once never both dispatch it;
+// the caller releases the reservation when it does not dispatch the repo.
 func (b *Bootstrap) listedAgain(ctx context.Context, host string, e upstream.RepoEntry) bool {
 	b.mu.Lock()
 	a, busy := b.inflight[e.DID]
+	if !busy && e.Active {
+		b.inflight[e.DID] = attribution{host: host, rev: e.Rev}
+	}
 	b.mu.Unlock()
 	if !busy {
 		return false
@@ -320,6 +326,14 @@ func (b *Bootstrap) listedAgain(ctx context.Context, host string, e upstream.Rep
 		b.hosts().reattributed()
 	}
 	return true
+}
+
+// release drops the reservation listedAgain made for a DID its page does
+// not dispatch.
+func (b *Bootstrap) release(did string) {
+	b.mu.Lock()
+	delete(b.inflight, did)
+	b.mu.Unlock()
 }
 
 // Attribution rules of a DID listed by two hosts

@@ -146,3 +146,23 @@ func TestListedAgainFollowsTheDocument(t *testing.T) {
 		}
 	}
 }
+
+// TestListedAgainReservesActive: the in-flight check of an active entry
+// reserves its DID in the same step, so a second lane listing it before
+// the first has read the store skips it (attributing it by rev), and a
+// released reservation lets it be listed again.
+func TestListedAgainReservesActive(t *testing.T) {
+	b := &Bootstrap{inflight: map[string]attribution{}}
+	b.fleet.Store(newFleetState(EnumerateHosts))
+	const did = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"
+	if b.listedAgain(context.Background(), "a", upstream.RepoEntry{DID: did, Rev: "3k1", Active: true}) {
+		t.Fatal("a DID not in flight was skipped")
+	}
+	if !b.listedAgain(context.Background(), "b", upstream.RepoEntry{DID: did, Rev: "3k2", Active: true}) || b.hostFor(did) != "b" {
+		t.Fatalf("a DID reserved by a was not skipped by b, or not attributed to b's newer rev (%q)", b.hostFor(did))
+	}
+	b.release(did)
+	if b.listedAgain(context.Background(), "c", upstream.RepoEntry{DID: did, Rev: "3k3", Active: true}) {
+		t.Fatal("a released DID was skipped")
+	}
+}

@@ -1,0 +1,124 @@
+package bootstrap_test
+
+// Rosters and hosts that bend the fleet bootstrap: two hosts listing one
+// DID at once, a host answering more entries than its lane's window, a
+// roster without an active host, a roster paged a host at a time.
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/upstream"
+)
+
+// emptyRelay is a relay whose own listRepos lists nothing.
+type emptyRelay struct{ upstream.RepoSource }
+
+func (emptyRelay) ListRepos(ctx context.Context, cursor string, limit int) (upstream.Page, error) {
+	return upstream.Page{}, nil
+}
+
+// countJobs counts the jobs run per DID, and fetches nothing.
+type countJobs struct {
+	mu   sync.Mutex
+	runs map[string]int
+}
+
+func (c *countJobs) Run(ctx context.Context, req backfill.Request) (backfill.Result, error) {
+	c.mu.Lock()
+	c.runs[req.DID]++
+	c.mu.Unlock()
+	return backfill.Result{DID: req.DID}, nil
+}
+
+func (c *countJobs) of(did string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.runs[did]
+}
+
+// bootOver builds a hosts-mode bootstrap over e's store with fleet f, an
+// empty relay and jobs that fetch nothing.
+func (e *env) bootOver(f bootstrap.FleetSource, w backfill.Writer, jobs bootstrap.Jobs) *bootstrap.Bootstrap {
+	e.t.Helper()
+	b, err := bootstrap.New(bootstrap.Config{Store: e.store, Writer: w, Source: emptyRelay{}, Fleet: f,
+		Jobs: jobs, Metrics: e.m, Logger: quiet, Enumerate: bootstrap.EnumerateHosts, Workers: 4, HostWorkers: 4, Seed: 1})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return b
+}
+
+// twoHostsOneDID is a two-host roster whose hosts both list one DID (a
+// migration in flight), each page also naming an inactive account of its
+// own, so recording either page writes a unit.
+type twoHostsOneDID struct{}
+
+const sharedDID = "did:plc:sharedsharedsharedshared"
+
+func (twoHostsOneDID) ListHosts(ctx context.Context, cursor string, limit int) (upstream.HostsPage, error) {
+	return upstream.HostsPage{Hosts: []upstream.HostEntry{{Host: "pds-a.test", Status: "active"}, {Host: "pds-b.test", Status: "active"}}}, nil
+}
+
+func (twoHostsOneDID) HostListRepos(ctx context.Context, host, cursor string, limit int) (upstream.Page, error) {
+	inactive, rev := "did:plc:inactiveaaaaaaaaaaaaaaaa", "3jzfcijpj2z2a"
+	if host == "pds-b.test" {
+		inactive, rev = "did:plc:inactivebbbbbbbbbbbbbbbb", "3jzfcijpj2z2b"
+	}
+	return upstream.Page{Repos: []upstream.RepoEntry{
+		{DID: sharedDID, Rev: rev, Active: true},
+		{DID: inactive, Active: false, Status: "deactivated"},
+	}}, nil
+}
+
+// pairedWriter holds the first two units carrying repo updates until both
+// have arrived, so the two hosts' pages are recorded at the same time.
+type pairedWriter struct {
+	*archive.Writer
+	mu      sync.Mutex
+	n       int
+	release chan struct{}
+}
+
+func (g *pairedWriter) Submit(ctx context.Context, u *archive.Unit) error {
+	if len(u.Repos) > 0 {
+		g.mu.Lock()
+		g.n++
+		n := g.n
+		if n == 2 {
+			close(g.release)
+		}
+		g.mu.Unlock()
+		if n <= 2 {
+			select {
+			case <-g.release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return g.Writer.Submit(ctx, u)
+}
+
+// TestFleetDoubleListedDispatchedOnce: two hosts list the same DID and
+// their pages are recorded at the same time. The DID is dispatched once
+// (the in-flight check and the reservation are one step, so "a DID listed
+// twice is not dispatched twice" holds across lanes too), and bootstrap
+// ends: no page waits for a repo another page took.
+func TestFleetDoubleListedDispatchedOnce(t *testing.T) {
+	e := newEnv(t, worldCfg(3, 1))
+	jobs := &countJobs{runs: map[string]int{}}
+	b := e.bootOver(twoHostsOneDID{}, &pairedWriter{Writer: e.w, release: make(chan struct{})}, jobs)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := b.Run(ctx)
+	if runs := jobs.of(sharedDID); runs != 1 || err != nil {
+		t.Fatalf("the DID listed by both hosts was dispatched %d times (want 1); Run: %v (want nil); progress %+v",
+			runs, err, b.Progress())
+	}
+}
