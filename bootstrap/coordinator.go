@@ -101,7 +101,7 @@ type coordinator struct {
 	// window; a host's its share, at least a page), so a slow host holds
 	// back only its own listing.
 	wms         map[string]*watermark
-	windows     map[string]*semaphore.Weighted
+	windows     map[string]*credit
 	enumerating int // enumerators not yet ended
 
 	pageOf       map[string]*page    // a dispatched repo's page
@@ -136,7 +136,7 @@ func (b *Bootstrap) newCoordinator(parent context.Context, lanes []lane) *coordi
 		ckReq:         make(chan checkpoint),
 		ckDone:        make(chan error),
 		wms:           make(map[string]*watermark, len(lanes)),
-		windows:       make(map[string]*semaphore.Weighted, len(lanes)),
+		windows:       make(map[string]*credit, len(lanes)),
 		pageOf:        make(map[string]*page),
 		unrecorded:    make(map[string]struct{}),
 		batchSize:     max(cfg.Workers, 16),
@@ -153,7 +153,7 @@ func (b *Bootstrap) newCoordinator(parent context.Context, lanes []lane) *coordi
 	for _, l := range lanes {
 		l.start.host = l.host
 		c.wms[l.host] = &watermark{pending: l.start}
-		c.windows[l.host] = semaphore.NewWeighted(laneWindow)
+		c.windows[l.host] = newCredit(laneWindow)
 	}
 	return c
 }
@@ -393,7 +393,7 @@ func (c *coordinator) onCheckpoint(err error) error {
 // their window credit, and submits a checkpoint.
 func (c *coordinator) advance(host string) error {
 	for _, p := range c.wms[host].advance() {
-		c.windows[host].Release(p.weight)
+		c.windows[host].release(p.weight)
 		if p.final && c.fleet && !p.cut {
 			c.b.hosts().set(host, HostDone)
 		}
@@ -449,6 +449,28 @@ func (c *coordinator) outstanding() bool {
 	}
 	return false
 }
+
+// credit is a lane's window: a page holds a unit of it per entry, and at
+// most all of it. A page longer than its lane's whole window (a host
+// answering more entries than the limit asked, its lane's share a page)
+// takes the whole window and is listed alone: asking for more than the
+// window holds would wait forever.
+type credit struct {
+	sem  *semaphore.Weighted
+	size int64
+}
+
+func newCredit(size int64) *credit {
+	return &credit{sem: semaphore.NewWeighted(size), size: size}
+}
+
+// acquire takes the credit of a page of entries and returns it.
+func (c *credit) acquire(ctx context.Context, entries int) (int64, error) {
+	n := min(int64(entries), c.size)
+	return n, c.sem.Acquire(ctx, n)
+}
+
+func (c *credit) release(n int64) { c.sem.Release(n) }
 
 // recordedBatch is a batch of repos made durable as not_started.
 type recordedBatch struct {

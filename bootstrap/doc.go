@@ -68,7 +68,8 @@
 // are popped and the checkpoint moves to the cursor after the last one
 // ("finished" after the final page). Enumeration holds window credit for
 // every entry of every page not yet popped (Window, default 50,000), so it
-// runs far ahead of a straggler without idling workers.
+// runs far ahead of a straggler without idling workers; a page longer than
+// its lane's whole window takes all of it (credit, coordinator.go).
 //
 // Active repos are written not_started lazily, a batch at a time just ahead
 // of the workers, not when their page is read: a repo listed but not yet

@@ -21,7 +21,6 @@ import (
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/upstream"
 	"github.com/bluesky-social/indigo/atproto/syntax"
-	"golang.org/x/sync/semaphore"
 )
 
 // pageMsg is a page whose new repos are durable, handed to the coordinator.
@@ -43,7 +42,7 @@ type pageMsg struct {
 // entry of every page not yet checkpointed. When the listing was cut short
 // it returns why (upstream.CutReason) and the cursor of the page it was cut
 // at.
-func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, window *semaphore.Weighted, out chan<- *pageMsg) (at, cutReason string, err error) {
+func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, window *credit, out chan<- *pageMsg) (at, cutReason string, err error) {
 	cfg := &b.cfg
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
 	seen := map[[16]byte]struct{}{}
@@ -96,13 +95,13 @@ func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, window *
 			}
 			listed += len(entries)
 		}
-		weight := min(int64(len(entries)), int64(cfg.Window))
-		if err := window.Acquire(ctx, weight); err != nil {
+		weight, err := window.acquire(ctx, len(entries))
+		if err != nil {
 			return "", "", err
 		}
 		msg, err := b.record(ctx, host, entries, true, rng)
 		if err != nil {
-			window.Release(weight)
+			window.release(weight)
 			return "", "", err
 		}
 		msg.host, msg.reqCursor, msg.next, msg.final, msg.weight = host, cursor, next, final, weight

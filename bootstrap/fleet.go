@@ -236,7 +236,7 @@ func (f *fleetState) snapshot() *HostsProgress {
 // checkpoint. A listing cut for its bytes (malformed, too large, refused,
 // a cursor too long) is not asked again in this run: the same request
 // gets the same bytes.
-func (b *Bootstrap) enumerateLane(ctx context.Context, host, cursor string, window *semaphore.Weighted, out chan<- *pageMsg) error {
+func (b *Bootstrap) enumerateLane(ctx context.Context, host, cursor string, window *credit, out chan<- *pageMsg) error {
 	cfg := &b.cfg
 	bo := backoff.Policy{Base: hostRetryBase, Max: hostRetryMax}
 	for retry := 0; ; retry++ {

@@ -6,6 +6,7 @@ package bootstrap_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -120,5 +121,53 @@ func TestFleetDoubleListedDispatchedOnce(t *testing.T) {
 	if runs := jobs.of(sharedDID); runs != 1 || err != nil {
 		t.Fatalf("the DID listed by both hosts was dispatched %d times (want 1); Run: %v (want nil); progress %+v",
 			runs, err, b.Progress())
+	}
+}
+
+// oversizedHostPage is a roster of 60 hosts: host-00 ignores the limit
+// asked and answers its one page with limit+1 entries, the others list
+// nothing.
+type oversizedHostPage struct{}
+
+func (oversizedHostPage) ListHosts(ctx context.Context, cursor string, limit int) (upstream.HostsPage, error) {
+	var p upstream.HostsPage
+	for i := range 60 {
+		p.Hosts = append(p.Hosts, upstream.HostEntry{Host: fmt.Sprintf("host-%02d.test", i), Status: "active"})
+	}
+	return p, nil
+}
+
+func (oversizedHostPage) HostListRepos(ctx context.Context, host, cursor string, limit int) (upstream.Page, error) {
+	if host != "host-00.test" {
+		return upstream.Page{}, nil
+	}
+	var p upstream.Page
+	for i := range limit + 1 {
+		p.Repos = append(p.Repos, upstream.RepoEntry{DID: fmt.Sprintf("did:plc:big%021d", i), Active: false, Status: "deactivated"})
+	}
+	return p, nil
+}
+
+// TestFleetOversizedHostPage: with the default window (50,000) and page
+// limit (1,000), a roster of 60 hosts gives each lane a window of 1,000.
+// A host answering a page of 1,001 entries takes its lane's whole window
+// and is listed: asking for more credit than the lane has would wait
+// forever, and "no listRepos page can stop the process".
+func TestFleetOversizedHostPage(t *testing.T) {
+	e := newEnv(t, worldCfg(3, 1))
+	b, err := bootstrap.New(bootstrap.Config{Store: e.store, Writer: e.w, Source: emptyRelay{}, Fleet: oversizedHostPage{},
+		Jobs: &countJobs{runs: map[string]int{}}, Metrics: e.m, Logger: quiet, Enumerate: bootstrap.EnumerateHosts, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.Run(ctx); err != nil {
+		p := b.Progress()
+		t.Fatalf("bootstrap did not end: %v; pages %d, enumerated %d, listing finished %v, hosts %+v",
+			err, p.Pages, p.Enumerated, p.ListingFinished, *p.Hosts)
+	}
+	if p := b.Progress(); p.Enumerated != 1001 || p.Hosts.ByState[bootstrap.HostDone] != 60 {
+		t.Fatalf("enumerated %d (want 1001), hosts %+v (want 60 done)", p.Enumerated, *p.Hosts)
 	}
 }
