@@ -249,8 +249,12 @@ func (b *Bootstrap) Run(ctx context.Context) error {
 			return b.stopped(ctx, err)
 		}
 		if lanes != nil {
-			if err := b.coordinate(ctx, lanes); err != nil || !b.everyHostFailed() {
-				return err
+			// Hosts mode; with no active host on the roster there is no
+			// lane to run, and the relay's listing is all there is.
+			if len(lanes) > 0 {
+				if err := b.coordinate(ctx, lanes); err != nil || !b.everyHostFailed() {
+					return err
+				}
 			}
 			b.fallBackToRelay()
 		}

@@ -90,8 +90,8 @@
 // # Hosts mode (the fleet bootstrap)
 //
 // When every active roster host's listing ends failing (refused, e.g. by
-// the address policy, or failing past its retries), hosts mode would
-// archive nothing: the run then lists the relay's listRepos as relay mode
+// the address policy, or failing past its retries), or the roster has no
+// active host, hosts mode would archive nothing: the run then lists the relay's listRepos as relay mode
 // does, from its own checkpoint (one warning,
 // backstream_bootstrap_relay_fallback_total, /status
 // hosts.fell_back_to_relay).

@@ -269,16 +269,21 @@ func (b *Bootstrap) everyHostFailed() bool {
 }
 
 // fallBackToRelay says, once, that hosts mode lists the relay after all
-// (counted, on /status).
+// (counted, on /status): every roster host's listing failed, or the
+// roster has no active host.
 func (b *Bootstrap) fallBackToRelay() {
 	b.cfg.Metrics.relayFallback()
-	if f := b.hosts(); f != nil {
-		f.mu.Lock()
-		f.p.FellBackToRelay = true
-		f.mu.Unlock()
+	p := b.hosts()
+	p.mu.Lock()
+	p.p.FellBackToRelay = true
+	roster, skipped := p.p.Roster, p.p.Skipped
+	p.mu.Unlock()
+	why := "every roster host's listing failed (refused, or failing past its retries)"
+	if roster == skipped {
+		why = "the relay's roster has no active host"
 	}
-	b.cfg.Logger.Warn("bootstrap: every roster host's listing failed (refused, or failing past its retries); the relay's own listRepos is listed instead, downloads through its redirect",
-		"hosts", b.hosts().snapshot().Roster)
+	b.cfg.Logger.Warn("bootstrap: "+why+"; the relay's own listRepos is listed instead, downloads through its redirect",
+		"hosts", roster, "skipped_not_active", skipped)
 }
 
 // hosts is the fleet's state, nil in relay mode.
@@ -391,7 +396,9 @@ type lane struct {
 }
 
 // fleetLanes decides the mode and, in hosts mode, reads the roster and
-// each active host's checkpoint. It returns nil lanes in relay mode.
+// each active host's checkpoint. It returns nil lanes in relay mode; in
+// hosts mode a lane per active host, none (not nil) when the roster has no
+// active host.
 func (b *Bootstrap) fleetLanes(ctx context.Context) ([]lane, error) {
 	cfg := &b.cfg
 	log := cfg.Logger

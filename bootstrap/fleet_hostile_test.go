@@ -171,3 +171,31 @@ func TestFleetOversizedHostPage(t *testing.T) {
 		t.Fatalf("enumerated %d (want 1001), hosts %+v (want 60 done)", p.Enumerated, *p.Hosts)
 	}
 }
+
+// idleRoster: the relay answers listHosts, but no host on it is active.
+type idleRoster struct{ bootstrap.FleetSource }
+
+func (idleRoster) ListHosts(ctx context.Context, cursor string, limit int) (upstream.HostsPage, error) {
+	return upstream.HostsPage{Hosts: []upstream.HostEntry{{Host: "idle.test", Status: "idle"}}}, nil
+}
+
+// TestFleetNoActiveHostListsRelay: hosts mode (the default when the relay
+// answers listHosts) with a roster holding no active host has no lane to
+// run; bootstrap lists the relay instead, as when every roster host is
+// refused or cut (counted, on /status), and archives every account the
+// relay lists. It once indexed the first of no lanes, and panicked on every
+// start.
+func TestFleetNoActiveHostListsRelay(t *testing.T) {
+	e := newEnv(t, worldCfg(20, 2))
+	b := e.fleetBoot("", 8, 4, nil, func(c *bootstrap.Config) { c.Fleet = idleRoster{e.client} })
+	e.runToEnd(b)
+	if complete, missing := e.archived(); len(missing) > 0 || len(complete) == 0 {
+		t.Fatalf("%d accounts archived, %d not", len(complete), len(missing))
+	}
+	if p := b.Progress().Hosts; p == nil || !p.FellBackToRelay || p.Roster != 1 || p.Skipped != 1 {
+		t.Fatalf("/status hosts: %+v", p)
+	}
+	if got := metric(t, e.reg, "backstream_bootstrap_relay_fallback_total", nil); got != 1 {
+		t.Fatalf("relay fallbacks counted %v, want 1", got)
+	}
+}
