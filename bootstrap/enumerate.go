@@ -45,19 +45,8 @@ type pageMsg struct {
 func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, window *credit, out chan<- *pageMsg) (at, cutReason string, err error) {
 	cfg := &b.cfg
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
-	seen := map[[16]byte]struct{}{}
-	mark := func(c string) bool {
-		if c == "" {
-			return false
-		}
-		h := sha256.Sum256([]byte(c))
-		var k [16]byte
-		copy(k[:], h[:16])
-		_, dup := seen[k]
-		seen[k] = struct{}{}
-		return dup
-	}
-	mark(cursor)
+	var seen CursorSet
+	seen.Repeats(cursor)
 	listed := 0
 	// Until a first page arrives, a listing that has never listed anything
 	// waits for the relay rather than ending empty.
@@ -80,7 +69,7 @@ func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, window *
 		switch {
 		case pg.CursorRefused > 0:
 			final, cut = true, upstream.CutCursorTooLong
-		case !final && (next == cursor || mark(next)):
+		case !final && (next == cursor || seen.Repeats(next)):
 			cfg.Metrics.loop()
 			cfg.Logger.Warn("bootstrap: listRepos returned a cursor it had already returned; the listing ends here as if this were the last page",
 				"host", host, "cursor_bytes", len(next))
@@ -119,6 +108,29 @@ func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, window *
 		}
 		cursor = next
 	}
+}
+
+// CursorSet is the cursors a listing has been at, so that one repeating
+// any of them, a loop, is seen however long the cycle: each is held as 16
+// bytes of its SHA-256 (a cursor may be 64 KiB). The zero value is empty.
+type CursorSet struct {
+	seen map[[16]byte]struct{}
+}
+
+// Repeats adds c to the set and reports whether it was there already. ""
+// (a listing's start, or its end) never repeats.
+func (s *CursorSet) Repeats(c string) bool {
+	if c == "" {
+		return false
+	}
+	if s.seen == nil {
+		s.seen = map[[16]byte]struct{}{}
+	}
+	h := sha256.Sum256([]byte(c))
+	k := [16]byte(h[:16])
+	_, dup := s.seen[k]
+	s.seen[k] = struct{}{}
+	return dup
 }
 
 // cutListing ends the listing at the page requested with cursor, which

@@ -51,8 +51,12 @@ const (
 	hostRetryMax  = 5 * time.Minute
 )
 
-// maxRosterPages bounds the listHosts pages read (1000 hosts a page).
-const maxRosterPages = 1000
+// maxRosterHosts bounds the roster read: the hosts listHosts names, and
+// the listHosts pages asked for them (a relay may page its roster a host at
+// a time). A roster still going on past it is cut there: its hosts read so
+// far are listed, the cut counted (backstream_listrepos_cut_total
+// {reason="too_large"}), logged once and on /status (hosts.roster_cut).
+const maxRosterHosts = 1_000_000
 
 // maxFailingShown bounds the failing hosts /status lists.
 const maxFailingShown = 10
@@ -97,8 +101,12 @@ type HostsProgress struct {
 	// listed rev, without their DID document (--verify off, or resolution
 	// failed or named neither host).
 	AttributedByRev int64 `json:"attributed_by_rev"`
-	// FellBackToRelay: every roster host's listing failed, and the
-	// relay's listing was used instead.
+	// RosterCut is why the roster read ended with a cursor still pending
+	// (an upstream.CutReasons value: too_large past maxRosterHosts); ""
+	// when the relay's whole roster was read.
+	RosterCut string `json:"roster_cut,omitempty"`
+	// FellBackToRelay: every roster host's listing failed, or the roster
+	// has no active host, and the relay's listing was used instead.
 	FellBackToRelay bool `json:"fell_back_to_relay,omitempty"`
 }
 
@@ -410,7 +418,8 @@ func (b *Bootstrap) fleetLanes(ctx context.Context) ([]lane, error) {
 	if cfg.Fleet == nil {
 		return nil, errors.New("bootstrap: --enumerate hosts needs a fleet source")
 	}
-	roster, entries, skipped, err := b.roster(ctx)
+	rr, err := b.roster(ctx, maxRosterHosts)
+	roster, skipped := rr.active, rr.skipped
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -421,14 +430,14 @@ func (b *Bootstrap) fleetLanes(ctx context.Context) ([]lane, error) {
 		log.Info("bootstrap: enumeration mode relay: the relay does not answer listHosts", "err", err)
 		return nil, nil
 	}
-	if err := b.writeRoster(ctx, entries); err != nil {
+	if err := b.writeRoster(ctx, rr.entries); err != nil {
 		return nil, err
 	}
 	log.Info("bootstrap: enumeration mode hosts: every active host of the relay's roster lists its own repos and serves them",
 		"asked", cfg.Enumerate, "hosts", len(roster), "skipped_not_active", skipped, "listed_by_two_hosts", b.attributionRule())
 	b.listSlots = semaphore.NewWeighted(int64(cfg.Workers))
 	fs := newFleetState(EnumerateHosts)
-	fs.p.Roster, fs.p.Skipped = len(roster)+skipped, skipped
+	fs.p.Roster, fs.p.Skipped, fs.p.RosterCut = len(roster)+skipped, skipped, rr.cut
 	b.fleet.Store(fs)
 	cfg.Metrics.hostsSkipped(skipped)
 	lanes := make([]lane, 0, len(roster))
@@ -453,42 +462,69 @@ func (b *Bootstrap) fleetLanes(ctx context.Context) ([]lane, error) {
 	return lanes, nil
 }
 
-// roster pages listHosts: the active hosts, deduplicated and sorted, every
-// entry (the first of a host listed twice), and the number of hosts
-// skipped for a status other than active.
-func (b *Bootstrap) roster(ctx context.Context) ([]string, []upstream.HostEntry, int, error) {
+// rosterRead is the roster as listHosts gave it.
+type rosterRead struct {
+	active  []string             // the active hosts, deduplicated and sorted
+	entries []upstream.HostEntry // every entry (the first of a host listed twice)
+	skipped int                  // hosts skipped for a status other than active
+	cut     string               // why the read stopped with a cursor pending; "" when it did not
+}
+
+// roster pages listHosts until its last page, a cursor that repeats any
+// of the read (a loop: counted, the roster ends there as on its last
+// page), or maxHosts hosts or pages read with a cursor still pending (a
+// cut: counted, logged, on /status; the hosts read are listed).
+func (b *Bootstrap) roster(ctx context.Context, maxHosts int) (rosterRead, error) {
+	var rr rosterRead
 	seen := map[string]bool{}
-	var hosts []string
-	var entries []upstream.HostEntry
-	skipped := 0
+	var cursors CursorSet
 	cursor := ""
-	for range maxRosterPages {
+	for pages := 1; ; pages++ {
 		pg, err := b.rosterPage(ctx, cursor)
 		if err != nil {
-			return nil, nil, 0, err
+			return rosterRead{}, err
 		}
+		full := false // hosts left on this page past maxHosts
 		for _, h := range pg.Hosts {
 			if seen[h.Host] {
 				continue
+			}
+			if full = len(seen) >= maxHosts; full {
+				break
 			}
 			seen[h.Host] = true
 			if h.Status == "" {
 				h.Status = "active" // listHosts without a status
 			}
-			entries = append(entries, h)
+			rr.entries = append(rr.entries, h)
 			if h.Status != "active" {
-				skipped++
+				rr.skipped++
 				continue
 			}
-			hosts = append(hosts, h.Host)
+			rr.active = append(rr.active, h.Host)
 		}
-		if pg.Cursor == "" || pg.Cursor == cursor {
-			break
+		switch {
+		case !full && pg.Cursor == "":
+			return rr.sorted(), nil
+		case !full && (pg.Cursor == cursor || cursors.Repeats(pg.Cursor)):
+			b.cfg.Metrics.loop()
+			b.cfg.Logger.Warn("bootstrap: listHosts returned a cursor it had already returned; the roster ends here as if this were its last page",
+				"hosts", len(seen), "pages", pages)
+			return rr.sorted(), nil
+		case full || len(seen) >= maxHosts || pages >= maxHosts:
+			rr.cut = upstream.CutTooLarge
+			b.cfg.Metrics.cut(rr.cut)
+			b.cfg.Logger.Error("bootstrap: the relay's listHosts roster goes on past the hosts bootstrap reads; the hosts read so far are listed, the rest are not",
+				"reason", rr.cut, "hosts", len(seen), "pages", pages, "max_hosts", maxHosts)
+			return rr.sorted(), nil
 		}
 		cursor = pg.Cursor
 	}
-	slices.Sort(hosts)
-	return hosts, entries, skipped, nil
+}
+
+func (rr rosterRead) sorted() rosterRead {
+	slices.Sort(rr.active)
+	return rr
 }
 
 // rosterStatus is a roster status as stored: the relay's word when it is a

@@ -7,6 +7,7 @@ package bootstrap_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -197,5 +198,48 @@ func TestFleetNoActiveHostListsRelay(t *testing.T) {
 	}
 	if got := metric(t, e.reg, "backstream_bootstrap_relay_fallback_total", nil); got != 1 {
 		t.Fatalf("relay fallbacks counted %v, want 1", got)
+	}
+}
+
+// pagedRoster answers listHosts a host a page (a relay paging its roster
+// below the limit asked), hosts hosts in all; each host lists nothing.
+type pagedRoster struct {
+	hosts  int
+	mu     sync.Mutex
+	listed map[string]bool
+}
+
+func (f *pagedRoster) ListHosts(ctx context.Context, cursor string, limit int) (upstream.HostsPage, error) {
+	i := 0
+	if cursor != "" {
+		i, _ = strconv.Atoi(cursor)
+	}
+	p := upstream.HostsPage{Hosts: []upstream.HostEntry{{Host: fmt.Sprintf("h%04d.test", i), Status: "active"}}}
+	if i+1 < f.hosts {
+		p.Cursor = strconv.Itoa(i + 1)
+	}
+	return p, nil
+}
+
+func (f *pagedRoster) HostListRepos(ctx context.Context, host, cursor string, limit int) (upstream.Page, error) {
+	f.mu.Lock()
+	f.listed[host] = true
+	f.mu.Unlock()
+	return upstream.Page{}, nil
+}
+
+// TestFleetRosterPagedAHostAtATime: a roster of 1,005 hosts served a host
+// a page is read to its end and every host listed: the roster is bounded
+// by hosts, not by pages (it was once cut, silently, at 1,000 pages).
+func TestFleetRosterPagedAHostAtATime(t *testing.T) {
+	e := newEnv(t, worldCfg(3, 1))
+	f := &pagedRoster{hosts: 1005, listed: map[string]bool{}}
+	b := e.bootOver(f, e.w, &countJobs{runs: map[string]int{}})
+	e.runToEnd(b)
+	f.mu.Lock()
+	n := len(f.listed)
+	f.mu.Unlock()
+	if p := b.Progress().Hosts; n != f.hosts || p.Roster != f.hosts || p.RosterCut != "" {
+		t.Fatalf("roster of %d hosts: %d in the roster, %d hosts listed, cut %q", f.hosts, p.Roster, n, p.RosterCut)
 	}
 }

@@ -2,12 +2,16 @@ package bootstrap
 
 import (
 	"context"
+	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/backstream/backstream/ident"
+	"github.com/backstream/backstream/internal/promtest"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/upstream"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestListedAgainPrefersNewerRev: a DID dispatched from host a and listed
@@ -164,5 +168,65 @@ func TestListedAgainReservesActive(t *testing.T) {
 	b.release(did)
 	if b.listedAgain(context.Background(), "c", upstream.RepoEntry{DID: did, Rev: "3k3", Active: true}) {
 		t.Fatal("a released DID was skipped")
+	}
+}
+
+// rosterFleet pages listHosts from pages by cursor.
+type rosterFleet struct {
+	FleetSource
+	pages map[string]upstream.HostsPage
+	asked int
+}
+
+func (f *rosterFleet) ListHosts(ctx context.Context, cursor string, limit int) (upstream.HostsPage, error) {
+	f.asked++
+	return f.pages[cursor], nil
+}
+
+// TestRosterBounds: the roster read ends at a cursor that repeats any of
+// the read (a cycle: counted as a loop, its hosts listed, no cut), and at
+// its host bound with a cursor still pending (a cut: counted by reason,
+// on /status through rosterRead.cut; the hosts read are kept).
+func TestRosterBounds(t *testing.T) {
+	host := func(h string) []upstream.HostEntry { return []upstream.HostEntry{{Host: h, Status: "active"}} }
+	cycle := map[string]upstream.HostsPage{
+		"":  {Hosts: host("a.test"), Cursor: "1"},
+		"1": {Hosts: host("b.test"), Cursor: "2"},
+		"2": {Hosts: host("c.test"), Cursor: "1"},
+	}
+	long := map[string]upstream.HostsPage{
+		"":  {Hosts: host("a.test"), Cursor: "1"},
+		"1": {Hosts: host("b.test"), Cursor: "2"},
+		"2": {Hosts: append(host("c.test"), host("d.test")...), Cursor: "3"},
+		"3": {Hosts: host("e.test")},
+	}
+	for _, c := range []struct {
+		name      string
+		pages     map[string]upstream.HostsPage
+		max       int
+		want      []string
+		cut       string
+		loops     float64
+		cuts      float64
+		pagesRead int
+	}{
+		{"cycle", cycle, 10, []string{"a.test", "b.test", "c.test"}, "", 1, 0, 3},
+		{"whole", long, 10, []string{"a.test", "b.test", "c.test", "d.test", "e.test"}, "", 0, 0, 4},
+		{"hosts bound at a page's end", long, 2, []string{"a.test", "b.test"}, upstream.CutTooLarge, 0, 1, 2},
+		{"hosts bound within a page", long, 3, []string{"a.test", "b.test", "c.test"}, upstream.CutTooLarge, 0, 1, 3},
+	} {
+		reg := prometheus.NewRegistry()
+		f := &rosterFleet{pages: c.pages}
+		b := &Bootstrap{cfg: Config{Fleet: f, Metrics: NewMetrics(reg), Logger: slog.New(slog.DiscardHandler)}}
+		rr, err := b.roster(context.Background(), c.max)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		loops := promtest.Value(t, reg, "backstream_listrepos_cursor_loops_total", nil)
+		cuts := promtest.Sum(t, reg, "backstream_listrepos_cut_total")
+		if !slices.Equal(rr.active, c.want) || rr.cut != c.cut || loops != c.loops || cuts != c.cuts || f.asked != c.pagesRead {
+			t.Errorf("%s: hosts %v (want %v), cut %q (want %q), loops %v (want %v), cuts %v (want %v), pages %d (want %d)",
+				c.name, rr.active, c.want, rr.cut, c.cut, loops, c.loops, cuts, c.cuts, f.asked, c.pagesRead)
+		}
 	}
 }

@@ -56,7 +56,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		loops: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_listrepos_cursor_loops_total",
-			Help: "listRepos cursors that repeated; the listing ended there as if on a last page.",
+			Help: "listRepos (and listHosts) cursors that repeated; the listing ended there as if on a last page.",
 		}),
 		cuts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backstream_listrepos_cut_total",
