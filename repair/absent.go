@@ -16,6 +16,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/upstream"
 )
 
@@ -33,18 +34,32 @@ type StatusSource interface {
 var _ StatusSource = (*upstream.Client)(nil)
 
 // listedSet is the DIDs a pass listed, as 64-bit hashes (about 16 bytes an
-// account). Whole only when this process listed the pass from its start
+// account), and the cursors each of its listings has been at in this
+// process. Whole only when this process listed the pass from its start
 // and no listing was cut: a pass resumed after a restart has no set, and
 // checks no absence (the next audit does).
 type listedSet struct {
-	gap   uint64
-	whole bool
-	seed  maphash.Seed
-	dids  map[uint64]struct{}
+	gap     uint64
+	whole   bool
+	seed    maphash.Seed
+	dids    map[uint64]struct{}
+	cursors map[string]*bootstrap.CursorSet // by lane host ("" the relay's)
 }
 
 func newListedSet(gap uint64, whole bool) *listedSet {
-	return &listedSet{gap: gap, whole: whole, seed: maphash.MakeSeed(), dids: map[uint64]struct{}{}}
+	return &listedSet{gap: gap, whole: whole, seed: maphash.MakeSeed(), dids: map[uint64]struct{}{},
+		cursors: map[string]*bootstrap.CursorSet{}}
+}
+
+// repeats adds cursor to host's listing's cursors and reports whether it
+// was there already: the listing is on a cursor cycle.
+func (l *listedSet) repeats(host, cursor string) bool {
+	c := l.cursors[host]
+	if c == nil {
+		c = new(bootstrap.CursorSet)
+		l.cursors[host] = c
+	}
+	return c.Repeats(cursor)
 }
 
 func (l *listedSet) add(repos []upstream.RepoEntry) {

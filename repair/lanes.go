@@ -110,8 +110,11 @@ func (r *Runner) roster() ([]string, error) {
 // l's position. It reports false when a page could not be fetched and l
 // is to be tried again next Period. A host that fails so
 // bootstrap.DefaultHostRetries steps in a row is cut like a page that
-// cannot be used: it fails alone, counted and logged.
+// cannot be used: it fails alone, counted and logged. So is a listing
+// whose cursor repeats one it has been at in this pass (a cycle, which
+// would list the same pages forever and hold the gap open).
 func (r *Runner) listLane(ctx context.Context, g archive.Gap, a *archive.Audit, l *lane, seen *listedSet) (bool, error) {
+	seen.repeats(l.host, l.pos.Cursor) // where it starts (again, after a failed step)
 	for l.pos.Phase == archive.AuditList {
 		page, err := r.page(ctx, l.host, l.pos.Cursor)
 		if err != nil {
@@ -145,7 +148,11 @@ func (r *Runner) listLane(ctx context.Context, g archive.Gap, a *archive.Audit, 
 			r.cutListing(g, l.host, fmt.Errorf("a cursor of %d bytes", page.CursorRefused))
 			seen.whole = false
 			l.pos.Phase = archive.AuditDone
-		case page.Cursor == "" || page.Cursor == l.pos.Cursor:
+		case page.Cursor == "":
+			l.pos.Phase = archive.AuditDone
+		case page.Cursor == l.pos.Cursor || seen.repeats(l.host, page.Cursor):
+			r.cutListing(g, l.host, errors.New("the listRepos cursor repeats"))
+			seen.whole = false
 			l.pos.Phase = archive.AuditDone
 		default:
 			l.pos.Cursor = page.Cursor

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/promtest"
 	"github.com/backstream/backstream/upstream"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // fleet is a HostLister: each host's pages by cursor, or an error.
@@ -115,5 +118,72 @@ func TestHostsModeEveryHostRefused(t *testing.T) {
 	}
 	if a, err := s.Audit(1); err != nil || a.Phase != archive.AuditDone || a.Listed != 1 {
 		t.Fatalf("the pass %+v, %v", a, err)
+	}
+}
+
+// cyclingListing is a relay whose listRepos cursor cycles a → b → a → …
+// (never the cursor of the request itself). Past limit pages it cancels
+// the pass's ctx, so a pass that never ends still returns.
+type cyclingListing struct {
+	pages  atomic.Int64
+	limit  int64
+	cancel context.CancelFunc
+}
+
+func (l *cyclingListing) ListRepos(ctx context.Context, cursor string, limit int) (upstream.Page, error) {
+	if l.pages.Add(1) > l.limit {
+		l.cancel()
+		return upstream.Page{}, ctx.Err()
+	}
+	next := "a"
+	if cursor == "a" {
+		next = "b"
+	}
+	return upstream.Page{Repos: []upstream.RepoEntry{{DID: didSame, Rev: revNew, Active: true}}, Cursor: next}, nil
+}
+
+func (l *cyclingListing) GetRepo(ctx context.Context, did string) (*upstream.Download, error) {
+	panic("the repair pass never fetches")
+}
+
+// countingStatus counts getRepoStatus requests and answers none.
+type countingStatus struct{ asked atomic.Int64 }
+
+func (c *countingStatus) GetRepoStatus(ctx context.Context, host, did string) (upstream.RepoStatus, error) {
+	c.asked.Add(1)
+	return upstream.RepoStatus{}, errors.New("not asked in this test")
+}
+
+// TestPassEndsOnCursorCycle: a relay whose listRepos cursor cycles between
+// two values (a → b → a). The pass's listing ends at the first cursor that
+// repeats, as a cut (counted; the pass is not whole, so no absence is
+// asked), and the gap closes, rather than the same two pages being listed
+// forever while the gap, and every gap after it, stays open (/readyz 503).
+func TestPassEndsOnCursorCycle(t *testing.T) {
+	s, w, apply := newStore(t)
+	apply(setRepo(didSame, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revNew}))
+	apply(setRepo(didAlive, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revOld})) // listed by no page
+	kv, err := archive.GapPut(archive.Gap{ID: 1, Kind: archive.GapAudit, FirstSeenUS: time.Now().UnixMicro()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply(&archive.Unit{Puts: []archive.KV{kv}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	src := &cyclingListing{limit: 100, cancel: cancel}
+	reg := prometheus.NewRegistry()
+	status := &countingStatus{}
+	r, err := New(Config{Store: s, Writer: w, Source: src, Status: status, Metrics: NewMetrics(reg), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stepErr := r.step(ctx)
+	gs, _ := s.Gaps()
+	if src.pages.Load() != 3 || stepErr != nil || len(gs) != 1 || gs[0].Open() {
+		t.Fatalf("a 2-page cursor cycle: the pass listed %d pages (want 3: the third's cursor repeats); step: %v; gap open: %v",
+			src.pages.Load(), stepErr, len(gs) == 1 && gs[0].Open())
+	}
+	if got := promtest.Value(t, reg, "backstream_repair_listing_cut_total", nil); got != 1 || status.asked.Load() != 0 {
+		t.Fatalf("listing cuts counted %v, want 1; %d absent accounts asked, want none (a cut pass is not whole)", got, status.asked.Load())
 	}
 }
