@@ -172,4 +172,28 @@ func jsConnect(t testing.TB, urls string) jetstream.JetStream {
 	return js
 }
 
+// streamIDs is the Nats-Msg-Id of every message in the stream, in order
+// ("" for a message without one).
+func streamIDs(t *testing.T, urls string) []string {
+	t.Helper()
+	js := jsConnect(t, urls)
+	stream, err := js.Stream(ctxT(t), DefaultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := info.State.FirstSeq; i <= info.State.LastSeq; i++ {
+		m, err := stream.GetMsg(ctxT(t), i)
+		if err != nil {
+			continue
+		}
+		ids = append(ids, m.Header.Get(nats.MsgIdHdr))
+	}
+	return ids
+}
+
 func fmtSscanf(leader string, i *int) (int, error) { return fmt.Sscanf(leader, "n%d", i) }

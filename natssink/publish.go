@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -194,14 +195,43 @@ func configDiffs(want, got jetstream.StreamConfig, replicasSet bool) []string {
 	if got.Duplicates < want.Duplicates {
 		d = append(d, fmt.Sprintf("duplicate window %s, want at least %s", got.Duplicates, want.Duplicates))
 	}
-	limited := got.MaxMsgs > 0 || got.MaxBytes > 0 || got.MaxMsgsPerSubject > 0
-	if got.MaxAge > 0 || limited && got.Discard != jetstream.DiscardNew {
-		d = append(d, "limits (max msgs, bytes, age or per subject) remove published events")
+	remove, refuse := limits(got)
+	if len(remove) > 0 {
+		d = append(d, fmt.Sprintf("limits (%s) remove published events", strings.Join(remove, ", ")))
 	}
-	if limited && got.Discard == jetstream.DiscardNew {
-		d = append(d, "limits (max msgs, bytes or per subject) with discard new refuse events once reached: the sink then waits, state full")
+	if len(refuse) > 0 {
+		d = append(d, fmt.Sprintf("limits (%s) with discard new refuse events once reached: the sink then waits, state full", strings.Join(refuse, ", ")))
 	}
 	return d
+}
+
+// limits names the stream's limits that remove stored messages and those
+// that refuse new ones, as nats-server enforces them: max_age always
+// removes; max_msgs and max_bytes refuse with discard new; and
+// max_msgs_per_subject refuses only with discard new and
+// discard_new_per_subject both, else it removes the subject's oldest.
+func limits(c jetstream.StreamConfig) (remove, refuse []string) {
+	if c.MaxAge > 0 {
+		remove = append(remove, "max_age")
+	}
+	for _, l := range []struct {
+		name string
+		set  bool
+		new  bool
+	}{
+		{"max_msgs", c.MaxMsgs > 0, c.Discard == jetstream.DiscardNew},
+		{"max_bytes", c.MaxBytes > 0, c.Discard == jetstream.DiscardNew},
+		{"max_msgs_per_subject", c.MaxMsgsPerSubject > 0, c.Discard == jetstream.DiscardNew && c.DiscardNewPerSubject},
+	} {
+		switch {
+		case !l.set:
+		case l.new:
+			refuse = append(refuse, l.name)
+		default:
+			remove = append(remove, l.name)
+		}
+	}
+	return remove, refuse
 }
 
 // resume sets next and expect from the stream's last message: the stream,

@@ -222,6 +222,31 @@ func TestSinkConfigDiffs(t *testing.T) {
 	}
 }
 
+// TestSinkPerSubjectLimitDiscardsOld: max_msgs_per_subject with discard
+// new but without discard_new_per_subject removes a subject's oldest
+// messages (it refuses nothing): the differences say it removes published
+// events.
+func TestSinkPerSubjectLimitDiscardsOld(t *testing.T) {
+	c := natstest.Start(t, 1)
+	js := jsConnect(t, c.URLs())
+	if _, err := js.CreateStream(ctxT(t), jetstream.StreamConfig{Name: DefaultStream, Subjects: []string{DefaultStream + ".>"},
+		Storage: jetstream.FileStorage, Duplicates: DefaultDuplicateWindow, MaxMsgsPerSubject: 1, Discard: jetstream.DiscardNew}); err != nil {
+		t.Fatal(err)
+	}
+	wd := newWorld(t)
+	if err := wd.commit(ctxT(t), 20); err != nil {
+		t.Fatal(err)
+	}
+	rs := wd.startSink(t, Config{URLs: c.URLs()})
+	rs.waitCaughtUp(t, wd, 30*time.Second)
+	held := len(streamIDs(t, c.URLs()))
+	diffs := strings.Join(rs.s.Status().ConfigDiffs, "; ")
+	if held < 20 && !strings.Contains(diffs, "remove published events") {
+		t.Errorf("the stream holds %d of the 20 events published (state %s), yet the differences say %q",
+			held, rs.s.Status().State, diffs)
+	}
+}
+
 func TestSubject(t *testing.T) {
 	for _, c := range []struct {
 		ev   archive.Event
