@@ -98,6 +98,12 @@ func (m *Metrics) acked(n int, position uint64) {
 	}
 }
 
+func (m *Metrics) setPosition(position uint64) {
+	if m != nil {
+		m.position.Set(float64(position))
+	}
+}
+
 func (m *Metrics) lag(events uint64, seconds float64) {
 	if m != nil {
 		m.lagEvents.Set(float64(events))

@@ -252,7 +252,7 @@ func (p *publisher) resume(ctx context.Context, stream jetstream.Stream) error {
 				"stream", s.cfg.Stream, "position", pos, "from", s.cfg.From)
 		}
 		p.next = s.cfg.From
-		s.acked.Store(p.next - min(p.next, 1))
+		s.setPosition(p.next - min(p.next, 1))
 		return nil
 	}
 	msg, err := stream.GetMsg(cctx, info.State.LastSeq)
@@ -267,8 +267,7 @@ func (p *publisher) resume(ctx context.Context, stream jetstream.Stream) error {
 			info.State.LastSeq, nats.MsgIdHdr, msg.Header.Get(nats.MsgIdHdr), msg.Subject)
 	}
 	p.next = last + 1
-	s.acked.Store(last)
-	s.cfg.Metrics.acked(0, last)
+	s.setPosition(last)
 	return nil
 }
 

@@ -252,6 +252,13 @@ func (s *Sink) stoppedAt(e *tooLargeError) {
 	}
 }
 
+// setPosition sets the position outside an acknowledgement (from the
+// stored cursor, or where a resume starts): Status and the gauge alike.
+func (s *Sink) setPosition(pos uint64) {
+	s.acked.Store(pos)
+	s.cfg.Metrics.setPosition(pos)
+}
+
 // fail counts err under kind and keeps it as the last error.
 func (s *Sink) fail(kind string, err error) {
 	s.cfg.Metrics.failed(kind)
@@ -276,7 +283,7 @@ func (s *Sink) Run(ctx context.Context) error {
 	}
 	switch pos, err := s.cfg.Store.SinkCursor(); {
 	case err == nil:
-		s.acked.Store(pos) // shown until the stream says where it is
+		s.setPosition(pos) // shown until the stream says where it is
 	case !errors.Is(err, archive.ErrNotFound):
 		return fmt.Errorf("natssink: %w", err)
 	}

@@ -1,0 +1,62 @@
+package natssink
+
+// An emptied stream: purged while the sink runs, or found empty by a
+// session. The sink fills it again from --nats-from, and its position
+// (Status and the gauge) goes back with it.
+
+import (
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/backstream/backstream/internal/natstest"
+	"github.com/backstream/backstream/internal/promtest"
+)
+
+// TestSinkPositionGaugeAfterEmptiedStream: when a session finds the
+// stream emptied, the position goes back to --nats-from, and
+// backstream_nats_position with it, even while no publish is acknowledged
+// (here NATS loses them all).
+func TestSinkPositionGaugeAfterEmptiedStream(t *testing.T) {
+	c := natstest.Start(t, 1)
+	var drop atomic.Bool
+	proxy := natstest.StartProxy(t, c.Addr(0), func(subject string) natstest.Action {
+		if drop.Load() && strings.HasPrefix(subject, DefaultStream+".") {
+			return natstest.Drop
+		}
+		return natstest.Forward
+	}, nil)
+	wd := newWorld(t)
+	ctx := ctxT(t)
+	if err := wd.commit(ctx, 20); err != nil {
+		t.Fatal(err)
+	}
+	rs := wd.startSink(t, Config{URLs: proxy.URL, AckTimeout: 500 * time.Millisecond,
+		Options: []nats.Option{nats.IgnoreDiscoveredServers()}})
+	rs.waitCaughtUp(t, wd, 30*time.Second)
+	js := jsConnect(t, c.URLs())
+	stream, err := js.Stream(ctx, DefaultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	drop.Store(true) // NATS loses the publishes from now on
+	if err := wd.commit(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	promtest.Eventually(t, 30*time.Second, "a session finds the stream empty: the position goes back to 0", func() bool {
+		return rs.s.Status().Position == 0
+	})
+	st := rs.s.Status()
+	gauge := promtest.Value(t, rs.reg, "backstream_nats_position", nil)
+	lag := promtest.Value(t, rs.reg, "backstream_nats_lag_events", nil)
+	if gauge != float64(st.Position) {
+		t.Errorf("backstream_nats_position = %v while /status says %d (state %s, lag_events %v, stream holds %d messages)",
+			gauge, st.Position, st.State, lag, len(streamIDs(t, c.URLs())))
+	}
+}
