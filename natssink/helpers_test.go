@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -174,7 +175,7 @@ func jsConnect(t testing.TB, urls string) jetstream.JetStream {
 
 // streamIDs is the Nats-Msg-Id of every message in the stream, in order
 // ("" for a message without one).
-func streamIDs(t *testing.T, urls string) []string {
+func streamIDs(t testing.TB, urls string) []string {
 	t.Helper()
 	js := jsConnect(t, urls)
 	stream, err := js.Stream(ctxT(t), DefaultStream)
@@ -194,6 +195,23 @@ func streamIDs(t *testing.T, urls string) []string {
 		ids = append(ids, m.Header.Get(nats.MsgIdHdr))
 	}
 	return ids
+}
+
+// missing is the archive seqs from 1 to upto that no message of the stream
+// carries as its Nats-Msg-Id.
+func missing(t testing.TB, urls string, upto uint64) []uint64 {
+	t.Helper()
+	have := map[string]bool{}
+	for _, id := range streamIDs(t, urls) {
+		have[id] = true
+	}
+	var gaps []uint64
+	for seq := uint64(1); seq <= upto; seq++ {
+		if !have[strconv.FormatUint(seq, 10)] {
+			gaps = append(gaps, seq)
+		}
+	}
+	return gaps
 }
 
 func fmtSscanf(leader string, i *int) (int, error) { return fmt.Sscanf(leader, "n%d", i) }

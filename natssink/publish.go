@@ -255,20 +255,45 @@ func (p *publisher) resume(ctx context.Context, stream jetstream.Stream) error {
 		s.setPosition(p.next - min(p.next, 1))
 		return nil
 	}
-	msg, err := stream.GetMsg(cctx, info.State.LastSeq)
+	// The last message that still exists: the one at LastSeq may have
+	// been removed (a foreign message the operator deleted). The next
+	// publish still follows LastSeq, the server's.
+	msg, err := lastMsg(cctx, stream)
 	if err != nil {
 		s.fail(errStream, err)
-		return fmt.Errorf("stream's last message %d: %w", info.State.LastSeq, err)
+		return fmt.Errorf("stream's last message: %w", err)
 	}
 	last, err := strconv.ParseUint(msg.Header.Get(nats.MsgIdHdr), 10, 63)
 	if err != nil {
 		s.fail(errResume, err)
 		return fmt.Errorf("stream's last message %d has %s %q, not an archive seq: is something else publishing to %s?",
-			info.State.LastSeq, nats.MsgIdHdr, msg.Header.Get(nats.MsgIdHdr), msg.Subject)
+			msg.Sequence, nats.MsgIdHdr, msg.Header.Get(nats.MsgIdHdr), msg.Subject)
 	}
 	p.next = last + 1
 	s.setPosition(last)
 	return nil
+}
+
+// lastMsg is the stream's last message that still exists, whatever its
+// subject. (The server answers a last-by-subject ">" with the message at
+// the stream's last sequence, which may be removed; "*" and "*.>" together
+// match every subject and are looked up by subject.)
+func lastMsg(ctx context.Context, stream jetstream.Stream) (*jetstream.RawStreamMsg, error) {
+	var last *jetstream.RawStreamMsg
+	for _, filter := range []string{"*", "*.>"} {
+		msg, err := stream.GetLastMsgForSubject(ctx, filter)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case err != nil:
+			return nil, err
+		case last == nil || msg.Sequence > last.Sequence:
+			last = msg
+		}
+	}
+	if last == nil {
+		return nil, jetstream.ErrMsgNotFound
+	}
+	return last, nil
 }
 
 // run publishes from p.next until an error or ctx's end.
