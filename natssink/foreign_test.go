@@ -42,6 +42,39 @@ func (rs *runningSink) waitResumeErrors(t *testing.T) {
 	})
 }
 
+// TestSinkForeignMessageWithNumericID: a foreign last message whose
+// Nats-Msg-Id is a number is not taken for one of the sink's, whether it
+// lacks Backstream-Did and its id is past the archive's tip, or it has
+// both but is not the archive's event at that seq: it stops the sink
+// (resume errors) instead of making it skip to (or repeat from) that
+// number.
+func TestSinkForeignMessageWithNumericID(t *testing.T) {
+	for _, tc := range []struct{ name, subject, id, did string }{
+		{"past the tip", DefaultStream + ".foreign", "1000", ""},
+		{"not the archived event", DefaultStream + ".identity", "21", "did:plc:someone-else"}, // the next event's seq (20 and below are in the duplicate window)
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			foreign := nats.NewMsg(tc.subject)
+			foreign.Header.Set(nats.MsgIdHdr, tc.id)
+			if tc.did != "" {
+				foreign.Header.Set(HeaderDID, tc.did)
+			}
+			foreign.Data = []byte("not backstream's")
+			c, wd, rs, _ := foreignAfterCatchUp(t, foreign)
+			if err := wd.commit(ctxT(t), 1); err != nil {
+				t.Fatal(err)
+			}
+			rs.waitResumeErrors(t)
+			if st := rs.s.Status(); st.Position != 20 {
+				t.Errorf("position %d, want 20 (state %s, last error %q)", st.Position, st.State, st.LastError)
+			}
+			if gaps := missing(t, c.URLs(), 20); len(gaps) > 0 {
+				t.Errorf("archive seqs %v are not in the stream", gaps)
+			}
+		})
+	}
+}
+
 // TestSinkForeignMessageRemoved: a foreign message stops the sink (resume
 // errors) until it is removed; once the operator removes it (the stream's
 // last sequence stays the removed message's), the sink resumes from its

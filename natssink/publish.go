@@ -263,11 +263,13 @@ func (p *publisher) resume(ctx context.Context, stream jetstream.Stream) error {
 		s.fail(errStream, err)
 		return fmt.Errorf("stream's last message: %w", err)
 	}
-	last, err := strconv.ParseUint(msg.Header.Get(nats.MsgIdHdr), 10, 63)
+	last, err := p.own(msg)
 	if err != nil {
-		s.fail(errResume, err)
-		return fmt.Errorf("stream's last message %d has %s %q, not an archive seq: is something else publishing to %s?",
-			msg.Sequence, nats.MsgIdHdr, msg.Header.Get(nats.MsgIdHdr), msg.Subject)
+		var fatal *fatalError
+		if !errors.As(err, &fatal) {
+			s.fail(errResume, err)
+		}
+		return err
 	}
 	p.next = last + 1
 	s.setPosition(last)
@@ -294,6 +296,45 @@ func lastMsg(ctx context.Context, stream jetstream.Stream) (*jetstream.RawStream
 		return nil, jetstream.ErrMsgNotFound
 	}
 	return last, nil
+}
+
+// own returns the archive seq of msg, the stream's last message, after
+// checking that the sink published it: a Backstream-Did, a Nats-Msg-Id
+// that is an archive seq no later than the archive's tip, and the DID and
+// subject of the archive's event at that seq (unless compaction has
+// removed it since).
+func (p *publisher) own(msg *jetstream.RawStreamMsg) (uint64, error) {
+	s := p.sink
+	foreign := func(why string) error {
+		return fmt.Errorf("stream's last message %d (%s %q, subject %s) %s: is something else publishing to %s? Remove it and the sink goes on",
+			msg.Sequence, nats.MsgIdHdr, msg.Header.Get(nats.MsgIdHdr), msg.Subject, why, s.cfg.Stream)
+	}
+	did := msg.Header.Get(HeaderDID)
+	if did == "" {
+		return 0, foreign("has no " + HeaderDID)
+	}
+	seq, err := strconv.ParseUint(msg.Header.Get(nats.MsgIdHdr), 10, 63)
+	if err != nil || seq == 0 {
+		return 0, foreign("has no archive seq")
+	}
+	if tip := s.cfg.Writer.Live().Tip(); seq > tip {
+		return 0, foreign(fmt.Sprintf("is past the archive's tip %d", tip))
+	}
+	it, err := s.cfg.Store.Events(seq)
+	if err != nil {
+		return 0, &fatalError{fmt.Errorf("natssink: read the archive at %d: %w", seq, err)}
+	}
+	defer it.Close()
+	if !it.Next() {
+		if err := it.Err(); err != nil {
+			return 0, &fatalError{fmt.Errorf("natssink: read the archive at %d: %w", seq, err)}
+		}
+		return seq, nil // compacted away: nothing to compare with
+	}
+	if ev := it.Event(); ev.Seq == seq && (ev.DID != did || Subject(s.cfg.Stream, ev) != msg.Subject) {
+		return 0, foreign(fmt.Sprintf("is not the archive's event %d (%s, %s)", seq, ev.DID, Subject(s.cfg.Stream, ev)))
+	}
+	return seq, nil
 }
 
 // run publishes from p.next until an error or ctx's end.
