@@ -9,8 +9,11 @@
 // older events are rendered here with the same renderer. The subject is
 // <stream>.commit.<collection NSID> for create, update and delete, and
 // <stream>.<kind> for identity, account and sync. Headers: Nats-Msg-Id is
-// the archive seq in decimal, Backstream-Did the account's DID, and
-// Nats-Expected-Last-Sequence the stream sequence the publish must follow.
+// the archive seq in decimal, Backstream-Did the account's DID,
+// Nats-Expected-Last-Sequence the stream sequence the publish must follow;
+// from a session's second publish on, Nats-Expected-Last-Msg-Id is the
+// archive seq published before it, so a foreign message in the stream
+// gets every later publish of the session refused.
 //
 // # Invariants kept here
 //

@@ -42,6 +42,27 @@ func (rs *runningSink) waitResumeErrors(t *testing.T) {
 	})
 }
 
+// TestSinkForeignMessageMidWindow: a message of another publisher lands
+// in the stream just before a window of the sink's publishes. Every
+// publish after it is refused (Nats-Expected-Last-Sequence for the first,
+// then Nats-Expected-Last-Msg-Id: the chain never re-aligns behind it),
+// and the sink stops at it with resume errors, its position at the last
+// event it published, none missing below.
+func TestSinkForeignMessageMidWindow(t *testing.T) {
+	c, wd, rs, _ := foreignAfterCatchUp(t, &nats.Msg{Subject: DefaultStream + ".foreign", Data: []byte("x")})
+	if err := wd.commit(ctxT(t), 20); err != nil {
+		t.Fatal(err)
+	}
+	rs.waitResumeErrors(t)
+	st := rs.s.Status()
+	if st.Position != 20 {
+		t.Errorf("position %d, want 20 (state %s, last error %q)", st.Position, st.State, st.LastError)
+	}
+	if gaps := missing(t, c.URLs(), st.Position); len(gaps) > 0 {
+		t.Errorf("archive seqs %v are not in the stream, yet the position is %d (last error %q)", gaps, st.Position, st.LastError)
+	}
+}
+
 // TestSinkForeignMessageWithNumericID: a foreign last message whose
 // Nats-Msg-Id is a number is not taken for one of the sink's, whether it
 // lacks Backstream-Did and its id is past the archive's tip, or it has

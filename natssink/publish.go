@@ -52,11 +52,12 @@ type publisher struct {
 	replies    []ackReply
 	// Reused for every publish: a message, its headers, its reply
 	// subject and the body of an event rendered here.
-	msg                nats.Msg
-	hID, hDID, hExpect []string
-	reply, body        []byte // reply: <inbox>. and the token
-	inboxLen           int    // of reply's <inbox>.
-	now                time.Time
+	msg                       nats.Msg
+	hID, hDID, hExpect, hLast []string
+	last                      uint64 // the archive seq of the session's last publish
+	reply, body               []byte // reply: <inbox>. and the token
+	inboxLen                  int    // of reply's <inbox>.
+	now                       time.Time
 
 	rend  subscribe.Renderer
 	ents  []*archive.LiveEntry
@@ -102,7 +103,7 @@ func (p *publisher) session(ctx context.Context) error {
 	p.acks = a
 	p.reply = append(append(p.reply[:0], inbox...), '.')
 	p.inboxLen = len(p.reply)
-	p.hID, p.hDID, p.hExpect = make([]string, 1), make([]string, 1), make([]string, 1)
+	p.hID, p.hDID, p.hExpect, p.hLast = make([]string, 1), make([]string, 1), make([]string, 1), make([]string, 1)
 	p.msg.Header = nats.Header{nats.MsgIdHdr: p.hID, HeaderDID: p.hDID, nats.ExpectedLastSeqHdr: p.hExpect}
 	s.sessionState(StatePublishing)
 	p.rend = subscribe.Renderer{Cursor: true}
@@ -541,6 +542,17 @@ func (p *publisher) publish(ev *archive.Event, body []byte, renderErr error) err
 	p.hID[0] = strconv.FormatUint(ev.Seq, 10)
 	p.hDID[0] = ev.DID
 	p.hExpect[0] = strconv.FormatUint(p.expect, 10)
+	if p.sent > 0 {
+		// From the session's second publish on, the stream's last
+		// message must also be the session's last: a foreign message
+		// then breaks the chain for every later publish, not only the
+		// one right after it. (Not on the first: the server's last id
+		// may be a removed message's, or none after a purge.)
+		p.hLast[0] = strconv.FormatUint(p.last, 10)
+		if p.sent == 1 {
+			p.msg.Header[nats.ExpectedLastMsgIdHdr] = p.hLast
+		}
+	}
 	p.msg.Subject = Subject(p.sink.cfg.Stream, ev)
 	p.msg.Data = body
 	p.reply = strconv.AppendUint(p.reply[:p.inboxLen], p.sent, 10)
@@ -556,6 +568,7 @@ func (p *publisher) publish(ev *archive.Event, body []byte, renderErr error) err
 	*p.slot(p.sent) = inflight{seq: ev.Seq, sent: p.now}
 	p.sent++
 	p.expect++
+	p.last = ev.Seq
 	p.next = ev.Seq + 1
 	return nil
 }
