@@ -46,7 +46,13 @@
 //     server's greeting), and goes on from that event once the operator
 //     has raised max_payload.
 //   - An empty stream starts from Config.From (archive seq, 0 = the
-//     beginning); a stream holding messages always wins over From.
+//     beginning); a stream holding messages always wins over From. A
+//     purge keeps the stream's last sequence and last message id, so a
+//     session watches the stream's first sequence (purge.go): once it
+//     moves past a message the session stored, the session ends, and the
+//     sink publishes nothing more until it finds the stream empty (then
+//     from From): what it had published behind the purge cannot be put
+//     back in order.
 //   - The stream is created when missing (file storage, Replicas, a
 //     duplicate window of DefaultDuplicateWindow); an existing stream is never
 //     changed: its differences from that config are logged once per

@@ -16,6 +16,53 @@ import (
 	"github.com/backstream/backstream/internal/promtest"
 )
 
+// TestSinkPurgedWhileRunning: a stream purged while the sink runs (its
+// last sequence survives the purge, so the sink's next publishes would be
+// accepted behind it) is noticed. Either the sink notices before it
+// publishes behind the purge, and fills the stream again from --nats-from
+// at once; or it has, and it stops (resume errors) until the operator
+// purges again. Either way the stream ends up holding every archived
+// event once, in order.
+func TestSinkPurgedWhileRunning(t *testing.T) {
+	c := natstest.Start(t, 1)
+	wd := newWorld(t)
+	ctx := ctxT(t)
+	if err := wd.commit(ctx, 20); err != nil {
+		t.Fatal(err)
+	}
+	// The server remembers the message ids of its duplicate window across
+	// a purge, and refuses the purged events' publishes as duplicates
+	// until the window has passed: a short one.
+	rs := wd.startSink(t, Config{URLs: c.URLs(), DuplicateWindow: 500 * time.Millisecond})
+	rs.waitCaughtUp(t, wd, 30*time.Second)
+	stream, err := jsConnect(t, c.URLs()).Stream(ctx, DefaultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := wd.commit(ctx, 20); err != nil {
+		t.Fatal(err)
+	}
+	tip := wd.w.Live().Tip()
+	stopped := func() bool {
+		return promtest.Value(t, rs.reg, "backstream_nats_errors_total", map[string]string{"kind": errResume}) >= 1
+	}
+	promtest.Eventually(t, 30*time.Second, "the sink fills the stream again, or stops", func() bool {
+		st := rs.s.Status()
+		return stopped() || st.State == StatePublishing && st.Position >= tip && len(missing(t, c.URLs(), tip)) == 0
+	})
+	if stopped() {
+		t.Logf("stopped: %s", rs.s.Status().LastError)
+		if err := stream.Purge(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs.waitCaughtUp(t, wd, 30*time.Second)
+	natstest.CheckStream(t, wd.store, natstest.ReadStream(t, c.URLs(), DefaultStream, natstest.ArchiveEvents(t, wd.store)), subjectOf(DefaultStream))
+}
+
 // TestSinkPositionGaugeAfterEmptiedStream: when a session finds the
 // stream emptied, the position goes back to --nats-from, and
 // backstream_nats_position with it, even while no publish is acknowledged

@@ -18,7 +18,7 @@ var states = []string{StateConnecting, StatePublishing, StateRetrying, StateFull
 // Error kinds (label values of backstream_nats_errors_total).
 const (
 	errStream   = "stream"    // stream lookup, creation or info failed
-	errResume   = "resume"    // the stream's last message is not one of ours
+	errResume   = "resume"    // the stream's last message is not one of ours, or the stream was purged behind a session
 	errPublish  = "publish"   // a publish was refused, timed out or its connection failed
 	errFull     = "full"      // a publish was refused for want of room: stream limits with discard new, account or server storage
 	errRender   = "render"    // an event could not be rendered; it is not published

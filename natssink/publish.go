@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -42,6 +43,13 @@ type publisher struct {
 	next   uint64 // the archive seq to publish next
 	expect uint64 // the stream sequence the next publish must follow
 	stored uint64 // the stream sequence of the last acknowledged publish
+	base   uint64 // the stream sequence of the message resume read (0: none)
+	// storedSeq is stored, for the purge watch; firstAck is closed at
+	// the session's first acknowledgement.
+	storedSeq atomic.Uint64
+	firstAck  chan struct{}
+	// purged: the stream was emptied behind the session.
+	purged <-chan *purgedError
 	// Publishes of this session are numbered from 0 (a reply's token):
 	// sent were made, the first done are acknowledged, and publish k
 	// waits in q[k % Window]. Publish done+i must be stored at stream
@@ -109,12 +117,19 @@ func (p *publisher) session(ctx context.Context) error {
 	p.rend = subscribe.Renderer{Cursor: true}
 	p.q = make([]inflight, s.cfg.Window)
 	defer p.closeIter()
+	p.firstAck = make(chan struct{})
+	purged, stop := p.watchPurge(ctx, stream, p.base, p.firstAck)
+	defer stop()
+	p.purged = purged
 	err = p.run(ctx)
 	var fatal *fatalError
 	var full *fullError
 	var big *tooLargeError
+	var emptied *purgedError
 	switch {
 	case errors.As(err, &fatal) || ctx.Err() != nil:
+	case errors.As(err, &emptied):
+		s.foundPurged(emptied)
 	case errors.As(err, &full):
 		s.fail(errFull, err)
 	case errors.As(err, &big):
@@ -248,6 +263,7 @@ func (p *publisher) resume(ctx context.Context, stream jetstream.Stream) error {
 	}
 	p.expect, p.stored = info.State.LastSeq, info.State.LastSeq
 	if info.State.Msgs == 0 {
+		s.purged.Store(false)
 		if pos := s.acked.Load(); pos > 0 && s.cfg.From <= pos {
 			s.log.Warn("the NATS stream is empty but backstream had published up to its position: publishing again from --nats-from",
 				"stream", s.cfg.Stream, "position", pos, "from", s.cfg.From)
@@ -255,6 +271,12 @@ func (p *publisher) resume(ctx context.Context, stream jetstream.Stream) error {
 		p.next = s.cfg.From
 		s.setPosition(p.next - min(p.next, 1))
 		return nil
+	}
+	if s.purged.Load() {
+		err := fmt.Errorf("the stream was purged while the sink published into it, and holds %d messages published since: they cannot be put back in order; purge it again and the sink fills it from --nats-from (archive seq %d)",
+			info.State.Msgs, s.cfg.From)
+		s.fail(errResume, err)
+		return err
 	}
 	// The last message that still exists: the one at LastSeq may have
 	// been removed (a foreign message the operator deleted). The next
@@ -272,7 +294,7 @@ func (p *publisher) resume(ctx context.Context, stream jetstream.Stream) error {
 		}
 		return err
 	}
-	p.next = last + 1
+	p.next, p.base = last+1, msg.Sequence
 	s.setPosition(last)
 	return nil
 }
@@ -345,6 +367,11 @@ func (p *publisher) run(ctx context.Context) error {
 	defer timeout.Stop()
 	for {
 		wake := live.Wait()
+		select {
+		case e := <-p.purged:
+			return e
+		default:
+		}
 		if err := p.reap(); err != nil {
 			return err
 		}
@@ -369,6 +396,8 @@ func (p *publisher) run(ctx context.Context) error {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
+			case e := <-p.purged:
+				return e
 			case <-wake:
 			}
 			continue
@@ -384,6 +413,8 @@ func (p *publisher) run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case e := <-p.purged:
+			return e
 		case <-wake:
 		case <-p.acks.wake:
 		case <-timeout.C:
@@ -442,9 +473,11 @@ func (p *publisher) ack(r ackReply) error {
 	}
 	if p.done == 0 {
 		p.sink.publishing()
+		close(p.firstAck)
 	}
 	p.done = r.token + 1
 	p.stored = r.seq
+	p.storedSeq.Store(r.seq)
 	p.sink.acked.Store(in.seq)
 	p.sink.cfg.Metrics.acked(int(i)+1, in.seq)
 	return nil

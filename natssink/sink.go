@@ -106,7 +106,10 @@ type Sink struct {
 	cfg Config
 	log *slog.Logger
 
-	acked  atomic.Uint64 // the position: highest seq acknowledged, none missing below
+	acked atomic.Uint64 // the position: highest seq acknowledged, none missing below
+	// purged: a session found the stream purged behind it; until the
+	// stream is found empty, sessions refuse to publish behind the purge.
+	purged atomic.Bool
 	mu     sync.Mutex
 	status Status
 }
@@ -257,6 +260,15 @@ func (s *Sink) stoppedAt(e *tooLargeError) {
 func (s *Sink) setPosition(pos uint64) {
 	s.acked.Store(pos)
 	s.cfg.Metrics.setPosition(pos)
+}
+
+// foundPurged records that a session found the stream purged behind
+// it, logging it once.
+func (s *Sink) foundPurged(e *purgedError) {
+	s.fail(errResume, e)
+	s.log.Warn("the NATS stream was purged while the sink published into it: the purged events are published again from --nats-from once the stream is empty; purge it again if it is not",
+		"stream", s.cfg.Stream, "err", e, "from", s.cfg.From)
+	s.purged.Store(true)
 }
 
 // fail counts err under kind and keeps it as the last error.
