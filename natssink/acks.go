@@ -116,7 +116,7 @@ func (a *acks) take(buf []ackReply) []ackReply {
 
 var (
 	ackSeq       = []byte(`"seq":`)
-	ackDuplicate = []byte(`"duplicate":true`)
+	ackDuplicate = []byte(`"duplicate":`)
 	ackError     = []byte(`"error"`)
 )
 
@@ -161,5 +161,15 @@ func parseAck(m *nats.Msg) ackReply {
 	if err != nil || seq == 0 {
 		return ackReply{err: fmt.Errorf("unreadable acknowledgement %q", d)}
 	}
-	return ackReply{seq: seq, dup: bytes.Contains(d, ackDuplicate)}
+	return ackReply{seq: seq, dup: duplicate(d)}
+}
+
+// duplicate reports whether the reply says "duplicate": true (nats-server
+// writes it with a space after the colon).
+func duplicate(d []byte) bool {
+	i := bytes.Index(d, ackDuplicate)
+	if i < 0 {
+		return false
+	}
+	return bytes.HasPrefix(bytes.TrimLeft(d[i+len(ackDuplicate):], " "), []byte("true"))
 }

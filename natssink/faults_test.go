@@ -82,6 +82,8 @@ func TestParseAck(t *testing.T) {
 	}{
 		{msg: nats.Msg{Data: []byte(`{"stream":"backstream","seq":42}`)}, seq: 42},
 		{msg: nats.Msg{Data: []byte(`{"stream":"backstream","domain":"d","seq":7,"duplicate":true}`)}, seq: 7, dup: true},
+		{msg: nats.Msg{Data: []byte(`{"stream":"backstream","seq":7,"duplicate": true}`)}, seq: 7, dup: true}, // as nats-server writes it
+		{msg: nats.Msg{Data: []byte(`{"stream":"backstream","seq":7,"duplicate":false}`)}, seq: 7},
 		{msg: nats.Msg{Data: []byte(`{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 9"},"stream":"backstream","seq":0}`)}, wantErr: "wrong last sequence: 9 (code 400, err_code 10071)"},
 		{msg: nats.Msg{Header: status}, wantErr: "status 503"},
 		{msg: nats.Msg{Data: []byte(`{"stream":"backstream","seq":0}`)}, wantErr: "unreadable"},
