@@ -80,6 +80,8 @@ func plan(store *archive.Store, f *filter, from, to uint64, scanOnly bool) (*rep
 		p.unindexed = true // a store older than the index: scan until the backfill ends
 		return p, nil
 	}
+	// Keys are counted up to limit; past it the estimate extrapolates, and
+	// it is compared with 1/planRatio of the span whatever its size.
 	limit := int(min((to-from)/planRatio, planCountCap))
 	best := uint64(to - from)
 	for i, ranges := range [][]archive.IndexRange{didRanges(f), nil} {
@@ -96,7 +98,7 @@ func plan(store *archive.Store, f *filter, from, to uint64, scanOnly bool) (*rep
 		if err != nil {
 			return nil, err
 		}
-		if est <= uint64(limit) && est < best {
+		if est <= (to-from)/planRatio && est < best {
 			p.ranges, best = ranges, est
 			p.reexpand = i == 1 && f.prefixes != nil
 		}
