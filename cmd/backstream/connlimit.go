@@ -8,6 +8,7 @@ package main
 // address) and is closed, counted; Accept never blocks on it.
 
 import (
+	"errors"
 	"log/slog"
 	"net"
 	"strconv"
@@ -75,12 +76,13 @@ func raiseFDLimit() (fdLimit, error) {
 	return l, nil
 }
 
-// fdReserve is the descriptors kept for everything but client
+// fdReserve is the descriptors kept for everything but admitted client
 // connections: the store (archive.FileDescriptors), every download that may
 // run at once (backfill workers, retry workers, the pending pass:
-// fdsPerDownload each) and fixedFDs.
+// fdsPerDownload each), fixedFDs, and the refused connections held while
+// they get their answer (refusers).
 func fdReserve(backfillWorkers, retryWorkers int) uint64 {
-	return archive.FileDescriptors + fixedFDs + fdsPerDownload*uint64(backfillWorkers+retryWorkers+merge.DefaultPendingWorkers)
+	return archive.FileDescriptors + fixedFDs + refusers + fdsPerDownload*uint64(backfillWorkers+retryWorkers+merge.DefaultPendingWorkers)
 }
 
 // autoMaxConns is the default global cap: the soft limit minus the
@@ -295,4 +297,13 @@ func (c *limitedConn) Close() error {
 		c.l.release(c.key)
 	}
 	return err
+}
+
+// SyscallConn exposes the socket's descriptor (subscribe's non-blocking
+// writes need it), when the wrapped connection has one.
+func (c *limitedConn) SyscallConn() (syscall.RawConn, error) {
+	if s, ok := c.Conn.(syscall.Conn); ok {
+		return s.SyscallConn()
+	}
+	return nil, errors.New("connlimit: no file descriptor")
 }

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -234,11 +235,12 @@ func TestReadTimeoutSparesWebsockets(t *testing.T) {
 }
 
 // TestConnCapFromFDLimit: the default global cap is the descriptor limit
-// minus the reserve for the store and every download that may run; a
-// limit too low for the reserve gives a quarter of it, flagged.
+// minus the reserve for the store, every download that may run and the
+// refused connections held while answered; a limit too low for the
+// reserve gives a quarter of it, flagged.
 func TestConnCapFromFDLimit(t *testing.T) {
 	reserve := fdReserve(100, 16)
-	if want := uint64(archive.FileDescriptors + fixedFDs + fdsPerDownload*(100+16+merge.DefaultPendingWorkers)); reserve != want {
+	if want := uint64(archive.FileDescriptors + fixedFDs + refusers + fdsPerDownload*(100+16+merge.DefaultPendingWorkers)); reserve != want {
 		t.Fatalf("reserve %d, want %d", reserve, want)
 	}
 	for _, c := range []struct {
@@ -259,5 +261,39 @@ func TestConnCapFromFDLimit(t *testing.T) {
 	l, err := raiseFDLimit()
 	if err != nil || l.Soft != l.Hard || l.Was > l.Soft {
 		t.Fatalf("raiseFDLimit: %+v %v", l, err)
+	}
+}
+
+// TestCappedConnKeepsSyscallConn: the connection a subscriber's websocket
+// runs on, as the capped public listener accepted it, exposes its
+// descriptor: subscribe's replay offers the socket what it takes at once
+// (a non-blocking write) before it closes its archive iterator and gives
+// its reader slot back. Hidden, every replay write closed the iterator.
+func TestCappedConnKeepsSyscallConn(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	capped := newLimitListener(ln, connLimits{Global: 10, PerIP: 10}, newConnMetrics(nil, connLimits{}), tailQuiet)
+	got := make(chan bool, 1)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := (&websocket.Upgrader{}).Upgrade(w, r, nil)
+		if err != nil {
+			got <- false
+			return
+		}
+		defer c.Close()
+		_, ok := c.NetConn().(syscall.Conn)
+		got <- ok
+	})}
+	go srv.Serve(capped)
+	defer srv.Close()
+	c, _, err := (&websocket.Dialer{HandshakeTimeout: 5 * time.Second}).Dial("ws://"+ln.Addr().String()+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !<-got {
+		t.Fatal("the hijacked connection of the capped public listener is not a syscall.Conn: subscribe's tryWrite can never write behind --listen")
 	}
 }
