@@ -383,3 +383,27 @@ func TestCheckpointDataDirAndAdminListen(t *testing.T) {
 		t.Fatalf("--data-dir with BACKSTREAM_ADMIN_LISTEN emptied: exit %d, %s", code, stderr)
 	}
 }
+
+// TestCheckpointRefusesCrossSiteBrowser: a web page the operator opens
+// can make the browser POST to the admin listener (a "simple" request, no
+// preflight): it comes from loopback with no proxy header. The checkpoint
+// endpoint refuses a cross-origin browser request; the CLI sends neither
+// Origin nor Sec-Fetch-Site.
+func TestCheckpointRefusesCrossSiteBrowser(t *testing.T) {
+	base := t.TempDir()
+	backups := filepath.Join(base, "backups")
+	s := testServer(t, openTestStore(t, filepath.Join(base, "data")), backups, 0)
+	h := s.adminHandler() // the admin listener's handler, as serve mounts it
+	req := httptest.NewRequest(http.MethodPost, checkpointPath+"?to="+url.QueryEscape("from-evil"), nil)
+	req.RemoteAddr = "127.0.0.1:40000"
+	// What a browser sends for a form POST / fetch(…, {method:"POST", mode:"no-cors"})
+	// issued by a page on https://evil.example.
+	req.Header.Set("Origin", "https://evil.example")
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	req.Header.Set("Sec-Fetch-Mode", "no-cors")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if _, err := os.Stat(filepath.Join(backups, "from-evil")); err == nil || rec.Code == http.StatusOK {
+		t.Fatalf("a cross-site browser request (Origin https://evil.example, Sec-Fetch-Site cross-site) took a checkpoint: %d %s", rec.Code, rec.Body)
+	}
+}

@@ -72,7 +72,7 @@ func (s *server) adminHandler() http.Handler {
 	mux.HandleFunc("POST /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	// Online backup (checkpoint.go).
-	mux.Handle("POST "+checkpointPath, s.checkpointEndpoint())
+	mux.Handle("POST "+checkpointPath, http.NewCrossOriginProtection().Handler(s.checkpointEndpoint()))
 	// The probes and /status, answered here too.
 	sub := s.sub.Handler()
 	for _, p := range []string{"/healthz", "/readyz", "/status"} {

@@ -280,6 +280,7 @@ func (t *tailer) once(ctx context.Context) error {
 	}
 	defer conn.Close()
 	t.upgraded = true
+	conn.SetReadLimit(tailMaxDecodedMessage)
 	t.log.Debug("tail: connected", "url", redact(target))
 
 	// Cancellation closes the socket, which ends ReadMessage.
@@ -296,6 +297,9 @@ func (t *tailer) once(ctx context.Context) error {
 	for {
 		_ = conn.SetReadDeadline(time.Now().Add(t.cfg.idle))
 		typ, msg, err := conn.ReadMessage()
+		if errors.Is(err, websocket.ErrReadLimit) {
+			return tailFatal{fmt.Errorf("tail: a message over %d bytes: %w", tailMaxDecodedMessage, err)}
+		}
 		if err != nil {
 			return fmt.Errorf("tail: read: %w", err)
 		}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/atdata"
+	"github.com/gorilla/websocket"
 	"github.com/ipfs/go-cid"
 
 	"github.com/backstream/backstream/archive"
@@ -490,4 +491,38 @@ func TestTailListFlags(t *testing.T) {
 	check(parse(nil, "--collection", "a.b.c", "--collection", "d.e.f, g.*"), "a.b.c d.e.f g.*")
 	check(parse([]string{"BACKSTREAM_COLLECTION=x.y.z,w.*"}), "x.y.z w.*")
 	check(parse([]string{"BACKSTREAM_COLLECTION=x.y.z"}, "--collection", "a.b.c"), "a.b.c")
+}
+
+// TestTailRefusesHugeMessage: tail reads one message of at most
+// tailMaxDecodedMessage bytes, compressed or not, and ends (not retries)
+// on a larger one: the server at --url does not decide tail's memory.
+func TestTailRefusesHugeMessage(t *testing.T) {
+	var conns atomic.Int32
+	up := websocket.Upgrader{}
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if conns.Add(1) > 1 {
+			http.Error(w, "gone", http.StatusNotFound) // ends tail (fatal 4xx)
+			return
+		}
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		msg := `{"cursor":1,"pad":"` + strings.Repeat("x", tailMaxDecodedMessage) + `"}`
+		_ = c.WriteMessage(websocket.TextMessage, []byte(msg))
+		_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""))
+	}))
+	defer hs.Close()
+	u, err := tailURL(hs.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuffer
+	cfg := tailConfig{url: u, cursor: "0", backoffMin: 1, backoffMax: 1, idle: tailIdleTimeout,
+		sleep: func(ctx context.Context, _ time.Duration) error { return ctx.Err() }}
+	err = tailLoop(testCtx(t), cfg, &out, tailQuiet)
+	if n := len(out.String()); n > tailMaxDecodedMessage {
+		t.Fatalf("tail read and printed a %d-byte message (its bound for a message is %d bytes); tailLoop returned %v", n, tailMaxDecodedMessage, err)
+	}
 }
