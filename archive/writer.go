@@ -1162,10 +1162,7 @@ func (w *Writer) stageRepos(st *staged, ups []RepoUpdate) error {
 	}
 	st.repos = make(map[string]RepoState, len(ups))
 	st.old = make(map[string]RepoState, len(ups))
-	for _, up := range ups {
-		if err := checkRepoUpdate(&up); err != nil {
-			return err
-		}
+	for _, up := range ups { // checkRepoUpdate passed (validateUnit)
 		cur, seen := st.repos[up.DID]
 		exists := seen
 		if !seen {

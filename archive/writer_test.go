@@ -303,6 +303,16 @@ func TestRepoUpdatesAndCounts(t *testing.T) {
 	if r := apply(t, w, &Unit{Puts: []KV{{Key: KeyCursorListRepos, Value: cur}}}); r.Refused != nil {
 		t.Fatal(r.Refused)
 	}
+	// Repo updates without a DID, or naming no (or unknown) fields.
+	for _, up := range []RepoUpdate{
+		{Fields: FieldActive, State: RepoState{Active: true, Status: StatusComplete}},
+		{DID: didN(4), State: RepoState{Active: true, Status: StatusComplete}},
+		{DID: didN(4), Fields: 1 << 30, State: RepoState{Active: true, Status: StatusComplete}},
+	} {
+		if r := apply(t, w, &Unit{Repos: []RepoUpdate{up}}); !errors.Is(r.Refused, errInvalidUnit) {
+			t.Errorf("repo update %+v: refusal %v, want invalid", up, r.Refused)
+		}
+	}
 	for _, k := range [][]byte{KeyCounts, KeyInstance, KeyCompaction, KeyDueIndex, KeyIndex, KeyReplayIndex, RevKey(testDID), RepoKey(testDID), EventKey(1), CaptureKey(1), []byte("zzz")} {
 		if r := apply(t, w, &Unit{Puts: []KV{{Key: k, Value: []byte{1}}}}); r.Refused == nil {
 			t.Errorf("put of %q accepted", k)
