@@ -363,9 +363,9 @@ func runCheckpoint(ctx context.Context, env *cmdEnv) error {
 		return fmt.Errorf("%w: --to DIR is required", errUsage)
 	}
 	listen := strings.TrimSpace(env.fs.str("admin-listen"))
-	if listen != "" && env.cmdLine["data-dir"] {
+	if listen != "" && env.fs.typed["data-dir"] {
 		set := "--admin-listen"
-		if v := env.fs.fromEnv["admin-listen"]; v != "" && !env.cmdLine["admin-listen"] {
+		if v := env.fs.fromEnv["admin-listen"]; v != "" && !env.fs.typed["admin-listen"] {
 			set = fmt.Sprintf("%s=%s (--admin-listen; %s= unsets it)", v, listen, v)
 		}
 		return fmt.Errorf("%w: --data-dir and %s are both set: pass one of them (--admin-listen checkpoints "+

@@ -26,6 +26,7 @@ const envCrashpoint = "BACKSTREAM_CRASHPOINT"
 type flagSet struct {
 	*flag.FlagSet
 	fromEnv map[string]string // flag name → variable that set it
+	typed   map[string]bool   // flags the command line set (over the environment's, if both did)
 }
 
 var errHelp = errors.New("help requested")
@@ -92,6 +93,14 @@ func parseFlags(cmd *command, all []*command, args, environ []string, out io.Wri
 		}
 		return nil, err
 	}
+	// Which flags the arguments set: a flag set by the environment is set
+	// already, so the arguments alone are parsed again (they parsed above).
+	typed := newFlagSet(cmd, io.Discard)
+	if err := typed.Parse(args); err != nil {
+		return nil, err
+	}
+	fs.typed = map[string]bool{}
+	typed.Visit(func(f *flag.Flag) { fs.typed[f.Name] = true })
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
 	}

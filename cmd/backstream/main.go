@@ -21,7 +21,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -48,15 +47,13 @@ type command struct {
 	run     func(ctx context.Context, env *cmdEnv) error
 }
 
-// cmdEnv is what a running subcommand gets: its parsed flags (and which of
-// them the command line set, as opposed to the environment), output
-// streams and logger.
+// cmdEnv is what a running subcommand gets: its parsed flags, output streams
+// and logger.
 type cmdEnv struct {
-	fs      *flagSet
-	cmdLine map[string]bool
-	stdout  io.Writer
-	stderr  io.Writer
-	log     *logger
+	fs     *flagSet
+	stdout io.Writer
+	stderr io.Writer
+	log    *logger
 }
 
 // commands lists every subcommand. A subcommand exists only once it does
@@ -108,22 +105,11 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stderr, "backstream %s: %v\n", cmd.name, err)
 		return 2
 	}
-	env := &cmdEnv{fs: fs, cmdLine: commandLineFlags(cmd, rest), stdout: stdout, stderr: stderr, log: log}
+	env := &cmdEnv{fs: fs, stdout: stdout, stderr: stderr, log: log}
 	if err := cmd.run(ctx, env); err != nil {
 		return failed(cmd.name, err, log, stderr)
 	}
 	return 0
-}
-
-// commandLineFlags names the flags args sets, without the environment:
-// args parsed again into a fresh flag set (it parsed once already).
-func commandLineFlags(cmd *command, args []string) map[string]bool {
-	fs := newFlagSet(cmd, io.Discard)
-	set := map[string]bool{}
-	if fs.Parse(args) == nil {
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	}
-	return set
 }
 
 // checkDataDir refuses a --data-dir that is itself a Pebble store
