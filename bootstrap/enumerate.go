@@ -189,19 +189,13 @@ func (b *Bootstrap) listed(ctx context.Context, out chan<- *pageMsg) error {
 // dispatch (shuffled when rng is set, else in page order).
 func (b *Bootstrap) record(ctx context.Context, host string, entries []upstream.RepoEntry, shuffle bool, rng *rand.Rand) (*pageMsg, error) {
 	msg := &pageMsg{entries: len(entries)}
-	// reserved: the DIDs listedAgain reserved for this page; those it does
-	// not dispatch (or all, on an error) are released on return.
-	var reserved []string
+	// An active entry listedAgain lets through is reserved in the in-flight
+	// set for this page: released at once when it is not dispatched, and
+	// with the dispatched ones when the page fails.
 	recorded := false
 	defer func() {
-		keep := make(map[string]struct{}, len(msg.dispatch))
-		for i := 0; recorded && i < len(msg.dispatch); i++ {
-			keep[msg.dispatch[i]] = struct{}{}
-		}
-		for _, d := range reserved {
-			if _, ok := keep[d]; !ok {
-				b.release(d)
-			}
+		for i := 0; !recorded && i < len(msg.dispatch); i++ {
+			b.release(msg.dispatch[i])
 		}
 	}()
 	var ups []archive.RepoUpdate
@@ -219,9 +213,6 @@ func (b *Bootstrap) record(ctx context.Context, host string, entries []upstream.
 		if b.listedAgain(ctx, host, e) {
 			continue
 		}
-		if e.Active {
-			reserved = append(reserved, e.DID)
-		}
 		st, err := b.cfg.Store.RepoState(e.DID)
 		switch {
 		case errors.Is(err, archive.ErrNotFound):
@@ -236,6 +227,9 @@ func (b *Bootstrap) record(ctx context.Context, host string, entries []upstream.
 				newInactive++
 			}
 		case err != nil:
+			if e.Active {
+				b.release(e.DID)
+			}
 			return nil, fmt.Errorf("bootstrap: read %s: %w", e.DID, err)
 		default:
 			if st.Active != e.Active {
@@ -244,8 +238,11 @@ func (b *Bootstrap) record(ctx context.Context, host string, entries []upstream.
 			}
 			// An inactive not_started repo was never dispatched; active
 			// now, it has no rows and can be fetched in this run.
-			if st.Status == archive.StatusNotStarted && e.Active {
+			switch {
+			case st.Status == archive.StatusNotStarted && e.Active:
 				msg.dispatch = append(msg.dispatch, e.DID)
+			case e.Active:
+				b.release(e.DID) // known, not to be fetched again
 			}
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/upstream"
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
 )
@@ -17,20 +18,55 @@ import (
 // store's fail-closed scan, so a malformed repo state stops it with
 // ErrMalformed naming the key — never skipped, never a default.
 func TestPendingPassFailsClosed(t *testing.T) {
+	s, w := memStore(t)
+	if err := s.DB().Set(archive.RepoKey("did:plc:broken"), []byte{0x01, 0x09}, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	b := &Bootstrap{cfg: Config{Store: s, Writer: w}}
+	_, err := b.pendingPass(context.Background())
+	if !errors.Is(err, archive.ErrMalformed) || !strings.Contains(err.Error(), "repo/did:plc:broken") {
+		t.Fatalf("pending pass over a malformed repo state: %v; want ErrMalformed naming the key", err)
+	}
+}
+
+// TestRecordReleasesWhatItDoesNotDispatch: recording a page reserves each
+// active entry in the in-flight set; one the store already holds as done
+// is not dispatched, and its reservation is released (kept, every repo of
+// a store listed again would stay "in flight" for the run: never listed
+// again by another host, held in memory).
+func TestRecordReleasesWhatItDoesNotDispatch(t *testing.T) {
+	s, w := memStore(t)
+	const done, fresh = "did:plc:dddddddddddddddddddddddd", "did:plc:ffffffffffffffffffffffff"
+	if _, err := w.Apply(context.Background(), &archive.Unit{Repos: []archive.RepoUpdate{{DID: done, Fields: archive.FieldActive | archive.FieldStatus,
+		State: archive.RepoState{Active: true, Status: archive.StatusComplete}}}}); err != nil {
+		t.Fatal(err)
+	}
+	b := &Bootstrap{cfg: Config{Store: s, Writer: w}, inflight: map[string]attribution{}}
+	msg, err := b.record(context.Background(), "", []upstream.RepoEntry{{DID: done, Active: true}, {DID: fresh, Active: true}}, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msg.dispatch) != 1 || msg.dispatch[0] != fresh {
+		t.Fatalf("dispatched %v, want only %s", msg.dispatch, fresh)
+	}
+	if _, held := b.inflight[done]; held || len(b.inflight) != 1 {
+		t.Fatalf("in flight after the page: %v, want only %s", b.inflight, fresh)
+	}
+}
+
+// memStore is a store in memory and its writer, closed with the test.
+func memStore(t *testing.T) (*archive.Store, *archive.Writer) {
+	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	s, err := archive.Open("/data", archive.Options{FS: vfs.NewMem(), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
-	w, _ := archive.NewWriter(s, archive.WriterOptions{Logger: quiet})
-	defer w.Close()
-	if err := s.DB().Set(archive.RepoKey("did:plc:broken"), []byte{0x01, 0x09}, pebble.Sync); err != nil {
+	t.Cleanup(func() { s.Close() })
+	w, err := archive.NewWriter(s, archive.WriterOptions{Logger: quiet})
+	if err != nil {
 		t.Fatal(err)
 	}
-	b := &Bootstrap{cfg: Config{Store: s, Writer: w}}
-	_, err = b.pendingPass(context.Background())
-	if !errors.Is(err, archive.ErrMalformed) || !strings.Contains(err.Error(), "repo/did:plc:broken") {
-		t.Fatalf("pending pass over a malformed repo state: %v; want ErrMalformed naming the key", err)
-	}
+	t.Cleanup(func() { w.Close() })
+	return s, w
 }
