@@ -178,44 +178,14 @@ func TestReplayReadersCapped(t *testing.T) {
 			old := func() time.Time { return time.Now().Add(-time.Hour) }
 			h := newHarness(t, harnessOpts{liveBytes: tc.liveBytes, now: old, cfg: Config{ReplayReaders: readers}})
 			h.fillFlushed(n)
-			stop := make(chan struct{})
-			maxReading := make(chan [2]int, 1)
-			go func() {
-				buf := make([]byte, 4<<20)
-				var m, samples int
-				for {
-					select {
-					case <-stop:
-						maxReading <- [2]int{m, samples}
-						return
-					case <-time.After(time.Millisecond):
-					}
-					m = max(m, readingReplays(buf))
-					samples++
-				}
-			}()
-			var wg sync.WaitGroup
-			errs := make([]error, subs)
-			for i := 0; i < subs; i++ {
-				c := h.dial("?cursor=0", nil)
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					defer c.Close()
-					got, err := readUntilErr(c, n)
-					if err == nil {
-						err = checkContiguous(got, 1, n)
-					}
-					errs[i] = err
-				}()
-			}
-			wg.Wait()
-			close(stop)
-			m := <-maxReading
-			for i, err := range errs {
-				if err != nil {
-					t.Errorf("subscriber %d: %v", i, err)
-				}
+			// A round of replays is sampled; a round in which no sample
+			// happened to catch a replay at work proves nothing either way
+			// and is run again (at most 5 rounds; the bound is checked over
+			// every sample of every round).
+			var m [2]int
+			for round := 0; round < 5 && m[0] == 0; round++ {
+				r := replayRound(t, h, subs, n)
+				m = [2]int{max(m[0], r[0]), m[1] + r[1]}
 			}
 			t.Logf("at most %d subscribers replaying at once over %d samples (%d replaying, ReplayReaders %d)", m[0], m[1], subs, readers)
 			if m[0] > readers || m[0] == 0 {
@@ -223,6 +193,52 @@ func TestReplayReadersCapped(t *testing.T) {
 			}
 		})
 	}
+}
+
+// replayRound has subs subscribers replay the n events of h from cursor 0,
+// each getting all of them, while goroutine dumps are sampled: the most
+// subscribers seen reading at once, and the samples taken.
+func replayRound(t *testing.T, h *harness, subs int, n uint64) [2]int {
+	t.Helper()
+	stop := make(chan struct{})
+	maxReading := make(chan [2]int, 1)
+	go func() {
+		buf := make([]byte, 4<<20)
+		var m, samples int
+		for {
+			select {
+			case <-stop:
+				maxReading <- [2]int{m, samples}
+				return
+			case <-time.After(time.Millisecond):
+			}
+			m = max(m, readingReplays(buf))
+			samples++
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make([]error, subs)
+	for i := 0; i < subs; i++ {
+		c := h.dial("?cursor=0", nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close()
+			got, err := readUntilErr(c, n)
+			if err == nil {
+				err = checkContiguous(got, 1, n)
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("subscriber %d: %v", i, err)
+		}
+	}
+	return <-maxReading
 }
 
 // TestHelloTimeout: a requireHello client that never says hello is closed
