@@ -400,8 +400,9 @@ const (
 	// its sequence: it was rebuilt or replaced); the stream resumed from its
 	// live tip.
 	GapFutureCursor GapKind = 2
-	// GapSeqRegression: a connection's first seq was below the cursor it was
-	// dialed with: the relay restarted its sequence without saying so.
+	// GapSeqRegression: a connection's seqs stayed below the last accepted
+	// one (its dialed cursor, or one it brought) past the threshold: the
+	// relay restarted its sequence without saying so.
 	GapSeqRegression GapKind = 3
 	// GapSeqSkip: consecutive frames skipped more seqs than the threshold.
 	GapSeqSkip GapKind = 4

@@ -118,8 +118,7 @@ type Consumer struct {
 
 	hasPos  bool  // a resume position exists (Config.Cursor or an accepted frame)
 	last    int64 // last accepted seq
-	fresh   bool  // no frame above the cursor yet on this connection
-	below   int64 // frames below the dialed cursor on this connection
+	below   int64 // frames below the last accepted seq since one passed, on this connection
 	pending *pendingGap
 
 	// lastEventUS is the upstream time of the last accepted event, or
@@ -658,7 +657,7 @@ func (c *Consumer) session(ctx context.Context) (progressed bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	c.fresh, c.below = true, 0
+	c.below = 0
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)

@@ -71,9 +71,10 @@
 //     backstream_firehose_outdated_cursor), error frames, undecodable and
 //     unknown frames are counted in backstream_firehose_anomalies_total{kind}
 //     and skipped; a seq gap is counted and the frame processed.
-//   - Gaps (gap.go): OutdatedCursor, FutureCursor, a connection whose frames
-//     stay below its dialed cursor past GapThreshold (a relay that restarted
-//     its sequence unannounced) and a seq skip above GapThreshold become a
+//   - Gaps (gap.go): OutdatedCursor, FutureCursor, frames of a connection
+//     that stay below the last accepted seq (its dialed cursor, or a frame
+//     it brought) past GapThreshold in a row (a relay that restarted its
+//     sequence unannounced) and a seq skip above GapThreshold become a
 //     gap/<id> row carried by the unit of the first frame accepted after the
 //     gap, the unit that moves cursor/relay past it (a FutureCursor gap is
 //     also recorded at once, cursor unmoved). A relay that restarted its

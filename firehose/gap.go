@@ -1,10 +1,10 @@
 package firehose
 
 // gap.go owns what the consumer does when the relay cannot resume exactly:
-// it remembers the gap it saw (OutdatedCursor, FutureCursor, a seq below the
-// dialed cursor, a seq skip above the threshold) and records it as a gap/
-// row in the unit of the next frame it accepts, the unit that moves
-// cursor/relay past it. A relay that restarted its sequence also resets
+// it remembers the gap it saw (OutdatedCursor, FutureCursor, seqs that stay
+// below the last accepted one, a seq skip above the threshold) and records
+// it as a gap/ row in the unit of the next frame it accepts, the unit that
+// moves cursor/relay past it. A relay that restarted its sequence also resets
 // cursor/relay to the new sequence in that unit. Until that unit is
 // submitted nothing moved: a crash re-dials from the old cursor and the
 // relay tells the same story again.
@@ -44,20 +44,22 @@ func (c *Consumer) noteGap(kind archive.GapKind, reset bool) {
 
 // checkSeq applies the seq rules to a frame about to be processed: it
 // reports false for a duplicate, and notes a skip above the threshold as a
-// gap. A connection whose frames stay below the cursor it was dialed with
-// for more than the threshold is on a relay that restarted its sequence
-// without saying FutureCursor (a relay merely replaying too much reaches the
-// cursor soon): that is a regression, and the frame goes on as the first of
-// the new sequence.
+// gap. Frames that stay below the last accepted seq (the dialed cursor, or
+// a frame this connection brought) for more than the threshold in a row
+// come from a relay that restarted its sequence without saying
+// FutureCursor, before the connection or during it (a relay merely
+// replaying too much, or re-sending a few frames, reaches the cursor
+// soon): that is a regression, and the frame goes on as the first of the
+// new sequence.
 func (c *Consumer) checkSeq(seq int64) bool {
 	if !c.hasPos {
-		c.fresh = false
+		c.below = 0
 		return true
 	}
 	switch {
 	case seq <= c.last:
 		c.m.anomaly(AnomalyDuplicate)
-		if !c.fresh || seq == c.last {
+		if seq == c.last {
 			return false
 		}
 		if c.below++; c.below <= c.cfg.GapThreshold {
@@ -70,7 +72,7 @@ func (c *Consumer) checkSeq(seq int64) bool {
 			c.noteGap(archive.GapSeqSkip, false)
 		}
 	}
-	c.fresh = false
+	c.below = 0
 	return true
 }
 

@@ -106,11 +106,11 @@ func TestOutdatedCursorGapInCursorUnit(t *testing.T) {
 	}
 }
 
-// TestSeqSkipAndRegression: a skip above the threshold is a gap; a
-// connection whose frames stay below the cursor it was dialed with past
-// the threshold is a relay that restarted its sequence unannounced: a gap,
-// and cursor/relay follows the new sequence. A skip at the threshold and a
-// short replay below the cursor are not gaps.
+// TestSeqSkipAndRegression: a skip above the threshold is a gap; frames
+// that stay below the last accepted seq past the threshold are a relay
+// that restarted its sequence unannounced: a gap, and cursor/relay follows
+// the new sequence. A skip at the threshold and a short replay below the
+// cursor are not gaps.
 func TestSeqSkipAndRegression(t *testing.T) {
 	wd := buildWorld(t, 2)
 	a := activeDIDs(wd)[0]
@@ -128,10 +128,8 @@ func TestSeqSkipAndRegression(t *testing.T) {
 			}
 		}
 	}
-	feed(1, 5, 6, 16) // 1→5 skips 3: not a gap; 6→16 skips 9: a gap
-	c.fresh, c.below = true, 0
-	feed(2, 3, 4, 17) // a short replay below the cursor, then on: duplicates
-	c.fresh, c.below = true, 0
+	feed(1, 5, 6, 16)   // 1→5 skips 3: not a gap; 6→16 skips 9: a gap
+	feed(2, 3, 4, 17)   // a short replay below the cursor, then on: duplicates
 	feed(2, 3, 4, 5, 6) // below the cursor past the threshold: 5 starts a new sequence
 	waitFor(t, 10*time.Second, "durable seq 6 of the new sequence", func() bool { return c.LastDurable() == 6 })
 	gs := gapsOf(t, s)
@@ -211,4 +209,42 @@ func TestBehindQuietRelay(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// TestSeqRegressionMidConnection: a relay whose sequence starts over while
+// the connection stays open (a proxy that fails over to another relay, a
+// relay rebuilt behind it) sends frames below the last accepted seq; past
+// the threshold that is the same unannounced restart as on a fresh
+// connection: a gap, and cursor/relay follows the new sequence. Dropping
+// them all as duplicates loses the new sequence's first events with no
+// gap/ row, and the cursor moves on past them once the new sequence
+// climbs above the old one.
+func TestSeqRegressionMidConnection(t *testing.T) {
+	old := identityFrames(t, 5)
+	restarted := identityFrames(t, 20)
+	relay := newScriptRelay(t, func(i int, cursor *int64) session {
+		if i > 0 {
+			return session{hold: true}
+		}
+		var msgs []msg
+		for _, m := range append(append([]msg(nil), old...), restarted...) {
+			msgs = append(msgs, msg{data: m.data}) // sent whatever the cursor
+		}
+		return session{msgs: msgs, hold: true}
+	})
+	s := openStore(t)
+	w := newWriter(t, s, false)
+	c, m := newConsumer(t, Config{Relay: relay.url(), Writer: w, Mode: ModeLive, GapThreshold: 3})
+	startRun(t, c)
+	waitDurable(t, c, 20)
+	gs := gapsOf(t, s)
+	if len(gs) != 1 || gs[0].Kind != archive.GapSeqRegression || gs[0].FromSeq != 5 || gs[0].ToSeq != 4 {
+		t.Fatalf("gaps %+v, want one seq_regression from 5 to 4 (duplicates dropped: %d)", gs, counter(m.anomalies, AnomalyDuplicate))
+	}
+	if got := relayCursor(t, s); got != 20 {
+		t.Fatalf("cursor/relay %d, want 20", got)
+	}
+	if n := testutil.ToFloat64(m.gaps.WithLabelValues("seq_regression")); n != 1 {
+		t.Fatalf("gaps_total{seq_regression} = %v", n)
+	}
 }
