@@ -175,7 +175,7 @@ func (d *discovery) lane(ctx context.Context, cursor string, list listFunc) (*la
 		var ups []archive.RepoUpdate
 		now := cfg.Now().UnixMicro()
 		for _, e := range page.Repos {
-			active, status := e.Active, e.Status
+			active, status := e.Active, boundedStatus(e.Status)
 			ups = append(ups, archive.RepoUpdate{DID: e.DID, Func: func(cur archive.RepoState, exists bool) (archive.RepoState, bool) {
 				if exists {
 					return cur, false
@@ -201,6 +201,19 @@ func (d *discovery) lane(ctx context.Context, cursor string, list listFunc) (*la
 		}
 		cursor = page.Cursor
 	}
+}
+
+// maxAccountStatus bounds an upstream account status recorded by discovery,
+// as bootstrap's listing bounds it: a repo state refuses a longer field, and
+// a refused unit would stop merging on every restart.
+const maxAccountStatus = 64
+
+// boundedStatus is the upstream status s as discovery records it.
+func boundedStatus(s string) string {
+	if len(s) > maxAccountStatus {
+		return s[:maxAccountStatus]
+	}
+	return s
 }
 
 // finish waits until every submitted unit is durable.
