@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/upstream"
@@ -159,12 +160,11 @@ func newDiscovery(cfg Config) *discovery { return &discovery{cfg: cfg, acks: arc
 // only a writer failure or the context's end as an error.
 func (d *discovery) lane(ctx context.Context, cursor string, list listFunc) (*laneCut, error) {
 	cfg := d.cfg
-	seen := map[string]bool{}
+	var seen bootstrap.CursorSet // 16 bytes a cursor, however long
 	for pages := 0; ; pages++ {
-		if seen[cursor] && cursor != "" {
+		if seen.Repeats(cursor) {
 			return &laneCut{reason: cutLoop, pages: pages, err: errors.New("the listRepos cursor repeats")}, nil
 		}
-		seen[cursor] = true
 		page, err := list(ctx, cursor, 1000)
 		if err != nil {
 			if ctx.Err() != nil {
