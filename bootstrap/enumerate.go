@@ -9,7 +9,6 @@ package bootstrap
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -45,7 +44,7 @@ type pageMsg struct {
 func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, window *credit, out chan<- *pageMsg) (at, cutReason string, err error) {
 	cfg := &b.cfg
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
-	var seen CursorSet
+	var seen upstream.CursorSet
 	seen.Repeats(cursor)
 	listed := 0
 	// Until a first page arrives, a listing that has never listed anything
@@ -108,29 +107,6 @@ func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, window *
 		}
 		cursor = next
 	}
-}
-
-// CursorSet is the cursors a listing has been at, so that one repeating
-// any of them, a loop, is seen however long the cycle: each is held as 16
-// bytes of its SHA-256 (a cursor may be 64 KiB). The zero value is empty.
-type CursorSet struct {
-	seen map[[16]byte]struct{}
-}
-
-// Repeats adds c to the set and reports whether it was there already. ""
-// (a listing's start, or its end) never repeats.
-func (s *CursorSet) Repeats(c string) bool {
-	if c == "" {
-		return false
-	}
-	if s.seen == nil {
-		s.seen = map[[16]byte]struct{}{}
-	}
-	h := sha256.Sum256([]byte(c))
-	k := [16]byte(h[:16])
-	_, dup := s.seen[k]
-	s.seen[k] = struct{}{}
-	return dup
 }
 
 // cutListing ends the listing at the page requested with cursor, which
@@ -284,7 +260,7 @@ func discovered(active bool, status string) func(archive.RepoState, bool) (archi
 		}
 		st := archive.RepoState{Status: archive.StatusNotStarted, Active: active}
 		if !active {
-			st.AccountStatus = boundedStatus(status)
+			st.AccountStatus = status // cut by upstream
 		}
 		return st, true
 	}
@@ -299,17 +275,10 @@ func flipped(active bool, status string) func(archive.RepoState, bool) (archive.
 		cur.Active = active
 		cur.AccountStatus = ""
 		if !active {
-			cur.AccountStatus = boundedStatus(status)
+			cur.AccountStatus = status
 		}
 		return cur, true
 	}
-}
-
-func boundedStatus(s string) string {
-	if len(s) > 64 {
-		return s[:64]
-	}
-	return s
 }
 
 // listPage fetches one page with retries: transient errors get ListRetries

@@ -477,7 +477,7 @@ type rosterRead struct {
 func (b *Bootstrap) roster(ctx context.Context, maxHosts int) (rosterRead, error) {
 	var rr rosterRead
 	seen := map[string]bool{}
-	var cursors CursorSet
+	var cursors upstream.CursorSet
 	cursor := ""
 	for pages := 1; ; pages++ {
 		pg, err := b.rosterPage(ctx, cursor)

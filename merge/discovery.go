@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/archive"
-	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/upstream"
@@ -160,7 +159,7 @@ func newDiscovery(cfg Config) *discovery { return &discovery{cfg: cfg, acks: arc
 // only a writer failure or the context's end as an error.
 func (d *discovery) lane(ctx context.Context, cursor string, list listFunc) (*laneCut, error) {
 	cfg := d.cfg
-	var seen bootstrap.CursorSet // 16 bytes a cursor, however long
+	var seen upstream.CursorSet // 16 bytes a cursor, however long
 	for pages := 0; ; pages++ {
 		if seen.Repeats(cursor) {
 			return &laneCut{reason: cutLoop, pages: pages, err: errors.New("the listRepos cursor repeats")}, nil
@@ -175,7 +174,7 @@ func (d *discovery) lane(ctx context.Context, cursor string, list listFunc) (*la
 		var ups []archive.RepoUpdate
 		now := cfg.Now().UnixMicro()
 		for _, e := range page.Repos {
-			active, status := e.Active, boundedStatus(e.Status)
+			active, status := e.Active, e.Status // the status cut by upstream
 			ups = append(ups, archive.RepoUpdate{DID: e.DID, Func: func(cur archive.RepoState, exists bool) (archive.RepoState, bool) {
 				if exists {
 					return cur, false
@@ -201,19 +200,6 @@ func (d *discovery) lane(ctx context.Context, cursor string, list listFunc) (*la
 		}
 		cursor = page.Cursor
 	}
-}
-
-// maxAccountStatus bounds an upstream account status recorded by discovery,
-// as bootstrap's listing bounds it: a repo state refuses a longer field, and
-// a refused unit would stop merging on every restart.
-const maxAccountStatus = 64
-
-// boundedStatus is the upstream status s as discovery records it.
-func boundedStatus(s string) string {
-	if len(s) > maxAccountStatus {
-		return s[:maxAccountStatus]
-	}
-	return s
 }
 
 // finish waits until every submitted unit is durable.

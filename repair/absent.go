@@ -16,7 +16,6 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
-	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/upstream"
 )
 
@@ -43,12 +42,12 @@ type listedSet struct {
 	whole   bool
 	seed    maphash.Seed
 	dids    map[uint64]struct{}
-	cursors map[string]*bootstrap.CursorSet // by lane host ("" the relay's)
+	cursors map[string]*upstream.CursorSet // by lane host ("" the relay's)
 }
 
 func newListedSet(gap uint64, whole bool) *listedSet {
 	return &listedSet{gap: gap, whole: whole, seed: maphash.MakeSeed(), dids: map[uint64]struct{}{},
-		cursors: map[string]*bootstrap.CursorSet{}}
+		cursors: map[string]*upstream.CursorSet{}}
 }
 
 // repeats adds cursor to host's listing's cursors and reports whether it
@@ -56,7 +55,7 @@ func newListedSet(gap uint64, whole bool) *listedSet {
 func (l *listedSet) repeats(host, cursor string) bool {
 	c := l.cursors[host]
 	if c == nil {
-		c = new(bootstrap.CursorSet)
+		c = new(upstream.CursorSet)
 		l.cursors[host] = c
 	}
 	return c.Repeats(cursor)

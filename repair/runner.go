@@ -352,17 +352,12 @@ func markFunc(nowUS int64) func(archive.RepoState, bool) (archive.RepoState, boo
 	}
 }
 
-// maxAccountStatus bounds an upstream account status archived.
-const maxAccountStatus = 64
-
 // addAccountRow adds to u the row a live #account event saying did is
 // inactive with status would have archived, with the same effect on its
 // repo (firehose.Effects): a deletion or takedown the stream lost is
-// served and folded like one it carried.
+// served and folded like one it carried. status is a listed one, cut to
+// upstream.MaxAccountStatus.
 func addAccountRow(u *archive.Unit, did, status string, nowUS int64) {
-	if len(status) > maxAccountStatus {
-		status = status[:maxAccountStatus]
-	}
 	ev := archive.Event{Kind: archive.KindAccount, DID: did, Status: status, Source: archive.SourceRetry}
 	u.Events = append(u.Events, ev)
 	u.Repos = append(u.Repos, *firehose.Effects(&ev, nowUS))

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 )
@@ -256,7 +257,25 @@ type RepoEntry struct {
 	Head   string // commit CID as sent; not validated
 	Rev    string // as sent; not validated
 	Active bool   // absent in the response means true
-	Status string // "" when absent
+	Status string // "" when absent; cut to MaxAccountStatus bytes
+}
+
+// MaxAccountStatus bounds a listed account status (the archive keeps an
+// account event's status to it): a longer one is cut there, at a UTF-8
+// character boundary.
+const MaxAccountStatus = 64
+
+// cutStatus is s cut to MaxAccountStatus bytes without splitting a
+// character.
+func cutStatus(s string) string {
+	if len(s) <= MaxAccountStatus {
+		return s
+	}
+	i := MaxAccountStatus
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i]
 }
 
 // Page is one listRepos page. Cursor "" means the listing is finished,
@@ -354,7 +373,7 @@ func (c *Client) parseListRepos(body []byte) (Page, error) {
 			e.Active = *r.Active
 		}
 		if r.Status != nil {
-			e.Status = *r.Status
+			e.Status = cutStatus(*r.Status)
 		}
 		p.Repos = append(p.Repos, e)
 	}

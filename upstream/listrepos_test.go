@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -217,5 +218,33 @@ func TestListReposHostilePages(t *testing.T) {
 	// A 4xx is refused (no retry helps).
 	if r := CutReason(&Error{Op: "listRepos", StatusCode: 400, kind: ErrPermanent}); r != CutRefused {
 		t.Fatalf("400: reason %q", r)
+	}
+}
+
+// TestListReposCutsStatus: a listed account status is at most
+// MaxAccountStatus bytes for every reader of the listing (a repo state
+// refuses a long one, and the writer would refuse the page), cut without
+// splitting a character.
+func TestListReposCutsStatus(t *testing.T) {
+	ascii := strings.Repeat("s", 100)
+	wide := strings.Repeat("x", MaxAccountStatus-1) + "é" + "tail" // é spans bytes 63 and 64
+	relay := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"repos": []map[string]any{
+			{"did": "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa", "active": false, "status": ascii},
+			{"did": "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb", "active": false, "status": wide},
+			{"did": "did:plc:cccccccccccccccccccccccc", "active": false, "status": "takendown"},
+		}})
+	})
+	c, _ := testClient(t, relay.URL, nil)
+	p, err := c.ListRepos(context.Background(), "", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{ascii[:MaxAccountStatus], wide[:MaxAccountStatus-1], "takendown"}
+	for i, r := range p.Repos {
+		if r.Status != want[i] || !utf8.ValidString(r.Status) {
+			t.Errorf("entry %d: status of %d bytes %q, want %q", i, len(r.Status), r.Status, want[i])
+		}
 	}
 }
