@@ -12,12 +12,15 @@ import (
 	"github.com/backstream/backstream/upstream"
 )
 
-// Config configures the merging steps: Walk, PendingPass, Discover and
-// Cleanup. Each step uses the fields it names.
 // DefaultPendingWorkers bounds the pending pass: at most this many
 // replacement downloads run at once.
 const DefaultPendingWorkers = 16
 
+// DefaultMaxUnitBytes bounds the bytes of one walk unit's rows as held.
+const DefaultMaxUnitBytes = 4 << 20
+
+// Config configures the merging steps: Walk, PendingPass, Discover and
+// Cleanup. Each step uses the fields it names.
 type Config struct {
 	Store  *archive.Store
 	Writer *archive.Writer // the archive writer (not the capture writer)
@@ -31,9 +34,12 @@ type Config struct {
 	Fleet HostLister
 	// PendingWorkers bounds the pending pass (default 16).
 	PendingWorkers int
-	// MaxRows bounds the rows of one unit (default 1024); one upstream
-	// event's rows are never split, so a unit may exceed it by one event.
-	MaxRows int
+	// MaxRows and MaxBytes bound the rows of one unit and their bytes as
+	// held (archive.EventBytes; default 1024 rows, 4 MiB: captured records
+	// may be 1 MiB each); one upstream event's rows are never split, so a
+	// unit may exceed them by one event.
+	MaxRows  int
+	MaxBytes int64
 	// InFlight bounds the units submitted but not yet durable (default 8).
 	InFlight int
 	Crash    *crashpoint.Set
@@ -45,6 +51,9 @@ type Config struct {
 func (c *Config) defaults() {
 	if c.MaxRows <= 0 {
 		c.MaxRows = 1024
+	}
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = DefaultMaxUnitBytes
 	}
 	if c.InFlight <= 0 {
 		c.InFlight = 8

@@ -69,6 +69,7 @@ func Walk(ctx context.Context, cfg Config) (Stats, error) {
 
 	var (
 		unit    []archive.Event
+		bytes   int64 // unit's rows as held
 		repos   []archive.RepoUpdate
 		lastCap uint64
 		lastUp  int64 = -1
@@ -82,14 +83,15 @@ func Walk(ctx context.Context, cfg Config) (Stats, error) {
 			return fmt.Errorf("merge: submit: %w", err)
 		}
 		inflight++
-		unit, repos = nil, nil
+		unit, bytes, repos = nil, 0, nil
 		return settle(cfg.InFlight - 1)
 	}
 	now := cfg.Now().UnixMicro()
 	for it.Next() {
 		ev := it.Event()
 		// Cut units only between upstream events (see doc.go).
-		if len(unit) >= cfg.MaxRows && (ev.UpstreamSeq != lastUp || ev.UpstreamSeq == 0) {
+		full := len(unit) >= cfg.MaxRows || bytes >= cfg.MaxBytes
+		if full && (ev.UpstreamSeq != lastUp || ev.UpstreamSeq == 0) {
 			if err := flush(); err != nil {
 				return st, err
 			}
@@ -98,6 +100,7 @@ func Walk(ctx context.Context, cfg Config) (Stats, error) {
 		lastCap, lastUp = row.Seq, row.UpstreamSeq
 		row.Seq, row.TimeUS, row.Source = 0, 0, archive.SourceMerge
 		unit = append(unit, row)
+		bytes += archive.EventBytes(&row)
 		if up := firehose.Effects(&row, now); up != nil {
 			repos = append(repos, *up)
 		}

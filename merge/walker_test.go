@@ -220,3 +220,25 @@ func TestCleanup(t *testing.T) {
 		t.Fatalf("relay cursor lost: %d %v", c, err)
 	}
 }
+
+// TestMergeUnitBytesBounded: captured records may be up to 1 MiB each, so
+// the walk cuts units by their bytes as well as their rows: 40 upstream
+// events of a 512 KiB record each (20 MiB, far under 1,024 rows) are
+// submitted as units of at most 4 MiB and one event, not as one unit of
+// everything (8 such in flight would hold 8 GiB of 1 MiB records).
+func TestMergeUnitBytesBounded(t *testing.T) {
+	r := newRig(t)
+	did := "did:plc:x"
+	body := make([]byte, 512<<10)
+	record := append([]byte{0xa1, 0x61, 't', 0x5a, 0, 8, 0, 0}, body...) // {"t": 512 KiB of bytes}
+	for i := 0; i < 40; i++ {
+		ev := op(did, fmt.Sprintf("3l%011d", i+1), archive.KindCreate, fmt.Sprintf("r%d", i))
+		ev.Record = record
+		r.capture(ev)
+	}
+	st := r.walk(0)
+	perUnit := DefaultMaxUnitBytes/archive.EventBytes(&archive.Event{Record: record}) + 1
+	if st.Kept != 40 || int64(st.Units) < (40+perUnit-1)/perUnit {
+		t.Fatalf("walk: %d units kept %d rows of 512 KiB, want 40 rows in units of at most %d", st.Units, st.Kept, perUnit)
+	}
+}
