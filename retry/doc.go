@@ -56,7 +56,10 @@
 //     are skipped by passes until the reset, neither counted as failures nor
 //     written. The 429'd repo's next attempt moves to the reset and its
 //     attempt count is put back, in the same unit as the park. Other hosts
-//     keep their slots. A park never shortens an existing one.
+//     keep their slots. A park never shortens an existing one. Every
+//     download is asked of the relay first (Config.Relay), so a park of
+//     the relay drops every queued repo and skips every due repo until its
+//     reset.
 //   - Parking survives a restart: it is written to host/<host> (ParkedUntilUS)
 //     and Run loads the hosts still parked when it starts (one
 //     streaming read of host/, keeping only the parked ones). Without this a

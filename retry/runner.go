@@ -70,6 +70,10 @@ type Config struct {
 	// (so a 429 ends the job at once and parks its host here instead of
 	// holding a worker asleep).
 	Jobs Jobs
+	// Relay is host[:port] of the relay every download is asked of first
+	// (it redirects to the repo's PDS): a 429 from it parks every
+	// download, whatever the repo's host (S4). Empty: no host is.
+	Relay string
 	// Workers bounds concurrent jobs overall (--retry-workers, 16);
 	// HostWorkers per final host (--retry-host-workers, 4) (S2).
 	Workers     int
@@ -297,6 +301,7 @@ func (r *Runner) start(ctx context.Context) (*exec, error) {
 	e := &exec{r: r, ctx: cctx, cancel: cancel, fatal: make(chan struct{}), results: map[string]int{}}
 	e.s = newSched(r.cfg.Workers, r.cfg.HostWorkers, r.cfg.Queue, r.cfg.HostQueue,
 		func() int64 { return r.cfg.Now().UnixMicro() }, r.m)
+	e.s.relay = r.cfg.Relay
 	// Parks survive a restart: host/<host> holds them (doc.go).
 	if err := loadParks(r.cfg.Store.DB(), r.cfg.Now().UnixMicro(), e.s.restorePark); err != nil {
 		cancel()

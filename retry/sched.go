@@ -63,6 +63,7 @@ type sched struct {
 	queueCap, hostCap    int
 	now                  func() int64 // unix µs
 	m                    *Metrics
+	relay                string // the host every download is asked of first; "" = none
 
 	mu        sync.Mutex
 	gates     map[string]*gate
@@ -120,6 +121,12 @@ func (s *sched) parkedLocked(host string, nowUS int64) bool {
 	return false
 }
 
+// blockedLocked reports whether an item of host may not be queued now: its
+// host is parked, or the relay every download passes through is.
+func (s *sched) blockedLocked(host string, nowUS int64) bool {
+	return s.parkedLocked(host, nowUS) || s.parkedLocked(s.relay, nowUS)
+}
+
 func (s *sched) eligibleLocked(g *gate, nowUS int64) bool {
 	return g.queued() > 0 && g.running < s.limit(g) && !s.parkedLocked(g.host, nowUS)
 }
@@ -142,7 +149,7 @@ func (s *sched) offer(ctx context.Context, it item) (offerResult, error) {
 			return offerInFlight, nil
 		}
 		nowUS := s.now()
-		if s.parkedLocked(it.host, nowUS) {
+		if s.blockedLocked(it.host, nowUS) {
 			s.mu.Unlock()
 			return offerParked, nil
 		}
@@ -241,8 +248,9 @@ func (s *sched) done(it item) {
 }
 
 // park parks host until untilUS (never shortening an existing park), drops
-// the host's queued items (a later pass finds them again: they are not
-// failures), and returns the effective park.
+// the host's queued items — every queued item when host is the relay —
+// (a later pass finds them again: they are not failures), and returns the
+// effective park.
 func (s *sched) park(host string, untilUS int64) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -250,18 +258,28 @@ func (s *sched) park(host string, untilUS int64) int64 {
 		untilUS = cur
 	}
 	s.parked[host] = untilUS
-	if g := s.gates[host]; g != nil {
-		for g.queued() > 0 {
-			delete(s.members, g.pop().did)
-			s.queued--
+	if host == s.relay {
+		for _, g := range s.gates {
+			s.dropQueuedLocked(g)
 		}
-		if g.running == 0 {
-			delete(s.gates, host)
-		}
+	} else if g := s.gates[host]; g != nil {
+		s.dropQueuedLocked(g)
 	}
 	s.m.setParked(len(s.parked))
 	s.broadcastLocked()
 	return untilUS
+}
+
+// dropQueuedLocked drops g's queued items, and g itself when nothing of it
+// runs.
+func (s *sched) dropQueuedLocked(g *gate) {
+	for g.queued() > 0 {
+		delete(s.members, g.pop().did)
+		s.queued--
+	}
+	if g.running == 0 {
+		delete(s.gates, g.host)
+	}
 }
 
 // restorePark records a durable park read at startup.
