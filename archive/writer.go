@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble"
+	"golang.org/x/sync/semaphore"
 )
 
 // KV is a key/value a unit makes durable with its rows: a cursor, a phase, a
@@ -72,6 +73,8 @@ type Unit struct {
 	Replace *Replacement // non-nil: refused whole if the ratchet is newer than Replace.Rev
 	Token   any          // returned in the receipt
 	Acks    *Acks        // receives the receipt once the unit is durable (or refused); nil: nobody listens
+
+	queued int64 // the queue's bytes Submit took for it, given back when the writer takes it
 }
 
 // HostUpdate changes host/<host> through Func, which gets the current state
@@ -125,8 +128,12 @@ type WriterOptions struct {
 	// host updates, ident/ and other puts). A unit with a seq cursor or a
 	// live row ends the wait at once, so the live path never lingers.
 	BulkLinger time.Duration
-	// Queue is the submission queue capacity in units.
-	Queue int
+	// Queue and QueueBytes bound the submission queue: in units, and in
+	// their rows' bytes as the live log counts them. Submit blocks while
+	// either is full; a unit larger than QueueBytes waits for the queue
+	// to empty and is queued alone.
+	Queue      int
+	QueueBytes int64
 	// LiveLogBytes bounds the in-memory log of recent durable events.
 	LiveLogBytes int64
 	// HoldBytes and HoldAccountBytes bound the units waiting behind
@@ -152,6 +159,9 @@ const (
 	DefaultMaxBatchRows  = 16384
 	DefaultMaxBatchBytes = 16 << 20
 	DefaultQueue         = 1024
+	// A live frame may be 10 MiB (upstream.DefaultFirehoseReadLimit): 1,024
+	// queued units of them would be 10 GiB. 64 MiB is four full batches.
+	DefaultQueueBytes = 64 << 20
 	// The live log holds the rows themselves (and pins the chunks and
 	// slabs they were built in), so its bound is memory the process holds
 	// for good once a bootstrap has filled it: 16 MiB is about 30 s of
@@ -179,6 +189,9 @@ func (o *WriterOptions) defaults() {
 	}
 	if o.Queue <= 0 {
 		o.Queue = DefaultQueue
+	}
+	if o.QueueBytes <= 0 {
+		o.QueueBytes = DefaultQueueBytes
 	}
 	if o.LiveLogBytes <= 0 {
 		o.LiveLogBytes = DefaultLiveLogBytes
@@ -208,10 +221,15 @@ type Writer struct {
 	prefix []byte
 	name   string // "ev" or "cap", for metrics and messages
 
-	in   chan *Unit
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
+	in     chan *Unit
+	queued *semaphore.Weighted // the queue's bytes (QueueBytes)
+	stop   chan struct{}
+	done   chan struct{}
+	// stopped ends with the writer goroutine, as done closes (for waits
+	// that take a context).
+	stopped     context.Context
+	markStopped context.CancelFunc
+	once        sync.Once
 
 	// owned by the writer goroutine
 	nextSeq  uint64
@@ -250,6 +268,7 @@ func NewWriter(s *Store, opts WriterOptions) (*Writer, error) {
 		prefix:   PrefixEvent,
 		name:     "ev",
 		in:       make(chan *Unit, opts.Queue),
+		queued:   semaphore.NewWeighted(opts.QueueBytes),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 		revs:     make(map[string]string),
@@ -261,6 +280,7 @@ func NewWriter(s *Store, opts WriterOptions) (*Writer, error) {
 		linger:   time.NewTimer(time.Hour),
 	}
 	w.linger.Stop()
+	w.stopped, w.markStopped = context.WithCancel(context.Background())
 	if opts.Capture {
 		w.prefix, w.name = PrefixCapture, "cap"
 	}
@@ -313,14 +333,60 @@ func (w *Writer) Submit(ctx context.Context, u *Unit) error {
 		return w.stoppedErr()
 	default:
 	}
+	if err := w.reserve(ctx, u); err != nil {
+		return err
+	}
 	select {
 	case w.in <- u:
 		return nil
 	case <-ctx.Done():
+		w.dequeued(u)
 		return ctx.Err()
 	case <-w.done:
+		w.dequeued(u)
 		return w.stoppedErr()
 	}
+}
+
+// reserve takes u's bytes (at most all of them) from the queue's, waiting
+// while the queue holds too many, until ctx ends or the writer stops.
+func (w *Writer) reserve(ctx context.Context, u *Unit) error {
+	n := min(queueBytes(u), w.opts.QueueBytes)
+	if !w.queued.TryAcquire(n) {
+		wait, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(w.stopped, cancel)()
+		if err := w.queued.Acquire(wait, n); err != nil {
+			if w.stopped.Err() != nil {
+				return w.stoppedErr()
+			}
+			return err
+		}
+	}
+	u.queued = n
+	return nil
+}
+
+// dequeued gives u's bytes back to the queue: the writer has taken it (or
+// Submit did not queue it).
+func (w *Writer) dequeued(u *Unit) {
+	if u.queued > 0 {
+		w.queued.Release(u.queued)
+		u.queued = 0
+	}
+}
+
+// queueBytes is what u holds in the queue: its rows as the live log counts
+// them, and its puts.
+func queueBytes(u *Unit) int64 {
+	n := int64(unitOverhead)
+	for i := range u.Events {
+		n += eventBytes(&u.Events[i])
+	}
+	for _, kv := range u.Puts {
+		n += int64(len(kv.Key) + len(kv.Value))
+	}
+	return n
 }
 
 // Apply submits u and waits until it is durable (or refused). A convenience
@@ -389,6 +455,7 @@ type pending struct {
 
 func (w *Writer) run() {
 	defer close(w.done)
+	defer w.markStopped()
 	defer w.live.close()
 	// expiry fires at the earliest hold deadline, so an abandoned
 	// replacement releases its account even when no unit arrives.
@@ -644,6 +711,7 @@ func (w *Writer) flushKeyed(p *pending) error {
 
 // add applies u, or lets it wait behind a replacement in progress (S5).
 func (w *Writer) add(p *pending, u *Unit) {
+	w.dequeued(u)
 	a := w.bar.admit(u, w.opts.Now())
 	m := w.opts.Metrics
 	if a.wait {

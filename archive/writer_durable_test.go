@@ -2,6 +2,8 @@ package archive
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -135,5 +137,62 @@ func TestDurableCountsLagTheStore(t *testing.T) {
 	}
 	if tip := w.Live().Tip(); tip != 1 {
 		t.Fatalf("live tip %d after the sync", tip)
+	}
+}
+
+// TestQueueBytesBounded: the submission queue is bounded in bytes as well as
+// in units, so a writer behind its producers (a slow disk) holds at most
+// QueueBytes of queued rows, not 1,024 units of 10 MiB live frames. While a
+// batch's sync is held, units fill the queue up to QueueBytes, the next
+// Submit blocks until the writer takes units again, a unit larger than the
+// whole queue is queued alone, and every unit is applied.
+func TestQueueBytesBounded(t *testing.T) {
+	const queue = 1 << 20
+	g := &gateFS{FS: vfs.NewMem()}
+	s := openMem(t, g)
+	defer s.Close()
+	w := newWriter(t, s, WriterOptions{QueueBytes: queue})
+	defer w.Close()
+	big := func(i, size int) *Unit {
+		ev := commitEv(didN(i), "3k1", KindCreate, SourceLive, fmt.Sprintf("r%d", i))
+		ev.Record = append([]byte{0xa1, 0x61, 't', 0x5a, byte(size >> 24), byte(size >> 16), byte(size >> 8), byte(size)}, make([]byte, size)...)
+		return &Unit{Events: []Event{ev}, Acks: NewAcks()}
+	}
+	g.arm()
+	defer g.release() // a failing check must not leave Close waiting on a held sync
+	var units []*Unit
+	submit := func(ctx context.Context, u *Unit) error {
+		err := w.Submit(ctx, u)
+		if err == nil {
+			units = append(units, u)
+		}
+		return err
+	}
+	if err := submit(context.Background(), big(1, 10)); err != nil {
+		t.Fatal(err)
+	}
+	<-g.held // the writer is in the first unit's sync and takes no more
+	for i := 2; i <= 4; i++ { // 3 × 300 KiB fit in 1 MiB
+		if err := submit(context.Background(), big(i, 300<<10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	err := submit(ctx, big(5, 300<<10))
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a fourth 300 KiB unit with 900 KiB of a 1 MiB queue taken and the writer in a sync: Submit %v, want it to block", err)
+	}
+	g.release()
+	for _, u := range []*Unit{big(5, 300<<10), {Events: append(big(6, 700<<10).Events, big(7, 700<<10).Events...), Acks: NewAcks()}} {
+		if err := submit(context.Background(), u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, u := range units {
+		rc, err := u.Acks.Wait(context.Background(), w, 1)
+		if err != nil || rc[0].Refused != nil || rc[0].Kept != len(u.Events) {
+			t.Fatalf("unit %d: %+v %v", i, rc, err)
+		}
 	}
 }
