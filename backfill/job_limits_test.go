@@ -208,3 +208,32 @@ func TestJobsTricklingHostHoldsFewWorkers(t *testing.T) {
 	}
 	e.scratchEmpty()
 }
+
+// TestJobTrickleErrorBodyRetried: an error answer (503, 429) whose body
+// trickles is cut within a throughput window like a 200's body, and retried
+// as slow_body, instead of holding the worker to the attempt deadline and
+// failing the repo as timeout for the run.
+func TestJobTrickleErrorBodyRetried(t *testing.T) {
+	e := newEnv(t, smallWorld(4, 4))
+	did := e.activeAccounts(1)[0].DID
+	for _, status := range []int{http.StatusServiceUnavailable, http.StatusTooManyRequests} {
+		trickle := func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			for r.Context().Err() == nil {
+				if _, err := w.Write([]byte{' '}); err != nil {
+					return
+				}
+				w.(http.Flusher).Flush()
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		c := e.hostileClient(trickle, func(o *upstream.Options) { o.MinBodyBytes, o.BodyWindow = 1<<10, 100*time.Millisecond })
+		res := e.run(e.runner(func(o *backfill.Options) { o.Source = c; o.AttemptTimeout = 3 * time.Second }), did)
+		if res.Status != archive.StatusFailed || res.Class != backfill.ClassSlowBody || res.Attempts != 4 {
+			t.Fatalf("%d with a trickling body: %v class %q after %d attempts (%v), want failed slow_body after 4",
+				status, res.Status, res.Class, res.Attempts, res.Err)
+		}
+	}
+	e.scratchEmpty()
+}

@@ -400,11 +400,11 @@ func (c *Client) fetchSmall(ctx context.Context, op, rawURL, accept string, max 
 	c.pace.observe(canonicalHostPort(resp.Request.URL), resp.Header)
 	w := startIdleWatch(c.opts.IdleBodyTimeout, cancel)
 	defer w.stop()
-	if resp.StatusCode != http.StatusOK {
-		return nil, host, c.statusError(ctx, op, host, resp, w)
-	}
 	body, stopRate := c.rated(&watchedReader{r: resp.Body, w: w}, cancel)
 	defer stopRate()
+	if resp.StatusCode != http.StatusOK {
+		return nil, host, c.statusError(ctx, reqCtx, op, host, resp, body)
+	}
 	var buf bytes.Buffer
 	n, err := buf.ReadFrom(io.LimitReader(body, max+1))
 	if err != nil {
@@ -416,9 +416,11 @@ func (c *Client) fetchSmall(ctx context.Context, op, rawURL, accept string, max 
 	return buf.Bytes(), host, nil
 }
 
-// statusError reads a bounded XRPC error body and builds the *Error for a
-// non-200 response.
-func (c *Client) statusError(ctx context.Context, op, host string, resp *http.Response, w *idleWatch) error {
+// statusError reads a bounded XRPC error body (body: resp's, under the
+// request's idle and throughput watches) and builds the *Error for a
+// non-200 response. A body cut under the minimum throughput is ErrSlowBody,
+// whatever the status.
+func (c *Client) statusError(ctx, reqCtx context.Context, op, host string, resp *http.Response, body io.Reader) error {
 	now := time.Now()
 	e := &Error{
 		Op:         op,
@@ -427,13 +429,13 @@ func (c *Client) statusError(ctx context.Context, op, host string, resp *http.Re
 		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), now),
 		Reset:      parseReset(resp.Header.Get("Ratelimit-Reset")),
 	}
-	body, rerr := io.ReadAll(io.LimitReader(&watchedReader{r: resp.Body, w: w}, maxErrorBody))
-	if rerr == nil || len(body) > 0 {
+	msg, rerr := io.ReadAll(io.LimitReader(body, maxErrorBody))
+	if rerr == nil || len(msg) > 0 {
 		var xe struct {
 			Error   any `json:"error"`
 			Message any `json:"message"`
 		}
-		if json.Unmarshal(body, &xe) == nil {
+		if json.Unmarshal(msg, &xe) == nil {
 			e.Name = boundedString(xe.Error, 256)
 			e.Message = boundedString(xe.Message, 1024)
 		}
@@ -442,6 +444,10 @@ func (c *Client) statusError(ctx context.Context, op, host string, resp *http.Re
 		// The caller gave up while we were reading the error body.
 		e.Err = cerr
 		e.kind = cerr
+		return e
+	}
+	if rerr != nil && errors.Is(context.Cause(reqCtx), ErrSlowBody) {
+		e.Err, e.kind = c.slowBody(op, host), ErrSlowBody
 		return e
 	}
 	e.kind = statusKind(resp.StatusCode, e.Name, e.Message)
@@ -477,9 +483,7 @@ func (c *Client) transportError(ctx, reqCtx context.Context, op, host string, er
 		e.Err = fmt.Errorf("%w: no byte for %s", ErrIdleTimeout, c.opts.IdleBodyTimeout)
 	case errors.Is(context.Cause(reqCtx), ErrSlowBody):
 		e.kind = ErrSlowBody
-		e.Err = fmt.Errorf("%w: under %d bytes in %s", ErrSlowBody, c.opts.MinBodyBytes, c.opts.BodyWindow)
-		c.trips.trip(slog.LevelInfo, limitMinBodyRate, "upstream: a body under the minimum throughput; cut",
-			"op", op, "host", host, "min_bytes", c.opts.MinBodyBytes, "window", c.opts.BodyWindow)
+		e.Err = c.slowBody(op, host)
 	default:
 		e.kind = kindOf(err)
 		if e.kind == context.Canceled || e.kind == context.DeadlineExceeded {
@@ -489,6 +493,14 @@ func (c *Client) transportError(ctx, reqCtx context.Context, op, host string, er
 		}
 	}
 	return e
+}
+
+// slowBody counts and logs a body cut under the minimum throughput and
+// returns the cause to report.
+func (c *Client) slowBody(op, host string) error {
+	c.trips.trip(slog.LevelInfo, limitMinBodyRate, "upstream: a body under the minimum throughput; cut",
+		"op", op, "host", host, "min_bytes", c.opts.MinBodyBytes, "window", c.opts.BodyWindow)
+	return fmt.Errorf("%w: under %d bytes in %s", ErrSlowBody, c.opts.MinBodyBytes, c.opts.BodyWindow)
 }
 
 // hostOfURLError returns the host of the URL a *url.Error names (the

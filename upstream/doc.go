@@ -39,7 +39,8 @@
 //     MiB (ErrLocal); a failed
 //     scratch write (ENOSPC) is ErrLocal too — ClassLocal, never permanent,
 //     never the upstream's fault. A body under MinBodyBytes per BodyWindow is
-//     cut (ErrSlowBody, transient), a getRepo's and every small JSON read's; a redirect target already serving
+//     cut (ErrSlowBody, transient), a getRepo's and every small JSON read's, an error
+//     answer's body too; a redirect target already serving
 //     HostWorkers downloads is refused before it is requested (ErrHostBusy,
 //     transient: the worker moves on). Each trip is counted and logged at
 //     most once a minute per limit.

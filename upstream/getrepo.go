@@ -130,15 +130,15 @@ func (c *Client) getRepo(ctx context.Context, direct *url.URL, did string) (*Dow
 	c.pace.observe(canonicalHostPort(resp.Request.URL), resp.Header)
 	w := startIdleWatch(c.opts.IdleBodyTimeout, cancel)
 	defer w.stop()
+	body, stopRate := c.rated(&watchedReader{r: resp.Body, w: w}, cancel)
+	defer stopRate()
 	if resp.StatusCode != http.StatusOK {
-		return nil, c.statusError(ctx, op, host, resp, w)
+		return nil, c.statusError(ctx, reqCtx, op, host, resp, body)
 	}
 	if resp.ContentLength > c.opts.MaxCARBytes {
 		return nil, &Error{Op: op, Host: host, StatusCode: resp.StatusCode,
 			Err: fmt.Errorf("%w: Content-Length %d > %d", ErrTooLarge, resp.ContentLength, c.opts.MaxCARBytes), kind: ErrTooLarge}
 	}
-	body, stopRate := c.rated(&watchedReader{r: resp.Body, w: w}, cancel)
-	defer stopRate()
 	d, err := c.readBody(resp, body)
 	if err != nil {
 		var ue *Error
