@@ -185,7 +185,9 @@ func TestGetRepoScratchFloor(t *testing.T) {
 // getRepo, and the small JSON reads (listRepos, listHosts, getRepoStatus),
 // which the bootstrap calls without a deadline.
 func TestTrickleCut(t *testing.T) {
+	var status atomic.Int32 // of the answer whose body trickles: an error answer's body is cut too
 	pds := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(int(status.Load()))
 		for r.Context().Err() == nil {
 			if _, err := w.Write([]byte{'x'}); err != nil {
 				return
@@ -198,6 +200,16 @@ func TestTrickleCut(t *testing.T) {
 		o.MinBodyBytes, o.BodyWindow = 1<<10, 200*time.Millisecond
 	})
 	host := strings.TrimPrefix(pds.URL, "http://")
+	for _, code := range []int32{http.StatusOK, http.StatusServiceUnavailable} {
+		status.Store(code)
+		trickleCut(t, c, host, code)
+	}
+	assertScratchEmpty(t, scratch)
+}
+
+// trickleCut reads each kind of body from a server trickling it with code.
+func trickleCut(t *testing.T, c *Client, host string, code int32) {
+	t.Helper()
 	for name, read := range map[string]func(ctx context.Context) error{
 		"getRepo":       func(ctx context.Context) error { _, err := c.GetRepo(ctx, testDID); return err },
 		"listRepos":     func(ctx context.Context) error { _, err := c.ListRepos(ctx, "", 0); return err },
@@ -209,11 +221,10 @@ func TestTrickleCut(t *testing.T) {
 		err := read(ctx)
 		cancel()
 		if !errors.Is(err, ErrSlowBody) || Classify(err) != ClassTransient {
-			t.Fatalf("%s: got %v (class %v) after %v, want slow body", name, err, Classify(err), time.Since(start))
+			t.Fatalf("%s, status %d: got %v (class %v) after %v, want slow body", name, code, err, Classify(err), time.Since(start))
 		}
-		t.Logf("%s: trickle cut after %v", name, time.Since(start))
+		t.Logf("%s, status %d: trickle cut after %v", name, code, time.Since(start))
 	}
-	assertScratchEmpty(t, scratch)
 }
 
 // TestGetRepoHostWorkersCap: downloads redirected by the relay to two PDS
