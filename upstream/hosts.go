@@ -222,12 +222,18 @@ func (p *pacer) acquire(ctx context.Context, host string, t *trips) error {
 	}
 }
 
-// observe records the budget an answer of host announced.
+// observe records the budget an answer of host announced. A reset further
+// than RetryAfterCeiling is taken at the ceiling, as a Retry-After is: a
+// host announcing a reset years ahead would otherwise hold every request
+// of it (a fleet listing's for good).
 func (p *pacer) observe(host string, hd http.Header) {
 	rem, err := strconv.Atoi(strings.TrimSpace(hd.Get("Ratelimit-Remaining")))
 	reset := parseReset(hd.Get("Ratelimit-Reset"))
 	if err != nil || rem < 0 || reset.IsZero() {
 		return
+	}
+	if ceiling := p.now().Add(RetryAfterCeiling); reset.After(ceiling) {
+		reset = ceiling
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

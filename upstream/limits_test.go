@@ -3,6 +3,7 @@ package upstream
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -309,4 +310,29 @@ func TestGetRepoHostWorkersCap(t *testing.T) {
 		t.Fatalf("after the slots were returned: %v", err)
 	}
 	d.Remove()
+}
+
+// TestPaceResetBounded: a host announcing its request budget spent until a
+// reset centuries ahead holds its requests at most RetryAfterCeiling, as a
+// Retry-After does; without the bound a fleet listing of that host would
+// wait for good.
+func TestPaceResetBounded(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	p := newPacer()
+	p.now = func() time.Time { return now }
+	tr := newTrips(slog.New(slog.DiscardHandler), nil)
+	if err := p.acquire(context.Background(), "pds.example:443", tr); err != nil {
+		t.Fatal(err)
+	}
+	p.observe("pds.example:443", http.Header{"Ratelimit-Remaining": {"0"}, "Ratelimit-Reset": {"99999999999"}}) // year 5138
+	p.release("pds.example:443")
+	spent, cancel := context.WithCancel(context.Background())
+	cancel() // acquire may not wait
+	if err := p.acquire(spent, "pds.example:443", tr); err == nil {
+		t.Fatal("a request went through a spent budget before its reset")
+	}
+	now = now.Add(RetryAfterCeiling)
+	if err := p.acquire(spent, "pds.example:443", tr); err != nil {
+		t.Fatalf("a request %v after the announcement still waits for its reset (%v): the wait is not bounded", RetryAfterCeiling, err)
+	}
 }
