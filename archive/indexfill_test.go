@@ -202,6 +202,34 @@ func TestFillIndexMalformed(t *testing.T) {
 	}
 }
 
+// TestWriterGoesOnOverMalformedIndexMarker (K3): a malformed meta/index
+// that Open leaves for the compaction owner to report halts compaction,
+// not ingest: the writer keeps archiving, writing the tombstones it writes
+// during an index backfill (unnamed, which a pass can apply), and once the
+// marker is repaired a pass removes exactly what the recomputation says.
+func TestWriterGoesOnOverMalformedIndexMarker(t *testing.T) {
+	fs := vfs.NewMem()
+	s := openStore(t, fs, nil)
+	set(t, s, archive.KeyIndex, []byte{0x01, 2})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, fs, nil)
+	defer s.Close()
+	w := startWriter(t, s)
+	defer w.Close()
+	rows := applyUnits(t, w, churn.New(5, 8).Units(300))
+	if _, err := s.Compact(context.Background(), w, archive.CompactOptions{Logger: quiet}); !errors.Is(err, archive.ErrCompactionState) {
+		t.Fatalf("a pass over a malformed meta/index: %v, want ErrCompactionState", err)
+	}
+	set(t, s, archive.KeyIndex, archive.EncodeIndexMarker(archive.IndexMarker{Next: 1, End: 1}))
+	res := compact(t, s, w, archive.CompactOptions{Logger: quiet})
+	if res.Rows == 0 {
+		t.Fatalf("the pass after the repair removed nothing: %+v", res)
+	}
+	checkSurvivors(t, s, rows, res.To)
+}
+
 // TestAccountRecordsIndexPending: while the index backfill has not reached
 // an account's rows, the index holds part of its records (or none), and a
 // whole-repo replacement diffed against that would archive creates again

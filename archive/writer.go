@@ -974,11 +974,17 @@ func (w *Writer) writeIndex(p *pending) error {
 }
 
 // indexCovered reports whether the record index covers every row older
-// than the writer's (meta/index is done; it stays done).
+// than the writer's (meta/index is done; it stays done). A malformed
+// meta/index halts compaction, which the compaction owner reports; the
+// writer goes on as during a backfill (unnamed tombstones, which a pass
+// can apply, and no runs) and reads the marker again at its next batch.
 func (w *Writer) indexCovered() (bool, error) {
 	if !w.covered {
 		m, err := w.store.IndexMarker()
-		if err != nil {
+		switch {
+		case errors.Is(err, ErrCompactionState):
+			return false, nil
+		case err != nil:
 			return false, fmt.Errorf("archive: %s writer: %w", w.name, err)
 		}
 		w.covered = m.Done()
