@@ -154,14 +154,30 @@ func badState(key []byte, err error, format string, args ...any) error {
 }
 
 // ResetCompactionIntent deletes compact/intent in one synced batch: the
-// recovery path of a malformed or unfinishable intent. Safe: a pass is
-// defined by tomb/ and the watermark, so the next pass recomputes what it
-// must remove.
-func (s *Store) ResetCompactionIntent() error {
+// recovery path of a malformed or unfinishable intent. A malformed
+// watermark (meta/compaction) goes in the same batch (dropped reports it):
+// absent is 0, which is always true. Safe: a pass is defined by tomb/ and
+// the watermark, and an applied tombstone is deleted with what it removed,
+// so the next pass recomputes what it must remove. An unreadable watermark
+// is an error, and nothing is deleted.
+func (s *Store) ResetCompactionIntent() (dropped bool, err error) {
+	_, err = get(s.db, KeyCompaction, DecodeWatermark)
+	switch {
+	case errors.Is(err, ErrMalformed):
+		dropped = true
+	case err != nil && !errors.Is(err, ErrNotFound):
+		return false, fmt.Errorf("archive: reset the compaction intent: %w", err)
+	}
 	b := s.db.NewBatch()
 	defer b.Close()
 	_ = b.Delete(KeyCompactIntent, nil)
-	return s.commit("reset the compaction intent", b)
+	if dropped {
+		_ = b.Delete(KeyCompaction, nil)
+	}
+	if err := s.commit("reset the compaction intent", b); err != nil {
+		return false, err
+	}
+	return dropped, nil
 }
 
 // CompactionGeneration counts the compaction removal batches committed

@@ -259,8 +259,35 @@ func TestCompactResetIntent(t *testing.T) {
 	if _, err := s.Compact(context.Background(), w, archive.CompactOptions{Logger: quiet}); !errors.Is(err, archive.ErrCompactionState) {
 		t.Fatalf("pass over a malformed intent: %v", err)
 	}
-	if err := s.ResetCompactionIntent(); err != nil {
+	if _, err := s.ResetCompactionIntent(); err != nil {
 		t.Fatal(err)
+	}
+	res := compact(t, s, w, archive.CompactOptions{Logger: quiet})
+	checkSurvivors(t, s, rows, res.To)
+}
+
+// TestCompactResetMalformedWatermark: a malformed meta/compaction halts
+// compaction, and the halt names `backstream compaction reset` as the
+// recovery; the reset drops the watermark too (absent is 0), so the next
+// pass recomputes from tomb/ and removes exactly what is superseded.
+func TestCompactResetMalformedWatermark(t *testing.T) {
+	s := openStore(t, vfs.NewMem(), nil)
+	defer s.Close()
+	w := startWriter(t, s)
+	defer w.Close()
+	tr := churn.New(5, 8)
+	rows := applyUnits(t, w, tr.Units(150))
+	compact(t, s, w, archive.CompactOptions{Logger: quiet})
+	rows = append(rows, applyUnits(t, w, tr.Units(150))...)
+	set(t, s, archive.KeyCompaction, []byte{0x01, 0x02})
+	if _, err := s.Compact(context.Background(), w, archive.CompactOptions{Logger: quiet}); !errors.Is(err, archive.ErrCompactionState) {
+		t.Fatalf("pass over a malformed watermark: %v", err)
+	}
+	if _, err := s.ResetCompactionIntent(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Compaction(); err != nil {
+		t.Fatalf("the compaction state after the reset: %v", err)
 	}
 	res := compact(t, s, w, archive.CompactOptions{Logger: quiet})
 	checkSurvivors(t, s, rows, res.To)

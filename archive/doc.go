@@ -181,7 +181,7 @@
 // compaction of the ranges removed from lets the disk shrink. A malformed
 // tomb/, rec/, intent or watermark value stops the pass with ErrCompactionState naming the key,
 // having guessed nothing; ResetCompactionIntent is the recovery of a bad
-// intent. The cost of a pass follows the tombstones and the rows removed
+// intent or watermark. The cost of a pass follows the tombstones and the rows removed
 // (plus the entries of an account a deletion or takedown reset), never ev/'s
 // size (BenchmarkCompact). Crash points: compaction-intent,
 // compaction-batch, compaction-done.

@@ -1,7 +1,8 @@
 package main
 
 // This file owns `backstream compaction reset`: the recovery path of a
-// halted compaction, which deletes the pass's intent (compact/intent) of a
+// halted compaction, which deletes the pass's intent (compact/intent), and
+// the watermark (meta/compaction) when it is malformed, of a
 // data dir no process holds open.
 
 import (
@@ -15,8 +16,8 @@ import (
 func compactionResetCommand() *command {
 	return &command{
 		name: "compaction reset",
-		summary: "delete the intent of an interrupted compaction pass (the recovery of a halted compaction) " +
-			"in a data dir no process holds open; the next pass recomputes what to remove",
+		summary: "delete the intent of an interrupted compaction pass (the recovery of a halted compaction), " +
+			"and the watermark when it is malformed, in a data dir no process holds open; the next pass recomputes what to remove",
 		flags: func(fs *flagSet) {
 			fs.String("data-dir", "./data", "data directory")
 		},
@@ -38,10 +39,13 @@ func runCompactionReset(ctx context.Context, env *cmdEnv) error {
 	// What there is, as far as it is readable: a malformed intent is what
 	// this command is for, so it is reported, not refused.
 	st, readErr := s.Compaction()
-	if err := s.ResetCompactionIntent(); err != nil {
+	dropped, err := s.ResetCompactionIntent()
+	if err != nil {
 		return fmt.Errorf("reset the compaction intent of %s: %w", dir, err)
 	}
 	switch {
+	case dropped:
+		fmt.Fprintf(env.stdout, "deleted the compaction intent and the malformed watermark; the next pass recomputes from the tombstones (the state read: %v)\n", readErr)
 	case readErr != nil:
 		fmt.Fprintf(env.stdout, "deleted the compaction intent (the state read: %v)\n", readErr)
 	case st.Intent != nil:

@@ -47,7 +47,7 @@ func statusCompactionOf(t *testing.T, dir string) statusCompaction {
 // halted compaction naming the key (not as a failed report); `backstream
 // compaction reset` refuses while another holder has the store's lock and
 // leaves the intent; without one it deletes the intent, keeps the
-// watermark, and status is clean again. Breaking the lock check (opening
+// watermark, and status is clean again; a malformed watermark it deletes. Breaking the lock check (opening
 // read-only, which takes no lock) lets the reset run under a live holder
 // and fails.
 func TestCompactionReset(t *testing.T) {
@@ -89,6 +89,16 @@ func TestCompactionReset(t *testing.T) {
 	code, out, _ = runCLI(t, nil, "compaction", "reset", "--data-dir", dir)
 	if code != 0 || !strings.Contains(out, "no compaction intent; the watermark stays at 1") {
 		t.Fatalf("a second reset: exit %d, %s", code, out)
+	}
+	// A malformed watermark halts compaction too, naming this command as
+	// the recovery: the reset drops it (absent is 0).
+	setKey(t, dir, archive.KeyCompaction, []byte{0x01, 0x02})
+	code, out, stderr = runCLI(t, nil, "compaction", "reset", "--data-dir", dir)
+	if code != 0 || !strings.Contains(out, "deleted the compaction intent and the malformed watermark") {
+		t.Fatalf("reset of a malformed watermark: exit %d, %s %s", code, out, stderr)
+	}
+	if c = statusCompactionOf(t, dir); c.Halted || c.Watermark != 0 {
+		t.Fatalf("status after resetting a malformed watermark: %+v, want not halted, watermark 0", c)
 	}
 }
 
