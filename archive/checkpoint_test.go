@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -275,5 +276,23 @@ func TestCheckpointPowerLoss(t *testing.T) {
 	defer ck.Close()
 	if tip, err := ck.Tip(); err != nil || tip != 100 {
 		t.Fatalf("checkpoint tip after power loss %d (%v), want 100", tip, err)
+	}
+}
+
+// TestOpenRefusesInterruptedCheckpoint: a checkpoint that crashed mid-way
+// leaves store.partial and no store/. Opening that data dir (an operator
+// restoring from it) is refused, naming it, instead of creating a new
+// store there and bootstrapping from nothing.
+func TestOpenRefusesInterruptedCheckpoint(t *testing.T) {
+	fs := vfs.NewMem()
+	if err := fs.MkdirAll("/backups/b1/"+checkpointPartial, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open("/backups/b1", testOptions(fs))
+	if err == nil || !strings.Contains(err.Error(), "never completed") {
+		t.Fatalf("open of an interrupted checkpoint: %v, want it refused", err)
+	}
+	if _, err := fs.Stat("/backups/b1/" + StoreDir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a store was created beside the interrupted checkpoint (%v)", err)
 	}
 }

@@ -202,6 +202,9 @@ func (s *Store) prepareDirs() error {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("archive: stat %s: %w", s.dir, err)
 	}
+	if err := s.refuseInterruptedCheckpoint(); err != nil {
+		return err
+	}
 	if err := s.fs.MkdirAll(s.dir, 0o755); err != nil {
 		return fmt.Errorf("archive: create store dir %s: %w", s.dir, err)
 	}
@@ -217,6 +220,21 @@ func (s *Store) prepareDirs() error {
 		}
 		dir = parent
 	}
+}
+
+// refuseInterruptedCheckpoint refuses to create a store beside a
+// checkpoint that never completed: the data dir was meant to be a copy,
+// and a new store there would start a bootstrap from nothing.
+func (s *Store) refuseInterruptedCheckpoint() error {
+	partial := s.fs.PathJoin(s.dataDir, checkpointPartial)
+	switch _, err := s.fs.Stat(partial); {
+	case err == nil:
+		return fmt.Errorf("archive: %s holds %s and no %s: a checkpoint into it never completed, so it holds no store; remove %s and take the checkpoint again (or start without it, for a new archive)",
+			s.dataDir, checkpointPartial, StoreDir, partial)
+	case !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("archive: stat %s: %w", partial, err)
+	}
+	return nil
 }
 
 // emptyScratch empties the scratch dir: only under the store's lock, as
