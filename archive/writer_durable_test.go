@@ -171,7 +171,7 @@ func TestQueueBytesBounded(t *testing.T) {
 	if err := submit(context.Background(), big(1, 10)); err != nil {
 		t.Fatal(err)
 	}
-	<-g.held // the writer is in the first unit's sync and takes no more
+	<-g.held                  // the writer is in the first unit's sync and takes no more
 	for i := 2; i <= 4; i++ { // 3 × 300 KiB fit in 1 MiB
 		if err := submit(context.Background(), big(i, 300<<10)); err != nil {
 			t.Fatal(err)
