@@ -7,9 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/upstream"
-	"github.com/cockroachdb/pebble/vfs"
 )
 
 // longCursorSource lists empty pages, each with a new cursor of the
@@ -44,13 +42,8 @@ func liveHeap() int64 {
 // holds a fixed few bytes a cursor, as bootstrap's does, not the cursors
 // themselves: 300 pages of 64 KiB cursors must not keep 19 MiB alive.
 func TestDiscoveryCursorMemory(t *testing.T) {
-	store, err := archive.Open("/data", archive.Options{FS: vfs.NewMem(), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	w, _ := archive.NewWriter(store, archive.WriterOptions{Logger: quiet})
-	defer w.Close()
+	r := newRig(t)
+	store, w := r.store, r.w
 	src := &longCursorSource{pages: 300}
 	if err := Discover(t.Context(), Config{Store: store, Writer: w, Source: src, Logger: quiet}); err != nil {
 		t.Fatal(err)

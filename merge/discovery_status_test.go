@@ -9,7 +9,6 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/upstream"
-	"github.com/cockroachdb/pebble/vfs"
 )
 
 // TestDiscoveryBoundsAccountStatus (M8): a relay listing an inactive
@@ -37,13 +36,8 @@ func TestDiscoveryBoundsAccountStatus(t *testing.T) {
 	}
 	defer client.Close()
 
-	store, err := archive.Open("/data", archive.Options{FS: vfs.NewMem(), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	w, _ := archive.NewWriter(store, archive.WriterOptions{Logger: quiet})
-	defer w.Close()
+	r := newRig(t)
+	store, w := r.store, r.w
 	if err := Discover(t.Context(), Config{Store: store, Writer: w, Source: client, Logger: quiet}); err != nil {
 		t.Fatalf("a long account status failed discovery: %v", err)
 	}
