@@ -44,7 +44,12 @@
 // probes fail at once, and the components get a grace period to stop on
 // their own before they are cancelled; on a full disk or a disk fault Run
 // keeps the probes at 503 for a second before it returns); Close releases
-// everything in order (subscribers, writer, client, store). After a disk
+// everything in order (subscribers, writer, client, store). A stop waits
+// for a compaction pass to end, which it does between accounts or, in its
+// reclaim, when Pebble's compaction of the removed ranges does (no ctx
+// interrupts it; past the grace period Run says what it waits for), so
+// nothing of the pass outlives Close; only after a disk fault or the
+// writer's failure does it wait for the pass at most the grace period. After a disk
 // fault the writer may be blocked inside a store commit for good: Close
 // waits for it at most the grace period, then says so and leaves it and the
 // store to the process exit (everything synced is in the WAL). A node runs

@@ -631,11 +631,37 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 }
 
-// stopCompaction cancels the compaction owner and waits for it, at most
-// StopGrace: after a disk fault a pass may be blocked in a store write for
-// good (what it removed is re-done by the next pass from its intent).
+// stopCompaction cancels the compaction owner and waits for it to return:
+// a pass stops between accounts, but not inside Pebble's manual compaction
+// of the ranges it removed, which no ctx interrupts, and Close must not
+// close the store under it. Past StopGrace it says what the stop waits
+// for. After a disk fault, or once the writer has stopped on an error, a
+// pass may be blocked in a store write for good: then it waits at most
+// StopGrace more (what the pass removed is re-done by the next pass from
+// its intent).
 func (n *Node) stopCompaction(cancel context.CancelFunc, done <-chan struct{}) {
 	cancel()
+	slow := time.NewTimer(n.cfg.StopGrace)
+	defer slow.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-slow.C:
+			n.log.Info("stopping: waiting for the compaction pass to end (Pebble's compaction of the ranges it removed cannot be interrupted)")
+		case <-n.store.Faulted():
+			n.awaitCompaction(done)
+			return
+		case <-n.w.Done():
+			n.awaitCompaction(done)
+			return
+		}
+	}
+}
+
+// awaitCompaction waits at most StopGrace for the compaction owner after
+// a disk fault or the writer's failure.
+func (n *Node) awaitCompaction(done <-chan struct{}) {
 	select {
 	case <-done:
 	case <-time.After(n.cfg.StopGrace):
