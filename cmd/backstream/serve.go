@@ -622,6 +622,7 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 		return err
 	}
 	log.Info("stopped; a restart resumes from the durable state")
+	stopHTTP() // requests and subscribers read the store: they end before it closes
 	stopSampling()
 	return n.Close()
 }
