@@ -124,7 +124,7 @@ func (s *sched) parkedLocked(host string, nowUS int64) bool {
 // blockedLocked reports whether an item of host may not be queued now: its
 // host is parked, or the relay every download passes through is.
 func (s *sched) blockedLocked(host string, nowUS int64) bool {
-	return s.parkedLocked(host, nowUS) || s.parkedLocked(s.relay, nowUS)
+	return s.parkedLocked(host, nowUS) || (s.relay != "" && s.parkedLocked(s.relay, nowUS))
 }
 
 func (s *sched) eligibleLocked(g *gate, nowUS int64) bool {
@@ -258,7 +258,7 @@ func (s *sched) park(host string, untilUS int64) int64 {
 		untilUS = cur
 	}
 	s.parked[host] = untilUS
-	if host == s.relay {
+	if s.relay != "" && host == s.relay {
 		for _, g := range s.gates {
 			s.dropQueuedLocked(g)
 		}
