@@ -26,6 +26,10 @@
 // HTTP API and every alert rule evaluates healthy. It skips where no
 // `prometheus` binary is installed.
 //
+// Where promtool is installed, `promtool check rules` and `promtool test
+// rules deploy/alerts_test.yml` also run under `go test`
+// (promtool_test.go; skipped without it).
+//
 // `make check-metrics` adds promtool's own checks (metrics, config, rules
 // and the rule unit tests); it is not part of `make test` because it needs
 // the Debian `prometheus` package.
