@@ -234,6 +234,7 @@ func (c *coordinator) finish() error {
 			return errors.New("bootstrap: internal: checkpoint left unsubmitted")
 		}
 	}
+	c.report() // nothing queued or in flight: the last result came after the last report
 	c.b.prog.set(func(p *Progress) { p.State = StateDone; p.Checkpoint = describe(c.durable) })
 	c.b.tick(true)
 	c.cfg.Logger.Info("bootstrap: done: the listing has ended and every repo is durably terminal")
