@@ -9,14 +9,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/backstream/backstream/internal/citest"
 )
 
 // TestAlertRuleUnitTests is `promtool check rules deploy/alerts.yml` and
-// `promtool test rules deploy/alerts_test.yml`. Skipped without promtool.
+// `promtool test rules deploy/alerts_test.yml`. Skipped without promtool,
+// except in CI, whose script installs it.
 func TestAlertRuleUnitTests(t *testing.T) {
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
-		t.Skip("no promtool (apt-get install prometheus, or make check-metrics)")
+		citest.Need(t, "no promtool (apt-get install prometheus, or make check-metrics)")
 	}
 	dir := filepath.Join(repoRoot(t), "deploy")
 	for _, args := range [][]string{{"check", "rules", "alerts.yml"}, {"test", "rules", "alerts_test.yml"}} {
