@@ -450,8 +450,19 @@ func (c *compactor) halt(err error) {
 	c.st.Halted, c.st.HaltReason = true, err.Error()
 	c.cfg.metrics.halted.Set(1)
 	c.cfg.log.Error("compaction halted: the compaction state in the store is malformed; ingest and serving go on, "+
-		"but deleted records are no longer removed. Recovery: stop backstream, run `backstream compaction reset --data-dir "+
-		c.dataDir()+"`, start it again (the next pass recomputes from the tombstones)", "err", err)
+		"but deleted records are no longer removed. Recovery: "+haltRecovery(err, c.dataDir()), "err", err)
+}
+
+// haltRecovery is what the operator does about a halt for err: the reset,
+// except for the index backfill's marker, which the reset cannot repair.
+func haltRecovery(err error, dataDir string) string {
+	var ke *archive.KeyError
+	if errors.As(err, &ke) && ke.Key == string(archive.KeyIndex) {
+		return "the index backfill's marker meta/index is malformed, which `backstream compaction reset` does not repair: " +
+			"restore the data dir from a checkpoint taken before it (the firehose resumes from the checkpoint's cursor)"
+	}
+	return "stop backstream, run `backstream compaction reset --data-dir " + dataDir +
+		"`, start it again (the next pass recomputes from the tombstones)"
 }
 
 func (c *compactor) dataDir() string {

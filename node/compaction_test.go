@@ -12,6 +12,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/backstream/backstream/archive"
@@ -279,4 +281,32 @@ func TestCompactionOwner_HaltsOnMalformedState(t *testing.T) {
 		}
 		r.stop()
 	})
+}
+
+// TestHaltRecoveryNamesWhatRepairsIt: the halt's ERROR line sends the
+// operator to `backstream compaction reset` for the state it repairs, and
+// not for a malformed index marker, which it does not.
+func TestHaltRecoveryNamesWhatRepairsIt(t *testing.T) {
+	malformed := func(key []byte) error {
+		return fmt.Errorf("archive: %w: %w", archive.ErrCompactionState,
+			&archive.KeyError{Key: string(key), Kind: archive.ErrMalformed, Err: errors.New("2 bytes")})
+	}
+	for _, key := range [][]byte{archive.KeyCompaction, archive.KeyCompactIntent, []byte("tomb/did:plc:x|7")} {
+		if got := haltRecovery(malformed(key), "/d"); !strings.Contains(got, "compaction reset --data-dir /d") {
+			t.Errorf("%s: recovery %q, want the reset", key, got)
+		}
+	}
+	// The store's own error for a malformed marker.
+	s, err := archive.Open("/d", archive.Options{FS: vfs.NewMem(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.DB().Set(archive.KeyIndex, []byte{0x01, 2}, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.IndexMarker()
+	if got := haltRecovery(err, "/d"); !errors.Is(err, archive.ErrCompactionState) || strings.Contains(got, "--data-dir") || !strings.Contains(got, "checkpoint") {
+		t.Errorf("meta/index (%v): recovery %q, want a restore from a checkpoint, not the reset", err, got)
+	}
 }
