@@ -102,7 +102,9 @@
 // writer: 2 ms) and no Linger, a batch of bulk units (no seq cursor, no
 // live row: a bootstrap's or a replacement's chunks, ident/ puts) waits up
 // to BulkLinger for more before it commits, so a bootstrap syncs about half
-// as often; a live unit ends the wait at once.
+// as often; a live unit ends the wait at once. Submit blocks while the
+// queue holds Queue units or QueueBytes of rows (defaults 1,024 and 64
+// MiB), the producers' backpressure behind a slow disk.
 //
 // # Replacement holds (S5)
 //
