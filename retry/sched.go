@@ -124,7 +124,7 @@ func (s *sched) parkedLocked(host string, nowUS int64) bool {
 // blockedLocked reports whether an item of host may not be queued now: its
 // host is parked, or the relay every download passes through is.
 func (s *sched) blockedLocked(host string, nowUS int64) bool {
-	return s.parkedLocked(host, nowUS) || (s.relay != "" && s.parkedLocked(s.relay, nowUS))
+	return s.parkedLocked(host, nowUS) || s.parkedLocked(s.relay, nowUS) // "" is never parked
 }
 
 func (s *sched) eligibleLocked(g *gate, nowUS int64) bool {
