@@ -224,9 +224,7 @@ type Writer struct {
 	in     chan *Unit
 	queued *semaphore.Weighted // the queue's bytes (QueueBytes)
 	stop   chan struct{}
-	done   chan struct{}
-	// stopped ends with the writer goroutine, as done closes (for waits
-	// that take a context).
+	// stopped ends when the writer goroutine exits (Done is its channel).
 	stopped     context.Context
 	markStopped context.CancelFunc
 	once        sync.Once
@@ -270,7 +268,6 @@ func NewWriter(s *Store, opts WriterOptions) (*Writer, error) {
 		in:       make(chan *Unit, opts.Queue),
 		queued:   semaphore.NewWeighted(opts.QueueBytes),
 		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
 		revs:     make(map[string]string),
 		bar:      newBarrier(barrierLimits{bytes: opts.HoldBytes, accountBytes: opts.HoldAccountBytes, timeout: opts.HoldTimeout}),
 		revCache: newDurableCache[string](ratchetCacheMax),
@@ -329,7 +326,7 @@ func (w *Writer) Live() *LiveLog { return w.live }
 // is refused through its receipt, not here.
 func (w *Writer) Submit(ctx context.Context, u *Unit) error {
 	select {
-	case <-w.done:
+	case <-w.stopped.Done():
 		return w.stoppedErr()
 	default:
 	}
@@ -342,7 +339,7 @@ func (w *Writer) Submit(ctx context.Context, u *Unit) error {
 	case <-ctx.Done():
 		w.dequeued(u)
 		return ctx.Err()
-	case <-w.done:
+	case <-w.stopped.Done():
 		w.dequeued(u)
 		return w.stoppedErr()
 	}
@@ -405,7 +402,7 @@ func (w *Writer) Apply(ctx context.Context, u *Unit) (Receipt, error) {
 }
 
 // Done is closed when the writer goroutine has exited (Close or a fatal error).
-func (w *Writer) Done() <-chan struct{} { return w.done }
+func (w *Writer) Done() <-chan struct{} { return w.stopped.Done() }
 
 // Err is the fatal error that stopped the writer, nil after a clean Close.
 func (w *Writer) Err() error {
@@ -425,7 +422,7 @@ func (w *Writer) stoppedErr() error {
 // the fatal error if one stopped it earlier.
 func (w *Writer) Close() error {
 	w.once.Do(func() { close(w.stop) })
-	<-w.done
+	<-w.stopped.Done()
 	return w.Err()
 }
 
@@ -454,7 +451,6 @@ type pending struct {
 }
 
 func (w *Writer) run() {
-	defer close(w.done)
 	defer w.markStopped()
 	defer w.live.close()
 	// expiry fires at the earliest hold deadline, so an abandoned
