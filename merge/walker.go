@@ -69,7 +69,7 @@ func Walk(ctx context.Context, cfg Config) (Stats, error) {
 
 	var (
 		unit    []archive.Event
-		bytes   int64 // unit's rows as held
+		held    int64 // the unit's rows, as held in memory
 		repos   []archive.RepoUpdate
 		lastCap uint64
 		lastUp  int64 = -1
@@ -83,14 +83,14 @@ func Walk(ctx context.Context, cfg Config) (Stats, error) {
 			return fmt.Errorf("merge: submit: %w", err)
 		}
 		inflight++
-		unit, bytes, repos = nil, 0, nil
+		unit, held, repos = nil, 0, nil
 		return settle(cfg.InFlight - 1)
 	}
 	now := cfg.Now().UnixMicro()
 	for it.Next() {
 		ev := it.Event()
 		// Cut units only between upstream events (see doc.go).
-		full := len(unit) >= cfg.MaxRows || bytes >= cfg.MaxBytes
+		full := len(unit) >= cfg.MaxRows || held >= cfg.MaxBytes
 		if full && (ev.UpstreamSeq != lastUp || ev.UpstreamSeq == 0) {
 			if err := flush(); err != nil {
 				return st, err
@@ -100,7 +100,7 @@ func Walk(ctx context.Context, cfg Config) (Stats, error) {
 		lastCap, lastUp = row.Seq, row.UpstreamSeq
 		row.Seq, row.TimeUS, row.Source = 0, 0, archive.SourceMerge
 		unit = append(unit, row)
-		bytes += archive.EventBytes(&row)
+		held += archive.EventBytes(&row)
 		if up := firehose.Effects(&row, now); up != nil {
 			repos = append(repos, *up)
 		}
