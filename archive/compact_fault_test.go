@@ -130,73 +130,7 @@ func TestCompactPowerLoss(t *testing.T) {
 // watermark stops the pass with ErrCompactionState naming the key; the
 // watermark does not move and nothing that is not superseded is removed.
 func TestCompactMalformedState(t *testing.T) {
-	cases := []struct {
-		name    string
-		corrupt func(t *testing.T, s *archive.Store, rows []archive.Event) []byte // returns the key
-	}{
-		{"tombstone value", func(t *testing.T, s *archive.Store, rows []archive.Event) []byte {
-			for _, ev := range rows {
-				if ev.Kind == archive.KindDelete {
-					return set(t, s, archive.TombKey(ev.DID, ev.Seq), []byte{1, 9, 0, 0})
-				}
-			}
-			t.Fatal("no delete row")
-			return nil
-		}},
-		{"tombstone naming a row not older than itself", func(t *testing.T, s *archive.Store, rows []archive.Event) []byte {
-			for _, ev := range rows {
-				if ev.Kind == archive.KindDelete {
-					v, err := archive.AppendTomb(nil, archive.Tomb{Kind: archive.KindDelete, Collection: ev.Collection, RKey: ev.RKey,
-						Named: true, Superseded: []archive.SupersededRow{{Seq: ev.Seq, Size: 100}}})
-					if err != nil {
-						t.Fatal(err)
-					}
-					return set(t, s, archive.TombKey(ev.DID, ev.Seq), v)
-				}
-			}
-			t.Fatal("no delete row")
-			return nil
-		}},
-		{"index value", func(t *testing.T, s *archive.Store, rows []archive.Event) []byte {
-			// A create entry a purge supersedes: the pass reads every entry of the account.
-			have := keysUnder(t, s, archive.PrefixRecord)
-			for _, ev := range rows {
-				k := archive.RecordKey(ev.DID, ev.Collection, ev.RKey, ev.Seq)
-				if ev.Kind == archive.KindCreate && have[string(k)] && purgedAfter(rows, ev) {
-					return set(t, s, k, []byte{7})
-				}
-			}
-			t.Fatal("no create entry a purge supersedes")
-			return nil
-		}},
-		{"run value", func(t *testing.T, s *archive.Store, rows []archive.Event) []byte {
-			have := keysUnder(t, s, archive.PrefixRecord)
-			for _, ev := range rows {
-				k := archive.RunKey(ev.DID, ev.Collection, ev.Seq)
-				if ev.Kind == archive.KindCreate && have[string(k)] && purgedAfter(rows, ev) {
-					return set(t, s, k, []byte{4, 1, 1, 0, 0})
-				}
-			}
-			t.Fatal("no run entry a purge supersedes")
-			return nil
-		}},
-		{"index value without a size", func(t *testing.T, s *archive.Store, rows []archive.Event) []byte {
-			for _, ev := range rows {
-				if ev.Kind == archive.KindCreate && !check.Survivors(rows, 1<<62)[ev.Seq] {
-					return set(t, s, archive.RecordKey(ev.DID, ev.Collection, ev.RKey, ev.Seq), []byte{2, 0})
-				}
-			}
-			t.Fatal("no superseded create")
-			return nil
-		}},
-		{"intent", func(t *testing.T, s *archive.Store, _ []archive.Event) []byte {
-			return set(t, s, archive.KeyCompactIntent, []byte{1, 2, 3})
-		}},
-		{"watermark", func(t *testing.T, s *archive.Store, _ []archive.Event) []byte {
-			return set(t, s, archive.KeyCompaction, []byte{2, 0, 0, 0, 0, 0, 0, 0, 0})
-		}},
-	}
-	for _, tc := range cases {
+	for _, tc := range malformedStates {
 		t.Run(tc.name, func(t *testing.T) {
 			s := openStore(t, vfs.NewMem(), nil)
 			defer s.Close()
@@ -226,6 +160,91 @@ func TestCompactMalformedState(t *testing.T) {
 			t.Logf("%v", err)
 		})
 	}
+}
+
+// malformedStates are the compaction state's malformations, each made on a
+// store holding rows: index says which a rebuilt index repairs (rec/,
+// tomb/, meta/index), as against the pass's own state (the intent, the
+// watermark), which the reset deletes.
+var malformedStates = []struct {
+	name    string
+	index   bool
+	corrupt func(t *testing.T, s *archive.Store, rows []archive.Event) []byte // returns the key
+}{
+	{"tombstone value", true, func(t *testing.T, s *archive.Store, rows []archive.Event) []byte {
+		for _, ev := range rows {
+			if ev.Kind == archive.KindDelete {
+				return set(t, s, archive.TombKey(ev.DID, ev.Seq), []byte{1, 9, 0, 0})
+			}
+		}
+		t.Fatal("no delete row")
+		return nil
+	}},
+	{"tombstone naming a row not older than itself", true, func(t *testing.T, s *archive.Store, rows []archive.Event) []byte {
+		for _, ev := range rows {
+			if ev.Kind == archive.KindDelete {
+				v, err := archive.AppendTomb(nil, archive.Tomb{Kind: archive.KindDelete, Collection: ev.Collection, RKey: ev.RKey,
+					Named: true, Superseded: []archive.SupersededRow{{Seq: ev.Seq, Size: 100}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return set(t, s, archive.TombKey(ev.DID, ev.Seq), v)
+			}
+		}
+		t.Fatal("no delete row")
+		return nil
+	}},
+	{"tombstone at a create's seq", true, func(t *testing.T, s *archive.Store, rows []archive.Event) []byte {
+		// No row's index entries would write this key again.
+		for _, ev := range rows {
+			if ev.Kind == archive.KindCreate {
+				return set(t, s, archive.TombKey(ev.DID, ev.Seq), []byte{1, 9, 0, 0})
+			}
+		}
+		t.Fatal("no create row")
+		return nil
+	}},
+	{"index value", true, func(t *testing.T, s *archive.Store, rows []archive.Event) []byte {
+		// A create entry a purge supersedes: the pass reads every entry of the account.
+		have := keysUnder(t, s, archive.PrefixRecord)
+		for _, ev := range rows {
+			k := archive.RecordKey(ev.DID, ev.Collection, ev.RKey, ev.Seq)
+			if ev.Kind == archive.KindCreate && have[string(k)] && purgedAfter(rows, ev) {
+				return set(t, s, k, []byte{7})
+			}
+		}
+		t.Fatal("no create entry a purge supersedes")
+		return nil
+	}},
+	{"run value", true, func(t *testing.T, s *archive.Store, rows []archive.Event) []byte {
+		have := keysUnder(t, s, archive.PrefixRecord)
+		for _, ev := range rows {
+			k := archive.RunKey(ev.DID, ev.Collection, ev.Seq)
+			if ev.Kind == archive.KindCreate && have[string(k)] && purgedAfter(rows, ev) {
+				return set(t, s, k, []byte{4, 1, 1, 0, 0})
+			}
+		}
+		t.Fatal("no run entry a purge supersedes")
+		return nil
+	}},
+	{"index value without a size", true, func(t *testing.T, s *archive.Store, rows []archive.Event) []byte {
+		for _, ev := range rows {
+			if ev.Kind == archive.KindCreate && !check.Survivors(rows, 1<<62)[ev.Seq] {
+				return set(t, s, archive.RecordKey(ev.DID, ev.Collection, ev.RKey, ev.Seq), []byte{2, 0})
+			}
+		}
+		t.Fatal("no superseded create")
+		return nil
+	}},
+	{"intent", false, func(t *testing.T, s *archive.Store, _ []archive.Event) []byte {
+		return set(t, s, archive.KeyCompactIntent, []byte{1, 2, 3})
+	}},
+	{"watermark", false, func(t *testing.T, s *archive.Store, _ []archive.Event) []byte {
+		return set(t, s, archive.KeyCompaction, []byte{2, 0, 0, 0, 0, 0, 0, 0, 0})
+	}},
+	{"index marker", true, func(t *testing.T, s *archive.Store, _ []archive.Event) []byte {
+		return set(t, s, archive.KeyIndex, []byte{0x01, 2})
+	}},
 }
 
 func set(t *testing.T, s *archive.Store, key, value []byte) []byte {
@@ -334,5 +353,57 @@ func TestCompactCrashPoints(t *testing.T) {
 			t.Fatalf("rolled over %v (%v): intent passed %d (want %d), batch %d (want %d), done %d (want 1)",
 				roll, res.RolledOver, intent, wantIntent, batches, res.Batches, done)
 		}
+	}
+}
+
+// TestCompactReindexRepairsTheIndex: a malformed rec/, tomb/ or meta/index
+// value halts every pass, and deleting the intent does not repair it (the
+// next pass reads the same value). ResetIndex drops the compaction index and
+// marks every row unindexed; after the index backfill, with the writer
+// archiving before and after it, the next pass removes exactly what is
+// superseded, the rows an earlier pass removed staying removed.
+func TestCompactReindexRepairsTheIndex(t *testing.T) {
+	for _, tc := range malformedStates {
+		if !tc.index {
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			opts := archive.CompactOptions{Logger: quiet}
+			s := openStore(t, vfs.NewMem(), nil)
+			defer s.Close()
+			w := startWriter(t, s)
+			tr := churn.New(3, 8)
+			rows := applyUnits(t, w, tr.Units(200))
+			compact(t, s, w, opts)
+			rows = append(rows, applyUnits(t, w, tr.Units(200))...)
+			tc.corrupt(t, s, rows)
+			if _, err := s.ResetCompactionIntent(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Compact(ctx, w, opts); !errors.Is(err, archive.ErrCompactionState) {
+				t.Fatalf("a pass after the intent's reset: %v, want it still halted", err)
+			}
+			w.Close()
+			m, err := s.ResetIndex()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tip := rows[len(rows)-1].Seq; m != (archive.IndexMarker{Next: 1, End: tip + 1}) {
+				t.Fatalf("marker after the reset %+v, want every row from 1 to %d unindexed", m, tip)
+			}
+			if err := s.IndexReady(); !errors.Is(err, archive.ErrIndexPending) || errors.Is(err, archive.ErrCompactionState) {
+				t.Fatalf("index after the reset: %v, want pending and well-formed", err)
+			}
+			w = startWriter(t, s)
+			defer w.Close()
+			rows = append(rows, applyUnits(t, w, tr.Units(100))...) // archived while the backfill is pending
+			if _, err := s.FillIndex(ctx, 64, nil); err != nil {
+				t.Fatalf("index backfill after the reset: %v", err)
+			}
+			rows = append(rows, applyUnits(t, w, tr.Units(100))...)
+			res := compact(t, s, w, opts)
+			checkSurvivors(t, s, rows, res.To)
+		})
 	}
 }

@@ -130,6 +130,32 @@ func (s *Store) markIndex() error {
 	return nil
 }
 
+// ResetIndex drops the compaction index, every rec/ and tomb/ entry, and
+// marks every ev/ row unindexed (meta/index = {1, tip+1}) in one synced
+// batch, so that the next index backfill rebuilds it from the rows
+// themselves, as for a store older than the index: the recovery of a
+// malformed meta/index, rec/ or tomb/ value, which halts every pass until
+// it is gone. Rows an earlier pass removed have no entries to rebuild, and
+// their tombstones' entries come back without names, which the next pass
+// applies by a rec/ lookup that finds nothing older. The store must have no
+// writer: it would index its newer rows against the old marker.
+func (s *Store) ResetIndex() (IndexMarker, error) {
+	tip, err := s.Tip()
+	if err != nil {
+		return IndexMarker{}, err
+	}
+	m := IndexMarker{Next: 1, End: tip + 1}
+	b := s.db.NewBatch()
+	defer b.Close()
+	_ = b.DeleteRange(PrefixRecord, prefixEnd(PrefixRecord), nil)
+	_ = b.DeleteRange(PrefixTomb, prefixEnd(PrefixTomb), nil)
+	_ = b.Set(KeyIndex, EncodeIndexMarker(m), nil)
+	if err := s.commit("reset the compaction index", b); err != nil {
+		return IndexMarker{}, err
+	}
+	return m, nil
+}
+
 // IndexFillResult is what one FillIndex call did.
 type IndexFillResult struct {
 	Marker   IndexMarker // where it ended

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -453,13 +454,22 @@ func (c *compactor) halt(err error) {
 		"but deleted records are no longer removed. Recovery: "+haltRecovery(err, c.dataDir()), "err", err)
 }
 
-// haltRecovery is what the operator does about a halt for err: the reset,
-// except for the index backfill's marker, which the reset cannot repair.
+// haltRecovery is what the operator does about a halt for err: the reset
+// for the pass's own state, the reset with --reindex for the compaction
+// index (rec/, tomb/, meta/index), a checkpoint for an archived row.
 func haltRecovery(err error, dataDir string) string {
 	var ke *archive.KeyError
-	if errors.As(err, &ke) && ke.Key == string(archive.KeyIndex) {
-		return "the index backfill's marker meta/index is malformed, which `backstream compaction reset` does not repair: " +
-			"restore the data dir from a checkpoint taken before it (the firehose resumes from the checkpoint's cursor)"
+	if !errors.As(err, &ke) {
+		ke = &archive.KeyError{}
+	}
+	switch key := ke.Key; {
+	case key == string(archive.KeyIndex) || strings.HasPrefix(key, string(archive.PrefixRecord)) ||
+		strings.HasPrefix(key, string(archive.PrefixTomb)):
+		return "stop backstream, run `backstream compaction reset --reindex --data-dir " + dataDir +
+			"`, start it again (the compaction index is rebuilt from the archive's rows, about 1.5 CPU-s per million, before the next pass)"
+	case strings.HasPrefix(key, string(archive.PrefixEvent)):
+		return "an archived row is malformed, which no reset repairs: restore the data dir from a checkpoint taken before it " +
+			"(the firehose resumes from the checkpoint's cursor)"
 	}
 	return "stop backstream, run `backstream compaction reset --data-dir " + dataDir +
 		"`, start it again (the next pass recomputes from the tombstones)"

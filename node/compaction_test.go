@@ -284,16 +284,27 @@ func TestCompactionOwner_HaltsOnMalformedState(t *testing.T) {
 }
 
 // TestHaltRecoveryNamesWhatRepairsIt: the halt's ERROR line sends the
-// operator to `backstream compaction reset` for the state it repairs, and
-// not for a malformed index marker, which it does not.
+// operator to `backstream compaction reset` for the pass's own state, to
+// the reset with --reindex for the compaction index (a malformed rec/ or
+// tomb/ entry or meta/index, which the plain reset leaves for the next
+// pass to halt on again), and to a checkpoint for a malformed archived row.
 func TestHaltRecoveryNamesWhatRepairsIt(t *testing.T) {
 	malformed := func(key []byte) error {
 		return fmt.Errorf("archive: %w: %w", archive.ErrCompactionState,
 			&archive.KeyError{Key: string(key), Kind: archive.ErrMalformed, Err: errors.New("2 bytes")})
 	}
-	for _, key := range [][]byte{archive.KeyCompaction, archive.KeyCompactIntent, []byte("tomb/did:plc:x|7")} {
-		if got := haltRecovery(malformed(key), "/d"); !strings.Contains(got, "compaction reset --data-dir /d") {
-			t.Errorf("%s: recovery %q, want the reset", key, got)
+	for _, tc := range []struct {
+		key            []byte
+		want, unwanted string
+	}{
+		{archive.KeyCompaction, "compaction reset --data-dir /d", "--reindex"},
+		{archive.KeyCompactIntent, "compaction reset --data-dir /d", "--reindex"},
+		{archive.TombKey("did:plc:x", 7), "compaction reset --reindex --data-dir /d", "checkpoint"},
+		{archive.RecordKey("did:plc:x", "app.bsky.feed.post", "3l", 7), "compaction reset --reindex --data-dir /d", "checkpoint"},
+		{archive.EventKey(7), "checkpoint", "--data-dir"},
+	} {
+		if got := haltRecovery(malformed(tc.key), "/d"); !strings.Contains(got, tc.want) || strings.Contains(got, tc.unwanted) {
+			t.Errorf("%q: recovery %q, want %q and not %q", tc.key, got, tc.want, tc.unwanted)
 		}
 	}
 	// The store's own error for a malformed marker.
@@ -306,7 +317,7 @@ func TestHaltRecoveryNamesWhatRepairsIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = s.IndexMarker()
-	if got := haltRecovery(err, "/d"); !errors.Is(err, archive.ErrCompactionState) || strings.Contains(got, "--data-dir") || !strings.Contains(got, "checkpoint") {
-		t.Errorf("meta/index (%v): recovery %q, want a restore from a checkpoint, not the reset", err, got)
+	if got := haltRecovery(err, "/d"); !errors.Is(err, archive.ErrCompactionState) || !strings.Contains(got, "compaction reset --reindex --data-dir /d") {
+		t.Errorf("meta/index (%v): recovery %q, want the reset with --reindex", err, got)
 	}
 }

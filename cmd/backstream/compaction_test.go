@@ -123,3 +123,31 @@ func TestCompactionResetNeedsStore(t *testing.T) {
 		}
 	}
 }
+
+// TestCompactionResetReindex: a malformed index marker shows as a halted
+// compaction; the plain reset leaves it and says to run it with --reindex;
+// with --reindex the compaction index is dropped and every row marked
+// unindexed, so status shows the index backfill pending, not a halt.
+func TestCompactionResetReindex(t *testing.T) {
+	dir := t.TempDir()
+	seedStore(t, dir)
+	setKey(t, dir, archive.KeyIndex, []byte{0x01, 0x02})
+	if c := statusCompactionOf(t, dir); !c.Halted || !strings.Contains(c.HaltReason, string(archive.KeyIndex)) {
+		t.Fatalf("status with a malformed index marker: %+v, want halted naming %s", c, archive.KeyIndex)
+	}
+	code, out, stderr := runCLI(t, nil, "compaction", "reset", "--data-dir", dir)
+	if code != 0 || !strings.Contains(out, "run this again with --reindex") {
+		t.Fatalf("reset without --reindex: exit %d, %s %s", code, out, stderr)
+	}
+	if c := statusCompactionOf(t, dir); !c.Halted {
+		t.Fatalf("status after the plain reset: %+v, want still halted", c)
+	}
+	code, out, stderr = runCLI(t, nil, "compaction", "reset", "--reindex", "--data-dir", dir)
+	if code != 0 || !strings.Contains(out, "dropped the compaction index; the next start rebuilds it from rows 1 to 2") {
+		t.Fatalf("reset --reindex: exit %d, %s %s", code, out, stderr)
+	}
+	c := statusCompactionOf(t, dir)
+	if c.Halted || c.Index == nil || c.Index.Next != 1 || c.Index.End != 3 {
+		t.Fatalf("status after reset --reindex: %+v (index %+v), want not halted, rows 1 to 2 to index", c, c.Index)
+	}
+}
