@@ -64,6 +64,13 @@
 //     and Run loads the hosts still parked when it starts (one
 //     streaming read of host/, keeping only the parked ones). Without this a
 //     restart during a rate-limit window would hit the host again at once.
+//   - Written times are bounded when read: a park ending further ahead of
+//     now than the longest park the runner writes (max(RetryAfterCeiling,
+//     Interval)) is over, and a next attempt further ahead than MaxDelay
+//     plus that park is due now (a pass also reads due/ past that horizon).
+//     Only a wall clock that ran ahead when they were written puts them
+//     there; read after the clock was put right they would otherwise wait
+//     as long as it was wrong.
 //   - S5, S9: success is the job's whole-repo replacement (backfill Request
 //     with Replace): sync row, records, completion — which sets the repo
 //     complete and clears attempts, error, next attempt and the replacement

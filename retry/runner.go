@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/upstream"
 )
 
 // Jobs runs one whole-repo replacement and returns once its terminal state
@@ -302,6 +304,7 @@ func (r *Runner) start(ctx context.Context) (*exec, error) {
 	e.s = newSched(r.cfg.Workers, r.cfg.HostWorkers, r.cfg.Queue, r.cfg.HostQueue,
 		func() int64 { return r.cfg.Now().UnixMicro() }, r.m)
 	e.s.relay = r.cfg.Relay
+	e.s.maxParkUS = r.maxPark().Microseconds()
 	// Parks survive a restart: host/<host> holds them (doc.go).
 	if err := loadParks(r.cfg.Store.DB(), r.cfg.Now().UnixMicro(), e.s.restorePark); err != nil {
 		cancel()
@@ -434,13 +437,18 @@ func (e *exec) pass() (ps PassStats, err error) {
 	}()
 	var from []byte
 	var page []archive.DueEntry
+	beyond := false // reading the next attempts past the horizon
 	for {
 		if err := e.ctx.Err(); err != nil {
 			return ps, err
 		}
 		var next []byte
 		var err error
-		page, next, err = r.cfg.Store.DuePage(from, r.cfg.Now().UnixMicro(), r.cfg.PageKeys, page)
+		upTo := r.cfg.Now().UnixMicro()
+		if beyond {
+			upTo = math.MaxInt64 - 1
+		}
+		page, next, err = r.cfg.Store.DuePage(from, upTo, r.cfg.PageKeys, page)
 		if err != nil {
 			return ps, fmt.Errorf("retry: candidate scan: %w", err)
 		}
@@ -464,7 +472,12 @@ func (e *exec) pass() (ps PassStats, err error) {
 			page[i] = archive.DueEntry{}
 		}
 		if next == nil {
-			break
+			if beyond {
+				break
+			}
+			// Then the next attempts further ahead than the runner ever
+			// writes (see due): the clock was ahead when they were written.
+			beyond, next = true, archive.DueKey(r.cfg.Now().Add(r.horizon()).UnixMicro()+1, "")
 		}
 		from = next
 	}
@@ -482,6 +495,25 @@ func (e *exec) pass() (ps PassStats, err error) {
 	r.log.Debug("retry pass", "scanned", ps.Scanned, "due", ps.Due, "queued", ps.Queued, "in_flight", ps.InFlight,
 		"parked", ps.Parked, "host_full", ps.HostFull, "took", ps.Duration)
 	return ps, nil
+}
+
+// maxPark is the longest park the runner writes: a 429's reset is bounded
+// by upstream.RetryAfterCeiling, one that names none is Interval.
+func (r *Runner) maxPark() time.Duration {
+	return max(upstream.RetryAfterCeiling, r.cfg.Interval)
+}
+
+// horizon is the furthest ahead of now the runner, or a job wired to its
+// Backoff, writes a next attempt: MaxDelay after a failure, the end of a
+// park after a 429.
+func (r *Runner) horizon() time.Duration { return r.cfg.MaxDelay + r.maxPark() }
+
+// due is Due, except that a next attempt further ahead than the horizon
+// is due now: it was written while the wall clock ran ahead (and read
+// after it was put right), and would otherwise wait for as long as the
+// clock was wrong — a year-3000 reading, forever.
+func (r *Runner) due(st archive.RepoState, nowUS int64) bool {
+	return Due(st, nowUS) || (st.Retryable() && st.NextAttemptUS-nowUS > r.horizon().Microseconds())
 }
 
 // worker is one of the Workers goroutines (the global gate).
@@ -524,7 +556,7 @@ func (e *exec) process(it item) {
 		e.fail(fmt.Errorf("retry: %s: read state: %w", it.did, err))
 		return
 	}
-	if !Due(st, r.cfg.Now().UnixMicro()) {
+	if !r.due(st, r.cfg.Now().UnixMicro()) {
 		e.skip()
 		return
 	}

@@ -64,6 +64,10 @@ type sched struct {
 	now                  func() int64 // unix µs
 	m                    *Metrics
 	relay                string // the host every download is asked of first; "" = none
+	// maxParkUS is the longest park the runner writes (Runner.maxPark); a
+	// park ending further ahead was written by a clock that was ahead
+	// and counts as over. 0: no bound.
+	maxParkUS int64
 
 	mu        sync.Mutex
 	gates     map[string]*gate
@@ -113,12 +117,20 @@ func (s *sched) parkedLocked(host string, nowUS int64) bool {
 	if !ok {
 		return false
 	}
-	if until > nowUS {
+	if s.liveLocked(until, nowUS) {
 		return true
 	}
 	delete(s.parked, host)
 	s.m.setParked(len(s.parked))
 	return false
+}
+
+// liveLocked reports whether a park until untilUS holds at nowUS: it has
+// not ended, and it ends no further ahead than the longest park the runner
+// writes (a park written while the clock ran ahead, and read after it was
+// put right, would otherwise last as long as the clock was wrong).
+func (s *sched) liveLocked(untilUS, nowUS int64) bool {
+	return untilUS > nowUS && (s.maxParkUS <= 0 || untilUS-nowUS <= s.maxParkUS)
 }
 
 // blockedLocked reports whether an item of host may not be queued now: its
@@ -299,7 +311,7 @@ func (s *sched) parkedHosts(limit int) (hosts []ParkedHost, n int, next int64) {
 	defer s.mu.Unlock()
 	nowUS := s.now()
 	for h, until := range s.parked {
-		if until <= nowUS {
+		if !s.liveLocked(until, nowUS) {
 			delete(s.parked, h)
 			continue
 		}
