@@ -60,7 +60,13 @@
 //     durable behind everything the stream accepted. So the relay's
 //     replayed backlog is in the ratchet before any account is compared,
 //     and an account whose commit the relay replays is not fetched again.
-//     A scheduled audit follows no outage and starts at once.
+//     A scheduled audit follows no outage and starts at once. "When the
+//     gap was found" is its FirstSeenUS, unless that was ahead of the
+//     clock when this runner first read the gap (found while the wall
+//     clock ran ahead, read after it was put right): then the moment of
+//     that first read, which the finding preceded (foundAt). The next
+//     scheduled audit counts from the same time. Otherwise the pass, and
+//     /readyz with it, would wait as long as the clock was wrong.
 //   - A gap closes (its ClosedUS written, audit/<id> deleted, in one unit)
 //     only when its pass is done and no active account that is not failed
 //     still carries the audit mark: a failed replacement is the retry

@@ -96,6 +96,9 @@ type Runner struct {
 	mu     sync.Mutex
 	st     Status
 	origin time.Time // the first step (scheduled audits' origin)
+	// read holds, for each gap whose time was ahead of the clock when this
+	// runner first read it, that moment (foundAt).
+	read map[uint64]int64
 	// failing counts, for the pass of gap failingGap, the steps in a row
 	// in which a host's listing failed transiently.
 	failing    map[string]int
@@ -197,7 +200,7 @@ func (r *Runner) schedule(ctx context.Context, gs []archive.Gap) error {
 	now := r.cfg.Now()
 	last := r.started(now)
 	if len(gs) > 0 {
-		last = time.UnixMicro(gs[len(gs)-1].FirstSeenUS)
+		last = time.UnixMicro(r.foundAt(gs[len(gs)-1], now))
 	}
 	if now.Sub(last) < r.cfg.AuditInterval {
 		return nil
@@ -229,6 +232,30 @@ func (r *Runner) started(now time.Time) time.Time {
 	return r.origin
 }
 
+// foundAt is when g was found, in unix µs, as this runner's clock can use
+// it: its FirstSeenUS, unless that was ahead of the clock when this runner
+// first read the gap — found while the wall clock ran ahead, read after it
+// was put right — and then the moment of that first read, which the
+// finding preceded. Otherwise the pass would wait for a frame accepted
+// after that time, and the scheduled audits for an interval after it, as
+// long as the clock was wrong.
+func (r *Runner) foundAt(g archive.Gap, now time.Time) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at, ok := r.read[g.ID]
+	if !ok {
+		if g.FirstSeenUS <= now.UnixMicro() {
+			return g.FirstSeenUS
+		}
+		if r.read == nil {
+			r.read = make(map[uint64]int64)
+		}
+		at = now.UnixMicro()
+		r.read[g.ID] = at
+	}
+	return min(at, g.FirstSeenUS)
+}
+
 // heal runs (or resumes) g's pass and closes g when it can; it reports
 // whether g is closed.
 func (r *Runner) heal(ctx context.Context, g archive.Gap) (bool, error) {
@@ -237,7 +264,7 @@ func (r *Runner) heal(ctx context.Context, g archive.Gap) (bool, error) {
 	switch {
 	case errors.Is(err, archive.ErrNotFound):
 		// A scheduled audit follows no outage: the stream is live already.
-		if g.Kind != archive.GapAudit && !r.caughtUp(g.FirstSeenUS) {
+		if g.Kind != archive.GapAudit && !r.caughtUp(r.foundAt(g, r.cfg.Now())) {
 			r.set(func(s *Status) { s.Gap, s.Phase = g.ID, "waiting_for_stream" })
 			return false, nil
 		}

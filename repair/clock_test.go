@@ -1,0 +1,57 @@
+package repair
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/backstream/backstream/archive"
+)
+
+// TestGapFoundByAClockAhead: the gap was found while the wall clock ran 6
+// hours ahead; the clock has been put right since (an NTP step back, a VM
+// restored), and the runner reads the gap after a restart. The stream then
+// accepts a frame the relay stamped now: every frame the relay held when
+// the gap was found came before it, so the pass runs at once instead of
+// waiting (and /readyz with it) until the clock passes the gap's time; and
+// the next scheduled audit comes an audit interval after that, not after
+// the gap's time.
+func TestGapFoundByAClockAhead(t *testing.T) {
+	s, w, apply := newStore(t)
+	ctx := context.Background()
+	var clock atomic.Int64
+	clock.Store(time.Unix(1_800_000_000, 0).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	ahead := func() time.Time { return now().Add(6 * time.Hour) }
+	apply(setRepo(didSame, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revNew})) // as listed
+	r, src, live, _ := outdatedCursorPass(t, s, w, apply, ahead)
+	live.now = now
+	ids, err := archive.NewGapIDs(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.cfg.Now, r.cfg.AuditInterval, r.cfg.GapIDs = now, time.Hour, ids
+	if err := r.step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(int64(time.Millisecond))
+	live.accept(now().UnixMicro())
+	if err := r.step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := r.Status(); src.pages.Load() != 1 {
+		t.Fatalf("a frame stamped after the gap was read: %d pages listed (status %+v), want the pass to run", src.pages.Load(), st)
+	}
+	if gs, _ := s.Gaps(); len(gs) != 1 || gs[0].Open() {
+		t.Fatalf("gaps %+v: want the gap closed", gs)
+	}
+	clock.Add(int64(61 * time.Minute))
+	live.accept(now().UnixMicro())
+	if err := r.step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if gs, _ := s.Gaps(); len(gs) != 2 || gs[1].Kind != archive.GapAudit {
+		t.Fatalf("61 min after the gap was read: gaps %+v, want a scheduled audit", gs)
+	}
+}
