@@ -118,7 +118,8 @@
 //     same events (TestIndexedReplayMatchesScan, FuzzIndexedReplay); the
 //     cursor, the floor, strict increase, the reopen on a compaction batch
 //     and the reader slots are the scan's. The planner scans while the
-//     store's replay index backfill is unfinished, and always with
+//     store's replay index backfill is unfinished or its marker
+//     (meta/index_replay) is malformed, and always with
 //     Config.ScanReplays.
 //   - D5: as above; nothing is upgraded before the request is valid.
 //   - D6: the archive is the buffer: a subscriber that falls behind the live

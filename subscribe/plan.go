@@ -8,6 +8,7 @@ package subscribe
 // plans send exactly the same events.
 
 import (
+	"errors"
 	"slices"
 	"strings"
 
@@ -74,6 +75,12 @@ func plan(store *archive.Store, f *filter, from, to uint64, scanOnly bool) (*rep
 		return p, nil
 	}
 	switch m, err := store.ReplayIndexMarker(); {
+	case errors.Is(err, archive.ErrCompactionState):
+		// A malformed marker halts compaction and the backfill (the
+		// compaction owner reports it), not serving: the index's coverage
+		// is unknown, so scan, and plan again at each iterator opened.
+		p.unindexed = true
+		return p, nil
 	case err != nil:
 		return nil, err
 	case !m.Done():

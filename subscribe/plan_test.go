@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble"
 
 	"github.com/backstream/backstream/archive"
 )
@@ -479,5 +482,34 @@ func TestReplayScansUntilIndexFilled(t *testing.T) {
 	got, _, plan, _ = driveReplay(t, wr.h, f, 0, wr.tip+1, false)
 	if plan != planIndex || !bytes.Equal(got, want) {
 		t.Fatalf("filled index: plan %s, same events %v", plan, bytes.Equal(got, want))
+	}
+}
+
+// TestReplayOverMalformedIndexMarker (K3, X1): a malformed
+// meta/index_replay halts compaction (the replay index backfill reports
+// it), not serving: a filtered replay scans, as while the backfill runs,
+// and sends what the scan sends.
+func TestReplayOverMalformedIndexMarker(t *testing.T) {
+	wr := newIndexWorld(t, 11, 2000, 40)
+	h := wr.h
+	pc := planCase{collections: []string{"com.whtwnd.blog.entry"}}
+	_, want, _, _ := driveReplay(t, h, pc.filter(t), 0, wr.tip+1, true)
+	if err := h.store.DB().Set(archive.KeyReplayIndex, []byte{0x01, 2}, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.store.ReplayIndexMarker(); !errors.Is(err, archive.ErrCompactionState) {
+		t.Fatalf("a malformed marker reads %v, want ErrCompactionState", err)
+	}
+	before := metricValue(h.m.plans.WithLabelValues(planScan))
+	q := filterCase{collections: pc.collections}.query()
+	q.Set("cursor", "0")
+	c := h.dial("?"+q.Encode(), nil)
+	defer c.Close()
+	got := readSeqs(t, c, len(want))
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("socket got %d events %v, the scan %d", len(got), head(diff(got, want)), len(want))
+	}
+	if after := metricValue(h.m.plans.WithLabelValues(planScan)); after != before+1 {
+		t.Fatalf("scan plans %v → %v", before, after)
 	}
 }
