@@ -140,6 +140,18 @@ func (s *Store) markIndex() error {
 // applies by a rec/ lookup that finds nothing older. The store must have no
 // writer: it would index its newer rows against the old marker.
 func (s *Store) ResetIndex() (IndexMarker, error) {
+	return s.resetIndex("reset the compaction index", KeyIndex, PrefixRecord, PrefixTomb)
+}
+
+// ResetReplayIndex is ResetIndex for the replay index (xc/, xd/, xm/) and
+// meta/index_replay: the recovery of a malformed marker. The entries go
+// with it: the backfill writes one entry per row, and a row the writer
+// indexed in a run would then have two.
+func (s *Store) ResetReplayIndex() (IndexMarker, error) {
+	return s.resetIndex("reset the replay index", KeyReplayIndex, PrefixByCollection, PrefixByAccount, PrefixMarker)
+}
+
+func (s *Store) resetIndex(op string, marker []byte, families ...[]byte) (IndexMarker, error) {
 	tip, err := s.Tip()
 	if err != nil {
 		return IndexMarker{}, err
@@ -147,10 +159,11 @@ func (s *Store) ResetIndex() (IndexMarker, error) {
 	m := IndexMarker{Next: 1, End: tip + 1}
 	b := s.db.NewBatch()
 	defer b.Close()
-	_ = b.DeleteRange(PrefixRecord, prefixEnd(PrefixRecord), nil)
-	_ = b.DeleteRange(PrefixTomb, prefixEnd(PrefixTomb), nil)
-	_ = b.Set(KeyIndex, EncodeIndexMarker(m), nil)
-	if err := s.commit("reset the compaction index", b); err != nil {
+	for _, p := range families {
+		_ = b.DeleteRange(p, prefixEnd(p), nil)
+	}
+	_ = b.Set(marker, EncodeIndexMarker(m), nil)
+	if err := s.commit(op, b); err != nil {
 		return IndexMarker{}, err
 	}
 	return m, nil

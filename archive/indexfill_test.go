@@ -206,7 +206,9 @@ func TestFillIndexMalformed(t *testing.T) {
 // that Open leaves for the compaction owner to report halts compaction,
 // not ingest: the writer keeps archiving, writing the tombstones it writes
 // during an index backfill (unnamed, which a pass can apply), and once the
-// marker is repaired a pass removes exactly what the recomputation says.
+// marker is repaired (ResetIndex, what `backstream compaction reset` runs,
+// then the index backfill) a pass removes exactly what the recomputation
+// says.
 func TestWriterGoesOnOverMalformedIndexMarker(t *testing.T) {
 	fs := vfs.NewMem()
 	s := openStore(t, fs, nil)
@@ -222,12 +224,66 @@ func TestWriterGoesOnOverMalformedIndexMarker(t *testing.T) {
 	if _, err := s.Compact(context.Background(), w, archive.CompactOptions{Logger: quiet}); !errors.Is(err, archive.ErrCompactionState) {
 		t.Fatalf("a pass over a malformed meta/index: %v, want ErrCompactionState", err)
 	}
-	set(t, s, archive.KeyIndex, archive.EncodeIndexMarker(archive.IndexMarker{Next: 1, End: 1}))
+	w = reindex(t, s, w)
 	res := compact(t, s, w, archive.CompactOptions{Logger: quiet})
 	if res.Rows == 0 {
 		t.Fatalf("the pass after the repair removed nothing: %+v", res)
 	}
 	checkSurvivors(t, s, rows, res.To)
+}
+
+// reindex stops w, rebuilds s's compaction index as the reset does
+// (ResetIndex, then the backfill the next start runs) and returns a new
+// writer.
+func reindex(t *testing.T, s *archive.Store, w *archive.Writer) *archive.Writer {
+	t.Helper()
+	w.Close()
+	if _, err := s.ResetIndex(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.FillIndex(context.Background(), 0, nil); err != nil {
+		t.Fatalf("index backfill after the reset: %v", err)
+	}
+	return startWriter(t, s)
+}
+
+// TestMalformedIndexMarkerOverRuns (K1, K3): a store whose writer folded
+// creates into run entries, then whose meta/index turns malformed: the
+// writer goes on with unnamed tombstones, which a pass's rec/ lookup
+// cannot resolve against a run (a run member has no entry of its own).
+// The repair drops the runs with the rest of the index and rebuilds it
+// from the rows, so the pass then removes what the recomputation says,
+// the run members an update or a delete superseded included.
+func TestMalformedIndexMarkerOverRuns(t *testing.T) {
+	fs := vfs.NewMem()
+	dids := []string{"did:plc:aaaa", "did:plc:bbbb"}
+	var rkeys []string
+	for i := range 8 {
+		rkeys = append(rkeys, fmt.Sprintf("p/3l%011d", i))
+	}
+	rev := 0
+	s := openStore(t, fs, nil)
+	w := startWriter(t, s)
+	rows := applyEach(t, w, [][]archive.Event{runUnit(dids, &rev, rkeys...)})
+	if _, runs, err := archive.RecordEntries(s); err != nil || runs != 1 {
+		t.Fatalf("%d run entries (%v), want the eight creates as one", runs, err)
+	}
+	w.Close()
+	set(t, s, archive.KeyIndex, []byte{0x01, 2})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, fs, nil)
+	defer s.Close()
+	w = startWriter(t, s)
+	rows = append(rows, applyEach(t, w, [][]archive.Event{
+		opUnit(dids, &rev, del(rkeys[2])),
+		opUnit(dids, &rev, up(rkeys[5])),
+		opUnit(dids, &rev, up(rkeys[5])),
+	})...)
+	w = reindex(t, s, w)
+	defer w.Close()
+	checkSurvivors(t, s, rows, compact(t, s, w, archive.CompactOptions{Logger: quiet}).To)
 }
 
 // TestAccountRecordsIndexPending: while the index backfill has not reached

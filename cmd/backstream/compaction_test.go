@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/node"
 )
 
 // setKey writes one raw key into the store of dir (a state only a crash or
@@ -124,30 +126,59 @@ func TestCompactionResetNeedsStore(t *testing.T) {
 	}
 }
 
-// TestCompactionResetReindex: a malformed index marker shows as a halted
-// compaction; the plain reset leaves it and says to run it with --reindex;
-// with --reindex the compaction index is dropped and every row marked
-// unindexed, so status shows the index backfill pending, not a halt.
+// TestCompactionResetReindex: a malformed index marker (meta/index or
+// meta/index_replay) shows as a halted compaction; the reset drops that
+// index and marks every row unindexed, so status shows its backfill
+// pending, not a halt, and the replay index's backfill then ends matching
+// ev/. --reindex drops the compaction index with a well-formed marker too
+// (a malformed rec/ or tomb/ entry is found only by a pass).
 func TestCompactionResetReindex(t *testing.T) {
+	for _, tc := range []struct {
+		key   []byte
+		index func(c statusCompaction) *node.IndexBackfillStatus
+	}{
+		{archive.KeyIndex, func(c statusCompaction) *node.IndexBackfillStatus { return c.Index }},
+		{archive.KeyReplayIndex, func(c statusCompaction) *node.IndexBackfillStatus { return c.ReplayIndex }},
+	} {
+		t.Run(string(tc.key), func(t *testing.T) {
+			dir := t.TempDir()
+			seedStore(t, dir)
+			setKey(t, dir, tc.key, []byte{0x01, 0x02})
+			if c := statusCompactionOf(t, dir); !c.Halted || !strings.Contains(c.HaltReason, string(tc.key)) {
+				t.Fatalf("status with a malformed %s: %+v, want halted naming it", tc.key, c)
+			}
+			code, out, stderr := runCLI(t, nil, "compaction", "reset", "--data-dir", dir)
+			if code != 0 || !strings.Contains(out, "the next start rebuilds it from rows 1 to 2") {
+				t.Fatalf("reset: exit %d, %s %s", code, out, stderr)
+			}
+			c := statusCompactionOf(t, dir)
+			if m := tc.index(c); c.Halted || m == nil || m.Next != 1 || m.End != 3 {
+				t.Fatalf("status after the reset: %+v (index %+v), want not halted, rows 1 to 2 to index", c, m)
+			}
+			s, err := archive.Open(dir, archive.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if _, err := s.FillReplayIndex(context.Background(), 0, nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.CheckReplayIndex(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 	dir := t.TempDir()
 	seedStore(t, dir)
-	setKey(t, dir, archive.KeyIndex, []byte{0x01, 0x02})
-	if c := statusCompactionOf(t, dir); !c.Halted || !strings.Contains(c.HaltReason, string(archive.KeyIndex)) {
-		t.Fatalf("status with a malformed index marker: %+v, want halted naming %s", c, archive.KeyIndex)
-	}
 	code, out, stderr := runCLI(t, nil, "compaction", "reset", "--data-dir", dir)
-	if code != 0 || !strings.Contains(out, "run this again with --reindex") {
-		t.Fatalf("reset without --reindex: exit %d, %s %s", code, out, stderr)
-	}
-	if c := statusCompactionOf(t, dir); !c.Halted {
-		t.Fatalf("status after the plain reset: %+v, want still halted", c)
+	if code != 0 || strings.Contains(out, "dropped") {
+		t.Fatalf("reset of a sound store: exit %d, %s %s, want nothing dropped", code, out, stderr)
 	}
 	code, out, stderr = runCLI(t, nil, "compaction", "reset", "--reindex", "--data-dir", dir)
 	if code != 0 || !strings.Contains(out, "dropped the compaction index; the next start rebuilds it from rows 1 to 2") {
 		t.Fatalf("reset --reindex: exit %d, %s %s", code, out, stderr)
 	}
-	c := statusCompactionOf(t, dir)
-	if c.Halted || c.Index == nil || c.Index.Next != 1 || c.Index.End != 3 {
-		t.Fatalf("status after reset --reindex: %+v (index %+v), want not halted, rows 1 to 2 to index", c, c.Index)
+	if c := statusCompactionOf(t, dir); c.Halted || c.Index == nil || c.Index.Next != 1 || c.Index.End != 3 {
+		t.Fatalf("status after reset --reindex: %+v (index %+v), want rows 1 to 2 to index", c, c.Index)
 	}
 }
