@@ -102,6 +102,7 @@ type CompactionStatus struct {
 	LastTombstones    int64      `json:"last_tombstones"`
 	Halted            bool       `json:"halted"`
 	HaltReason        string     `json:"halt_reason,omitempty"`
+	HaltRecovery      string     `json:"halt_recovery,omitempty"` // what the operator does about it (HaltRecovery)
 	// Intent is the watermark of an interrupted pass's intent
 	// (`backstream status` only: a running node finishes it).
 	Intent *uint64 `json:"intent_watermark,omitempty"`
@@ -448,16 +449,16 @@ func (c *compactor) halt(err error) {
 	if c.st.Halted {
 		return
 	}
-	c.st.Halted, c.st.HaltReason = true, err.Error()
+	c.st.Halted, c.st.HaltReason, c.st.HaltRecovery = true, err.Error(), HaltRecovery(err, c.dataDir())
 	c.cfg.metrics.halted.Set(1)
 	c.cfg.log.Error("compaction halted: the compaction state in the store is malformed; ingest and serving go on, "+
-		"but deleted records are no longer removed. Recovery: "+haltRecovery(err, c.dataDir()), "err", err)
+		"but deleted records are no longer removed. Recovery: "+c.st.HaltRecovery, "err", err)
 }
 
-// haltRecovery is what the operator does about a halt for err: the reset
+// HaltRecovery is what the operator does about a halt for err: the reset
 // for the pass's own state, the reset with --reindex for the compaction
 // index (rec/, tomb/, meta/index), a checkpoint for an archived row.
-func haltRecovery(err error, dataDir string) string {
+func HaltRecovery(err error, dataDir string) string {
 	var ke *archive.KeyError
 	if !errors.As(err, &ke) {
 		ke = &archive.KeyError{}

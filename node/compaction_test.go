@@ -303,7 +303,7 @@ func TestHaltRecoveryNamesWhatRepairsIt(t *testing.T) {
 		{archive.RecordKey("did:plc:x", "app.bsky.feed.post", "3l", 7), "compaction reset --reindex --data-dir /d", "checkpoint"},
 		{archive.EventKey(7), "checkpoint", "--data-dir"},
 	} {
-		if got := haltRecovery(malformed(tc.key), "/d"); !strings.Contains(got, tc.want) || strings.Contains(got, tc.unwanted) {
+		if got := HaltRecovery(malformed(tc.key), "/d"); !strings.Contains(got, tc.want) || strings.Contains(got, tc.unwanted) {
 			t.Errorf("%q: recovery %q, want %q and not %q", tc.key, got, tc.want, tc.unwanted)
 		}
 	}
@@ -317,7 +317,7 @@ func TestHaltRecoveryNamesWhatRepairsIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = s.IndexMarker()
-	if got := haltRecovery(err, "/d"); !errors.Is(err, archive.ErrCompactionState) || !strings.Contains(got, "compaction reset --reindex --data-dir /d") {
+	if got := HaltRecovery(err, "/d"); !errors.Is(err, archive.ErrCompactionState) || !strings.Contains(got, "compaction reset --reindex --data-dir /d") {
 		t.Errorf("meta/index (%v): recovery %q, want the reset with --reindex", err, got)
 	}
 }

@@ -127,25 +127,28 @@ func TestCompactionResetNeedsStore(t *testing.T) {
 }
 
 // TestCompactionResetReindex: a malformed index marker (meta/index or
-// meta/index_replay) shows as a halted compaction; the reset drops that
+// meta/index_replay) shows as a halted compaction, with the reset that
+// repairs it (--reindex for meta/index, which the plain reset repairs too);
+// the reset drops that
 // index and marks every row unindexed, so status shows its backfill
 // pending, not a halt, and the replay index's backfill then ends matching
 // ev/. --reindex drops the compaction index with a well-formed marker too
 // (a malformed rec/ or tomb/ entry is found only by a pass).
 func TestCompactionResetReindex(t *testing.T) {
 	for _, tc := range []struct {
-		key   []byte
-		index func(c statusCompaction) *node.IndexBackfillStatus
+		key      []byte
+		index    func(c statusCompaction) *node.IndexBackfillStatus
+		recovery string // what status names
 	}{
-		{archive.KeyIndex, func(c statusCompaction) *node.IndexBackfillStatus { return c.Index }},
-		{archive.KeyReplayIndex, func(c statusCompaction) *node.IndexBackfillStatus { return c.ReplayIndex }},
+		{archive.KeyIndex, func(c statusCompaction) *node.IndexBackfillStatus { return c.Index }, "compaction reset --reindex --data-dir"},
+		{archive.KeyReplayIndex, func(c statusCompaction) *node.IndexBackfillStatus { return c.ReplayIndex }, "compaction reset --data-dir"},
 	} {
 		t.Run(string(tc.key), func(t *testing.T) {
 			dir := t.TempDir()
 			seedStore(t, dir)
 			setKey(t, dir, tc.key, []byte{0x01, 0x02})
-			if c := statusCompactionOf(t, dir); !c.Halted || !strings.Contains(c.HaltReason, string(tc.key)) {
-				t.Fatalf("status with a malformed %s: %+v, want halted naming it", tc.key, c)
+			if c := statusCompactionOf(t, dir); !c.Halted || !strings.Contains(c.HaltReason, string(tc.key)) || !strings.Contains(c.HaltRecovery, tc.recovery) {
+				t.Fatalf("status with a malformed %s: %+v, want halted naming it, the recovery %q", tc.key, c, tc.recovery)
 			}
 			code, out, stderr := runCLI(t, nil, "compaction", "reset", "--data-dir", dir)
 			if code != 0 || !strings.Contains(out, "the next start rebuilds it from rows 1 to 2") {

@@ -26,7 +26,9 @@ type statusCompaction = node.CompactionStatus
 func readCompaction(s *archive.Store) (*statusCompaction, error) {
 	st, err := s.Compaction()
 	if errors.Is(err, archive.ErrCompactionState) {
-		return &statusCompaction{Halted: true, HaltReason: err.Error()}, nil
+		c := &statusCompaction{}
+		halt(c, s, err)
+		return c, nil
 	}
 	if err != nil {
 		return nil, err
@@ -41,7 +43,7 @@ func readCompaction(s *archive.Store) (*statusCompaction, error) {
 	}
 	switch m, err := s.IndexMarker(); {
 	case errors.Is(err, archive.ErrCompactionState):
-		c.Halted, c.HaltReason = true, err.Error()
+		halt(c, s, err)
 	case err != nil:
 		return nil, err
 	case !m.Done():
@@ -49,13 +51,19 @@ func readCompaction(s *archive.Store) (*statusCompaction, error) {
 	}
 	switch m, err := s.ReplayIndexMarker(); {
 	case errors.Is(err, archive.ErrCompactionState):
-		c.Halted, c.HaltReason = true, err.Error()
+		halt(c, s, err)
 	case err != nil:
 		return nil, err
 	case !m.Done():
 		c.ReplayIndex = &node.IndexBackfillStatus{Next: m.Next, End: m.End}
 	}
 	return c, nil
+}
+
+// halt marks c halted by err, a malformed compaction state of s, with what
+// repairs it.
+func halt(c *statusCompaction, s *archive.Store, err error) {
+	c.Halted, c.HaltReason, c.HaltRecovery = true, err.Error(), node.HaltRecovery(err, s.DataDir())
 }
 
 func printCompaction(tw io.Writer, c *statusCompaction) {
@@ -80,6 +88,6 @@ func printCompaction(tw io.Writer, c *statusCompaction) {
 			human.Duration(time.Duration(c.LastPassSeconds*float64(time.Second))))
 	}
 	if c.Halted {
-		fmt.Fprintf(tw, "compaction HALTED\t%s (recovery: backstream compaction reset)\n", c.HaltReason)
+		fmt.Fprintf(tw, "compaction HALTED\t%s\ncompaction recovery\t%s\n", c.HaltReason, c.HaltRecovery)
 	}
 }
