@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/backstream/backstream/archive"
 )
@@ -71,5 +73,36 @@ func TestDataDirIsStoreDir(t *testing.T) {
 	}
 	if code, _, stderr := runCLI(t, nil, "status", "--data-dir", data); code != 0 {
 		t.Fatalf("status of the data dir itself: %d %s", code, stderr)
+	}
+}
+
+// TestServeDevnetPortTaken: a taken --devnet-listen port is a failure to
+// start, as a taken --listen port is (exit 1, the log naming the flag and
+// the bind error), not a usage error: the flag's value is valid, and
+// "usage:" with exit 2 sends the operator to the flags instead of to the
+// process holding the port. A --devnet-listen that is no address at all
+// stays a usage error.
+func TestServeDevnetPortTaken(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	serve := func(devnetListen string) (int, string) {
+		t.Helper()
+		var out, errb bytes.Buffer
+		code := run(ctx, []string{"serve", "--devnet", "--devnet-listen", devnetListen, "--devnet-accounts", "10",
+			"--listen", "127.0.0.1:0", "--admin-listen", "", "--log-format", "text", "--data-dir", t.TempDir()}, nil, &out, &errb)
+		return code, errb.String()
+	}
+	code, stderr := serve(held.Addr().String())
+	if code != 1 || strings.Contains(stderr, "usage") || !strings.Contains(stderr, "--devnet-listen") ||
+		!strings.Contains(stderr, "address already in use") {
+		t.Fatalf("serve --devnet on a taken port: exit %d, want 1, no \"usage\", naming --devnet-listen and the bind error:\n%s", code, stderr)
+	}
+	if code, stderr := serve("bogus"); code != 2 || !strings.Contains(stderr, "usage") {
+		t.Fatalf("serve --devnet-listen bogus: exit %d, want 2 (usage):\n%s", code, stderr)
 	}
 }

@@ -633,8 +633,11 @@ func startDevnet(ctx context.Context, fs *flagSet, o *serveOptions, log *slog.Lo
 	accounts := fs.get("devnet-accounts").(int)
 	log.Info("building the simulated network (--devnet)", "accounts", accounts)
 	net, err := oracle.Start(ctx, serveDevnetConfig(fs, log))
-	if err != nil {
+	switch {
+	case errors.Is(err, oracle.ErrInvalidConfig):
 		return nil, fmt.Errorf("%w: --devnet: %v", errUsage, err)
+	case err != nil: // a valid address that cannot be bound: a failure to start, as a taken --listen is
+		return nil, fmt.Errorf("--devnet-listen %s: %w", fs.str("devnet-listen"), err)
 	}
 	o.relay = net.RelayURL()
 	o.loopbackHosts = append(o.loopbackHosts, net.LoopbackHosts()...)
