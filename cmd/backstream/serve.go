@@ -646,11 +646,14 @@ func startDevnet(ctx context.Context, fs *flagSet, o *serveOptions, log *slog.Lo
 }
 
 // serveDevnetConfig is the network of --devnet: --devnet-rate 0 is no
-// live traffic (the oracle would take a zero rate as its default).
+// live traffic (the oracle would take a zero rate as its default); the
+// oracle's default hosts, or one per account when there are fewer
+// accounts (the oracle refuses a host without one, and serve has no flag
+// for them).
 func serveDevnetConfig(fs *flagSet, log *slog.Logger) oracle.Config {
 	accounts := fs.get("devnet-accounts").(int)
 	c := oracle.Config{
-		Listen: fs.str("devnet-listen"), Accounts: accounts, WebDIDs: oracle.DevnetWebDIDs(accounts),
+		Listen: fs.str("devnet-listen"), Accounts: accounts, Hosts: min(oracle.DefaultHosts, accounts), WebDIDs: oracle.DevnetWebDIDs(accounts),
 		Rate: fs.get("devnet-rate").(float64), Logger: log.With("component", "devnet"),
 	}
 	if c.Rate == 0 {

@@ -293,3 +293,39 @@ func TestServeUsageErrorBeforeOpening(t *testing.T) {
 		t.Fatalf("the data dir was touched: %v", err)
 	}
 }
+
+// TestServeDevnetOneAccount: --devnet-accounts is documented "at least 1",
+// and serve has no flag for the simulated network's hosts, so a network
+// smaller than the oracle's default host count must still start: serve
+// --devnet --devnet-accounts 1 reaches steady state and stops cleanly.
+func TestServeDevnetOneAccount(t *testing.T) {
+	listen := freeAddr(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--devnet", "--devnet-listen", freeAddr(t), "--devnet-accounts", "1",
+			"--listen", listen, "--admin-listen", "", "--log-format", "text", "--data-dir", t.TempDir()}, nil, &bytes.Buffer{}, &stderr)
+	}()
+	for {
+		select {
+		case code := <-done:
+			t.Fatalf("serve --devnet --devnet-accounts 1 exited %d before steady state:\n%s", code, stderr.String())
+		case <-ctx.Done():
+			t.Fatalf("no steady state:\n%s", stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		resp, err := http.Get("http://" + listen + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d after the interrupt:\n%s", code, stderr.String())
+	}
+}
