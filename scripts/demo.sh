@@ -7,10 +7,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin/backstream}
-DATA=${DATA:-$(mktemp -d -t backstream-demo.XXXXXX)}
 LISTEN=${LISTEN:-127.0.0.1:6008}
 ADMIN=${ADMIN:-127.0.0.1:6009}
 RELAY=${RELAY:-127.0.0.1:7777}
+
+# A port that already answers (another demo still running, say) would make
+# this script read that process's /status and report its steady state as
+# ours: refuse to start instead, naming the address.
+for addr in "$LISTEN" "$ADMIN" "$RELAY"; do
+  [ -n "$addr" ] || continue # an empty ADMIN disables the admin listener
+  host=${addr%:*} host=${host#[} host=${host%]}
+  case $host in "" | 0.0.0.0) host=127.0.0.1 ;; ::) host=::1 ;; esac
+  if (exec 3<>"/dev/tcp/$host/${addr##*:}") 2>/dev/null; then
+    echo "demo: $addr is already in use (another make demo?); stop what listens there, or set LISTEN, ADMIN and RELAY to free host:port addresses" >&2
+    exit 1
+  fi
+done
+DATA=${DATA:-$(mktemp -d -t backstream-demo.XXXXXX)}
 
 "$BIN" serve --devnet --devnet-listen "$RELAY" --devnet-accounts "${ACCOUNTS:-3000}" --devnet-rate "${RATE:-50}" \
   --data-dir "$DATA" --listen "$LISTEN" --admin-listen "$ADMIN" --log-format text &
@@ -26,11 +39,13 @@ echo "data dir:    $DATA"
 phase=
 for _ in $(seq 1 $((${WAIT:-300} * 2))); do
   phase=$(curl -fsS "http://$LISTEN/status" 2>/dev/null | sed -n 's/^  "phase": *"\([a-z_]*\)".*/\1/p' || true)
-  [ "$phase" = steady_state ] && break
+  # The answer counts only while our process runs: one that failed to
+  # bind has not answered it.
   if ! kill -0 $pid 2>/dev/null; then
     echo "demo: backstream exited before steady state (see its log above)" >&2
     exit 1
   fi
+  [ "$phase" = steady_state ] && break
   sleep 0.5
 done
 if [ "$phase" != steady_state ]; then
