@@ -54,6 +54,7 @@ if [ "$phase" != steady_state ]; then
 fi
 echo
 echo "steady state: serving the archive and the live firehose at ws://$LISTEN/subscribe"
-echo "try:         $BIN tail --url ws://$LISTEN/subscribe --cursor 0 --collection app.bsky.feed.post --limit 5"
+echo "try:         curl -s $LISTEN/status"
+echo "             $BIN tail --url ws://$LISTEN/subscribe --cursor 0 --collection app.bsky.feed.post --limit 5"
 echo "Ctrl-C to stop."
 wait $pid
