@@ -3,7 +3,10 @@ package main
 // This file owns `backstream tail`: a small /subscribe client that prints
 // each event as one JSON line on stdout. It resumes after a dropped
 // connection from the last printed cursor + 1, so it survives a server
-// restart without repeating or skipping an event.
+// restart without repeating or skipping an event. From a server whose
+// events carry no "cursor" (a Jetstream) it resumes from the last printed
+// time_us, which such a server reads as an inclusive time, and does not
+// print again the lines it sends again at that time.
 
 import (
 	"bytes"
@@ -248,14 +251,19 @@ func tailLoop(ctx context.Context, cfg tailConfig, out io.Writer, log *slog.Logg
 
 // tailer is the state that survives reconnections.
 type tailer struct {
-	cfg      tailConfig
-	out      io.Writer
-	log      *slog.Logger
-	dec      *zstd.Decoder // nil unless --compress
-	cursor   string        // where the next connection starts ("" = live)
-	printed  int
-	upgraded bool // the last once got past the upgrade
-	buf      []byte
+	cfg    tailConfig
+	out    io.Writer
+	log    *slog.Logger
+	dec    *zstd.Decoder // nil unless --compress
+	cursor string        // where the next connection starts ("" = live)
+	// Resuming by time (events without "cursor"): the last printed
+	// time_us and the lines printed at it, which the next connection,
+	// asking from that time inclusive, sends again.
+	lastTime   uint64
+	atLastTime map[string]struct{}
+	printed    int
+	upgraded   bool // the last once got past the upgrade
+	buf        []byte
 }
 
 // once runs one connection: dial, then print until it ends.
@@ -282,6 +290,7 @@ func (t *tailer) once(ctx context.Context) error {
 	t.upgraded = true
 	conn.SetReadLimit(tailMaxDecodedMessage)
 	t.log.Debug("tail: connected", "url", redact(target))
+	resumedByTime := len(t.atLastTime) > 0 // until a line past lastTime
 
 	// Cancellation closes the socket, which ends ReadMessage.
 	stop := context.AfterFunc(ctx, func() { closeNormally(conn) })
@@ -315,8 +324,17 @@ func (t *tailer) once(ctx context.Context) error {
 		msg = bytes.TrimRight(msg, "\r\n")
 		var ev struct {
 			Cursor *uint64 `json:"cursor"`
+			TimeUS *uint64 `json:"time_us"`
 		}
 		_ = json.Unmarshal(msg, &ev) // not an event: printed, cursor unchanged
+		byTime := ev.Cursor == nil && ev.TimeUS != nil
+		if resumedByTime && byTime && *ev.TimeUS == t.lastTime {
+			if _, again := t.atLastTime[string(msg)]; again {
+				continue // printed before the drop
+			}
+		} else {
+			resumedByTime = false
+		}
 		line := append(msg, '\n')
 		if _, err := t.out.Write(line); err != nil {
 			return tailFatal{fmt.Errorf("tail: write: %w", err)}
@@ -324,8 +342,15 @@ func (t *tailer) once(ctx context.Context) error {
 		if typ == websocket.BinaryMessage {
 			t.buf = line[:0]
 		}
-		if ev.Cursor != nil {
+		switch {
+		case ev.Cursor != nil:
 			t.cursor = strconv.FormatUint(*ev.Cursor+1, 10)
+		case byTime:
+			if *ev.TimeUS != t.lastTime || t.atLastTime == nil {
+				t.lastTime, t.atLastTime = *ev.TimeUS, map[string]struct{}{}
+			}
+			t.atLastTime[string(msg)] = struct{}{}
+			t.cursor = strconv.FormatUint(*ev.TimeUS, 10)
 		}
 		t.printed++
 		if t.cfg.limit > 0 && t.printed >= t.cfg.limit {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -524,5 +525,79 @@ func TestTailRefusesHugeMessage(t *testing.T) {
 	err = tailLoop(testCtx(t), cfg, &out, tailQuiet)
 	if n := len(out.String()); n > tailMaxDecodedMessage {
 		t.Fatalf("tail read and printed a %d-byte message (its bound for a message is %d bytes); tailLoop returned %v", n, tailMaxDecodedMessage, err)
+	}
+}
+
+// TestTailResumesAJetstreamByTime: a Jetstream's events carry no "cursor",
+// only time_us, and its cursor is a time_us, inclusive. The server drops
+// the first connection in the middle of a frame after three events; tail
+// resumes from the last printed time_us and prints every event once, in
+// order: not the events since --cursor again, and not the one event the
+// inclusive cursor sends again, even when another event shares its time.
+func TestTailResumesAJetstreamByTime(t *testing.T) {
+	const t0 = 1_700_000_000_000_000
+	times := []uint64{t0 + 1, t0 + 2, t0 + 3, t0 + 3, t0 + 4, t0 + 5} // two events at t0+3
+	event := func(i int) string {
+		return fmt.Sprintf(`{"did":"did:plc:%024d","time_us":%d,"kind":"commit","commit":{"rev":"r%d"}}`, i, times[i], i)
+	}
+	var conns atomic.Int32
+	var cursors []string
+	var mu sync.Mutex
+	up := websocket.Upgrader{}
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		cursors = append(cursors, r.URL.Query().Get("cursor"))
+		mu.Unlock()
+		from, err := strconv.ParseUint(r.URL.Query().Get("cursor"), 10, 64)
+		if err != nil {
+			http.Error(w, "want a time cursor", http.StatusBadRequest)
+			return
+		}
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		first := conns.Add(1) == 1
+		sent := 0
+		for i, tu := range times {
+			if tu < from {
+				continue
+			}
+			if first && sent == 3 {
+				// The start of a text frame of 256 bytes, then the end.
+				_, _ = c.UnderlyingConn().Write([]byte{0x81, 0x7e, 0x01, 0x00, '{', '"'})
+				return
+			}
+			if c.WriteMessage(websocket.TextMessage, []byte(event(i))) != nil {
+				return
+			}
+			sent++
+		}
+		_, _, _ = c.ReadMessage() // until tail goes
+	}))
+	defer hs.Close()
+	u, err := tailURL(hs.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuffer
+	cfg := tailConfig{url: u, cursor: strconv.FormatUint(t0, 10), limit: len(times), backoffMin: time.Millisecond, backoffMax: time.Millisecond, idle: 5 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tailLoop(ctx, cfg, &out, tailQuiet); err != nil {
+		t.Fatal(err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("tail did not print %d events within 5 s; printed:\n%s", len(times), out.String())
+	}
+	var want strings.Builder
+	for i := range times {
+		want.WriteString(event(i) + "\n")
+	}
+	if out.String() != want.String() {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("printed:\n%s\nwant every event once, in order:\n%s\n(cursors asked: %q)", out.String(), want.String(), cursors)
 	}
 }
