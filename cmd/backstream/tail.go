@@ -208,10 +208,11 @@ var errTailLimit = errors.New("limit reached")
 // tailLoop connects, prints, and reconnects after a drop until ctx is done
 // or the limit is reached. The first connection must be upgraded: a
 // refusal or a dial error ends tail (400: errUsage). Once connected, drops,
-// dial errors, 503s and other 5xx (a restarting server, a proxy in front
-// of it) are retried with a capped backoff (internal/backoff: doubling from
-// backoffMin to backoffMax, jittered, reset after a connection that printed
-// something); 4xx and undecodable messages end tail.
+// dial errors, 429s (the per-address cap), 503s and other 5xx (a
+// restarting server, a proxy in front of it) are retried with a capped
+// backoff (internal/backoff: doubling from backoffMin to backoffMax,
+// jittered, reset after a connection that printed something); other 4xx
+// and undecodable messages end tail.
 func tailLoop(ctx context.Context, cfg tailConfig, out io.Writer, log *slog.Logger) error {
 	t := &tailer{cfg: cfg, out: out, log: log, cursor: cfg.cursor}
 	if cfg.compress {
@@ -369,7 +370,8 @@ func closeNormally(conn *websocket.Conn) {
 
 // refusal turns an HTTP answer to the upgrade into an error: 400 is a
 // usage error showing the server's JSON; 503 names the server's phase;
-// other 4xx are fatal; 5xx may be retried once connected.
+// 429 (a per-address cap, whose slots free up as others leave) and 5xx
+// may be retried once connected; other 4xx are fatal.
 func refusal(resp *http.Response, target string) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, tailMaxErrorBody))
 	_ = resp.Body.Close()
@@ -399,7 +401,7 @@ func refusal(resp *http.Response, target string) error {
 		body = append(body[:512:512], "…"...)
 	}
 	err := fmt.Errorf("tail: %s answered %s: %s", target, resp.Status, body)
-	if resp.StatusCode < 500 {
+	if resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests {
 		err = tailFatal{err}
 	}
 	return err

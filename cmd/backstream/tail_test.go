@@ -22,6 +22,7 @@ import (
 	"github.com/ipfs/go-cid"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/subscribe"
 )
 
@@ -42,6 +43,7 @@ type tailServer struct {
 	hdrs   []http.Header // the request headers of every /subscribe, in order
 	n      int           // events committed
 	closed bool
+	perIP  int // subscribers per client address (0: the default)
 }
 
 var tailQuiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -66,7 +68,7 @@ func (s *tailServer) start() {
 		t.Fatal(err)
 	}
 	s.srv, err = subscribe.New(subscribe.Config{
-		Store: s.store, Writer: s.w, Logger: tailQuiet,
+		Store: s.store, Writer: s.w, Logger: tailQuiet, MaxSubscribersPerIP: s.perIP,
 		Ready:      s.ready.Load,
 		StatusJSON: func() any { return map[string]any{"phase": s.getPhase()} },
 	})
@@ -599,5 +601,68 @@ func TestTailResumesAJetstreamByTime(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		t.Fatalf("printed:\n%s\nwant every event once, in order:\n%s\n(cursors asked: %q)", out.String(), want.String(), cursors)
+	}
+}
+
+// TestTailRetriesThePerAddressCap: once connected, a 429 (the per-address
+// subscriber cap, which the server sends with Retry-After: its slots free
+// up as other subscribers leave) is retried like the global cap's 503,
+// not taken as the end. The server restarts; another subscriber from the
+// same address takes the one slot before tail comes back; tail is
+// refused, waits, and prints the rest once the slot is free.
+func TestTailRetriesThePerAddressCap(t *testing.T) {
+	s := &tailServer{t: t, dir: t.TempDir(), addr: "127.0.0.1:0", phase: "steady_state", perIP: 1}
+	s.ready.Store(true)
+	s.start()
+	t.Cleanup(s.stop)
+	s.commit(3)
+	u, err := tailURL(s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	var other *websocket.Conn
+	otherIn, tailBack := make(chan struct{}), make(chan struct{})
+	waits := 0
+	var out, logs syncBuffer
+	cfg := tailConfig{url: u, cursor: "0", limit: 6, backoffMin: time.Millisecond, backoffMax: 5 * time.Millisecond, idle: 5 * time.Second,
+		sleep: func(ctx context.Context, d time.Duration) error {
+			waits++
+			switch waits {
+			case 1: // after the drop: the other subscriber takes the slot first
+				select {
+				case <-otherIn:
+				case <-ctx.Done():
+				}
+			case 2: // after the refusal: the other one leaves
+				close(tailBack)
+			}
+			return backoff.Sleep(ctx, d)
+		}}
+	errc := make(chan error, 1)
+	go func() { errc <- tailLoop(ctx, cfg, &out, slog.New(slog.NewTextHandler(&logs, nil))) }()
+	waitFor(t, func() bool { return strings.Count(out.String(), "\n") == 3 })
+	s.stop()
+	s.start()
+	other, _, err = websocket.DefaultDialer.DialContext(ctx, "ws://"+s.addr+"/subscribe", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(otherIn)
+	select {
+	case <-tailBack:
+	case err := <-errc:
+		t.Fatalf("tail ended on the per-address cap (%v); stdout:\n%s\nlog:\n%s", err, out.String(), logs.String())
+	case <-ctx.Done():
+		t.Fatalf("tail did not come back; log:\n%s", logs.String())
+	}
+	other.Close()
+	s.commit(3)
+	if err := <-errc; err != nil {
+		t.Fatalf("tail: %v; log:\n%s", err, logs.String())
+	}
+	wantCursors(t, tailLines(t, out.String()), 1, 2, 3, 4, 5, 6)
+	if !strings.Contains(logs.String(), "429") {
+		t.Fatalf("no refusal in the log (the test did not hit the cap):\n%s", logs.String())
 	}
 }
