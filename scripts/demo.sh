@@ -28,7 +28,19 @@ DATA=${DATA:-$(mktemp -d -t backstream-demo.XXXXXX)}
 "$BIN" serve --devnet --devnet-listen "$RELAY" --devnet-accounts "${ACCOUNTS:-3000}" --devnet-rate "${RATE:-50}" \
   --data-dir "$DATA" --listen "$LISTEN" --admin-listen "$ADMIN" --log-format text &
 pid=$!
-trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT INT TERM
+stop() { kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; }
+trap stop EXIT
+# Ctrl-C (or a TERM) stops backstream and ends the script here. backstream
+# gets the terminal's SIGINT too and exits 0, and bash may run this trap
+# only after the loop below has seen that exit: the loop tells a stop (0)
+# from a failure too.
+interrupted() {
+  trap - EXIT
+  stop
+  echo "demo: stopped (data dir: $DATA)" >&2
+  exit 130
+}
+trap interrupted INT TERM
 
 echo "backstream:  http://$LISTEN/status (open it in a browser for the progress page)"
 echo "admin:       http://$ADMIN/metrics   http://$ADMIN/debug/pprof/"
@@ -42,6 +54,7 @@ for _ in $(seq 1 $((${WAIT:-300} * 2))); do
   # The answer counts only while our process runs: one that failed to
   # bind has not answered it.
   if ! kill -0 $pid 2>/dev/null; then
+    wait $pid && interrupted # exit 0: stopped by a signal, not failed
     echo "demo: backstream exited before steady state (see its log above)" >&2
     exit 1
   fi
