@@ -87,3 +87,14 @@ func TestReplayFromLiveLogCountsAsReplay(t *testing.T) {
 		t.Fatalf("live events: replay %v (was %v), latency samples %v (want 100)", r, r0, s)
 	}
 }
+
+// TestStatsTipAgeNeverNegative: time_us runs ahead of the wall clock after
+// the clock steps back (and above a million events a second); the tip's
+// age is then 0, not a negative number of seconds on the status page.
+func TestStatsTipAgeNeverNegative(t *testing.T) {
+	h := newHarness(t, harnessOpts{now: func() time.Time { return time.Now().Add(time.Hour) }})
+	h.commit(genEvent(t, 0, 1))
+	if st := h.srv.Stats(); st.TipTimeUS == 0 || st.TipAgeSeconds < 0 {
+		t.Fatalf("tip time %d µs, age %v s; want the tip's time and an age of 0", st.TipTimeUS, st.TipAgeSeconds)
+	}
+}

@@ -341,7 +341,8 @@ func (s *Server) Stats() Stats {
 		ents, st.LiveFloor = src.live.ReadEntries(st.TipSeq, ents, 1)
 		if len(ents) == 1 {
 			st.TipTimeUS = ents[0].Event.TimeUS
-			st.TipAgeSeconds = time.Since(time.UnixMicro(st.TipTimeUS)).Seconds()
+			// time_us may run ahead of the clock (after it stepped back).
+			st.TipAgeSeconds = max(0, time.Since(time.UnixMicro(st.TipTimeUS)).Seconds())
 		}
 	}
 	s.mu.Lock()
