@@ -180,11 +180,15 @@ func (c *Client) direct(ctx context.Context, op string, st *getRepoState, host *
 // pacer keeps, per host, the request budget its last answer announced
 // (ratelimit-remaining until ratelimit-reset) and the requests started
 // since; a request that would overspend it waits for the reset instead of
-// meeting a 429.
+// meeting a 429. A host's pace lives while it has a request in flight or
+// a reset ahead (at most RetryAfterCeiling): an idle one whose reset has
+// passed is forgotten, by its last release or, when its reset was still
+// ahead then, by the sweep acquire runs whenever the map has doubled.
 type pacer struct {
 	mu    sync.Mutex
 	hosts map[string]*pace
 	now   func() time.Time
+	sweep int // the size at which acquire next sweeps
 }
 
 type pace struct {
@@ -201,12 +205,13 @@ func newPacer() *pacer { return &pacer{hosts: map[string]*pace{}, now: time.Now}
 func (p *pacer) acquire(ctx context.Context, host string, t *trips) error {
 	for {
 		p.mu.Lock()
+		now := p.now()
 		h := p.hosts[host]
 		if h == nil {
+			p.sweepLocked(now)
 			h = &pace{}
 			p.hosts[host] = h
 		}
-		now := p.now()
 		if !h.known || !now.Before(h.reset) || h.remaining-h.inflight > 0 {
 			h.inflight++
 			p.mu.Unlock()
@@ -220,6 +225,24 @@ func (p *pacer) acquire(ctx context.Context, host string, t *trips) error {
 			return err
 		}
 	}
+}
+
+// minPaceSweep is the smallest map the pacer sweeps.
+const minPaceSweep = 64
+
+// sweepLocked forgets the idle paces whose reset has passed, once the map
+// has reached its sweep size; the next sweep waits for twice what is left,
+// so the cost stays constant per host added.
+func (p *pacer) sweepLocked(now time.Time) {
+	if len(p.hosts) < max(p.sweep, minPaceSweep) {
+		return
+	}
+	for name, h := range p.hosts {
+		if h.inflight <= 0 && (!h.known || !now.Before(h.reset)) {
+			delete(p.hosts, name)
+		}
+	}
+	p.sweep = 2 * len(p.hosts)
 }
 
 // observe records the budget an answer of host announced. A reset further

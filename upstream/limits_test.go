@@ -3,10 +3,13 @@ package upstream
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -334,5 +337,48 @@ func TestPaceResetBounded(t *testing.T) {
 	now = now.Add(RetryAfterCeiling)
 	if err := p.acquire(spent, "pds.example:443", tr); err != nil {
 		t.Fatalf("a request %v after the announcement still waits for its reset (%v): the wait is not bounded", RetryAfterCeiling, err)
+	}
+}
+
+// TestPacerForgetsHostsPastTheirReset: every answer of a host announces a
+// request budget with a reset a few seconds ahead (as a PDS does), so the
+// pacer keeps the host's pace after its last request. Over months of
+// distinct hosts (a roster's churn, or DID documents naming hosts of
+// their own) those paces must not pile up: once their reset has passed
+// they are forgotten, and the pacer holds about the hosts whose budget is
+// still running.
+func TestPacerForgetsHostsPastTheirReset(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Ratelimit-Remaining", "100")
+		w.Header().Set("Ratelimit-Reset", strconv.FormatInt(clock().Add(5*time.Second).Unix(), 10))
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"repos":[]}`)
+	})
+	names := map[string]string{}
+	const hosts = 2000
+	for i := range hosts {
+		names[fmt.Sprintf("pds%d.example", i)] = "127.0.0.1"
+	}
+	c, _ := testClient(t, srv.URL, func(o *Options) { o.Resolve = staticResolver(names) })
+	c.pace.now = clock
+	ctx := context.Background()
+	for i := range hosts {
+		if _, err := c.HostListRepos(ctx, fmt.Sprintf("pds%d.example:%s", i, srv.port()), "", 10); err != nil {
+			t.Fatalf("host %d: %v", i, err)
+		}
+		if i%100 == 99 { // a hundred hosts a minute
+			mu.Lock()
+			now = now.Add(time.Minute)
+			mu.Unlock()
+		}
+	}
+	c.pace.mu.Lock()
+	n := len(c.pace.hosts)
+	c.pace.mu.Unlock()
+	if n > 2*100+64 {
+		t.Fatalf("the pacer holds %d host paces after %d hosts, each last asked over a minute after its reset (at most %d may still run)", n, hosts, 100)
 	}
 }
