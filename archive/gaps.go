@@ -8,6 +8,7 @@ package archive
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -54,10 +55,69 @@ func (s *Store) NextGapID() (uint64, error) {
 	return gs[len(gs)-1].ID + 1, nil
 }
 
+// Gap reads gap/<id>.
+func (s *Store) Gap(id uint64) (Gap, error) {
+	g, err := get(s.db, GapKey(id), DecodeGap)
+	g.ID = id
+	return g, err
+}
+
 // GapIDs hands out gap ids to everyone who records gaps in one process (the
 // firehose consumers, the repair runner's scheduled audits), so two never
-// take the same one. Safe for concurrent use.
-type GapIDs struct{ next atomic.Uint64 }
+// take the same one. It also keeps the newest gap the consumers recorded
+// (Record) until its repair pass begins (Begin): a later hole extends that
+// gap instead of adding a row, so a relay breaking its stream on every
+// frame costs one open gap and one pass, not a row and a pass per frame.
+// Safe for concurrent use.
+type GapIDs struct {
+	next atomic.Uint64
+
+	mu   sync.Mutex
+	open *Gap // the newest gap Record wrote whose pass has not begun
+}
+
+// Record writes row, a hole found at row.FirstSeenUS, through put (which
+// submits the unit holding it), and returns the row written. A row
+// without an id extends the newest gap Record wrote whose repair pass has
+// not begun — its id, kind and FromSeq, found at the later of the two
+// times — or else takes a new id. put runs under the lock Begin takes, so
+// once Begin returns every extension of its gap has been submitted.
+func (g *GapIDs) Record(row Gap, put func(Gap) error) (Gap, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	track := true
+	switch {
+	case row.ID != 0: // the same hole written again (its resume): tracked while it was
+		track = g.open != nil && g.open.ID == row.ID
+	case g.open != nil:
+		row.ID, row.Kind, row.FromSeq = g.open.ID, g.open.Kind, g.open.FromSeq
+		row.FirstSeenUS = max(row.FirstSeenUS, g.open.FirstSeenUS)
+	default:
+		row.ID = g.Next()
+	}
+	if err := put(row); err != nil {
+		return row, err
+	}
+	if track {
+		r := row
+		g.open = &r
+	}
+	return row, nil
+}
+
+// Begin says gap id's repair pass is about to begin: no later hole extends
+// it. Every extension Record made of it was submitted before Begin
+// returns. A nil *GapIDs does nothing.
+func (g *GapIDs) Begin(id uint64) {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.open != nil && g.open.ID == id {
+		g.open = nil
+	}
+}
 
 // NewGapIDs starts after the highest gap id in s.
 func NewGapIDs(s *Store) (*GapIDs, error) {

@@ -395,10 +395,7 @@ func (c *Consumer) handleFrame(ctx context.Context, f *upstream.Frame, err error
 		return err
 	}
 	u := c.unit(f, seq, failed)
-	if err := c.withGap(ctx, u, seq); err != nil {
-		return err
-	}
-	if err := c.submit(ctx, u); err != nil {
+	if err := c.submitWithGap(ctx, u, seq); err != nil {
 		if werr := c.writerErr(); werr != nil {
 			return werr
 		}

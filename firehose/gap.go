@@ -4,7 +4,8 @@ package firehose
 // it remembers the gap it saw (OutdatedCursor, FutureCursor, seqs that stay
 // below the last accepted one, a seq skip above the threshold) and records
 // it as a gap/ row in the unit of the next frame it accepts, the unit that
-// moves cursor/relay past it. A relay that restarted its sequence also resets
+// moves cursor/relay past it. A hole found while the newest gap recorded
+// has no repair pass begun extends that gap (archive.GapIDs.Record). A relay that restarted its sequence also resets
 // cursor/relay to the new sequence in that unit. Until that unit is
 // submitted nothing moved: a crash re-dials from the old cursor and the
 // relay tells the same story again.
@@ -85,50 +86,58 @@ func (c *Consumer) recordNow(ctx context.Context) error {
 	if p == nil || p.recorded {
 		return nil
 	}
-	p.gap.ID = c.cfg.GapIDs.Next()
-	kv, err := archive.GapPut(p.gap)
-	if err != nil {
-		return fmt.Errorf("firehose: record gap: %w", err)
-	}
-	u := &archive.Unit{Puts: []archive.KV{kv}, Token: c.last, Acks: c.acks}
-	if err := c.submit(ctx, u); err != nil {
-		if werr := c.writerErr(); werr != nil {
-			return werr
+	row, err := c.cfg.GapIDs.Record(p.gap, func(row archive.Gap) error {
+		kv, err := archive.GapPut(row)
+		if err != nil {
+			return fmt.Errorf("firehose: record gap: %w", err)
 		}
-		return fmt.Errorf("firehose: record gap: %w", err)
+		u := &archive.Unit{Puts: []archive.KV{kv}, Token: c.last, Acks: c.acks}
+		if err := c.submit(ctx, u); err != nil {
+			if werr := c.writerErr(); werr != nil {
+				return werr
+			}
+			return fmt.Errorf("firehose: record gap: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	p.recorded = true
+	p.gap, p.recorded = row, true
 	c.logGap(p.gap)
 	return nil
 }
 
-// withGap adds the pending gap to u (the unit of seq): its gap/ row, and a
-// cursor reset when the relay restarted its sequence, after every unit
-// already accepted is durable (a reset may not pass units still queued).
-func (c *Consumer) withGap(ctx context.Context, u *archive.Unit, seq int64) error {
+// submitWithGap submits u, the unit of seq, with the pending gap (if any):
+// its gap/ row (archive.GapIDs.Record: a later hole extends the newest
+// gap whose repair pass has not begun), and a cursor reset when the relay
+// restarted its sequence, after every unit already accepted is durable (a
+// reset may not pass units still queued).
+func (c *Consumer) submitWithGap(ctx context.Context, u *archive.Unit, seq int64) error {
 	p := c.pending
 	if p == nil {
-		return nil
-	}
-	if p.gap.ID == 0 {
-		p.gap.ID = c.cfg.GapIDs.Next()
+		return c.submit(ctx, u)
 	}
 	p.gap.ToSeq = uint64(seq)
-	kv, err := archive.GapPut(p.gap)
-	if err != nil {
-		return fmt.Errorf("firehose: record gap: %w", err)
-	}
-	u.Puts = append(u.Puts, kv)
-	if p.reset {
-		if err := c.drainAccepted(ctx); err != nil {
-			return err
+	row, err := c.cfg.GapIDs.Record(p.gap, func(row archive.Gap) error {
+		kv, err := archive.GapPut(row)
+		if err != nil {
+			return fmt.Errorf("firehose: record gap: %w", err)
 		}
-		u.Cursor.Reset = true
-		c.mu.Lock()
-		c.lowerDurable = true
-		c.mu.Unlock()
-	}
-	return nil
+		u.Puts = append(u.Puts, kv)
+		if p.reset {
+			if err := c.drainAccepted(ctx); err != nil {
+				return err
+			}
+			u.Cursor.Reset = true
+			c.mu.Lock()
+			c.lowerDurable = true
+			c.mu.Unlock()
+		}
+		return c.submit(ctx, u)
+	})
+	p.gap = row
+	return err
 }
 
 // gapRecorded is called once the pending gap's unit is submitted.
@@ -141,8 +150,9 @@ func (c *Consumer) gapRecorded() {
 }
 
 // logGap counts a gap and logs its line: at most one a minute per kind (a
-// relay skipping seqs on every frame records a gap per frame), standing
-// for the occurrences since the last.
+// relay skipping seqs on every frame finds a hole per frame, each
+// extending the one gap waiting for its pass), standing for the
+// occurrences since the last.
 func (c *Consumer) logGap(g archive.Gap) {
 	c.m.gap(g.Kind)
 	if n, ok := c.lines.Tick("gap:" + g.Kind.String()); ok {

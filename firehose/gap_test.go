@@ -110,13 +110,15 @@ func TestOutdatedCursorGapInCursorUnit(t *testing.T) {
 // that stay below the last accepted seq past the threshold are a relay
 // that restarted its sequence unannounced: a gap, and cursor/relay follows
 // the new sequence. A skip at the threshold and a short replay below the
-// cursor are not gaps.
+// cursor are not gaps. (The skip's pass begins before the regression, else
+// the regression would extend the skip's gap: TestSeqSkipsEveryFrameOneGap.)
 func TestSeqSkipAndRegression(t *testing.T) {
 	wd := buildWorld(t, 2)
 	a := activeDIDs(wd)[0]
 	s := openStore(t)
 	w := newWriter(t, s, false)
-	c, _ := newConsumer(t, Config{Writer: w, Mode: ModeLive, GapThreshold: 3})
+	ids := gapIDsFrom(t, 1)
+	c, _ := newConsumer(t, Config{Writer: w, Mode: ModeLive, GapThreshold: 3, GapIDs: ids})
 	ctx := context.Background()
 	n := 0
 	feed := func(seqs ...int64) {
@@ -129,6 +131,7 @@ func TestSeqSkipAndRegression(t *testing.T) {
 		}
 	}
 	feed(1, 5, 6, 16)   // 1→5 skips 3: not a gap; 6→16 skips 9: a gap
+	ids.Begin(1)        // its repair pass begins: the next hole is a gap of its own
 	feed(2, 3, 4, 17)   // a short replay below the cursor, then on: duplicates
 	feed(2, 3, 4, 5, 6) // below the cursor past the threshold: 5 starts a new sequence
 	waitFor(t, 10*time.Second, "durable seq 6 of the new sequence", func() bool { return c.LastDurable() == 6 })
@@ -246,5 +249,91 @@ func TestSeqRegressionMidConnection(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(m.gaps.WithLabelValues("seq_regression")); n != 1 {
 		t.Fatalf("gaps_total{seq_regression} = %v", n)
+	}
+}
+
+// seqSkipFrames are n identity frames, each skipping 9 seqs (10, 20, ...).
+func seqSkipFrames(t *testing.T, n int) []msg {
+	wd := buildWorld(t, 2)
+	a := activeDIDs(wd)[0]
+	frames := make([]msg, n)
+	for i := range frames {
+		seq := int64(i+1) * 10
+		frames[i] = msg{seq: seq, data: encode(t, must(t)(wd.SetHandle(a, fmt.Sprintf("h%d.test", i))), seq)}
+	}
+	return frames
+}
+
+// TestSeqSkipsEveryFrameOneGap: a relay skipping more seqs than the
+// threshold before every frame breaks its stream on every frame. Each hole
+// found before the repair pass of the gap recording the first one begins
+// extends that gap, so the store holds one open gap row (one pass to run),
+// not one per frame, and every hole is still counted.
+func TestSeqSkipsEveryFrameOneGap(t *testing.T) {
+	const n = 300
+	frames := seqSkipFrames(t, n)
+	relay := newScriptRelay(t, func(i int, cursor *int64) session {
+		return session{msgs: after(frames, cursor), hold: true}
+	})
+	s := openStore(t)
+	w := newWriter(t, s, false)
+	seedCursor(t, w, 1)
+	start := int64(1)
+	c, m := newConsumer(t, Config{Relay: relay.url(), Writer: w, Mode: ModeLive, Cursor: &start, GapIDs: gapIDsFrom(t, 1), GapThreshold: 3})
+	startRun(t, c)
+	waitDurable(t, c, 10*n)
+	gs := gapsOf(t, s)
+	if len(gs) != 1 {
+		t.Fatalf("%d gap rows after %d holes, want the first gap extended by every later one (1 row)", len(gs), n)
+	}
+	if g := gs[0]; g.Kind != archive.GapSeqSkip || g.FromSeq != 1 || g.ToSeq != 10*n || !g.Open() {
+		t.Fatalf("gap %+v, want seq_skip from 1 to %d, open", g, 10*n)
+	}
+	if got := testutil.ToFloat64(m.gaps.WithLabelValues("seq_skip")); got != n {
+		t.Fatalf("gaps_total{seq_skip} = %v, want every hole counted (%d)", got, n)
+	}
+}
+
+// TestGapBegunIsNotExtended: once a gap's repair pass has begun
+// (GapIDs.Begin) a later hole may not move it (the pass compares a listing
+// taken after the holes it knows of): it opens one new gap, which the
+// holes after it extend in turn.
+func TestGapBegunIsNotExtended(t *testing.T) {
+	const n = 50
+	frames := seqSkipFrames(t, 2*n)
+	released := make(chan struct{})
+	relay := newScriptRelay(t, func(i int, cursor *int64) session {
+		if i == 0 {
+			return session{msgs: frames[:n]} // then drops
+		}
+		<-released // the next connection waits for the pass to begin
+		return session{msgs: after(frames, cursor), hold: true}
+	})
+	defer func() {
+		select {
+		case <-released:
+		default:
+			close(released)
+		}
+	}()
+	s := openStore(t)
+	w := newWriter(t, s, false)
+	seedCursor(t, w, 1)
+	start := int64(1)
+	ids := gapIDsFrom(t, 1)
+	c, _ := newConsumer(t, Config{Relay: relay.url(), Writer: w, Mode: ModeLive, Cursor: &start, GapIDs: ids, GapThreshold: 3})
+	startRun(t, c)
+	waitDurable(t, c, 10*n)
+	gs := gapsOf(t, s)
+	if len(gs) != 1 {
+		t.Fatalf("gaps %+v, want 1", gs)
+	}
+	first := gs[0]
+	ids.Begin(first.ID)
+	close(released)
+	waitDurable(t, c, 20*n)
+	gs = gapsOf(t, s)
+	if len(gs) != 2 || gs[0] != first || gs[1].FromSeq != 10*n || gs[1].ToSeq != 20*n {
+		t.Fatalf("gaps %+v after the pass of %+v began, want it unchanged and one new gap from %d to %d", gs, first, 10*n, 20*n)
 	}
 }

@@ -52,6 +52,10 @@
 //     went wrong: none is asked, counted and logged once. The DIDs listed
 //     are held as 64-bit hashes in a set for the pass (about 16 bytes an
 //     account: some 0.6 GiB for 40 million).
+//   - A pass's start ends its gap's extension by later holes
+//     (archive.GapIDs.Begin), waits for a unit of its own, and reads the
+//     gap again: one a hole extended meanwhile waits for the stream to
+//     catch up past that hole, like a new gap.
 //   - A pass starts only once the live stream (Config.Stream) has caught
 //     up past its gap: it accepted a frame after the gap was found (a
 //     listing taken before would miss what changed between it and the

@@ -268,10 +268,11 @@ func (r *Runner) heal(ctx context.Context, g archive.Gap) (bool, error) {
 			r.set(func(s *Status) { s.Gap, s.Phase = g.ID, "waiting_for_stream" })
 			return false, nil
 		}
-		if a, err = r.begin(ctx, g); err != nil {
+		ok, err := r.begin(ctx, g)
+		if err != nil || !ok {
 			return false, err
 		}
-		begins = true
+		a, begins = archive.Audit{Phase: archive.AuditList}, true
 	case err != nil:
 		return false, err
 	}
@@ -306,16 +307,27 @@ func (r *Runner) caughtUp(us int64) bool {
 	return now.Add(-s.Behind()).UnixMicro() >= us || !s.AcceptedSince(now.Add(-r.cfg.Period).UnixMicro())
 }
 
-// begin is a new pass's position: the listing from its start. It first
+// begin is a new pass's start: the listing from its beginning. It first
+// ends the gap's extension by later holes (archive.GapIDs.Begin), then
 // waits until a unit of its own is durable: the writer applies units in
 // order, so every frame the stream accepted before (the replayed backlog
-// caughtUp saw) is in the ratchet the pass compares with.
-func (r *Runner) begin(ctx context.Context, g archive.Gap) (archive.Audit, error) {
+// caughtUp saw), and every extension of the gap, is in the store. A gap a
+// later hole extended after g was read is found later than g says: the
+// pass waits for the stream to catch up past that hole (false).
+func (r *Runner) begin(ctx context.Context, g archive.Gap) (bool, error) {
+	r.cfg.GapIDs.Begin(g.ID)
 	if err := r.submit(ctx, &archive.Unit{}); err != nil {
-		return archive.Audit{}, fmt.Errorf("wait for the stream's accepted frames: %w", err)
+		return false, fmt.Errorf("wait for the stream's accepted frames: %w", err)
+	}
+	now, err := r.cfg.Store.Gap(g.ID)
+	if err != nil {
+		return false, err
+	}
+	if now.FirstSeenUS != g.FirstSeenUS {
+		return false, nil
 	}
 	r.log.Info("repair pass starts", "gap", g.ID, "kind", g.Kind.String())
-	return archive.Audit{Phase: archive.AuditList}, nil
+	return true, nil
 }
 
 // compare decides each listed account against the store: the repo updates
