@@ -45,7 +45,10 @@
 //     the account's one sync row, at the snapshot's rev;
 //     backfill and replacement rows move the ratchet to their snapshot rev; a
 //     Unit marked Replace is refused whole when the ratchet is already newer
-//     than its snapshot (S9). Identity and account rows always pass.
+//     than its snapshot, or when repo/ holds the account inactive
+//     (ErrInactiveReplacement: an account row newer than the snapshot,
+//     whose erasure the rows would undo) (S9). Identity and account rows
+//     always pass.
 //   - R4: a unit is applied all or nothing, and units that touch a common
 //     account (a row's or a repo update's DID) are applied in submission
 //     order, so a completion submitted after a repo's last rows is durable

@@ -109,6 +109,14 @@ var ErrStaleReplacement = errors.New("replacement snapshot is older than the arc
 // hold rows newer than the snapshot), so the job is fetched again.
 var ErrHoldExpired = fmt.Errorf("replacement held its account past the hold timeout: %w", ErrStaleReplacement)
 
+// ErrInactiveReplacement: the archive holds the replacement's account
+// inactive (an account row newer than the snapshot, such as a takedown or
+// a deletion that landed between the download and the replacement's first
+// unit), so the unit was refused whole: its rows would bring back the
+// records the account row erased. It matches ErrStaleReplacement too; the
+// producer reads the account's state again before fetching again.
+var ErrInactiveReplacement = fmt.Errorf("replacement of an account the archive holds inactive: %w", ErrStaleReplacement)
+
 // WriterOptions configure a Writer.
 type WriterOptions struct {
 	// Capture makes this the capture writer: rows go to cap/ in their own seq
@@ -1173,6 +1181,13 @@ func (w *Writer) stageRows(st *staged, u *Unit) error {
 		}
 		if cur > u.Replace.Rev {
 			return fmt.Errorf("%w: %s archived at %s, snapshot at %s", ErrStaleReplacement, u.Replace.DID, cur, u.Replace.Rev)
+		}
+		rs, exists, err := w.repoState(u.Replace.DID)
+		if err != nil {
+			return err
+		}
+		if exists && !rs.Active {
+			return fmt.Errorf("%w: %s (%s)", ErrInactiveReplacement, u.Replace.DID, rs.AccountStatus)
 		}
 	}
 	// admitted remembers the (did, rev) a live/merge row of this unit was

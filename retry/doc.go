@@ -75,10 +75,12 @@
 //     with Replace): sync row, records, completion — which sets the repo
 //     complete and clears attempts, error, next attempt and the replacement
 //     mark. A replacement refused because the account's ratchet moved past
-//     the snapshot (backfill.ErrStale: nothing was applied) is fetched again
-//     at once, at most MaxRefetch (3) times in a row; the next refusal makes
-//     the repo failed (class stale_replacement) with backoff, keeping its
-//     replacement mark. Each refusal is counted
+//     the snapshot (backfill.ErrStale: nothing was applied; also an
+//     account the archive holds inactive, archive.ErrInactiveReplacement)
+//     is fetched again at once, at most MaxRefetch (3) times in a row; the
+//     next refusal makes the repo failed (class stale_replacement) with
+//     backoff, keeping its replacement mark. After each refusal the state
+//     is read again: an account now inactive is left alone (S8). Each refusal is counted
 //     (backstream_retry_replacements_refused_total).
 //   - E11 terminal answers are the job's: deactivated / suspended /
 //     takendown → unavailable; RepoNotFound → the replacement's sync row and

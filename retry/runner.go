@@ -582,6 +582,16 @@ func (e *exec) process(it item) {
 			r.m.refusedReplacement()
 			e.count(ResultStale)
 			refused++
+			// The archive moved on: an account row may have made the
+			// account inactive (archive.ErrInactiveReplacement), and an
+			// inactive account is neither fetched nor failed (S8).
+			if st, err := r.cfg.Store.RepoState(it.did); err != nil {
+				e.fail(fmt.Errorf("retry: %s: read state: %w", it.did, err))
+				return
+			} else if !st.Active {
+				e.skip()
+				return
+			}
 			if refused <= r.cfg.MaxRefetch {
 				r.log.Debug("retry: replacement refused as stale; fetching again", "did", it.did, "refused", refused)
 				continue
