@@ -110,6 +110,7 @@ type admission struct {
 	wait    bool     // the unit waits (the barrier keeps it)
 	dropped int      // rows dropped because waiting would pass a cap
 	marked  []string // accounts whose part was dropped, now marked for another replacement
+	ended   []string // accounts whose replacements the unit ended: release the waiting units now
 }
 
 // admit decides an arriving unit: it waits when an account it touches is
@@ -119,7 +120,12 @@ type admission struct {
 // part of the accounts it waits for instead, and goes now with a repo update
 // per such account marking it for another replacement. The final unit of a
 // replacement whose account lost rows so gets the same mark, after its own
-// updates. admit may rewrite u's Events and Repos (the writer owns u).
+// updates. A replacement brings back records, not account or identity
+// rows: a unit past a cap carrying such a row of an account it waits for
+// is never dropped; it ends the replacements it waits for instead (their
+// later units are refused), and waits only until the writer releases the
+// waiting units, at once, in arrival order. admit may rewrite u's Events
+// and Repos (the writer owns u).
 func (b *barrier) admit(u *Unit, now time.Time) admission {
 	if len(b.holds) == 0 && len(b.waiting) == 0 || b.refusal(u) != nil {
 		return admission{}
@@ -143,6 +149,11 @@ func (b *barrier) admit(u *Unit, now time.Time) admission {
 			// Dropping the held accounts' rows first would apply an
 			// invalid unit in part: the writer refuses it whole instead.
 			return admission{}
+		}
+		if !restorable(u, blocked) {
+			ended := b.endFor(blocked)
+			b.enqueue(w)
+			return admission{wait: true, ended: ended}
 		}
 		return b.drop(u, blocked, now)
 	}
@@ -232,6 +243,67 @@ func (b *barrier) drop(u *Unit, blocked []string, now time.Time) admission {
 	}
 	u.Events, u.Repos = events, repos
 	return a
+}
+
+// restorable reports whether every row of u of the accounts dids is one a
+// whole-repo replacement brings back (a commit's, or a sync row, which
+// only schedules one): an account or identity row is not.
+func restorable(u *Unit, dids []string) bool {
+	for i := range u.Events {
+		ev := &u.Events[i]
+		if ev.Kind.IsCommit() || ev.Kind == KindSync {
+			continue
+		}
+		for _, d := range dids {
+			if ev.DID == d {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// endFor ends every hold that keeps the accounts dids waiting: their own,
+// and those of every account of a unit waiting with them, transitively,
+// so that once released every unit waiting for dids goes. Their
+// replacements' later units are refused with ErrHoldOverflow. It returns
+// the accounts whose holds it ended.
+func (b *barrier) endFor(dids []string) []string {
+	set := make(map[string]bool, len(dids))
+	for _, d := range dids {
+		set[d] = true
+	}
+	for grew := true; grew; {
+		grew = false
+		for _, w := range b.waiting {
+			touches := false
+			for _, p := range w.parts {
+				if set[p.did] {
+					touches = true
+					break
+				}
+			}
+			if !touches {
+				continue
+			}
+			for _, p := range w.parts {
+				if !set[p.did] {
+					set[p.did], grew = true, true
+				}
+			}
+		}
+	}
+	var ended []string
+	for did := range set {
+		h := b.holds[did]
+		if h == nil {
+			continue
+		}
+		delete(b.holds, did)
+		b.end(replKey{did, h.owner}, fmt.Errorf("%w: %s", ErrHoldOverflow, did))
+		ended = append(ended, did)
+	}
+	return ended
 }
 
 // markDropped marks a known account for a whole-repo replacement now: the

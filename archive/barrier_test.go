@@ -37,7 +37,7 @@ func newRig(t *testing.T, lim barrierLimits) *barrierRig {
 // offer is Writer.add.
 func (r *barrierRig) offer(u *Unit) admission {
 	a := r.b.admit(u, r.now)
-	if !a.wait && r.apply(u) {
+	if !a.wait && r.apply(u) || len(a.ended) > 0 {
 		r.b.release(r.apply)
 	}
 	return a
@@ -222,6 +222,39 @@ func TestBarrierOverflow(t *testing.T) {
 	}
 	if !r.b.holds[accZ].dropped || r.b.holds[accX].dropped {
 		t.Fatal("the dropped mark is on the wrong hold")
+	}
+}
+
+// TestBarrierOverflowEndsHoldsForAccountRows: a unit past a cap that
+// carries an account or identity row of an account it waits for is not
+// dropped (no replacement brings such a row back): it ends the holds it
+// waits for, also through a unit waiting with it for another account's
+// replacement, and goes right after the units waiting before it; the
+// ended replacement's later units are refused.
+func TestBarrierOverflowEndsHoldsForAccountRows(t *testing.T) {
+	one := eventBytes(&liveUnit("x", accY, 1, nil).Events[0])
+	r := newRig(t, barrierLimits{accountBytes: one + one/2})
+	job, live := NewAcks(), NewAcks()
+	r.offer(chunkUnit("c1", accX, job, false))
+	// A unit of X and Y (a merge's, a repair page's) waits for X's hold,
+	// and Y's live units wait behind it.
+	both := liveUnit("XY", accX, 1, live)
+	both.Events = append(both.Events, commitEv(accY, liveRev(1), KindCreate, SourceLive, "y"))
+	r.offer(both)
+	acct := &Unit{Token: "Yacct", Acks: live, Events: []Event{{Kind: KindAccount, DID: accY, Source: SourceLive, Status: "takendown"}},
+		Cursor: SeqCursor{Key: KeyCursorRelay, Seq: 2}}
+	a := r.offer(acct)
+	if a.dropped != 0 || len(acct.Events) != 1 || !slices.Equal(a.ended, []string{accX}) {
+		t.Fatalf("account row past the cap: %+v, %d rows left; want X's hold ended, nothing dropped", a, len(acct.Events))
+	}
+	r.want("c1", "XY", "Yacct")
+	if r.b.units() != 0 || len(r.b.holds) != 0 {
+		t.Fatalf("%d units waiting, %d holds", r.b.units(), len(r.b.holds))
+	}
+	r.offer(chunkUnit("c2", accX, job, false))
+	r.offer(chunkUnit("c3", accX, job, true))
+	if !slices.Equal(r.refused, []any{"c2", "c3"}) || len(r.b.ended) != 0 {
+		t.Fatalf("refused %v, %d ended remembered; want the ended replacement's later units refused, then forgotten", r.refused, len(r.b.ended))
 	}
 }
 

@@ -136,7 +136,12 @@
 // known to repo/ is marked for another replacement (RefetchSync, due now) in
 // the batch that applies the rest of the unit and its cursor, and marked
 // again after the current replacement's final unit. Units of a replacement
-// are never dropped (their job bounds them).
+// are never dropped (their job bounds them). Nor is an account or identity
+// row, which no replacement brings back: a unit past a cap carrying one of
+// an account it waits for ends the holds it waits for (those of every
+// account of a unit waiting with it, transitively; their replacements'
+// later units are refused with ErrHoldOverflow), and the waiting units and
+// it are applied at once, in arrival order.
 //
 // Expiry: a replacement that sends no unit for HoldTimeout (default 2 min)
 // while it holds its account is abandoned on the writer's own timer, even

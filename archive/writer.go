@@ -109,6 +109,14 @@ var ErrStaleReplacement = errors.New("replacement snapshot is older than the arc
 // hold rows newer than the snapshot), so the job is fetched again.
 var ErrHoldExpired = fmt.Errorf("replacement held its account past the hold timeout: %w", ErrStaleReplacement)
 
+// ErrHoldOverflow: while the replacement held its account, a unit that
+// would have waited past the hold caps carried an account or identity row
+// of it, which no replacement brings back, so the writer released the
+// units waiting for it rather than dropping that row; the replacement's
+// later units are refused. It matches ErrStaleReplacement too (the archive
+// now holds rows newer than the snapshot), so the job is fetched again.
+var ErrHoldOverflow = fmt.Errorf("replacement's account passed the hold caps with a row no replacement restores: %w", ErrStaleReplacement)
+
 // ErrInactiveReplacement: the archive holds the replacement's account
 // inactive (an account row newer than the snapshot, such as a takedown or
 // a deletion that landed between the download and the replacement's first
@@ -720,6 +728,11 @@ func (w *Writer) add(p *pending, u *Unit) {
 	m := w.opts.Metrics
 	if a.wait {
 		m.held()
+		if len(a.ended) > 0 {
+			w.opts.Logger.Warn("archive writer: a unit with an account or identity row would wait past the hold caps; ending the replacements it waits for and releasing the units waiting for them",
+				"accounts", a.ended)
+			w.release(p)
+		}
 		return
 	}
 	if len(a.marked) > 0 {

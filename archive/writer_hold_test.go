@@ -477,3 +477,47 @@ func TestInvalidUnitPastHoldCapIsRefused(t *testing.T) {
 			rc, accY, r.rowsOf(accY), r.relay())
 	}
 }
+
+// TestHoldOverflowKeepsAccountAndIdentityRows: a replacement brings back
+// records, never an account or identity row. A unit past the hold cap
+// carrying one of the held account is not dropped: the hold ends, the
+// waiting unit and it are applied at once in arrival order, and the
+// replacement's later units are refused (ErrHoldOverflow, a stale
+// replacement: fetched again). A unit of commits past the cap is still
+// dropped.
+func TestHoldOverflowKeepsAccountAndIdentityRows(t *testing.T) {
+	for _, kind := range []Kind{KindIdentity, KindAccount} {
+		t.Run(kind.String(), func(t *testing.T) {
+			one := eventBytes(&liveUnit(1, accX, 1, nil).Events[0])
+			r := newHoldRig(t, WriterOptions{HoldAccountBytes: one + one/2})
+			defer r.close()
+			x := accX
+			apply(t, r.w, &Unit{Repos: []RepoUpdate{{DID: x, Fields: FieldStatus | FieldActive | FieldBackfillRev,
+				State: RepoState{Status: StatusComplete, Active: true, BackfillRev: "03"}}}})
+			job, live := NewAcks(), NewAcks()
+			r.submit(chunkUnit("c1", x, job, false), job)
+			r.wait(job, 1)
+			r.submit(liveUnit(1, x, 1, nil), live) // waits
+			r.submit(liveUnit(2, x, 2, nil), live) // would pass the cap: dropped
+			if rc := r.wait(live, 1)[0]; rc.Token != 2 || rc.Dropped != 1 {
+				t.Fatalf("overflowing commit's receipt %+v, want its row dropped", rc)
+			}
+			ev := Event{Kind: kind, DID: x, Source: SourceLive, Handle: "x.test"}
+			if kind == KindAccount {
+				ev = Event{Kind: kind, DID: x, Source: SourceLive, Status: "takendown"}
+			}
+			r.submit(&Unit{Token: 3, Events: []Event{ev}, Cursor: SeqCursor{Key: KeyCursorRelay, Seq: 3}}, live)
+			rc := r.wait(live, 2)
+			if tokenList(rc) != "1 3" || rc[0].Kept != 1 || rc[1].Kept != 1 || rc[1].Dropped != 0 || rc[1].Cursor != 3 {
+				t.Fatalf("after an %s row past the cap: receipts %+v; want units 1 and 3 applied, nothing dropped", kind, rc)
+			}
+			if got, want := r.rowsOf(x), "create/c1 create/1 "+kind.String()+"/"; got != want {
+				t.Fatalf("rows of the account %q, want %q", got, want)
+			}
+			r.submit(chunkUnit("c2", x, job, true), job)
+			if rc := r.wait(job, 1)[0]; !errors.Is(rc.Refused, ErrHoldOverflow) || !errors.Is(rc.Refused, ErrStaleReplacement) {
+				t.Fatalf("the ended replacement's final unit: %+v, want refused with ErrHoldOverflow", rc)
+			}
+		})
+	}
+}
