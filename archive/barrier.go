@@ -86,14 +86,20 @@ type waitingAccount struct {
 	bytes int64
 }
 
-// cursorState is what the barrier knows of one seq cursor.
+// cursorState is what the barrier knows of one seq cursor. A unit that
+// resets the cursor (the source restarted its sequence) starts a new
+// sequence when it arrives: the units carrying the cursor that wait then
+// belong to the earlier one, and their positions mean nothing in the new
+// one.
 type cursorState struct {
-	applied bool
-	hi      uint64 // highest position applied
-	wrote   bool
-	written uint64 // last position handed out for writing
-	waiting int    // waiting units carrying this cursor
-	oldest  uint64 // lowest position among them
+	applied   bool
+	hi        uint64 // highest position applied (of the current sequence)
+	wrote     bool
+	written   uint64 // last position handed out for writing
+	waiting   int    // waiting units of the current sequence carrying this cursor
+	oldest    uint64 // lowest position among them
+	earlier   int    // waiting units carrying this cursor that arrived before its last reset
+	resetting bool   // the unit that reset it is not applied yet (it carries the gap of the restart)
 }
 
 func newBarrier(lim barrierLimits) *barrier {
@@ -127,6 +133,9 @@ type admission struct {
 // waiting units, at once, in arrival order. admit may rewrite u's Events
 // and Repos (the writer owns u).
 func (b *barrier) admit(u *Unit, now time.Time) admission {
+	if i, ok := cursorIndex(u.Cursor.Key); ok && u.Cursor.Reset {
+		b.resetCursor(i)
+	}
 	if len(b.holds) == 0 && len(b.waiting) == 0 || b.refusal(u) != nil {
 		return admission{}
 	}
@@ -161,15 +170,33 @@ func (b *barrier) admit(u *Unit, now time.Time) admission {
 	return admission{wait: true}
 }
 
+// resetCursor starts a new sequence of seq cursor i as a unit resetting it
+// arrives: the waiting units carrying it belong to the earlier sequence
+// (applied later, they move nothing), and nothing is written for it until
+// every one of them is applied and so is the resetting unit. Until then
+// the durable cursor stays where it was, below the oldest of them, in the
+// earlier sequence: a crash re-dials from there, so the relay reports the
+// restart again rather than the stream resuming past rows that were not
+// durable. The units of the new sequence are applied meanwhile like any
+// (only those touching a held account wait).
+func (b *barrier) resetCursor(i int) {
+	c := &b.cursors[i]
+	for _, w := range b.waiting {
+		if k, ok := cursorIndex(w.u.Cursor.Key); ok && k == i {
+			w.u.earlier = true
+		}
+	}
+	c.earlier += c.waiting
+	c.waiting, c.oldest = 0, 0
+	c.applied, c.hi = false, 0
+	c.wrote = false // the next write goes back into the new sequence, once
+	c.resetting = true
+}
+
 // refusal is the error a unit of an ended replacement is refused with (nil
 // for any other unit): a replacement that lost its hold must not resume
-// and interleave with the rows released meanwhile. A cursor reset is
-// refused while units carrying its cursor wait: one applied after it would
-// move the cursor back up into the old sequence.
+// and interleave with the rows released meanwhile.
 func (b *barrier) refusal(u *Unit) error {
-	if i, ok := cursorIndex(u.Cursor.Key); ok && u.Cursor.Reset && b.cursors[i].waiting > 0 {
-		return invalid("unit resets %s while %d units carrying it wait", u.Cursor.Key, b.cursors[i].waiting)
-	}
 	if u.Replace == nil || len(b.ended) == 0 {
 		return nil
 	}
@@ -338,6 +365,10 @@ func (b *barrier) enqueue(w *waiter) {
 	}
 	if i, ok := cursorIndex(w.u.Cursor.Key); ok {
 		c := &b.cursors[i]
+		if w.u.earlier {
+			c.earlier++
+			return
+		}
 		if c.waiting == 0 || w.u.Cursor.Seq < c.oldest {
 			c.oldest = w.u.Cursor.Seq
 		}
@@ -350,13 +381,13 @@ func (b *barrier) enqueue(w *waiter) {
 // deadline, and its final or refused unit closes it. It reports whether a
 // hold closed, so waiting units may go (release).
 func (b *barrier) applied(u *Unit, refused bool, now time.Time) (closed bool) {
-	if i, ok := cursorIndex(u.Cursor.Key); ok && !refused {
+	if i, ok := cursorIndex(u.Cursor.Key); ok && !refused && !u.earlier {
 		c := &b.cursors[i]
-		if !c.applied || u.Cursor.Seq > c.hi || u.Cursor.Reset {
+		if !c.applied || u.Cursor.Seq > c.hi {
 			c.hi = u.Cursor.Seq
 		}
 		if u.Cursor.Reset {
-			c.wrote = false // the next write may go backwards, once
+			c.resetting = false
 		}
 		c.applied = true
 	}
@@ -422,6 +453,7 @@ func (b *barrier) reset() {
 	clear(b.accounts)
 	for i := range b.cursors {
 		b.cursors[i].waiting = 0
+		b.cursors[i].earlier = 0
 	}
 }
 
@@ -473,10 +505,13 @@ func (b *barrier) forget(k replKey) {
 
 // cursorToWrite returns the position seq cursor i may durably take now: the
 // highest applied, but never at or past the oldest waiting unit carrying it,
-// and never backwards. ok is false when there is nothing new to write.
+// and never backwards except once after a reset. After a reset nothing is
+// written until the resetting unit and every unit of the earlier sequence
+// are applied (resetCursor). ok is false when there is nothing new to
+// write.
 func (b *barrier) cursorToWrite(i int) (pos uint64, ok bool) {
 	c := &b.cursors[i]
-	if !c.applied {
+	if !c.applied || c.resetting || c.earlier > 0 {
 		return 0, false
 	}
 	pos = c.hi

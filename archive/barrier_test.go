@@ -174,6 +174,63 @@ func TestBarrierCursor(t *testing.T) {
 	}
 }
 
+// TestBarrierCursorReset: a unit that resets cursor/relay (the relay
+// restarted its sequence) while units carrying it wait behind a
+// replacement is applied at once, and so are the units after it that touch
+// no held account. The cursor is not written until every unit from before
+// the reset and the resetting unit are applied: it stays below the oldest
+// waiting one, in the old sequence, and then goes back into the new one.
+// A resetting unit that waits itself keeps the cursor where it was too.
+func TestBarrierCursorReset(t *testing.T) {
+	r := newRig(t, barrierLimits{})
+	job, live := NewAcks(), NewAcks()
+	relay, _ := cursorIndex(KeyCursorRelay)
+	pos := func(want uint64, ok bool) {
+		t.Helper()
+		got, gotOK := r.b.cursorToWrite(relay)
+		if gotOK != ok || (ok && got != want) {
+			t.Fatalf("cursor %d %v, want %d %v", got, gotOK, want, ok)
+		}
+	}
+	reset := func(u *Unit) *Unit { u.Cursor.Reset = true; return u }
+	r.offer(liveUnit(9, accY, 9, live))
+	pos(9, true)
+	r.offer(chunkUnit("c1", accX, job, false))
+	r.offer(liveUnit(10, accX, 10, live)) // waits
+	r.offer(liveUnit(11, accY, 11, live))
+	pos(0, false) // min(11, 10-1): written already
+	if a := r.offer(reset(liveUnit("R1", accY, 1, live))); a.wait {
+		t.Fatal("the resetting unit of a free account waited")
+	}
+	r.offer(liveUnit("n2", accY, 2, live))
+	r.offer(liveUnit("n3", accX, 3, live)) // waits, in the new sequence
+	r.want(9, "c1", 11, "R1", "n2")
+	pos(0, false) // seq 10 of the old sequence waits
+	if r.b.written(relay) != 9 {
+		t.Fatalf("written %d while seq 10 waits, want 9", r.b.written(relay))
+	}
+	r.offer(chunkUnit("c2", accX, job, true))
+	r.want(9, "c1", 11, "R1", "n2", "c2", 10, "n3")
+	pos(3, true) // back into the new sequence, once
+	r.offer(liveUnit("n4", accY, 4, live))
+	pos(4, true)
+
+	// The resetting unit touches a held account: it waits, and nothing is
+	// written until it is applied (it carries the gap), though no unit of
+	// the earlier sequence waits.
+	r.offer(chunkUnit("c3", accX, job, false))
+	r.offer(reset(liveUnit("R2", accX, 1, live)))
+	r.offer(liveUnit("m2", accY, 2, live))
+	r.offer(liveUnit("m3", accY, 3, live))
+	pos(0, false)
+	if r.b.written(relay) != 4 {
+		t.Fatalf("written %d while the resetting unit waits, want 4", r.b.written(relay))
+	}
+	r.offer(chunkUnit("c4", accX, job, true))
+	r.want(9, "c1", 11, "R1", "n2", "c2", 10, "n3", "n4", "c3", "m2", "m3", "c4", "R2")
+	pos(3, true)
+}
+
 // TestBarrierOverflow: a unit that would wait past the per-account cap
 // loses its rows of the held account, goes at once, and carries a mark of
 // the account for another replacement; the replacement's final unit gets

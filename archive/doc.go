@@ -127,7 +127,13 @@
 // backwards, and reports it in each Receipt.Cursor. After a crash the relay
 // (or the merge walk) therefore replays from that clamped cursor: replayed
 // commit and sync rows are dropped by the ratchet, but identity and account
-// rows inside the window are archived a second time.
+// rows inside the window are archived a second time. A unit that resets
+// the cursor (SeqCursor.Reset) starts a new sequence when it arrives, even
+// while units carrying the cursor wait: those belong to the old sequence
+// and move nothing when applied, and nothing is written for the cursor
+// until they and the resetting unit are applied. Until then it stays below
+// the oldest of them, in the old sequence; the units of the new sequence
+// are applied meanwhile, so the producer never waits for a replacement.
 //
 // Bounds: the waiting units are capped (HoldBytes in total, HoldAccountBytes
 // per account; 64 MiB and 4 MiB by default). A unit that would pass a cap

@@ -110,8 +110,8 @@ func TestRecordRelayGap(t *testing.T) {
 
 // TestCursorReset: a unit whose cursor resets moves cursor/relay down once
 // (a relay restarted its sequence), and later units move it up from there;
-// without Reset the cursor never goes backwards. A reset while a unit
-// carrying the cursor waits behind a replacement is refused.
+// without Reset the cursor never goes backwards. (A reset while units
+// carrying the cursor wait behind a replacement: TestBarrierCursorReset.)
 func TestCursorReset(t *testing.T) {
 	s := openMem(t, vfs.NewMem())
 	defer s.Close()

@@ -35,9 +35,12 @@ type SeqCursor struct {
 	Key []byte
 	Seq uint64
 	// Reset moves the cursor to Seq even when it is lower: the source
-	// restarted its sequence (a relay that was rebuilt). A reset unit is
-	// refused while units carrying the same key wait behind a replacement
-	// (the producer waits for its earlier units to be durable first).
+	// restarted its sequence (a relay that was rebuilt). Units carrying the
+	// same key that wait behind a replacement when it arrives belong to the
+	// earlier sequence: until they and the reset unit are applied, the
+	// durable cursor stays where it was, below the oldest of them, and the
+	// units after the reset are applied meanwhile (the producer need not
+	// wait for its earlier units).
 	Reset bool
 }
 
@@ -74,7 +77,8 @@ type Unit struct {
 	Token   any          // returned in the receipt
 	Acks    *Acks        // receives the receipt once the unit is durable (or refused); nil: nobody listens
 
-	queued int64 // the queue's bytes Submit took for it, given back when the writer takes it
+	queued  int64 // the queue's bytes Submit took for it, given back when the writer takes it
+	earlier bool  // it waited while a later unit reset its seq cursor: its position belongs to the earlier sequence
 }
 
 // HostUpdate changes host/<host> through Func, which gets the current state

@@ -142,9 +142,6 @@ type Consumer struct {
 	effectSeqs map[int64]struct{}
 	fatal      error
 	abort      context.CancelFunc // cancels the active Run
-	// lowerDurable: the next receipt is a cursor reset's, whose durable
-	// cursor is below the last one (guarded by mu).
-	lowerDurable bool
 }
 
 // New validates cfg and returns a Consumer; nothing starts until Run.
@@ -213,8 +210,11 @@ func New(cfg Config) (*Consumer, error) {
 // before any; 0 when neither). Reconnects resume from it.
 func (c *Consumer) LastAccepted() int64 { return c.lastAccepted.Load() }
 
-// LastDurable is the last upstream seq whose unit (and so cursor/relay) is
-// durable (Config.Cursor before any; 0 when neither).
+// LastDurable is the durable cursor/relay as the writer's last receipt
+// says (Config.Cursor before any; 0 when neither): every frame up to it is
+// durable. After the relay restarted its sequence it stays in the old
+// sequence until the reset is written (archive.SeqCursor.Reset), then goes
+// back into the new one.
 func (c *Consumer) LastDurable() int64 {
 	c.collect()
 	return c.lastDurable.Load()
@@ -281,12 +281,15 @@ func (c *Consumer) collect() {
 			continue // never report progress past a hole
 		}
 		// The durable cursor, not the unit's own seq: a unit of an account
-		// held by a replacement may still wait behind this one.
-		if d := int64(r.Cursor); d > c.lastDurable.Load() || c.lowerDurable {
+		// held by a replacement may still wait behind this one. Receipts
+		// come in commit order, and the writer's cursor only goes back
+		// once a reset is written, so the last one is the durable cursor.
+		// 0 is a unit without a cursor (a gap row recorded at once): a
+		// written cursor is never 0 after any other.
+		if d := int64(r.Cursor); d != 0 {
 			c.lastDurable.Store(d)
 			c.m.durable(d)
 		}
-		c.lowerDurable = false
 		c.startedOnce.Do(func() { close(c.started) })
 		if c.cfg.Mode == ModeLive {
 			c.cfg.Crash.Hit(crashpoint.LiveBatch) // live rows with cursor/relay are durable

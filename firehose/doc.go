@@ -79,7 +79,9 @@
 //     gap, the unit that moves cursor/relay past it (a FutureCursor gap is
 //     also recorded at once, cursor unmoved). A relay that restarted its
 //     sequence is followed from its live tip, and that unit resets
-//     cursor/relay (SeqCursor.Reset) once every earlier unit is durable. One
+//     cursor/relay (SeqCursor.Reset) at once: the writer keeps the cursor
+//     in the old sequence until every earlier unit is applied (some may
+//     wait behind a replacement), and the stream never waits for that. One
 //     ERROR line and backstream_firehose_gaps_total{kind} per gap.
 //   - Behind: the upstream time of the last accepted event (or a pong on an
 //     idle connection, or Run's start) against now: /readyz's staleness.

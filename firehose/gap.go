@@ -111,8 +111,11 @@ func (c *Consumer) recordNow(ctx context.Context) error {
 // submitWithGap submits u, the unit of seq, with the pending gap (if any):
 // its gap/ row (archive.GapIDs.Record: a later hole extends the newest
 // gap whose repair pass has not begun), and a cursor reset when the relay
-// restarted its sequence, after every unit already accepted is durable (a
-// reset may not pass units still queued).
+// restarted its sequence. The reset does not wait for the units accepted
+// before it: the writer applies units in order, and keeps cursor/relay
+// where it was until those of them waiting behind a replacement are
+// applied (archive.SeqCursor.Reset), so the firehose never waits for a
+// replacement.
 func (c *Consumer) submitWithGap(ctx context.Context, u *archive.Unit, seq int64) error {
 	p := c.pending
 	if p == nil {
@@ -125,15 +128,7 @@ func (c *Consumer) submitWithGap(ctx context.Context, u *archive.Unit, seq int64
 			return fmt.Errorf("firehose: record gap: %w", err)
 		}
 		u.Puts = append(u.Puts, kv)
-		if p.reset {
-			if err := c.drainAccepted(ctx); err != nil {
-				return err
-			}
-			u.Cursor.Reset = true
-			c.mu.Lock()
-			c.lowerDurable = true
-			c.mu.Unlock()
-		}
+		u.Cursor.Reset = p.reset
 		return c.submit(ctx, u)
 	})
 	p.gap = row
@@ -159,29 +154,6 @@ func (c *Consumer) logGap(g archive.Gap) {
 		c.log.Error("firehose: gap in the relay's stream recorded; its repair pass will fetch what changed",
 			"gap", g.ID, "kind", g.Kind.String(), "from_seq", g.FromSeq, "to_seq", g.ToSeq, "occurrences", n, "per", time.Minute)
 	}
-}
-
-// drainPoll is how often drainAccepted looks at the receipts.
-const drainPoll = 5 * time.Millisecond
-
-// drainAccepted waits until every accepted unit is durable.
-func (c *Consumer) drainAccepted(ctx context.Context) error {
-	t := time.NewTicker(drainPoll)
-	defer t.Stop()
-	for c.LastDurable() < c.LastAccepted() {
-		if err := c.failed(); err != nil {
-			return err
-		}
-		if err := c.writerErr(); err != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("firehose: wait for durable units before a cursor reset: %w", ctx.Err())
-		case <-t.C:
-		}
-	}
-	return nil
 }
 
 // idlePong notes a pong on a connection that has been silent for a ping
