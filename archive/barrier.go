@@ -10,6 +10,7 @@ package archive
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -293,8 +294,10 @@ func restorable(u *Unit, dids []string) bool {
 // endFor ends every hold that keeps the accounts dids waiting: their own,
 // and those of every account of a unit waiting with them, transitively,
 // so that once released every unit waiting for dids goes. Their
-// replacements' later units are refused with ErrHoldOverflow. It returns
-// the accounts whose holds it ended.
+// replacements' later units are refused with ErrHoldOverflow, and so are
+// the units of a replacement of those accounts that waits to begin (its
+// first unit, released, would hold the account again). It returns the
+// accounts whose holds or replacements it ended.
 func (b *barrier) endFor(dids []string) []string {
 	set := make(map[string]bool, len(dids))
 	for _, d := range dids {
@@ -329,6 +332,21 @@ func (b *barrier) endFor(dids []string) []string {
 		delete(b.holds, did)
 		b.end(replKey{did, h.owner}, fmt.Errorf("%w: %s", ErrHoldOverflow, did))
 		ended = append(ended, did)
+	}
+	// A replacement of one of these accounts whose unit waits among them
+	// would take the account over as soon as it is released, and the
+	// units behind it would wait again, past the cap: it ends too.
+	for _, w := range b.waiting {
+		rp := w.u.Replace
+		if rp == nil || !set[rp.DID] {
+			continue
+		}
+		if k := (replKey{rp.DID, w.u.Acks}); b.ended[k] == nil {
+			b.end(k, fmt.Errorf("%w: %s", ErrHoldOverflow, rp.DID))
+			if !slices.Contains(ended, rp.DID) {
+				ended = append(ended, rp.DID)
+			}
+		}
 	}
 	return ended
 }

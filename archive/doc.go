@@ -147,7 +147,10 @@
 // an account it waits for ends the holds it waits for (those of every
 // account of a unit waiting with it, transitively; their replacements'
 // later units are refused with ErrHoldOverflow), and the waiting units and
-// it are applied at once, in arrival order.
+// it are applied at once, in arrival order. Another replacement of one of
+// those accounts whose first unit waits among them ends the same way (its
+// units are refused with ErrHoldOverflow): released first, it would hold
+// the account again and keep the row waiting, past the cap.
 //
 // Expiry: a replacement that sends no unit for HoldTimeout (default 2 min)
 // while it holds its account is abandoned on the writer's own timer, even

@@ -113,11 +113,12 @@ var ErrStaleReplacement = errors.New("replacement snapshot is older than the arc
 // hold rows newer than the snapshot), so the job is fetched again.
 var ErrHoldExpired = fmt.Errorf("replacement held its account past the hold timeout: %w", ErrStaleReplacement)
 
-// ErrHoldOverflow: while the replacement held its account, a unit that
-// would have waited past the hold caps carried an account or identity row
-// of it, which no replacement brings back, so the writer released the
-// units waiting for it rather than dropping that row; the replacement's
-// later units are refused. It matches ErrStaleReplacement too (the archive
+// ErrHoldOverflow: while the replacement held its account (or its first
+// unit waited to), a unit that would have waited past the hold caps
+// carried an account or identity row of it, which no replacement brings
+// back, so the writer released the units waiting for it rather than
+// dropping that row; the replacement's later units (and a waiting first
+// one) are refused. It matches ErrStaleReplacement too (the archive
 // now holds rows newer than the snapshot), so the job is fetched again.
 var ErrHoldOverflow = fmt.Errorf("replacement's account passed the hold caps with a row no replacement restores: %w", ErrStaleReplacement)
 

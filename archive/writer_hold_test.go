@@ -521,3 +521,42 @@ func TestHoldOverflowKeepsAccountAndIdentityRows(t *testing.T) {
 		})
 	}
 }
+
+// TestHoldOverflowRefusesWaitingReplacement: an account or identity row
+// past a hold cap ends the holds it waits for, and the units waiting for
+// them and it are applied at once. A second replacement of the account
+// whose first unit waits among them does not take the account over in
+// that release (its hold would keep the row waiting, past the cap): it is
+// refused with ErrHoldOverflow, fetched again after the row.
+func TestHoldOverflowRefusesWaitingReplacement(t *testing.T) {
+	one := eventBytes(&liveUnit(1, accX, 1, nil).Events[0])
+	r := newHoldRig(t, WriterOptions{HoldAccountBytes: 2*one + one/2})
+	defer r.close()
+	x := accX
+	job, job2, live := NewAcks(), NewAcks(), NewAcks()
+	r.submit(chunkUnit("a1", x, job, false), job)
+	r.wait(job, 1)                                  // job holds x
+	r.submit(chunkUnit("b1", x, job2, false), job2) // waits for job
+	r.submit(liveUnit(1, x, 1, nil), live)          // waits
+	u := liveUnit(2, x, 2, nil)
+	u.Events = append(u.Events, Event{Kind: KindIdentity, DID: x, Source: SourceLive, Handle: "x.test"})
+	r.submit(u, live) // past the cap, with an identity row: ends job's hold
+	r.sync()
+	rc := live.Drain(nil)
+	if tokenList(rc) != "1 2" || rc[0].Kept != 1 || rc[1].Kept != 2 || rc[1].Cursor != 2 {
+		t.Fatalf("after an identity row past the cap: receipts %+v; want units 1 and 2 applied at once", rc)
+	}
+	if b := r.wait(job2, 1)[0]; !errors.Is(b.Refused, ErrHoldOverflow) || !errors.Is(b.Refused, ErrStaleReplacement) {
+		t.Fatalf("the waiting replacement's first unit: %+v, want refused with ErrHoldOverflow", b)
+	}
+	if got, want := r.rowsOf(x), "create/a1 create/1 create/2 identity/"; got != want {
+		t.Fatalf("rows of the account %q, want %q", got, want)
+	}
+	r.submit(chunkUnit("a2", x, job, true), job)
+	r.submit(chunkUnit("b2", x, job2, true), job2)
+	for _, a := range []*Acks{job, job2} {
+		if rc := r.wait(a, 1)[0]; !errors.Is(rc.Refused, ErrHoldOverflow) {
+			t.Fatalf("a later unit of an ended replacement: %+v, want refused with ErrHoldOverflow", rc)
+		}
+	}
+}
