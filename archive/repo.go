@@ -104,6 +104,21 @@ func (s RepoState) Retryable() bool {
 	return s.Active && (s.Status == StatusFailed || s.Status == StatusPending || s.Refetch != RefetchNone)
 }
 
+// ClassUnknownDID is the class (RepoState.ErrClass) of a repo whose DID
+// the PLC directory has no document for: a DID a listing named that does
+// not exist (or that the directory has not caught up with). Failed and
+// retried at first; unavailable after a few 404s in a row (backfill's
+// UnknownDIDAttempts), and then never fetched again on a listing's word
+// (retry, repair and discovery leave it alone); only the firehose (an
+// #account event making it active) brings it back.
+const ClassUnknownDID = "unknown_did"
+
+// UnknownDID reports whether the repo is unavailable for good because its
+// DID does not exist (ClassUnknownDID).
+func (s RepoState) UnknownDID() bool {
+	return s.Status == StatusUnavailable && s.ErrClass == ClassUnknownDID
+}
+
 // RepoField selects the fields a RepoUpdate sets.
 type RepoField uint32
 

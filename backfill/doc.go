@@ -57,6 +57,11 @@
 //   - E11: RepoNotFound → complete with no rows; deactivated / suspended /
 //     takendown → unavailable with active=false; anything else after the
 //     budgets → failed with class, message and next attempt.
+//   - E15: a DID the PLC directory answers 404 for (ident.UnknownDID) →
+//     failed with class unknown_did; the UnknownDIDAttempts-th such answer
+//     in a row (Request.UnknownDIDs, from the retry runner) → unavailable
+//     with active=false, no next attempt and no mark: a fabricated DID
+//     costs a few resolutions, not one a day for ever.
 //   - R1: a record failing per-record validation is dropped alone; drops are
 //     counted by reason when the repo's completion is durable.
 //   - R2: completion stores the snapshot's head rev as BackfillRev.

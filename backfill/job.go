@@ -214,7 +214,19 @@ type Request struct {
 	// in a fleet bootstrap: the download asks it directly (the Source must
 	// be a HostSource) instead of following the relay's redirect.
 	Host string
+	// UnknownDIDs is how many times in a row the PLC directory has already
+	// answered that the DID has no document (the repo's attempts when its
+	// last failure was ClassUnknownDID, else 0). At UnknownDIDAttempts a
+	// 404 ends the repo unavailable instead of failed.
+	UnknownDIDs uint32
 }
+
+// UnknownDIDAttempts is how many directory 404s in a row make a DID
+// unknown for good (E15): the first download's, then the retry schedule's
+// at about 1, 2, 4 and 8 minutes (a directory that lags behind a new
+// account answers within them). Then the repo is unavailable with class
+// unknown_did and nothing but the firehose makes it due again.
+const UnknownDIDAttempts = 5
 
 // HostSource downloads a repository from a named PDS host
 // (upstream.Client).
@@ -264,6 +276,8 @@ func (r *Result) result() string {
 		return ResultNotFound
 	case r.Status == archive.StatusComplete:
 		return ResultComplete
+	case r.Status == archive.StatusUnavailable && r.Class == ClassUnknownDID:
+		return ResultUnknownDID
 	case r.Status == archive.StatusUnavailable:
 		return ResultUnavailable
 	}
@@ -288,10 +302,11 @@ const (
 	ClassDeactivated    = "deactivated"    // unavailable classes: the account status
 	ClassSuspended      = "suspended"
 	ClassTakendown      = "takendown"
-	ClassNotFoundActive = "not_found_active"   // a replacement met RepoNotFound for an account shown active (migration window)
-	ClassIdentity       = ident.ClassIdentity  // the DID could not be resolved to a usable document (retried later)
-	ClassSignature      = ident.ClassSignature // the commit signature fails with the document's key, re-resolved once
-	ClassAuthority      = ident.ClassAuthority // the repo came from a host that is not the document's PDS
+	ClassNotFoundActive = "not_found_active"      // a replacement met RepoNotFound for an account shown active (migration window)
+	ClassIdentity       = ident.ClassIdentity     // the DID could not be resolved to a usable document (retried later)
+	ClassUnknownDID     = archive.ClassUnknownDID // the PLC directory has no document for the DID: failed, unavailable at UnknownDIDAttempts
+	ClassSignature      = ident.ClassSignature    // the commit signature fails with the document's key, re-resolved once
+	ClassAuthority      = ident.ClassAuthority    // the repo came from a host that is not the document's PDS
 )
 
 // UnavailableStatus is the account status an error of
@@ -361,6 +376,10 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 			return r.finish(ctx, req, &res, archive.StatusComplete)
 		case kindUnavailable:
 			return r.finish(ctx, req, &res, archive.StatusUnavailable)
+		case kindUnknownDID:
+			if req.UnknownDIDs+1 >= UnknownDIDAttempts {
+				return r.finish(ctx, req, &res, archive.StatusUnavailable)
+			}
 		case kindRateLimited:
 			if limited < r.o.RateLimitRetries {
 				wait := min(upstream.RetryAfter(err), r.o.RateLimitCeiling)
@@ -543,6 +562,7 @@ const (
 	kindRateLimited
 	kindNotFound
 	kindUnavailable
+	kindUnknownDID
 )
 
 type decision struct {
@@ -554,6 +574,13 @@ type decision struct {
 func decide(err error) decision {
 	var te *timeoutError
 	var le *localError
+	if ident.UnknownDID(err) {
+		// The directory says the DID does not exist: a listing named an
+		// account that is not one, or one the directory has not caught up
+		// with. Failed, then terminal at UnknownDIDAttempts (Run), so a
+		// fabricated DID costs a few resolutions, not one a day for ever.
+		return decision{kindUnknownDID, ClassUnknownDID}
+	}
 	if class := ident.Class(err); class != "" {
 		return decision{kindFail, class}
 	}
@@ -665,6 +692,9 @@ func (r *Runner) terminal(res *Result, now time.Time) func(archive.RepoState, bo
 			cur.AccountStatus = class
 			cur.ErrClass, cur.LastError = class, msg
 			cur.NextAttemptUS = 0
+			if class == ClassUnknownDID {
+				cur.Refetch = archive.RefetchNone // nothing to fetch, whatever marked it
+			}
 		case archive.StatusFailed:
 			cur.Attempts++
 			cur.ErrClass, cur.LastError = class, msg

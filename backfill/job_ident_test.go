@@ -50,7 +50,8 @@ func TestIdentityFaultsFailTheRepoWithTheirClass(t *testing.T) {
 		{"forged_signature", func(d string) { f.ForgedSignature(d, oracle.Always) }, backfill.ClassSignature},
 		{"did_wrong_key", func(d string) { f.DIDWrongKey(d, oracle.Always) }, backfill.ClassSignature},
 		{"misattributed", func(d string) { f.Misattribute(d, oracle.Always) }, backfill.ClassAuthority},
-		{"unresolvable", func(d string) { f.DIDNotFound(d, oracle.Always) }, backfill.ClassIdentity},
+		// E15: a DID the directory answers 404 for: failed, then unavailable (below).
+		{"unresolvable", func(d string) { f.DIDNotFound(d, oracle.Always) }, backfill.ClassUnknownDID},
 		{"no_key", func(d string) { f.DIDNoKey(d, oracle.Always) }, backfill.ClassIdentity},
 		{"failing_plc", func(d string) { f.FailPLC(oracle.Always) }, backfill.ClassIdentity},
 	}
@@ -65,6 +66,16 @@ func TestIdentityFaultsFailTheRepoWithTheirClass(t *testing.T) {
 		if res.Status != archive.StatusFailed || st.ErrClass != c.class || st.NextAttemptUS == 0 {
 			t.Fatalf("%s: result %v class %q (stored %v %q, next %d); want failed %q with a next attempt",
 				c.name, res.Status, res.Class, st.Status, st.ErrClass, st.NextAttemptUS, c.class)
+		}
+		if c.class == backfill.ClassUnknownDID {
+			// The last of UnknownDIDAttempts 404s in a row: unavailable,
+			// inactive, no next attempt (E15).
+			res, err := r.Run(context.Background(), backfill.Request{DID: did, UnknownDIDs: backfill.UnknownDIDAttempts - 1})
+			st := e.state(did)
+			if err != nil || res.Status != archive.StatusUnavailable || st.ErrClass != c.class || st.NextAttemptUS != 0 || st.Active || st.Retryable() {
+				t.Fatalf("%s: the last 404: result %v class %q %v (stored %+v); want unavailable %q, inactive, no next attempt",
+					c.name, res.Status, res.Class, err, st, c.class)
+			}
 		}
 		f.Clear()
 	}

@@ -17,6 +17,7 @@ const (
 	ResultComplete    = "complete"    // snapshot archived
 	ResultNotFound    = "not_found"   // RepoNotFound: complete with no rows (E11)
 	ResultUnavailable = "unavailable" // deactivated, suspended or taken down (E11)
+	ResultUnknownDID  = "unknown_did" // the PLC directory has no document for the DID, UnknownDIDAttempts times: unavailable, never retried (E15)
 	ResultFailed      = "failed"      // anything else after the retry budgets
 )
 
@@ -35,7 +36,7 @@ const (
 func FailedClasses() []string {
 	return []string{ClassTransient, ClassRateLimited, ClassTimeout, ClassPermanent, ClassForbidden, ClassTooLarge,
 		ClassWrongDID, ClassBadCommit, ClassIncompleteCAR, ClassInvalidCAR, ClassLocal, ClassSlowBody, ClassHostBusy, ClassNotFoundActive,
-		ClassIdentity, ClassSignature, ClassAuthority}
+		ClassIdentity, ClassUnknownDID, ClassSignature, ClassAuthority}
 }
 
 // Metrics are the backfill job's instruments.
@@ -58,7 +59,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		repos: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backstream_backfill_repos_total",
-			Help: "Repos whose terminal outcome became durable, by result (complete, not_found, unavailable, failed).",
+			Help: "Repos whose terminal outcome became durable, by result (complete, not_found, unavailable, unknown_did, failed).",
 		}, []string{"result"}),
 		records: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_backfill_records_total",
@@ -103,7 +104,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}),
 	}
-	for _, r := range []string{ResultComplete, ResultNotFound, ResultUnavailable, ResultFailed} {
+	for _, r := range []string{ResultComplete, ResultNotFound, ResultUnavailable, ResultUnknownDID, ResultFailed} {
 		m.repos.WithLabelValues(r)
 	}
 	for _, r := range DropReasons() {

@@ -827,6 +827,13 @@ func (r *Resolver) Verify(ctx context.Context, info *Info, fresh bool, c *repo.C
 	return info, fmt.Errorf("%w: %s rev %s: %w", ErrBadSignature, info.DID, c.Rev, err)
 }
 
+// UnknownDID reports whether err says the PLC directory has no document
+// for the DID (a definite 404, not a failure to ask): the DID does not
+// exist, or no longer does.
+func UnknownDID(err error) bool {
+	return errors.Is(err, ErrUnresolvable) && errors.Is(err, identity.ErrDIDNotFound)
+}
+
 // Class is the failure class of an error of this package ("" otherwise).
 func Class(err error) string {
 	switch {

@@ -77,7 +77,10 @@
 // account's genuine repo (Misattribute); a host an account has migrated
 // away from that still lists it, with a rev newer-looking than the
 // account's, and serves its old copy while the DID document names its new
-// host (Migrating; getRepo requests are counted per host, FetchedFrom);
+// host (Migrating; getRepo requests are counted per host, FetchedFrom); a
+// host whose listRepos also names DIDs it does not hold, which no
+// directory knows or which are other hosts' accounts (FabricatedListing;
+// document requests for them counted, DocRequestsFor);
 // DID documents answered 404
 // (DIDNotFound), without a verification method (DIDNoKey), or naming
 // ForeignKey's public key (DIDWrongKey); every document request delayed

@@ -70,6 +70,7 @@ const (
 	FaultForgedCommit    FaultKind = "forged_commit"    // one-off #commit signed by a key that is not the account's, not applied
 	FaultNonInverting    FaultKind = "non_inverting"    // one-off #commit whose ops do not invert to its prevData, not applied
 	FaultMigrating       FaultKind = "migrating"        // a PDS an account left still lists it (a newer-looking rev) and serves its old copy
+	FaultFabricated      FaultKind = "fabricated"       // a DID document request for a DID a host's listing fabricated (FabricatedListing)
 
 	// Handle faults: one-off #identity events naming a handle that does not
 	// verify both ways (handles.go), not applied.
@@ -143,13 +144,15 @@ type Faults struct {
 	listLeft   int
 	fh         firehoseFaults
 	gapRate    float64
-	hostile    float64              // HostileCommits rate
-	forged     float64              // ForgedCommits rate
-	docs       map[string][]*step   // per-DID DID-document faults (FaultDIDNotFound, FaultDIDNoKey, FaultDIDWrongKey)
-	misattr    map[string]int       // DID → uses left of FaultMisattributed
-	misServe   map[string]int       // DID → misattributed redirects not yet served by the other host
-	left       map[string]staleCopy // DID → Migrating: the host it left still listing and serving it
-	plcSlow    time.Duration        // FaultPLCSlow delay
+	hostile    float64                 // HostileCommits rate
+	forged     float64                 // ForgedCommits rate
+	docs       map[string][]*step      // per-DID DID-document faults (FaultDIDNotFound, FaultDIDNoKey, FaultDIDWrongKey)
+	misattr    map[string]int          // DID → uses left of FaultMisattributed
+	misServe   map[string]int          // DID → misattributed redirects not yet served by the other host
+	left       map[string]staleCopy    // DID → Migrating: the host it left still listing and serving it
+	fabricated map[int][]world.Account // host → FabricatedListing: entries its listRepos adds, sorted by DID
+	fabDocs    map[string]int64        // fabricated DID → its DID document requests
+	plcSlow    time.Duration           // FaultPLCSlow delay
 	plcSlowN   int
 	plcFailN   int
 	exportFail int                    // FailExport: pages left to answer 500
@@ -184,6 +187,7 @@ func (f *Faults) Clear() {
 	f.misattr = make(map[string]int)
 	f.misServe = make(map[string]int)
 	f.left = make(map[string]staleCopy)
+	f.fabricated, f.fabDocs = make(map[int][]world.Account), make(map[string]int64)
 	f.plcSlow, f.plcSlowN, f.plcFailN = 0, 0, 0
 	f.exportFail, f.exportBad = 0, 0
 	f.badHandles, f.claims, f.aliases = 0, make(map[string]handleClaim), make(map[string]string)
@@ -371,6 +375,52 @@ func (f *Faults) Migrating(did string, from int) error {
 	f.left[did] = staleCopy{host: from, rev: rev, car: car}
 	f.mu.Unlock()
 	return nil
+}
+
+// FabricatedListing makes PDS host's listRepos also list dids, active at a
+// valid rev, as accounts of its own: DIDs no directory knows (or accounts
+// of other hosts) that a broken or hostile host claims. Its getRepo answers
+// them RepoNotFound. Each DID document request for one of them is counted
+// (FaultFabricated, DocRequestsFor).
+func (f *Faults) FabricatedListing(host int, dids []string) {
+	rev := syntax.NewTIDNow(0).String()
+	accts := make([]world.Account, 0, len(dids))
+	for _, did := range dids {
+		accts = append(accts, world.Account{DID: did, Rev: rev, Active: true, Host: -1})
+	}
+	slices.SortFunc(accts, func(a, b world.Account) int { return strings.Compare(a.DID, b.DID) })
+	f.mu.Lock()
+	f.fabricated[host] = accts
+	for _, did := range dids {
+		f.fabDocs[did] += 0
+	}
+	f.mu.Unlock()
+}
+
+// fabricatedOn is host's fabricated entries (FabricatedListing).
+func (f *Faults) fabricatedOn(host int) []world.Account {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fabricated[host]
+}
+
+// fabricatedDoc counts a DID document request for did when a listing
+// fabricated it.
+func (f *Faults) fabricatedDoc(did string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.fabDocs[did]; ok {
+		f.fabDocs[did]++
+		f.fired[FaultFabricated]++
+	}
+}
+
+// DocRequestsFor is the DID document requests answered for did, a DID
+// FabricatedListing armed.
+func (f *Faults) DocRequestsFor(did string) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fabDocs[did]
 }
 
 // staleOn is did's stale copy on host, counted as served (ok false when

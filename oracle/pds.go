@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,7 +106,20 @@ func (h *pdsHost) handleListRepos(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	left := h.n.faults.staleRevs(h.idx) // FaultMigrating: accounts that left this host
-	accts, more := page(h.n.w.Accounts(), p, func(a world.Account) bool {
+	all := h.n.w.Accounts()
+	fab := h.n.faults.fabricatedOn(h.idx) // FabricatedListing: DIDs this host claims
+	fabricated := make(map[string]bool, len(fab))
+	if len(fab) > 0 {
+		all = append(slices.Clone(all), fab...)
+		slices.SortFunc(all, func(a, b world.Account) int { return strings.Compare(a.DID, b.DID) })
+		for _, a := range fab {
+			fabricated[a.DID] = true
+		}
+	}
+	accts, more := page(all, p, func(a world.Account) bool {
+		if fabricated[a.DID] {
+			return true
+		}
 		_, stale := left[a.DID]
 		return stale || (a.Host == h.idx && a.Status != world.StatusDeleted)
 	})

@@ -369,6 +369,7 @@ func (n *Network) handleDIDDoc(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n.stats.docRequests.Add(1)
+	n.faults.fabricatedDoc(did)
 	if n.checkRetired(w, did) {
 		return
 	}

@@ -36,6 +36,10 @@
 //     (rev/<did>, or the complete repo's snapshot rev: a snapshot without
 //     records moves no ratchet), one listed active but stored inactive, and
 //     an unknown one with a rev are marked (archive.RefetchAudit, due now);
+//     a repo the directory said does not exist (archive.ClassUnknownDID,
+//     unavailable for good) is left alone whatever a listing says, counted
+//     (reason unknown_did), so a host listing fabricated DIDs costs no
+//     resolution per audit (E15);
 //     one listed inactive whose stored state differs gets the account row
 //     a live #account event would have archived (firehose.Effects on its
 //     repo), nothing fetched.

@@ -12,9 +12,10 @@ const (
 	ReasonUnknown     = "unknown"     // listed, not in repo/ and not at its rev
 	ReasonReactivated = "reactivated" // listed active, stored inactive
 	ReasonInactive    = "inactive"    // listed inactive (or absent and found so): its account row archived, nothing fetched
+	ReasonUnknownDID  = "unknown_did" // listed active, but the directory has no document for its DID (archive.ClassUnknownDID): left alone
 )
 
-var reasons = []string{ReasonNewerRev, ReasonUnknown, ReasonReactivated, ReasonInactive}
+var reasons = []string{ReasonNewerRev, ReasonUnknown, ReasonReactivated, ReasonInactive, ReasonUnknownDID}
 
 // What became of an account active in the archive but absent from every
 // listing of a complete pass (backstream_repair_absent_total{result}).

@@ -351,6 +351,11 @@ func (r *Runner) compare(repos []upstream.RepoEntry) (*archive.Unit, error) {
 		newer := upstream.ValidTID(e.Rev) && e.Rev > rev
 		var reason string
 		switch {
+		case e.Active && exists && st.UnknownDID():
+			// The directory said the DID does not exist: a listing's word
+			// never makes it worth a fetch again (only the firehose does).
+			r.cfg.Metrics.account(ReasonUnknownDID, 1)
+			continue
 		case !e.Active:
 			if exists && (st.Active || st.AccountStatus != e.Status) {
 				reason = ReasonInactive

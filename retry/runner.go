@@ -563,7 +563,11 @@ func (e *exec) process(it item) {
 	for refused := 0; ; {
 		// Candidates are active repos (Due): RepoNotFound then means a
 		// migration window, a failure to retry, not a deletion.
-		res, err := r.cfg.Jobs.Run(e.ctx, backfill.Request{DID: it.did, Replace: true, Active: true})
+		req := backfill.Request{DID: it.did, Replace: true, Active: true}
+		if st.ErrClass == archive.ClassUnknownDID {
+			req.UnknownDIDs = st.Attempts // E15: the directory's 404s so far
+		}
+		res, err := r.cfg.Jobs.Run(e.ctx, req)
 		switch {
 		case err == nil:
 			if err := e.outcome(it, res); err != nil {
