@@ -169,7 +169,7 @@ func (c *coordinator) startEnumerators(ctx context.Context, wg *sync.WaitGroup) 
 			run = func() error { return b.listed(ctx, c.pages) }
 		case l.listing:
 			window := c.windows[l.host]
-			run = func() error { return b.enumerateLane(ctx, l.host, l.start.cursor.Cursor, window, c.pages) }
+			run = func() error { return b.enumerateLane(ctx, l.host, l.start.cursor.Cursor, l.bound, window, c.pages) }
 		default:
 			continue
 		}

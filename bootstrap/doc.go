@@ -111,7 +111,9 @@
 // in-flight set are shared. A host's first page is never waited for: a
 // host that is down, slow past its budgets, returns garbage or loops its
 // cursor is cut alone (HostFailing on /status, its checkpoint left where it
-// was) and the others go on; the cut host is listed again in the same run
+// was) and the others go on, and so is one that names more entries in the
+// run than upstream.HostListingBound of its roster account count (a
+// listing that never ends: cut too_many_entries, not listed again); the cut host is listed again in the same run
 // from where it was cut, HostRetries times after 5 s doubling to 5 min
 // (enumerateLane; /status shows its retries and next attempt), so
 // bootstrap's end waits for it about 15 minutes at most. Still cut after

@@ -41,7 +41,13 @@ type pageMsg struct {
 // entry of every page not yet checkpointed. When the listing was cut short
 // it returns why (upstream.CutReason) and the cursor of the page it was cut
 // at.
-func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, window *credit, out chan<- *pageMsg) (at, cutReason string, err error) {
+//
+// left, when not nil, is what a host's listing may still name in this run
+// (upstream.HostListingBound, each page counting at least one): the page
+// that spends it is recorded and the listing is cut after it
+// (upstream.CutTooManyEntries), so a host whose listing never ends cannot
+// hold bootstrap for ever.
+func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, left *int64, window *credit, out chan<- *pageMsg) (at, cutReason string, err error) {
 	cfg := &b.cfg
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
 	var seen upstream.CursorSet
@@ -65,9 +71,14 @@ func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, window *
 		cfg.Metrics.page()
 		next, final := pg.Cursor, pg.Cursor == ""
 		cut := ""
+		if left != nil {
+			*left -= int64(max(len(pg.Repos), 1))
+		}
 		switch {
 		case pg.CursorRefused > 0:
 			final, cut = true, upstream.CutCursorTooLong
+		case !final && left != nil && *left < 0:
+			final, cut = true, upstream.CutTooManyEntries
 		case !final && (next == cursor || seen.Repeats(next)):
 			cfg.Metrics.loop()
 			cfg.Logger.Warn("bootstrap: listRepos returned a cursor it had already returned; the listing ends here as if this were the last page",
@@ -93,9 +104,13 @@ func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, window *
 			return "", "", err
 		}
 		msg.host, msg.reqCursor, msg.next, msg.final, msg.weight = host, cursor, next, final, weight
-		if cut != "" {
+		switch cut {
+		case upstream.CutCursorTooLong:
 			msg.cut = true
 			b.logCut(host, cursor, cut, fmt.Errorf("a cursor of %d bytes (at most %d)", pg.CursorRefused, archive.MaxListCursor))
+		case upstream.CutTooManyEntries:
+			msg.cut = true
+			b.logCut(host, cursor, cut, errors.New("the host's listing names more entries than twice the accounts the relay's roster gives it, plus 10,000"))
 		}
 		select {
 		case out <- msg:

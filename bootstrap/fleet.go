@@ -244,11 +244,18 @@ func (f *fleetState) snapshot() *HostsProgress {
 // checkpoint. A listing cut for its bytes (malformed, too large, refused,
 // a cursor too long) is not asked again in this run: the same request
 // gets the same bytes.
-func (b *Bootstrap) enumerateLane(ctx context.Context, host, cursor string, window *credit, out chan<- *pageMsg) error {
+//
+// A host's listing names at most bound entries in the run, retries
+// included (upstream.HostListingBound; 0, the relay's: no bound).
+func (b *Bootstrap) enumerateLane(ctx context.Context, host, cursor string, bound int64, window *credit, out chan<- *pageMsg) error {
 	cfg := &b.cfg
 	bo := backoff.Policy{Base: hostRetryBase, Max: hostRetryMax}
+	var left *int64
+	if bound > 0 {
+		left = &bound
+	}
 	for retry := 0; ; retry++ {
-		at, cut, err := b.enumerate(ctx, host, cursor, window, out)
+		at, cut, err := b.enumerate(ctx, host, cursor, left, window, out)
 		if err != nil || cut != upstream.CutRetriesExhausted || host == "" {
 			return err
 		}
@@ -401,6 +408,7 @@ type lane struct {
 	host    string
 	start   checkpoint
 	listing bool
+	bound   int64 // entries a host's listing may name (upstream.HostListingBound); 0: none (the relay's)
 }
 
 // fleetLanes decides the mode and, in hosts mode, reads the roster and
@@ -442,7 +450,11 @@ func (b *Bootstrap) fleetLanes(ctx context.Context) ([]lane, error) {
 	cfg.Metrics.hostsSkipped(skipped)
 	lanes := make([]lane, 0, len(roster))
 	for _, h := range roster {
-		l := lane{host: h, listing: true}
+		hs, err := cfg.Store.HostState(h)
+		if err != nil && !errors.Is(err, archive.ErrNotFound) {
+			return nil, fmt.Errorf("bootstrap: read host/ row of %s: %w", h, err)
+		}
+		l := lane{host: h, listing: true, bound: upstream.HostListingBound(hs.Accounts)}
 		c, err := cfg.Store.HostListCursor(h)
 		switch {
 		case errors.Is(err, archive.ErrNotFound):

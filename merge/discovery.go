@@ -77,7 +77,7 @@ func (d *discovery) relay(ctx context.Context) error {
 		return err
 	}
 	relay := func(ctx context.Context, c string, _ int) (upstream.Page, error) { return ListPage(ctx, cfg.Source, c) }
-	lc, err := d.lane(ctx, cursor, relay)
+	lc, err := d.lane(ctx, cursor, 0, relay)
 	if err != nil {
 		return err
 	}
@@ -120,7 +120,11 @@ func discoverHosts(ctx context.Context, cfg Config, hosts []string) error {
 		list := func(ctx context.Context, c string, _ int) (upstream.Page, error) {
 			return HostListPage(ctx, cfg.Fleet, h, c)
 		}
-		lc, err := d.lane(ctx, cursor, list)
+		hs, err := cfg.Store.HostState(h)
+		if err != nil && !errors.Is(err, archive.ErrNotFound) {
+			return fmt.Errorf("merge: discovery: %w", err)
+		}
+		lc, err := d.lane(ctx, cursor, upstream.HostListingBound(hs.Accounts), list)
 		if err != nil {
 			return err
 		}
@@ -156,10 +160,14 @@ func newDiscovery(cfg Config) *discovery { return &discovery{cfg: cfg, acks: arc
 
 // lane pages one listing from cursor and records the DIDs the store does
 // not know. It returns why the listing ended early (nil: it ended), and
-// only a writer failure or the context's end as an error.
-func (d *discovery) lane(ctx context.Context, cursor string, list listFunc) (*laneCut, error) {
+// only a writer failure or the context's end as an error. A host's
+// listing names at most bound entries (upstream.HostListingBound, a page
+// counting at least one; 0, the relay's: no bound), then is cut after the
+// page that spent it (upstream.CutTooManyEntries).
+func (d *discovery) lane(ctx context.Context, cursor string, bound int64, list listFunc) (*laneCut, error) {
 	cfg := d.cfg
 	var seen upstream.CursorSet // 16 bytes a cursor, however long
+	var named int64
 	for pages := 0; ; pages++ {
 		if seen.Repeats(cursor) {
 			return &laneCut{reason: cutLoop, pages: pages, err: errors.New("the listRepos cursor repeats")}, nil
@@ -197,6 +205,10 @@ func (d *discovery) lane(ctx context.Context, cursor string, list listFunc) (*la
 		}
 		if page.Cursor == "" || page.Cursor == cursor {
 			return nil, nil
+		}
+		if named += int64(max(len(page.Repos), 1)); bound > 0 && named > bound {
+			return &laneCut{reason: upstream.CutTooManyEntries, pages: pages + 1,
+				err: fmt.Errorf("the host's listing named %d entries, more than its bound of %d", named, bound)}, nil
 		}
 		cursor = page.Cursor
 	}

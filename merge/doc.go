@@ -49,7 +49,9 @@
 // (cursor/hostlist_last/<host>, from the start when it has none), and
 // never the relay's listRepos; a host whose listing cannot be used fails
 // alone (counted by reason like a cut, one warning for all of them) and
-// the other hosts are listed. The hosts are listed one after another. When
+// the other hosts are listed; a host's listing past upstream.HostListingBound
+// of its roster account count is cut likewise (too_many_entries), so one
+// that never ends cannot hold merging. The hosts are listed one after another. When
 // every host fails, the relay's listRepos is listed instead (one warning,
 // backstream_discovery_relay_fallback_total).
 // Upstream trouble never fails merge (M8): a repeating cursor

@@ -80,7 +80,9 @@
 // host (Migrating; getRepo requests are counted per host, FetchedFrom); a
 // host whose listRepos also names DIDs it does not hold, which no
 // directory knows or which are other hosts' accounts (FabricatedListing;
-// document requests for them counted, DocRequestsFor);
+// document requests for them counted, DocRequestsFor); a host whose
+// listRepos never ends, each page naming as many entries as asked with a
+// cursor never seen before (EndlessListing, pages counted EndlessPages);
 // DID documents answered 404
 // (DIDNotFound), without a verification method (DIDNoKey), or naming
 // ForeignKey's public key (DIDWrongKey); every document request delayed

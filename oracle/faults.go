@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -71,6 +72,7 @@ const (
 	FaultNonInverting    FaultKind = "non_inverting"    // one-off #commit whose ops do not invert to its prevData, not applied
 	FaultMigrating       FaultKind = "migrating"        // a PDS an account left still lists it (a newer-looking rev) and serves its old copy
 	FaultFabricated      FaultKind = "fabricated"       // a DID document request for a DID a host's listing fabricated (FabricatedListing)
+	FaultEndlessListing  FaultKind = "endless_listing"  // a page of a host's listRepos that never ends (EndlessListing)
 
 	// Handle faults: one-off #identity events naming a handle that does not
 	// verify both ways (handles.go), not applied.
@@ -152,6 +154,8 @@ type Faults struct {
 	left       map[string]staleCopy    // DID → Migrating: the host it left still listing and serving it
 	fabricated map[int][]world.Account // host → FabricatedListing: entries its listRepos adds, sorted by DID
 	fabDocs    map[string]int64        // fabricated DID → its DID document requests
+	endless    map[int][]string        // host → EndlessListing: the DIDs its never-ending pages repeat
+	endlessN   map[int]int64           // host → EndlessListing pages served
 	plcSlow    time.Duration           // FaultPLCSlow delay
 	plcSlowN   int
 	plcFailN   int
@@ -188,6 +192,10 @@ func (f *Faults) Clear() {
 	f.misServe = make(map[string]int)
 	f.left = make(map[string]staleCopy)
 	f.fabricated, f.fabDocs = make(map[int][]world.Account), make(map[string]int64)
+	f.endless = make(map[int][]string)
+	if f.endlessN == nil {
+		f.endlessN = make(map[int]int64)
+	}
 	f.plcSlow, f.plcSlowN, f.plcFailN = 0, 0, 0
 	f.exportFail, f.exportBad = 0, 0
 	f.badHandles, f.claims, f.aliases = 0, make(map[string]handleClaim), make(map[string]string)
@@ -395,6 +403,45 @@ func (f *Faults) FabricatedListing(host int, dids []string) {
 		f.fabDocs[did] += 0
 	}
 	f.mu.Unlock()
+}
+
+// EndlessListing makes PDS host's listRepos never end: every page, from
+// the first, names as many entries as asked, cycling through dids (active,
+// at a valid rev), with a cursor never seen before. The host's own
+// accounts are not listed; its getRepo is unchanged. Each page served is
+// counted (FaultEndlessListing, EndlessPages).
+func (f *Faults) EndlessListing(host int, dids []string) {
+	f.mu.Lock()
+	f.endless[host] = slices.Clone(dids)
+	f.mu.Unlock()
+}
+
+// endlessPage is the next page of host's endless listing after cursor
+// (ok false when EndlessListing is not armed for host).
+func (f *Faults) endlessPage(host int, cursor string, limit int) (accts []world.Account, next string, ok bool) {
+	f.mu.Lock()
+	dids := f.endless[host]
+	if len(dids) > 0 {
+		f.endlessN[host]++
+		f.fired[FaultEndlessListing]++
+	}
+	f.mu.Unlock()
+	if len(dids) == 0 {
+		return nil, "", false
+	}
+	n, _ := strconv.Atoi(strings.TrimPrefix(cursor, "endless-"))
+	rev := syntax.NewTIDNow(0).String()
+	for i := range limit {
+		accts = append(accts, world.Account{DID: dids[(n*limit+i)%len(dids)], Rev: rev, Active: true, Host: -1})
+	}
+	return accts, "endless-" + strconv.Itoa(n+1), true
+}
+
+// EndlessPages is the pages of host's endless listing served.
+func (f *Faults) EndlessPages(host int) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.endlessN[host]
 }
 
 // fabricatedOn is host's fabricated entries (FabricatedListing).

@@ -101,6 +101,14 @@ func (h *pdsHost) mux() http.Handler {
 }
 
 func (h *pdsHost) handleListRepos(w http.ResponseWriter, r *http.Request) {
+	limit := listReposDefaultLimit
+	if l, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil && l >= 1 && l <= listReposMaxLimit {
+		limit = l
+	}
+	if accts, next, ok := h.n.faults.endlessPage(h.idx, r.URL.Query().Get("cursor"), limit); ok {
+		writeJSON(w, http.StatusOK, listReposOutput(accts, next)) // EndlessListing
+		return
+	}
 	p, ok := parsePage(w, r)
 	if !ok {
 		return

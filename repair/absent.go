@@ -43,11 +43,25 @@ type listedSet struct {
 	seed    maphash.Seed
 	dids    map[uint64]struct{}
 	cursors map[string]*upstream.CursorSet // by lane host ("" the relay's)
+	named   map[string]int64               // by roster host: entries its listing named in the pass (a page at least one)
 }
 
 func newListedSet(gap uint64, whole bool) *listedSet {
 	return &listedSet{gap: gap, whole: whole, seed: maphash.MakeSeed(), dids: map[uint64]struct{}{},
-		cursors: map[string]*upstream.CursorSet{}}
+		cursors: map[string]*upstream.CursorSet{}, named: map[string]int64{}}
+}
+
+// overBound adds a page of n entries (counted at least one) to host's
+// listing, which had named durable entries before this process took the
+// pass up, and reports whether it now names more than bound.
+func (l *listedSet) overBound(host string, durable uint64, n int, bound int64) bool {
+	c, ok := l.named[host]
+	if !ok {
+		c = int64(min(durable, 1<<40))
+	}
+	c += int64(max(n, 1))
+	l.named[host] = c
+	return c > bound
 }
 
 // repeats adds cursor to host's listing's cursors and reports whether it

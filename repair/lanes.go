@@ -113,8 +113,22 @@ func (r *Runner) roster() ([]string, error) {
 // cannot be used: it fails alone, counted and logged. So is a listing
 // whose cursor repeats one it has been at in this pass (a cycle, which
 // would list the same pages forever and hold the gap open).
+//
+// A roster host's listing names at most upstream.HostListingBound entries
+// in a pass (twice the accounts its host/ row says the relay gives it,
+// plus 10,000; a page counting at least one): the page that goes past is
+// compared and the listing cut after it (upstream.CutTooManyEntries), so
+// a listing that never ends, with fresh cursors, cannot hold a gap open.
 func (r *Runner) listLane(ctx context.Context, g archive.Gap, a *archive.Audit, l *lane, seen *listedSet) (bool, error) {
 	seen.repeats(l.host, l.pos.Cursor) // where it starts (again, after a failed step)
+	bound := int64(0)
+	if l.host != "" {
+		hs, err := r.cfg.Store.HostState(l.host)
+		if err != nil && !errors.Is(err, archive.ErrNotFound) {
+			return false, err
+		}
+		bound = upstream.HostListingBound(hs.Accounts)
+	}
 	for l.pos.Phase == archive.AuditList {
 		page, err := r.page(ctx, l.host, l.pos.Cursor)
 		if err != nil {
@@ -131,6 +145,7 @@ func (r *Runner) listLane(ctx context.Context, g archive.Gap, a *archive.Audit, 
 			return true, r.commit(ctx, g, a, l, nil)
 		}
 		r.listedOK(l.host)
+		durable := l.pos.Listed
 		seen.add(page.Repos)
 		u, err := r.compare(page.Repos)
 		if err != nil {
@@ -149,6 +164,10 @@ func (r *Runner) listLane(ctx context.Context, g archive.Gap, a *archive.Audit, 
 			seen.whole = false
 			l.pos.Phase = archive.AuditDone
 		case page.Cursor == "":
+			l.pos.Phase = archive.AuditDone
+		case bound > 0 && seen.overBound(l.host, durable, len(page.Repos), bound):
+			r.cutListing(g, l.host, fmt.Errorf("the host's listing names more than its bound of %d entries (%s)", bound, upstream.CutTooManyEntries))
+			seen.whole = false
 			l.pos.Phase = archive.AuditDone
 		case page.Cursor == l.pos.Cursor || seen.repeats(l.host, page.Cursor):
 			r.cutListing(g, l.host, errors.New("the listRepos cursor repeats"))

@@ -131,11 +131,29 @@ const (
 	// CutRetriesExhausted: transient failures or 429s beyond the caller's
 	// retry budget.
 	CutRetriesExhausted = "retries_exhausted"
+	// CutTooManyEntries: a PDS host's listing named more entries than
+	// HostListingBound allows it (one that never ends, or lists far more
+	// accounts than the relay knows on it).
+	CutTooManyEntries = "too_many_entries"
 )
 
 // CutReasons is the closed set of listing-cut reasons.
 func CutReasons() []string {
-	return []string{CutCursorTooLong, CutTooLarge, CutMalformed, CutRefused, CutRetriesExhausted}
+	return []string{CutCursorTooLong, CutTooLarge, CutMalformed, CutRefused, CutRetriesExhausted, CutTooManyEntries}
+}
+
+// HostListingSlack is what one listing of a PDS host may name beyond
+// twice the account count the relay's roster gives it (HostListingBound).
+const HostListingSlack = 10_000
+
+// HostListingBound is how many entries one listing of a PDS host (a
+// bootstrap lane, discovery, a repair pass) may name before it is cut
+// (CutTooManyEntries): twice accounts, the count the relay's listHosts
+// gives the host, plus HostListingSlack. So a host whose listing never
+// ends, with fresh cursors, or that names DIDs far beyond its accounts,
+// costs a bounded listing, not one without end.
+func HostListingBound(accounts uint64) int64 {
+	return 2*int64(min(accounts, 1<<40)) + HostListingSlack
 }
 
 // CutReason names why a listRepos error a caller gives up on ends its

@@ -1,0 +1,139 @@
+package node_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/ident"
+	"github.com/backstream/backstream/internal/promtest"
+	"github.com/backstream/backstream/node"
+	"github.com/backstream/backstream/oracle"
+)
+
+// endlessHost is the roster host whose listing never ends.
+const endlessHost = 1
+
+// pagesOfBound is how many 1,000-entry pages one listing of host may name
+// (upstream.HostListingBound of the accounts the simulated relay's
+// listHosts gives it), the page that goes past included.
+func pagesOfBound(net *oracle.Network, host int) int64 {
+	var accounts uint64
+	for _, a := range net.World().Accounts() {
+		if a.Host == host && a.Status != "deleted" {
+			accounts++
+		}
+	}
+	return int64(2*accounts+hostListingSlack)/1000 + 1
+}
+
+// hostListingSlack and cutTooManyEntries are upstream.HostListingSlack and
+// upstream.CutTooManyEntries, spelt out so that the test also builds
+// against a tree without them.
+const (
+	hostListingSlack  = 10_000
+	cutTooManyEntries = "too_many_entries"
+)
+
+// startHostsNode runs a verifying hosts-mode node on net, auditing every
+// 300 ms once in steady state, and returns it with its phase.
+func startHostsNode(t *testing.T, ctx context.Context, net *oracle.Network) (*verifying, *atomic.Value) {
+	t.Helper()
+	var phase atomic.Value
+	phase.Store(archive.Phase(""))
+	v := &verifying{reg: prometheus.NewRegistry(), runErr: make(chan error, 1), deadline: time.After(2 * time.Minute), t: t}
+	cfg := node.Config{Registry: v.reg,
+		DataDir: t.TempDir(), Relay: net.RelayURL(), LoopbackHosts: net.LoopbackHosts(), Store: archive.Options{Logger: quiet},
+		Bootstrap:   bootstrap.Config{Workers: 8, PageLimit: 1000, Enumerate: bootstrap.EnumerateHosts},
+		CaptureWait: 500 * time.Millisecond, JobBackoffBase: 10 * time.Millisecond, JobBackoffMax: 50 * time.Millisecond,
+		RetryInterval: 200 * time.Millisecond, RetryMaxDelay: time.Second, RetryScanPeriod: 100 * time.Millisecond,
+		RepairPeriod: 100 * time.Millisecond, AuditInterval: 300 * time.Millisecond,
+		Logger: quiet, OnPhase: func(p archive.Phase) { phase.Store(p) },
+		Verify: &ident.Config{PLC: net.RelayURL(), Web: net.RelayURL(), Mode: ident.ModeStrict},
+	}
+	var err error
+	if v.n, err = node.New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { v.n.Close() })
+	rctx, rcancel := context.WithCancel(ctx)
+	t.Cleanup(rcancel)
+	go func() { v.runErr <- v.n.Run(rctx) }()
+	return v, &phase
+}
+
+// TestEndlessHostListingBootstrapEnds: a roster host's listRepos never
+// ends (every page full, a cursor never seen before: oracle
+// EndlessListing). Bootstrap's lane for it and discovery after it each
+// list at most upstream.HostListingBound entries of it, then cut it
+// (counted, reason too_many_entries): the node reaches steady state, and
+// the other host's accounts are archived. On main the lane listed for
+// ever and bootstrap never ended.
+func TestEndlessHostListingBootstrapEnds(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	net, _ := activeNetwork(t, ctx, oracle.Config{Accounts: 16, RecordsMean: 3, Hosts: 2, Seed: 53})
+	f := net.Faults()
+	f.EndlessListing(endlessHost, fabricatedDIDs(3))
+	bound := pagesOfBound(net, endlessHost)
+	v, phase := startHostsNode(t, ctx, net)
+	// Bootstrap and discovery may each list one bound's worth; five times
+	// that without steady state is a listing without end.
+	v.waitFor("steady state, or five bounds of the endless listing", func() bool {
+		return phase.Load() == archive.PhaseSteadyState || f.EndlessPages(endlessHost) >= 5*bound
+	})
+	if p, pages := phase.Load(), f.EndlessPages(endlessHost); p != archive.PhaseSteadyState || pages > 2*bound {
+		t.Fatalf("phase %q after the endless host served %d pages (its bound: %d a listing): a listing without end keeps the node from steady state",
+			p, pages, bound)
+	}
+	if got := promtest.Value(t, v.reg, "backstream_listrepos_cut_total", map[string]string{"reason": cutTooManyEntries}); got != 1 {
+		t.Errorf("bootstrap listings cut for too many entries: %v, want 1", got)
+	}
+	if got := promtest.Value(t, v.reg, "backstream_discovery_cut_total", map[string]string{"reason": cutTooManyEntries}); got != 1 {
+		t.Errorf("discovery listings cut for too many entries: %v, want 1", got)
+	}
+	for _, a := range net.World().Accounts() {
+		if a.Host == endlessHost || !a.Active {
+			continue
+		}
+		if st, err := v.n.Store().RepoState(a.DID); err != nil || st.Status != archive.StatusComplete {
+			t.Errorf("%s of the honest host: %+v %v, want complete", a.DID, st, err)
+		}
+	}
+}
+
+// TestEndlessHostListingAuditEnds: the listing of a roster host stops
+// ending once the node is in steady state. Every scheduled audit lists it
+// at most upstream.HostListingBound entries, then cuts it (counted), so
+// the audits' gaps close and the node stays ready. On main the first
+// audit's pass listed the host for ever: its gap never closed and /readyz
+// stayed 503.
+func TestEndlessHostListingAuditEnds(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	net, _ := activeNetwork(t, ctx, oracle.Config{Accounts: 16, RecordsMean: 3, Hosts: 2, Seed: 53})
+	v, phase := startHostsNode(t, ctx, net)
+	v.waitFor("steady state", func() bool { return phase.Load() == archive.PhaseSteadyState })
+	f := net.Faults()
+	bound := pagesOfBound(net, endlessHost)
+	closed := promtest.Value(t, v.reg, "backstream_repair_gaps_closed_total", nil)
+	f.EndlessListing(endlessHost, fabricatedDIDs(3))
+	// Three audits may list three bounds' worth; ten bounds with fewer
+	// than three gaps closed is a pass that does not end.
+	v.waitFor("three more gaps closed, or ten bounds of the endless listing", func() bool {
+		return promtest.Value(t, v.reg, "backstream_repair_gaps_closed_total", nil) >= closed+3 ||
+			f.EndlessPages(endlessHost) >= 10*bound
+	})
+	if got, pages := promtest.Value(t, v.reg, "backstream_repair_gaps_closed_total", nil)-closed, f.EndlessPages(endlessHost); got < 3 {
+		t.Fatalf("%v audit gaps closed while the endless host served %d pages (its bound: %d a listing): a listing without end holds a gap open",
+			got, pages, bound)
+	}
+	if got := promtest.Value(t, v.reg, "backstream_repair_listing_cut_total", nil); got < 3 {
+		t.Errorf("repair listings cut: %v, want 3 or more", got)
+	}
+}
