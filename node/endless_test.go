@@ -14,6 +14,7 @@ import (
 	"github.com/backstream/backstream/internal/promtest"
 	"github.com/backstream/backstream/node"
 	"github.com/backstream/backstream/oracle"
+	"github.com/backstream/backstream/oracle/check"
 )
 
 // endlessHost is the roster host whose listing never ends.
@@ -135,5 +136,60 @@ func TestEndlessHostListingAuditEnds(t *testing.T) {
 	}
 	if got := promtest.Value(t, v.reg, "backstream_repair_listing_cut_total", nil); got < 3 {
 		t.Errorf("repair listings cut: %v, want 3 or more", got)
+	}
+}
+
+// TestForeignHostClaimsAreIgnored: in steady state, a roster host lists an
+// account of the other host as taken down, and another at a rev newer
+// than its own (oracle ClaimAccount). Every scheduled audit lists both
+// hosts; the account's own host says it is active and unchanged. The
+// claims of a host that is not the account's are counted and ignored: no
+// takedown row is archived, no replacement is made, and /subscribe still
+// folds to the world. On main every audit archived the takedown (the
+// account's records left the fold), then its own host's listing had it
+// fetched again: an account row and a whole replacement a day per claimed
+// account, for ever.
+func TestForeignHostClaimsAreIgnored(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	net, live := activeNetwork(t, ctx, oracle.Config{Accounts: 16, RecordsMean: 3, Hosts: 2, Seed: 53})
+	var victims []string
+	for _, did := range live {
+		if a, _ := net.World().Account(did); a.Host == 0 && a.Records > 0 && len(victims) < 2 {
+			victims = append(victims, did)
+		}
+	}
+	if len(victims) < 2 {
+		t.Fatalf("want two active accounts with records on host 0, have %v", victims)
+	}
+	v, phase := startHostsNode(t, ctx, net)
+	v.waitFor("steady state", func() bool { return phase.Load() == archive.PhaseSteadyState })
+	f := net.Faults()
+	f.ClaimAccount(endlessHost, victims[0], false, "takendown")
+	f.ClaimAccount(endlessHost, victims[1], true, "")
+	closed := promtest.Value(t, v.reg, "backstream_repair_gaps_closed_total", nil)
+	v.waitFor("three more audit gaps closed", func() bool {
+		return promtest.Value(t, v.reg, "backstream_repair_gaps_closed_total", nil) >= closed+3
+	})
+	v.waitFor("retry drained", retryDrained(v.n.Retrier()))
+	if got := promtest.Value(t, v.reg, "backstream_repair_accounts_total", map[string]string{"reason": "inactive"}); got != 0 {
+		t.Errorf("account rows archived on another host's word: %v, want 0", got)
+	}
+	for _, reason := range []string{"reactivated", "newer_rev"} {
+		if got := promtest.Value(t, v.reg, "backstream_repair_accounts_total", map[string]string{"reason": reason}); got != 0 {
+			t.Errorf("accounts marked %s: %v, want 0 (only another host's claims changed)", reason, got)
+		}
+	}
+	if got := promtest.Value(t, v.reg, "backstream_repair_accounts_total", map[string]string{"reason": "foreign"}); got < 6 {
+		t.Errorf("claims of a host about another's accounts counted: %v, want 6 or more (2 a pass)", got)
+	}
+	for _, did := range victims {
+		if st, err := v.n.Store().RepoState(did); err != nil || !st.Active || st.Status != archive.StatusComplete {
+			t.Errorf("%s: %+v %v, want active and complete", did, st, err)
+		}
+	}
+	fold, _ := v.subscribeFold()
+	if checked, mism := check.Compare(fold, net.World(), nil); len(mism) > 0 {
+		t.Errorf("%d of %d accounts differ:\n%s", len(mism), checked, check.Describe(mism, 5))
 	}
 }

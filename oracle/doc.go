@@ -79,8 +79,9 @@
 // account's, and serves its old copy while the DID document names its new
 // host (Migrating; getRepo requests are counted per host, FetchedFrom); a
 // host whose listRepos also names DIDs it does not hold, which no
-// directory knows or which are other hosts' accounts (FabricatedListing;
-// document requests for them counted, DocRequestsFor); a host whose
+// directory knows (FabricatedListing;
+// document requests for them counted, DocRequestsFor) or other hosts'
+// accounts, claimed inactive or at a newer rev (ClaimAccount); a host whose
 // listRepos never ends, each page naming as many entries as asked with a
 // cursor never seen before (EndlessListing, pages counted EndlessPages);
 // DID documents answered 404

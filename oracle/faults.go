@@ -444,6 +444,19 @@ func (f *Faults) EndlessPages(host int) int64 {
 	return f.endlessN[host]
 }
 
+// ClaimAccount makes PDS host's listRepos also list did, an account of
+// another host, with active and status and a rev newer than the account's:
+// a host claiming what it does not hold (a takedown, a deletion, a newer
+// rev). Its getRepo is unchanged (RepoNotFound for did).
+func (f *Faults) ClaimAccount(host int, did string, active bool, status string) {
+	a := world.Account{DID: did, Rev: syntax.NewTIDNow(0).String(), Active: active, Status: status, Host: -1}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	accts := append(slices.Clone(f.fabricated[host]), a)
+	slices.SortFunc(accts, func(a, b world.Account) int { return strings.Compare(a.DID, b.DID) })
+	f.fabricated[host] = accts
+}
+
 // fabricatedOn is host's fabricated entries (FabricatedListing).
 func (f *Faults) fabricatedOn(host int) []world.Account {
 	f.mu.Lock()

@@ -125,8 +125,8 @@ func (h *pdsHost) handleListRepos(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	accts, more := page(all, p, func(a world.Account) bool {
-		if fabricated[a.DID] {
-			return true
+		if a.Host == -1 && fabricated[a.DID] {
+			return true // FabricatedListing, ClaimAccount: the claim, not the world's account
 		}
 		_, stale := left[a.DID]
 		return stale || (a.Host == h.idx && a.Status != world.StatusDeleted)

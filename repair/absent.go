@@ -182,7 +182,7 @@ func (r *Runner) checkOne(ctx context.Context, did, host string) (bool, error) {
 		return false, nil
 	}
 	r.cfg.Metrics.absentResult(absentChecked)
-	u, err := r.compare([]upstream.RepoEntry{e})
+	u, err := r.compare([]upstream.RepoEntry{e}, nil)
 	if err != nil || len(u.Repos) == 0 {
 		return true, err
 	}

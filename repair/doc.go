@@ -38,6 +38,10 @@
 //     (rev/<did>, or the complete repo's snapshot rev: a snapshot without
 //     records moves no ratchet), one listed active but stored inactive, and
 //     an unknown one with a rev are marked (archive.RefetchAudit, due now);
+//     a roster host's entry about an account whose recorded host is
+//     another active roster host is ignored, counted (reason foreign): a
+//     host's word does not take down, delete or refetch what it does not
+//     hold;
 //     a repo the directory said does not exist (archive.ClassUnknownDID,
 //     unavailable for good) is left alone whatever a listing says, counted
 //     (reason unknown_did), so a host listing fabricated DIDs costs no

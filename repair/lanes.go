@@ -22,6 +22,10 @@ import (
 type lane struct {
 	host string
 	pos  *archive.Audit
+	// roster is the pass's active roster hosts (hosts mode): an entry about
+	// an account whose recorded host is another of them is that host's to
+	// tell, not this one's (compare).
+	roster map[string]bool
 }
 
 // list walks the pass's listings from their durable positions. It reports
@@ -40,6 +44,10 @@ func (r *Runner) list(ctx context.Context, g archive.Gap, a *archive.Audit, seen
 	}
 	done := true
 	var hostsListed uint64
+	roster := make(map[string]bool, len(hosts))
+	for _, h := range hosts {
+		roster[h] = true
+	}
 	for _, h := range hosts {
 		pos, err := r.cfg.Store.AuditHost(g.ID, h)
 		switch {
@@ -50,7 +58,7 @@ func (r *Runner) list(ctx context.Context, g archive.Gap, a *archive.Audit, seen
 		}
 		if pos.Phase == archive.AuditList {
 			r.set(func(s *Status) { s.Host = h })
-			ok, err := r.listLane(ctx, g, a, &lane{host: h, pos: &pos}, seen)
+			ok, err := r.listLane(ctx, g, a, &lane{host: h, pos: &pos, roster: roster}, seen)
 			if err != nil {
 				return false, err
 			}
@@ -147,7 +155,7 @@ func (r *Runner) listLane(ctx context.Context, g archive.Gap, a *archive.Audit, 
 		r.listedOK(l.host)
 		durable := l.pos.Listed
 		seen.add(page.Repos)
-		u, err := r.compare(page.Repos)
+		u, err := r.compare(page.Repos, l)
 		if err != nil {
 			return false, err
 		}

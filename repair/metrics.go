@@ -13,9 +13,10 @@ const (
 	ReasonReactivated = "reactivated" // listed active, stored inactive
 	ReasonInactive    = "inactive"    // listed inactive (or absent and found so): its account row archived, nothing fetched
 	ReasonUnknownDID  = "unknown_did" // listed active, but the directory has no document for its DID (archive.ClassUnknownDID): left alone
+	ReasonForeign     = "foreign"     // listed by a roster host while its recorded host is another roster host: left alone
 )
 
-var reasons = []string{ReasonNewerRev, ReasonUnknown, ReasonReactivated, ReasonInactive, ReasonUnknownDID}
+var reasons = []string{ReasonNewerRev, ReasonUnknown, ReasonReactivated, ReasonInactive, ReasonUnknownDID, ReasonForeign}
 
 // What became of an account active in the archive but absent from every
 // listing of a complete pass (backstream_repair_absent_total{result}).

@@ -331,8 +331,12 @@ func (r *Runner) begin(ctx context.Context, g archive.Gap) (bool, error) {
 }
 
 // compare decides each listed account against the store: the repo updates
-// of those that changed (or whose account state did).
-func (r *Runner) compare(repos []upstream.RepoEntry) (*archive.Unit, error) {
+// of those that changed (or whose account state did). l is the listing
+// (nil: a status answer): a roster host's entry about an account whose
+// recorded host is another active roster host is counted and ignored
+// (ReasonForeign); that host's listing, the relay's answers and the
+// firehose speak for it.
+func (r *Runner) compare(repos []upstream.RepoEntry, l *lane) (*archive.Unit, error) {
 	now := r.cfg.Now().UnixMicro()
 	u := &archive.Unit{}
 	for _, e := range repos {
@@ -351,6 +355,11 @@ func (r *Runner) compare(repos []upstream.RepoEntry) (*archive.Unit, error) {
 		newer := upstream.ValidTID(e.Rev) && e.Rev > rev
 		var reason string
 		switch {
+		case l != nil && l.host != "" && exists && st.Host != "" && st.Host != l.host && l.roster[st.Host]:
+			// Another roster host's account: this host's word on it (a
+			// takedown, a newer rev) would archive what it does not hold.
+			r.cfg.Metrics.account(ReasonForeign, 1)
+			continue
 		case e.Active && exists && st.UnknownDID():
 			// The directory said the DID does not exist: a listing's word
 			// never makes it worth a fetch again (only the firehose does).
