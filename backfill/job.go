@@ -456,6 +456,15 @@ func (r *Runner) attempt(ctx context.Context, did, host string) (*prepared, erro
 		if timedOut && ctx.Err() == nil {
 			return nil, &timeoutError{err: err}
 		}
+		if c := upstream.Classify(err); c == upstream.ClassNotFound || c == upstream.ClassUnavailable {
+			// An answer about the account (gone, taken down, ...) counts
+			// only from a host with authority over it: a host listing
+			// another's account and answering "not found" would archive
+			// it empty (V2).
+			if aerr := r.authority(ctx, doc, errHost(err)); aerr != nil {
+				return nil, fmt.Errorf("%w (it answered: %w)", aerr, err)
+			}
+		}
 		return nil, err
 	}
 	if err := r.authority(ctx, doc, dl.FinalHost); err != nil {

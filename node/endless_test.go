@@ -193,3 +193,50 @@ func TestForeignHostClaimsAreIgnored(t *testing.T) {
 		t.Errorf("%d of %d accounts differ:\n%s", len(mism), checked, check.Describe(mism, 5))
 	}
 }
+
+// TestForeignHostNotFoundIsNotBelieved: in a hosts-mode bootstrap, a
+// roster host lists an account of the other host (oracle ClaimAccount)
+// and answers its getRepo RepoNotFound, as a host that does not hold it
+// does; the account's own host is slow, so the claim is dispatched first.
+// A "not found" from a host that is not the PDS the account's DID document
+// names is no answer about the account: the repo is fetched from its own
+// host (the retry runner, through the relay) and archived with its
+// records. On main it ended complete with no rows, and its own host's
+// listing, coming later, found it known: archived empty.
+func TestForeignHostNotFoundIsNotBelieved(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	net, live := activeNetwork(t, ctx, oracle.Config{Accounts: 16, RecordsMean: 3, Hosts: 2, Seed: 53})
+	victim := ""
+	for _, did := range live {
+		if a, _ := net.World().Account(did); a.Host == 0 && a.Records > 0 {
+			victim = did
+			break
+		}
+	}
+	if victim == "" {
+		t.Fatal("no active account with records on host 0")
+	}
+	f := net.Faults()
+	f.ClaimAccount(endlessHost, victim, true, "")
+	f.SlowHost(0, 300*time.Millisecond)
+	v, phase := startHostsNode(t, ctx, net)
+	v.waitFor("steady state", func() bool { return phase.Load() == archive.PhaseSteadyState })
+	f.SlowHost(0, 0)
+	if got := net.FetchedFrom(victim)[endlessHost]; got == 0 {
+		t.Fatalf("the claiming host was never asked for %s: the claim was not dispatched first", victim)
+	}
+	a, _ := net.World().Account(victim)
+	v.waitFor("the victim complete with its records, or settled otherwise", func() bool {
+		st, err := v.n.Store().RepoState(victim)
+		return err == nil && (st.Status == archive.StatusComplete && st.Refetch == archive.RefetchNone || st.Status == archive.StatusUnavailable)
+	})
+	v.waitFor("retry drained", retryDrained(v.n.Retrier()))
+	if st, err := v.n.Store().RepoState(victim); err != nil || st.Status != archive.StatusComplete || st.Records != uint64(a.Records) {
+		t.Errorf("%s: %+v %v; want complete with its %d records", victim, st, err, a.Records)
+	}
+	fold, _ := v.subscribeFold()
+	if checked, mism := check.Compare(fold, net.World(), nil); len(mism) > 0 {
+		t.Errorf("%d of %d accounts differ:\n%s", len(mism), checked, check.Describe(mism, 5))
+	}
+}
