@@ -162,7 +162,10 @@ type WriterOptions struct {
 	// unit that would pass either does not wait: its rows and repo updates
 	// of the accounts it waits for are dropped (counted), each such account
 	// is marked for another replacement in the same batch as the unit's
-	// cursor, and the rest of the unit is applied at once.
+	// cursor, and the rest of the unit is applied at once. A unit carrying
+	// an account or identity row of an account it waits for is not
+	// dropped: it ends the replacements it waits for (ErrHoldOverflow), and
+	// the waiting units and it are applied at once, in arrival order.
 	HoldBytes        int64
 	HoldAccountBytes int64
 	// HoldTimeout is how long a replacement may hold its account without
