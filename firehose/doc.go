@@ -74,15 +74,20 @@
 //   - Gaps (gap.go): OutdatedCursor, FutureCursor, frames of a connection
 //     that stay below the last accepted seq (its dialed cursor, or a frame
 //     it brought) past GapThreshold in a row (a relay that restarted its
-//     sequence unannounced) and a seq skip above GapThreshold become a
-//     gap/<id> row carried by the unit of the first frame accepted after the
-//     gap, the unit that moves cursor/relay past it (a FutureCursor gap is
-//     also recorded at once, cursor unmoved). A relay that restarted its
-//     sequence is followed from its live tip, and that unit resets
-//     cursor/relay (SeqCursor.Reset) at once: the writer keeps the cursor
-//     in the old sequence until every earlier unit is applied (some may
-//     wait behind a replacement), and the stream never waits for that. One
-//     ERROR line and backstream_firehose_gaps_total{kind} per gap.
+//     sequence unannounced) and a seq skip above GapThreshold are holes,
+//     each written to a gap/<id> row by the unit of the first frame
+//     accepted after it, the unit that moves cursor/relay past it (a
+//     FutureCursor gap is also recorded at once, cursor unmoved). A hole
+//     found while the newest gap the consumers recorded has no repair pass
+//     begun extends that gap instead of adding a row (archive.GapIDs.Record:
+//     same id, kind and FromSeq; the new hole's ToSeq and found time). A
+//     relay that restarted its sequence is followed from its live tip, and
+//     that unit resets cursor/relay (SeqCursor.Reset) at once: the writer
+//     keeps the cursor in the old sequence until every earlier unit is
+//     applied (some may wait behind a replacement), and the stream never
+//     waits for that. Each hole counts in
+//     backstream_firehose_gaps_total{kind} (the kind of the row it is
+//     recorded in) and is logged at ERROR, at most once a minute per kind.
 //   - Behind: the upstream time of the last accepted event (or a pong on an
 //     idle connection, or Run's start) against now: /readyz's staleness.
 //   - A commit carries its since on its first row (archive.Event.Since):

@@ -90,7 +90,7 @@ type Metrics struct {
 //   - backstream_firehose_last_seq (last upstream seq accepted)
 //   - backstream_firehose_durable_seq (last upstream seq made durable)
 //   - backstream_firehose_last_event_time_seconds (upstream time of the last accepted event)
-//   - backstream_firehose_gaps_total{kind} (gap/ rows recorded, by archive.GapKind)
+//   - backstream_firehose_gaps_total{kind} (holes recorded in gap/ rows, a hole extending the waiting gap too, by the row's archive.GapKind)
 //   - backstream_firehose_verify_waits_total (reads that waited for the verification window)
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
@@ -128,7 +128,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		gaps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backstream_firehose_gaps_total",
-			Help: "Gaps in the relay's stream recorded as gap/ rows (the repair pass heals them), by kind.",
+			Help: "Holes in the relay's stream recorded in gap/ rows (a hole found before the newest gap's repair pass began extends that gap; the repair pass heals them), by the gap's kind.",
 		}, []string{"kind"}),
 		verifyWaits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_firehose_verify_waits_total",
