@@ -14,8 +14,10 @@
 // interrupted pass left its intent (in the background: startup never waits
 // for it), and at the end of merging, just before steady_state is
 // committed (lifecycle's BeforeCleanup). A malformed compaction state halts
-// compaction for the run (one ERROR line with the recovery command
-// `backstream compaction reset`, backstream_compaction_halted, /status)
+// compaction for the run (one ERROR line with the recovery that repairs
+// the key it names, HaltRecovery: `backstream compaction reset`, with
+// --reindex for the compaction index, a checkpoint for an ev/ row;
+// backstream_compaction_halted; /status's halt_reason and halt_recovery)
 // while ingest and serving go on; a store error in a pass stops the process
 // like every persistence error. Its figures are /status's compaction
 // section (Compaction) and the backstream_compaction_* metrics. On a store
