@@ -26,7 +26,9 @@
 //   - S3: candidates stream from the due index (due/, kept by the archive
 //     writer in the batch of each repo/ row) in pages of PageKeys keys,
 //     each read by its own short-lived iterator, soonest due first and
-//     only up to now: a pass reads the repos due, never the repos known.
+//     only up to now, then past the horizon below (where only a wall clock
+//     that ran ahead puts an entry): a pass reads the repos due, never the
+//     repos known.
 //     Due repos go into a queue bounded by Queue (the scan blocks when it
 //     is full). What is held in memory is one
 //     page, the queue, the DIDs queued or running (deduplication: a DID is
