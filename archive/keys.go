@@ -51,13 +51,15 @@ var (
 // store archived before the writer kept the index); Next ≥ End means the
 // index covers every row. A new store writes it covered at creation;
 // Open writes it for an older store, End the first seq this writer
-// indexes; the index backfill (Store.FillIndex) moves Next.
+// indexes; the index backfill (Store.FillIndex) moves Next; Store.ResetIndex
+// (backstream compaction reset) drops the index and sets it to every row.
 var KeyIndex = []byte("meta/index")
 
 // KeyReplayIndex is the replay index's coverage of ev/ (xc/, xd/, xm/),
 // valued like KeyIndex: the rows from Next up to End lack their entries (a
 // store archived before the writer kept it); Store.FillReplayIndex moves
-// Next. A filtered replay scans until Next ≥ End.
+// Next, Store.ResetReplayIndex drops the index and sets it to every row. A
+// filtered replay scans until Next ≥ End (or while it is malformed).
 var KeyReplayIndex = []byte("meta/index_replay")
 
 // KeyCursorSinkNATS is the NATS sink's position: [0x01][uint64 LE], the

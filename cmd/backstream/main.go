@@ -7,7 +7,8 @@
 //	checkpoint  write a consistent copy of the store to a new data dir (online backup)
 //	devnet  run a simulated atproto network (relay, PDS hosts, firehose) for tests and demos
 //	tail    print the events a backstream (or Jetstream) /subscribe sends, one JSON line each
-//	compaction reset  delete an interrupted compaction pass's intent (the recovery of a halted compaction)
+//	compaction reset  the recovery of a halted compaction: delete an interrupted pass's intent, a malformed
+//	                  watermark, and an index with a malformed marker (rebuilt at the next start; --reindex forces it)
 //
 // Every flag has a BACKSTREAM_* environment variable (--backfill-workers is
 // BACKSTREAM_BACKFILL_WORKERS); a flag on the command line wins over the
