@@ -20,10 +20,10 @@ func TestMetricsPreinitialised(t *testing.T) {
 		backfill.ClassTransient, backfill.ClassRateLimited, backfill.ClassTimeout, backfill.ClassPermanent,
 		backfill.ClassForbidden, backfill.ClassTooLarge, backfill.ClassWrongDID, backfill.ClassBadCommit,
 		backfill.ClassIncompleteCAR, backfill.ClassInvalidCAR, backfill.ClassLocal, backfill.ClassSlowBody, backfill.ClassHostBusy, backfill.ClassNotFoundActive,
-		backfill.ClassIdentity, backfill.ClassSignature, backfill.ClassAuthority)...)
+		backfill.ClassIdentity, backfill.ClassUnknownDID, backfill.ClassSignature, backfill.ClassAuthority)...)
 	promtest.RequireZero(t, reg, "backstream_backfill_retries_total", promtest.Label("budget", "ordinary", "rate_limited")...)
 	promtest.RequireZero(t, reg, "backstream_backfill_repos_total", promtest.Label("result",
-		backfill.ResultComplete, backfill.ResultNotFound, backfill.ResultUnavailable, backfill.ResultFailed)...)
+		backfill.ResultComplete, backfill.ResultNotFound, backfill.ResultUnavailable, backfill.ResultUnknownDID, backfill.ResultFailed)...)
 	var reasons []string
 	for _, r := range backfill.DropReasons() {
 		reasons = append(reasons, r.String())

@@ -60,7 +60,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		cuts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backstream_listrepos_cut_total",
-			Help: "Listings ended early at a listRepos page that could not be used, by reason (cursor_too_long, too_large, malformed, refused, retries_exhausted); bootstrap went on with what it had listed.",
+			Help: "Listings ended early at a listRepos page that could not be used, by reason (cursor_too_long, too_large, malformed, refused, retries_exhausted, too_many_entries: a host's listing past twice its roster account count plus 10,000); bootstrap went on with what it had listed.",
 		}, []string{"reason"}),
 		discovered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backstream_bootstrap_repos_discovered_total",

@@ -18,6 +18,8 @@ func TestMetricsPreinitialised(t *testing.T) {
 	promtest.RequireZero(t, reg, "backstream_listrepos_errors_total", promtest.Label("class",
 		"not_found", "unavailable", "rate_limited", "transient", "permanent", "canceled")...)
 	promtest.RequireZero(t, reg, "backstream_bootstrap_repos_discovered_total", promtest.Label("activity", "active", "inactive")...)
+	promtest.RequireZero(t, reg, "backstream_listrepos_cut_total", promtest.Label("reason",
+		"cursor_too_long", "too_large", "malformed", "refused", "retries_exhausted", "too_many_entries")...)
 	if _, ok := promtest.Lookup(t, reg, "backstream_listrepos_errors_total", map[string]string{"class": "ok"}); ok {
 		t.Error(`backstream_listrepos_errors_total{class="ok"} exists: success is not an error class`)
 	}

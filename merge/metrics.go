@@ -29,7 +29,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		cuts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backstream_discovery_cut_total",
-			Help: "Discoveries ended at a listRepos page that could not be used, by reason (cursor_too_long, too_large, malformed, refused, retries_exhausted).",
+			Help: "Discovery listings ended at a listRepos page that could not be used, by reason (cursor_too_long, too_large, malformed, refused, retries_exhausted, too_many_entries: a host's listing past twice its roster account count plus 10,000; cursor_loop: a roster host's cursor repeated).",
 		}, []string{"reason"}),
 		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_discovery_relay_fallback_total",
@@ -41,7 +41,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range mergeResults {
 		m.rows.WithLabelValues(r)
 	}
-	for _, r := range upstream.CutReasons() {
+	for _, r := range append(upstream.CutReasons(), cutLoop) {
 		m.cuts.WithLabelValues(r)
 	}
 	if reg != nil {

@@ -9,11 +9,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// TestMetricsPreinitialised: every result exists at 0 before any merge.
+// TestMetricsPreinitialised: every result and cut reason exists at 0
+// before any merge.
 func TestMetricsPreinitialised(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	NewMetrics(reg)
 	promtest.RequireZero(t, reg, "backstream_merge_rows_total", promtest.Label("result", "kept", "stale", "sync", "dropped")...)
+	promtest.RequireZero(t, reg, "backstream_discovery_cut_total", promtest.Label("reason",
+		"cursor_too_long", "too_large", "malformed", "refused", "retries_exhausted", "too_many_entries", "cursor_loop")...)
 }
 
 // TestMergeRowsSumToCaptured: every captured row merged is counted once in

@@ -5,7 +5,7 @@ package repair
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Why an account was marked or refreshed
+// Why an account was marked, refreshed or left alone
 // (backstream_repair_accounts_total{reason}).
 const (
 	ReasonNewerRev    = "newer_rev"   // listed rev newer than rev/<did>
@@ -52,7 +52,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		accounts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backstream_repair_accounts_total",
-			Help: "Accounts a gap's repair pass marked for a whole-repo replacement (or, inactive, refreshed), by reason.",
+			Help: "Accounts a gap's repair pass decided on (a listing entry, or an absent account's answered status), by reason: newer_rev, unknown, reactivated (marked for a whole-repo replacement), inactive (its account row archived); or left alone: unknown_did (the directory has no document for the DID), foreign (a roster host's entry about another roster host's account).",
 		}, []string{"reason"}),
 		pages: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_repair_pages_total",
