@@ -109,17 +109,21 @@
 // cursor/listrepos (and cursor/listrepos_last). Every
 // invariant above holds per lane; the restart pass, the recorder and the
 // in-flight set are shared. A host's first page is never waited for: a
-// host that is down, slow past its budgets, returns garbage or loops its
-// cursor is cut alone (HostFailing on /status, its checkpoint left where it
-// was) and the others go on, and so is one that names more entries in the
-// run than upstream.HostListingBound of its roster account count (a
-// listing that never ends: cut too_many_entries, not listed again); the cut host is listed again in the same run
-// from where it was cut, HostRetries times after 5 s doubling to 5 min
-// (enumerateLane; /status shows its retries and next attempt), so
-// bootstrap's end waits for it about 15 minutes at most. Still cut after
-// that, it is left failing (backstream_bootstrap_hosts_gave_up_total, one
-// warning): discovery lists it again after bootstrap, a restart before
-// merging from its checkpoint. A repo is
+// host that is down or slow past its budgets is cut alone (HostFailing on
+// /status, its checkpoint left where it was) and the others go on; it is
+// listed again in the same run from where it was cut, HostRetries times
+// after 5 s doubling to 5 min (enumerateLane; /status shows its retries and
+// next attempt), so bootstrap's end waits for it about 15 minutes at most.
+// Still cut after that, it is left failing
+// (backstream_bootstrap_hosts_gave_up_total, one warning): discovery lists
+// it again after bootstrap, a restart before merging from its checkpoint.
+// A host whose page cannot be used (garbage, a 4xx, a cursor too long), or
+// whose listing names more entries in the run than
+// upstream.HostListingBound of the account count its host/ row holds (a
+// listing that never ends: the page that spends the bound is recorded,
+// then cut too_many_entries), is cut alone the same way but not listed
+// again in the run: discovery lists it after bootstrap. A host whose
+// cursor repeats ends its listing there, as the relay's does. A repo is
 // fetched from the host that listed it (backfill.Request.Host); listed by a
 // second host before a worker took it (a migration in flight), it is
 // fetched from the host its DID document names as its PDS (Config.Identity)

@@ -178,7 +178,7 @@ func (f *fleetState) cut(log *slog.Logger, host, reason string, err error) {
 	f.failing[host] = fh
 	f.mu.Unlock()
 	if n, ok := f.lines.Tick("cut"); ok {
-		log.Warn("bootstrap: a host's listRepos cannot be used; that host alone stops listing, every other host goes on, and it is listed again from where it was cut after a backoff",
+		log.Warn("bootstrap: a host's listRepos cannot be used; that host alone stops listing, every other host goes on; one cut for failing is listed again from where it was cut after a backoff, any other is left to discovery",
 			"host", host, "reason", reason, "err", err, "suppressed", n)
 	}
 }

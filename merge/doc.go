@@ -49,13 +49,15 @@
 // (cursor/hostlist_last/<host>, from the start when it has none), and
 // never the relay's listRepos; a host whose listing cannot be used fails
 // alone (counted by reason like a cut, one warning for all of them) and
-// the other hosts are listed; a host's listing past upstream.HostListingBound
-// of its roster account count is cut likewise (too_many_entries), so one
+// the other hosts are listed; a host whose cursor repeats fails so too
+// (cursor_loop), and a host's listing past upstream.HostListingBound of its
+// roster account count (its host/ row's, from bootstrap) is cut likewise
+// after the page that went past is recorded (too_many_entries), so one
 // that never ends cannot hold merging. The hosts are listed one after another. When
 // every host fails, the relay's listRepos is listed instead (one warning,
 // backstream_discovery_relay_fallback_total).
-// Upstream trouble never fails merge (M8): a repeating cursor
-// ends discovery with a warning; a page it cannot use ends it with one error
+// Upstream trouble never fails merge (M8): a repeating cursor of the
+// relay's listing ends discovery with a warning; a page it cannot use ends it with one error
 // line and a count (backstream_discovery_cut_total{reason}): a transient
 // failure or 429 after five retries (0.5 s doubling, internal/backoff's
 // jitter), a malformed or oversized page or a 4xx at once (the same bytes

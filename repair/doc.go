@@ -30,7 +30,9 @@
 //     bootstrap.DefaultHostRetries such steps in a row it is cut (counted,
 //     logged) so a dead host cannot hold its gap open; so is a host's
 //     listing that names more than upstream.HostListingBound entries of its
-//     roster account count in the pass (one that never ends). When no host listed
+//     roster account count in the pass (one that never ends; the count its
+//     host/ row holds, from bootstrap's last roster read: a host grown past
+//     the bound since is cut in every pass). When no host listed
 //     anything (every one refused or failing for good), the relay's
 //     listing is compared instead (backstream_repair_relay_fallback_total).
 //     The per-host rows are deleted before the gap closes. An active

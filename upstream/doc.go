@@ -11,6 +11,13 @@
 //     HostGetRepo, which ask a PDS host directly (hosts.go). Every error is an *Error; Classify maps any error onto one
 //     Class (not found, unavailable, rate limited, transient, permanent,
 //     canceled, local) and RetryAfter gives the server-directed wait.
+//   - Listing bounds the callers (bootstrap, discovery, repair) share:
+//     CutReasons is the closed set of reasons a listing is cut for
+//     (CutReason maps an error onto one), CursorSet remembers cursors as
+//     16 bytes each, and HostListingBound is how many entries one listing
+//     of a PDS host may name — twice the accountCount listHosts gave it
+//     plus HostListingSlack (10,000), so 10,000 when the relay gave no
+//     count — before it is cut (CutTooManyEntries).
 //   - SubscribeURL, DialFirehose: the websocket to subscribeRepos with a read
 //     limit. Reading frames, cursors and reconnects live in package firehose.
 //   - DecodeFrame / EncodeFrame: the two-object DAG-CBOR framing, decoded by
