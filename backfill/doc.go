@@ -16,8 +16,11 @@
 //     without walking the tree again.
 //   - Identity checks (job_ident.go, Options.Identity, package ident): the
 //     account's DID document is resolved before the download (failure class
-//     identity), the host that served the repo must be the document's PDS
-//     or a trusted host, the relay (class authority), and the commit
+//     identity; a 404 from the directory is class unknown_did, E15), the
+//     host that served the repo must be the document's PDS or a trusted
+//     host, the relay (class authority) — and so must a host that answered
+//     the account is not found or inactive, before that answer counts
+//     (V2: a roster host listing another's account) — and the commit
 //     signature must verify with the document's key, re-resolved once on a
 //     mismatch (class signature) — all before any row is emitted. Warn mode
 //     counts and archives; off skips it all.
@@ -55,13 +58,20 @@
 //   - E10: 429 has its own budget (20), waits RetryAfter bounded by
 //     RateLimitCeiling, and never consumes the ordinary budget.
 //   - E11: RepoNotFound → complete with no rows; deactivated / suspended /
-//     takendown → unavailable with active=false; anything else after the
-//     budgets → failed with class, message and next attempt.
-//   - E15: a DID the PLC directory answers 404 for (ident.UnknownDID) →
-//     failed with class unknown_did; the UnknownDIDAttempts-th such answer
-//     in a row (Request.UnknownDIDs, from the retry runner) → unavailable
-//     with active=false, no next attempt and no mark: a fabricated DID
-//     costs a few resolutions, not one a day for ever.
+//     takendown → unavailable with active=false (in strict mode only from
+//     a host with authority over the account, else failed authority, V2);
+//     anything else after the budgets → failed with class, message and
+//     next attempt.
+//   - E15 (strict mode): a DID the PLC directory answers 404 for
+//     (ident.UnknownDID; a did:web whose host answers 404 or whose name
+//     does not resolve too) → failed with class unknown_did; such an
+//     answer when Request.UnknownDIDs + 1 reaches UnknownDIDAttempts →
+//     unavailable with active=false, no next attempt and no mark: a
+//     fabricated DID costs a few resolutions, not one a day for ever. The
+//     retry runner sets UnknownDIDs to the repo's attempts when its last
+//     failure was unknown_did, and attempts count every failure since the
+//     repo last completed: a repo that failed for other reasons first
+//     ends sooner (at its second 404 in a row after 3 such failures).
 //   - R1: a record failing per-record validation is dropped alone; drops are
 //     counted by reason when the repo's completion is durable.
 //   - R2: completion stores the snapshot's head rev as BackfillRev.

@@ -124,7 +124,10 @@
 // then cut too_many_entries), is cut alone the same way but not listed
 // again in the run: discovery lists it after bootstrap. A host whose
 // cursor repeats ends its listing there, as the relay's does. A repo is
-// fetched from the host that listed it (backfill.Request.Host); listed by a
+// fetched from the host that listed it (backfill.Request.Host; in strict
+// verification that host's not-found or inactive answer counts only when
+// the DID document names it, else the repo fails authority and the retry
+// runner fetches it through the relay); listed by a
 // second host before a worker took it (a migration in flight), it is
 // fetched from the host its DID document names as its PDS (Config.Identity)
 // or, with identity resolution off (--verify off), failing, or naming

@@ -55,7 +55,10 @@
 // Failures are typed: ErrUnresolvable (the DID could not be resolved, or
 // its document is unusable — no signing key); callers record it as the
 // failure class "identity", which is retryable (the retry runner tries the
-// repo again later). ErrBadSignature says a commit's signature did not
+// repo again later). UnknownDID tells the definite "no such DID" among
+// them (the directory's 404, a did:web host's 404 or a name that does not
+// resolve), which backfill records as class "unknown_did" and gives up on
+// after a few in a row. ErrBadSignature says a commit's signature did not
 // verify with the current key even after one forced re-resolution (a key
 // rotated since the cached copy).
 //

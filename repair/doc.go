@@ -45,9 +45,10 @@
 //     host's word does not take down, delete or refetch what it does not
 //     hold;
 //     a repo the directory said does not exist (archive.ClassUnknownDID,
-//     unavailable for good) is left alone whatever a listing says, counted
-//     (reason unknown_did), so a host listing fabricated DIDs costs no
-//     resolution per audit (E15);
+//     unavailable for good) is never marked however active a listing says
+//     it is, counted (reason unknown_did), so a host listing fabricated
+//     DIDs costs no resolution per audit (E15); listed inactive, it gets
+//     the account row below like any other;
 //     one listed inactive whose stored state differs gets the account row
 //     a live #account event would have archived (firehose.Effects on its
 //     repo), nothing fetched.

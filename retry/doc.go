@@ -86,7 +86,15 @@
 //     (backstream_retry_replacements_refused_total).
 //   - E11 terminal answers are the job's: deactivated / suspended /
 //     takendown → unavailable; RepoNotFound → the replacement's sync row and
-//     complete.
+//     complete. Its jobs go through the relay, so a repo failed authority
+//     for a roster host's not-found answer (V2) is fetched from whoever
+//     holds it.
+//   - E15: a repo whose last failure was unknown_did (the directory has no
+//     document for its DID) is run with its attempts as
+//     backfill.Request.UnknownDIDs, so the job ends it unavailable at
+//     backfill.UnknownDIDAttempts; inactive then, it is never a candidate
+//     again until an #account event makes it active (counted as result
+//     unavailable).
 //   - S6: a failure of the machinery — a store read or decode error, the
 //     writer stopped or refusing a unit, a job error that is neither a
 //     per-repo outcome nor ErrStale, a panic — is counted
