@@ -69,9 +69,9 @@
 //     unavailable with active=false, no next attempt and no mark: a
 //     fabricated DID costs a few resolutions, not one a day for ever. The
 //     retry runner sets UnknownDIDs to the repo's attempts when its last
-//     failure was unknown_did, and attempts count every failure since the
-//     repo last completed: a repo that failed for other reasons first
-//     ends sooner (at its second 404 in a row after 3 such failures).
+//     failure was unknown_did; the first 404 after failures of other
+//     classes stores 1 attempt, so the attempts then count the 404s in a
+//     row.
 //   - R1: a record failing per-record validation is dropped alone; drops are
 //     counted by reason when the repo's completion is durable.
 //   - R2: completion stores the snapshot's head rev as BackfillRev.

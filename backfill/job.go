@@ -705,6 +705,9 @@ func (r *Runner) terminal(res *Result, now time.Time) func(archive.RepoState, bo
 				cur.Refetch = archive.RefetchNone // nothing to fetch, whatever marked it
 			}
 		case archive.StatusFailed:
+			if class == ClassUnknownDID && cur.ErrClass != ClassUnknownDID {
+				cur.Attempts = 0 // the directory's 404s are counted in a row from the first (E15)
+			}
 			cur.Attempts++
 			cur.ErrClass, cur.LastError = class, msg
 			cur.NextAttemptUS = now.Add(nextAttempt(cur.Attempts)).UnixMicro()

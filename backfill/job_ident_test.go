@@ -34,6 +34,32 @@ func (e *env) relayHost() string {
 	return u.Host
 }
 
+// TestUnknownDIDCountsOnlyItsOwn404s (E15): the directory's 404s that end
+// a repo unavailable are counted in a row from the first, not with the
+// repo's earlier failures of other classes: a repo that failed 3 times
+// (here the directory failing) stores 1 attempt at its first 404, so the
+// retry runner asks UnknownDIDAttempts-1 more times before giving up.
+func TestUnknownDIDCountsOnlyItsOwn404s(t *testing.T) {
+	e := newEnv(t, smallWorld(6, 4))
+	id := e.resolver(ident.ModeStrict)
+	r := e.runner(func(o *backfill.Options) { o.Identity, o.TrustedHosts = id, []string{e.relayHost()} })
+	did := e.activeAccounts(1)[0].DID
+	f := e.net.Faults()
+	f.FailPLC(oracle.Always)
+	for range 3 {
+		e.run(r, did)
+	}
+	if st := e.state(did); st.ErrClass != backfill.ClassIdentity || st.Attempts != 3 {
+		t.Fatalf("after 3 failures of the directory: %+v", st)
+	}
+	f.Clear()
+	f.DIDNotFound(did, oracle.Always)
+	res := e.run(r, did)
+	if st := e.state(did); res.Status != archive.StatusFailed || st.ErrClass != backfill.ClassUnknownDID || st.Attempts != 1 {
+		t.Fatalf("the first 404 after 3 other failures: %v, stored %+v; want failed %q with 1 attempt", res.Status, st, backfill.ClassUnknownDID)
+	}
+}
+
 // Every identity fault ends with the repo failed under its class and no row
 // archived; a genuine repo next to them verifies and is archived.
 func TestIdentityFaultsFailTheRepoWithTheirClass(t *testing.T) {
