@@ -45,6 +45,7 @@ type Kill struct {
 	Tip   uint64            // KillAtTip
 	When  func(Status) bool // KillWhen
 	Label string            // KillWhen: a name for logs
+	Env   []string          // extra environment of the run (e.g. a flag's BACKSTREAM_* variable)
 }
 
 // AtPoint is a crash-point kill.
@@ -172,7 +173,7 @@ func (h *Harness) Chain(kills ...Kill) {
 func (h *Harness) KillRun(k Kill) Landed {
 	h.T.Helper()
 	t := h.T
-	var env []string
+	env := append([]string(nil), k.Env...)
 	if k.Kind == KillPoint {
 		if _, err := crashpoint.Parse(k.Point); err != nil {
 			t.Fatal(err)
