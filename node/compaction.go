@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/crashpoint"
 )
 
 // Defaults of the compaction schedule (serve's --compaction-interval and
@@ -76,13 +77,24 @@ func (a storeCompaction) Compaction() (archive.CompactionState, error) { return 
 func (a storeCompaction) TombstonesWritten() uint64                    { return a.w.TombstonesWritten() }
 func (a storeCompaction) IndexMarker() (archive.IndexMarker, error)    { return a.s.IndexMarker() }
 func (a storeCompaction) FillIndex(ctx context.Context, progress func(archive.IndexMarker)) (archive.IndexFillResult, error) {
-	return a.s.FillIndex(ctx, 0, progress)
+	return a.s.FillIndex(ctx, 0, a.batchDone(progress))
 }
 func (a storeCompaction) ReplayIndexMarker() (archive.IndexMarker, error) {
 	return a.s.ReplayIndexMarker()
 }
 func (a storeCompaction) FillReplayIndex(ctx context.Context, progress func(archive.IndexMarker)) (archive.IndexFillResult, error) {
-	return a.s.FillReplayIndex(ctx, 0, progress)
+	return a.s.FillReplayIndex(ctx, 0, a.batchDone(progress))
+}
+
+// batchDone is progress, then the crash point of a backfill batch: the
+// progress callback runs after each batch's synced commit.
+func (a storeCompaction) batchDone(progress func(archive.IndexMarker)) func(archive.IndexMarker) {
+	return func(m archive.IndexMarker) {
+		if progress != nil {
+			progress(m)
+		}
+		a.opts.Crash.Hit(crashpoint.IndexFillBatch)
+	}
 }
 
 // CompactionStatus is the compaction section of /status. Watermark and

@@ -313,6 +313,14 @@ func TestReleaseRefusesCrashpoint(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatalf("the refused start created the data dir: %v", err)
 	}
+	// compaction reset has a crash point too: refused the same way, before
+	// the store is opened.
+	stderr.Reset()
+	t.Setenv(crashpoint.EnvVar, crashpoint.ResetIndex)
+	code = run(context.Background(), []string{"compaction", "reset", "--data-dir", dir}, nil, &bytes.Buffer{}, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), "this build has no crash points") {
+		t.Fatalf("compaction reset with %s in a release build: exit %d, %s", crashpoint.EnvVar, code, stderr.String())
+	}
 }
 
 // TestAdminPprofIndexLinks: every link of the admin listener's

@@ -14,6 +14,7 @@ import (
 	"fmt"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/crashpoint"
 )
 
 func compactionResetCommand() *command {
@@ -34,6 +35,10 @@ func compactionResetCommand() *command {
 
 func runCompactionReset(ctx context.Context, env *cmdEnv) error {
 	dir := env.fs.str("data-dir")
+	crash, err := crashpoint.FromEnv()
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
 	s, err := openExisting(dir, archive.Options{Logger: env.log})
 	if errors.Is(err, archive.ErrLocked) {
 		return fmt.Errorf("%s is held open by another process (a running backstream serve?): stop it first, "+
@@ -77,6 +82,7 @@ func runCompactionReset(ctx context.Context, env *cmdEnv) error {
 			return fmt.Errorf("reset the compaction index of %s: %w", dir, err)
 		}
 		fmt.Fprintf(env.stdout, "dropped the compaction index; the next start rebuilds it from rows %d to %d before its first pass\n", m.Next, m.End-1)
+		crash.Hit(crashpoint.ResetIndex)
 	}
 	switch _, err := s.ReplayIndexMarker(); {
 	case errors.Is(err, archive.ErrMalformed):

@@ -39,6 +39,8 @@ const (
 	CompactionBatch   = "compaction-batch"  // one removal batch of a compaction pass (one or more accounts)
 	CompactionDone    = "compaction-done"   // the watermark moved and the intent cleared
 	RepairPage        = "repair-page"       // a repair pass's marks with its audit/ position
+	IndexFillBatch    = "index-fill-batch"  // one batch of an index backfill at start (compaction or replay index) with its marker
+	ResetIndex        = "reset-index"       // compaction reset: the compaction index dropped, the replay index not yet
 )
 
 // Points lists every valid name.
@@ -46,6 +48,7 @@ var Points = []string{
 	CaptureStarted, BootstrapEnqueued, RepoChunk, RepoComplete, Checkpoint,
 	MergingCommitted, MergeBatch, PendingReplaced, DiscoveryPage, SteadyCommitted, LiveBatch,
 	CompactionIntent, CompactionBatch, CompactionDone, RepairPage,
+	IndexFillBatch, ResetIndex,
 }
 
 // EnvVar configures the crash point of a process.
