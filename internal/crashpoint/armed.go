@@ -5,6 +5,7 @@ package crashpoint
 import (
 	"fmt"
 	"os"
+	"os/signal"
 	"syscall"
 )
 
@@ -16,6 +17,18 @@ func fromEnv(spec string) (*Set, error) {
 	s, err := Parse(spec)
 	if s != nil {
 		s.kill = killSelf
+		if s.hold {
+			// Registered now, so a release sent early is kept, never the
+			// default action of SIGUSR1 (which ends the process).
+			release := make(chan os.Signal, 1)
+			signal.Notify(release, syscall.SIGUSR1)
+			name := s.name
+			s.block = func() {
+				fmt.Fprintf(os.Stderr, "crashpoint: holding at %s\n", name)
+				<-release
+				fmt.Fprintf(os.Stderr, "crashpoint: released at %s\n", name)
+			}
+		}
 	}
 	return s, err
 }

@@ -11,6 +11,13 @@
 // Names are checked against Points: a typo in a test is an error, not a
 // crash point that silently never fires. docs/crashpoints.md lists each point
 // with what recovery must do after it.
+//
+// BACKSTREAM_CRASHPOINT=name:n:hold holds instead of killing: the goroutine
+// that makes the n-th pass blocks there (right after the commit, the rest of
+// the process going on) until the process gets SIGUSR1, so a test can act
+// while, say, a replacement holds its account, and then kill the process
+// (or release it). It prints "crashpoint: holding at <name>" to stderr when
+// it blocks.
 package crashpoint
 
 import (
@@ -56,22 +63,28 @@ const EnvVar = "BACKSTREAM_CRASHPOINT"
 
 // Set is one armed crash point. A nil *Set never fires.
 type Set struct {
-	name string
-	n    int64
-	seen atomic.Int64
-	kill func()
+	name  string
+	n     int64
+	hold  bool // block the n-th pass (until released) instead of killing
+	seen  atomic.Int64
+	kill  func()
+	block func()
 }
 
 // FromEnv reads BACKSTREAM_CRASHPOINT; unset or empty gives nil. Without
 // the build tag `crashpoint` a set variable is an error (ErrNotBuilt).
 func FromEnv() (*Set, error) { return fromEnv(os.Getenv(EnvVar)) }
 
-// Parse parses "name[:n]". The empty string gives nil. The Set it returns
-// never kills the process: only FromEnv, in a build with the tag
-// `crashpoint`, arms one that does.
+// Parse parses "name[:n][:hold]". The empty string gives nil. The Set it
+// returns never kills the process nor blocks: only FromEnv, in a build with
+// the tag `crashpoint`, arms one that does.
 func Parse(spec string) (*Set, error) {
 	if spec == "" {
 		return nil, nil
+	}
+	hold := false
+	if rest, ok := strings.CutSuffix(spec, ":hold"); ok {
+		spec, hold = rest, true
 	}
 	name, count, hasCount := strings.Cut(spec, ":")
 	n := int64(1)
@@ -84,7 +97,7 @@ func Parse(spec string) (*Set, error) {
 	}
 	for _, p := range Points {
 		if p == name {
-			return &Set{name: name, n: n, kill: func() {}}, nil
+			return &Set{name: name, n: n, hold: hold, kill: func() {}, block: func() {}}, nil
 		}
 	}
 	names := append([]string(nil), Points...)
@@ -93,12 +106,17 @@ func Parse(spec string) (*Set, error) {
 }
 
 // Hit records a pass through the named point and kills the process with
-// SIGKILL at the configured pass. Call it right after the commit it names.
+// SIGKILL at the configured pass (or, armed with hold, blocks there until
+// released). Call it right after the commit it names.
 func (s *Set) Hit(name string) {
 	if s == nil || s.name != name {
 		return
 	}
 	if s.seen.Add(1) == s.n {
+		if s.hold {
+			s.block()
+			return
+		}
 		s.kill()
 	}
 }

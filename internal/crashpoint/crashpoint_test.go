@@ -11,7 +11,7 @@ func TestParse(t *testing.T) {
 		spec string
 		ok   bool
 		n    int64
-	}{{"", true, 0}, {RepoComplete, true, 1}, {RepoComplete + ":3", true, 3}, {"repo-complet", false, 0}, {RepoComplete + ":0", false, 0}, {RepoComplete + ":x", false, 0}} {
+	}{{"", true, 0}, {RepoComplete, true, 1}, {RepoComplete + ":3", true, 3}, {"repo-complet", false, 0}, {RepoComplete + ":0", false, 0}, {RepoComplete + ":x", false, 0}, {RepoChunk + ":hold", true, 1}, {RepoChunk + ":2:hold", true, 2}, {"hold", false, 0}} {
 		s, err := Parse(tc.spec)
 		if (err == nil) != tc.ok {
 			t.Errorf("%q: err %v", tc.spec, err)
@@ -38,6 +38,15 @@ func TestHitCountsAndNil(t *testing.T) {
 	}
 	if fired != 1 {
 		t.Fatalf("fired %d times, want once at the 3rd pass", fired)
+	}
+	h, _ := Parse(RepoChunk + ":2:hold")
+	killed, held := 0, 0
+	h.kill, h.block = func() { killed++ }, func() { held++ }
+	for i := 0; i < 4; i++ {
+		h.Hit(RepoChunk)
+	}
+	if killed != 0 || held != 1 {
+		t.Fatalf("hold: killed %d, held %d times; want held once at the 2nd pass, never killed", killed, held)
 	}
 }
 
