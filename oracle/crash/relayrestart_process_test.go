@@ -22,7 +22,11 @@ import (
 
 // heldUnits reads backstream_archive_held_units from the admin listener
 // (-1 when it does not answer).
-func heldUnits(p *crash.Proc) float64 {
+func heldUnits(p *crash.Proc) float64 { return metricValue(p, "backstream_archive_held_units") }
+
+// metricValue reads an unlabelled metric from p's admin listener (-1 when
+// it does not answer or has no such metric).
+func metricValue(p *crash.Proc, name string) float64 {
 	c := http.Client{Timeout: 2 * time.Second}
 	resp, err := c.Get("http://" + p.Admin + "/metrics")
 	if err != nil {
@@ -32,7 +36,7 @@ func heldUnits(p *crash.Proc) float64 {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "backstream_archive_held_units "); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
 				return -1
