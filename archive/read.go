@@ -117,28 +117,54 @@ func (s *Store) HostListLast(host string) (ListCursor, error) {
 }
 
 // RosterHosts returns the hosts whose host/<host> row holds an active
-// roster entry (a fleet bootstrap read the relay's listHosts), in key
-// order; none when no roster was ever read.
+// roster entry (a fleet bootstrap or a repair pass read the relay's
+// listHosts), in key order; none when no roster was ever read.
 func (s *Store) RosterHosts() ([]string, error) {
+	var hosts []string
+	err := s.scanRoster(func(host string, h HostState) {
+		if h.Status == "active" {
+			hosts = append(hosts, host)
+		}
+	})
+	return hosts, err
+}
+
+// RosterHost is a host whose host/ row holds a roster entry, and its
+// roster status.
+type RosterHost struct {
+	Host, Status string
+}
+
+// RosterEntries returns every host whose host/<host> row holds a roster
+// entry, whatever its status, in key order.
+func (s *Store) RosterEntries() ([]RosterHost, error) {
+	var hosts []RosterHost
+	err := s.scanRoster(func(host string, h HostState) {
+		if h.Status != "" {
+			hosts = append(hosts, RosterHost{Host: host, Status: h.Status})
+		}
+	})
+	return hosts, err
+}
+
+// scanRoster calls fn for every host/ row, in key order.
+func (s *Store) scanRoster(fn func(host string, h HostState)) error {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: PrefixHost, UpperBound: prefixEnd(PrefixHost)})
 	if err != nil {
-		return nil, &KeyError{Key: "host/<scan>", Kind: ErrRead, Err: err}
+		return &KeyError{Key: "host/<scan>", Kind: ErrRead, Err: err}
 	}
 	defer it.Close()
-	var hosts []string
 	for ok := it.First(); ok; ok = it.Next() {
 		h, err := DecodeHostState(it.Value())
 		if err != nil {
-			return nil, &KeyError{Key: string(it.Key()), Kind: ErrMalformed, Err: err}
+			return &KeyError{Key: string(it.Key()), Kind: ErrMalformed, Err: err}
 		}
-		if h.Status == "active" {
-			hosts = append(hosts, string(it.Key()[len(PrefixHost):]))
-		}
+		fn(string(it.Key()[len(PrefixHost):]), h)
 	}
 	if err := it.Error(); err != nil {
-		return nil, &KeyError{Key: "host/<scan>", Kind: ErrRead, Err: err}
+		return &KeyError{Key: "host/<scan>", Kind: ErrRead, Err: err}
 	}
-	return hosts, nil
+	return nil
 }
 
 // RepoState reads repo/<did>.

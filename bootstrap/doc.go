@@ -17,6 +17,10 @@
 //   - EnterMerging(ctx, store, writer, now): phase=merging with both backfill
 //     timestamps in one synced unit (C3), for the caller to invoke.
 //   - Shuffle, the production dispatch-order helper (E2).
+//   - ReadRoster and RecordRoster (roster.go): the relay's listHosts roster
+//     read (paged, retried, bounded at 1,000,000 hosts, a repeating cursor
+//     ending it) and recorded in host/ rows; bootstrap's read and every
+//     hosts-mode repair pass's (package repair) are these two.
 //
 // # Invariants kept here
 //
@@ -99,7 +103,8 @@
 // Config.Enumerate "hosts" (or "" when the relay answers listHosts) pages
 // the roster (retried on the listing budgets; a 501 means the relay has no
 // listHosts), records every entry in its host/<host> row (status, account
-// count, seq: HostUpdates, the writer the only writer of host/), skips and
+// count, seq: HostUpdates, the writer the only writer of host/; a host a
+// whole read no longer names gets status RosterLeft), skips and
 // counts hosts whose status is not active, and runs
 // one lane per active host: its own enumerator (HostListRepos), its own
 // watermark, its own share of the window (Window / hosts, at least a page)

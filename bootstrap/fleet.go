@@ -11,14 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"slices"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/backstream/backstream/archive"
-	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/ident"
 	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/internal/loglimit"
@@ -68,7 +65,7 @@ const hostCutLogEvery = time.Minute
 // FleetSource is what hosts mode needs from the network beyond a
 // RepoSource (upstream.Client).
 type FleetSource interface {
-	ListHosts(ctx context.Context, cursor string, limit int) (upstream.HostsPage, error)
+	RosterSource
 	HostListRepos(ctx context.Context, host, cursor string, limit int) (upstream.Page, error)
 }
 
@@ -427,7 +424,7 @@ func (b *Bootstrap) fleetLanes(ctx context.Context) ([]lane, error) {
 		return nil, errors.New("bootstrap: --enumerate hosts needs a fleet source")
 	}
 	rr, err := b.roster(ctx, maxRosterHosts)
-	roster, skipped := rr.active, rr.skipped
+	roster, skipped := rr.Active, rr.Skipped
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -438,14 +435,14 @@ func (b *Bootstrap) fleetLanes(ctx context.Context) ([]lane, error) {
 		log.Info("bootstrap: enumeration mode relay: the relay does not answer listHosts", "err", err)
 		return nil, nil
 	}
-	if err := b.writeRoster(ctx, rr.entries); err != nil {
-		return nil, err
+	if _, err := RecordRoster(ctx, cfg.Writer, cfg.Store, rr); err != nil {
+		return nil, fmt.Errorf("bootstrap: %w", err)
 	}
 	log.Info("bootstrap: enumeration mode hosts: every active host of the relay's roster lists its own repos and serves them",
 		"asked", cfg.Enumerate, "hosts", len(roster), "skipped_not_active", skipped, "listed_by_two_hosts", b.attributionRule())
 	b.listSlots = semaphore.NewWeighted(int64(cfg.Workers))
 	fs := newFleetState(EnumerateHosts)
-	fs.p.Roster, fs.p.Skipped, fs.p.RosterCut = len(roster)+skipped, skipped, rr.cut
+	fs.p.Roster, fs.p.Skipped, fs.p.RosterCut = len(roster)+skipped, skipped, rr.Cut
 	b.fleet.Store(fs)
 	cfg.Metrics.hostsSkipped(skipped)
 	lanes := make([]lane, 0, len(roster))
@@ -472,144 +469,6 @@ func (b *Bootstrap) fleetLanes(ctx context.Context) ([]lane, error) {
 		lanes = append(lanes, l)
 	}
 	return lanes, nil
-}
-
-// rosterRead is the roster as listHosts gave it.
-type rosterRead struct {
-	active  []string             // the active hosts, deduplicated and sorted
-	entries []upstream.HostEntry // every entry (the first of a host listed twice)
-	skipped int                  // hosts skipped for a status other than active
-	cut     string               // why the read stopped with a cursor pending; "" when it did not
-}
-
-// roster pages listHosts until its last page, a cursor that repeats any
-// of the read (a loop: counted, the roster ends there as on its last
-// page), or maxHosts hosts or pages read with a cursor still pending (a
-// cut: counted, logged, on /status; the hosts read are listed).
-func (b *Bootstrap) roster(ctx context.Context, maxHosts int) (rosterRead, error) {
-	var rr rosterRead
-	seen := map[string]bool{}
-	var cursors upstream.CursorSet
-	cursor := ""
-	for pages := 1; ; pages++ {
-		pg, err := b.rosterPage(ctx, cursor)
-		if err != nil {
-			return rosterRead{}, err
-		}
-		full := false // hosts left on this page past maxHosts
-		for _, h := range pg.Hosts {
-			if seen[h.Host] {
-				continue
-			}
-			if full = len(seen) >= maxHosts; full {
-				break
-			}
-			seen[h.Host] = true
-			if h.Status == "" {
-				h.Status = "active" // listHosts without a status
-			}
-			rr.entries = append(rr.entries, h)
-			if h.Status != "active" {
-				rr.skipped++
-				continue
-			}
-			rr.active = append(rr.active, h.Host)
-		}
-		switch {
-		case !full && pg.Cursor == "":
-			return rr.sorted(), nil
-		case !full && (pg.Cursor == cursor || cursors.Repeats(pg.Cursor)):
-			b.cfg.Metrics.loop()
-			b.cfg.Logger.Warn("bootstrap: listHosts returned a cursor it had already returned; the roster ends here as if this were its last page",
-				"hosts", len(seen), "pages", pages)
-			return rr.sorted(), nil
-		case full || len(seen) >= maxHosts || pages >= maxHosts:
-			rr.cut = upstream.CutTooLarge
-			b.cfg.Metrics.cut(rr.cut)
-			b.cfg.Logger.Error("bootstrap: the relay's listHosts roster goes on past the hosts bootstrap reads; the hosts read so far are listed, the rest are not",
-				"reason", rr.cut, "hosts", len(seen), "pages", pages, "max_hosts", maxHosts)
-			return rr.sorted(), nil
-		}
-		cursor = pg.Cursor
-	}
-}
-
-func (rr rosterRead) sorted() rosterRead {
-	slices.Sort(rr.active)
-	return rr
-}
-
-// rosterStatus is a roster status as stored: the relay's word when it is a
-// short lower-case word, else "other" (upstream data, never trusted).
-func rosterStatus(s string) string {
-	if s == "" || len(s) > 32 {
-		return "other"
-	}
-	for _, c := range s {
-		if (c < 'a' || c > 'z') && c != '_' {
-			return "other"
-		}
-	}
-	return s
-}
-
-// rosterUnit bounds the host rows of one roster unit.
-const rosterUnit = 1024
-
-// writeRoster makes the roster durable in host/<host> rows (status,
-// account count, seq), a unit of at most rosterUnit hosts at a time; the
-// rest of each row (parking, failures) is left as it is.
-func (b *Bootstrap) writeRoster(ctx context.Context, entries []upstream.HostEntry) error {
-	for chunk := range slices.Chunk(entries, rosterUnit) {
-		ups := make([]archive.HostUpdate, 0, len(chunk))
-		for _, e := range chunk {
-			status := rosterStatus(e.Status)
-			accounts, seq := uint64(max(e.Accounts, 0)), uint64(max(e.Seq, 0))
-			ups = append(ups, archive.HostUpdate{Host: e.Host, Func: func(cur archive.HostState) archive.HostState {
-				cur.Status, cur.Accounts, cur.Seq = status, accounts, seq
-				return cur
-			}})
-		}
-		if err := applyUnit(ctx, b.cfg.Writer, &archive.Unit{Hosts: ups}); err != nil {
-			return fmt.Errorf("bootstrap: record the roster: %w", err)
-		}
-	}
-	return nil
-}
-
-// rosterPage reads one listHosts page, retrying transient failures and
-// 429s on the listRepos budgets (ListRetries, and the 429 budget); a 501
-// (a relay without the method) is not retried.
-func (b *Bootstrap) rosterPage(ctx context.Context, cursor string) (upstream.HostsPage, error) {
-	cfg := &b.cfg
-	bo := backoff.Policy{Base: backfill.DefaultBackoffBase, Max: backfill.DefaultBackoffMax}
-	for tries := 0; ; tries++ {
-		pg, err := cfg.Fleet.ListHosts(ctx, cursor, cfg.PageLimit)
-		if err == nil {
-			return pg, nil
-		}
-		class := upstream.Classify(err)
-		wait := upstream.RetryAfter(err)
-		var ue *upstream.Error
-		switch {
-		case ctx.Err() != nil:
-			return pg, ctx.Err()
-		case errors.As(err, &ue) && ue.StatusCode == http.StatusNotImplemented:
-			return pg, err // a relay without listHosts: no use asking again
-		case class == upstream.ClassRateLimited && tries < backfill.DefaultRateLimitRetries:
-		case class == upstream.ClassTransient && tries < cfg.ListRetries:
-			wait = 0
-		default:
-			return pg, err
-		}
-		if wait <= 0 {
-			wait = bo.Draw(tries, nil)
-		}
-		cfg.Logger.Warn("bootstrap: listHosts failed; retrying", "class", class.String(), "wait", wait, "err", err)
-		if err := cfg.Sleep(ctx, wait); err != nil {
-			return pg, err
-		}
-	}
 }
 
 // job is a repo handed to a worker and the host it is fetched from.

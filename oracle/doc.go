@@ -84,6 +84,9 @@
 // accounts, claimed inactive or at a newer rev (ClaimAccount); a host whose
 // listRepos never ends, each page naming as many entries as asked with a
 // cursor never seen before (EndlessListing, pages counted EndlessPages);
+// a host left out of listHosts (HideHost: one that joins, or leaves, the
+// network after a node read the roster); a host grown by deactivated
+// accounts its listing names and listHosts counts (GrowHost);
 // DID documents answered 404
 // (DIDNotFound), without a verification method (DIDNoKey), or naming
 // ForeignKey's public key (DIDWrongKey); every document request delayed

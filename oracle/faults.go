@@ -156,6 +156,8 @@ type Faults struct {
 	fabDocs    map[string]int64        // fabricated DID → its DID document requests
 	endless    map[int][]string        // host → EndlessListing: the DIDs its never-ending pages repeat
 	endlessN   map[int]int64           // host → EndlessListing pages served
+	hidden     map[int]bool            // HideHost: hosts listHosts leaves out
+	grown      map[int]int64           // GrowHost: accounts listHosts counts beyond the world's
 	plcSlow    time.Duration           // FaultPLCSlow delay
 	plcSlowN   int
 	plcFailN   int
@@ -193,6 +195,7 @@ func (f *Faults) Clear() {
 	f.left = make(map[string]staleCopy)
 	f.fabricated, f.fabDocs = make(map[int][]world.Account), make(map[string]int64)
 	f.endless = make(map[int][]string)
+	f.hidden, f.grown = make(map[int]bool), make(map[int]int64)
 	if f.endlessN == nil {
 		f.endlessN = make(map[int]int64)
 	}
@@ -442,6 +445,65 @@ func (f *Faults) EndlessPages(host int) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.endlessN[host]
+}
+
+// HideHost leaves PDS host out of the relay's listHosts while hidden is
+// true: a host that has not joined the network yet (hidden before a node
+// reads the roster, then shown) or has left it. Its accounts stay in the
+// relay's index, its listRepos and getRepo are unchanged.
+func (f *Faults) HideHost(host int, hidden bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if hidden {
+		f.hidden[host] = true
+	} else {
+		delete(f.hidden, host)
+	}
+}
+
+// hostHidden reports whether listHosts leaves host out (HideHost).
+func (f *Faults) hostHidden(host int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.hidden[host]
+}
+
+// GrowHost gives PDS host n more accounts, all deactivated: its listRepos
+// also lists them (no rev, sorted by DID among its own; DIDs no directory
+// knows, its getRepo answers RepoNotFound) and listHosts counts them in
+// its accountCount. A host grown since a node last read the roster, at
+// the cost of a listing entry each and nothing else: a consumer fetches
+// no inactive account it does not know.
+func (f *Faults) GrowHost(host, n int) {
+	accts := make([]world.Account, 0, n)
+	for i := range n {
+		accts = append(accts, world.Account{DID: grownDID(host, i), Active: false, Status: "deactivated", Host: -1})
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	accts = append(accts, f.fabricated[host]...)
+	slices.SortFunc(accts, func(a, b world.Account) int { return strings.Compare(a.DID, b.DID) })
+	f.fabricated[host] = accts
+	f.grown[host] += int64(n)
+}
+
+// grownDID is GrowHost's i-th DID of host: did:plc:aaaa, then 20 base32
+// characters (so it sorts before nearly every other DID).
+func grownDID(host, i int) string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz234567"
+	id := []byte("aaaa" + strings.Repeat("a", 20))
+	id[4] = alphabet[host%32]
+	for j, v := len(id)-1, i; v > 0 && j > 4; j, v = j-1, v/32 {
+		id[j] = alphabet[v%32]
+	}
+	return "did:plc:" + string(id)
+}
+
+// grownBy is the accounts GrowHost gave host.
+func (f *Faults) grownBy(host int) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.grown[host]
 }
 
 // ClaimAccount makes PDS host's listRepos also list did, an account of

@@ -309,7 +309,8 @@ func (n *Network) handleGetRepoStatus(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// handleListHosts serves com.atproto.sync.listHosts: every PDS host, one page.
+// handleListHosts serves com.atproto.sync.listHosts: every PDS host, one
+// page (but those HideHost leaves out; GrowHost's accounts counted).
 func (n *Network) handleListHosts(w http.ResponseWriter, r *http.Request) {
 	counts := make([]int64, len(n.hosts))
 	for _, a := range n.w.Accounts() {
@@ -320,7 +321,10 @@ func (n *Network) handleListHosts(w http.ResponseWriter, r *http.Request) {
 	seq := n.log.headSeq()
 	out := comatproto.SyncListHosts_Output{Hosts: make([]*comatproto.SyncListHosts_Host, 0, len(n.hosts))}
 	for i, h := range n.hosts {
-		c, s, status := counts[i], seq, "active"
+		if n.faults.hostHidden(i) {
+			continue
+		}
+		c, s, status := counts[i]+n.faults.grownBy(i), seq, "active"
 		out.Hosts = append(out.Hosts, &comatproto.SyncListHosts_Host{
 			Hostname: h.hostname(), AccountCount: &c, Seq: &s, Status: &status,
 		})

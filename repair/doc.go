@@ -31,11 +31,19 @@
 //     logged) so a dead host cannot hold its gap open; so is a host's
 //     listing that names more than upstream.HostListingBound entries of its
 //     roster account count in the pass (one that never ends; the count its
-//     host/ row holds, from bootstrap's last roster read: a host grown past
-//     the bound since is cut in every pass). When no host listed
+//     host/ row holds). When no host listed
 //     anything (every one refused or failing for good), the relay's
 //     listing is compared instead (backstream_repair_relay_fallback_total).
-//     The per-host rows are deleted before the gap closes. An active
+//     The per-host rows are deleted before the gap closes.
+//   - A pass in hosts mode (Config.Roster set too) reads the relay's
+//     listHosts roster again when it begins, with bootstrap's ReadRoster
+//     and RecordRoster: host/ rows through the writer (status, account
+//     count: the bound above), hosts a whole read no longer names marked
+//     bootstrap.RosterLeft. A failed read leaves the rows as they were
+//     (counted, logged: backstream_repair_roster_reads_total{result}).
+//     Read only at a pass's beginning, before any position of it is
+//     durable, with one pass listing at a time, the roster is fixed for a
+//     pass across restarts: a host joining meanwhile is the next pass's. An active
 //     account whose listed rev (a valid TID) is newer than its archived rev
 //     (rev/<did>, or the complete repo's snapshot rev: a snapshot without
 //     records moves no ratchet), one listed active but stored inactive, and

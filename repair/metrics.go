@@ -38,7 +38,16 @@ type Metrics struct {
 	// fallbacks counts passes that listed the relay because no roster host
 	// listed anything.
 	fallbacks prometheus.Counter
+	// rosterReads counts a pass's reads of the relay's roster by result.
+	rosterReads *prometheus.CounterVec
 }
+
+// Results of a pass's roster read (backstream_repair_roster_reads_total).
+const (
+	rosterWhole   = "whole"   // read to its last page, recorded; hosts it no longer names marked left
+	rosterPartial = "partial" // ended at a repeating cursor or cut at 1,000,000 hosts: the hosts read recorded, none marked left
+	rosterFailed  = "failed"  // a page failed past its retries: the host/ rows as last recorded
+)
 
 // NewMetrics registers on reg (nil: unregistered, still usable):
 //   - backstream_repair_accounts_total{reason}
@@ -48,6 +57,7 @@ type Metrics struct {
 //   - backstream_repair_audits_total (scheduled audits recorded)
 //   - backstream_repair_absent_total{result}
 //   - backstream_repair_relay_fallback_total
+//   - backstream_repair_roster_reads_total{result}
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		accounts: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -78,6 +88,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "backstream_repair_relay_fallback_total",
 			Help: "Repair passes in hosts mode in which no roster host listed anything (refused, or failing for good), so the relay's listRepos was compared instead.",
 		}),
+		rosterReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backstream_repair_roster_reads_total",
+			Help: "Reads of the relay's listHosts roster by repair passes in hosts mode (one as each pass begins), by result: whole (recorded; hosts it no longer names marked left), partial (a repeating cursor or the 1,000,000-host bound: the hosts read recorded), failed (the pass lists the hosts as last recorded).",
+		}, []string{"result"}),
+	}
+	for _, r := range []string{rosterWhole, rosterPartial, rosterFailed} {
+		m.rosterReads.WithLabelValues(r)
 	}
 	for _, r := range []string{absentChecked, absentUnanswered, absentSkipped} {
 		m.absent.WithLabelValues(r)
@@ -86,7 +103,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.accounts.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.accounts, m.pages, m.cuts, m.closed, m.audits, m.absent, m.fallbacks)
+		reg.MustRegister(m.accounts, m.pages, m.cuts, m.closed, m.audits, m.absent, m.fallbacks, m.rosterReads)
 	}
 	return m
 }
@@ -130,5 +147,11 @@ func (m *Metrics) absentResult(result string) {
 func (m *Metrics) relayFallback() {
 	if m != nil {
 		m.fallbacks.Inc()
+	}
+}
+
+func (m *Metrics) rosterRead(result string) {
+	if m != nil {
+		m.rosterReads.WithLabelValues(result).Inc()
 	}
 }

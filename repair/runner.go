@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/firehose"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/merge"
@@ -38,6 +39,11 @@ type Config struct {
 	// active roster host, not the relay, so accounts the relay's index
 	// misses are compared too.
 	Fleet merge.HostLister
+	// Roster reads the relay's listHosts roster (upstream.Client): with it
+	// and Fleet, a pass in hosts mode reads the roster again when it
+	// begins, before it lists (readRoster). Nil: the host/ rows as last
+	// recorded.
+	Roster bootstrap.RosterSource
 	// Status asks an account's status (the relay's getRepoStatus, or its
 	// host's): after a complete pass, each active account no listing named
 	// is asked, and what it says is archived. Nil: absences are not
@@ -270,6 +276,9 @@ func (r *Runner) heal(ctx context.Context, g archive.Gap) (bool, error) {
 		}
 		ok, err := r.begin(ctx, g)
 		if err != nil || !ok {
+			return false, err
+		}
+		if err := r.readRoster(ctx, g); err != nil {
 			return false, err
 		}
 		a, begins = archive.Audit{Phase: archive.AuditList}, true

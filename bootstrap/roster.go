@@ -1,0 +1,245 @@
+package bootstrap
+
+// roster.go owns the relay's listHosts roster: reading it (paged, retried,
+// bounded, a cursor loop ended) and recording it in host/ rows. A fleet
+// bootstrap reads it before its lanes start; every hosts-mode repair pass
+// reads it again before it lists (package repair), through the same two
+// functions, so both validate, bound and count a roster alike.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/internal/backoff"
+	"github.com/backstream/backstream/upstream"
+)
+
+// RosterSource reads the relay's listHosts roster (upstream.Client).
+type RosterSource interface {
+	ListHosts(ctx context.Context, cursor string, limit int) (upstream.HostsPage, error)
+}
+
+var _ RosterSource = (*upstream.Client)(nil)
+
+// RosterLeft is the roster status recorded for a host whose host/ row
+// holds a roster entry but that a whole roster read no longer names: a
+// host that left the network (or that the relay no longer serves). It is
+// not active, so no listing asks it.
+const RosterLeft = "left"
+
+// RosterOptions configures ReadRoster.
+type RosterOptions struct {
+	// PageLimit is the listHosts page size asked for.
+	PageLimit int
+	// Retries bounds the retries of one page's transient failures (429s
+	// have backfill.DefaultRateLimitRetries); a 501 is not retried.
+	Retries int
+	// MaxHosts bounds the hosts, and the pages, read (0: 1,000,000).
+	MaxHosts int
+	// Sleep waits between retries (backoff.Sleep when nil).
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Logger gets the retry, loop and cut lines (slog.Default when nil);
+	// the caller's component names who read.
+	Logger *slog.Logger
+	// Loop and Cut count a roster ended by a repeating cursor, and one cut
+	// at MaxHosts with a cursor pending (by reason); nil: not counted.
+	Loop func()
+	Cut  func(reason string)
+}
+
+// Roster is the roster as listHosts gave it.
+type Roster struct {
+	Active  []string             // the active hosts, deduplicated and sorted
+	Entries []upstream.HostEntry // every entry (the first of a host listed twice), status "" read as active
+	Skipped int                  // hosts skipped for a status other than active
+	Cut     string               // why the read stopped with a cursor pending; "" when it did not
+	Loop    bool                 // the read ended at a cursor that repeated
+}
+
+// Whole reports whether the read reached the roster's last page: no cut,
+// no repeating cursor. Only a whole read says a host has left.
+func (r Roster) Whole() bool { return r.Cut == "" && !r.Loop }
+
+// ReadRoster pages listHosts until its last page, a cursor that repeats
+// any of the read (a loop: counted, the roster ends there as on its last
+// page), or MaxHosts hosts or pages read with a cursor still pending (a
+// cut: counted, logged; the hosts read are kept). A page that fails past
+// its retries fails the read.
+func ReadRoster(ctx context.Context, src RosterSource, o RosterOptions) (Roster, error) {
+	if o.MaxHosts <= 0 {
+		o.MaxHosts = maxRosterHosts
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Sleep == nil {
+		o.Sleep = backoff.Sleep
+	}
+	var rr Roster
+	seen := map[string]bool{}
+	var cursors upstream.CursorSet
+	cursor := ""
+	for pages := 1; ; pages++ {
+		pg, err := rosterPage(ctx, src, o, cursor)
+		if err != nil {
+			return Roster{}, err
+		}
+		full := false // hosts left on this page past MaxHosts
+		for _, h := range pg.Hosts {
+			if seen[h.Host] {
+				continue
+			}
+			if full = len(seen) >= o.MaxHosts; full {
+				break
+			}
+			seen[h.Host] = true
+			if h.Status == "" {
+				h.Status = "active" // listHosts without a status
+			}
+			rr.Entries = append(rr.Entries, h)
+			if h.Status != "active" {
+				rr.Skipped++
+				continue
+			}
+			rr.Active = append(rr.Active, h.Host)
+		}
+		switch {
+		case !full && pg.Cursor == "":
+			return rr.sorted(), nil
+		case !full && (pg.Cursor == cursor || cursors.Repeats(pg.Cursor)):
+			rr.Loop = true
+			if o.Loop != nil {
+				o.Loop()
+			}
+			o.Logger.Warn("listHosts returned a cursor it had already returned; the roster ends here as if this were its last page",
+				"hosts", len(seen), "pages", pages)
+			return rr.sorted(), nil
+		case full || len(seen) >= o.MaxHosts || pages >= o.MaxHosts:
+			rr.Cut = upstream.CutTooLarge
+			if o.Cut != nil {
+				o.Cut(rr.Cut)
+			}
+			o.Logger.Error("the relay's listHosts roster goes on past the hosts read; the hosts read so far are listed, the rest are not",
+				"reason", rr.Cut, "hosts", len(seen), "pages", pages, "max_hosts", o.MaxHosts)
+			return rr.sorted(), nil
+		}
+		cursor = pg.Cursor
+	}
+}
+
+func (rr Roster) sorted() Roster {
+	slices.Sort(rr.Active)
+	return rr
+}
+
+// rosterPage reads one listHosts page, retrying transient failures and
+// 429s on the listRepos budgets (o.Retries, and the 429 budget); a 501 (a
+// relay without the method) is not retried.
+func rosterPage(ctx context.Context, src RosterSource, o RosterOptions, cursor string) (upstream.HostsPage, error) {
+	bo := backoff.Policy{Base: backfill.DefaultBackoffBase, Max: backfill.DefaultBackoffMax}
+	for tries := 0; ; tries++ {
+		pg, err := src.ListHosts(ctx, cursor, o.PageLimit)
+		if err == nil {
+			return pg, nil
+		}
+		class := upstream.Classify(err)
+		wait := upstream.RetryAfter(err)
+		var ue *upstream.Error
+		switch {
+		case ctx.Err() != nil:
+			return pg, ctx.Err()
+		case errors.As(err, &ue) && ue.StatusCode == http.StatusNotImplemented:
+			return pg, err // a relay without listHosts: no use asking again
+		case class == upstream.ClassRateLimited && tries < backfill.DefaultRateLimitRetries:
+		case class == upstream.ClassTransient && tries < o.Retries:
+			wait = 0
+		default:
+			return pg, err
+		}
+		if wait <= 0 {
+			wait = bo.Draw(tries, nil)
+		}
+		o.Logger.Warn("listHosts failed; retrying", "class", class.String(), "wait", wait, "err", err)
+		if err := o.Sleep(ctx, wait); err != nil {
+			return pg, err
+		}
+	}
+}
+
+// rosterStatus is a roster status as stored: the relay's word when it is a
+// short lower-case word, else "other" (upstream data, never trusted).
+func rosterStatus(s string) string {
+	if s == "" || len(s) > 32 {
+		return "other"
+	}
+	for _, c := range s {
+		if (c < 'a' || c > 'z') && c != '_' {
+			return "other"
+		}
+	}
+	return s
+}
+
+// rosterUnit bounds the host rows of one roster unit.
+const rosterUnit = 1024
+
+// RecordRoster makes rr durable in host/<host> rows (status, account
+// count, seq), a unit of at most rosterUnit hosts at a time; the rest of
+// each row (parking, failures) is left as it is. When rr is whole, every
+// host whose row holds a roster entry that rr does not name gets status
+// RosterLeft (its count and seq kept); it returns how many. A read that
+// was cut or ended at a loop changes no host it did not name.
+func RecordRoster(ctx context.Context, w backfill.Writer, store *archive.Store, rr Roster) (left int, err error) {
+	ups := make([]archive.HostUpdate, 0, len(rr.Entries))
+	named := make(map[string]bool, len(rr.Entries))
+	for _, e := range rr.Entries {
+		named[e.Host] = true
+		status := rosterStatus(e.Status)
+		accounts, seq := uint64(max(e.Accounts, 0)), uint64(max(e.Seq, 0))
+		ups = append(ups, archive.HostUpdate{Host: e.Host, Func: func(cur archive.HostState) archive.HostState {
+			cur.Status, cur.Accounts, cur.Seq = status, accounts, seq
+			return cur
+		}})
+	}
+	if rr.Whole() {
+		stored, err := store.RosterEntries()
+		if err != nil {
+			return 0, fmt.Errorf("read the stored roster: %w", err)
+		}
+		for _, h := range stored {
+			if named[h.Host] || h.Status == RosterLeft {
+				continue
+			}
+			left++
+			ups = append(ups, archive.HostUpdate{Host: h.Host, Func: func(cur archive.HostState) archive.HostState {
+				if cur.Status != "" {
+					cur.Status = RosterLeft
+				}
+				return cur
+			}})
+		}
+	}
+	for chunk := range slices.Chunk(ups, rosterUnit) {
+		if err := applyUnit(ctx, w, &archive.Unit{Hosts: chunk}); err != nil {
+			return 0, fmt.Errorf("record the roster: %w", err)
+		}
+	}
+	return left, nil
+}
+
+// roster is bootstrap's read of the roster (at most maxHosts hosts),
+// counted in bootstrap's metrics.
+func (b *Bootstrap) roster(ctx context.Context, maxHosts int) (Roster, error) {
+	cfg := &b.cfg
+	return ReadRoster(ctx, cfg.Fleet, RosterOptions{
+		PageLimit: cfg.PageLimit, Retries: cfg.ListRetries, MaxHosts: maxHosts, Sleep: cfg.Sleep,
+		Logger: cfg.Logger.With("component", "bootstrap"), Loop: cfg.Metrics.loop, Cut: cfg.Metrics.cut,
+	})
+}
