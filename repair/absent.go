@@ -1,9 +1,11 @@
 package repair
 
 // absent.go owns the accounts a pass's listings left out: active in the
-// archive, listed by no listing of a complete pass. listRepos does not list
-// a deleted account, so a #account deletion (or takedown) the stream lost
-// in the gap shows only as an absence; each such account's status is asked
+// archive, or inactive with their records kept (deactivated, suspended),
+// listed by no listing of a complete pass. listRepos does not list a
+// deleted account, so a #account deletion (or takedown) the stream lost in
+// the gap shows only as an absence, also for an account deactivated before
+// it was deleted; each such account's status is asked
 // of the relay (and of its own host when the relay does not know it) and
 // decided as a listing entry saying the same would be (compare): gone or
 // inactive, its account row is archived (the live path's effects); active
@@ -103,8 +105,9 @@ func (r *Runner) listed(g archive.Gap, begins bool) *listedSet {
 // errTooManyAbsent stops the scan for absent accounts.
 var errTooManyAbsent = errors.New("too many absent accounts")
 
-// checkAbsent checks every active account of the archive that no listing
-// of g's complete pass named. Upstream trouble is counted, never fatal.
+// checkAbsent checks every account of the archive that keeps its records
+// (keepsRecords) and that no listing of g's complete pass named. Upstream
+// trouble is counted, never fatal.
 func (r *Runner) checkAbsent(ctx context.Context, g archive.Gap, seen *listedSet) error {
 	if r.cfg.Status == nil {
 		return nil
@@ -117,7 +120,7 @@ func (r *Runner) checkAbsent(ctx context.Context, g archive.Gap, seen *listedSet
 	type absentRepo struct{ did, host string }
 	var absent []absentRepo
 	err := r.cfg.Store.ScanRepos(func(did string, st archive.RepoState) error {
-		if !st.Active || seen.has(did) {
+		if !keepsRecords(st) || seen.has(did) {
 			return nil
 		}
 		if len(absent) == r.cfg.MaxAbsent {
@@ -149,6 +152,19 @@ func (r *Runner) checkAbsent(ctx context.Context, g archive.Gap, seen *listedSet
 		r.log.Info("repair pass: accounts absent from every listing checked", "gap", g.ID, "absent", len(absent), "unanswered", failed)
 	}
 	return nil
+}
+
+// keepsRecords reports whether the archive holds st's account as one whose
+// records it keeps: active, or inactive with a status that erases nothing
+// (deactivated, suspended). Such an account no listing names may have been
+// deleted or taken down in a gap. One erased already (deleted, takendown)
+// has nothing left to lose, and one whose DID the directory does not know
+// is never checked on a listing's word (archive.ClassUnknownDID).
+func keepsRecords(st archive.RepoState) bool {
+	if st.Active {
+		return true
+	}
+	return !archive.AccountStatusPurges(st.AccountStatus) && !st.UnknownDID()
 }
 
 // checkOne asks did's status and decides it as a listing entry saying

@@ -117,6 +117,62 @@ func TestAbsentAccounts(t *testing.T) {
 	}
 }
 
+// TestAbsentInactiveAccounts: an account the archive holds deactivated,
+// its records kept, that no listing of a complete pass names is asked too:
+// deactivated, then deleted, with the deletion lost in a gap (listRepos
+// does not list a deleted account), it gets its deleting account row, as a
+// live #account would have archived. One the relay says is still
+// deactivated gets no row. One the archive holds deleted or taken down has
+// nothing left to erase, and one whose DID the directory does not know is
+// never checked on a listing's word: neither is asked.
+func TestAbsentInactiveAccounts(t *testing.T) {
+	const (
+		didDeactGone = "did:plc:dddddddddddddddddddddddd" // deactivated in the archive; the relay says deleted
+		didDeact     = "did:plc:ssssssssssssssssssssssss" // deactivated in the archive and at the relay
+		didErased    = "did:plc:tttttttttttttttttttttttt" // taken down in the archive
+		didUnknown   = "did:plc:uuuuuuuuuuuuuuuuuuuuuuuu" // the directory does not know it
+	)
+	s, w, apply := newStore(t)
+	ctx := context.Background()
+	var asked atomic.Int64
+	deleted := `"active":false,"status":"deleted"`
+	relay := statusServer(t, map[string]string{didDeactGone: deleted, didDeact: `"active":false,"status":"deactivated"`,
+		didErased: deleted, didUnknown: deleted}, &asked)
+	c, err := upstream.New(relay.URL, upstream.Options{ScratchDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	apply(setRepo(didSame, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revNew}))
+	for did, status := range map[string]string{didDeactGone: "deactivated", didDeact: "deactivated", didErased: "takendown"} {
+		apply(setRepo(did, archive.RepoState{Status: archive.StatusComplete, AccountStatus: status, BackfillRev: revNew}))
+	}
+	apply(setRepo(didUnknown, archive.RepoState{Status: archive.StatusUnavailable, ErrClass: archive.ClassUnknownDID}))
+	gap, _ := archive.GapPut(archive.Gap{ID: 1, Kind: archive.GapAudit, FirstSeenUS: time.Now().UnixMicro()})
+	apply(&archive.Unit{Puts: []archive.KV{gap}})
+
+	src := &listing{repos: []upstream.RepoEntry{{DID: didSame, Rev: revNew, Active: true}}}
+	r, err := New(Config{Store: s, Writer: w, Source: src, Status: c, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := accountRows(t, s); got[didDeactGone] != "deleted" || len(got) != 1 {
+		t.Errorf("account rows %v: want one deletion, of the deactivated account the relay says is deleted", got)
+	}
+	if st, _ := s.RepoState(didDeactGone); st.Active || st.AccountStatus != "deleted" {
+		t.Errorf("deactivated, then deleted in a gap: %+v, want inactive, deleted", st)
+	}
+	if st, _ := s.RepoState(didDeact); st.Active || st.AccountStatus != "deactivated" {
+		t.Errorf("still deactivated: %+v, want untouched", st)
+	}
+	if asked.Load() != 2 {
+		t.Errorf("relay asked %d times: want the 2 deactivated accounts no listing names, not the erased one nor the unknown DID", asked.Load())
+	}
+}
+
 // accountRows is the status of every account row archived, by DID.
 func accountRows(t *testing.T, s *archive.Store) map[string]string {
 	t.Helper()

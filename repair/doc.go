@@ -61,8 +61,11 @@
 //     a live #account event would have archived (firehose.Effects on its
 //     repo), nothing fetched.
 //   - After a complete pass (listed from its start in this process, no
-//     listing cut), each account active in the archive that no listing
-//     named is asked (Config.Status: the relay's getRepoStatus; its own
+//     listing cut), each account the archive keeps the records of (active,
+//     or inactive but neither deleted nor taken down: deactivated,
+//     suspended; a deactivated account's deletion lost in a gap shows only
+//     as its absence too) that no listing named is asked
+//     (Config.Status: the relay's getRepoStatus; its own
 //     host's when the relay does not know it), and the answer is decided
 //     as a listing entry saying the same would be: inactive or gone
 //     (deleted, takendown, ...) gets its account row, active is marked

@@ -48,42 +48,49 @@ func TestProcessHealHostsMode(t *testing.T) {
 }
 
 // TestProcessHealLostAccountStatus: serve is stopped while one account is
-// deleted and another taken down, and then 24 accounts change on a relay
-// whose replay window holds 8 events: both #account frames fall out of the
-// window. Before, the deleted account, listed by no listRepos, stayed
-// active in the archive with every record, and the taken-down one (listed
-// inactive) had its state refreshed but no account row, so both folded to
-// their old records. Now the pass archives an account row for each (the
-// deleted one found absent from every listing and asked with
-// getRepoStatus): the gap closes, the fold equals the ground truth (both
-// cleared), and getRepo went only to the 16 accounts whose commits were
-// lost.
+// deleted, another taken down and a third, deactivated while serve ran
+// (archived inactive, its records kept), deleted; then 24 accounts change
+// on a relay whose replay window holds 8 events: the three #account frames
+// fall out of the window. Before, the deleted account, listed by no
+// listRepos, stayed active in the archive with every record, and the
+// taken-down one (listed inactive) had its state refreshed but no account
+// row, so both folded to their old records; the deactivated one, listed by
+// no listRepos either, was not asked, being inactive already, and kept its
+// records too. Now the pass archives an account row for each (the deleted
+// ones found absent from every listing and asked with getRepoStatus): the
+// gap closes, the fold equals the ground truth (all three cleared), and
+// getRepo went only to the 16 accounts whose commits were lost.
 func TestProcessHealLostAccountStatus(t *testing.T) {
 	net, h := stoppedAfterLive(t, oracle.Config{Accounts: 50, RecordsMean: 4, Hosts: 2, Traffic: oracle.TrafficNone, Seed: 45, Retention: 8}, healArgs)
 	dids := activeDIDs(net)
-	// Two accounts with records, outside the 24 that change: a lost
-	// status shows in their fold.
+	// Three accounts with records, outside the 24 that change and the one
+	// liveEvent writes to: a lost status shows in their fold.
 	var victims []string
-	for _, did := range dids[24:] {
-		if len(net.World().Records(did)) > 0 && len(victims) < 2 {
+	for _, did := range dids[24 : len(dids)-1] {
+		if len(net.World().Records(did)) > 0 && len(victims) < 3 {
 			victims = append(victims, did)
 		}
 	}
-	if len(victims) < 2 {
-		t.Fatal("no two accounts with records to delete and take down")
+	if len(victims) < 3 {
+		t.Fatal("no three accounts with records to delete, take down, and deactivate then delete")
 	}
-	deleted, takendown := victims[0], victims[1]
+	deleted, takendown, deactivated := victims[0], victims[1], victims[2]
 
 	p := h.Start()
 	h.WaitPhase(p, crash.PhaseSteady, 2*time.Minute)
 	waitLive(t, net, p)
+	// The deactivation goes through the live stream: liveEvent returns once
+	// cursor/relay is past it.
+	if _, err := net.Emit(func(w *world.World) (world.Event, error) { return w.SetStatus(deactivated, world.StatusDeactivated) }); err != nil {
+		t.Fatal(err)
+	}
 	liveEvent(t, net, p, dids[len(dids)-1])
 	if err := p.Stop(time.Minute); err != nil {
 		t.Fatalf("stop: %v\n%s", err, p.Tail())
 	}
 
 	before := net.AllRepoCounts()
-	for did, status := range map[string]string{deleted: world.StatusDeleted, takendown: world.StatusTakendown} {
+	for did, status := range map[string]string{deleted: world.StatusDeleted, takendown: world.StatusTakendown, deactivated: world.StatusDeleted} {
 		if _, err := net.Emit(func(w *world.World) (world.Event, error) { return w.SetStatus(did, status) }); err != nil {
 			t.Fatal(err)
 		}
@@ -92,6 +99,6 @@ func TestProcessHealLostAccountStatus(t *testing.T) {
 		emitOne(t, net, did)
 	}
 	res, fetched := restartHealed(t, h, before, dids[:16])
-	t.Logf("an account deleted and one taken down, both #account frames lost past the replay window: fold = ground truth for %d accounts (%d events); getRepo for %d accounts",
+	t.Logf("an account deleted, one taken down and a deactivated one deleted, the three #account frames lost past the replay window: fold = ground truth for %d accounts (%d events); getRepo for %d accounts",
 		res.Checked, res.Events, len(fetched))
 }
