@@ -25,9 +25,11 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -93,10 +95,14 @@ func TestSilentAndReplayingSubscribers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer live.Close()
-	lat := make(chan []float64, 1)
-	var measuring atomic.Bool
+	var (
+		measuring atomic.Bool
+		latMu     sync.Mutex
+		lats      []float64 // of the current window
+	)
+	liveDone := make(chan struct{})
 	go func() {
-		var got []float64
+		defer close(liveDone)
 		for !stopping.Load() {
 			_ = live.SetReadDeadline(time.Now().Add(5 * time.Second))
 			_, b, err := live.ReadMessage()
@@ -104,10 +110,12 @@ func TestSilentAndReplayingSubscribers(t *testing.T) {
 				break
 			}
 			if us, ok := timeUS(b); ok && measuring.Load() {
-				got = append(got, float64(time.Now().UnixMicro()-us)/1000)
+				ms := float64(time.Now().UnixMicro()-us) / 1000
+				latMu.Lock()
+				lats = append(lats, ms)
+				latMu.Unlock()
 			}
 		}
-		lat <- got
 	}()
 
 	// Silent subscribers: a 4 KiB receive buffer, never read.
@@ -176,22 +184,62 @@ func TestSilentAndReplayingSubscribers(t *testing.T) {
 	}
 	t.Logf("all %d silent subscribers closed %v after they were all connected (stall and hello timeouts %v)", silent, closedAt.Sub(connected).Round(time.Millisecond), stall)
 
-	// The live subscriber's latency while the replays go on.
-	before, m0 := replayed.Load(), metrics(t, p)
-	measuring.Store(true)
-	time.Sleep(measure) // the measurement window itself, not a wait for a condition
-	measuring.Store(false)
-	rate := float64(replayed.Load()-before) / measure.Seconds()
-	m := metrics(t, p)
+	// The live subscriber's latency while the replays go on, over a window
+	// in which the machine was backstream's: p99 ≤ 50 ms is a promise about
+	// backstream, and on a machine busy with other work (other packages'
+	// tests beside this one, another user of a shared machine) the tail is
+	// that work's: 134 ms in a make test-long run that had it beside other
+	// packages' builds and tests, 8–27 ms alone. A window whose p99 is over the bound while
+	// other work took more than maxOther of the machine's CPU time is
+	// measured again, up to windows times; the CPU time of backstream, of
+	// this process (the network, the live and silent clients) and of the
+	// replaying child is not other work, so a backstream that is slow
+	// itself fails at its first window.
+	windows := 4
+	if testing.Short() {
+		windows = 1
+	}
+	const maxOther = 0.2
+	var (
+		got        []float64
+		p50, p99   float64
+		rate       float64
+		m0, m      map[string]float64
+		other      float64
+		otherShare []string
+	)
+	for w := 1; ; w++ {
+		latMu.Lock()
+		lats = nil
+		latMu.Unlock()
+		before := replayed.Load()
+		m0 = metrics(t, p)
+		c0 := readCPU(t, p.Cmd.Process.Pid, child.Process.Pid)
+		measuring.Store(true)
+		time.Sleep(measure) // the measurement window itself, not a wait for a condition
+		measuring.Store(false)
+		c1 := readCPU(t, p.Cmd.Process.Pid, child.Process.Pid)
+		rate = float64(replayed.Load()-before) / measure.Seconds()
+		m = metrics(t, p)
+		latMu.Lock()
+		got, lats = lats, nil
+		latMu.Unlock()
+		if len(got) < 50 {
+			t.Fatalf("the live subscriber got %d events in %v", len(got), measure)
+		}
+		sort.Float64s(got)
+		p50, p99 = got[len(got)/2], got[len(got)*99/100]
+		other = c1.otherWork(c0)
+		otherShare = append(otherShare, fmt.Sprintf("%.0f%%", 100*other))
+		t.Logf("window %d: live p99 %.1f ms; other work took %.0f%% of the machine's CPU time", w, p99, 100*other)
+		if p99 <= 50 || other <= maxOther || w == windows {
+			break
+		}
+	}
 	hwm := procKB(t, p, "VmHWM")
 	stopping.Store(true)
 	live.Close()
-	got := <-lat
-	if len(got) < 50 {
-		t.Fatalf("the live subscriber got %d events in %v", len(got), measure)
-	}
-	sort.Float64s(got)
-	p50, p99 := got[len(got)/2], got[len(got)*99/100]
+	<-liveDone
 	t.Logf("live subscriber: %d events, p50 %.1f ms, p99 %.1f ms, max %.1f ms; replays delivered %.0f events/s to %d subscribers; peak RSS %d MiB (bound %d MiB); subscribers now %v",
 		len(got), p50, p99, got[len(got)-1], rate, replaying, hwm>>10, bound>>20, m["backstream_subscribers"])
 	// How much of the tail is the disk: the writer's synced commits over
@@ -212,7 +260,12 @@ func TestSilentAndReplayingSubscribers(t *testing.T) {
 	// Asserted at full size; under -short the 150 replays and the 150 silent
 	// ones share a loaded 2-core CI machine with everything else, and the
 	// tail there is the machine's: logged, not asserted.
-	if p99 > 50 && !testing.Short() {
+	switch {
+	case p99 <= 50 || testing.Short():
+	case other > maxOther:
+		t.Errorf("live p99 %.1f ms, want ≤ 50 ms; in each of %d windows other work took over %.0f%% of the machine's CPU time (%s): run the test alone",
+			p99, len(otherShare), 100*maxOther, strings.Join(otherShare, ", "))
+	default:
 		t.Errorf("live p99 %.1f ms, want ≤ 50 ms", p99)
 	}
 	if rate == 0 {
@@ -354,4 +407,64 @@ func metrics(t *testing.T, p *crash.Proc) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// cpuTimes is a reading of the machine's busy CPU time and of the CPU time
+// of the processes the test runs (this one and those named), in clock
+// ticks, and when it was taken.
+type cpuTimes struct {
+	at         time.Time
+	busy, ours int64
+}
+
+// readCPU reads the machine's busy time from /proc/stat (user, nice,
+// system and steal: interrupt time is left out, most of it the loopback
+// traffic of the test's own connections) and the user and system time of
+// this process and of pids.
+func readCPU(t *testing.T, pids ...int) cpuTimes {
+	t.Helper()
+	c := cpuTimes{at: time.Now()}
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		t.Fatalf("/proc/stat: %q", line)
+	}
+	for _, i := range []int{1, 2, 3, 8} { // user nice system steal
+		n, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			t.Fatalf("/proc/stat: %q", line)
+		}
+		c.busy += n
+	}
+	for _, pid := range append([]int{os.Getpid()}, pids...) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest, ok := strings.Cut(string(b), ") ") // past the command, which may hold spaces
+		f := strings.Fields(rest)
+		if !ok || len(f) < 13 {
+			t.Fatalf("/proc/%d/stat: %q", pid, b)
+		}
+		for _, i := range []int{11, 12} { // utime stime (fields 14 and 15)
+			n, err := strconv.ParseInt(f[i], 10, 64)
+			if err != nil {
+				t.Fatalf("/proc/%d/stat: %q", pid, b)
+			}
+			c.ours += n
+		}
+	}
+	return c
+}
+
+// otherWork is the share of the machine's CPU time from since to c that
+// went to other processes than the test's.
+func (c cpuTimes) otherWork(since cpuTimes) float64 {
+	const ticks = 100 // USER_HZ, the unit of /proc/stat and /proc/<pid>/stat
+	capacity := c.at.Sub(since.at).Seconds() * ticks * float64(runtime.NumCPU())
+	return max(0, float64((c.busy-since.busy)-(c.ours-since.ours))/capacity)
 }
