@@ -12,7 +12,7 @@
 //     (ErrRunning). The tests drive one pass plus its jobs at a time with
 //     RunOnce (export_test.go), repeated while a pass left repos of a full
 //     host share behind.
-//   - Due(state, now): the candidate rule.
+//   - Due(state, now, horizon): the candidate rule.
 //   - Backoff: the durable schedule. Backoff.JobOptions(opts) prepares the
 //     job runner's backfill.Options (NextAttempt from this schedule, no
 //     in-job 429 budget) so a failed job writes its next attempt with the

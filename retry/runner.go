@@ -508,14 +508,6 @@ func (r *Runner) maxPark() time.Duration {
 // park after a 429.
 func (r *Runner) horizon() time.Duration { return r.cfg.MaxDelay + r.maxPark() }
 
-// due is Due, except that a next attempt further ahead than the horizon
-// is due now: it was written while the wall clock ran ahead (and read
-// after it was put right), and would otherwise wait for as long as the
-// clock was wrong — a year-3000 reading, forever.
-func (r *Runner) due(st archive.RepoState, nowUS int64) bool {
-	return Due(st, nowUS) || (st.Retryable() && st.NextAttemptUS-nowUS > r.horizon().Microseconds())
-}
-
 // worker is one of the Workers goroutines (the global gate).
 func (e *exec) worker() {
 	defer e.wg.Done()
@@ -556,7 +548,7 @@ func (e *exec) process(it item) {
 		e.fail(fmt.Errorf("retry: %s: read state: %w", it.did, err))
 		return
 	}
-	if !r.due(st, r.cfg.Now().UnixMicro()) {
+	if !Due(st, r.cfg.Now().UnixMicro(), r.horizon()) {
 		e.skip()
 		return
 	}

@@ -37,7 +37,7 @@ func TestBackoffDelay(t *testing.T) {
 
 // TestDue: the candidate rule.
 func TestDue(t *testing.T) {
-	const now = 1000
+	const now, horizon = 1000, time.Hour
 	cases := []struct {
 		name string
 		st   archive.RepoState
@@ -55,9 +55,12 @@ func TestDue(t *testing.T) {
 		{"unavailable", archive.RepoState{Status: archive.StatusUnavailable}, false},
 		{"not started active", archive.RepoState{Status: archive.StatusNotStarted, Active: true}, false},
 		{"failed after refusals, mark kept, backoff", archive.RepoState{Status: archive.StatusFailed, Active: true, Refetch: archive.RefetchSync, NextAttemptUS: now + 5}, false},
+		{"failed at the horizon", archive.RepoState{Status: archive.StatusFailed, Active: true, NextAttemptUS: now + horizon.Microseconds()}, false},
+		{"failed past the horizon (a clock ahead)", archive.RepoState{Status: archive.StatusFailed, Active: true, NextAttemptUS: now + horizon.Microseconds() + 1}, true},
+		{"inactive past the horizon", archive.RepoState{Status: archive.StatusFailed, NextAttemptUS: now + horizon.Microseconds() + 1}, false},
 	}
 	for _, c := range cases {
-		if got := retry.Due(c.st, now); got != c.want {
+		if got := retry.Due(c.st, now, horizon); got != c.want {
 			t.Errorf("%s: Due = %v, want %v", c.name, got, c.want)
 		}
 	}

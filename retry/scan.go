@@ -9,6 +9,8 @@ package retry
 // repos due, not the repos known.
 
 import (
+	"time"
+
 	"github.com/backstream/backstream/archive"
 	"github.com/cockroachdb/pebble"
 )
@@ -18,9 +20,15 @@ import (
 // discovery), with its next attempt due. A replacement mark sets the next
 // attempt to the time it was made, so it is due at once; a failed repo waits
 // for the backoff written with its failure. An inactive account is never
-// fetched (E11, S8), whatever its mark.
-func Due(st archive.RepoState, nowUS int64) bool {
-	return st.Retryable() && st.NextAttemptUS <= nowUS
+// fetched (E11, S8), whatever its mark. A next attempt further ahead than
+// horizon (the furthest the runner writes one; 0: no bound) is due too: it
+// was written while the wall clock ran ahead, and read after it was put
+// right would otherwise wait as long as the clock was wrong.
+func Due(st archive.RepoState, nowUS int64, horizon time.Duration) bool {
+	if !st.Retryable() {
+		return false
+	}
+	return st.NextAttemptUS <= nowUS || horizon > 0 && st.NextAttemptUS-nowUS > horizon.Microseconds()
 }
 
 // loadParks streams host/ once and calls fn for every host still parked at
