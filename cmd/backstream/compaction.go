@@ -69,30 +69,37 @@ func runCompactionReset(ctx context.Context, env *cmdEnv) error {
 	// An index whose marker is malformed is rebuilt from the rows; a
 	// malformed entry the halt named (rec/, tomb/) is found only by a pass,
 	// so --reindex asks for the rebuild without one.
-	reindex := env.fs.get("reindex").(bool)
-	switch _, err := s.IndexMarker(); {
-	case errors.Is(err, archive.ErrMalformed):
-		reindex = true
-	case err != nil:
-		return fmt.Errorf("read the index marker of %s: %w", dir, err)
+	dropped, err = resetIndex(env, "compaction index", "no compaction pass until then", env.fs.get("reindex").(bool),
+		s.IndexMarker, s.ResetIndex)
+	if err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
 	}
-	if reindex {
-		m, err := s.ResetIndex()
-		if err != nil {
-			return fmt.Errorf("reset the compaction index of %s: %w", dir, err)
-		}
-		fmt.Fprintf(env.stdout, "dropped the compaction index; the next start rebuilds it from rows %d to %d before its first pass\n", m.Next, m.End-1)
+	if dropped {
 		crash.Hit(crashpoint.ResetIndex)
 	}
-	switch _, err := s.ReplayIndexMarker(); {
-	case errors.Is(err, archive.ErrMalformed):
-		m, err := s.ResetReplayIndex()
-		if err != nil {
-			return fmt.Errorf("reset the replay index of %s: %w", dir, err)
-		}
-		fmt.Fprintf(env.stdout, "the replay index marker was malformed: dropped the replay index; the next start rebuilds it from rows %d to %d (filtered replays scan until then)\n", m.Next, m.End-1)
-	case err != nil:
-		return fmt.Errorf("read the replay index marker of %s: %w", dir, err)
+	if _, err := resetIndex(env, "replay index", "filtered replays scan until then", false,
+		s.ReplayIndexMarker, s.ResetReplayIndex); err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
 	}
 	return s.Close()
+}
+
+// resetIndex drops an index for the next start to rebuild from the rows
+// (reset) when its marker is malformed, or when force is set, and reports
+// whether it did; an unreadable marker is an error.
+func resetIndex(env *cmdEnv, name, meanwhile string, force bool, marker, reset func() (archive.IndexMarker, error)) (bool, error) {
+	switch _, err := marker(); {
+	case errors.Is(err, archive.ErrMalformed):
+		fmt.Fprintf(env.stdout, "the %s's marker is malformed (%v)\n", name, err)
+	case err != nil:
+		return false, fmt.Errorf("read the %s's marker: %w", name, err)
+	case !force:
+		return false, nil
+	}
+	m, err := reset()
+	if err != nil {
+		return false, fmt.Errorf("reset the %s: %w", name, err)
+	}
+	fmt.Fprintf(env.stdout, "dropped the %s; the next start rebuilds it from rows %d to %d (%s)\n", name, m.Next, m.End-1, meanwhile)
+	return true, nil
 }

@@ -132,7 +132,7 @@ func TestCompactionResetCrash(t *testing.T) {
 		t.Fatalf("after the kill: meta/index %+v (%v), meta/index_replay %v; want rows 1 to %d to index and the replay marker still malformed", idx, idxErr, replayErr, tip)
 	}
 	out, err = compactionReset(t, h)
-	if err != nil || !strings.Contains(out, "the replay index marker was malformed") {
+	if err != nil || !strings.Contains(out, "the replay index's marker is malformed") {
 		t.Fatalf("the reset run again: %v\n%s", err, out)
 	}
 	idx, idxErr, replay, replayErr := indexMarkers(t, h)
