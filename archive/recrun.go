@@ -9,12 +9,19 @@ package archive
 // in one batch, into one run entry:
 //
 //	rec/<did>\x00<collection>\x00\x01<first seq, 8 bytes big-endian>
-//	value [0x04][uvarint n][uvarint ev/ bytes of the n rows][n × 2-byte rkey hash]
+//	value [0x05][uvarint n][uvarint ev/ bytes of the n rows]
+//	      [string lowest rkey][string highest rkey][n × 2-byte rkey hash]
 //
-// Member i is the create row first+i. The hash (FNV-1a of the rkey, folded
-// to 16 bits, big-endian) only narrows a lookup: a member whose hash
-// matches is read from ev/ and taken only when that row is the record's
-// create. A run key sorts just before its collection's per-record keys
+// Member i is the create row first+i. The members are in rkey order (the
+// batch's entries are sorted by key before they are folded), so the run
+// holds no rkey outside its two bounds, and a lookup of any other rkey
+// skips it: deleting every record of a collection of a million, one by one,
+// reads each run's entry once a delete, not its 4,096 hashes. The hash
+// (FNV-1a of the rkey, folded to 16 bits, big-endian) narrows a lookup
+// inside the bounds: a member whose hash matches is read from ev/ and taken
+// only when that row is the record's create. Runs written before the
+// bounds (tag 0x04, the same value without the two strings) still read;
+// their every hash is compared. A run key sorts just before its collection's per-record keys
 // (0x01 is below every rkey character) and inside no record's range: the
 // pass's lookups of unnamed tombstones (written before the index covered
 // every row, when no runs are written) never meet one, and the writer's
@@ -34,7 +41,10 @@ import (
 )
 
 const (
-	recRun = 0x04
+	// recRun tags a run without rkey bounds (written by earlier builds),
+	// recRunBounded one with them (written now).
+	recRun        = 0x04
+	recRunBounded = 0x05
 	// runMark follows the collection's separator in a run key.
 	runMark = 0x01
 	// minRun is the fewest creates folded into a run: below it a run entry
@@ -81,30 +91,49 @@ func rkeyHash[S ~string | ~[]byte](rkey S) uint16 {
 	return uint16(h>>16) ^ uint16(h)
 }
 
-// recordRun is a decoded run value; hashes aliases it.
+// recordRun is a decoded run value; its slices alias it.
 type recordRun struct {
 	n      int
 	bytes  int64 // the ev/ bytes of its rows
 	hashes []byte
+	// lo and hi are the lowest and highest member rkeys when bounded; a
+	// run written without them (recRun) may hold any rkey.
+	bounded bool
+	lo, hi  []byte
 }
 
 func (r recordRun) hash(i int) uint16 { return binary.BigEndian.Uint16(r.hashes[2*i:]) }
 
-// decodeRun accepts exactly what foldRuns writes.
+// mayHold reports whether rkey is within the run's bounds (always, for a
+// run without them).
+func (r recordRun) mayHold(rkey []byte) bool {
+	return !r.bounded || bytes.Compare(rkey, r.lo) >= 0 && bytes.Compare(rkey, r.hi) <= 0
+}
+
+// decodeRun accepts exactly what foldRuns writes, and the runs earlier
+// builds wrote (recRun).
 func decodeRun(b []byte) (recordRun, error) {
-	if len(b) == 0 || b[0] != recRun {
-		return recordRun{}, malformed("record run value %x: want tag 0x04", truncateForError(b))
+	if len(b) == 0 || b[0] != recRun && b[0] != recRunBounded {
+		return recordRun{}, malformed("record run value %x: want tag 0x04 or 0x05", truncateForError(b))
 	}
 	d := decoder{b: b[1:]}
 	n := d.uvarint()
 	size := d.count()
+	var lo, hi []byte
+	if b[0] == recRunBounded {
+		lo, hi = d.raw(maxRKey), d.raw(maxRKey)
+	}
 	if d.err != nil {
 		return recordRun{}, d.err
 	}
 	if n < minRun || n > maxRun || uint64(len(d.b)) != 2*n || size < int64(n) {
 		return recordRun{}, malformed("record run value: %d members, %d bytes of hashes, %d row bytes", n, len(d.b), size)
 	}
-	return recordRun{n: int(n), bytes: size, hashes: d.b}, nil
+	bounded := b[0] == recRunBounded
+	if bounded && bytes.Compare(lo, hi) > 0 {
+		return recordRun{}, malformed("record run value: rkey bounds %q and %q out of order", lo, hi)
+	}
+	return recordRun{n: int(n), bytes: size, hashes: d.b, bounded: bounded, lo: lo, hi: hi}, nil
 }
 
 // foldRuns replaces, in idx (sorted by key), every stretch of at least
@@ -131,9 +160,13 @@ func (t *tombResolver) foldRuns(buf []byte, idx []idxEntry) ([]byte, []idxEntry)
 		k0 := len(buf)
 		buf = appendRunKey(buf, did, collection, first)
 		k1 := len(buf)
-		buf = append(buf, recRun)
+		_, _, lo, _, _ := splitRecordKey(buf[idx[i].k0:idx[i].k1])
+		_, _, hi, _, _ := splitRecordKey(buf[idx[j-1].k0:idx[j-1].k1])
+		buf = append(buf, recRunBounded)
 		buf = binary.AppendUvarint(buf, uint64(j-i))
 		buf = binary.AppendUvarint(buf, uint64(size))
+		buf = appendBytes(buf, lo)
+		buf = appendBytes(buf, hi)
 		for e := i; e < j; e++ {
 			_, _, rkey, _, _ := splitRecordKey(buf[idx[e].k0:idx[e].k1])
 			buf = binary.BigEndian.AppendUint16(buf, rkeyHash(rkey))
@@ -222,6 +255,12 @@ func (t *tombResolver) runCreates(it *pebble.Iterator, placed, valid bool, r peb
 		if err != nil {
 			return hits, &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: err}
 		}
+		if !run.mayHold(rkey) {
+			if first <= after {
+				break
+			}
+			continue
+		}
 		for i := run.n - 1; i >= 0; i-- {
 			seq := first + uint64(i)
 			if seq >= before || seq <= after || run.hash(i) != h {
@@ -292,6 +331,9 @@ func runMembers(r pebble.Reader, k, v []byte, from uint64, fn func(ev *Event, si
 		}
 		if rkeyHash(ev.RKey) != run.hash(int(seq-first)) {
 			return &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: malformed("member ev/%d: the hash of rkey %q is not the run's", seq, ev.RKey)}
+		}
+		if !run.mayHold([]byte(ev.RKey)) {
+			return &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: malformed("member ev/%d: rkey %q is outside the run's bounds %q to %q", seq, ev.RKey, run.lo, run.hi)}
 		}
 		if err := fn(&ev, len(it.Value())); err != nil {
 			return err

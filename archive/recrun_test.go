@@ -1,6 +1,8 @@
 package archive_test
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"reflect"
@@ -160,20 +162,25 @@ func TestRecordRuns(t *testing.T) {
 	}
 }
 
+// collidingRKeys returns the first two rkeys of the form 3l<11 digits>
+// with one run hash; a < b.
+func collidingRKeys() (a, b string) {
+	seen := map[uint16]string{}
+	for i := 0; ; i++ {
+		rk := fmt.Sprintf("3l%011d", i)
+		h := archive.RKeyHash(rk)
+		if o, ok := seen[h]; ok {
+			return o, rk
+		}
+		seen[h] = rk
+	}
+}
+
 // TestRecordRunHashCollision: two rkeys of one run whose hashes collide;
 // deleting one names and removes that one only (a member is taken only
 // once its row is read and is the record's).
 func TestRecordRunHashCollision(t *testing.T) {
-	seen := map[uint16]string{}
-	var a, b string
-	for i := 0; b == ""; i++ {
-		rk := fmt.Sprintf("3l%011d", i)
-		h := archive.RKeyHash(rk)
-		if o, ok := seen[h]; ok {
-			a, b = o, rk
-		}
-		seen[h] = rk
-	}
+	a, b := collidingRKeys()
 	recs := []string{"p/" + a, "p/" + b, "p/3m000000000x", "p/3m000000000y", "p/3m000000000z"}
 	sort.Strings(recs)
 	dids := []string{"did:plc:aaaa"}
@@ -197,6 +204,32 @@ func TestRecordRunHashCollision(t *testing.T) {
 	checkSurvivors(t, s, rows, res.To)
 }
 
+// TestRecordRunBounds: a run holds no rkey outside its lowest and highest
+// member's, so the lookup of a record skips the runs whose bounds exclude
+// it, hash collisions included: here the only member of the older run whose
+// hash is the deleted rkey's has a row that cannot be read, and the delete
+// never reads it. The bounds themselves are members: a delete of the lowest
+// and of the highest names its create.
+func TestRecordRunBounds(t *testing.T) {
+	a, b := collidingRKeys() // a < b, one hash
+	dids := []string{"did:plc:aaaa"}
+	s, w := memStore(t)
+	rev := 0
+	older := runUnit(dids, &rev, "p/"+a, "p/"+a+"x1", "p/"+a+"x2", "p/"+a+"x3")
+	newer := runUnit(dids, &rev, "p/"+b, "p/"+b+"x1", "p/"+b+"x2", "p/"+b+"x3")
+	rows := applyEach(t, w, [][]archive.Event{older, newer})
+	if _, runs, err := archive.RecordEntries(s); err != nil || runs != 2 {
+		t.Fatalf("%d runs (%v), want 2", runs, err)
+	}
+	set(t, s, archive.EventKey(rows[0].Seq), []byte{0xff})     // a's row: malformed if read
+	for _, victim := range []archive.Event{rows[4], rows[7]} { // the newer run's lowest and highest
+		rows = append(rows, applyEach(t, w, [][]archive.Event{opUnit(dids, &rev, del("p/"+victim.RKey))})...)
+		if tb := tombOf(t, s, rows[len(rows)-1]); len(tb.Superseded) != 1 || tb.Superseded[0].Seq != victim.Seq {
+			t.Fatalf("the delete of %s names %+v, want only row %d", victim.RKey, tb.Superseded, victim.Seq)
+		}
+	}
+}
+
 // TestRecordRunMalformed: a run entry the writer cannot have written
 // (its value, or hashes that are not its members' rkeys') stops an
 // account's records with ErrMalformed naming its key.
@@ -206,9 +239,25 @@ func TestRecordRunMalformed(t *testing.T) {
 	rev := 0
 	rows := applyEach(t, w, [][]archive.Event{runUnit(dids, &rev, "p/1", "p/2", "p/3", "p/4")})
 	key := archive.RunKey(dids[0], "p", rows[0].Seq)
+	hashes, size := []byte{}, 0
+	for _, r := range rows {
+		hashes = binary.BigEndian.AppendUint16(hashes, archive.RKeyHash(r.RKey))
+		size += rowSize(t, &r)
+	}
+	bounded := func(lo, hi string) []byte {
+		v := binary.AppendUvarint([]byte{5, 4}, uint64(size))
+		v = append(append(v, byte(len(lo))), lo...)
+		v = append(append(v, byte(len(hi))), hi...)
+		return append(v, hashes...)
+	}
+	if v, got := bounded("1", "4"), entriesUnder(t, s, archive.PrefixRecord)[string(key)]; !bytes.Equal(v, []byte(got)) {
+		t.Fatalf("the run's value is %x, want %x", got, v)
+	}
 	// Short of hashes, a per-record value, too few members, hashes that
-	// are not the members' rkeys'.
-	for _, v := range [][]byte{{4, 4, 40, 0, 0}, {2, 10}, {4, 3, 40, 0, 0, 0, 0, 0, 0}, {4, 4, 40, 0, 0, 0, 0, 0, 0, 0, 0}} {
+	// are not the members' rkeys'; bounds out of order, members outside
+	// the bounds.
+	for _, v := range [][]byte{{4, 4, 40, 0, 0}, {2, 10}, {4, 3, 40, 0, 0, 0, 0, 0, 0}, {4, 4, 40, 0, 0, 0, 0, 0, 0, 0, 0},
+		bounded("4", "1"), bounded("1", "3"), bounded("2", "4"), bounded("1", "4")[:6]} {
 		set(t, s, key, v)
 		err := s.AccountRecords(dids[0], func(archive.CurrentRecord) error { return nil })
 		if !errors.Is(err, archive.ErrMalformed) || !strings.Contains(err.Error(), archive.KeyString(key)) {
