@@ -11,7 +11,9 @@
 // captured rows to the archive writer as SourceMerge rows, with the same repo
 // side effects a live row has (firehose.Effects; M8), and cursor/merge set to
 // the last captured seq of each unit in the same unit (M4): a restart resumes
-// exactly after the last durable unit, with no duplicate and no gap.
+// exactly after the last durable unit, with no duplicate and no gap. It
+// reads cap/ through a new iterator every iterMaxAge (10 s), opened where it
+// stands at a unit's cut, so the walk pins no table compacted away since.
 //
 // Keeping or dropping a row is the writer's per-account rev ratchet (M3): a
 // captured commit or sync row is kept exactly when its rev is newer than

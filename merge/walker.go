@@ -6,11 +6,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/firehose"
 	"github.com/backstream/backstream/internal/crashpoint"
 )
+
+// iterMaxAge is how long the walk reads cap/ through one iterator before
+// it opens a new one where it stands.
+const iterMaxAge = 10 * time.Second
 
 // Stats summarise one walk.
 type Stats struct {
@@ -36,7 +41,8 @@ func Walk(ctx context.Context, cfg Config) (Stats, error) {
 	if err != nil {
 		return st, fmt.Errorf("merge: %w", err)
 	}
-	defer it.Close()
+	defer func() { it.Close() }()
+	opened := cfg.Now()
 
 	acks := archive.NewAcks()
 	inflight := 0
@@ -86,12 +92,13 @@ func Walk(ctx context.Context, cfg Config) (Stats, error) {
 		unit, held, repos = nil, 0, nil
 		return settle(cfg.InFlight - 1)
 	}
-	now := cfg.Now().UnixMicro()
+	now := opened.UnixMicro()
 	for it.Next() {
 		ev := it.Event()
 		// Cut units only between upstream events (see doc.go).
 		full := len(unit) >= cfg.MaxRows || held >= cfg.MaxBytes
-		if full && (ev.UpstreamSeq != lastUp || ev.UpstreamSeq == 0) {
+		cut := full && (ev.UpstreamSeq != lastUp || ev.UpstreamSeq == 0)
+		if cut {
 			if err := flush(); err != nil {
 				return st, err
 			}
@@ -103,6 +110,18 @@ func Walk(ctx context.Context, cfg Config) (Stats, error) {
 		held += archive.EventBytes(&row)
 		if up := firehose.Effects(&row, now); up != nil {
 			repos = append(repos, *up)
+		}
+		// An iterator pins every table it can see: one held for a whole
+		// walk (the capture of a long bootstrap, archived meanwhile) would
+		// keep every table compacted away since it opened on disk.
+		if cut {
+			if t := cfg.Now(); t.Sub(opened) >= iterMaxAge {
+				it.Close()
+				if it, err = cfg.Store.Captured(lastCap + 1); err != nil {
+					return st, fmt.Errorf("merge: %w", err)
+				}
+				opened = t
+			}
 		}
 	}
 	if err := it.Err(); err != nil {

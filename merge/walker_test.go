@@ -242,3 +242,50 @@ func TestMergeUnitBytesBounded(t *testing.T) {
 		t.Fatalf("walk: %d units kept %d rows of 512 KiB, want 40 rows in units of at most %d", st.Units, st.Kept, perUnit)
 	}
 }
+
+// TestWalkReleasesCompactedTables: the walk reads cap/ through an iterator
+// it opens again where it stands every iterMaxAge, so the tables the store
+// compacts away meanwhile leave the disk during the walk, not at its end.
+// The walk's clock (called once a unit) compacts cap/ away under the open
+// iterator at its third reading, then runs 11 s a reading.
+func TestWalkReleasesCompactedTables(t *testing.T) {
+	r := newRig(t)
+	did := "did:plc:x"
+	for i := 0; i < 4; i++ { // four tables of cap/
+		for j := 0; j < 40; j++ {
+			r.capture(op(did, fmt.Sprintf("3l%011d", 40*i+j+1), archive.KindCreate, fmt.Sprintf("r%d", 40*i+j)))
+		}
+		if err := r.store.DB().Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	zombies := func() int64 { return r.store.DB().Metrics().Table.ZombieCount }
+	base, calls := time.Unix(1_700_000_000, 0), 0
+	pinned, released := int64(-1), int64(-1)
+	now := func() time.Time {
+		calls++
+		switch calls {
+		case 3:
+			if err := r.store.DB().Compact([]byte("cap/"), []byte("cap0"), false); err != nil { // '0' follows '/'
+				t.Error(err)
+			}
+			pinned = zombies()
+		case 5:
+			for deadline := time.Now().Add(10 * time.Second); zombies() > 0 && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+			released = zombies()
+		}
+		return base.Add(time.Duration(max(0, calls-3)) * 11 * time.Second)
+	}
+	st, err := Walk(context.Background(), Config{Store: r.store, Writer: r.w, MaxRows: 10, Logger: quiet, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Kept != 160 || calls < 6 {
+		t.Fatalf("walk kept %d rows with %d clock readings, want 160 rows and more than 5 readings", st.Kept, calls)
+	}
+	if pinned <= 0 || released != 0 {
+		t.Fatalf("tables compacted away under the walk: %d held by it at once, %d still held two units after its clock ran past %v; want some, then none", pinned, released, iterMaxAge)
+	}
+}

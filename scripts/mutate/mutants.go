@@ -94,8 +94,8 @@ var mutants = []Mutant{
 		ID: "m09", Invariant: "M3 M4",
 		Name: "merge splits one upstream event's rows across units",
 		File: "merge/walker.go",
-		Old:  "if full && (ev.UpstreamSeq != lastUp || ev.UpstreamSeq == 0) {",
-		New:  "if full && (ev.UpstreamSeq != lastUp || true) {",
+		Old:  "cut := full && (ev.UpstreamSeq != lastUp || ev.UpstreamSeq == 0)",
+		New:  "cut := full && (ev.UpstreamSeq != lastUp || true)",
 		Tests: []Test{
 			{Pkg: "./merge", Run: "^TestMergeKeptDroppedMatrix$"},
 		},
