@@ -18,18 +18,21 @@ type cacheEntry[V any] struct {
 }
 
 type cache[V any] struct {
-	mu    sync.Mutex
-	max   int
+	mu  sync.Mutex
+	max int
+	// ttl is the longest an entry is put for: one expiring further ahead
+	// of now was put while the wall clock ran ahead, and has expired.
+	ttl   time.Duration
 	order *list.List // front: most recently used
 	items map[string]*list.Element
 }
 
-func newCache[V any](max int) *cache[V] {
-	return &cache[V]{max: max, order: list.New(), items: make(map[string]*list.Element)}
+func newCache[V any](max int, ttl time.Duration) *cache[V] {
+	return &cache[V]{max: max, ttl: ttl, order: list.New(), items: make(map[string]*list.Element)}
 }
 
-// get returns key's value and whether it has expired at now; ok is false
-// when there is none.
+// get returns key's value and whether it has expired at now (or expires
+// further ahead than ttl); ok is false when there is none.
 func (c *cache[V]) get(key string, now time.Time) (val V, expired, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -39,10 +42,10 @@ func (c *cache[V]) get(key string, now time.Time) (val V, expired, ok bool) {
 	}
 	e := el.Value.(*cacheEntry[V])
 	c.order.MoveToFront(el)
-	return e.val, !now.Before(e.expires), true
+	return e.val, !now.Before(e.expires) || e.expires.After(now.Add(c.ttl)), true
 }
 
-// put stores key's value, evicting the least recently used past max; it
+// put stores key's value until expires (at most ttl ahead), evicting the least recently used past max; it
 // reports whether it evicted one.
 func (c *cache[V]) put(key string, val V, expires time.Time) (evicted bool) {
 	c.mu.Lock()

@@ -185,16 +185,7 @@ func TestHandleResultsBounded(t *testing.T) {
 		t.Fatalf("%d active accounts, want 3", len(live))
 	}
 	var hits atomic.Int64
-	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits.Add(1)
-		did, ok := n.World().HandleDID(r.Host)
-		if !ok {
-			http.NotFound(w, r)
-			return
-		}
-		_, _ = w.Write([]byte(did))
-	}))
-	defer web.Close()
+	web := handleHost(t, n, &hits)
 	reg := prometheus.NewRegistry()
 	r := ident.New(ident.Config{PLC: n.RelayURL(), Web: web.URL, CacheSize: 2, Metrics: ident.NewMetrics(reg), Sleep: noSleep})
 	defer r.Close()
@@ -219,4 +210,21 @@ func TestHandleResultsBounded(t *testing.T) {
 	check(b, 4)
 	check(c, 4)
 	expect(t, reg, "backstream_ident_handle_cache_hits_total", nil, 2)
+}
+
+// handleHost answers every handle's well-known request the way the
+// simulated network's world does, counting them in hits.
+func handleHost(t *testing.T, n *oracle.Network, hits *atomic.Int64) *httptest.Server {
+	t.Helper()
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		did, ok := n.World().HandleDID(r.Host)
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write([]byte(did))
+	}))
+	t.Cleanup(web.Close)
+	return web
 }

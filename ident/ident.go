@@ -316,8 +316,8 @@ func New(cfg Config) *Resolver {
 		cfg:     cfg,
 		export:  export,
 		dir:     &identity.BaseDirectory{PLCURL: cfg.PLC, HTTPClient: *hc, SkipHandleVerification: true, UserAgent: "backstream"},
-		cache:   newCache[*Info](cfg.CacheSize),
-		handles: newCache[string](cfg.CacheSize),
+		cache:   newCache[*Info](cfg.CacheSize, cfg.TTL),
+		handles: newCache[string](cfg.CacheSize, cfg.HandleTTL),
 		slots:   make(chan struct{}, cfg.Concurrency),
 		m:       cfg.Metrics,
 		lines:   loglimit.New(logEvery, cfg.Now),
@@ -441,7 +441,7 @@ func (b *cappedBody) Close() error { return b.rc.Close() }
 // caller's path; only a DID never seen or invalidated does.
 func (r *Resolver) Lookup(ctx context.Context, did string) (info *Info, fresh bool, err error) {
 	now := r.cfg.Now()
-	info, expired, ok := r.cache.get(did, now)
+	info, expired, ok := r.cached(did, now)
 	var since time.Time // any answer will do, unless the DID was invalidated
 	switch {
 	case ok && info.usable():
@@ -560,11 +560,40 @@ func (r *Resolver) durable(did string) (*Info, error) {
 	if v.Key == "" {
 		return nil, nil
 	}
+	now := r.cfg.Now()
 	k, err := k256.ParsePublicMultibase(v.Key)
 	if err != nil {
 		return nil, fmt.Errorf("ident: %s: stored key: %w: %w", did, archive.ErrMalformed, err)
 	}
-	return &Info{DID: did, Key: k, KeyMultibase: v.Key, PDS: v.PDS, Handle: v.Handle, FetchedAt: time.UnixMicro(v.FetchedUS)}, nil
+	info := &Info{DID: did, Key: k, KeyMultibase: v.Key, PDS: v.PDS, Handle: v.Handle, FetchedAt: time.UnixMicro(v.FetchedUS)}
+	return r.dated(info, now), nil
+}
+
+// cached is memory's entry for did (cache.get), dated: one fetched ahead
+// of now has expired.
+func (r *Resolver) cached(did string, now time.Time) (info *Info, expired, ok bool) {
+	info, expired, ok = r.cache.get(did, now)
+	if !ok || !info.FetchedAt.After(now) {
+		return info, expired, ok
+	}
+	return r.dated(info, now), true, true
+}
+
+// dated is info, or a copy fetched a TTL before now when info was fetched
+// ahead of now: the wall clock ran ahead then and has been put right
+// since, so when it was really fetched is unknown. Such a document has
+// expired and is resolved since nothing recent; such an invalidation
+// takes an answer requested from a TTL ago, so after the clock was put
+// right. (A clock that carries Go's monotonic reading, as time.Now does,
+// compares times it took in this process by that reading; ident/ rows
+// read back have none.)
+func (r *Resolver) dated(info *Info, now time.Time) *Info {
+	if !info.FetchedAt.After(now) {
+		return info
+	}
+	c := *info
+	c.FetchedAt = now.Add(-r.cfg.TTL)
+	return &c
 }
 
 // Refresh resolves did over the network (one flight per DID; concurrent
@@ -583,8 +612,13 @@ func (r *Resolver) Refresh(ctx context.Context, did string) (*Info, error) {
 // #identity announcing a rotation).
 func (r *Resolver) refreshSince(ctx context.Context, did string, since time.Time) (*Info, error) {
 	for {
+		// A since ahead of now was taken while the wall clock ran ahead:
+		// anything requested from now on is newer.
+		if now := r.cfg.Now(); since.After(now) {
+			since = now
+		}
 		v, err, _ := r.flight.Do(did, func() (any, error) {
-			if info, _, ok := r.cache.get(did, r.cfg.Now()); ok && info.usable() && !info.FetchedAt.Before(since) {
+			if info, _, ok := r.cached(did, r.cfg.Now()); ok && info.usable() && !info.FetchedAt.Before(since) {
 				return info, nil
 			}
 			return r.resolve(ctx, did)
@@ -592,7 +626,7 @@ func (r *Resolver) refreshSince(ctx context.Context, did string, since time.Time
 		if err != nil {
 			return nil, err
 		}
-		if info := v.(*Info); !info.FetchedAt.Before(since) {
+		if info := r.dated(v.(*Info), r.cfg.Now()); !info.FetchedAt.Before(since) {
 			return info, nil
 		}
 	}
@@ -741,7 +775,7 @@ func (r *Resolver) accept(ctx context.Context, did string, id *identity.Identity
 	if h, err := id.DeclaredHandle(); err == nil {
 		info.declared = h.Normalize().String()
 	}
-	prev, _, ok := r.cache.get(did, r.cfg.Now())
+	prev, _, ok := r.cached(did, r.cfg.Now())
 	if ok && prev.usable() {
 		info.Handle = prev.Handle // the last #identity verdict stands
 	}
