@@ -2,8 +2,10 @@ package ident_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/ident"
+	"github.com/backstream/backstream/internal/k256"
 	"github.com/backstream/backstream/internal/promtest"
 )
 
@@ -264,5 +267,63 @@ func TestClockAheadHandleResult(t *testing.T) {
 	}
 	if got := hits.Load(); got != 2 {
 		t.Fatalf("%d requests to the handle host for a check a year ahead and one with the clock put right, want 2", got)
+	}
+}
+
+// exportThenPLC answers GET /export with lines (one page) and passes every
+// other request to the directory at plc.
+type exportThenPLC struct {
+	lines []string
+	plc   string
+}
+
+func (x exportThenPLC) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Path == "/export" {
+		return (&exportTransport{lines: x.lines}).RoundTrip(req)
+	}
+	u, err := url.Parse(x.plc)
+	if err != nil {
+		return nil, err
+	}
+	req = req.Clone(req.Context())
+	req.URL.Scheme, req.URL.Host = u.Scheme, u.Host
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+// TestIdentityNotAnsweredByTheExport: a document the directory's export
+// loaded before an #identity never answers it, even loaded at the same
+// instant of the resolver's clock (fetched at the event's time, which
+// refreshSince's comparison alone would take): the invalidation replaces
+// it in memory before the refresh looks, and the export does not load
+// over an invalidation.
+func TestIdentityNotAnsweredByTheExport(t *testing.T) {
+	plc, plcURL := newPLCStub(t)
+	_, oldKey := stubKey(t)
+	newPriv, newKey := stubKey(t)
+	oldPub, err := k256.ParsePublicMultibase(oldKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := fmt.Sprintf(`{"did":%q,"operation":{"type":"plc_operation","verificationMethods":{"atproto":%q},"alsoKnownAs":["at://a.test"],`+
+		`"services":{"atproto_pds":{"type":"AtprotoPersonalDataServer","endpoint":"https://pds.test"}},"rotationKeys":[],"prev":null,"sig":"x"},`+
+		`"cid":"bafyreia","nullified":false,"createdAt":"2024-01-01T00:00:00.001Z"}`, stubDIDA, oldPub.DIDKey())
+	r := ident.New(ident.Config{PLC: plcURL, Retries: -1, Sleep: noSleep, Now: func() time.Time { return rightNow },
+		HTTPClient: &http.Client{Transport: exportThenPLC{lines: []string{line}, plc: plcURL}}})
+	defer r.Close()
+	ctx := context.Background()
+	if st, err := r.ReadExport(ctx, "", nil); err != nil || st.Loaded != 1 {
+		t.Fatalf("export: %+v %v", st, err)
+	}
+	plc.set(stubDIDA, newKey, 0)                                                           // the rotation, after the export was read
+	if v, result, err := r.CheckIdentity(ctx, stubDIDA, "a.test"); err != nil || v == "" { // its #identity
+		t.Fatalf("#identity: %q %q %v", v, result, err)
+	}
+	info, _, err := r.Lookup(ctx, stubDIDA)
+	if err != nil || info.KeyMultibase != newKey || plc.count(stubDIDA) == 0 {
+		t.Fatalf("after the #identity: %v, key %s after %d directory requests; want the rotated key, resolved",
+			err, info.KeyMultibase, plc.count(stubDIDA))
+	}
+	if _, err := r.VerifyCommit(ctx, stubDIDA, stubCommit(t, stubDIDA, newPriv)); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -609,7 +609,10 @@ func (r *Resolver) Refresh(ctx context.Context, did string) (*Info, error) {
 // expiry costs one resolution, whatever the interleaving of lookups and
 // background refreshes. A flight that started before since is joined and
 // then resolved again: its answer may predate what since stands for (an
-// #identity announcing a rotation).
+// #identity announcing a rotation). A document from the directory's
+// export counts too: one loaded before an #identity never answers it,
+// because the invalidation replaces it in memory before this looks and
+// the export does not load over an invalidation.
 func (r *Resolver) refreshSince(ctx context.Context, did string, since time.Time) (*Info, error) {
 	for {
 		// A since ahead of now was taken while the wall clock ran ahead:
