@@ -3,7 +3,6 @@ package ident_test
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net/http"
 	"net/url"
 	"sync"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bluesky-social/indigo/atproto/atcrypto"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/backstream/backstream/archive"
@@ -35,23 +35,39 @@ var (
 	yearOn   = rightNow.Add(365 * 24 * time.Hour)
 )
 
-// aheadStore is ident/ holding stubDIDA's document (oldKey) as a resolver
-// whose clock ran a year ahead wrote it; the directory has since rotated
-// the key to newKey without an #identity reaching us.
-func aheadStore(t *testing.T, plc *plcStub, url, oldKey, newKey string) *memStore {
+// aheadRow is a restarted resolver (clock right) on ident/ holding
+// stubDIDA's document (oldKey) as a resolver whose clock ran a year ahead
+// wrote it; the directory has since rotated the key to newKey (newPriv)
+// without an #identity reaching us.
+type aheadRow struct {
+	plc            *plcStub
+	r              *ident.Resolver
+	reg            *prometheus.Registry
+	oldKey, newKey string
+	newPriv        atcrypto.PrivateKey
+}
+
+func startAheadRow(t *testing.T) aheadRow {
 	t.Helper()
-	plc.set(stubDIDA, oldKey, 0)
+	plc, url := newPLCStub(t)
+	a := aheadRow{plc: plc, reg: prometheus.NewRegistry()}
+	_, a.oldKey = stubKey(t)
+	a.newPriv, a.newKey = stubKey(t)
+	plc.set(stubDIDA, a.oldKey, 0)
 	st := &memStore{m: map[string]archive.Ident{}}
-	r := ident.New(ident.Config{PLC: url, Retries: -1, Store: st, Persist: st.persist, Now: func() time.Time { return yearOn }})
-	if _, _, err := r.Lookup(context.Background(), stubDIDA); err != nil {
+	ahead := ident.New(ident.Config{PLC: url, Retries: -1, Store: st, Persist: st.persist, Now: func() time.Time { return yearOn }})
+	if _, _, err := ahead.Lookup(context.Background(), stubDIDA); err != nil {
 		t.Fatal(err)
 	}
-	r.Close()
+	ahead.Close()
 	if got := st.m[stubDIDA].FetchedUS; got != yearOn.UnixMicro() {
 		t.Fatalf("stored fetched time %d, want the ahead clock's %d", got, yearOn.UnixMicro())
 	}
-	plc.set(stubDIDA, newKey, 0)
-	return st
+	plc.set(stubDIDA, a.newKey, 0)
+	a.r = ident.New(ident.Config{PLC: url, Retries: -1, TTL: time.Hour, Store: st, Persist: st.persist,
+		Metrics: ident.NewMetrics(a.reg), Now: func() time.Time { return rightNow }})
+	t.Cleanup(a.r.Close)
+	return a
 }
 
 // TestClockAheadIdentRows: ident/ rows written while the wall clock ran a
@@ -63,38 +79,23 @@ func aheadStore(t *testing.T, plc *plcStub, url, oldKey, newKey string) *memStor
 // one per expired entry while it fails.
 func TestClockAheadIdentRows(t *testing.T) {
 	ctx := context.Background()
-	newResolver := func(t *testing.T, url string, st *memStore, reg *prometheus.Registry) *ident.Resolver {
-		clone := &memStore{m: maps.Clone(st.m)}
-		r := ident.New(ident.Config{PLC: url, Retries: -1, TTL: time.Hour, Store: clone, Persist: clone.persist,
-			Metrics: ident.NewMetrics(reg), Now: func() time.Time { return rightNow }})
-		t.Cleanup(r.Close)
-		return r
-	}
 	t.Run("expiry", func(t *testing.T) {
-		plc, url := newPLCStub(t)
-		_, oldKey := stubKey(t)
-		_, newKey := stubKey(t)
-		st := aheadStore(t, plc, url, oldKey, newKey)
-		r := newResolver(t, url, st, prometheus.NewRegistry())
-		if _, _, err := r.Lookup(ctx, stubDIDA); err != nil {
+		a := startAheadRow(t)
+		if _, _, err := a.r.Lookup(ctx, stubDIDA); err != nil {
 			t.Fatal(err)
 		}
 		promtest.Eventually(t, 5*time.Second, "a background refresh of the row a year-ahead clock wrote", func() bool {
-			return plc.count(stubDIDA) == 2
+			return a.plc.count(stubDIDA) == 2
 		})
-		r.Close()
-		if info, _, err := r.Lookup(ctx, stubDIDA); err != nil || info.KeyMultibase != newKey {
+		a.r.Close()
+		if info, _, err := a.r.Lookup(ctx, stubDIDA); err != nil || info.KeyMultibase != a.newKey {
 			t.Fatalf("after the refresh: %v, key %s, want the rotated key", err, info.KeyMultibase)
 		}
 	})
 	t.Run("resolved since", func(t *testing.T) {
-		plc, url := newPLCStub(t)
-		_, oldKey := stubKey(t)
-		_, newKey := stubKey(t)
-		st := aheadStore(t, plc, url, oldKey, newKey)
-		r := newResolver(t, url, st, prometheus.NewRegistry())
-		seen := r.Now()
-		info, fresh, err := r.Lookup(ctx, stubDIDA)
+		a := startAheadRow(t)
+		seen := a.r.Now()
+		info, fresh, err := a.r.Lookup(ctx, stubDIDA)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,36 +105,27 @@ func TestClockAheadIdentRows(t *testing.T) {
 		}
 	})
 	t.Run("re-resolution", func(t *testing.T) {
-		plc, url := newPLCStub(t)
-		_, oldKey := stubKey(t)
-		newPriv, newKey := stubKey(t)
-		st := aheadStore(t, plc, url, oldKey, newKey)
-		r := newResolver(t, url, st, prometheus.NewRegistry())
-		if _, err := r.VerifyCommit(ctx, stubDIDA, stubCommit(t, stubDIDA, newPriv)); err != nil {
+		a := startAheadRow(t)
+		if _, err := a.r.VerifyCommit(ctx, stubDIDA, stubCommit(t, stubDIDA, a.newPriv)); err != nil {
 			t.Fatalf("a commit under the rotated key, the year-ahead row in memory: %v (%d directory requests)",
-				err, plc.count(stubDIDA))
+				err, a.plc.count(stubDIDA))
 		}
 	})
 	t.Run("refresh rate", func(t *testing.T) {
-		plc, url := newPLCStub(t)
-		_, oldKey := stubKey(t)
-		_, newKey := stubKey(t)
-		st := aheadStore(t, plc, url, oldKey, newKey)
-		plc.set(stubDIDA, "", http.StatusServiceUnavailable)
-		reg := prometheus.NewRegistry()
-		r := newResolver(t, url, st, reg)
+		a := startAheadRow(t)
+		a.plc.set(stubDIDA, "", http.StatusServiceUnavailable)
 		for i := range 5 {
-			if info, _, err := r.Lookup(ctx, stubDIDA); err != nil || info.KeyMultibase != oldKey {
+			if info, _, err := a.r.Lookup(ctx, stubDIDA); err != nil || info.KeyMultibase != a.oldKey {
 				t.Fatalf("lookup %d while the directory fails: %v, want the stale key", i, err)
 			}
 			if i == 0 {
 				promtest.Eventually(t, 5*time.Second, "the background refresh fails", func() bool {
-					return promtest.Value(t, reg, "backstream_ident_refresh_errors_total", nil) == 1
+					return promtest.Value(t, a.reg, "backstream_ident_refresh_errors_total", nil) == 1
 				})
 			}
 		}
-		r.Close() // waits for any refresh the later lookups started
-		if got := plc.count(stubDIDA); got != 2 {
+		a.r.Close() // waits for any refresh the later lookups started
+		if got := a.plc.count(stubDIDA); got != 2 {
 			t.Fatalf("%d directory requests for 5 lookups within a minute, want 2 (the ahead clock's, one refresh)", got)
 		}
 	})
