@@ -37,10 +37,9 @@ func TestCheckIdentityVerifiesHandleBothWays(t *testing.T) {
 	a, b := live[0], live[1]
 	reg := prometheus.NewRegistry()
 	st := &memStore{m: map[string]archive.Ident{}}
-	now := time.Unix(1_800_000_000, 0)
-	clock := func() time.Time { return now }
+	clock := &stepClock{now: time.Unix(1_800_000_000, 0)} // read by the background refreshes too
 	r := ident.New(ident.Config{PLC: n.RelayURL(), Web: n.RelayURL(), Metrics: ident.NewMetrics(reg), Store: st, Persist: st.persist,
-		Sleep: noSleep, Now: clock})
+		Sleep: noSleep, Now: clock.Now})
 	defer r.Close()
 	ctx := context.Background()
 	check := func(did, handle, wantVerdict, wantResult string) {
@@ -61,7 +60,7 @@ func TestCheckIdentityVerifiesHandleBothWays(t *testing.T) {
 				t.Fatalf("%s: cached %+v (%v), stored %+v, want handle %q", did, info, err, st.m[did], wantVerdict)
 			}
 		}
-		now = now.Add(time.Second)
+		clock.set(clock.Now().Add(time.Second))
 	}
 	check(a.DID, a.Handle, a.Handle, ident.HandleOK)
 	check(a.DID, "  "+a.Handle, ident.HandleInvalid, ident.HandleBadSyntax)
@@ -91,7 +90,7 @@ func TestCheckIdentityVerifiesHandleBothWays(t *testing.T) {
 	check(b.DID, "nobody-holds-this.test", ident.HandleInvalid, ident.HandleUndeclared)
 
 	// A resolution after the check (the TTL ran out) keeps the verdict.
-	now = now.Add(48 * time.Hour)
+	clock.set(clock.Now().Add(48 * time.Hour))
 	if _, err := r.Refresh(ctx, a.DID); err != nil {
 		t.Fatal(err)
 	}
