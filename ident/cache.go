@@ -45,8 +45,8 @@ func (c *cache[V]) get(key string, now time.Time) (val V, expired, ok bool) {
 	return e.val, !now.Before(e.expires) || e.expires.After(now.Add(c.ttl)), true
 }
 
-// put stores key's value until expires (at most ttl ahead), evicting the least recently used past max; it
-// reports whether it evicted one.
+// put stores key's value until expires (at most ttl ahead), evicting the
+// least recently used past max; it reports whether it evicted one.
 func (c *cache[V]) put(key string, val V, expires time.Time) (evicted bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -560,13 +560,12 @@ func (r *Resolver) durable(did string) (*Info, error) {
 	if v.Key == "" {
 		return nil, nil
 	}
-	now := r.cfg.Now()
 	k, err := k256.ParsePublicMultibase(v.Key)
 	if err != nil {
 		return nil, fmt.Errorf("ident: %s: stored key: %w: %w", did, archive.ErrMalformed, err)
 	}
 	info := &Info{DID: did, Key: k, KeyMultibase: v.Key, PDS: v.PDS, Handle: v.Handle, FetchedAt: time.UnixMicro(v.FetchedUS)}
-	return r.dated(info, now), nil
+	return r.dated(info, r.cfg.Now()), nil
 }
 
 // cached is memory's entry for did (cache.get), dated: one fetched ahead
