@@ -17,7 +17,8 @@ build:
 test: vet fmt-check
 	$(GO) test -short -count=1 -timeout 9m $(PKGS)
 
-# Slow tiers: process-level restarts, SIGKILL, big worlds, long sweeps. The
+# Slow tiers: process-level restarts, SIGKILL, big worlds, long sweeps, the
+# soak (crash.TestSoakPlateau, about 2.5 minutes). The
 # subscriber-load test at full size asserts the live p99: it runs alone,
 # after the other packages, not beside them.
 test-long: vet fmt-check

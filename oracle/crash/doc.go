@@ -34,6 +34,12 @@
 // bytes of every record the network no longer has, and replay from cursor
 // 0 through passes.
 //
+// The soak (soak_process_test.go) kills nothing: it runs one serve under
+// every kind of churn at once and compares its resources (goroutines,
+// descriptors, heap, metric series, data dir growth per event) between two
+// halves of the run, each ended by a quota of churn, and its bounded
+// gauges with their bounds at every sample.
+//
 // Every kill asserts that it fired: a crash-point run must end by SIGKILL
 // (the crash point's exit status), and a random kill must land on a live
 // process before convergence (while traffic is still being generated). A

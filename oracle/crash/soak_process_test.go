@@ -219,7 +219,9 @@ func TestSoakPlateau(t *testing.T) {
 	ch.stop()
 	t.Logf("warm-up %v; first half %v: %v; second half %v: %v", took[0].Round(time.Second),
 		(took[1] - took[0]).Round(time.Second), halfWork[0], (took[2] - took[1]).Round(time.Second), halfWork[1])
-	t.Logf("subscriber disconnects by reason: %s", reasons(halves[1][len(halves[1])-1].m))
+	end := halves[1][len(halves[1])-1].m
+	t.Logf("subscriber disconnects by reason: %s; repos known %.0f at steady state, %.0f at the end",
+		reasons(end), sumPrefix(start.m, "backstream_repos{"), sumPrefix(end, "backstream_repos{"))
 	checkPlateau(t, halves[0], halves[1])
 }
 
