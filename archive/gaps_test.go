@@ -214,6 +214,36 @@ func TestPrevRevMarksHole(t *testing.T) {
 	}
 }
 
+// TestUnknownAccountWithSinceIsDiscovered: a live commit of an account
+// the archive does not know (no repo/, no rev/: no listing named it) whose
+// since names an earlier commit proves a history the archive lacks: the
+// account is created pending, discovered, due now, in the commit's batch,
+// and its row kept. A first commit (no since) is an account's whole
+// history from the start: nothing is created.
+func TestUnknownAccountWithSinceIsDiscovered(t *testing.T) {
+	s := openMem(t, vfs.NewMem())
+	defer s.Close()
+	now := time.Unix(1_800_000_000, 0)
+	w := newWriter(t, s, WriterOptions{Now: func() time.Time { return now }})
+	defer w.Close()
+	const known, fresh = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa", "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb"
+	for _, c := range []struct{ did, since string }{{known, "3kaaaaaaaaaa2"}, {fresh, ""}} {
+		ev := commitEv(c.did, "3kbbbbbbbbbb2", KindCreate, SourceLive, "a")
+		ev.Since = c.since
+		if r := apply(t, w, &Unit{Events: []Event{ev}}); r.Refused != nil || r.Kept != 1 {
+			t.Fatalf("live commit of %s: %+v", c.did, r)
+		}
+	}
+	st, err := s.RepoState(known)
+	want := RepoState{Status: StatusPending, Active: true, Refetch: RefetchDiscovered, NextAttemptUS: now.UnixMicro()}
+	if err != nil || st != want {
+		t.Fatalf("an unknown account whose commit has a since: %+v (%v), want %+v", st, err, want)
+	}
+	if st, err := s.RepoState(fresh); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("an unknown account's first commit created %+v (%v), want no repo", st, err)
+	}
+}
+
 // TestSinceCheckedPerCommit: a merge unit holds many commits of many
 // accounts; each commit's since is checked against its account's ratchet as
 // it stands when that commit applies, once per commit (its first row). A

@@ -95,7 +95,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.heldUnits, m.heldTotal, m.holdDrops, m.holdExpiries)
 		m.chainBreaks = prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_archive_chain_breaks_total",
-			Help: "Live commits whose previous rev (since) is newer than the archived rev: a commit never reached the archive, and the account was marked for a replacement.",
+			Help: "Live commits whose previous rev (since) is newer than the archived rev (or of an account the archive did not know): a commit never reached the archive, and the account was marked for a replacement.",
 		})
 		reg.MustRegister(m.chainBreaks)
 	}

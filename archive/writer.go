@@ -1314,16 +1314,24 @@ func upstreamSync(ev *Event) bool {
 	return ev.Kind == KindSync && (ev.Source == SourceLive || ev.Source == SourceMerge)
 }
 
-// sinceAhead reports whether ev's since is newer than what the archive holds
-// of its account: the ratchet cur, or, when the account has none (an empty
-// snapshot stores no row, so it sets no rev/), its completed snapshot's rev.
+// sinceAhead reports whether ev's since (not empty) is newer than what the
+// archive holds of its account: the ratchet cur, or, when the account has
+// none (an empty snapshot stores no row, so it sets no rev/), its completed
+// snapshot's rev. An account the archive does not know at all (no rev/, no
+// repo/: no listing named it) holds nothing of what came before ev.
 func (w *Writer) sinceAhead(ev *Event, cur string) (bool, error) {
 	if cur != "" {
 		return ev.Since > cur, nil
 	}
 	rs, ok, err := w.repoState(ev.DID)
-	if err != nil || !ok || rs.Status != StatusComplete {
+	if err != nil {
 		return false, err
+	}
+	if !ok {
+		return true, nil
+	}
+	if rs.Status != StatusComplete {
+		return false, nil
 	}
 	return rs.BackfillRev != "" && ev.Since > rs.BackfillRev, nil
 }
@@ -1337,14 +1345,20 @@ func (w *Writer) sinceAhead(ev *Event, cur string) (bool, error) {
 // at its rev), against the ratchet or a completed snapshot (sinceAhead),
 // and only for accounts with rows in the unit (the barrier admitted them).
 // One already marked is made due again from now: a replacement already
-// running (its snapshot maybe older than this hole) keeps the mark.
+// running (its snapshot maybe older than this hole) keeps the mark. An
+// account the archive did not know is created pending, discovered, due
+// now: its first commit here came with a since, so it has a history no
+// listing brought.
 func (w *Writer) markHoles(u *Unit, holes []string) {
 	if len(holes) == 0 {
 		return
 	}
 	now := w.opts.Now().UnixMicro()
 	mark := func(cur RepoState, exists bool) (RepoState, bool) {
-		if !exists || !cur.Active {
+		if !exists {
+			return RepoState{Status: StatusPending, Active: true, Refetch: RefetchDiscovered, NextAttemptUS: now}, true
+		}
+		if !cur.Active {
 			return cur, false
 		}
 		if cur.Refetch == RefetchNone {

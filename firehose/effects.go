@@ -17,8 +17,9 @@ import "github.com/backstream/backstream/archive"
 //     NextAttemptUS=nowUS).
 //   - #sync, repo known and active: due for a replacement
 //     (Refetch=RefetchSync, NextAttemptUS=nowUS).
-//   - an unknown repo is never created here (discovery belongs to merge and
-//     retry); a mutation that would change nothing is not written.
+//   - an unknown repo is never created here (discovery belongs to merge,
+//     the repair pass, and the writer's check of a commit's since); a
+//     mutation that would change nothing is not written.
 //
 // The returned Func is pure: it captures ev's values (not ev) and nowUS.
 func Effects(ev *archive.Event, nowUS int64) *archive.RepoUpdate {

@@ -28,27 +28,35 @@ type healNode struct {
 
 func startHealNode(t *testing.T, net *oracle.Network, dir string, audit ...time.Duration) *healNode {
 	t.Helper()
-	var auditInterval time.Duration
-	if len(audit) > 0 {
-		auditInterval = audit[0]
-	}
+	return startHealNodeWith(t, net, dir, func(c *node.Config) {
+		if len(audit) > 0 {
+			c.AuditInterval = audit[0]
+		}
+	})
+}
+
+// startHealNodeWith is startHealNode with its config changed by set.
+func startHealNodeWith(t *testing.T, net *oracle.Network, dir string, set func(*node.Config)) *healNode {
+	t.Helper()
 	steady := make(chan struct{})
 	var once bool
-	n, err := node.New(node.Config{
+	cfg := node.Config{
 		DataDir: dir, Relay: net.RelayURL(), LoopbackHosts: net.LoopbackHosts(), Store: archive.Options{Logger: quiet},
 		Bootstrap:      bootstrap.Config{Workers: 8},
 		CaptureWait:    time.Second,
 		JobBackoffBase: 10 * time.Millisecond, JobBackoffMax: 50 * time.Millisecond,
 		RetryInterval: 100 * time.Millisecond, RetryMaxDelay: 300 * time.Millisecond, RetryScanPeriod: 100 * time.Millisecond,
-		RepairPeriod: 100 * time.Millisecond, AuditInterval: auditInterval,
-		Logger: testLogger,
+		RepairPeriod: 100 * time.Millisecond,
+		Logger:       testLogger,
 		OnPhase: func(p archive.Phase) {
 			if p == archive.PhaseSteadyState && !once {
 				once = true
 				close(steady)
 			}
 		},
-	})
+	}
+	set(&cfg)
+	n, err := node.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,6 +149,11 @@ func (h *healNode) healed(t *testing.T) []archive.Gap {
 
 // changeAccountsList is the DIDs changeAccounts(skip, k) changes.
 func changeAccountsList(net *oracle.Network, skip, k int) []string {
+	return activeDIDs(net)[skip : skip+k]
+}
+
+// activeDIDs is every active account's DID, in order.
+func activeDIDs(net *oracle.Network) []string {
 	var dids []string
 	for _, a := range net.World().Accounts() {
 		if a.Active && a.Status == "" {
@@ -148,7 +161,7 @@ func changeAccountsList(net *oracle.Network, skip, k int) []string {
 		}
 	}
 	sort.Strings(dids)
-	return dids[skip : skip+k]
+	return dids
 }
 
 // changeAccounts emits one new record for each of the first k active
