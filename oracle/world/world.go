@@ -450,6 +450,26 @@ func (w *World) RotateKey(did string) (Event, error) {
 	return Event{DID: a.did, Identity: identityBody(a.did, a.handle)}, nil
 }
 
+// MoveHost moves the account to PDS host `host` (a migration: its DID
+// document names that host's endpoint from now on, and that host serves
+// its repo) and returns an #identity event. Deleted accounts may not move.
+func (w *World) MoveHost(did string, host int) (Event, error) {
+	a, err := w.lookup(did)
+	if err != nil {
+		return Event{}, err
+	}
+	if host < 0 || host >= w.cfg.Hosts {
+		return Event{}, fmt.Errorf("world: move %s: no host %d (the world has %d)", did, host, w.cfg.Hosts)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.status == StatusDeleted {
+		return Event{}, fmt.Errorf("world: move %s: %w", a.did, ErrAccountDeleted)
+	}
+	a.host = host
+	return Event{DID: a.did, Identity: identityBody(a.did, a.handle)}, nil
+}
+
 // SetStatus changes the account's status and returns an #account event.
 // StatusActive reactivates; StatusDeleted is final (the repo is dropped and
 // every later mutation returns ErrAccountDeleted).
