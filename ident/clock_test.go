@@ -319,3 +319,48 @@ func TestIdentityNotAnsweredByTheExport(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestClockAheadRowAndTheExport: an ident/ row a resolution wrote while
+// the wall clock ran a year ahead, met by the export with the clock put
+// right, counts as resolved a TTL ago (dated), not a year on: an op of
+// the export created before that does not replace it, one created since
+// does (and its lookup needs no request).
+func TestClockAheadRowAndTheExport(t *testing.T) {
+	plc, plcURL := newPLCStub(t)
+	_, oldKey := stubKey(t)
+	_, olderKey := stubKey(t)
+	_, newKey := stubKey(t)
+	plc.set(stubDIDA, oldKey, 0)
+	st := &memStore{m: map[string]archive.Ident{}}
+	ahead := ident.New(ident.Config{PLC: plcURL, Retries: -1, Store: st, Persist: st.persist, Now: func() time.Time { return yearOn }})
+	if _, _, err := ahead.Lookup(context.Background(), stubDIDA); err != nil {
+		t.Fatal(err)
+	}
+	ahead.Close()
+	line := func(key string, at time.Time) string {
+		return fmt.Sprintf(`{"did":%q,"operation":{"type":"plc_operation","verificationMethods":{"atproto":"did:key:%s"},"alsoKnownAs":["at://a.test"],`+
+			`"services":{"atproto_pds":{"type":"AtprotoPersonalDataServer","endpoint":"https://pds.test"}},"rotationKeys":[],"prev":null,"sig":"x"},`+
+			`"cid":"bafyreia","nullified":false,"createdAt":%q}`, stubDIDA, key, at.UTC().Format(time.RFC3339Nano))
+	}
+	read := func(l string) *ident.Resolver {
+		r := ident.New(ident.Config{PLC: plcURL, Retries: -1, TTL: time.Hour, Store: st, Persist: st.persist, Sleep: noSleep,
+			Now: func() time.Time { return rightNow }, HTTPClient: &http.Client{Transport: exportThenPLC{lines: []string{l}, plc: plcURL}}})
+		t.Cleanup(r.Close)
+		if _, err := r.ReadExport(context.Background(), "", nil); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	read(line(olderKey, rightNow.Add(-2*time.Hour)))
+	if got, _ := st.Ident(stubDIDA); got.Key != oldKey {
+		t.Fatalf("an op from before the row's dated fetch replaced it: key %s, want %s", got.Key, oldKey)
+	}
+	r := read(line(newKey, rightNow.Add(-time.Minute)))
+	info, _, err := r.Lookup(context.Background(), stubDIDA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.KeyMultibase != newKey || plc.count(stubDIDA) != 1 {
+		t.Fatalf("after an op since: key %s after %d directory requests; want the op's key, no request", info.KeyMultibase, plc.count(stubDIDA)-1)
+	}
+}

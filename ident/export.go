@@ -83,10 +83,12 @@ type exportService struct {
 // with a usable atproto key is loaded as its identity, fetched now, kept in
 // memory and written through Persist as a resolution is; a tombstone or an
 // op without a usable key drops a loaded identity, so its next lookup
-// resolves it), except where memory holds a document from a resolution
-// (as new as the export or newer) or an invalidated one (its next lookup
-// resolves it). A malformed line is counted and dropped, never logged on
-// its own. Each page is one request under the resolver's slot, request
+// resolves it), except where what the resolver holds of the DID, in
+// memory or in ident/, supersedes the op: an invalidation (its next lookup
+// resolves it), or a document resolved at or after the op's createdAt
+// (supersedes). A row of ident/ that cannot be read, or is malformed,
+// stops the read with its error (fail closed). A malformed line is counted
+// and dropped, never logged on its own. Each page is one request under the resolver's slot, request
 // rate, Timeout and retry budget (a retried page is applied again, and
 // counted once); a page that fails past them is ErrExportUnavailable.
 // After each page, checkpoint (when set) is given the cursor to resume
@@ -107,6 +109,7 @@ func (r *Resolver) ReadExport(ctx context.Context, after string, checkpoint func
 	// already, are passed over.
 	var seen int
 	var seenAt time.Time
+	var failed error // what the resolver holds of a DID could not be read: the read stops
 	for {
 		var lines, atNewest int
 		var newest, prior time.Time
@@ -120,7 +123,10 @@ func (r *Resolver) ReadExport(ctx context.Context, after string, checkpoint func
 			page = st // a retried page is read again from its start
 			lines, atNewest, newest, cursor, prior, priorCursor = 0, 0, last, st.Cursor, time.Time{}, ""
 			skip := seen
-			return r.exportPage(ctx, st.Cursor, func(l *exportLine, at time.Time, ok bool) {
+			err := r.exportPage(ctx, st.Cursor, func(l *exportLine, at time.Time, ok bool) {
+				if failed != nil {
+					return
+				}
 				lines++
 				if !ok {
 					page.Dropped++
@@ -137,10 +143,16 @@ func (r *Resolver) ReadExport(ctx context.Context, after string, checkpoint func
 					skip--
 					return
 				}
-				r.apply(ctx, l, &page)
+				failed = r.apply(ctx, l, at, &page)
 			})
-		}, func(error) bool { return false })
+			if failed != nil {
+				return failed
+			}
+			return err
+		}, func(error) bool { return failed != nil })
 		switch {
+		case failed != nil:
+			return st, fmt.Errorf("ident: export after %q: %w", st.Cursor, failed)
 		case err != nil && ctx.Err() != nil:
 			return st, fmt.Errorf("ident: export: %w", ctx.Err())
 		case err != nil:
@@ -250,60 +262,90 @@ func parseExportLine(b []byte) (*exportLine, time.Time, bool) {
 	return nil, time.Time{}, false
 }
 
-// apply gives the resolver what l says of its DID, counted in st.
-func (r *Resolver) apply(ctx context.Context, l *exportLine, st *ExportStats) {
+// apply gives the resolver what l, created at `at`, says of its DID,
+// counted in st, unless what the resolver holds of the DID supersedes it
+// (supersedes). Its error is the store's: what is held could not be read.
+func (r *Resolver) apply(ctx context.Context, l *exportLine, at time.Time, st *ExportStats) error {
 	if l.Nullified {
 		st.Nullified++
-		return
+		return nil
 	}
 	if l.Operation.Type == "plc_tombstone" {
 		st.Tombstoned++
-		r.unload(l.DID)
-		return
+		return r.unload(l.DID)
 	}
 	doc, ok := exportDocument(l)
 	if !ok {
 		st.Dropped++
-		r.unload(l.DID) // what the DID is now is unknown: its lookup resolves it
-		return
+		return r.unload(l.DID) // what the DID is now is unknown: its lookup resolves it
 	}
 	id := identity.ParseIdentity(&doc)
 	if _, ok := id.Keys["atproto"]; !ok {
 		st.Skipped++
-		r.unload(l.DID)
-		return
+		return r.unload(l.DID)
 	}
 	k, err := atprotoKey(&id)
 	if err != nil {
 		st.Dropped++
-		r.unload(l.DID)
-		return
+		return r.unload(l.DID)
 	}
 	now := r.cfg.Now()
 	info := &Info{DID: l.DID, Key: k, KeyMultibase: storedKey(&id, k), PDS: id.PDSEndpoint(), FetchedAt: now, exported: true}
 	if h, err := id.DeclaredHandle(); err == nil {
 		info.declared = h.Normalize().String()
 	}
-	if prev, _, ok := r.cache.get(l.DID, now); ok {
-		if !prev.usable() || !prev.exported {
-			// Resolved over the network since (as new as the export or
-			// newer), or invalidated (an #identity, or an earlier op of
-			// the export unloaded it): its next lookup resolves it.
-			return
-		}
-		info.Handle = prev.Handle
+	prev, err := r.held(l.DID, now)
+	switch {
+	case err != nil:
+		return err
+	case prev == nil:
+	case supersedes(prev, at):
+		return nil
+	default:
+		info.Handle = prev.Handle // the last #identity verdict stands
 	}
 	st.Loaded++
 	r.keep(ctx, info)
+	return nil
 }
 
-// unload drops a DID's document, when memory holds one, as an invalidation
-// does (its next lookup resolves it), without a refresh.
-func (r *Resolver) unload(did string) {
-	now := r.cfg.Now()
-	if _, _, ok := r.cache.get(did, now); ok {
-		r.forget(did, now)
+// held is what the resolver holds of did, dated: memory's entry (a
+// document or an invalidation), else the ident/ row's (row: its key not
+// parsed, which supersedes does not read); nil when neither holds
+// anything.
+func (r *Resolver) held(did string, now time.Time) (*Info, error) {
+	if info, _, ok := r.cached(did, now); ok {
+		return info, nil
 	}
+	return r.row(did)
+}
+
+// supersedes reports whether prev, what the resolver holds of a DID (in
+// memory or in ident/, whichever: the rule needs no entry to stay in
+// memory), is at least as new as an op of the export created at `at`, so
+// that the op must not replace it: an invalidation (an #identity, or an
+// earlier op of the export that unloaded the DID: its next lookup resolves
+// it), or a document resolved by a request started at or after `at` (one
+// fetched while the wall clock ran ahead counts as fetched a TTL ago:
+// dated). A document the export loaded never does: the export's later ops
+// of the DID replace it.
+// (An invalidation holds no key: its KeyMultibase is "", in memory as in
+// a row.)
+func supersedes(prev *Info, at time.Time) bool {
+	return prev.KeyMultibase == "" || !prev.exported && !prev.FetchedAt.Before(at)
+}
+
+// unload drops a DID's document, when memory or ident/ holds one (or its
+// invalidation), as an invalidation does (its next lookup resolves it),
+// without a refresh. Its error is the store's.
+func (r *Resolver) unload(did string) error {
+	now := r.cfg.Now()
+	prev, err := r.held(did, now)
+	if err != nil || prev == nil {
+		return err
+	}
+	r.forget(did, now)
+	return nil
 }
 
 // exportDocument is the DID document an op gives, as the directory

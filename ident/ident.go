@@ -105,7 +105,8 @@ type Info struct {
 	// alsoKnownAs); set only on a document resolved in this process.
 	declared string
 	// exported says the document came from the directory's export
-	// (ReadExport), not from a resolution of the DID.
+	// (ReadExport, or an ident/ row it wrote), not from a resolution of
+	// the DID.
 	exported bool
 }
 
@@ -542,11 +543,32 @@ func (r *Resolver) Close() {
 	r.wg.Wait()
 }
 
-// durable reads the store's copy (nil when absent, or when the row marks
-// the DID invalidated: forget), whatever its age; an unreadable or
-// malformed row is an error (fail closed). While memoryOnly holds, a DID
-// memory does not hold has no row: nothing is read.
+// durable reads the store's copy (row), its key parsed: nil when absent,
+// or when the row marks the DID invalidated (forget); a key that does not
+// parse is malformed (fail closed).
 func (r *Resolver) durable(did string) (*Info, error) {
+	info, err := r.row(did)
+	if err != nil || info == nil || info.KeyMultibase == "" {
+		return nil, err
+	}
+	if info.Key, err = k256.ParsePublicMultibase(info.KeyMultibase); err != nil {
+		return nil, fmt.Errorf("ident: %s: stored key: %w: %w", did, archive.ErrMalformed, err)
+	}
+	return info, nil
+}
+
+// exportedKey prefixes the key of an ident/ row written from the
+// directory's export: the op's own did:key string, where a resolution
+// writes the document's multibase. It tells the two apart when the row is
+// read back (Info.exported), whatever memory holds.
+const exportedKey = "did:key:"
+
+// row reads did's ident/ row, dated, whatever its age, its key not parsed
+// (Key nil; KeyMultibase "" when the row marks the DID invalidated): nil
+// when absent; an unreadable or malformed row is an error (fail closed).
+// While memoryOnly holds, a DID memory does not hold has no row: nothing
+// is read.
+func (r *Resolver) row(did string) (*Info, error) {
 	if r.cfg.Store == nil || r.memoryOnly.Load() {
 		return nil, nil
 	}
@@ -557,14 +579,8 @@ func (r *Resolver) durable(did string) (*Info, error) {
 	case err != nil:
 		return nil, fmt.Errorf("ident: %s: %w", did, err)
 	}
-	if v.Key == "" {
-		return nil, nil
-	}
-	k, err := k256.ParsePublicMultibase(v.Key)
-	if err != nil {
-		return nil, fmt.Errorf("ident: %s: stored key: %w: %w", did, archive.ErrMalformed, err)
-	}
-	info := &Info{DID: did, Key: k, KeyMultibase: v.Key, PDS: v.PDS, Handle: v.Handle, FetchedAt: time.UnixMicro(v.FetchedUS)}
+	info := &Info{DID: did, PDS: v.PDS, Handle: v.Handle, FetchedAt: time.UnixMicro(v.FetchedUS)}
+	info.KeyMultibase, info.exported = strings.CutPrefix(v.Key, exportedKey)
 	return r.dated(info, r.cfg.Now()), nil
 }
 
@@ -826,7 +842,11 @@ func (r *Resolver) keep(ctx context.Context, info *Info) {
 	if r.cfg.Persist == nil {
 		return
 	}
-	v := archive.Ident{Key: info.KeyMultibase, PDS: info.PDS, Handle: info.Handle, FetchedUS: max(info.FetchedAt.UnixMicro(), 1)}
+	key := info.KeyMultibase
+	if info.exported {
+		key = exportedKey + key
+	}
+	v := archive.Ident{Key: key, PDS: info.PDS, Handle: info.Handle, FetchedUS: max(info.FetchedAt.UnixMicro(), 1)}
 	if err := r.cfg.Persist(ctx, info.DID, v); err != nil {
 		r.m.persistFailed()
 		r.logTrip("persist", "ident: a resolved document could not be submitted for ident/", "err", err)
