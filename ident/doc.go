@@ -41,11 +41,14 @@
 // log in createdAt order, pages of 1000 after a createdAt cursor) and hands
 // each DID's latest non-nullified op to the resolver as the identity GET
 // /<did> gives: the document rendered as the directory renders it, then
-// read by the same code as a resolution (ParseIdentity, the key parsing,
-// the stored key string), kept in memory and through Persist, fetched now,
-// so a later Lookup needs no request. A tombstone, or an op without an
-// atproto key, drops the DID from memory; a document memory holds from a
-// resolution is kept. Malformed lines are dropped and counted
+// read by the same code as a resolution (ParseIdentity, the key parsing),
+// kept in memory and through Persist (the row's key the op's did:key
+// string, which marks it as the export's), fetched now, so a later Lookup
+// needs no request. A tombstone, or an op without an atproto key, drops
+// the DID (an invalidation). An op never replaces what the resolver holds
+// of its DID, in memory or else in ident/, when that is an invalidation or
+// a document resolved at or after the op's createdAt; the export's later
+// ops replace its earlier ones. Malformed lines are dropped and counted
 // (backstream_ident_export_total{result}), never logged one by one; a page
 // is one request under the slots, the PLC rate, Timeout and the retry
 // budget, and a page failing past them is ErrExportUnavailable. An
