@@ -2,7 +2,6 @@ package ident_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/url"
 	"sync"
@@ -296,9 +295,7 @@ func TestIdentityNotAnsweredByTheExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	line := fmt.Sprintf(`{"did":%q,"operation":{"type":"plc_operation","verificationMethods":{"atproto":%q},"alsoKnownAs":["at://a.test"],`+
-		`"services":{"atproto_pds":{"type":"AtprotoPersonalDataServer","endpoint":"https://pds.test"}},"rotationKeys":[],"prev":null,"sig":"x"},`+
-		`"cid":"bafyreia","nullified":false,"createdAt":"2024-01-01T00:00:00.001Z"}`, stubDIDA, oldPub.DIDKey())
+	line := exportOp(stubDIDA, oldPub.DIDKey(), "2024-01-01T00:00:00.001Z")
 	r := ident.New(ident.Config{PLC: plcURL, Retries: -1, Sleep: noSleep, Now: func() time.Time { return rightNow },
 		HTTPClient: &http.Client{Transport: exportThenPLC{lines: []string{line}, plc: plcURL}}})
 	defer r.Close()
@@ -338,9 +335,7 @@ func TestClockAheadRowAndTheExport(t *testing.T) {
 	}
 	ahead.Close()
 	line := func(key string, at time.Time) string {
-		return fmt.Sprintf(`{"did":%q,"operation":{"type":"plc_operation","verificationMethods":{"atproto":"did:key:%s"},"alsoKnownAs":["at://a.test"],`+
-			`"services":{"atproto_pds":{"type":"AtprotoPersonalDataServer","endpoint":"https://pds.test"}},"rotationKeys":[],"prev":null,"sig":"x"},`+
-			`"cid":"bafyreia","nullified":false,"createdAt":%q}`, stubDIDA, key, at.UTC().Format(time.RFC3339Nano))
+		return exportOp(stubDIDA, "did:key:"+key, at.UTC().Format(time.RFC3339Nano))
 	}
 	read := func(l string) *ident.Resolver {
 		r := ident.New(ident.Config{PLC: plcURL, Retries: -1, TTL: time.Hour, Store: st, Persist: st.persist, Sleep: noSleep,

@@ -160,6 +160,14 @@ func TestReadExportKeepsResolvedDocuments(t *testing.T) {
 	}
 }
 
+// exportOp is an export line: a plc_operation of did naming key (a
+// did:key) as its atproto key, created at `at`.
+func exportOp(did, key, at string) string {
+	return fmt.Sprintf(`{"did":%q,"operation":{"type":"plc_operation","verificationMethods":{"atproto":%q},"alsoKnownAs":["at://a.test"],`+
+		`"services":{"atproto_pds":{"type":"AtprotoPersonalDataServer","endpoint":"https://pds.test"}},"rotationKeys":[],"prev":null,"sig":"x"},`+
+		`"cid":"bafyreia","nullified":false,"createdAt":%q}`, did, key, at)
+}
+
 // exportTransport answers GET /export with lines (one page, then none),
 // and counts every other request.
 type exportTransport struct {
@@ -183,16 +191,11 @@ func (x *exportTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // op's identity: what the DID is now is unknown, so its lookup resolves it.
 func TestReadExportUnloadsADIDWithAMalformedOp(t *testing.T) {
 	pub := newPublicKey(t)
-	op := func(did, key, at string) string {
-		return fmt.Sprintf(`{"did":%q,"operation":{"type":"plc_operation","verificationMethods":{"atproto":%q},"alsoKnownAs":["at://a.test"],`+
-			`"services":{"atproto_pds":{"type":"AtprotoPersonalDataServer","endpoint":"https://pds.test"}},"rotationKeys":[],"prev":null,"sig":"x"},`+
-			`"cid":"bafyreia","nullified":false,"createdAt":%q}`, did, key, at)
-	}
 	const kept, broken = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa", "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb"
 	x := &exportTransport{lines: []string{
-		op(kept, pub.DIDKey(), "2024-01-01T00:00:00.001Z"),
-		op(broken, pub.DIDKey(), "2024-01-01T00:00:00.002Z"),
-		op(broken, "did:key:zNotAKey", "2024-01-01T00:00:00.003Z"),
+		exportOp(kept, pub.DIDKey(), "2024-01-01T00:00:00.001Z"),
+		exportOp(broken, pub.DIDKey(), "2024-01-01T00:00:00.002Z"),
+		exportOp(broken, "did:key:zNotAKey", "2024-01-01T00:00:00.003Z"),
 	}}
 	r := ident.New(ident.Config{PLC: "http://plc.test", Sleep: noSleep, HTTPClient: &http.Client{Transport: x}})
 	defer r.Close()

@@ -3,7 +3,6 @@ package ident_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -153,13 +152,8 @@ func (s brokenStore) Ident(string) (archive.Ident, error) { return archive.Ident
 // but holds a key that does not parse (the rule reads only the row's time
 // and source: the op is newer than the row).
 func TestReadExportStopsOnAnUnreadableRow(t *testing.T) {
-	line := func(did string) string {
-		return fmt.Sprintf(`{"did":%q,"operation":{"type":"plc_operation","verificationMethods":{"atproto":%q},"alsoKnownAs":["at://a.test"],`+
-			`"services":{"atproto_pds":{"type":"AtprotoPersonalDataServer","endpoint":"https://pds.test"}},"rotationKeys":[],"prev":null,"sig":"x"},`+
-			`"cid":"bafyreia","nullified":false,"createdAt":"2024-01-01T00:00:00.001Z"}`, did, newPublicKey(t).DIDKey())
-	}
 	read := func(st ident.Store, did string) (ident.ExportStats, bool, error) {
-		x := &exportTransport{lines: []string{line(did)}}
+		x := &exportTransport{lines: []string{exportOp(did, newPublicKey(t).DIDKey(), "2024-01-01T00:00:00.001Z")}}
 		r := ident.New(ident.Config{PLC: "http://plc.test", Store: st, Sleep: noSleep, HTTPClient: &http.Client{Transport: x}})
 		defer r.Close()
 		stats, err := r.ReadExport(context.Background(), "", nil)
