@@ -17,6 +17,8 @@ import (
 
 const (
 	codecV1 = 0x01
+	// codecV2 is the second version of a value whose format changed (ident/).
+	codecV2 = 0x02
 
 	// maxStoredString bounds any string field in a stored value. Larger
 	// values are refused by encoders and decoders alike.

@@ -21,6 +21,9 @@ type Ident struct {
 	Handle string
 	// FetchedUS is when the document was fetched, unix µs (> 0).
 	FetchedUS int64
+	// Exported says the document came from the PLC directory's export
+	// (an operation's), not from a resolution of the DID.
+	Exported bool
 }
 
 // Field bounds of an ident/ value.
@@ -30,29 +33,45 @@ const (
 	maxIdentHandle = 253
 )
 
-// EncodeIdent encodes [0x01][string key][string pds][string handle][varint fetched µs].
+// identExported is the flag bit of Ident.Exported in a version 2 value.
+const identExported = 0x01
+
+// EncodeIdent encodes [0x02][flags][string key][string pds][string handle]
+// [varint fetched µs]; flags bit 0 is Exported.
 func EncodeIdent(v Ident) ([]byte, error) {
 	if err := checkIdent(v); err != nil {
 		return nil, err
 	}
-	b := make([]byte, 0, 1+len(v.Key)+len(v.PDS)+len(v.Handle)+16)
-	b = append(b, codecV1)
+	b := make([]byte, 0, 2+len(v.Key)+len(v.PDS)+len(v.Handle)+16)
+	var flags byte
+	if v.Exported {
+		flags |= identExported
+	}
+	b = append(b, codecV2, flags)
 	b = appendString(b, v.Key)
 	b = appendString(b, v.PDS)
 	b = appendString(b, v.Handle)
 	return binary.AppendVarint(b, v.FetchedUS), nil
 }
 
-// DecodeIdent is the inverse of EncodeIdent.
+// DecodeIdent is the inverse of EncodeIdent; it also reads version 1
+// values ([0x01] and no flags: earlier builds'), as not Exported.
 func DecodeIdent(b []byte) (Ident, error) {
 	var v Ident
 	if len(b) == 0 {
 		return v, malformed("empty ident")
 	}
-	if b[0] != codecV1 {
+	if b[0] != codecV1 && b[0] != codecV2 {
 		return v, malformed("ident: unknown version 0x%02x", b[0])
 	}
 	d := decoder{b: b[1:]}
+	if b[0] == codecV2 {
+		flags := d.byte1()
+		if flags&^identExported != 0 {
+			d.fail("ident: unknown flags 0x%02x", flags)
+		}
+		v.Exported = flags&identExported != 0
+	}
 	v.Key = d.str(maxIdentKey)
 	v.PDS = d.str(maxIdentPDS)
 	v.Handle = d.str(maxIdentHandle)

@@ -42,8 +42,8 @@
 // each DID's latest non-nullified op to the resolver as the identity GET
 // /<did> gives: the document rendered as the directory renders it, then
 // read by the same code as a resolution (ParseIdentity, the key parsing),
-// kept in memory and through Persist (the row's key the op's did:key
-// string, which marks it as the export's), fetched now, so a later Lookup
+// kept in memory and through Persist (the row marked as the export's:
+// archive.Ident.Exported), fetched now, so a later Lookup
 // needs no request. A tombstone, or an op without an atproto key, drops
 // the DID (an invalidation). An op never replaces what the resolver holds
 // of its DID, in memory or else in ident/, when that is an invalidation or

@@ -82,9 +82,8 @@ func TestReadExport(t *testing.T) {
 		if info.KeyMultibase != a.PublicKeyMultibase || info.PDSHost() != hostOf(n.HostURLs()[a.Host]) || info.Handle != "" {
 			t.Fatalf("%s: loaded %+v, account %+v", a.DID, info, a)
 		}
-		// The row holds the op's did:key string (a resolution's, the
-		// document's multibase).
-		if got := st.m[a.DID]; got.Key != "did:key:"+a.PublicKeyMultibase || got.FetchedUS == 0 {
+		// The row is marked as the export's.
+		if got := st.m[a.DID]; got.Key != a.PublicKeyMultibase || !got.Exported || got.FetchedUS == 0 {
 			t.Fatalf("%s: durable copy %+v", a.DID, got)
 		}
 	}

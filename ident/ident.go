@@ -557,12 +557,6 @@ func (r *Resolver) durable(did string) (*Info, error) {
 	return info, nil
 }
 
-// exportedKey prefixes the key of an ident/ row written from the
-// directory's export: the op's own did:key string, where a resolution
-// writes the document's multibase. It tells the two apart when the row is
-// read back (Info.exported), whatever memory holds.
-const exportedKey = "did:key:"
-
 // row reads did's ident/ row, dated, whatever its age, its key not parsed
 // (Key nil; KeyMultibase "" when the row marks the DID invalidated): nil
 // when absent; an unreadable or malformed row is an error (fail closed).
@@ -580,7 +574,7 @@ func (r *Resolver) row(did string) (*Info, error) {
 		return nil, fmt.Errorf("ident: %s: %w", did, err)
 	}
 	info := &Info{DID: did, PDS: v.PDS, Handle: v.Handle, FetchedAt: time.UnixMicro(v.FetchedUS)}
-	info.KeyMultibase, info.exported = strings.CutPrefix(v.Key, exportedKey)
+	info.KeyMultibase, info.exported = v.Key, v.Exported
 	return r.dated(info, r.cfg.Now()), nil
 }
 
@@ -842,11 +836,7 @@ func (r *Resolver) keep(ctx context.Context, info *Info) {
 	if r.cfg.Persist == nil {
 		return
 	}
-	key := info.KeyMultibase
-	if info.exported {
-		key = exportedKey + key
-	}
-	v := archive.Ident{Key: key, PDS: info.PDS, Handle: info.Handle, FetchedUS: max(info.FetchedAt.UnixMicro(), 1)}
+	v := archive.Ident{Key: info.KeyMultibase, PDS: info.PDS, Handle: info.Handle, FetchedUS: max(info.FetchedAt.UnixMicro(), 1), Exported: info.exported}
 	if err := r.cfg.Persist(ctx, info.DID, v); err != nil {
 		r.m.persistFailed()
 		r.logTrip("persist", "ident: a resolved document could not be submitted for ident/", "err", err)
