@@ -175,7 +175,7 @@ func (t *tombResolver) appendTomb(buf []byte, idx []idxEntry, e int, kind Kind, 
 	buf = appendTombKey(buf, did, seq)
 	k1 := len(buf)
 	buf = appendTomb(buf, kind, collection, rkey, named, t.names)
-	return buf, append(idx, idxEntry{k0, k1, len(buf)}), nil
+	return buf, append(idx, idxEntry{k0: k0, k1: k1, v1: len(buf)}), nil
 }
 
 // resolveErr classifies an appendRecordTombs error: a malformed rec/ entry

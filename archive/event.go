@@ -55,6 +55,10 @@ const (
 // Valid reports whether s is one of the four sources.
 func (s Source) Valid() bool { return s >= SourceBackfill && s <= SourceRetry }
 
+// download reports whether s is a download's (a bootstrap snapshot's or a
+// whole-repo replacement's): its records come in the repo's key order.
+func (s Source) download() bool { return s == SourceBackfill || s == SourceRetry }
+
 func (s Source) String() string {
 	switch s {
 	case SourceBackfill:

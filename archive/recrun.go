@@ -5,8 +5,8 @@ package archive
 // (collection, rkey) order, and one rec/ entry per record was the largest
 // part of the compaction index on disk (11.8 bytes per archived event on
 // the 2,000 × 200 bench world). The writer folds each stretch of at least
-// minRun create rows of one (DID, collection) with consecutive seqs, written
-// in one batch, into one run entry:
+// minRun create rows of a download (foldable) of one (DID, collection)
+// with consecutive seqs, written in one batch, into one run entry:
 //
 //	rec/<did>\x00<collection>\x00\x01<first seq, 8 bytes big-endian>
 //	value [0x05][uvarint n][uvarint ev/ bytes of the n rows]
@@ -171,7 +171,7 @@ func (t *tombResolver) foldRuns(buf []byte, idx []idxEntry) ([]byte, []idxEntry)
 			_, _, rkey, _, _ := splitRecordKey(buf[idx[e].k0:idx[e].k1])
 			buf = binary.BigEndian.AppendUint16(buf, rkeyHash(rkey))
 		}
-		runs = append(runs, idxEntry{k0, k1, len(buf)})
+		runs = append(runs, idxEntry{k0: k0, k1: k1, v1: len(buf)})
 		i = j
 	}
 	return buf, append(kept, runs...)
@@ -195,16 +195,15 @@ func foldEnd(buf []byte, idx []idxEntry, i int) int {
 	return j
 }
 
-// foldable parses e when it is the per-record entry of a create.
+// foldable parses e when it is the per-record entry of a download's
+// create (idxEntry.fold). A live create is never folded: live stretches
+// (a commit's few creates) would make a run entry every few records, and
+// a lookup in the collection visits every run (runCreates).
 func foldable(buf []byte, e idxEntry) (did, collection, rkey []byte, seq uint64, ok bool) {
-	k := buf[e.k0:e.k1]
-	if !hasPrefix(k, PrefixRecord) {
+	if !e.fold {
 		return nil, nil, nil, 0, false
 	}
-	if kind, _, err := decodeRecordValue(buf[e.k1:e.v1]); err != nil || kind != KindCreate {
-		return nil, nil, nil, 0, false
-	}
-	did, collection, rkey, seq, err := splitRecordKey(k)
+	did, collection, rkey, seq, err := splitRecordKey(buf[e.k0:e.k1])
 	return did, collection, rkey, seq, err == nil
 }
 

@@ -21,7 +21,9 @@ func runUnit(dids []string, rev *int, recs ...string) []archive.Event {
 	var u []archive.Event
 	for _, r := range recs {
 		*rev++
-		u = append(u, cr(r).event(dids, *rev))
+		ev := cr(r).event(dids, *rev)
+		ev.Source = archive.SourceBackfill
+		u = append(u, ev)
 	}
 	return u
 }
@@ -293,5 +295,45 @@ func TestRecordRunBehindRecords(t *testing.T) {
 			res := compact(t, s, w, archive.CompactOptions{})
 			checkSurvivors(t, s, rows, res.To)
 		})
+	}
+}
+
+// TestRecordRunsOnlyOfDownloads: only a download's creates fold into runs.
+// A live commit of many creates of one collection gets an entry per
+// record: runs written live, four creates a commit, would be a run entry
+// every four records, each one read by every later delete or update in the
+// collection (runCreates visits every run back to the record's last
+// per-record entry), so one account could hold the writer for milliseconds
+// an event. A download's creates come in key order, one stretch a
+// collection: few runs, none overlapping another of the same download.
+func TestRecordRunsOnlyOfDownloads(t *testing.T) {
+	dids := []string{"did:plc:aaaa"}
+	s, w := memStore(t)
+	rev := 0
+	live := func(recs ...string) []archive.Event {
+		u := runUnit(dids, &rev, recs...)
+		for i := range u {
+			u[i].Source, u[i].Rev = archive.SourceLive, u[0].Rev // one commit
+		}
+		return u
+	}
+	rows := applyEach(t, w, [][]archive.Event{
+		runUnit(dids, &rev, "p/a", "p/b", "p/c", "p/d"),
+		live("q/a", "q/b", "q/c", "q/d", "q/e"),
+		runUnit(dids, &rev, "p/e", "p/f", "p/g", "p/h"),
+	})
+	have := keysUnder(t, s, archive.PrefixRecord)
+	for _, i := range []int{0, 9} {
+		if !have[string(archive.RunKey(dids[0], "p", rows[i].Seq))] {
+			t.Fatalf("no run entry for the download's creates from seq %d", rows[i].Seq)
+		}
+	}
+	for _, q := range rows[4:9] {
+		if !have[string(archive.RecordKey(q.DID, q.Collection, q.RKey, q.Seq))] {
+			t.Fatalf("no entry of its own for %s, one of a live commit's five creates", q.RKey)
+		}
+	}
+	if _, runs, _ := archive.RecordEntries(s); runs != 2 || len(have) != 2+5 {
+		t.Fatalf("%d runs and %d rec/ keys, want the downloads' 2 runs and the live commit's 5 entries", runs, len(have))
 	}
 }

@@ -31,14 +31,14 @@ func isReplayIndexKey(key []byte) bool {
 func appendReplayIndex(buf []byte, idx []idxEntry, ev *Event) ([]byte, []idxEntry) {
 	k0 := len(buf)
 	buf = AppendAccountIndexKey(buf, ev.DID, ev.Seq)
-	idx = append(idx, idxEntry{k0, len(buf), len(buf)})
+	idx = append(idx, idxEntry{k0: k0, k1: len(buf), v1: len(buf)})
 	k0 = len(buf)
 	if ev.Kind.IsCommit() {
 		buf = AppendCollectionIndexKey(buf, ev.Collection, ev.Seq)
 	} else {
 		buf = AppendMarkerKey(buf, ev.Kind, ev.Seq)
 	}
-	return buf, append(idx, idxEntry{k0, len(buf), len(buf)})
+	return buf, append(idx, idxEntry{k0: k0, k1: len(buf), v1: len(buf)})
 }
 
 // replayBatch holds the writer's open batch's replay index entries until

@@ -36,7 +36,7 @@ func TestSortIndexMatchesSort(t *testing.T) {
 				}
 				k1 := len(buf)
 				buf = append(buf, byte(seq))
-				idx = append(idx, idxEntry{k0, k1, len(buf)})
+				idx = append(idx, idxEntry{k0: k0, k1: k1, v1: len(buf)})
 				seq++
 			}
 		}

@@ -914,8 +914,12 @@ func (p *pending) addPuts(puts []KV) {
 }
 
 // idxEntry is one rec/ or tomb/ entry of the open batch: key and value
-// as offsets into Writer.idxBuf.
-type idxEntry struct{ k0, k1, v1 int }
+// as offsets into Writer.idxBuf. fold marks the rec/ entry of a
+// download's create, which foldRuns may fold into a run entry.
+type idxEntry struct {
+	k0, k1, v1 int
+	fold       bool
+}
 
 // index adds the compaction index of an archived row to the open batch's
 // entries: the rec/ entry of a record row (create, update, delete) and the
@@ -950,7 +954,7 @@ func appendIndex(buf []byte, idx []idxEntry, ev *Event, size int) ([]byte, []idx
 		buf = AppendRecordKey(buf, ev.DID, ev.Collection, ev.RKey, ev.Seq)
 		k1 := len(buf)
 		buf = AppendRecordValue(buf, ev.Kind, size)
-		idx = append(idx, idxEntry{k0, k1, len(buf)})
+		idx = append(idx, idxEntry{k0: k0, k1: k1, v1: len(buf), fold: ev.Kind == KindCreate && ev.Source.download()})
 	}
 	t, ok := Supersedes(ev)
 	if !ok || t.Kind != KindAccount {
@@ -963,7 +967,7 @@ func appendIndex(buf []byte, idx []idxEntry, ev *Event, size int) ([]byte, []idx
 	if buf, err = AppendTomb(buf, t); err != nil {
 		return buf, idx, false, err
 	}
-	return buf, append(idx, idxEntry{k0, k1, len(buf)}), true, nil
+	return buf, append(idx, idxEntry{k0: k0, k1: k1, v1: len(buf)}), true, nil
 }
 
 // writeIndex adds the batch's record tombstones, named once the index

@@ -151,8 +151,8 @@ func (tr *Traffic) Unit() []archive.Event {
 }
 
 // stretch is a unit of 4 to 12 creates of one collection in rkey order, as
-// a repo's download archives them: the record index folds such a stretch
-// into one run entry.
+// a repo's download archives them (SourceBackfill): the record index folds
+// such a stretch into one run entry (a live commit's creates it does not).
 func (tr *Traffic) stretch(a *acct) []archive.Event {
 	coll := collections[tr.rng.IntN(len(collections))]
 	var evs []archive.Event
@@ -160,7 +160,9 @@ func (tr *Traffic) stretch(a *acct) []archive.Event {
 		tr.n++
 		id := fmt.Sprintf("%s\x003l%011d", coll, tr.n)
 		a.live = append(a.live, id)
-		evs = append(evs, tr.record(archive.KindCreate, a, id))
+		ev := tr.record(archive.KindCreate, a, id)
+		ev.Source = archive.SourceBackfill
+		evs = append(evs, ev)
 	}
 	return evs
 }
