@@ -114,38 +114,33 @@ func BenchmarkDeleteInLiveCollection(b *testing.B) {
 // BenchmarkUpdateOfOneRecord: one record updated n times (a profile edited
 // over years, compaction not yet run), then updated again.
 func BenchmarkUpdateOfOneRecord(b *testing.B) {
-	const profile = "app.bsky.actor.profile"
-	for _, n := range []int{1024, 16384, 262144} {
-		b.Run("versions"+strconv.Itoa(n), func(b *testing.B) {
-			a := newAccountBench(b)
-			update := func(i int) {
-				ev := create(profile, "self", i)
-				ev.Kind = KindUpdate
-				a.live(heavyDID, ev)
-			}
-			a.live(heavyDID, create(profile, "self", 0))
-			for i := 0; i < n; i++ {
-				update(i)
-			}
-			a.measure("cpu-µs/update", update)
-		})
-	}
+	benchRepeated(b, "versions", "cpu-µs/update", func(a *accountBench, i int) {
+		ev := create("app.bsky.actor.profile", "self", i)
+		if i > 0 {
+			ev.Kind = KindUpdate
+		}
+		a.live(heavyDID, ev)
+	})
 }
 
 // BenchmarkRecreateOneRKey: one rkey created and deleted n times, then
 // created and deleted again (measured: one create and one delete).
 func BenchmarkRecreateOneRKey(b *testing.B) {
+	benchRepeated(b, "cycles", "cpu-µs/cycle", func(a *accountBench, i int) {
+		a.live(heavyDID, create(likes, "3lsame", i))
+		a.live(heavyDID, deleteOf(likes, "3lsame"))
+	})
+}
+
+// benchRepeated measures op(i) after op(0) … op(n-1), for three n.
+func benchRepeated(b *testing.B, label, unit string, op func(a *accountBench, i int)) {
 	for _, n := range []int{1024, 16384, 262144} {
-		b.Run("cycles"+strconv.Itoa(n), func(b *testing.B) {
+		b.Run(label+strconv.Itoa(n), func(b *testing.B) {
 			a := newAccountBench(b)
-			cycle := func(i int) {
-				a.live(heavyDID, create(likes, "3lsame", i))
-				a.live(heavyDID, deleteOf(likes, "3lsame"))
-			}
 			for i := 0; i < n; i++ {
-				cycle(i)
+				op(a, i)
 			}
-			a.measure("cpu-µs/cycle", cycle)
+			a.measure(unit, func(i int) { op(a, n+i) })
 		})
 	}
 }
