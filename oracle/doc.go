@@ -85,7 +85,8 @@
 // listRepos never ends, each page naming as many entries as asked with a
 // cursor never seen before (EndlessListing, pages counted EndlessPages);
 // a host left out of listHosts (HideHost: one that joins, or leaves, the
-// network after a node read the roster); a host grown by deactivated
+// network after a node read the roster); listHosts answered with an
+// error status (FailListHosts); a host grown by deactivated
 // accounts its listing names and listHosts counts (GrowHost);
 // DID documents answered 404
 // (DIDNotFound), without a verification method (DIDNoKey), or naming

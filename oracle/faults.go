@@ -48,6 +48,7 @@ const (
 	FaultListReposMalformed  FaultKind = "listrepos_malformed"   // a listRepos 200 body that is not JSON
 	FaultListReposWrongTypes FaultKind = "listrepos_wrong_types" // a listRepos 200 JSON body whose cursor and repos have the wrong types
 	FaultListReposTruncated  FaultKind = "listrepos_truncated"   // a listRepos page cut in half, Content-Length matching the cut
+	FaultListHostsFailing    FaultKind = "listhosts_failing"     // a listHosts request answered with an error status (FailListHosts)
 	FaultFirehoseDisconnect  FaultKind = "firehose_disconnect"   // connection dropped without a close frame
 	FaultMalformedFrame      FaultKind = "malformed_frame"       // undecodable frame inserted before a real one
 	FaultDuplicateFrame      FaultKind = "duplicate_frame"       // frame sent twice
@@ -162,6 +163,8 @@ type Faults struct {
 	plcSlowN   int
 	plcFailN   int
 	exportFail int                    // FailExport: pages left to answer 500
+	hostsFail  int                    // FailListHosts: listHosts requests left to fail
+	hostsCode  int                    // FailListHosts: the status they answer
 	exportBad  int                    // HostileExport: pages left to carry malformed lines
 	badHandles float64                // BadHandles rate
 	claims     map[string]handleClaim // DID → FaultHandleNotResolving document override
@@ -200,7 +203,7 @@ func (f *Faults) Clear() {
 		f.endlessN = make(map[int]int64)
 	}
 	f.plcSlow, f.plcSlowN, f.plcFailN = 0, 0, 0
-	f.exportFail, f.exportBad = 0, 0
+	f.exportFail, f.exportBad, f.hostsFail = 0, 0, 0
 	f.badHandles, f.claims, f.aliases = 0, make(map[string]handleClaim), make(map[string]string)
 	if f.fired == nil {
 		f.fired = make(map[FaultKind]int64)
@@ -259,6 +262,9 @@ func (f *Faults) Pending() []string {
 	}
 	if f.listLeft > 0 {
 		out = append(out, fmt.Sprintf("relay %s %d", f.listShape, f.listLeft))
+	}
+	if f.hostsFail > 0 {
+		out = append(out, fmt.Sprintf("relay %s %d", FaultListHostsFailing, f.hostsFail))
 	}
 	sort.Strings(out)
 	return out
@@ -655,6 +661,27 @@ func (f *Faults) HostileExport(n int) {
 }
 
 func (f *Faults) takeExportFailure() bool { return f.takeCounted(&f.exportFail, FaultExportFailing, 1) }
+
+// FailListHosts answers the relay's next n listHosts requests with HTTP
+// status and an XRPC error body (n < 0: every one until cleared; 0
+// disarms it): a relay whose roster cannot be read for a while (a 5xx),
+// or that no longer serves it (501).
+func (f *Faults) FailListHosts(status, n int) {
+	f.mu.Lock()
+	f.hostsFail, f.hostsCode = normCount(n), status
+	f.mu.Unlock()
+}
+
+// takeListHostsFailure consumes one use of FailListHosts: the status to
+// answer, 0 for none.
+func (f *Faults) takeListHostsFailure() int {
+	if !f.takeCounted(&f.hostsFail, FaultListHostsFailing, 1) {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.hostsCode
+}
 
 func (f *Faults) takeHostileExport() bool {
 	return f.takeCounted(&f.exportBad, FaultExportMalformed, int64(HostileExportLines()))

@@ -310,8 +310,13 @@ func (n *Network) handleGetRepoStatus(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleListHosts serves com.atproto.sync.listHosts: every PDS host, one
-// page (but those HideHost leaves out; GrowHost's accounts counted).
+// page (but those HideHost leaves out; GrowHost's accounts counted), or
+// FailListHosts's error while it holds.
 func (n *Network) handleListHosts(w http.ResponseWriter, r *http.Request) {
+	if st := n.faults.takeListHostsFailure(); st != 0 {
+		writeXRPCError(w, st, errorName(st), "injected fault")
+		return
+	}
 	counts := make([]int64, len(n.hosts))
 	for _, a := range n.w.Accounts() {
 		if a.Host >= 0 && a.Host < len(counts) && a.Status != world.StatusDeleted {

@@ -326,3 +326,29 @@ func TestListHostsAndStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestFailListHosts: FailListHosts answers the next n listHosts requests
+// with its status, counted and pending until spent; then the roster is
+// served again.
+func TestFailListHosts(t *testing.T) {
+	cfg := quietCfg(10)
+	cfg.Hosts = 2
+	n := startNet(t, cfg)
+	n.Faults().FailListHosts(http.StatusInternalServerError, 2)
+	url := n.RelayURL() + "/xrpc/com.atproto.sync.listHosts"
+	var out comatproto.SyncListHosts_Output
+	for i := range 2 {
+		if st := getJSON(t, url, &out); st != http.StatusInternalServerError {
+			t.Fatalf("listHosts %d under FailListHosts: %d, want 500", i, st)
+		}
+	}
+	if got := n.Faults().Fired(FaultListHostsFailing); got != 2 {
+		t.Fatalf("listhosts_failing fired %d, want 2", got)
+	}
+	if p := n.Faults().Pending(); len(p) != 0 {
+		t.Fatalf("faults pending after their uses: %v", p)
+	}
+	if st := getJSON(t, url, &out); st != http.StatusOK || len(out.Hosts) != 2 {
+		t.Fatalf("listHosts after FailListHosts spent: %d, %d hosts", st, len(out.Hosts))
+	}
+}
