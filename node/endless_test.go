@@ -42,8 +42,9 @@ const (
 )
 
 // startHostsNode runs a verifying hosts-mode node on net, auditing every
-// 300 ms once in steady state, and returns it with its phase.
-func startHostsNode(t *testing.T, ctx context.Context, net *oracle.Network) (*verifying, *atomic.Value) {
+// 300 ms once in steady state, and returns it with its phase. opts adjust
+// its configuration before it starts.
+func startHostsNode(t *testing.T, ctx context.Context, net *oracle.Network, opts ...func(*node.Config)) (*verifying, *atomic.Value) {
 	t.Helper()
 	var phase atomic.Value
 	phase.Store(archive.Phase(""))
@@ -56,6 +57,9 @@ func startHostsNode(t *testing.T, ctx context.Context, net *oracle.Network) (*ve
 		RepairPeriod: 100 * time.Millisecond, AuditInterval: 300 * time.Millisecond,
 		Logger: quiet, OnPhase: func(p archive.Phase) { phase.Store(p) },
 		Verify: &ident.Config{PLC: net.RelayURL(), Web: net.RelayURL(), Mode: ident.ModeStrict},
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	var err error
 	if v.n, err = node.New(cfg); err != nil {

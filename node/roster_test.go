@@ -1,11 +1,20 @@
 package node_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/internal/promtest"
+	"github.com/backstream/backstream/node"
 	"github.com/backstream/backstream/oracle"
 )
 
@@ -21,15 +30,7 @@ func TestJoinedHostIsAudited(t *testing.T) {
 	defer cancel()
 	const joining = 2
 	net, _ := activeNetwork(t, ctx, oracle.Config{Accounts: 24, RecordsMean: 3, Hosts: 3, Seed: 53})
-	var joined []string
-	for _, a := range net.World().Accounts() {
-		if a.Host == joining && a.Active {
-			joined = append(joined, a.DID)
-		}
-	}
-	if len(joined) == 0 {
-		t.Fatal("no active account on the joining host")
-	}
+	joined := hostAccounts(t, net, joining)
 	f := net.Faults()
 	f.HideHost(joining, true)
 	v, phase := startHostsNode(t, ctx, net)
@@ -45,13 +46,7 @@ func TestJoinedHostIsAudited(t *testing.T) {
 		return promtest.Value(t, v.reg, "backstream_repair_gaps_closed_total", nil) >= closed+3
 	})
 	v.waitFor("retry drained", retryDrained(v.n.Retrier()))
-	archived := 0
-	for _, did := range joined {
-		if st, err := v.n.Store().RepoState(did); err == nil && st.Status == archive.StatusComplete {
-			archived++
-		}
-	}
-	if archived != len(joined) {
+	if archived := completeCount(v.n.Store(), joined); archived != len(joined) {
 		t.Errorf("accounts of the host that joined after bootstrap archived after 3 audits: %d of %d", archived, len(joined))
 	}
 }
@@ -83,5 +78,164 @@ func TestGrownHostIsListedWhole(t *testing.T) {
 	})
 	if got := promtest.Value(t, v.reg, "backstream_repair_listing_cut_total", nil) - cuts; got > 1 {
 		t.Errorf("repair listings cut in 4 audits after the host grew by %d accounts: %v, want at most 1 (the pass begun before the growth)", grownBy, got)
+	}
+}
+
+// TestLeftHostIsNotAsked: a PDS host leaves the network after bootstrap
+// (oracle HideHost: listHosts no longer names it; the relay still indexes
+// its accounts). The next pass's whole roster read marks its host/ row
+// left (its account count kept), and from then on no pass lists it: taken
+// down (oracle DownHost) after the mark, it gets no request in three more
+// audits. Its accounts stay archived: each complete pass finds them absent
+// from every listing and asks the relay's getRepoStatus (the host only
+// when the relay does not know one), which still says active at the
+// archived rev, so none is taken down, marked or fetched again.
+func TestLeftHostIsNotAsked(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const leaving = 2
+	net, _ := activeNetwork(t, ctx, oracle.Config{Accounts: 24, RecordsMean: 3, Hosts: 3, Seed: 53})
+	gone := hostAccounts(t, net, leaving)
+	host := strings.TrimPrefix(net.HostURLs()[leaving], "http://")
+	v, phase := startHostsNode(t, ctx, net)
+	v.waitFor("steady state", func() bool { return phase.Load() == archive.PhaseSteadyState })
+	v.waitFor("the leaving host's accounts archived", func() bool { return completeCount(v.n.Store(), gone) == len(gone) })
+	before, err := v.n.Store().HostState(host)
+	if err != nil || before.Status != "active" {
+		t.Fatalf("host/%s before it leaves: %+v, %v; want status active", host, before, err)
+	}
+	f := net.Faults()
+	f.HideHost(leaving, true)
+	v.waitFor("the host marked left", func() bool {
+		hs, err := v.n.Store().HostState(host)
+		return err == nil && hs.Status == bootstrap.RosterLeft
+	})
+	if hs, _ := v.n.Store().HostState(host); hs.Accounts != before.Accounts {
+		t.Errorf("host/%s marked left: account count %d, want %d kept", host, hs.Accounts, before.Accounts)
+	}
+	f.DownHost(leaving, 10*time.Minute)
+	asked := f.Fired(oracle.FaultHostDown)
+	fetched := make(map[string]int, len(gone))
+	for _, did := range gone {
+		fetched[did] = net.RepoCounts(did).Requests
+	}
+	checked := promtest.Value(t, v.reg, "backstream_repair_absent_total", map[string]string{"result": "checked"})
+	closed := promtest.Value(t, v.reg, "backstream_repair_gaps_closed_total", nil)
+	v.waitFor("three more audit gaps closed, or a request to the host", func() bool {
+		return promtest.Value(t, v.reg, "backstream_repair_gaps_closed_total", nil) >= closed+3 || f.Fired(oracle.FaultHostDown) > asked
+	})
+	if got := f.Fired(oracle.FaultHostDown) - asked; got != 0 {
+		t.Fatalf("requests to the host after it was marked left: %d, want 0", got)
+	}
+	// The first of the three passes may have begun before the snapshot.
+	if got := promtest.Value(t, v.reg, "backstream_repair_absent_total", map[string]string{"result": "checked"}) - checked; got < float64(2*len(gone)) {
+		t.Errorf("absent accounts checked in 3 audits: %v, want at least %d (the left host's %d, each complete pass)", got, 2*len(gone), len(gone))
+	}
+	for _, did := range gone {
+		st, err := v.n.Store().RepoState(did)
+		if err != nil || st.Status != archive.StatusComplete || !st.Active || st.Refetch != archive.RefetchNone {
+			t.Errorf("%s of the host that left: %+v, %v; want complete, active, not marked", did, st, err)
+		}
+		if got := net.RepoCounts(did).Requests - fetched[did]; got != 0 {
+			t.Errorf("%s of the host that left fetched %d more times", did, got)
+		}
+	}
+}
+
+// hostAccounts is the active accounts of net's PDS host (at least one).
+func hostAccounts(t *testing.T, net *oracle.Network, host int) []string {
+	t.Helper()
+	var dids []string
+	for _, a := range net.World().Accounts() {
+		if a.Host == host && a.Active {
+			dids = append(dids, a.DID)
+		}
+	}
+	if len(dids) == 0 {
+		t.Fatalf("no active account on host %d", host)
+	}
+	return dids
+}
+
+// completeCount is how many of dids are complete in s.
+func completeCount(s *archive.Store, dids []string) int {
+	n := 0
+	for _, did := range dids {
+		if st, err := s.RepoState(did); err == nil && st.Status == archive.StatusComplete {
+			n++
+		}
+	}
+	return n
+}
+
+// TestFailedRosterReadListsRecordedHosts: the relay's listHosts fails
+// after bootstrap (oracle FailListHosts: every request answered 500). Each
+// pass's read fails past its retries, counted (result failed) and logged
+// once a pass, and the pass lists the roster hosts as last recorded: every
+// host is still asked (oracle SlowHost's 1 ms delay counts the requests
+// each host gets), none is marked left, no pass falls back to the relay,
+// and the audits go on closing. Once listHosts answers again, the next
+// pass's read is whole.
+func TestFailedRosterReadListsRecordedHosts(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const hosts = 3
+	net, _ := activeNetwork(t, ctx, oracle.Config{Accounts: 24, RecordsMean: 3, Hosts: hosts, Seed: 53})
+	logPath := filepath.Join(t.TempDir(), "node.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { logFile.Close() })
+	v, phase := startHostsNode(t, ctx, net, func(c *node.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(logFile, nil)) // the handler serialises its writes
+	})
+	v.waitFor("steady state", func() bool { return phase.Load() == archive.PhaseSteadyState })
+	reads := func(result string) float64 {
+		return promtest.Value(t, v.reg, "backstream_repair_roster_reads_total", map[string]string{"result": result})
+	}
+	closedGaps := func() float64 { return promtest.Value(t, v.reg, "backstream_repair_gaps_closed_total", nil) }
+	f := net.Faults()
+	f.FailListHosts(http.StatusInternalServerError, -1)
+	for h := range hosts {
+		f.SlowHost(h, time.Millisecond)
+	}
+	failed, whole := reads("failed"), reads("whole")
+	fallbacks := promtest.Value(t, v.reg, "backstream_repair_relay_fallback_total", nil)
+	// Each failed read spends its 3 retries (about 7 s). The requests are
+	// counted from the first failed read on, and the pass after it (its
+	// read failed too) lists wholly after that.
+	v.waitFor("a failed roster read", func() bool { return reads("failed") >= failed+1 })
+	asked, closed := f.Fired(oracle.FaultSlowHost), closedGaps()
+	v.waitFor("a second failed roster read, and its pass closed", func() bool {
+		return reads("failed") >= failed+2 && closedGaps() >= closed+2
+	})
+	if got := reads("whole") - whole; got > 1 {
+		t.Errorf("whole roster reads while listHosts fails: %v, want at most 1 (one answered as the fault was set)", got)
+	}
+	if got := f.Fired(oracle.FaultSlowHost) - asked; got < hosts {
+		t.Errorf("requests to the recorded hosts by a pass whose roster read failed: %d, want at least %d (each host listed)", got, hosts)
+	}
+	if got := promtest.Value(t, v.reg, "backstream_repair_relay_fallback_total", nil) - fallbacks; got != 0 {
+		t.Errorf("passes that fell back to the relay's listing while listHosts fails: %v, want 0", got)
+	}
+	for _, u := range net.HostURLs() {
+		host := strings.TrimPrefix(u, "http://")
+		if hs, err := v.n.Store().HostState(host); err != nil || hs.Status != "active" {
+			t.Errorf("host/%s after failed roster reads: %+v, %v; want status active as recorded", host, hs, err)
+		}
+	}
+	logs, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(logs, []byte("the relay's listHosts roster could not be read; the pass lists the roster hosts as last recorded")) {
+		t.Error("no WARN for a failed roster read in the log")
+	}
+	f.FailListHosts(0, 0)
+	closed = closedGaps()
+	v.waitFor("two more audit gaps closed", func() bool { return closedGaps() >= closed+2 })
+	if got := reads("whole") - whole; got < 1 {
+		t.Errorf("whole roster reads once listHosts answers again: %v, want at least 1", got)
 	}
 }
