@@ -19,8 +19,10 @@
 //   - Shuffle, the production dispatch-order helper (E2).
 //   - ReadRoster and RecordRoster (roster.go): the relay's listHosts roster
 //     read (paged, retried, bounded at 1,000,000 hosts, a repeating cursor
-//     ending it) and recorded in host/ rows; bootstrap's read and every
-//     hosts-mode repair pass's (package repair) are these two.
+//     ending it) and recorded in host/ rows; bootstrap's read is these
+//     two, and RereadRoster (the same two, when a roster is recorded; a
+//     failed read leaves the rows as they were) is hosts-mode discovery's
+//     (package merge) and every hosts-mode repair pass's (package repair).
 //
 // # Invariants kept here
 //

@@ -2,9 +2,10 @@ package bootstrap
 
 // roster.go owns the relay's listHosts roster: reading it (paged, retried,
 // bounded, a cursor loop ended) and recording it in host/ rows. A fleet
-// bootstrap reads it before its lanes start; every hosts-mode repair pass
-// reads it again before it lists (package repair), through the same two
-// functions, so both validate, bound and count a roster alike.
+// bootstrap reads it before its lanes start; discovery (package merge) and
+// every hosts-mode repair pass (package repair) read it again before they
+// list (RereadRoster), through the same two functions, so all of them
+// validate, bound and count a roster alike.
 
 import (
 	"context"
@@ -232,6 +233,68 @@ func RecordRoster(ctx context.Context, w backfill.Writer, store *archive.Store, 
 		}
 	}
 	return left, nil
+}
+
+// A reread's listHosts page size, and the retries of one page's
+// transient failures (RereadRoster's callers): fewer than bootstrap's, as
+// a failed reread only leaves the roster as last recorded.
+const (
+	RereadPageLimit = 1000
+	RereadRetries   = 3
+)
+
+// Results of RereadRoster.
+const (
+	RosterWhole   = "whole"   // read to its last page, recorded; hosts it no longer names marked RosterLeft
+	RosterPartial = "partial" // ended at a repeating cursor or cut at MaxHosts: the hosts read recorded, none marked left
+	RosterFailed  = "failed"  // a page failed past its retries (or a 501): the host/ rows as last recorded
+)
+
+// RosterResults are RereadRoster's results, for a metric's label values.
+func RosterResults() []string { return []string{RosterWhole, RosterPartial, RosterFailed} }
+
+// Reread is what RereadRoster did.
+type Reread struct {
+	Result   string // RosterWhole, RosterPartial or RosterFailed; "" when the store holds no roster
+	Recorded int    // hosts whose host/ row held a roster entry before the read
+	Roster   Roster // the roster read (RosterWhole, RosterPartial)
+	Left     int    // hosts marked RosterLeft
+	Err      error  // why the read failed (RosterFailed)
+}
+
+// RereadRoster reads the relay's roster again after a hosts-mode bootstrap
+// recorded one (a store with no roster entry, relay mode, reads nothing)
+// and records it (ReadRoster, RecordRoster), so the caller lists the
+// hosts of the network as it is now: one that joined since, one grown
+// bounded by its new count, none that left. A read that fails leaves the
+// host/ rows as they were (Result RosterFailed, Err why): the caller
+// lists the hosts as last recorded, and counts and logs it. Only a store
+// or writer failure, or ctx's end, is returned as an error.
+func RereadRoster(ctx context.Context, src RosterSource, w backfill.Writer, store *archive.Store, o RosterOptions) (Reread, error) {
+	stored, err := store.RosterEntries()
+	if err != nil {
+		return Reread{}, fmt.Errorf("read the roster: %w", err)
+	}
+	rd := Reread{Recorded: len(stored)}
+	if len(stored) == 0 {
+		return rd, nil
+	}
+	rr, err := ReadRoster(ctx, src, o)
+	if err != nil {
+		if ctx.Err() != nil {
+			return rd, ctx.Err()
+		}
+		rd.Result, rd.Err = RosterFailed, err
+		return rd, nil
+	}
+	if rd.Left, err = RecordRoster(ctx, w, store, rr); err != nil {
+		return rd, err
+	}
+	rd.Roster, rd.Result = rr, RosterWhole
+	if !rr.Whole() {
+		rd.Result = RosterPartial
+	}
+	return rd, nil
 }
 
 // roster is bootstrap's read of the roster (at most maxHosts hosts),

@@ -8,6 +8,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/upstream"
 )
@@ -32,6 +33,11 @@ type Config struct {
 	// the store (a hosts-mode bootstrap), discovery lists the hosts, not
 	// the relay.
 	Fleet HostLister
+	// Roster reads the relay's listHosts roster (upstream.Client): with it
+	// and Fleet, discovery after a hosts-mode bootstrap reads the roster
+	// again before it lists (bootstrap.RereadRoster). Nil: the host/ rows
+	// as bootstrap recorded them.
+	Roster bootstrap.RosterSource
 	// PendingWorkers bounds the pending pass (default 16).
 	PendingWorkers int
 	// MaxRows and MaxBytes bound the rows of one unit and their bytes as

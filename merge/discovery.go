@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/upstream"
@@ -41,8 +42,9 @@ type laneCut struct {
 // Discover lists repos from the last non-empty listRepos cursor and records
 // every DID the store does not know as a failed repo due now. It uses the
 // bootstrap's mode: with a roster in the store (a hosts-mode bootstrap read
-// listHosts) and cfg.Fleet set, every active roster host is listed again
-// from its own last non-empty cursor (discoverHosts) and the relay's
+// listHosts) and cfg.Fleet set, the roster is read again (rereadRoster),
+// every active roster host is listed again from its own last non-empty
+// cursor, from the start when it has none (discoverHosts), and the relay's
 // listRepos is not asked; else the relay's. It never fails merge for
 // upstream trouble: a cursor loop ends discovery with a warning,
 // a page it cannot use (retries spent, a cursor over 64 KiB after the
@@ -51,6 +53,9 @@ type laneCut struct {
 func Discover(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	if cfg.Fleet != nil {
+		if err := rereadRoster(ctx, cfg); err != nil {
+			return fmt.Errorf("merge: discovery: %w", err)
+		}
 		hosts, err := cfg.Store.RosterHosts()
 		if err != nil {
 			return fmt.Errorf("merge: discovery: %w", err)
@@ -67,6 +72,37 @@ func Discover(ctx context.Context, cfg Config) error {
 		return err
 	}
 	return d.finish(ctx)
+}
+
+// rereadRoster reads the relay's listHosts roster again when discovery
+// begins after a hosts-mode bootstrap (cfg.Roster set, a roster in the
+// store), with bootstrap.RereadRoster, as every repair pass does: a
+// bootstrap may run for days, and a host that joined the network since
+// its read holds accounts no firehose event announced (those that existed
+// before it joined). Listed now, they are fetched before steady state,
+// not at the first audit a day later. A host grown since is bounded by
+// its new count; one a whole read no longer names is marked left and not
+// listed. A read that fails leaves the host/ rows as bootstrap recorded
+// them (counted, one WARN) and discovery lists those.
+func rereadRoster(ctx context.Context, cfg Config) error {
+	if cfg.Roster == nil {
+		return nil
+	}
+	rd, err := bootstrap.RereadRoster(ctx, cfg.Roster, cfg.Writer, cfg.Store, bootstrap.RosterOptions{
+		PageLimit: bootstrap.RereadPageLimit, Retries: bootstrap.RereadRetries, Logger: cfg.Logger.With("component", "discovery"),
+	})
+	if err != nil || rd.Result == "" {
+		return err
+	}
+	cfg.Metrics.discoveryRosterRead(rd.Result)
+	if rd.Result == bootstrap.RosterFailed {
+		cfg.Logger.Warn("discovery: the relay's listHosts roster could not be read; discovery lists the roster hosts as bootstrap recorded them",
+			"hosts_recorded", rd.Recorded, "err", rd.Err)
+		return nil
+	}
+	cfg.Logger.Info("discovery: the relay's listHosts roster read", "result", rd.Result,
+		"active", len(rd.Roster.Active), "skipped_not_active", rd.Roster.Skipped, "left", rd.Left)
+	return nil
 }
 
 // relay lists the relay's listRepos from its last non-empty cursor.

@@ -46,7 +46,13 @@
 // listing and records every DID the store does not know as a failed repo due
 // now, with refetch reason "discovered" (M6): the retry runner fetches them in
 // steady state. Discovery uses the bootstrap's mode: after a hosts-mode
-// bootstrap (an active roster in host/ and Config.Fleet set) it lists every
+// bootstrap (an active roster in host/ and Config.Fleet set) it first
+// reads the relay's listHosts roster again (Config.Roster set:
+// bootstrap.RereadRoster, as each repair pass does, counted in
+// backstream_discovery_roster_reads_total{result}; a failed read leaves
+// the host/ rows as bootstrap recorded them, one WARN), so a host that
+// joined the network while bootstrap ran is listed too: its accounts that
+// existed before it joined are on no firehose. Then it lists every
 // active roster host on the host, from its own last non-empty cursor
 // (cursor/hostlist_last/<host>, from the start when it has none), and
 // never the relay's listRepos; a host whose listing cannot be used fails

@@ -2,6 +2,7 @@ package merge
 
 import (
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/upstream"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -14,6 +15,9 @@ type Metrics struct {
 	// fallbacks: discoveries after a hosts-mode bootstrap that listed the
 	// relay because no roster host could be listed.
 	fallbacks prometheus.Counter
+	// rosterReads: discovery's reads of the relay's roster after a
+	// hosts-mode bootstrap, by result (bootstrap.RereadRoster's).
+	rosterReads *prometheus.CounterVec
 }
 
 // NewMetrics registers merge's metrics on reg.
@@ -35,6 +39,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "backstream_discovery_relay_fallback_total",
 			Help: "Discoveries after a hosts-mode bootstrap in which no roster host could be listed, so the relay's listRepos was listed instead.",
 		}),
+		rosterReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backstream_discovery_roster_reads_total",
+			Help: "Reads of the relay's listHosts roster by discovery after a hosts-mode bootstrap (one as it begins), by result: whole (recorded; hosts it no longer names marked left), partial (a repeating cursor or the 1,000,000-host bound: the hosts read recorded), failed (discovery lists the hosts as bootstrap recorded them).",
+		}, []string{"result"}),
 	}
 	// Every series exists from the start, at 0 (a rate over "no data" is
 	// no rate at all).
@@ -44,8 +52,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range append(upstream.CutReasons(), cutLoop) {
 		m.cuts.WithLabelValues(r)
 	}
+	for _, r := range bootstrap.RosterResults() {
+		m.rosterReads.WithLabelValues(r)
+	}
 	if reg != nil {
-		reg.MustRegister(m.rows, m.cursor, m.cuts, m.fallbacks)
+		reg.MustRegister(m.rows, m.cursor, m.cuts, m.fallbacks, m.rosterReads)
 	}
 	return m
 }
@@ -73,5 +84,11 @@ func (m *Metrics) discoveryCut(reason string) {
 func (m *Metrics) discoveryRelayFallback() {
 	if m != nil {
 		m.fallbacks.Inc()
+	}
+}
+
+func (m *Metrics) discoveryRosterRead(result string) {
+	if m != nil {
+		m.rosterReads.WithLabelValues(result).Inc()
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,11 +29,8 @@ import (
 func TestJoinedHostIsAudited(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	const joining = 2
-	net, _ := activeNetwork(t, ctx, oracle.Config{Accounts: 24, RecordsMean: 3, Hosts: 3, Seed: 53})
-	joined := hostAccounts(t, net, joining)
+	net, joined := joiningHostNetwork(t, ctx)
 	f := net.Faults()
-	f.HideHost(joining, true)
 	v, phase := startHostsNode(t, ctx, net)
 	v.waitFor("steady state", func() bool { return phase.Load() == archive.PhaseSteadyState })
 	for _, did := range joined {
@@ -40,7 +38,7 @@ func TestJoinedHostIsAudited(t *testing.T) {
 			t.Fatalf("%s of the host not yet on the roster archived by bootstrap: the host was listed", did)
 		}
 	}
-	f.HideHost(joining, false)
+	f.HideHost(joiningHost, false)
 	closed := promtest.Value(t, v.reg, "backstream_repair_gaps_closed_total", nil)
 	v.waitFor("three more audit gaps closed", func() bool {
 		return promtest.Value(t, v.reg, "backstream_repair_gaps_closed_total", nil) >= closed+3
@@ -142,6 +140,35 @@ func TestLeftHostIsNotAsked(t *testing.T) {
 	}
 }
 
+// joiningHost is the host of joiningHostNetwork left out of listHosts.
+const joiningHost = 2
+
+// joiningHostNetwork is a network of 3 hosts whose joiningHost the
+// relay's listHosts leaves out (oracle HideHost) until the test shows it,
+// and that host's active accounts.
+func joiningHostNetwork(t *testing.T, ctx context.Context) (*oracle.Network, []string) {
+	t.Helper()
+	net, _ := activeNetwork(t, ctx, oracle.Config{Accounts: 24, RecordsMean: 3, Hosts: 3, Seed: 53})
+	net.Faults().HideHost(joiningHost, true)
+	return net, hostAccounts(t, net, joiningHost)
+}
+
+// atMerging is a startHostsNode option: no scheduled audit (what steady
+// state holds is bootstrap's and discovery's), and fn run as merging
+// begins, after bootstrap read the roster and before discovery.
+func atMerging(fn func()) func(*node.Config) {
+	return func(c *node.Config) {
+		c.AuditInterval = 0
+		onPhase := c.OnPhase
+		c.OnPhase = func(p archive.Phase) {
+			if p == archive.PhaseMerging {
+				fn()
+			}
+			onPhase(p)
+		}
+	}
+}
+
 // hostAccounts is the active accounts of net's PDS host (at least one).
 func hostAccounts(t *testing.T, net *oracle.Network, host int) []string {
 	t.Helper()
@@ -237,5 +264,96 @@ func TestFailedRosterReadListsRecordedHosts(t *testing.T) {
 	v.waitFor("two more audit gaps closed", func() bool { return closedGaps() >= closed+2 })
 	if got := reads("whole") - whole; got < 1 {
 		t.Errorf("whole roster reads once listHosts answers again: %v, want at least 1", got)
+	}
+}
+
+// TestDiscoveryListsHostJoinedDuringBootstrap: a PDS host joins the
+// network while the node bootstraps (oracle HideHost: left out of
+// listHosts when bootstrap reads the roster, shown as merging begins),
+// with accounts no firehose event announces, and no audit is scheduled.
+// Discovery reads the relay's roster again before it lists, so it lists
+// the new host and its accounts are fetched before steady state's first
+// audit (24 h later by default). On main discovery listed the roster as
+// bootstrap recorded it: the host's accounts waited for that audit, while
+// relay mode's discovery (the relay's listRepos) found them.
+func TestDiscoveryListsHostJoinedDuringBootstrap(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	net, joined := joiningHostNetwork(t, ctx)
+	f := net.Faults()
+	var started atomic.Pointer[verifying]
+	var bootstrapped []string // the joining host's accounts bootstrap recorded (read once steady)
+	checked := false
+	v, phase := startHostsNode(t, ctx, net, atMerging(func() {
+		if w := started.Load(); w != nil {
+			checked = true
+			for _, did := range joined {
+				if _, err := w.n.Store().RepoState(did); err == nil {
+					bootstrapped = append(bootstrapped, did)
+				}
+			}
+		}
+		f.HideHost(joiningHost, false) // joins after bootstrap read the roster, before discovery
+	}))
+	started.Store(v)
+	v.waitFor("steady state", func() bool { return phase.Load() == archive.PhaseSteadyState })
+	if !checked {
+		t.Fatal("merging began before the test could look at the store")
+	}
+	if len(bootstrapped) > 0 {
+		t.Fatalf("accounts of the host not yet on the roster recorded by bootstrap: %v", bootstrapped)
+	}
+	v.waitFor("retry drained", retryDrained(v.n.Retrier()))
+	if archived := completeCount(v.n.Store(), joined); archived != len(joined) {
+		t.Errorf("accounts of the host that joined during bootstrap archived in steady state, no audit run: %d of %d", archived, len(joined))
+	}
+}
+
+// TestDiscoveryFailedRosterReadListsRecordedHosts: the relay's listHosts
+// answers 501 from the moment merging begins (oracle FailListHosts: a
+// relay that no longer serves it), so discovery's read of the roster
+// fails: counted (result
+// failed), and discovery lists the hosts as bootstrap recorded them, none
+// marked left; merging completes. Accounts a recorded host lists only
+// since bootstrap listed it (oracle GrowHost, as merging begins: inactive
+// ones, which only a host's own listing names) are recorded by discovery.
+func TestDiscoveryFailedRosterReadListsRecordedHosts(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const hosts, growing, grownBy = 3, 1, 5
+	net, live := activeNetwork(t, ctx, oracle.Config{Accounts: 24, RecordsMean: 3, Hosts: hosts, Seed: 53})
+	f := net.Faults()
+	v, phase := startHostsNode(t, ctx, net, atMerging(func() {
+		f.FailListHosts(http.StatusNotImplemented, -1) // not retried
+		f.GrowHost(growing, grownBy)
+	}))
+	v.waitFor("steady state", func() bool { return phase.Load() == archive.PhaseSteadyState })
+	reads := func(result string) float64 {
+		return promtest.Value(t, v.reg, "backstream_discovery_roster_reads_total", map[string]string{"result": result})
+	}
+	if failed, whole := reads("failed"), reads("whole"); failed != 1 || whole != 0 {
+		t.Errorf("discovery's roster reads while listHosts fails: failed %v, whole %v; want 1 and 0", failed, whole)
+	}
+	for _, u := range net.HostURLs() {
+		host := strings.TrimPrefix(u, "http://")
+		if hs, err := v.n.Store().HostState(host); err != nil || hs.Status != "active" {
+			t.Errorf("host/%s after discovery's failed roster read: %+v, %v; want status active as recorded", host, hs, err)
+		}
+	}
+	discovered := 0
+	if err := v.n.Store().ScanRepos(func(_ string, st archive.RepoState) error {
+		if st.ErrClass == "discovered" && !st.Active {
+			discovered++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if discovered != grownBy {
+		t.Errorf("inactive accounts a recorded host lists since bootstrap, recorded by discovery: %d, want %d", discovered, grownBy)
+	}
+	v.waitFor("retry drained", retryDrained(v.n.Retrier()))
+	if completeCount(v.n.Store(), live) != len(live) {
+		t.Error("not every live account archived after a discovery whose roster read failed")
 	}
 }

@@ -36,10 +36,11 @@
 //     listing is compared instead (backstream_repair_relay_fallback_total).
 //     The per-host rows are deleted before the gap closes.
 //   - A pass in hosts mode (Config.Roster set too) reads the relay's
-//     listHosts roster again when it begins, with bootstrap's ReadRoster
-//     and RecordRoster: host/ rows through the writer (status, account
-//     count: the bound above), hosts a whole read no longer names marked
-//     bootstrap.RosterLeft. A failed read leaves the rows as they were
+//     listHosts roster again when it begins, with bootstrap.RereadRoster
+//     (ReadRoster and RecordRoster, as discovery does): host/ rows through
+//     the writer (status, account count: the bound above), hosts a whole
+//     read no longer names marked bootstrap.RosterLeft and listed no more.
+//     A failed read leaves the rows as they were and the pass lists them
 //     (counted, logged: backstream_repair_roster_reads_total{result}).
 //     Read only at a pass's beginning, before any position of it is
 //     durable, with one pass listing at a time, the roster is fixed for a

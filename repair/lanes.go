@@ -100,23 +100,16 @@ func (r *Runner) fallBackToRelay(g archive.Gap) {
 	}
 }
 
-// Roster reads of a pass (readRoster): the listHosts page size asked
-// for, and the retries of one page's transient failures.
-const (
-	rosterPageLimit = 1000
-	rosterRetries   = 3
-)
-
 // readRoster reads the relay's listHosts roster when a pass begins in
 // hosts mode (Fleet and Roster set, and a roster in the store: a
 // hosts-mode bootstrap recorded one), with bootstrap's read and record
-// (bootstrap.ReadRoster, RecordRoster): the same validation, bounds and
-// counting, every entry written to its host/ row through the writer (its
-// status and account count, which bounds the host's listing), and, when
-// the read was whole, each stored host it no longer names marked
-// bootstrap.RosterLeft. So a host that joined the network since is listed,
-// one grown is bounded by its new count, one gone or no longer active is
-// not asked. A read that fails (its retries spent, a 501) leaves the rows
+// (bootstrap.RereadRoster, as discovery does): the same validation,
+// bounds and counting, every entry written to its host/ row through the
+// writer (its status and account count, which bounds the host's
+// listing), and, when the read was whole, each stored host it no longer
+// names marked bootstrap.RosterLeft. So a host that joined the network
+// since is listed, one grown is bounded by its new count, one gone or no
+// longer active is not listed. A read that fails (its retries spent, a 501) leaves the rows
 // as they were, counted and logged: the pass lists the roster as last
 // recorded. Only a store or writer failure is returned.
 //
@@ -131,36 +124,20 @@ func (r *Runner) readRoster(ctx context.Context, g archive.Gap) error {
 	if r.cfg.Fleet == nil || r.cfg.Roster == nil {
 		return nil
 	}
-	stored, err := r.cfg.Store.RosterEntries()
-	if err != nil {
-		return fmt.Errorf("read the roster: %w", err)
-	}
-	if len(stored) == 0 {
-		return nil // relay mode: bootstrap recorded no roster
-	}
-	rr, err := bootstrap.ReadRoster(ctx, r.cfg.Roster, bootstrap.RosterOptions{
-		PageLimit: rosterPageLimit, Retries: rosterRetries, Logger: r.log,
+	rd, err := bootstrap.RereadRoster(ctx, r.cfg.Roster, r.cfg.Writer, r.cfg.Store, bootstrap.RosterOptions{
+		PageLimit: bootstrap.RereadPageLimit, Retries: bootstrap.RereadRetries, Logger: r.log,
 	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		r.cfg.Metrics.rosterRead(rosterFailed)
-		r.log.Warn("repair pass: the relay's listHosts roster could not be read; the pass lists the roster hosts as last recorded",
-			"gap", g.ID, "hosts_recorded", len(stored), "err", err)
-		return nil
-	}
-	left, err := bootstrap.RecordRoster(ctx, r.cfg.Writer, r.cfg.Store, rr)
-	if err != nil {
+	if err != nil || rd.Result == "" {
 		return err
 	}
-	result := rosterWhole
-	if !rr.Whole() {
-		result = rosterPartial
+	r.cfg.Metrics.rosterRead(rd.Result)
+	if rd.Result == bootstrap.RosterFailed {
+		r.log.Warn("repair pass: the relay's listHosts roster could not be read; the pass lists the roster hosts as last recorded",
+			"gap", g.ID, "hosts_recorded", rd.Recorded, "err", rd.Err)
+		return nil
 	}
-	r.cfg.Metrics.rosterRead(result)
-	r.log.Info("repair pass: the relay's listHosts roster read", "gap", g.ID, "result", result,
-		"active", len(rr.Active), "skipped_not_active", rr.Skipped, "left", left)
+	r.log.Info("repair pass: the relay's listHosts roster read", "gap", g.ID, "result", rd.Result,
+		"active", len(rd.Roster.Active), "skipped_not_active", rd.Roster.Skipped, "left", rd.Left)
 	return nil
 }
 

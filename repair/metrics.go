@@ -3,7 +3,10 @@ package repair
 // metrics.go owns the package's Prometheus metrics. Every method is
 // nil-safe. Label values come from closed sets.
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/backstream/backstream/bootstrap"
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Why an account was marked, refreshed or left alone
 // (backstream_repair_accounts_total{reason}).
@@ -38,16 +41,10 @@ type Metrics struct {
 	// fallbacks counts passes that listed the relay because no roster host
 	// listed anything.
 	fallbacks prometheus.Counter
-	// rosterReads counts a pass's reads of the relay's roster by result.
+	// rosterReads counts a pass's reads of the relay's roster by result
+	// (bootstrap.RereadRoster's).
 	rosterReads *prometheus.CounterVec
 }
-
-// Results of a pass's roster read (backstream_repair_roster_reads_total).
-const (
-	rosterWhole   = "whole"   // read to its last page, recorded; hosts it no longer names marked left
-	rosterPartial = "partial" // ended at a repeating cursor or cut at 1,000,000 hosts: the hosts read recorded, none marked left
-	rosterFailed  = "failed"  // a page failed past its retries: the host/ rows as last recorded
-)
 
 // NewMetrics registers on reg (nil: unregistered, still usable):
 //   - backstream_repair_accounts_total{reason}
@@ -93,7 +90,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Reads of the relay's listHosts roster by repair passes in hosts mode (one as each pass begins), by result: whole (recorded; hosts it no longer names marked left), partial (a repeating cursor or the 1,000,000-host bound: the hosts read recorded), failed (the pass lists the hosts as last recorded).",
 		}, []string{"result"}),
 	}
-	for _, r := range []string{rosterWhole, rosterPartial, rosterFailed} {
+	for _, r := range bootstrap.RosterResults() {
 		m.rosterReads.WithLabelValues(r)
 	}
 	for _, r := range []string{absentChecked, absentUnanswered, absentSkipped} {
