@@ -13,7 +13,6 @@ package repair
 
 import (
 	"context"
-	"errors"
 	"hash/maphash"
 
 	"github.com/backstream/backstream/archive"
@@ -23,8 +22,11 @@ import (
 
 // DefaultMaxAbsent bounds the accounts one pass checks for being absent
 // from its listings. More absent than that is a listing that went wrong (a
-// relay answering short pages), not accounts deleted in a gap: none are
-// checked, counted and logged once.
+// relay answering short pages), a host that left the roster with its
+// accounts, or a relay index that lost some: the pass checks that many,
+// the ones after those the last pass of this process checked (in DID
+// order, wrapping round), so each is checked in turn, counted and logged
+// once a pass.
 const DefaultMaxAbsent = 10_000
 
 // StatusSource asks an account's hosting status (upstream.Client).
@@ -102,12 +104,13 @@ func (r *Runner) listed(g archive.Gap, begins bool) *listedSet {
 	return r.seen
 }
 
-// errTooManyAbsent stops the scan for absent accounts.
-var errTooManyAbsent = errors.New("too many absent accounts")
+// absentRepo is an account a pass checks: its DID and recorded host.
+type absentRepo struct{ did, host string }
 
-// checkAbsent checks every account of the archive that keeps its records
-// (keepsRecords) and that no listing of g's complete pass named. Upstream
-// trouble is counted, never fatal.
+// checkAbsent checks the accounts of the archive that keep their records
+// (keepsRecords) and that no listing of g's complete pass named, at most
+// MaxAbsent of them (absentAccounts). Upstream trouble is counted, never
+// fatal.
 func (r *Runner) checkAbsent(ctx context.Context, g archive.Gap, seen *listedSet) error {
 	if r.cfg.Status == nil {
 		return nil
@@ -117,26 +120,14 @@ func (r *Runner) checkAbsent(ctx context.Context, g archive.Gap, seen *listedSet
 			"gap", g.ID)
 		return nil
 	}
-	type absentRepo struct{ did, host string }
-	var absent []absentRepo
-	err := r.cfg.Store.ScanRepos(func(did string, st archive.RepoState) error {
-		if !keepsRecords(st) || seen.has(did) {
-			return nil
-		}
-		if len(absent) == r.cfg.MaxAbsent {
-			return errTooManyAbsent
-		}
-		absent = append(absent, absentRepo{did, st.Host})
-		return nil
-	})
-	if errors.Is(err, errTooManyAbsent) {
-		r.cfg.Metrics.absentResult(absentSkipped)
-		r.log.Warn("repair pass: more accounts are absent from its listings than --repair-max-absent; none is checked (a listing that went wrong, not accounts deleted in a gap)",
-			"gap", g.ID, "max_absent", r.cfg.MaxAbsent)
-		return nil
-	}
+	absent, total, err := r.absentAccounts(seen)
 	if err != nil {
 		return err
+	}
+	if total > len(absent) {
+		r.cfg.Metrics.absentResult(absentPartial)
+		r.log.Warn("repair pass: more accounts are absent from its listings than --repair-max-absent; it checks that many, after those the last pass checked, and the next passes the rest (a listing that went wrong, a host that left, or a relay index missing accounts, more than accounts deleted in a gap)",
+			"gap", g.ID, "absent", total, "max_absent", r.cfg.MaxAbsent, "from", absent[0].did)
 	}
 	failed := 0
 	for _, a := range absent {
@@ -148,10 +139,37 @@ func (r *Runner) checkAbsent(ctx context.Context, g archive.Gap, seen *listedSet
 			failed++
 		}
 	}
+	r.absentFrom = ""
+	if total > len(absent) {
+		r.absentFrom = absent[len(absent)-1].did
+	}
 	if len(absent) > 0 {
 		r.log.Info("repair pass: accounts absent from every listing checked", "gap", g.ID, "absent", len(absent), "unanswered", failed)
 	}
 	return nil
+}
+
+// absentAccounts returns the accounts a pass checks and how many are
+// absent in all: every one absent from seen's listings, or, when more than
+// MaxAbsent are, the MaxAbsent that follow (in DID order, wrapping round)
+// the last one the previous pass of this process checked (absentFrom). It
+// holds at most twice MaxAbsent.
+func (r *Runner) absentAccounts(seen *listedSet) (absent []absentRepo, total int, err error) {
+	var after, before []absentRepo // after absentFrom; at or before it
+	err = r.cfg.Store.ScanRepos(func(did string, st archive.RepoState) error {
+		if !keepsRecords(st) || seen.has(did) {
+			return nil
+		}
+		total++
+		if did > r.absentFrom && len(after) < r.cfg.MaxAbsent {
+			after = append(after, absentRepo{did, st.Host})
+		} else if did <= r.absentFrom && len(before) < r.cfg.MaxAbsent {
+			before = append(before, absentRepo{did, st.Host})
+		}
+		return nil
+	})
+	absent = append(after, before...)
+	return absent[:min(len(absent), r.cfg.MaxAbsent)], total, err
 }
 
 // keepsRecords reports whether the archive holds st's account as one whose

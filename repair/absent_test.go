@@ -5,7 +5,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -100,20 +103,45 @@ func TestAbsentAccounts(t *testing.T) {
 		t.Errorf("relay asked %d times, host %d: want the 6 absent accounts, then the host for the 2 the relay does not know that have a host", relayAsked.Load(), hostAsked.Load())
 	}
 
-	// A second pass with more absent accounts than MaxAbsent asks nobody.
-	apply(setRepo(didAlive, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revNew, Host: hostName}))
-	gap, _ = archive.GapPut(archive.Gap{ID: 2, Kind: archive.GapAudit, FirstSeenUS: time.Now().UnixMicro()})
-	apply(&archive.Unit{Puts: []archive.KV{gap}})
-	relayAsked.Store(0)
-	r, err = New(Config{Store: s, Writer: w, Source: src, Status: c, MaxAbsent: 2, Logger: slog.New(slog.DiscardHandler)})
+	// More absent accounts (4) than MaxAbsent (2): each pass asks 2, the
+	// ones after those the pass before asked, so two passes ask all 4.
+	var mu sync.Mutex
+	var asked []string
+	recording := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		mu.Lock()
+		asked = append(asked, req.URL.Query().Get("did"))
+		mu.Unlock()
+		relay.Config.Handler.ServeHTTP(w, req)
+	}))
+	defer recording.Close()
+	c2, err := upstream.New(recording.URL, upstream.Options{ScratchDir: t.TempDir(), LoopbackHosts: []string{hostName}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.step(ctx); err != nil {
+	defer c2.Close()
+	r, err = New(Config{Store: s, Writer: w, Source: src, Status: c2, MaxAbsent: 2, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if relayAsked.Load() != 0 {
-		t.Errorf("4 absent accounts over a MaxAbsent of 2: the relay was asked %d times", relayAsked.Load())
+	var passes [][]string
+	for id := uint64(2); id <= 3; id++ {
+		gap, _ = archive.GapPut(archive.Gap{ID: id, Kind: archive.GapAudit, FirstSeenUS: time.Now().UnixMicro()})
+		apply(&archive.Unit{Puts: []archive.KV{gap}})
+		// didAlive's replacement, if the pass before marked it, is done.
+		apply(setRepo(didAlive, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revNew, Host: hostName}))
+		if err := r.step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		passes, asked = append(passes, asked), nil
+		mu.Unlock()
+	}
+	all := append(append([]string{}, passes[0]...), passes[1]...)
+	sort.Strings(all)
+	want := []string{didAlive, didAliveOld, didNoAnswer, didNoHost}
+	sort.Strings(want)
+	if len(passes[0]) != 2 || !slices.Equal(all, want) {
+		t.Errorf("4 absent accounts over a MaxAbsent of 2: the relay was asked %v, then %v; want 2 a pass, all of %v", passes[0], passes[1], want)
 	}
 }
 

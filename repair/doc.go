@@ -73,8 +73,11 @@
 //     only at a newer rev (an account a relay's index misses is not
 //     fetched again at every audit). The relay's
 //     RepoNotFound alone is never taken as a deletion (its index may miss
-//     a live account). More absent accounts than MaxAbsent means a listing
-//     went wrong: none is asked, counted and logged once. The DIDs listed
+//     a live account). More absent accounts than MaxAbsent (a listing that
+//     went wrong, a host that left, a relay index missing accounts): the
+//     pass asks MaxAbsent of them, those after the ones the previous pass
+//     of this process asked, in DID order wrapping round, counted and
+//     logged once a pass; later passes ask the rest. The DIDs listed
 //     are held as 64-bit hashes in a set for the pass (about 16 bytes an
 //     account: some 0.6 GiB for 40 million).
 //   - A pass's start ends its gap's extension by later holes

@@ -26,7 +26,7 @@ var reasons = []string{ReasonNewerRev, ReasonUnknown, ReasonReactivated, ReasonI
 const (
 	absentChecked    = "checked"    // its status was asked and decided like a listing entry
 	absentUnanswered = "unanswered" // getRepoStatus failed, or only the relay said not found with no host to ask
-	absentSkipped    = "skipped"    // more absent than --repair-max-absent: none asked (counted once a pass)
+	absentPartial    = "partial"    // more absent than --repair-max-absent: that many asked, the rest by later passes (counted once a pass)
 )
 
 // Metrics are the repair runner's metrics.
@@ -93,7 +93,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range bootstrap.RosterResults() {
 		m.rosterReads.WithLabelValues(r)
 	}
-	for _, r := range []string{absentChecked, absentUnanswered, absentSkipped} {
+	for _, r := range []string{absentChecked, absentUnanswered, absentPartial} {
 		m.absent.WithLabelValues(r)
 	}
 	for _, r := range reasons {

@@ -14,5 +14,5 @@ func TestMetricsPreinitialised(t *testing.T) {
 	NewMetrics(reg)
 	promtest.RequireZero(t, reg, "backstream_repair_accounts_total", promtest.Label("reason",
 		"newer_rev", "unknown", "reactivated", "inactive", "unknown_did", "foreign")...)
-	promtest.RequireZero(t, reg, "backstream_repair_absent_total", promtest.Label("result", "checked", "unanswered", "skipped")...)
+	promtest.RequireZero(t, reg, "backstream_repair_absent_total", promtest.Label("result", "checked", "unanswered", "partial")...)
 }

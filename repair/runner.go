@@ -110,7 +110,11 @@ type Runner struct {
 	failing    map[string]int
 	failingGap uint64
 	seen       *listedSet // the DIDs the pass in progress listed
-	fellBack   uint64     // the gap whose pass last fell back to the relay's listing
+	// absentFrom is the last account a pass checked for its absence when
+	// more were absent than MaxAbsent; the next pass checks those after
+	// it ("": from the first). Only the pass's goroutine uses it.
+	absentFrom string
+	fellBack   uint64 // the gap whose pass last fell back to the relay's listing
 }
 
 // New validates cfg; nothing runs until Run.
