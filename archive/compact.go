@@ -86,9 +86,12 @@ type CompactResult struct {
 	// deletion or takedown applied while the writer named the row, or an
 	// unnamed tombstone's lookup of a row the writer named past an update
 	// written before updates had their own rec/ tag): its removal is blind.
-	Bytes     int64
-	Batches   int   // removal batches committed
-	BytesRead int64 // block bytes the pass's iterators loaded (cached or not)
+	Bytes   int64
+	Batches int // removal batches committed
+	// LargestBatch: the bytes of the largest removal batch committed (one
+	// account's removal is one batch: see CompactOptions.MaxAccountBatch).
+	LargestBatch int
+	BytesRead    int64 // block bytes the pass's iterators loaded (cached or not)
 	// BytesUncached: of BytesRead, the bytes not found in the block cache:
 	// read from the files and decompressed (what a pass's CPU follows).
 	BytesUncached int64
@@ -622,6 +625,7 @@ func (p *compactPass) commit() error {
 	if p.b.Empty() {
 		return nil
 	}
+	p.res.LargestBatch = max(p.res.LargestBatch, p.b.Len())
 	err := p.s.checkCommit("commit a compaction batch", p.b)
 	if err == nil {
 		err = commitWith(p.b, pebble.NoSync)

@@ -1,0 +1,185 @@
+package archive
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// BenchmarkCompactLargeAccount measures what one pass holds while it
+// removes the history of one very large account, per removed row: the
+// peak live heap above the heap before the pass (sampled every
+// millisecond with the GC at GOGC=25, so the live heap follows what the
+// pass holds, not its garbage), the bytes it allocated, and its largest
+// removal batch (CompactResult.LargestBatch). Shapes:
+//
+//   - named: N records created one by one (two collections alternating:
+//     no run entries), then deleted: N named tombstones, one row each;
+//   - unnamed: the same store rewritten as a writer before named
+//     tombstones wrote it (the pass looks each record up in rec/);
+//   - purge: N records downloaded (run entries of 4,096 creates), then
+//     the account taken down: one account tombstone removes them all.
+//
+// N is BACKSTREAM_BENCH_ACCOUNT_ROWS (default 100,000 for named and
+// unnamed, 10 times that for purge). Run with -benchtime=1x.
+func BenchmarkCompactLargeAccount(b *testing.B) {
+	n := 100_000
+	if v, err := strconv.Atoi(os.Getenv("BACKSTREAM_BENCH_ACCOUNT_ROWS")); err == nil && v > 0 {
+		n = v
+	}
+	for _, shape := range []struct {
+		name  string
+		build func(b *testing.B, w *Writer, n int)
+		n     int
+	}{
+		{"named", buildDeletedAccount, n},
+		{"unnamed", buildDeletedAccount, n},
+		{"purge", buildPurgedAccount, 10 * n},
+	} {
+		b.Run(fmt.Sprintf("%s/rows=%d", shape.name, shape.n), func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				s, w := openBenchStore(b)
+				shape.build(b, w, shape.n)
+				if shape.name == "unnamed" {
+					unnameBenchTombs(b, s)
+				}
+				settleBenchStore(b, s)
+				b.StartTimer()
+				res, peak, alloc := measurePass(b, s, w)
+				b.StopTimer()
+				if res.Rows < shape.n {
+					b.Fatalf("the pass removed %d rows, want %d: %+v", res.Rows, shape.n, res)
+				}
+				rows := float64(res.Rows)
+				b.ReportMetric(float64(peak)/rows, "held-B/row")
+				b.ReportMetric(float64(alloc)/rows, "alloc-B/row")
+				b.ReportMetric(float64(res.LargestBatch)/rows, "batch-B/row")
+				b.ReportMetric(rows, "rows")
+				b.ReportMetric(float64(res.Batches), "batches")
+				w.Close()
+				s.Close()
+			}
+		})
+	}
+}
+
+// openBenchStore opens an empty store on disk (an in-memory one would put
+// its files in the heap the benchmark measures) with a writer.
+func openBenchStore(b *testing.B) (*Store, *Writer) {
+	s, err := Open(b.TempDir(), testOptions(nil))
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := NewWriter(s, WriterOptions{Logger: quietLogger, LiveLogBytes: 1 << 20})
+	if err != nil {
+		s.Close()
+		b.Fatal(err)
+	}
+	return s, w
+}
+
+// measurePass runs one pass and returns its result, the peak live heap
+// above the live heap before it, and the bytes it allocated.
+func measurePass(b *testing.B, s *Store, w *Writer) (CompactResult, uint64, uint64) {
+	defer debug.SetGCPercent(debug.SetGCPercent(25))
+	samples := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/heap/allocs:bytes"}}
+	runtime.GC()
+	metrics.Read(samples)
+	base, alloc0 := samples[0].Value.Uint64(), samples[1].Value.Uint64()
+	peak := base
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+		for {
+			metrics.Read(s)
+			peak = max(peak, s[0].Value.Uint64())
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	res, err := s.Compact(context.Background(), w, CompactOptions{Logger: quietLogger, ReclaimBytes: -1})
+	// The GC that follows the pass reports the live heap at its end.
+	runtime.GC()
+	close(done)
+	wg.Wait()
+	if err != nil {
+		b.Fatal(err)
+	}
+	metrics.Read(samples)
+	return res, peak - base, samples[1].Value.Uint64() - alloc0
+}
+
+// buildDeletedAccount archives n records of one account created one by
+// one, alternating two collections (no run entries), then their deletes.
+func buildDeletedAccount(b *testing.B, w *Writer, n int) {
+	rec := func(i int) (string, string) {
+		return [2]string{"app.bsky.feed.like", "app.bsky.feed.post"}[i%2], fmt.Sprintf("3l%011d", i)
+	}
+	submitBench(b, w, n, func(i int) Event {
+		c, r := rec(i)
+		ev := commitEv(testDID, fmt.Sprintf("3m%011d", i), KindCreate, SourceLive, r)
+		ev.Collection = c
+		return ev
+	})
+	submitBench(b, w, n, func(i int) Event {
+		c, r := rec(i)
+		ev := commitEv(testDID, fmt.Sprintf("3n%011d", i), KindDelete, SourceLive, r)
+		ev.Collection = c
+		return ev
+	})
+}
+
+// buildPurgedAccount archives n records of one account as a download
+// archives them (units of 4,096 creates of one collection in rkey order:
+// run entries), then takes the account down.
+func buildPurgedAccount(b *testing.B, w *Writer, n int) {
+	submitBench(b, w, n, func(i int) Event {
+		return commitEv(testDID, fmt.Sprintf("3m%011d", i), KindCreate, SourceBackfill, fmt.Sprintf("3l%011d", i))
+	})
+	submitBench(b, w, 1, func(int) Event {
+		return Event{Kind: KindAccount, DID: testDID, Status: "takendown", Source: SourceLive}
+	})
+}
+
+// submitBench archives the n events ev(0..n-1) in units of 4,096 and
+// waits until they are durable.
+func submitBench(b *testing.B, w *Writer, n int, ev func(int) Event) {
+	ctx := context.Background()
+	acks := NewAcks()
+	units := 0
+	for i := 0; i < n; i += 4096 {
+		evs := make([]Event, 0, min(4096, n-i))
+		for j := i; j < min(i+4096, n); j++ {
+			evs = append(evs, ev(j))
+		}
+		if err := w.Submit(ctx, &Unit{Events: evs, Acks: acks, Token: len(evs)}); err != nil {
+			b.Fatal(err)
+		}
+		units++
+	}
+	rs, err := acks.Wait(ctx, w, units)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.Refused != nil || r.Kept != r.Token.(int) {
+			b.Fatalf("a build unit was not archived: %+v", r)
+		}
+	}
+}
