@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/pebble"
@@ -31,8 +32,19 @@ import (
 const DefaultCompactReclaimBytes = 64 << 20
 
 // compactBatchBytes bounds a removal batch shared by several accounts; one
-// account's removals are one batch however big.
+// account's removals are one batch, up to MaxAccountBatch.
 const compactBatchBytes = 1 << 20
+
+// DefaultCompactMaxAccountBatch is the default CompactOptions.MaxAccountBatch:
+// 1 GiB, the removal of about 16 million downloaded records of an account
+// taken down or deleted, or of about 4 million records it deleted (the
+// pass holds about twice its batch at most).
+const DefaultCompactMaxAccountBatch = 1 << 30
+
+// MaxCompactAccountBatch is the largest MaxAccountBatch: Pebble cannot
+// build a batch of 4 GiB (it panics), and the bound is checked after each
+// tombstone or run entry is added, which adds well under 64 MiB.
+const MaxCompactAccountBatch = 4<<30 - 64<<20
 
 // ErrCompactionState: the compaction state (a tomb/ or rec/ entry,
 // compact/intent, meta/compaction) is malformed.
@@ -42,6 +54,16 @@ const compactBatchBytes = 1 << 20
 // compaction reset`, which deletes compact/intent (ResetCompactionIntent).
 // The error also matches ErrMalformed and names the key.
 var ErrCompactionState = errors.New("malformed compaction state: compaction halted")
+
+// ErrCompactionTooLarge: one account's removal below the pass's watermark
+// is larger than CompactOptions.MaxAccountBatch. Its removal must be one
+// batch (a subscriber never sees half of it), so the pass stops before
+// committing any of it, leaving its intent (the accounts before it in
+// earlier batches stay removed); the error names the account. The owner
+// halts compaction (ingest and serving go on) rather than retrying a pass
+// that fails the same way; the recovery is a larger MaxAccountBatch (at
+// most MaxCompactAccountBatch, with the memory for about twice it).
+var ErrCompactionTooLarge = errors.New("one account's removal is larger than the removal batch limit: compaction halted")
 
 // CompactOptions configure one pass.
 type CompactOptions struct {
@@ -56,6 +78,12 @@ type CompactOptions struct {
 	Crash *crashpoint.Set
 	// Now is the clock of the intent's start time; nil is time.Now.
 	Now func() time.Time
+	// MaxAccountBatch bounds the bytes of one account's removal batch
+	// (what the pass holds is about twice it at most); an account whose
+	// removal would be larger fails the pass with ErrCompactionTooLarge.
+	// 0 is DefaultCompactMaxAccountBatch; above MaxCompactAccountBatch is
+	// MaxCompactAccountBatch.
+	MaxAccountBatch int
 
 	batchBytes int // tests: the shared removal batch bound (0: compactBatchBytes)
 }
@@ -70,6 +98,10 @@ func (o *CompactOptions) defaults() {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.MaxAccountBatch <= 0 {
+		o.MaxAccountBatch = DefaultCompactMaxAccountBatch
+	}
+	o.MaxAccountBatch = min(o.MaxAccountBatch, MaxCompactAccountBatch)
 	if o.batchBytes <= 0 {
 		o.batchBytes = compactBatchBytes
 	}
@@ -85,7 +117,9 @@ type CompactResult struct {
 	// tombstone names even when an earlier pass removed it (an account's
 	// deletion or takedown applied while the writer named the row, or an
 	// unnamed tombstone's lookup of a row the writer named past an update
-	// written before updates had their own rec/ tag): its removal is blind.
+	// written before updates had their own rec/ tag), or another named
+	// tombstone of the pass names it too (the walk past such an update):
+	// its removal is blind.
 	Bytes   int64
 	Batches int // removal batches committed
 	// LargestBatch: the bytes of the largest removal batch committed (one
@@ -268,7 +302,12 @@ func (s *Store) Compact(ctx context.Context, w *Writer, opts CompactOptions) (Co
 	return p.res, nil
 }
 
-// compactPass is one pass's state.
+// compactPass is one pass's state. What it holds for one account is
+// bounded by what the account's removal adds to the batch, never by its
+// history: the tombstones are read twice (the first read finds the
+// account's reset and its unnamed tombstones, the second applies the named
+// ones and deletes every applied tombstone as it goes), and the removed
+// rows are listed only when the live log may hold them.
 type compactPass struct {
 	s    *Store
 	w    *Writer
@@ -278,31 +317,34 @@ type compactPass struct {
 
 	b             *pebble.Batch
 	tombIt, recIt *pebble.Iterator
-	forgotten     []uint64 // seqs removed by the open batch
+	forgotten     []uint64 // seqs removed by the open batch that the live log may hold
+	liveFloor     uint64   // the live log's lowest seq when the open batch began
 	lowest        uint64   // lowest seq removed
 	first, last   string   // first and last account touched
 	acct          accountTombs
+	acctStart     int // the open batch's length before the account's removal
 	kbuf          []byte
 	xbuf          []byte              // replay index keys being deleted
-	removed       map[uint64]struct{} // rows the account's removal has removed
+	removed       map[uint64]struct{} // rows the account's unnamed tombstones' lookups removed
+	lookup        bool                // removeRange is removing an unnamed tombstone's rows
 	sized         bool                // the store's format has sized deletes
 }
 
-// accountTombs is one account's tombstones below W.
+// accountTombs is what the first read of one account's tombstones below W
+// keeps: no named tombstone (the second read applies them).
 type accountTombs struct {
-	did   string
-	reset uint64                // highest deleted/taken-down account tombstone (0: none)
-	recs  map[string]recordTomb // unnamed: collection\x00rkey → its latest tombstone
-	named []recordTomb          // named, in seq order
-	keys  [][]byte              // the tomb/ keys applied
-	sizes []int                 // their value sizes
+	did        string
+	start      []byte                 // its first tomb/ key
+	next       []byte                 // the tomb/ key after its tombstones (nil: none)
+	tombstones int                    // its tombstones below W
+	reset      uint64                 // highest deleted/taken-down account tombstone (0: none)
+	recs       map[string]unnamedTomb // unnamed: collection\x00rkey → its latest tombstone
 }
 
-type recordTomb struct {
-	collection, rkey string
-	seq              uint64
-	kind             Kind
-	superseded       []SupersededRow // a named tombstone's
+// unnamedTomb is a record's latest unnamed tombstone.
+type unnamedTomb struct {
+	seq  uint64
+	kind Kind
 }
 
 func (p *compactPass) writeIntent() error {
@@ -323,6 +365,7 @@ func (p *compactPass) writeIntent() error {
 // run applies every account's tombstones below W.
 func (p *compactPass) run(ctx context.Context) error {
 	p.b = p.s.db.NewBatch()
+	p.liveFloor = p.w.live.floor()
 	if err := p.open(PrefixTomb); err != nil {
 		return err
 	}
@@ -335,24 +378,20 @@ func (p *compactPass) run(ctx context.Context) error {
 		if valid, err = p.readAccount(); err != nil {
 			return err
 		}
-		if len(p.acct.keys) == 0 {
+		if p.acct.tombstones == 0 {
 			continue
 		}
 		if err := p.removeAccount(); err != nil {
 			return err
 		}
 		if p.b.Len() >= p.opts.batchBytes {
-			var resume []byte
-			if valid {
-				resume = append(resume, p.tombIt.Key()...)
-			}
 			if err := p.commit(); err != nil {
 				return err
 			}
 			if valid {
 				// Fresh iterators after each commit: a long pass pins no
 				// memtable or sstable for its whole length.
-				if err := p.open(resume); err != nil {
+				if err := p.open(p.acct.next); err != nil {
 					return err
 				}
 				valid = p.tombIt.First()
@@ -402,42 +441,57 @@ func (p *compactPass) readErr(what []byte, err error) error {
 	return p.s.persistErr("compaction: read "+string(what), err)
 }
 
-// readAccount reads the tombstones of the account at the tomb/ iterator's
-// position into p.acct, leaving the iterator on the next account's first
-// key; it reports whether there is one.
+// readAccount is the first read of the tombstones of the account at the
+// tomb/ iterator's position: it finds the account's reset and keeps its
+// unnamed tombstones (the latest of each record), validating every value
+// but a named record tombstone's (the second read decodes those). It
+// leaves the iterator on the next account's first key (p.acct.next) and
+// reports whether there is one.
 func (p *compactPass) readAccount() (bool, error) {
 	did, _, err := ParseTombKey(p.tombIt.Key())
 	if err != nil {
 		return false, badState(p.tombIt.Key(), err, "")
 	}
-	p.acct = accountTombs{did: did}
+	a := &p.acct
+	a.did, a.tombstones, a.reset = did, 0, 0
+	a.start = append(a.start[:0], p.tombIt.Key()...)
+	clear(a.recs)
+	valid, err := p.readTombs()
+	a.next = a.next[:0]
+	if valid {
+		a.next = append(a.next, p.tombIt.Key()...)
+	} else {
+		a.next = nil
+	}
+	return valid, err
+}
+
+// readTombs is readAccount's loop over the account's tombstones.
+func (p *compactPass) readTombs() (bool, error) {
+	a := &p.acct
 	for {
 		k := p.tombIt.Key()
 		d, seq, err := ParseTombKey(k)
 		if err != nil {
 			return false, badState(k, err, "")
 		}
-		if d != did {
+		if d != a.did {
 			return true, nil
 		}
 		if seq >= p.W {
 			// The account's later tombstones are all above W (keys sort
 			// by seq): skip to the next account.
-			p.kbuf = append(append(append(p.kbuf[:0], PrefixTomb...), did...), keySep+1)
-			if !p.tombIt.SeekGE(p.kbuf) {
-				return false, nil // the caller checks the iterator's error
+			p.kbuf = append(append(append(p.kbuf[:0], PrefixTomb...), a.did...), keySep+1)
+			return p.tombIt.SeekGE(p.kbuf), nil // the caller checks the iterator's error
+		}
+		a.tombstones++
+		if v := p.tombIt.Value(); len(v) == 0 || v[0] != tombNamed {
+			t, err := DecodeTomb(v)
+			if err != nil {
+				return false, badState(k, err, "")
 			}
-			return true, nil
+			a.add(seq, t)
 		}
-		v := p.tombIt.Value()
-		t, err := DecodeTomb(v)
-		if err != nil {
-			return false, badState(k, err, "")
-		}
-		if len(t.Superseded) > 0 && t.Superseded[0].Seq >= seq {
-			return false, badState(k, nil, "tombstone names row %d, not older than itself", t.Superseded[0].Seq)
-		}
-		p.acct.add(append([]byte(nil), k...), len(v), seq, t)
 		if !p.tombIt.Next() {
 			// An unreadable rest must not leave half an account applied.
 			if err := p.tombIt.Error(); err != nil {
@@ -448,34 +502,29 @@ func (p *compactPass) readAccount() (bool, error) {
 	}
 }
 
-func (a *accountTombs) add(key []byte, size int, seq uint64, t Tomb) {
-	a.keys = append(a.keys, key)
-	a.sizes = append(a.sizes, size)
+// add keeps the unnamed tombstone t at seq.
+func (a *accountTombs) add(seq uint64, t Tomb) {
 	if t.Kind == KindAccount {
 		a.reset = max(a.reset, seq)
 		return
 	}
-	if t.Named {
-		a.named = append(a.named, recordTomb{collection: t.Collection, rkey: t.RKey, seq: seq, kind: t.Kind, superseded: t.Superseded})
-		return
-	}
 	if a.recs == nil {
-		a.recs = make(map[string]recordTomb)
+		a.recs = make(map[string]unnamedTomb)
 	}
 	id := t.Collection + "\x00" + t.RKey
 	if cur, ok := a.recs[id]; !ok || seq > cur.seq {
-		a.recs[id] = recordTomb{collection: t.Collection, rkey: t.RKey, seq: seq, kind: t.Kind}
+		a.recs[id] = unnamedTomb{seq: seq, kind: t.Kind}
 	}
 }
 
 // removeAccount adds the removal of everything p.acct's tombstones
-// supersede to the open batch.
+// supersede, and of the tombstones, to the open batch: the reset's, the
+// unnamed tombstones' (looked up in rec/), then, in the second read of
+// tomb/, the named tombstones'. The tomb/ iterator is left on
+// p.acct.next.
 func (p *compactPass) removeAccount() error {
 	a := &p.acct
-	if p.removed == nil {
-		p.removed = make(map[uint64]struct{})
-	}
-	clear(p.removed)
+	p.acctStart = p.b.Len()
 	if a.reset > 0 {
 		// Every record row of the account before the reset.
 		prefix := AccountRecordPrefix(a.did)
@@ -483,11 +532,41 @@ func (p *compactPass) removeAccount() error {
 			return err
 		}
 	}
-	for _, r := range a.recs {
+	if err := p.removeUnnamed(); err != nil {
+		return err
+	}
+	if err := p.removeNamed(); err != nil {
+		return err
+	}
+	p.res.Accounts++
+	p.res.Tombstones += a.tombstones
+	if p.first == "" {
+		p.first = a.did
+	}
+	p.last = a.did
+	return nil
+}
+
+// removeUnnamed removes what p.acct's unnamed tombstones supersede, found
+// in rec/, listing the rows in p.removed (the named tombstones may name
+// them too).
+func (p *compactPass) removeUnnamed() error {
+	a := &p.acct
+	clear(p.removed)
+	if len(a.recs) == 0 {
+		return nil
+	}
+	if p.removed == nil {
+		p.removed = make(map[uint64]struct{})
+	}
+	p.lookup = true
+	defer func() { p.lookup = false }()
+	for id, r := range a.recs {
 		if r.seq <= a.reset {
 			continue // the reset covered it, its own entry included
 		}
-		prefix := AppendRecordPrefix(nil, a.did, r.collection, r.rkey)
+		collection, rkey, _ := strings.Cut(id, "\x00")
+		prefix := AppendRecordPrefix(nil, a.did, collection, rkey)
 		lo := binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), a.reset)
 		hi := binary.BigEndian.AppendUint64(prefix, r.seq)
 		if err := p.removeRange(lo, hi, r.seq); err != nil {
@@ -498,32 +577,85 @@ func (p *compactPass) removeAccount() error {
 			p.delete(hi, 1)
 		}
 	}
-	for _, r := range a.named {
-		if r.seq < a.reset {
-			continue // the reset covered it, its own entry included
+	return nil
+}
+
+// removeNamed reads p.acct's tombstones below W again, from its first:
+// it deletes each, and removes the rows each named one names.
+func (p *compactPass) removeNamed() error {
+	a := &p.acct
+	it := p.tombIt
+	valid := it.SeekGE(a.start)
+	for ; valid; valid = it.Next() {
+		k, v := it.Key(), it.Value()
+		d, seq, err := ParseTombKey(k)
+		if err != nil {
+			return badState(k, err, "")
 		}
-		for _, row := range r.superseded {
-			if _, done := p.removed[row.Seq]; done || row.Seq < a.reset {
-				continue // an unnamed tombstone's lookup or the reset removed it
+		if d != a.did || seq >= p.W {
+			break
+		}
+		p.delete(k, len(v))
+		if v[0] == tombNamed {
+			if err := p.removeNamedTomb(k, v, seq); err != nil {
+				return err
 			}
-			p.kbuf = AppendRecordKey(p.kbuf[:0], a.did, r.collection, r.rkey, row.Seq)
-			p.delete(p.kbuf, recordValueLen(row.Size))
-			p.removeRow(a.did, r.collection, row.Seq, row.Size)
 		}
-		if r.kind == KindDelete {
-			p.kbuf = AppendRecordKey(p.kbuf[:0], a.did, r.collection, r.rkey, r.seq)
-			p.delete(p.kbuf, len(recValueDelete))
+		if err := p.checkSize(); err != nil {
+			return err
 		}
 	}
-	for i, k := range a.keys {
-		p.delete(k, a.sizes[i])
+	if err := it.Error(); err != nil {
+		return p.readErr(PrefixTomb, err)
 	}
-	p.res.Accounts++
-	p.res.Tombstones += len(a.keys)
-	if p.first == "" {
-		p.first = a.did
+	if a.next == nil || valid && bytes.Equal(it.Key(), a.next) {
+		return nil
 	}
-	p.last = a.did
+	if !it.SeekGE(a.next) {
+		// The iterator read a.next in the first read.
+		return p.readErr(PrefixTomb, errors.Join(it.Error(), errors.New("the next account's first tombstone is gone")))
+	}
+	return nil
+}
+
+// removeNamedTomb removes the rows the named tombstone v (key k, at seq)
+// names that neither p.acct's reset nor its unnamed tombstones removed,
+// and a delete's own rec/ entry.
+func (p *compactPass) removeNamedTomb(k, v []byte, seq uint64) error {
+	a := &p.acct
+	t, err := DecodeTomb(v)
+	if err != nil {
+		return badState(k, err, "")
+	}
+	if len(t.Superseded) > 0 && t.Superseded[0].Seq >= seq {
+		return badState(k, nil, "tombstone names row %d, not older than itself", t.Superseded[0].Seq)
+	}
+	if seq < a.reset {
+		return nil // the reset covered it, its own entry included
+	}
+	for _, row := range t.Superseded {
+		if _, done := p.removed[row.Seq]; done || row.Seq < a.reset {
+			continue // an unnamed tombstone's lookup or the reset removed it
+		}
+		p.kbuf = AppendRecordKey(p.kbuf[:0], a.did, t.Collection, t.RKey, row.Seq)
+		p.delete(p.kbuf, recordValueLen(row.Size))
+		p.removeRow(a.did, t.Collection, row.Seq, row.Size)
+	}
+	if t.Kind == KindDelete {
+		p.kbuf = AppendRecordKey(p.kbuf[:0], a.did, t.Collection, t.RKey, seq)
+		p.delete(p.kbuf, len(recValueDelete))
+	}
+	return nil
+}
+
+// checkSize fails the pass when the account's removal has grown past
+// MaxAccountBatch: its removal must be one batch, and Pebble cannot
+// commit (nor this process hold) one without bound.
+func (p *compactPass) checkSize() error {
+	if n := p.b.Len() - p.acctStart; n > p.opts.MaxAccountBatch {
+		return fmt.Errorf("archive: compaction: account %s: %w: its removal below watermark %d passed %d bytes (MaxAccountBatch %d)",
+			p.acct.did, ErrCompactionTooLarge, p.W, n, p.opts.MaxAccountBatch)
+	}
 	return nil
 }
 
@@ -538,6 +670,9 @@ func (p *compactPass) removeRange(lo, hi []byte, before uint64) error {
 			if err := p.removeRun(k, it.Value(), string(did), string(collection), first, before); err != nil {
 				return err
 			}
+			if err := p.checkSize(); err != nil {
+				return err
+			}
 			continue
 		}
 		f, err := ParseRecordKey(k)
@@ -548,6 +683,9 @@ func (p *compactPass) removeRange(lo, hi []byte, before uint64) error {
 			continue
 		}
 		if err := p.remove(k, it.Value(), f); err != nil {
+			return err
+		}
+		if err := p.checkSize(); err != nil {
 			return err
 		}
 	}
@@ -602,9 +740,13 @@ func (p *compactPass) removeRow(did, collection string, seq uint64, size int) {
 	p.xbuf = deleteReplayIndex(p.b, p.xbuf, did, collection, seq)
 	p.res.Rows++
 	p.res.Bytes += int64(size)
-	p.forgotten = append(p.forgotten, seq)
+	if seq >= p.liveFloor {
+		p.forgotten = append(p.forgotten, seq)
+	}
 	p.lowest = min(p.lowest, seq)
-	p.removed[seq] = struct{}{}
+	if p.lookup {
+		p.removed[seq] = struct{}{}
+	}
 }
 
 // delete adds the deletion of key, whose value has size bytes, to the open
@@ -636,6 +778,7 @@ func (p *compactPass) commit() error {
 	p.s.compactGen.Add(1)
 	p.w.live.forget(p.forgotten)
 	p.forgotten = p.forgotten[:0]
+	p.liveFloor = p.w.live.floor()
 	p.res.Batches++
 	_ = p.b.Close()
 	p.b = p.s.db.NewBatch()

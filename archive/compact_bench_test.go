@@ -225,7 +225,7 @@ func buildBenchArchive(b *testing.B, total, per int) (*Store, *Writer) {
 // settleBenchStore settles the LSM as an old archive is (nearly everything
 // in the bottom level), and lets no background compaction run during the
 // pass: its CPU is measured for the whole process.
-func settleBenchStore(b *testing.B, s *Store) {
+func settleBenchStore(b testing.TB, s *Store) {
 	if err := s.DB().Compact([]byte{0}, []byte{0xff}, true); err != nil {
 		b.Fatal(err)
 	}

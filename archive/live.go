@@ -5,6 +5,7 @@ package archive
 // never holds an event a crash could take back (D1).
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 )
@@ -158,6 +159,15 @@ func (l *LiveLog) close() {
 		close(l.wake)
 	}
 	l.mu.Unlock()
+}
+
+// floor is the lowest seq the log holds (tip+1 when it holds none); it
+// never goes down.
+func (l *LiveLog) floor() uint64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	_, floor := l.held(math.MaxUint64)
+	return floor
 }
 
 // Tip is the highest durable seq.
