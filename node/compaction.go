@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -404,7 +405,8 @@ func (c *compactor) due() bool {
 }
 
 // pass runs one pass unless compaction is halted. It returns only errors
-// that stop the process; a malformed compaction state halts compaction.
+// that stop the process; a malformed compaction state, or an account whose
+// removal is larger than the removal batch limit, halts compaction.
 func (c *compactor) pass(ctx context.Context, reason string) error {
 	c.mu.Lock()
 	halted := c.st.Halted
@@ -419,7 +421,7 @@ func (c *compactor) pass(ctx context.Context, reason string) error {
 	case err == nil:
 	case ctx.Err() != nil && errors.Is(err, context.Canceled):
 		return nil
-	case errors.Is(err, archive.ErrCompactionState):
+	case errors.Is(err, archive.ErrCompactionState) || errors.Is(err, archive.ErrCompactionTooLarge):
 		c.cfg.metrics.passes.WithLabelValues(passHalted).Inc()
 		c.halt(err)
 		return nil
@@ -463,14 +465,20 @@ func (c *compactor) halt(err error) {
 	}
 	c.st.Halted, c.st.HaltReason, c.st.HaltRecovery = true, err.Error(), HaltRecovery(err, c.dataDir())
 	c.cfg.metrics.halted.Set(1)
-	c.cfg.log.Error("compaction halted: the compaction state in the store is malformed; ingest and serving go on, "+
+	c.cfg.log.Error("compaction halted (err says why); ingest and serving go on, "+
 		"but deleted records are no longer removed. Recovery: "+c.st.HaltRecovery, "err", err)
 }
 
 // HaltRecovery is what the operator does about a halt for err: the reset
 // for the pass's own state, the reset with --reindex for the compaction
-// index (rec/, tomb/, meta/index), a checkpoint for an archived row.
+// index (rec/, tomb/, meta/index), a checkpoint for an archived row, a
+// larger bound for an account whose removal is larger than it.
 func HaltRecovery(err error, dataDir string) string {
+	if errors.Is(err, archive.ErrCompactionTooLarge) {
+		return "one account's removal must be one batch and is larger than --compaction-max-account-batch (err names the account and the size reached): " +
+			"stop backstream, start it again with a larger --compaction-max-account-batch (at most " +
+			strconv.Itoa(archive.MaxCompactAccountBatch>>20) + "MiB; the pass holds about twice it in memory); the next pass finishes the interrupted one"
+	}
 	var ke *archive.KeyError
 	if !errors.As(err, &ke) {
 		ke = &archive.KeyError{}

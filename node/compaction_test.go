@@ -223,6 +223,41 @@ func TestCompactionOwner_IntentAtStartup(t *testing.T) {
 // rather than failing merging; a store I/O error instead ends Run with the
 // error (fatal like every persistence error). Breaking it (treating the
 // state error like any other) makes Run return it and fails.
+// TestCompactionOwner_HaltsOnTooLargeAccount: a pass that fails with
+// archive.ErrCompactionTooLarge halts compaction (one pass, no retry),
+// naming the account, with the larger bound as the recovery; Run goes on.
+func TestCompactionOwner_HaltsOnTooLargeAccount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tooLarge := fmt.Errorf("archive: compaction: account did:plc:big: %w: passed 1073741900 bytes", archive.ErrCompactionTooLarge)
+		fake := &fakeCompaction{err: tooLarge}
+		r := startOwner(t, fake)
+		time.Sleep(61 * time.Minute)
+		synctest.Wait()
+		fake.set(func(f *fakeCompaction) { f.tombs = 1000 })
+		time.Sleep(5 * time.Hour)
+		synctest.Wait()
+		if n := fake.count(); n != 1 {
+			t.Fatalf("%d passes, want 1", n)
+		}
+		st := r.c.Status()
+		if !st.Halted || !strings.Contains(st.HaltReason, "did:plc:big") || !strings.Contains(st.HaltRecovery, "larger --compaction-max-account-batch") {
+			t.Fatalf("status %+v, want halted naming the account and the larger bound", st)
+		}
+		if v := promtest.Value(t, r.reg, "backstream_compaction_passes_total", map[string]string{"outcome": "halted"}); v != 1 {
+			t.Fatalf("halted passes %v", v)
+		}
+		select {
+		case err := <-r.errc:
+			t.Fatalf("Run returned %v while halted", err)
+		default:
+		}
+		r.stop()
+		if err := <-r.errc; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 func TestCompactionOwner_HaltsOnMalformedState(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		bad := fmt.Errorf("archive: tomb/did:plc:x: %w (%w)", archive.ErrCompactionState, archive.ErrMalformed)

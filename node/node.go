@@ -149,9 +149,13 @@ type Config struct {
 	// CompactionCheck is how often the pending count is read (0:
 	// DefaultCompactionCheck). The pass at the end of merging and the
 	// finishing of an interrupted pass at startup always run.
-	CompactionInterval   time.Duration
-	CompactionTombstones int64
-	CompactionCheck      time.Duration
+	// CompactionMaxAccountBatch bounds one account's removal batch
+	// (archive.CompactOptions.MaxAccountBatch; 0: its default): an account
+	// whose removal is larger halts compaction.
+	CompactionInterval        time.Duration
+	CompactionTombstones      int64
+	CompactionCheck           time.Duration
+	CompactionMaxAccountBatch int
 	// Now is every component's clock (the writer's event times, due
 	// checks, backoff, phase timestamps). Default time.Now.
 	Now func() time.Time
@@ -362,7 +366,8 @@ func New(cfg Config) (n *Node, err error) {
 	n.sub.Attach(n.store, n.w)
 	n.comp = newCompactor(compactionConfig{
 		store: storeCompaction{s: n.store, w: n.w, opts: archive.CompactOptions{
-			Logger: n.log.With("component", "compaction"), Crash: cfg.Crash, Now: cfg.Now}},
+			Logger: n.log.With("component", "compaction"), Crash: cfg.Crash, Now: cfg.Now,
+			MaxAccountBatch: cfg.CompactionMaxAccountBatch}},
 		archive:  n.store,
 		interval: cfg.CompactionInterval, tombstones: cfg.CompactionTombstones, check: cfg.CompactionCheck,
 		now: cfg.Now, log: n.log.With("component", "compaction"), metrics: newCompactionMetrics(reg),

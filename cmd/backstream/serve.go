@@ -89,6 +89,7 @@ func serveCommand() *command {
 			fs.Int("subscriber-message-burst", subscribe.DefaultMessageBurst, "client messages a connection may send at once")
 			fs.Duration("compaction-interval", node.DefaultCompactionInterval, "time between the end of one compaction pass (the physical removal of deleted and superseded records) and the start of the next (0 = no periodic passes)")
 			fs.Int64("compaction-tombstones", node.DefaultCompactionTombstones, "start a compaction pass early once this many deletes, updates, resets and account deletions or takedowns are pending (0 = never early)")
+			fs.String("compaction-max-account-batch", "1GiB", "bytes of one account's compaction removal batch at most (its whole removal is one batch; a pass holds about twice it in memory); an account whose removal is larger halts compaction (at most "+strconv.Itoa(archive.MaxCompactAccountBatch>>20)+"MiB; auto = 1GiB)")
 			fs.String("verify", "strict", "identity verification of every downloaded repo and live commit: strict (drop or fail what does not verify), warn (archive it, counted), off (resolve nothing: only for a relay that already verifies)")
 			fs.String("plc", "auto", "PLC directory URL for did:plc resolution (auto: "+ident.DefaultPLC+", or the relay's own URL when the relay is on loopback, as the simulated network serves DID documents; it then answers did:web documents and handle resolution too)")
 			fs.Bool("plc-export", true, "during bootstrap, read the PLC directory's export (GET /export, its whole operation log, paged) beside the downloads and keep each did:plc's identity (memory and ident/ rows), so most repos need no DID request; resumes from cursor/plcexport; a directory that does not answer it falls back to one request per DID (off: always one per DID; never with --repos or --max-repos)")
@@ -143,6 +144,7 @@ type serveOptions struct {
 	subscribers            subscribe.Config // the subscriber limits; the rest is filled in by runServe
 	compactionInterval     time.Duration    // node.Config's: negative off
 	compactionTombstones   int64            // node.Config's: negative off
+	compactionMaxBatch     int64            // node.Config.CompactionMaxAccountBatch: 0 default
 	verify                 *ident.Config    // nil: --verify=off; PLC "auto" is resolved by nodeConfig
 	heal                   healOptions
 	nats                   *natssink.Config // nil: no NATS sink
@@ -287,6 +289,9 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 	}
 	if o.compactionInterval, o.compactionTombstones, err = compactionSchedule(fs); err != nil {
 		return bad("%v", err)
+	}
+	if o.compactionMaxBatch, err = parseBytes(fs.str("compaction-max-account-batch")); err != nil || o.compactionMaxBatch > archive.MaxCompactAccountBatch {
+		return bad("--compaction-max-account-batch %q: want auto or a size of at most %dMiB", fs.str("compaction-max-account-batch"), archive.MaxCompactAccountBatch>>20)
 	}
 	if o.verify, err = identOptions(fs); err != nil {
 		return bad("%v", err)
@@ -730,7 +735,7 @@ func (o serveOptions) nodeConfig(s *server, crash *crashpoint.Set) node.Config {
 		RetryWorkers:   o.retryWorkers, RetryHostWorkers: o.retryHostWorkers,
 		RetryInterval: o.retryInterval, RetryMaxDelay: o.retryMaxDelay, RetryScanPeriod: o.retryScanPeriod,
 		MinFree: o.minFree, MaxWriteStall: o.maxWriteStall,
-		CompactionInterval: o.compactionInterval, CompactionTombstones: o.compactionTombstones,
+		CompactionInterval: o.compactionInterval, CompactionTombstones: o.compactionTombstones, CompactionMaxAccountBatch: int(o.compactionMaxBatch),
 		Registry: s.reg, Logger: s.log, Crash: crash,
 		Server: s.sub, Health: &s.health,
 		Verify: o.identConfig(), PLCExport: o.plcExport,

@@ -193,7 +193,15 @@ func TestServeCompactionFlags(t *testing.T) {
 	if nc := o.nodeConfig(&server{}, nil); nc.CompactionInterval >= 0 || nc.CompactionTombstones >= 0 {
 		t.Fatalf("node config %v / %d, want off", nc.CompactionInterval, nc.CompactionTombstones)
 	}
-	for _, args := range [][]string{{"--compaction-interval", "-1m"}, {"--compaction-tombstones", "-5"}} {
+	if o.compactionMaxBatch != 1<<30 {
+		t.Fatalf("--compaction-max-account-batch default %d, want 1GiB", o.compactionMaxBatch)
+	}
+	o, err = serveFlags(t, nil, []string{"BACKSTREAM_COMPACTION_MAX_ACCOUNT_BATCH=3GiB"})
+	if nc := o.nodeConfig(&server{}, nil); err != nil || nc.CompactionMaxAccountBatch != 3<<30 {
+		t.Fatalf("node config max account batch %d (%v), want 3GiB", nc.CompactionMaxAccountBatch, err)
+	}
+	for _, args := range [][]string{{"--compaction-interval", "-1m"}, {"--compaction-tombstones", "-5"},
+		{"--compaction-max-account-batch", "4GiB"}, {"--compaction-max-account-batch", "-1"}} {
 		if _, err := serveFlags(t, args, nil); !errors.Is(err, errUsage) {
 			t.Errorf("%v: %v, want a usage error", args, err)
 		}
