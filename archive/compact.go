@@ -35,6 +35,14 @@ const DefaultCompactReclaimBytes = 64 << 20
 // account's removals are one batch, up to MaxAccountBatch.
 const compactBatchBytes = 1 << 20
 
+// rangeTombs is the fewest tombstones of one account that the pass deletes
+// with one range deletion of the account's tomb/ keys below W rather than
+// one deletion each: a sixth of the batch of an account's many deletes,
+// and one span for the next pass's tomb/ iterator to step over, not
+// thousands of deleted keys; few accounts a pass reach it, so Pebble
+// holds few range deletions.
+const rangeTombs = 1024
+
 // DefaultCompactMaxAccountBatch is the default CompactOptions.MaxAccountBatch:
 // 1 GiB, the removal of about 16 million downloaded records of an account
 // taken down or deleted, or of about 4 million records it deleted (the
@@ -581,7 +589,8 @@ func (p *compactPass) removeUnnamed() error {
 }
 
 // removeNamed reads p.acct's tombstones below W again, from its first:
-// it deletes each, and removes the rows each named one names.
+// it deletes each (with one range deletion from rangeTombs of them), and
+// removes the rows each named one names.
 func (p *compactPass) removeNamed() error {
 	a := &p.acct
 	it := p.tombIt
@@ -595,7 +604,9 @@ func (p *compactPass) removeNamed() error {
 		if d != a.did || seq >= p.W {
 			break
 		}
-		p.delete(k, len(v))
+		if a.tombstones < rangeTombs {
+			p.delete(k, len(v))
+		}
 		if v[0] == tombNamed {
 			if err := p.removeNamedTomb(k, v, seq); err != nil {
 				return err
@@ -607,6 +618,10 @@ func (p *compactPass) removeNamed() error {
 	}
 	if err := it.Error(); err != nil {
 		return p.readErr(PrefixTomb, err)
+	}
+	if a.tombstones >= rangeTombs {
+		// Exactly the tombstones read: the writer adds none below W.
+		_ = p.b.DeleteRange(TombKey(a.did, 0), TombKey(a.did, p.W), nil)
 	}
 	if a.next == nil || valid && bytes.Equal(it.Key(), a.next) {
 		return nil

@@ -17,8 +17,10 @@ import (
 // own batch here), the intent stays, the watermark does not move; it stops
 // as soon as the account's removal passes the bound. With
 // the default bound the next pass rolls the intent forward and removes the
-// account in one batch. Both ways an account grows: many deletes (named
-// tombstones) and a takedown of a downloaded account (run entries).
+// account in one batch (its tombstones below the watermark deleted with
+// one range deletion, those above kept). Both ways an account grows: many
+// deletes (named tombstones) and a takedown of a downloaded account (run
+// entries).
 func TestCompactAccountTooLarge(t *testing.T) {
 	const big = 1 // dids[big] is the large account
 	for _, shape := range []string{"deletes", "purge"} {
@@ -31,15 +33,19 @@ func TestCompactAccountTooLarge(t *testing.T) {
 				units = append(units, opUnit(dids[a:], &rev, cr("small")), opUnit(dids[a:], &rev, del("small")))
 			}
 			var recs []string
-			for i := range 300 {
+			for i := range 1100 { // the deletes of more than rangeTombs
 				recs = append(recs, fmt.Sprintf("r%04d", i))
 			}
 			for i := 0; i < len(recs); i += 100 {
 				units = append(units, runUnit(dids[big:], &rev, recs[i:i+100]...)) // a run entry each
 			}
 			if shape == "deletes" {
-				for _, r := range recs {
-					units = append(units, opUnit(dids[big:], &rev, del(r)))
+				for i := 0; i < len(recs); i += 100 {
+					var u []archive.Event
+					for _, r := range recs[i : i+100] {
+						u = append(u, opUnit(dids[big:], &rev, del(r))...)
+					}
+					units = append(units, u)
 				}
 			} else {
 				units = append(units, opUnit(dids[big:], &rev, acc("takendown")))
@@ -77,6 +83,8 @@ func TestCompactAccountTooLarge(t *testing.T) {
 			}
 			t.Logf("%v", err)
 
+			// Tombstones of the account above the intent's watermark stay.
+			rows = append(rows, applyEach(t, w, [][]archive.Event{opUnit(dids[big:], &rev, cr("later")), opUnit(dids[big:], &rev, del("later"))})...)
 			opts.MaxAccountBatch = 0
 			res := compact(t, s, w, opts)
 			if !res.RolledOver || res.Batches != 2 || res.LargestBatch <= 4<<10 {
