@@ -43,6 +43,10 @@ const compactBatchBytes = 1 << 20
 // holds few range deletions.
 const rangeTombs = 1024
 
+// maxHeldTombs bounds the bytes of one account's tombstones the first read
+// keeps for the second (most accounts'); a larger account's are read again.
+const maxHeldTombs = 1 << 20
+
 // DefaultCompactMaxAccountBatch is the default CompactOptions.MaxAccountBatch:
 // 1 GiB, the removal of about 16 million downloaded records of an account
 // taken down or deleted, or of about 4 million records it deleted (the
@@ -94,6 +98,7 @@ type CompactOptions struct {
 	MaxAccountBatch int
 
 	batchBytes int // tests: the shared removal batch bound (0: compactBatchBytes)
+	heldTombs  int // tests: the bytes of tombstones the first read keeps (0: maxHeldTombs)
 }
 
 func (o *CompactOptions) defaults() {
@@ -110,6 +115,9 @@ func (o *CompactOptions) defaults() {
 		o.MaxAccountBatch = DefaultCompactMaxAccountBatch
 	}
 	o.MaxAccountBatch = min(o.MaxAccountBatch, MaxCompactAccountBatch)
+	if o.heldTombs <= 0 {
+		o.heldTombs = maxHeldTombs
+	}
 	if o.batchBytes <= 0 {
 		o.batchBytes = compactBatchBytes
 	}
@@ -314,8 +322,9 @@ func (s *Store) Compact(ctx context.Context, w *Writer, opts CompactOptions) (Co
 // bounded by what the account's removal adds to the batch, never by its
 // history: the tombstones are read twice (the first read finds the
 // account's reset and its unnamed tombstones, the second applies the named
-// ones and deletes every applied tombstone as it goes), and the removed
-// rows are listed only when the live log may hold them.
+// ones and deletes every applied tombstone as it goes; up to maxHeldTombs
+// of them the first read keeps a copy, so the second needs no seek), and
+// the removed rows are listed only when the live log may hold them.
 type compactPass struct {
 	s    *Store
 	w    *Writer
@@ -346,6 +355,8 @@ type accountTombs struct {
 	next       []byte                 // the tomb/ key after its tombstones (nil: none)
 	tombstones int                    // its tombstones below W
 	reset      uint64                 // highest deleted/taken-down account tombstone (0: none)
+	held       []byte                 // its tombstones while they fit: [uvarint len][key][uvarint len][value]…
+	spilled    bool                   // they did not fit: the second read reads tomb/ again
 	recs       map[string]unnamedTomb // unnamed: collection\x00rkey → its latest tombstone
 }
 
@@ -462,6 +473,7 @@ func (p *compactPass) readAccount() (bool, error) {
 	}
 	a := &p.acct
 	a.did, a.tombstones, a.reset = did, 0, 0
+	a.held, a.spilled = a.held[:0], false
 	a.start = append(a.start[:0], p.tombIt.Key()...)
 	clear(a.recs)
 	valid, err := p.readTombs()
@@ -493,13 +505,15 @@ func (p *compactPass) readTombs() (bool, error) {
 			return p.tombIt.SeekGE(p.kbuf), nil // the caller checks the iterator's error
 		}
 		a.tombstones++
-		if v := p.tombIt.Value(); len(v) == 0 || v[0] != tombNamed {
+		v := p.tombIt.Value()
+		if len(v) == 0 || v[0] != tombNamed {
 			t, err := DecodeTomb(v)
 			if err != nil {
 				return false, badState(k, err, "")
 			}
 			a.add(seq, t)
 		}
+		a.keep(k, v, p.opts.heldTombs)
 		if !p.tombIt.Next() {
 			// An unreadable rest must not leave half an account applied.
 			if err := p.tombIt.Error(); err != nil {
@@ -508,6 +522,23 @@ func (p *compactPass) readTombs() (bool, error) {
 			return false, nil
 		}
 	}
+}
+
+// keep copies the tombstone k, v into a.held while they fit in limit
+// bytes, so the second read needs no seek back; past it, a.held is
+// dropped and the second read reads tomb/ again.
+func (a *accountTombs) keep(k, v []byte, limit int) {
+	if a.spilled {
+		return
+	}
+	if len(a.held)+len(k)+len(v)+2*binary.MaxVarintLen32 > limit {
+		a.held, a.spilled = nil, true
+		return
+	}
+	a.held = binary.AppendUvarint(a.held, uint64(len(k)))
+	a.held = append(a.held, k...)
+	a.held = binary.AppendUvarint(a.held, uint64(len(v)))
+	a.held = append(a.held, v...)
 }
 
 // add keeps the unnamed tombstone t at seq.
@@ -528,8 +559,7 @@ func (a *accountTombs) add(seq uint64, t Tomb) {
 // removeAccount adds the removal of everything p.acct's tombstones
 // supersede, and of the tombstones, to the open batch: the reset's, the
 // unnamed tombstones' (looked up in rec/), then, in the second read of
-// tomb/, the named tombstones'. The tomb/ iterator is left on
-// p.acct.next.
+// its tombstones, the named tombstones'.
 func (p *compactPass) removeAccount() error {
 	a := &p.acct
 	p.acctStart = p.b.Len()
@@ -593,10 +623,48 @@ func (p *compactPass) removeUnnamed() error {
 // removes the rows each named one names.
 func (p *compactPass) removeNamed() error {
 	a := &p.acct
+	var err error
+	if a.spilled {
+		err = p.rereadTombs()
+	} else {
+		err = p.heldTombs()
+	}
+	if err != nil {
+		return err
+	}
+	if a.tombstones >= rangeTombs {
+		// Exactly the tombstones read: the writer adds none below W.
+		_ = p.b.DeleteRange(TombKey(a.did, 0), TombKey(a.did, p.W), nil)
+	}
+	return nil
+}
+
+// heldTombs applies the tombstones the first read kept in p.acct.held.
+func (p *compactPass) heldTombs() error {
+	for b := p.acct.held; len(b) > 0; {
+		n, w := binary.Uvarint(b)
+		k := b[w : w+int(n)]
+		b = b[w+int(n):]
+		n, w = binary.Uvarint(b)
+		v := b[w : w+int(n)]
+		b = b[w+int(n):]
+		if err := p.applyTomb(k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rereadTombs reads p.acct's tombstones below W again from its first and
+// applies them. It leaves the tomb/ iterator past them: on the next
+// account's first tombstone, or on the account's first at or above W,
+// which the next readAccount skips (it applies none of them).
+func (p *compactPass) rereadTombs() error {
+	a := &p.acct
 	it := p.tombIt
 	valid := it.SeekGE(a.start)
 	for ; valid; valid = it.Next() {
-		k, v := it.Key(), it.Value()
+		k := it.Key()
 		d, seq, err := ParseTombKey(k)
 		if err != nil {
 			return badState(k, err, "")
@@ -604,33 +672,32 @@ func (p *compactPass) removeNamed() error {
 		if d != a.did || seq >= p.W {
 			break
 		}
-		if a.tombstones < rangeTombs {
-			p.delete(k, len(v))
-		}
-		if v[0] == tombNamed {
-			if err := p.removeNamedTomb(k, v, seq); err != nil {
-				return err
-			}
-		}
-		if err := p.checkSize(); err != nil {
+		if err := p.applyTomb(k, it.Value()); err != nil {
 			return err
 		}
 	}
 	if err := it.Error(); err != nil {
 		return p.readErr(PrefixTomb, err)
 	}
-	if a.tombstones >= rangeTombs {
-		// Exactly the tombstones read: the writer adds none below W.
-		_ = p.b.DeleteRange(TombKey(a.did, 0), TombKey(a.did, p.W), nil)
-	}
-	if a.next == nil || valid && bytes.Equal(it.Key(), a.next) {
-		return nil
-	}
-	if !it.SeekGE(a.next) {
-		// The iterator read a.next in the first read.
-		return p.readErr(PrefixTomb, errors.Join(it.Error(), errors.New("the next account's first tombstone is gone")))
-	}
 	return nil
+}
+
+// applyTomb deletes p.acct's tombstone k, v (unless a range deletion
+// will) and, for a named one, removes what it names.
+func (p *compactPass) applyTomb(k, v []byte) error {
+	_, seq, err := ParseTombKey(k)
+	if err != nil {
+		return badState(k, err, "")
+	}
+	if p.acct.tombstones < rangeTombs {
+		p.delete(k, len(v))
+	}
+	if v[0] == tombNamed {
+		if err := p.removeNamedTomb(k, v, seq); err != nil {
+			return err
+		}
+	}
+	return p.checkSize()
 }
 
 // removeNamedTomb removes the rows the named tombstone v (key k, at seq)

@@ -10,6 +10,11 @@ import (
 // small bound makes every account its own batch).
 func SetCompactBatchBytes(o *CompactOptions, n int) { o.batchBytes = n }
 
+// SetCompactHeldTombs bounds the bytes of one account's tombstones a
+// pass's first read keeps for its second (tests: a small bound makes the
+// second read read tomb/ again).
+func SetCompactHeldTombs(o *CompactOptions, n int) { o.heldTombs = n }
+
 // KeyString is how a message names a key.
 var KeyString = keyString
 
