@@ -246,16 +246,23 @@ func TestCompactionOwner_HaltsOnTooLargeAccount(t *testing.T) {
 		if v := promtest.Value(t, r.reg, "backstream_compaction_passes_total", map[string]string{"outcome": "halted"}); v != 1 {
 			t.Fatalf("halted passes %v", v)
 		}
-		select {
-		case err := <-r.errc:
-			t.Fatalf("Run returned %v while halted", err)
-		default:
-		}
-		r.stop()
-		if err := <-r.errc; err != nil {
-			t.Fatal(err)
-		}
+		r.stopHalted(t)
 	})
+}
+
+// stopHalted checks that Run goes on while compaction is halted, then
+// stops it.
+func (r *ownerRig) stopHalted(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-r.errc:
+		t.Fatalf("Run returned %v while halted", err)
+	default:
+	}
+	r.stop()
+	if err := <-r.errc; err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestCompactionOwner_HaltsOnMalformedState(t *testing.T) {
@@ -288,15 +295,7 @@ func TestCompactionOwner_HaltsOnMalformedState(t *testing.T) {
 		if n := strings.Count(logs, "level=ERROR"); n != 1 || !strings.Contains(logs, "backstream compaction reset --data-dir") {
 			t.Fatalf("%d ERROR lines, want 1 with the recovery path:\n%s", n, logs)
 		}
-		select {
-		case err := <-r.errc:
-			t.Fatalf("Run returned %v while halted", err)
-		default:
-		}
-		r.stop()
-		if err := <-r.errc; err != nil {
-			t.Fatal(err)
-		}
+		r.stopHalted(t)
 
 		// A store I/O error is fatal.
 		ioErr := &archive.KeyError{Key: "ev/…", Kind: archive.ErrRead, Err: errors.New("input/output error")}
