@@ -29,11 +29,11 @@ var mutants = []Mutant{
 	{
 		ID: "m03", Invariant: "C1",
 		Name: "capture cursor written in a separate unit (batch) from its rows",
-		File: "firehose/consumer.go",
-		Old:  "\tif err := c.submit(ctx, u); err != nil {\n",
-		New: "\tcu := &archive.Unit{Cursor: u.Cursor}\n\tu.Cursor = archive.SeqCursor{}\n" +
-			"\tif err := c.submit(ctx, cu); err != nil {\n\t\treturn err\n\t}\n" +
-			"\tif err := c.submit(ctx, u); err != nil {\n",
+		File: "firehose/gap.go",
+		Old:  "\tif p == nil {\n\t\treturn c.submit(ctx, u)\n\t}\n",
+		New: "\tif p == nil {\n\t\tcu := &archive.Unit{Cursor: u.Cursor}\n\t\tu.Cursor = archive.SeqCursor{}\n" +
+			"\t\tif err := c.submit(ctx, cu); err != nil {\n\t\t\treturn err\n\t\t}\n" +
+			"\t\treturn c.submit(ctx, u)\n\t}\n",
 		Tests: []Test{
 			{Pkg: "./firehose", Run: "^TestUnitCarriesCursor$"},
 		},
@@ -291,7 +291,7 @@ var mutants = []Mutant{
 		ID: "m28", Invariant: "G2",
 		Name: "a repair pass compares listed revs before a unit of its own is durable (the stream's accepted commits not yet in the ratchet)",
 		File: "repair/runner.go",
-		Old:  "\tif err := r.submit(ctx, &archive.Unit{}); err != nil {\n\t\treturn archive.Audit{}, fmt.Errorf(\"wait for the stream's accepted frames: %w\", err)\n\t}\n",
+		Old:  "\tif err := r.submit(ctx, &archive.Unit{}); err != nil {\n\t\treturn false, fmt.Errorf(\"wait for the stream's accepted frames: %w\", err)\n\t}\n",
 		New:  "",
 		Tests: []Test{
 			{Pkg: "./repair", Run: "^TestPassWaitsForItsOwnUnit$"},
