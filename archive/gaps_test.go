@@ -219,12 +219,13 @@ func TestPrevRevMarksHole(t *testing.T) {
 // since names an earlier commit proves a history the archive lacks: the
 // account is created pending, discovered, due now, in the commit's batch,
 // and its row kept. A first commit (no since) is an account's whole
-// history from the start: nothing is created.
+// history from the start: nothing is created; nor by a writer that
+// discovers nothing (DiscoverUnknown off: a run of a few repos).
 func TestUnknownAccountWithSinceIsDiscovered(t *testing.T) {
 	s := openMem(t, vfs.NewMem())
 	defer s.Close()
 	now := time.Unix(1_800_000_000, 0)
-	w := newWriter(t, s, WriterOptions{Now: func() time.Time { return now }})
+	w := newWriter(t, s, WriterOptions{Now: func() time.Time { return now }, DiscoverUnknown: true})
 	defer w.Close()
 	const known, fresh = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa", "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb"
 	for _, c := range []struct{ did, since string }{{known, "3kaaaaaaaaaa2"}, {fresh, ""}} {
@@ -241,6 +242,19 @@ func TestUnknownAccountWithSinceIsDiscovered(t *testing.T) {
 	}
 	if st, err := s.RepoState(fresh); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("an unknown account's first commit created %+v (%v), want no repo", st, err)
+	}
+	// A writer that discovers nothing (a run restricted to a few repos).
+	s2 := openMem(t, vfs.NewMem())
+	defer s2.Close()
+	w2 := newWriter(t, s2, WriterOptions{})
+	defer w2.Close()
+	ev := commitEv(known, "3kbbbbbbbbbb2", KindCreate, SourceLive, "a")
+	ev.Since = "3kaaaaaaaaaa2"
+	if r := apply(t, w2, &Unit{Events: []Event{ev}}); r.Kept != 1 {
+		t.Fatalf("live commit: %+v", r)
+	}
+	if st, err := s2.RepoState(known); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("without DiscoverUnknown, an unknown account's commit created %+v (%v), want no repo", st, err)
 	}
 }
 

@@ -135,6 +135,11 @@ type WriterOptions struct {
 	// Capture makes this the capture writer: rows go to cap/ in their own seq
 	// space; no ratchet, no repo mutations (merge applies those later).
 	Capture bool
+	// DiscoverUnknown: a live or merged commit with a since, of an account
+	// the archive does not know (no rev/, no repo/), creates the account
+	// pending, discovered, due now (markHoles). Off (a run restricted to a
+	// few repos, which discovers nothing), such a commit marks nothing.
+	DiscoverUnknown bool
 	// MaxBatchRows and MaxBatchBytes bound one synced batch (group commit).
 	MaxBatchRows  int
 	MaxBatchBytes int
@@ -1322,7 +1327,8 @@ func upstreamSync(ev *Event) bool {
 // archive holds of its account: the ratchet cur, or, when the account has
 // none (an empty snapshot stores no row, so it sets no rev/), its completed
 // snapshot's rev. An account the archive does not know at all (no rev/, no
-// repo/: no listing named it) holds nothing of what came before ev.
+// repo/: no listing named it) holds nothing of what came before ev: a hole
+// when the writer discovers such accounts (DiscoverUnknown).
 func (w *Writer) sinceAhead(ev *Event, cur string) (bool, error) {
 	if cur != "" {
 		return ev.Since > cur, nil
@@ -1332,7 +1338,7 @@ func (w *Writer) sinceAhead(ev *Event, cur string) (bool, error) {
 		return false, err
 	}
 	if !ok {
-		return true, nil
+		return w.opts.DiscoverUnknown, nil
 	}
 	if rs.Status != StatusComplete {
 		return false, nil
@@ -1351,18 +1357,18 @@ func (w *Writer) sinceAhead(ev *Event, cur string) (bool, error) {
 // One already marked is made due again from now: a replacement already
 // running (its snapshot maybe older than this hole) keeps the mark. An
 // account the archive did not know is created pending, discovered, due
-// now: its first commit here came with a since, so it has a history no
-// listing brought.
+// now (WriterOptions.DiscoverUnknown): its first commit here came with a
+// since, so it has a history no listing brought.
 func (w *Writer) markHoles(u *Unit, holes []string) {
 	if len(holes) == 0 {
 		return
 	}
 	now := w.opts.Now().UnixMicro()
 	mark := func(cur RepoState, exists bool) (RepoState, bool) {
-		if !exists {
+		if !exists && w.opts.DiscoverUnknown {
 			return RepoState{Status: StatusPending, Active: true, Refetch: RefetchDiscovered, NextAttemptUS: now}, true
 		}
-		if !cur.Active {
+		if !exists || !cur.Active {
 			return cur, false
 		}
 		if cur.Refetch == RefetchNone {

@@ -1,7 +1,6 @@
 package firehose
 
 import (
-	"context"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,12 +22,6 @@ func TestLiveSyncChains(t *testing.T) {
 	s := openStore(t)
 	reg := prometheus.NewRegistry()
 	wr := newWriterOpts(t, s, archive.WriterOptions{Metrics: archive.NewMetrics(reg)})
-	// The account is known, as a bootstrap leaves it: a commit of an
-	// unknown account with a since is a chain break of its own.
-	if _, err := wr.Apply(context.Background(), &archive.Unit{Repos: []archive.RepoUpdate{{DID: a, Fields: archive.FieldStatus | archive.FieldActive,
-		State: archive.RepoState{Status: archive.StatusComplete, Active: true}}}}); err != nil {
-		t.Fatal(err)
-	}
 	zero := int64(0)
 	c, _ := newConsumer(t, Config{Relay: n.RelayURL(), Writer: wr, Mode: ModeLive, Cursor: &zero})
 	startRun(t, c)

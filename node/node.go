@@ -348,7 +348,8 @@ func New(cfg Config) (n *Node, err error) {
 	n.registerHealMetrics(reg)
 	n.setPhase(phase)
 	am := archive.NewMetrics(reg)
-	if n.w, err = archive.NewWriter(n.store, archive.WriterOptions{BulkLinger: archive.BulkLinger, Metrics: am, Logger: n.log, Now: cfg.Now}); err != nil {
+	discover := len(cfg.Bootstrap.Repos) == 0 && cfg.Bootstrap.MaxRepos == 0 // debug runs discover nothing
+	if n.w, err = archive.NewWriter(n.store, archive.WriterOptions{BulkLinger: archive.BulkLinger, Metrics: am, Logger: n.log, Now: cfg.Now, DiscoverUnknown: discover}); err != nil {
 		return n, err
 	}
 	if err := n.buildJobs(reg); err != nil {
