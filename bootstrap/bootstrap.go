@@ -123,6 +123,11 @@ type Config struct {
 	Sleep func(ctx context.Context, d time.Duration) error
 }
 
+// Debug reports a debug run (Repos or MaxRepos set): a few repos, no
+// resumable cursor, no hosts listed, no PLC export, and no account
+// discovered, after bootstrap or from the stream.
+func (c Config) Debug() bool { return len(c.Repos) > 0 || c.MaxRepos > 0 }
+
 func (c *Config) defaults() error {
 	if c.Store == nil || c.Writer == nil || c.Jobs == nil {
 		return errors.New("bootstrap: Store, Writer and Jobs are required")
@@ -147,7 +152,7 @@ func (c *Config) defaults() error {
 	default:
 		return fmt.Errorf("bootstrap: enumerate %q: want hosts or relay", c.Enumerate)
 	}
-	if len(c.Repos) > 0 || c.MaxRepos > 0 {
+	if c.Debug() {
 		c.Enumerate = EnumerateRelay // the debug modes list no hosts
 	}
 	if c.Window <= 0 {

@@ -140,7 +140,7 @@ func (b *Bootstrap) newCoordinator(parent context.Context, lanes []lane) *coordi
 		pageOf:        make(map[string]*page),
 		unrecorded:    make(map[string]struct{}),
 		batchSize:     max(cfg.Workers, 16),
-		checkpointing: len(cfg.Repos) == 0 && cfg.MaxRepos == 0,
+		checkpointing: !cfg.Debug(),
 		durable:       lanes[0].start,
 	}
 	hostCap := cfg.Workers // relay mode: the download client caps hosts

@@ -348,8 +348,8 @@ func New(cfg Config) (n *Node, err error) {
 	n.registerHealMetrics(reg)
 	n.setPhase(phase)
 	am := archive.NewMetrics(reg)
-	discover := len(cfg.Bootstrap.Repos) == 0 && cfg.Bootstrap.MaxRepos == 0 // debug runs discover nothing
-	if n.w, err = archive.NewWriter(n.store, archive.WriterOptions{BulkLinger: archive.BulkLinger, Metrics: am, Logger: n.log, Now: cfg.Now, DiscoverUnknown: discover}); err != nil {
+	if n.w, err = archive.NewWriter(n.store, archive.WriterOptions{BulkLinger: archive.BulkLinger, Metrics: am, Logger: n.log, Now: cfg.Now,
+		DiscoverUnknown: !cfg.Bootstrap.Debug()}); err != nil {
 		return n, err
 	}
 	if err := n.buildJobs(reg); err != nil {
@@ -451,7 +451,7 @@ func (n *Node) lifecycleConfig(reg prometheus.Registerer, am *archive.Metrics) l
 	bc := cfg.Bootstrap
 	bc.Logger, bc.Metrics, bc.Crash = n.log, bootstrap.NewMetrics(reg), cfg.Crash
 	bc.Fleet, bc.Identity = n.client, n.ident
-	if cfg.PLCExport && n.ident.Mode() != ident.ModeOff && len(bc.Repos) == 0 && bc.MaxRepos == 0 {
+	if cfg.PLCExport && n.ident.Mode() != ident.ModeOff && !bc.Debug() {
 		bc.Preload = n.readExport
 	}
 	return lifecycle.Config{
@@ -461,7 +461,7 @@ func (n *Node) lifecycleConfig(reg prometheus.Registerer, am *archive.Metrics) l
 		FirehoseMetrics: firehose.NewMetrics(reg),
 		MergeMetrics:    merge.NewMetrics(reg),
 		CaptureWait:     cfg.CaptureWait,
-		SkipDiscovery:   len(bc.Repos) > 0 || bc.MaxRepos > 0,
+		SkipDiscovery:   bc.Debug(),
 		Crash:           cfg.Crash,
 		Logger:          n.log,
 		Now:             cfg.Now,
