@@ -90,6 +90,33 @@ func deleteOf(collection, rkey string) Event {
 	return Event{Kind: KindDelete, Collection: collection, RKey: rkey}
 }
 
+// BenchmarkDeleteInLargeCollection: a collection of n records downloaded
+// (run entries of up to maxRun members), then a delete of one of its
+// records, at random: the tombstone names the record's create, found
+// through the collection's runs. An account deleting all its likes one by
+// one makes n of these.
+func BenchmarkDeleteInLargeCollection(b *testing.B) {
+	for _, n := range []int{4096, 65536, 262144} {
+		b.Run("records"+strconv.Itoa(n), func(b *testing.B) {
+			a := newAccountBench(b)
+			for i := 0; i < n; i += maxRun {
+				evs := make([]Event, min(maxRun, n-i))
+				for j := range evs {
+					evs[j] = create(likes, benchRKey(i+j), i+j)
+					evs[j].DID, evs[j].Rev = heavyDID, "3a"
+				}
+				if _, err := a.w.Apply(context.Background(), &Unit{Events: evs}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			order := rand.New(rand.NewPCG(1, 2)).Perm(n)
+			a.measure("cpu-µs/delete", func(i int) {
+				a.live(heavyDID, deleteOf(likes, benchRKey(order[i%n])))
+			})
+		})
+	}
+}
+
 // BenchmarkDeleteInLiveCollection: a collection of n records written live,
 // four creates a commit (each commit's stretch of creates is foldable into a
 // run entry), between other accounts' commits; then a delete of one of its

@@ -61,14 +61,7 @@ func startHostsNode(t *testing.T, ctx context.Context, net *oracle.Network, opts
 	for _, o := range opts {
 		o(&cfg)
 	}
-	var err error
-	if v.n, err = node.New(cfg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { v.n.Close() })
-	rctx, rcancel := context.WithCancel(ctx)
-	t.Cleanup(rcancel)
-	go func() { v.runErr <- v.n.Run(rctx) }()
+	v.launch(ctx, cfg)
 	return v, &phase
 }
 

@@ -267,6 +267,20 @@ type verifying struct {
 	t        *testing.T
 }
 
+// launch runs a node with cfg, closed with the test; the end of ctx stops
+// its run, whose error goes to v.runErr.
+func (v *verifying) launch(ctx context.Context, cfg node.Config) {
+	v.t.Helper()
+	var err error
+	if v.n, err = node.New(cfg); err != nil {
+		v.t.Fatal(err)
+	}
+	v.t.Cleanup(func() { v.n.Close() })
+	rctx, rcancel := context.WithCancel(ctx)
+	v.t.Cleanup(rcancel)
+	go func() { v.runErr <- v.n.Run(rctx) }()
+}
+
 // startVerifying runs a node on net until steady state (2 minutes at most
 // for the whole test); Close and the end of ctx stop it.
 func startVerifying(t *testing.T, ctx context.Context, net *oracle.Network, mods ...func(*node.Config)) *verifying {
@@ -285,14 +299,7 @@ func startVerifying(t *testing.T, ctx context.Context, net *oracle.Network, mods
 	for _, mod := range mods {
 		mod(&cfg)
 	}
-	var err error
-	if v.n, err = node.New(cfg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { v.n.Close() })
-	rctx, rcancel := context.WithCancel(ctx)
-	t.Cleanup(rcancel)
-	go func() { v.runErr <- v.n.Run(rctx) }()
+	v.launch(ctx, cfg)
 	for steady := false; !steady; {
 		select {
 		case p := <-phases:

@@ -1,7 +1,6 @@
 package crash_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -30,30 +29,13 @@ func TestHoldCapTakedownCrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("4 MiB of live units behind a held replacement, killed: make test-long")
 	}
-	crash.Binary(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	net, err := oracle.Start(ctx, oracle.Config{Accounts: 20, RecordsMean: 10, Hosts: 1, Traffic: oracle.TrafficNone, Seed: 95})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer net.Close()
-	h := crash.New(t, net, crash.Options{Args: healArgs, Settle: time.Second})
-	dids := activeDIDs(net)
-	tgt := dids[0]
-
-	p := h.Start()
-	h.WaitPhase(p, crash.PhaseSteady, 2*time.Minute)
-	waitLive(t, net, p)
-	liveEvent(t, net, p, dids[len(dids)-1])
-	if err := p.Stop(time.Minute); err != nil {
-		t.Fatalf("stop: %v\n%s", err, p.Tail())
-	}
+	net, h := stoppedAfterLive(t, oracle.Config{Accounts: 20, RecordsMean: 10, Hosts: 1, Traffic: oracle.TrafficNone, Seed: 95}, healArgs)
+	tgt := activeDIDs(net)[0]
 	if _, err := net.Emit(func(w *world.World) (world.Event, error) { return w.ResetRepo(tgt, 600) }); err != nil {
 		t.Fatal(err)
 	}
 	head := uint64(net.Status().Seq)
-	p = h.Start(crashpoint.EnvVar + "=" + crashpoint.RepoChunk + ":1:hold")
+	p := h.Start(crashpoint.EnvVar + "=" + crashpoint.RepoChunk + ":1:hold")
 	waitLog(t, p, "crashpoint: holding at "+crashpoint.RepoChunk, 2*time.Minute)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
 		if st, ok := p.Status(); ok && st.RelayCursor() == head {

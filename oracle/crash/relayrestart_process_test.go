@@ -2,7 +2,6 @@ package crash_test
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -243,24 +242,8 @@ func TestRelayRestartMidReplacementCrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two relay restarts during held replacements, killed: make test-long")
 	}
-	crash.Binary(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	net, err := oracle.Start(ctx, oracle.Config{Accounts: 30, RecordsMean: 10, Hosts: 1, Traffic: oracle.TrafficNone, Seed: 91})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer net.Close()
-	h := crash.New(t, net, crash.Options{Args: healArgs, Settle: time.Second})
+	net, h := stoppedAfterLive(t, oracle.Config{Accounts: 30, RecordsMean: 10, Hosts: 1, Traffic: oracle.TrafficNone, Seed: 91}, healArgs)
 	dids := activeDIDs(net)
-
-	p := h.Start()
-	h.WaitPhase(p, crash.PhaseSteady, 2*time.Minute)
-	waitLive(t, net, p)
-	liveEvent(t, net, p, dids[len(dids)-1])
-	if err := p.Stop(time.Minute); err != nil {
-		t.Fatalf("stop: %v\n%s", err, p.Tail())
-	}
 
 	// 1. SIGKILL while the old sequence's commit waits and the reset is
 	// durable.
