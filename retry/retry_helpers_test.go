@@ -302,6 +302,13 @@ func (e *env) live() *firehose.Consumer {
 	return c
 }
 
+// post emits a new post of did saying text, live.
+func (e *env) post(did, text string) (oracle.Emitted, error) {
+	return e.net.Emit(func(w *world.World) (world.Event, error) {
+		return w.CreateRecord(did, "app.bsky.feed.post", "", map[string]any{"$type": "app.bsky.feed.post", "text": text, "createdAt": "2024-01-01T00:00:00Z"})
+	})
+}
+
 // emit applies a world mutation through the network (firehose included).
 func (e *env) emit(f func(w *world.World) (world.Event, error)) oracle.Emitted {
 	e.t.Helper()

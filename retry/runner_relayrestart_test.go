@@ -1,15 +1,12 @@
 package retry_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/backstream/backstream/archive"
-	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/world"
-	"github.com/backstream/backstream/retry"
 )
 
 // TestRelayRestartMidReplacement (S5, C1, gaps): the relay restarts its
@@ -31,9 +28,9 @@ func TestRelayRestartMidReplacement(t *testing.T) {
 	other := e.pick(func(a world.Account) bool { return a.Active }, tgt.DID)
 	// An old sequence well above the restarted relay's first seqs.
 	for i := 0; i < 30; i++ {
-		e.emit(func(w *world.World) (world.Event, error) {
-			return w.CreateRecord(other.DID, "app.bsky.feed.post", "", map[string]any{"$type": "app.bsky.feed.post", "text": "old", "createdAt": "2024-01-01T00:00:00Z"})
-		})
+		if _, err := e.post(other.DID, "old"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	head := e.net.Status().Seq
 	eventually(t, 10*time.Second, "the old sequence durable", func() bool { return live.LastDurable() >= head })
@@ -45,9 +42,7 @@ func TestRelayRestartMidReplacement(t *testing.T) {
 	cw.mid = func() {
 		// The first chunk is durable: the replacement holds tgt. Its live
 		// commit waits behind it.
-		em, err := e.net.Emit(func(w *world.World) (world.Event, error) {
-			return w.CreateRecord(tgt.DID, "app.bsky.feed.post", "", map[string]any{"$type": "app.bsky.feed.post", "text": "held", "createdAt": "2024-01-01T00:00:00Z"})
-		})
+		em, err := e.post(tgt.DID, "held")
 		if err != nil {
 			t.Error(err)
 			return
@@ -71,9 +66,7 @@ func TestRelayRestartMidReplacement(t *testing.T) {
 		// The first frame of the new sequence, another account's commit:
 		// its unit records the gap and resets cursor/relay.
 		tip := e.w.Live().Tip()
-		em, err = e.net.Emit(func(w *world.World) (world.Event, error) {
-			return w.CreateRecord(other.DID, "app.bsky.feed.post", "", map[string]any{"$type": "app.bsky.feed.post", "text": "new", "createdAt": "2024-01-01T00:00:00Z"})
-		})
+		em, err = e.post(other.DID, "new")
 		if err != nil {
 			t.Error(err)
 			return
@@ -102,16 +95,7 @@ func TestRelayRestartMidReplacement(t *testing.T) {
 			t.Errorf("cursor/relay %d (%v) while seq %d of the old sequence waits; want %d", cur, err, heldSeq, heldSeq-1)
 		}
 	}
-	e.jobs = e.newJobs(func(o *backfill.Options) { o.Writer = cw; o.ChunkRows = 10; o.ChunksInFlight = 1 })
-	e.emit(func(w *world.World) (world.Event, error) { return w.ResetRepo(tgt.DID, 45) })
-	eventually(t, 10*time.Second, "the #sync mark", func() bool { return e.state(tgt.DID).Refetch == archive.RefetchSync })
-	ps, err := e.runner(nil).RunOnce(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ps.Results[retry.ResultStale] != 0 || ps.Results[retry.ResultComplete] != 1 || cw.chunks < 5 {
-		t.Fatalf("results %v, %d replacement chunks; want one uninterrupted replacement", ps.Results, cw.chunks)
-	}
+	replaceInChunks(t, e, cw, tgt.DID)
 	if t.Failed() {
 		return
 	}

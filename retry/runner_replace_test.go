@@ -36,12 +36,27 @@ next:
 	return world.Account{}
 }
 
+// replaceInChunks resets did's repo upstream (a #sync) and has one retry
+// pass replace it through cw, ten records a chunk, one chunk in flight:
+// the replacement must complete, uninterrupted, in at least five chunks.
+func replaceInChunks(t *testing.T, e *env, cw *chunkWriter, did string) {
+	t.Helper()
+	e.jobs = e.newJobs(func(o *backfill.Options) { o.Writer = cw; o.ChunkRows = 10; o.ChunksInFlight = 1 })
+	e.emit(func(w *world.World) (world.Event, error) { return w.ResetRepo(did, 45) })
+	eventually(t, 10*time.Second, "the #sync mark", func() bool { return e.state(did).Refetch == archive.RefetchSync })
+	ps, err := e.runner(nil).RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps.Results[retry.ResultStale] != 0 || ps.Results[retry.ResultComplete] != 1 || cw.chunks < 5 {
+		t.Fatalf("results %v, %d replacement chunks; want one uninterrupted replacement", ps.Results, cw.chunks)
+	}
+}
+
 // commitAndWait emits a new record for did and waits until the live
 // consumer has archived it (the ratchet is at its rev).
 func (e *env) commitAndWait(did string) (string, error) {
-	em, err := e.net.Emit(func(w *world.World) (world.Event, error) {
-		return w.CreateRecord(did, "app.bsky.feed.post", "", map[string]any{"$type": "app.bsky.feed.post", "text": "live", "createdAt": "2024-01-01T00:00:00Z"})
-	})
+	em, err := e.post(did, "live")
 	if err != nil {
 		return "", err
 	}
@@ -161,9 +176,7 @@ func TestLiveCommitMidReplacement(t *testing.T) {
 		// The first chunk is durable (one chunk in flight): the replacement
 		// holds the account. Commit live and wait until the live consumer
 		// has submitted it and the writer holds it.
-		em, err := e.net.Emit(func(w *world.World) (world.Event, error) {
-			return w.CreateRecord(tgt.DID, "app.bsky.feed.post", "", map[string]any{"$type": "app.bsky.feed.post", "text": "live", "createdAt": "2024-01-01T00:00:00Z"})
-		})
+		em, err := e.post(tgt.DID, "live")
 		if err != nil {
 			t.Error(err)
 			return
@@ -184,16 +197,7 @@ func TestLiveCommitMidReplacement(t *testing.T) {
 			t.Error("the held live commit was archived before the replacement ended")
 		}
 	}
-	e.jobs = e.newJobs(func(o *backfill.Options) { o.Writer = cw; o.ChunkRows = 10; o.ChunksInFlight = 1 })
-	e.emit(func(w *world.World) (world.Event, error) { return w.ResetRepo(tgt.DID, 45) })
-	eventually(t, 10*time.Second, "the #sync mark", func() bool { return e.state(tgt.DID).Refetch == archive.RefetchSync })
-	ps, err := e.runner(nil).RunOnce(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ps.Results[retry.ResultStale] != 0 || ps.Results[retry.ResultComplete] != 1 || cw.chunks < 5 {
-		t.Fatalf("results %v, %d replacement chunks; want one uninterrupted replacement", ps.Results, cw.chunks)
-	}
+	replaceInChunks(t, e, cw, tgt.DID)
 	eventually(t, 10*time.Second, "the held live commit", func() bool { r, _ := e.store.Rev(tgt.DID); return liveRev != "" && r == liveRev })
 	if n := metric(t, e.reg, "backstream_archive_held_units_total", nil); n < 1 {
 		t.Fatalf("held_units_total = %v: the live commit never waited", n)
