@@ -490,4 +490,84 @@ var mutants = []Mutant{
 			{Pkg: "./firehose", Run: "^TestPipelineKeepsAccountOrder$"},
 		},
 	},
+	{
+		ID: "m48", Invariant: "K1",
+		Name: "a record run is read for an rkey below its lowest member (the bound off by one)",
+		File: "archive/recrun.go",
+		Old:  "bytes.Compare(rkey, r.lo) >= 0 &&",
+		New:  "bytes.Compare(rkey, r.lo) > 0 &&",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestRecordRunBounds$"},
+		},
+	},
+	{
+		ID: "m49", Invariant: "K1",
+		Name: "a live commit's creates fold into run entries (every later delete in the collection reads them all)",
+		File: "archive/recrun.go",
+		Old:  "return s == SourceBackfill || s == SourceRetry }",
+		New:  "return s == SourceBackfill || s == SourceRetry || s == SourceLive }",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestRecordRunsOnlyOfDownloads$"},
+		},
+	},
+	{
+		ID: "m50", Invariant: "G2",
+		Name: "a commit with a since of an account no listing named is archived and the account never fetched",
+		File: "archive/writer.go",
+		Old:  "\tif !ok {\n\t\treturn w.opts.DiscoverUnknown, nil\n\t}",
+		New:  "\tif !ok {\n\t\treturn false, nil\n\t}",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestUnknownAccountWithSinceIsDiscovered$"},
+		},
+	},
+	{
+		ID: "m51", Invariant: "V4 V9",
+		Name: "an op of the PLC export replaces a document resolved after it (an older key and PDS come back)",
+		File: "ident/export.go",
+		Old:  "return prev.KeyMultibase == \"\" || !prev.exported && !prev.FetchedAt.Before(at)",
+		New:  "return prev.KeyMultibase == \"\"",
+		Tests: []Test{
+			{Pkg: "./ident", Run: "^TestReadExportNeverBringsBackAnOlderIdentity$"},
+		},
+	},
+	{
+		ID: "m52", Invariant: "G2",
+		Name: "a repair pass forgets which absent accounts it checked (every pass checks the same first ones)",
+		File: "repair/absent.go",
+		Old:  "r.absentFrom = absent[len(absent)-1].did",
+		New:  "r.absentFrom = \"\"",
+		Tests: []Test{
+			{Pkg: "./repair", Run: "^TestAbsentAccounts$"},
+		},
+	},
+	{
+		ID: "m53", Invariant: "M4",
+		Name: "the merge walk never reopens its cap/ iterator (every table compacted meanwhile stays pinned)",
+		File: "merge/walker.go",
+		Old:  "t.Sub(opened) >= iterMaxAge {",
+		New:  "t.Sub(opened) >= iterMaxAge && false {",
+		Tests: []Test{
+			{Pkg: "./merge", Run: "^TestWalkReleasesCompactedTables$"},
+		},
+	},
+	{
+		ID: "m54", Invariant: "V4",
+		Name: "an identity fetched while the wall clock ran ahead stays fresh until the clock passes it",
+		File: "ident/ident.go",
+		Old:  "\tif !info.FetchedAt.After(now) {\n\t\treturn info\n\t}\n\tc := *info",
+		New:  "\tif true {\n\t\treturn info\n\t}\n\tc := *info",
+		Tests: []Test{
+			{Pkg: "./ident", Run: "^(TestClockAheadIdentRows|TestClockAheadInMemory)$"},
+		},
+	},
+	{
+		ID: "m55", Invariant: "K4",
+		Name: "compaction ignores its configured bound on one account's removal batch",
+		File: "archive/compact.go",
+		Old:  "n > p.opts.MaxAccountBatch {",
+		New:  "n > MaxCompactAccountBatch {",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestCompactAccountTooLarge$"},
+		},
+	},
 }
