@@ -503,7 +503,7 @@ var mutants = []Mutant{
 	{
 		ID: "m49", Invariant: "K1",
 		Name: "a live commit's creates fold into run entries (every later delete in the collection reads them all)",
-		File: "archive/recrun.go",
+		File: "archive/event.go",
 		Old:  "return s == SourceBackfill || s == SourceRetry }",
 		New:  "return s == SourceBackfill || s == SourceRetry || s == SourceLive }",
 		Tests: []Test{
