@@ -423,6 +423,13 @@ var upgrader = websocket.Upgrader{
 	EnableCompression: true,
 }
 
+// StartCursorHeader names the upgrade response's header that holds the
+// seq cursor the connection's stream starts at (an extension; v1 clients
+// ignore it). A client dropped before its first event reconnects with
+// cursor=<it> and loses nothing of what was archived meanwhile; a live
+// start is the tip's next seq at the upgrade.
+const StartCursorHeader = "Backstream-Cursor"
+
 // maxClientMessage bounds one client message (an options_update with
 // 10,000 DIDs is about 400 KB).
 const maxClientMessage = 2 << 20
@@ -462,7 +469,7 @@ func (s *Server) handleSubscribe(w http.ResponseWriter, r *http.Request) {
 	defer s.wg.Done()
 	defer s.release(ip)
 	hj := &hijacker{ResponseWriter: w}
-	ws, err := upgrader.Upgrade(hj, r, nil)
+	ws, err := upgrader.Upgrade(hj, r, http.Header{StartCursorHeader: {strconv.FormatUint(start, 10)}})
 	if err != nil {
 		// gorilla has answered the client.
 		s.m.refuse(refusedUpgrade)

@@ -2,6 +2,7 @@ package subscribe
 
 import (
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -240,6 +241,42 @@ func TestResumeByTimeUS(t *testing.T) {
 		c.Close()
 		if err := checkContiguous(got, all[k].Cursor, last); err != nil {
 			t.Fatalf("resume from the time_us of cursor %d: %v", all[k].Cursor, err)
+		}
+	}
+}
+
+// TestStartCursorHeader: the upgrade answers where the stream starts
+// (StartCursorHeader), a seq cursor that reproduces the stream: the live
+// tip's next seq, a seq cursor (past the tip: the tip's next), or the first
+// seq at or after a time cursor; the first event sent is at that seq.
+func TestStartCursorHeader(t *testing.T) {
+	base := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	h := newHarness(t, harnessOpts{now: func() time.Time { return base }})
+	_, tip := h.commit(genEvents(t, 0, 5, 4)...) // times base, base+1µs, …
+	for _, tc := range []struct {
+		query string
+		want  uint64 // 0: live, the tip's next seq when dialled
+	}{
+		{"", 0},
+		{"?cursor=0", 1},
+		{"?cursor=3", 3},
+		{"?cursor=1000", 0},
+		{fmt.Sprintf("?cursor=%d", base.UnixMicro()+2), 3},
+	} {
+		c, resp, err := (&websocket.Dialer{}).Dial(h.wsURL(tc.query), nil)
+		if err != nil {
+			t.Fatalf("dial %q: %v", tc.query, err)
+		}
+		got := resp.Header.Get(StartCursorHeader)
+		want := tc.want
+		if want == 0 {
+			want = tip + 1
+			_, tip = h.commit(genEvents(t, 10+int(tip), 1, 4)...)
+		}
+		ev, _, err := readEvent(t, c, 5*time.Second)
+		c.Close()
+		if got != strconv.FormatUint(want, 10) || err != nil || ev.Cursor != want {
+			t.Errorf("%q: %s %q, first event %d (%v); want %d for both", tc.query, StartCursorHeader, got, ev.Cursor, err, want)
 		}
 	}
 }

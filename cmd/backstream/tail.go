@@ -6,7 +6,11 @@ package main
 // restart without repeating or skipping an event. From a server whose
 // events carry no "cursor" (a Jetstream) it resumes from the last printed
 // time_us, which such a server reads as an inclusive time, and does not
-// print again the lines it sends again at that time.
+// print again the lines it sends again at that time. Started live and
+// dropped before its first print, it resumes from where its connection
+// started (the seq the server names in its upgrade answer; from a
+// Jetstream, the time of the connection), so the events archived while it
+// was away are printed, not skipped by a second live start.
 
 import (
 	"bytes"
@@ -26,6 +30,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/backstream/backstream/internal/backoff"
+	"github.com/backstream/backstream/subscribe"
 )
 
 // Defaults of the tail client.
@@ -289,6 +294,9 @@ func (t *tailer) once(ctx context.Context) error {
 	}
 	defer conn.Close()
 	t.upgraded = true
+	if t.cursor == "" {
+		t.cursor = liveStart(resp)
+	}
 	conn.SetReadLimit(tailMaxDecodedMessage)
 	t.log.Debug("tail: connected", "url", redact(target))
 	resumedByTime := len(t.atLastTime) > 0 // until a line past lastTime
@@ -359,6 +367,21 @@ func (t *tailer) once(ctx context.Context) error {
 			return errTailLimit
 		}
 	}
+}
+
+// liveStart is where a live tail resumes after a drop before its first
+// print: the seq cursor its connection started at, which backstream says
+// in resp (subscribe.StartCursorHeader); from a server that does not (a
+// Jetstream), the time of the connection by this machine's clock, which
+// such a server reads as an inclusive time (a clock ahead of the server's
+// skips what the server received in between).
+func liveStart(resp *http.Response) string {
+	if c := resp.Header.Get(subscribe.StartCursorHeader); c != "" {
+		if _, err := strconv.ParseUint(c, 10, 64); err == nil {
+			return c
+		}
+	}
+	return strconv.FormatInt(time.Now().UnixMicro(), 10)
 }
 
 // closeNormally says goodbye (1000) and closes the socket.

@@ -382,6 +382,90 @@ func TestTailResumesAcrossRestart(t *testing.T) {
 	}
 }
 
+// TestTailLiveLosesNothingBeforeItsFirstPrint: tail started live is
+// dropped before it printed anything; the events archived between the drop
+// and its reconnect are printed, from where its first connection started
+// (the server says where: Backstream-Cursor), not skipped by a second
+// live start.
+func TestTailLiveLosesNothingBeforeItsFirstPrint(t *testing.T) {
+	s := newTailServer(t)
+	s.commit(3)
+	u, err := tailURL(s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, logs syncBuffer
+	cfg := tailConfig{url: u, limit: 4, backoffMin: 5 * time.Millisecond, backoffMax: 40 * time.Millisecond, idle: 5 * time.Second}
+	ctx := testCtx(t)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- tailLoop(ctx, cfg, &out, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	}()
+	waitFor(t, func() bool { return strings.Contains(logs.String(), "tail: connected") })
+
+	s.stop()
+	s.ready.Store(false)
+	s.start()
+	s.commit(3) // 4, 5, 6: archived while tail is away
+	s.ready.Store(true)
+	s.commit(1) // 7
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("tail did not finish; stdout:\n%s\nlog:\n%s", out.String(), logs.String())
+	}
+	wantCursors(t, tailLines(t, out.String()), 4, 5, 6, 7)
+	if !strings.Contains(logs.String(), "reconnecting\" err=") || !strings.Contains(logs.String(), " cursor=4 ") {
+		t.Fatalf("want the reconnects to ask from seq 4, where the first connection started; log:\n%s", logs.String())
+	}
+}
+
+// TestTailLiveResumesAJetstreamFromItsConnection: from a server that does
+// not say where a live stream started (a Jetstream), tail dropped before its
+// first print asks again from the time it connected, by its own clock.
+func TestTailLiveResumesAJetstreamFromItsConnection(t *testing.T) {
+	var mu sync.Mutex
+	var cursors []string
+	up := websocket.Upgrader{}
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		cursors = append(cursors, r.URL.Query().Get("cursor"))
+		mu.Unlock()
+		if c, err := up.Upgrade(w, r, nil); err == nil {
+			c.Close() // dropped before any event
+		}
+	}))
+	defer hs.Close()
+	u, err := tailURL(hs.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), cursors...)
+	}
+	before := time.Now().UnixMicro()
+	ctx, cancel := context.WithCancel(testCtx(t))
+	done := make(chan error, 1)
+	go func() {
+		done <- tailLoop(ctx, tailConfig{url: u, backoffMin: time.Millisecond, backoffMax: time.Millisecond, idle: 5 * time.Second}, io.Discard, tailQuiet)
+	}()
+	waitFor(t, func() bool { return len(asked()) >= 2 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	c := asked()
+	at, err := strconv.ParseInt(c[1], 10, 64)
+	if c[0] != "" || err != nil || at < before || at > time.Now().UnixMicro() {
+		t.Fatalf("cursors asked %q: want live, then the time of the first connection (after %d)", c, before)
+	}
+}
+
 // TestTailBackoff: reconnect waits double from backoffMin to backoffMax,
 // each within ±25 % of its nominal delay and never above the cap, and start
 // over after a connection that printed something.
