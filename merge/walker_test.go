@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/storefault"
 	"github.com/cockroachdb/pebble/vfs"
 )
 
@@ -259,7 +260,6 @@ func TestWalkReleasesCompactedTables(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	zombies := func() int64 { return r.store.DB().Metrics().Table.ZombieCount }
 	base, calls := time.Unix(1_700_000_000, 0), 0
 	pinned, released := int64(-1), int64(-1)
 	now := func() time.Time {
@@ -269,12 +269,9 @@ func TestWalkReleasesCompactedTables(t *testing.T) {
 			if err := r.store.DB().Compact([]byte("cap/"), []byte("cap0"), false); err != nil { // '0' follows '/'
 				t.Error(err)
 			}
-			pinned = zombies()
+			pinned = storefault.HeldTables(r.store.DB())
 		case 5:
-			for deadline := time.Now().Add(10 * time.Second); zombies() > 0 && time.Now().Before(deadline); {
-				time.Sleep(time.Millisecond)
-			}
-			released = zombies()
+			released = storefault.WaitReleased(r.store.DB(), 10*time.Second)
 		}
 		return base.Add(time.Duration(max(0, calls-3)) * 11 * time.Second)
 	}

@@ -21,6 +21,11 @@
 //     are left alone, so a sweep's n is the same read in every run.
 //     IsolateKey rewrites one key into an sstable of its own, so that
 //     failing that file's reads fails exactly the reads of that key.
+//   - Held tables: HeldTables counts the sstables compaction removed that
+//     open iterators still keep on disk (Pebble's zombie tables), and
+//     WaitReleased waits for them to go. The tests of the readers that
+//     reopen their iterator on a clock (the merge walk, the NATS sink)
+//     compact under it and read both.
 //
 // # Invariants kept here
 //
