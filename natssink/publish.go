@@ -26,8 +26,14 @@ const HeaderDID = "Backstream-Did"
 // readBatch bounds the events read per turn of the loop.
 const readBatch = 512
 
-// iterSpan bounds the events one store iterator reads.
-const iterSpan = 1 << 16
+// iterSpan bounds the events one store iterator reads, and iterMaxAge how
+// long the sink holds one (as the merge walk does): an iterator pins every
+// table it sees, so one held while the cluster acknowledges slowly would
+// keep on disk every table compacted away meanwhile.
+const (
+	iterSpan   = 1 << 16
+	iterMaxAge = 10 * time.Second
+)
 
 // inflight is a published event waiting for its acknowledgement.
 type inflight struct {
@@ -67,10 +73,11 @@ type publisher struct {
 	inboxLen                  int    // of reply's <inbox>.
 	now                       time.Time
 
-	rend  subscribe.Renderer
-	ents  []*archive.LiveEntry
-	it    *archive.EventIter // reading the store below itEnd
-	itEnd uint64
+	rend     subscribe.Renderer
+	ents     []*archive.LiveEntry
+	it       *archive.EventIter // reading the store below itEnd
+	itEnd    uint64
+	itOpened time.Time // by the sink's clock
 	// stuck: an event the servers' max_payload refuses; nothing more is
 	// published, and the session ends with it once the window is
 	// acknowledged.
@@ -404,8 +411,10 @@ func (p *publisher) run(ctx context.Context) error {
 		}
 		// Nothing to publish now, or the window is full: wait for an
 		// acknowledgement, a new event, or the oldest publish's deadline.
+		now := p.sink.cfg.Now()
+		p.expireIter(now)
 		oldest := p.slot(p.done)
-		left := oldest.sent.Add(p.sink.cfg.AckTimeout).Sub(p.sink.cfg.Now())
+		left := oldest.sent.Add(p.sink.cfg.AckTimeout).Sub(now)
 		if left <= 0 {
 			return fmt.Errorf("publish of seq %d: no acknowledgement within %s", oldest.seq, p.sink.cfg.AckTimeout)
 		}
@@ -500,6 +509,7 @@ func (p *publisher) fill() (int, error) {
 		return 0, nil
 	}
 	p.now = p.sink.cfg.Now()
+	p.expireIter(p.now)
 	ents, floor := p.sink.cfg.Writer.Live().ReadEntries(p.next, p.ents[:0], room)
 	p.ents = ents[:0]
 	if p.next < floor {
@@ -520,14 +530,15 @@ func (p *publisher) fill() (int, error) {
 // store. Replay never reads at or past the floor: those rows may not be
 // synced yet. One iterator serves many turns: it is opened at p.next and
 // read up to the floor of its opening, or iterSpan events, whichever is
-// first (an iterator pins what it sees), then opened again.
+// first, then opened again; expireIter closes it sooner once it is
+// iterMaxAge old.
 func (p *publisher) fillFromStore(room int, floor uint64) (int, error) {
 	if p.it == nil {
 		it, err := p.sink.cfg.Store.Events(p.next)
 		if err != nil {
 			return 0, &fatalError{fmt.Errorf("natssink: read the archive at %d: %w", p.next, err)}
 		}
-		p.it, p.itEnd = it, min(floor, p.next+iterSpan)
+		p.it, p.itEnd, p.itOpened = it, min(floor, p.next+iterSpan), p.now
 	}
 	n := 0
 	for n < room {
@@ -554,6 +565,16 @@ func (p *publisher) fillFromStore(room int, floor uint64) (int, error) {
 		n++
 	}
 	return n, nil
+}
+
+// expireIter closes the store iterator once it is iterMaxAge old, before
+// a turn and before a wait for acknowledgements: the next read of the
+// store opens a new one at p.next, the next event to publish, so the
+// reopen skips and repeats nothing.
+func (p *publisher) expireIter(now time.Time) {
+	if p.it != nil && now.Sub(p.itOpened) >= iterMaxAge {
+		p.closeIter()
+	}
 }
 
 func (p *publisher) closeIter() {
