@@ -136,3 +136,21 @@ func compactEvents(t *testing.T, wd *world) int64 {
 	}
 	return storefault.HeldTables(wd.store.DB())
 }
+
+// TestSinkCaughtUpHoldsNoIterator: a sink that has read the history from
+// the store and caught up with the archive's tip holds no store iterator
+// while it waits for new events, however long that is. With a window of
+// one, every turn publishes one event, so the history's last turn ends
+// exactly at the end of the iterator's span, where no read found its end.
+func TestSinkCaughtUpHoldsNoIterator(t *testing.T) {
+	c := natstest.Start(t, 1)
+	wd := newWorld(t)
+	flushedHistory(t, wd, 4, 500)
+	rs := wd.startSink(t, Config{URLs: c.URLs(), Window: 1})
+	rs.waitCaughtUp(t, wd, time.Minute)
+	pinned := compactEvents(t, wd)
+	if held := storefault.WaitReleased(wd.store.DB(), 10*time.Second); held != 0 {
+		t.Fatalf("the caught-up sink holds %d tables compacted away after it caught up (%d right after the compaction); want none", held, pinned)
+	}
+	natstest.CheckStream(t, wd.store, natstest.ReadStream(t, c.URLs(), DefaultStream, natstest.ArchiveEvents(t, wd.store)), subjectOf(DefaultStream))
+}

@@ -515,6 +515,10 @@ func (p *publisher) fill() (int, error) {
 	if p.next < floor {
 		return p.fillFromStore(room, floor)
 	}
+	// At or past the floor the store iterator has nothing left to read
+	// (it stops below the floor of its opening): close it now, not when
+	// the sink next falls behind the live log, which may be never.
+	p.closeIter()
 	for i, e := range ents {
 		body, err := subscribe.LiveJSON(e)
 		if err := p.publish(e.Event, body, err); err != nil {
