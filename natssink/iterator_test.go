@@ -16,7 +16,8 @@ import (
 
 // stallPublishes holds the given publishes of the sink (numbered from 1 as
 // they reach the proxy) until the test releases them: a cluster that has
-// stopped answering. Each held publish also holds every frame after it.
+// stopped answering. A held publish also holds every frame after it, and
+// those before it that the proxy has not yet flushed.
 type stallPublishes struct {
 	at      map[int64]chan struct{}
 	reached chan int64
