@@ -570,4 +570,25 @@ var mutants = []Mutant{
 			{Pkg: "./archive", Run: "^TestCompactAccountTooLarge$"},
 		},
 	},
+	{
+		ID: "m56", Invariant: "N6",
+		Name: "the NATS sink holds its store iterator however long acknowledgements take (tables compacted meanwhile stay on disk)",
+		File: "natssink/publish.go",
+		Old:  "now.Sub(p.itOpened) >= iterMaxAge {",
+		New:  "now.Sub(p.itOpened) >= iterMaxAge && false {",
+		Tests: []Test{
+			{Pkg: "./natssink", Run: "^TestSinkReleasesCompactedTables$"},
+		},
+	},
+	{
+		ID: "m57", Invariant: "X4",
+		Name: "the upgrade does not name where the stream starts (a client dropped before its first event loses what was archived meanwhile)",
+		File: "subscribe/server.go",
+		Old:  "upgrader.Upgrade(hj, r, http.Header{StartCursorHeader: {strconv.FormatUint(start, 10)}})",
+		New:  "upgrader.Upgrade(hj, r, nil)",
+		Tests: []Test{
+			{Pkg: "./subscribe", Run: "^TestStartCursorHeader$"},
+			{Pkg: "./cmd/backstream", Run: "^TestTailLiveLosesNothingBeforeItsFirstPrint$"},
+		},
+	},
 }
