@@ -87,7 +87,9 @@
 // a host left out of listHosts (HideHost: one that joins, or leaves, the
 // network after a node read the roster); listHosts answered with an
 // error status (FailListHosts); a host grown by deactivated
-// accounts its listing names and listHosts counts (GrowHost);
+// accounts its listing names and listHosts counts (GrowHost); a host
+// listHosts gives a status other than active, e.g. banned
+// (SetHostStatus); listHosts without accountCount (OmitAccountCounts);
 // DID documents answered 404
 // (DIDNotFound), without a verification method (DIDNoKey), or naming
 // ForeignKey's public key (DIDWrongKey); every document request delayed

@@ -159,6 +159,8 @@ type Faults struct {
 	endlessN   map[int]int64           // host → EndlessListing pages served
 	hidden     map[int]bool            // HideHost: hosts listHosts leaves out
 	grown      map[int]int64           // GrowHost: accounts listHosts counts beyond the world's
+	hostStatus map[int]string          // SetHostStatus: the status listHosts gives a host
+	noCounts   bool                    // OmitAccountCounts: listHosts gives no accountCount
 	plcSlow    time.Duration           // FaultPLCSlow delay
 	plcSlowN   int
 	plcFailN   int
@@ -198,7 +200,7 @@ func (f *Faults) Clear() {
 	f.left = make(map[string]staleCopy)
 	f.fabricated, f.fabDocs = make(map[int][]world.Account), make(map[string]int64)
 	f.endless = make(map[int][]string)
-	f.hidden, f.grown = make(map[int]bool), make(map[int]int64)
+	f.hidden, f.grown, f.hostStatus, f.noCounts = make(map[int]bool), make(map[int]int64), make(map[int]string), false
 	if f.endlessN == nil {
 		f.endlessN = make(map[int]int64)
 	}
@@ -472,6 +474,40 @@ func (f *Faults) hostHidden(host int) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.hidden[host]
+}
+
+// SetHostStatus makes the relay's listHosts give PDS host status (banned,
+// offline, throttled, idle, or any word) instead of active; "" gives
+// active again. Its listRepos and getRepo are unchanged.
+func (f *Faults) SetHostStatus(host int, status string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if status == "" {
+		delete(f.hostStatus, host)
+	} else {
+		f.hostStatus[host] = status
+	}
+}
+
+// OmitAccountCounts makes the relay's listHosts give no accountCount for
+// any host while on is true, as a relay that does not serve the field.
+func (f *Faults) OmitAccountCounts(on bool) {
+	f.mu.Lock()
+	f.noCounts = on
+	f.mu.Unlock()
+}
+
+// rosterEntry is how listHosts gives host: its status (SetHostStatus;
+// "active" by default) and whether it gives its account count
+// (OmitAccountCounts).
+func (f *Faults) rosterEntry(host int) (status string, counted bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	status = f.hostStatus[host]
+	if status == "" {
+		status = "active"
+	}
+	return status, !f.noCounts
 }
 
 // GrowHost gives PDS host n more accounts, all deactivated: its listRepos

@@ -310,7 +310,8 @@ func (n *Network) handleGetRepoStatus(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleListHosts serves com.atproto.sync.listHosts: every PDS host, one
-// page (but those HideHost leaves out; GrowHost's accounts counted), or
+// page (but those HideHost leaves out; GrowHost's accounts counted; the
+// status SetHostStatus gives; no accountCount under OmitAccountCounts), or
 // FailListHosts's error while it holds.
 func (n *Network) handleListHosts(w http.ResponseWriter, r *http.Request) {
 	if st := n.faults.takeListHostsFailure(); st != 0 {
@@ -329,10 +330,13 @@ func (n *Network) handleListHosts(w http.ResponseWriter, r *http.Request) {
 		if n.faults.hostHidden(i) {
 			continue
 		}
-		c, s, status := counts[i]+n.faults.grownBy(i), seq, "active"
-		out.Hosts = append(out.Hosts, &comatproto.SyncListHosts_Host{
-			Hostname: h.hostname(), AccountCount: &c, Seq: &s, Status: &status,
-		})
+		c, s := counts[i]+n.faults.grownBy(i), seq
+		status, counted := n.faults.rosterEntry(i)
+		e := &comatproto.SyncListHosts_Host{Hostname: h.hostname(), Seq: &s, Status: &status}
+		if counted {
+			e.AccountCount = &c
+		}
+		out.Hosts = append(out.Hosts, e)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
