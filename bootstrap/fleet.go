@@ -400,6 +400,28 @@ func (b *Bootstrap) hostFor(did string) string {
 	return b.inflight[did].host
 }
 
+// Why bootstrap enumerates as it does (Progress.EnumerationReason).
+const (
+	ModeAsked           = "asked"             // --enumerate named the mode
+	ModeNoFleet         = "no_fleet"          // default mode, no fleet source: relay
+	ModeNoListHosts     = "no_listhosts"      // default mode, the relay does not answer listHosts: relay
+	ModeNoAccountCounts = "no_account_counts" // default mode, no active roster host has an accountCount: relay
+	ModeListHosts       = "listhosts"         // default mode, the relay answers listHosts with counts: hosts
+)
+
+// reasonAsked is ModeAsked when --enumerate named a mode, else why.
+func reasonAsked(mode, why string) string {
+	if mode != "" {
+		return ModeAsked
+	}
+	return why
+}
+
+// enumeration says on /status the mode this run enumerates in, and why.
+func (b *Bootstrap) enumeration(mode, why string) {
+	b.prog.set(func(p *Progress) { p.Enumeration, p.EnumerationReason = mode, why })
+}
+
 // lane is one listing: the relay's (host "") or one host's.
 type lane struct {
 	host    string
@@ -417,6 +439,7 @@ func (b *Bootstrap) fleetLanes(ctx context.Context) ([]lane, error) {
 	log := cfg.Logger
 	mode := cfg.Enumerate
 	if mode == EnumerateRelay || (mode == "" && cfg.Fleet == nil) {
+		b.enumeration(EnumerateRelay, reasonAsked(mode, ModeNoFleet))
 		log.Info("bootstrap: enumeration mode relay: the relay's listRepos, downloads through its redirect", "asked", cfg.Enumerate)
 		return nil, nil
 	}
@@ -432,12 +455,22 @@ func (b *Bootstrap) fleetLanes(ctx context.Context) ([]lane, error) {
 		if mode == EnumerateHosts {
 			return nil, fmt.Errorf("bootstrap: --enumerate hosts: the relay's listHosts: %w", err)
 		}
+		b.enumeration(EnumerateRelay, ModeNoListHosts)
 		log.Info("bootstrap: enumeration mode relay: the relay does not answer listHosts", "err", err)
+		return nil, nil
+	}
+	if mode == "" && rr.Uncounted() {
+		// The roster is not recorded: discovery and the repair passes
+		// list the relay too (they list hosts only after a roster).
+		b.enumeration(EnumerateRelay, ModeNoAccountCounts)
+		log.Warn("bootstrap: enumeration mode relay: the relay's listHosts gives no active host an accountCount, so each host's listing could name at most 10,000 entries; the relay's listRepos is listed instead, downloads through its redirect (--enumerate hosts lists the hosts anyway, with that bound)",
+			"hosts", len(roster), "skipped_not_active", skipped)
 		return nil, nil
 	}
 	if _, err := RecordRoster(ctx, cfg.Writer, cfg.Store, rr); err != nil {
 		return nil, fmt.Errorf("bootstrap: %w", err)
 	}
+	b.enumeration(EnumerateHosts, reasonAsked(mode, ModeListHosts))
 	log.Info("bootstrap: enumeration mode hosts: every active host of the relay's roster lists its own repos and serves them",
 		"asked", cfg.Enumerate, "hosts", len(roster), "skipped_not_active", skipped, "listed_by_two_hosts", b.attributionRule())
 	b.listSlots = semaphore.NewWeighted(int64(cfg.Workers))

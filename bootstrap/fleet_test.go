@@ -458,6 +458,7 @@ func TestFleetMode(t *testing.T) {
 	if p := b.Progress().Hosts; p == nil || p.Mode != bootstrap.EnumerateHosts || fr.calls != 3 {
 		t.Fatalf("after two transient failures: hosts %+v, %d listHosts calls", p, fr.calls)
 	}
+	wantMode(t, b, bootstrap.EnumerateHosts, bootstrap.ModeListHosts)
 
 	e2 := newEnv(t, worldCfg(30, 4))
 	missing := &flakyRoster{FleetSource: e2.client, fails: 1 << 30, err: upstreamErr(t, 501)}
@@ -466,12 +467,49 @@ func TestFleetMode(t *testing.T) {
 	if b.Progress().Hosts != nil || missing.calls != 1 {
 		t.Fatalf("a relay without listHosts: hosts %+v after %d calls, want relay mode after one", b.Progress().Hosts, missing.calls)
 	}
+	wantMode(t, b, bootstrap.EnumerateRelay, bootstrap.ModeNoListHosts)
 	e3 := newEnv(t, worldCfg(30, 4))
 	b = e3.fleetBoot(bootstrap.EnumerateHosts, 4, 2, nil, noSleep, func(c *bootstrap.Config) {
 		c.Fleet = &flakyRoster{FleetSource: e3.client, fails: 1 << 30, err: upstreamErr(t, 501)}
 	})
 	if err := b.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "--enumerate hosts: the relay's listHosts") {
 		t.Fatalf("hosts asked of a relay without listHosts: %v", err)
+	}
+}
+
+// wantMode fails t unless b's progress says it enumerates in mode, why.
+func wantMode(t *testing.T, b *bootstrap.Bootstrap, mode, why string) {
+	t.Helper()
+	if p := b.Progress(); p.Enumeration != mode || p.EnumerationReason != why {
+		t.Errorf("/status bootstrap.enumeration %q (%q), want %q (%q)", p.Enumeration, p.EnumerationReason, mode, why)
+	}
+}
+
+// TestFleetModeWithoutAccountCounts: a relay whose listHosts gives no
+// accountCount (oracle OmitAccountCounts). By default bootstrap lists the
+// relay (each host's listing could only be bounded at 10,000 entries),
+// records no roster and says why on /status; asked for hosts, it lists
+// the hosts and records the roster. Relay asked is relay, asked.
+func TestFleetModeWithoutAccountCounts(t *testing.T) {
+	for _, tc := range []struct{ asked, mode, why string }{
+		{"", bootstrap.EnumerateRelay, bootstrap.ModeNoAccountCounts},
+		{bootstrap.EnumerateHosts, bootstrap.EnumerateHosts, bootstrap.ModeAsked},
+		{bootstrap.EnumerateRelay, bootstrap.EnumerateRelay, bootstrap.ModeAsked},
+	} {
+		t.Run("asked="+tc.asked, func(t *testing.T) {
+			e := newEnv(t, worldCfg(30, 4))
+			e.net.Faults().OmitAccountCounts(true)
+			b := e.fleetBoot(tc.asked, 4, 2, nil)
+			e.runToEnd(b)
+			wantMode(t, b, tc.mode, tc.why)
+			rs, err := e.store.RosterEntries()
+			if err != nil || (len(rs) > 0) != (tc.mode == bootstrap.EnumerateHosts) {
+				t.Errorf("roster recorded: %v, %v; want it in hosts mode only", rs, err)
+			}
+			if complete, missing := e.archived(); len(missing) > 0 {
+				t.Errorf("%d archived, missing %v", len(complete), missing)
+			}
+		})
 	}
 }
 

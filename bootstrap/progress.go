@@ -74,6 +74,13 @@ type Progress struct {
 	ReposPerSec   float64 `json:"repos_per_sec"`
 	RecordsPerSec float64 `json:"records_per_sec"`
 	ETASeconds    float64 `json:"eta_seconds"`
+	// Enumeration is the mode this run enumerates in (EnumerateHosts or
+	// EnumerateRelay; "" before it is decided, and in the debug modes),
+	// EnumerationReason why (ModeAsked, ModeNoFleet, ModeNoListHosts,
+	// ModeNoAccountCounts, ModeListHosts). A hosts run that falls back to
+	// the relay says so in Hosts.FellBackToRelay.
+	Enumeration       string `json:"enumeration,omitempty"`
+	EnumerationReason string `json:"enumeration_reason,omitempty"`
 	// Hosts is the fleet bootstrap's roster and hosts by state; absent in
 	// relay mode.
 	Hosts *HostsProgress `json:"hosts,omitempty"`

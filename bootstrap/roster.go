@@ -68,6 +68,19 @@ type Roster struct {
 // no repeating cursor. Only a whole read says a host has left.
 func (r Roster) Whole() bool { return r.Cut == "" && !r.Loop }
 
+// Uncounted reports whether the roster has an active host and gives none
+// of its active hosts an account count (absent, or 0): a relay whose
+// listHosts does not serve accountCount. Each host's listing would then
+// be bounded at upstream.HostListingSlack entries whatever its size.
+func (r Roster) Uncounted() bool {
+	for _, e := range r.Entries {
+		if e.Status == "active" && e.Accounts > 0 {
+			return false
+		}
+	}
+	return len(r.Active) > 0
+}
+
 // ReadRoster pages listHosts until its last page, a cursor that repeats
 // any of the read (a loop: counted, the roster ends there as on its last
 // page), or MaxHosts hosts or pages read with a cursor still pending (a
