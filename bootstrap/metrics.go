@@ -3,6 +3,7 @@ package bootstrap
 // metrics.go owns bootstrap's Prometheus instruments. Nil-safe.
 
 import (
+	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/upstream"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -176,5 +177,37 @@ func (m *Metrics) doubleListed(by string) {
 func (m *Metrics) relayFallback() {
 	if m != nil {
 		m.relayFallbacks.Inc()
+	}
+}
+
+// rosterCollector is backstream_roster_hosts{status}: RosterCounts, read
+// from the store at each scrape, so it follows every roster recorded
+// (bootstrap's, discovery's, each repair pass's) without a hook in them.
+type rosterCollector struct {
+	store *archive.Store
+	desc  *prometheus.Desc
+}
+
+// NewRosterCollector is the gauge of the hosts store's host/ rows record
+// by roster status (RosterStatuses: a bounded label set, never a label
+// per host).
+func NewRosterCollector(store *archive.Store) prometheus.Collector {
+	return &rosterCollector{store: store, desc: prometheus.NewDesc("backstream_roster_hosts",
+		"Hosts of the relay's listHosts roster as last recorded (by a hosts-mode bootstrap, discovery or a repair pass), by roster status: active, idle, offline, throttled, banned, left (no longer named by a whole read), other (any other word); all 0 in relay mode (no roster recorded); -1 when the host rows cannot be read.",
+		[]string{"status"}, nil)}
+}
+
+// Describe implements prometheus.Collector.
+func (c *rosterCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements prometheus.Collector.
+func (c *rosterCollector) Collect(ch chan<- prometheus.Metric) {
+	counts, err := RosterCounts(c.store)
+	for _, st := range RosterStatuses() {
+		v := float64(counts[st])
+		if err != nil {
+			v = -1
+		}
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, st)
 	}
 }

@@ -187,18 +187,55 @@ func rosterPage(ctx context.Context, src RosterSource, o RosterOptions, cursor s
 	}
 }
 
+// RosterOther is the roster status recorded for a relay's status that is
+// not a short lower-case word, and the count of every status
+// RosterStatuses does not name.
+const RosterOther = "other"
+
+// RosterStatuses are the roster statuses counted apart (RosterCounts, the
+// backstream_roster_hosts gauge): listHosts's active, idle, offline,
+// throttled and banned, RosterLeft, and RosterOther for any other word, so
+// a relay's own words cannot grow the label set.
+func RosterStatuses() []string {
+	return []string{"active", "idle", "offline", "throttled", "banned", RosterLeft, RosterOther}
+}
+
 // rosterStatus is a roster status as stored: the relay's word when it is a
-// short lower-case word, else "other" (upstream data, never trusted).
+// short lower-case word, else RosterOther (upstream data, never trusted).
 func rosterStatus(s string) string {
 	if s == "" || len(s) > 32 {
-		return "other"
+		return RosterOther
 	}
 	for _, c := range s {
 		if (c < 'a' || c > 'z') && c != '_' {
-			return "other"
+			return RosterOther
 		}
 	}
 	return s
+}
+
+// RosterCounts counts the hosts whose host/ row holds a roster entry, by
+// status: every RosterStatuses value (0 included), a status it does not
+// name counted as RosterOther. All 0 when no roster was ever recorded
+// (relay mode). It reads every host/ row: one per host a roster named or
+// a failed repo was last fetched from.
+func RosterCounts(store *archive.Store) (map[string]int64, error) {
+	counts := make(map[string]int64, len(RosterStatuses()))
+	for _, st := range RosterStatuses() {
+		counts[st] = 0
+	}
+	hosts, err := store.RosterEntries()
+	if err != nil {
+		return nil, fmt.Errorf("read the roster: %w", err)
+	}
+	for _, h := range hosts {
+		if _, known := counts[h.Status]; known {
+			counts[h.Status]++
+		} else {
+			counts[RosterOther]++
+		}
+	}
+	return counts, nil
 }
 
 // rosterUnit bounds the host rows of one roster unit.

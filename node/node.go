@@ -339,7 +339,7 @@ func New(cfg Config) (n *Node, err error) {
 		return n, err
 	}
 	reg := cfg.Registry
-	reg.MustRegister(archive.NewPebbleCollector(n.store))
+	reg.MustRegister(archive.NewPebbleCollector(n.store), bootstrap.NewRosterCollector(n.store))
 	n.phase = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "backstream_phase",
 		Help: "1 for the lifecycle phase the process is in (bootstrap, merging, steady_state), 0 for the others.",

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -355,5 +356,50 @@ func TestDiscoveryFailedRosterReadListsRecordedHosts(t *testing.T) {
 	v.waitFor("retry drained", retryDrained(v.n.Retrier()))
 	if completeCount(v.n.Store(), live) != len(live) {
 		t.Error("not every live account archived after a discovery whose roster read failed")
+	}
+}
+
+// rosterGauge is backstream_roster_hosts by status, for every status the
+// gauge exports.
+func rosterGauge(t *testing.T, v *verifying) map[string]float64 {
+	t.Helper()
+	got := map[string]float64{}
+	for _, st := range bootstrap.RosterStatuses() {
+		got[st] = promtest.Value(t, v.reg, "backstream_roster_hosts", map[string]string{"status": st})
+	}
+	return got
+}
+
+// TestRosterGaugeFollowsHosts: the hosts a hosts-mode node records from
+// the relay's roster are on backstream_roster_hosts{status} and in the
+// counts /status shows (bootstrap.RosterCounts): three active after
+// bootstrap; after the relay bans one (oracle SetHostStatus) and another
+// leaves its roster (oracle HideHost), the next whole reads make it one
+// active, one banned, one left. On main no metric or /status field showed
+// the roster.
+func TestRosterGaugeFollowsHosts(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	net, _ := activeNetwork(t, ctx, oracle.Config{Accounts: 24, RecordsMean: 3, Hosts: 3, Seed: 53})
+	v, phase := startHostsNode(t, ctx, net)
+	v.waitFor("steady state", func() bool { return phase.Load() == archive.PhaseSteadyState })
+	want := map[string]float64{"active": 3, "idle": 0, "offline": 0, "throttled": 0, "banned": 0, bootstrap.RosterLeft: 0, bootstrap.RosterOther: 0}
+	if got := rosterGauge(t, v); !maps.Equal(got, want) {
+		t.Fatalf("backstream_roster_hosts after bootstrap: %v, want %v", got, want)
+	}
+	f := net.Faults()
+	f.SetHostStatus(1, "banned")
+	f.HideHost(2, true)
+	want["active"], want["banned"], want[bootstrap.RosterLeft] = 1, 1, 1
+	v.waitFor("one host banned and one left on the gauge", func() bool { return maps.Equal(rosterGauge(t, v), want) })
+	counts, err := bootstrap.RosterCounts(v.n.Store())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for st, n := range want {
+		if counts[st] != int64(n) {
+			t.Errorf("/status roster counts %v, want %v", counts, want)
+			break
+		}
 	}
 }

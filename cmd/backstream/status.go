@@ -54,9 +54,33 @@ type statusReport struct {
 	// Compaction: the watermark, its lag, the last pass (serve's /status).
 	Compaction *statusCompaction `json:"compaction,omitempty"`
 	Gaps       *statusGaps       `json:"gaps,omitempty"`
+	Hosts      *statusHosts      `json:"hosts,omitempty"`
 	// NATS is the NATS sink's state, position and lag (serve's /status
 	// with --nats-url only).
 	NATS *natssink.Status `json:"nats,omitempty"`
+}
+
+// statusHosts is how discovery and the repair passes enumerate, and the
+// relay's host roster as the store records it: mode hosts once a
+// hosts-mode bootstrap recorded a roster (the hosts by roster status,
+// bootstrap.RosterStatuses), else relay (no roster, no counts).
+type statusHosts struct {
+	Mode     string           `json:"mode"`
+	ByStatus map[string]int64 `json:"by_status,omitempty"`
+}
+
+// readHosts reads the roster's counts by status.
+func readHosts(s *archive.Store) (*statusHosts, error) {
+	counts, err := bootstrap.RosterCounts(s)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range counts {
+		if n > 0 {
+			return &statusHosts{Mode: bootstrap.EnumerateHosts, ByStatus: counts}, nil
+		}
+	}
+	return &statusHosts{Mode: bootstrap.EnumerateRelay}, nil
 }
 
 // emptyStatus is the report before a store can be read: phase names what
@@ -184,6 +208,9 @@ func buildStatus(s *archive.Store) (*statusReport, error) {
 	if r.Gaps, err = gapsStatus(s); err != nil {
 		return nil, err
 	}
+	if r.Hosts, err = readHosts(s); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 
@@ -256,6 +283,7 @@ func printStatus(out io.Writer, r *statusReport) {
 			fmt.Fprintf(tw, "  %s\t%s\n", h.Host, human.Count(h.Failures))
 		}
 	}
+	printHosts(tw, r.Hosts)
 	switch {
 	case r.Cursors.ListRepos == nil:
 		fmt.Fprintf(tw, "listRepos checkpoint\t(none: listing starts from the beginning)\n")
@@ -277,4 +305,19 @@ func printStatus(out io.Writer, r *statusReport) {
 	fmt.Fprintf(tw, "store on disk\t%s\n", human.Bytes(r.Archive.DiskBytes))
 	printCompaction(tw, r.Compaction)
 	tw.Flush()
+}
+
+// printHosts prints the enumeration mode and the roster's hosts by status.
+func printHosts(tw io.Writer, h *statusHosts) {
+	if h == nil {
+		return
+	}
+	fmt.Fprintf(tw, "enumeration\t%s\n", h.Mode)
+	if len(h.ByStatus) == 0 {
+		return
+	}
+	fmt.Fprintf(tw, "roster hosts by status\t\n")
+	for _, st := range bootstrap.RosterStatuses() {
+		fmt.Fprintf(tw, "  %s\t%s\n", st, human.Count(h.ByStatus[st]))
+	}
 }

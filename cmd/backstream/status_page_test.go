@@ -17,12 +17,12 @@ import (
 // store, on the admin listener's /status in Chromium: the page reads the
 // keys serve writes (the archive's size and newest seq, repos by status,
 // failures by class and host, the listRepos checkpoint, the history, the
-// last warnings) and shows them with labels and human units. The fixture
+// last warnings, the roster's hosts by status) and shows them with labels and human units. The fixture
 // reports of subscribe's TestStatusPageInBrowser cannot see a key renamed
 // here; this test does.
 func TestStatusPageServeReport(t *testing.T) {
 	bin := browsertest.Chromium(t)
-	store, _ := openSeeded(t)
+	store, _ := openSeeded(t, seedRoster)
 	recent := &recentLog{}
 	log := slog.New(recent.handler(slog.NewTextHandler(io.Discard, nil)))
 	s := &server{reg: newRegistry(), log: log, store: store, recent: recent,
@@ -60,7 +60,7 @@ func TestStatusPageServeReport(t *testing.T) {
 	}
 	for _, want := range []string{"Complete 2", "Failed 3", "Not started 1", "Inactive (any status) 1", "Total 6",
 		"transient 2", "timeout 1", "pds1.test 2", "pds2.test 1", "listRepos checkpoint page-7",
-		"warn relay connection lost — err=EOF"} {
+		"warn relay connection lost — err=EOF", "Mode hosts", "By status · Banned 1", "By status · Left 1"} {
 		if !strings.Contains(p.Text, want) {
 			t.Errorf("page lacks %q:\n%s", want, p.Text)
 		}

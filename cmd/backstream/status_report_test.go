@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -11,7 +12,9 @@ import (
 	"testing"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/subscribe"
+	"github.com/backstream/backstream/upstream"
 )
 
 // seedStore writes a store with a known shape: two complete repos, three
@@ -126,11 +129,15 @@ func TestStatusReportTable(t *testing.T) {
 	}
 }
 
-// openSeeded is a seeded store in dir, held open until the test ends.
-func openSeeded(t *testing.T) (*archive.Store, string) {
+// openSeeded is a seeded store in dir, with more seeds when given, held
+// open until the test ends.
+func openSeeded(t *testing.T, more ...func(t *testing.T, dir string)) (*archive.Store, string) {
 	t.Helper()
 	dir := t.TempDir()
 	seedStore(t, dir)
+	for _, seed := range more {
+		seed(t, dir)
+	}
 	s, err := archive.Open(dir, archive.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -217,5 +224,72 @@ func TestServeProbesAfterFatal(t *testing.T) {
 	}
 	if _, body := get("/status"); !strings.Contains(body, "disk on fire") {
 		t.Fatalf("/status does not name the error: %s", body)
+	}
+}
+
+// seedRoster records a relay's roster in the store in dir: pds1.test
+// (which also has failed repos) active, pds3.test banned, pds4.test
+// offline; then a whole read naming only the first two marks pds4.test
+// left.
+func seedRoster(t *testing.T, dir string) {
+	t.Helper()
+	s, err := archive.Open(dir, archive.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := archive.NewWriter(s, archive.WriterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := []upstream.HostEntry{{Host: "pds1.test", Status: "active"}, {Host: "pds3.test", Status: "banned"}, {Host: "pds4.test", Status: "offline"}}
+	for _, rr := range []bootstrap.Roster{{Entries: entries}, {Entries: entries[:2]}} {
+		if _, err := bootstrap.RecordRoster(context.Background(), w, s, rr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStatusReportHosts: the report says how discovery and the repair
+// passes enumerate and, once a roster is recorded, its hosts by roster
+// status (every status the gauge exports, a host that left included): a
+// store with failed repos' hosts but no roster is relay mode, with no
+// counts; with a roster it is hosts mode. The table says the same.
+func TestStatusReportHosts(t *testing.T) {
+	dir := t.TempDir()
+	seedStore(t, dir)
+	hostsOf := func() (statusHosts, string) {
+		t.Helper()
+		code, out, stderr := runCLI(t, nil, "status", "--data-dir", dir, "--json")
+		if code != 0 {
+			t.Fatalf("status: %d %s", code, stderr)
+		}
+		var r struct {
+			Hosts *statusHosts `json:"hosts"`
+		}
+		if err := json.Unmarshal([]byte(out), &r); err != nil || r.Hosts == nil {
+			t.Fatalf("no hosts in the report (%v): %s", err, out)
+		}
+		return *r.Hosts, out
+	}
+	if h, out := hostsOf(); h.Mode != "relay" || h.ByStatus != nil {
+		t.Fatalf("no roster recorded: hosts %+v, want mode relay and no counts: %s", h, out)
+	}
+	seedRoster(t, dir)
+	want := map[string]int64{"active": 1, "idle": 0, "offline": 0, "throttled": 0, "banned": 1, "left": 1, "other": 0}
+	if h, out := hostsOf(); h.Mode != "hosts" || !maps.Equal(h.ByStatus, want) {
+		t.Fatalf("a roster recorded: hosts %+v, want mode hosts and %v: %s", h, want, out)
+	}
+	code, out, stderr := runCLI(t, nil, "status", "--data-dir", dir)
+	if code != 0 {
+		t.Fatalf("status: %d %s", code, stderr)
+	}
+	if !regexp.MustCompile(`enumeration +hosts\n(.*\n)*roster hosts by status *\n(.*\n)*  banned +1\n(.*\n)*  left +1\n`).MatchString(out) {
+		t.Fatalf("the table lacks the roster:\n%s", out)
 	}
 }
