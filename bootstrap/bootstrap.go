@@ -58,7 +58,9 @@ type Config struct {
 	// listed rev decides.
 	Identity *ident.Resolver
 	// Enumerate is EnumerateHosts, EnumerateRelay, or "" for hosts when
-	// the relay answers listHosts, else relay.
+	// the relay answers listHosts and gives some active host an
+	// accountCount, else relay (without counts a host's listing could
+	// name at most upstream.HostListingSlack entries).
 	Enumerate string
 	// HostWorkers caps the concurrent jobs of one host in hosts mode
 	// (the relay mode's cap is the download client's). Default 8.
