@@ -2,6 +2,7 @@ package bootstrap_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/backstream/backstream/archive"
@@ -103,4 +104,33 @@ func TestRosterHostsBounded(t *testing.T) {
 	}
 	want["banned"], want["other"], want["left"] = 0, 0, 3
 	check("a roster naming only a.test")
+}
+
+// BenchmarkRosterCounts is what one scrape of backstream_roster_hosts (and
+// one /status build) costs: the host/ rows of a 10,000-host roster read
+// and counted.
+func BenchmarkRosterCounts(b *testing.B) {
+	s, err := archive.Open(b.TempDir(), archive.Options{Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	w, err := archive.NewWriter(s, archive.WriterOptions{Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	entries := make([]upstream.HostEntry, 10_000)
+	for i := range entries {
+		entries[i] = upstream.HostEntry{Host: fmt.Sprintf("pds%05d.test", i), Status: bootstrap.RosterStatuses()[i%5], Accounts: int64(i)}
+	}
+	if _, err := bootstrap.RecordRoster(context.Background(), w, s, bootstrap.Roster{Entries: entries}); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := bootstrap.RosterCounts(s); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
