@@ -55,7 +55,7 @@ func TestRecordReleasesWhatItDoesNotDispatch(t *testing.T) {
 }
 
 // memStore is a store in memory and its writer, closed with the test.
-func memStore(t *testing.T) (*archive.Store, *archive.Writer) {
+func memStore(t testing.TB) (*archive.Store, *archive.Writer) {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	s, err := archive.Open("/data", archive.Options{FS: vfs.NewMem(), Logger: quiet})

@@ -22,6 +22,15 @@ import (
 // one inactive not_started, a page checkpoint and two rows.
 func seedStore(t *testing.T, dir string) {
 	t.Helper()
+	writeStore(t, dir, func(_ *archive.Store, w *archive.Writer) error {
+		return seedUnit(w)
+	})
+}
+
+// writeStore opens the store in dir with a writer, runs write, and closes
+// both.
+func writeStore(t *testing.T, dir string, write func(s *archive.Store, w *archive.Writer) error) {
+	t.Helper()
 	s, err := archive.Open(dir, archive.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -30,6 +39,19 @@ func seedStore(t *testing.T, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := write(s, w); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// seedUnit is seedStore's unit.
+func seedUnit(w *archive.Writer) error {
 	st := func(did string, status archive.RepoStatus, active bool) archive.RepoUpdate {
 		return archive.RepoUpdate{DID: did, Fields: archive.FieldStatus | archive.FieldActive,
 			State: archive.RepoState{Status: status, Active: active}}
@@ -43,7 +65,7 @@ func seedStore(t *testing.T, dir string) {
 		return archive.Event{Kind: archive.KindCreate, DID: "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa", Collection: "app.bsky.feed.post",
 			RKey: rkey, Rev: "3kabcdefghi22", CID: []byte{1, 2}, Record: []byte{0xa0}, Source: archive.SourceBackfill}
 	}
-	if _, err := w.Apply(context.Background(), &archive.Unit{
+	_, err := w.Apply(context.Background(), &archive.Unit{
 		Events: []archive.Event{row("a"), row("b")},
 		Repos: []archive.RepoUpdate{
 			st("did:plc:aaaaaaaaaaaaaaaaaaaaaaaa", archive.StatusComplete, true),
@@ -54,24 +76,24 @@ func seedStore(t *testing.T, dir string) {
 			st("did:plc:dddddddddddddddddddddddd", archive.StatusNotStarted, false),
 		},
 		Puts: []archive.KV{{Key: archive.KeyCursorListRepos, Value: cp}},
-	}); err != nil {
-		t.Fatal(err)
+	})
+	return err
+}
+
+// statusJSON runs `backstream status --json` on dir.
+func statusJSON(t *testing.T, dir string) string {
+	t.Helper()
+	code, out, stderr := runCLI(t, nil, "status", "--data-dir", dir, "--json")
+	if code != 0 {
+		t.Fatalf("status: %d %s", code, stderr)
 	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	return out
 }
 
 func TestStatusReportJSON(t *testing.T) {
 	dir := t.TempDir()
 	seedStore(t, dir)
-	code, out, stderr := runCLI(t, nil, "status", "--data-dir", dir, "--json")
-	if code != 0 {
-		t.Fatalf("status: %d %s", code, stderr)
-	}
+	out := statusJSON(t, dir)
 	var r map[string]any
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("%v: %s", err, out)
@@ -233,26 +255,15 @@ func TestServeProbesAfterFatal(t *testing.T) {
 // left.
 func seedRoster(t *testing.T, dir string) {
 	t.Helper()
-	s, err := archive.Open(dir, archive.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := archive.NewWriter(s, archive.WriterOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	entries := []upstream.HostEntry{{Host: "pds1.test", Status: "active"}, {Host: "pds3.test", Status: "banned"}, {Host: "pds4.test", Status: "offline"}}
-	for _, rr := range []bootstrap.Roster{{Entries: entries}, {Entries: entries[:2]}} {
-		if _, err := bootstrap.RecordRoster(context.Background(), w, s, rr); err != nil {
-			t.Fatal(err)
+	writeStore(t, dir, func(s *archive.Store, w *archive.Writer) error {
+		for _, rr := range []bootstrap.Roster{{Entries: entries}, {Entries: entries[:2]}} {
+			if _, err := bootstrap.RecordRoster(context.Background(), w, s, rr); err != nil {
+				return err
+			}
 		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+		return nil
+	})
 }
 
 // TestStatusReportHosts: the report says how discovery and the repair
@@ -265,10 +276,7 @@ func TestStatusReportHosts(t *testing.T) {
 	seedStore(t, dir)
 	hostsOf := func() (statusHosts, string) {
 		t.Helper()
-		code, out, stderr := runCLI(t, nil, "status", "--data-dir", dir, "--json")
-		if code != 0 {
-			t.Fatalf("status: %d %s", code, stderr)
-		}
+		out := statusJSON(t, dir)
 		var r struct {
 			Hosts *statusHosts `json:"hosts"`
 		}
