@@ -154,8 +154,15 @@ func (h *Harness) keepLogs() {
 // Start starts one serve run with extra environment.
 func (h *Harness) Start(env ...string) *Proc {
 	h.T.Helper()
-	return Start(h.T, Run{Bin: h.Bin, Relay: h.Net.RelayURL(), LoopbackHosts: h.Net.LoopbackHosts(), DataDir: h.DataDir, LogDir: h.Dir,
-		Listen: h.Listen, Env: env, Args: h.opts.Args})
+	return h.StartBin(h.Bin, h.opts.Args, env...)
+}
+
+// StartBin starts one serve run of bin (e.g. an older build, BuildCommit)
+// with the serve flags args instead of the harness's.
+func (h *Harness) StartBin(bin string, args []string, env ...string) *Proc {
+	h.T.Helper()
+	return Start(h.T, Run{Bin: bin, Relay: h.Net.RelayURL(), LoopbackHosts: h.Net.LoopbackHosts(), DataDir: h.DataDir, LogDir: h.Dir,
+		Listen: h.Listen, Env: env, Args: args})
 }
 
 // Chain runs one run per kill, each ending by its kill.
@@ -362,16 +369,28 @@ func (h *Harness) StopTraffic() {
 // report.
 func (h *Harness) WaitPhase(p *Proc, phase string, within time.Duration) Status {
 	h.T.Helper()
+	return h.WaitStatus(p, "phase "+phase, func(st Status) bool { return st.Phase == phase }, within)
+}
+
+// WaitStatus polls a running p until a /status report satisfies cond
+// (what names it in a failure), and returns that report.
+func (h *Harness) WaitStatus(p *Proc, what string, cond func(Status) bool, within time.Duration) Status {
+	h.T.Helper()
 	deadline := time.Now().Add(within)
+	var last Status
 	for {
 		if p.Exited() {
-			h.T.Fatalf("serve exited before phase %s: %v\n%s", phase, p.Err(), p.Tail())
+			h.T.Fatalf("serve exited before %s: %v\n%s", what, p.Err(), p.Tail())
 		}
-		if st, ok := h.poll(p); ok && st.Phase == phase {
+		st, ok := h.poll(p)
+		if ok && cond(st) {
 			return st
 		}
+		if ok {
+			last = st
+		}
 		if time.Now().After(deadline) {
-			h.T.Fatalf("no phase %s within %v:\n%s", phase, within, p.Tail())
+			h.T.Fatalf("no %s within %v (last status %+v):\n%s", what, within, last, p.Tail())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

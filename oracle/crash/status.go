@@ -36,7 +36,19 @@ type Status struct {
 		LastRows   int64  `json:"last_rows_removed"`
 		Halted     bool   `json:"halted"`
 		HaltReason string `json:"halt_reason"`
+		// The backfills of a store archived before the writer kept the
+		// compaction index and the replay index (absent when never needed).
+		Index       *Backfill `json:"index_backfill,omitempty"`
+		ReplayIndex *Backfill `json:"replay_index_backfill,omitempty"`
 	} `json:"compaction,omitempty"`
+}
+
+// Backfill is an index backfill's progress in /status: the rows from Next
+// up to End were not indexed yet.
+type Backfill struct {
+	Next uint64 `json:"next_seq"`
+	End  uint64 `json:"end_seq"`
+	Done bool   `json:"done"`
 }
 
 // Watermark is compaction.watermark (0 when absent).
