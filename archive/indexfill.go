@@ -12,6 +12,7 @@ package archive
 // ever, under a watermark that says it is gone.
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -100,8 +101,10 @@ func (s *Store) indexMarker(key []byte) (IndexMarker, error) {
 
 // markIndex writes meta/index and meta/index_replay when they are absent:
 // for a new store (tip 0) covered, for an older store the rows up to its
-// tip unindexed (the writer indexes every row after it).
-func (s *Store) markIndex() error {
+// tip unindexed (the writer indexes every row after it). A store without
+// meta/index gets, in the same synced batch, its older replacements'
+// accounts marked for a new one (markResynced).
+func (s *Store) markIndex(now time.Time) error {
 	var absent [][]byte
 	for _, k := range [][]byte{KeyIndex, KeyReplayIndex} {
 		switch _, err := get(s.db, k, DecodeIndexMarker); {
@@ -121,11 +124,20 @@ func (s *Store) markIndex() error {
 	m := IndexMarker{Next: 1, End: tip + 1}
 	b := s.db.NewBatch()
 	defer b.Close()
+	marked := 0
 	for _, k := range absent {
 		_ = b.Set(k, EncodeIndexMarker(m), nil)
+		if bytes.Equal(k, KeyIndex) && tip > 0 {
+			if marked, err = s.markResynced(b, tip, now.UnixMicro()); err != nil {
+				return err
+			}
+		}
 	}
 	if err := commitSynced(b); err != nil {
 		return s.persistErr("write the index marker", err)
+	}
+	if marked > 0 {
+		s.log.Info("marked for a replacement the accounts resynced before the compaction index (their older replacements reset the account)", "accounts", marked)
 	}
 	return nil
 }

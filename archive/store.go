@@ -179,7 +179,7 @@ func open(dataDir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	if !opts.ReadOnly {
-		if err := s.markIndex(); err != nil {
+		if err := s.markIndex(now()); err != nil {
 			s.Close()
 			return nil, err
 		}
