@@ -34,6 +34,11 @@
 // bytes of every record the network no longer has, and replay from cursor
 // 0 through passes.
 //
+// The upgrade test (upgrade_process_test.go) builds older commits of this
+// repository from its git history (BuildCommit, a release build each, in
+// the test's temp dir) and runs each, then the current binary, on one data
+// dir, with the end-state checks of a chain.
+//
 // The soak (soak_process_test.go) kills nothing: it runs one serve under
 // every kind of churn at once and compares its resources (goroutines,
 // descriptors, heap, metric series, data dir growth per event) between two
