@@ -20,10 +20,13 @@ test: vet fmt-check
 # Slow tiers: process-level restarts, SIGKILL, big worlds, long sweeps, the
 # soak (crash.TestSoakPlateau, about 2.5 minutes). The
 # subscriber-load test at full size asserts the live p99: it runs alone,
-# after the other packages, not beside them.
+# after the other packages, not beside them. The upgrade test builds two
+# older commits from the git history (needs it; about a minute) and runs on
+# its own, as in CI.
 test-long: vet fmt-check
-	$(GO) test -count=1 -timeout 60m -skip '^TestSilentAndReplayingSubscribers$$' $(PKGS)
+	$(GO) test -count=1 -timeout 60m -skip '^(TestSilentAndReplayingSubscribers|TestUpgradeFromOlderBuilds)$$' $(PKGS)
 	$(GO) test -count=1 -timeout 10m -run '^TestSilentAndReplayingSubscribers$$' ./oracle/crash
+	$(GO) test -count=1 -timeout 10m -run '^TestUpgradeFromOlderBuilds$$' ./oracle/crash
 	$(GO) test -count=1 -timeout 20m ./oracle/scenario -scenario.seeds=5
 
 # The Jetstream client libraries people use (@atcute/jetstream,
