@@ -117,11 +117,9 @@ func (w *walker) load(c []byte, depth int) (mstNode, bool, error) {
 		return mstNode{}, false, err
 	}
 	for len(w.entryBufs) <= depth {
-		var b []mstEntry // a file-backed walk counts every entry it allocates
-		if w.snap.file == nil {
-			b = make([]mstEntry, 0, 16)
-		}
-		w.entryBufs = append(w.entryBufs, b)
+		// decodeNode allocates the buffer to the first node's size; a
+		// file-backed walk counts every entry it allocates.
+		w.entryBufs = append(w.entryBufs, nil)
 	}
 	old := cap(w.entryBufs[depth])
 	nd, err := decodeNode(blk, w.entryBufs[depth])

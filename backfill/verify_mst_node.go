@@ -37,6 +37,10 @@ const (
 	maxKeySuffix   = 2 << 20 // "k" byte string length
 )
 
+// presizeEntries is the largest entry count decodeNode allocates for
+// before decoding the entries (a tree's nodes hold about 4 on average).
+const presizeEntries = 64
+
 var errNodeShape = errors.New("not an MST node")
 
 // decodeNode decodes an MST node block, reusing buf's storage for entries.
@@ -58,6 +62,15 @@ func decodeNode(b []byte, buf []mstEntry) (mstNode, error) {
 			count, ok := d.head(4)
 			if !ok || count > maxNodeEntries {
 				return nd, errNodeShape
+			}
+			if c := int(count); c > cap(nd.entries) && c <= min(presizeEntries, len(b)-d.pos) {
+				// Room for the node's entries in one allocation, at least
+				// doubling the buffer it replaces so that a walk reusing
+				// it grows it rarely. Only for a count the block could
+				// hold (each entry takes a byte at least) and at most
+				// presizeEntries: a larger one grows as its entries
+				// decode, so a count no entries back costs nothing.
+				nd.entries = make([]mstEntry, 0, max(c, 2*cap(nd.entries)))
 			}
 			for range count {
 				e, ok := d.entry()
