@@ -1,6 +1,7 @@
 package backfill
 
 import (
+	"bytes"
 	"context"
 	"runtime"
 	"testing"
@@ -31,5 +32,22 @@ func TestVerifySmallRepoBytes(t *testing.T) {
 	t.Logf("%d bytes allocated per verification of a %d-byte CAR", per, len(car))
 	if per > 4096 {
 		t.Fatalf("verifying a 10-record repository allocates %d bytes, want at most 4096", per)
+	}
+}
+
+// TestDecodeNodeHostileCountAllocatesNothing: a node block claiming the
+// most entries a node may have, over bytes that hold none, costs no
+// allocation: decodeNode sizes its buffer ahead of the entries only for a
+// count of at most presizeEntries, so the CAR's bytes bound what decoding
+// it holds (E5).
+func TestDecodeNodeHostileCountAllocatesNothing(t *testing.T) {
+	// {"e": [8192 entries...]} followed by bytes that are no entry.
+	b := append([]byte{0xa1, 0x61, 'e', 0x99, 0x20, 0x00}, bytes.Repeat([]byte{0xff}, maxNodeEntries)...)
+	var err error
+	if n := testing.AllocsPerRun(10, func() { _, err = decodeNode(b, nil) }); n != 0 {
+		t.Fatalf("decoding a node of %d claimed entries and none: %v allocations, want 0", maxNodeEntries, n)
+	}
+	if err == nil {
+		t.Fatal("a node without its entries decoded")
 	}
 }
