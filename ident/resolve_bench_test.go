@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/atcrypto"
+
+	"github.com/backstream/backstream/internal/cputime"
 )
 
 // BenchmarkResolve: one network resolution of a did:plc (request, document
@@ -55,10 +56,4 @@ func BenchmarkResolve(b *testing.B) {
 	}
 }
 
-func benchCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+func benchCPU(b *testing.B) time.Duration { return cputime.Process(b) }

@@ -5,9 +5,9 @@ import (
 	"context"
 	"net/http"
 	"strconv"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/backstream/backstream/internal/cputime"
 )
 
 // BenchmarkGetRepo streams a 64 MiB body over loopback to scratch; the
@@ -59,7 +59,7 @@ func BenchmarkGetRepoSmall(b *testing.B) {
 			defer c.Close()
 			ctx := context.Background()
 			b.ReportAllocs()
-			cpu0 := benchCPU(b)
+			cpu0 := cputime.Process(b)
 			for b.Loop() {
 				var d *Download
 				if host == "" {
@@ -71,16 +71,7 @@ func BenchmarkGetRepoSmall(b *testing.B) {
 					b.Fatalf("getRepo: %v", err)
 				}
 			}
-			b.ReportMetric(float64((benchCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+			b.ReportMetric(float64((cputime.Process(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
 		})
 	}
-}
-
-// benchCPU is the process's user and system CPU so far.
-func benchCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
