@@ -84,7 +84,7 @@ func decodeDocument(b []byte) (identity.DIDDocument, error) {
 func scanDocument(b []byte) (doc identity.DIDDocument, ok bool) {
 	s := docScanner{b: b}
 	var seen [4]bool
-	ok = s.object(func(key string) bool {
+	ok = s.object(func(key []byte) bool {
 		switch i := fieldIndex(key, "id", "alsoKnownAs", "verificationMethod", "service"); {
 		case i < 0:
 			return i == -1 && s.skip()
@@ -129,14 +129,14 @@ func scanDocument(b []byte) (doc identity.DIDDocument, ok bool) {
 // fieldIndex is the index of key among names; -1 for a name that matches
 // none, -2 for one that matches one only without case (encoding/json would
 // fill that field).
-func fieldIndex(key string, names ...string) int {
+func fieldIndex(key []byte, names ...string) int {
 	for i, n := range names {
-		if key == n {
+		if string(key) == n {
 			return i
 		}
 	}
 	for _, n := range names {
-		if strings.EqualFold(key, n) {
+		if strings.EqualFold(string(key), n) {
 			return -2
 		}
 	}
@@ -173,19 +173,27 @@ func (s *docScanner) next(c byte) bool {
 
 // str reads a string of printable ASCII without escapes.
 func (s *docScanner) str() (string, bool) {
+	b, ok := s.raw()
+	return string(b), ok
+}
+
+// raw reads what str reads without copying it: the string's bytes in the
+// document, for a member name or a value that is only compared or passed
+// over (most of an export line's strings).
+func (s *docScanner) raw() ([]byte, bool) {
 	if !s.next('"') {
-		return "", false
+		return nil, false
 	}
 	for start := s.i; s.i < len(s.b); s.i++ {
 		switch c := s.b[s.i]; {
 		case c == '"':
 			s.i++
-			return string(s.b[start : s.i-1]), true
+			return s.b[start : s.i-1], true
 		case c < 0x20 || c > 0x7e || c == '\\':
-			return "", false
+			return nil, false
 		}
 	}
-	return "", false
+	return nil, false
 }
 
 // did reads a string that syntax.ParseDID accepts (encoding/json decodes
@@ -200,9 +208,9 @@ func (s *docScanner) did(d *syntax.DID) bool {
 	return err == nil
 }
 
-// object reads an object, calling member after each name and its colon to
-// read the value.
-func (s *docScanner) object(member func(key string) bool) bool {
+// object reads an object, calling member after each name (its bytes in
+// the document: copy what is kept) and its colon to read the value.
+func (s *docScanner) object(member func(key []byte) bool) bool {
 	if !s.next('{') {
 		return false
 	}
@@ -210,7 +218,7 @@ func (s *docScanner) object(member func(key string) bool) bool {
 		return true
 	}
 	for {
-		k, ok := s.str()
+		k, ok := s.raw()
 		if !ok || !s.next(':') || !member(k) {
 			return false
 		}
@@ -254,7 +262,7 @@ func (s *docScanner) fields(dst []*string, names ...string) bool {
 // (encoding/json would match the one and keep the last of the other).
 func (s *docScanner) members(other func() bool, member func(i int) bool, names ...string) bool {
 	var seen [8]bool
-	return s.object(func(key string) bool {
+	return s.object(func(key []byte) bool {
 		i := fieldIndex(key, names...)
 		switch {
 		case i < 0:
@@ -272,8 +280,8 @@ func (s *docScanner) members(other func() bool, member func(i int) bool, names .
 func (s *docScanner) skip() bool {
 	s.ws()
 	if s.i < len(s.b) && s.b[s.i] == '[' {
-		return s.array(func() bool { _, ok := s.str(); return ok })
+		return s.array(func() bool { _, ok := s.raw(); return ok })
 	}
-	_, ok := s.str()
+	_, ok := s.raw()
 	return ok
 }

@@ -446,9 +446,9 @@ func (s *docScanner) operation(l *exportLine) bool {
 			op.Type, ok = s.str()
 		case 1:
 			op.VerificationMethods = map[string]string{}
-			ok = s.object(func(name string) bool {
+			ok = s.object(func(name []byte) bool {
 				v, ok := s.str()
-				op.VerificationMethods[name] = v
+				op.VerificationMethods[string(name)] = v
 				return ok
 			})
 		case 2:
@@ -460,10 +460,10 @@ func (s *docScanner) operation(l *exportLine) bool {
 			})
 		case 3:
 			op.Services = map[string]exportService{}
-			ok = s.object(func(name string) bool {
+			ok = s.object(func(name []byte) bool {
 				var sv exportService
 				ok := s.fields([]*string{&sv.Type, &sv.Endpoint}, "type", "endpoint")
-				op.Services[name] = sv
+				op.Services[string(name)] = sv
 				return ok
 			})
 		case 4:
