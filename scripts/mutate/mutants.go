@@ -591,4 +591,24 @@ var mutants = []Mutant{
 			{Pkg: "./cmd/backstream", Run: "^TestTailLiveLosesNothingBeforeItsFirstPrint$"},
 		},
 	},
+	{
+		ID: "m58", Invariant: "G7",
+		Name: "the default mode lists hosts behind a relay that gives no account counts (every large host's listing cut at the fallback bound)",
+		File: "bootstrap/roster.go",
+		Old:  "if e.Status == \"active\" && e.Accounts > 0 {",
+		New:  "if e.Status == \"active\" && e.Accounts >= 0 {",
+		Tests: []Test{
+			{Pkg: "./bootstrap", Run: "^TestFleetModeWithoutAccountCounts$"},
+		},
+	},
+	{
+		ID: "m59", Invariant: "C7",
+		Name: "an upgraded pre-index store's resynced accounts are marked but never made due (the records their older replacements dropped stay live)",
+		File: "archive/resynced.go",
+		Old:  "\t\tif st.Refetch == RefetchNone {\n\t\t\tst.Refetch = RefetchSync\n\t\t}\n",
+		New:  "",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestOpenMarksOlderReplacements$"},
+		},
+	},
 }
