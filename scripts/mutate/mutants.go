@@ -603,7 +603,7 @@ var mutants = []Mutant{
 	},
 	{
 		ID: "m59", Invariant: "C7",
-		Name: "an upgraded pre-index store's resynced accounts are marked but never made due (the records their older replacements dropped stay live)",
+		Name: "an upgraded pre-index store's resynced accounts are left unmarked (the records their older replacements dropped stay live)",
 		File: "archive/resynced.go",
 		Old:  "\t\tif st.Refetch == RefetchNone {\n\t\t\tst.Refetch = RefetchSync\n\t\t}\n",
 		New:  "",
