@@ -341,6 +341,34 @@ func TestTailStopsOnInterrupt(t *testing.T) {
 	}
 }
 
+// startTail runs tailLoop with cfg (quick backoffs and a 5 s idle unless
+// set) in the background, printing to out and logging at debug level to
+// logs; the returned function waits up to 5 s for it to end without error.
+func startTail(t *testing.T, cfg tailConfig, out, logs *syncBuffer) (finished func()) {
+	t.Helper()
+	if cfg.backoffMin == 0 {
+		cfg.backoffMin, cfg.backoffMax = 5*time.Millisecond, 40*time.Millisecond
+	}
+	if cfg.idle == 0 {
+		cfg.idle = 5 * time.Second
+	}
+	ctx, errc := testCtx(t), make(chan error, 1)
+	go func() {
+		errc <- tailLoop(ctx, cfg, out, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	}()
+	return func() {
+		t.Helper()
+		select {
+		case err := <-errc:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("tail did not finish; stdout:\n%s\nlog:\n%s", out.String(), logs.String())
+		}
+	}
+}
+
 // TestTailResumesAcrossRestart: the server goes away mid-stream and comes
 // back (refusing connections, then 503 while it starts, then ready); tail
 // prints every event exactly once, in order.
@@ -352,12 +380,7 @@ func TestTailResumesAcrossRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, logs syncBuffer
-	cfg := tailConfig{url: u, cursor: "0", limit: 6, backoffMin: 5 * time.Millisecond, backoffMax: 40 * time.Millisecond, idle: 5 * time.Second}
-	ctx := testCtx(t)
-	errc := make(chan error, 1)
-	go func() {
-		errc <- tailLoop(ctx, cfg, &out, slog.New(slog.NewTextHandler(&logs, nil)))
-	}()
+	finished := startTail(t, tailConfig{url: u, cursor: "0", limit: 6}, &out, &logs)
 	waitFor(t, func() bool { return strings.Count(out.String(), "\n") == 3 })
 
 	s.stop()
@@ -367,15 +390,7 @@ func TestTailResumesAcrossRestart(t *testing.T) {
 	waitFor(t, func() bool { return len(s.requests()) >= 3 }) // the first, and two after the restart: one 503 answered
 	s.commit(3)
 	s.ready.Store(true)
-
-	select {
-	case err := <-errc:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatalf("tail did not finish; stdout:\n%s\nlog:\n%s", out.String(), logs.String())
-	}
+	finished()
 	wantCursors(t, tailLines(t, out.String()), 1, 2, 3, 4, 5, 6)
 	if !strings.Contains(logs.String(), "reconnecting") || !strings.Contains(logs.String(), "not ready") {
 		t.Fatalf("log:\n%s", logs.String())
@@ -395,12 +410,7 @@ func TestTailLiveLosesNothingBeforeItsFirstPrint(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, logs syncBuffer
-	cfg := tailConfig{url: u, limit: 4, backoffMin: 5 * time.Millisecond, backoffMax: 40 * time.Millisecond, idle: 5 * time.Second}
-	ctx := testCtx(t)
-	errc := make(chan error, 1)
-	go func() {
-		errc <- tailLoop(ctx, cfg, &out, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	}()
+	finished := startTail(t, tailConfig{url: u, limit: 4}, &out, &logs)
 	waitFor(t, func() bool { return strings.Contains(logs.String(), "tail: connected") })
 
 	s.stop()
@@ -409,14 +419,7 @@ func TestTailLiveLosesNothingBeforeItsFirstPrint(t *testing.T) {
 	s.commit(3) // 4, 5, 6: archived while tail is away
 	s.ready.Store(true)
 	s.commit(1) // 7
-	select {
-	case err := <-errc:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatalf("tail did not finish; stdout:\n%s\nlog:\n%s", out.String(), logs.String())
-	}
+	finished()
 	wantCursors(t, tailLines(t, out.String()), 4, 5, 6, 7)
 	if !strings.Contains(logs.String(), "reconnecting\" err=") || !strings.Contains(logs.String(), " cursor=4 ") {
 		t.Fatalf("want the reconnects to ask from seq 4, where the first connection started; log:\n%s", logs.String())
