@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/bluesky-social/indigo/atproto/identity"
+
+	"github.com/backstream/backstream/internal/cputime"
 )
 
 // plainDoc is a did:plc document as the PLC directory serves it.
@@ -145,24 +147,24 @@ func BenchmarkDecodeDocument(b *testing.B) {
 	doc := []byte(plainDoc)
 	b.Run("encoding-json", func(b *testing.B) {
 		b.ReportAllocs()
-		cpu0 := benchCPU(b)
+		cpu0 := cputime.Process(b)
 		for b.Loop() {
 			var d identity.DIDDocument
 			if err := json.Unmarshal(doc, &d); err != nil {
 				b.Fatal(err)
 			}
 		}
-		b.ReportMetric(float64((benchCPU(b)-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
+		b.ReportMetric(cputime.MicrosPerOp(b, cpu0), "cpu-µs/op")
 	})
 	b.Run("decodeDocument", func(b *testing.B) {
 		b.ReportAllocs()
-		cpu0 := benchCPU(b)
+		cpu0 := cputime.Process(b)
 		for b.Loop() {
 			if _, err := decodeDocument(doc); err != nil {
 				b.Fatal(err)
 			}
 		}
-		b.ReportMetric(float64((benchCPU(b)-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
+		b.ReportMetric(cputime.MicrosPerOp(b, cpu0), "cpu-µs/op")
 	})
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/cputime"
 )
 
 // BenchmarkReadExport: ReadExport of b.N plc_operations served by a local
@@ -60,9 +61,9 @@ func BenchmarkReadExport(b *testing.B) {
 				after = ""
 			}
 			b.ResetTimer()
-			cpu0 := benchCPU(b)
+			cpu0 := cputime.Process(b)
 			st, err := r.ReadExport(ctx, after, nil)
-			cpu := benchCPU(b) - cpu0
+			cpu := cputime.Process(b) - cpu0
 			b.StopTimer()
 			if err != nil || st.Loaded != int64(b.N) {
 				b.Fatalf("read %+v %v, want %d loaded", st, err, b.N)

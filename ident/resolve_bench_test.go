@@ -43,7 +43,7 @@ func BenchmarkResolve(b *testing.B) {
 			r := New(Config{PLC: srv.URL, Retries: -1, HTTPClient: &http.Client{Timeout: c.timeout, Transport: capBodies{cfg.transport()}}})
 			defer r.Close()
 			ctx := context.Background()
-			cpu0 := benchCPU(b)
+			cpu0 := cputime.Process(b)
 			i := 0
 			for b.Loop() {
 				i++
@@ -51,9 +51,7 @@ func BenchmarkResolve(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64((benchCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+			b.ReportMetric(cputime.MicrosPerOp(b, cpu0), "cpu-µs/op")
 		})
 	}
 }
-
-func benchCPU(b *testing.B) time.Duration { return cputime.Process(b) }

@@ -71,7 +71,7 @@ func BenchmarkGetRepoSmall(b *testing.B) {
 					b.Fatalf("getRepo: %v", err)
 				}
 			}
-			b.ReportMetric(float64((cputime.Process(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+			b.ReportMetric(cputime.MicrosPerOp(b, cpu0), "cpu-µs/op")
 		})
 	}
 }

@@ -1,6 +1,3 @@
-// Package cputime reads the process's CPU time for the benchmarks that
-// report CPU per operation, shared by the packages' tests (nothing in
-// production imports it).
 package cputime
 
 import (
@@ -11,9 +8,17 @@ import (
 
 // Process is the user and system CPU the process has used so far.
 func Process(tb testing.TB) time.Duration {
+	tb.Helper()
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		tb.Fatal(err)
+		tb.Fatalf("cputime: getrusage: %v", err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// MicrosPerOp is the CPU the process has used since start (a Process
+// reading taken before the loop), in microseconds per b.N iteration.
+func MicrosPerOp(b *testing.B, start time.Duration) float64 {
+	b.Helper()
+	return float64(Process(b)-start) / float64(time.Microsecond) / float64(b.N)
 }
