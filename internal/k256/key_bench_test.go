@@ -1,23 +1,13 @@
 package k256_test
 
 import (
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/bluesky-social/indigo/atproto/atcrypto"
 
+	"github.com/backstream/backstream/internal/cputime"
 	"github.com/backstream/backstream/internal/k256"
 )
-
-// processCPU is the process's CPU time so far (user and system).
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // BenchmarkHashAndVerify: one commit-sized signature check by atcrypto
 // (pure Go) and by a prepared key (libsecp256k1 with cgo). Reports CPU-µs per
@@ -38,13 +28,13 @@ func BenchmarkHashAndVerify(b *testing.B) {
 		key  atcrypto.PublicKey
 	}{{"atcrypto", pub}, {"prepared", k256.Prepare(pub)}} {
 		b.Run(k.name, func(b *testing.B) {
-			cpu0 := processCPU(b)
+			cpu0 := cputime.Process(b)
 			for b.Loop() {
 				if err := k.key.HashAndVerify(content, sig); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+			b.ReportMetric(cputime.MicrosPerOp(b, cpu0), "cpu-µs/op")
 		})
 	}
 }

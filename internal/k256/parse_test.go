@@ -10,6 +10,7 @@ import (
 	"github.com/bluesky-social/indigo/atproto/atcrypto"
 	"github.com/mr-tron/base58"
 
+	"github.com/backstream/backstream/internal/cputime"
 	"github.com/backstream/backstream/internal/k256"
 )
 
@@ -153,7 +154,7 @@ func BenchmarkParsePublicMultibase(b *testing.B) {
 	pub, _ := priv.PublicKey()
 	s := pub.Multibase()
 	b.Run("atcrypto+prepare", func(b *testing.B) {
-		cpu0 := processCPU(b)
+		cpu0 := cputime.Process(b)
 		for b.Loop() {
 			k, err := atcrypto.ParsePublicMultibase(s)
 			if err != nil {
@@ -161,15 +162,15 @@ func BenchmarkParsePublicMultibase(b *testing.B) {
 			}
 			k256.Prepare(k)
 		}
-		b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+		b.ReportMetric(cputime.MicrosPerOp(b, cpu0), "cpu-µs/op")
 	})
 	b.Run("k256", func(b *testing.B) {
-		cpu0 := processCPU(b)
+		cpu0 := cputime.Process(b)
 		for b.Loop() {
 			if _, err := k256.ParsePublicMultibase(s); err != nil {
 				b.Fatal(err)
 			}
 		}
-		b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+		b.ReportMetric(cputime.MicrosPerOp(b, cpu0), "cpu-µs/op")
 	})
 }
