@@ -13,6 +13,7 @@ import (
 	"github.com/ipfs/go-cid"
 
 	"github.com/backstream/backstream/ident"
+	"github.com/backstream/backstream/internal/cputime"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/upstream"
 )
@@ -75,7 +76,7 @@ func BenchmarkHandleCommitVerify(b *testing.B) {
 			s := openStore(b)
 			wr := newWriter(b, s, true)
 			b.ResetTimer()
-			start, cpu0 := time.Now(), processCPU(b)
+			start, cpu0 := time.Now(), cputime.Process(b)
 			for i := 0; i < b.N; i++ {
 				c, _ := newConsumer(b, Config{Writer: wr, Mode: ModeCapture, Identity: res})
 				for _, f := range frames {
@@ -86,7 +87,7 @@ func BenchmarkHandleCommitVerify(b *testing.B) {
 				waitDurable(b, c, n)
 			}
 			b.ReportMetric(float64(n*b.N)/time.Since(start).Seconds(), "frames/s")
-			b.ReportMetric((processCPU(b)-cpu0).Seconds()*1e6/float64(n*b.N), "cpu-µs/frame")
+			b.ReportMetric((cputime.Process(b)-cpu0).Seconds()*1e6/float64(n*b.N), "cpu-µs/frame")
 		})
 	}
 }
@@ -115,7 +116,7 @@ func BenchmarkVerifyCommitFrame(b *testing.B) {
 			c := &Consumer{cfg: Config{Identity: id}}
 			b.ReportAllocs()
 			i := 0
-			cpu0 := processCPU(b)
+			cpu0 := cputime.Process(b)
 			for b.Loop() {
 				failed, err := c.verify(context.Background(), &decoded[i%n])
 				if err != nil || failed != "" {
@@ -123,7 +124,7 @@ func BenchmarkVerifyCommitFrame(b *testing.B) {
 				}
 				i++
 			}
-			b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/frame")
+			b.ReportMetric(cputime.MicrosPerOp(b, cpu0), "cpu-µs/frame")
 		})
 	}
 }
@@ -166,10 +167,10 @@ func BenchmarkLiveIngestVerify(b *testing.B) {
 				c, _ := newConsumer(b, Config{Relay: net.RelayURL(), Writer: newWriter(b, s, false), Mode: ModeLive, Cursor: &zero, Identity: id,
 					Verifiers: verifiers})
 				b.StartTimer()
-				t0, cpu0 := time.Now(), processCPU(b)
+				t0, cpu0 := time.Now(), cputime.Process(b)
 				r := startRun(b, c)
 				waitFor(b, 5*time.Minute, "the head durable", func() bool { return c.LastDurable() >= head })
-				elapsed, cpu := time.Since(t0), processCPU(b)-cpu0
+				elapsed, cpu := time.Since(t0), cputime.Process(b)-cpu0
 				b.StopTimer()
 				if err := r.stop(b); err != nil {
 					b.Fatal(err)
@@ -206,7 +207,7 @@ func BenchmarkLoadTree(b *testing.B) {
 		b.Run("loader="+loader, func(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
-			cpu0 := processCPU(b)
+			cpu0 := cputime.Process(b)
 			for b.Loop() {
 				f := &frames[i%len(frames)]
 				var err error
@@ -220,7 +221,7 @@ func BenchmarkLoadTree(b *testing.B) {
 				}
 				i++
 			}
-			b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/tree")
+			b.ReportMetric(cputime.MicrosPerOp(b, cpu0), "cpu-µs/tree")
 		})
 	}
 }
@@ -243,7 +244,7 @@ func BenchmarkCommitUnsigned(b *testing.B) {
 		b.Run("how="+how, func(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
-			cpu0 := processCPU(b)
+			cpu0 := cputime.Process(b)
 			for b.Loop() {
 				data := blocks[i%len(blocks)]
 				var unsigned []byte
@@ -268,7 +269,7 @@ func BenchmarkCommitUnsigned(b *testing.B) {
 				}
 				i++
 			}
-			b.ReportMetric(float64((processCPU(b)-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
+			b.ReportMetric(cputime.MicrosPerOp(b, cpu0), "cpu-µs/op")
 		})
 	}
 }
@@ -283,7 +284,7 @@ func BenchmarkRootCID(b *testing.B) {
 		b.Run("how="+how, func(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
-			cpu0 := processCPU(b)
+			cpu0 := cputime.Process(b)
 			for b.Loop() {
 				tree := trees[i%len(trees)].Copy()
 				var err error
@@ -297,7 +298,7 @@ func BenchmarkRootCID(b *testing.B) {
 				}
 				i++
 			}
-			b.ReportMetric(float64((processCPU(b)-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
+			b.ReportMetric(cputime.MicrosPerOp(b, cpu0), "cpu-µs/op")
 		})
 	}
 }
