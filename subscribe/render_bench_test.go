@@ -2,12 +2,12 @@ package subscribe
 
 import (
 	"fmt"
-	"syscall"
 	"testing"
 
 	"github.com/ipfs/go-cid"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/cputime"
 )
 
 // benchEvents are realistic records as create events: a post with a mention
@@ -60,13 +60,13 @@ func benchRender(b *testing.B, r *Renderer) {
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
-			cpu0 := cpuTime()
+			cpu0 := cputime.Process(b)
 			for i := 0; i < b.N; i++ {
 				if _, err := r.AppendJSON(buf[:0], ev); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(cputime.Process(b)-cpu0)/float64(b.N), "cpu-ns/op")
 			b.ReportMetric(float64(len(ev.Record)), "cbor-bytes")
 			b.ReportMetric(float64(len(out)), "json-bytes")
 		})
@@ -93,17 +93,6 @@ func BenchmarkRenderPooled(b *testing.B) {
 	}
 }
 
-// cpuTime is this process's user+system CPU time in ns: on a shared machine
-// it says what an operation costs when wall-clock ns/op includes waiting for
-// a core.
-func cpuTime() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
-}
-
 // BenchmarkTranscodeRecord is the record alone (no envelope), both paths.
 func BenchmarkTranscodeRecord(b *testing.B) {
 	events := benchEvents(b)
@@ -114,13 +103,13 @@ func BenchmarkTranscodeRecord(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/reference=%v", name, ref), func(b *testing.B) {
 				buf := make([]byte, 0, 4096)
 				b.ReportAllocs()
-				cpu0 := cpuTime()
+				cpu0 := cputime.Process(b)
 				for i := 0; i < b.N; i++ {
 					if _, err := r.AppendRecordJSON(buf[:0], rec); err != nil {
 						b.Fatal(err)
 					}
 				}
-				b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+				b.ReportMetric(float64(cputime.Process(b)-cpu0)/float64(b.N), "cpu-ns/op")
 			})
 		}
 	}

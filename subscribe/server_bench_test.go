@@ -13,13 +13,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/cputime"
 	"github.com/backstream/backstream/oracle/world"
 )
 
@@ -183,14 +183,8 @@ func (bc *benchClient) wait(b *testing.B) (benchClientResult, time.Duration) {
 	if res.Err != "" {
 		b.Fatalf("bench client: %s", res.Err)
 	}
-	ru := bc.cmd.ProcessState.SysUsage().(*syscall.Rusage)
-	return res, time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	ps := bc.cmd.ProcessState
+	return res, ps.UserTime() + ps.SystemTime()
 }
 
 // fillArchive commits n events in large batches.
@@ -262,10 +256,10 @@ func BenchmarkReplay(b *testing.B) {
 			var bytes int64
 			for i := 0; i < b.N; i++ {
 				bc := startBenchClient(b, h.wsURL(mode.query), 1, n, false, mode.deflate)
-				cpu0, t0 := selfCPU(), time.Now()
+				cpu0, t0 := cputime.Process(b), time.Now()
 				res, ccpu := bc.wait(b)
 				wall += time.Since(t0)
-				srvCPU += selfCPU() - cpu0
+				srvCPU += cputime.Process(b) - cpu0
 				cliCPU += ccpu
 				bytes += res.Bytes
 			}
@@ -304,7 +298,7 @@ func BenchmarkLive(b *testing.B) {
 			fillArchive(b, h, 1000)
 			next := 1000
 			produce := func(n int) time.Duration {
-				cpu0 := selfCPU()
+				cpu0 := cputime.Process(b)
 				tick := time.NewTicker(time.Second / rate)
 				defer tick.Stop()
 				ctx := context.Background()
@@ -320,7 +314,7 @@ func BenchmarkLive(b *testing.B) {
 				for h.w.Live().Tip() < uint64(next) && time.Now().Before(deadline) {
 					time.Sleep(time.Millisecond)
 				}
-				return selfCPU() - cpu0
+				return cputime.Process(b) - cpu0
 			}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
