@@ -6,12 +6,12 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/ident"
+	"github.com/backstream/backstream/internal/cputime"
 	"github.com/backstream/backstream/oracle"
 )
 
@@ -41,9 +41,9 @@ func BenchmarkBootstrapVerify(b *testing.B) {
 					}
 				}
 				b.StartTimer()
-				cpu0, t0 := processCPU(), time.Now()
+				cpu0, t0 := cputime.Process(b), time.Now()
 				recs := runAll(b, r, dids, 8)
-				cpu := processCPU() - cpu0
+				cpu := cputime.Process(b) - cpu0
 				b.ReportMetric(float64(recs)/cpu.Seconds(), "records/cpu-s")
 				b.ReportMetric(float64(recs)/time.Since(t0).Seconds(), "records/s")
 				b.ReportMetric(counter(b, e.reg, "backstream_ident_resolutions_total", map[string]string{"result": "ok"})/float64(len(dids)), "resolutions/repo")
@@ -78,12 +78,6 @@ func runAll(b *testing.B, r *backfill.Runner, dids []string, workers int) int {
 	close(next)
 	wg.Wait()
 	return total
-}
-
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func envInt(name string, def int) int {
