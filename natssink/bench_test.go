@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/cputime"
 	"github.com/backstream/backstream/internal/natstest"
 )
 
@@ -44,12 +44,6 @@ func postEvents(b testing.TB, wd *world, n int) {
 	}
 }
 
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // BenchmarkSinkSaturation: the sink publishes an archive of b.N posts from
 // the start into an empty R1 or R3 stream on nats-server processes; it
 // reports events/s, the CPU this (backstream's) process spent per published
@@ -61,10 +55,10 @@ func BenchmarkSinkSaturation(b *testing.B) {
 			wd := newWorld(b)
 			postEvents(b, wd, b.N)
 			b.ResetTimer()
-			cpu0, srv0, t0 := cpuTime(), procs.CPU(b), time.Now()
+			cpu0, srv0, t0 := cputime.Process(b), procs.CPU(b), time.Now()
 			rs := wd.startSink(b, Config{URLs: procs.URLs, Replicas: r})
 			rs.waitCaughtUp(b, wd, 10*time.Minute)
-			el, cpu, srv := time.Since(t0), cpuTime()-cpu0, procs.CPU(b)-srv0
+			el, cpu, srv := time.Since(t0), cputime.Process(b)-cpu0, procs.CPU(b)-srv0
 			b.StopTimer()
 			rs.stop()
 			b.ReportMetric(float64(b.N)/el.Seconds(), "events/s")
