@@ -55,13 +55,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/objstorage/objstorageprovider"
 	"github.com/cockroachdb/pebble/sstable"
+
+	"github.com/backstream/backstream/internal/cputime"
 )
 
 type bulkCase struct {
@@ -220,12 +221,6 @@ func copyUnits(units []*Unit) []*Unit {
 	return out
 }
 
-func cpuNow() float64 {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return tv(ru.Utime) + tv(ru.Stime)
-}
-
 func runBulk(b *testing.B, c bulkCase, units []*Unit, records int) {
 	b.StopTimer()
 	units = copyUnits(units)
@@ -271,7 +266,7 @@ func runBulk(b *testing.B, c bulkCase, units []*Unit, records int) {
 	}
 	var ig *bulkIngester
 	m0 := s.DB().Metrics()
-	cpu0, t0 := cpuNow(), time.Now()
+	cpu0, t0 := cputime.Process(b).Seconds(), time.Now()
 	b.StartTimer()
 	if c.ingestKiB == 0 {
 		writerPath(b, w, units, capt)
@@ -287,13 +282,13 @@ func runBulk(b *testing.B, c bulkCase, units []*Unit, records int) {
 	if os.Getenv("BACKSTREAM_BULK_TABLES") != "" {
 		logTables(b, s.DB(), "after the writes")
 	}
-	cpuW, tW := cpuNow(), time.Now()
+	cpuW, tW := cputime.Process(b).Seconds(), time.Now()
 	if err := s.DB().Compact([]byte{0}, []byte{0xff, 0xff}, true); err != nil {
 		b.Fatal(err)
 	}
 	quiesce(b, s.DB())
 	b.StopTimer()
-	cpu1, t1 := cpuNow(), time.Now()
+	cpu1, t1 := cputime.Process(b).Seconds(), time.Now()
 	m1 := s.DB().Metrics()
 
 	perM := func(cpu float64) float64 { return cpu / float64(records) * 1e6 }

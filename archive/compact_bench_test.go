@@ -10,11 +10,12 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble"
+
+	"github.com/backstream/backstream/internal/cputime"
 )
 
 // BenchmarkCompact measures one compaction pass over a synthetic archive of
@@ -84,17 +85,15 @@ func benchCompact(b *testing.B, total, per int, unnamed bool) float64 {
 	build, deletes := time.Since(t0), total/per
 	stopProfile := benchProfile(b, fmt.Sprintf("compact-%d-%d-unnamed=%v", total, per, unnamed))
 	misses := s.DB().Metrics().BlockCache.Misses
-	var ru0, ru1 syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	cpu0 := cputime.Process(b)
 	b.StartTimer()
 	res, err := s.Compact(ctx, w, CompactOptions{Logger: quietLogger, ReclaimBytes: -1})
 	b.StopTimer()
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	cpu := (cputime.Process(b) - cpu0).Seconds()
 	stopProfile()
 	if err != nil {
 		b.Fatal(err)
 	}
-	cpu := tv(ru1.Utime) + tv(ru1.Stime) - tv(ru0.Utime) - tv(ru0.Stime)
 	b.ReportMetric(cpu, "cpu-s")
 	b.ReportMetric(float64(res.BytesRead)/1e6, "MB-read")
 	b.ReportMetric(float64(res.BytesUncached)/1e6, "MB-uncached")

@@ -4,10 +4,11 @@ import (
 	"context"
 	"os"
 	"strconv"
-	"syscall"
 	"testing"
 
 	"github.com/cockroachdb/pebble"
+
+	"github.com/backstream/backstream/internal/cputime"
 )
 
 // BenchmarkFillIndex measures the index backfill of an older store: the
@@ -41,16 +42,14 @@ func BenchmarkFillIndex(b *testing.B) {
 		if err := s.DB().Compact([]byte{0}, []byte{0xff}, true); err != nil {
 			b.Fatal(err)
 		}
-		var ru0, ru1 syscall.Rusage
-		syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+		cpu0 := cputime.Process(b)
 		b.StartTimer()
 		res, err := s.FillIndex(context.Background(), 0, nil)
 		b.StopTimer()
-		syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+		cpu := (cputime.Process(b) - cpu0).Seconds()
 		if err != nil {
 			b.Fatal(err)
 		}
-		cpu := tv(ru1.Utime) + tv(ru1.Stime) - tv(ru0.Utime) - tv(ru0.Stime)
 		b.ReportMetric(float64(res.Rows)/res.Duration.Seconds(), "rows/s")
 		b.ReportMetric(cpu/float64(res.Rows)*1e6, "cpu-s/Mrows")
 		b.ReportMetric(float64(res.Batches), "batches")

@@ -4,8 +4,9 @@ import (
 	"context"
 	"math/rand/v2"
 	"strconv"
-	"syscall"
 	"testing"
+
+	"github.com/backstream/backstream/internal/cputime"
 )
 
 // The benchmarks of this file measure the writer's cost of one live event
@@ -65,8 +66,7 @@ func (a *accountBench) settle() {
 // measure runs op b.N times and reports its CPU cost per call as unit.
 func (a *accountBench) measure(unit string, op func(i int)) {
 	a.settle()
-	var ru0, ru1 syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	cpu0 := cputime.Process(a.b)
 	a.b.ResetTimer()
 	for i := 0; i < a.b.N; i++ {
 		op(i)
@@ -75,8 +75,7 @@ func (a *accountBench) measure(unit string, op func(i int)) {
 		a.b.Fatal(err)
 	}
 	a.b.StopTimer()
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
-	cpu := tv(ru1.Utime) + tv(ru1.Stime) - tv(ru0.Utime) - tv(ru0.Stime)
+	cpu := (cputime.Process(a.b) - cpu0).Seconds()
 	a.b.ReportMetric(cpu/float64(a.b.N)*1e6, unit)
 }
 

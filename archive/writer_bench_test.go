@@ -5,9 +5,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/backstream/backstream/internal/cputime"
 )
 
 // BenchmarkWriter measures sustained group-commit throughput on the real
@@ -52,8 +53,7 @@ func benchWriter(b *testing.B, total, maxRows int, shape string) {
 		template[i] = realisticEvent(i)
 	}
 	ctx := context.Background()
-	var ru0, ru1 syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	cpu0 := cputime.Process(b)
 	start := time.Now()
 	b.ResetTimer()
 	acks := NewAcks()
@@ -107,8 +107,7 @@ func benchWriter(b *testing.B, total, maxRows int, shape string) {
 	}
 	b.StopTimer()
 	el := time.Since(start)
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
-	cpu := tv(ru1.Utime) + tv(ru1.Stime) - tv(ru0.Utime) - tv(ru0.Stime)
+	cpu := (cputime.Process(b) - cpu0).Seconds()
 	b.ReportMetric(float64(total)/el.Seconds(), "events/s")
 	b.ReportMetric(cpu/float64(total)*1e6, "cpu-s/Mevents")
 	if total >= 100000 {
@@ -140,8 +139,6 @@ func openDiskStore(b *testing.B) *Store {
 }
 
 func benchRKey(i int) string { return "3l" + strconv.FormatInt(int64(1e10+i), 10) }
-
-func tv(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
 
 func BenchmarkEventEncode(b *testing.B) {
 	ev := realisticEvent(1)

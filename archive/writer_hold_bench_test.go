@@ -6,9 +6,10 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/backstream/backstream/internal/cputime"
 )
 
 // BenchmarkWriterHoldLatency measures what a large whole-repo replacement
@@ -135,8 +136,7 @@ func benchHoldLatency(b *testing.B, records int) {
 		}
 	}()
 
-	var ru0, ru1 syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	cpu0 := cputime.Process(b)
 	start := time.Now()
 	b.ResetTimer()
 	submitted, received := 1, 1
@@ -154,7 +154,7 @@ func benchHoldLatency(b *testing.B, records int) {
 		received += waitJob()
 	}
 	took := time.Since(start)
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	cpu := (cputime.Process(b) - cpu0).Seconds()
 	close(replDone)
 	<-liveDone
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
@@ -182,5 +182,5 @@ func benchHoldLatency(b *testing.B, records int) {
 	b.ReportMetric(q(1), "max-ms")
 	b.ReportMetric(float64(len(latency)), "live-units")
 	b.ReportMetric(took.Seconds(), "replace-s")
-	b.ReportMetric(tv(ru1.Utime)+tv(ru1.Stime)-tv(ru0.Utime)-tv(ru0.Stime), "cpu-s")
+	b.ReportMetric(cpu, "cpu-s")
 }

@@ -3,12 +3,13 @@ package archive
 import (
 	"context"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/backstream/backstream/internal/cputime"
 )
 
 // BenchmarkWriterLinger: a bootstrap's writer load on the real disk (a
@@ -51,8 +52,7 @@ func benchLinger(b *testing.B, linger time.Duration) {
 		close(next)
 	}()
 	ctx := context.Background()
-	var ru0, ru1 syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	cpu0 := cputime.Process(b)
 	b.ResetTimer()
 	var wg sync.WaitGroup
 	for range jobs {
@@ -82,8 +82,7 @@ func benchLinger(b *testing.B, linger time.Duration) {
 	}
 	wg.Wait()
 	b.StopTimer()
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
-	cpu := tv(ru1.Utime) + tv(ru1.Stime) - tv(ru0.Utime) - tv(ru0.Stime)
+	cpu := (cputime.Process(b) - cpu0).Seconds()
 	b.ReportMetric(cpu/float64(accounts)*1e6, "cpu-µs/account")
 	b.ReportMetric(testutil.ToFloat64(m.batches)/float64(accounts)*1000, "syncs/1000accounts")
 }
