@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/klauspost/compress/zstd"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/internal/cputime"
@@ -76,9 +77,13 @@ func TestBenchClientProcess(t *testing.T) {
 			var n, nb int64
 			var lats []float64
 			buf := make([]byte, 64<<10)
+			// A zstd subscriber's messages are binary frames: decoded
+			// (only for the latency) to find their time_us.
+			var dec *zstd.Decoder
+			var plain []byte
 			for n < events {
 				_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
-				_, r, err := c.NextReader()
+				typ, r, err := c.NextReader()
 				if err != nil {
 					mu.Lock()
 					res.Err = err.Error()
@@ -94,13 +99,27 @@ func TestBenchClientProcess(t *testing.T) {
 				nb += int64(m)
 				if lat {
 					now := time.Now().UnixMicro()
-					if i := bytes.Index(buf[:min(m, 200)], []byte(`"time_us":`)); i >= 0 {
+					msg := buf[:min(m, len(buf))]
+					if typ == websocket.BinaryMessage {
+						if dec == nil {
+							dec, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+							defer dec.Close()
+						}
+						if plain, err = dec.DecodeAll(msg, plain[:0]); err != nil {
+							mu.Lock()
+							res.Err = "zstd: " + err.Error()
+							mu.Unlock()
+							return
+						}
+						msg = plain
+					}
+					if i := bytes.Index(msg[:min(len(msg), 200)], []byte(`"time_us":`)); i >= 0 {
 						j := i + 10
 						k := j
-						for k < m && buf[k] >= '0' && buf[k] <= '9' {
+						for k < len(msg) && msg[k] >= '0' && msg[k] <= '9' {
 							k++
 						}
-						us, _ := strconv.ParseInt(string(buf[j:k]), 10, 64)
+						us, _ := strconv.ParseInt(string(msg[j:k]), 10, 64)
 						lats = append(lats, float64(now-us))
 					}
 				}
@@ -325,6 +344,9 @@ func BenchmarkLive(b *testing.B) {
 				time.Sleep(100 * time.Millisecond)
 				total := produce(n)
 				res, ccpu := bc.wait(b)
+				if res.Samples == 0 {
+					b.Fatalf("no delivery latency measured over %d events", res.Events)
+				}
 				delivered := float64(res.Events)
 				baseline := base.Seconds() * float64(n) / float64(rate)
 				b.ReportMetric(total.Seconds()*1e6/delivered, "server-cpu-µs/delivered")
