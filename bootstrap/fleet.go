@@ -459,7 +459,7 @@ func (b *Bootstrap) fleetLanes(ctx context.Context) ([]lane, error) {
 		log.Info("bootstrap: enumeration mode relay: the relay does not answer listHosts", "err", err)
 		return nil, nil
 	}
-	if mode == "" && rr.Uncounted() {
+	if rr.ListsRelay(mode) {
 		// The roster is not recorded: discovery and the repair passes
 		// list the relay too (they list hosts only after a roster).
 		b.enumeration(EnumerateRelay, ModeNoAccountCounts)

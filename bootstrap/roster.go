@@ -81,6 +81,45 @@ func (r Roster) Uncounted() bool {
 	return len(r.Active) > 0
 }
 
+// ListsRelay reports whether a listing in mode enumerate (Config.Enumerate;
+// "" the default) lists the relay's listRepos instead of the roster's
+// hosts: in the default mode when the roster is Uncounted, as each host's
+// listing would be cut at upstream.HostListingSlack entries whatever its
+// size; --enumerate hosts lists the hosts anyway, with that bound.
+// Bootstrap goes by it on the roster it reads, discovery and every repair
+// pass on the roster as last recorded (ListedHosts).
+func (r Roster) ListsRelay(enumerate string) bool {
+	return enumerate != EnumerateHosts && r.Uncounted()
+}
+
+// ListedHosts is the hosts a listing after bootstrap (discovery, a repair
+// pass) lists: the store's active roster hosts as last recorded (the
+// caller reads the roster again first: RereadRoster). None when no roster
+// is recorded (relay mode), or when the recorded roster gives none of them
+// an account count and enumerate is not EnumerateHosts (ListsRelay):
+// uncounted is then true. With no host, the caller lists the relay.
+func ListedHosts(store *archive.Store, enumerate string) (hosts []string, uncounted bool, err error) {
+	hosts, err = store.RosterHosts()
+	if err != nil {
+		return nil, false, fmt.Errorf("read the roster: %w", err)
+	}
+	rr := Roster{Active: hosts}
+	for _, h := range hosts {
+		hs, err := store.HostState(h)
+		if err != nil {
+			return nil, false, fmt.Errorf("read host/ row of %s: %w", h, err)
+		}
+		rr.Entries = append(rr.Entries, upstream.HostEntry{Host: h, Status: hs.Status, Accounts: int64(min(hs.Accounts, 1<<40))})
+		if hs.Accounts > 0 {
+			break // counted: one is enough
+		}
+	}
+	if rr.ListsRelay(enumerate) {
+		return nil, true, nil
+	}
+	return hosts, false, nil
+}
+
 // ReadRoster pages listHosts until its last page, a cursor that repeats
 // any of the read (a loop: counted, the roster ends there as on its last
 // page), or MaxHosts hosts or pages read with a cursor still pending (a

@@ -38,6 +38,12 @@ type Config struct {
 	// again before it lists (bootstrap.RereadRoster). Nil: the host/ rows
 	// as bootstrap recorded them.
 	Roster bootstrap.RosterSource
+	// Enumerate is the --enumerate mode asked ("" the default): in the
+	// default mode, a recorded roster that gives no active host an account
+	// count makes discovery list the relay, as bootstrap does
+	// (bootstrap.ListedHosts); with bootstrap.EnumerateHosts it lists the
+	// hosts anyway.
+	Enumerate string
 	// PendingWorkers bounds the pending pass (default 16).
 	PendingWorkers int
 	// MaxRows and MaxBytes bound the rows of one unit and their bytes as

@@ -45,7 +45,9 @@ type laneCut struct {
 // listHosts) and cfg.Fleet set, the roster is read again (rereadRoster),
 // every active roster host is listed again from its own last non-empty
 // cursor, from the start when it has none (discoverHosts), and the relay's
-// listRepos is not asked; else the relay's. It never fails merge for
+// listRepos is not asked; else the relay's, also when the roster now gives
+// no active host an account count (bootstrap.ListedHosts, in the default
+// mode: bootstrap's rule). It never fails merge for
 // upstream trouble: a cursor loop ends discovery with a warning,
 // a page it cannot use (retries spent, a cursor over 64 KiB after the
 // page's repos are recorded) with an error log and a count (M8). Only a store or writer failure is
@@ -56,9 +58,12 @@ func Discover(ctx context.Context, cfg Config) error {
 		if err := rereadRoster(ctx, cfg); err != nil {
 			return fmt.Errorf("merge: discovery: %w", err)
 		}
-		hosts, err := cfg.Store.RosterHosts()
+		hosts, uncounted, err := bootstrap.ListedHosts(cfg.Store, cfg.Enumerate)
 		if err != nil {
 			return fmt.Errorf("merge: discovery: %w", err)
+		}
+		if uncounted {
+			cfg.Logger.Warn("discovery: the relay's listHosts roster gives no active host an accountCount, so each host's listing could name at most 10,000 entries; the relay's listRepos is listed instead")
 		}
 		if len(hosts) > 0 {
 			return discoverHosts(ctx, cfg, hosts)

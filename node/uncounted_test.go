@@ -95,3 +95,35 @@ func TestUncountedRosterHostsAsked(t *testing.T) {
 		t.Errorf("roster recorded: %v, %v; want both hosts", rs, err)
 	}
 }
+
+// TestUncountedRosterAfterBootstrapPassListsRelay: bootstrap in the
+// default mode lists the hosts (listHosts serves account counts, the
+// roster is recorded); then the relay stops serving accountCount (oracle
+// OmitAccountCounts) and host 1 grows past the 10,000 entries a host
+// without a count may name (oracle GrowHost). Each repair pass reads the
+// roster, finds it uncounted, and compares the relay's listing instead,
+// as bootstrap would: no listing is cut, so the accounts the host lists
+// past 10,000 are compared. On main every pass listed the host bounded at
+// 10,000 and cut it there (too_many_entries), never comparing the rest.
+func TestUncountedRosterAfterBootstrapPassListsRelay(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	net, _ := activeNetwork(t, ctx, oracle.Config{Accounts: 16, RecordsMean: 3, Hosts: 2, Seed: 53})
+	v, phase := startHostsNode(t, ctx, net, func(c *node.Config) { c.Bootstrap.Enumerate = "" })
+	v.waitFor("steady state", func() bool { return phase.Load() == archive.PhaseSteadyState })
+	if rs, err := v.n.Store().RosterEntries(); err != nil || len(rs) != 2 {
+		t.Fatalf("roster recorded by bootstrap: %v, %v; want both hosts", rs, err)
+	}
+	f := net.Faults()
+	f.OmitAccountCounts(true)
+	f.GrowHost(1, 12_000)
+	cuts := promtest.Value(t, v.reg, "backstream_repair_listing_cut_total", nil)
+	closed := promtest.Value(t, v.reg, "backstream_repair_gaps_closed_total", nil)
+	// The first pass after the change may have begun before it.
+	v.waitFor("four more audit gaps closed", func() bool {
+		return promtest.Value(t, v.reg, "backstream_repair_gaps_closed_total", nil) >= closed+4
+	})
+	if got := promtest.Value(t, v.reg, "backstream_repair_listing_cut_total", nil) - cuts; got > 1 {
+		t.Errorf("repair listings cut in 4 audits after the relay stopped serving account counts and a host grew past 10,000 entries: %v, want at most 1 (the pass begun before)", got)
+	}
+}

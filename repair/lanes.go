@@ -32,7 +32,7 @@ type lane struct {
 // false when some listing could not be fetched (retries spent): the next
 // step resumes it from its durable cursor.
 func (r *Runner) list(ctx context.Context, g archive.Gap, a *archive.Audit, seen *listedSet) (bool, error) {
-	hosts, err := r.roster()
+	hosts, err := r.roster(g)
 	if err != nil {
 		return false, err
 	}
@@ -142,17 +142,35 @@ func (r *Runner) readRoster(ctx context.Context, g archive.Gap) error {
 }
 
 // roster is the hosts a pass lists in hosts mode: the store's active
-// roster hosts when Fleet is set (none: relay mode), as the pass's
-// beginning recorded them (readRoster).
-func (r *Runner) roster() ([]string, error) {
+// roster hosts when Fleet is set, as the pass's beginning recorded them
+// (readRoster). None, and the pass lists the relay, in relay mode or when
+// that roster gives no active host an account count in the default mode
+// (bootstrap.ListedHosts: each host's listing would be cut at 10,000
+// entries), said once a pass.
+func (r *Runner) roster(g archive.Gap) ([]string, error) {
 	if r.cfg.Fleet == nil {
 		return nil, nil
 	}
-	hosts, err := r.cfg.Store.RosterHosts()
+	hosts, uncounted, err := bootstrap.ListedHosts(r.cfg.Store, r.cfg.Enumerate)
 	if err != nil {
-		return nil, fmt.Errorf("read the roster: %w", err)
+		return nil, err
+	}
+	if uncounted {
+		r.listsRelay(g)
 	}
 	return hosts, nil
+}
+
+// listsRelay says, once a pass, that the roster gives no active host an
+// account count and the relay's listing is compared instead.
+func (r *Runner) listsRelay(g archive.Gap) {
+	r.mu.Lock()
+	first := r.uncounted != g.ID
+	r.uncounted = g.ID
+	r.mu.Unlock()
+	if first {
+		r.log.Warn("repair pass: the relay's listHosts roster gives no active host an accountCount, so each host's listing could name at most 10,000 entries; the relay's listRepos is compared instead", "gap", g.ID)
+	}
 }
 
 // listLane compares l's listRepos pages with the ratchet from its

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/internal/promtest"
 	"github.com/backstream/backstream/upstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,7 +43,7 @@ func (f *fleet) HostListRepos(ctx context.Context, host, cursor string, limit in
 func TestHostsModePass(t *testing.T) {
 	s, w, apply := newStore(t)
 	ctx := context.Background()
-	active := func(cur archive.HostState) archive.HostState { cur.Status = "active"; return cur }
+	active := func(cur archive.HostState) archive.HostState { cur.Status, cur.Accounts = "active", 1; return cur }
 	gap, _ := archive.GapPut(archive.Gap{ID: 1, Kind: archive.GapOutdatedCursor, FirstSeenUS: time.Now().UnixMicro()})
 	apply(&archive.Unit{Hosts: []archive.HostUpdate{{Host: "a.test", Func: active}, {Host: "b.test", Func: active}}, Puts: []archive.KV{gap}})
 	set := func(did string, st archive.RepoState) { t.Helper(); apply(setRepo(did, st)) }
@@ -97,7 +98,7 @@ func TestHostsModePass(t *testing.T) {
 // hosts mode is still healed.
 func TestHostsModeEveryHostRefused(t *testing.T) {
 	s, w, apply := newStore(t)
-	active := func(cur archive.HostState) archive.HostState { cur.Status = "active"; return cur }
+	active := func(cur archive.HostState) archive.HostState { cur.Status, cur.Accounts = "active", 1; return cur }
 	gap, _ := archive.GapPut(archive.Gap{ID: 1, Kind: archive.GapOutdatedCursor, FirstSeenUS: time.Now().UnixMicro()})
 	apply(&archive.Unit{Hosts: []archive.HostUpdate{{Host: "a.test", Func: active}, {Host: "b.test", Func: active}}, Puts: []archive.KV{gap}})
 	refused := errors.New("address refused")
@@ -185,5 +186,36 @@ func TestPassEndsOnCursorCycle(t *testing.T) {
 	}
 	if got := promtest.Value(t, reg, "backstream_repair_listing_cut_total", nil); got != 1 || status.asked.Load() != 0 {
 		t.Fatalf("listing cuts counted %v, want 1; %d absent accounts asked, want none (a cut pass is not whole)", got, status.asked.Load())
+	}
+}
+
+// TestUncountedRosterPassListsRelay: a roster recorded without account
+// counts (the relay's listHosts stopped serving accountCount: each
+// host's listing would be cut at 10,000 entries) makes a pass in the
+// default mode compare the relay's listing, not the hosts', as bootstrap
+// enumerates; with --enumerate hosts asked the hosts are listed anyway.
+func TestUncountedRosterPassListsRelay(t *testing.T) {
+	for _, tc := range []struct {
+		enumerate          string
+		relayPages, hostsQ int
+	}{{"", 1, 0}, {bootstrap.EnumerateHosts, 0, 1}} {
+		t.Run("enumerate="+tc.enumerate, func(t *testing.T) {
+			s, w, apply := newStore(t)
+			active := func(cur archive.HostState) archive.HostState { cur.Status, cur.Accounts = "active", 0; return cur }
+			gap, _ := archive.GapPut(archive.Gap{ID: 1, Kind: archive.GapOutdatedCursor, FirstSeenUS: time.Now().UnixMicro()})
+			apply(&archive.Unit{Hosts: []archive.HostUpdate{{Host: "a.test", Func: active}}, Puts: []archive.KV{gap}})
+			f := &fleet{asked: map[string]int{}, pages: map[string]map[string]upstream.Page{"a.test": {"": {Repos: []upstream.RepoEntry{{DID: didSame, Rev: revNew, Active: true}}}}}}
+			relay := &listing{repos: []upstream.RepoEntry{{DID: didNew, Rev: revNew, Active: true}}}
+			r, err := New(Config{Store: s, Writer: w, Source: relay, Fleet: f, Enumerate: tc.enumerate, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.step(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if relay.pages.Load() != int64(tc.relayPages) || f.asked["a.test"] != tc.hostsQ {
+				t.Fatalf("relay asked %d pages, hosts %v: want %d relay pages, a.test asked %d times", relay.pages.Load(), f.asked, tc.relayPages, tc.hostsQ)
+			}
+		})
 	}
 }

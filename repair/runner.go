@@ -44,6 +44,12 @@ type Config struct {
 	// begins, before it lists (readRoster). Nil: the host/ rows as last
 	// recorded.
 	Roster bootstrap.RosterSource
+	// Enumerate is the --enumerate mode asked ("" the default): in the
+	// default mode a pass whose recorded roster gives no active host an
+	// account count lists the relay, as bootstrap does
+	// (bootstrap.ListedHosts); with bootstrap.EnumerateHosts it lists the
+	// hosts anyway.
+	Enumerate string
 	// Status asks an account's status (the relay's getRepoStatus, or its
 	// host's): after a complete pass, each active account no listing named
 	// is asked, and what it says is archived. Nil: absences are not
@@ -115,6 +121,7 @@ type Runner struct {
 	// it ("": from the first). Only the pass's goroutine uses it.
 	absentFrom string
 	fellBack   uint64 // the gap whose pass last fell back to the relay's listing
+	uncounted  uint64 // the gap whose pass last listed the relay for a roster without account counts
 }
 
 // New validates cfg; nothing runs until Run.
