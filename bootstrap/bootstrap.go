@@ -257,13 +257,18 @@ func (b *Bootstrap) Run(ctx context.Context) error {
 		}
 		if lanes != nil {
 			// Hosts mode; with no active host on the roster there is no
-			// lane to run, and the relay's listing is all there is.
+			// lane to run. The relay's listing follows the hosts' when
+			// relayNeeded says so.
 			if len(lanes) > 0 {
-				if err := b.coordinate(ctx, lanes); err != nil || !b.everyHostFailed() {
+				if err := b.coordinate(ctx, lanes); err != nil {
 					return err
 				}
 			}
-			b.fallBackToRelay()
+			why := b.relayNeeded()
+			if why == "" {
+				return nil
+			}
+			b.fallBackToRelay(why)
 		}
 		c, err := b.cfg.Store.ListCursor(false)
 		switch {

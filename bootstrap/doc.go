@@ -97,10 +97,20 @@
 //
 // When every active roster host's listing ends failing (refused, e.g. by
 // the address policy, or failing past its retries), or the roster has no
-// active host, hosts mode would archive nothing: the run then lists the relay's listRepos as relay mode
-// does, from its own checkpoint (one warning,
+// active host, hosts mode would archive nothing; when some host's listing
+// is cut for naming more entries than its bound (too_many_entries, below),
+// no other host lists the accounts past the cut. The run then lists the
+// relay's listRepos after the hosts' lanes, as relay mode does, from its
+// own checkpoint (relayNeeded; one warning saying why,
 // backstream_bootstrap_relay_fallback_total, /status
 // hosts.fell_back_to_relay).
+//
+// In the default mode (Config.Enumerate ""), a roster that gives no active
+// host an account count (Roster.ListsRelay) is not listed by host at all:
+// each host's listing would be cut at upstream.HostListingSlack entries.
+// The run enumerates the relay's listRepos and records no roster;
+// discovery and every repair pass go by the same rule on the roster as
+// they last recorded it (ListedHosts).
 //
 // Config.Enumerate "hosts" (or "" when the relay answers listHosts) pages
 // the roster (retried on the listing budgets; a 501 means the relay has no
@@ -129,7 +139,8 @@
 // upstream.HostListingBound of the account count its host/ row holds (a
 // listing that never ends: the page that spends the bound is recorded,
 // then cut too_many_entries), is cut alone the same way but not listed
-// again in the run: discovery lists it after bootstrap. A host whose
+// again in the run: discovery lists it after bootstrap (the relay's listing
+// follows the hosts' for a host cut too_many_entries, above). A host whose
 // cursor repeats ends its listing there, as the relay's does. A repo is
 // fetched from the host that listed it (backfill.Request.Host; in strict
 // verification that host's not-found or inactive answer counts only when

@@ -102,8 +102,10 @@ type HostsProgress struct {
 	// (an upstream.CutReasons value: too_large past maxRosterHosts); ""
 	// when the relay's whole roster was read.
 	RosterCut string `json:"roster_cut,omitempty"`
-	// FellBackToRelay: every roster host's listing failed, or the roster
-	// has no active host, and the relay's listing was used instead.
+	// FellBackToRelay: every roster host's listing failed, the roster has
+	// no active host, or some host's listing was cut for naming more
+	// entries than its bound (too_many_entries), and the relay's listing
+	// was used too.
 	FellBackToRelay bool `json:"fell_back_to_relay,omitempty"`
 }
 
@@ -131,6 +133,7 @@ type fleetState struct {
 	state   map[string]string
 	failing map[string]FailingHost
 	lines   *loglimit.Every
+	tooMany int // hosts whose listing was cut for too many entries
 }
 
 func newFleetState(mode string) *fleetState {
@@ -173,6 +176,9 @@ func (f *fleetState) cut(log *slog.Logger, host, reason string, err error) {
 	fh := f.failing[host]
 	fh.Host, fh.Reason, fh.NextAttempt = host, reason, nil
 	f.failing[host] = fh
+	if reason == upstream.CutTooManyEntries {
+		f.tooMany++
+	}
 	f.mu.Unlock()
 	if n, ok := f.lines.Tick("cut"); ok {
 		log.Warn("bootstrap: a host's listRepos cannot be used; that host alone stops listing, every other host goes on; one cut for failing is listed again from where it was cut after a backoff, any other is left to discovery",
@@ -272,28 +278,38 @@ func (b *Bootstrap) enumerateLane(ctx context.Context, host, cursor string, boun
 	}
 }
 
-// everyHostFailed reports whether, in hosts mode, every roster host's
-// listing ended cut (refused, failing past its retries): hosts mode
-// archived nothing, and the relay's listing is the only one left.
-func (b *Bootstrap) everyHostFailed() bool {
-	p := b.hosts().snapshot()
-	return p != nil && p.Roster > p.Skipped && p.ByState[HostFailing] == p.Roster-p.Skipped
+// relayNeeded says why hosts mode lists the relay's listRepos after its
+// hosts' lanes ended, "" when it does not: the roster has no active host,
+// every roster host's listing ended cut (refused, failing past its
+// retries: hosts mode archived nothing), or some host's listing was cut
+// for naming more entries than its bound (too_many_entries): the accounts
+// it lists past the cut are listed by no other host.
+func (b *Bootstrap) relayNeeded() string {
+	f := b.hosts()
+	p := f.snapshot()
+	f.mu.Lock()
+	tooMany := f.tooMany
+	f.mu.Unlock()
+	switch {
+	case p.Roster == p.Skipped:
+		return "the relay's roster has no active host"
+	case p.ByState[HostFailing] == p.Roster-p.Skipped:
+		return "every roster host's listing failed (refused, or failing past its retries)"
+	case tooMany > 0:
+		return fmt.Sprintf("%d roster hosts' listings were cut for naming more entries than their bound (too_many_entries: twice the roster's account count plus 10,000), so the relay lists the accounts past the cut", tooMany)
+	}
+	return ""
 }
 
 // fallBackToRelay says, once, that hosts mode lists the relay after all
-// (counted, on /status): every roster host's listing failed, or the
-// roster has no active host.
-func (b *Bootstrap) fallBackToRelay() {
+// (counted, on /status), and why (relayNeeded).
+func (b *Bootstrap) fallBackToRelay(why string) {
 	b.cfg.Metrics.relayFallback()
 	p := b.hosts()
 	p.mu.Lock()
 	p.p.FellBackToRelay = true
 	roster, skipped := p.p.Roster, p.p.Skipped
 	p.mu.Unlock()
-	why := "every roster host's listing failed (refused, or failing past its retries)"
-	if roster == skipped {
-		why = "the relay's roster has no active host"
-	}
 	b.cfg.Logger.Warn("bootstrap: "+why+"; the relay's own listRepos is listed instead, downloads through its redirect",
 		"hosts", roster, "skipped_not_active", skipped)
 }

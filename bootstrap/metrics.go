@@ -53,7 +53,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"by"}),
 		relayFallbacks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_bootstrap_relay_fallback_total",
-			Help: "Fleet bootstraps in which every roster host's listing failed (refused, or failing past its retries), or the roster had no active host, so the relay's listRepos was listed instead.",
+			Help: "Fleet bootstraps in which every roster host's listing failed (refused, or failing past its retries), the roster had no active host, or some host's listing was cut for too many entries, so the relay's listRepos was listed too.",
 		}),
 		loops: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_listrepos_cursor_loops_total",

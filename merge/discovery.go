@@ -148,11 +148,16 @@ const cutLoop = "cursor_loop"
 // non-empty cursor (cursor/hostlist_last/<host>; from the start when it has
 // none). A host whose listing cannot be used fails alone: counted by
 // reason in backstream_discovery_cut_total, the others go on, and one
-// warning names how many failed and the first of them.
+// warning names how many failed and the first of them. The relay's
+// listRepos is listed after them (the relay fallback, counted) when every
+// host failed, or when some host's listing was cut for naming more entries
+// than its bound (too_many_entries): the accounts it lists past the cut
+// are listed by no other host.
 func discoverHosts(ctx context.Context, cfg Config, hosts []string) error {
 	d := newDiscovery(cfg)
 	var failed []laneCut
 	var failedHosts []string
+	tooMany := 0
 	for _, h := range hosts {
 		cursor, err := resumeAt(cfg.Store.HostListLast(h))
 		if err != nil {
@@ -173,16 +178,22 @@ func discoverHosts(ctx context.Context, cfg Config, hosts []string) error {
 			cfg.Metrics.discoveryCut(lc.reason)
 			failed = append(failed, *lc)
 			failedHosts = append(failedHosts, h)
+			if lc.reason == upstream.CutTooManyEntries {
+				tooMany++
+			}
 		}
 	}
 	if len(failed) > 0 {
 		cfg.Logger.Warn("discovery: some hosts' listRepos could not be used; each failed alone, every other host was listed, merge completes; accounts those hosts list after their last page are not recorded",
 			"failed_hosts", len(failed), "hosts", len(hosts), "first", failedHosts[0], "reason", failed[0].reason, "pages", failed[0].pages, "err", failed[0].err)
 	}
-	if len(failed) == len(hosts) && cfg.Source != nil {
-		// Every host refused or failing: the relay's listing is all there is.
+	if (len(failed) == len(hosts) || tooMany > 0) && cfg.Source != nil {
+		// Every host refused or failing: the relay's listing is all there
+		// is; a host cut for too many entries: only the relay lists the
+		// rest of it.
 		cfg.Metrics.discoveryRelayFallback()
-		cfg.Logger.Warn("discovery: no roster host could be listed; the relay's listRepos is listed instead", "hosts", len(hosts))
+		cfg.Logger.Warn("discovery: no roster host could be listed, or some host's listing was cut for naming more entries than its bound; the relay's listRepos is listed too",
+			"hosts", len(hosts), "failed_hosts", len(failed), "cut_too_many_entries", tooMany)
 		if err := d.relay(ctx); err != nil {
 			return err
 		}

@@ -2,11 +2,14 @@ package merge
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/internal/promtest"
 	"github.com/backstream/backstream/upstream"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // oneDIDSource lists one page naming did, and counts the pages asked.
@@ -64,5 +67,57 @@ func TestDiscoveryUncountedRosterListsRelay(t *testing.T) {
 				t.Fatalf("relay pages %d, host pages %d; want %d and %d", src.pages, fleet.pages, tc.relay, tc.host)
 			}
 		})
+	}
+}
+
+// manyDIDsHost is a HostLister whose host big.test lists pages of 1000
+// distinct DIDs, each with a next cursor, for ever; any other host one
+// page naming one DID.
+type manyDIDsHost struct{ pages int }
+
+func (h *manyDIDsHost) HostListRepos(_ context.Context, host, _ string, _ int) (upstream.Page, error) {
+	if host != "big.test" {
+		return upstream.Page{Repos: []upstream.RepoEntry{{DID: "did:plc:small" + host, Active: true}}}, nil
+	}
+	h.pages++
+	var pg upstream.Page
+	for i := range 1000 {
+		pg.Repos = append(pg.Repos, upstream.RepoEntry{DID: fmt.Sprintf("did:plc:host%06d%04d", h.pages, i)})
+	}
+	pg.Cursor = fmt.Sprintf("c%d", h.pages)
+	return pg, nil
+}
+
+// TestDiscoveryTooManyEntriesListsRelay: of two roster hosts, one lists
+// wholly and one names more entries than its bound (twice its recorded
+// account count plus 10,000): it is cut there (too_many_entries), and the relay's listRepos
+// is listed after the hosts (the relay fallback, counted), as no other
+// listing names the accounts past the cut. On main only every host
+// failing made discovery list the relay.
+func TestDiscoveryTooManyEntriesListsRelay(t *testing.T) {
+	r := newRig(t)
+	counted := func(cur archive.HostState) archive.HostState {
+		cur.Status, cur.Accounts = "active", 1
+		return cur
+	}
+	r.apply(r.w, &archive.Unit{Hosts: []archive.HostUpdate{{Host: "big.test", Func: counted}, {Host: "small.test", Func: counted}}})
+	src := &oneDIDSource{did: "did:plc:relaylisted"}
+	fleet := &manyDIDsHost{}
+	reg := prometheus.NewRegistry()
+	cfg := Config{Store: r.store, Writer: r.w, Source: src, Fleet: fleet, Metrics: NewMetrics(reg), Logger: quiet}
+	if err := Discover(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if want := int(upstream.HostListingBound(1)/1000) + 1; fleet.pages != want {
+		t.Fatalf("host pages %d, want %d (cut past its bound)", fleet.pages, want)
+	}
+	if src.pages != 1 {
+		t.Fatalf("relay pages %d, want 1: the relay lists the accounts past the cut", src.pages)
+	}
+	if got := promtest.Value(t, reg, "backstream_discovery_relay_fallback_total", nil); got != 1 {
+		t.Fatalf("discovery relay fallbacks %v, want 1", got)
+	}
+	if _, err := r.store.RepoState("did:plc:relaylisted"); err != nil {
+		t.Fatalf("the relay's account after the fallback: %v; want recorded", err)
 	}
 }

@@ -62,8 +62,12 @@
 // roster account count (its host/ row's, from bootstrap) is cut likewise
 // after the page that went past is recorded (too_many_entries), so one
 // that never ends cannot hold merging. The hosts are listed one after another. When
-// every host fails, the relay's listRepos is listed instead (one warning,
-// backstream_discovery_relay_fallback_total).
+// every host fails, or some host is cut too_many_entries (no other host
+// lists the accounts past its cut), the relay's listRepos is listed after
+// them (one warning, backstream_discovery_relay_fallback_total). A roster
+// that, read again, gives no active host an account count is not listed by
+// host in the default mode: discovery lists the relay instead, bootstrap's
+// rule (bootstrap.ListedHosts; Config.Enumerate hosts lists the hosts anyway).
 // Upstream trouble never fails merge (M8): a repeating cursor of the
 // relay's listing ends discovery with a warning; a page it cannot use ends it with one error
 // line and a count (backstream_discovery_cut_total{reason}): a transient

@@ -13,7 +13,8 @@ type Metrics struct {
 	cursor prometheus.Gauge
 	cuts   *prometheus.CounterVec
 	// fallbacks: discoveries after a hosts-mode bootstrap that listed the
-	// relay because no roster host could be listed.
+	// relay because no roster host could be listed, or some host's listing
+	// was cut for too many entries.
 	fallbacks prometheus.Counter
 	// rosterReads: discovery's reads of the relay's roster after a
 	// hosts-mode bootstrap, by result (bootstrap.RereadRoster's).
@@ -37,7 +38,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"reason"}),
 		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_discovery_relay_fallback_total",
-			Help: "Discoveries after a hosts-mode bootstrap in which no roster host could be listed, so the relay's listRepos was listed instead.",
+			Help: "Discoveries after a hosts-mode bootstrap in which no roster host could be listed, or some host's listing was cut for too many entries, so the relay's listRepos was listed too.",
 		}),
 		rosterReads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backstream_discovery_roster_reads_total",

@@ -81,13 +81,22 @@ func TestUncountedRosterBootstrapsThroughRelay(t *testing.T) {
 // TestUncountedRosterHostsAsked: the same network with --enumerate hosts
 // asked for: the hosts are listed, each bounded at 10,000 entries as
 // before, so the big host's lane is cut (counted), and the roster is
-// recorded.
+// recorded. The cut host's accounts past the cut are listed by the
+// relay's listRepos after the hosts' (the relay fallback, counted): every
+// active account is archived when bootstrap ends. On main no listing
+// named them: bootstrap ended without them (discovery found them later).
 func TestUncountedRosterHostsAsked(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	net, live := uncountedNetwork(t, ctx)
-	v, steady, _ := startUncounted(t, ctx, net, bootstrap.EnumerateHosts, live)
+	v, steady, atBootstrapEnd := startUncounted(t, ctx, net, bootstrap.EnumerateHosts, live)
 	v.waitFor("steady state", steady)
+	if got := <-atBootstrapEnd; got != len(live) {
+		t.Errorf("active accounts complete when bootstrap ended: %d of %d", got, len(live))
+	}
+	if got := promtest.Value(t, v.reg, "backstream_bootstrap_relay_fallback_total", nil); got != 1 {
+		t.Errorf("bootstrap relay fallbacks: %v, want 1", got)
+	}
 	if got := promtest.Value(t, v.reg, "backstream_listrepos_cut_total", map[string]string{"reason": cutTooManyEntries}); got != 1 {
 		t.Errorf("bootstrap listings cut for too many entries: %v, want 1", got)
 	}

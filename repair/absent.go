@@ -48,6 +48,7 @@ type listedSet struct {
 	dids    map[uint64]struct{}
 	cursors map[string]*upstream.CursorSet // by lane host ("" the relay's)
 	named   map[string]int64               // by roster host: entries its listing named in the pass (a page at least one)
+	tooMany int                            // roster hosts whose listing this process cut for naming more than their bound
 }
 
 func newListedSet(gap uint64, whole bool) *listedSet {

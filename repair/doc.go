@@ -32,8 +32,15 @@
 //     listing that names more than upstream.HostListingBound entries of its
 //     roster account count in the pass (one that never ends; the count its
 //     host/ row holds). When no host listed
-//     anything (every one refused or failing for good), the relay's
-//     listing is compared instead (backstream_repair_relay_fallback_total).
+//     anything (every one refused or failing for good), or some host's
+//     listing was cut for naming more than that bound (no other host lists
+//     the accounts past its cut), the relay's listing is compared after the
+//     hosts' from the pass's own position, resumed after a restart once
+//     begun (backstream_repair_relay_fallback_total). A roster recorded
+//     without an account count for any active host is not listed by host
+//     in the default mode: the pass compares the relay's listing,
+//     bootstrap's rule (bootstrap.ListedHosts; Config.Enumerate hosts lists
+//     the hosts anyway).
 //     The per-host rows are deleted before the gap closes.
 //   - A pass in hosts mode (Config.Roster set too) reads the relay's
 //     listHosts roster again when it begins, with bootstrap.RereadRoster

@@ -70,11 +70,16 @@ func (r *Runner) list(ctx context.Context, g archive.Gap, a *archive.Audit, seen
 	if !done {
 		return false, nil
 	}
-	if hostsListed == 0 {
+	if hostsListed == 0 || seen.tooMany > 0 || a.Cursor != "" {
 		// No host listed anything (every one refused or failing for good,
 		// or an empty roster): the relay's listing, from the pass's own
-		// position, is all there is.
-		r.fallBackToRelay(g)
+		// position, is all there is. A host cut for naming more than its
+		// bound: only the relay lists the accounts past the cut. A relay
+		// listing already begun (its cursor, the pass's own) is resumed;
+		// the cut itself is known to this process only, so a restart
+		// between it and the relay's first page leaves the relay unlisted
+		// in this pass (the next pass cuts the host again).
+		r.fallBackToRelay(g, seen.tooMany)
 		if done, err := r.listLane(ctx, g, a, &lane{pos: a}, seen); err != nil || !done {
 			return false, err
 		}
@@ -87,16 +92,18 @@ func (r *Runner) list(ctx context.Context, g archive.Gap, a *archive.Audit, seen
 	return true, r.commit(ctx, g, a, nil, nil)
 }
 
-// fallBackToRelay says, once a pass, that no roster host listed anything
-// and the relay's listing is walked instead (counted).
-func (r *Runner) fallBackToRelay(g archive.Gap) {
+// fallBackToRelay says, once a pass, that the relay's listing is walked
+// after the hosts' (counted): no roster host listed anything, or tooMany
+// hosts' listings were cut for naming more than their bound.
+func (r *Runner) fallBackToRelay(g archive.Gap, tooMany int) {
 	r.mu.Lock()
 	first := r.fellBack != g.ID
 	r.fellBack = g.ID
 	r.mu.Unlock()
 	if first {
 		r.cfg.Metrics.relayFallback()
-		r.log.Warn("repair pass: no roster host listed anything (refused, or failing for good); the relay's listRepos is compared instead", "gap", g.ID)
+		r.log.Warn("repair pass: no roster host listed anything (refused, or failing for good), or some host's listing was cut for naming more entries than its bound; the relay's listRepos is compared too",
+			"gap", g.ID, "cut_too_many_entries", tooMany)
 	}
 }
 
@@ -186,7 +193,8 @@ func (r *Runner) listsRelay(g archive.Gap) {
 // in a pass (twice the accounts its host/ row says the relay gives it,
 // plus 10,000; a page counting at least one): the page that goes past is
 // compared and the listing cut after it (upstream.CutTooManyEntries), so
-// a listing that never ends, with fresh cursors, cannot hold a gap open.
+// a listing that never ends, with fresh cursors, cannot hold a gap open;
+// the relay's listing is then compared after the hosts' (list).
 func (r *Runner) listLane(ctx context.Context, g archive.Gap, a *archive.Audit, l *lane, seen *listedSet) (bool, error) {
 	seen.repeats(l.host, l.pos.Cursor) // where it starts (again, after a failed step)
 	bound := int64(0)
@@ -236,6 +244,7 @@ func (r *Runner) listLane(ctx context.Context, g archive.Gap, a *archive.Audit, 
 		case bound > 0 && seen.overBound(l.host, durable, len(page.Repos), bound):
 			r.cutListing(g, l.host, fmt.Errorf("the host's listing names more than its bound of %d entries (%s)", bound, upstream.CutTooManyEntries))
 			seen.whole = false
+			seen.tooMany++
 			l.pos.Phase = archive.AuditDone
 		case page.Cursor == l.pos.Cursor || seen.repeats(l.host, page.Cursor):
 			r.cutListing(g, l.host, errors.New("the listRepos cursor repeats"))

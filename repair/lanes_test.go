@@ -3,6 +3,7 @@ package repair
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -217,5 +218,86 @@ func TestUncountedRosterPassListsRelay(t *testing.T) {
 				t.Fatalf("relay asked %d pages, hosts %v: want %d relay pages, a.test asked %d times", relay.pages.Load(), f.asked, tc.relayPages, tc.hostsQ)
 			}
 		})
+	}
+}
+
+// TestHostsModeTooManyEntriesListsRelay: of two roster hosts, one lists
+// wholly and one names more entries than its bound (twice its recorded
+// account count plus 10,000): its listing is cut there
+// (too_many_entries), and the pass compares the relay's listing after the
+// hosts' (the relay fallback, counted), as no other listing names the
+// accounts past the cut. On main only every host failing made a pass
+// list the relay: the accounts past the cut were never compared.
+func TestHostsModeTooManyEntriesListsRelay(t *testing.T) {
+	s, w, apply := newStore(t)
+	counted := func(cur archive.HostState) archive.HostState { cur.Status, cur.Accounts = "active", 1; return cur }
+	gap, _ := archive.GapPut(archive.Gap{ID: 1, Kind: archive.GapOutdatedCursor, FirstSeenUS: time.Now().UnixMicro()})
+	apply(&archive.Unit{Hosts: []archive.HostUpdate{{Host: "a.test", Func: counted}, {Host: "big.test", Func: counted}}, Puts: []archive.KV{gap}})
+	big := map[string]upstream.Page{}
+	pages := int(upstream.HostListingBound(1)/1000) + 2
+	for p := range pages {
+		var pg upstream.Page
+		for i := range 1000 {
+			pg.Repos = append(pg.Repos, upstream.RepoEntry{DID: fmt.Sprintf("did:plc:big%05d%04d", p, i)})
+		}
+		if p < pages-1 {
+			pg.Cursor = fmt.Sprintf("c%d", p+1)
+		}
+		big[fmt.Sprintf("c%d", p)] = pg
+	}
+	big[""] = big["c0"]
+	f := &fleet{asked: map[string]int{}, pages: map[string]map[string]upstream.Page{
+		"a.test":   {"": {Repos: []upstream.RepoEntry{{DID: didSame, Rev: revNew, Active: true}}}},
+		"big.test": big,
+	}}
+	relay := &listing{repos: []upstream.RepoEntry{{DID: didNew, Rev: revNew, Active: true}}}
+	reg := prometheus.NewRegistry()
+	r, err := New(Config{Store: s, Writer: w, Source: relay, Fleet: f, Metrics: NewMetrics(reg), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if want := pages - 1; f.asked["big.test"] != want {
+		t.Fatalf("big.test asked %d pages, want %d (cut past its bound)", f.asked["big.test"], want)
+	}
+	if relay.pages.Load() != 1 {
+		t.Fatalf("relay asked %d pages, want 1: the relay lists the accounts past the cut", relay.pages.Load())
+	}
+	if got := promtest.Value(t, reg, "backstream_repair_relay_fallback_total", nil); got != 1 {
+		t.Fatalf("relay fallbacks %v, want 1", got)
+	}
+	if st, err := s.RepoState(didNew); err != nil || st.Refetch != archive.RefetchAudit {
+		t.Fatalf("listed by the relay: %+v, %v; want marked", st, err)
+	}
+}
+
+// TestHostsModeRelayFallbackResumed: a pass whose relay fallback had
+// begun (the pass's own position holds the relay's cursor) when the
+// process stopped resumes the relay's listing after a restart, though no
+// host is cut again (the hosts' positions are done): the accounts it
+// lists past the cursor are compared.
+func TestHostsModeRelayFallbackResumed(t *testing.T) {
+	s, w, apply := newStore(t)
+	counted := func(cur archive.HostState) archive.HostState { cur.Status, cur.Accounts = "active", 1; return cur }
+	gap, _ := archive.GapPut(archive.Gap{ID: 1, Kind: archive.GapOutdatedCursor, FirstSeenUS: time.Now().UnixMicro()})
+	pass, _ := archive.AuditPut(1, archive.Audit{Phase: archive.AuditList, Cursor: "r2", Listed: 20_000})
+	host, _ := archive.AuditHostPut(1, "a.test", archive.Audit{Phase: archive.AuditDone, Listed: 11_000})
+	apply(&archive.Unit{Hosts: []archive.HostUpdate{{Host: "a.test", Func: counted}}, Puts: []archive.KV{gap, pass, host}})
+	f := &fleet{asked: map[string]int{}}
+	relay := &listing{repos: []upstream.RepoEntry{{DID: didNew, Rev: revNew, Active: true}}}
+	r, err := New(Config{Store: s, Writer: w, Source: relay, Fleet: f, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if relay.pages.Load() != 1 || f.asked["a.test"] != 0 {
+		t.Fatalf("relay asked %d pages, hosts %v: want the relay's listing resumed, no host asked", relay.pages.Load(), f.asked)
+	}
+	if st, err := s.RepoState(didNew); err != nil || st.Refetch != archive.RefetchAudit {
+		t.Fatalf("listed by the relay: %+v, %v; want marked", st, err)
 	}
 }

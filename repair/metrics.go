@@ -39,7 +39,7 @@ type Metrics struct {
 	// absent counts absent accounts by result.
 	absent *prometheus.CounterVec
 	// fallbacks counts passes that listed the relay because no roster host
-	// listed anything.
+	// listed anything, or some host's listing was cut for too many entries.
 	fallbacks prometheus.Counter
 	// rosterReads counts a pass's reads of the relay's roster by result
 	// (bootstrap.RereadRoster's).
@@ -83,7 +83,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"result"}),
 		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_repair_relay_fallback_total",
-			Help: "Repair passes in hosts mode in which no roster host listed anything (refused, or failing for good), so the relay's listRepos was compared instead.",
+			Help: "Repair passes in hosts mode in which no roster host listed anything (refused, or failing for good), or some host's listing was cut for too many entries, so the relay's listRepos was compared too.",
 		}),
 		rosterReads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backstream_repair_roster_reads_total",
