@@ -35,6 +35,38 @@ func (f *fleet) HostListRepos(ctx context.Context, host, cursor string, limit in
 	return f.pages[host][cursor], nil
 }
 
+// hostsGap records gap 1 (an outdated cursor), roster rows for hosts
+// (active, an account count of accounts) and puts.
+func hostsGap(apply func(*archive.Unit), accounts uint64, hosts []string, puts ...archive.KV) {
+	gap, _ := archive.GapPut(archive.Gap{ID: 1, Kind: archive.GapOutdatedCursor, FirstSeenUS: time.Now().UnixMicro()})
+	row := func(cur archive.HostState) archive.HostState {
+		cur.Status, cur.Accounts = "active", accounts
+		return cur
+	}
+	u := &archive.Unit{Puts: append([]archive.KV{gap}, puts...)}
+	for _, h := range hosts {
+		u.Hosts = append(u.Hosts, archive.HostUpdate{Host: h, Func: row})
+	}
+	apply(u)
+}
+
+// stepOnce runs one step of a runner on cfg (a discarding logger when it
+// has none).
+func stepOnce(t *testing.T, cfg Config) *Runner {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // TestHostsModePass: with a roster in the store, a gap's pass lists every
 // roster host's own listRepos, not the relay's: an account only a host
 // lists (the relay's index misses it) is marked, each host's position is
@@ -44,9 +76,7 @@ func (f *fleet) HostListRepos(ctx context.Context, host, cursor string, limit in
 func TestHostsModePass(t *testing.T) {
 	s, w, apply := newStore(t)
 	ctx := context.Background()
-	active := func(cur archive.HostState) archive.HostState { cur.Status, cur.Accounts = "active", 1; return cur }
-	gap, _ := archive.GapPut(archive.Gap{ID: 1, Kind: archive.GapOutdatedCursor, FirstSeenUS: time.Now().UnixMicro()})
-	apply(&archive.Unit{Hosts: []archive.HostUpdate{{Host: "a.test", Func: active}, {Host: "b.test", Func: active}}, Puts: []archive.KV{gap}})
+	hostsGap(apply, 1, []string{"a.test", "b.test"})
 	set := func(did string, st archive.RepoState) { t.Helper(); apply(setRepo(did, st)) }
 	set(didSame, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revOld})
 
@@ -56,13 +86,7 @@ func TestHostsModePass(t *testing.T) {
 			"":   {Repos: []upstream.RepoEntry{{DID: didSame, Rev: revNew, Active: true}}, Cursor: "p2"},
 			"p2": {Repos: []upstream.RepoEntry{{DID: didNew, Rev: revNew, Active: true}}},
 		}}}
-	r, err := New(Config{Store: s, Writer: w, Source: relay, Fleet: f, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.step(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r := stepOnce(t, Config{Store: s, Writer: w, Source: relay, Fleet: f})
 	if relay.pages.Load() != 0 || f.asked["a.test"] != 2 || f.asked["b.test"] != 1 {
 		t.Fatalf("relay asked %d pages, hosts %v: want the hosts only, a.test to its end, b.test once", relay.pages.Load(), f.asked)
 	}
@@ -99,19 +123,11 @@ func TestHostsModePass(t *testing.T) {
 // hosts mode is still healed.
 func TestHostsModeEveryHostRefused(t *testing.T) {
 	s, w, apply := newStore(t)
-	active := func(cur archive.HostState) archive.HostState { cur.Status, cur.Accounts = "active", 1; return cur }
-	gap, _ := archive.GapPut(archive.Gap{ID: 1, Kind: archive.GapOutdatedCursor, FirstSeenUS: time.Now().UnixMicro()})
-	apply(&archive.Unit{Hosts: []archive.HostUpdate{{Host: "a.test", Func: active}, {Host: "b.test", Func: active}}, Puts: []archive.KV{gap}})
+	hostsGap(apply, 1, []string{"a.test", "b.test"})
 	refused := errors.New("address refused")
 	f := &fleet{asked: map[string]int{}, fail: map[string]error{"a.test": refused, "b.test": refused}}
 	relay := &listing{repos: []upstream.RepoEntry{{DID: didNew, Rev: revNew, Active: true}}}
-	r, err := New(Config{Store: s, Writer: w, Source: relay, Fleet: f, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.step(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	stepOnce(t, Config{Store: s, Writer: w, Source: relay, Fleet: f})
 	if relay.pages.Load() != 1 || f.asked["a.test"] != 1 || f.asked["b.test"] != 1 {
 		t.Fatalf("relay asked %d pages, hosts %v: want both hosts once, then the relay", relay.pages.Load(), f.asked)
 	}
@@ -202,18 +218,10 @@ func TestUncountedRosterPassListsRelay(t *testing.T) {
 	}{{"", 1, 0}, {bootstrap.EnumerateHosts, 0, 1}} {
 		t.Run("enumerate="+tc.enumerate, func(t *testing.T) {
 			s, w, apply := newStore(t)
-			active := func(cur archive.HostState) archive.HostState { cur.Status, cur.Accounts = "active", 0; return cur }
-			gap, _ := archive.GapPut(archive.Gap{ID: 1, Kind: archive.GapOutdatedCursor, FirstSeenUS: time.Now().UnixMicro()})
-			apply(&archive.Unit{Hosts: []archive.HostUpdate{{Host: "a.test", Func: active}}, Puts: []archive.KV{gap}})
+			hostsGap(apply, 0, []string{"a.test"})
 			f := &fleet{asked: map[string]int{}, pages: map[string]map[string]upstream.Page{"a.test": {"": {Repos: []upstream.RepoEntry{{DID: didSame, Rev: revNew, Active: true}}}}}}
 			relay := &listing{repos: []upstream.RepoEntry{{DID: didNew, Rev: revNew, Active: true}}}
-			r, err := New(Config{Store: s, Writer: w, Source: relay, Fleet: f, Enumerate: tc.enumerate, Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := r.step(context.Background()); err != nil {
-				t.Fatal(err)
-			}
+			stepOnce(t, Config{Store: s, Writer: w, Source: relay, Fleet: f, Enumerate: tc.enumerate})
 			if relay.pages.Load() != int64(tc.relayPages) || f.asked["a.test"] != tc.hostsQ {
 				t.Fatalf("relay asked %d pages, hosts %v: want %d relay pages, a.test asked %d times", relay.pages.Load(), f.asked, tc.relayPages, tc.hostsQ)
 			}
@@ -230,9 +238,7 @@ func TestUncountedRosterPassListsRelay(t *testing.T) {
 // list the relay: the accounts past the cut were never compared.
 func TestHostsModeTooManyEntriesListsRelay(t *testing.T) {
 	s, w, apply := newStore(t)
-	counted := func(cur archive.HostState) archive.HostState { cur.Status, cur.Accounts = "active", 1; return cur }
-	gap, _ := archive.GapPut(archive.Gap{ID: 1, Kind: archive.GapOutdatedCursor, FirstSeenUS: time.Now().UnixMicro()})
-	apply(&archive.Unit{Hosts: []archive.HostUpdate{{Host: "a.test", Func: counted}, {Host: "big.test", Func: counted}}, Puts: []archive.KV{gap}})
+	hostsGap(apply, 1, []string{"a.test", "big.test"})
 	big := map[string]upstream.Page{}
 	pages := int(upstream.HostListingBound(1)/1000) + 2
 	for p := range pages {
@@ -252,13 +258,7 @@ func TestHostsModeTooManyEntriesListsRelay(t *testing.T) {
 	}}
 	relay := &listing{repos: []upstream.RepoEntry{{DID: didNew, Rev: revNew, Active: true}}}
 	reg := prometheus.NewRegistry()
-	r, err := New(Config{Store: s, Writer: w, Source: relay, Fleet: f, Metrics: NewMetrics(reg), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.step(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	stepOnce(t, Config{Store: s, Writer: w, Source: relay, Fleet: f, Metrics: NewMetrics(reg)})
 	if want := pages - 1; f.asked["big.test"] != want {
 		t.Fatalf("big.test asked %d pages, want %d (cut past its bound)", f.asked["big.test"], want)
 	}
@@ -280,20 +280,12 @@ func TestHostsModeTooManyEntriesListsRelay(t *testing.T) {
 // lists past the cursor are compared.
 func TestHostsModeRelayFallbackResumed(t *testing.T) {
 	s, w, apply := newStore(t)
-	counted := func(cur archive.HostState) archive.HostState { cur.Status, cur.Accounts = "active", 1; return cur }
-	gap, _ := archive.GapPut(archive.Gap{ID: 1, Kind: archive.GapOutdatedCursor, FirstSeenUS: time.Now().UnixMicro()})
 	pass, _ := archive.AuditPut(1, archive.Audit{Phase: archive.AuditList, Cursor: "r2", Listed: 20_000})
 	host, _ := archive.AuditHostPut(1, "a.test", archive.Audit{Phase: archive.AuditDone, Listed: 11_000})
-	apply(&archive.Unit{Hosts: []archive.HostUpdate{{Host: "a.test", Func: counted}}, Puts: []archive.KV{gap, pass, host}})
+	hostsGap(apply, 1, []string{"a.test"}, pass, host)
 	f := &fleet{asked: map[string]int{}}
 	relay := &listing{repos: []upstream.RepoEntry{{DID: didNew, Rev: revNew, Active: true}}}
-	r, err := New(Config{Store: s, Writer: w, Source: relay, Fleet: f, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.step(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	stepOnce(t, Config{Store: s, Writer: w, Source: relay, Fleet: f})
 	if relay.pages.Load() != 1 || f.asked["a.test"] != 0 {
 		t.Fatalf("relay asked %d pages, hosts %v: want the relay's listing resumed, no host asked", relay.pages.Load(), f.asked)
 	}
