@@ -611,4 +611,14 @@ var mutants = []Mutant{
 			{Pkg: "./archive", Run: "^TestOpenMarksOlderReplacements$"},
 		},
 	},
+	{
+		ID: "m60", Invariant: "G7",
+		Name: "discovery leaves the accounts past a host's too_many_entries cut unlisted (the relay fallback only when every host failed)",
+		File: "merge/discovery.go",
+		Old:  "if (len(failed) == len(hosts) || tooMany > 0) && cfg.Source != nil {",
+		New:  "if len(failed) == len(hosts) && cfg.Source != nil {",
+		Tests: []Test{
+			{Pkg: "./merge", Run: "^TestDiscoveryTooManyEntriesListsRelay$"},
+		},
+	},
 }
