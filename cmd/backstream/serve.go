@@ -476,8 +476,9 @@ type server struct {
 	sub    *subscribe.Server // clients: /subscribe and the status endpoints
 	health lifecycle.Health  // the phase as the lifecycle last reported it, and any fatal error
 
-	hist   *subscribe.StatusHistory // the rates /status charts; nil: none
-	recent *recentLog               // the last warnings and errors; nil: none
+	hist      *subscribe.StatusHistory // the rates /status charts; nil: none
+	recent    *recentLog               // the last warnings and errors; nil: none
+	enumerate string                   // --enumerate: how /status says discovery and repair list
 }
 
 func newRegistry() *prometheus.Registry {
@@ -507,7 +508,7 @@ func (s *server) statusJSON() any {
 	s.mu.Unlock()
 	rep := emptyStatus(state)
 	if store != nil {
-		if got, err := buildStatus(store); err != nil {
+		if got, err := buildStatus(store, s.enumerate); err != nil {
 			rep.Error = err.Error()
 		} else {
 			rep = got
@@ -564,7 +565,7 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	s := &server{reg: newRegistry(), log: log, state: "opening", recent: recent,
+	s := &server{reg: newRegistry(), log: log, state: "opening", recent: recent, enumerate: o.enumerate,
 		hist: subscribe.NewStatusHistory(subscribe.DefaultHistoryInterval, subscribe.DefaultHistoryPoints)}
 	sc := o.subscribers
 	sc.Ready, sc.Healthy, sc.StatusJSON = s.ready, s.health.Err, subscribe.CacheStatus(s.statusJSON, s.health.Err, s.health.Phase)

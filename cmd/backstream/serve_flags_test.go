@@ -164,7 +164,7 @@ func TestServeDebugRepos(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	r, err := buildStatus(s)
+	r, err := buildStatus(s, "")
 	if err != nil {
 		t.Fatal(err)
 	}

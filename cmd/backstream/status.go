@@ -61,26 +61,39 @@ type statusReport struct {
 }
 
 // statusHosts is how discovery and the repair passes enumerate, and the
-// relay's host roster as the store records it: mode hosts once a
-// hosts-mode bootstrap recorded a roster (the hosts by roster status,
-// bootstrap.RosterStatuses), else relay (no roster, no counts).
+// relay's host roster as the store records it (the hosts by roster
+// status, bootstrap.RosterStatuses; none before a hosts-mode bootstrap
+// recorded one): mode hosts when they list the roster's hosts
+// (bootstrap.ListedHosts), else relay (no roster, or, in the default
+// mode, a roster that gives no active host an account count).
 type statusHosts struct {
 	Mode     string           `json:"mode"`
 	ByStatus map[string]int64 `json:"by_status,omitempty"`
 }
 
-// readHosts reads the roster's counts by status.
-func readHosts(s *archive.Store) (*statusHosts, error) {
+// readHosts reads the roster's counts by status and how a listing after
+// bootstrap lists under enumerate (serve's --enumerate; "" the default,
+// which is what `backstream status` assumes).
+func readHosts(s *archive.Store, enumerate string) (*statusHosts, error) {
 	counts, err := bootstrap.RosterCounts(s)
 	if err != nil {
 		return nil, err
 	}
+	hosts, _, err := bootstrap.ListedHosts(s, enumerate)
+	if err != nil {
+		return nil, err
+	}
+	h := &statusHosts{Mode: bootstrap.EnumerateRelay}
+	if len(hosts) > 0 {
+		h.Mode = bootstrap.EnumerateHosts
+	}
 	for _, n := range counts {
 		if n > 0 {
-			return &statusHosts{Mode: bootstrap.EnumerateHosts, ByStatus: counts}, nil
+			h.ByStatus = counts
+			break
 		}
 	}
-	return &statusHosts{Mode: bootstrap.EnumerateRelay}, nil
+	return h, nil
 }
 
 // emptyStatus is the report before a store can be read: phase names what
@@ -137,7 +150,7 @@ func emptyFailed() statusFailed {
 
 // buildStatus reads the report from the store, fail-closed: an absent value
 // is left out, an unreadable or malformed one is an error.
-func buildStatus(s *archive.Store) (*statusReport, error) {
+func buildStatus(s *archive.Store, enumerate string) (*statusReport, error) {
 	r := &statusReport{Repos: map[string]int64{}, Failed: emptyFailed()}
 	phase, err := s.Phase()
 	if err != nil {
@@ -208,7 +221,7 @@ func buildStatus(s *archive.Store) (*statusReport, error) {
 	if r.Gaps, err = gapsStatus(s); err != nil {
 		return nil, err
 	}
-	if r.Hosts, err = readHosts(s); err != nil {
+	if r.Hosts, err = readHosts(s, enumerate); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -232,7 +245,7 @@ func runStatus(ctx context.Context, env *cmdEnv) error {
 		return fmt.Errorf("read %s: %w (a running backstream answers the same report on its /status endpoint)", dir, err)
 	}
 	defer s.Close()
-	r, err := buildStatus(s)
+	r, err := buildStatus(s, "")
 	if err != nil {
 		return err
 	}

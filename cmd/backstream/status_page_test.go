@@ -22,7 +22,7 @@ import (
 // here; this test does.
 func TestStatusPageServeReport(t *testing.T) {
 	bin := browsertest.Chromium(t)
-	store, _ := openSeeded(t, seedRoster)
+	store, _ := openSeeded(t, func(t *testing.T, dir string) { seedRoster(t, dir, 500) })
 	recent := &recentLog{}
 	log := slog.New(recent.handler(slog.NewTextHandler(io.Discard, nil)))
 	s := &server{reg: newRegistry(), log: log, store: store, recent: recent,

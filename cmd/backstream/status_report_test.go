@@ -253,9 +253,9 @@ func TestServeProbesAfterFatal(t *testing.T) {
 // (which also has failed repos) active, pds3.test banned, pds4.test
 // offline; then a whole read naming only the first two marks pds4.test
 // left.
-func seedRoster(t *testing.T, dir string) {
+func seedRoster(t *testing.T, dir string, accounts int64) {
 	t.Helper()
-	entries := []upstream.HostEntry{{Host: "pds1.test", Status: "active"}, {Host: "pds3.test", Status: "banned"}, {Host: "pds4.test", Status: "offline"}}
+	entries := []upstream.HostEntry{{Host: "pds1.test", Status: "active", Accounts: accounts}, {Host: "pds3.test", Status: "banned"}, {Host: "pds4.test", Status: "offline"}}
 	writeStore(t, dir, func(s *archive.Store, w *archive.Writer) error {
 		for _, rr := range []bootstrap.Roster{{Entries: entries}, {Entries: entries[:2]}} {
 			if _, err := bootstrap.RecordRoster(context.Background(), w, s, rr); err != nil {
@@ -288,8 +288,22 @@ func TestStatusReportHosts(t *testing.T) {
 	if h, out := hostsOf(); h.Mode != "relay" || h.ByStatus != nil {
 		t.Fatalf("no roster recorded: hosts %+v, want mode relay and no counts: %s", h, out)
 	}
-	seedRoster(t, dir)
+	seedRoster(t, dir, 0)
 	want := map[string]int64{"active": 1, "idle": 0, "offline": 0, "throttled": 0, "banned": 1, "left": 1, "other": 0}
+	if h, out := hostsOf(); h.Mode != "relay" || !maps.Equal(h.ByStatus, want) {
+		t.Fatalf("a roster recorded without account counts: hosts %+v, want mode relay (discovery and repair list the relay by default) and %v: %s", h, want, out)
+	}
+	// serve with --enumerate hosts: they list the hosts anyway.
+	st, err := archive.Open(dir, archive.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := readHosts(st, bootstrap.EnumerateHosts)
+	st.Close()
+	if err != nil || h.Mode != "hosts" {
+		t.Fatalf("--enumerate hosts, a roster without account counts: hosts %+v (%v), want mode hosts", h, err)
+	}
+	seedRoster(t, dir, 500)
 	if h, out := hostsOf(); h.Mode != "hosts" || !maps.Equal(h.ByStatus, want) {
 		t.Fatalf("a roster recorded: hosts %+v, want mode hosts and %v: %s", h, want, out)
 	}
