@@ -116,23 +116,11 @@ func (s *Store) HostListLast(host string) (ListCursor, error) {
 	return get(s.db, HostListLastKey(host), DecodeListCursor)
 }
 
-// RosterHosts returns the hosts whose host/<host> row holds an active
-// roster entry (a fleet bootstrap or a repair pass read the relay's
-// listHosts), in key order; none when no roster was ever read.
-func (s *Store) RosterHosts() ([]string, error) {
-	var hosts []string
-	err := s.scanRoster(func(host string, h HostState) {
-		if h.Status == "active" {
-			hosts = append(hosts, host)
-		}
-	})
-	return hosts, err
-}
-
-// RosterHost is a host whose host/ row holds a roster entry, and its
-// roster status.
+// RosterHost is a host whose host/ row holds a roster entry: its roster
+// status and the account count the relay gave it.
 type RosterHost struct {
 	Host, Status string
+	Accounts     uint64
 }
 
 // RosterEntries returns every host whose host/<host> row holds a roster
@@ -141,7 +129,7 @@ func (s *Store) RosterEntries() ([]RosterHost, error) {
 	var hosts []RosterHost
 	err := s.scanRoster(func(host string, h HostState) {
 		if h.Status != "" {
-			hosts = append(hosts, RosterHost{Host: host, Status: h.Status})
+			hosts = append(hosts, RosterHost{Host: host, Status: h.Status, Accounts: h.Accounts})
 		}
 	})
 	return hosts, err

@@ -99,25 +99,21 @@ func (r Roster) ListsRelay(enumerate string) bool {
 // an account count and enumerate is not EnumerateHosts (ListsRelay):
 // uncounted is then true. With no host, the caller lists the relay.
 func ListedHosts(store *archive.Store, enumerate string) (hosts []string, uncounted bool, err error) {
-	hosts, err = store.RosterHosts()
+	stored, err := store.RosterEntries()
 	if err != nil {
 		return nil, false, fmt.Errorf("read the roster: %w", err)
 	}
-	rr := Roster{Active: hosts}
-	for _, h := range hosts {
-		hs, err := store.HostState(h)
-		if err != nil {
-			return nil, false, fmt.Errorf("read host/ row of %s: %w", h, err)
-		}
-		rr.Entries = append(rr.Entries, upstream.HostEntry{Host: h, Status: hs.Status, Accounts: int64(min(hs.Accounts, 1<<40))})
-		if hs.Accounts > 0 {
-			break // counted: one is enough
+	var rr Roster
+	for _, h := range stored {
+		rr.Entries = append(rr.Entries, upstream.HostEntry{Host: h.Host, Status: h.Status, Accounts: int64(min(h.Accounts, 1<<40))})
+		if h.Status == "active" {
+			rr.Active = append(rr.Active, h.Host)
 		}
 	}
 	if rr.ListsRelay(enumerate) {
 		return nil, true, nil
 	}
-	return hosts, false, nil
+	return rr.Active, false, nil
 }
 
 // ReadRoster pages listHosts until its last page, a cursor that repeats
