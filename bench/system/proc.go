@@ -1,8 +1,8 @@
 package main
 
 // proc.go owns the processes the benchmark runs (`backstream devnet` and
-// `backstream serve`) and what it reads about them from /proc: CPU-seconds
-// (utime+stime) and peak RSS.
+// `backstream serve`) and what it reads about them through package
+// procstat: CPU-seconds (utime+stime) and peak RSS.
 
 import (
 	"bufio"
@@ -21,11 +21,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
-)
 
-// clockTicks is USER_HZ, the unit of utime/stime in /proc/<pid>/stat: 100
-// on every Linux architecture Go supports.
-const clockTicks = 100
+	"github.com/backstream/backstream/internal/procstat"
+)
 
 // proc is one child process with its log file. Stop (or Kill) must be
 // called; both wait for the process.
@@ -108,7 +106,10 @@ func (p *proc) alive() error {
 }
 
 // cpu is the process's utime+stime in seconds.
-func (p *proc) cpu() (float64, error) { return cpuSeconds(p.pid()) }
+func (p *proc) cpu() (float64, error) {
+	d, err := procstat.CPU(p.pid())
+	return d.Seconds(), err
+}
 
 // devnetArgs describes one `backstream devnet`.
 type devnetArgs struct {
@@ -291,44 +292,14 @@ func getJSON(c *http.Client, url string, v any) error {
 	return json.NewDecoder(resp.Body).Decode(v)
 }
 
-// cpuSeconds is utime+stime of a live process.
-func cpuSeconds(pid int) (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	return parseStatCPU(string(b))
-}
-
-// parseStatCPU reads utime+stime (fields 14 and 15) of a /proc/<pid>/stat
-// line, in seconds.
-func parseStatCPU(s string) (float64, error) {
-	// The command name (field 2) may hold spaces: fields count from after ")".
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, errors.New("stat: no command name")
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("stat: %d fields", len(f))
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, err
-	}
-	return float64(ut+st) / clockTicks, nil
-}
-
-// vmHWM is the peak resident set of a live process, in bytes.
+// vmHWM is the peak resident set of a live process, in bytes (0 when it
+// cannot be read).
 func vmHWM(pid int) int64 {
-	for _, line := range strings.Split(readString(fmt.Sprintf("/proc/%d/status", pid)), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
+	kb, err := procstat.StatusKB(pid, "VmHWM")
+	if err != nil {
+		return 0
 	}
-	return 0
+	return kb << 10
 }
 
 // dirSize sums the allocated blocks and the apparent sizes of every file

@@ -78,18 +78,6 @@ func TestQuantileBetweenScrapes(t *testing.T) {
 	}
 }
 
-func TestParseStatCPU(t *testing.T) {
-	// The command name may hold spaces and parentheses; utime=250, stime=50 ticks.
-	line := "4242 (back stream) x) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 12 0 100 1000 200"
-	got, err := parseStatCPU(line)
-	if err != nil || got != 3 {
-		t.Fatalf("parseStatCPU = %v, %v; want 3 s", got, err)
-	}
-	if _, err := parseStatCPU("4242 (x) S 1 2"); err == nil {
-		t.Error("a short stat line parsed")
-	}
-}
-
 func TestEventCursor(t *testing.T) {
 	msg := []byte(`{"did":"did:plc:x","time_us":1,"kind":"commit","commit":{"record":{"text":"\"cursor\":7"}},"cursor":12345}`)
 	if c, err := eventCursor(msg); err != nil || c != 12345 {
