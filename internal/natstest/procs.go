@@ -1,18 +1,17 @@
 package natstest
 
 import (
-	"bytes"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/backstream/backstream/internal/procstat"
 )
 
 // Procs is a cluster of nats-server processes.
@@ -26,16 +25,11 @@ func (p *Procs) CPU(t testing.TB) time.Duration {
 	t.Helper()
 	var total time.Duration
 	for _, pid := range p.pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		d, err := procstat.CPU(pid)
 		if err != nil {
 			t.Fatalf("natstest: server cpu: %v", err)
 		}
-		// Fields after the command's closing parenthesis: utime and
-		// stime are the 12th and 13th, in clock ticks (100 a second).
-		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		u, _ := strconv.ParseInt(f[11], 10, 64)
-		s, _ := strconv.ParseInt(f[12], 10, 64)
-		total += time.Duration(u+s) * 10 * time.Millisecond
+		total += d
 	}
 	return total
 }
@@ -44,16 +38,11 @@ func (p *Procs) CPU(t testing.TB) time.Duration {
 func (p *Procs) RSS(t testing.TB) (bytes int64) {
 	t.Helper()
 	for _, pid := range p.pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		kb, err := procstat.StatusKB(pid, "VmRSS")
 		if err != nil {
 			t.Fatalf("natstest: server memory: %v", err)
 		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(l); len(f) == 3 && f[0] == "VmRSS:" {
-				kb, _ := strconv.ParseInt(f[1], 10, 64)
-				bytes += kb << 10
-			}
-		}
+		bytes += kb << 10
 	}
 	return bytes
 }
