@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/backstream/backstream/internal/procstat"
 	"github.com/backstream/backstream/oracle/world"
 )
 
@@ -91,15 +92,11 @@ func startChild(t *testing.T, cfg Config) *child {
 // cpu is the child's user+system CPU time so far.
 func (c *child) cpu(t *testing.T) time.Duration {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.cmd.Process.Pid))
+	d, err := procstat.CPU(c.cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	ut, _ := strconv.ParseInt(f[11], 10, 64)        // field 14
-	st, _ := strconv.ParseInt(f[12], 10, 64)        // field 15
-	return time.Duration(ut+st) * time.Second / 100 // CLK_TCK = 100 on Linux
+	return d
 }
 
 // TestSpeedGetRepo: the PDS hosts answer ≥ 2,000 getRepo/s for ~20-record

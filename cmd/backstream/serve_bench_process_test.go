@@ -11,7 +11,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
@@ -23,6 +22,7 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/procstat"
 	"github.com/backstream/backstream/oracle"
 )
 
@@ -45,19 +45,14 @@ func scrape(listen, name string) float64 {
 	return 0
 }
 
-// vmHWM reads the peak resident set (VmHWM) of a live process, in bytes.
+// vmHWM reads the peak resident set (VmHWM) of a live process, in bytes
+// (0 when it cannot be read: the process may have just exited).
 func vmHWM(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	kb, err := procstat.StatusKB(pid, "VmHWM")
 	if err != nil {
 		return 0
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
+	return kb << 10
 }
 
 // saveHeap writes the running process's heap profile (from the admin
