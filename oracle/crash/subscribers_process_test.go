@@ -37,6 +37,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/backstream/backstream/internal/procstat"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/crash"
 )
@@ -367,21 +368,11 @@ func timeUS(b []byte) (int64, bool) {
 // procKB is a field of /proc/<pid>/status, in KiB.
 func procKB(t *testing.T, p *crash.Proc, field string) int64 {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Cmd.Process.Pid))
+	kb, err := procstat.StatusKB(p.Cmd.Process.Pid, field)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, field+":"); ok {
-			n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				t.Fatalf("%s: %q", field, l)
-			}
-			return n
-		}
-	}
-	t.Fatalf("no %s in /proc/<pid>/status", field)
-	return 0
+	return kb
 }
 
 // metrics reads the process's /metrics as name{labels} → value.
@@ -410,53 +401,28 @@ func metrics(t *testing.T, p *crash.Proc) map[string]float64 {
 }
 
 // cpuTimes is a reading of the machine's busy CPU time and of the CPU time
-// of the processes the test runs (this one and those named), in clock
-// ticks, and when it was taken.
+// of the processes the test runs (this one and those named), and when it
+// was taken.
 type cpuTimes struct {
 	at         time.Time
-	busy, ours int64
+	busy, ours time.Duration
 }
 
-// readCPU reads the machine's busy time from /proc/stat (user, nice,
-// system and steal: interrupt time is left out, most of it the loopback
-// traffic of the test's own connections) and the user and system time of
-// this process and of pids.
+// readCPU reads the machine's busy time (procstat.MachineBusy says what it
+// counts) and the user and system time of this process and of pids.
 func readCPU(t *testing.T, pids ...int) cpuTimes {
 	t.Helper()
 	c := cpuTimes{at: time.Now()}
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
+	var err error
+	if c.busy, err = procstat.MachineBusy(); err != nil {
 		t.Fatal(err)
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 9 || f[0] != "cpu" {
-		t.Fatalf("/proc/stat: %q", line)
-	}
-	for _, i := range []int{1, 2, 3, 8} { // user nice system steal
-		n, err := strconv.ParseInt(f[i], 10, 64)
-		if err != nil {
-			t.Fatalf("/proc/stat: %q", line)
-		}
-		c.busy += n
-	}
 	for _, pid := range append([]int{os.Getpid()}, pids...) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		d, err := procstat.CPU(pid)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, rest, ok := strings.Cut(string(b), ") ") // past the command, which may hold spaces
-		f := strings.Fields(rest)
-		if !ok || len(f) < 13 {
-			t.Fatalf("/proc/%d/stat: %q", pid, b)
-		}
-		for _, i := range []int{11, 12} { // utime stime (fields 14 and 15)
-			n, err := strconv.ParseInt(f[i], 10, 64)
-			if err != nil {
-				t.Fatalf("/proc/%d/stat: %q", pid, b)
-			}
-			c.ours += n
-		}
+		c.ours += d
 	}
 	return c
 }
@@ -464,7 +430,6 @@ func readCPU(t *testing.T, pids ...int) cpuTimes {
 // otherWork is the share of the machine's CPU time from since to c that
 // went to other processes than the test's.
 func (c cpuTimes) otherWork(since cpuTimes) float64 {
-	const ticks = 100 // USER_HZ, the unit of /proc/stat and /proc/<pid>/stat
-	capacity := c.at.Sub(since.at).Seconds() * ticks * float64(runtime.NumCPU())
-	return max(0, float64((c.busy-since.busy)-(c.ours-since.ours))/capacity)
+	capacity := c.at.Sub(since.at) * time.Duration(runtime.NumCPU())
+	return max(0, float64((c.busy-since.busy)-(c.ours-since.ours))/float64(capacity))
 }
