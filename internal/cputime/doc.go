@@ -15,7 +15,7 @@
 // # Not here
 //
 // The CPU of other processes (a child serve, the nats servers, the
-// simulated network's hosts) is read from /proc/<pid>/stat or the
-// child's os.ProcessState by the tests that start them. Nothing in
-// production imports this package: it takes a testing.TB.
+// simulated network's hosts) is package procstat's (/proc/<pid>/stat,
+// in clock ticks), or a child's os.ProcessState once it has exited.
+// Nothing in production imports this package: it takes a testing.TB.
 package cputime
