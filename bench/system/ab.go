@@ -280,7 +280,10 @@ func followBootstrap(ctx context.Context, serve *proc, base, admin, data string,
 		}
 		if r.Records > 0 && st.Phase == "steady_state" {
 			r.CPUAtSteady = cpu
-			r.PeakRSSBytes = vmHWM(serve.pid())
+			var err error
+			if r.PeakRSSBytes, err = vmHWM(serve.pid()); err != nil {
+				return err
+			}
 			r.Events = int64(st.Archive.TipSeq)
 			return nil
 		}

@@ -123,7 +123,9 @@ func measureBootstrap(parent context.Context, o options, sh shape, mode string) 
 		}
 		if bootstrapDone && st.Phase == "steady_state" {
 			r.SteadyStateSecs = time.Since(started).Seconds()
-			r.PeakRSSBytes = vmHWM(serve.pid())
+			if r.PeakRSSBytes, err = vmHWM(serve.pid()); err != nil {
+				return r, err
+			}
 			r.ArchiveEvents = int64(st.Archive.TipSeq)
 			if r.LiveRecords, err = devnetLiveRecords(c, relay); err != nil {
 				return r, err

@@ -292,14 +292,14 @@ func getJSON(c *http.Client, url string, v any) error {
 	return json.NewDecoder(resp.Body).Decode(v)
 }
 
-// vmHWM is the peak resident set of a live process, in bytes (0 when it
-// cannot be read).
-func vmHWM(pid int) int64 {
+// vmHWM is the peak resident set of a live process, in bytes. A peak that
+// cannot be read fails the run: a 0 in the table would read as a result.
+func vmHWM(pid int) (int64, error) {
 	kb, err := procstat.StatusKB(pid, "VmHWM")
 	if err != nil {
-		return 0
+		return 0, fmt.Errorf("peak RSS: %w", err)
 	}
-	return kb << 10
+	return kb << 10, nil
 }
 
 // dirSize sums the allocated blocks and the apparent sizes of every file

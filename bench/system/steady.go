@@ -251,7 +251,9 @@ func measureIngest(parent context.Context, o options, devnet *proc, relay string
 	r.ReplayEventsPerSec = float64(r.ReplayEvents) / r.ReplayWallSecs
 	r.ReplayCPUMicros = r.ReplayCPUSecs / float64(r.ReplayEvents) * 1e6
 	r.ReplayNetCPUMicros = math.Max(0, r.ReplayCPUSecs-r.IdleCPUPerSec*r.ReplayWallSecs) / float64(r.ReplayEvents) * 1e6
-	r.PeakRSSBytes = vmHWM(s2.pid())
+	if r.PeakRSSBytes, err = vmHWM(s2.pid()); err != nil {
+		return r, err
+	}
 	return r, s2.stop(time.Minute)
 }
 
@@ -397,7 +399,9 @@ func measureFanout(parent context.Context, o options, relay string, run int) (r 
 	}
 	r.DeliveryP50Millis = finite(quantile(0.50, h) * 1000)
 	r.DeliveryP99Millis = finite(quantile(0.99, h) * 1000)
-	r.PeakRSSBytes = vmHWM(serve.pid())
+	if r.PeakRSSBytes, err = vmHWM(serve.pid()); err != nil {
+		return r, err
+	}
 	if err := f.err(); err != nil {
 		// Counted and shown in the table's note rather than failing a
 		// long benchmark: the delivered count stays exact.
