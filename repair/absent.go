@@ -48,12 +48,12 @@ type listedSet struct {
 	dids    map[uint64]struct{}
 	cursors map[string]*upstream.CursorSet // by lane host ("" the relay's)
 	named   map[string]int64               // by roster host: entries its listing named in the pass (a page at least one)
-	tooMany int                            // roster hosts whose listing this process cut for naming more than their bound
+	tooMany map[string]bool                // roster hosts whose listing was cut for naming more than their bound
 }
 
 func newListedSet(gap uint64, whole bool) *listedSet {
 	return &listedSet{gap: gap, whole: whole, seed: maphash.MakeSeed(), dids: map[uint64]struct{}{},
-		cursors: map[string]*upstream.CursorSet{}, named: map[string]int64{}}
+		cursors: map[string]*upstream.CursorSet{}, named: map[string]int64{}, tooMany: map[string]bool{}}
 }
 
 // overBound adds a page of n entries (counted at least one) to host's

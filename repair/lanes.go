@@ -63,6 +63,8 @@ func (r *Runner) list(ctx context.Context, g archive.Gap, a *archive.Audit, seen
 				return false, err
 			}
 			done = done && ok
+		} else if err := r.cutEarlier(h, pos, seen); err != nil {
+			return false, err
 		}
 		hostsListed += pos.Listed
 	}
@@ -70,16 +72,15 @@ func (r *Runner) list(ctx context.Context, g archive.Gap, a *archive.Audit, seen
 	if !done {
 		return false, nil
 	}
-	if hostsListed == 0 || seen.tooMany > 0 || a.Cursor != "" {
+	if hostsListed == 0 || len(seen.tooMany) > 0 || a.Cursor != "" {
 		// No host listed anything (every one refused or failing for good,
 		// or an empty roster): the relay's listing, from the pass's own
 		// position, is all there is. A host cut for naming more than its
 		// bound: only the relay lists the accounts past the cut. A relay
-		// listing already begun (its cursor, the pass's own) is resumed;
-		// the cut itself is known to this process only, so a restart
-		// between it and the relay's first page leaves the relay unlisted
-		// in this pass (the next pass cuts the host again).
-		r.fallBackToRelay(g, seen.tooMany)
+		// listing already begun (its cursor, the pass's own) is resumed,
+		// and a cut made before a restart is read from the host's
+		// durable position (cutEarlier).
+		r.fallBackToRelay(g, len(seen.tooMany))
 		if done, err := r.listLane(ctx, g, a, &lane{pos: a}, seen); err != nil || !done {
 			return false, err
 		}
@@ -90,6 +91,32 @@ func (r *Runner) list(ctx context.Context, g archive.Gap, a *archive.Audit, seen
 	}
 	a.Phase = archive.AuditDone
 	return true, r.commit(ctx, g, a, nil, nil)
+}
+
+// cutEarlier adds host to seen's cut listings when its listing, done at
+// pos, listed more entries than its bound allows: it was cut for naming
+// too many, perhaps by a process before a restart. (The bound counts a
+// page at least one entry, so a listing cut on empty pages alone is not
+// seen here; its accounts are compared by the next pass.)
+func (r *Runner) cutEarlier(host string, pos archive.Audit, seen *listedSet) error {
+	bound, err := r.listingBound(host)
+	if err != nil {
+		return err
+	}
+	if pos.Listed > uint64(bound) {
+		seen.tooMany[host] = true
+	}
+	return nil
+}
+
+// listingBound is how many entries host's listing may name in a pass
+// (upstream.HostListingBound of the account count its host/ row holds).
+func (r *Runner) listingBound(host string) (int64, error) {
+	hs, err := r.cfg.Store.HostState(host)
+	if err != nil && !errors.Is(err, archive.ErrNotFound) {
+		return 0, err
+	}
+	return upstream.HostListingBound(hs.Accounts), nil
 }
 
 // fallBackToRelay says, once a pass, that the relay's listing is walked
@@ -199,11 +226,10 @@ func (r *Runner) listLane(ctx context.Context, g archive.Gap, a *archive.Audit, 
 	seen.repeats(l.host, l.pos.Cursor) // where it starts (again, after a failed step)
 	bound := int64(0)
 	if l.host != "" {
-		hs, err := r.cfg.Store.HostState(l.host)
-		if err != nil && !errors.Is(err, archive.ErrNotFound) {
+		var err error
+		if bound, err = r.listingBound(l.host); err != nil {
 			return false, err
 		}
-		bound = upstream.HostListingBound(hs.Accounts)
 	}
 	for l.pos.Phase == archive.AuditList {
 		page, err := r.page(ctx, l.host, l.pos.Cursor)
@@ -244,7 +270,7 @@ func (r *Runner) listLane(ctx context.Context, g archive.Gap, a *archive.Audit, 
 		case bound > 0 && seen.overBound(l.host, durable, len(page.Repos), bound):
 			r.cutListing(g, l.host, fmt.Errorf("the host's listing names more than its bound of %d entries (%s)", bound, upstream.CutTooManyEntries))
 			seen.whole = false
-			seen.tooMany++
+			seen.tooMany[l.host] = true
 			l.pos.Phase = archive.AuditDone
 		case page.Cursor == l.pos.Cursor || seen.repeats(l.host, page.Cursor):
 			r.cutListing(g, l.host, errors.New("the listRepos cursor repeats"))

@@ -293,3 +293,31 @@ func TestHostsModeRelayFallbackResumed(t *testing.T) {
 		t.Fatalf("listed by the relay: %+v, %v; want marked", st, err)
 	}
 }
+
+// TestHostsModeCutBeforeRestartListsRelay: a pass stopped after a host's
+// listing was cut for naming more than its bound (its position done with
+// more entries listed than the bound) and before the relay's first page
+// (the pass's own position has no cursor yet) lists the relay when it is
+// resumed: the cut is read from the host's durable position, not only
+// from the process that made it, so the accounts past the cut are
+// compared in this pass.
+func TestHostsModeCutBeforeRestartListsRelay(t *testing.T) {
+	s, w, apply := newStore(t)
+	over := uint64(upstream.HostListingBound(1)) + 1
+	pass, _ := archive.AuditPut(1, archive.Audit{Phase: archive.AuditList, Listed: over})
+	host, _ := archive.AuditHostPut(1, "big.test", archive.Audit{Phase: archive.AuditDone, Listed: over})
+	hostsGap(apply, 1, []string{"big.test"}, pass, host)
+	f := &fleet{asked: map[string]int{}}
+	relay := &listing{repos: []upstream.RepoEntry{{DID: didNew, Rev: revNew, Active: true}}}
+	reg := prometheus.NewRegistry()
+	stepOnce(t, Config{Store: s, Writer: w, Source: relay, Fleet: f, Metrics: NewMetrics(reg)})
+	if relay.pages.Load() != 1 || f.asked["big.test"] != 0 {
+		t.Fatalf("relay asked %d pages, hosts %v: want the relay listed after the restart, no host asked", relay.pages.Load(), f.asked)
+	}
+	if st, err := s.RepoState(didNew); err != nil || st.Refetch != archive.RefetchAudit {
+		t.Fatalf("listed by the relay: %+v, %v; want marked", st, err)
+	}
+	if got := promtest.Value(t, reg, "backstream_repair_relay_fallback_total", nil); got != 1 {
+		t.Fatalf("relay fallbacks %v, want 1", got)
+	}
+}
