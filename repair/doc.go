@@ -36,7 +36,9 @@
 //     listing was cut for naming more than that bound (no other host lists
 //     the accounts past its cut), the relay's listing is compared after the
 //     hosts' from the pass's own position, resumed after a restart once
-//     begun (backstream_repair_relay_fallback_total). A roster recorded
+//     begun; a cut made before a restart is read from the host's durable
+//     position, which lists more entries than the bound
+//     (backstream_repair_relay_fallback_total). A roster recorded
 //     without an account count for any active host is not listed by host
 //     in the default mode: the pass compares the relay's listing,
 //     bootstrap's rule (bootstrap.ListedHosts; Config.Enumerate hosts lists
