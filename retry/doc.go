@@ -66,6 +66,10 @@
 //     and Run loads the hosts still parked when it starts (one
 //     streaming read of host/, keeping only the parked ones). Without this a
 //     restart during a rate-limit window would hit the host again at once.
+//     A park that has ended is cleared from host/ (with the class it
+//     wrote) after the pass that found it ended, or the run's first pass
+//     for one that ended before the run: host/ keeps no row for a host
+//     parked once and with nothing else to keep.
 //   - Written times are bounded when read: a park ending further ahead of
 //     now than the longest park the runner writes (max(RetryAfterCeiling,
 //     Interval)) is over, and a next attempt further ahead than MaxDelay

@@ -7,6 +7,7 @@ package retry
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/backstream/backstream/archive"
@@ -87,6 +88,43 @@ func (e *exec) park(did, host string, cause error) error {
 	}
 	r.log.Info("retry: host rate-limited; parked until its reset", "host", host,
 		"until", time.UnixMicro(until).UTC().Format(time.RFC3339), "did", did)
+	return nil
+}
+
+// clearUnit bounds the hosts of one unit clearing ended parks.
+const clearUnit = 1024
+
+// clearParks clears the durable park of every host whose park ended since
+// the last call (found ended by the scheduler, or at start in host/), in
+// units of at most clearUnit hosts, each waited for until durable. The
+// class the park wrote goes with it, so a host with no failed repo and no
+// roster entry left has nothing to keep and its host/ row is deleted. A
+// host parked again meanwhile keeps its new park.
+func (e *exec) clearParks() error {
+	ended := e.s.takeEnded()
+	nowUS := e.r.cfg.Now().UnixMicro()
+	for hosts := range slices.Chunk(ended, clearUnit) {
+		u := &archive.Unit{Hosts: make([]archive.HostUpdate, 0, len(hosts))}
+		for _, h := range hosts {
+			u.Hosts = append(u.Hosts, archive.HostUpdate{Host: h, Func: func(cur archive.HostState) archive.HostState {
+				if cur.ParkedUntilUS != 0 && !e.s.live(cur.ParkedUntilUS, nowUS) {
+					cur.ParkedUntilUS = 0
+					if cur.LastErrClass == backfill.ClassRateLimited {
+						cur.LastErrClass = ""
+					}
+				}
+				return cur
+			}})
+		}
+		acks := archive.NewAcks()
+		u.Acks = acks
+		if err := e.r.cfg.Writer.Submit(e.ctx, u); err != nil {
+			return fmt.Errorf("retry: clear ended parks: submit: %w", err)
+		}
+		if err := e.wait(acks); err != nil {
+			return fmt.Errorf("retry: clear ended parks: %w", err)
+		}
+	}
 	return nil
 }
 

@@ -306,7 +306,7 @@ func (r *Runner) start(ctx context.Context) (*exec, error) {
 	e.s.relay = r.cfg.Relay
 	e.s.maxParkUS = r.maxPark().Microseconds()
 	// Parks survive a restart: host/<host> holds them (doc.go).
-	if err := loadParks(r.cfg.Store.DB(), r.cfg.Now().UnixMicro(), e.s.restorePark); err != nil {
+	if err := loadParks(r.cfg.Store.DB(), e.s.restorePark); err != nil {
 		cancel()
 		r.busy.Store(false)
 		return nil, r.fatalErr(fmt.Errorf("load parked hosts: %w", err))
@@ -374,6 +374,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	defer e.stop()
 	for {
 		ps, err := e.pass()
+		if err == nil {
+			err = e.clearParks()
+		}
 		if err != nil {
 			if ferr := e.failed(); ferr != nil {
 				return ferr

@@ -31,9 +31,10 @@ func Due(st archive.RepoState, nowUS int64, horizon time.Duration) bool {
 	return st.NextAttemptUS <= nowUS || horizon > 0 && st.NextAttemptUS-nowUS > horizon.Microseconds()
 }
 
-// loadParks streams host/ once and calls fn for every host still parked at
-// nowUS; only those are kept in memory (never the host set).
-func loadParks(db *pebble.DB, nowUS int64, fn func(host string, untilUS int64)) (err error) {
+// loadParks streams host/ once and calls fn for every host with a park
+// recorded, ended or not (the scheduler keeps those still parked and
+// queues the others for clearing): never the host set.
+func loadParks(db *pebble.DB, fn func(host string, untilUS int64)) (err error) {
 	end := append([]byte(nil), archive.PrefixHost...)
 	end[len(end)-1]++
 	it, err := db.NewIter(&pebble.IterOptions{LowerBound: archive.PrefixHost, UpperBound: end})
@@ -50,7 +51,7 @@ func loadParks(db *pebble.DB, nowUS int64, fn func(host string, untilUS int64)) 
 		if err != nil {
 			return &archive.KeyError{Key: string(it.Key()), Kind: archive.ErrMalformed, Err: err}
 		}
-		if h.ParkedUntilUS > nowUS {
+		if h.ParkedUntilUS != 0 {
 			fn(string(it.Key()[len(archive.PrefixHost):]), h.ParkedUntilUS)
 		}
 	}

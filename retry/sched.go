@@ -77,7 +77,11 @@ type sched struct {
 	queued    int
 	running   int
 	parked    map[string]int64 // host → parked until (unix µs)
-	changed   chan struct{}    // closed and replaced on every change
+	// ended are the hosts whose park ended and was forgotten here; the
+	// runner clears their durable park (takeEnded), so that host/ keeps
+	// no row for a host that has nothing else to keep.
+	ended   []string
+	changed chan struct{} // closed and replaced on every change
 
 	maxQueued, maxMembers int
 }
@@ -117,19 +121,35 @@ func (s *sched) parkedLocked(host string, nowUS int64) bool {
 	if !ok {
 		return false
 	}
-	if s.liveLocked(until, nowUS) {
+	if s.live(until, nowUS) {
 		return true
 	}
-	delete(s.parked, host)
+	s.forgetLocked(host)
 	s.m.setParked(len(s.parked))
 	return false
 }
 
-// liveLocked reports whether a park until untilUS holds at nowUS: it has
-// not ended, and it ends no further ahead than the longest park the runner
+// forgetLocked drops host's ended park and queues the host for takeEnded.
+func (s *sched) forgetLocked(host string) {
+	delete(s.parked, host)
+	s.ended = append(s.ended, host)
+}
+
+// takeEnded returns the hosts whose park ended since the last call.
+func (s *sched) takeEnded() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ended := s.ended
+	s.ended = nil
+	return ended
+}
+
+// live reports whether a park until untilUS holds at nowUS: it has not
+// ended, and it ends no further ahead than the longest park the runner
 // writes (a park written while the clock ran ahead, and read after it was
-// put right, would otherwise last as long as the clock was wrong).
-func (s *sched) liveLocked(untilUS, nowUS int64) bool {
+// put right, would otherwise last as long as the clock was wrong). It
+// reads only maxParkUS, set before the run starts, so it takes no lock.
+func (s *sched) live(untilUS, nowUS int64) bool {
 	return untilUS > nowUS && (s.maxParkUS <= 0 || untilUS-nowUS <= s.maxParkUS)
 }
 
@@ -294,11 +314,15 @@ func (s *sched) dropQueuedLocked(g *gate) {
 	}
 }
 
-// restorePark records a durable park read at startup.
+// restorePark records a durable park read at startup; one that has ended
+// is queued for takeEnded instead.
 func (s *sched) restorePark(host string, untilUS int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if untilUS > s.parked[host] {
+	switch {
+	case !s.live(untilUS, s.now()):
+		s.ended = append(s.ended, host)
+	case untilUS > s.parked[host]:
 		s.parked[host] = untilUS
 	}
 	s.m.setParked(len(s.parked))
@@ -311,8 +335,8 @@ func (s *sched) parkedHosts(limit int) (hosts []ParkedHost, n int, next int64) {
 	defer s.mu.Unlock()
 	nowUS := s.now()
 	for h, until := range s.parked {
-		if !s.liveLocked(until, nowUS) {
-			delete(s.parked, h)
+		if !s.live(until, nowUS) {
+			s.forgetLocked(h)
 			continue
 		}
 		if next == 0 || until < next {
