@@ -520,28 +520,33 @@ func hostOfURLError(err error, fallback *url.URL) string {
 
 // idleWatch cancels a request when its body makes no progress for idle.
 // Progress is a timestamp, so reads cost one clock read, not a timer reset.
+// The timestamp is the monotonic time since the watch began (time.Since
+// of base), not wall nanoseconds: a step of the wall clock (NTP, a
+// suspended VM) must neither cut every download in flight nor keep a
+// stalled one.
 type idleWatch struct {
 	idle    time.Duration
-	last    atomic.Int64
+	base    time.Time
+	last    atomic.Int64 // time.Since(base) at the last progress
 	stopped atomic.Bool
 	cancel  context.CancelCauseFunc
 	timer   *time.Timer
 }
 
 func startIdleWatch(idle time.Duration, cancel context.CancelCauseFunc) *idleWatch {
-	w := &idleWatch{idle: idle, cancel: cancel}
+	w := &idleWatch{idle: idle, base: time.Now(), cancel: cancel}
 	w.touch()
 	w.timer = time.AfterFunc(idle, w.fire)
 	return w
 }
 
-func (w *idleWatch) touch() { w.last.Store(time.Now().UnixNano()) }
+func (w *idleWatch) touch() { w.last.Store(int64(time.Since(w.base))) }
 
 func (w *idleWatch) fire() {
 	if w.stopped.Load() {
 		return
 	}
-	since := time.Duration(time.Now().UnixNano() - w.last.Load())
+	since := time.Since(w.base) - time.Duration(w.last.Load())
 	if since >= w.idle {
 		w.cancel(ErrIdleTimeout)
 		return
