@@ -17,6 +17,10 @@ import (
 // replacement downloads run at once.
 const DefaultPendingWorkers = 16
 
+// DefaultListWorkers bounds hosts-mode discovery: at most this many roster
+// hosts are listed at once.
+const DefaultListWorkers = 16
+
 // DefaultMaxUnitBytes bounds the bytes of one walk unit's rows as held.
 const DefaultMaxUnitBytes = 4 << 20
 
@@ -46,6 +50,9 @@ type Config struct {
 	Enumerate string
 	// PendingWorkers bounds the pending pass (default 16).
 	PendingWorkers int
+	// ListWorkers bounds the roster hosts hosts-mode discovery lists at
+	// once (default DefaultListWorkers).
+	ListWorkers int
 	// MaxRows and MaxBytes bound the rows of one unit and their bytes as
 	// held (archive.EventBytes; default 1024 rows, 4 MiB: captured records
 	// may be 1 MiB each); one upstream event's rows are never split, so a
@@ -72,6 +79,9 @@ func (c *Config) defaults() {
 	}
 	if c.PendingWorkers <= 0 {
 		c.PendingWorkers = DefaultPendingWorkers
+	}
+	if c.ListWorkers <= 0 {
+		c.ListWorkers = DefaultListWorkers
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

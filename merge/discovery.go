@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/backstream/backstream/archive"
@@ -15,6 +16,7 @@ import (
 	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/upstream"
+	"golang.org/x/sync/errgroup"
 )
 
 // discoveryRetries bounds the retries of one discovery page.
@@ -146,41 +148,34 @@ const cutLoop = "cursor_loop"
 
 // discoverHosts lists every host of the roster again from its own last
 // non-empty cursor (cursor/hostlist_last/<host>; from the start when it has
-// none). A host whose listing cannot be used fails alone: counted by
-// reason in backstream_discovery_cut_total, the others go on, and one
-// warning names how many failed and the first of them. The relay's
+// none), cfg.ListWorkers hosts at once: one at a time, a roster of tens of
+// thousands of hosts would cost as many round trips in a row, and each
+// unreachable host its whole retry budget, before merge completes. A host
+// whose listing cannot be used fails alone: counted by reason in
+// backstream_discovery_cut_total, the others go on, and one warning names
+// how many failed and the first of them in roster order. The relay's
 // listRepos is listed after them (the relay fallback, counted) when every
 // host failed, or when some host's listing was cut for naming more entries
 // than its bound (too_many_entries): the accounts it lists past the cut
 // are listed by no other host.
 func discoverHosts(ctx context.Context, cfg Config, hosts []string) error {
 	d := newDiscovery(cfg)
+	cuts, err := d.hosts(ctx, hosts)
+	if err != nil {
+		return err
+	}
 	var failed []laneCut
 	var failedHosts []string
 	tooMany := 0
-	for _, h := range hosts {
-		cursor, err := resumeAt(cfg.Store.HostListLast(h))
-		if err != nil {
-			return fmt.Errorf("merge: discovery: %w", err)
+	for i, lc := range cuts {
+		if lc == nil {
+			continue
 		}
-		list := func(ctx context.Context, c string, _ int) (upstream.Page, error) {
-			return HostListPage(ctx, cfg.Fleet, h, c)
-		}
-		hs, err := cfg.Store.HostState(h)
-		if err != nil && !errors.Is(err, archive.ErrNotFound) {
-			return fmt.Errorf("merge: discovery: %w", err)
-		}
-		lc, err := d.lane(ctx, cursor, upstream.HostListingBound(hs.Accounts), list)
-		if err != nil {
-			return err
-		}
-		if lc != nil {
-			cfg.Metrics.discoveryCut(lc.reason)
-			failed = append(failed, *lc)
-			failedHosts = append(failedHosts, h)
-			if lc.reason == upstream.CutTooManyEntries {
-				tooMany++
-			}
+		cfg.Metrics.discoveryCut(lc.reason)
+		failed = append(failed, *lc)
+		failedHosts = append(failedHosts, hosts[i])
+		if lc.reason == upstream.CutTooManyEntries {
+			tooMany++
 		}
 	}
 	if len(failed) > 0 {
@@ -201,10 +196,55 @@ func discoverHosts(ctx context.Context, cfg Config, hosts []string) error {
 	return d.finish(ctx)
 }
 
-// discovery is one discovery pass: the units it submitted and what it found.
+// hosts lists each of hosts (host), cfg.ListWorkers at once, and returns
+// why each listing ended early, by the host's index (nil: it ended). The
+// first store or writer failure, or ctx's end, stops the others and is
+// returned.
+func (d *discovery) hosts(ctx context.Context, hosts []string) ([]*laneCut, error) {
+	cuts := make([]*laneCut, len(hosts))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(d.cfg.ListWorkers)
+	for i, h := range hosts {
+		if gctx.Err() != nil {
+			break
+		}
+		g.Go(func() error {
+			lc, err := d.host(gctx, h)
+			cuts[i] = lc
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return cuts, ctx.Err()
+}
+
+// host lists one roster host from its last non-empty cursor, bounded by
+// the account count its host/ row holds (lane).
+func (d *discovery) host(ctx context.Context, h string) (*laneCut, error) {
+	cfg := d.cfg
+	cursor, err := resumeAt(cfg.Store.HostListLast(h))
+	if err != nil {
+		return nil, fmt.Errorf("merge: discovery: %w", err)
+	}
+	hs, err := cfg.Store.HostState(h)
+	if err != nil && !errors.Is(err, archive.ErrNotFound) {
+		return nil, fmt.Errorf("merge: discovery: %w", err)
+	}
+	list := func(ctx context.Context, c string, _ int) (upstream.Page, error) {
+		return HostListPage(ctx, cfg.Fleet, h, c)
+	}
+	return d.lane(ctx, cursor, upstream.HostListingBound(hs.Accounts), list)
+}
+
+// discovery is one discovery pass: the units it submitted and what it
+// found, counted by every listing it runs at once.
 type discovery struct {
-	cfg            Config
-	acks           *archive.Acks
+	cfg  Config
+	acks *archive.Acks
+
+	mu             sync.Mutex
 	pending, found int
 }
 
@@ -249,8 +289,10 @@ func (d *discovery) lane(ctx context.Context, cursor string, bound int64, list l
 			if err := cfg.Writer.Submit(ctx, &archive.Unit{Repos: ups, Acks: d.acks}); err != nil {
 				return nil, err
 			}
+			d.mu.Lock()
 			d.pending++
 			d.found += len(ups)
+			d.mu.Unlock()
 		}
 		if page.CursorRefused > 0 {
 			return &laneCut{reason: upstream.CutCursorTooLong, pages: pages + 1, err: fmt.Errorf("a cursor of %d bytes", page.CursorRefused)}, nil

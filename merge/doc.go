@@ -61,7 +61,9 @@
 // (cursor_loop), and a host's listing past upstream.HostListingBound of its
 // roster account count (its host/ row's, from bootstrap) is cut likewise
 // after the page that went past is recorded (too_many_entries), so one
-// that never ends cannot hold merging. The hosts are listed one after another. When
+// that never ends cannot hold merging. Config.ListWorkers hosts (16) are
+// listed at once: one after another, a roster of tens of thousands of hosts
+// would hold merging for as many round trips in a row. When
 // every host fails, or some host is cut too_many_entries (no other host
 // lists the accounts past its cut), the relay's listRepos is listed after
 // them (one warning, backstream_discovery_relay_fallback_total). A roster
