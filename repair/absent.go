@@ -14,6 +14,7 @@ package repair
 import (
 	"context"
 	"hash/maphash"
+	"sync"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
@@ -40,11 +41,14 @@ var _ StatusSource = (*upstream.Client)(nil)
 // account), and the cursors each of its listings has been at in this
 // process. Whole only when this process listed the pass from its start
 // and no listing was cut: a pass resumed after a restart has no set, and
-// checks no absence (the next audit does).
+// checks no absence (the next audit does). The lanes of a pass that list
+// at once share it (mu).
 type listedSet struct {
-	gap     uint64
+	gap  uint64
+	seed maphash.Seed
+
+	mu      sync.Mutex
 	whole   bool
-	seed    maphash.Seed
 	dids    map[uint64]struct{}
 	cursors map[string]*upstream.CursorSet // by lane host ("" the relay's)
 	named   map[string]int64               // by roster host: entries its listing named in the pass (a page at least one)
@@ -60,6 +64,8 @@ func newListedSet(gap uint64, whole bool) *listedSet {
 // listing, which had named durable entries before this process took the
 // pass up, and reports whether it now names more than bound.
 func (l *listedSet) overBound(host string, durable uint64, n int, bound int64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	c, ok := l.named[host]
 	if !ok {
 		c = int64(min(durable, 1<<40))
@@ -72,6 +78,8 @@ func (l *listedSet) overBound(host string, durable uint64, n int, bound int64) b
 // repeats adds cursor to host's listing's cursors and reports whether it
 // was there already: the listing is on a cursor cycle.
 func (l *listedSet) repeats(host, cursor string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	c := l.cursors[host]
 	if c == nil {
 		c = new(upstream.CursorSet)
@@ -81,6 +89,8 @@ func (l *listedSet) repeats(host, cursor string) bool {
 }
 
 func (l *listedSet) add(repos []upstream.RepoEntry) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if !l.whole {
 		return
 	}
@@ -90,8 +100,29 @@ func (l *listedSet) add(repos []upstream.RepoEntry) {
 }
 
 func (l *listedSet) has(did string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	_, ok := l.dids[maphash.String(l.seed, did)]
 	return ok
+}
+
+// cut notes that a listing of the pass was cut, for naming more entries
+// than its bound when tooMany: the set is no longer whole.
+func (l *listedSet) cut(tooMany bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.whole = false
+	if tooMany {
+		l.tooMany++
+	}
+}
+
+// state reports whether the set is whole, and how many roster hosts'
+// listings were cut for naming more than their bound.
+func (l *listedSet) state() (whole bool, tooMany int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.whole, l.tooMany
 }
 
 // listed is g's set: a new one, whole, when the pass begins in this
@@ -116,7 +147,7 @@ func (r *Runner) checkAbsent(ctx context.Context, g archive.Gap, seen *listedSet
 	if r.cfg.Status == nil {
 		return nil
 	}
-	if !seen.whole {
+	if whole, _ := seen.state(); !whole {
 		r.log.Info("repair pass: accounts absent from its listings are not checked in this pass (resumed after a restart, or a listing was cut); the next audit checks them",
 			"gap", g.ID)
 		return nil

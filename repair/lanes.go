@@ -10,11 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/merge"
 	"github.com/backstream/backstream/upstream"
+	"golang.org/x/sync/errgroup"
 )
 
 // lane is one listing of a pass: the relay's (host "", its position the
@@ -26,6 +28,10 @@ type lane struct {
 	// an account whose recorded host is another of them is that host's to
 	// tell, not this one's (compare).
 	roster map[string]bool
+	// mu guards the pass's own position, which every lane of the pass
+	// counts into and commits with its own (the roster hosts' lanes run at
+	// once).
+	mu *sync.Mutex
 }
 
 // list walks the pass's listings from their durable positions. It reports
@@ -37,51 +43,31 @@ func (r *Runner) list(ctx context.Context, g archive.Gap, a *archive.Audit, seen
 		return false, err
 	}
 	if len(hosts) == 0 {
-		if done, err := r.listLane(ctx, g, a, &lane{pos: a}, seen); err != nil || !done {
+		if done, err := r.listLane(ctx, g, a, &lane{pos: a, mu: new(sync.Mutex)}, seen); err != nil || !done {
 			return false, err
 		}
 		return true, r.checkAbsent(ctx, g, seen)
 	}
-	done := true
-	var hostsListed uint64
-	roster := make(map[string]bool, len(hosts))
-	for _, h := range hosts {
-		roster[h] = true
-	}
-	for _, h := range hosts {
-		pos, err := r.cfg.Store.AuditHost(g.ID, h)
-		switch {
-		case errors.Is(err, archive.ErrNotFound):
-			pos = archive.Audit{Phase: archive.AuditList}
-		case err != nil:
-			return false, err
-		}
-		if pos.Phase == archive.AuditList {
-			r.set(func(s *Status) { s.Host = h })
-			ok, err := r.listLane(ctx, g, a, &lane{host: h, pos: &pos, roster: roster}, seen)
-			if err != nil {
-				return false, err
-			}
-			done = done && ok
-		} else if err := r.cutEarlier(h, pos, seen); err != nil {
-			return false, err
-		}
-		hostsListed += pos.Listed
+	done, hostsListed, err := r.listHosts(ctx, g, a, hosts, seen)
+	if err != nil {
+		return false, err
 	}
 	r.set(func(s *Status) { s.Host = "" })
 	if !done {
 		return false, nil
 	}
-	if hostsListed == 0 || len(seen.tooMany) > 0 || a.Cursor != "" {
+	_, tooMany := seen.state()
+	if hostsListed == 0 || tooMany > 0 || a.Cursor != "" {
 		// No host listed anything (every one refused or failing for good,
 		// or an empty roster): the relay's listing, from the pass's own
 		// position, is all there is. A host cut for naming more than its
 		// bound: only the relay lists the accounts past the cut. A relay
-		// listing already begun (its cursor, the pass's own) is resumed,
-		// and a cut made before a restart is read from the host's
-		// durable position (cutEarlier).
-		r.fallBackToRelay(g, len(seen.tooMany))
-		if done, err := r.listLane(ctx, g, a, &lane{pos: a}, seen); err != nil || !done {
+		// listing already begun (its cursor, the pass's own) is resumed;
+		// the cut itself is known to this process only, so a restart
+		// between it and the relay's first page leaves the relay unlisted
+		// in this pass (the next pass cuts the host again).
+		r.fallBackToRelay(g, tooMany)
+		if done, err := r.listLane(ctx, g, a, &lane{pos: a, mu: new(sync.Mutex)}, seen); err != nil || !done {
 			return false, err
 		}
 		return true, r.checkAbsent(ctx, g, seen)
@@ -93,30 +79,57 @@ func (r *Runner) list(ctx context.Context, g archive.Gap, a *archive.Audit, seen
 	return true, r.commit(ctx, g, a, nil, nil)
 }
 
-// cutEarlier adds host to seen's cut listings when its listing, done at
-// pos, listed more entries than its bound allows: it was cut for naming
-// too many, perhaps by a process before a restart. (The bound counts a
-// page at least one entry, so a listing cut on empty pages alone is not
-// seen here; its accounts are compared by the next pass.)
-func (r *Runner) cutEarlier(host string, pos archive.Audit, seen *listedSet) error {
-	bound, err := r.listingBound(host)
-	if err != nil {
-		return err
+// listHosts walks the listing of each of hosts from its durable position,
+// Config.ListWorkers at once: one after another, a roster of tens of
+// thousands of hosts would cost as many round trips in a row each pass,
+// and each unreachable host its whole retry budget on every step until it
+// is cut. It reports whether every listing ended (false: some could not
+// be fetched, and the next step resumes it) and the entries the hosts'
+// listings named in the pass. The first store or writer failure, or ctx's
+// end, stops the others and is returned.
+func (r *Runner) listHosts(ctx context.Context, g archive.Gap, a *archive.Audit, hosts []string, seen *listedSet) (done bool, listed uint64, err error) {
+	roster := make(map[string]bool, len(hosts))
+	for _, h := range hosts {
+		roster[h] = true
 	}
-	if pos.Listed > uint64(bound) {
-		seen.tooMany[host] = true
+	var mu sync.Mutex // the pass's position, a
+	positions := make([]archive.Audit, len(hosts))
+	ended := make([]bool, len(hosts))
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(r.cfg.ListWorkers)
+	for i, h := range hosts {
+		if ectx.Err() != nil {
+			break
+		}
+		eg.Go(func() error {
+			pos, err := r.cfg.Store.AuditHost(g.ID, h)
+			switch {
+			case errors.Is(err, archive.ErrNotFound):
+				pos = archive.Audit{Phase: archive.AuditList}
+			case err != nil:
+				return err
+			}
+			ended[i] = true
+			if pos.Phase == archive.AuditList {
+				r.set(func(s *Status) { s.Host = h })
+				ended[i], err = r.listLane(ectx, g, a, &lane{host: h, pos: &pos, roster: roster, mu: &mu}, seen)
+			}
+			positions[i] = pos
+			return err
+		})
 	}
-	return nil
-}
-
-// listingBound is how many entries host's listing may name in a pass
-// (upstream.HostListingBound of the account count its host/ row holds).
-func (r *Runner) listingBound(host string) (int64, error) {
-	hs, err := r.cfg.Store.HostState(host)
-	if err != nil && !errors.Is(err, archive.ErrNotFound) {
-		return 0, err
+	if err := eg.Wait(); err != nil {
+		return false, 0, err
 	}
-	return upstream.HostListingBound(hs.Accounts), nil
+	if err := ctx.Err(); err != nil {
+		return false, 0, err
+	}
+	done = true
+	for i := range hosts {
+		done = done && ended[i]
+		listed += positions[i].Listed
+	}
+	return done, listed, nil
 }
 
 // fallBackToRelay says, once a pass, that the relay's listing is walked
@@ -226,10 +239,11 @@ func (r *Runner) listLane(ctx context.Context, g archive.Gap, a *archive.Audit, 
 	seen.repeats(l.host, l.pos.Cursor) // where it starts (again, after a failed step)
 	bound := int64(0)
 	if l.host != "" {
-		var err error
-		if bound, err = r.listingBound(l.host); err != nil {
+		hs, err := r.cfg.Store.HostState(l.host)
+		if err != nil && !errors.Is(err, archive.ErrNotFound) {
 			return false, err
 		}
+		bound = upstream.HostListingBound(hs.Accounts)
 	}
 	for l.pos.Phase == archive.AuditList {
 		page, err := r.page(ctx, l.host, l.pos.Cursor)
@@ -242,7 +256,9 @@ func (r *Runner) listLane(ctx context.Context, g archive.Gap, a *archive.Audit, 
 				return false, nil
 			}
 			r.cutListing(g, l.host, err)
-			seen.whole = false
+			seen.cut(false)
+			l.mu.Lock()
+			defer l.mu.Unlock()
 			l.pos.Phase = archive.AuditDone
 			return true, r.commit(ctx, g, a, l, nil)
 		}
@@ -254,36 +270,45 @@ func (r *Runner) listLane(ctx context.Context, g archive.Gap, a *archive.Audit, 
 			return false, err
 		}
 		r.cfg.Metrics.page()
-		a.Listed += uint64(len(page.Repos))
-		a.Marked += uint64(len(u.Repos))
-		if l.pos != a {
-			l.pos.Listed += uint64(len(page.Repos))
-			l.pos.Marked += uint64(len(u.Repos))
-		}
-		switch {
-		case page.CursorRefused > 0:
-			r.cutListing(g, l.host, fmt.Errorf("a cursor of %d bytes", page.CursorRefused))
-			seen.whole = false
-			l.pos.Phase = archive.AuditDone
-		case page.Cursor == "":
-			l.pos.Phase = archive.AuditDone
-		case bound > 0 && seen.overBound(l.host, durable, len(page.Repos), bound):
-			r.cutListing(g, l.host, fmt.Errorf("the host's listing names more than its bound of %d entries (%s)", bound, upstream.CutTooManyEntries))
-			seen.whole = false
-			seen.tooMany[l.host] = true
-			l.pos.Phase = archive.AuditDone
-		case page.Cursor == l.pos.Cursor || seen.repeats(l.host, page.Cursor):
-			r.cutListing(g, l.host, errors.New("the listRepos cursor repeats"))
-			seen.whole = false
-			l.pos.Phase = archive.AuditDone
-		default:
-			l.pos.Cursor = page.Cursor
-		}
-		if err := r.commit(ctx, g, a, l, u); err != nil {
+		if err := r.record(ctx, g, a, l, seen, page, u, durable, bound); err != nil {
 			return false, err
 		}
 	}
 	return true, nil
+}
+
+// record counts page, which l listed and whose marks are u, into the
+// pass's position and l's, ends l when the page is its last or cuts it
+// (a refused cursor, past its bound, a cursor it has been at), and commits
+// them with u, under l.mu: the lanes of a pass count into its one position.
+func (r *Runner) record(ctx context.Context, g archive.Gap, a *archive.Audit, l *lane, seen *listedSet, page upstream.Page, u *archive.Unit, durable uint64, bound int64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a.Listed += uint64(len(page.Repos))
+	a.Marked += uint64(len(u.Repos))
+	if l.pos != a {
+		l.pos.Listed += uint64(len(page.Repos))
+		l.pos.Marked += uint64(len(u.Repos))
+	}
+	switch {
+	case page.CursorRefused > 0:
+		r.cutListing(g, l.host, fmt.Errorf("a cursor of %d bytes", page.CursorRefused))
+		seen.cut(false)
+		l.pos.Phase = archive.AuditDone
+	case page.Cursor == "":
+		l.pos.Phase = archive.AuditDone
+	case bound > 0 && seen.overBound(l.host, durable, len(page.Repos), bound):
+		r.cutListing(g, l.host, fmt.Errorf("the host's listing names more than its bound of %d entries (%s)", bound, upstream.CutTooManyEntries))
+		seen.cut(true)
+		l.pos.Phase = archive.AuditDone
+	case page.Cursor == l.pos.Cursor || seen.repeats(l.host, page.Cursor):
+		r.cutListing(g, l.host, errors.New("the listRepos cursor repeats"))
+		seen.cut(false)
+		l.pos.Phase = archive.AuditDone
+	default:
+		l.pos.Cursor = page.Cursor
+	}
+	return r.commit(ctx, g, a, l, u)
 }
 
 // page is one listRepos page of the relay or of host, with discovery's

@@ -57,6 +57,9 @@ type Config struct {
 	Status StatusSource
 	// MaxAbsent: see DefaultMaxAbsent.
 	MaxAbsent int
+	// ListWorkers bounds the roster hosts a pass in hosts mode lists at
+	// once (default merge.DefaultListWorkers, as discovery's).
+	ListWorkers int
 	// GapIDs allocates the ids of scheduled audits' gaps (shared with the
 	// firehose consumers). Required when AuditInterval > 0.
 	GapIDs *archive.GapIDs
@@ -92,7 +95,7 @@ type Stream interface {
 type Status struct {
 	Gap         uint64 `json:"gap,omitempty"`   // the gap whose pass runs (0: none open)
 	Phase       string `json:"phase,omitempty"` // waiting_for_stream, list, done
-	Host        string `json:"host,omitempty"`  // hosts mode: the roster host being listed
+	Host        string `json:"host,omitempty"`  // hosts mode: the roster host whose listing began last (ListWorkers list at once)
 	Listed      uint64 `json:"listed"`
 	Marked      uint64 `json:"marked"`
 	Outstanding int64  `json:"outstanding"` // marked accounts not yet replaced (phase done)
@@ -136,6 +139,9 @@ func New(cfg Config) (*Runner, error) {
 	}
 	if cfg.MaxAbsent <= 0 {
 		cfg.MaxAbsent = DefaultMaxAbsent
+	}
+	if cfg.ListWorkers <= 0 {
+		cfg.ListWorkers = merge.DefaultListWorkers
 	}
 	if cfg.Period == 0 {
 		cfg.Period = DefaultPeriod
