@@ -202,22 +202,32 @@ func discoverHosts(ctx context.Context, cfg Config, hosts []string) error {
 // returned.
 func (d *discovery) hosts(ctx context.Context, hosts []string) ([]*laneCut, error) {
 	cuts := make([]*laneCut, len(hosts))
+	err := EachHost(ctx, hosts, d.cfg.ListWorkers, func(ctx context.Context, i int, h string) error {
+		lc, err := d.host(ctx, h)
+		cuts[i] = lc
+		return err
+	})
+	return cuts, err
+}
+
+// EachHost calls fn for each of hosts with its index, workers at once: how
+// discovery and a repair pass list the roster hosts (one after another, a
+// roster of tens of thousands of hosts would cost as many round trips in
+// a row). The first error fn returns ends the ctx of the others and is
+// returned; so is ctx's end.
+func EachHost(ctx context.Context, hosts []string, workers int, fn func(ctx context.Context, i int, host string) error) error {
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(d.cfg.ListWorkers)
+	g.SetLimit(workers)
 	for i, h := range hosts {
 		if gctx.Err() != nil {
 			break
 		}
-		g.Go(func() error {
-			lc, err := d.host(gctx, h)
-			cuts[i] = lc
-			return err
-		})
+		g.Go(func() error { return fn(gctx, i, h) })
 	}
 	if err := g.Wait(); err != nil {
-		return nil, err
+		return err
 	}
-	return cuts, ctx.Err()
+	return ctx.Err()
 }
 
 // host lists one roster host from its last non-empty cursor, bounded by

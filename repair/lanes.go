@@ -16,7 +16,6 @@ import (
 	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/merge"
 	"github.com/backstream/backstream/upstream"
-	"golang.org/x/sync/errgroup"
 )
 
 // lane is one listing of a pass: the relay's (host "", its position the
@@ -95,33 +94,23 @@ func (r *Runner) listHosts(ctx context.Context, g archive.Gap, a *archive.Audit,
 	var mu sync.Mutex // the pass's position, a
 	positions := make([]archive.Audit, len(hosts))
 	ended := make([]bool, len(hosts))
-	eg, ectx := errgroup.WithContext(ctx)
-	eg.SetLimit(r.cfg.ListWorkers)
-	for i, h := range hosts {
-		if ectx.Err() != nil {
-			break
-		}
-		eg.Go(func() error {
-			pos, err := r.cfg.Store.AuditHost(g.ID, h)
-			switch {
-			case errors.Is(err, archive.ErrNotFound):
-				pos = archive.Audit{Phase: archive.AuditList}
-			case err != nil:
-				return err
-			}
-			ended[i] = true
-			if pos.Phase == archive.AuditList {
-				r.set(func(s *Status) { s.Host = h })
-				ended[i], err = r.listLane(ectx, g, a, &lane{host: h, pos: &pos, roster: roster, mu: &mu}, seen)
-			}
-			positions[i] = pos
+	err = merge.EachHost(ctx, hosts, r.cfg.ListWorkers, func(ctx context.Context, i int, h string) error {
+		pos, err := r.cfg.Store.AuditHost(g.ID, h)
+		switch {
+		case errors.Is(err, archive.ErrNotFound):
+			pos = archive.Audit{Phase: archive.AuditList}
+		case err != nil:
 			return err
-		})
-	}
-	if err := eg.Wait(); err != nil {
-		return false, 0, err
-	}
-	if err := ctx.Err(); err != nil {
+		}
+		ended[i] = true
+		if pos.Phase == archive.AuditList {
+			r.set(func(s *Status) { s.Host = h })
+			ended[i], err = r.listLane(ctx, g, a, &lane{host: h, pos: &pos, roster: roster, mu: &mu}, seen)
+		}
+		positions[i] = pos
+		return err
+	})
+	if err != nil {
 		return false, 0, err
 	}
 	done = true
