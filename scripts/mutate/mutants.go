@@ -621,4 +621,25 @@ var mutants = []Mutant{
 			{Pkg: "./merge", Run: "^TestDiscoveryTooManyEntriesListsRelay$"},
 		},
 	},
+	{
+		ID: "m61", Invariant: "M6 G4",
+		Name: "discovery and the repair passes list the roster hosts one after another (a pass of tens of thousands of hosts costs as many round trips in a row)",
+		File: "merge/discovery.go",
+		Old:  "g.SetLimit(workers)",
+		New:  "g.SetLimit(1)",
+		Tests: []Test{
+			{Pkg: "./merge", Run: "^TestDiscoveryListsHostsAtOnce$"},
+			{Pkg: "./repair", Run: "^TestHostsModeListsHostsAtOnce$"},
+		},
+	},
+	{
+		ID: "m62", Invariant: "G2",
+		Name: "a repair pass keeps the DIDs it listed until the next pass begins (a whole network's accounts held all day)",
+		File: "repair/absent.go",
+		Old:  "\tdefer seen.release()\n",
+		New:  "",
+		Tests: []Test{
+			{Pkg: "./repair", Run: "^TestListedSetReleased$"},
+		},
+	},
 }
