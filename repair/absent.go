@@ -56,12 +56,12 @@ type listedSet struct {
 	sorted  bool
 	cursors map[string]*upstream.CursorSet // by lane host ("" the relay's)
 	named   map[string]int64               // by roster host: entries its listing named in the pass (a page at least one)
-	tooMany int                            // roster hosts whose listing this process cut for naming more than their bound
+	tooMany map[string]bool                // roster hosts whose listing was cut for naming more than their bound
 }
 
 func newListedSet(gap uint64, whole bool) *listedSet {
 	return &listedSet{gap: gap, whole: whole, seed: maphash.MakeSeed(),
-		cursors: map[string]*upstream.CursorSet{}, named: map[string]int64{}}
+		cursors: map[string]*upstream.CursorSet{}, named: map[string]int64{}, tooMany: map[string]bool{}}
 }
 
 // overBound adds a page of n entries (counted at least one) to host's
@@ -132,14 +132,14 @@ func (l *listedSet) held() int {
 	return len(l.dids)
 }
 
-// cut notes that a listing of the pass was cut, for naming more entries
-// than its bound when tooMany: the set is no longer whole.
-func (l *listedSet) cut(tooMany bool) {
+// cut notes that host's listing (the relay's: "") was cut, for naming
+// more entries than its bound when tooMany: the set is no longer whole.
+func (l *listedSet) cut(host string, tooMany bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.whole = false
 	if tooMany {
-		l.tooMany++
+		l.tooMany[host] = true
 	}
 }
 
@@ -148,7 +148,7 @@ func (l *listedSet) cut(tooMany bool) {
 func (l *listedSet) state() (whole bool, tooMany int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.whole, l.tooMany
+	return l.whole, len(l.tooMany)
 }
 
 // listed is g's set: a new one, whole, when the pass begins in this

@@ -61,10 +61,9 @@ func (r *Runner) list(ctx context.Context, g archive.Gap, a *archive.Audit, seen
 		// or an empty roster): the relay's listing, from the pass's own
 		// position, is all there is. A host cut for naming more than its
 		// bound: only the relay lists the accounts past the cut. A relay
-		// listing already begun (its cursor, the pass's own) is resumed;
-		// the cut itself is known to this process only, so a restart
-		// between it and the relay's first page leaves the relay unlisted
-		// in this pass (the next pass cuts the host again).
+		// listing already begun (its cursor, the pass's own) is resumed,
+		// and a cut made before a restart is read from the host's
+		// durable position (cutEarlier).
 		r.fallBackToRelay(g, tooMany)
 		if done, err := r.listLane(ctx, g, a, &lane{pos: a, mu: new(sync.Mutex)}, seen); err != nil || !done {
 			return false, err
@@ -106,6 +105,8 @@ func (r *Runner) listHosts(ctx context.Context, g archive.Gap, a *archive.Audit,
 		if pos.Phase == archive.AuditList {
 			r.set(func(s *Status) { s.Host = h })
 			ended[i], err = r.listLane(ctx, g, a, &lane{host: h, pos: &pos, roster: roster, mu: &mu}, seen)
+		} else {
+			err = r.cutEarlier(h, pos, seen)
 		}
 		positions[i] = pos
 		return err
@@ -119,6 +120,32 @@ func (r *Runner) listHosts(ctx context.Context, g archive.Gap, a *archive.Audit,
 		listed += positions[i].Listed
 	}
 	return done, listed, nil
+}
+
+// cutEarlier notes host's listing, done at pos, as cut for naming too
+// many entries when it listed more than its bound allows: perhaps by a
+// process before a restart, which knew of the cut only in memory. (The
+// bound counts a page at least one entry, so a listing cut on empty pages
+// alone is not seen here; its accounts are compared by the next pass.)
+func (r *Runner) cutEarlier(host string, pos archive.Audit, seen *listedSet) error {
+	bound, err := r.listingBound(host)
+	if err != nil {
+		return err
+	}
+	if pos.Listed > uint64(bound) {
+		seen.cut(host, true)
+	}
+	return nil
+}
+
+// listingBound is how many entries host's listing may name in a pass
+// (upstream.HostListingBound of the account count its host/ row holds).
+func (r *Runner) listingBound(host string) (int64, error) {
+	hs, err := r.cfg.Store.HostState(host)
+	if err != nil && !errors.Is(err, archive.ErrNotFound) {
+		return 0, err
+	}
+	return upstream.HostListingBound(hs.Accounts), nil
 }
 
 // fallBackToRelay says, once a pass, that the relay's listing is walked
@@ -228,11 +255,10 @@ func (r *Runner) listLane(ctx context.Context, g archive.Gap, a *archive.Audit, 
 	seen.repeats(l.host, l.pos.Cursor) // where it starts (again, after a failed step)
 	bound := int64(0)
 	if l.host != "" {
-		hs, err := r.cfg.Store.HostState(l.host)
-		if err != nil && !errors.Is(err, archive.ErrNotFound) {
+		var err error
+		if bound, err = r.listingBound(l.host); err != nil {
 			return false, err
 		}
-		bound = upstream.HostListingBound(hs.Accounts)
 	}
 	for l.pos.Phase == archive.AuditList {
 		page, err := r.page(ctx, l.host, l.pos.Cursor)
@@ -245,7 +271,7 @@ func (r *Runner) listLane(ctx context.Context, g archive.Gap, a *archive.Audit, 
 				return false, nil
 			}
 			r.cutListing(g, l.host, err)
-			seen.cut(false)
+			seen.cut(l.host, false)
 			l.mu.Lock()
 			defer l.mu.Unlock()
 			l.pos.Phase = archive.AuditDone
@@ -282,17 +308,17 @@ func (r *Runner) record(ctx context.Context, g archive.Gap, a *archive.Audit, l 
 	switch {
 	case page.CursorRefused > 0:
 		r.cutListing(g, l.host, fmt.Errorf("a cursor of %d bytes", page.CursorRefused))
-		seen.cut(false)
+		seen.cut(l.host, false)
 		l.pos.Phase = archive.AuditDone
 	case page.Cursor == "":
 		l.pos.Phase = archive.AuditDone
 	case bound > 0 && seen.overBound(l.host, durable, len(page.Repos), bound):
 		r.cutListing(g, l.host, fmt.Errorf("the host's listing names more than its bound of %d entries (%s)", bound, upstream.CutTooManyEntries))
-		seen.cut(true)
+		seen.cut(l.host, true)
 		l.pos.Phase = archive.AuditDone
 	case page.Cursor == l.pos.Cursor || seen.repeats(l.host, page.Cursor):
 		r.cutListing(g, l.host, errors.New("the listRepos cursor repeats"))
-		seen.cut(false)
+		seen.cut(l.host, false)
 		l.pos.Phase = archive.AuditDone
 	default:
 		l.pos.Cursor = page.Cursor
