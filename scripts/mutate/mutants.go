@@ -642,4 +642,24 @@ var mutants = []Mutant{
 			{Pkg: "./repair", Run: "^TestListedSetReleased$"},
 		},
 	},
+	{
+		ID: "m63", Invariant: "H9",
+		Name: "a repair pass resumed after a restart between a host's too_many_entries cut and the relay's first page forgets the cut (the accounts past it are not compared in that pass)",
+		File: "repair/lanes.go",
+		Old:  "\t\t} else {\n\t\t\terr = r.cutEarlier(h, pos, seen)\n\t\t}\n",
+		New:  "\t\t}\n",
+		Tests: []Test{
+			{Pkg: "./repair", Run: "^TestHostsModeCutBeforeRestartListsRelay$"},
+		},
+	},
+	{
+		ID: "m64", Invariant: "H10",
+		Name: "an ended park is never cleared from host/ (a host parked once keeps its row for good)",
+		File: "retry/runner.go",
+		Old:  "\t\tif err == nil {\n\t\t\terr = e.clearParks()\n\t\t}\n",
+		New:  "",
+		Tests: []Test{
+			{Pkg: "./retry", Run: "^TestEndedParksLeaveNoHostRows$"},
+		},
+	},
 }
