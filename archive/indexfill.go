@@ -102,8 +102,10 @@ func (s *Store) indexMarker(key []byte) (IndexMarker, error) {
 // markIndex writes meta/index and meta/index_replay when they are absent:
 // for a new store (tip 0) covered, for an older store the rows up to its
 // tip unindexed (the writer indexes every row after it). A store without
-// meta/index gets, in the same synced batch, its older replacements'
-// accounts marked for a new one (markResynced).
+// meta/index first gets its older replacements' accounts marked for a new
+// one (markResynced), in batches of their own: the markers are written
+// after the last of them, so a crash before leaves meta/index absent and
+// the next open marks again.
 func (s *Store) markIndex(now time.Time) error {
 	var absent [][]byte
 	for _, k := range [][]byte{KeyIndex, KeyReplayIndex} {
@@ -121,19 +123,19 @@ func (s *Store) markIndex(now time.Time) error {
 	if err != nil {
 		return err
 	}
+	marked := 0
+	if tip > 0 && bytes.Equal(absent[0], KeyIndex) {
+		// Open waits for this read: say so before it, not after.
+		s.log.Info("reading every archived row once for the accounts resynced before the compaction index (a store from an older build; about a quarter of a CPU-microsecond a row, BenchmarkOpenMarksOlderReplacements)", "rows", tip)
+		if marked, err = s.markResynced(tip, now.UnixMicro()); err != nil {
+			return err
+		}
+	}
 	m := IndexMarker{Next: 1, End: tip + 1}
 	b := s.db.NewBatch()
 	defer b.Close()
-	marked := 0
 	for _, k := range absent {
 		_ = b.Set(k, EncodeIndexMarker(m), nil)
-		if bytes.Equal(k, KeyIndex) && tip > 0 {
-			// Open waits for this read: say so before it, not after.
-			s.log.Info("reading every archived row once for the accounts resynced before the compaction index (a store from an older build; about a quarter of a CPU-microsecond a row, BenchmarkOpenMarksOlderReplacements)", "rows", tip)
-			if marked, err = s.markResynced(b, tip, now.UnixMicro()); err != nil {
-				return err
-			}
-		}
 	}
 	if err := commitSynced(b); err != nil {
 		return s.persistErr("write the index marker", err)

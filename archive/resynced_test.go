@@ -1,8 +1,10 @@
 package archive
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -85,6 +87,175 @@ func TestOpenMarksOlderReplacements(t *testing.T) {
 	if got, err := s.RepoState(resynced); err != nil || got.NextAttemptUS != 1_000_000 {
 		t.Fatalf("a later open marked again: %+v (%v)", got, err)
 	}
+}
+
+// olderStoreOfMany writes a store as a build before the compaction index
+// left it: n active accounts (every third one failed, due at 5, with its
+// due/ entry), each with three sync rows in ev/: two in a row (an account
+// met again in the batch that marks it) and one after every account's
+// first (met again after its mark is committed); and no meta/index.
+func olderStoreOfMany(t *testing.T, fs vfs.FS, n int) map[string]RepoState {
+	t.Helper()
+	s := openMem(t, fs)
+	defer s.Close()
+	b := s.db.NewBatch()
+	defer b.Close()
+	states := map[string]RepoState{}
+	for i := range n {
+		did := didN(i)
+		st := RepoState{Status: StatusComplete, Active: true, Host: "a.test", BackfillRev: "3l00000000001", Records: 7, Bytes: 900, CompletedUS: 3}
+		if i%3 == 0 {
+			st = RepoState{Status: StatusFailed, Active: true, Host: "b.test", ErrClass: "transient", Attempts: 2, LastError: "timeout", NextAttemptUS: 5}
+			_ = b.Set(DueKey(st.NextAttemptUS, did), []byte(st.Host), nil)
+		}
+		v, err := EncodeRepoState(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = b.Set(RepoKey(did), v, nil)
+		states[did] = st
+		for _, seq := range []uint64{uint64(2*i + 1), uint64(2*i + 2), uint64(2*n + i + 1)} {
+			ev := Event{Kind: KindSync, DID: did, Rev: "3l00000000002", Source: SourceRetry, Seq: seq, TimeUS: int64(seq)}
+			v, err := AppendEvent(nil, &ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = b.Set(EventKey(seq), v, nil)
+		}
+	}
+	_ = b.Delete(KeyIndex, nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	return states
+}
+
+// checkMarked checks that every account of states is marked for a
+// replacement due at atUS, its other fields as they were, with one due/
+// entry each.
+func checkMarked(t *testing.T, s *Store, states map[string]RepoState, atUS int64) {
+	t.Helper()
+	for did, st := range states {
+		st.Refetch, st.NextAttemptUS = RefetchSync, atUS
+		if got, err := s.RepoState(did); err != nil || got != st {
+			t.Fatalf("%s: %+v (%v), want %+v", did, got, err, st)
+		}
+	}
+	checkDueIndex(t, s, "after the marks")
+}
+
+// TestOpenMarksOlderReplacementsInBatches: the marks of an older store's
+// first open are committed in synced batches of at most resyncedBatch
+// accounts, none holding meta/index (written after them); every account is
+// marked once, whichever of its sync rows comes first.
+func TestOpenMarksOlderReplacementsInBatches(t *testing.T) {
+	fs := vfs.NewMem()
+	n := 2*resyncedBatch + 100
+	states := olderStoreOfMany(t, fs, n)
+	var batches []int // repo/ keys in each batch of marks
+	opts := testOptions(fs)
+	at := time.UnixMicro(1_000_000)
+	opts.Now = func() time.Time { return at }
+	opts.CommitHook = func(op string, keys [][]byte) error {
+		if op != opMarkResynced {
+			return nil
+		}
+		repos := 0
+		for _, k := range keys {
+			if bytes.Equal(k, KeyIndex) {
+				t.Errorf("a batch of marks holds meta/index")
+			}
+			if bytes.HasPrefix(k, PrefixRepo) {
+				repos++
+			}
+		}
+		batches = append(batches, repos)
+		return nil
+	}
+	s, err := Open("/data", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	want := []int{resyncedBatch, resyncedBatch, 100}
+	if !slices.Equal(batches, want) {
+		t.Fatalf("the marks of %d accounts were committed in batches of %v repo/ keys, want %v", n, batches, want)
+	}
+	checkMarked(t, s, states, at.UnixMicro())
+	if m, err := s.IndexMarker(); err != nil || m != (IndexMarker{Next: 1, End: uint64(3*n + 1)}) {
+		t.Fatalf("meta/index %+v (%v)", m, err)
+	}
+}
+
+// TestOpenMarksOlderReplacementsPowerLoss cuts the power after the first
+// batch of marks (strict in-memory filesystem: what was not synced is
+// lost): the store reopens without meta/index, and that open marks every
+// account again, each once, due at the new open, its other fields kept.
+func TestOpenMarksOlderReplacementsPowerLoss(t *testing.T) {
+	fs := vfs.NewStrictMem()
+	n := resyncedBatch + 100
+	states := olderStoreOfMany(t, fs, n)
+	batches := 0
+	opts := testOptions(fs)
+	at := time.UnixMicro(1_000_000)
+	opts.Now = func() time.Time { return at }
+	opts.CommitHook = func(op string, _ [][]byte) error {
+		if op != opMarkResynced {
+			return nil
+		}
+		if batches++; batches == 2 {
+			fs.SetIgnoreSyncs(true) // from here on nothing is durable
+		}
+		return nil
+	}
+	s, err := Open("/data", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	fs.ResetToSyncedState()
+	fs.SetIgnoreSyncs(false)
+	if batches < 2 {
+		t.Fatalf("the marks of %d accounts were committed in %d batches: no cut between two", n, batches)
+	}
+	if marked, err := markedAt(fs, at.UnixMicro()); err != nil || marked != resyncedBatch {
+		t.Fatalf("after the cut: %d accounts marked (%v), want the first batch's %d and no meta/index", marked, err, resyncedBatch)
+	}
+
+	opts.CommitHook = nil
+	at = at.Add(time.Hour)
+	s, err = Open("/data", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	checkMarked(t, s, states, at.UnixMicro())
+	if m, err := s.IndexMarker(); err != nil || m != (IndexMarker{Next: 1, End: uint64(3*n + 1)}) {
+		t.Fatalf("meta/index %+v (%v)", m, err)
+	}
+}
+
+// markedAt opens the store at /data read-only and counts the accounts
+// marked for a replacement due at atUS; a meta/index present is an error.
+func markedAt(fs vfs.FS, atUS int64) (int, error) {
+	opts := testOptions(fs)
+	opts.ReadOnly = true
+	s, err := Open("/data", opts)
+	if err != nil {
+		return 0, err
+	}
+	defer s.Close()
+	if _, err := get(s.db, KeyIndex, DecodeIndexMarker); !errors.Is(err, ErrNotFound) {
+		return 0, fmt.Errorf("meta/index: %v, want absent", err)
+	}
+	n := 0
+	err = s.ScanRepos(func(_ string, st RepoState) error {
+		if st.Refetch == RefetchSync && st.NextAttemptUS == atUS {
+			n++
+		}
+		return nil
+	})
+	return n, err
 }
 
 // BenchmarkOpenMarksOlderReplacements is the first open of a store from a
