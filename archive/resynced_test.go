@@ -10,6 +10,8 @@ import (
 
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
+
+	"github.com/backstream/backstream/internal/cputime"
 )
 
 // TestOpenMarksOlderReplacements: the first open of a store without
@@ -260,18 +262,38 @@ func markedAt(fs vfs.FS, atUS int64) (int, error) {
 
 // BenchmarkOpenMarksOlderReplacements is the first open of a store from a
 // build before the compaction index: one read of every ev/ row (b.N rows
-// of 200-byte records, one account in 100 with a sync row) before Open
-// returns. Reported per row.
+// of 200-byte records, one in 100 a sync row of one of 10 accounts without
+// a repo/ state) before Open returns. Reported per row, in CPU.
 func BenchmarkOpenMarksOlderReplacements(b *testing.B) {
+	benchOpenOlder(b, func(i int) string { return didN(i % 1000) }, false)
+}
+
+// BenchmarkOpenMarksOlderReplacementsManyAccounts is that open with every
+// sync row an active account of its own: b.N/100 accounts marked.
+func BenchmarkOpenMarksOlderReplacementsManyAccounts(b *testing.B) {
+	benchOpenOlder(b, didN, true)
+}
+
+// benchOpenOlder writes b.N ev/ rows of did(i) (every hundredth a sync
+// row; with repos, each sync row's account active and complete), drops
+// meta/index and times the open that marks them.
+func benchOpenOlder(b *testing.B, did func(i int) string, repos bool) {
 	fs := vfs.NewMem()
 	s := openMem(b, fs)
 	batch := s.db.NewBatch()
 	rec := make([]byte, 200)
+	st, err := EncodeRepoState(RepoState{Status: StatusComplete, Active: true, Host: "a.test"})
+	if err != nil {
+		b.Fatal(err)
+	}
 	for i := 0; i < b.N; i++ {
-		ev := commitEv(didN(i%1000), "3l00000000001", KindCreate, SourceBackfill, fmt.Sprintf("r%d", i))
+		ev := commitEv(did(i), "3l00000000001", KindCreate, SourceBackfill, fmt.Sprintf("r%d", i))
 		ev.Record = rec
 		if i%100 == 0 {
-			ev = Event{Kind: KindSync, DID: didN(i % 1000), Rev: "3l00000000002", Source: SourceRetry}
+			ev = Event{Kind: KindSync, DID: did(i), Rev: "3l00000000002", Source: SourceRetry}
+			if repos {
+				_ = batch.Set(RepoKey(ev.DID), st, nil)
+			}
 		}
 		ev.Seq, ev.TimeUS = uint64(i+1), int64(i+1)
 		v, err := AppendEvent(nil, &ev)
@@ -293,12 +315,17 @@ func BenchmarkOpenMarksOlderReplacements(b *testing.B) {
 	if err := s.db.Compact([]byte("ev/"), []byte("ev0"), true); err != nil {
 		b.Fatal(err)
 	}
+	if err := s.db.Compact([]byte("repo/"), []byte("repo0"), true); err != nil {
+		b.Fatal(err)
+	}
 	s.Close()
 	b.ResetTimer()
-	s, err := Open("/data", testOptions(fs))
+	cpu0 := cputime.Process(b)
+	s, err = Open("/data", testOptions(fs))
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.ReportMetric(cputime.MicrosPerOp(b, cpu0), "cpu-µs/row")
 	b.StopTimer()
 	s.Close()
 }
