@@ -55,8 +55,7 @@ func TestOpenMarksOlderReplacements(t *testing.T) {
 	s.Close()
 
 	at := time.UnixMicro(1_000_000)
-	opts := testOptions(fs)
-	opts.Now = func() time.Time { return at }
+	opts := optionsAt(fs, &at)
 	if s, err := Open("/data", opts); err != nil {
 		t.Fatal(err)
 	} else {
@@ -132,11 +131,14 @@ func olderStoreOfMany(t *testing.T, fs vfs.FS, n int) map[string]RepoState {
 	return states
 }
 
-// checkMarked checks that every account of states is marked for a
-// replacement due at atUS, its other fields as they were, with one due/
-// entry each.
+// checkMarked checks that every account of states (a store of
+// olderStoreOfMany) is marked for a replacement due at atUS, its other
+// fields as they were, with one due/ entry each, and meta/index set.
 func checkMarked(t *testing.T, s *Store, states map[string]RepoState, atUS int64) {
 	t.Helper()
+	if m, err := s.IndexMarker(); err != nil || m != (IndexMarker{Next: 1, End: uint64(3*len(states) + 1)}) {
+		t.Fatalf("meta/index %+v (%v)", m, err)
+	}
 	for did, st := range states {
 		st.Refetch, st.NextAttemptUS = RefetchSync, atUS
 		if got, err := s.RepoState(did); err != nil || got != st {
@@ -144,6 +146,13 @@ func checkMarked(t *testing.T, s *Store, states map[string]RepoState, atUS int64
 		}
 	}
 	checkDueIndex(t, s, "after the marks")
+}
+
+// optionsAt is testOptions with the clock reading *at.
+func optionsAt(fs vfs.FS, at *time.Time) Options {
+	opts := testOptions(fs)
+	opts.Now = func() time.Time { return *at }
+	return opts
 }
 
 // TestOpenMarksOlderReplacementsInBatches: the marks of an older store's
@@ -155,9 +164,8 @@ func TestOpenMarksOlderReplacementsInBatches(t *testing.T) {
 	n := 2*resyncedBatch + 100
 	states := olderStoreOfMany(t, fs, n)
 	var batches []int // repo/ keys in each batch of marks
-	opts := testOptions(fs)
 	at := time.UnixMicro(1_000_000)
-	opts.Now = func() time.Time { return at }
+	opts := optionsAt(fs, &at)
 	opts.CommitHook = func(op string, keys [][]byte) error {
 		if op != opMarkResynced {
 			return nil
@@ -184,9 +192,6 @@ func TestOpenMarksOlderReplacementsInBatches(t *testing.T) {
 		t.Fatalf("the marks of %d accounts were committed in batches of %v repo/ keys, want %v", n, batches, want)
 	}
 	checkMarked(t, s, states, at.UnixMicro())
-	if m, err := s.IndexMarker(); err != nil || m != (IndexMarker{Next: 1, End: uint64(3*n + 1)}) {
-		t.Fatalf("meta/index %+v (%v)", m, err)
-	}
 }
 
 // TestOpenMarksOlderReplacementsPowerLoss cuts the power after the first
@@ -198,9 +203,8 @@ func TestOpenMarksOlderReplacementsPowerLoss(t *testing.T) {
 	n := resyncedBatch + 100
 	states := olderStoreOfMany(t, fs, n)
 	batches := 0
-	opts := testOptions(fs)
 	at := time.UnixMicro(1_000_000)
-	opts.Now = func() time.Time { return at }
+	opts := optionsAt(fs, &at)
 	opts.CommitHook = func(op string, _ [][]byte) error {
 		if op != opMarkResynced {
 			return nil
@@ -232,9 +236,6 @@ func TestOpenMarksOlderReplacementsPowerLoss(t *testing.T) {
 	}
 	defer s.Close()
 	checkMarked(t, s, states, at.UnixMicro())
-	if m, err := s.IndexMarker(); err != nil || m != (IndexMarker{Next: 1, End: uint64(3*n + 1)}) {
-		t.Fatalf("meta/index %+v (%v)", m, err)
-	}
 }
 
 // markedAt opens the store at /data read-only and counts the accounts
