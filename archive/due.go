@@ -5,6 +5,7 @@ package archive
 // writer keeps the index itself (indexDue).
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"time"
@@ -72,6 +73,28 @@ func (s *Store) buildDueIndex() error {
 	return nil
 }
 
+// dueWritten lowers what TakeDueWritten reports to low, the earliest next
+// attempt + 1 of a durable batch's due/ entries (0: the batch wrote none).
+func (s *Store) dueWritten(low int64) {
+	for low != 0 {
+		cur := s.dueLow.Load()
+		if cur != 0 && cur <= low || s.dueLow.CompareAndSwap(cur, low) {
+			return
+		}
+	}
+}
+
+// TakeDueWritten reports the earliest next attempt among the due/ entries
+// the writer has made durable since the last call (ok false: none), and
+// starts counting again. The retry runner, its one caller, takes it before
+// each pass reads: an entry written after an earlier pass read past its
+// time (a mark stamped before a slow commit, or by a clock since stepped
+// back) is where the next pass starts reading.
+func (s *Store) TakeDueWritten() (nextUS int64, ok bool) {
+	v := s.dueLow.Swap(0)
+	return v - 1, v != 0
+}
+
 // DueEntry is one due/ entry: a retryable repo, its next attempt and the
 // host its last download reached ("" when none).
 type DueEntry struct {
@@ -91,7 +114,11 @@ func (s *Store) DuePage(from []byte, nowUS int64, n int, buf []DueEntry) (page [
 		from = PrefixDue
 	}
 	// Every key of a next attempt ≤ nowUS sorts below DueKey(nowUS+1, "").
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: from, UpperBound: DueKey(nowUS+1, "")})
+	upper := DueKey(nowUS+1, "")
+	if bytes.Compare(from, upper) >= 0 {
+		return page, nil, nil // from is past nowUS (a clock that stepped back)
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: from, UpperBound: upper})
 	if err != nil {
 		return page, nil, &KeyError{Key: "due/<scan>", Kind: ErrRead, Err: err}
 	}

@@ -95,6 +95,7 @@ type Store struct {
 	space    freeSpace
 
 	compactGen atomic.Uint64 // compaction removal batches committed (CompactionGeneration)
+	dueLow     atomic.Int64  // the earliest next attempt + 1 of the due/ entries written since TakeDueWritten; 0: none
 }
 
 // StoreDir and ScratchDir are the fixed subdirectories of a data dir.

@@ -477,6 +477,7 @@ type pending struct {
 	rowsBy   [5]int                   // kept rows by source
 	staleBy  [5]int                   // stale rows by source
 	tombs    int                      // tomb/ entries written
+	dueLow   int64                    // the earliest next attempt + 1 of the due/ entries written; 0: none
 }
 
 func (w *Writer) run() {
@@ -628,6 +629,7 @@ func (w *Writer) commit(p *pending) bool {
 func (w *Writer) published(p *pending, took time.Duration) {
 	m := w.opts.Metrics
 	w.durableStates()
+	w.store.dueWritten(p.dueLow)
 	w.live.publish(p.events)
 	w.tombs.Add(uint64(p.tombs))
 	m.committed(w.name, p.rows, took.Seconds(), w.nextSeq-1)
@@ -868,7 +870,9 @@ func (w *Writer) applyRepos(p *pending, st *staged) {
 			w.bug(fmt.Errorf("repo state of %s: %w", ch, err)) // validated in stage
 		}
 		_ = p.b.Set(RepoKey(ch), v, nil)
-		indexDue(p.b, ch, old, existed, ns)
+		if indexDue(p.b, ch, old, existed, ns) {
+			p.noteDue(ns.NextAttemptUS)
+		}
 		w.repos[ch] = ns
 		w.count(old, existed, ns)
 		p.counts = true
@@ -1061,16 +1065,25 @@ func (w *Writer) refuse(p *pending, u *Unit, r Receipt, err error) {
 // indexDue keeps the due index (PrefixDue) of one repo whose state moves
 // from old (existed: there was one) to ns, in the batch that writes ns: the
 // old entry goes, the new one comes, and an unchanged entry is left alone.
-func indexDue(b *pebble.Batch, did string, old RepoState, existed bool, ns RepoState) {
+func indexDue(b *pebble.Batch, did string, old RepoState, existed bool, ns RepoState) (set bool) {
 	was, is := existed && old.Retryable(), ns.Retryable()
 	if was && is && max(old.NextAttemptUS, 0) == max(ns.NextAttemptUS, 0) && old.Host == ns.Host {
-		return
+		return false
 	}
 	if was {
 		_ = b.Delete(DueKey(old.NextAttemptUS, did), nil)
 	}
 	if is {
 		_ = b.Set(DueKey(ns.NextAttemptUS, did), []byte(ns.Host), nil)
+	}
+	return is
+}
+
+// noteDue records a due/ entry of the batch at nextUS (its earliest one is
+// published to Store.TakeDueWritten once the batch is durable).
+func (p *pending) noteDue(nextUS int64) {
+	if v := max(nextUS, 0) + 1; p.dueLow == 0 || v < p.dueLow {
+		p.dueLow = v
 	}
 }
 

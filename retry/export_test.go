@@ -19,7 +19,7 @@ func (r *Runner) RunOnce(ctx context.Context) (PassStats, error) {
 	var ps PassStats
 	for {
 		var p PassStats
-		p, err = e.pass()
+		p, err = e.pass(true)
 		ps.add(p)
 		if err == nil {
 			err = e.drain()

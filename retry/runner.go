@@ -234,7 +234,7 @@ type ParkedHost struct {
 // Status is the runner's state for /status.
 type Status struct {
 	Running     bool
-	Due         int // last complete pass
+	Due         int // the last full pass's (a Wake's pass reads only what came due since)
 	Queued      int
 	InFlight    int
 	ParkedHosts int
@@ -289,6 +289,10 @@ type exec struct {
 	once   sync.Once
 	err    error
 	fatal  chan struct{} // closed on the first fatal error
+
+	// readTo is the time up to which the last pass read the due index (0:
+	// no pass yet); only the Run loop touches it.
+	readTo int64
 
 	mu      sync.Mutex
 	results map[string]int
@@ -372,8 +376,11 @@ func (r *Runner) Run(ctx context.Context) error {
 		return err
 	}
 	defer e.stop()
-	for {
-		ps, err := e.pass()
+	for full := true; ; {
+		ps, err := e.pass(full)
+		// A park that ended during the pass left repos behind that only
+		// a full pass reads again.
+		ended := e.s.parkEnded()
 		if err == nil {
 			err = e.clearParks()
 		}
@@ -387,7 +394,8 @@ func (r *Runner) Run(ctx context.Context) error {
 			e.fail(err)
 			return e.err
 		}
-		if !e.idle(ps) {
+		var more bool
+		if more, full = e.idle(ps, ended); !more {
 			if ferr := e.failed(); ferr != nil {
 				return ferr
 			}
@@ -398,8 +406,12 @@ func (r *Runner) Run(ctx context.Context) error {
 
 // idle waits for the next pass: ScanPeriod, a Wake, the earliest park
 // expiry, or — when the pass left repos of a full host behind — the queue
-// draining to half of a host's share. It returns false when the run ends.
-func (e *exec) idle(ps PassStats) bool {
+// draining to half of a host's share. It returns false when the run ends,
+// and whether the next pass is a full one: a Wake asks only for what was
+// written or came due since the last pass, unless a park ended since
+// (ended: during it), since nothing else a pass left behind (a parked
+// host's repos, a full host's) can be queued sooner.
+func (e *exec) idle(ps PassStats, ended bool) (more, full bool) {
 	r := e.r
 	delay := r.cfg.ScanPeriod
 	if _, _, next := e.s.parkedHosts(0); next > 0 {
@@ -411,7 +423,7 @@ func (e *exec) idle(ps PassStats) bool {
 	for {
 		l := e.s.load()
 		if ps.HostFull > 0 && l.queued <= min(r.cfg.Queue, r.cfg.HostQueue)/2 {
-			return true
+			return true, true
 		}
 		var changed <-chan struct{}
 		if ps.HostFull > 0 {
@@ -419,18 +431,25 @@ func (e *exec) idle(ps PassStats) bool {
 		}
 		select {
 		case <-t.C:
-			return true
+			return true, true
 		case <-r.wake:
-			return true
+			return true, ended || e.s.parkEnded()
 		case <-changed:
 		case <-e.ctx.Done():
-			return false
+			return false, false
 		}
 	}
 }
 
-// pass reads the due index once, page by page, offering every due repo.
-func (e *exec) pass() (ps PassStats, err error) {
+// pass reads the due index page by page, offering every due repo it
+// reads. A full pass reads every entry due now, then those past the
+// horizon. Any other (a Wake's) reads only what may have become due since
+// the last pass: from where the last pass stopped reading, or from the
+// earliest entry written since, if earlier. The repos a pass leaves
+// behind (a parked host's, a full host's) wait for the next full pass,
+// which comes when their park ends, their host's queue drains, or
+// ScanPeriod has passed: a Wake never reads them again.
+func (e *exec) pass(full bool) (ps PassStats, err error) {
 	r := e.r
 	start := time.Now()
 	defer func() {
@@ -439,6 +458,14 @@ func (e *exec) pass() (ps PassStats, err error) {
 		}
 	}()
 	var from []byte
+	low, written := r.cfg.Store.TakeDueWritten()
+	if !full && e.readTo > 0 {
+		fromUS := e.readTo + 1
+		if written {
+			fromUS = min(fromUS, low)
+		}
+		from = archive.DueKey(fromUS, "")
+	}
 	var page []archive.DueEntry
 	beyond := false // reading the next attempts past the horizon
 	for {
@@ -450,6 +477,8 @@ func (e *exec) pass() (ps PassStats, err error) {
 		upTo := r.cfg.Now().UnixMicro()
 		if beyond {
 			upTo = math.MaxInt64 - 1
+		} else {
+			e.readTo = upTo
 		}
 		page, next, err = r.cfg.Store.DuePage(from, upTo, r.cfg.PageKeys, page)
 		if err != nil {
@@ -475,7 +504,7 @@ func (e *exec) pass() (ps PassStats, err error) {
 			page[i] = archive.DueEntry{}
 		}
 		if next == nil {
-			if beyond {
+			if beyond || !full {
 				break
 			}
 			// Then the next attempts further ahead than the runner ever
@@ -486,16 +515,18 @@ func (e *exec) pass() (ps PassStats, err error) {
 	}
 	ps.Duration = time.Since(start)
 	r.m.pass()
-	r.m.setDue(ps.Due)
 	r.m.deferral(deferParked, ps.Parked)
 	r.m.deferral(deferHostFull, ps.HostFull)
 	r.mu.Lock()
-	r.status.Due = ps.Due
+	if full {
+		r.m.setDue(ps.Due)
+		r.status.Due = ps.Due
+	}
 	r.status.Passes++
 	r.status.LastPass = start
 	r.status.LastPassDur = ps.Duration
 	r.mu.Unlock()
-	r.log.Debug("retry pass", "scanned", ps.Scanned, "due", ps.Due, "queued", ps.Queued, "in_flight", ps.InFlight,
+	r.log.Debug("retry pass", "full", full, "scanned", ps.Scanned, "due", ps.Due, "queued", ps.Queued, "in_flight", ps.InFlight,
 		"parked", ps.Parked, "host_full", ps.HostFull, "took", ps.Duration)
 	return ps, nil
 }

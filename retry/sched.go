@@ -350,6 +350,15 @@ func (s *sched) parkedHosts(limit int) (hosts []ParkedHost, n int, next int64) {
 	return hosts, len(s.parked), next
 }
 
+// parkEnded sweeps expired parks and reports whether a park has ended
+// since the runner last cleared ended parks (takeEnded, after every pass).
+func (s *sched) parkEnded() bool {
+	s.parkedHosts(0)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.ended) > 0
+}
+
 type load struct {
 	queued, running, gates, members int
 	maxQueued, maxMembers           int
