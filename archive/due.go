@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/cockroachdb/pebble"
@@ -145,40 +146,50 @@ func (s *Store) DuePage(from []byte, nowUS int64, n int, buf []DueEntry) (page [
 	return page, next, nil
 }
 
-// ScanRetryable calls fn for every retryable repo (RepoState.Retryable),
-// soonest due first, reading the due index and each repo's state from one
-// snapshot: its cost follows the repos the retry runner may fetch, never
-// the repos known. An entry whose repo has no state or is not retryable
-// (only a build without the index, writing after this one, leaves such an
-// entry) is skipped. fn returning an error stops the scan with it.
-func (s *Store) ScanRetryable(fn func(did string, st RepoState) error) error {
+// ScanRetryable calls fn for every retryable repo (RepoState.Retryable)
+// whose next attempt is from fromUS to toUS, soonest due first, reading
+// the due index and each repo's state from one snapshot: its cost follows
+// the repos due in that window, never the repos known. An entry whose
+// repo has no state or is not retryable (only a build without the index,
+// writing after this one, leaves such an entry) is skipped. fn returning
+// an error stops the scan with it. read is the due/ keys it read.
+func (s *Store) ScanRetryable(fromUS, toUS int64, fn func(did string, st RepoState) error) (read int, err error) {
+	upper := prefixEnd(PrefixDue)
+	if toUS < math.MaxInt64 {
+		upper = DueKey(toUS+1, "")
+	}
+	lower := DueKey(fromUS, "")
+	if bytes.Compare(lower, upper) >= 0 {
+		return 0, nil
+	}
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
-	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: PrefixDue, UpperBound: prefixEnd(PrefixDue)})
+	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
-		return &KeyError{Key: "due/<scan>", Kind: ErrRead, Err: err}
+		return 0, &KeyError{Key: "due/<scan>", Kind: ErrRead, Err: err}
 	}
 	defer it.Close()
 	for ok := it.First(); ok; ok = it.Next() {
+		read++
 		did, _, err := ParseDueKey(it.Key())
 		if err != nil {
-			return &KeyError{Key: string(it.Key()), Kind: ErrMalformed, Err: err}
+			return read, &KeyError{Key: string(it.Key()), Kind: ErrMalformed, Err: err}
 		}
 		st, err := get(snap, RepoKey(did), DecodeRepoState)
 		switch {
 		case errors.Is(err, ErrNotFound):
 			continue
 		case err != nil:
-			return err
+			return read, err
 		case !st.Retryable():
 			continue
 		}
 		if err := fn(did, st); err != nil {
-			return err
+			return read, err
 		}
 	}
 	if err := it.Error(); err != nil {
-		return &KeyError{Key: "due/<scan>", Kind: ErrRead, Err: err}
+		return read, &KeyError{Key: "due/<scan>", Kind: ErrRead, Err: err}
 	}
-	return nil
+	return read, nil
 }

@@ -3,6 +3,7 @@ package archive
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -176,7 +177,7 @@ func TestScanRetryable(t *testing.T) {
 		}
 	}
 	got := map[string]RepoState{}
-	if err := s.ScanRetryable(func(did string, st RepoState) error {
+	if _, err := s.ScanRetryable(0, math.MaxInt64, func(did string, st RepoState) error {
 		got[did] = st
 		return nil
 	}); err != nil {

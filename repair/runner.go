@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -474,18 +475,10 @@ func (r *Runner) commit(ctx context.Context, g archive.Gap, a *archive.Audit, l 
 }
 
 // close closes g when its pass is done and no active, not failed account
-// still carries the audit mark; it reports whether g closed. Such an
-// account is retryable (active, marked), so the due index's repos are the
-// ones to count: a look costs the repos due, not the repos known, and it
-// comes every Period while the marked accounts are fetched.
+// still carries the audit mark; it reports whether g closed. It looks
+// every Period while the marked accounts are fetched (outstanding).
 func (r *Runner) close(ctx context.Context, g archive.Gap, a archive.Audit) (bool, error) {
-	var outstanding int64
-	err := r.cfg.Store.ScanRetryable(func(_ string, st archive.RepoState) error {
-		if st.Refetch == archive.RefetchAudit && st.Active && st.Status != archive.StatusFailed {
-			outstanding++
-		}
-		return nil
-	})
+	outstanding, _, err := r.outstanding(r.cfg.Now().UnixMicro())
 	if err != nil {
 		return false, err
 	}
@@ -509,6 +502,45 @@ func (r *Runner) close(ctx context.Context, g archive.Gap, a archive.Audit) (boo
 	r.log.Info("gap closed: its repair pass and every replacement it scheduled have finished",
 		"gap", g.ID, "kind", g.Kind.String(), "listed", a.Listed, "marked", a.Marked)
 	return true, nil
+}
+
+// errMarkFound stops the look past now at the first outstanding mark.
+var errMarkFound = errors.New("an outstanding mark")
+
+// outstanding counts the active, not failed accounts that carry the audit
+// mark. Such an account is retryable (active, marked), so the due index's
+// repos are the ones to count, and its next attempt is the time of its
+// mark: it is due now. So a look counts the repos due now, not the failed
+// ones waiting for a later attempt (up to MaxDelay ahead, however many).
+// Only when none is due now does it read on past now, stopping at the
+// first mark it finds (n is then 1): a mark can lie ahead when a 429
+// moved its next attempt to the park's end, or when the clock stepped
+// back since it was stamped, and the gap must not close before it is
+// fetched. read is the due/ keys the look read.
+func (r *Runner) outstanding(nowUS int64) (n int64, read int, err error) {
+	marked := func(st archive.RepoState) bool {
+		return st.Refetch == archive.RefetchAudit && st.Active && st.Status != archive.StatusFailed
+	}
+	read, err = r.cfg.Store.ScanRetryable(0, nowUS, func(_ string, st archive.RepoState) error {
+		if marked(st) {
+			n++
+		}
+		return nil
+	})
+	if err != nil || n > 0 {
+		return n, read, err
+	}
+	ahead, err := r.cfg.Store.ScanRetryable(nowUS+1, math.MaxInt64, func(_ string, st archive.RepoState) error {
+		if marked(st) {
+			return errMarkFound
+		}
+		return nil
+	})
+	read += ahead
+	if errors.Is(err, errMarkFound) {
+		return 1, read, nil
+	}
+	return 0, read, err
 }
 
 // submit applies u through the writer and waits until it is durable; a

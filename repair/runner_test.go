@@ -108,13 +108,13 @@ func TestScheduledAudit(t *testing.T) {
 
 // newStore is an in-memory store and its writer (closed with the test) and
 // a function applying a unit that fails the test unless it is durable.
-func newStore(t *testing.T) (*archive.Store, *archive.Writer, func(*archive.Unit)) {
+func newStore(t testing.TB) (*archive.Store, *archive.Writer, func(*archive.Unit)) {
 	t.Helper()
 	return newStoreOn(t, vfs.NewMem())
 }
 
 // newStoreOn is newStore over fs.
-func newStoreOn(t *testing.T, fs vfs.FS) (*archive.Store, *archive.Writer, func(*archive.Unit)) {
+func newStoreOn(t testing.TB, fs vfs.FS) (*archive.Store, *archive.Writer, func(*archive.Unit)) {
 	t.Helper()
 	s, err := archive.Open("/data", archive.Options{FS: fs, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

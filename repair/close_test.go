@@ -1,0 +1,74 @@
+package repair
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/backstream/backstream/archive"
+)
+
+// closeRunner is a runner over a store holding 2,000 failed repos whose
+// next attempts are 30 minutes ahead, the last of them with an unreadable
+// state (a malformed repo/ row): a look that reads it fails.
+func closeRunner(t *testing.T, now time.Time) (*Runner, func(*archive.Unit), *archive.Store) {
+	t.Helper()
+	s, w, apply := newStore(t)
+	seedFailedAt(apply, 2_000, now.Add(30*time.Minute).UnixMicro())
+	bad := "did:plc:zzzzzzzzzzzzzzzzzzzzzzzz"
+	apply(setRepo(bad, archive.RepoState{Status: archive.StatusFailed, Active: true, NextAttemptUS: now.Add(40 * time.Minute).UnixMicro()}))
+	if err := s.DB().Set(archive.RepoKey(bad), []byte{0xff}, nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Config{Store: s, Writer: w, Source: &listing{}, Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, apply, s
+}
+
+// TestCloseLooksAtTheReposDue: while a gap waits for its marked accounts,
+// each look (every Period) counts the marks due now and reads none of the
+// failed repos waiting for a later attempt (here one is unreadable, and
+// the look does not stop on it); a mark whose next attempt is ahead (a
+// 429's park, a clock that stepped back since it was stamped) still holds
+// the gap open, found by reading on past now; with no mark left the look
+// reads every entry and the gap closes.
+func TestCloseLooksAtTheReposDue(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	g := archive.Gap{ID: 1, Kind: archive.GapAudit, FirstSeenUS: now.UnixMicro()}
+	ctx := context.Background()
+	markAt := func(apply func(*archive.Unit), did string, at time.Time) {
+		apply(setRepo(did, archive.RepoState{Status: archive.StatusComplete, Active: true, Refetch: archive.RefetchAudit, NextAttemptUS: at.UnixMicro()}))
+	}
+
+	r, apply, _ := closeRunner(t, now)
+	markAt(apply, didNew, now)
+	markAt(apply, didSame, now.Add(-time.Second))
+	closed, err := r.close(ctx, g, archive.Audit{})
+	if err != nil || closed || r.Status().Outstanding != 2 {
+		t.Fatalf("a look with two marks due now: closed %v, outstanding %d, err %v; want open, 2, no error (the failed repos due later not read)",
+			closed, r.Status().Outstanding, err)
+	}
+
+	if n, read, err := r.outstanding(now.UnixMicro()); n != 2 || read != 2 || err != nil {
+		t.Fatalf("a look with two marks due now: %d outstanding, %d due keys read, err %v; want 2, 2", n, read, err)
+	}
+
+	r, apply, s := closeRunner(t, now)
+	markAt(apply, didNew, now.Add(time.Hour)) // stamped before the clock stepped back an hour
+	if err := s.DB().Delete(archive.RepoKey("did:plc:zzzzzzzzzzzzzzzzzzzzzzzz"), nil); err != nil {
+		t.Fatal(err)
+	}
+	closed, err = r.close(ctx, g, archive.Audit{})
+	if err != nil || closed || r.Status().Outstanding != 1 {
+		t.Fatalf("a look with one mark an hour ahead: closed %v, outstanding %d, err %v; want open, 1", closed, r.Status().Outstanding, err)
+	}
+	apply(setRepo(didNew, archive.RepoState{Status: archive.StatusComplete, Active: true}))
+	closed, err = r.close(ctx, g, archive.Audit{})
+	if err != nil || !closed {
+		t.Fatalf("a look with no mark left: closed %v, err %v; want the gap closed", closed, err)
+	}
+}
+
