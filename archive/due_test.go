@@ -187,3 +187,28 @@ func TestScanRetryable(t *testing.T) {
 		t.Fatalf("ScanRetryable visited %d repos, repo/ has %d retryable:\n got %v\nwant %v", len(got), len(want), got, want)
 	}
 }
+
+// TestTakeDueWritten: it reports the earliest next attempt among the due/
+// entries made durable since the last call, then none until the writer
+// writes another; an entry removed or left as it was is not one.
+func TestTakeDueWritten(t *testing.T) {
+	s := openMem(t, vfs.NewMem())
+	defer s.Close()
+	seedRepos(t, s, 30) // failed repos due at 3, 6, 9, … (0 is inactive)
+	if at, ok := s.TakeDueWritten(); !ok || at != 3 {
+		t.Fatalf("after the seed: %d %v, want 3 true", at, ok)
+	}
+	if at, ok := s.TakeDueWritten(); ok {
+		t.Fatalf("taken twice: %d %v, want none", at, ok)
+	}
+	w := newWriter(t, s, WriterOptions{})
+	defer w.Close()
+	apply(t, w, &Unit{Repos: []RepoUpdate{
+		{DID: didN(3), Fields: FieldStatus, State: RepoState{Status: StatusComplete}},    // leaves the index
+		{DID: didN(6), Fields: FieldError, State: RepoState{ErrClass: "other"}},          // stays where it was
+		{DID: didN(9), Fields: FieldNextAttempt, State: RepoState{NextAttemptUS: 5_000}}, // moves
+	}})
+	if at, ok := s.TakeDueWritten(); !ok || at != 5_000 {
+		t.Fatalf("after a unit moving one entry to 5000: %d %v, want 5000 true", at, ok)
+	}
+}

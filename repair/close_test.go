@@ -71,4 +71,3 @@ func TestCloseLooksAtTheReposDue(t *testing.T) {
 		t.Fatalf("a look with no mark left: closed %v, err %v; want the gap closed", closed, err)
 	}
 }
-

@@ -112,6 +112,12 @@
 //     only when its pass is done and no active account that is not failed
 //     still carries the audit mark: a failed replacement is the retry
 //     runner's, on its schedule, and shows in /status's failed repos.
+//     Every Period while it waits, a look counts those marks among the
+//     due index's repos due now (a mark is due at the time it was made),
+//     never the failed repos waiting for a later attempt; only when none
+//     is due now does it read on past now, stopping at the first mark (a
+//     429's park, or a clock that stepped back, puts a mark ahead), so
+//     the gap never closes before every mark is fetched.
 //   - Upstream trouble never stops Run: a listRepos page whose retries are
 //     spent is tried again next Period from the durable cursor; a page that
 //     cannot be used (malformed, a cursor over 64 KiB) ends the listing

@@ -99,7 +99,7 @@ type Status struct {
 	Host        string `json:"host,omitempty"`  // hosts mode: the roster host whose listing began last (ListWorkers list at once)
 	Listed      uint64 `json:"listed"`
 	Marked      uint64 `json:"marked"`
-	Outstanding int64  `json:"outstanding"` // marked accounts not yet replaced (phase done)
+	Outstanding int64  `json:"outstanding"` // marked accounts due now not yet replaced (phase done); 1 when only marks due later are left
 	Closed      int64  `json:"closed"`      // gaps closed by this process
 }
 

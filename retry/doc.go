@@ -29,6 +29,17 @@
 //     only up to now, then past the horizon below (where only a wall clock
 //     that ran ahead puts an entry): a pass reads the repos due, never the
 //     repos known.
+//     A Wake's pass reads less still: only what was written or came due
+//     since the last pass, from where that pass stopped reading or from
+//     the earliest due/ entry the writer made durable since
+//     (archive.Store.TakeDueWritten), whichever is earlier: a mark
+//     stamped before a slow commit, or by a clock since stepped back, is
+//     read at once. What a pass leaves behind (a parked host's due
+//     repos, every one while the relay is parked; a full host's) is read
+//     again only by a full pass: the run's first, and one when a park
+//     ends, when a full host's queue share drains to half, or ScanPeriod
+//     after the last pass. The wakes that #sync and #account effects send,
+//     several a second, thus never reread a backlog that cannot move.
 //     Due repos go into a queue bounded by Queue (the scan blocks when it
 //     is full). What is held in memory is one
 //     page, the queue, the DIDs queued or running (deduplication: a DID is
