@@ -128,6 +128,13 @@
 //
 // # Known limits
 //
+//   - One host with far more due repos than its queue share (HostQueue)
+//     is read in full again each time its share drains to half: while H
+//     such repos drain, passes read about H²/HostQueue keys (a full pass
+//     over 1,000,000 due repos costs about 120 CPU-ms, so draining a
+//     million from one host costs minutes of CPU over its hours of jobs).
+//     The due index is ordered by time, not by host, so a pass cannot
+//     skip one host's entries without reading them.
 //   - The due index of a store written by a build without it is built
 //     when the store opens (one read of repo/). A store that a build
 //     without the index wrote to after that has an index missing those
