@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -528,11 +529,17 @@ type job struct {
 // scheduler holds the repos ready for a worker, one queue per host, and
 // hands them out round-robin over the hosts that have work and are under
 // their cap, so a slow host holds at most its cap of workers.
+//
+// Only hosts with ready repos are in the round-robin: a host leaves it when
+// its queue empties and joins it again when pushed. peek scans from where
+// it left off past the hosts at their cap (at most Workers/cap of them), so
+// a dispatch costs the same whether a handful of hosts or 30,000 have had
+// work in the run.
 type scheduler struct {
 	cap    int
-	queues map[string][]string
-	order  []string // hosts with a queue, in arrival order
-	next   int
+	queues map[string][]string // the hosts with ready repos
+	order  []string            // the same hosts, in round-robin order
+	next   int                 // where peek starts: the host after the last served
 	busy   map[string]int
 	n      int
 }
@@ -542,20 +549,21 @@ func newScheduler(hostCap int) *scheduler {
 }
 
 func (s *scheduler) push(host, did string) {
-	if _, ok := s.queues[host]; !ok {
+	q, ok := s.queues[host]
+	if !ok {
 		s.order = append(s.order, host)
 	}
-	s.queues[host] = append(s.queues[host], did)
+	s.queues[host] = append(q, did)
 	s.n++
 }
 
 // peek is the next repo to hand out, without taking it.
 func (s *scheduler) peek() (job, bool) {
 	for i := range len(s.order) {
-		h := s.order[(s.next+i)%len(s.order)]
-		if q := s.queues[h]; len(q) > 0 && s.busy[h] < s.cap {
-			s.next = (s.next + i) % len(s.order)
-			return job{did: q[0], host: h}, true
+		k := (s.next + i) % len(s.order)
+		if h := s.order[k]; s.busy[h] < s.cap {
+			s.next = k
+			return job{did: s.queues[h][0], host: h}, true
 		}
 	}
 	return job{}, false
@@ -563,21 +571,40 @@ func (s *scheduler) peek() (job, bool) {
 
 // take removes the job peek returned and counts it busy.
 func (s *scheduler) take(j job) {
-	q := s.queues[j.host]
-	q[0] = ""
-	s.queues[j.host] = q[1:]
+	if !s.pop(j.host) {
+		s.next++ // the host stays in the round, served again after the others
+	}
 	s.busy[j.host]++
-	s.n--
-	s.next++
 }
 
 // move re-queues the head of from's queue under host to (reattributed).
 func (s *scheduler) move(j job, to string) {
-	q := s.queues[j.host]
-	q[0] = ""
-	s.queues[j.host] = q[1:]
-	s.n--
+	s.pop(j.host)
 	s.push(to, j.did)
+}
+
+// pop removes the head of host's queue, and the host from the round-robin
+// when that was its last repo (true). take and move pass the job peek has
+// just returned, so host sits at next, and the host after it takes its
+// place there.
+func (s *scheduler) pop(host string) (emptied bool) {
+	q := s.queues[host]
+	q[0] = ""
+	s.n--
+	if len(q) > 1 {
+		s.queues[host] = q[1:]
+		return false
+	}
+	delete(s.queues, host)
+	k := s.next
+	if k >= len(s.order) || s.order[k] != host {
+		k = slices.Index(s.order, host) // not from peek: found, never left behind
+	}
+	s.order = slices.Delete(s.order, k, k+1)
+	if s.next >= len(s.order) {
+		s.next = 0
+	}
+	return true
 }
 
 func (s *scheduler) done(host string) {
