@@ -20,11 +20,11 @@ import (
 	"golang.org/x/sync/semaphore"
 )
 
-// coordinate runs the enumerators (one per lane: the relay's listing, or
-// each host's), the workers and the scheduler, and owns the watermarks.
-// It returns nil once the listing has ended and every repo it dispatched
-// is durably terminal; parent's error once parent ends; else the first
-// fatal error.
+// coordinate runs the enumerators (the relay's listing, or each host's,
+// from a bounded pool of lane runners), the workers and the scheduler, and
+// owns the watermarks. It returns nil once the listing has ended and every
+// repo it dispatched is durably terminal; parent's error once parent ends;
+// else the first fatal error.
 func (b *Bootstrap) coordinate(parent context.Context, lanes []lane) error {
 	ctx, cancel := context.WithCancel(parent)
 	var wg sync.WaitGroup
@@ -128,7 +128,7 @@ func (b *Bootstrap) newCoordinator(parent context.Context, lanes []lane) *coordi
 	c := &coordinator{
 		b: b, cfg: cfg, parent: parent, lanes: lanes, fleet: lanes[0].host != "",
 		pages:         make(chan *pageMsg),
-		enumErr:       make(chan error, len(lanes)),
+		enumErr:       make(chan error),
 		dispatch:      make(chan job),
 		results:       make(chan outcome),
 		recordReq:     make(chan []string),
@@ -158,28 +158,30 @@ func (b *Bootstrap) newCoordinator(parent context.Context, lanes []lane) *coordi
 	return c
 }
 
-// startEnumerators starts the debug list's feeder or each listing lane's
-// enumerator.
+// startEnumerators starts the debug list's feeder, or the runners of the
+// lanes that list (lanes.go): a bounded pool, not a goroutine per lane.
+// Each lane's end is reported once on enumErr, counted down from
+// enumerating.
 func (c *coordinator) startEnumerators(ctx context.Context, wg *sync.WaitGroup) {
-	b := c.b
-	for _, l := range c.lanes {
-		var run func() error
-		switch {
-		case len(c.cfg.Repos) > 0:
-			run = func() error { return b.listed(ctx, c.pages) }
-		case l.listing:
-			window := c.windows[l.host]
-			run = func() error { return b.enumerateLane(ctx, l.host, l.start.cursor.Cursor, l.bound, window, c.pages) }
-		default:
-			continue
-		}
-		c.enumerating++
+	if len(c.cfg.Repos) > 0 {
+		c.enumerating = 1
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.enumErr <- run()
+			err := c.b.listed(ctx, c.pages)
+			select {
+			case c.enumErr <- err:
+			case <-ctx.Done():
+			}
 		}()
+		return
 	}
+	for _, l := range c.lanes {
+		if l.listing {
+			c.enumerating++
+		}
+	}
+	c.startLanes(ctx, wg, c.enumerating)
 }
 
 // startServers starts the recorder, the workers and the checkpointer.

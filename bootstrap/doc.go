@@ -75,7 +75,12 @@
 // ("finished" after the final page). Enumeration holds window credit for
 // every entry of every page not yet popped (Window, default 50,000), so it
 // runs far ahead of a straggler without idling workers; a page longer than
-// its lane's whole window takes all of it (credit, coordinator.go).
+// its lane's whole window takes all of it (credit, coordinator.go). The
+// window is per lane: in hosts mode each host's is its share (below), at
+// least a page, so what is listed ahead of the checkpoints is at most the
+// sum over the hosts of the smaller of a host's size and its share: at
+// 30,000 hosts, each share a page (1,000), up to Σ min(host size, 1,000)
+// entries, which may be far more than Window.
 //
 // Active repos are written not_started lazily, a batch at a time just ahead
 // of the workers, not when their page is read: a repo listed but not yet
@@ -125,12 +130,18 @@
 // the host again), with the same completion-watermark rule as the relay's
 // cursor/listrepos (and cursor/listrepos_last). Every
 // invariant above holds per lane; the restart pass, the recorder and the
-// in-flight set are shared. A host's first page is never waited for: a
+// in-flight set are shared. The lanes are listed by a pool of at most
+// 4 × Workers runners (lanes.go), each taking the next lane not yet begun,
+// in roster order, so a roster of a million hosts costs a few hundred
+// goroutines, not one per host; Workers of them hold a listRepos request
+// at once (listOnce), the others wait out a page's retry backoff or their
+// window. A host's first page is never waited for: a
 // host that is down or slow past its budgets is cut alone (HostFailing on
 // /status, its checkpoint left where it was) and the others go on; it is
 // listed again in the same run from where it was cut, HostRetries times
-// after 5 s doubling to 5 min (enumerateLane; /status shows its retries and
-// next attempt), so bootstrap's end waits for it about 15 minutes at most.
+// after 5 s doubling to 5 min (listLane; /status shows its retries and
+// next attempt; it waits parked, holding no runner, and is taken again once
+// due), so bootstrap's end waits for it about 15 minutes at most.
 // Still cut after that, it is left failing
 // (backstream_bootstrap_hosts_gave_up_total, one warning): discovery lists
 // it again after bootstrap, a restart before merging from its checkpoint.

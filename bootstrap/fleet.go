@@ -18,7 +18,6 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/ident"
-	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/internal/loglimit"
 	"github.com/backstream/backstream/upstream"
 	"golang.org/x/sync/semaphore"
@@ -236,47 +235,6 @@ func (f *fleetState) snapshot() *HostsProgress {
 		p.Failing = p.Failing[:maxFailingShown]
 	}
 	return &p
-}
-
-// enumerateLane runs one lane's listing. A host's listing cut because it
-// kept failing (down, overloaded: upstream.CutRetriesExhausted) is listed
-// again from where it was cut, HostRetries times, after a wait of
-// hostRetryBase doubling to hostRetryMax (failing on /status meanwhile,
-// with its next attempt), while every other lane goes on; bootstrap's end
-// waits for it only that long. Spent, the host is left failing: discovery
-// lists it again after bootstrap, a restart before merging from its
-// checkpoint. A listing cut for its bytes (malformed, too large, refused,
-// a cursor too long) is not asked again in this run: the same request
-// gets the same bytes.
-//
-// A host's listing names at most bound entries in the run, retries
-// included (upstream.HostListingBound; 0, the relay's: no bound).
-func (b *Bootstrap) enumerateLane(ctx context.Context, host, cursor string, bound int64, window *credit, out chan<- *pageMsg) error {
-	cfg := &b.cfg
-	bo := backoff.Policy{Base: hostRetryBase, Max: hostRetryMax}
-	var left *int64
-	if bound > 0 {
-		left = &bound
-	}
-	for retry := 0; ; retry++ {
-		at, cut, err := b.enumerate(ctx, host, cursor, left, window, out)
-		if err != nil || cut != upstream.CutRetriesExhausted || host == "" {
-			return err
-		}
-		if retry >= cfg.HostRetries {
-			cfg.Metrics.hostGaveUp()
-			cfg.Logger.Warn("bootstrap: a host's listing is still cut after its retries; bootstrap ends without the rest of it, discovery lists it again after bootstrap",
-				"host", host, "retries", retry)
-			return nil
-		}
-		wait := bo.Draw(retry, nil)
-		cfg.Metrics.hostRetry()
-		b.hosts().retrying(host, retry+1, cfg.Now().Add(wait))
-		if err := cfg.Sleep(ctx, wait); err != nil {
-			return err
-		}
-		cursor = at
-	}
 }
 
 // relayNeeded says why hosts mode lists the relay's listRepos after its

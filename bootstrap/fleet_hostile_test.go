@@ -45,11 +45,15 @@ func (c *countJobs) of(did string) int {
 }
 
 // bootOver builds a hosts-mode bootstrap over e's store with fleet f, an
-// empty relay and jobs that fetch nothing.
-func (e *env) bootOver(f bootstrap.FleetSource, w backfill.Writer, jobs bootstrap.Jobs) *bootstrap.Bootstrap {
+// empty relay and jobs that fetch nothing; mods adjust its config.
+func (e *env) bootOver(f bootstrap.FleetSource, w backfill.Writer, jobs bootstrap.Jobs, mods ...func(*bootstrap.Config)) *bootstrap.Bootstrap {
 	e.t.Helper()
-	b, err := bootstrap.New(bootstrap.Config{Store: e.store, Writer: w, Source: emptyRelay{}, Fleet: f,
-		Jobs: jobs, Metrics: e.m, Logger: quiet, Enumerate: bootstrap.EnumerateHosts, Workers: 4, HostWorkers: 4, Seed: 1})
+	c := bootstrap.Config{Store: e.store, Writer: w, Source: emptyRelay{}, Fleet: f,
+		Jobs: jobs, Metrics: e.m, Logger: quiet, Enumerate: bootstrap.EnumerateHosts, Workers: 4, HostWorkers: 4, Seed: 1}
+	for _, m := range mods {
+		m(&c)
+	}
+	b, err := bootstrap.New(c)
 	if err != nil {
 		e.t.Fatal(err)
 	}

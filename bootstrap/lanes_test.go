@@ -1,0 +1,201 @@
+package bootstrap_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/upstream"
+)
+
+// heldRoster is a roster of hosts hosts, paged as asked; each host's
+// listing waits until release is closed (or its context ends), then lists
+// nothing.
+type heldRoster struct {
+	hosts   int
+	release chan struct{}
+	mu      sync.Mutex
+	listed  map[string]int
+}
+
+func (f *heldRoster) ListHosts(ctx context.Context, cursor string, limit int) (upstream.HostsPage, error) {
+	i, _ := strconv.Atoi(cursor)
+	var p upstream.HostsPage
+	for ; i < f.hosts && len(p.Hosts) < limit; i++ {
+		p.Hosts = append(p.Hosts, upstream.HostEntry{Host: fmt.Sprintf("h%06d.test", i), Status: "active", Accounts: 1})
+	}
+	if i < f.hosts {
+		p.Cursor = strconv.Itoa(i)
+	}
+	return p, nil
+}
+
+func (f *heldRoster) HostListRepos(ctx context.Context, host, cursor string, limit int) (upstream.Page, error) {
+	select {
+	case <-f.release:
+	case <-ctx.Done():
+		return upstream.Page{}, ctx.Err()
+	}
+	f.mu.Lock()
+	f.listed[host]++
+	f.mu.Unlock()
+	return upstream.Page{}, nil
+}
+
+// goroutinesIn counts the goroutines in fn (a function that does not
+// call itself) in a dump of every goroutine's stack.
+func goroutinesIn(fn string) int {
+	buf := make([]byte, 8<<20)
+	return strings.Count(string(buf[:runtime.Stack(buf, true)]), fn)
+}
+
+// TestFleetLanesBoundedGoroutines: a roster of 2,000 hosts whose listings
+// are all held is listed by a bounded pool of lanes, not a goroutine per
+// host: once the run is durably blocked, the goroutines listing a host and
+// the run's goroutines in all are bounded by the workers, not the roster
+// (a hostile relay's roster may name a million hosts). Released, every
+// host is listed once and the run ends.
+func TestFleetLanesBoundedGoroutines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newBubbleEnv(t, worldCfg(3, 1))
+		f := &heldRoster{hosts: 2000, release: make(chan struct{}), listed: map[string]int{}}
+		b := e.bootOver(f, e.w, &countJobs{runs: map[string]int{}})
+		const workers = 4 // bootOver's
+		bound := bootstrap.LaneRunnersPerWorker * workers
+		synctest.Wait()
+		before := runtime.NumGoroutine()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- b.Run(ctx) }()
+		synctest.Wait()
+		listing := goroutinesIn("bootstrap.(*Bootstrap).enumerate(")
+		added := runtime.NumGoroutine() - before
+		close(f.release)
+		if err := <-done; err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		// The run's own: the lane runners, the workers, the recorder, the
+		// checkpointer, Run itself, and a few of the writer's and store's.
+		if listing > bound || added > bound+workers+32 {
+			t.Fatalf("%d hosts held: %d goroutines listing a host, %d goroutines added by the run; want at most %d listing (%d per worker) and %d in all",
+				f.hosts, listing, added, bound, bootstrap.LaneRunnersPerWorker, bound+workers+32)
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if len(f.listed) != f.hosts {
+			t.Fatalf("%d of %d hosts listed", len(f.listed), f.hosts)
+		}
+		for h, n := range f.listed {
+			if n != 1 {
+				t.Fatalf("%s listed %d times", h, n)
+			}
+		}
+		if p := b.Progress().Hosts; p.ByState[bootstrap.HostDone] != f.hosts {
+			t.Fatalf("/status hosts: %+v", p.ByState)
+		}
+		t.Logf("%d hosts: %d goroutines listing, %d added by the run", f.hosts, listing, added)
+	})
+}
+
+// downFirstRoster is a roster whose first down hosts (in name order) fail
+// every listing (transient) and whose up hosts list nothing.
+type downFirstRoster struct {
+	down, up int
+	mu       sync.Mutex
+	listed   map[string]bool
+}
+
+func (f *downFirstRoster) ListHosts(ctx context.Context, cursor string, limit int) (upstream.HostsPage, error) {
+	var p upstream.HostsPage
+	for i := range f.down {
+		p.Hosts = append(p.Hosts, upstream.HostEntry{Host: fmt.Sprintf("a-down%02d.test", i), Status: "active", Accounts: 1})
+	}
+	for i := range f.up {
+		p.Hosts = append(p.Hosts, upstream.HostEntry{Host: fmt.Sprintf("b-up%02d.test", i), Status: "active", Accounts: 1})
+	}
+	return p, nil
+}
+
+func (f *downFirstRoster) HostListRepos(ctx context.Context, host, cursor string, limit int) (upstream.Page, error) {
+	if host[0] == 'a' {
+		return upstream.Page{}, fmt.Errorf("dial %s: %w", host, syscall.ECONNREFUSED)
+	}
+	f.mu.Lock()
+	f.listed[host] = true
+	f.mu.Unlock()
+	return upstream.Page{}, nil
+}
+
+func (f *downFirstRoster) upListed() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.listed)
+}
+
+// TestFleetLaneWaitingToRetryHoldsNoRunner: a host cut for failing waits
+// for its next attempt parked, not on a lane runner: with as many down
+// hosts as runners, taken first, and their retry waits held, every other
+// host is still listed. Released, the down hosts are tried again, given up
+// on, and the run ends.
+func TestFleetLaneWaitingToRetryHoldsNoRunner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newBubbleEnv(t, worldCfg(3, 1))
+		const workers = 4 // bootOver's
+		f := &downFirstRoster{down: bootstrap.LaneRunnersPerWorker * workers, up: 8, listed: map[string]bool{}}
+		gate := make(chan struct{})
+		b := e.bootOver(f, e.w, &countJobs{runs: map[string]int{}}, func(c *bootstrap.Config) {
+			c.ListRetries, c.HostRetries = 1, 1
+			c.Sleep = func(ctx context.Context, d time.Duration) error {
+				if d < 3*time.Second { // a page's retry (1 s, jittered), not a host's (5 s)
+					return ctx.Err()
+				}
+				select {
+				case <-gate:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- b.Run(ctx) }()
+		synctest.Wait()
+		p := b.Progress().Hosts
+		if got := f.upListed(); got != f.up {
+			t.Fatalf("with the %d down hosts' retries held: %d of %d up hosts listed (hosts by state %v)", f.down, got, f.up, p.ByState)
+		}
+		if p.ByState[bootstrap.HostFailing] != f.down || len(p.Failing) == 0 || p.Failing[0].NextAttempt == nil {
+			t.Fatalf("/status hosts while the retries are held: %+v", p)
+		}
+		close(gate)
+		// Fake time: the hosts' retries are due within seconds of it.
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("run: %v", err)
+			}
+		case <-time.After(time.Hour):
+			states := b.Progress().Hosts.ByState
+			cancel()
+			<-done // the store outlives the run
+			t.Fatalf("the run has not ended an hour (fake) after the down hosts' retries were released: hosts by state %v", states)
+		}
+		if got := metric(t, e.reg, "backstream_bootstrap_host_retries_total", nil); got != float64(f.down) {
+			t.Fatalf("host retries %v, want %d", got, f.down)
+		}
+		if p := b.Progress().Hosts; p.ByState[bootstrap.HostDone] != f.up || p.ByState[bootstrap.HostFailing] != f.down {
+			t.Fatalf("/status hosts at the end: %+v", p.ByState)
+		}
+	})
+}
