@@ -131,8 +131,8 @@
 // cursor/listrepos (and cursor/listrepos_last). Every
 // invariant above holds per lane; the restart pass, the recorder and the
 // in-flight set are shared. The lanes are listed by a pool of at most
-// 4 × Workers runners (lanes.go), each taking the next lane not yet begun,
-// in roster order, so a roster of a million hosts costs a few hundred
+// 16 × Workers runners (lanes.go), each taking the next lane not yet begun,
+// in roster order, so a roster of a million hosts costs at most that many
 // goroutines, not one per host; Workers of them hold a listRepos request
 // at once (listOnce), the others wait out a page's retry backoff or their
 // window. A host's first page is never waited for: a

@@ -18,9 +18,13 @@ import (
 // laneRunnersPerWorker bounds the runners: at most this many per worker
 // (and no more than the lanes that list). Workers of them can hold a
 // listRepos request (listSlots); the others wait out a page's retry
-// backoff, wait for their lane's window credit or hand a page to the
-// coordinator, without leaving those request slots idle.
-const laneRunnersPerWorker = 4
+// backoff (minutes for a host that is down: on the real network many
+// are), wait for their lane's window credit (a large host's lane, for most
+// of the run) or hand a page to the coordinator, without leaving those
+// request slots idle. 16 (1,600 runners at the default 100 workers, a few
+// tens of MiB of stacks at most) leaves room for many such lanes at once;
+// a roster of a million hosts still costs no more.
+const laneRunnersPerWorker = 16
 
 // laneRun is a lane being listed: where it lists from next, what its
 // listing may still name in the run, and its retries.
