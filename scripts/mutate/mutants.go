@@ -662,4 +662,54 @@ var mutants = []Mutant{
 			{Pkg: "./retry", Run: "^TestEndedParksLeaveNoHostRows$"},
 		},
 	},
+	{
+		ID: "m65", Invariant: "C7",
+		Name: "the first open of an older store commits every mark in one batch (gigabytes on the real network)",
+		File: "archive/resynced.go",
+		Old:  "if inBatch++; inBatch < resyncedBatch {",
+		New:  "if inBatch++; true {",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestOpenMarksOlderReplacementsInBatches$"},
+		},
+	},
+	{
+		ID: "m66", Invariant: "S3",
+		Name: "every Wake makes a full pass of the retry runner (the whole due index read again, several times a second)",
+		File: "retry/runner.go",
+		Old:  "return true, ended || e.s.parkEnded()",
+		New:  "return true, true",
+		Tests: []Test{
+			{Pkg: "./retry", Run: "^TestWakeReadsOnlyNewDueRepos$"},
+		},
+	},
+	{
+		ID: "m67", Invariant: "G2",
+		Name: "a gap's close look reads no mark past now (a mark a 429 pushed ahead lets the gap close before it is fetched)",
+		File: "repair/runner.go",
+		Old:  "if err != nil || n > 0 {",
+		New:  "if true {",
+		Tests: []Test{
+			{Pkg: "./repair", Run: "^TestCloseLooksAtTheReposDue$"},
+		},
+	},
+	{
+		ID: "m68", Invariant: "H11",
+		Name: "hosts mode starts a lane runner for every roster host (a million-host roster, a million goroutines)",
+		File: "bootstrap/lanes.go",
+		Old:  "for range min(listing, laneRunnersPerWorker*c.cfg.Workers) {",
+		New:  "for range listing {",
+		Tests: []Test{
+			{Pkg: "./bootstrap", Run: "^TestFleetLanesBoundedGoroutines$"},
+		},
+	},
+	{
+		ID: "m69", Invariant: "H11",
+		Name: "the dispatch round-robin skips the host after one it served (unfair: a host served twice before another once)",
+		File: "bootstrap/fleet.go",
+		Old:  "\tif !s.pop(j.host) {\n\t\ts.next++ // the host stays in the round, served again after the others\n\t}\n",
+		New:  "\ts.pop(j.host)\n\ts.next++\n",
+		Tests: []Test{
+			{Pkg: "./bootstrap", Run: "^TestSchedulerFairAcrossDrainAndRefill$"},
+		},
+	},
 }
