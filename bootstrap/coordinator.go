@@ -98,8 +98,9 @@ type coordinator struct {
 	ckDone    chan error
 
 	// Each lane has its own watermark and window (the relay's the whole
-	// window; a host's its share, at least a page), so a slow host holds
-	// back only its own listing.
+	// window; a host's its share, at least a page, drawing on the whole
+	// window too: credit), so a slow host holds back its own listing and at
+	// most its share of the others'.
 	wms         map[string]*watermark
 	windows     map[string]*credit
 	enumerating int // enumerators not yet ended
@@ -145,15 +146,17 @@ func (b *Bootstrap) newCoordinator(parent context.Context, lanes []lane) *coordi
 	}
 	hostCap := cfg.Workers // relay mode: the download client caps hosts
 	laneWindow := int64(cfg.Window)
+	var shared *credit // relay mode: the one lane's window is the whole window
 	if c.fleet {
 		hostCap = cfg.HostWorkers
 		laneWindow = max(int64(cfg.PageLimit), int64(cfg.Window/len(lanes)))
+		shared = newCredit(int64(cfg.Window), nil)
 	}
 	c.ready = newScheduler(hostCap)
 	for _, l := range lanes {
 		l.start.host = l.host
 		c.wms[l.host] = &watermark{pending: l.start}
-		c.windows[l.host] = newCredit(laneWindow)
+		c.windows[l.host] = newCredit(laneWindow, shared)
 	}
 	return c
 }
@@ -458,22 +461,59 @@ func (c *coordinator) outstanding() bool {
 // answering more entries than the limit asked, its lane's share a page)
 // takes the whole window and is listed alone: asking for more than the
 // window holds would wait forever.
+//
+// In hosts mode each lane's credit is its share of the window and shared
+// is the whole window, which every lane draws on too: the shares alone
+// sum to far more than the window once there are more hosts than the
+// window holds pages (each share is at least a page), and a hostile
+// roster may name a million hosts. A page takes its lane's credit first,
+// then the shared; both are released together (release). This cannot
+// deadlock: a lane's credit is only ever wanted by its own enumerator, one
+// page at a time, so a lane waiting for the shared credit holds back no
+// other lane; and all the shared credit held is held by pages already
+// listed, which go to the coordinator, whose repos go to the workers and
+// become terminal whatever the listings do, so it always comes back. The
+// other order (shared first) would not deadlock either, but a lane would
+// sit on shared credit while waiting for its own, idling it.
 type credit struct {
-	sem  *semaphore.Weighted
-	size int64
+	sem    *semaphore.Weighted
+	size   int64
+	shared *credit // the window every lane draws on; nil when this is it
 }
 
-func newCredit(size int64) *credit {
-	return &credit{sem: semaphore.NewWeighted(size), size: size}
+func newCredit(size int64, shared *credit) *credit {
+	return &credit{sem: semaphore.NewWeighted(size), size: size, shared: shared}
 }
 
-// acquire takes the credit of a page of entries and returns it.
+// acquire takes the credit of a page of entries, its lane's and the
+// shared, and returns it. A page of no entries takes none.
 func (c *credit) acquire(ctx context.Context, entries int) (int64, error) {
 	n := min(int64(entries), c.size)
-	return n, c.sem.Acquire(ctx, n)
+	if c.shared != nil {
+		n = min(n, c.shared.size)
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	if err := c.sem.Acquire(ctx, n); err != nil {
+		return 0, err
+	}
+	if c.shared != nil {
+		if err := c.shared.sem.Acquire(ctx, n); err != nil {
+			c.sem.Release(n)
+			return 0, err
+		}
+	}
+	return n, nil
 }
 
-func (c *credit) release(n int64) { c.sem.Release(n) }
+// release returns what acquire took.
+func (c *credit) release(n int64) {
+	c.sem.Release(n)
+	if c.shared != nil {
+		c.shared.sem.Release(n)
+	}
+}
 
 // recordedBatch is a batch of repos made durable as not_started.
 type recordedBatch struct {

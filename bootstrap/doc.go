@@ -75,12 +75,16 @@
 // ("finished" after the final page). Enumeration holds window credit for
 // every entry of every page not yet popped (Window, default 50,000), so it
 // runs far ahead of a straggler without idling workers; a page longer than
-// its lane's whole window takes all of it (credit, coordinator.go). The
-// window is per lane: in hosts mode each host's is its share (below), at
-// least a page, so what is listed ahead of the checkpoints is at most the
-// sum over the hosts of the smaller of a host's size and its share: at
-// 30,000 hosts, each share a page (1,000), up to Σ min(host size, 1,000)
-// entries, which may be far more than Window.
+// its lane's whole window takes all of it (credit, coordinator.go). In
+// hosts mode a page takes credit twice: from its host's share (below), at
+// least a page, so one large host cannot hold the whole window, and from
+// the whole window, which every host's lane draws on, so what all the
+// hosts' listings hold ahead of their checkpoints together is at most
+// Window however many hosts the roster names (the shares alone sum to
+// far more: at 30,000 hosts, each share a page, Σ min(host size, 1,000)).
+// A lane runner waiting for credit holds the page it listed, so the
+// entries in memory are at most Window plus a page per runner (16 ×
+// Workers runners), whatever the roster.
 //
 // Active repos are written not_started lazily, a batch at a time just ahead
 // of the workers, not when their page is read: a repo listed but not yet
@@ -134,8 +138,8 @@
 // 16 × Workers runners (lanes.go), each taking the next lane not yet begun,
 // in roster order, so a roster of a million hosts costs at most that many
 // goroutines, not one per host; Workers of them hold a listRepos request
-// at once (listOnce), the others wait out a page's retry backoff or their
-// window. A host's first page is never waited for: a
+// at once (listOnce), the others wait out a page's retry backoff or
+// window credit. A host's first page is never waited for: a
 // host that is down or slow past its budgets is cut alone (HostFailing on
 // /status, its checkpoint left where it was) and the others go on; it is
 // listed again in the same run from where it was cut, HostRetries times

@@ -115,6 +115,7 @@ func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, left *in
 		select {
 		case out <- msg:
 		case <-ctx.Done():
+			window.release(weight)
 			return "", "", ctx.Err()
 		}
 		if final {

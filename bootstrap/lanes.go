@@ -19,8 +19,9 @@ import (
 // (and no more than the lanes that list). Workers of them can hold a
 // listRepos request (listSlots); the others wait out a page's retry
 // backoff (minutes for a host that is down: on the real network many
-// are), wait for their lane's window credit (a large host's lane, for most
-// of the run) or hand a page to the coordinator, without leaving those
+// are), wait for window credit (a large host's lane, for most of the run;
+// any lane while the hosts' pages fill the whole window) or hand a page to
+// the coordinator, without leaving those
 // request slots idle. 16 (1,600 runners at the default 100 workers, a few
 // tens of MiB of stacks at most) leaves room for many such lanes at once;
 // a roster of a million hosts still costs no more.

@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/upstream"
 )
@@ -196,6 +197,93 @@ func TestFleetLaneWaitingToRetryHoldsNoRunner(t *testing.T) {
 		}
 		if p := b.Progress().Hosts; p.ByState[bootstrap.HostDone] != f.up || p.ByState[bootstrap.HostFailing] != f.down {
 			t.Fatalf("/status hosts at the end: %+v", p.ByState)
+		}
+	})
+}
+
+// fullPageRoster is a roster of hosts hosts (paged as heldRoster's), each
+// listing one final page of as many distinct active DIDs as the limit
+// asks. It counts the entries served.
+type fullPageRoster struct {
+	heldRoster
+	mu     sync.Mutex
+	served int
+}
+
+func (f *fullPageRoster) HostListRepos(ctx context.Context, host, cursor string, limit int) (upstream.Page, error) {
+	var p upstream.Page
+	for i := range limit {
+		p.Repos = append(p.Repos, upstream.RepoEntry{DID: fmt.Sprintf("did:plc:%s%08d", strings.TrimSuffix(host, ".test"), i), Active: true})
+	}
+	f.mu.Lock()
+	f.served += len(p.Repos)
+	f.mu.Unlock()
+	return p, nil
+}
+
+func (f *fullPageRoster) entriesServed() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.served
+}
+
+// heldJobs blocks every job until release is closed (or its context
+// ends), then fetches nothing; it counts the jobs completed per DID.
+type heldJobs struct {
+	countJobs
+	release chan struct{}
+}
+
+func (j *heldJobs) Run(ctx context.Context, req backfill.Request) (backfill.Result, error) {
+	select {
+	case <-j.release:
+	case <-ctx.Done():
+		return backfill.Result{}, backfill.ErrCanceled
+	}
+	return j.countJobs.Run(ctx, req)
+}
+
+// TestFleetWindowBoundsEveryHost: the window bounds what the listings of
+// every host hold ahead together, not each host's alone. A roster of 200
+// hosts, each listing a full page of 10 distinct DIDs, under a window of
+// 100, with every download held: once the run settles, the entries listed
+// and not yet terminal are exactly the window (the listing fills it and
+// stops), and the entries the hosts served are at most the window plus a
+// page on each lane runner (a runner holds the page it waits for credit
+// with). Released, every DID is fetched once and every host is done.
+func TestFleetWindowBoundsEveryHost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newBubbleEnv(t, worldCfg(3, 1))
+		const window, pageLimit, workers = 100, 10, 4 // workers: bootOver's
+		f := &fullPageRoster{heldRoster: heldRoster{hosts: 200}}
+		jobs := &heldJobs{countJobs: countJobs{runs: map[string]int{}}, release: make(chan struct{})}
+		b := e.bootOver(f, e.w, jobs, func(c *bootstrap.Config) { c.Window, c.PageLimit = window, pageLimit })
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- b.Run(ctx) }()
+		synctest.Wait()
+		p := b.Progress()
+		served, ahead := f.entriesServed(), bootstrap.LaneRunnersPerWorker*workers*pageLimit
+		if p.Enumerated != window || served > window+ahead {
+			t.Fatalf("%d hosts of a page of %d each, downloads held: %d entries listed and not terminal (%d pages), %d served by the hosts; want exactly the window of %d listed and at most %d served (the window and a page on each of the %d lane runners)",
+				f.hosts, pageLimit, p.Enumerated, p.Pages, served, window, window+ahead, bootstrap.LaneRunnersPerWorker*workers)
+		}
+		t.Logf("downloads held: %d entries listed (%d pages), %d served by the hosts", p.Enumerated, p.Pages, served)
+		close(jobs.release)
+		if err := <-done; err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		jobs.mu.Lock()
+		fetched := len(jobs.runs)
+		for did, n := range jobs.runs {
+			if n != 1 {
+				t.Errorf("%s fetched %d times", did, n)
+			}
+		}
+		jobs.mu.Unlock()
+		if p := b.Progress(); fetched != f.hosts*pageLimit || p.Hosts.ByState[bootstrap.HostDone] != f.hosts {
+			t.Fatalf("released: %d of %d DIDs fetched, hosts by state %v", fetched, f.hosts*pageLimit, p.Hosts.ByState)
 		}
 	})
 }
