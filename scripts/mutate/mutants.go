@@ -712,4 +712,14 @@ var mutants = []Mutant{
 			{Pkg: "./bootstrap", Run: "^TestSchedulerFairAcrossDrainAndRefill$"},
 		},
 	},
+	{
+		ID: "m70", Invariant: "H11",
+		Name: "hosts mode's lanes draw on no shared window (each host's share alone: a million-host roster lists a billion entries ahead)",
+		File: "bootstrap/coordinator.go",
+		Old:  "\t\tshared = newCredit(int64(cfg.Window), nil)\n",
+		New:  "",
+		Tests: []Test{
+			{Pkg: "./bootstrap", Run: "^TestFleetWindowBoundsEveryHost$"},
+		},
+	},
 }
