@@ -52,7 +52,7 @@ func serveCommand() *command {
 			fs.Duration("http-idle-timeout", DefaultHTTPIdleTimeout, "close a keep-alive HTTP connection idle this long")
 			fs.Duration("http-read-timeout", DefaultHTTPReadTimeout, "deadline for reading an HTTP request, body included (not a websocket: a subscriber's connection has none)")
 			fs.Int("backfill-workers", bootstrap.DefaultWorkers, "concurrent backfill jobs, i.e. concurrent getRepo requests")
-			fs.Int("enumeration-window", bootstrap.DefaultWindow, "repos listRepos enumeration may run ahead of the durable checkpoint")
+			fs.Int("enumeration-window", bootstrap.DefaultWindow, "repos listRepos enumeration may run ahead of the durable checkpoint (hosts mode: all hosts together, each host at most its share, at least a page)")
 			fs.String("repos", "", "debug: backfill exactly these DIDs (comma-separated), in order; no enumeration, no discovery")
 			fs.Int("max-repos", 0, "debug: stop enumeration after this many repos; no resumable cursor, no discovery (0 = no limit)")
 			fs.String("backfill-memory", "auto", "memory budget for CARs being verified and emitted, e.g. 2GiB (auto: a quarter of available memory)")
