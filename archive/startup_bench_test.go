@@ -1,0 +1,150 @@
+package archive
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/vfs"
+
+	"github.com/backstream/backstream/internal/cputime"
+)
+
+// writeRawRepos writes n repo/ rows straight into s (every other one
+// failed and due, with its due/ entry), and, with events, one ev/ row of
+// each account; then compacts them into the bottom level, as a store that
+// has run for a while holds them. It returns the counts they make.
+func writeRawRepos(b *testing.B, s *Store, n int, events bool) Counts {
+	b.Helper()
+	var c Counts
+	batch := s.db.NewBatch()
+	for i := 0; i < n; i++ {
+		st := RepoState{Status: StatusComplete, Active: true, Host: fmt.Sprintf("pds%d.test", i%1000)}
+		if i%2 == 0 {
+			st.Status, st.NextAttemptUS, st.ErrClass, st.Attempts = StatusFailed, int64(i), "transient", 1
+			_ = batch.Set(DueKey(st.NextAttemptUS, didN(i)), []byte(st.Host), nil)
+		}
+		c.ByStatus[st.Status]++
+		v, err := EncodeRepoState(st)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = batch.Set(RepoKey(didN(i)), v, nil)
+		if events {
+			ev := realisticEvent(i)
+			ev.Seq, ev.TimeUS = uint64(i+1), int64(i+1)
+			if v, err = AppendEvent(nil, &ev); err != nil {
+				b.Fatal(err)
+			}
+			_ = batch.Set(EventKey(ev.Seq), v, nil)
+		}
+		if batch.Len() > 16<<20 {
+			if err := batch.Commit(pebble.NoSync); err != nil {
+				b.Fatal(err)
+			}
+			batch = s.db.NewBatch()
+		}
+	}
+	if err := batch.Commit(pebble.Sync); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.db.Compact([]byte("a"), []byte("z"), true); err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+// BenchmarkOpenBuildsDueIndex is the first open of a store from a build
+// before the due index: one read of every repo/ row (b.N, every other one
+// retryable) before Open returns. Reported per repo, in CPU.
+func BenchmarkOpenBuildsDueIndex(b *testing.B) {
+	fs := vfs.NewMem()
+	s := openMem(b, fs)
+	writeRawRepos(b, s, b.N, false)
+	if err := s.db.Delete(KeyDueIndex, pebble.Sync); err != nil {
+		b.Fatal(err)
+	}
+	s.Close()
+	b.ResetTimer()
+	cpu0 := cputime.Process(b)
+	s = openMem(b, fs)
+	b.ReportMetric(cputime.MicrosPerOp(b, cpu0), "cpu-µs/repo")
+	b.StopTimer()
+	s.Close()
+}
+
+// BenchmarkWriterRebuildsFailureAggregates is the first writer start on a
+// store whose meta/counts predates the failure aggregates: one read of
+// every repo/ row (b.N, every other one failed over 1,000 hosts) before
+// NewWriter returns. Reported per repo, in CPU.
+func BenchmarkWriterRebuildsFailureAggregates(b *testing.B) {
+	fs := vfs.NewMem()
+	s := openMem(b, fs)
+	c := writeRawRepos(b, s, b.N, false)
+	if err := s.db.Set(KeyCounts, countsV1(c), pebble.Sync); err != nil {
+		b.Fatal(err)
+	}
+	s.Close()
+	s = openMem(b, fs)
+	defer s.Close()
+	b.ResetTimer()
+	cpu0 := cputime.Process(b)
+	w, err := NewWriter(s, WriterOptions{Logger: quietLogger})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(cputime.MicrosPerOp(b, cpu0), "cpu-µs/repo")
+	b.StopTimer()
+	if err := w.Close(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkRestart is a start of a store with every index built: Open, a
+// writer's start and Close, b.N times, over stores of 10,000 and 1,000,000
+// accounts (a repo/ row, a due/ entry for every other one, an ev/ row
+// each). Reported per restart, in CPU: what a restart costs does not grow
+// with the store.
+func BenchmarkRestart(b *testing.B) {
+	for _, n := range []int{10_000, 1_000_000} {
+		b.Run(fmt.Sprintf("accounts=%d", n), func(b *testing.B) {
+			fs := vfs.NewMem()
+			s := openMem(b, fs)
+			c := writeRawRepos(b, s, n, true)
+			v, err := EncodeCounts(countsWithClasses(c))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := s.db.Set(KeyCounts, v, pebble.Sync); err != nil {
+				b.Fatal(err)
+			}
+			s.Close()
+			b.ResetTimer()
+			cpu0 := cputime.Process(b)
+			for i := 0; i < b.N; i++ {
+				s := openMem(b, fs)
+				w, err := NewWriter(s, WriterOptions{Logger: quietLogger})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := w.Close(); err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(cputime.MicrosPerOp(b, cpu0)/1000, "cpu-ms/restart")
+		})
+	}
+}
+
+// countsWithClasses is c with its failed repos in the one class
+// writeRawRepos gives them.
+func countsWithClasses(c Counts) Counts {
+	c.FailedByClass = map[string]int64{}
+	if n := c.ByStatus[StatusFailed]; n > 0 {
+		c.FailedByClass["transient"] = n
+	}
+	return c
+}
