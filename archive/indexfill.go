@@ -106,7 +106,7 @@ func (s *Store) indexMarker(key []byte) (IndexMarker, error) {
 // one (markResynced), in batches of their own: the markers are written
 // after the last of them, so a crash before leaves meta/index absent and
 // the next open marks again.
-func (s *Store) markIndex(now time.Time) error {
+func (s *Store) markIndex(now func() time.Time) error {
 	var absent [][]byte
 	for _, k := range [][]byte{KeyIndex, KeyReplayIndex} {
 		switch _, err := get(s.db, k, DecodeIndexMarker); {
@@ -127,7 +127,7 @@ func (s *Store) markIndex(now time.Time) error {
 	if tip > 0 && bytes.Equal(absent[0], KeyIndex) {
 		// Open waits for this read: say so before it, not after.
 		s.log.Info("reading every archived row once for the accounts resynced before the compaction index (a store from an older build; about a quarter of a CPU-microsecond a row, BenchmarkOpenMarksOlderReplacements)", "rows", tip)
-		if marked, err = s.markResynced(tip, now.UnixMicro()); err != nil {
+		if marked, err = s.markResynced(tip, now); err != nil {
 			return err
 		}
 	}

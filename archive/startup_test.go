@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
@@ -112,6 +113,27 @@ func countsV1(c Counts) []byte {
 	return binary.AppendUvarint(v, uint64(c.Inactive))
 }
 
+// olderRows writes startupRepos ev/ rows and drops meta/index, as a build
+// before the compaction index left its store: the next open reads every
+// row once for the accounts an older replacement reset.
+func olderRows(t *testing.T, s *Store) {
+	t.Helper()
+	w := newWriter(t, s, WriterOptions{})
+	for lo := 0; lo < startupRepos; lo += 1000 {
+		evs := make([]Event, 0, 1000)
+		for i := lo; i < lo+1000; i++ {
+			evs = append(evs, realisticEvent(i))
+		}
+		apply(t, w, &Unit{Events: evs})
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.Delete(KeyIndex, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestStartAnnouncesWholeFamilyReads: every one-time read of a whole family
 // at a start (the due index's build in Open, the failure aggregates'
 // rebuild in NewWriter, the marks of the accounts resynced before the
@@ -144,22 +166,7 @@ func TestStartAnnouncesWholeFamilyReads(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
-		{name: "older replacements", word: "reading every archived row", older: func(t *testing.T, s *Store) {
-			w := newWriter(t, s, WriterOptions{})
-			for lo := 0; lo < startupRepos; lo += 1000 {
-				evs := make([]Event, 0, 1000)
-				for i := lo; i < lo+1000; i++ {
-					evs = append(evs, realisticEvent(i))
-				}
-				apply(t, w, &Unit{Events: evs})
-			}
-			if err := w.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.db.Delete(KeyIndex, pebble.Sync); err != nil {
-				t.Fatal(err)
-			}
-		}},
+		{name: "older replacements", word: "reading every archived row", older: olderRows},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := vfs.NewMem()
@@ -196,5 +203,55 @@ func TestStartAnnouncesWholeFamilyReads(t *testing.T) {
 				t.Fatalf("the first line about the %s (%q) came after %d of the step's %d sstable reads: it must come before the read", tc.name, l.msg, at, total)
 			}
 		})
+	}
+}
+
+// TestOpenReportsItsReadOfEveryRow: the read of every ev/ row that the
+// first open of a store from a build before the compaction index makes
+// (hours from disk at the network's size) logs where it is every
+// OpenProgressEvery of the store's clock, not only when it starts and
+// ends. The clock advances a third of that interval each time it is read.
+func TestOpenReportsItsReadOfEveryRow(t *testing.T) {
+	fs := vfs.NewMem()
+	s := openMem(t, fs)
+	olderRows(t, s)
+	closeFlushed(t, s)
+
+	h := newReadsAtLine()
+	opts := testOptions(errorfs.Wrap(fs, h.reads))
+	opts.Logger = slog.New(h)
+	at := time.UnixMicro(1_000_000)
+	opts.Now = func() time.Time {
+		at = at.Add(OpenProgressEvery / 3)
+		return at
+	}
+	s, err := Open("/data", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var progress []int64 // sstable reads at each progress line
+	for _, l := range h.lines {
+		if strings.Contains(l.msg, "still reading every archived row") {
+			progress = append(progress, l.reads)
+		}
+	}
+	total := h.reads.Reads()
+	if len(progress) < 2 {
+		t.Fatalf("the read of %d rows (%d sstable reads, the clock read at every %d rows) logged %d progress lines, want at least 2",
+			startupRepos, total, resyncedProgressRows, len(progress))
+	}
+	// The clock is read once every resyncedProgressRows rows and moves a
+	// third of the interval each time: a line every third reading at most.
+	if most := startupRepos/resyncedProgressRows/3 + 1; len(progress) > most {
+		t.Fatalf("the read of %d rows logged %d progress lines, want at most %d (one every %v of the clock)",
+			startupRepos, len(progress), most, OpenProgressEvery)
+	}
+	for i := 1; i < len(progress); i++ {
+		if progress[i] <= progress[i-1] || progress[i] >= total {
+			t.Fatalf("progress lines at sstable reads %v of %d: want them during the read, each after more of it", progress, total)
+		}
 	}
 }

@@ -180,7 +180,7 @@ func open(dataDir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	if !opts.ReadOnly {
-		if err := s.markIndex(now()); err != nil {
+		if err := s.markIndex(now); err != nil {
 			s.Close()
 			return nil, err
 		}
