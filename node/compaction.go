@@ -116,6 +116,10 @@ type CompactionStatus struct {
 	Halted            bool       `json:"halted"`
 	HaltReason        string     `json:"halt_reason,omitempty"`
 	HaltRecovery      string     `json:"halt_recovery,omitempty"` // what the operator does about it (HaltRecovery)
+	// Running is the pass in progress (absent between passes): why it runs
+	// and since when. A start finishes an interrupted pass in the
+	// background, and at the network's size a pass may run for long.
+	Running *CompactionRun `json:"running,omitempty"`
 	// Intent is the watermark of an interrupted pass's intent
 	// (`backstream status` only: a running node finishes it).
 	Intent *uint64 `json:"intent_watermark,omitempty"`
@@ -126,6 +130,13 @@ type CompactionStatus struct {
 	// before the writer kept it (absent when the store never needed one):
 	// filtered replays scan until it is done.
 	ReplayIndex *IndexBackfillStatus `json:"replay_index_backfill,omitempty"`
+}
+
+// CompactionRun is the pass in progress: the reason it runs (intent,
+// interval, tombstones, merging) and when it started.
+type CompactionRun struct {
+	Reason string    `json:"reason"`
+	Since  time.Time `json:"since"`
 }
 
 // IndexBackfillStatus is the index backfill's progress: the ev/ rows from
@@ -416,7 +427,10 @@ func (c *compactor) pass(ctx context.Context, reason string) error {
 		return nil
 	}
 	start := c.cfg.now()
+	c.running(&CompactionRun{Reason: reason, Since: start})
+	c.cfg.log.Info("compaction pass: start", "reason", reason)
 	res, err := c.cfg.store.Compact(ctx)
+	c.running(nil)
 	switch {
 	case err == nil:
 	case ctx.Err() != nil && errors.Is(err, context.Canceled):
@@ -443,6 +457,18 @@ func (c *compactor) pass(ctx context.Context, reason string) error {
 	c.cfg.log.Info("compaction pass", "reason", reason, "from", res.From, "watermark", res.To, "rows_removed", res.Rows,
 		"bytes_removed", res.Bytes, "tombstones", res.Tombstones, "accounts", res.Accounts, "rolled_over", res.RolledOver, "took", res.Duration)
 	return c.refresh()
+}
+
+// running shows the pass in progress (nil: none) in /status and the gauge.
+func (c *compactor) running(r *CompactionRun) {
+	c.mu.Lock()
+	c.st.Running = r
+	c.mu.Unlock()
+	v := 0.0
+	if r != nil {
+		v = 1
+	}
+	c.cfg.metrics.running.Set(v)
 }
 
 // halted reports whether err (a read of the compaction state) halts
@@ -547,15 +573,19 @@ func (c *compactor) Status() CompactionStatus {
 		ix := *st.Index
 		st.Index = &ix
 	}
+	if st.Running != nil {
+		r := *st.Running
+		st.Running = &r
+	}
 	return st
 }
 
 // compactionMetrics are the owner's series (backstream_compaction_*).
 type compactionMetrics struct {
-	watermark, lagSeqs, lagSeconds, duration, pending, halted, interval prometheus.Gauge
-	indexLeft, replayIndexLeft                                          prometheus.Gauge
-	passes                                                              *prometheus.CounterVec
-	rows, bytes                                                         prometheus.Counter
+	watermark, lagSeqs, lagSeconds, duration, pending, halted, interval, running prometheus.Gauge
+	indexLeft, replayIndexLeft                                                   prometheus.Gauge
+	passes                                                                       *prometheus.CounterVec
+	rows, bytes                                                                  prometheus.Counter
 }
 
 func newCompactionMetrics(reg prometheus.Registerer) *compactionMetrics {
@@ -573,6 +603,7 @@ func newCompactionMetrics(reg prometheus.Registerer) *compactionMetrics {
 		pending:    g("tombstones_pending", "Tombstones the writer has made durable since the last pass started (this process)."),
 		halted:     g("halted", "1 when compaction is halted on a malformed compaction state (see the log and /status for the recovery path)."),
 		interval:   g("interval_seconds", "--compaction-interval in seconds (0: periodic passes are off)."),
+		running:    g("running", "1 while a compaction pass runs (one a start finishes in the background included), 0 between passes."),
 		indexLeft: g("index_backfill_remaining_seqs", "Seqs of ev/ rows archived before the compaction index that the index backfill has not indexed yet "+
 			"(0: the index covers the archive; no pass runs while it is above 0)."),
 		replayIndexLeft: prometheus.NewGauge(prometheus.GaugeOpts{Name: "backstream_replay_index_backfill_remaining_seqs",
@@ -585,6 +616,6 @@ func newCompactionMetrics(reg prometheus.Registerer) *compactionMetrics {
 	for _, o := range []string{passOK, passHalted, passFailed} {
 		m.passes.WithLabelValues(o)
 	}
-	reg.MustRegister(m.watermark, m.lagSeqs, m.lagSeconds, m.duration, m.pending, m.halted, m.interval, m.indexLeft, m.replayIndexLeft, m.passes, m.rows, m.bytes)
+	reg.MustRegister(m.watermark, m.lagSeqs, m.lagSeconds, m.duration, m.pending, m.halted, m.interval, m.running, m.indexLeft, m.replayIndexLeft, m.passes, m.rows, m.bytes)
 	return m
 }

@@ -216,6 +216,44 @@ func TestCompactionOwner_IntentAtStartup(t *testing.T) {
 	})
 }
 
+// TestCompactionOwner_ShowsThePassItRuns: the pass a start finishes in the
+// background (an interrupted pass's intent), like every pass, is logged when
+// it starts and shown while it runs: /status compaction.running with its
+// reason and start, and backstream_compaction_running at 1; both cleared
+// when it ends. At the network's size such a pass may run for long after
+// the start, with nothing else saying so.
+func TestCompactionOwner_ShowsThePassItRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		fake := &fakeCompaction{intent: true, block: release}
+		started := time.Now()
+		r := startOwner(t, fake)
+		synctest.Wait() // the owner is blocked inside the pass
+		if !strings.Contains(r.logs.String(), `msg="compaction pass: start" reason=intent`) {
+			t.Fatalf("no line says the pass started; the log:\n%s", r.logs)
+		}
+		st := r.c.Status()
+		if st.Running == nil || st.Running.Reason != reasonIntent || !st.Running.Since.Equal(started) {
+			t.Fatalf("status while the pass runs: running %+v, want reason %s since %v", st.Running, reasonIntent, started)
+		}
+		if v := promtest.Value(t, r.reg, "backstream_compaction_running", nil); v != 1 {
+			t.Fatalf("backstream_compaction_running %v while the pass runs, want 1", v)
+		}
+		close(release)
+		synctest.Wait()
+		if st := r.c.Status(); st.Running != nil {
+			t.Fatalf("status after the pass: running %+v, want none", st.Running)
+		}
+		if v := promtest.Value(t, r.reg, "backstream_compaction_running", nil); v != 0 {
+			t.Fatalf("backstream_compaction_running %v after the pass, want 0", v)
+		}
+		r.stop()
+		if err := <-r.errc; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // TestCompactionOwner_HaltsOnMalformedState: a pass that meets a malformed
 // compaction state halts compaction — one ERROR line naming the key and the
 // recovery command, the halted gauge, /status — and the owner keeps
