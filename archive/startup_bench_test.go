@@ -148,3 +148,36 @@ func countsWithClasses(c Counts) Counts {
 	}
 	return c
 }
+
+// BenchmarkRosterEntries is one read of a roster of 30,000 host/ rows (the
+// network's PDS count), which /status makes twice and the roster gauge once
+// a scrape (and once every 10 s for the status page's history). Reported
+// per read, in CPU.
+func BenchmarkRosterEntries(b *testing.B) {
+	const hosts = 30_000
+	s := openMem(b, vfs.NewMem())
+	defer s.Close()
+	batch := s.db.NewBatch()
+	for i := 0; i < hosts; i++ {
+		v, err := EncodeHostState(HostState{Status: "active", Accounts: uint64(i), Seq: uint64(i), Failures: uint64(i % 3)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = batch.Set(HostKey(fmt.Sprintf("pds%06d.host.test", i)), v, nil)
+	}
+	if err := batch.Commit(pebble.Sync); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.db.Compact([]byte("a"), []byte("z"), true); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	cpu0 := cputime.Process(b)
+	for i := 0; i < b.N; i++ {
+		got, err := s.RosterEntries()
+		if err != nil || len(got) != hosts {
+			b.Fatalf("%d hosts, %v", len(got), err)
+		}
+	}
+	b.ReportMetric(cputime.MicrosPerOp(b, cpu0)/1000, "cpu-ms/read")
+}
