@@ -281,7 +281,7 @@ func BenchmarkOpenMarksOlderReplacementsManyAccounts(b *testing.B) {
 func benchOpenOlder(b *testing.B, did func(i int) string, repos bool) {
 	fs := vfs.NewMem()
 	s := openMem(b, fs)
-	batch := s.db.NewBatch()
+	rows := newRawRows(b, s)
 	rec := make([]byte, 200)
 	st, err := EncodeRepoState(RepoState{Status: StatusComplete, Active: true, Host: "a.test"})
 	if err != nil {
@@ -293,24 +293,13 @@ func benchOpenOlder(b *testing.B, did func(i int) string, repos bool) {
 		if i%100 == 0 {
 			ev = Event{Kind: KindSync, DID: did(i), Rev: "3l00000000002", Source: SourceRetry}
 			if repos {
-				_ = batch.Set(RepoKey(ev.DID), st, nil)
+				rows.set(RepoKey(ev.DID), st)
 			}
 		}
-		ev.Seq, ev.TimeUS = uint64(i+1), int64(i+1)
-		v, err := AppendEvent(nil, &ev)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_ = batch.Set(EventKey(ev.Seq), v, nil)
-		if batch.Len() > 16<<20 {
-			if err := batch.Commit(pebble.NoSync); err != nil {
-				b.Fatal(err)
-			}
-			batch = s.db.NewBatch()
-		}
+		rows.event(i, ev)
 	}
-	_ = batch.Delete(KeyIndex, nil)
-	if err := batch.Commit(pebble.Sync); err != nil {
+	rows.done()
+	if err := s.db.Delete(KeyIndex, pebble.Sync); err != nil {
 		b.Fatal(err)
 	}
 	if err := s.db.Compact([]byte("ev/"), []byte("ev0"), true); err != nil {

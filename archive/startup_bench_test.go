@@ -10,6 +10,43 @@ import (
 	"github.com/backstream/backstream/internal/cputime"
 )
 
+// rawRows writes a benchmark's fixture straight into a store, without a
+// writer (no index, no counts), in unsynced batches of about 16 MiB; done
+// commits the last one synced.
+type rawRows struct {
+	tb testing.TB
+	s  *Store
+	b  *pebble.Batch
+}
+
+func newRawRows(tb testing.TB, s *Store) *rawRows { return &rawRows{tb: tb, s: s, b: s.db.NewBatch()} }
+
+func (r *rawRows) set(k, v []byte) {
+	_ = r.b.Set(k, v, nil)
+	if r.b.Len() > 16<<20 {
+		if err := r.b.Commit(pebble.NoSync); err != nil {
+			r.tb.Fatal(err)
+		}
+		r.b = r.s.db.NewBatch()
+	}
+}
+
+// event sets ev's row under seq i+1 (its time i+1 µs).
+func (r *rawRows) event(i int, ev Event) {
+	ev.Seq, ev.TimeUS = uint64(i+1), int64(i+1)
+	v, err := AppendEvent(nil, &ev)
+	if err != nil {
+		r.tb.Fatal(err)
+	}
+	r.set(EventKey(ev.Seq), v)
+}
+
+func (r *rawRows) done() {
+	if err := r.b.Commit(pebble.Sync); err != nil {
+		r.tb.Fatal(err)
+	}
+}
+
 // writeRawRepos writes n repo/ rows straight into s (every other one
 // failed and due, with its due/ entry), and, with events, one ev/ row of
 // each account; then compacts them into the bottom level, as a store that
@@ -17,37 +54,24 @@ import (
 func writeRawRepos(b *testing.B, s *Store, n int, events bool) Counts {
 	b.Helper()
 	var c Counts
-	batch := s.db.NewBatch()
+	rows := newRawRows(b, s)
 	for i := 0; i < n; i++ {
 		st := RepoState{Status: StatusComplete, Active: true, Host: fmt.Sprintf("pds%d.test", i%1000)}
 		if i%2 == 0 {
 			st.Status, st.NextAttemptUS, st.ErrClass, st.Attempts = StatusFailed, int64(i), "transient", 1
-			_ = batch.Set(DueKey(st.NextAttemptUS, didN(i)), []byte(st.Host), nil)
+			rows.set(DueKey(st.NextAttemptUS, didN(i)), []byte(st.Host))
 		}
 		c.ByStatus[st.Status]++
 		v, err := EncodeRepoState(st)
 		if err != nil {
 			b.Fatal(err)
 		}
-		_ = batch.Set(RepoKey(didN(i)), v, nil)
+		rows.set(RepoKey(didN(i)), v)
 		if events {
-			ev := realisticEvent(i)
-			ev.Seq, ev.TimeUS = uint64(i+1), int64(i+1)
-			if v, err = AppendEvent(nil, &ev); err != nil {
-				b.Fatal(err)
-			}
-			_ = batch.Set(EventKey(ev.Seq), v, nil)
-		}
-		if batch.Len() > 16<<20 {
-			if err := batch.Commit(pebble.NoSync); err != nil {
-				b.Fatal(err)
-			}
-			batch = s.db.NewBatch()
+			rows.event(i, realisticEvent(i))
 		}
 	}
-	if err := batch.Commit(pebble.Sync); err != nil {
-		b.Fatal(err)
-	}
+	rows.done()
 	if err := s.db.Compact([]byte("a"), []byte("z"), true); err != nil {
 		b.Fatal(err)
 	}
@@ -157,17 +181,15 @@ func BenchmarkRosterEntries(b *testing.B) {
 	const hosts = 30_000
 	s := openMem(b, vfs.NewMem())
 	defer s.Close()
-	batch := s.db.NewBatch()
+	rows := newRawRows(b, s)
 	for i := 0; i < hosts; i++ {
 		v, err := EncodeHostState(HostState{Status: "active", Accounts: uint64(i), Seq: uint64(i), Failures: uint64(i % 3)})
 		if err != nil {
 			b.Fatal(err)
 		}
-		_ = batch.Set(HostKey(fmt.Sprintf("pds%06d.host.test", i)), v, nil)
+		rows.set(HostKey(fmt.Sprintf("pds%06d.host.test", i)), v)
 	}
-	if err := batch.Commit(pebble.Sync); err != nil {
-		b.Fatal(err)
-	}
+	rows.done()
 	if err := s.db.Compact([]byte("a"), []byte("z"), true); err != nil {
 		b.Fatal(err)
 	}

@@ -71,25 +71,34 @@ func (h *readsAtLine) first(word string) (lineAt, bool) {
 // makes otherwise.
 const startupRepos = 60_000
 
-// seedManyRepos writes startupRepos repo states, every other one failed
-// and due (retryable), in units of 1,000, and flushes them to sstables.
-func seedManyRepos(t *testing.T, s *Store) {
+// inUnits applies startupRepos rows through a writer, in units of 1,000:
+// add puts row i into its unit.
+func inUnits(t *testing.T, s *Store, add func(i int, u *Unit)) {
 	t.Helper()
 	w := newWriter(t, s, WriterOptions{})
 	for lo := 0; lo < startupRepos; lo += 1000 {
-		ups := make([]RepoUpdate, 0, 1000)
+		u := &Unit{}
 		for i := lo; i < lo+1000; i++ {
-			st := RepoState{Status: StatusComplete, Active: true, Host: fmt.Sprintf("pds%d.test", i%7)}
-			if i%2 == 0 {
-				st.Status, st.NextAttemptUS, st.ErrClass = StatusFailed, int64(i), "transient"
-			}
-			ups = append(ups, RepoUpdate{DID: didN(i), Fields: FieldStatus | FieldActive | FieldHost | FieldNextAttempt | FieldError, State: st})
+			add(i, u)
 		}
-		apply(t, w, &Unit{Repos: ups})
+		apply(t, w, u)
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// seedManyRepos writes startupRepos repo states, every other one failed
+// and due (retryable).
+func seedManyRepos(t *testing.T, s *Store) {
+	t.Helper()
+	inUnits(t, s, func(i int, u *Unit) {
+		st := RepoState{Status: StatusComplete, Active: true, Host: fmt.Sprintf("pds%d.test", i%7)}
+		if i%2 == 0 {
+			st.Status, st.NextAttemptUS, st.ErrClass = StatusFailed, int64(i), "transient"
+		}
+		u.Repos = append(u.Repos, RepoUpdate{DID: didN(i), Fields: FieldStatus | FieldActive | FieldHost | FieldNextAttempt | FieldError, State: st})
+	})
 }
 
 // closeFlushed flushes s to sstables and closes it, so that the next open
@@ -118,17 +127,7 @@ func countsV1(c Counts) []byte {
 // row once for the accounts an older replacement reset.
 func olderRows(t *testing.T, s *Store) {
 	t.Helper()
-	w := newWriter(t, s, WriterOptions{})
-	for lo := 0; lo < startupRepos; lo += 1000 {
-		evs := make([]Event, 0, 1000)
-		for i := lo; i < lo+1000; i++ {
-			evs = append(evs, realisticEvent(i))
-		}
-		apply(t, w, &Unit{Events: evs})
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	inUnits(t, s, func(i int, u *Unit) { u.Events = append(u.Events, realisticEvent(i)) })
 	if err := s.db.Delete(KeyIndex, pebble.Sync); err != nil {
 		t.Fatal(err)
 	}
