@@ -120,7 +120,8 @@ type Config struct {
 	// (crashpoint.Checkpoint) is durable. Nil in production.
 	Crash *crashpoint.Set
 	// Now and Sleep are the clock and the listRepos backoff sleep (default
-	// backoff.Sleep, the real clock).
+	// backoff.Sleep, the real clock). Package node hands the same Sleep to
+	// discovery's and the repair passes' listRepos retries.
 	Now   func() time.Time
 	Sleep func(ctx context.Context, d time.Duration) error
 }

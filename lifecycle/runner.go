@@ -214,7 +214,8 @@ func (r *runner) do(ctx context.Context, a Action) error {
 
 func (r *runner) mergeConfig() merge.Config {
 	return merge.Config{Store: r.cfg.Store, Writer: r.cfg.Writer, Jobs: r.cfg.Jobs, Source: r.cfg.Source, Fleet: r.cfg.Bootstrap.Fleet, Roster: r.cfg.Bootstrap.Fleet, Enumerate: r.cfg.Bootstrap.Enumerate, PendingWorkers: r.cfg.PendingWorkers,
-		Crash: r.cfg.Crash, Metrics: r.cfg.MergeMetrics, Logger: r.log, Now: r.cfg.Now}
+		Crash: r.cfg.Crash, Metrics: r.cfg.MergeMetrics, Logger: r.log, Now: r.cfg.Now,
+		Sleep: r.cfg.Bootstrap.Sleep} // discovery's listRepos retries wait as bootstrap's do
 }
 
 // relayCursor reads cursor/relay: nil when absent (start at the live tip).

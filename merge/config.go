@@ -9,6 +9,7 @@ import (
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/upstream"
 )
@@ -65,6 +66,9 @@ type Config struct {
 	Metrics  *Metrics
 	Logger   *slog.Logger
 	Now      func() time.Time
+	// Sleep is the wait between discovery's listRepos retries (ListPage);
+	// default backoff.Sleep, the real clock.
+	Sleep SleepFunc
 }
 
 func (c *Config) defaults() {
@@ -88,5 +92,8 @@ func (c *Config) defaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Sleep == nil {
+		c.Sleep = backoff.Sleep
 	}
 }

@@ -119,7 +119,9 @@ func (d *discovery) relay(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	relay := func(ctx context.Context, c string, _ int) (upstream.Page, error) { return ListPage(ctx, cfg.Source, c) }
+	relay := func(ctx context.Context, c string, _ int) (upstream.Page, error) {
+		return ListPage(ctx, cfg.Sleep, cfg.Source, c)
+	}
 	lc, err := d.lane(ctx, cursor, 0, relay)
 	if err != nil {
 		return err
@@ -243,7 +245,7 @@ func (d *discovery) host(ctx context.Context, h string) (*laneCut, error) {
 		return nil, fmt.Errorf("merge: discovery: %w", err)
 	}
 	list := func(ctx context.Context, c string, _ int) (upstream.Page, error) {
-		return HostListPage(ctx, cfg.Fleet, h, c)
+		return HostListPage(ctx, cfg.Sleep, cfg.Fleet, h, c)
 	}
 	return d.lane(ctx, cursor, upstream.HostListingBound(hs.Accounts), list)
 }
@@ -346,22 +348,26 @@ func cut(cfg Config, reason string, pages int, err error) {
 
 // ListPage fetches one listRepos page (discovery, the repair pass), retrying a transient or rate-limited failure
 // discoveryRetries times, 0.5 s doubling (internal/backoff's jitter, capped
-// at 16 s; a longer Retry-After wins). It returns the last error once they
+// at 16 s; a longer Retry-After wins), each wait taken with sleep
+// (backoff.Sleep, or a test's). It returns the last error once they
 // are spent, with no wait after the last attempt, and any other error at
 // once: a malformed or oversized page or a 4xx is the same bytes again.
-func ListPage(ctx context.Context, src upstream.RepoSource, cursor string) (upstream.Page, error) {
-	return listWithRetries(ctx, src.ListRepos, cursor)
+func ListPage(ctx context.Context, sleep SleepFunc, src upstream.RepoSource, cursor string) (upstream.Page, error) {
+	return listWithRetries(ctx, sleep, src.ListRepos, cursor)
 }
 
 // HostListPage is ListPage over host's own listRepos (hosts mode).
-func HostListPage(ctx context.Context, fleet HostLister, host, cursor string) (upstream.Page, error) {
-	return listWithRetries(ctx, func(ctx context.Context, c string, n int) (upstream.Page, error) {
+func HostListPage(ctx context.Context, sleep SleepFunc, fleet HostLister, host, cursor string) (upstream.Page, error) {
+	return listWithRetries(ctx, sleep, func(ctx context.Context, c string, n int) (upstream.Page, error) {
 		return fleet.HostListRepos(ctx, host, c, n)
 	}, cursor)
 }
 
+// SleepFunc waits d, cut short by ctx's end (backoff.Sleep's form).
+type SleepFunc func(ctx context.Context, d time.Duration) error
+
 // listWithRetries is ListPage over any listing (the relay's, a host's).
-func listWithRetries(ctx context.Context, list listFunc, cursor string) (upstream.Page, error) {
+func listWithRetries(ctx context.Context, sleep SleepFunc, list listFunc, cursor string) (upstream.Page, error) {
 	bo := backoff.Policy{Base: 500 * time.Millisecond, Max: 16 * time.Second}
 	for retry := 0; ; retry++ {
 		p, err := list(ctx, cursor, 1000)
@@ -369,7 +375,7 @@ func listWithRetries(ctx context.Context, list listFunc, cursor string) (upstrea
 			return p, err
 		}
 		wait := max(bo.Draw(retry, nil), upstream.RetryAfter(err))
-		if err := backoff.Sleep(ctx, wait); err != nil {
+		if err := sleep(ctx, wait); err != nil {
 			return p, err
 		}
 	}

@@ -430,6 +430,7 @@ func (n *Node) buildJobs(reg prometheus.Registerer) error {
 		Store: n.store, Writer: n.w, Source: n.client, Fleet: n.client, Roster: n.client, Enumerate: cfg.Bootstrap.Enumerate, Status: n.client, MaxAbsent: cfg.RepairMaxAbsent, GapIDs: n.gapIDs, Wake: n.retrier.Wake, Stream: liveStream{n},
 		Period: cfg.RepairPeriod, AuditInterval: cfg.AuditInterval,
 		Metrics: repair.NewMetrics(reg), Logger: n.log, Now: cfg.Now, Crash: cfg.Crash,
+		Sleep: cfg.Bootstrap.Sleep, // a pass's listRepos retries wait as bootstrap's and discovery's do
 	})
 	if err != nil {
 		return err

@@ -330,9 +330,9 @@ func (r *Runner) record(ctx context.Context, g archive.Gap, a *archive.Audit, l 
 // retries (merge.ListPage, merge.HostListPage).
 func (r *Runner) page(ctx context.Context, host, cursor string) (upstream.Page, error) {
 	if host == "" {
-		return merge.ListPage(ctx, r.cfg.Source, cursor)
+		return merge.ListPage(ctx, r.cfg.Sleep, r.cfg.Source, cursor)
 	}
-	return merge.HostListPage(ctx, r.cfg.Fleet, host, cursor)
+	return merge.HostListPage(ctx, r.cfg.Sleep, r.cfg.Fleet, host, cursor)
 }
 
 // failedAgain counts a step in which host's listing failed transiently

@@ -15,6 +15,7 @@ import (
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/firehose"
+	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/merge"
 	"github.com/backstream/backstream/upstream"
@@ -77,6 +78,9 @@ type Config struct {
 	Metrics       *Metrics
 	Logger        *slog.Logger
 	Now           func() time.Time
+	// Sleep is the wait between a listRepos page's retries
+	// (merge.ListPage); default backoff.Sleep, the real clock.
+	Sleep merge.SleepFunc
 	// Crash, when armed (tests), kills the process right after a repair
 	// unit is durable (crashpoint.RepairPage). Nil in production.
 	Crash *crashpoint.Set
@@ -152,6 +156,9 @@ func New(cfg Config) (*Runner, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Sleep == nil {
+		cfg.Sleep = backoff.Sleep
 	}
 	if cfg.Wake == nil {
 		cfg.Wake = func() {}
