@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -69,4 +70,62 @@ func memStore(t testing.TB) (*archive.Store, *archive.Writer) {
 	}
 	t.Cleanup(func() { w.Close() })
 	return s, w
+}
+
+// TestPendingPassAnnouncesItsRead: a restart in bootstrap reads every
+// repo/ row before enumeration resumes (about 8 CPU-s at 40 million
+// repos, the process silent otherwise); a line says so, with the repos
+// counted, before the pass changes anything.
+func TestPendingPassAnnouncesItsRead(t *testing.T) {
+	s, w := memStore(t)
+	const n = 100
+	var ups []archive.RepoUpdate
+	for i := range n {
+		ups = append(ups, archive.RepoUpdate{DID: fmt.Sprintf("did:plc:restart%017d", i), Fields: archive.FieldActive | archive.FieldStatus,
+			State: archive.RepoState{Active: true, Status: archive.StatusNotStarted}})
+	}
+	if _, err := w.Apply(context.Background(), &archive.Unit{Repos: ups}); err != nil {
+		t.Fatal(err)
+	}
+	h := &announceHandler{check: func() (archive.RepoState, error) { return s.RepoState(ups[0].DID) }}
+	b := &Bootstrap{cfg: Config{Store: s, Writer: w, Logger: slog.New(h)}}
+	changed, err := b.pendingPass(context.Background())
+	if err != nil || changed != n {
+		t.Fatalf("pending pass: %d changed, %v; want %d", changed, err, n)
+	}
+	if h.repos != n || h.seen.Status != archive.StatusNotStarted {
+		t.Fatalf("the restart pass's line: repos %d, the first repo then %v (announced: %v); want %d repos, announced while still not_started",
+			h.repos, h.seen.Status, h.announced, n)
+	}
+}
+
+// announceHandler keeps, from the restart pass's first line, its repos
+// and what check read of the store at that moment.
+type announceHandler struct {
+	check     func() (archive.RepoState, error)
+	announced bool
+	repos     int64
+	seen      archive.RepoState
+}
+
+func (h *announceHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *announceHandler) WithAttrs([]slog.Attr) slog.Handler      { return h }
+func (h *announceHandler) WithGroup(string) slog.Handler           { return h }
+func (h *announceHandler) Handle(_ context.Context, r slog.Record) error {
+	if h.announced || !strings.HasPrefix(r.Message, "bootstrap: restart pass: reading") {
+		return nil
+	}
+	h.announced = true
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "repos" {
+			h.repos = a.Value.Int64()
+		}
+		return true
+	})
+	st, err := h.check()
+	if err != nil {
+		return err
+	}
+	h.seen = st
+	return nil
 }
