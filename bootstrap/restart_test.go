@@ -109,8 +109,8 @@ type announceHandler struct {
 }
 
 func (h *announceHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *announceHandler) WithAttrs([]slog.Attr) slog.Handler      { return h }
-func (h *announceHandler) WithGroup(string) slog.Handler           { return h }
+func (h *announceHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *announceHandler) WithGroup(string) slog.Handler            { return h }
 func (h *announceHandler) Handle(_ context.Context, r slog.Record) error {
 	if h.announced || !strings.HasPrefix(r.Message, "bootstrap: restart pass: reading") {
 		return nil
