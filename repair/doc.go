@@ -87,8 +87,9 @@
 //     pass asks MaxAbsent of them, those after the ones the previous pass
 //     of this process asked, in DID order wrapping round, counted and
 //     logged once a pass; later passes ask the rest. The DIDs listed
-//     are held as 64-bit hashes in a set for the pass (about 16 bytes an
-//     account: some 0.6 GiB for 40 million).
+//     are held as 64-bit hashes in a slice, sorted once (about 8 bytes an
+//     account: some 320 MiB for 40 million), and dropped once the pass
+//     has checked its absent accounts.
 //   - A pass's start ends its gap's extension by later holes
 //     (archive.GapIDs.Begin), waits for a unit of its own, and reads the
 //     gap again: one a hole extended meanwhile waits for the stream to
