@@ -23,7 +23,7 @@ func TestPendingPassFailsClosed(t *testing.T) {
 	if err := s.DB().Set(archive.RepoKey("did:plc:broken"), []byte{0x01, 0x09}, pebble.Sync); err != nil {
 		t.Fatal(err)
 	}
-	b := &Bootstrap{cfg: Config{Store: s, Writer: w}}
+	b := &Bootstrap{cfg: Config{Store: s, Writer: w, Logger: slog.New(slog.DiscardHandler)}}
 	_, err := b.pendingPass(context.Background())
 	if !errors.Is(err, archive.ErrMalformed) || !strings.Contains(err.Error(), "repo/did:plc:broken") {
 		t.Fatalf("pending pass over a malformed repo state: %v; want ErrMalformed naming the key", err)

@@ -91,7 +91,7 @@ func returnsOnlyAfter(t *testing.T, h *holdWriter, units int, step func() error)
 func TestCheckpointWaitsUntilDurable(t *testing.T) {
 	inBubble(t, func(t *testing.T, s *archive.Store, w *archive.Writer) {
 		h := &holdWriter{Writer: w}
-		b := &Bootstrap{cfg: Config{Store: s, Writer: h}}
+		b := &Bootstrap{cfg: Config{Store: s, Writer: h, Logger: slog.New(slog.DiscardHandler)}}
 		c := checkpoint{cursor: archive.ListCursor{Cursor: "page-7"}, last: "page-7"}
 		if err := returnsOnlyAfter(t, h, 1, func() error { return b.writeCheckpoint(context.Background(), c) }); err != nil {
 			t.Fatal(err)
@@ -123,7 +123,7 @@ func TestRestartPassWaitsForEveryUnit(t *testing.T) {
 			t.Fatal(err)
 		}
 		h := &holdWriter{Writer: w}
-		b := &Bootstrap{cfg: Config{Store: s, Writer: h}}
+		b := &Bootstrap{cfg: Config{Store: s, Writer: h, Logger: slog.New(slog.DiscardHandler)}}
 		var changed int
 		err := returnsOnlyAfter(t, h, 2, func() (err error) {
 			changed, err = b.pendingPass(context.Background())
