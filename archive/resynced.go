@@ -35,11 +35,11 @@ import (
 // resyncedBatch is how many accounts one batch of the marks marks.
 const resyncedBatch = 4096
 
-// OpenProgressEvery is how often a read of every row that Open waits for
+// openProgressEvery is how often a read of every row that Open waits for
 // logs where it is, on the store's clock; it reads the clock every
 // resyncedProgressRows rows (a millisecond or two of reading).
 const (
-	OpenProgressEvery    = 30 * time.Second
+	openProgressEvery    = 30 * time.Second
 	resyncedProgressRows = 4096
 )
 
@@ -137,7 +137,7 @@ func markReplacement(b *pebble.Batch, did string, nowUS int64) (bool, error) {
 	return true, nil
 }
 
-// openProgress logs a read that Open waits for every OpenProgressEvery of
+// openProgress logs a read that Open waits for every openProgressEvery of
 // the store's clock, so that a long one is not mistaken for a hang.
 type openProgress struct {
 	log  *slog.Logger
@@ -146,10 +146,10 @@ type openProgress struct {
 	msg  string
 }
 
-// tick logs msg with args when OpenProgressEvery has passed since the last
+// tick logs msg with args when openProgressEvery has passed since the last
 // line (or the read's start).
 func (p *openProgress) tick(args ...any) {
-	if t := p.now(); t.Sub(p.last) >= OpenProgressEvery {
+	if t := p.now(); t.Sub(p.last) >= openProgressEvery {
 		p.last = t
 		p.log.Info(p.msg, args...)
 	}

@@ -208,7 +208,7 @@ func TestStartAnnouncesWholeFamilyReads(t *testing.T) {
 // TestOpenReportsItsReadOfEveryRow: the read of every ev/ row that the
 // first open of a store from a build before the compaction index makes
 // (hours from disk at the network's size) logs where it is every
-// OpenProgressEvery of the store's clock, not only when it starts and
+// openProgressEvery of the store's clock, not only when it starts and
 // ends. The clock advances a third of that interval each time it is read.
 func TestOpenReportsItsReadOfEveryRow(t *testing.T) {
 	fs := vfs.NewMem()
@@ -221,7 +221,7 @@ func TestOpenReportsItsReadOfEveryRow(t *testing.T) {
 	opts.Logger = slog.New(h)
 	at := time.UnixMicro(1_000_000)
 	opts.Now = func() time.Time {
-		at = at.Add(OpenProgressEvery / 3)
+		at = at.Add(openProgressEvery / 3)
 		return at
 	}
 	s, err := Open("/data", opts)
@@ -246,7 +246,7 @@ func TestOpenReportsItsReadOfEveryRow(t *testing.T) {
 	// third of the interval each time: a line every third reading at most.
 	if most := startupRepos/resyncedProgressRows/3 + 1; len(progress) > most {
 		t.Fatalf("the read of %d rows logged %d progress lines, want at most %d (one every %v of the clock)",
-			startupRepos, len(progress), most, OpenProgressEvery)
+			startupRepos, len(progress), most, openProgressEvery)
 	}
 	for i := 1; i < len(progress); i++ {
 		if progress[i] <= progress[i-1] || progress[i] >= total {

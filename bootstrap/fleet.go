@@ -455,11 +455,11 @@ func (b *Bootstrap) fleetLanes(ctx context.Context) ([]lane, error) {
 	cfg.Metrics.hostsSkipped(skipped)
 	lanes := make([]lane, 0, len(roster))
 	for _, h := range roster {
-		hs, err := cfg.Store.HostState(h)
-		if err != nil && !errors.Is(err, archive.ErrNotFound) {
-			return nil, fmt.Errorf("bootstrap: read host/ row of %s: %w", h, err)
+		bound, err := ListingBound(cfg.Store, h)
+		if err != nil {
+			return nil, fmt.Errorf("bootstrap: %w", err)
 		}
-		l := lane{host: h, listing: true, bound: upstream.HostListingBound(hs.Accounts)}
+		l := lane{host: h, listing: true, bound: bound}
 		c, err := cfg.Store.HostListCursor(h)
 		switch {
 		case errors.Is(err, archive.ErrNotFound):

@@ -92,6 +92,18 @@ func (r Roster) ListsRelay(enumerate string) bool {
 	return enumerate != EnumerateHosts && r.Uncounted()
 }
 
+// ListingBound is how many entries one listing of host may name
+// (upstream.HostListingBound of the account count its host/ row holds; a
+// host without a row has no count): bootstrap's lanes, discovery and the
+// repair passes bound each host's listing by it.
+func ListingBound(store *archive.Store, host string) (int64, error) {
+	hs, err := store.HostState(host)
+	if err != nil && !errors.Is(err, archive.ErrNotFound) {
+		return 0, fmt.Errorf("read host/ row of %s: %w", host, err)
+	}
+	return upstream.HostListingBound(hs.Accounts), nil
+}
+
 // ListedHosts is the hosts a listing after bootstrap (discovery, a repair
 // pass) lists: the store's active roster hosts as last recorded (the
 // caller reads the roster again first: RereadRoster). None when no roster

@@ -3,6 +3,7 @@ package merge
 // config.go holds the configuration shared by the merging steps.
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -68,7 +69,7 @@ type Config struct {
 	Now      func() time.Time
 	// Sleep is the wait between discovery's listRepos retries (ListPage);
 	// default backoff.Sleep, the real clock.
-	Sleep SleepFunc
+	Sleep func(ctx context.Context, d time.Duration) error
 }
 
 func (c *Config) defaults() {

@@ -240,14 +240,14 @@ func (d *discovery) host(ctx context.Context, h string) (*laneCut, error) {
 	if err != nil {
 		return nil, fmt.Errorf("merge: discovery: %w", err)
 	}
-	hs, err := cfg.Store.HostState(h)
-	if err != nil && !errors.Is(err, archive.ErrNotFound) {
+	bound, err := bootstrap.ListingBound(cfg.Store, h)
+	if err != nil {
 		return nil, fmt.Errorf("merge: discovery: %w", err)
 	}
 	list := func(ctx context.Context, c string, _ int) (upstream.Page, error) {
 		return HostListPage(ctx, cfg.Sleep, cfg.Fleet, h, c)
 	}
-	return d.lane(ctx, cursor, upstream.HostListingBound(hs.Accounts), list)
+	return d.lane(ctx, cursor, bound, list)
 }
 
 // discovery is one discovery pass: the units it submitted and what it
@@ -352,22 +352,19 @@ func cut(cfg Config, reason string, pages int, err error) {
 // (backoff.Sleep, or a test's). It returns the last error once they
 // are spent, with no wait after the last attempt, and any other error at
 // once: a malformed or oversized page or a 4xx is the same bytes again.
-func ListPage(ctx context.Context, sleep SleepFunc, src upstream.RepoSource, cursor string) (upstream.Page, error) {
+func ListPage(ctx context.Context, sleep func(ctx context.Context, d time.Duration) error, src upstream.RepoSource, cursor string) (upstream.Page, error) {
 	return listWithRetries(ctx, sleep, src.ListRepos, cursor)
 }
 
 // HostListPage is ListPage over host's own listRepos (hosts mode).
-func HostListPage(ctx context.Context, sleep SleepFunc, fleet HostLister, host, cursor string) (upstream.Page, error) {
+func HostListPage(ctx context.Context, sleep func(ctx context.Context, d time.Duration) error, fleet HostLister, host, cursor string) (upstream.Page, error) {
 	return listWithRetries(ctx, sleep, func(ctx context.Context, c string, n int) (upstream.Page, error) {
 		return fleet.HostListRepos(ctx, host, c, n)
 	}, cursor)
 }
 
-// SleepFunc waits d, cut short by ctx's end (backoff.Sleep's form).
-type SleepFunc func(ctx context.Context, d time.Duration) error
-
 // listWithRetries is ListPage over any listing (the relay's, a host's).
-func listWithRetries(ctx context.Context, sleep SleepFunc, list listFunc, cursor string) (upstream.Page, error) {
+func listWithRetries(ctx context.Context, sleep func(ctx context.Context, d time.Duration) error, list listFunc, cursor string) (upstream.Page, error) {
 	bo := backoff.Policy{Base: 500 * time.Millisecond, Max: 16 * time.Second}
 	for retry := 0; ; retry++ {
 		p, err := list(ctx, cursor, 1000)

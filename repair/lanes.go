@@ -41,40 +41,32 @@ func (r *Runner) list(ctx context.Context, g archive.Gap, a *archive.Audit, seen
 	if err != nil {
 		return false, err
 	}
-	if len(hosts) == 0 {
-		if done, err := r.listLane(ctx, g, a, &lane{pos: a, mu: new(sync.Mutex)}, seen); err != nil || !done {
+	if len(hosts) > 0 {
+		done, hostsListed, err := r.listHosts(ctx, g, a, hosts, seen)
+		r.set(func(s *Status) { s.Host = "" })
+		if err != nil || !done {
 			return false, err
 		}
-		return true, r.checkAbsent(ctx, g, seen)
-	}
-	done, hostsListed, err := r.listHosts(ctx, g, a, hosts, seen)
-	if err != nil {
-		return false, err
-	}
-	r.set(func(s *Status) { s.Host = "" })
-	if !done {
-		return false, nil
-	}
-	_, tooMany := seen.state()
-	if hostsListed == 0 || tooMany > 0 || a.Cursor != "" {
-		// No host listed anything (every one refused or failing for good,
-		// or an empty roster): the relay's listing, from the pass's own
-		// position, is all there is. A host cut for naming more than its
-		// bound: only the relay lists the accounts past the cut. A relay
-		// listing already begun (its cursor, the pass's own) is resumed,
-		// and a cut made before a restart is read from the host's
-		// durable position (cutEarlier).
+		_, tooMany := seen.state()
+		if hostsListed > 0 && tooMany == 0 && a.Cursor == "" {
+			if err := r.checkAbsent(ctx, g, seen); err != nil {
+				return false, err
+			}
+			a.Phase = archive.AuditDone
+			return true, r.commit(ctx, g, a, nil, nil)
+		}
+		// No host listed anything (every one refused or failing for good):
+		// the relay's listing, from the pass's own position, is all there
+		// is. A host cut for naming more than its bound: only the relay
+		// lists the accounts past the cut. A relay listing already begun
+		// (its cursor, the pass's own) is resumed, and a cut made before a
+		// restart is read from the host's durable position (cutEarlier).
 		r.fallBackToRelay(g, tooMany)
-		if done, err := r.listLane(ctx, g, a, &lane{pos: a, mu: new(sync.Mutex)}, seen); err != nil || !done {
-			return false, err
-		}
-		return true, r.checkAbsent(ctx, g, seen)
 	}
-	if err := r.checkAbsent(ctx, g, seen); err != nil {
+	if done, err := r.listLane(ctx, g, a, &lane{pos: a, mu: new(sync.Mutex)}, seen); err != nil || !done {
 		return false, err
 	}
-	a.Phase = archive.AuditDone
-	return true, r.commit(ctx, g, a, nil, nil)
+	return true, r.checkAbsent(ctx, g, seen)
 }
 
 // listHosts walks the listing of each of hosts from its durable position,
@@ -128,7 +120,7 @@ func (r *Runner) listHosts(ctx context.Context, g archive.Gap, a *archive.Audit,
 // bound counts a page at least one entry, so a listing cut on empty pages
 // alone is not seen here; its accounts are compared by the next pass.)
 func (r *Runner) cutEarlier(host string, pos archive.Audit, seen *listedSet) error {
-	bound, err := r.listingBound(host)
+	bound, err := bootstrap.ListingBound(r.cfg.Store, host)
 	if err != nil {
 		return err
 	}
@@ -136,16 +128,6 @@ func (r *Runner) cutEarlier(host string, pos archive.Audit, seen *listedSet) err
 		seen.cut(host, true)
 	}
 	return nil
-}
-
-// listingBound is how many entries host's listing may name in a pass
-// (upstream.HostListingBound of the account count its host/ row holds).
-func (r *Runner) listingBound(host string) (int64, error) {
-	hs, err := r.cfg.Store.HostState(host)
-	if err != nil && !errors.Is(err, archive.ErrNotFound) {
-		return 0, err
-	}
-	return upstream.HostListingBound(hs.Accounts), nil
 }
 
 // fallBackToRelay says, once a pass, that the relay's listing is walked
@@ -256,7 +238,7 @@ func (r *Runner) listLane(ctx context.Context, g archive.Gap, a *archive.Audit, 
 	bound := int64(0)
 	if l.host != "" {
 		var err error
-		if bound, err = r.listingBound(l.host); err != nil {
+		if bound, err = bootstrap.ListingBound(r.cfg.Store, l.host); err != nil {
 			return false, err
 		}
 	}

@@ -80,7 +80,7 @@ type Config struct {
 	Now           func() time.Time
 	// Sleep is the wait between a listRepos page's retries
 	// (merge.ListPage); default backoff.Sleep, the real clock.
-	Sleep merge.SleepFunc
+	Sleep func(ctx context.Context, d time.Duration) error
 	// Crash, when armed (tests), kills the process right after a repair
 	// unit is durable (crashpoint.RepairPage). Nil in production.
 	Crash *crashpoint.Set

@@ -295,11 +295,11 @@ func getJSON(c *http.Client, url string, v any) error {
 // vmHWM is the peak resident set of a live process, in bytes. A peak that
 // cannot be read fails the run: a 0 in the table would read as a result.
 func vmHWM(pid int) (int64, error) {
-	kb, err := procstat.StatusKB(pid, "VmHWM")
+	b, err := procstat.PeakRSS(pid)
 	if err != nil {
 		return 0, fmt.Errorf("peak RSS: %w", err)
 	}
-	return kb << 10, nil
+	return b, nil
 }
 
 // dirSize sums the allocated blocks and the apparent sizes of every file

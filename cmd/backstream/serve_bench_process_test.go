@@ -45,16 +45,6 @@ func scrape(listen, name string) float64 {
 	return 0
 }
 
-// vmHWM reads the peak resident set (VmHWM) of a live process, in bytes
-// (0 when it cannot be read: the process may have just exited).
-func vmHWM(pid int) int64 {
-	kb, err := procstat.StatusKB(pid, "VmHWM")
-	if err != nil {
-		return 0
-	}
-	return kb << 10
-}
-
 // saveHeap writes the running process's heap profile (from the admin
 // listener) to path.
 func saveHeap(listen, path string) {
@@ -105,7 +95,8 @@ func TestBootstrapBenchmark(t *testing.T) {
 				}
 				heap, rss := scrape(p.admin, "go_memstats_heap_inuse_bytes"), scrape(p.admin, "process_resident_memory_bytes")
 				peakHeap = max(peakHeap, heap)
-				if hwm := vmHWM(p.cmd.Process.Pid); hwm > 0 {
+				// (unreadable, 0: the process may have just exited)
+				if hwm, err := procstat.PeakRSS(p.cmd.Process.Pid); err == nil && hwm > 0 {
 					peakHWM = hwm
 				}
 				if rss > peakRSS {

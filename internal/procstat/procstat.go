@@ -65,6 +65,12 @@ func StatusKB(pid int, field string) (int64, error) {
 	return kb, nil
 }
 
+// PeakRSS is process pid's peak resident set (VmHWM), in bytes.
+func PeakRSS(pid int) (int64, error) {
+	kb, err := StatusKB(pid, "VmHWM")
+	return kb << 10, err
+}
+
 // parseStatusKB finds the line "field:  N kB" of a status file.
 func parseStatusKB(s, field string) (int64, error) {
 	for _, line := range strings.Split(s, "\n") {

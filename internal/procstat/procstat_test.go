@@ -67,6 +67,10 @@ func TestStatusKBSelf(t *testing.T) {
 	if hwm < rss1 {
 		t.Fatalf("VmHWM %d KiB < VmRSS %d KiB", hwm, rss1)
 	}
+	// The peak only grows: read after it, PeakRSS is at least VmHWM, in bytes.
+	if peak, err := PeakRSS(pid); err != nil || peak < hwm<<10 || peak > 2*hwm<<10 {
+		t.Fatalf("PeakRSS %d bytes, %v; want about VmHWM's %d KiB in bytes", peak, err, hwm)
+	}
 }
 
 func TestMachineBusy(t *testing.T) {
