@@ -115,6 +115,12 @@ func ListedHosts(store *archive.Store, enumerate string) (hosts []string, uncoun
 	if err != nil {
 		return nil, false, fmt.Errorf("read the roster: %w", err)
 	}
+	hosts, uncounted = ListedFrom(stored, enumerate)
+	return hosts, uncounted, nil
+}
+
+// ListedFrom is ListedHosts over roster entries already read.
+func ListedFrom(stored []archive.RosterHost, enumerate string) (hosts []string, uncounted bool) {
 	var rr Roster
 	for _, h := range stored {
 		rr.Entries = append(rr.Entries, upstream.HostEntry{Host: h.Host, Status: h.Status, Accounts: int64(min(h.Accounts, 1<<40))})
@@ -123,9 +129,9 @@ func ListedHosts(store *archive.Store, enumerate string) (hosts []string, uncoun
 		}
 	}
 	if rr.ListsRelay(enumerate) {
-		return nil, true, nil
+		return nil, true
 	}
-	return rr.Active, false, nil
+	return rr.Active, false
 }
 
 // ReadRoster pages listHosts until its last page, a cursor that repeats
@@ -267,13 +273,18 @@ func rosterStatus(s string) string {
 // (relay mode). It reads every host/ row: one per host a roster named or
 // a failed repo was last fetched from.
 func RosterCounts(store *archive.Store) (map[string]int64, error) {
-	counts := make(map[string]int64, len(RosterStatuses()))
-	for _, st := range RosterStatuses() {
-		counts[st] = 0
-	}
 	hosts, err := store.RosterEntries()
 	if err != nil {
 		return nil, fmt.Errorf("read the roster: %w", err)
+	}
+	return CountRoster(hosts), nil
+}
+
+// CountRoster is RosterCounts over roster entries already read.
+func CountRoster(hosts []archive.RosterHost) map[string]int64 {
+	counts := make(map[string]int64, len(RosterStatuses()))
+	for _, st := range RosterStatuses() {
+		counts[st] = 0
 	}
 	for _, h := range hosts {
 		if _, known := counts[h.Status]; known {
@@ -282,7 +293,7 @@ func RosterCounts(store *archive.Store) (map[string]int64, error) {
 			counts[RosterOther]++
 		}
 	}
-	return counts, nil
+	return counts
 }
 
 // rosterUnit bounds the host rows of one roster unit.

@@ -75,14 +75,12 @@ type statusHosts struct {
 // bootstrap lists under enumerate (serve's --enumerate; "" the default,
 // which is what `backstream status` assumes).
 func readHosts(s *archive.Store, enumerate string) (*statusHosts, error) {
-	counts, err := bootstrap.RosterCounts(s)
+	stored, err := s.RosterEntries() // one read of host/ for both
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read the roster: %w", err)
 	}
-	hosts, _, err := bootstrap.ListedHosts(s, enumerate)
-	if err != nil {
-		return nil, err
-	}
+	counts := bootstrap.CountRoster(stored)
+	hosts, _ := bootstrap.ListedFrom(stored, enumerate)
 	h := &statusHosts{Mode: bootstrap.EnumerateRelay}
 	if len(hosts) > 0 {
 		h.Mode = bootstrap.EnumerateHosts
