@@ -125,13 +125,6 @@ func (l *listedSet) release() {
 	l.dids, l.whole = nil, false
 }
 
-// held is how many DID hashes the set holds.
-func (l *listedSet) held() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.dids)
-}
-
 // cut notes that host's listing (the relay's: "") was cut, for naming
 // more entries than its bound when tooMany: the set is no longer whole.
 func (l *listedSet) cut(host string, tooMany bool) {

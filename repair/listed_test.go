@@ -63,3 +63,10 @@ func liveHeap() uint64 {
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
 }
+
+// held is how many DID hashes the set holds.
+func (l *listedSet) held() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.dids)
+}
