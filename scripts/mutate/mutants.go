@@ -605,7 +605,7 @@ var mutants = []Mutant{
 		ID: "m59", Invariant: "C7",
 		Name: "an upgraded pre-index store's resynced accounts are left unmarked (the records their older replacements dropped stay live)",
 		File: "archive/resynced.go",
-		Old:  "\t\tif st.Refetch == RefetchNone {\n\t\t\tst.Refetch = RefetchSync\n\t\t}\n",
+		Old:  "\tif st.Refetch == RefetchNone {\n\t\tst.Refetch = RefetchSync\n\t}\n",
 		New:  "",
 		Tests: []Test{
 			{Pkg: "./archive", Run: "^TestOpenMarksOlderReplacements$"},
