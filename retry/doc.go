@@ -37,8 +37,10 @@
 //     read at once. What a pass leaves behind (a parked host's due
 //     repos, every one while the relay is parked; a full host's) is read
 //     again only by a full pass: the run's first, and one when a park
-//     ends, when a full host's queue share drains to half, or ScanPeriod
-//     after the last pass. The wakes that #sync and #account effects send,
+//     ends, when a full host's queue share drains to half, at the Wake
+//     after a job deferred for the record index (archive.ErrIndexPending:
+//     its repo stays due where the pass read it; every Wake's pass is full
+//     while the index backfill runs), or ScanPeriod after the last pass. The wakes that #sync and #account effects send,
 //     several a second, thus never reread a backlog that cannot move.
 //     Due repos go into a queue bounded by Queue (the scan blocks when it
 //     is full). What is held in memory is one

@@ -293,6 +293,10 @@ type exec struct {
 	// readTo is the time up to which the last pass read the due index (0:
 	// no pass yet); only the Run loop touches it.
 	readTo int64
+	// deferred: a job was deferred (ErrIndexPending) since the last full
+	// pass; its repo stays due at a time a Wake's pass has read past, so
+	// the next pass is a full one.
+	deferred atomic.Bool
 
 	mu      sync.Mutex
 	results map[string]int
@@ -409,8 +413,11 @@ func (r *Runner) Run(ctx context.Context) error {
 // draining to half of a host's share. It returns false when the run ends,
 // and whether the next pass is a full one: a Wake asks only for what was
 // written or came due since the last pass, unless a park ended since
-// (ended: during it), since nothing else a pass left behind (a parked
-// host's repos, a full host's) can be queued sooner.
+// (ended: during it) or a job was deferred for the record index (its
+// repo stays due where the last pass read it), since nothing else a pass
+// left behind (a parked host's repos, a full host's) can be queued
+// sooner. While the index backfill runs, every Wake's pass is so a full
+// one.
 func (e *exec) idle(ps PassStats, ended bool) (more, full bool) {
 	r := e.r
 	delay := r.cfg.ScanPeriod
@@ -433,7 +440,7 @@ func (e *exec) idle(ps PassStats, ended bool) (more, full bool) {
 		case <-t.C:
 			return true, true
 		case <-r.wake:
-			return true, ended || e.s.parkEnded()
+			return true, ended || e.s.parkEnded() || e.deferred.Swap(false)
 		case <-changed:
 		case <-e.ctx.Done():
 			return false, false
@@ -605,6 +612,7 @@ func (e *exec) process(it item) {
 			// was fetched or archived, and the repo stays due for a later
 			// pass (not a failure).
 			r.m.deferral(deferIndexPending, 1)
+			e.deferred.Store(true)
 			e.skip()
 			return
 		case errors.Is(err, backfill.ErrStale):

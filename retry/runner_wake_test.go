@@ -152,3 +152,57 @@ func mark(t *testing.T, w *archive.Writer, did string, at time.Time) {
 		t.Fatalf("mark %s: %v %v", did, err, rc.Refused)
 	}
 }
+
+// pendingIndexJobs answers ErrIndexPending (the record index is still
+// being backfilled: a replacement is deferred) until ready is set, then
+// runs as completer does; it counts the jobs asked.
+type pendingIndexJobs struct {
+	countedCompleter
+	ready bool
+}
+
+func (p *pendingIndexJobs) Run(ctx context.Context, req backfill.Request) (backfill.Result, error) {
+	p.mu.Lock()
+	ready := p.ready
+	p.mu.Unlock()
+	if !ready {
+		p.mu.Lock()
+		p.started[req.DID]++
+		p.mu.Unlock()
+		return backfill.Result{}, archive.ErrIndexPending
+	}
+	return p.countedCompleter.Run(ctx, req)
+}
+
+// TestWakeAfterIndexPendingReadsDeferred: a replacement deferred because
+// the record index is still being backfilled stays due at a time the last
+// pass has already read past, so a Wake's pass (only what came due since)
+// would leave it until the scan period: the marks an upgrade makes at
+// Open waited there while the index backfill ran (and a stream from
+// cursor 0 kept records their older replacements had dropped). The pass
+// after such a deferral is a full one.
+func TestWakeAfterIndexPendingReadsDeferred(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newBubbleEnv(t, 1, 1)
+		did := e.repo(0, 0)
+		jobs := &pendingIndexJobs{countedCompleter: countedCompleter{completer: completer{e.w}, started: map[string]int{}}}
+		r := e.runner(func(c *retry.Config) { c.ScanPeriod, c.Jobs = time.Hour, jobs })
+		stop := runBG(r)
+		defer stop()
+		synctest.Wait()
+		if n, _ := jobs.jobs(did); n != 1 {
+			t.Fatalf("first pass: %d jobs for %s, want 1 (deferred)", n, did)
+		}
+		jobs.mu.Lock()
+		jobs.ready = true
+		jobs.mu.Unlock()
+		r.Wake()
+		synctest.Wait()
+		if n, _ := jobs.jobs(did); n != 2 {
+			t.Fatalf("a replacement deferred for the record index, then a Wake: %d jobs, want 2 (asked again at once, not after the scan period)", n)
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

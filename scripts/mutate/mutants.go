@@ -722,4 +722,14 @@ var mutants = []Mutant{
 			{Pkg: "./bootstrap", Run: "^TestFleetWindowBoundsEveryHost$"},
 		},
 	},
+	{
+		ID: "m71", Invariant: "S3",
+		Name: "a Wake after a replacement deferred for the record index reads only what came due since (the deferred repo waits for the scan period)",
+		File: "retry/runner.go",
+		Old:  "return true, ended || e.s.parkEnded() || e.deferred.Swap(false)",
+		New:  "return true, ended || e.s.parkEnded()",
+		Tests: []Test{
+			{Pkg: "./retry", Run: "^TestWakeAfterIndexPendingReadsDeferred$"},
+		},
+	},
 }
