@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"time"
 
 	"github.com/cockroachdb/pebble"
 )
@@ -146,7 +147,7 @@ func (w *Writer) hostState(h string) (HostState, error) {
 // host failure counts rebuilt by one pass over repo/, committed synced
 // before the writer takes any unit. The pass keeps one counter per class and
 // per host with failed repos, nothing per repo.
-func (s *Store) upgradeCounts(c Counts, log *slog.Logger) (Counts, error) {
+func (s *Store) upgradeCounts(c Counts, log *slog.Logger, now func() time.Time) (Counts, error) {
 	if c.FailedByClass != nil {
 		return c, nil
 	}
@@ -155,12 +156,18 @@ func (s *Store) upgradeCounts(c Counts, log *slog.Logger) (Counts, error) {
 		return c, nil
 	}
 	// NewWriter waits for this read of every repo: say so before it.
-	log.Info("archive: rebuilding the failure aggregates of a store written before they existed: reading every repo/ row once before the writer starts (about a fifth of a CPU-microsecond a repo, BenchmarkWriterRebuildsFailureAggregates)",
-		"repos", c.Total(), "failed_repos", c.ByStatus[StatusFailed])
+	p := s.startup.Begin(log, now, StepAnnouncement{Step: StepFailureAggregates,
+		Line:  "archive: rebuilding the failure aggregates of a store written before they existed: reading every repo/ row once before the writer starts (about a fifth of a CPU-microsecond a repo, BenchmarkWriterRebuildsFailureAggregates)",
+		Args:  []any{"repos", c.Total(), "failed_repos", c.ByStatus[StatusFailed]},
+		Still: "archive: still rebuilding the failure aggregates from repo/; the writer starts when it ends", Total: c.Total()})
+	defer p.End()
 	rebuilt := Counts{ByStatus: c.ByStatus, Inactive: c.Inactive}
 	hosts := map[string]uint64{}
 	var failed int64
 	err := s.ScanRepos(func(did string, st RepoState) error {
+		if p.Read() {
+			p.Tick("failed_read", failed)
+		}
 		if st.Status == StatusFailed {
 			failed++
 			rebuilt.countFailed(st)

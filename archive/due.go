@@ -34,7 +34,7 @@ const dueBuildBatch = 16 << 10
 // leaves the marker absent and the next Open builds again. It runs before
 // any writer exists, so repo/ cannot change under it. An unreadable or
 // malformed marker stops Open.
-func (s *Store) buildDueIndex() error {
+func (s *Store) buildDueIndex(now func() time.Time) error {
 	_, err := get(s.db, KeyDueIndex, decodeDueMarker)
 	switch {
 	case err == nil:
@@ -43,14 +43,21 @@ func (s *Store) buildDueIndex() error {
 		return fmt.Errorf("archive: read the due index marker: %w", err)
 	}
 	// Open waits for this read of every repo: say so before it, not after.
-	s.log.Info("building the due index: reading every repo/ row once before the store opens (a store from an older build; about half a CPU-microsecond a repo, BenchmarkOpenBuildsDueIndex)",
-		"repos", s.reposCounted())
+	repos := s.reposCounted()
+	p := s.startup.Begin(s.log, now, StepAnnouncement{Step: StepDueIndex,
+		Line:  "building the due index: reading every repo/ row once before the store opens (a store from an older build; about half a CPU-microsecond a repo, BenchmarkOpenBuildsDueIndex)",
+		Args:  []any{"repos", repos},
+		Still: "still building the due index from repo/; the store opens when it ends", Total: repos})
+	defer p.End()
 	start := time.Now()
 	b := s.db.NewBatch()
 	defer func() { b.Close() }()
 	_ = b.DeleteRange(PrefixDue, prefixEnd(PrefixDue), nil)
 	n, inBatch := 0, 0
 	err = s.ScanRepos(func(did string, st RepoState) error {
+		if p.Read() {
+			p.Tick("retryable", n)
+		}
 		if !st.Retryable() {
 			return nil
 		}

@@ -126,8 +126,13 @@ func (s *Store) markIndex(now func() time.Time) error {
 	marked := 0
 	if tip > 0 && bytes.Equal(absent[0], KeyIndex) {
 		// Open waits for this read: say so before it, not after.
-		s.log.Info("reading every archived row once for the accounts resynced before the compaction index (a store from an older build; about a quarter of a CPU-microsecond a row, BenchmarkOpenMarksOlderReplacements)", "rows", tip)
-		if marked, err = s.markResynced(tip, now); err != nil {
+		p := s.startup.Begin(s.log, now, StepAnnouncement{Step: StepOlderReplacements,
+			Line:  "reading every archived row once for the accounts resynced before the compaction index (a store from an older build; about a quarter of a CPU-microsecond a row, BenchmarkOpenMarksOlderReplacements)",
+			Args:  []any{"rows", tip},
+			Still: "still reading every archived row for the accounts resynced before the compaction index; the store opens when it ends", Total: int64(tip)})
+		marked, err = s.markResynced(tip, p)
+		p.End()
+		if err != nil {
 			return err
 		}
 	}

@@ -26,8 +26,6 @@ package archive
 import (
 	"errors"
 	"fmt"
-	"log/slog"
-	"time"
 
 	"github.com/cockroachdb/pebble"
 )
@@ -35,24 +33,14 @@ import (
 // resyncedBatch is how many accounts one batch of the marks marks.
 const resyncedBatch = 4096
 
-// openProgressEvery is how often a read of every row that Open waits for
-// logs where it is, on the store's clock; it reads the clock every
-// resyncedProgressRows rows (a millisecond or two of reading).
-const (
-	openProgressEvery    = 30 * time.Second
-	resyncedProgressRows = 4096
-)
-
 // markResynced marks, for every active account with a sync row in ev/ up
-// to tip, the repo/ state of a replacement due at nowUS and its due/
-// entry, in synced batches, and returns how many accounts it marked. It
-// runs in Open, before any writer exists. A malformed row is skipped: the
-// index backfill reads the same rows, and reports it by halting
-// compaction.
-func (s *Store) markResynced(tip uint64, now func() time.Time) (int, error) {
-	start := now()
-	nowUS := start.UnixMicro()
-	p := openProgress{log: s.log, now: now, last: start, msg: "still reading every archived row for the accounts resynced before the compaction index; the store opens when it ends"}
+// to tip, the repo/ state of a replacement due when p started and its due/
+// entry, in synced batches, and returns how many accounts it marked; p
+// counts the rows it reads. It runs in Open, before any writer exists. A
+// malformed row is skipped: the index backfill reads the same rows, and
+// reports it by halting compaction.
+func (s *Store) markResynced(tip uint64, p *StepProgress) (int, error) {
+	nowUS := p.Started().UnixMicro()
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: EventKey(1), UpperBound: EventKey(tip + 1)})
 	if err != nil {
 		return 0, s.persistErr("read ev/ for the accounts resynced before the compaction index", err)
@@ -64,10 +52,9 @@ func (s *Store) markResynced(tip uint64, now func() time.Time) (int, error) {
 	defer func() { b.Close() }()
 	n, inBatch := 0, 0
 	var ev Event
-	rows := 0
 	for ok := it.First(); ok; ok = it.Next() {
-		if rows++; rows%resyncedProgressRows == 0 {
-			p.tick("rows_read", rows, "rows", tip, "accounts_marked", n)
+		if p.Read() {
+			p.Tick("accounts_marked", n)
 		}
 		seq, err := ParseSeqKey(PrefixEvent, it.Key())
 		if err != nil || DecodeEvent(it.Value(), seq, &ev) != nil || ev.Kind != KindSync {
@@ -135,22 +122,4 @@ func markReplacement(b *pebble.Batch, did string, nowUS int64) (bool, error) {
 	_ = b.Set(RepoKey(did), v, nil)
 	_ = b.Set(DueKey(st.NextAttemptUS, did), []byte(st.Host), nil)
 	return true, nil
-}
-
-// openProgress logs a read that Open waits for every openProgressEvery of
-// the store's clock, so that a long one is not mistaken for a hang.
-type openProgress struct {
-	log  *slog.Logger
-	now  func() time.Time
-	last time.Time
-	msg  string
-}
-
-// tick logs msg with args when openProgressEvery has passed since the last
-// line (or the read's start).
-func (p *openProgress) tick(args ...any) {
-	if t := p.now(); t.Sub(p.last) >= openProgressEvery {
-		p.last = t
-		p.log.Info(p.msg, args...)
-	}
 }

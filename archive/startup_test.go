@@ -133,27 +133,27 @@ func olderRows(t *testing.T, s *Store) {
 	}
 }
 
-// TestStartAnnouncesWholeFamilyReads: every one-time read of a whole family
-// at a start (the due index's build in Open, the failure aggregates'
-// rebuild in NewWriter, the marks of the accounts resynced before the
-// compaction index in Open) logs its line before it reads, so an operator
-// watching a silent start knows why it waits. Observed through the store's
-// sstable reads when the line is logged: at most a quarter of the step's.
-func TestStartAnnouncesWholeFamilyReads(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		word string // in the line that must come first
-		// older rewrites the store as an older build left it.
-		older func(t *testing.T, s *Store)
-		// writer: the step is NewWriter, after Open; otherwise Open.
-		writer bool
-	}{
-		{name: "due index", word: "due index", older: func(t *testing.T, s *Store) {
+// olderStore is a store of startupRepos repos as an older build left it,
+// whose next start makes one of the one-time reads of a whole family.
+type olderStore struct {
+	name string
+	step string // as Startup names it
+	word string // in the line that announces it
+	// older rewrites the store as an older build left it.
+	older func(t *testing.T, s *Store)
+	// writer: the step is NewWriter, after Open; otherwise Open.
+	writer bool
+}
+
+// olderStores are the stores of every one-time read of Open and NewWriter.
+func olderStores() []olderStore {
+	return []olderStore{
+		{name: "due index", step: StepDueIndex, word: "due index", older: func(t *testing.T, s *Store) {
 			if err := s.db.Delete(KeyDueIndex, pebble.Sync); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{name: "failure aggregates", word: "failure aggregates", writer: true, older: func(t *testing.T, s *Store) {
+		{name: "failure aggregates", step: StepFailureAggregates, word: "failure aggregates", writer: true, older: func(t *testing.T, s *Store) {
 			c, err := s.Counts()
 			if err != nil {
 				t.Fatal(err)
@@ -165,14 +165,32 @@ func TestStartAnnouncesWholeFamilyReads(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
-		{name: "older replacements", word: "reading every archived row", older: olderRows},
-	} {
+		{name: "older replacements", step: StepOlderReplacements, word: "reading every archived row", older: olderRows},
+	}
+}
+
+// writeOlder writes tc's store on a new in-memory filesystem, every row in
+// sstables, and returns the filesystem.
+func writeOlder(t *testing.T, tc olderStore) vfs.FS {
+	t.Helper()
+	fs := vfs.NewMem()
+	s := openMem(t, fs)
+	seedManyRepos(t, s)
+	tc.older(t, s)
+	closeFlushed(t, s)
+	return fs
+}
+
+// TestStartAnnouncesWholeFamilyReads: every one-time read of a whole family
+// at a start (the due index's build in Open, the failure aggregates'
+// rebuild in NewWriter, the marks of the accounts resynced before the
+// compaction index in Open) logs its line before it reads, so an operator
+// watching a silent start knows why it waits. Observed through the store's
+// sstable reads when the line is logged: at most a quarter of the step's.
+func TestStartAnnouncesWholeFamilyReads(t *testing.T) {
+	for _, tc := range olderStores() {
 		t.Run(tc.name, func(t *testing.T) {
-			fs := vfs.NewMem()
-			s := openMem(t, fs)
-			seedManyRepos(t, s)
-			tc.older(t, s)
-			closeFlushed(t, s)
+			fs := writeOlder(t, tc)
 
 			h := newReadsAtLine()
 			opts := testOptions(errorfs.Wrap(fs, h.reads))
@@ -240,11 +258,11 @@ func TestOpenReportsItsReadOfEveryRow(t *testing.T) {
 	total := h.reads.Reads()
 	if len(progress) < 2 {
 		t.Fatalf("the read of %d rows (%d sstable reads, the clock read at every %d rows) logged %d progress lines, want at least 2",
-			startupRepos, total, resyncedProgressRows, len(progress))
+			startupRepos, total, startupProgressRows, len(progress))
 	}
-	// The clock is read once every resyncedProgressRows rows and moves a
+	// The clock is read once every startupProgressRows rows and moves a
 	// third of the interval each time: a line every third reading at most.
-	if most := startupRepos/resyncedProgressRows/3 + 1; len(progress) > most {
+	if most := startupRepos/startupProgressRows/3 + 1; len(progress) > most {
 		t.Fatalf("the read of %d rows logged %d progress lines, want at most %d (one every %v of the clock)",
 			startupRepos, len(progress), most, openProgressEvery)
 	}
@@ -252,5 +270,64 @@ func TestOpenReportsItsReadOfEveryRow(t *testing.T) {
 		if progress[i] <= progress[i-1] || progress[i] >= total {
 			t.Fatalf("progress lines at sstable reads %v of %d: want them during the read, each after more of it", progress, total)
 		}
+	}
+}
+
+// TestStartShowsEachStep: every one-time read of Open and NewWriter shows
+// itself in Options.Startup while it reads (what serve's /status and
+// backstream_startup_step report): its step, since when, the line that
+// announced it, the rows read so far, moving, and the rows to read; none
+// once the store (or the writer) is open. Observed at every reading of the
+// step's clock, which the step reads when it shows its rows.
+func TestStartShowsEachStep(t *testing.T) {
+	for _, tc := range olderStores() {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := writeOlder(t, tc)
+			rep := &Startup{}
+			var mu sync.Mutex // the disk guard reads the clock on Pebble's goroutines
+			var seen []StartupStep
+			clock := func() time.Time {
+				if st, ok := rep.Current(); ok {
+					mu.Lock()
+					seen = append(seen, st)
+					mu.Unlock()
+				}
+				return time.Now()
+			}
+			opts := testOptions(fs)
+			opts.Startup, opts.Now = rep, clock
+			s, err := Open("/data", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if tc.writer {
+				w, err := NewWriter(s, WriterOptions{Logger: quietLogger, Now: clock})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer w.Close()
+			}
+			if st, ok := rep.Current(); ok {
+				t.Fatalf("once started, the report still shows %+v", st)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			least, most := int64(-1), int64(-1)
+			for _, st := range seen {
+				if st.Step != tc.step || st.Since.IsZero() || !strings.Contains(st.Message, tc.word) || st.RowsTotal != startupRepos {
+					t.Fatalf("during the %s the report showed %+v: want step %s, a start, the line about the %s, %d rows to read",
+						tc.name, st, tc.step, tc.word, startupRepos)
+				}
+				if least < 0 {
+					least = st.RowsRead
+				}
+				most = st.RowsRead
+			}
+			t.Logf("%d readings of the clock during the step: rows read %d to %d of %d", len(seen), least, most, startupRepos)
+			if len(seen) < 2 || most <= least {
+				t.Fatalf("the %s showed %d readings, rows read %d to %d: want it shown, its rows read moving", tc.name, len(seen), least, most)
+			}
+		})
 	}
 }

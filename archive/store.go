@@ -73,6 +73,10 @@ type Options struct {
 	// DefaultMaxFailedFlushes). See Store.Faulted.
 	MaxWriteStall    time.Duration
 	MaxFailedFlushes int
+	// Startup, when set, shows the one-time read a start is waiting for
+	// (startup.go): Open's, the writer's and bootstrap's restart pass's
+	// (Store.Startup). Nil: the steps are only logged.
+	Startup *Startup
 }
 
 // Store is the one Pebble database of a data dir.
@@ -93,6 +97,7 @@ type Store struct {
 	pfs      vfs.FS     // Pebble's file system: fs, timed by a disk-health checker when writable
 	health   io.Closer  // stops the checker; nil without one
 	space    freeSpace
+	startup  *Startup // Options.Startup; may be nil
 
 	compactGen atomic.Uint64 // compaction removal batches committed (CompactionGeneration)
 	dueLow     atomic.Int64  // the earliest next attempt + 1 of the due/ entries written since TakeDueWritten; 0: none
@@ -145,6 +150,7 @@ func open(dataDir string, opts Options) (*Store, error) {
 		hook:     opts.CommitHook,
 		disk:     newDiskGuard(dataDir, log, now, opts.MaxWriteStall, opts.MaxFailedFlushes),
 		space:    freeSpace{setting: opts.MinFree, stat: opts.Space},
+		startup:  opts.Startup,
 	}
 	if s.space.stat == nil && (opts.FS == nil || opts.FS == vfs.Default) {
 		s.space.stat = diskspace.Stat
@@ -184,7 +190,7 @@ func open(dataDir string, opts Options) (*Store, error) {
 			s.Close()
 			return nil, err
 		}
-		if err := s.buildDueIndex(); err != nil {
+		if err := s.buildDueIndex(now); err != nil {
 			s.Close()
 			return nil, err
 		}
@@ -728,3 +734,8 @@ func scanOnlyKey(key []byte) bool {
 func hasPrefix(b, p []byte) bool { return len(b) >= len(p) && string(b[:len(p)]) == string(p) }
 
 func isRead(err error) bool { return err != nil && errors.Is(err, ErrRead) }
+
+// Startup is the report of the one-time reads a start waits for
+// (Options.Startup; nil when none): the writer's and bootstrap's show
+// there too.
+func (s *Store) Startup() *Startup { return s.startup }

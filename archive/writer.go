@@ -320,7 +320,7 @@ func NewWriter(s *Store, opts WriterOptions) (*Writer, error) {
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return nil, fmt.Errorf("archive: start writer: %w", err)
 		}
-		if c, err = s.upgradeCounts(c, opts.Logger); err != nil {
+		if c, err = s.upgradeCounts(c, opts.Logger, opts.Now); err != nil {
 			return nil, fmt.Errorf("archive: start writer: %w", err)
 		}
 		w.counts = c
