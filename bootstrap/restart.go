@@ -36,8 +36,12 @@ func (b *Bootstrap) pendingPass(ctx context.Context) (int, error) {
 		batch = nil
 		return nil
 	}
-	b.announceRestartPass()
+	p := b.announceRestartPass()
+	defer p.End()
 	err := b.cfg.Store.ScanRepos(func(did string, st archive.RepoState) error {
+		if p.Read() {
+			p.Tick("changed", changed)
+		}
 		if st.Status != archive.StatusNotStarted || !st.Active {
 			return nil
 		}
@@ -103,13 +107,17 @@ func writerStopped(w interface{ Err() error }) error {
 
 // announceRestartPass says, before the pass reads every repo/ row (about
 // 0.2 CPU-µs a repo: seconds at the network's size, the process otherwise
-// silent), how many repos it reads, as meta/counts counts them. A store
-// without repos (a first start) says nothing.
-func (b *Bootstrap) announceRestartPass() {
+// silent), how many repos it reads, as meta/counts counts them, and shows
+// the step in the store's startup report until the pass ends. A store
+// without repos (a first start) says nothing, and its pass is logged and
+// shown by nothing.
+func (b *Bootstrap) announceRestartPass() *archive.StepProgress {
 	c, err := b.cfg.Store.Counts()
 	if err != nil || c.Total() == 0 { // unreadable counts: the writer reports them
-		return
+		return archive.Unannounced()
 	}
-	b.cfg.Logger.Info("bootstrap: restart pass: reading every repo/ row once before enumeration resumes (active not_started repos become pending)",
-		"repos", c.Total())
+	return b.cfg.Store.Startup().Begin(b.cfg.Logger, b.cfg.Now, archive.StepAnnouncement{Step: archive.StepRestartPass,
+		Line:  "bootstrap: restart pass: reading every repo/ row once before enumeration resumes (active not_started repos become pending)",
+		Args:  []any{"repos", c.Total()},
+		Still: "bootstrap: restart pass: still reading repo/; enumeration resumes when it ends", Total: c.Total()})
 }

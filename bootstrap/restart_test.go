@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/upstream"
@@ -96,6 +97,65 @@ func TestPendingPassAnnouncesItsRead(t *testing.T) {
 	if h.repos != n || h.seen.Status != archive.StatusNotStarted {
 		t.Fatalf("the restart pass's line: repos %d, the first repo then %v (announced: %v); want %d repos, announced while still not_started",
 			h.repos, h.seen.Status, h.announced, n)
+	}
+}
+
+// TestPendingPassShowsItself: while the restart pass reads repo/, the
+// store's startup report (serve's /status "startup") shows it: step
+// restart_pass, since when, the line that announced it, the rows read so
+// far, moving, and the repos counted; none once the pass has ended.
+// Observed at every reading of the pass's clock, which it reads when it
+// shows its rows.
+func TestPendingPassShowsItself(t *testing.T) {
+	quiet := slog.New(slog.DiscardHandler)
+	rep := &archive.Startup{}
+	s, err := archive.Open("/data", archive.Options{FS: vfs.NewMem(), Logger: quiet, Startup: rep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	w, err := archive.NewWriter(s, archive.WriterOptions{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	const n = 10_000
+	for lo := 0; lo < n; lo += 1000 {
+		var ups []archive.RepoUpdate
+		for i := lo; i < lo+1000; i++ {
+			ups = append(ups, archive.RepoUpdate{DID: fmt.Sprintf("did:plc:restart%017d", i), Fields: archive.FieldActive | archive.FieldStatus,
+				State: archive.RepoState{Active: true, Status: archive.StatusNotStarted}})
+		}
+		if _, err := w.Apply(context.Background(), &archive.Unit{Repos: ups}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var seen []archive.StartupStep
+	clock := func() time.Time {
+		if st, ok := rep.Current(); ok {
+			seen = append(seen, st)
+		}
+		return time.Now()
+	}
+	b := &Bootstrap{cfg: Config{Store: s, Writer: w, Logger: quiet, Now: clock}}
+	if changed, err := b.pendingPass(context.Background()); err != nil || changed != n {
+		t.Fatalf("pending pass: %d changed, %v; want %d", changed, err, n)
+	}
+	if st, ok := rep.Current(); ok {
+		t.Fatalf("after the pass the report still shows %+v", st)
+	}
+	least, most := int64(-1), int64(-1)
+	for _, st := range seen {
+		if st.Step != archive.StepRestartPass || st.Since.IsZero() || !strings.Contains(st.Message, "restart pass") || st.RowsTotal != n {
+			t.Fatalf("during the restart pass the report showed %+v: want step %s, a start, its line, %d rows to read", st, archive.StepRestartPass, n)
+		}
+		if least < 0 {
+			least = st.RowsRead
+		}
+		most = st.RowsRead
+	}
+	if len(seen) < 2 || most <= least {
+		t.Fatalf("the restart pass showed %d readings, rows read %d to %d: want it shown, its rows read moving", len(seen), least, most)
 	}
 }
 
