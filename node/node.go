@@ -62,8 +62,10 @@ const (
 type Config struct {
 	// DataDir holds store/ and scratch/. Required.
 	DataDir string
-	// Store are the store's options (FS, CommitHook, OnFatal, CacheSize);
-	// Logger is filled in when nil.
+	// Store are the store's options (FS, CommitHook, OnFatal, CacheSize,
+	// Startup: where the one-time reads of the store's open, the writer's
+	// start and bootstrap's restart pass show while they run); Logger is
+	// filled in when nil.
 	Store archive.Options
 	// ScratchDir receives getRepo bodies too large for memory. Default the
 	// store's scratch directory (emptied at every open).

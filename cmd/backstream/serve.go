@@ -479,6 +479,7 @@ type server struct {
 	hist      *subscribe.StatusHistory // the rates /status charts; nil: none
 	recent    *recentLog               // the last warnings and errors; nil: none
 	enumerate string                   // --enumerate: how /status says discovery and repair list
+	startup   *archive.Startup         // the one-time read a start waits for, as the store and bootstrap report it; nil: none shown
 }
 
 func newRegistry() *prometheus.Registry {
@@ -490,6 +491,14 @@ func newRegistry() *prometheus.Registry {
 		ConstLabels: prometheus.Labels{"version": version()},
 	}, func() float64 { return 1 }))
 	return reg
+}
+
+// startupReport is the report of the one-time reads a start waits for,
+// shown on /status and as the gauge backstream_startup_step on reg.
+func startupReport(reg prometheus.Registerer) *archive.Startup {
+	st := &archive.Startup{}
+	reg.MustRegister(st.Collector())
+	return st
 }
 
 func (s *server) set(f func(s *server)) {
@@ -513,6 +522,9 @@ func (s *server) statusJSON() any {
 		} else {
 			rep = got
 		}
+	}
+	if step, ok := s.startup.Current(); ok {
+		rep.Startup = &step
 	}
 	var counts *archive.Counts
 	if w != nil && rep.Error == "" {
@@ -565,7 +577,8 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	s := &server{reg: newRegistry(), log: log, state: "opening", recent: recent, enumerate: o.enumerate,
+	reg := newRegistry()
+	s := &server{reg: reg, log: log, state: "opening", startup: startupReport(reg), recent: recent, enumerate: o.enumerate,
 		hist: subscribe.NewStatusHistory(subscribe.DefaultHistoryInterval, subscribe.DefaultHistoryPoints)}
 	sc := o.subscribers
 	sc.Ready, sc.Healthy, sc.StatusJSON = s.ready, s.health.Err, subscribe.CacheStatus(s.statusJSON, s.health.Err, s.health.Phase)
@@ -726,7 +739,7 @@ func addrString(a net.Addr) string {
 // open), and the crash points of the environment.
 func (o serveOptions) nodeConfig(s *server, crash *crashpoint.Set) node.Config {
 	c := node.Config{
-		DataDir: o.dataDir, Store: archive.Options{Logger: s.log},
+		DataDir: o.dataDir, Store: archive.Options{Logger: s.log, Startup: s.startup},
 		Relay: o.relay, ResetRelay: o.resetRelay, LoopbackHosts: o.loopbackHosts,
 		Bootstrap:     bootstrap.Config{Workers: o.workers, Window: o.window, Repos: o.repos, MaxRepos: o.maxRepos, Enumerate: o.enumerate, HostWorkers: o.hostWorkers, HostRetries: hostRetries(o.hostRetries)},
 		Memory:        o.memory,

@@ -44,6 +44,13 @@ type statusReport struct {
 	Failed              statusFailed     `json:"failed"`
 	Cursors             statusCursors    `json:"cursors"`
 	Archive             statusArchive    `json:"archive"`
+	// Startup is the one-time read the process is waiting for before it
+	// serves, while it runs (serve's /status only): its step
+	// (older_replacements, due_index, failure_aggregates, restart_pass),
+	// since when, the line that announced it, the rows read so far and
+	// the rows to read where they were counted. Absent between steps and
+	// once started.
+	Startup *archive.StartupStep `json:"startup,omitempty"`
 	// Bootstrap is the live progress of a running bootstrap (serve's
 	// /status only).
 	Bootstrap *bootstrap.Progress `json:"bootstrap,omitempty"`
