@@ -59,8 +59,15 @@ func TestRecordReleasesWhatItDoesNotDispatch(t *testing.T) {
 // memStore is a store in memory and its writer, closed with the test.
 func memStore(t testing.TB) (*archive.Store, *archive.Writer) {
 	t.Helper()
+	return memStoreWith(t, nil)
+}
+
+// memStoreWith is memStore whose store shows its steps on startup (nil:
+// none).
+func memStoreWith(t testing.TB, startup *archive.Startup) (*archive.Store, *archive.Writer) {
+	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	s, err := archive.Open("/data", archive.Options{FS: vfs.NewMem(), Logger: quiet})
+	s, err := archive.Open("/data", archive.Options{FS: vfs.NewMem(), Logger: quiet, Startup: startup})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,18 +114,8 @@ func TestPendingPassAnnouncesItsRead(t *testing.T) {
 // Observed at every reading of the pass's clock, which it reads when it
 // shows its rows.
 func TestPendingPassShowsItself(t *testing.T) {
-	quiet := slog.New(slog.DiscardHandler)
 	rep := &archive.Startup{}
-	s, err := archive.Open("/data", archive.Options{FS: vfs.NewMem(), Logger: quiet, Startup: rep})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	w, err := archive.NewWriter(s, archive.WriterOptions{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	s, w := memStoreWith(t, rep)
 	const n = 10_000
 	for lo := 0; lo < n; lo += 1000 {
 		var ups []archive.RepoUpdate
@@ -137,7 +134,7 @@ func TestPendingPassShowsItself(t *testing.T) {
 		}
 		return time.Now()
 	}
-	b := &Bootstrap{cfg: Config{Store: s, Writer: w, Logger: quiet, Now: clock}}
+	b := &Bootstrap{cfg: Config{Store: s, Writer: w, Logger: slog.New(slog.DiscardHandler), Now: clock}}
 	if changed, err := b.pendingPass(context.Background()); err != nil || changed != n {
 		t.Fatalf("pending pass: %d changed, %v; want %d", changed, err, n)
 	}

@@ -22,7 +22,6 @@ import (
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/internal/browsertest"
 	"github.com/backstream/backstream/node"
-	"github.com/backstream/backstream/subscribe"
 )
 
 // startupRepos is how many repo/ rows the store of the startup tests
@@ -111,6 +110,19 @@ func getBody(url string) (string, error) {
 	return string(b), err
 }
 
+// startupServer is serve's server before the store is open (testServer),
+// logging to log, with its startup report, and its admin handler (/status,
+// built at each request, and /metrics) on a loopback HTTP server closed
+// with the test.
+func startupServer(t *testing.T, log *slog.Logger) (*server, string) {
+	t.Helper()
+	s := testServer(t, nil, "", 0)
+	s.log, s.startup, s.recent = log, startupReport(s.reg), &recentLog{}
+	hs := httptest.NewServer(s.adminHandler())
+	t.Cleanup(hs.Close)
+	return s, hs.URL
+}
+
 // TestStatusNamesTheStartStep: while a start builds the due index of a
 // store from an older build (one read of every repo/ row before the store
 // opens, minutes at the network's size), /status names the step, since
@@ -125,22 +137,13 @@ func TestStatusNamesTheStartStep(t *testing.T) {
 
 	var building atomic.Bool
 	log := slog.New(lineFlag{start: "building the due index", end: "built the due index", on: &building})
-	reg := newRegistry()
-	s := &server{reg: reg, log: log, state: "opening", startup: startupReport(reg), recent: &recentLog{}}
-	sub, err := subscribe.New(subscribe.Config{Ready: s.ready, Healthy: s.health.Err, StatusJSON: s.statusJSON, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
-	s.sub = sub
-	hs := httptest.NewServer(s.adminHandler())
-	defer hs.Close()
+	s, url := startupServer(t, log)
 
 	var mu sync.Mutex
 	var sights []stepSight
 	var probeErr error
 	look := func() {
-		st, err := getBody(hs.URL + "/status?format=json")
+		st, err := getBody(url + "/status?format=json")
 		var rep struct {
 			Phase   string         `json:"phase"`
 			Startup map[string]any `json:"startup"`
@@ -148,7 +151,7 @@ func TestStatusNamesTheStartStep(t *testing.T) {
 		if err == nil {
 			err = json.Unmarshal([]byte(st), &rep)
 		}
-		m, merr := getBody(hs.URL + "/metrics")
+		m, merr := getBody(url + "/metrics")
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil || merr != nil {
@@ -209,14 +212,14 @@ func TestStatusNamesTheStartStep(t *testing.T) {
 	}
 
 	// Open: no step under way.
-	st, err := getBody(hs.URL + "/status?format=json")
+	st, err := getBody(url + "/status?format=json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(st, `"startup"`) {
 		t.Fatalf("after the store opened, /status still names a step: %s", st)
 	}
-	m, err := getBody(hs.URL + "/metrics")
+	m, err := getBody(url + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,17 +234,8 @@ func TestStatusNamesTheStartStep(t *testing.T) {
 // announced it; once it ends, the page has no such section.
 func TestStatusPageShowsStartStep(t *testing.T) {
 	bin := browsertest.Chromium(t)
-	reg := newRegistry()
 	log := slog.New(slog.DiscardHandler)
-	s := &server{reg: reg, log: log, state: "opening", startup: startupReport(reg), recent: &recentLog{}}
-	sub, err := subscribe.New(subscribe.Config{Ready: s.ready, StatusJSON: s.statusJSON})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
-	s.sub = sub
-	hs := httptest.NewServer(s.adminHandler())
-	defer hs.Close()
+	s, url := startupServer(t, log)
 
 	p := s.startup.Begin(log, time.Now, archive.StepAnnouncement{Step: archive.StepDueIndex,
 		Line: "building the due index: reading every repo/ row once", Still: "still building", Total: 40_000_000})
@@ -249,7 +243,7 @@ func TestStatusPageShowsStartStep(t *testing.T) {
 		shown = p.Read()
 	}
 	p.Tick()
-	page := browsertest.Render(t, bin, hs.URL+"/status", "status-startup")
+	page := browsertest.Render(t, bin, url+"/status", "status-startup")
 	page.RequireHuman(t)
 	for _, want := range []string{"Starting: Building the due index (every repo)", "building the due index: reading every repo/ row once"} {
 		if !strings.Contains(page.Text, want) {
@@ -268,7 +262,7 @@ func TestStatusPageShowsStartStep(t *testing.T) {
 		t.Errorf("started %q, want a time with how long ago", got)
 	}
 	p.End()
-	if page = browsertest.Render(t, bin, hs.URL+"/status", "status-started"); strings.Contains(page.Text, "Starting") {
+	if page = browsertest.Render(t, bin, url+"/status", "status-started"); strings.Contains(page.Text, "Starting") {
 		t.Fatalf("after the step the page still shows one:\n%s", page.Text)
 	}
 }
