@@ -9,6 +9,7 @@ package main
 import (
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -85,7 +86,7 @@ func servedMetrics(t *testing.T) map[string]*metricInfo {
 		t.Fatal(err)
 	}
 	rec := &descRecorder{Registry: newRegistry(), metrics: map[string]*metricInfo{}}
-	s := &server{reg: rec.Registry}
+	s := newServer(o, rec.Registry, slog.New(slog.DiscardHandler), nil)
 	cfg := o.nodeConfig(s, nil)
 	cfg.Registry = rec
 	n, err := node.New(cfg)

@@ -493,6 +493,13 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
+// newServer is serve's server before anything listens or opens: "opening",
+// its registry reg holding the startup report's gauge.
+func newServer(o serveOptions, reg *prometheus.Registry, log *slog.Logger, recent *recentLog) *server {
+	return &server{reg: reg, log: log, state: "opening", startup: startupReport(reg), recent: recent, enumerate: o.enumerate,
+		hist: subscribe.NewStatusHistory(subscribe.DefaultHistoryInterval, subscribe.DefaultHistoryPoints)}
+}
+
 // startupReport is the report of the one-time reads a start waits for,
 // shown on /status and as the gauge backstream_startup_step on reg.
 func startupReport(reg prometheus.Registerer) *archive.Startup {
@@ -577,9 +584,7 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	reg := newRegistry()
-	s := &server{reg: reg, log: log, state: "opening", startup: startupReport(reg), recent: recent, enumerate: o.enumerate,
-		hist: subscribe.NewStatusHistory(subscribe.DefaultHistoryInterval, subscribe.DefaultHistoryPoints)}
+	s := newServer(o, newRegistry(), log, recent)
 	sc := o.subscribers
 	sc.Ready, sc.Healthy, sc.StatusJSON = s.ready, s.health.Err, subscribe.CacheStatus(s.statusJSON, s.health.Err, s.health.Phase)
 	sc.Lagging = s.lagging
