@@ -732,4 +732,24 @@ var mutants = []Mutant{
 			{Pkg: "./retry", Run: "^TestWakeAfterIndexPendingReadsDeferred$"},
 		},
 	},
+	{
+		ID: "m72", Invariant: "C7",
+		Name: "a start's one-time read never shows its rows read on /status (the step stays at 0 rows while it reads)",
+		File: "archive/startup.go",
+		Old:  "p.shown.RowsRead = p.rows",
+		New:  "p.shown.RowsRead = 0",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestStartShowsEachStep$"},
+		},
+	},
+	{
+		ID: "m73", Invariant: "C7",
+		Name: "a start's one-time read stays on /status after it ends",
+		File: "archive/startup.go",
+		Old:  "p.rep.step = nil",
+		New:  "p.rep.step = p.shown",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestStartShowsEachStep$"},
+		},
+	},
 }
