@@ -20,8 +20,9 @@
 //   - ReadRoster and RecordRoster (roster.go): the relay's listHosts roster
 //     read (paged, retried, bounded at 1,000,000 hosts, a repeating cursor
 //     ending it) and recorded in host/ rows; bootstrap's read is these
-//     two, and RereadRoster (the same two, when a roster is recorded; a
-//     failed read leaves the rows as they were) is hosts-mode discovery's
+//     two, and RereadRoster (the same two, when a roster is recorded and
+//     the mode asked is not relay; a failed read leaves the rows as they
+//     were) is hosts-mode discovery's
 //     (package merge) and every hosts-mode repair pass's (package repair).
 //
 // # Invariants kept here
@@ -119,7 +120,11 @@
 // each host's listing would be cut at upstream.HostListingSlack entries.
 // The run enumerates the relay's listRepos and records no roster;
 // discovery and every repair pass go by the same rule on the roster as
-// they last recorded it (ListedHosts).
+// they last recorded it (ListedHosts). Config.Enumerate "relay" lists the
+// relay in all of them (ListsRelay): after a hosts-mode run recorded a
+// roster, discovery and the repair passes neither read it again
+// (RereadRoster reads nothing) nor list its hosts, and the host/ rows stay
+// as recorded for a later run in another mode.
 //
 // Config.Enumerate "hosts" (or "" when the relay answers listHosts) pages
 // the roster (retried on the listing budgets; a 501 means the relay has no

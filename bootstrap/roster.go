@@ -83,13 +83,21 @@ func (r Roster) Uncounted() bool {
 
 // ListsRelay reports whether a listing in mode enumerate (Config.Enumerate;
 // "" the default) lists the relay's listRepos instead of the roster's
-// hosts: in the default mode when the roster is Uncounted, as each host's
-// listing would be cut at upstream.HostListingSlack entries whatever its
-// size; --enumerate hosts lists the hosts anyway, with that bound.
-// Bootstrap goes by it on the roster it reads, discovery and every repair
-// pass on the roster as last recorded (ListedHosts).
+// hosts: always with --enumerate relay (the operator's choice, whatever
+// roster an earlier hosts-mode run recorded); in the default mode when the
+// roster is Uncounted, as each host's listing would be cut at
+// upstream.HostListingSlack entries whatever its size; --enumerate hosts
+// lists the hosts anyway, with that bound. Bootstrap goes by it on the
+// roster it reads, discovery and every repair pass on the roster as last
+// recorded (ListedHosts).
 func (r Roster) ListsRelay(enumerate string) bool {
-	return enumerate != EnumerateHosts && r.Uncounted()
+	switch enumerate {
+	case EnumerateRelay:
+		return true
+	case EnumerateHosts:
+		return false
+	}
+	return r.Uncounted()
 }
 
 // ListingBound is how many entries one listing of host may name
@@ -107,9 +115,11 @@ func ListingBound(store *archive.Store, host string) (int64, error) {
 // ListedHosts is the hosts a listing after bootstrap (discovery, a repair
 // pass) lists: the store's active roster hosts as last recorded (the
 // caller reads the roster again first: RereadRoster). None when no roster
-// is recorded (relay mode), or when the recorded roster gives none of them
-// an account count and enumerate is not EnumerateHosts (ListsRelay):
-// uncounted is then true. With no host, the caller lists the relay.
+// is recorded (relay mode), when enumerate is EnumerateRelay, or when the
+// recorded roster gives none of them an account count in the default mode
+// (ListsRelay): uncounted is then true, the rule's fallback the caller
+// says once (not the operator's choice of EnumerateRelay). With no host,
+// the caller lists the relay.
 func ListedHosts(store *archive.Store, enumerate string) (hosts []string, uncounted bool, err error) {
 	stored, err := store.RosterEntries()
 	if err != nil {
@@ -129,7 +139,7 @@ func ListedFrom(stored []archive.RosterHost, enumerate string) (hosts []string, 
 		}
 	}
 	if rr.ListsRelay(enumerate) {
-		return nil, true
+		return nil, enumerate != EnumerateRelay
 	}
 	return rr.Active, false
 }
@@ -363,7 +373,7 @@ func RosterResults() []string { return []string{RosterWhole, RosterPartial, Rost
 
 // Reread is what RereadRoster did.
 type Reread struct {
-	Result   string // RosterWhole, RosterPartial or RosterFailed; "" when the store holds no roster
+	Result   string // RosterWhole, RosterPartial or RosterFailed; "" when nothing was read (no roster, or EnumerateRelay)
 	Recorded int    // hosts whose host/ row held a roster entry before the read
 	Roster   Roster // the roster read (RosterWhole, RosterPartial)
 	Left     int    // hosts marked RosterLeft
@@ -371,20 +381,22 @@ type Reread struct {
 }
 
 // RereadRoster reads the relay's roster again after a hosts-mode bootstrap
-// recorded one (a store with no roster entry, relay mode, reads nothing)
-// and records it (ReadRoster, RecordRoster), so the caller lists the
+// recorded one (a store with no roster entry, relay mode, reads nothing,
+// and so does enumerate EnumerateRelay: its listings name no host, and the
+// host/ rows are left as recorded for a later run in another mode) and
+// records it (ReadRoster, RecordRoster), so the caller lists the
 // hosts of the network as it is now: one that joined since, one grown
 // bounded by its new count, none that left. A read that fails leaves the
 // host/ rows as they were (Result RosterFailed, Err why): the caller
 // lists the hosts as last recorded, and counts and logs it. Only a store
 // or writer failure, or ctx's end, is returned as an error.
-func RereadRoster(ctx context.Context, src RosterSource, w backfill.Writer, store *archive.Store, o RosterOptions) (Reread, error) {
+func RereadRoster(ctx context.Context, src RosterSource, w backfill.Writer, store *archive.Store, enumerate string, o RosterOptions) (Reread, error) {
 	stored, err := store.RosterEntries()
 	if err != nil {
 		return Reread{}, fmt.Errorf("read the roster: %w", err)
 	}
 	rd := Reread{Recorded: len(stored)}
-	if len(stored) == 0 {
+	if len(stored) == 0 || enumerate == EnumerateRelay {
 		return rd, nil
 	}
 	rr, err := ReadRoster(ctx, src, o)

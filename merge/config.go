@@ -48,7 +48,8 @@ type Config struct {
 	// default mode, a recorded roster that gives no active host an account
 	// count makes discovery list the relay, as bootstrap does
 	// (bootstrap.ListedHosts); with bootstrap.EnumerateHosts it lists the
-	// hosts anyway.
+	// hosts anyway; with bootstrap.EnumerateRelay it lists the relay and
+	// reads no roster, whatever roster the store records.
 	Enumerate string
 	// PendingWorkers bounds the pending pass (default 16).
 	PendingWorkers int

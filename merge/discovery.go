@@ -49,7 +49,8 @@ type laneCut struct {
 // cursor, from the start when it has none (discoverHosts), and the relay's
 // listRepos is not asked; else the relay's, also when the roster now gives
 // no active host an account count (bootstrap.ListedHosts, in the default
-// mode: bootstrap's rule). It never fails merge for
+// mode: bootstrap's rule), and always under cfg.Enumerate relay, which
+// reads no roster (bootstrap.RereadRoster, ListedHosts). It never fails merge for
 // upstream trouble: a cursor loop ends discovery with a warning,
 // a page it cannot use (retries spent, a cursor over 64 KiB after the
 // page's repos are recorded) with an error log and a count (M8). Only a store or writer failure is
@@ -83,7 +84,7 @@ func Discover(ctx context.Context, cfg Config) error {
 
 // rereadRoster reads the relay's listHosts roster again when discovery
 // begins after a hosts-mode bootstrap (cfg.Roster set, a roster in the
-// store), with bootstrap.RereadRoster, as every repair pass does: a
+// store, cfg.Enumerate not relay), with bootstrap.RereadRoster, as every repair pass does: a
 // bootstrap may run for days, and a host that joined the network since
 // its read holds accounts no firehose event announced (those that existed
 // before it joined). Listed now, they are fetched before steady state,
@@ -95,7 +96,7 @@ func rereadRoster(ctx context.Context, cfg Config) error {
 	if cfg.Roster == nil {
 		return nil
 	}
-	rd, err := bootstrap.RereadRoster(ctx, cfg.Roster, cfg.Writer, cfg.Store, bootstrap.RosterOptions{
+	rd, err := bootstrap.RereadRoster(ctx, cfg.Roster, cfg.Writer, cfg.Store, cfg.Enumerate, bootstrap.RosterOptions{
 		PageLimit: bootstrap.RereadPageLimit, Retries: bootstrap.RereadRetries, Logger: cfg.Logger.With("component", "discovery"),
 	})
 	if err != nil || rd.Result == "" {

@@ -1,8 +1,10 @@
 package merge
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 
 	"github.com/backstream/backstream/archive"
@@ -65,6 +67,59 @@ func TestDiscoveryUncountedRosterListsRelay(t *testing.T) {
 			}
 			if src.pages != tc.relay || fleet.pages != tc.host {
 				t.Fatalf("relay pages %d, host pages %d; want %d and %d", src.pages, fleet.pages, tc.relay, tc.host)
+			}
+		})
+	}
+}
+
+// countedRoster is a bootstrap.RosterSource whose listHosts names host
+// active with an account count of 5, and counts the requests.
+type countedRoster struct {
+	host  string
+	asked int
+}
+
+func (c *countedRoster) ListHosts(context.Context, string, int) (upstream.HostsPage, error) {
+	c.asked++
+	return upstream.HostsPage{Hosts: []upstream.HostEntry{{Host: c.host, Status: "active", Accounts: 5}}}, nil
+}
+
+// TestDiscoveryRelayAskedListsRelay: a store whose roster a hosts-mode
+// bootstrap recorded (with account counts), and a process restarted with
+// --enumerate relay: discovery reads no roster (no listHosts request),
+// lists no host, lists the relay's listRepos, and logs no WARN (the mode
+// is the operator's, not a fallback); the host/ rows stay as recorded. In
+// the default mode the same store reads the roster and lists the host.
+// On main --enumerate relay listed the recorded roster's hosts.
+func TestDiscoveryRelayAskedListsRelay(t *testing.T) {
+	for _, tc := range []struct {
+		enumerate              string
+		listHosts, relay, host int
+	}{{bootstrap.EnumerateRelay, 0, 1, 0}, {"", 1, 0, 1}} {
+		t.Run("enumerate="+tc.enumerate, func(t *testing.T) {
+			r := newRig(t)
+			r.apply(r.w, &archive.Unit{Hosts: []archive.HostUpdate{{Host: "a.test", Func: func(cur archive.HostState) archive.HostState {
+				cur.Status, cur.Accounts = "active", 5
+				return cur
+			}}}})
+			src := &oneDIDSource{did: "did:plc:relaylisted"}
+			fleet := &oneDIDHost{did: "did:plc:hostlisted"}
+			roster := &countedRoster{host: "a.test"}
+			var logs bytes.Buffer
+			log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			cfg := Config{Store: r.store, Writer: r.w, Source: src, Fleet: fleet, Roster: roster, Enumerate: tc.enumerate, Logger: log}
+			if err := Discover(t.Context(), cfg); err != nil {
+				t.Fatal(err)
+			}
+			if roster.asked != tc.listHosts || src.pages != tc.relay || fleet.pages != tc.host {
+				t.Fatalf("listHosts asked %d times, relay pages %d, host pages %d; want %d, %d and %d",
+					roster.asked, src.pages, fleet.pages, tc.listHosts, tc.relay, tc.host)
+			}
+			if logs.Len() > 0 {
+				t.Fatalf("discovery logged at WARN or above: %s", logs.String())
+			}
+			if hs, err := r.store.HostState("a.test"); err != nil || hs.Status != "active" || hs.Accounts != 5 {
+				t.Fatalf("host/a.test after discovery: %+v, %v; want active with 5 accounts as recorded", hs, err)
 			}
 		})
 	}

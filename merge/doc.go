@@ -46,7 +46,8 @@
 // listing and records every DID the store does not know as a failed repo due
 // now, with refetch reason "discovered" (M6): the retry runner fetches them in
 // steady state. Discovery uses the bootstrap's mode: after a hosts-mode
-// bootstrap (an active roster in host/ and Config.Fleet set) it first
+// bootstrap (an active roster in host/, Config.Fleet set, and
+// Config.Enumerate not relay) it first
 // reads the relay's listHosts roster again (Config.Roster set:
 // bootstrap.RereadRoster, as each repair pass does, counted in
 // backstream_discovery_roster_reads_total{result}; a failed read leaves
@@ -70,6 +71,10 @@
 // that, read again, gives no active host an account count is not listed by
 // host in the default mode: discovery lists the relay instead, bootstrap's
 // rule (bootstrap.ListedHosts; Config.Enumerate hosts lists the hosts anyway).
+// Config.Enumerate relay (the operator's --enumerate relay) lists the
+// relay whatever roster an earlier hosts-mode bootstrap recorded: it reads
+// no roster, asks no host and logs no WARN; the host/ rows stay as they
+// are, for a later run in another mode.
 // Upstream trouble never fails merge (M8): a repeating cursor of the
 // relay's listing ends discovery with a warning; a page it cannot use ends it with one error
 // line and a count (backstream_discovery_cut_total{reason}): a transient

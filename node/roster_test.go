@@ -18,6 +18,7 @@ import (
 	"github.com/backstream/backstream/internal/promtest"
 	"github.com/backstream/backstream/node"
 	"github.com/backstream/backstream/oracle"
+	"github.com/backstream/backstream/oracle/check"
 )
 
 // TestJoinedHostIsAudited: a PDS host joins the network after bootstrap
@@ -209,15 +210,8 @@ func TestFailedRosterReadListsRecordedHosts(t *testing.T) {
 	defer cancel()
 	const hosts = 3
 	net, _ := activeNetwork(t, ctx, oracle.Config{Accounts: 24, RecordsMean: 3, Hosts: hosts, Seed: 53})
-	logPath := filepath.Join(t.TempDir(), "node.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { logFile.Close() })
-	v, phase := startHostsNode(t, ctx, net, func(c *node.Config) {
-		c.Logger = slog.New(slog.NewTextHandler(logFile, nil)) // the handler serialises its writes
-	})
+	logger, logs := fileLogger(t)
+	v, phase := startHostsNode(t, ctx, net, func(c *node.Config) { c.Logger = logger })
 	v.waitFor("steady state", func() bool { return phase.Load() == archive.PhaseSteadyState })
 	reads := func(result string) float64 {
 		return promtest.Value(t, v.reg, "backstream_repair_roster_reads_total", map[string]string{"result": result})
@@ -253,11 +247,7 @@ func TestFailedRosterReadListsRecordedHosts(t *testing.T) {
 			t.Errorf("host/%s after failed roster reads: %+v, %v; want status active as recorded", host, hs, err)
 		}
 	}
-	logs, err := os.ReadFile(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Contains(logs, []byte("the relay's listHosts roster could not be read; the pass lists the roster hosts as last recorded")) {
+	if !bytes.Contains(logs(), []byte("the relay's listHosts roster could not be read; the pass lists the roster hosts as last recorded")) {
 		t.Error("no WARN for a failed roster read in the log")
 	}
 	f.FailListHosts(0, 0)
@@ -265,6 +255,25 @@ func TestFailedRosterReadListsRecordedHosts(t *testing.T) {
 	v.waitFor("two more audit gaps closed", func() bool { return closedGaps() >= closed+2 })
 	if got := reads("whole") - whole; got < 1 {
 		t.Errorf("whole roster reads once listHosts answers again: %v, want at least 1", got)
+	}
+}
+
+// fileLogger is a text logger writing to a file of the test's (the
+// handler serialises its writes), and a function reading what it holds.
+func fileLogger(t *testing.T) (*slog.Logger, func() []byte) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "node.log")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return slog.New(slog.NewTextHandler(f, nil)), func() []byte {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
 	}
 }
 
@@ -401,5 +410,74 @@ func TestRosterGaugeFollowsHosts(t *testing.T) {
 			t.Errorf("/status roster counts %v, want %v", counts, want)
 			break
 		}
+	}
+}
+
+// TestRelayAskedAfterHostsBootstrap: a node bootstraps in hosts mode (the
+// roster recorded in host/ rows) and is restarted as merging begins, on
+// the same store, with --enumerate relay: the operator asks for the
+// relay's listing everywhere. Discovery and the audits after the restart
+// read no roster (no listHosts request: oracle FailListHosts counts each
+// as it refuses it), ask no host (oracle DownHost counts each request to
+// a host), list the relay's listRepos, and log no accountCount WARN (the
+// mode is the operator's, not a fallback); an audit's gap closes, the
+// host/ rows stay as recorded, and /subscribe folds to the network. On
+// main the recorded roster kept discovery and every pass in hosts mode
+// whatever the flag said.
+func TestRelayAskedAfterHostsBootstrap(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const hosts = 2
+	net, _ := activeNetwork(t, ctx, oracle.Config{Accounts: 16, RecordsMean: 3, Hosts: hosts, Seed: 53})
+	dir := t.TempDir()
+	first, stop := context.WithCancel(ctx)
+	v1, _ := startHostsNode(t, first, net, func(c *node.Config) { c.DataDir = dir }, atMerging(stop))
+	select {
+	case <-v1.runErr:
+	case <-v1.deadline:
+		t.Fatal("the hosts-mode node did not stop as merging began")
+	}
+	if p, err := v1.n.Store().Phase(); err != nil || p != archive.PhaseMerging {
+		t.Fatalf("the hosts-mode node stopped in phase %q (%v), want merging: the restart runs discovery", p, err)
+	}
+	if err := v1.n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f := net.Faults()
+	f.FailListHosts(http.StatusInternalServerError, -1)
+	for h := range hosts {
+		f.DownHost(h, 10*time.Minute)
+	}
+	asked := func() (listHosts, hostRequests int64) {
+		return f.Fired(oracle.FaultListHostsFailing), f.Fired(oracle.FaultHostDown)
+	}
+	logger, logs := fileLogger(t)
+	v, phase := startHostsNode(t, ctx, net, func(c *node.Config) {
+		c.DataDir, c.Bootstrap.Enumerate, c.Logger = dir, bootstrap.EnumerateRelay, logger
+	})
+	v.waitFor("steady state and an audit gap closed, or a listHosts or host request", func() bool {
+		if lh, hr := asked(); lh > 0 || hr > 0 {
+			return true
+		}
+		return phase.Load() == archive.PhaseSteadyState && promtest.Value(t, v.reg, "backstream_repair_gaps_closed_total", nil) >= 1
+	})
+	if lh, hr := asked(); lh != 0 || hr != 0 {
+		t.Fatalf("after the restart with --enumerate relay: %d listHosts requests and %d requests to a host, want 0 and 0", lh, hr)
+	}
+	// Discovery's page and the closed pass's, at least; no host answers.
+	if got := promtest.Value(t, v.reg, "backstream_upstream_requests_total", map[string]string{"endpoint": "listRepos", "result": "ok"}); got < 2 {
+		t.Errorf("relay listRepos pages answered after the restart: %v, want at least 2 (discovery's and the pass's)", got)
+	}
+	if rs, err := v.n.Store().RosterEntries(); err != nil || len(rs) != hosts {
+		t.Errorf("roster after the restart: %v, %v; want both hosts as recorded", rs, err)
+	}
+	for line := range bytes.Lines(logs()) {
+		if bytes.Contains(line, []byte("accountCount")) {
+			t.Errorf("a WARN about account counts under --enumerate relay: %s", line)
+		}
+	}
+	fold, _ := v.subscribeFold()
+	if checked, mism := check.Compare(fold, net.World(), nil); len(mism) > 0 {
+		t.Errorf("%d of %d accounts differ:\n%s", len(mism), checked, check.Describe(mism, 5))
 	}
 }

@@ -42,9 +42,13 @@
 //     without an account count for any active host is not listed by host
 //     in the default mode: the pass compares the relay's listing,
 //     bootstrap's rule (bootstrap.ListedHosts; Config.Enumerate hosts lists
-//     the hosts anyway).
+//     the hosts anyway). Config.Enumerate relay (the operator's
+//     --enumerate relay) lists the relay whatever roster an earlier
+//     hosts-mode run recorded: no roster read, no host asked, no WARN,
+//     the host/ rows left as they are.
 //     The per-host rows are deleted before the gap closes.
-//   - A pass in hosts mode (Config.Roster set too) reads the relay's
+//   - A pass in hosts mode (Config.Roster set too, Config.Enumerate not
+//     relay) reads the relay's
 //     listHosts roster again when it begins, with bootstrap.RereadRoster
 //     (ReadRoster and RecordRoster, as discovery does): host/ rows through
 //     the writer (status, account count: the bound above), hosts a whole

@@ -147,7 +147,8 @@ func (r *Runner) fallBackToRelay(g archive.Gap, tooMany int) {
 
 // readRoster reads the relay's listHosts roster when a pass begins in
 // hosts mode (Fleet and Roster set, and a roster in the store: a
-// hosts-mode bootstrap recorded one), with bootstrap's read and record
+// hosts-mode bootstrap recorded one; not under Enumerate relay), with
+// bootstrap's read and record
 // (bootstrap.RereadRoster, as discovery does): the same validation,
 // bounds and counting, every entry written to its host/ row through the
 // writer (its status and account count, which bounds the host's
@@ -169,7 +170,7 @@ func (r *Runner) readRoster(ctx context.Context, g archive.Gap) error {
 	if r.cfg.Fleet == nil || r.cfg.Roster == nil {
 		return nil
 	}
-	rd, err := bootstrap.RereadRoster(ctx, r.cfg.Roster, r.cfg.Writer, r.cfg.Store, bootstrap.RosterOptions{
+	rd, err := bootstrap.RereadRoster(ctx, r.cfg.Roster, r.cfg.Writer, r.cfg.Store, r.cfg.Enumerate, bootstrap.RosterOptions{
 		PageLimit: bootstrap.RereadPageLimit, Retries: bootstrap.RereadRetries, Logger: r.log,
 	})
 	if err != nil || rd.Result == "" {
@@ -188,10 +189,10 @@ func (r *Runner) readRoster(ctx context.Context, g archive.Gap) error {
 
 // roster is the hosts a pass lists in hosts mode: the store's active
 // roster hosts when Fleet is set, as the pass's beginning recorded them
-// (readRoster). None, and the pass lists the relay, in relay mode or when
-// that roster gives no active host an account count in the default mode
-// (bootstrap.ListedHosts: each host's listing would be cut at 10,000
-// entries), said once a pass.
+// (readRoster). None, and the pass lists the relay, in relay mode (no
+// roster, or Enumerate relay) or when that roster gives no active host an
+// account count in the default mode (bootstrap.ListedHosts: each host's
+// listing would be cut at 10,000 entries), that last said once a pass.
 func (r *Runner) roster(g archive.Gap) ([]string, error) {
 	if r.cfg.Fleet == nil {
 		return nil, nil

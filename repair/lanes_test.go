@@ -1,6 +1,7 @@
 package repair
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -224,6 +225,57 @@ func TestUncountedRosterPassListsRelay(t *testing.T) {
 			stepOnce(t, Config{Store: s, Writer: w, Source: relay, Fleet: f, Enumerate: tc.enumerate})
 			if relay.pages.Load() != int64(tc.relayPages) || f.asked["a.test"] != tc.hostsQ {
 				t.Fatalf("relay asked %d pages, hosts %v: want %d relay pages, a.test asked %d times", relay.pages.Load(), f.asked, tc.relayPages, tc.hostsQ)
+			}
+		})
+	}
+}
+
+// countedRoster is a bootstrap.RosterSource whose listHosts names every
+// host of hosts active with an account count of 5, and counts the requests.
+type countedRoster struct {
+	hosts []string
+	asked atomic.Int64
+}
+
+func (c *countedRoster) ListHosts(context.Context, string, int) (upstream.HostsPage, error) {
+	c.asked.Add(1)
+	var pg upstream.HostsPage
+	for _, h := range c.hosts {
+		pg.Hosts = append(pg.Hosts, upstream.HostEntry{Host: h, Status: "active", Accounts: 5})
+	}
+	return pg, nil
+}
+
+// TestRelayAskedPassListsRelay: a store whose roster a hosts-mode
+// bootstrap recorded (with account counts), and a process restarted with
+// --enumerate relay: the pass reads no roster (no listHosts request),
+// lists no host, compares the relay's listing, and logs no WARN (the mode
+// is the operator's, not a fallback); the host/ rows stay as recorded. In
+// the default mode the same store reads the roster and lists the host.
+// On main --enumerate relay listed the recorded roster's hosts.
+func TestRelayAskedPassListsRelay(t *testing.T) {
+	for _, tc := range []struct {
+		enumerate                string
+		listHosts, relay, hostsQ int
+	}{{bootstrap.EnumerateRelay, 0, 1, 0}, {"", 1, 0, 1}} {
+		t.Run("enumerate="+tc.enumerate, func(t *testing.T) {
+			s, w, apply := newStore(t)
+			hostsGap(apply, 5, []string{"a.test"})
+			f := &fleet{asked: map[string]int{}, pages: map[string]map[string]upstream.Page{"a.test": {"": {Repos: []upstream.RepoEntry{{DID: didSame, Rev: revNew, Active: true}}}}}}
+			relay := &listing{repos: []upstream.RepoEntry{{DID: didNew, Rev: revNew, Active: true}}}
+			roster := &countedRoster{hosts: []string{"a.test"}}
+			var logs bytes.Buffer
+			log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			stepOnce(t, Config{Store: s, Writer: w, Source: relay, Fleet: f, Roster: roster, Enumerate: tc.enumerate, Logger: log})
+			if roster.asked.Load() != int64(tc.listHosts) || relay.pages.Load() != int64(tc.relay) || f.asked["a.test"] != tc.hostsQ {
+				t.Fatalf("listHosts asked %d times, relay %d pages, hosts %v: want %d, %d, a.test asked %d times",
+					roster.asked.Load(), relay.pages.Load(), f.asked, tc.listHosts, tc.relay, tc.hostsQ)
+			}
+			if logs.Len() > 0 {
+				t.Fatalf("a pass logged at WARN or above: %s", logs.String())
+			}
+			if hs, err := s.HostState("a.test"); err != nil || hs.Status != "active" || hs.Accounts != 5 {
+				t.Fatalf("host/a.test after the pass: %+v, %v; want active with 5 accounts as recorded", hs, err)
 			}
 		})
 	}

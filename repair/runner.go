@@ -50,7 +50,8 @@ type Config struct {
 	// default mode a pass whose recorded roster gives no active host an
 	// account count lists the relay, as bootstrap does
 	// (bootstrap.ListedHosts); with bootstrap.EnumerateHosts it lists the
-	// hosts anyway.
+	// hosts anyway; with bootstrap.EnumerateRelay it lists the relay and
+	// reads no roster, whatever roster the store records.
 	Enumerate string
 	// Status asks an account's status (the relay's getRepoStatus, or its
 	// host's): after a complete pass, each active account no listing named

@@ -71,8 +71,10 @@ type statusReport struct {
 // relay's host roster as the store records it (the hosts by roster
 // status, bootstrap.RosterStatuses; none before a hosts-mode bootstrap
 // recorded one): mode hosts when they list the roster's hosts
-// (bootstrap.ListedHosts), else relay (no roster, or, in the default
-// mode, a roster that gives no active host an account count).
+// (bootstrap.ListedHosts), else relay (no roster, serve's --enumerate
+// relay whatever roster is recorded, or, in the default mode, a roster
+// that gives no active host an account count). `backstream status` does
+// not know serve's flags and assumes the default.
 type statusHosts struct {
 	Mode     string           `json:"mode"`
 	ByStatus map[string]int64 `json:"by_status,omitempty"`

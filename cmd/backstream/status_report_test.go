@@ -270,7 +270,8 @@ func seedRoster(t *testing.T, dir string, accounts int64) {
 // passes enumerate and, once a roster is recorded, its hosts by roster
 // status (every status the gauge exports, a host that left included): a
 // store with failed repos' hosts but no roster is relay mode, with no
-// counts; with a roster it is hosts mode. The table says the same.
+// counts; with a roster it is hosts mode, but relay under serve's
+// --enumerate relay. The table says the same.
 func TestStatusReportHosts(t *testing.T) {
 	dir := t.TempDir()
 	seedStore(t, dir)
@@ -306,6 +307,16 @@ func TestStatusReportHosts(t *testing.T) {
 	seedRoster(t, dir, 500)
 	if h, out := hostsOf(); h.Mode != "hosts" || !maps.Equal(h.ByStatus, want) {
 		t.Fatalf("a roster recorded: hosts %+v, want mode hosts and %v: %s", h, want, out)
+	}
+	// serve with --enumerate relay: they list the relay, whatever roster
+	// an earlier hosts-mode run recorded (its counts still shown).
+	if st, err = archive.Open(dir, archive.Options{ReadOnly: true}); err != nil {
+		t.Fatal(err)
+	}
+	h, err = readHosts(st, bootstrap.EnumerateRelay)
+	st.Close()
+	if err != nil || h.Mode != "relay" || !maps.Equal(h.ByStatus, want) {
+		t.Fatalf("--enumerate relay, a roster with account counts: hosts %+v (%v), want mode relay and %v", h, err, want)
 	}
 	code, out, stderr := runCLI(t, nil, "status", "--data-dir", dir)
 	if code != 0 {
