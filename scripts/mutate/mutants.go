@@ -752,4 +752,15 @@ var mutants = []Mutant{
 			{Pkg: "./archive", Run: "^TestStartShowsEachStep$"},
 		},
 	},
+	{
+		ID: "m74", Invariant: "G7",
+		Name: "--enumerate relay after a hosts-mode bootstrap: discovery and the repair passes list the recorded hosts",
+		File: "bootstrap/roster.go",
+		Old:  "\tcase EnumerateRelay:\n\t\treturn true\n",
+		New:  "",
+		Tests: []Test{
+			{Pkg: "./merge", Run: "^TestDiscoveryRelayAskedListsRelay$"},
+			{Pkg: "./repair", Run: "^TestRelayAskedPassListsRelay$"},
+		},
+	},
 }
