@@ -373,6 +373,36 @@ func (h *armedHook) check(op string, keys [][]byte) error {
 	return nil
 }
 
+// TestBootstrapFailureRetriedOnSchedule: a repo that fails through
+// bootstrap is written with the node's retry schedule (--retry-interval,
+// here 100 ms), not backfill's default of minutes, so the retry runner
+// takes it up as soon as steady state begins. No live traffic: nothing
+// else (a #sync or a commit for the account) can mark it due sooner. The
+// longest delay is 10 minutes, so that backfill's default (3.75 to 6.25
+// minutes) stays within the runner's horizon (the longest delay and park
+// it writes): a next attempt past it is taken at once, as written by a
+// clock that was ahead, and would hide the wrong schedule about one run in
+// three (TestRetryStoreFailure, with the harness's 400 ms, did).
+func TestBootstrapFailureRetriedOnSchedule(t *testing.T) {
+	forSeeds(t, func(t *testing.T, seed int64) {
+		n := startNetwork(t, seed, size(40, 200), 6, 2)
+		active, _ := listedAccounts(n)
+		victim := active[planRand(seed, 3).IntN(len(active))].DID
+		n.Faults().FailGetRepo(victim, http.StatusServiceUnavailable, oracle.Always)
+		nd := startNode(t, n, vfs.NewMem(), nodeOpts{Workers: 4, RetryMaxDelay: 10 * time.Minute})
+		nd.waitFor(30*time.Second, "steady state and the victim retried by the retry runner", func() bool {
+			return nd.Phase() == archive.PhaseSteadyState && nd.retrier.Status().Results["failed"] > 0
+		})
+		st, err := nd.store.RepoState(victim)
+		if err != nil || st.Status != archive.StatusFailed || st.Attempts < 2 {
+			t.Fatalf("victim after its retry: %+v %v; want failed, attempted by bootstrap and the retry runner", st, err)
+		}
+		if err := nd.stop(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // TestRetryStoreFailure (a retry-store failure with /readyz
 // and /healthz asserted; S6: "a failure of the runner itself is
 // fatal"). One repo fails through bootstrap; in steady state the retry

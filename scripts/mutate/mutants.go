@@ -183,7 +183,7 @@ var mutants = []Mutant{
 		Old:  "Crash: cfg.Crash, NextAttempt: backoff.NextAttempt(),",
 		New:  "Crash: cfg.Crash,",
 		Tests: []Test{
-			{Pkg: "./oracle/scenario", Run: "^TestRetryStoreFailure$"},
+			{Pkg: "./oracle/scenario", Run: "^TestBootstrapFailureRetriedOnSchedule$"},
 		},
 	},
 	{
