@@ -5,6 +5,7 @@ package backfill
 
 import (
 	"encoding/binary"
+	"math"
 
 	"github.com/backstream/backstream/internal/cborhead"
 )
@@ -22,7 +23,7 @@ const (
 // strings, tag 42 (CID link, a byte string starting with
 // the 0x00 multibase prefix) the only tag, simple values only false, true and
 // null (floats pass; rejecting them is the data model's job, not framing),
-// and no trailing bytes. Heads are read leniently (cborhead.ReadLenient): it
+// no negative integer below int64's minimum, and no trailing bytes. Heads are read leniently (cborhead.ReadLenient): it
 // does not check canonical ordering or minimal integer encodings, nor that text is UTF-8 (atdata accepts invalid UTF-8
 // too; rendering it is the JSON encoder's job). Every canonical record
 // atdata accepts passes (FuzzRecordCBOR).
@@ -49,8 +50,10 @@ func skipCBOR(b []byte, pos, depth int) (int, bool) {
 		return 0, false
 	}
 	switch major {
-	case 0, 1: // integers
+	case 0: // unsigned: go-ipld-cbor (and so Jetstream) takes one above int64 wrapped
 		return pos, true
+	case 1: // negative, -1-arg: one below int64's minimum no decoder takes
+		return pos, arg <= math.MaxInt64
 	case 2, 3: // byte and text strings
 		if arg > uint64(len(b)-pos) {
 			return 0, false
