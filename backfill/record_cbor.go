@@ -35,6 +35,12 @@ func wellFormedCBORMap(b []byte) bool {
 	return ok && end == len(b)
 }
 
+// WellFormedRecord reports whether a record block is one the archive
+// keeps: exactly one well-formed DAG-CBOR map, as wellFormedCBORMap checks
+// it. Backfill's record check and the live firehose's use it, so a record
+// refused in a downloaded repo is refused on the firehose too.
+func WellFormedRecord(b []byte) bool { return wellFormedCBORMap(b) }
+
 // skipCBOR validates the item at pos and returns the position after it.
 func skipCBOR(b []byte, pos, depth int) (int, bool) {
 	if pos >= len(b) {

@@ -64,8 +64,10 @@
 //     or below the last accepted seq is dropped and counted (duplicate). An
 //     invalid DID or rev (the grammars of syntax.ParseDID / ParseTID, checked
 //     by upstream.ValidDID / ValidTID) drops the whole event; an invalid
-//     collection, rkey, action or missing record block drops that op only; a
-//     row over the archive's field limits drops that row. Drops are counted
+//     collection, rkey, action, a missing record block, or one that is not
+//     a well-formed DAG-CBOR map (backfill.WellFormedRecord, the check a
+//     downloaded repo's records pass) drops that op only; a row over the
+//     archive's field limits drops that row. Drops are counted
 //     in backstream_firehose_dropped_total{reason}, never logged per event.
 //   - Frames without a seq advance nothing: #info (OutdatedCursor raises
 //     backstream_firehose_outdated_cursor), error frames, undecodable and

@@ -8,6 +8,7 @@ import (
 	"errors"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/upstream"
 )
 
@@ -85,6 +86,13 @@ func commitRows(f *upstream.Frame, seq int64, m *Metrics) []archive.Event {
 			continue
 		}
 		if ev.Kind != archive.KindDelete {
+			// Refused here as backfill refuses it in a downloaded repo: a
+			// block no decoder reads as a record would be archived and then
+			// never rendered.
+			if !backfill.WellFormedRecord(op.Record) {
+				m.drop(DropBadRecord)
+				continue
+			}
 			ev.CID = op.CID.Bytes()
 			ev.Record = op.Record
 		}

@@ -3,6 +3,7 @@ package firehose
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	comatproto "github.com/bluesky-social/indigo/api/atproto"
 	lexutil "github.com/bluesky-social/indigo/lex/util"
 	"github.com/ipfs/go-cid"
+	mh "github.com/multiformats/go-multihash"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/oracle/world"
@@ -230,6 +232,19 @@ func TestHandleValidation(t *testing.T) {
 		other := must(t)(w.CreateRecord(a, "app.bsky.feed.post", "", map[string]any{"$type": "app.bsky.feed.post", "text": "y", "createdAt": "2024-01-01T00:00:00Z"}))
 		c.Ops[1].Cid = other.Commit.Ops[0].Cid // a block not in this commit
 		cases = append(cases, tc{"missing block drops one op", world.Event{Commit: c}, 1, map[string]int{DropMissingBlock: 1}})
+	}
+	{
+		// A block of its own in the commit's CAR, hash-checked, holding an
+		// array: no record, whatever its CID says.
+		c := fresh()
+		bad := []byte{0x82, 0x01, 0x02}
+		sum, _ := mh.Sum(bad, mh.SHA2_256, -1)
+		link := lexutil.LexLink(cid.NewCidV1(cid.DagCBOR, sum))
+		section := append(cid.Cid(link).Bytes(), bad...)
+		c.Blocks = append(binary.AppendUvarint(c.Blocks, uint64(len(section))), section...)
+		c = withOp(c, "app.bsky.feed.like/3kddddddddddd")
+		c.Ops[1].Cid = &link
+		cases = append(cases, tc{"a record block that is no DAG-CBOR map drops one op", world.Event{Commit: c}, 1, map[string]int{DropBadRecord: 1}})
 	}
 	{
 		c := withOp(fresh(), "app.bsky.feed.like/3kccccccccccc")

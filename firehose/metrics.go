@@ -20,11 +20,12 @@ const (
 	DropInvalidRKey       = "invalid_rkey"       // one op: the record key (or path shape) is invalid
 	DropMissingBlock      = "missing_block"      // one op: create/update without its record block
 	DropInvalidAction     = "invalid_action"     // one op: action other than create/update/delete
+	DropBadRecord         = "bad_record"         // one op: the record block is not one well-formed DAG-CBOR map
 	DropInvalidRow        = "invalid_row"        // one row: a field over the archive's limits (e.g. record > 1 MiB)
 )
 
 var dropReasons = []string{DropInvalidDID, DropInvalidRev, DropBadBlocks, DropInvalidCollection,
-	DropInvalidRKey, DropMissingBlock, DropInvalidAction, DropInvalidRow}
+	DropInvalidRKey, DropMissingBlock, DropInvalidAction, DropBadRecord, DropInvalidRow}
 
 // Anomaly kinds (backstream_firehose_anomalies_total{kind}): frames skipped
 // without advancing the cursor, and sequence irregularities.
