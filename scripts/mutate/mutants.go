@@ -763,4 +763,24 @@ var mutants = []Mutant{
 			{Pkg: "./repair", Run: "^TestRelayAskedPassListsRelay$"},
 		},
 	},
+	{
+		ID: "m75", Invariant: "R1",
+		Name: "a negative integer below int64's minimum passes the record scan (archived, never rendered)",
+		File: "backfill/record_cbor.go",
+		Old:  "return pos, arg <= math.MaxInt64",
+		New:  "return pos, arg <= math.MaxUint64",
+		Tests: []Test{
+			{Pkg: "./backfill", Run: "^(TestWellFormedCBORMap|FuzzRecordCBOR)$"},
+		},
+	},
+	{
+		ID: "m76", Invariant: "S1",
+		Name: "a live op's record block is archived whatever it holds (not checked as backfill checks it)",
+		File: "firehose/frame.go",
+		Old:  "if !backfill.WellFormedRecord(op.Record) {",
+		New:  "if !backfill.WellFormedRecord(op.Record) && len(op.Record) < 0 {",
+		Tests: []Test{
+			{Pkg: "./firehose", Run: "^TestHandleValidation$"},
+		},
+	},
 }
