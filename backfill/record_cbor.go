@@ -56,7 +56,7 @@ func skipCBOR(b []byte, pos, depth int) (int, bool) {
 		return 0, false
 	}
 	switch major {
-	case 0: // unsigned: go-ipld-cbor (and so Jetstream) takes one above int64 wrapped
+	case 0: // unsigned: go-ipld-cbor takes one above int64, wrapped (as the JSON renderer does)
 		return pos, true
 	case 1: // negative, -1-arg: one below int64's minimum no decoder takes
 		return pos, arg <= math.MaxInt64
