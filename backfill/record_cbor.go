@@ -58,7 +58,7 @@ func skipCBOR(b []byte, pos, depth int) (int, bool) {
 	switch major {
 	case 0: // unsigned: go-ipld-cbor takes one above int64, wrapped (as the JSON renderer does)
 		return pos, true
-	case 1: // negative, -1-arg: one below int64's minimum no decoder takes
+	case 1: // negative, -1-arg: go-ipld-cbor refuses one below int64, but for 2^64-1 (wrapped to 0), refused here too
 		return pos, arg <= math.MaxInt64
 	case 2, 3: // byte and text strings
 		if arg > uint64(len(b)-pos) {
