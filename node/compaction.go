@@ -262,7 +262,10 @@ func (c *compactor) Run(ctx context.Context) error {
 			if err = c.refresh(); err == nil {
 				if passed = c.due(); passed {
 					err = c.pass(ctx, reasonTombstones)
-				} else {
+				}
+				// After a pass too: one due at every tick (deletes
+				// arriving faster than the threshold) must not starve it.
+				if err == nil {
 					err = c.fillReplayIndex(ctx)
 				}
 			}

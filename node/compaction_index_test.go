@@ -3,6 +3,7 @@ package node
 import (
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,5 +153,42 @@ func TestCompactionOwner_ReplayIndexBackfill(t *testing.T) {
 	}
 	if v := promtest.Value(t, reg, "backstream_replay_index_backfill_remaining_seqs", nil); v != 0 {
 		t.Fatalf("remaining seqs %v after the backfill", v)
+	}
+}
+
+// busyTombstones is a store whose writer has written a tombstone more at
+// every look: a pass is due at every check tick, as on a network deleting
+// faster than the threshold.
+type busyTombstones struct {
+	storeCompaction
+	n atomic.Uint64
+}
+
+func (b *busyTombstones) TombstonesWritten() uint64 { return b.n.Add(1) }
+
+// TestCompactionOwner_ReplayIndexBackfillBesidePasses: a pass due at every
+// check tick does not starve the replay index backfill; it still gets its
+// slice of each tick and ends.
+func TestCompactionOwner_ReplayIndexBackfillBesidePasses(t *testing.T) {
+	s, w, _ := legacyStore(t, 12, func(b *pebble.Batch) {
+		_ = b.DeleteRange(archive.PrefixByCollection, []byte("xn"), nil) // xc/, xd/, xm/
+		_ = b.Delete(archive.KeyReplayIndex, nil)
+	})
+	store := &busyTombstones{storeCompaction: storeCompaction{s: s, w: w, opts: archive.CompactOptions{Logger: slog.New(slog.DiscardHandler)}}}
+	o := runOwner(t, compactionConfig{store: store, archive: s, interval: -1, tombstones: 1, check: 5 * time.Millisecond, now: time.Now})
+	c := o.c
+	deadline := time.Now().Add(20 * time.Second)
+	for st := c.Status(); st.ReplayIndex == nil || !st.ReplayIndex.Done; st = c.Status() {
+		if time.Now().After(deadline) {
+			t.Fatalf("replay index backfill not done after %d passes, one due at every tick: %+v", st.Passes, st.ReplayIndex)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if st := c.Status(); st.Passes < 2 {
+		t.Fatalf("%d passes ran: want one at every tick, the backfill beside them", st.Passes)
+	}
+	stopOwner(t, o, "replay index backfill: start", "replay index backfill: done")
+	if err := s.CheckReplayIndex(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -26,8 +26,10 @@
 // merging pass waits for it): /status's index_backfill, the gauge
 // backstream_compaction_index_backfill_remaining_seqs, a log line at its
 // start and one at its end. On a store archived before the replay index it
-// runs the replay index backfill (archive's FillReplayIndex) between
-// passes, ReplayFillSlice of each check tick, so ingest keeps its rate:
+// runs the replay index backfill (archive's FillReplayIndex) beside the
+// passes, ReplayFillSlice of each check tick (after the tick's pass, when
+// one is due, so passes due at every tick cannot starve it), so ingest
+// keeps its rate:
 // /status's replay_index_backfill, the gauge
 // backstream_replay_index_backfill_remaining_seqs; filtered replays scan
 // until it ends.
