@@ -783,4 +783,14 @@ var mutants = []Mutant{
 			{Pkg: "./firehose", Run: "^TestHandleValidation$"},
 		},
 	},
+	{
+		ID: "m77", Invariant: "X2",
+		Name: "the replay index backfill runs only on a check tick with no pass due (passes due at every tick starve it)",
+		File: "node/compaction.go",
+		Old:  "\t\t\t\tif err == nil {\n\t\t\t\t\terr = c.fillReplayIndex(ctx)",
+		New:  "\t\t\t\tif err == nil && !passed {\n\t\t\t\t\terr = c.fillReplayIndex(ctx)",
+		Tests: []Test{
+			{Pkg: "./node", Run: "^TestCompactionOwner_ReplayIndexBackfillBesidePasses$"},
+		},
+	},
 }
