@@ -127,7 +127,7 @@ func (rc *recordChecker) checkBody(b []byte) DropReason {
 	if len(b) > MaxRecordBytes {
 		return DropTooLarge
 	}
-	if !wellFormedCBORMap(b) {
+	if !WellFormedRecord(b) {
 		return DropBadCBOR
 	}
 	if rc.strict {

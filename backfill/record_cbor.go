@@ -18,28 +18,25 @@ const (
 	maxCBORContainer = 128 * 1024
 )
 
-// wellFormedCBORMap reports whether b is exactly one well-formed DAG-CBOR
+// WellFormedRecord reports whether b is exactly one well-formed DAG-CBOR
 // item whose top level is a map: definite lengths only, map keys text
-// strings, tag 42 (CID link, a byte string starting with
-// the 0x00 multibase prefix) the only tag, simple values only false, true and
-// null (floats pass; rejecting them is the data model's job, not framing),
-// no negative integer below int64's minimum, and no trailing bytes. Heads are read leniently (cborhead.ReadLenient): it
-// does not check canonical ordering or minimal integer encodings, nor that text is UTF-8 (atdata accepts invalid UTF-8
-// too; rendering it is the JSON encoder's job). Every canonical record
-// atdata accepts passes (FuzzRecordCBOR).
-func wellFormedCBORMap(b []byte) bool {
+// strings, tag 42 (CID link, a byte string starting with the 0x00
+// multibase prefix) the only tag, simple values only false, true and null
+// (floats pass; rejecting them is the data model's job, not framing), no
+// negative integer below int64's minimum, and no trailing bytes. Heads are
+// read leniently (cborhead.ReadLenient): it does not check canonical
+// ordering or minimal integer encodings, nor that text is UTF-8 (atdata
+// accepts invalid UTF-8 too; rendering it is the JSON encoder's job).
+// Every canonical record atdata accepts passes (FuzzRecordCBOR). Backfill's
+// record check and the live firehose's both use it, so a record refused in
+// a downloaded repo is refused on the firehose too.
+func WellFormedRecord(b []byte) bool {
 	if len(b) == 0 || b[0]>>5 != 5 {
 		return false
 	}
 	end, ok := skipCBOR(b, 0, 0)
 	return ok && end == len(b)
 }
-
-// WellFormedRecord reports whether a record block is one the archive
-// keeps: exactly one well-formed DAG-CBOR map, as wellFormedCBORMap checks
-// it. Backfill's record check and the live firehose's use it, so a record
-// refused in a downloaded repo is refused on the firehose too.
-func WellFormedRecord(b []byte) bool { return wellFormedCBORMap(b) }
 
 // skipCBOR validates the item at pos and returns the position after it.
 func skipCBOR(b []byte, pos, depth int) (int, bool) {

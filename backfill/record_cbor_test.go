@@ -59,7 +59,7 @@ func TestWellFormedCBORMap(t *testing.T) {
 		{"huge declared length", []byte{0xa1, 0x61, 'a', 0x5b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, false},
 		{"huge declared map", []byte{0xbb, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, false},
 	} {
-		if got := wellFormedCBORMap(tc.b); got != tc.ok {
+		if got := WellFormedRecord(tc.b); got != tc.ok {
 			t.Errorf("%s: got %v, want %v (% x)", tc.name, got, tc.ok, tc.b)
 		}
 	}
@@ -82,7 +82,7 @@ func TestUnsortedNestingLinear(t *testing.T) {
 		b = append(b, 0x61, 'a', 0x00)
 	}
 	done := make(chan bool, 1)
-	go func() { done <- wellFormedCBORMap(b) }()
+	go func() { done <- WellFormedRecord(b) }()
 	select {
 	case ok := <-done:
 		if !ok {

@@ -69,7 +69,7 @@ func FuzzRecordCBOR(f *testing.F) {
 	link, _ := atdata.MarshalCBOR(map[string]any{"$type": "x.y.z", "l": atdata.CIDLink(cborCID(f, []byte{0xa0})), "b": atdata.Bytes{1, 2}, "n": int64(-5), "a": []any{nil, true, "s"}})
 	f.Add(link)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		ok := wellFormedCBORMap(b)
+		ok := WellFormedRecord(b)
 		if ok {
 			var m map[string]any
 			if err := cbornode.DecodeInto(b, &m); err != nil {

@@ -97,7 +97,7 @@ func BenchmarkRecordCheck(b *testing.B) {
 	b.Run("scan", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if !wellFormedCBORMap(body) {
+			if !WellFormedRecord(body) {
 				b.Fatal("rejected")
 			}
 		}

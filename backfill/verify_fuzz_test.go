@@ -65,7 +65,7 @@ func checkVerifyOutcome(t *testing.T, car []byte, s *Snapshot, err error) {
 		if err != nil || !sum.Equals(r.CID) {
 			t.Fatalf("record %q bytes do not hash to %s", key, r.CID)
 		}
-		if len(r.CBOR) > MaxRecordBytes || !wellFormedCBORMap(r.CBOR) {
+		if len(r.CBOR) > MaxRecordBytes || !WellFormedRecord(r.CBOR) {
 			t.Fatalf("record %q yielded despite its body", key)
 		}
 		keys = append(keys, key)
