@@ -143,14 +143,18 @@
 // 16 × Workers runners (lanes.go), each taking the next lane not yet begun,
 // in roster order, so a roster of a million hosts costs at most that many
 // goroutines, not one per host; Workers of them hold a listRepos request
-// at once (listOnce), the others wait out a page's retry backoff or
-// window credit. A host's first page is never waited for: a
+// at once (listOnce), the others wait for a request slot or window credit.
+// A host's page that failed waits for its next try (its page budgets,
+// listPage) parked, holding no runner, and every lane not yet begun is
+// taken before a parked one is tried again (lanePool.next): hosts that are
+// down, however many, delay a healthy host's first page by at most their
+// own first tries. A host's first page is never waited for: a
 // host that is down or slow past its budgets is cut alone (HostFailing on
 // /status, its checkpoint left where it was) and the others go on; it is
 // listed again in the same run from where it was cut, HostRetries times
 // after 5 s doubling to 5 min (listLane; /status shows its retries and
-// next attempt; it waits parked, holding no runner, and is taken again once
-// due), so bootstrap's end waits for it about 15 minutes at most.
+// next attempt; it waits parked too, and is taken again once due), so
+// bootstrap's end waits for it about 15 minutes at most.
 // Still cut after that, it is left failing
 // (backstream_bootstrap_hosts_gave_up_total, one warning): discovery lists
 // it again after bootstrap, a restart before merging from its checkpoint.

@@ -36,36 +36,43 @@ type pageMsg struct {
 	discovered int
 }
 
-// enumerate pages listRepos (the relay's, or host's own when host is set)
-// from cursor until the listing ends, holding window credit for every
-// entry of every page not yet checkpointed. When the listing was cut short
-// it returns why (upstream.CutReason) and the cursor of the page it was cut
-// at.
+// enumerate pages listRepos (the relay's, or r's host's own) from
+// r.cursor until the listing ends, holding window credit (r.window) for
+// every entry of every page not yet checkpointed. When the listing was cut
+// short it returns why (upstream.CutReason), r.cursor left at the page it
+// was cut at. A host's page that failed with retries left returns the wait
+// before its next try instead (r.cursor at that page, r.tries its retries
+// so far): the caller parks the lane rather than hold its runner for it.
 //
-// left, when not nil, is what a host's listing may still name in this run
-// (upstream.HostListingBound, each page counting at least one): the page
-// that spends it is recorded and the listing is cut after it
+// r.left, when not nil, is what a host's listing may still name in this
+// run (upstream.HostListingBound, each page counting at least one): the
+// page that spends it is recorded and the listing is cut after it
 // (upstream.CutTooManyEntries), so a host whose listing never ends cannot
 // hold bootstrap for ever.
-func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, left *int64, window *credit, out chan<- *pageMsg) (at, cutReason string, err error) {
+func (b *Bootstrap) enumerate(ctx context.Context, r *laneRun, out chan<- *pageMsg) (cutReason string, retryIn time.Duration, err error) {
 	cfg := &b.cfg
+	host, cursor, left, window := r.host, r.cursor, r.left, r.window
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
-	var seen upstream.CursorSet
-	seen.Repeats(cursor)
+	r.seen.Repeats(cursor)
 	listed := 0
 	// Until a first page arrives, a listing that has never listed anything
 	// waits for the relay rather than ending empty.
 	// A host of the fleet is never waited for: it fails alone.
 	patient := cursor == "" && host == ""
 	for {
-		pg, err := b.listPage(ctx, host, cursor, patient)
-		if err != nil {
-			if ctx.Err() != nil {
-				return "", "", ctx.Err()
-			}
+		r.cursor = cursor
+		pg, wait, err := b.listPage(ctx, host, cursor, patient, &r.tries)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return "", 0, ctx.Err()
+		case err != nil:
+			r.tries = pageTries{}
 			reason := upstream.CutReason(err)
-			return cursor, reason, b.cutListing(ctx, host, cursor, reason, err, out)
+			return reason, 0, b.cutListing(ctx, host, cursor, reason, err, out)
+		case wait > 0:
+			return "", wait, nil
 		}
+		r.tries = pageTries{}
 		b.hosts().listed(host)
 		patient = false
 		cfg.Metrics.page()
@@ -79,7 +86,7 @@ func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, left *in
 			final, cut = true, upstream.CutCursorTooLong
 		case !final && left != nil && *left < 0:
 			final, cut = true, upstream.CutTooManyEntries
-		case !final && (next == cursor || seen.Repeats(next)):
+		case !final && (next == cursor || r.seen.Repeats(next)):
 			cfg.Metrics.loop()
 			cfg.Logger.Warn("bootstrap: listRepos returned a cursor it had already returned; the listing ends here as if this were the last page",
 				"host", host, "cursor_bytes", len(next))
@@ -96,12 +103,12 @@ func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, left *in
 		}
 		weight, err := window.acquire(ctx, len(entries))
 		if err != nil {
-			return "", "", err
+			return "", 0, err
 		}
 		msg, err := b.record(ctx, host, entries, true, rng)
 		if err != nil {
 			window.release(weight)
-			return "", "", err
+			return "", 0, err
 		}
 		msg.host, msg.reqCursor, msg.next, msg.final, msg.weight = host, cursor, next, final, weight
 		switch cut {
@@ -116,10 +123,10 @@ func (b *Bootstrap) enumerate(ctx context.Context, host, cursor string, left *in
 		case out <- msg:
 		case <-ctx.Done():
 			window.release(weight)
-			return "", "", ctx.Err()
+			return "", 0, ctx.Err()
 		}
 		if final {
-			return cursor, cut, nil
+			return cut, 0, nil
 		}
 		cursor = next
 	}
@@ -297,6 +304,15 @@ func flipped(active bool, status string) func(archive.RepoState, bool) (archive.
 	}
 }
 
+// pageTries is what a page's listPage calls have retried so far: the
+// ordinary and the 429 budgets spent, and whether the patient listing has
+// said it keeps retrying past them. A lane keeps it while parked between
+// tries; a page listed or given up on starts the next at zero.
+type pageTries struct {
+	ordinary, limited int
+	overtime          bool
+}
+
 // listPage fetches one page with retries: transient errors get ListRetries
 // retries with getRepo's ordinary backoff (1 s doubling to 30 s, the
 // internal/backoff jitter), 429s the getRepo 429 budget and its
@@ -306,18 +322,22 @@ func flipped(active bool, status string) func(archive.RepoState, bool) (archive.
 // patient call (nothing listed yet) never gives up on a transient failure
 // or a 429: it keeps retrying at the longest wait, since ending a listing
 // that has listed nothing would archive nothing.
-func (b *Bootstrap) listPage(ctx context.Context, host, cursor string, patient bool) (upstream.Page, error) {
+//
+// The relay's listing (host "") sleeps between its tries here; a host's
+// returns after one failed try with the wait before the next (never 0; t
+// counts the tries across calls), so its lane waits parked, holding no runner
+// (lanes.go): with many hosts down, their waits would otherwise hold every
+// runner while healthy hosts wait to be begun.
+func (b *Bootstrap) listPage(ctx context.Context, host, cursor string, patient bool, t *pageTries) (upstream.Page, time.Duration, error) {
 	cfg := &b.cfg
 	bo := backoff.Policy{Base: backfill.DefaultBackoffBase, Max: backfill.DefaultBackoffMax}
-	ordinary, limited := 0, 0
-	overtime := false
 	for {
 		pg, err := b.listOnce(ctx, host, cursor)
 		if err == nil {
-			return pg, nil
+			return pg, 0, nil
 		}
 		if ctx.Err() != nil {
-			return upstream.Page{}, ctx.Err()
+			return upstream.Page{}, 0, ctx.Err()
 		}
 		class := upstream.Classify(err)
 		cfg.Metrics.listError(class.String())
@@ -326,27 +346,30 @@ func (b *Bootstrap) listPage(ctx context.Context, host, cursor string, patient b
 		case upstream.ClassRateLimited:
 			wait = upstream.RetryAfter(err)
 			if wait <= 0 {
-				wait = bo.Draw(limited, nil)
+				wait = bo.Draw(t.limited, nil)
 			}
-			limited++
+			t.limited++
 		case upstream.ClassTransient:
-			wait = bo.Draw(ordinary, nil)
-			ordinary++
+			wait = bo.Draw(t.ordinary, nil)
+			t.ordinary++
 		default:
-			return upstream.Page{}, fmt.Errorf("bootstrap: listRepos: %w", err)
+			return upstream.Page{}, 0, fmt.Errorf("bootstrap: listRepos: %w", err)
 		}
 		switch {
-		case ordinary <= cfg.ListRetries && limited <= backfill.DefaultRateLimitRetries:
+		case t.ordinary <= cfg.ListRetries && t.limited <= backfill.DefaultRateLimitRetries:
 			cfg.Logger.Warn("bootstrap: listRepos failed; retrying", "host", host, "class", class.String(), "wait", wait, "err", err)
 		case !patient:
-			return upstream.Page{}, fmt.Errorf("bootstrap: listRepos: retries spent: %w", err)
-		case !overtime:
-			overtime = true
+			return upstream.Page{}, 0, fmt.Errorf("bootstrap: listRepos: retries spent: %w", err)
+		case !t.overtime:
+			t.overtime = true
 			cfg.Logger.Error("bootstrap: listRepos keeps failing before anything was listed; retrying until the relay answers (not logged again)",
 				"class", class.String(), "wait", wait, "err", err)
 		}
+		if host != "" {
+			return upstream.Page{}, wait, nil
+		}
 		if err := cfg.Sleep(ctx, wait); err != nil {
-			return upstream.Page{}, err
+			return upstream.Page{}, 0, err
 		}
 	}
 }

@@ -2,8 +2,9 @@ package bootstrap
 
 // lanes.go owns how the listing lanes run: a bounded pool of runners, each
 // taking the next lane that still lists, so a roster of a million hosts
-// costs a few hundred goroutines, not one per host. A host whose listing
-// was cut for failing waits for its next attempt parked, holding no runner.
+// costs a few hundred goroutines, not one per host. A host whose page
+// failed, or whose listing was cut for failing, waits for its next attempt
+// parked, holding no runner.
 
 import (
 	"container/heap"
@@ -17,23 +18,25 @@ import (
 
 // laneRunnersPerWorker bounds the runners: at most this many per worker
 // (and no more than the lanes that list). Workers of them can hold a
-// listRepos request (listSlots); the others wait out a page's retry
-// backoff (minutes for a host that is down: on the real network many
-// are), wait for window credit (a large host's lane, for most of the run;
-// any lane while the hosts' pages fill the whole window) or hand a page to
-// the coordinator, without leaving those
-// request slots idle. 16 (1,600 runners at the default 100 workers, a few
+// listRepos request (listSlots); the others wait for a slot, wait for
+// window credit (a large host's lane, for most of the run; any lane while
+// the hosts' pages fill the whole window) or hand a page to the
+// coordinator, without leaving those request slots idle (a page's retry
+// backoff is waited parked, on no runner). 16 (1,600 runners at the default 100 workers, a few
 // tens of MiB of stacks at most) leaves room for many such lanes at once;
 // a roster of a million hosts still costs no more.
 const laneRunnersPerWorker = 16
 
 // laneRun is a lane being listed: where it lists from next, what its
-// listing may still name in the run, and its retries.
+// listing may still name in the run, the cursors it has returned, and its
+// retries: the page's (tries) and the host's (retries).
 type laneRun struct {
 	host    string
 	cursor  string
 	left    *int64 // nil: no bound (the relay's)
 	window  *credit
+	seen    upstream.CursorSet
+	tries   pageTries
 	retries int
 	due     time.Time // parked: when it is listed again
 }
@@ -48,16 +51,18 @@ type lanePool struct {
 }
 
 // next is the lane a runner lists next and how long it waits first: a
-// parked lane once it is due, else a lane not yet begun, else the parked
-// lane due first. False: none is left (a lane parked later is parked by a
-// runner, which then takes it).
+// lane not yet begun, else the parked lane due first. Every lane is begun
+// before any is tried again, so hosts that are down, however many and
+// wherever in the roster, delay a healthy host's first page by at most
+// their own first tries. False: none is left (a lane parked later is
+// parked by a runner, which then takes it).
 func (p *lanePool) next(now time.Time) (*laneRun, time.Duration, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for len(p.todo) > 0 && !p.todo[0].listing {
 		p.todo = p.todo[1:]
 	}
-	if len(p.parked) > 0 && (len(p.todo) == 0 || !p.parked[0].due.After(now)) {
+	if len(p.parked) > 0 && len(p.todo) == 0 {
 		r := heap.Pop(&p.parked).(*laneRun)
 		return r, r.due.Sub(now), true
 	}
@@ -137,13 +142,19 @@ func (c *coordinator) runLanes(ctx context.Context, pool *lanePool) {
 }
 
 // listLane lists r's lane from its cursor until the listing ends (false),
-// or until a host's listing is cut because it kept failing (down,
-// overloaded: upstream.CutRetriesExhausted) with retries left (true: it is
-// listed again from where it was cut at r.due, after hostRetryBase
-// doubling to hostRetryMax, failing on /status meanwhile with its next
-// attempt), while every other lane goes on; bootstrap's end waits for it
-// only HostRetries times. Spent, the host is left failing: discovery lists
-// it again after bootstrap, a restart before merging from its checkpoint.
+// or until it waits to be listed again (true: parked until r.due, while
+// every other lane goes on):
+//
+//   - a host's page failed with retries left (listPage): it is asked again
+//     after the page's backoff, on the same budgets;
+//   - a host's listing was cut because it kept failing (down, overloaded:
+//     upstream.CutRetriesExhausted) with host retries left: it is listed
+//     again from where it was cut after hostRetryBase doubling to
+//     hostRetryMax, failing on /status meanwhile with its next attempt;
+//     bootstrap's end waits for it only HostRetries times. Spent, the host
+//     is left failing: discovery lists it again after bootstrap, a restart
+//     before merging from its checkpoint.
+//
 // A listing cut for its bytes (malformed, too large, refused, a cursor too
 // long) is not asked again in this run: the same request gets the same
 // bytes.
@@ -152,7 +163,11 @@ func (c *coordinator) runLanes(ctx context.Context, pool *lanePool) {
 // included (upstream.HostListingBound; the relay's: no bound).
 func (b *Bootstrap) listLane(ctx context.Context, r *laneRun, out chan<- *pageMsg) (again bool, err error) {
 	cfg := &b.cfg
-	at, cut, err := b.enumerate(ctx, r.host, r.cursor, r.left, r.window, out)
+	cut, retryIn, err := b.enumerate(ctx, r, out)
+	if retryIn > 0 {
+		r.due = cfg.Now().Add(retryIn)
+		return true, nil
+	}
 	if err != nil || cut != upstream.CutRetriesExhausted || r.host == "" {
 		return false, err
 	}
@@ -166,7 +181,7 @@ func (b *Bootstrap) listLane(ctx context.Context, r *laneRun, out chan<- *pageMs
 	wait := bo.Draw(r.retries, nil)
 	r.retries++
 	cfg.Metrics.hostRetry()
-	r.cursor, r.due = at, cfg.Now().Add(wait)
+	r.due = cfg.Now().Add(wait)
 	b.hosts().retrying(r.host, r.retries, r.due)
 	return true, nil
 }

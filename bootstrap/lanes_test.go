@@ -108,9 +108,13 @@ func TestFleetLanesBoundedGoroutines(t *testing.T) {
 }
 
 // downFirstRoster is a roster whose first down hosts (in name order) fail
-// every listing (transient) and whose up hosts list nothing.
+// every listing (transient: refused at once, or, with attempt set,
+// blackholed: a timeout after attempt) and whose up hosts list nothing.
+// firstUp, when set, is sent the time an up host is first asked.
 type downFirstRoster struct {
 	down, up int
+	attempt  time.Duration
+	firstUp  chan time.Time
 	mu       sync.Mutex
 	listed   map[string]bool
 }
@@ -128,12 +132,28 @@ func (f *downFirstRoster) ListHosts(ctx context.Context, cursor string, limit in
 
 func (f *downFirstRoster) HostListRepos(ctx context.Context, host, cursor string, limit int) (upstream.Page, error) {
 	if host[0] == 'a' {
-		return upstream.Page{}, fmt.Errorf("dial %s: %w", host, syscall.ECONNREFUSED)
+		return upstream.Page{}, f.fail(ctx, host)
 	}
 	f.mu.Lock()
+	if len(f.listed) == 0 && f.firstUp != nil {
+		f.firstUp <- time.Now()
+	}
 	f.listed[host] = true
 	f.mu.Unlock()
 	return upstream.Page{}, nil
+}
+
+// fail is a down host's answer.
+func (f *downFirstRoster) fail(ctx context.Context, host string) error {
+	if f.attempt == 0 {
+		return fmt.Errorf("dial %s: %w", host, syscall.ECONNREFUSED)
+	}
+	select {
+	case <-time.After(f.attempt):
+		return fmt.Errorf("dial %s: %w", host, syscall.ETIMEDOUT)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (f *downFirstRoster) upListed() int {
@@ -286,4 +306,53 @@ func TestFleetWindowBoundsEveryHost(t *testing.T) {
 			t.Fatalf("released: %d of %d DIDs fetched, hosts by state %v", fetched, f.hosts*pageLimit, p.Hosts.ByState)
 		}
 	})
+}
+
+// TestFleetDeadHostsDoNotStarveHealthyOnes: with more dead hosts than lane
+// runners, first in roster order, the healthy host after them is asked
+// for its first page within the first round of the dead hosts' first
+// attempts (Workers at a time), not after their pages' retry backoffs: a
+// page waiting to be asked again waits parked, holding no runner, and a
+// lane not yet begun is taken before a parked one. Dead hosts refuse at
+// once, or are blackholed (each attempt waits the connect timeout while
+// holding a request slot). In fake time.
+func TestFleetDeadHostsDoNotStarveHealthyOnes(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		attempt time.Duration
+	}{{"refused", 0}, {"blackholed", upstream.DefaultConnectTimeout}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newBubbleEnv(t, worldCfg(3, 1))
+				const workers = 2
+				runners := bootstrap.LaneRunnersPerWorker * workers
+				f := &downFirstRoster{down: 2 * runners, up: 1, attempt: tc.attempt, firstUp: make(chan time.Time, 1), listed: map[string]bool{}}
+				b := e.bootOver(f, e.w, &countJobs{runs: map[string]int{}}, func(c *bootstrap.Config) { c.Workers = workers })
+				// Every host's first attempt, Workers at a time; a page's
+				// first retry waits at least 0.75 s.
+				rounds := time.Duration((f.down + 1 + workers - 1) / workers)
+				bound := rounds*tc.attempt + backfill.DefaultBackoffBase/2
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				done := make(chan error, 1)
+				start := time.Now()
+				go func() { done <- b.Run(ctx) }()
+				select {
+				case at := <-f.firstUp:
+					t.Logf("%d dead hosts (%s), %d runners: the healthy host asked %v after the start (bound %v)", f.down, tc.name, runners, at.Sub(start), bound)
+				case <-time.After(bound):
+					late := "not within a day"
+					select {
+					case at := <-f.firstUp:
+						late = at.Sub(start).String()
+					case <-time.After(24 * time.Hour):
+					}
+					t.Errorf("%d dead hosts (%s) first in the roster, %d lane runners, %d workers: the healthy host first asked for a page %s (fake) after the start; want within %v, the first round of the dead hosts' first attempts",
+						f.down, tc.name, runners, workers, late, bound)
+				}
+				cancel()
+				<-done // the store outlives the run
+			})
+		})
+	}
 }
