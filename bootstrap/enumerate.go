@@ -146,6 +146,22 @@ func (b *Bootstrap) cutListing(ctx context.Context, host, cursor, reason string,
 	}
 }
 
+// logRetry says a page try failed and will be retried. The relay's each
+// time; a fleet host's at most once a minute across hosts (hostCutLogEvery),
+// with the tries the line stands for: on the real network thousands of
+// hosts are down, and each fails every try (every one is counted in
+// backstream_listrepos_errors_total).
+func (b *Bootstrap) logRetry(host, class string, wait time.Duration, err error) {
+	f := b.hosts()
+	if host == "" || f == nil {
+		b.cfg.Logger.Warn("bootstrap: listRepos failed; retrying", "host", host, "class", class, "wait", wait, "err", err)
+		return
+	}
+	if n, ok := f.lines.Tick("page_retry"); ok {
+		b.cfg.Logger.Warn("bootstrap: listRepos failed; retrying", "host", host, "class", class, "wait", wait, "err", err, "tries", n)
+	}
+}
+
 // logCut counts a listing cut short and says so, once per listing (a
 // fleet host's: fleet.go).
 func (b *Bootstrap) logCut(host, cursor, reason string, err error) {
@@ -357,7 +373,7 @@ func (b *Bootstrap) listPage(ctx context.Context, host, cursor string, patient b
 		}
 		switch {
 		case t.ordinary <= cfg.ListRetries && t.limited <= backfill.DefaultRateLimitRetries:
-			cfg.Logger.Warn("bootstrap: listRepos failed; retrying", "host", host, "class", class.String(), "wait", wait, "err", err)
+			b.logRetry(host, class.String(), wait, err)
 		case !patient:
 			return upstream.Page{}, 0, fmt.Errorf("bootstrap: listRepos: retries spent: %w", err)
 		case !t.overtime:

@@ -58,8 +58,10 @@ const maxRosterHosts = 1_000_000
 // maxFailingShown bounds the failing hosts /status lists.
 const maxFailingShown = 10
 
-// hostCutLogEvery is how often a host's cut listing is logged at most (the
-// rest are counted in backstream_listrepos_cut_total and on /status).
+// hostCutLogEvery is how often a host's cut listing, and a host's failed
+// page try, are each logged at most (the rest are counted in
+// backstream_listrepos_cut_total, backstream_listrepos_errors_total and on
+// /status).
 const hostCutLogEvery = time.Minute
 
 // FleetSource is what hosts mode needs from the network beyond a

@@ -1,8 +1,10 @@
 package bootstrap_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strconv"
 	"strings"
@@ -355,4 +357,35 @@ func TestFleetDeadHostsDoNotStarveHealthyOnes(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestFleetDeadHostsLogBounded: hosts that are down fail every page try,
+// and each try used to log a WARN: 64 down hosts logged about 4,600 lines
+// over one bootstrap (on the real network, thousands of hosts are down).
+// A host's failed page try is counted (backstream_listrepos_errors_total)
+// and logged at most once a minute across hosts, with the tries it stands
+// for; the relay's own tries are logged each. In fake time.
+func TestFleetDeadHostsLogBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newBubbleEnv(t, worldCfg(3, 1))
+		var buf bytes.Buffer
+		var mu sync.Mutex
+		f := &downFirstRoster{down: 64, up: 1, listed: map[string]bool{}}
+		b := e.bootOver(f, e.w, &countJobs{runs: map[string]int{}}, func(c *bootstrap.Config) {
+			c.Logger = slog.New(slog.NewTextHandler(lockedWriter{&buf, &mu}, nil))
+		})
+		start := time.Now()
+		if err := b.Run(context.Background()); err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		took := time.Since(start)
+		tries := metric(t, e.reg, "backstream_listrepos_errors_total", map[string]string{"class": "transient"})
+		mu.Lock()
+		lines := strings.Count(buf.String(), "listRepos failed; retrying")
+		mu.Unlock()
+		if want := int(took/time.Minute) + 1; lines > want || tries < float64(f.down) {
+			t.Fatalf("%d down hosts over %v (fake): %d failed page tries counted, %d WARN lines about them; want every try counted and at most %d lines (one a minute)",
+				f.down, took, int(tries), lines, want)
+		}
+	})
 }
