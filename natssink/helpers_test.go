@@ -146,6 +146,15 @@ func (wd *world) startSink(t testing.TB, cfg Config) *runningSink {
 	return rs
 }
 
+// logStatusOnFailure logs the sink's status at the test's end if it failed.
+func (rs *runningSink) logStatusOnFailure(t testing.TB) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("sink status at the end: %+v", rs.s.Status())
+		}
+	})
+}
+
 // waitCaughtUp waits until the sink publishes and its position is the
 // archive's tip. (Until a session has read the stream, the position shown
 // is the durable one, which may be ahead of the stream.)

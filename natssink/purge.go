@@ -27,8 +27,9 @@ func (e *purgedError) Error() string {
 // purged once the stream's first sequence is past a message known to be
 // stored at the sample before (or at resume, base): every message up to
 // it is gone at once. On a stream whose limits remove messages (max_age,
-// or discard old) that is what the limits do too: it watches nothing
-// there.
+// or discard old, or a retention other than limits) that is what they do
+// too: it watches nothing there, nor once the stream is given such a
+// limit.
 func (p *publisher) watchPurge(ctx context.Context, stream jetstream.Stream, base uint64, first <-chan struct{}) (purged <-chan *purgedError, stop func()) {
 	found := make(chan *purgedError, 1)
 	if remove, _ := limits(stream.CachedInfo().Config); len(remove) > 0 {
@@ -55,6 +56,9 @@ func (p *publisher) watchPurge(ctx context.Context, stream jetstream.Stream, bas
 			cancelInfo()
 			if err != nil {
 				continue // the session notices a lost server by itself
+			}
+			if remove, _ := limits(info.Config); len(remove) > 0 {
+				return // a limit given to the stream since the session began
 			}
 			if seen > 0 && info.State.FirstSeq > seen {
 				found <- &purgedError{firstSeq: info.State.FirstSeq, stored: seen}
