@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/backstream/backstream/internal/natstest"
+	"github.com/backstream/backstream/internal/promtest"
 )
 
 // TestSinkLimitAddedWhileRunning: the operator gives the sink's stream a
@@ -50,5 +53,44 @@ func TestSinkLimitAddedWhileRunning(t *testing.T) {
 	tip := wd.w.Live().Tip()
 	if len(ids) != 5 || ids[4] != strconv.FormatUint(tip, 10) {
 		t.Errorf("the stream holds ids %v, want the last 5 up to %d", ids, tip)
+	}
+}
+
+// TestSinkStreamEmptiedByMaxAge: a stream with max_age loses every
+// message while the sink is stopped longer than that age (backstream
+// down, or the sink stopped at an event too large). The stream is then
+// empty, but it is not new: the sink resumes after its position, it does
+// not publish the archive again from --nats-from.
+func TestSinkStreamEmptiedByMaxAge(t *testing.T) {
+	c := natstest.Start(t, 1)
+	js := jsConnect(t, c.URLs())
+	if _, err := js.CreateStream(ctxT(t), jetstream.StreamConfig{Name: DefaultStream, Subjects: []string{DefaultStream + ".>"},
+		Storage: jetstream.FileStorage, Duplicates: 500 * time.Millisecond, MaxAge: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	wd := newWorld(t)
+	ctx := ctxT(t)
+	if err := wd.commit(ctx, 20); err != nil {
+		t.Fatal(err)
+	}
+	rs := wd.startSink(t, Config{URLs: c.URLs()})
+	rs.waitCaughtUp(t, wd, 30*time.Second)
+	promtest.Eventually(t, 10*time.Second, "the position 20 is written", func() bool {
+		v, err := wd.store.SinkCursor()
+		return err == nil && v == 20
+	})
+	rs.stop()
+	promtest.Eventually(t, 30*time.Second, "the stream's messages expire", func() bool {
+		return len(streamIDs(t, c.URLs())) == 0
+	})
+	if err := wd.commit(ctx, 20); err != nil {
+		t.Fatal(err)
+	}
+	rs = wd.startSink(t, Config{URLs: c.URLs()})
+	rs.waitCaughtUp(t, wd, 30*time.Second)
+	published := promtest.Value(t, rs.reg, "backstream_nats_published_total", nil)
+	ids := streamIDs(t, c.URLs())
+	if published != 20 || len(ids) != 20 || ids[0] != "21" {
+		t.Errorf("after the stream expired, the sink published %v events, the stream holds ids %v; want the 20 from 21", published, ids)
 	}
 }

@@ -271,11 +271,7 @@ func (p *publisher) resume(ctx context.Context, stream jetstream.Stream) error {
 	p.expect, p.stored = info.State.LastSeq, info.State.LastSeq
 	if info.State.Msgs == 0 {
 		s.purged.Store(false)
-		if pos := s.acked.Load(); pos > 0 && s.cfg.From <= pos {
-			s.log.Warn("the NATS stream is empty but backstream had published up to its position: publishing again from --nats-from",
-				"stream", s.cfg.Stream, "position", pos, "from", s.cfg.From)
-		}
-		p.next = s.cfg.From
+		p.next = p.emptyStart(info)
 		s.setPosition(p.next - min(p.next, 1))
 		return nil
 	}
@@ -304,6 +300,27 @@ func (p *publisher) resume(ctx context.Context, stream jetstream.Stream) error {
 	p.next, p.base = last+1, msg.Sequence
 	s.setPosition(last)
 	return nil
+}
+
+// emptyStart is the archive seq a session publishes first into an empty
+// stream. A stream that never held a message, or one emptied by a purge,
+// starts from From. One whose limits or retention remove messages, and
+// that held some, was emptied by them (a purge there cannot be told from
+// them): the sink goes on after its position, as it would have had the
+// last message remained.
+func (p *publisher) emptyStart(info *jetstream.StreamInfo) uint64 {
+	s := p.sink
+	pos := s.acked.Load()
+	if remove, _ := limits(info.Config); len(remove) > 0 && info.State.LastSeq > 0 && pos > 0 {
+		s.log.Info("the NATS stream is empty: its limits removed every message it held; publishing after the position",
+			"stream", s.cfg.Stream, "limits", remove, "last_sequence", info.State.LastSeq, "position", pos)
+		return max(pos+1, s.cfg.From)
+	}
+	if pos > 0 && s.cfg.From <= pos {
+		s.log.Warn("the NATS stream is empty but backstream had published up to its position: publishing again from --nats-from",
+			"stream", s.cfg.Stream, "position", pos, "from", s.cfg.From)
+	}
+	return s.cfg.From
 }
 
 // lastMsg is the stream's last message that still exists, whatever its
