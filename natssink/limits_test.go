@@ -6,6 +6,7 @@ package natssink
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,4 +94,46 @@ func TestSinkStreamEmptiedByMaxAge(t *testing.T) {
 	if published != 20 || len(ids) != 20 || ids[0] != "21" {
 		t.Errorf("after the stream expired, the sink published %v events, the stream holds ids %v; want the 20 from 21", published, ids)
 	}
+}
+
+// TestSinkInterestRetention: a stream with interest retention and no
+// consumer keeps no message: each is removed once stored. The sink must
+// publish every event once, not take the removals for a purge and fill
+// the stream again from --nats-from; the differences say the retention
+// removes published events.
+func TestSinkInterestRetention(t *testing.T) {
+	c := natstest.Start(t, 1)
+	js := jsConnect(t, c.URLs())
+	if _, err := js.CreateStream(ctxT(t), jetstream.StreamConfig{Name: DefaultStream, Subjects: []string{DefaultStream + ".>"},
+		Storage: jetstream.FileStorage, Duplicates: DefaultDuplicateWindow, Retention: jetstream.InterestPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	wd := newWorld(t)
+	ctx := ctxT(t)
+	rs := wd.startSink(t, Config{URLs: c.URLs()})
+	rs.logStatusOnFailure(t)
+	for range 10 {
+		if err := wd.commit(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+		rs.waitCaughtUp(t, wd, 30*time.Second)
+	}
+	st := rs.s.Status()
+	published := promtest.Value(t, rs.reg, "backstream_nats_published_total", nil)
+	if published != 100 || st.Errors > 0 {
+		t.Errorf("published %v events for 100 archived, %d errors (last %q)", published, st.Errors, st.LastError)
+	}
+	if !containsAny(st.ConfigDiffs, "remove published events") {
+		t.Errorf("config differences %q do not say the retention removes published events", st.ConfigDiffs)
+	}
+}
+
+// containsAny reports whether one of ss contains sub.
+func containsAny(ss []string, sub string) bool {
+	for _, s := range ss {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
 }

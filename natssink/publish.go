@@ -232,10 +232,15 @@ func configDiffs(want, got jetstream.StreamConfig, replicasSet bool) []string {
 // that refuse new ones, as nats-server enforces them: max_age always
 // removes; max_msgs and max_bytes refuse with discard new; and
 // max_msgs_per_subject refuses only with discard new and
-// discard_new_per_subject both, else it removes the subject's oldest.
+// discard_new_per_subject both, else it removes the subject's oldest. A
+// retention other than limits removes too: a message goes once its
+// consumers have it (at once, with interest retention and no consumer).
 func limits(c jetstream.StreamConfig) (remove, refuse []string) {
 	if c.MaxAge > 0 {
 		remove = append(remove, "max_age")
+	}
+	if c.Retention != jetstream.LimitsPolicy {
+		remove = append(remove, c.Retention.String()+" retention")
 	}
 	for _, l := range []struct {
 		name string
