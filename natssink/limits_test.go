@@ -137,3 +137,23 @@ func containsAny(ss []string, sub string) bool {
 	}
 	return false
 }
+
+// TestSinkWritesItsPositionAsItStops: a sink stopped (not killed) writes
+// its position on the way out, however long its PositionEvery: the
+// position is what a stream emptied by its limits resumes after.
+func TestSinkWritesItsPositionAsItStops(t *testing.T) {
+	c := natstest.Start(t, 1)
+	wd := newWorld(t)
+	if err := wd.commit(ctxT(t), 20); err != nil {
+		t.Fatal(err)
+	}
+	rs := wd.startSink(t, Config{URLs: c.URLs(), PositionEvery: time.Hour})
+	rs.waitCaughtUp(t, wd, 30*time.Second)
+	if err := rs.stop(); err != nil {
+		t.Fatal(err)
+	}
+	pos, err := wd.store.SinkCursor()
+	if err != nil || pos != 20 {
+		t.Fatalf("the stopped sink's stored position is %d (%v), want 20", pos, err)
+	}
+}

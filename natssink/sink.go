@@ -361,8 +361,11 @@ type fatalError struct{ err error }
 
 func (f *fatalError) Error() string { return f.err.Error() }
 
+// finalSaveTimeout bounds the position's last write as the sink stops.
+const finalSaveTimeout = time.Second
+
 // startMonitor writes the position and the lag every PositionEvery until
-// ctx ends or stop is called.
+// ctx ends or stop is called, and the position once more then.
 func (s *Sink) startMonitor(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -374,6 +377,7 @@ func (s *Sink) startMonitor(ctx context.Context) (stop func()) {
 		for {
 			select {
 			case <-ctx.Done():
+				s.saveLast(ctx, saved)
 				return
 			case <-t.C:
 			}
@@ -395,11 +399,41 @@ func (s *Sink) startMonitor(ctx context.Context) (stop func()) {
 // savePosition submits the position as a unit Put; it does not wait for
 // the unit to be durable (the stream, not the position, decides a resume).
 func (s *Sink) savePosition(ctx context.Context, pos uint64) error {
-	v, err := archive.EncodeSeqCursor(pos)
+	u, err := positionUnit(pos)
 	if err != nil {
 		return err
 	}
-	return s.cfg.Writer.Submit(ctx, &archive.Unit{Puts: []archive.KV{{Key: archive.KeyCursorSinkNATS, Value: v}}})
+	return s.cfg.Writer.Submit(ctx, u)
+}
+
+// positionUnit is the unit that writes the position.
+func positionUnit(pos uint64) (*archive.Unit, error) {
+	v, err := archive.EncodeSeqCursor(pos)
+	if err != nil {
+		return nil, err
+	}
+	return &archive.Unit{Puts: []archive.KV{{Key: archive.KeyCursorSinkNATS, Value: v}}}, nil
+}
+
+// saveLast writes the position as the sink stops, and waits until it is
+// durable (at most finalSaveTimeout): a stream whose limits emptied it
+// while backstream was down is resumed after it (resume). A failure is
+// counted only: a writer stopping first refuses it, and the stream, not
+// the position, decides every other resume.
+func (s *Sink) saveLast(ctx context.Context, saved uint64) {
+	pos := s.acked.Load()
+	if pos == saved {
+		return
+	}
+	u, err := positionUnit(pos)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalSaveTimeout)
+		defer cancel()
+		_, err = s.cfg.Writer.Apply(ctx, u)
+	}
+	if err != nil {
+		s.fail(errPosition, err)
+	}
 }
 
 // measureLag sets the lag: events between the position and the archive
