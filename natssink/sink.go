@@ -106,7 +106,8 @@ type Sink struct {
 	cfg Config
 	log *slog.Logger
 
-	acked atomic.Uint64 // the position: highest seq acknowledged, none missing below
+	acked atomic.Uint64             // the position: highest seq acknowledged, none missing below
+	conn  atomic.Pointer[nats.Conn] // the connection Run dialled last
 	// purged: a session found the stream purged behind it; until the
 	// stream is found empty, sessions refuse to publish behind the purge.
 	purged atomic.Bool
@@ -271,9 +272,16 @@ func (s *Sink) foundPurged(e *purgedError) {
 	s.purged.Store(true)
 }
 
-// fail counts err under kind and keeps it as the last error.
+// fail counts err under kind and keeps it as the last error, with the
+// connection's own last error while it is down (the servers' reason,
+// such as an authorization violation, that err may not carry).
 func (s *Sink) fail(kind string, err error) {
 	s.cfg.Metrics.failed(kind)
+	if nc := s.conn.Load(); nc != nil && !nc.IsConnected() {
+		if last := nc.LastError(); last != nil && !errors.Is(err, last) {
+			err = fmt.Errorf("%w (connection: %v)", err, last)
+		}
+	}
 	s.mu.Lock()
 	s.status.Errors++
 	s.status.LastError = kind + ": " + err.Error()
@@ -299,15 +307,11 @@ func (s *Sink) Run(ctx context.Context) error {
 	case !errors.Is(err, archive.ErrNotFound):
 		return fmt.Errorf("natssink: %w", err)
 	}
-	nc, err := nats.Connect(s.cfg.URLs, opts...)
+	nc, js, err := s.connect(opts)
 	if err != nil {
-		return fmt.Errorf("natssink: connect %s: %w", s.cfg.URLs, err)
+		return err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("natssink: jetstream: %w", err)
-	}
+	defer func() { nc.Close() }() // the last connection dialled
 	mon := s.startMonitor(ctx)
 	defer mon()
 	s.log.Info("publishing the archive to NATS", "servers", s.cfg.URLs, "stream", s.cfg.Stream)
@@ -315,6 +319,16 @@ func (s *Sink) Run(ctx context.Context) error {
 	slow := backoff.Loop{Policy: s.cfg.TooLargeBackoff}
 	logged := false
 	for {
+		if nc.IsClosed() {
+			// nats.go closes a connection for good on some server
+			// errors (the same authorization error twice in a row):
+			// dial again, so the sink goes on once the servers or the
+			// credentials are put right.
+			s.log.Warn("the NATS connection was closed; connecting again", "err", nc.LastError())
+			if nc, js, err = s.connect(opts); err != nil {
+				return err
+			}
+		}
 		p := &publisher{sink: s, nc: nc, js: js}
 		err := p.session(ctx)
 		if ctx.Err() != nil {
@@ -354,6 +368,23 @@ func (s *Sink) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// connect dials the servers. With RetryOnFailedConnect it fails only on
+// options nats.go refuses; the servers being down or refusing the
+// credentials leaves the connection reconnecting.
+func (s *Sink) connect(opts []nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(s.cfg.URLs, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("natssink: connect %s: %w", s.cfg.URLs, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("natssink: jetstream: %w", err)
+	}
+	s.conn.Store(nc)
+	return nc, js, nil
 }
 
 // fatalError is a failure of our own persistence: Run returns it.

@@ -116,6 +116,22 @@ func (c *Cluster) SetMaxPayload(n int32) {
 	}
 }
 
+// SetUsers sets every node's users (nil: no authentication) and reloads
+// it, as an operator editing the config and sending SIGHUP would: a
+// client the new users refuse is disconnected.
+func (c *Cluster) SetUsers(users []*server.User) {
+	c.t.Helper()
+	for i, s := range c.nodes {
+		c.opts[i].Users = users
+		if s == nil {
+			continue
+		}
+		if err := s.ReloadOptions(c.opts[i].Clone()); err != nil {
+			c.t.Fatalf("natstest: node %d: reload users: %v", i, err)
+		}
+	}
+}
+
 // Shutdown stops every node.
 func (c *Cluster) Shutdown() {
 	for i := range c.nodes {
