@@ -43,3 +43,32 @@ func TestSinkCredentialsRefusedThenRestored(t *testing.T) {
 	rs.waitCaughtUp(t, wd, 30*time.Second)
 }
 
+// TestSinkPermissionDenied: the sink's user may not ask for the stream's
+// info, or may not publish into it. The servers answer such a request or
+// publish with nothing but a permissions violation on the connection; the
+// sink's last error must name it (not only a timeout, the reason left to
+// nats.go's own line on stderr), and the sink goes on once the operator
+// grants the permission.
+func TestSinkPermissionDenied(t *testing.T) {
+	for _, tc := range []struct{ name, deny string }{
+		{"stream info", "$JS.API.STREAM.INFO.>"},
+		{"publish", DefaultStream + ".>"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := natstest.Start(t, 1)
+			c.SetUsers([]*server.User{{Username: "bs", Password: "pw",
+				Permissions: &server.Permissions{Publish: &server.SubjectPermission{Deny: []string{tc.deny}}}}})
+			wd := newWorld(t)
+			if err := wd.commit(ctxT(t), 20); err != nil {
+				t.Fatal(err)
+			}
+			rs := wd.startSink(t, Config{URLs: c.URLs(), AckTimeout: 500 * time.Millisecond, Options: []nats.Option{nats.UserInfo("bs", "pw")}})
+			rs.logStatusOnFailure(t)
+			promtest.Eventually(t, 30*time.Second, "the sink names the permissions violation", func() bool {
+				return strings.Contains(strings.ToLower(rs.s.Status().LastError), "permissions violation")
+			})
+			c.SetUsers([]*server.User{{Username: "bs", Password: "pw"}})
+			rs.waitCaughtUp(t, wd, 30*time.Second)
+		})
+	}
+}

@@ -113,6 +113,10 @@ type Sink struct {
 	purged atomic.Bool
 	mu     sync.Mutex
 	status Status
+	// serverErr is the last error the servers reported on the connection
+	// (a permissions violation comes only so) since a publish was last
+	// acknowledged.
+	serverErr error
 }
 
 // CheckURLs reports the first entry of urls (comma-separated, as
@@ -234,6 +238,7 @@ func (s *Sink) publishing() {
 	s.mu.Lock()
 	went := s.status.TooLarge
 	s.status.TooLarge = nil
+	s.serverErr = nil
 	s.mu.Unlock()
 	if went != nil {
 		s.cfg.Metrics.stoppedAt(0)
@@ -272,6 +277,19 @@ func (s *Sink) foundPurged(e *purgedError) {
 	s.purged.Store(true)
 }
 
+// serverError keeps an error the servers reported on the connection
+// (nats.go's asynchronous error handler; its default prints to stderr),
+// logging the first since a publish was last acknowledged.
+func (s *Sink) serverError(_ *nats.Conn, _ *nats.Subscription, err error) {
+	s.mu.Lock()
+	first := s.serverErr == nil
+	s.serverErr = err
+	s.mu.Unlock()
+	if first {
+		s.log.Warn("the NATS servers report an error on the sink's connection", "err", err)
+	}
+}
+
 // fail counts err under kind and keeps it as the last error, with the
 // connection's own last error while it is down (the servers' reason,
 // such as an authorization violation, that err may not carry).
@@ -283,6 +301,9 @@ func (s *Sink) fail(kind string, err error) {
 		}
 	}
 	s.mu.Lock()
+	if s.serverErr != nil && !errors.Is(err, s.serverErr) {
+		err = fmt.Errorf("%w (the servers said: %v)", err, s.serverErr)
+	}
 	s.status.Errors++
 	s.status.LastError = kind + ": " + err.Error()
 	s.mu.Unlock()
@@ -297,6 +318,7 @@ func (s *Sink) Run(ctx context.Context) error {
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
 		nats.ReconnectWait(time.Second),
+		nats.ErrorHandler(s.serverError),
 	}, s.cfg.Options...)
 	if s.cfg.Creds != "" {
 		opts = append(opts, nats.UserCredentials(s.cfg.Creds))
