@@ -99,8 +99,8 @@ func TestSinkStreamEmptiedByMaxAge(t *testing.T) {
 // TestSinkInterestRetention: a stream with interest retention and no
 // consumer keeps no message: each is removed once stored. The sink must
 // publish every event once, not take the removals for a purge and fill
-// the stream again from --nats-from; the differences say the retention
-// removes published events.
+// the stream again from --nats-from, while it runs or once restarted; the
+// differences say the retention removes published events.
 func TestSinkInterestRetention(t *testing.T) {
 	c := natstest.Start(t, 1)
 	js := jsConnect(t, c.URLs())
@@ -125,6 +125,18 @@ func TestSinkInterestRetention(t *testing.T) {
 	}
 	if !containsAny(st.ConfigDiffs, "remove published events") {
 		t.Errorf("config differences %q do not say the retention removes published events", st.ConfigDiffs)
+	}
+	// Restarted, the sink finds the stream empty: it goes on after its
+	// position.
+	rs.stop()
+	if err := wd.commit(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	rs = wd.startSink(t, Config{URLs: c.URLs()})
+	rs.logStatusOnFailure(t)
+	rs.waitCaughtUp(t, wd, 30*time.Second)
+	if published := promtest.Value(t, rs.reg, "backstream_nats_published_total", nil); published != 10 {
+		t.Errorf("restarted over the empty stream, the sink published %v events, want the 10 new ones", published)
 	}
 }
 
@@ -156,4 +168,34 @@ func TestSinkWritesItsPositionAsItStops(t *testing.T) {
 	if err != nil || pos != 20 {
 		t.Fatalf("the stopped sink's stored position is %d (%v), want 20", pos, err)
 	}
+}
+
+// TestSinkMaxAgeStreamPurgedRefills: a stream with max_age, purged while
+// backstream is stopped, its last message younger than max_age, was
+// emptied by the operator, not by its age: the sink fills it again from
+// --nats-from.
+func TestSinkMaxAgeStreamPurgedRefills(t *testing.T) {
+	c := natstest.Start(t, 1)
+	js := jsConnect(t, c.URLs())
+	// A short duplicate window: the purged ids are refused until it passes.
+	stream, err := js.CreateStream(ctxT(t), jetstream.StreamConfig{Name: DefaultStream, Subjects: []string{DefaultStream + ".>"},
+		Storage: jetstream.FileStorage, Duplicates: 500 * time.Millisecond, MaxAge: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd := newWorld(t)
+	if err := wd.commit(ctxT(t), 20); err != nil {
+		t.Fatal(err)
+	}
+	rs := wd.startSink(t, Config{URLs: c.URLs()})
+	rs.waitCaughtUp(t, wd, 30*time.Second)
+	rs.stop()
+	if err := stream.Purge(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	rs = wd.startSink(t, Config{URLs: c.URLs()})
+	rs.logStatusOnFailure(t)
+	promtest.Eventually(t, 30*time.Second, "the sink fills the purged stream again from --nats-from", func() bool {
+		return rs.s.Status().State == StatePublishing && len(missing(t, c.URLs(), 20)) == 0
+	})
 }

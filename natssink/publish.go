@@ -240,7 +240,7 @@ func limits(c jetstream.StreamConfig) (remove, refuse []string) {
 		remove = append(remove, "max_age")
 	}
 	if c.Retention != jetstream.LimitsPolicy {
-		remove = append(remove, c.Retention.String()+" retention")
+		remove = append(remove, strings.ToLower(c.Retention.String())+" retention")
 	}
 	for _, l := range []struct {
 		name string
@@ -308,17 +308,14 @@ func (p *publisher) resume(ctx context.Context, stream jetstream.Stream) error {
 }
 
 // emptyStart is the archive seq a session publishes first into an empty
-// stream. A stream that never held a message, or one emptied by a purge,
-// starts from From. One whose limits or retention remove messages, and
-// that held some, was emptied by them (a purge there cannot be told from
-// them): the sink goes on after its position, as it would have had the
-// last message remained.
+// stream: after the position when the stream emptied itself, else From
+// (a stream never published into, or one purged).
 func (p *publisher) emptyStart(info *jetstream.StreamInfo) uint64 {
 	s := p.sink
 	pos := s.acked.Load()
-	if remove, _ := limits(info.Config); len(remove) > 0 && info.State.LastSeq > 0 && pos > 0 {
-		s.log.Info("the NATS stream is empty: its limits removed every message it held; publishing after the position",
-			"stream", s.cfg.Stream, "limits", remove, "last_sequence", info.State.LastSeq, "position", pos)
+	if pos > 0 && emptiedItself(info) {
+		s.log.Info("the NATS stream is empty: its retention or max_age removed every message it held; publishing after the position",
+			"stream", s.cfg.Stream, "last_sequence", info.State.LastSeq, "last_message_at", info.State.LastTime, "position", pos)
 		return max(pos+1, s.cfg.From)
 	}
 	if pos > 0 && s.cfg.From <= pos {
@@ -326,6 +323,23 @@ func (p *publisher) emptyStart(info *jetstream.StreamInfo) uint64 {
 			"stream", s.cfg.Stream, "position", pos, "from", s.cfg.From)
 	}
 	return s.cfg.From
+}
+
+// emptiedItself reports whether an empty stream that held messages lost
+// them to its own rules rather than to a purge: a retention other than
+// limits (consumers took them), or max_age with its last message older
+// than that by the server's clock (it would have expired, purged or not).
+// Limits on count or size never empty a stream.
+func emptiedItself(info *jetstream.StreamInfo) bool {
+	c, st := info.Config, info.State
+	switch {
+	case st.LastSeq == 0:
+		return false
+	case c.Retention != jetstream.LimitsPolicy:
+		return true
+	default:
+		return c.MaxAge > 0 && !info.TimeStamp.IsZero() && info.TimeStamp.Sub(st.LastTime) >= c.MaxAge
+	}
 }
 
 // lastMsg is the stream's last message that still exists, whatever its
