@@ -52,7 +52,10 @@
 //     moves past a message the session stored, the session ends, and the
 //     sink publishes nothing more until it finds the stream empty (then
 //     from From): what it had published behind the purge cannot be put
-//     back in order.
+//     back in order. A stream whose own rules remove messages (max_age,
+//     discard old, a retention other than limits) is not watched, from
+//     the moment it has such a rule; one those rules emptied (emptiedItself)
+//     is resumed after the position, which the sink writes as it stops.
 //   - The stream is created when missing (file storage, Replicas, a
 //     duplicate window of DefaultDuplicateWindow); an existing stream is never
 //     changed: its differences from that config are logged once per
@@ -61,5 +64,8 @@
 // The sink runs in steady state only (node adds it to the lifecycle's
 // steady components). Persistence failures of our own (a store read, the
 // writer refusing the position) stop it with an error; NATS failures never
-// do: they are counted, shown, and retried with backoff.
+// do: they are counted, shown, and retried with backoff. A connection
+// nats.go closes for good (the same authorization error twice) is dialled
+// again; the servers' asynchronous errors (a permissions violation) are
+// logged once and named in the last error.
 package natssink
