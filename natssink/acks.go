@@ -126,7 +126,11 @@ var (
 func parseAck(m *nats.Msg) ackReply {
 	d := m.Data
 	if len(d) == 0 {
-		if st := m.Header.Get("Status"); st != "" {
+		switch st := m.Header.Get("Status"); st {
+		case "":
+		case "503":
+			return ackReply{err: errors.New("status 503, no responders: no stream takes the subject")}
+		default:
 			return ackReply{err: fmt.Errorf("status %s %s", st, m.Header.Get("Description"))}
 		}
 		return ackReply{err: errors.New("empty acknowledgement")}
