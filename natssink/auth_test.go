@@ -17,21 +17,14 @@ import (
 )
 
 // TestSinkCredentialsRefusedThenRestored: the servers' users change
-// under a running sink (a password rotated on the servers before the
-// sink's credentials): every reconnect is refused. The sink shows the
+// under a running sink (authentication turned on, or a password rotated,
+// on the servers before the sink's credentials): every reconnect is
+// refused. The sink shows the
 // refusal, and once the servers accept its credentials again it goes on
 // without a restart, as it does after any outage.
 func TestSinkCredentialsRefusedThenRestored(t *testing.T) {
-	c := natstest.Start(t, 1)
-	c.SetUsers([]*server.User{{Username: "bs", Password: "old"}})
-	wd := newWorld(t)
+	c, wd, rs := caughtUp(t, 20, Config{Options: []nats.Option{nats.UserInfo("bs", "old")}})
 	ctx := ctxT(t)
-	if err := wd.commit(ctx, 20); err != nil {
-		t.Fatal(err)
-	}
-	rs := wd.startSink(t, Config{URLs: c.URLs(), Options: []nats.Option{nats.UserInfo("bs", "old")}})
-	rs.logStatusOnFailure(t)
-	rs.waitCaughtUp(t, wd, 30*time.Second)
 	c.SetUsers([]*server.User{{Username: "bs", Password: "new"}})
 	if err := wd.commit(ctx, 20); err != nil {
 		t.Fatal(err)

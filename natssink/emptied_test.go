@@ -1,8 +1,8 @@
 package natssink
 
-// An emptied stream: purged while the sink runs, or found empty by a
-// session. The sink fills it again from --nats-from, and its position
-// (Status and the gauge) goes back with it.
+// An emptied stream: purged while the sink runs, found empty by a
+// session, or deleted and re-created. The sink fills it again from
+// --nats-from, and its position (Status and the gauge) goes back with it.
 
 import (
 	"strings"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/backstream/backstream/internal/natstest"
 	"github.com/backstream/backstream/internal/promtest"
@@ -105,5 +106,40 @@ func TestSinkPositionGaugeAfterEmptiedStream(t *testing.T) {
 	if gauge != float64(st.Position) {
 		t.Errorf("backstream_nats_position = %v while /status says %d (state %s, lag_events %v, stream holds %d messages)",
 			gauge, st.Position, st.State, lag, len(streamIDs(t, c.URLs())))
+	}
+}
+
+// TestSinkStreamRecreated: the operator deletes the stream while the sink
+// publishes and creates it again with subjects that do not take the
+// sink's. The sink shows why its publishes fail
+// and how the stream differs; once the subjects are put right it fills the
+// new stream from --nats-from, every event once, in order.
+func TestSinkStreamRecreated(t *testing.T) {
+	c, wd, rs := caughtUp(t, 20, Config{DuplicateWindow: 500 * time.Millisecond})
+	ctx := ctxT(t)
+	js := jsConnect(t, c.URLs())
+	if err := js.DeleteStream(ctx, DefaultStream); err != nil {
+		t.Fatal(err)
+	}
+	cfg := jetstream.StreamConfig{Name: DefaultStream, Subjects: []string{"elsewhere.>"}, Duplicates: 500 * time.Millisecond}
+	createStream(t, js, cfg)
+	if err := wd.commit(ctx, 20); err != nil {
+		t.Fatal(err)
+	}
+	promtest.Eventually(t, 30*time.Second, "the sink shows the new stream's subjects", func() bool {
+		st := rs.s.Status()
+		return st.State != StatePublishing && containsAny(st.ConfigDiffs, "do not include backstream.>") && st.LastError != ""
+	})
+	if st := rs.s.Status(); !strings.Contains(st.LastError, "no stream takes the subject") {
+		t.Errorf("while the subjects are wrong, the last error %q does not say no stream takes the subject", st.LastError)
+	}
+	cfg.Subjects = []string{DefaultStream + ".>"}
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	rs.waitCaughtUp(t, wd, 30*time.Second)
+	natstest.CheckStream(t, wd.store, natstest.ReadStream(t, c.URLs(), DefaultStream, natstest.ArchiveEvents(t, wd.store)), subjectOf(DefaultStream))
+	if d := strings.Join(rs.s.Status().ConfigDiffs, "; "); strings.Contains(d, "subjects") {
+		t.Errorf("differences %q after the subjects were put right", d)
 	}
 }

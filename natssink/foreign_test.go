@@ -19,13 +19,7 @@ import (
 // stream as another publisher would.
 func foreignAfterCatchUp(t *testing.T, m *nats.Msg) (*natstest.Cluster, *world, *runningSink, uint64) {
 	t.Helper()
-	c := natstest.Start(t, 1)
-	wd := newWorld(t)
-	if err := wd.commit(ctxT(t), 20); err != nil {
-		t.Fatal(err)
-	}
-	rs := wd.startSink(t, Config{URLs: c.URLs()})
-	rs.waitCaughtUp(t, wd, 30*time.Second)
+	c, wd, rs := caughtUp(t, 20, Config{})
 	ack, err := jsConnect(t, c.URLs()).PublishMsg(ctxT(t), m)
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/natstest"
 	"github.com/backstream/backstream/internal/promtest"
 )
 
@@ -144,6 +145,39 @@ func (wd *world) startSink(t testing.TB, cfg Config) *runningSink {
 	}}
 	t.Cleanup(func() { rs.stop() })
 	return rs
+}
+
+// caughtUp starts a one-node cluster, archives n events, and starts a
+// sink with cfg (its URLs the cluster's) that has published them.
+func caughtUp(t *testing.T, n int, cfg Config) (*natstest.Cluster, *world, *runningSink) {
+	t.Helper()
+	c := natstest.Start(t, 1)
+	wd := newWorld(t)
+	if err := wd.commit(ctxT(t), n); err != nil {
+		t.Fatal(err)
+	}
+	cfg.URLs = c.URLs()
+	rs := wd.startSink(t, cfg)
+	rs.logStatusOnFailure(t)
+	rs.waitCaughtUp(t, wd, 30*time.Second)
+	return c, wd, rs
+}
+
+// createStream creates the stream as an operator would, cfg's name and
+// subjects defaulting to the sink's.
+func createStream(t testing.TB, js jetstream.JetStream, cfg jetstream.StreamConfig) jetstream.Stream {
+	t.Helper()
+	if cfg.Name == "" {
+		cfg.Name = DefaultStream
+	}
+	if cfg.Subjects == nil {
+		cfg.Subjects = []string{cfg.Name + ".>"}
+	}
+	stream, err := js.CreateStream(ctxT(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream
 }
 
 // logStatusOnFailure logs the sink's status at the test's end if it failed.

@@ -229,10 +229,7 @@ func TestSinkConfigDiffs(t *testing.T) {
 func TestSinkPerSubjectLimitDiscardsOld(t *testing.T) {
 	c := natstest.Start(t, 1)
 	js := jsConnect(t, c.URLs())
-	if _, err := js.CreateStream(ctxT(t), jetstream.StreamConfig{Name: DefaultStream, Subjects: []string{DefaultStream + ".>"},
-		Storage: jetstream.FileStorage, Duplicates: DefaultDuplicateWindow, MaxMsgsPerSubject: 1, Discard: jetstream.DiscardNew}); err != nil {
-		t.Fatal(err)
-	}
+	createStream(t, js, jetstream.StreamConfig{Duplicates: DefaultDuplicateWindow, MaxMsgsPerSubject: 1, Discard: jetstream.DiscardNew})
 	wd := newWorld(t)
 	if err := wd.commit(ctxT(t), 20); err != nil {
 		t.Fatal(err)

@@ -105,15 +105,7 @@ func (c *Cluster) Restart(i int) {
 // connected learn the new limit only when they reconnect.
 func (c *Cluster) SetMaxPayload(n int32) {
 	c.t.Helper()
-	for i, s := range c.nodes {
-		c.opts[i].MaxPayload = n
-		if s == nil {
-			continue
-		}
-		if err := s.ReloadOptions(c.opts[i].Clone()); err != nil {
-			c.t.Fatalf("natstest: node %d: reload max_payload %d: %v", i, n, err)
-		}
-	}
+	c.reload(fmt.Sprintf("max_payload %d", n), func(o *server.Options) { o.MaxPayload = n })
 }
 
 // SetUsers sets every node's users (nil: no authentication) and reloads
@@ -121,13 +113,19 @@ func (c *Cluster) SetMaxPayload(n int32) {
 // client the new users refuse is disconnected.
 func (c *Cluster) SetUsers(users []*server.User) {
 	c.t.Helper()
+	c.reload("users", func(o *server.Options) { o.Users = users })
+}
+
+// reload applies set to every node's options and reloads the running ones.
+func (c *Cluster) reload(what string, set func(*server.Options)) {
+	c.t.Helper()
 	for i, s := range c.nodes {
-		c.opts[i].Users = users
+		set(c.opts[i])
 		if s == nil {
 			continue
 		}
 		if err := s.ReloadOptions(c.opts[i].Clone()); err != nil {
-			c.t.Fatalf("natstest: node %d: reload users: %v", i, err)
+			c.t.Fatalf("natstest: node %d: reload %s: %v", i, what, err)
 		}
 	}
 }
