@@ -290,23 +290,34 @@ func (s *Sink) serverError(_ *nats.Conn, _ *nats.Subscription, err error) {
 	}
 }
 
-// fail counts err under kind and keeps it as the last error, with the
-// connection's own last error while it is down (the servers' reason,
-// such as an authorization violation, that err may not carry).
+// fail counts err under kind and keeps it as the last error, a NATS
+// failure with the servers' reason that err may not carry.
 func (s *Sink) fail(kind string, err error) {
 	s.cfg.Metrics.failed(kind)
+	if kind != errRender && kind != errPosition {
+		err = s.withReason(err)
+	}
+	s.mu.Lock()
+	s.status.Errors++
+	s.status.LastError = kind + ": " + err.Error()
+	s.mu.Unlock()
+}
+
+// withReason adds to err the connection's own last error while it is
+// down (an authorization violation), and the last error the servers
+// reported since a publish was acknowledged (a permissions violation).
+func (s *Sink) withReason(err error) error {
 	if nc := s.conn.Load(); nc != nil && !nc.IsConnected() {
 		if last := nc.LastError(); last != nil && !errors.Is(err, last) {
 			err = fmt.Errorf("%w (connection: %v)", err, last)
 		}
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.serverErr != nil && !errors.Is(err, s.serverErr) {
 		err = fmt.Errorf("%w (the servers said: %v)", err, s.serverErr)
 	}
-	s.status.Errors++
-	s.status.LastError = kind + ": " + err.Error()
-	s.mu.Unlock()
+	return err
 }
 
 // Run publishes until ctx ends. It returns nil then, or the error of a
