@@ -5,6 +5,7 @@ package natssink
 // put the credentials or permissions right.
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +24,8 @@ import (
 // refusal, and once the servers accept its credentials again it goes on
 // without a restart, as it does after any outage.
 func TestSinkCredentialsRefusedThenRestored(t *testing.T) {
-	c, wd, rs := caughtUp(t, 20, Config{Options: []nats.Option{nats.UserInfo("bs", "old")}})
+	var logs logBuffer
+	c, wd, rs := caughtUp(t, 20, Config{Options: []nats.Option{nats.UserInfo("bs", "old")}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	ctx := ctxT(t)
 	c.SetUsers([]*server.User{{Username: "bs", Password: "new"}})
 	if err := wd.commit(ctx, 20); err != nil {
@@ -32,6 +34,11 @@ func TestSinkCredentialsRefusedThenRestored(t *testing.T) {
 	promtest.Eventually(t, 30*time.Second, "the sink shows the servers' refusal", func() bool {
 		return strings.Contains(strings.ToLower(rs.s.Status().LastError), "authorization violation")
 	})
+	e0 := rs.s.Status().Errors
+	promtest.Eventually(t, 30*time.Second, "the sink retries 5 more times", func() bool { return rs.s.Status().Errors >= e0+5 })
+	if n := logs.count("NATS connection was closed"); n != 1 {
+		t.Errorf("%d lines \"the NATS connection was closed\" over one refusal, want 1", n)
+	}
 	c.SetUsers([]*server.User{{Username: "bs", Password: "old"}})
 	rs.waitCaughtUp(t, wd, 30*time.Second)
 }

@@ -314,7 +314,9 @@ func (s *Sink) withReason(err error) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.serverErr != nil && !errors.Is(err, s.serverErr) {
+	// Not when err says it already (nats.go spells an authorization
+	// violation in two cases).
+	if s.serverErr != nil && !strings.Contains(strings.ToLower(err.Error()), strings.ToLower(s.serverErr.Error())) {
 		err = fmt.Errorf("%w (the servers said: %v)", err, s.serverErr)
 	}
 	return err
@@ -350,14 +352,17 @@ func (s *Sink) Run(ctx context.Context) error {
 	s.log.Info("publishing the archive to NATS", "servers", s.cfg.URLs, "stream", s.cfg.Stream)
 	loop := backoff.Loop{Policy: s.cfg.Backoff}
 	slow := backoff.Loop{Policy: s.cfg.TooLargeBackoff}
-	logged := false
+	logged, redialed := false, false // one line each per outage
 	for {
 		if nc.IsClosed() {
 			// nats.go closes a connection for good on some server
 			// errors (the same authorization error twice in a row):
 			// dial again, so the sink goes on once the servers or the
 			// credentials are put right.
-			s.log.Warn("the NATS connection was closed; connecting again", "err", nc.LastError())
+			if !redialed {
+				s.log.Warn("the NATS connection was closed; connecting again", "err", nc.LastError())
+				redialed = true
+			}
 			if nc, js, err = s.connect(opts); err != nil {
 				return err
 			}
@@ -374,7 +379,7 @@ func (s *Sink) Run(ctx context.Context) error {
 		if p.done > 0 {
 			loop.Reset()
 			slow.Reset()
-			logged = false
+			logged, redialed = false, false
 		}
 		var big *tooLargeError
 		if errors.As(err, &big) {
@@ -387,7 +392,7 @@ func (s *Sink) Run(ctx context.Context) error {
 			_ = nc.ForceReconnect()
 			continue
 		}
-		if !logged { // one line per outage, not one per attempt
+		if !logged {
 			s.log.Warn("NATS sink session failed; the archive buffers, retrying", "err", err, "position", s.acked.Load())
 			logged = true
 		}

@@ -31,10 +31,13 @@ func (l *logBuffer) Write(p []byte) (int, error) {
 }
 
 // errors counts the ERROR lines logged.
-func (l *logBuffer) errors() int {
+func (l *logBuffer) errors() int { return l.count("level=ERROR") }
+
+// count counts the lines logged that hold s.
+func (l *logBuffer) count(s string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), "level=ERROR")
+	return strings.Count(l.b.String(), s)
 }
 
 // bigPost is a create of a post whose text makes its JSON over n bytes.
