@@ -439,7 +439,6 @@ func (c *compactor) pass(ctx context.Context, reason string) error {
 	case ctx.Err() != nil && errors.Is(err, context.Canceled):
 		return nil
 	case errors.Is(err, archive.ErrCompactionState) || errors.Is(err, archive.ErrCompactionTooLarge):
-		c.cfg.metrics.passes.WithLabelValues(passHalted).Inc()
 		c.halt(err)
 		return nil
 	default:
@@ -485,7 +484,9 @@ func (c *compactor) halted(err error) bool {
 }
 
 // halt stops compaction for the rest of the process: one ERROR line with
-// the recovery path, the gauge and /status. Ingest and serving go on.
+// the recovery path, the gauge, one halted pass counted (whether a pass or
+// a read of the state at start found it: no pass runs after either) and
+// /status. Ingest and serving go on.
 func (c *compactor) halt(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -494,6 +495,7 @@ func (c *compactor) halt(err error) {
 	}
 	c.st.Halted, c.st.HaltReason, c.st.HaltRecovery = true, err.Error(), HaltRecovery(err, c.dataDir())
 	c.cfg.metrics.halted.Set(1)
+	c.cfg.metrics.passes.WithLabelValues(passHalted).Inc()
 	c.cfg.log.Error("compaction halted (err says why); ingest and serving go on, "+
 		"but deleted records are no longer removed. Recovery: "+c.st.HaltRecovery, "err", err)
 }
@@ -612,7 +614,7 @@ func newCompactionMetrics(reg prometheus.Registerer) *compactionMetrics {
 		replayIndexLeft: prometheus.NewGauge(prometheus.GaugeOpts{Name: "backstream_replay_index_backfill_remaining_seqs",
 			Help: "Seqs of ev/ rows archived before the replay index that its backfill has not indexed yet (0: filtered replays may use the index)."}),
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "backstream_compaction_passes_total",
-			Help: "Compaction passes by outcome: ok, halted (malformed state), failed (store error, fatal)."}, []string{"outcome"}),
+			Help: "Compaction passes by outcome: ok, halted (compaction halted on a malformed state or an account over the batch limit, found by a pass or by a read at start: counted once), failed (store error, fatal)."}, []string{"outcome"}),
 		rows:  c("rows_removed_total", "Superseded ev/ rows removed by compaction passes."),
 		bytes: c("bytes_removed_total", "Bytes of the ev/ values removed by compaction passes."),
 	}

@@ -31,6 +31,7 @@ type fakeCompaction struct {
 	tombs  uint64
 	block  chan struct{} // when set, Compact waits on it
 	w      uint64
+	state  error // what Compaction returns (a malformed watermark, say)
 }
 
 func (f *fakeCompaction) Compact(ctx context.Context) (archive.CompactResult, error) {
@@ -62,7 +63,7 @@ func (f *fakeCompaction) Compaction() (archive.CompactionState, error) {
 	if f.intent {
 		st.Intent = &archive.CompactIntent{}
 	}
-	return st, nil
+	return st, f.state
 }
 
 func (f *fakeCompaction) TombstonesWritten() uint64 {
@@ -352,6 +353,29 @@ func TestCompactionOwner_HaltsOnMalformedState(t *testing.T) {
 			t.Fatal("an I/O error halted compaction instead of stopping the process")
 		}
 		r.stop()
+	})
+}
+
+// TestCompactionOwner_HaltAtStartCounts: a malformed compaction state the
+// start reads (the watermark), before any pass, halts compaction as a
+// pass's would, and counts the halt once in
+// backstream_compaction_passes_total{outcome="halted"}: the operator the
+// lagging alert sends to the passes by outcome sees why none ran. No pass
+// runs after it, and the count stays at one.
+func TestCompactionOwner_HaltAtStartCounts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		bad := fmt.Errorf("archive: meta/compaction: %w (%w)", archive.ErrCompactionState, archive.ErrMalformed)
+		fake := &fakeCompaction{state: bad}
+		r := startOwner(t, fake)
+		fake.set(func(f *fakeCompaction) { f.tombs = 1000 })
+		r.after(t, 3*time.Hour, 0, "after a halt at start")
+		if v := promtest.Value(t, r.reg, "backstream_compaction_halted", nil); v != 1 {
+			t.Fatalf("halted gauge %v, want 1", v)
+		}
+		if v := promtest.Value(t, r.reg, "backstream_compaction_passes_total", map[string]string{"outcome": "halted"}); v != 1 {
+			t.Fatalf("backstream_compaction_passes_total{outcome=\"halted\"} %v after a halt at start, want 1", v)
+		}
+		r.stopHalted(t)
 	})
 }
 
