@@ -546,6 +546,33 @@ func (s *Store) FS() vfs.FS { return s.fs }
 // metrics collection. Writes outside the Writer and Commit are a bug.
 func (s *Store) DB() *pebble.DB { return s.db }
 
+// DiskBytes is the store's size on disk: what Pebble counts (tables,
+// write-ahead logs, manifest, options) and, for a store opened read-only,
+// the write-ahead logs on disk too, which Pebble counts only when it writes
+// to the store. A store stopped before its rows were flushed to a table (a
+// fresh checkpoint, a small store) holds them all in its logs.
+func (s *Store) DiskBytes() (uint64, error) {
+	n := s.db.Metrics().DiskSpaceUsage()
+	if !s.readOnly {
+		return n, nil
+	}
+	names, err := s.fs.List(s.dir)
+	if err != nil {
+		return 0, fmt.Errorf("archive: size of %s: %w", s.dir, err)
+	}
+	for _, name := range names {
+		if !strings.HasSuffix(name, ".log") {
+			continue
+		}
+		fi, err := s.fs.Stat(s.fs.PathJoin(s.dir, name))
+		if err != nil {
+			return 0, fmt.Errorf("archive: size of %s: %w", s.dir, err)
+		}
+		n += uint64(fi.Size())
+	}
+	return n, nil
+}
+
 // Close closes Pebble and releases the LOCK file. The Writer must be closed
 // first. After a fatal error it returns that error.
 func (s *Store) Close() error {

@@ -135,7 +135,7 @@ type statusCursors struct {
 type statusArchive struct {
 	TipSeq     uint64 `json:"tip_seq"`
 	CaptureTip uint64 `json:"capture_tip_seq"`
-	DiskBytes  uint64 `json:"disk_bytes"` // the store's files, as Pebble counts them
+	DiskBytes  uint64 `json:"disk_bytes"` // the store's files, its write-ahead logs included (archive.Store.DiskBytes)
 }
 
 // setCounts fills the repo counts and the failed classes from c.
@@ -221,7 +221,9 @@ func buildStatus(s *archive.Store, enumerate string) (*statusReport, error) {
 	if r.Archive.CaptureTip, err = s.CaptureTip(); err != nil {
 		return nil, err
 	}
-	r.Archive.DiskBytes = s.DB().Metrics().DiskSpaceUsage()
+	if r.Archive.DiskBytes, err = s.DiskBytes(); err != nil {
+		return nil, err
+	}
 	if r.Compaction, err = readCompaction(s); err != nil {
 		return nil, err
 	}
