@@ -424,6 +424,11 @@ func refusal(resp *http.Response, target string) error {
 		body = append(body[:512:512], "…"...)
 	}
 	err := fmt.Errorf("tail: %s answered %s: %s", target, resp.Status, body)
+	if resp.StatusCode == http.StatusNotFound {
+		// serve's admin listener answers /status and the probes, not
+		// /subscribe: the likeliest wrong address.
+		err = fmt.Errorf("%w (no /subscribe there: give backstream serve's public --listen address, not its --admin-listen)", err)
+	}
 	if resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests {
 		err = tailFatal{err}
 	}

@@ -753,3 +753,21 @@ func TestTailRetriesThePerAddressCap(t *testing.T) {
 		t.Fatalf("no refusal in the log (the test did not hit the cap):\n%s", logs.String())
 	}
 }
+
+// TestTailAtTheAdminListener: tail pointed at serve's admin listener (the
+// operator's other address, which has no /subscribe) exits 1 at once and
+// says which address it wants, as checkpoint does when given the public
+// one.
+func TestTailAtTheAdminListener(t *testing.T) {
+	seeded, _ := openSeeded(t)
+	hs := endpointServer(t, seeded, t.TempDir())
+	code, out, errOut := tailCLI(t, testCtx(t), "--url", hs.URL, "--limit", "1")
+	if code != 1 || out != "" {
+		t.Fatalf("exit %d, stdout %q, stderr:\n%s", code, out, errOut)
+	}
+	for _, want := range []string{"404", "no /subscribe", "--listen", "not its --admin-listen"} {
+		if !strings.Contains(errOut, want) {
+			t.Fatalf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+}
