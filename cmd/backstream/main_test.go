@@ -106,3 +106,16 @@ func TestServeDevnetPortTaken(t *testing.T) {
 		t.Fatalf("serve --devnet-listen bogus: exit %d, want 2 (usage):\n%s", code, stderr)
 	}
 }
+
+// TestServeStartBelowFloorExitsOne: a start on a volume already below the
+// free-space floor refuses to open the store with the disk-full message
+// and exit status 1 (operating.md, Fatal errors and The disk): only a
+// disk fault met while running is status 2.
+func TestServeStartBelowFloorExitsOne(t *testing.T) {
+	dir := t.TempDir()
+	code, _, stderr := runCLI(t, nil, "serve", "--data-dir", dir, "--relay", "http://127.0.0.1:1",
+		"--listen", "127.0.0.1:0", "--admin-listen", "", "--min-free", "100TiB", "--log-format", "text")
+	if code != 1 || !strings.Contains(stderr, "disk full at "+dir) || !strings.Contains(stderr, "below the floor") {
+		t.Fatalf("exit %d, want 1 with the disk-full message naming the floor:\n%s", code, stderr)
+	}
+}
