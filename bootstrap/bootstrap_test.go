@@ -874,3 +874,32 @@ func TestEnterMerging(t *testing.T) {
 		t.Fatalf("second EnterMerging rewrote the timestamps")
 	}
 }
+
+// TestBootstrapEndsWithOnlyInactiveNotStarted: when bootstrap is done,
+// backstream_repos{status="pending"} is 0 and {status="not_started"} is
+// the inactive accounts listed and never fetched, not 0: the progress
+// operating.md tells an operator to watch.
+func TestBootstrapEndsWithOnlyInactiveNotStarted(t *testing.T) {
+	e := newEnv(t, worldCfg(200, 5))
+	if err := e.boot(nil).Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	inactive := 0
+	for did, st := range e.states() {
+		if st.Status == archive.StatusNotStarted {
+			if st.Active {
+				t.Fatalf("%s is active and not_started after bootstrap", did)
+			}
+			inactive++
+		}
+	}
+	if inactive == 0 {
+		t.Fatal("the world lists no inactive account: the test shows nothing")
+	}
+	if got := metric(t, e.reg, "backstream_repos", map[string]string{"status": "not_started"}); got != float64(inactive) {
+		t.Fatalf("backstream_repos{status=\"not_started\"} = %v after bootstrap, want the %d inactive accounts never fetched", got, inactive)
+	}
+	if got := metric(t, e.reg, "backstream_repos", map[string]string{"status": "pending"}); got != 0 {
+		t.Fatalf("backstream_repos{status=\"pending\"} = %v after bootstrap, want 0", got)
+	}
+}
