@@ -95,6 +95,11 @@ func TestCompactionReset(t *testing.T) {
 	// A malformed watermark halts compaction too, naming this command as
 	// the recovery: the reset drops it (absent is 0).
 	setKey(t, dir, archive.KeyCompaction, []byte{0x01, 0x02})
+	// Its lag is counted from watermark 0, as serve's /status counts it and
+	// where the pass after the reset starts: not "0 seqs behind".
+	if c = statusCompactionOf(t, dir); !c.Halted || c.Watermark != 0 || c.LagSeqs != 2 {
+		t.Fatalf("status of a malformed watermark: %+v, want halted, watermark 0, 2 seqs behind", c)
+	}
 	code, out, stderr = runCLI(t, nil, "compaction", "reset", "--data-dir", dir)
 	if code != 0 || !strings.Contains(out, "deleted the compaction intent and the malformed watermark") {
 		t.Fatalf("reset of a malformed watermark: exit %d, %s %s", code, out, stderr)

@@ -22,23 +22,25 @@ type statusCompaction = node.CompactionStatus
 // readCompaction reads the section from a store: the watermark, its lag
 // behind the tip, an interrupted pass's intent, and an unfinished index
 // or replay index backfill. A malformed compaction
-// state is shown as halted, with the error, not as a failed report.
+// state is shown as halted, with the error, not as a failed report; its
+// lag is counted from watermark 0, as serve's /status counts it and where
+// the pass after the reset starts.
 func readCompaction(s *archive.Store) (*statusCompaction, error) {
-	st, err := s.Compaction()
-	if errors.Is(err, archive.ErrCompactionState) {
-		c := &statusCompaction{}
+	c := &statusCompaction{}
+	switch st, err := s.Compaction(); {
+	case errors.Is(err, archive.ErrCompactionState):
 		halt(c, s, err)
-		return c, nil
-	}
-	if err != nil {
+	case err != nil:
 		return nil, err
+	default:
+		c.Watermark = st.Watermark
+		if st.Intent != nil {
+			w := st.Intent.W
+			c.Intent = &w
+		}
 	}
-	c := &statusCompaction{Watermark: st.Watermark}
-	if st.Intent != nil {
-		w := st.Intent.W
-		c.Intent = &w
-	}
-	if c.LagSeqs, c.LagSeconds, err = node.CompactionLag(s, st.Watermark); err != nil {
+	var err error
+	if c.LagSeqs, c.LagSeconds, err = node.CompactionLag(s, c.Watermark); err != nil {
 		return nil, err
 	}
 	switch m, err := s.IndexMarker(); {
@@ -61,8 +63,12 @@ func readCompaction(s *archive.Store) (*statusCompaction, error) {
 }
 
 // halt marks c halted by err, a malformed compaction state of s, with what
-// repairs it.
+// repairs it; the first one found stays, as serve's compaction owner keeps
+// the first.
 func halt(c *statusCompaction, s *archive.Store, err error) {
+	if c.Halted {
+		return
+	}
 	c.Halted, c.HaltReason, c.HaltRecovery = true, err.Error(), node.HaltRecovery(err, s.DataDir())
 }
 
