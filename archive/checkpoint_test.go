@@ -8,10 +8,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/vfs"
+	"github.com/cockroachdb/pebble/vfs/errorfs"
 )
 
 // fillUnit is one unit of n create rows for did, with a repo update so the
@@ -294,5 +297,54 @@ func TestOpenRefusesInterruptedCheckpoint(t *testing.T) {
 	}
 	if _, err := fs.Stat("/backups/b1/" + StoreDir); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a store was created beside the interrupted checkpoint (%v)", err)
+	}
+}
+
+// TestCheckpointFailureLeavesNothing: a checkpoint whose destination volume
+// is full (ENOSPC on every write under it)
+// returns the error and leaves nothing of its own behind: a destination it
+// created is removed, an empty one it was given stays empty; the live
+// store goes on, and the next checkpoint to the same place succeeds.
+func TestCheckpointFailureLeavesNothing(t *testing.T) {
+	mem := vfs.NewMem()
+	var full atomic.Bool
+	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
+		if full.Load() && op == errorfs.OpFileWrite && strings.HasPrefix(path, "/backups/") {
+			return syscall.ENOSPC
+		}
+		return nil
+	}))
+	s := openMem(t, fs)
+	defer s.Close()
+	w := newWriter(t, s, WriterOptions{})
+	for i := 0; i < 10; i++ {
+		apply(t, w, &Unit{Events: []Event{realisticEvent(i)}})
+	}
+	if err := mem.MkdirAll("/backups/given", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	full.Store(true)
+	for _, dir := range []string{"/backups/new", "/backups/given"} {
+		err := s.Checkpoint(dir)
+		if !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("checkpoint to %s on a full volume: %v, want ENOSPC", dir, err)
+		}
+		names, lerr := mem.List(dir)
+		if dir == "/backups/new" && !errors.Is(lerr, os.ErrNotExist) {
+			t.Fatalf("after a failed checkpoint %s holds %v (%v), want it removed", dir, names, lerr)
+		}
+		if dir == "/backups/given" && (lerr != nil || len(names) != 0) {
+			t.Fatalf("after a failed checkpoint the given %s holds %v (%v), want it empty", dir, names, lerr)
+		}
+	}
+	full.Store(false)
+	apply(t, w, &Unit{Events: []Event{realisticEvent(10)}})
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{"/backups/new", "/backups/given"} {
+		if err := s.Checkpoint(dir); err != nil {
+			t.Fatalf("checkpoint to %s once there is room: %v", dir, err)
+		}
 	}
 }
