@@ -191,6 +191,7 @@ var (
 	matcherRE  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"`)
 	groupingRE = regexp.MustCompile(`\b(by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)`)
 	rangeRE    = regexp.MustCompile(`\[[^\]]*\]`)
+	offsetRE   = regexp.MustCompile(`\boffset\s+-?[0-9a-z]+`)
 	stringRE   = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
 	labelVals  = regexp.MustCompile(`^\s*label_values\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*,\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\)\s*$`)
 	literalAlt = regexp.MustCompile(`^[a-zA-Z0-9_]+(\|[a-zA-Z0-9_]+)*$`)
@@ -228,6 +229,7 @@ func checkQuery(q query, exp exposition) []string {
 	}
 	expr = groupingRE.ReplaceAllString(expr, "$1 ")
 	expr = rangeRE.ReplaceAllString(expr, " ")
+	expr = offsetRE.ReplaceAllString(expr, " ")
 	var metrics []string
 	for _, m := range selectorRE.FindAllStringSubmatchIndex(expr, -1) {
 		name := expr[m[2]:m[3]]
@@ -236,7 +238,7 @@ func checkQuery(q query, exp exposition) []string {
 			braces = expr[m[4]:m[5]]
 		}
 		// A number's exponent or a duration never starts an identifier
-		// here (ranges are gone); skip identifiers inside string literals.
+		// here (ranges and offsets are gone); skip identifiers inside string literals.
 		if inString(expr, m[0]) {
 			continue
 		}
