@@ -628,6 +628,9 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 		defer net.Close()
 	}
 
+	if o.memory == 0 { // auto, sized once here so that the starting line shows it
+		o.memory = backfill.DefaultMemoryBudget()
+	}
 	n, err := node.New(o.nodeConfig(s, crash))
 	if err != nil {
 		return err
