@@ -793,4 +793,64 @@ var mutants = []Mutant{
 			{Pkg: "./node", Run: "^TestCompactionOwner_ReplayIndexBackfillBesidePasses$"},
 		},
 	},
+	{
+		ID: "m78", Invariant: "H11",
+		Name: "every failed page try of a fleet host logs a WARN (thousands of hosts down flood the log)",
+		File: "bootstrap/enumerate.go",
+		Old:  "if n, ok := f.lines.Tick(\"page_retry\"); ok {",
+		New:  "if n, ok := f.lines.Tick(\"page_retry\"); ok || n == 0 {",
+		Tests: []Test{
+			{Pkg: "./bootstrap", Run: "^TestFleetDeadHostsLogBounded$"},
+		},
+	},
+	{
+		ID: "m79", Invariant: "N5",
+		Name: "the NATS sink does not write its position as it stops (a stream its limits emptied meanwhile gets publishes again)",
+		File: "natssink/sink.go",
+		Old:  "\t\t\t\ts.saveLast(ctx, saved)\n",
+		New:  "",
+		Tests: []Test{
+			{Pkg: "./natssink", Run: "^TestSinkWritesItsPositionAsItStops$"},
+		},
+	},
+	{
+		ID: "m80", Invariant: "N5",
+		Name: "an empty interest-retention stream is taken for a purge and filled again from --nats-from (refused as duplicates, for ever)",
+		File: "natssink/publish.go",
+		Old:  "\tcase c.Retention != jetstream.LimitsPolicy:\n\t\treturn true",
+		New:  "\tcase c.Retention != jetstream.LimitsPolicy:\n\t\treturn false",
+		Tests: []Test{
+			{Pkg: "./natssink", Run: "^TestSinkInterestRetention$"},
+		},
+	},
+	{
+		ID: "m81", Invariant: "N5",
+		Name: "a limit given to the stream while the sink publishes is taken for a purge (the sink stops, asking for one)",
+		File: "natssink/purge.go",
+		Old:  "if remove, _ := limits(info.Config); len(remove) > 0 {\n\t\t\t\treturn // a limit given",
+		New:  "if remove, _ := limits(info.Config); len(remove) < 0 {\n\t\t\t\treturn // a limit given",
+		Tests: []Test{
+			{Pkg: "./natssink", Run: "^TestSinkLimitAddedWhileRunning$"},
+		},
+	},
+	{
+		ID: "m82", Invariant: "N3",
+		Name: "a NATS connection closed for good (credentials refused twice) is never dialled again",
+		File: "natssink/sink.go",
+		Old:  "\t\tif nc.IsClosed() {",
+		New:  "\t\tif nc.IsClosed() && nc == nil {",
+		Tests: []Test{
+			{Pkg: "./natssink", Run: "^TestSinkCredentialsRefusedThenRestored$"},
+		},
+	},
+	{
+		ID: "m83", Invariant: "K3",
+		Name: "a compaction halt found at start is not counted in passes_total{outcome=\"halted\"}",
+		File: "node/compaction.go",
+		Old:  "\tc.cfg.metrics.passes.WithLabelValues(passHalted).Inc()\n",
+		New:  "",
+		Tests: []Test{
+			{Pkg: "./node", Run: "^TestCompactionOwner_HaltAtStartCounts$"},
+		},
+	},
 }
