@@ -153,7 +153,9 @@
 // /status, its checkpoint left where it was) and the others go on; it is
 // listed again in the same run from where it was cut, HostRetries times
 // after 5 s doubling to 5 min (listLane; /status shows its retries and
-// next attempt; it waits parked too, and is taken again once due), so
+// next attempt, the next try of its page while that page fails again
+// after it is listed again; it waits parked too, and is taken again once
+// due), so
 // bootstrap's end waits for it about 15 minutes at most.
 // Still cut after that, it is left failing
 // (backstream_bootstrap_hosts_gave_up_total, one warning): discovery lists

@@ -200,6 +200,21 @@ func (f *fleetState) retrying(host string, retries int, next time.Time) {
 	f.failing[host] = fh
 }
 
+// tryingAt: a failing host's lane waits for its page's next try at next
+// (a host listed again after its cut, whose page failed again): that is
+// its next attempt now. A host not failing is left as it is.
+func (f *fleetState) tryingAt(host string, next time.Time) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fh, ok := f.failing[host]; ok {
+		fh.NextAttempt = &next
+		f.failing[host] = fh
+	}
+}
+
 func (f *fleetState) byRev() {
 	if f == nil {
 		return

@@ -146,7 +146,8 @@ func (c *coordinator) runLanes(ctx context.Context, pool *lanePool) {
 // every other lane goes on):
 //
 //   - a host's page failed with retries left (listPage): it is asked again
-//     after the page's backoff, on the same budgets;
+//     after the page's backoff, on the same budgets (a host failing on
+//     /status since a cut shows that try as its next attempt);
 //   - a host's listing was cut because it kept failing (down, overloaded:
 //     upstream.CutRetriesExhausted) with host retries left: it is listed
 //     again from where it was cut after hostRetryBase doubling to
@@ -166,6 +167,7 @@ func (b *Bootstrap) listLane(ctx context.Context, r *laneRun, out chan<- *pageMs
 	cut, retryIn, err := b.enumerate(ctx, r, out)
 	if retryIn > 0 {
 		r.due = cfg.Now().Add(retryIn)
+		b.hosts().tryingAt(r.host, r.due)
 		return true, nil
 	}
 	if err != nil || cut != upstream.CutRetriesExhausted || r.host == "" {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/upstream"
 )
 
@@ -386,6 +387,53 @@ func TestFleetDeadHostsLogBounded(t *testing.T) {
 		if want := int(took/time.Minute) + 1; lines > want || tries < float64(f.down) {
 			t.Fatalf("%d down hosts over %v (fake): %d failed page tries counted, %d WARN lines about them; want every try counted and at most %d lines (one a minute)",
 				f.down, took, int(tries), lines, want)
+		}
+	})
+}
+
+// TestFleetFailingHostNextAttemptIsItsNextTry: a host shown failing after
+// its listing was cut, listed again at its next attempt, whose first page
+// fails again, waits parked for the page's retry: /status shows that
+// retry as its next attempt, not the passed one it was listed again at.
+// Every wait of the host's lane once it is failing is checked: /status
+// says the host's next attempt is the end of that wait. In fake time.
+func TestFleetFailingHostNextAttemptIsItsNextTry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newBubbleEnv(t, worldCfg(3, 1))
+		f := &downFirstRoster{down: 1, up: 2, listed: map[string]bool{}}
+		var b *bootstrap.Bootstrap
+		t0 := time.Now()
+		var mu sync.Mutex
+		var checked int
+		var wrong []string
+		b = e.bootOver(f, e.w, &countJobs{runs: map[string]int{}}, func(c *bootstrap.Config) {
+			c.ListRetries, c.HostRetries = 2, 2
+			c.Sleep = func(ctx context.Context, d time.Duration) error {
+				// Only the down host's lane waits: it is this wait's.
+				if p := b.Progress().Hosts; len(p.Failing) == 1 {
+					next, want := p.Failing[0].NextAttempt, time.Now().Add(d)
+					mu.Lock()
+					checked++
+					if next == nil {
+						wrong = append(wrong, fmt.Sprintf("at %v: no next_attempt, want %v (its lane waits %v)", time.Since(t0), want.Sub(t0), d))
+					} else if !next.Equal(want) {
+						wrong = append(wrong, fmt.Sprintf("at %v: next_attempt %v, want %v (its lane waits %v)", time.Since(t0), next.Sub(t0), want.Sub(t0), d))
+					}
+					mu.Unlock()
+				}
+				return backoff.Sleep(ctx, d)
+			}
+		})
+		if err := b.Run(context.Background()); err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		// Cut, then each of its 2 host retries: its 2 page retries and the
+		// next host retry (none after the last cut).
+		if checked < 2*3 || len(wrong) > 0 {
+			t.Fatalf("the down host's lane waited %d times while failing; /status showed another next attempt %d times: %s",
+				checked, len(wrong), strings.Join(wrong, "; "))
 		}
 	})
 }
