@@ -148,7 +148,10 @@
 // listPage) parked, holding no runner, and every lane not yet begun is
 // taken before a parked one is tried again (lanePool.next): hosts that are
 // down, however many, delay a healthy host's first page by at most their
-// own first tries. A host's first page is never waited for: a
+// own first tries. A runner takes the parked lane due first and waits for
+// it; the runner that parks a lane takes the one due first next, so a lane
+// parked later with a shorter wait is never left behind runners asleep on
+// longer ones. A host's first page is never waited for: a
 // host that is down or slow past its budgets is cut alone (HostFailing on
 // /status, its checkpoint left where it was) and the others go on; it is
 // listed again in the same run from where it was cut, HostRetries times

@@ -56,6 +56,13 @@ type lanePool struct {
 // wherever in the roster, delay a healthy host's first page by at most
 // their own first tries. False: none is left (a lane parked later is
 // parked by a runner, which then takes it).
+//
+// A runner waits out its lane's due time holding it. That never holds back
+// a lane due sooner: once every lane is begun, a runner takes a parked
+// lane only when it is the one due first, and a lane is parked only by a
+// runner that then takes the one due first itself (that lane, or one due
+// sooner), so while a runner waits, every lane waiting unheld is due no
+// sooner than its own.
 func (p *lanePool) next(now time.Time) (*laneRun, time.Duration, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

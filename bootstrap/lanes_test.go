@@ -437,3 +437,122 @@ func TestFleetFailingHostNextAttemptIsItsNextTry(t *testing.T) {
 		}
 	})
 }
+
+// blipRoster is a downFirstRoster with one more host, blip, last in the
+// roster: its first page waits for release, then fails once (refused);
+// every later try lists nothing and is sent on asked (the time).
+type blipRoster struct {
+	downFirstRoster
+	release chan struct{}
+	asked   chan time.Time
+	blipMu  sync.Mutex
+	tried   bool
+}
+
+const blipHost = "c-blip.test"
+
+func (f *blipRoster) ListHosts(ctx context.Context, cursor string, limit int) (upstream.HostsPage, error) {
+	p, _ := f.downFirstRoster.ListHosts(ctx, cursor, limit)
+	p.Hosts = append(p.Hosts, upstream.HostEntry{Host: blipHost, Status: "active", Accounts: 1})
+	return p, nil
+}
+
+func (f *blipRoster) HostListRepos(ctx context.Context, host, cursor string, limit int) (upstream.Page, error) {
+	if host != blipHost {
+		return f.downFirstRoster.HostListRepos(ctx, host, cursor, limit)
+	}
+	f.blipMu.Lock()
+	first := !f.tried
+	f.tried = true
+	f.blipMu.Unlock()
+	if !first {
+		f.asked <- time.Now()
+		return upstream.Page{}, nil
+	}
+	select {
+	case <-f.release:
+		return upstream.Page{}, fmt.Errorf("dial %s: %w", host, syscall.ECONNREFUSED)
+	case <-ctx.Done():
+		return upstream.Page{}, ctx.Err()
+	}
+}
+
+// asleepPast counts the waits of wakes (under mu) that end after now+d, or
+// 0 when one ends sooner: a runner due to wake by then.
+func asleepPast(mu *sync.Mutex, wakes []time.Time, now time.Time, d time.Duration) int {
+	mu.Lock()
+	defer mu.Unlock()
+	n := 0
+	for _, w := range wakes {
+		switch {
+		case w.After(now.Add(d)):
+			n++
+		case w.After(now):
+			return 0
+		}
+	}
+	return n
+}
+
+// TestFleetEarlyParkedLaneNotBehindSleepingRunners: once every lane is
+// begun, with more down hosts parked for their host retries than there
+// are lane runners, and every runner but one asleep on one of them, a lane
+// that parks later for a page retry (about 1 s) is asked again after about
+// its own wait, not once a sleeping runner wakes: the runner that parks a
+// lane takes the parked lane due first, so no runner sleeps on a lane due
+// after one that waits unheld. In fake time.
+func TestFleetEarlyParkedLaneNotBehindSleepingRunners(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newBubbleEnv(t, worldCfg(3, 1))
+		const workers = 2
+		runners := bootstrap.LaneRunnersPerWorker * workers
+		f := &blipRoster{downFirstRoster: downFirstRoster{down: 2 * runners, listed: map[string]bool{}},
+			release: make(chan struct{}), asked: make(chan time.Time, 1)}
+		var mu sync.Mutex
+		var wakes []time.Time // when each wait of a lane ends
+		b := e.bootOver(f, e.w, &countJobs{runs: map[string]int{}}, func(c *bootstrap.Config) {
+			c.Workers, c.ListRetries, c.HostRetries = workers, 1, 8
+			c.Sleep = func(ctx context.Context, d time.Duration) error {
+				mu.Lock()
+				wakes = append(wakes, time.Now().Add(d))
+				mu.Unlock()
+				return backoff.Sleep(ctx, d)
+			}
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- b.Run(ctx) }()
+		// A page's first retry waits at most 1.25 s (1 s, jittered).
+		bound := backfill.DefaultBackoffBase * 5 / 4
+		// After 5 minutes the down hosts' host retries are minutes apart;
+		// the lane parks once every other runner is asleep past its wait.
+		time.Sleep(5 * time.Minute)
+		asleep := 0
+		for end := time.Now().Add(time.Hour); asleep < runners-1; {
+			if time.Now().After(end) {
+				t.Fatalf("no moment in an hour (fake) when %d of the %d lane runners slept past %v: the test proves nothing", runners-1, runners, bound)
+			}
+			time.Sleep(100 * time.Millisecond)
+			synctest.Wait()
+			asleep = asleepPast(&mu, wakes, time.Now(), bound)
+		}
+		released := time.Now()
+		close(f.release)
+		select {
+		case at := <-f.asked:
+			t.Logf("%d down hosts parked, %d of %d runners asleep past its wait: the lane parked for a page retry asked again %v after its failed try", f.down, asleep, runners, at.Sub(released))
+		case <-time.After(bound):
+			late := "not within an hour"
+			select {
+			case at := <-f.asked:
+				late = at.Sub(released).String()
+			case <-time.After(time.Hour):
+			}
+			t.Errorf("%d down hosts parked for host retries, %d of %d lane runners asleep on them: a lane parked for a page retry was asked again %s (fake) after its failed try; want within %v, its own wait",
+				f.down, asleep, runners, late, bound)
+		}
+		cancel()
+		<-done // the store outlives the run
+	})
+}
