@@ -853,4 +853,34 @@ var mutants = []Mutant{
 			{Pkg: "./node", Run: "^TestCompactionOwner_HaltAtStartCounts$"},
 		},
 	},
+	{
+		ID: "m84", Invariant: "H11",
+		Name: "a fleet host's page waits out its retry backoff holding a lane runner (hosts that are down hold every runner)",
+		File: "bootstrap/enumerate.go",
+		Old:  "\t\tif host != \"\" {\n\t\t\treturn upstream.Page{}, wait, nil",
+		New:  "\t\tif host != \"\" && wait < 0 {\n\t\t\treturn upstream.Page{}, wait, nil",
+		Tests: []Test{
+			{Pkg: "./bootstrap", Run: "^TestFleetDeadHostsDoNotStarveHealthyOnes$"},
+		},
+	},
+	{
+		ID: "m85", Invariant: "H11",
+		Name: "a parked lane that is due is taken before a lane not yet begun (dead hosts' retries keep re-occupying the runners)",
+		File: "bootstrap/lanes.go",
+		Old:  "if len(p.parked) > 0 && len(p.todo) == 0 {",
+		New:  "if len(p.parked) > 0 && (len(p.todo) == 0 || !p.parked[0].due.After(now)) {",
+		Tests: []Test{
+			{Pkg: "./bootstrap", Run: "^TestFleetDeadHostsDoNotStarveHealthyOnes$"},
+		},
+	},
+	{
+		ID: "m86", Invariant: "H11",
+		Name: "a failing host listed again whose page fails again keeps its passed next attempt on /status",
+		File: "bootstrap/lanes.go",
+		Old:  "\t\tb.hosts().tryingAt(r.host, r.due)\n",
+		New:  "",
+		Tests: []Test{
+			{Pkg: "./bootstrap", Run: "^TestFleetFailingHostNextAttemptIsItsNextTry$"},
+		},
+	},
 }
