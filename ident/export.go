@@ -274,11 +274,7 @@ func (r *Resolver) apply(ctx context.Context, l *exportLine, at time.Time, st *E
 		st.Tombstoned++
 		return r.unload(l.DID)
 	}
-	doc, ok := exportDocument(l)
-	if !ok {
-		st.Dropped++
-		return r.unload(l.DID) // what the DID is now is unknown: its lookup resolves it
-	}
+	doc := exportDocument(l)
 	id := identity.ParseIdentity(&doc)
 	if _, ok := id.Keys["atproto"]; !ok {
 		st.Skipped++
@@ -350,10 +346,12 @@ func (r *Resolver) unload(did string) error {
 
 // exportDocument is the DID document an op gives, as the directory
 // renders it for GET /<did>: each verification method a Multikey named
-// <did>#<name> (its did:key's multibase), each service #<name>, the
+// <did>#<name> whose multibase is its value without a leading "did:key:"
+// (a value that is not a did:key, which older ops may hold, is rendered
+// as it is: only the atproto key has to parse), each service #<name>, the
 // legacy create's handle and service as an at:// alias and the
-// atproto_pds; false for a key that is not a did:key.
-func exportDocument(l *exportLine) (identity.DIDDocument, bool) {
+// atproto_pds.
+func exportDocument(l *exportLine) identity.DIDDocument {
 	op := &l.Operation
 	doc := identity.DIDDocument{DID: l.did, AlsoKnownAs: op.AlsoKnownAs}
 	methods, services := op.VerificationMethods, op.Services
@@ -363,18 +361,14 @@ func exportDocument(l *exportLine) (identity.DIDDocument, bool) {
 		services = map[string]exportService{"atproto_pds": {Type: "AtprotoPersonalDataServer", Endpoint: withHTTPS(op.Service)}}
 	}
 	for name, key := range methods {
-		mb, ok := strings.CutPrefix(key, "did:key:")
-		if !ok {
-			return identity.DIDDocument{}, false
-		}
 		doc.VerificationMethod = append(doc.VerificationMethod, identity.DocVerificationMethod{
-			ID: l.DID + "#" + name, Type: "Multikey", Controller: l.DID, PublicKeyMultibase: mb,
+			ID: l.DID + "#" + name, Type: "Multikey", Controller: l.DID, PublicKeyMultibase: strings.TrimPrefix(key, "did:key:"),
 		})
 	}
 	for name, s := range services {
 		doc.Service = append(doc.Service, identity.DocService{ID: "#" + name, Type: s.Type, ServiceEndpoint: s.Endpoint})
 	}
-	return doc, true
+	return doc
 }
 
 func withPrefix(s, p string) string {
