@@ -773,7 +773,24 @@ func (r *Resolver) fetch(ctx context.Context, d syntax.DID) (*identity.Identity,
 	if d.Method() == "plc" {
 		return r.fetchPLC(ctx, d)
 	}
+	if err := webHost(d); err != nil {
+		return nil, err
+	}
 	return r.dir.LookupDID(ctx, d)
+}
+
+// webHost refuses, as not found, a did:web whose identifier is not a bare
+// hostname (a port or a path: atproto's did:web is a hostname only). No
+// request is made, and the refusal is permanent: a retry would only hold
+// a slot through its backoff.
+func webHost(d syntax.DID) error {
+	if d.Method() != "web" {
+		return nil
+	}
+	if _, err := syntax.ParseHandle(d.Identifier()); err != nil {
+		return fmt.Errorf("%w: %s: not a bare hostname (atproto's did:web has no port and no path)", identity.ErrDIDNotFound, d)
+	}
+	return nil
 }
 
 // accept turns an identity resolved by a request started at fetched into

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -105,4 +106,27 @@ func TestDIDWebAddressPolicy(t *testing.T) {
 			t.Fatalf("loopback-port refusals %v, want 1", got)
 		}
 	})
+}
+
+// TestDIDWebNotAHostnameIsNotRetried: a did:web whose identifier is not a
+// bare hostname (a port, a path) is not found at once, with no request and no retry: each
+// retry used to hold one of the resolver's slots through its backoff, so
+// a relay naming many such DIDs held every slot.
+func TestDIDWebNotAHostnameIsNotRetried(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	sleeps := 0
+	r := ident.New(ident.Config{PLC: "http://127.0.0.1:1", Metrics: ident.NewMetrics(reg),
+		Sleep: func(context.Context, time.Duration) error { sleeps++; return nil }})
+	defer r.Close()
+	for _, did := range []string{"did:web:localhost%3A8080", "did:web:example.com:u:alice"} {
+		_, _, err := r.Lookup(context.Background(), did)
+		if !errors.Is(err, ident.ErrUnresolvable) {
+			t.Fatalf("%s: %v, want unresolvable", did, err)
+		}
+	}
+	retries := promtest.Value(t, reg, "backstream_ident_retries_total", nil)
+	notFound := promtest.Value(t, reg, "backstream_ident_resolutions_total", map[string]string{"result": "not_found"})
+	if sleeps != 0 || retries != 0 || notFound != 2 {
+		t.Fatalf("2 did:web DIDs that are not bare hostnames: %d backoff waits, %v retries, %v resolutions not found; want 0, 0, 2", sleeps, retries, notFound)
+	}
 }
