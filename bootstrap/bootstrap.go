@@ -257,7 +257,7 @@ func (b *Bootstrap) Run(ctx context.Context) error {
 			return b.stopped(ctx, err)
 		}
 		if lanes != nil {
-			// Hosts mode; with no active host on the roster there is no
+			// Hosts mode; with no host to list on the roster there is no
 			// lane to run. The relay's listing follows the hosts' when
 			// relayNeeded says so.
 			if len(lanes) > 0 {

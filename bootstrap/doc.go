@@ -105,9 +105,9 @@
 //
 // # Hosts mode (the fleet bootstrap)
 //
-// When every active roster host's listing ends failing (refused, e.g. by
+// When every listed roster host's listing ends failing (refused, e.g. by
 // the address policy, or failing past its retries), or the roster has no
-// active host, hosts mode would archive nothing; when some host's listing
+// host to list (every one banned), hosts mode would archive nothing; when some host's listing
 // is cut for naming more entries than its bound (too_many_entries, below),
 // no other host lists the accounts past the cut. The run then lists the
 // relay's listRepos after the hosts' lanes, as relay mode does, from its
@@ -115,8 +115,8 @@
 // backstream_bootstrap_relay_fallback_total, /status
 // hosts.fell_back_to_relay).
 //
-// In the default mode (Config.Enumerate ""), a roster that gives no active
-// host an account count (Roster.ListsRelay) is not listed by host at all:
+// In the default mode (Config.Enumerate ""), a roster that gives no host
+// it lists an account count (Roster.ListsRelay) is not listed by host at all:
 // each host's listing would be cut at upstream.HostListingSlack entries.
 // The run enumerates the relay's listRepos and records no roster;
 // discovery and every repair pass go by the same rule on the roster as
@@ -131,8 +131,10 @@
 // listHosts), records every entry in its host/<host> row (status, account
 // count, seq: HostUpdates, the writer the only writer of host/; a host a
 // whole read no longer names gets status RosterLeft), skips and
-// counts hosts whose status is not active, and runs
-// one lane per active host: its own enumerator (HostListRepos), its own
+// counts banned hosts, and runs one lane per other host, whatever its
+// status (listable: active, idle, offline, throttled, or a word listHosts
+// does not name; the relay still indexes their accounts, and in hosts
+// mode nothing else lists them): its own enumerator (HostListRepos), its own
 // watermark, its own share of the window (Window / hosts, at least a page)
 // and its own checkpoint, cursor/hostlist/<host> (with its last non-empty
 // cursor in cursor/hostlist_last/<host>, where hosts-mode discovery lists

@@ -2,3 +2,7 @@ package bootstrap
 
 // LaneRunnersPerWorker is laneRunnersPerWorker, for the lane bound's test.
 const LaneRunnersPerWorker = laneRunnersPerWorker
+
+// HostRetryBase and HostRetryMax are a host's retry backoff, for the test
+// of how long a host down for good holds bootstrap's end.
+const HostRetryBase, HostRetryMax = hostRetryBase, hostRetryMax

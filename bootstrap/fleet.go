@@ -84,7 +84,8 @@ const (
 // every host by state.
 type HostsProgress struct {
 	Mode string `json:"mode"`
-	// Roster is the hosts listHosts named; Skipped those not active.
+	// Roster is the hosts listHosts named; Skipped those not listed for
+	// their status (banned: listable).
 	Roster  int `json:"roster"`
 	Skipped int `json:"skipped"`
 	// ByState counts the listed hosts by enumeration state.
@@ -105,7 +106,7 @@ type HostsProgress struct {
 	// when the relay's whole roster was read.
 	RosterCut string `json:"roster_cut,omitempty"`
 	// FellBackToRelay: every roster host's listing failed, the roster has
-	// no active host, or some host's listing was cut for naming more
+	// no host to list (every one banned), or some host's listing was cut for naming more
 	// entries than its bound (too_many_entries), and the relay's listing
 	// was used too.
 	FellBackToRelay bool `json:"fell_back_to_relay,omitempty"`
@@ -255,7 +256,8 @@ func (f *fleetState) snapshot() *HostsProgress {
 }
 
 // relayNeeded says why hosts mode lists the relay's listRepos after its
-// hosts' lanes ended, "" when it does not: the roster has no active host,
+// hosts' lanes ended, "" when it does not: the roster has no host to list
+// (every one banned),
 // every roster host's listing ended cut (refused, failing past its
 // retries: hosts mode archived nothing), or some host's listing was cut
 // for naming more entries than its bound (too_many_entries): the accounts
@@ -268,7 +270,7 @@ func (b *Bootstrap) relayNeeded() string {
 	f.mu.Unlock()
 	switch {
 	case p.Roster == p.Skipped:
-		return "the relay's roster has no active host"
+		return "the relay's roster has no host to list (every one banned)"
 	case p.ByState[HostFailing] == p.Roster-p.Skipped:
 		return "every roster host's listing failed (refused, or failing past its retries)"
 	case tooMany > 0:
@@ -287,7 +289,7 @@ func (b *Bootstrap) fallBackToRelay(why string) {
 	roster, skipped := p.p.Roster, p.p.Skipped
 	p.mu.Unlock()
 	b.cfg.Logger.Warn("bootstrap: "+why+"; the relay's own listRepos is listed instead, downloads through its redirect",
-		"hosts", roster, "skipped_not_active", skipped)
+		"hosts", roster, "skipped_banned", skipped)
 }
 
 // hosts is the fleet's state, nil in relay mode.
@@ -423,9 +425,9 @@ type lane struct {
 }
 
 // fleetLanes decides the mode and, in hosts mode, reads the roster and
-// each active host's checkpoint. It returns nil lanes in relay mode; in
-// hosts mode a lane per active host, none (not nil) when the roster has no
-// active host.
+// the checkpoint of each host it lists (every one but banned ones:
+// listable). It returns nil lanes in relay mode; in hosts mode a lane per
+// listed host, none (not nil) when the roster has no host to list.
 func (b *Bootstrap) fleetLanes(ctx context.Context) ([]lane, error) {
 	cfg := &b.cfg
 	log := cfg.Logger
@@ -439,7 +441,7 @@ func (b *Bootstrap) fleetLanes(ctx context.Context) ([]lane, error) {
 		return nil, errors.New("bootstrap: --enumerate hosts needs a fleet source")
 	}
 	rr, err := b.roster(ctx, maxRosterHosts)
-	roster, skipped := rr.Active, rr.Skipped
+	roster, skipped := rr.Listed, rr.Skipped
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -455,16 +457,16 @@ func (b *Bootstrap) fleetLanes(ctx context.Context) ([]lane, error) {
 		// The roster is not recorded: discovery and the repair passes
 		// list the relay too (they list hosts only after a roster).
 		b.enumeration(EnumerateRelay, ModeNoAccountCounts)
-		log.Warn("bootstrap: enumeration mode relay: the relay's listHosts gives no active host an accountCount, so each host's listing could name at most 10,000 entries; the relay's listRepos is listed instead, downloads through its redirect (--enumerate hosts lists the hosts anyway, with that bound)",
-			"hosts", len(roster), "skipped_not_active", skipped)
+		log.Warn("bootstrap: enumeration mode relay: the relay's listHosts gives no host it lists an accountCount, so each host's listing could name at most 10,000 entries; the relay's listRepos is listed instead, downloads through its redirect (--enumerate hosts lists the hosts anyway, with that bound)",
+			"hosts", len(roster), "skipped_banned", skipped)
 		return nil, nil
 	}
 	if _, err := RecordRoster(ctx, cfg.Writer, cfg.Store, rr); err != nil {
 		return nil, fmt.Errorf("bootstrap: %w", err)
 	}
 	b.enumeration(EnumerateHosts, reasonAsked(mode, ModeListHosts))
-	log.Info("bootstrap: enumeration mode hosts: every active host of the relay's roster lists its own repos and serves them",
-		"asked", cfg.Enumerate, "hosts", len(roster), "skipped_not_active", skipped, "listed_by_two_hosts", b.attributionRule())
+	log.Info("bootstrap: enumeration mode hosts: every host of the relay's roster but banned ones (active, idle, offline, throttled) lists its own repos and serves them",
+		"asked", cfg.Enumerate, "hosts", len(roster), "skipped_banned", skipped, "listed_by_two_hosts", b.attributionRule())
 	b.listSlots = semaphore.NewWeighted(int64(cfg.Workers))
 	fs := newFleetState(EnumerateHosts)
 	fs.p.Roster, fs.p.Skipped, fs.p.RosterCut = len(roster)+skipped, skipped, rr.Cut

@@ -2,7 +2,7 @@ package bootstrap_test
 
 // Rosters and hosts that bend the fleet bootstrap: two hosts listing one
 // DID at once, a host answering more entries than its lane's window, a
-// roster without an active host, a roster paged a host at a time.
+// roster without a host to list (every one banned), a roster paged a host at a time.
 
 import (
 	"context"
@@ -177,22 +177,23 @@ func TestFleetOversizedHostPage(t *testing.T) {
 	}
 }
 
-// idleRoster: the relay answers listHosts, but no host on it is active.
-type idleRoster struct{ bootstrap.FleetSource }
+// bannedRoster: the relay answers listHosts, but the one host on it is
+// banned (an idle, offline or throttled host is listed).
+type bannedRoster struct{ bootstrap.FleetSource }
 
-func (idleRoster) ListHosts(ctx context.Context, cursor string, limit int) (upstream.HostsPage, error) {
-	return upstream.HostsPage{Hosts: []upstream.HostEntry{{Host: "idle.test", Status: "idle"}}}, nil
+func (bannedRoster) ListHosts(ctx context.Context, cursor string, limit int) (upstream.HostsPage, error) {
+	return upstream.HostsPage{Hosts: []upstream.HostEntry{{Host: "banned.test", Status: "banned"}}}, nil
 }
 
-// TestFleetNoActiveHostListsRelay: hosts mode (the default when the relay
-// answers listHosts) with a roster holding no active host has no lane to
-// run; bootstrap lists the relay instead, as when every roster host is
-// refused or cut (counted, on /status), and archives every account the
-// relay lists. It once indexed the first of no lanes, and panicked on every
-// start.
-func TestFleetNoActiveHostListsRelay(t *testing.T) {
+// TestFleetNoListedHostListsRelay: hosts mode (the default when the relay
+// answers listHosts) with a roster holding no host to list (its one host
+// banned) has no lane to run; bootstrap lists the relay instead, as when
+// every roster host is refused or cut (counted, on /status), and archives
+// every account the relay lists. It once indexed the first of no lanes,
+// and panicked on every start.
+func TestFleetNoListedHostListsRelay(t *testing.T) {
 	e := newEnv(t, worldCfg(20, 2))
-	b := e.fleetBoot("", 8, 4, nil, func(c *bootstrap.Config) { c.Fleet = idleRoster{e.client} })
+	b := e.fleetBoot("", 8, 4, nil, func(c *bootstrap.Config) { c.Fleet = bannedRoster{e.client} })
 	e.runToEnd(b)
 	if complete, missing := e.archived(); len(missing) > 0 || len(complete) == 0 {
 		t.Fatalf("%d accounts archived, %d not", len(complete), len(missing))

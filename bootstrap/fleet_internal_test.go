@@ -224,9 +224,9 @@ func TestRosterBounds(t *testing.T) {
 		}
 		loops := promtest.Value(t, reg, "backstream_listrepos_cursor_loops_total", nil)
 		cuts := promtest.Sum(t, reg, "backstream_listrepos_cut_total")
-		if !slices.Equal(rr.Active, c.want) || rr.Cut != c.cut || loops != c.loops || cuts != c.cuts || f.asked != c.pagesRead {
+		if !slices.Equal(rr.Listed, c.want) || rr.Cut != c.cut || loops != c.loops || cuts != c.cuts || f.asked != c.pagesRead {
 			t.Errorf("%s: hosts %v (want %v), cut %q (want %q), loops %v (want %v), cuts %v (want %v), pages %d (want %d)",
-				c.name, rr.Active, c.want, rr.Cut, c.cut, loops, c.loops, cuts, c.cuts, f.asked, c.pagesRead)
+				c.name, rr.Listed, c.want, rr.Cut, c.cut, loops, c.loops, cuts, c.cuts, f.asked, c.pagesRead)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package bootstrap_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -116,6 +117,7 @@ func TestFleetLanesBoundedGoroutines(t *testing.T) {
 // firstUp, when set, is sent the time an up host is first asked.
 type downFirstRoster struct {
 	down, up int
+	status   string // what listHosts says of the down hosts ("" active)
 	attempt  time.Duration
 	firstUp  chan time.Time
 	mu       sync.Mutex
@@ -124,8 +126,9 @@ type downFirstRoster struct {
 
 func (f *downFirstRoster) ListHosts(ctx context.Context, cursor string, limit int) (upstream.HostsPage, error) {
 	var p upstream.HostsPage
+	status := cmp.Or(f.status, "active")
 	for i := range f.down {
-		p.Hosts = append(p.Hosts, upstream.HostEntry{Host: fmt.Sprintf("a-down%02d.test", i), Status: "active", Accounts: 1})
+		p.Hosts = append(p.Hosts, upstream.HostEntry{Host: fmt.Sprintf("a-down%02d.test", i), Status: status, Accounts: 1})
 	}
 	for i := range f.up {
 		p.Hosts = append(p.Hosts, upstream.HostEntry{Host: fmt.Sprintf("b-up%02d.test", i), Status: "active", Accounts: 1})
@@ -555,4 +558,54 @@ func TestFleetEarlyParkedLaneNotBehindSleepingRunners(t *testing.T) {
 		cancel()
 		<-done // the store outlives the run
 	})
+}
+
+// TestFleetOfflineHostEndsWithinItsRetries: a host the relay's roster
+// gives as offline is listed (every status but banned is), and when it is
+// really down (every request refused, or blackholed: each attempt waits
+// the connect timeout) it holds bootstrap's end no longer than its
+// retries allow at their defaults: each of its HostRetries+1 listings
+// tries its page ListRetries+1 times, every wait at its longest jitter,
+// and the host's retries wait between listings; then it ends failing on
+// /status, given up (left to discovery), while the other host is done.
+// At the defaults that is 2,152.5 s (about 36 minutes; 33.4 nominal),
+// and 810 s more when each of its 81 attempts waits the 10 s connect
+// timeout. In fake time.
+func TestFleetOfflineHostEndsWithinItsRetries(t *testing.T) {
+	pages := backoff.Policy{Base: backfill.DefaultBackoffBase, Max: backfill.DefaultBackoffMax}
+	hosts := backoff.Policy{Base: bootstrap.HostRetryBase, Max: bootstrap.HostRetryMax}
+	var waits time.Duration
+	for i := range bootstrap.DefaultHostRetries {
+		waits += hosts.Delay(i, 1)
+	}
+	for i := range bootstrap.DefaultListRetries {
+		waits += (bootstrap.DefaultHostRetries + 1) * pages.Delay(i, 1)
+	}
+	tries := (bootstrap.DefaultHostRetries + 1) * (bootstrap.DefaultListRetries + 1)
+	for _, tc := range []struct {
+		name    string
+		attempt time.Duration
+	}{{"refused", 0}, {"blackholed", upstream.DefaultConnectTimeout}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newBubbleEnv(t, worldCfg(3, 1))
+				f := &downFirstRoster{down: 1, up: 1, status: "offline", attempt: tc.attempt, listed: map[string]bool{}}
+				b := e.bootOver(f, e.w, &countJobs{runs: map[string]int{}})
+				bound := waits + time.Duration(tries)*tc.attempt
+				start := time.Now()
+				if err := b.Run(context.Background()); err != nil {
+					t.Fatalf("run: %v", err)
+				}
+				took := time.Since(start)
+				failed := metric(t, e.reg, "backstream_listrepos_errors_total", map[string]string{"class": "transient"})
+				p := b.Progress().Hosts
+				if took > bound || failed != float64(tries) || p.ByState[bootstrap.HostFailing] != 1 || p.ByState[bootstrap.HostDone] != 1 ||
+					len(p.Failing) != 1 || p.Failing[0].NextAttempt != nil {
+					t.Fatalf("an offline host down for good (%s): bootstrap ended %v (fake) after it began, its failed tries %v, /status hosts %+v; want at most %v (its retries), %d tries, the host failing with no next attempt and the other done",
+						tc.name, took, failed, p, bound, tries)
+				}
+				t.Logf("an offline host down for good (%s): bootstrap ended %v (fake) after it began, %d tries; bound %v", tc.name, took, tries, bound)
+			})
+		})
+	}
 }

@@ -37,7 +37,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		skipped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_bootstrap_hosts_skipped_total",
-			Help: "Hosts of the relay's listHosts roster skipped by a fleet bootstrap because their status is not active.",
+			Help: "Hosts of the relay's listHosts roster skipped by a fleet bootstrap because the relay banned them (status banned); every other status is listed.",
 		}),
 		hostRetries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_bootstrap_host_retries_total",
@@ -53,7 +53,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"by"}),
 		relayFallbacks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_bootstrap_relay_fallback_total",
-			Help: "Fleet bootstraps in which every roster host's listing failed (refused, or failing past its retries), the roster had no active host, or some host's listing was cut for too many entries, so the relay's listRepos was listed too.",
+			Help: "Fleet bootstraps in which every roster host's listing failed (refused, or failing past its retries), the roster had no host to list (every one banned), or some host's listing was cut for too many entries, so the relay's listRepos was listed too.",
 		}),
 		loops: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_listrepos_cursor_loops_total",

@@ -32,8 +32,30 @@ var _ RosterSource = (*upstream.Client)(nil)
 // RosterLeft is the roster status recorded for a host whose host/ row
 // holds a roster entry but that a whole roster read no longer names: a
 // host that left the network (or that the relay no longer serves). It is
-// not active, so no listing asks it.
+// not listable, so no listing asks it.
 const RosterLeft = "left"
+
+// RosterBanned is the roster status of a host the relay banned: the one
+// status of listHosts whose host no listing asks.
+const RosterBanned = "banned"
+
+// listable reports whether a listing lists a roster host of status (the
+// relay's word, or as recorded): every host but a banned one and one that
+// left the roster (RosterLeft). Idle (the relay dropped its subscription:
+// the host answered FutureCursor, a PDS whose sequence was reset),
+// offline (the relay cannot reach it) and throttled (the relay
+// rate-limits it) are hosts the relay still indexes, whose accounts no
+// other listing names in hosts mode (the firehose never names an idle
+// host's accounts), as the reference relay's own listRepos and roster
+// copy do. A word listHosts does not name (the lexicon's statuses are
+// open; RosterOther as recorded) is listed too: a new word is more likely
+// a state of a working host than a ban, and a host that cannot be listed
+// only fails alone. Bootstrap, discovery, every repair pass and its
+// foreign-host rule all go by it (ReadRoster, ListedFrom).
+func listable(status string) bool {
+	s := rosterStatus(status)
+	return s != RosterBanned && s != RosterLeft
+}
 
 // RosterOptions configures ReadRoster.
 type RosterOptions struct {
@@ -57,9 +79,9 @@ type RosterOptions struct {
 
 // Roster is the roster as listHosts gave it.
 type Roster struct {
-	Active  []string             // the active hosts, deduplicated and sorted
+	Listed  []string             // the hosts listed (listable: all but banned), deduplicated and sorted
 	Entries []upstream.HostEntry // every entry (the first of a host listed twice), status "" read as active
-	Skipped int                  // hosts skipped for a status other than active
+	Skipped int                  // hosts skipped for their status (banned)
 	Cut     string               // why the read stopped with a cursor pending; "" when it did not
 	Loop    bool                 // the read ended at a cursor that repeated
 }
@@ -68,17 +90,20 @@ type Roster struct {
 // no repeating cursor. Only a whole read says a host has left.
 func (r Roster) Whole() bool { return r.Cut == "" && !r.Loop }
 
-// Uncounted reports whether the roster has an active host and gives none
-// of its active hosts an account count (absent, or 0): a relay whose
+// Uncounted reports whether the roster has a host to list and gives none
+// of the hosts it lists an account count (absent, or 0): a relay whose
 // listHosts does not serve accountCount. Each host's listing would then
-// be bounded at upstream.HostListingSlack entries whatever its size.
+// be bounded at upstream.HostListingSlack entries whatever its size. The
+// hosts listed are the ones asked, so their counts are the ones that
+// matter: an idle host's count says the relay serves the field as well as
+// an active one's, and a banned host's, never listed, bounds nothing.
 func (r Roster) Uncounted() bool {
 	for _, e := range r.Entries {
-		if e.Status == "active" && e.Accounts > 0 {
+		if listable(e.Status) && e.Accounts > 0 {
 			return false
 		}
 	}
-	return len(r.Active) > 0
+	return len(r.Listed) > 0
 }
 
 // ListsRelay reports whether a listing in mode enumerate (Config.Enumerate;
@@ -113,7 +138,8 @@ func ListingBound(store *archive.Store, host string) (int64, error) {
 }
 
 // ListedHosts is the hosts a listing after bootstrap (discovery, a repair
-// pass) lists: the store's active roster hosts as last recorded (the
+// pass) lists: the store's roster hosts but banned and left ones
+// (listable) as last recorded (the
 // caller reads the roster again first: RereadRoster). None when no roster
 // is recorded (relay mode), when enumerate is EnumerateRelay, or when the
 // recorded roster gives none of them an account count in the default mode
@@ -134,14 +160,14 @@ func ListedFrom(stored []archive.RosterHost, enumerate string) (hosts []string, 
 	var rr Roster
 	for _, h := range stored {
 		rr.Entries = append(rr.Entries, upstream.HostEntry{Host: h.Host, Status: h.Status, Accounts: int64(min(h.Accounts, 1<<40))})
-		if h.Status == "active" {
-			rr.Active = append(rr.Active, h.Host)
+		if listable(h.Status) {
+			rr.Listed = append(rr.Listed, h.Host)
 		}
 	}
 	if rr.ListsRelay(enumerate) {
 		return nil, enumerate != EnumerateRelay
 	}
-	return rr.Active, false
+	return rr.Listed, false
 }
 
 // ReadRoster pages listHosts until its last page, a cursor that repeats
@@ -181,11 +207,11 @@ func ReadRoster(ctx context.Context, src RosterSource, o RosterOptions) (Roster,
 				h.Status = "active" // listHosts without a status
 			}
 			rr.Entries = append(rr.Entries, h)
-			if h.Status != "active" {
+			if !listable(h.Status) {
 				rr.Skipped++
 				continue
 			}
-			rr.Active = append(rr.Active, h.Host)
+			rr.Listed = append(rr.Listed, h.Host)
 		}
 		switch {
 		case !full && pg.Cursor == "":
@@ -212,7 +238,7 @@ func ReadRoster(ctx context.Context, src RosterSource, o RosterOptions) (Roster,
 }
 
 func (rr Roster) sorted() Roster {
-	slices.Sort(rr.Active)
+	slices.Sort(rr.Listed)
 	return rr
 }
 
@@ -260,7 +286,7 @@ const RosterOther = "other"
 // throttled and banned, RosterLeft, and RosterOther for any other word, so
 // a relay's own words cannot grow the label set.
 func RosterStatuses() []string {
-	return []string{"active", "idle", "offline", "throttled", "banned", RosterLeft, RosterOther}
+	return []string{"active", "idle", "offline", "throttled", RosterBanned, RosterLeft, RosterOther}
 }
 
 // rosterStatus is a roster status as stored: the relay's word when it is a

@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/backstream/backstream/archive"
@@ -71,5 +72,55 @@ func BenchmarkRosterCounts(b *testing.B) {
 		if _, err := RosterCounts(s); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestRosterListsAllButBanned: the hosts a listing lists, read from
+// listHosts (ReadRoster: bootstrap's lanes) and from the host/ rows that
+// read recorded (ListedFrom: discovery, every repair pass and its
+// foreign-host rule), are the same: every host but a banned one (idle,
+// offline, throttled, a word listHosts does not name, a status that is
+// not a word, none), and after a whole read that no longer names a host,
+// not that one (left). Only the banned host is skipped. The accountCount
+// fallback (Uncounted, ListsRelay) reads the listed hosts' counts: a
+// roster whose only count is an idle host's lists the hosts; one whose
+// only count is a banned host's lists the relay.
+func TestRosterListsAllButBanned(t *testing.T) {
+	entries := []upstream.HostEntry{{Host: "a.test", Status: "active"}, {Host: "b.test", Status: "idle", Accounts: 7},
+		{Host: "c.test", Status: "offline"}, {Host: "d.test", Status: "throttled"}, {Host: "e.test", Status: "banned", Accounts: 9},
+		{Host: "f.test", Status: "paused"}, {Host: "g.test", Status: "Weird!"}, {Host: "h.test"}}
+	want := []string{"a.test", "b.test", "c.test", "d.test", "f.test", "g.test", "h.test"}
+	ctx := context.Background()
+	rr, err := ReadRoster(ctx, &rosterFleet{pages: map[string]upstream.HostsPage{"": {Hosts: entries}}}, RosterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rr.Listed, want) || rr.Skipped != 1 {
+		t.Errorf("read from listHosts: listed %v, skipped %d; want %v, 1 (the banned host)", rr.Listed, rr.Skipped, want)
+	}
+	s, w := memStore(t)
+	if _, err := RecordRoster(ctx, w, s, rr); err != nil {
+		t.Fatal(err)
+	}
+	if hosts, uncounted, err := ListedHosts(s, ""); err != nil || !slices.Equal(hosts, want) || uncounted {
+		t.Errorf("read from host/ rows: %v (uncounted %v), %v; want %v", hosts, uncounted, err, want)
+	}
+	rr, err = ReadRoster(ctx, &rosterFleet{pages: map[string]upstream.HostsPage{"": {Hosts: entries[1:]}}}, RosterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RecordRoster(ctx, w, s, rr); err != nil {
+		t.Fatal(err)
+	}
+	if hosts, _, err := ListedHosts(s, ""); err != nil || !slices.Equal(hosts, want[1:]) {
+		t.Errorf("read from host/ rows after a.test left: %v, %v; want %v", hosts, err, want[1:])
+	}
+	bannedCount := Roster{Listed: []string{"a.test"}, Entries: []upstream.HostEntry{entries[0], entries[4]}}
+	if !bannedCount.ListsRelay("") {
+		t.Error("a roster whose only accountCount is a banned host's lists its hosts, unbounded by a count")
+	}
+	idleCount := Roster{Listed: []string{"a.test", "b.test"}, Entries: entries[:2]}
+	if idleCount.ListsRelay("") {
+		t.Error("a roster whose only accountCount is an idle host's lists the relay")
 	}
 }

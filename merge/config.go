@@ -45,7 +45,7 @@ type Config struct {
 	// as bootstrap recorded them.
 	Roster bootstrap.RosterSource
 	// Enumerate is the --enumerate mode asked ("" the default): in the
-	// default mode, a recorded roster that gives no active host an account
+	// default mode, a recorded roster that gives no host it lists an account
 	// count makes discovery list the relay, as bootstrap does
 	// (bootstrap.ListedHosts); with bootstrap.EnumerateHosts it lists the
 	// hosts anyway; with bootstrap.EnumerateRelay it lists the relay and

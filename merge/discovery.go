@@ -45,10 +45,11 @@ type laneCut struct {
 // every DID the store does not know as a failed repo due now. It uses the
 // bootstrap's mode: with a roster in the store (a hosts-mode bootstrap read
 // listHosts) and cfg.Fleet set, the roster is read again (rereadRoster),
-// every active roster host is listed again from its own last non-empty
+// every roster host but banned and left ones (bootstrap.ListedHosts) is
+// listed again from its own last non-empty
 // cursor, from the start when it has none (discoverHosts), and the relay's
 // listRepos is not asked; else the relay's, also when the roster now gives
-// no active host an account count (bootstrap.ListedHosts, in the default
+// no host it lists an account count (bootstrap.ListedHosts, in the default
 // mode: bootstrap's rule), and always under cfg.Enumerate relay, which
 // reads no roster (bootstrap.RereadRoster, ListedHosts). It never fails merge for
 // upstream trouble: a cursor loop ends discovery with a warning,
@@ -66,7 +67,7 @@ func Discover(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("merge: discovery: %w", err)
 		}
 		if uncounted {
-			cfg.Logger.Warn("discovery: the relay's listHosts roster gives no active host an accountCount, so each host's listing could name at most 10,000 entries; the relay's listRepos is listed instead")
+			cfg.Logger.Warn("discovery: the relay's listHosts roster gives no host it lists an accountCount, so each host's listing could name at most 10,000 entries; the relay's listRepos is listed instead")
 		}
 		if len(hosts) > 0 {
 			return discoverHosts(ctx, cfg, hosts)
@@ -109,7 +110,7 @@ func rereadRoster(ctx context.Context, cfg Config) error {
 		return nil
 	}
 	cfg.Logger.Info("discovery: the relay's listHosts roster read", "result", rd.Result,
-		"active", len(rd.Roster.Active), "skipped_not_active", rd.Roster.Skipped, "left", rd.Left)
+		"listed", len(rd.Roster.Listed), "skipped_banned", rd.Roster.Skipped, "left", rd.Left)
 	return nil
 }
 

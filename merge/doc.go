@@ -46,7 +46,7 @@
 // listing and records every DID the store does not know as a failed repo due
 // now, with refetch reason "discovered" (M6): the retry runner fetches them in
 // steady state. Discovery uses the bootstrap's mode: after a hosts-mode
-// bootstrap (an active roster in host/, Config.Fleet set, and
+// bootstrap (a roster in host/, Config.Fleet set, and
 // Config.Enumerate not relay) it first
 // reads the relay's listHosts roster again (Config.Roster set:
 // bootstrap.RereadRoster, as each repair pass does, counted in
@@ -54,7 +54,7 @@
 // the host/ rows as bootstrap recorded them, one WARN), so a host that
 // joined the network while bootstrap ran is listed too: its accounts that
 // existed before it joined are on no firehose. Then it lists every
-// active roster host on the host, from its own last non-empty cursor
+// roster host but banned and left ones (bootstrap.ListedHosts) on the host, from its own last non-empty cursor
 // (cursor/hostlist_last/<host>, from the start when it has none), and
 // never the relay's listRepos; a host whose listing cannot be used fails
 // alone (counted by reason like a cut, one warning for all of them) and
@@ -68,7 +68,7 @@
 // every host fails, or some host is cut too_many_entries (no other host
 // lists the accounts past its cut), the relay's listRepos is listed after
 // them (one warning, backstream_discovery_relay_fallback_total). A roster
-// that, read again, gives no active host an account count is not listed by
+// that, read again, gives no host it lists an account count is not listed by
 // host in the default mode: discovery lists the relay instead, bootstrap's
 // rule (bootstrap.ListedHosts; Config.Enumerate hosts lists the hosts anyway).
 // Config.Enumerate relay (the operator's --enumerate relay) lists the

@@ -145,8 +145,21 @@ func TestEndlessHostListingAuditEnds(t *testing.T) {
 // folds to the world. On main every audit archived the takedown (the
 // account's records left the fold), then its own host's listing had it
 // fetched again: an account row and a whole replacement a day per claimed
-// account, for ever.
+// account, for ever. The same holds when the accounts' own host turns idle
+// as the claims begin (oracle SetHostStatus: the relay dropped its
+// subscription; the host answers as before): an idle host is a roster
+// host like an active one, listed and its accounts its own. When only
+// active hosts were listed, the idle host was no roster host to the rule
+// and every audit archived the takedown on the other host's word.
 func TestForeignHostClaimsAreIgnored(t *testing.T) {
+	for _, status := range []string{"active", "idle"} {
+		t.Run(status, func(t *testing.T) { foreignHostClaimsIgnored(t, status) })
+	}
+}
+
+// foreignHostClaimsIgnored is TestForeignHostClaimsAreIgnored with the
+// claimed accounts' host given status by listHosts as the claims begin.
+func foreignHostClaimsIgnored(t *testing.T, status string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	net, live := activeNetwork(t, ctx, oracle.Config{Accounts: 16, RecordsMean: 3, Hosts: 2, Seed: 53})
@@ -162,6 +175,7 @@ func TestForeignHostClaimsAreIgnored(t *testing.T) {
 	v, phase := startHostsNode(t, ctx, net)
 	v.waitFor("steady state", func() bool { return phase.Load() == archive.PhaseSteadyState })
 	f := net.Faults()
+	f.SetHostStatus(0, status)
 	f.ClaimAccount(endlessHost, victims[0], false, "takendown")
 	f.ClaimAccount(endlessHost, victims[1], true, "")
 	closed := promtest.Value(t, v.reg, "backstream_repair_gaps_closed_total", nil)

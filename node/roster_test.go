@@ -19,6 +19,7 @@ import (
 	"github.com/backstream/backstream/node"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/check"
+	"github.com/backstream/backstream/oracle/world"
 )
 
 // TestJoinedHostIsAudited: a PDS host joins the network after bootstrap
@@ -479,5 +480,71 @@ func TestRelayAskedAfterHostsBootstrap(t *testing.T) {
 	fold, _ := v.subscribeFold()
 	if checked, mism := check.Compare(fold, net.World(), nil); len(mism) > 0 {
 		t.Errorf("%d of %d accounts differ:\n%s", len(mism), checked, check.Describe(mism, 5))
+	}
+}
+
+// TestHostsOfEveryStatusButBannedListed: a hosts-mode node bootstraps a
+// network whose relay's listHosts gives one host each of the statuses a
+// relay gives a host it still indexes (active, idle, offline, throttled),
+// one banned, and one a word the lexicon does not name ("paused"; its
+// host statuses are open). oracle SetHostStatus changes only what
+// listHosts says: every host answers its listRepos and getRepo. In
+// steady state every account of every host but the banned one is
+// archived and /subscribe folds to the network for them; the banned host
+// is never asked (oracle SlowHost's 1 ms delay counts its requests, none)
+// and none of its accounts is recorded, through bootstrap, discovery and
+// two audits. Only the banned host is counted skipped. On main only
+// active hosts were listed: the idle, offline, throttled and unknown
+// hosts' accounts were never archived (the relay's listing is read only
+// when no host listed anything, and the firehose never names an idle
+// host's accounts).
+func TestHostsOfEveryStatusButBannedListed(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	statuses := []string{"active", "idle", "offline", "throttled", "banned", "paused"}
+	const banned = 4
+	net, _ := activeNetwork(t, ctx, oracle.Config{Accounts: 36, RecordsMean: 3, Hosts: len(statuses), Seed: 53})
+	f := net.Faults()
+	for h, st := range statuses {
+		f.SetHostStatus(h, st)
+	}
+	f.SlowHost(banned, time.Millisecond)
+	hostOf := map[string]int{}
+	for h := range statuses {
+		for _, did := range hostAccounts(t, net, h) {
+			hostOf[did] = h
+		}
+	}
+	v, phase := startHostsNode(t, ctx, net)
+	v.waitFor("steady state", func() bool { return phase.Load() == archive.PhaseSteadyState })
+	closed := promtest.Value(t, v.reg, "backstream_repair_gaps_closed_total", nil)
+	v.waitFor("two audit gaps closed", func() bool {
+		return promtest.Value(t, v.reg, "backstream_repair_gaps_closed_total", nil) >= closed+2
+	})
+	v.waitFor("retry drained", retryDrained(v.n.Retrier()))
+	for h, st := range statuses {
+		dids := hostAccounts(t, net, h)
+		got := completeCount(v.n.Store(), dids)
+		if h != banned && got != len(dids) {
+			t.Errorf("accounts of the %s host archived in steady state: %d of %d", st, got, len(dids))
+		}
+		if h == banned {
+			for _, did := range dids {
+				if st, err := v.n.Store().RepoState(did); err == nil {
+					t.Errorf("%s of the banned host recorded: %+v", did, st)
+				}
+			}
+		}
+	}
+	if got := f.Fired(oracle.FaultSlowHost); got != 0 {
+		t.Errorf("requests to the banned host: %d, want 0", got)
+	}
+	if got := promtest.Value(t, v.reg, "backstream_bootstrap_hosts_skipped_total", nil); got != 1 {
+		t.Errorf("hosts skipped by bootstrap: %v, want 1 (the banned one)", got)
+	}
+	fold, _ := v.subscribeFold()
+	listed := func(a world.Account) bool { h, ok := hostOf[a.DID]; return ok && h != banned }
+	if checked, mism := check.Compare(fold, net.World(), listed); len(mism) > 0 || checked == 0 {
+		t.Errorf("%d of %d accounts of the listed hosts differ:\n%s", len(mism), checked, check.Describe(mism, 5))
 	}
 }

@@ -23,7 +23,9 @@
 //     page holding its marks and the position after it, so a crash resumes
 //     where the last durable unit ended and marks nothing twice. In hosts
 //     mode (Config.Fleet set and a roster in the store, as for discovery)
-//     it pages every active roster host's own listRepos instead, each from
+//     it pages every roster host's own listRepos instead (but banned and
+//     left ones: bootstrap.ListedHosts; idle, offline and throttled hosts
+//     too), each from
 //     its own position (audit/<id>/<host>), so an account the relay's index
 //     misses is compared too; a host whose listing fails transiently is
 //     tried again next Period while the others go on, and after
@@ -39,7 +41,7 @@
 //     begun; a cut made before a restart is read from the host's durable
 //     position, which lists more entries than the bound
 //     (backstream_repair_relay_fallback_total). A roster recorded
-//     without an account count for any active host is not listed by host
+//     without an account count for any host it lists is not listed by host
 //     in the default mode: the pass compares the relay's listing,
 //     bootstrap's rule (bootstrap.ListedHosts; Config.Enumerate hosts lists
 //     the hosts anyway). Config.Enumerate relay (the operator's
@@ -63,7 +65,8 @@
 //     records moves no ratchet), one listed active but stored inactive, and
 //     an unknown one with a rev are marked (archive.RefetchAudit, due now);
 //     a roster host's entry about an account whose recorded host is
-//     another active roster host is ignored, counted (reason foreign): a
+//     another roster host the pass lists (any status but banned or left)
+//     is ignored, counted (reason foreign): a
 //     host's word does not take down, delete or refetch what it does not
 //     hold;
 //     a repo the directory said does not exist (archive.ClassUnknownDID,

@@ -1,7 +1,8 @@
 package repair
 
 // lanes.go owns a pass's listings: the relay's listRepos (relay mode), or
-// in hosts mode every active roster host's own listRepos, each with its own
+// in hosts mode every roster host's own listRepos (all but banned and left
+// ones: bootstrap.ListedHosts), each with its own
 // durable position, so an account the relay's index misses is compared
 // too and a host that cannot be listed fails alone.
 
@@ -23,7 +24,8 @@ import (
 type lane struct {
 	host string
 	pos  *archive.Audit
-	// roster is the pass's active roster hosts (hosts mode): an entry about
+	// roster is the pass's listed roster hosts (hosts mode; every one but
+	// banned and left ones, bootstrap.ListedHosts): an entry about
 	// an account whose recorded host is another of them is that host's to
 	// tell, not this one's (compare).
 	roster map[string]bool
@@ -154,8 +156,8 @@ func (r *Runner) fallBackToRelay(g archive.Gap, tooMany int) {
 // writer (its status and account count, which bounds the host's
 // listing), and, when the read was whole, each stored host it no longer
 // names marked bootstrap.RosterLeft. So a host that joined the network
-// since is listed, one grown is bounded by its new count, one gone or no
-// longer active is not listed. A read that fails (its retries spent, a 501) leaves the rows
+// since is listed, one grown is bounded by its new count, one gone or
+// banned is not listed. A read that fails (its retries spent, a 501) leaves the rows
 // as they were, counted and logged: the pass lists the roster as last
 // recorded. Only a store or writer failure is returned.
 //
@@ -183,15 +185,15 @@ func (r *Runner) readRoster(ctx context.Context, g archive.Gap) error {
 		return nil
 	}
 	r.log.Info("repair pass: the relay's listHosts roster read", "gap", g.ID, "result", rd.Result,
-		"active", len(rd.Roster.Active), "skipped_not_active", rd.Roster.Skipped, "left", rd.Left)
+		"listed", len(rd.Roster.Listed), "skipped_banned", rd.Roster.Skipped, "left", rd.Left)
 	return nil
 }
 
-// roster is the hosts a pass lists in hosts mode: the store's active
-// roster hosts when Fleet is set, as the pass's beginning recorded them
+// roster is the hosts a pass lists in hosts mode: the store's roster hosts
+// but banned and left ones (bootstrap.ListedHosts) when Fleet is set, as the pass's beginning recorded them
 // (readRoster). None, and the pass lists the relay, in relay mode (no
-// roster, or Enumerate relay) or when that roster gives no active host an
-// account count in the default mode (bootstrap.ListedHosts: each host's
+// roster, or Enumerate relay) or when that roster gives no host it lists
+// an account count in the default mode (bootstrap.ListedHosts: each host's
 // listing would be cut at 10,000 entries), that last said once a pass.
 func (r *Runner) roster(g archive.Gap) ([]string, error) {
 	if r.cfg.Fleet == nil {
@@ -207,7 +209,7 @@ func (r *Runner) roster(g archive.Gap) ([]string, error) {
 	return hosts, nil
 }
 
-// listsRelay says, once a pass, that the roster gives no active host an
+// listsRelay says, once a pass, that the roster gives no host it lists an
 // account count and the relay's listing is compared instead.
 func (r *Runner) listsRelay(g archive.Gap) {
 	r.mu.Lock()
@@ -215,7 +217,7 @@ func (r *Runner) listsRelay(g archive.Gap) {
 	r.uncounted = g.ID
 	r.mu.Unlock()
 	if first {
-		r.log.Warn("repair pass: the relay's listHosts roster gives no active host an accountCount, so each host's listing could name at most 10,000 entries; the relay's listRepos is compared instead", "gap", g.ID)
+		r.log.Warn("repair pass: the relay's listHosts roster gives no host it lists an accountCount, so each host's listing could name at most 10,000 entries; the relay's listRepos is compared instead", "gap", g.ID)
 	}
 }
 
@@ -254,9 +256,9 @@ func (r *Runner) listLane(ctx context.Context, g archive.Gap, a *archive.Audit, 
 				return false, nil
 			}
 			r.cutListing(g, l.host, err)
-			seen.cut(l.host, false)
 			l.mu.Lock()
 			defer l.mu.Unlock()
+			seen.cut(l.host, false)
 			l.pos.Phase = archive.AuditDone
 			return true, r.commit(ctx, g, a, l, nil)
 		}

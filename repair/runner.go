@@ -47,7 +47,7 @@ type Config struct {
 	// recorded.
 	Roster bootstrap.RosterSource
 	// Enumerate is the --enumerate mode asked ("" the default): in the
-	// default mode a pass whose recorded roster gives no active host an
+	// default mode a pass whose recorded roster gives no host it lists an
 	// account count lists the relay, as bootstrap does
 	// (bootstrap.ListedHosts); with bootstrap.EnumerateHosts it lists the
 	// hosts anyway; with bootstrap.EnumerateRelay it lists the relay and

@@ -73,7 +73,7 @@ type statusReport struct {
 // recorded one): mode hosts when they list the roster's hosts
 // (bootstrap.ListedHosts), else relay (no roster, serve's --enumerate
 // relay whatever roster is recorded, or, in the default mode, a roster
-// that gives no active host an account count). `backstream status` does
+// that gives no host it lists an account count). `backstream status` does
 // not know serve's flags and assumes the default.
 type statusHosts struct {
 	Mode     string           `json:"mode"`
