@@ -15,6 +15,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/internal/promtest"
 	"github.com/backstream/backstream/node"
 	"github.com/backstream/backstream/oracle"
@@ -546,5 +547,57 @@ func TestHostsOfEveryStatusButBannedListed(t *testing.T) {
 	listed := func(a world.Account) bool { h, ok := hostOf[a.DID]; return ok && h != banned }
 	if checked, mism := check.Compare(fold, net.World(), listed); len(mism) > 0 || checked == 0 {
 		t.Errorf("%d of %d accounts of the listed hosts differ:\n%s", len(mism), checked, check.Describe(mism, 5))
+	}
+}
+
+// TestDownOfflineHostLeavesAuditsWhole: a roster host the relay gives as
+// offline after bootstrap and that is really down (oracle SetHostStatus
+// and DownHost: every request to it answered 503) is listed by every
+// audit (every status but banned is), fails and is cut, answering
+// nothing. A listing that named nothing is as a host not listed: the pass
+// stays complete, so it still checks the accounts absent from its
+// listings (the down host's among them, asked of the relay's
+// getRepoStatus, which still says active at the archived rev: none taken
+// down, marked or fetched). Had the cut made every such pass incomplete,
+// a roster with one host down, as the real network always has, would
+// never check an absent account again: a deletion lost in a gap would
+// never be archived.
+func TestDownOfflineHostLeavesAuditsWhole(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const down = 2
+	net, _ := activeNetwork(t, ctx, oracle.Config{Accounts: 24, RecordsMean: 3, Hosts: 3, Seed: 53})
+	gone := hostAccounts(t, net, down)
+	// A failed listRepos try waits 5 ms at most for the next (the waits
+	// are not what this test is about): a pass cuts the down host after
+	// its 8 failed steps, 100 ms apart.
+	short := func(c *node.Config) {
+		c.Bootstrap.Sleep = func(ctx context.Context, d time.Duration) error {
+			return backoff.Sleep(ctx, min(d, 5*time.Millisecond))
+		}
+	}
+	v, phase := startHostsNode(t, ctx, net, short)
+	v.waitFor("steady state", func() bool { return phase.Load() == archive.PhaseSteadyState })
+	v.waitFor("the down host's accounts archived", func() bool { return completeCount(v.n.Store(), gone) == len(gone) })
+	f := net.Faults()
+	f.SetHostStatus(down, "offline")
+	f.DownHost(down, 10*time.Minute)
+	asked := f.Fired(oracle.FaultHostDown)
+	checked := promtest.Value(t, v.reg, "backstream_repair_absent_total", map[string]string{"result": "checked"})
+	closed := promtest.Value(t, v.reg, "backstream_repair_gaps_closed_total", nil)
+	v.waitFor("three more audit gaps closed", func() bool {
+		return promtest.Value(t, v.reg, "backstream_repair_gaps_closed_total", nil) >= closed+3
+	})
+	if f.Fired(oracle.FaultHostDown) == asked {
+		t.Fatal("no request to the offline host in three audits: it is not listed")
+	}
+	// The first of the three passes may have begun before the host went down.
+	if got := promtest.Value(t, v.reg, "backstream_repair_absent_total", map[string]string{"result": "checked"}) - checked; got < float64(2*len(gone)) {
+		t.Errorf("absent accounts checked in 3 audits with an offline host down: %v, want at least %d (the down host's %d, each complete pass)", got, 2*len(gone), len(gone))
+	}
+	for _, did := range gone {
+		if st, err := v.n.Store().RepoState(did); err != nil || st.Status != archive.StatusComplete || !st.Active || st.Refetch != archive.RefetchNone {
+			t.Errorf("%s of the down host: %+v, %v; want complete, active, not marked", did, st, err)
+		}
 	}
 }

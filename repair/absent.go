@@ -43,8 +43,9 @@ var _ StatusSource = (*upstream.Client)(nil)
 // accounts, where a map took 24 to 36 bytes an entry), sorted once the
 // first time one is looked up, and the cursors each of its listings has
 // been at in this process. Whole only when this process listed the pass from its start
-// and no listing was cut: a pass resumed after a restart has no set, and
-// checks no absence (the next audit does). The lanes of a pass that list
+// and no listing was cut after it listed an entry (a roster host's cut
+// before that is as a host not listed: listLane): a pass resumed after a
+// restart has no set, and checks no absence (the next audit does). The lanes of a pass that list
 // at once share it (mu).
 type listedSet struct {
 	gap  uint64

@@ -30,7 +30,9 @@
 //     misses is compared too; a host whose listing fails transiently is
 //     tried again next Period while the others go on, and after
 //     bootstrap.DefaultHostRetries such steps in a row it is cut (counted,
-//     logged) so a dead host cannot hold its gap open; so is a host's
+//     logged) so a dead host cannot hold its gap open (a host cut before
+//     it listed any entry in the pass is as a host not listed: the pass
+//     stays complete and its accounts are checked as absent); so is a host's
 //     listing that names more than upstream.HostListingBound entries of its
 //     roster account count in the pass (one that never ends; the count its
 //     host/ row holds). When no host listed

@@ -228,7 +228,14 @@ func (r *Runner) listsRelay(g archive.Gap) {
 // bootstrap.DefaultHostRetries steps in a row is cut like a page that
 // cannot be used: it fails alone, counted and logged. So is a listing
 // whose cursor repeats one it has been at in this pass (a cycle, which
-// would list the same pages forever and hold the gap open).
+// would list the same pages forever and hold the gap open). A roster
+// host's listing cut so before it listed any entry in the pass (a host
+// down, refusing, or whose first page cannot be used) is as a host not
+// listed: the pass stays complete (listedSet), and the accounts recorded
+// on that host, absent from its listings, are asked of the relay like any
+// other absent account. A roster always has hosts down (the relay's
+// offline ones among them); were every such cut to make the pass
+// incomplete, no pass would check an absent account again.
 //
 // A roster host's listing names at most upstream.HostListingBound entries
 // in a pass (twice the accounts its host/ row says the relay gives it,
@@ -258,7 +265,9 @@ func (r *Runner) listLane(ctx context.Context, g archive.Gap, a *archive.Audit, 
 			r.cutListing(g, l.host, err)
 			l.mu.Lock()
 			defer l.mu.Unlock()
-			seen.cut(l.host, false)
+			if l.host == "" || l.pos.Listed > 0 {
+				seen.cut(l.host, false)
+			}
 			l.pos.Phase = archive.AuditDone
 			return true, r.commit(ctx, g, a, l, nil)
 		}
