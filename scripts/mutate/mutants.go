@@ -595,8 +595,8 @@ var mutants = []Mutant{
 		ID: "m58", Invariant: "G7",
 		Name: "the default mode lists hosts behind a relay that gives no account counts (every large host's listing cut at the fallback bound)",
 		File: "bootstrap/roster.go",
-		Old:  "if e.Status == \"active\" && e.Accounts > 0 {",
-		New:  "if e.Status == \"active\" && e.Accounts >= 0 {",
+		Old:  "if listable(e.Status) && e.Accounts > 0 {",
+		New:  "if listable(e.Status) && e.Accounts >= 0 {",
 		Tests: []Test{
 			{Pkg: "./bootstrap", Run: "^TestFleetModeWithoutAccountCounts$"},
 		},
@@ -881,6 +881,28 @@ var mutants = []Mutant{
 		New:  "",
 		Tests: []Test{
 			{Pkg: "./bootstrap", Run: "^TestFleetFailingHostNextAttemptIsItsNextTry$"},
+		},
+	},
+	{
+		ID: "m87", Invariant: "H12 G6",
+		Name: "hosts mode skips idle roster hosts again (their accounts never archived; an idle host's accounts decided on another host's word)",
+		File: "bootstrap/roster.go",
+		Old:  "return s != RosterBanned && s != RosterLeft",
+		New:  "return s != RosterBanned && s != RosterLeft && s != \"idle\"",
+		Tests: []Test{
+			{Pkg: "./bootstrap", Run: "^TestRosterListsAllButBanned$"},
+			{Pkg: "./node", Run: "^TestHostsOfEveryStatusButBannedListed$"},
+			{Pkg: "./node", Run: "^TestForeignHostClaimsAreIgnored$"},
+		},
+	},
+	{
+		ID: "m88", Invariant: "G4",
+		Name: "a roster host cut before it listed anything makes the pass incomplete (a host down stops every absent check)",
+		File: "repair/lanes.go",
+		Old:  "if l.host == \"\" || l.pos.Listed > 0 {",
+		New:  "if l.host == \"\" || l.pos.Listed >= 0 {",
+		Tests: []Test{
+			{Pkg: "./node", Run: "^TestDownOfflineHostLeavesAuditsWhole$"},
 		},
 	},
 }
