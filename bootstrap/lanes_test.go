@@ -314,6 +314,13 @@ func TestFleetWindowBoundsEveryHost(t *testing.T) {
 	})
 }
 
+// deadHosts are the ways a dead host fails each try: refused at once, or
+// blackholed (the try waits the connect timeout).
+var deadHosts = []struct {
+	name    string
+	attempt time.Duration
+}{{"refused", 0}, {"blackholed", upstream.DefaultConnectTimeout}}
+
 // TestFleetDeadHostsDoNotStarveHealthyOnes: with more dead hosts than lane
 // runners, first in roster order, the healthy host after them is asked
 // for its first page within the first round of the dead hosts' first
@@ -323,10 +330,7 @@ func TestFleetWindowBoundsEveryHost(t *testing.T) {
 // once, or are blackholed (each attempt waits the connect timeout while
 // holding a request slot). In fake time.
 func TestFleetDeadHostsDoNotStarveHealthyOnes(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		attempt time.Duration
-	}{{"refused", 0}, {"blackholed", upstream.DefaultConnectTimeout}} {
+	for _, tc := range deadHosts {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				e := newBubbleEnv(t, worldCfg(3, 1))
@@ -582,10 +586,7 @@ func TestFleetOfflineHostEndsWithinItsRetries(t *testing.T) {
 		waits += (bootstrap.DefaultHostRetries + 1) * pages.Delay(i, 1)
 	}
 	tries := (bootstrap.DefaultHostRetries + 1) * (bootstrap.DefaultListRetries + 1)
-	for _, tc := range []struct {
-		name    string
-		attempt time.Duration
-	}{{"refused", 0}, {"blackholed", upstream.DefaultConnectTimeout}} {
+	for _, tc := range deadHosts {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				e := newBubbleEnv(t, worldCfg(3, 1))
