@@ -106,9 +106,9 @@ type HostsProgress struct {
 	// when the relay's whole roster was read.
 	RosterCut string `json:"roster_cut,omitempty"`
 	// FellBackToRelay: every roster host's listing failed, the roster has
-	// no host to list (every one banned), or some host's listing was cut for naming more
-	// entries than its bound (too_many_entries), and the relay's listing
-	// was used too.
+	// no host to list (every one banned), or some host's listing was cut
+	// for naming more entries than its bound (too_many_entries), and the
+	// relay's listing was used too.
 	FellBackToRelay bool `json:"fell_back_to_relay,omitempty"`
 }
 
@@ -257,11 +257,11 @@ func (f *fleetState) snapshot() *HostsProgress {
 
 // relayNeeded says why hosts mode lists the relay's listRepos after its
 // hosts' lanes ended, "" when it does not: the roster has no host to list
-// (every one banned),
-// every roster host's listing ended cut (refused, failing past its
-// retries: hosts mode archived nothing), or some host's listing was cut
-// for naming more entries than its bound (too_many_entries): the accounts
-// it lists past the cut are listed by no other host.
+// (every one banned), every roster host's listing ended cut (refused,
+// failing past its retries: hosts mode archived nothing), or some host's
+// listing was cut for naming more entries than its bound
+// (too_many_entries): the accounts it lists past the cut are listed by no
+// other host.
 func (b *Bootstrap) relayNeeded() string {
 	f := b.hosts()
 	p := f.snapshot()

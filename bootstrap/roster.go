@@ -81,7 +81,7 @@ type RosterOptions struct {
 type Roster struct {
 	Listed  []string             // the hosts listed (listable: all but banned), deduplicated and sorted
 	Entries []upstream.HostEntry // every entry (the first of a host listed twice), status "" read as active
-	Skipped int                  // hosts skipped for their status (banned)
+	Skipped int                  // hosts skipped for their status (banned; a relay's own "left" too)
 	Cut     string               // why the read stopped with a cursor pending; "" when it did not
 	Loop    bool                 // the read ended at a cursor that repeated
 }
@@ -139,8 +139,8 @@ func ListingBound(store *archive.Store, host string) (int64, error) {
 
 // ListedHosts is the hosts a listing after bootstrap (discovery, a repair
 // pass) lists: the store's roster hosts but banned and left ones
-// (listable) as last recorded (the
-// caller reads the roster again first: RereadRoster). None when no roster
+// (listable) as last recorded (the caller reads the roster again first:
+// RereadRoster). None when no roster
 // is recorded (relay mode), when enumerate is EnumerateRelay, or when the
 // recorded roster gives none of them an account count in the default mode
 // (ListsRelay): uncounted is then true, the rule's fallback the caller
