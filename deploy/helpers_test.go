@@ -5,7 +5,6 @@ package deploy
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -84,17 +83,6 @@ func cliVariables(t *testing.T, subcommand string) map[string]bool {
 		t.Fatalf("backstream %s -h lists no BACKSTREAM_* variable:\n%s", subcommand, out)
 	}
 	return vars
-}
-
-// freeAddr returns a loopback address nobody listens on (for a moment).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -26,6 +25,7 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/oracle"
+	"github.com/backstream/backstream/oracle/crash"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -396,32 +396,26 @@ func runningServe(t *testing.T) (string, exposition) {
 	n.Faults().FailGetRepo(active[0], http.StatusBadRequest, 1000)      // permanent: failed
 	n.Faults().FailGetRepo(active[1], http.StatusServiceUnavailable, 1) // retried once, then complete
 
-	dir := t.TempDir()
-	listen, admin := freeAddr(t), freeAddr(t)
-	logs := &syncBuffer{}
-	cmd := exec.Command(bin, "serve", "--relay", n.RelayURL(), "--loopback-hosts", strings.Join(n.LoopbackHosts(), ","), "--data-dir", filepath.Join(dir, "data"),
-		"--listen", listen, "--admin-listen", admin, "--capture-wait", "2s", "--log-format", "json", "--log-level", "warn")
-	cmd.Env = cleanEnv()
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stopProcess(cmd) })
+	p := crash.Start(t, crash.Run{Bin: bin, Relay: n.RelayURL(), LoopbackHosts: n.LoopbackHosts(),
+		DataDir: filepath.Join(t.TempDir(), "data"), Args: []string{"--capture-wait", "2s", "--log-level", "warn"}})
 	c := http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(2 * time.Minute)
 	var phase string
 	for {
+		if p.Exited() {
+			t.Fatalf("serve exited (%v) before steady_state with the failure series; its log:\n%s", p.Err(), p.Tail())
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("serve did not reach steady_state with the failure series (phase %q); its log:\n%s", phase, logs.String())
+			t.Fatalf("serve did not reach steady_state with the failure series (phase %q); its log:\n%s", phase, p.Tail())
 		}
 		time.Sleep(200 * time.Millisecond)
-		if st, err := getJSON(&c, "http://"+listen+"/status"); err == nil {
-			phase, _ = st["phase"].(string)
+		if st, ok := p.Status(); ok {
+			phase = st.Phase
 		}
 		if phase != "steady_state" {
 			continue
 		}
-		resp, err := c.Get("http://" + admin + "/metrics")
+		resp, err := c.Get("http://" + p.Admin + "/metrics")
 		if err != nil {
 			continue
 		}
@@ -432,7 +426,7 @@ func runningServe(t *testing.T) (string, exposition) {
 		}
 		if hasValue(exp["backstream_backfill_failed_total"], "class", "permanent") &&
 			hasValue(exp["backstream_backfill_retries_total"], "budget", "ordinary") {
-			return admin, exp
+			return p.Admin, exp
 		}
 	}
 }
@@ -477,17 +471,6 @@ func getJSON(c *http.Client, url string) (map[string]any, error) {
 	defer resp.Body.Close()
 	var v map[string]any
 	return v, json.NewDecoder(resp.Body).Decode(&v)
-}
-
-// cleanEnv is the test's environment without BACKSTREAM_* variables.
-func cleanEnv() []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "BACKSTREAM_") {
-			out = append(out, kv)
-		}
-	}
-	return out
 }
 
 // TestDashboardAndAlertMetricsExist is the issue's "every metric the

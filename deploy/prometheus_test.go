@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/backstream/backstream/oracle/crash"
 )
 
 func TestPrometheusScrapesBackstream(t *testing.T) {
@@ -63,7 +65,7 @@ func TestPrometheusScrapesBackstream(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	promAddr := freeAddr(t)
+	promAddr := crash.FreeAddr(t)
 	logs := &syncBuffer{}
 	cmd := exec.Command(promBin, "--config.file="+filepath.Join(dir, "prometheus.yml"),
 		"--storage.tsdb.path="+filepath.Join(dir, "tsdb"), "--web.listen-address="+promAddr)

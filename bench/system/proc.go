@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,6 +22,8 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/internal/procstat"
+
+	"github.com/backstream/backstream/internal/freeport"
 )
 
 // proc is one child process with its log file. Stop (or Kill) must be
@@ -123,7 +124,7 @@ type devnetArgs struct {
 // startDevnet runs `backstream devnet` and returns it with its relay URL
 // (the first line it prints, after the world and the preload are built).
 func startDevnet(ctx context.Context, bin, dir, name string, a devnetArgs) (*proc, string, error) {
-	addr, err := freeAddr()
+	addr, err := freeport.Addr()
 	if err != nil {
 		return nil, "", err
 	}
@@ -200,11 +201,11 @@ func devnetLiveRecords(c *http.Client, relay string) (int64, error) {
 // addresses and returns it with the base URLs of its public listener
 // (/status, /subscribe) and of its admin listener (/metrics, /debug/pprof/).
 func startServe(bin, dir, name, relay, dataDir string, extra ...string) (p *proc, base, admin string, err error) {
-	listen, err := freeAddr()
+	listen, err := freeport.Addr()
 	if err != nil {
 		return nil, "", "", err
 	}
-	adminListen, err := freeAddr()
+	adminListen, err := freeport.Addr()
 	if err != nil {
 		return nil, "", "", err
 	}
@@ -322,15 +323,6 @@ func dirSize(dir string) (onDisk, apparent int64, err error) {
 		return nil
 	})
 	return onDisk, apparent, err
-}
-
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }
 
 // cleanEnv is the environment without BACKSTREAM_* variables, so an

@@ -20,6 +20,8 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/subscribe"
+
+	"github.com/backstream/backstream/internal/freeport"
 )
 
 // Cluster is n JetStream servers routed to each other on 127.0.0.1.
@@ -158,20 +160,26 @@ func (c *Cluster) WaitJetStream() {
 	c.t.Fatal("natstest: no JetStream meta leader within 30 s")
 }
 
+// freePorts is n distinct loopback ports free a moment ago, below the
+// ephemeral range (freeport.Addr).
 func freePorts(t testing.TB, n int) []int {
 	t.Helper()
-	var ls []net.Listener
+	seen := map[int]bool{}
 	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for len(ports) < n {
+		a, err := freeport.Addr()
 		if err != nil {
 			t.Fatalf("natstest: %v", err)
 		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
+		_, ps, _ := net.SplitHostPort(a)
+		p, err := strconv.Atoi(ps)
+		if err != nil {
+			t.Fatalf("natstest: port of %s: %v", a, err)
+		}
+		if !seen[p] {
+			seen[p] = true
+			ports = append(ports, p)
+		}
 	}
 	return ports
 }

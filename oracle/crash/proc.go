@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/backstream/backstream/internal/freeport"
 )
 
 // Run describes one serve process.
@@ -45,15 +46,15 @@ type Proc struct {
 	err  error         // Wait's result, valid after done
 }
 
-// FreeAddr returns a loopback host:port that was free a moment ago.
+// FreeAddr returns a loopback host:port that was free a moment ago, below
+// the ephemeral range (freeport.Addr).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return a
 }
 
 // CleanEnv is the test's environment without BACKSTREAM_* variables, plus
