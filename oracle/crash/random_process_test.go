@@ -147,8 +147,9 @@ func drawChain(seed int64, s chainShape) []step {
 // each host's listHosts status (banned never: its accounts would not be
 // archived, and the end check expects every account), one host's status
 // changed to another word before a later run (the roster discovery reads
-// again differs from bootstrap's), and one host answering 503 for a while
-// from a moment into one of the killed runs.
+// again differs from bootstrap's), one host answering 503 for a while
+// from a moment into one of the killed runs, and one host answering every
+// request late, so bootstrap lasts long enough for kills to land in it.
 type fleetFaults struct {
 	status          []string // per host; "" is active
 	changeRun       int      // before this run (0-based; the clean run last) …
@@ -157,6 +158,8 @@ type fleetFaults struct {
 	downRun         int           // the killed run during which …
 	downHost        int           // … this host goes down …
 	downAt, downFor time.Duration // … this long after the run's start, for this long
+	slowHost        int           // answers every request …
+	slowBy          time.Duration // … this late, all chain long
 
 	outage *time.Timer // the outage's start, once its run has begun
 	began  atomic.Bool // the outage has begun
@@ -177,6 +180,7 @@ func drawFleet(seed int64, s chainShape) *fleetFaults {
 	f.downRun, f.downHost = rng.IntN(s.kills), rng.IntN(s.hosts)
 	f.downAt = time.Duration(rng.Int64N(int64(1500 * time.Millisecond))) // a bootstrap run is a few seconds
 	f.downFor = 2*time.Second + time.Duration(rng.Int64N(int64(10*time.Second)))
+	f.slowHost, f.slowBy = rng.IntN(s.hosts), 10*time.Millisecond+time.Duration(rng.Int64N(int64(30*time.Millisecond)))
 	return f
 }
 
@@ -185,8 +189,9 @@ func (f *fleetFaults) String() string {
 	for i, st := range f.status {
 		words[i] = cmp.Or(st, "active")
 	}
-	return fmt.Sprintf("statuses %v; host %d %s before run %d; host %d down %v from %v into run %d",
-		words, f.changeHost, cmp.Or(f.changeTo, "active"), f.changeRun+1, f.downHost, f.downFor.Round(time.Millisecond), f.downAt.Round(time.Millisecond), f.downRun+1)
+	return fmt.Sprintf("statuses %v; host %d %s before run %d; host %d down %v from %v into run %d; host %d slow by %v",
+		words, f.changeHost, cmp.Or(f.changeTo, "active"), f.changeRun+1, f.downHost, f.downFor.Round(time.Millisecond), f.downAt.Round(time.Millisecond), f.downRun+1,
+		f.slowHost, f.slowBy.Round(time.Millisecond))
 }
 
 // beforeRun applies f's faults due at the start of run (0-based; the
@@ -206,9 +211,9 @@ func (f *fleetFaults) beforeRun(net *oracle.Network, run int) {
 	}
 }
 
-// endOutage is called before the clean run: an outage whose moment the
-// chain's runs ended before is called off, and one that began is waited
-// out until the host answers again. The end check judges a network whose
+// endOutage is called before the clean run: an outage not yet begun when
+// the killed runs end is called off, and one that began is waited out
+// until the host answers again. The end check judges a network whose
 // hosts all answer: a repo only the down host serves (one reactivated
 // during the outage) is fetched once it answers, the getRepo retries of a
 // job already under way waiting up to 30 s between tries, so a clean run
@@ -270,6 +275,7 @@ func randomChain(t *testing.T, seed int64, s chainShape) {
 		for i, st := range fleet.status {
 			net.Faults().SetHostStatus(i, st)
 		}
+		net.Faults().SlowHost(fleet.slowHost, fleet.slowBy)
 		defer fleet.stop()
 		t.Logf("seed %d: hosts mode over %d hosts: %v", seed, s.hosts, fleet)
 	}
