@@ -148,18 +148,18 @@ func drawChain(seed int64, s chainShape) []step {
 // archived, and the end check expects every account), one host's status
 // changed to another word before a later run (the roster discovery reads
 // again differs from bootstrap's), one host answering 503 for a while
-// from a moment into one of the killed runs, and one host answering every
-// request late, so bootstrap lasts long enough for kills to land in it.
+// from a moment into one of the killed runs, and each host answering every
+// request late by its own delay, so bootstrap lasts long enough (a few
+// seconds) for kills to land in it.
 type fleetFaults struct {
 	status          []string // per host; "" is active
 	changeRun       int      // before this run (0-based; the clean run last) …
 	changeHost      int      // … this host's status becomes changeTo
 	changeTo        string
-	downRun         int           // the killed run during which …
-	downHost        int           // … this host goes down …
-	downAt, downFor time.Duration // … this long after the run's start, for this long
-	slowHost        int           // answers every request …
-	slowBy          time.Duration // … this late, all chain long
+	downRun         int             // the killed run during which …
+	downHost        int             // … this host goes down …
+	downAt, downFor time.Duration   // … this long after the run's start, for this long
+	slow            []time.Duration // per host: every request answered this late, all chain long
 
 	outage *time.Timer // the outage's start, once its run has begun
 	began  atomic.Bool // the outage has begun
@@ -180,18 +180,22 @@ func drawFleet(seed int64, s chainShape) *fleetFaults {
 	f.downRun, f.downHost = rng.IntN(s.kills), rng.IntN(s.hosts)
 	f.downAt = time.Duration(rng.Int64N(int64(1500 * time.Millisecond))) // a bootstrap run is a few seconds
 	f.downFor = 2*time.Second + time.Duration(rng.Int64N(int64(10*time.Second)))
-	f.slowHost, f.slowBy = rng.IntN(s.hosts), 10*time.Millisecond+time.Duration(rng.Int64N(int64(30*time.Millisecond)))
+	f.slow = make([]time.Duration, s.hosts)
+	for i := range f.slow {
+		f.slow[i] = 5*time.Millisecond + time.Duration(rng.Int64N(int64(25*time.Millisecond)))
+	}
 	return f
 }
 
 func (f *fleetFaults) String() string {
 	words := make([]string, len(f.status))
+	slow := make([]time.Duration, len(f.slow))
 	for i, st := range f.status {
-		words[i] = cmp.Or(st, "active")
+		words[i], slow[i] = cmp.Or(st, "active"), f.slow[i].Round(time.Millisecond)
 	}
-	return fmt.Sprintf("statuses %v; host %d %s before run %d; host %d down %v from %v into run %d; host %d slow by %v",
+	return fmt.Sprintf("statuses %v; host %d %s before run %d; host %d down %v from %v into run %d; hosts slow by %v",
 		words, f.changeHost, cmp.Or(f.changeTo, "active"), f.changeRun+1, f.downHost, f.downFor.Round(time.Millisecond), f.downAt.Round(time.Millisecond), f.downRun+1,
-		f.slowHost, f.slowBy.Round(time.Millisecond))
+		slow)
 }
 
 // beforeRun applies f's faults due at the start of run (0-based; the
@@ -211,21 +215,16 @@ func (f *fleetFaults) beforeRun(net *oracle.Network, run int) {
 	}
 }
 
-// endOutage is called before the clean run: an outage not yet begun when
-// the killed runs end is called off, and one that began is waited out
-// until the host answers again. The end check judges a network whose
-// hosts all answer: a repo only the down host serves (one reactivated
-// during the outage) is fetched once it answers, the getRepo retries of a
-// job already under way waiting up to 30 s between tries, so a clean run
-// converging while the host is still down would be judged on a repo it
-// cannot yet have.
-func (f *fleetFaults) endOutage(t *testing.T, net *oracle.Network) {
+// outageOver waits, once the clean run has started, until the outage has
+// begun (one drawn late in a short run begins in the clean run) and the
+// host answers again. Only then may the clean run be judged converged: a
+// repo only the down host serves (one reactivated during the outage) is
+// fetched once it answers, the getRepo retries of a job already under way
+// waiting up to 30 s between tries, so a run converging while the host is
+// still down would be judged on a repo it cannot yet have.
+func (f *fleetFaults) outageOver(t *testing.T, net *oracle.Network) {
 	t.Helper()
 	if f == nil || f.outage == nil {
-		return
-	}
-	if f.outage.Stop() {
-		t.Logf("the outage of host %d was due after the chain's last kill: called off", f.downHost)
 		return
 	}
 	health := net.HostURLs()[f.downHost] + "/xrpc/_health"
@@ -233,7 +232,7 @@ func (f *fleetFaults) endOutage(t *testing.T, net *oracle.Network) {
 	deadline := time.Now().Add(within)
 	for !f.began.Load() || !answers(health) {
 		if time.Now().After(deadline) {
-			t.Fatalf("host %d did not answer %s within %v of the chain's last kill (%v)", f.downHost, health, within, f)
+			t.Fatalf("host %d did not answer %s within %v of the clean run's start (%v)", f.downHost, health, within, f)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -275,7 +274,9 @@ func randomChain(t *testing.T, seed int64, s chainShape) {
 		for i, st := range fleet.status {
 			net.Faults().SetHostStatus(i, st)
 		}
-		net.Faults().SlowHost(fleet.slowHost, fleet.slowBy)
+		for i, d := range fleet.slow {
+			net.Faults().SlowHost(i, d)
+		}
 		defer fleet.stop()
 		t.Logf("seed %d: hosts mode over %d hosts: %v", seed, s.hosts, fleet)
 	}
@@ -304,9 +305,10 @@ func randomChain(t *testing.T, seed int64, s chainShape) {
 		}
 	}
 	h.StopTraffic()
-	fleet.endOutage(t, net)
 	fleet.beforeRun(net, len(steps))
-	p := h.Converge(3 * time.Minute)
+	p := h.Start()
+	fleet.outageOver(t, net)
+	p = h.WaitConverged(p, 3*time.Minute)
 	res := h.Finish(p)
 
 	heldAtKill := 0
