@@ -16,8 +16,9 @@ import (
 )
 
 // Gaps returns every gap/ row, oldest first. A malformed row stops the read
-// with an error naming its key. Gaps are few (one per outage), so the
-// result is materialised.
+// with an error naming its key. Gaps are few (the open ones, and the
+// newest 100 closed: the unit closing a gap deletes older closed ones, in
+// package repair), so the result is materialised.
 func (s *Store) Gaps() ([]Gap, error) {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: PrefixGap, UpperBound: prefixEnd(PrefixGap)})
 	if err != nil {

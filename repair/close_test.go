@@ -3,6 +3,7 @@ package repair
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,5 +70,72 @@ func TestCloseLooksAtTheReposDue(t *testing.T) {
 	closed, err = r.close(ctx, g, archive.Audit{})
 	if err != nil || !closed {
 		t.Fatalf("a look with no mark left: closed %v, err %v; want the gap closed", closed, err)
+	}
+}
+
+// TestClosedGapsBounded: a scheduled audit a day is a gap/ row a day, and
+// each outage one more; a closed gap is read by every /readyz probe, every
+// scrape and every step, and would be for ever. Closing a gap deletes the
+// closed ones older than the newest keptClosedGaps in the same unit. The
+// newest gap stays: after a restart the next id follows it and the next
+// scheduled audit still counts from it.
+func TestClosedGapsBounded(t *testing.T) {
+	s, w, _ := newStore(t)
+	ctx := context.Background()
+	var clock atomic.Int64
+	clock.Store(time.Unix(1_800_000_000, 0).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	ids, err := archive.NewGapIDs(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Store: s, Writer: w, Source: &listing{}, GapIDs: ids, AuditInterval: time.Hour,
+		Logger: slog.New(slog.DiscardHandler), Now: now}
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audits := keptClosedGaps + 30
+	for range audits + 1 { // the first step only starts the interval
+		if err := r.step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		clock.Add(int64(61 * time.Minute))
+	}
+	gs, err := s.Gaps()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status().Closed != int64(audits) {
+		t.Fatalf("%d gaps closed, want %d", r.Status().Closed, audits)
+	}
+	if len(gs) > keptClosedGaps {
+		t.Fatalf("%d gap/ rows after %d audits closed; want at most %d (the newest closed ones)", len(gs), audits, keptClosedGaps)
+	}
+	if last := gs[len(gs)-1]; last.ID != uint64(audits) || last.Open() {
+		t.Fatalf("newest gap row %+v: want gap %d, closed", last, audits)
+	}
+
+	// A restart half an interval after the last audit: no audit yet, and
+	// the next one takes the id after the last.
+	clock.Add(int64(-31 * time.Minute))
+	if cfg.GapIDs, err = archive.NewGapIDs(s); err != nil {
+		t.Fatal(err)
+	}
+	if r, err = New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if gs2, _ := s.Gaps(); len(gs2) != len(gs) {
+		t.Fatalf("a restart 30 min after the last audit: %d gap/ rows, want %d (no audit before the interval)", len(gs2), len(gs))
+	}
+	clock.Add(int64(31 * time.Minute))
+	if err := r.step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if gs2, _ := s.Gaps(); gs2[len(gs2)-1].ID != uint64(audits+1) {
+		t.Fatalf("the audit after the restart: newest gap %+v, want id %d", gs2[len(gs2)-1], audits+1)
 	}
 }

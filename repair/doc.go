@@ -118,7 +118,11 @@
 //     that first read, which the finding preceded (foundAt). The next
 //     scheduled audit counts from the same time. Otherwise the pass, and
 //     /readyz with it, would wait as long as the clock was wrong.
-//   - A gap closes (its ClosedUS written, audit/<id> deleted, in one unit)
+//   - A gap closes (its ClosedUS written, audit/<id> deleted, in one unit;
+//     the same unit deletes the gap/ rows of the closed gaps older than the
+//     newest keptClosedGaps, 100: every /readyz probe, scrape and step reads
+//     every gap/ row, and a scheduled audit a day would add one for ever;
+//     the newest gap stays, so gap ids and the audit schedule follow it)
 //     only when its pass is done and no active account that is not failed
 //     still carries the audit mark: a failed replacement is the retry
 //     runner's, on its schedule, and shows in /status's failed repos.

@@ -358,7 +358,8 @@ func (r *Runner) cutListing(g archive.Gap, host string, err error) {
 		"gap", g.ID, "host", host, "err", err)
 }
 
-// hostDropUnit bounds the audit/<id>/<host> deletions of one unit.
+// hostDropUnit bounds the audit/<id>/<host> deletions of one unit, and the
+// closed gaps' gap/ rows one gap's closing deletes (dropOldGaps).
 const hostDropUnit = 1024
 
 // dropHostPositions deletes g's per-host positions before g closes (its

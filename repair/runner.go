@@ -502,7 +502,11 @@ func (r *Runner) close(ctx context.Context, g archive.Gap, a archive.Audit) (boo
 	if err != nil {
 		return false, err
 	}
-	if err := r.submit(ctx, &archive.Unit{Puts: []archive.KV{kv, {Key: archive.AuditKey(g.ID)}}}); err != nil {
+	puts := []archive.KV{kv, {Key: archive.AuditKey(g.ID)}}
+	if puts, err = r.dropOldGaps(g, puts); err != nil {
+		return false, err
+	}
+	if err := r.submit(ctx, &archive.Unit{Puts: puts}); err != nil {
 		return false, err
 	}
 	r.cfg.Metrics.gapClosed()
@@ -510,6 +514,37 @@ func (r *Runner) close(ctx context.Context, g archive.Gap, a archive.Audit) (boo
 	r.log.Info("gap closed: its repair pass and every replacement it scheduled have finished",
 		"gap", g.ID, "kind", g.Kind.String(), "listed", a.Listed, "marked", a.Marked)
 	return true, nil
+}
+
+// keptClosedGaps is how many closed gaps the store keeps, the newest: the
+// history /status counts, and the newest gap, which the next gap id and
+// the next scheduled audit follow. An older closed gap matters to nothing,
+// and every /readyz probe, scrape and step reads every gap/ row: kept, a
+// scheduled audit a day and every outage would be read for ever.
+const keptClosedGaps = 100
+
+// dropOldGaps adds to puts, the unit closing g, the deletion of the closed
+// gaps older than the newest keptClosedGaps (g among them), at most
+// hostDropUnit a unit (a store from a build that kept them all sheds the
+// rest as later gaps close). A closed gap's repair is durably done (its
+// audit/ rows went in the unit that closed it), so its row can go in any
+// later unit; the newest gap is never dropped.
+func (r *Runner) dropOldGaps(g archive.Gap, puts []archive.KV) ([]archive.KV, error) {
+	gs, err := r.cfg.Store.Gaps()
+	if err != nil {
+		return nil, err
+	}
+	var closed []uint64 // oldest first, g not among them
+	for _, o := range gs {
+		if !o.Open() && o.ID != g.ID {
+			closed = append(closed, o.ID)
+		}
+	}
+	over := len(closed) - (keptClosedGaps - 1)
+	for _, id := range closed[:max(0, min(over, hostDropUnit))] {
+		puts = append(puts, archive.KV{Key: archive.GapKey(id)})
+	}
+	return puts, nil
 }
 
 // errMarkFound stops the look past now at the first outstanding mark.

@@ -70,7 +70,7 @@ func (s *server) lagging() error {
 // store, the open ones listed, and (serve only) why /readyz says lagging.
 type statusGaps struct {
 	Open    int            `json:"open"`
-	Closed  int            `json:"closed"`
+	Closed  int            `json:"closed"` // the closed gaps the store keeps: the newest 100
 	List    []statusGap    `json:"open_gaps"`
 	Lagging string         `json:"lagging,omitempty"`
 	Repair  *repair.Status `json:"repair,omitempty"` // the pass in progress (serve only)
