@@ -172,7 +172,18 @@ func (s *Store) HostState(host string) (HostState, error) {
 // is materialised. A malformed state stops the scan with an error naming its
 // key. fn returning an error stops the scan with that error.
 func (s *Store) ScanRepos(fn func(did string, st RepoState) error) error {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: PrefixRepo, UpperBound: prefixEnd(PrefixRepo)})
+	return s.ScanReposAfter("", fn)
+}
+
+// ScanReposAfter is ScanRepos over the entries whose DID sorts after
+// after ("": every one), so a long walk can go on where it stopped with a
+// new iterator (one held for hours pins every table compacted away since).
+func (s *Store) ScanReposAfter(after string, fn func(did string, st RepoState) error) error {
+	lo := PrefixRepo
+	if after != "" {
+		lo = append(RepoKey(after), 0)
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(PrefixRepo)})
 	if err != nil {
 		return fmt.Errorf("archive: scan repos: %w", err)
 	}

@@ -38,7 +38,12 @@
 // each active pending repo wholesale through the backfill jobs, so its
 // snapshot lands above the merged tail (M5). A job that cannot finish leaves
 // the repo failed with a next attempt (the retry runner takes it in steady
-// state); only a store or writer failure stops the pass.
+// state); only a store or writer failure stops the pass. The pending repos
+// are read pendingChunk (4,096) at a time, each chunk by a new iterator
+// from after the last DID read: the walk creates pending every unlisted
+// account whose captured commit had a since (after a listing cut short,
+// millions over a bootstrap of days), and their DIDs held at once would be
+// a hundred MB or more for hours.
 //
 // # Discovery (discovery.go)
 //

@@ -2,6 +2,10 @@ package merge
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +14,7 @@ import (
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/oracle"
+	"github.com/backstream/backstream/upstream"
 )
 
 // pendingRig is a pending pass's test world: a small network, a store and
@@ -99,5 +104,94 @@ func TestPendingPassDuringIndexBackfill(t *testing.T) {
 	}
 	if now, err := r.store.Tip(); err != nil || now != tip {
 		t.Fatalf("the deferred replacement archived rows: tip %d, was %d (%v)", now, tip, err)
+	}
+}
+
+// flipSource is a RepoSource whose every getRepo fails (a terminal
+// failure for a job without retries), the first one after calling first.
+type flipSource struct {
+	first func()
+	once  sync.Once
+	calls atomic.Int64
+}
+
+func (f *flipSource) ListRepos(context.Context, string, int) (upstream.Page, error) {
+	return upstream.Page{}, nil
+}
+
+func (f *flipSource) GetRepo(ctx context.Context, did string) (*upstream.Download, error) {
+	f.once.Do(f.first)
+	f.calls.Add(1)
+	return nil, errors.New("connection reset")
+}
+
+// TestPendingPassHoldsAChunk: a merge walk after a listing cut short can
+// leave millions of repos pending (every unlisted account whose captured
+// commit had a since): the pass holds at most pendingChunk of their DIDs
+// at once, reading the next chunk of
+// repo/ when it has handed out the last. Seen from outside: once the
+// first replacement's fetch has made every pending repo complete, the
+// pass starts at most the rest of its chunk, never the DIDs a whole read
+// of repo/ would have held.
+func TestPendingPassHoldsAChunk(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r := newRig(t)
+	n := 3 * pendingChunk
+	did := func(i int) string { return fmt.Sprintf("did:plc:p%023d", i) }
+	set := func(status archive.RepoStatus) {
+		for i := 0; i < n; {
+			var ups []archive.RepoUpdate
+			for ; i < n && len(ups) < 1000; i++ {
+				ups = append(ups, archive.RepoUpdate{DID: did(i), Fields: archive.FieldStatus | archive.FieldActive,
+					State: archive.RepoState{Status: status, Active: true}})
+			}
+			r.apply(r.w, &archive.Unit{Repos: ups})
+		}
+	}
+	set(archive.StatusPending)
+	src := &flipSource{first: func() { set(archive.StatusComplete) }}
+	jobs, err := backfill.NewRunner(backfill.Options{Source: src, Writer: r.w, Current: r.store, Logger: quiet, Retries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := PendingPass(ctx, Config{Store: r.store, Writer: r.w, Jobs: jobs, PendingWorkers: 1, Logger: quiet}); err != nil {
+		t.Fatalf("pending pass: %v", err)
+	}
+	if got := src.calls.Load(); got == 0 || got > pendingChunk {
+		t.Fatalf("%d repos fetched of %d pending, after the first fetch made every one complete: the pass held the DIDs of %d ahead; want at most %d (a chunk)",
+			got, n, got-1, pendingChunk)
+	}
+}
+
+// TestEachPendingChunk: the chunks name every active pending repo once, in
+// DID order, at most size each, the repos between them (complete,
+// inactive) skipped.
+func TestEachPendingChunk(t *testing.T) {
+	r := newRig(t)
+	var ups []archive.RepoUpdate
+	var want []string
+	for i := range 20 {
+		did := fmt.Sprintf("did:plc:q%023d", i)
+		st := archive.RepoState{Status: archive.StatusPending, Active: i%4 != 3}
+		if i%5 == 2 {
+			st.Status = archive.StatusComplete
+		}
+		if st.Status == archive.StatusPending && st.Active {
+			want = append(want, did)
+		}
+		ups = append(ups, archive.RepoUpdate{DID: did, Fields: archive.FieldStatus | archive.FieldActive, State: st})
+	}
+	r.apply(r.w, &archive.Unit{Repos: ups})
+	var got []string
+	total, err := eachPendingChunk(r.store, 3, func(dids []string) error {
+		if len(dids) == 0 || len(dids) > 3 {
+			t.Errorf("a chunk of %d", len(dids))
+		}
+		got = append(got, dids...)
+		return nil
+	})
+	if err != nil || total != len(want) || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("chunks named %d %v (total %d, %v); want %d %v", len(got), got, total, err, len(want), want)
 	}
 }
