@@ -115,6 +115,11 @@ func TestClosedGapsBounded(t *testing.T) {
 	if last := gs[len(gs)-1]; last.ID != uint64(audits) || last.Open() {
 		t.Fatalf("newest gap row %+v: want gap %d, closed", last, audits)
 	}
+	// The runner remembers a gap's first read only for a gap found while
+	// the clock ran ahead (foundAt): none of these.
+	if len(r.read) != 0 {
+		t.Fatalf("the runner remembers the first read of %d gaps found on a right clock; want none", len(r.read))
+	}
 
 	// A restart half an interval after the last audit: no audit yet, and
 	// the next one takes the id after the last.
