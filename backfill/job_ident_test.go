@@ -127,6 +127,37 @@ func TestIdentityFaultsFailTheRepoWithTheirClass(t *testing.T) {
 	e.scratchEmpty()
 }
 
+// TestAuthorityOverASpelledEndpoint: a DID document writing its PDS
+// endpoint in another spelling of the host that serves the repository
+// (HTTP://127.0.0.1.:port/, the oracle's DIDSpelledPDS) names that host:
+// the repo, fetched through the relay's redirect from http://127.0.0.1:port,
+// verifies and is archived in strict mode, not failed authority. The host
+// the repo is recorded on is the download's.
+func TestAuthorityOverASpelledEndpoint(t *testing.T) {
+	e := newEnv(t, smallWorld(6, 4))
+	id := e.resolver(ident.ModeStrict)
+	r := e.runner(func(o *backfill.Options) { o.Identity, o.TrustedHosts = id, []string{e.relayHost()} })
+	a := e.activeAccounts(1)[0]
+	f := e.net.Faults()
+	f.DIDSpelledPDS(a.DID, oracle.Always)
+	res := e.run(r, a.DID)
+	if f.Fired(oracle.FaultDIDSpelledPDS) == 0 {
+		t.Fatal("no document was served with the spelled endpoint")
+	}
+	if res.Status != archive.StatusComplete || res.Records != a.Records {
+		st := e.state(a.DID)
+		t.Fatalf("a repo whose document spells its PDS %s: result %v class %q (stored %v %q); want complete with %d records",
+			"HTTP://127.0.0.1.:port/", res.Status, res.Class, st.Status, st.ErrClass, a.Records)
+	}
+	u, err := url.Parse(e.net.HostURLs()[a.Host])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := e.state(a.DID); st.Host != u.Host {
+		t.Fatalf("recorded host %q, want %q", st.Host, u.Host)
+	}
+}
+
 // A key rotated since the cached document: one re-resolution, archived.
 // Warn mode archives a forged repo and counts it; off resolves nothing.
 func TestIdentityRotationWarnAndOff(t *testing.T) {

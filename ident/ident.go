@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"net/url"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,14 +122,15 @@ func (i *Info) ResolvedSince(t time.Time) bool { return !i.exported && !i.Fetche
 func (i *Info) usable() bool { return i != nil && i.Key != nil }
 
 // PDSHost is host[:port] of the PDS endpoint ("" when none or unparsable),
-// in the form upstream.Download.FinalHost takes: lowercased (host names
-// are case-insensitive).
+// in the form upstream.Download.FinalHost takes (upstream.CanonicalHost
+// under the endpoint's scheme): an endpoint written
+// https://PDS.example.com.:443 is pds.example.com.
 func (i *Info) PDSHost() string {
 	u, err := url.Parse(i.PDS)
 	if err != nil {
 		return ""
 	}
-	return strings.ToLower(u.Host)
+	return upstream.CanonicalHost(u.Scheme, u.Host)
 }
 
 // Store is the durable copy's read side (*archive.Store).
@@ -916,13 +916,23 @@ var ErrWrongAuthority = errors.New("repository served by a host that is not the 
 
 // CheckAuthority refuses a repository of did fetched from host (host[:port],
 // after redirects) unless host is the PDS info names, or one of trusted
-// (the relay itself, which serves getRepo for any account).
+// (the relay itself, which serves getRepo for any account). Hosts are
+// compared in their canonical form (upstream.CanonicalHost; host and
+// trusted, which name no scheme, under the endpoint's): a document naming
+// https://pds.example.com:443 names a download from pds.example.com, and
+// one naming https://pds.example.com names a download from
+// pds.example.com:443.
 func CheckAuthority(info *Info, host string, trusted ...string) error {
 	if host == "" {
 		return nil
 	}
+	var scheme string
+	if u, err := url.Parse(info.PDS); err == nil {
+		scheme = u.Scheme
+	}
+	host = upstream.CanonicalHost(scheme, host)
 	for _, t := range trusted {
-		if host == t {
+		if host == upstream.CanonicalHost(scheme, t) {
 			return nil
 		}
 	}

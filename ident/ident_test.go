@@ -436,6 +436,41 @@ func TestCheckAuthority(t *testing.T) {
 	}
 }
 
+// TestCheckAuthoritySpellings: a DID document may write its PDS endpoint
+// with the scheme's default port, a trailing dot or upper case (the
+// network's documents are written by hand and by many PDS versions): it
+// names the same host as a download from that host, so the repository is
+// not refused as misattributed. The download side's host may be written
+// so too. Another port, or another host, is still refused.
+func TestCheckAuthoritySpellings(t *testing.T) {
+	for _, c := range []struct{ pds, host string }{
+		{"https://pds.example.com:443", "pds.example.com"},
+		{"https://pds.example.com", "pds.example.com:443"},
+		{"https://pds.example.com.", "pds.example.com"},
+		{"https://PDS.Example.COM./", "pds.example.com"},
+		{"http://pds.example.com:80", "pds.example.com"},
+		{"https://[2001:db8::1]:443", "[2001:db8::1]"},
+		{"https://pds.example.com:8443", "pds.example.com:8443"},
+	} {
+		info := &ident.Info{DID: "did:plc:x", PDS: c.pds}
+		if err := ident.CheckAuthority(info, c.host); err != nil {
+			t.Errorf("document %q, fetched from %q: %v", c.pds, c.host, err)
+		}
+	}
+	for _, c := range []struct{ pds, host string }{
+		{"https://pds.example.com:8443", "pds.example.com"},
+		{"https://pds.example.com", "pds.example.com:8443"},
+		{"http://pds.example.com:443", "pds.example.com"},
+		{"https://pds.example.com.evil.example", "pds.example.com"},
+		{"https://[2001:db8::1]", "[2001:db8::2]"},
+	} {
+		info := &ident.Info{DID: "did:plc:x", PDS: c.pds}
+		if err := ident.CheckAuthority(info, c.host); ident.Class(err) != ident.ClassAuthority {
+			t.Errorf("document %q, fetched from %q: %v, want class %q", c.pds, c.host, err, ident.ClassAuthority)
+		}
+	}
+}
+
 func expect(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string, want float64) {
 	t.Helper()
 	if got := promtest.Value(t, reg, name, labels); got != want {

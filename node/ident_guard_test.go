@@ -39,3 +39,23 @@ func TestIdentityResolverGuarded(t *testing.T) {
 		}
 	}
 }
+
+// TestAuthorityHostCanonical: the source's host the authority check trusts
+// and whose 429 parks every retry is in the form downloads name their host
+// (upstream.CanonicalHost): a source URL written with its scheme's default
+// port, in upper case or with a trailing dot names the host a download
+// from it names.
+func TestAuthorityHostCanonical(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://Relay.Example.com:443": "relay.example.com", "https://relay.example.com.": "relay.example.com",
+		"http://127.0.0.1:2470": "127.0.0.1:2470", "http://relay.example.com:80/": "relay.example.com",
+		"https://relay.example.com:8443": "relay.example.com:8443",
+	} {
+		if got, err := authorityHost(in); err != nil || got != want {
+			t.Errorf("authorityHost(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if _, err := authorityHost("ftp://relay.example.com"); err == nil {
+		t.Error("a source that is not an http(s) URL is accepted")
+	}
+}

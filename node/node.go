@@ -399,7 +399,7 @@ func (n *Node) buildJobs(reg prometheus.Registerer) error {
 		return fmt.Errorf("node: %w", err)
 	}
 	n.ident = n.resolver(reg)
-	sourceHost, err := hostOf(cfg.SourceURL)
+	sourceHost, err := authorityHost(cfg.SourceURL)
 	if err != nil {
 		return err
 	}
@@ -852,6 +852,18 @@ func hostOf(relay string) (string, error) {
 		return "", fmt.Errorf("node: relay %q: want an http(s) URL", relay)
 	}
 	return strings.ToLower(u.Host), nil
+}
+
+// authorityHost is the host of source (an http(s) URL) in the form
+// downloads name their host in (upstream.CanonicalHost: Download.FinalHost,
+// Error.Host), for the comparisons with them: the trusted host of the
+// authority check, the host whose 429 parks every retry.
+func authorityHost(source string) (string, error) {
+	if _, err := hostOf(source); err != nil {
+		return "", err
+	}
+	u, _ := url.Parse(strings.TrimSpace(source))
+	return upstream.CanonicalHost(u.Scheme, u.Host), nil
 }
 
 // checkRelay refuses a store that follows another relay, or whose relay or

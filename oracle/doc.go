@@ -91,8 +91,10 @@
 // listHosts gives a status other than active, e.g. banned
 // (SetHostStatus); listHosts without accountCount (OmitAccountCounts);
 // DID documents answered 404
-// (DIDNotFound), without a verification method (DIDNoKey), or naming
-// ForeignKey's public key (DIDWrongKey); every document request delayed
+// (DIDNotFound), without a verification method (DIDNoKey), naming
+// ForeignKey's public key (DIDWrongKey), or writing the PDS endpoint in
+// another spelling of the same host (DIDSpelledPDS, not a fault of the
+// network: its documents are written so); every document request delayed
 // (SlowPLC) or answered 500 (FailPLC); export pages answered 500
 // (FailExport) or carrying malformed lines (HostileExport); and, on the firehose, one-off
 // #commits signed by ForeignKey or whose ops do not invert to their

@@ -65,6 +65,7 @@ const (
 	FaultDIDNotFound     FaultKind = "did_not_found"    // DID document answered 404 (an unresolvable DID)
 	FaultDIDNoKey        FaultKind = "did_no_key"       // DID document without a signing key
 	FaultDIDWrongKey     FaultKind = "did_wrong_key"    // DID document naming a key that does not sign the repo (the old key signs, the document names a new one)
+	FaultDIDSpelledPDS   FaultKind = "did_spelled_pds"  // DID document writing its PDS endpoint in another spelling of the same host (not a fault of the network: documents are written so)
 	FaultPLCSlow         FaultKind = "plc_slow"         // a DID document served after a delay
 	FaultPLCFailing      FaultKind = "plc_failing"      // a DID document request answered 500
 	FaultExportFailing   FaultKind = "export_failing"   // a GET /export page answered 500
@@ -149,7 +150,7 @@ type Faults struct {
 	gapRate    float64
 	hostile    float64                 // HostileCommits rate
 	forged     float64                 // ForgedCommits rate
-	docs       map[string][]*step      // per-DID DID-document faults (FaultDIDNotFound, FaultDIDNoKey, FaultDIDWrongKey)
+	docs       map[string][]*step      // per-DID DID-document faults (FaultDIDNotFound, FaultDIDNoKey, FaultDIDWrongKey, FaultDIDSpelledPDS)
 	misattr    map[string]int          // DID → uses left of FaultMisattributed
 	misServe   map[string]int          // DID → misattributed redirects not yet served by the other host
 	left       map[string]staleCopy    // DID → Migrating: the host it left still listing and serving it
@@ -655,6 +656,13 @@ func (f *Faults) DIDNoKey(did string, n int) { f.pushDoc(did, FaultDIDNoKey, n) 
 // DIDWrongKey serves did's next n DID documents naming a key that does not
 // sign its repo (world.ForeignKey's).
 func (f *Faults) DIDWrongKey(did string, n int) { f.pushDoc(did, FaultDIDWrongKey, n) }
+
+// DIDSpelledPDS serves did's next n DID documents writing the PDS endpoint
+// in another spelling of the same host, as documents of the network may:
+// the scheme in upper case, the host name with a trailing dot, a trailing
+// slash (HTTP://127.0.0.1.:port/). The relay's redirect and the host
+// itself still name it http://127.0.0.1:port.
+func (f *Faults) DIDSpelledPDS(did string, n int) { f.pushDoc(did, FaultDIDSpelledPDS, n) }
 
 func (f *Faults) pushDoc(did string, kind FaultKind, n int) {
 	n = normCount(n)

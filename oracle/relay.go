@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"hash/fnv"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"sort"
@@ -341,6 +342,16 @@ func (n *Network) handleListHosts(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// spelledEndpoint is endpoint (http://host:port) in another spelling of
+// the same host (FaultDIDSpelledPDS): HTTP://host.:port/.
+func spelledEndpoint(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return endpoint
+	}
+	return strings.ToUpper(u.Scheme) + "://" + net.JoinHostPort(u.Hostname()+".", u.Port()) + "/"
+}
+
 // foreignKeyMultibase is world.ForeignKey's public key, what FaultDIDWrongKey
 // documents name.
 func foreignKeyMultibase() string {
@@ -432,8 +443,11 @@ func (n *Network) serveDIDDoc(w http.ResponseWriter, r *http.Request, did string
 			ID: "#atproto_pds", Type: "AtprotoPersonalDataServer", ServiceEndpoint: n.hosts[acct.Host].url,
 		}},
 	}
-	if fault == FaultDIDNoKey {
+	switch fault {
+	case FaultDIDNoKey:
 		doc.VerificationMethod = []verificationMethod{}
+	case FaultDIDSpelledPDS:
+		doc.Service[0].ServiceEndpoint = spelledEndpoint(n.hosts[acct.Host].url)
 	}
 	w.Header().Set("Content-Type", "application/did+ld+json")
 	w.WriteHeader(http.StatusOK)

@@ -396,7 +396,7 @@ func (c *Client) fetchSmall(ctx context.Context, op, rawURL, accept string, max 
 		return nil, hostOfURLError(err, req.URL), c.transportError(ctx, reqCtx, op, hostOfURLError(err, req.URL), err)
 	}
 	defer resp.Body.Close()
-	host := strings.ToLower(resp.Request.URL.Host)
+	host := CanonicalHost(resp.Request.URL.Scheme, resp.Request.URL.Host)
 	c.pace.observe(canonicalHostPort(resp.Request.URL), resp.Header)
 	w := startIdleWatch(c.opts.IdleBodyTimeout, cancel)
 	defer w.stop()
@@ -509,11 +509,11 @@ func hostOfURLError(err error, fallback *url.URL) string {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		if u, perr := url.Parse(ue.URL); perr == nil && u.Host != "" {
-			return u.Host
+			return CanonicalHost(u.Scheme, u.Host)
 		}
 	}
 	if fallback != nil {
-		return fallback.Host
+		return CanonicalHost(fallback.Scheme, fallback.Host)
 	}
 	return ""
 }

@@ -181,7 +181,8 @@ const RetryAfterCeiling = 330 * time.Second
 type Error struct {
 	// Op names the call: "listRepos", "getRepo", "subscribeRepos".
 	Op string
-	// Host is the host:port the failing request went to (after redirects).
+	// Host is the host[:port] the failing request went to (after
+	// redirects), in its canonical form (CanonicalHost).
 	Host string
 	// StatusCode is the HTTP status, 0 when no response was received.
 	StatusCode int

@@ -80,7 +80,7 @@ func DialFirehose(ctx context.Context, relay string, cursor *int64, readLimit in
 	hdr.Set("User-Agent", DefaultUserAgent)
 	conn, resp, err := d.DialContext(ctx, target, hdr)
 	if err != nil {
-		e := &Error{Op: op, Host: u.Host, Err: err}
+		e := &Error{Op: op, Host: CanonicalHost(u.Scheme, u.Host), Err: err}
 		if resp != nil {
 			e.StatusCode = resp.StatusCode
 			now := time.Now()

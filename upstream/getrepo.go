@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
@@ -33,7 +32,9 @@ type Download struct {
 	// Size is the number of body bytes written to Path.
 	Size int64
 	// FinalHost is host[:port] of the URL that answered (after redirects),
-	// lower-cased; the port is present when the URL named one.
+	// in its canonical form (CanonicalHost: lower-cased, no trailing dot,
+	// the port present when the URL named one other than its scheme's
+	// default).
 	FinalHost string
 	// Redirects is the number of redirects followed.
 	Redirects int
@@ -126,7 +127,7 @@ func (c *Client) getRepo(ctx context.Context, direct *url.URL, did string) (*Dow
 		return nil, c.transportError(ctx, reqCtx, op, host, err)
 	}
 	defer resp.Body.Close()
-	host := strings.ToLower(resp.Request.URL.Host)
+	host := CanonicalHost(resp.Request.URL.Scheme, resp.Request.URL.Host)
 	c.pace.observe(canonicalHostPort(resp.Request.URL), resp.Header)
 	w := startIdleWatch(c.opts.IdleBodyTimeout, cancel)
 	defer w.stop()

@@ -29,7 +29,7 @@ const maxHostname = 260
 
 // HostEntry is one validated listHosts entry.
 type HostEntry struct {
-	Host     string // host[:port], lower case
+	Host     string // host[:port], canonical (CanonicalHost)
 	Status   string // "active", "idle", "offline", "throttled", "banned", …; "" when absent
 	Accounts int64
 	Seq      int64
@@ -86,7 +86,7 @@ func (c *Client) ListHosts(ctx context.Context, cursor string, limit int) (Hosts
 			p.Dropped++
 			continue
 		}
-		name, ok := hostName(h.Hostname)
+		name, ok := hostName(c.relay.Scheme, h.Hostname)
 		if !ok {
 			p.Dropped++
 			continue
@@ -107,8 +107,9 @@ func (c *Client) ListHosts(ctx context.Context, cursor string, limit int) (Hosts
 }
 
 // hostName validates a roster hostname: host[:port] with no scheme, path,
-// user or query, lower-cased.
-func hostName(s string) (string, bool) {
+// user or query, in its canonical form (CanonicalHost) under scheme, the
+// scheme it is reached with.
+func hostName(scheme, s string) (string, bool) {
 	if s == "" || len(s) > maxHostname || strings.ContainsAny(s, "/?#@ \\") {
 		return "", false
 	}
@@ -116,13 +117,49 @@ func hostName(s string) (string, bool) {
 	if err != nil || u.Host != s || u.Hostname() == "" {
 		return "", false
 	}
-	return strings.ToLower(s), true
+	return CanonicalHost(scheme, s), true
+}
+
+// CanonicalHost is the one form in which backstream names and compares a
+// host: host, a URL's host[:port] (url.URL.Host) reached with scheme,
+// lower-cased (host names are case-insensitive), the name's trailing dot
+// dropped (a fully qualified name names the same host), and the port
+// dropped when it is scheme's default (80 for http and ws, 443 for https
+// and wss; an empty or zero-padded port read as the number it is). An IPv6
+// address keeps its brackets. So a DID document's endpoint written
+// https://PDS.example.com.:443 and a download from https://pds.example.com
+// name the same host, pds.example.com; https://pds.example.com:8443 stays
+// another. Download.FinalHost and the hosts of Error, a roster's hostnames
+// (ListHosts) and ident's PDS host (ident.Info.PDSHost) are in this form.
+func CanonicalHost(scheme, host string) string {
+	u := url.URL{Host: host}
+	name, port := strings.TrimSuffix(strings.ToLower(u.Hostname()), "."), u.Port()
+	if n, err := strconv.ParseUint(port, 10, 16); err == nil {
+		port = strconv.FormatUint(n, 10)
+	}
+	switch strings.ToLower(scheme) {
+	case "http", "ws":
+		if port == "80" {
+			port = ""
+		}
+	case "https", "wss":
+		if port == "443" {
+			port = ""
+		}
+	}
+	if strings.Contains(name, ":") {
+		name = "[" + name + "]"
+	}
+	if port == "" {
+		return name
+	}
+	return name + ":" + port
 }
 
 // hostURL is the base URL of a PDS host: the relay's scheme (http only
 // when the relay itself is plain http, as on a devnet).
 func (c *Client) hostURL(host string) (*url.URL, error) {
-	name, ok := hostName(host)
+	name, ok := hostName(c.relay.Scheme, host)
 	if !ok {
 		return nil, &Error{Op: "host", Host: host, Err: fmt.Errorf("invalid host name %q", host), kind: ErrPermanent}
 	}
@@ -168,10 +205,10 @@ func (c *Client) HostGetRepo(ctx context.Context, host, did string) (*Download, 
 func (c *Client) direct(ctx context.Context, op string, st *getRepoState, host *url.URL) error {
 	name := canonicalHostPort(host)
 	if err := c.takeSlot(st, name); err != nil {
-		return &Error{Op: op, Host: name, Err: err, kind: ErrHostBusy}
+		return &Error{Op: op, Host: CanonicalHost(host.Scheme, host.Host), Err: err, kind: ErrHostBusy}
 	}
 	if err := c.pace.acquire(ctx, name, c.trips); err != nil {
-		return &Error{Op: op, Host: name, Err: err, kind: err}
+		return &Error{Op: op, Host: CanonicalHost(host.Scheme, host.Host), Err: err, kind: err}
 	}
 	st.paced = name
 	return nil
