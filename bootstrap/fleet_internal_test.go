@@ -82,10 +82,12 @@ func TestSchedulerRoundRobinUnderCap(t *testing.T) {
 	}
 }
 
-// TestRosterStatus: a roster status is stored only as a short lower-case
-// word; anything else a relay sends is "other".
+// TestRosterStatus: a roster status is stored only as a short word, in
+// lower case (the relay's word read case-insensitively); anything else a
+// relay sends, and a word of backstream's own (left), is "other".
 func TestRosterStatus(t *testing.T) {
-	for in, want := range map[string]string{"active": "active", "throttled": "throttled", "": "other", "ACTIVE": "other",
+	for in, want := range map[string]string{"active": "active", "throttled": "throttled", "": "other", "ACTIVE": "active",
+		"Banned": "banned", "left": "other", "Left": "other", "other": "other",
 		"act\xffive": "other", "a b": "other", string(make([]byte, 33)): "other"} {
 		if got := rosterStatus(in); got != want {
 			t.Fatalf("rosterStatus(%q) = %q, want %q", in, got, want)

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/backstream/backstream/archive"
@@ -32,16 +33,17 @@ var _ RosterSource = (*upstream.Client)(nil)
 // RosterLeft is the roster status recorded for a host whose host/ row
 // holds a roster entry but that a whole roster read no longer names: a
 // host that left the network (or that the relay no longer serves). It is
-// not listable, so no listing asks it.
+// not listable, so no listing asks it. It is backstream's own word, never
+// the relay's: a relay status "left" is stored RosterOther (rosterStatus).
 const RosterLeft = "left"
 
 // RosterBanned is the roster status of a host the relay banned: the one
 // status of listHosts whose host no listing asks.
 const RosterBanned = "banned"
 
-// listable reports whether a listing lists a roster host of status (the
-// relay's word, or as recorded): every host but a banned one and one that
-// left the roster (RosterLeft). Idle (the relay dropped its subscription:
+// listable reports whether a listing lists a roster host of status, a
+// status as stored (rosterStatus of the relay's word, or RosterLeft):
+// every host but a banned one and one that left the roster (RosterLeft). Idle (the relay dropped its subscription:
 // the host answered FutureCursor, a PDS whose sequence was reset),
 // offline (the relay cannot reach it) and throttled (the relay
 // rate-limits it) are hosts the relay still indexes, whose accounts no
@@ -53,8 +55,7 @@ const RosterBanned = "banned"
 // only fails alone. Bootstrap, discovery, every repair pass and its
 // foreign-host rule all go by it (ReadRoster, ListedFrom).
 func listable(status string) bool {
-	s := rosterStatus(status)
-	return s != RosterBanned && s != RosterLeft
+	return status != RosterBanned && status != RosterLeft
 }
 
 // RosterOptions configures ReadRoster.
@@ -80,8 +81,8 @@ type RosterOptions struct {
 // Roster is the roster as listHosts gave it.
 type Roster struct {
 	Listed  []string             // the hosts listed (listable: all but banned), deduplicated and sorted
-	Entries []upstream.HostEntry // every entry (the first of a host listed twice), status "" read as active
-	Skipped int                  // hosts skipped for their status (banned; a relay's own "left" too)
+	Entries []upstream.HostEntry // every entry (the first of a host listed twice), its status as stored (rosterStatus; "" read as active)
+	Skipped int                  // hosts skipped for their status (banned)
 	Cut     string               // why the read stopped with a cursor pending; "" when it did not
 	Loop    bool                 // the read ended at a cursor that repeated
 }
@@ -206,6 +207,7 @@ func ReadRoster(ctx context.Context, src RosterSource, o RosterOptions) (Roster,
 			if h.Status == "" {
 				h.Status = "active" // listHosts without a status
 			}
+			h.Status = rosterStatus(h.Status)
 			rr.Entries = append(rr.Entries, h)
 			if !listable(h.Status) {
 				rr.Skipped++
@@ -277,8 +279,8 @@ func rosterPage(ctx context.Context, src RosterSource, o RosterOptions, cursor s
 }
 
 // RosterOther is the roster status recorded for a relay's status that is
-// not a short lower-case word, and the count of every status
-// RosterStatuses does not name.
+// not a short word, or that is a word of backstream's own (RosterLeft),
+// and the count of every status RosterStatuses does not name.
 const RosterOther = "other"
 
 // RosterStatuses are the roster statuses counted apart (RosterCounts, the
@@ -289,16 +291,27 @@ func RosterStatuses() []string {
 	return []string{"active", "idle", "offline", "throttled", RosterBanned, RosterLeft, RosterOther}
 }
 
-// rosterStatus is a roster status as stored: the relay's word when it is a
-// short lower-case word, else RosterOther (upstream data, never trusted).
+// rosterStatus is a roster status as stored, from the relay's word
+// (upstream data, never trusted): the word in lower case when it is a
+// short word of letters and underscores (the relay's words are read
+// case-insensitively: "BANNED" is banned), else RosterOther. The relay's
+// words and backstream's own are kept apart: a relay word that is one of
+// backstream's own (RosterLeft) is stored RosterOther, a word listHosts
+// does not name, so a stored RosterLeft is always backstream's. It is
+// idempotent on what it returns, so an entry already read (Roster.Entries)
+// is stored as it is.
 func rosterStatus(s string) string {
 	if s == "" || len(s) > 32 {
 		return RosterOther
 	}
 	for _, c := range s {
-		if (c < 'a' || c > 'z') && c != '_' {
+		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && c != '_' {
 			return RosterOther
 		}
+	}
+	s = strings.ToLower(s)
+	if s == RosterLeft {
+		return RosterOther
 	}
 	return s
 }

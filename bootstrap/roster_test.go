@@ -55,6 +55,54 @@ func TestRosterHostsBounded(t *testing.T) {
 	check("a roster naming only a.test")
 }
 
+// TestRosterRelayWordsApartFromOurs: the relay's listHosts statuses and
+// backstream's own roster words do not share a namespace, and the relay's
+// words are read case-insensitively. A relay status "left" (not a word of
+// listHosts) is a word the lexicon does not name: listed, stored and
+// counted "other", never read back as a host a whole read no longer names.
+// "BANNED" and "Banned" are banned: skipped, not listed, stored "banned".
+// A host/ row written "left" by a whole read before (ours) still reads as
+// ours: not listed, counted left.
+func TestRosterRelayWordsApartFromOurs(t *testing.T) {
+	ctx := context.Background()
+	s, w := memStore(t)
+	before := archive.HostUpdate{Host: "z.test", Func: func(h archive.HostState) archive.HostState { h.Status = RosterLeft; return h }}
+	if _, err := w.Apply(ctx, &archive.Unit{Hosts: []archive.HostUpdate{before}}); err != nil {
+		t.Fatal(err)
+	}
+	entries := []upstream.HostEntry{{Host: "a.test", Status: "left", Accounts: 3}, {Host: "b.test", Status: "BANNED", Accounts: 4},
+		{Host: "c.test", Status: "Banned"}, {Host: "d.test", Status: "Active"}, {Host: "e.test", Status: "LEFT"}}
+	rr, err := ReadRoster(ctx, &rosterFleet{pages: map[string]upstream.HostsPage{"": {Hosts: entries}}}, RosterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"a.test", "d.test", "e.test"}
+	if !slices.Equal(rr.Listed, want) || rr.Skipped != 2 {
+		t.Errorf("read from listHosts: listed %v, skipped %d; want %v, 2 (the banned hosts)", rr.Listed, rr.Skipped, want)
+	}
+	// A partial read marks no host left: z.test keeps the row written before.
+	rr.Loop = true
+	if _, err := RecordRoster(ctx, w, s, rr); err != nil {
+		t.Fatal(err)
+	}
+	for host, st := range map[string]string{"a.test": RosterOther, "b.test": RosterBanned, "c.test": RosterBanned,
+		"d.test": "active", "e.test": RosterOther, "z.test": RosterLeft} {
+		if hs, err := s.HostState(host); err != nil || hs.Status != st {
+			t.Errorf("host/%s: status %q, %v; want %q", host, hs.Status, err, st)
+		}
+	}
+	if hosts, _, err := ListedHosts(s, ""); err != nil || !slices.Equal(hosts, want) {
+		t.Errorf("read from host/ rows: %v, %v; want %v", hosts, err, want)
+	}
+	counts, err := RosterCounts(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts[RosterOther] != 2 || counts[RosterBanned] != 2 || counts[RosterLeft] != 1 || counts["active"] != 1 {
+		t.Errorf("roster counted %v; want other 2, banned 2, left 1 (the row written before), active 1", counts)
+	}
+}
+
 // BenchmarkRosterCounts is what one scrape of backstream_roster_hosts (and
 // one /status build) costs: the host/ rows of a 10,000-host roster read
 // and counted.
