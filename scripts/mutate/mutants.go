@@ -887,8 +887,8 @@ var mutants = []Mutant{
 		ID: "m87", Invariant: "H12 G6",
 		Name: "hosts mode skips idle roster hosts again (their accounts never archived; an idle host's accounts decided on another host's word)",
 		File: "bootstrap/roster.go",
-		Old:  "return s != RosterBanned && s != RosterLeft",
-		New:  "return s != RosterBanned && s != RosterLeft && s != \"idle\"",
+		Old:  "return status != RosterBanned && status != RosterLeft",
+		New:  "return status != RosterBanned && status != RosterLeft && status != \"idle\"",
 		Tests: []Test{
 			{Pkg: "./bootstrap", Run: "^TestRosterListsAllButBanned$"},
 			{Pkg: "./node", Run: "^TestHostsOfEveryStatusButBannedListed$"},
@@ -903,6 +903,27 @@ var mutants = []Mutant{
 		New:  "if l.host == \"\" || l.pos.Listed >= 0 {",
 		Tests: []Test{
 			{Pkg: "./node", Run: "^TestDownOfflineHostLeavesAuditsWhole$"},
+		},
+	},
+	{
+		ID: "m89", Invariant: "V2",
+		Name: "a DID document's PDS endpoint compared as written (a document naming https://pds:443 refuses a download from pds)",
+		File: "ident/ident.go",
+		Old:  "\treturn upstream.CanonicalHost(u.Scheme, u.Host)\n}",
+		New:  "\treturn u.Host\n}",
+		Tests: []Test{
+			{Pkg: "./ident", Run: "^TestCheckAuthoritySpellings$"},
+			{Pkg: "./backfill", Run: "^TestAuthorityOverASpelledEndpoint$"},
+		},
+	},
+	{
+		ID: "m90", Invariant: "H12",
+		Name: "a relay's roster status left read as backstream's own (the host never listed)",
+		File: "bootstrap/roster.go",
+		Old:  "\tif s == RosterLeft {\n\t\treturn RosterOther\n\t}\n",
+		New:  "",
+		Tests: []Test{
+			{Pkg: "./bootstrap", Run: "^TestRosterRelayWordsApartFromOurs$"},
 		},
 	},
 }
