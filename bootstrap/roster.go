@@ -43,13 +43,13 @@ const RosterBanned = "banned"
 
 // listable reports whether a listing lists a roster host of status, a
 // status as stored (rosterStatus of the relay's word, or RosterLeft):
-// every host but a banned one and one that left the roster (RosterLeft). Idle (the relay dropped its subscription:
-// the host answered FutureCursor, a PDS whose sequence was reset),
-// offline (the relay cannot reach it) and throttled (the relay
-// rate-limits it) are hosts the relay still indexes, whose accounts no
-// other listing names in hosts mode (the firehose never names an idle
-// host's accounts), as the reference relay's own listRepos and roster
-// copy do. A word listHosts does not name (the lexicon's statuses are
+// every host but a banned one and one that left the roster (RosterLeft).
+// Idle (the relay dropped its subscription: the host answered
+// FutureCursor, a PDS whose sequence was reset), offline (the relay
+// cannot reach it) and throttled (the relay rate-limits it) are hosts the
+// relay still indexes, whose accounts no other listing names in hosts mode
+// (the firehose never names an idle host's accounts), as the reference
+// relay's own listRepos and roster copy do. A word listHosts does not name (the lexicon's statuses are
 // open; RosterOther as recorded) is listed too: a new word is more likely
 // a state of a working host than a ban, and a host that cannot be listed
 // only fails alone. Bootstrap, discovery, every repair pass and its
