@@ -367,6 +367,42 @@ func TestFleetDeadHostsDoNotStarveHealthyOnes(t *testing.T) {
 	}
 }
 
+// TestFleetOfflineHostsBegunLast: the hosts the relay says are offline
+// are begun after every other, so that however many of them are
+// blackholed (each first try holding one of Workers request slots for the
+// connect timeout), a host the relay says is active is asked for its
+// first page at once, not after them. On the real network most of the
+// roster's offline hosts are gone for good. In fake time.
+func TestFleetOfflineHostsBegunLast(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newBubbleEnv(t, worldCfg(3, 1))
+		const workers = 2
+		f := &downFirstRoster{down: 64, up: 1, status: "offline", attempt: upstream.DefaultConnectTimeout,
+			firstUp: make(chan time.Time, 1), listed: map[string]bool{}}
+		b := e.bootOver(f, e.w, &countJobs{runs: map[string]int{}}, func(c *bootstrap.Config) { c.Workers = workers })
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { done <- b.Run(ctx) }()
+		const bound = time.Second
+		select {
+		case <-f.firstUp:
+		case <-time.After(bound):
+			late := "not within a day"
+			select {
+			case at := <-f.firstUp:
+				late = at.Sub(start).String()
+			case <-time.After(24 * time.Hour):
+			}
+			t.Errorf("%d blackholed hosts the relay says are offline, first in name order, %d workers: the active host first asked for a page %s (fake) after the start; want within %v",
+				f.down, workers, late, bound)
+		}
+		cancel()
+		<-done // the store outlives the run
+	})
+}
+
 // TestFleetDeadHostsLogBounded: hosts that are down fail every page try,
 // and each try used to log a WARN: 64 down hosts logged about 4,600 lines
 // over one bootstrap (on the real network, thousands of hosts are down).

@@ -8,6 +8,7 @@ package bootstrap
 // validate, bound and count a roster alike.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -80,7 +81,7 @@ type RosterOptions struct {
 
 // Roster is the roster as listHosts gave it.
 type Roster struct {
-	Listed  []string             // the hosts listed (listable: all but banned), deduplicated and sorted
+	Listed  []string             // the hosts listed (listable: all but banned), deduplicated, in the order listings begin them (sorted)
 	Entries []upstream.HostEntry // every entry (the first of a host listed twice), its status as stored (rosterStatus; "" read as active)
 	Skipped int                  // hosts skipped for their status (banned)
 	Cut     string               // why the read stopped with a cursor pending; "" when it did not
@@ -168,7 +169,7 @@ func ListedFrom(stored []archive.RosterHost, enumerate string) (hosts []string, 
 	if rr.ListsRelay(enumerate) {
 		return nil, enumerate != EnumerateRelay
 	}
-	return rr.Listed, false
+	return rr.sorted().Listed, false
 }
 
 // ReadRoster pages listHosts until its last page, a cursor that repeats
@@ -239,9 +240,33 @@ func ReadRoster(ctx context.Context, src RosterSource, o RosterOptions) (Roster,
 	}
 }
 
+// sorted puts Listed in the order listings begin the hosts: by beginRank
+// of their status, by name within a rank.
 func (rr Roster) sorted() Roster {
-	slices.Sort(rr.Listed)
+	status := make(map[string]string, len(rr.Entries))
+	for _, e := range rr.Entries {
+		status[e.Host] = e.Status
+	}
+	slices.SortFunc(rr.Listed, func(a, b string) int {
+		return cmp.Or(cmp.Compare(beginRank(status[a]), beginRank(status[b])), strings.Compare(a, b))
+	})
 	return rr
+}
+
+// beginRank orders the hosts a listing begins with: those the relay says
+// are active first, those it says are offline last, every other status
+// between. On the real network most offline hosts are gone for good and
+// many are blackholed, each first try holding one of the Workers request
+// slots for the connect timeout: thousands of them begun first would hold
+// back every healthy host's first page by as many timeouts over Workers.
+func beginRank(status string) int {
+	switch status {
+	case "active":
+		return 0
+	case "offline":
+		return 2
+	}
+	return 1
 }
 
 // rosterPage reads one listHosts page, retrying transient failures and

@@ -76,7 +76,7 @@ func TestRosterRelayWordsApartFromOurs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"a.test", "d.test", "e.test"}
+	want := []string{"d.test", "a.test", "e.test"} // active first
 	if !slices.Equal(rr.Listed, want) || rr.Skipped != 2 {
 		t.Errorf("read from listHosts: listed %v, skipped %d; want %v, 2 (the banned hosts)", rr.Listed, rr.Skipped, want)
 	}
@@ -129,7 +129,8 @@ func BenchmarkRosterCounts(b *testing.B) {
 // foreign-host rule), are the same: every host but a banned one (idle,
 // offline, throttled, a word listHosts does not name, a status that is
 // not a word, none), and after a whole read that no longer names a host,
-// not that one (left). Only the banned host is skipped. The accountCount
+// not that one (left), in the same order: the active hosts first, the
+// offline ones last. Only the banned host is skipped. The accountCount
 // fallback (Uncounted, ListsRelay) reads the listed hosts' counts: a
 // roster whose only count is an idle host's lists the hosts; one whose
 // only count is a banned host's lists the relay.
@@ -137,7 +138,9 @@ func TestRosterListsAllButBanned(t *testing.T) {
 	entries := []upstream.HostEntry{{Host: "a.test", Status: "active"}, {Host: "b.test", Status: "idle", Accounts: 7},
 		{Host: "c.test", Status: "offline"}, {Host: "d.test", Status: "throttled"}, {Host: "e.test", Status: "banned", Accounts: 9},
 		{Host: "f.test", Status: "paused"}, {Host: "g.test", Status: "Weird!"}, {Host: "h.test"}}
-	want := []string{"a.test", "b.test", "c.test", "d.test", "f.test", "g.test", "h.test"}
+	// In the order listings begin them: active (none said is active), then
+	// every other status but offline, offline last; by name within.
+	want := []string{"a.test", "h.test", "b.test", "d.test", "f.test", "g.test", "c.test"}
 	ctx := context.Background()
 	rr, err := ReadRoster(ctx, &rosterFleet{pages: map[string]upstream.HostsPage{"": {Hosts: entries}}}, RosterOptions{})
 	if err != nil {
