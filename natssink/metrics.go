@@ -6,8 +6,8 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // States of the sink (label values of backstream_nats_state).
 const (
-	StateConnecting = "connecting" // finding or creating the stream, reading its last message
-	StatePublishing = "publishing" // publishing the archive from the position
+	StateConnecting = "connecting" // finding or creating the stream, reading its last message, until the stream acknowledges the session's first publish
+	StatePublishing = "publishing" // the stream acknowledged the session's first publish (or the session had nothing to publish, the stream holding the archive to its tip)
 	StateRetrying   = "retrying"   // the last session failed; waiting before the next
 	StateFull       = "full"       // the stream refused events for want of room (its limits, or the servers' storage); retrying
 	StateTooLarge   = "too_large"  // stopped at an event larger than the servers' max_payload; rechecking slowly (Status.TooLarge)

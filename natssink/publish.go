@@ -56,6 +56,9 @@ type publisher struct {
 	firstAck  chan struct{}
 	// purged: the stream was emptied behind the session.
 	purged <-chan *purgedError
+	// idle: the session found nothing to publish before its first
+	// acknowledgement, and shows publishing.
+	idle bool
 	// Publishes of this session are numbered from 0 (a reply's token):
 	// sent were made, the first done are acknowledged, and publish k
 	// waits in q[k % Window]. Publish done+i must be stored at stream
@@ -120,7 +123,10 @@ func (p *publisher) session(ctx context.Context) error {
 	p.inboxLen = len(p.reply)
 	p.hID, p.hDID, p.hExpect, p.hLast = make([]string, 1), make([]string, 1), make([]string, 1), make([]string, 1)
 	p.msg.Header = nats.Header{nats.MsgIdHdr: p.hID, HeaderDID: p.hDID, nats.ExpectedLastSeqHdr: p.hExpect}
-	s.sessionState(StatePublishing)
+	// The state stays connecting until the stream acknowledges the
+	// session's first publish (ack), or the session finds nothing to
+	// publish (run): a stream that refuses or loses every publish never
+	// shows publishing.
 	p.rend = subscribe.Renderer{Cursor: true}
 	p.q = make([]inflight, s.cfg.Window)
 	defer p.closeIter()
@@ -435,6 +441,12 @@ func (p *publisher) run(ctx context.Context) error {
 			}
 			if live.Closed() {
 				return &fatalError{errors.New("natssink: the archive writer stopped")}
+			}
+			if p.done == 0 && !p.idle {
+				// Caught up before any publish: the stream holds the
+				// archive to its tip.
+				p.idle = true
+				p.sink.sessionState(StatePublishing)
 			}
 			select {
 			case <-ctx.Done():
