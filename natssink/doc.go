@@ -49,10 +49,15 @@
 //     beginning); a stream holding messages always wins over From. A
 //     purge keeps the stream's last sequence and last message id, so a
 //     session watches the stream's first sequence (purge.go): once it
-//     moves past a message the session stored, the session ends, and the
-//     sink publishes nothing more until it finds the stream empty (then
-//     from From): what it had published behind the purge cannot be put
-//     back in order. A stream whose own rules remove messages (max_age,
+//     moves past a message the session stored, with more than one message
+//     gone since the watch last looked, the session ends, and the sink
+//     publishes nothing more until it finds the stream empty (then from
+//     From): what it had published behind the purge cannot be put back in
+//     order. One message gone is the operator removing it (nats stream
+//     rmm; the stream's only message leaves the very state a purge does):
+//     the sink publishes on behind it, and a later session that finds the
+//     stream still empty resumes after the position (Sink.removedAt, in
+//     memory only). A stream whose own rules remove messages (max_age,
 //     discard old, a retention other than limits) is not watched, from
 //     the moment it has such a rule; one those rules emptied (emptiedItself)
 //     is resumed after the position, which the sink writes as it stops.

@@ -50,6 +50,8 @@ type publisher struct {
 	expect uint64 // the stream sequence the next publish must follow
 	stored uint64 // the stream sequence of the last acknowledged publish
 	base   uint64 // the stream sequence of the message resume read (0: none)
+	// resumed is the stream's state as resume read it.
+	resumed jetstream.StreamState
 	// storedSeq is stored, for the purge watch; firstAck is closed at
 	// the session's first acknowledgement.
 	storedSeq atomic.Uint64
@@ -131,7 +133,7 @@ func (p *publisher) session(ctx context.Context) error {
 	p.q = make([]inflight, s.cfg.Window)
 	defer p.closeIter()
 	p.firstAck = make(chan struct{})
-	purged, stop := p.watchPurge(ctx, stream, p.base, p.firstAck)
+	purged, stop := p.watchPurge(ctx, stream, p.resumed, p.base, p.firstAck)
 	defer stop()
 	p.purged = purged
 	err = p.run(ctx)
@@ -279,7 +281,7 @@ func (p *publisher) resume(ctx context.Context, stream jetstream.Stream) error {
 		s.fail(errStream, err)
 		return fmt.Errorf("stream info: %w", err)
 	}
-	p.expect, p.stored = info.State.LastSeq, info.State.LastSeq
+	p.expect, p.stored, p.resumed = info.State.LastSeq, info.State.LastSeq, info.State
 	if info.State.Msgs == 0 {
 		s.purged.Store(false)
 		p.next = p.emptyStart(info)
@@ -314,11 +316,18 @@ func (p *publisher) resume(ctx context.Context, stream jetstream.Stream) error {
 }
 
 // emptyStart is the archive seq a session publishes first into an empty
-// stream: after the position when the stream emptied itself, else From
-// (a stream never published into, or one purged).
+// stream: after the position when the stream emptied itself, or when an
+// earlier session saw the operator remove its only message and nothing
+// was stored since; else From (a stream never published into, or one
+// purged).
 func (p *publisher) emptyStart(info *jetstream.StreamInfo) uint64 {
 	s := p.sink
 	pos := s.acked.Load()
+	if last := info.State.LastSeq; pos > 0 && last > 0 && s.removedAt.Load() == last {
+		s.log.Info("the NATS stream is empty since its only message was removed; publishing after the position",
+			"stream", s.cfg.Stream, "last_sequence", last, "position", pos)
+		return max(pos+1, s.cfg.From)
+	}
 	if pos > 0 && emptiedItself(info) {
 		s.log.Info("the NATS stream is empty: its retention or max_age removed every message it held; publishing after the position",
 			"stream", s.cfg.Stream, "last_sequence", info.State.LastSeq, "last_message_at", info.State.LastTime, "position", pos)

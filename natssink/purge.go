@@ -4,7 +4,11 @@ package natssink
 // session. A purge keeps the stream's last sequence and last message id,
 // so the session's next publishes are accepted behind it; only the
 // stream's state shows it: its first sequence moves past messages the
-// session had stored.
+// session had stored. The operator removing the stream's only message
+// (nats stream rmm) leaves the very same state (the first sequence one
+// past the last, no message, nothing counted as deleted); what tells
+// them apart is how many messages went at once: a single one is a
+// removal, and the sink publishes on behind it.
 
 import (
 	"context"
@@ -25,12 +29,14 @@ func (e *purgedError) Error() string {
 // watchPurge samples the stream at the session's first acknowledgement
 // (first) and then every PositionEvery until stop is called, and sends on
 // purged once the stream's first sequence is past a message known to be
-// stored at the sample before (or at resume, base): every message up to
-// it is gone at once. On a stream whose limits remove messages (max_age,
-// or discard old, or a retention other than limits) that is what they do
-// too: it watches nothing there, nor once the stream is given such a
-// limit.
-func (p *publisher) watchPurge(ctx context.Context, stream jetstream.Stream, base uint64, first <-chan struct{}) (purged <-chan *purgedError, stop func()) {
+// stored at the sample before (or at resume, base), and more than one
+// message went since the sample before (or resume, resumed): every
+// message up to it is gone at once. One message gone is the operator
+// removing it (the sink's Sink.removed). On a stream whose limits remove
+// messages (max_age, or discard old, or a retention other than limits)
+// that is what they do too: it watches nothing there, nor once the stream
+// is given such a limit.
+func (p *publisher) watchPurge(ctx context.Context, stream jetstream.Stream, resumed jetstream.StreamState, base uint64, first <-chan struct{}) (purged <-chan *purgedError, stop func()) {
 	found := make(chan *purgedError, 1)
 	if remove, _ := limits(stream.CachedInfo().Config); len(remove) > 0 {
 		return found, func() {}
@@ -41,7 +47,7 @@ func (p *publisher) watchPurge(ctx context.Context, stream jetstream.Stream, bas
 		defer close(done)
 		t := time.NewTicker(p.sink.cfg.PositionEvery)
 		defer t.Stop()
-		seen := base // a stream sequence known to be stored before the last sample
+		judge := purgeJudge{seen: base, prev: resumed}
 		for {
 			select {
 			case <-ctx.Done():
@@ -60,12 +66,57 @@ func (p *publisher) watchPurge(ctx context.Context, stream jetstream.Stream, bas
 			if remove, _ := limits(info.Config); len(remove) > 0 {
 				return // a limit given to the stream since the session began
 			}
-			if seen > 0 && info.State.FirstSeq > seen {
-				found <- &purgedError{firstSeq: info.State.FirstSeq, stored: seen}
+			switch e, removed := judge.sample(info.State, stored); {
+			case e != nil:
+				found <- e
 				return
+			case removed:
+				p.sink.removed(info.State)
 			}
-			seen = max(seen, stored)
 		}
 	}()
 	return found, func() { cancel(); <-done }
+}
+
+// purgeJudge tells, sample by sample of the stream's state, a purge from
+// the removal of a single message.
+type purgeJudge struct {
+	seen uint64 // a stream sequence known to be stored before the last sample (0: none yet)
+	// prev is the stream's state at the last sample that compared (seen >
+	// 0), or at resume. A sample before anything is known stored does not
+	// compare, and is not the reference either: the messages stored since
+	// resume may already be gone by then.
+	prev jetstream.StreamState
+}
+
+// sample judges cur, stored being the session's last acknowledged stream
+// sequence as read before cur was: a purge, once every message up to seen
+// is gone and more than one message went since prev; a single message
+// removed from the front (removed), once per first sequence; or neither.
+func (j *purgeJudge) sample(cur jetstream.StreamState, stored uint64) (purged *purgedError, removed bool) {
+	if j.seen > 0 {
+		// Not again for the same first sequence: nothing went from the
+		// front since a removal was let pass.
+		if cur.FirstSeq > j.seen && cur.FirstSeq != j.prev.FirstSeq {
+			if gone(j.prev, cur) > 1 {
+				return &purgedError{firstSeq: cur.FirstSeq, stored: j.seen}, false
+			}
+			removed = true
+		}
+		j.prev = cur
+	}
+	j.seen = max(j.seen, stored)
+	return nil, removed
+}
+
+// gone is how many messages went from the stream between two samples of
+// its state: those it held at prev and those stored since, less those it
+// holds at cur. A last sequence gone back (the stream deleted and created
+// again) counts as every message gone.
+func gone(prev, cur jetstream.StreamState) uint64 {
+	if cur.LastSeq < prev.LastSeq {
+		return max(prev.Msgs, 2)
+	}
+	had := prev.Msgs + (cur.LastSeq - prev.LastSeq)
+	return had - min(had, cur.Msgs)
 }

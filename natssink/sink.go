@@ -111,8 +111,14 @@ type Sink struct {
 	// purged: a session found the stream purged behind it; until the
 	// stream is found empty, sessions refuse to publish behind the purge.
 	purged atomic.Bool
-	mu     sync.Mutex
-	status Status
+	// removedAt: the stream's last sequence when a session saw the
+	// operator remove the stream's only message, emptying it (0: none).
+	// A later session that finds the stream still empty there resumes
+	// after the position, not from From. Kept in memory only: a restart
+	// cannot tell that empty stream from a purged one.
+	removedAt atomic.Uint64
+	mu        sync.Mutex
+	status    Status
 	// serverErr is the last error the servers reported on the connection
 	// (a permissions violation comes only so) since a publish was last
 	// acknowledged.
@@ -275,6 +281,18 @@ func (s *Sink) foundPurged(e *purgedError) {
 	s.log.Warn("the NATS stream was purged while the sink published into it: the purged events are published again from --nats-from once the stream is empty; purge it again if it is not",
 		"stream", s.cfg.Stream, "err", e, "from", s.cfg.From)
 	s.purged.Store(true)
+}
+
+// removed records that a session saw the operator remove a single
+// message from the front of the stream, every message it had stored with
+// it (the stream's only one), logging it once: not a purge, the sink
+// publishes on behind it.
+func (s *Sink) removed(st jetstream.StreamState) {
+	if st.Msgs == 0 {
+		s.removedAt.Store(st.LastSeq)
+	}
+	s.log.Info("a single message was removed from the front of the NATS stream, leaving none the sink had stored: not a purge, the sink publishes on behind it",
+		"stream", s.cfg.Stream, "first_sequence", st.FirstSeq, "last_sequence", st.LastSeq, "messages", st.Msgs)
 }
 
 // serverError keeps an error the servers reported on the connection
