@@ -29,24 +29,38 @@
 //     only up to now, then past the horizon below (where only a wall clock
 //     that ran ahead puts an entry): a pass reads the repos due, never the
 //     repos known.
-//     A Wake's pass reads less still: only what was written or came due
+//     A Wake's pass, and the one ScanPeriod after the last full or
+//     Wake's pass, reads less still: only what was written or came due
 //     since the last pass, from where that pass stopped reading or from
 //     the earliest due/ entry the writer made durable since
 //     (archive.Store.TakeDueWritten), whichever is earlier: a mark
 //     stamped before a slow commit, or by a clock since stepped back, is
-//     read at once. What a pass leaves behind (a parked host's due
-//     repos, every one while the relay is parked; a full host's) is read
-//     again only by a full pass: the run's first, and one when a park
-//     ends, when a full host's queue share drains to half, at the Wake
-//     after a job deferred for the record index (archive.ErrIndexPending:
-//     its repo stays due where the pass read it; every Wake's pass is full
-//     while the index backfill runs), or ScanPeriod after the last pass. The wakes that #sync and #account effects send,
-//     several a second, thus never reread a backlog that cannot move.
+//     read at once. What a pass leaves behind has its own trigger. A full
+//     host's due repos: the runner keeps, per host whose share a pass
+//     found full, the due/ key of the first repo it left behind; when that
+//     share drains to half, a resume pass reads on from there (in pages
+//     starting at HostQueue keys), up to now, and stops as soon as each
+//     resumed host is full again, so a backlog of H repos on one host is
+//     read about once while it drains, not once per share (H²/HostQueue
+//     keys). A parked host's due repos (every one while the relay is
+//     parked): a full pass when the park ends. A job deferred for the
+//     record index (archive.ErrIndexPending: its repo stays due where the
+//     pass read it): a full pass at the next Wake (every Wake's pass is
+//     full while the index backfill runs) or timer. A full pass is also
+//     the run's first, and the timer's once the jobs finished since the
+//     last full pass reach half the keys that pass read (fullReadPerJob):
+//     it recounts the due repos (backstream_retry_due) and reads past the
+//     horizon, at most 2 keys per job finished. The wakes that #sync and
+//     #account effects send, several a second, and the scan period's
+//     timer thus never reread a backlog that cannot move; draining one
+//     host's backlog reads about 4 due/ keys per repo retried, whatever
+//     its size (TestOneHostBacklogReadsLinearly).
 //     Due repos go into a queue bounded by Queue (the scan blocks when it
 //     is full). What is held in memory is one
 //     page, the queue, the DIDs queued or running (deduplication: a DID is
 //     never queued twice), the gates of hosts with something queued or
-//     running, and the hosts parked right now. Never the candidate set nor
+//     running, one due/ key per host a pass found full, and the hosts
+//     parked right now. Never the candidate set nor
 //     the host set.
 //   - S2: Workers goroutines are the global gate; a host gate admits at most
 //     HostWorkers running jobs. The gate key is the final host after
@@ -58,7 +72,7 @@
 //     order scatters them across hosts). One host's share of the queue is
 //     bounded by HostQueue, so a slow host never fills the queue in front of
 //     the others; what a pass leaves behind for that reason is picked up by
-//     the next pass, which starts as soon as the queue has drained.
+//     a resume pass as soon as the host's share has drained to half (S3).
 //   - Backoff: a failed job writes attempts, class, message (≤ 1 KiB) and
 //     the next attempt — exponential from Interval to MaxDelay, ±25 %
 //     jitter (the rule of package internal/backoff) — in the same unit as
@@ -130,13 +144,10 @@
 //
 // # Known limits
 //
-//   - One host with far more due repos than its queue share (HostQueue)
-//     is read in full again each time its share drains to half: while H
-//     such repos drain, passes read about H²/HostQueue keys (a full pass
-//     over 1,000,000 due repos costs about 120 CPU-ms, so draining a
-//     million from one host costs minutes of CPU over its hours of jobs).
-//     The due index is ordered by time, not by host, so a pass cannot
-//     skip one host's entries without reading them.
+//   - backstream_retry_due and Status.Due are the last full pass's
+//     count; while a large backlog drains, full passes come only as the
+//     jobs pay for them (above), so the count can be older than the scan
+//     period.
 //   - The due index of a store written by a build without it is built
 //     when the store opens (one read of repo/). A store that a build
 //     without the index wrote to after that has an index missing those

@@ -5,6 +5,7 @@ package retry
 // and failures in outcome.go; the scheduler is sched.go.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -297,6 +298,21 @@ type exec struct {
 	// pass; its repo stays due at a time a Wake's pass has read past, so
 	// the next pass is a full one.
 	deferred atomic.Bool
+	// behind holds, for each host whose queue share was full when a pass
+	// read one of its due repos, the due/ key of the first repo left
+	// behind: every due repo of the host before it was offered. A resume
+	// pass reads on from there when the share drains (resume). Bounded by
+	// the hosts whose share filled; only the Run loop touches it.
+	behind map[string][]byte
+	// timerAt is when the scan period of the last full or Wake's pass
+	// ends (a resume pass does not move it); only the Run loop touches it.
+	timerAt time.Time
+	// finished counts the jobs finished (any outcome); fullFinished and
+	// fullRead are its value when the last full pass started and the keys
+	// that pass read (fullDue).
+	finished     atomic.Int64
+	fullFinished int64
+	fullRead     int
 
 	mu      sync.Mutex
 	results map[string]int
@@ -308,7 +324,7 @@ func (r *Runner) start(ctx context.Context) (*exec, error) {
 		return nil, ErrRunning
 	}
 	cctx, cancel := context.WithCancel(ctx)
-	e := &exec{r: r, ctx: cctx, cancel: cancel, fatal: make(chan struct{}), results: map[string]int{}}
+	e := &exec{r: r, ctx: cctx, cancel: cancel, fatal: make(chan struct{}), results: map[string]int{}, behind: map[string][]byte{}}
 	e.s = newSched(r.cfg.Workers, r.cfg.HostWorkers, r.cfg.Queue, r.cfg.HostQueue,
 		func() int64 { return r.cfg.Now().UnixMicro() }, r.m)
 	e.s.relay = r.cfg.Relay
@@ -380,8 +396,11 @@ func (r *Runner) Run(ctx context.Context) error {
 		return err
 	}
 	defer e.stop()
-	for full := true; ; {
-		ps, err := e.pass(full)
+	for kind, resume := passFull, map[string]bool(nil); ; {
+		_, err := e.scan(kind, resume)
+		if kind != passResume {
+			e.timerAt = time.Now().Add(r.cfg.ScanPeriod)
+		}
 		// A park that ended during the pass left repos behind that only
 		// a full pass reads again.
 		ended := e.s.parkEnded()
@@ -399,7 +418,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			return e.err
 		}
 		var more bool
-		if more, full = e.idle(ps, ended); !more {
+		if kind, resume, more = e.idle(ended); !more {
 			if ferr := e.failed(); ferr != nil {
 				return ferr
 			}
@@ -408,55 +427,103 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 }
 
-// idle waits for the next pass: ScanPeriod, a Wake, the earliest park
-// expiry, or — when the pass left repos of a full host behind — the queue
-// draining to half of a host's share. It returns false when the run ends,
-// and whether the next pass is a full one: a Wake asks only for what was
+// The kinds of pass (see scan).
+type passKind int
+
+const (
+	passFull   passKind = iota // every entry due now, then past the horizon
+	passWake                   // what was written or came due since the last pass
+	passResume                 // on from where full hosts' repos were left behind
+)
+
+func (k passKind) String() string {
+	return [...]string{"full", "wake", "resume"}[k]
+}
+
+// fullReadPerJob bounds the keys a full pass on the scan period's timer
+// costs per job finished since the previous full pass (fullDue).
+const fullReadPerJob = 2
+
+// fullDue reports whether the scan period's timer makes a full pass: the
+// jobs finished since the last full pass, fullReadPerJob keys each, pay
+// for reading again the keys it read. A timer's pass is otherwise a
+// Wake's: every repo a pass leaves behind has its own trigger (a park's
+// end, a host's share draining, a deferral), so a full pass only recounts
+// the due repos and reads past the horizon, and a large backlog that
+// drains slowly is not read in full every scan period.
+func (e *exec) fullDue() bool {
+	return (e.finished.Load()-e.fullFinished)*fullReadPerJob >= int64(e.fullRead)
+}
+
+// idle waits for the next pass: a host whose queue share was full
+// draining to half (a resume pass for it), ScanPeriod after the last
+// full or Wake's pass, a Wake, or the earliest park expiry. It returns
+// false when the run ends. A Wake or the timer asks only for what was
 // written or came due since the last pass, unless a park ended since
 // (ended: during it) or a job was deferred for the record index (its
-// repo stays due where the last pass read it), since nothing else a pass
-// left behind (a parked host's repos, a full host's) can be queued
-// sooner. While the index backfill runs, every Wake's pass is so a full
-// one.
-func (e *exec) idle(ps PassStats, ended bool) (more, full bool) {
+// repo stays due where the last pass read it): then, and on the timer
+// when fullDue, the next pass is a full one. While the index backfill
+// runs, every Wake's pass is so a full one.
+func (e *exec) idle(ended bool) (kind passKind, resume map[string]bool, more bool) {
 	r := e.r
-	delay := r.cfg.ScanPeriod
+	delay := time.Until(e.timerAt)
 	if _, _, next := e.s.parkedHosts(0); next > 0 {
 		d := time.Duration(next-r.cfg.Now().UnixMicro())*time.Microsecond + time.Millisecond
-		delay = max(min(delay, d), time.Millisecond)
+		delay = min(delay, d)
 	}
-	t := time.NewTimer(delay)
+	t := time.NewTimer(max(delay, time.Millisecond))
 	defer t.Stop()
+	wakeKind := func(full bool) passKind {
+		if full || ended || e.s.parkEnded() || e.deferred.Swap(false) {
+			return passFull
+		}
+		return passWake
+	}
 	for {
-		l := e.s.load()
-		if ps.HostFull > 0 && l.queued <= min(r.cfg.Queue, r.cfg.HostQueue)/2 {
-			return true, true
+		// The timer first: resume passes that follow each other (jobs
+		// faster than passes) never put off what came due meanwhile.
+		select {
+		case <-t.C:
+			return wakeKind(e.fullDue()), nil, true
+		default:
 		}
 		var changed <-chan struct{}
-		if ps.HostFull > 0 {
-			changed = l.changed
+		if len(e.behind) > 0 {
+			if resume, changed = e.s.drained(e.behind, min(r.cfg.Queue, r.cfg.HostQueue)/2); len(resume) > 0 {
+				return passResume, resume, true
+			}
 		}
 		select {
 		case <-t.C:
-			return true, true
+			return wakeKind(e.fullDue()), nil, true
 		case <-r.wake:
-			return true, ended || e.s.parkEnded() || e.deferred.Swap(false)
+			return wakeKind(false), nil, true
 		case <-changed:
 		case <-e.ctx.Done():
-			return false, false
+			return 0, nil, false
 		}
 	}
 }
 
-// pass reads the due index page by page, offering every due repo it
+// pass is a full pass (full) or a Wake's (scan).
+func (e *exec) pass(full bool) (PassStats, error) {
+	if full {
+		return e.scan(passFull, nil)
+	}
+	return e.scan(passWake, nil)
+}
+
+// scan reads the due index page by page, offering every due repo it
 // reads. A full pass reads every entry due now, then those past the
-// horizon. Any other (a Wake's) reads only what may have become due since
-// the last pass: from where the last pass stopped reading, or from the
-// earliest entry written since, if earlier. The repos a pass leaves
-// behind (a parked host's, a full host's) wait for the next full pass,
-// which comes when their park ends, their host's queue drains, or
-// ScanPeriod has passed: a Wake never reads them again.
-func (e *exec) pass(full bool) (ps PassStats, err error) {
+// horizon. A Wake's reads only what may have become due since the last
+// pass: from where the last pass stopped reading, or from the earliest
+// entry written since, if earlier. A resume pass reads on from the first
+// repo left behind of the hosts in resume (their queue share drained:
+// idle), up to now, and stops once each of them is full again or parked:
+// the repos a pass leaves behind for a full share are thus read again
+// once, not with every share that drains. The repos of a parked host
+// wait for the full pass its park's end brings.
+func (e *exec) scan(kind passKind, resume map[string]bool) (ps PassStats, err error) {
 	r := e.r
 	start := time.Now()
 	defer func() {
@@ -465,17 +532,37 @@ func (e *exec) pass(full bool) (ps PassStats, err error) {
 		}
 	}()
 	var from []byte
-	low, written := r.cfg.Store.TakeDueWritten()
-	if !full && e.readTo > 0 {
-		fromUS := e.readTo + 1
-		if written {
-			fromUS = min(fromUS, low)
+	pageKeys := r.cfg.PageKeys
+	switch kind {
+	case passResume:
+		for h := range resume {
+			if k := e.behind[h]; from == nil || bytes.Compare(k, from) < 0 {
+				from = k
+			}
 		}
-		from = archive.DueKey(fromUS, "")
+		// A drained share takes about half a share: read little more
+		// first, more only when other hosts' entries lie between.
+		pageKeys = min(pageKeys, r.cfg.HostQueue)
+	default:
+		low, written := r.cfg.Store.TakeDueWritten()
+		if kind == passWake && e.readTo > 0 {
+			fromUS := e.readTo + 1
+			if written {
+				fromUS = min(fromUS, low)
+			}
+			from = archive.DueKey(fromUS, "")
+		}
+		if kind == passFull {
+			// It finds every repo left behind again.
+			clear(e.behind)
+			e.fullFinished = e.finished.Load()
+		}
 	}
+	full := kind == passFull
+	leftFull := map[string]bool{} // hosts this pass found full
 	var page []archive.DueEntry
 	beyond := false // reading the next attempts past the horizon
-	for {
+	for kind != passResume || len(resume) > 0 {
 		if err := e.ctx.Err(); err != nil {
 			return ps, err
 		}
@@ -484,16 +571,20 @@ func (e *exec) pass(full bool) (ps PassStats, err error) {
 		upTo := r.cfg.Now().UnixMicro()
 		if beyond {
 			upTo = math.MaxInt64 - 1
-		} else {
+		} else if kind != passResume {
 			e.readTo = upTo
 		}
-		page, next, err = r.cfg.Store.DuePage(from, upTo, r.cfg.PageKeys, page)
+		page, next, err = r.cfg.Store.DuePage(from, upTo, pageKeys, page)
 		if err != nil {
 			return ps, fmt.Errorf("retry: candidate scan: %w", err)
 		}
 		ps.Scanned += len(page)
-		ps.Due += len(page)
 		for i, d := range page {
+			if kind == passResume && len(resume) == 0 {
+				next = nil // every resumed host is full again
+				break
+			}
+			ps.Due++
 			res, err := e.s.offer(e.ctx, item{did: d.DID, host: d.Host})
 			if err != nil {
 				return ps, err
@@ -505,8 +596,23 @@ func (e *exec) pass(full bool) (ps PassStats, err error) {
 				ps.InFlight++
 			case offerParked:
 				ps.Parked++
+				if resume[d.Host] {
+					// Its park's end brings a full pass.
+					delete(e.behind, d.Host)
+					delete(resume, d.Host)
+				}
 			case offerHostFull:
 				ps.HostFull++
+				if !beyond && !leftFull[d.Host] {
+					// Keys grow within a pass: the host's first is its
+					// earliest left behind.
+					leftFull[d.Host] = true
+					k := archive.DueKey(d.NextUS, d.DID)
+					if cur, ok := e.behind[d.Host]; resume[d.Host] || !ok || bytes.Compare(k, cur) < 0 {
+						e.behind[d.Host] = k
+					}
+					delete(resume, d.Host)
+				}
 			}
 			page[i] = archive.DueEntry{}
 		}
@@ -519,6 +625,11 @@ func (e *exec) pass(full bool) (ps PassStats, err error) {
 			beyond, next = true, archive.DueKey(r.cfg.Now().Add(r.horizon()).UnixMicro()+1, "")
 		}
 		from = next
+		pageKeys = min(2*pageKeys, r.cfg.PageKeys)
+	}
+	// A resumed host not full again has nothing left behind.
+	for h := range resume {
+		delete(e.behind, h)
 	}
 	ps.Duration = time.Since(start)
 	r.m.pass()
@@ -526,6 +637,7 @@ func (e *exec) pass(full bool) (ps PassStats, err error) {
 	r.m.deferral(deferHostFull, ps.HostFull)
 	r.mu.Lock()
 	if full {
+		e.fullRead = ps.Scanned
 		r.m.setDue(ps.Due)
 		r.status.Due = ps.Due
 	}
@@ -533,7 +645,7 @@ func (e *exec) pass(full bool) (ps PassStats, err error) {
 	r.status.LastPass = start
 	r.status.LastPassDur = ps.Duration
 	r.mu.Unlock()
-	r.log.Debug("retry pass", "full", full, "scanned", ps.Scanned, "due", ps.Due, "queued", ps.Queued, "in_flight", ps.InFlight,
+	r.log.Debug("retry pass", "kind", kind.String(), "scanned", ps.Scanned, "due", ps.Due, "queued", ps.Queued, "in_flight", ps.InFlight,
 		"parked", ps.Parked, "host_full", ps.HostFull, "took", ps.Duration)
 	return ps, nil
 }
@@ -559,6 +671,7 @@ func (e *exec) worker() {
 		}
 		e.process(it)
 		e.s.done(it)
+		e.finished.Add(1)
 	}
 }
 

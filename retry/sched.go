@@ -371,3 +371,20 @@ func (s *sched) load() load {
 	return load{queued: s.queued, running: s.running, gates: len(s.gates), members: len(s.members),
 		maxQueued: s.maxQueued, maxMembers: s.maxMembers, changed: s.changed}
 }
+
+// drained returns the hosts of behind whose queue share holds at most
+// limit items (a resume pass may read on for them), and the channel
+// closed on the next change.
+func (s *sched) drained(behind map[string][]byte, limit int) (hosts map[string]bool, changed <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for h := range behind {
+		if g := s.gates[h]; g == nil || g.queued() <= limit {
+			if hosts == nil {
+				hosts = map[string]bool{}
+			}
+			hosts[h] = true
+		}
+	}
+	return hosts, s.changed
+}

@@ -68,7 +68,7 @@ func serveCommand() *command {
 			fs.Int("retry-host-workers", 4, "concurrent replacements per PDS host (final host after redirects)")
 			fs.Duration("retry-interval", time.Minute, "first retry delay of a failed repo (doubles per failure, jittered)")
 			fs.Duration("retry-max-delay", 24*time.Hour, "longest retry delay of a failed repo")
-			fs.Duration("retry-scan-period", retry.DefaultScanPeriod, "pause between two passes of the retry runner over the store's due repos when nothing asks for one sooner; a pass at the end of this period, at a park's end, when a full host's queue has drained or when woken after a repo was deferred for the record index reads every repo due, one woken by a #sync or #account effect otherwise only what came due since the last pass")
+			fs.Duration("retry-scan-period", retry.DefaultScanPeriod, "pause between two passes of the retry runner over the store's due repos when nothing asks for one sooner; such a pass, like one woken by a #sync or #account effect, reads only what came due since the last pass, and every repo due only at a park's end, after a repo was deferred for the record index, or once the jobs finished since the last such pass pay for it (2 keys a job); a host whose queue share was full is read on from where it was left when its share drains")
 			fs.Bool("devnet", false, "demo mode: run a simulated atproto network in-process on --devnet-listen and follow it (ignores --relay)")
 			fs.String("devnet-listen", "127.0.0.1:7777", "with --devnet: the simulated relay's listen address")
 			fs.Int("devnet-accounts", 3000, "with --devnet: accounts in the simulated network (at least 1)")

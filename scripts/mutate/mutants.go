@@ -676,8 +676,8 @@ var mutants = []Mutant{
 		ID: "m66", Invariant: "S3",
 		Name: "every Wake makes a full pass of the retry runner (the whole due index read again, several times a second)",
 		File: "retry/runner.go",
-		Old:  "return true, ended || e.s.parkEnded()",
-		New:  "return true, true",
+		Old:  "return wakeKind(false), nil, true",
+		New:  "return wakeKind(true), nil, true",
 		Tests: []Test{
 			{Pkg: "./retry", Run: "^TestWakeReadsOnlyNewDueRepos$"},
 		},
@@ -726,8 +726,8 @@ var mutants = []Mutant{
 		ID: "m71", Invariant: "S3",
 		Name: "a Wake after a replacement deferred for the record index reads only what came due since (the deferred repo waits for the scan period)",
 		File: "retry/runner.go",
-		Old:  "return true, ended || e.s.parkEnded() || e.deferred.Swap(false)",
-		New:  "return true, ended || e.s.parkEnded()",
+		Old:  "if full || ended || e.s.parkEnded() || e.deferred.Swap(false) {",
+		New:  "if full || ended || e.s.parkEnded() {",
 		Tests: []Test{
 			{Pkg: "./retry", Run: "^TestWakeAfterIndexPendingReadsDeferred$"},
 		},
@@ -924,6 +924,36 @@ var mutants = []Mutant{
 		New:  "",
 		Tests: []Test{
 			{Pkg: "./bootstrap", Run: "^TestRosterRelayWordsApartFromOurs$"},
+		},
+	},
+	{
+		ID: "m91", Invariant: "S3",
+		Name: "a host's drained queue share starts a full pass again (a one-host backlog of N read N/256 times a repo)",
+		File: "retry/runner.go",
+		Old:  "return passResume, resume, true",
+		New:  "return passFull, nil, true",
+		Tests: []Test{
+			{Pkg: "./retry", Run: "^TestOneHostBacklogReadsLinearly$"},
+		},
+	},
+	{
+		ID: "m92", Invariant: "S3",
+		Name: "the scan period's pass is always a full one (a draining backlog read in full every 30 s)",
+		File: "retry/runner.go",
+		Old:  "func (e *exec) fullDue() bool {\n\treturn ",
+		New:  "func (e *exec) fullDue() bool {\n\treturn true || ",
+		Tests: []Test{
+			{Pkg: "./retry", Run: "^TestOneHostBacklogReadsLinearly$"},
+		},
+	},
+	{
+		ID: "m93", Invariant: "S3",
+		Name: "resume passes put off the scan period's pass (other hosts' repos coming due wait for a host's backlog)",
+		File: "retry/runner.go",
+		Old:  "\t\tif kind != passResume {\n\t\t\te.timerAt",
+		New:  "\t\tif true {\n\t\t\te.timerAt",
+		Tests: []Test{
+			{Pkg: "./retry", Run: "^TestBacklogLeavesOtherHostsOnTime$"},
 		},
 	},
 }
