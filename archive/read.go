@@ -168,37 +168,70 @@ func (s *Store) HostState(host string) (HostState, error) {
 	return get(s.db, HostKey(host), DecodeHostState)
 }
 
-// ScanRepos calls fn for every repo/ entry in DID order, streaming: nothing
-// is materialised. A malformed state stops the scan with an error naming its
-// key. fn returning an error stops the scan with that error.
+// scanReposPage bounds the repo/ rows one iterator of ScanRepos reads.
+const scanReposPage = 1024
+
+// ScanRepos calls fn for every repo/ entry in DID order, streaming: at
+// most one page of scanReposPage states is held. Each page is read by its
+// own iterator, closed before fn sees the page: fn may wait (a unit
+// submitted to a writer that is behind) without the walk pinning the
+// sstables and memtables it started on, which every compaction meanwhile
+// would otherwise leave on disk until the walk ends. The walk is so not
+// one snapshot: a row written while it runs may be seen or not, and no
+// key is seen twice. A malformed state stops the scan with an error
+// naming its key, after fn has seen the rows before it. fn returning an
+// error stops the scan with that error.
 func (s *Store) ScanRepos(fn func(did string, st RepoState) error) error {
 	return s.ScanReposAfter("", fn)
 }
 
 // ScanReposAfter is ScanRepos over the entries whose DID sorts after
-// after ("": every one), so a long walk can go on where it stopped with a
-// new iterator (one held for hours pins every table compacted away since).
+// after ("": every one).
 func (s *Store) ScanReposAfter(after string, fn func(did string, st RepoState) error) error {
-	lo := PrefixRepo
+	type row struct {
+		did string
+		st  RepoState
+	}
+	page := make([]row, 0, scanReposPage)
+	from := PrefixRepo
 	if after != "" {
-		lo = append(RepoKey(after), 0)
+		from = append(RepoKey(after), 0)
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(PrefixRepo)})
-	if err != nil {
-		return fmt.Errorf("archive: scan repos: %w", err)
-	}
-	defer it.Close()
-	for ok := it.First(); ok; ok = it.Next() {
-		st, err := DecodeRepoState(it.Value())
+	for from != nil {
+		page = page[:0]
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: from, UpperBound: prefixEnd(PrefixRepo)})
 		if err != nil {
-			return &KeyError{Key: string(it.Key()), Kind: ErrMalformed, Err: err}
+			return fmt.Errorf("archive: scan repos: %w", err)
 		}
-		if err := fn(string(it.Key()[len(PrefixRepo):]), st); err != nil {
-			return err
+		var bad error
+		ok := it.First()
+		for ; ok && len(page) < scanReposPage; ok = it.Next() {
+			st, err := DecodeRepoState(it.Value())
+			if err != nil {
+				bad = &KeyError{Key: string(it.Key()), Kind: ErrMalformed, Err: err}
+				break
+			}
+			page = append(page, row{string(it.Key()[len(PrefixRepo):]), st})
 		}
-	}
-	if err := it.Error(); err != nil {
-		return &KeyError{Key: "repo/<scan>", Kind: ErrRead, Err: err}
+		from = nil
+		if ok && bad == nil {
+			from = append([]byte(nil), it.Key()...)
+		}
+		if err := it.Error(); err != nil {
+			_ = it.Close()
+			return &KeyError{Key: "repo/<scan>", Kind: ErrRead, Err: err}
+		}
+		if err := it.Close(); err != nil {
+			return &KeyError{Key: "repo/<scan>", Kind: ErrRead, Err: err}
+		}
+		for _, r := range page {
+			if err := fn(r.did, r.st); err != nil {
+				return err
+			}
+		}
+		if bad != nil {
+			return bad
+		}
 	}
 	return nil
 }

@@ -956,4 +956,14 @@ var mutants = []Mutant{
 			{Pkg: "./retry", Run: "^TestBacklogLeavesOtherHostsOnTime$"},
 		},
 	},
+	{
+		ID: "m94", Invariant: "R7",
+		Name: "ScanRepos hands a page on with its iterator still open (the restart pass pins every table a compaction obsoletes while its units wait)",
+		File: "archive/read.go",
+		Old:  "\t\tif err := it.Close(); err != nil {\n\t\t\treturn &KeyError{Key: \"repo/<scan>\", Kind: ErrRead, Err: err}\n\t\t}\n\t\tfor _, r := range page {\n\t\t\tif err := fn(r.did, r.st); err != nil {\n\t\t\t\treturn err\n\t\t\t}\n\t\t}\n",
+		New:  "\t\tfor _, r := range page {\n\t\t\tif err := fn(r.did, r.st); err != nil {\n\t\t\t\treturn err\n\t\t\t}\n\t\t}\n\t\tif err := it.Close(); err != nil {\n\t\t\treturn &KeyError{Key: \"repo/<scan>\", Kind: ErrRead, Err: err}\n\t\t}\n",
+		Tests: []Test{
+			{Pkg: "./bootstrap", Run: "^TestRestartPassPinsNoTables$"},
+		},
+	},
 }
