@@ -168,11 +168,12 @@ func (s *Store) HostState(host string) (HostState, error) {
 	return get(s.db, HostKey(host), DecodeHostState)
 }
 
-// scanReposPage bounds the repo/ rows one iterator of ScanRepos reads.
-const scanReposPage = 1024
+// ScanReposPage bounds the repo/ rows one iterator of ScanRepos reads,
+// and so the rows a walk holds at once.
+const ScanReposPage = 1024
 
 // ScanRepos calls fn for every repo/ entry in DID order, streaming: at
-// most one page of scanReposPage states is held. Each page is read by its
+// most one page of ScanReposPage states is held. Each page is read by its
 // own iterator, closed before fn sees the page: fn may wait (a unit
 // submitted to a writer that is behind) without the walk pinning the
 // sstables and memtables it started on, which every compaction meanwhile
@@ -182,21 +183,12 @@ const scanReposPage = 1024
 // naming its key, after fn has seen the rows before it. fn returning an
 // error stops the scan with that error.
 func (s *Store) ScanRepos(fn func(did string, st RepoState) error) error {
-	return s.ScanReposAfter("", fn)
-}
-
-// ScanReposAfter is ScanRepos over the entries whose DID sorts after
-// after ("": every one).
-func (s *Store) ScanReposAfter(after string, fn func(did string, st RepoState) error) error {
 	type row struct {
 		did string
 		st  RepoState
 	}
-	page := make([]row, 0, scanReposPage)
+	page := make([]row, 0, ScanReposPage)
 	from := PrefixRepo
-	if after != "" {
-		from = append(RepoKey(after), 0)
-	}
 	for from != nil {
 		page = page[:0]
 		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: from, UpperBound: prefixEnd(PrefixRepo)})
@@ -205,7 +197,7 @@ func (s *Store) ScanReposAfter(after string, fn func(did string, st RepoState) e
 		}
 		var bad error
 		ok := it.First()
-		for ; ok && len(page) < scanReposPage; ok = it.Next() {
+		for ; ok && len(page) < ScanReposPage; ok = it.Next() {
 			st, err := DecodeRepoState(it.Value())
 			if err != nil {
 				bad = &KeyError{Key: string(it.Key()), Kind: ErrMalformed, Err: err}

@@ -39,8 +39,9 @@
 // snapshot lands above the merged tail (M5). A job that cannot finish leaves
 // the repo failed with a next attempt (the retry runner takes it in steady
 // state); only a store or writer failure stops the pass. The pending repos
-// are read pendingChunk (4,096) at a time, each chunk by a new iterator
-// from after the last DID read: the walk creates pending every unlisted
+// are read as repo/ is walked, a page of archive.ScanReposPage (1,024)
+// rows at a time, no iterator open while a DID waits for a worker: the
+// walk creates pending every unlisted
 // account whose captured commit had a since (after a listing cut short,
 // millions over a bootstrap of days), and their DIDs held at once would be
 // a hundred MB or more for hours.

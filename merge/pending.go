@@ -30,12 +30,17 @@ func PendingPass(ctx context.Context, cfg Config) error {
 	work := make(chan string)
 	var wg sync.WaitGroup
 	var deferred atomic.Int64 // repos left pending: the index backfill runs
-	started := false
-	total, err := eachPendingChunk(cfg.Store, pendingChunk, func(dids []string) error {
-		if !started {
-			started = true
-			cfg.Logger.Info("pending pass: replacing interrupted repos wholesale", "first_chunk", len(dids))
-			for range min(cfg.PendingWorkers, len(dids)) {
+	// repo/ is read a page at a time (archive.ScanReposPage), no iterator
+	// open while a DID waits for a worker: a merge walk after a listing
+	// cut short can leave millions pending, and the pass takes hours.
+	total := 0
+	err := cfg.Store.ScanRepos(func(did string, st archive.RepoState) error {
+		if st.Status != archive.StatusPending || !st.Active {
+			return nil
+		}
+		if total == 0 {
+			cfg.Logger.Info("pending pass: replacing interrupted repos wholesale")
+			for range cfg.PendingWorkers {
 				wg.Go(func() {
 					for did := range work {
 						replacePending(ctx, cancel, cfg, did, &deferred)
@@ -43,14 +48,13 @@ func PendingPass(ctx context.Context, cfg Config) error {
 				})
 			}
 		}
-		for _, did := range dids {
-			select {
-			case work <- did:
-			case <-ctx.Done():
-				return errPassStopped
-			}
+		total++
+		select {
+		case work <- did:
+			return nil
+		case <-ctx.Done():
+			return errPassStopped
 		}
-		return nil
 	})
 	close(work)
 	wg.Wait()
@@ -89,49 +93,5 @@ func replacePending(ctx context.Context, cancel context.CancelCauseFunc, cfg Con
 	}
 }
 
-// pendingChunk bounds the DIDs the pending pass holds at once (some 256
-// KiB): a restart in bootstrap leaves only the repos in flight pending, but
-// the walk creates pending every account no listing named whose captured
-// commit had a since (after a listing cut short, millions over a
-// bootstrap of days: 50-60 bytes a DID held, a hundred MB or more), and
-// the pass takes hours.
-const pendingChunk = 4096
-
 // errPassStopped ends the walk of repo/ when the pass is cancelled.
 var errPassStopped = errors.New("pending pass stopped")
-
-// errChunkFull ends one read of repo/ at a full chunk.
-var errChunkFull = errors.New("chunk full")
-
-// eachPendingChunk calls fn with the active pending repos in DID order, at
-// most size at a time, each chunk read by its own iterator from after the
-// last DID read (a replacement changes only its own repo/ row, behind the
-// walk), and returns how many it found. fn's error stops the walk.
-func eachPendingChunk(s *archive.Store, size int, fn func([]string) error) (int, error) {
-	total, after := 0, ""
-	for {
-		dids := make([]string, 0, size)
-		err := s.ScanReposAfter(after, func(did string, st archive.RepoState) error {
-			if st.Status == archive.StatusPending && st.Active {
-				dids = append(dids, did)
-				if len(dids) == size {
-					return errChunkFull
-				}
-			}
-			return nil
-		})
-		if err != nil && !errors.Is(err, errChunkFull) {
-			return total, err
-		}
-		total += len(dids)
-		if len(dids) > 0 {
-			if ferr := fn(dids); ferr != nil {
-				return total, ferr
-			}
-			after = dids[len(dids)-1]
-		}
-		if err == nil { // the read reached the end of repo/
-			return total, nil
-		}
-	}
-}

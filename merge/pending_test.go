@@ -127,17 +127,16 @@ func (f *flipSource) GetRepo(ctx context.Context, did string) (*upstream.Downloa
 
 // TestPendingPassHoldsAChunk: a merge walk after a listing cut short can
 // leave millions of repos pending (every unlisted account whose captured
-// commit had a since): the pass holds at most pendingChunk of their DIDs
-// at once, reading the next chunk of
-// repo/ when it has handed out the last. Seen from outside: once the
-// first replacement's fetch has made every pending repo complete, the
-// pass starts at most the rest of its chunk, never the DIDs a whole read
-// of repo/ would have held.
+// commit had a since): the pass holds at most a page of repo/
+// (archive.ScanReposPage) at once, reading the next when it has handed out
+// the last. Seen from outside: once the first replacement's fetch has made
+// every pending repo complete, the pass starts at most the rest of its
+// page, never the DIDs a whole read of repo/ would have held.
 func TestPendingPassHoldsAChunk(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	r := newRig(t)
-	n := 3 * pendingChunk
+	n := 12 * archive.ScanReposPage
 	did := func(i int) string { return fmt.Sprintf("did:plc:p%023d", i) }
 	set := func(status archive.RepoStatus) {
 		for i := 0; i < n; {
@@ -158,40 +157,8 @@ func TestPendingPassHoldsAChunk(t *testing.T) {
 	if err := PendingPass(ctx, Config{Store: r.store, Writer: r.w, Jobs: jobs, PendingWorkers: 1, Logger: quiet}); err != nil {
 		t.Fatalf("pending pass: %v", err)
 	}
-	if got := src.calls.Load(); got == 0 || got > pendingChunk {
-		t.Fatalf("%d repos fetched of %d pending, after the first fetch made every one complete: the pass held the DIDs of %d ahead; want at most %d (a chunk)",
-			got, n, got-1, pendingChunk)
-	}
-}
-
-// TestEachPendingChunk: the chunks name every active pending repo once, in
-// DID order, at most size each, the repos between them (complete,
-// inactive) skipped.
-func TestEachPendingChunk(t *testing.T) {
-	r := newRig(t)
-	var ups []archive.RepoUpdate
-	var want []string
-	for i := range 20 {
-		did := fmt.Sprintf("did:plc:q%023d", i)
-		st := archive.RepoState{Status: archive.StatusPending, Active: i%4 != 3}
-		if i%5 == 2 {
-			st.Status = archive.StatusComplete
-		}
-		if st.Status == archive.StatusPending && st.Active {
-			want = append(want, did)
-		}
-		ups = append(ups, archive.RepoUpdate{DID: did, Fields: archive.FieldStatus | archive.FieldActive, State: st})
-	}
-	r.apply(r.w, &archive.Unit{Repos: ups})
-	var got []string
-	total, err := eachPendingChunk(r.store, 3, func(dids []string) error {
-		if len(dids) == 0 || len(dids) > 3 {
-			t.Errorf("a chunk of %d", len(dids))
-		}
-		got = append(got, dids...)
-		return nil
-	})
-	if err != nil || total != len(want) || fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("chunks named %d %v (total %d, %v); want %d %v", len(got), got, total, err, len(want), want)
+	if got := src.calls.Load(); got == 0 || got > archive.ScanReposPage {
+		t.Fatalf("%d repos fetched of %d pending, after the first fetch made every one complete: the pass held the DIDs of %d ahead; want at most %d (a page of repo/)",
+			got, n, got-1, archive.ScanReposPage)
 	}
 }
