@@ -22,6 +22,7 @@ import (
 	"github.com/backstream/backstream/ident"
 	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/internal/crashpoint"
+	"github.com/backstream/backstream/internal/loglimit"
 	"github.com/backstream/backstream/upstream"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 )
@@ -180,15 +181,20 @@ func (o *Options) defaults() error {
 
 // Runner runs backfill jobs. Safe for concurrent use: each Run is one job.
 type Runner struct {
-	o Options
+	o     Options
+	lines *loglimit.Every // the failed line: one per class per failedLogEvery
 }
+
+// failedLogEvery bounds the "repo failed" line: a host down or serving
+// bad data fails every account it holds, on every try.
+const failedLogEvery = time.Minute
 
 // NewRunner validates opts and applies the defaults.
 func NewRunner(opts Options) (*Runner, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
-	return &Runner{o: opts}, nil
+	return &Runner{o: opts, lines: loglimit.New(failedLogEvery, opts.Now)}, nil
 }
 
 // Request names one job.
@@ -739,9 +745,15 @@ func (r *Runner) submitOne(ctx context.Context, req Request, res *Result, u *arc
 	return *res, nil
 }
 
+// log says a job ended: a failure at INFO once per class per minute,
+// naming the last one and how many failures it stands for (each is counted
+// in backstream_backfill_failed_total); anything else at DEBUG.
 func (r *Runner) log(res *Result) {
 	if res.Status == archive.StatusFailed {
-		r.o.Logger.Info("backfill: repo failed", "did", res.DID, "class", res.Class, "attempts", res.Attempts, "err", res.Err)
+		if n, ok := r.lines.Tick(res.Class); ok {
+			r.o.Logger.Info("backfill: repo failed", "did", res.DID, "class", res.Class, "attempts", res.Attempts, "err", res.Err,
+				"occurrences", n, "per", failedLogEvery)
+		}
 		return
 	}
 	r.o.Logger.Debug("backfill: repo done", "did", res.DID, "result", res.result(), "records", res.Records, "attempts", res.Attempts)

@@ -14,6 +14,8 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/internal/logtest"
+	"github.com/backstream/backstream/internal/promtest"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/check"
 	"github.com/backstream/backstream/oracle/world"
@@ -658,5 +660,35 @@ func TestJobReplaceNotFound(t *testing.T) {
 	}
 	if n := len(f[a.DID]); n != 0 {
 		t.Fatalf("the account folds to %d records, want none", n)
+	}
+}
+
+// TestJobFailedLogBounded: a host serving a bad commit for an account
+// fails its job every time it is tried (the retry runner tries again and
+// again, over tens of millions of accounts). Each failure is counted in
+// backstream_backfill_failed_total; the log gets one line per class per
+// minute, standing for the failures since the last, never one per repo.
+func TestJobFailedLogBounded(t *testing.T) {
+	e := newEnv(t, smallWorld(4, 4))
+	var lines logtest.Counter
+	r := e.runner(func(o *backfill.Options) { o.Logger = lines.Logger() })
+	did := e.activeAccounts(1)[0].DID
+	e.net.Faults().InvalidRev(did, oracle.Always)
+	const n = 1000
+	for range n {
+		if res := e.run(r, did); res.Status != archive.StatusFailed || res.Class != backfill.ClassBadCommit {
+			t.Fatalf("result %v class %q; want failed %q", res.Status, res.Class, backfill.ClassBadCommit)
+		}
+	}
+	if got := promtest.Value(t, e.reg, "backstream_backfill_failed_total", map[string]string{"class": backfill.ClassBadCommit}); got != n {
+		t.Fatalf("backstream_backfill_failed_total{class=bad_commit} = %v, want %d", got, n)
+	}
+	if got := lines.Lines(); got != 1 {
+		t.Fatalf("%d failed jobs within a minute wrote %d log lines at INFO or above, want 1", n, got)
+	}
+	_ = e.clock.Sleep(context.Background(), time.Minute)
+	e.run(r, did)
+	if got := lines.Lines(); got != 2 {
+		t.Fatalf("a failure a minute after the last line: %d log lines in all, want 2", got)
 	}
 }
