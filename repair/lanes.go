@@ -10,8 +10,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/bootstrap"
@@ -259,7 +261,7 @@ func (r *Runner) listLane(ctx context.Context, g archive.Gap, a *archive.Audit, 
 				return false, ctx.Err()
 			}
 			if c := upstream.Classify(err); (c == upstream.ClassTransient || c == upstream.ClassRateLimited) && !r.failedAgain(g, l.host) {
-				r.log.Warn("repair pass: listRepos failed; trying again later from the same page", "gap", g.ID, "host", l.host, "err", err)
+				r.logHost(slog.LevelWarn, retryLine, g, l.host, err)
 				return false, nil
 			}
 			r.cutListing(g, l.host, err)
@@ -352,10 +354,36 @@ func (r *Runner) listedOK(host string) {
 	delete(r.failing, host)
 }
 
+// The lines of a listing's failed step and of its cut.
+const (
+	retryLine = "repair pass: listRepos failed; trying again later from the same page"
+	cutLine   = "repair pass: a listRepos page cannot be used; that listing ends here and accounts it lists after it are not compared"
+)
+
 func (r *Runner) cutListing(g archive.Gap, host string, err error) {
 	r.cfg.Metrics.cut()
-	r.log.Error("repair pass: a listRepos page cannot be used; that listing ends here and accounts it lists after it are not compared",
-		"gap", g.ID, "host", host, "err", err)
+	r.logHost(slog.LevelError, cutLine, g, host, err)
+}
+
+// hostLogEvery bounds the lines of roster hosts' failed steps and cuts:
+// on the real network thousands of hosts are down, and every pass lists
+// every one (each failure is counted: the cut in
+// backstream_repair_listing_cut_total, a failed try in
+// backstream_upstream_requests_total).
+const hostLogEvery = time.Minute
+
+// logHost logs msg about host's listing in g's pass at level: the relay's
+// listing ("") each time, a roster host's at most once a minute per msg
+// across hosts, with how many occurrences the line stands for.
+func (r *Runner) logHost(level slog.Level, msg string, g archive.Gap, host string, err error) {
+	args := []any{"gap", g.ID, "host", host, "err", err}
+	if host == "" {
+		r.log.Log(context.Background(), level, msg, args...)
+		return
+	}
+	if n, ok := r.lines.Tick(msg); ok {
+		r.log.Log(context.Background(), level, msg, append(args, "occurrences", n, "per", hostLogEvery)...)
+	}
 }
 
 // hostDropUnit bounds the audit/<id>/<host> deletions of one unit, and the

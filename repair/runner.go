@@ -17,6 +17,7 @@ import (
 	"github.com/backstream/backstream/firehose"
 	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/internal/crashpoint"
+	"github.com/backstream/backstream/internal/loglimit"
 	"github.com/backstream/backstream/merge"
 	"github.com/backstream/backstream/upstream"
 )
@@ -113,6 +114,9 @@ type Runner struct {
 	cfg  Config
 	log  *slog.Logger
 	acks *archive.Acks
+	// lines bounds the lines of roster hosts' failed steps and cuts: one
+	// of each a minute across hosts (hostLogEvery).
+	lines *loglimit.Every
 
 	mu     sync.Mutex
 	st     Status
@@ -164,7 +168,8 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.Wake == nil {
 		cfg.Wake = func() {}
 	}
-	return &Runner{cfg: cfg, log: cfg.Logger.With("component", "repair"), acks: archive.NewAcks()}, nil
+	return &Runner{cfg: cfg, log: cfg.Logger.With("component", "repair"), acks: archive.NewAcks(),
+		lines: loglimit.New(hostLogEvery, cfg.Now)}, nil
 }
 
 // Status reports the pass in progress.
