@@ -223,3 +223,8 @@ func (b *msgBucket) take(now time.Time) bool {
 
 // maxLogDetail bounds a client-influenced detail in a log line.
 const maxLogDetail = 256
+
+// lineEvery is the interval of the lines a client's actions cause (a
+// refusal, a disconnect): one per reason per interval, standing for the
+// occurrences since the last; every occurrence is counted.
+const lineEvery = time.Minute

@@ -225,7 +225,7 @@ type Server struct {
 
 	readers  readerSlots     // archive readers at once
 	bufBytes int64           // what one subscriber reserves from the buffer budget
-	refusals *loglimit.Every // one log line per refusal reason per interval
+	lines    *loglimit.Every // one log line per refusal reason, and per disconnect reason, per lineEvery
 
 	mu     sync.Mutex
 	subs   map[*subscriber]struct{}
@@ -239,7 +239,7 @@ func New(cfg Config) (*Server, error) {
 	cfg.defaults()
 	s := &Server{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, subs: make(map[*subscriber]struct{}),
 		readers: newReaderSlots(cfg.ReplayReaders, cfg.ReplayDuty), bufBytes: bufferReservation(cfg.FlushBytes),
-		refusals: loglimit.New(time.Minute, nil), adm: admission{perIP: map[string]int{}}}
+		lines: loglimit.New(lineEvery, nil), adm: admission{perIP: map[string]int{}}}
 	c, err := newCodecs(cfg.DictSamples, s.src.Load)
 	if err != nil {
 		return nil, err
@@ -577,7 +577,7 @@ func (s *Server) serveSubscriber(sub *subscriber) {
 // reason.
 func (s *Server) refuseLimit(w http.ResponseWriter, ref *refusal, ip string) {
 	s.m.refuse(ref.reason)
-	if n, ok := s.refusals.Tick(ref.reason); ok {
+	if n, ok := s.lines.Tick("refused/" + ref.reason); ok {
 		s.log.Warn("subscribe: refusing subscribers at a limit", "reason", ref.reason, "refused", n,
 			"last_client", ip, "detail", ref.message)
 	}
