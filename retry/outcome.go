@@ -86,10 +86,18 @@ func (e *exec) park(did, host string, cause error) error {
 	if err := e.wait(acks); err != nil {
 		return fmt.Errorf("retry: park %s: %w", host, err)
 	}
-	r.log.Info("retry: host rate-limited; parked until its reset", "host", host,
-		"until", time.UnixMicro(until).UTC().Format(time.RFC3339), "did", did)
+	if n, ok := r.lines.Tick("park"); ok {
+		r.log.Info("retry: host rate-limited; parked until its reset", "host", host,
+			"until", time.UnixMicro(until).UTC().Format(time.RFC3339), "did", did, "occurrences", n, "per", outcomeLogEvery)
+	}
 	return nil
 }
+
+// outcomeLogEvery bounds the lines of the outcomes a host or an account
+// decides (a 429, a replacement refused too often): thousands of hosts
+// may answer 429 on the real network, and every one is counted
+// (backstream_retry_attempts_total{result}, backstream_retry_parked_hosts).
+const outcomeLogEvery = time.Minute
 
 // clearUnit bounds the hosts of one unit clearing ended parks.
 const clearUnit = 1024
@@ -157,7 +165,10 @@ func (e *exec) failStale(did string, refused int, cause error) error {
 	if err := e.wait(acks); err != nil {
 		return fmt.Errorf("retry: fail %s: %w", did, err)
 	}
-	r.log.Info("retry: replacement refused too often; failed with backoff", "did", did, "refused", refused)
+	if n, ok := r.lines.Tick("stale"); ok {
+		r.log.Info("retry: replacement refused too often; failed with backoff", "did", did, "refused", refused,
+			"occurrences", n, "per", outcomeLogEvery)
+	}
 	return nil
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/internal/loglimit"
 	"github.com/backstream/backstream/upstream"
 )
 
@@ -160,6 +161,9 @@ type Runner struct {
 	backoff Backoff
 	log     *slog.Logger
 	m       *Metrics
+	// lines bounds the lines of a host parked and of an account failed
+	// stale: one of each per outcomeLogEvery.
+	lines *loglimit.Every
 
 	busy   atomic.Bool
 	wake   chan struct{}
@@ -180,6 +184,7 @@ func New(cfg Config) (*Runner, error) {
 		backoff: Backoff{Interval: cfg.Interval, MaxDelay: cfg.MaxDelay, Rand: cfg.Rand},
 		log:     cfg.Logger,
 		m:       cfg.Metrics,
+		lines:   loglimit.New(outcomeLogEvery, cfg.Now),
 		wake:    make(chan struct{}, 1),
 	}, nil
 }
