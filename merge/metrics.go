@@ -19,6 +19,8 @@ type Metrics struct {
 	// rosterReads: discovery's reads of the relay's roster after a
 	// hosts-mode bootstrap, by result (bootstrap.RereadRoster's).
 	rosterReads *prometheus.CounterVec
+	// pendingRepos: the pending pass's repos, by result (pendingResults).
+	pendingRepos *prometheus.CounterVec
 }
 
 // NewMetrics registers merge's metrics on reg.
@@ -44,6 +46,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "backstream_discovery_roster_reads_total",
 			Help: "Reads of the relay's listHosts roster by discovery after a hosts-mode bootstrap (one as it begins), by result: whole (recorded; hosts it no longer names marked left), partial (a repeating cursor or the 1,000,000-host bound: the hosts read recorded), failed (discovery lists the hosts as bootstrap recorded them).",
 		}, []string{"result"}),
+		pendingRepos: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backstream_merge_pending_total",
+			Help: "Pending repos the pending pass handled, by result: replaced (the replacement made a terminal state durable: complete, unavailable or failed), stale (the snapshot served was older than the archive; left pending for the retry runner), deferred (the record index was still being backfilled; left pending for the retry runner).",
+		}, []string{"result"}),
 	}
 	// Every series exists from the start, at 0 (a rate over "no data" is
 	// no rate at all).
@@ -56,8 +62,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range bootstrap.RosterResults() {
 		m.rosterReads.WithLabelValues(r)
 	}
+	for _, r := range pendingResults {
+		m.pendingRepos.WithLabelValues(r)
+	}
 	if reg != nil {
-		reg.MustRegister(m.rows, m.cursor, m.cuts, m.fallbacks, m.rosterReads)
+		reg.MustRegister(m.rows, m.cursor, m.cuts, m.fallbacks, m.rosterReads, m.pendingRepos)
 	}
 	return m
 }
@@ -74,6 +83,22 @@ func (m *Metrics) merged(r archive.Receipt, through uint64) {
 		m.rows.WithLabelValues(mergeResults[i]).Add(float64(n))
 	}
 	m.cursor.Set(float64(through))
+}
+
+// Values of backstream_merge_pending_total's result label.
+const (
+	pendingReplaced = "replaced"
+	pendingStale    = "stale"
+	pendingDeferred = "deferred"
+)
+
+var pendingResults = []string{pendingReplaced, pendingStale, pendingDeferred}
+
+// pending counts one pending repo the pending pass handled.
+func (m *Metrics) pending(result string) {
+	if m != nil {
+		m.pendingRepos.WithLabelValues(result).Inc()
+	}
 }
 
 func (m *Metrics) discoveryCut(reason string) {

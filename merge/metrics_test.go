@@ -17,6 +17,7 @@ func TestMetricsPreinitialised(t *testing.T) {
 	promtest.RequireZero(t, reg, "backstream_merge_rows_total", promtest.Label("result", "kept", "stale", "sync", "dropped")...)
 	promtest.RequireZero(t, reg, "backstream_discovery_cut_total", promtest.Label("reason",
 		"cursor_too_long", "too_large", "malformed", "refused", "retries_exhausted", "too_many_entries", "cursor_loop")...)
+	promtest.RequireZero(t, reg, "backstream_merge_pending_total", promtest.Label("result", "replaced", "stale", "deferred")...)
 }
 
 // TestMergeRowsSumToCaptured: every captured row merged is counted once in
