@@ -163,7 +163,8 @@
 // due), so
 // bootstrap's end waits for it about 15 minutes at most.
 // Still cut after that, it is left failing
-// (backstream_bootstrap_hosts_gave_up_total, one warning): discovery lists
+// (backstream_bootstrap_hosts_gave_up_total; one warning a minute across
+// hosts): discovery lists
 // it again after bootstrap, a restart before merging from its checkpoint.
 // A host whose page cannot be used (garbage, a 4xx, a cursor too long), or
 // whose listing names more entries in the run than

@@ -88,8 +88,7 @@ func (b *Bootstrap) enumerate(ctx context.Context, r *laneRun, out chan<- *pageM
 			final, cut = true, upstream.CutTooManyEntries
 		case !final && (next == cursor || r.seen.Repeats(next)):
 			cfg.Metrics.loop()
-			cfg.Logger.Warn("bootstrap: listRepos returned a cursor it had already returned; the listing ends here as if this were the last page",
-				"host", host, "cursor_bytes", len(next))
+			b.warnHost(host, "loop", "occurrences", loopLine, "host", host, "cursor_bytes", len(next))
 			next, final = "", true
 		}
 		entries := pg.Repos
@@ -132,6 +131,9 @@ func (b *Bootstrap) enumerate(ctx context.Context, r *laneRun, out chan<- *pageM
 	}
 }
 
+// loopLine says a listing's cursor repeated: the listing ends there.
+const loopLine = "bootstrap: listRepos returned a cursor it had already returned; the listing ends here as if this were the last page"
+
 // cutListing ends the listing at the page requested with cursor, which
 // could not be used (reason, err): an empty last page marked cut, so the
 // checkpoint stays at cursor (watermark.advance) and bootstrap goes on with
@@ -152,13 +154,22 @@ func (b *Bootstrap) cutListing(ctx context.Context, host, cursor, reason string,
 // hosts are down, and each fails every try (every one is counted in
 // backstream_listrepos_errors_total).
 func (b *Bootstrap) logRetry(host, class string, wait time.Duration, err error) {
+	b.warnHost(host, "page_retry", "tries", "bootstrap: listRepos failed; retrying", "host", host, "class", class, "wait", wait, "err", err)
+}
+
+// warnHost logs msg at WARN about host's listing: the relay's each time, a
+// fleet host's at most once a minute per key across hosts
+// (hostCutLogEvery), with the occurrences the line stands for under
+// countKey. On the real network thousands of hosts are down or broken;
+// every occurrence is counted in a metric.
+func (b *Bootstrap) warnHost(host, key, countKey, msg string, args ...any) {
 	f := b.hosts()
 	if host == "" || f == nil {
-		b.cfg.Logger.Warn("bootstrap: listRepos failed; retrying", "host", host, "class", class, "wait", wait, "err", err)
+		b.cfg.Logger.Warn(msg, args...)
 		return
 	}
-	if n, ok := f.lines.Tick("page_retry"); ok {
-		b.cfg.Logger.Warn("bootstrap: listRepos failed; retrying", "host", host, "class", class, "wait", wait, "err", err, "tries", n)
+	if n, ok := f.lines.Tick(key); ok {
+		b.cfg.Logger.Warn(msg, append(args, countKey, n)...)
 	}
 }
 

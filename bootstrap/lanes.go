@@ -148,6 +148,9 @@ func (c *coordinator) runLanes(ctx context.Context, pool *lanePool) {
 	}
 }
 
+// gaveUpLine says a host's listing is given up on after its retries.
+const gaveUpLine = "bootstrap: a host's listing is still cut after its retries; bootstrap ends without the rest of it, discovery lists it again after bootstrap"
+
 // listLane lists r's lane from its cursor until the listing ends (false),
 // or until it waits to be listed again (true: parked until r.due, while
 // every other lane goes on):
@@ -182,8 +185,7 @@ func (b *Bootstrap) listLane(ctx context.Context, r *laneRun, out chan<- *pageMs
 	}
 	if r.retries >= cfg.HostRetries {
 		cfg.Metrics.hostGaveUp()
-		cfg.Logger.Warn("bootstrap: a host's listing is still cut after its retries; bootstrap ends without the rest of it, discovery lists it again after bootstrap",
-			"host", r.host, "retries", r.retries)
+		b.warnHost(r.host, "gave_up", "occurrences", gaveUpLine, "host", r.host, "retries", r.retries)
 		return false, nil
 	}
 	bo := backoff.Policy{Base: hostRetryBase, Max: hostRetryMax}

@@ -6,6 +6,7 @@ package logtest
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"sync"
 )
 
@@ -57,4 +58,11 @@ func (c *Counter) Of(msg string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.msg[msg]
+}
+
+// Messages is the number of records at or above Info by message.
+func (c *Counter) Messages() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.msg)
 }
