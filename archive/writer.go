@@ -16,6 +16,8 @@ import (
 
 	"github.com/cockroachdb/pebble"
 	"golang.org/x/sync/semaphore"
+
+	"github.com/backstream/backstream/internal/loglimit"
 )
 
 // KV is a key/value a unit makes durable with its rows: a cursor, a phase, a
@@ -263,6 +265,7 @@ type Writer struct {
 	lastUS   int64
 	counts   Counts
 	bar      *barrier                // replacements in progress, units waiting for them, seq cursors (S5)
+	lines    *loglimit.Every         // the hold-cap drop line: one per holdLogEvery
 	revs     map[string]string       // ratchet values written in the open batch
 	revCache durableCache[string]    // durable ratchet values
 	repos    map[string]RepoState    // repo states written in the open batch
@@ -299,6 +302,7 @@ func NewWriter(s *Store, opts WriterOptions) (*Writer, error) {
 		stop:     make(chan struct{}),
 		revs:     make(map[string]string),
 		bar:      newBarrier(barrierLimits{bytes: opts.HoldBytes, accountBytes: opts.HoldAccountBytes, timeout: opts.HoldTimeout}),
+		lines:    loglimit.New(holdLogEvery, opts.Now),
 		revCache: newDurableCache[string](ratchetCacheMax),
 		repos:    make(map[string]RepoState),
 		repoMem:  newDurableCache[RepoState](RepoCacheStates),
@@ -752,13 +756,20 @@ func (w *Writer) add(p *pending, u *Unit) {
 	}
 	if len(a.marked) > 0 {
 		m.holdDropped(a.dropped)
-		w.opts.Logger.Warn("archive writer: a unit would wait past the hold caps; its rows of the held accounts are dropped and the accounts marked for another replacement",
-			"accounts", a.marked, "rows", a.dropped)
+		if n, ok := w.lines.Tick("hold_drop"); ok {
+			w.opts.Logger.Warn("archive writer: a unit would wait past the hold caps; its rows of the held accounts are dropped and the accounts marked for another replacement",
+				"accounts", a.marked, "rows", a.dropped, "occurrences", n, "per", holdLogEvery)
+		}
 	}
 	if w.applyOne(p, u, a.dropped) {
 		w.release(p)
 	}
 }
+
+// holdLogEvery bounds the hold-cap drop line: an account committing fast
+// while its replacement is slow sends a unit past the cap per commit (each
+// counted in backstream_archive_hold_dropped_rows_total).
+const holdLogEvery = time.Minute
 
 // release applies the waiting units that no longer wait, in arrival order.
 func (w *Writer) release(p *pending) {
