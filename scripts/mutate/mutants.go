@@ -797,8 +797,8 @@ var mutants = []Mutant{
 		ID: "m78", Invariant: "H11",
 		Name: "every failed page try of a fleet host logs a WARN (thousands of hosts down flood the log)",
 		File: "bootstrap/enumerate.go",
-		Old:  "if n, ok := f.lines.Tick(\"page_retry\"); ok {",
-		New:  "if n, ok := f.lines.Tick(\"page_retry\"); ok || n == 0 {",
+		Old:  "if n, ok := f.lines.Tick(key); ok {",
+		New:  "if n, ok := f.lines.Tick(key); ok || n == 0 {",
 		Tests: []Test{
 			{Pkg: "./bootstrap", Run: "^TestFleetDeadHostsLogBounded$"},
 		},
@@ -964,6 +964,56 @@ var mutants = []Mutant{
 		New:  "\t\tfor _, r := range page {\n\t\t\tif err := fn(r.did, r.st); err != nil {\n\t\t\t\treturn err\n\t\t\t}\n\t\t}\n\t\tif err := it.Close(); err != nil {\n\t\t\treturn &KeyError{Key: \"repo/<scan>\", Kind: ErrRead, Err: err}\n\t\t}\n",
 		Tests: []Test{
 			{Pkg: "./bootstrap", Run: "^TestRestartPassPinsNoTables$"},
+		},
+	},
+	{
+		ID: "m95", Invariant: "H11",
+		Name: "roster hosts begun in name order whatever their status (blackholed offline hosts hold back a healthy host's first page)",
+		File: "bootstrap/roster.go",
+		Old:  "\tcase \"offline\":\n\t\treturn 2\n",
+		New:  "\tcase \"offline\":\n\t\treturn 0\n",
+		Tests: []Test{
+			{Pkg: "./bootstrap", Run: "^TestFleetOfflineHostsBegunLast$"},
+		},
+	},
+	{
+		ID: "m96", Invariant: "G8",
+		Name: "closing a gap deletes no older closed gap (gap/ grows by an audit a day for ever)",
+		File: "repair/runner.go",
+		Old:  "over := len(closed) - (keptClosedGaps - 1)",
+		New:  "over := 0 * (len(closed) - (keptClosedGaps - 1))",
+		Tests: []Test{
+			{Pkg: "./repair", Run: "^TestClosedGapsBounded$"},
+		},
+	},
+	{
+		ID: "m97", Invariant: "N3",
+		Name: "the removal of the NATS stream's only message taken for a purge (the whole archive published again)",
+		File: "natssink/purge.go",
+		Old:  "if gone(j.prev, cur) > 1 {",
+		New:  "if gone(j.prev, cur) > 0 {",
+		Tests: []Test{
+			{Pkg: "./natssink", Run: "^TestSinkOnlyMessageRemoved$"},
+		},
+	},
+	{
+		ID: "m98", Invariant: "H13",
+		Name: "every failed repo logged (a down host's accounts flood the log on every try)",
+		File: "backfill/job.go",
+		Old:  "if n, ok := r.lines.Tick(res.Class); ok {",
+		New:  "if n, ok := r.lines.Tick(res.Class); ok || n == 0 {",
+		Tests: []Test{
+			{Pkg: "./backfill", Run: "^TestJobFailedLogBounded$"},
+		},
+	},
+	{
+		ID: "m99", Invariant: "H13",
+		Name: "every subscriber disconnect logged (a client reconnecting to be closed writes a line a connection)",
+		File: "subscribe/subscriber.go",
+		Old:  "if n, ok := s.srv.lines.Tick(\"disconnected/\" + reason); ok {",
+		New:  "if n, ok := s.srv.lines.Tick(\"disconnected/\" + reason); ok || n == 0 {",
+		Tests: []Test{
+			{Pkg: "./subscribe", Run: "^TestDisconnectLogBounded$"},
 		},
 	},
 }
