@@ -419,7 +419,7 @@ func reopenWithIngestSplit(b *testing.B, s *Store) {
 	if err := s.db.Close(); err != nil {
 		b.Fatal(err)
 	}
-	po := s.pebbleOptions(Options{})
+	po := s.pebbleOptions(Options{}, nil)
 	po.FormatMajorVersion = pebble.FormatVirtualSSTables
 	po.Experimental.IngestSplit = func() bool { return true }
 	db, err := pebble.Open(s.dir, po)

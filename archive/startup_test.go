@@ -7,8 +7,10 @@ package archive
 // must say so before it starts, not only once it is done.
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math"
@@ -329,5 +331,70 @@ func TestStartShowsEachStep(t *testing.T) {
 				t.Fatalf("the %s showed %d readings, rows read %d to %d: want it shown, its rows read moving", tc.name, len(seen), least, most)
 			}
 		})
+	}
+}
+
+// TestOpenLogsWALReplay: Open logs, once, how long Pebble's own open took
+// and the write-ahead logs it replayed (files, bytes, keys): after a crash
+// with a full memtable that replay, and the flush of what it read, is the
+// one wait of a start that none of its steps reports. A store closed with
+// its rows still in the log replays them all on the next open; one opened
+// again right after replays next to nothing.
+func TestOpenLogsWALReplay(t *testing.T) {
+	fs := vfs.NewMem()
+	s := openMem(t, fs)
+	const keys, valueBytes = 2000, 1000
+	b := s.db.NewBatch()
+	for i := 0; i < keys; i++ {
+		_ = b.Set([]byte(fmt.Sprintf("zz/%06d", i)), make([]byte, valueBytes), nil)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil { // Pebble's Close leaves the memtable to its log
+		t.Fatal(err)
+	}
+	opened := func() map[string]any {
+		t.Helper()
+		var buf bytes.Buffer
+		opts := testOptions(fs)
+		opts.Logger = slog.New(slog.NewJSONHandler(&buf, nil))
+		s, err := Open("/data", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		var found []map[string]any
+		for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+			var rec map[string]any
+			if err := json.Unmarshal([]byte(line), &rec); err == nil && rec["msg"] == "store opened" {
+				found = append(found, rec)
+			}
+		}
+		if len(found) != 1 {
+			t.Fatalf("Open logged %d lines \"store opened\" (with its duration and the write-ahead logs it replayed), want 1; the log:\n%s", len(found), buf.String())
+		}
+		return found[0]
+	}
+	num := func(rec map[string]any, k string) float64 {
+		t.Helper()
+		v, ok := rec[k].(float64)
+		if !ok {
+			t.Fatalf("the line %v has no number %s", rec, k)
+		}
+		return v
+	}
+	first := opened()
+	if _, ok := first["took"]; !ok {
+		t.Fatalf("the line %v does not say how long the open took", first)
+	}
+	if f, by, k := num(first, "wal_files_replayed"), num(first, "wal_bytes_replayed"), num(first, "wal_keys_replayed"); f < 1 || by < keys*valueBytes || k < keys {
+		t.Fatalf("after %d keys of %d bytes left in the log, the open says it replayed %v files, %v bytes, %v keys: want at least 1, %d, %d",
+			keys, valueBytes, f, by, k, keys*valueBytes, keys)
+	}
+	if k := num(opened(), "wal_keys_replayed"); k >= keys {
+		t.Fatalf("an open right after an open replayed %v keys: want fewer than the %d the first one replayed", k, keys)
 	}
 }
