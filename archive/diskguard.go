@@ -103,11 +103,12 @@ type diskGuard struct {
 	maxStall         time.Duration
 	maxFailedFlushes int
 
-	errs   [len(errorKinds)]atomic.Uint64
-	faults [len(faultCauses)]atomic.Uint64
-	fault  atomic.Pointer[FatalError]
-	failed chan struct{}   // closed with the first fault
-	lines  *loglimit.Every // per error kind, and logDiskSlow
+	errs    [len(errorKinds)]atomic.Uint64
+	faults  [len(faultCauses)]atomic.Uint64
+	fault   atomic.Pointer[FatalError]
+	failed  chan struct{}   // closed with the first fault
+	onFault func(error)     // Options.OnFault; nil: none
+	lines   *loglimit.Every // per error kind, and logDiskSlow
 
 	mu         sync.Mutex
 	lastErr    error // the last background error
@@ -119,7 +120,7 @@ type diskGuard struct {
 	closed     bool
 }
 
-func newDiskGuard(dataDir string, log *slog.Logger, now func() time.Time, maxStall time.Duration, maxFlushes int) *diskGuard {
+func newDiskGuard(dataDir string, log *slog.Logger, now func() time.Time, maxStall time.Duration, maxFlushes int, onFault func(error)) *diskGuard {
 	if maxStall == 0 {
 		maxStall = DefaultMaxWriteStall
 	}
@@ -127,7 +128,7 @@ func newDiskGuard(dataDir string, log *slog.Logger, now func() time.Time, maxSta
 		maxFlushes = DefaultMaxFailedFlushes
 	}
 	return &diskGuard{dataDir: dataDir, log: log, now: now, maxStall: maxStall, maxFailedFlushes: maxFlushes,
-		failed: make(chan struct{}), lines: loglimit.New(errorLogInterval, now)}
+		failed: make(chan struct{}), onFault: onFault, lines: loglimit.New(errorLogInterval, now)}
 }
 
 // listener is the event listener Open installs in Pebble. Its callbacks run
@@ -252,6 +253,9 @@ func (g *diskGuard) setFault(cause string, err error) {
 	}
 	g.log.Error("store disk fault: the process stops", "cause", cause, "err", err)
 	close(g.failed)
+	if g.onFault != nil {
+		g.onFault(fe)
+	}
 }
 
 // close stops the stall timer; events after it are ignored.

@@ -42,7 +42,7 @@ func attr(r slog.Record, key string) string {
 func TestBackgroundErrorLogRateLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		log := &errorLog{}
-		g := newDiskGuard("/data", slog.New(log), time.Now, 0, 0)
+		g := newDiskGuard("/data", slog.New(log), time.Now, 0, 0, nil)
 		enospc := fmt.Errorf("flush: write 000123.sst: %w", syscall.ENOSPC)
 		for range 1000 {
 			g.backgroundError(enospc)
@@ -253,7 +253,7 @@ func TestWriteStallBound(t *testing.T) {
 // TestShortStallIsNoFault: a stall that ends within the bound is no fault.
 func TestShortStallIsNoFault(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newDiskGuard("/data", quietLogger, time.Now, time.Minute, 0)
+		g := newDiskGuard("/data", quietLogger, time.Now, time.Minute, 0, nil)
 		g.stallBegin(pebble.WriteStallBeginInfo{Reason: "memtable count limit reached"})
 		time.Sleep(59 * time.Second)
 		g.stallEnd()

@@ -74,6 +74,13 @@ type Options struct {
 	// DefaultMaxFailedFlushes). See Store.Faulted.
 	MaxWriteStall    time.Duration
 	MaxFailedFlushes int
+	// OnFault, when set, is handed the store's disk fault (Faulted) once,
+	// right after Faulted is closed, on whichever goroutine recorded it,
+	// possibly a Pebble one holding Pebble's lock: it must not block or
+	// call into the store. It reaches a caller whose Open, or whose start
+	// after it, is blocked in a write that never returns, where Faulted
+	// cannot: the store is not returned yet.
+	OnFault func(error)
 	// Startup, when set, shows the one-time read a start is waiting for
 	// (startup.go): Open's, the writer's and bootstrap's restart pass's
 	// (Store.Startup). Nil: the steps are only logged.
@@ -149,7 +156,7 @@ func open(dataDir string, opts Options) (*Store, error) {
 		log:      log,
 		readOnly: opts.ReadOnly,
 		hook:     opts.CommitHook,
-		disk:     newDiskGuard(dataDir, log, now, opts.MaxWriteStall, opts.MaxFailedFlushes),
+		disk:     newDiskGuard(dataDir, log, now, opts.MaxWriteStall, opts.MaxFailedFlushes, opts.OnFault),
 		space:    freeSpace{setting: opts.MinFree, stat: opts.Space},
 		startup:  opts.Startup,
 	}

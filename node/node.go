@@ -308,19 +308,60 @@ type Node struct {
 
 // New opens the store under cfg.DataDir, checks the relay it follows, and
 // builds every component. Nothing runs until Run. On error everything New
-// opened is closed again.
-func New(cfg Config) (n *Node, err error) {
+// opened is closed again. A disk fault of the store while New runs (a
+// write stuck past MaxWriteStall, in Pebble's open or in a start's own
+// writes) fails the probes and is returned at once, New's work left
+// behind: it may be blocked in that write for good, and the process
+// exits (closing the node if that work ever ends).
+func New(cfg Config) (*Node, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
+	if cfg.Health == nil {
+		cfg.Health = new(lifecycle.Health)
+	}
+	faulted := make(chan error, 1)
+	health, then := cfg.Health, cfg.Store.OnFault
+	cfg.Store.OnFault = func(err error) {
+		health.Fail(err)
+		select {
+		case faulted <- err:
+		default:
+		}
+		if then != nil {
+			then(err)
+		}
+	}
+	type built struct {
+		n   *Node
+		err error
+	}
+	done := make(chan built, 1)
+	go func() {
+		n, err := build(cfg)
+		done <- built{n, err}
+	}()
+	select {
+	case b := <-done:
+		return b.n, b.err
+	case err := <-faulted:
+		cfg.Logger.Error("the store's disk fault stops the start; what it was doing is left to the process exit", "err", err)
+		go func() {
+			if b := <-done; b.n != nil {
+				b.n.Close()
+			}
+		}()
+		return nil, err
+	}
+}
+
+// build is New's work, on a goroutine of its own.
+func build(cfg Config) (n *Node, err error) {
 	relayHost, err := hostOf(cfg.Relay)
 	if err != nil {
 		return nil, err
 	}
 	n = &Node{cfg: cfg, log: cfg.Logger, health: cfg.Health}
-	if n.health == nil {
-		n.health = new(lifecycle.Health)
-	}
 	defer func() {
 		if err != nil {
 			n.Close()

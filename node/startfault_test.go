@@ -1,0 +1,72 @@
+package node_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/vfs"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/lifecycle"
+	"github.com/backstream/backstream/node"
+)
+
+// TestNewStopsOnStuckDisk: a start whose disk gets stuck before the node
+// runs (here in Pebble's open, writing to a table the write-ahead log a
+// kill left behind, with no error and no end) does not hang for ever
+// while the probes say it is healthy: once the write has been stuck for
+// MaxWriteStall, the store's disk fault fails the probes and node.New
+// returns it, so the process exits and its supervisor restarts it.
+func TestNewStopsOnStuckDisk(t *testing.T) {
+	mem := vfs.NewMem()
+	s, err := archive.Open("/data", archive.Options{FS: mem, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetRelay("127.0.0.1:1", false); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 1000; i++ { // left in the write-ahead log: the next open replays it into a table
+		if err := s.DB().Set([]byte(fmt.Sprintf("zz/%06d", i)), make([]byte, 1000), pebble.NoSync); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sst := &sstFault{release: make(chan struct{})}
+	defer sst.unhold()
+	sst.hold.Store(true) // every sstable write from now on hangs
+	cfg := memConfig(t, nil, archive.Options{FS: sst.wrap(mem)})
+	cfg.Relay = "http://127.0.0.1:1"
+	cfg.MaxWriteStall = 200 * time.Millisecond
+	cfg.Health = new(lifecycle.Health)
+	type result struct {
+		n   *node.Node
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := node.New(cfg)
+		done <- result{n, err}
+	}()
+	// Pebble's disk-health checker looks every few seconds.
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("node.New still blocked 30 s into a stuck disk (MaxWriteStall %v); /healthz would say: %v", cfg.MaxWriteStall, cfg.Health.Err())
+	}
+	if r.err == nil || !strings.Contains(r.err.Error(), "no error from the disk holding /data") {
+		if r.n != nil {
+			r.n.Close()
+		}
+		t.Fatalf("node.New over a stuck disk: %v; want the store's disk fault", r.err)
+	}
+	if err := cfg.Health.Err(); err == nil {
+		t.Fatal("node.New returned the disk fault, and the probes still say healthy")
+	}
+}
