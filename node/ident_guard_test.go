@@ -51,11 +51,11 @@ func TestAuthorityHostCanonical(t *testing.T) {
 		"http://127.0.0.1:2470": "127.0.0.1:2470", "http://relay.example.com:80/": "relay.example.com",
 		"https://relay.example.com:8443": "relay.example.com:8443",
 	} {
-		if got, err := authorityHost(in); err != nil || got != want {
-			t.Errorf("authorityHost(%q) = %q, %v; want %q", in, got, err, want)
+		if got, _, err := hostOf(in); err != nil || got != want {
+			t.Errorf("hostOf(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	if _, err := authorityHost("ftp://relay.example.com"); err == nil {
+	if _, _, err := hostOf("ftp://relay.example.com"); err == nil {
 		t.Error("a source that is not an http(s) URL is accepted")
 	}
 }

@@ -357,7 +357,7 @@ func New(cfg Config) (*Node, error) {
 
 // build is New's work, on a goroutine of its own.
 func build(cfg Config) (n *Node, err error) {
-	relayHost, err := hostOf(cfg.Relay)
+	relayHost, relayScheme, err := hostOf(cfg.Relay)
 	if err != nil {
 		return nil, err
 	}
@@ -371,7 +371,7 @@ func build(cfg Config) (n *Node, err error) {
 	if n.store, err = archive.Open(cfg.DataDir, cfg.Store); err != nil {
 		return n, err
 	}
-	if err := checkRelay(n.store, relayHost, cfg.ResetRelay, cfg.Now(), n.log); err != nil {
+	if err := checkRelay(n.store, relayHost, relayScheme, cfg.ResetRelay, cfg.Now(), n.log); err != nil {
 		return n, err
 	}
 	phase, err := n.store.Phase()
@@ -440,7 +440,7 @@ func (n *Node) buildJobs(reg prometheus.Registerer) error {
 		return fmt.Errorf("node: %w", err)
 	}
 	n.ident = n.resolver(reg)
-	sourceHost, err := authorityHost(cfg.SourceURL)
+	sourceHost, _, err := hostOf(cfg.SourceURL)
 	if err != nil {
 		return err
 	}
@@ -885,44 +885,43 @@ func (n *Node) setPhase(p archive.Phase) {
 	}
 }
 
-// hostOf is the relay's identity in the store: host[:port] of its URL,
-// lower-cased.
-func hostOf(relay string) (string, error) {
-	u, err := url.Parse(strings.TrimSpace(relay))
+// hostOf is host[:port] of an http(s) URL (the relay's, or the source's)
+// in its canonical form (upstream.CanonicalHost: lower case, no trailing
+// dot, no default port), with the URL's scheme. It is the relay's identity
+// in the store, and the form downloads name their host in
+// (Download.FinalHost, Error.Host), for the comparisons with them: the
+// trusted host of the authority check, the host whose 429 parks every
+// retry.
+func hostOf(rawURL string) (host, scheme string, err error) {
+	u, err := url.Parse(strings.TrimSpace(rawURL))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", fmt.Errorf("node: relay %q: want an http(s) URL", relay)
+		return "", "", fmt.Errorf("node: relay %q: want an http(s) URL", rawURL)
 	}
-	return strings.ToLower(u.Host), nil
-}
-
-// authorityHost is the host of source (an http(s) URL) in the form
-// downloads name their host in (upstream.CanonicalHost: Download.FinalHost,
-// Error.Host), for the comparisons with them: the trusted host of the
-// authority check, the host whose 429 parks every retry.
-func authorityHost(source string) (string, error) {
-	if _, err := hostOf(source); err != nil {
-		return "", err
-	}
-	u, _ := url.Parse(strings.TrimSpace(source))
-	return upstream.CanonicalHost(u.Scheme, u.Host), nil
+	return upstream.CanonicalHost(u.Scheme, u.Host), u.Scheme, nil
 }
 
 // checkRelay refuses a store that follows another relay, or whose relay or
 // firehose position is lost, unless reset says so (C6), and records the
 // relay on first start. What it reads is read fail-closed: an unreadable key
 // stops the start, it is never taken for an absent one.
-func checkRelay(store *archive.Store, host string, reset bool, now time.Time, log *slog.Logger) error {
+func checkRelay(store *archive.Store, host, scheme string, reset bool, now time.Time, log *slog.Logger) error {
 	f := lifecycle.RelayFacts{Requested: host, Reset: reset}
 	var err error
 	if f.Phase, err = store.Phase(); err != nil {
 		return err
 	}
-	if f.Stored, err = store.Relay(); errors.Is(err, archive.ErrNotFound) {
+	f.Stored, err = store.Relay()
+	switch {
+	case errors.Is(err, archive.ErrNotFound):
 		if f.Untouched, err = store.Untouched(); err != nil {
 			return err
 		}
-	} else if err != nil {
+	case err != nil:
 		return err
+	default:
+		// Compared in the canonical form: older builds recorded the host
+		// as --relay wrote it (relay:443 is relay).
+		f.Stored = upstream.CanonicalHost(scheme, f.Stored)
 	}
 	if _, err = store.RelayCursor(); err == nil {
 		f.HasCursor = true

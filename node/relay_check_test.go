@@ -276,3 +276,39 @@ func storeGaps(t *testing.T, mem vfs.FS) []archive.Gap {
 	}
 	return gs
 }
+
+// TestSameRelaySpelledOtherwise: --relay written with its scheme's default
+// port, a trailing dot or upper case names the relay the store follows,
+// whichever way it was written when the store recorded it (older builds
+// recorded the host as written): the start is not refused as "another
+// relay", whose only way on would be --reset-relay-cursor and a gap.
+func TestSameRelaySpelledOtherwise(t *testing.T) {
+	for _, tc := range []struct{ recorded, relay string }{
+		{"relay.example", "https://Relay.Example:443/"},
+		{"relay.example:443", "https://relay.example"},
+		{"relay.example", "https://relay.example."},
+		{"127.0.0.1:80", "http://127.0.0.1"},
+	} {
+		mem := vfs.NewMem()
+		s, err := archive.Open("/data", archive.Options{FS: mem, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetRelay(tc.recorded, false); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		cfg := memConfig(t, nil, archive.Options{FS: mem})
+		cfg.Relay = tc.relay
+		n, err := node.New(cfg)
+		if err != nil {
+			t.Errorf("a store recorded following %q, started with --relay %s: %v", tc.recorded, tc.relay, err)
+			continue
+		}
+		if err := n.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
