@@ -83,7 +83,7 @@ func (w *Writer) stageHosts(st *staged, ups []HostUpdate) error {
 			return hostChange{}, err
 		}
 		st.hostOrder = append(st.hostOrder, h)
-		return hostChange{oldFailures: cur.Failures, ns: cur}, nil
+		return hostChange{old: cur, ns: cur}, nil
 	}
 	if len(delta) > 0 || len(ups) > 0 {
 		st.hosts = make(map[string]hostChange)

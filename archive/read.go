@@ -135,6 +135,15 @@ func (s *Store) RosterEntries() ([]RosterHost, error) {
 	return hosts, err
 }
 
+// RosterGeneration counts the writer batches committed since the store was
+// opened that changed a roster entry (a host/ row's Status or Accounts,
+// what RosterEntries returns). A figure computed from a RosterEntries read
+// that began after RosterGeneration returned g is still true while it
+// returns g: a reader asked at every scrape or status build reads host/
+// again only after a roster was recorded, not at every ask. A failed
+// repo's host or a park changes no roster entry.
+func (s *Store) RosterGeneration() uint64 { return s.rosterGen.Load() }
+
 // scanRoster calls fn for every host/ row, in key order.
 func (s *Store) scanRoster(fn func(host string, h HostState)) error {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: PrefixHost, UpperBound: prefixEnd(PrefixHost)})

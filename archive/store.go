@@ -108,6 +108,7 @@ type Store struct {
 	startup  *Startup // Options.Startup; may be nil
 
 	compactGen atomic.Uint64 // compaction removal batches committed (CompactionGeneration)
+	rosterGen  atomic.Uint64 // writer batches that changed a roster entry (RosterGeneration)
 	dueLow     atomic.Int64  // the earliest next attempt + 1 of the due/ entries written since TakeDueWritten; 0: none
 }
 

@@ -482,6 +482,7 @@ type pending struct {
 	staleBy  [5]int                   // stale rows by source
 	tombs    int                      // tomb/ entries written
 	dueLow   int64                    // the earliest next attempt + 1 of the due/ entries written; 0: none
+	roster   bool                     // a roster entry changed (Store.RosterGeneration)
 }
 
 func (w *Writer) run() {
@@ -615,6 +616,11 @@ func (w *Writer) commit(p *pending) bool {
 	err := w.store.checkCommit("commit "+w.name+" batch", p.b)
 	if err == nil {
 		err = commitSynced(p.b)
+	}
+	if p.roster {
+		// After the commit, whatever its outcome: a roster figure read
+		// before it is not taken for one read after.
+		w.store.rosterGen.Add(1)
 	}
 	if err == nil {
 		return true
@@ -905,9 +911,12 @@ func (w *Writer) applyHosts(p *pending, st *staged) {
 			}
 			_ = p.b.Set(HostKey(h), v, nil)
 		}
-		if ch.oldFailures != ch.ns.Failures {
-			if ch.oldFailures > 0 {
-				_ = p.b.Delete(HostRankKey(ch.oldFailures, h), nil)
+		if ch.old.Status != ch.ns.Status || ch.old.Accounts != ch.ns.Accounts {
+			p.roster = true
+		}
+		if ch.old.Failures != ch.ns.Failures {
+			if ch.old.Failures > 0 {
+				_ = p.b.Delete(HostRankKey(ch.old.Failures, h), nil)
 			}
 			if ch.ns.Failures > 0 {
 				_ = p.b.Set(HostRankKey(ch.ns.Failures, h), nil, nil)
@@ -1137,8 +1146,8 @@ type staged struct {
 
 // hostChange is one host/ write of a unit.
 type hostChange struct {
-	oldFailures uint64
-	ns          HostState
+	old HostState // as of the open batch, before the unit
+	ns  HostState
 }
 
 // stage decides every row and mutation of u without touching the batch.
