@@ -174,9 +174,9 @@ func countsWithClasses(c Counts) Counts {
 }
 
 // BenchmarkRosterEntries is one read of a roster of 30,000 host/ rows (the
-// network's PDS count), which /status makes twice and the roster gauge once
-// a scrape (and once every 10 s for the status page's history). Reported
-// per read, in CPU.
+// network's PDS count), which /status and the roster gauge make once after
+// each roster recorded (bootstrap.RosterView), not at each report or
+// scrape. Reported per read, in CPU.
 func BenchmarkRosterEntries(b *testing.B) {
 	const hosts = 30_000
 	s := openMem(b, vfs.NewMem())

@@ -180,19 +180,21 @@ func (m *Metrics) relayFallback() {
 	}
 }
 
-// rosterCollector is backstream_roster_hosts{status}: RosterCounts, read
-// from the store at each scrape, so it follows every roster recorded
-// (bootstrap's, discovery's, each repair pass's) without a hook in them.
+// rosterCollector is backstream_roster_hosts{status}: a RosterView's
+// counts, read from the store again after a roster entry changed, so it
+// follows every roster recorded (bootstrap's, discovery's, each repair
+// pass's) without a hook in them, and a scrape reads no host/ row
+// between.
 type rosterCollector struct {
-	store *archive.Store
-	desc  *prometheus.Desc
+	view *RosterView
+	desc *prometheus.Desc
 }
 
 // NewRosterCollector is the gauge of the hosts store's host/ rows record
 // by roster status (RosterStatuses: a bounded label set, never a label
 // per host).
 func NewRosterCollector(store *archive.Store) prometheus.Collector {
-	return &rosterCollector{store: store, desc: prometheus.NewDesc("backstream_roster_hosts",
+	return &rosterCollector{view: NewRosterView(store), desc: prometheus.NewDesc("backstream_roster_hosts",
 		"Hosts of the relay's listHosts roster as last recorded (by a hosts-mode bootstrap, discovery or a repair pass), by roster status: active, idle, offline, throttled, banned, left (no longer named by a whole read), other (any other word); all 0 in relay mode (no roster recorded); -1 when the host rows cannot be read.",
 		[]string{"status"}, nil)}
 }
@@ -202,9 +204,9 @@ func (c *rosterCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 // Collect implements prometheus.Collector.
 func (c *rosterCollector) Collect(ch chan<- prometheus.Metric) {
-	counts, err := RosterCounts(c.store)
+	sum, err := c.view.Read()
 	for _, st := range RosterStatuses() {
-		v := float64(counts[st])
+		v := float64(sum.ByStatus[st])
 		if err != nil {
 			v = -1
 		}

@@ -13,9 +13,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/backstream/backstream/archive"
@@ -352,6 +354,72 @@ func RosterCounts(store *archive.Store) (map[string]int64, error) {
 		return nil, fmt.Errorf("read the roster: %w", err)
 	}
 	return CountRoster(hosts), nil
+}
+
+// RosterView is what the roster gauge and the status report show of the
+// roster the store records: the hosts by status (CountRoster) and whether
+// a listing after bootstrap lists hosts (ListedFrom). It reads the host/
+// rows again only after a writer committed a change to a roster entry
+// (archive.Store.RosterGeneration: a roster recorded by bootstrap,
+// discovery or a repair pass), not at every scrape or status build: a
+// roster may name 1,000,000 hosts (a quarter to a third of a CPU-second
+// a read, BenchmarkRosterScrape), and every host a failed repo was last fetched
+// from has a row. Safe for concurrent use; a failed read is not kept.
+type RosterView struct {
+	store *archive.Store
+
+	mu   sync.Mutex
+	have bool
+	gen  uint64 // the store's RosterGeneration before the read of sum
+	sum  RosterSummary
+}
+
+// RosterSummary is a RosterView's reading.
+type RosterSummary struct {
+	// ByStatus counts the hosts by status (CountRoster): every
+	// RosterStatuses value, 0 included.
+	ByStatus map[string]int64
+	// lists says whether a listing lists hosts (ListedFrom names some) in
+	// the default mode, and under EnumerateHosts.
+	lists, listsForced bool
+}
+
+// NewRosterView is a view of store's roster; it reads nothing until asked.
+func NewRosterView(store *archive.Store) *RosterView { return &RosterView{store: store} }
+
+// Read returns the roster's summary, read from host/ only when a roster
+// entry changed since the last read (or at the first).
+func (v *RosterView) Read() (RosterSummary, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	gen := v.store.RosterGeneration() // before the read: a change during it is read again
+	if !v.have || v.gen != gen {
+		stored, err := v.store.RosterEntries()
+		if err != nil {
+			v.have = false
+			return RosterSummary{}, fmt.Errorf("read the roster: %w", err)
+		}
+		def, _ := ListedFrom(stored, "")
+		forced, _ := ListedFrom(stored, EnumerateHosts)
+		v.sum = RosterSummary{ByStatus: CountRoster(stored), lists: len(def) > 0, listsForced: len(forced) > 0}
+		v.have, v.gen = true, gen
+	}
+	sum := v.sum
+	sum.ByStatus = maps.Clone(v.sum.ByStatus)
+	return sum, nil
+}
+
+// ListsHosts reports whether a listing after bootstrap in mode enumerate
+// (Config.Enumerate; "" the default) lists the roster's hosts, as
+// ListedHosts would name some; else it lists the relay.
+func (s RosterSummary) ListsHosts(enumerate string) bool {
+	switch enumerate {
+	case EnumerateRelay:
+		return false
+	case EnumerateHosts:
+		return s.listsForced
+	}
+	return s.lists
 }
 
 // CountRoster is RosterCounts over roster entries already read.

@@ -103,9 +103,9 @@ func TestRosterRelayWordsApartFromOurs(t *testing.T) {
 	}
 }
 
-// BenchmarkRosterCounts is what one scrape of backstream_roster_hosts (and
-// one /status build) costs: the host/ rows of a 10,000-host roster read
-// and counted.
+// BenchmarkRosterCounts is what the first scrape of backstream_roster_hosts
+// (and the first /status build) after a roster recorded costs: the host/
+// rows of a 10,000-host roster read and counted (RosterView).
 func BenchmarkRosterCounts(b *testing.B) {
 	s, w := memStore(b)
 	entries := make([]upstream.HostEntry, 10_000)

@@ -479,6 +479,7 @@ type server struct {
 	hist      *subscribe.StatusHistory // the rates /status charts; nil: none
 	recent    *recentLog               // the last warnings and errors; nil: none
 	enumerate string                   // --enumerate: how /status says discovery and repair list
+	roster    *bootstrap.RosterView    // /status's view of store's roster (statusJSON makes it); nil before
 	startup   *archive.Startup         // the one-time read a start waits for, as the store and bootstrap report it; nil: none shown
 }
 
@@ -521,10 +522,14 @@ func (s *server) set(f func(s *server)) {
 func (s *server) statusJSON() any {
 	s.mu.Lock()
 	store, w, n, state := s.store, s.w, s.node, s.state
+	if store != nil && s.roster == nil {
+		s.roster = bootstrap.NewRosterView(store)
+	}
+	roster := s.roster
 	s.mu.Unlock()
 	rep := emptyStatus(state)
 	if store != nil {
-		if got, err := buildStatus(store, s.enumerate); err != nil {
+		if got, err := buildStatus(store, roster, s.enumerate); err != nil {
 			rep.Error = err.Error()
 		} else {
 			rep = got

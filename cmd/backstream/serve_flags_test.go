@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/oracle"
 )
 
@@ -164,7 +165,7 @@ func TestServeDebugRepos(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	r, err := buildStatus(s, "")
+	r, err := buildStatus(s, bootstrap.NewRosterView(s), "")
 	if err != nil {
 		t.Fatal(err)
 	}

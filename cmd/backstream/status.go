@@ -82,21 +82,20 @@ type statusHosts struct {
 
 // readHosts reads the roster's counts by status and how a listing after
 // bootstrap lists under enumerate (serve's --enumerate; "" the default,
-// which is what `backstream status` assumes).
-func readHosts(s *archive.Store, enumerate string) (*statusHosts, error) {
-	stored, err := s.RosterEntries() // one read of host/ for both
+// which is what `backstream status` assumes), through roster: host/ is
+// read again only after a roster entry changed.
+func readHosts(roster *bootstrap.RosterView, enumerate string) (*statusHosts, error) {
+	sum, err := roster.Read()
 	if err != nil {
-		return nil, fmt.Errorf("read the roster: %w", err)
+		return nil, err
 	}
-	counts := bootstrap.CountRoster(stored)
-	hosts, _ := bootstrap.ListedFrom(stored, enumerate)
 	h := &statusHosts{Mode: bootstrap.EnumerateRelay}
-	if len(hosts) > 0 {
+	if sum.ListsHosts(enumerate) {
 		h.Mode = bootstrap.EnumerateHosts
 	}
-	for _, n := range counts {
+	for _, n := range sum.ByStatus {
 		if n > 0 {
-			h.ByStatus = counts
+			h.ByStatus = sum.ByStatus
 			break
 		}
 	}
@@ -156,8 +155,10 @@ func emptyFailed() statusFailed {
 }
 
 // buildStatus reads the report from the store, fail-closed: an absent value
-// is left out, an unreadable or malformed one is an error.
-func buildStatus(s *archive.Store, enumerate string) (*statusReport, error) {
+// is left out, an unreadable or malformed one is an error. roster is a
+// view of s's roster (kept across builds, it reads host/ only after a
+// roster entry changed).
+func buildStatus(s *archive.Store, roster *bootstrap.RosterView, enumerate string) (*statusReport, error) {
 	r := &statusReport{Repos: map[string]int64{}, Failed: emptyFailed()}
 	phase, err := s.Phase()
 	if err != nil {
@@ -230,7 +231,7 @@ func buildStatus(s *archive.Store, enumerate string) (*statusReport, error) {
 	if r.Gaps, err = gapsStatus(s); err != nil {
 		return nil, err
 	}
-	if r.Hosts, err = readHosts(s, enumerate); err != nil {
+	if r.Hosts, err = readHosts(roster, enumerate); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -254,7 +255,7 @@ func runStatus(ctx context.Context, env *cmdEnv) error {
 		return fmt.Errorf("read %s: %w (a running backstream answers the same report on its /status endpoint)", dir, err)
 	}
 	defer s.Close()
-	r, err := buildStatus(s, "")
+	r, err := buildStatus(s, bootstrap.NewRosterView(s), "")
 	if err != nil {
 		return err
 	}

@@ -301,7 +301,7 @@ func TestStatusReportHosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := readHosts(st, bootstrap.EnumerateHosts)
+	h, err := readHosts(bootstrap.NewRosterView(st), bootstrap.EnumerateHosts)
 	st.Close()
 	if err != nil || h.Mode != "hosts" {
 		t.Fatalf("--enumerate hosts, a roster without account counts: hosts %+v (%v), want mode hosts", h, err)
@@ -315,7 +315,7 @@ func TestStatusReportHosts(t *testing.T) {
 	if st, err = archive.Open(dir, archive.Options{ReadOnly: true}); err != nil {
 		t.Fatal(err)
 	}
-	h, err = readHosts(st, bootstrap.EnumerateRelay)
+	h, err = readHosts(bootstrap.NewRosterView(st), bootstrap.EnumerateRelay)
 	st.Close()
 	if err != nil || h.Mode != "relay" || !maps.Equal(h.ByStatus, want) {
 		t.Fatalf("--enumerate relay, a roster with account counts: hosts %+v (%v), want mode relay and %v", h, err, want)
