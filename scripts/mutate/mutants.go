@@ -1016,4 +1016,34 @@ var mutants = []Mutant{
 			{Pkg: "./subscribe", Run: "^TestDisconnectLogBounded$"},
 		},
 	},
+	{
+		ID: "m100", Invariant: "G7",
+		Name: "the roster gauge and /status read every host/ row at each scrape and build (a million-host roster a third of a CPU-second a scrape)",
+		File: "bootstrap/roster.go",
+		Old:  "if !v.have || v.gen != gen {",
+		New:  "if true || !v.have || v.gen != gen {",
+		Tests: []Test{
+			{Pkg: "./bootstrap", Run: "^TestRosterScrapeReadsNoHostRows$"},
+		},
+	},
+	{
+		ID: "m101", Invariant: "H1",
+		Name: "a disk fault while the start runs not returned by node.New (a stuck write hangs the start with healthy probes)",
+		File: "node/node.go",
+		Old:  "\tcase err := <-faulted:\n",
+		New:  "\tcase err := <-make(chan error):\n",
+		Tests: []Test{
+			{Pkg: "./node", Run: "^TestNewStopsOnStuckDisk$"},
+		},
+	},
+	{
+		ID: "m102", Invariant: "C6",
+		Name: "the relay the store recorded compared as written (a --relay with or without :443 refused as another relay)",
+		File: "node/node.go",
+		Old:  "\t\tf.Stored = upstream.CanonicalHost(scheme, f.Stored)\n",
+		New:  "",
+		Tests: []Test{
+			{Pkg: "./node", Run: "^TestSameRelaySpelledOtherwise$"},
+		},
+	},
 }
