@@ -36,7 +36,9 @@ func TestServeRefusesAnotherRelay(t *testing.T) {
 		return code, errb.String()
 	}
 	code, stderr := serve(context.Background(), "--relay", "https://relay-b.example")
-	if code != 1 || !strings.Contains(stderr, "relay-a.example:443") || !strings.Contains(stderr, "--reset-relay-cursor") {
+	// The store recorded relay-a as an older build wrote it (with :443);
+	// the refusal names it in the canonical form.
+	if code != 1 || !strings.Contains(stderr, "relay-a.example") || !strings.Contains(stderr, "--reset-relay-cursor") {
 		t.Fatalf("another relay: exit %d, %q", code, stderr)
 	}
 	s, _ = archive.Open(dir, archive.Options{ReadOnly: true})
