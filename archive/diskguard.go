@@ -3,11 +3,11 @@ package archive
 // diskguard.go owns what the store says about its disk: Pebble's background
 // errors counted by kind and logged at ERROR once per kind per minute, the
 // free-space floor, and the conditions under which the store can no longer
-// make progress — a write stall longer than MaxWriteStall,
-// MaxFailedFlushes consecutive failed flushes, or the volume below the
-// floor. Each of those is the store's disk fault (Store.Faulted): recorded
-// once, never cleared; the process must stop and be restarted once the disk
-// is fixed.
+// make progress — a write stall longer than MaxWriteStall, a read of one
+// of its files outstanding that long (readstall.go), MaxFailedFlushes
+// consecutive failed flushes, or the volume below the floor. Each of those
+// is the store's disk fault (Store.Faulted): recorded once, never cleared;
+// the process must stop and be restarted once the disk is fixed.
 
 import (
 	"errors"
@@ -66,12 +66,13 @@ const logDiskSlow = "disk_slow"
 // Fault causes, the label of backstream_store_disk_faults_total.
 const (
 	FaultWriteStall    = "write_stall"
+	FaultReadStall     = "read_stall"
 	FaultFailedFlushes = "failed_flushes"
 	FaultMinFree       = "min_free"
 )
 
 // faultCauses index the per-cause counters.
-var faultCauses = [...]string{FaultWriteStall, FaultFailedFlushes, FaultMinFree}
+var faultCauses = [...]string{FaultWriteStall, FaultReadStall, FaultFailedFlushes, FaultMinFree}
 
 // errorKind classes a background error. Pebble wraps the errno through
 // cockroachdb/errors (errors.Is finds it); a cause formatted into text only
@@ -117,6 +118,9 @@ type diskGuard struct {
 	stallGen   uint64 // which stall the running timer is for
 	stallSince time.Time
 	stallWhy   string
+	reads      *readFS     // the store's files' reads, counted (timeReads); nil: not timed
+	readTimer  *time.Timer // checkReads; nil once stopped
+	epochStart [readEpochs]time.Time
 	closed     bool
 }
 
@@ -258,7 +262,7 @@ func (g *diskGuard) setFault(cause string, err error) {
 	}
 }
 
-// close stops the stall timer; events after it are ignored.
+// close stops the stall and read timers; events after it are ignored.
 func (g *diskGuard) close() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -267,10 +271,15 @@ func (g *diskGuard) close() {
 		g.stall.Stop()
 		g.stall = nil
 	}
+	if g.readTimer != nil {
+		g.readTimer.Stop()
+		g.readTimer = nil
+	}
 }
 
 // Faulted is closed when the store records a disk fault: a write stall
-// longer than Options.MaxWriteStall, Options.MaxFailedFlushes consecutive
+// longer than Options.MaxWriteStall (or a read of one of its files
+// outstanding that long), Options.MaxFailedFlushes consecutive
 // failed flushes, or (CheckSpace) the volume below the free-space floor.
 // The writer may then be blocked inside a commit for good: whoever stops
 // the process must not wait for it without a bound.

@@ -42,7 +42,7 @@ func NewPebbleCollector(s *Store) *PebbleCollector {
 		bgErrors: prometheus.NewDesc("backstream_store_background_errors_total",
 			"Pebble background errors (failed flushes, compactions) by kind: enospc, eio, emfile, other.", []string{"kind"}, nil),
 		faults: prometheus.NewDesc("backstream_store_disk_faults_total",
-			"Disk faults that stop the process, by cause: write_stall, failed_flushes, min_free.", []string{"cause"}, nil),
+			"Disk faults that stop the process, by cause: write_stall, read_stall, failed_flushes, min_free.", []string{"cause"}, nil),
 	}
 }
 

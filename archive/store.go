@@ -69,7 +69,9 @@ type Options struct {
 	// filesystem (an in-memory one has no volume).
 	Space func(path string) (diskspace.Space, error)
 	// MaxWriteStall bounds a Pebble write stall before it is a disk fault
-	// (default DefaultMaxWriteStall); MaxFailedFlushes is the number of
+	// (default DefaultMaxWriteStall), and one read of the store's files
+	// that has not returned (found within a third of it more: readstall.go;
+	// not on a ReadOnly store); MaxFailedFlushes is the number of
 	// consecutive failed flushes that is one (default
 	// DefaultMaxFailedFlushes). See Store.Faulted.
 	MaxWriteStall    time.Duration
@@ -320,12 +322,15 @@ func (s *Store) openPebble(opts Options) error {
 		// returned after the threshold is reported (diskGuard.diskSlow),
 		// and one that hangs past the write-stall bound is a fault. A
 		// sync stuck without an error raises no write stall otherwise.
-		s.pfs, s.health = vfs.WithDiskHealthChecks(s.fs, min(diskSlowThreshold, s.disk.maxStall), s.disk.diskSlow)
+		// Pebble's checker does not time reads: the guard times them
+		// against the same bound (readstall.go).
+		s.pfs, s.health = vfs.WithDiskHealthChecks(s.disk.timeReads(s.fs), min(diskSlowThreshold, s.disk.maxStall), s.disk.diskSlow)
 	}
 	replay := &walReplay{}
 	start := time.Now()
 	db, err := pebble.Open(s.dir, s.pebbleOptions(opts, replay))
 	if err != nil {
+		s.disk.close()
 		s.closeHealth()
 		s.cache.Unref()
 		s.cache = nil

@@ -1,0 +1,198 @@
+package archive
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/cockroachdb/pebble/vfs"
+	"github.com/cockroachdb/pebble/vfs/errorfs"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/backstream/backstream/internal/promtest"
+)
+
+// readHold is a filesystem whose sstable data reads (Read, ReadAt) block,
+// while armed, until released: a disk that stops answering reads without
+// an error (a dying disk, a hung network volume).
+type readHold struct {
+	mu      sync.Mutex
+	armed   bool
+	held    chan struct{} // closed when a read is being held
+	release chan struct{} // closed to let held reads through
+}
+
+func newReadHold() *readHold { return &readHold{} }
+
+func (h *readHold) wrap(fs vfs.FS) vfs.FS {
+	return errorfs.Wrap(fs, errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
+		if (op != errorfs.OpFileRead && op != errorfs.OpFileReadAt) || !strings.HasSuffix(path, ".sst") {
+			return nil
+		}
+		h.mu.Lock()
+		armed, held, release := h.armed, h.held, h.release
+		if armed {
+			select {
+			case <-held:
+			default:
+				close(held)
+			}
+		}
+		h.mu.Unlock()
+		if armed {
+			<-release
+		}
+		return nil
+	}))
+}
+
+// arm holds every sstable read from now on; held is closed by the first.
+func (h *readHold) arm() (held <-chan struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.armed, h.held, h.release = true, make(chan struct{}), make(chan struct{})
+	return h.held
+}
+
+// unhold lets every held read through and holds no more (idempotent).
+func (h *readHold) unhold() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.armed {
+		h.armed = false
+		close(h.release)
+	}
+}
+
+// TestStuckReadIsAFault: a point read of a key in an sstable, with nothing
+// in the block cache, whose read of the table never returns and never
+// fails (a stuck device) leaves the reader blocked for good, and no write
+// stalls: once the read has been outstanding for MaxWriteStall the store
+// records a disk fault naming the table (read_stall), which fails the
+// probes and stops the process.
+func TestStuckReadIsAFault(t *testing.T) {
+	const bound = 300 * time.Millisecond
+	mem := vfs.NewMem()
+	buildFaultStore(t, mem)
+	h := newReadHold()
+	defer h.unhold()
+	opts := faultOptions(h.wrap(mem))
+	opts.MaxWriteStall = bound
+	s, err := Open("/data", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := h.arm()
+	type result struct {
+		st  RepoState
+		err error
+	}
+	read := make(chan result, 1)
+	go func() {
+		st, err := s.RepoState(faultDID)
+		read <- result{st, err}
+	}()
+	select {
+	case <-held:
+	case r := <-read:
+		t.Fatalf("RepoState returned %+v, %v without reading an sstable", r.st, r.err)
+	}
+	// The read timer looks every third of the bound; 30 s only turns a
+	// miss into a failure.
+	select {
+	case <-s.Faulted():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("an sstable read held for 30s (MaxWriteStall %v) and the store records no fault", bound)
+	}
+	err = s.Fault()
+	t.Logf("fault: %v", err)
+	for _, want := range []string{"a read of /data/store/", ".sst has not returned for over", "no error from the disk holding /data"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("fault %v lacks %q", err, want)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewPebbleCollector(s))
+	if n := promtest.Value(t, reg, "backstream_store_disk_faults_total", map[string]string{"cause": "read_stall"}); n != 1 {
+		t.Fatalf("read_stall faults %v, want 1", n)
+	}
+	// The disk answers again: the read completes and the store closes.
+	h.unhold()
+	if r := <-read; r.err != nil || r.st.Status != StatusComplete {
+		t.Fatalf("RepoState after the release: %+v, %v", r.st, r.err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReadStallBound: on the fake clock, a read that is merely slow (held
+// for just under MaxWriteStall, while the read timer ticks over it) records
+// nothing, however long the store runs on; a read that never returns is a
+// read-stall fault once it has lasted the bound, at most one tick (a third
+// of it) later, naming the file.
+func TestReadStallBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const bound = time.Minute
+		g := newDiskGuard("/data", quietLogger, time.Now, bound, 0, nil)
+		defer g.close()
+		mem := vfs.NewMem()
+		if w, err := mem.Create("/000007.sst"); err != nil {
+			t.Fatal(err)
+		} else if _, err := w.Write([]byte("table")); err != nil || w.Close() != nil {
+			t.Fatal(err)
+		}
+		h := newReadHold()
+		defer h.unhold()
+		fs := g.timeReads(h.wrap(mem))
+		f, err := fs.Open("/000007.sst")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		read := func() <-chan error {
+			done := make(chan error, 1)
+			go func() {
+				_, err := f.ReadAt(make([]byte, 5), 0)
+				done <- err
+			}()
+			return done
+		}
+
+		held := h.arm()
+		done := read()
+		<-held
+		time.Sleep(bound - time.Second)
+		h.unhold()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * bound)
+		if err := g.fault.Load(); err != nil {
+			t.Fatalf("a read that took %v (bound %v) is a fault: %v", bound-time.Second, bound, err)
+		}
+
+		held = h.arm()
+		done = read()
+		<-held
+		begun := time.Now()
+		<-g.failed
+		waited := time.Since(begun)
+		if waited < bound || waited > bound+readTick(bound) {
+			t.Fatalf("a stuck read was a fault %v after it began, want within [%v, %v]", waited, bound, bound+readTick(bound))
+		}
+		err = g.fault.Load()
+		if err == nil || !strings.Contains(err.Error(), "a read of /000007.sst has not returned for over 1m") {
+			t.Fatalf("fault %v, want the stuck read named", err)
+		}
+		if n := g.faults[1].Load(); faultCauses[1] != FaultReadStall || n != 1 {
+			t.Fatalf("%s faults %d, want 1", faultCauses[1], n)
+		}
+		h.unhold()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
