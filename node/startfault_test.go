@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
+	"github.com/cockroachdb/pebble/vfs/errorfs"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/lifecycle"
@@ -68,5 +69,63 @@ func TestNewStopsOnStuckDisk(t *testing.T) {
 	}
 	if err := cfg.Health.Err(); err == nil {
 		t.Fatal("node.New returned the disk fault, and the probes still say healthy")
+	}
+}
+
+// TestNewStopsOnStuckRead: a start whose disk stops answering reads (here
+// every read of a table, from the store's first read of its own keys on,
+// with no error and no end) does not hang for ever with healthy probes:
+// once a read has been outstanding for MaxWriteStall, the store's
+// read-stall fault fails the probes and node.New returns it.
+func TestNewStopsOnStuckRead(t *testing.T) {
+	mem := vfs.NewMem()
+	s, err := archive.Open("/data", archive.Options{FS: mem, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetRelay("127.0.0.1:1", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DB().Flush(); err != nil { // every key in a table: the start reads them from there
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	defer close(release)
+	stuck := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
+		if strings.HasSuffix(path, ".sst") && (op == errorfs.OpFileRead || op == errorfs.OpFileReadAt) {
+			<-release
+		}
+		return nil
+	}))
+	cfg := memConfig(t, nil, archive.Options{FS: stuck})
+	cfg.Relay = "http://127.0.0.1:1"
+	cfg.MaxWriteStall = 200 * time.Millisecond
+	cfg.Health = new(lifecycle.Health)
+	type result struct {
+		n   *node.Node
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := node.New(cfg)
+		done <- result{n, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("node.New still blocked 30 s into a disk that answers no read (MaxWriteStall %v); /healthz would say: %v", cfg.MaxWriteStall, cfg.Health.Err())
+	}
+	if r.err == nil || !strings.Contains(r.err.Error(), ".sst has not returned for over") {
+		if r.n != nil {
+			r.n.Close()
+		}
+		t.Fatalf("node.New over a disk that answers no read: %v; want the store's read-stall fault", r.err)
+	}
+	if err := cfg.Health.Err(); err == nil {
+		t.Fatal("node.New returned the read-stall fault, and the probes still say healthy")
 	}
 }
