@@ -75,7 +75,7 @@ func serveCommand() *command {
 			fs.Float64("devnet-rate", 50, "with --devnet: live events per second (0 = no live traffic: bootstrap then waits --capture-wait for a first event)")
 			fs.Duration("capture-wait", lifecycle.DefaultCaptureWait, "how long bootstrap waits for the firehose's first durable event before starting anyway (must be positive)")
 			fs.String("min-free", "auto", "free-space floor of the data dir's volume, e.g. 2GiB: below it ingest stops and the process exits (auto: the smaller of 1 GiB and 2% of the volume; off or 0: no floor)")
-			fs.Duration("max-write-stall", archive.DefaultMaxWriteStall, "longest store write stall before the process stops (a full or failing disk)")
+			fs.Duration("max-write-stall", archive.DefaultMaxWriteStall, "longest store write stall, or one store read or write not returning, before the process stops (a full or failing disk)")
 			fs.Duration("subscriber-stall-timeout", subscribe.DefaultStallTimeout, "close a subscriber whose socket write has not completed for this long (it does not read), whatever its lag")
 			fs.Duration("subscriber-hello-timeout", subscribe.DefaultHelloTimeout, "close a requireHello subscriber that sends no options_update within this long")
 			fs.String("subscriber-buffer-budget", "1GiB", "output-buffer bytes all subscribers may reserve together (each reserves 128 KiB, so at least that); beyond, new subscribers get 503")
