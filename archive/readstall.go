@@ -32,8 +32,10 @@ import (
 const readEpochs = 4
 
 // readTick is the read timer's period for a bound: the bound in
-// readEpochs-1 ticks.
-func readTick(bound time.Duration) time.Duration { return bound / (readEpochs - 1) }
+// readEpochs-1 ticks, and never a busy loop.
+func readTick(bound time.Duration) time.Duration {
+	return max(bound/(readEpochs-1), time.Millisecond)
+}
 
 // readFS is the store's filesystem with the reads of every file it opens
 // counted (see the file comment). Writes go through untouched.
