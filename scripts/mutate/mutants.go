@@ -1046,4 +1046,14 @@ var mutants = []Mutant{
 			{Pkg: "./node", Run: "^TestSameRelaySpelledOtherwise$"},
 		},
 	},
+	{
+		ID: "m103", Invariant: "H1",
+		Name: "the store's reads not timed (a read stuck for good hangs the process with healthy probes)",
+		File: "archive/store.go",
+		Old:  "vfs.WithDiskHealthChecks(s.disk.timeReads(s.fs),",
+		New:  "vfs.WithDiskHealthChecks(s.fs,",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestStuckReadIsAFault$"},
+		},
+	},
 }
