@@ -245,7 +245,8 @@ func heldServer(t *testing.T, next http.Handler, hold string) (srv *httptest.Ser
 // answer, leaves the other accounts' commits unchecked.
 func TestPipelineWaitHoldsOnlyItsLane(t *testing.T) {
 	// Enough accounts that at least 4 are on neither held lane whatever
-	// the pipeline's random lane seed (with 6, one run in about 2,000 had 3).
+	// the pipeline's random lane seed (with 6 others, 48 draws of 100,000
+	// left fewer than 4).
 	n := startNetwork(t, oracle.Config{Seed: 45, Accounts: 24})
 	w := n.World()
 	dids := activeDIDs(w)
