@@ -41,7 +41,15 @@ func TestNewStopsOnStuckDisk(t *testing.T) {
 	sst := &sstFault{release: make(chan struct{})}
 	defer sst.unhold()
 	sst.hold.Store(true) // every sstable write from now on hangs
-	cfg := memConfig(t, nil, archive.Options{FS: sst.wrap(mem)})
+	startOnStuckDisk(t, sst.wrap(mem), "a stuck disk", "no error from the disk holding /data")
+}
+
+// startOnStuckDisk runs node.New over fs, whose disk hangs as stuck says,
+// and wants it to return the store's disk fault (its error holding want)
+// within 30 s, with the probes failing.
+func startOnStuckDisk(t *testing.T, fs vfs.FS, stuck, want string) {
+	t.Helper()
+	cfg := memConfig(t, nil, archive.Options{FS: fs})
 	cfg.Relay = "http://127.0.0.1:1"
 	cfg.MaxWriteStall = 200 * time.Millisecond
 	cfg.Health = new(lifecycle.Health)
@@ -59,16 +67,16 @@ func TestNewStopsOnStuckDisk(t *testing.T) {
 	select {
 	case r = <-done:
 	case <-time.After(30 * time.Second):
-		t.Fatalf("node.New still blocked 30 s into a stuck disk (MaxWriteStall %v); /healthz would say: %v", cfg.MaxWriteStall, cfg.Health.Err())
+		t.Fatalf("node.New still blocked 30 s into %s (MaxWriteStall %v); /healthz would say: %v", stuck, cfg.MaxWriteStall, cfg.Health.Err())
 	}
-	if r.err == nil || !strings.Contains(r.err.Error(), "no error from the disk holding /data") {
+	if r.err == nil || !strings.Contains(r.err.Error(), want) {
 		if r.n != nil {
 			r.n.Close()
 		}
-		t.Fatalf("node.New over a stuck disk: %v; want the store's disk fault", r.err)
+		t.Fatalf("node.New over %s: %v; want the store's disk fault", stuck, r.err)
 	}
 	if err := cfg.Health.Err(); err == nil {
-		t.Fatal("node.New returned the disk fault, and the probes still say healthy")
+		t.Fatalf("node.New over %s returned the disk fault, and the probes still say healthy", stuck)
 	}
 }
 
@@ -100,32 +108,5 @@ func TestNewStopsOnStuckRead(t *testing.T) {
 		}
 		return nil
 	}))
-	cfg := memConfig(t, nil, archive.Options{FS: stuck})
-	cfg.Relay = "http://127.0.0.1:1"
-	cfg.MaxWriteStall = 200 * time.Millisecond
-	cfg.Health = new(lifecycle.Health)
-	type result struct {
-		n   *node.Node
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		n, err := node.New(cfg)
-		done <- result{n, err}
-	}()
-	var r result
-	select {
-	case r = <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("node.New still blocked 30 s into a disk that answers no read (MaxWriteStall %v); /healthz would say: %v", cfg.MaxWriteStall, cfg.Health.Err())
-	}
-	if r.err == nil || !strings.Contains(r.err.Error(), ".sst has not returned for over") {
-		if r.n != nil {
-			r.n.Close()
-		}
-		t.Fatalf("node.New over a disk that answers no read: %v; want the store's read-stall fault", r.err)
-	}
-	if err := cfg.Health.Err(); err == nil {
-		t.Fatal("node.New returned the read-stall fault, and the probes still say healthy")
-	}
+	startOnStuckDisk(t, stuck, "a disk that answers no read", ".sst has not returned for over")
 }
