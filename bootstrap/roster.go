@@ -8,7 +8,6 @@ package bootstrap
 // validate, bound and count a roster alike.
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -161,6 +160,16 @@ func ListedHosts(store *archive.Store, enumerate string) (hosts []string, uncoun
 
 // ListedFrom is ListedHosts over roster entries already read.
 func ListedFrom(stored []archive.RosterHost, enumerate string) (hosts []string, uncounted bool) {
+	rr := storedRoster(stored)
+	if rr.ListsRelay(enumerate) {
+		return nil, enumerate != EnumerateRelay
+	}
+	return rr.sorted().Listed, false
+}
+
+// storedRoster is the roster the host/ rows record, Listed not yet in the
+// order listings begin it (sorted).
+func storedRoster(stored []archive.RosterHost) Roster {
 	var rr Roster
 	for _, h := range stored {
 		rr.Entries = append(rr.Entries, upstream.HostEntry{Host: h.Host, Status: h.Status, Accounts: int64(min(h.Accounts, 1<<40))})
@@ -168,10 +177,7 @@ func ListedFrom(stored []archive.RosterHost, enumerate string) (hosts []string, 
 			rr.Listed = append(rr.Listed, h.Host)
 		}
 	}
-	if rr.ListsRelay(enumerate) {
-		return nil, enumerate != EnumerateRelay
-	}
-	return rr.sorted().Listed, false
+	return rr
 }
 
 // ReadRoster pages listHosts until its last page, a cursor that repeats
@@ -245,13 +251,16 @@ func ReadRoster(ctx context.Context, src RosterSource, o RosterOptions) (Roster,
 // sorted puts Listed in the order listings begin the hosts: by beginRank
 // of their status, by name within a rank.
 func (rr Roster) sorted() Roster {
-	status := make(map[string]string, len(rr.Entries))
+	rank := make(map[string]int, len(rr.Entries))
 	for _, e := range rr.Entries {
-		status[e.Host] = e.Status
+		rank[e.Host] = beginRank(e.Status)
 	}
-	slices.SortFunc(rr.Listed, func(a, b string) int {
-		return cmp.Or(cmp.Compare(beginRank(status[a]), beginRank(status[b])), strings.Compare(a, b))
-	})
+	slices.Sort(rr.Listed)
+	var ranks [3][]string // by name within each rank
+	for _, h := range rr.Listed {
+		ranks[rank[h]] = append(ranks[rank[h]], h)
+	}
+	rr.Listed = slices.Concat(ranks[:]...)
 	return rr
 }
 
@@ -310,7 +319,7 @@ func rosterPage(ctx context.Context, src RosterSource, o RosterOptions, cursor s
 // and the count of every status RosterStatuses does not name.
 const RosterOther = "other"
 
-// RosterStatuses are the roster statuses counted apart (RosterCounts, the
+// RosterStatuses are the roster statuses counted apart (CountRoster, the
 // backstream_roster_hosts gauge): listHosts's active, idle, offline,
 // throttled and banned, RosterLeft, and RosterOther for any other word, so
 // a relay's own words cannot grow the label set.
@@ -341,19 +350,6 @@ func rosterStatus(s string) string {
 		return RosterOther
 	}
 	return s
-}
-
-// RosterCounts counts the hosts whose host/ row holds a roster entry, by
-// status: every RosterStatuses value (0 included), a status it does not
-// name counted as RosterOther. All 0 when no roster was ever recorded
-// (relay mode). It reads every host/ row: one per host a roster named or
-// a failed repo was last fetched from.
-func RosterCounts(store *archive.Store) (map[string]int64, error) {
-	hosts, err := store.RosterEntries()
-	if err != nil {
-		return nil, fmt.Errorf("read the roster: %w", err)
-	}
-	return CountRoster(hosts), nil
 }
 
 // RosterView is what the roster gauge and the status report show of the
@@ -399,9 +395,9 @@ func (v *RosterView) Read() (RosterSummary, error) {
 			v.have = false
 			return RosterSummary{}, fmt.Errorf("read the roster: %w", err)
 		}
-		def, _ := ListedFrom(stored, "")
-		forced, _ := ListedFrom(stored, EnumerateHosts)
-		v.sum = RosterSummary{ByStatus: CountRoster(stored), lists: len(def) > 0, listsForced: len(forced) > 0}
+		rr := storedRoster(stored) // what ListedFrom lists, unsorted: only whether it lists any
+		listed := len(rr.Listed) > 0
+		v.sum = RosterSummary{ByStatus: CountRoster(stored), lists: listed && !rr.ListsRelay(""), listsForced: listed && !rr.ListsRelay(EnumerateHosts)}
 		v.have, v.gen = true, gen
 	}
 	sum := v.sum
@@ -422,7 +418,8 @@ func (s RosterSummary) ListsHosts(enumerate string) bool {
 	return s.lists
 }
 
-// CountRoster is RosterCounts over roster entries already read.
+// CountRoster counts roster entries by status: every RosterStatuses value
+// (0 included), a status it does not name counted as RosterOther.
 func CountRoster(hosts []archive.RosterHost) map[string]int64 {
 	counts := make(map[string]int64, len(RosterStatuses()))
 	for _, st := range RosterStatuses() {

@@ -94,10 +94,11 @@ func TestRosterRelayWordsApartFromOurs(t *testing.T) {
 	if hosts, _, err := ListedHosts(s, ""); err != nil || !slices.Equal(hosts, want) {
 		t.Errorf("read from host/ rows: %v, %v; want %v", hosts, err, want)
 	}
-	counts, err := RosterCounts(s)
+	sum, err := NewRosterView(s).Read()
 	if err != nil {
 		t.Fatal(err)
 	}
+	counts := sum.ByStatus
 	if counts[RosterOther] != 2 || counts[RosterBanned] != 2 || counts[RosterLeft] != 1 || counts["active"] != 1 {
 		t.Errorf("roster counted %v; want other 2, banned 2, left 1 (the row written before), active 1", counts)
 	}
@@ -117,7 +118,7 @@ func BenchmarkRosterCounts(b *testing.B) {
 	}
 	b.ResetTimer()
 	for b.Loop() {
-		if _, err := RosterCounts(s); err != nil {
+		if _, err := NewRosterView(s).Read(); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -383,7 +383,7 @@ func rosterGauge(t *testing.T, v *verifying) map[string]float64 {
 
 // TestRosterGaugeFollowsHosts: the hosts a hosts-mode node records from
 // the relay's roster are on backstream_roster_hosts{status} and in the
-// counts /status shows (bootstrap.RosterCounts): three active after
+// counts /status shows (bootstrap.RosterView): three active after
 // bootstrap; after the relay bans one (oracle SetHostStatus) and another
 // leaves its roster (oracle HideHost), the next whole reads make it one
 // active, one banned, one left. On main no metric or /status field showed
@@ -403,10 +403,11 @@ func TestRosterGaugeFollowsHosts(t *testing.T) {
 	f.HideHost(2, true)
 	want["active"], want["banned"], want[bootstrap.RosterLeft] = 1, 1, 1
 	v.waitFor("one host banned and one left on the gauge", func() bool { return maps.Equal(rosterGauge(t, v), want) })
-	counts, err := bootstrap.RosterCounts(v.n.Store())
+	sum, err := bootstrap.NewRosterView(v.n.Store()).Read()
 	if err != nil {
 		t.Fatal(err)
 	}
+	counts := sum.ByStatus
 	for st, n := range want {
 		if counts[st] != int64(n) {
 			t.Errorf("/status roster counts %v, want %v", counts, want)

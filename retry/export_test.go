@@ -1,7 +1,8 @@
 package retry
 
 // export_test.go holds what only the tests use: RunOnce, the synchronous
-// step that makes one pass and waits for its jobs. Production runs Run.
+// step that makes one pass and waits for its jobs, and pass. Production
+// runs Run.
 
 import "context"
 
@@ -61,4 +62,12 @@ func (e *exec) drain() error {
 			return e.ctx.Err()
 		}
 	}
+}
+
+// pass is a full pass (full) or a Wake's (scan).
+func (e *exec) pass(full bool) (PassStats, error) {
+	if full {
+		return e.scan(passFull, nil)
+	}
+	return e.scan(passWake, nil)
 }

@@ -510,14 +510,6 @@ func (e *exec) idle(ended bool) (kind passKind, resume map[string]bool, more boo
 	}
 }
 
-// pass is a full pass (full) or a Wake's (scan).
-func (e *exec) pass(full bool) (PassStats, error) {
-	if full {
-		return e.scan(passFull, nil)
-	}
-	return e.scan(passWake, nil)
-}
-
 // scan reads the due index page by page, offering every due repo it
 // reads. A full pass reads every entry due now, then those past the
 // horizon. A Wake's reads only what may have become due since the last
