@@ -162,6 +162,23 @@ func (f *downFirstRoster) fail(ctx context.Context, host string) error {
 	}
 }
 
+// firstUpWithin waits (in fake time) for an up host's first page: how
+// long after start it came, and whether that was within bound ("not
+// within a day" when it never came).
+func (f *downFirstRoster) firstUpWithin(start time.Time, bound time.Duration) (string, bool) {
+	select {
+	case at := <-f.firstUp:
+		return at.Sub(start).String(), true
+	case <-time.After(bound):
+	}
+	select {
+	case at := <-f.firstUp:
+		return at.Sub(start).String(), false
+	case <-time.After(24 * time.Hour):
+		return "not within a day", false
+	}
+}
+
 func (f *downFirstRoster) upListed() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -347,18 +364,11 @@ func TestFleetDeadHostsDoNotStarveHealthyOnes(t *testing.T) {
 				done := make(chan error, 1)
 				start := time.Now()
 				go func() { done <- b.Run(ctx) }()
-				select {
-				case at := <-f.firstUp:
-					t.Logf("%d dead hosts (%s), %d runners: the healthy host asked %v after the start (bound %v)", f.down, tc.name, runners, at.Sub(start), bound)
-				case <-time.After(bound):
-					late := "not within a day"
-					select {
-					case at := <-f.firstUp:
-						late = at.Sub(start).String()
-					case <-time.After(24 * time.Hour):
-					}
+				if at, ok := f.firstUpWithin(start, bound); ok {
+					t.Logf("%d dead hosts (%s), %d runners: the healthy host asked %s after the start (bound %v)", f.down, tc.name, runners, at, bound)
+				} else {
 					t.Errorf("%d dead hosts (%s) first in the roster, %d lane runners, %d workers: the healthy host first asked for a page %s (fake) after the start; want within %v, the first round of the dead hosts' first attempts",
-						f.down, tc.name, runners, workers, late, bound)
+						f.down, tc.name, runners, workers, at, bound)
 				}
 				cancel()
 				<-done // the store outlives the run
@@ -386,17 +396,9 @@ func TestFleetOfflineHostsBegunLast(t *testing.T) {
 		start := time.Now()
 		go func() { done <- b.Run(ctx) }()
 		const bound = time.Second
-		select {
-		case <-f.firstUp:
-		case <-time.After(bound):
-			late := "not within a day"
-			select {
-			case at := <-f.firstUp:
-				late = at.Sub(start).String()
-			case <-time.After(24 * time.Hour):
-			}
+		if at, ok := f.firstUpWithin(start, bound); !ok {
 			t.Errorf("%d blackholed hosts the relay says are offline, first in name order, %d workers: the active host first asked for a page %s (fake) after the start; want within %v",
-				f.down, workers, late, bound)
+				f.down, workers, at, bound)
 		}
 		cancel()
 		<-done // the store outlives the run

@@ -23,13 +23,7 @@ import (
 // returns it, so the process exits and its supervisor restarts it.
 func TestNewStopsOnStuckDisk(t *testing.T) {
 	mem := vfs.NewMem()
-	s, err := archive.Open("/data", archive.Options{FS: mem, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SetRelay("127.0.0.1:1", false); err != nil {
-		t.Fatal(err)
-	}
+	s := relayStore(t, mem)
 	for i := 0; i < 1000; i++ { // left in the write-ahead log: the next open replays it into a table
 		if err := s.DB().Set([]byte(fmt.Sprintf("zz/%06d", i)), make([]byte, 1000), pebble.NoSync); err != nil {
 			t.Fatal(err)
@@ -42,6 +36,20 @@ func TestNewStopsOnStuckDisk(t *testing.T) {
 	defer sst.unhold()
 	sst.hold.Store(true) // every sstable write from now on hangs
 	startOnStuckDisk(t, sst.wrap(mem), "a stuck disk", "no error from the disk holding /data")
+}
+
+// relayStore is a store under /data on mem that follows the relay the
+// stuck-disk starts name; the caller writes to it and closes it.
+func relayStore(t *testing.T, mem vfs.FS) *archive.Store {
+	t.Helper()
+	s, err := archive.Open("/data", archive.Options{FS: mem, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetRelay("127.0.0.1:1", false); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // startOnStuckDisk runs node.New over fs, whose disk hangs as stuck says,
@@ -87,13 +95,7 @@ func startOnStuckDisk(t *testing.T, fs vfs.FS, stuck, want string) {
 // read-stall fault fails the probes and node.New returns it.
 func TestNewStopsOnStuckRead(t *testing.T) {
 	mem := vfs.NewMem()
-	s, err := archive.Open("/data", archive.Options{FS: mem, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SetRelay("127.0.0.1:1", false); err != nil {
-		t.Fatal(err)
-	}
+	s := relayStore(t, mem)
 	if err := s.DB().Flush(); err != nil { // every key in a table: the start reads them from there
 		t.Fatal(err)
 	}
