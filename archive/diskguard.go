@@ -154,10 +154,8 @@ func (g *diskGuard) backgroundError(err error) {
 	g.mu.Lock()
 	g.lastErr = err
 	g.mu.Unlock()
-	if n, ok := g.lines.Tick(errorKinds[k]); ok {
-		g.log.Error("store background error (one line per kind per minute)", "component", "pebble",
-			"kind", errorKinds[k], "suppressed", n-1, "data_dir", g.dataDir, "err", err)
-	}
+	g.lines.Log(g.log, slog.LevelError, errorKinds[k], "store background error (one line per kind per minute)", "component", "pebble",
+		"kind", errorKinds[k], "data_dir", g.dataDir, "err", err)
 }
 
 func (g *diskGuard) flushEnd(info pebble.FlushInfo) {
@@ -237,10 +235,8 @@ func (g *diskGuard) diskSlow(info pebble.DiskSlowInfo) {
 		what := fmt.Sprintf("no write has gone through for %v (a %s of %s has not returned)", info.Duration.Round(time.Millisecond), info.OpType, info.Path)
 		g.setFault(FaultWriteStall, fmt.Errorf("archive: %s with no error from the disk holding %s: it is stuck or far too slow; check it and restart", what, g.dataDir))
 	}
-	if n, ok := g.lines.Tick(logDiskSlow); ok {
-		g.log.Warn("store disk slow (one line per minute)", "component", "pebble", "suppressed", n-1,
-			"path", info.Path, "op", info.OpType.String(), "duration", info.Duration)
-	}
+	g.lines.Log(g.log, slog.LevelWarn, logDiskSlow, "store disk slow (one line per minute)", "component", "pebble",
+		"path", info.Path, "op", info.OpType.String(), "duration", info.Duration)
 }
 
 // setFault records the first fault, logs it once at ERROR and closes

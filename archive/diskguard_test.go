@@ -38,7 +38,7 @@ func attr(r slog.Record, key string) string {
 // TestBackgroundErrorLogRateLimit: a continuous stream of background errors
 // (Pebble retries a failed flush ~400 times a second) is counted one by one
 // by kind, and logged at ERROR once per kind per minute on the store's clock,
-// the next line saying how many were suppressed.
+// the next line saying how many occurrences it stands for.
 func TestBackgroundErrorLogRateLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		log := &errorLog{}
@@ -69,8 +69,8 @@ func TestBackgroundErrorLogRateLimit(t *testing.T) {
 			t.Fatalf("%d ERROR lines a minute later, want 5", log.count())
 		}
 		r := log.recs[4]
-		if attr(r, "kind") != KindENOSPC || attr(r, "suppressed") != "1000" {
-			t.Fatalf("the minute's line: kind %q suppressed %q, want enospc and 1000", attr(r, "kind"), attr(r, "suppressed"))
+		if attr(r, "kind") != KindENOSPC || attr(r, "occurrences") != "1001" {
+			t.Fatalf("the minute's line: kind %q occurrences %q, want enospc and 1001", attr(r, "kind"), attr(r, "occurrences"))
 		}
 	})
 }

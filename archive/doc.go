@@ -79,8 +79,8 @@
 // Open installs a Pebble event listener: background errors (failed flushes
 // and compactions) are counted by kind (enospc, eio, emfile, other:
 // backstream_store_background_errors_total) and logged at ERROR once per
-// kind per minute, with how many were suppressed. Failures that do not fail
-// a commit leave the writer blocked inside Pebble's write stall, where it
+// kind per minute, with how many occurrences it stands for. Failures that
+// do not fail a commit leave the writer blocked inside Pebble's write stall, where it
 // cannot report anything, so the store records a disk fault itself
 // (Store.Faulted, Store.Fault: a *FatalError;
 // backstream_store_disk_faults_total) on a write stall longer than

@@ -762,10 +762,8 @@ func (w *Writer) add(p *pending, u *Unit) {
 	}
 	if len(a.marked) > 0 {
 		m.holdDropped(a.dropped)
-		if n, ok := w.lines.Tick("hold_drop"); ok {
-			w.opts.Logger.Warn("archive writer: a unit would wait past the hold caps; its rows of the held accounts are dropped and the accounts marked for another replacement",
-				"accounts", a.marked, "rows", a.dropped, "occurrences", n, "per", holdLogEvery)
-		}
+		w.lines.Log(w.opts.Logger, slog.LevelWarn, "hold_drop", "archive writer: a unit would wait past the hold caps; its rows of the held accounts are dropped and the accounts marked for another replacement",
+			"accounts", a.marked, "rows", a.dropped)
 	}
 	if w.applyOne(p, u, a.dropped) {
 		w.release(p)

@@ -750,10 +750,8 @@ func (r *Runner) submitOne(ctx context.Context, req Request, res *Result, u *arc
 // in backstream_backfill_failed_total); anything else at DEBUG.
 func (r *Runner) log(res *Result) {
 	if res.Status == archive.StatusFailed {
-		if n, ok := r.lines.Tick(res.Class); ok {
-			r.o.Logger.Info("backfill: repo failed", "did", res.DID, "class", res.Class, "attempts", res.Attempts, "err", res.Err,
-				"occurrences", n, "per", failedLogEvery)
-		}
+		r.lines.Log(r.o.Logger, slog.LevelInfo, res.Class, "backfill: repo failed",
+			"did", res.DID, "class", res.Class, "attempts", res.Attempts, "err", res.Err)
 		return
 	}
 	r.o.Logger.Debug("backfill: repo done", "did", res.DID, "result", res.result(), "records", res.Records, "attempts", res.Attempts)

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"time"
 
@@ -88,7 +89,7 @@ func (b *Bootstrap) enumerate(ctx context.Context, r *laneRun, out chan<- *pageM
 			final, cut = true, upstream.CutTooManyEntries
 		case !final && (next == cursor || r.seen.Repeats(next)):
 			cfg.Metrics.loop()
-			b.warnHost(host, "loop", "occurrences", loopLine, "host", host, "cursor_bytes", len(next))
+			b.warnHost(host, "loop", loopLine, "host", host, "cursor_bytes", len(next))
 			next, final = "", true
 		}
 		entries := pg.Repos
@@ -150,27 +151,25 @@ func (b *Bootstrap) cutListing(ctx context.Context, host, cursor, reason string,
 
 // logRetry says a page try failed and will be retried. The relay's each
 // time; a fleet host's at most once a minute across hosts (hostCutLogEvery),
-// with the tries the line stands for: on the real network thousands of
+// with the occurrences the line stands for: on the real network thousands of
 // hosts are down, and each fails every try (every one is counted in
 // backstream_listrepos_errors_total).
 func (b *Bootstrap) logRetry(host, class string, wait time.Duration, err error) {
-	b.warnHost(host, "page_retry", "tries", "bootstrap: listRepos failed; retrying", "host", host, "class", class, "wait", wait, "err", err)
+	b.warnHost(host, "page_retry", "bootstrap: listRepos failed; retrying", "host", host, "class", class, "wait", wait, "err", err)
 }
 
 // warnHost logs msg at WARN about host's listing: the relay's each time, a
 // fleet host's at most once a minute per key across hosts
-// (hostCutLogEvery), with the occurrences the line stands for under
-// countKey. On the real network thousands of hosts are down or broken;
-// every occurrence is counted in a metric.
-func (b *Bootstrap) warnHost(host, key, countKey, msg string, args ...any) {
+// (hostCutLogEvery), with the occurrences the line stands for. On the
+// real network thousands of hosts are down or broken; every occurrence is
+// counted in a metric.
+func (b *Bootstrap) warnHost(host, key, msg string, args ...any) {
 	f := b.hosts()
 	if host == "" || f == nil {
 		b.cfg.Logger.Warn(msg, args...)
 		return
 	}
-	if n, ok := f.lines.Tick(key); ok {
-		b.cfg.Logger.Warn(msg, append(args, countKey, n)...)
-	}
+	f.lines.Log(b.cfg.Logger, slog.LevelWarn, key, msg, args...)
 }
 
 // logCut counts a listing cut short and says so, once per listing (a

@@ -183,10 +183,8 @@ func (f *fleetState) cut(log *slog.Logger, host, reason string, err error) {
 		f.tooMany++
 	}
 	f.mu.Unlock()
-	if n, ok := f.lines.Tick("cut"); ok {
-		log.Warn("bootstrap: a host's listRepos cannot be used; that host alone stops listing, every other host goes on; one cut for failing is listed again from where it was cut after a backoff, any other is left to discovery",
-			"host", host, "reason", reason, "err", err, "suppressed", n)
-	}
+	f.lines.Log(log, slog.LevelWarn, "cut", "bootstrap: a host's listRepos cannot be used; that host alone stops listing, every other host goes on; one cut for failing is listed again from where it was cut after a backoff, any other is left to discovery",
+		"host", host, "reason", reason, "err", err)
 }
 
 // retrying: host is listed again at next (its retries-th retry).

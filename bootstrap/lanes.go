@@ -185,7 +185,7 @@ func (b *Bootstrap) listLane(ctx context.Context, r *laneRun, out chan<- *pageMs
 	}
 	if r.retries >= cfg.HostRetries {
 		cfg.Metrics.hostGaveUp()
-		b.warnHost(r.host, "gave_up", "occurrences", gaveUpLine, "host", r.host, "retries", r.retries)
+		b.warnHost(r.host, "gave_up", gaveUpLine, "host", r.host, "retries", r.retries)
 		return false, nil
 	}
 	bo := backoff.Policy{Base: hostRetryBase, Max: hostRetryMax}

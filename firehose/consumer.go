@@ -436,10 +436,9 @@ func (c *Consumer) handleErrorFrame(ctx context.Context, e *upstream.ErrorFrame)
 		kind = AnomalyConsumerTooSlow
 	}
 	c.m.anomaly(kind)
-	if n, ok := c.lines.Tick(kind); ok { // a relay may repeat it on every frame
-		c.log.Warn("firehose: relay sent an error frame", "error", loglimit.Clip(e.Error, 64),
-			"message", loglimit.Clip(e.Message, 256), "cursor", c.LastAccepted(), "occurrences", n, "per", time.Minute)
-	}
+	// A relay may repeat it on every frame.
+	c.lines.Log(c.log, slog.LevelWarn, kind, "firehose: relay sent an error frame", "error", loglimit.Clip(e.Error, 64),
+		"message", loglimit.Clip(e.Message, 256), "cursor", c.LastAccepted())
 	if kind != AnomalyFutureCursor || !c.hasPos {
 		return nil
 	}
@@ -464,10 +463,8 @@ func (c *Consumer) handleInfoFrame(name string) {
 	c.outdated.Store(true)
 	c.m.outdatedCursor()
 	c.m.anomaly(AnomalyOutdatedCursor)
-	if n, ok := c.lines.Tick(AnomalyOutdatedCursor); ok {
-		c.log.Error("firehose: relay says our cursor is outdated: events were missed", "cursor", c.LastAccepted(),
-			"occurrences", n, "per", time.Minute)
-	}
+	c.lines.Log(c.log, slog.LevelError, AnomalyOutdatedCursor, "firehose: relay says our cursor is outdated: events were missed",
+		"cursor", c.LastAccepted())
 	c.noteGap(archive.GapOutdatedCursor, false)
 }
 

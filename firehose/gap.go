@@ -13,6 +13,7 @@ package firehose
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/backstream/backstream/archive"
@@ -150,10 +151,8 @@ func (c *Consumer) gapRecorded() {
 // occurrences since the last.
 func (c *Consumer) logGap(g archive.Gap) {
 	c.m.gap(g.Kind)
-	if n, ok := c.lines.Tick("gap:" + g.Kind.String()); ok {
-		c.log.Error("firehose: gap in the relay's stream recorded; its repair pass will fetch what changed",
-			"gap", g.ID, "kind", g.Kind.String(), "from_seq", g.FromSeq, "to_seq", g.ToSeq, "occurrences", n, "per", time.Minute)
-	}
+	c.lines.Log(c.log, slog.LevelError, "gap:"+g.Kind.String(), "firehose: gap in the relay's stream recorded; its repair pass will fetch what changed",
+		"gap", g.ID, "kind", g.Kind.String(), "from_seq", g.FromSeq, "to_seq", g.ToSeq)
 }
 
 // idlePong notes a pong on a connection that has been silent for a ping

@@ -20,6 +20,7 @@ package firehose
 import (
 	"context"
 	"hash/maphash"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -238,10 +239,8 @@ func (p *pipeline) admit(ctx context.Context, size int64) (*job, error) {
 
 func (p *pipeline) waited() {
 	p.c.m.verifyWait()
-	if n, ok := p.c.lines.Tick("verify-window"); ok {
-		p.c.log.Info("firehose: reading waits for the verifiers (the verification window is full)",
-			"verifiers", cap(p.gate), "window", cap(p.free), "window_bytes", p.budget, "occurrences", n, "per", time.Minute)
-	}
+	p.c.lines.Log(p.c.log, slog.LevelInfo, "verify-window", "firehose: reading waits for the verifiers (the verification window is full)",
+		"verifiers", cap(p.gate), "window", cap(p.free), "window_bytes", p.budget)
 }
 
 // sequence handles the window's frames in read order until order is

@@ -386,9 +386,7 @@ func (r *Resolver) Verified(path, outcome, did string) {
 // logTrip logs msg at Warn when key's line is due, with the number of
 // occurrences it stands for.
 func (r *Resolver) logTrip(key, msg string, args ...any) {
-	if n, ok := r.lines.Tick(key); ok {
-		r.cfg.Logger.Warn(msg, append(args, "occurrences", n, "per", logEvery)...)
-	}
+	r.lines.Log(r.cfg.Logger, slog.LevelWarn, key, msg, args...)
 }
 
 // MaxDocumentBytes bounds a DID document response: a did:web host is

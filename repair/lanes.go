@@ -381,9 +381,7 @@ func (r *Runner) logHost(level slog.Level, msg string, g archive.Gap, host strin
 		r.log.Log(context.Background(), level, msg, args...)
 		return
 	}
-	if n, ok := r.lines.Tick(msg); ok {
-		r.log.Log(context.Background(), level, msg, append(args, "occurrences", n, "per", hostLogEvery)...)
-	}
+	r.lines.Log(r.log, level, msg, msg, args...)
 }
 
 // hostDropUnit bounds the audit/<id>/<host> deletions of one unit, and the

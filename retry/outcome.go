@@ -7,6 +7,7 @@ package retry
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -86,10 +87,8 @@ func (e *exec) park(did, host string, cause error) error {
 	if err := e.wait(acks); err != nil {
 		return fmt.Errorf("retry: park %s: %w", host, err)
 	}
-	if n, ok := r.lines.Tick("park"); ok {
-		r.log.Info("retry: host rate-limited; parked until its reset", "host", host,
-			"until", time.UnixMicro(until).UTC().Format(time.RFC3339), "did", did, "occurrences", n, "per", outcomeLogEvery)
-	}
+	r.lines.Log(r.log, slog.LevelInfo, "park", "retry: host rate-limited; parked until its reset", "host", host,
+		"until", time.UnixMicro(until).UTC().Format(time.RFC3339), "did", did)
 	return nil
 }
 
@@ -165,10 +164,7 @@ func (e *exec) failStale(did string, refused int, cause error) error {
 	if err := e.wait(acks); err != nil {
 		return fmt.Errorf("retry: fail %s: %w", did, err)
 	}
-	if n, ok := r.lines.Tick("stale"); ok {
-		r.log.Info("retry: replacement refused too often; failed with backoff", "did", did, "refused", refused,
-			"occurrences", n, "per", outcomeLogEvery)
-	}
+	r.lines.Log(r.log, slog.LevelInfo, "stale", "retry: replacement refused too often; failed with backoff", "did", did, "refused", refused)
 	return nil
 }
 

@@ -577,10 +577,8 @@ func (s *Server) serveSubscriber(sub *subscriber) {
 // reason.
 func (s *Server) refuseLimit(w http.ResponseWriter, ref *refusal, ip string) {
 	s.m.refuse(ref.reason)
-	if n, ok := s.lines.Tick("refused/" + ref.reason); ok {
-		s.log.Warn("subscribe: refusing subscribers at a limit", "reason", ref.reason, "refused", n,
-			"last_client", ip, "detail", ref.message)
-	}
+	s.lines.Log(s.log, slog.LevelWarn, "refused/"+ref.reason, "subscribe: refusing subscribers at a limit",
+		"reason", ref.reason, "last_client", ip, "detail", ref.message)
 	w.Header().Set("Retry-After", strconv.Itoa(int(s.cfg.RetryAfter/time.Second)))
 	writeJSON(w, ref.code, map[string]any{"error": ref.errName, "message": ref.message})
 }

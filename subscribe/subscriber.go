@@ -870,10 +870,8 @@ func (s *subscriber) finish(reason, detail string) {
 		// Counted in backstream_subscribe_disconnects_total; a client
 		// that reconnects to be closed again must not write a line each
 		// time: one per reason a minute, naming the last subscriber.
-		if n, ok := s.srv.lines.Tick("disconnected/" + reason); ok {
-			s.log.Info("subscriber disconnected", "reason", reason, "detail", loglimit.Clip(detail, maxLogDetail), "position", s.position.Load(),
-				"occurrences", n, "per", lineEvery)
-		}
+		s.srv.lines.Log(s.log, slog.LevelInfo, "disconnected/"+reason, "subscriber disconnected",
+			"reason", reason, "detail", loglimit.Clip(detail, maxLogDetail), "position", s.position.Load())
 	}
 	_ = s.ws.Close()
 	<-s.readDone

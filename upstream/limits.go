@@ -74,9 +74,7 @@ func newTrips(log *slog.Logger, m *Metrics) *trips {
 
 func (t *trips) trip(level slog.Level, limit, msg string, attrs ...any) {
 	t.metrics.limit(limit)
-	if _, ok := t.lines.Tick(limit); ok {
-		t.log.Log(context.Background(), level, msg, append([]any{"limit", limit}, attrs...)...)
-	}
+	t.lines.Log(t.log, level, limit, msg, append([]any{"limit", limit}, attrs...)...)
 }
 
 // scratchSpace is the budget of every download's scratch file, and the

@@ -4,7 +4,9 @@
 // that a limit tripping, a refusal or a background error would otherwise
 // write once per event: Tick counts each occurrence of a key and says when
 // a line is due — the key's first occurrence, or the interval passed since
-// its last line — and how many occurrences that line stands for. It runs
+// its last line — and how many occurrences that line stands for; Log is
+// Tick and the line, written with the occurrences and the interval
+// (`occurrences`, `per`) so that every bounded line reads alike. It runs
 // on the caller's clock (an injectable now), is safe for concurrent use,
 // and keeps one small entry per key for its lifetime: every caller's keys
 // are a closed set (limit names, refusal reasons, error kinds), never a

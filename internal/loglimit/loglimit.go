@@ -1,6 +1,8 @@
 package loglimit
 
 import (
+	"context"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -47,6 +49,18 @@ func (e *Every) Tick(key string) (n int, ok bool) {
 	}
 	e.keys[key] = keyState{last: now}
 	return s.n, true
+}
+
+// Log counts one occurrence of key and, when a line is due (Tick), writes
+// msg at level through l with args and the occurrences the line stands
+// for ("occurrences", n, "per", the interval). It reports whether it
+// wrote. Every bounded line says the same two things the same way.
+func (e *Every) Log(l *slog.Logger, level slog.Level, key, msg string, args ...any) bool {
+	n, ok := e.Tick(key)
+	if ok {
+		l.Log(context.Background(), level, msg, append(args, "occurrences", n, "per", e.interval)...)
+	}
+	return ok
 }
 
 // Clip is at most n bytes of s, cut on a rune boundary, followed by a

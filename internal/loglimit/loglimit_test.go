@@ -1,6 +1,8 @@
 package loglimit
 
 import (
+	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -159,5 +161,30 @@ func TestClip(t *testing.T) {
 				t.Fatalf("Clip(%q, %d) kept %d bytes", tt.s, tt.n, len(kept))
 			}
 		})
+	}
+}
+
+// TestEveryLog: Log writes the due lines only, each with the occurrences
+// it stands for and the interval.
+func TestEveryLog(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := start
+	e := New(time.Minute, func() time.Time { return now })
+	var buf strings.Builder
+	l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}}))
+	var wrote []bool
+	for _, at := range []time.Duration{0, time.Second, 2 * time.Second, time.Minute} {
+		now = start.Add(at)
+		wrote = append(wrote, e.Log(l, slog.LevelWarn, "k", "a line", "host", "h"))
+	}
+	want := "level=WARN msg=\"a line\" host=h occurrences=1 per=1m0s\n" +
+		"level=WARN msg=\"a line\" host=h occurrences=3 per=1m0s\n"
+	if buf.String() != want || !slices.Equal(wrote, []bool{true, false, false, true}) {
+		t.Fatalf("wrote %v:\n%s\nwant [true false false true]:\n%s", wrote, buf.String(), want)
 	}
 }

@@ -795,10 +795,10 @@ var mutants = []Mutant{
 	},
 	{
 		ID: "m78", Invariant: "H11",
-		Name: "every failed page try of a fleet host logs a WARN (thousands of hosts down flood the log)",
+		Name: "a fleet host's failed page tries limited per host, not across hosts (thousands of hosts down flood the log)",
 		File: "bootstrap/enumerate.go",
-		Old:  "if n, ok := f.lines.Tick(key); ok {",
-		New:  "if n, ok := f.lines.Tick(key); ok || n == 0 {",
+		Old:  "f.lines.Log(b.cfg.Logger, slog.LevelWarn, key, msg, args...)",
+		New:  "f.lines.Log(b.cfg.Logger, slog.LevelWarn, key+host, msg, args...)",
 		Tests: []Test{
 			{Pkg: "./bootstrap", Run: "^TestFleetDeadHostsLogBounded$"},
 		},
@@ -998,20 +998,20 @@ var mutants = []Mutant{
 	},
 	{
 		ID: "m98", Invariant: "H13",
-		Name: "every failed repo logged (a down host's accounts flood the log on every try)",
+		Name: "failed repos' lines limited per account, not per class (a down host's accounts flood the log on every try)",
 		File: "backfill/job.go",
-		Old:  "if n, ok := r.lines.Tick(res.Class); ok {",
-		New:  "if n, ok := r.lines.Tick(res.Class); ok || n == 0 {",
+		Old:  "r.lines.Log(r.o.Logger, slog.LevelInfo, res.Class, ",
+		New:  "r.lines.Log(r.o.Logger, slog.LevelInfo, res.Class+res.DID, ",
 		Tests: []Test{
 			{Pkg: "./backfill", Run: "^TestJobFailedLogBounded$"},
 		},
 	},
 	{
 		ID: "m99", Invariant: "H13",
-		Name: "every subscriber disconnect logged (a client reconnecting to be closed writes a line a connection)",
+		Name: "disconnect lines limited per connection, not per reason (a client reconnecting to be closed writes a line a connection)",
 		File: "subscribe/subscriber.go",
-		Old:  "if n, ok := s.srv.lines.Tick(\"disconnected/\" + reason); ok {",
-		New:  "if n, ok := s.srv.lines.Tick(\"disconnected/\" + reason); ok || n == 0 {",
+		Old:  "s.srv.lines.Log(s.log, slog.LevelInfo, \"disconnected/\"+reason, ",
+		New:  "s.srv.lines.Log(s.log, slog.LevelInfo, \"disconnected/\"+reason+s.ws.RemoteAddr().String(), ",
 		Tests: []Test{
 			{Pkg: "./subscribe", Run: "^TestDisconnectLogBounded$"},
 		},
