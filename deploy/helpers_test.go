@@ -40,9 +40,19 @@ func readFile(t *testing.T, rel string) []byte {
 
 var (
 	binOnce sync.Once
+	binDir  string
 	binPath string
 	binErr  error
 )
+
+// TestMain removes the binary built for the tests when they are done.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
 
 // backstreamBinary builds ./cmd/backstream once per test binary.
 func backstreamBinary(t *testing.T) string {
@@ -54,7 +64,7 @@ func backstreamBinary(t *testing.T) string {
 			binErr = err
 			return
 		}
-		binPath = filepath.Join(dir, "backstream")
+		binDir, binPath = dir, filepath.Join(dir, "backstream")
 		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/backstream")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
