@@ -663,20 +663,26 @@ func TestJobReplaceNotFound(t *testing.T) {
 	}
 }
 
-// TestJobFailedLogBounded: a host serving a bad commit for an account
-// fails its job every time it is tried (the retry runner tries again and
+// TestJobFailedLogBounded: a host serving a bad commit for each of its
+// accounts fails their jobs every time they are tried (the retry runner tries again and
 // again, over tens of millions of accounts). Each failure is counted in
 // backstream_backfill_failed_total; the log gets one line per class per
 // minute, standing for the failures since the last, never one per repo.
 func TestJobFailedLogBounded(t *testing.T) {
-	e := newEnv(t, smallWorld(4, 4))
+	e := newEnv(t, smallWorld(16, 4))
 	var lines logtest.Counter
 	r := e.runner(func(o *backfill.Options) { o.Logger = lines.Logger() })
-	did := e.activeAccounts(1)[0].DID
-	e.net.Faults().InvalidRev(did, oracle.Always)
+	var dids []string // a bad host fails each of its accounts
+	for _, a := range e.activeAccounts(1) {
+		e.net.Faults().InvalidRev(a.DID, oracle.Always)
+		dids = append(dids, a.DID)
+	}
+	if len(dids) < 8 {
+		t.Fatalf("%d active accounts in the world, want at least 8", len(dids))
+	}
 	const n = 1000
-	for range n {
-		if res := e.run(r, did); res.Status != archive.StatusFailed || res.Class != backfill.ClassBadCommit {
+	for i := range n {
+		if res := e.run(r, dids[i%len(dids)]); res.Status != archive.StatusFailed || res.Class != backfill.ClassBadCommit {
 			t.Fatalf("result %v class %q; want failed %q", res.Status, res.Class, backfill.ClassBadCommit)
 		}
 	}
@@ -687,7 +693,7 @@ func TestJobFailedLogBounded(t *testing.T) {
 		t.Fatalf("%d failed jobs within a minute wrote %d log lines at INFO or above, want 1", n, got)
 	}
 	_ = e.clock.Sleep(context.Background(), time.Minute)
-	e.run(r, did)
+	e.run(r, dids[0])
 	if got := lines.Lines(); got != 2 {
 		t.Fatalf("a failure a minute after the last line: %d log lines in all, want 2", got)
 	}
