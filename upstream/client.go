@@ -113,7 +113,7 @@ var _ RepoSource = (*Client)(nil)
 // safe for concurrent use. It never writes to the store.
 type Client struct {
 	relay     *url.URL
-	relayAddr string // canonical host:port of the relay
+	relayAddr string // the relay's key (canonicalHostPort)
 	policy    addrPolicy
 	opts      Options
 	metrics   *Metrics

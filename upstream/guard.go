@@ -191,7 +191,7 @@ func isLoopbackHost(hostname string) bool {
 // connected to.
 type guardedDialer struct {
 	policy    addrPolicy
-	relayAddr string   // host:port of the relay, lower-case; exempt from the policy
+	relayAddr string   // the relay's key (canonicalHostPort); exempt from the policy
 	exempt    []string // further host:port addresses exempt (GuardedDial)
 	resolve   Resolver
 	dialer    net.Dialer
@@ -249,13 +249,15 @@ func (g *guardedDialer) DialContext(ctx context.Context, network, addr string) (
 	return nil, firstErr
 }
 
-// exempts reports whether addr is the relay's or another trusted address.
+// exempts reports whether addr (host:port, in any spelling) is the relay's
+// or another trusted address.
 func (g *guardedDialer) exempts(addr string) bool {
-	if strings.EqualFold(addr, g.relayAddr) {
+	key := canonicalHostPort(&url.URL{Host: addr})
+	if key == g.relayAddr {
 		return true
 	}
 	for _, e := range g.exempt {
-		if strings.EqualFold(addr, e) {
+		if key == e {
 			return true
 		}
 	}
@@ -311,7 +313,7 @@ func (c *Client) checkTarget(u *url.URL) error {
 		return &refusal{reason: "empty-host", addr: u.String()}
 	}
 	hp := canonicalHostPort(u)
-	if strings.EqualFold(u.Host, c.relayAddr) || strings.EqualFold(hp, c.relayAddr) {
+	if hp == c.relayAddr {
 		return nil
 	}
 	_, ps, _ := net.SplitHostPort(hp)
@@ -333,16 +335,17 @@ func (c *Client) checkTarget(u *url.URL) error {
 	return nil
 }
 
-// canonicalHostPort returns host:port with the scheme's default port filled in.
+// canonicalHostPort is the key of u's host for the per-host limits (pace,
+// download slots) and the exempt addresses: its canonical form
+// (CanonicalHost) with the scheme's default port filled in (80 for a scheme
+// of no known default), so every spelling of one host is one key.
 func canonicalHostPort(u *url.URL) string {
-	port := u.Port()
+	c := url.URL{Host: CanonicalHost(u.Scheme, u.Host)}
+	port := c.Port()
 	if port == "" {
-		switch u.Scheme {
-		case "https", "wss":
-			port = "443"
-		default:
+		if port = defaultPort(u.Scheme); port == "" {
 			port = "80"
 		}
 	}
-	return net.JoinHostPort(strings.ToLower(u.Hostname()), port)
+	return net.JoinHostPort(c.Hostname(), port)
 }

@@ -137,15 +137,8 @@ func CanonicalHost(scheme, host string) string {
 	if n, err := strconv.ParseUint(port, 10, 16); err == nil {
 		port = strconv.FormatUint(n, 10)
 	}
-	switch strings.ToLower(scheme) {
-	case "http", "ws":
-		if port == "80" {
-			port = ""
-		}
-	case "https", "wss":
-		if port == "443" {
-			port = ""
-		}
+	if port == defaultPort(scheme) {
+		port = ""
 	}
 	if strings.Contains(name, ":") {
 		name = "[" + name + "]"
@@ -154,6 +147,18 @@ func CanonicalHost(scheme, host string) string {
 		return name
 	}
 	return name + ":" + port
+}
+
+// defaultPort is the port a URL of scheme reaches when it names none; ""
+// for a scheme of no known default.
+func defaultPort(scheme string) string {
+	switch strings.ToLower(scheme) {
+	case "http", "ws":
+		return "80"
+	case "https", "wss":
+		return "443"
+	}
+	return ""
 }
 
 // hostURL is the base URL of a PDS host: the relay's scheme (http only

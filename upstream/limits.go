@@ -14,7 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -265,9 +265,11 @@ func (c *Client) releaseSlot(st *getRepoState) {
 	}
 }
 
-// HostDownloads is the number of downloads holding a slot of host (host:port,
-// lower case, the scheme's default port filled in).
-func (c *Client) HostDownloads(host string) int { return c.hosts.held(strings.ToLower(host)) }
+// HostDownloads is the number of downloads holding a slot of host
+// (host[:port], in any spelling; without a port, the relay scheme's default).
+func (c *Client) HostDownloads(host string) int {
+	return c.hosts.held(canonicalHostPort(&url.URL{Scheme: c.relay.Scheme, Host: host}))
+}
 
 // ScratchHeld is the number of scratch bytes held by downloads in flight or
 // not yet removed.
