@@ -440,7 +440,7 @@ func (n *Node) buildJobs(reg prometheus.Registerer) error {
 		return fmt.Errorf("node: %w", err)
 	}
 	n.ident = n.resolver(reg)
-	sourceHost, _, err := hostOf(cfg.SourceURL)
+	sourceHost, sourceScheme, err := hostOf(cfg.SourceURL)
 	if err != nil {
 		return err
 	}
@@ -462,7 +462,7 @@ func (n *Node) buildJobs(reg prometheus.Registerer) error {
 		return err
 	}
 	n.retrier, err = retry.New(retry.Config{
-		Store: n.store, Writer: n.w, Jobs: retryJobs, Relay: sourceHost, Workers: cfg.RetryWorkers, HostWorkers: cfg.RetryHostWorkers,
+		Store: n.store, Writer: n.w, Jobs: retryJobs, Relay: sourceHost, Scheme: sourceScheme, Workers: cfg.RetryWorkers, HostWorkers: cfg.RetryHostWorkers,
 		Interval: cfg.RetryInterval, MaxDelay: cfg.RetryMaxDelay, ScanPeriod: cfg.RetryScanPeriod,
 		Metrics: retry.NewMetrics(reg), Logger: n.log.With("component", "retry"), Now: cfg.Now,
 	})

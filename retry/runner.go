@@ -78,6 +78,13 @@ type Config struct {
 	// (it redirects to the repo's PDS): a 429 from it parks every
 	// download, whatever the repo's host (S4). Empty: no host is.
 	Relay string
+	// Scheme is the relay's URL scheme, the one every host is reached
+	// with ("https" when empty). The relay and each repo's recorded host
+	// are taken in their canonical form under it (upstream.CanonicalHost)
+	// before they are compared to each other or to a parked host: a store
+	// written by an older build records hosts as the download named them
+	// (PDS.example:443, pds.example.), its rows are not rewritten.
+	Scheme string
 	// Workers bounds concurrent jobs overall (--retry-workers, 16);
 	// HostWorkers per final host (--retry-host-workers, 4) (S2).
 	Workers     int
@@ -143,6 +150,10 @@ func (c *Config) defaults() error {
 	case c.MaxRefetch < 0:
 		c.MaxRefetch = 0
 	}
+	if c.Scheme == "" {
+		c.Scheme = "https"
+	}
+	c.Relay = upstream.CanonicalHost(c.Scheme, c.Relay)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -582,7 +593,8 @@ func (e *exec) scan(kind passKind, resume map[string]bool) (ps PassStats, err er
 				break
 			}
 			ps.Due++
-			res, err := e.s.offer(e.ctx, item{did: d.DID, host: d.Host})
+			host := upstream.CanonicalHost(r.cfg.Scheme, d.Host)
+			res, err := e.s.offer(e.ctx, item{did: d.DID, host: host})
 			if err != nil {
 				return ps, err
 			}
@@ -593,22 +605,22 @@ func (e *exec) scan(kind passKind, resume map[string]bool) (ps PassStats, err er
 				ps.InFlight++
 			case offerParked:
 				ps.Parked++
-				if resume[d.Host] {
+				if resume[host] {
 					// Its park's end brings a full pass.
-					delete(e.behind, d.Host)
-					delete(resume, d.Host)
+					delete(e.behind, host)
+					delete(resume, host)
 				}
 			case offerHostFull:
 				ps.HostFull++
-				if !beyond && !leftFull[d.Host] {
+				if !beyond && !leftFull[host] {
 					// Keys grow within a pass: the host's first is its
 					// earliest left behind.
-					leftFull[d.Host] = true
+					leftFull[host] = true
 					k := archive.DueKey(d.NextUS, d.DID)
-					if cur, ok := e.behind[d.Host]; resume[d.Host] || !ok || bytes.Compare(k, cur) < 0 {
-						e.behind[d.Host] = k
+					if cur, ok := e.behind[host]; resume[host] || !ok || bytes.Compare(k, cur) < 0 {
+						e.behind[host] = k
 					}
-					delete(resume, d.Host)
+					delete(resume, host)
 				}
 			}
 			page[i] = archive.DueEntry{}
