@@ -145,9 +145,13 @@
 // # Known limits
 //
 //   - backstream_retry_due and Status.Due are the last full pass's
-//     count; while a large backlog drains, full passes come only as the
-//     jobs pay for them (above), so the count can be older than the scan
-//     period.
+//     count, less each job finished since whose repo left the due set,
+//     plus the repos a Wake's pass reads due later than the previous pass
+//     read (full passes come only as the jobs pay for them, above, so a
+//     large backlog would otherwise show its first count for hours). A
+//     repo whose mark is written with a time the runner had already read
+//     past, or a repo marked again while queued, is off the count until
+//     the next full pass, which counts again.
 //   - The due index of a store written by a build without it is built
 //     when the store opens (one read of repo/). A store that a build
 //     without the index wrote to after that has an index missing those

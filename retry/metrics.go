@@ -48,7 +48,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		due: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "backstream_retry_due",
-			Help: "Repos found due (failed with next attempt due, pending, or marked for replacement) by the last full candidate pass (a Wake's pass reads only what came due since the one before).",
+			Help: "Repos due (failed with next attempt due, pending, or marked for replacement): the count of the last full candidate pass, less the jobs finished since, plus the repos that came due since.",
 		}),
 		parked: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "backstream_retry_parked_hosts",

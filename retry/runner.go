@@ -251,7 +251,7 @@ type ParkedHost struct {
 // Status is the runner's state for /status.
 type Status struct {
 	Running     bool
-	Due         int // the last full pass's (a Wake's pass reads only what came due since)
+	Due         int // repos due now: the last full pass's count, less the jobs finished since, plus what came due since
 	Queued      int
 	InFlight    int
 	ParkedHosts int
@@ -280,6 +280,17 @@ func (r *Runner) Status() Status {
 		st.Parked, st.ParkedHosts, _ = e.s.parkedHosts(10)
 	}
 	return st
+}
+
+// addDue moves the due count by n (a job's repo leaving the due set):
+// between two full passes, which may be far apart while a large backlog
+// drains, the count follows the jobs and the repos that come due instead
+// of staying at the last full pass's. Each full pass counts again.
+func (r *Runner) addDue(n int) {
+	r.mu.Lock()
+	r.status.Due = max(0, r.status.Due+n)
+	r.m.setDue(r.status.Due)
+	r.mu.Unlock()
 }
 
 func (r *Runner) record(result string) {
@@ -541,6 +552,10 @@ func (e *exec) scan(kind passKind, resume map[string]bool) (ps PassStats, err er
 	}()
 	var from []byte
 	pageKeys := r.cfg.PageKeys
+	// A Wake's pass counts the repos that came due after what the last
+	// pass read (their next attempt later than readTo): new to the due
+	// count the last full pass made.
+	since, fresh := e.readTo, 0
 	switch kind {
 	case passResume:
 		for h := range resume {
@@ -593,6 +608,9 @@ func (e *exec) scan(kind passKind, resume map[string]bool) (ps PassStats, err er
 				break
 			}
 			ps.Due++
+			if kind == passWake && d.NextUS > since {
+				fresh++
+			}
 			host := upstream.CanonicalHost(r.cfg.Scheme, d.Host)
 			res, err := e.s.offer(e.ctx, item{did: d.DID, host: host})
 			if err != nil {
@@ -645,11 +663,14 @@ func (e *exec) scan(kind passKind, resume map[string]bool) (ps PassStats, err er
 	r.m.deferral(deferParked, ps.Parked)
 	r.m.deferral(deferHostFull, ps.HostFull)
 	r.mu.Lock()
-	if full {
+	switch {
+	case full:
 		e.fullRead = ps.Scanned
-		r.m.setDue(ps.Due)
 		r.status.Due = ps.Due
+	case fresh > 0:
+		r.status.Due += fresh
 	}
+	r.m.setDue(r.status.Due)
 	r.status.Passes++
 	r.status.LastPass = start
 	r.status.LastPassDur = ps.Duration
@@ -678,9 +699,15 @@ func (e *exec) worker() {
 		if !ok {
 			return
 		}
-		e.process(it)
+		deferred := e.process(it)
 		e.s.done(it)
 		e.finished.Add(1)
+		if !deferred && e.ctx.Err() == nil {
+			// Its repo left the due set: replaced, failed or parked
+			// with a next attempt ahead, or found no longer due (a job
+			// the run's end interrupted left it due).
+			e.r.addDue(-1)
+		}
 	}
 }
 
@@ -692,8 +719,9 @@ func (e *exec) count(result string) {
 }
 
 // process runs one due repo to an outcome. Errors of the machinery go to
-// fail; per-repo outcomes are durable when it returns.
-func (e *exec) process(it item) {
+// fail; per-repo outcomes are durable when it returns. deferred: the repo
+// stays due (the record index is still being backfilled).
+func (e *exec) process(it item) (deferred bool) {
 	defer func() {
 		if p := recover(); p != nil {
 			e.fail(fmt.Errorf("retry: %s: panic: %v", it.did, p))
@@ -736,7 +764,7 @@ func (e *exec) process(it item) {
 			r.m.deferral(deferIndexPending, 1)
 			e.deferred.Store(true)
 			e.skip()
-			return
+			return true
 		case errors.Is(err, backfill.ErrStale):
 			// S9: the archive moved past the snapshot; nothing was applied.
 			r.m.refusedReplacement()
