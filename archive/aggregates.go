@@ -11,7 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble"
@@ -206,7 +208,9 @@ func (s *Store) upgradeCounts(c Counts, log *slog.Logger, now func() time.Time) 
 		return c, fmt.Errorf("rebuild failure aggregates: %w", err)
 	}
 	_ = b.Set(KeyCounts, v, nil)
-	if err := s.commit("rebuild failure aggregates", b); err != nil {
+	err = s.commit("rebuild failure aggregates", b)
+	s.rankGen.Add(1)
+	if err != nil {
 		return c, err
 	}
 	log.Info("archive: rebuilt the failure aggregates of a store written before they existed",
@@ -220,9 +224,30 @@ type HostFailures struct {
 	Failures uint64 `json:"failed"`
 }
 
+// topCache is TopFailingHosts's last answer, for n hosts, read while
+// rankGen was gen.
+type topCache struct {
+	mu    sync.Mutex
+	ok    bool
+	gen   uint64
+	n     int
+	hosts []HostFailures
+}
+
 // TopFailingHosts returns at most n hosts with the most failed repos, most
-// first (ties by host name), reading n keys of hostrank/.
+// first (ties by host name), reading n keys of hostrank/ and every deleted
+// row ahead of them that no compaction has dropped yet. After hosts
+// recover those may be many (one for each count a host held), so the
+// answer is kept and read again only after a batch changed a failure
+// count: /status, built at every poll of a status page, reads nothing
+// while no failure is counted or cleared.
 func (s *Store) TopFailingHosts(n int) ([]HostFailures, error) {
+	gen := s.rankGen.Load() // before the read: a change during it is read again
+	s.top.mu.Lock()
+	defer s.top.mu.Unlock()
+	if s.top.ok && s.top.gen == gen && s.top.n == n {
+		return slices.Clone(s.top.hosts), nil
+	}
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: PrefixHostRank, UpperBound: prefixEnd(PrefixHostRank)})
 	if err != nil {
 		return nil, &KeyError{Key: "hostrank/<scan>", Kind: ErrRead, Err: err}
@@ -244,5 +269,6 @@ func (s *Store) TopFailingHosts(n int) ([]HostFailures, error) {
 	if err := it.Close(); err != nil {
 		return nil, &KeyError{Key: "hostrank/<scan>", Kind: ErrRead, Err: err}
 	}
-	return out, nil
+	s.top.ok, s.top.gen, s.top.n, s.top.hosts = true, gen, n, out
+	return slices.Clone(out), nil
 }

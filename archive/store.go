@@ -111,6 +111,8 @@ type Store struct {
 
 	compactGen atomic.Uint64 // compaction removal batches committed (CompactionGeneration)
 	rosterGen  atomic.Uint64 // writer batches that changed a roster entry (RosterGeneration)
+	rankGen    atomic.Uint64 // batches that changed a hostrank/ entry (TopFailingHosts)
+	top        topCache      // TopFailingHosts's last answer
 	dueLow     atomic.Int64  // the earliest next attempt + 1 of the due/ entries written since TakeDueWritten; 0: none
 }
 

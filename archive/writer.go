@@ -483,6 +483,7 @@ type pending struct {
 	tombs    int                      // tomb/ entries written
 	dueLow   int64                    // the earliest next attempt + 1 of the due/ entries written; 0: none
 	roster   bool                     // a roster entry changed (Store.RosterGeneration)
+	rank     bool                     // a hostrank/ entry changed (Store.TopFailingHosts)
 }
 
 func (w *Writer) run() {
@@ -621,6 +622,9 @@ func (w *Writer) commit(p *pending) bool {
 		// After the commit, whatever its outcome: a roster figure read
 		// before it is not taken for one read after.
 		w.store.rosterGen.Add(1)
+	}
+	if p.rank {
+		w.store.rankGen.Add(1) // likewise for the failure ranking
 	}
 	if err == nil {
 		return true
@@ -913,6 +917,7 @@ func (w *Writer) applyHosts(p *pending, st *staged) {
 			p.roster = true
 		}
 		if ch.old.Failures != ch.ns.Failures {
+			p.rank = true
 			if ch.old.Failures > 0 {
 				_ = p.b.Delete(HostRankKey(ch.old.Failures, h), nil)
 			}
