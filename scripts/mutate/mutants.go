@@ -1056,4 +1056,34 @@ var mutants = []Mutant{
 			{Pkg: "./archive", Run: "^TestStuckReadIsAFault$"},
 		},
 	},
+	{
+		ID: "m108", Invariant: "H7",
+		Name: "the per-host limits keyed by the host only lower-cased (PDS.Example. and pds.example two download caps and two paced budgets)",
+		File: "upstream/guard.go",
+		Old:  "\tc := url.URL{Host: CanonicalHost(u.Scheme, u.Host)}\n",
+		New:  "\tc := url.URL{Host: strings.ToLower(u.Host)}\n",
+		Tests: []Test{
+			{Pkg: "./upstream", Run: "^(TestOneHostOneSlot|TestOneHostOnePace)$"},
+		},
+	},
+	{
+		ID: "m109", Invariant: "S4",
+		Name: "a repo's recorded host compared to parks as written (repos an older build recorded on PDS.Example:443 run while pds.example is parked)",
+		File: "retry/runner.go",
+		Old:  "host := upstream.CanonicalHost(r.cfg.Scheme, d.Host)",
+		New:  "host := d.Host",
+		Tests: []Test{
+			{Pkg: "./retry", Run: "^TestParkHoldsTheHostInAnySpelling$"},
+		},
+	},
+	{
+		ID: "m110", Invariant: "S3",
+		Name: "the due count not taken down by finished jobs (a draining backlog shows its first count for hours)",
+		File: "retry/runner.go",
+		Old:  "\t\t\te.r.addDue(-1)\n",
+		New:  "",
+		Tests: []Test{
+			{Pkg: "./retry", Run: "^TestDueGaugeFollowsABacklog$"},
+		},
+	},
 }
