@@ -306,6 +306,15 @@ func classOfKind(k error) Class {
 	}
 }
 
+// Answered reports whether the host a call went to answered it: no error,
+// or an error carrying the HTTP status of the host's response (a 4xx, a
+// 5xx, a 429, a malformed 200). A failure without a response (a connect
+// timeout, a refused connection, a reset) is not an answer.
+func Answered(err error) bool {
+	var ue *Error
+	return err == nil || errors.As(err, &ue) && ue.StatusCode != 0
+}
+
 // RetryAfter returns how long the server asked the caller to wait, bounded by
 // RetryAfterCeiling: Retry-After when present, else ratelimit-reset minus now,
 // else 0 (use your own backoff).

@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"unicode/utf8"
 
@@ -246,5 +249,48 @@ func TestListReposCutsStatus(t *testing.T) {
 		if r.Status != want[i] || !utf8.ValidString(r.Status) {
 			t.Errorf("entry %d: status of %d bytes %q, want %q", i, len(r.Status), r.Status, want[i])
 		}
+	}
+}
+
+// TestHostListReposAnswered: a host's listRepos call is answered when the
+// host sent a response, whatever its status (a page, a 503, a 429, a 404,
+// a malformed 200), and not when no response came (a refused connection).
+// Bootstrap counts a host that has answered once as no longer untested.
+func TestHostListReposAnswered(t *testing.T) {
+	var mode atomic.Value
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		switch mode.Load().(string) {
+		case "page":
+			io.WriteString(w, `{"repos":[]}`)
+		case "garbage":
+			io.WriteString(w, "<html>not json")
+		case "503":
+			xrpcError(w, 503, "", "")
+		case "429":
+			w.Header().Set("Retry-After", "3")
+			xrpcError(w, 429, "RateLimitExceeded", "slow down")
+		case "404":
+			xrpcError(w, 404, "NotFound", "")
+		}
+	})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, closed, _ := net.SplitHostPort(l.Addr().String())
+	l.Close()
+	c, _ := testClient(t, srv.URL, func(o *Options) {
+		o.Resolve = staticResolver(map[string]string{"pds.example": "127.0.0.1"})
+		o.LoopbackHosts = append(o.LoopbackHosts, "127.0.0.1:"+closed)
+	})
+	for _, m := range []string{"page", "garbage", "503", "429", "404"} {
+		mode.Store(m)
+		if _, err := c.HostListRepos(context.Background(), "pds.example:"+srv.port(), "", 10); !Answered(err) {
+			t.Errorf("a host answering %s: Answered(%v) false, want true", m, err)
+		}
+	}
+	_, err = c.HostListRepos(context.Background(), "pds.example:"+closed, "", 10)
+	if !errors.Is(err, syscall.ECONNREFUSED) || Answered(err) {
+		t.Errorf("a host refusing the connection: %v, Answered %v; want a refused connection, not answered", err, Answered(err))
 	}
 }
