@@ -205,6 +205,7 @@ type Bootstrap struct {
 	prog      progressState
 	fleet     atomic.Pointer[fleetState] // hosts mode; nil in relay mode
 	listSlots *semaphore.Weighted        // hosts mode: listRepos requests at once (Workers)
+	untested  *semaphore.Weighted        // hosts mode: those of listSlots hosts not yet answered may hold (untestedSlots)
 }
 
 // New validates cfg.

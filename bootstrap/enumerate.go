@@ -62,7 +62,7 @@ func (b *Bootstrap) enumerate(ctx context.Context, r *laneRun, out chan<- *pageM
 	patient := cursor == "" && host == ""
 	for {
 		r.cursor = cursor
-		pg, wait, err := b.listPage(ctx, host, cursor, patient, &r.tries)
+		pg, wait, err := b.listPage(ctx, r, cursor, patient)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return "", 0, ctx.Err()
@@ -339,10 +339,10 @@ type pageTries struct {
 	overtime          bool
 }
 
-// listPage fetches one page with retries: transient errors get ListRetries
-// retries with getRepo's ordinary backoff (1 s doubling to 30 s, the
-// internal/backoff jitter), 429s the getRepo 429 budget and its
-// server-directed waits. It returns the error it gives up on: at once for
+// listPage fetches one page of r's lane, from cursor, with retries:
+// transient errors get ListRetries retries with getRepo's ordinary backoff
+// (1 s doubling to 30 s, the internal/backoff jitter), 429s the getRepo
+// 429 budget and its server-directed waits. It returns the error it gives up on: at once for
 // one that retrying will not change (a malformed or oversized page, a 4xx),
 // else when the budget is spent — the caller cuts the listing there. A
 // patient call (nothing listed yet) never gives up on a transient failure
@@ -350,15 +350,16 @@ type pageTries struct {
 // that has listed nothing would archive nothing.
 //
 // The relay's listing (host "") sleeps between its tries here; a host's
-// returns after one failed try with the wait before the next (never 0; t
-// counts the tries across calls), so its lane waits parked, holding no runner
-// (lanes.go): with many hosts down, their waits would otherwise hold every
-// runner while healthy hosts wait to be begun.
-func (b *Bootstrap) listPage(ctx context.Context, host, cursor string, patient bool, t *pageTries) (upstream.Page, time.Duration, error) {
+// returns after one failed try with the wait before the next (never 0;
+// r.tries counts the tries across calls), so its lane waits parked,
+// holding no runner (lanes.go): with many hosts down, their waits would
+// otherwise hold every runner while healthy hosts wait to be begun.
+func (b *Bootstrap) listPage(ctx context.Context, r *laneRun, cursor string, patient bool) (upstream.Page, time.Duration, error) {
 	cfg := &b.cfg
+	host, t := r.host, &r.tries
 	bo := backoff.Policy{Base: backfill.DefaultBackoffBase, Max: backfill.DefaultBackoffMax}
 	for {
-		pg, err := b.listOnce(ctx, host, cursor)
+		pg, err := b.listOnce(ctx, r, cursor)
 		if err == nil {
 			return pg, 0, nil
 		}

@@ -31,14 +31,15 @@ const laneRunnersPerWorker = 16
 // listing may still name in the run, the cursors it has returned, and its
 // retries: the page's (tries) and the host's (retries).
 type laneRun struct {
-	host    string
-	cursor  string
-	left    *int64 // nil: no bound (the relay's)
-	window  *credit
-	seen    upstream.CursorSet
-	tries   pageTries
-	retries int
-	due     time.Time // parked: when it is listed again
+	host     string
+	cursor   string
+	left     *int64 // nil: no bound (the relay's)
+	window   *credit
+	seen     upstream.CursorSet
+	tries    pageTries
+	retries  int
+	due      time.Time // parked: when it is listed again
+	answered bool      // the host has answered a request in this run (listOnce)
 }
 
 // lanePool holds the lanes not yet begun, in roster order, and those
