@@ -1057,6 +1057,16 @@ var mutants = []Mutant{
 		},
 	},
 	{
+		ID: "m104", Invariant: "H11",
+		Name: "hosts not yet answered take no untested slot (blackholed hosts the relay calls active hold every listRepos slot, an answered host's next pages wait behind their tries)",
+		File: "bootstrap/fleet.go",
+		Old:  "\tif !r.answered {\n\t\tif err := b.untested.Acquire(ctx, 1)",
+		New:  "\tif false {\n\t\tif err := b.untested.Acquire(ctx, 1)",
+		Tests: []Test{
+			{Pkg: "./bootstrap", Run: "^TestFleetAnsweredHostNotStarvedByUntested$"},
+		},
+	},
+	{
 		ID: "m108", Invariant: "H7",
 		Name: "the per-host limits keyed by the host only lower-cased (PDS.Example. and pds.example two download caps and two paced budgets)",
 		File: "upstream/guard.go",
