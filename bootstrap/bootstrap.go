@@ -20,7 +20,6 @@ import (
 	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/upstream"
-	"golang.org/x/sync/semaphore"
 )
 
 // Defaults.
@@ -204,8 +203,7 @@ type Bootstrap struct {
 
 	prog      progressState
 	fleet     atomic.Pointer[fleetState] // hosts mode; nil in relay mode
-	listSlots *semaphore.Weighted        // hosts mode: listRepos requests at once (Workers)
-	untested  *semaphore.Weighted        // hosts mode: those of listSlots hosts not yet answered may hold (untestedSlots)
+	listSlots *prioritySlots             // hosts mode: listRepos requests at once (Workers), answered hosts first
 }
 
 // New validates cfg.

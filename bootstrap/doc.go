@@ -146,9 +146,11 @@
 // in roster order, so a roster of a million hosts costs at most that many
 // goroutines, not one per host; Workers of them hold a listRepos request
 // at once (listOnce), the others wait for a request slot or window credit.
-// Hosts that have not answered in the run hold at most half of those slots
-// (untestedSlots, at least 1), so a host that has answered always has the
-// rest for its next pages, however many blackholed hosts try and retry.
+// A slot that frees goes to a waiting request of a host that has answered
+// in the run before any of a host that has not (prioritySlots), and none
+// is held back while a request waits: a host that has answered waits for
+// at most the first slot that frees before each next page, however many
+// blackholed hosts try and retry.
 // A host's page that failed waits for its next try (its page budgets,
 // listPage) parked, holding no runner, and every lane not yet begun is
 // taken before a parked one is tried again (lanePool.next): hosts that are

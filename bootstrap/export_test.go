@@ -10,7 +10,3 @@ const HostRetryBase, HostRetryMax = hostRetryBase, hostRetryMax
 // GaveUpLine and LoopLine are the lines of a host given up on and of a
 // listing whose cursor repeats, for the test that counts them.
 const GaveUpLine, LoopLine = gaveUpLine, loopLine
-
-// UntestedSlots is untestedSlots, for the tests of how long hosts that
-// never answer hold back a healthy host's pages.
-var UntestedSlots = untestedSlots

@@ -20,7 +20,6 @@ import (
 	"github.com/backstream/backstream/ident"
 	"github.com/backstream/backstream/internal/loglimit"
 	"github.com/backstream/backstream/upstream"
-	"golang.org/x/sync/semaphore"
 )
 
 // Enumeration modes (Config.Enumerate).
@@ -293,34 +292,24 @@ func (b *Bootstrap) fallBackToRelay(why string) {
 // hosts is the fleet's state, nil in relay mode.
 func (b *Bootstrap) hosts() *fleetState { return b.fleet.Load() }
 
-// untestedSlots is how many of the Workers listRepos request slots hosts
-// that have not answered in this run may hold at once: half, at least 1.
-func untestedSlots(workers int) int64 { return int64(max(workers/2, 1)) }
-
 // listOnce asks for one listRepos page: the relay's, or r's host's own.
 // The hosts' listings share Workers request slots, so a roster of
-// thousands of hosts is not asked all at once. A host that has not
-// answered a request in this run (r.answered) first takes one of the
-// untestedSlots, before a request slot: on the real network thousands of
-// roster hosts the relay calls active are blackholed, each try holding
-// its slot for the connect timeout, and so hosts that have answered
-// always have at least the other half of the slots for their next pages,
-// whatever those hosts try and retry. The relay's own listing takes no
-// slot.
+// thousands of hosts is not asked all at once. A host that has answered a
+// request in this run (r.answered) gets the next slot that frees before
+// any host that has not: on the real network thousands of roster hosts
+// the relay calls active are blackholed, each try holding its slot for
+// the connect timeout, and their tries and retries would otherwise be
+// ahead of each next page of a host that answers. No slot is held back
+// while a request waits, so hosts not yet answered still have every slot
+// the answered ones leave. The relay's own listing takes no slot.
 func (b *Bootstrap) listOnce(ctx context.Context, r *laneRun, cursor string) (upstream.Page, error) {
 	if r.host == "" {
 		return b.cfg.Source.ListRepos(ctx, cursor, b.cfg.PageLimit)
 	}
-	if !r.answered {
-		if err := b.untested.Acquire(ctx, 1); err != nil {
-			return upstream.Page{}, err
-		}
-		defer b.untested.Release(1)
-	}
-	if err := b.listSlots.Acquire(ctx, 1); err != nil {
+	if err := b.listSlots.Acquire(ctx, r.answered); err != nil {
 		return upstream.Page{}, err
 	}
-	defer b.listSlots.Release(1)
+	defer b.listSlots.Release()
 	pg, err := b.cfg.Fleet.HostListRepos(ctx, r.host, cursor, b.cfg.PageLimit)
 	r.answered = r.answered || upstream.Answered(err)
 	return pg, err
@@ -484,8 +473,7 @@ func (b *Bootstrap) fleetLanes(ctx context.Context) ([]lane, error) {
 	b.enumeration(EnumerateHosts, reasonAsked(mode, ModeListHosts))
 	log.Info("bootstrap: enumeration mode hosts: every host of the relay's roster but banned ones (active, idle, offline, throttled) lists its own repos and serves them",
 		"asked", cfg.Enumerate, "hosts", len(roster), "skipped_banned", skipped, "listed_by_two_hosts", b.attributionRule())
-	b.listSlots = semaphore.NewWeighted(int64(cfg.Workers))
-	b.untested = semaphore.NewWeighted(untestedSlots(cfg.Workers))
+	b.listSlots = newPrioritySlots(cfg.Workers)
 	fs := newFleetState(EnumerateHosts)
 	fs.p.Roster, fs.p.Skipped, fs.p.RosterCut = len(roster)+skipped, skipped, rr.Cut
 	b.fleet.Store(fs)

@@ -255,7 +255,8 @@ func TestListReposCutsStatus(t *testing.T) {
 // TestHostListReposAnswered: a host's listRepos call is answered when the
 // host sent a response, whatever its status (a page, a 503, a 429, a 404,
 // a malformed 200), and not when no response came (a refused connection).
-// Bootstrap counts a host that has answered once as no longer untested.
+// Bootstrap serves the listRepos requests of a host that has answered
+// before those of hosts that have not.
 func TestHostListReposAnswered(t *testing.T) {
 	var mode atomic.Value
 	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
