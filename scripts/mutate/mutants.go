@@ -1058,10 +1058,10 @@ var mutants = []Mutant{
 	},
 	{
 		ID: "m104", Invariant: "H11",
-		Name: "hosts not yet answered take no untested slot (blackholed hosts the relay calls active hold every listRepos slot, an answered host's next pages wait behind their tries)",
+		Name: "a host that has answered waits for a listRepos slot in turn with hosts that have not (blackholed hosts the relay calls active ahead of each of its next pages)",
 		File: "bootstrap/fleet.go",
-		Old:  "\tif !r.answered {\n\t\tif err := b.untested.Acquire(ctx, 1)",
-		New:  "\tif false {\n\t\tif err := b.untested.Acquire(ctx, 1)",
+		Old:  "b.listSlots.Acquire(ctx, r.answered)",
+		New:  "b.listSlots.Acquire(ctx, false)",
 		Tests: []Test{
 			{Pkg: "./bootstrap", Run: "^TestFleetAnsweredHostNotStarvedByUntested$"},
 		},
