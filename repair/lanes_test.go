@@ -373,3 +373,30 @@ func TestHostsModeCutBeforeRestartListsRelay(t *testing.T) {
 		t.Fatalf("relay fallbacks %v, want 1", got)
 	}
 }
+
+// TestForeignHostInAnySpelling: a roster host's listing entry about an
+// account recorded on another roster host is ignored (counted foreign),
+// also when the recorded host is spelled otherwise than the roster names
+// it — as builds before the canonical host form recorded a download's
+// host (B.Test:443, b.test.) — while an account recorded on a host off
+// the roster is still decided on the listing's word.
+func TestForeignHostInAnySpelling(t *testing.T) {
+	for _, recorded := range []string{"b.test", "B.Test:443", "b.test.", "b.test:0443"} {
+		t.Run(recorded, func(t *testing.T) {
+			s, w, apply := newStore(t)
+			hostsGap(apply, 2, []string{"a.test", "b.test"})
+			apply(setRepo(didSame, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revOld, Host: recorded}))
+			apply(setRepo(didNew, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revOld, Host: "gone.test"}))
+			f := &fleet{asked: map[string]int{}, pages: map[string]map[string]upstream.Page{"a.test": {
+				"": {Repos: []upstream.RepoEntry{{DID: didSame, Rev: revNew, Active: true}, {DID: didNew, Rev: revNew, Active: true}}},
+			}}}
+			stepOnce(t, Config{Store: s, Writer: w, Source: &listing{}, Fleet: f})
+			if st, err := s.RepoState(didSame); err != nil || st.Refetch != archive.RefetchNone {
+				t.Fatalf("an account recorded on %q (the roster's b.test), listed by a.test at a newer rev: %+v, %v; want left alone (foreign)", recorded, st, err)
+			}
+			if st, err := s.RepoState(didNew); err != nil || st.Refetch != archive.RefetchAudit {
+				t.Fatalf("an account recorded on gone.test (off the roster), listed by a.test at a newer rev: %+v, %v; want marked", st, err)
+			}
+		})
+	}
+}

@@ -59,6 +59,12 @@ type Config struct {
 	// is asked, and what it says is archived. Nil: absences are not
 	// checked.
 	Status StatusSource
+	// Scheme is the relay's URL scheme, the one roster hosts are reached
+	// with ("https" when empty): an account's recorded host is taken in
+	// its canonical form under it (upstream.CanonicalHost) before it is
+	// compared to the roster's names, as older builds recorded hosts as a
+	// download named them (PDS.example:443, pds.example.).
+	Scheme string
 	// MaxAbsent: see DefaultMaxAbsent.
 	MaxAbsent int
 	// ListWorkers bounds the roster hosts a pass in hosts mode lists at
@@ -149,6 +155,9 @@ func New(cfg Config) (*Runner, error) {
 	}
 	if cfg.MaxAbsent <= 0 {
 		cfg.MaxAbsent = DefaultMaxAbsent
+	}
+	if cfg.Scheme == "" {
+		cfg.Scheme = "https"
 	}
 	if cfg.ListWorkers <= 0 {
 		cfg.ListWorkers = merge.DefaultListWorkers
@@ -370,6 +379,13 @@ func (r *Runner) begin(ctx context.Context, g archive.Gap) (bool, error) {
 	return true, nil
 }
 
+// foreign reports whether an account recorded on host is another roster
+// host's than l's, the host taken in its canonical form.
+func (r *Runner) foreign(l *lane, host string) bool {
+	h := upstream.CanonicalHost(r.cfg.Scheme, host)
+	return h != l.host && l.roster[h]
+}
+
 // compare decides each listed account against the store: the repo updates
 // of those that changed (or whose account state did). l is the listing
 // (nil: a status answer): a roster host's entry about an account whose
@@ -395,7 +411,7 @@ func (r *Runner) compare(repos []upstream.RepoEntry, l *lane) (*archive.Unit, er
 		newer := upstream.ValidTID(e.Rev) && e.Rev > rev
 		var reason string
 		switch {
-		case l != nil && l.host != "" && exists && st.Host != "" && st.Host != l.host && l.roster[st.Host]:
+		case l != nil && l.host != "" && exists && st.Host != "" && r.foreign(l, st.Host):
 			// Another roster host's account: this host's word on it (a
 			// takedown, a newer rev) would archive what it does not hold.
 			r.cfg.Metrics.account(ReasonForeign, 1)

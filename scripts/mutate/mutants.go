@@ -1096,4 +1096,14 @@ var mutants = []Mutant{
 			{Pkg: "./retry", Run: "^TestDueGaugeFollowsABacklog$"},
 		},
 	},
+	{
+		ID: "m114", Invariant: "G6",
+		Name: "a repair pass compares an account's recorded host to the roster as written (an older build's PDS.Example:443 account taken on another roster host's word)",
+		File: "repair/runner.go",
+		Old:  "\th := upstream.CanonicalHost(r.cfg.Scheme, host)\n",
+		New:  "\th := host\n",
+		Tests: []Test{
+			{Pkg: "./repair", Run: "^TestForeignHostInAnySpelling$"},
+		},
+	},
 }
