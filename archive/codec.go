@@ -185,6 +185,49 @@ func EncodeSeqCursor(seq uint64) ([]byte, error) { return encodeU64("cursor", se
 // DecodeSeqCursor accepts exactly 9 bytes, version 1, value ≤ MaxInt64.
 func DecodeSeqCursor(b []byte) (uint64, error) { return decodeU64("cursor", b) }
 
+// SinkRemoval is a removal the NATS sink saw empty its stream: the
+// stream (its creation time) and its last sequence then, and the archive
+// seq of the message removed.
+type SinkRemoval struct {
+	Created time.Time
+	LastSeq uint64 // the stream's last sequence, the removed message's
+	Seq     uint64 // the archive seq of the removed message
+}
+
+// EncodeSinkRemoval encodes [0x01][created, Unix ns, int64 LE][last
+// sequence, uint64 LE][archive seq, uint64 LE]; both sequences are at
+// least 1 and at most MaxInt64.
+func EncodeSinkRemoval(r SinkRemoval) ([]byte, error) {
+	if r.LastSeq == 0 || r.Seq == 0 || r.LastSeq > math.MaxInt64 || r.Seq > math.MaxInt64 {
+		return nil, malformed("sink removal: sequences %d and %d, want 1 to MaxInt64", r.LastSeq, r.Seq)
+	}
+	b := make([]byte, 25)
+	b[0] = codecV1
+	binary.LittleEndian.PutUint64(b[1:], uint64(r.Created.UnixNano()))
+	binary.LittleEndian.PutUint64(b[9:], r.LastSeq)
+	binary.LittleEndian.PutUint64(b[17:], r.Seq)
+	return b, nil
+}
+
+// DecodeSinkRemoval accepts exactly what EncodeSinkRemoval produces.
+func DecodeSinkRemoval(b []byte) (SinkRemoval, error) {
+	if len(b) != 25 {
+		return SinkRemoval{}, malformed("sink removal: %d bytes, want 25", len(b))
+	}
+	if b[0] != codecV1 {
+		return SinkRemoval{}, malformed("sink removal: unknown version 0x%02x", b[0])
+	}
+	r := SinkRemoval{
+		Created: time.Unix(0, int64(binary.LittleEndian.Uint64(b[1:]))).UTC(),
+		LastSeq: binary.LittleEndian.Uint64(b[9:]),
+		Seq:     binary.LittleEndian.Uint64(b[17:]),
+	}
+	if r.LastSeq == 0 || r.Seq == 0 || r.LastSeq > math.MaxInt64 || r.Seq > math.MaxInt64 {
+		return SinkRemoval{}, malformed("sink removal: sequences %d and %d, want 1 to MaxInt64", r.LastSeq, r.Seq)
+	}
+	return r, nil
+}
+
 // encodeU64 encodes [0x01][uint64 LE] of a value at most MaxInt64 (a seq);
 // what names the value in the error.
 func encodeU64(what string, v uint64) ([]byte, error) {

@@ -491,3 +491,33 @@ func TestDerivedCID(t *testing.T) {
 		t.Fatalf("a checked CID was hashed again: %v %x", err, got.CID)
 	}
 }
+
+func TestSinkRemovalCodec(t *testing.T) {
+	r := SinkRemoval{Created: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC), LastSeq: 1, Seq: math.MaxInt64}
+	b, err := EncodeSinkRemoval(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeSinkRemoval(b)
+	if err != nil || got != r {
+		t.Fatalf("round trip %+v: %+v, %v", r, got, err)
+	}
+	for _, bad := range []SinkRemoval{{LastSeq: 0, Seq: 1}, {LastSeq: 1, Seq: 0}, {LastSeq: 1, Seq: math.MaxInt64 + 1}} {
+		if _, err := EncodeSinkRemoval(bad); err == nil {
+			t.Errorf("encoder accepted %+v", bad)
+		}
+	}
+	zero := append([]byte(nil), b...)
+	clear(zero[9:17])
+	for name, b := range map[string][]byte{
+		"empty":        nil,
+		"short":        b[:24],
+		"long":         append(append([]byte(nil), b...), 0),
+		"version":      append([]byte{0x02}, b[1:]...),
+		"last seq 0":   zero,
+		"seq too high": append(append([]byte(nil), b[:17]...), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff),
+	} {
+		_, err := DecodeSinkRemoval(b)
+		mustMalformed(t, name, err)
+	}
+}

@@ -68,6 +68,12 @@ var KeyReplayIndex = []byte("meta/index_replay")
 // the writer's: the sink only reads the archive).
 var KeyCursorSinkNATS = []byte("cursor/sink/nats")
 
+// KeyCursorSinkNATSRemoved is the last removal the NATS sink saw empty
+// its stream (EncodeSinkRemoval): the operator removed the stream's only
+// message, which leaves the very state a purge does. A stream found empty
+// there later is resumed after it, not filled again. A unit Put.
+var KeyCursorSinkNATSRemoved = []byte("cursor/sink/nats_removed")
+
 // KeyCursorPLCExport is where a bootstrap's read of the PLC directory's
 // export resumes: the createdAt of the last op read (an EncodeTime value).
 // A unit Put, submitted after the ident/ rows of its page.

@@ -239,3 +239,9 @@ func (s *Store) ScanRepos(fn func(did string, st RepoState) error) error {
 
 // SinkCursor reads cursor/sink/nats, the NATS sink's position.
 func (s *Store) SinkCursor() (uint64, error) { return get(s.db, KeyCursorSinkNATS, DecodeSeqCursor) }
+
+// SinkRemoval reads cursor/sink/nats_removed, the last removal the NATS
+// sink saw empty its stream.
+func (s *Store) SinkRemoval() (SinkRemoval, error) {
+	return get(s.db, KeyCursorSinkNATSRemoved, DecodeSinkRemoval)
+}

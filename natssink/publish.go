@@ -316,17 +316,17 @@ func (p *publisher) resume(ctx context.Context, stream jetstream.Stream) error {
 }
 
 // emptyStart is the archive seq a session publishes first into an empty
-// stream: after the position when the stream emptied itself, or when an
-// earlier session saw the operator remove its only message and nothing
-// was stored since; else From (a stream never published into, or one
-// purged).
+// stream: after the removed message when an earlier session (of this run
+// or one before) saw the operator remove the stream's only message and
+// nothing was stored since; after the position when the stream emptied
+// itself; else From (a stream never published into, or one purged).
 func (p *publisher) emptyStart(info *jetstream.StreamInfo) uint64 {
 	s := p.sink
 	pos := s.acked.Load()
-	if last := info.State.LastSeq; pos > 0 && last > 0 && s.removedAt.Load() == last {
-		s.log.Info("the NATS stream is empty since its only message was removed; publishing after the position",
-			"stream", s.cfg.Stream, "last_sequence", last, "position", pos)
-		return max(pos+1, s.cfg.From)
+	if r := s.removal.Load(); r != nil && r.LastSeq == info.State.LastSeq && r.Created.Equal(info.Created) {
+		s.log.Info("the NATS stream is empty since its only message was removed; publishing after that message",
+			"stream", s.cfg.Stream, "last_sequence", r.LastSeq, "removed_seq", r.Seq)
+		return max(r.Seq+1, s.cfg.From)
 	}
 	if pos > 0 && emptiedItself(info) {
 		s.log.Info("the NATS stream is empty: its retention or max_age removed every message it held; publishing after the position",
@@ -543,8 +543,10 @@ func (p *publisher) ack(r ackReply) error {
 	}
 	p.done = r.token + 1
 	p.stored = r.seq
-	p.storedSeq.Store(r.seq)
+	// The archive seq before the stream sequence: the purge watch reads
+	// them the other way round (Sink.removed).
 	p.sink.acked.Store(in.seq)
+	p.storedSeq.Store(r.seq)
 	p.sink.cfg.Metrics.acked(int(i)+1, in.seq)
 	return nil
 }

@@ -71,7 +71,11 @@ func (p *publisher) watchPurge(ctx context.Context, stream jetstream.Stream, res
 				found <- e
 				return
 			case removed:
-				p.sink.removed(info.State)
+				// The stored sequence, then the archive seq acknowledged
+				// with it or later (ack writes them in the other order):
+				// a later one means the stream went on past it.
+				last := p.storedSeq.Load()
+				p.sink.removed(ctx, info, last, p.sink.acked.Load())
 			}
 		}
 	}()

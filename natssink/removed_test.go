@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/internal/natstest"
 	"github.com/backstream/backstream/internal/promtest"
 )
@@ -163,6 +164,38 @@ func TestPurgeJudge(t *testing.T) {
 				if got != s.want {
 					t.Fatalf("sample %d %+v (stored %d): %q, want %q: %s", i, s.cur, s.stored, got, s.want, s.because)
 				}
+			}
+		})
+	}
+}
+
+// TestSinkOnlyMessageRemovedThenRestart: backstream stopped, or killed,
+// while the stream is still empty after the running sink saw the removal
+// of its only message: the next start resumes after the removed message,
+// it does not fill the stream again from --nats-from. Killed, the durable
+// position may lag the stream by the last second of publishes (here it is
+// set back to 15 after the stop).
+func TestSinkOnlyMessageRemovedThenRestart(t *testing.T) {
+	for _, kill := range []bool{false, true} {
+		t.Run(map[bool]string{false: "stopped", true: "killed"}[kill], func(t *testing.T) {
+			c := natstest.Start(t, 1)
+			wd, rs, logs := onlyMessageRemoved(t, c.URLs(), Config{})
+			removeOnly(t, c, logs)
+			rs.stop()
+			if kill {
+				v, _ := archive.EncodeSeqCursor(15)
+				if _, err := wd.w.Apply(ctxT(t), &archive.Unit{Puts: []archive.KV{{Key: archive.KeyCursorSinkNATS, Value: v}}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := wd.commit(ctxT(t), 1); err != nil {
+				t.Fatal(err)
+			}
+			rs = wd.startSink(t, Config{URLs: c.URLs(), From: 20, DuplicateWindow: 500 * time.Millisecond})
+			rs.logStatusOnFailure(t)
+			rs.waitCaughtUp(t, wd, 30*time.Second)
+			if ids := strings.Join(streamIDs(t, c.URLs()), " "); ids != "21" {
+				t.Errorf("the stream holds ids [%s], want [21]: the restarted sink filled the stream again from --nats-from", ids)
 			}
 		})
 	}

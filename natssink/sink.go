@@ -111,14 +111,14 @@ type Sink struct {
 	// purged: a session found the stream purged behind it; until the
 	// stream is found empty, sessions refuse to publish behind the purge.
 	purged atomic.Bool
-	// removedAt: the stream's last sequence when a session saw the
-	// operator remove the stream's only message, emptying it (0: none).
-	// A later session that finds the stream still empty there resumes
-	// after the position, not from From. Kept in memory only: a restart
-	// cannot tell that empty stream from a purged one.
-	removedAt atomic.Uint64
-	mu        sync.Mutex
-	status    Status
+	// removal: the last time a session saw the operator remove the
+	// stream's only message, emptying it (nil: none). A later session, or
+	// the next run, that finds the same stream still empty there resumes
+	// after the removed message, not from From. Read from the store as
+	// Run starts, written there when seen (cursor/sink/nats_removed).
+	removal atomic.Pointer[archive.SinkRemoval]
+	mu      sync.Mutex
+	status  Status
 	// serverErr is the last error the servers reported on the connection
 	// (a permissions violation comes only so) since a publish was last
 	// acknowledged.
@@ -286,13 +286,28 @@ func (s *Sink) foundPurged(e *purgedError) {
 // removed records that a session saw the operator remove a single
 // message from the front of the stream, every message it had stored with
 // it (the stream's only one), logging it once: not a purge, the sink
-// publishes on behind it.
-func (s *Sink) removed(st jetstream.StreamState) {
-	if st.Msgs == 0 {
-		s.removedAt.Store(st.LastSeq)
-	}
+// publishes on behind it. When it left the stream empty, and the removed
+// message is the session's last acknowledged (seq its archive seq), the
+// removal is kept, in memory and durably, so a stream found still empty
+// there later is resumed after it.
+func (s *Sink) removed(ctx context.Context, info *jetstream.StreamInfo, stored, seq uint64) {
+	st := info.State
 	s.log.Info("a single message was removed from the front of the NATS stream, leaving none the sink had stored: not a purge, the sink publishes on behind it",
 		"stream", s.cfg.Stream, "first_sequence", st.FirstSeq, "last_sequence", st.LastSeq, "messages", st.Msgs)
+	if st.Msgs != 0 || stored != st.LastSeq || seq == 0 {
+		return
+	}
+	r := archive.SinkRemoval{Created: info.Created, LastSeq: st.LastSeq, Seq: seq}
+	s.removal.Store(&r)
+	v, err := archive.EncodeSinkRemoval(r)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalSaveTimeout)
+		defer cancel()
+		_, err = s.cfg.Writer.Apply(ctx, &archive.Unit{Puts: []archive.KV{{Key: archive.KeyCursorSinkNATSRemoved, Value: v}}})
+	}
+	if err != nil {
+		s.fail(errPosition, fmt.Errorf("the removal of the stream's only message: %w", err))
+	}
 }
 
 // serverError keeps an error the servers reported on the connection
@@ -357,6 +372,12 @@ func (s *Sink) Run(ctx context.Context) error {
 	switch pos, err := s.cfg.Store.SinkCursor(); {
 	case err == nil:
 		s.setPosition(pos) // shown until the stream says where it is
+	case !errors.Is(err, archive.ErrNotFound):
+		return fmt.Errorf("natssink: %w", err)
+	}
+	switch r, err := s.cfg.Store.SinkRemoval(); {
+	case err == nil:
+		s.removal.Store(&r)
 	case !errors.Is(err, archive.ErrNotFound):
 		return fmt.Errorf("natssink: %w", err)
 	}
