@@ -6,6 +6,7 @@ package natssink
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -297,7 +298,7 @@ func (p *publisher) resume(ctx context.Context, stream jetstream.Stream) error {
 	// The last message that still exists: the one at LastSeq may have
 	// been removed (a foreign message the operator deleted). The next
 	// publish still follows LastSeq, the server's.
-	msg, err := lastMsg(cctx, stream)
+	msg, err := p.lastMsg(cctx)
 	if err != nil {
 		s.fail(errStream, err)
 		return fmt.Errorf("stream's last message: %w", err)
@@ -360,11 +361,12 @@ func emptiedItself(info *jetstream.StreamInfo) bool {
 // lastMsg is the stream's last message that still exists, whatever its
 // subject. (The server answers a last-by-subject ">" with the message at
 // the stream's last sequence, which may be removed; "*" and "*.>" together
-// match every subject and are looked up by subject.)
-func lastMsg(ctx context.Context, stream jetstream.Stream) (*jetstream.RawStreamMsg, error) {
+// match every subject and are looked up by subject.) It is read from the
+// stream's leader (lastBySubject), never by a direct get.
+func (p *publisher) lastMsg(ctx context.Context) (*jetstream.RawStreamMsg, error) {
 	var last *jetstream.RawStreamMsg
 	for _, filter := range []string{"*", "*.>"} {
-		msg, err := stream.GetLastMsgForSubject(ctx, filter)
+		msg, err := lastBySubject(ctx, p.nc, p.sink.cfg.Stream, filter)
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 		case err != nil:
@@ -377,6 +379,58 @@ func lastMsg(ctx context.Context, stream jetstream.Stream) (*jetstream.RawStream
 		return nil, jetstream.ErrMsgNotFound
 	}
 	return last, nil
+}
+
+// lastBySubject reads the stream's last message on subject (a filter) with
+// the stream message get API, which the stream's leader answers. nats.go
+// reads a stream that allows direct gets with a direct get instead, which
+// its followers (once 90 % synchronised) and its mirrors (mirror_direct)
+// answer too, from what they hold: an older last message, after which the
+// sink would publish again events the stream holds.
+func lastBySubject(ctx context.Context, nc *nats.Conn, stream, subject string) (*jetstream.RawStreamMsg, error) {
+	req, err := json.Marshal(struct {
+		LastFor string `json:"last_by_subj"`
+	}{subject})
+	if err != nil {
+		return nil, err
+	}
+	reply, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+	if err != nil {
+		return nil, fmt.Errorf("last message on %s: %w", subject, err)
+	}
+	var resp struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+		Message *struct {
+			Subject  string    `json:"subject"`
+			Sequence uint64    `json:"seq"`
+			Header   []byte    `json:"hdrs"`
+			Data     []byte    `json:"data"`
+			Time     time.Time `json:"time"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(reply.Data, &resp); err != nil {
+		return nil, fmt.Errorf("last message on %s: unreadable reply %.200q: %w", subject, reply.Data, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound):
+		return nil, jetstream.ErrMsgNotFound
+	case resp.Error != nil:
+		return nil, fmt.Errorf("last message on %s: %s (code %d, err_code %d)", subject, resp.Error.Description, resp.Error.Code, resp.Error.ErrCode)
+	case resp.Message == nil:
+		return nil, fmt.Errorf("last message on %s: a reply without a message %.200q", subject, reply.Data)
+	}
+	m := resp.Message
+	msg := &jetstream.RawStreamMsg{Subject: m.Subject, Sequence: m.Sequence, Data: m.Data, Time: m.Time}
+	if len(m.Header) > 0 {
+		if msg.Header, err = nats.DecodeHeadersMsg(m.Header); err != nil {
+			return nil, fmt.Errorf("last message on %s: headers: %w", subject, err)
+		}
+	}
+	return msg, nil
 }
 
 // own returns the archive seq of msg, the stream's last message, after
