@@ -364,6 +364,11 @@ func (s *Sink) Run(ctx context.Context) error {
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
 		nats.ReconnectWait(time.Second),
+		// A write the path does not take (a partition that drops
+		// packets, a server frozen) blocks a publish, with the store
+		// iterator held, and the sink's stop: at most the ack timeout,
+		// as a publish not answered (nats.go's default is a minute).
+		nats.FlusherTimeout(s.cfg.AckTimeout),
 		nats.ErrorHandler(s.serverError),
 	}, s.cfg.Options...)
 	if s.cfg.Creds != "" {
