@@ -1106,4 +1106,34 @@ var mutants = []Mutant{
 			{Pkg: "./repair", Run: "^TestForeignHostInAnySpelling$"},
 		},
 	},
+	{
+		ID: "m111", Invariant: "N5",
+		Name: "the removal of the NATS stream's only message not read back at start (a restart over the still empty stream publishes the whole archive again)",
+		File: "natssink/sink.go",
+		Old:  "\tcase err == nil:\n\t\ts.removal.Store(&r)\n",
+		New:  "\tcase err == nil:\n\t\t_ = r\n",
+		Tests: []Test{
+			{Pkg: "./natssink", Run: "^TestSinkOnlyMessageRemovedThenRestart$"},
+		},
+	},
+	{
+		ID: "m112", Invariant: "N1",
+		Name: "the NATS stream's last message read by nats.go, a direct get when the stream allows them (a lagging replica or mirror answers: events published twice)",
+		File: "natssink/publish.go",
+		Old:  "msg, err := lastBySubject(ctx, p.nc, p.sink.cfg.Stream, filter)",
+		New:  "st, _ := p.js.Stream(ctx, p.sink.cfg.Stream)\n\t\tmsg, err := st.GetLastMsgForSubject(ctx, filter)",
+		Tests: []Test{
+			{Pkg: "./natssink", Run: "^TestSinkResumeReadsTheStreamLeader$"},
+		},
+	},
+	{
+		ID: "m113", Invariant: "N3",
+		Name: "nats.go's own write timeout (a path that takes no bytes blocks a publish, the session and the sink's stop for a minute)",
+		File: "natssink/sink.go",
+		Old:  "\t\tnats.FlusherTimeout(s.cfg.AckTimeout),\n",
+		New:  "",
+		Tests: []Test{
+			{Pkg: "./natssink", Run: "^TestSinkStalledSocket$"},
+		},
+	},
 }
