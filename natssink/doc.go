@@ -19,14 +19,17 @@
 //
 //   - The sink only reads the archive. It never submits anything to the
 //     writer but its position (cursor/sink/nats, a unit Put at most once per
-//     PositionEvery), so NATS down, slow or full never slows ingest: the
-//     archive is the buffer and the sink lags.
+//     PositionEvery) and the removals it sees empty the stream
+//     (cursor/sink/nats_removed, below), so NATS down, slow or full never
+//     slows ingest: the archive is the buffer and the sink lags.
 //   - Exactly once into the stream. Every publish carries the stream
 //     sequence it must follow (Nats-Expected-Last-Sequence): a publish after
 //     one that was lost is refused by the server instead of leaving a gap,
 //     and one repeated is refused instead of landing twice. On any error the
-//     sink drops what is in flight, reads the stream's last message, and
-//     resumes from the archive seq after its Nats-Msg-Id — the stream, not
+//     sink drops what is in flight, reads the stream's last message (from
+//     the stream's leader, never by a direct get, which a lagging replica
+//     or mirror may answer), and resumes from the archive seq after its
+//     Nats-Msg-Id — the stream, not
 //     the position, is the truth, so a SIGKILL between a publish and the
 //     position write loses and repeats nothing. Nats-Msg-Id adds the
 //     server's de-duplication within the duplicate window, a second guard
@@ -36,7 +39,9 @@
 //     stored at stream sequence N after the stream's last was N-1 means
 //     those before it, chained the same way, are stored below it. So a lost
 //     reply costs nothing; a refusal, for any publish, ends the session.
-//   - At most Window publishes are unacknowledged at once.
+//   - At most Window publishes are unacknowledged at once, and a write
+//     the path does not take (a partition, a frozen server) blocks a
+//     publish at most AckTimeout (the connection's flusher timeout).
 //   - An event larger than the servers' max_payload is never skipped: the
 //     sink publishes up to it, lets the window before it be acknowledged,
 //     and stops there in state too_large (Status.TooLarge names its seq,
@@ -54,10 +59,15 @@
 //     publishes nothing more until it finds the stream empty (then from
 //     From): what it had published behind the purge cannot be put back in
 //     order. One message gone is the operator removing it (nats stream
-//     rmm; the stream's only message leaves the very state a purge does):
-//     the sink publishes on behind it, and a later session that finds the
-//     stream still empty resumes after the position (Sink.removedAt, in
-//     memory only). A stream whose own rules remove messages (max_age,
+//     rmm; the stream's only message leaves the very state a purge does,
+//     in every field of the stream info, and the servers keep its id as
+//     the last message id and in the duplicate window: only what the sink
+//     saw tells them apart): the sink publishes on behind it, and keeps
+//     the removal in the store (cursor/sink/nats_removed: the stream's
+//     creation time, its last sequence, the removed message's archive
+//     seq), so a later session, or backstream started again, that finds
+//     the same stream still empty there resumes after the removed
+//     message. A stream whose own rules remove messages (max_age,
 //     discard old, a retention other than limits) is not watched, from
 //     the moment it has such a rule; one those rules emptied (emptiedItself)
 //     is resumed after the position, which the sink writes as it stops.

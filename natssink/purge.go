@@ -6,9 +6,15 @@ package natssink
 // stream's state shows it: its first sequence moves past messages the
 // session had stored. The operator removing the stream's only message
 // (nats stream rmm) leaves the very same state (the first sequence one
-// past the last, no message, nothing counted as deleted); what tells
-// them apart is how many messages went at once: a single one is a
-// removal, and the sink publishes on behind it.
+// past the last, no message, nothing counted as deleted; every field of
+// the stream info but the last message's time, and the servers keep the
+// removed id as the last message id either way); what tells them apart
+// is how many messages went at once: a single one is a removal, and the
+// sink publishes on behind it. A purge of a stream holding one message
+// is thus taken for a removal, and a partial purge (keep, or up to a
+// sequence) that leaves none of the messages the stream held at the
+// watch's previous look for a purge: nothing the servers show tells
+// either apart.
 
 import (
 	"context"
