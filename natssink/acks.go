@@ -32,6 +32,17 @@ type fullError struct{ err error }
 func (f *fullError) Error() string { return f.err.Error() }
 func (f *fullError) Unwrap() error { return f.err }
 
+// msgSizeError is a refusal of a message larger than the stream's
+// max_msg_size (err_code 10054): it is refused however often it is sent.
+type msgSizeError struct{ err error }
+
+func (m *msgSizeError) Error() string { return m.err.Error() }
+func (m *msgSizeError) Unwrap() error { return m.err }
+
+// errCodeMsgSize is the JetStream error code of a message over the
+// stream's max_msg_size.
+const errCodeMsgSize = 10054
+
 // fullCodes are the JetStream error codes of a refusal for want of room;
 // 10077 (the store failed) only with one of fullStore's descriptions.
 var (
@@ -147,8 +158,11 @@ func parseAck(m *nats.Msg) ackReply {
 			return ackReply{err: fmt.Errorf("unreadable acknowledgement %q", d)}
 		}
 		err := fmt.Errorf("refused: %s (code %d, err_code %d)", e.Error.Description, e.Error.Code, e.Error.ErrCode)
-		if isFull(e.Error.ErrCode, e.Error.Description) {
+		switch {
+		case isFull(e.Error.ErrCode, e.Error.Description):
 			err = &fullError{err}
+		case e.Error.ErrCode == errCodeMsgSize:
+			err = &msgSizeError{err}
 		}
 		return ackReply{err: err}
 	}

@@ -38,8 +38,9 @@ const (
 
 // inflight is a published event waiting for its acknowledgement.
 type inflight struct {
-	seq  uint64    // archive seq
-	sent time.Time // when the turn that published it began
+	seq   uint64    // archive seq
+	sent  time.Time // when the turn that published it began
+	bytes int       // the message body
 }
 
 type publisher struct {
@@ -53,6 +54,8 @@ type publisher struct {
 	base   uint64 // the stream sequence of the message resume read (0: none)
 	// resumed is the stream's state as resume read it.
 	resumed jetstream.StreamState
+	// maxMsgSize is the stream's max_msg_size as the session found it.
+	maxMsgSize int64
 	// storedSeq is stored, for the purge watch; firstAck is closed at
 	// the session's first acknowledgement.
 	storedSeq atomic.Uint64
@@ -91,15 +94,21 @@ type publisher struct {
 }
 
 // tooLargeError: an event's message is larger than the servers'
-// max_payload. It can never be published as it is: the sink stops at it
-// (never skipping it) until the operator raises max_payload.
+// max_payload, or than the stream's max_msg_size (which the stream
+// refuses it for). It can never be published as it is: the sink stops at
+// it (never skipping it) until the operator raises that limit.
 type tooLargeError struct {
 	seq        uint64
 	bytes      int   // the message body (headers not counted)
-	maxPayload int64 // the connected server's max_payload
+	maxPayload int64 // the connected server's max_payload (0: the stream's limit)
+	maxMsgSize int64 // the stream's max_msg_size, when it refused the event
 }
 
 func (e *tooLargeError) Error() string {
+	if e.maxPayload == 0 {
+		return fmt.Sprintf("event seq %d is %d bytes plus headers, over the stream's max_msg_size of %d bytes: the sink stops at it until max_msg_size is raised",
+			e.seq, e.bytes, e.maxMsgSize)
+	}
 	return fmt.Sprintf("event seq %d is %d bytes plus headers, over the NATS servers' max_payload of %d bytes: the sink stops at it until max_payload is raised",
 		e.seq, e.bytes, e.maxPayload)
 }
@@ -112,6 +121,7 @@ func (p *publisher) session(ctx context.Context) error {
 		s.fail(errStream, err)
 		return err
 	}
+	p.maxMsgSize = int64(stream.CachedInfo().Config.MaxMsgSize)
 	if err := p.resume(ctx, stream); err != nil {
 		return err
 	}
@@ -226,6 +236,9 @@ func configDiffs(want, got jetstream.StreamConfig, replicasSet bool) []string {
 	}
 	if got.Duplicates < want.Duplicates {
 		d = append(d, fmt.Sprintf("duplicate window %s, want at least %s", got.Duplicates, want.Duplicates))
+	}
+	if got.MaxMsgSize > 0 {
+		d = append(d, fmt.Sprintf("max_msg_size %d refuses larger events: the sink stops at one (state too_large)", got.MaxMsgSize))
 	}
 	remove, refuse := limits(got)
 	if len(remove) > 0 {
@@ -574,6 +587,11 @@ func (p *publisher) reap() error {
 // publishes before it, which chain the same way, are stored below it, in
 // order, whether or not their own replies arrive.
 func (p *publisher) ack(r ackReply) error {
+	var size *msgSizeError
+	if errors.As(r.err, &size) && r.token >= p.done && r.token < p.sent {
+		in := p.slot(r.token)
+		return &tooLargeError{seq: in.seq, bytes: in.bytes, maxMsgSize: p.maxMsgSize}
+	}
 	if r.err != nil {
 		return fmt.Errorf("publish after stream sequence %d (seq %d): %w", p.stored, p.headSeq(), r.err)
 	}
@@ -736,7 +754,7 @@ func (p *publisher) publish(ev *archive.Event, body []byte, renderErr error) err
 	if err != nil {
 		return fmt.Errorf("publish of seq %d: %w", ev.Seq, err)
 	}
-	*p.slot(p.sent) = inflight{seq: ev.Seq, sent: p.now}
+	*p.slot(p.sent) = inflight{seq: ev.Seq, sent: p.now, bytes: len(body)}
 	p.sent++
 	p.expect++
 	p.last = ev.Seq

@@ -91,13 +91,15 @@ type Status struct {
 }
 
 // TooLarge is an event whose message is larger than the NATS servers'
-// max_payload: the sink publishes nothing after it until the operator
-// raises max_payload (the servers' config, then a reload), and never skips
-// it.
+// max_payload, or than the stream's max_msg_size: the sink publishes
+// nothing after it until the operator raises that limit (the servers'
+// config, then a reload; or the stream's config), and never skips it. One
+// of MaxPayload and MaxMsgSize is set: the limit it is over.
 type TooLarge struct {
 	Seq        uint64 `json:"seq"`
 	Bytes      int    `json:"bytes"`
-	MaxPayload int64  `json:"max_payload"`
+	MaxPayload int64  `json:"max_payload,omitempty"`
+	MaxMsgSize int64  `json:"max_msg_size,omitempty"`
 }
 
 // Sink publishes the archive into a JetStream stream. Build it with New,
@@ -257,11 +259,16 @@ func (s *Sink) publishing() {
 func (s *Sink) stoppedAt(e *tooLargeError) {
 	s.mu.Lock()
 	prev := s.status.TooLarge
-	s.status.TooLarge = &TooLarge{Seq: e.seq, Bytes: e.bytes, MaxPayload: e.maxPayload}
+	s.status.TooLarge = &TooLarge{Seq: e.seq, Bytes: e.bytes, MaxPayload: e.maxPayload, MaxMsgSize: e.maxMsgSize}
 	s.mu.Unlock()
 	s.cfg.Metrics.stoppedAt(e.seq)
 	s.setState(StateTooLarge)
-	if prev == nil || prev.Seq != e.seq {
+	switch {
+	case prev != nil && prev.Seq == e.seq:
+	case e.maxPayload == 0:
+		s.log.Error("NATS sink stopped: an event is larger than the stream's max_msg_size; it is never skipped: raise max_msg_size (nats stream edit) and the sink goes on",
+			"seq", e.seq, "bytes", e.bytes, "max_msg_size", e.maxMsgSize, "position", s.acked.Load())
+	default:
 		s.log.Error("NATS sink stopped: an event is larger than the servers' max_payload; it is never skipped: raise max_payload (nats-server config, then reload) and the sink goes on",
 			"seq", e.seq, "bytes", e.bytes, "max_payload", e.maxPayload, "position", s.acked.Load())
 	}
@@ -433,7 +440,10 @@ func (s *Sink) Run(ctx context.Context) error {
 			}
 			// The client knows max_payload from the server's greeting
 			// only: reconnect, so the next session sees a raised one.
-			_ = nc.ForceReconnect()
+			// (A stream's max_msg_size is read at every session.)
+			if big.maxPayload > 0 {
+				_ = nc.ForceReconnect()
+			}
 			continue
 		}
 		if !logged {

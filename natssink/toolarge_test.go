@@ -11,6 +11,7 @@ import (
 
 	"github.com/ipfs/go-cid"
 	"github.com/multiformats/go-multihash"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/internal/backoff"
@@ -128,6 +129,84 @@ func TestSinkStopsAtTooLargeEvent(t *testing.T) {
 	}
 	if got := promtest.Value(t, rs.reg, "backstream_nats_too_large_seq", nil); got != 0 {
 		t.Errorf("backstream_nats_too_large_seq = %v after it was published", got)
+	}
+	if n := logs.errors(); n != 1 {
+		t.Errorf("%d ERROR lines, want 1", n)
+	}
+}
+
+// TestSinkStopsAtEventOverStreamMaxMsgSize: the operator's stream has a
+// max_msg_size, and an event's message is larger: the stream refuses it
+// every time. Like an event over the servers' max_payload, the sink
+// publishes up to it and stops there in state too_large, names the
+// event, its size and the stream's max_msg_size in Status, a metric, one
+// ERROR line and the config differences, rechecks slowly, and goes on
+// without a gap once the operator raises max_msg_size. (Not state
+// retrying on the fast backoff, the limit unnamed but in the last error.)
+func TestSinkStopsAtEventOverStreamMaxMsgSize(t *testing.T) {
+	const maxMsgSize = 4 << 10
+	c := natstest.Start(t, 1)
+	js := jsConnect(t, c.URLs())
+	cfg := jetstream.StreamConfig{Name: DefaultStream, Subjects: []string{DefaultStream + ".>"}, Storage: jetstream.FileStorage,
+		Duplicates: DefaultDuplicateWindow, MaxMsgSize: maxMsgSize}
+	createStream(t, js, cfg)
+	wd := newWorld(t)
+	ctx := ctxT(t)
+	if err := wd.commit(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	r, err := wd.w.Apply(ctx, &archive.Unit{Events: []archive.Event{bigPost(t, "did:plc:big", 2*maxMsgSize)}})
+	if err != nil || r.Kept != 1 {
+		t.Fatalf("big event: %+v %v", r, err)
+	}
+	big := r.FirstSeq
+	if err := wd.commit(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	var logs logBuffer
+	rs := wd.startSink(t, Config{URLs: c.URLs(), Window: 32,
+		Logger:          slog.New(slog.NewTextHandler(&logs, nil)),
+		TooLargeBackoff: backoff.Policy{Base: 20 * time.Millisecond, Max: 50 * time.Millisecond}})
+	var last Status
+	defer func() {
+		if t.Failed() {
+			t.Logf("last status: %+v", last)
+		}
+	}()
+	promtest.Eventually(t, 30*time.Second, fmt.Sprintf("the sink stopped at seq %d in state too_large, rechecked 3 times", big), func() bool {
+		st := rs.s.Status()
+		last = st
+		return st.State == StateTooLarge && st.Position == big-1 &&
+			promtest.Value(t, rs.reg, "backstream_nats_errors_total", map[string]string{"kind": errTooLarge}) >= 3
+	})
+	st := rs.s.Status()
+	if tl := st.TooLarge; tl == nil || tl.Seq != big || tl.Bytes <= maxMsgSize || tl.MaxMsgSize != maxMsgSize {
+		t.Fatalf("status too_large %+v, want seq %d over the stream's max_msg_size %d", tl, big, maxMsgSize)
+	}
+	if !strings.Contains(st.LastError, "max_msg_size") || !strings.Contains(st.LastError, fmt.Sprint(big)) {
+		t.Errorf("last error %q does not name max_msg_size and seq %d", st.LastError, big)
+	}
+	if !containsAny(st.ConfigDiffs, "max_msg_size") {
+		t.Errorf("config differences %q do not name max_msg_size", st.ConfigDiffs)
+	}
+	if got := promtest.Value(t, rs.reg, "backstream_nats_too_large_seq", nil); got != float64(big) {
+		t.Errorf("backstream_nats_too_large_seq = %v, want %d", got, big)
+	}
+	if n := logs.errors(); n != 1 {
+		t.Errorf("%d ERROR lines over %d rechecks, want 1:\n%s", n, st.Errors, logs.b.String())
+	}
+	if msgs := natstest.ReadStream(t, c.URLs(), DefaultStream, int(big-1)); len(msgs) != int(big-1) {
+		t.Fatalf("the stream holds %d messages while stopped at seq %d, want %d", len(msgs), big, big-1)
+	}
+
+	cfg.MaxMsgSize = -1
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	rs.waitCaughtUp(t, wd, 60*time.Second)
+	natstest.CheckStream(t, wd.store, natstest.ReadStream(t, c.URLs(), DefaultStream, natstest.ArchiveEvents(t, wd.store)), subjectOf(DefaultStream))
+	if st := rs.s.Status(); st.TooLarge != nil {
+		t.Errorf("still too_large after max_msg_size was raised: %+v", st.TooLarge)
 	}
 	if n := logs.errors(); n != 1 {
 		t.Errorf("%d ERROR lines, want 1", n)
