@@ -42,14 +42,14 @@
 //   - At most Window publishes are unacknowledged at once, and a write
 //     the path does not take (a partition, a frozen server) blocks a
 //     publish at most AckTimeout (the connection's flusher timeout).
-//   - An event larger than the servers' max_payload is never skipped: the
-//     sink publishes up to it, lets the window before it be acknowledged,
-//     and stops there in state too_large (Status.TooLarge names its seq,
-//     size and the max_payload; backstream_nats_too_large_seq; one ERROR
-//     line per event, not per recheck). It rechecks on TooLargeBackoff,
-//     reconnecting first (a client learns max_payload only from the
-//     server's greeting), and goes on from that event once the operator
-//     has raised max_payload.
+//   - An event larger than the servers' max_payload, or than the stream's
+//     max_msg_size, is never skipped: the sink publishes up to it, lets
+//     the window before it be acknowledged, and stops there in state
+//     too_large (Status.TooLarge names its seq, size and the limit;
+//     backstream_nats_too_large_seq; one ERROR line per event, not per
+//     recheck). It rechecks on TooLargeBackoff, reconnecting first for
+//     max_payload (a client learns it only from the server's greeting),
+//     and goes on from that event once the operator has raised the limit.
 //   - An empty stream starts from Config.From (archive seq, 0 = the
 //     beginning); a stream holding messages always wins over From. A
 //     purge keeps the stream's last sequence and last message id, so a

@@ -10,7 +10,7 @@ const (
 	StatePublishing = "publishing" // the stream acknowledged the session's first publish (or the session had nothing to publish, the stream holding the archive to its tip)
 	StateRetrying   = "retrying"   // the last session failed; waiting before the next
 	StateFull       = "full"       // the stream refused events for want of room (its limits, or the servers' storage); retrying
-	StateTooLarge   = "too_large"  // stopped at an event larger than the servers' max_payload; rechecking slowly (Status.TooLarge)
+	StateTooLarge   = "too_large"  // stopped at an event larger than the servers' max_payload or the stream's max_msg_size; rechecking slowly (Status.TooLarge)
 )
 
 var states = []string{StateConnecting, StatePublishing, StateRetrying, StateFull, StateTooLarge}
@@ -23,7 +23,7 @@ const (
 	errFull     = "full"      // a publish was refused for want of room: stream limits with discard new, account or server storage
 	errRender   = "render"    // an event could not be rendered; it is not published
 	errPosition = "position"  // the position could not be submitted
-	errTooLarge = "too_large" // an event is larger than the servers' max_payload: the sink stops at it
+	errTooLarge = "too_large" // an event is larger than the servers' max_payload or the stream's max_msg_size: the sink stops at it
 )
 
 var errorKinds = []string{errStream, errResume, errPublish, errFull, errRender, errPosition, errTooLarge}
@@ -58,7 +58,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		mismatch: prometheus.NewGauge(prometheus.GaugeOpts{Name: "backstream_nats_stream_config_mismatch",
 			Help: "1 when the existing stream's config differs from the one the sink would create."}),
 		tooLarge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "backstream_nats_too_large_seq",
-			Help: "The archive seq of the event the NATS sink is stopped at because it is larger than the servers' max_payload (0: none)."}),
+			Help: "The archive seq of the event the NATS sink is stopped at because it is larger than the servers' max_payload or the stream's max_msg_size (0: none)."}),
 	}
 	for _, k := range errorKinds {
 		m.errors.WithLabelValues(k)
