@@ -1,6 +1,7 @@
 package natssink
 
 import (
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -127,7 +128,9 @@ func TestSinkStreamFull(t *testing.T) {
 		return natstest.Forward
 	}, nil)
 	const window = 64
-	rs := wd.startSink(t, Config{URLs: proxy.URL, Window: window, Options: []nats.Option{nats.IgnoreDiscoveredServers()}})
+	var logs logBuffer
+	rs := wd.startSink(t, Config{URLs: proxy.URL, Window: window, Options: []nats.Option{nats.IgnoreDiscoveredServers()},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	promtest.Eventually(t, 30*time.Second, "the sink shows the stream full, after 3 refused sessions", func() bool {
 		st := rs.s.Status()
 		return st.State == StateFull && st.Position == 500 && st.LagEvents == 500 && st.Errors >= 3 &&
@@ -143,6 +146,10 @@ func TestSinkStreamFull(t *testing.T) {
 	}
 	if got := promtest.Value(t, rs.reg, "backstream_nats_errors_total", map[string]string{"kind": errFull}); got < 1 {
 		t.Errorf("full errors = %v", got)
+	}
+	// One line for the outage, not one per refused session.
+	if n := logs.count("NATS sink session failed"); n != 1 {
+		t.Errorf("%d lines \"NATS sink session failed\" over %d refused sessions, want 1:\n%s", n, rs.s.Status().Errors, logs.b.String())
 	}
 	if d := strings.Join(rs.s.Status().ConfigDiffs, "; "); !strings.Contains(d, "refuse events once reached") {
 		t.Errorf("config differences %q do not say the limits refuse events", d)

@@ -200,3 +200,36 @@ func TestSinkOnlyMessageRemovedThenRestart(t *testing.T) {
 		})
 	}
 }
+
+// TestSinkRemovalOfAnotherStream: the removal the sink kept is of one
+// stream; the operator deletes it and creates it again, and the new one
+// is found empty at the same last sequence (here one message, purged):
+// that is not the stream the removal emptied, and it is filled from
+// --nats-from.
+func TestSinkRemovalOfAnotherStream(t *testing.T) {
+	c := natstest.Start(t, 1)
+	wd, rs, logs := onlyMessageRemoved(t, c.URLs(), Config{})
+	removeOnly(t, c, logs)
+	rs.stop()
+	js := jsConnect(t, c.URLs())
+	ctx := ctxT(t)
+	if err := js.DeleteStream(ctx, DefaultStream); err != nil {
+		t.Fatal(err)
+	}
+	stream := createStream(t, js, jetstream.StreamConfig{Duplicates: 500 * time.Millisecond})
+	if _, err := js.Publish(ctx, DefaultStream+".identity", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := wd.commit(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	rs = wd.startSink(t, Config{URLs: c.URLs(), From: 20})
+	rs.logStatusOnFailure(t)
+	rs.waitCaughtUp(t, wd, 30*time.Second)
+	if ids := strings.Join(streamIDs(t, c.URLs()), " "); ids != "20 21" {
+		t.Errorf("the stream holds ids [%s], want [20 21]: the new stream was taken for the one the removal emptied", ids)
+	}
+}
