@@ -5,6 +5,7 @@ package natssink
 // is not a purge.
 
 import (
+	"errors"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -231,5 +232,21 @@ func TestSinkRemovalOfAnotherStream(t *testing.T) {
 	rs.waitCaughtUp(t, wd, 30*time.Second)
 	if ids := strings.Join(streamIDs(t, c.URLs()), " "); ids != "20 21" {
 		t.Errorf("the stream holds ids [%s], want [20 21]: the new stream was taken for the one the removal emptied", ids)
+	}
+}
+
+// TestSinkMalformedRemovalStops: the removal the sink keeps is our own
+// persistence: a malformed value stops the sink with an error naming the
+// key, it is not read as "none" (which would refill an emptied stream).
+func TestSinkMalformedRemovalStops(t *testing.T) {
+	c := natstest.Start(t, 1)
+	wd := newWorld(t)
+	if _, err := wd.w.Apply(ctxT(t), &archive.Unit{Puts: []archive.KV{{Key: archive.KeyCursorSinkNATSRemoved, Value: []byte{1, 2, 3}}}}); err != nil {
+		t.Fatal(err)
+	}
+	rs := wd.startSink(t, Config{URLs: c.URLs()})
+	err := rs.stop()
+	if err == nil || !strings.Contains(err.Error(), string(archive.KeyCursorSinkNATSRemoved)) || !errors.Is(err, archive.ErrMalformed) {
+		t.Fatalf("Run returned %v, want the malformed %s", err, archive.KeyCursorSinkNATSRemoved)
 	}
 }
