@@ -125,6 +125,7 @@ type Client struct {
 	scratch   *scratchSpace
 	hosts     *hostSlots
 	pace      *pacer
+	down      *breaker
 }
 
 // New builds a Client for the relay at relayURL (http or https). Loopback
@@ -196,6 +197,7 @@ func New(relayURL string, opts Options) (*Client, error) {
 	}
 	c.hosts = &hostSlots{max: opts.HostWorkers, trips: c.trips, n: map[string]int{}}
 	c.pace = newPacer()
+	c.down = newBreaker(c.relayAddr, opts.ConnectTimeout, c.trips)
 	if c.scratch, err = newScratchSpace(opts.ScratchDir, opts.ScratchBudget, opts.MinFree, c.trips); err != nil {
 		return nil, err
 	}
@@ -391,10 +393,19 @@ func (c *Client) fetchSmall(ctx context.Context, op, rawURL, accept string, max 
 	}
 	req.Header.Set("Accept", accept)
 	req.Header.Set("User-Agent", c.opts.UserAgent)
+	// The host's try, for the breaker (a redirect's target is not asked
+	// of it: these calls are not redirected but by a misconfiguration).
+	st := new(getRepoState)
+	defer c.releaseSlot(st)
+	if err := c.tryHost(st, canonicalHostPort(req.URL)); err != nil {
+		host := CanonicalHost(req.URL.Scheme, req.URL.Host)
+		return nil, host, &Error{Op: op, Host: host, Err: err, kind: ErrHostDown}
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, hostOfURLError(err, req.URL), c.transportError(ctx, reqCtx, op, hostOfURLError(err, req.URL), err)
+		return nil, hostOfURLError(err, req.URL), c.triedErr(ctx, st, c.transportError(ctx, reqCtx, op, hostOfURLError(err, req.URL), err), urlOfError(err, req.URL))
 	}
+	c.triedHost(st, canonicalHostPort(resp.Request.URL), tryAnswered)
 	defer resp.Body.Close()
 	host := CanonicalHost(resp.Request.URL.Scheme, resp.Request.URL.Host)
 	c.pace.observe(canonicalHostPort(resp.Request.URL), resp.Header)
@@ -506,16 +517,55 @@ func (c *Client) slowBody(op, host string) error {
 // hostOfURLError returns the host of the URL a *url.Error names (the
 // redirect target for redirect failures), else the request's host.
 func hostOfURLError(err error, fallback *url.URL) string {
+	if u := urlOfError(err, fallback); u != nil {
+		return CanonicalHost(u.Scheme, u.Host)
+	}
+	return ""
+}
+
+// urlOfError returns the URL a *url.Error names (the redirect target for
+// redirect failures), else fallback (the request's).
+func urlOfError(err error, fallback *url.URL) *url.URL {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		if u, perr := url.Parse(ue.URL); perr == nil && u.Host != "" {
-			return CanonicalHost(u.Scheme, u.Host)
+			return u
 		}
 	}
-	if fallback != nil {
-		return CanonicalHost(fallback.Scheme, fallback.Host)
+	return fallback
+}
+
+// tryHost asks the breaker whether st's request may go to host (a
+// canonicalHostPort key): an error matching ErrHostDown when the host is
+// in its cool-off. The try's outcome goes to triedHost (or, when the
+// request ends otherwise, releaseSlot).
+func (c *Client) tryHost(st *getRepoState, host string) error {
+	probe, err := c.down.allow(host)
+	if err != nil {
+		return err
 	}
-	return ""
+	st.tried, st.probe = host, probe
+	return nil
+}
+
+// triedHost records how a request of st to host (a canonicalHostPort key,
+// the last one the request reached) ended.
+func (c *Client) triedHost(st *getRepoState, host string, o tryOutcome) {
+	probe := false
+	if host == st.tried {
+		probe = st.probe
+		st.tried, st.probe = "", false
+	}
+	c.down.done(host, probe, o)
+}
+
+// triedErr records the outcome of st's request that failed with e (an
+// *Error, built by transportError) at u, and returns e.
+func (c *Client) triedErr(ctx context.Context, st *getRepoState, e error, u *url.URL) error {
+	if u != nil {
+		c.triedHost(st, canonicalHostPort(u), outcomeOf(ctx, e))
+	}
+	return e
 }
 
 // idleWatch cancels a request when its body makes no progress for idle.

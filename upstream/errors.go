@@ -62,6 +62,11 @@ var (
 	// ErrHostBusy: the redirect target already serves as many downloads as
 	// Options.HostWorkers allows. Also matches ErrTransient.
 	ErrHostBusy = errors.New("download host at its concurrency cap")
+	// ErrHostDown: the host answered none of its last tries (connect
+	// timeouts, refused or reset connections, no address) and is in its
+	// cool-off: the request failed at once, without a dial (breaker.go).
+	// HostDownUntil gives the cool-off's end. Also matches ErrTransient.
+	ErrHostDown = errors.New("host not answering")
 	// ErrLocal: our own scratch space failed or refused the spill: the
 	// scratch budget is held by other downloads, the volume is below its
 	// free-space floor, or a scratch write failed (ENOSPC). Not the
@@ -260,7 +265,7 @@ func (e *Error) Kind() error { return e.kind }
 
 func isTransientKind(k error) bool {
 	switch k {
-	case ErrIdleTimeout, ErrSlowBody, ErrHostBusy:
+	case ErrIdleTimeout, ErrSlowBody, ErrHostBusy, ErrHostDown:
 		return true
 	}
 	return false
@@ -295,7 +300,7 @@ func classOfKind(k error) Class {
 		return ClassUnavailable
 	case ErrRateLimited:
 		return ClassRateLimited
-	case ErrTransient, ErrIdleTimeout, ErrSlowBody, ErrHostBusy:
+	case ErrTransient, ErrIdleTimeout, ErrSlowBody, ErrHostBusy, ErrHostDown:
 		return ClassTransient
 	case ErrLocal:
 		return ClassLocal
@@ -358,6 +363,8 @@ func kindOf(err error) error {
 		return ErrSlowBody
 	case errors.Is(err, ErrHostBusy):
 		return ErrHostBusy
+	case errors.Is(err, ErrHostDown):
+		return ErrHostDown
 	case errors.Is(err, ErrLocal):
 		return ErrLocal
 	case errors.Is(err, context.Canceled):

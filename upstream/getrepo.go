@@ -124,8 +124,9 @@ func (c *Client) getRepo(ctx context.Context, direct *url.URL, did string) (*Dow
 	resp, err := c.http.Do(req)
 	if err != nil {
 		host := hostOfURLError(err, req.URL)
-		return nil, c.transportError(ctx, reqCtx, op, host, err)
+		return nil, c.triedErr(ctx, st, c.transportError(ctx, reqCtx, op, host, err), urlOfError(err, req.URL))
 	}
+	c.triedHost(st, canonicalHostPort(resp.Request.URL), tryAnswered)
 	defer resp.Body.Close()
 	host := CanonicalHost(resp.Request.URL.Scheme, resp.Request.URL.Host)
 	c.pace.observe(canonicalHostPort(resp.Request.URL), resp.Header)

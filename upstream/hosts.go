@@ -203,12 +203,16 @@ func (c *Client) HostGetRepo(ctx context.Context, host, did string) (*Download, 
 	return d, err
 }
 
-// direct prepares a getRepo asked of host itself: it takes the host's
-// download slot (ErrHostBusy at the cap, as for a redirect) and waits for
-// the host's announced budget. The caller's releaseSlot frees the slot;
-// the pace is released when the answer's headers are observed.
+// direct prepares a getRepo asked of host itself: it fails at once when
+// the host is found not answering (ErrHostDown, breaker.go), takes the
+// host's download slot (ErrHostBusy at the cap, as for a redirect) and
+// waits for the host's announced budget. The caller's releaseSlot frees
+// the slot; the pace is released when the answer's headers are observed.
 func (c *Client) direct(ctx context.Context, op string, st *getRepoState, host *url.URL) error {
 	name := canonicalHostPort(host)
+	if err := c.tryHost(st, name); err != nil {
+		return &Error{Op: op, Host: CanonicalHost(host.Scheme, host.Host), Err: err, kind: ErrHostDown}
+	}
 	if err := c.takeSlot(st, name); err != nil {
 		return &Error{Op: op, Host: CanonicalHost(host.Scheme, host.Host), Err: err, kind: ErrHostBusy}
 	}

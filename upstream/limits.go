@@ -220,14 +220,18 @@ type getRepoState struct {
 	hops  int
 	slot  string
 	paced string // the host whose pace it holds (a direct request)
+	tried string // the host its request went to, whose outcome the breaker awaits
+	probe bool   // that request is the host's probe at the end of a cool-off
 }
 
 type getRepoStateKey struct{}
 
 // redirected records a redirect of a getRepo request and takes the target
 // host's slot (the relay itself is exempt) before the target is requested,
-// releasing the previous target's. At the cap it fails with ErrHostBusy: the
-// worker moves on instead of waiting behind a slow host.
+// releasing the previous target's. A target found not answering fails it
+// at once (ErrHostDown, breaker.go), before its slot is taken. At the cap
+// it fails with ErrHostBusy: the worker moves on instead of waiting behind
+// a slow host.
 func (c *Client) redirected(req *http.Request, hops int) error {
 	st, ok := req.Context().Value(getRepoStateKey{}).(*getRepoState)
 	if !ok {
@@ -235,10 +239,17 @@ func (c *Client) redirected(req *http.Request, hops int) error {
 	}
 	st.hops = hops
 	host := canonicalHostPort(req.URL)
+	if st.tried != "" && st.tried != host {
+		// The previous target answered: with this redirect.
+		c.triedHost(st, st.tried, tryAnswered)
+	}
 	if host == c.relayAddr || host == st.slot {
 		return nil
 	}
 	c.releaseSlot(st)
+	if err := c.tryHost(st, host); err != nil {
+		return err
+	}
 	return c.takeSlot(st, host)
 }
 
@@ -255,6 +266,10 @@ func (c *Client) takeSlot(st *getRepoState, host string) error {
 }
 
 func (c *Client) releaseSlot(st *getRepoState) {
+	if st.tried != "" {
+		// A try whose request ended without an outcome of the host's.
+		c.triedHost(st, st.tried, tryOther)
+	}
 	if st.paced != "" {
 		c.pace.release(st.paced)
 		st.paced = ""

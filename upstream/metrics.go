@@ -12,6 +12,7 @@ type Metrics struct {
 	listDropped   *prometheus.CounterVec // reason
 	refusedTarget *prometheus.CounterVec // stage, reason
 	limited       *prometheus.CounterVec // limit
+	hostsDown     prometheus.Counter
 	scratchHeld   prometheus.Gauge
 	scratchBudget prometheus.Gauge
 }
@@ -38,7 +39,7 @@ var (
 	// (checkTarget's and the hop limit).
 	redirectReasons = []string{"scheme", "empty-host", "too_many"}
 	// limitNames are the download limits of limited (limits.go).
-	limitNames = []string{limitHostWorkers, limitRatePace, limitMinBodyRate, limitScratchBudget, limitMinFree, limitScratchWrite}
+	limitNames = []string{limitHostWorkers, limitRatePace, limitMinBodyRate, limitScratchBudget, limitMinFree, limitScratchWrite, limitHostDown}
 )
 
 // NewMetrics registers the upstream metrics on reg (nil: unregistered, still
@@ -49,7 +50,8 @@ var (
 //   - backstream_upstream_listrepos_dropped_total{reason=invalid_did|malformed}
 //   - backstream_upstream_refused_targets_total{stage=dial, reason=<policyReasons>} and
 //     {stage=redirect, reason=<policyReasons>|scheme|empty-host|too_many}
-//   - backstream_upstream_getrepo_limited_total{limit=host_workers|ratelimit_pace|min_body_rate|scratch_budget|min_free|scratch_write}
+//   - backstream_upstream_getrepo_limited_total{limit=host_workers|ratelimit_pace|min_body_rate|scratch_budget|min_free|scratch_write|host_down}
+//   - backstream_upstream_host_down_total
 //   - backstream_upstream_scratch_bytes, backstream_upstream_scratch_budget_bytes
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
@@ -71,8 +73,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"stage", "reason"}),
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backstream_upstream_getrepo_limited_total",
-			Help: "getRepo downloads stopped by a download limit: host_workers (per-host cap), ratelimit_pace (a request to a host waited for its announced ratelimit-reset), min_body_rate (slow body), scratch_budget, min_free (scratch volume below its floor), scratch_write (a scratch write failed).",
+			Help: "getRepo downloads stopped by a download limit: host_workers (per-host cap), ratelimit_pace (a request to a host waited for its announced ratelimit-reset), min_body_rate (slow body), scratch_budget, min_free (scratch volume below its floor), scratch_write (a scratch write failed), host_down (a request to a host found not answering, failed at once during its cool-off).",
 		}, []string{"limit"}),
+		hostsDown: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_upstream_host_down_total",
+			Help: "Hosts found not answering (3 tries in a row without a response), and probes at the end of a cool-off that got none: each opens a cool-off during which the host's requests fail at once.",
+		}),
 		scratchHeld: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "backstream_upstream_scratch_bytes",
 			Help: "Bytes of getRepo bodies held in scratch files (the shared scratch budget in use).",
@@ -102,7 +108,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.limited.WithLabelValues(l)
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.bytes, m.listDropped, m.refusedTarget, m.limited, m.scratchHeld, m.scratchBudget)
+		reg.MustRegister(m.requests, m.bytes, m.listDropped, m.refusedTarget, m.limited, m.hostsDown, m.scratchHeld, m.scratchBudget)
 	}
 	return m
 }
@@ -143,6 +149,13 @@ func (m *Metrics) limit(name string) {
 		return
 	}
 	m.limited.WithLabelValues(name).Inc()
+}
+
+func (m *Metrics) hostDown() {
+	if m == nil {
+		return
+	}
+	m.hostsDown.Inc()
 }
 
 func (m *Metrics) scratch(held, budget int64) {
