@@ -611,6 +611,13 @@ func decide(err error) decision {
 		return decision{kindRetry, ClassSlowBody}
 	case errors.Is(err, upstream.ErrHostBusy):
 		return decision{kindRetry, ClassHostBusy}
+	case errors.Is(err, upstream.ErrHostDown):
+		// The host answered none of its last tries and is in its
+		// cool-off: every attempt before it ends fails the same way, at
+		// once. Failed now (class transient, as its connect timeouts
+		// were), not slept on holding a worker; the retry schedule (and
+		// the retry runner's park of the host) takes it later.
+		return decision{kindFail, ClassTransient}
 	case errors.Is(err, ErrWrongDID):
 		return decision{kindFail, ClassWrongDID}
 	case errors.Is(err, ErrBadCommit), errors.Is(err, ErrBadSignature):
