@@ -13,10 +13,11 @@ const (
 	ResultUnavailable = "unavailable"  // deactivated / suspended / takendown (E11)
 	ResultFailed      = "failed"       // remote failure, next attempt written with it
 	ResultRateLimited = "rate_limited" // 429: the host is parked until its reset (S4)
+	ResultHostDown    = "host_down"    // the host is not answering (upstream.ErrHostDown): parked until its cool-off ends
 	ResultStale       = "stale"        // replacement refused: the archive is newer (S9)
 )
 
-var results = []string{ResultComplete, ResultNotFound, ResultUnavailable, ResultFailed, ResultRateLimited, ResultStale}
+var results = []string{ResultComplete, ResultNotFound, ResultUnavailable, ResultFailed, ResultRateLimited, ResultHostDown, ResultStale}
 
 // Metrics are the retry runner's instruments.
 type Metrics struct {
@@ -36,7 +37,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backstream_retry_attempts_total",
-			Help: "Replacement jobs run by the retry runner, by result (complete, not_found, unavailable, failed, rate_limited, stale).",
+			Help: "Replacement jobs run by the retry runner, by result (complete, not_found, unavailable, failed, rate_limited, host_down, stale).",
 		}, []string{"result"}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_retry_replacements_refused_total",

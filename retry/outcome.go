@@ -1,8 +1,8 @@
 package retry
 
 // outcome.go owns what the runner makes of a job's result: counting it,
-// parking a host after a 429 (S4), and the failure of a repo whose
-// replacement was refused too often (S9). Every state it writes goes through
+// parking a host after a 429 (S4) or while it is found not answering, and
+// the failure of a repo whose replacement was refused too often (S9). Every state it writes goes through
 // a writer unit; each unit is waited for until durable.
 
 import (
@@ -28,14 +28,29 @@ func (e *exec) outcome(it item, res backfill.Result) error {
 	case archive.StatusUnavailable:
 		e.count(ResultUnavailable)
 	case archive.StatusFailed:
+		host := res.Host
+		if host == "" {
+			host = it.host
+		}
 		if res.Class == backfill.ClassRateLimited {
 			e.count(ResultRateLimited)
-			host := res.Host
-			if host == "" {
-				host = it.host
-			}
 			if host != "" {
-				return e.park(it.did, host, res.Err)
+				wait := upstream.RetryAfter(res.Err)
+				if wait <= 0 {
+					wait = e.r.cfg.Interval
+				}
+				return e.park(it.did, host, backfill.ClassRateLimited, backfill.ClassRateLimited, wait)
+			}
+			return nil
+		}
+		if until, down := upstream.HostDownUntil(res.Err); down && host != "" {
+			// The host answered none of its last tries and its requests
+			// fail at once until its cool-off ends: its repos wait for
+			// that parked, each charged nothing, instead of each failing
+			// at once and adding to its backoff.
+			e.count(ResultHostDown)
+			if wait := until.Sub(e.r.cfg.Now()); wait > 0 {
+				return e.park(it.did, host, res.Class, ClassHostDown, min(wait, e.r.maxPark()))
 			}
 			return nil
 		}
@@ -46,28 +61,26 @@ func (e *exec) outcome(it item, res backfill.Result) error {
 	return nil
 }
 
-// park parks host until its rate-limit reset (RetryAfter of the 429, or
-// Interval when the answer named none) in memory and durably, in one unit
-// with the 429'd repo's next attempt moved to the reset: the 429 is the
-// host's condition, not the repo's, so it does not add to the repo's
-// backoff (its attempt count is put back).
-func (e *exec) park(did, host string, cause error) error {
+// park parks host for wait (a 429's reset: RetryAfter of the 429, or
+// Interval when the answer named none; a host found not answering: the
+// rest of its cool-off, at most the longest park) in memory and durably,
+// why (a host class) on its host/ row, in one unit with the next attempt of
+// did, which failed with class (the repo's), moved to the park's end: the
+// condition is the host's, not the repo's, so it does not add to the
+// repo's backoff (its attempt count is put back).
+func (e *exec) park(did, host, class, why string, wait time.Duration) error {
 	r := e.r
-	wait := upstream.RetryAfter(cause)
-	if wait <= 0 {
-		wait = r.cfg.Interval
-	}
 	r.parkMu.Lock()
 	until := e.s.park(host, r.cfg.Now().Add(wait).UnixMicro())
 	u := &archive.Unit{
 		// The writer keeps the host's failure count; this only parks it.
 		Hosts: []archive.HostUpdate{{Host: host, Func: func(cur archive.HostState) archive.HostState {
 			cur.ParkedUntilUS = max(cur.ParkedUntilUS, until)
-			cur.LastErrClass = backfill.ClassRateLimited
+			cur.LastErrClass = why
 			return cur
 		}}},
 		Repos: []archive.RepoUpdate{{DID: did, Func: func(cur archive.RepoState, exists bool) (archive.RepoState, bool) {
-			if !exists || cur.Status != archive.StatusFailed || cur.ErrClass != backfill.ClassRateLimited {
+			if !exists || cur.Status != archive.StatusFailed || cur.ErrClass != class {
 				return cur, false
 			}
 			cur.NextAttemptUS = until
@@ -87,7 +100,11 @@ func (e *exec) park(did, host string, cause error) error {
 	if err := e.wait(acks); err != nil {
 		return fmt.Errorf("retry: park %s: %w", host, err)
 	}
-	r.lines.Log(r.log, slog.LevelInfo, "park", "retry: host rate-limited; parked until its reset", "host", host,
+	msg := "retry: host rate-limited; parked until its reset"
+	if why == ClassHostDown {
+		msg = "retry: host not answering; parked until its cool-off ends"
+	}
+	r.lines.Log(r.log, slog.LevelInfo, "park_"+why, msg, "host", host,
 		"until", time.UnixMicro(until).UTC().Format(time.RFC3339), "did", did)
 	return nil
 }
@@ -116,7 +133,7 @@ func (e *exec) clearParks() error {
 			u.Hosts = append(u.Hosts, archive.HostUpdate{Host: h, Func: func(cur archive.HostState) archive.HostState {
 				if cur.ParkedUntilUS != 0 && !e.s.live(cur.ParkedUntilUS, nowUS) {
 					cur.ParkedUntilUS = 0
-					if cur.LastErrClass == backfill.ClassRateLimited {
+					if cur.LastErrClass == backfill.ClassRateLimited || cur.LastErrClass == ClassHostDown {
 						cur.LastErrClass = ""
 					}
 				}

@@ -62,6 +62,12 @@ const (
 // the snapshot.
 const ClassStale = "stale_replacement"
 
+// ClassHostDown is what the park of a host found not answering
+// (upstream.ErrHostDown) writes on its host/ row
+// (archive.HostState.LastErrClass) and clears with it, as a 429's park
+// writes backfill.ClassRateLimited; the repo's class stays transient.
+const ClassHostDown = "host_down"
+
 // Config configures a Runner. Zero fields take the defaults.
 type Config struct {
 	// Store is read for candidates, repo states and parked hosts. Required.
@@ -242,7 +248,7 @@ func (ps *PassStats) add(p PassStats) {
 	ps.Duration += p.Duration
 }
 
-// ParkedHost is a host parked after a 429.
+// ParkedHost is a host parked after a 429, or while it is not answering.
 type ParkedHost struct {
 	Host    string
 	UntilUS int64
