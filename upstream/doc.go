@@ -51,6 +51,13 @@
 //     HostWorkers downloads is refused before it is requested (ErrHostBusy,
 //     transient: the worker moves on). Each trip is counted and logged at
 //     most once a minute per limit.
+//   - Hosts that do not answer (breaker.go, H14): a host that answered
+//     none of its last 3 tries (connect timeout, refused or reset
+//     connection, no address) is down for a cool-off of 30 s doubling to
+//     10 min; its requests (a redirect to it, HostGetRepo, HostListRepos,
+//     GetRepoStatus) fail at once without a dial (ErrHostDown, transient;
+//     HostDownUntil gives the cool-off's end), one probe at each end. Any
+//     answer resets it; the relay is never broken.
 //   - E14: at most MaxRedirects redirects, only to http(s); every address a
 //     non-relay host resolves to is checked at dial time (private, ULA,
 //     link-local, metadata, multicast, unspecified, reserved ranges refused;

@@ -1136,4 +1136,25 @@ var mutants = []Mutant{
 			{Pkg: "./natssink", Run: "^TestSinkStalledSocket$"},
 		},
 	},
+	{
+		ID: "m115", Invariant: "H14",
+		Name: "a host found not answering is dialed anyway (every try of a blackholed host waits the connect timeout)",
+		File: "upstream/breaker.go",
+		Old:  "\tif h == nil || !h.down {\n",
+		New:  "\tif h == nil || !h.down || true {\n",
+		Tests: []Test{
+			{Pkg: "./upstream", Run: "^(TestBreakerOpensAfterThreeMisses|TestClientHostDownFailsFast)$"},
+			{Pkg: "./backfill", Run: "^TestJobsBlackholedHostCostsFewConnectTimeouts$"},
+		},
+	},
+	{
+		ID: "m116", Invariant: "H14",
+		Name: "a job that meets its host down sleeps its backoff and tries again (a worker held for nothing, each repo 4 attempts)",
+		File: "backfill/job.go",
+		Old:  "\tcase errors.Is(err, upstream.ErrHostDown):\n",
+		New:  "\tcase false && errors.Is(err, upstream.ErrHostDown):\n",
+		Tests: []Test{
+			{Pkg: "./backfill", Run: "^TestJobsBlackholedHostCostsFewConnectTimeouts$"},
+		},
+	},
 }
