@@ -84,9 +84,10 @@
 // cannot report anything, so the store records a disk fault itself
 // (Store.Faulted, Store.Fault: a *FatalError;
 // backstream_store_disk_faults_total) on a write stall longer than
-// MaxWriteStall (default 1 min), on a read of one of its files outstanding
-// that long (readstall.go: Pebble's disk-health checker times writes
-// only), on MaxFailedFlushes consecutive failed flushes (default 100), and
+// MaxWriteStall (default 1 min), on a read of one of its files (or an
+// open, a stat, a listing of them, a free-space query) outstanding that
+// long (readstall.go: Pebble's disk-health checker times writes only), on
+// MaxFailedFlushes consecutive failed flushes (default 100), and
 // (CheckSpace) when the volume's free space is below the floor
 // (Options.MinFree; default the smaller of 1 GiB and 2 %).
 // A full disk always says "disk full at <data-dir>: free space and restart"

@@ -1,25 +1,27 @@
 package archive
 
-// readstall.go times the reads of the store's files. Pebble's disk-health
-// checker (vfs.WithDiskHealthChecks) times writes, syncs and the
-// filesystem's metadata operations, never a read: a read of a table, a
-// write-ahead log or the manifest that never returns (a dying disk, a hung
-// network volume) would leave a point read, an iterator, a compaction or
-// the start blocked for good, with healthy probes and nothing logged.
+// readstall.go times the calls that read the store's files. Pebble's
+// disk-health checker (vfs.WithDiskHealthChecks) times writes, syncs and
+// the filesystem calls that change it (create, rename, remove, link,
+// mkdir), never a read, an open, a stat, a listing or a free-space query:
+// one that never returns (a dying disk, a hung network volume) would leave
+// a point read, an iterator, a compaction or the start blocked for good,
+// with healthy probes and nothing logged.
 //
 // A table's file is read by many goroutines at once (every iterator over
 // it shares the one handle), so a single start stamp per file, as Pebble
 // keeps for a file's writes, cannot say which read is old. readFS instead
-// counts each file's reads in flight by the epoch they began in, with no
-// clock read and no lock on the read path: an atomic load of the epoch,
-// an add before the read and one after it. The guard's read timer moves
-// the epoch on every readTick; a count left in the slot the next epoch
-// reuses is a read that began readEpochs-1 ticks (MaxWriteStall) ago or
-// more and has not returned: a read-stall fault, found at most one tick
-// after the bound.
+// counts each file's calls in flight (and the filesystem's own: opens,
+// stats, listings) by the epoch they began in, with no clock read and no
+// lock per call: an atomic load of the epoch, an add before the call and
+// one after it. The guard's read timer moves the epoch on every readTick;
+// a count left in the slot the next epoch reuses is a call that began
+// readEpochs-1 ticks (MaxWriteStall) ago or more and has not returned: a
+// read-stall fault, found at most one tick after the bound.
 
 import (
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,8 +29,8 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 )
 
-// readEpochs is the number of epochs a file counts its reads in (a power
-// of two): a read is stuck once it has lasted readEpochs-1 ticks.
+// readEpochs is the number of epochs a call is counted in (a power of
+// two): a call is stuck once it has lasted readEpochs-1 ticks.
 const readEpochs = 4
 
 // readTick is the read timer's period for a bound: the bound in
@@ -37,11 +39,59 @@ func readTick(bound time.Duration) time.Duration {
 	return max(bound/(readEpochs-1), time.Millisecond)
 }
 
-// readFS is the store's filesystem with the reads of every file it opens
-// counted (see the file comment). Writes go through untouched.
+// inflight counts calls in flight by the epoch they began in.
+type inflight [readEpochs]atomic.Int64
+
+// begin counts a call beginning now; the caller hands the counter it
+// returns to end once the call has returned.
+func (c *inflight) begin(epoch *atomic.Uint64) *atomic.Int64 {
+	n := &c[epoch.Load()%readEpochs]
+	n.Add(1)
+	return n
+}
+
+// The calls counted on a file it opened, and on the filesystem itself: all
+// that Pebble makes to read the store and that can hang on a dying disk or
+// a hung network volume, which its checker does not time. Reads and
+// readahead of tables, logs and the manifest; a file's Stat, on every
+// open of a table (its size); the opens themselves, as a read or a
+// compaction missing the table cache opens the table, and a long scan
+// opens it again for the OS's readahead; the free-space query after
+// every flush, compaction and deletion; Stat, List and OpenDir, at the
+// start. Lock and the writes are Pebble's checker's, or not on a path that
+// serves.
+const (
+	fileRead = iota // Read, ReadAt
+	fileStat
+	filePrefetch
+	fileCalls
+)
+
+const (
+	fsOpen = iota // Open, OpenReadWrite
+	fsOpenDir
+	fsStat
+	fsList
+	fsDiskUsage
+	fsCalls
+)
+
+// fileCallNames and fsCallNames name a call in a fault or a log line: a
+// file's with its name after them, the filesystem's as they are (a
+// filesystem call is counted, not named: naming it would take a lock or
+// an allocation on every call).
+var (
+	fileCallNames = [fileCalls]string{"a read of", "a stat of", "a prefetch of"}
+	fsCallNames   = [fsCalls]string{"an open of a file of the store", "an open of a directory of the store",
+		"a stat of a file of the store", "a listing of a directory of the store", "a free-space query of the store's volume"}
+)
+
+// readFS is the store's filesystem with the calls that read it counted
+// (see the file comment). Writes go through untouched.
 type readFS struct {
 	vfs.FS
 	epoch atomic.Uint64
+	calls [fsCalls]inflight
 
 	mu    sync.Mutex
 	files map[*readFile]struct{} // the open files
@@ -51,12 +101,12 @@ func newReadFS(fs vfs.FS) *readFS {
 	return &readFS{FS: fs, files: make(map[*readFile]struct{})}
 }
 
-// readFile counts its reads in flight by the epoch they began in.
+// readFile counts its calls in flight by the epoch they began in.
 type readFile struct {
 	vfs.File
-	fs       *readFS
-	name     string
-	inflight [readEpochs]atomic.Int64
+	fs    *readFS
+	name  string
+	calls [fileCalls]inflight
 }
 
 func (r *readFS) track(name string, f vfs.File, err error) (vfs.File, error) {
@@ -72,14 +122,51 @@ func (r *readFS) track(name string, f vfs.File, err error) (vfs.File, error) {
 
 // Open implements vfs.FS: tables, logs, the manifest are read through it.
 func (r *readFS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
+	c := r.calls[fsOpen].begin(&r.epoch)
 	f, err := r.FS.Open(name, opts...)
+	c.Add(-1)
 	return r.track(name, f, err)
 }
 
 // OpenReadWrite implements vfs.FS.
 func (r *readFS) OpenReadWrite(name string, opts ...vfs.OpenOption) (vfs.File, error) {
+	c := r.calls[fsOpen].begin(&r.epoch)
 	f, err := r.FS.OpenReadWrite(name, opts...)
+	c.Add(-1)
 	return r.track(name, f, err)
+}
+
+// OpenDir implements vfs.FS. The directory is not counted as a file:
+// Pebble only syncs it, which its checker times.
+func (r *readFS) OpenDir(name string) (vfs.File, error) {
+	c := r.calls[fsOpenDir].begin(&r.epoch)
+	f, err := r.FS.OpenDir(name)
+	c.Add(-1)
+	return f, err
+}
+
+// Stat implements vfs.FS.
+func (r *readFS) Stat(name string) (os.FileInfo, error) {
+	c := r.calls[fsStat].begin(&r.epoch)
+	fi, err := r.FS.Stat(name)
+	c.Add(-1)
+	return fi, err
+}
+
+// List implements vfs.FS.
+func (r *readFS) List(dir string) ([]string, error) {
+	c := r.calls[fsList].begin(&r.epoch)
+	names, err := r.FS.List(dir)
+	c.Add(-1)
+	return names, err
+}
+
+// GetDiskUsage implements vfs.FS.
+func (r *readFS) GetDiskUsage(path string) (vfs.DiskUsage, error) {
+	c := r.calls[fsDiskUsage].begin(&r.epoch)
+	u, err := r.FS.GetDiskUsage(path)
+	c.Add(-1)
+	return u, err
 }
 
 // Unwrap is the filesystem under the counting (vfs.Root).
@@ -87,8 +174,7 @@ func (r *readFS) Unwrap() vfs.FS { return r.FS }
 
 // Read implements vfs.File.
 func (f *readFile) Read(p []byte) (int, error) {
-	c := &f.inflight[f.fs.epoch.Load()%readEpochs]
-	c.Add(1)
+	c := f.calls[fileRead].begin(&f.fs.epoch)
 	n, err := f.File.Read(p)
 	c.Add(-1)
 	return n, err
@@ -96,11 +182,26 @@ func (f *readFile) Read(p []byte) (int, error) {
 
 // ReadAt implements vfs.File.
 func (f *readFile) ReadAt(p []byte, off int64) (int, error) {
-	c := &f.inflight[f.fs.epoch.Load()%readEpochs]
-	c.Add(1)
+	c := f.calls[fileRead].begin(&f.fs.epoch)
 	n, err := f.File.ReadAt(p, off)
 	c.Add(-1)
 	return n, err
+}
+
+// Stat implements vfs.File.
+func (f *readFile) Stat() (os.FileInfo, error) {
+	c := f.calls[fileStat].begin(&f.fs.epoch)
+	fi, err := f.File.Stat()
+	c.Add(-1)
+	return fi, err
+}
+
+// Prefetch implements vfs.File.
+func (f *readFile) Prefetch(off, n int64) error {
+	c := f.calls[filePrefetch].begin(&f.fs.epoch)
+	err := f.File.Prefetch(off, n)
+	c.Add(-1)
+	return err
 }
 
 // Close implements vfs.File.
@@ -111,21 +212,37 @@ func (f *readFile) Close() error {
 	return f.File.Close()
 }
 
-// advance moves to the next epoch unless a read counted in the slot it
-// reuses is still in flight: then it returns that read's file, and the
-// epoch stays (the store has a fault; nothing more is counted against it).
-func (r *readFS) advance() (stuck string) {
-	next := r.epoch.Load() + 1
-	slot := next % readEpochs
-	r.mu.Lock()
-	for f := range r.files {
-		if f.inflight[slot].Load() > 0 {
-			stuck = f.name
-			break
+// callsIn is the number of calls counted in slot that are still in
+// flight, and the first of them found, named ("" for none).
+func (r *readFS) callsIn(slot uint64) (n int64, first string) {
+	note := func(c int64, name func() string) {
+		if c > 0 {
+			if n == 0 {
+				first = name()
+			}
+			n += c
 		}
 	}
-	r.mu.Unlock()
-	if stuck == "" {
+	for i := range r.calls {
+		note(r.calls[i][slot].Load(), func() string { return fsCallNames[i] })
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for f := range r.files {
+		for i := range f.calls {
+			note(f.calls[i][slot].Load(), func() string { return fileCallNames[i] + " " + f.name })
+		}
+	}
+	return n, first
+}
+
+// advance moves to the next epoch unless a call counted in the slot it
+// reuses is still in flight: then it returns that call, named, and the
+// epoch stays (the store has a fault; nothing more is counted against
+// it).
+func (r *readFS) advance() (stuck string) {
+	next := r.epoch.Load() + 1
+	if _, stuck = r.callsIn(next % readEpochs); stuck == "" {
 		r.epoch.Store(next)
 	}
 	return stuck
@@ -143,7 +260,7 @@ func (g *diskGuard) timeReads(fs vfs.FS) vfs.FS {
 	return r
 }
 
-// checkReads is the read timer: one epoch on, or a fault for a read that
+// checkReads is the read timer: one epoch on, or a fault for a call that
 // has lasted the bound.
 func (g *diskGuard) checkReads() {
 	g.mu.Lock()
@@ -159,11 +276,11 @@ func (g *diskGuard) checkReads() {
 		g.mu.Unlock()
 		return
 	}
-	// The read began in epoch e+1-readEpochs, before the epoch after
-	// it did.
+	// The call began in epoch e+1-readEpochs, before the epoch after it
+	// did.
 	since := g.now().Sub(g.epochStart[(e+2)%readEpochs])
 	g.readTimer = nil
 	g.mu.Unlock()
-	g.setFault(FaultReadStall, fmt.Errorf("archive: a read of %s has not returned for over %v with no error from the disk holding %s: it is stuck or far too slow; check it and restart",
+	g.setFault(FaultReadStall, fmt.Errorf("archive: %s has not returned for over %v with no error from the disk holding %s: it is stuck or far too slow; check it and restart",
 		stuck, since.Round(time.Millisecond), g.dataDir))
 }

@@ -31,21 +31,26 @@ func (h *readHold) wrap(fs vfs.FS) vfs.FS {
 		if (op != errorfs.OpFileRead && op != errorfs.OpFileReadAt) || !strings.HasSuffix(path, ".sst") {
 			return nil
 		}
-		h.mu.Lock()
-		armed, held, release := h.armed, h.held, h.release
-		if armed {
-			select {
-			case <-held:
-			default:
-				close(held)
-			}
-		}
-		h.mu.Unlock()
-		if armed {
-			<-release
-		}
+		h.wait()
 		return nil
 	}))
+}
+
+// wait holds the caller, while h is armed, until released.
+func (h *readHold) wait() {
+	h.mu.Lock()
+	armed, held, release := h.armed, h.held, h.release
+	if armed {
+		select {
+		case <-held:
+		default:
+			close(held)
+		}
+	}
+	h.mu.Unlock()
+	if armed {
+		<-release
+	}
 }
 
 // arm holds every sstable read from now on; held is closed by the first.

@@ -324,8 +324,8 @@ func (s *Store) openPebble(opts Options) error {
 		// returned after the threshold is reported (diskGuard.diskSlow),
 		// and one that hangs past the write-stall bound is a fault. A
 		// sync stuck without an error raises no write stall otherwise.
-		// Pebble's checker does not time reads: the guard times them
-		// against the same bound (readstall.go).
+		// Pebble's checker does not time reads, opens, stats, listings:
+		// the guard times them against the same bound (readstall.go).
 		s.pfs, s.health = vfs.WithDiskHealthChecks(s.disk.timeReads(s.fs), min(diskSlowThreshold, s.disk.maxStall), s.disk.diskSlow)
 	}
 	replay := &walReplay{}

@@ -88,6 +88,32 @@ func startOnStuckDisk(t *testing.T, fs vfs.FS, stuck, want string) {
 	}
 }
 
+// TestNewStopsOnStuckTableOpen: a start whose disk stops answering the
+// open of a table (every open of one, from the store's first read of its
+// own keys on, which misses the table cache; with no error and no end)
+// does not hang for ever with healthy probes: once the open has been
+// outstanding for MaxWriteStall, the store's read-stall fault fails the
+// probes and node.New returns it.
+func TestNewStopsOnStuckTableOpen(t *testing.T) {
+	mem := vfs.NewMem()
+	s := relayStore(t, mem)
+	if err := s.DB().Flush(); err != nil { // every key in a table: the start opens it to read them
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	defer close(release)
+	stuck := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
+		if strings.HasSuffix(path, ".sst") && op == errorfs.OpOpen {
+			<-release
+		}
+		return nil
+	}))
+	startOnStuckDisk(t, stuck, "a disk that opens no table", "an open of a file of the store has not returned for over")
+}
+
 // TestNewStopsOnStuckRead: a start whose disk stops answering reads (here
 // every read of a table, from the store's first read of its own keys on,
 // with no error and no end) does not hang for ever with healthy probes:
