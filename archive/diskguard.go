@@ -60,8 +60,12 @@ const (
 // errorKinds index the per-kind counters.
 var errorKinds = [...]string{KindENOSPC, KindEIO, KindEMFILE, KindOther}
 
-// logDiskSlow is the key of DiskSlow's log line beside the error kinds'.
-const logDiskSlow = "disk_slow"
+// logDiskSlow and logSlowRead are the keys of DiskSlow's log line and
+// of the read timer's slow calls (readstall.go) beside the error kinds'.
+const (
+	logDiskSlow = "disk_slow"
+	logSlowRead = "slow_read"
+)
 
 // Fault causes, the label of backstream_store_disk_faults_total.
 const (
@@ -104,12 +108,15 @@ type diskGuard struct {
 	maxStall         time.Duration
 	maxFailedFlushes int
 
-	errs    [len(errorKinds)]atomic.Uint64
-	faults  [len(faultCauses)]atomic.Uint64
-	fault   atomic.Pointer[FatalError]
-	failed  chan struct{}   // closed with the first fault
-	onFault func(error)     // Options.OnFault; nil: none
-	lines   *loglimit.Every // per error kind, and logDiskSlow
+	errs   [len(errorKinds)]atomic.Uint64
+	faults [len(faultCauses)]atomic.Uint64
+	// slowReads counts the calls that read the store found out for over
+	// a third of maxStall (readstall.go).
+	slowReads atomic.Uint64
+	fault     atomic.Pointer[FatalError]
+	failed    chan struct{}   // closed with the first fault
+	onFault   func(error)     // Options.OnFault; nil: none
+	lines     *loglimit.Every // per error kind, logDiskSlow and logSlowRead
 
 	mu         sync.Mutex
 	lastErr    error // the last background error

@@ -16,7 +16,7 @@ type PebbleCollector struct {
 	disk, debt, l0Files, l0Sublevels, readAmp, wal *prometheus.Desc
 	compactions, flushes                           *prometheus.Desc
 	walIn, written                                 *prometheus.Desc
-	bgErrors, faults                               *prometheus.Desc
+	bgErrors, faults, slowReads                    *prometheus.Desc
 }
 
 // NewPebbleCollector returns a collector for s; register it on the process
@@ -43,12 +43,14 @@ func NewPebbleCollector(s *Store) *PebbleCollector {
 			"Pebble background errors (failed flushes, compactions) by kind: enospc, eio, emfile, other.", []string{"kind"}, nil),
 		faults: prometheus.NewDesc("backstream_store_disk_faults_total",
 			"Disk faults that stop the process, by cause: write_stall, read_stall, failed_flushes, min_free.", []string{"cause"}, nil),
+		slowReads: prometheus.NewDesc("backstream_store_slow_reads_total",
+			"Reads of the store's files (and opens, stats, listings of them) found still out over a third of --max-write-stall: every one out over two thirds of it, some over a third; a read_stall fault at the whole bound.", nil, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *PebbleCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.disk, c.debt, c.l0Files, c.l0Sublevels, c.readAmp, c.wal, c.compactions, c.flushes, c.walIn, c.written, c.bgErrors, c.faults} {
+	for _, d := range []*prometheus.Desc{c.disk, c.debt, c.l0Files, c.l0Sublevels, c.readAmp, c.wal, c.compactions, c.flushes, c.walIn, c.written, c.bgErrors, c.faults, c.slowReads} {
 		ch <- d
 	}
 }
@@ -98,4 +100,5 @@ func (c *PebbleCollector) collectDisk(ch chan<- prometheus.Metric) {
 	for i, cause := range faultCauses {
 		ch <- prometheus.MustNewConstMetric(c.faults, prometheus.CounterValue, float64(c.s.disk.faults[i].Load()), cause)
 	}
+	ch <- prometheus.MustNewConstMetric(c.slowReads, prometheus.CounterValue, float64(c.s.disk.slowReads.Load()))
 }

@@ -23,7 +23,7 @@ func TestPebbleCollector(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewPebbleCollector(s))
-	if n, err := testutil.GatherAndCount(reg); err != nil || n != 9+4+len(errorKinds)+len(faultCauses) {
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 9+4+len(errorKinds)+len(faultCauses)+1 { // +1: the slow reads
 		t.Fatalf("%d metrics, %v", n, err)
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`

@@ -17,7 +17,11 @@ package archive
 // one after it. The guard's read timer moves the epoch on every readTick;
 // a count left in the slot the next epoch reuses is a call that began
 // readEpochs-1 ticks (MaxWriteStall) ago or more and has not returned: a
-// read-stall fault, found at most one tick after the bound.
+// read-stall fault, found at most one tick after the bound. A count left
+// in the slot of the epoch before the one ending is a call out for over a
+// tick (a third of the bound): slow, counted and logged at WARN, so an
+// operator sees a disk slowing before it is a fault. A call that lasts
+// two ticks is always counted so, one shorter than a tick never.
 
 import (
 	"fmt"
@@ -239,13 +243,17 @@ func (r *readFS) callsIn(slot uint64) (n int64, first string) {
 // advance moves to the next epoch unless a call counted in the slot it
 // reuses is still in flight: then it returns that call, named, and the
 // epoch stays (the store has a fault; nothing more is counted against
-// it).
-func (r *readFS) advance() (stuck string) {
+// it). Otherwise it returns the calls still in flight that began in the
+// epoch before the one ending (over one tick ago: slow), and the first
+// of them, named.
+func (r *readFS) advance() (stuck string, slow int64, slowCall string) {
 	next := r.epoch.Load() + 1
-	if _, stuck = r.callsIn(next % readEpochs); stuck == "" {
-		r.epoch.Store(next)
+	if _, stuck = r.callsIn(next % readEpochs); stuck != "" {
+		return stuck, 0, ""
 	}
-	return stuck
+	slow, slowCall = r.callsIn((next + readEpochs - 2) % readEpochs)
+	r.epoch.Store(next)
+	return "", slow, slowCall
 }
 
 // timeReads wraps fs so that its reads are counted and starts the read
@@ -260,8 +268,9 @@ func (g *diskGuard) timeReads(fs vfs.FS) vfs.FS {
 	return r
 }
 
-// checkReads is the read timer: one epoch on, or a fault for a call that
-// has lasted the bound.
+// checkReads is the read timer: one epoch on, counting the calls out for
+// over a tick as slow (logged at WARN once a minute), or a fault for a call
+// that has lasted the bound.
 func (g *diskGuard) checkReads() {
 	g.mu.Lock()
 	if g.closed || g.readTimer == nil {
@@ -269,11 +278,14 @@ func (g *diskGuard) checkReads() {
 		return
 	}
 	e := g.reads.epoch.Load()
-	stuck := g.reads.advance()
+	stuck, slow, slowCall := g.reads.advance()
 	if stuck == "" {
 		g.epochStart[(e+1)%readEpochs] = g.now()
 		g.readTimer.Reset(readTick(g.maxStall))
 		g.mu.Unlock()
+		if slow > 0 {
+			g.slowRead(slow, slowCall)
+		}
 		return
 	}
 	// The call began in epoch e+1-readEpochs, before the epoch after it
@@ -283,4 +295,14 @@ func (g *diskGuard) checkReads() {
 	g.mu.Unlock()
 	g.setFault(FaultReadStall, fmt.Errorf("archive: %s has not returned for over %v with no error from the disk holding %s: it is stuck or far too slow; check it and restart",
 		stuck, since.Round(time.Millisecond), g.dataDir))
+}
+
+// slowRead counts n calls out for over a tick (a third of the bound) and
+// logs them at WARN, one line a minute, naming the first.
+func (g *diskGuard) slowRead(n int64, first string) {
+	total := g.slowReads.Add(uint64(n))
+	if lines, ok := g.lines.Tick(logSlowRead); ok {
+		g.log.Warn("store read slow (one line per minute)", "component", "pebble", "call", first, "calls", n,
+			"out_over", readTick(g.maxStall), "slow_total", total, "suppressed", lines-1, "data_dir", g.dataDir)
+	}
 }

@@ -1,9 +1,11 @@
 package archive
 
 import (
+	"bytes"
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -157,4 +159,95 @@ func TestStuckCallIsAFault(t *testing.T) {
 			})
 		})
 	}
+}
+
+// lockedBuffer is a log destination safe for concurrent use.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// lines are the lines written holding s.
+func (b *lockedBuffer) lines(s string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, l := range strings.Split(b.buf.String(), "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// TestSlowReadIsCounted: on the fake clock, a read slower than a third
+// of the bound but well under it is no fault, and until now was recorded
+// nowhere. A read still out two ticks of the read timer after it began
+// (over two thirds of the bound) is counted as slow and logged at WARN,
+// naming the file, at most once a minute (the next line saying how many
+// ticks found slow calls meanwhile); one under a third of the bound never
+// is.
+func TestSlowReadIsCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const bound = time.Minute
+		const msg = "store read slow"
+		var log lockedBuffer
+		h := newReadHold()
+		defer h.unhold()
+		g, fs := guardedTable(t, slog.New(slog.NewTextHandler(&log, nil)), bound, h.wrap)
+		f, err := fs.Open("/000007.sst")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		readFor := func(d time.Duration) {
+			held := h.arm()
+			done := make(chan error, 1)
+			go func() {
+				_, err := f.ReadAt(make([]byte, 5), 0)
+				done <- err
+			}()
+			<-held
+			time.Sleep(d)
+			h.unhold()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		check := func(what string, slow uint64, lines int) {
+			t.Helper()
+			// A read that lasts two ticks is counted at the second, before
+			// it returns; one that lasts less than a tick never is.
+			if n := g.slowReads.Load(); n != slow {
+				t.Fatalf("%s: %d slow reads counted, want %d", what, n, slow)
+			}
+			if l := log.lines(msg); len(l) != lines {
+				t.Fatalf("%s: %d %q lines, want %d: %q", what, len(l), msg, lines, l)
+			}
+		}
+		readFor(2*bound/3 + time.Second)
+		check("a read of 41s (bound 1m)", 1, 1)
+		if l := log.lines(msg)[0]; !strings.Contains(l, "level=WARN") || !strings.Contains(l, "call=\"a read of /000007.sst\"") {
+			t.Fatalf("the slow read's line %q lacks the level or the call", l)
+		}
+		readFor(2*bound/3 + time.Second)
+		check("a second read of 41s within the minute", 2, 1)
+		readFor(bound/3 - time.Second)
+		check("a read of 19s", 2, 1)
+		time.Sleep(time.Minute)
+		readFor(2*bound/3 + time.Second)
+		check("a third read of 41s a minute on", 3, 2)
+		if l := log.lines(msg)[1]; !strings.Contains(l, "suppressed=1") {
+			t.Fatalf("the minute's line %q does not say one tick's slow reads went unlogged", l)
+		}
+		if err := g.fault.Load(); err != nil {
+			t.Fatalf("reads under the bound are a fault: %v", err)
+		}
+	})
 }

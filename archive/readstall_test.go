@@ -123,6 +123,10 @@ func TestStuckReadIsAFault(t *testing.T) {
 	if n := promtest.Value(t, reg, "backstream_store_disk_faults_total", map[string]string{"cause": "read_stall"}); n != 1 {
 		t.Fatalf("read_stall faults %v, want 1", n)
 	}
+	// Out for the bound, it was first out for two thirds of it: slow.
+	if n := promtest.Value(t, reg, "backstream_store_slow_reads_total", nil); n != 1 {
+		t.Fatalf("slow reads %v, want the stuck read counted once", n)
+	}
 	// The disk answers again: the read completes and the store closes.
 	h.unhold()
 	if r := <-read; r.err != nil || r.st.Status != StatusComplete {
