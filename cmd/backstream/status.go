@@ -245,17 +245,7 @@ func absentOK(err error) error {
 }
 
 func runStatus(ctx context.Context, env *cmdEnv) error {
-	dir := env.fs.str("data-dir")
-	s, err := archive.Open(dir, archive.Options{ReadOnly: true, Logger: env.log})
-	if err != nil {
-		if errors.Is(err, archive.ErrLocked) {
-			return fmt.Errorf("%s is held open by another process (a running backstream serve?): "+
-				"status reads only a store no process holds; a running backstream answers the same report on GET /status of its --listen address (%w)", dir, err)
-		}
-		return fmt.Errorf("read %s: %w (a running backstream answers the same report on its /status endpoint)", dir, err)
-	}
-	defer s.Close()
-	r, err := buildStatus(s, bootstrap.NewRosterView(s), "")
+	r, err := statusOf(env.fs.str("data-dir"), archive.Options{ReadOnly: true, Logger: env.log})
 	if err != nil {
 		return err
 	}
@@ -266,6 +256,21 @@ func runStatus(ctx context.Context, env *cmdEnv) error {
 	}
 	printStatus(env.stdout, r)
 	return nil
+}
+
+// statusOf is the status report of the store in dir, opened as opts say
+// (read-only).
+func statusOf(dir string, opts archive.Options) (*statusReport, error) {
+	s, err := archive.Open(dir, opts)
+	if err != nil {
+		if errors.Is(err, archive.ErrLocked) {
+			return nil, fmt.Errorf("%s is held open by another process (a running backstream serve?): "+
+				"status reads only a store no process holds; a running backstream answers the same report on GET /status of its --listen address (%w)", dir, err)
+		}
+		return nil, fmt.Errorf("read %s: %w (a running backstream answers the same report on its /status endpoint)", dir, err)
+	}
+	defer s.Close()
+	return buildStatus(s, bootstrap.NewRosterView(s), "")
 }
 
 func printStatus(out io.Writer, r *statusReport) {
