@@ -107,6 +107,7 @@ type diskGuard struct {
 	now              func() time.Time
 	maxStall         time.Duration
 	maxFailedFlushes int
+	readOnly         bool // the store is (Options.ReadOnly): a fault ends what reads it, not a process
 
 	errs   [len(errorKinds)]atomic.Uint64
 	faults [len(faultCauses)]atomic.Uint64
@@ -258,7 +259,11 @@ func (g *diskGuard) setFault(cause string, err error) {
 	if !g.fault.CompareAndSwap(nil, fe) {
 		return
 	}
-	g.log.Error("store disk fault: the process stops", "cause", cause, "err", err)
+	if g.readOnly {
+		g.log.Error("read-only store disk fault: what reads it gives up", "cause", cause, "err", err)
+	} else {
+		g.log.Error("store disk fault: the process stops", "cause", cause, "err", err)
+	}
 	close(g.failed)
 	if g.onFault != nil {
 		g.onFault(fe)

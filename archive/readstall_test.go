@@ -1,6 +1,7 @@
 package archive
 
 import (
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -204,4 +205,50 @@ func TestReadStallBound(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestReadOnlyStuckReadIsAFault: a store opened read-only (`backstream
+// status`, a checkpoint read back, the check before a command opens a
+// store read-write) over a disk that stops answering its table reads
+// does not block for ever unseen: once the read has been out for
+// MaxWriteStall the store records the read-stall fault and hands it to
+// OnFault, while its open is still blocked in that read.
+func TestReadOnlyStuckReadIsAFault(t *testing.T) {
+	const bound = 300 * time.Millisecond
+	mem := vfs.NewMem()
+	buildFaultStore(t, mem)
+	h := newReadHold()
+	defer h.unhold()
+	opts := faultOptions(h.wrap(mem))
+	opts.ReadOnly = true
+	opts.MaxWriteStall = bound
+	faulted := make(chan error, 1)
+	opts.OnFault = func(err error) { faulted <- err }
+	held := h.arm()
+	opened := make(chan error, 1)
+	go func() {
+		s, err := Open("/data", opts)
+		if err == nil {
+			_, err = s.RepoState(faultDID)
+			err = errors.Join(err, s.Close())
+		}
+		opened <- err
+	}()
+	select {
+	case <-held:
+	case err := <-opened:
+		t.Fatalf("a read-only open and a read returned %v without reading an sstable", err)
+	}
+	select {
+	case err := <-faulted:
+		if want := ".sst has not returned for over"; !strings.Contains(err.Error(), want) {
+			t.Fatalf("fault %v, want %q", err, want)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("a read-only store's sstable read held for 30s (MaxWriteStall %v) and the store records no fault", bound)
+	}
+	h.unhold()
+	if err := <-opened; err != nil {
+		t.Fatalf("the read-only open after the disk answers again: %v", err)
+	}
 }

@@ -43,6 +43,8 @@ type Options struct {
 	OnFatal func(*FatalError)
 	// ReadOnly opens an existing store without writing anything: no guard
 	// initialisation, no scratch cleanup. Used by `backstream status`.
+	// Its reads are timed against MaxWriteStall like a writable store's:
+	// Use ends the command on a read that never returns.
 	ReadOnly bool
 	// CacheSize is Pebble's block cache in bytes (DefaultCacheSize).
 	CacheSize int64
@@ -70,8 +72,9 @@ type Options struct {
 	Space func(path string) (diskspace.Space, error)
 	// MaxWriteStall bounds a Pebble write stall before it is a disk fault
 	// (default DefaultMaxWriteStall), and one read of the store's files
-	// that has not returned (found within a third of it more: readstall.go;
-	// not on a ReadOnly store); MaxFailedFlushes is the number of
+	// (or an open, a stat, a listing) that has not returned (found within
+	// a third of it more: readstall.go; a ReadOnly store's too);
+	// MaxFailedFlushes is the number of
 	// consecutive failed flushes that is one (default
 	// DefaultMaxFailedFlushes). See Store.Faulted.
 	MaxWriteStall    time.Duration
@@ -165,6 +168,7 @@ func open(dataDir string, opts Options) (*Store, error) {
 		space:    freeSpace{setting: opts.MinFree, stat: opts.Space},
 		startup:  opts.Startup,
 	}
+	s.disk.readOnly = opts.ReadOnly
 	if s.space.stat == nil && (opts.FS == nil || opts.FS == vfs.Default) {
 		s.space.stat = diskspace.Stat
 	}
@@ -209,6 +213,47 @@ func open(dataDir string, opts Options) (*Store, error) {
 		}
 	}
 	return s, nil
+}
+
+// Use opens the store of dataDir as opts say, runs do on it and closes
+// it, for a command that ends when Use returns: do's error, else Open's or
+// Close's. If the store records a disk fault first (a read stuck past
+// MaxWriteStall, read-only or not; a write stall on a writable store),
+// Use returns that fault (a *FatalError) at once, and leaves the open, do
+// or close blocked in its call on a goroutine of its own.
+func Use(dataDir string, opts Options, do func(*Store) error) error {
+	faulted := make(chan error, 1)
+	then := opts.OnFault
+	opts.OnFault = func(err error) {
+		faulted <- err // once: the first fault only is handed on
+		if then != nil {
+			then(err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		s, err := Open(dataDir, opts)
+		if err != nil {
+			done <- err
+			return
+		}
+		err = do(s)
+		if cerr := s.Close(); err == nil {
+			err = cerr
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		select {
+		case fault := <-faulted: // what failed do, or came with its end
+			return fault
+		default:
+			return err
+		}
+	case fault := <-faulted:
+		return fault
+	}
 }
 
 // prepareDirs creates the data dir and the store dir (syncing every parent
@@ -318,15 +363,17 @@ func (s *Store) openPebble(opts Options) error {
 		cacheSize = DefaultCacheSize
 	}
 	s.cache = pebble.NewCache(cacheSize)
-	s.pfs, s.health = s.fs, nil
+	// The calls that read the store are timed (readstall.go), on a
+	// read-only store too: a read stuck past the bound is a fault.
+	s.pfs, s.health = s.disk.timeReads(s.fs), nil
 	if !opts.ReadOnly {
 		// Every file operation Pebble makes is timed: one that has not
 		// returned after the threshold is reported (diskGuard.diskSlow),
 		// and one that hangs past the write-stall bound is a fault. A
 		// sync stuck without an error raises no write stall otherwise.
 		// Pebble's checker does not time reads, opens, stats, listings:
-		// the guard times them against the same bound (readstall.go).
-		s.pfs, s.health = vfs.WithDiskHealthChecks(s.disk.timeReads(s.fs), min(diskSlowThreshold, s.disk.maxStall), s.disk.diskSlow)
+		// the guard times them against the same bound.
+		s.pfs, s.health = vfs.WithDiskHealthChecks(s.pfs, min(diskSlowThreshold, s.disk.maxStall), s.disk.diskSlow)
 	}
 	replay := &walReplay{}
 	start := time.Now()
@@ -617,7 +664,7 @@ func (s *Store) DiskBytes() (uint64, error) {
 	if !s.readOnly {
 		return n, nil
 	}
-	names, err := s.fs.List(s.dir)
+	names, err := s.pfs.List(s.dir) // timed, as Pebble's own calls
 	if err != nil {
 		return 0, fmt.Errorf("archive: size of %s: %w", s.dir, err)
 	}
@@ -625,7 +672,7 @@ func (s *Store) DiskBytes() (uint64, error) {
 		if !strings.HasSuffix(name, ".log") {
 			continue
 		}
-		fi, err := s.fs.Stat(s.fs.PathJoin(s.dir, name))
+		fi, err := s.pfs.Stat(s.fs.PathJoin(s.dir, name))
 		if err != nil {
 			return 0, fmt.Errorf("archive: size of %s: %w", s.dir, err)
 		}

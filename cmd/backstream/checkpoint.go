@@ -84,21 +84,28 @@ func takeCheckpoint(store *archive.Store, dir string, log *slog.Logger) (*checkp
 		return nil, err
 	}
 	took := time.Since(start)
-	ck, err := archive.Open(dir, archive.Options{ReadOnly: true, Logger: log, CacheSize: 8 << 20})
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: written to %s but it does not open: %w", dir, err)
-	}
-	defer ck.Close()
 	res := &checkpointResult{To: dir, Store: filepath.Join(dir, archive.StoreDir), Seconds: took.Seconds()}
-	phase, err := ck.Phase()
-	if err != nil {
+	// A read of the checkpoint that never returns ends the read-back with
+	// its read-stall fault (archive.Use), not the process.
+	opened := false
+	err := archive.Use(dir, archive.Options{ReadOnly: true, Logger: log, CacheSize: 8 << 20}, func(ck *archive.Store) error {
+		opened = true
+		phase, err := ck.Phase()
+		if err != nil {
+			return err
+		}
+		res.Phase = string(phase)
+		res.TipSeq, err = ck.Tip()
+		return err
+	})
+	var fatal *archive.FatalError
+	switch {
+	case err == nil:
+		return res, nil
+	case errors.As(err, &fatal) || opened: // opened is only read once Use's goroutine is done
 		return nil, fmt.Errorf("checkpoint: read back %s: %w", dir, err)
 	}
-	res.Phase = string(phase)
-	if res.TipSeq, err = ck.Tip(); err != nil {
-		return nil, fmt.Errorf("checkpoint: read back %s: %w", dir, err)
-	}
-	return res, nil
+	return nil, fmt.Errorf("checkpoint: written to %s but it does not open: %w", dir, err)
 }
 
 // DefaultCheckpointInterval is the least time between the end of one
@@ -469,12 +476,11 @@ func checkpointLocal(dataDir, to string, log *slog.Logger) (*checkpointResult, e
 // unidentified store ("no store here") and a held one without writing
 // anything.
 func openExisting(dataDir string, opts archive.Options) (*archive.Store, error) {
-	ro, err := archive.Open(dataDir, archive.Options{ReadOnly: true, Logger: opts.Logger, CacheSize: 8 << 20})
-	if err != nil {
+	// Bounded like every read-only open (archive.Use): a read that never
+	// returns ends the command with the store's read-stall fault.
+	if err := archive.Use(dataDir, archive.Options{ReadOnly: true, Logger: opts.Logger, CacheSize: 8 << 20},
+		func(*archive.Store) error { return nil }); err != nil {
 		return nil, err
-	}
-	if err := ro.Close(); err != nil {
-		return nil, fmt.Errorf("close %s: %w", dataDir, err)
 	}
 	return archive.Open(dataDir, opts)
 }

@@ -259,18 +259,27 @@ func runStatus(ctx context.Context, env *cmdEnv) error {
 }
 
 // statusOf is the status report of the store in dir, opened as opts say
-// (read-only).
+// (read-only). A read that never returns ends it with the store's
+// read-stall fault once it has been out for MaxWriteStall (archive.Use).
 func statusOf(dir string, opts archive.Options) (*statusReport, error) {
-	s, err := archive.Open(dir, opts)
-	if err != nil {
-		if errors.Is(err, archive.ErrLocked) {
-			return nil, fmt.Errorf("%s is held open by another process (a running backstream serve?): "+
-				"status reads only a store no process holds; a running backstream answers the same report on GET /status of its --listen address (%w)", dir, err)
-		}
-		return nil, fmt.Errorf("read %s: %w (a running backstream answers the same report on its /status endpoint)", dir, err)
+	var r *statusReport
+	opened := false
+	err := archive.Use(dir, opts, func(s *archive.Store) (err error) {
+		opened = true
+		r, err = buildStatus(s, bootstrap.NewRosterView(s), "")
+		return err
+	})
+	var fatal *archive.FatalError
+	switch {
+	case err == nil:
+		return r, nil
+	case errors.As(err, &fatal) || opened: // opened is only read once Use's goroutine is done
+		return nil, err
+	case errors.Is(err, archive.ErrLocked):
+		return nil, fmt.Errorf("%s is held open by another process (a running backstream serve?): "+
+			"status reads only a store no process holds; a running backstream answers the same report on GET /status of its --listen address (%w)", dir, err)
 	}
-	defer s.Close()
-	return buildStatus(s, bootstrap.NewRosterView(s), "")
+	return nil, fmt.Errorf("read %s: %w (a running backstream answers the same report on its /status endpoint)", dir, err)
 }
 
 func printStatus(out io.Writer, r *statusReport) {
