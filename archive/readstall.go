@@ -25,6 +25,7 @@ package archive
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -301,8 +302,6 @@ func (g *diskGuard) checkReads() {
 // logs them at WARN, one line a minute, naming the first.
 func (g *diskGuard) slowRead(n int64, first string) {
 	total := g.slowReads.Add(uint64(n))
-	if lines, ok := g.lines.Tick(logSlowRead); ok {
-		g.log.Warn("store read slow (one line per minute)", "component", "pebble", "call", first, "calls", n,
-			"out_over", readTick(g.maxStall), "slow_total", total, "suppressed", lines-1, "data_dir", g.dataDir)
-	}
+	g.lines.Log(g.log, slog.LevelWarn, logSlowRead, "store read slow (one line per minute)", "component", "pebble", "call", first, "calls", n,
+		"out_over", readTick(g.maxStall), "slow_total", total, "data_dir", g.dataDir)
 }
