@@ -5,7 +5,10 @@
 // without a dial (ErrHostDown, transient), instead of holding its caller
 // for another connect timeout. When the cool-off ends one request is let
 // through (the probe): an answer closes the breaker, no answer opens it
-// again for twice the cool-off, up to breakerCoolOffMax. Any answer (any
+// again for twice the cool-off, up to breakerCoolOffMax. A probe whose
+// outcome is late lets another through one connect timeout on; the
+// probes of one round reopen the breaker once, the first to fail, and the
+// outcome of one whose round is over says nothing more. Any answer (any
 // HTTP status) resets a host's count. The relay is never broken: its
 // callers have retry rules of their own and nothing to fall back to.
 
@@ -92,6 +95,7 @@ type breaker struct {
 
 type hostHealth struct {
 	misses  int
+	round   uint64        // the cool-offs begun in this run of misses: a probe's round
 	first   time.Time     // the first try without an answer of this run of misses
 	down    bool          // found down: requests fail at once until until
 	until   time.Time     // the end of the cool-off, or of the probe's hold
@@ -102,19 +106,20 @@ func newBreaker(exempt string, probeHold time.Duration, t *trips) *breaker {
 	return &breaker{exempt: exempt, probeHold: probeHold, now: time.Now, trips: t, hosts: map[string]*hostHealth{}}
 }
 
-// allow says whether a request may go to host: nil, with probe true when
-// it is the one let through at the end of a cool-off (its outcome, given
-// to done, closes or reopens the breaker); else an error matching
-// ErrHostDown, counted and logged (at most once a minute).
-func (b *breaker) allow(host string) (probe bool, err error) {
+// allow says whether a request may go to host: nil, with probe the
+// cool-off's round (not 0) when it is one let through at the end of a
+// cool-off (its outcome, given to done, closes or reopens the breaker);
+// else an error matching ErrHostDown, counted and logged (at most once a
+// minute).
+func (b *breaker) allow(host string) (probe uint64, err error) {
 	if host == b.exempt {
-		return false, nil
+		return 0, nil
 	}
 	b.mu.Lock()
 	h := b.hosts[host]
 	if h == nil || !h.down {
 		b.mu.Unlock()
-		return false, nil
+		return 0, nil
 	}
 	now := b.now()
 	if !now.Before(h.until) {
@@ -122,18 +127,21 @@ func (b *breaker) allow(host string) (probe bool, err error) {
 		// at once until its outcome, or for one connect timeout at most
 		// (a probe whose outcome never comes holds nothing for longer).
 		h.until = now.Add(b.probeHold)
+		round := h.round
 		b.mu.Unlock()
-		return true, nil
+		return round, nil
 	}
 	down := &hostDownError{host: host, since: h.first, until: h.until}
 	b.mu.Unlock()
 	b.trips.trip(slog.LevelInfo, limitHostDown, "upstream: a host is not answering; its requests fail at once until its cool-off ends",
 		"host", host, "since", down.since, "until", down.until)
-	return false, down
+	return 0, down
 }
 
-// done records how a try of host ended; probe is allow's.
-func (b *breaker) done(host string, probe bool, o tryOutcome) {
+// done records how a try of host ended; probe is allow's. A probe of a
+// round already over (another probe of it failed first) counts as a try
+// begun before the host was found down again.
+func (b *breaker) done(host string, probe uint64, o tryOutcome) {
 	if host == b.exempt {
 		return
 	}
@@ -148,7 +156,7 @@ func (b *breaker) done(host string, probe bool, o tryOutcome) {
 		b.mu.Unlock()
 		return
 	case tryOther:
-		if probe && h != nil && h.down {
+		if probe != 0 && h != nil && h.down && probe == h.round {
 			h.until = now // the probe did not go: the next request probes
 		}
 		b.mu.Unlock()
@@ -162,14 +170,17 @@ func (b *breaker) done(host string, probe bool, o tryOutcome) {
 	h.misses++
 	opened := false
 	switch {
-	case h.down && probe:
+	case h.down && probe != 0 && probe == h.round:
 		h.coolOff = min(2*h.coolOff, breakerCoolOffMax)
 		h.until, opened = now.Add(h.coolOff), true
+		h.round++
 	case h.down:
-		// A try begun before the host was found down: nothing more.
+		// A try begun before the host was found down (again): nothing
+		// more.
 	case h.misses >= breakerMisses:
 		h.down, h.coolOff = true, breakerCoolOff
 		h.until, opened = now.Add(h.coolOff), true
+		h.round++
 	}
 	since, until, misses := h.first, h.until, h.misses
 	b.mu.Unlock()

@@ -25,20 +25,22 @@ func newTestBreaker(reg prometheus.Registerer) *breaker {
 	return newBreaker("relay.test:443", probeHold, newTrips(slog.New(slog.DiscardHandler), NewMetrics(reg)))
 }
 
-// mustAllow fails unless host may be asked (probe as wanted).
-func mustAllow(t *testing.T, b *breaker, host string, wantProbe bool, when string) {
+// mustAllow fails unless host may be asked (probe as wanted); it returns
+// the probe (allow's).
+func mustAllow(t *testing.T, b *breaker, host string, wantProbe bool, when string) uint64 {
 	t.Helper()
 	probe, err := b.allow(host)
-	if err != nil || probe != wantProbe {
+	if err != nil || (probe != 0) != wantProbe {
 		t.Fatalf("%s: allow(%s) = probe %v, %v; want probe %v, no error", when, host, probe, err, wantProbe)
 	}
+	return probe
 }
 
 // mustRefuse fails unless a request to host fails at once as down.
 func mustRefuse(t *testing.T, b *breaker, host, when string) {
 	t.Helper()
 	probe, err := b.allow(host)
-	if err == nil || probe || !errors.Is(err, ErrHostDown) {
+	if err == nil || probe != 0 || !errors.Is(err, ErrHostDown) {
 		t.Fatalf("%s: allow(%s) = probe %v, %v; want ErrHostDown", when, host, probe, err)
 	}
 }
@@ -55,17 +57,17 @@ func TestBreakerOpensAfterThreeMisses(t *testing.T) {
 		start := time.Now()
 		for i := range breakerMisses - 1 {
 			mustAllow(t, b, h, false, fmt.Sprintf("after %d misses", i))
-			b.done(h, false, tryNoAnswer)
+			b.done(h, 0, tryNoAnswer)
 		}
-		b.done(h, false, tryAnswered) // an answer: the count starts again
+		b.done(h, 0, tryAnswered) // an answer: the count starts again
 		for i := range breakerMisses - 1 {
 			mustAllow(t, b, h, false, fmt.Sprintf("after an answer and %d misses", i))
-			b.done(h, false, tryNoAnswer)
+			b.done(h, 0, tryNoAnswer)
 			time.Sleep(time.Second)
 		}
-		b.done(h, false, tryOther) // says nothing of the host
+		b.done(h, 0, tryOther) // says nothing of the host
 		mustAllow(t, b, h, false, "after 2 misses and a try that says nothing")
-		b.done(h, false, tryNoAnswer)
+		b.done(h, 0, tryNoAnswer)
 		mustRefuse(t, b, h, "after 3 misses in a row")
 		mustAllow(t, b, "other.test:443", false, "another host")
 		_, err := b.allow(h)
@@ -100,38 +102,38 @@ func TestBreakerHalfOpenProbe(t *testing.T) {
 		b := newTestBreaker(reg)
 		const h = "pds.test:443"
 		for range breakerMisses {
-			b.done(h, false, tryNoAnswer)
+			b.done(h, 0, tryNoAnswer)
 		}
 		want := breakerCoolOff
 		for round := range 8 {
 			time.Sleep(want - time.Millisecond)
 			mustRefuse(t, b, h, fmt.Sprintf("round %d: within the %v cool-off", round, want))
 			time.Sleep(time.Millisecond)
-			mustAllow(t, b, h, true, fmt.Sprintf("round %d: the %v cool-off over", round, want))
+			probe := mustAllow(t, b, h, true, fmt.Sprintf("round %d: the %v cool-off over", round, want))
 			mustRefuse(t, b, h, fmt.Sprintf("round %d: while the probe runs", round))
-			b.done(h, true, tryNoAnswer)
+			b.done(h, probe, tryNoAnswer)
 			want = min(2*want, breakerCoolOffMax)
 		}
 		if want != breakerCoolOffMax {
 			t.Fatalf("cool-off after 8 failed probes %v, want its ceiling %v", want, breakerCoolOffMax)
 		}
 		time.Sleep(want)
-		mustAllow(t, b, h, true, "cool-off over")
-		b.done(h, true, tryOther) // the probe was refused before it went
+		probe := mustAllow(t, b, h, true, "cool-off over")
+		b.done(h, probe, tryOther) // the probe was refused before it went
 		mustAllow(t, b, h, true, "the probe did not go: the next request")
 		// Its outcome never comes: another probe one connect timeout on.
 		time.Sleep(probeHold - time.Millisecond)
 		mustRefuse(t, b, h, "within the lost probe's hold")
 		time.Sleep(time.Millisecond)
-		mustAllow(t, b, h, true, "the lost probe's hold over")
-		b.done(h, true, tryAnswered)
+		probe = mustAllow(t, b, h, true, "the lost probe's hold over")
+		b.done(h, probe, tryAnswered)
 		mustAllow(t, b, h, false, "the probe answered")
 		if len(b.hosts) != 0 {
 			t.Fatalf("a host that answered is remembered: %v", b.hosts)
 		}
 		// Closed, the count starts again: 3 more misses to be down.
 		for range breakerMisses - 1 {
-			b.done(h, false, tryNoAnswer)
+			b.done(h, 0, tryNoAnswer)
 		}
 		mustAllow(t, b, h, false, "closed, 2 misses")
 		if n := promtest.Value(t, reg, "backstream_upstream_host_down_total", nil); n != 9 {
@@ -145,7 +147,7 @@ func TestBreakerHalfOpenProbe(t *testing.T) {
 func TestBreakerRelayNeverBroken(t *testing.T) {
 	b := newTestBreaker(nil)
 	for range 100 {
-		b.done("relay.test:443", false, tryNoAnswer)
+		b.done("relay.test:443", 0, tryNoAnswer)
 	}
 	mustAllow(t, b, "relay.test:443", false, "the relay after 100 misses")
 	if len(b.hosts) != 0 {
@@ -163,22 +165,22 @@ func TestBreakerMapBounded(t *testing.T) {
 		b := newTestBreaker(nil)
 		const n = 1000
 		for range breakerMisses {
-			b.done("down.test:443", false, tryNoAnswer)
+			b.done("down.test:443", 0, tryNoAnswer)
 		}
 		for i := range n {
-			b.done(fmt.Sprintf("old%d.test:443", i), false, tryNoAnswer)
-			b.done(fmt.Sprintf("answered%d.test:443", i), false, tryNoAnswer)
-			b.done(fmt.Sprintf("answered%d.test:443", i), false, tryAnswered)
+			b.done(fmt.Sprintf("old%d.test:443", i), 0, tryNoAnswer)
+			b.done(fmt.Sprintf("answered%d.test:443", i), 0, tryNoAnswer)
+			b.done(fmt.Sprintf("answered%d.test:443", i), 0, tryAnswered)
 		}
 		if len(b.hosts) != n+1 {
 			t.Fatalf("%d hosts remembered, want %d (those that answered forgotten)", len(b.hosts), n+1)
 		}
 		time.Sleep(breakerCoolOff + breakerCoolOffMax + time.Second) // down.test's cool-off ended 10 min ago
 		for range breakerMisses {
-			b.done("down2.test:443", false, tryNoAnswer)
+			b.done("down2.test:443", 0, tryNoAnswer)
 		}
 		for i := range n {
-			b.done(fmt.Sprintf("new%d.test:443", i), false, tryNoAnswer)
+			b.done(fmt.Sprintf("new%d.test:443", i), 0, tryNoAnswer)
 		}
 		for name := range b.hosts {
 			if strings.HasPrefix(name, "old") || name == "down.test:443" {
@@ -299,4 +301,48 @@ func TestClientRelayNeverBroken(t *testing.T) {
 	if n := res.tries.Load(); n != 2*tries {
 		t.Fatalf("%d tries of the relay dialed, want %d", n, 2*tries)
 	}
+}
+
+// TestBreakerOverlappingProbes: a probe whose outcome is late (a host that
+// takes the connection and sends no headers holds it up to the response
+// header timeout) lets another request probe one connect timeout on. The
+// round's probes failing reopen the breaker once, for twice the cool-off,
+// not once for each of them; and a probe of a round already reopened that
+// did not go does not end the cool-off its fellow began. In fake time.
+func TestBreakerOverlappingProbes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newTestBreaker(nil)
+		const h = "pds.test:443"
+		none, _ := b.allow(h) // not a probe: the host is not down
+		for range breakerMisses {
+			b.done(h, none, tryNoAnswer)
+		}
+		time.Sleep(breakerCoolOff)
+		p1, err := b.allow(h)
+		if err != nil {
+			t.Fatalf("the cool-off over: %v, want the probe", err)
+		}
+		time.Sleep(probeHold) // p1's outcome is late: the next request probes too
+		p2, err := b.allow(h)
+		if err != nil {
+			t.Fatalf("the first probe's hold over: %v, want another probe", err)
+		}
+		b.done(h, p1, tryNoAnswer)
+		b.done(h, p2, tryNoAnswer)
+		time.Sleep(2 * breakerCoolOff)
+		p3, err := b.allow(h)
+		if err != nil {
+			t.Fatalf("twice the cool-off after the round's two probes failed: %v; want the next probe (the cool-off doubled once per round)", err)
+		}
+		time.Sleep(probeHold)
+		p4, err := b.allow(h)
+		if err != nil {
+			t.Fatalf("the third probe's hold over: %v, want another probe", err)
+		}
+		b.done(h, p3, tryNoAnswer) // reopened for 4 cool-offs
+		b.done(h, p4, tryOther)    // a probe of the round already reopened, that did not go
+		if _, err := b.allow(h); err == nil {
+			t.Fatal("a late probe that did not go ended the cool-off its round's failed probe began")
+		}
+	})
 }

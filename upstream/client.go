@@ -551,10 +551,10 @@ func (c *Client) tryHost(st *getRepoState, host string) error {
 // triedHost records how a request of st to host (a canonicalHostPort key,
 // the last one the request reached) ended.
 func (c *Client) triedHost(st *getRepoState, host string, o tryOutcome) {
-	probe := false
+	var probe uint64
 	if host == st.tried {
 		probe = st.probe
-		st.tried, st.probe = "", false
+		st.tried, st.probe = "", 0
 	}
 	c.down.done(host, probe, o)
 }

@@ -56,8 +56,9 @@
 //     connection, no address) is down for a cool-off of 30 s doubling to
 //     10 min; its requests (a redirect to it, HostGetRepo, HostListRepos,
 //     GetRepoStatus) fail at once without a dial (ErrHostDown, transient;
-//     HostDownUntil gives the cool-off's end), one probe at each end. Any
-//     answer resets it; the relay is never broken.
+//     HostDownUntil gives the cool-off's end), one probe at each end (another
+//     one connect timeout on while its outcome is late; a round's probes
+//     reopen it once). Any answer resets it; the relay is never broken.
 //   - E14: at most MaxRedirects redirects, only to http(s); every address a
 //     non-relay host resolves to is checked at dial time (private, ULA,
 //     link-local, metadata, multicast, unspecified, reserved ranges refused;

@@ -221,7 +221,7 @@ type getRepoState struct {
 	slot  string
 	paced string // the host whose pace it holds (a direct request)
 	tried string // the host its request went to, whose outcome the breaker awaits
-	probe bool   // that request is the host's probe at the end of a cool-off
+	probe uint64 // that request is the host's probe at the end of a cool-off: its round (breaker.allow); 0: not one
 }
 
 type getRepoStateKey struct{}
