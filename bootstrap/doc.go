@@ -148,9 +148,10 @@
 // at once (listOnce), the others wait for a request slot or window credit.
 // A slot that frees goes to a waiting request of a host that has answered
 // in the run before any of a host that has not (prioritySlots), and none
-// is held back while a request waits: a host that has answered waits for
-// at most the first slot that frees before each next page, however many
-// blackholed hosts try and retry.
+// is held back while a request waits: before each next page a host that
+// has answered waits for the hosts that have not at most until the first
+// slot frees (and in turn with the other hosts that have answered),
+// however many blackholed hosts try and retry.
 // A host's page that failed waits for its next try (its page budgets,
 // listPage) parked, holding no runner, and every lane not yet begun is
 // taken before a parked one is tried again (lanePool.next): hosts that are
