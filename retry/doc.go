@@ -149,7 +149,13 @@
 //     plus the repos a Wake's pass reads due later than the previous pass
 //     read (full passes come only as the jobs pay for them, above, so a
 //     large backlog would otherwise show its first count for hours). A
-//     repo whose mark is written with a time the runner had already read
+//     full pass waits while the queue is full, so over a large backlog it
+//     ends after many of the jobs it counted have finished: those are
+//     taken off the count it makes as it ends (sched marks what each pass
+//     counted). A repo a job finds no longer due is taken off only when a
+//     pass counted it since it was queued (not when a pass only read it
+//     again as its last job ended, which took it off already). A repo
+//     whose mark is written with a time the runner had already read
 //     past, or a repo marked again while queued, is off the count until
 //     the next full pass, which counts again.
 //   - The due index of a store written by a build without it is built

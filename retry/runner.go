@@ -288,15 +288,23 @@ func (r *Runner) Status() Status {
 	return st
 }
 
-// addDue moves the due count by n (a job's repo leaving the due set):
-// between two full passes, which may be far apart while a large backlog
-// drains, the count follows the jobs and the repos that come due instead
-// of staying at the last full pass's. Each full pass counts again.
-func (r *Runner) addDue(n int) {
+// leftDue takes a finished job's repo off the due count (it left the due
+// set): between two full passes, which may be far apart while a large
+// backlog drains, the count follows the jobs and the repos that come due
+// instead of staying at the last full pass's. pass is the last full pass
+// that counted the repo (sched.done): while that pass still runs, the
+// repo is taken off the count it makes, not off the one it replaces.
+// Each full pass counts again.
+func (e *exec) leftDue(pass uint64) {
+	r := e.r
 	r.mu.Lock()
-	r.status.Due = max(0, r.status.Due+n)
+	defer r.mu.Unlock()
+	if pass != 0 && pass == e.fullPass {
+		e.fullLeft++
+		return
+	}
+	r.status.Due = max(0, r.status.Due-1)
 	r.m.setDue(r.status.Due)
-	r.mu.Unlock()
 }
 
 func (r *Runner) record(result string) {
@@ -346,6 +354,11 @@ type exec struct {
 	finished     atomic.Int64
 	fullFinished int64
 	fullRead     int
+	// fullPasses numbers the full passes; fullPass is the one running (0:
+	// none), and fullLeft the repos it counted as due whose jobs have
+	// finished since, taken off its count as it ends. Under r.mu.
+	fullPasses, fullPass uint64
+	fullLeft             int
 
 	mu      sync.Mutex
 	results map[string]int
@@ -585,9 +598,25 @@ func (e *exec) scan(kind passKind, resume map[string]bool) (ps PassStats, err er
 			// It finds every repo left behind again.
 			clear(e.behind)
 			e.fullFinished = e.finished.Load()
+			// It offers with its number, and waits while the queue is
+			// full: over a large backlog most of what it counts may
+			// finish before it ends (leftDue).
+			r.mu.Lock()
+			e.fullPasses++
+			e.fullPass, e.fullLeft = e.fullPasses, 0
+			r.mu.Unlock()
+			defer func() {
+				r.mu.Lock()
+				e.fullPass = 0
+				r.mu.Unlock()
+			}()
 		}
 	}
 	full := kind == passFull
+	var pass uint64
+	if full {
+		pass = e.fullPasses // only the Run loop moves it
+	}
 	leftFull := map[string]bool{} // hosts this pass found full
 	var page []archive.DueEntry
 	beyond := false // reading the next attempts past the horizon
@@ -618,7 +647,9 @@ func (e *exec) scan(kind passKind, resume map[string]bool) (ps PassStats, err er
 				fresh++
 			}
 			host := upstream.CanonicalHost(r.cfg.Scheme, d.Host)
-			res, err := e.s.offer(e.ctx, item{did: d.DID, host: host})
+			// Counted: by a full pass, or as newly due by a Wake's.
+			count := dueMark{pass: pass, counted: full || kind == passWake && d.NextUS > since}
+			res, err := e.s.offer(e.ctx, item{did: d.DID, host: host, count: count})
 			if err != nil {
 				return ps, err
 			}
@@ -672,7 +703,8 @@ func (e *exec) scan(kind passKind, resume map[string]bool) (ps PassStats, err er
 	switch {
 	case full:
 		e.fullRead = ps.Scanned
-		r.status.Due = ps.Due
+		r.status.Due = max(0, ps.Due-e.fullLeft)
+		e.fullPass = 0
 	case fresh > 0:
 		r.status.Due += fresh
 	}
@@ -705,14 +737,25 @@ func (e *exec) worker() {
 		if !ok {
 			return
 		}
-		deferred := e.process(it)
-		e.s.done(it)
+		out := e.process(it)
+		counted := e.s.done(it)
 		e.finished.Add(1)
-		if !deferred && e.ctx.Err() == nil {
+		if e.ctx.Err() != nil {
+			continue // a job the run's end interrupted left its repo due
+		}
+		switch out {
+		case jobLeft:
 			// Its repo left the due set: replaced, failed or parked
-			// with a next attempt ahead, or found no longer due (a job
-			// the run's end interrupted left it due).
-			e.r.addDue(-1)
+			// with a next attempt ahead.
+			e.leftDue(counted.pass)
+		case jobNotDue:
+			// Found no longer due: counted as due by a pass that read it
+			// (left since by another way, or read as its last job
+			// ended), or only read again by a pass after its last job
+			// had taken it off the count already.
+			if counted.counted {
+				e.leftDue(counted.pass)
+			}
 		}
 	}
 }
@@ -724,10 +767,18 @@ func (e *exec) count(result string) {
 	e.mu.Unlock()
 }
 
+// jobOutcome is what a job did to its repo's place in the due set.
+type jobOutcome int
+
+const (
+	jobLeft     jobOutcome = iota // it left the due set (or the run's machinery failed)
+	jobNotDue                     // it was found no longer due: nothing ran
+	jobDeferred                   // it stays due: the record index is still being backfilled
+)
+
 // process runs one due repo to an outcome. Errors of the machinery go to
-// fail; per-repo outcomes are durable when it returns. deferred: the repo
-// stays due (the record index is still being backfilled).
-func (e *exec) process(it item) (deferred bool) {
+// fail; per-repo outcomes are durable when it returns.
+func (e *exec) process(it item) (out jobOutcome) {
 	defer func() {
 		if p := recover(); p != nil {
 			e.fail(fmt.Errorf("retry: %s: panic: %v", it.did, p))
@@ -739,7 +790,7 @@ func (e *exec) process(it item) (deferred bool) {
 	st, err := r.cfg.Store.RepoState(it.did)
 	if errors.Is(err, archive.ErrNotFound) {
 		e.skip()
-		return
+		return jobNotDue
 	}
 	if err != nil {
 		e.fail(fmt.Errorf("retry: %s: read state: %w", it.did, err))
@@ -747,7 +798,7 @@ func (e *exec) process(it item) (deferred bool) {
 	}
 	if !Due(st, r.cfg.Now().UnixMicro(), r.horizon()) {
 		e.skip()
-		return
+		return jobNotDue
 	}
 	for refused := 0; ; {
 		// Candidates are active repos (Due): RepoNotFound then means a
@@ -770,7 +821,7 @@ func (e *exec) process(it item) (deferred bool) {
 			r.m.deferral(deferIndexPending, 1)
 			e.deferred.Store(true)
 			e.skip()
-			return true
+			return jobDeferred
 		case errors.Is(err, backfill.ErrStale):
 			// S9: the archive moved past the snapshot; nothing was applied.
 			r.m.refusedReplacement()

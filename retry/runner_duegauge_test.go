@@ -64,3 +64,56 @@ func TestDueGaugeFollowsABacklog(t *testing.T) {
 		}
 	})
 }
+
+// TestDueGaugeFullPassOverAFullQueue: a full pass offers each due repo
+// it reads and waits while the whole queue is full, so over a backlog
+// larger than the queue it ends only once the workers have taken most of
+// it, and finished much of it. The jobs that finished while it read must
+// not count as due once it ends: the due count is the repos due now.
+func TestDueGaugeFullPassOverAFullQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newBubbleEnv(t, 0, 0)
+		const hosts, per = 4, 50
+		for h := range hosts {
+			var dids []string
+			for i := range per {
+				dids = append(dids, e.repo(h, i))
+			}
+			e.seed(dids...)
+		}
+		jobs := &slowCompleter{completer: completer{e.w}, d: time.Second}
+		r := e.runner(func(c *retry.Config) {
+			c.Jobs, c.ScanPeriod = jobs, retry.DefaultScanPeriod
+			c.Queue, c.HostQueue = 8, 8
+		})
+		stop := runBG(r)
+		defer stop()
+		at := 0
+		for ; r.Status().Passes == 0; at++ {
+			if at == hosts*per {
+				t.Fatalf("no pass ended %d s into a backlog of %d: %+v", at, hosts*per, r.Status())
+			}
+			settle(time.Second)
+		}
+		if done := jobs.done.Load(); done < 2*8 {
+			t.Fatalf("the first full pass ended with %d jobs done: it did not wait for the queue", done)
+		}
+		for ; ; at++ {
+			left := hosts*per - int(jobs.done.Load())
+			if got := metric(t, e.reg, "backstream_retry_due", nil); int(got) != left {
+				t.Fatalf("%d s into full passes over a queue of 8 (%d done of %d): backstream_retry_due = %v, want the %d repos due",
+					at, jobs.done.Load(), hosts*per, got, left)
+			}
+			if st := r.Status(); st.Due != left {
+				t.Fatalf("%d s into full passes over a queue of 8: /status due %d, want %d", at, st.Due, left)
+			}
+			if left == 0 {
+				break
+			}
+			settle(time.Second)
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

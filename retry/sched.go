@@ -15,6 +15,18 @@ import (
 type item struct {
 	did  string
 	host string // gate key: the final host recorded on the repo; "" = unknown
+	// count: how the pass that offered it counted it as due.
+	count dueMark
+}
+
+// dueMark is how the passes counted a DID as due while it is queued or
+// running: the full pass that counted it last (0: none; the count it
+// makes is set as it ends, see exec.leftDue), and whether a pass counted
+// it at all since it was queued (a full pass, or a Wake's pass reading it
+// newly due), not only read it again.
+type dueMark struct {
+	pass    uint64
+	counted bool
 }
 
 // gate is one host's share: its queued items (FIFO) and running jobs. It
@@ -73,7 +85,7 @@ type sched struct {
 	gates     map[string]*gate
 	ready     []*gate // gates that may have an item dispatched, round robin
 	readyHead int
-	members   map[string]struct{} // DIDs queued or running
+	members   map[string]dueMark // DIDs queued or running: how passes counted each
 	queued    int
 	running   int
 	parked    map[string]int64 // host → parked until (unix µs)
@@ -90,7 +102,7 @@ func newSched(workers, hostWorkers, queueCap, hostCap int, now func() int64, m *
 	return &sched{
 		workers: workers, hostWorkers: hostWorkers, queueCap: queueCap, hostCap: hostCap, now: now, m: m,
 		gates:   make(map[string]*gate),
-		members: make(map[string]struct{}),
+		members: make(map[string]dueMark),
 		parked:  make(map[string]int64),
 		changed: make(chan struct{}),
 	}
@@ -172,11 +184,20 @@ func (s *sched) makeReadyLocked(g *gate, nowUS int64) {
 
 // offer queues it unless it is already queued or running, its host is
 // parked, or its host's share of the queue is full. It blocks while the
-// whole queue is full (backpressure on the candidate scan).
+// whole queue is full (backpressure on the candidate scan). A DID already
+// queued or running that the offering pass counted is marked so
+// (it.count), which done returns.
 func (s *sched) offer(ctx context.Context, it item) (offerResult, error) {
 	for {
 		s.mu.Lock()
-		if _, ok := s.members[it.did]; ok {
+		if m, ok := s.members[it.did]; ok {
+			if it.count.counted {
+				m.counted = true
+				if it.count.pass != 0 {
+					m.pass = it.count.pass
+				}
+				s.members[it.did] = m
+			}
 			s.mu.Unlock()
 			return offerInFlight, nil
 		}
@@ -197,7 +218,7 @@ func (s *sched) offer(ctx context.Context, it item) (offerResult, error) {
 			}
 			g.push(it)
 			s.queued++
-			s.members[it.did] = struct{}{}
+			s.members[it.did] = it.count
 			s.maxQueued = max(s.maxQueued, s.queued)
 			s.maxMembers = max(s.maxMembers, len(s.members))
 			s.makeReadyLocked(g, nowUS)
@@ -262,10 +283,12 @@ func (s *sched) compactReadyLocked() {
 	}
 }
 
-// done releases it's slots; an idle gate is dropped.
-func (s *sched) done(it item) {
+// done releases it's slots; an idle gate is dropped. It returns how the
+// passes counted it.did as due since it was queued.
+func (s *sched) done(it item) (counted dueMark) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	counted = s.members[it.did]
 	delete(s.members, it.did)
 	s.running--
 	if g := s.gates[it.host]; g != nil {
@@ -277,6 +300,7 @@ func (s *sched) done(it item) {
 		}
 	}
 	s.broadcastLocked()
+	return counted
 }
 
 // park parks host until untilUS (never shortening an existing park), drops

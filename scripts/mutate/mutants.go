@@ -1090,10 +1090,30 @@ var mutants = []Mutant{
 		ID: "m110", Invariant: "S3",
 		Name: "the due count not taken down by finished jobs (a draining backlog shows its first count for hours)",
 		File: "retry/runner.go",
-		Old:  "\t\t\te.r.addDue(-1)\n",
-		New:  "",
+		Old:  "\t\t\t// with a next attempt ahead.\n\t\t\te.leftDue(counted.pass)\n",
+		New:  "\t\t\t// with a next attempt ahead.\n",
 		Tests: []Test{
 			{Pkg: "./retry", Run: "^TestDueGaugeFollowsABacklog$"},
+		},
+	},
+	{
+		ID: "m117", Invariant: "S3",
+		Name: "a full pass's due count set as it ends, with the jobs it counted that finished while it waited on the queue (a backlog over the queue shows most of its first count)",
+		File: "retry/runner.go",
+		Old:  "\t\tr.status.Due = max(0, ps.Due-e.fullLeft)\n",
+		New:  "\t\tr.status.Due = ps.Due\n",
+		Tests: []Test{
+			{Pkg: "./retry", Run: "^TestDueGaugeFullPassOverAFullQueue$"},
+		},
+	},
+	{
+		ID: "m118", Invariant: "S3",
+		Name: "a repo found no longer due taken off the due count though the pass that queued it only read it again as its last job ended (taken off twice)",
+		File: "retry/runner.go",
+		Old:  "\t\t\tif counted.counted {\n\t\t\t\te.leftDue(counted.pass)\n\t\t\t}\n",
+		New:  "\t\t\te.leftDue(counted.pass)\n",
+		Tests: []Test{
+			{Pkg: "./retry", Run: "^TestDueGaugeFullPassOverAFullQueue$"},
 		},
 	},
 	{
