@@ -159,6 +159,10 @@ func TestOneHostOneSlot(t *testing.T) {
 		done <- err
 	}()
 	<-f.started
+	if n := f.c.HostDownloads("PDS.internal.:" + f.pds.port()); n != 1 {
+		close(f.hold)
+		t.Fatalf("HostDownloads of the host spelled PDS.internal. while the redirected download holds its slot: %d, want 1", n)
+	}
 	d, err := f.c.HostGetRepo(ctx, f.direct, testDID)
 	if err == nil {
 		d.Remove()
