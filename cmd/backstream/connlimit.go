@@ -265,22 +265,23 @@ func answerAndClose(c net.Conn, answer []byte) {
 }
 
 // logRefusal logs one line per reason per capLogEvery, with the number of
-// refusals since the previous line.
+// refusals it stands for (loglimit's occurrences).
 func (l *limitListener) logRefusal(reason string) {
-	n, ok := l.refusals.Tick(reason)
-	if !ok {
-		return
-	}
-	l.mu.Lock()
-	open := l.open
-	l.mu.Unlock()
+	msg, limit := "refusing connections: a client address reached its connection cap (429; --max-conns-per-ip)", l.lim.PerIP
 	if reason == refusedGlobal {
-		l.log.Warn("refusing connections: the global connection cap is reached (503; --max-conns)",
-			"cap", l.lim.Global, "open", open, "refused", n, "per", capLogEvery)
-		return
+		msg, limit = "refusing connections: the global connection cap is reached (503; --max-conns)", l.lim.Global
 	}
-	l.log.Warn("refusing connections: a client address reached its connection cap (429; --max-conns-per-ip)",
-		"cap", l.lim.PerIP, "open", open, "refused", n, "per", capLogEvery)
+	l.refusals.Log(l.log, slog.LevelWarn, reason, msg, "cap", limit, "open", openConns{l})
+}
+
+// openConns is the listener's open connections, read only when a line
+// that names them is written.
+type openConns struct{ l *limitListener }
+
+func (o openConns) LogValue() slog.Value {
+	o.l.mu.Lock()
+	defer o.l.mu.Unlock()
+	return slog.IntValue(o.l.open)
 }
 
 // limitedConn releases its slot when closed, once.

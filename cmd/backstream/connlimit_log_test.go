@@ -12,16 +12,17 @@ import (
 
 // TestRefusalLogOncePerMinute: a flood of refused connections writes one
 // WARN line per cap per capLogEvery, the next one saying how many
-// refusals it stands for, not a line per connection.
+// refusals it stands for (occurrences, as every bounded line), not a line
+// per connection.
 func TestRefusalLogOncePerMinute(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var out bytes.Buffer
 		lim := connLimits{Global: 10, PerIP: 2}
 		l := newLimitListener(nil, lim, newConnMetrics(nil, lim), slog.New(slog.NewJSONHandler(&out, nil)))
 		type line struct {
-			Level   string
-			Cap     int
-			Refused int
+			Level       string
+			Cap         int
+			Occurrences int
 		}
 		lines := func() []line {
 			var ls []line
@@ -52,7 +53,7 @@ func TestRefusalLogOncePerMinute(t *testing.T) {
 		time.Sleep(time.Second)
 		l.logRefusal(refusedPerIP)
 		if got := lines(); len(got) != 3 || got[2] != (line{"WARN", 2, 1001}) {
-			t.Fatalf("lines a period on: %+v, want a third: per-IP cap, refused=1001", got)
+			t.Fatalf("lines a period on: %+v, want a third: per-IP cap, occurrences=1001", got)
 		}
 	})
 }
