@@ -88,7 +88,7 @@ func takeCheckpoint(store *archive.Store, dir string, log *slog.Logger) (*checkp
 	// A read of the checkpoint that never returns ends the read-back with
 	// its read-stall fault (archive.Use), not the process.
 	opened := false
-	err := archive.Use(dir, archive.Options{ReadOnly: true, Logger: log, CacheSize: 8 << 20}, func(ck *archive.Store) error {
+	err := archive.Use(dir, archive.Options{ReadOnly: true, FS: store.FS(), Logger: log, CacheSize: 8 << 20}, func(ck *archive.Store) error {
 		opened = true
 		phase, err := ck.Phase()
 		if err != nil {
@@ -387,7 +387,7 @@ func runCheckpoint(ctx context.Context, env *cmdEnv) error {
 		if to, err = filepath.Abs(to); err != nil {
 			return fmt.Errorf("%w: --to: %v", errUsage, err)
 		}
-		res, err = checkpointLocal(env.fs.str("data-dir"), to, env.log)
+		res, err = checkpointLocal(env.fs.str("data-dir"), to, archive.Options{Logger: env.log})
 	}
 	if err != nil {
 		return err
@@ -454,11 +454,14 @@ func checkpointRemote(ctx context.Context, listen, to string) (*checkpointResult
 
 // checkpointLocal checkpoints a data dir no process holds: opened as serve
 // would (scratch/ emptied, the WAL replayed), as Pebble can checkpoint only
-// a read-write open.
-func checkpointLocal(dataDir, to string, log *slog.Logger) (*checkpointResult, error) {
+// a read-write open, with opts (its logger; tests: its filesystem, its
+// bound).
+func checkpointLocal(dataDir, to string, opts archive.Options) (*checkpointResult, error) {
 	// No free-space floor: copying the store off a full volume is how an
 	// operator gets out of one.
-	store, err := openExisting(dataDir, archive.Options{Logger: log, CacheSize: 8 << 20, MinFree: -1})
+	opts.CacheSize, opts.MinFree = 8<<20, -1
+	log := opts.Logger
+	store, err := openExisting(dataDir, opts)
 	if err != nil {
 		if errors.Is(err, archive.ErrLocked) {
 			return nil, fmt.Errorf("checkpoint: %s is held open by another process (a running backstream serve?): "+
@@ -478,8 +481,9 @@ func checkpointLocal(dataDir, to string, log *slog.Logger) (*checkpointResult, e
 func openExisting(dataDir string, opts archive.Options) (*archive.Store, error) {
 	// Bounded like every read-only open (archive.Use): a read that never
 	// returns ends the command with the store's read-stall fault.
-	if err := archive.Use(dataDir, archive.Options{ReadOnly: true, Logger: opts.Logger, CacheSize: 8 << 20},
-		func(*archive.Store) error { return nil }); err != nil {
+	ro := opts
+	ro.ReadOnly, ro.CacheSize = true, 8<<20
+	if err := archive.Use(dataDir, ro, func(*archive.Store) error { return nil }); err != nil {
 		return nil, err
 	}
 	return archive.Open(dataDir, opts)

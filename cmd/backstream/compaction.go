@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/internal/crashpoint"
@@ -34,12 +35,18 @@ func compactionResetCommand() *command {
 }
 
 func runCompactionReset(ctx context.Context, env *cmdEnv) error {
-	dir := env.fs.str("data-dir")
 	crash, err := crashpoint.FromEnv()
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	s, err := openExisting(dir, archive.Options{Logger: env.log})
+	return compactionReset(env.fs.str("data-dir"), archive.Options{Logger: env.log}, env.fs.get("reindex").(bool), env.stdout, crash)
+}
+
+// compactionReset is `compaction reset` of the data dir dir, opened with
+// opts (its logger; tests: its filesystem, its bound), telling out what it
+// did.
+func compactionReset(dir string, opts archive.Options, reindex bool, out io.Writer, crash *crashpoint.Set) error {
+	s, err := openExisting(dir, opts)
 	if errors.Is(err, archive.ErrLocked) {
 		return fmt.Errorf("%s is held open by another process (a running backstream serve?): stop it first, "+
 			"then run this again (%w)", dir, err)
@@ -57,19 +64,19 @@ func runCompactionReset(ctx context.Context, env *cmdEnv) error {
 	}
 	switch {
 	case dropped:
-		fmt.Fprintf(env.stdout, "deleted the compaction intent and the malformed watermark; the next pass recomputes from the tombstones (the state read: %v)\n", readErr)
+		fmt.Fprintf(out, "deleted the compaction intent and the malformed watermark; the next pass recomputes from the tombstones (the state read: %v)\n", readErr)
 	case readErr != nil:
-		fmt.Fprintf(env.stdout, "deleted the compaction intent (the state read: %v)\n", readErr)
+		fmt.Fprintf(out, "deleted the compaction intent (the state read: %v)\n", readErr)
 	case st.Intent != nil:
-		fmt.Fprintf(env.stdout, "deleted the compaction intent to watermark %d (started %s); the watermark stays at %d\n",
+		fmt.Fprintf(out, "deleted the compaction intent to watermark %d (started %s); the watermark stays at %d\n",
 			st.Intent.W, st.Intent.Started.UTC().Format("2006-01-02T15:04:05Z"), st.Watermark)
 	default:
-		fmt.Fprintf(env.stdout, "no compaction intent; the watermark stays at %d\n", st.Watermark)
+		fmt.Fprintf(out, "no compaction intent; the watermark stays at %d\n", st.Watermark)
 	}
 	// An index whose marker is malformed is rebuilt from the rows; a
 	// malformed entry the halt named (rec/, tomb/) is found only by a pass,
 	// so --reindex asks for the rebuild without one.
-	dropped, err = resetIndex(env, "compaction index", "no compaction pass until then", env.fs.get("reindex").(bool),
+	dropped, err = resetIndex(out, "compaction index", "no compaction pass until then", reindex,
 		s.IndexMarker, s.ResetIndex)
 	if err != nil {
 		return fmt.Errorf("%s: %w", dir, err)
@@ -77,7 +84,7 @@ func runCompactionReset(ctx context.Context, env *cmdEnv) error {
 	if dropped {
 		crash.Hit(crashpoint.ResetIndex)
 	}
-	if _, err := resetIndex(env, "replay index", "filtered replays scan until then", false,
+	if _, err := resetIndex(out, "replay index", "filtered replays scan until then", false,
 		s.ReplayIndexMarker, s.ResetReplayIndex); err != nil {
 		return fmt.Errorf("%s: %w", dir, err)
 	}
@@ -87,10 +94,10 @@ func runCompactionReset(ctx context.Context, env *cmdEnv) error {
 // resetIndex drops an index for the next start to rebuild from the rows
 // (reset) when its marker is malformed, or when force is set, and reports
 // whether it did; an unreadable marker is an error.
-func resetIndex(env *cmdEnv, name, meanwhile string, force bool, marker, reset func() (archive.IndexMarker, error)) (bool, error) {
+func resetIndex(out io.Writer, name, meanwhile string, force bool, marker, reset func() (archive.IndexMarker, error)) (bool, error) {
 	switch _, err := marker(); {
 	case errors.Is(err, archive.ErrMalformed):
-		fmt.Fprintf(env.stdout, "the %s's marker is malformed (%v)\n", name, err)
+		fmt.Fprintf(out, "the %s's marker is malformed (%v)\n", name, err)
 	case err != nil:
 		return false, fmt.Errorf("read the %s's marker: %w", name, err)
 	case !force:
@@ -100,6 +107,6 @@ func resetIndex(env *cmdEnv, name, meanwhile string, force bool, marker, reset f
 	if err != nil {
 		return false, fmt.Errorf("reset the %s: %w", name, err)
 	}
-	fmt.Fprintf(env.stdout, "dropped the %s; the next start rebuilds it from rows %d to %d (%s)\n", name, m.Next, m.End-1, meanwhile)
+	fmt.Fprintf(out, "dropped the %s; the next start rebuilds it from rows %d to %d (%s)\n", name, m.Next, m.End-1, meanwhile)
 	return true, nil
 }
