@@ -455,36 +455,45 @@ func checkpointRemote(ctx context.Context, listen, to string) (*checkpointResult
 // checkpointLocal checkpoints a data dir no process holds: opened as serve
 // would (scratch/ emptied, the WAL replayed), as Pebble can checkpoint only
 // a read-write open, with opts (its logger; tests: its filesystem, its
-// bound).
+// bound). A read or a write of either store that never returns ends it
+// with that store's disk fault (useExisting, archive.Use).
 func checkpointLocal(dataDir, to string, opts archive.Options) (*checkpointResult, error) {
 	// No free-space floor: copying the store off a full volume is how an
 	// operator gets out of one.
 	opts.CacheSize, opts.MinFree = 8<<20, -1
-	log := opts.Logger
-	store, err := openExisting(dataDir, opts)
-	if err != nil {
-		if errors.Is(err, archive.ErrLocked) {
-			return nil, fmt.Errorf("checkpoint: %s is held open by another process (a running backstream serve?): "+
-				"checkpoint through it with --admin-listen <its --admin-listen address> (%w)", dataDir, err)
-		}
-		return nil, fmt.Errorf("checkpoint: %w", err)
+	var res *checkpointResult
+	opened := false
+	err := useExisting(dataDir, opts, func(store *archive.Store) (err error) {
+		opened = true
+		res, err = takeCheckpoint(store, to, opts.Logger)
+		return err
+	})
+	var fatal *archive.FatalError
+	switch {
+	case err == nil:
+		return res, nil
+	case errors.As(err, &fatal) || opened: // opened is only read once Use's goroutine is done
+		return nil, err
+	case errors.Is(err, archive.ErrLocked):
+		return nil, fmt.Errorf("checkpoint: %s is held open by another process (a running backstream serve?): "+
+			"checkpoint through it with --admin-listen <its --admin-listen address> (%w)", dataDir, err)
 	}
-	defer store.Close()
-	return takeCheckpoint(store, to, log)
+	return nil, fmt.Errorf("checkpoint: %w", err)
 }
 
-// openExisting opens the store of a data dir read-write for a command that
-// works on an existing store (checkpoint, compaction reset), never creating
-// one: it first opens it read-only, which refuses a missing, empty or
-// unidentified store ("no store here") and a held one without writing
-// anything.
-func openExisting(dataDir string, opts archive.Options) (*archive.Store, error) {
-	// Bounded like every read-only open (archive.Use): a read that never
-	// returns ends the command with the store's read-stall fault.
+// useExisting runs do on the store of a data dir opened read-write, for a
+// command that works on an existing store (checkpoint, compaction reset),
+// never creating one: it first opens it read-only, which refuses a
+// missing, empty or unidentified store ("no store here") and a held one
+// without writing anything. Both opens, and do, run under archive.Use: a
+// read or a write of the store that never returns ends the command with
+// the store's disk fault (a *archive.FatalError: exit 2) once it has been
+// out for MaxWriteStall, the call left blocked on a goroutine of its own.
+func useExisting(dataDir string, opts archive.Options, do func(*archive.Store) error) error {
 	ro := opts
 	ro.ReadOnly, ro.CacheSize = true, 8<<20
 	if err := archive.Use(dataDir, ro, func(*archive.Store) error { return nil }); err != nil {
-		return nil, err
+		return err
 	}
-	return archive.Open(dataDir, opts)
+	return archive.Use(dataDir, opts, do)
 }

@@ -44,17 +44,27 @@ func runCompactionReset(ctx context.Context, env *cmdEnv) error {
 
 // compactionReset is `compaction reset` of the data dir dir, opened with
 // opts (its logger; tests: its filesystem, its bound), telling out what it
-// did.
+// did. A read or a write of the store that never returns ends it with
+// the store's disk fault (useExisting, archive.Use).
 func compactionReset(dir string, opts archive.Options, reindex bool, out io.Writer, crash *crashpoint.Set) error {
-	s, err := openExisting(dir, opts)
-	if errors.Is(err, archive.ErrLocked) {
+	opened := false
+	err := useExisting(dir, opts, func(s *archive.Store) error {
+		opened = true
+		return resetOn(s, dir, reindex, out, crash)
+	})
+	var fatal *archive.FatalError
+	switch {
+	case err == nil, errors.As(err, &fatal), opened: // opened is only read once Use's goroutine is done
+		return err
+	case errors.Is(err, archive.ErrLocked):
 		return fmt.Errorf("%s is held open by another process (a running backstream serve?): stop it first, "+
 			"then run this again (%w)", dir, err)
 	}
-	if err != nil {
-		return fmt.Errorf("open %s: %w", dir, err)
-	}
-	defer s.Close()
+	return fmt.Errorf("open %s: %w", dir, err)
+}
+
+// resetOn is compactionReset's work on the store of dir, open read-write.
+func resetOn(s *archive.Store, dir string, reindex bool, out io.Writer, crash *crashpoint.Set) error {
 	// What there is, as far as it is readable: a malformed intent is what
 	// this command is for, so it is reported, not refused.
 	st, readErr := s.Compaction()
@@ -88,7 +98,7 @@ func compactionReset(dir string, opts archive.Options, reindex bool, out io.Writ
 		s.ReplayIndexMarker, s.ResetReplayIndex); err != nil {
 		return fmt.Errorf("%s: %w", dir, err)
 	}
-	return s.Close()
+	return nil
 }
 
 // resetIndex drops an index for the next start to rebuild from the rows

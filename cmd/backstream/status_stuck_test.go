@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -53,4 +54,85 @@ func TestStatusOnStuckDisk(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("status still blocked 30 s into a disk that answers no read (MaxWriteStall %v)", bound)
 	}
+}
+
+// writesHeld is fs with every write-side call under prefix (a create, a
+// write, a sync, a directory made, a rename; not the LOCK file, taken the
+// same way by a read-only open) held until release is closed: a disk, or
+// the part of one a command writes to, that stops answering writes
+// without an error.
+func writesHeld(fs vfs.FS, prefix string, release <-chan struct{}) vfs.FS {
+	return errorfs.Wrap(fs, errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
+		if op.OpKind() == errorfs.OpKindWrite && op != errorfs.OpLock && op != errorfs.OpFileClose && strings.HasPrefix(path, prefix) {
+			<-release
+		}
+		return nil
+	}))
+}
+
+// stuckStore is an identified store in /data on a fresh in-memory
+// filesystem, closed.
+func stuckStore(t *testing.T) vfs.FS {
+	t.Helper()
+	mem := vfs.NewMem()
+	s, err := archive.Open("/data", archive.Options{FS: mem, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return mem
+}
+
+// wantStoreFault waits for done to give the store's disk fault, a
+// *FatalError (exit 2) whose message holds want; 30 s only turns a hang
+// into a failure.
+func wantStoreFault(t *testing.T, what string, bound time.Duration, done <-chan error, want string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		var fatal *archive.FatalError
+		if err == nil || !errors.As(err, &fatal) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%s: %v; want the store's disk fault (%q)", what, err, want)
+		}
+		t.Logf("%s: %v", what, err)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s still blocked 30 s in (MaxWriteStall %v)", what, bound)
+	}
+}
+
+// TestCheckpointOnStuckDisk: `backstream checkpoint --data-dir` whose
+// destination stops answering its writes (with no error and no end) does
+// not hang for ever: once the write has been out for the bound, it
+// returns the store's disk fault, a *FatalError (exit 2), naming what is
+// stuck.
+func TestCheckpointOnStuckDisk(t *testing.T) {
+	mem := stuckStore(t)
+	release := make(chan struct{})
+	defer close(release)
+	const bound = 200 * time.Millisecond
+	opts := archive.Options{FS: writesHeld(mem, "/backup/b1/", release), Logger: slog.New(slog.DiscardHandler), MaxWriteStall: bound}
+	done := make(chan error, 1)
+	go func() {
+		_, err := checkpointLocal("/data", "/backup/b1", opts)
+		done <- err
+	}()
+	wantStoreFault(t, "a checkpoint to a destination that answers no write", bound, done, "/backup/b1/")
+}
+
+// TestCompactionResetOnStuckDisk: `backstream compaction reset` over a
+// store whose disk answers reads (the read-only check passes) but no
+// write does not hang for ever in its read-write open or its batches: it
+// returns the store's disk fault, a *FatalError (exit 2), once the write
+// has been out for the bound.
+func TestCompactionResetOnStuckDisk(t *testing.T) {
+	mem := stuckStore(t)
+	release := make(chan struct{})
+	defer close(release)
+	const bound = 200 * time.Millisecond
+	opts := archive.Options{FS: writesHeld(mem, "/data/store/", release), Logger: slog.New(slog.DiscardHandler), MaxWriteStall: bound}
+	done := make(chan error, 1)
+	go func() { done <- compactionReset("/data", opts, false, io.Discard, nil) }()
+	wantStoreFault(t, "compaction reset on a disk that answers no write", bound, done, "has not returned")
 }
