@@ -22,6 +22,12 @@ package archive
 // tick (a third of the bound): slow, counted and logged at WARN, so an
 // operator sees a disk slowing before it is a fault. A call that lasts
 // two ticks is always counted so, one shorter than a tick never.
+//
+// The guard starts before Pebble does: Open's own calls on the volume
+// before pebble.Open (finding or making the store dir, taking its lock,
+// emptying the scratch dir, the free-space query), which neither Pebble's
+// checker nor the counting filesystem sees, are counted the same way,
+// each by the name Open gives it (timeStep).
 
 import (
 	"fmt"
@@ -64,7 +70,7 @@ func (c *inflight) begin(epoch *atomic.Uint64) *atomic.Int64 {
 // opens it again for the OS's readahead; the free-space query after
 // every flush, compaction and deletion; Stat, List and OpenDir, at the
 // start. Lock and the writes are Pebble's checker's, or not on a path that
-// serves.
+// serves; Open's before Pebble starts are timeStep's.
 const (
 	fileRead = iota // Read, ReadAt
 	fileStat
@@ -100,10 +106,37 @@ type readFS struct {
 
 	mu    sync.Mutex
 	files map[*readFile]struct{} // the open files
+	steps map[*openStep]struct{} // Open's own calls in flight (timeStep)
 }
 
 func newReadFS(fs vfs.FS) *readFS {
-	return &readFS{FS: fs, files: make(map[*readFile]struct{})}
+	return &readFS{FS: fs, files: make(map[*readFile]struct{}), steps: make(map[*openStep]struct{})}
+}
+
+// openStep is one of Open's own calls before Pebble starts, named, and the
+// slot of the epoch it began in. There are a handful per open: naming
+// them costs nothing that matters.
+type openStep struct {
+	name string
+	slot uint64
+}
+
+// timeStep runs call, one of Open's own calls on the store's volume
+// before Pebble starts (finding or making the store dir, taking its lock,
+// emptying the scratch dir, the free-space query), counted as in flight
+// under name until it returns: one that never returns is a read-stall
+// fault naming it, as a read of the store's files is.
+func (r *readFS) timeStep(name string, call func() error) error {
+	st := &openStep{name: name}
+	r.mu.Lock()
+	st.slot = r.epoch.Load() % readEpochs
+	r.steps[st] = struct{}{}
+	r.mu.Unlock()
+	err := call()
+	r.mu.Lock()
+	delete(r.steps, st)
+	r.mu.Unlock()
+	return err
 }
 
 // readFile counts its calls in flight by the epoch they began in.
@@ -233,6 +266,11 @@ func (r *readFS) callsIn(slot uint64) (n int64, first string) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	for st := range r.steps {
+		if st.slot == slot {
+			note(1, func() string { return st.name })
+		}
+	}
 	for f := range r.files {
 		for i := range f.calls {
 			note(f.calls[i][slot].Load(), func() string { return fileCallNames[i] + " " + f.name })
@@ -259,7 +297,7 @@ func (r *readFS) advance() (stuck string, slow int64, slowCall string) {
 
 // timeReads wraps fs so that its reads are counted and starts the read
 // timer, which close stops.
-func (g *diskGuard) timeReads(fs vfs.FS) vfs.FS {
+func (g *diskGuard) timeReads(fs vfs.FS) *readFS {
 	r := newReadFS(fs)
 	g.mu.Lock()
 	defer g.mu.Unlock()

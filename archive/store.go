@@ -72,8 +72,10 @@ type Options struct {
 	Space func(path string) (diskspace.Space, error)
 	// MaxWriteStall bounds a Pebble write stall before it is a disk fault
 	// (default DefaultMaxWriteStall), and one read of the store's files
-	// (or an open, a stat, a listing) that has not returned (found within
-	// a third of it more: readstall.go; a ReadOnly store's too);
+	// (or an open, a stat, a listing, or one of Open's own calls before
+	// Pebble starts: the store dir, the lock, the scratch dir, the
+	// free-space query) that has not returned (found within a third of it
+	// more: readstall.go; a ReadOnly store's too);
 	// MaxFailedFlushes is the number of
 	// consecutive failed flushes that is one (default
 	// DefaultMaxFailedFlushes). See Store.Faulted.
@@ -172,28 +174,8 @@ func open(dataDir string, opts Options) (*Store, error) {
 	if s.space.stat == nil && (opts.FS == nil || opts.FS == vfs.Default) {
 		s.space.stat = diskspace.Stat
 	}
-	if opts.ReadOnly {
-		if _, err := fs.Stat(s.dir); err != nil {
-			return nil, fmt.Errorf("archive: open %s: no store here: %w", s.dir, err)
-		}
-	} else if err := s.prepareDirs(); err != nil {
+	if err := s.prepare(); err != nil {
 		return nil, err
-	}
-	// The lock first: scratch holds the downloads of whichever process
-	// holds it, and a second process must not empty it under them.
-	if err := s.lockStore(); err != nil {
-		return nil, err
-	}
-	if !opts.ReadOnly {
-		err := s.emptyScratch()
-		if err == nil {
-			err = s.belowFloor()
-		}
-		if err != nil {
-			s.lock.Close()
-			s.lock = nil
-			return nil, err
-		}
 	}
 	if err := s.openPebble(opts); err != nil {
 		return nil, err
@@ -215,10 +197,54 @@ func open(dataDir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// prepare is what Open does before Pebble starts: it finds the store dir
+// (a read-only open) or makes it, takes the lock and, writable, empties
+// the scratch dir and checks the free-space floor. Each of those calls is
+// timed by the read guard, started here (readstall.go): one the volume
+// never answers is a read-stall fault naming it, handed to OnFault while
+// the open is still blocked in it. On an error the guard is stopped and
+// the lock released.
+func (s *Store) prepare() (err error) {
+	r := s.disk.timeReads(s.fs)
+	s.pfs = r
+	defer func() {
+		if err != nil {
+			s.disk.close()
+			if s.lock != nil {
+				s.lock.Close()
+				s.lock = nil
+			}
+		}
+	}()
+	if s.readOnly {
+		if err := r.timeStep("a stat of the store dir "+s.dir, func() error {
+			_, err := s.fs.Stat(s.dir)
+			return err
+		}); err != nil {
+			return fmt.Errorf("archive: open %s: no store here: %w", s.dir, err)
+		}
+	} else if err := r.timeStep("making or finding the store dir "+s.dir, s.prepareDirs); err != nil {
+		return err
+	}
+	// The lock first: scratch holds the downloads of whichever process
+	// holds it, and a second process must not empty it under them.
+	if err := r.timeStep("taking the LOCK file of "+s.dir, s.lockStore); err != nil {
+		return err
+	}
+	if s.readOnly {
+		return nil
+	}
+	if err := r.timeStep("emptying the scratch dir "+s.scratch, s.emptyScratch); err != nil {
+		return err
+	}
+	return r.timeStep("the free-space query of the volume holding "+s.dataDir, s.belowFloor)
+}
+
 // Use opens the store of dataDir as opts say, runs do on it and closes
 // it, for a command that ends when Use returns: do's error, else Open's or
-// Close's. If the store records a disk fault first (a read stuck past
-// MaxWriteStall, read-only or not; a write stall on a writable store),
+// Close's. If the store records a disk fault first (a read, or one of
+// Open's own calls before Pebble starts, stuck past MaxWriteStall,
+// read-only or not; a write stall on a writable store),
 // Use returns that fault (a *FatalError) at once, and leaves the open, do
 // or close blocked in its call on a goroutine of its own.
 func Use(dataDir string, opts Options, do func(*Store) error) error {
@@ -364,8 +390,9 @@ func (s *Store) openPebble(opts Options) error {
 	}
 	s.cache = pebble.NewCache(cacheSize)
 	// The calls that read the store are timed (readstall.go), on a
-	// read-only store too: a read stuck past the bound is a fault.
-	s.pfs, s.health = s.disk.timeReads(s.fs), nil
+	// read-only store too: a read stuck past the bound is a fault. s.pfs
+	// is the guard's counting filesystem, from prepare.
+	s.health = nil
 	if !opts.ReadOnly {
 		// Every file operation Pebble makes is timed: one that has not
 		// returned after the threshold is reported (diskGuard.diskSlow),

@@ -138,3 +138,25 @@ func TestNewStopsOnStuckRead(t *testing.T) {
 	}))
 	startOnStuckDisk(t, stuck, "a disk that answers no read", ".sst has not returned for over")
 }
+
+// TestNewStopsOnStuckLock: a start whose volume stops answering before
+// Pebble starts (here the store's LOCK file, taken by the open before
+// anything else of the store is read; with no error and no end) does not
+// hang for ever with /healthz answering ok: once the call has been out for
+// MaxWriteStall, the store's read-stall fault, naming it, fails the
+// probes and node.New returns it.
+func TestNewStopsOnStuckLock(t *testing.T) {
+	mem := vfs.NewMem()
+	if err := relayStore(t, mem).Close(); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	defer close(release)
+	stuck := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
+		if op == errorfs.OpLock {
+			<-release
+		}
+		return nil
+	}))
+	startOnStuckDisk(t, stuck, "a volume that answers no lock", "taking the LOCK file of /data/store has not returned for over")
+}
