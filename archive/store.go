@@ -392,7 +392,6 @@ func (s *Store) openPebble(opts Options) error {
 	// The calls that read the store are timed (readstall.go), on a
 	// read-only store too: a read stuck past the bound is a fault. s.pfs
 	// is the guard's counting filesystem, from prepare.
-	s.health = nil
 	if !opts.ReadOnly {
 		// Every file operation Pebble makes is timed: one that has not
 		// returned after the threshold is reported (diskGuard.diskSlow),

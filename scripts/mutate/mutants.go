@@ -1050,8 +1050,8 @@ var mutants = []Mutant{
 		ID: "m103", Invariant: "H1",
 		Name: "the store's reads not timed (a read stuck for good hangs the process with healthy probes)",
 		File: "archive/store.go",
-		Old:  "s.pfs, s.health = s.disk.timeReads(s.fs), nil",
-		New:  "s.pfs, s.health = s.fs, nil",
+		Old:  "from prepare.\n\tif !opts.ReadOnly {\n",
+		New:  "from prepare.\n\ts.pfs = s.fs\n\tif !opts.ReadOnly {\n",
 		Tests: []Test{
 			{Pkg: "./archive", Run: "^TestStuckReadIsAFault$"},
 		},
@@ -1202,11 +1202,33 @@ var mutants = []Mutant{
 		ID: "m107", Invariant: "H1",
 		Name: "a read-only store's reads not timed (backstream status hangs for ever on a read that never returns)",
 		File: "archive/store.go",
-		Old:  "\ts.pfs, s.health = s.disk.timeReads(s.fs), nil\n\tif !opts.ReadOnly {\n",
-		New:  "\ts.pfs, s.health = s.fs, nil\n\tif !opts.ReadOnly {\n\t\ts.pfs = s.disk.timeReads(s.fs)\n",
+		Old:  "from prepare.\n\tif !opts.ReadOnly {\n",
+		New:  "from prepare.\n\tif opts.ReadOnly {\n\t\ts.pfs = s.fs\n\t}\n\tif !opts.ReadOnly {\n",
 		Tests: []Test{
 			{Pkg: "./archive", Run: "^TestReadOnlyStuckReadIsAFault$"},
 			{Pkg: "./cmd/backstream", Run: "^TestStatusOnStuckDisk$"},
+		},
+	},
+	{
+		ID: "m117", Invariant: "H1",
+		Name: "Open's own calls before Pebble starts not looked at by the read timer (a volume that answers no lock, stat or mkdir hangs the open for ever, /healthz ok)",
+		File: "archive/readstall.go",
+		Old:  "\t\tif st.slot == slot {\n",
+		New:  "\t\tif st.slot == slot && false {\n",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestStuckOpenStepBound$"},
+			{Pkg: "./archive", Run: "^TestStuckOpenStepIsAFault$/^(lock|read-only_stat_store_dir)$"},
+			{Pkg: "./node", Run: "^TestNewStopsOnStuckLock$"},
+		},
+	},
+	{
+		ID: "m118", Invariant: "H1",
+		Name: "checkpoint and compaction reset do their read-write work outside archive.Use (a fault is recorded and the command hangs for ever)",
+		File: "cmd/backstream/checkpoint.go",
+		Old:  "\treturn archive.Use(dataDir, opts, do)\n}\n",
+		New:  "\ts, err := archive.Open(dataDir, opts)\n\tif err != nil {\n\t\treturn err\n\t}\n\tdefer s.Close()\n\treturn do(s)\n}\n",
+		Tests: []Test{
+			{Pkg: "./cmd/backstream", Run: "^(TestCheckpointOnStuckDisk|TestCompactionResetOnStuckDisk)$"},
 		},
 	},
 }
