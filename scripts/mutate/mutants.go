@@ -1210,7 +1210,7 @@ var mutants = []Mutant{
 		},
 	},
 	{
-		ID: "m117", Invariant: "H1",
+		ID: "m119", Invariant: "H1",
 		Name: "Open's own calls before Pebble starts not looked at by the read timer (a volume that answers no lock, stat or mkdir hangs the open for ever, /healthz ok)",
 		File: "archive/readstall.go",
 		Old:  "\t\tif st.slot == slot {\n",
@@ -1222,7 +1222,7 @@ var mutants = []Mutant{
 		},
 	},
 	{
-		ID: "m118", Invariant: "H1",
+		ID: "m120", Invariant: "H1",
 		Name: "checkpoint and compaction reset do their read-write work outside archive.Use (a fault is recorded and the command hangs for ever)",
 		File: "cmd/backstream/checkpoint.go",
 		Old:  "\treturn archive.Use(dataDir, opts, do)\n}\n",
