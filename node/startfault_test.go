@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/vfs/errorfs"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/storefault"
 	"github.com/backstream/backstream/lifecycle"
 	"github.com/backstream/backstream/node"
 )
@@ -103,14 +104,8 @@ func TestNewStopsOnStuckTableOpen(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	release := make(chan struct{})
-	defer close(release)
-	stuck := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
-		if strings.HasSuffix(path, ".sst") && op == errorfs.OpOpen {
-			<-release
-		}
-		return nil
-	}))
+	stuck := storefault.Hold(mem, storefault.TableOpens)
+	defer stuck.Release()
 	startOnStuckDisk(t, stuck, "a disk that opens no table", "an open of a file of the store has not returned for over")
 }
 
@@ -128,14 +123,8 @@ func TestNewStopsOnStuckRead(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	release := make(chan struct{})
-	defer close(release)
-	stuck := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
-		if strings.HasSuffix(path, ".sst") && (op == errorfs.OpFileRead || op == errorfs.OpFileReadAt) {
-			<-release
-		}
-		return nil
-	}))
+	stuck := storefault.Hold(mem, storefault.TableReads)
+	defer stuck.Release()
 	startOnStuckDisk(t, stuck, "a disk that answers no read", ".sst has not returned for over")
 }
 
@@ -150,13 +139,7 @@ func TestNewStopsOnStuckLock(t *testing.T) {
 	if err := relayStore(t, mem).Close(); err != nil {
 		t.Fatal(err)
 	}
-	release := make(chan struct{})
-	defer close(release)
-	stuck := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
-		if op == errorfs.OpLock {
-			<-release
-		}
-		return nil
-	}))
+	stuck := storefault.Hold(mem, func(op errorfs.Op, _ string) bool { return op == errorfs.OpLock })
+	defer stuck.Release()
 	startOnStuckDisk(t, stuck, "a volume that answers no lock", "taking the LOCK file of /data/store has not returned for over")
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/vfs/errorfs"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/storefault"
 )
 
 // TestStatusOnStuckDisk: `backstream status` over a store whose disk stops
@@ -31,14 +32,8 @@ func TestStatusOnStuckDisk(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	release := make(chan struct{})
-	defer close(release)
-	stuck := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
-		if strings.HasSuffix(path, ".sst") && (op == errorfs.OpFileRead || op == errorfs.OpFileReadAt) {
-			<-release
-		}
-		return nil
-	}))
+	stuck := storefault.Hold(mem, storefault.TableReads)
+	defer stuck.Release()
 	const bound = 200 * time.Millisecond
 	done := make(chan error, 1)
 	go func() {
@@ -54,20 +49,6 @@ func TestStatusOnStuckDisk(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("status still blocked 30 s into a disk that answers no read (MaxWriteStall %v)", bound)
 	}
-}
-
-// writesHeld is fs with every write-side call under prefix (a create, a
-// write, a sync, a directory made, a rename; not the LOCK file, taken the
-// same way by a read-only open) held until release is closed: a disk, or
-// the part of one a command writes to, that stops answering writes
-// without an error.
-func writesHeld(fs vfs.FS, prefix string, release <-chan struct{}) vfs.FS {
-	return errorfs.Wrap(fs, errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
-		if op.OpKind() == errorfs.OpKindWrite && op != errorfs.OpLock && op != errorfs.OpFileClose && strings.HasPrefix(path, prefix) {
-			<-release
-		}
-		return nil
-	}))
 }
 
 // stuckStore is an identified store in /data on a fresh in-memory
@@ -109,10 +90,8 @@ func wantStoreFault(t *testing.T, what string, bound time.Duration, done <-chan 
 // stuck.
 func TestCheckpointOnStuckDisk(t *testing.T) {
 	mem := stuckStore(t)
-	release := make(chan struct{})
-	defer close(release)
 	const bound = 200 * time.Millisecond
-	opts := archive.Options{FS: writesHeld(mem, "/backup/b1/", release), Logger: slog.New(slog.DiscardHandler), MaxWriteStall: bound}
+	opts := archive.Options{FS: held(t, mem, storefault.Writes("/backup/b1/")), Logger: slog.New(slog.DiscardHandler), MaxWriteStall: bound}
 	done := make(chan error, 1)
 	go func() {
 		_, err := checkpointLocal("/data", "/backup/b1", opts)
@@ -128,11 +107,16 @@ func TestCheckpointOnStuckDisk(t *testing.T) {
 // has been out for the bound.
 func TestCompactionResetOnStuckDisk(t *testing.T) {
 	mem := stuckStore(t)
-	release := make(chan struct{})
-	defer close(release)
 	const bound = 200 * time.Millisecond
-	opts := archive.Options{FS: writesHeld(mem, "/data/store/", release), Logger: slog.New(slog.DiscardHandler), MaxWriteStall: bound}
+	opts := archive.Options{FS: held(t, mem, storefault.Writes("/data/store/")), Logger: slog.New(slog.DiscardHandler), MaxWriteStall: bound}
 	done := make(chan error, 1)
 	go func() { done <- compactionReset("/data", opts, false, io.Discard, nil) }()
 	wantStoreFault(t, "compaction reset on a disk that answers no write", bound, done, "has not returned")
+}
+
+// held is fs with the calls match selects held until the test ends.
+func held(t *testing.T, fs vfs.FS, match func(errorfs.Op, string) bool) vfs.FS {
+	h := storefault.Hold(fs, match)
+	t.Cleanup(h.Release)
+	return h
 }

@@ -21,6 +21,11 @@
 //     are left alone, so a sweep's n is the same read in every run.
 //     IsolateKey rewrites one key into an sstable of its own, so that
 //     failing that file's reads fails exactly the reads of that key.
+//   - A disk that stops answering: Hold wraps a filesystem so that the
+//     calls a match selects (TableReads, TableOpens, Writes under a prefix,
+//     or any) block, with no error and no end, until Release; it counts
+//     them (Holds). The read-stall and write-stall tests of archive, node
+//     and the commands use it.
 //   - Held tables: HeldTables counts the sstables compaction removed that
 //     open iterators still keep on disk (Pebble's zombie tables), and
 //     WaitReleased waits for them to go. The tests of the readers that
