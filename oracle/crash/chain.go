@@ -396,10 +396,33 @@ func (h *Harness) WaitStatus(p *Proc, what string, cond func(Status) bool, withi
 	}
 }
 
+// RetryIdle reports whether serve's /metrics (Proc.Metrics) say its
+// retry runner has nothing left to do: no repo due (failed with its next
+// attempt due, pending, or marked for a replacement by a #sync, a
+// reactivation or discovery), none queued or being replaced, and no host
+// parked (a parked host's repos wait for the park's end, not counted due
+// meanwhile). A series absent (a runner not started) counts as zero.
+func RetryIdle(m map[string]float64) bool {
+	return m["backstream_retry_due"] == 0 && m["backstream_retry_queued"] == 0 &&
+		m["backstream_retry_inflight"] == 0 && m["backstream_retry_parked_hosts"] == 0
+}
+
+// retryIdle is RetryIdle of p's /metrics; false while they do not answer.
+func retryIdle(p *Proc) bool {
+	m, err := p.Metrics()
+	return err == nil && RetryIdle(m)
+}
+
 // Converge starts a clean run and waits until it has converged for
 // opts.Settle: steady state, traffic ended, cursor/relay equal to the
-// relay's last seq (a few retry passes run in the settle time and bring in
-// the last #sync and reactivation marks). It returns the running process.
+// relay's last seq, and the retry runner idle (RetryIdle: every #sync,
+// reactivation and discovery mark replaced, no host parked). A replacement
+// that waits for its host (a getRepo retried inside its job, backing off
+// while the host answered 503) is still due or in flight: converging
+// without it would judge the archive before the replacement of an account
+// it will hold. A failed repo whose next attempt is not due yet is not
+// counted due; the settle time, longer than the chains' retry delays,
+// sees it come due. It returns the running process.
 func (h *Harness) Converge(within time.Duration) *Proc {
 	h.T.Helper()
 	return h.WaitConverged(h.Start(), within)
@@ -420,7 +443,7 @@ func (h *Harness) WaitConverged(p *Proc, within time.Duration) *Proc {
 		if ok {
 			last = st
 		}
-		if ok && h.converged(st) {
+		if ok && h.converged(st) && retryIdle(p) {
 			if since.IsZero() {
 				since = time.Now()
 			}
@@ -431,7 +454,10 @@ func (h *Harness) WaitConverged(p *Proc, within time.Duration) *Proc {
 			since = time.Time{}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no convergence within %v: status %+v, relay %+v\n%s", within, last, h.Net.Status(), p.Tail())
+			m, err := p.Metrics()
+			t.Fatalf("no convergence within %v: status %+v, relay %+v, retry due %v queued %v in flight %v parked hosts %v (%v)\n%s",
+				within, last, h.Net.Status(), m["backstream_retry_due"], m["backstream_retry_queued"], m["backstream_retry_inflight"],
+				m["backstream_retry_parked_hosts"], err, p.Tail())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

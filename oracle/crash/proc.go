@@ -1,9 +1,10 @@
 package crash
 
-// proc.go owns one `backstream serve` child process: start, /status, SIGKILL,
-// SIGTERM, exit status and the tail of its log.
+// proc.go owns one `backstream serve` child process: start, /status,
+// /metrics, SIGKILL, SIGTERM, exit status and the tail of its log.
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -223,4 +225,36 @@ func (p *Proc) Status() (Status, bool) {
 		return Status{}, false
 	}
 	return s, true
+}
+
+// Metrics fetches the admin listener's /metrics: each series (name and
+// labels, as the exposition spells them) to its value.
+func (p *Proc) Metrics() (map[string]float64, error) {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + p.Admin + "/metrics")
+	if err != nil {
+		return nil, fmt.Errorf("crash: /metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("crash: /metrics: %s", resp.Status)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if strings.HasPrefix(l, "#") {
+			continue
+		}
+		if i := strings.LastIndexByte(l, ' '); i > 0 {
+			if v, err := strconv.ParseFloat(l[i+1:], 64); err == nil {
+				out[l[:i]] = v
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("crash: /metrics: read: %w", err)
+	}
+	return out, nil
 }

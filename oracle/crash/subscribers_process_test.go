@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"runtime"
@@ -378,26 +377,11 @@ func procKB(t *testing.T, p *crash.Proc, field string) int64 {
 // metrics reads the process's /metrics as name{labels} → value.
 func metrics(t *testing.T, p *crash.Proc) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + p.Admin + "/metrics")
+	m, err := p.Metrics()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		l := sc.Text()
-		if strings.HasPrefix(l, "#") {
-			continue
-		}
-		if i := strings.LastIndexByte(l, ' '); i > 0 {
-			if v, err := strconv.ParseFloat(l[i+1:], 64); err == nil {
-				out[l[:i]] = v
-			}
-		}
-	}
-	return out
+	return m
 }
 
 // cpuTimes is a reading of the machine's busy CPU time and of the CPU time
