@@ -28,6 +28,13 @@
 //     may be missing only when compaction explains it (a row below the
 //     watermark supersedes it: CompareHeldCompacted).
 //
+// The end state is judged only once a clean run has converged: steady
+// state, traffic ended, the relay cursor at the relay's last seq, and the
+// retry runner idle by serve's /metrics (RetryIdle: no repo due, queued or
+// being replaced, no host parked), all held for the settle time. A
+// replacement still waiting for its host is not converged: judged then,
+// the archive would lack an account serve is still fetching.
+//
 // The compaction tests (compaction_process_test.go) kill at the pass's
 // crash points and compare the surviving rows with oracle/check's
 // recomputation, search the raw values of a stopped process's store for the
