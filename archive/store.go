@@ -240,9 +240,26 @@ func (s *Store) prepare() (err error) {
 	return r.timeStep("the free-space query of the volume holding "+s.dataDir, s.belowFloor)
 }
 
+// OpenError is Use's error when the store did not open (Open's error,
+// unwrapped by errors.Is and errors.As): a command tells "no store here",
+// "held by another process" from what its work or the close returned
+// without tracking whether its job ran.
+type OpenError struct{ Err error }
+
+func (e *OpenError) Error() string { return e.Err.Error() }
+func (e *OpenError) Unwrap() error { return e.Err }
+
+// OpenFailed reports whether Use's err says the store did not open: the
+// *OpenError Use returns itself, not one that a job's own error wraps (a
+// job that opens another store, as a checkpoint's read-back does).
+func OpenFailed(err error) bool {
+	_, ok := err.(*OpenError)
+	return ok
+}
+
 // Use opens the store of dataDir as opts say, runs do on it and closes
-// it, for a command that ends when Use returns: do's error, else Open's or
-// Close's. If the store records a disk fault first (a read, or one of
+// it, for a command that ends when Use returns: do's error, else Open's (an
+// *OpenError) or Close's. If the store records a disk fault first (a read, or one of
 // Open's own calls before Pebble starts, stuck past MaxWriteStall,
 // read-only or not; a write stall on a writable store),
 // Use returns that fault (a *FatalError) at once, and leaves the open, do
@@ -260,7 +277,7 @@ func Use(dataDir string, opts Options, do func(*Store) error) error {
 	go func() {
 		s, err := Open(dataDir, opts)
 		if err != nil {
-			done <- err
+			done <- &OpenError{Err: err}
 			return
 		}
 		err = do(s)

@@ -87,9 +87,7 @@ func takeCheckpoint(store *archive.Store, dir string, log *slog.Logger) (*checkp
 	res := &checkpointResult{To: dir, Store: filepath.Join(dir, archive.StoreDir), Seconds: took.Seconds()}
 	// A read of the checkpoint that never returns ends the read-back with
 	// its read-stall fault (archive.Use), not the process.
-	opened := false
 	err := archive.Use(dir, archive.Options{ReadOnly: true, FS: store.FS(), Logger: log, CacheSize: 8 << 20}, func(ck *archive.Store) error {
-		opened = true
 		phase, err := ck.Phase()
 		if err != nil {
 			return err
@@ -98,11 +96,10 @@ func takeCheckpoint(store *archive.Store, dir string, log *slog.Logger) (*checkp
 		res.TipSeq, err = ck.Tip()
 		return err
 	})
-	var fatal *archive.FatalError
 	switch {
 	case err == nil:
 		return res, nil
-	case errors.As(err, &fatal) || opened: // opened is only read once Use's goroutine is done
+	case !archive.OpenFailed(err): // the read's own error, or a disk fault
 		return nil, fmt.Errorf("checkpoint: read back %s: %w", dir, err)
 	}
 	return nil, fmt.Errorf("checkpoint: written to %s but it does not open: %w", dir, err)
@@ -462,17 +459,14 @@ func checkpointLocal(dataDir, to string, opts archive.Options) (*checkpointResul
 	// operator gets out of one.
 	opts.CacheSize, opts.MinFree = 8<<20, -1
 	var res *checkpointResult
-	opened := false
 	err := useExisting(dataDir, opts, func(store *archive.Store) (err error) {
-		opened = true
 		res, err = takeCheckpoint(store, to, opts.Logger)
 		return err
 	})
-	var fatal *archive.FatalError
 	switch {
 	case err == nil:
 		return res, nil
-	case errors.As(err, &fatal) || opened: // opened is only read once Use's goroutine is done
+	case !archive.OpenFailed(err): // the checkpoint's own error, or a disk fault
 		return nil, err
 	case errors.Is(err, archive.ErrLocked):
 		return nil, fmt.Errorf("checkpoint: %s is held open by another process (a running backstream serve?): "+

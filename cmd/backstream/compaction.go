@@ -47,14 +47,11 @@ func runCompactionReset(ctx context.Context, env *cmdEnv) error {
 // did. A read or a write of the store that never returns ends it with
 // the store's disk fault (useExisting, archive.Use).
 func compactionReset(dir string, opts archive.Options, reindex bool, out io.Writer, crash *crashpoint.Set) error {
-	opened := false
 	err := useExisting(dir, opts, func(s *archive.Store) error {
-		opened = true
 		return resetOn(s, dir, reindex, out, crash)
 	})
-	var fatal *archive.FatalError
 	switch {
-	case err == nil, errors.As(err, &fatal), opened: // opened is only read once Use's goroutine is done
+	case err == nil, !archive.OpenFailed(err): // the work's own error, or a disk fault
 		return err
 	case errors.Is(err, archive.ErrLocked):
 		return fmt.Errorf("%s is held open by another process (a running backstream serve?): stop it first, "+

@@ -263,17 +263,14 @@ func runStatus(ctx context.Context, env *cmdEnv) error {
 // read-stall fault once it has been out for MaxWriteStall (archive.Use).
 func statusOf(dir string, opts archive.Options) (*statusReport, error) {
 	var r *statusReport
-	opened := false
 	err := archive.Use(dir, opts, func(s *archive.Store) (err error) {
-		opened = true
 		r, err = buildStatus(s, bootstrap.NewRosterView(s), "")
 		return err
 	})
-	var fatal *archive.FatalError
 	switch {
 	case err == nil:
 		return r, nil
-	case errors.As(err, &fatal) || opened: // opened is only read once Use's goroutine is done
+	case !archive.OpenFailed(err): // the report's own error, or a disk fault
 		return nil, err
 	case errors.Is(err, archive.ErrLocked):
 		return nil, fmt.Errorf("%s is held open by another process (a running backstream serve?): "+
