@@ -112,31 +112,7 @@ func TestStuckOpenStepBound(t *testing.T) {
 			return done
 		}
 
-		held := h.arm()
-		done := step()
-		<-held
-		time.Sleep(bound - time.Second)
-		h.unhold()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(3 * bound)
-		if err := g.fault.Load(); err != nil {
-			t.Fatalf("a step that took %v (bound %v) is a fault: %v", bound-time.Second, bound, err)
-		}
-
-		held = h.arm()
-		done = step()
-		<-held
-		begun := time.Now()
-		select {
-		case <-g.failed:
-		case <-time.After(10 * bound):
-			t.Fatalf("a step held for %v (MaxWriteStall %v) and the store records no fault", 10*bound, bound)
-		}
-		if waited := time.Since(begun); waited < bound || waited > bound+readTick(bound) {
-			t.Fatalf("a stuck step was a fault %v after it began, want within [%v, %v]", waited, bound, bound+readTick(bound))
-		}
+		done := checkStallBound(t, g, h, bound, "step", step)
 		if err := g.fault.Load(); err == nil || !strings.Contains(err.Error(), "archive: taking the LOCK file of /data/store has not returned for over 1m") {
 			t.Fatalf("fault %v, want the stuck step named", err)
 		}

@@ -171,28 +171,7 @@ func TestReadStallBound(t *testing.T) {
 			return done
 		}
 
-		held := h.arm()
-		done := read()
-		<-held
-		time.Sleep(bound - time.Second)
-		h.unhold()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(3 * bound)
-		if err := g.fault.Load(); err != nil {
-			t.Fatalf("a read that took %v (bound %v) is a fault: %v", bound-time.Second, bound, err)
-		}
-
-		held = h.arm()
-		done = read()
-		<-held
-		begun := time.Now()
-		<-g.failed
-		waited := time.Since(begun)
-		if waited < bound || waited > bound+readTick(bound) {
-			t.Fatalf("a stuck read was a fault %v after it began, want within [%v, %v]", waited, bound, bound+readTick(bound))
-		}
+		done := checkStallBound(t, g, h, bound, "read", read)
 		err = g.fault.Load()
 		if err == nil || !strings.Contains(err.Error(), "a read of /000007.sst has not returned for over 1m") {
 			t.Fatalf("fault %v, want the stuck read named", err)
@@ -251,4 +230,39 @@ func TestReadOnlyStuckReadIsAFault(t *testing.T) {
 	if err := <-opened; err != nil {
 		t.Fatalf("the read-only open after the disk answers again: %v", err)
 	}
+}
+
+// checkStallBound runs, on the fake clock of a synctest bubble, the two
+// calls start begins through h: one held just under bound is no fault of
+// g; one held for good is a fault (g.failed) within [bound, bound + one
+// tick of the read timer] of its start. It returns the held call's result,
+// which comes once the test lets it go (h.unhold).
+func checkStallBound(t *testing.T, g *diskGuard, h *readHold, bound time.Duration, what string, start func() <-chan error) <-chan error {
+	t.Helper()
+	held := h.arm()
+	done := start()
+	<-held
+	time.Sleep(bound - time.Second)
+	h.unhold()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * bound)
+	if err := g.fault.Load(); err != nil {
+		t.Fatalf("a %s that took %v (bound %v) is a fault: %v", what, bound-time.Second, bound, err)
+	}
+
+	held = h.arm()
+	done = start()
+	<-held
+	begun := time.Now()
+	select {
+	case <-g.failed:
+	case <-time.After(10 * bound):
+		t.Fatalf("a %s held for %v (MaxWriteStall %v) and the store records no fault", what, 10*bound, bound)
+	}
+	if waited := time.Since(begun); waited < bound || waited > bound+readTick(bound) {
+		t.Fatalf("a stuck %s was a fault %v after it began, want within [%v, %v]", what, waited, bound, bound+readTick(bound))
+	}
+	return done
 }
