@@ -71,23 +71,7 @@ func TestSinkStopsAtTooLargeEvent(t *testing.T) {
 	const maxPayload = 4 << 10
 	c := natstest.Start(t, 1)
 	c.SetMaxPayload(maxPayload)
-	wd := newWorld(t)
-	ctx := ctxT(t)
-	if err := wd.commit(ctx, 100); err != nil {
-		t.Fatal(err)
-	}
-	r, err := wd.w.Apply(ctx, &archive.Unit{Events: []archive.Event{bigPost(t, "did:plc:big", 2*maxPayload)}})
-	if err != nil || r.Kept != 1 {
-		t.Fatalf("big event: %+v %v", r, err)
-	}
-	big := r.FirstSeq
-	if err := wd.commit(ctx, 100); err != nil {
-		t.Fatal(err)
-	}
-	var logs logBuffer
-	rs := wd.startSink(t, Config{URLs: c.URLs(), Window: 32,
-		Logger:          slog.New(slog.NewTextHandler(&logs, nil)),
-		TooLargeBackoff: backoff.Policy{Base: 20 * time.Millisecond, Max: 50 * time.Millisecond}})
+	wd, big, rs, logs := startAtBigEvent(t, c, maxPayload)
 	var last Status
 	defer func() {
 		if t.Failed() {
@@ -150,23 +134,7 @@ func TestSinkStopsAtEventOverStreamMaxMsgSize(t *testing.T) {
 	cfg := jetstream.StreamConfig{Name: DefaultStream, Subjects: []string{DefaultStream + ".>"}, Storage: jetstream.FileStorage,
 		Duplicates: DefaultDuplicateWindow, MaxMsgSize: maxMsgSize}
 	createStream(t, js, cfg)
-	wd := newWorld(t)
-	ctx := ctxT(t)
-	if err := wd.commit(ctx, 100); err != nil {
-		t.Fatal(err)
-	}
-	r, err := wd.w.Apply(ctx, &archive.Unit{Events: []archive.Event{bigPost(t, "did:plc:big", 2*maxMsgSize)}})
-	if err != nil || r.Kept != 1 {
-		t.Fatalf("big event: %+v %v", r, err)
-	}
-	big := r.FirstSeq
-	if err := wd.commit(ctx, 100); err != nil {
-		t.Fatal(err)
-	}
-	var logs logBuffer
-	rs := wd.startSink(t, Config{URLs: c.URLs(), Window: 32,
-		Logger:          slog.New(slog.NewTextHandler(&logs, nil)),
-		TooLargeBackoff: backoff.Policy{Base: 20 * time.Millisecond, Max: 50 * time.Millisecond}})
+	wd, big, rs, logs := startAtBigEvent(t, c, maxMsgSize)
 	var last Status
 	defer func() {
 		if t.Failed() {
@@ -200,7 +168,7 @@ func TestSinkStopsAtEventOverStreamMaxMsgSize(t *testing.T) {
 	}
 
 	cfg.MaxMsgSize = -1
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+	if _, err := js.UpdateStream(ctxT(t), cfg); err != nil {
 		t.Fatal(err)
 	}
 	rs.waitCaughtUp(t, wd, 60*time.Second)
@@ -211,4 +179,27 @@ func TestSinkStopsAtEventOverStreamMaxMsgSize(t *testing.T) {
 	if n := logs.errors(); n != 1 {
 		t.Errorf("%d ERROR lines, want 1", n)
 	}
+}
+
+// startAtBigEvent commits 100 events, one of 2 × limit bytes, 100 more,
+// and starts a sink on c that rechecks a too-large event every 20-50 ms,
+// logging to logs: the world, the big event's seq, the running sink.
+func startAtBigEvent(t *testing.T, c *natstest.Cluster, limit int64) (wd *world, big uint64, rs *runningSink, logs *logBuffer) {
+	t.Helper()
+	wd, ctx := newWorld(t), ctxT(t)
+	if err := wd.commit(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	r, err := wd.w.Apply(ctx, &archive.Unit{Events: []archive.Event{bigPost(t, "did:plc:big", 2*int(limit))}})
+	if err != nil || r.Kept != 1 {
+		t.Fatalf("big event: %+v %v", r, err)
+	}
+	if err := wd.commit(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	logs = &logBuffer{}
+	rs = wd.startSink(t, Config{URLs: c.URLs(), Window: 32,
+		Logger:          slog.New(slog.NewTextHandler(logs, nil)),
+		TooLargeBackoff: backoff.Policy{Base: 20 * time.Millisecond, Max: 50 * time.Millisecond}})
+	return wd, r.FirstSeq, rs, logs
 }
