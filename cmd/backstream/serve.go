@@ -494,10 +494,15 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
+// stateOpening is /status's phase while the process opens: before the
+// store is open, and until the lifecycle has entered the phase the store
+// holds.
+const stateOpening = "opening"
+
 // newServer is serve's server before anything listens or opens: "opening",
 // its registry reg holding the startup report's gauge.
 func newServer(o serveOptions, reg *prometheus.Registry, log *slog.Logger, recent *recentLog) *server {
-	return &server{reg: reg, log: log, state: "opening", startup: startupReport(reg), recent: recent, enumerate: o.enumerate,
+	return &server{reg: reg, log: log, state: stateOpening, startup: startupReport(reg), recent: recent, enumerate: o.enumerate,
 		hist: subscribe.NewStatusHistory(subscribe.DefaultHistoryInterval, subscribe.DefaultHistoryPoints)}
 }
 
@@ -517,8 +522,9 @@ func (s *server) set(f func(s *server)) {
 
 // statusJSON is the status report served on /status (always with 200, by
 // the subscribe server): the keys of `backstream status --json`, plus the
-// live bootstrap progress. Before the store is open, or if reading it fails,
-// the report says so in "phase" / "error" rather than failing the request.
+// live bootstrap progress, with the lifecycle's phase (lifecyclePhase).
+// Before the store is open, or if reading it fails, the report says so in
+// "phase" / "error" rather than failing the request.
 func (s *server) statusJSON() any {
 	s.mu.Lock()
 	store, w, n, state := s.store, s.w, s.node, s.state
@@ -534,6 +540,9 @@ func (s *server) statusJSON() any {
 		} else {
 			rep = got
 		}
+	}
+	if store != nil {
+		rep.Phase = s.lifecyclePhase()
 	}
 	if step, ok := s.startup.Current(); ok {
 		rep.Startup = &step
@@ -573,6 +582,19 @@ func (s *server) statusJSON() any {
 		rep.NATS = n.NATSStatus()
 	}
 	return rep
+}
+
+// lifecyclePhase is the phase /status reports once the store is open: the
+// one the lifecycle has entered, which /readyz and /subscribe follow, not
+// the store's. The store's phase row is committed before the lifecycle
+// enters it (and is there from the start on a restart), so a report read
+// from it alone says steady_state to a client /subscribe then refuses.
+// Until the lifecycle has entered a phase the process is opening.
+func (s *server) lifecyclePhase() string {
+	if p := s.health.Phase(); p != "" {
+		return string(p)
+	}
+	return stateOpening
 }
 
 // ready: clients are served only in steady state.

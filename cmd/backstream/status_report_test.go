@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/bootstrap"
@@ -248,6 +249,51 @@ func TestServeProbesAfterFatal(t *testing.T) {
 	}
 	if _, body := get("/status"); !strings.Contains(body, "disk on fire") {
 		t.Fatalf("/status does not name the error: %s", body)
+	}
+}
+
+// TestServeStatusPhaseIsTheLifecycles: /status reports the phase the
+// lifecycle has entered, the one /readyz and /subscribe follow, not the
+// store's row. The row is committed before the lifecycle enters its phase
+// (and is there from the first read on a restart): a client that waited
+// for /status to say steady_state was refused its websocket with a 503.
+func TestServeStatusPhaseIsTheLifecycles(t *testing.T) {
+	store, _ := openSeeded(t)
+	if err := store.CommitSteadyState(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	s := &server{reg: newRegistry(), store: store}
+	sub, err := subscribe.New(subscribe.Config{Ready: s.ready, StatusJSON: s.statusJSON})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	w, err := archive.NewWriter(store, archive.WriterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	sub.Attach(store, w)
+	s.sub = sub
+	h := s.publicHandler()
+	for _, tc := range []struct {
+		entered archive.Phase
+		want    string
+	}{{"", "opening"}, {archive.PhaseMerging, "merging"}, {archive.PhaseSteadyState, "steady_state"}} {
+		s.health.SetPhase(tc.entered)
+		rec, ready := httptest.NewRecorder(), httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/status", nil))
+		h.ServeHTTP(ready, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		var r struct {
+			Phase string `json:"phase"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &r); err != nil {
+			t.Fatalf("/status: %v: %s", err, rec.Body)
+		}
+		if r.Phase != tc.want || (r.Phase == "steady_state") != (ready.Code == http.StatusOK) {
+			t.Fatalf("the store in steady_state, the lifecycle in %q: /status says phase %q, /readyz %d; want %q, and ready exactly when it says steady_state",
+				tc.entered, r.Phase, ready.Code, tc.want)
+		}
 	}
 }
 

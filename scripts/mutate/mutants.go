@@ -1231,4 +1231,14 @@ var mutants = []Mutant{
 			{Pkg: "./cmd/backstream", Run: "^(TestCheckpointOnStuckDisk|TestCompactionResetOnStuckDisk)$"},
 		},
 	},
+	{
+		ID: "m121", Invariant: "R8",
+		Name: "/status reports the store's phase row, not the lifecycle's (steady_state while /subscribe refuses)",
+		File: "cmd/backstream/serve.go",
+		Old:  "\t\trep.Phase = s.lifecyclePhase()\n",
+		New:  "",
+		Tests: []Test{
+			{Pkg: "./cmd/backstream", Run: "^TestServeStatusPhaseIsTheLifecycles$"},
+		},
+	},
 }
