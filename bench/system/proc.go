@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/backstream/backstream/internal/procenv"
 	"github.com/backstream/backstream/internal/procstat"
 
 	"github.com/backstream/backstream/internal/freeport"
@@ -44,7 +45,7 @@ func startProc(dir, name, bin string, stdout io.Writer, args ...string) (*proc, 
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
-	cmd.Env = cleanEnv()
+	cmd.Env = procenv.Clean()
 	// A benchmark killed outright (SIGKILL) must not leave its devnets and
 	// serves running on the shared machine.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -323,18 +324,6 @@ func dirSize(dir string) (onDisk, apparent int64, err error) {
 		return nil
 	})
 	return onDisk, apparent, err
-}
-
-// cleanEnv is the environment without BACKSTREAM_* variables, so an
-// operator's settings cannot change what is measured.
-func cleanEnv() []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "BACKSTREAM_") {
-			out = append(out, kv)
-		}
-	}
-	return out
 }
 
 func readString(path string) string {

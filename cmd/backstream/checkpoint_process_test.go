@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/backstream/backstream/internal/procenv"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/check"
 )
@@ -52,7 +53,7 @@ func TestCheckpointLiveServe(t *testing.T) {
 
 	ck := filepath.Join(ckBase, "data") // a data dir that startServe(ckBase) finds
 	cmd := exec.Command(bin, "checkpoint", "--admin-listen", p.admin, "--to", ck, "--json")
-	cmd.Env = cleanEnv()
+	cmd.Env = procenv.Clean()
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("checkpoint: %v\n%s\n%s", err, out, exitStderr(err))
@@ -79,7 +80,7 @@ func TestCheckpointLiveServe(t *testing.T) {
 
 	// `backstream status` reads the checkpoint as a data dir.
 	cmd = exec.Command(bin, "status", "--data-dir", ck, "--json")
-	cmd.Env = cleanEnv()
+	cmd.Env = procenv.Clean()
 	out, err = cmd.Output()
 	if err != nil {
 		t.Fatalf("status of the checkpoint: %v\n%s", err, exitStderr(err))

@@ -28,9 +28,6 @@ func buildBinary(t *testing.T) string { return crash.Binary(t) }
 
 func freeAddr(t *testing.T) string { return crash.FreeAddr(t) }
 
-// cleanEnv is the test's environment without BACKSTREAM_* variables.
-func cleanEnv(extra ...string) []string { return crash.CleanEnv(extra...) }
-
 // killed reports whether a process ended by SIGKILL.
 func killed(err error) bool { return crash.Killed(err) }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/internal/crashpoint"
+	"github.com/backstream/backstream/internal/procenv"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/crash"
 	"github.com/backstream/backstream/oracle/world"
@@ -130,7 +131,7 @@ func TestServeBootstrapSurvivesSIGKILL(t *testing.T) {
 				checkedHeld = true
 				var stderr strings.Builder
 				cmd := exec.Command(bin, "status", "--data-dir", h.DataDir)
-				cmd.Env, cmd.Stderr = crash.CleanEnv(), &stderr
+				cmd.Env, cmd.Stderr = procenv.Clean(), &stderr
 				err := cmd.Run()
 				if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "held open by another process") {
 					t.Fatalf("status on a held store: %v, %s", err, stderr.String())

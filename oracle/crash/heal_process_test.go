@@ -284,13 +284,12 @@ func waitReplaced(t *testing.T, p *crash.Proc, d time.Duration) map[string]float
 	passes := metrics(t, p)["backstream_retry_passes_total"]
 	for deadline := time.Now().Add(d); ; time.Sleep(50 * time.Millisecond) {
 		m := metrics(t, p)
-		if m["backstream_retry_passes_total"] > passes+1 && m["backstream_retry_due"] == 0 &&
-			m["backstream_retry_inflight"] == 0 && m["backstream_retry_queued"] == 0 {
+		if m["backstream_retry_passes_total"] > passes+1 && crash.RetryIdle(m) {
 			return m
 		}
 		if p.Exited() || time.Now().After(deadline) {
-			t.Fatalf("replacements still due (exited %v): due %v, inflight %v, queued %v\n%s", p.Exited(),
-				m["backstream_retry_due"], m["backstream_retry_inflight"], m["backstream_retry_queued"], p.Tail())
+			t.Fatalf("replacements still due (exited %v): due %v, inflight %v, queued %v, parked hosts %v\n%s", p.Exited(),
+				m["backstream_retry_due"], m["backstream_retry_inflight"], m["backstream_retry_queued"], m["backstream_retry_parked_hosts"], p.Tail())
 		}
 	}
 }

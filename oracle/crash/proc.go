@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/internal/freeport"
+	"github.com/backstream/backstream/internal/procenv"
 )
 
 // Run describes one serve process.
@@ -59,18 +60,6 @@ func FreeAddr(t testing.TB) string {
 	return a
 }
 
-// CleanEnv is the test's environment without BACKSTREAM_* variables, plus
-// extra.
-func CleanEnv(extra ...string) []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "BACKSTREAM_") {
-			out = append(out, kv)
-		}
-	}
-	return append(out, extra...)
-}
-
 // Start starts `backstream serve` for r. The test's cleanup kills and reaps
 // it if it is still running.
 func Start(t testing.TB, r Run) *Proc {
@@ -99,7 +88,7 @@ func Start(t testing.TB, r Run) *Proc {
 	}
 	args = append(args, r.Args...)
 	p.Cmd = exec.Command(r.Bin, args...)
-	p.Cmd.Env = CleanEnv(r.Env...)
+	p.Cmd.Env = procenv.Clean(r.Env...)
 	p.Cmd.Stdout, p.Cmd.Stderr = logFile, logFile
 	p.Start = time.Now()
 	if err := p.Cmd.Start(); err != nil {

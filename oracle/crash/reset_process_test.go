@@ -13,6 +13,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/internal/crashpoint"
+	"github.com/backstream/backstream/internal/procenv"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/check"
 	"github.com/backstream/backstream/oracle/crash"
@@ -24,7 +25,7 @@ import (
 func compactionReset(t *testing.T, h *crash.Harness, env ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(h.Bin, "compaction", "reset", "--data-dir", h.DataDir)
-	cmd.Env = crash.CleanEnv(env...)
+	cmd.Env = procenv.Clean(env...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
