@@ -582,3 +582,63 @@ func TestClientMessageTooBig(t *testing.T) {
 		t.Fatalf("after a %d-byte update: %s %v, want an event of %s", maxClientMessage, ev.DID, err, didOf(1))
 	}
 }
+
+// admissionHeld is what the admission holds: subscribers counted, client
+// addresses with a count, bytes reserved.
+func (h *harness) admissionHeld() (total, addrs int, reserved int64) {
+	h.srv.mu.Lock()
+	defer h.srv.mu.Unlock()
+	return h.srv.adm.total, len(h.srv.adm.perIP), h.srv.adm.reserved
+}
+
+// TestPerIPCountsForgotten: the per-address counts hold only the addresses
+// with a subscriber connected now. Months of clients coming and going are
+// millions of addresses; each one's count is dropped when its last
+// subscriber leaves — a closed subscriber, one refused at its address's cap
+// (never counted) and one whose upgrade failed after it was admitted alike.
+func TestPerIPCountsForgotten(t *testing.T) {
+	h := newHarness(t, harnessOpts{cfg: Config{MaxSubscribersPerIP: 1, TrustForwardedFor: true}})
+	const clients = 300
+	xff := func(i int) http.Header {
+		return http.Header{"X-Forwarded-For": {fmt.Sprintf("198.18.%d.%d", i/250, 1+i%250)}}
+	}
+	for i := range clients {
+		hdr := xff(i)
+		switch i % 3 {
+		case 0: // connects, then a second one from its address is refused
+			c := h.dial("", hdr)
+			if _, resp, err := websocket.DefaultDialer.Dial(h.wsURL(""), hdr); err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests {
+				t.Fatalf("a second subscriber from %s: %v, want 429", hdr.Get("X-Forwarded-For"), err)
+			}
+			c.Close()
+		case 1: // connects and leaves
+			h.dial("", hdr).Close()
+		case 2: // admitted, then the upgrade fails (no Sec-WebSocket-Key)
+			req, err := http.NewRequest(http.MethodGet, h.url("/subscribe"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header = hdr.Clone()
+			req.Header.Set("Connection", "Upgrade")
+			req.Header.Set("Upgrade", "websocket")
+			req.Header.Set("Sec-WebSocket-Version", "13")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest {
+				t.Fatalf("an upgrade without its key: %d, want 400", resp.StatusCode)
+			}
+		}
+	}
+	promtest.Eventually(t, 10*time.Second, "every subscriber to leave", func() bool {
+		total, _, _ := h.admissionHeld()
+		return total == 0
+	})
+	if total, addrs, reserved := h.admissionHeld(); addrs != 0 || reserved != 0 {
+		t.Fatalf("after %d client addresses came and went (%d subscribers now): the admission holds counts for %d addresses and %d bytes reserved; want none",
+			clients, total, addrs, reserved)
+	}
+}
