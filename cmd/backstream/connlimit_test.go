@@ -297,3 +297,63 @@ func TestCappedConnKeepsSyscallConn(t *testing.T) {
 		t.Fatal("the hijacked connection of the capped public listener is not a syscall.Conn: subscribe's tryWrite can never write behind --listen")
 	}
 }
+
+// held is what the listener counts: open connections and client addresses
+// with a count.
+func (l *limitListener) held() (open, addrs int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.open, len(l.perIP)
+}
+
+// TestConnLimitForgetsAddresses: the per-address counts hold only the
+// addresses with a connection open now. Months of clients are millions of
+// addresses; each one's count is dropped with its last connection, however
+// many times that connection is closed (the server and a hijacker may
+// both close it), and a refused connection is never counted.
+func TestConnLimitForgetsAddresses(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := connLimits{Global: 1000, PerIP: 1}
+	l := newLimitListener(ln, lim, newConnMetrics(nil, lim), slog.New(slog.DiscardHandler))
+	defer l.Close()
+	accepted := make(chan net.Conn)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	const clients = 300
+	for i := range clients {
+		src := fmt.Sprintf("127.0.%d.%d", 1+i/250, 1+i%250)
+		c, err := dialFrom(src, ln.Addr().String())
+		if err != nil {
+			t.Fatalf("dial from %s: %v", src, err)
+		}
+		sc := <-accepted
+		// A second connection from the address is refused: a 429, closed.
+		c2, err := dialFrom(src, ln.Addr().String())
+		if err != nil {
+			t.Fatalf("dial from %s: %v", src, err)
+		}
+		_ = c2.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if b, err := io.ReadAll(c2); err != nil || !strings.HasPrefix(string(b), "HTTP/1.1 429") {
+			t.Fatalf("a second connection from %s: %q, %v; want a 429 and closed", src, b, err)
+		}
+		c2.Close()
+		sc.Close()
+		sc.Close()
+		c.Close()
+	}
+	if open, addrs := l.held(); open != 0 || addrs != 0 {
+		t.Fatalf("after %d client addresses came and went: %d connections open, counts for %d addresses; want none",
+			clients, open, addrs)
+	}
+}
