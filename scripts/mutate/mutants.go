@@ -1241,4 +1241,24 @@ var mutants = []Mutant{
 			{Pkg: "./cmd/backstream", Run: "^TestServeStatusPhaseIsTheLifecycles$"},
 		},
 	},
+	{
+		ID: "m128", Invariant: "H5",
+		Name: "a client address's subscriber count kept at 0 once its last subscriber leaves (the admission's map grows with every address that ever subscribed)",
+		File: "subscribe/limits.go",
+		Old:  "\tif a.perIP[ip]--; a.perIP[ip] <= 0 {\n\t\tdelete(a.perIP, ip)\n\t}\n",
+		New:  "\ta.perIP[ip]--\n",
+		Tests: []Test{
+			{Pkg: "./subscribe", Run: "^TestPerIPCountsForgotten$"},
+		},
+	},
+	{
+		ID: "m129", Invariant: "H3",
+		Name: "a client address's connection count kept at 0 once its last connection closes (the listener's map grows with every address that ever connected)",
+		File: "cmd/backstream/connlimit.go",
+		Old:  "\tif l.perIP[key]--; l.perIP[key] <= 0 {\n\t\tdelete(l.perIP, key)\n\t}\n",
+		New:  "\tl.perIP[key]--\n",
+		Tests: []Test{
+			{Pkg: "./cmd/backstream", Run: "^TestConnLimitForgetsAddresses$"},
+		},
+	},
 }
