@@ -52,8 +52,9 @@
 // Text messages {"type":"options_update","payload":{"wantedCollections":[…],
 // "wantedDids":[…],"maxMessageSizeBytes":N,"includeSync":B}} replace the filter; other types
 // are ignored, as Jetstream does; a malformed one (bad JSON, a bad value, a
-// size that is not a JSON integer) closes with 1008 and the reason; a
-// negative size is 0 (no limit).
+// size that is not a JSON integer) closes with 1008 and the reason, and so
+// does one whose filter does not fit in the buffer budget; a negative size
+// is 0 (no limit).
 //
 // permessage-deflate (RFC 7692) is accepted when a client offers it, as
 // Jetstream does; gorilla negotiates it, always with no context takeover
@@ -140,8 +141,12 @@
 // X-Forwarded-For address only with TrustForwardedFor); each subscriber
 // reserves FlushBytes + 64 KiB of output buffers from BufferBudget and
 // keeps within it (frames over 16 KiB are written from where they lie),
-// beyond which new subscribers get 503 — connected ones are never closed
-// for it. Refusals carry a JSON error and Retry-After, are counted by
+// and what its filter holds (filter.held, an upper bound of its strings,
+// map entries and replay plan ranges), beyond which new subscribers get
+// 503. An options_update reserves its new filter and gives back the old
+// one's; one that does not fit closes its connection (1008,
+// buffer_budget), other connected subscribers are never closed for it.
+// Refusals carry a JSON error and Retry-After, are counted by
 // reason and logged once a minute per reason. requireHello waits at most
 // HelloTimeout (hello_timeout). Client messages and pings are rationed
 // per connection (MessageRate, MessageBurst; beyond: 1008,

@@ -2,13 +2,190 @@ package subscribe
 
 import (
 	"fmt"
+	"net/http"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
+	"github.com/gorilla/websocket"
+
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/promtest"
 )
+
+// didsQuery is a wantedDids query of n DIDs, didOf(0) to didOf(n-1).
+func didsQuery(n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i == 0 {
+			b.WriteString("?")
+		} else {
+			b.WriteString("&")
+		}
+		b.WriteString("wantedDids=" + didOf(i))
+	}
+	return b.String()
+}
+
+// didsUpdate is an options_update asking for n DIDs, didOf(0) to didOf(n-1).
+func didsUpdate(n int) []byte {
+	dids := make([]string, n)
+	for i := range dids {
+		dids[i] = `"` + didOf(i) + `"`
+	}
+	return []byte(`{"type":"options_update","payload":{"wantedDids":[` + strings.Join(dids, ",") + `]}}`)
+}
+
+// updater sends options_updates on a connection and waits until the
+// server has read each: it reads a client's frames in order, so its pong
+// to a ping sent after an update says the update was handled. It reads the
+// connection until it ends, and says how (ended).
+type updater struct {
+	t     *testing.T
+	c     *websocket.Conn
+	pongs chan struct{}
+	ended chan error
+}
+
+func newUpdater(t *testing.T, c *websocket.Conn) *updater {
+	u := &updater{t: t, c: c, pongs: make(chan struct{}, 1), ended: make(chan error, 1)}
+	c.SetPongHandler(func(string) error { u.pongs <- struct{}{}; return nil })
+	go func() { // pongs are handled while reading
+		for {
+			_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+			if _, _, err := c.ReadMessage(); err != nil {
+				u.ended <- err
+				return
+			}
+		}
+	}()
+	return u
+}
+
+// send sends msg, then a ping, and returns once the pong came back.
+func (u *updater) send(msg []byte) {
+	u.t.Helper()
+	if err := u.c.WriteMessage(websocket.TextMessage, msg); err != nil {
+		u.t.Fatal(err)
+	}
+	if err := u.c.WriteControl(websocket.PingMessage, nil, time.Now().Add(time.Second)); err != nil {
+		u.t.Fatal(err)
+	}
+	select {
+	case <-u.pongs:
+	case err := <-u.ended:
+		u.t.Fatalf("no pong after the update: %v", err)
+	case <-time.After(10 * time.Second):
+		u.t.Fatal("no pong within 10s of the update")
+	}
+}
+
+// TestFilterReservedFromBudget: a subscriber's filter is reserved from the
+// buffer budget with its output buffers, at the upgrade: a budget that
+// admits 8 subscribers without a filter admits fewer asking for 1,000
+// DIDs each, at most as many as fit when each reserves at least the DIDs'
+// own bytes; beyond, 503 BufferBudgetExhausted. When they leave, nothing
+// stays reserved.
+func TestFilterReservedFromBudget(t *testing.T) {
+	const nDIDs = 1000
+	res := bufferReservation(DefaultFlushBytes)
+	budget := 8 * res
+	h := newHarness(t, harnessOpts{cfg: Config{BufferBudget: budget}})
+	q := didsQuery(nDIDs)
+	least := res + int64(nDIDs*len(didOf(0))) // the buffers and the DIDs' bytes alone
+	var conns []*websocket.Conn
+	var refused *http.Response
+	for len(conns) <= 8 {
+		c, resp, err := websocket.DefaultDialer.Dial(h.wsURL(q), nil)
+		if err != nil {
+			if resp == nil {
+				t.Fatalf("dial: %v", err)
+			}
+			refused = resp
+			break
+		}
+		conns = append(conns, c)
+	}
+	_, _, reserved := h.admissionHeld()
+	t.Logf("a budget of %d bytes (8 subscribers without a filter) admitted %d subscribers of %d DIDs; reserved %d bytes", budget, len(conns), nDIDs, reserved)
+	if n := int64(len(conns)); n == 0 || n*least > budget {
+		t.Errorf("a budget of %d bytes admitted %d subscribers of %d DIDs, want 1 to %d (each reserving at least %d bytes)", budget, n, nDIDs, budget/least, least)
+	}
+	if refused == nil || refused.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("the next subscriber: %v, want 503", refused)
+	}
+	if got := metricValue(h.m.refused.WithLabelValues(refusedBufferBudget)); got != 1 {
+		t.Errorf("refused{buffer_budget} %v, want 1", got)
+	}
+	if got := metricValue(h.m.reserved); got != float64(reserved) {
+		t.Errorf("gauge of reserved bytes %v, the admission holds %d", got, reserved)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	promtest.Eventually(t, 10*time.Second, "every subscriber to leave", func() bool {
+		total, _, _ := h.admissionHeld()
+		return total == 0
+	})
+	if _, _, reserved := h.admissionHeld(); reserved != 0 {
+		t.Errorf("after every subscriber left, %d bytes reserved, want 0", reserved)
+	}
+}
+
+// TestOptionsUpdateReservesFilter: an options_update reserves the new
+// filter from the budget and gives back the old one's; one whose filter
+// would take the budget past its bound closes the connection (1008, with
+// the reason), counted as buffer_budget; the subscriber's reservation goes
+// with it.
+func TestOptionsUpdateReservesFilter(t *testing.T) {
+	res := bufferReservation(DefaultFlushBytes)
+	h := newHarness(t, harnessOpts{cfg: Config{BufferBudget: 3 * res}})
+	c := h.dial("", nil)
+	defer c.Close()
+	if _, _, r := h.admissionHeld(); r != res {
+		t.Fatalf("a subscriber without a filter reserves %d bytes, want %d", r, res)
+	}
+	u := newUpdater(t, c)
+	u.send(didsUpdate(1000))
+	_, _, grown := h.admissionHeld()
+	if least := res + 1000*int64(len(didOf(0))); grown < least {
+		t.Fatalf("after an update to 1000 DIDs the subscriber reserves %d bytes, want at least %d", grown, least)
+	}
+	u.send([]byte(`{"type":"options_update","payload":{}}`))
+	if _, _, r := h.admissionHeld(); r != res {
+		t.Fatalf("after an update back to no filter the subscriber reserves %d bytes, want %d", r, res)
+	}
+	u.send(didsUpdate(1000))
+	if _, _, r := h.admissionHeld(); r != grown {
+		t.Fatalf("after the same 1000 DIDs again the subscriber reserves %d bytes, want %d", r, grown)
+	}
+	// 10,000 DIDs do not fit in what is left of 3 reservations.
+	if err := c.WriteMessage(websocket.TextMessage, didsUpdate(MaxWantedDIDs)); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	select {
+	case err = <-u.ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection still open 10s after an update past the budget")
+	}
+	var ce *websocket.CloseError
+	if !asCloseError(err, &ce) || ce.Code != closePolicy || !strings.Contains(ce.Text, "budget") {
+		t.Fatalf("an update past the budget: %v, want close 1008 naming the budget", err)
+	}
+	promtest.Eventually(t, 5*time.Second, "a buffer_budget disconnect", func() bool {
+		return metricValue(h.m.disconnects.WithLabelValues(ReasonBufferBudget)) == 1
+	})
+	promtest.Eventually(t, 5*time.Second, "the subscriber to leave", func() bool {
+		total, _, _ := h.admissionHeld()
+		return total == 0
+	})
+	if _, _, r := h.admissionHeld(); r != 0 {
+		t.Errorf("after the subscriber left, %d bytes reserved, want 0", r)
+	}
+}
 
 // heapInUse is the live heap after a collection.
 func heapInUse() int64 {

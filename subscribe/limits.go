@@ -1,8 +1,9 @@
 package subscribe
 
 // This file owns the server's bounds on subscribers as a whole: admission
-// (the global and per-client-IP caps and the output-buffer budget, checked
-// before the upgrade), the semaphore that shares archive reading among
+// (the global and per-client-IP caps and the budget of output buffers and
+// filters, checked before the upgrade and, for a filter, at each
+// options_update), the semaphore that shares archive reading among
 // replaying subscribers and the per-connection budget of client messages.
 
 import (
@@ -41,7 +42,8 @@ func bufferReservation(flushBytes int) int64 {
 }
 
 // Reservation is what one subscriber reserves from c.BufferBudget (with
-// c's FlushBytes, or its default): a smaller budget admits no subscriber.
+// c's FlushBytes, or its default) for its buffers, and without a filter:
+// a smaller budget admits no subscriber.
 func (c Config) Reservation() int64 {
 	c.defaults()
 	return bufferReservation(c.FlushBytes)
@@ -57,18 +59,19 @@ type refusal struct {
 }
 
 // admission is the set of admitted subscribers: counts per client IP and
-// the reserved buffer bytes. Guarded by Server.mu.
+// the bytes reserved for their buffers and filters. Guarded by Server.mu.
 type admission struct {
 	total    int
 	perIP    map[string]int
 	reserved int64
 }
 
-// admit reserves a place for a subscriber from ip, or says why not. The
-// caller holds s.mu.
-func (s *Server) admitLocked(ip string) *refusal {
+// admitLocked reserves a place for a subscriber from ip whose filter holds
+// filterBytes (filter.held), or says why not. The caller holds s.mu.
+func (s *Server) admitLocked(ip string, filterBytes int64) *refusal {
 	cfg := &s.cfg
 	a := &s.adm
+	need := s.bufBytes + filterBytes
 	switch {
 	case a.total >= cfg.MaxSubscribers:
 		return &refusal{http.StatusServiceUnavailable, refusedMaxSubscribers, "TooManySubscribers",
@@ -76,28 +79,46 @@ func (s *Server) admitLocked(ip string) *refusal {
 	case cfg.MaxSubscribersPerIP > 0 && a.perIP[ip] >= cfg.MaxSubscribersPerIP:
 		return &refusal{http.StatusTooManyRequests, refusedMaxPerIP, "TooManySubscribersFromIP",
 			"too many subscribers from " + ip + " (limit " + strconv.Itoa(cfg.MaxSubscribersPerIP) + ")"}
-	case a.reserved+s.bufBytes > cfg.BufferBudget:
+	case a.reserved+need > cfg.BufferBudget:
 		return &refusal{http.StatusServiceUnavailable, refusedBufferBudget, "BufferBudgetExhausted",
-			"the subscribers' output buffers use the whole budget of " + strconv.FormatInt(cfg.BufferBudget, 10) + " bytes; retry later"}
+			"the subscribers' output buffers and filters use the budget of " + strconv.FormatInt(cfg.BufferBudget, 10) +
+				" bytes: no room for " + strconv.FormatInt(need, 10) + " more; retry later"}
 	}
 	a.total++
 	a.perIP[ip]++
-	a.reserved += s.bufBytes
+	a.reserved += need
 	s.m.setReserved(a.reserved)
 	return nil
 }
 
-// release gives back what admitLocked reserved.
-func (s *Server) release(ip string) {
+// release gives back what admitLocked reserved for a subscriber from ip
+// whose filter holds filterBytes of the budget now (reserveFilter may have
+// changed it since).
+func (s *Server) release(ip string, filterBytes int64) {
 	s.mu.Lock()
 	a := &s.adm
 	a.total--
 	if a.perIP[ip]--; a.perIP[ip] <= 0 {
 		delete(a.perIP, ip)
 	}
-	a.reserved -= s.bufBytes
+	a.reserved -= s.bufBytes + filterBytes
 	s.m.setReserved(a.reserved)
 	s.mu.Unlock()
+}
+
+// reserveFilter moves a connected subscriber's filter reservation from
+// old bytes to new (an options_update): false, and nothing changed, when
+// the growth would take the reserved bytes past the budget.
+func (s *Server) reserveFilter(old, new int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := &s.adm
+	if new > old && a.reserved+new-old > s.cfg.BufferBudget {
+		return false
+	}
+	a.reserved += new - old
+	s.m.setReserved(a.reserved)
+	return true
 }
 
 // clientIP is the client the per-IP cap counts (internal/clientkey: an IPv4

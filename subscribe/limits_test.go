@@ -595,7 +595,8 @@ func (h *harness) admissionHeld() (total, addrs int, reserved int64) {
 // with a subscriber connected now. Months of clients coming and going are
 // millions of addresses; each one's count is dropped when its last
 // subscriber leaves — a closed subscriber, one refused at its address's cap
-// (never counted) and one whose upgrade failed after it was admitted alike.
+// (never counted) and one whose upgrade failed after it was admitted alike
+// — and with it the bytes it reserved, its filter's included.
 func TestPerIPCountsForgotten(t *testing.T) {
 	h := newHarness(t, harnessOpts{cfg: Config{MaxSubscribersPerIP: 1, TrustForwardedFor: true}})
 	const clients = 300
@@ -604,17 +605,18 @@ func TestPerIPCountsForgotten(t *testing.T) {
 	}
 	for i := range clients {
 		hdr := xff(i)
+		q := "?wantedDids=" + didOf(i) // a filter, reserved with the buffers
 		switch i % 3 {
 		case 0: // connects, then a second one from its address is refused
-			c := h.dial("", hdr)
-			if _, resp, err := websocket.DefaultDialer.Dial(h.wsURL(""), hdr); err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests {
+			c := h.dial(q, hdr)
+			if _, resp, err := websocket.DefaultDialer.Dial(h.wsURL(q), hdr); err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests {
 				t.Fatalf("a second subscriber from %s: %v, want 429", hdr.Get("X-Forwarded-For"), err)
 			}
 			c.Close()
 		case 1: // connects and leaves
-			h.dial("", hdr).Close()
+			h.dial(q, hdr).Close()
 		case 2: // admitted, then the upgrade fails (no Sec-WebSocket-Key)
-			req, err := http.NewRequest(http.MethodGet, h.url("/subscribe"), nil)
+			req, err := http.NewRequest(http.MethodGet, h.url("/subscribe"+q), nil)
 			if err != nil {
 				t.Fatal(err)
 			}

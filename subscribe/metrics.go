@@ -19,12 +19,13 @@ const (
 	ReasonTooManyMsgs   = "too_many_messages" // client messages beyond MessageRate/MessageBurst
 	ReasonBadOptions    = "bad_options"       // a malformed options_update
 	ReasonTooBig        = "too_big"           // a client message over 2 MiB (inflated, when deflated)
+	ReasonBufferBudget  = "buffer_budget"     // an options_update whose filter does not fit in the buffer budget
 	ReasonShutdown      = "shutdown"          // the server is stopping, or the archive writer stopped
 	ReasonInternalError = "internal_error"    // reading the archive failed
 )
 
 var disconnectReasons = []string{ReasonClientClosed, ReasonReadError, ReasonWriteError, ReasonTooSlow,
-	ReasonStalled, ReasonHelloTimeout, ReasonTooManyMsgs, ReasonBadOptions, ReasonTooBig, ReasonShutdown, ReasonInternalError}
+	ReasonStalled, ReasonHelloTimeout, ReasonTooManyMsgs, ReasonBadOptions, ReasonTooBig, ReasonBufferBudget, ReasonShutdown, ReasonInternalError}
 
 // Refusal reasons of backstream_subscribe_refused_total.
 const (
@@ -102,7 +103,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		reserved: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "backstream_subscribe_buffer_reserved_bytes",
-			Help: "Output-buffer bytes reserved by connected subscribers, out of the buffer budget.",
+			Help: "Bytes reserved by connected subscribers for their output buffers and filters, out of the buffer budget.",
 		}),
 	}
 	m.plans = prometheus.NewCounterVec(prometheus.CounterOpts{

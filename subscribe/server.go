@@ -41,8 +41,9 @@ const (
 	// DefaultHelloTimeout: a requireHello subscriber has this long to send
 	// its first options_update.
 	DefaultHelloTimeout = 30 * time.Second
-	// DefaultBufferBudget bounds the output buffers of all subscribers
-	// together (each reserves FlushBytes + 64 KiB, 128 KiB by default).
+	// DefaultBufferBudget bounds the output buffers and filters of all
+	// subscribers together (each reserves FlushBytes + 64 KiB, 128 KiB by
+	// default, and what its filter holds).
 	DefaultBufferBudget = 1 << 30
 	// DefaultMaxSubscribers and DefaultMaxSubscribersPerIP cap connected
 	// subscribers (503 / 429 beyond).
@@ -116,10 +117,13 @@ type Config struct {
 	// HelloTimeout: a requireHello subscriber that sends no options_update
 	// within this long is closed (1008, reason hello_timeout).
 	HelloTimeout time.Duration
-	// BufferBudget is the bytes of output buffers all subscribers may
-	// reserve together; each reserves bufferReservation(FlushBytes) at the
-	// upgrade and keeps within it. Beyond it a new subscriber gets 503
-	// (buffer_budget); connected ones are never closed for it.
+	// BufferBudget is the bytes of output buffers and filters all
+	// subscribers may reserve together; each reserves
+	// bufferReservation(FlushBytes) at the upgrade and keeps within it, and
+	// what its filter holds (filter.held) at the upgrade and at each
+	// options_update. Beyond it a new subscriber gets 503 (buffer_budget),
+	// and an options_update whose filter does not fit closes its connection
+	// (1008, buffer_budget); others are never closed for it.
 	BufferBudget int64
 	// MaxSubscribers caps connected subscribers (503 beyond);
 	// MaxSubscribersPerIP caps them per client IP (429 beyond). The client
@@ -462,12 +466,13 @@ func (s *Server) handleSubscribe(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	ip := clientIP(r, s.cfg.TrustForwardedFor)
-	id, ok := s.admit(w, ip)
+	filterBytes := req.filter.held
+	id, ok := s.admit(w, ip, filterBytes)
 	if !ok {
 		return
 	}
 	defer s.wg.Done()
-	defer s.release(ip)
+	defer func() { s.release(ip, filterBytes) }()
 	hj := &hijacker{ResponseWriter: w}
 	ws, err := upgrader.Upgrade(hj, r, http.Header{StartCursorHeader: {strconv.FormatUint(start, 10)}})
 	if err != nil {
@@ -475,7 +480,9 @@ func (s *Server) handleSubscribe(w http.ResponseWriter, r *http.Request) {
 		s.m.refuse(refusedUpgrade)
 		return
 	}
-	s.serveSubscriber(newSubscriber(s, src, ws, hj.conn, req, dz, start, id, r))
+	sub := newSubscriber(s, src, ws, hj.conn, req, dz, start, id, r)
+	s.serveSubscriber(sub)
+	filterBytes = sub.filtHeld // its last filter's (its reader has returned)
 }
 
 // refuseNotReady answers a subscriber before the archive serves: 503, the
@@ -534,18 +541,18 @@ func startSeq(src *source, req *request) (uint64, error) {
 	return src.live.Tip() + 1, nil
 }
 
-// admit takes a subscriber's place under the caps for a client at ip: its
-// id, and one count in s.wg and ip's the caller gives back (s.wg.Done,
-// s.release). Refused (stopping, or over a cap), it answers and reports
-// false.
-func (s *Server) admit(w http.ResponseWriter, ip string) (uint64, bool) {
+// admit takes a subscriber's place under the caps for a client at ip whose
+// filter holds filterBytes: its id, and one count in s.wg and ip's the
+// caller gives back (s.wg.Done, s.release). Refused (stopping, or over a
+// cap), it answers and reports false.
+func (s *Server) admit(w http.ResponseWriter, ip string, filterBytes int64) (uint64, bool) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "ShuttingDown", "message": "the server is stopping"})
 		return 0, false
 	}
-	if ref := s.admitLocked(ip); ref != nil {
+	if ref := s.admitLocked(ip, filterBytes); ref != nil {
 		s.mu.Unlock()
 		s.refuseLimit(w, ref, ip)
 		return 0, false

@@ -76,6 +76,9 @@ type subscriber struct {
 	hello bool // requireHello: wait for the first options_update
 
 	filt atomic.Pointer[filter]
+	// filtHeld is what the filter reserves from the buffer budget
+	// (filter.held): the reader goroutine's while it runs.
+	filtHeld int64
 
 	// The cursor: every seq below next has been sent or filtered out.
 	next uint64
@@ -152,6 +155,7 @@ func newSubscriber(s *Server, src *source, ws *websocket.Conn, sock *sockConn, r
 	}
 	sub.log = s.log.With("subscriber", id, "remote", r.RemoteAddr)
 	sub.filt.Store(req.filter)
+	sub.filtHeld = req.filter.held
 	sub.position.Store(start)
 	return sub
 }
@@ -216,6 +220,12 @@ func (s *subscriber) readLoop() {
 		if f == nil {
 			continue // a message type we do not know: ignored, as Jetstream does
 		}
+		if !s.srv.reserveFilter(s.filtHeld, f.held) {
+			s.end(ReasonBufferBudget, fmt.Sprintf("options_update: the new filter needs about %d bytes more of the subscribers' buffer budget (%d bytes) than it has left; retry later",
+				f.held-s.filtHeld, cfg.BufferBudget))
+			return
+		}
+		s.filtHeld = f.held
 		s.filt.Store(f)
 		s.helloOnce.Do(func() { close(s.helloCh) })
 	}
@@ -848,7 +858,7 @@ func (s *subscriber) slow(now time.Time) bool {
 func (s *subscriber) finish(reason, detail string) {
 	var code int
 	switch reason {
-	case ReasonTooSlow, ReasonStalled, ReasonHelloTimeout, ReasonTooManyMsgs, ReasonBadOptions:
+	case ReasonTooSlow, ReasonStalled, ReasonHelloTimeout, ReasonTooManyMsgs, ReasonBadOptions, ReasonBufferBudget:
 		code = closePolicy
 	case ReasonTooBig:
 		code = closeTooBig

@@ -78,7 +78,7 @@ func serveCommand() *command {
 			fs.Duration("max-write-stall", archive.DefaultMaxWriteStall, "longest store write stall, or one store read or write not returning, before the process stops (a full or failing disk)")
 			fs.Duration("subscriber-stall-timeout", subscribe.DefaultStallTimeout, "close a subscriber whose socket write has not completed for this long (it does not read), whatever its lag")
 			fs.Duration("subscriber-hello-timeout", subscribe.DefaultHelloTimeout, "close a requireHello subscriber that sends no options_update within this long")
-			fs.String("subscriber-buffer-budget", "1GiB", "output-buffer bytes all subscribers may reserve together (each reserves 128 KiB, so at least that); beyond, new subscribers get 503")
+			fs.String("subscriber-buffer-budget", "1GiB", "bytes of output buffers and filters all subscribers may reserve together (each reserves 128 KiB, so at least that, and its filter's estimate, about 1.3 MiB for 10,000 did:plc DIDs); beyond, new subscribers get 503 and an options_update that grows a filter closes its connection")
 			fs.Int("max-subscribers", subscribe.DefaultMaxSubscribers, "connected subscribers at most; beyond, 503")
 			fs.Int("max-subscribers-per-ip", subscribe.DefaultMaxSubscribersPerIP, "connected subscribers per client IP at most; beyond, 429")
 			fs.Bool("trust-x-forwarded-for", false, "count subscribers per the last X-Forwarded-For address (only behind a reverse proxy that appends it) instead of the connection's address")
