@@ -40,7 +40,7 @@ type sockConn struct {
 	raw     syscall.RawConn // nil when the connection has no file descriptor
 	mu      sync.Mutex
 	pending []byte
-	kick    chan struct{} // capacity 1: gorilla queued bytes
+	kick    chan struct{} // capacity 1: gorilla queued bytes, or the filter changed (nudge)
 }
 
 func newSockConn(c net.Conn) *sockConn {
@@ -81,11 +81,17 @@ func (c *sockConn) Write(p []byte) (int, error) {
 	}
 	c.pending = append(c.pending, p...)
 	c.mu.Unlock()
+	c.nudge()
+	return len(p), nil
+}
+
+// nudge wakes the subscriber if it waits for the live log: it flushes
+// what gorilla queued and takes its next step.
+func (c *sockConn) nudge() {
 	select {
 	case c.kick <- struct{}{}:
 	default:
 	}
-	return len(p), nil
 }
 
 // SetWriteDeadline is ignored: gorilla's writes never block here; the

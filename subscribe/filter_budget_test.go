@@ -296,3 +296,41 @@ func TestFilterHeldBytesBoundsHeap(t *testing.T) {
 		})
 	}
 }
+
+// TestOptionsUpdateLetsGoOfOldFilter: a subscriber that replayed from the
+// replay index and then follows the tip lets go of the old filter's plan
+// (the filter and its ranges, whose reservation the update gave back) once
+// an options_update replaced it, though it replays nothing more.
+func TestOptionsUpdateLetsGoOfOldFilter(t *testing.T) {
+	wr := newIndexWorld(t, 3, 3000, 50)
+	h := wr.h
+	before := metricValue(h.m.plans.WithLabelValues(planIndex))
+	c := h.dial("?cursor=0&wantedDids="+didOf(4), nil)
+	defer c.Close()
+	promtest.Eventually(t, 10*time.Second, "an index replay to end", func() bool {
+		return metricValue(h.m.plans.WithLabelValues(planIndex)) == before+1 && h.srv.Stats().Replaying == 0
+	})
+	subs := h.subsSnapshot()
+	if len(subs) != 1 {
+		t.Fatalf("%d subscribers", len(subs))
+	}
+	sub := subs[0]
+	u := newUpdater(t, c)
+	u.send([]byte(`{"type":"options_update","payload":{"wantedDids":["` + didOf(5) + `"]}}`))
+	// Two live events of the new filter's account, each waited for: the
+	// step that sends the second began after the first was read, so after
+	// the update.
+	for range 2 {
+		h.commit(archive.Event{Kind: archive.KindIdentity, DID: didOf(5), Handle: "late.test", Source: archive.SourceLive})
+		promtest.Eventually(t, 10*time.Second, "the live event sent", func() bool {
+			return sub.position.Load() > h.srv.Stats().TipSeq
+		})
+	}
+	c.Close()
+	promtest.Eventually(t, 5*time.Second, "the subscriber to end", func() bool { return len(h.subsSnapshot()) == 0 })
+	h.srv.wg.Wait() // its goroutine has returned: its fields are ours to read
+	if sub.plan != nil && sub.plan.f != sub.filt.Load() {
+		t.Errorf("after an options_update and two live events, the subscriber still holds the plan of its old filter (%d DIDs, %d ranges)",
+			len(sub.plan.f.dids), len(sub.plan.ranges))
+	}
+}

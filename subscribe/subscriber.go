@@ -227,6 +227,7 @@ func (s *subscriber) readLoop() {
 		}
 		s.filtHeld = f.held
 		s.filt.Store(f)
+		s.sock.nudge() // the subscriber lets go of its old filter's plan at its next step
 		s.helloOnce.Do(func() { close(s.helloCh) })
 	}
 }
@@ -311,6 +312,12 @@ func (s *subscriber) serve(ctx context.Context) (reason, detail string) {
 		case <-ping.C:
 			s.out = appendFrame(s.out, opPing, nil)
 		default:
+		}
+		if s.plan != nil && s.plan.f != s.filt.Load() {
+			// An options_update replaced the filter (and gave back its
+			// reservation): let go of the old one and its plan's ranges.
+			s.closeIter()
+			s.plan = nil
 		}
 		wake := s.live.Wait()
 		var floor uint64
