@@ -334,3 +334,39 @@ func TestOptionsUpdateLetsGoOfOldFilter(t *testing.T) {
 			len(sub.plan.f.dids), len(sub.plan.ranges))
 	}
 }
+
+// TestSubscriberLetsGoOfItsRequest: a connected subscriber does not keep
+// the request it was upgraded from. Its query and headers may be 1 MiB
+// (the listener's bound), most of it parameters the server ignores; held
+// for the connection's life, that would be memory outside every bound.
+// Eight subscribers whose queries carry 900 KiB of padding hold about what
+// eight with none hold.
+func TestSubscriberLetsGoOfItsRequest(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	var held [3]int64
+	for k, pad := range []int{0, 0, 900 << 10} { // the first round warms up
+		before := heapInUse()
+		var cs []*websocket.Conn
+		for i := range 8 {
+			c, resp, err := websocket.DefaultDialer.Dial(h.wsURL("?wantedDids="+didOf(i)+"&pad="+strings.Repeat("x", pad)), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Request = nil // the client's copy of the URL is not the server's to hold
+			cs = append(cs, c)
+		}
+		promtest.Eventually(t, 5*time.Second, "8 subscribers served", func() bool { return len(h.subsSnapshot()) == 8 })
+		held[k] = (heapInUse() - before) / 8
+		for _, c := range cs {
+			c.Close()
+		}
+		promtest.Eventually(t, 5*time.Second, "every subscriber to leave", func() bool {
+			total, _, _ := h.admissionHeld()
+			return total == 0
+		})
+	}
+	t.Logf("a subscriber holds %d bytes of heap with a short query (%d in the first round), %d with 900 KiB of padding in it", held[1], held[0], held[2])
+	if held[2]-held[1] > 256<<10 {
+		t.Errorf("a subscriber whose query carries 900 KiB of padding holds %d bytes more heap than one without: it keeps its request", held[2]-held[1])
+	}
+}

@@ -466,23 +466,23 @@ func (s *Server) handleSubscribe(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	ip := clientIP(r, s.cfg.TrustForwardedFor)
-	filterBytes := req.filter.held
-	id, ok := s.admit(w, ip, filterBytes)
+	id, ok := s.admit(w, ip, req.filter.held)
 	if !ok {
 		return
 	}
-	defer s.wg.Done()
-	defer func() { s.release(ip, filterBytes) }()
 	hj := &hijacker{ResponseWriter: w}
 	ws, err := upgrader.Upgrade(hj, r, http.Header{StartCursorHeader: {strconv.FormatUint(start, 10)}})
 	if err != nil {
 		// gorilla has answered the client.
 		s.m.refuse(refusedUpgrade)
+		s.release(ip, req.filter.held)
+		s.wg.Done()
 		return
 	}
-	sub := newSubscriber(s, src, ws, hj.conn, req, dz, start, id, r)
-	s.serveSubscriber(sub)
-	filterBytes = sub.filtHeld // its last filter's (its reader has returned)
+	// net/http holds the request (its query and headers, up to the
+	// listener's 1 MiB) until the handler returns: the subscriber is served
+	// on its own goroutine, and the request let go.
+	go s.serveSubscriber(newSubscriber(s, src, ws, hj.conn, req, dz, start, id, r), ip)
 }
 
 // refuseNotReady answers a subscriber before the archive serves: 503, the
@@ -564,9 +564,11 @@ func (s *Server) admit(w http.ResponseWriter, ip string, filterBytes int64) (uin
 	return id, true
 }
 
-// serveSubscriber runs an upgraded subscriber until it ends, counted in
-// s.subs and the metrics meanwhile.
-func (s *Server) serveSubscriber(sub *subscriber) {
+// serveSubscriber runs an upgraded subscriber from ip until it ends,
+// counted in s.subs and the metrics meanwhile, then gives back its place
+// (s.release, s.wg.Done).
+func (s *Server) serveSubscriber(sub *subscriber, ip string) {
+	defer s.wg.Done()
 	s.mu.Lock()
 	s.subs[sub] = struct{}{}
 	s.mu.Unlock()
@@ -577,6 +579,7 @@ func (s *Server) serveSubscriber(sub *subscriber) {
 	s.mu.Lock()
 	delete(s.subs, sub)
 	s.mu.Unlock()
+	s.release(ip, sub.filtHeld) // its last filter's (its reader has returned)
 }
 
 // refuseLimit answers a request refused by a subscriber limit: the status,
