@@ -54,8 +54,11 @@ func TestSilentAndReplayingSubscribers(t *testing.T) {
 	}
 	const (
 		stall   = 3 * time.Second
-		perConn = 96 << 10  // two goroutine stacks, gorilla's read buffer, net/http's conn and bufio, the GC's headroom over them
-		reserve = 128 << 10 // each subscriber's reservation from the buffer budget (subscribe.bufferReservation)
+		perConn = 96 << 10 // two goroutine stacks, gorilla's read buffer, net/http's conn and bufio, the GC's headroom over them
+		// Each subscriber's reservation from the buffer budget: its buffers
+		// (subscribe.bufferReservation) and its filter's estimate, nothing
+		// for these subscribers, which ask for no DIDs or collections.
+		reserve = 128 << 10
 	)
 	total := replaying + silent + 1
 	budget := int64(total+replaying) * reserve
@@ -77,8 +80,8 @@ func TestSilentAndReplayingSubscribers(t *testing.T) {
 	p := h.Start()
 	st := h.WaitPhase(p, "steady_state", 3*time.Minute)
 	base := procKB(t, p, "VmRSS")
-	// The budget bounds the subscribers' live buffers; the heap the Go
-	// runtime keeps for them is up to twice that (GOGC=100 lets the heap
+	// The budget bounds the subscribers' live buffers and filters; the heap
+	// the Go runtime keeps for them is up to twice that (GOGC=100 lets the heap
 	// grow to twice what is live before it collects), as perConn counts
 	// for the rest of a connection.
 	bound := base<<10 + 2*budget + int64(total)*perConn

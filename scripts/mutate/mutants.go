@@ -1261,4 +1261,24 @@ var mutants = []Mutant{
 			{Pkg: "./cmd/backstream", Run: "^TestConnLimitForgetsAddresses$"},
 		},
 	},
+	{
+		ID: "m134", Invariant: "H5",
+		Name: "a subscriber's filter not reserved from the buffer budget at the upgrade (10,000 wanted DIDs each, outside every bound)",
+		File: "subscribe/limits.go",
+		Old:  "\tneed := s.bufBytes + filterBytes\n",
+		New:  "\tneed := s.bufBytes\n",
+		Tests: []Test{
+			{Pkg: "./subscribe", Run: "^(TestFilterReservedFromBudget|TestPerIPCountsForgotten)$"},
+		},
+	},
+	{
+		ID: "m135", Invariant: "H5",
+		Name: "an options_update's filter reserved past the buffer budget (growth not checked)",
+		File: "subscribe/limits.go",
+		Old:  "if new > old && a.reserved+new-old > s.cfg.BufferBudget {",
+		New:  "if false && new > old && a.reserved+new-old > s.cfg.BufferBudget {",
+		Tests: []Test{
+			{Pkg: "./subscribe", Run: "^TestOptionsUpdateReservesFilter$"},
+		},
+	},
 }
