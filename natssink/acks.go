@@ -39,6 +39,12 @@ type msgSizeError struct{ err error }
 func (m *msgSizeError) Error() string { return m.err.Error() }
 func (m *msgSizeError) Unwrap() error { return m.err }
 
+// errNoResponders is a publish no server took: no stream takes its
+// subject, or the stream that does has no leader (only a stream's leader
+// listens on its subjects). The session's failure tells which
+// (publisher.leaderless).
+var errNoResponders = errors.New("status 503, no responders: no stream takes the subject, or the one that does has no leader")
+
 // errCodeMsgSize is the JetStream error code of a message over the
 // stream's max_msg_size.
 const errCodeMsgSize = 10054
@@ -140,7 +146,7 @@ func parseAck(m *nats.Msg) ackReply {
 		switch st := m.Header.Get("Status"); st {
 		case "":
 		case "503":
-			return ackReply{err: errors.New("status 503, no responders: no stream takes the subject")}
+			return ackReply{err: errNoResponders}
 		default:
 			return ackReply{err: fmt.Errorf("status %s %s", st, m.Header.Get("Description"))}
 		}

@@ -3,6 +3,8 @@ package natssink
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,4 +88,113 @@ func TestSinkR3LeaderChangesAndRollingRestart(t *testing.T) {
 	rs.waitCaughtUp(t, wd, 60*time.Second)
 	natstest.CheckStream(t, wd.store, natstest.ReadStream(t, c.URLs(), DefaultStream, natstest.ArchiveEvents(t, wd.store)), subjectOf(DefaultStream))
 	t.Logf("%d session failures, last %q", rs.s.Status().Errors, rs.s.Status().LastError)
+}
+
+// stepDown asks the stream's leader to step down (nats stream cluster
+// step-down).
+func stepDown(t testing.TB, nc *nats.Conn) {
+	t.Helper()
+	reply, err := nc.RequestWithContext(ctxT(t), "$JS.API.STREAM.LEADER.STEPDOWN."+DefaultStream, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp struct {
+		Success bool `json:"success"`
+	}
+	if err := json.Unmarshal(reply.Data, &resp); err != nil || !resp.Success {
+		t.Fatalf("stepdown: %s %v", reply.Data, err)
+	}
+}
+
+// TestSinkLeaderElectionStatus: a publish that reaches the R3 stream while
+// its leader steps down is answered "no responders" (no server takes the
+// subject until a new leader does). The stream still takes the sink's
+// subjects: the last error must say the stream had no leader, not that no
+// stream takes the subject (the advice for a stream re-created with other
+// subjects).
+func TestSinkLeaderElectionStatus(t *testing.T) {
+	c := natstest.Start(t, 3)
+	wd := newWorld(t)
+	if err := wd.commit(ctxT(t), 100); err != nil {
+		t.Fatal(err)
+	}
+	rs := wd.startSink(t, Config{URLs: c.URLs(), Window: 256})
+	rs.logStatusOnFailure(t)
+	rs.waitCaughtUp(t, wd, 60*time.Second)
+	tr := wd.traffic(2 * time.Millisecond)
+	defer tr.stop()
+	nc, err := nats.Connect(c.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	// A step-down fails a session when a publish arrives in the moment
+	// without a leader: step down until one has.
+	for i := 0; rs.s.Status().Errors == 0; i++ {
+		if i == 10 {
+			t.Fatalf("10 step-downs under traffic, and no session failed")
+		}
+		from := rs.s.Status().Position
+		stepDown(t, nc)
+		promtest.Eventually(t, 60*time.Second, "the sink publishes after the step-down", func() bool {
+			return rs.s.Status().Errors > 0 || rs.s.Status().Position > from+100
+		})
+	}
+	st := rs.s.Status()
+	if strings.Contains(st.LastError, "no stream takes the subject") || !strings.Contains(st.LastError, "no leader") {
+		t.Errorf("after a step-down the last error is %q: want it to say the stream had no leader (it takes the subject)", st.LastError)
+	}
+	tr.stop()
+	rs.waitCaughtUp(t, wd, 60*time.Second)
+	natstest.CheckStream(t, wd.store, natstest.ReadStream(t, c.URLs(), DefaultStream, natstest.ArchiveEvents(t, wd.store)), subjectOf(DefaultStream))
+}
+
+// TestSinkStreamWithoutQuorumStatus: two of the R3 stream's three nodes
+// go down (the leader among them), so the stream has no leader until one
+// comes back. The sink must show it: state no_leader (the gauge too), the
+// last error saying the stream has no leader, at every retry (not the
+// step of the session that happened to fail: a timeout, or "JetStream
+// system temporarily unavailable"), and one log line for the outage; then
+// it goes on once the nodes are back.
+func TestSinkStreamWithoutQuorumStatus(t *testing.T) {
+	c := natstest.Start(t, 3)
+	wd := newWorld(t)
+	if err := wd.commit(ctxT(t), 100); err != nil {
+		t.Fatal(err)
+	}
+	var logs logBuffer
+	rs := wd.startSink(t, Config{URLs: c.URLs(), Window: 256, AckTimeout: time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	rs.logStatusOnFailure(t)
+	rs.waitCaughtUp(t, wd, 60*time.Second)
+	tr := wd.traffic(20 * time.Millisecond)
+	defer tr.stop()
+	leader := streamLeader(t, c.URLs(), DefaultStream)
+	down := []int{leader, (leader + 1) % 3}
+	for _, i := range down {
+		c.Stop(i)
+	}
+	noLeader := func(st Status) bool {
+		return st.State == StateNoLeader && strings.Contains(st.LastError, "no leader") &&
+			promtest.Value(t, rs.reg, "backstream_nats_state", map[string]string{"state": StateNoLeader}) == 1
+	}
+	promtest.Eventually(t, 60*time.Second, "the sink shows the stream without a leader", func() bool { return noLeader(rs.s.Status()) })
+	e0 := rs.s.Status().Errors
+	promtest.Eventually(t, 60*time.Second, "three more sessions fail, each showing the stream without a leader", func() bool {
+		st := rs.s.Status()
+		if !noLeader(st) {
+			t.Fatalf("while the stream has no leader the sink shows state %q, last error %q", st.State, st.LastError)
+		}
+		return st.Errors >= e0+3
+	})
+	if n := logs.count("NATS sink session failed"); n != 1 {
+		t.Errorf("%d lines \"NATS sink session failed\" over one outage, want 1", n)
+	}
+	for _, i := range down {
+		c.Restart(i)
+	}
+	c.WaitJetStream()
+	tr.stop()
+	rs.waitCaughtUp(t, wd, 60*time.Second)
+	natstest.CheckStream(t, wd.store, natstest.ReadStream(t, c.URLs(), DefaultStream, natstest.ArchiveEvents(t, wd.store)), subjectOf(DefaultStream))
 }

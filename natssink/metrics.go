@@ -11,9 +11,10 @@ const (
 	StateRetrying   = "retrying"   // the last session failed; waiting before the next
 	StateFull       = "full"       // the stream refused events for want of room (its limits, or the servers' storage); retrying
 	StateTooLarge   = "too_large"  // stopped at an event larger than the servers' max_payload or the stream's max_msg_size; rechecking slowly (Status.TooLarge)
+	StateNoLeader   = "no_leader"  // the stream, or the servers' JetStream, had no leader when the last session failed (an election, or fewer than a quorum of replicas up); retrying
 )
 
-var states = []string{StateConnecting, StatePublishing, StateRetrying, StateFull, StateTooLarge}
+var states = []string{StateConnecting, StatePublishing, StateRetrying, StateFull, StateTooLarge, StateNoLeader}
 
 // Error kinds (label values of backstream_nats_errors_total).
 const (
@@ -48,7 +49,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "backstream_nats_errors_total",
 			Help: "NATS sink failures by kind (stream, resume, publish, full, render, position, too_large)."}, []string{"kind"}),
 		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "backstream_nats_state",
-			Help: "1 for the NATS sink's current state (connecting, publishing, retrying, full, too_large)."}, []string{"state"}),
+			Help: "1 for the NATS sink's current state (connecting, publishing, retrying, full, too_large, no_leader)."}, []string{"state"}),
 		position: prometheus.NewGauge(prometheus.GaugeOpts{Name: "backstream_nats_position",
 			Help: "The highest archive seq acknowledged by the stream with none missing below it."}),
 		lagEvents: prometheus.NewGauge(prometheus.GaugeOpts{Name: "backstream_nats_lag_events",

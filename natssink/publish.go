@@ -118,8 +118,7 @@ func (p *publisher) session(ctx context.Context) error {
 	s.sessionState(StateConnecting)
 	stream, err := p.ensureStream(ctx)
 	if err != nil {
-		s.fail(errStream, err)
-		return err
+		return p.failed(ctx, errStream, err)
 	}
 	p.maxMsgSize = int64(stream.CachedInfo().Config.MaxMsgSize)
 	if err := p.resume(ctx, stream); err != nil {
@@ -161,9 +160,90 @@ func (p *publisher) session(ctx context.Context) error {
 	case errors.As(err, &big):
 		s.fail(errTooLarge, err)
 	default:
-		s.fail(errPublish, err)
+		err = p.failed(ctx, errPublish, err)
 	}
 	return err
+}
+
+// noLeaderError is a session's failure while the stream, or the servers'
+// JetStream, had no leader: its replicas electing one, or fewer than a
+// quorum of them up. Only a stream's leader listens on its subjects and
+// answers for it, so every step of a session fails then, each its own
+// way (no responders, a timeout, "JetStream system temporarily
+// unavailable"); the status says what they have in common.
+type noLeaderError struct {
+	cause error
+	// elected: a publish no server took though the stream takes its
+	// subject, and the stream has a leader again by the time it is asked.
+	elected bool
+}
+
+func (e *noLeaderError) Error() string {
+	if e.elected {
+		return "the stream had no leader to take a publish (its replicas were electing one; it takes the subject and has a leader again): resuming from it"
+	}
+	return "the stream has no leader (its replicas are electing one, or fewer than a quorum of them are up): waiting for one"
+}
+
+func (e *noLeaderError) Unwrap() error { return e.cause }
+
+// errCodeNoLeader is the JetStream error code of "JetStream system
+// temporarily unavailable": the servers' JetStream, or the stream's group
+// of replicas, has no leader.
+const errCodeNoLeader = 10008
+
+// leaderCheckTimeout bounds the stream info asked after a failure: one
+// that goes unanswered leaves the failure as it is.
+const leaderCheckTimeout = 2 * time.Second
+
+// failed counts a session's failure under kind (Sink.fail) and returns it,
+// or in its place a *noLeaderError when the stream had no leader.
+func (p *publisher) failed(ctx context.Context, kind string, err error) error {
+	if nl := p.leaderless(ctx, err); nl != nil {
+		err = nl
+	}
+	p.sink.fail(kind, err)
+	return err
+}
+
+// leaderless tells whether a failure of the session came from the stream
+// having no leader: the servers said so (errCodeNoLeader), or a stream
+// info, asked now, says so (any replica answers it once the stream has
+// been without a leader for a while), or a publish no server took (no
+// responders) although the stream takes its subject. Nil when nothing
+// says so for certain (an info unanswered too), the failure then shown as
+// it is.
+func (p *publisher) leaderless(ctx context.Context, cause error) *noLeaderError {
+	if ctx.Err() != nil {
+		return nil
+	}
+	if isNoLeader(cause) {
+		return &noLeaderError{cause: cause}
+	}
+	cctx, cancel := context.WithTimeout(ctx, min(p.sink.cfg.AckTimeout, leaderCheckTimeout))
+	defer cancel()
+	stream, err := p.js.Stream(cctx, p.sink.cfg.Stream)
+	switch {
+	case isNoLeader(err):
+		return &noLeaderError{cause: cause}
+	case err != nil:
+		return nil
+	}
+	info := stream.CachedInfo()
+	switch {
+	case info.Cluster != nil && info.Cluster.Leader == "":
+		return &noLeaderError{cause: cause}
+	case errors.Is(cause, errNoResponders) && takes(info.Config.Subjects, p.want().Subjects[0]):
+		return &noLeaderError{cause: cause, elected: true}
+	}
+	return nil
+}
+
+// isNoLeader reports whether err is the servers' "JetStream system
+// temporarily unavailable".
+func isNoLeader(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.ErrorCode == errCodeNoLeader
 }
 
 // want is the config of a stream the sink creates.
@@ -219,13 +299,7 @@ func (p *publisher) ensureStream(ctx context.Context) (jetstream.Stream, error) 
 // configDiffs says how got differs from want in what the sink relies on.
 func configDiffs(want, got jetstream.StreamConfig, replicasSet bool) []string {
 	var d []string
-	covered := false
-	for _, sub := range got.Subjects {
-		if sub == want.Subjects[0] || sub == ">" {
-			covered = true
-		}
-	}
-	if !covered {
+	if !takes(got.Subjects, want.Subjects[0]) {
 		d = append(d, fmt.Sprintf("subjects %v do not include %s (publishes will fail)", got.Subjects, want.Subjects[0]))
 	}
 	if got.Storage != want.Storage {
@@ -248,6 +322,17 @@ func configDiffs(want, got jetstream.StreamConfig, replicasSet bool) []string {
 		d = append(d, fmt.Sprintf("limits (%s) with discard new refuse events once reached: the sink then waits, state full", strings.Join(refuse, ", ")))
 	}
 	return d
+}
+
+// takes reports whether a stream with subjects takes the sink's, want
+// (<stream>.>).
+func takes(subjects []string, want string) bool {
+	for _, sub := range subjects {
+		if sub == want || sub == ">" {
+			return true
+		}
+	}
+	return false
 }
 
 // limits names the stream's limits that remove stored messages and those
@@ -292,8 +377,7 @@ func (p *publisher) resume(ctx context.Context, stream jetstream.Stream) error {
 	defer cancel()
 	info, err := stream.Info(cctx)
 	if err != nil {
-		s.fail(errStream, err)
-		return fmt.Errorf("stream info: %w", err)
+		return p.failed(ctx, errStream, fmt.Errorf("stream info: %w", err))
 	}
 	p.expect, p.stored, p.resumed = info.State.LastSeq, info.State.LastSeq, info.State
 	if info.State.Msgs == 0 {
@@ -313,8 +397,7 @@ func (p *publisher) resume(ctx context.Context, stream jetstream.Stream) error {
 	// publish still follows LastSeq, the server's.
 	msg, err := p.lastMsg(cctx)
 	if err != nil {
-		s.fail(errStream, err)
-		return fmt.Errorf("stream's last message: %w", err)
+		return p.failed(ctx, errStream, fmt.Errorf("stream's last message: %w", err))
 	}
 	last, err := p.own(msg)
 	if err != nil {
@@ -432,7 +515,8 @@ func lastBySubject(ctx context.Context, nc *nats.Conn, stream, subject string) (
 	case resp.Error != nil && resp.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound):
 		return nil, jetstream.ErrMsgNotFound
 	case resp.Error != nil:
-		return nil, fmt.Errorf("last message on %s: %s (code %d, err_code %d)", subject, resp.Error.Description, resp.Error.Code, resp.Error.ErrCode)
+		return nil, fmt.Errorf("last message on %s: %w", subject,
+			&jetstream.APIError{Code: resp.Error.Code, ErrorCode: jetstream.ErrorCode(resp.Error.ErrCode), Description: resp.Error.Description})
 	case resp.Message == nil:
 		return nil, fmt.Errorf("last message on %s: a reply without a message %.200q", subject, reply.Data)
 	}

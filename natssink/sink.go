@@ -231,12 +231,17 @@ func (s *Sink) setState(state string) {
 
 // sessionState sets the state of a session under way, except that a full
 // stream stays full, and a sink stopped at a too large event stays so,
-// until a publish is acknowledged.
+// until a publish is acknowledged; and a stream without a leader stays so
+// while the next session connects (it has one once the session finds
+// nothing to publish: the stream's leader answered for its last message).
 func (s *Sink) sessionState(state string) {
 	s.mu.Lock()
-	stopped := s.status.State == StateFull || s.status.State == StateTooLarge
+	cur := s.status.State
 	s.mu.Unlock()
-	if !stopped {
+	switch {
+	case cur == StateFull || cur == StateTooLarge:
+	case cur == StateNoLeader && state == StateConnecting:
+	default:
 		s.setState(state)
 	}
 }
@@ -452,8 +457,12 @@ func (s *Sink) Run(ctx context.Context) error {
 		}
 		state := StateRetrying
 		var full *fullError
-		if errors.As(err, &full) {
+		var noLeader *noLeaderError
+		switch {
+		case errors.As(err, &full):
 			state = StateFull
+		case errors.As(err, &noLeader):
+			state = StateNoLeader
 		}
 		s.setState(state)
 		if backoff.Sleep(ctx, loop.Next()) != nil {
