@@ -192,8 +192,9 @@ func (e *noLeaderError) Unwrap() error { return e.cause }
 // of replicas, has no leader.
 const errCodeNoLeader = 10008
 
-// leaderCheckTimeout bounds the stream info asked after a failure: one
-// that goes unanswered leaves the failure as it is.
+// leaderCheckTimeout bounds the stream info asked after a failure (a
+// quarter of it per request): one that goes unanswered leaves the failure
+// as it is.
 const leaderCheckTimeout = 2 * time.Second
 
 // failed counts a session's failure under kind (Sink.fail) and returns it,
@@ -220,9 +221,19 @@ func (p *publisher) leaderless(ctx context.Context, cause error) *noLeaderError 
 	if isNoLeader(cause) {
 		return &noLeaderError{cause: cause}
 	}
-	cctx, cancel := context.WithTimeout(ctx, min(p.sink.cfg.AckTimeout, leaderCheckTimeout))
-	defer cancel()
-	stream, err := p.js.Stream(cctx, p.sink.cfg.Stream)
+	// Asked again until answered, within the bound: a request that
+	// reaches the servers while no replica answers for the stream (an
+	// election's first moments) is never answered.
+	var stream jetstream.Stream
+	var err error
+	for deadline := time.Now().Add(min(p.sink.cfg.AckTimeout, leaderCheckTimeout)); ; {
+		cctx, cancel := context.WithTimeout(ctx, leaderCheckTimeout/4)
+		stream, err = p.js.Stream(cctx, p.sink.cfg.Stream)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil || !time.Now().Before(deadline) {
+			break
+		}
+	}
 	switch {
 	case isNoLeader(err):
 		return &noLeaderError{cause: cause}
