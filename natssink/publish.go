@@ -398,7 +398,7 @@ func (p *publisher) resume(ctx context.Context, stream jetstream.Stream) error {
 		return nil
 	}
 	if s.purged.Load() {
-		err := fmt.Errorf("the stream was purged while the sink published into it, and holds %d messages published since: they cannot be put back in order; purge it again and the sink fills it from --nats-from (archive seq %d)",
+		err := fmt.Errorf("the stream was purged while the sink published into it, and holds %d messages: published behind the purge, they cannot be put back in order: purge it again and the sink fills it from --nats-from (archive seq %d); kept on purpose (nats stream purge --keep or --seq, or messages removed from its front, leaving none it held a second before: the servers show the same), restart backstream and it publishes on behind them",
 			info.State.Msgs, s.cfg.From)
 		s.fail(errResume, err)
 		return err

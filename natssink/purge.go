@@ -28,7 +28,7 @@ import (
 type purgedError struct{ firstSeq, stored uint64 }
 
 func (e *purgedError) Error() string {
-	return fmt.Sprintf("the stream was emptied (purged) while the sink published into it: its first sequence is %d, past %d, which the sink had stored",
+	return fmt.Sprintf("the stream was emptied (purged) while the sink published into it, or trimmed keeping none of the messages it held a second before: its first sequence is %d, past %d, which the sink had stored",
 		e.firstSeq, e.stored)
 }
 

@@ -290,7 +290,7 @@ func (s *Sink) setPosition(pos uint64) {
 // it, logging it once.
 func (s *Sink) foundPurged(e *purgedError) {
 	s.fail(errResume, e)
-	s.log.Warn("the NATS stream was purged while the sink published into it: the purged events are published again from --nats-from once the stream is empty; purge it again if it is not",
+	s.log.Warn("the NATS stream was purged while the sink published into it: the purged events are published again from --nats-from once the stream is empty; purge it again if it is not, or restart backstream if the purge was partial (--keep, --seq) and what it kept is to stay",
 		"stream", s.cfg.Stream, "err", e, "from", s.cfg.From)
 	s.purged.Store(true)
 }
