@@ -1281,4 +1281,34 @@ var mutants = []Mutant{
 			{Pkg: "./subscribe", Run: "^TestOptionsUpdateReservesFilter$"},
 		},
 	},
+	{
+		ID: "m125", Invariant: "N3",
+		Name: "a publish no server took while the stream takes its subject (a leader election) is shown as no stream taking the subject",
+		File: "natssink/publish.go",
+		Old:  "\t\treturn &noLeaderError{cause: cause, elected: true}\n",
+		New:  "\t\treturn nil\n",
+		Tests: []Test{
+			{Pkg: "./natssink", Run: "^TestSinkLeaderElectionStatus$"},
+		},
+	},
+	{
+		ID: "m126", Invariant: "N3",
+		Name: "a stream without a leader leaves the sink in state retrying (no no_leader state)",
+		File: "natssink/sink.go",
+		Old:  "\t\t\tstate = StateNoLeader\n",
+		New:  "",
+		Tests: []Test{
+			{Pkg: "./natssink", Run: "^TestSinkStreamWithoutQuorumStatus$"},
+		},
+	},
+	{
+		ID: "m127", Invariant: "N5",
+		Name: "a trim of the stream's front taken for a purge (the first sequence compared with the stream's first at the last look, not a message the sink had stored)",
+		File: "natssink/purge.go",
+		Old:  "if cur.FirstSeq > j.seen && cur.FirstSeq != j.prev.FirstSeq {",
+		New:  "if cur.FirstSeq > j.prev.FirstSeq {",
+		Tests: []Test{
+			{Pkg: "./natssink", Run: "^TestSinkFrontTrimmedWhileRunning$"},
+		},
+	},
 }
