@@ -67,10 +67,17 @@
 //     creation time, its last sequence, the removed message's archive
 //     seq), so a later session, or backstream started again, that finds
 //     the same stream still empty there resumes after the removed
-//     message. A stream whose own rules remove messages (max_age,
-//     discard old, a retention other than limits) is not watched, from
-//     the moment it has such a rule; one those rules emptied (emptiedItself)
-//     is resumed after the position, which the sink writes as it stops.
+//     message. A trim of the front (a partial purge, --keep or --seq, or
+//     removals) is no purge to the watch while what it leaves holds a
+//     message the session knew stored at its last look; one that leaves
+//     none is exactly what a purge leaves once the sink has published
+//     behind it (the same stream info and messages), and is taken for a
+//     purge: its last error names both ways out (purge again to refill,
+//     restart backstream to keep the trim). A stream whose own rules
+//     remove messages (max_age, discard old, a retention other than
+//     limits) is not watched, from the moment it has such a rule; one
+//     those rules emptied (emptiedItself) is resumed after the position,
+//     which the sink writes as it stops.
 //   - The stream is created when missing (file storage, Replicas, a
 //     duplicate window of DefaultDuplicateWindow); an existing stream is never
 //     changed: its differences from that config are logged once per
@@ -82,5 +89,10 @@
 // do: they are counted, shown, and retried with backoff. A connection
 // nats.go closes for good (the same authorization error twice) is dialled
 // again; the servers' asynchronous errors (a permissions violation) are
-// logged once and named in the last error.
+// logged once and named in the last error. A stream without a leader (an
+// election, or fewer than a quorum of its replicas up) fails every step of
+// a session in its own words; after such a failure the sink asks the
+// stream's info, and when it has no leader, or takes the subject though no
+// server took a publish, the failure is a noLeaderError: state no_leader
+// and a last error saying so, at every retry.
 package natssink

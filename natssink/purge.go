@@ -12,9 +12,9 @@ package natssink
 // is how many messages went at once: a single one is a removal, and the
 // sink publishes on behind it. A purge of a stream holding one message
 // is thus taken for a removal, and a partial purge (keep, or up to a
-// sequence) that leaves none of the messages the stream held at the
-// watch's previous look for a purge: nothing the servers show tells
-// either apart.
+// sequence), or removals at the front, that leave none of the messages
+// known stored at the watch's previous look for a purge: nothing the
+// servers show tells either apart (TestTrimLooksLikePurgeThenPublishes).
 
 import (
 	"context"
