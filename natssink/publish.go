@@ -221,6 +221,9 @@ func (p *publisher) leaderless(ctx context.Context, cause error) *noLeaderError 
 	if isNoLeader(cause) {
 		return &noLeaderError{cause: cause}
 	}
+	if !p.nc.IsConnected() {
+		return nil // the servers out of reach: nothing to ask
+	}
 	// Asked again until answered, within the bound: a request that
 	// reaches the servers while no replica answers for the stream (an
 	// election's first moments) is never answered.
