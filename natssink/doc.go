@@ -69,8 +69,8 @@
 //     the same stream still empty there resumes after the removed
 //     message. A trim of the front (a partial purge, --keep or --seq, or
 //     removals) is no purge to the watch while what it leaves holds a
-//     message the session knew stored at its last look; one that leaves
-//     none is exactly what a purge leaves once the sink has published
+//     message the stream held at its last look; one that leaves none is
+//     exactly what a purge leaves once the sink has published
 //     behind it (the same stream info and messages), and is taken for a
 //     purge: its last error names both ways out (purge again to refill,
 //     restart backstream to keep the trim). A stream whose own rules

@@ -11,10 +11,12 @@ package natssink
 // removed id as the last message id either way); what tells them apart
 // is how many messages went at once: a single one is a removal, and the
 // sink publishes on behind it. A purge of a stream holding one message
-// is thus taken for a removal, and a partial purge (keep, or up to a
-// sequence), or removals at the front, that leave none of the messages
-// known stored at the watch's previous look for a purge: nothing the
-// servers show tells either apart (TestTrimLooksLikePurgeThenPublishes).
+// is thus taken for a removal. A partial purge (keep, or up to a
+// sequence), or removals at the front, that leave a message the stream
+// held at the watch's previous look are no purge (a purge since would
+// have taken it); those that leave none are taken for one: nothing the
+// servers show tells them apart from a purge followed by the session's
+// publishes (TestTrimLooksLikePurgeThenPublishes).
 
 import (
 	"context"
@@ -36,8 +38,8 @@ func (e *purgedError) Error() string {
 // (first) and then every PositionEvery until stop is called, and sends on
 // purged once the stream's first sequence is past a message known to be
 // stored at the sample before (or at resume, base), and more than one
-// message went since the sample before (or resume, resumed): every
-// message up to it is gone at once. One message gone is the operator
+// message went since the sample before (or resume, resumed), and none the
+// stream held then is left: every message up to it is gone at once. One message gone is the operator
 // removing it (the sink's Sink.removed). On a stream whose limits remove
 // messages (max_age, or discard old, or a retention other than limits)
 // that is what they do too: it watches nothing there, nor once the stream
@@ -101,17 +103,23 @@ type purgeJudge struct {
 
 // sample judges cur, stored being the session's last acknowledged stream
 // sequence as read before cur was: a purge, once every message up to seen
-// is gone and more than one message went since prev; a single message
-// removed from the front (removed), once per first sequence; or neither.
+// is gone, more than one message went since prev, and none the stream
+// held at prev is left; a single message removed from the front
+// (removed), once per first sequence; or neither.
 func (j *purgeJudge) sample(cur jetstream.StreamState, stored uint64) (purged *purgedError, removed bool) {
 	if j.seen > 0 {
 		// Not again for the same first sequence: nothing went from the
 		// front since a removal was let pass.
 		if cur.FirstSeq > j.seen && cur.FirstSeq != j.prev.FirstSeq {
-			if gone(j.prev, cur) > 1 {
+			switch {
+			case gone(j.prev, cur) <= 1:
+				removed = true
+			case cur.FirstSeq > j.prev.LastSeq:
 				return &purgedError{firstSeq: cur.FirstSeq, stored: j.seen}, false
 			}
-			removed = true
+			// Else the stream still holds a message it held at prev
+			// (stored there, its acknowledgement not read yet): a purge
+			// since would have taken it. A trim of the front, not a purge.
 		}
 		j.prev = cur
 	}

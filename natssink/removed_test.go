@@ -143,6 +143,16 @@ func TestPurgeJudge(t *testing.T) {
 		{"removed while the sink publishes behind it", st(1, 1, 1), 1, []step{
 			{st(10, 2, 11), 11, "removed", "one went, ten were stored"},
 		}},
+		{"trimmed, keeping messages stored before the last sample though not yet acknowledged", st(40, 1, 40), 40, []step{
+			// At the first sample the stream held 1 to 100, the sink had
+			// acknowledgements up to 60 only; then purge --keep 30.
+			{st(100, 1, 100), 60, "", "nothing went"},
+			{st(30, 71, 100), 100, "", "71 was in the stream at the sample before: no purge since then leaves it"},
+		}},
+		{"purged, the sink publishing behind it, past the last sample's last", st(40, 1, 40), 40, []step{
+			{st(100, 1, 100), 60, "", "nothing went"},
+			{st(5, 101, 105), 105, "purged", "nothing the stream held at the sample before is left"},
+		}},
 		{"purged before the first sample that compares", st(0, 0, 0), 0, []step{
 			// The stream was empty at resume; the sink stored 20, and the
 			// purge took them before the first sample, which knows nothing
