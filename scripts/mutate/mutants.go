@@ -990,8 +990,8 @@ var mutants = []Mutant{
 		ID: "m97", Invariant: "N3",
 		Name: "the removal of the NATS stream's only message taken for a purge (the whole archive published again)",
 		File: "natssink/purge.go",
-		Old:  "if gone(j.prev, cur) > 1 {",
-		New:  "if gone(j.prev, cur) > 0 {",
+		Old:  "case gone(j.prev, cur) <= 1:",
+		New:  "case gone(j.prev, cur) <= 0:",
 		Tests: []Test{
 			{Pkg: "./natssink", Run: "^TestSinkOnlyMessageRemoved$"},
 		},
