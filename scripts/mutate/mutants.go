@@ -1303,11 +1303,12 @@ var mutants = []Mutant{
 	},
 	{
 		ID: "m127", Invariant: "N5",
-		Name: "a trim of the stream's front taken for a purge (the first sequence compared with the stream's first at the last look, not a message the sink had stored)",
+		Name: "a trim of the stream's front that leaves a message the stream held at the watch's last look taken for a purge (only the acknowledged messages compared)",
 		File: "natssink/purge.go",
-		Old:  "if cur.FirstSeq > j.seen && cur.FirstSeq != j.prev.FirstSeq {",
-		New:  "if cur.FirstSeq > j.prev.FirstSeq {",
+		Old:  "\t\t\tcase cur.FirstSeq > j.prev.LastSeq:\n",
+		New:  "\t\t\tdefault:\n",
 		Tests: []Test{
+			{Pkg: "./natssink", Run: "^TestPurgeJudge$"},
 			{Pkg: "./natssink", Run: "^TestSinkFrontTrimmedWhileRunning$"},
 		},
 	},
