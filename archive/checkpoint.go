@@ -1,18 +1,38 @@
 package archive
 
 // This file owns online backup: a consistent copy of the open store as a new
-// data dir (Pebble's checkpoint: sstables hard-linked when on the same
-// filesystem, copied otherwise; MANIFEST, OPTIONS and the WALs copied; every
-// file and directory synced).
+// data dir. Pebble's checkpoint (sstables hard-linked, MANIFEST, OPTIONS and
+// the WALs copied, every file and directory synced) is built in the store's
+// own scratch dir, on the live volume; the store then moves it into the
+// destination (a rename on the same filesystem, a copy elsewhere), each of
+// its calls there timed, so a destination that stops answering ends the
+// checkpoint and not the live store.
+//
+// Why the two steps: for as long as Pebble's checkpoint runs it holds the
+// live store's file deletions (no compacted-away table, no old write-ahead
+// log or manifest is removed), and Pebble gives no way to abandon it. Built
+// on the live volume, the only calls it makes are the live store's, timed
+// by its guard: one that never returns is the live store's disk fault, as
+// it should be. Every call on the destination comes after it, and one stuck
+// there holds at most a goroutine and the staged copy (hard links to the
+// tables of one instant: at most the store's size then), until it returns
+// or the process restarts (Open empties scratch/).
 
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
 
 	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/vfs"
 )
 
 // ErrCheckpointDest: the checkpoint destination is refused: it exists and is
@@ -24,10 +44,34 @@ var ErrCheckpointDest = errors.New("checkpoint destination refused")
 // checkpoint; open it read-write (no other process may hold it).
 var ErrCheckpointReadOnly = errors.New("a store opened read-only cannot be checkpointed")
 
+// ErrCheckpointStuck: a call of a checkpoint on its destination has not
+// returned within the store's bound (Options.MaxWriteStall), with no
+// error: the checkpoint gave up on it, and no checkpoint of this store
+// starts until it returns. The live store is not affected.
+var ErrCheckpointStuck = errors.New("checkpoint destination stuck")
+
 // checkpointPartial is where a checkpoint is built inside its destination
 // before it is renamed to store/: a crash mid-way leaves a directory that
 // Open does not mistake for a store.
 const checkpointPartial = "store.partial"
+
+// checkpointStaging prefixes the scratch dir's staged checkpoints.
+const checkpointStaging = "checkpoint-"
+
+// copyChunk is how much of a file a copy to the destination writes per
+// call: each one is progress for the stall bound.
+const copyChunk = 1 << 20
+
+// ckCalls is what the store keeps of its checkpoints: the staged copies
+// made, and the call on a destination that a checkpoint gave up on.
+type ckCalls struct {
+	staged atomic.Uint64 // the staged checkpoints made, naming the next
+
+	mu         sync.Mutex
+	stuck      string     // the call a checkpoint gave up on, its work not ended; "" none
+	stuckSince time.Time  // when that call began
+	stuckBy    *destCalls // the checkpoint that gave up
+}
 
 // Checkpoint writes a consistent copy of the store, as it is at one instant
 // between two commits, to dir as a new data dir: dir/store is a store that
@@ -41,9 +85,17 @@ const checkpointPartial = "store.partial"
 // Checkpoints must use distinct destinations. A store opened read-only is
 // refused (ErrCheckpointReadOnly).
 //
-// Sstables are hard-linked when dir is on the store's filesystem (cheap, and
-// the checkpoint then pins files that compactions would delete: its disk use
-// grows as the live store diverges); elsewhere they are copied.
+// Pebble builds the copy in the scratch dir, where sstables are
+// hard-linked (scratch/ is on the store's filesystem); it is then renamed
+// into dir when dir is on that filesystem too (cheap, and the checkpoint
+// then pins files that compactions would delete: its disk use grows as the
+// live store diverges), and copied elsewhere. A call on dir (its stat, a
+// directory made, a file created, written or synced, a rename) that has
+// not returned after MaxWriteStall ends the checkpoint with
+// ErrCheckpointStuck, without a fault of the live store; until that call
+// returns, every Checkpoint is refused with ErrCheckpointStuck
+// (CheckpointStuck says which call). A call of Pebble's checkpoint, on the
+// store's own volume, that never returns is the store's disk fault.
 func (s *Store) Checkpoint(dir string) error {
 	if s.db == nil {
 		return fmt.Errorf("archive: checkpoint to %s: %w", dir, ErrClosed)
@@ -57,41 +109,249 @@ func (s *Store) Checkpoint(dir string) error {
 		return fmt.Errorf("archive: checkpoint to %s: %w", dir, ErrCheckpointReadOnly)
 	}
 	dir = filepath.Clean(dir)
+	if call, since := s.CheckpointStuck(); call != "" {
+		return fmt.Errorf("archive: checkpoint to %s: %w: an earlier checkpoint's %s has not returned since %s; no checkpoint starts until it does: check that volume",
+			dir, ErrCheckpointStuck, call, since.UTC().Format(time.RFC3339))
+	}
 	if err := s.checkCheckpointDest(dir); err != nil {
 		return err
 	}
-	created := false
-	if _, err := s.fs.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		created = true
-	}
-	partial := s.fs.PathJoin(dir, checkpointPartial)
-	final := s.fs.PathJoin(dir, StoreDir)
-	fail := func(op string, err error) error {
-		_ = s.fs.RemoveAll(partial)
-		if created {
-			_ = s.fs.RemoveAll(dir)
-		}
-		return fmt.Errorf("archive: checkpoint to %s: %s: %w", dir, op, err)
-	}
+	staging := s.fs.PathJoin(s.scratch, checkpointStaging+strconv.FormatUint(s.ck.staged.Add(1), 10))
 	// Every Writer commit is synced already; the flush makes the guarantee
 	// independent of that: everything committed before this call is in the
-	// checkpoint. Pebble creates partial (and dir and any missing parents),
-	// syncing each created directory's parent, and syncs every file it
-	// writes.
-	if err := s.db.Checkpoint(partial, pebble.WithFlushedWAL()); err != nil {
-		return fail("pebble checkpoint", err)
+	// checkpoint. Pebble syncs every file it writes and staging itself;
+	// its calls are the live store's (s.pfs), timed by its guard.
+	if err := s.db.Checkpoint(staging, pebble.WithFlushedWAL()); err != nil {
+		return fmt.Errorf("archive: checkpoint to %s: pebble checkpoint in %s: %w", dir, s.scratch, err)
 	}
-	if err := s.fs.Rename(partial, final); err != nil {
+	return s.onDest(dir, func(d *destCalls) error {
+		// What a copy, or a failure, leaves of the staged checkpoint;
+		// nothing after a rename. On the live volume: the store's call.
+		defer s.pfs.RemoveAll(staging)
+		return s.moveCheckpoint(d, staging, dir)
+	})
+}
+
+// moveCheckpoint moves the staged checkpoint into dir as dir/store: built
+// as dir/store.partial, renamed once complete, every directory it changes
+// synced. On a failure it removes what it wrote there, and dir if it
+// created it.
+func (s *Store) moveCheckpoint(d *destCalls, staging, dir string) (err error) {
+	partial := s.fs.PathJoin(dir, checkpointPartial)
+	final := s.fs.PathJoin(dir, StoreDir)
+	var created bool
+	if err := d.call("a stat of "+dir, func() error {
+		_, err := s.fs.Stat(dir)
+		created = errors.Is(err, os.ErrNotExist)
+		return nil
+	}); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			d.tidy("removing "+partial, func() error { return s.fs.RemoveAll(partial) })
+			if created {
+				d.tidy("removing "+dir, func() error { return s.fs.RemoveAll(dir) })
+			}
+		}
+	}()
+	fail := func(op string, err error) error {
+		return fmt.Errorf("archive: checkpoint to %s: %s: %w", dir, op, err)
+	}
+	if err := d.call("making "+dir, func() error { return s.fs.MkdirAll(dir, 0o755) }); err != nil {
+		return fail("mkdir", err)
+	}
+	if created {
+		if err := d.call("a sync of the parents of "+dir, func() error { return syncAncestors(s.fs, dir) }); err != nil {
+			return fail("sync", err)
+		}
+	}
+	err = d.call("a rename of "+staging+" to "+partial, func() error { return s.fs.Rename(staging, partial) })
+	if errors.Is(err, syscall.EXDEV) { // another filesystem: copied
+		err = s.copyCheckpoint(d, staging, partial)
+	}
+	if err != nil {
+		return fail("move the checkpoint out of "+s.scratch, err)
+	}
+	if err := d.call("a rename of "+partial+" to "+final, func() error { return s.fs.Rename(partial, final) }); err != nil {
 		return fail("rename "+checkpointPartial+" to "+StoreDir, err)
 	}
-	if err := syncDir(s.fs, dir); err != nil {
+	if err := d.call("a sync of "+dir, func() error { return syncDir(s.fs, dir) }); err != nil {
 		return fail("sync", err)
 	}
 	return nil
 }
 
+// copyCheckpoint copies the staged checkpoint's files (Pebble's checkpoint
+// is one flat directory) into partial, each synced, then partial itself.
+// The staged files are read as the store's own (s.pfs): they are on its
+// volume, and a read of them that never returns is its fault.
+func (s *Store) copyCheckpoint(d *destCalls, staging, partial string) error {
+	names, err := s.pfs.List(staging)
+	if err != nil {
+		return err
+	}
+	if err := d.call("making "+partial, func() error { return s.fs.MkdirAll(partial, 0o755) }); err != nil {
+		return err
+	}
+	buf := make([]byte, copyChunk)
+	for _, name := range names {
+		if err := s.copyFile(d, s.fs.PathJoin(staging, name), s.fs.PathJoin(partial, name), buf); err != nil {
+			return err
+		}
+	}
+	return d.call("a sync of "+partial, func() error { return syncDir(s.fs, partial) })
+}
+
+// copyFile copies src, a staged file, to dst, a chunk per timed call, and
+// syncs it.
+func (s *Store) copyFile(d *destCalls, src, dst string, buf []byte) (err error) {
+	in, err := s.pfs.Open(src, vfs.SequentialReadsOption)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	var out vfs.File
+	if err := d.call("a create of "+dst, func() (err error) {
+		out, err = s.fs.Create(dst)
+		return err
+	}); err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := d.call("a close of "+dst, out.Close); err == nil {
+			err = cerr
+		}
+	}()
+	for {
+		n, rerr := in.Read(buf)
+		if n > 0 {
+			if err := d.call("a write of "+dst, func() error {
+				_, err := out.Write(buf[:n])
+				return err
+			}); err != nil {
+				return err
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return rerr
+		}
+	}
+	return d.call("a sync of "+dst, out.Sync)
+}
+
+// destCalls times a checkpoint's calls on its destination (onDest): the
+// one out now, and when it began.
+type destCalls struct {
+	abandoned atomic.Bool // the checkpoint gave up on a call: no other starts
+
+	mu    sync.Mutex
+	name  string // "" between calls
+	since time.Time
+}
+
+// errAbandoned ends the work of a checkpoint that gave up on a call, once
+// that call has returned.
+var errAbandoned = errors.New("checkpoint abandoned")
+
+// call runs one call on the destination, named for the error and the
+// refusals if it never returns; none once the checkpoint gave up.
+func (d *destCalls) call(name string, call func() error) error {
+	if d.abandoned.Load() {
+		return errAbandoned
+	}
+	return d.track(name, call)
+}
+
+// tidy removes what a failed checkpoint wrote, even one that gave up:
+// the call that held it has returned, and the destination is answering.
+func (d *destCalls) tidy(name string, call func() error) { _ = d.track(name, call) }
+
+func (d *destCalls) track(name string, call func() error) error {
+	d.mu.Lock()
+	d.name, d.since = name, time.Now()
+	d.mu.Unlock()
+	err := call()
+	d.mu.Lock()
+	d.name = ""
+	d.mu.Unlock()
+	return err
+}
+
+// out is the call in flight and when it began ("" for none).
+func (d *destCalls) out() (string, time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.name, d.since
+}
+
+// onDest runs work, a checkpoint's calls on its destination dir, on a
+// goroutine of its own, and returns its error; or, once one call has been
+// out for the store's bound (MaxWriteStall; found within a third of it
+// more), an ErrCheckpointStuck error naming it. Then work is abandoned
+// (it starts no further call but its tidying) and, until it has ended,
+// the store refuses checkpoints (CheckpointStuck).
+func (s *Store) onDest(dir string, work func(*destCalls) error) error {
+	d := &destCalls{}
+	done := make(chan error, 1)
+	go func() {
+		err := work(d)
+		s.ck.mu.Lock()
+		if s.ck.stuckBy == d {
+			s.ck.stuck, s.ck.stuckBy = "", nil
+		}
+		s.ck.mu.Unlock()
+		done <- err
+	}()
+	bound := s.disk.maxStall
+	tick := time.NewTicker(readTick(bound))
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+		}
+		name, since := d.out()
+		if name == "" || time.Since(since) < bound {
+			continue
+		}
+		s.ck.mu.Lock()
+		select {
+		case err := <-done: // it ended meanwhile
+			s.ck.mu.Unlock()
+			return err
+		default:
+		}
+		d.abandoned.Store(true)
+		s.ck.stuck, s.ck.stuckSince, s.ck.stuckBy = name, since, d
+		s.ck.mu.Unlock()
+		return fmt.Errorf("archive: checkpoint to %s: %w: %s has not returned for over %v with no error: the destination's volume is stuck or far too slow; the live store is not affected, and no checkpoint starts until that call returns",
+			dir, ErrCheckpointStuck, name, time.Since(since).Round(time.Millisecond))
+	}
+}
+
+// CheckpointStuck names the call on a destination that a checkpoint gave
+// up on (ErrCheckpointStuck) and that has not returned yet, and when it
+// began; "" when there is none, and a checkpoint may start.
+func (s *Store) CheckpointStuck() (call string, since time.Time) {
+	s.ck.mu.Lock()
+	defer s.ck.mu.Unlock()
+	return s.ck.stuck, s.ck.stuckSince
+}
+
+// MaxWriteStall is the store's stall bound (Options.MaxWriteStall, or its
+// default): what reads another store on its behalf (a checkpoint's
+// read-back) is bounded by it too.
+func (s *Store) MaxWriteStall() time.Duration { return s.disk.maxStall }
+
 // checkCheckpointDest refuses a destination that would overwrite or nest in
 // the live data dir's store or scratch, or that exists and is not empty.
+// Its stat and listing of dir are timed as the checkpoint's other calls on
+// it (onDest).
 func (s *Store) checkCheckpointDest(dir string) error {
 	refuse := func(format string, args ...any) error {
 		return fmt.Errorf("archive: checkpoint to %s: %w: %s", dir, ErrCheckpointDest, fmt.Sprintf(format, args...))
@@ -111,23 +371,32 @@ func (s *Store) checkCheckpointDest(dir string) error {
 	if d == abs(s.dataDir) {
 		return refuse("it is the live data dir")
 	}
-	fi, err := s.fs.Stat(dir)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
+	return s.onDest(dir, func(c *destCalls) error {
+		var fi os.FileInfo
+		var names []string
+		err := c.call("a stat of "+dir, func() (err error) {
+			fi, err = s.fs.Stat(dir)
+			return err
+		})
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			return nil
+		case err != nil:
+			return fmt.Errorf("archive: checkpoint to %s: stat: %w", dir, err)
+		case !fi.IsDir():
+			return refuse("it exists and is not a directory")
+		}
+		if err := c.call("a listing of "+dir, func() (err error) {
+			names, err = s.fs.List(dir)
+			return err
+		}); err != nil {
+			return fmt.Errorf("archive: checkpoint to %s: list: %w", dir, err)
+		}
+		if len(names) > 0 {
+			return refuse("it exists and is not empty (holds %q); checkpoints never overwrite anything — pick a new directory", names[0])
+		}
 		return nil
-	case err != nil:
-		return fmt.Errorf("archive: checkpoint to %s: stat: %w", dir, err)
-	case !fi.IsDir():
-		return refuse("it exists and is not a directory")
-	}
-	names, err := s.fs.List(dir)
-	if err != nil {
-		return fmt.Errorf("archive: checkpoint to %s: list: %w", dir, err)
-	}
-	if len(names) > 0 {
-		return refuse("it exists and is not empty (holds %q); checkpoints never overwrite anything — pick a new directory", names[0])
-	}
-	return nil
+	})
 }
 
 // within reports whether path is base or lies under it.

@@ -253,32 +253,39 @@ func TestCheckpointRefusesDestinations(t *testing.T) {
 
 // TestCheckpointPowerLoss: once Checkpoint returns, the checkpoint survives
 // a power loss (strict MemFS reset to what was synced) and opens with the
-// events it held.
+// events it held, renamed into place (the store's filesystem) or copied
+// (another one).
 func TestCheckpointPowerLoss(t *testing.T) {
-	fs := vfs.NewStrictMem()
-	s := openMem(t, fs)
-	w := newWriter(t, s, WriterOptions{})
-	for i := 1; i <= 20; i++ {
-		apply(t, w, fillUnit(didN(i), i, 5))
-	}
-	if err := s.Checkpoint("/backups/b1"); err != nil {
-		t.Fatal(err)
-	}
-	fs.SetIgnoreSyncs(true)
-	w.Close()
-	s.Close()
-	fs.ResetToSyncedState()
-	fs.SetIgnoreSyncs(false)
+	for _, copied := range []bool{false, true} {
+		fs := vfs.NewStrictMem()
+		var live vfs.FS = fs
+		if copied {
+			live = elsewhere(fs)
+		}
+		s := openMem(t, live)
+		w := newWriter(t, s, WriterOptions{})
+		for i := 1; i <= 20; i++ {
+			apply(t, w, fillUnit(didN(i), i, 5))
+		}
+		if err := s.Checkpoint("/backups/b1"); err != nil {
+			t.Fatal(err)
+		}
+		fs.SetIgnoreSyncs(true)
+		w.Close()
+		s.Close()
+		fs.ResetToSyncedState()
+		fs.SetIgnoreSyncs(false)
 
-	ro := testOptions(fs)
-	ro.ReadOnly = true
-	ck, err := Open("/backups/b1", ro)
-	if err != nil {
-		t.Fatalf("checkpoint lost to a power loss: %v", err)
-	}
-	defer ck.Close()
-	if tip, err := ck.Tip(); err != nil || tip != 100 {
-		t.Fatalf("checkpoint tip after power loss %d (%v), want 100", tip, err)
+		ro := testOptions(fs)
+		ro.ReadOnly = true
+		ck, err := Open("/backups/b1", ro)
+		if err != nil {
+			t.Fatalf("checkpoint (copied: %v) lost to a power loss: %v", copied, err)
+		}
+		if tip, err := ck.Tip(); err != nil || tip != 100 {
+			t.Fatalf("checkpoint (copied: %v) tip after power loss %d (%v), want 100", copied, tip, err)
+		}
+		ck.Close()
 	}
 }
 
@@ -301,14 +308,15 @@ func TestOpenRefusesInterruptedCheckpoint(t *testing.T) {
 }
 
 // TestCheckpointFailureLeavesNothing: a checkpoint whose destination volume
-// is full (ENOSPC on every write under it)
+// (another filesystem: the checkpoint is copied) is full (ENOSPC on every
+// write under it)
 // returns the error and leaves nothing of its own behind: a destination it
 // created is removed, an empty one it was given stays empty; the live
 // store goes on, and the next checkpoint to the same place succeeds.
 func TestCheckpointFailureLeavesNothing(t *testing.T) {
 	mem := vfs.NewMem()
 	var full atomic.Bool
-	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
+	fs := errorfs.Wrap(elsewhere(mem), errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
 		if full.Load() && op == errorfs.OpFileWrite && strings.HasPrefix(path, "/backups/") {
 			return syscall.ENOSPC
 		}
@@ -335,6 +343,9 @@ func TestCheckpointFailureLeavesNothing(t *testing.T) {
 		}
 		if dir == "/backups/given" && (lerr != nil || len(names) != 0) {
 			t.Fatalf("after a failed checkpoint the given %s holds %v (%v), want it empty", dir, names, lerr)
+		}
+		if names, err := mem.List("/data/" + ScratchDir); err != nil || len(names) != 0 {
+			t.Fatalf("after a failed checkpoint the scratch dir holds %v (%v), want the staged copy removed", names, err)
 		}
 	}
 	full.Store(false)

@@ -113,6 +113,7 @@ type Store struct {
 	health   io.Closer  // stops the checker; nil without one
 	space    freeSpace
 	startup  *Startup // Options.Startup; may be nil
+	ck       ckCalls  // checkpoints' calls on their destinations (checkpoint.go)
 
 	compactGen atomic.Uint64 // compaction removal batches committed (CompactionGeneration)
 	rosterGen  atomic.Uint64 // writer batches that changed a roster entry (RosterGeneration)
@@ -317,10 +318,15 @@ func (s *Store) prepareDirs() error {
 		return fmt.Errorf("archive: create store dir %s: %w", s.dir, err)
 	}
 	s.created = true
-	// Sync the new directory's ancestors, innermost first, up to the root.
-	for dir := s.dir; ; {
-		parent := s.fs.PathDir(dir)
-		if err := syncDir(s.fs, parent); err != nil {
+	return syncAncestors(s.fs, s.dir)
+}
+
+// syncAncestors syncs the directories above a directory just created,
+// innermost first, up to the root, so a power loss cannot take it away.
+func syncAncestors(fs vfs.FS, dir string) error {
+	for {
+		parent := fs.PathDir(dir)
+		if err := syncDir(fs, parent); err != nil {
 			return fmt.Errorf("archive: sync %s after creating %s: %w", parent, dir, err)
 		}
 		if parent == dir || parent == "" || parent == "." || parent == "/" {

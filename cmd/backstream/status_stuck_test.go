@@ -83,21 +83,44 @@ func wantStoreFault(t *testing.T, what string, bound time.Duration, done <-chan 
 	}
 }
 
-// TestCheckpointOnStuckDisk: `backstream checkpoint --data-dir` whose
-// destination stops answering its writes (with no error and no end) does
-// not hang for ever: once the write has been out for the bound, it
-// returns the store's disk fault, a *FatalError (exit 2), naming what is
-// stuck.
+// TestCheckpointOnStuckDisk: `backstream checkpoint --data-dir` does not
+// hang for ever on a volume that stops answering its writes (with no
+// error and no end). The store's volume, while Pebble builds the
+// checkpoint in its scratch dir: once the write has been out for the
+// bound, it returns the store's disk fault, a *FatalError (exit 2),
+// naming what is stuck. The destination's: it returns
+// archive.ErrCheckpointStuck naming the call (exit 1), no fault of the
+// store.
 func TestCheckpointOnStuckDisk(t *testing.T) {
-	mem := stuckStore(t)
 	const bound = 200 * time.Millisecond
-	opts := archive.Options{FS: held(t, mem, storefault.Writes("/backup/b1/")), Logger: slog.New(slog.DiscardHandler), MaxWriteStall: bound}
-	done := make(chan error, 1)
-	go func() {
-		_, err := checkpointLocal("/data", "/backup/b1", opts)
-		done <- err
-	}()
-	wantStoreFault(t, "a checkpoint to a destination that answers no write", bound, done, "/backup/b1/")
+	t.Run("store", func(t *testing.T) {
+		mem := stuckStore(t)
+		opts := archive.Options{FS: held(t, mem, storefault.Writes("/data/scratch/checkpoint-")), Logger: slog.New(slog.DiscardHandler), MaxWriteStall: bound}
+		done := make(chan error, 1)
+		go func() {
+			_, err := checkpointLocal("/data", "/backup/b1", opts)
+			done <- err
+		}()
+		wantStoreFault(t, "a checkpoint whose store's volume answers no write", bound, done, "/data/scratch/checkpoint-")
+	})
+	t.Run("destination", func(t *testing.T) {
+		mem := stuckStore(t)
+		opts := archive.Options{FS: held(t, mem, storefault.Writes("/backup/b1/")), Logger: slog.New(slog.DiscardHandler), MaxWriteStall: bound}
+		done := make(chan error, 1)
+		go func() {
+			_, err := checkpointLocal("/data", "/backup/b1", opts)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			var fatal *archive.FatalError
+			if !errors.Is(err, archive.ErrCheckpointStuck) || errors.As(err, &fatal) || !strings.Contains(err.Error(), "/backup/b1/") {
+				t.Fatalf("a checkpoint to a destination that answers no write: %v; want ErrCheckpointStuck naming the call, no store fault", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("a checkpoint to a destination that answers no write still blocked 30 s in (MaxWriteStall %v)", bound)
+		}
+	})
 }
 
 // TestCompactionResetOnStuckDisk: `backstream compaction reset` over a

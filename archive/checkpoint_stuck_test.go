@@ -1,0 +1,115 @@
+package archive
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/vfs"
+	"github.com/cockroachdb/pebble/vfs/errorfs"
+
+	"github.com/backstream/backstream/internal/storefault"
+)
+
+// TestCheckpointStuckDestination: a checkpoint whose destination volume
+// stops answering (with no error and no end) in its stat, in the
+// directory made for it, or in a write of a copied file (another
+// filesystem: the rename out of scratch/ fails with EXDEV) ends within
+// the bound with ErrCheckpointStuck naming the call, and the live store
+// records no fault and goes on taking writes; every checkpoint is refused
+// (ErrCheckpointStuck) while the call is out; once it returns, the next
+// checkpoint is whole and the abandoned destination holds no store.
+func TestCheckpointStuckDestination(t *testing.T) {
+	const bound = 200 * time.Millisecond
+	for _, tc := range []struct {
+		name  string
+		match func(op errorfs.Op, path string) bool
+		want  string
+	}{
+		{"stat", func(op errorfs.Op, path string) bool { return op == errorfs.OpStat && path == "/backup/b1" }, "a stat of /backup/b1"},
+		{"mkdir", func(op errorfs.Op, path string) bool {
+			return op == errorfs.OpMkdirAll && strings.HasPrefix(path, "/backup/b1")
+		}, "making /backup/b1"},
+		{"copied-write", func(op errorfs.Op, path string) bool {
+			return op == errorfs.OpFileWrite && strings.HasPrefix(path, "/backup/b1/")
+		}, "a write of /backup/b1/store.partial/"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := vfs.NewMem()
+			stuck := storefault.Hold(elsewhere(mem), tc.match)
+			defer stuck.Release()
+			opts := testOptions(stuck)
+			opts.MaxWriteStall = bound
+			s, err := Open("/data", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			w := newWriter(t, s, WriterOptions{})
+			defer w.Close()
+			for i := 1; i <= 5; i++ {
+				apply(t, w, fillUnit(didN(i), i, 5))
+			}
+			done := make(chan error, 1)
+			go func() { done <- s.Checkpoint("/backup/b1") }()
+			select {
+			case err := <-done:
+				if !errors.Is(err, ErrCheckpointStuck) || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("checkpoint to a destination that stops answering: %v; want ErrCheckpointStuck naming %q", err, tc.want)
+				}
+				t.Logf("checkpoint: %v", err)
+			case <-time.After(30 * time.Second):
+				fault := s.Fault()
+				stuck.Release() // let it end before the store closes
+				<-done
+				t.Fatalf("checkpoint still blocked 30 s into a destination that stopped answering (MaxWriteStall %v, %d calls held); the live store's fault: %v",
+					bound, stuck.Holds(), fault)
+			}
+			if f := s.Fault(); f != nil {
+				t.Fatalf("a stuck backup volume is a fault of the live store: %v", f)
+			}
+			apply(t, w, fillUnit(didN(6), 6, 5)) // the live store goes on
+			if err := s.Checkpoint("/backup/b2"); !errors.Is(err, ErrCheckpointStuck) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("checkpoint while the last one's call is out: %v; want it refused naming %q", err, tc.want)
+			}
+			if call, _ := s.CheckpointStuck(); !strings.Contains(call, strings.TrimSuffix(tc.want, "/")) {
+				t.Fatalf("CheckpointStuck = %q, want the call %q", call, tc.want)
+			}
+			stuck.Release()
+			for call, _ := s.CheckpointStuck(); call != ""; call, _ = s.CheckpointStuck() {
+				time.Sleep(time.Millisecond) // the held call returns and the abandoned work ends
+			}
+			if _, err := mem.Stat("/backup/b1/" + StoreDir); err == nil {
+				t.Fatalf("the abandoned checkpoint completed into /backup/b1 after the request gave up on it")
+			}
+			if err := s.Checkpoint("/backup/b3"); err != nil {
+				t.Fatalf("checkpoint once the volume answers again: %v", err)
+			}
+			ro := testOptions(mem)
+			ro.ReadOnly = true
+			ck, err := Open("/backup/b3", ro)
+			if err != nil {
+				t.Fatalf("checkpoint after the stuck one does not open: %v", err)
+			}
+			defer ck.Close()
+			if tip, err := ck.Tip(); err != nil || tip != 30 {
+				t.Fatalf("checkpoint tip %d (%v), want 30", tip, err)
+			}
+		})
+	}
+}
+
+// elsewhere is fs as seen when checkpoints go to another filesystem than
+// the store's: the rename of a staged checkpoint out of scratch/ fails
+// with EXDEV, as across mounts, so it is copied.
+func elsewhere(fs vfs.FS) vfs.FS {
+	return errorfs.Wrap(fs, errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
+		if rest, ok := strings.CutPrefix(path, "/data/"+ScratchDir+"/"+checkpointStaging); ok && op == errorfs.OpRename && !strings.Contains(rest, "/") {
+			return &os.LinkError{Op: "rename", Old: path, Err: syscall.EXDEV}
+		}
+		return nil
+	}))
+}
