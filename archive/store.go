@@ -88,6 +88,13 @@ type Options struct {
 	// after it, is blocked in a write that never returns, where Faulted
 	// cannot: the store is not returned yet.
 	OnFault func(error)
+	// Released, when set, is called by Use (Open ignores it) once its
+	// open, do and close have all returned: before Use returns, unless a
+	// fault ended Use first; then when the call Use left blocked returns
+	// (never, if it never does). A caller that must not start another use
+	// of that disk while one is stuck (a checkpoint's read-back) waits
+	// for it.
+	Released func()
 	// Startup, when set, shows the one-time read a start is waiting for
 	// (startup.go): Open's, the writer's and bootstrap's restart pass's
 	// (Store.Startup). Nil: the steps are only logged.
@@ -264,7 +271,8 @@ func OpenFailed(err error) bool {
 // Open's own calls before Pebble starts, stuck past MaxWriteStall,
 // read-only or not; a write stall on a writable store),
 // Use returns that fault (a *FatalError) at once, and leaves the open, do
-// or close blocked in its call on a goroutine of its own.
+// or close blocked in its call on a goroutine of its own (Options.Released
+// says when it returns).
 func Use(dataDir string, opts Options, do func(*Store) error) error {
 	faulted := make(chan error, 1)
 	then := opts.OnFault
@@ -276,14 +284,19 @@ func Use(dataDir string, opts Options, do func(*Store) error) error {
 	}
 	done := make(chan error, 1)
 	go func() {
-		s, err := Open(dataDir, opts)
-		if err != nil {
-			done <- &OpenError{Err: err}
-			return
-		}
-		err = do(s)
-		if cerr := s.Close(); err == nil {
-			err = cerr
+		err := func() error {
+			s, err := Open(dataDir, opts)
+			if err != nil {
+				return &OpenError{Err: err}
+			}
+			err = do(s)
+			if cerr := s.Close(); err == nil {
+				err = cerr
+			}
+			return err
+		}()
+		if opts.Released != nil {
+			opts.Released()
 		}
 		done <- err
 	}()
