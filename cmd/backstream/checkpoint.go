@@ -13,8 +13,11 @@ package main
 // existing non-empty directory nor inside the live data dir's store/ or
 // scratch/ (archive.Store.Checkpoint), and its volume must have room for
 // the whole store above the free-space floor. One checkpoint runs at a
-// time (409), and the next may start only --checkpoint-interval after the
-// previous one ended (429 with Retry-After). The CLI's flag is
+// time (409), none while an earlier one's call on its destination or its
+// read-back has not returned (409: a backup volume that stopped answering
+// ends the request within --max-write-stall, not the live store), and the
+// next may start only --checkpoint-interval after the previous one ended
+// (429 with Retry-After). The CLI's flag is
 // --admin-listen, so BACKSTREAM_ADMIN_LISTEN set for serve (as in a
 // container) points it at the right listener. Without it the CLI
 // opens a data dir no process holds and checkpoints it directly; a
@@ -78,31 +81,40 @@ type checkpointError struct {
 
 // takeCheckpoint checkpoints store to dir and reads the result back from the
 // checkpoint, opened read-only, so what it reports is what a restore gets.
-func takeCheckpoint(store *archive.Store, dir string, log *slog.Logger) (*checkpointResult, error) {
+// The read-back is bounded as the store is (its MaxWriteStall): a read of
+// the checkpoint that never returns ends it with its read-stall fault
+// (archive.Use), not the process, and leaves the read-only store open on
+// the stuck call. readBack is closed once the read-back has ended, its
+// store closed: at once when it was not stuck, never if the call never
+// returns.
+func takeCheckpoint(store *archive.Store, dir string, log *slog.Logger) (res *checkpointResult, readBack <-chan struct{}, err error) {
+	released := make(chan struct{})
 	start := time.Now()
 	if err := store.Checkpoint(dir); err != nil {
-		return nil, err
+		close(released)
+		return nil, released, err
 	}
 	took := time.Since(start)
-	res := &checkpointResult{To: dir, Store: filepath.Join(dir, archive.StoreDir), Seconds: took.Seconds()}
-	// A read of the checkpoint that never returns ends the read-back with
-	// its read-stall fault (archive.Use), not the process.
-	err := archive.Use(dir, archive.Options{ReadOnly: true, FS: store.FS(), Logger: log, CacheSize: 8 << 20}, func(ck *archive.Store) error {
+	// Only do writes r: after a fault it may still be running.
+	r := &checkpointResult{To: dir, Store: filepath.Join(dir, archive.StoreDir), Seconds: took.Seconds()}
+	opts := archive.Options{ReadOnly: true, FS: store.FS(), Logger: log, CacheSize: 8 << 20,
+		MaxWriteStall: store.MaxWriteStall(), Released: func() { close(released) }}
+	err = archive.Use(dir, opts, func(ck *archive.Store) error {
 		phase, err := ck.Phase()
 		if err != nil {
 			return err
 		}
-		res.Phase = string(phase)
-		res.TipSeq, err = ck.Tip()
+		r.Phase = string(phase)
+		r.TipSeq, err = ck.Tip()
 		return err
 	})
 	switch {
 	case err == nil:
-		return res, nil
+		return r, released, nil
 	case !archive.OpenFailed(err): // the read's own error, or a disk fault
-		return nil, fmt.Errorf("checkpoint: read back %s: %w", dir, err)
+		return nil, released, fmt.Errorf("checkpoint: read back %s: %w", dir, err)
 	}
-	return nil, fmt.Errorf("checkpoint: written to %s but it does not open: %w", dir, err)
+	return nil, released, fmt.Errorf("checkpoint: written to %s but it does not open: %w", dir, err)
 }
 
 // DefaultCheckpointInterval is the least time between the end of one
@@ -146,8 +158,10 @@ type checkpointHandler struct {
 	refused *prometheus.CounterVec
 	running sync.Mutex // held while a checkpoint runs
 
-	mu    sync.Mutex
-	ended time.Time // when the last checkpoint that wrote anything ended
+	mu         sync.Mutex
+	ended      time.Time // when the last checkpoint that wrote anything ended
+	stuck      string    // a read-back given up on and still open; "" none
+	stuckSince time.Time
 }
 
 // Checkpoint refusal reasons (backstream_checkpoint_refused_total).
@@ -157,6 +171,7 @@ const (
 	ckRunning     = "running"
 	ckInterval    = "interval"
 	ckNoSpace     = "no_space"
+	ckStuck       = "stuck"
 )
 
 // openStore is the store of a running serve, nil before it is open.
@@ -176,7 +191,7 @@ func (s *server) checkpointEndpoint() http.Handler {
 		Name: "backstream_checkpoint_refused_total",
 		Help: "Checkpoint requests refused by the admin endpoint, by reason.",
 	}, []string{"reason"})
-	for _, r := range []string{ckNoBackupDir, ckOutside, ckRunning, ckInterval, ckNoSpace} {
+	for _, r := range []string{ckNoBackupDir, ckOutside, ckRunning, ckInterval, ckNoSpace, ckStuck} {
 		refused.WithLabelValues(r)
 	}
 	if s.reg != nil {
@@ -225,7 +240,8 @@ func (h *checkpointHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		answerJSON(w, no.code, checkpointError{Error: no.msg})
 		return
 	}
-	res, err := h.checkpoint(store, to)
+	res, readBack, err := h.checkpoint(store, to)
+	h.untilReleased(readBack, "the read-back of "+to)
 	if !errors.Is(err, archive.ErrCheckpointDest) { // a refused destination wrote nothing
 		h.mu.Lock()
 		h.ended = h.now()
@@ -277,9 +293,46 @@ func (h *checkpointHandler) admit(r *http.Request) (*archive.Store, string, *ckR
 	return store, to, nil
 }
 
-// clearToStart checks, with no other checkpoint running, that the interval
-// since the previous one has passed and that to's volume has room.
+// untilReleased refuses checkpoints (clearToStart) until readBack is
+// closed, when it is not yet: a read-back given up on a call that never
+// returned, its read-only store still open.
+func (h *checkpointHandler) untilReleased(readBack <-chan struct{}, what string) {
+	select {
+	case <-readBack:
+		return
+	default:
+	}
+	h.mu.Lock()
+	h.stuck, h.stuckSince = what, h.now()
+	h.mu.Unlock()
+	go func() {
+		<-readBack
+		h.mu.Lock()
+		h.stuck = ""
+		h.mu.Unlock()
+	}()
+}
+
+// stuckCall is the call of an earlier checkpoint given up on and not
+// returned yet (its destination's, or its read-back's), and since when;
+// "" for none.
+func (h *checkpointHandler) stuckCall(store *archive.Store) (string, time.Time) {
+	if call, since := store.CheckpointStuck(); call != "" {
+		return call, since
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.stuck, h.stuckSince
+}
+
+// clearToStart checks, with no other checkpoint running, that no earlier
+// one is stuck, that the interval since the previous one has passed and
+// that to's volume has room.
 func (h *checkpointHandler) clearToStart(store *archive.Store, to string) *ckRefusal {
+	if call, since := h.stuckCall(store); call != "" {
+		return refuse(http.StatusConflict, ckStuck, "checkpoint: an earlier checkpoint is stuck: %s has not returned since %s (its volume stopped answering); none starts until it does: check that volume",
+			call, since.UTC().Format(time.RFC3339))
+	}
 	if wait := h.wait(); wait > 0 {
 		no := refuse(http.StatusTooManyRequests, ckInterval, "checkpoint: the previous checkpoint ended less than --checkpoint-interval (%s) ago; retry in %s", h.interval, wait.Round(time.Second))
 		no.retryAfter = wait
@@ -352,10 +405,12 @@ func (h *checkpointHandler) roomFor(size uint64, dir string) error {
 
 // checkpoint runs takeCheckpoint, turning a panic (Pebble panics when the
 // store is closed under it, as at shutdown) into an error.
-func (h *checkpointHandler) checkpoint(store *archive.Store, to string) (res *checkpointResult, err error) {
+func (h *checkpointHandler) checkpoint(store *archive.Store, to string) (res *checkpointResult, readBack <-chan struct{}, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			res, err = nil, fmt.Errorf("checkpoint: aborted (is the process stopping?): %v", p)
+			done := make(chan struct{})
+			close(done)
+			res, readBack, err = nil, done, fmt.Errorf("checkpoint: aborted (is the process stopping?): %v", p)
 		}
 	}()
 	return takeCheckpoint(store, to, h.log)
@@ -460,7 +515,7 @@ func checkpointLocal(dataDir, to string, opts archive.Options) (*checkpointResul
 	opts.CacheSize, opts.MinFree = 8<<20, -1
 	var res *checkpointResult
 	err := useExisting(dataDir, opts, func(store *archive.Store) (err error) {
-		res, err = takeCheckpoint(store, to, opts.Logger)
+		res, _, err = takeCheckpoint(store, to, opts.Logger)
 		return err
 	})
 	switch {
