@@ -1312,4 +1312,35 @@ var mutants = []Mutant{
 			{Pkg: "./natssink", Run: "^TestSinkFrontTrimmedWhileRunning$"},
 		},
 	},
+	{
+		ID: "m122", Invariant: "H8 H1",
+		Name: "serve's checkpoint read-back runs at the default stall bound, not --max-write-stall (a stuck read-back holds the request a minute)",
+		File: "cmd/backstream/checkpoint.go",
+		Old:  "\t\tMaxWriteStall: store.MaxWriteStall(), Released: func() { close(released) }}",
+		New:  "\t\tReleased: func() { close(released) }}",
+		Tests: []Test{
+			{Pkg: "./cmd/backstream", Run: "^TestCheckpointReadBackStuck$"},
+		},
+	},
+	{
+		ID: "m123", Invariant: "H8",
+		Name: "Pebble's checkpoint built on the destination, not in scratch/ (a backup volume that stops answering is a fault of the live store)",
+		File: "archive/checkpoint.go",
+		Old:  "staging := s.fs.PathJoin(s.scratch, checkpointStaging+",
+		New:  "staging := s.fs.PathJoin(dir, checkpointStaging+",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestCheckpointStuckDestination$"},
+			{Pkg: "./cmd/backstream", Run: "^TestCheckpointEndpointStuckBackupVolume$"},
+		},
+	},
+	{
+		ID: "m124", Invariant: "H8",
+		Name: "a checkpoint starts while an earlier one's read-back is stuck (one more read-only store left open per request)",
+		File: "cmd/backstream/checkpoint.go",
+		Old:  "\th.untilReleased(readBack, \"the read-back of \"+to)\n",
+		New:  "\t_ = readBack\n",
+		Tests: []Test{
+			{Pkg: "./cmd/backstream", Run: "^TestCheckpointReadBackStuck$"},
+		},
+	},
 }
