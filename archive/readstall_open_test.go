@@ -35,7 +35,7 @@ func TestStuckOpenStepIsAFault(t *testing.T) {
 		{name: "stat store dir", op: errorfs.OpStat, path: "/data/store", want: "making or finding the store dir /data/store"},
 		{name: "stat partial checkpoint", fresh: true, op: errorfs.OpStat, path: "/data/store.partial", want: "making or finding the store dir /data/store"},
 		{name: "lock", op: errorfs.OpLock, path: "/data/store/LOCK", want: "taking the LOCK file of /data/store"},
-		{name: "empty scratch", op: errorfs.OpRemoveAll, path: "/data/scratch", want: "emptying the scratch dir /data/scratch"},
+		{name: "list scratch", op: errorfs.OpList, path: "/data/scratch", want: "emptying the scratch dir /data/scratch"},
 		{name: "create scratch", op: errorfs.OpMkdirAll, path: "/data/scratch", want: "emptying the scratch dir /data/scratch"},
 		{name: "free space", space: true, want: "the free-space query of the volume holding /data"},
 		{name: "read-only stat store dir", readOnly: true, op: errorfs.OpStat, path: "/data/store", want: "a stat of the store dir /data/store"},

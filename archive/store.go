@@ -365,10 +365,17 @@ func (s *Store) refuseInterruptedCheckpoint() error {
 }
 
 // emptyScratch empties the scratch dir: only under the store's lock, as
-// the scratch dir is the lock holder's.
+// the scratch dir is the lock holder's. It removes what the dir holds, not
+// the dir itself, which may be the mount point of a volume of its own.
 func (s *Store) emptyScratch() error {
-	if err := s.fs.RemoveAll(s.scratch); err != nil {
+	names, err := s.fs.List(s.scratch)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("archive: empty scratch dir %s: %w", s.scratch, err)
+	}
+	for _, name := range names {
+		if err := s.fs.RemoveAll(s.fs.PathJoin(s.scratch, name)); err != nil {
+			return fmt.Errorf("archive: empty scratch dir %s: %w", s.scratch, err)
+		}
 	}
 	if err := s.fs.MkdirAll(s.scratch, 0o755); err != nil {
 		return fmt.Errorf("archive: create scratch dir %s: %w", s.scratch, err)
