@@ -2,11 +2,20 @@ package archive
 
 // This file owns online backup: a consistent copy of the open store as a new
 // data dir. Pebble's checkpoint (sstables hard-linked, MANIFEST, OPTIONS and
-// the WALs copied, every file and directory synced) is built in the store's
-// own scratch dir, on the live volume; the store then moves it into the
-// destination (a rename on the same filesystem, a copy elsewhere), each of
-// its calls there timed, so a destination that stops answering ends the
-// checkpoint and not the live store.
+// the WALs copied, every file and directory synced) is staged inside the
+// store dir itself (store/checkpoint-staging/N), on the store's own
+// filesystem for certain, so its tables are always hard links; the store
+// then moves it into the destination (a rename on the same filesystem, a
+// copy elsewhere), each of its calls there timed, so a destination that
+// stops answering ends the checkpoint and not the live store.
+//
+// Why not scratch/: it may be a volume of its own (a tmpfs, a download
+// disk), where Pebble would copy every table of the store, filling it.
+// Pebble ignores a directory in its own: its listing parses file names
+// (CURRENT, LOCK, MANIFEST-*, OPTIONS-*, marker.*, temporary.*, N.sst,
+// N.log) and skips any other, and it deletes only files it knows; a
+// checkpoint links or copies only the files of its version, never a
+// directory in the store dir.
 //
 // Why the two steps: for as long as Pebble's checkpoint runs it holds the
 // live store's file deletions (no compacted-away table, no old write-ahead
@@ -16,7 +25,7 @@ package archive
 // it should be. Every call on the destination comes after it, and one stuck
 // there holds at most a goroutine and the staged copy (hard links to the
 // tables of one instant: at most the store's size then), until it returns
-// or the process restarts (Open empties scratch/).
+// or the process restarts (Open removes the staging dir, a named step).
 
 import (
 	"errors"
@@ -36,8 +45,9 @@ import (
 )
 
 // ErrCheckpointDest: the checkpoint destination is refused: it exists and is
-// not an empty directory, or it lies inside the data dir's store/ or
-// scratch/ (or is the data dir itself). Nothing was written.
+// not an empty directory, or it lies inside the data dir's store/ (the
+// staging dir included) or scratch/ (or is the data dir itself). Nothing
+// was written.
 var ErrCheckpointDest = errors.New("checkpoint destination refused")
 
 // ErrCheckpointReadOnly: the store was opened read-only, which Pebble cannot
@@ -55,8 +65,12 @@ var ErrCheckpointStuck = errors.New("checkpoint destination stuck")
 // Open does not mistake for a store.
 const checkpointPartial = "store.partial"
 
-// checkpointStaging prefixes the scratch dir's staged checkpoints.
-const checkpointStaging = "checkpoint-"
+// checkpointStaging is the directory inside the store dir where Pebble
+// builds each checkpoint, in a numbered directory of its own, before it is
+// moved to its destination. Not a name Pebble parses as one of its files
+// (it skips it), nor the prefix of one; Open removes it (a crash mid-way
+// leaves it).
+const checkpointStaging = "checkpoint-staging"
 
 // copyChunk is how much of a file a copy to the destination writes per
 // call: each one is progress for the stall bound.
@@ -85,9 +99,10 @@ type ckCalls struct {
 // Checkpoints must use distinct destinations. A store opened read-only is
 // refused (ErrCheckpointReadOnly).
 //
-// Pebble builds the copy in the scratch dir, where sstables are
-// hard-linked (scratch/ is on the store's filesystem); it is then renamed
-// into dir when dir is on that filesystem too (cheap, and the checkpoint
+// Pebble builds the copy in the store dir's checkpoint-staging/, where
+// sstables are hard-linked (it is on the store's filesystem, whatever is
+// mounted at scratch/); it is then renamed into dir when dir is on that
+// filesystem too (cheap, and the checkpoint
 // then pins files that compactions would delete: its disk use grows as the
 // live store diverges), and copied elsewhere. A call on dir (its stat, a
 // directory made, a file created, written or synced, a rename) that has
@@ -116,13 +131,13 @@ func (s *Store) Checkpoint(dir string) error {
 	if err := s.checkCheckpointDest(dir); err != nil {
 		return err
 	}
-	staging := s.fs.PathJoin(s.scratch, checkpointStaging+strconv.FormatUint(s.ck.staged.Add(1), 10))
+	staging := s.fs.PathJoin(s.stagingDir(), strconv.FormatUint(s.ck.staged.Add(1), 10))
 	// Every Writer commit is synced already; the flush makes the guarantee
 	// independent of that: everything committed before this call is in the
 	// checkpoint. Pebble syncs every file it writes and staging itself;
 	// its calls are the live store's (s.pfs), timed by its guard.
 	if err := s.db.Checkpoint(staging, pebble.WithFlushedWAL()); err != nil {
-		return fmt.Errorf("archive: checkpoint to %s: pebble checkpoint in %s: %w", dir, s.scratch, err)
+		return fmt.Errorf("archive: checkpoint to %s: pebble checkpoint in %s: %w", dir, staging, err)
 	}
 	return s.onDest(dir, func(d *destCalls) error {
 		// What a copy, or a failure, leaves of the staged checkpoint;
@@ -171,7 +186,7 @@ func (s *Store) moveCheckpoint(d *destCalls, staging, dir string) (err error) {
 		err = s.copyCheckpoint(d, staging, partial)
 	}
 	if err != nil {
-		return fail("move the checkpoint out of "+s.scratch, err)
+		return fail("move the checkpoint out of "+staging, err)
 	}
 	if err := d.call("a rename of "+partial+" to "+final, func() error { return s.fs.Rename(partial, final) }); err != nil {
 		return fail("rename "+checkpointPartial+" to "+StoreDir, err)

@@ -17,7 +17,7 @@ import (
 // TestCheckpointStuckDestination: a checkpoint whose destination volume
 // stops answering (with no error and no end) in its stat, in the
 // directory made for it, or in a write of a copied file (another
-// filesystem: the rename out of scratch/ fails with EXDEV) ends within
+// filesystem: the rename out of the staging dir fails with EXDEV) ends within
 // the bound with ErrCheckpointStuck naming the call, and the live store
 // records no fault and goes on taking writes; every checkpoint is refused
 // (ErrCheckpointStuck) while the call is out; once it returns, the next
@@ -103,11 +103,11 @@ func TestCheckpointStuckDestination(t *testing.T) {
 }
 
 // elsewhere is fs as seen when checkpoints go to another filesystem than
-// the store's: the rename of a staged checkpoint out of scratch/ fails
-// with EXDEV, as across mounts, so it is copied.
+// the store's: the rename of a staged checkpoint out of the staging dir
+// fails with EXDEV, as across mounts, so it is copied.
 func elsewhere(fs vfs.FS) vfs.FS {
 	return errorfs.Wrap(fs, errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
-		if rest, ok := strings.CutPrefix(path, "/data/"+ScratchDir+"/"+checkpointStaging); ok && op == errorfs.OpRename && !strings.Contains(rest, "/") {
+		if rest, ok := strings.CutPrefix(path, "/data/"+StoreDir+"/"+checkpointStaging+"/"); ok && op == errorfs.OpRename && !strings.Contains(rest, "/") {
 			return &os.LinkError{Op: "rename", Old: path, Err: syscall.EXDEV}
 		}
 		return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -344,8 +345,8 @@ func TestCheckpointFailureLeavesNothing(t *testing.T) {
 		if dir == "/backups/given" && (lerr != nil || len(names) != 0) {
 			t.Fatalf("after a failed checkpoint the given %s holds %v (%v), want it empty", dir, names, lerr)
 		}
-		if names, err := mem.List("/data/" + ScratchDir); err != nil || len(names) != 0 {
-			t.Fatalf("after a failed checkpoint the scratch dir holds %v (%v), want the staged copy removed", names, err)
+		if names, err := mem.List("/data/" + StoreDir + "/" + checkpointStaging); err != nil || len(names) != 0 {
+			t.Fatalf("after a failed checkpoint the staging dir holds %v (%v), want the staged copy removed", names, err)
 		}
 	}
 	full.Store(false)
@@ -357,5 +358,113 @@ func TestCheckpointFailureLeavesNothing(t *testing.T) {
 		if err := s.Checkpoint(dir); err != nil {
 			t.Fatalf("checkpoint to %s once there is room: %v", dir, err)
 		}
+	}
+}
+
+// TestCheckpointStagingInStoreDir: checkpoints are staged in the store
+// dir's checkpoint-staging/, which Pebble and the store ignore. One a
+// crash left there (Pebble's checkpoint of the store, not yet moved) is
+// untouched by flushes, compactions and their deletion of the tables it
+// links, and is no part of a checkpoint of the store that holds it; a
+// read-only open (status, the check before a command) accepts the store,
+// counts its size and leaves the staged copy; a writable open removes it.
+func TestCheckpointStagingInStoreDir(t *testing.T) {
+	fs := vfs.NewMem()
+	s := openMem(t, fs)
+	w := newWriter(t, s, WriterOptions{})
+	for i := 1; i <= 20; i++ {
+		apply(t, w, fillUnit(didN(i), i, 5))
+	}
+	if err := s.DB().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	left := "/data/" + StoreDir + "/" + checkpointStaging + "/7"
+	if err := s.DB().Checkpoint(left); err != nil {
+		t.Fatal(err)
+	}
+	staged, err := fs.List(left)
+	if err != nil || len(staged) == 0 {
+		t.Fatalf("staged checkpoint holds %v (%v)", staged, err)
+	}
+	slices.Sort(staged)
+	for i := 21; i <= 40; i++ {
+		apply(t, w, fillUnit(didN(i), i, 5))
+	}
+	if err := s.DB().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DB().Compact([]byte{0}, []byte{0xff, 0xff}, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Pebble deletes the tables a compaction replaced on a goroutine of its
+	// own: wait until one the staged copy links is gone from the store.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var gone bool
+		for _, name := range staged {
+			if _, err := fs.Stat("/data/" + StoreDir + "/" + name); strings.HasSuffix(name, ".sst") && errors.Is(err, os.ErrNotExist) {
+				gone = true
+			}
+		}
+		if gone {
+			break
+		}
+		if time.Now().After(deadline) {
+			all, _ := fs.List("/data/" + StoreDir)
+			t.Fatalf("10 s after the compaction the store still holds every staged table of %v (%v): the test proves nothing", staged, all)
+		}
+	}
+	same := func(when string) {
+		t.Helper()
+		now, err := fs.List(left)
+		slices.Sort(now)
+		if err != nil || !slices.Equal(now, staged) {
+			t.Fatalf("%s the staged checkpoint holds %v (%v), want %v untouched", when, now, err, staged)
+		}
+	}
+	same("after a compaction")
+	if err := s.Checkpoint("/backups/b1"); err != nil {
+		t.Fatalf("checkpoint of a store holding a staged one: %v", err)
+	}
+	if names, err := fs.List("/backups/b1/" + StoreDir); err != nil || strings.Contains(strings.Join(names, " "), checkpointStaging) {
+		t.Fatalf("the checkpoint holds %v (%v), want no staging dir in it", names, err)
+	}
+	ro := testOptions(fs)
+	ro.ReadOnly = true
+	ck, err := Open("/backups/b1", ro)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tip := sameEvents(t, ck, s); tip != 200 {
+		t.Fatalf("checkpoint tip %d, want 200", tip)
+	}
+	ck.Close()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	same("after the store's close")
+
+	r, err := Open("/data", ro)
+	if err != nil {
+		t.Fatalf("read-only open of a store holding a staged checkpoint: %v", err)
+	}
+	if n, err := r.DiskBytes(); err != nil || n == 0 {
+		t.Fatalf("size of a store holding a staged checkpoint: %d (%v)", n, err)
+	}
+	if tip, err := r.Tip(); err != nil || tip != 200 {
+		t.Fatalf("read-only tip %d (%v), want 200", tip, err)
+	}
+	r.Close()
+	same("after a read-only open")
+
+	s = openMem(t, fs)
+	defer s.Close()
+	if _, err := fs.Stat("/data/" + StoreDir + "/" + checkpointStaging); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("after a writable open the staging dir is still there (%v), want it removed", err)
+	}
+	if tip, err := s.Tip(); err != nil || tip != 200 {
+		t.Fatalf("tip after the open %d (%v), want 200", tip, err)
 	}
 }

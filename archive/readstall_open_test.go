@@ -36,6 +36,7 @@ func TestStuckOpenStepIsAFault(t *testing.T) {
 		{name: "stat partial checkpoint", fresh: true, op: errorfs.OpStat, path: "/data/store.partial", want: "making or finding the store dir /data/store"},
 		{name: "lock", op: errorfs.OpLock, path: "/data/store/LOCK", want: "taking the LOCK file of /data/store"},
 		{name: "list scratch", op: errorfs.OpList, path: "/data/scratch", want: "emptying the scratch dir /data/scratch"},
+		{name: "remove staged checkpoints", op: errorfs.OpRemoveAll, path: "/data/store/checkpoint-staging", want: "removing the staged checkpoints /data/store/checkpoint-staging"},
 		{name: "create scratch", op: errorfs.OpMkdirAll, path: "/data/scratch", want: "emptying the scratch dir /data/scratch"},
 		{name: "free space", space: true, want: "the free-space query of the volume holding /data"},
 		{name: "read-only stat store dir", readOnly: true, op: errorfs.OpStat, path: "/data/store", want: "a stat of the store dir /data/store"},

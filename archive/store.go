@@ -73,8 +73,8 @@ type Options struct {
 	// MaxWriteStall bounds a Pebble write stall before it is a disk fault
 	// (default DefaultMaxWriteStall), and one read of the store's files
 	// (or an open, a stat, a listing, or one of Open's own calls before
-	// Pebble starts: the store dir, the lock, the scratch dir, the
-	// free-space query) that has not returned (found within a third of it
+	// Pebble starts: the store dir, the lock, the scratch dir, the staged
+	// checkpoints, the free-space query) that has not returned (found within a third of it
 	// more: readstall.go; a ReadOnly store's too);
 	// MaxFailedFlushes is the number of
 	// consecutive failed flushes that is one (default
@@ -136,7 +136,8 @@ const (
 )
 
 // Open opens (or creates) <dataDir>/store, takes its lock, then empties
-// <dataDir>/scratch, and runs the startup guard: a store with no keys is
+// <dataDir>/scratch and removes the checkpoints a crash left staged in
+// <dataDir>/store/checkpoint-staging, and runs the startup guard: a store with no keys is
 // initialised with a fresh meta/instance and meta/phase=bootstrap in one
 // synced batch; a store with keys but without a readable, well-formed
 // identity and phase is refused (ErrRefused) with a message saying what was
@@ -207,7 +208,8 @@ func open(dataDir string, opts Options) (*Store, error) {
 
 // prepare is what Open does before Pebble starts: it finds the store dir
 // (a read-only open) or makes it, takes the lock and, writable, empties
-// the scratch dir and checks the free-space floor. Each of those calls is
+// the scratch dir, removes the checkpoints a crash left staged in the
+// store dir and checks the free-space floor. Each of those calls is
 // timed by the read guard, started here (readstall.go): one the volume
 // never answers is a read-stall fault naming it, handed to OnFault while
 // the open is still blocked in it. On an error the guard is stopped and
@@ -243,6 +245,9 @@ func (s *Store) prepare() (err error) {
 		return nil
 	}
 	if err := r.timeStep("emptying the scratch dir "+s.scratch, s.emptyScratch); err != nil {
+		return err
+	}
+	if err := r.timeStep("removing the staged checkpoints "+s.stagingDir(), s.removeStaged); err != nil {
 		return err
 	}
 	return r.timeStep("the free-space query of the volume holding "+s.dataDir, s.belowFloor)
@@ -379,6 +384,20 @@ func (s *Store) emptyScratch() error {
 	}
 	if err := s.fs.MkdirAll(s.scratch, 0o755); err != nil {
 		return fmt.Errorf("archive: create scratch dir %s: %w", s.scratch, err)
+	}
+	return nil
+}
+
+// stagingDir is where checkpoints are staged, inside the store dir
+// (checkpoint.go).
+func (s *Store) stagingDir() string { return s.fs.PathJoin(s.dir, checkpointStaging) }
+
+// removeStaged removes the checkpoints a crash left staged: only under the
+// store's lock, as they are the lock holder's. Pebble ignores the
+// directory; a read-only open leaves it.
+func (s *Store) removeStaged() error {
+	if err := s.fs.RemoveAll(s.stagingDir()); err != nil {
+		return fmt.Errorf("archive: remove the staged checkpoints %s: %w", s.stagingDir(), err)
 	}
 	return nil
 }

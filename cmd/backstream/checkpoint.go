@@ -505,9 +505,9 @@ func checkpointRemote(ctx context.Context, listen, to string) (*checkpointResult
 }
 
 // checkpointLocal checkpoints a data dir no process holds: opened as serve
-// would (scratch/ emptied, the WAL replayed), as Pebble can checkpoint only
-// a read-write open, with opts (its logger; tests: its filesystem, its
-// bound). A read or a write of either store that never returns ends it
+// would (scratch/ emptied, staged checkpoints removed, the WAL replayed),
+// as Pebble can checkpoint only a read-write open, with opts (its logger;
+// tests: its filesystem, its bound). A read or a write of either store that never returns ends it
 // with that store's disk fault (useExisting, archive.Use).
 func checkpointLocal(dataDir, to string, opts archive.Options) (*checkpointResult, error) {
 	// No free-space floor: copying the store off a full volume is how an

@@ -86,22 +86,22 @@ func wantStoreFault(t *testing.T, what string, bound time.Duration, done <-chan 
 // TestCheckpointOnStuckDisk: `backstream checkpoint --data-dir` does not
 // hang for ever on a volume that stops answering its writes (with no
 // error and no end). The store's volume, while Pebble builds the
-// checkpoint in its scratch dir: once the write has been out for the
-// bound, it returns the store's disk fault, a *FatalError (exit 2),
-// naming what is stuck. The destination's: it returns
+// checkpoint in the store dir's checkpoint-staging/: once the write has
+// been out for the bound, it returns the store's disk fault, a
+// *FatalError (exit 2), naming what is stuck. The destination's: it returns
 // archive.ErrCheckpointStuck naming the call (exit 1), no fault of the
 // store.
 func TestCheckpointOnStuckDisk(t *testing.T) {
 	const bound = 200 * time.Millisecond
 	t.Run("store", func(t *testing.T) {
 		mem := stuckStore(t)
-		opts := archive.Options{FS: held(t, mem, storefault.Writes("/data/scratch/checkpoint-")), Logger: slog.New(slog.DiscardHandler), MaxWriteStall: bound}
+		opts := archive.Options{FS: held(t, mem, storefault.Writes("/data/store/checkpoint-staging/")), Logger: slog.New(slog.DiscardHandler), MaxWriteStall: bound}
 		done := make(chan error, 1)
 		go func() {
 			_, err := checkpointLocal("/data", "/backup/b1", opts)
 			done <- err
 		}()
-		wantStoreFault(t, "a checkpoint whose store's volume answers no write", bound, done, "/data/scratch/checkpoint-")
+		wantStoreFault(t, "a checkpoint whose store's volume answers no write", bound, done, "/data/store/checkpoint-staging/")
 	})
 	t.Run("destination", func(t *testing.T) {
 		mem := stuckStore(t)

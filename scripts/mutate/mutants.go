@@ -1324,10 +1324,10 @@ var mutants = []Mutant{
 	},
 	{
 		ID: "m123", Invariant: "H8",
-		Name: "Pebble's checkpoint built on the destination, not in scratch/ (a backup volume that stops answering is a fault of the live store)",
+		Name: "Pebble's checkpoint built on the destination, not in the store dir (a backup volume that stops answering is a fault of the live store)",
 		File: "archive/checkpoint.go",
-		Old:  "staging := s.fs.PathJoin(s.scratch, checkpointStaging+",
-		New:  "staging := s.fs.PathJoin(dir, checkpointStaging+",
+		Old:  "staging := s.fs.PathJoin(s.stagingDir(), ",
+		New:  "staging := s.fs.PathJoin(dir, checkpointStaging, ",
 		Tests: []Test{
 			{Pkg: "./archive", Run: "^TestCheckpointStuckDestination$"},
 			{Pkg: "./cmd/backstream", Run: "^TestCheckpointEndpointStuckBackupVolume$"},
