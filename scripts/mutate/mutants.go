@@ -1343,4 +1343,14 @@ var mutants = []Mutant{
 			{Pkg: "./cmd/backstream", Run: "^TestCheckpointReadBackStuck$"},
 		},
 	},
+	{
+		ID: "m130", Invariant: "C5",
+		Name: "Open empties the scratch dir by removing the dir itself (a volume mounted at <data-dir>/scratch fails every start: EBUSY)",
+		File: "archive/store.go",
+		Old:  "\tfor _, name := range names {\n\t\tif err := s.fs.RemoveAll(s.fs.PathJoin(s.scratch, name)); err != nil {\n",
+		New:  "\tfor range names[:min(len(names), 1)] {\n\t\tif err := s.fs.RemoveAll(s.scratch); err != nil {\n",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestOpenScratchVolume$"},
+		},
+	},
 }
