@@ -42,6 +42,8 @@ import (
 
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
+
+	"github.com/backstream/backstream/internal/diskspace"
 )
 
 // ErrCheckpointDest: the checkpoint destination is refused: it exists and is
@@ -53,6 +55,12 @@ var ErrCheckpointDest = errors.New("checkpoint destination refused")
 // ErrCheckpointReadOnly: the store was opened read-only, which Pebble cannot
 // checkpoint; open it read-write (no other process may hold it).
 var ErrCheckpointReadOnly = errors.New("a store opened read-only cannot be checkpointed")
+
+// ErrCheckpointNoRoom: the copies a checkpoint stages on the store's own
+// volume would take it below the store's free-space floor
+// (Options.MinFree), which the live store would then record as a disk
+// fault. Nothing was written.
+var ErrCheckpointNoRoom = errors.New("no room to stage the checkpoint on the store's volume")
 
 // ErrCheckpointStuck: a call of a checkpoint on its destination has not
 // returned within the store's bound (Options.MaxWriteStall), with no
@@ -127,6 +135,9 @@ func (s *Store) Checkpoint(dir string) error {
 	if call, since := s.CheckpointStuck(); call != "" {
 		return fmt.Errorf("archive: checkpoint to %s: %w: an earlier checkpoint's %s has not returned since %s; no checkpoint starts until it does: check that volume",
 			dir, ErrCheckpointStuck, call, since.UTC().Format(time.RFC3339))
+	}
+	if err := s.RoomToStage(); err != nil {
+		return fmt.Errorf("archive: checkpoint to %s: %w", dir, err)
 	}
 	if err := s.checkCheckpointDest(dir); err != nil {
 		return err
@@ -347,6 +358,40 @@ func (s *Store) onDest(dir string, work func(*destCalls) error) error {
 		return fmt.Errorf("archive: checkpoint to %s: %w: %s has not returned for over %v with no error: the destination's volume is stuck or far too slow; the live store is not affected, and no checkpoint starts until that call returns",
 			dir, ErrCheckpointStuck, name, time.Since(since).Round(time.Millisecond))
 	}
+}
+
+// RoomToStage refuses a checkpoint (ErrCheckpointNoRoom) whose staged
+// copies would take the store's volume below its free-space floor: Pebble
+// links the tables into the staging dir and copies the rest it counts
+// (stagedCopyBytes). Nil with room, with the floor off, or on a
+// filesystem that is not the OS's (as the floor's own check).
+func (s *Store) RoomToStage() error {
+	if s.space.stat == nil || s.space.setting < 0 {
+		return nil
+	}
+	sp, err := s.space.stat(s.dataDir)
+	if err != nil {
+		return fmt.Errorf("archive: free space of %s: %w", s.dataDir, err)
+	}
+	need, floor := s.stagedCopyBytes(), diskspace.Floor(s.space.setting, sp.Total)
+	if sp.Below(floor + need) {
+		return fmt.Errorf("%w: staging it copies %d bytes (the write-ahead logs, the manifest, the options) to the volume of %s, which has %d bytes free and must keep %d (--min-free)",
+			ErrCheckpointNoRoom, need, s.dataDir, sp.Free, floor)
+	}
+	return nil
+}
+
+// stagedCopyBytes is what Pebble's checkpoint copies rather than links:
+// everything it counts on disk but the tables (live, obsolete, zombie, or
+// being written by a compaction) and the obsolete logs, that is the live
+// write-ahead logs, the manifest and the options file.
+func (s *Store) stagedCopyBytes() uint64 {
+	m := s.db.Metrics()
+	n := m.DiskSpaceUsage() - m.WAL.ObsoletePhysicalSize - m.Table.ObsoleteSize - m.Table.ZombieSize - uint64(m.Compact.InProgressBytes)
+	for _, lm := range m.Levels {
+		n -= uint64(lm.Size)
+	}
+	return n
 }
 
 // CheckpointStuck names the call on a destination that a checkpoint gave

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/vfs"
+
+	"github.com/backstream/backstream/internal/diskspace"
 	"github.com/cockroachdb/pebble/vfs/errorfs"
 )
 
@@ -466,5 +468,58 @@ func TestCheckpointStagingInStoreDir(t *testing.T) {
 	}
 	if tip, err := s.Tip(); err != nil || tip != 200 {
 		t.Fatalf("tip after the open %d (%v), want 200", tip, err)
+	}
+}
+
+// TestCheckpointRoomToStage: Pebble's checkpoint copies the write-ahead
+// logs, the manifest and the options file into the staging dir on the
+// store's own volume (its tables are links). A checkpoint whose copies
+// would take that volume below the store's free-space floor is refused
+// with ErrCheckpointNoRoom before it writes anything, and the live store
+// records no fault; with room it goes ahead.
+func TestCheckpointRoomToStage(t *testing.T) {
+	base := t.TempDir()
+	var free atomic.Uint64
+	opts := testOptions(nil)
+	opts.MinFree = 1 << 30
+	opts.Space = func(string) (diskspace.Space, error) {
+		return diskspace.Space{Free: free.Load(), Total: 100 << 30}, nil
+	}
+	free.Store(10 << 30)
+	s, err := Open(filepath.Join(base, "data"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	w, err := NewWriter(s, WriterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.Apply(context.Background(), fillUnit("did:plc:room", 1, 2000)); err != nil {
+		t.Fatal(err)
+	}
+	staged := s.stagedCopyBytes()
+	if staged < 64<<10 {
+		t.Fatalf("the store's logs and manifest take %d bytes; want the rows in its log (at least 64 KiB)", staged)
+	}
+	free.Store(1<<30 + staged/2) // above the floor, not by the copies
+	dir := filepath.Join(base, "ck1")
+	err = s.Checkpoint(dir)
+	if !errors.Is(err, ErrCheckpointNoRoom) || !strings.Contains(err.Error(), "--min-free") {
+		t.Fatalf("a checkpoint whose %d staged bytes would take the store's volume below its floor: %v; want ErrCheckpointNoRoom naming --min-free", staged, err)
+	}
+	if _, serr := os.Stat(dir); !errors.Is(serr, os.ErrNotExist) {
+		t.Fatalf("the refused checkpoint wrote %s: %v", dir, serr)
+	}
+	if names, _ := os.ReadDir(filepath.Join(base, "data", StoreDir, checkpointStaging)); len(names) > 0 {
+		t.Fatalf("the refused checkpoint staged %d entries", len(names))
+	}
+	if f := s.Fault(); f != nil {
+		t.Fatalf("the refusal is a fault of the live store: %v", f)
+	}
+	free.Store(1<<30 + 2*staged)
+	if err := s.Checkpoint(filepath.Join(base, "ck2")); err != nil {
+		t.Fatalf("a checkpoint with room for its staged copies: %v", err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -269,6 +270,46 @@ func TestCheckpointNeedsRoom(t *testing.T) {
 	free++
 	if rec := post(h, "full"); rec.Code != 200 {
 		t.Fatalf("just enough room: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestCheckpointNeedsRoomToStage: a checkpoint whose staged copies (the
+// write-ahead logs, the manifest, the options file, copied into the store
+// dir on the live volume) would take that volume below its --min-free
+// floor is refused (507, counted no_space) before anything is written, and
+// the live store records no fault.
+func TestCheckpointNeedsRoomToStage(t *testing.T) {
+	base := t.TempDir()
+	const floor = 1 << 30
+	var free atomic.Uint64
+	free.Store(floor) // the floor exactly: room for nothing more
+	store, err := archive.Open(filepath.Join(base, "data"), archive.Options{Logger: slog.New(slog.DiscardHandler), CacheSize: 8 << 20,
+		MinFree: floor, Space: func(string) (diskspace.Space, error) {
+			return diskspace.Space{Free: free.Load(), Total: 100 << 30}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	s := testServer(t, store, base, 0)
+	h := s.checkpointEndpoint().(*checkpointHandler)
+	h.stat = func(string) (diskspace.Space, error) { return diskspace.Space{Free: 50 << 30, Total: 100 << 30}, nil } // the destination has room
+	rec := post(h, "ck")
+	if rec.Code != http.StatusInsufficientStorage || !strings.Contains(errorOf(t, rec), "--min-free") {
+		t.Fatalf("no room on the store's volume to stage the checkpoint: %d %s; want 507 naming --min-free", rec.Code, rec.Body)
+	}
+	if v := promtest.Value(t, s.reg, "backstream_checkpoint_refused_total", map[string]string{"reason": ckNoSpace}); v != 1 {
+		t.Fatalf("no_space refusals counted %v, want 1", v)
+	}
+	if _, err := os.Stat(filepath.Join(base, "ck")); !os.IsNotExist(err) {
+		t.Fatalf("written without room to stage: %v", err)
+	}
+	if f := store.Fault(); f != nil {
+		t.Fatalf("the refusal is a fault of the live store: %v", f)
+	}
+	free.Store(floor + 1<<30)
+	if rec := post(h, "ck"); rec.Code != 200 {
+		t.Fatalf("with room to stage: %d %s", rec.Code, rec.Body)
 	}
 }
 

@@ -242,7 +242,7 @@ func (h *checkpointHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	res, readBack, err := h.checkpoint(store, to)
 	h.untilReleased(readBack, "the read-back of "+to)
-	if !errors.Is(err, archive.ErrCheckpointDest) { // a refused destination wrote nothing
+	if !errors.Is(err, archive.ErrCheckpointDest) && !errors.Is(err, archive.ErrCheckpointNoRoom) { // refused: nothing written
 		h.mu.Lock()
 		h.ended = h.now()
 		h.mu.Unlock()
@@ -250,6 +250,9 @@ func (h *checkpointHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, archive.ErrCheckpointDest):
 		answerJSON(w, http.StatusConflict, checkpointError{Error: err.Error()})
+	case errors.Is(err, archive.ErrCheckpointNoRoom): // the room went between clearToStart and the start
+		h.refused.WithLabelValues(ckNoSpace).Inc()
+		answerJSON(w, http.StatusInsufficientStorage, checkpointError{Error: err.Error()})
 	case err != nil:
 		h.log.Error("checkpoint failed", "to", to, "err", err)
 		answerJSON(w, http.StatusInternalServerError, checkpointError{Error: err.Error()})
@@ -326,8 +329,9 @@ func (h *checkpointHandler) stuckCall(store *archive.Store) (string, time.Time) 
 }
 
 // clearToStart checks, with no other checkpoint running, that no earlier
-// one is stuck, that the interval since the previous one has passed and
-// that to's volume has room.
+// one is stuck, that the interval since the previous one has passed, that
+// to's volume has room, and that the store's has room for the copies the
+// checkpoint stages there (archive.Store.RoomToStage).
 func (h *checkpointHandler) clearToStart(store *archive.Store, to string) *ckRefusal {
 	if call, since := h.stuckCall(store); call != "" {
 		return refuse(http.StatusConflict, ckStuck, "checkpoint: an earlier checkpoint is stuck: %s has not returned since %s (its volume stopped answering); none starts until it does: check that volume",
@@ -339,6 +343,9 @@ func (h *checkpointHandler) clearToStart(store *archive.Store, to string) *ckRef
 		return no
 	}
 	if err := h.roomFor(store.DB().Metrics().DiskSpaceUsage(), to); err != nil {
+		return refuse(http.StatusInsufficientStorage, ckNoSpace, "checkpoint: %v", err)
+	}
+	if err := store.RoomToStage(); err != nil {
 		return refuse(http.StatusInsufficientStorage, ckNoSpace, "checkpoint: %v", err)
 	}
 	return nil
