@@ -364,6 +364,16 @@ func (s *Store) EstimateIndex(ranges []IndexRange, from, to uint64, limit int) (
 // run's) without its row is a broken index, not a race with compaction: it
 // stops the iterator with an error (ErrMalformed naming the entry). Not
 // safe for concurrent use.
+//
+// A head keeps no copy of its entry's value: a covering copy is read when
+// its row is yielded, where the entry is (its range's own iterator is
+// still on it; the shared one, moved on by other ranges, seeks back to it,
+// and then steps on from it rather than seeking), and the row's event
+// aliases it until the next call to Next, which only then advances that
+// head. So what an IndexIter holds of the heap is its iterators and, per
+// range, a head and its prefix, whatever the size of the rows its entries
+// copy (a hostile account writing large records into many rare
+// collections, each entry's copy a whole row).
 type IndexIter struct {
 	snap    *pebble.Snapshot
 	shared  *pebble.Iterator // the ranges' iterator when they have none of their own
@@ -373,8 +383,8 @@ type IndexIter struct {
 	to      uint64 // the bound: seqs below it
 	last    uint64 // the last seq yielded
 	yielded bool
+	pending bool // the top head's seq is taken: Next advances it first
 	kbuf    []byte
-	row     []byte // the current row's covering copy (the event aliases it)
 	evt     Event
 	rows    int // point reads of ev/
 	copies  int // rows read from a covering copy
@@ -395,7 +405,7 @@ type idxHead struct {
 	seq    uint64           // its current seq: its entry's, or one of its run's
 	last   uint64           // the last seq of its entry (its run's, below the bound)
 	run    bool             // its entry is a run
-	val    []byte           // the current entry's value: its row's covering copy, or empty
+	copied bool             // its entry carries a covering copy (read when yielded)
 }
 
 // idxHeads is a min-heap of the ranges by their current seq.
@@ -503,51 +513,32 @@ func (x *IndexIter) read(h *idxHead, ok bool) bool {
 		x.err = &KeyError{Key: keyString(k), Kind: ErrMalformed, Err: errors.New("a run entry with a value")}
 		return false
 	}
-	h.val = append(h.val[:0], v...)
+	h.copied = len(v) > 0
 	x.at = h.id
 	return true
 }
 
 // Next advances to the next row; false at the end or on error (see Err).
+// The head whose seq the last call took is advanced first: its entry's
+// covering copy may be the last row's memory.
 func (x *IndexIter) Next() bool {
 	for x.err == nil && len(x.heads) > 0 {
-		h := &x.heads[0]
-		seq := h.seq
-		run := h.run
-		dup := x.yielded && seq <= x.last // the same row through another range
-		if !dup {
-			x.row, h.val = h.val, x.row[:0] // the head's next entry reuses the old buffer
-		}
-		// Advance the head: to the run's next seq; or a step on its own
-		// iterator, or on the shared one while it is still on this head;
-		// else a seek.
-		var more bool
-		if seq < h.last {
-			h.seq, more = seq+1, true
-		} else if h.it != x.shared || x.at == h.id {
-			more = x.read(h, h.it.Next())
-		} else {
-			more = x.seek(h, seq+1)
-		}
-		if x.err != nil {
-			return false
-		}
-		if more {
-			heap.Fix(&x.heads, 0)
-		} else {
-			if h.it != x.shared {
-				_ = h.it.Close()
-			}
-			heap.Pop(&x.heads)
-		}
-		if dup {
+		if x.pending {
+			x.pending = false
+			x.advance()
 			continue
 		}
-		x.last, x.yielded = seq, true
-		if len(x.row) > 0 {
-			return x.copied(seq)
+		h := &x.heads[0]
+		seq := h.seq
+		x.pending = true
+		if x.yielded && seq <= x.last {
+			continue // the same row through another range
 		}
-		if found := x.point(seq, run); found || x.err != nil {
+		x.last, x.yielded = seq, true
+		if h.copied {
+			return x.copied(h, seq)
+		}
+		if found := x.point(seq, h.run); found || x.err != nil {
 			return found
 		}
 		// A seq of a run that compaction emptied.
@@ -555,10 +546,57 @@ func (x *IndexIter) Next() bool {
 	return false
 }
 
-// copied decodes the row at seq from its entry's covering copy.
-func (x *IndexIter) copied(seq uint64) bool {
+// advance moves the top head past its seq: to its run's next seq; or a
+// step on its own iterator, or on the shared one while it is still on
+// this head; else a seek. A head with nothing more is dropped.
+func (x *IndexIter) advance() {
+	h := &x.heads[0]
+	var more bool
+	if seq := h.seq; seq < h.last {
+		h.seq, more = seq+1, true
+	} else if h.it != x.shared || x.at == h.id {
+		more = x.read(h, h.it.Next())
+	} else {
+		more = x.seek(h, seq+1)
+	}
+	if x.err != nil {
+		return
+	}
+	if more {
+		heap.Fix(&x.heads, 0)
+		return
+	}
+	if h.it != x.shared {
+		_ = h.it.Close()
+	}
+	heap.Pop(&x.heads)
+}
+
+// copied decodes the row at seq from h's entry's covering copy, read from
+// the iterator where the entry is: h's own, still on it, or the shared
+// one, moved back to it (an entry with a copy is a single row's: its key
+// is the prefix and seq).
+func (x *IndexIter) copied(h *idxHead, seq uint64) bool {
 	x.copies++
-	if err := DecodeEvent(x.row, seq, &x.evt); err != nil {
+	if h.it == x.shared && x.at != h.id {
+		x.kbuf = binary.BigEndian.AppendUint64(append(x.kbuf[:0], h.prefix...), seq)
+		if !h.it.SeekGE(x.kbuf) || !bytes.Equal(h.it.Key(), x.kbuf) {
+			x.at = -1
+			err := h.it.Error()
+			if err == nil {
+				err = errors.New("the entry is not in its snapshot any more")
+			}
+			x.err = &KeyError{Key: keyString(x.kbuf), Kind: ErrRead, Err: err}
+			return false
+		}
+		x.at = h.id
+	}
+	v, err := h.it.ValueAndErr()
+	if err != nil {
+		x.err = &KeyError{Key: keyString(h.it.Key()), Kind: ErrRead, Err: err}
+		return false
+	}
+	if err := DecodeEvent(v, seq, &x.evt); err != nil {
 		x.err = &KeyError{Key: keyString(EventKey(seq)) + "<covering copy>", Kind: ErrMalformed, Err: err}
 		return false
 	}
