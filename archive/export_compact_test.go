@@ -87,3 +87,6 @@ func eachRecordEntry(s *Store, fn func(k, v []byte) error) error {
 	}
 	return errors.Join(it.Error(), it.Close())
 }
+
+// RaceEnabled: the test binary runs under the race detector.
+const RaceEnabled = raceEnabled
