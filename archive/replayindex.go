@@ -260,8 +260,10 @@ func (r IndexRange) prefix(dst []byte) []byte { return AppendIndexPrefix(dst, r.
 
 // CollectionsUnder lists the distinct collections with an xc/ entry whose
 // name starts with prefix (an NSID prefix ending in "."), in key order, at
-// most limit of them: more reports false. One seek per collection.
-func (s *Store) CollectionsUnder(prefix string, limit int) ([]string, bool, error) {
+// most limit of them and maxBytes of names in all: more reports false
+// (the names are anyone's on the network: the bounds are what a listing
+// may hold). One seek per collection.
+func (s *Store) CollectionsUnder(prefix string, limit, maxBytes int) ([]string, bool, error) {
 	lo := append(append([]byte(nil), PrefixByCollection...), prefix...)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
 	if err != nil {
@@ -275,7 +277,7 @@ func (s *Store) CollectionsUnder(prefix string, limit int) ([]string, bool, erro
 		if err != nil {
 			return nil, false, &KeyError{Key: keyString(it.Key()), Kind: ErrMalformed, Err: err}
 		}
-		if len(names) == limit {
+		if maxBytes -= len(name); len(names) == limit || maxBytes < 0 {
 			return names, false, nil
 		}
 		names = append(names, name)

@@ -34,15 +34,28 @@ const (
 	// or a collection each; a prefix filter is every collection under it):
 	// more, and it scans.
 	planMaxRanges = 20_000
+	// planMaxPrefixRanges and planMaxPrefixBytes bound the collections a
+	// filter's prefixes are listed as, in all, and their names' bytes:
+	// more, and it scans. Those names are anyone's on the network (one
+	// account can write records in 20,000 collections of 300-byte names
+	// under app.bsky.), and an indexed replay holds each as a range of its
+	// iterator (a head and the name's key prefix, about 100 bytes more
+	// than the name), unreserved: the bounds keep that under about 90 KB,
+	// less than the iterator's own Pebble iterators hold (about 110 KB,
+	// TestPrefixPlanHeapBounded). A prefix over hundreds of collections
+	// covers a large share of the rows anyway, which a scan reads best.
+	planMaxPrefixRanges = 512
+	planMaxPrefixBytes  = 32 << 10
 )
 
 // replayPlan is how a subscriber replays for one filter.
 type replayPlan struct {
 	f      *filter              // the filter it was made for
-	ranges []archive.IndexRange // nil: scan
-	// reexpand: the ranges are f's collections with a prefix: each
-	// iterator opened lists the collections under it again, so one first
-	// written after the plan is read too.
+	ranges []archive.IndexRange // nil: scan, unless reexpand
+	// reexpand: it reads the index, its ranges f's collections with a
+	// prefix: each iterator opened lists the collections under it again,
+	// so one first written after the plan is read too, and the plan keeps
+	// none of them meanwhile.
 	reexpand bool
 	// unindexed: it scans because the index backfill had not ended; each
 	// iterator opened plans again.
@@ -58,7 +71,7 @@ func (p *replayPlan) rangesAt(store *archive.Store) ([]archive.IndexRange, error
 }
 
 func (p *replayPlan) name() string {
-	if p.ranges != nil {
+	if p.ranges != nil || p.reexpand {
 		return planIndex
 	}
 	return planScan
@@ -110,6 +123,9 @@ func plan(store *archive.Store, f *filter, from, to uint64, scanOnly bool) (*rep
 			p.reexpand = i == 1 && f.prefixes != nil
 		}
 	}
+	if p.reexpand {
+		p.ranges = nil // listed again at each iterator opened
+	}
 	return p, nil
 }
 
@@ -128,7 +144,9 @@ func didRanges(f *filter) []archive.IndexRange {
 
 // collectionRanges is the collection ranges of f's wantedCollections, a
 // prefix's as every collection the index holds under it, plus the marker
-// ranges f admits (nil: every collection wanted, or too many ranges).
+// ranges f admits (nil: every collection wanted, or too many ranges, or
+// its prefixes listed as more collections or names' bytes than
+// planMaxPrefixRanges and planMaxPrefixBytes).
 func collectionRanges(store *archive.Store, f *filter) ([]archive.IndexRange, error) {
 	if f.allCollections() {
 		return nil, nil
@@ -137,8 +155,9 @@ func collectionRanges(store *archive.Store, f *filter) ([]archive.IndexRange, er
 	for c := range f.exact {
 		names[c] = struct{}{}
 	}
+	listed, bytes := 0, 0
 	for _, pre := range f.prefixes {
-		under, ok, err := store.CollectionsUnder(pre, planMaxRanges)
+		under, ok, err := store.CollectionsUnder(pre, planMaxPrefixRanges-listed, planMaxPrefixBytes-bytes)
 		if err != nil {
 			return nil, err
 		}
@@ -147,6 +166,7 @@ func collectionRanges(store *archive.Store, f *filter) ([]archive.IndexRange, er
 		}
 		for _, c := range under {
 			names[c] = struct{}{}
+			listed, bytes = listed+1, bytes+len(c)
 		}
 	}
 	if len(names) > planMaxRanges {

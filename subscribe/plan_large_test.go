@@ -1,6 +1,9 @@
 package subscribe
 
 import (
+	"fmt"
+	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/backstream/backstream/archive"
@@ -48,5 +51,86 @@ func TestPlanIndexOnLargeSpans(t *testing.T) {
 	}
 	if p.name() != planIndex {
 		t.Fatalf("plan %s for %d rows in a span of %d seqs (1/%d of it), want index", p.name(), n, to-from, (to-from)/n)
+	}
+}
+
+// TestPrefixPlanHeapBounded: what a subscriber holds for a prefix
+// filter's replay, its plan and the index iterator it opens, is at most
+// 256 KiB (the iterator's own Pebble iterators, about 110 KB, included)
+// whatever collections the archive holds under the prefix, which anyone
+// on the network names: 20,000 collections under app.bsky. with names of
+// 278 bytes (one account's records in each), or 200 such names; those
+// plans scan. With a few collections under the prefix, or 500 of 60
+// bytes, the plan still reads the index.
+func TestPrefixPlanHeapBounded(t *testing.T) {
+	const bound = 256 << 10
+	h := newHarness(t, harnessOpts{liveBytes: 1 << 10})
+	seg := strings.Repeat("a", 62)
+	long := func(i int) string { return fmt.Sprintf("app.bsky.%s.%s.%s.%s.n%05d", seg, seg, seg, seg, i) }
+	short := func(i int) string { return fmt.Sprintf("com.example.c%d.record", i) }
+	b := h.store.DB().NewBatch()
+	for i := range 20_000 {
+		_ = b.Set(archive.AppendCollectionIndexKey(nil, long(i), uint64(1+i*64)), nil, nil)
+	}
+	for i := range 8 {
+		_ = b.Set(archive.AppendCollectionIndexKey(nil, short(i), uint64(33+i*64)), nil, nil)
+	}
+	// Past the bound of a listing's bytes, not of its count: 200 names of
+	// 278 bytes.
+	for i := range 200 {
+		_ = b.Set(archive.AppendCollectionIndexKey(nil, "net.long"+strings.TrimPrefix(long(i), "app.bsky"), uint64(49+i*64)), nil, nil)
+	}
+	// Just within the bounds of a prefix's listing: 500 names of 60 bytes.
+	for i := range 500 {
+		_ = b.Set(archive.AppendCollectionIndexKey(nil, fmt.Sprintf("org.edge.%s.n%03d", strings.Repeat("e", 46), i), uint64(17+i*64)), nil, nil)
+	}
+	if err := b.Commit(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.store.DB().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	from, to := uint64(1), uint64(1<<26)
+	for _, tc := range []struct {
+		pattern string
+		plan    string
+	}{{"app.bsky.*", planScan}, {"net.long.*", planScan}, {"com.example.*", planIndex}, {"org.edge.*", planIndex}} {
+		f := planCase{collections: []string{tc.pattern}}.filter(t)
+		runtime.GC()
+		before := heapInUse()
+		p, err := plan(h.store, f, from, to, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ranges, err := p.rangesAt(h.store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var x *archive.IndexIter
+		if ranges != nil {
+			if x, err = h.store.IndexedEvents(ranges, from, to); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n := len(ranges)
+		ranges = nil
+		held := heapInUse() - before
+		runtime.KeepAlive(p)
+		runtime.KeepAlive(x)
+		if x != nil {
+			if err := x.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Logf("%s: plan %s over %d ranges; the plan and its iterator hold %d bytes", tc.pattern, p.name(), n, held)
+		if held > bound {
+			t.Errorf("%s: the plan (%s, %d ranges) and its iterator hold %d bytes of heap, over %d", tc.pattern, p.name(), n, held, bound)
+		}
+		if p.reexpand && p.ranges != nil {
+			t.Errorf("%s: a plan that lists its prefixes again at each iterator opened keeps %d ranges meanwhile", tc.pattern, len(p.ranges))
+		}
+		if p.name() != tc.plan {
+			t.Errorf("%s: plan %s, want %s", tc.pattern, p.name(), tc.plan)
+		}
 	}
 }
