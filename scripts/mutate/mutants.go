@@ -1282,6 +1282,36 @@ var mutants = []Mutant{
 		},
 	},
 	{
+		ID: "m136", Invariant: "H5 X1",
+		Name: "a covering copy read from the shared index iterator where other ranges left it (not sought back to the yielded range's entry): another row's copy sent",
+		File: "archive/replayindex.go",
+		Old:  "if h.it == x.shared && x.at != h.id {",
+		New:  "if false && h.it == x.shared && x.at != h.id {",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestIndexIterHeapBounded$"},
+		},
+	},
+	{
+		ID: "m137", Invariant: "H5",
+		Name: "the collections listed under a prefix bounded by count only, not by their names' bytes (hundreds of 300-byte names from the network held per replay)",
+		File: "archive/replayindex.go",
+		Old:  "len(names) == limit || maxBytes < 0 {",
+		New:  "len(names) == limit {",
+		Tests: []Test{
+			{Pkg: "./subscribe", Run: "^TestPrefixPlanHeapBounded$"},
+		},
+	},
+	{
+		ID: "m138", Invariant: "H5",
+		Name: "a prefix filter's plan lists up to planMaxRanges collections under each prefix (20,000 names from the network held by every replay of app.bsky.*)",
+		File: "subscribe/plan.go",
+		Old:  "store.CollectionsUnder(pre, planMaxPrefixRanges-listed, planMaxPrefixBytes-bytes)",
+		New:  "store.CollectionsUnder(pre, planMaxRanges, 1<<40)",
+		Tests: []Test{
+			{Pkg: "./subscribe", Run: "^TestPrefixPlanHeapBounded$"},
+		},
+	},
+	{
 		ID: "m125", Invariant: "N3",
 		Name: "a publish no server took while the stream takes its subject (a leader election) is shown as no stream taking the subject",
 		File: "natssink/publish.go",
