@@ -226,11 +226,13 @@
 // low bytes. The compaction pass deletes a removed row's xd/ and xc/
 // entries in the row's batch (deleteReplayIndex). Store.IndexedEvents
 // merges ranges (IndexRange: one collection, one account, one marker kind)
-// by seq over one index iterator and point-reads each row, index and rows
-// from one snapshot, bounded above: an entry without its row is
-// ErrMalformed. EstimateIndex counts ranges exactly up to a limit (then
-// extrapolates from EstimateDiskUsage); CollectionsUnder lists the
-// collections under an NSID prefix; CheckReplayIndex compares the index
+// by seq over one index iterator and point-reads each row (or reads it
+// from its entry's covering copy, when it is yielded: a range keeps no
+// copy of its entry's value), index and rows from one snapshot, bounded
+// above: an entry without its row is ErrMalformed. EstimateIndex counts
+// ranges exactly up to a limit (then extrapolates from
+// EstimateDiskUsage); CollectionsUnder lists the collections under an
+// NSID prefix, at most so many and so many bytes of names; CheckReplayIndex compares the index
 // with ev/ (tests, the power-loss sweep, the crash matrix);
 // IndexDiskUsage measures both indexes' bytes when compacted (make bench).
 // A store older

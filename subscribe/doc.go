@@ -112,9 +112,12 @@
 //     1/planRatio (16) of the seqs to the live floor, it reads the index —
 //     the accounts' ranges, or the collections' (a prefix: every
 //     collection the index lists under it, listed again at each iterator
-//     opened) with the account and identity markers and, with includeSync,
-//     the sync markers, whichever is smaller — merged by seq, each row
-//     point-read, bounded by the floor; otherwise it scans ev/. Every row
+//     opened, at most planMaxPrefixRanges of them and planMaxPrefixBytes
+//     of names, else it scans: those names are anyone's on the network)
+//     with the account and identity markers and, with includeSync, the
+//     sync markers, whichever is smaller — merged by seq, each row
+//     point-read (or read from its entry's covering copy), bounded by the
+//     floor; otherwise it scans ev/. Every row
 //     read goes through the same filter either way, so both plans send the
 //     same events (TestIndexedReplayMatchesScan, FuzzIndexedReplay); the
 //     cursor, the floor, strict increase, the reopen on a compaction batch

@@ -212,8 +212,9 @@ func newFilter(collections, dids []string, maxSize int64) (*filter, *ParamError)
 // 10,000 DIDs of 208 bytes 2.9 MB for 3.3 MB, one DID about 190 bytes for
 // 1.3 KB; the tightest, 897 DIDs (one past a table's split), holds 0.94 of
 // its estimate. Not counted: the ranges a prefix's plan lists from the
-// archive (every collection under it, up to planMaxRanges), which are the
-// archive's names, not the client's.
+// archive (every collection under it, at most planMaxPrefixRanges and
+// planMaxPrefixBytes of names), which are the network's names, not the
+// client's, bounded instead (TestPrefixPlanHeapBounded).
 const (
 	heldPerEntry = 42
 	heldPerMap   = 1 << 10
