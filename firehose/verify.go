@@ -196,12 +196,14 @@ func validIDs(did, rev string) bool { return upstream.ValidDID(did) && upstream.
 // checkCommitMessage reads a #commit's blocks (hash-checked, rooted at the
 // commit: upstream.ReadCommitBlocks) and checks them against the message:
 // the commit names the message's DID and rev, every create/update op's CID
-// is the MST's value at its path and its record block is present, and —
+// is the MST's value at its path and its record block is present, no
+// delete op's path holds a value in the partial MST, and —
 // when every update and delete carries its prev and prevData is present
 // (sync 1.1) — the ops inverted on the partial MST give prevData. It
 // returns the commit for the signature check. indigo's
-// repo.VerifyCommitMessage does the same but logs per event through
-// slog.Default, and reads the CAR through go-car (slower).
+// repo.VerifyCommitMessage does the same, bar the delete check, but logs
+// per event through slog.Default, and reads the CAR through go-car
+// (slower).
 func checkCommitMessage(m *comatproto.SyncSubscribeRepos_Commit) (signed, error) {
 	bs, err := upstream.ReadCommitBlocks(m.Blocks, cid.Cid(m.Commit))
 	if err != nil {
@@ -237,6 +239,14 @@ func checkCommitMessage(m *comatproto.SyncSubscribeRepos_Commit) (signed, error)
 			val, err := tree.Get([]byte(rop.Path))
 			if _, ok := bs.Get(*op.Value); err != nil || val == nil || *val != *op.Value || !ok {
 				return signed{}, fmt.Errorf("%w: %s %s does not match the MST", errNotInverting, rop.Action, rop.Path)
+			}
+		case "delete":
+			// Ops are not signed and a legacy delete (no prev) turns the
+			// inversion off: a delete of a record the commit's own tree
+			// holds is a lie whether or not the commit is inverted. A
+			// path whose node is not among the blocks proves nothing.
+			if val, err := tree.Get([]byte(rop.Path)); err == nil && val != nil {
+				return signed{}, fmt.Errorf("%w: delete %s: the MST holds it", errNotInverting, rop.Path)
 			}
 		}
 		if rop.Action != "create" && op.Prev == nil {
