@@ -299,7 +299,7 @@ const (
 	ClassForbidden      = "forbidden_redirect"
 	ClassTooLarge       = "too_large"
 	ClassWrongDID       = "wrong_did"      // E7
-	ClassBadCommit      = "bad_commit"     // undecodable commit, invalid rev, bad signature
+	ClassBadCommit      = "bad_commit"     // undecodable commit, invalid rev or one too far ahead, bad signature
 	ClassIncompleteCAR  = "incomplete_car" // truncated, missing block, partial tree (retried)
 	ClassInvalidCAR     = "invalid_car"    // bad block CID, malformed framing, invalid MST (retried)
 	ClassLocal          = "local"          // our own scratch space: budget held, volume at its floor, a failed write (retried after a backoff)

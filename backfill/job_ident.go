@@ -6,6 +6,7 @@ package backfill
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/bluesky-social/indigo/atproto/repo"
 
@@ -79,6 +80,15 @@ func (r *Runner) verifyOptions(doc *resolved) VerifyOptions {
 		return opts
 	}
 	opts.CheckCommit = func(ctx context.Context, c *repo.Commit) error {
+		if ident.RevAhead(c.Rev, id.Now()) {
+			// Refused by its rev alone, as a live commit is: archived, it
+			// would move the ratchet past every genuine commit until then.
+			id.Verified(ident.PathBackfill, ident.OutcomeRev, c.DID)
+			if id.Mode() == ident.ModeWarn {
+				return nil
+			}
+			return fmt.Errorf("%w: rev %s is more than %v ahead of the clock", ErrBadCommit, c.Rev, ident.MaxRevAhead)
+		}
 		_, err := id.Verify(ctx, doc.info, doc.fresh, c)
 		switch {
 		case err == nil:

@@ -27,7 +27,8 @@ var ErrMissingBlock = errors.New("missing block")
 
 // ErrBadCommit: the commit block does not decode as a commit, or fails the
 // structural check (version 3, signature present, DID syntax, rev a TID,
-// data CID present).
+// data CID present); the job's identity check also refuses with it a rev
+// too far ahead of the clock (ident.RevAhead).
 var ErrBadCommit = errors.New("invalid commit")
 
 // ErrWrongDID: the commit names another account than the one requested (E7).

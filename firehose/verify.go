@@ -71,17 +71,20 @@ func (c *Consumer) check(ctx context.Context, f *upstream.Frame, g gate, seen ti
 		}
 		return verdict{err: c.checkIdentity(ctx, f.Identity)}
 	}
-	var did string
+	var did, rev string
 	var message func() (signed, error)
 	switch {
 	case f.Commit != nil && validIDs(f.Commit.Repo, f.Commit.Rev):
-		did = f.Commit.Repo
+		did, rev = f.Commit.Repo, f.Commit.Rev
 		message = func() (signed, error) { return checkCommitMessage(f.Commit) }
 	case f.Sync != nil && validIDs(f.Sync.Did, f.Sync.Rev):
-		did = f.Sync.Did
+		did, rev = f.Sync.Did, f.Sync.Rev
 		message = func() (signed, error) { return checkSyncMessage(ctx, f.Sync) }
 	default:
 		return verdict{} // nothing to check, or Rows drops the whole event
+	}
+	if ident.RevAhead(rev, seen) {
+		return verdict{did: did, outcome: ident.OutcomeRev} // refused by its rev alone, before any signature work
 	}
 	if err := g.enter(ctx); err != nil {
 		return verdict{err: fmt.Errorf("firehose: verify: %w", err)}

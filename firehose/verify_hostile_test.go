@@ -2,6 +2,7 @@ package firehose
 
 import (
 	"testing"
+	"time"
 
 	comatproto "github.com/bluesky-social/indigo/api/atproto"
 	"github.com/ipfs/go-cid"
@@ -85,5 +86,43 @@ func TestLiveForgedDeleteOp(t *testing.T) {
 	}
 	if got := promtest.Value(t, v.reg, "backstream_verify_total", map[string]string{"path": "live", "outcome": "inversion"}); got != 2 {
 		t.Errorf("verify_total{live,inversion} = %v, want 2", got)
+	}
+}
+
+// TestLiveFutureRevCommit: a commit whose rev is a TID a year ahead of the
+// clock, validly signed (the account's PDS holds its key), is dropped,
+// counted and its account marked for a replacement, as the relay's own
+// check does (five minutes of skew allowed): archived, it would move the
+// account's ratchet a year ahead and every genuine commit after it would
+// be dropped as stale. A rev a minute ahead (clock skew) is archived.
+func TestLiveFutureRevCommit(t *testing.T) {
+	n := startNetwork(t, oracle.Config{Seed: 36, Accounts: 6})
+	v := startVerify(t, n, ident.ModeStrict)
+	dids := activeDIDs(n.World())
+	did, skewed := dids[0], dids[1]
+	v.emit(t, like(did))
+	bad := v.emit(t, func(w *world.World) (world.Event, error) { return w.FutureRevCommit(did, 365*24*time.Hour) })
+	skew := v.emit(t, func(w *world.World) (world.Event, error) { return w.FutureRevCommit(skewed, time.Minute) })
+	after := v.emit(t, like(did))
+	waitCaughtUp(t, n, v.c, nil)
+
+	got := v.paths(t)
+	for _, p := range opPaths(bad) {
+		if got[did][p] {
+			t.Errorf("record %s of a commit of rev %s (a year ahead) archived", p, bad.Event.Commit.Rev)
+		}
+	}
+	for _, e := range []oracle.Emitted{after, skew} {
+		for _, p := range opPaths(e) {
+			if !got[e.Event.DID][p] {
+				t.Errorf("%s: record %s of rev %s missing", e.Event.DID, p, e.Event.Commit.Rev)
+			}
+		}
+	}
+	if st, err := v.s.RepoState(did); err != nil || st.Refetch != archive.RefetchUnverified {
+		t.Errorf("%s not marked for a replacement: %+v %v", did, st, err)
+	}
+	if got := promtest.Value(t, v.reg, "backstream_verify_total", map[string]string{"path": "live", "outcome": "rev"}); got != 1 {
+		t.Errorf("verify_total{live,rev} = %v, want 1", got)
 	}
 }

@@ -868,6 +868,19 @@ func (r *Resolver) VerifyCommit(ctx context.Context, did string, c *repo.Commit)
 	return r.Verify(ctx, info, fresh, c)
 }
 
+// MaxRevAhead is how far ahead of the clock a commit's rev may be: the
+// relay's own tolerance of clock skew. A commit further ahead, archived,
+// would move its account's ratchet past every genuine commit until then.
+const MaxRevAhead = 5 * time.Minute
+
+// RevAhead reports whether rev is a TID of a time more than MaxRevAhead
+// after now (false for a rev that is not a TID: the structural checks
+// refuse it).
+func RevAhead(rev string, now time.Time) bool {
+	t, err := syntax.ParseTID(rev)
+	return err == nil && t.Time().After(now.Add(MaxRevAhead))
+}
+
 // Verify checks c's signature with info's key. When it fails and info did
 // not come from the network just now (fresh), the DID is resolved again
 // once (a rotated key) and the check repeated. It returns the document the

@@ -32,7 +32,7 @@ const (
 	OutcomeSignature = ClassSignature
 	OutcomeAuthority = ClassAuthority
 	OutcomeInversion = "inversion" // sync 1.1: the ops do not invert to prevData
-	OutcomeRev       = "rev"       // sync 1.1: the rev does not increase
+	OutcomeRev       = "rev"       // the rev is a TID too far ahead of the clock
 )
 
 var (

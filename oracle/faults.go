@@ -39,6 +39,7 @@ const (
 	FaultResetMidBody        FaultKind = "reset_mid_body"        // half the body, then a TCP reset
 	FaultCommitForOtherDID   FaultKind = "commit_other_did"      // another account's (validly signed) repo
 	FaultInvalidRev          FaultKind = "invalid_rev"           // commit re-signed with a rev that is not a TID
+	FaultFutureRev           FaultKind = "future_rev"            // commit re-signed with a rev a year ahead of the clock
 	FaultInvalidRecordPaths  FaultKind = "invalid_record_paths"  // extra records under invalid NSIDs / rkeys
 	FaultRedirect            FaultKind = "redirect"              // relay getRepo redirected to a scripted target
 	FaultListReposLoop       FaultKind = "listrepos_loop"        // listRepos page returned its own cursor
@@ -338,6 +339,10 @@ func (f *Faults) CommitForOtherDID(did string, n int) {
 // InvalidRev serves did's CAR with its commit re-signed under a rev that is
 // not a TID.
 func (f *Faults) InvalidRev(did string, n int) { f.push(did, step{kind: FaultInvalidRev, left: n}) }
+
+// FutureRev serves did's CAR with its commit re-signed, by the account's
+// key, under a rev a year ahead of the wall clock.
+func (f *Faults) FutureRev(did string, n int) { f.push(did, step{kind: FaultFutureRev, left: n}) }
 
 // InvalidRecordPaths serves did's repo plus records under the paths of
 // InvalidRecordPathKeys, re-signed, so only those records are bad.

@@ -25,6 +25,7 @@ import (
 	"github.com/bluesky-social/indigo/atproto/atdata"
 	"github.com/bluesky-social/indigo/atproto/repo"
 	"github.com/bluesky-social/indigo/atproto/repo/mst"
+	"github.com/bluesky-social/indigo/atproto/syntax"
 	blocks "github.com/ipfs/go-block-format"
 	"github.com/ipfs/go-cid"
 	ipld "github.com/ipfs/go-ipld-format"
@@ -38,6 +39,12 @@ import (
 // InvalidRevValue is the rev an InvalidRev commit carries (as in the
 // firehose's invalid-rev commits).
 const InvalidRevValue = world.InvalidRevValue
+
+// FutureRev is the rev a FutureRev CAR carries when served at now: a TID a
+// year later.
+func FutureRev(now time.Time) string {
+	return syntax.NewTID(now.AddDate(1, 0, 0).UnixMicro(), 0).String()
+}
 
 // InvalidRecordPathKeys are the MST keys InvalidRecordPaths adds: an invalid
 // NSID, an invalid rkey, an over-long rkey, and a key that is not a path
@@ -107,7 +114,7 @@ func (n *Network) serveFaultedCAR(w http.ResponseWriter, r *http.Request, did st
 			return
 		}
 		writeCAR(w, other)
-	case FaultDropBlock, FaultCorruptBlock, FaultInvalidRev, FaultInvalidRecordPaths, FaultForgedSignature:
+	case FaultDropBlock, FaultCorruptBlock, FaultInvalidRev, FaultFutureRev, FaultInvalidRecordPaths, FaultForgedSignature:
 		key := string(st.kind) + " " + did + " " + acct.Head.String()
 		out, ok := n.hostile.get(key)
 		if !ok {
@@ -314,6 +321,8 @@ func (n *Network) buildHostile(ctx context.Context, kind FaultKind, did string, 
 		return out, nil
 	case FaultInvalidRev:
 		return n.resign(did, root, bs, nil, func(c *repo.Commit) { c.Rev = InvalidRevValue })
+	case FaultFutureRev:
+		return n.resign(did, root, bs, nil, func(c *repo.Commit) { c.Rev = FutureRev(time.Now()) })
 	case FaultForgedSignature:
 		return resignWith(world.ForeignKey(), root, bs, nil, func(*repo.Commit) {})
 	case FaultInvalidRecordPaths:

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	comatproto "github.com/bluesky-social/indigo/api/atproto"
 	"github.com/bluesky-social/indigo/atproto/atcrypto"
@@ -39,6 +40,9 @@ const (
 	// ReasonNonInverting: the ops do not invert to the claimed prevData
 	// (NonInvertingCommit).
 	ReasonNonInverting = "non_inverting"
+	// ReasonFutureRev: the rev is a TID of a time ahead of the clock
+	// (FutureRevCommit).
+	ReasonFutureRev = "future_rev"
 )
 
 // InvalidRevValue is the rev InvalidRevCommit carries: not a TID.
@@ -106,6 +110,18 @@ func (w *World) NonInvertingCommit(did string) (Event, error) {
 		pd := lexutil.LexLink(c.Data)
 		body.PrevData = &pd
 		return body, nil
+	})
+}
+
+// FutureRevCommit returns a one-off #commit for did creating one new
+// record, correct in every respect (signed by the account's key, Since and
+// PrevData naming the current state, blocks inverting to PrevData) except
+// that its rev is a TID of the wall clock plus ahead. The world does not
+// apply it. The account must be active.
+func (w *World) FutureRevCommit(did string, ahead time.Duration) (Event, error) {
+	return w.oneOffCreate(did, ReasonFutureRev, func(a *account, ops []writeOp) (*comatproto.SyncSubscribeRepos_Commit, error) {
+		rev := syntax.NewTID(time.Now().Add(ahead).UnixMicro(), uint(a.idx%1024)).String()
+		return a.oneOffCommit(ops, rev, now(), a.priv)
 	})
 }
 
