@@ -1394,4 +1394,34 @@ var mutants = []Mutant{
 			{Pkg: "./cmd/backstream", Run: "^TestCheckpointNeedsRoomToStage$"},
 		},
 	},
+	{
+		ID: "m139", Invariant: "V3",
+		Name: "a live delete op is not checked against the commit's own MST (a relay adds a legacy delete of a record the commit holds, the inversion off)",
+		File: "firehose/verify.go",
+		Old:  "if val, err := tree.Get([]byte(rop.Path)); err == nil && val != nil {",
+		New:  "if val, err := tree.Get([]byte(rop.Path)); false && err == nil && val != nil {",
+		Tests: []Test{
+			{Pkg: "./firehose", Run: "^TestLiveForgedDeleteOp$"},
+		},
+	},
+	{
+		ID: "m140", Invariant: "V10",
+		Name: "a live commit's rev is not checked against the clock (a rev a year ahead archived, the account's ratchet moved past its genuine commits)",
+		File: "firehose/verify.go",
+		Old:  "\tif ident.RevAhead(rev, seen) {\n",
+		New:  "\tif false && ident.RevAhead(rev, seen) {\n",
+		Tests: []Test{
+			{Pkg: "./firehose", Run: "^TestLiveFutureRevCommit$"},
+		},
+	},
+	{
+		ID: "m141", Invariant: "V10",
+		Name: "a downloaded repo's rev is not checked against the clock (a repo of a rev a year ahead archived)",
+		File: "backfill/job_ident.go",
+		Old:  "\t\tif ident.RevAhead(c.Rev, id.Now()) {\n",
+		New:  "\t\tif false && ident.RevAhead(c.Rev, id.Now()) {\n",
+		Tests: []Test{
+			{Pkg: "./backfill", Run: "^TestFutureRevRepoFails$"},
+		},
+	},
 }
