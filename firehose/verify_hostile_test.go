@@ -94,14 +94,17 @@ func TestLiveForgedDeleteOp(t *testing.T) {
 // counted and its account marked for a replacement, as the relay's own
 // check does (five minutes of skew allowed): archived, it would move the
 // account's ratchet a year ahead and every genuine commit after it would
-// be dropped as stale. A rev a minute ahead (clock skew) is archived.
+// be dropped as stale. So is such a #sync (which moves the ratchet alone).
+// A rev a minute ahead (clock skew) is archived.
 func TestLiveFutureRevCommit(t *testing.T) {
 	n := startNetwork(t, oracle.Config{Seed: 36, Accounts: 6})
 	v := startVerify(t, n, ident.ModeStrict)
 	dids := activeDIDs(n.World())
-	did, skewed := dids[0], dids[1]
+	did, skewed, synced := dids[0], dids[1], dids[2]
+	syncedRev, _ := v.s.Rev(synced)
 	v.emit(t, like(did))
 	bad := v.emit(t, func(w *world.World) (world.Event, error) { return w.FutureRevCommit(did, 365*24*time.Hour) })
+	badSync := v.emit(t, func(w *world.World) (world.Event, error) { return w.FutureRevSync(synced, 365*24*time.Hour) })
 	skew := v.emit(t, func(w *world.World) (world.Event, error) { return w.FutureRevCommit(skewed, time.Minute) })
 	after := v.emit(t, like(did))
 	waitCaughtUp(t, n, v.c, nil)
@@ -119,10 +122,15 @@ func TestLiveFutureRevCommit(t *testing.T) {
 			}
 		}
 	}
-	if st, err := v.s.RepoState(did); err != nil || st.Refetch != archive.RefetchUnverified {
-		t.Errorf("%s not marked for a replacement: %+v %v", did, st, err)
+	if rev, _ := v.s.Rev(synced); rev != syncedRev {
+		t.Errorf("a #sync of rev %s (a year ahead) moved the ratchet to %q", badSync.Event.Sync.Rev, rev)
 	}
-	if got := promtest.Value(t, v.reg, "backstream_verify_total", map[string]string{"path": "live", "outcome": "rev"}); got != 1 {
-		t.Errorf("verify_total{live,rev} = %v, want 1", got)
+	for _, d := range []string{did, synced} {
+		if st, err := v.s.RepoState(d); err != nil || st.Refetch != archive.RefetchUnverified {
+			t.Errorf("%s not marked for a replacement: %+v %v", d, st, err)
+		}
+	}
+	if got := promtest.Value(t, v.reg, "backstream_verify_total", map[string]string{"path": "live", "outcome": "rev"}); got != 2 {
+		t.Errorf("verify_total{live,rev} = %v, want 2", got)
 	}
 }

@@ -41,7 +41,7 @@ const (
 	// (NonInvertingCommit).
 	ReasonNonInverting = "non_inverting"
 	// ReasonFutureRev: the rev is a TID of a time ahead of the clock
-	// (FutureRevCommit).
+	// (FutureRevCommit, FutureRevSync).
 	ReasonFutureRev = "future_rev"
 )
 
@@ -130,29 +130,45 @@ func (w *World) FutureRevCommit(did string, ahead time.Duration) (Event, error) 
 // must be active.
 func (w *World) ForgedSync(did string) (Event, error) {
 	return w.writableAccount(did, func(a *account) (Event, error) {
-		var c repo.Commit
-		if err := c.UnmarshalCBOR(bytes.NewReader(a.commitBlk)); err != nil {
-			return Event{}, fmt.Errorf("world: forged sync: %w", err)
-		}
-		c.Rev = a.revClock.Next().String()
-		if err := c.Sign(ForeignKey()); err != nil {
-			return Event{}, fmt.Errorf("world: forged sync: %w", err)
-		}
-		var cb bytes.Buffer
-		if err := c.MarshalCBOR(&cb); err != nil {
-			return Event{}, fmt.Errorf("world: forged sync: %w", err)
-		}
-		head, err := dagCBORPrefix.Sum(cb.Bytes())
-		if err != nil {
-			return Event{}, fmt.Errorf("world: forged sync: %w", err)
-		}
-		var buf bytes.Buffer
-		if err := writeCARHeader(&buf, head, cb.Bytes()); err != nil {
-			return Event{}, err
-		}
-		body := &comatproto.SyncSubscribeRepos_Sync{Blocks: buf.Bytes(), Did: a.did, Rev: c.Rev, Time: now()}
-		return Event{DID: a.did, Sync: body, Invalid: ReasonForgedSignature}, nil
+		return a.oneOffSync(a.revClock.Next().String(), ForeignKey(), ReasonForgedSignature)
 	})
+}
+
+// FutureRevSync returns a one-off #sync for did naming its current tree
+// under a rev that is a TID of the wall clock plus ahead, signed by the
+// account's key. The world does not apply it. The account must be active.
+func (w *World) FutureRevSync(did string, ahead time.Duration) (Event, error) {
+	return w.writableAccount(did, func(a *account) (Event, error) {
+		rev := syntax.NewTID(time.Now().Add(ahead).UnixMicro(), uint(a.idx%1024)).String()
+		return a.oneOffSync(rev, a.priv, ReasonFutureRev)
+	})
+}
+
+// oneOffSync builds a #sync naming the account's current tree under rev,
+// signed by key, carrying reason. The account's mutex must be held.
+func (a *account) oneOffSync(rev string, key atcrypto.PrivateKey, reason string) (Event, error) {
+	var c repo.Commit
+	if err := c.UnmarshalCBOR(bytes.NewReader(a.commitBlk)); err != nil {
+		return Event{}, fmt.Errorf("world: one-off sync: %w", err)
+	}
+	c.Rev = rev
+	if err := c.Sign(key); err != nil {
+		return Event{}, fmt.Errorf("world: one-off sync: %w", err)
+	}
+	var cb bytes.Buffer
+	if err := c.MarshalCBOR(&cb); err != nil {
+		return Event{}, fmt.Errorf("world: one-off sync: %w", err)
+	}
+	head, err := dagCBORPrefix.Sum(cb.Bytes())
+	if err != nil {
+		return Event{}, fmt.Errorf("world: one-off sync: %w", err)
+	}
+	var buf bytes.Buffer
+	if err := writeCARHeader(&buf, head, cb.Bytes()); err != nil {
+		return Event{}, err
+	}
+	body := &comatproto.SyncSubscribeRepos_Sync{Blocks: buf.Bytes(), Did: a.did, Rev: c.Rev, Time: now()}
+	return Event{DID: a.did, Sync: body, Invalid: reason}, nil
 }
 
 // oneOffCreate builds a one-off commit of one new record with build, under
