@@ -877,8 +877,7 @@ const MaxRevAhead = 5 * time.Minute
 // after now (false for a rev that is not a TID: the structural checks
 // refuse it).
 func RevAhead(rev string, now time.Time) bool {
-	t, err := syntax.ParseTID(rev)
-	return err == nil && t.Time().After(now.Add(MaxRevAhead))
+	return upstream.ValidTID(rev) && syntax.TID(rev).Time().After(now.Add(MaxRevAhead))
 }
 
 // Verify checks c's signature with info's key. When it fails and info did
