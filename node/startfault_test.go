@@ -1,7 +1,10 @@
 package node_test
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 	"github.com/cockroachdb/pebble/vfs/errorfs"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/promtest"
 	"github.com/backstream/backstream/internal/storefault"
 	"github.com/backstream/backstream/lifecycle"
 	"github.com/backstream/backstream/node"
@@ -36,7 +40,7 @@ func TestNewStopsOnStuckDisk(t *testing.T) {
 	sst := &sstFault{release: make(chan struct{})}
 	defer sst.unhold()
 	sst.hold.Store(true) // every sstable write from now on hangs
-	startOnStuckDisk(t, sst.wrap(mem), "a stuck disk", "no error from the disk holding /data")
+	startOnStuckDisk(t, sst.wrap(mem), sst.unhold, "a stuck disk", "no error from the disk holding /data")
 }
 
 // relayStore is a store under /data on mem that follows the relay the
@@ -55,10 +59,14 @@ func relayStore(t *testing.T, mem vfs.FS) *archive.Store {
 
 // startOnStuckDisk runs node.New over fs, whose disk hangs as stuck says,
 // and wants it to return the store's disk fault (its error holding want)
-// within 30 s, with the probes failing.
-func startOnStuckDisk(t *testing.T, fs vfs.FS, stuck, want string) {
+// within 30 s, with the probes failing. Then it lets the disk answer
+// (release) and waits for the start New abandoned to end: it stops at the
+// fault, closing the store, and builds nothing more (the download client,
+// which makes its scratch dir, among the rest).
+func startOnStuckDisk(t *testing.T, fs vfs.FS, release func(), stuck, want string) {
 	t.Helper()
 	cfg := memConfig(t, nil, archive.Options{FS: fs})
+	cfg.ScratchDir = filepath.Join(cfg.ScratchDir, "scratch") // made by the download client, if built
 	cfg.Relay = "http://127.0.0.1:1"
 	cfg.MaxWriteStall = 200 * time.Millisecond
 	cfg.Health = new(lifecycle.Health)
@@ -87,6 +95,17 @@ func startOnStuckDisk(t *testing.T, fs vfs.FS, stuck, want string) {
 	if err := cfg.Health.Err(); err == nil {
 		t.Fatalf("node.New over %s returned the disk fault, and the probes still say healthy", stuck)
 	}
+	release()
+	promtest.Eventually(t, 10*time.Second, "the abandoned start to close the store", func() bool {
+		s, err := archive.Open("/data", archive.Options{FS: fs, Logger: quiet, ReadOnly: true})
+		if err == nil {
+			s.Close()
+		}
+		return err == nil
+	})
+	if _, err := os.Stat(cfg.ScratchDir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the start node.New abandoned at the store's fault went on to build the node once the disk answered: it made %s (%v)", cfg.ScratchDir, err)
+	}
 }
 
 // TestNewStopsOnStuckTableOpen: a start whose disk stops answering the
@@ -106,7 +125,7 @@ func TestNewStopsOnStuckTableOpen(t *testing.T) {
 	}
 	stuck := storefault.Hold(mem, storefault.TableOpens)
 	defer stuck.Release()
-	startOnStuckDisk(t, stuck, "a disk that opens no table", "an open of a file of the store has not returned for over")
+	startOnStuckDisk(t, stuck, stuck.Release, "a disk that opens no table", "an open of a file of the store has not returned for over")
 }
 
 // TestNewStopsOnStuckRead: a start whose disk stops answering reads (here
@@ -125,7 +144,7 @@ func TestNewStopsOnStuckRead(t *testing.T) {
 	}
 	stuck := storefault.Hold(mem, storefault.TableReads)
 	defer stuck.Release()
-	startOnStuckDisk(t, stuck, "a disk that answers no read", ".sst has not returned for over")
+	startOnStuckDisk(t, stuck, stuck.Release, "a disk that answers no read", ".sst has not returned for over")
 }
 
 // TestNewStopsOnStuckLock: a start whose volume stops answering before
@@ -141,5 +160,5 @@ func TestNewStopsOnStuckLock(t *testing.T) {
 	}
 	stuck := storefault.Hold(mem, func(op errorfs.Op, _ string) bool { return op == errorfs.OpLock })
 	defer stuck.Release()
-	startOnStuckDisk(t, stuck, "a volume that answers no lock", "taking the LOCK file of /data/store has not returned for over")
+	startOnStuckDisk(t, stuck, stuck.Release, "a volume that answers no lock", "taking the LOCK file of /data/store has not returned for over")
 }

@@ -1424,4 +1424,14 @@ var mutants = []Mutant{
 			{Pkg: "./backfill", Run: "^TestFutureRevRepoFails$"},
 		},
 	},
+	{
+		ID: "m131", Invariant: "H1",
+		Name: "the start node.New gave up on at a disk fault goes on building the node once the disk answers (writer, download client, metrics)",
+		File: "node/node.go",
+		Old:  "\tif err := n.store.Fault(); err != nil {\n\t\treturn n, err\n\t}\n\treg := cfg.Registry",
+		New:  "\treg := cfg.Registry",
+		Tests: []Test{
+			{Pkg: "./node", Run: "^(TestNewStopsOnStuckLock|TestNewStopsOnStuckRead)$"},
+		},
+	},
 }
