@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -112,4 +113,88 @@ func elsewhere(fs vfs.FS) vfs.FS {
 		}
 		return nil
 	}))
+}
+
+// TestCheckpointStuckWriteClosesItsFile: a checkpoint that gave up on a
+// write of a copied file closes that file once the write returns: the
+// abandoned work starts no further call on the destination, but a close
+// of what it opened is tidying, not a call it may skip (else every stuck
+// checkpoint leaks a file handle on the backup volume for the process's
+// life).
+func TestCheckpointStuckWriteClosesItsFile(t *testing.T) {
+	const bound = 200 * time.Millisecond
+	mem := vfs.NewMem()
+	files := &openFiles{FS: mem, under: "/backup/"}
+	stuck := storefault.Hold(elsewhere(files), func(op errorfs.Op, path string) bool {
+		return op == errorfs.OpFileWrite && strings.HasPrefix(path, "/backup/b1/")
+	})
+	defer stuck.Release()
+	opts := testOptions(stuck)
+	opts.MaxWriteStall = bound
+	s, err := Open("/data", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	w := newWriter(t, s, WriterOptions{})
+	defer w.Close()
+	apply(t, w, fillUnit(didN(1), 1, 5))
+	if err := s.Checkpoint("/backup/b1"); !errors.Is(err, ErrCheckpointStuck) {
+		t.Fatalf("checkpoint to a destination whose write is held: %v; want ErrCheckpointStuck", err)
+	}
+	stuck.Release()
+	for call, _ := s.CheckpointStuck(); call != ""; call, _ = s.CheckpointStuck() {
+		time.Sleep(time.Millisecond) // the held write returns and the abandoned work ends
+	}
+	if open := files.open(); len(open) > 0 {
+		t.Fatalf("the abandoned checkpoint's work ended with files on the destination still open: %q", open)
+	}
+}
+
+// openFiles is fs counting the files created under a path prefix and not
+// closed yet.
+type openFiles struct {
+	vfs.FS
+	under string
+	mu    sync.Mutex
+	files map[string]int
+}
+
+func (o *openFiles) Create(name string) (vfs.File, error) {
+	f, err := o.FS.Create(name)
+	if err != nil || !strings.HasPrefix(name, o.under) {
+		return f, err
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.files == nil {
+		o.files = make(map[string]int)
+	}
+	o.files[name]++
+	return &countedFile{File: f, name: name, of: o}, nil
+}
+
+func (o *openFiles) open() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var names []string
+	for n, c := range o.files {
+		if c > 0 {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+type countedFile struct {
+	vfs.File
+	name string
+	of   *openFiles
+}
+
+func (f *countedFile) Close() error {
+	f.of.mu.Lock()
+	f.of.files[f.name]--
+	f.of.mu.Unlock()
+	return f.File.Close()
 }
