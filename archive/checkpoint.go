@@ -330,8 +330,13 @@ func (s *Store) onDest(dir string, work func(*destCalls) error) error {
 		if s.ck.stuckBy == d {
 			s.ck.stuck, s.ck.stuckBy = "", nil
 		}
-		s.ck.mu.Unlock()
+		// Sent under the lock (done has room): the waiter that finds
+		// done empty while it holds the lock knows this goroutine has not
+		// looked at the mark yet, and will clear the one it sets. Sent
+		// after the lock, a mark set between the two stays for good, and
+		// every checkpoint is refused until a restart.
 		done <- err
+		s.ck.mu.Unlock()
 	}()
 	bound := s.disk.maxStall
 	tick := time.NewTicker(readTick(bound))
