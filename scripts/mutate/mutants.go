@@ -1395,6 +1395,16 @@ var mutants = []Mutant{
 		},
 	},
 	{
+		ID: "m143", Invariant: "H8",
+		Name: "a checkpoint that gave up on a copied file's write skips that file's close as a further call (a file handle leaked on the backup volume per stuck checkpoint)",
+		File: "archive/checkpoint.go",
+		Old:  "if cerr := d.track(\"a close of \"+dst, out.Close); err == nil {\n",
+		New:  "if cerr := d.call(\"a close of \"+dst, out.Close); err == nil {\n",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestCheckpointStuckWriteClosesItsFile$"},
+		},
+	},
+	{
 		ID: "m139", Invariant: "V3",
 		Name: "a live delete op is not checked against the commit's own MST (a relay adds a legacy delete of a record the commit holds, the inversion off)",
 		File: "firehose/verify.go",
