@@ -381,12 +381,6 @@ func build(cfg Config) (n *Node, err error) {
 	if n.gapIDs, err = archive.NewGapIDs(n.store); err != nil {
 		return n, err
 	}
-	// A disk fault met on the way here (an open or a startup read stuck)
-	// has ended the start: New returned it and the probes fail. Once the
-	// disk answers, what New left running builds nothing more.
-	if err := n.store.Fault(); err != nil {
-		return n, err
-	}
 	reg := cfg.Registry
 	reg.MustRegister(archive.NewPebbleCollector(n.store), bootstrap.NewRosterCollector(n.store))
 	n.phase = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -399,6 +393,12 @@ func build(cfg Config) (n *Node, err error) {
 	am := archive.NewMetrics(reg)
 	if n.w, err = archive.NewWriter(n.store, archive.WriterOptions{BulkLinger: archive.BulkLinger, Metrics: am, Logger: n.log, Now: cfg.Now,
 		DiscoverUnknown: !cfg.Bootstrap.Debug()}); err != nil {
+		return n, err
+	}
+	// A disk fault met on the way here (the open, the startup reads, the
+	// writer's) has ended the start: New returned it and the probes fail.
+	// Once the disk answers, what New left running builds nothing more.
+	if err := n.store.Fault(); err != nil {
 		return n, err
 	}
 	if err := n.buildJobs(reg); err != nil {

@@ -1438,8 +1438,8 @@ var mutants = []Mutant{
 		ID: "m131", Invariant: "H1",
 		Name: "the start node.New gave up on at a disk fault goes on building the node once the disk answers (writer, download client, metrics)",
 		File: "node/node.go",
-		Old:  "\tif err := n.store.Fault(); err != nil {\n\t\treturn n, err\n\t}\n\treg := cfg.Registry",
-		New:  "\treg := cfg.Registry",
+		Old:  "\tif err := n.store.Fault(); err != nil {\n\t\treturn n, err\n\t}\n\tif err := n.buildJobs(reg); err != nil {",
+		New:  "\tif err := n.buildJobs(reg); err != nil {",
 		Tests: []Test{
 			{Pkg: "./node", Run: "^(TestNewStopsOnStuckLock|TestNewStopsOnStuckRead)$"},
 		},
