@@ -42,8 +42,6 @@ import (
 
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
-
-	"github.com/backstream/backstream/internal/diskspace"
 )
 
 // ErrCheckpointDest: the checkpoint destination is refused: it exists and is
@@ -372,15 +370,11 @@ func (s *Store) onDest(dir string, work func(*destCalls) error) error {
 // (stagedCopyBytes). Nil with room, with the floor off, or on a
 // filesystem that is not the OS's (as the floor's own check).
 func (s *Store) RoomToStage() error {
-	if s.space.stat == nil || s.space.setting < 0 {
-		return nil
+	sp, floor, on, err := s.spaceAndFloor()
+	if !on || err != nil {
+		return err
 	}
-	sp, err := s.space.stat(s.dataDir)
-	if err != nil {
-		return fmt.Errorf("archive: free space of %s: %w", s.dataDir, err)
-	}
-	need, floor := s.stagedCopyBytes(), diskspace.Floor(s.space.setting, sp.Total)
-	if sp.Below(floor + need) {
+	if need := s.stagedCopyBytes(); sp.Below(floor + need) {
 		return fmt.Errorf("%w: staging it copies %d bytes (the write-ahead logs, the manifest, the options) to the volume of %s, which has %d bytes free and must keep %d (--min-free)",
 			ErrCheckpointNoRoom, need, s.dataDir, sp.Free, floor)
 	}

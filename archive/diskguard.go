@@ -339,17 +339,27 @@ func (s *Store) CheckSpace() error {
 	return nil
 }
 
+// spaceAndFloor reads the free space of the store's volume and its floor
+// (Options.MinFree, or the default share of the volume); on is false when
+// the floor is off or the store's filesystem is not the OS's (and no
+// Options.Space was given), and nothing is read.
+func (s *Store) spaceAndFloor() (sp diskspace.Space, floor uint64, on bool, err error) {
+	if s.space.stat == nil || s.space.setting < 0 {
+		return sp, 0, false, nil
+	}
+	if sp, err = s.space.stat(s.dataDir); err != nil {
+		return sp, 0, true, fmt.Errorf("archive: free space of %s: %w", s.dataDir, err)
+	}
+	return sp, diskspace.Floor(s.space.setting, sp.Total), true, nil
+}
+
 // belowFloor is the floor check itself: an ErrDiskFull error naming what is
 // free and the floor, nil above it.
 func (s *Store) belowFloor() error {
-	if s.space.stat == nil || s.space.setting < 0 {
-		return nil
+	sp, floor, on, err := s.spaceAndFloor()
+	if !on || err != nil {
+		return err
 	}
-	sp, err := s.space.stat(s.dataDir)
-	if err != nil {
-		return fmt.Errorf("archive: free space of %s: %w", s.dataDir, err)
-	}
-	floor := diskspace.Floor(s.space.setting, sp.Total)
 	if !sp.Below(floor) {
 		return nil
 	}

@@ -1387,8 +1387,8 @@ var mutants = []Mutant{
 		ID: "m142", Invariant: "H8",
 		Name: "a checkpoint's staged copies not checked against the store volume's floor (a checkpoint near --min-free becomes the live store's disk fault)",
 		File: "archive/checkpoint.go",
-		Old:  "\tif sp.Below(floor + need) {\n",
-		New:  "\tif sp.Below(floor + need - need) {\n",
+		Old:  "if need := s.stagedCopyBytes(); sp.Below(floor + need) {",
+		New:  "if need := s.stagedCopyBytes(); sp.Below(floor + need - need) {",
 		Tests: []Test{
 			{Pkg: "./archive", Run: "^TestCheckpointRoomToStage$"},
 			{Pkg: "./cmd/backstream", Run: "^TestCheckpointNeedsRoomToStage$"},
