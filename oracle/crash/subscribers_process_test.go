@@ -197,7 +197,11 @@ func TestSilentAndReplayingSubscribers(t *testing.T) {
 	// measured again, up to windows times; the CPU time of backstream, of
 	// this process (the network, the live and silent clients) and of the
 	// replaying child is not other work, so a backstream that is slow
-	// itself fails at its first window.
+	// itself fails at its first window. So is a window in which a synced
+	// commit of the writer took over 64 ms (its commits take 1–5 ms on this
+	// machine: a sync the volume held, 69 events over 50 ms behind one such
+	// commit in a CI run where other work took 0% of the CPU); a backstream
+	// whose own commits are that slow fails once every window had one.
 	windows := 4
 	if testing.Short() {
 		windows = 1
@@ -210,7 +214,10 @@ func TestSilentAndReplayingSubscribers(t *testing.T) {
 		m0, m      map[string]float64
 		other      float64
 		otherShare []string
+		slowSyncs  []string
+		slow       float64 // synced commits over 64 ms in the window
 	)
+	const commits = "backstream_archive_commit_seconds"
 	for w := 1; ; w++ {
 		latMu.Lock()
 		lats = nil
@@ -234,8 +241,10 @@ func TestSilentAndReplayingSubscribers(t *testing.T) {
 		p50, p99 = got[len(got)/2], got[len(got)*99/100]
 		other = c1.otherWork(c0)
 		otherShare = append(otherShare, fmt.Sprintf("%.0f%%", 100*other))
-		t.Logf("window %d: live p99 %.1f ms; other work took %.0f%% of the machine's CPU time", w, p99, 100*other)
-		if p99 <= 50 || other <= maxOther || w == windows {
+		slow = (m[commits+"_count"] - m0[commits+"_count"]) - (m[commits+`_bucket{le="0.064"}`] - m0[commits+`_bucket{le="0.064"}`])
+		slowSyncs = append(slowSyncs, fmt.Sprintf("%.0f", slow))
+		t.Logf("window %d: live p99 %.1f ms; other work took %.0f%% of the machine's CPU time; %.0f synced commits over 64 ms", w, p99, 100*other, slow)
+		if p99 <= 50 || (other <= maxOther && slow == 0) || w == windows {
 			break
 		}
 	}
@@ -247,9 +256,7 @@ func TestSilentAndReplayingSubscribers(t *testing.T) {
 		len(got), p50, p99, got[len(got)-1], rate, replaying, hwm>>10, bound>>20, m["backstream_subscribers"])
 	// How much of the tail is the disk: the writer's synced commits over
 	// the window (a commit is inside every live event's latency).
-	const commits = "backstream_archive_commit_seconds"
 	all := m[commits+"_count"] - m0[commits+"_count"]
-	slow := all - (m[commits+`_bucket{le="0.064"}`] - m0[commits+`_bucket{le="0.064"}`])
 	t.Logf("synced commits over the window: %.0f, of which %.0f took over 64 ms", all, slow)
 	// How much is backstream's up to the socket: its own measure of live
 	// deliveries, to every subscriber on the live path, over the window.
@@ -265,9 +272,9 @@ func TestSilentAndReplayingSubscribers(t *testing.T) {
 	// tail there is the machine's: logged, not asserted.
 	switch {
 	case p99 <= 50 || testing.Short():
-	case other > maxOther:
-		t.Errorf("live p99 %.1f ms, want ≤ 50 ms; in each of %d windows other work took over %.0f%% of the machine's CPU time (%s): run the test alone",
-			p99, len(otherShare), 100*maxOther, strings.Join(otherShare, ", "))
+	case other > maxOther || slow > 0:
+		t.Errorf("live p99 %.1f ms, want ≤ 50 ms; in each of %d windows other work took over %.0f%% of the machine's CPU time (%s) or a synced commit over 64 ms (%s): run the test alone",
+			p99, len(otherShare), 100*maxOther, strings.Join(otherShare, ", "), strings.Join(slowSyncs, ", "))
 	default:
 		t.Errorf("live p99 %.1f ms, want ≤ 50 ms", p99)
 	}
