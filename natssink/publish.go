@@ -298,7 +298,19 @@ func (p *publisher) ensureStream(ctx context.Context) (jetstream.Stream, error) 
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", want.Name, err)
 	}
-	diffs := configDiffs(want, stream.CachedInfo().Config, s.cfg.Replicas != 0)
+	p.showConfig(stream.CachedInfo().Config)
+	return stream, nil
+}
+
+// showConfig reports how the stream's config got differs from the one the
+// sink would create (Status.ConfigDiffs, the mismatch gauge, a warning when
+// the differences change): at each session's start, and at each look of the
+// purge watch, so an operator's fix of the stream while a session runs is
+// seen without a new session.
+func (p *publisher) showConfig(got jetstream.StreamConfig) {
+	s := p.sink
+	want := p.want()
+	diffs := configDiffs(want, got, s.cfg.Replicas != 0)
 	s.mu.Lock()
 	old := s.status.ConfigDiffs
 	s.status.ConfigDiffs = diffs
@@ -307,7 +319,6 @@ func (p *publisher) ensureStream(ctx context.Context) (jetstream.Stream, error) 
 	if len(diffs) > 0 && fmt.Sprint(old) != fmt.Sprint(diffs) {
 		s.log.Warn("the NATS stream's config differs from the sink's; it is used as it is", "stream", want.Name, "differences", diffs)
 	}
-	return stream, nil
 }
 
 // configDiffs says how got differs from want in what the sink relies on.

@@ -71,6 +71,7 @@ func (p *publisher) watchPurge(ctx context.Context, stream jetstream.Stream, res
 			if err != nil {
 				continue // the session notices a lost server by itself
 			}
+			p.showConfig(info.Config)
 			if remove, _ := limits(info.Config); len(remove) > 0 {
 				return // a limit given to the stream since the session began
 			}
