@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 	"github.com/cockroachdb/pebble/vfs/errorfs"
 
+	"github.com/backstream/backstream/internal/promtest"
 	"github.com/backstream/backstream/internal/storefault"
 )
 
@@ -42,15 +43,7 @@ func TestCheckpointStuckDestination(t *testing.T) {
 			mem := vfs.NewMem()
 			stuck := storefault.Hold(elsewhere(mem), tc.match)
 			defer stuck.Release()
-			opts := testOptions(stuck)
-			opts.MaxWriteStall = bound
-			s, err := Open("/data", opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			w := newWriter(t, s, WriterOptions{})
-			defer w.Close()
+			s, w := storeOver(t, stuck, bound)
 			for i := 1; i <= 5; i++ {
 				apply(t, w, fillUnit(didN(i), i, 5))
 			}
@@ -80,9 +73,7 @@ func TestCheckpointStuckDestination(t *testing.T) {
 				t.Fatalf("CheckpointStuck = %q, want the call %q", call, tc.want)
 			}
 			stuck.Release()
-			for call, _ := s.CheckpointStuck(); call != ""; call, _ = s.CheckpointStuck() {
-				time.Sleep(time.Millisecond) // the held call returns and the abandoned work ends
-			}
+			waitUnstuck(t, s)
 			if _, err := mem.Stat("/backup/b1/" + StoreDir); err == nil {
 				t.Fatalf("the abandoned checkpoint completed into /backup/b1 after the request gave up on it")
 			}
@@ -101,6 +92,33 @@ func TestCheckpointStuckDestination(t *testing.T) {
 			}
 		})
 	}
+}
+
+// storeOver opens a store at /data over fs with the stall bound, and a
+// writer on it; both are closed when the test ends (after its own
+// deferred calls: a held call is released first).
+func storeOver(t *testing.T, fs vfs.FS, bound time.Duration) (*Store, *Writer) {
+	t.Helper()
+	opts := testOptions(fs)
+	opts.MaxWriteStall = bound
+	s, err := Open("/data", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	w := newWriter(t, s, WriterOptions{})
+	t.Cleanup(func() { w.Close() })
+	return s, w
+}
+
+// waitUnstuck waits, once the held call is released, for it to return and
+// for the checkpoint work that gave up on it to end.
+func waitUnstuck(t *testing.T, s *Store) {
+	t.Helper()
+	promtest.Eventually(t, 10*time.Second, "the abandoned checkpoint's work to end", func() bool {
+		call, _ := s.CheckpointStuck()
+		return call == ""
+	})
 }
 
 // elsewhere is fs as seen when checkpoints go to another filesystem than
@@ -129,23 +147,13 @@ func TestCheckpointStuckWriteClosesItsFile(t *testing.T) {
 		return op == errorfs.OpFileWrite && strings.HasPrefix(path, "/backup/b1/")
 	})
 	defer stuck.Release()
-	opts := testOptions(stuck)
-	opts.MaxWriteStall = bound
-	s, err := Open("/data", opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	w := newWriter(t, s, WriterOptions{})
-	defer w.Close()
+	s, w := storeOver(t, stuck, bound)
 	apply(t, w, fillUnit(didN(1), 1, 5))
 	if err := s.Checkpoint("/backup/b1"); !errors.Is(err, ErrCheckpointStuck) {
 		t.Fatalf("checkpoint to a destination whose write is held: %v; want ErrCheckpointStuck", err)
 	}
 	stuck.Release()
-	for call, _ := s.CheckpointStuck(); call != ""; call, _ = s.CheckpointStuck() {
-		time.Sleep(time.Millisecond) // the held write returns and the abandoned work ends
-	}
+	waitUnstuck(t, s)
 	if open := files.open(); len(open) > 0 {
 		t.Fatalf("the abandoned checkpoint's work ended with files on the destination still open: %q", open)
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/backstream/backstream/internal/promtest"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/world"
-	"github.com/backstream/backstream/upstream"
 )
 
 // heldPath is a path other than skip that the partial MST of the #commit m
@@ -20,14 +19,7 @@ import (
 // skip itself when there is none.
 func heldPath(t *testing.T, m *comatproto.SyncSubscribeRepos_Commit, paths map[string]cid.Cid, skip string) string {
 	t.Helper()
-	bs, err := upstream.ReadCommitBlocks(m.Blocks, cid.Cid(m.Commit))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := decodeCommit(&bs, cid.Cid(m.Commit))
-	if err != nil {
-		t.Fatal(err)
-	}
+	bs, s := commitBlocks(t, m)
 	tree, err := loadTree(&bs, s.commit.Data)
 	if err != nil {
 		t.Fatal(err)
