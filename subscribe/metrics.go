@@ -21,7 +21,7 @@ const (
 	ReasonTooBig        = "too_big"           // a client message over 2 MiB (inflated, when deflated)
 	ReasonBufferBudget  = "buffer_budget"     // an options_update whose filter does not fit in the buffer budget
 	ReasonShutdown      = "shutdown"          // the server is stopping, or the archive writer stopped
-	ReasonInternalError = "internal_error"    // reading the archive failed
+	ReasonInternalError = "internal_error"    // reading the archive failed, or a panic in the subscriber's code
 )
 
 var disconnectReasons = []string{ReasonClientClosed, ReasonReadError, ReasonWriteError, ReasonTooSlow,
@@ -50,6 +50,7 @@ type Metrics struct {
 	unknownParams prometheus.Counter
 	refused       *prometheus.CounterVec
 	renderErrors  prometheus.Counter
+	panics        prometheus.Counter
 	tooLarge      prometheus.Counter
 	delivery      prometheus.Histogram
 	reserved      prometheus.Gauge
@@ -92,6 +93,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "backstream_subscribe_render_errors_total",
 			Help: "Archived events that could not be rendered as JSON and were skipped (bad archived data).",
 		}),
+		panics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_subscribe_panics_total",
+			Help: "Panics in a subscriber's code (a bug): each ended its own connection (internal_error), logged with its stack; the process and every other subscriber went on.",
+		}),
 		tooLarge: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_subscribe_skipped_too_large_total",
 			Help: "Events skipped for a subscriber because they exceed its maxMessageSizeBytes.",
@@ -133,7 +138,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.subscribers, m.eventsSent, m.bytesSent, m.disconnects, m.unknownParams,
-			m.refused, m.renderErrors, m.tooLarge, m.delivery, m.reserved, m.plans, m.rowsRead, m.rowsSent)
+			m.refused, m.renderErrors, m.panics, m.tooLarge, m.delivery, m.reserved, m.plans, m.rowsRead, m.rowsSent)
 	}
 	return m
 }
@@ -174,6 +179,12 @@ func (m *Metrics) unknownParam(n int) {
 func (m *Metrics) refuse(reason string) {
 	if m != nil {
 		m.refused.WithLabelValues(reason).Inc()
+	}
+}
+
+func (m *Metrics) panicked() {
+	if m != nil {
+		m.panics.Inc()
 	}
 }
 

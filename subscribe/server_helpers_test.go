@@ -326,3 +326,20 @@ func asCloseError(err error, ce **websocket.CloseError) bool {
 func metricValue(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// waitSubscribers waits, at most 10 s, until the server holds n subscribers
+// (read under its lock, which a subscriber's end takes last).
+func (h *harness) waitSubscribers(n int) {
+	h.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		h.srv.mu.Lock()
+		got := len(h.srv.subs)
+		h.srv.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("the server holds %d subscribers 10 s on, want %d", got, n)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -174,6 +175,11 @@ func (s *subscriber) end(reason, detail string) {
 // it the connection is closed (too_many_messages).
 func (s *subscriber) readLoop() {
 	defer close(s.readDone)
+	defer func() {
+		if v := recover(); v != nil {
+			s.end(s.panicked("read", v))
+		}
+	}()
 	cfg := &s.srv.cfg
 	bucket := newMsgBucket(cfg.MessageRate, cfg.MessageBurst, time.Now())
 	pong := s.ws.PingHandler()
@@ -259,10 +265,36 @@ func readClientMessage(typ int, r io.Reader) ([]byte, error) {
 // run serves the connection until it ends and returns the reason.
 func (s *subscriber) run(ctx context.Context) string {
 	go s.readLoop()
-	reason, detail := s.serve(ctx)
+	reason, detail := s.serveContained(ctx)
 	s.closeIter()
 	s.finish(reason, detail)
 	return reason
+}
+
+// serveContained is serve, with a panic in it ending this connection
+// alone: the frames not yet written (one may be half built) are dropped and
+// the client is closed with 1011. While a subscriber ran in its HTTP
+// handler, net/http recovered its panics so; on goroutines of its own, a
+// panic would end the process, and the archive and every other subscriber
+// with it.
+func (s *subscriber) serveContained(ctx context.Context) (reason, detail string) {
+	defer func() {
+		if v := recover(); v != nil {
+			s.out = s.out[:0]
+			reason, detail = s.panicked("serve", v)
+		}
+	}()
+	return s.serve(ctx)
+}
+
+// panicked counts a panic recovered in the subscriber's code (where: its
+// serve or read loop) and logs it with its stack, once a minute; the
+// connection ends as internal_error.
+func (s *subscriber) panicked(where string, v any) (reason, detail string) {
+	s.srv.m.panicked()
+	s.srv.lines.Log(s.log, slog.LevelError, "panic/"+where, "subscribe: a panic in a subscriber's code ended its connection (a bug; the process and the other subscribers go on)",
+		"where", where, "panic", loglimit.Clip(fmt.Sprint(v), maxLogDetail), "stack", string(debug.Stack()))
+	return ReasonInternalError, "internal error"
 }
 
 // awaitHello holds a requireHello subscriber until its first

@@ -1444,4 +1444,24 @@ var mutants = []Mutant{
 			{Pkg: "./node", Run: "^(TestNewStopsOnStuckLock|TestNewStopsOnStuckRead)$"},
 		},
 	},
+	{
+		ID: "m174", Invariant: "H15",
+		Name: "a panic in a subscriber's serve loop is not recovered (one connection's bug ends the process)",
+		File: "subscribe/subscriber.go",
+		Old:  "\t\tif v := recover(); v != nil {\n\t\t\ts.out = s.out[:0]\n",
+		New:  "\t\tif v := any(nil); v != nil {\n\t\t\ts.out = s.out[:0]\n",
+		Tests: []Test{
+			{Pkg: "./subscribe", Run: "^TestSubscriberPanicEndsOnlyItsConnection$"},
+		},
+	},
+	{
+		ID: "m175", Invariant: "H15",
+		Name: "a panic in a subscriber's read loop is not recovered (one connection's bug ends the process)",
+		File: "subscribe/subscriber.go",
+		Old:  "\t\tif v := recover(); v != nil {\n\t\t\ts.end(s.panicked(\"read\", v))\n",
+		New:  "\t\tif v := any(nil); v != nil {\n\t\t\ts.end(s.panicked(\"read\", v))\n",
+		Tests: []Test{
+			{Pkg: "./subscribe", Run: "^TestSubscriberPanicEndsOnlyItsConnection$"},
+		},
+	},
 }
