@@ -55,3 +55,55 @@ func TestGapFoundByAClockAhead(t *testing.T) {
 		t.Fatalf("61 min after the gap was read: gaps %+v, want a scheduled audit", gs)
 	}
 }
+
+// TestFirstReadsOfGapsLetGo: the runner remembers when it first read a gap
+// found while the clock ran ahead (foundAt) only while that gap can still
+// be asked about: while it is open (its pass waits on it) or the newest
+// (the next scheduled audit counts from it). A clock that keeps running
+// ahead (a VM whose clock drifts and is stepped back again and again)
+// finds such a gap on every outage; closed and followed by a newer one,
+// each is let go, so the runner holds at most one whatever the months of
+// gaps.
+func TestFirstReadsOfGapsLetGo(t *testing.T) {
+	s, w, apply := newStore(t)
+	ctx := context.Background()
+	var clock atomic.Int64
+	clock.Store(time.Unix(1_800_000_000, 0).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	ahead := func() time.Time { return now().Add(6 * time.Hour) }
+	apply(setRepo(didSame, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revNew})) // as listed
+	r, _, live, _ := outdatedCursorPass(t, s, w, apply, ahead)
+	live.now = now
+	r.cfg.Now = now
+	const gaps = 20
+	for id := uint64(1); id <= gaps; id++ {
+		if id > 1 { // another outage found while the clock ran ahead
+			kv, err := archive.GapPut(archive.Gap{ID: id, Kind: archive.GapOutdatedCursor, FromSeq: 4, ToSeq: 25, FirstSeenUS: ahead().UnixMicro()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			apply(&archive.Unit{Puts: []archive.KV{kv}})
+		}
+		if err := r.step(ctx); err != nil { // reads the gap: waits for the stream
+			t.Fatal(err)
+		}
+		clock.Add(int64(time.Millisecond))
+		live.accept(now().UnixMicro())
+		if err := r.step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if gs, _ := s.Gaps(); gs[len(gs)-1].ID != id || gs[len(gs)-1].Open() {
+			t.Fatalf("gaps %+v: want gap %d closed", gs, id)
+		}
+		clock.Add(int64(time.Minute))
+	}
+	if err := r.step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	held := len(r.read)
+	r.mu.Unlock()
+	if held > 1 {
+		t.Fatalf("the runner remembers the first read of %d gaps after %d gaps found ahead of the clock were closed; want at most 1 (the newest)", held, gaps)
+	}
+}

@@ -4,11 +4,13 @@ package repair
 // the three phases of a pass (scan, list, done) and closing a gap.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -128,7 +130,8 @@ type Runner struct {
 	st     Status
 	origin time.Time // the first step (scheduled audits' origin)
 	// read holds, for each gap whose time was ahead of the clock when this
-	// runner first read it, that moment (foundAt).
+	// runner first read it, that moment (foundAt), until the gap is
+	// neither open nor the newest (forgetReads).
 	read map[uint64]int64
 	// failing counts, for the pass of gap failingGap, the steps in a row
 	// in which a host's listing failed transiently.
@@ -218,6 +221,7 @@ func (r *Runner) step(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	r.forgetReads(gs)
 	if err := r.schedule(ctx, gs); err != nil {
 		return err
 	}
@@ -300,6 +304,22 @@ func (r *Runner) foundAt(g archive.Gap, now time.Time) int64 {
 		r.read[g.ID] = at
 	}
 	return min(at, g.FirstSeenUS)
+}
+
+// forgetReads lets go of the first reads (foundAt) of the gaps no longer
+// asked about: foundAt is asked about an open gap (its pass waits on it)
+// and the newest gap (the next scheduled audit counts from it), and gs,
+// the gap/ rows oldest first, names the ones still so. A gap closed and
+// followed by a newer one, or deleted, is never asked about again.
+func (r *Runner) forgetReads(gs []archive.Gap) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id := range r.read {
+		i, ok := slices.BinarySearchFunc(gs, id, func(g archive.Gap, id uint64) int { return cmp.Compare(g.ID, id) })
+		if !ok || (!gs[i].Open() && i != len(gs)-1) {
+			delete(r.read, id)
+		}
+	}
 }
 
 // heal runs (or resumes) g's pass and closes g when it can; it reports
