@@ -1464,4 +1464,14 @@ var mutants = []Mutant{
 			{Pkg: "./subscribe", Run: "^TestSubscriberPanicEndsOnlyItsConnection$"},
 		},
 	},
+	{
+		ID: "m150", Invariant: "G8",
+		Name: "the first read of a gap found while the clock ran ahead never let go (16 bytes kept per such gap for the life of the process)",
+		File: "repair/runner.go",
+		Old:  "\tr.forgetReads(gs)\n",
+		New:  "",
+		Tests: []Test{
+			{Pkg: "./repair", Run: "^TestFirstReadsOfGapsLetGo$"},
+		},
+	},
 }
