@@ -106,8 +106,8 @@ func (g *GapIDs) Record(row Gap, put func(Gap) error) (Gap, error) {
 	return row, nil
 }
 
-// Begin says gap id's repair pass is about to begin: no later hole extends
-// it. Every extension Record made of it was submitted before Begin
+// Begin says gap id's repair pass is about to begin, or has waited long
+// enough for the stream to catch up past it: no later hole extends it. Every extension Record made of it was submitted before Begin
 // returns. A nil *GapIDs does nothing.
 func (g *GapIDs) Begin(id uint64) {
 	if g == nil {

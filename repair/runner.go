@@ -142,8 +142,14 @@ type Runner struct {
 	// more were absent than MaxAbsent; the next pass checks those after
 	// it ("": from the first). Only the pass's goroutine uses it.
 	absentFrom string
-	fellBack   uint64 // the gap whose pass last fell back to the relay's listing
-	uncounted  uint64 // the gap whose pass last listed the relay for a roster without account counts
+	// waiting is the gap whose pass last waited for the stream, since
+	// waitingSince; ended is the last gap whose extension that wait ended
+	// (waitOn).
+	waiting      uint64
+	waitingSince time.Time
+	ended        uint64
+	fellBack     uint64 // the gap whose pass last fell back to the relay's listing
+	uncounted    uint64 // the gap whose pass last listed the relay for a roster without account counts
 }
 
 // New validates cfg; nothing runs until Run.
@@ -331,6 +337,7 @@ func (r *Runner) heal(ctx context.Context, g archive.Gap) (bool, error) {
 	case errors.Is(err, archive.ErrNotFound):
 		// A scheduled audit follows no outage: the stream is live already.
 		if g.Kind != archive.GapAudit && !r.caughtUp(r.foundAt(g, r.cfg.Now())) {
+			r.waitOn(g)
 			r.set(func(s *Status) { s.Gap, s.Phase = g.ID, "waiting_for_stream" })
 			return false, nil
 		}
@@ -374,6 +381,37 @@ func (r *Runner) caughtUp(us int64) bool {
 	}
 	now := r.cfg.Now()
 	return now.Add(-s.Behind()).UnixMicro() >= us || !s.AcceptedSince(now.Add(-r.cfg.Period).UnixMicro())
+}
+
+// waitExtended is how many Periods a pass waits for the stream to catch
+// up past its gap before the gap stops being extended by later holes.
+const waitExtended = 10
+
+// waitOn notes that g's pass waits for the stream, and once it has waited
+// waitExtended Periods ends g's extension by later holes
+// (archive.GapIDs.Begin), as its pass's beginning would: a relay that
+// breaks its stream again and again, more often than its events take to
+// reach us (a seq skip on every frame, say), extends g to each later hole,
+// no event is ever stamped after the latest, and the stream is never
+// quiet, so the pass would wait for as long as the relay breaks. Ended,
+// g's time is its last hole's, the stream catches up past it, and the
+// later holes make the next gap.
+func (r *Runner) waitOn(g archive.Gap) {
+	now := r.cfg.Now()
+	r.mu.Lock()
+	if r.waiting != g.ID {
+		r.waiting, r.waitingSince = g.ID, now
+	}
+	end := now.Sub(r.waitingSince) >= waitExtended*r.cfg.Period && r.ended != g.ID
+	if end {
+		r.ended = g.ID
+	}
+	r.mu.Unlock()
+	if end {
+		r.cfg.GapIDs.Begin(g.ID)
+		r.log.Warn("repair pass: the stream has not caught up past its gap for a while, later holes extending it; the gap is no longer extended, later holes make the next gap",
+			"gap", g.ID, "kind", g.Kind.String(), "waited", now.Sub(r.waitingSince).String())
+	}
 }
 
 // begin is a new pass's start: the listing from its beginning. It first

@@ -312,3 +312,69 @@ func TestPassWaitsForItsOwnUnit(t *testing.T) {
 		}
 	})
 }
+
+// TestPassBeginsUnderABreakingRelay: a relay that breaks its stream again
+// and again (a seq skip every few hundred ms, for hours) extends the gap
+// waiting for its pass (archive.GapIDs.Record), each time to the later
+// hole's time, and every frame's event reaches us some hundreds of ms after
+// the relay stamped it: no event is ever stamped after the latest hole, and
+// the stream is never quiet, so a pass waiting to catch up past the latest
+// hole would wait for as long as the relay breaks, /readyz 503 all along
+// and nothing the first hole lost fetched. After it has waited
+// waitExtended, the gap stops being extended (later holes make the next
+// gap), so the stream catches up past its last hole and the pass runs.
+func TestPassBeginsUnderABreakingRelay(t *testing.T) {
+	s, w, apply := newStore(t)
+	ctx := context.Background()
+	var clock atomic.Int64
+	clock.Store(time.Unix(1_800_000_000, 0).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	apply(setRepo(didSame, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revOld}))
+	ids, err := archive.NewGapIDs(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &listing{repos: []upstream.RepoEntry{{DID: didSame, Rev: revNew, Active: true}}}
+	live := &stream{now: now}
+	r, err := New(Config{Store: s, Writer: w, Source: src, Stream: live, GapIDs: ids, Period: time.Second,
+		Logger: slog.New(slog.DiscardHandler), Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := uint64(100)
+	hole := func() { // a seq skip, in the unit of the frame after it, as the consumer records it
+		t.Helper()
+		seq += 2000
+		if _, err := ids.Record(archive.Gap{Kind: archive.GapSeqSkip, FromSeq: seq - 2000, ToSeq: seq, FirstSeenUS: now().UnixMicro()}, func(g archive.Gap) error {
+			kv, err := archive.GapPut(g)
+			if err != nil {
+				return err
+			}
+			apply(&archive.Unit{Puts: []archive.KV{kv}})
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		live.accept(now().Add(-300 * time.Millisecond).UnixMicro()) // the frame's event, stamped 300 ms ago
+	}
+	const steps = 60 // a minute of Periods, twice waitExtended's
+	for range steps {
+		for range 4 { // a hole every 250 ms
+			clock.Add(int64(250 * time.Millisecond))
+			hole()
+		}
+		if err := r.step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gs, err := s.Gaps()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src.pages.Load() == 0 {
+		t.Fatalf("the relay broke its stream every 250 ms for %d periods: no pass began (status %+v, gaps %+v); want the first gap's pass to run", steps, r.Status(), gs)
+	}
+	if len(gs) > 3 {
+		t.Fatalf("%d gap rows after %d periods of holes: want at most 3 (one per pass, and the one waiting)", len(gs), steps)
+	}
+}
