@@ -1474,4 +1474,14 @@ var mutants = []Mutant{
 			{Pkg: "./repair", Run: "^TestFirstReadsOfGapsLetGo$"},
 		},
 	},
+	{
+		ID: "m151", Invariant: "G1",
+		Name: "a gap whose pass waits for the stream extended by later holes for ever (a relay breaking its stream more often than its events reach us keeps the pass waiting while it breaks)",
+		File: "repair/runner.go",
+		Old:  "\t\tr.cfg.GapIDs.Begin(g.ID)\n\t\tr.log.Warn(",
+		New:  "\t\tr.log.Warn(",
+		Tests: []Test{
+			{Pkg: "./repair", Run: "^TestPassBeginsUnderABreakingRelay$"},
+		},
+	},
 }
