@@ -143,10 +143,11 @@ type Runner struct {
 	// it ("": from the first). Only the pass's goroutine uses it.
 	absentFrom string
 	// waiting is the gap whose pass last waited for the stream, since
-	// waitingSince; ended is the last gap whose extension that wait ended
-	// (waitOn).
+	// waitingSince, when it was found at waitingFrom (unix µs); ended is
+	// the last gap whose extension that wait ended (waitOn).
 	waiting      uint64
 	waitingSince time.Time
+	waitingFrom  int64
 	ended        uint64
 	fellBack     uint64 // the gap whose pass last fell back to the relay's listing
 	uncounted    uint64 // the gap whose pass last listed the relay for a roster without account counts
@@ -388,21 +389,24 @@ func (r *Runner) caughtUp(us int64) bool {
 const waitExtended = 10
 
 // waitOn notes that g's pass waits for the stream, and once it has waited
-// waitExtended Periods ends g's extension by later holes
-// (archive.GapIDs.Begin), as its pass's beginning would: a relay that
+// waitExtended Periods, g extended by a later hole meanwhile, ends g's
+// extension by later holes (archive.GapIDs.Begin), as its pass's
+// beginning would: a relay that
 // breaks its stream again and again, more often than its events take to
 // reach us (a seq skip on every frame, say), extends g to each later hole,
 // no event is ever stamped after the latest, and the stream is never
 // quiet, so the pass would wait for as long as the relay breaks. Ended,
 // g's time is its last hole's, the stream catches up past it, and the
-// later holes make the next gap.
+// later holes make the next gap. A long wait with no later hole (a relay
+// replaying hours of backlog) ends nothing: a hole after it still extends
+// g, and costs no pass of its own.
 func (r *Runner) waitOn(g archive.Gap) {
 	now := r.cfg.Now()
 	r.mu.Lock()
 	if r.waiting != g.ID {
-		r.waiting, r.waitingSince = g.ID, now
+		r.waiting, r.waitingSince, r.waitingFrom = g.ID, now, g.FirstSeenUS
 	}
-	end := now.Sub(r.waitingSince) >= waitExtended*r.cfg.Period && r.ended != g.ID
+	end := now.Sub(r.waitingSince) >= waitExtended*r.cfg.Period && g.FirstSeenUS != r.waitingFrom && r.ended != g.ID
 	if end {
 		r.ended = g.ID
 	}

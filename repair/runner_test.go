@@ -378,3 +378,52 @@ func TestPassBeginsUnderABreakingRelay(t *testing.T) {
 		t.Fatalf("%d gap rows after %d periods of holes: want at most 3 (one per pass, and the one waiting)", len(gs), steps)
 	}
 }
+
+// TestLongReplayGapStillExtended: a pass waiting long for a relay
+// replaying hours of backlog, with no later hole meanwhile, leaves its gap
+// extendable: a hole found after the long wait extends it (one pass), it
+// does not add a gap of its own.
+func TestLongReplayGapStillExtended(t *testing.T) {
+	s, w, apply := newStore(t)
+	ctx := context.Background()
+	var clock atomic.Int64
+	clock.Store(time.Unix(1_800_000_000, 0).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	ids, err := archive.NewGapIDs(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := &stream{now: now}
+	r, err := New(Config{Store: s, Writer: w, Source: &listing{}, Stream: live, GapIDs: ids, Period: time.Second,
+		Logger: slog.New(slog.DiscardHandler), Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := func() archive.Gap {
+		t.Helper()
+		g, err := ids.Record(archive.Gap{Kind: archive.GapOutdatedCursor, FirstSeenUS: now().UnixMicro()}, func(g archive.Gap) error {
+			kv, err := archive.GapPut(g)
+			if err != nil {
+				return err
+			}
+			apply(&archive.Unit{Puts: []archive.KV{kv}})
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	first := record()
+	gapUS := now().UnixMicro()
+	for i := range 3 * waitExtended {
+		clock.Add(int64(time.Second))
+		live.accept(gapUS - int64(3*waitExtended-i)*int64(time.Minute/time.Microsecond)) // the backlog, stamped before the gap
+		if err := r.step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := record(); got.ID != first.ID {
+		t.Fatalf("a hole after %d periods of replay with no hole: gap %d, want gap %d extended", 3*waitExtended, got.ID, first.ID)
+	}
+}

@@ -1484,4 +1484,14 @@ var mutants = []Mutant{
 			{Pkg: "./repair", Run: "^TestPassBeginsUnderABreakingRelay$"},
 		},
 	},
+	{
+		ID: "m152", Invariant: "G1",
+		Name: "a gap whose pass waits long for a replaying stream no longer extended though no later hole came (a hole after the long replay costs a whole pass of its own)",
+		File: "repair/runner.go",
+		Old:  " && g.FirstSeenUS != r.waitingFrom && ",
+		New:  " && ",
+		Tests: []Test{
+			{Pkg: "./repair", Run: "^TestLongReplayGapStillExtended$"},
+		},
+	},
 }
