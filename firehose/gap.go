@@ -5,7 +5,9 @@ package firehose
 // below the last accepted one, a seq skip above the threshold) and records
 // it as a gap/ row in the unit of the next frame it accepts, the unit that
 // moves cursor/relay past it. A hole found while the newest gap recorded
-// has no repair pass begun extends that gap (archive.GapIDs.Record). A relay that restarted its sequence also resets
+// has no repair pass begun (nor has waited long for the stream, the repair
+// runner says which: archive.GapIDs.Begin) extends that gap
+// (archive.GapIDs.Record). A relay that restarted its sequence also resets
 // cursor/relay to the new sequence in that unit. Until that unit is
 // submitted nothing moved: a crash re-dials from the old cursor and the
 // relay tells the same story again.
