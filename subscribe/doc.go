@@ -188,7 +188,11 @@
 // TimeUS, stamped before the synced commit, to the socket write). Stats'
 // Replaying counts subscribers below the live floor, reading the archive,
 // or catching up through the live log, so a cursor-0 replay of an archive
-// that fits in the live log is one.
+// that fits in the live log is one. An event that cannot be rendered (a
+// record holding a non-integral float, which the archive keeps and the
+// atproto data model refuses) is skipped and counted in render_errors each
+// time it is rendered (once for the live log, again by each replay from the
+// archive), and logged once a minute, not per event.
 //
 // # Wire shapes (render.go)
 //

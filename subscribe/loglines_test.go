@@ -1,11 +1,13 @@
 package subscribe
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 
+	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/internal/logtest"
 	"github.com/backstream/backstream/internal/promtest"
 )
@@ -32,5 +34,50 @@ func TestDisconnectLogBounded(t *testing.T) {
 	})
 	if got := lines.Lines(); got != 1 {
 		t.Fatalf("%d connections closed for bad options wrote %d log lines at INFO or above, want 1", n, got)
+	}
+}
+
+// TestRenderErrorLogBounded: records the archive keeps but cannot render
+// (a non-integral float: DAG-CBOR framing takes it, the atproto data model
+// does not, so Jetstream v1 never sends it either) are skipped and counted
+// in backstream_subscribe_render_errors_total, for the subscriber following
+// the tip and for every replay from the archive; the log gets one line a
+// minute for them, not one per event, however many a PDS writes and however
+// many clients replay over them.
+func TestRenderErrorLogBounded(t *testing.T) {
+	h := newHarness(t, harnessOpts{liveBytes: 16 << 10}) // a small live log: the replays read the archive
+	var lines logtest.Counter
+	h.srv.log = lines.Logger()
+	float := []byte{0xa2, 0x61, 0x76, 0xfb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0, 0x65, 0x24, 0x74, 0x79, 0x70, 0x65, 0x61, 0x78} // {"v": 1.5, "$type": "x"}
+	good := genEvent(t, 1, 1)
+	const n = 500
+	evs := make([]archive.Event, 0, n+1)
+	for i := range n {
+		ev := good
+		ev.RKey = fmt.Sprintf("3k%011d", i)
+		ev.Record = float
+		evs = append(evs, ev)
+	}
+	live := h.dial("", nil)
+	defer live.Close()
+	_, last := h.commit(append(evs, good)...)
+	if got := readUntil(t, live, last); len(got) != 1 || got[0] != last {
+		t.Fatalf("the live subscriber got cursors %v, want only the renderable event %d", got, last)
+	}
+	const replays = 3
+	for range replays {
+		c := h.dial("?cursor=0", nil)
+		if got := readUntil(t, c, last); len(got) != 1 {
+			t.Fatalf("a replay got cursors %v, want only the renderable event %d", got, last)
+		}
+		c.Close()
+	}
+	// Each event counted once where the live log shared its rendering, and
+	// again by each replay that read it from the archive.
+	if got := promtest.Value(t, h.reg, "backstream_subscribe_render_errors_total", nil); got < n+replays {
+		t.Fatalf("backstream_subscribe_render_errors_total = %v, want at least %d", got, n+replays)
+	}
+	if got := lines.Lines(); got != 1 {
+		t.Fatalf("%d unrenderable events, followed live and replayed %d times, wrote %d log lines at INFO or above, want 1", n, replays, got)
 	}
 }

@@ -472,8 +472,7 @@ func (s *subscriber) sendLive(ctx context.Context, e *archive.LiveEntry) error {
 	fr, first := liveFrame(e)
 	if fr.err != nil {
 		if first {
-			s.srv.m.renderError()
-			s.srv.log.Error("subscribe: cannot render archived event; skipped", "seq", e.Event.Seq, "err", fr.err)
+			s.srv.renderFailed(s.srv.log, e.Event.Seq, fr.err)
 		}
 		return nil
 	}
@@ -698,8 +697,7 @@ func (s *subscriber) renderReplay(ev *archive.Event, f *filter) []byte {
 	var err error
 	s.scratch, err = s.rend.AppendJSON(s.scratch[:0], ev)
 	if err != nil {
-		s.srv.m.renderError()
-		s.log.Error("subscribe: cannot render archived event; skipped", "seq", ev.Seq, "err", err)
+		s.srv.renderFailed(s.log, ev.Seq, err)
 		return nil
 	}
 	p := s.scratch
@@ -726,6 +724,17 @@ func (s *subscriber) renderReplay(ev *archive.Event, f *filter) []byte {
 		p = s.zbuf
 	}
 	return p
+}
+
+// renderFailed counts an archived event that cannot be rendered (a record
+// the archive keeps but the atproto data model refuses, such as a
+// non-integral float, which Jetstream v1 never sends either): it is skipped.
+// Such records are a PDS's to write, as many as it likes, and every replay
+// meets them again, so the log gets one line a minute for them, naming the
+// last one and how many it stands for.
+func (s *Server) renderFailed(l *slog.Logger, seq uint64, err error) {
+	s.m.renderError()
+	s.lines.Log(l, slog.LevelError, "render", "subscribe: cannot render archived event; skipped", "seq", seq, "err", err)
 }
 
 // dropRenderBuffers lets go of render buffers a large event grew.
