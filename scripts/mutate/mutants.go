@@ -1494,4 +1494,14 @@ var mutants = []Mutant{
 			{Pkg: "./repair", Run: "^TestLongReplayGapStillExtended$"},
 		},
 	},
+	{
+		ID: "m156", Invariant: "H13",
+		Name: "an archived event that cannot be rendered is logged once per render (a PDS's float records, replayed by every client, flood the log)",
+		File: "subscribe/subscriber.go",
+		Old:  "\ts.lines.Log(l, slog.LevelError, \"render\", \"subscribe: cannot render archived event; skipped\", \"seq\", seq, \"err\", err)\n",
+		New:  "\tl.Error(\"subscribe: cannot render archived event; skipped\", \"seq\", seq, \"err\", err)\n",
+		Tests: []Test{
+			{Pkg: "./subscribe", Run: "^TestRenderErrorLogBounded$"},
+		},
+	},
 }
