@@ -41,7 +41,9 @@ func Rows(f *upstream.Frame, seq int64, m *Metrics) []archive.Event {
 		}
 		ev := archive.Event{Kind: archive.KindAccount, DID: b.Did, Active: b.Active, UpstreamSeq: seq, Source: archive.SourceLive}
 		if b.Status != nil {
-			ev.Status = *b.Status
+			// Cut as a listed status is, not refused: the account's
+			// activity is what matters, to its repo and to subscribers.
+			ev.Status = upstream.CutStatus(*b.Status)
 		}
 		return keep(nil, ev, m)
 	case f.Sync != nil:

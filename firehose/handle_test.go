@@ -19,6 +19,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/oracle/world"
+	"github.com/backstream/backstream/upstream"
 )
 
 // kindScript is one frame of every kind, from a real world, with what it
@@ -476,5 +477,32 @@ func TestRepeatedRelayFramesLogBounded(t *testing.T) {
 	}
 	if gaps != n {
 		t.Errorf("%d gaps recorded, want %d (one per outdated cursor, the seq skips with them)", gaps, n)
+	}
+}
+
+// TestAccountStatusCut: an #account whose status is longer than the
+// archive keeps (an unknown word from the relay) is archived with its
+// status cut to upstream.MaxAccountStatus bytes, without splitting a
+// character, as a listed status is: the account's activity reaches the
+// repo state and every subscriber (Jetstream v1 sends the event too),
+// where refusing the row would lose both.
+func TestAccountStatusCut(t *testing.T) {
+	const did = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"
+	ascii := strings.Repeat("s", 100)
+	wide := strings.Repeat("x", upstream.MaxAccountStatus-1) + "é" + "tail" // é spans bytes 63 and 64
+	for _, c := range []struct{ status, want string }{
+		{ascii, ascii[:upstream.MaxAccountStatus]},
+		{wide, wide[:upstream.MaxAccountStatus-1]},
+		{"takendown", "takendown"},
+	} {
+		st := c.status
+		f := &upstream.Frame{Account: &comatproto.SyncSubscribeRepos_Account{Did: did, Active: false, Status: &st, Time: "2024-01-01T00:00:00Z"}}
+		rows := Rows(f, 7, nil)
+		if len(rows) != 1 {
+			t.Fatalf("an #account with a status of %d bytes gave %d rows, want 1 (inactive, its status cut)", len(c.status), len(rows))
+		}
+		if ev := rows[0]; ev.Kind != archive.KindAccount || ev.Active || ev.Status != c.want || !utf8.ValidString(ev.Status) {
+			t.Errorf("an #account with a status of %d bytes: row %+v, want inactive with status %q", len(c.status), ev, c.want)
+		}
 	}
 }

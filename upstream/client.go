@@ -262,14 +262,14 @@ type RepoEntry struct {
 	Status string // "" when absent; cut to MaxAccountStatus bytes
 }
 
-// MaxAccountStatus bounds a listed account status (the archive keeps an
-// account event's status to it): a longer one is cut there, at a UTF-8
-// character boundary.
+// MaxAccountStatus bounds an account status as the archive keeps it (an
+// account event's, a repo state's): a longer one, listed or on the
+// firehose, is cut there, at a UTF-8 character boundary (CutStatus).
 const MaxAccountStatus = 64
 
-// cutStatus is s cut to MaxAccountStatus bytes without splitting a
+// CutStatus is s cut to MaxAccountStatus bytes without splitting a
 // character.
-func cutStatus(s string) string {
+func CutStatus(s string) string {
 	if len(s) <= MaxAccountStatus {
 		return s
 	}
@@ -375,7 +375,7 @@ func (c *Client) parseListRepos(body []byte) (Page, error) {
 			e.Active = *r.Active
 		}
 		if r.Status != nil {
-			e.Status = cutStatus(*r.Status)
+			e.Status = CutStatus(*r.Status)
 		}
 		p.Repos = append(p.Repos, e)
 	}
