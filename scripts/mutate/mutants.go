@@ -1504,4 +1504,14 @@ var mutants = []Mutant{
 			{Pkg: "./subscribe", Run: "^TestRenderErrorLogBounded$"},
 		},
 	},
+	{
+		ID: "m157", Invariant: "M8",
+		Name: "a live #account whose status is over the archive's bound is refused whole (its inactivity never reaches the repo nor a subscriber)",
+		File: "firehose/frame.go",
+		Old:  "\t\t\tev.Status = upstream.CutStatus(*b.Status)\n",
+		New:  "\t\t\tev.Status = *b.Status\n",
+		Tests: []Test{
+			{Pkg: "./firehose", Run: "^TestAccountStatusCut$"},
+		},
+	},
 }
