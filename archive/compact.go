@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,9 +28,20 @@ import (
 )
 
 // DefaultCompactReclaimBytes is the bytes a pass must remove before it asks
-// Pebble for a manual compaction of the range it removed from, so the disk
-// really shrinks.
+// Pebble for a manual compaction of the ranges it removed much of, so the
+// disk really shrinks.
 const DefaultCompactReclaimBytes = 64 << 20
+
+// DefaultCompactReclaimShare is the default CompactOptions.ReclaimShare: a
+// range of ev/ the pass removed rows from is compacted at once only when
+// what it removed is at least a quarter of Pebble's estimate of the
+// range's size on disk, so the manual compaction rewrites at most about 4
+// bytes per byte it reclaims. Rows removed here and there (deletes of old
+// records, spread over the whole archive) are left to Pebble's own
+// compactions, which the sized deletes point at: compacting from the
+// lowest removed seq to the watermark rewrote the whole archive for a pass
+// that removed a few rows of it.
+const DefaultCompactReclaimShare = 4
 
 // compactBatchBytes bounds a removal batch shared by several accounts; one
 // account's removals are one batch, up to MaxAccountBatch.
@@ -81,8 +93,15 @@ var ErrCompactionTooLarge = errors.New("one account's removal is larger than the
 type CompactOptions struct {
 	// ReclaimBytes: a pass that removed more than this many bytes of ev/
 	// values asks Pebble for a manual compaction of the ranges it removed
-	// from. 0 is DefaultCompactReclaimBytes; negative never compacts.
+	// much of (ReclaimShare). 0 is DefaultCompactReclaimBytes; negative
+	// never compacts.
 	ReclaimBytes int64
+	// ReclaimShare: past ReclaimBytes, a chunk of ev/ the pass removed
+	// rows from is compacted when what it removed there is at least
+	// 1/ReclaimShare of the chunk's size on disk. 0 is
+	// DefaultCompactReclaimShare; negative compacts every chunk it removed
+	// rows from, whatever is on disk (tests).
+	ReclaimShare int
 	// Logger receives the pass's one summary line; nil is slog.Default().
 	Logger *slog.Logger
 	// Crash fires compaction-intent, compaction-batch and compaction-done
@@ -104,6 +123,9 @@ type CompactOptions struct {
 func (o *CompactOptions) defaults() {
 	if o.ReclaimBytes == 0 {
 		o.ReclaimBytes = DefaultCompactReclaimBytes
+	}
+	if o.ReclaimShare == 0 {
+		o.ReclaimShare = DefaultCompactReclaimShare
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -337,7 +359,6 @@ type compactPass struct {
 	forgotten     []uint64 // seqs removed by the open batch that the live log may hold
 	liveFloor     uint64   // the live log's lowest seq when the open batch began
 	lowest        uint64   // lowest seq removed
-	first, last   string   // first and last account touched
 	acct          accountTombs
 	acctStart     int // the open batch's length before the account's removal
 	kbuf          []byte
@@ -345,6 +366,7 @@ type compactPass struct {
 	removed       map[uint64]struct{} // rows the account's unnamed tombstones' lookups removed
 	lookup        bool                // removeRange is removing an unnamed tombstone's rows
 	sized         bool                // the store's format has sized deletes
+	evBytes       seqChunks           // bytes removed from ev/, by seq chunk (reclaim)
 }
 
 // accountTombs is what the first read of one account's tombstones below W
@@ -578,10 +600,6 @@ func (p *compactPass) removeAccount() error {
 	}
 	p.res.Accounts++
 	p.res.Tombstones += a.tombstones
-	if p.first == "" {
-		p.first = a.did
-	}
-	p.last = a.did
 	return nil
 }
 
@@ -791,6 +809,7 @@ func (p *compactPass) removeRun(k, v []byte, did, collection string, first, befo
 	for i := range run.n {
 		if seq := first + uint64(i); seq < before {
 			p.removeRow(did, collection, seq, 0)
+			p.evBytes.add(seq, run.bytes/int64(run.n)) // the members' bytes, on average
 		}
 	}
 	if whole {
@@ -822,6 +841,7 @@ func (p *compactPass) removeRow(did, collection string, seq uint64, size int) {
 	p.xbuf = deleteReplayIndex(p.b, p.xbuf, did, collection, seq)
 	p.res.Rows++
 	p.res.Bytes += int64(size)
+	p.evBytes.add(seq, int64(size))
 	if seq >= p.liveFloor {
 		p.forgotten = append(p.forgotten, seq)
 	}
@@ -885,22 +905,98 @@ func (p *compactPass) finish() error {
 	return nil
 }
 
-// reclaim asks Pebble to compact the ranges the pass removed from once it
-// removed more than ReclaimBytes.
+// reclaim asks Pebble to compact the chunks of ev/ the pass removed much
+// of (ReclaimShare) once it removed more than ReclaimBytes, adjacent ones
+// together. The index entries it deleted (rec/, tomb/: no record bytes,
+// a few percent of the store) are left to Pebble's own compactions, as
+// are the ev/ rows it removed here and there; a manual compaction of the
+// accounts' ranges rewrote the whole index at every pass.
 func (p *compactPass) reclaim() error {
 	if p.opts.ReclaimBytes < 0 || p.res.Bytes <= p.opts.ReclaimBytes {
 		return nil
 	}
-	ranges := [][2][]byte{
-		{EventKey(p.lowest), EventKey(p.W)},
-		{AccountRecordPrefix(p.first), prefixEnd(AccountRecordPrefix(p.last))},
-		{TombKey(p.first, 0), prefixEnd(AppendTombKey(nil, p.last, math.MaxUint64))},
+	var ranges [][2][]byte
+	for _, c := range p.evBytes.sorted() {
+		lo, hi := EventKey(max(c.lo, p.lowest)), EventKey(min(c.hi, p.W))
+		if dense, err := p.dense(lo, hi, c.bytes); err != nil {
+			return err
+		} else if !dense {
+			continue
+		}
+		if n := len(ranges); n > 0 && bytes.Equal(ranges[n-1][1], lo) {
+			ranges[n-1][1] = hi
+			continue
+		}
+		ranges = append(ranges, [2][]byte{lo, hi})
 	}
 	for _, r := range ranges {
 		if err := p.s.db.Compact(r[0], r[1], true); err != nil {
 			return p.s.persistErr("compaction: reclaim the removed range", err)
 		}
 	}
-	p.res.Reclaimed = true
+	p.res.Reclaimed = len(ranges) > 0
 	return nil
+}
+
+// dense reports whether removed bytes are at least 1/ReclaimShare of the
+// range [lo, hi)'s size on disk, as Pebble estimates it from its tables.
+// A range with nothing on disk has nothing to reclaim: its rows are in
+// the memtables, whose flush drops them.
+func (p *compactPass) dense(lo, hi []byte, removed int64) (bool, error) {
+	if bytes.Compare(lo, hi) >= 0 {
+		return false, nil
+	}
+	if p.opts.ReclaimShare < 0 {
+		return true, nil
+	}
+	n, err := p.s.db.EstimateDiskUsage(lo, hi)
+	if err != nil {
+		return false, p.s.persistErr("compaction: estimate the removed range's size", err)
+	}
+	return n > 0 && uint64(removed)*uint64(p.opts.ReclaimShare) >= n, nil
+}
+
+// seqChunks adds up bytes by seq chunk: the chunks are
+// 1<<minChunkShift seqs wide (about one 64 MiB table of rows), and twice
+// as wide each time more than maxSeqChunks are held, so a pass removing
+// rows all over the archive holds a bounded map.
+type seqChunks struct {
+	shift uint
+	bytes map[uint64]int64
+}
+
+const (
+	minChunkShift = 16
+	maxSeqChunks  = 1 << 14
+)
+
+// seqChunk is one chunk's seqs [lo, hi) and the bytes added in them.
+type seqChunk struct {
+	lo, hi uint64
+	bytes  int64
+}
+
+func (c *seqChunks) add(seq uint64, n int64) {
+	if c.bytes == nil {
+		c.shift, c.bytes = minChunkShift, map[uint64]int64{}
+	}
+	c.bytes[seq>>c.shift] += n
+	for len(c.bytes) > maxSeqChunks {
+		wider := make(map[uint64]int64, len(c.bytes)/2)
+		for k, v := range c.bytes {
+			wider[k>>1] += v
+		}
+		c.shift++
+		c.bytes = wider
+	}
+}
+
+// sorted returns the chunks in seq order.
+func (c *seqChunks) sorted() []seqChunk {
+	out := make([]seqChunk, 0, len(c.bytes))
+	for k, v := range c.bytes {
+		out = append(out, seqChunk{lo: k << c.shift, hi: (k + 1) << c.shift, bytes: v})
+	}
+	slices.SortFunc(out, func(a, b seqChunk) int { return cmpSeq(a.lo, b.lo) })
+	return out
 }

@@ -200,7 +200,9 @@
 // last batch's sync makes the WAL before it durable, and a crash before it
 // leaves the intent, which the next pass rolls forward (removal is
 // idempotent). Past CompactOptions.ReclaimBytes removed (64 MiB), a manual
-// compaction of the ranges removed from lets the disk shrink. A malformed
+// compaction of the chunks of ev/ the pass removed at least a quarter of
+// (CompactOptions.ReclaimShare) lets the disk shrink; rows removed here and
+// there are left to Pebble's own compactions. A malformed
 // tomb/, rec/, intent or watermark value stops the pass with ErrCompactionState naming the key,
 // having guessed nothing; ResetCompactionIntent is the recovery of a bad
 // intent or watermark. The cost of a pass follows the tombstones and the rows removed

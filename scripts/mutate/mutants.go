@@ -1514,4 +1514,14 @@ var mutants = []Mutant{
 			{Pkg: "./firehose", Run: "^TestAccountStatusCut$"},
 		},
 	},
+	{
+		ID: "m144", Invariant: "K5",
+		Name: "a pass's reclaim compacts every chunk of ev/ it removed rows from, however little (a few scattered deletes rewrite the archive's tables)",
+		File: "archive/compact.go",
+		Old:  "\treturn n > 0 && uint64(removed)*uint64(p.opts.ReclaimShare) >= n, nil\n",
+		New:  "\treturn n >= 0, nil\n",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestCompactReclaimCostsWhatItRemoves$"},
+		},
+	},
 }
