@@ -330,7 +330,7 @@ func (s *Store) Compact(ctx context.Context, w *Writer, opts CompactOptions) (Co
 		return p.res, err
 	}
 	p.res.To = p.W
-	if err := p.reclaim(); err != nil {
+	if err := p.reclaim(ctx); err != nil {
 		return p.res, err
 	}
 	p.res.Duration = time.Since(start)
@@ -910,8 +910,9 @@ func (p *compactPass) finish() error {
 // together. The index entries it deleted (rec/, tomb/: no record bytes,
 // a few percent of the store) are left to Pebble's own compactions, as
 // are the ev/ rows it removed here and there; a manual compaction of the
-// accounts' ranges rewrote the whole index at every pass.
-func (p *compactPass) reclaim() error {
+// accounts' ranges rewrote the whole index at every pass. A cancelled ctx
+// stops it between ranges (each compaction cannot be interrupted).
+func (p *compactPass) reclaim(ctx context.Context) error {
 	if p.opts.ReclaimBytes < 0 || p.res.Bytes <= p.opts.ReclaimBytes {
 		return nil
 	}
@@ -930,11 +931,14 @@ func (p *compactPass) reclaim() error {
 		ranges = append(ranges, [2][]byte{lo, hi})
 	}
 	for _, r := range ranges {
+		if ctx.Err() != nil {
+			break // the pass is done: what is left leaves the disk as Pebble compacts
+		}
 		if err := p.s.db.Compact(r[0], r[1], true); err != nil {
 			return p.s.persistErr("compaction: reclaim the removed range", err)
 		}
+		p.res.Reclaimed = true
 	}
-	p.res.Reclaimed = len(ranges) > 0
 	return nil
 }
 
