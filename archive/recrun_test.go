@@ -337,3 +337,58 @@ func TestRecordRunsOnlyOfDownloads(t *testing.T) {
 		t.Fatalf("%d runs and %d rec/ keys, want the downloads' 2 runs and the live commit's 5 entries", runs, len(have))
 	}
 }
+
+// TestRecordRunsAcrossTakedownReversed: an account downloaded (a run),
+// taken down, reactivated and downloaded again under the same rkeys (a
+// second run), then deleting and updating records of the new download:
+// whether a pass applies the takedown before the second download or after
+// it, the new run's rows survive but the ones deleted or updated since,
+// the old run is gone, the index is what the survivors need, and the
+// current records are the new download's.
+func TestRecordRunsAcrossTakedownReversed(t *testing.T) {
+	rkeys := []string{"p/a", "p/b", "p/c", "p/d", "p/e", "p/f"}
+	for _, between := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pass between %v", between), func(t *testing.T) {
+			dids := []string{"did:plc:aaaa", "did:plc:bbbb"}
+			s, w := memStore(t)
+			rev := 0
+			rows := applyEach(t, w, [][]archive.Event{
+				runUnit(dids, &rev, rkeys...),
+				opUnit(dids, &rev, acc("takendown")),
+				opUnit(dids, &rev, acc("")),
+			})
+			if between {
+				checkSurvivors(t, s, rows, compact(t, s, w, archive.CompactOptions{}).To)
+			}
+			rows = append(rows, applyEach(t, w, [][]archive.Event{
+				runUnit(dids, &rev, rkeys...),
+				opUnit(dids, &rev, del("p/c")),
+			})...)
+			res := compact(t, s, w, archive.CompactOptions{})
+			checkSurvivors(t, s, rows, res.To)
+			rows = append(rows, applyEach(t, w, [][]archive.Event{opUnit(dids, &rev, up("p/d"))})...)
+			res = compact(t, s, w, archive.CompactOptions{})
+			checkSurvivors(t, s, rows, res.To)
+			var got []string
+			err := s.AccountRecords(dids[0], func(r archive.CurrentRecord) error {
+				got = append(got, fmt.Sprintf("%s/%s@%d", r.Collection, r.RKey, r.Seq))
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			// a, b, e and f of the second download (rows 8 to 13), d as
+			// updated (row 15); c deleted (row 14).
+			for _, i := range []int{8, 9, 15, 12, 13} {
+				want = append(want, fmt.Sprintf("%s/%s@%d", rows[i].Collection, rows[i].RKey, rows[i].Seq))
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("current records %v, want %v", got, want)
+			}
+			if _, runs, _ := archive.RecordEntries(s); runs != 1 {
+				t.Fatalf("%d run entries, want the second download's only", runs)
+			}
+		})
+	}
+}
