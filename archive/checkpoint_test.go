@@ -310,6 +310,33 @@ func TestOpenRefusesInterruptedCheckpoint(t *testing.T) {
 	}
 }
 
+// TestReadOnlyOpenNamesInterruptedCheckpoint: the read-only open of a data
+// dir holding only store.partial (`backstream status`, `checkpoint
+// --data-dir` and `compaction reset` on a checkpoint that crashed mid-way)
+// says so, as the writable open does, not only that no store is there. An
+// empty data dir is still "no store here".
+func TestReadOnlyOpenNamesInterruptedCheckpoint(t *testing.T) {
+	fs := vfs.NewMem()
+	if err := fs.MkdirAll("/backups/b1/"+checkpointPartial, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.MkdirAll("/backups/empty", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	opts := testOptions(fs)
+	opts.ReadOnly = true
+	_, err := Open("/backups/b1", opts)
+	if err == nil || !strings.Contains(err.Error(), "never completed") || !strings.Contains(err.Error(), "/backups/b1/"+checkpointPartial) {
+		t.Fatalf("read-only open of an interrupted checkpoint: %v, want it named (store.partial, never completed)", err)
+	}
+	if _, err := Open("/backups/empty", opts); err == nil || !strings.Contains(err.Error(), "no store here") {
+		t.Fatalf("read-only open of an empty data dir: %v, want \"no store here\"", err)
+	}
+	if _, err := fs.Stat("/backups/b1/" + StoreDir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a read-only open created a store beside the interrupted checkpoint (%v)", err)
+	}
+}
+
 // TestCheckpointFailureLeavesNothing: a checkpoint whose destination volume
 // (another filesystem: the checkpoint is copied) is full (ENOSPC on every
 // write under it)

@@ -227,10 +227,18 @@ func (s *Store) prepare() (err error) {
 		}
 	}()
 	if s.readOnly {
+		var partial error
 		if err := r.timeStep("a stat of the store dir "+s.dir, func() error {
 			_, err := s.fs.Stat(s.dir)
+			if errors.Is(err, os.ErrNotExist) {
+				// A checkpoint that crashed mid-way: say so, as the
+				// writable open does, not only that no store is here.
+				partial = s.refuseInterruptedCheckpoint()
+			}
 			return err
-		}); err != nil {
+		}); partial != nil {
+			return partial
+		} else if err != nil {
 			return fmt.Errorf("archive: open %s: no store here: %w", s.dir, err)
 		}
 	} else if err := r.timeStep("making or finding the store dir "+s.dir, s.prepareDirs); err != nil {

@@ -1524,4 +1524,14 @@ var mutants = []Mutant{
 			{Pkg: "./archive", Run: "^TestCompactReclaimCostsWhatItRemoves$"},
 		},
 	},
+	{
+		ID: "m162", Invariant: "H4",
+		Name: "a read-only open of a data dir holding only an interrupted checkpoint says only \"no store here\" (status, checkpoint --data-dir and compaction reset do not name store.partial)",
+		File: "archive/store.go",
+		Old:  "\t\t\t\tpartial = s.refuseInterruptedCheckpoint()\n",
+		New:  "\t\t\t\t_ = s.refuseInterruptedCheckpoint\n",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestReadOnlyOpenNamesInterruptedCheckpoint$"},
+		},
+	},
 }
