@@ -80,7 +80,8 @@ func indexReady(r pebble.Reader) error {
 }
 
 // IndexMarker reads meta/index. A store without it (read-only, or opened
-// before Open wrote it) reports every row from 0 to the tip unindexed.
+// before Open wrote it) reports every row from 1 to the tip unindexed, as
+// Open then writes it.
 func (s *Store) IndexMarker() (IndexMarker, error) { return s.indexMarker(KeyIndex) }
 
 // ReplayIndexMarker reads meta/index_replay, the replay index's coverage,
@@ -91,7 +92,7 @@ func (s *Store) indexMarker(key []byte) (IndexMarker, error) {
 	m, err := get(s.db, key, DecodeIndexMarker)
 	if errors.Is(err, ErrNotFound) {
 		tip, err := s.Tip()
-		return IndexMarker{End: tip + 1}, err
+		return IndexMarker{Next: 1, End: tip + 1}, err
 	}
 	if err != nil {
 		return m, compactionErr(err)

@@ -81,12 +81,12 @@ func printCompaction(tw io.Writer, c *statusCompaction) {
 		fmt.Fprintf(tw, "compaction intent\tto %s (an interrupted pass; the next start finishes it)\n", human.Count(*c.Intent))
 	}
 	if c.Index != nil && !c.Index.Done {
-		fmt.Fprintf(tw, "index backfill\t%s of %s seqs left (no compaction pass until it ends)\n",
-			human.Count(c.Index.End-min(c.Index.Next, c.Index.End)), human.Count(c.Index.End))
+		left, total := backfillSeqs(c.Index)
+		fmt.Fprintf(tw, "index backfill\t%s of %s seqs left (no compaction pass until it ends)\n", human.Count(left), human.Count(total))
 	}
 	if c.ReplayIndex != nil && !c.ReplayIndex.Done {
-		fmt.Fprintf(tw, "replay index backfill\t%d of %d seqs left (filtered replays scan until it ends)\n",
-			c.ReplayIndex.End-min(c.ReplayIndex.Next, c.ReplayIndex.End), c.ReplayIndex.End)
+		left, total := backfillSeqs(c.ReplayIndex)
+		fmt.Fprintf(tw, "replay index backfill\t%s of %s seqs left (filtered replays scan until it ends)\n", human.Count(left), human.Count(total))
 	}
 	if c.LastPassAt != nil {
 		fmt.Fprintf(tw, "last compaction pass\t%s: %s rows, %s removed in %s\n",
@@ -96,4 +96,12 @@ func printCompaction(tw io.Writer, c *statusCompaction) {
 	if c.Halted {
 		fmt.Fprintf(tw, "compaction HALTED\t%s\ncompaction recovery\t%s\n", c.HaltReason, c.HaltRecovery)
 	}
+}
+
+// backfillSeqs counts an index backfill's seqs: those from Next to End
+// (one past the last row to index) left, of those from seq 1, the first
+// archived, to End.
+func backfillSeqs(m *node.IndexBackfillStatus) (left, total uint64) {
+	end := max(m.End, 1)
+	return end - min(max(m.Next, 1), end), end - 1
 }

@@ -1534,4 +1534,14 @@ var mutants = []Mutant{
 			{Pkg: "./archive", Run: "^TestReadOnlyOpenNamesInterruptedCheckpoint$"},
 		},
 	},
+	{
+		ID: "m163", Invariant: "C7",
+		Name: "backstream status counts an index backfill's seqs to one past the tip (a store of 24,218 rows shown as 24,219 to index)",
+		File: "cmd/backstream/status_compaction.go",
+		Old:  "return end - min(max(m.Next, 1), end), end - 1\n",
+		New:  "return end - min(max(m.Next, 1), end), end\n",
+		Tests: []Test{
+			{Pkg: "./cmd/backstream", Run: "^(TestStatusIndexBackfill|TestStatusIndexBackfillCounts)$"},
+		},
+	},
 }
