@@ -319,8 +319,14 @@ func printStatus(out io.Writer, r *statusReport) {
 	}
 	printHosts(tw, r.Hosts)
 	switch {
-	case r.Cursors.ListRepos == nil:
+	case r.Cursors.ListRepos == nil && r.Hosts != nil && r.Hosts.Mode == bootstrap.EnumerateHosts:
+		// Each roster host's listing has its own checkpoint; the relay's
+		// is written only when the run falls back to it.
+		fmt.Fprintf(tw, "listRepos checkpoint\t(none of the relay's: hosts mode keeps one per roster host)\n")
+	case r.Cursors.ListRepos == nil && r.Phase == string(archive.PhaseBootstrap):
 		fmt.Fprintf(tw, "listRepos checkpoint\t(none: listing starts from the beginning)\n")
+	case r.Cursors.ListRepos == nil:
+		fmt.Fprintf(tw, "listRepos checkpoint\t(none)\n")
 	case *r.Cursors.ListRepos == "":
 		fmt.Fprintf(tw, "listRepos checkpoint\tlisting finished\n")
 	default:

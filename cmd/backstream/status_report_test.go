@@ -418,3 +418,37 @@ func TestStatusCountsTheWAL(t *testing.T) {
 		t.Fatalf("status says the store takes %d bytes; its files take %d, %d of them its write-ahead log", d, files, logs)
 	}
 }
+
+// TestStatusListReposCheckpointLine: the table's listRepos line says
+// "listing starts from the beginning" only where a restart would: a
+// relay-mode bootstrap without a checkpoint. A hosts-mode store keeps a
+// checkpoint per roster host (and none of the relay's unless it fell back
+// to it); past bootstrap no listing starts again. Before, a hosts-mode
+// bootstrap killed half way said its listing would start from the
+// beginning.
+func TestStatusListReposCheckpointLine(t *testing.T) {
+	line := func(phase, mode string) string {
+		r := emptyStatus(phase)
+		r.Hosts = &statusHosts{Mode: mode}
+		var out strings.Builder
+		printStatus(&out, r)
+		for _, l := range strings.Split(out.String(), "\n") {
+			if strings.HasPrefix(l, "listRepos checkpoint") {
+				return strings.Join(strings.Fields(l), " ")
+			}
+		}
+		t.Fatalf("no listRepos line:\n%s", out.String())
+		return ""
+	}
+	for _, c := range []struct{ phase, mode, want string }{
+		{"bootstrap", "relay", "listRepos checkpoint (none: listing starts from the beginning)"},
+		{"bootstrap", "hosts", "listRepos checkpoint (none of the relay's: hosts mode keeps one per roster host)"},
+		{"steady_state", "hosts", "listRepos checkpoint (none of the relay's: hosts mode keeps one per roster host)"},
+		{"steady_state", "relay", "listRepos checkpoint (none)"},
+		{"merging", "relay", "listRepos checkpoint (none)"},
+	} {
+		if got := line(c.phase, c.mode); got != c.want {
+			t.Errorf("%s, hosts mode %q: %q, want %q", c.phase, c.mode, got, c.want)
+		}
+	}
+}

@@ -1544,4 +1544,14 @@ var mutants = []Mutant{
 			{Pkg: "./cmd/backstream", Run: "^(TestStatusIndexBackfill|TestStatusIndexBackfillCounts)$"},
 		},
 	},
+	{
+		ID: "m164", Invariant: "R7",
+		Name: "backstream status on a hosts-mode store without a relay checkpoint says its listing starts from the beginning (each roster host's listing resumes from its own)",
+		File: "cmd/backstream/status.go",
+		Old:  "case r.Cursors.ListRepos == nil && r.Hosts != nil && r.Hosts.Mode == bootstrap.EnumerateHosts:",
+		New:  "case false && r.Cursors.ListRepos == nil && r.Hosts != nil && r.Hosts.Mode == bootstrap.EnumerateHosts:",
+		Tests: []Test{
+			{Pkg: "./cmd/backstream", Run: "^TestStatusListReposCheckpointLine$"},
+		},
+	},
 }
