@@ -83,6 +83,20 @@ func TestBadValues(t *testing.T) {
 	}
 }
 
+// TestTwoWordCommandHalf: the first word of a two-word command alone, or
+// with a word that completes none, is refused naming the commands it
+// begins ("compaction reset"), not as a command that does not exist: the
+// usage lists "compaction reset", and an operator who typed "compaction"
+// is one word short.
+func TestTwoWordCommandHalf(t *testing.T) {
+	for _, args := range [][]string{{"compaction"}, {"compaction", "--data-dir", "x"}, {"compaction", "rest"}, {"compaction", "-h"}} {
+		code, _, stderr := runCLI(t, nil, args...)
+		if want := `backstream: "compaction" needs one more word: backstream compaction reset`; code != 2 || !strings.Contains(stderr, want) {
+			t.Errorf("%v: code %d, stderr %q; want 2 and %q", args, code, stderr, want)
+		}
+	}
+}
+
 // TestFloatFlagsFinite: NaN and ±Inf, which strconv accepts and range
 // checks let through, are refused in every float flag, from the command
 // line or the environment, naming the flag.

@@ -86,7 +86,17 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		}
 	}
 	if cmd == nil {
-		fmt.Fprintf(stderr, "backstream: unknown command %q\n", args[0])
+		var begun []string // the two-word commands args[0] begins
+		for _, c := range cmds {
+			if first, _, two := strings.Cut(c.name, " "); two && first == args[0] {
+				begun = append(begun, "backstream "+c.name)
+			}
+		}
+		if len(begun) > 0 {
+			fmt.Fprintf(stderr, "backstream: %q needs one more word: %s\n", args[0], strings.Join(begun, ", "))
+		} else {
+			fmt.Fprintf(stderr, "backstream: unknown command %q\n", args[0])
+		}
 		usage(stderr, cmds)
 		return 2
 	}

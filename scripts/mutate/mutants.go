@@ -1554,4 +1554,14 @@ var mutants = []Mutant{
 			{Pkg: "./cmd/backstream", Run: "^TestStatusListReposCheckpointLine$"},
 		},
 	},
+	{
+		ID: "m165", Invariant: "K3",
+		Name: "the first word of a two-word command alone (backstream compaction) is refused as an unknown command, not named as one word short of backstream compaction reset",
+		File: "cmd/backstream/main.go",
+		Old:  "\t\tif len(begun) > 0 {\n",
+		New:  "\t\tif false && len(begun) > 0 {\n",
+		Tests: []Test{
+			{Pkg: "./cmd/backstream", Run: "^TestTwoWordCommandHalf$"},
+		},
+	},
 }
