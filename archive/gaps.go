@@ -29,11 +29,11 @@ func (s *Store) Gaps() ([]Gap, error) {
 	for ok := it.First(); ok; ok = it.Next() {
 		id, err := ParseSeqKey(PrefixGap, it.Key())
 		if err != nil {
-			return nil, &KeyError{Key: string(it.Key()), Kind: ErrMalformed, Err: err}
+			return nil, &KeyError{Key: keyString(it.Key()), Kind: ErrMalformed, Err: err}
 		}
 		g, err := DecodeGap(it.Value())
 		if err != nil {
-			return nil, &KeyError{Key: string(it.Key()), Kind: ErrMalformed, Err: err}
+			return nil, &KeyError{Key: keyString(it.Key()), Kind: ErrMalformed, Err: err}
 		}
 		g.ID = id
 		gs = append(gs, g)

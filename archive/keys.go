@@ -324,9 +324,9 @@ func ParseTombKey(key []byte) (did string, seq uint64, err error) {
 	return string(d), binary.BigEndian.Uint64(key[len(key)-8:]), nil
 }
 
-// keyString renders a key for a message: an ev/, rec/ or tomb/ key with
-// its seq as a number and its separators visible; any other key as it is
-// (cut at 64 bytes).
+// keyString renders a key for a message: an ev/, cap/, gap/, rec/ or
+// tomb/ key with its seq (a gap's id) as a number and its separators
+// visible; any other key as it is (cut at 64 bytes).
 func keyString(key []byte) string {
 	if f, err := ParseRecordKey(key); err == nil {
 		return fmt.Sprintf("%s%s|%s|%s|%d", PrefixRecord, f.DID, f.Collection, f.RKey, f.Seq)
@@ -337,8 +337,10 @@ func keyString(key []byte) string {
 	if did, seq, err := ParseTombKey(key); err == nil {
 		return fmt.Sprintf("%s%s|%d", PrefixTomb, did, seq)
 	}
-	if seq, err := ParseSeqKey(PrefixEvent, key); err == nil {
-		return fmt.Sprintf("%s%d", PrefixEvent, seq)
+	for _, p := range [][]byte{PrefixEvent, PrefixCapture, PrefixGap} {
+		if seq, err := ParseSeqKey(p, key); err == nil {
+			return fmt.Sprintf("%s%d", p, seq)
+		}
 	}
 	if fam, name, seq, last, err := ParseIndexEntry(key); err == nil {
 		span := strconv.FormatUint(seq, 10)

@@ -22,12 +22,12 @@ func get[T any](r pebble.Reader, key []byte, dec func([]byte) (T, error)) (T, er
 		return zero, &KeyError{Key: string(key), Kind: ErrNotFound}
 	}
 	if err != nil {
-		return zero, &KeyError{Key: string(key), Kind: ErrRead, Err: err}
+		return zero, &KeyError{Key: keyString(key), Kind: ErrRead, Err: err}
 	}
 	defer closer.Close()
 	t, err := dec(v)
 	if err != nil {
-		return zero, &KeyError{Key: string(key), Kind: ErrMalformed, Err: err}
+		return zero, &KeyError{Key: keyString(key), Kind: ErrMalformed, Err: err}
 	}
 	return t, nil
 }

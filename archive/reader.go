@@ -26,11 +26,11 @@ func (s *Store) tip(prefix []byte) (uint64, int64, error) {
 	}
 	seq, err := ParseSeqKey(prefix, it.Key())
 	if err != nil {
-		return 0, 0, &KeyError{Key: string(it.Key()), Kind: ErrMalformed, Err: err}
+		return 0, 0, &KeyError{Key: keyString(it.Key()), Kind: ErrMalformed, Err: err}
 	}
 	var ev Event
 	if err := DecodeEvent(it.Value(), seq, &ev); err != nil {
-		return 0, 0, &KeyError{Key: string(it.Key()), Kind: ErrMalformed, Err: err}
+		return 0, 0, &KeyError{Key: keyString(it.Key()), Kind: ErrMalformed, Err: err}
 	}
 	return seq, ev.TimeUS, nil
 }
@@ -89,11 +89,11 @@ func (e *EventIter) Next() bool {
 	}
 	seq, err := ParseSeqKey(e.prefix, e.it.Key())
 	if err != nil {
-		e.err = &KeyError{Key: string(e.it.Key()), Kind: ErrMalformed, Err: err}
+		e.err = &KeyError{Key: keyString(e.it.Key()), Kind: ErrMalformed, Err: err}
 		return false
 	}
 	if err := DecodeEvent(e.it.Value(), seq, &e.ev); err != nil {
-		e.err = &KeyError{Key: string(e.it.Key()), Kind: ErrMalformed, Err: err}
+		e.err = &KeyError{Key: keyString(e.it.Key()), Kind: ErrMalformed, Err: err}
 		return false
 	}
 	return true
@@ -145,16 +145,16 @@ func (s *Store) SeqAtTime(us int64) (uint64, error) {
 	at := func(q uint64) (uint64, int64, error) {
 		if !it.SeekGE(EventKey(q)) {
 			if err := it.Error(); err != nil {
-				return 0, 0, &KeyError{Key: string(EventKey(q)), Kind: ErrRead, Err: err}
+				return 0, 0, &KeyError{Key: keyString(EventKey(q)), Kind: ErrRead, Err: err}
 			}
 			return 0, 0, errors.New("archive: seek time: log ended below its tip")
 		}
 		seq, err := ParseSeqKey(PrefixEvent, it.Key())
 		if err != nil {
-			return 0, 0, &KeyError{Key: string(it.Key()), Kind: ErrMalformed, Err: err}
+			return 0, 0, &KeyError{Key: keyString(it.Key()), Kind: ErrMalformed, Err: err}
 		}
 		if err := DecodeEvent(it.Value(), seq, &ev); err != nil {
-			return 0, 0, &KeyError{Key: string(it.Key()), Kind: ErrMalformed, Err: err}
+			return 0, 0, &KeyError{Key: keyString(it.Key()), Kind: ErrMalformed, Err: err}
 		}
 		return seq, ev.TimeUS, nil
 	}

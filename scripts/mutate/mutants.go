@@ -127,8 +127,8 @@ var mutants = []Mutant{
 		ID: "m12", Invariant: "C2",
 		Name: "a store read error is reported as an absent key",
 		File: "archive/read.go",
-		Old:  "return zero, &KeyError{Key: string(key), Kind: ErrRead, Err: err}",
-		New:  "return zero, &KeyError{Key: string(key), Kind: ErrNotFound}",
+		Old:  "return zero, &KeyError{Key: keyString(key), Kind: ErrRead, Err: err}",
+		New:  "return zero, &KeyError{Key: keyString(key), Kind: ErrNotFound}",
 		Tests: []Test{
 			{Pkg: "./archive", Run: "^(TestReadFaultPerKey|TestPhaseReadError)$"},
 		},
@@ -1562,6 +1562,16 @@ var mutants = []Mutant{
 		New:  "\t\tif false && len(begun) > 0 {\n",
 		Tests: []Test{
 			{Pkg: "./cmd/backstream", Run: "^TestTwoWordCommandHalf$"},
+		},
+	},
+	{
+		ID: "m166", Invariant: "C2",
+		Name: "the event iterator names a malformed ev/ row by its raw key bytes, not its seq (an operator cannot tell which checkpoint predates it)",
+		File: "archive/reader.go",
+		Old:  "if err := DecodeEvent(e.it.Value(), seq, &e.ev); err != nil {\n\t\te.err = &KeyError{Key: keyString(e.it.Key()),",
+		New:  "if err := DecodeEvent(e.it.Value(), seq, &e.ev); err != nil {\n\t\te.err = &KeyError{Key: string(e.it.Key()),",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestMalformedEventNamesItsSeq$"},
 		},
 	},
 }
