@@ -233,15 +233,23 @@ func badState(key []byte, err error, format string, args ...any) error {
 // watermark (meta/compaction) goes in the same batch (dropped reports it):
 // absent is 0, which is always true. Safe: a pass is defined by tomb/ and
 // the watermark, and an applied tombstone is deleted with what it removed,
-// so the next pass recomputes what it must remove. An unreadable watermark
-// is an error, and nothing is deleted.
-func (s *Store) ResetCompactionIntent() (dropped bool, err error) {
+// so the next pass recomputes what it must remove. hadIntent reports
+// whether there was an intent to delete, well-formed or not. An
+// unreadable watermark or intent is an error, and nothing is deleted.
+func (s *Store) ResetCompactionIntent() (dropped, hadIntent bool, err error) {
 	_, err = get(s.db, KeyCompaction, DecodeWatermark)
 	switch {
 	case errors.Is(err, ErrMalformed):
 		dropped = true
 	case err != nil && !errors.Is(err, ErrNotFound):
-		return false, fmt.Errorf("archive: reset the compaction intent: %w", err)
+		return false, false, fmt.Errorf("archive: reset the compaction intent: %w", err)
+	}
+	_, err = get(s.db, KeyCompactIntent, func(b []byte) ([]byte, error) { return b, nil })
+	switch {
+	case err == nil:
+		hadIntent = true
+	case !errors.Is(err, ErrNotFound):
+		return false, false, fmt.Errorf("archive: reset the compaction intent: %w", err)
 	}
 	b := s.db.NewBatch()
 	defer b.Close()
@@ -250,9 +258,9 @@ func (s *Store) ResetCompactionIntent() (dropped bool, err error) {
 		_ = b.Delete(KeyCompaction, nil)
 	}
 	if err := s.commit("reset the compaction intent", b); err != nil {
-		return false, err
+		return false, false, err
 	}
-	return dropped, nil
+	return dropped, hadIntent, nil
 }
 
 // CompactionGeneration counts the compaction removal batches committed

@@ -278,7 +278,7 @@ func TestCompactResetIntent(t *testing.T) {
 	if _, err := s.Compact(context.Background(), w, archive.CompactOptions{Logger: quiet}); !errors.Is(err, archive.ErrCompactionState) {
 		t.Fatalf("pass over a malformed intent: %v", err)
 	}
-	if _, err := s.ResetCompactionIntent(); err != nil {
+	if _, _, err := s.ResetCompactionIntent(); err != nil {
 		t.Fatal(err)
 	}
 	res := compact(t, s, w, archive.CompactOptions{Logger: quiet})
@@ -302,7 +302,7 @@ func TestCompactResetMalformedWatermark(t *testing.T) {
 	if _, err := s.Compact(context.Background(), w, archive.CompactOptions{Logger: quiet}); !errors.Is(err, archive.ErrCompactionState) {
 		t.Fatalf("pass over a malformed watermark: %v", err)
 	}
-	if _, err := s.ResetCompactionIntent(); err != nil {
+	if _, _, err := s.ResetCompactionIntent(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Compaction(); err != nil {
@@ -378,7 +378,7 @@ func TestCompactReindexRepairsTheIndex(t *testing.T) {
 			compact(t, s, w, opts)
 			rows = append(rows, applyUnits(t, w, tr.Units(200))...)
 			tc.corrupt(t, s, rows)
-			if _, err := s.ResetCompactionIntent(); err != nil {
+			if _, _, err := s.ResetCompactionIntent(); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := s.Compact(ctx, w, opts); !errors.Is(err, archive.ErrCompactionState) {

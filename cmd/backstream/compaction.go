@@ -65,13 +65,15 @@ func resetOn(s *archive.Store, dir string, reindex bool, out io.Writer, crash *c
 	// What there is, as far as it is readable: a malformed intent is what
 	// this command is for, so it is reported, not refused.
 	st, readErr := s.Compaction()
-	dropped, err := s.ResetCompactionIntent()
+	dropped, hadIntent, err := s.ResetCompactionIntent()
 	if err != nil {
 		return fmt.Errorf("reset the compaction intent of %s: %w", dir, err)
 	}
 	switch {
-	case dropped:
+	case dropped && hadIntent:
 		fmt.Fprintf(out, "deleted the compaction intent and the malformed watermark; the next pass recomputes from the tombstones (the state read: %v)\n", readErr)
+	case dropped:
+		fmt.Fprintf(out, "deleted the malformed watermark (there was no compaction intent); the next pass recomputes from the tombstones (the state read: %v)\n", readErr)
 	case readErr != nil:
 		fmt.Fprintf(out, "deleted the compaction intent (the state read: %v)\n", readErr)
 	case st.Intent != nil:

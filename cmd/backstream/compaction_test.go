@@ -100,9 +100,18 @@ func TestCompactionReset(t *testing.T) {
 	if c = statusCompactionOf(t, dir); !c.Halted || c.Watermark != 0 || c.LagSeqs != 2 {
 		t.Fatalf("status of a malformed watermark: %+v, want halted, watermark 0, 2 seqs behind", c)
 	}
+	// No intent is left (the reset above deleted it): the answer says
+	// what it deleted, not an intent there was none of.
+	code, out, stderr = runCLI(t, nil, "compaction", "reset", "--data-dir", dir)
+	if code != 0 || !strings.Contains(out, "deleted the malformed watermark (there was no compaction intent)") {
+		t.Fatalf("reset of a malformed watermark: exit %d, %s %s", code, out, stderr)
+	}
+	// Both: the answer names both.
+	setKey(t, dir, archive.KeyCompaction, []byte{0x01, 0x02})
+	setKey(t, dir, archive.KeyCompactIntent, []byte{0x01, 0xff})
 	code, out, stderr = runCLI(t, nil, "compaction", "reset", "--data-dir", dir)
 	if code != 0 || !strings.Contains(out, "deleted the compaction intent and the malformed watermark") {
-		t.Fatalf("reset of a malformed watermark: exit %d, %s %s", code, out, stderr)
+		t.Fatalf("reset of a malformed watermark and an intent: exit %d, %s %s", code, out, stderr)
 	}
 	if c = statusCompactionOf(t, dir); c.Halted || c.Watermark != 0 {
 		t.Fatalf("status after resetting a malformed watermark: %+v, want not halted, watermark 0", c)

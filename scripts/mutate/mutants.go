@@ -1574,4 +1574,14 @@ var mutants = []Mutant{
 			{Pkg: "./archive", Run: "^TestMalformedEventNamesItsSeq$"},
 		},
 	},
+	{
+		ID: "m167", Invariant: "K3",
+		Name: "compaction reset of a malformed watermark reports a compaction intent deleted when there was none",
+		File: "cmd/backstream/compaction.go",
+		Old:  "\tcase dropped && hadIntent:\n",
+		New:  "\tcase dropped && (hadIntent || true):\n",
+		Tests: []Test{
+			{Pkg: "./cmd/backstream", Run: "^TestCompactionReset$"},
+		},
+	},
 }
