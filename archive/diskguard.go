@@ -363,5 +363,10 @@ func (s *Store) belowFloor() error {
 	if !sp.Below(floor) {
 		return nil
 	}
+	if floor >= sp.Total {
+		// No space freed can meet it: the floor is the operator's to lower.
+		return fmt.Errorf("archive: %s: the floor of %d bytes (--min-free) is not below the size of the volume holding it (%d bytes), so no space freed can meet it: lower --min-free and restart (%w below the floor)",
+			s.dataDir, floor, sp.Total, ErrDiskFull)
+	}
 	return diskFullError(s.dataDir, fmt.Sprintf("%d bytes free of %d, below the floor of %d bytes (--min-free)", sp.Free, sp.Total, floor), nil)
 }

@@ -370,6 +370,23 @@ func TestFreeSpaceFloor(t *testing.T) {
 	s.Close()
 }
 
+// TestFreeSpaceFloorAboveTheVolume: a --min-free floor at or above the
+// size of the volume itself (2GiB on a 64 MiB volume, empty) can never be
+// met, whatever is freed: the start is refused as below the floor
+// (ErrDiskFull, the same exit), saying to lower --min-free, not "free
+// space and restart".
+func TestFreeSpaceFloorAboveTheVolume(t *testing.T) {
+	opts := testOptions(vfs.NewMem())
+	opts.Space = func(string) (diskspace.Space, error) {
+		return diskspace.Space{Free: 64 << 20, Total: 64 << 20}, nil
+	}
+	opts.MinFree = 2 << 30
+	_, err := Open("/data", opts)
+	if !errors.Is(err, ErrDiskFull) || !strings.Contains(err.Error(), "lower --min-free") || strings.Contains(err.Error(), "free space and restart") {
+		t.Fatalf("Open with a floor of 2 GiB on an empty 64 MiB volume: %v; want ErrDiskFull saying to lower --min-free", err)
+	}
+}
+
 // slowLines signals the store's "disk slow" WARN line.
 type slowLines struct {
 	once sync.Once

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/diskspace"
 )
 
 // TestFailedExitStatus: main decides the exit status from the command's
@@ -110,12 +111,24 @@ func TestServeDevnetPortTaken(t *testing.T) {
 // TestServeStartBelowFloorExitsOne: a start on a volume already below the
 // free-space floor refuses to open the store with the disk-full message
 // and exit status 1 (operating.md, Fatal errors and The disk): only a
-// disk fault met while running is status 2.
+// disk fault met while running is status 2. A floor no freed space can
+// meet (not below the volume's size) is refused the same way, saying to
+// lower --min-free.
 func TestServeStartBelowFloorExitsOne(t *testing.T) {
 	dir := t.TempDir()
+	sp, err := diskspace.Stat(dir)
+	if err != nil || sp.Total-min(sp.Free, sp.Total) < 64<<20 {
+		t.Skipf("the test volume's space %+v (%v) leaves no floor between its free space and its size", sp, err)
+	}
+	floor := fmt.Sprintf("%dB", sp.Free+(sp.Total-sp.Free)/2)
 	code, _, stderr := runCLI(t, nil, "serve", "--data-dir", dir, "--relay", "http://127.0.0.1:1",
-		"--listen", "127.0.0.1:0", "--admin-listen", "", "--min-free", "100TiB", "--log-format", "text")
+		"--listen", "127.0.0.1:0", "--admin-listen", "", "--min-free", floor, "--log-format", "text")
 	if code != 1 || !strings.Contains(stderr, "disk full at "+dir) || !strings.Contains(stderr, "below the floor") {
-		t.Fatalf("exit %d, want 1 with the disk-full message naming the floor:\n%s", code, stderr)
+		t.Fatalf("--min-free %s: exit %d, want 1 with the disk-full message naming the floor:\n%s", floor, code, stderr)
+	}
+	code, _, stderr = runCLI(t, nil, "serve", "--data-dir", dir, "--relay", "http://127.0.0.1:1",
+		"--listen", "127.0.0.1:0", "--admin-listen", "", "--min-free", "100TiB", "--log-format", "text")
+	if code != 1 || !strings.Contains(stderr, "lower --min-free") || strings.Contains(stderr, "free space and restart") {
+		t.Fatalf("--min-free 100TiB: exit %d, want 1 saying to lower --min-free:\n%s", code, stderr)
 	}
 }
