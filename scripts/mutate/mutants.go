@@ -1584,4 +1584,14 @@ var mutants = []Mutant{
 			{Pkg: "./cmd/backstream", Run: "^TestCompactionReset$"},
 		},
 	},
+	{
+		ID: "m186", Invariant: "H1",
+		Name: "a --min-free floor not below the volume's size is reported as a disk full to be freed (no space freed could meet it)",
+		File: "archive/diskguard.go",
+		Old:  "\tif floor >= sp.Total {\n",
+		New:  "\tif false && floor >= sp.Total {\n",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestFreeSpaceFloorAboveTheVolume$"},
+		},
+	},
 }
