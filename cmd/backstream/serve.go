@@ -392,10 +392,12 @@ func parseMinFree(s string) (int64, error) {
 	switch t := strings.TrimSpace(s); {
 	case strings.EqualFold(t, "off") || t == "0":
 		return -1, nil
-	case t == "":
+	}
+	n, err := parseBytes(s)
+	if err != nil || strings.TrimSpace(s) == "" {
 		return 0, fmt.Errorf("%q: want auto, off, or a size such as 2GiB", s)
 	}
-	return parseBytes(s)
+	return n, nil
 }
 
 // subscriberLimits reads the subscriber flags.

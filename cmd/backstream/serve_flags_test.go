@@ -236,7 +236,7 @@ func TestServeFlagsRefusedNamed(t *testing.T) {
 		{[]string{"--loopback-hosts", "127.0.0.2:0"}, []string{"--loopback-hosts", "bad port"}},
 		{[]string{"--backfill-memory", "1PB"}, []string{"--backfill-memory", `"1PB"`}},
 		{[]string{"--scratch-budget", "-1GiB"}, []string{"--scratch-budget", `"-1GiB"`}},
-		{[]string{"--min-free", "-1GiB"}, []string{"--min-free", `"-1GiB"`}},
+		{[]string{"--min-free", "-1GiB"}, []string{"--min-free", `"-1GiB"`, "want auto, off, or a size"}},
 		{[]string{"--subscriber-buffer-budget", "64KiB"}, []string{`--subscriber-buffer-budget "64KiB"`, "128 KiB"}},
 		{[]string{"--subscriber-buffer-budget", "131071"}, []string{`--subscriber-buffer-budget "131071"`}},
 		{[]string{"--subscriber-buffer-budget", "auto"}, []string{`--subscriber-buffer-budget "auto"`}},
