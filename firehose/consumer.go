@@ -587,6 +587,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 	}()
 	err := c.loop(ctx)
+	c.m.disconnected(c.cfg.Now(), nil) // the connection ends with Run
 	cancel()
 	wg.Wait()
 	c.mu.Lock()
@@ -642,6 +643,7 @@ func (c *Consumer) loop(ctx context.Context) error {
 			return fe.err
 		}
 		if ctx.Err() == nil && c.writerErr() == nil {
+			c.m.disconnected(c.cfg.Now(), err)
 			c.log.Info("firehose: disconnected; reconnecting", "err", err, "cursor", c.LastAccepted())
 		}
 	}
@@ -654,6 +656,7 @@ func (c *Consumer) session(ctx context.Context) (progressed bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	c.m.connected(c.cfg.Now())
 	c.below = 0
 	done := make(chan struct{})
 	var wg sync.WaitGroup

@@ -4,6 +4,9 @@ package firehose
 // a nil *Metrics records nothing. Label values come from closed sets.
 
 import (
+	"sync"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/backstream/backstream/archive"
@@ -79,6 +82,60 @@ type Metrics struct {
 	lastTime    prometheus.Gauge
 	gaps        *prometheus.CounterVec
 	verifyWaits prometheus.Counter
+
+	mu   sync.Mutex
+	link Link // the relay connection as the last consumer to run left it
+}
+
+// Link is the relay connection as /status shows it: whether a consumer
+// is connected and since when (the dial that opened it, or the failure
+// that ended the last one), and the last failure of a dial or a
+// connection, which only the log said before. The zero Link: no consumer
+// has dialled yet.
+type Link struct {
+	Connected   bool       `json:"connected"`
+	Since       *time.Time `json:"since,omitempty"`
+	LastError   string     `json:"last_error,omitempty"`
+	LastErrorAt *time.Time `json:"last_error_at,omitempty"`
+}
+
+// Link returns the relay connection's state (the zero Link for nil).
+func (m *Metrics) Link() Link {
+	if m == nil {
+		return Link{}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.link
+}
+
+// connected records a dial that opened a connection at now.
+func (m *Metrics) connected(now time.Time) {
+	if m == nil {
+		return
+	}
+	now = now.UTC()
+	m.mu.Lock()
+	m.link.Connected, m.link.Since = true, &now
+	m.mu.Unlock()
+}
+
+// disconnected records a dial or a connection that failed with err at
+// now; a connection already down keeps the time it went down.
+func (m *Metrics) disconnected(now time.Time, err error) {
+	if m == nil {
+		return
+	}
+	now = now.UTC()
+	m.mu.Lock()
+	if m.link.Connected || m.link.Since == nil {
+		m.link.Since = &now
+	}
+	m.link.Connected = false
+	if err != nil {
+		m.link.LastError, m.link.LastErrorAt = err.Error(), &now
+	}
+	m.mu.Unlock()
 }
 
 // NewMetrics registers the firehose metrics on reg (nil: unregistered, still

@@ -296,6 +296,9 @@ type Node struct {
 	boot   atomic.Pointer[bootstrap.Bootstrap]
 	lcErr  atomic.Pointer[error]
 	live   atomic.Pointer[firehose.Consumer] // the live consumer while it runs
+	// firehose is the capture and live consumers' metrics, and their
+	// relay connection's state (RelayLink).
+	firehose *firehose.Metrics
 
 	ran       atomic.Bool
 	runMu     sync.Mutex
@@ -422,6 +425,7 @@ func build(cfg Config) (n *Node, err error) {
 		interval: cfg.CompactionInterval, tombstones: cfg.CompactionTombstones, check: cfg.CompactionCheck,
 		now: cfg.Now, log: n.log.With("component", "compaction"), metrics: newCompactionMetrics(reg),
 	})
+	n.firehose = firehose.NewMetrics(reg)
 	n.lcfg = n.lifecycleConfig(reg, am)
 	return n, nil
 }
@@ -508,7 +512,7 @@ func (n *Node) lifecycleConfig(reg prometheus.Registerer, am *archive.Metrics) l
 		Store: n.store, Writer: n.w, Relay: cfg.Relay, Source: n.client, Jobs: n.jobs,
 		Bootstrap:       bc,
 		ArchiveMetrics:  am,
-		FirehoseMetrics: firehose.NewMetrics(reg),
+		FirehoseMetrics: n.firehose,
 		MergeMetrics:    merge.NewMetrics(reg),
 		CaptureWait:     cfg.CaptureWait,
 		SkipDiscovery:   bc.Debug(),
@@ -857,6 +861,10 @@ func (n *Node) Writer() *archive.Writer { return n.w }
 // Compaction is the compaction section of /status: the watermark, its lag,
 // the last pass and whether compaction is halted.
 func (n *Node) Compaction() CompactionStatus { return n.comp.Status() }
+
+// RelayLink is the relay connection of the firehose consumer running,
+// capture or live, or of the last one to run (/status's "firehose").
+func (n *Node) RelayLink() firehose.Link { return n.firehose.Link() }
 
 // Retrier is the steady-state retry runner.
 func (n *Node) Retrier() *retry.Runner { return n.retrier }

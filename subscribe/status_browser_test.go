@@ -130,6 +130,9 @@ func checkBootstrapPage(t *testing.T, p *renderedPage) {
 	if eta := p.TextOf(t, "eta"); eta != "1 h 2 min" {
 		t.Errorf("ETA %q, want 1 h 2 min", eta)
 	}
+	if got := p.TextOf(t, "relay-link"); !strings.HasPrefix(got, "connected since 2026-12-01 07:00:00 UTC") {
+		t.Errorf("relay connection %q, want connected since 2026-12-01 07:00:00 UTC", got)
+	}
 	p.checkChart(t, "chart-records", historyPoints)
 	p.checkChart(t, "chart-repos", historyPoints)
 	for _, want := range []string{"Bootstrap", "12,000 records/s", "35.2 repos/s", "Made pending on restart", "17,000 listed beyond the checkpoint",
@@ -148,6 +151,13 @@ func checkSteadyPage(t *testing.T, p *renderedPage) {
 		if got := p.TextOf(t, id); got != want {
 			t.Errorf("#%s %q, want %q", id, got, want)
 		}
+	}
+	// The relay unreachable: the page says so, since when, and why.
+	if got := p.TextOf(t, "relay-link"); !strings.HasPrefix(got, "not connected since 2026-12-01 09:58:00 UTC") {
+		t.Errorf("relay connection %q, want not connected since 2026-12-01 09:58:00 UTC", got)
+	}
+	if want := "Last relay error upstream: subscribeRepos relay.example: dial tcp 192.0.2.1:443: connect: connection refused (2026-12-01 09:59:55 UTC"; !strings.Contains(p.Text, want) {
+		t.Errorf("steady-state page lacks %q:\n%s", want, p.Text)
 	}
 	p.checkChart(t, "chart-ingest", historyPoints)
 	p.checkChart(t, "chart-delivered", historyPoints)
@@ -203,6 +213,7 @@ func bootstrapStatus() map[string]any {
 		"bootstrap":  p,
 		"history":    history(true),
 		"compaction": unknownSection(),
+		"firehose":   map[string]any{"connected": true, "since": "2026-12-01T07:00:00Z"},
 	}
 }
 
@@ -218,5 +229,7 @@ func steadyStatus() map[string]any {
 		"history":     history(false),
 		"last_errors": []any{map[string]any{"time": "2026-12-01T09:59:00Z", "level": "WARN", "message": "relay connection lost", "detail": "err=EOF"}},
 		"compaction":  unknownSection(),
+		"firehose": map[string]any{"connected": false, "since": "2026-12-01T09:58:00Z",
+			"last_error": "upstream: subscribeRepos relay.example: dial tcp 192.0.2.1:443: connect: connection refused", "last_error_at": "2026-12-01T09:59:55Z"},
 	}
 }

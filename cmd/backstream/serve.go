@@ -574,6 +574,8 @@ func (s *server) statusJSON() any {
 		}
 		c := n.Compaction()
 		rep.Compaction = &c
+		l := n.RelayLink()
+		rep.Firehose = &l
 	}
 	if s.hist != nil {
 		h := s.hist.Report()

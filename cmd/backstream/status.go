@@ -15,6 +15,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/firehose"
 	"github.com/backstream/backstream/internal/human"
 	"github.com/backstream/backstream/natssink"
 	"github.com/backstream/backstream/subscribe"
@@ -65,6 +66,10 @@ type statusReport struct {
 	// NATS is the NATS sink's state, position and lag (serve's /status
 	// with --nats-url only).
 	NATS *natssink.Status `json:"nats,omitempty"`
+	// Firehose is the relay connection of the firehose consumer, capture
+	// or live: connected or not since when, and the last dial or
+	// connection failure (serve's /status only, once the node runs).
+	Firehose *firehose.Link `json:"firehose,omitempty"`
 }
 
 // statusHosts is how discovery and the repair passes enumerate, and the
