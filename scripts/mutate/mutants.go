@@ -1594,4 +1594,14 @@ var mutants = []Mutant{
 			{Pkg: "./archive", Run: "^TestFreeSpaceFloorAboveTheVolume$"},
 		},
 	},
+	{
+		ID: "m180", Invariant: "G3",
+		Name: "a failed firehose dial or connection is not recorded for /status (the relay unreachable shows as connected)",
+		File: "firehose/consumer.go",
+		Old:  "\t\t\tc.m.disconnected(c.cfg.Now(), err)\n",
+		New:  "",
+		Tests: []Test{
+			{Pkg: "./cmd/backstream", Run: "^TestStatusRelayUnreachable$"},
+		},
+	},
 }
