@@ -606,7 +606,7 @@ func newCompactionMetrics(reg prometheus.Registerer) *compactionMetrics {
 		lagSeconds: g("lag_seconds", "Time of the archive's tip minus the time of the first row at or after the compaction watermark."),
 		duration:   g("last_duration_seconds", "Duration of the last compaction pass."),
 		pending:    g("tombstones_pending", "Tombstones the writer has made durable since the last pass started (this process)."),
-		halted:     g("halted", "1 when compaction is halted on a malformed compaction state (see the log and /status for the recovery path)."),
+		halted:     g("halted", "1 when compaction is halted on a malformed compaction state or an account whose removal is over the batch limit (see the log and /status for the recovery path)."),
 		interval:   g("interval_seconds", "--compaction-interval in seconds (0: periodic passes are off)."),
 		running:    g("running", "1 while a compaction pass runs (one a start finishes in the background included), 0 between passes."),
 		indexLeft: g("index_backfill_remaining_seqs", "Seqs of ev/ rows archived before the compaction index that the index backfill has not indexed yet "+
