@@ -1604,4 +1604,14 @@ var mutants = []Mutant{
 			{Pkg: "./cmd/backstream", Run: "^TestStatusRelayUnreachable$"},
 		},
 	},
+	{
+		ID: "m181", Invariant: "K4",
+		Name: "the compaction-halted alert names only the reset (an account over --compaction-max-account-batch is sent to a reset that halts again)",
+		File: "deploy/alerts.yml",
+		Old:  "            and halt_recovery). An account whose removal is larger than\n            --compaction-max-account-batch: stop backstream and start it again\n            with a larger --compaction-max-account-batch (a reset would halt\n            again at the next pass). A malformed compaction state: stop\n",
+		New:  "            and halt_recovery). A malformed compaction state: stop\n",
+		Tests: []Test{
+			{Pkg: "./deploy", Run: "^TestCompactionHaltedAlertNamesEveryRecovery$"},
+		},
+	},
 }
