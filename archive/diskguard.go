@@ -318,6 +318,26 @@ func (s *Store) BackgroundErrors(kind string) uint64 {
 type freeSpace struct {
 	setting int64 // Options.MinFree
 	stat    func(string) (diskspace.Space, error)
+	last    atomic.Pointer[FreeSpace] // the last reading (FreeSpace); nil before one
+}
+
+// FreeSpace is a reading of the free space of the store's volume against
+// its floor (Options.MinFree), as the last check found it.
+type FreeSpace struct {
+	Free  uint64 // bytes free for the process
+	Total uint64 // the volume's size
+	Floor uint64 // the free-space floor (--min-free)
+}
+
+// FreeSpace returns the last reading of the store's volume against its
+// floor, taken by CheckSpace (every few seconds in serve), the start's
+// check, or a checkpoint's room check; ok is false before any, and when the
+// floor is off or the store's filesystem is not the OS's.
+func (s *Store) FreeSpace() (fs FreeSpace, ok bool) {
+	if p := s.space.last.Load(); p != nil {
+		return *p, true
+	}
+	return FreeSpace{}, false
 }
 
 // CheckSpace reads the free space of the store's volume and, below the
@@ -350,7 +370,9 @@ func (s *Store) spaceAndFloor() (sp diskspace.Space, floor uint64, on bool, err 
 	if sp, err = s.space.stat(s.dataDir); err != nil {
 		return sp, 0, true, fmt.Errorf("archive: free space of %s: %w", s.dataDir, err)
 	}
-	return sp, diskspace.Floor(s.space.setting, sp.Total), true, nil
+	floor = diskspace.Floor(s.space.setting, sp.Total)
+	s.space.last.Store(&FreeSpace{Free: sp.Free, Total: sp.Total, Floor: floor})
+	return sp, floor, true, nil
 }
 
 // belowFloor is the floor check itself: an ErrDiskFull error naming what is

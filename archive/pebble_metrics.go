@@ -17,6 +17,7 @@ type PebbleCollector struct {
 	compactions, flushes                           *prometheus.Desc
 	walIn, written                                 *prometheus.Desc
 	bgErrors, faults, slowReads                    *prometheus.Desc
+	free, minFree                                  *prometheus.Desc
 }
 
 // NewPebbleCollector returns a collector for s; register it on the process
@@ -43,6 +44,10 @@ func NewPebbleCollector(s *Store) *PebbleCollector {
 			"Pebble background errors (failed flushes, compactions) by kind: enospc, eio, emfile, other.", []string{"kind"}, nil),
 		faults: prometheus.NewDesc("backstream_store_disk_faults_total",
 			"Disk faults that stop the process, by cause: write_stall, read_stall, failed_flushes, min_free.", []string{"cause"}, nil),
+		free: prometheus.NewDesc("backstream_store_free_bytes",
+			"Free bytes of the data dir's volume at the last free-space check (every 5 s in serve); absent when the floor is off.", nil, nil),
+		minFree: prometheus.NewDesc("backstream_store_min_free_bytes",
+			"The free-space floor of the data dir's volume (--min-free): below it ingest stops and the process exits; absent when the floor is off.", nil, nil),
 		slowReads: prometheus.NewDesc("backstream_store_slow_reads_total",
 			"Reads of the store's files (and opens, stats, listings of them) found still out over a third of --max-write-stall: every one out over two thirds of it, some over a third; a read_stall fault at the whole bound.", nil, nil),
 	}
@@ -50,7 +55,7 @@ func NewPebbleCollector(s *Store) *PebbleCollector {
 
 // Describe implements prometheus.Collector.
 func (c *PebbleCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.disk, c.debt, c.l0Files, c.l0Sublevels, c.readAmp, c.wal, c.compactions, c.flushes, c.walIn, c.written, c.bgErrors, c.faults, c.slowReads} {
+	for _, d := range []*prometheus.Desc{c.disk, c.debt, c.l0Files, c.l0Sublevels, c.readAmp, c.wal, c.compactions, c.flushes, c.walIn, c.written, c.bgErrors, c.faults, c.slowReads, c.free, c.minFree} {
 		ch <- d
 	}
 }
@@ -101,4 +106,8 @@ func (c *PebbleCollector) collectDisk(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.faults, prometheus.CounterValue, float64(c.s.disk.faults[i].Load()), cause)
 	}
 	ch <- prometheus.MustNewConstMetric(c.slowReads, prometheus.CounterValue, float64(c.s.disk.slowReads.Load()))
+	if sp, ok := c.s.FreeSpace(); ok {
+		ch <- prometheus.MustNewConstMetric(c.free, prometheus.GaugeValue, float64(sp.Free))
+		ch <- prometheus.MustNewConstMetric(c.minFree, prometheus.GaugeValue, float64(sp.Floor))
+	}
 }

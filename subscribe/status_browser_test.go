@@ -147,10 +147,14 @@ func checkSteadyPage(t *testing.T, p *renderedPage) {
 	if p.Has("bar-done") {
 		t.Error("a bootstrap bar in steady state")
 	}
-	for id, want := range map[string]string{"events": "48,123,456", "disk": "12.3 GiB", "lag": "1.5 s", "subscribers": "3"} {
+	for id, want := range map[string]string{"events": "48,123,456", "disk": "12.3 GiB", "lag": "1.5 s", "subscribers": "3", "free": "1.5 GiB"} {
 		if got := p.TextOf(t, id); got != want {
 			t.Errorf("#%s %q, want %q", id, got, want)
 		}
+	}
+	// The volume near the --min-free floor: the page says how near.
+	if want := "1.5 GiB free on the volume; the process stops below 1.0 GiB (--min-free)"; !strings.Contains(p.Text, want) {
+		t.Errorf("steady-state page lacks %q:\n%s", want, p.Text)
 	}
 	// The relay unreachable: the page says so, since when, and why.
 	if got := p.TextOf(t, "relay-link"); !strings.HasPrefix(got, "not connected since 2026-12-01 09:58:00 UTC") {
@@ -223,7 +227,7 @@ func steadyStatus() map[string]any {
 		"repos":   map[string]int64{"not_started": 0, "pending": 0, "complete": 30_000, "failed": 0, "unavailable": 0, "inactive": 0, "total": 30_000},
 		"failed":  map[string]any{"by_class": map[string]int{}, "top_hosts": []any{}},
 		"cursors": map[string]any{"relay": 9_876_543, "merge": 120_000, "listrepos": ""},
-		"archive": map[string]any{"tip_seq": 48_123_456, "disk_bytes": 13_207_024_435},
+		"archive": map[string]any{"tip_seq": 48_123_456, "disk_bytes": 13_207_024_435, "free_bytes": 1_610_612_736, "min_free_bytes": 1 << 30},
 		"subscribe": map[string]any{"subscribers": 3, "replaying": 1, "tip_seq": 48_123_456,
 			"tip_time_us": time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC).UnixMicro() + 249_677, "tip_age_seconds": 0.4, "live_floor": 47_000_000},
 		"history":     history(false),

@@ -140,6 +140,11 @@ type statusArchive struct {
 	TipSeq     uint64 `json:"tip_seq"`
 	CaptureTip uint64 `json:"capture_tip_seq"`
 	DiskBytes  uint64 `json:"disk_bytes"` // the store's files, its write-ahead logs included (archive.Store.DiskBytes)
+	// FreeBytes and MinFreeBytes are the free space of the data dir's
+	// volume and its floor (--min-free) at the last check
+	// (archive.Store.FreeSpace); absent before one and with the floor off.
+	FreeBytes    *uint64 `json:"free_bytes,omitempty"`
+	MinFreeBytes *uint64 `json:"min_free_bytes,omitempty"`
 }
 
 // setCounts fills the repo counts and the failed classes from c.
@@ -229,6 +234,9 @@ func buildStatus(s *archive.Store, roster *bootstrap.RosterView, enumerate strin
 	}
 	if r.Archive.DiskBytes, err = s.DiskBytes(); err != nil {
 		return nil, err
+	}
+	if sp, ok := s.FreeSpace(); ok {
+		r.Archive.FreeBytes, r.Archive.MinFreeBytes = &sp.Free, &sp.Floor
 	}
 	if r.Compaction, err = readCompaction(s); err != nil {
 		return nil, err
