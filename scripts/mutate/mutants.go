@@ -1614,4 +1614,14 @@ var mutants = []Mutant{
 			{Pkg: "./deploy", Run: "^TestCompactionHaltedAlertNamesEveryRecovery$"},
 		},
 	},
+	{
+		ID: "m182", Invariant: "H1",
+		Name: "the free-space check's reading is not kept (/status and /metrics say nothing of the volume nearing the --min-free floor)",
+		File: "archive/diskguard.go",
+		Old:  "\ts.space.last.Store(&FreeSpace{Free: sp.Free, Total: sp.Total, Floor: floor})\n",
+		New:  "",
+		Tests: []Test{
+			{Pkg: "./cmd/backstream", Run: "^TestStatusShowsFreeSpace$"},
+		},
+	},
 }
