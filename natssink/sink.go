@@ -349,11 +349,16 @@ func (s *Sink) fail(kind string, err error) {
 }
 
 // withReason adds to err the connection's own last error while it is
-// down (an authorization violation), and the last error the servers
-// reported since a publish was acknowledged (a permissions violation).
+// down (an authorization violation), or, without one (no server answers:
+// nats.go keeps dialling and keeps no error of it), that it is down, and
+// the last error the servers reported since a publish was acknowledged (a
+// permissions violation).
 func (s *Sink) withReason(err error) error {
 	if nc := s.conn.Load(); nc != nil && !nc.IsConnected() {
-		if last := nc.LastError(); last != nil && !errors.Is(err, last) {
+		switch last := nc.LastError(); {
+		case last == nil:
+			err = fmt.Errorf("%w (not connected to the NATS servers %s: none answers; nats.go keeps dialling them)", err, s.cfg.URLs)
+		case !errors.Is(err, last):
 			err = fmt.Errorf("%w (connection: %v)", err, last)
 		}
 	}
