@@ -1624,4 +1624,14 @@ var mutants = []Mutant{
 			{Pkg: "./cmd/backstream", Run: "^TestStatusShowsFreeSpace$"},
 		},
 	},
+	{
+		ID: "m183", Invariant: "N3",
+		Name: "a NATS connection down with no error of its own adds nothing to the last error (no server answering shows as a bare timeout)",
+		File: "natssink/sink.go",
+		Old:  "\t\tcase last == nil:\n\t\t\terr = fmt.Errorf(",
+		New:  "\t\tcase last == nil && false:\n\t\t\terr = fmt.Errorf(",
+		Tests: []Test{
+			{Pkg: "./natssink", Run: "^TestSinkServersDownNamed$"},
+		},
+	},
 }
