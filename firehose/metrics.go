@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/loglimit"
 )
 
 // Drop reasons (backstream_firehose_dropped_total{reason}): rows or whole
@@ -87,6 +88,9 @@ type Metrics struct {
 	link Link // the relay connection as the last consumer to run left it
 }
 
+// maxLinkError bounds Link.LastError.
+const maxLinkError = 512
+
 // Link is the relay connection as /status shows it: whether a consumer
 // is connected and since when (the dial that opened it, or the failure
 // that ended the last one), and the last failure of a dial or a
@@ -133,7 +137,9 @@ func (m *Metrics) disconnected(now time.Time, err error) {
 	}
 	m.link.Connected = false
 	if err != nil {
-		m.link.LastError, m.link.LastErrorAt = err.Error(), &now
+		// A relay's words can be in it (an error frame, a handshake's
+		// answer): cut as a log line's are.
+		m.link.LastError, m.link.LastErrorAt = loglimit.Clip(err.Error(), maxLinkError), &now
 	}
 	m.mu.Unlock()
 }
