@@ -576,6 +576,9 @@ func (s *server) statusJSON() any {
 		rep.Compaction = &c
 		l := n.RelayLink()
 		rep.Firehose = &l
+		if r := n.Retrier(); r != nil {
+			rep.Retry = newStatusRetry(r.Status())
+		}
 	}
 	if s.hist != nil {
 		h := s.hist.Report()

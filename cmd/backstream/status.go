@@ -18,6 +18,7 @@ import (
 	"github.com/backstream/backstream/firehose"
 	"github.com/backstream/backstream/internal/human"
 	"github.com/backstream/backstream/natssink"
+	"github.com/backstream/backstream/retry"
 	"github.com/backstream/backstream/subscribe"
 )
 
@@ -70,6 +71,47 @@ type statusReport struct {
 	// or live: connected or not since when, and the last dial or
 	// connection failure (serve's /status only, once the node runs).
 	Firehose *firehose.Link `json:"firehose,omitempty"`
+	// Retry is the retry runner's state (serve's /status only, once the
+	// node runs): what is due, queued and in flight, the hosts parked and
+	// until when, its passes and its jobs' results.
+	Retry *statusRetry `json:"retry,omitempty"`
+}
+
+// statusRetry is the report's "retry" section, the runner's Status.
+type statusRetry struct {
+	Running         bool              `json:"running"`
+	Due             int               `json:"due"`
+	Queued          int               `json:"queued"`
+	InFlight        int               `json:"in_flight"`
+	ParkedHosts     int               `json:"parked_hosts"`
+	Parked          []statusParked    `json:"parked,omitempty"` // at most 10, the soonest to end first
+	Passes          uint64            `json:"passes"`
+	LastPassAt      *time.Time        `json:"last_pass_at,omitempty"`
+	LastPassSeconds float64           `json:"last_pass_seconds"`
+	Results         map[string]uint64 `json:"results,omitempty"` // jobs since the start, by result
+	RefusedStale    uint64            `json:"refused_stale"`
+}
+
+// statusParked is a host the runner sends nothing to until a time: a 429's
+// reset, or a host that answered none of its last tries.
+type statusParked struct {
+	Host  string    `json:"host"`
+	Until time.Time `json:"until"`
+}
+
+// newStatusRetry is st as the report shows it.
+func newStatusRetry(st retry.Status) *statusRetry {
+	r := &statusRetry{Running: st.Running, Due: st.Due, Queued: st.Queued, InFlight: st.InFlight,
+		ParkedHosts: st.ParkedHosts, Passes: st.Passes, LastPassSeconds: st.LastPassDur.Seconds(),
+		Results: st.Results, RefusedStale: st.Refused}
+	if !st.LastPass.IsZero() {
+		t := st.LastPass.UTC()
+		r.LastPassAt = &t
+	}
+	for _, p := range st.Parked {
+		r.Parked = append(r.Parked, statusParked{Host: p.Host, Until: time.UnixMicro(p.UntilUS).UTC()})
+	}
+	return r
 }
 
 // statusHosts is how discovery and the repair passes enumerate, and the

@@ -76,3 +76,38 @@ func TestStatusRelayUnreachable(t *testing.T) {
 		t.Fatalf("last_error_at %v: %v", f["last_error_at"], err)
 	}
 }
+
+// TestStatusRetrySection: /status's "retry" is the running retry runner's
+// state (due, queued, in flight, parked hosts, passes): before, nothing of
+// the runner was on /status, and a PDS host parked in steady state showed
+// only as a WARN line.
+func TestStatusRetrySection(t *testing.T) {
+	bin := buildBinary(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	network, err := oracle.Start(ctx, oracle.Config{Accounts: 20, RecordsMean: 5, Hosts: 2, Rate: 20, Traffic: oracle.TrafficBasic, Seed: 19})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer network.Close()
+	p := startServe(t, bin, network.RelayURL(), t.TempDir(), append(followArgs(network), "--capture-wait", "2s", "--retry-scan-period", "200ms")...)
+	waitSteady(t, p, 2*time.Minute)
+	var r map[string]any
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if p.Exited() {
+			t.Fatalf("serve exited: %v\n%s", p.Err(), p.tail())
+		}
+		r, _ = p.statusMap()["retry"].(map[string]any)
+		if passes, _ := r["passes"].(float64); r["running"] == true && passes >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/status never showed the retry runner running two passes: retry %v", r)
+		}
+	}
+	for _, k := range []string{"due", "queued", "in_flight", "parked_hosts", "last_pass_at", "last_pass_seconds"} {
+		if _, ok := r[k]; !ok {
+			t.Errorf("/status retry lacks %q: %v", k, r)
+		}
+	}
+}

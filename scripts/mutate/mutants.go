@@ -1634,4 +1634,14 @@ var mutants = []Mutant{
 			{Pkg: "./natssink", Run: "^TestSinkServersDownNamed$"},
 		},
 	},
+	{
+		ID: "m190", Invariant: "S3",
+		Name: "the retry runner's state is not on /status (a host parked in steady state shows only as a log line)",
+		File: "cmd/backstream/serve.go",
+		Old:  "\t\tif r := n.Retrier(); r != nil {\n",
+		New:  "\t\tif r := n.Retrier(); r == nil {\n",
+		Tests: []Test{
+			{Pkg: "./cmd/backstream", Run: "^TestStatusRetrySection$"},
+		},
+	},
 }
