@@ -156,6 +156,10 @@ type checkpointHandler struct {
 	now     func() time.Time
 	stat    func(path string) (diskspace.Space, error) // diskspace.Stat
 	refused *prometheus.CounterVec
+	// failed counts checkpoints that began and failed (500); lastOK is
+	// when the last one was written (unix seconds; 0: none since start).
+	failed  prometheus.Counter
+	lastOK  prometheus.Gauge
 	running sync.Mutex // held while a checkpoint runs
 
 	mu         sync.Mutex
@@ -194,10 +198,19 @@ func (s *server) checkpointEndpoint() http.Handler {
 	for _, r := range []string{ckNoBackupDir, ckOutside, ckRunning, ckInterval, ckNoSpace, ckStuck} {
 		refused.WithLabelValues(r)
 	}
+	failed := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "backstream_checkpoint_failed_total",
+		Help: "Checkpoints that began and failed (answered 500: a destination that failed or stopped answering, a read-back that failed); refusals are backstream_checkpoint_refused_total.",
+	})
+	lastOK := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "backstream_checkpoint_last_success_timestamp_seconds",
+		Help: "When the last checkpoint this process took was written and read back (unix seconds); 0 until one is.",
+	})
 	if s.reg != nil {
-		s.reg.MustRegister(refused)
+		s.reg.MustRegister(refused, failed, lastOK)
 	}
-	return &checkpointHandler{checkpointConfig: s.ck, store: s.openStore, log: log.With("component", "checkpoint"), now: time.Now, stat: diskspace.Stat, refused: refused}
+	return &checkpointHandler{checkpointConfig: s.ck, store: s.openStore, log: log.With("component", "checkpoint"), now: time.Now, stat: diskspace.Stat,
+		refused: refused, failed: failed, lastOK: lastOK}
 }
 
 // proxyHeaders mark a request forwarded by a proxy: its loopback source
@@ -254,9 +267,11 @@ func (h *checkpointHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.refused.WithLabelValues(ckNoSpace).Inc()
 		answerJSON(w, http.StatusInsufficientStorage, checkpointError{Error: err.Error()})
 	case err != nil:
+		h.failed.Inc()
 		h.log.Error("checkpoint failed", "to", to, "err", err)
 		answerJSON(w, http.StatusInternalServerError, checkpointError{Error: err.Error()})
 	default:
+		h.lastOK.Set(float64(h.now().Unix()))
 		h.log.Info("checkpoint written", "to", res.To, "phase", res.Phase, "tip_seq", res.TipSeq, "seconds", res.Seconds)
 		answerJSON(w, http.StatusOK, res)
 	}

@@ -103,8 +103,16 @@ func TestCheckpointEndpointStuckBackupVolume(t *testing.T) {
 			if v := promtest.Value(t, s.reg, "backstream_checkpoint_refused_total", map[string]string{"reason": ckStuck}); v != 1 {
 				t.Fatalf("refusals while stuck counted %v, want 1", v)
 			}
+			failed := promtest.Sum(t, s.reg, "backstream_checkpoint_failed_total")
+			last := promtest.Sum(t, s.reg, "backstream_checkpoint_last_success_timestamp_seconds")
+			if failed != 1 || last != 0 {
+				t.Fatalf("after a stuck checkpoint: backstream_checkpoint_failed_total %v, backstream_checkpoint_last_success_timestamp_seconds %v; want 1 and 0", failed, last)
+			}
 			stuck.Release()
 			waitCheckpointWritten(t, h, "b3")
+			if last := promtest.Sum(t, s.reg, "backstream_checkpoint_last_success_timestamp_seconds"); last < float64(time.Now().Add(-time.Minute).Unix()) {
+				t.Fatalf("after a checkpoint written: backstream_checkpoint_last_success_timestamp_seconds %v, want its time", last)
+			}
 		})
 	}
 }

@@ -1644,4 +1644,14 @@ var mutants = []Mutant{
 			{Pkg: "./cmd/backstream", Run: "^TestStatusRetrySection$"},
 		},
 	},
+	{
+		ID: "m191", Invariant: "H8",
+		Name: "a checkpoint that began and failed is not counted (no alert for a backup not taken)",
+		File: "cmd/backstream/checkpoint.go",
+		Old:  "\t\th.failed.Inc()\n",
+		New:  "",
+		Tests: []Test{
+			{Pkg: "./cmd/backstream", Run: "^TestCheckpointEndpointStuckBackupVolume$"},
+		},
+	},
 }
