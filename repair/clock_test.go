@@ -2,7 +2,6 @@ package repair
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,9 +19,8 @@ import (
 func TestGapFoundByAClockAhead(t *testing.T) {
 	s, w, apply := newStore(t)
 	ctx := context.Background()
-	var clock atomic.Int64
-	clock.Store(time.Unix(1_800_000_000, 0).UnixNano())
-	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	clock := newTestClock()
+	now := clock.Now
 	ahead := func() time.Time { return now().Add(6 * time.Hour) }
 	apply(setRepo(didSame, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revNew})) // as listed
 	r, src, live, _ := outdatedCursorPass(t, s, w, apply, ahead)
@@ -35,7 +33,7 @@ func TestGapFoundByAClockAhead(t *testing.T) {
 	if err := r.step(ctx); err != nil {
 		t.Fatal(err)
 	}
-	clock.Add(int64(time.Millisecond))
+	clock.Add(time.Millisecond)
 	live.accept(now().UnixMicro())
 	if err := r.step(ctx); err != nil {
 		t.Fatal(err)
@@ -46,7 +44,7 @@ func TestGapFoundByAClockAhead(t *testing.T) {
 	if gs, _ := s.Gaps(); len(gs) != 1 || gs[0].Open() {
 		t.Fatalf("gaps %+v: want the gap closed", gs)
 	}
-	clock.Add(int64(61 * time.Minute))
+	clock.Add(61 * time.Minute)
 	live.accept(now().UnixMicro())
 	if err := r.step(ctx); err != nil {
 		t.Fatal(err)
@@ -67,9 +65,8 @@ func TestGapFoundByAClockAhead(t *testing.T) {
 func TestFirstReadsOfGapsLetGo(t *testing.T) {
 	s, w, apply := newStore(t)
 	ctx := context.Background()
-	var clock atomic.Int64
-	clock.Store(time.Unix(1_800_000_000, 0).UnixNano())
-	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	clock := newTestClock()
+	now := clock.Now
 	ahead := func() time.Time { return now().Add(6 * time.Hour) }
 	apply(setRepo(didSame, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revNew})) // as listed
 	r, _, live, _ := outdatedCursorPass(t, s, w, apply, ahead)
@@ -87,7 +84,7 @@ func TestFirstReadsOfGapsLetGo(t *testing.T) {
 		if err := r.step(ctx); err != nil { // reads the gap: waits for the stream
 			t.Fatal(err)
 		}
-		clock.Add(int64(time.Millisecond))
+		clock.Add(time.Millisecond)
 		live.accept(now().UnixMicro())
 		if err := r.step(ctx); err != nil {
 			t.Fatal(err)
@@ -95,7 +92,7 @@ func TestFirstReadsOfGapsLetGo(t *testing.T) {
 		if gs, _ := s.Gaps(); gs[len(gs)-1].ID != id || gs[len(gs)-1].Open() {
 			t.Fatalf("gaps %+v: want gap %d closed", gs, id)
 		}
-		clock.Add(int64(time.Minute))
+		clock.Add(time.Minute)
 	}
 	if err := r.step(ctx); err != nil {
 		t.Fatal(err)

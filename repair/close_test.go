@@ -3,7 +3,6 @@ package repair
 import (
 	"context"
 	"log/slog"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,9 +81,8 @@ func TestCloseLooksAtTheReposDue(t *testing.T) {
 func TestClosedGapsBounded(t *testing.T) {
 	s, w, _ := newStore(t)
 	ctx := context.Background()
-	var clock atomic.Int64
-	clock.Store(time.Unix(1_800_000_000, 0).UnixNano())
-	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	clock := newTestClock()
+	now := clock.Now
 	ids, err := archive.NewGapIDs(s)
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +98,7 @@ func TestClosedGapsBounded(t *testing.T) {
 		if err := r.step(ctx); err != nil {
 			t.Fatal(err)
 		}
-		clock.Add(int64(61 * time.Minute))
+		clock.Add(61 * time.Minute)
 	}
 	gs, err := s.Gaps()
 	if err != nil {
@@ -123,7 +121,7 @@ func TestClosedGapsBounded(t *testing.T) {
 
 	// A restart half an interval after the last audit: no audit yet, and
 	// the next one takes the id after the last.
-	clock.Add(int64(-31 * time.Minute))
+	clock.Add(-31 * time.Minute)
 	if cfg.GapIDs, err = archive.NewGapIDs(s); err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +134,7 @@ func TestClosedGapsBounded(t *testing.T) {
 	if gs2, _ := s.Gaps(); len(gs2) != len(gs) {
 		t.Fatalf("a restart 30 min after the last audit: %d gap/ rows, want %d (no audit before the interval)", len(gs2), len(gs))
 	}
-	clock.Add(int64(31 * time.Minute))
+	clock.Add(31 * time.Minute)
 	if err := r.step(ctx); err != nil {
 		t.Fatal(err)
 	}

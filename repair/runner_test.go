@@ -54,8 +54,7 @@ func TestScheduledAudit(t *testing.T) {
 	set(didInactive, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revOld})
 	set(didSame, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revNew})
 
-	var clock atomic.Int64
-	clock.Store(time.Unix(1_800_000_000, 0).UnixNano())
+	clock := newTestClock()
 	ids := new(archive.GapIDs)
 	ids.Next()
 	src := &listing{repos: []upstream.RepoEntry{
@@ -64,7 +63,7 @@ func TestScheduledAudit(t *testing.T) {
 		{DID: didSame, Rev: revNew, Active: true},
 	}}
 	r, err := New(Config{Store: s, Writer: w, Source: src, GapIDs: ids, AuditInterval: time.Hour,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return time.Unix(0, clock.Load()) }})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +73,7 @@ func TestScheduledAudit(t *testing.T) {
 	if gs, _ := s.Gaps(); len(gs) != 0 || src.pages.Load() != 0 {
 		t.Fatalf("an audit before the interval: gaps %+v, %d pages", gs, src.pages.Load())
 	}
-	clock.Add(int64(61 * time.Minute))
+	clock.Add(61 * time.Minute)
 	if err := r.step(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -189,22 +188,21 @@ func outdatedCursorPass(t *testing.T, s *archive.Store, w *archive.Writer, apply
 func TestPassWaitsForReplay(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		catchUp func(s *stream, clock *atomic.Int64, gapUS int64)
+		catchUp func(s *stream, clock *testClock, gapUS int64)
 	}{
-		{"an event stamped after the gap", func(s *stream, clock *atomic.Int64, gapUS int64) {
-			clock.Add(int64(time.Millisecond))
+		{"an event stamped after the gap", func(s *stream, clock *testClock, gapUS int64) {
+			clock.Add(time.Millisecond)
 			s.accept(gapUS + 1)
 		}},
-		{"a quiet stream for a Period", func(s *stream, clock *atomic.Int64, gapUS int64) {
-			clock.Add(int64(time.Second + time.Microsecond))
+		{"a quiet stream for a Period", func(s *stream, clock *testClock, gapUS int64) {
+			clock.Add(time.Second + time.Microsecond)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, w, apply := newStore(t)
 			ctx := context.Background()
-			var clock atomic.Int64
-			clock.Store(time.Unix(1_800_000_000, 0).UnixNano())
-			now := func() time.Time { return time.Unix(0, clock.Load()) }
+			clock := newTestClock()
+			now := clock.Now
 			r, src, live, gapUS := outdatedCursorPass(t, s, w, apply, now)
 			waiting := func(what string) {
 				t.Helper()
@@ -219,12 +217,12 @@ func TestPassWaitsForReplay(t *testing.T) {
 			// The first replayed frame carries the gap; the backlog's
 			// events were stamped before it was found.
 			for i := range 3 {
-				clock.Add(int64(100 * time.Millisecond))
+				clock.Add(100 * time.Millisecond)
 				live.accept(gapUS - int64(10-i)*1000)
 				waiting("the backlog streaming in")
 			}
 			apply(setRepo(didSame, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revNew})) // the replayed commit
-			tc.catchUp(live, &clock, gapUS)
+			tc.catchUp(live, clock, gapUS)
 			if err := r.step(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -326,9 +324,8 @@ func TestPassWaitsForItsOwnUnit(t *testing.T) {
 func TestPassBeginsUnderABreakingRelay(t *testing.T) {
 	s, w, apply := newStore(t)
 	ctx := context.Background()
-	var clock atomic.Int64
-	clock.Store(time.Unix(1_800_000_000, 0).UnixNano())
-	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	clock := newTestClock()
+	now := clock.Now
 	apply(setRepo(didSame, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revOld}))
 	ids, err := archive.NewGapIDs(s)
 	if err != nil {
@@ -360,7 +357,7 @@ func TestPassBeginsUnderABreakingRelay(t *testing.T) {
 	const steps = 60 // a minute of Periods, twice waitExtended's
 	for range steps {
 		for range 4 { // a hole every 250 ms
-			clock.Add(int64(250 * time.Millisecond))
+			clock.Add(250 * time.Millisecond)
 			hole()
 		}
 		if err := r.step(ctx); err != nil {
@@ -386,9 +383,8 @@ func TestPassBeginsUnderABreakingRelay(t *testing.T) {
 func TestLongReplayGapStillExtended(t *testing.T) {
 	s, w, apply := newStore(t)
 	ctx := context.Background()
-	var clock atomic.Int64
-	clock.Store(time.Unix(1_800_000_000, 0).UnixNano())
-	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	clock := newTestClock()
+	now := clock.Now
 	ids, err := archive.NewGapIDs(s)
 	if err != nil {
 		t.Fatal(err)
@@ -417,7 +413,7 @@ func TestLongReplayGapStillExtended(t *testing.T) {
 	first := record()
 	gapUS := now().UnixMicro()
 	for i := range 3 * waitExtended {
-		clock.Add(int64(time.Second))
+		clock.Add(time.Second)
 		live.accept(gapUS - int64(3*waitExtended-i)*int64(time.Minute/time.Microsecond)) // the backlog, stamped before the gap
 		if err := r.step(ctx); err != nil {
 			t.Fatal(err)
@@ -427,3 +423,17 @@ func TestLongReplayGapStillExtended(t *testing.T) {
 		t.Fatalf("a hole after %d periods of replay with no hole: gap %d, want gap %d extended", 3*waitExtended, got.ID, first.ID)
 	}
 }
+
+// testClock is a clock a test sets: its Now starts at a fixed instant and
+// moves only by Add.
+type testClock struct{ ns atomic.Int64 }
+
+func newTestClock() *testClock {
+	c := &testClock{}
+	c.ns.Store(time.Unix(1_800_000_000, 0).UnixNano())
+	return c
+}
+
+func (c *testClock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
+
+func (c *testClock) Add(d time.Duration) { c.ns.Add(int64(d)) }
