@@ -237,14 +237,16 @@ const diskSlowThreshold = 5 * time.Second
 // diskSlow is called, every couple of seconds, for each file operation
 // outstanding past diskSlowThreshold: logged once a minute, and a fault once
 // it has lasted the write-stall bound (the disk is stuck: no write goes
-// through, and none fails).
+// through, and none fails). The line comes first: the fault stops the
+// process, and with a bound of diskSlowThreshold or less the first call is
+// already the fault.
 func (g *diskGuard) diskSlow(info pebble.DiskSlowInfo) {
+	g.lines.Log(g.log, slog.LevelWarn, logDiskSlow, "store disk slow (one line per minute)", "component", "pebble",
+		"path", info.Path, "op", info.OpType.String(), "duration", info.Duration)
 	if info.Duration >= g.maxStall && g.fault.Load() == nil {
 		what := fmt.Sprintf("no write has gone through for %v (a %s of %s has not returned)", info.Duration.Round(time.Millisecond), info.OpType, info.Path)
 		g.setFault(FaultWriteStall, fmt.Errorf("archive: %s with no error from the disk holding %s: it is stuck or far too slow; check it and restart", what, g.dataDir))
 	}
-	g.lines.Log(g.log, slog.LevelWarn, logDiskSlow, "store disk slow (one line per minute)", "component", "pebble",
-		"path", info.Path, "op", info.OpType.String(), "duration", info.Duration)
 }
 
 // setFault records the first fault, logs it once at ERROR and closes

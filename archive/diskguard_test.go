@@ -370,6 +370,7 @@ func TestFreeSpaceFloor(t *testing.T) {
 	s.Close()
 }
 
+<<<<<<< HEAD
 // TestFreeSpaceFloorAboveTheVolume: a --min-free floor at or above the
 // size of the volume itself (2GiB on a 64 MiB volume, empty) can never be
 // met, whatever is freed: the start is refused as below the floor
@@ -388,17 +389,33 @@ func TestFreeSpaceFloorAboveTheVolume(t *testing.T) {
 }
 
 // slowLines signals the store's "disk slow" WARN line.
+=======
+// slowLines signals the store's "disk slow" WARN line, and notes whether
+// the store's fault line ("store disk fault") was logged before it.
+>>>>>>> 5d93dfb (archive: the disk slow line is logged before a hung operation's fault, not after it)
 type slowLines struct {
 	once sync.Once
 	seen chan struct{}
+
+	mu         sync.Mutex
+	faulted    bool // the fault line was logged
+	afterFault bool // the first disk slow line came after the fault line
 }
 
 func (l *slowLines) Enabled(context.Context, slog.Level) bool { return true }
 func (l *slowLines) WithAttrs([]slog.Attr) slog.Handler       { return l }
 func (l *slowLines) WithGroup(string) slog.Handler            { return l }
 func (l *slowLines) Handle(_ context.Context, r slog.Record) error {
-	if strings.HasPrefix(r.Message, "store disk slow") {
-		l.once.Do(func() { close(l.seen) })
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case strings.HasPrefix(r.Message, "store disk fault"):
+		l.faulted = true
+	case strings.HasPrefix(r.Message, "store disk slow"):
+		l.once.Do(func() {
+			l.afterFault = l.faulted
+			close(l.seen)
+		})
 	}
 	return nil
 }
@@ -440,9 +457,17 @@ func TestHungSyncIsAFault(t *testing.T) {
 	if err := s.Fault(); err == nil || !strings.Contains(err.Error(), "has not returned") {
 		t.Fatalf("fault %v, want the stuck operation named", err)
 	}
+	// The line is logged before the fault is recorded: the fault stops the
+	// process, and the line naming the stuck operation must not be left to
+	// what runs after it.
 	select {
 	case <-lines.seen:
 	default:
 		t.Fatal("no disk slow line before the fault")
+	}
+	lines.mu.Lock()
+	defer lines.mu.Unlock()
+	if lines.afterFault {
+		t.Fatal("the disk slow line was logged after the fault line, not before it")
 	}
 }
