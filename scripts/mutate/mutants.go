@@ -1654,4 +1654,14 @@ var mutants = []Mutant{
 			{Pkg: "./cmd/backstream", Run: "^TestCheckpointEndpointStuckBackupVolume$"},
 		},
 	},
+	{
+		ID: "m176", Invariant: "H1",
+		Name: "a hung operation's fault recorded before its disk slow line (the line naming the stuck operation comes after the fault's, behind the stop)",
+		File: "archive/diskguard.go",
+		Old:  "\tg.lines.Log(g.log, slog.LevelWarn, logDiskSlow, ",
+		New:  "\tdefer g.lines.Log(g.log, slog.LevelWarn, logDiskSlow, ",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestHungSyncIsAFault$"},
+		},
+	},
 }
