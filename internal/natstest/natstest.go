@@ -144,20 +144,33 @@ func (c *Cluster) Shutdown() {
 	}
 }
 
-// WaitJetStream waits until JetStream has a meta leader (a cluster can
-// take a few seconds to elect one).
+// WaitJetStream waits until JetStream has a meta leader that counts every
+// node as a peer a stream can be placed on (online, with JetStream, its
+// stats received): a leader alone is not enough, as an R3 stream created
+// before the leader has heard from the other two fails with "no suitable
+// peers for placement". Every node must be running. A cluster can take a
+// few seconds for both.
 func (c *Cluster) WaitJetStream() {
 	c.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
+	peers := 0
 	for time.Now().Before(deadline) {
 		for _, s := range c.nodes {
-			if s != nil && (len(c.nodes) == 1 || s.JetStreamIsLeader()) {
+			if s == nil {
+				continue
+			}
+			if len(c.nodes) == 1 {
 				return
+			}
+			if s.JetStreamIsLeader() {
+				if peers = len(s.JetStreamClusterPeers()); peers == len(c.nodes) {
+					return
+				}
 			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	c.t.Fatal("natstest: no JetStream meta leader within 30 s")
+	c.t.Fatalf("natstest: no JetStream meta leader counting all %d nodes as peers within 30 s (last seen: %d)", len(c.nodes), peers)
 }
 
 // freePorts is n distinct loopback ports free a moment ago, below the
