@@ -98,7 +98,7 @@ type Receipt struct {
 	FirstSeq uint64 // seq of the first kept event (0 if none were kept)
 	LastSeq  uint64 // seq of the last kept event
 	Kept     int    // events appended (a live or merged sync row, which moves the ratchet only, is neither kept nor stale)
-	Stale    int    // commit/sync rows dropped by the ratchet
+	Stale    int    // commit/sync rows dropped by the ratchet (and merged commits of a deleted or taken-down account)
 	Synced   int    // live or merged sync rows that moved the ratchet and made no row
 	Dropped  int    // rows dropped because waiting behind a replacement would pass a hold cap
 	Cursor   uint64 // the durable position under the unit's Cursor.Key after its batch (below its own while earlier units wait)
@@ -1238,6 +1238,15 @@ func (w *Writer) stagedRev(st *staged, did string) (string, error) {
 // archived rev refuses), a live or merge commit only above its account's
 // ratchet (or at the rev this unit kept it at: the other ops of one
 // commit). A commit whose since is ahead of the ratchet marks a hole.
+//
+// A merged commit of an account the archive holds deleted or taken down
+// is dropped too (stale), whatever its rev: bootstrap's listing, later
+// than the captured stream, may have recorded the account so while the
+// captured commits before its #account are merged after that; with the
+// #account lost (a dropped frame) nothing would erase them, and no audit
+// looks again at an account it finds as listed. A captured #account that
+// reactivates the account lets its later commits through, in this unit
+// too.
 func (w *Writer) stageRows(st *staged, u *Unit) error {
 	st.revs = make(map[string]string)
 	if u.Replace != nil {
@@ -1259,9 +1268,15 @@ func (w *Writer) stageRows(st *staged, u *Unit) error {
 	// admitted remembers the (did, rev) a live/merge row of this unit was
 	// kept at, so the other ops of the same commit pass too.
 	admitted := map[string]string{}
+	// erased is whether an #account row of this unit, before the row at
+	// hand, left its account deleted or taken down.
+	erased := map[string]bool{}
 	var holes []string // accounts of commits whose since is newer than the ratchet as it stands before them
 	for i := range u.Events {
 		ev := &u.Events[i]
+		if ev.Kind == KindAccount {
+			erased[ev.DID] = !ev.Active && AccountStatusPurges(ev.Status)
+		}
 		if !(ev.Kind.IsCommit() || ev.Kind == KindSync) {
 			st.keep[i] = true
 			continue
@@ -1285,6 +1300,13 @@ func (w *Writer) stageRows(st *staged, u *Unit) error {
 			st.keep[i] = true
 		default:
 			st.keep[i] = ev.Rev > cur || (ev.Rev == cur && admitted[ev.DID] == ev.Rev)
+			if st.keep[i] && ev.Source == SourceMerge && ev.Kind.IsCommit() {
+				gone, err := w.erasedAccount(erased, ev.DID)
+				if err != nil {
+					return err
+				}
+				st.keep[i] = !gone
+			}
 			if st.keep[i] {
 				admitted[ev.DID] = ev.Rev
 			}
@@ -1446,6 +1468,20 @@ func (w *Writer) ratchet(did string) (string, error) {
 // key for its first RepoCacheStates accounts, neither when it records an
 // account nor when the account's job completes.
 const RepoCacheStates = 1 << 15
+
+// erasedAccount reports whether did is deleted or taken down: as an
+// #account row earlier in the unit left it (erased), else as the archive
+// holds it.
+func (w *Writer) erasedAccount(erased map[string]bool, did string) (bool, error) {
+	if gone, ok := erased[did]; ok {
+		return gone, nil
+	}
+	rs, exists, err := w.repoState(did)
+	if err != nil {
+		return false, err
+	}
+	return exists && !rs.Active && AccountStatusPurges(rs.AccountStatus), nil
+}
 
 // repoState returns the account's repo state as of the open batch, and
 // whether it has one.

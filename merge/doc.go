@@ -18,7 +18,11 @@
 // Keeping or dropping a row is the writer's per-account rev ratchet (M3): a
 // captured commit or sync row is kept exactly when its rev is newer than
 // rev/<did> — for a complete repo, newer than its snapshot — and identity
-// and account rows always pass. A captured commit's since (cap/ keeps it on
+// and account rows always pass. A captured commit of an account the
+// archive holds deleted or taken down (bootstrap's listing, later than the
+// capture, may have recorded it so) is dropped whatever its rev, unless an
+// #account row before it in the unit reactivated the account: with the
+// #account that followed it lost, nothing would erase its records. A captured commit's since (cap/ keeps it on
 // the commit's first row) is checked by the writer as a live one is: newer
 // than the account's archived rev as it stands when that commit applies
 // (or, with no rev/, than its completed snapshot), a commit the relay
