@@ -1664,4 +1664,14 @@ var mutants = []Mutant{
 			{Pkg: "./archive", Run: "^TestHungSyncIsAFault$"},
 		},
 	},
+	{
+		ID: "m177", Invariant: "M3",
+		Name: "a merged commit of an account the archive holds taken down is kept (bootstrap's listing said taken down, the #account after the captured commit was lost: its records are served for good)",
+		File: "archive/writer.go",
+		Old:  "\t\t\t\tst.keep[i] = !gone\n",
+		New:  "\t\t\t\t_ = gone\n",
+		Tests: []Test{
+			{Pkg: "./merge", Run: "^TestMergedCommitOfListedTakedown$"},
+		},
+	},
 }
