@@ -30,7 +30,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		staleRows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backstream_archive_stale_rows_total",
-			Help: "Commit and sync rows dropped because the account's archived rev was already at or past theirs, by source.",
+			Help: "Commit and sync rows dropped because the account's archived rev was already at or past theirs (and merged commits of an account the archive holds deleted or taken down), by source.",
 		}, []string{"source"}),
 		rows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backstream_archive_rows_total",
