@@ -370,7 +370,6 @@ func TestFreeSpaceFloor(t *testing.T) {
 	s.Close()
 }
 
-<<<<<<< HEAD
 // TestFreeSpaceFloorAboveTheVolume: a --min-free floor at or above the
 // size of the volume itself (2GiB on a 64 MiB volume, empty) can never be
 // met, whatever is freed: the start is refused as below the floor
@@ -388,11 +387,8 @@ func TestFreeSpaceFloorAboveTheVolume(t *testing.T) {
 	}
 }
 
-// slowLines signals the store's "disk slow" WARN line.
-=======
 // slowLines signals the store's "disk slow" WARN line, and notes whether
 // the store's fault line ("store disk fault") was logged before it.
->>>>>>> 5d93dfb (archive: the disk slow line is logged before a hung operation's fault, not after it)
 type slowLines struct {
 	once sync.Once
 	seen chan struct{}
