@@ -94,5 +94,6 @@
 // a session in its own words; after such a failure the sink asks the
 // stream's info, and when it has no leader, or takes the subject though no
 // server took a publish, the failure is a noLeaderError: state no_leader
-// and a last error saying so, at every retry.
+// and a last error saying so, at every retry; an info unanswered keeps
+// no_leader once it is shown (nothing says the stream has a leader again).
 package natssink

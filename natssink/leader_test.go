@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -209,4 +210,54 @@ func TestSinkStreamWithoutQuorumStatus(t *testing.T) {
 	tr.stop()
 	rs.waitCaughtUp(t, wd, 60*time.Second)
 	natstest.CheckStream(t, wd.store, natstest.ReadStream(t, c.URLs(), DefaultStream, natstest.ArchiveEvents(t, wd.store)), subjectOf(DefaultStream))
+}
+
+// TestSinkNoLeaderUnansweredCheck: once the sink shows the stream without
+// a leader, a later failure whose leader check goes unanswered (a loaded
+// server, the one replica left slow to answer) leaves it so: an unanswered
+// check does not say the stream has a leader again. Before, the state
+// flipped to retrying with "no acknowledgement within …" at the first
+// check that went unanswered. The checks are lost on the path here, a
+// proxy dropping every stream info request once the state is no_leader.
+func TestSinkNoLeaderUnansweredCheck(t *testing.T) {
+	c := natstest.Start(t, 3)
+	wd := newWorld(t)
+	if err := wd.commit(ctxT(t), 100); err != nil {
+		t.Fatal(err)
+	}
+	var dropInfo atomic.Bool
+	proxy := natstest.StartProxy(t, c.Addr(0), func(subject string) natstest.Action {
+		if dropInfo.Load() && strings.HasPrefix(subject, "$JS.API.STREAM.INFO.") {
+			return natstest.Drop
+		}
+		return natstest.Forward
+	}, nil)
+	rs := wd.startSink(t, Config{URLs: proxy.URL, Window: 256, AckTimeout: time.Second, Replicas: 3,
+		Options: []nats.Option{nats.IgnoreDiscoveredServers()}})
+	rs.logStatusOnFailure(t)
+	rs.waitCaughtUp(t, wd, 60*time.Second)
+	tr := wd.traffic(20 * time.Millisecond)
+	defer tr.stop()
+	for _, i := range []int{1, 2} { // node 0, the one the sink reaches, keeps no quorum alone
+		c.Stop(i)
+	}
+	promtest.Eventually(t, 60*time.Second, "the sink shows the stream without a leader", func() bool {
+		return rs.s.Status().State == StateNoLeader
+	})
+	dropInfo.Store(true)
+	e0 := rs.s.Status().Errors
+	promtest.Eventually(t, 60*time.Second, "three more sessions fail, their leader checks unanswered", func() bool {
+		st := rs.s.Status()
+		if st.State != StateNoLeader || !strings.Contains(st.LastError, "no leader") {
+			t.Fatalf("a leader check unanswered after the stream was shown without a leader: state %q, last error %q; want no_leader kept", st.State, st.LastError)
+		}
+		return st.Errors >= e0+3
+	})
+	dropInfo.Store(false)
+	for _, i := range []int{1, 2} {
+		c.Restart(i)
+	}
+	c.WaitJetStream()
+	tr.stop()
+	rs.waitCaughtUp(t, wd, 60*time.Second)
 }

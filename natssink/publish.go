@@ -211,9 +211,10 @@ func (p *publisher) failed(ctx context.Context, kind string, err error) error {
 // having no leader: the servers said so (errCodeNoLeader), or a stream
 // info, asked now, says so (any replica answers it once the stream has
 // been without a leader for a while), or a publish no server took (no
-// responders) although the stream takes its subject. Nil when nothing
-// says so for certain (an info unanswered too), the failure then shown as
-// it is.
+// responders) although the stream takes its subject, or the stream was
+// shown without a leader and the info goes unanswered. Nil when nothing
+// says so for certain (an info unanswered too, the stream shown with a
+// leader before), the failure then shown as it is.
 func (p *publisher) leaderless(ctx context.Context, cause error) *noLeaderError {
 	if ctx.Err() != nil {
 		return nil
@@ -239,6 +240,11 @@ func (p *publisher) leaderless(ctx context.Context, cause error) *noLeaderError 
 	}
 	switch {
 	case isNoLeader(err):
+		return &noLeaderError{cause: cause}
+	case errors.Is(err, context.DeadlineExceeded) && p.sink.state() == StateNoLeader:
+		// Unanswered while the stream is shown without a leader: nothing
+		// says it has one again (a loaded replica answers late), and the
+		// state would flip to retrying and back with each check.
 		return &noLeaderError{cause: cause}
 	case err != nil:
 		return nil

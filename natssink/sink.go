@@ -222,6 +222,13 @@ func (s *Sink) Status() Status {
 	return st
 }
 
+// state is the sink's state now.
+func (s *Sink) state() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.status.State
+}
+
 func (s *Sink) setState(state string) {
 	s.mu.Lock()
 	s.status.State = state

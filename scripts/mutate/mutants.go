@@ -1674,4 +1674,14 @@ var mutants = []Mutant{
 			{Pkg: "./merge", Run: "^TestMergedCommitOfListedTakedown$"},
 		},
 	},
+	{
+		ID: "m192", Invariant: "N3",
+		Name: "an unanswered leader check after the stream was shown without a leader flips the state to retrying",
+		File: "natssink/publish.go",
+		Old:  "\tcase errors.Is(err, context.DeadlineExceeded) && p.sink.state() == StateNoLeader:\n",
+		New:  "\tcase false && errors.Is(err, context.DeadlineExceeded) && p.sink.state() == StateNoLeader:\n",
+		Tests: []Test{
+			{Pkg: "./natssink", Run: "^TestSinkNoLeaderUnansweredCheck$"},
+		},
+	},
 }
