@@ -1269,12 +1269,15 @@ func (w *Writer) stageRows(st *staged, u *Unit) error {
 	// kept at, so the other ops of the same commit pass too.
 	admitted := map[string]string{}
 	// erased is whether an #account row of this unit, before the row at
-	// hand, left its account deleted or taken down.
-	erased := map[string]bool{}
+	// hand, left its account deleted or taken down (nil until one).
+	var erased map[string]bool
 	var holes []string // accounts of commits whose since is newer than the ratchet as it stands before them
 	for i := range u.Events {
 		ev := &u.Events[i]
 		if ev.Kind == KindAccount {
+			if erased == nil {
+				erased = map[string]bool{}
+			}
 			erased[ev.DID] = !ev.Active && AccountStatusPurges(ev.Status)
 		}
 		if !(ev.Kind.IsCommit() || ev.Kind == KindSync) {
