@@ -10,7 +10,7 @@ import (
 // Disconnect reasons: the closed set of label values of
 // backstream_subscribe_disconnects_total.
 const (
-	ReasonClientClosed  = "client_closed"     // the client closed the socket or sent a close frame
+	ReasonClientClosed  = "client_closed"     // the client closed the socket or sent a close frame (a write met the socket it closed after its close frame, too)
 	ReasonReadError     = "read_error"        // reading the client's frames failed (protocol error, reset)
 	ReasonWriteError    = "write_error"       // writing to the socket failed
 	ReasonTooSlow       = "too_slow"          // stayed far behind while reading slower than the floor rate (D6)

@@ -135,6 +135,9 @@ type subscriber struct {
 	helloOnce sync.Once
 	ended     chan endReason // capacity 1: the reader's reason to stop
 	readDone  chan struct{}
+	// closeFrame: the reader read the client's close frame (set before
+	// it ends).
+	closeFrame atomic.Bool
 }
 
 type endReason struct {
@@ -199,7 +202,10 @@ func (s *subscriber) readLoop() {
 			switch {
 			case errors.Is(err, errTooManyMessages):
 				s.end(ReasonTooManyMsgs, fmt.Sprintf("more than %g client messages per second (burst %d)", cfg.MessageRate, cfg.MessageBurst))
-			case errors.As(err, &ce) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+			case errors.As(err, &ce):
+				s.closeFrame.Store(true)
+				s.end(ReasonClientClosed, err.Error())
+			case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 				s.end(ReasonClientClosed, err.Error())
 			default:
 				s.end(ReasonReadError, err.Error())
@@ -768,6 +774,18 @@ func (s *subscriber) writeFailure(err error) (string, string) {
 		return ReasonStalled, fmt.Sprintf("consumer stalled: a write did not complete within %s", cfg.StallTimeout)
 	case errors.Is(err, errShutdown):
 		return ReasonShutdown, "server shutting down"
+	}
+	// A client that closed properly (its close frame read, gorilla's
+	// answer sent) may close its socket before a write already on its way
+	// went out: that write met the socket the client closed, which is the
+	// client leaving, not a failed write. The reader ends at once on the
+	// dead socket, if it has not yet.
+	select {
+	case <-s.readDone:
+	case <-time.After(closeGrace):
+	}
+	if s.closeFrame.Load() {
+		return ReasonClientClosed, "the client closed the connection (" + err.Error() + ")"
 	}
 	return ReasonWriteError, err.Error()
 }

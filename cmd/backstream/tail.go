@@ -386,8 +386,19 @@ func liveStart(resp *http.Response) string {
 
 // closeNormally says goodbye (1000) and closes the socket.
 func closeNormally(conn *websocket.Conn) {
-	_ = conn.WriteControl(websocket.CloseMessage,
-		websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+	deadline := time.Now().Add(time.Second)
+	if conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), deadline) == nil {
+		// The close handshake: read, discarding the events still on their
+		// way, until the server's close answers ours (or a second passes),
+		// so the server sees a client that closed, not a write that failed
+		// on a socket closed under it.
+		_ = conn.SetReadDeadline(deadline)
+		for {
+			if _, _, err := conn.NextReader(); err != nil {
+				break
+			}
+		}
+	}
 	_ = conn.Close()
 }
 

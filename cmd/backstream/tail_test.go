@@ -20,9 +20,11 @@ import (
 	"github.com/bluesky-social/indigo/atproto/atdata"
 	"github.com/gorilla/websocket"
 	"github.com/ipfs/go-cid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/internal/backoff"
+	"github.com/backstream/backstream/internal/promtest"
 	"github.com/backstream/backstream/subscribe"
 )
 
@@ -43,7 +45,8 @@ type tailServer struct {
 	hdrs   []http.Header // the request headers of every /subscribe, in order
 	n      int           // events committed
 	closed bool
-	perIP  int // subscribers per client address (0: the default)
+	perIP  int                  // subscribers per client address (0: the default)
+	reg    *prometheus.Registry // the subscribe metrics
 }
 
 var tailQuiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -67,8 +70,9 @@ func (s *tailServer) start() {
 	if s.w, err = archive.NewWriter(s.store, archive.WriterOptions{Logger: tailQuiet}); err != nil {
 		t.Fatal(err)
 	}
+	s.reg = prometheus.NewRegistry()
 	s.srv, err = subscribe.New(subscribe.Config{
-		Store: s.store, Writer: s.w, Logger: tailQuiet, MaxSubscribersPerIP: s.perIP,
+		Store: s.store, Writer: s.w, Logger: tailQuiet, MaxSubscribersPerIP: s.perIP, Metrics: subscribe.NewMetrics(s.reg),
 		Ready:      s.ready.Load,
 		StatusJSON: func() any { return map[string]any{"phase": s.getPhase()} },
 	})
@@ -265,6 +269,34 @@ func TestTailPrintsEventsThenStopsAtLimit(t *testing.T) {
 		if l.Commit.Collection != "app.bsky.feed.like" {
 			t.Fatalf("collection filter not applied: %+v", l.Commit)
 		}
+	}
+}
+
+// TestTailLimitClosesCleanly: a tail that stops at --limit while the server
+// still streams to it ends the websocket's close handshake before it
+// closes the connection, so the server counts and logs a client that
+// closed, not a write that failed (before: the server's next write met
+// the closed socket, reason write_error, "broken pipe").
+func TestTailLimitClosesCleanly(t *testing.T) {
+	s := newTailServer(t)
+	s.commit(3000)
+	const runs = 5
+	for range runs {
+		code, _, errOut := tailCLI(t, testCtx(t), "--url", "http://"+s.addr, "--cursor", "0", "--limit", "3")
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+	}
+	reason := func(r string) float64 {
+		return promtest.Value(t, s.reg, "backstream_subscribe_disconnects_total", map[string]string{"reason": r})
+	}
+	for deadline := time.Now().Add(10 * time.Second); reason(subscribe.ReasonClientClosed)+reason(subscribe.ReasonWriteError) < runs; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%v disconnects counted 10 s after %d tails ended, want %d", reason(subscribe.ReasonClientClosed)+reason(subscribe.ReasonWriteError), runs, runs)
+		}
+	}
+	if closed, failed := reason(subscribe.ReasonClientClosed), reason(subscribe.ReasonWriteError); closed != runs || failed != 0 {
+		t.Fatalf("%d tails stopping at --limit while the server streamed: the server counted %v client_closed and %v write_error; want %d and 0", runs, closed, failed, runs)
 	}
 }
 
