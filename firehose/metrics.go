@@ -1,7 +1,9 @@
 package firehose
 
-// metrics.go owns the package's Prometheus metrics. Every method is nil-safe:
-// a nil *Metrics records nothing. Label values come from closed sets.
+// metrics.go owns the package's Prometheus metrics, and the relay
+// connection's state /status shows (Link), which the capture and live
+// consumers share with them. Every method is nil-safe: a nil *Metrics
+// records nothing. Label values come from closed sets.
 
 import (
 	"sync"

@@ -216,9 +216,11 @@ func TestSinkStreamWithoutQuorumStatus(t *testing.T) {
 // a leader, a later failure whose leader check goes unanswered (a loaded
 // server, the one replica left slow to answer) leaves it so: an unanswered
 // check does not say the stream has a leader again. Before, the state
-// flipped to retrying with "no acknowledgement within …" at the first
-// check that went unanswered. The checks are lost on the path here, a
-// proxy dropping every stream info request once the state is no_leader.
+// flipped to retrying at the first check that went unanswered, with the
+// failure as it came (a publish's "no acknowledgement within …" under
+// load; here the session's own stream lookup timing out). The checks are
+// lost on the path here, a proxy dropping every stream info request once
+// the state is no_leader.
 func TestSinkNoLeaderUnansweredCheck(t *testing.T) {
 	c := natstest.Start(t, 3)
 	wd := newWorld(t)
