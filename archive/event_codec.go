@@ -93,8 +93,10 @@ const (
 	maxRKey       = 512
 	maxCID        = 128
 	MaxRecord     = 1 << 20
-	maxHandle     = 253
-	maxStatus     = 64
+	// MaxHandle is a handle's syntax limit: a longer one can be no handle
+	// (the firehose archives handle.invalid for it).
+	MaxHandle = 253
+	maxStatus = 64
 )
 
 // requiredFields lists, per kind, the fields an event must carry.
@@ -195,7 +197,7 @@ func checkMask(k Kind, m uint64, ev *Event) error {
 		return malformed("cid of %d bytes", len(ev.CID))
 	case len(ev.Record) > MaxRecord:
 		return malformed("record of %d bytes", len(ev.Record))
-	case len(ev.Handle) > maxHandle:
+	case len(ev.Handle) > MaxHandle:
 		return malformed("handle of %d bytes", len(ev.Handle))
 	case len(ev.Status) > maxStatus:
 		return malformed("status of %d bytes", len(ev.Status))
@@ -272,7 +274,7 @@ func stringField(ev *Event, f uint64) (*string, int) {
 	case evRev:
 		return &ev.Rev, maxRev
 	case evHandle:
-		return &ev.Handle, maxHandle
+		return &ev.Handle, MaxHandle
 	case evStatus:
 		return &ev.Status, maxStatus
 	case evSince:

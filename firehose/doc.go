@@ -69,6 +69,11 @@
 //     downloaded repo's records pass) drops that op only; a row over the
 //     archive's field limits drops that row. Drops are counted
 //     in backstream_firehose_dropped_total{reason}, never logged per event.
+//     Two outsider strings are bounded instead of refused, so the event
+//     still reaches the archive and every subscriber: an #account's status
+//     is cut to upstream.MaxAccountStatus, and an #identity's handle longer
+//     than archive.MaxHandle (no handle is) becomes handle.invalid, counted
+//     in backstream_firehose_invalid_handles_total.
 //   - Frames without a seq advance nothing: #info (OutdatedCursor raises
 //     backstream_firehose_outdated_cursor), error frames, undecodable and
 //     unknown frames are counted in backstream_firehose_anomalies_total{kind}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/ident"
 	"github.com/backstream/backstream/upstream"
 )
 
@@ -32,6 +33,14 @@ func Rows(f *upstream.Frame, seq int64, m *Metrics) []archive.Event {
 		ev := archive.Event{Kind: archive.KindIdentity, DID: b.Did, UpstreamSeq: seq, Source: archive.SourceLive}
 		if b.Handle != nil {
 			ev.Handle = *b.Handle
+		}
+		if len(ev.Handle) > archive.MaxHandle {
+			// No handle is this long: archived as the lexicon's word for a
+			// handle that does not validate, not refused (every subscriber
+			// still learns the identity changed) and not cut (a cut one
+			// would name a handle the account never declared).
+			ev.Handle = ident.HandleInvalid
+			m.invalidHandle()
 		}
 		return keep(nil, ev, m)
 	case f.Account != nil:

@@ -16,8 +16,11 @@ import (
 	lexutil "github.com/bluesky-social/indigo/lex/util"
 	"github.com/ipfs/go-cid"
 	mh "github.com/multiformats/go-multihash"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/ident"
+	"github.com/backstream/backstream/internal/promtest"
 	"github.com/backstream/backstream/oracle/world"
 	"github.com/backstream/backstream/upstream"
 )
@@ -273,7 +276,7 @@ func TestHandleValidation(t *testing.T) {
 			long[i] = 'a'
 		}
 		h := string(long)
-		cases = append(cases, tc{"identity with an oversized handle", world.Event{Identity: &comatproto.SyncSubscribeRepos_Identity{Did: a, Handle: &h, Time: "2024-01-01T00:00:00Z"}}, 0, map[string]int{DropInvalidRow: 1}})
+		cases = append(cases, tc{"identity with an oversized handle: kept, as handle.invalid (TestIdentityHandleTooLong)", world.Event{Identity: &comatproto.SyncSubscribeRepos_Identity{Did: a, Handle: &h, Time: "2024-01-01T00:00:00Z"}}, 1, nil})
 		st := "deactivated"
 		cases = append(cases, tc{"account with an invalid DID", world.Event{Account: &comatproto.SyncSubscribeRepos_Account{Did: "nope", Status: &st, Time: "2024-01-01T00:00:00Z"}}, 0, map[string]int{DropInvalidDID: 1}})
 	}
@@ -504,5 +507,40 @@ func TestAccountStatusCut(t *testing.T) {
 		if ev := rows[0]; ev.Kind != archive.KindAccount || ev.Active || ev.Status != c.want || !utf8.ValidString(ev.Status) {
 			t.Errorf("an #account with a status of %d bytes: row %+v, want inactive with status %q", len(c.status), ev, c.want)
 		}
+	}
+}
+
+// TestIdentityHandleTooLong: an #identity whose handle is longer than any
+// handle can be (253 bytes, the archive's bound) is archived with the
+// handle handle.invalid, the lexicon's word for a handle that does not
+// validate, and counted: the event is kept, so every subscriber still
+// learns that the account's identity changed (Jetstream v1 passes the
+// relay's event through). A cut handle would name a handle the account
+// never declared. A handle of exactly 253 bytes is kept as sent.
+func TestIdentityHandleTooLong(t *testing.T) {
+	const did = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	atLimit := strings.Repeat("a", 249) + ".com"
+	for _, c := range []struct{ handle, want string }{
+		{strings.Repeat("a", 300), ident.HandleInvalid},
+		{atLimit + "x", ident.HandleInvalid},
+		{atLimit, atLimit},
+	} {
+		h := c.handle
+		f := &upstream.Frame{Identity: &comatproto.SyncSubscribeRepos_Identity{Did: did, Handle: &h, Time: "2024-01-01T00:00:00Z"}}
+		rows := Rows(f, 7, m)
+		if len(rows) != 1 {
+			t.Fatalf("an #identity with a handle of %d bytes gave %d rows, want 1 (the event kept)", len(c.handle), len(rows))
+		}
+		if ev := rows[0]; ev.Kind != archive.KindIdentity || ev.DID != did || ev.Handle != c.want {
+			t.Errorf("an #identity with a handle of %d bytes: row %+v, want handle %q", len(c.handle), ev, c.want)
+		}
+	}
+	if got := promtest.Value(t, reg, "backstream_firehose_invalid_handles_total", nil); got != 2 {
+		t.Errorf("backstream_firehose_invalid_handles_total = %v, want 2", got)
+	}
+	if got := promtest.Sum(t, reg, "backstream_firehose_dropped_total"); got != 0 {
+		t.Errorf("backstream_firehose_dropped_total = %v, want 0 (no event dropped)", got)
 	}
 }

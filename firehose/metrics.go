@@ -85,6 +85,7 @@ type Metrics struct {
 	lastTime    prometheus.Gauge
 	gaps        *prometheus.CounterVec
 	verifyWaits prometheus.Counter
+	badHandles  prometheus.Counter
 
 	mu   sync.Mutex
 	link Link // the relay connection as the last consumer to run left it
@@ -158,6 +159,7 @@ func (m *Metrics) disconnected(now time.Time, err error) {
 //   - backstream_firehose_last_event_time_seconds (upstream time of the last accepted event)
 //   - backstream_firehose_gaps_total{kind} (holes recorded in gap/ rows, a hole extending the waiting gap too, by the row's archive.GapKind)
 //   - backstream_firehose_verify_waits_total (reads that waited for the verification window)
+//   - backstream_firehose_invalid_handles_total (#identity handles too long to be one, archived as handle.invalid)
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -200,6 +202,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "backstream_firehose_verify_waits_total",
 			Help: "Firehose reads that waited because the window of frames being verified was full (verification is the bottleneck).",
 		}),
+		badHandles: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "backstream_firehose_invalid_handles_total",
+			Help: "#identity events whose handle is longer than any handle can be (253 bytes): archived with the handle handle.invalid, the event kept.",
+		}),
 	}
 	for _, k := range archive.GapKinds() {
 		m.gaps.WithLabelValues(k.String())
@@ -215,7 +221,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.dropped, m.anomalies, m.frames, m.reconnects, m.outdated,
-			m.lastSeq, m.durableSeq, m.lastTime, m.gaps, m.verifyWaits)
+			m.lastSeq, m.durableSeq, m.lastTime, m.gaps, m.verifyWaits, m.badHandles)
 	}
 	return m
 }
@@ -225,6 +231,13 @@ func (m *Metrics) drop(reason string) {
 		return
 	}
 	m.dropped.WithLabelValues(reason).Inc()
+}
+
+func (m *Metrics) invalidHandle() {
+	if m == nil {
+		return
+	}
+	m.badHandles.Inc()
 }
 
 func (m *Metrics) anomaly(kind string) {
