@@ -1684,4 +1684,14 @@ var mutants = []Mutant{
 			{Pkg: "./natssink", Run: "^TestSinkNoLeaderUnansweredCheck$"},
 		},
 	},
+	{
+		ID: "m197", Invariant: "S1",
+		Name: "an #identity whose handle is longer than any handle can be is dropped whole (subscribers never learn the identity changed)",
+		File: "firehose/frame.go",
+		Old:  "\t\tif len(ev.Handle) > archive.MaxHandle {\n",
+		New:  "\t\tif false && len(ev.Handle) > archive.MaxHandle {\n",
+		Tests: []Test{
+			{Pkg: "./firehose", Run: "^TestIdentityHandleTooLong$"},
+		},
+	},
 }
