@@ -129,7 +129,7 @@ func TestCompressedStream(t *testing.T) {
 	fa, fb := readBinary(t, a, 20), readBinary(t, b, 20)
 	ents, _ := h.w.Live().ReadEntries(first, nil, 20)
 	for i := range fa {
-		shared := ents[i].Memo().(*frame).z
+		shared := ents[i].Memo().(*frame).z.b
 		if !bytes.Equal(fa[i], fb[i]) || !bytes.Equal(fa[i], shared) {
 			t.Fatalf("live frame %d differs between subscribers or from the shared one", i)
 		}

@@ -156,7 +156,7 @@ func TestDeflate(t *testing.T) {
 			break // aged out of the live log
 		}
 		m := ents[0].Memo()
-		if m == nil || m.(*frame).f == nil {
+		if m == nil || m.(*frame).f.b == nil {
 			t.Fatalf("live event %d has no shared deflated frame", seq)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"hash/fnv"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/klauspost/compress/zstd"
@@ -29,13 +30,36 @@ type frame struct {
 	json []byte
 	err  error // rendering failed: the event is skipped for everyone
 
-	zOnce sync.Once
-	z     []byte // dictionary-less zstd frame
-	dOnce sync.Once
-	d     []byte // zstd frame with the dictionary
-	dID   uint32 // the dictionary d was made with
-	fOnce sync.Once
-	f     []byte // the JSON as a permessage-deflate message (deflate.go)
+	z   sharedForm // dictionary-less zstd frame
+	d   sharedForm // zstd frame with the dictionary
+	dID uint32     // the dictionary d was made with
+	f   sharedForm // the JSON as a permessage-deflate message (deflate.go)
+}
+
+// sharedForm is one form of a live frame, made by the first subscriber
+// that needs it and shared by every other. Unlike a sync.Once's, a making
+// that panics (a bug; that subscriber ends with 1011, counted) leaves the
+// form unmade, not empty: the next subscriber makes it again, and ends the
+// same way if the panic recurs. No subscriber is sent a form a panic left
+// half made.
+type sharedForm struct {
+	done atomic.Bool
+	mu   sync.Mutex
+	b    []byte
+}
+
+// get returns the form, made by make the first time.
+func (s *sharedForm) get(make func() []byte) []byte {
+	if s.done.Load() {
+		return s.b
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.done.Load() {
+		s.b = make()
+		s.done.Store(true)
+	}
+	return s.b
 }
 
 // codecs compresses payloads: one dictionary-less encoder and, once
@@ -233,29 +257,30 @@ func (f *frame) payload(c *codecs, compress bool, d *zdict) []byte {
 	case !compress:
 		return f.json
 	case d == nil:
-		f.zOnce.Do(func() {
-			f.z = c.plain.EncodeAll(f.json, make([]byte, 0, len(f.json)/2+16))
-			f.ent.Charge(cap(f.z))
+		return f.z.get(func() []byte {
+			z := c.plain.EncodeAll(f.json, make([]byte, 0, len(f.json)/2+16))
+			f.ent.Charge(cap(z))
+			return z
 		})
-		return f.z
 	default:
-		f.dOnce.Do(func() {
-			f.d, f.dID = d.enc.EncodeAll(f.json, make([]byte, 0, len(f.json)/3+16)), d.id
-			f.ent.Charge(cap(f.d))
+		return f.d.get(func() []byte {
+			z := d.enc.EncodeAll(f.json, make([]byte, 0, len(f.json)/3+16))
+			f.dID = d.id
+			f.ent.Charge(cap(z))
+			return z
 		})
-		return f.d
 	}
 }
 
 // deflated returns the JSON compressed as one permessage-deflate message,
 // made once and shared by every deflate subscriber.
 func (f *frame) deflated() []byte {
-	f.fOnce.Do(func() {
+	return f.f.get(func() []byte {
 		var w sliceWriter
-		f.f = w.appendDeflate(make([]byte, 0, len(f.json)/2+16), f.json)
-		f.ent.Charge(cap(f.f))
+		b := w.appendDeflate(make([]byte, 0, len(f.json)/2+16), f.json)
+		f.ent.Charge(cap(b))
+		return b
 	})
-	return f.f
 }
 
 // rendererPool holds Renderers with Cursor set, for live frames.

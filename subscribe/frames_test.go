@@ -58,5 +58,5 @@ func TestLiveLogBoundCountsSharedFrames(t *testing.T) {
 
 // frameBytes is the memory one shared frame holds.
 func frameBytes(f *frame) int64 {
-	return int64(unsafe.Sizeof(*f)) + int64(cap(f.json)+cap(f.z)+cap(f.d)+cap(f.f))
+	return int64(unsafe.Sizeof(*f)) + int64(cap(f.json)+cap(f.z.b)+cap(f.d.b)+cap(f.f.b))
 }

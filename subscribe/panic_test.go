@@ -1,11 +1,14 @@
 package subscribe
 
 import (
+	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/klauspost/compress/zstd"
 )
 
 // A panic in one subscriber's code (a bug) ends that connection alone, with
@@ -71,5 +74,72 @@ func expectInternalErrorClose(t *testing.T, c *websocket.Conn) {
 			t.Fatalf("the connection ended with %v, want a close %d (internal error)", err, closeInternalError)
 		}
 		return
+	}
+}
+
+// TestSharedFramePanicLeavesNoEmptyFrame: a panic while a live event's
+// shared zstd form is made (once, by the first zstd subscriber to send it)
+// ends that subscriber with 1011, and no other zstd subscriber is sent the
+// form the panic left unmade: each makes it again (and here panics too,
+// 1011, counted), while a JSON subscriber gets the event as ever. Once the
+// encoder is back, a subscriber reading the event from the live log gets
+// its zstd form whole.
+func TestSharedFramePanicLeavesNoEmptyFrame(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.commit(genEvents(t, 0, 5, 5)...)
+	dec, err := zstd.NewReader(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dec.Close()
+
+	const nz = 3
+	var zs []*websocket.Conn
+	for range nz {
+		zs = append(zs, h.dial("?compress=true", nil))
+	}
+	js := h.dial("", nil)
+	defer js.Close()
+	h.waitSubscribers(nz + 1)
+
+	plain := h.srv.codecs.plain
+	h.srv.codecs.plain = nil // read by the live subscribers only once the event below wakes them
+	_, seq := h.commit(genEvents(t, 5, 1, 5)...)
+
+	if ev, _, err := readEvent(t, js, 10*time.Second); err != nil || ev.Cursor != seq {
+		t.Fatalf("the JSON subscriber: event %d, %v; want %d", ev.Cursor, err, seq)
+	}
+	for i, c := range zs {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		typ, b, err := c.ReadMessage()
+		if err == nil {
+			_, derr := dec.DecodeAll(b, nil)
+			c.Close()
+			t.Errorf("zstd subscriber %d of %d was sent a message (type %d) of %d bytes (decoding it: %v), want its connection closed 1011", i+1, nz, typ, len(b), derr)
+			continue
+		}
+		var ce *websocket.CloseError
+		if !asCloseError(err, &ce) || ce.Code != closeInternalError {
+			t.Errorf("zstd subscriber %d of %d ended with %v, want a close %d (internal error)", i+1, nz, err, closeInternalError)
+		}
+	}
+	js.Close()
+	h.waitSubscribers(0)
+	h.srv.codecs.plain = plain // every subscriber gone (under the server's lock): nothing reads it
+	if got := metricValue(h.m.panics); got != nz {
+		t.Errorf("backstream_subscribe_panics_total %v, want %d (one per zstd subscriber)", got, nz)
+	}
+
+	// The event is still in the live log, its shared frame with it.
+	c := h.dial("?compress=true&cursor="+strconv.FormatUint(seq, 10), nil)
+	defer c.Close()
+	f := readBinary(t, c, 1)[0]
+	got, err := dec.DecodeAll(f, nil)
+	var ev wireEvent
+	if err == nil {
+		err = json.Unmarshal(got, &ev)
+	}
+	if err != nil || ev.Cursor != seq {
+		t.Fatalf("after the encoder is back, the event's zstd form (%d bytes): cursor %d, %v; want event %d", len(f), ev.Cursor, err, seq)
 	}
 }
