@@ -1694,4 +1694,14 @@ var mutants = []Mutant{
 			{Pkg: "./firehose", Run: "^TestIdentityHandleTooLong$"},
 		},
 	},
+	{
+		ID: "m198", Invariant: "H15",
+		Name: "a live frame's shared form is marked made before it is (a panic while making it leaves the other subscribers an empty frame)",
+		File: "subscribe/frames.go",
+		Old:  "\t\ts.b = make()\n\t\ts.done.Store(true)\n",
+		New:  "\t\ts.done.Store(true)\n\t\ts.b = make()\n",
+		Tests: []Test{
+			{Pkg: "./subscribe", Run: "^TestSharedFramePanicLeavesNoEmptyFrame$"},
+		},
+	},
 }
