@@ -182,17 +182,20 @@
 // backstream_subscribe_replay_rows_sent_total{plan} (rows read per row sent),
 // backstream_subscribe_bytes_sent_total, backstream_subscribe_disconnects_total{reason},
 // backstream_subscribe_unknown_params_total, backstream_subscribe_refused_total{reason},
-// backstream_subscribe_render_errors_total, backstream_subscribe_skipped_too_large_total,
+// backstream_subscribe_render_errors_total{reason}, backstream_subscribe_skipped_too_large_total,
 // backstream_subscribe_buffer_reserved_bytes,
 // backstream_live_delivery_seconds (the path="live" events only: archive
 // TimeUS, stamped before the synced commit, to the socket write). Stats'
 // Replaying counts subscribers below the live floor, reading the archive,
 // or catching up through the live log, so a cursor-0 replay of an archive
-// that fits in the live log is one. An event that cannot be rendered (a
-// record holding a non-integral float, which the archive keeps and the
-// atproto data model refuses) is skipped and counted in render_errors each
-// time it is rendered (once for the live log, again by each replay from the
-// archive), and logged once a minute, not per event.
+// that fits in the live log is one. An event that cannot be rendered is
+// skipped and counted in render_errors each time it is rendered (once for
+// the live log, again by each replay from the archive), and logged once a
+// minute per reason, not per event: reason upstream_record for a record its
+// PDS wrote outside the atproto data model (a non-integral float; the
+// archive keeps only well-formed DAG-CBOR, so one that then does not render
+// is the PDS's data; WARN), internal for anything else (bad archived data
+// or our bug; ERROR, and the alert BackstreamRenderErrors).
 //
 // # Wire shapes (render.go)
 //

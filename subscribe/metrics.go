@@ -38,6 +38,20 @@ const (
 	refusedBufferBudget   = "buffer_budget"   // 503: BufferBudget fully reserved
 )
 
+// Render error reasons of backstream_subscribe_render_errors_total.
+const (
+	// renderUpstream: a record its PDS wrote outside the atproto data model
+	// (a non-integral float, a malformed blob): every record is archived
+	// only once it is well-formed DAG-CBOR (backfill.WellFormedRecord, on
+	// the firehose and in downloaded repos), so a record that then does not
+	// render (ErrBadRecord) is the PDS's data, kept but never sent, as
+	// Jetstream v1 never sends it either. Not alerted on.
+	renderUpstream = "upstream_record"
+	// renderInternal: anything else (a CID that does not parse, an unknown
+	// kind): bad archived data or our bug. BackstreamRenderErrors fires.
+	renderInternal = "internal"
+)
+
 var refusedReasons = []string{refusedBadParam, refusedNotReady, refusedUpgrade,
 	refusedMaxSubscribers, refusedMaxPerIP, refusedBufferBudget}
 
@@ -49,7 +63,7 @@ type Metrics struct {
 	disconnects   *prometheus.CounterVec
 	unknownParams prometheus.Counter
 	refused       *prometheus.CounterVec
-	renderErrors  prometheus.Counter
+	renderErrors  *prometheus.CounterVec
 	panics        prometheus.Counter
 	tooLarge      prometheus.Counter
 	delivery      prometheus.Histogram
@@ -89,10 +103,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "backstream_subscribe_refused_total",
 			Help: "/subscribe requests answered without an upgrade, by reason (bad_param, not_ready, upgrade, max_subscribers, max_per_ip, buffer_budget).",
 		}, []string{"reason"}),
-		renderErrors: prometheus.NewCounter(prometheus.CounterOpts{
+		renderErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backstream_subscribe_render_errors_total",
-			Help: "Archived events that could not be rendered as JSON and were skipped (bad archived data).",
-		}),
+			Help: "Archived events that could not be rendered as JSON and were skipped, by reason: upstream_record (a record its PDS wrote outside the atproto data model, such as a non-integral float: kept, never sent, as Jetstream v1 never sends it), internal (bad archived data or a bug).",
+		}, []string{"reason"}),
 		panics: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_subscribe_panics_total",
 			Help: "Panics in a subscriber's code (a bug): each ended its own connection (internal_error), logged with its stack; the process and every other subscriber went on.",
@@ -135,6 +149,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	for _, r := range refusedReasons {
 		m.refused.WithLabelValues(r)
+	}
+	for _, r := range []string{renderUpstream, renderInternal} {
+		m.renderErrors.WithLabelValues(r)
 	}
 	if reg != nil {
 		reg.MustRegister(m.subscribers, m.eventsSent, m.bytesSent, m.disconnects, m.unknownParams,
@@ -188,9 +205,9 @@ func (m *Metrics) panicked() {
 	}
 }
 
-func (m *Metrics) renderError() {
+func (m *Metrics) renderError(reason string) {
 	if m != nil {
-		m.renderErrors.Inc()
+		m.renderErrors.WithLabelValues(reason).Inc()
 	}
 }
 

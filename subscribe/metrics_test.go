@@ -22,6 +22,7 @@ func TestMetricsPreinitialised(t *testing.T) {
 		ReasonClientClosed, ReasonReadError, ReasonWriteError, ReasonTooSlow, ReasonBadOptions, ReasonTooBig,
 		ReasonShutdown, ReasonInternalError)...)
 	promtest.RequireZero(t, reg, "backstream_subscribe_refused_total", promtest.Label("reason", "bad_param", "not_ready", "upgrade")...)
+	promtest.RequireZero(t, reg, "backstream_subscribe_render_errors_total", promtest.Label("reason", "upstream_record", "internal")...)
 }
 
 // TestReplayFromLiveLogCountsAsReplay: a world that fits in the live log,

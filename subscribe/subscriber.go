@@ -732,15 +732,23 @@ func (s *subscriber) renderReplay(ev *archive.Event, f *filter) []byte {
 	return p
 }
 
-// renderFailed counts an archived event that cannot be rendered (a record
-// the archive keeps but the atproto data model refuses, such as a
-// non-integral float, which Jetstream v1 never sends either): it is skipped.
-// Such records are a PDS's to write, as many as it likes, and every replay
-// meets them again, so the log gets one line a minute for them, naming the
-// last one and how many it stands for.
+// renderFailed counts an archived event that cannot be rendered: it is
+// skipped. A record the archive keeps but the atproto data model refuses
+// (ErrBadRecord: a non-integral float, which Jetstream v1 never sends
+// either) is its PDS's to write, as many as it likes, and every replay
+// meets it again: counted as upstream_record, one WARN line a minute.
+// Anything else is bad archived data or our bug: counted as internal (what
+// BackstreamRenderErrors fires on), one ERROR line a minute of its own, so
+// a PDS's records never hide it. Each line names the last one and how many
+// it stands for.
 func (s *Server) renderFailed(l *slog.Logger, seq uint64, err error) {
-	s.m.renderError()
-	s.lines.Log(l, slog.LevelError, "render", "subscribe: cannot render archived event; skipped", "seq", seq, "err", err)
+	if errors.Is(err, ErrBadRecord) {
+		s.m.renderError(renderUpstream)
+		s.lines.Log(l, slog.LevelWarn, "render/"+renderUpstream, "subscribe: an archived record its PDS wrote outside the atproto data model cannot be rendered; skipped", "seq", seq, "err", err)
+		return
+	}
+	s.m.renderError(renderInternal)
+	s.lines.Log(l, slog.LevelError, "render/"+renderInternal, "subscribe: cannot render archived event; skipped", "seq", seq, "err", err)
 }
 
 // dropRenderBuffers lets go of render buffers a large event grew.

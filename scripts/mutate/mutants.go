@@ -1498,8 +1498,8 @@ var mutants = []Mutant{
 		ID: "m156", Invariant: "H13",
 		Name: "an archived event that cannot be rendered is logged once per render (a PDS's float records, replayed by every client, flood the log)",
 		File: "subscribe/subscriber.go",
-		Old:  "\ts.lines.Log(l, slog.LevelError, \"render\", \"subscribe: cannot render archived event; skipped\", \"seq\", seq, \"err\", err)\n",
-		New:  "\tl.Error(\"subscribe: cannot render archived event; skipped\", \"seq\", seq, \"err\", err)\n",
+		Old:  "\t\ts.lines.Log(l, slog.LevelWarn, \"render/\"+renderUpstream, \"subscribe: an archived record its PDS wrote outside the atproto data model cannot be rendered; skipped\", \"seq\", seq, \"err\", err)\n",
+		New:  "\t\tl.Warn(\"subscribe: an archived record its PDS wrote outside the atproto data model cannot be rendered; skipped\", \"seq\", seq, \"err\", err)\n",
 		Tests: []Test{
 			{Pkg: "./subscribe", Run: "^TestRenderErrorLogBounded$"},
 		},
