@@ -1704,4 +1704,24 @@ var mutants = []Mutant{
 			{Pkg: "./subscribe", Run: "^TestSharedFramePanicLeavesNoEmptyFrame$"},
 		},
 	},
+	{
+		ID: "m199", Invariant: "H13",
+		Name: "every render failure counted internal (a PDS's float records page the operator, and share one log line with our own failures)",
+		File: "subscribe/subscriber.go",
+		Old:  "\tif errors.Is(err, ErrBadRecord) {\n\t\ts.m.renderError(renderUpstream)\n",
+		New:  "\tif false && errors.Is(err, ErrBadRecord) {\n\t\ts.m.renderError(renderUpstream)\n",
+		Tests: []Test{
+			{Pkg: "./subscribe", Run: "^TestRenderErrorReasons$"},
+		},
+	},
+	{
+		ID: "m200", Invariant: "H13",
+		Name: "BackstreamRenderErrors fires on every render failure (a PDS's float records page the operator)",
+		File: "deploy/alerts.yml",
+		Old:  "expr: increase(backstream_subscribe_render_errors_total{reason=\"internal\"}[1h]) > 0\n",
+		New:  "expr: increase(backstream_subscribe_render_errors_total[1h]) > 0\n",
+		Tests: []Test{
+			{Pkg: "./deploy", Run: "^TestAlertRuleUnitTests$"},
+		},
+	},
 }
