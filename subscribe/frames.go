@@ -30,10 +30,9 @@ type frame struct {
 	json []byte
 	err  error // rendering failed: the event is skipped for everyone
 
-	z   sharedForm // dictionary-less zstd frame
-	d   sharedForm // zstd frame with the dictionary
-	dID uint32     // the dictionary d was made with
-	f   sharedForm // the JSON as a permessage-deflate message (deflate.go)
+	z sharedForm // dictionary-less zstd frame
+	d sharedForm // zstd frame with the dictionary
+	f sharedForm // the JSON as a permessage-deflate message (deflate.go)
 }
 
 // sharedForm is one form of a live frame, made by the first subscriber
@@ -48,15 +47,15 @@ type sharedForm struct {
 	b    []byte
 }
 
-// get returns the form, made by make the first time.
-func (s *sharedForm) get(make func() []byte) []byte {
+// get returns the form, made by build the first time.
+func (s *sharedForm) get(build func() []byte) []byte {
 	if s.done.Load() {
 		return s.b
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.done.Load() {
-		s.b = make()
+		s.b = build()
 		s.done.Store(true)
 	}
 	return s.b
@@ -265,7 +264,6 @@ func (f *frame) payload(c *codecs, compress bool, d *zdict) []byte {
 	default:
 		return f.d.get(func() []byte {
 			z := d.enc.EncodeAll(f.json, make([]byte, 0, len(f.json)/3+16))
-			f.dID = d.id
 			f.ent.Charge(cap(z))
 			return z
 		})

@@ -1698,8 +1698,8 @@ var mutants = []Mutant{
 		ID: "m198", Invariant: "H15",
 		Name: "a live frame's shared form is marked made before it is (a panic while making it leaves the other subscribers an empty frame)",
 		File: "subscribe/frames.go",
-		Old:  "\t\ts.b = make()\n\t\ts.done.Store(true)\n",
-		New:  "\t\ts.done.Store(true)\n\t\ts.b = make()\n",
+		Old:  "\t\ts.b = build()\n\t\ts.done.Store(true)\n",
+		New:  "\t\ts.done.Store(true)\n\t\ts.b = build()\n",
 		Tests: []Test{
 			{Pkg: "./subscribe", Run: "^TestSharedFramePanicLeavesNoEmptyFrame$"},
 		},
