@@ -55,7 +55,8 @@ const (
 	RefetchPending     Refetch = 4 // interrupted mid-emission
 	RefetchUnverified  Refetch = 5 // a live frame failed signature or sync 1.1 verification
 	RefetchAudit       Refetch = 6 // a gap's repair pass found it changed
-	numRefetch                 = 7
+	RefetchUninverted  Refetch = 7 // a live commit was archived without the sync 1.1 inversion (no prevData, a legacy op)
+	numRefetch                 = 8
 )
 
 func (r Refetch) String() string {
@@ -74,6 +75,8 @@ func (r Refetch) String() string {
 		return "unverified"
 	case RefetchAudit:
 		return "audit"
+	case RefetchUninverted:
+		return "uninverted"
 	}
 	return fmt.Sprintf("refetch(%d)", uint8(r))
 }

@@ -100,7 +100,19 @@ type Config struct {
 	// Verifiers is how many frames Run checks in parallel when Identity
 	// verifies (pipeline.go); 0: Identity.Verifiers().
 	Verifiers int
+	// UninvertedInterval is the least time between an account's last
+	// completed snapshot and the replacement a #commit archived without
+	// the sync 1.1 inversion schedules (verify.go's uninvertedEffect);
+	// <= 0: DefaultUninvertedInterval.
+	UninvertedInterval time.Duration
 }
+
+// DefaultUninvertedInterval: a #commit that cannot be inverted (no
+// prevData, a legacy op) schedules its account's replacement no sooner
+// than a day after its last completed snapshot, so an account whose PDS
+// never sends prevData costs at most one download a day, while a delete a
+// relay hid is gone from the archive within a day.
+const DefaultUninvertedInterval = 24 * time.Hour
 
 // Consumer reads subscribeRepos and submits one archive.Unit per frame. Run
 // drives it; Handle is its synchronous step.
@@ -179,6 +191,9 @@ func New(cfg Config) (*Consumer, error) {
 	if cfg.GapIDs == nil {
 		cfg.GapIDs = new(archive.GapIDs)
 		cfg.GapIDs.Next() // ids start at 1
+	}
+	if cfg.UninvertedInterval <= 0 {
+		cfg.UninvertedInterval = DefaultUninvertedInterval
 	}
 	if cfg.GapThreshold <= 0 {
 		cfg.GapThreshold = DefaultGapThreshold
@@ -391,13 +406,16 @@ func (c *Consumer) handleFrame(ctx context.Context, f *upstream.Frame, err error
 	if err != nil {
 		return err
 	}
-	if err := c.markCaptured(ctx, f, failed); err != nil {
+	if v.uninverted && failed == "" {
+		c.m.anomaly(AnomalyUninverted)
+	}
+	if err := c.markCaptured(ctx, f, v, failed); err != nil {
 		return err
 	}
 	if err := c.checkChain(ctx, f); err != nil {
 		return err
 	}
-	u := c.unit(f, seq, failed)
+	u := c.unit(f, seq, failed, v.uninverted)
 	if err := c.submitWithGap(ctx, u, seq); err != nil {
 		if werr := c.writerErr(); werr != nil {
 			return werr
@@ -471,8 +489,9 @@ func (c *Consumer) handleInfoFrame(name string) {
 // unit builds the unit of one seq'd frame: its valid rows, their side
 // effects (live mode), and cursor/relay in the same unit (C1). A frame that
 // failed verification (failed names the outcome) has no rows; live, it
-// marks its account due for a replacement.
-func (c *Consumer) unit(f *upstream.Frame, seq int64, failed string) *archive.Unit {
+// marks its account due for a replacement, and a #commit archived without
+// being inverted (uninverted) schedules one (uninvertedEffect).
+func (c *Consumer) unit(f *upstream.Frame, seq int64, failed string, uninverted bool) *archive.Unit {
 	u := &archive.Unit{
 		Cursor: archive.SeqCursor{Key: archive.KeyCursorRelay, Seq: uint64(seq)}, // seq > 0
 		Token:  seq,
@@ -488,6 +507,8 @@ func (c *Consumer) unit(f *upstream.Frame, seq int64, failed string) *archive.Un
 		now := c.cfg.Now().UnixMicro()
 		if did := f.DID(); failed != "" && upstream.ValidDID(did) {
 			u.Repos = append(u.Repos, unverifiedEffect(did, now))
+		} else if uninverted && upstream.ValidDID(did) {
+			u.Repos = append(u.Repos, c.uninvertedEffect(did))
 		}
 		for i := range u.Events {
 			if up := Effects(&u.Events[i], now); up != nil {

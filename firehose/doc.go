@@ -22,7 +22,11 @@
 //     its blocks names the frame's DID and rev, a #commit's ops match its
 //     MST and invert to its prevData (sync 1.1; skipped for legacy ops
 //     without prev or a null prevData), and the signature verifies with the
-//     account's key, re-resolved once on a mismatch. Strict: a failing
+//     account's key, re-resolved once on a mismatch. A #commit that passes
+//     without being inverted is archived, counted (anomaly uninverted) and
+//     its complete account scheduled for a replacement (RefetchUninverted,
+//     at most one per Config.UninvertedInterval after its last snapshot):
+//     a relay can leave a delete op out and strip prevData. Strict: a failing
 //     frame keeps only its cursor, is counted
 //     (backstream_verify_total{path="live"}), and live marks its known,
 //     active account due for a replacement (RefetchUnverified); capture

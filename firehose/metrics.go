@@ -50,11 +50,15 @@ const (
 	// of an account not checked because DefaultChainAccounts are tracked.
 	AnomalyChainBreak     = "chain_break"
 	AnomalyChainUntracked = "chain_untracked"
+	// A verified #commit archived without the sync 1.1 inversion (no
+	// prevData, or an update or delete without its prev): its account's
+	// replacement is scheduled (archive.RefetchUninverted).
+	AnomalyUninverted = "uninverted"
 )
 
 var anomalyKinds = []string{AnomalyUndecodable, AnomalyUnknownType, AnomalyFutureCursor,
 	AnomalyConsumerTooSlow, AnomalyErrorFrame, AnomalyOutdatedCursor, AnomalySeqGap,
-	AnomalyDuplicate, AnomalyInvalidSeq, AnomalyChainBreak, AnomalyChainUntracked}
+	AnomalyDuplicate, AnomalyInvalidSeq, AnomalyChainBreak, AnomalyChainUntracked, AnomalyUninverted}
 
 // Frame types (backstream_firehose_frames_total{type}).
 const (

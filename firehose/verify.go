@@ -35,6 +35,9 @@ var errNotInverting = errors.New("commit does not match its message (sync 1.1)")
 type verdict struct {
 	did     string
 	outcome string // "" when not checked
+	// uninverted: a #commit that passed but whose ops were not inverted
+	// (signed.uninverted): archived, its account's replacement scheduled.
+	uninverted bool
 	// err: ctx ended or the identity store could not be read; the frame is
 	// then not accepted.
 	err error
@@ -98,6 +101,7 @@ func (c *Consumer) check(ctx context.Context, f *upstream.Frame, g gate, seen ti
 	v := verdict{did: did, outcome: ident.OutcomeOK}
 	switch {
 	case err == nil:
+		v.uninverted = s.uninverted
 	case errors.Is(err, errNotInverting):
 		v.outcome = ident.OutcomeInversion
 	case ident.Class(err) != "":
@@ -258,6 +262,7 @@ func checkCommitMessage(m *comatproto.SyncSubscribeRepos_Commit) (signed, error)
 		ops = append(ops, op)
 	}
 	if !invertible {
+		s.uninverted = true
 		return s, nil
 	}
 	ops, err = repo.NormalizeOps(ops)
@@ -335,20 +340,57 @@ func checkSyncMessage(ctx context.Context, m *comatproto.SyncSubscribeRepos_Sync
 }
 
 // markCaptured, in capture mode, submits the replacement mark of a frame
-// that failed verification to Config.MarkWriter, the archive writer: the
-// account's snapshot may predate the dropped commit. A job that completes
-// after the mark keeps it (backfill keeps a RefetchUnverified newer than its
-// start), so the replacement follows in steady state.
-func (c *Consumer) markCaptured(ctx context.Context, f *upstream.Frame, failed string) error {
+// that failed verification, or of a #commit archived without being
+// inverted, to Config.MarkWriter, the archive writer: the account's
+// snapshot may predate the dropped commit, or hold a record the commit
+// deleted in an op a relay left out. A job that completes after the mark
+// keeps it (backfill keeps a mark newer than its start), so the
+// replacement follows in steady state.
+func (c *Consumer) markCaptured(ctx context.Context, f *upstream.Frame, v *verdict, failed string) error {
 	did := f.DID()
-	if failed == "" || c.cfg.Mode != ModeCapture || c.cfg.MarkWriter == nil || !upstream.ValidDID(did) {
+	if c.cfg.Mode != ModeCapture || c.cfg.MarkWriter == nil || !upstream.ValidDID(did) {
 		return nil
 	}
-	u := &archive.Unit{Repos: []archive.RepoUpdate{unverifiedEffect(did, c.cfg.Now().UnixMicro())}}
+	var up archive.RepoUpdate
+	switch {
+	case failed != "":
+		up = unverifiedEffect(did, c.cfg.Now().UnixMicro())
+	case v.uninverted:
+		up = c.uninvertedEffect(did)
+	default:
+		return nil
+	}
+	u := &archive.Unit{Repos: []archive.RepoUpdate{up}}
 	if err := c.cfg.MarkWriter.Submit(ctx, u); err != nil {
 		return fmt.Errorf("firehose: mark %s for a replacement: %w", did, err)
 	}
 	return nil
+}
+
+// uninvertedEffect schedules a whole-repo replacement of a known, active,
+// complete account after one of its #commits was archived without the
+// sync 1.1 inversion. Ops are not signed: a relay can leave a delete op out
+// of a commit and strip prevData (or a prev), as legacy commits carry none,
+// and the commit's tree alone cannot show the missing op; the archive
+// would keep the record for ever. Refusing such commits would drop every
+// commit of an account whose PDS still sends legacy commits, so the commit
+// is archived and the replacement's difference deletes what the repo no
+// longer holds. The replacement is due now, or Config.UninvertedInterval
+// after the account's last completed snapshot if that is later: an
+// account whose every commit is legacy costs one download an interval. An
+// account already marked keeps its mark and due time (its replacement
+// comes anyway); one not complete is being fetched, or will be.
+func (c *Consumer) uninvertedEffect(did string) archive.RepoUpdate {
+	nowUS, everyUS := c.cfg.Now().UnixMicro(), c.cfg.UninvertedInterval.Microseconds()
+	return archive.RepoUpdate{DID: did, Func: func(cur archive.RepoState, exists bool) (archive.RepoState, bool) {
+		if !exists || !cur.Active || cur.Status != archive.StatusComplete || cur.Refetch != archive.RefetchNone {
+			return cur, false
+		}
+		next := cur
+		next.Refetch = archive.RefetchUninverted
+		next.NextAttemptUS = max(nowUS, cur.CompletedUS+everyUS)
+		return next, true
+	}}
 }
 
 // unverifiedEffect marks a known, active account due for a whole-repo

@@ -22,6 +22,10 @@ import (
 type signed struct {
 	commit   *repo.Commit
 	unsigned []byte
+	// uninverted: a #commit whose ops were not inverted (no prevData, or
+	// an update or delete without its prev), so nothing proves they are
+	// all of the commit's changes.
+	uninverted bool
 }
 
 // verifiedBy reports whether key verifies s's signature.

@@ -1,6 +1,9 @@
 package firehose
 
 import (
+	"context"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -124,5 +127,60 @@ func TestLiveFutureRevCommit(t *testing.T) {
 	}
 	if got := promtest.Value(t, v.reg, "backstream_verify_total", map[string]string{"path": "live", "outcome": "rev"}); got != 2 {
 		t.Errorf("verify_total{live,rev} = %v, want 2", got)
+	}
+}
+
+// TestLiveHiddenDeleteSchedulesReplacement: the oracle's relay drops a
+// genuine commit's delete op and strips its prevData and prevs
+// (Faults.HideDeletes), so the commit looks legacy and cannot be inverted.
+// It is archived, as legacy commits are, but counted (anomaly uninverted)
+// and its account scheduled for a replacement (uninverted): due now for an
+// account whose snapshot is older than the interval, due at its snapshot's
+// completion plus the interval for one completed since (the bound on what
+// a PDS that never sends prevData costs: one download per interval), and
+// an account already marked keeps its mark. A sync 1.1 delete is inverted
+// and schedules nothing.
+func TestLiveHiddenDeleteSchedulesReplacement(t *testing.T) {
+	n := startNetwork(t, oracle.Config{Seed: 37, Accounts: 8, RecordsMean: 20})
+	v := startVerify(t, n, ident.ModeStrict)
+	dids := activeDIDs(n.World())
+	old, recent, marked, genuine := dids[0], dids[1], dids[2], dids[3]
+	nowUS := v.now.UnixMicro()
+	recentUS := nowUS - time.Hour.Microseconds()
+	markedUS := nowUS - 5*time.Second.Microseconds()
+	r, err := v.w.Apply(context.Background(), &archive.Unit{Repos: []archive.RepoUpdate{
+		{DID: recent, Fields: archive.FieldCompleted, State: archive.RepoState{CompletedUS: recentUS}},
+		{DID: marked, Fields: archive.FieldRefetch | archive.FieldNextAttempt, State: archive.RepoState{Refetch: archive.RefetchSync, NextAttemptUS: markedUS}},
+	}})
+	if err != nil || r.Refused != nil {
+		t.Fatalf("seed: %v %v", err, r.Refused)
+	}
+	n.Faults().HideDeletes(3)
+	for _, did := range []string{old, recent, marked, genuine} {
+		path := slices.Sorted(maps.Keys(n.World().Records(did)))[0]
+		v.emit(t, func(w *world.World) (world.Event, error) { return w.DeleteRecord(did, path) })
+	}
+	waitCaughtUp(t, n, v.c, nil)
+	if got := n.Faults().Fired(oracle.FaultHiddenDelete); got != 3 {
+		t.Fatalf("hidden_delete fired %d times, want 3", got)
+	}
+
+	want := map[string]archive.RepoState{
+		old:     {Refetch: archive.RefetchUninverted, NextAttemptUS: nowUS},
+		recent:  {Refetch: archive.RefetchUninverted, NextAttemptUS: recentUS + DefaultUninvertedInterval.Microseconds()},
+		marked:  {Refetch: archive.RefetchSync, NextAttemptUS: markedUS},
+		genuine: {Refetch: archive.RefetchNone},
+	}
+	for did, w := range want {
+		st, err := v.s.RepoState(did)
+		if err != nil || st.Refetch != w.Refetch || st.NextAttemptUS != w.NextAttemptUS {
+			t.Errorf("%s: refetch %s next %d (%v), want %s next %d", did, st.Refetch, st.NextAttemptUS, err, w.Refetch, w.NextAttemptUS)
+		}
+	}
+	if got := counter(v.c.m.anomalies, AnomalyUninverted); got != 3 {
+		t.Errorf("anomalies{uninverted} = %v, want 3", got)
+	}
+	if got := promtest.Value(t, v.reg, "backstream_verify_total", map[string]string{"path": "live", "outcome": "ok"}); got != 4 {
+		t.Errorf("verify_total{live,ok} = %v, want 4 (a legacy commit is archived)", got)
 	}
 }

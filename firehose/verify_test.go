@@ -3,8 +3,10 @@ package firehose
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -24,6 +26,7 @@ import (
 type verifyRun struct {
 	n   *oracle.Network
 	s   *archive.Store
+	w   *archive.Writer
 	c   *Consumer
 	reg *prometheus.Registry
 	now time.Time
@@ -40,6 +43,7 @@ func startVerifyWith(t *testing.T, n *oracle.Network, cfg ident.Config) *verifyR
 	t.Helper()
 	v := &verifyRun{n: n, s: openStore(t), reg: prometheus.NewRegistry(), now: time.UnixMicro(1_700_000_000_000_000)}
 	wr := newWriter(t, v.s, false)
+	v.w = wr
 	for _, did := range activeDIDs(n.World()) {
 		r, err := wr.Apply(context.Background(), &archive.Unit{Repos: []archive.RepoUpdate{{DID: did,
 			Fields: archive.FieldStatus | archive.FieldActive, State: archive.RepoState{Status: archive.StatusComplete, Active: true}}}})
@@ -181,14 +185,18 @@ func TestLiveVerificationWarn(t *testing.T) {
 
 // TestCaptureVerificationMarks: in capture mode a forged #commit is not
 // captured, and its account is marked due for a replacement through the
-// archive writer (capture units carry no repo mutations).
+// archive writer (capture units carry no repo mutations). So is, through
+// the same writer, the account of a commit captured without being inverted
+// (a delete the relay hid), once its snapshot is complete: the snapshot may
+// hold the record the commit deleted.
 func TestCaptureVerificationMarks(t *testing.T) {
 	n := startNetwork(t, oracle.Config{Seed: 33, Accounts: 6})
 	s := openStore(t)
 	archiveW, captureW := newWriter(t, s, false), newWriter(t, s, true)
-	did := activeDIDs(n.World())[0]
+	did, hid := activeDIDs(n.World())[0], activeDIDs(n.World())[1]
 	r, err := archiveW.Apply(context.Background(), &archive.Unit{Repos: []archive.RepoUpdate{{DID: did,
-		Fields: archive.FieldStatus | archive.FieldActive, State: archive.RepoState{Status: archive.StatusPending, Active: true}}}})
+		Fields: archive.FieldStatus | archive.FieldActive, State: archive.RepoState{Status: archive.StatusPending, Active: true}},
+		{DID: hid, Fields: archive.FieldStatus | archive.FieldActive, State: archive.RepoState{Status: archive.StatusComplete, Active: true}}}})
 	if err != nil || r.Refused != nil {
 		t.Fatalf("seed: %v %v", err, r.Refused)
 	}
@@ -201,6 +209,11 @@ func TestCaptureVerificationMarks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	n.Faults().HideDeletes(1)
+	path := slices.Sorted(maps.Keys(n.World().Records(hid)))[0]
+	if _, err := n.Emit(func(w *world.World) (world.Event, error) { return w.DeleteRecord(hid, path) }); err != nil {
+		t.Fatal(err)
+	}
 	waitCaughtUp(t, n, c, nil)
 	for _, r := range readLog(t, s, true) {
 		if r.DID == did && r.Rev == bad.Event.Commit.Rev {
@@ -210,6 +223,10 @@ func TestCaptureVerificationMarks(t *testing.T) {
 	waitFor(t, 5*time.Second, "the replacement mark", func() bool {
 		st, err := s.RepoState(did)
 		return err == nil && st.Refetch == archive.RefetchUnverified && st.NextAttemptUS == now.UnixMicro()
+	})
+	waitFor(t, 5*time.Second, "the uninverted commit's replacement mark", func() bool {
+		st, err := s.RepoState(hid)
+		return err == nil && st.Refetch == archive.RefetchUninverted && st.NextAttemptUS == now.UnixMicro()
 	})
 }
 

@@ -76,9 +76,11 @@ type Config struct {
 	// Identity verifies the consumers' #commit and #sync frames
 	// (firehose.Config.Identity); nil: off.
 	Identity *ident.Resolver
-	// GapThreshold and GapIDs are the consumers' (firehose.Config).
-	GapThreshold int64
-	GapIDs       *archive.GapIDs
+	// GapThreshold, GapIDs and UninvertedInterval are the consumers'
+	// (firehose.Config).
+	GapThreshold       int64
+	GapIDs             *archive.GapIDs
+	UninvertedInterval time.Duration
 	// OnLive, when set, is handed the live consumer before it runs (how far
 	// behind the relay the archive is: /readyz), and nil once it stopped.
 	OnLive func(*firehose.Consumer)
@@ -246,7 +248,7 @@ func (r *runner) startCapture(ctx context.Context) error {
 		return err
 	}
 	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: w, Mode: firehose.ModeCapture, Cursor: cursor, Identity: r.cfg.Identity, MarkWriter: r.cfg.Writer, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "capture"), Now: r.cfg.Now,
-		GapIDs: r.cfg.GapIDs, GapThreshold: r.cfg.GapThreshold})
+		GapIDs: r.cfg.GapIDs, GapThreshold: r.cfg.GapThreshold, UninvertedInterval: r.cfg.UninvertedInterval})
 	if err != nil {
 		w.Close()
 		return err
@@ -365,7 +367,7 @@ func (r *runner) steady(ctx context.Context) error {
 		return err
 	}
 	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: r.cfg.Writer, Mode: firehose.ModeLive, Cursor: cursor, Identity: r.cfg.Identity, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "live"), Now: r.cfg.Now, Crash: r.cfg.Crash, OnEffects: r.cfg.OnLiveEffects,
-		GapIDs: r.cfg.GapIDs, GapThreshold: r.cfg.GapThreshold})
+		GapIDs: r.cfg.GapIDs, GapThreshold: r.cfg.GapThreshold, UninvertedInterval: r.cfg.UninvertedInterval})
 	if err != nil {
 		return err
 	}

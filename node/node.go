@@ -188,6 +188,8 @@ type Config struct {
 	// firehose.DefaultGapThreshold.
 	MaxStale     time.Duration
 	GapThreshold int64
+	// UninvertedInterval: see firehose.DefaultUninvertedInterval.
+	UninvertedInterval time.Duration
 	// RepairPeriod and AuditInterval: see repair.Config (0: repair's
 	// DefaultPeriod, and no scheduled audits).
 	RepairPeriod, AuditInterval time.Duration
@@ -509,7 +511,7 @@ func (n *Node) lifecycleConfig(reg prometheus.Registerer, am *archive.Metrics) l
 		bc.Preload = n.readExport
 	}
 	return lifecycle.Config{
-		Store: n.store, Writer: n.w, Relay: cfg.Relay, Source: n.client, Jobs: n.jobs,
+		Store: n.store, Writer: n.w, Relay: cfg.Relay, Source: n.client, Jobs: n.jobs, UninvertedInterval: cfg.UninvertedInterval,
 		Bootstrap:       bc,
 		ArchiveMetrics:  am,
 		FirehoseMetrics: n.firehose,

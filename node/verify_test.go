@@ -569,3 +569,44 @@ func TestVerifyHostileProfile(t *testing.T) {
 	}
 	t.Logf("%d active accounts, %d fold to the world, failed %v; %d events served; fired %v", len(live), checked, byClass, len(msgs), f.FiredAll())
 }
+
+// TestHiddenDeleteHealed: a relay drops a genuine commit's delete op and
+// strips its prevData and its ops' prevs, so the commit looks legacy and the
+// sync 1.1 inversion that would expose the missing op cannot run. The
+// commit is archived — legacy commits are, on the real network — but its
+// account is scheduled for a replacement (refetch reason uninverted), whose
+// difference deletes the record the repo no longer holds: /subscribe from
+// cursor 0 ends folding to the world, the deleted record included.
+func TestHiddenDeleteHealed(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	net, live := activeNetwork(t, ctx, oracle.Config{Accounts: 12, RecordsMean: 6, Hosts: 2, Seed: 47})
+	victim := live[0]
+	v := startVerifying(t, ctx, net, func(c *node.Config) { c.UninvertedInterval = time.Millisecond })
+	v.waitFor("the live firehose connection", func() bool { return net.FirehoseConnections() >= 2 })
+	path := slices.Sorted(maps.Keys(net.World().Records(victim)))[0]
+	net.Faults().HideDeletes(1)
+	if _, err := net.Emit(func(w *world.World) (world.Event, error) { return w.DeleteRecord(victim, path) }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := net.Emit(func(w *world.World) (world.Event, error) {
+		return w.CreateRecord(live[1], "app.bsky.feed.like", "", map[string]any{"$type": "app.bsky.feed.like", "createdAt": "2024-01-01T00:00:00Z"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := net.Faults().Fired(oracle.FaultHiddenDelete); got != 1 {
+		t.Fatalf("hidden_delete fired %d times, want 1", got)
+	}
+	head := uint64(net.Status().Seq)
+	v.waitFor("catch-up", func() bool { c, _ := v.n.Store().RelayCursor(); return c >= head })
+	// The mark is in the commit's own unit: durable with the cursor. The
+	// replacement it schedules ends with no mark left.
+	v.waitFor("no replacement of the victim due", func() bool {
+		st, err := v.n.Store().RepoState(victim)
+		return err == nil && st.Status == archive.StatusComplete && st.Refetch == archive.RefetchNone
+	})
+	fold, _ := v.subscribeFold()
+	if checked, mism := check.Compare(fold, net.World(), nil); len(mism) > 0 {
+		t.Fatalf("%d of %d accounts differ (the relay hid the delete of %s %s):\n%s", len(mism), checked, victim, path, check.Describe(mism, 5))
+	}
+}

@@ -99,7 +99,9 @@
 // (FailExport) or carrying malformed lines (HostileExport); and, on the firehose, one-off
 // #commits signed by ForeignKey or whose ops do not invert to their
 // prevData (ForgedCommits; world.ForgedSignatureCommit,
-// world.NonInvertingCommit), not applied to the world. world.RotateKey
+// world.NonInvertingCommit), not applied to the world, and genuine
+// #commits whose delete ops the relay leaves out, stripping their prevData
+// and prevs so they look legacy (HideDeletes; the world applied them). world.RotateKey
 // gives an account a new key, announced by an #identity event. The relay
 // also answers what a resolver asks a did:web or handle host, by the
 // request's Host (ident.Config.Web): /.well-known/did.json for the

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	comatproto "github.com/bluesky-social/indigo/api/atproto"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
 	"github.com/backstream/backstream/oracle/world"
@@ -73,6 +74,7 @@ const (
 	FaultExportMalformed FaultKind = "export_malformed" // a malformed line in a GET /export page (HostileExport)
 	FaultForgedCommit    FaultKind = "forged_commit"    // one-off #commit signed by a key that is not the account's, not applied
 	FaultNonInverting    FaultKind = "non_inverting"    // one-off #commit whose ops do not invert to its prevData, not applied
+	FaultHiddenDelete    FaultKind = "hidden_delete"    // a #commit's delete ops dropped by the relay, its prevData and prevs stripped (HideDeletes)
 	FaultMigrating       FaultKind = "migrating"        // a PDS an account left still lists it (a newer-looking rev) and serves its old copy
 	FaultFabricated      FaultKind = "fabricated"       // a DID document request for a DID a host's listing fabricated (FabricatedListing)
 	FaultEndlessListing  FaultKind = "endless_listing"  // a page of a host's listRepos that never ends (EndlessListing)
@@ -151,6 +153,7 @@ type Faults struct {
 	gapRate    float64
 	hostile    float64                 // HostileCommits rate
 	forged     float64                 // ForgedCommits rate
+	hideDel    int                     // HideDeletes: #commits with a delete op left to tamper with
 	docs       map[string][]*step      // per-DID DID-document faults (FaultDIDNotFound, FaultDIDNoKey, FaultDIDWrongKey, FaultDIDSpelledPDS)
 	misattr    map[string]int          // DID → uses left of FaultMisattributed
 	misServe   map[string]int          // DID → misattributed redirects not yet served by the other host
@@ -193,7 +196,7 @@ func (f *Faults) Clear() {
 	f.slow = make(map[int]time.Duration)
 	f.slowGet = make(map[int]time.Duration)
 	f.down = make(map[int]time.Time)
-	f.listLoop, f.longCursor, f.gapRate, f.hostile, f.forged = 0, 0, 0, 0, 0
+	f.listLoop, f.longCursor, f.gapRate, f.hostile, f.forged, f.hideDel = 0, 0, 0, 0, 0, 0
 	f.listShape, f.listLeft = "", 0
 	f.fh = firehoseFaults{}
 	f.docs = make(map[string][]*step)
@@ -269,6 +272,9 @@ func (f *Faults) Pending() []string {
 	}
 	if f.hostsFail > 0 {
 		out = append(out, fmt.Sprintf("relay %s %d", FaultListHostsFailing, f.hostsFail))
+	}
+	if f.hideDel > 0 {
+		out = append(out, fmt.Sprintf("relay %s %d", FaultHiddenDelete, f.hideDel))
 	}
 	sort.Strings(out)
 	return out
@@ -1009,6 +1015,52 @@ func (f *Faults) ForgedCommits(rate float64) {
 	f.mu.Lock()
 	f.forged = clampRate(rate)
 	f.mu.Unlock()
+}
+
+// HideDeletes makes the relay tamper with the next n #commits that carry a
+// delete op (Always: every one), as a relay hiding deletions would: it
+// drops their delete ops and makes the commit look legacy — no prevData,
+// no op's prev — so the sync 1.1 inversion that would expose the missing
+// op cannot run. Everything else is the genuine, validly signed commit:
+// the world applied the delete (its repo no longer holds the record), only
+// the frame in the history lies. Each tampered commit fires
+// FaultHiddenDelete.
+func (f *Faults) HideDeletes(n int) {
+	f.mu.Lock()
+	f.hideDel = normCount(n)
+	f.mu.Unlock()
+}
+
+// hideDeletes is ev as the relay sends it: HideDeletes's tampered copy when
+// the fault is armed and ev is a #commit with a delete op, else ev.
+func (f *Faults) hideDeletes(ev world.Event) world.Event {
+	c := ev.Commit
+	if c == nil || !slices.ContainsFunc(c.Ops, func(op *comatproto.SyncSubscribeRepos_RepoOp) bool { return op != nil && op.Action == "delete" }) {
+		return ev
+	}
+	f.mu.Lock()
+	if f.hideDel == 0 {
+		f.mu.Unlock()
+		return ev
+	}
+	if f.hideDel > 0 {
+		f.hideDel--
+	}
+	f.fired[FaultHiddenDelete]++
+	f.mu.Unlock()
+	out := *c
+	out.PrevData = nil
+	out.Ops = make([]*comatproto.SyncSubscribeRepos_RepoOp, 0, len(c.Ops))
+	for _, op := range c.Ops {
+		if op == nil || op.Action == "delete" {
+			continue
+		}
+		legacy := *op
+		legacy.Prev = nil
+		out.Ops = append(out.Ops, &legacy)
+	}
+	ev.Commit = &out
+	return ev
 }
 
 func (f *Faults) forgedCommitRate() float64 {
