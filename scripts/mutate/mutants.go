@@ -1724,4 +1724,15 @@ var mutants = []Mutant{
 			{Pkg: "./deploy", Run: "^TestAlertRuleUnitTests$"},
 		},
 	},
+	{
+		ID: "m205", Invariant: "V3",
+		Name: "a live commit that cannot be inverted (no prevData, a legacy op) is taken as fully verified (a delete a relay left out and hid by stripping prevData stays archived)",
+		File: "firehose/verify.go",
+		Old:  "\t\ts.uninverted = true\n",
+		New:  "\t\t_ = s.uninverted\n",
+		Tests: []Test{
+			{Pkg: "./firehose", Run: "^(TestLiveHiddenDeleteSchedulesReplacement|TestCaptureVerificationMarks)$"},
+			{Pkg: "./node", Run: "^TestHiddenDeleteHealed$"},
+		},
+	},
 }
