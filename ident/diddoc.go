@@ -2,7 +2,8 @@ package ident
 
 // diddoc.go owns the resolution of a did:plc: the request to the directory
 // and the decoding of its document, with a scanner for the documents'
-// plain shape in front of encoding/json.
+// plain shape in front of encoding/json; and the reading of any document's
+// PDS service (parseIdentity).
 
 import (
 	"context"
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/bluesky-social/indigo/atproto/identity"
@@ -21,7 +23,8 @@ import (
 // 404 is identity.ErrDIDNotFound, another status or a failed request
 // identity.ErrDIDResolutionFailed, a body read's error as it is, a
 // document that does not parse or names another DID an error — and the
-// same Identity, the document decoded by decodeDocument.
+// same Identity, the document decoded by decodeDocument, but for the PDS,
+// read as atproto specifies (parseIdentity).
 func (r *Resolver) fetchPLC(ctx context.Context, did syntax.DID) (*identity.Identity, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.dir.PLCURL+"/"+did.String(), nil)
 	if err != nil {
@@ -53,9 +56,39 @@ func (r *Resolver) fetchPLC(ctx context.Context, did syntax.DID) (*identity.Iden
 	if doc.DID != did {
 		return nil, fmt.Errorf("document ID did not match DID")
 	}
-	id := identity.ParseIdentity(&doc)
+	id := parseIdentity(&doc)
 	return &id, nil
 }
+
+// parseIdentity is indigo's ParseIdentity with the PDS chosen as atproto
+// specifies, which indigo does not: the first service whose id ends in
+// #atproto_pds (#atproto_pds, or <did>#atproto_pds) and whose type is
+// AtprotoPersonalDataServer; indigo takes the first whose id's fragment is
+// atproto_pds, of any type, and any endpoint that parses. The endpoint
+// must be an http or https URL with a host, or the document names no PDS
+// (only the relay then has authority over the account's repositories).
+// Every path that reads a document (a did:plc, a did:web, an export op)
+// goes through it.
+func parseIdentity(doc *identity.DIDDocument) identity.Identity {
+	id := identity.ParseIdentity(doc)
+	delete(id.Services, pdsService)
+	for _, s := range doc.Service {
+		if !strings.HasSuffix(s.ID, "#"+pdsService) || s.Type != pdsServiceType {
+			continue
+		}
+		if u, err := url.Parse(s.ServiceEndpoint); err == nil && (u.Scheme == "https" || u.Scheme == "http") && u.Host != "" {
+			id.Services[pdsService] = identity.ServiceEndpoint{Type: s.Type, URL: s.ServiceEndpoint}
+		}
+		break
+	}
+	return id
+}
+
+// pdsService and pdsServiceType name a DID document's PDS service.
+const (
+	pdsService     = "atproto_pds"
+	pdsServiceType = "AtprotoPersonalDataServer"
+)
 
 // decodeDocument is encoding/json's decoding of a DID document into
 // indigo's DIDDocument, its error wrapped as indigo wraps it. A document of

@@ -41,7 +41,7 @@
 // log in createdAt order, pages of 1000 after a createdAt cursor) and hands
 // each DID's latest non-nullified op to the resolver as the identity GET
 // /<did> gives: the document rendered as the directory renders it, then
-// read by the same code as a resolution (ParseIdentity, the key parsing),
+// read by the same code as a resolution (parseIdentity, the key parsing),
 // kept in memory and through Persist (the row marked as the export's:
 // archive.Ident.Exported), fetched now, so a later Lookup
 // needs no request. A tombstone, or an op without an atproto key, drops

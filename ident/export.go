@@ -275,7 +275,7 @@ func (r *Resolver) apply(ctx context.Context, l *exportLine, at time.Time, st *E
 		return r.unload(l.DID)
 	}
 	doc := exportDocument(l)
-	id := identity.ParseIdentity(&doc)
+	id := parseIdentity(&doc)
 	if _, ok := id.Keys["atproto"]; !ok {
 		st.Skipped++
 		return r.unload(l.DID)

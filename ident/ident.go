@@ -774,7 +774,12 @@ func (r *Resolver) fetch(ctx context.Context, d syntax.DID) (*identity.Identity,
 	if err := webHost(d); err != nil {
 		return nil, err
 	}
-	return r.dir.LookupDID(ctx, d)
+	doc, err := r.dir.ResolveDID(ctx, d) // LookupDID's request and outcomes; the handle is not checked here
+	if err != nil {
+		return nil, err
+	}
+	id := parseIdentity(doc)
+	return &id, nil
 }
 
 // webHost refuses, as not found, a did:web whose identifier is not a bare

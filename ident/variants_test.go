@@ -44,7 +44,11 @@ func newDocServer(t *testing.T) (*docServer, string) {
 			w.WriteHeader(http.StatusNotFound)
 			return
 		}
-		doc, ok := s.docs[strings.TrimPrefix(req.URL.Path, "/")]
+		key := strings.TrimPrefix(req.URL.Path, "/")
+		if req.URL.Path == "/.well-known/did.json" {
+			key = "did:web:" + strings.ToLower(req.Host)
+		}
+		doc, ok := s.docs[key]
 		if !ok {
 			w.WriteHeader(http.StatusNotFound)
 			return
@@ -249,6 +253,60 @@ func TestDocumentVariants(t *testing.T) {
 	for _, a := range accounts {
 		if _, err := again.VerifyCommit(ctx, a.did, stubCommit(t, a.did, a.key.priv)); err != nil {
 			t.Errorf("%s, read back from ident/: %v", a.name, err)
+		}
+	}
+}
+
+// TestPDSServiceSelection: which service of a DID document is the PDS, as
+// atproto specifies: the first entry whose id ends in #atproto_pds (the
+// relative #atproto_pds or the full <did>#atproto_pds) and whose type is
+// AtprotoPersonalDataServer, its endpoint an http or https URL with a
+// host. Entries of other ids or types are passed over; when the first
+// matching entry's endpoint is not such a URL, the document names no PDS
+// (only the relay then has authority over the account's repositories).
+// Each document is resolved as a did:plc and as a did:web.
+func TestPDSServiceSelection(t *testing.T) {
+	svc := func(id, typ, endpoint string) string {
+		return fmt.Sprintf(`{"id":%q,"type":%q,"serviceEndpoint":%q}`, id, typ, endpoint)
+	}
+	const pdsType, pds, other = "AtprotoPersonalDataServer", "https://pds.example.com", "https://other.example.com"
+	cases := []struct {
+		name     string
+		services []string
+		want     string
+	}{
+		{"relative id", []string{svc("#atproto_pds", pdsType, pds)}, pds},
+		{"full id", []string{svc("<did>#atproto_pds", pdsType, pds)}, pds},
+		{"a labeler first", []string{svc("#atproto_labeler", "AtprotoLabeler", other), svc("#atproto_pds", pdsType, pds)}, pds},
+		{"wrong type only", []string{svc("#atproto_pds", "AtprotoLabeler", other)}, ""},
+		{"wrong type first", []string{svc("#atproto_pds", "AtprotoLabeler", other), svc("<did>#atproto_pds", pdsType, pds)}, pds},
+		{"the first of two", []string{svc("#atproto_pds", pdsType, pds), svc("<did>#atproto_pds", pdsType, other)}, pds},
+		{"id without a fragment", []string{svc("atproto_pds", pdsType, other), svc("#atproto_pds", pdsType, pds)}, pds},
+		{"another fragment", []string{svc("#atproto_pds2", pdsType, other), svc("#atproto_pds", pdsType, pds)}, pds},
+		{"http endpoint", []string{svc("#atproto_pds", pdsType, "http://pds.example.com:2583")}, "http://pds.example.com:2583"},
+		{"wss endpoint", []string{svc("#atproto_pds", pdsType, "wss://pds.example.com")}, ""},
+		{"endpoint without a scheme", []string{svc("#atproto_pds", pdsType, "pds.example.com")}, ""},
+		{"endpoint without a host", []string{svc("#atproto_pds", pdsType, "https:///xrpc")}, ""},
+		{"no service", nil, ""},
+	}
+	srv, url := newDocServer(t)
+	r := ident.New(ident.Config{PLC: url, Web: url, Sleep: noSleep})
+	defer r.Close()
+	k := newVariantKey(t, false)
+	for i, c := range cases {
+		for _, did := range []string{fmt.Sprintf("did:plc:%024d", i), fmt.Sprintf("did:web:pds%d.example.com", i)} {
+			services := strings.ReplaceAll(strings.Join(c.services, ","), "<did>", did)
+			srv.set(did, fmt.Sprintf(`{"@context":["https://www.w3.org/ns/did/v1"],"id":%q,"alsoKnownAs":[],`+
+				`"verificationMethod":[{"id":"%s#atproto","type":"Multikey","controller":%q,"publicKeyMultibase":%q}],"service":[%s]}`,
+				did, did, did, k.pub.Multibase(), services))
+			info, _, err := r.Lookup(context.Background(), did)
+			if err != nil {
+				t.Errorf("%s (%s): %v", c.name, did, err)
+				continue
+			}
+			if info.PDS != c.want {
+				t.Errorf("%s (%s): PDS %q, want %q", c.name, did, info.PDS, c.want)
+			}
 		}
 	}
 }
