@@ -1735,4 +1735,14 @@ var mutants = []Mutant{
 			{Pkg: "./node", Run: "^TestHiddenDeleteHealed$"},
 		},
 	},
+	{
+		ID: "m206", Invariant: "V2",
+		Name: "the PDS service is taken whatever its type (a document's #atproto_pds entry of another type gets authority over the account's repositories)",
+		File: "ident/diddoc.go",
+		Old:  "if !strings.HasSuffix(s.ID, \"#\"+pdsService) || s.Type != pdsServiceType {",
+		New:  "if !strings.HasSuffix(s.ID, \"#\"+pdsService) {",
+		Tests: []Test{
+			{Pkg: "./ident", Run: "^TestPDSServiceSelection$"},
+		},
+	},
 }
