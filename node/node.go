@@ -482,7 +482,7 @@ func (n *Node) buildJobs(reg prometheus.Registerer) error {
 		return err
 	}
 	n.repairer, err = repair.New(repair.Config{
-		Store: n.store, Writer: n.w, Source: n.client, Fleet: n.client, Roster: n.client, Enumerate: cfg.Bootstrap.Enumerate, Scheme: sourceScheme, Status: n.client, MaxAbsent: cfg.RepairMaxAbsent, GapIDs: n.gapIDs, Wake: n.retrier.Wake, Stream: liveStream{n},
+		Store: n.store, Writer: n.w, Source: n.client, Fleet: n.client, Roster: n.client, Enumerate: cfg.Bootstrap.Enumerate, Scheme: sourceScheme, Status: n.client, Identity: n.ident, MaxAbsent: cfg.RepairMaxAbsent, GapIDs: n.gapIDs, Wake: n.retrier.Wake, Stream: liveStream{n},
 		Period: cfg.RepairPeriod, AuditInterval: cfg.AuditInterval,
 		Metrics: repair.NewMetrics(reg), Logger: n.log, Now: cfg.Now, Crash: cfg.Crash,
 		Sleep: cfg.Bootstrap.Sleep, // a pass's listRepos retries wait as bootstrap's and discovery's do

@@ -13,12 +13,14 @@ package repair
 
 import (
 	"context"
+	"fmt"
 	"hash/maphash"
 	"slices"
 	"sync"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/ident"
 	"github.com/backstream/backstream/upstream"
 )
 
@@ -238,6 +240,39 @@ func keepsRecords(st archive.RepoState) bool {
 	return !archive.AccountStatusPurges(st.AccountStatus) && !st.UnknownDID()
 }
 
+// statusHost is the host whose word on did's status is taken when the
+// relay does not know it. Without verification, host, where it was last
+// downloaded from. With it, the PDS its DID document names, as a download
+// from any other host would be refused (ident.CheckAuthority): an account
+// that moved since its last download is no longer held by its recorded
+// host, whose RepoNotFound would be archived as a deletion of an account
+// alive at its new PDS. A document read from memory that names another
+// host is resolved again once first. A DID the directory has no document
+// or key for names no PDS, and its recorded host is asked as before; a
+// document naming no usable PDS leaves no host to ask (""). An error only
+// when ctx ended or the identity store could not be read.
+func (r *Runner) statusHost(ctx context.Context, did, host string) (string, error) {
+	id := r.cfg.Identity
+	if host == "" || id.Mode() == ident.ModeOff {
+		return host, nil
+	}
+	info, fresh, err := id.Lookup(ctx, did)
+	if err == nil && ident.CheckAuthority(info, host) != nil && !fresh {
+		info, err = id.Reresolve(ctx, did)
+	}
+	switch {
+	case err == nil:
+	case ident.Class(err) != "":
+		return host, nil
+	default:
+		return "", fmt.Errorf("repair: the PDS of absent account %s: %w", did, err)
+	}
+	if ident.CheckAuthority(info, host) == nil {
+		return host, nil
+	}
+	return info.PDSHost(), nil
+}
+
 // checkOne asks did's status and decides it as a listing entry saying
 // the same would be (compare: an inactive or gone account gets its account
 // row, an active one is marked only when its rev is newer than the
@@ -248,6 +283,10 @@ func (r *Runner) checkOne(ctx context.Context, did, host string) (bool, error) {
 	if upstream.Classify(err) == upstream.ClassNotFound {
 		// The relay's index may miss a live account: only its own host's
 		// word that it is gone is taken; with no host known, nothing is.
+		host, err = r.statusHost(ctx, did, host)
+		if err != nil {
+			return false, err
+		}
 		if host == "" {
 			r.cfg.Metrics.absentResult(absentUnanswered)
 			return false, nil

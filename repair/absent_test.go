@@ -2,6 +2,7 @@ package repair
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -13,7 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bluesky-social/indigo/atproto/atcrypto"
+
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/ident"
 	"github.com/backstream/backstream/upstream"
 )
 
@@ -219,4 +223,79 @@ func accountRows(t *testing.T, s *archive.Store) map[string]string {
 		t.Fatal(err)
 	}
 	return got
+}
+
+// TestAbsentAccountThatMovedIsNotDeleted: with verification on, an absent
+// account the relay does not know is asked of the PDS its DID document
+// names, not of the host it was last downloaded from: an account that
+// moved from its recorded host (which no longer holds it: RepoNotFound) to
+// another PDS, active there, is not archived as deleted, and its old host
+// is not asked. An account whose document still names its recorded host,
+// which says not found, is deleted as before; so is one whose DID the
+// directory no longer has a document for (no PDS to prefer).
+func TestAbsentAccountThatMovedIsNotDeleted(t *testing.T) {
+	s, w, apply := newStore(t)
+	ctx := context.Background()
+	const didMoved, didDeleted, didTombstoned = "did:plc:mmmmmmmmmmmmmmmmmmmmmmmm", "did:plc:dddddddddddddddddddddddd", "did:plc:tttttttttttttttttttttttt"
+	var relayAsked, oldAsked, newAsked atomic.Int64
+	relay := statusServer(t, map[string]string{}, &relayAsked) // knows none of them
+	oldHost := statusServer(t, map[string]string{}, &oldAsked) // holds none of them any more
+	newHost := statusServer(t, map[string]string{didMoved: `"active":true,"rev":"` + revNew + `"`}, &newAsked)
+	oldName, newName := strings.TrimPrefix(oldHost.URL, "http://"), strings.TrimPrefix(newHost.URL, "http://")
+	key, err := atcrypto.GeneratePrivateKeyK256()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := key.PublicKey()
+	docs := map[string]string{didMoved: newHost.URL, didDeleted: oldHost.URL}
+	plc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		did := strings.TrimPrefix(r.URL.Path, "/")
+		pds, ok := docs[did]
+		if !ok {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		fmt.Fprintf(w, `{"id":%q,"alsoKnownAs":[],"verificationMethod":[{"id":"%s#atproto","type":"Multikey","controller":%q,"publicKeyMultibase":%q}],`+
+			`"service":[{"id":"#atproto_pds","type":"AtprotoPersonalDataServer","serviceEndpoint":%q}]}`, did, did, did, pub.Multibase(), pds)
+	}))
+	defer plc.Close()
+	id := ident.New(ident.Config{PLC: plc.URL, Mode: ident.ModeStrict, Sleep: func(context.Context, time.Duration) error { return nil }})
+	defer id.Close()
+	c, err := upstream.New(relay.URL, upstream.Options{ScratchDir: t.TempDir(), LoopbackHosts: []string{oldName, newName}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, did := range []string{didSame, didMoved, didDeleted, didTombstoned} {
+		host := oldName
+		if did == didSame {
+			host = ""
+		}
+		apply(setRepo(did, archive.RepoState{Status: archive.StatusComplete, Active: true, BackfillRev: revNew, Host: host}))
+	}
+	gap, _ := archive.GapPut(archive.Gap{ID: 1, Kind: archive.GapAudit, FirstSeenUS: time.Now().UnixMicro()})
+	apply(&archive.Unit{Puts: []archive.KV{gap}})
+	src := &listing{repos: []upstream.RepoEntry{{DID: didSame, Rev: revNew, Active: true}}}
+	r, err := New(Config{Store: s, Writer: w, Source: src, Status: c, Identity: id, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := s.RepoState(didMoved); !st.Active || st.Refetch != archive.RefetchNone {
+		t.Errorf("the account that moved to %s: %+v, want active and untouched (its old host %s no longer holds it)", newName, st, oldName)
+	}
+	for _, did := range []string{didDeleted, didTombstoned} {
+		if st, _ := s.RepoState(did); st.Active || st.AccountStatus != "deleted" {
+			t.Errorf("%s: %+v, want inactive, deleted", did, st)
+		}
+	}
+	if got := accountRows(t, s); got[didMoved] != "" || len(got) != 2 {
+		t.Errorf("account rows %v: want the two gone accounts' deletions only", got)
+	}
+	if relayAsked.Load() != 3 || oldAsked.Load() != 2 || newAsked.Load() != 1 {
+		t.Errorf("asked: relay %d, old host %d, new host %d; want 3, 2 (the deleted and the tombstoned account), 1 (the moved one)",
+			relayAsked.Load(), oldAsked.Load(), newAsked.Load())
+	}
 }

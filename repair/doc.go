@@ -85,7 +85,9 @@
 //     suspended; a deactivated account's deletion lost in a gap shows only
 //     as its absence too) that no listing named is asked
 //     (Config.Status: the relay's getRepoStatus; its own
-//     host's when the relay does not know it), and the answer is decided
+//     host's when the relay does not know it: with verification on
+//     (Config.Identity) the PDS its DID document names, not the host it
+//     was last downloaded from, which it may have left), and the answer is decided
 //     as a listing entry saying the same would be: inactive or gone
 //     (deleted, takendown, ...) gets its account row, active is marked
 //     only at a newer rev (an account a relay's index misses is not

@@ -17,6 +17,7 @@ import (
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/bootstrap"
 	"github.com/backstream/backstream/firehose"
+	"github.com/backstream/backstream/ident"
 	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/internal/loglimit"
@@ -61,6 +62,12 @@ type Config struct {
 	// is asked, and what it says is archived. Nil: absences are not
 	// checked.
 	Status StatusSource
+	// Identity, when verifying (not ident.ModeOff), names the host an
+	// absent account's status is asked of when the relay does not know
+	// it: the PDS its DID document names, not the host it was last
+	// downloaded from, which it may have left (absent.go's statusHost).
+	// Nil or off: the recorded host.
+	Identity *ident.Resolver
 	// Scheme is the relay's URL scheme, the one roster hosts are reached
 	// with ("https" when empty): an account's recorded host is taken in
 	// its canonical form under it (upstream.CanonicalHost) before it is
