@@ -1745,4 +1745,14 @@ var mutants = []Mutant{
 			{Pkg: "./ident", Run: "^TestPDSServiceSelection$"},
 		},
 	},
+	{
+		ID: "m207", Invariant: "G2",
+		Name: "an absent account the relay does not know is asked of its recorded host whatever its DID document names (an account that moved is archived as deleted on its old host's not found)",
+		File: "repair/absent.go",
+		Old:  "\treturn info.PDSHost(), nil\n",
+		New:  "\treturn host, nil\n",
+		Tests: []Test{
+			{Pkg: "./repair", Run: "^TestAbsentAccountThatMovedIsNotDeleted$"},
+		},
+	},
 }
