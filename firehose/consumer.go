@@ -505,10 +505,9 @@ func (c *Consumer) unit(f *upstream.Frame, seq int64, failed string, uninverted 
 	}
 	if c.cfg.Mode == ModeLive {
 		now := c.cfg.Now().UnixMicro()
-		if did := f.DID(); failed != "" && upstream.ValidDID(did) {
+		did := f.DID()
+		if failed != "" && upstream.ValidDID(did) {
 			u.Repos = append(u.Repos, unverifiedEffect(did, now))
-		} else if uninverted && upstream.ValidDID(did) {
-			u.Repos = append(u.Repos, c.uninvertedEffect(did))
 		}
 		for i := range u.Events {
 			if up := Effects(&u.Events[i], now); up != nil {
@@ -519,6 +518,13 @@ func (c *Consumer) unit(f *upstream.Frame, seq int64, failed string, uninverted 
 			c.mu.Lock()
 			c.effectSeqs[seq] = struct{}{}
 			c.mu.Unlock()
+		}
+		// Not a wake: an account whose PDS sends legacy commits sends
+		// nothing else, its marks are mostly due later, and a wake per
+		// commit would run retry passes back to back; the retry runner's
+		// next scan finds the marks due now.
+		if failed == "" && uninverted && upstream.ValidDID(did) {
+			u.Repos = append(u.Repos, c.uninvertedEffect(did))
 		}
 	}
 	return u
