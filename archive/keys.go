@@ -411,8 +411,12 @@ const (
 	// live tip.
 	GapFutureCursor GapKind = 2
 	// GapSeqRegression: a connection's seqs stayed below the last accepted
-	// one (its dialed cursor, or one it brought) past the threshold: the
-	// relay restarted its sequence without saying so.
+	// one (its dialed cursor, or one it brought) past the threshold, or a
+	// frame came under an accepted seq that is not the frame accepted
+	// there: the relay restarted or went back in its sequence without
+	// saying so. Also a late frame (below the last accepted seq, under one
+	// never accepted: the relay delivered out of order), archived, whose
+	// effects the pass audits.
 	GapSeqRegression GapKind = 3
 	// GapSeqSkip: consecutive frames skipped more seqs than the threshold.
 	GapSeqSkip GapKind = 4

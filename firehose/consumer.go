@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -128,9 +129,18 @@ type Consumer struct {
 	// Owned by the goroutine calling Handle (Run's).
 	chain *capturedChain // capture mode with a MarkWriter: each account's last captured rev
 
-	hasPos  bool  // a resume position exists (Config.Cursor or an accepted frame)
-	last    int64 // last accepted seq
-	below   int64 // frames below the last accepted seq since one passed, on this connection
+	hasPos bool  // a resume position exists (Config.Cursor or an accepted frame)
+	last   int64 // last accepted seq
+	below  int64 // frames below the last accepted seq since one passed, on this connection
+	// recent is the window of the frames accepted under the last seqs
+	// (recentFrame, at seq % its length: GapThreshold, maxRecentFrames at
+	// most), so a frame below the last accepted seq is told a duplicate
+	// from a late frame or a new one under an old seq (checkSeq); floor
+	// is the seq at or below which this consumer saw nothing (its start
+	// cursor, or before a new sequence's first frame).
+	recent  []recentFrame
+	floor   int64
+	seed    maphash.Seed
 	pending *pendingGap
 
 	// lastEventUS is the upstream time of the last accepted event, or
@@ -208,11 +218,13 @@ func New(cfg Config) (*Consumer, error) {
 		effectSeqs: make(map[int64]struct{}),
 	}
 	c.submit = cfg.Writer.Submit
+	c.recent = make([]recentFrame, min(cfg.GapThreshold, maxRecentFrames))
+	c.seed = maphash.MakeSeed()
 	if cfg.Mode == ModeCapture && cfg.MarkWriter != nil {
 		c.chain = newCapturedChain(DefaultChainAccounts)
 	}
 	if cfg.Cursor != nil {
-		c.hasPos, c.last = true, *cfg.Cursor
+		c.hasPos, c.last, c.floor = true, *cfg.Cursor, *cfg.Cursor
 		c.lastAccepted.Store(c.last)
 		c.lastDurable.Store(c.last)
 		c.m.durable(c.last)
@@ -395,7 +407,8 @@ func (c *Consumer) handleFrame(ctx context.Context, f *upstream.Frame, err error
 		c.m.anomaly(AnomalyInvalidSeq)
 		return nil
 	}
-	if !c.checkSeq(seq) {
+	rule := c.checkSeq(f, seq)
+	if rule == seqDrop {
 		return nil
 	}
 	if v == nil {
@@ -416,11 +429,21 @@ func (c *Consumer) handleFrame(ctx context.Context, f *upstream.Frame, err error
 		return err
 	}
 	u := c.unit(f, seq, failed, v.uninverted)
-	if err := c.submitWithGap(ctx, u, seq); err != nil {
+	if rule == seqLate {
+		err = c.submitLate(ctx, u, seq)
+	} else {
+		err = c.submitWithGap(ctx, u, seq)
+	}
+	if err != nil {
 		if werr := c.writerErr(); werr != nil {
 			return werr
 		}
 		return fmt.Errorf("firehose: submit seq %d: %w", seq, err)
+	}
+	c.remember(f, seq)
+	if rule == seqLate {
+		c.acceptedUS.Store(c.cfg.Now().UnixMicro()) // the position, and Behind, stay
+		return nil
 	}
 	c.accepted(f, seq)
 	return nil
@@ -547,22 +570,26 @@ func frameType(f *upstream.Frame) string {
 // eventTime is the frame's upstream time in unix seconds, or now when it
 // does not parse.
 func eventTime(f *upstream.Frame, now func() time.Time) float64 {
-	var s string
-	switch {
-	case f.Commit != nil:
-		s = f.Commit.Time
-	case f.Sync != nil:
-		s = f.Sync.Time
-	case f.Identity != nil:
-		s = f.Identity.Time
-	case f.Account != nil:
-		s = f.Account.Time
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
+	t, err := time.Parse(time.RFC3339Nano, eventTimeString(f))
 	if err != nil {
 		t = now()
 	}
 	return float64(t.UnixNano()) / 1e9
+}
+
+// eventTimeString is the frame's upstream time as the relay wrote it.
+func eventTimeString(f *upstream.Frame) string {
+	switch {
+	case f.Commit != nil:
+		return f.Commit.Time
+	case f.Sync != nil:
+		return f.Sync.Time
+	case f.Identity != nil:
+		return f.Identity.Time
+	case f.Account != nil:
+		return f.Account.Time
+	}
+	return ""
 }
 
 // resumeCursor is the cursor for the next dial: the last accepted seq, or

@@ -64,8 +64,13 @@
 //   - S1: the start cursor comes from the caller (nil: live tip). A reconnect
 //     resumes from the last seq accepted in memory (submitted; the writer
 //     applies units in order, so it is durable unless the process dies, and
-//     then the restart resumes from the durable cursor/relay). Any frame at
-//     or below the last accepted seq is dropped and counted (duplicate). An
+//     then the restart resumes from the durable cursor/relay). A frame at
+//     or below the last accepted seq is dropped and counted (duplicate)
+//     when it is the frame accepted under its seq, or lies below the
+//     window of the frames accepted under the last GapThreshold seqs
+//     (checkSeq); within the window, one under a seq never accepted is
+//     late (archived, cursor/relay unmoved, a gap recorded), and another
+//     event under an accepted seq is a regression (below). An
 //     invalid DID or rev (the grammars of syntax.ParseDID / ParseTID, checked
 //     by upstream.ValidDID / ValidTID) drops the whole event; an invalid
 //     collection, rkey, action, a missing record block, or one that is not
@@ -85,7 +90,10 @@
 //   - Gaps (gap.go): OutdatedCursor, FutureCursor, frames of a connection
 //     that stay below the last accepted seq (its dialed cursor, or a frame
 //     it brought) past GapThreshold in a row (a relay that restarted its
-//     sequence unannounced) and a seq skip above GapThreshold are holes,
+//     sequence unannounced), a frame under an accepted seq that is not the
+//     one accepted there (a relay gone back in its sequence, followed at
+//     once), a late frame (its own unit records the gap, cursor unmoved)
+//     and a seq skip above GapThreshold are holes,
 //     each written to a gap/<id> row by the unit of the first frame
 //     accepted after it, the unit that moves cursor/relay past it (a
 //     FutureCursor gap is also recorded at once, cursor unmoved). A hole

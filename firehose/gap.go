@@ -2,9 +2,12 @@ package firehose
 
 // gap.go owns what the consumer does when the relay cannot resume exactly:
 // it remembers the gap it saw (OutdatedCursor, FutureCursor, seqs that stay
-// below the last accepted one, a seq skip above the threshold) and records
-// it as a gap/ row in the unit of the next frame it accepts, the unit that
-// moves cursor/relay past it. A hole found while the newest gap recorded
+// below the last accepted one, a frame under an accepted seq that is not
+// the one accepted there, a seq skip above the threshold) and records it
+// as a gap/ row in the unit of the next frame it accepts, the unit that
+// moves cursor/relay past it; a late frame's own unit records the gap
+// covering it. It also keeps the window of recently accepted frames that
+// tells a duplicate from a late or a new frame (checkSeq). A hole found while the newest gap recorded
 // has no repair pass begun (nor has waited long for the stream, the repair
 // runner says which: archive.GapIDs.Begin) extends that gap
 // (archive.GapIDs.Record). A relay that restarted its sequence also resets
@@ -15,10 +18,12 @@ package firehose
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/upstream"
 )
 
 // DefaultGapThreshold is the largest seq skip between consecutive frames
@@ -46,30 +51,72 @@ func (c *Consumer) noteGap(kind archive.GapKind, reset bool) {
 	}
 }
 
-// checkSeq applies the seq rules to a frame about to be processed: it
-// reports false for a duplicate, and notes a skip above the threshold as a
-// gap. Frames that stay below the last accepted seq (the dialed cursor, or
-// a frame this connection brought) for more than the threshold in a row
-// come from a relay that restarted its sequence without saying
-// FutureCursor, before the connection or during it (a relay merely
-// replaying too much, or re-sending a few frames, reaches the cursor
-// soon): that is a regression, and the frame goes on as the first of the
-// new sequence.
-func (c *Consumer) checkSeq(seq int64) bool {
+// seqRule is what checkSeq makes of a frame.
+type seqRule int
+
+const (
+	seqDrop seqRule = iota // a duplicate: dropped (counted)
+	seqNext                // processed, and the consumer's position moves to it
+	seqLate                // below the position, never accepted: processed, the position stays
+)
+
+// maxRecentFrames bounds the window of accepted frames the consumer
+// remembers (recent), whatever the gap threshold.
+const maxRecentFrames = 1 << 16
+
+// recentFrame is one accepted frame: its seq and frameKey.
+type recentFrame struct {
+	seq int64
+	key uint64
+}
+
+// checkSeq applies the seq rules to frame f of seq, about to be processed.
+// A frame below the last accepted seq within the window of frames this
+// consumer remembers (the last GapThreshold seqs, none at or below the
+// position it started from: checked) is a duplicate only when it is the
+// frame accepted under that seq. Another frame under an accepted seq
+// comes from a relay that went back in its sequence (restored from a
+// backup, say) and sends new events under old seqs: a regression, and
+// the frame goes on as the first of the new sequence. A frame under a seq
+// never accepted (the relay delivered out of order) is late: processed
+// without moving the position, and noted as a gap (seqLate). Below the
+// window a frame is a duplicate, unless frames stay below the last
+// accepted seq (the dialed cursor, or a frame this connection brought)
+// for more than the threshold in a row: they come from a relay that
+// restarted its sequence without saying FutureCursor, before the
+// connection or during it (a relay merely replaying too much, or
+// re-sending a few frames, reaches the cursor soon), and that frame too
+// goes on as the first of the new sequence. A skip above the threshold is
+// noted as a gap.
+func (c *Consumer) checkSeq(f *upstream.Frame, seq int64) seqRule {
 	if !c.hasPos {
 		c.below = 0
-		return true
+		c.forget(seq - 1) // a new position: nothing before it was seen
+		return seqNext
 	}
 	switch {
 	case seq <= c.last:
+		if r, ok := c.recentAt(seq); ok {
+			switch {
+			case r.seq != seq:
+				c.m.anomaly(AnomalyLate)
+				return seqLate
+			case r.key != c.frameKey(f):
+				c.noteGap(archive.GapSeqRegression, true)
+				c.forgetAbove(seq - 1)
+				c.below = 0
+				return seqNext
+			}
+		}
 		c.m.anomaly(AnomalyDuplicate)
 		if seq == c.last {
-			return false
+			return seqDrop
 		}
 		if c.below++; c.below <= c.cfg.GapThreshold {
-			return false
+			return seqDrop
 		}
 		c.noteGap(archive.GapSeqRegression, true)
+		c.forget(seq - 1)
 	case seq > c.last+1:
 		c.m.anomaly(AnomalySeqGap)
 		if seq-c.last-1 > c.cfg.GapThreshold {
@@ -77,7 +124,94 @@ func (c *Consumer) checkSeq(seq int64) bool {
 		}
 	}
 	c.below = 0
-	return true
+	return seqNext
+}
+
+// recentAt returns the slot of seq in the window of accepted frames; ok
+// is false when seq lies outside the window (at or below the floor, or
+// more than its length below the last accepted seq). Within it, a slot
+// holding another seq means seq was never accepted.
+func (c *Consumer) recentAt(seq int64) (recentFrame, bool) {
+	n := int64(len(c.recent))
+	if seq <= c.floor || seq <= c.last-n {
+		return recentFrame{}, false
+	}
+	return c.recent[seq%n], true
+}
+
+// remember puts the accepted frame f of seq in the window.
+func (c *Consumer) remember(f *upstream.Frame, seq int64) {
+	c.recent[seq%int64(len(c.recent))] = recentFrame{seq: seq, key: c.frameKey(f)}
+}
+
+// forget empties the window: the seqs at or below floor were not seen by
+// this consumer (a new position, or a new sequence).
+func (c *Consumer) forget(floor int64) {
+	clear(c.recent)
+	c.floor = floor
+}
+
+// forgetAbove drops the frames above seq from the window: the relay went
+// back to seq, and what it sends above is a new sequence.
+func (c *Consumer) forgetAbove(seq int64) {
+	for i := range c.recent {
+		if c.recent[i].seq > seq {
+			c.recent[i] = recentFrame{}
+		}
+	}
+}
+
+// frameKey tells one event from another under the same seq: its type,
+// account, rev (a commit or sync) and time, and what an #identity or
+// #account says. A relay replaying a frame sends the same event; one
+// that went back in its sequence sends others under those seqs.
+func (c *Consumer) frameKey(f *upstream.Frame) uint64 {
+	var h maphash.Hash
+	h.SetSeed(c.seed)
+	h.WriteString(frameType(f))
+	h.WriteByte(0)
+	h.WriteString(f.DID())
+	h.WriteByte(0)
+	switch {
+	case f.Commit != nil:
+		h.WriteString(f.Commit.Rev)
+	case f.Sync != nil:
+		h.WriteString(f.Sync.Rev)
+	case f.Identity != nil:
+		if f.Identity.Handle != nil {
+			h.WriteString(*f.Identity.Handle)
+		}
+	case f.Account != nil:
+		if f.Account.Active {
+			h.WriteByte(1)
+		}
+		if f.Account.Status != nil {
+			h.WriteString(*f.Account.Status)
+		}
+	}
+	h.WriteByte(0)
+	h.WriteString(eventTimeString(f))
+	return h.Sum64()
+}
+
+// submitLate submits u, the unit of the late frame of seq, which moves
+// no cursor, with a gap covering it (a seq_regression from the last
+// accepted seq to seq, or the extension of the newest gap waiting for its
+// pass): its rows are archived, and the repair pass audits what its
+// effects applied out of order (an older #account after a newer one). A
+// gap already pending is recorded by the next frame that moves the
+// cursor, as before, and covers this one.
+func (c *Consumer) submitLate(ctx context.Context, u *archive.Unit, seq int64) error {
+	u.Cursor = archive.SeqCursor{}
+	if c.pending != nil {
+		return c.submit(ctx, u)
+	}
+	c.noteGap(archive.GapSeqRegression, false)
+	if err := c.submitWithGap(ctx, u, seq); err != nil {
+		return err
+	}
+	c.gapRecorded()
+	return nil
 }
 
 // recordNow submits the pending gap's row on its own, before any frame of

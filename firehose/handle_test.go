@@ -330,7 +330,8 @@ func TestHandleSkips(t *testing.T) {
 		}
 	}
 	step(errorFrame(t, "FutureCursor", "ahead"), 0) // no position yet: nothing to reset (TestFutureCursorResets)
-	step(encode(t, ident("one.test"), 5), 5)
+	one := encode(t, ident("one.test"), 5)
+	step(one, 5)
 	step(errorFrame(t, "ConsumerTooSlow", "slow"), 5)
 	step(errorFrame(t, "Whatever", ""), 5)
 	step(infoFrame(t, "SomethingElse"), 5)
@@ -343,7 +344,7 @@ func TestHandleSkips(t *testing.T) {
 	}
 	step([]byte{0xff, 0x00, 0x13}, 5)
 	step(unknownFrame, 5)
-	step(encode(t, ident("dup.test"), 5), 5)   // duplicate of the last
+	step(one, 5)                               // duplicate of the last
 	step(encode(t, ident("older.test"), 3), 5) // below the last
 	step(encode(t, ident("zero.test"), 0), 5)  // invalid seq
 	step(encode(t, ident("next.test"), 6), 6)  // in order

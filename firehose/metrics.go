@@ -43,7 +43,8 @@ const (
 	AnomalyErrorFrame      = "error_frame"       // any other error frame
 	AnomalyOutdatedCursor  = "outdated_cursor"   // #info OutdatedCursor: events were missed
 	AnomalySeqGap          = "seq_gap"           // a seq above last accepted + 1 (processed)
-	AnomalyDuplicate       = "duplicate"         // a seq at or below the last accepted (dropped)
+	AnomalyDuplicate       = "duplicate"         // a seq at or below the last accepted, the frame accepted under it or one too old to tell (dropped)
+	AnomalyLate            = "late"              // a seq below the last accepted never accepted: out of order (archived, a gap)
 	AnomalyInvalidSeq      = "invalid_seq"       // a seq'd frame with seq <= 0 (skipped)
 	// Capture mode: a commit whose since is newer than the account's last
 	// captured commit (one was lost; the account is marked), and a commit
@@ -58,7 +59,7 @@ const (
 
 var anomalyKinds = []string{AnomalyUndecodable, AnomalyUnknownType, AnomalyFutureCursor,
 	AnomalyConsumerTooSlow, AnomalyErrorFrame, AnomalyOutdatedCursor, AnomalySeqGap,
-	AnomalyDuplicate, AnomalyInvalidSeq, AnomalyChainBreak, AnomalyChainUntracked, AnomalyUninverted}
+	AnomalyDuplicate, AnomalyLate, AnomalyInvalidSeq, AnomalyChainBreak, AnomalyChainUntracked, AnomalyUninverted}
 
 // Frame types (backstream_firehose_frames_total{type}).
 const (

@@ -1755,4 +1755,24 @@ var mutants = []Mutant{
 			{Pkg: "./repair", Run: "^TestAbsentAccountThatMovedIsNotDeleted$"},
 		},
 	},
+	{
+		ID: "m193", Invariant: "G1",
+		Name: "a late frame (below the last accepted seq, under one never accepted: a relay delivering out of order) dropped as a duplicate, with no gap",
+		File: "firehose/gap.go",
+		Old:  "\t\t\tcase r.seq != seq:\n\t\t\t\tc.m.anomaly(AnomalyLate)\n\t\t\t\treturn seqLate\n",
+		New:  "\t\t\tcase r.seq != seq:\n\t\t\t\tc.m.anomaly(AnomalyDuplicate)\n\t\t\t\treturn seqDrop\n",
+		Tests: []Test{
+			{Pkg: "./firehose", Run: "^TestLateFrameArchivedOnce$"},
+		},
+	},
+	{
+		ID: "m194", Invariant: "G1",
+		Name: "another event under an accepted seq (a relay gone back in its sequence by less than the threshold) taken for a duplicate: its new events lost",
+		File: "firehose/gap.go",
+		Old:  "\t\t\tcase r.key != c.frameKey(f):\n",
+		New:  "\t\t\tcase false && r.key != c.frameKey(f):\n",
+		Tests: []Test{
+			{Pkg: "./firehose", Run: "^TestRewoundRelayNewEventsArchived$"},
+		},
+	},
 }

@@ -1,0 +1,137 @@
+package firehose
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/backstream/backstream/archive"
+)
+
+// upstreamSeqs are the relay seqs of rows, in archive order.
+func upstreamSeqs(rows []archive.Event) []int64 {
+	out := make([]int64, len(rows))
+	for i, r := range rows {
+		out[i] = r.UpstreamSeq
+	}
+	return out
+}
+
+// TestLateFrameArchivedOnce: a relay delivering out of order sends seq 3
+// after seq 4. The late frame was never accepted (4 skipped it), so it is
+// no duplicate: its row is archived, cursor/relay stays at 4, and a
+// seq_regression gap covering it is recorded in its unit, so the repair
+// pass audits what its late effect may have put out of order. A second
+// delivery of it, and a replay of seq 2, are true duplicates: dropped and
+// counted, never archived twice.
+func TestLateFrameArchivedOnce(t *testing.T) {
+	wd := buildWorld(t, 3)
+	dids := activeDIDs(wd)
+	s := openStore(t)
+	w := newWriter(t, s, false)
+	c, m := newConsumer(t, Config{Writer: w, Mode: ModeLive, GapIDs: gapIDsFrom(t, 1)})
+	ctx := context.Background()
+	handle := func(b []byte) {
+		t.Helper()
+		if err := c.Handle(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f1 := encode(t, must(t)(wd.SetHandle(dids[0], "one.test")), 1)
+	f2 := encode(t, must(t)(wd.SetHandle(dids[0], "two.test")), 2)
+	f4 := encode(t, must(t)(wd.SetHandle(dids[0], "four.test")), 4)
+	f3 := encode(t, must(t)(wd.SetStatus(dids[1], "deactivated")), 3)
+	f5 := encode(t, must(t)(wd.SetHandle(dids[0], "five.test")), 5)
+	handle(f1)
+	handle(f2)
+	handle(f4)
+	handle(f3) // late: never seen
+	if _, err := w.Apply(ctx, &archive.Unit{}); err != nil { // every unit before it applied
+		t.Fatal(err)
+	}
+	if got := relayCursor(t, s); got != 4 {
+		t.Fatalf("cursor/relay %d after the late seq 3, want 4 (a late frame never moves it back)", got)
+	}
+	handle(f3) // seen: a duplicate
+	handle(f2) // a replay
+	handle(f5)
+	waitDurable(t, c, 5)
+	rows := readLog(t, s, false)
+	if got := upstreamSeqs(rows); !slices.Equal(got, []int64{1, 2, 4, 3, 5}) {
+		t.Fatalf("rows of relay seqs %v, want [1 2 4 3 5]: the late frame once, the duplicates dropped", got)
+	}
+	if rows[3].Kind != archive.KindAccount || rows[3].DID != dids[1] {
+		t.Fatalf("late row %+v, want the #account of %s", rows[3], dids[1])
+	}
+	gs := gapsOf(t, s)
+	if len(gs) != 1 || gs[0].Kind != archive.GapSeqRegression || gs[0].FromSeq != 4 || gs[0].ToSeq != 3 || !gs[0].Open() {
+		t.Fatalf("gaps %+v, want one open seq_regression from 4 to 3", gs)
+	}
+	if got := relayCursor(t, s); got != 5 {
+		t.Fatalf("cursor/relay %d, want 5", got)
+	}
+	if n := counter(m.anomalies, AnomalyDuplicate); n != 2 {
+		t.Fatalf("anomalies{duplicate} = %d, want 2", n)
+	}
+	if n := counter(m.anomalies, AnomalyLate); n != 1 {
+		t.Fatalf("anomalies{late} = %d, want 1", n)
+	}
+}
+
+// TestRewoundRelayNewEventsArchived: a relay restored from a backup
+// rewinds its sequence by 50, less than the gap threshold, without a
+// restart notice, and sends 50 new events under seqs already accepted.
+// They are not the frames accepted under those seqs, so they are no
+// duplicates: the first of them starts the relay's new sequence (a
+// seq_regression gap, cursor/relay following it) and every new event is
+// archived. A replay of one of them afterwards is still a duplicate.
+func TestRewoundRelayNewEventsArchived(t *testing.T) {
+	wd := buildWorld(t, 3)
+	dids := activeDIDs(wd)
+	s := openStore(t)
+	w := newWriter(t, s, false)
+	c, m := newConsumer(t, Config{Writer: w, Mode: ModeLive, GapIDs: gapIDsFrom(t, 1)})
+	ctx := context.Background()
+	handle := func(b []byte) {
+		t.Helper()
+		if err := c.Handle(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for seq := int64(1); seq <= 100; seq++ {
+		handle(encode(t, must(t)(wd.SetHandle(dids[0], fmt.Sprintf("old%d.test", seq))), seq))
+	}
+	var replay []byte
+	for seq := int64(51); seq <= 110; seq++ { // the restored relay's new events
+		b := encode(t, must(t)(wd.SetHandle(dids[1], fmt.Sprintf("new%d.test", seq))), seq)
+		handle(b)
+		if seq == 60 {
+			replay = b
+		}
+	}
+	handle(replay)
+	waitFor(t, 10*time.Second, "durable seq 110", func() bool { return c.LastDurable() == 110 })
+	rows := readLog(t, s, false)
+	var newRows int
+	for _, r := range rows {
+		if r.DID == dids[1] {
+			newRows++
+		}
+	}
+	if len(rows) != 160 || newRows != 60 {
+		t.Fatalf("%d rows, %d of them the restored relay's, want 160 and 60 (its 50 events under old seqs lost as duplicates: %d dropped)",
+			len(rows), newRows, counter(m.anomalies, AnomalyDuplicate))
+	}
+	gs := gapsOf(t, s)
+	if len(gs) != 1 || gs[0].Kind != archive.GapSeqRegression || gs[0].FromSeq != 100 || gs[0].ToSeq != 51 {
+		t.Fatalf("gaps %+v, want one seq_regression from 100 to 51", gs)
+	}
+	if got := relayCursor(t, s); got != 110 {
+		t.Fatalf("cursor/relay %d, want 110", got)
+	}
+	if n := counter(m.anomalies, AnomalyDuplicate); n != 1 {
+		t.Fatalf("anomalies{duplicate} = %d, want 1 (the replay of 60)", n)
+	}
+}
