@@ -66,9 +66,10 @@ func (s *Store) Gap(id uint64) (Gap, error) {
 // GapIDs hands out gap ids to everyone who records gaps in one process (the
 // firehose consumers, the repair runner's scheduled audits), so two never
 // take the same one. It also keeps the newest gap the consumers recorded
-// (Record) until its repair pass begins (Begin): a later hole extends that
-// gap instead of adding a row, so a relay breaking its stream on every
-// frame costs one open gap and one pass, not a row and a pass per frame.
+// (Record) until its repair pass begins (Begin), and takes it up again
+// after a restart (NewGapIDs): a later hole extends that gap instead of
+// adding a row, so a relay breaking its stream on every frame costs one
+// open gap and one pass, not a row and a pass per frame.
 // Safe for concurrent use.
 type GapIDs struct {
 	next atomic.Uint64
@@ -120,7 +121,14 @@ func (g *GapIDs) Begin(id uint64) {
 	}
 }
 
-// NewGapIDs starts after the highest gap id in s.
+// NewGapIDs starts after the highest gap id in s. It also takes up the
+// newest gap a firehose consumer recorded when it is open and its repair
+// pass has not begun (no audit/<id> row: the pass waits for the stream to
+// catch up), as the process that recorded it kept it: a hole found after
+// a restart extends that gap instead of adding one, and so costs no pass
+// of its own. A pass that began and stopped before its first position
+// was durable begins again from the start, so extending its gap loses
+// nothing.
 func NewGapIDs(s *Store) (*GapIDs, error) {
 	id, err := s.NextGapID()
 	if err != nil {
@@ -128,6 +136,25 @@ func NewGapIDs(s *Store) (*GapIDs, error) {
 	}
 	g := &GapIDs{}
 	g.next.Store(id)
+	gs, err := s.Gaps()
+	if err != nil {
+		return nil, err
+	}
+	for i := len(gs) - 1; i >= 0; i-- {
+		if !gs[i].Kind.Found() {
+			continue
+		}
+		if gs[i].Open() {
+			switch _, err := s.Audit(gs[i].ID); {
+			case errors.Is(err, ErrNotFound):
+				open := gs[i]
+				g.open = &open
+			case err != nil:
+				return nil, err
+			}
+		}
+		break
+	}
 	return g, nil
 }
 

@@ -446,6 +446,17 @@ func (k GapKind) String() string {
 	return fmt.Sprintf("gap_kind(%d)", uint8(k))
 }
 
+// Found reports whether a firehose consumer records gaps of kind k (the
+// holes it finds in the relay's stream), which a later hole extends
+// while their pass has not begun (GapIDs).
+func (k GapKind) Found() bool {
+	switch k {
+	case GapOutdatedCursor, GapFutureCursor, GapSeqRegression, GapSeqSkip:
+		return true
+	}
+	return false
+}
+
 // GapKinds lists every valid kind (metric labels).
 func GapKinds() []GapKind {
 	ks := make([]GapKind, 0, len(gapKindNames)-1)

@@ -98,8 +98,10 @@
 //     accepted after it, the unit that moves cursor/relay past it (a
 //     FutureCursor gap is also recorded at once, cursor unmoved). A hole
 //     found while the newest gap the consumers recorded has no repair pass
-//     begun extends that gap instead of adding a row (archive.GapIDs.Record:
-//     same id, kind and FromSeq; the new hole's ToSeq and found time). A
+//     begun (in this process, or open with no audit/ position when it
+//     started: archive.NewGapIDs) extends that gap instead of adding a
+//     row (archive.GapIDs.Record: same id, kind and FromSeq; the new
+//     hole's ToSeq and found time). A
 //     relay that restarted its sequence is followed from its live tip, and
 //     that unit resets cursor/relay (SeqCursor.Reset) at once: the writer
 //     keeps the cursor in the old sequence until every earlier unit is

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/vfs"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/backstream/backstream/archive"
@@ -338,5 +339,62 @@ func TestGapBegunIsNotExtended(t *testing.T) {
 	gs = gapsOf(t, s)
 	if len(gs) != 2 || gs[0] != first || gs[1].FromSeq != 10*n || gs[1].ToSeq != 20*n {
 		t.Fatalf("gaps %+v after the pass of %+v began, want it unchanged and one new gap from %d to %d", gs, first, 10*n, 20*n)
+	}
+}
+
+// TestWaitingGapAdoptedAfterRestart: a gap whose repair pass has not begun
+// (no audit/ row: the pass waits for the stream) is still extended by a
+// hole found after a restart, as it is within a process: the restart
+// costs no pass of its own. A gap whose pass began (its audit/ row
+// durable) is not: the next hole makes a new gap.
+func TestWaitingGapAdoptedAfterRestart(t *testing.T) {
+	frames := seqSkipFrames(t, 3) // seqs 10, 20, 30: each a hole over the threshold of 3
+	fs := vfs.NewMem()
+	s := openStoreFS(t, fs)
+	w := newWriter(t, s, false)
+	seedCursor(t, w, 1)
+	ctx := context.Background()
+	// run is one process: the store's gap ids, a consumer from cursor/relay,
+	// one frame; it stops with its store closed.
+	run := func(f msg, before func(*archive.Writer)) {
+		t.Helper()
+		if before != nil {
+			before(w)
+		}
+		ids, err := archive.NewGapIDs(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := relayCursor(t, s)
+		c, _ := newConsumer(t, Config{Writer: w, Mode: ModeLive, Cursor: &start, GapIDs: ids, GapThreshold: 3})
+		if err := c.Handle(ctx, f.data); err != nil {
+			t.Fatal(err)
+		}
+		waitDurable(t, c, f.seq)
+		w.Close()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s = openStoreFS(t, fs)
+		w = newWriter(t, s, false)
+	}
+	run(frames[0], nil)
+	run(frames[1], nil)
+	gs := gapsOf(t, s)
+	if len(gs) != 1 || gs[0].ID != 1 || gs[0].Kind != archive.GapSeqSkip || gs[0].FromSeq != 1 || gs[0].ToSeq != 20 || !gs[0].Open() {
+		t.Fatalf("gaps %+v after a hole in each of two runs, the first gap's pass not begun; want gap 1 from 1 extended to 20", gs)
+	}
+	run(frames[2], func(w *archive.Writer) { // gap 1's pass began: its position is durable
+		kv, err := archive.AuditPut(1, archive.Audit{Phase: archive.AuditList})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := w.Apply(ctx, &archive.Unit{Puts: []archive.KV{kv}}); err != nil || r.Refused != nil {
+			t.Fatalf("audit/1: %v, %v", err, r.Refused)
+		}
+	})
+	gs = gapsOf(t, s)
+	if len(gs) != 2 || gs[0].ToSeq != 20 || gs[1].ID != 2 || gs[1].FromSeq != 20 || gs[1].ToSeq != 30 {
+		t.Fatalf("gaps %+v after a hole in a run where gap 1's pass had begun; want gap 1 unchanged and gap 2 from 20 to 30", gs)
 	}
 }

@@ -48,7 +48,8 @@ func TestLateFrameArchivedOnce(t *testing.T) {
 	handle(f2)
 	handle(f4)
 	handle(f3) // late: never seen
-	if _, err := w.Apply(ctx, &archive.Unit{}); err != nil { // every unit before it applied
+	// Every unit before this one is applied when it is.
+	if _, err := w.Apply(ctx, &archive.Unit{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := relayCursor(t, s); got != 4 {

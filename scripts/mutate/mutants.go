@@ -1775,4 +1775,14 @@ var mutants = []Mutant{
 			{Pkg: "./firehose", Run: "^TestRewoundRelayNewEventsArchived$"},
 		},
 	},
+	{
+		ID: "m195", Invariant: "G1",
+		Name: "the newest gap the consumers recorded, open with no repair position, not taken up at start (a hole after a restart costs a pass of its own)",
+		File: "archive/gaps.go",
+		Old:  "\t\t\t\tg.open = &open\n",
+		New:  "\t\t\t\t_ = open\n",
+		Tests: []Test{
+			{Pkg: "./firehose", Run: "^TestWaitingGapAdoptedAfterRestart$"},
+		},
+	},
 }
