@@ -25,7 +25,7 @@ type healOptions struct {
 
 func healFlags(fs *flagSet) {
 	fs.Duration("max-stale", node.DefaultMaxStale, "/readyz answers 503 while the archive is more than this behind the relay (the last event applied is older, or the relay refuses every cursor) or a gap in it is open")
-	fs.Int("gap-threshold", firehose.DefaultGapThreshold, "relay seqs skipped between two frames beyond which the skip is recorded as a gap (and repaired), not only counted")
+	fs.Int("gap-threshold", firehose.DefaultGapThreshold, "relay seqs skipped between two frames beyond which the skip is recorded as a gap (and repaired), not only counted; also the window of accepted seqs within which a frame below the last is told a duplicate from a late or new one")
 	fs.Duration("repair-period", repair.DefaultPeriod, "pause between two looks of the repair runner at the open gaps (and at whether a pass's replacements have finished)")
 	fs.Duration("audit-interval", repair.DefaultAuditInterval, "record a scheduled audit this long after the last gap: its pass compares every account's listed rev with the archive (0 = off)")
 	fs.Int("repair-max-absent", repair.DefaultMaxAbsent, "a repair pass asks the status of each account no listing named whose records the archive keeps (active, deactivated or suspended: a deletion lost in a gap), at most this many a pass (more absent: the next ones in DID order each pass)")
