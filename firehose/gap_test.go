@@ -222,13 +222,13 @@ func TestBehindQuietRelay(t *testing.T) {
 // connection: a gap, and cursor/relay follows the new sequence. Dropping
 // them all as duplicates loses the new sequence's first events with no
 // gap/ row, and the cursor moves on past them once the new sequence
-// climbs above the old one. Here the new sequence's frames under 1 and 2
-// lie below the window of accepted frames (the threshold's 3 seqs) and
-// are dropped; its frame under 3 is not the frame accepted under 3 (its
-// time differs), so the new sequence starts there.
+// climbs above the old one. Here the new sequence begins with the very
+// frames accepted under 1 to 5 (duplicates, in the window of accepted
+// frames or below it), so only the count finds it: at 4, the fourth frame
+// below the last accepted seq in a row.
 func TestSeqRegressionMidConnection(t *testing.T) {
 	old := identityFrames(t, 5)
-	restarted := identityFrames(t, 20)
+	restarted := append(append([]msg(nil), old...), identityFrames(t, 20)[5:]...)
 	relay := newScriptRelay(t, func(i int, cursor *int64) session {
 		if i > 0 {
 			return session{hold: true}
@@ -245,8 +245,8 @@ func TestSeqRegressionMidConnection(t *testing.T) {
 	startRun(t, c)
 	waitDurable(t, c, 20)
 	gs := gapsOf(t, s)
-	if len(gs) != 1 || gs[0].Kind != archive.GapSeqRegression || gs[0].FromSeq != 5 || gs[0].ToSeq != 3 {
-		t.Fatalf("gaps %+v, want one seq_regression from 5 to 3 (duplicates dropped: %d)", gs, counter(m.anomalies, AnomalyDuplicate))
+	if len(gs) != 1 || gs[0].Kind != archive.GapSeqRegression || gs[0].FromSeq != 5 || gs[0].ToSeq != 4 {
+		t.Fatalf("gaps %+v, want one seq_regression from 5 to 4 (duplicates dropped: %d)", gs, counter(m.anomalies, AnomalyDuplicate))
 	}
 	if got := relayCursor(t, s); got != 20 {
 		t.Fatalf("cursor/relay %d, want 20", got)
