@@ -95,6 +95,11 @@ type Config struct {
 	// GapIDs hands out the ids of the gap/ rows this consumer records
 	// (nil: ids from 1, for a store without gaps).
 	GapIDs *archive.GapIDs
+	// Store (live mode) is the archive whose revs tell a #commit or #sync
+	// below the window of recently accepted frames (checkSeq) a new event,
+	// not a duplicate: its rev is newer than the account's archived one.
+	// Nil: every frame below the window is a duplicate.
+	Store *archive.Store
 	// GapThreshold is the largest seq skip counted only as an anomaly
 	// (default DefaultGapThreshold; a larger one is a gap).
 	GapThreshold int64
@@ -407,9 +412,9 @@ func (c *Consumer) handleFrame(ctx context.Context, f *upstream.Frame, err error
 		c.m.anomaly(AnomalyInvalidSeq)
 		return nil
 	}
-	rule := c.checkSeq(f, seq)
-	if rule == seqDrop {
-		return nil
+	rule, err := c.checkSeq(f, seq)
+	if err != nil || rule == seqDrop {
+		return err
 	}
 	if v == nil {
 		v = &verdict{}

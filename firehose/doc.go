@@ -70,7 +70,9 @@
 //     window of the frames accepted under the last GapThreshold seqs
 //     (checkSeq); within the window, one under a seq never accepted is
 //     late (archived, cursor/relay unmoved, a gap recorded), and another
-//     event under an accepted seq is a regression (below). An
+//     event under an accepted seq is a regression (below); below it, live,
+//     a #commit or #sync whose rev is newer than the account's archived
+//     one (Config.Store) is late too. An
 //     invalid DID or rev (the grammars of syntax.ParseDID / ParseTID, checked
 //     by upstream.ValidDID / ValidTID) drops the whole event; an invalid
 //     collection, rkey, action, a missing record block, or one that is not

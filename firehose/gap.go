@@ -17,6 +17,7 @@ package firehose
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"log/slog"
@@ -80,7 +81,10 @@ type recentFrame struct {
 // the frame goes on as the first of the new sequence. A frame under a seq
 // never accepted (the relay delivered out of order) is late: processed
 // without moving the position, and noted as a gap (seqLate). Below the
-// window a frame is a duplicate, unless frames stay below the last
+// window (before this process started, say) a #commit or #sync whose rev
+// is newer than the account's archived one is late too (newerThanArchived:
+// a relay that went back in its sequence while we were down). Below the
+// window any other frame is a duplicate, unless frames stay below the last
 // accepted seq (the dialed cursor, or a frame this connection brought)
 // for more than the threshold in a row: they come from a relay that
 // restarted its sequence without saying FutureCursor, before the
@@ -88,11 +92,11 @@ type recentFrame struct {
 // re-sending a few frames, reaches the cursor soon), and that frame too
 // goes on as the first of the new sequence. A skip above the threshold is
 // noted as a gap.
-func (c *Consumer) checkSeq(f *upstream.Frame, seq int64) seqRule {
+func (c *Consumer) checkSeq(f *upstream.Frame, seq int64) (seqRule, error) {
 	if !c.hasPos {
 		c.below = 0
 		c.forget(seq - 1) // a new position: nothing before it was seen
-		return seqNext
+		return seqNext, nil
 	}
 	switch {
 	case seq <= c.last:
@@ -100,20 +104,25 @@ func (c *Consumer) checkSeq(f *upstream.Frame, seq int64) seqRule {
 			switch {
 			case r.seq != seq:
 				c.m.anomaly(AnomalyLate)
-				return seqLate
+				return seqLate, nil
 			case r.key != c.frameKey(f):
 				c.noteGap(archive.GapSeqRegression, true)
 				c.forgetAbove(seq - 1)
 				c.below = 0
-				return seqNext
+				return seqNext, nil
 			}
+		} else if newer, err := c.newerThanArchived(f); err != nil {
+			return seqDrop, err
+		} else if newer {
+			c.m.anomaly(AnomalyLate)
+			return seqLate, nil
 		}
 		c.m.anomaly(AnomalyDuplicate)
 		if seq == c.last {
-			return seqDrop
+			return seqDrop, nil
 		}
 		if c.below++; c.below <= c.cfg.GapThreshold {
-			return seqDrop
+			return seqDrop, nil
 		}
 		c.noteGap(archive.GapSeqRegression, true)
 		c.forget(seq - 1)
@@ -124,7 +133,38 @@ func (c *Consumer) checkSeq(f *upstream.Frame, seq int64) seqRule {
 		}
 	}
 	c.below = 0
-	return seqNext
+	return seqNext, nil
+}
+
+// newerThanArchived reports whether f, live, is a #commit or #sync whose
+// rev is newer than its account's archived rev (rev/): an event the
+// archive does not hold, whatever its seq. An account the archive has no
+// rev for tells nothing (false). A rev/ row that cannot be read is our
+// own store failing: an error.
+func (c *Consumer) newerThanArchived(f *upstream.Frame) (bool, error) {
+	if c.cfg.Store == nil || c.cfg.Mode != ModeLive {
+		return false, nil
+	}
+	var did, rev string
+	switch {
+	case f.Commit != nil:
+		did, rev = f.Commit.Repo, f.Commit.Rev
+	case f.Sync != nil:
+		did, rev = f.Sync.Did, f.Sync.Rev
+	default:
+		return false, nil
+	}
+	if !upstream.ValidDID(did) || !upstream.ValidTID(rev) {
+		return false, nil
+	}
+	cur, err := c.cfg.Store.Rev(did)
+	switch {
+	case errors.Is(err, archive.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("firehose: a frame below the window: %w", err)
+	}
+	return rev > cur, nil
 }
 
 // recentAt returns the slot of seq in the window of accepted frames; ok

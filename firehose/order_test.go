@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/oracle/world"
 )
 
 // upstreamSeqs are the relay seqs of rows, in archive order.
@@ -134,5 +135,65 @@ func TestRewoundRelayNewEventsArchived(t *testing.T) {
 	}
 	if n := counter(m.anomalies, AnomalyDuplicate); n != 1 {
 		t.Fatalf("anomalies{duplicate} = %d, want 1 (the replay of 60)", n)
+	}
+}
+
+// TestRewoundRelayAfterRestart: the relay went back in its sequence while
+// backstream was down, and sends new events under seqs below the cursor
+// it resumes from, with no restart notice. This process accepted none of
+// them, so no window tells them apart; but a commit whose rev is newer
+// than the account's archived one is no duplicate: archived as a late
+// frame, with a gap covering it. A replayed commit the archive holds is
+// still a duplicate.
+func TestRewoundRelayAfterRestart(t *testing.T) {
+	wd := buildWorld(t, 3)
+	dids := activeDIDs(wd)
+	post := func(i int) world.Event {
+		return must(t)(wd.CreateRecord(dids[i%len(dids)], "app.bsky.feed.post", "", map[string]any{
+			"$type": "app.bsky.feed.post", "text": fmt.Sprint(i), "createdAt": "2024-01-01T00:00:00Z"}))
+	}
+	s := openStore(t)
+	w := newWriter(t, s, false)
+	ctx := context.Background()
+	c1, _ := newConsumer(t, Config{Writer: w, Mode: ModeLive, Store: s})
+	var old [][]byte
+	for seq := int64(1); seq <= 100; seq++ {
+		b := encode(t, post(int(seq)), seq)
+		old = append(old, b)
+		if err := c1.Handle(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitDurable(t, c1, 100)
+	before := len(readLog(t, s, false))
+
+	start := int64(100) // the restart
+	c, m := newConsumer(t, Config{Writer: w, Mode: ModeLive, Store: s, Cursor: &start, GapIDs: gapIDsFrom(t, 1)})
+	handle := func(b []byte) {
+		t.Helper()
+		if err := c.Handle(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	handle(old[39]) // a replay of seq 40
+	for seq := int64(51); seq <= 60; seq++ {
+		handle(encode(t, post(int(seq)), seq)) // the restored relay's new commits
+	}
+	handle(encode(t, post(101), 101))
+	waitDurable(t, c, 101)
+	rows := readLog(t, s, false)
+	var got []int64
+	for _, r := range rows[before:] {
+		got = append(got, r.UpstreamSeq)
+	}
+	if want := []int64{51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 101}; !slices.Equal(got, want) {
+		t.Fatalf("rows after the restart of relay seqs %v, want %v (duplicates dropped: %d)", got, want, counter(m.anomalies, AnomalyDuplicate))
+	}
+	gs := gapsOf(t, s)
+	if len(gs) != 1 || gs[0].Kind != archive.GapSeqRegression || gs[0].FromSeq != 100 || gs[0].ToSeq != 60 {
+		t.Fatalf("gaps %+v, want one seq_regression from 100 extended to 60", gs)
+	}
+	if n := counter(m.anomalies, AnomalyDuplicate); n != 1 {
+		t.Fatalf("anomalies{duplicate} = %d, want 1 (the replay of 40)", n)
 	}
 }

@@ -366,7 +366,7 @@ func (r *runner) steady(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: r.cfg.Writer, Mode: firehose.ModeLive, Cursor: cursor, Identity: r.cfg.Identity, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "live"), Now: r.cfg.Now, Crash: r.cfg.Crash, OnEffects: r.cfg.OnLiveEffects,
+	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: r.cfg.Writer, Mode: firehose.ModeLive, Store: r.cfg.Store, Cursor: cursor, Identity: r.cfg.Identity, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "live"), Now: r.cfg.Now, Crash: r.cfg.Crash, OnEffects: r.cfg.OnLiveEffects,
 		GapIDs: r.cfg.GapIDs, GapThreshold: r.cfg.GapThreshold, UninvertedInterval: r.cfg.UninvertedInterval})
 	if err != nil {
 		return err

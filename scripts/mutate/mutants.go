@@ -1759,8 +1759,8 @@ var mutants = []Mutant{
 		ID: "m193", Invariant: "G1",
 		Name: "a late frame (below the last accepted seq, under one never accepted: a relay delivering out of order) dropped as a duplicate, with no gap",
 		File: "firehose/gap.go",
-		Old:  "\t\t\tcase r.seq != seq:\n\t\t\t\tc.m.anomaly(AnomalyLate)\n\t\t\t\treturn seqLate\n",
-		New:  "\t\t\tcase r.seq != seq:\n\t\t\t\tc.m.anomaly(AnomalyDuplicate)\n\t\t\t\treturn seqDrop\n",
+		Old:  "\t\t\tcase r.seq != seq:\n\t\t\t\tc.m.anomaly(AnomalyLate)\n\t\t\t\treturn seqLate, nil\n",
+		New:  "\t\t\tcase r.seq != seq:\n\t\t\t\tc.m.anomaly(AnomalyDuplicate)\n\t\t\t\treturn seqDrop, nil\n",
 		Tests: []Test{
 			{Pkg: "./firehose", Run: "^TestLateFrameArchivedOnce$"},
 		},
@@ -1783,6 +1783,16 @@ var mutants = []Mutant{
 		New:  "\t\t\t\t_ = open\n",
 		Tests: []Test{
 			{Pkg: "./firehose", Run: "^TestWaitingGapAdoptedAfterRestart$"},
+		},
+	},
+	{
+		ID: "m196", Invariant: "G1",
+		Name: "a commit below the window of accepted frames whose rev is newer than the archive's (a relay gone back in its sequence while backstream was down) taken for a duplicate",
+		File: "firehose/gap.go",
+		Old:  "\t\t} else if newer {\n",
+		New:  "\t\t} else if false && newer {\n",
+		Tests: []Test{
+			{Pkg: "./firehose", Run: "^TestRewoundRelayAfterRestart$"},
 		},
 	},
 }
