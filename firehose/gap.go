@@ -7,13 +7,13 @@ package firehose
 // as a gap/ row in the unit of the next frame it accepts, the unit that
 // moves cursor/relay past it; a late frame's own unit records the gap
 // covering it. It also keeps the window of recently accepted frames that
-// tells a duplicate from a late or a new frame (checkSeq). A hole found while the newest gap recorded
-// has no repair pass begun (nor has waited long for the stream, the repair
-// runner says which: archive.GapIDs.Begin) extends that gap
-// (archive.GapIDs.Record). A relay that restarted its sequence also resets
-// cursor/relay to the new sequence in that unit. Until that unit is
-// submitted nothing moved: a crash re-dials from the old cursor and the
-// relay tells the same story again.
+// tells a duplicate from a late or a new frame (checkSeq). A hole found
+// while the newest gap recorded has no repair pass begun (nor has waited
+// long for the stream, the repair runner says which: archive.GapIDs.Begin)
+// extends that gap (archive.GapIDs.Record). A relay that restarted its
+// sequence also resets cursor/relay to the new sequence in that unit.
+// Until that unit is submitted nothing moved: a crash re-dials from the
+// old cursor and the relay tells the same story again.
 
 import (
 	"context"
