@@ -184,7 +184,7 @@ func newLogger(fs *flagSet, stderr io.Writer) (*slog.Logger, error) {
 			}
 		}
 	}
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationString}
 	switch format {
 	case "text":
 		return slog.New(slog.NewTextHandler(stderr, opts)), nil
@@ -192,4 +192,14 @@ func newLogger(fs *flagSet, stderr io.Writer) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(stderr, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// durationString writes a time.Duration attribute as the text format does,
+// a Go duration string ("1.5s"), in both formats: JSON's own encoding is an
+// integer of nanoseconds, which no operator reads or greps as a time.
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/oracle"
@@ -200,5 +202,43 @@ func TestStatusJSON(t *testing.T) {
 	code, _, stderr = runCLI(t, nil, "status", "--data-dir", dir)
 	if code != 1 || !strings.Contains(stderr, "another backstream") {
 		t.Fatalf("held store: code %d, %q", code, stderr)
+	}
+}
+
+// TestLogDurations: a time.Duration attribute reads the same in both log
+// formats, as a Go duration string ("1.5s"), not JSON's integer
+// nanoseconds: one attribute of a record, one given With, one in a group.
+func TestLogDurations(t *testing.T) {
+	for _, format := range []string{"json", "text"} {
+		t.Run(format, func(t *testing.T) {
+			cmds := commands()
+			fs, err := parseFlags(statusCommand(), cmds, []string{"--log-format", format}, nil, &bytes.Buffer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			log, err := newLogger(fs, &out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			log.With("bound", time.Minute).Info("checkpoint written", "took", 1500*time.Millisecond,
+				slog.Group("pass", "wait", 250*time.Microsecond))
+			line := out.String()
+			var want []string
+			if format == "json" {
+				want = []string{`"took":"1.5s"`, `"bound":"1m0s"`, `"pass":{"wait":"250µs"}`}
+				var m map[string]any
+				if err := json.Unmarshal([]byte(line), &m); err != nil {
+					t.Fatalf("not one JSON line: %v: %s", err, line)
+				}
+			} else {
+				want = []string{"took=1.5s", "bound=1m0s", "pass.wait=250µs"}
+			}
+			for _, w := range want {
+				if !strings.Contains(line, w) {
+					t.Errorf("%s log line lacks %s: %s", format, w, line)
+				}
+			}
+		})
 	}
 }
