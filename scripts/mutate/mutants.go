@@ -1795,4 +1795,14 @@ var mutants = []Mutant{
 			{Pkg: "./firehose", Run: "^TestRewoundRelayAfterRestart$"},
 		},
 	},
+	{
+		ID: "m201", Invariant: "H13",
+		Name: "the JSON log writes a duration as an integer of nanoseconds (took 1500000000), not as the text log's 1.5s",
+		File: "cmd/backstream/flags.go",
+		Old:  "opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationString}",
+		New:  "opts := &slog.HandlerOptions{Level: level}",
+		Tests: []Test{
+			{Pkg: "./cmd/backstream", Run: "^TestLogDurations$"},
+		},
+	},
 }
