@@ -227,8 +227,10 @@ func (s *Store) copyCheckpoint(d *destCalls, staging, partial string) error {
 	return d.call("a sync of "+partial, func() error { return syncDir(s.fs, partial) })
 }
 
-// copyFile copies src, a staged file, to dst, a chunk per timed call, and
-// syncs it.
+// copyFile copies src, a staged file, to dst, a chunk per timed call,
+// each chunk flushed to the device as it is written (a call that waits
+// for at most about a chunk: the stall bound is one call with no
+// progress, not the file's total), and syncs it.
 func (s *Store) copyFile(d *destCalls, src, dst string, buf []byte) (err error) {
 	in, err := s.pfs.Open(src, vfs.SequentialReadsOption)
 	if err != nil {
@@ -248,11 +250,24 @@ func (s *Store) copyFile(d *destCalls, src, dst string, buf []byte) (err error) 
 			err = cerr
 		}
 	}()
+	var written int64
 	for {
 		n, rerr := in.Read(buf)
 		if n > 0 {
 			if err := d.call("a write of "+dst, func() error {
 				_, err := out.Write(buf[:n])
+				return err
+			}); err != nil {
+				return err
+			}
+			written += int64(n)
+			// Each chunk is flushed as it is written, so no call waits on
+			// more than about a chunk of the device's work: a volume that
+			// writes slowly but steadily answers every call within the
+			// bound, whatever the file's size, where one sync at the end
+			// would wait for the whole file.
+			if err := d.call("a sync of "+dst, func() error {
+				_, err := out.SyncTo(written)
 				return err
 			}); err != nil {
 				return err
