@@ -1805,4 +1805,14 @@ var mutants = []Mutant{
 			{Pkg: "./cmd/backstream", Run: "^TestLogDurations$"},
 		},
 	},
+	{
+		ID: "m202", Invariant: "H8",
+		Name: "a checkpoint's copied file is flushed only by one sync at its end (a slow but steady backup volume fails as stuck)",
+		File: "archive/checkpoint.go",
+		Old:  "\t\t\t\t_, err := out.SyncTo(written)\n\t\t\t\treturn err\n",
+		New:  "\t\t\t\treturn nil\n",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestCheckpointSlowDestination$"},
+		},
+	},
 }
