@@ -44,6 +44,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/internal/diskspace"
+	"github.com/backstream/backstream/internal/loglimit"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -166,6 +167,74 @@ type checkpointHandler struct {
 	ended      time.Time // when the last checkpoint that wrote anything ended
 	stuck      string    // a read-back given up on and still open; "" none
 	stuckSince time.Time
+	// What /status shows (status): the checkpoint running ("" none) and
+	// since when, the last one written (zero: none since the start) and
+	// where, the last one that began and failed and its error, cut to
+	// checkpointErrorMax bytes.
+	runTo    string
+	runSince time.Time
+	okAt     time.Time
+	okTo     string
+	failAt   time.Time
+	failErr  string
+}
+
+// checkpointErrorMax bounds the last failure's error as /status shows it
+// (a destination's path is in it, more than once).
+const checkpointErrorMax = 500
+
+// statusCheckpoint is the report's "checkpoint" section (serve's /status
+// with a --backup-dir): what backstream_checkpoint_failed_total and the
+// last success's gauge count, with the state a counter cannot show.
+type statusCheckpoint struct {
+	BackupDir string `json:"backup_dir"`
+	// Running is the checkpoint under way: its destination and since when.
+	Running *statusCheckpointCall `json:"running,omitempty"`
+	// Stuck is the call of an earlier checkpoint given up on (500) that has
+	// not returned (on its destination, or its read-back's read), and
+	// since when: no checkpoint starts until it does (409).
+	Stuck         *statusCheckpointCall `json:"stuck,omitempty"`
+	LastSuccessAt *time.Time            `json:"last_success_at,omitempty"`
+	LastSuccessTo string                `json:"last_success_to,omitempty"`
+	LastFailureAt *time.Time            `json:"last_failure_at,omitempty"`
+	LastError     string                `json:"last_error,omitempty"` // the last failure's, cut to checkpointErrorMax bytes (loglimit.Clip)
+}
+
+// statusCheckpointCall is a checkpoint (To) or one of its calls (Call),
+// and since when.
+type statusCheckpointCall struct {
+	To    string    `json:"to,omitempty"`
+	Call  string    `json:"call,omitempty"`
+	Since time.Time `json:"since"`
+}
+
+// status is the report's "checkpoint" section for store (nil before it
+// is open); nil without a --backup-dir, where no checkpoint is taken.
+func (h *checkpointHandler) status(store *archive.Store) *statusCheckpoint {
+	if h.backupDir == "" {
+		return nil
+	}
+	st := &statusCheckpoint{BackupDir: h.backupDir}
+	if store != nil {
+		if call, since := h.stuckCall(store); call != "" {
+			st.Stuck = &statusCheckpointCall{Call: call, Since: since.UTC()}
+		}
+	}
+	at := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		t = t.UTC()
+		return &t
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.runTo != "" {
+		st.Running = &statusCheckpointCall{To: h.runTo, Since: h.runSince.UTC()}
+	}
+	st.LastSuccessAt, st.LastSuccessTo = at(h.okAt), h.okTo
+	st.LastFailureAt, st.LastError = at(h.failAt), h.failErr
+	return st
 }
 
 // Checkpoint refusal reasons (backstream_checkpoint_refused_total).
@@ -209,8 +278,10 @@ func (s *server) checkpointEndpoint() http.Handler {
 	if s.reg != nil {
 		s.reg.MustRegister(refused, failed, lastOK)
 	}
-	return &checkpointHandler{checkpointConfig: s.ck, store: s.openStore, log: log.With("component", "checkpoint"), now: time.Now, stat: diskspace.Stat,
+	h := &checkpointHandler{checkpointConfig: s.ck, store: s.openStore, log: log.With("component", "checkpoint"), now: time.Now, stat: diskspace.Stat,
 		refused: refused, failed: failed, lastOK: lastOK}
+	s.set(func(s *server) { s.ckh = h })
+	return h
 }
 
 // proxyHeaders mark a request forwarded by a proxy: its loopback source
@@ -253,13 +324,22 @@ func (h *checkpointHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		answerJSON(w, no.code, checkpointError{Error: no.msg})
 		return
 	}
+	h.mu.Lock()
+	h.runTo, h.runSince = to, h.now()
+	h.mu.Unlock()
 	res, readBack, err := h.checkpoint(store, to)
 	h.untilReleased(readBack, "the read-back of "+to)
-	if !errors.Is(err, archive.ErrCheckpointDest) && !errors.Is(err, archive.ErrCheckpointNoRoom) { // refused: nothing written
-		h.mu.Lock()
-		h.ended = h.now()
-		h.mu.Unlock()
+	refused := errors.Is(err, archive.ErrCheckpointDest) || errors.Is(err, archive.ErrCheckpointNoRoom) // nothing written
+	h.mu.Lock()
+	h.runTo = ""
+	switch now := h.now(); {
+	case refused:
+	case err != nil:
+		h.ended, h.failAt, h.failErr = now, now, loglimit.Clip(err.Error(), checkpointErrorMax)
+	default:
+		h.ended, h.okAt, h.okTo = now, now, res.To
 	}
+	h.mu.Unlock()
 	switch {
 	case errors.Is(err, archive.ErrCheckpointDest):
 		answerJSON(w, http.StatusConflict, checkpointError{Error: err.Error()})

@@ -483,6 +483,7 @@ type server struct {
 	enumerate string                   // --enumerate: how /status says discovery and repair list
 	roster    *bootstrap.RosterView    // /status's view of store's roster (statusJSON makes it); nil before
 	startup   *archive.Startup         // the one-time read a start waits for, as the store and bootstrap report it; nil: none shown
+	ckh       *checkpointHandler       // the admin checkpoint endpoint, whose state /status shows; nil without one
 }
 
 func newRegistry() *prometheus.Registry {
@@ -529,7 +530,7 @@ func (s *server) set(f func(s *server)) {
 // "phase" / "error" rather than failing the request.
 func (s *server) statusJSON() any {
 	s.mu.Lock()
-	store, w, n, state := s.store, s.w, s.node, s.state
+	store, w, n, state, ckh := s.store, s.w, s.node, s.state, s.ckh
 	if store != nil && s.roster == nil {
 		s.roster = bootstrap.NewRosterView(store)
 	}
@@ -587,6 +588,9 @@ func (s *server) statusJSON() any {
 	rep.LastErrors = s.recent.last()
 	if n != nil {
 		rep.NATS = n.NATSStatus()
+	}
+	if ckh != nil {
+		rep.Checkpoint = ckh.status(store)
 	}
 	return rep
 }

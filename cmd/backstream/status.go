@@ -75,6 +75,11 @@ type statusReport struct {
 	// node runs): what is due, queued and in flight, the hosts parked and
 	// until when, its passes and its jobs' results.
 	Retry *statusRetry `json:"retry,omitempty"`
+	// Checkpoint is the admin checkpoint endpoint's state (serve's
+	// /status with --backup-dir and an admin listener): the checkpoint
+	// running, the call of one given up on still out, the last written and
+	// the last failed (checkpoint.go).
+	Checkpoint *statusCheckpoint `json:"checkpoint,omitempty"`
 }
 
 // statusRetry is the report's "retry" section, the runner's Status.
