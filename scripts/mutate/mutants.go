@@ -1815,4 +1815,24 @@ var mutants = []Mutant{
 			{Pkg: "./archive", Run: "^TestCheckpointSlowDestination$"},
 		},
 	},
+	{
+		ID: "m203", Invariant: "H8",
+		Name: "the checkpoint running is not recorded (a stuck checkpoint shows nothing on /status until the request gives up)",
+		File: "cmd/backstream/checkpoint.go",
+		Old:  "\th.mu.Lock()\n\th.runTo, h.runSince = to, h.now()\n\th.mu.Unlock()\n",
+		New:  "",
+		Tests: []Test{
+			{Pkg: "./cmd/backstream", Run: "^TestStatusCheckpointStuck$"},
+		},
+	},
+	{
+		ID: "m204", Invariant: "H8",
+		Name: "a failed checkpoint's error is shown on /status whole, not cut to its bound",
+		File: "cmd/backstream/checkpoint.go",
+		Old:  "h.failErr = now, now, loglimit.Clip(err.Error(), checkpointErrorMax)",
+		New:  "h.failErr = now, now, loglimit.Clip(err.Error(), 1<<20)",
+		Tests: []Test{
+			{Pkg: "./cmd/backstream", Run: "^TestStatusCheckpointStuck$"},
+		},
+	},
 }
