@@ -56,6 +56,8 @@ const (
 	FaultDuplicateFrame      FaultKind = "duplicate_frame"       // frame sent twice
 	FaultDroppedFrame        FaultKind = "dropped_frame"         // frame swallowed for one connection (a real hole)
 	FaultSeqGap              FaultKind = "seq_gap"               // a seq number skipped in the history (no event lost)
+	FaultRewoundSequence     FaultKind = "rewound_sequence"      // the relay restored from a backup: its sequence went back, its next events reuse old seqs (RewindSequence)
+	FaultSilentFutureCursor  FaultKind = "silent_future_cursor"  // a cursor above the rewound relay's head served from its live tip, no FutureCursor (RewindSequence)
 	FaultInvalidRevCommit    FaultKind = "invalid_rev_commit"    // one-off #commit whose rev is not a TID, not applied to the world
 	FaultInvalidPathCommit   FaultKind = "invalid_path_commit"   // one-off #commit with an op under an invalid path, not applied
 	FaultSlowHost            FaultKind = "slow_host"             // a PDS request answered after SlowHost's delay
@@ -154,6 +156,7 @@ type Faults struct {
 	hostile    float64                 // HostileCommits rate
 	forged     float64                 // ForgedCommits rate
 	hideDel    int                     // HideDeletes: #commits with a delete op left to tamper with
+	rewound    int64                   // RewindSequence: seqs the relay last went back by (0: never, or cleared)
 	docs       map[string][]*step      // per-DID DID-document faults (FaultDIDNotFound, FaultDIDNoKey, FaultDIDWrongKey, FaultDIDSpelledPDS)
 	misattr    map[string]int          // DID → uses left of FaultMisattributed
 	misServe   map[string]int          // DID → misattributed redirects not yet served by the other host
@@ -196,7 +199,7 @@ func (f *Faults) Clear() {
 	f.slow = make(map[int]time.Duration)
 	f.slowGet = make(map[int]time.Duration)
 	f.down = make(map[int]time.Time)
-	f.listLoop, f.longCursor, f.gapRate, f.hostile, f.forged, f.hideDel = 0, 0, 0, 0, 0, 0
+	f.listLoop, f.longCursor, f.gapRate, f.hostile, f.forged, f.hideDel, f.rewound = 0, 0, 0, 0, 0, 0, 0
 	f.listShape, f.listLeft = "", 0
 	f.fh = firehoseFaults{}
 	f.docs = make(map[string][]*step)
@@ -985,6 +988,37 @@ func (f *Faults) SeqGaps(rate float64) {
 	f.mu.Unlock()
 }
 
+// RewindSequence models a relay restored from a backup taken n events ago:
+// its history loses its last n seqs (the head goes back by n, at least to
+// 0), every firehose connection drops (abruptly, as the relay restarts),
+// and its next events, the world's next changes, are sent under the seqs
+// it had already sent. The world is untouched: the accounts keep every
+// change, only the relay forgot that it streamed them. Knowing nothing of
+// the seqs above its head, the restored relay serves a cursor above it
+// from its live tip, with no FutureCursor (counted as
+// FaultSilentFutureCursor), until Clear; a consumer resuming from its old
+// cursor sees new events under seqs below it, with no notice. Each call
+// fires FaultRewoundSequence once.
+func (f *Faults) RewindSequence(n int64) {
+	n = max(n, 0)
+	f.n.emitMu.Lock()
+	f.n.log.rewind(n)
+	f.mu.Lock()
+	f.rewound = n
+	f.fired[FaultRewoundSequence]++
+	f.mu.Unlock()
+	f.n.emitMu.Unlock()
+	f.n.dropConns()
+}
+
+// silentFuture reports whether a cursor above the head is served from the
+// live tip with no FutureCursor (RewindSequence).
+func (f *Faults) silentFuture() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rewound > 0
+}
+
 // HostileCommits follows an emitted #commit, with probability rate, by a
 // one-off invalid #commit for the same account: half the time one whose rev
 // is not a TID (world.InvalidRevCommit), otherwise one with an op under an
@@ -1294,6 +1328,9 @@ func (f *Faults) describe() string {
 		for _, s := range q {
 			kinds[s.kind]++
 		}
+	}
+	if f.rewound > 0 {
+		kinds[FaultRewoundSequence] = int(f.rewound)
 	}
 	var parts []string
 	for k, v := range kinds {

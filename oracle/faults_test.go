@@ -841,3 +841,54 @@ func TestFaultHostileProfileTraffic(t *testing.T) {
 		}
 	}
 }
+
+// RewindSequence: the relay restored from a backup 4 events old drops its
+// connections, its history ends at seq 6, its next events are new ones
+// under seqs 7 and 8, and a cursor above its head (the old 10) is served
+// from the live tip with no FutureCursor, until Clear.
+func TestFaultRewindSequence(t *testing.T) {
+	n := startNet(t, quietCfg(20))
+	emitTraffic(t, n, n.World().NewTraffic("basic", 3), 10)
+	old := dialFirehose(t, n, "0")
+	if got := old.seqs(10); !reflect.DeepEqual(got, seqRange(1, 10)) {
+		t.Fatalf("seqs %v", got)
+	}
+	sent := n.log.snapshot()
+	n.Faults().RewindSequence(4)
+	var ce *websocket.CloseError
+	if _, err := old.next(5 * time.Second); !errors.As(err, &ce) || ce.Code != websocket.CloseAbnormalClosure {
+		t.Fatalf("the connection at the rewind: %v, want abnormal closure (no close frame)", err)
+	}
+	if st := n.Status(); st.Seq != 6 || st.Events != 10 {
+		t.Fatalf("status after the rewind %+v, want seq 6 of 10 events", st)
+	}
+	resumed := dialFirehose(t, n, "10")
+	emitTraffic(t, n, n.World().NewTraffic("basic", 4), 2)
+	if got := resumed.seqs(2); !reflect.DeepEqual(got, []int64{7, 8}) {
+		t.Fatalf("cursor=10 after the rewind: seqs %v, want the new events under 7 and 8", got)
+	}
+	full := dialFirehose(t, n, "0")
+	if got := full.seqs(8); !reflect.DeepEqual(got, seqRange(1, 8)) {
+		t.Fatalf("cursor=0 after the rewind: seqs %v", got)
+	}
+	now := n.log.snapshot()
+	for i := range now {
+		if same := bytes.Equal(now[i].data, sent[i].data); same != (i < 6) {
+			t.Fatalf("seq %d: the frame sent before the rewind again: %v, want %v", now[i].seq, same, i < 6)
+		}
+	}
+	f := n.Faults()
+	if f.Fired(FaultRewoundSequence) != 1 || f.Fired(FaultSilentFutureCursor) != 1 {
+		t.Fatalf("fired rewound %d, silent future cursor %d, want 1 and 1", f.Fired(FaultRewoundSequence), f.Fired(FaultSilentFutureCursor))
+	}
+	if d := f.describe(); !strings.Contains(d, "rewound_sequence=4") {
+		t.Fatalf("describe %q, want rewound_sequence=4", d)
+	}
+	f.Clear()
+	c := dialFirehose(t, n, "10")
+	if fr, err := c.next(5 * time.Second); err != nil || fr.op != -1 {
+		t.Fatalf("cursor=10 after Clear: %+v %v, want the FutureCursor error frame", fr, err)
+	} else if name, _ := fr.errorName(); name != errFutureCursor {
+		t.Fatalf("cursor=10 after Clear: error %q, want FutureCursor", name)
+	}
+}

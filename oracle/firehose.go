@@ -93,10 +93,13 @@ type start struct {
 	liveStart int64 // absolute index of the first frame appended after registration
 	outdated  bool  // send #info OutdatedCursor first
 	future    bool  // cursor above head: FutureCursor
+	silent    bool  // cursor above head served from the live tip (RewindSequence)
 }
 
 // position applies the cursor rules. cursor < 0 means no cursor (live tip).
-func (l *eventLog) position(cursor int64) start {
+// A cursor above the head is FutureCursor, or the live tip when
+// silentFuture (a relay restored from a backup: RewindSequence).
+func (l *eventLog) position(cursor int64, silentFuture bool) start {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	end := l.base + int64(len(l.frames))
@@ -104,6 +107,8 @@ func (l *eventLog) position(cursor int64) start {
 	switch {
 	case cursor < 0:
 		s.pos = end
+	case cursor > l.head && silentFuture:
+		s.pos, s.silent = end, true
 	case cursor > l.head:
 		s.future = true
 	case cursor == 0:
@@ -205,7 +210,10 @@ func closeWith(conn *websocket.Conn, code int, reason string) {
 // serveSubscriber runs one subscription until the client leaves, a fault or
 // the slow-consumer rule ends it, or the network closes.
 func (n *Network) serveSubscriber(conn *websocket.Conn, cursor int64, readDone <-chan struct{}) {
-	st := n.log.position(cursor)
+	st := n.log.position(cursor, n.faults.silentFuture())
+	if st.silent {
+		n.faults.fire(FaultSilentFutureCursor)
+	}
 	_ = conn.SetWriteDeadline(time.Now().Add(n.cfg.WriteTimeout))
 	if st.future {
 		n.stats.futureCursor.Add(1)
