@@ -36,13 +36,17 @@
 //
 // Invariants it keeps:
 //   - firehose seqs start at 1 and increase by one (unless the SeqGaps fault
-//     is armed); every emitted event is encoded once and kept in the history
-//     (bounded by Config.Retention);
+//     is armed, or the relay's sequence is restarted (RestartSequence) or
+//     rewound (Faults.RewindSequence, a relay restored from a backup: its
+//     next events reuse the seqs of the last n, which leave the history));
+//     every emitted event is encoded once and kept in the history (bounded
+//     by Config.Retention);
 //   - subscribeRepos cursor rules: cursor=N replays retained seq > N then goes
 //     live; cursor=0 replays from the oldest retained event; no cursor starts at
 //     the live tip; a cursor older than the retained history gets #info
 //     OutdatedCursor and then everything retained; a cursor above the head gets
-//     a FutureCursor error frame and the connection closes;
+//     a FutureCursor error frame and the connection closes (after
+//     RewindSequence, until Clear, it starts at the live tip instead);
 //   - a subscriber is a position in the history, so it is registered for live
 //     events at the instant its replay starts: no gap, no duplicate; a
 //     subscriber that falls more than Config.SubscriberBuffer live events behind
