@@ -1,0 +1,135 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/oracle"
+	"github.com/backstream/backstream/oracle/check"
+)
+
+// rewindNet is a quiet network of 40 accounts on one host.
+func rewindNet(t *testing.T, seed int64) *oracle.Network {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	net, err := oracle.Start(ctx, oracle.Config{Accounts: 40, RecordsMean: 5, Hosts: 1, Traffic: oracle.TrafficNone, Seed: seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { net.Close() })
+	return net
+}
+
+// waitRedialed waits for a firehose connection after the conns-th: the
+// relay has positioned it, so events emitted from then on reach it.
+func (h *healNode) waitRedialed(t *testing.T, net *oracle.Network, conns int64) {
+	t.Helper()
+	h.waitUntil(t, time.Minute, "the live consumer's connection", func() bool { return net.FirehoseConnections() > conns })
+}
+
+// rewoundGap fails t unless the store holds one gap, a seq_regression
+// from seq from.
+func rewoundGap(t *testing.T, s *archive.Store, from uint64) {
+	t.Helper()
+	gs, err := s.Gaps()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gs) != 1 || gs[0].Kind != archive.GapSeqRegression || gs[0].FromSeq != from {
+		t.Fatalf("gaps %+v, want one seq_regression gap from %d", gs, from)
+	}
+}
+
+// noEventTwice fails t when two live rows of the archive are one commit
+// op (account, rev, record path): an event archived twice.
+func noEventTwice(t *testing.T, s *archive.Store) {
+	t.Helper()
+	rows, err := check.Rows(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]archive.Event{}
+	for _, r := range rows {
+		if r.Source != archive.SourceLive || !r.Kind.IsCommit() {
+			continue
+		}
+		k := fmt.Sprintf("%s %s %s/%s", r.DID, r.Rev, r.Collection, r.RKey)
+		if o, ok := seen[k]; ok {
+			t.Fatalf("%s archived twice: rows %d (relay seq %d) and %d (relay seq %d)", k, o.Seq, o.UpstreamSeq, r.Seq, r.UpstreamSeq)
+		}
+		seen[k] = r
+	}
+}
+
+// TestRewoundRelayConnected: the relay is restored from a backup 20
+// events old while backstream follows it: the connection drops, the
+// consumer redials its cursor (30), which the restored relay serves from
+// its live tip without a word, and the world's next changes arrive under
+// seqs 11 to 15, which the consumer accepted before for other events.
+// The consumer follows the relay back at once (the frame under 11 is not
+// the one it accepted there): the changes are archived, once, cursor/relay
+// follows the new sequence, one seq_regression gap is recorded and healed,
+// and the fold equals the network.
+func TestRewoundRelayConnected(t *testing.T) {
+	net := rewindNet(t, 21)
+	h := startHealNode(t, net, t.TempDir())
+	h.waitLive(t, net, 2) // capture's connection, then the live one
+	changeAccounts(t, net, 0, 15)
+	changeAccounts(t, net, 0, 15) // seqs 1 to 30
+	h.atHead(t, net)
+
+	conns := net.FirehoseConnections()
+	net.Faults().RewindSequence(20)
+	h.waitRedialed(t, net, conns)
+	changeAccounts(t, net, 20, 5) // new events under seqs 11 to 15
+	h.atHead(t, net)
+	rewoundGap(t, h.n.Store(), 30)
+	if net.Faults().Fired(oracle.FaultSilentFutureCursor) == 0 {
+		t.Fatal("the consumer never redialed above the restored relay's head: the test proves nothing")
+	}
+	h.healed(t)
+	checkTruth(t, h.n.Store(), net, "a relay restored from a backup while connected")
+	noEventTwice(t, h.n.Store())
+}
+
+// TestRewoundRelayAfterRestart: the relay is restored from a backup 20
+// events old while backstream is stopped at cursor 30; 3 accounts change
+// before backstream starts again (seqs 11 to 13), then 4 more once its
+// consumer has redialed cursor 30, which the restored relay serves from
+// its live tip without a word: their commits come under seqs 14 to 17,
+// below the cursor, with a window of accepted frames empty after the
+// restart. Their revs are newer than the archive's, so they are archived
+// as late (once), with a seq_regression gap whose repair pass fetches the
+// 3 accounts the stream never brought; once the sequence passes 30 the
+// cursor follows it, and the fold equals the network.
+func TestRewoundRelayAfterRestart(t *testing.T) {
+	net := rewindNet(t, 22)
+	dir := t.TempDir()
+	h := startHealNode(t, net, dir)
+	h.waitLive(t, net, 2)
+	changeAccounts(t, net, 0, 15)
+	changeAccounts(t, net, 0, 15) // seqs 1 to 30
+	h.atHead(t, net)
+	h.stop(t)
+
+	net.Faults().RewindSequence(20)
+	before := net.AllRepoCounts()
+	unseen := changeAccounts(t, net, 20, 3) // seqs 11 to 13, before backstream redials
+	conns := net.FirehoseConnections()
+	h = startHealNode(t, net, dir)
+	h.waitRedialed(t, net, conns)
+	changeAccounts(t, net, 23, 4) // seqs 14 to 17, below the cursor
+	changeAccounts(t, net, 0, 15) // seqs 18 to 32: past the cursor
+	h.atHead(t, net)
+	rewoundGap(t, h.n.Store(), 30)
+	h.healed(t)
+	checkTruth(t, h.n.Store(), net, "a relay restored from a backup while backstream was stopped")
+	noEventTwice(t, h.n.Store())
+	if err := check.FetchedOnce(net.FetchedSince(before), unseen); err != nil {
+		t.Error(err)
+	}
+}
