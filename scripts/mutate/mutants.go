@@ -1835,4 +1835,14 @@ var mutants = []Mutant{
 			{Pkg: "./cmd/backstream", Run: "^TestStatusCheckpointStuck$"},
 		},
 	},
+	{
+		ID: "m213", Invariant: "G1",
+		Name: "the live consumer not given the store (a relay gone back in its sequence while backstream was down: its new commits under seqs below the resumed cursor dropped as duplicates, no gap)",
+		File: "lifecycle/runner.go",
+		Old:  "Mode: firehose.ModeLive, Store: r.cfg.Store, Cursor: cursor,",
+		New:  "Mode: firehose.ModeLive, Cursor: cursor,",
+		Tests: []Test{
+			{Pkg: "./node", Run: "^TestRewoundRelayAfterRestart$"},
+		},
+	},
 }
