@@ -447,11 +447,29 @@ func (c *Consumer) handleFrame(ctx context.Context, f *upstream.Frame, err error
 	}
 	c.remember(f, seq)
 	if rule == seqLate {
-		c.acceptedUS.Store(c.cfg.Now().UnixMicro()) // the position, and Behind, stay
+		c.acceptedLate(f)
 		return nil
 	}
 	c.accepted(f, seq)
 	return nil
+}
+
+// acceptedLate notes the late frame f submitted. The position stays.
+// Behind comes forward to f's upstream time when it is later than the
+// last accepted event's: a relay gone back in its sequence sends its new
+// events under seqs below the position, and the archive holds the relay's
+// stream up to them (what it missed is the gap's); a frame delivered out
+// of order is older and leaves Behind where it is.
+func (c *Consumer) acceptedLate(f *upstream.Frame) {
+	now := c.cfg.Now().UnixMicro()
+	t := min(int64(eventTime(f, c.cfg.Now)*1e6), now)
+	for {
+		cur := c.lastEventUS.Load()
+		if t <= cur || c.lastEventUS.CompareAndSwap(cur, t) {
+			break
+		}
+	}
+	c.acceptedUS.Store(now)
 }
 
 // accepted moves the consumer's position to seq, whose frame f is

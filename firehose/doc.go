@@ -112,7 +112,9 @@
 //     backstream_firehose_gaps_total{kind} (the kind of the row it is
 //     recorded in) and is logged at ERROR, at most once a minute per kind.
 //   - Behind: the upstream time of the last accepted event (or a pong on an
-//     idle connection, or Run's start) against now: /readyz's staleness.
+//     idle connection, or Run's start; a late frame stamped later brings
+//     it forward, an older one leaves it) against now: /readyz's staleness
+//     and the repair pass's wait for the stream.
 //   - A commit carries its since on its first row (archive.Event.Since):
 //     live, the writer marks the account for a replacement when it is
 //     newer than the archived rev; captured, cap/ keeps it and merging

@@ -197,3 +197,45 @@ func TestRewoundRelayAfterRestart(t *testing.T) {
 		t.Fatalf("anomalies{duplicate} = %d, want 1 (the replay of 40)", n)
 	}
 }
+
+// TestLateFrameBehind: Behind follows the upstream time of what the
+// archive holds. A late frame stamped before the last accepted event (a
+// relay delivering out of order) leaves it; one stamped after it (a relay
+// gone back in its sequence sends its new events under seqs below the
+// position) brings it forward: the archive holds the relay's stream up
+// to that event, and /readyz and the repair pass's wait read Behind.
+func TestLateFrameBehind(t *testing.T) {
+	wd := buildWorld(t, 3)
+	dids := activeDIDs(wd)
+	s := openStore(t)
+	w := newWriter(t, s, false)
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	c, _ := newConsumer(t, Config{Writer: w, Mode: ModeLive, GapIDs: gapIDsFrom(t, 1), Now: func() time.Time { return now }})
+	ctx := context.Background()
+	handle := func(i int, seq int64, ago time.Duration) {
+		t.Helper()
+		ev := must(t)(wd.SetHandle(dids[i], fmt.Sprintf("h%d.test", seq)))
+		ev.Identity.Time = now.Add(-ago).Format(time.RFC3339Nano)
+		if err := c.Handle(ctx, encode(t, ev, seq)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	handle(0, 1, 10*time.Minute)
+	handle(0, 2, 10*time.Minute)
+	handle(0, 5, 10*time.Minute)
+	if b := c.Behind(); b != 10*time.Minute {
+		t.Fatalf("Behind %s after seq 5, want 10m", b)
+	}
+	handle(1, 3, time.Hour) // late, older
+	if b := c.Behind(); b != 10*time.Minute {
+		t.Fatalf("Behind %s after a late frame an hour old, want 10m (unchanged)", b)
+	}
+	handle(2, 4, time.Minute) // late, newer
+	if b := c.Behind(); b != time.Minute {
+		t.Fatalf("Behind %s after a late frame a minute old, want 1m", b)
+	}
+	waitDurable(t, c, 5)
+	if got := upstreamSeqs(readLog(t, s, false)); !slices.Equal(got, []int64{1, 2, 5, 3, 4}) {
+		t.Fatalf("rows of relay seqs %v, want [1 2 5 3 4]", got)
+	}
+}

@@ -3,12 +3,15 @@ package node_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/node"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/check"
+	"github.com/backstream/backstream/oracle/world"
 )
 
 // rewindNet is a quiet network of 40 accounts on one host.
@@ -132,4 +135,73 @@ func TestRewoundRelayAfterRestart(t *testing.T) {
 	if err := check.FetchedOnce(net.FetchedSince(before), unseen); err != nil {
 		t.Error(err)
 	}
+}
+
+// TestRewoundRelayLateStreamNotBehind: the relay is restored from a
+// backup 140 events old while backstream is stopped at cursor 150, and
+// after backstream redials it streams the world's changes steadily, all
+// under seqs below that cursor, archived as late. The archive is then as
+// current as the relay: /readyz must not call it behind (max stale 1s),
+// and the gap's repair pass, which waits for the stream to bring an event
+// stamped after the gap was found, must finish while the relay is still
+// below the cursor. Then the fold equals the network.
+func TestRewoundRelayLateStreamNotBehind(t *testing.T) {
+	net := rewindNet(t, 23)
+	dir := t.TempDir()
+	set := func(c *node.Config) { c.MaxStale = time.Second }
+	h := startHealNodeWith(t, net, dir, set)
+	h.waitLive(t, net, 2)
+	for range 10 {
+		changeAccounts(t, net, 0, 15) // seqs 1 to 150
+	}
+	h.atHead(t, net)
+	h.stop(t)
+
+	net.Faults().RewindSequence(140)
+	changeAccounts(t, net, 20, 3) // seqs 11 to 13, before backstream redials
+	conns := net.FirehoseConnections()
+	h = startHealNodeWith(t, net, dir, set)
+	h.waitRedialed(t, net, conns)
+	dids := changeAccountsList(net, 0, 15)
+	for i := 0; ; i++ {
+		if net.Status().Seq >= 150 {
+			gs, _ := h.n.Store().Gaps()
+			t.Fatalf("the relay's sequence reached the cursor (150) with the gap still open: %+v", gs)
+		}
+		did := dids[i%len(dids)]
+		e, err := net.Emit(func(w *world.World) (world.Event, error) {
+			return w.CreateRecord(did, "app.bsky.feed.post", "", map[string]any{"$type": "app.bsky.feed.post", "text": "late", "createdAt": "2024-01-01T00:00:00Z"})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.waitUntil(t, time.Minute, "the late commit archived", func() bool {
+			rev, err := h.n.Store().Rev(did)
+			return err == nil && rev == e.Commit.Rev
+		})
+		if err := h.n.Lagging(); err != nil && strings.Contains(err.Error(), "behind") {
+			t.Fatalf("after %d late commits (relay seq %d), each archived: /readyz says %v", i+1, e.Seq, err)
+		}
+		gs, err := h.n.Store().Gaps()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(gs) > 0 && !gs[0].Open() {
+			break
+		}
+		time.Sleep(30 * time.Millisecond) // a steady stream: no pause of a repair period
+	}
+	for net.Status().Seq <= 150 {
+		changeAccounts(t, net, 0, 15)
+	}
+	h.atHead(t, net)
+	// A late frame after the first gap's pass began records a gap of its
+	// own: each a seq_regression from the cursor.
+	for _, g := range h.healed(t) {
+		if g.Kind != archive.GapSeqRegression || g.FromSeq != 150 {
+			t.Fatalf("gap %+v, want a seq_regression from 150", g)
+		}
+	}
+	checkTruth(t, h.n.Store(), net, "a relay restored from a backup streaming below the cursor")
+	noEventTwice(t, h.n.Store())
 }
