@@ -1845,4 +1845,15 @@ var mutants = []Mutant{
 			{Pkg: "./node", Run: "^TestRewoundRelayAfterRestart$"},
 		},
 	},
+	{
+		ID: "m214", Invariant: "G3",
+		Name: "a late frame never moves Behind (a relay gone back in its sequence, its new events all late below the cursor: the archive looks behind and the gap's pass waits for the whole stretch)",
+		File: "firehose/consumer.go",
+		Old:  "\t\tif t <= cur || c.lastEventUS.CompareAndSwap(cur, t) {\n",
+		New:  "\t\tif true || t <= cur || c.lastEventUS.CompareAndSwap(cur, t) {\n",
+		Tests: []Test{
+			{Pkg: "./firehose", Run: "^TestLateFrameBehind$"},
+			{Pkg: "./node", Run: "^TestRewoundRelayLateStreamNotBehind$"},
+		},
+	},
 }
