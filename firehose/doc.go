@@ -72,7 +72,8 @@
 //     late (archived, cursor/relay unmoved, a gap recorded), and another
 //     event under an accepted seq is a regression (below); below it, live,
 //     a #commit or #sync whose rev is newer than the account's archived
-//     one (Config.Store) is late too. An
+//     one (Config.Store) is a regression too, so the frames after it of
+//     any type are the new sequence's. An
 //     invalid DID or rev (the grammars of syntax.ParseDID / ParseTID, checked
 //     by upstream.ValidDID / ValidTID) drops the whole event; an invalid
 //     collection, rkey, action, a missing record block, or one that is not

@@ -82,8 +82,11 @@ type recentFrame struct {
 // never accepted (the relay delivered out of order) is late: processed
 // without moving the position, and noted as a gap (seqLate). Below the
 // window (before this process started, say) a #commit or #sync whose rev
-// is newer than the account's archived one is late too (newerThanArchived:
-// a relay that went back in its sequence while we were down). Below the
+// is newer than the account's archived one is an event the archive does
+// not hold (newerThanArchived): a relay that went back in its sequence
+// while we were down, a regression too, followed at once, so the frames
+// after it (an #identity or #account, which no rev tells from a replay)
+// are the new sequence's. Below the
 // window any other frame is a duplicate, unless frames stay below the last
 // accepted seq (the dialed cursor, or a frame this connection brought)
 // for more than the threshold in a row: they come from a relay that
@@ -114,8 +117,10 @@ func (c *Consumer) checkSeq(f *upstream.Frame, seq int64) (seqRule, error) {
 		} else if newer, err := c.newerThanArchived(f); err != nil {
 			return seqDrop, err
 		} else if newer {
-			c.m.anomaly(AnomalyLate)
-			return seqLate, nil
+			c.noteGap(archive.GapSeqRegression, true)
+			c.forget(seq - 1)
+			c.below = 0
+			return seqNext, nil
 		}
 		c.m.anomaly(AnomalyDuplicate)
 		if seq == c.last {

@@ -142,8 +142,10 @@ func TestRewoundRelayNewEventsArchived(t *testing.T) {
 // backstream was down, and sends new events under seqs below the cursor
 // it resumes from, with no restart notice. This process accepted none of
 // them, so no window tells them apart; but a commit whose rev is newer
-// than the account's archived one is no duplicate: archived as a late
-// frame, with a gap covering it. A replayed commit the archive holds is
+// than the account's archived one is no duplicate: the relay went back
+// in its sequence, and the consumer follows it at once (a seq_regression
+// gap, cursor/relay going with it), so the new events after it are
+// archived whatever their type. A replayed commit the archive holds is
 // still a duplicate.
 func TestRewoundRelayAfterRestart(t *testing.T) {
 	wd := buildWorld(t, 3)
@@ -190,8 +192,11 @@ func TestRewoundRelayAfterRestart(t *testing.T) {
 		t.Fatalf("rows after the restart of relay seqs %v, want %v (duplicates dropped: %d)", got, want, counter(m.anomalies, AnomalyDuplicate))
 	}
 	gs := gapsOf(t, s)
-	if len(gs) != 1 || gs[0].Kind != archive.GapSeqRegression || gs[0].FromSeq != 100 || gs[0].ToSeq != 60 {
-		t.Fatalf("gaps %+v, want one seq_regression from 100 extended to 60", gs)
+	if len(gs) != 1 || gs[0].Kind != archive.GapSeqRegression || gs[0].FromSeq != 100 || gs[0].ToSeq != 51 {
+		t.Fatalf("gaps %+v, want one seq_regression from 100 to 51", gs)
+	}
+	if got := relayCursor(t, s); got != 101 {
+		t.Fatalf("cursor/relay %d, want 101", got)
 	}
 	if n := counter(m.anomalies, AnomalyDuplicate); n != 1 {
 		t.Fatalf("anomalies{duplicate} = %d, want 1 (the replay of 40)", n)
@@ -237,5 +242,55 @@ func TestLateFrameBehind(t *testing.T) {
 	waitDurable(t, c, 5)
 	if got := upstreamSeqs(readLog(t, s, false)); !slices.Equal(got, []int64{1, 2, 5, 3, 4}) {
 		t.Fatalf("rows of relay seqs %v, want [1 2 5 3 4]", got)
+	}
+}
+
+// TestRewoundRelayAccountAfterRestart: after a restart from cursor 100,
+// the relay that went back in its sequence sends a new commit under 51,
+// then a takedown (#account) under 52 and a handle change (#identity)
+// under 53: no rev tells those two from a replay, but the commit before
+// them showed the relay's new sequence, which the consumer follows, so
+// they are archived (before, they were dropped as duplicates).
+func TestRewoundRelayAccountAfterRestart(t *testing.T) {
+	wd := buildWorld(t, 3)
+	dids := activeDIDs(wd)
+	post := func(did string) world.Event {
+		return must(t)(wd.CreateRecord(did, "app.bsky.feed.post", "", map[string]any{
+			"$type": "app.bsky.feed.post", "text": "x", "createdAt": "2024-01-01T00:00:00Z"}))
+	}
+	s := openStore(t)
+	w := newWriter(t, s, false)
+	ctx := context.Background()
+	c1, _ := newConsumer(t, Config{Writer: w, Mode: ModeLive, Store: s})
+	for seq := int64(1); seq <= 100; seq++ {
+		if err := c1.Handle(ctx, encode(t, post(dids[int(seq)%len(dids)]), seq)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitDurable(t, c1, 100)
+	before := len(readLog(t, s, false))
+
+	start := int64(100) // the restart
+	c, m := newConsumer(t, Config{Writer: w, Mode: ModeLive, Store: s, Cursor: &start, GapIDs: gapIDsFrom(t, 1)})
+	for _, f := range []struct {
+		seq int64
+		ev  world.Event
+	}{
+		{51, post(dids[0])},
+		{52, must(t)(wd.SetStatus(dids[1], "takendown"))},
+		{53, must(t)(wd.SetHandle(dids[2], "new.test"))},
+		{101, post(dids[0])},
+	} {
+		if err := c.Handle(ctx, encode(t, f.ev, f.seq)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitDurable(t, c, 101)
+	var got []int64
+	for _, r := range readLog(t, s, false)[before:] {
+		got = append(got, r.UpstreamSeq)
+	}
+	if want := []int64{51, 52, 53, 101}; !slices.Equal(got, want) {
+		t.Fatalf("rows after the restart of relay seqs %v, want %v (duplicates dropped: %d)", got, want, counter(m.anomalies, AnomalyDuplicate))
 	}
 }
