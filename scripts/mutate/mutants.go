@@ -1853,7 +1853,17 @@ var mutants = []Mutant{
 		New:  "\t\tif true || t <= cur || c.lastEventUS.CompareAndSwap(cur, t) {\n",
 		Tests: []Test{
 			{Pkg: "./firehose", Run: "^TestLateFrameBehind$"},
-			{Pkg: "./node", Run: "^TestRewoundRelayLateStreamNotBehind$"},
+		},
+	},
+	{
+		ID: "m215", Invariant: "G1",
+		Name: "a commit below the window newer than the archive's (a relay gone back in its sequence while backstream was down) archived as late, the position left at the old cursor: the #account or #identity after it dropped as a duplicate",
+		File: "firehose/gap.go",
+		Old:  "\t\t} else if newer {\n\t\t\tc.noteGap(archive.GapSeqRegression, true)\n\t\t\tc.forget(seq - 1)\n\t\t\tc.below = 0\n\t\t\treturn seqNext, nil\n",
+		New:  "\t\t} else if newer {\n\t\t\tc.m.anomaly(AnomalyLate)\n\t\t\treturn seqLate, nil\n",
+		Tests: []Test{
+			{Pkg: "./firehose", Run: "^TestRewoundRelayAccountAfterRestart$"},
+			{Pkg: "./node", Run: "^TestRewoundRelayAccountBelowCursor$"},
 		},
 	},
 }
