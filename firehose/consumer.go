@@ -434,6 +434,9 @@ func (c *Consumer) handleFrame(ctx context.Context, f *upstream.Frame, err error
 		return err
 	}
 	u := c.unit(f, seq, failed, v.uninverted)
+	if rule == seqNewer {
+		rule = c.followNewer(seq, len(u.Events) > 0)
+	}
 	if rule == seqLate {
 		err = c.submitLate(ctx, u, seq)
 	} else {

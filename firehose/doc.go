@@ -72,8 +72,9 @@
 //     late (archived, cursor/relay unmoved, a gap recorded), and another
 //     event under an accepted seq is a regression (below); below it, live,
 //     a #commit or #sync whose rev is newer than the account's archived
-//     one (Config.Store) is a regression too, so the frames after it of
-//     any type are the new sequence's. An
+//     one (Config.Store) is a regression too when it brings rows, so the
+//     frames after it of any type are the new sequence's (one that brings
+//     none, maybe a replay of a frame that failed before, is late). An
 //     invalid DID or rev (the grammars of syntax.ParseDID / ParseTID, checked
 //     by upstream.ValidDID / ValidTID) drops the whole event; an invalid
 //     collection, rkey, action, a missing record block, or one that is not

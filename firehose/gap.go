@@ -56,9 +56,10 @@ func (c *Consumer) noteGap(kind archive.GapKind, reset bool) {
 type seqRule int
 
 const (
-	seqDrop seqRule = iota // a duplicate: dropped (counted)
-	seqNext                // processed, and the consumer's position moves to it
-	seqLate                // below the position, never accepted: processed, the position stays
+	seqDrop  seqRule = iota // a duplicate: dropped (counted)
+	seqNext                 // processed, and the consumer's position moves to it
+	seqLate                 // below the position, never accepted: processed, the position stays
+	seqNewer                // below the window, newer than the archive: followed or late once its rows are known (followNewer)
 )
 
 // maxRecentFrames bounds the window of accepted frames the consumer
@@ -84,9 +85,10 @@ type recentFrame struct {
 // window (before this process started, say) a #commit or #sync whose rev
 // is newer than the account's archived one is an event the archive does
 // not hold (newerThanArchived): a relay that went back in its sequence
-// while we were down, a regression too, followed at once, so the frames
-// after it (an #identity or #account, which no rev tells from a replay)
-// are the new sequence's. Below the
+// while we were down, a regression too, followed at once when it brings
+// rows, so the frames after it (an #identity or #account, which no rev
+// tells from a replay) are the new sequence's (seqNewer, followNewer).
+// Below the
 // window any other frame is a duplicate, unless frames stay below the last
 // accepted seq (the dialed cursor, or a frame this connection brought)
 // for more than the threshold in a row: they come from a relay that
@@ -117,10 +119,7 @@ func (c *Consumer) checkSeq(f *upstream.Frame, seq int64) (seqRule, error) {
 		} else if newer, err := c.newerThanArchived(f); err != nil {
 			return seqDrop, err
 		} else if newer {
-			c.noteGap(archive.GapSeqRegression, true)
-			c.forget(seq - 1)
-			c.below = 0
-			return seqNext, nil
+			return seqNewer, nil
 		}
 		c.m.anomaly(AnomalyDuplicate)
 		if seq == c.last {
@@ -139,6 +138,26 @@ func (c *Consumer) checkSeq(f *upstream.Frame, seq int64) (seqRule, error) {
 	}
 	c.below = 0
 	return seqNext, nil
+}
+
+// followNewer decides the frame of seq that checkSeq found below the
+// window and newer than the archive (seqNewer), once its unit is built.
+// One that brings rows starts the relay's new sequence: a regression,
+// followed at once, as another event under an accepted seq is. One that
+// brings none (it failed verification, or no op of it was valid) never
+// moved the archive's rev, and may be a replay of a frame that did the
+// same before (a relay replaying more than asked): it is late, its unit
+// archived alone, the position kept, so the replayed frames after it stay
+// duplicates.
+func (c *Consumer) followNewer(seq int64, rows bool) seqRule {
+	if !rows {
+		c.m.anomaly(AnomalyLate)
+		return seqLate
+	}
+	c.noteGap(archive.GapSeqRegression, true)
+	c.forget(seq - 1)
+	c.below = 0
+	return seqNext
 }
 
 // newerThanArchived reports whether f, live, is a #commit or #sync whose

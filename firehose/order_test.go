@@ -294,3 +294,64 @@ func TestRewoundRelayAccountAfterRestart(t *testing.T) {
 		t.Fatalf("rows after the restart of relay seqs %v, want %v (duplicates dropped: %d)", got, want, counter(m.anomalies, AnomalyDuplicate))
 	}
 }
+
+// TestReplayBelowCursorNotFollowed: after a restart from cursor 100, a
+// relay replays from 90 (more than it was asked). Frame 95 was a commit
+// that brought no rows (no op survived), its account's last: the archive's
+// rev for it never moved, so its rev looks newer than the archive's. It is
+// no evidence of a relay gone back in its sequence: archived alone as late
+// (nothing to archive), the position stays, and the replayed frames after
+// it, an #identity among them, are duplicates, never archived twice.
+func TestReplayBelowCursorNotFollowed(t *testing.T) {
+	wd := buildWorld(t, 3)
+	dids := activeDIDs(wd)
+	post := func(did string) world.Event {
+		return must(t)(wd.CreateRecord(did, "app.bsky.feed.post", "", map[string]any{
+			"$type": "app.bsky.feed.post", "text": "x", "createdAt": "2024-01-01T00:00:00Z"}))
+	}
+	s := openStore(t)
+	w := newWriter(t, s, false)
+	ctx := context.Background()
+	c1, _ := newConsumer(t, Config{Writer: w, Mode: ModeLive, Store: s})
+	var sent [][]byte
+	for seq := int64(1); seq <= 100; seq++ {
+		var ev world.Event
+		switch {
+		case seq == 92:
+			ev = post(dids[2])
+		case seq == 95:
+			ev = post(dids[2])
+			ev.Commit.Ops = nil // no row: dids[2]'s rev/ stays at its commit of 92
+		case seq == 96:
+			ev = must(t)(wd.SetHandle(dids[1], "replayed.test"))
+		default:
+			ev = post(dids[int(seq)%2])
+		}
+		b := encode(t, ev, seq)
+		sent = append(sent, b)
+		if err := c1.Handle(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitDurable(t, c1, 100)
+	before := len(readLog(t, s, false))
+
+	start := int64(100) // the restart
+	c, m := newConsumer(t, Config{Writer: w, Mode: ModeLive, Store: s, Cursor: &start, GapIDs: gapIDsFrom(t, 1)})
+	for seq := int64(90); seq <= 100; seq++ {
+		if err := c.Handle(ctx, sent[seq-1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Handle(ctx, encode(t, post(dids[0]), 101)); err != nil {
+		t.Fatal(err)
+	}
+	waitDurable(t, c, 101)
+	var got []int64
+	for _, r := range readLog(t, s, false)[before:] {
+		got = append(got, r.UpstreamSeq)
+	}
+	if want := []int64{101}; !slices.Equal(got, want) {
+		t.Fatalf("rows after the restart of relay seqs %v, want %v: the replay archived again (duplicates dropped: %d)", got, want, counter(m.anomalies, AnomalyDuplicate))
+	}
+}

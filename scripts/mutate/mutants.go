@@ -1859,11 +1859,21 @@ var mutants = []Mutant{
 		ID: "m215", Invariant: "G1",
 		Name: "a commit below the window newer than the archive's (a relay gone back in its sequence while backstream was down) archived as late, the position left at the old cursor: the #account or #identity after it dropped as a duplicate",
 		File: "firehose/gap.go",
-		Old:  "\t\t} else if newer {\n\t\t\tc.noteGap(archive.GapSeqRegression, true)\n\t\t\tc.forget(seq - 1)\n\t\t\tc.below = 0\n\t\t\treturn seqNext, nil\n",
-		New:  "\t\t} else if newer {\n\t\t\tc.m.anomaly(AnomalyLate)\n\t\t\treturn seqLate, nil\n",
+		Old:  "\tif !rows {\n\t\tc.m.anomaly(AnomalyLate)\n",
+		New:  "\tif true || !rows {\n\t\tc.m.anomaly(AnomalyLate)\n",
 		Tests: []Test{
 			{Pkg: "./firehose", Run: "^TestRewoundRelayAccountAfterRestart$"},
 			{Pkg: "./node", Run: "^TestRewoundRelayAccountBelowCursor$"},
+		},
+	},
+	{
+		ID: "m216", Invariant: "G1",
+		Name: "a commit below the window newer than the archive's followed even when it brings no rows (a relay replaying more than asked, a commit that failed before: the replayed frames after it archived again)",
+		File: "firehose/gap.go",
+		Old:  "\tif !rows {\n\t\tc.m.anomaly(AnomalyLate)\n",
+		New:  "\tif false && !rows {\n\t\tc.m.anomaly(AnomalyLate)\n",
+		Tests: []Test{
+			{Pkg: "./firehose", Run: "^TestReplayBelowCursorNotFollowed$"},
 		},
 	},
 }
