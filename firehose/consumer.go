@@ -448,12 +448,13 @@ func (c *Consumer) handleFrame(ctx context.Context, f *upstream.Frame, err error
 		}
 		return fmt.Errorf("firehose: submit seq %d: %w", seq, err)
 	}
-	c.remember(f, seq)
 	if rule == seqLate {
+		c.remember(f, seq)
 		c.acceptedLate(f)
 		return nil
 	}
 	c.accepted(f, seq)
+	c.remember(f, seq)
 	return nil
 }
 

@@ -203,9 +203,15 @@ func (c *Consumer) recentAt(seq int64) (recentFrame, bool) {
 	return c.recent[seq%n], true
 }
 
-// remember puts the accepted frame f of seq in the window.
+// remember puts frame f of seq, accepted or late, in the window. A late
+// frame below the window takes no slot: its slot belongs to a frame
+// within the window, which a replay must still find there.
 func (c *Consumer) remember(f *upstream.Frame, seq int64) {
-	c.recent[seq%int64(len(c.recent))] = recentFrame{seq: seq, key: c.frameKey(f)}
+	n := int64(len(c.recent))
+	if seq <= c.last-n {
+		return
+	}
+	c.recent[seq%n] = recentFrame{seq: seq, key: c.frameKey(f)}
 }
 
 // forget empties the window: the seqs at or below floor were not seen by

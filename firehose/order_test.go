@@ -359,3 +359,51 @@ func TestReplayBelowCursorNotFollowed(t *testing.T) {
 		t.Fatalf("rows after the restart of relay seqs %v, want %v: the replay archived again (duplicates dropped: %d)", got, want, counter(m.anomalies, AnomalyDuplicate))
 	}
 }
+
+// TestLateBelowWindowKeepsWindow: a late commit below the window of
+// accepted frames (its rev newer than the archive's) is archived, but it
+// takes no slot of the window: its slot belongs to a frame accepted
+// within it, and a replay of that frame afterwards is still a duplicate,
+// not a late frame archived a second time.
+func TestLateBelowWindowKeepsWindow(t *testing.T) {
+	wd := buildWorld(t, 3)
+	dids := activeDIDs(wd)
+	post := func(i int) world.Event {
+		return must(t)(wd.CreateRecord(dids[i%len(dids)], "app.bsky.feed.post", "", map[string]any{
+			"$type": "app.bsky.feed.post", "text": fmt.Sprint(i), "createdAt": "2024-01-01T00:00:00Z"}))
+	}
+	s := openStore(t)
+	w := newWriter(t, s, false)
+	ctx := context.Background()
+	// A window of 4 frames: after seq 10, seqs 7 to 10.
+	c, m := newConsumer(t, Config{Writer: w, Mode: ModeLive, Store: s, GapThreshold: 4, GapIDs: gapIDsFrom(t, 1)})
+	handle := func(b []byte) {
+		t.Helper()
+		if err := c.Handle(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var f10 []byte
+	for seq := int64(1); seq <= 10; seq++ {
+		b := encode(t, post(int(seq)), seq)
+		handle(b)
+		if seq == 10 {
+			f10 = b
+		}
+	}
+	waitDurable(t, c, 10)
+	handle(encode(t, post(2), 2)) // late, below the window: seq 2's slot is seq 10's
+	if _, err := w.Apply(ctx, &archive.Unit{}); err != nil {
+		t.Fatal(err)
+	}
+	handle(f10) // a replay of seq 10: in the window, accepted
+	handle(encode(t, post(11), 11))
+	waitDurable(t, c, 11)
+	if got, want := upstreamSeqs(readLog(t, s, false)), []int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 2, 11}; !slices.Equal(got, want) {
+		t.Fatalf("rows of relay seqs %v, want %v (the replay of seq 10 a duplicate; late %d, duplicate %d)",
+			got, want, counter(m.anomalies, AnomalyLate), counter(m.anomalies, AnomalyDuplicate))
+	}
+	if late, dup := counter(m.anomalies, AnomalyLate), counter(m.anomalies, AnomalyDuplicate); late != 1 || dup != 1 {
+		t.Fatalf("anomalies{late} = %d, {duplicate} = %d, want 1 and 1 (the replay of seq 10 a duplicate); gaps %+v", late, dup, gapsOf(t, s))
+	}
+}
