@@ -1876,4 +1876,14 @@ var mutants = []Mutant{
 			{Pkg: "./firehose", Run: "^TestReplayBelowCursorNotFollowed$"},
 		},
 	},
+	{
+		ID: "m217", Invariant: "G1",
+		Name: "a late frame below the window of accepted frames put in the window (a replay of the frame accepted in its slot taken for a late frame, processed again)",
+		File: "firehose/gap.go",
+		Old:  "\tif seq <= c.last-n {\n\t\treturn\n\t}\n\tc.recent[seq%n]",
+		New:  "\tif false && seq <= c.last-n {\n\t\treturn\n\t}\n\tc.recent[seq%n]",
+		Tests: []Test{
+			{Pkg: "./firehose", Run: "^TestLateBelowWindowKeepsWindow$"},
+		},
+	},
 }
