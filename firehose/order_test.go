@@ -34,12 +34,7 @@ func TestLateFrameArchivedOnce(t *testing.T) {
 	w := newWriter(t, s, false)
 	c, m := newConsumer(t, Config{Writer: w, Mode: ModeLive, GapIDs: gapIDsFrom(t, 1)})
 	ctx := context.Background()
-	handle := func(b []byte) {
-		t.Helper()
-		if err := c.Handle(ctx, b); err != nil {
-			t.Fatal(err)
-		}
-	}
+	handle := handler(t, c)
 	f1 := encode(t, must(t)(wd.SetHandle(dids[0], "one.test")), 1)
 	f2 := encode(t, must(t)(wd.SetHandle(dids[0], "two.test")), 2)
 	f4 := encode(t, must(t)(wd.SetHandle(dids[0], "four.test")), 4)
@@ -95,13 +90,7 @@ func TestRewoundRelayNewEventsArchived(t *testing.T) {
 	s := openStore(t)
 	w := newWriter(t, s, false)
 	c, m := newConsumer(t, Config{Writer: w, Mode: ModeLive, GapIDs: gapIDsFrom(t, 1)})
-	ctx := context.Background()
-	handle := func(b []byte) {
-		t.Helper()
-		if err := c.Handle(ctx, b); err != nil {
-			t.Fatal(err)
-		}
-	}
+	handle := handler(t, c)
 	for seq := int64(1); seq <= 100; seq++ {
 		handle(encode(t, must(t)(wd.SetHandle(dids[0], fmt.Sprintf("old%d.test", seq))), seq))
 	}
@@ -126,16 +115,7 @@ func TestRewoundRelayNewEventsArchived(t *testing.T) {
 		t.Fatalf("%d rows, %d of them the restored relay's, want 160 and 60 (its 50 events under old seqs lost as duplicates: %d dropped)",
 			len(rows), newRows, counter(m.anomalies, AnomalyDuplicate))
 	}
-	gs := gapsOf(t, s)
-	if len(gs) != 1 || gs[0].Kind != archive.GapSeqRegression || gs[0].FromSeq != 100 || gs[0].ToSeq != 51 {
-		t.Fatalf("gaps %+v, want one seq_regression from 100 to 51", gs)
-	}
-	if got := relayCursor(t, s); got != 110 {
-		t.Fatalf("cursor/relay %d, want 110", got)
-	}
-	if n := counter(m.anomalies, AnomalyDuplicate); n != 1 {
-		t.Fatalf("anomalies{duplicate} = %d, want 1 (the replay of 60)", n)
-	}
+	wantFollowed(t, s, m, 110, "the replay of 60")
 }
 
 // TestRewoundRelayAfterRestart: the relay went back in its sequence while
@@ -150,10 +130,7 @@ func TestRewoundRelayNewEventsArchived(t *testing.T) {
 func TestRewoundRelayAfterRestart(t *testing.T) {
 	wd := buildWorld(t, 3)
 	dids := activeDIDs(wd)
-	post := func(i int) world.Event {
-		return must(t)(wd.CreateRecord(dids[i%len(dids)], "app.bsky.feed.post", "", map[string]any{
-			"$type": "app.bsky.feed.post", "text": fmt.Sprint(i), "createdAt": "2024-01-01T00:00:00Z"}))
-	}
+	post := func(i int) world.Event { return newPost(t, wd, dids[i%len(dids)], fmt.Sprint(i)) }
 	s := openStore(t)
 	w := newWriter(t, s, false)
 	ctx := context.Background()
@@ -171,12 +148,7 @@ func TestRewoundRelayAfterRestart(t *testing.T) {
 
 	start := int64(100) // the restart
 	c, m := newConsumer(t, Config{Writer: w, Mode: ModeLive, Store: s, Cursor: &start, GapIDs: gapIDsFrom(t, 1)})
-	handle := func(b []byte) {
-		t.Helper()
-		if err := c.Handle(ctx, b); err != nil {
-			t.Fatal(err)
-		}
-	}
+	handle := handler(t, c)
 	handle(old[39]) // a replay of seq 40
 	for seq := int64(51); seq <= 60; seq++ {
 		handle(encode(t, post(int(seq)), seq)) // the restored relay's new commits
@@ -191,16 +163,7 @@ func TestRewoundRelayAfterRestart(t *testing.T) {
 	if want := []int64{51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 101}; !slices.Equal(got, want) {
 		t.Fatalf("rows after the restart of relay seqs %v, want %v (duplicates dropped: %d)", got, want, counter(m.anomalies, AnomalyDuplicate))
 	}
-	gs := gapsOf(t, s)
-	if len(gs) != 1 || gs[0].Kind != archive.GapSeqRegression || gs[0].FromSeq != 100 || gs[0].ToSeq != 51 {
-		t.Fatalf("gaps %+v, want one seq_regression from 100 to 51", gs)
-	}
-	if got := relayCursor(t, s); got != 101 {
-		t.Fatalf("cursor/relay %d, want 101", got)
-	}
-	if n := counter(m.anomalies, AnomalyDuplicate); n != 1 {
-		t.Fatalf("anomalies{duplicate} = %d, want 1 (the replay of 40)", n)
-	}
+	wantFollowed(t, s, m, 101, "the replay of 40")
 }
 
 // TestLateFrameBehind: Behind follows the upstream time of what the
@@ -258,10 +221,7 @@ func TestLateFrameBehind(t *testing.T) {
 func TestRewoundRelayAccountAfterRestart(t *testing.T) {
 	wd := buildWorld(t, 3)
 	dids := activeDIDs(wd)
-	post := func(did string) world.Event {
-		return must(t)(wd.CreateRecord(did, "app.bsky.feed.post", "", map[string]any{
-			"$type": "app.bsky.feed.post", "text": "x", "createdAt": "2024-01-01T00:00:00Z"}))
-	}
+	post := func(did string) world.Event { return newPost(t, wd, did, "x") }
 	s := openStore(t)
 	w := newWriter(t, s, false)
 	ctx := context.Background()
@@ -309,10 +269,7 @@ func TestRewoundRelayAccountAfterRestart(t *testing.T) {
 func TestReplayBelowCursorNotFollowed(t *testing.T) {
 	wd := buildWorld(t, 3)
 	dids := activeDIDs(wd)
-	post := func(did string) world.Event {
-		return must(t)(wd.CreateRecord(did, "app.bsky.feed.post", "", map[string]any{
-			"$type": "app.bsky.feed.post", "text": "x", "createdAt": "2024-01-01T00:00:00Z"}))
-	}
+	post := func(did string) world.Event { return newPost(t, wd, did, "x") }
 	s := openStore(t)
 	w := newWriter(t, s, false)
 	ctx := context.Background()
@@ -368,21 +325,13 @@ func TestReplayBelowCursorNotFollowed(t *testing.T) {
 func TestLateBelowWindowKeepsWindow(t *testing.T) {
 	wd := buildWorld(t, 3)
 	dids := activeDIDs(wd)
-	post := func(i int) world.Event {
-		return must(t)(wd.CreateRecord(dids[i%len(dids)], "app.bsky.feed.post", "", map[string]any{
-			"$type": "app.bsky.feed.post", "text": fmt.Sprint(i), "createdAt": "2024-01-01T00:00:00Z"}))
-	}
+	post := func(i int) world.Event { return newPost(t, wd, dids[i%len(dids)], fmt.Sprint(i)) }
 	s := openStore(t)
 	w := newWriter(t, s, false)
 	ctx := context.Background()
 	// A window of 4 frames: after seq 10, seqs 7 to 10.
 	c, m := newConsumer(t, Config{Writer: w, Mode: ModeLive, Store: s, GapThreshold: 4, GapIDs: gapIDsFrom(t, 1)})
-	handle := func(b []byte) {
-		t.Helper()
-		if err := c.Handle(ctx, b); err != nil {
-			t.Fatal(err)
-		}
-	}
+	handle := handler(t, c)
 	var f10 []byte
 	for seq := int64(1); seq <= 10; seq++ {
 		b := encode(t, post(int(seq)), seq)
@@ -410,5 +359,40 @@ func TestLateBelowWindowKeepsWindow(t *testing.T) {
 	}
 	if late, dup := counter(m.anomalies, AnomalyLate), counter(m.anomalies, AnomalyDuplicate); late != 1 || dup != 1 {
 		t.Fatalf("anomalies{late} = %d, {duplicate} = %d, want 1 and 1 (the replay of seq 10 a duplicate); gaps %+v", late, dup, gapsOf(t, s))
+	}
+}
+
+// newPost makes did write a post of the given text in the world.
+func newPost(t testing.TB, wd *world.World, did, text string) world.Event {
+	t.Helper()
+	return must(t)(wd.CreateRecord(did, "app.bsky.feed.post", "", map[string]any{
+		"$type": "app.bsky.feed.post", "text": text, "createdAt": "2024-01-01T00:00:00Z"}))
+}
+
+// handler returns a function that hands one encoded frame to c, failing
+// the test on an error.
+func handler(t testing.TB, c *Consumer) func([]byte) {
+	return func(b []byte) {
+		t.Helper()
+		if err := c.Handle(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// wantFollowed checks that the consumer followed the relay gone back from
+// seq 100 to 51: one seq_regression gap between them, cursor/relay at
+// cursor, and one frame dropped as a duplicate (dup says which).
+func wantFollowed(t *testing.T, s *archive.Store, m *Metrics, cursor int64, dup string) {
+	t.Helper()
+	gs := gapsOf(t, s)
+	if len(gs) != 1 || gs[0].Kind != archive.GapSeqRegression || gs[0].FromSeq != 100 || gs[0].ToSeq != 51 {
+		t.Fatalf("gaps %+v, want one seq_regression from 100 to 51", gs)
+	}
+	if got := relayCursor(t, s); got != cursor {
+		t.Fatalf("cursor/relay %d, want %d", got, cursor)
+	}
+	if n := counter(m.anomalies, AnomalyDuplicate); n != 1 {
+		t.Fatalf("anomalies{duplicate} = %d, want 1 (%s)", n, dup)
 	}
 }
