@@ -71,6 +71,9 @@ func (r *Resolver) fetchPLC(ctx context.Context, did syntax.DID) (*identity.Iden
 // goes through it.
 func parseIdentity(doc *identity.DIDDocument) identity.Identity {
 	id := identity.ParseIdentity(doc)
+	if id.Services == nil {
+		id.Services = make(map[string]identity.ServiceEndpoint, 1)
+	}
 	delete(id.Services, pdsService)
 	for _, s := range doc.Service {
 		if !strings.HasSuffix(s.ID, "#"+pdsService) || s.Type != pdsServiceType {
