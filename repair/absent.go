@@ -248,8 +248,10 @@ func keepsRecords(st archive.RepoState) bool {
 // host, whose RepoNotFound would be archived as a deletion of an account
 // alive at its new PDS. A document read from memory that names another
 // host is resolved again once first. A DID the directory has no document
-// or key for names no PDS, and its recorded host is asked as before; a
-// document naming no usable PDS leaves no host to ask (""). An error only
+// for names no PDS, and its recorded host is asked as before; a document
+// that could not be read (the directory failing past its retries) or
+// names no usable PDS or key leaves no host to ask (""): the account is
+// left unanswered, for the next pass. An error only
 // when ctx ended or the identity store could not be read.
 func (r *Runner) statusHost(ctx context.Context, did, host string) (string, error) {
 	id := r.cfg.Identity
@@ -262,8 +264,12 @@ func (r *Runner) statusHost(ctx context.Context, did, host string) (string, erro
 	}
 	switch {
 	case err == nil:
-	case ident.Class(err) != "":
+	case ident.UnknownDID(err):
 		return host, nil
+	case ident.Class(err) != "":
+		// The directory failing, or a document without a key: which
+		// PDS holds the account is unknown, and it may have moved.
+		return "", nil
 	default:
 		return "", fmt.Errorf("repair: the PDS of absent account %s: %w", did, err)
 	}

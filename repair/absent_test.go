@@ -237,6 +237,9 @@ func TestAbsentAccountThatMovedIsNotDeleted(t *testing.T) {
 	s, w, apply := newStore(t)
 	ctx := context.Background()
 	const didMoved, didDeleted, didTombstoned = "did:plc:mmmmmmmmmmmmmmmmmmmmmmmm", "did:plc:dddddddddddddddddddddddd", "did:plc:tttttttttttttttttttttttt"
+	// Its document cannot be read (the directory failing): its recorded
+	// host is not asked, as the account may have moved.
+	const didUnread = "did:plc:uuuuuuuuuuuuuuuuuuuuuuuu"
 	var relayAsked, oldAsked, newAsked atomic.Int64
 	relay := statusServer(t, map[string]string{}, &relayAsked) // knows none of them
 	oldHost := statusServer(t, map[string]string{}, &oldAsked) // holds none of them any more
@@ -250,6 +253,10 @@ func TestAbsentAccountThatMovedIsNotDeleted(t *testing.T) {
 	docs := map[string]string{didMoved: newHost.URL, didDeleted: oldHost.URL}
 	plc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		did := strings.TrimPrefix(r.URL.Path, "/")
+		if did == didUnread {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
 		pds, ok := docs[did]
 		if !ok {
 			w.WriteHeader(http.StatusNotFound)
@@ -266,7 +273,7 @@ func TestAbsentAccountThatMovedIsNotDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	for _, did := range []string{didSame, didMoved, didDeleted, didTombstoned} {
+	for _, did := range []string{didSame, didMoved, didDeleted, didTombstoned, didUnread} {
 		host := oldName
 		if did == didSame {
 			host = ""
@@ -286,6 +293,9 @@ func TestAbsentAccountThatMovedIsNotDeleted(t *testing.T) {
 	if st, _ := s.RepoState(didMoved); !st.Active || st.Refetch != archive.RefetchNone {
 		t.Errorf("the account that moved to %s: %+v, want active and untouched (its old host %s no longer holds it)", newName, st, oldName)
 	}
+	if st, _ := s.RepoState(didUnread); !st.Active || st.AccountStatus != "" {
+		t.Errorf("the account whose document could not be read: %+v, want active and untouched (left unanswered: it may have moved)", st)
+	}
 	for _, did := range []string{didDeleted, didTombstoned} {
 		if st, _ := s.RepoState(did); st.Active || st.AccountStatus != "deleted" {
 			t.Errorf("%s: %+v, want inactive, deleted", did, st)
@@ -294,8 +304,8 @@ func TestAbsentAccountThatMovedIsNotDeleted(t *testing.T) {
 	if got := accountRows(t, s); got[didMoved] != "" || len(got) != 2 {
 		t.Errorf("account rows %v: want the two gone accounts' deletions only", got)
 	}
-	if relayAsked.Load() != 3 || oldAsked.Load() != 2 || newAsked.Load() != 1 {
-		t.Errorf("asked: relay %d, old host %d, new host %d; want 3, 2 (the deleted and the tombstoned account), 1 (the moved one)",
+	if relayAsked.Load() != 4 || oldAsked.Load() != 2 || newAsked.Load() != 1 {
+		t.Errorf("asked: relay %d, old host %d, new host %d; want 4, 2 (the deleted and the tombstoned account), 1 (the moved one)",
 			relayAsked.Load(), oldAsked.Load(), newAsked.Load())
 	}
 }
