@@ -1886,4 +1886,14 @@ var mutants = []Mutant{
 			{Pkg: "./firehose", Run: "^TestLateBelowWindowKeepsWindow$"},
 		},
 	},
+	{
+		ID: "m218", Invariant: "G2",
+		Name: "an absent account whose DID document could not be read (the directory failing) asked of its recorded host (an account that moved is archived as deleted during a directory outage)",
+		File: "repair/absent.go",
+		Old:  "\tcase ident.UnknownDID(err):\n\t\treturn host, nil\n",
+		New:  "\tcase ident.Class(err) != \"\":\n\t\treturn host, nil\n",
+		Tests: []Test{
+			{Pkg: "./repair", Run: "^TestAbsentAccountThatMovedIsNotDeleted$"},
+		},
+	},
 }
