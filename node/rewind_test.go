@@ -113,18 +113,13 @@ func TestRewoundRelayConnected(t *testing.T) {
 func TestRewoundRelayAfterRestart(t *testing.T) {
 	net := rewindNet(t, 22)
 	dir := t.TempDir()
-	h := startHealNode(t, net, dir)
-	h.waitLive(t, net, 2)
-	changeAccounts(t, net, 0, 15)
-	changeAccounts(t, net, 0, 15) // seqs 1 to 30
-	h.atHead(t, net)
-	h.stop(t)
+	followThenStop(t, net, dir, 2, nil) // seqs 1 to 30
 
 	net.Faults().RewindSequence(20)
 	before := net.AllRepoCounts()
 	unseen := changeAccounts(t, net, 20, 3) // seqs 11 to 13, before backstream redials
 	conns := net.FirehoseConnections()
-	h = startHealNode(t, net, dir)
+	h := startHealNode(t, net, dir)
 	h.waitRedialed(t, net, conns)
 	changeAccounts(t, net, 23, 4) // seqs 14 to 17, below the cursor
 	changeAccounts(t, net, 0, 15) // seqs 18 to 32: past the cursor
@@ -150,18 +145,12 @@ func TestRewoundRelayLateStreamNotBehind(t *testing.T) {
 	net := rewindNet(t, 23)
 	dir := t.TempDir()
 	set := func(c *node.Config) { c.MaxStale = time.Second }
-	h := startHealNodeWith(t, net, dir, set)
-	h.waitLive(t, net, 2)
-	for range 10 {
-		changeAccounts(t, net, 0, 15) // seqs 1 to 150
-	}
-	h.atHead(t, net)
-	h.stop(t)
+	followThenStop(t, net, dir, 10, set) // seqs 1 to 150
 
 	net.Faults().RewindSequence(140)
 	changeAccounts(t, net, 20, 3) // seqs 11 to 13, before backstream redials
 	conns := net.FirehoseConnections()
-	h = startHealNodeWith(t, net, dir, set)
+	h := startHealNodeWith(t, net, dir, set)
 	h.waitRedialed(t, net, conns)
 	dids := changeAccountsList(net, 0, 15)
 	for i := 0; ; i++ {
@@ -213,16 +202,11 @@ func TestRewoundRelayLateStreamNotBehind(t *testing.T) {
 func TestRewoundRelayAccountBelowCursor(t *testing.T) {
 	net := rewindNet(t, 24)
 	dir := t.TempDir()
-	h := startHealNode(t, net, dir)
-	h.waitLive(t, net, 2)
-	changeAccounts(t, net, 0, 15)
-	changeAccounts(t, net, 0, 15) // seqs 1 to 30
-	h.atHead(t, net)
-	h.stop(t)
+	followThenStop(t, net, dir, 2, nil) // seqs 1 to 30
 
 	net.Faults().RewindSequence(20)
 	conns := net.FirehoseConnections()
-	h = startHealNode(t, net, dir)
+	h := startHealNode(t, net, dir)
 	h.waitRedialed(t, net, conns)
 	changeAccounts(t, net, 0, 15) // seqs 11 to 25
 	changeAccounts(t, net, 15, 4) // seqs 26 to 29
@@ -248,4 +232,22 @@ func gapsString(t *testing.T, s *archive.Store) string {
 		t.Fatal(err)
 	}
 	return fmt.Sprintf("%+v", gs)
+}
+
+// followThenStop runs a node on dir (its config changed by set, if any)
+// while the network's accounts change rounds times 15 times (seqs 1 to
+// 15·rounds), and stops it once it holds the relay's head.
+func followThenStop(t *testing.T, net *oracle.Network, dir string, rounds int, set func(*node.Config)) {
+	t.Helper()
+	h := startHealNodeWith(t, net, dir, func(c *node.Config) {
+		if set != nil {
+			set(c)
+		}
+	})
+	h.waitLive(t, net, 2)
+	for range rounds {
+		changeAccounts(t, net, 0, 15)
+	}
+	h.atHead(t, net)
+	h.stop(t)
 }
