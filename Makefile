@@ -5,7 +5,7 @@ BIN     := bin/backstream
 PKGS    := ./...
 FUZZTIME ?= 30s
 
-.PHONY: all build test test-long test-clients bench-ab vet fmt-check lint bench bench-go fuzz demo clean
+.PHONY: all build test test-skipped test-long test-clients bench-ab vet fmt-check lint bench bench-go fuzz demo clean
 
 all: build
 
@@ -16,6 +16,18 @@ build:
 # under -short). Must finish in under 10 minutes on a 2-core machine.
 test: vet fmt-check
 	$(GO) test -short -count=1 -timeout 9m $(PKGS)
+
+# The tests `make test` skips whole, in full: every test that calls
+# citest.Long (process-level SIGKILL tests, big worlds, the soak, the
+# upgrade test, which needs the git history), listed by scripts/longtests,
+# one package at a time. CI runs it after `make test`. Every package runs;
+# the target fails if any failed.
+test-skipped:
+	@list=$$(mktemp); $(GO) run ./scripts/longtests > $$list || { rm -f $$list; exit 1; }; \
+	fail=0; while read -r pkg run; do \
+		echo "test-skipped: $$pkg $$run"; \
+		$(GO) test -count=1 -timeout 30m -run "$$run" "$$pkg" || fail=1; \
+	done < $$list; rm -f $$list; exit $$fail
 
 # Slow tiers: process-level restarts, SIGKILL, big worlds, long sweeps, the
 # soak (crash.TestSoakPlateau, about 2.5 minutes). The

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/backstream/backstream/internal/citest"
 )
 
 // BenchmarkCompactLargeAccount measures what one pass holds while it
@@ -252,9 +254,7 @@ func submitBench(b testing.TB, w *Writer, n int, ev func(int) Event) {
 // every row it removed (the live log holds few of them). (What the process holds at the pass's peak, the
 // batch with it, is what BenchmarkCompactLargeAccount measures.)
 func TestCompactLargeAccountHoldsItsBatch(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds 300,000 rows")
-	}
+	citest.Long(t, "builds 300,000 rows")
 	for _, shape := range []struct {
 		name  string
 		build func(b testing.TB, w *Writer, n int)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/atdata"
+
+	"github.com/backstream/backstream/internal/citest"
 )
 
 var (
@@ -156,9 +158,7 @@ func heapLive() uint64 {
 // Retained memory is about the CAR itself, the peak stays within a small
 // multiple of it, and iterating allocates a constant per record.
 func TestVerifyLargeRepoMemory(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds a 100k-record repository")
-	}
+	citest.Long(t, "builds a 100k-record repository")
 	const n = 100_000
 	p := filepath.Join(t.TempDir(), "big.car")
 	did := writeFixtureFile(t, p, n) // the fixture is garbage once written

@@ -7,6 +7,7 @@ import (
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/internal/citest"
 	"github.com/backstream/backstream/oracle"
 )
 
@@ -17,9 +18,7 @@ import (
 // scratch file. The profile arms each per-DID shape on max(1, active/200)
 // accounts, so the predictions are counts per class.
 func TestHostileProfile(t *testing.T) {
-	if testing.Short() {
-		t.Skip("1,200-account world with hung and slow bodies")
-	}
+	citest.Long(t, "1,200-account world with hung and slow bodies")
 	cfg := worldCfg(1200, 10)
 	cfg.Faults = oracle.ProfileHostile
 	e := newEnv(t, cfg)

@@ -19,6 +19,7 @@ import (
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/internal/citest"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/world"
 )
@@ -78,9 +79,7 @@ func (e *env) scratchEmpty() {
 // durable cursor; after a restart the first request carries the durable
 // checkpoint and no earlier page is listed again.
 func TestEnumerationResumesFromCheckpoint(t *testing.T) {
-	if testing.Short() {
-		t.Skip("2,500-account world")
-	}
+	citest.Long(t, "2,500-account world")
 	e := newEnv(t, worldCfg(2500, 1))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/backstream/backstream/internal/citest"
 )
 
 // composeFile is the part of the compose schema the tests read (short
@@ -524,9 +526,7 @@ func TestDockerfile(t *testing.T) {
 // has no ELF interpreter, i.e. runs on distroless/static. Slow (a cgo-free
 // build shares little of the build cache): skipped under -short.
 func TestStaticBuild(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a CGO_ENABLED=0 build takes about a minute on an empty cache")
-	}
+	citest.Long(t, "a CGO_ENABLED=0 build takes about a minute on an empty cache")
 	out := filepath.Join(t.TempDir(), "backstream")
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./cmd/backstream")
 	cmd.Dir = repoRoot(t)

@@ -21,16 +21,15 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/backstream/backstream/internal/citest"
 	"github.com/backstream/backstream/oracle/crash"
 )
 
 func TestPrometheusScrapesBackstream(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Prometheus server: make test-long")
-	}
+	citest.Long(t, "starts a Prometheus server")
 	promBin, err := exec.LookPath("prometheus")
 	if err != nil {
-		t.Skip("no prometheus binary (apt-get install prometheus, or make check-metrics)")
+		citest.Need(t, "no prometheus binary (apt-get install prometheus, or make check-metrics)")
 	}
 	listen, _ := runningServe(t) // the admin listener, where /metrics is
 

@@ -9,6 +9,7 @@ import (
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/internal/citest"
 	"github.com/backstream/backstream/node"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/check"
@@ -22,9 +23,7 @@ import (
 // bootstrap and come in through the retry runner on the retry schedule
 // (not backfill's own hours-long default).
 func TestLifecycleEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end lifecycle: skipped under -short")
-	}
+	citest.Long(t, "end-to-end lifecycle")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	net, err := oracle.Start(ctx, oracle.Config{Accounts: 400, RecordsMean: 30, Hosts: 3, Rate: 300, Events: 3000, Traffic: oracle.TrafficFull, Seed: 7})

@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/citest"
 	"github.com/backstream/backstream/internal/storefault"
 	"github.com/backstream/backstream/node"
 	"github.com/backstream/backstream/oracle"
@@ -98,9 +99,7 @@ func (cv *convergence) reached(net *oracle.Network, store *archive.Store, retrie
 // the fault reaches steady state, catches up, and the archive folds to the
 // network's current records for every account.
 func TestLifecycleCommitFaults(t *testing.T) {
-	if testing.Short() {
-		t.Skip("lifecycle commit faults: skipped under -short")
-	}
+	citest.Long(t, "lifecycle commit faults")
 	for i, tc := range []struct {
 		prefix string
 		n      int

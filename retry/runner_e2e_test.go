@@ -6,6 +6,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/internal/citest"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/world"
 	"github.com/backstream/backstream/retry"
@@ -20,9 +21,7 @@ import (
 // and folding the archive gives the network's records for every account,
 // revs never going backwards.
 func TestConvergesUnderFlakyFullTraffic(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end under traffic: skipped under -short")
-	}
+	citest.Long(t, "end-to-end under traffic")
 	e := newEnv(t, oracle.Config{Accounts: 300, RecordsMean: 10, Hosts: 4, Seed: 47, Rate: 200, Events: 2500,
 		Traffic: oracle.TrafficFull, Faults: oracle.ProfileFlaky})
 	live := e.live()

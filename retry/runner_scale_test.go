@@ -13,6 +13,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/internal/citest"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/retry"
 )
@@ -113,9 +114,7 @@ func writerCacheBytes() uint64 {
 // bounded repo state cache: the candidate set (≥ 100 MiB of states, ~7 MiB
 // of DIDs alone) is never held.
 func TestScale100k(t *testing.T) {
-	if testing.Short() {
-		t.Skip("100,000 candidates: skipped under -short")
-	}
+	citest.Long(t, "100,000 candidates")
 	const n = 100_000
 	e := newEnv(t, oracle.Config{Accounts: 10, RecordsMean: 2, Hosts: 2, Seed: 41, Traffic: oracle.TrafficNone})
 	t0 := time.Now()

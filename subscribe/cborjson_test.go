@@ -15,6 +15,8 @@ import (
 	"github.com/bluesky-social/indigo/atproto/atdata"
 	"github.com/ipfs/go-cid"
 	"github.com/multiformats/go-multihash"
+
+	"github.com/backstream/backstream/internal/citest"
 )
 
 // referenceResult runs the reference path, turning a panic into an error so a
@@ -574,9 +576,7 @@ func TestTranscodeRandomRecords(t *testing.T) {
 
 // Every half-precision float, checked against refmt's own conversion.
 func TestTranscodeAllHalfFloats(t *testing.T) {
-	if testing.Short() {
-		t.Skip("65536 reference renders")
-	}
+	citest.Long(t, "65536 reference renders")
 	for h := 0; h < 1<<16; h++ {
 		equalToReference(t, m1([]byte{0xf9, byte(h >> 8), byte(h)}))
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/backstream/backstream/internal/citest"
 )
 
 const metricsText = `# HELP backstream_live_delivery_seconds x
@@ -152,9 +154,7 @@ func TestTableVerdicts(t *testing.T) {
 // replay reads the whole archive, and live subscribers receive events with
 // delivery latencies observed.
 func TestSmallSystem(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary and runs devnet and serve processes")
-	}
+	citest.Long(t, "builds the binary and runs devnet and serve processes")
 	bin := filepath.Join(t.TempDir(), "backstream")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/backstream/backstream/cmd/backstream").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

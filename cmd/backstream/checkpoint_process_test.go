@@ -15,15 +15,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/backstream/backstream/internal/citest"
 	"github.com/backstream/backstream/internal/procenv"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/check"
 )
 
 func TestCheckpointLiveServe(t *testing.T) {
-	if testing.Short() {
-		t.Skip("process-level checkpoint test: skipped under -short")
-	}
+	citest.Long(t, "process-level checkpoint test")
 	bin := buildBinary(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/backstream/backstream/internal/citest"
 	"github.com/backstream/backstream/internal/procenv"
 	"github.com/backstream/backstream/oracle"
 )
@@ -21,9 +22,7 @@ import (
 // last success with its destination, the failure kept, nothing running and
 // no call out.
 func TestStatusCheckpointProcess(t *testing.T) {
-	if testing.Short() {
-		t.Skip("process-level test: skipped under -short")
-	}
+	citest.Long(t, "process-level test")
 	bin := buildBinary(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

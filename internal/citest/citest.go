@@ -1,9 +1,11 @@
-// Package citest holds the one rule for tests that need something of the
-// machine (root, a browser, a tool): they skip on a developer's machine that
-// lacks it, and fail in CI, where .ci/run sets CI=1 and installs what they
-// need. A test that skips in CI proves nothing there. (The variable is not a
-// BACKSTREAM_* one: the binary refuses unknown variables of its own prefix,
-// and the process-level tests hand their environment to it.)
+// Package citest holds the rules for tests that CI must not let skip. A
+// test that needs something of the machine (root, a browser, a tool) skips
+// on a developer's machine that lacks it and fails in CI, where .ci/run sets
+// CI=1 and installs what it needs. A heavy test skips under -short through
+// Long, and CI runs every such test after `make test`. A test that skips in
+// CI proves nothing there. (The variable is not a BACKSTREAM_* one: the
+// binary refuses unknown variables of its own prefix, and the process-level
+// tests hand their environment to it.)
 //
 // Test code only: no production package imports it.
 package citest
@@ -28,6 +30,18 @@ func Need(t testing.TB, reason string) {
 		t.Fatalf("%s (required in CI: %s=1)", reason, EnvVar)
 	}
 	t.Skip(reason)
+}
+
+// Long skips t under -short with reason: the test is heavy (a subprocess,
+// a big world, a long sweep) and `make test` leaves it out. Every test that
+// skips whole under -short calls Long, so that `make test-skipped`, which
+// CI runs after `make test`, finds it and runs it in full
+// (scripts/longtests). A test that only shrinks under -short does not.
+func Long(t testing.TB, reason string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(reason + " (make test-skipped runs it)")
+	}
 }
 
 // NeedRoot is Need for tests that mount filesystems or change limits.

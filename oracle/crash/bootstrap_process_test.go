@@ -18,6 +18,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
+	"github.com/backstream/backstream/internal/citest"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/internal/procenv"
 	"github.com/backstream/backstream/oracle"
@@ -89,9 +90,7 @@ func armFaults(n *oracle.Network, perShape int) map[string]outcome {
 // the whole final run), (c) archived rows per DID equal to the repo's
 // records for every complete repo.
 func TestServeBootstrapSurvivesSIGKILL(t *testing.T) {
-	if testing.Short() {
-		t.Skip("process-level: builds the binary and runs a 2,000-account bootstrap four times")
-	}
+	citest.Long(t, "process-level: builds the binary and runs a 2,000-account bootstrap four times")
 	bin := crash.Binary(t)
 	n, err := oracle.Start(context.Background(), oracle.Config{Accounts: 2000, RecordsMean: 20, Hosts: 4, Seed: 42, Traffic: oracle.TrafficNone})
 	if err != nil {

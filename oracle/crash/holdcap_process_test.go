@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/citest"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/check"
@@ -26,9 +27,7 @@ import (
 // taken-down account folds to nothing, every other account to its
 // records.
 func TestHoldCapTakedownCrash(t *testing.T) {
-	if testing.Short() {
-		t.Skip("4 MiB of live units behind a held replacement, killed: make test-long")
-	}
+	citest.Long(t, "4 MiB of live units behind a held replacement, killed")
 	net, h := stoppedAfterLive(t, oracle.Config{Accounts: 20, RecordsMean: 10, Hosts: 1, Traffic: oracle.TrafficNone, Seed: 95}, healArgs)
 	tgt := activeDIDs(net)[0]
 	if _, err := net.Emit(func(w *world.World) (world.Event, error) { return w.ResetRepo(tgt, 600) }); err != nil {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/backstream/backstream/internal/citest"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/crash"
@@ -85,9 +86,7 @@ func crashScenario(t *testing.T, seed int64, chain []string) {
 // network's current records for every active account. It logs the time to
 // steady state and the merge duration.
 func TestLifecycleEndToEnd2000(t *testing.T) {
-	if testing.Short() {
-		t.Skip("2,000-account process end-to-end: make test-long")
-	}
+	citest.Long(t, "2,000-account process end-to-end")
 	crash.Binary(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/backstream/backstream/internal/citest"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/crash"
 	"github.com/backstream/backstream/oracle/world"
@@ -78,9 +79,7 @@ func TestRandomKillChain(t *testing.T) {
 // records for every account, so an account of a host bootstrap or
 // discovery did not list is missing there. Not under -short.
 func TestRandomKillChainHosts(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the hosts-mode kill chain runs in the long tier")
-	}
+	citest.Long(t, "the hosts-mode kill chain")
 	runChains(t, hostsShape)
 }
 

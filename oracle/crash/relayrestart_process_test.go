@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/citest"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/check"
@@ -239,9 +240,7 @@ func healAfter(t *testing.T, h *crash.Harness, seed int64) *crash.Proc {
 // head), not a position of the old one. The last run closes every gap; the chain's
 // archive folds to the network's records.
 func TestRelayRestartMidReplacementCrash(t *testing.T) {
-	if testing.Short() {
-		t.Skip("two relay restarts during held replacements, killed: make test-long")
-	}
+	citest.Long(t, "two relay restarts during held replacements, killed")
 	net, h := stoppedAfterLive(t, oracle.Config{Accounts: 30, RecordsMean: 10, Hosts: 1, Traffic: oracle.TrafficNone, Seed: 91}, healArgs)
 	dids := activeDIDs(net)
 

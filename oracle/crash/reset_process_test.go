@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/citest"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/internal/procenv"
 	"github.com/backstream/backstream/oracle"
@@ -83,9 +84,7 @@ func trafficUntil(t *testing.T, h *crash.Harness, p *crash.Proc, seed int64, eve
 // the watermark above the tip, the chain's subscriber and a fresh read
 // from cursor 0 fold to the network's records, and so does the store.
 func TestCompactionResetCrash(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a reset and an index rebuild killed in three places: make test-long")
-	}
+	citest.Long(t, "a reset and an index rebuild killed in three places")
 	crash.Binary(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -40,6 +40,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/backstream/backstream/internal/citest"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/crash"
 	"github.com/backstream/backstream/oracle/world"
@@ -136,9 +137,7 @@ type soakSample struct {
 }
 
 func TestSoakPlateau(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a few minutes of churn: make test-long")
-	}
+	citest.Long(t, "a few minutes of churn")
 	crash.Binary(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

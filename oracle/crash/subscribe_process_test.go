@@ -13,14 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/backstream/backstream/internal/citest"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/crash"
 )
 
 func TestSubscribeSurvivesSIGKILL(t *testing.T) {
-	if testing.Short() {
-		t.Skip("process-level delivery test: skipped under -short")
-	}
+	citest.Long(t, "process-level delivery test")
 	crash.Binary(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

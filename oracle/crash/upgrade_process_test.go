@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/internal/citest"
 	"github.com/backstream/backstream/oracle"
 	"github.com/backstream/backstream/oracle/check"
 	"github.com/backstream/backstream/oracle/crash"
@@ -74,9 +75,7 @@ var upgradeArgs = append(append([]string{}, compactArgs...), "--compaction-inter
 // "D7: the stream from cursor 0 differs for 4 of 110 accounts: … 0
 // missing [], 29 extra [app.bsky.actor.profile/self …]".
 func TestUpgradeFromOlderBuilds(t *testing.T) {
-	if testing.Short() {
-		t.Skip("process-level upgrade test (builds two older commits): skipped under -short")
-	}
+	citest.Long(t, "process-level upgrade test (builds two older commits)")
 	crash.Binary(t)
 	for i, u := range upgrades {
 		t.Run(u.commit, func(t *testing.T) { upgradeFrom(t, u.commit, u.builds, int64(700+10*i)) })

@@ -16,6 +16,8 @@ import (
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/ipfs/go-cid"
 	car "github.com/ipld/go-car"
+
+	"github.com/backstream/backstream/internal/citest"
 )
 
 // carRoots returns the header roots of a CAR.
@@ -355,9 +357,7 @@ func TestTraffic_FullFold(t *testing.T) {
 // drain and refill, with the same per-event checks (canonical MST roots
 // included).
 func TestTraffic_LongFold(t *testing.T) {
-	if testing.Short() {
-		t.Skip("heavy: 8,000 traffic steps")
-	}
+	citest.Long(t, "heavy: 8,000 traffic steps")
 	kinds := runTraffic(t, Config{Seed: 21, Accounts: 12, RecordsMean: 3, Hosts: 2}, TrafficFull, 22, 8_000)
 	if kinds["#sync"] == 0 || kinds["account:deleted"] == 0 || kinds["emptied"] == 0 {
 		t.Errorf("long traffic without resets, deletions or emptied repos: %v", kinds)
