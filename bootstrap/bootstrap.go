@@ -204,6 +204,7 @@ type Bootstrap struct {
 	prog      progressState
 	fleet     atomic.Pointer[fleetState] // hosts mode; nil in relay mode
 	listSlots *prioritySlots             // hosts mode: listRepos requests at once (Workers), answered hosts first
+	rosterSet map[string]bool            // hosts mode: the roster hosts listed (Foreign); set before any lane starts
 }
 
 // New validates cfg.

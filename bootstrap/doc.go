@@ -189,7 +189,9 @@
 // or, with identity resolution off (--verify off), failing, or naming
 // neither host, from the one whose listing has the newer rev
 // (Progress.Hosts.Reattributed, AttributedByRev,
-// backstream_bootstrap_double_listed_total{by}). Dispatch is round-robin
+// backstream_bootstrap_double_listed_total{by}). Once fetched from one
+// roster host, another roster host's entry about it changes nothing
+// (Foreign, as in every repair pass: by="foreign"). Dispatch is round-robin
 // over the hosts with ready repos, each under HostWorkers concurrent jobs,
 // so a slow host holds at most its cap of workers. Only hosts with ready
 // repos are in the round (a host leaves it when its queue empties), so a

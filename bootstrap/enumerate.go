@@ -256,6 +256,13 @@ func (b *Bootstrap) record(ctx context.Context, host string, entries []upstream.
 				b.release(e.DID)
 			}
 			return nil, fmt.Errorf("bootstrap: read %s: %w", e.DID, err)
+		case Foreign(b.rosterSet, host, st.Host):
+			// Fetched from another roster host: this host's word on it
+			// (taken down, deactivated) is not the account's.
+			if e.Active {
+				b.release(e.DID)
+			}
+			b.cfg.Metrics.doubleListed(AttributedForeign)
 		default:
 			if st.Active != e.Active {
 				// E12: a flip preserves the row; only activity changes.

@@ -358,7 +358,21 @@ func (b *Bootstrap) release(did string) {
 const (
 	AttributedByDocument = "document" // the host its DID document names as its PDS
 	AttributedByRev      = "rev"      // the newer listed rev: resolution off, failed, or naming neither host
+	AttributedForeign    = "foreign"  // already fetched from another roster host: the entry is ignored (Foreign)
 )
+
+// Foreign reports whether lister's entry about an account is a roster
+// host's word on another roster host's account: the account's repo/ row
+// records it fetched from recorded, another host of roster (the hosts
+// listed). Such an entry changes nothing (bootstrap, every repair pass):
+// a host that does not hold the account (a hostile one, or its old PDS
+// after a migration, listing it deactivated) would otherwise mark it
+// inactive, and the merge drops every captured commit of an account the
+// archive holds taken down. The account's own host, the relay and the
+// firehose speak for it. recorded is in canonical form (the caller's).
+func Foreign(roster map[string]bool, lister, recorded string) bool {
+	return lister != "" && recorded != "" && recorded != lister && roster[recorded]
+}
 
 // attributionRule says how a DID listed by two hosts is attributed.
 func (b *Bootstrap) attributionRule() string {
@@ -479,7 +493,9 @@ func (b *Bootstrap) fleetLanes(ctx context.Context) ([]lane, error) {
 	b.fleet.Store(fs)
 	cfg.Metrics.hostsSkipped(skipped)
 	lanes := make([]lane, 0, len(roster))
+	b.rosterSet = make(map[string]bool, len(roster))
 	for _, h := range roster {
+		b.rosterSet[h] = true
 		bound, err := ListingBound(cfg.Store, h)
 		if err != nil {
 			return nil, fmt.Errorf("bootstrap: %w", err)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/internal/promtest"
 	"github.com/backstream/backstream/upstream"
 )
 
@@ -246,5 +248,79 @@ func TestFleetRosterPagedAHostAtATime(t *testing.T) {
 	f.mu.Unlock()
 	if p := b.Progress().Hosts; n != f.hosts || p.Roster != f.hosts || p.RosterCut != "" {
 		t.Fatalf("roster of %d hosts: %d in the roster, %d hosts listed, cut %q", f.hosts, p.Roster, n, p.RosterCut)
+	}
+}
+
+// heldHost holds every listRepos page of one host until ready says so.
+type heldHost struct {
+	bootstrap.FleetSource
+	host  string
+	ready func() bool
+}
+
+func (h heldHost) HostListRepos(ctx context.Context, host, cursor string, limit int) (upstream.Page, error) {
+	if host == h.host {
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for !h.ready() {
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+				return upstream.Page{}, ctx.Err()
+			}
+		}
+	}
+	return h.FleetSource.HostListRepos(ctx, host, cursor, limit)
+}
+
+// TestFleetForeignEntryLeavesAccountAlone: a roster host lists an account
+// of another roster host as taken down (oracle ClaimAccount: a hostile
+// host, or the old PDS of an account that migrated, which lists it
+// deactivated), and its listing comes after the account was fetched from
+// its own host in the same run. The entry of a host that is not the one
+// the account was fetched from changes nothing: the account stays active,
+// complete, with its records (the merge would otherwise drop every
+// captured commit of an account the archive holds taken down, and refuse
+// its replacements), counted as a foreign entry.
+func TestFleetForeignEntryLeavesAccountAlone(t *testing.T) {
+	cfg := worldCfg(24, 3)
+	cfg.Hosts = 2
+	e := newEnv(t, cfg)
+	victim, own := "", 0
+	for _, a := range e.listed() {
+		if a.Host != 0 || !a.Active {
+			continue
+		}
+		own++
+		if victim == "" && a.Records > 0 {
+			victim = a.DID
+		}
+	}
+	if victim == "" {
+		t.Fatal("no active account with records on host 0")
+	}
+	e.net.Faults().ClaimAccount(1, victim, false, "takendown")
+	claimer := strings.TrimPrefix(e.net.HostURLs()[1], "http://")
+	var b *bootstrap.Bootstrap
+	var mu sync.Mutex
+	held := heldHost{FleetSource: e.client, host: claimer, ready: func() bool {
+		// Host 0's jobs all durable and out of flight: the claim is read
+		// about an account this run has fetched.
+		mu.Lock()
+		defer mu.Unlock()
+		p := b.Progress()
+		return p.Complete+p.NotFound+p.Unavailable+p.Failed >= int64(own)
+	}}
+	mu.Lock()
+	b = e.fleetBoot(bootstrap.EnumerateHosts, 4, 4, nil, func(c *bootstrap.Config) { c.Fleet = held })
+	mu.Unlock()
+	e.runToEnd(b)
+	st, err := e.store.RepoState(victim)
+	a, _ := e.world.Account(victim)
+	if err != nil || !st.Active || st.AccountStatus != "" || st.Status != archive.StatusComplete || st.Records != uint64(a.Records) {
+		t.Fatalf("%s after another host listed it taken down: %+v %v; want active, complete with its %d records", victim, st, err, a.Records)
+	}
+	if got := promtest.Value(t, e.reg, "backstream_bootstrap_double_listed_total", map[string]string{"by": bootstrap.AttributedForeign}); got != 1 {
+		t.Errorf("foreign entries counted: %v, want 1", got)
 	}
 }

@@ -49,7 +49,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		doubleListedBy: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backstream_bootstrap_double_listed_total",
-			Help: "DIDs listed by two hosts in a fleet bootstrap (a migration in flight), by how the host fetched from was picked: document (the PDS its DID document names) or rev (the newer listed rev: --verify off, or resolution failed or named neither host).",
+			Help: "DIDs listed by two hosts in a fleet bootstrap (a migration in flight), by how the host fetched from was picked: document (the PDS its DID document names) or rev (the newer listed rev: --verify off, or resolution failed or named neither host); foreign: an entry of a host about an account already fetched from another roster host, ignored (its activity and status not taken).",
 		}, []string{"by"}),
 		relayFallbacks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "backstream_bootstrap_relay_fallback_total",
@@ -85,6 +85,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.doubleListedBy.WithLabelValues(AttributedByDocument)
 	m.doubleListedBy.WithLabelValues(AttributedByRev)
+	m.doubleListedBy.WithLabelValues(AttributedForeign)
 	m.discovered.WithLabelValues("active")
 	m.discovered.WithLabelValues("inactive")
 	// Every error class a listRepos request can fail with, at 0 from the
@@ -128,6 +129,7 @@ func (m *Metrics) discover(active, inactive int) {
 	}
 	m.doubleListedBy.WithLabelValues(AttributedByDocument)
 	m.doubleListedBy.WithLabelValues(AttributedByRev)
+	m.doubleListedBy.WithLabelValues(AttributedForeign)
 	m.discovered.WithLabelValues("active").Add(float64(active))
 	m.discovered.WithLabelValues("inactive").Add(float64(inactive))
 }

@@ -449,10 +449,11 @@ func (r *Runner) begin(ctx context.Context, g archive.Gap) (bool, error) {
 }
 
 // foreign reports whether an account recorded on host is another roster
-// host's than l's, the host taken in its canonical form.
+// host's than l's (bootstrap.Foreign), the host taken in its canonical
+// form.
 func (r *Runner) foreign(l *lane, host string) bool {
 	h := upstream.CanonicalHost(r.cfg.Scheme, host)
-	return h != l.host && l.roster[h]
+	return bootstrap.Foreign(l.roster, l.host, h)
 }
 
 // compare decides each listed account against the store: the repo updates
