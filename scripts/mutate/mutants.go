@@ -1896,4 +1896,14 @@ var mutants = []Mutant{
 			{Pkg: "./repair", Run: "^TestAbsentAccountThatMovedIsNotDeleted$"},
 		},
 	},
+	{
+		ID: "m237", Invariant: "G6",
+		Name: "bootstrap takes a roster host's word on an account already fetched from another roster host (a host listing it taken down marks it inactive: the merge drops its captured commits)",
+		File: "bootstrap/enumerate.go",
+		Old:  "\t\tcase Foreign(b.rosterSet, host, st.Host):\n",
+		New:  "\t\tcase false && Foreign(b.rosterSet, host, st.Host):\n",
+		Tests: []Test{
+			{Pkg: "./bootstrap", Run: "^TestFleetForeignEntryLeavesAccountAlone$"},
+		},
+	},
 }
