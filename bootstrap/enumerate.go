@@ -43,7 +43,9 @@ type pageMsg struct {
 // short it returns why (upstream.CutReason), r.cursor left at the page it
 // was cut at. A host's page that failed with retries left returns the wait
 // before its next try instead (r.cursor at that page, r.tries its retries
-// so far): the caller parks the lane rather than hold its runner for it.
+// so far), and so does one of a host whose announced rate limit is spent
+// (the wait before its reset, no try spent): the caller parks the lane
+// rather than hold its runner, or a request slot, for it.
 //
 // r.left, when not nil, is what a host's listing may still name in this
 // run (upstream.HostListingBound, each page counting at least one): the
@@ -360,14 +362,19 @@ type pageTries struct {
 // returns after one failed try with the wait before the next (never 0;
 // r.tries counts the tries across calls), so its lane waits parked,
 // holding no runner (lanes.go): with many hosts down, their waits would
-// otherwise hold every runner while healthy hosts wait to be begun.
+// otherwise hold every runner while healthy hosts wait to be begun. A
+// host whose announced rate limit is spent returns the wait before its
+// reset before it is asked (listOnce), counting no try.
 func (b *Bootstrap) listPage(ctx context.Context, r *laneRun, cursor string, patient bool) (upstream.Page, time.Duration, error) {
 	cfg := &b.cfg
 	host, t := r.host, &r.tries
 	bo := backoff.Policy{Base: backfill.DefaultBackoffBase, Max: backfill.DefaultBackoffMax}
 	for {
-		pg, err := b.listOnce(ctx, r, cursor)
-		if err == nil {
+		pg, paced, err := b.listOnce(ctx, r, cursor)
+		switch {
+		case paced > 0:
+			return upstream.Page{}, paced, nil // the host's reset: no try spent
+		case err == nil:
 			return pg, 0, nil
 		}
 		if ctx.Err() != nil {

@@ -72,6 +72,16 @@ type FleetSource interface {
 
 var _ FleetSource = (*upstream.Client)(nil)
 
+// hostPacer is what a FleetSource may also say (upstream.Client): how long
+// a request of host would wait for the reset of a budget the host
+// announced spent. A host's page that would wait is not asked on a request
+// slot: its lane waits parked instead (listOnce).
+type hostPacer interface {
+	HostPaceWait(host string) time.Duration
+}
+
+var _ hostPacer = (*upstream.Client)(nil)
+
 // Host states on /status.
 const (
 	HostEnumerating = "enumerating"
@@ -302,17 +312,31 @@ func (b *Bootstrap) hosts() *fleetState { return b.fleet.Load() }
 // ahead of each next page of a host that answers. No slot is held back
 // while a request waits, so hosts not yet answered still have every slot
 // the answered ones leave. The relay's own listing takes no slot.
-func (b *Bootstrap) listOnce(ctx context.Context, r *laneRun, cursor string) (upstream.Page, error) {
+//
+// A host whose announced rate limit is spent (upstream.Client.HostPaceWait)
+// is not asked: listOnce returns the wait before its reset (paced > 0,
+// up to upstream.RetryAfterCeiling), and the lane waits parked, holding
+// neither its slot nor a runner, and spending no try. Asked on the slot,
+// the request would wait for the reset holding it: a few hosts announcing
+// their budget spent (a hostile host does on every answer) would hold
+// every slot for minutes a page, and every other host's listing with them.
+func (b *Bootstrap) listOnce(ctx context.Context, r *laneRun, cursor string) (pg upstream.Page, paced time.Duration, err error) {
 	if r.host == "" {
-		return b.cfg.Source.ListRepos(ctx, cursor, b.cfg.PageLimit)
+		pg, err = b.cfg.Source.ListRepos(ctx, cursor, b.cfg.PageLimit)
+		return pg, 0, err
 	}
 	if err := b.listSlots.Acquire(ctx, r.answered); err != nil {
-		return upstream.Page{}, err
+		return upstream.Page{}, 0, err
 	}
 	defer b.listSlots.Release()
-	pg, err := b.cfg.Fleet.HostListRepos(ctx, r.host, cursor, b.cfg.PageLimit)
+	if p, ok := b.cfg.Fleet.(hostPacer); ok {
+		if wait := p.HostPaceWait(r.host); wait > 0 {
+			return upstream.Page{}, wait, nil
+		}
+	}
+	pg, err = b.cfg.Fleet.HostListRepos(ctx, r.host, cursor, b.cfg.PageLimit)
 	r.answered = r.answered || upstream.Answered(err)
-	return pg, err
+	return pg, 0, err
 }
 
 // listedAgain handles an entry whose DID is already dispatched in this run

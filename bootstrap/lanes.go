@@ -159,6 +159,8 @@ const gaveUpLine = "bootstrap: a host's listing is still cut after its retries; 
 //   - a host's page failed with retries left (listPage): it is asked again
 //     after the page's backoff, on the same budgets (a host failing on
 //     /status since a cut shows that try as its next attempt);
+//   - a host's announced rate limit is spent (listOnce): it is asked after
+//     the reset, no try spent;
 //   - a host's listing was cut because it kept failing (down, overloaded:
 //     upstream.CutRetriesExhausted) with host retries left: it is listed
 //     again from where it was cut after hostRetryBase doubling to

@@ -185,6 +185,24 @@ func (c *Client) HostListRepos(ctx context.Context, host, cursor string, limit i
 	return c.listRepos(ctx, base, cursor, limit)
 }
 
+// HostPaceWait is how long a request of PDS host would wait now for the
+// reset of the budget the host announced spent (ratelimit-remaining), 0
+// when it would not wait. A caller holding a resource others share (a
+// fleet listing's request slot) waits elsewhere instead: the request
+// itself would wait holding it.
+func (c *Client) HostPaceWait(host string) time.Duration {
+	base, err := c.hostURL(host)
+	if err != nil {
+		return 0
+	}
+	name := canonicalHostPort(base)
+	wait := c.pace.wait(name)
+	if wait > 0 {
+		c.trips.trip(slog.LevelInfo, limitRatePace, paceLine, "host", name, "wait", wait)
+	}
+	return wait
+}
+
 // HostGetRepo downloads did from PDS host directly (no relay redirect),
 // within the host's download slots and paced to its announced rate limit.
 // Same contract as GetRepo; Download.FinalHost is host (or where it
@@ -265,13 +283,27 @@ func (p *pacer) acquire(ctx context.Context, host string, t *trips) error {
 		}
 		wait := h.reset.Sub(now)
 		p.mu.Unlock()
-		t.trip(slog.LevelInfo, limitRatePace, "upstream: a host's announced rate limit is spent; its requests wait for the reset instead of meeting a 429",
-			"host", host, "wait", wait)
+		t.trip(slog.LevelInfo, limitRatePace, paceLine, "host", host, "wait", wait)
 		if err := backoff.Sleep(ctx, wait); err != nil {
 			return err
 		}
 	}
 }
+
+// wait is how long acquire would wait for host's reset now, 0 when it
+// would not.
+func (p *pacer) wait(host string) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h, now := p.hosts[host], p.now()
+	if h == nil || !h.known || !now.Before(h.reset) || h.remaining-h.inflight > 0 {
+		return 0
+	}
+	return h.reset.Sub(now)
+}
+
+// paceLine says a host's requests wait for its announced reset.
+const paceLine = "upstream: a host's announced rate limit is spent; its requests wait for the reset instead of meeting a 429"
 
 // minPaceSweep is the smallest map the pacer sweeps.
 const minPaceSweep = 64
