@@ -1906,4 +1906,14 @@ var mutants = []Mutant{
 			{Pkg: "./bootstrap", Run: "^TestFleetForeignEntryLeavesAccountAlone$"},
 		},
 	},
+	{
+		ID: "m238", Invariant: "H11",
+		Name: "a fleet host whose announced rate limit is spent asked on its listRepos request slot (the page waits for the reset holding it: every other host's listing waits behind a few such hosts)",
+		File: "bootstrap/fleet.go",
+		Old:  "\t\tif wait := p.HostPaceWait(r.host); wait > 0 {\n",
+		New:  "\t\tif wait := p.HostPaceWait(r.host); false && wait > 0 {\n",
+		Tests: []Test{
+			{Pkg: "./bootstrap", Run: "^TestFleetPacedHostHoldsNoRequestSlot$"},
+		},
+	},
 }
