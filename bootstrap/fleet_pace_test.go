@@ -96,14 +96,14 @@ func TestFleetPacedHostHoldsNoRequestSlot(t *testing.T) {
 	b := e.bootOver(c, e.w, jobs, func(cfg *bootstrap.Config) { cfg.Workers, cfg.PageLimit = 2, 1 })
 	done := make(chan error, 1)
 	go func() { done <- b.Run(ctx) }()
-	deadline := time.After(30 * time.Second)
+	deadline := time.After(10 * time.Second)
 	for healthyPages.Load() < 3 {
 		select {
 		case <-time.After(5 * time.Millisecond):
 		case err := <-done:
 			t.Fatalf("bootstrap ended before the healthy host was listed: %v", err)
 		case <-deadline:
-			t.Fatalf("the healthy host served %d of its 3 pages in 30 s: its listing waits for a request slot held by hosts waiting out their announced rate limit (5 minutes)",
+			t.Fatalf("the healthy host served %d of its 3 pages in 10 s: its listing waits for a request slot held by hosts waiting out their announced rate limit (5 minutes)",
 				healthyPages.Load())
 		}
 	}
