@@ -235,9 +235,11 @@ type Request struct {
 const UnknownDIDAttempts = 5
 
 // HostSource downloads a repository from a named PDS host
-// (upstream.Client).
+// (upstream.Client), and says how long a request of that host would wait
+// now for the reset of a budget it announced spent (0: none).
 type HostSource interface {
 	HostGetRepo(ctx context.Context, host, did string) (*upstream.Download, error)
+	HostPaceWait(host string) time.Duration
 }
 
 var _ HostSource = (*upstream.Client)(nil)
@@ -439,11 +441,16 @@ func (r *Runner) download(ctx context.Context, did, host string) (*upstream.Down
 	return hs.HostGetRepo(ctx, host, did)
 }
 
-// attempt downloads and verifies once under the attempt deadline. The
-// deadline pauses while the job waits for memory. The scratch file is
+// attempt downloads and verifies once under the attempt deadline. A
+// download asked of a host whose announced budget is spent waits for its
+// reset first (paceHost), and the deadline pauses while the job waits for
+// memory: neither wait is the attempt's. The scratch file is
 // removed on every outcome: before attempt returns, or (a CAR verified from
 // its file) by the prepared snapshot's release.
 func (r *Runner) attempt(ctx context.Context, did, host string) (*prepared, error) {
+	if err := r.paceHost(ctx, host); err != nil {
+		return nil, err
+	}
 	deadline := r.o.AttemptTimeout
 	actx, cancel := context.WithTimeoutCause(ctx, deadline, errAttemptTimeout)
 	doc, err := r.identity(actx, did)
@@ -484,6 +491,23 @@ func (r *Runner) attempt(ctx context.Context, did, host string) (*prepared, erro
 	}
 	p.host, p.size = dl.FinalHost, dl.Size
 	return p, nil
+}
+
+// paceHost waits, before an attempt of a download from host directly,
+// for the reset of a budget host announced spent (HostSource.HostPaceWait;
+// at most upstream.RetryAfterCeiling ahead). The request would otherwise
+// wait for it inside the attempt deadline: a reset minutes ahead took
+// most of the deadline, or all of it (the repo failed timeout for the
+// run), however healthy the host.
+func (r *Runner) paceHost(ctx context.Context, host string) error {
+	hs, ok := r.o.Source.(HostSource)
+	if host == "" || !ok {
+		return nil
+	}
+	if wait := hs.HostPaceWait(host); wait > 0 {
+		return r.o.Sleep(ctx, wait)
+	}
+	return nil
 }
 
 // prepare admits a download to the memory budget and verifies it. What it
