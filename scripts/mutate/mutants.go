@@ -1916,4 +1916,14 @@ var mutants = []Mutant{
 			{Pkg: "./bootstrap", Run: "^TestFleetPacedHostHoldsNoRequestSlot$"},
 		},
 	},
+	{
+		ID: "m239", Invariant: "E8",
+		Name: "a download of a host whose announced budget is spent waits for the reset inside the attempt deadline (fails timeout for the run when the reset is further than the deadline)",
+		File: "backfill/job.go",
+		Old:  "\tif wait := hs.HostPaceWait(host); wait > 0 {\n",
+		New:  "\tif wait := hs.HostPaceWait(host); false && wait > 0 {\n",
+		Tests: []Test{
+			{Pkg: "./backfill", Run: "^TestJobPaceWaitOutsideDeadline$"},
+		},
+	},
 }
