@@ -276,12 +276,12 @@ func (p *pacer) acquire(ctx context.Context, host string, t *trips) error {
 			h = &pace{}
 			p.hosts[host] = h
 		}
-		if !h.known || !now.Before(h.reset) || h.remaining-h.inflight > 0 {
+		wait := h.wait(now)
+		if wait == 0 {
 			h.inflight++
 			p.mu.Unlock()
 			return nil
 		}
-		wait := h.reset.Sub(now)
 		p.mu.Unlock()
 		t.trip(slog.LevelInfo, limitRatePace, paceLine, "host", host, "wait", wait)
 		if err := backoff.Sleep(ctx, wait); err != nil {
@@ -295,8 +295,18 @@ func (p *pacer) acquire(ctx context.Context, host string, t *trips) error {
 func (p *pacer) wait(host string) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	h, now := p.hosts[host], p.now()
-	if h == nil || !h.known || !now.Before(h.reset) || h.remaining-h.inflight > 0 {
+	h := p.hosts[host]
+	if h == nil {
+		return 0
+	}
+	return h.wait(p.now())
+}
+
+// wait is how long one more request must wait at now for the reset of a
+// budget announced spent, 0 when the budget has room (or none is known,
+// or its reset has passed).
+func (h *pace) wait(now time.Time) time.Duration {
+	if !h.known || !now.Before(h.reset) || h.remaining-h.inflight > 0 {
 		return 0
 	}
 	return h.reset.Sub(now)
