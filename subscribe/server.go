@@ -85,8 +85,15 @@ type Config struct {
 	// --json`); /status serves it, with the server's own "subscribe" stats
 	// added. nil: a report with only those stats.
 	StatusJSON func() any
-	Metrics    *Metrics
-	Logger     *slog.Logger
+	// PublicStatus, when set, is what Handler's endpoints show of the
+	// report, /status and /subscribe's refusal before the archive serves:
+	// it returns the report without what only the operator may see, and
+	// leaves the report itself unchanged (StatusJSON may serve one report
+	// to many requests). StatusHandler(nil) serves the whole report, for
+	// the operator's listener. nil: Handler shows it whole.
+	PublicStatus func(report any) any
+	Metrics      *Metrics
+	Logger       *slog.Logger
 
 	// D6: a subscriber more than SlowLag events behind the tip whose
 	// position advanced slower than SlowRate events/s over SlowWindow is
@@ -279,7 +286,7 @@ func (s *Server) Close() error {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /subscribe", s.handleSubscribe)
-	mux.HandleFunc("GET /status", s.handleStatus)
+	mux.Handle("GET /status", s.StatusHandler(s.cfg.PublicStatus))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if s.cfg.Healthy != nil {
@@ -360,11 +367,15 @@ func (s *Server) Stats() Stats {
 	return st
 }
 
-// statusMap is the status report as a JSON object, with "subscribe" added.
-func (s *Server) statusMap() map[string]any {
+// statusMap is the status report as a JSON object, as view makes it (nil:
+// as StatusJSON returns it), with "subscribe" added.
+func (s *Server) statusMap(view func(report any) any) map[string]any {
 	m := map[string]any{}
 	if s.cfg.StatusJSON != nil {
 		v := s.cfg.StatusJSON()
+		if view != nil {
+			v = view(v)
+		}
 		b, err := json.Marshal(v)
 		if err == nil {
 			err = json.Unmarshal(b, &m)
@@ -390,14 +401,19 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = enc.Encode(v)
 }
 
-// handleStatus always answers 200: JSON, or an HTML page for browsers.
-func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
-	m := s.statusMap()
-	if wantsHTML(r) {
-		writeStatusHTML(w, m)
-		return
-	}
-	writeJSON(w, http.StatusOK, m)
+// StatusHandler serves /status: the report StatusJSON returns, as view
+// makes it (nil: whole), with the server's "subscribe" stats added. It
+// always answers 200: JSON, or an HTML page for browsers. Handler serves
+// it with PublicStatus.
+func (s *Server) StatusHandler(view func(report any) any) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m := s.statusMap(view)
+		if wantsHTML(r) {
+			writeStatusHTML(w, m)
+			return
+		}
+		writeJSON(w, http.StatusOK, m)
+	})
 }
 
 func (s *Server) handleDictionary(w http.ResponseWriter, r *http.Request) {
@@ -489,7 +505,7 @@ func (s *Server) handleSubscribe(w http.ResponseWriter, r *http.Request) {
 // status and a Retry-After.
 func (s *Server) refuseNotReady(w http.ResponseWriter) {
 	s.m.refuse(refusedNotReady)
-	m := s.statusMap()
+	m := s.statusMap(s.cfg.PublicStatus)
 	phase, _ := m["phase"].(string)
 	m["error"] = "NotReady"
 	m["message"] = "backstream is not serving subscribers yet (phase " + strconv.Quote(phase) + "); retry later"

@@ -41,7 +41,8 @@ func testServer(t *testing.T, store *archive.Store, backupDir string, interval t
 		t.Fatal(err)
 	}
 	s := &server{reg: newRegistry(), log: slog.New(slog.DiscardHandler), store: store, ck: ck, state: "opening"}
-	sub, err := subscribe.New(subscribe.Config{Ready: s.ready, Healthy: s.health.Err, StatusJSON: s.statusJSON, Metrics: subscribe.NewMetrics(s.reg), Logger: s.log})
+	sub, err := subscribe.New(subscribe.Config{Ready: s.ready, Healthy: s.health.Err, StatusJSON: s.statusJSON, PublicStatus: publicStatus,
+		Metrics: subscribe.NewMetrics(s.reg), Logger: s.log})
 	if err != nil {
 		t.Fatal(err)
 	}

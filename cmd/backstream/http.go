@@ -6,8 +6,10 @@ package main
 // timeouts. The admin listener (--admin-listen, loopback by default)
 // answers the operator: /metrics, /debug/pprof/, POST /admin/checkpoint,
 // and the probes and /status again, so they answer even when the public
-// listener is saturated. Nothing of the admin surface is reachable on the
-// public listener, whatever proxy stands in front of it.
+// listener is saturated. Its /status is the whole report; the public one
+// leaves out the operator's sections and error texts. Nothing of the admin
+// surface is reachable on the public listener, whatever proxy stands in
+// front of it.
 
 import (
 	"context"
@@ -55,7 +57,9 @@ type httpOptions struct {
 	maxConnsIP  int           // per client address; 0 = none
 }
 
-// publicHandler is what clients reach: the subscribe server's endpoints.
+// publicHandler is what clients reach: the subscribe server's endpoints,
+// their /status and /subscribe's refusal without the operator's sections
+// and error texts (the subscribe config's PublicStatus, publicStatus).
 // Everything else, /metrics, /debug/pprof/ and /admin/ included, is 404.
 func (s *server) publicHandler() http.Handler { return s.sub.Handler() }
 
@@ -73,11 +77,12 @@ func (s *server) adminHandler() http.Handler {
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	// Online backup (checkpoint.go).
 	mux.Handle("POST "+checkpointPath, http.NewCrossOriginProtection().Handler(s.checkpointEndpoint()))
-	// The probes and /status, answered here too.
+	// The probes and /status, answered here too: /status whole.
 	sub := s.sub.Handler()
-	for _, p := range []string{"/healthz", "/readyz", "/status"} {
+	for _, p := range []string{"/healthz", "/readyz"} {
 		mux.Handle("GET "+p, sub)
 	}
+	mux.Handle("GET /status", s.sub.StatusHandler(nil))
 	return mux
 }
 

@@ -625,6 +625,7 @@ func runServe(ctx context.Context, env *cmdEnv) error {
 	s := newServer(o, newRegistry(), log, recent)
 	sc := o.subscribers
 	sc.Ready, sc.Healthy, sc.StatusJSON = s.ready, s.health.Err, subscribe.CacheStatus(s.statusJSON, s.health.Err, s.health.Phase)
+	sc.PublicStatus = publicStatus
 	sc.Lagging = s.lagging
 	sc.Metrics, sc.Logger = subscribe.NewMetrics(s.reg), log.With("component", "subscribe")
 	s.sub, err = subscribe.New(sc)

@@ -80,6 +80,57 @@ type statusReport struct {
 	// running, the call of one given up on still out, the last written and
 	// the last failed (checkpoint.go).
 	Checkpoint *statusCheckpoint `json:"checkpoint,omitempty"`
+	// Public marks the report as the public listener shows it (public):
+	// without the operator's sections and error texts.
+	Public bool `json:"public,omitempty"`
+}
+
+// publicStatusError is the public listener's "error" when the report has
+// one: that there is one, not its text.
+const publicStatusError = "an error: its text is shown on the admin listener's /status only"
+
+// public is r as serve's public listener shows it: what a client needs
+// (the phase, whether there is an error, progress, cursors, the archive,
+// lags, compaction and NATS positions, subscribers) and nothing of the
+// operator's. Left out: the checkpoint section (the backup dir,
+// destinations, errors), the last warnings and errors logged, and every
+// error text, which may name local files (the report's error, a halted
+// compaction's reason and recovery, which names the data dir, the relay
+// connection's and the NATS sink's last errors, the NATS stream's config
+// differences). The admin listener shows r whole. r itself is unchanged
+// (the cache serves it to both listeners).
+func (r *statusReport) public() *statusReport {
+	p := *r
+	p.Public = true
+	p.LastErrors, p.Checkpoint = nil, nil
+	if p.Error != "" {
+		p.Error = publicStatusError
+	}
+	if c := p.Compaction; c != nil {
+		cc := *c
+		cc.HaltReason, cc.HaltRecovery = "", ""
+		p.Compaction = &cc
+	}
+	if l := p.Firehose; l != nil {
+		ll := *l
+		ll.LastError = ""
+		p.Firehose = &ll
+	}
+	if n := p.NATS; n != nil {
+		nn := *n
+		nn.LastError, nn.ConfigDiffs = "", nil
+		p.NATS = &nn
+	}
+	return &p
+}
+
+// publicStatus is a status report as the public listener shows it
+// (statusReport.public); any other value is left as it is.
+func publicStatus(v any) any {
+	if r, ok := v.(*statusReport); ok {
+		return r.public()
+	}
+	return v
 }
 
 // statusRetry is the report's "retry" section, the runner's Status.

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,7 +22,8 @@ import (
 // destination lies under a regular file: the stat fails, 500) shows as the
 // last failure with its error, none written; the next, written, as the
 // last success with its destination, the failure kept, nothing running and
-// no call out.
+// no call out. Its public /status has no checkpoint section and names no
+// backup.
 func TestStatusCheckpointProcess(t *testing.T) {
 	citest.Long(t, "process-level test")
 	bin := buildBinary(t)
@@ -76,5 +79,20 @@ func TestStatusCheckpointProcess(t *testing.T) {
 	ck = section("the checkpoint written", func(ck map[string]any) bool { return ck["last_success_at"] != nil })
 	if ck["last_success_to"] != filepath.Join(backup, "good") || ck["last_failure_at"] == nil || ck["running"] != nil || ck["stuck"] != nil {
 		t.Fatalf("after a checkpoint written: checkpoint %v; want it written to %s, the failure kept, none running or stuck", ck, filepath.Join(backup, "good"))
+	}
+
+	// The public listener's /status has none of it, and names no backup.
+	resp, err := http.Get("http://" + p.listen + "/status?format=json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || strings.Contains(string(body), `"checkpoint"`) || strings.Contains(string(body), backup) ||
+		!strings.Contains(string(body), `"public": true`) {
+		t.Fatalf("the public listener's /status: %d\n%s\nwant 200, marked public, without the checkpoint section or the backup dir %s", resp.StatusCode, body, backup)
 	}
 }

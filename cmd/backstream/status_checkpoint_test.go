@@ -55,7 +55,7 @@ func TestStatusCheckpointStuck(t *testing.T) {
 	s, h, store, stuck := stuckCheckpoint(t, base, bound, func(op errorfs.Op, path string) bool {
 		return op == errorfs.OpMkdirAll && strings.HasPrefix(path, dest)
 	})
-	hs := httptest.NewServer(s.sub.Handler())
+	hs := httptest.NewServer(s.sub.StatusHandler(nil)) // the admin listener's /status: the whole report
 	defer hs.Close()
 
 	answered := make(chan *httptest.ResponseRecorder, 1)
@@ -106,7 +106,7 @@ func TestStatusPageCheckpoint(t *testing.T) {
 	s, h, store, stuck := stuckCheckpoint(t, base, bound, func(op errorfs.Op, path string) bool {
 		return op == errorfs.OpMkdirAll && strings.HasPrefix(path, dest)
 	})
-	hs := httptest.NewServer(s.sub.Handler())
+	hs := httptest.NewServer(s.sub.StatusHandler(nil)) // the admin listener's /status: the whole report
 	defer hs.Close()
 	if rec := postWithin(t, h, "b1", "a checkpoint to a volume that stopped answering", store); rec.Code != http.StatusInternalServerError {
 		t.Fatalf("a checkpoint to a volume that stopped answering: %d %s; want 500", rec.Code, rec.Body)

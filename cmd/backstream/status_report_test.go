@@ -208,17 +208,19 @@ func TestServeStatusBeforeOpen(t *testing.T) {
 
 // TestServeProbesAfterFatal: once serve has seen a fatal error, /healthz and
 // /readyz answer 503 (naming it) and /status says so, for as long as the
-// process takes to go.
+// process takes to go: the admin listener's naming it, the public one's
+// saying there is one.
 func TestServeProbesAfterFatal(t *testing.T) {
 	s := &server{reg: newRegistry(), state: "opening"}
-	sub, err := subscribe.New(subscribe.Config{Ready: s.ready, Healthy: s.health.Err, StatusJSON: s.statusJSON})
+	sub, err := subscribe.New(subscribe.Config{Ready: s.ready, Healthy: s.health.Err, StatusJSON: s.statusJSON, PublicStatus: publicStatus})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sub.Close()
 	s.sub = sub
-	// Both listeners answer the probes and /status, the same.
+	// Both listeners answer the probes and /status, with the same codes.
 	public, adm := s.publicHandler(), s.adminHandler()
+	var adminBody string
 	get := func(path string) (int, string) {
 		rec, admin := httptest.NewRecorder(), httptest.NewRecorder()
 		public.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
@@ -226,6 +228,7 @@ func TestServeProbesAfterFatal(t *testing.T) {
 		if admin.Code != rec.Code {
 			t.Fatalf("%s: public %d, admin %d", path, rec.Code, admin.Code)
 		}
+		adminBody = admin.Body.String()
 		return rec.Code, rec.Body.String()
 	}
 	s.health.SetPhase(archive.PhaseSteadyState)
@@ -247,8 +250,8 @@ func TestServeProbesAfterFatal(t *testing.T) {
 	if code, body := get("/healthz"); !strings.Contains(body, "disk on fire") {
 		t.Fatalf("/healthz does not name the error: %d %q", code, body)
 	}
-	if _, body := get("/status"); !strings.Contains(body, "disk on fire") {
-		t.Fatalf("/status does not name the error: %s", body)
+	if _, body := get("/status"); !strings.Contains(adminBody, "disk on fire") || !strings.Contains(body, publicStatusError) || strings.Contains(body, "disk on fire") {
+		t.Fatalf("/status after a fatal error: admin %s\npublic %s\nwant the admin one naming it, the public one saying there is one (%q)", adminBody, body, publicStatusError)
 	}
 }
 
