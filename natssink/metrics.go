@@ -2,7 +2,11 @@ package natssink
 
 // This file owns the sink's Prometheus metrics. Every method is nil-safe.
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/backstream/backstream/subscribe"
+)
 
 // States of the sink (label values of backstream_nats_state).
 const (
@@ -22,7 +26,7 @@ const (
 	errResume   = "resume"    // the stream's last message is not one of ours, or the stream was purged behind a session
 	errPublish  = "publish"   // a publish was refused, timed out or its connection failed
 	errFull     = "full"      // a publish was refused for want of room: stream limits with discard new, account or server storage
-	errRender   = "render"    // an event could not be rendered; it is not published
+	errRender   = "render"    // an event could not be rendered; it is not published (why: backstream_nats_render_errors_total{reason})
 	errPosition = "position"  // the position could not be submitted
 	errTooLarge = "too_large" // an event is larger than the servers' max_payload or the stream's max_msg_size: the sink stops at it
 )
@@ -33,6 +37,7 @@ var errorKinds = []string{errStream, errResume, errPublish, errFull, errRender, 
 type Metrics struct {
 	published  prometheus.Counter
 	errors     *prometheus.CounterVec
+	render     *prometheus.CounterVec // the render errors, by subscribe.RenderErrorReason
 	state      *prometheus.GaugeVec
 	position   prometheus.Gauge
 	lagEvents  prometheus.Gauge
@@ -48,6 +53,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Events whose publish the NATS stream acknowledged."}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "backstream_nats_errors_total",
 			Help: "NATS sink failures by kind (stream, resume, publish, full, render, position, too_large)."}, []string{"kind"}),
+		render: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "backstream_nats_render_errors_total",
+			Help: "Archived events the NATS sink could not render as JSON and did not publish (each also counted in backstream_nats_errors_total{kind=\"render\"}), by reason, as backstream_subscribe_render_errors_total: upstream_record (a record its PDS wrote outside the atproto data model, such as a non-integral float), internal (bad archived data or a bug)."}, []string{"reason"}),
 		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "backstream_nats_state",
 			Help: "1 for the NATS sink's current state (connecting, publishing, retrying, full, too_large, no_leader)."}, []string{"state"}),
 		position: prometheus.NewGauge(prometheus.GaugeOpts{Name: "backstream_nats_position",
@@ -64,11 +71,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, k := range errorKinds {
 		m.errors.WithLabelValues(k)
 	}
+	for _, r := range subscribe.RenderReasons {
+		m.render.WithLabelValues(r)
+	}
 	for _, s := range states {
 		m.state.WithLabelValues(s)
 	}
 	if reg != nil {
-		reg.MustRegister(m.published, m.errors, m.state, m.position, m.lagEvents, m.lagSeconds, m.mismatch, m.tooLarge)
+		reg.MustRegister(m.published, m.errors, m.render, m.state, m.position, m.lagEvents, m.lagSeconds, m.mismatch, m.tooLarge)
 	}
 	return m
 }
@@ -89,6 +99,14 @@ func (m *Metrics) setState(s string) {
 func (m *Metrics) failed(kind string) {
 	if m != nil {
 		m.errors.WithLabelValues(kind).Inc()
+	}
+}
+
+// renderFailed counts an event that could not be rendered, err being
+// what rendering it returned, by subscribe.RenderErrorReason.
+func (m *Metrics) renderFailed(err error) {
+	if m != nil {
+		m.render.WithLabelValues(subscribe.RenderErrorReason(err)).Inc()
 	}
 }
 

@@ -834,11 +834,13 @@ func (p *publisher) closeIter() {
 	}
 }
 
-// publish sends one event, or skips it (counted) when it cannot be
-// rendered. Every publish carries the stream sequence it must follow, and
-// asks for its reply on the session's inbox, token its publish number.
+// publish sends one event, or skips it (counted, by why, as the
+// websocket server counts it) when it cannot be rendered. Every publish
+// carries the stream sequence it must follow, and asks for its reply on
+// the session's inbox, token its publish number.
 func (p *publisher) publish(ev *archive.Event, body []byte, renderErr error) error {
 	if renderErr != nil {
+		p.sink.cfg.Metrics.renderFailed(renderErr)
 		p.sink.fail(errRender, fmt.Errorf("seq %d: %w", ev.Seq, renderErr))
 		p.next = ev.Seq + 1
 		return nil

@@ -4,6 +4,8 @@ package subscribe
 // so tests can run a Server without a registry.
 
 import (
+	"errors"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -38,19 +40,36 @@ const (
 	refusedBufferBudget   = "buffer_budget"   // 503: BufferBudget fully reserved
 )
 
-// Render error reasons of backstream_subscribe_render_errors_total.
+// Render error reasons (RenderErrorReason): the label values of
+// backstream_subscribe_render_errors_total, and of the NATS sink's
+// backstream_nats_render_errors_total.
 const (
-	// renderUpstream: a record its PDS wrote outside the atproto data model
-	// (a non-integral float, a malformed blob): every record is archived
-	// only once it is well-formed DAG-CBOR (backfill.WellFormedRecord, on
-	// the firehose and in downloaded repos), so a record that then does not
-	// render (ErrBadRecord) is the PDS's data, kept but never sent, as
-	// Jetstream v1 never sends it either. Not alerted on.
-	renderUpstream = "upstream_record"
-	// renderInternal: anything else (a CID that does not parse, an unknown
+	// RenderUpstreamRecord: a record its PDS wrote outside the atproto
+	// data model (a non-integral float, a malformed blob): every record is
+	// archived only once it is well-formed DAG-CBOR
+	// (backfill.WellFormedRecord, on the firehose and in downloaded repos),
+	// so a record that then does not render (ErrBadRecord) is the PDS's
+	// data, kept but never sent, as Jetstream v1 never sends it either. Not
+	// alerted on.
+	RenderUpstreamRecord = "upstream_record"
+	// RenderInternal: anything else (a CID that does not parse, an unknown
 	// kind): bad archived data or our bug. BackstreamRenderErrors fires.
-	renderInternal = "internal"
+	RenderInternal = "internal"
 )
+
+// RenderReasons are the values RenderErrorReason returns.
+var RenderReasons = []string{RenderUpstreamRecord, RenderInternal}
+
+// RenderErrorReason is why an archived event could not be rendered, err
+// being what rendering it returned (LiveJSON, Renderer.AppendJSON):
+// RenderUpstreamRecord for a record its PDS wrote outside the atproto
+// data model, RenderInternal for anything else.
+func RenderErrorReason(err error) string {
+	if errors.Is(err, ErrBadRecord) {
+		return RenderUpstreamRecord
+	}
+	return RenderInternal
+}
 
 var refusedReasons = []string{refusedBadParam, refusedNotReady, refusedUpgrade,
 	refusedMaxSubscribers, refusedMaxPerIP, refusedBufferBudget}
@@ -150,7 +169,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range refusedReasons {
 		m.refused.WithLabelValues(r)
 	}
-	for _, r := range []string{renderUpstream, renderInternal} {
+	for _, r := range RenderReasons {
 		m.renderErrors.WithLabelValues(r)
 	}
 	if reg != nil {

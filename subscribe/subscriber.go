@@ -742,13 +742,13 @@ func (s *subscriber) renderReplay(ev *archive.Event, f *filter) []byte {
 // a PDS's records never hide it. Each line names the last one and how many
 // it stands for.
 func (s *Server) renderFailed(l *slog.Logger, seq uint64, err error) {
-	if errors.Is(err, ErrBadRecord) {
-		s.m.renderError(renderUpstream)
-		s.lines.Log(l, slog.LevelWarn, "render/"+renderUpstream, "subscribe: an archived record its PDS wrote outside the atproto data model cannot be rendered; skipped", "seq", seq, "err", err)
+	reason := RenderErrorReason(err)
+	s.m.renderError(reason)
+	if reason == RenderUpstreamRecord {
+		s.lines.Log(l, slog.LevelWarn, "render/"+reason, "subscribe: an archived record its PDS wrote outside the atproto data model cannot be rendered; skipped", "seq", seq, "err", err)
 		return
 	}
-	s.m.renderError(renderInternal)
-	s.lines.Log(l, slog.LevelError, "render/"+renderInternal, "subscribe: cannot render archived event; skipped", "seq", seq, "err", err)
+	s.lines.Log(l, slog.LevelError, "render/"+reason, "subscribe: cannot render archived event; skipped", "seq", seq, "err", err)
 }
 
 // dropRenderBuffers lets go of render buffers a large event grew.

@@ -1498,7 +1498,7 @@ var mutants = []Mutant{
 		ID: "m156", Invariant: "H13",
 		Name: "an archived event that cannot be rendered is logged once per render (a PDS's float records, replayed by every client, flood the log)",
 		File: "subscribe/subscriber.go",
-		Old:  "\t\ts.lines.Log(l, slog.LevelWarn, \"render/\"+renderUpstream, \"subscribe: an archived record its PDS wrote outside the atproto data model cannot be rendered; skipped\", \"seq\", seq, \"err\", err)\n",
+		Old:  "\t\ts.lines.Log(l, slog.LevelWarn, \"render/\"+reason, \"subscribe: an archived record its PDS wrote outside the atproto data model cannot be rendered; skipped\", \"seq\", seq, \"err\", err)\n",
 		New:  "\t\tl.Warn(\"subscribe: an archived record its PDS wrote outside the atproto data model cannot be rendered; skipped\", \"seq\", seq, \"err\", err)\n",
 		Tests: []Test{
 			{Pkg: "./subscribe", Run: "^TestRenderErrorLogBounded$"},
@@ -1707,9 +1707,9 @@ var mutants = []Mutant{
 	{
 		ID: "m199", Invariant: "H13",
 		Name: "every render failure counted internal (a PDS's float records page the operator, and share one log line with our own failures)",
-		File: "subscribe/subscriber.go",
-		Old:  "\tif errors.Is(err, ErrBadRecord) {\n\t\ts.m.renderError(renderUpstream)\n",
-		New:  "\tif false && errors.Is(err, ErrBadRecord) {\n\t\ts.m.renderError(renderUpstream)\n",
+		File: "subscribe/metrics.go",
+		Old:  "\tif errors.Is(err, ErrBadRecord) {\n\t\treturn RenderUpstreamRecord\n",
+		New:  "\tif false && errors.Is(err, ErrBadRecord) {\n\t\treturn RenderUpstreamRecord\n",
 		Tests: []Test{
 			{Pkg: "./subscribe", Run: "^TestRenderErrorReasons$"},
 		},
