@@ -1926,4 +1926,24 @@ var mutants = []Mutant{
 			{Pkg: "./backfill", Run: "^TestJobPaceWaitOutsideDeadline$"},
 		},
 	},
+	{
+		ID: "m225", Invariant: "H8",
+		Name: "the public listener's /status keeps the checkpoint section and the last warnings (the backup dir, destinations and logged paths shown to anyone reaching it)",
+		File: "cmd/backstream/status.go",
+		Old:  "\tp.LastErrors, p.Checkpoint = nil, nil\n",
+		New:  "",
+		Tests: []Test{
+			{Pkg: "./cmd/backstream", Run: "^(TestStatusPublicWithholdsOperatorSections|TestStatusPagePublic)$"},
+		},
+	},
+	{
+		ID: "m226", Invariant: "H13",
+		Name: "every NATS sink render failure counted internal (a PDS's float records look like bad archived data or a bug)",
+		File: "natssink/metrics.go",
+		Old:  "m.render.WithLabelValues(subscribe.RenderErrorReason(err)).Inc()",
+		New:  "m.render.WithLabelValues(subscribe.RenderInternal).Inc()",
+		Tests: []Test{
+			{Pkg: "./natssink", Run: "^TestSinkRenderErrorReasons$"},
+		},
+	},
 }
