@@ -85,12 +85,14 @@ type Config struct {
 	// --json`); /status serves it, with the server's own "subscribe" stats
 	// added. nil: a report with only those stats.
 	StatusJSON func() any
-	// PublicStatus, when set, is what Handler's endpoints show of the
-	// report, /status and /subscribe's refusal before the archive serves:
-	// it returns the report without what only the operator may see, and
-	// leaves the report itself unchanged (StatusJSON may serve one report
-	// to many requests). StatusHandler(nil) serves the whole report, for
-	// the operator's listener. nil: Handler shows it whole.
+	// PublicStatus, when set, makes Handler the public listener's: it is
+	// what its /status and /subscribe's refusal before the archive serves
+	// show of the report (it returns the report without what only the
+	// operator may see, and leaves the report itself unchanged: StatusJSON
+	// may serve one report to many requests), and its /healthz withholds
+	// the fatal error's text (WithheldError). StatusHandler(nil) and
+	// HealthHandler(false) serve the whole, for the operator's listener.
+	// nil: Handler shows everything.
 	PublicStatus func(report any) any
 	Metrics      *Metrics
 	Logger       *slog.Logger
@@ -287,17 +289,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /subscribe", s.handleSubscribe)
 	mux.Handle("GET /status", s.StatusHandler(s.cfg.PublicStatus))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if s.cfg.Healthy != nil {
-			if err := s.cfg.Healthy(); err != nil {
-				w.WriteHeader(http.StatusServiceUnavailable)
-				_, _ = fmt.Fprintf(w, "unhealthy: %v\n", err)
-				return
-			}
-		}
-		_, _ = w.Write([]byte("ok\n"))
-	})
+	mux.Handle("GET /healthz", s.HealthHandler(s.cfg.PublicStatus != nil))
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if !s.ready() {
@@ -316,6 +308,33 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /zstd-dictionary", s.handleDictionary)
 	return mux
+}
+
+// WithheldError is what the public listener says in place of an error's
+// text, which may name local files: that there is one, and where it is
+// shown.
+const WithheldError = "an error whose text only the admin listener shows (its /status and /healthz)"
+
+// HealthHandler serves /healthz: 200 ok while Healthy reports no error,
+// 503 naming it after, or, withhold, saying there is one (WithheldError)
+// without its text. Handler serves it withholding when PublicStatus is
+// set.
+func (s *Server) HealthHandler(withhold bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if s.cfg.Healthy != nil {
+			if err := s.cfg.Healthy(); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				if withhold {
+					_, _ = fmt.Fprintf(w, "unhealthy: %s\n", WithheldError)
+					return
+				}
+				_, _ = fmt.Fprintf(w, "unhealthy: %v\n", err)
+				return
+			}
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
 }
 
 // ready: attached, and the lifecycle says steady_state.

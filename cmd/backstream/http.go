@@ -6,8 +6,9 @@ package main
 // timeouts. The admin listener (--admin-listen, loopback by default)
 // answers the operator: /metrics, /debug/pprof/, POST /admin/checkpoint,
 // and the probes and /status again, so they answer even when the public
-// listener is saturated. Its /status is the whole report; the public one
-// leaves out the operator's sections and error texts. Nothing of the admin
+// listener is saturated. Its /status is the whole report and its /healthz
+// names a fatal error; the public ones leave out the operator's sections
+// and error texts. Nothing of the admin
 // surface is reachable on the public listener, whatever proxy stands in
 // front of it.
 
@@ -59,7 +60,8 @@ type httpOptions struct {
 
 // publicHandler is what clients reach: the subscribe server's endpoints,
 // their /status and /subscribe's refusal without the operator's sections
-// and error texts (the subscribe config's PublicStatus, publicStatus).
+// and error texts (the subscribe config's PublicStatus, publicStatus),
+// /healthz without the fatal error's text.
 // Everything else, /metrics, /debug/pprof/ and /admin/ included, is 404.
 func (s *server) publicHandler() http.Handler { return s.sub.Handler() }
 
@@ -77,11 +79,10 @@ func (s *server) adminHandler() http.Handler {
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	// Online backup (checkpoint.go).
 	mux.Handle("POST "+checkpointPath, http.NewCrossOriginProtection().Handler(s.checkpointEndpoint()))
-	// The probes and /status, answered here too: /status whole.
-	sub := s.sub.Handler()
-	for _, p := range []string{"/healthz", "/readyz"} {
-		mux.Handle("GET "+p, sub)
-	}
+	// The probes and /status, answered here too, whole: the fatal
+	// error's text on /healthz, the whole report on /status.
+	mux.Handle("GET /readyz", s.sub.Handler())
+	mux.Handle("GET /healthz", s.sub.HealthHandler(false))
 	mux.Handle("GET /status", s.sub.StatusHandler(nil))
 	return mux
 }

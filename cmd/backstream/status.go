@@ -85,10 +85,6 @@ type statusReport struct {
 	Public bool `json:"public,omitempty"`
 }
 
-// publicStatusError is the public listener's "error" when the report has
-// one: that there is one, not its text.
-const publicStatusError = "an error: its text is shown on the admin listener's /status only"
-
 // public is r as serve's public listener shows it: what a client needs
 // (the phase, whether there is an error, progress, cursors, the archive,
 // lags, compaction and NATS positions, subscribers) and nothing of the
@@ -104,7 +100,7 @@ func (r *statusReport) public() *statusReport {
 	p.Public = true
 	p.LastErrors, p.Checkpoint = nil, nil
 	if p.Error != "" {
-		p.Error = publicStatusError
+		p.Error = subscribe.WithheldError
 	}
 	if c := p.Compaction; c != nil {
 		cc := *c

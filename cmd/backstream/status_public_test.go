@@ -15,6 +15,7 @@ import (
 
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/internal/browsertest"
+	"github.com/backstream/backstream/subscribe"
 )
 
 // publicStatusServer is serve's server over a store in its own data dir,
@@ -59,6 +60,17 @@ func getStatus(t *testing.T, h http.Handler, html bool) string {
 	return rec.Body.String()
 }
 
+// unhealthy GETs /healthz from h after a fatal error: 503.
+func unhealthy(t *testing.T, h http.Handler) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("/healthz after a fatal error: %d %s, want 503", rec.Code, rec.Body)
+	}
+	return rec.Body.String()
+}
+
 // refusedSubscribe GETs /subscribe from h while the process does not
 // serve: the 503 refusal, which carries the report.
 func refusedSubscribe(t *testing.T, h http.Handler) string {
@@ -72,8 +84,8 @@ func refusedSubscribe(t *testing.T, h http.Handler) string {
 }
 
 // TestStatusPublicWithholdsOperatorSections: the public listener's /status
-// (JSON and page), and the report /subscribe's refusal carries, name no
-// local file, neither the data dir nor the backup dir, and carry none of
+// (JSON and page), the report /subscribe's refusal carries and /healthz's
+// 503 name no local file, neither the data dir nor the backup dir, and carry none of
 // the operator's sections (checkpoint, last_errors) nor an error's text,
 // while /status still says what a client needs: the phase, that there is
 // an error, the repos, cursors, archive, compaction (halted) and
@@ -85,6 +97,7 @@ func TestStatusPublicWithholdsOperatorSections(t *testing.T) {
 		"/status":                 getStatus(t, public, false),
 		"/status page":            getStatus(t, public, true),
 		"/subscribe's 503 answer": refusedSubscribe(t, public),
+		"/healthz":                unhealthy(t, public),
 	} {
 		for _, dir := range []string{dataDir, backupDir} {
 			if strings.Contains(body, dir) {
@@ -102,13 +115,16 @@ func TestStatusPublicWithholdsOperatorSections(t *testing.T) {
 		}
 	}
 	comp, _ := pub["compaction"].(map[string]any)
-	if pub["phase"] != "steady_state" || pub["error"] != publicStatusError || pub["public"] != true ||
+	if pub["phase"] != "steady_state" || pub["error"] != subscribe.WithheldError || pub["public"] != true ||
 		pub["repos"] == nil || pub["cursors"] == nil || pub["archive"] == nil || pub["subscribe"] == nil ||
 		comp["halted"] != true || comp["halt_reason"] != nil || comp["halt_recovery"] != nil {
 		t.Errorf("the public /status: phase %v, error %q, public %v, compaction %v; want steady_state, %q, true, halted without its texts, and the repos, cursors, archive and subscribe sections:\n%v",
-			pub["phase"], pub["error"], pub["public"], comp, publicStatusError, pub)
+			pub["phase"], pub["error"], pub["public"], comp, subscribe.WithheldError, pub)
 	}
 
+	if got, want := unhealthy(t, admin), "disk fault: write "+filepath.Join(dataDir, "store", "000002.log"); !strings.Contains(got, want) {
+		t.Errorf("the admin /healthz: %q, want it to name the error (%s)", got, want)
+	}
 	adm := getStatus(t, admin, false)
 	for _, want := range []string{`"backup_dir": "` + backupDir + `"`, `"last_success_to": "` + filepath.Join(backupDir, "b1"),
 		"a store file could not be read", "disk fault: write " + filepath.Join(dataDir, "store", "000002.log"),
@@ -143,8 +159,8 @@ func TestStatusPagePublic(t *testing.T) {
 			t.Errorf("the public page names the local dir %s:\n%s", dir, p.DOM)
 		}
 	}
-	if got := p.TextOf(t, "error"); got != publicStatusError {
-		t.Errorf("the public page's error: %q, want %q", got, publicStatusError)
+	if got := p.TextOf(t, "error"); got != subscribe.WithheldError {
+		t.Errorf("the public page's error: %q, want %q", got, subscribe.WithheldError)
 	}
 	if got := p.TextOf(t, "last-errors-withheld"); !strings.Contains(got, "admin listener") {
 		t.Errorf("the public page's last warnings: %q, want where they are shown", got)
