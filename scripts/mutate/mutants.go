@@ -1946,4 +1946,14 @@ var mutants = []Mutant{
 			{Pkg: "./natssink", Run: "^TestSinkRenderErrorReasons$"},
 		},
 	},
+	{
+		ID: "m227", Invariant: "H8",
+		Name: "the public listener's /healthz names the fatal error (a disk fault's store file shown to anyone reaching it)",
+		File: "subscribe/server.go",
+		Old:  "\t\t\t\tif withhold {\n\t\t\t\t\t_, _ = fmt.Fprintf(w, \"unhealthy: %s\\n\", WithheldError)\n\t\t\t\t\treturn\n\t\t\t\t}\n",
+		New:  "",
+		Tests: []Test{
+			{Pkg: "./cmd/backstream", Run: "^(TestStatusPublicWithholdsOperatorSections|TestServeProbesAfterFatal)$"},
+		},
+	},
 }
