@@ -11,6 +11,10 @@
 // Attach gives them later); Handler serves the routes; Close ends every
 // subscriber with close code 1001 and waits. Before Ready() (steady_state)
 // /subscribe answers 503 with the status JSON, an "error" and Retry-After.
+// With Config.PublicStatus Handler is the public listener's: its /status
+// and that 503 show the report as PublicStatus makes it, and /healthz
+// withholds the fatal error's text; StatusHandler(nil) and
+// HealthHandler(false) serve them whole for the operator's listener.
 //
 // StatusCache (status_cache.go) builds the /status report at most once per
 // DefaultStatusTTL (a second) and phase, one build shared by the requests

@@ -8,9 +8,8 @@ package main
 // and the probes and /status again, so they answer even when the public
 // listener is saturated. Its /status is the whole report and its /healthz
 // names a fatal error; the public ones leave out the operator's sections
-// and error texts. Nothing of the admin
-// surface is reachable on the public listener, whatever proxy stands in
-// front of it.
+// and error texts. Nothing of the admin surface is reachable on the public
+// listener, whatever proxy stands in front of it.
 
 import (
 	"context"
