@@ -378,17 +378,31 @@ func (c *Consumer) markCaptured(ctx context.Context, f *upstream.Frame, v *verdi
 // longer holds. The replacement is due now, or Config.UninvertedInterval
 // after the account's last completed snapshot if that is later: an
 // account whose every commit is legacy costs one download an interval. An
-// account already marked keeps its mark and due time (its replacement
-// comes anyway); one not complete is being fetched, or will be.
+// account already marked keeps its reason, and a due time not yet passed
+// (the replacement it schedules starts after this commit); a mark already
+// due is made due again from now, as the writer does for a hole: its
+// replacement may be running, from a snapshot taken before this commit
+// that the commit does not make stale when it carries no row (its only op
+// the hidden delete), and a job keeps only a mark due after its start. So
+// a legacy account costs at most one more download when a legacy commit
+// lands while its replacement runs. One not complete is being fetched, or
+// will be.
 func (c *Consumer) uninvertedEffect(did string) archive.RepoUpdate {
 	nowUS, everyUS := c.cfg.Now().UnixMicro(), c.cfg.UninvertedInterval.Microseconds()
 	return archive.RepoUpdate{DID: did, Func: func(cur archive.RepoState, exists bool) (archive.RepoState, bool) {
-		if !exists || !cur.Active || cur.Status != archive.StatusComplete || cur.Refetch != archive.RefetchNone {
+		if !exists || !cur.Active || cur.Status != archive.StatusComplete {
 			return cur, false
 		}
 		next := cur
-		next.Refetch = archive.RefetchUninverted
-		next.NextAttemptUS = max(nowUS, cur.CompletedUS+everyUS)
+		switch {
+		case cur.Refetch == archive.RefetchNone:
+			next.Refetch = archive.RefetchUninverted
+			next.NextAttemptUS = max(nowUS, cur.CompletedUS+everyUS)
+		case cur.NextAttemptUS < nowUS:
+			next.NextAttemptUS = nowUS
+		default:
+			return cur, false
+		}
 		return next, true
 	}}
 }

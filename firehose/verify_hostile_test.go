@@ -138,37 +138,42 @@ func TestLiveFutureRevCommit(t *testing.T) {
 // account whose snapshot is older than the interval, due at its snapshot's
 // completion plus the interval for one completed since (the bound on what
 // a PDS that never sends prevData costs: one download per interval), and
-// an account already marked keeps its mark. A sync 1.1 delete is inverted
+// an account already marked keeps its reason, due again from now if it
+// was due already (its replacement may be running from an older
+// snapshot), at its own time if that is later. A sync 1.1 delete is inverted
 // and schedules nothing.
 func TestLiveHiddenDeleteSchedulesReplacement(t *testing.T) {
-	n := startNetwork(t, oracle.Config{Seed: 37, Accounts: 8, RecordsMean: 20})
+	n := startNetwork(t, oracle.Config{Seed: 37, Accounts: 12, RecordsMean: 20})
 	v := startVerify(t, n, ident.ModeStrict)
 	dids := activeDIDs(n.World())
-	old, recent, marked, genuine := dids[0], dids[1], dids[2], dids[3]
+	old, recent, marked, later, genuine := dids[0], dids[1], dids[2], dids[3], dids[4]
 	nowUS := v.now.UnixMicro()
 	recentUS := nowUS - time.Hour.Microseconds()
 	markedUS := nowUS - 5*time.Second.Microseconds()
+	laterUS := nowUS + time.Minute.Microseconds()
 	r, err := v.w.Apply(context.Background(), &archive.Unit{Repos: []archive.RepoUpdate{
 		{DID: recent, Fields: archive.FieldCompleted, State: archive.RepoState{CompletedUS: recentUS}},
 		{DID: marked, Fields: archive.FieldRefetch | archive.FieldNextAttempt, State: archive.RepoState{Refetch: archive.RefetchSync, NextAttemptUS: markedUS}},
+		{DID: later, Fields: archive.FieldRefetch | archive.FieldNextAttempt, State: archive.RepoState{Refetch: archive.RefetchSync, NextAttemptUS: laterUS}},
 	}})
 	if err != nil || r.Refused != nil {
 		t.Fatalf("seed: %v %v", err, r.Refused)
 	}
-	n.Faults().HideDeletes(3)
-	for _, did := range []string{old, recent, marked, genuine} {
+	n.Faults().HideDeletes(4)
+	for _, did := range []string{old, recent, marked, later, genuine} {
 		path := slices.Sorted(maps.Keys(n.World().Records(did)))[0]
 		v.emit(t, func(w *world.World) (world.Event, error) { return w.DeleteRecord(did, path) })
 	}
 	waitCaughtUp(t, n, v.c, nil)
-	if got := n.Faults().Fired(oracle.FaultHiddenDelete); got != 3 {
-		t.Fatalf("hidden_delete fired %d times, want 3", got)
+	if got := n.Faults().Fired(oracle.FaultHiddenDelete); got != 4 {
+		t.Fatalf("hidden_delete fired %d times, want 4", got)
 	}
 
 	want := map[string]archive.RepoState{
 		old:     {Refetch: archive.RefetchUninverted, NextAttemptUS: nowUS},
 		recent:  {Refetch: archive.RefetchUninverted, NextAttemptUS: recentUS + DefaultUninvertedInterval.Microseconds()},
-		marked:  {Refetch: archive.RefetchSync, NextAttemptUS: markedUS},
+		marked:  {Refetch: archive.RefetchSync, NextAttemptUS: nowUS}, // due again from now: its replacement may be running
+		later:   {Refetch: archive.RefetchSync, NextAttemptUS: laterUS},
 		genuine: {Refetch: archive.RefetchNone},
 	}
 	for did, w := range want {
@@ -177,10 +182,10 @@ func TestLiveHiddenDeleteSchedulesReplacement(t *testing.T) {
 			t.Errorf("%s: refetch %s next %d (%v), want %s next %d", did, st.Refetch, st.NextAttemptUS, err, w.Refetch, w.NextAttemptUS)
 		}
 	}
-	if got := counter(v.c.m.anomalies, AnomalyUninverted); got != 3 {
-		t.Errorf("anomalies{uninverted} = %v, want 3", got)
+	if got := counter(v.c.m.anomalies, AnomalyUninverted); got != 4 {
+		t.Errorf("anomalies{uninverted} = %v, want 4", got)
 	}
-	if got := promtest.Value(t, v.reg, "backstream_verify_total", map[string]string{"path": "live", "outcome": "ok"}); got != 4 {
-		t.Errorf("verify_total{live,ok} = %v, want 4 (a legacy commit is archived)", got)
+	if got := promtest.Value(t, v.reg, "backstream_verify_total", map[string]string{"path": "live", "outcome": "ok"}); got != 5 {
+		t.Errorf("verify_total{live,ok} = %v, want 5 (a legacy commit is archived)", got)
 	}
 }

@@ -610,3 +610,68 @@ func TestHiddenDeleteHealed(t *testing.T) {
 		t.Fatalf("%d of %d accounts differ (the relay hid the delete of %s %s):\n%s", len(mism), checked, victim, path, check.Describe(mism, 5))
 	}
 }
+
+// TestHiddenDeleteDuringReplacementHealed: a relay hides a delete of an
+// account whose replacement is already running, its download taken before
+// the delete and held mid-body until the commit is archived. The commit
+// carries no row, so the replacement is not refused as stale: it restores
+// its older snapshot, the deleted record included, and its completion must
+// not clear the mark the commit left. Another replacement follows, and
+// /subscribe from cursor 0 folds to the world.
+func TestHiddenDeleteDuringReplacementHealed(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	net, live := activeNetwork(t, ctx, oracle.Config{Accounts: 12, RecordsMean: 6, Hosts: 2, Seed: 47})
+	victim := live[0]
+	paths := slices.Sorted(maps.Keys(net.World().Records(victim)))
+	if len(paths) < 2 {
+		t.Fatalf("%s holds %d records, want 2 or more", victim, len(paths))
+	}
+	v := startVerifying(t, ctx, net, func(c *node.Config) { c.UninvertedInterval = time.Millisecond })
+	v.waitFor("the live firehose connection", func() bool { return net.FirehoseConnections() >= 2 })
+	store := v.n.Store()
+	deleted := func(path string) uint64 {
+		t.Helper()
+		if _, err := net.Emit(func(w *world.World) (world.Event, error) { return w.DeleteRecord(victim, path) }); err != nil {
+			t.Fatal(err)
+		}
+		head := uint64(net.Status().Seq)
+		v.waitFor("catch-up", func() bool { c, _ := store.RelayCursor(); return c >= head })
+		return head
+	}
+	gate := net.Faults().GateBody(victim)
+	defer gate.Release()
+	net.Faults().HideDeletes(2)
+	// The first hidden delete schedules the replacement; its download
+	// (the repo without paths[0]) is held mid-body.
+	deleted(paths[0])
+	select {
+	case <-gate.Reached():
+	case <-time.After(time.Minute):
+		t.Fatal("the replacement's download never started")
+	}
+	before, err := store.RepoState(victim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleted(paths[1])
+	if got := net.Faults().Fired(oracle.FaultHiddenDelete); got != 2 {
+		t.Fatalf("hidden_delete fired %d times, want 2", got)
+	}
+	if st, err := store.RepoState(victim); err != nil || st.CompletedUS != before.CompletedUS {
+		t.Fatalf("the replacement completed before the second hidden delete was archived: %+v (%v)", st, err)
+	}
+	gate.Release()
+	replaced := func() bool {
+		st, err := store.RepoState(victim)
+		return err == nil && st.Status == archive.StatusComplete && st.Refetch == archive.RefetchNone && st.CompletedUS > before.CompletedUS
+	}
+	v.waitFor("the held replacement completed, nothing due", replaced)
+	drained := retryDrained(v.n.Retrier())
+	v.waitFor("retry drained", func() bool { return drained() && replaced() })
+	fold, _ := v.subscribeFold()
+	if checked, mism := check.Compare(fold, net.World(), nil); len(mism) > 0 {
+		t.Fatalf("%d of %d accounts differ (the relay hid the delete of %s %s while its replacement ran):\n%s",
+			len(mism), checked, victim, paths[1], check.Describe(mism, 5))
+	}
+}

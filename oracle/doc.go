@@ -29,6 +29,10 @@
 // ratelimit-* headers on every served getRepo, not only on the 429; and
 // PeakConcurrency is the most getRepo requests a host answered at once.
 //
+// Faults.GateBody holds one getRepo of an account mid-body until the test
+// releases it: the CAR is the repo as it was when the request arrived, so
+// a test can change the world while a download of the older state runs.
+//
 // listRepos (relay and PDS) lists every account except deleted ones (a
 // deleted account has no repo left, as on a real PDS); inactive accounts are
 // listed with active=false and their status. getRepo ignores `since` and

@@ -37,6 +37,7 @@ const (
 	FaultCorruptBlock        FaultKind = "corrupt_block"         // one record block's bytes don't match its CID
 	FaultHangBody            FaultKind = "hang_body"             // half the body, then nothing until the client leaves
 	FaultSlowBody            FaultKind = "slow_body"             // body paced at a few bytes per second
+	FaultGatedBody           FaultKind = "gated_body"            // half the body, the rest when the test releases it (GateBody)
 	FaultResetMidBody        FaultKind = "reset_mid_body"        // half the body, then a TCP reset
 	FaultCommitForOtherDID   FaultKind = "commit_other_did"      // another account's (validly signed) repo
 	FaultInvalidRev          FaultKind = "invalid_rev"           // commit re-signed with a rev that is not a TID
@@ -94,9 +95,10 @@ const PrivateRedirectTarget = "http://10.0.0.1/xrpc/com.atproto.sync.getRepo"
 // step is one scripted getRepo fault for a DID.
 type step struct {
 	kind        FaultKind
-	status      int // FaultGetRepoStatus
-	bytesPerSec int // FaultSlowBody
-	left        int // remaining uses; Always = unlimited
+	status      int       // FaultGetRepoStatus
+	bytesPerSec int       // FaultSlowBody
+	gate        *BodyGate // FaultGatedBody
+	left        int       // remaining uses; Always = unlimited
 }
 
 type redirectStep struct {
@@ -336,6 +338,29 @@ func (f *Faults) HangBody(did string, n int) { f.push(did, step{kind: FaultHangB
 func (f *Faults) SlowBody(did string, bytesPerSec, n int) {
 	f.push(did, step{kind: FaultSlowBody, bytesPerSec: max(bytesPerSec, 1), left: n})
 }
+
+// GateBody holds did's next getRepo mid-body: the host takes the repo's CAR
+// as it is when the request arrives, sends half of it, and the rest only
+// once the gate is released (or the client goes away, or the network
+// closes). A test can so change the world while a download of the older
+// state is running.
+func (f *Faults) GateBody(did string) *BodyGate {
+	g := &BodyGate{reached: make(chan struct{}), release: make(chan struct{})}
+	f.push(did, step{kind: FaultGatedBody, gate: g, left: 1})
+	return g
+}
+
+// BodyGate is one GateBody hold.
+type BodyGate struct {
+	reached, release   chan struct{}
+	reachOnce, relOnce sync.Once
+}
+
+// Reached is closed once the host has sent the first half of the CAR.
+func (g *BodyGate) Reached() <-chan struct{} { return g.reached }
+
+// Release lets the host send the rest of the CAR (idempotent).
+func (g *BodyGate) Release() { g.relOnce.Do(func() { close(g.release) }) }
 
 // ResetMidBody sends half of did's CAR, then resets the TCP connection.
 func (f *Faults) ResetMidBody(did string, n int) { f.push(did, step{kind: FaultResetMidBody, left: n}) }

@@ -275,6 +275,54 @@ func TestFaultSlowBodyIsPaced(t *testing.T) {
 	}
 }
 
+// GateBody: the host sends half of the CAR the repo had when the request
+// arrived and the rest only once released, whatever the world did
+// meanwhile.
+func TestFaultGateBodyServesTheOlderRepo(t *testing.T) {
+	n, did := faultNet(t)
+	full, _, _ := n.World().RepoCAR(did)
+	gate := n.Faults().GateBody(did)
+	type answer struct {
+		status int
+		body   []byte
+	}
+	got := make(chan answer, 1)
+	go func() {
+		resp, err := http.Get(n.RelayURL() + "/xrpc/com.atproto.sync.getRepo?did=" + did)
+		if err != nil {
+			got <- answer{status: -1}
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		got <- answer{resp.StatusCode, b}
+	}()
+	<-gate.Reached()
+	path := ""
+	for p := range n.World().Records(did) {
+		path = p
+		break
+	}
+	if _, err := n.Emit(func(w *world.World) (world.Event, error) { return w.DeleteRecord(did, path) }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-got:
+		t.Fatalf("the gated body ended before its release: %d, %d bytes", a.status, len(a.body))
+	default:
+	}
+	gate.Release()
+	if a := <-got; a.status != 200 || !bytes.Equal(a.body, full) {
+		t.Fatalf("gated body: %d, %d bytes, want the %d bytes of the repo before the delete", a.status, len(a.body), len(full))
+	}
+	if got := n.Faults().Fired(FaultGatedBody); got != 1 {
+		t.Fatalf("gated_body fired %d times, want 1", got)
+	}
+	if now, _, _ := n.World().RepoCAR(did); bytes.Equal(now, full) {
+		t.Fatal("the delete did not change the repo")
+	}
+}
+
 func TestFaultResetMidBody(t *testing.T) {
 	n, did := faultNet(t)
 	full, _, _ := n.World().RepoCAR(did)

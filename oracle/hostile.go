@@ -97,6 +97,17 @@ func (n *Network) serveFaultedCAR(w http.ResponseWriter, r *http.Request, did st
 		}
 	case FaultSlowBody:
 		n.slowBody(w, r, b, st.bytesPerSec)
+	case FaultGatedBody:
+		hdr(w, len(b))
+		_, _ = w.Write(b[:len(b)/2])
+		_ = http.NewResponseController(w).Flush()
+		st.gate.reachOnce.Do(func() { close(st.gate.reached) })
+		select {
+		case <-st.gate.release:
+			_, _ = w.Write(b[len(b)/2:])
+		case <-r.Context().Done():
+		case <-n.ctx.Done():
+		}
 	case FaultResetMidBody:
 		hdr(w, len(b))
 		_, _ = w.Write(b[:len(b)/2])
