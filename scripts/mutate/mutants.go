@@ -1956,4 +1956,15 @@ var mutants = []Mutant{
 			{Pkg: "./cmd/backstream", Run: "^(TestStatusPublicWithholdsOperatorSections|TestServeProbesAfterFatal)$"},
 		},
 	},
+	{
+		ID: "m219", Invariant: "V3",
+		Name: "a legacy commit of an account already marked and due leaves the mark as it is (a replacement running from a snapshot older than a hidden delete clears it; the record stays archived)",
+		File: "firehose/verify.go",
+		Old:  "\t\tcase cur.NextAttemptUS < nowUS:\n\t\t\tnext.NextAttemptUS = nowUS\n",
+		New:  "\t\tcase cur.NextAttemptUS < nowUS:\n\t\t\treturn cur, false\n",
+		Tests: []Test{
+			{Pkg: "./firehose", Run: "^TestLiveHiddenDeleteSchedulesReplacement$"},
+			{Pkg: "./node", Run: "^TestHiddenDeleteDuringReplacementHealed$"},
+		},
+	},
 }
