@@ -434,8 +434,8 @@ func TestKeyRotationMidTraffic(t *testing.T) {
 // TestVerifyHostileProfile: the simulated network's whole hostile profile
 // at once (every getRepo, listRepos, firehose and identity fault; live
 // commits followed now and then by invalid, forged and non-inverting ones,
-// handle changes by identity events whose handles do not verify) against
-// a verifying node. Every account ends as predicted: the four accounts
+// handle changes by identity events whose handles do not verify, deletes
+// the relay hides) against a verifying node. Every account ends as predicted: the four accounts
 // served a forged, another account's, an invalid-rev or a misattributed
 // repo every time fail with their class; every other active account is
 // complete with nothing due — transient shapes, a document missing, without
@@ -452,6 +452,7 @@ func TestVerifyHostileProfile(t *testing.T) {
 	v := startVerifying(t, ctx, net, func(c *node.Config) {
 		c.AttemptTimeout = time.Second // the hung body
 		c.Bootstrap.Workers = 16
+		c.UninvertedInterval = time.Millisecond // the hidden deletes' replacements, at once
 	})
 	v.waitFor("the live firehose connection", func() bool { return net.FirehoseConnections() >= 2 })
 	rng := rand.New(rand.NewPCG(41, 1))
@@ -469,8 +470,28 @@ func TestVerifyHostileProfile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	head := uint64(net.Status().Seq)
 	store := v.n.Store()
+	// Deletes last, each its account's last commit: the profile hides the
+	// first ones, whose only op is the delete, and no later commit's since
+	// shows the hole; only their replacements (uninverted) delete the records.
+	deletes := 0
+	for _, did := range live {
+		st, err := store.RepoState(did)
+		recs := slices.Sorted(maps.Keys(net.World().Records(did)))
+		if err != nil || st.Status != archive.StatusComplete || len(recs) == 0 {
+			continue
+		}
+		if _, err := net.Emit(func(w *world.World) (world.Event, error) { return w.DeleteRecord(did, recs[0]) }); err != nil {
+			t.Fatal(err)
+		}
+		if deletes++; deletes == 2*per {
+			break
+		}
+	}
+	if got := net.Faults().Fired(oracle.FaultHiddenDelete); got != int64(per) {
+		t.Fatalf("hidden_delete fired %d times, want %d", got, per)
+	}
+	head := uint64(net.Status().Seq)
 	v.waitFor("catch-up", func() bool { c, _ := store.RelayCursor(); return c >= head })
 	failed := map[string]string{}
 	settled := func() bool {
@@ -558,7 +579,8 @@ func TestVerifyHostileProfile(t *testing.T) {
 	f := net.Faults()
 	for _, k := range []oracle.FaultKind{oracle.FaultForgedSignature, oracle.FaultMisattributed, oracle.FaultDIDNotFound, oracle.FaultDIDNoKey,
 		oracle.FaultDIDWrongKey, oracle.FaultPLCFailing, oracle.FaultPLCSlow, oracle.FaultForgedCommit, oracle.FaultNonInverting,
-		oracle.FaultHandleNotResolving, oracle.FaultHandleUndeclared, oracle.FaultInvalidRevCommit, oracle.FaultInvalidPathCommit} {
+		oracle.FaultHandleNotResolving, oracle.FaultHandleUndeclared, oracle.FaultInvalidRevCommit, oracle.FaultInvalidPathCommit,
+		oracle.FaultHiddenDelete} {
 		if f.Fired(k) == 0 {
 			t.Errorf("fault %s never fired", k)
 		}

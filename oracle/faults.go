@@ -1284,7 +1284,10 @@ func (f *Faults) applyFlaky() {
 // about 0.5% of the active accounts (at least one, all distinct), one host
 // with a 429 burst, a listRepos loop once and 4 KiB cursors, and firehose
 // disconnects, malformed and duplicated frames, seq gaps and hostile commits
-// (invalid rev, invalid record paths). Transient shapes
+// (invalid rev, invalid record paths); for a verifying consumer also
+// identity faults, forged and non-inverting commits, and as many hidden
+// deletes as accounts per getRepo shape (the first commits with a delete
+// op). Transient shapes
 // fire once or twice (a retrying client recovers); non-transient ones
 // (another DID's commit, invalid rev, invalid record paths) always.
 func (f *Faults) applyHostile() {
@@ -1341,6 +1344,7 @@ func (f *Faults) applyHostile() {
 	f.FailPLC(2)
 	f.SlowPLC(200*time.Millisecond, 5)
 	f.ForgedCommits(0.002)
+	f.HideDeletes(per)
 	f.BadHandles(0.05)
 }
 

@@ -653,7 +653,7 @@ func TestFaultProfiles(t *testing.T) {
 		n := startNet(t, cfg)
 		joined := strings.Join(n.Faults().Pending(), "\n")
 		for _, k := range []FaultKind{FaultGetRepoStatus, FaultTruncateCAR, FaultTruncateCARAtBlock, FaultDropBlock,
-			FaultCorruptBlock, FaultHangBody, FaultSlowBody, FaultResetMidBody, FaultRedirect, FaultRateLimit, FaultListReposLoop} {
+			FaultCorruptBlock, FaultHangBody, FaultSlowBody, FaultResetMidBody, FaultRedirect, FaultRateLimit, FaultListReposLoop, FaultHiddenDelete} {
 			if !strings.Contains(joined, " "+string(k)+" ") {
 				t.Fatalf("hostile does not arm %s:\n%s", k, joined)
 			}
