@@ -130,6 +130,7 @@ type Consumer struct {
 	acks    *archive.Acks
 	running atomic.Bool
 	submit  func(context.Context, *archive.Unit) error // Writer.Submit; tests wrap it to see units
+	mark    func(context.Context, *archive.Unit) error // MarkWriter.Submit (capture mode); tests wrap it to count marks
 
 	// Owned by the goroutine calling Handle (Run's).
 	chain *capturedChain // capture mode with a MarkWriter: each account's last captured rev
@@ -227,6 +228,7 @@ func New(cfg Config) (*Consumer, error) {
 	c.seed = maphash.MakeSeed()
 	if cfg.Mode == ModeCapture && cfg.MarkWriter != nil {
 		c.chain = newCapturedChain(DefaultChainAccounts)
+		c.mark = cfg.MarkWriter.Submit
 	}
 	if cfg.Cursor != nil {
 		c.hasPos, c.last, c.floor = true, *cfg.Cursor, *cfg.Cursor

@@ -361,7 +361,7 @@ func (c *Consumer) markCaptured(ctx context.Context, f *upstream.Frame, v *verdi
 		return nil
 	}
 	u := &archive.Unit{Repos: []archive.RepoUpdate{up}}
-	if err := c.cfg.MarkWriter.Submit(ctx, u); err != nil {
+	if err := c.mark(ctx, u); err != nil {
 		return fmt.Errorf("firehose: mark %s for a replacement: %w", did, err)
 	}
 	return nil

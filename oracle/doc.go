@@ -109,7 +109,9 @@
 // prevData (ForgedCommits; world.ForgedSignatureCommit,
 // world.NonInvertingCommit), not applied to the world, and genuine
 // #commits whose delete ops the relay leaves out, stripping their prevData
-// and prevs so they look legacy (HideDeletes; the world applied them). world.RotateKey
+// and prevs so they look legacy (HideDeletes; the world applied them), or
+// genuine #commits sent as a PDS predating sync 1.1 sends them, without
+// prevData and prevs (LegacyCommits). world.RotateKey
 // gives an account a new key, announced by an #identity event. The relay
 // also answers what a resolver asks a did:web or handle host, by the
 // request's Host (ident.Config.Web): /.well-known/did.json for the

@@ -78,6 +78,7 @@ const (
 	FaultForgedCommit    FaultKind = "forged_commit"    // one-off #commit signed by a key that is not the account's, not applied
 	FaultNonInverting    FaultKind = "non_inverting"    // one-off #commit whose ops do not invert to its prevData, not applied
 	FaultHiddenDelete    FaultKind = "hidden_delete"    // a #commit's delete ops dropped by the relay, its prevData and prevs stripped (HideDeletes)
+	FaultLegacyCommit    FaultKind = "legacy_commit"    // a #commit sent as a PDS without sync 1.1 sends it: no prevData, no op's prev (LegacyCommits)
 	FaultMigrating       FaultKind = "migrating"        // a PDS an account left still lists it (a newer-looking rev) and serves its old copy
 	FaultFabricated      FaultKind = "fabricated"       // a DID document request for a DID a host's listing fabricated (FabricatedListing)
 	FaultEndlessListing  FaultKind = "endless_listing"  // a page of a host's listRepos that never ends (EndlessListing)
@@ -158,6 +159,7 @@ type Faults struct {
 	hostile    float64                 // HostileCommits rate
 	forged     float64                 // ForgedCommits rate
 	hideDel    int                     // HideDeletes: #commits with a delete op left to tamper with
+	legacy     int                     // LegacyCommits: #commits left to send without prevData and prevs
 	rewound    int64                   // RewindSequence: seqs the relay last went back by (0: never, or cleared)
 	docs       map[string][]*step      // per-DID DID-document faults (FaultDIDNotFound, FaultDIDNoKey, FaultDIDWrongKey, FaultDIDSpelledPDS)
 	misattr    map[string]int          // DID → uses left of FaultMisattributed
@@ -201,7 +203,7 @@ func (f *Faults) Clear() {
 	f.slow = make(map[int]time.Duration)
 	f.slowGet = make(map[int]time.Duration)
 	f.down = make(map[int]time.Time)
-	f.listLoop, f.longCursor, f.gapRate, f.hostile, f.forged, f.hideDel, f.rewound = 0, 0, 0, 0, 0, 0, 0
+	f.listLoop, f.longCursor, f.gapRate, f.hostile, f.forged, f.hideDel, f.legacy, f.rewound = 0, 0, 0, 0, 0, 0, 0, 0
 	f.listShape, f.listLeft = "", 0
 	f.fh = firehoseFaults{}
 	f.docs = make(map[string][]*step)
@@ -280,6 +282,9 @@ func (f *Faults) Pending() []string {
 	}
 	if f.hideDel > 0 {
 		out = append(out, fmt.Sprintf("relay %s %d", FaultHiddenDelete, f.hideDel))
+	}
+	if f.legacy > 0 {
+		out = append(out, fmt.Sprintf("relay %s %d", FaultLegacyCommit, f.legacy))
 	}
 	sort.Strings(out)
 	return out
@@ -1112,6 +1117,48 @@ func (f *Faults) hideDeletes(ev world.Event) world.Event {
 	out.Ops = make([]*comatproto.SyncSubscribeRepos_RepoOp, 0, len(c.Ops))
 	for _, op := range c.Ops {
 		if op == nil || op.Action == "delete" {
+			continue
+		}
+		legacy := *op
+		legacy.Prev = nil
+		out.Ops = append(out.Ops, &legacy)
+	}
+	ev.Commit = &out
+	return ev
+}
+
+// LegacyCommits makes the relay send the next n #commits (Always: every
+// one) as a PDS that predates sync 1.1 sends them: no prevData, no op's
+// prev, every op kept. The commit is genuine and validly signed; it only
+// cannot be inverted. Each fires FaultLegacyCommit.
+func (f *Faults) LegacyCommits(n int) {
+	f.mu.Lock()
+	f.legacy = normCount(n)
+	f.mu.Unlock()
+}
+
+// legacyCommit is ev as the relay sends it: LegacyCommits's copy when the
+// fault is armed and ev is a #commit, else ev.
+func (f *Faults) legacyCommit(ev world.Event) world.Event {
+	c := ev.Commit
+	if c == nil {
+		return ev
+	}
+	f.mu.Lock()
+	if f.legacy == 0 {
+		f.mu.Unlock()
+		return ev
+	}
+	if f.legacy > 0 {
+		f.legacy--
+	}
+	f.fired[FaultLegacyCommit]++
+	f.mu.Unlock()
+	out := *c
+	out.PrevData = nil
+	out.Ops = make([]*comatproto.SyncSubscribeRepos_RepoOp, 0, len(c.Ops))
+	for _, op := range c.Ops {
+		if op == nil {
 			continue
 		}
 		legacy := *op

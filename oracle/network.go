@@ -399,14 +399,15 @@ func (n *Network) Emit(mutate func(w *world.World) (world.Event, error)) (Emitte
 }
 
 // appendLocked appends ev to the history (skipping a seq when SeqGaps
-// fires), as the relay sends it (HideDeletes). The caller holds emitMu.
+// fires), as the relay sends it (HideDeletes, LegacyCommits). The caller
+// holds emitMu.
 func (n *Network) appendLocked(ev world.Event) (Emitted, error) {
 	var skip int64
 	if rate := n.faults.seqGapRate(); rate > 0 && n.gapRand.Float64() < rate {
 		skip = 1
 		n.faults.fire(FaultSeqGap)
 	}
-	ev = n.faults.hideDeletes(ev)
+	ev = n.faults.legacyCommit(n.faults.hideDeletes(ev))
 	f, err := n.log.append(ev, skip)
 	if err != nil {
 		return Emitted{}, err
