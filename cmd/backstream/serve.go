@@ -22,6 +22,7 @@ import (
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/firehose"
 	"github.com/backstream/backstream/ident"
 	"github.com/backstream/backstream/internal/crashpoint"
 	"github.com/backstream/backstream/lifecycle"
@@ -101,6 +102,7 @@ func serveCommand() *command {
 			fs.Duration("ident-ttl", ident.DefaultTTL, "how long a resolved DID document is trusted, in memory and in the store's ident/ rows")
 			fs.Duration("handle-timeout", ident.DefaultHandleTimeout, "deadline of an #identity's handle check (DNS TXT, then https://<handle>/.well-known/atproto-did; one attempt): live frames of every account wait behind it; past it the handle is archived as handle.invalid (backstream_ident_handles_total{result=\"timeout\"})")
 			fs.Duration("handle-ttl", ident.DefaultHandleTTL, "how long a handle check's result for a (DID, handle) pair is reused: a repeated #identity naming the same pair within it sends no request (backstream_ident_handle_cache_hits_total)")
+			fs.Duration("uninverted-refetch-interval", firehose.DefaultUninvertedInterval, "least time from an account's last completed snapshot to the whole-repo replacement that a live commit which cannot be inverted (no prevData: a PDS without sync 1.1, or a relay hiding a delete) schedules: an account whose PDS sends only such commits costs one download per interval, and a delete a relay hid stays archived at most about this long (backstream_firehose_anomalies_total{kind=\"uninverted\"}; not with --verify off; must be positive)")
 			fs.Int("verify-workers", 0, "live #commit and #sync checks computed at once (0 = one per CPU; a check waiting for the network holds none); an account's frames are checked in order, and archived in the relay's order")
 			healFlags(fs)
 			fs.String("nats-url", "", "publish every archived event, in seq order and once, into a NATS JetStream stream on these servers (comma-separated nats:// URLs, or tls://, ws://, wss://; empty: no NATS sink)")
@@ -146,6 +148,7 @@ type serveOptions struct {
 	compactionTombstones   int64            // node.Config's: negative off
 	compactionMaxBatch     int64            // node.Config.CompactionMaxAccountBatch: 0 default
 	verify                 *ident.Config    // nil: --verify=off; PLC "auto" is resolved by nodeConfig
+	uninvertedInterval     time.Duration    // node.Config.UninvertedInterval
 	heal                   healOptions
 	nats                   *natssink.Config // nil: no NATS sink
 }
@@ -180,6 +183,7 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 		backupDir:          strings.TrimSpace(fs.str("backup-dir")),
 		checkpointInterval: fs.get("checkpoint-interval").(time.Duration),
 		maxWriteStall:      fs.get("max-write-stall").(time.Duration),
+		uninvertedInterval: fs.get("uninverted-refetch-interval").(time.Duration),
 	}
 	bad := func(format string, args ...any) (serveOptions, error) {
 		return serveOptions{}, fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
@@ -191,6 +195,8 @@ func serveOptionsFrom(fs *flagSet) (serveOptions, error) {
 		return bad("--retry-scan-period %q: must be positive", fs.str("retry-scan-period"))
 	case o.captureWait <= 0:
 		return bad("--capture-wait %q: must be positive", fs.str("capture-wait"))
+	case o.uninvertedInterval <= 0:
+		return bad("--uninverted-refetch-interval %q: must be positive", fs.str("uninverted-refetch-interval"))
 	case fs.get("devnet-accounts").(int) < 1:
 		return bad("--devnet-accounts %q: must be at least 1", fs.str("devnet-accounts"))
 	case fs.get("devnet-rate").(float64) < 0:
@@ -799,7 +805,7 @@ func (o serveOptions) nodeConfig(s *server, crash *crashpoint.Set) node.Config {
 		CompactionInterval: o.compactionInterval, CompactionTombstones: o.compactionTombstones, CompactionMaxAccountBatch: int(o.compactionMaxBatch),
 		Registry: s.reg, Logger: s.log, Crash: crash,
 		Server: s.sub, Health: &s.health,
-		Verify: o.identConfig(), PLCExport: o.plcExport,
+		Verify: o.identConfig(), PLCExport: o.plcExport, UninvertedInterval: o.uninvertedInterval,
 		NATS: o.nats,
 	}
 	o.heal.apply(&c)

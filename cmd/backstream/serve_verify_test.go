@@ -2,9 +2,11 @@ package main
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/backstream/backstream/firehose"
 	"github.com/backstream/backstream/ident"
 )
 
@@ -64,6 +66,35 @@ func TestServeVerifyFlags(t *testing.T) {
 	} {
 		if _, err := serveFlags(t, args, nil); !errors.Is(err, errUsage) {
 			t.Errorf("%q: %v, want a usage error", args, err)
+		}
+	}
+}
+
+// TestServeUninvertedRefetchInterval: --uninverted-refetch-interval (a
+// day by default) reaches the node's UninvertedInterval, from the command
+// line or the environment; zero or a negative interval is a usage error
+// that names the flag.
+func TestServeUninvertedRefetchInterval(t *testing.T) {
+	for _, tc := range []struct {
+		args, env []string
+		want      time.Duration
+	}{
+		{nil, nil, firehose.DefaultUninvertedInterval},
+		{[]string{"--uninverted-refetch-interval", "6h"}, nil, 6 * time.Hour},
+		{nil, []string{"BACKSTREAM_UNINVERTED_REFETCH_INTERVAL=168h"}, 168 * time.Hour},
+	} {
+		o, err := serveFlags(t, tc.args, tc.env)
+		if err != nil {
+			t.Fatalf("%q %q: %v", tc.args, tc.env, err)
+		}
+		if got := o.nodeConfig(&server{}, nil).UninvertedInterval; got != tc.want {
+			t.Errorf("%q %q: node UninvertedInterval %v, want %v", tc.args, tc.env, got, tc.want)
+		}
+	}
+	for _, v := range []string{"0s", "-1h"} {
+		_, err := serveFlags(t, []string{"--uninverted-refetch-interval", v}, nil)
+		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "--uninverted-refetch-interval") || !strings.Contains(err.Error(), "must be positive") {
+			t.Errorf("--uninverted-refetch-interval %s: %v, want a usage error naming the flag", v, err)
 		}
 	}
 }
