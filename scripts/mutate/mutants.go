@@ -1967,4 +1967,14 @@ var mutants = []Mutant{
 			{Pkg: "./node", Run: "^TestHiddenDeleteDuringReplacementHealed$"},
 		},
 	},
+	{
+		ID: "m220", Invariant: "V3",
+		Name: "--uninverted-refetch-interval never reaches the node (the uninverted replacement stays a day after the last snapshot whatever the operator asks)",
+		File: "cmd/backstream/serve.go",
+		Old:  "PLCExport: o.plcExport, UninvertedInterval: o.uninvertedInterval,",
+		New:  "PLCExport: o.plcExport,",
+		Tests: []Test{
+			{Pkg: "./cmd/backstream", Run: "^TestServeUninvertedRefetchInterval$"},
+		},
+	},
 }
