@@ -380,12 +380,14 @@ func (c *Consumer) markCaptured(ctx context.Context, f *upstream.Frame, v *verdi
 // account whose every commit is legacy costs one download an interval. An
 // account already marked keeps its reason, and a due time not yet passed
 // (the replacement it schedules starts after this commit); a mark already
-// due is made due again from now, as the writer does for a hole: its
+// due is made due again by the same rule, from now at the earliest: its
 // replacement may be running, from a snapshot taken before this commit
 // that the commit does not make stale when it carries no row (its only op
-// the hidden delete), and a job keeps only a mark due after its start. So
-// a legacy account costs at most one more download when a legacy commit
-// lands while its replacement runs. One not complete is being fetched, or
+// the hidden delete), and a job keeps only a mark due after its start.
+// The interval counts from the last completed snapshot, so an account
+// committing during each of its replacements is not downloaded without
+// end: at most one more download follows a replacement the interval did
+// not space from the one before. One not complete is being fetched, or
 // will be.
 func (c *Consumer) uninvertedEffect(did string) archive.RepoUpdate {
 	nowUS, everyUS := c.cfg.Now().UnixMicro(), c.cfg.UninvertedInterval.Microseconds()
@@ -397,12 +399,10 @@ func (c *Consumer) uninvertedEffect(did string) archive.RepoUpdate {
 		switch {
 		case cur.Refetch == archive.RefetchNone:
 			next.Refetch = archive.RefetchUninverted
-			next.NextAttemptUS = max(nowUS, cur.CompletedUS+everyUS)
-		case cur.NextAttemptUS < nowUS:
-			next.NextAttemptUS = nowUS
-		default:
+		case cur.NextAttemptUS >= nowUS:
 			return cur, false
 		}
+		next.NextAttemptUS = max(nowUS, cur.CompletedUS+everyUS)
 		return next, true
 	}}
 }

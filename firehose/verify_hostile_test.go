@@ -146,7 +146,7 @@ func TestLiveHiddenDeleteSchedulesReplacement(t *testing.T) {
 	n := startNetwork(t, oracle.Config{Seed: 37, Accounts: 12, RecordsMean: 20})
 	v := startVerify(t, n, ident.ModeStrict)
 	dids := activeDIDs(n.World())
-	old, recent, marked, later, genuine := dids[0], dids[1], dids[2], dids[3], dids[4]
+	old, recent, marked, later, genuine, loop := dids[0], dids[1], dids[2], dids[3], dids[4], dids[5]
 	nowUS := v.now.UnixMicro()
 	recentUS := nowUS - time.Hour.Microseconds()
 	markedUS := nowUS - 5*time.Second.Microseconds()
@@ -155,18 +155,23 @@ func TestLiveHiddenDeleteSchedulesReplacement(t *testing.T) {
 		{DID: recent, Fields: archive.FieldCompleted, State: archive.RepoState{CompletedUS: recentUS}},
 		{DID: marked, Fields: archive.FieldRefetch | archive.FieldNextAttempt, State: archive.RepoState{Refetch: archive.RefetchSync, NextAttemptUS: markedUS}},
 		{DID: later, Fields: archive.FieldRefetch | archive.FieldNextAttempt, State: archive.RepoState{Refetch: archive.RefetchSync, NextAttemptUS: laterUS}},
+		// Replaced an hour ago and due again: a legacy commit during that
+		// replacement must not make it due at once after it, or an account
+		// committing during each of its replacements would be downloaded
+		// without end.
+		{DID: loop, Fields: archive.FieldRefetch | archive.FieldNextAttempt | archive.FieldCompleted, State: archive.RepoState{Refetch: archive.RefetchUninverted, NextAttemptUS: markedUS, CompletedUS: recentUS}},
 	}})
 	if err != nil || r.Refused != nil {
 		t.Fatalf("seed: %v %v", err, r.Refused)
 	}
-	n.Faults().HideDeletes(4)
-	for _, did := range []string{old, recent, marked, later, genuine} {
+	n.Faults().HideDeletes(5)
+	for _, did := range []string{old, recent, marked, later, loop, genuine} {
 		path := slices.Sorted(maps.Keys(n.World().Records(did)))[0]
 		v.emit(t, func(w *world.World) (world.Event, error) { return w.DeleteRecord(did, path) })
 	}
 	waitCaughtUp(t, n, v.c, nil)
-	if got := n.Faults().Fired(oracle.FaultHiddenDelete); got != 4 {
-		t.Fatalf("hidden_delete fired %d times, want 4", got)
+	if got := n.Faults().Fired(oracle.FaultHiddenDelete); got != 5 {
+		t.Fatalf("hidden_delete fired %d times, want 5", got)
 	}
 
 	want := map[string]archive.RepoState{
@@ -174,6 +179,7 @@ func TestLiveHiddenDeleteSchedulesReplacement(t *testing.T) {
 		recent:  {Refetch: archive.RefetchUninverted, NextAttemptUS: recentUS + DefaultUninvertedInterval.Microseconds()},
 		marked:  {Refetch: archive.RefetchSync, NextAttemptUS: nowUS}, // due again from now: its replacement may be running
 		later:   {Refetch: archive.RefetchSync, NextAttemptUS: laterUS},
+		loop:    {Refetch: archive.RefetchUninverted, NextAttemptUS: recentUS + DefaultUninvertedInterval.Microseconds()},
 		genuine: {Refetch: archive.RefetchNone},
 	}
 	for did, w := range want {
@@ -182,10 +188,10 @@ func TestLiveHiddenDeleteSchedulesReplacement(t *testing.T) {
 			t.Errorf("%s: refetch %s next %d (%v), want %s next %d", did, st.Refetch, st.NextAttemptUS, err, w.Refetch, w.NextAttemptUS)
 		}
 	}
-	if got := counter(v.c.m.anomalies, AnomalyUninverted); got != 4 {
-		t.Errorf("anomalies{uninverted} = %v, want 4", got)
+	if got := counter(v.c.m.anomalies, AnomalyUninverted); got != 5 {
+		t.Errorf("anomalies{uninverted} = %v, want 5", got)
 	}
-	if got := promtest.Value(t, v.reg, "backstream_verify_total", map[string]string{"path": "live", "outcome": "ok"}); got != 5 {
-		t.Errorf("verify_total{live,ok} = %v, want 5 (a legacy commit is archived)", got)
+	if got := promtest.Value(t, v.reg, "backstream_verify_total", map[string]string{"path": "live", "outcome": "ok"}); got != 6 {
+		t.Errorf("verify_total{live,ok} = %v, want 6 (a legacy commit is archived)", got)
 	}
 }

@@ -1960,8 +1960,8 @@ var mutants = []Mutant{
 		ID: "m219", Invariant: "V3",
 		Name: "a legacy commit of an account already marked and due leaves the mark as it is (a replacement running from a snapshot older than a hidden delete clears it; the record stays archived)",
 		File: "firehose/verify.go",
-		Old:  "\t\tcase cur.NextAttemptUS < nowUS:\n\t\t\tnext.NextAttemptUS = nowUS\n",
-		New:  "\t\tcase cur.NextAttemptUS < nowUS:\n\t\t\treturn cur, false\n",
+		Old:  "\t\tcase cur.NextAttemptUS >= nowUS:\n\t\t\treturn cur, false\n",
+		New:  "\t\tdefault:\n\t\t\treturn cur, false\n",
 		Tests: []Test{
 			{Pkg: "./firehose", Run: "^TestLiveHiddenDeleteSchedulesReplacement$"},
 			{Pkg: "./node", Run: "^TestHiddenDeleteDuringReplacementHealed$"},
@@ -1975,6 +1975,16 @@ var mutants = []Mutant{
 		New:  "PLCExport: o.plcExport,",
 		Tests: []Test{
 			{Pkg: "./cmd/backstream", Run: "^TestServeUninvertedRefetchInterval$"},
+		},
+	},
+	{
+		ID: "m221", Invariant: "V3",
+		Name: "a legacy commit of an account already marked and due makes it due at once, whenever its last snapshot was (an account committing during each of its replacements downloaded without end)",
+		File: "firehose/verify.go",
+		Old:  "\t\tnext.NextAttemptUS = max(nowUS, cur.CompletedUS+everyUS)\n\t\treturn next, true\n",
+		New:  "\t\tnext.NextAttemptUS = max(nowUS, cur.CompletedUS+everyUS)\n\t\tif cur.Refetch != archive.RefetchNone {\n\t\t\tnext.NextAttemptUS = nowUS\n\t\t}\n\t\treturn next, true\n",
+		Tests: []Test{
+			{Pkg: "./firehose", Run: "^TestLiveHiddenDeleteSchedulesReplacement$"},
 		},
 	},
 }
