@@ -359,6 +359,21 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 	}
 	ordinary, limited := 0, 0
 	for {
+		if res.Attempts > 0 {
+			if wait := r.hostPaceWait(req.Host); wait > r.o.BackoffMax {
+				// A retry of a host whose announced budget is spent would
+				// wait for its reset (up to upstream.RetryAfterCeiling)
+				// holding the worker, once per retry: a host failing every
+				// attempt and announcing its budget spent (a hostile one
+				// does) would hold each of its workers for good. Unless
+				// the reset is no further than a backoff step (as after
+				// a 429's wait), the job ends failed with the failure it
+				// would have retried, as for a host found down; the retry
+				// schedule takes it.
+				res.Err = fmt.Errorf("%w (not retried here: host %s's announced rate limit resets in %v)", res.Err, req.Host, wait.Round(time.Second))
+				return r.finish(ctx, req, &res, archive.StatusFailed)
+			}
+		}
 		res.Attempts++
 		prep, err := r.attempt(ctx, req.DID, req.Host)
 		if prep != nil {
@@ -495,19 +510,30 @@ func (r *Runner) attempt(ctx context.Context, did, host string) (*prepared, erro
 
 // paceHost waits, before an attempt of a download from host directly,
 // for the reset of a budget host announced spent (HostSource.HostPaceWait;
-// at most upstream.RetryAfterCeiling ahead). The request would otherwise
+// at most upstream.RetryAfterCeiling ahead; a retry waits at most a
+// backoff step, Run). In a fleet bootstrap the dispatcher hands out no
+// repo of such a host (it parks it until the reset), so the first
+// attempt waits here only when the host's budget was announced spent
+// between the dispatch and the attempt. The request would otherwise
 // wait for it inside the attempt deadline: a reset minutes ahead took
 // most of the deadline, or all of it (the repo failed timeout for the
 // run), however healthy the host.
 func (r *Runner) paceHost(ctx context.Context, host string) error {
-	hs, ok := r.o.Source.(HostSource)
-	if host == "" || !ok {
-		return nil
-	}
-	if wait := hs.HostPaceWait(host); wait > 0 {
+	if wait := r.hostPaceWait(host); wait > 0 {
 		return r.o.Sleep(ctx, wait)
 	}
 	return nil
+}
+
+// hostPaceWait is how long a download from host directly would wait now
+// for the reset of a budget host announced spent (HostSource.HostPaceWait),
+// 0 for a download through the relay.
+func (r *Runner) hostPaceWait(host string) time.Duration {
+	hs, ok := r.o.Source.(HostSource)
+	if host == "" || !ok {
+		return 0
+	}
+	return hs.HostPaceWait(host)
 }
 
 // prepare admits a download to the memory budget and verifies it. What it

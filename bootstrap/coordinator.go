@@ -34,6 +34,7 @@ func (b *Bootstrap) coordinate(parent context.Context, lanes []lane) error {
 	c.startEnumerators(ctx, &wg)
 	c.startServers(ctx, &wg)
 	defer c.stopServers()
+	defer c.stopWake()
 	ticker := time.NewTicker(b.cfg.ProgressEvery)
 	defer ticker.Stop()
 	b.prog.set(func(p *Progress) {
@@ -53,6 +54,11 @@ func (b *Bootstrap) coordinate(parent context.Context, lanes []lane) error {
 		c.report()
 		var err error
 		select {
+		case <-c.wakeAt():
+			// A parked host's reset has passed: nextJob wakes it. The timer
+			// is set again for whatever is parked then, even for the same
+			// time (a clock read just short of it).
+			c.wakeTime = time.Time{}
 		case out <- head:
 			c.ready.take(head)
 			c.inflight++
@@ -114,6 +120,13 @@ type coordinator struct {
 	batchSize    int
 	inflight     int // repos with the workers
 
+	// Hosts mode: how long a host's requests would wait for the reset of
+	// a budget it announced spent (nil: never), and the timer that wakes
+	// the loop at the first parked host's reset (wakeAt).
+	pacer    hostPacer
+	wake     *time.Timer
+	wakeTime time.Time
+
 	checkpointing   bool // a resumable cursor is committed (not the debug modes)
 	ckOutstanding   bool // a checkpoint is with the checkpointer
 	ckSubmitted     checkpoint
@@ -153,6 +166,9 @@ func (b *Bootstrap) newCoordinator(parent context.Context, lanes []lane) *coordi
 		shared = newCredit(int64(cfg.Window), nil)
 	}
 	c.ready = newScheduler(hostCap)
+	if p, ok := cfg.Fleet.(hostPacer); ok && c.fleet {
+		c.pacer = p
+	}
 	for _, l := range lanes {
 		l.start.host = l.host
 		c.wms[l.host] = &watermark{pending: l.start}
@@ -247,9 +263,10 @@ func (c *coordinator) finish() error {
 }
 
 // recordNext hands the recorder the next batch of the queue when it is
-// idle and the workers are short of ready repos.
+// idle and the workers are short of ready repos (a parked host's are not
+// ready for them).
 func (c *coordinator) recordNext() error {
-	if c.recording || len(c.queue) == 0 || c.ready.len() >= c.cfg.Workers {
+	if c.recording || len(c.queue) == 0 || c.ready.dispatchable() >= c.cfg.Workers {
 		return nil
 	}
 	n := min(len(c.queue), c.batchSize)
@@ -267,21 +284,66 @@ func (c *coordinator) recordNext() error {
 
 // nextJob is the next ready repo and the channel to send it on: nil (a
 // send that never happens) when none is ready.
+//
+// In hosts mode a host whose announced rate limit is spent (its requests
+// would wait for the reset: hostPacer) is parked until its reset instead
+// (scheduler.park): handed to a worker, its repo would wait for the reset
+// holding the worker, up to upstream.RetryAfterCeiling, and a few such
+// hosts (a hostile one announces its budget spent on every answer) would
+// hold every worker while every other host's repos waited. Parked, it
+// holds none; its repos are handed out once the reset has passed, in this
+// run, with nothing charged to them.
 func (c *coordinator) nextJob() (chan job, job) {
+	now := c.cfg.Now()
+	c.ready.wake(now)
 	head, ok := c.ready.peek()
 	for ok && c.fleet {
 		// A repo listed again by a host with a newer rev is fetched there.
-		h := c.b.hostFor(head.did)
-		if h == head.host {
+		if h := c.b.hostFor(head.did); h != head.host {
+			c.ready.move(head, h)
+		} else if wait := c.paceWait(head.host); wait > 0 {
+			c.ready.park(head.host, now.Add(wait))
+		} else {
 			break
 		}
-		c.ready.move(head, h)
 		head, ok = c.ready.peek()
 	}
 	if !ok {
 		return nil, head
 	}
 	return c.dispatch, head
+}
+
+// paceWait is how long a request of host would wait now for its announced
+// reset; 0 without a pacer.
+func (c *coordinator) paceWait(host string) time.Duration {
+	if c.pacer == nil {
+		return 0
+	}
+	return c.pacer.HostPaceWait(host)
+}
+
+// wakeAt is a channel that receives when the first parked host's reset
+// has passed; nil (a receive that never happens) when no host is parked.
+func (c *coordinator) wakeAt() <-chan time.Time {
+	at, ok := c.ready.nextWake()
+	if !ok {
+		return nil
+	}
+	if c.wake == nil {
+		c.wake = time.NewTimer(at.Sub(c.cfg.Now()))
+	} else if !at.Equal(c.wakeTime) {
+		c.wake.Reset(at.Sub(c.cfg.Now()))
+	}
+	c.wakeTime = at
+	return c.wake.C
+}
+
+// stopWake stops wakeAt's timer.
+func (c *coordinator) stopWake() {
+	if c.wake != nil {
+		c.wake.Stop()
+	}
 }
 
 // report publishes the queue's size to the progress and the metrics.

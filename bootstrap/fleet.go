@@ -7,6 +7,7 @@ package bootstrap
 // each under its concurrency cap.
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -558,17 +559,25 @@ type job struct {
 // it left off past the hosts at their cap (at most Workers/cap of them), so
 // a dispatch costs the same whether a handful of hosts or 30,000 have had
 // work in the run.
+//
+// A host parked until a time (its announced rate limit spent: park) keeps
+// its queue but leaves the round-robin until wake finds that time passed,
+// so peek never scans it and no worker is handed a repo that would wait
+// for the host's reset.
 type scheduler struct {
-	cap    int
-	queues map[string][]string // the hosts with ready repos
-	order  []string            // the same hosts, in round-robin order
-	next   int                 // where peek starts: the host after the last served
-	busy   map[string]int
-	n      int
+	cap     int
+	queues  map[string][]string // the hosts with ready repos, parked ones too
+	order   []string            // those not parked, in round-robin order
+	next    int                 // where peek starts: the host after the last served
+	busy    map[string]int
+	n       int                  // ready repos, parked ones too
+	parked  map[string]time.Time // parked hosts, until when
+	wakes   wakeHeap             // the same hosts, by when
+	parkedN int                  // the repos queued on parked hosts
 }
 
 func newScheduler(hostCap int) *scheduler {
-	return &scheduler{cap: hostCap, queues: map[string][]string{}, busy: map[string]int{}}
+	return &scheduler{cap: hostCap, queues: map[string][]string{}, busy: map[string]int{}, parked: map[string]time.Time{}}
 }
 
 func (s *scheduler) push(host, did string) {
@@ -578,6 +587,9 @@ func (s *scheduler) push(host, did string) {
 	}
 	s.queues[host] = append(q, did)
 	s.n++
+	if _, ok := s.parked[host]; ok {
+		s.parkedN++
+	}
 }
 
 // peek is the next repo to hand out, without taking it.
@@ -607,9 +619,7 @@ func (s *scheduler) move(j job, to string) {
 }
 
 // pop removes the head of host's queue, and the host from the round-robin
-// when that was its last repo (true). take and move pass the job peek has
-// just returned, so host sits at next, and the host after it takes its
-// place there.
+// when that was its last repo (true).
 func (s *scheduler) pop(host string) (emptied bool) {
 	q := s.queues[host]
 	q[0] = ""
@@ -619,6 +629,14 @@ func (s *scheduler) pop(host string) (emptied bool) {
 		return false
 	}
 	delete(s.queues, host)
+	s.leave(host)
+	return true
+}
+
+// leave takes host out of the round-robin. take, move and park pass the
+// host peek has just returned, so it sits at next, and the host after it
+// takes its place there.
+func (s *scheduler) leave(host string) {
 	k := s.next
 	if k >= len(s.order) || s.order[k] != host {
 		k = slices.Index(s.order, host) // not from peek: found, never left behind
@@ -627,7 +645,58 @@ func (s *scheduler) pop(host string) (emptied bool) {
 	if s.next >= len(s.order) {
 		s.next = 0
 	}
-	return true
+}
+
+// park takes host, which peek has just returned, out of the round-robin
+// until until; its queue stays, and grows as it is pushed.
+func (s *scheduler) park(host string, until time.Time) {
+	s.leave(host)
+	s.parked[host] = until
+	heap.Push(&s.wakes, parkedHost{host: host, until: until})
+	s.parkedN += len(s.queues[host])
+}
+
+// wake puts back in the round-robin every parked host whose time has come
+// by now.
+func (s *scheduler) wake(now time.Time) {
+	for len(s.wakes) > 0 && !s.wakes[0].until.After(now) {
+		h := heap.Pop(&s.wakes).(parkedHost).host
+		delete(s.parked, h)
+		s.parkedN -= len(s.queues[h])
+		s.order = append(s.order, h)
+	}
+}
+
+// nextWake is when the first parked host rejoins the round-robin; false
+// when none is parked.
+func (s *scheduler) nextWake() (time.Time, bool) {
+	if len(s.wakes) == 0 {
+		return time.Time{}, false
+	}
+	return s.wakes[0].until, true
+}
+
+// dispatchable is how many ready repos are not on a parked host.
+func (s *scheduler) dispatchable() int { return s.n - s.parkedN }
+
+// parkedHost is a parked host and when it rejoins the round-robin.
+type parkedHost struct {
+	host  string
+	until time.Time
+}
+
+// wakeHeap orders parked hosts by when they rejoin (container/heap).
+type wakeHeap []parkedHost
+
+func (h wakeHeap) Len() int           { return len(h) }
+func (h wakeHeap) Less(i, j int) bool { return h[i].until.Before(h[j].until) }
+func (h wakeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *wakeHeap) Push(x any)        { *h = append(*h, x.(parkedHost)) }
+func (h *wakeHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 func (s *scheduler) done(host string) {

@@ -1,20 +1,28 @@
 package bootstrap_test
 
 // A host whose announced rate limit is spent waits for its reset without
-// holding one of the listRepos request slots the hosts share.
+// holding one of the listRepos request slots the hosts share, nor one of
+// the download workers.
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/backstream/backstream/archive"
+	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
+	"github.com/backstream/backstream/internal/backoff"
+	"github.com/backstream/backstream/oracle/world"
 	"github.com/backstream/backstream/upstream"
 )
 
@@ -109,4 +117,171 @@ func TestFleetPacedHostHoldsNoRequestSlot(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// pacedFleet is the bubble's world as a fleet: every world host is a
+// roster host (pdsN.test) listing its own accounts and serving their
+// repos, from memory. A host of spent announces its budget spent on every
+// answer, until resetAfter from then; a request of it before that reset
+// waits for it, as upstream's pacer makes it (HostPaceWait says how long).
+// Every answer takes a 10 ms round trip.
+// With failing set, a spent host cuts every download's body short.
+type pacedFleet struct {
+	w          *world.World
+	mem        *memSource
+	spent      map[string]bool
+	resetAfter time.Duration
+	failing    bool
+
+	mu    sync.Mutex
+	reset map[string]time.Time // a spent host's announced reset
+	asked map[string]int       // downloads asked, by DID
+}
+
+func (f *pacedFleet) host(i int) string { return fmt.Sprintf("pds%d.test", i) }
+
+func (f *pacedFleet) ListHosts(ctx context.Context, cursor string, limit int) (upstream.HostsPage, error) {
+	counts := map[int]int64{}
+	for _, a := range f.w.Accounts() {
+		counts[a.Host]++
+	}
+	var p upstream.HostsPage
+	for i := range len(counts) {
+		p.Hosts = append(p.Hosts, upstream.HostEntry{Host: f.host(i), Status: "active", Accounts: counts[i]})
+	}
+	return p, nil
+}
+
+func (f *pacedFleet) HostListRepos(ctx context.Context, host, cursor string, limit int) (upstream.Page, error) {
+	var pg upstream.Page
+	for _, a := range f.w.Accounts() {
+		if f.host(a.Host) != host || a.Status == world.StatusDeleted || a.DID <= cursor {
+			continue
+		}
+		e := upstream.RepoEntry{DID: a.DID, Rev: a.Rev, Active: a.Active}
+		if !a.Active {
+			e.Status = a.Status
+		}
+		pg.Repos = append(pg.Repos, e)
+	}
+	return pg, nil
+}
+
+func (f *pacedFleet) ListRepos(ctx context.Context, cursor string, limit int) (upstream.Page, error) {
+	return upstream.Page{}, nil
+}
+
+func (f *pacedFleet) GetRepo(ctx context.Context, did string) (*upstream.Download, error) {
+	return nil, fmt.Errorf("%s asked of the relay: hosts mode asks its host", did)
+}
+
+func (f *pacedFleet) HostPaceWait(host string) time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return max(time.Until(f.reset[host]), 0)
+}
+
+func (f *pacedFleet) HostGetRepo(ctx context.Context, host, did string) (*upstream.Download, error) {
+	if wait := f.HostPaceWait(host); wait > 0 {
+		if err := backoff.Sleep(ctx, wait); err != nil {
+			return nil, err
+		}
+	}
+	// The round trip: a request asked while another is answered is in
+	// flight before the answer announces the budget spent.
+	time.Sleep(10 * time.Millisecond)
+	f.mu.Lock()
+	f.asked[did]++
+	if f.spent[host] {
+		f.reset[host] = time.Now().Add(f.resetAfter)
+	}
+	f.mu.Unlock()
+	if f.failing && f.spent[host] {
+		return nil, fmt.Errorf("getRepo %s: body: %w", host, io.ErrUnexpectedEOF)
+	}
+	return f.mem.GetRepo(ctx, did)
+}
+
+// TestFleetPacedHostHoldsNoWorker: three of four hosts announce their
+// budget spent with a 5 minute reset on every answer; 4 download workers,
+// at most 2 per host. The healthy host's repos are all archived within a
+// minute (fake time): a host waiting for its reset is not handed a worker,
+// which would wait for it holding the worker. The spent hosts' repos are
+// still archived by the same run, after their resets, each complete at its
+// first attempt, no failure charged. Before, the spent hosts' jobs held
+// every worker, each waiting 5 minutes, and the healthy host's repos waited
+// for them.
+//
+// failing: the spent hosts also cut every download's body short. Each of their
+// repos ends failed (transient) at its first failure, asked once, without
+// a retry that would wait for the reset holding its worker; the healthy
+// host's repos are archived within the minute all the same. Before, each
+// retry waited for the reset: the spent hosts' jobs held every worker for
+// three resets each.
+func TestFleetPacedHostHoldsNoWorker(t *testing.T) {
+	for _, failing := range []bool{false, true} {
+		t.Run(fmt.Sprintf("failing=%v", failing), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { pacedHostsRun(t, failing) })
+		})
+	}
+}
+
+func pacedHostsRun(t *testing.T, failing bool) {
+	cfg := worldCfg(48, 2)
+	cfg.Hosts = 4
+	e := newBubbleEnv(t, cfg)
+	const healthy = 3
+	f := &pacedFleet{w: e.world, mem: e.mem, resetAfter: 5 * time.Minute, failing: failing,
+		spent: map[string]bool{}, reset: map[string]time.Time{}, asked: map[string]int{}}
+	for h := range healthy {
+		f.spent[f.host(h)] = true
+	}
+	r, err := backfill.NewRunner(backfill.Options{Source: f, Writer: e.w, Metrics: e.bm, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done sync.Map
+	b := e.bootOver(f, e.w, timedJobs{r, &done}, func(c *bootstrap.Config) { c.Source, c.Workers, c.HostWorkers = f, 4, 2 })
+	start := time.Now()
+	if err := b.Run(context.Background()); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	var healthyRepos, spentRepos int
+	var healthyLast time.Duration
+	var bad string // the first repo not in the state it should end in
+	states := e.states()
+	for _, a := range e.listed() {
+		if !a.Active {
+			continue
+		}
+		st := states[a.DID]
+		switch {
+		case bad != "":
+		case a.Host == healthy || !failing:
+			if st.Status != archive.StatusComplete || st.Attempts != 0 || st.ErrClass != "" {
+				bad = fmt.Sprintf("%s of host %d: %s, %d failures, class %q: want complete, no failure charged", a.DID, a.Host, st.Status, st.Attempts, st.ErrClass)
+			}
+		case st.Status != archive.StatusFailed || st.Attempts != 1 || st.ErrClass != backfill.ClassTransient || f.asked[a.DID] != 1:
+			bad = fmt.Sprintf("%s of the failing host %d: %s, %d failures, class %q, asked %d times: want failed once, transient, asked once (no retry waiting for the reset)",
+				a.DID, a.Host, st.Status, st.Attempts, st.ErrClass, f.asked[a.DID])
+		}
+		if a.Host != healthy {
+			spentRepos++
+			continue
+		}
+		healthyRepos++
+		at, _ := done.Load(a.DID)
+		healthyLast = max(healthyLast, at.(time.Time).Sub(start))
+	}
+	if healthyRepos < 4 || spentRepos < 8 {
+		t.Fatalf("%d repos on the healthy host, %d on the spent ones: the test proves nothing", healthyRepos, spentRepos)
+	}
+	t.Logf("the healthy host's %d repos archived within %v; the spent hosts' %d done by %v", healthyRepos, healthyLast, spentRepos, time.Since(start))
+	if healthyLast > time.Minute {
+		t.Errorf("the healthy host's %d repos took %v to archive: its repos waited for workers held by hosts waiting out their announced reset (%v)",
+			healthyRepos, healthyLast, f.resetAfter)
+	}
+	if bad != "" {
+		t.Error(bad)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 )
 
 // drain hands out every ready repo and finishes each at once, returning
@@ -168,6 +169,113 @@ func TestSchedulerNeverIdlesWork(t *testing.T) {
 		if s.len() != n || len(s.order) != len(s.queues) {
 			t.Fatalf("step %d: %d ready, want %d; round-robin of %d hosts, %d queues", step, s.len(), n, len(s.order), len(s.queues))
 		}
+	}
+	for d, n := range handed {
+		if n != 1 {
+			t.Fatalf("%s handed out %d times", d, n)
+		}
+	}
+}
+
+// TestSchedulerParkedHostsWaitTheirTime: under random pushes, hand-outs,
+// moves, completions, parks (a host whose announced rate limit is spent)
+// and the clock moving on, peek never hands out a repo of a parked host,
+// finds one whenever a host that is not parked has ready repos and is under
+// its cap, and a parked host is handed out again once its time has come
+// (wake). Every repo pushed is handed out exactly once, and dispatchable
+// counts the ready repos of the hosts not parked.
+func TestSchedulerParkedHostsWaitTheirTime(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const hostCap = 2
+	s := newScheduler(hostCap)
+	queued := map[string][]string{} // the model: ready repos by host
+	busy := map[string]int{}
+	until := map[string]time.Time{} // the model's parked hosts
+	now := time.Unix(0, 0)
+	var running []job
+	handed := map[string]int{}
+	pushed := 0
+	for step := range 20_000 {
+		if rng.IntN(20) == 0 {
+			now = now.Add(time.Duration(rng.IntN(5)) * time.Second)
+			s.wake(now)
+			for h, u := range until {
+				if !u.After(now) {
+					delete(until, h)
+				}
+			}
+		}
+		switch r := rng.IntN(10); {
+		case r < 4:
+			h := fmt.Sprintf("h%d", rng.IntN(20))
+			d := fmt.Sprintf("d%d", pushed)
+			pushed++
+			s.push(h, d)
+			queued[h] = append(queued[h], d)
+		case r < 5 && len(running) > 0:
+			i := rng.IntN(len(running))
+			j := running[i]
+			running = slices.Delete(running, i, i+1)
+			s.done(j.host)
+			busy[j.host]--
+		default:
+			j, ok := s.peek()
+			eligible := false
+			for h, q := range queued {
+				_, parked := until[h]
+				eligible = eligible || (len(q) > 0 && busy[h] < hostCap && !parked)
+			}
+			if ok != eligible {
+				t.Fatalf("step %d: peek found a repo: %v, a host not parked under its cap has one: %v", step, ok, eligible)
+			}
+			if !ok {
+				continue
+			}
+			if _, parked := until[j.host]; parked {
+				t.Fatalf("step %d: peek %+v of a host parked until %v (now %v)", step, j, until[j.host], now)
+			}
+			if q := queued[j.host]; len(q) == 0 || q[0] != j.did || busy[j.host] >= hostCap {
+				t.Fatalf("step %d: peek %+v: queue %v, busy %d", step, j, q, busy[j.host])
+			}
+			switch rng.IntN(8) {
+			case 0:
+				u := now.Add(time.Duration(1+rng.IntN(10)) * time.Second)
+				s.park(j.host, u)
+				until[j.host] = u
+				continue
+			case 1:
+				queued[j.host] = queued[j.host][1:]
+				to := fmt.Sprintf("h%d", rng.IntN(20))
+				s.move(j, to)
+				queued[to] = append(queued[to], j.did)
+				continue
+			}
+			queued[j.host] = queued[j.host][1:]
+			s.take(j)
+			busy[j.host]++
+			handed[j.did]++
+			running = append(running, j)
+		}
+		n, free := 0, 0
+		for h, q := range queued {
+			n += len(q)
+			if _, parked := until[h]; !parked {
+				free += len(q)
+			}
+		}
+		if s.len() != n || s.dispatchable() != free || len(s.order)+len(s.parked) != len(s.queues) {
+			t.Fatalf("step %d: %d ready (%d dispatchable), want %d (%d); round-robin of %d hosts and %d parked, %d queues",
+				step, s.len(), s.dispatchable(), n, free, len(s.order), len(s.parked), len(s.queues))
+		}
+	}
+	// The clock moves past every park: everything left is handed out.
+	s.wake(now.Add(time.Hour))
+	for _, j := range running {
+		s.done(j.host)
+	}
+	drain(s)
+	if s.len() != 0 || len(s.parked) != 0 {
+		t.Fatalf("after every park's time: %d repos left, %d hosts parked", s.len(), len(s.parked))
 	}
 	for d, n := range handed {
 		if n != 1 {
