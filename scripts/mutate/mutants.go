@@ -1920,8 +1920,8 @@ var mutants = []Mutant{
 		ID: "m239", Invariant: "E8",
 		Name: "a download of a host whose announced budget is spent waits for the reset inside the attempt deadline (fails timeout for the run when the reset is further than the deadline)",
 		File: "backfill/job.go",
-		Old:  "\tif wait := hs.HostPaceWait(host); wait > 0 {\n",
-		New:  "\tif wait := hs.HostPaceWait(host); false && wait > 0 {\n",
+		Old:  "\tif wait := r.hostPaceWait(host); wait > 0 {\n",
+		New:  "\tif wait := r.hostPaceWait(host); false && wait > 0 {\n",
 		Tests: []Test{
 			{Pkg: "./backfill", Run: "^TestJobPaceWaitOutsideDeadline$"},
 		},
@@ -1985,6 +1985,36 @@ var mutants = []Mutant{
 		New:  "\t\tnext.NextAttemptUS = max(nowUS, cur.CompletedUS+everyUS)\n\t\tif cur.Refetch != archive.RefetchNone {\n\t\t\tnext.NextAttemptUS = nowUS\n\t\t}\n\t\treturn next, true\n",
 		Tests: []Test{
 			{Pkg: "./firehose", Run: "^TestLiveHiddenDeleteSchedulesReplacement$"},
+		},
+	},
+	{
+		ID: "m243", Invariant: "H11",
+		Name: "a fleet host whose announced rate limit is spent handed download workers (each of its repos waits for the reset holding one: a few such hosts hold every worker and every other host's repos wait)",
+		File: "bootstrap/coordinator.go",
+		Old:  "\t\t} else if wait := c.paceWait(head.host); wait > 0 {\n",
+		New:  "\t\t} else if wait := c.paceWait(head.host); false && wait > 0 {\n",
+		Tests: []Test{
+			{Pkg: "./bootstrap", Run: "^TestFleetPacedHostHoldsNoWorker$"},
+		},
+	},
+	{
+		ID: "m244", Invariant: "E9",
+		Name: "a retry of a download from a host whose announced budget is spent waits for the reset holding its worker (a host failing every attempt and announcing its budget spent holds each worker it gets for three resets)",
+		File: "backfill/job.go",
+		Old:  "\t\t\tif wait := r.hostPaceWait(req.Host); wait > r.o.BackoffMax {\n",
+		New:  "\t\t\tif wait := r.hostPaceWait(req.Host); false && wait > r.o.BackoffMax {\n",
+		Tests: []Test{
+			{Pkg: "./bootstrap", Run: "^TestFleetPacedHostHoldsNoWorker$"},
+		},
+	},
+	{
+		ID: "m245", Invariant: "H11",
+		Name: "a parked host's queued repos counted as ready when the recorder is fed (the spent hosts' repos stop the recording: the other hosts' listed repos wait for their resets)",
+		File: "bootstrap/coordinator.go",
+		Old:  "len(c.queue) == 0 || c.ready.dispatchable() >= c.cfg.Workers {",
+		New:  "len(c.queue) == 0 || c.ready.len() >= c.cfg.Workers {",
+		Tests: []Test{
+			{Pkg: "./bootstrap", Run: "^TestFleetPacedHostHoldsNoWorker$"},
 		},
 	},
 }
