@@ -1288,13 +1288,6 @@ func (w *Writer) stageRows(st *staged, u *Unit) error {
 		if err != nil {
 			return err
 		}
-		if ev.Since != "" && ev.Source != SourceBackfill && ev.Source != SourceRetry {
-			if hole, err := w.sinceAhead(ev, cur); err != nil {
-				return err
-			} else if hole {
-				holes = append(holes, ev.DID)
-			}
-		}
 		switch ev.Source {
 		case SourceBackfill, SourceRetry:
 			if u.Replace != nil && ev.Rev > u.Replace.Rev {
@@ -1302,7 +1295,14 @@ func (w *Writer) stageRows(st *staged, u *Unit) error {
 			}
 			st.keep[i] = true
 		default:
-			st.keep[i] = ev.Rev > cur || (ev.Rev == cur && admitted[ev.DID] == ev.Rev)
+			held, known, err := w.heldRev(ev.DID, cur)
+			if err != nil {
+				return err
+			}
+			if ev.Since != "" && sinceAhead(ev, held, known, w.opts.DiscoverUnknown) {
+				holes = append(holes, ev.DID)
+			}
+			st.keep[i] = ev.Rev > held || (ev.Rev == cur && admitted[ev.DID] == ev.Rev)
 			if st.keep[i] && ev.Source == SourceMerge && ev.Kind.IsCommit() {
 				gone, err := w.erasedAccount(erased, ev.DID)
 				if err != nil {
@@ -1384,27 +1384,37 @@ func upstreamSync(ev *Event) bool {
 	return ev.Kind == KindSync && (ev.Source == SourceLive || ev.Source == SourceMerge)
 }
 
-// sinceAhead reports whether ev's since (not empty) is newer than what the
-// archive holds of its account: the ratchet cur, or, when the account has
-// none (an empty snapshot stores no row, so it sets no rev/), its completed
-// snapshot's rev. An account the archive does not know at all (no rev/, no
-// repo/: no listing named it) holds nothing of what came before ev: a hole
-// when the writer discovers such accounts (DiscoverUnknown).
-func (w *Writer) sinceAhead(ev *Event, cur string) (bool, error) {
+// heldRev is the newest rev the archive holds of did's account, and
+// whether the account has a repo/ state: the ratchet cur, or, when the
+// account has none, its completed snapshot's rev. A snapshot without a
+// record stores no row, so it sets no rev/, yet it covers every commit up
+// to its rev as a snapshot with rows does: a live or merged commit at or
+// below it is stale (the ones captured before it would bring back the
+// records it no longer holds).
+func (w *Writer) heldRev(did, cur string) (string, bool, error) {
 	if cur != "" {
-		return ev.Since > cur, nil
+		return cur, true, nil
 	}
-	rs, ok, err := w.repoState(ev.DID)
-	if err != nil {
-		return false, err
-	}
-	if !ok {
-		return w.opts.DiscoverUnknown, nil
+	rs, ok, err := w.repoState(did)
+	if err != nil || !ok {
+		return "", ok, err
 	}
 	if rs.Status != StatusComplete {
-		return false, nil
+		return "", true, nil
 	}
-	return rs.BackfillRev != "" && ev.Since > rs.BackfillRev, nil
+	return rs.BackfillRev, true, nil
+}
+
+// sinceAhead reports whether ev's since (not empty) is newer than what the
+// archive holds of its account (held, heldRev). An account the archive
+// does not know at all (no rev/, no repo/: no listing named it) holds
+// nothing of what came before ev: a hole when the writer discovers such
+// accounts (discover, WriterOptions.DiscoverUnknown).
+func sinceAhead(ev *Event, held string, known, discover bool) bool {
+	if !known {
+		return discover
+	}
+	return held != "" && ev.Since > held
 }
 
 // markHoles marks each account in holes for a replacement (RefetchSync, due

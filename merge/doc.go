@@ -18,7 +18,9 @@
 // Keeping or dropping a row is the writer's per-account rev ratchet (M3): a
 // captured commit or sync row is kept exactly when its rev is newer than
 // rev/<did> — for a complete repo, newer than its snapshot — and identity
-// and account rows always pass. A captured commit of an account the
+// and account rows always pass. A snapshot without a record sets no rev/:
+// its completed rev (BackfillRev) is the ratchet then, so a commit
+// captured before it cannot bring back a record it no longer holds. A captured commit of an account the
 // archive holds deleted or taken down (bootstrap's listing, later than the
 // capture, may have recorded it so) is dropped whatever its rev, unless an
 // #account row before it in the unit reactivated the account: with the
