@@ -9,8 +9,8 @@ var mutants = []Mutant{
 		ID: "m01", Invariant: "D3 M3",
 		Name: "ratchet keeps rows at rev = the archived rev",
 		File: "archive/writer.go",
-		Old:  "st.keep[i] = ev.Rev > cur ||",
-		New:  "st.keep[i] = ev.Rev >= cur ||",
+		Old:  "st.keep[i] = ev.Rev > held ||",
+		New:  "st.keep[i] = ev.Rev >= held ||",
 		Tests: []Test{
 			{Pkg: "./archive", Run: "^TestRatchet$"},
 		},
@@ -514,8 +514,8 @@ var mutants = []Mutant{
 		ID: "m50", Invariant: "G2",
 		Name: "a commit with a since of an account no listing named is archived and the account never fetched",
 		File: "archive/writer.go",
-		Old:  "\tif !ok {\n\t\treturn w.opts.DiscoverUnknown, nil\n\t}",
-		New:  "\tif !ok {\n\t\treturn false, nil\n\t}",
+		Old:  "\tif !known {\n\t\treturn discover\n\t}",
+		New:  "\tif !known {\n\t\treturn false\n\t}",
 		Tests: []Test{
 			{Pkg: "./archive", Run: "^TestUnknownAccountWithSinceIsDiscovered$"},
 		},
@@ -2015,6 +2015,16 @@ var mutants = []Mutant{
 		New:  "len(c.queue) == 0 || c.ready.len() >= c.cfg.Workers {",
 		Tests: []Test{
 			{Pkg: "./bootstrap", Run: "^TestFleetPacedHostHoldsNoWorker$"},
+		},
+	},
+	{
+		ID: "m231", Invariant: "M3",
+		Name: "a live or merged commit of an account whose snapshot held no record (no rev/) kept below that snapshot's rev (a commit captured before it, merged after it, brings back a record the account had deleted)",
+		File: "archive/writer.go",
+		Old:  "st.keep[i] = ev.Rev > held || (ev.Rev == cur",
+		New:  "st.keep[i] = ev.Rev > cur || (ev.Rev == cur",
+		Tests: []Test{
+			{Pkg: "./merge", Run: "^TestMergeEmptySnapshotIsTheRatchet$"},
 		},
 	},
 }
