@@ -1271,14 +1271,18 @@ func (w *Writer) stageRows(st *staged, u *Unit) error {
 	// erased is whether an #account row of this unit, before the row at
 	// hand, left its account deleted or taken down (nil until one).
 	var erased map[string]bool
-	var holes []string // accounts of commits whose since is newer than the ratchet as it stands before them
+	var holes []hole // commits whose since is newer than the ratchet as it stands before them
+	// lastAccount is the index of each account's last #account row in the
+	// unit (nil until one).
+	var lastAccount map[string]int
 	for i := range u.Events {
 		ev := &u.Events[i]
 		if ev.Kind == KindAccount {
 			if erased == nil {
-				erased = map[string]bool{}
+				erased, lastAccount = map[string]bool{}, map[string]int{}
 			}
 			erased[ev.DID] = !ev.Active && AccountStatusPurges(ev.Status)
+			lastAccount[ev.DID] = i
 		}
 		if !(ev.Kind.IsCommit() || ev.Kind == KindSync) {
 			st.keep[i] = true
@@ -1300,7 +1304,7 @@ func (w *Writer) stageRows(st *staged, u *Unit) error {
 				return err
 			}
 			if ev.Since != "" && sinceAhead(ev, held, known, w.opts.DiscoverUnknown) {
-				holes = append(holes, ev.DID)
+				holes = append(holes, hole{did: ev.DID, at: i})
 			}
 			st.keep[i] = ev.Rev > held || (ev.Rev == cur && admitted[ev.DID] == ev.Rev)
 			if st.keep[i] && ev.Source == SourceMerge && ev.Kind.IsCommit() {
@@ -1325,7 +1329,7 @@ func (w *Writer) stageRows(st *staged, u *Unit) error {
 			st.revs[u.Replace.DID] = u.Replace.Rev
 		}
 	}
-	w.markHoles(u, holes)
+	w.markHoles(u, holes, lastAccount)
 	return nil
 }
 
@@ -1417,6 +1421,13 @@ func sinceAhead(ev *Event, held string, known, discover bool) bool {
 	return held != "" && ev.Since > held
 }
 
+// hole is a commit whose since is newer than what the archive held of its
+// account: its DID and its row's index in the unit.
+type hole struct {
+	did string
+	at  int
+}
+
 // markHoles marks each account in holes for a replacement (RefetchSync, due
 // now), in u's batch: a commit of it came with a since (Event.Since) newer
 // than what the archive held of the account when that commit applied, so a
@@ -1430,27 +1441,39 @@ func sinceAhead(ev *Event, held string, known, discover bool) bool {
 // account the archive did not know is created pending, discovered, due
 // now (WriterOptions.DiscoverUnknown): its first commit here came with a
 // since, so it has a history no listing brought.
-func (w *Writer) markHoles(u *Unit, holes []string) {
+//
+// The marks are applied after the unit's own repo updates. Those of an
+// #account row after the commit (lastAccount: each account's last one in
+// the unit) found an account created here unknown and changed nothing, so
+// the account is created as that row leaves it (its activity and status),
+// as it is when the two events are merged in two units: a merge unit holds
+// up to 1,024 rows, and an account deleted, taken down or deactivated
+// after such a commit must not be created active, to be replaced.
+func (w *Writer) markHoles(u *Unit, holes []hole, lastAccount map[string]int) {
 	if len(holes) == 0 {
 		return
 	}
 	now := w.opts.Now().UnixMicro()
-	mark := func(cur RepoState, exists bool) (RepoState, bool) {
-		if !exists && w.opts.DiscoverUnknown {
-			return RepoState{Status: StatusPending, Active: true, Refetch: RefetchDiscovered, NextAttemptUS: now}, true
+	for _, h := range holes {
+		active, status := true, ""
+		if j, ok := lastAccount[h.did]; ok && j > h.at {
+			active, status = u.Events[j].Active, u.Events[j].Status
 		}
-		if !exists || !cur.Active {
-			return cur, false
+		mark := func(cur RepoState, exists bool) (RepoState, bool) {
+			if !exists && w.opts.DiscoverUnknown {
+				return RepoState{Status: StatusPending, Active: active, AccountStatus: status, Refetch: RefetchDiscovered, NextAttemptUS: now}, true
+			}
+			if !exists || !cur.Active {
+				return cur, false
+			}
+			if cur.Refetch == RefetchNone {
+				cur.Refetch = RefetchSync
+			}
+			cur.NextAttemptUS = now
+			return cur, true
 		}
-		if cur.Refetch == RefetchNone {
-			cur.Refetch = RefetchSync
-		}
-		cur.NextAttemptUS = now
-		return cur, true
-	}
-	for _, did := range holes {
 		w.opts.Metrics.chainBreak()
-		u.Repos = append(u.Repos, RepoUpdate{DID: did, Func: mark})
+		u.Repos = append(u.Repos, RepoUpdate{DID: h.did, Func: mark})
 	}
 }
 

@@ -22,12 +22,17 @@ type rig struct {
 	upSeq   int64
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t *testing.T) *rig { return newRigWith(t, archive.WriterOptions{}) }
+
+// newRigWith is newRig with the archive writer's options (its Logger set
+// here).
+func newRigWith(t *testing.T, opts archive.WriterOptions) *rig {
 	s, err := archive.Open("/data", archive.Options{FS: vfs.NewMem(), Logger: quiet, OnFatal: func(fe *archive.FatalError) { panic(fe) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, _ := archive.NewWriter(s, archive.WriterOptions{Logger: quiet})
+	opts.Logger = quiet
+	w, _ := archive.NewWriter(s, opts)
 	cw, _ := archive.NewWriter(s, archive.WriterOptions{Logger: quiet, Capture: true})
 	r := &rig{t: t, store: s, w: w, capw: cw}
 	t.Cleanup(func() { w.Close(); cw.Close(); s.Close() })
