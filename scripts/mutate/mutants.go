@@ -2027,4 +2027,14 @@ var mutants = []Mutant{
 			{Pkg: "./merge", Run: "^TestMergeEmptySnapshotIsTheRatchet$"},
 		},
 	},
+	{
+		ID: "m232", Invariant: "G2 M8",
+		Name: "an unknown account created pending by its commit's since while its #account after that commit in the same unit is not looked at (merged in one unit, an account deleted, taken down or deactivated is created active, to be replaced)",
+		File: "archive/writer.go",
+		Old:  "if j, ok := lastAccount[h.did]; ok && j > h.at {",
+		New:  "if j, ok := lastAccount[h.did]; false && ok && j > h.at {",
+		Tests: []Test{
+			{Pkg: "./merge", Run: "^TestMergedHoleOfUnknownThenAccount$"},
+		},
+	},
 }
