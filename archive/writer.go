@@ -1254,8 +1254,12 @@ func (w *Writer) stageRows(st *staged, u *Unit) error {
 		if err != nil {
 			return err
 		}
-		if cur > u.Replace.Rev {
-			return fmt.Errorf("%w: %s archived at %s, snapshot at %s", ErrStaleReplacement, u.Replace.DID, cur, u.Replace.Rev)
+		held, _, err := w.heldRev(u.Replace.DID, cur)
+		if err != nil {
+			return err
+		}
+		if held > u.Replace.Rev {
+			return fmt.Errorf("%w: %s archived at %s, snapshot at %s", ErrStaleReplacement, u.Replace.DID, held, u.Replace.Rev)
 		}
 		rs, exists, err := w.repoState(u.Replace.DID)
 		if err != nil {
