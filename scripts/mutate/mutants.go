@@ -52,8 +52,8 @@ var mutants = []Mutant{
 		ID: "m05", Invariant: "S9 S5",
 		Name: "a replacement is applied over newer data (stale-snapshot refusal disabled)",
 		File: "archive/writer.go",
-		Old:  "if cur > u.Replace.Rev {",
-		New:  "if false && cur > u.Replace.Rev {",
+		Old:  "if held > u.Replace.Rev {",
+		New:  "if false && held > u.Replace.Rev {",
 		Tests: []Test{
 			{Pkg: "./archive", Run: "^TestReplacement$"},
 			{Pkg: "./retry", Run: "^TestLiveCommitBetweenFetchAndSubmit$"},
@@ -2035,6 +2035,16 @@ var mutants = []Mutant{
 		New:  "if j, ok := lastAccount[h.did]; false && ok && j > h.at {",
 		Tests: []Test{
 			{Pkg: "./merge", Run: "^TestMergedHoleOfUnknownThenAccount$"},
+		},
+	},
+	{
+		ID: "m233", Invariant: "S9",
+		Name: "a replacement of an account whose snapshot held no record (no rev/) checked against rev/ alone (an older copy applied over the newer, empty snapshot: its records come back)",
+		File: "archive/writer.go",
+		Old:  "held, _, err := w.heldRev(u.Replace.DID, cur)",
+		New:  "held, _, err := cur, false, error(nil)",
+		Tests: []Test{
+			{Pkg: "./archive", Run: "^TestReplacementBelowEmptySnapshotIsStale$"},
 		},
 	},
 }
