@@ -408,7 +408,7 @@ func (c *Client) fetchSmall(ctx context.Context, op, rawURL, accept string, max 
 	c.triedHost(st, canonicalHostPort(resp.Request.URL), tryAnswered)
 	defer resp.Body.Close()
 	host := CanonicalHost(resp.Request.URL.Scheme, resp.Request.URL.Host)
-	c.pace.observe(canonicalHostPort(resp.Request.URL), resp.Header)
+	c.pace.observe(canonicalHostPort(resp.Request.URL), resp.StatusCode, resp.Header)
 	w := startIdleWatch(c.opts.IdleBodyTimeout, cancel)
 	defer w.stop()
 	body, stopRate := c.rated(&watchedReader{r: resp.Body, w: w}, cancel)

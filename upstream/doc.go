@@ -30,10 +30,13 @@
 //     to the named host, with the relay's scheme, through the same guarded
 //     dialer); the final host is reported in Download.FinalHost.
 //   - Pacing (hosts.go): a host whose answers announce ratelimit-remaining
-//     and ratelimit-reset is paced by HostListRepos and HostGetRepo — a
-//     request that would overspend the budget (remaining less the requests
-//     already in flight) waits for the reset instead of meeting a 429
-//     (counted as limit ratelimit_pace, logged at most once a minute).
+//     and ratelimit-reset, or whose 429 names a wait (Retry-After, else
+//     ratelimit-reset: its budget spent until then), is paced by
+//     HostListRepos and HostGetRepo — a listRepos that would overspend the
+//     budget (remaining less the requests already in flight) waits for the
+//     reset instead of meeting a 429 (counted as limit ratelimit_pace,
+//     logged at most once a minute); a getRepo fails at once, rate limited
+//     with the wait, the host not asked. HostPaceWait says how long.
 //   - E5: the body is streamed to a file in the scratch dir (or, up to
 //     MemoryBodyBytes, kept in memory), capped at Options.MaxCARBytes
 //     (ErrTooLarge); on every error the file is removed before GetRepo

@@ -195,7 +195,9 @@ type Error struct {
 	Name    string
 	Message string
 	// RetryAfter is the parsed Retry-After header (delta seconds or HTTP
-	// date, relative to when the response arrived); 0 if absent.
+	// date, relative to when the response arrived); 0 if absent. For a
+	// getRepo asked of a host directly and not made because the host's
+	// announced budget is spent (StatusCode 0), the wait for its reset.
 	RetryAfter time.Duration
 	// Reset is the parsed ratelimit-reset header (unix seconds); zero if absent.
 	Reset time.Time
@@ -332,25 +334,29 @@ func retryAfterAt(err error, now time.Time) time.Duration {
 	if !errors.As(err, &ue) {
 		return 0
 	}
+	return serverWait(ue.RetryAfter, ue.Reset, now)
+}
+
+// serverWait is the server-directed wait at now of an answer with a
+// Retry-After of retryAfter (0: none) and a ratelimit-reset of reset
+// (zero: none): Retry-After when present, else reset minus now, else 0;
+// at most RetryAfterCeiling.
+func serverWait(retryAfter time.Duration, reset, now time.Time) time.Duration {
 	var d time.Duration
 	switch {
-	case ue.RetryAfter > 0:
-		d = ue.RetryAfter
-	case !ue.Reset.IsZero():
-		d = ue.Reset.Sub(now)
+	case retryAfter > 0:
+		d = retryAfter
+	case !reset.IsZero():
+		d = reset.Sub(now)
 	}
-	if d < 0 {
-		d = 0
-	}
-	if d > RetryAfterCeiling {
-		d = RetryAfterCeiling
-	}
-	return d
+	return min(max(d, 0), RetryAfterCeiling)
 }
 
 // kindOf classifies a raw (non-*Error) error from the network stack.
 func kindOf(err error) error {
 	switch {
+	case errors.Is(err, ErrRateLimited):
+		return ErrRateLimited
 	case errors.Is(err, ErrForbiddenRedirect):
 		return ErrForbiddenRedirect
 	case errors.Is(err, ErrTooManyRedirects):

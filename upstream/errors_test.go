@@ -31,6 +31,8 @@ func TestClassifyRawErrors(t *testing.T) {
 		{errors.New("something else"), ClassPermanent},
 		{ErrTooLarge, ClassPermanent},
 		{fmt.Errorf("x: %w", ErrIdleTimeout), ClassTransient},
+		{fmt.Errorf("x: %w", ErrRateLimited), ClassRateLimited},
+		{&Error{Op: "getRepo", StatusCode: 429, RetryAfter: time.Minute, Err: ErrRateLimited}, ClassRateLimited},
 		{&refusal{reason: "private", addr: "10.0.0.1"}, ClassPermanent},
 		{fmt.Errorf("getRepo: %w", &Error{Op: "getRepo", StatusCode: 400, Name: "RepoTakendown", kind: ErrRepoTakendown}), ClassUnavailable},
 	}

@@ -95,7 +95,7 @@ func (c *Client) GetRepo(ctx context.Context, did string) (*Download, error) {
 
 // getRepo downloads did from the relay (direct nil: its redirect picks the
 // PDS) or straight from the host direct, whose download slot it takes first and whose
-// announced rate limit it paces to (hosts.go).
+// announced rate limit it keeps to (hosts.go).
 func (c *Client) getRepo(ctx context.Context, direct *url.URL, did string) (*Download, error) {
 	const op = "getRepo"
 	if _, err := syntax.ParseDID(did); err != nil {
@@ -107,7 +107,7 @@ func (c *Client) getRepo(ctx context.Context, direct *url.URL, did string) (*Dow
 	base := c.relay
 	if direct != nil {
 		base = direct
-		if err := c.direct(ctx, op, st, direct); err != nil {
+		if err := c.direct(op, st, direct); err != nil {
 			return nil, err
 		}
 	}
@@ -129,7 +129,7 @@ func (c *Client) getRepo(ctx context.Context, direct *url.URL, did string) (*Dow
 	c.triedHost(st, canonicalHostPort(resp.Request.URL), tryAnswered)
 	defer resp.Body.Close()
 	host := CanonicalHost(resp.Request.URL.Scheme, resp.Request.URL.Host)
-	c.pace.observe(canonicalHostPort(resp.Request.URL), resp.Header)
+	c.pace.observe(canonicalHostPort(resp.Request.URL), resp.StatusCode, resp.Header)
 	w := startIdleWatch(c.opts.IdleBodyTimeout, cancel)
 	defer w.stop()
 	body, stopRate := c.rated(&watchedReader{r: resp.Body, w: w}, cancel)

@@ -204,9 +204,11 @@ func (c *Client) HostPaceWait(host string) time.Duration {
 }
 
 // HostGetRepo downloads did from PDS host directly (no relay redirect),
-// within the host's download slots and paced to its announced rate limit.
-// Same contract as GetRepo; Download.FinalHost is host (or where it
-// redirected).
+// within the host's download slots and its announced rate limit: while
+// the host's budget is spent (an answer's ratelimit-remaining 0, or a
+// 429's Retry-After, until the reset) it fails at once, ClassRateLimited
+// with RetryAfter the wait, the host not asked. Same contract as GetRepo
+// otherwise; Download.FinalHost is host (or where it redirected).
 func (c *Client) HostGetRepo(ctx context.Context, host, did string) (*Download, error) {
 	const op = "getRepo"
 	base, err := c.hostURL(host)
@@ -224,9 +226,15 @@ func (c *Client) HostGetRepo(ctx context.Context, host, did string) (*Download, 
 // direct prepares a getRepo asked of host itself: it fails at once when
 // the host is found not answering (ErrHostDown, breaker.go), takes the
 // host's download slot (ErrHostBusy at the cap, as for a redirect) and
-// waits for the host's announced budget. The caller's releaseSlot frees
-// the slot; the pace is released when the answer's headers are observed.
-func (c *Client) direct(ctx context.Context, op string, st *getRepoState, host *url.URL) error {
+// counts the request against the host's announced budget. While that
+// budget is spent it fails at once too, rate limited (ErrRateLimited,
+// RetryAfter the wait for the reset), the host not asked: waiting for
+// the reset here would wait inside the caller's deadline (a backfill
+// attempt's 5 minutes, shorter than the 330 s a reset may be ahead), and
+// hold the caller's worker, for a budget announced spent after the caller
+// checked it (HostPaceWait). The caller's releaseSlot frees the slot; the
+// pace is released when the answer's headers are observed.
+func (c *Client) direct(op string, st *getRepoState, host *url.URL) error {
 	name := canonicalHostPort(host)
 	if err := c.tryHost(st, name); err != nil {
 		return &Error{Op: op, Host: CanonicalHost(host.Scheme, host.Host), Err: err, kind: ErrHostDown}
@@ -234,17 +242,20 @@ func (c *Client) direct(ctx context.Context, op string, st *getRepoState, host *
 	if err := c.takeSlot(st, name); err != nil {
 		return &Error{Op: op, Host: CanonicalHost(host.Scheme, host.Host), Err: err, kind: ErrHostBusy}
 	}
-	if err := c.pace.acquire(ctx, name, c.trips); err != nil {
-		return &Error{Op: op, Host: CanonicalHost(host.Scheme, host.Host), Err: err, kind: err}
+	if wait := c.pace.tryAcquire(name); wait > 0 {
+		return &Error{Op: op, Host: CanonicalHost(host.Scheme, host.Host), RetryAfter: wait,
+			Err: fmt.Errorf("not asked: the host's announced rate limit is spent, reset in %v", wait.Round(time.Second)), kind: ErrRateLimited}
 	}
 	st.paced = name
 	return nil
 }
 
 // pacer keeps, per host, the request budget its last answer announced
-// (ratelimit-remaining until ratelimit-reset) and the requests started
-// since; a request that would overspend it waits for the reset instead of
-// meeting a 429. A host's pace lives while it has a request in flight or
+// (ratelimit-remaining until ratelimit-reset, or none left until a 429's
+// server-directed wait has passed) and the requests started since; a
+// request that would overspend it waits for the reset instead of meeting
+// a 429 (a listRepos), or fails at once without asking (a getRepo asked
+// directly: direct). A host's pace lives while it has a request in flight or
 // a reset ahead (at most RetryAfterCeiling): an idle one whose reset has
 // passed is forgotten, by its last release or, when its reset was still
 // ahead then, by the sweep acquire runs whenever the map has doubled.
@@ -268,26 +279,35 @@ func newPacer() *pacer { return &pacer{hosts: map[string]*pace{}, now: time.Now}
 // request, then counts it in flight.
 func (p *pacer) acquire(ctx context.Context, host string, t *trips) error {
 	for {
-		p.mu.Lock()
-		now := p.now()
-		h := p.hosts[host]
-		if h == nil {
-			p.sweepLocked(now)
-			h = &pace{}
-			p.hosts[host] = h
-		}
-		wait := h.wait(now)
+		wait := p.tryAcquire(host)
 		if wait == 0 {
-			h.inflight++
-			p.mu.Unlock()
 			return nil
 		}
-		p.mu.Unlock()
 		t.trip(slog.LevelInfo, limitRatePace, paceLine, "host", host, "wait", wait)
 		if err := backoff.Sleep(ctx, wait); err != nil {
 			return err
 		}
 	}
+}
+
+// tryAcquire counts one more request of host in flight and returns 0 when
+// its announced budget has room; otherwise it counts nothing and returns
+// how long the request would wait for the reset.
+func (p *pacer) tryAcquire(host string) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	h := p.hosts[host]
+	if h == nil {
+		p.sweepLocked(now)
+		h = &pace{}
+		p.hosts[host] = h
+	}
+	wait := h.wait(now)
+	if wait == 0 {
+		h.inflight++
+	}
+	return wait
 }
 
 // wait is how long acquire would wait for host's reset now, 0 when it
@@ -333,17 +353,29 @@ func (p *pacer) sweepLocked(now time.Time) {
 	p.sweep = 2 * len(p.hosts)
 }
 
-// observe records the budget an answer of host announced. A reset further
-// than RetryAfterCeiling is taken at the ceiling, as a Retry-After is: a
-// host announcing a reset years ahead would otherwise hold every request
-// of it (a fleet listing's for good).
-func (p *pacer) observe(host string, hd http.Header) {
+// observe records the budget an answer of host (its HTTP status and
+// headers) announced. A 429 with a server-directed wait (Retry-After, else
+// ratelimit-reset: RetryAfter's rule) is the budget spent until that wait
+// has passed, whatever ratelimit-remaining says or whether it is there: a
+// host answering every request 429 with only a Retry-After would
+// otherwise be asked again at once by every caller that checks its pace
+// (a fleet bootstrap's dispatcher). A reset further than
+// RetryAfterCeiling is taken at the ceiling, as a Retry-After is: a host
+// announcing a reset years ahead would otherwise hold every request of it
+// (a fleet listing's for good).
+func (p *pacer) observe(host string, status int, hd http.Header) {
+	now := p.now()
 	rem, err := strconv.Atoi(strings.TrimSpace(hd.Get("Ratelimit-Remaining")))
 	reset := parseReset(hd.Get("Ratelimit-Reset"))
+	if status == http.StatusTooManyRequests {
+		if wait := serverWait(parseRetryAfter(hd.Get("Retry-After"), now), reset, now); wait > 0 {
+			rem, err, reset = 0, nil, now.Add(wait)
+		}
+	}
 	if err != nil || rem < 0 || reset.IsZero() {
 		return
 	}
-	if ceiling := p.now().Add(RetryAfterCeiling); reset.After(ceiling) {
+	if ceiling := now.Add(RetryAfterCeiling); reset.After(ceiling) {
 		reset = ceiling
 	}
 	p.mu.Lock()

@@ -339,7 +339,7 @@ func TestPaceResetBounded(t *testing.T) {
 	if err := p.acquire(context.Background(), "pds.example:443", tr); err != nil {
 		t.Fatal(err)
 	}
-	p.observe("pds.example:443", http.Header{"Ratelimit-Remaining": {"0"}, "Ratelimit-Reset": {"99999999999"}}) // year 5138
+	p.observe("pds.example:443", http.StatusOK, http.Header{"Ratelimit-Remaining": {"0"}, "Ratelimit-Reset": {"99999999999"}}) // year 5138
 	p.release("pds.example:443")
 	spent, cancel := context.WithCancel(context.Background())
 	cancel() // acquire may not wait
@@ -392,5 +392,78 @@ func TestPacerForgetsHostsPastTheirReset(t *testing.T) {
 	c.pace.mu.Unlock()
 	if n > 2*100+64 {
 		t.Fatalf("the pacer holds %d host paces after %d hosts, each last asked over a minute after its reset (at most %d may still run)", n, hosts, 100)
+	}
+}
+
+// TestPaceTakesA429sWait: a host asked directly answers a getRepo with a
+// 429 and Retry-After: 330, no ratelimit-* header. The pacer takes the
+// server-directed wait as the host's reset, its budget spent: HostPaceWait
+// reports it (so a fleet bootstrap's dispatcher parks the host instead of
+// handing its repos to workers that would wait), and the next direct
+// getRepo fails at once, rate limited with the wait, without asking the
+// host. A 429 of the relay (a download through it) is not taken: relay
+// mode keeps retrying on its own 429 budget.
+func TestPaceTakesA429sWait(t *testing.T) {
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "330")
+		xrpcError(w, http.StatusTooManyRequests, "RateLimitExceeded", "Rate Limit Exceeded")
+	})
+	c, _ := testClient(t, srv.URL, func(o *Options) {
+		o.Resolve = staticResolver(map[string]string{"pds.example": "127.0.0.1"})
+	})
+	ctx := context.Background()
+	if _, err := c.GetRepo(ctx, testDID); Classify(err) != ClassRateLimited {
+		t.Fatalf("a getRepo through the relay answering 429: %v, want rate limited", err)
+	}
+	if wait := c.HostPaceWait(srv.Listener.Addr().String()); wait != 0 {
+		t.Fatalf("the relay answered a download through it 429: its pace waits %v, want 0 (relay mode retries on its 429 budget)", wait)
+	}
+	host := "pds.example:" + srv.port()
+	if _, err := c.HostGetRepo(ctx, host, testDID); Classify(err) != ClassRateLimited || RetryAfter(err) != RetryAfterCeiling {
+		t.Fatalf("a direct getRepo answered 429 with Retry-After: 330: %v (wait %v), want rate limited, 330 s", err, RetryAfter(err))
+	}
+	if wait := c.HostPaceWait(host); wait < RetryAfterCeiling-10*time.Second || wait > RetryAfterCeiling {
+		t.Fatalf("after the host answered 429 with Retry-After: 330, HostPaceWait %v, want about 330 s: the host's requests are not known to wait", wait)
+	}
+	hits := srv.hits.Load()
+	start := time.Now()
+	_, err := c.HostGetRepo(ctx, host, testDID)
+	if Classify(err) != ClassRateLimited || RetryAfter(err) < RetryAfterCeiling-10*time.Second || Answered(err) || srv.hits.Load() != hits {
+		t.Fatalf("a direct getRepo during the host's Retry-After: %v (wait %v, answered %v) after %v, %d requests; want rate limited at once with the wait, the host not asked",
+			err, RetryAfter(err), Answered(err), time.Since(start), srv.hits.Load()-hits)
+	}
+}
+
+// TestDirectGetRepoPacedFailsAtOnce: a getRepo asked of a host directly
+// after it announced its budget spent (ratelimit-remaining 0, the reset
+// an hour ahead, bounded at 330 s) fails at once, rate limited with the
+// wait, the host not asked, instead of waiting for the reset inside the
+// caller's deadline: a job that passed its check of the host's pace
+// before the announcement would otherwise lose its attempt deadline
+// (5 minutes, shorter than the 330 s a reset may be ahead) to the wait.
+// A listRepos of the host still waits for the reset (a fleet listing
+// checks the pace before it takes its request slot).
+func TestDirectGetRepoPacedFailsAtOnce(t *testing.T) {
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Ratelimit-Remaining", "0")
+		w.Header().Set("Ratelimit-Reset", strconv.FormatInt(time.Now().Add(time.Hour).Unix(), 10))
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"repos":[]}`)
+	})
+	c, _ := testClient(t, srv.URL, func(o *Options) {
+		o.Resolve = staticResolver(map[string]string{"pds.example": "127.0.0.1"})
+	})
+	host := "pds.example:" + srv.port()
+	if _, err := c.HostListRepos(context.Background(), host, "", 10); err != nil {
+		t.Fatal(err)
+	}
+	hits := srv.hits.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := c.HostGetRepo(ctx, host, testDID)
+	if Classify(err) != ClassRateLimited || RetryAfter(err) < RetryAfterCeiling-10*time.Second || srv.hits.Load() != hits {
+		t.Fatalf("a direct getRepo after the host announced its budget spent: %v (wait %v) after %v, %d requests; want rate limited at once with the wait (about 330 s), the host not asked",
+			err, RetryAfter(err), time.Since(start).Round(time.Millisecond), srv.hits.Load()-hits)
 	}
 }
