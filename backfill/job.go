@@ -359,20 +359,24 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 	}
 	ordinary, limited := 0, 0
 	for {
-		if res.Attempts > 0 {
-			if wait := r.hostPaceWait(req.Host); wait > r.o.BackoffMax {
-				// A retry of a host whose announced budget is spent would
-				// wait for its reset (up to upstream.RetryAfterCeiling)
-				// holding the worker, once per retry: a host failing every
-				// attempt and announcing its budget spent (a hostile one
-				// does) would hold each of its workers for good. Unless
-				// the reset is no further than a backoff step (as after
-				// a 429's wait), the job ends failed with the failure it
-				// would have retried, as for a host found down; the retry
-				// schedule takes it.
+		if wait := r.hostPaceWait(req.Host); wait > r.o.BackoffMax {
+			// A download from a host whose announced budget is spent (a
+			// 429's wait included) would wait for its reset (up to
+			// upstream.RetryAfterCeiling) holding the worker: a host
+			// failing every attempt and announcing its budget spent (a
+			// hostile one does) would hold each of its workers for good,
+			// and a host announcing it between the dispatcher's check and
+			// this one each worker it had just been given. Unless the
+			// reset is no further than a backoff step, the job ends
+			// failed: with the failure it would have retried, as for a
+			// host found down, or, before its first attempt, rate limited,
+			// the host not asked. The retry schedule takes it.
+			if res.Attempts == 0 {
+				res.Err, res.Class = fmt.Errorf("backfill: %s: not asked of host %s: its announced rate limit resets in %v", req.DID, req.Host, wait.Round(time.Second)), ClassRateLimited
+			} else {
 				res.Err = fmt.Errorf("%w (not retried here: host %s's announced rate limit resets in %v)", res.Err, req.Host, wait.Round(time.Second))
-				return r.finish(ctx, req, &res, archive.StatusFailed)
 			}
+			return r.finish(ctx, req, &res, archive.StatusFailed)
 		}
 		res.Attempts++
 		prep, err := r.attempt(ctx, req.DID, req.Host)
@@ -404,8 +408,22 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 				return r.finish(ctx, req, &res, archive.StatusUnavailable)
 			}
 		case kindRateLimited:
+			wait := min(upstream.RetryAfter(err), r.o.RateLimitCeiling)
+			if req.Host != "" && wait > r.o.BackoffMax {
+				// A host asked directly answered 429 with a wait longer
+				// than a backoff step, or its announced budget was spent
+				// when the request was to be made (upstream did not ask
+				// it): sleeping here would hold the worker for the wait,
+				// up to RateLimitCeiling, up to RateLimitRetries times (13
+				// hosts answering every request so held all 100 workers of
+				// a fleet bootstrap). The job ends failed, rate limited;
+				// the host's pace holds its reset, so the dispatcher parks
+				// the host meanwhile, and the retry schedule takes the
+				// repo. Through the relay, the relay's 429s are waited on
+				// the 429 budget.
+				return r.finish(ctx, req, &res, archive.StatusFailed)
+			}
 			if limited < r.o.RateLimitRetries {
-				wait := min(upstream.RetryAfter(err), r.o.RateLimitCeiling)
 				if wait <= 0 {
 					wait = r.backoff(limited)
 				}
@@ -458,8 +476,8 @@ func (r *Runner) download(ctx context.Context, did, host string) (*upstream.Down
 
 // attempt downloads and verifies once under the attempt deadline. A
 // download asked of a host whose announced budget is spent waits for its
-// reset first (paceHost), and the deadline pauses while the job waits for
-// memory: neither wait is the attempt's. The scratch file is
+// (close) reset first (paceHost), and the deadline pauses while the job
+// waits for memory: neither wait is the attempt's. The scratch file is
 // removed on every outcome: before attempt returns, or (a CAR verified from
 // its file) by the prepared snapshot's release.
 func (r *Runner) attempt(ctx context.Context, did, host string) (*prepared, error) {
@@ -509,15 +527,14 @@ func (r *Runner) attempt(ctx context.Context, did, host string) (*prepared, erro
 }
 
 // paceHost waits, before an attempt of a download from host directly,
-// for the reset of a budget host announced spent (HostSource.HostPaceWait;
-// at most upstream.RetryAfterCeiling ahead; a retry waits at most a
-// backoff step, Run). In a fleet bootstrap the dispatcher hands out no
-// repo of such a host (it parks it until the reset), so the first
-// attempt waits here only when the host's budget was announced spent
-// between the dispatch and the attempt. The request would otherwise
-// wait for it inside the attempt deadline: a reset minutes ahead took
-// most of the deadline, or all of it (the repo failed timeout for the
-// run), however healthy the host.
+// for the reset of a budget host announced spent (HostSource.HostPaceWait)
+// when it is at most a backoff step ahead (Run ends the job otherwise):
+// upstream fails the request at once while the budget is spent rather
+// than wait inside the attempt deadline. In a fleet bootstrap the
+// dispatcher hands out no repo of such a host (it parks it until the
+// reset), so an attempt waits here only after a 429's short wait, or
+// when the host's budget was announced spent between the dispatch and the
+// attempt with its reset close.
 func (r *Runner) paceHost(ctx context.Context, host string) error {
 	if wait := r.hostPaceWait(host); wait > 0 {
 		return r.o.Sleep(ctx, wait)
