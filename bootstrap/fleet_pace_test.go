@@ -21,7 +21,6 @@ import (
 	"github.com/backstream/backstream/archive"
 	"github.com/backstream/backstream/backfill"
 	"github.com/backstream/backstream/bootstrap"
-	"github.com/backstream/backstream/internal/backoff"
 	"github.com/backstream/backstream/oracle/world"
 	"github.com/backstream/backstream/upstream"
 )
@@ -122,16 +121,21 @@ func TestFleetPacedHostHoldsNoRequestSlot(t *testing.T) {
 // pacedFleet is the bubble's world as a fleet: every world host is a
 // roster host (pdsN.test) listing its own accounts and serving their
 // repos, from memory. A host of spent announces its budget spent on every
-// answer, until resetAfter from then; a request of it before that reset
-// waits for it, as upstream's pacer makes it (HostPaceWait says how long).
-// Every answer takes a 10 ms round trip.
+// answer, until resetAfter from then; a download asked of it before that
+// reset fails at once, rate limited with the wait, the host not asked, as
+// upstream's pacer makes it (HostPaceWait says how long). Every answer
+// takes a 10 ms round trip.
 // With failing set, a spent host cuts every download's body short.
+// With tooMany set, a spent host answers every download 429 with
+// Retry-After: resetAfter and nothing else, which upstream's pacer takes as
+// the budget spent until then (upstream.TestPaceTakesA429sWait).
 type pacedFleet struct {
 	w          *world.World
 	mem        *memSource
 	spent      map[string]bool
 	resetAfter time.Duration
 	failing    bool
+	tooMany    bool
 
 	mu    sync.Mutex
 	reset map[string]time.Time // a spent host's announced reset
@@ -183,9 +187,7 @@ func (f *pacedFleet) HostPaceWait(host string) time.Duration {
 
 func (f *pacedFleet) HostGetRepo(ctx context.Context, host, did string) (*upstream.Download, error) {
 	if wait := f.HostPaceWait(host); wait > 0 {
-		if err := backoff.Sleep(ctx, wait); err != nil {
-			return nil, err
-		}
+		return nil, &upstream.Error{Op: "getRepo", Host: host, RetryAfter: wait, Err: fmt.Errorf("not asked: %w", upstream.ErrRateLimited)}
 	}
 	// The round trip: a request asked while another is answered is in
 	// flight before the answer announces the budget spent.
@@ -196,7 +198,10 @@ func (f *pacedFleet) HostGetRepo(ctx context.Context, host, did string) (*upstre
 		f.reset[host] = time.Now().Add(f.resetAfter)
 	}
 	f.mu.Unlock()
-	if f.failing && f.spent[host] {
+	switch {
+	case f.tooMany && f.spent[host]:
+		return nil, &upstream.Error{Op: "getRepo", Host: host, StatusCode: http.StatusTooManyRequests, RetryAfter: f.resetAfter, Err: upstream.ErrRateLimited}
+	case f.failing && f.spent[host]:
 		return nil, fmt.Errorf("getRepo %s: body: %w", host, io.ErrUnexpectedEOF)
 	}
 	return f.mem.GetRepo(ctx, did)
@@ -221,17 +226,35 @@ func (f *pacedFleet) HostGetRepo(ctx context.Context, host, did string) (*upstre
 func TestFleetPacedHostHoldsNoWorker(t *testing.T) {
 	for _, failing := range []bool{false, true} {
 		t.Run(fmt.Sprintf("failing=%v", failing), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) { pacedHostsRun(t, failing) })
+			synctest.Test(t, func(t *testing.T) { pacedHostsRun(t, failing, false) })
 		})
 	}
 }
 
-func pacedHostsRun(t *testing.T, failing bool) {
+// TestFleetRateLimitedHostHoldsNoWorker: three of four hosts answer every
+// getRepo 429 with Retry-After: 330 and no ratelimit-* header; 4 download
+// workers, at most 2 per host. The healthy host's repos are all archived
+// within a minute (fake time), and the run ends: each repo of a limited
+// host is asked once and ends failed once, class rate_limited, for the
+// retry schedule, without a wait on its worker; between its answers the
+// host is parked (upstream's pacer takes the 429's wait as its reset).
+// Before, each such job slept 330 s and asked again, up to 20 times,
+// holding its worker: the limited hosts held every worker, and the healthy
+// host's repos waited hours.
+func TestFleetRateLimitedHostHoldsNoWorker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) { pacedHostsRun(t, false, true) })
+}
+
+func pacedHostsRun(t *testing.T, failing, tooMany bool) {
 	cfg := worldCfg(48, 2)
 	cfg.Hosts = 4
 	e := newBubbleEnv(t, cfg)
 	const healthy = 3
-	f := &pacedFleet{w: e.world, mem: e.mem, resetAfter: 5 * time.Minute, failing: failing,
+	resetAfter := 5 * time.Minute
+	if tooMany {
+		resetAfter = upstream.RetryAfterCeiling
+	}
+	f := &pacedFleet{w: e.world, mem: e.mem, resetAfter: resetAfter, failing: failing, tooMany: tooMany,
 		spent: map[string]bool{}, reset: map[string]time.Time{}, asked: map[string]int{}}
 	for h := range healthy {
 		f.spent[f.host(h)] = true
@@ -257,9 +280,14 @@ func pacedHostsRun(t *testing.T, failing bool) {
 		st := states[a.DID]
 		switch {
 		case bad != "":
-		case a.Host == healthy || !failing:
+		case a.Host == healthy || !failing && !tooMany:
 			if st.Status != archive.StatusComplete || st.Attempts != 0 || st.ErrClass != "" {
 				bad = fmt.Sprintf("%s of host %d: %s, %d failures, class %q: want complete, no failure charged", a.DID, a.Host, st.Status, st.Attempts, st.ErrClass)
+			}
+		case tooMany:
+			if st.Status != archive.StatusFailed || st.Attempts != 1 || st.ErrClass != backfill.ClassRateLimited || f.asked[a.DID] != 1 {
+				bad = fmt.Sprintf("%s of the host answering 429 %d: %s, %d failures, class %q, asked %d times: want failed once, rate_limited, asked once (no retry waiting for its Retry-After)",
+					a.DID, a.Host, st.Status, st.Attempts, st.ErrClass, f.asked[a.DID])
 			}
 		case st.Status != archive.StatusFailed || st.Attempts != 1 || st.ErrClass != backfill.ClassTransient || f.asked[a.DID] != 1:
 			bad = fmt.Sprintf("%s of the failing host %d: %s, %d failures, class %q, asked %d times: want failed once, transient, asked once (no retry waiting for the reset)",
@@ -278,7 +306,7 @@ func pacedHostsRun(t *testing.T, failing bool) {
 	}
 	t.Logf("the healthy host's %d repos archived within %v; the spent hosts' %d done by %v", healthyRepos, healthyLast, spentRepos, time.Since(start))
 	if healthyLast > time.Minute {
-		t.Errorf("the healthy host's %d repos took %v to archive: its repos waited for workers held by hosts waiting out their announced reset (%v)",
+		t.Errorf("the healthy host's %d repos took %v to archive: its repos waited for workers held by hosts waiting out their announced reset or Retry-After (%v)",
 			healthyRepos, healthyLast, f.resetAfter)
 	}
 	if bad != "" {
