@@ -2001,8 +2001,8 @@ var mutants = []Mutant{
 		ID: "m244", Invariant: "E9",
 		Name: "a retry of a download from a host whose announced budget is spent waits for the reset holding its worker (a host failing every attempt and announcing its budget spent holds each worker it gets for three resets)",
 		File: "backfill/job.go",
-		Old:  "\t\t\tif wait := r.hostPaceWait(req.Host); wait > r.o.BackoffMax {\n",
-		New:  "\t\t\tif wait := r.hostPaceWait(req.Host); false && wait > r.o.BackoffMax {\n",
+		Old:  "\t\tif wait := r.hostPaceWait(req.Host); wait > r.o.BackoffMax {\n",
+		New:  "\t\tif wait := r.hostPaceWait(req.Host); false && wait > r.o.BackoffMax {\n",
 		Tests: []Test{
 			{Pkg: "./bootstrap", Run: "^TestFleetPacedHostHoldsNoWorker$"},
 		},
@@ -2045,6 +2045,47 @@ var mutants = []Mutant{
 		New:  "held, _, err := cur, false, error(nil)",
 		Tests: []Test{
 			{Pkg: "./archive", Run: "^TestReplacementBelowEmptySnapshotIsStale$"},
+		},
+	},
+	{
+		ID: "m246", Invariant: "E10",
+		Name: "a 429's server-directed wait not taken as the host's reset (a host answering every getRepo 429 with only a Retry-After is not seen spent: the fleet dispatcher keeps handing its repos to workers)",
+		File: "upstream/hosts.go",
+		Old:  "\tif status == http.StatusTooManyRequests {\n",
+		New:  "\tif false && status == http.StatusTooManyRequests {\n",
+		Tests: []Test{
+			{Pkg: "./upstream", Run: "^TestPaceTakesA429sWait$"},
+		},
+	},
+	{
+		ID: "m247", Invariant: "E10",
+		Name: "a getRepo asked of a host directly while its announced budget is spent asked anyway (before: waited for the reset inside the attempt deadline)",
+		File: "upstream/hosts.go",
+		Old:  "\tif wait := c.pace.tryAcquire(name); wait > 0 {\n",
+		New:  "\tif wait := c.pace.tryAcquire(name); false && wait > 0 {\n",
+		Tests: []Test{
+			{Pkg: "./upstream", Run: "^TestDirectGetRepoPacedFailsAtOnce$"},
+		},
+	},
+	{
+		ID: "m248", Invariant: "H11",
+		Name: "a direct download's 429 with a long Retry-After slept on the worker (13 hosts answering every getRepo 429 with Retry-After: 330 hold all 100 workers of a fleet bootstrap for hours)",
+		File: "backfill/job.go",
+		Old:  "\t\t\tif req.Host != \"\" && wait > r.o.BackoffMax {\n",
+		New:  "\t\t\tif false && req.Host != \"\" && wait > r.o.BackoffMax {\n",
+		Tests: []Test{
+			{Pkg: "./backfill", Run: "^TestJobDirectRateLimitHoldsNoWorker$"},
+			{Pkg: "./bootstrap", Run: "^TestFleetRateLimitedHostHoldsNoWorker$"},
+		},
+	},
+	{
+		ID: "m249", Invariant: "E10",
+		Name: "a first attempt of a download from a host whose announced budget is spent waits for the reset holding its worker (a job handed out just before the announcement)",
+		File: "backfill/job.go",
+		Old:  "\t\tif wait := r.hostPaceWait(req.Host); wait > r.o.BackoffMax {\n",
+		New:  "\t\tif wait := r.hostPaceWait(req.Host); res.Attempts > 0 && wait > r.o.BackoffMax {\n",
+		Tests: []Test{
+			{Pkg: "./backfill", Run: "^TestJobDirectRateLimitHoldsNoWorker$"},
 		},
 	},
 }
