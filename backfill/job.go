@@ -83,7 +83,8 @@ type Options struct {
 	// default 3; negative means none.
 	Retries int
 	// RateLimitRetries is the separate 429 budget (E10), default 20;
-	// negative means none.
+	// negative means none. A download from a host directly (Request.Host)
+	// has none: its 429 ends the job (Run).
 	RateLimitRetries int
 	// BackoffBase and BackoffMax shape the ordinary backoff: retry k
 	// (0-based) waits min(BackoffMax, BackoffBase·2^k) jittered by the
@@ -408,22 +409,24 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 				return r.finish(ctx, req, &res, archive.StatusUnavailable)
 			}
 		case kindRateLimited:
-			wait := min(upstream.RetryAfter(err), r.o.RateLimitCeiling)
-			if req.Host != "" && wait > r.o.BackoffMax {
-				// A host asked directly answered 429 with a wait longer
-				// than a backoff step, or its announced budget was spent
-				// when the request was to be made (upstream did not ask
-				// it): sleeping here would hold the worker for the wait,
-				// up to RateLimitCeiling, up to RateLimitRetries times (13
-				// hosts answering every request so held all 100 workers of
-				// a fleet bootstrap). The job ends failed, rate limited;
-				// the host's pace holds its reset, so the dispatcher parks
-				// the host meanwhile, and the retry schedule takes the
-				// repo. Through the relay, the relay's 429s are waited on
-				// the 429 budget.
+			if req.Host != "" {
+				// A host asked directly answered 429, or its announced
+				// budget was spent when the request was to be made
+				// (upstream did not ask it). Retried here, the job would
+				// hold its worker for every wait, up to RateLimitCeiling,
+				// RateLimitRetries times: hosts answering every request
+				// 429 hold each worker they are given (13 of them, with a
+				// Retry-After of 330 s, all 100 of a fleet bootstrap for
+				// most of two hours; of 30 s, still for 10 minutes a
+				// repo). The job ends failed, rate limited, as the retry
+				// runner's do; the host's pace holds the 429's wait, so
+				// the dispatcher parks the host meanwhile, and the retry
+				// schedule takes the repo. Through the relay, the relay's
+				// 429s are waited on the 429 budget.
 				return r.finish(ctx, req, &res, archive.StatusFailed)
 			}
 			if limited < r.o.RateLimitRetries {
+				wait := min(upstream.RetryAfter(err), r.o.RateLimitCeiling)
 				if wait <= 0 {
 					wait = r.backoff(limited)
 				}

@@ -86,14 +86,15 @@ type hiddenPace struct{ *upstream.Client }
 func (hiddenPace) HostPaceWait(string) time.Duration { return 0 }
 
 // TestJobDirectRateLimitHoldsNoWorker (E10): a download from a host
-// directly never waits more than a backoff step for the host's rate limit
-// holding its worker: the job ends failed at once, class rate_limited (the
-// retry schedule takes the repo; a fleet bootstrap's dispatcher parks the
-// host meanwhile, upstream's pacer holding its reset).
+// directly never waits on its worker for the host's 429, nor more than a
+// backoff step for its announced reset: the job ends failed at once, class
+// rate_limited (the retry schedule takes the repo; a fleet bootstrap's
+// dispatcher parks the host meanwhile, upstream's pacer holding its reset).
 //   - 429: the host answers 429 with Retry-After: 330 and no ratelimit-*
 //     header. Asked once, nothing slept. Before, the job slept 330 s and
 //     asked again, up to 20 times, holding its worker: 13 such hosts held
 //     all 100 workers of a fleet bootstrap.
+//   - 429-short: the same with Retry-After: 5. Asked once, nothing slept.
 //   - spent: the host announced its budget spent (an hour ahead, held at
 //     330 s) before the job began. Not asked, nothing slept. Before, the job
 //     waited for the reset first, holding its worker.
@@ -106,11 +107,14 @@ func (hiddenPace) HostPaceWait(string) time.Duration { return 0 }
 func TestJobDirectRateLimitHoldsNoWorker(t *testing.T) {
 	e := newEnv(t, smallWorld(4, 4))
 	did := e.activeAccounts(1)[0].DID
-	for _, tc := range []string{"429", "spent", "race", "relay"} {
+	for _, tc := range []string{"429", "429-short", "spent", "race", "relay"} {
 		t.Run(tc, func(t *testing.T) {
 			var getRepos atomic.Int64
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if tc == "429" || tc == "relay" {
+				if tc == "429-short" {
+					w.Header().Set("Retry-After", "5")
+					w.WriteHeader(http.StatusTooManyRequests)
+				} else if tc == "429" || tc == "relay" {
 					w.Header().Set("Retry-After", "330")
 					w.WriteHeader(http.StatusTooManyRequests)
 					io.WriteString(w, `{"error":"RateLimitExceeded"}`)
@@ -166,7 +170,7 @@ func TestJobDirectRateLimitHoldsNoWorker(t *testing.T) {
 				return
 			}
 			want := int64(0)
-			if tc == "429" {
+			if strings.HasPrefix(tc, "429") {
 				want = 1
 			}
 			if res.Status != archive.StatusFailed || res.Class != backfill.ClassRateLimited || getRepos.Load() != want || len(slept) != 0 {

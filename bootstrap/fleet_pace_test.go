@@ -128,7 +128,8 @@ func TestFleetPacedHostHoldsNoRequestSlot(t *testing.T) {
 // With failing set, a spent host cuts every download's body short.
 // With tooMany set, a spent host answers every download 429 with
 // Retry-After: resetAfter and nothing else, which upstream's pacer takes as
-// the budget spent until then (upstream.TestPaceTakesA429sWait).
+// the budget spent until then (upstream.TestPaceTakesA429sWait); with
+// resetAfter 0, with no header at all, which it does not.
 type pacedFleet struct {
 	w          *world.World
 	mem        *memSource
@@ -194,7 +195,7 @@ func (f *pacedFleet) HostGetRepo(ctx context.Context, host, did string) (*upstre
 	time.Sleep(10 * time.Millisecond)
 	f.mu.Lock()
 	f.asked[did]++
-	if f.spent[host] {
+	if f.spent[host] && f.resetAfter > 0 {
 		f.reset[host] = time.Now().Add(f.resetAfter)
 	}
 	f.mu.Unlock()
@@ -226,34 +227,35 @@ func (f *pacedFleet) HostGetRepo(ctx context.Context, host, did string) (*upstre
 func TestFleetPacedHostHoldsNoWorker(t *testing.T) {
 	for _, failing := range []bool{false, true} {
 		t.Run(fmt.Sprintf("failing=%v", failing), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) { pacedHostsRun(t, failing, false) })
+			synctest.Test(t, func(t *testing.T) { pacedHostsRun(t, failing, false, 5*time.Minute) })
 		})
 	}
 }
 
 // TestFleetRateLimitedHostHoldsNoWorker: three of four hosts answer every
-// getRepo 429 with Retry-After: 330 and no ratelimit-* header; 4 download
-// workers, at most 2 per host. The healthy host's repos are all archived
-// within a minute (fake time), and the run ends: each repo of a limited
-// host is asked once and ends failed once, class rate_limited, for the
-// retry schedule, without a wait on its worker; between its answers the
-// host is parked (upstream's pacer takes the 429's wait as its reset).
-// Before, each such job slept 330 s and asked again, up to 20 times,
-// holding its worker: the limited hosts held every worker, and the healthy
-// host's repos waited hours.
+// getRepo 429 with Retry-After: 330 (30, none) and no ratelimit-* header;
+// 4 download workers, at most 2 per host. The healthy host's repos are all
+// archived within a minute (fake time), and the run ends: each repo of a
+// limited host is asked once and ends failed once, class rate_limited, for
+// the retry schedule, without a wait on its worker; between its answers
+// the host is parked (upstream's pacer takes the 429's wait as its reset).
+// Before, each such job slept the Retry-After (or its backoff) and asked
+// again, up to 20 times, holding its worker: the limited hosts held every
+// worker, and the healthy host's repos waited hours (with Retry-After: 30,
+// still 20 minutes, when a 429 waiting at most a backoff step was slept).
 func TestFleetRateLimitedHostHoldsNoWorker(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) { pacedHostsRun(t, false, true) })
+	for _, retryAfter := range []time.Duration{upstream.RetryAfterCeiling, 30 * time.Second, 0} {
+		t.Run(fmt.Sprintf("retry-after=%v", retryAfter), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { pacedHostsRun(t, false, true, retryAfter) })
+		})
+	}
 }
 
-func pacedHostsRun(t *testing.T, failing, tooMany bool) {
+func pacedHostsRun(t *testing.T, failing, tooMany bool, resetAfter time.Duration) {
 	cfg := worldCfg(48, 2)
 	cfg.Hosts = 4
 	e := newBubbleEnv(t, cfg)
 	const healthy = 3
-	resetAfter := 5 * time.Minute
-	if tooMany {
-		resetAfter = upstream.RetryAfterCeiling
-	}
 	f := &pacedFleet{w: e.world, mem: e.mem, resetAfter: resetAfter, failing: failing, tooMany: tooMany,
 		spent: map[string]bool{}, reset: map[string]time.Time{}, asked: map[string]int{}}
 	for h := range healthy {
