@@ -2069,10 +2069,10 @@ var mutants = []Mutant{
 	},
 	{
 		ID: "m248", Invariant: "H11",
-		Name: "a direct download's 429 with a long Retry-After slept on the worker (13 hosts answering every getRepo 429 with Retry-After: 330 hold all 100 workers of a fleet bootstrap for hours)",
+		Name: "a direct download's 429 retried on the worker after its wait (13 hosts answering every getRepo 429 with Retry-After: 330, 30 or none hold all 100 workers of a fleet bootstrap for hours)",
 		File: "backfill/job.go",
-		Old:  "\t\t\tif req.Host != \"\" && wait > r.o.BackoffMax {\n",
-		New:  "\t\t\tif false && req.Host != \"\" && wait > r.o.BackoffMax {\n",
+		Old:  "\t\t\tif req.Host != \"\" {\n",
+		New:  "\t\t\tif false && req.Host != \"\" {\n",
 		Tests: []Test{
 			{Pkg: "./backfill", Run: "^TestJobDirectRateLimitHoldsNoWorker$"},
 			{Pkg: "./bootstrap", Run: "^TestFleetRateLimitedHostHoldsNoWorker$"},
