@@ -360,18 +360,20 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 	}
 	ordinary, limited := 0, 0
 	for {
-		if wait := r.hostPaceWait(req.Host); wait > r.o.BackoffMax {
+		if wait := r.hostPaceWait(req.Host); wait > r.o.BackoffMax || wait > 0 && res.Attempts > 0 {
 			// A download from a host whose announced budget is spent (a
 			// 429's wait included) would wait for its reset (up to
 			// upstream.RetryAfterCeiling) holding the worker: a host
 			// failing every attempt and announcing its budget spent (a
-			// hostile one does) would hold each of its workers for good,
-			// and a host announcing it between the dispatcher's check and
-			// this one each worker it had just been given. Unless the
-			// reset is no further than a backoff step, the job ends
-			// failed: with the failure it would have retried, as for a
-			// host found down, or, before its first attempt, rate limited,
-			// the host not asked. The retry schedule takes it.
+			// hostile one does) would hold each of its workers for three
+			// resets a repo, even resets a backoff step ahead, and a host
+			// announcing it between the dispatcher's check and this one
+			// each worker it had just been given. The job ends failed:
+			// with the failure it would have retried, as for a host found
+			// down, or, before its first attempt and unless the reset is
+			// no further than a backoff step (paceHost waits for it
+			// then), rate limited, the host not asked. The retry schedule
+			// takes it.
 			if res.Attempts == 0 {
 				res.Err, res.Class = fmt.Errorf("backfill: %s: not asked of host %s: its announced rate limit resets in %v", req.DID, req.Host, wait.Round(time.Second)), ClassRateLimited
 			} else {
@@ -529,15 +531,15 @@ func (r *Runner) attempt(ctx context.Context, did, host string) (*prepared, erro
 	return p, nil
 }
 
-// paceHost waits, before an attempt of a download from host directly,
-// for the reset of a budget host announced spent (HostSource.HostPaceWait)
-// when it is at most a backoff step ahead (Run ends the job otherwise):
-// upstream fails the request at once while the budget is spent rather
-// than wait inside the attempt deadline. In a fleet bootstrap the
-// dispatcher hands out no repo of such a host (it parks it until the
-// reset), so an attempt waits here only after a 429's short wait, or
-// when the host's budget was announced spent between the dispatch and the
-// attempt with its reset close.
+// paceHost waits, before the first attempt of a download from host
+// directly, for the reset of a budget host announced spent
+// (HostSource.HostPaceWait) when it is at most a backoff step ahead (Run
+// ends the job otherwise, and before a retry whatever the wait): upstream
+// fails the request at once while the budget is spent rather than wait
+// inside the attempt deadline. In a fleet bootstrap the dispatcher hands
+// out no repo of such a host (it parks it until the reset), so an attempt
+// waits here only when the host's budget was announced spent between the
+// dispatch and the attempt, its reset close.
 func (r *Runner) paceHost(ctx context.Context, host string) error {
 	if wait := r.hostPaceWait(host); wait > 0 {
 		return r.o.Sleep(ctx, wait)

@@ -224,12 +224,21 @@ func (f *pacedFleet) HostGetRepo(ctx context.Context, host, did string) (*upstre
 // host's repos are archived within the minute all the same. Before, each
 // retry waited for the reset: the spent hosts' jobs held every worker for
 // three resets each.
+//
+// failing, reset=30s: the same with the reset 30 s ahead, a backoff step.
+// Each repo of a failing host is asked once all the same. Before, each
+// retry waited for the reset first: the failing hosts' jobs held every
+// worker for three resets of 30 s each, and the healthy host's repos
+// waited minutes (4m30s).
 func TestFleetPacedHostHoldsNoWorker(t *testing.T) {
 	for _, failing := range []bool{false, true} {
 		t.Run(fmt.Sprintf("failing=%v", failing), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) { pacedHostsRun(t, failing, false, 5*time.Minute) })
 		})
 	}
+	t.Run("failing=true,reset=30s", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) { pacedHostsRun(t, true, false, 30*time.Second) })
+	})
 }
 
 // TestFleetRateLimitedHostHoldsNoWorker: three of four hosts answer every
