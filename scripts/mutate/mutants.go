@@ -2001,8 +2001,8 @@ var mutants = []Mutant{
 		ID: "m244", Invariant: "E9",
 		Name: "a retry of a download from a host whose announced budget is spent waits for the reset holding its worker (a host failing every attempt and announcing its budget spent holds each worker it gets for three resets)",
 		File: "backfill/job.go",
-		Old:  "\t\tif wait := r.hostPaceWait(req.Host); wait > r.o.BackoffMax {\n",
-		New:  "\t\tif wait := r.hostPaceWait(req.Host); false && wait > r.o.BackoffMax {\n",
+		Old:  "\t\tif wait := r.hostPaceWait(req.Host); wait > r.o.BackoffMax || wait > 0 && res.Attempts > 0 {\n",
+		New:  "\t\tif wait := r.hostPaceWait(req.Host); false && (wait > r.o.BackoffMax || wait > 0 && res.Attempts > 0) {\n",
 		Tests: []Test{
 			{Pkg: "./bootstrap", Run: "^TestFleetPacedHostHoldsNoWorker$"},
 		},
@@ -2082,10 +2082,20 @@ var mutants = []Mutant{
 		ID: "m249", Invariant: "E10",
 		Name: "a first attempt of a download from a host whose announced budget is spent waits for the reset holding its worker (a job handed out just before the announcement)",
 		File: "backfill/job.go",
-		Old:  "\t\tif wait := r.hostPaceWait(req.Host); wait > r.o.BackoffMax {\n",
-		New:  "\t\tif wait := r.hostPaceWait(req.Host); res.Attempts > 0 && wait > r.o.BackoffMax {\n",
+		Old:  "\t\tif wait := r.hostPaceWait(req.Host); wait > r.o.BackoffMax || wait > 0 && res.Attempts > 0 {\n",
+		New:  "\t\tif wait := r.hostPaceWait(req.Host); wait > 0 && res.Attempts > 0 {\n",
 		Tests: []Test{
 			{Pkg: "./backfill", Run: "^TestJobDirectRateLimitHoldsNoWorker$"},
+		},
+	},
+	{
+		ID: "m250", Invariant: "E9",
+		Name: "a retry of a direct download waits for its host's reset when it is at most a backoff step ahead (a host failing every attempt and announcing its budget spent 30 s ahead holds each worker it gets for three waits a repo)",
+		File: "backfill/job.go",
+		Old:  "\t\tif wait := r.hostPaceWait(req.Host); wait > r.o.BackoffMax || wait > 0 && res.Attempts > 0 {\n",
+		New:  "\t\tif wait := r.hostPaceWait(req.Host); wait > r.o.BackoffMax {\n",
+		Tests: []Test{
+			{Pkg: "./bootstrap", Run: "^TestFleetPacedHostHoldsNoWorker$"},
 		},
 	},
 }
