@@ -243,6 +243,7 @@ func (c *Client) direct(op string, st *getRepoState, host *url.URL) error {
 		return &Error{Op: op, Host: CanonicalHost(host.Scheme, host.Host), Err: err, kind: ErrHostBusy}
 	}
 	if wait := c.pace.tryAcquire(name); wait > 0 {
+		c.trips.trip(slog.LevelInfo, limitRatePace, paceLine, "host", name, "wait", wait)
 		return &Error{Op: op, Host: CanonicalHost(host.Scheme, host.Host), RetryAfter: wait,
 			Err: fmt.Errorf("not asked: the host's announced rate limit is spent, reset in %v", wait.Round(time.Second)), kind: ErrRateLimited}
 	}
