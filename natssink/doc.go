@@ -92,8 +92,11 @@
 // logged once and named in the last error. A stream without a leader (an
 // election, or fewer than a quorum of its replicas up) fails every step of
 // a session in its own words; after such a failure the sink asks the
-// stream's info, and when it has no leader, or takes the subject though no
-// server took a publish, the failure is a noLeaderError: state no_leader
-// and a last error saying so, at every retry; an info unanswered keeps
-// no_leader once it is shown (nothing says the stream has a leader again).
+// stream's info, and when it has no leader, or names a leader without a
+// quorum of the stream's replicas up (their servers offline: such a leader
+// answers for the stream until it notices, but stores nothing), or takes
+// the subject though no server took a publish, the failure is a
+// noLeaderError: state no_leader and a last error saying so, at every
+// retry; an info unanswered keeps no_leader once it is shown (nothing says
+// the stream has a leader again).
 package natssink

@@ -210,7 +210,8 @@ func (p *publisher) failed(ctx context.Context, kind string, err error) error {
 // leaderless tells whether a failure of the session came from the stream
 // having no leader: the servers said so (errCodeNoLeader), or a stream
 // info, asked now, says so (any replica answers it once the stream has
-// been without a leader for a while), or a publish no server took (no
+// been without a leader for a while), or names a leader without a quorum
+// of the stream's replicas up (quorate), or a publish no server took (no
 // responders) although the stream takes its subject, or the stream was
 // shown without a leader and the info goes unanswered. Nil when nothing
 // says so for certain (an info unanswered too, the stream shown with a
@@ -251,12 +252,28 @@ func (p *publisher) leaderless(ctx context.Context, cause error) *noLeaderError 
 	}
 	info := stream.CachedInfo()
 	switch {
-	case info.Cluster != nil && info.Cluster.Leader == "":
+	case info.Cluster != nil && (info.Cluster.Leader == "" || !quorate(info.Cluster)):
 		return &noLeaderError{cause: cause}
 	case errors.Is(cause, errNoResponders) && takes(info.Config.Subjects, p.want().Subjects[0]):
 		return &noLeaderError{cause: cause, elected: true}
 	}
 	return nil
+}
+
+// quorate reports whether the stream's leader, as its info names it, has a
+// quorum of the stream's replicas up (itself among them): the servers of
+// the others not known offline. A leader whose replicas' servers went away
+// goes on answering for the stream as its leader, reads included, until it
+// notices it lost its quorum (about ten seconds), but stores nothing: every
+// publish goes unanswered.
+func quorate(ci *jetstream.ClusterInfo) bool {
+	up := 1 // the leader, which the info comes from
+	for _, r := range ci.Replicas {
+		if r != nil && !r.Offline {
+			up++
+		}
+	}
+	return up > (len(ci.Replicas)+1)/2
 }
 
 // isNoLeader reports whether err is the servers' "JetStream system
