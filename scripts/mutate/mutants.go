@@ -2098,4 +2098,14 @@ var mutants = []Mutant{
 			{Pkg: "./bootstrap", Run: "^TestFleetPacedHostHoldsNoWorker$"},
 		},
 	},
+	{
+		ID: "m256", Invariant: "N3",
+		Name: "a stream leader without a quorum of its replicas up taken for a leader (the node left up when two of three stop answers for the stream but stores nothing: the sink flips from no_leader to retrying on the ack timeout)",
+		File: "natssink/publish.go",
+		Old:  "\tcase info.Cluster != nil && (info.Cluster.Leader == \"\" || !quorate(info.Cluster)):\n",
+		New:  "\tcase info.Cluster != nil && (info.Cluster.Leader == \"\"):\n",
+		Tests: []Test{
+			{Pkg: "./natssink", Run: "^TestSinkLeaderWithoutQuorum$"},
+		},
+	},
 }
