@@ -53,6 +53,7 @@ const (
 	FaultListReposTruncated  FaultKind = "listrepos_truncated"   // a listRepos page cut in half, Content-Length matching the cut
 	FaultListHostsFailing    FaultKind = "listhosts_failing"     // a listHosts request answered with an error status (FailListHosts)
 	FaultFirehoseDisconnect  FaultKind = "firehose_disconnect"   // connection dropped without a close frame
+	FaultFirehoseRefused     FaultKind = "firehose_refused"      // subscribeRepos answered 503 while RefuseFirehose holds
 	FaultMalformedFrame      FaultKind = "malformed_frame"       // undecodable frame inserted before a real one
 	FaultDuplicateFrame      FaultKind = "duplicate_frame"       // frame sent twice
 	FaultDroppedFrame        FaultKind = "dropped_frame"         // frame swallowed for one connection (a real hole)
@@ -134,6 +135,7 @@ type firehoseFaults struct {
 	malformed       float64
 	duplicate       float64
 	drop            float64
+	refused         bool
 }
 
 // Faults is a goroutine-safe fault plan. Counts are numbers of requests
@@ -985,6 +987,26 @@ func (f *Faults) FirehoseDisconnectEvery(n int) {
 	f.mu.Lock()
 	f.fh.disconnectEvery = max(n, 0)
 	f.mu.Unlock()
+}
+
+// RefuseFirehose makes the relay answer every new subscribeRepos request
+// 503 while on, as a relay whose firehose is down or unreachable;
+// connections already open stay open.
+func (f *Faults) RefuseFirehose(on bool) {
+	f.mu.Lock()
+	f.fh.refused = on
+	f.mu.Unlock()
+}
+
+// firehoseRefused reports (and counts) whether a subscribeRepos request is
+// refused now.
+func (f *Faults) firehoseRefused() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fh.refused {
+		f.fired[FaultFirehoseRefused]++
+	}
+	return f.fh.refused
 }
 
 // MalformedFrames inserts an undecodable frame before a real one with

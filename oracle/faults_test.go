@@ -553,6 +553,29 @@ func TestFaultFirehoseDisconnectEvery(t *testing.T) {
 	}
 }
 
+// TestFaultRefuseFirehose: while RefuseFirehose holds, subscribeRepos is
+// answered 503 (counted); once lifted, a subscription from the live tip
+// gets the events emitted after it, none of those emitted while refused.
+func TestFaultRefuseFirehose(t *testing.T) {
+	n := startNet(t, quietCfg(20))
+	n.Faults().RefuseFirehose(true)
+	u := strings.Replace(n.RelayURL(), "http://", "ws://", 1) + "/xrpc/com.atproto.sync.subscribeRepos"
+	_, resp, err := websocket.DefaultDialer.Dial(u, nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("dial while refused: %v (response %v), want 503", err, resp)
+	}
+	emitTraffic(t, n, n.World().NewTraffic("basic", 3), 3)
+	if got := n.Faults().Fired(FaultFirehoseRefused); got != 1 {
+		t.Fatalf("fired %d, want 1", got)
+	}
+	n.Faults().RefuseFirehose(false)
+	c := dialFirehose(t, n, "")
+	emitTraffic(t, n, n.World().NewTraffic("basic", 4), 1)
+	if got := c.seqs(1); !reflect.DeepEqual(got, []int64{4}) {
+		t.Fatalf("seqs from the live tip after the refusal %v, want [4]", got)
+	}
+}
+
 func TestFaultMalformedFramesPrecedeRealOnes(t *testing.T) {
 	n := startNet(t, quietCfg(20))
 	emitTraffic(t, n, n.World().NewTraffic("basic", 3), 5)

@@ -163,6 +163,10 @@ const readBatch = 512
 
 // handleSubscribe serves com.atproto.sync.subscribeRepos.
 func (n *Network) handleSubscribe(w http.ResponseWriter, r *http.Request) {
+	if n.faults.firehoseRefused() {
+		writeXRPCError(w, http.StatusServiceUnavailable, "Unavailable", "the firehose is down")
+		return
+	}
 	cursor := int64(-1)
 	if v := r.URL.Query().Get("cursor"); v != "" {
 		c, err := strconv.ParseInt(v, 10, 64)
