@@ -425,6 +425,12 @@ const (
 	// GapAudit: a scheduled audit, announced by no gap, looks for what the
 	// relay dropped silently.
 	GapAudit GapKind = 6
+	// GapNoCursor: a consumer without a firehose position (capture whose
+	// wait for a first frame expired, or the live consumer after it) was
+	// without a connection to the relay after work no position covers had
+	// begun (meta/relay_silent_at: accounts downloaded): the relay's events
+	// of that time reach no stream, and it joins the live tip.
+	GapNoCursor GapKind = 7
 )
 
 var gapKindNames = [...]string{
@@ -434,6 +440,7 @@ var gapKindNames = [...]string{
 	GapSeqSkip:        "seq_skip",
 	GapRelayReset:     "relay_reset",
 	GapAudit:          "audit",
+	GapNoCursor:       "no_cursor",
 }
 
 // Valid reports whether k is a known kind.
@@ -451,7 +458,7 @@ func (k GapKind) String() string {
 // while their pass has not begun (GapIDs).
 func (k GapKind) Found() bool {
 	switch k {
-	case GapOutdatedCursor, GapFutureCursor, GapSeqRegression, GapSeqSkip:
+	case GapOutdatedCursor, GapFutureCursor, GapSeqRegression, GapSeqSkip, GapNoCursor:
 		return true
 	}
 	return false

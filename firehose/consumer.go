@@ -106,6 +106,11 @@ type Config struct {
 	// Verifiers is how many frames Run checks in parallel when Identity
 	// verifies (pipeline.go); 0: Identity.Verifiers().
 	Verifiers int
+	// Uncovered says the archive already holds work no firehose position
+	// covers (accounts downloaded while the relay sent nothing:
+	// meta/relay_silent_at): the first frame accepted without a position
+	// records a no_cursor gap (see Uncover).
+	Uncovered bool
 	// UninvertedInterval is the least time between an account's last
 	// completed snapshot and the replacement a #commit archived without
 	// the sync 1.1 inversion schedules (verify.go's uninvertedEffect);
@@ -162,6 +167,12 @@ type Consumer struct {
 
 	started     chan struct{}
 	startedOnce sync.Once
+
+	// The time without a position nor a connection once work needs a
+	// position (Uncover): owes, such work exists; connected, a connection
+	// is open; hole, the consumer was without a connection while it owed
+	// (noted by its next dial without a position: noteHole).
+	owes, connected, hole atomic.Bool
 
 	mu   sync.Mutex // guards the receipt drain, fatal and abort
 	rcpt []archive.Receipt
@@ -230,6 +241,10 @@ func New(cfg Config) (*Consumer, error) {
 		c.chain = newCapturedChain(DefaultChainAccounts)
 		c.mark = cfg.MarkWriter.Submit
 	}
+	if cfg.Uncovered {
+		c.owes.Store(true)
+		c.hole.Store(true)
+	}
 	if cfg.Cursor != nil {
 		c.hasPos, c.last, c.floor = true, *cfg.Cursor, *cfg.Cursor
 		c.lastAccepted.Store(c.last)
@@ -279,6 +294,27 @@ func (c *Consumer) Started() <-chan struct{} { return c.started }
 // OutdatedCursor reports whether the relay said #info OutdatedCursor: events
 // between the cursor and its oldest retained one were missed.
 func (c *Consumer) OutdatedCursor() bool { return c.outdated.Load() }
+
+// Uncover says work that needs a firehose position begins now (bootstrap
+// downloads after capture's wait expired with no frame): the connection
+// open now, if any, covers it while it lasts; any time without one until
+// the consumer has a position is a hole in the archive, noted by the next
+// dial and recorded as a no_cursor gap with the first frame accepted (one
+// gap, whatever the reconnects). In live mode the first connection does
+// the same of itself. Safe to call while Run runs.
+func (c *Consumer) Uncover() {
+	c.owes.Store(true)
+	if !c.connected.Load() {
+		c.hole.Store(true)
+	}
+}
+
+// Owing reports, once Run has returned, a hole (see Uncover) not recorded:
+// the consumer stopped without a position, before any frame. Whoever
+// follows the relay next must record it.
+func (c *Consumer) Owing() bool {
+	return c.hole.Load() && !c.hasPos && (c.pending == nil || !c.pending.recorded)
+}
 
 // Err is the fatal error that stopped (or will stop) Run: a refused unit.
 // Writer failures are returned by Run and Handle directly.
@@ -735,10 +771,21 @@ func (c *Consumer) loop(ctx context.Context) error {
 // session dials once and reads until the connection fails. progressed is
 // true when at least one frame was accepted.
 func (c *Consumer) session(ctx context.Context) (progressed bool, err error) {
+	c.noteHole()
 	conn, err := upstream.DialFirehose(ctx, c.cfg.Relay, c.resumeCursor(), c.cfg.ReadLimit)
 	if err != nil {
 		return false, err
 	}
+	c.connected.Store(true)
+	if c.cfg.Mode == ModeLive {
+		c.owes.Store(true) // the archive holds work: a later dial from the tip is a hole
+	}
+	defer func() {
+		c.connected.Store(false)
+		if c.owes.Load() && ctx.Err() == nil { // dropped, not stopped
+			c.hole.Store(true)
+		}
+	}()
 	c.m.connected(c.cfg.Now())
 	c.below = 0
 	done := make(chan struct{})
@@ -794,6 +841,18 @@ func (c *Consumer) session(ctx context.Context) (progressed bool, err error) {
 		if c.last != before {
 			progressed = true
 		}
+	}
+}
+
+// noteHole notes, before a dial without a position, the hole of the time
+// without a connection since work needed a position (Uncover): a no_cursor
+// gap, recorded in the unit of the first frame accepted, the one that
+// makes a position durable (a gap already pending covers it). Until then
+// nothing is written: a consumer that stops first still owes it (Owing),
+// and a restart without cursor/relay finds it again.
+func (c *Consumer) noteHole() {
+	if !c.hasPos && c.hole.Load() {
+		c.noteGap(archive.GapNoCursor, false)
 	}
 }
 

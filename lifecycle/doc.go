@@ -28,7 +28,13 @@
 //   - M1: bootstrap dispatches no getRepo until capture's start cursor is
 //     durable, or upstream stayed silent for the capture start wait (30 s);
 //     that silence is recorded (meta/relay_silent_at), so a later start
-//     tells a cursor never made from a lost one.
+//     tells a cursor never made from a lost one. Until a consumer has a
+//     position, a time after that without a connection to the relay (its
+//     firehose refused or dropped, a restart, capture's end owing one) is
+//     a hole: recorded as one no_cursor gap with the first frame accepted,
+//     which the repair pass heals. A connection open from before the
+//     downloads covers them while it lasts (a relay reachable but silent
+//     loses nothing).
 //
 // # Commit points and crash points
 //

@@ -115,6 +115,11 @@ type runner struct {
 	capture   *firehose.Consumer
 	capCancel context.CancelFunc
 	capDone   chan error
+	// captured: this process ran capture, which hands the live consumer
+	// what it owes (capOwing: a hole it found and did not record, see
+	// firehose.Consumer.Owing); without it the live consumer records the
+	// hole of a relay silent since bootstrap itself (steady).
+	captured, capOwing bool
 }
 
 // Run drives the lifecycle from the persisted phase until ctx is done (nil)
@@ -238,16 +243,34 @@ func (r *runner) relayCursor() (*int64, error) {
 	return &v, nil
 }
 
+// relaySilent reports whether meta/relay_silent_at is present: accounts
+// were downloaded while no firehose position covered them.
+func (r *runner) relaySilent() (bool, error) {
+	_, err := r.cfg.Store.Time(archive.KeyRelaySilentAt)
+	if errors.Is(err, archive.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 func (r *runner) startCapture(ctx context.Context) error {
 	cursor, err := r.relayCursor()
 	if err != nil {
 		return err
 	}
+	// A restart after capture's wait expired: the downloads made since
+	// are covered by no position.
+	uncovered := false
+	if cursor == nil {
+		if uncovered, err = r.relaySilent(); err != nil {
+			return err
+		}
+	}
 	w, err := archive.NewWriter(r.cfg.Store, archive.WriterOptions{Capture: true, Metrics: r.cfg.ArchiveMetrics, Logger: r.log, LiveLogBytes: 1 << 20})
 	if err != nil {
 		return err
 	}
-	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: w, Mode: firehose.ModeCapture, Cursor: cursor, Identity: r.cfg.Identity, MarkWriter: r.cfg.Writer, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "capture"), Now: r.cfg.Now,
+	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: w, Mode: firehose.ModeCapture, Cursor: cursor, Uncovered: uncovered, Identity: r.cfg.Identity, MarkWriter: r.cfg.Writer, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "capture"), Now: r.cfg.Now,
 		GapIDs: r.cfg.GapIDs, GapThreshold: r.cfg.GapThreshold, UninvertedInterval: r.cfg.UninvertedInterval})
 	if err != nil {
 		w.Close()
@@ -257,6 +280,7 @@ func (r *runner) startCapture(ctx context.Context) error {
 	done := make(chan error, 1)
 	go func() { done <- c.Run(cctx) }()
 	r.capWriter, r.capture, r.capCancel, r.capDone = w, c, cancel, done
+	r.captured = true
 	r.facts.CaptureRunning = true
 	r.log.Info("capturing the firehose", "cursor", cursorString(cursor))
 	return nil
@@ -285,6 +309,10 @@ func (r *runner) awaitCapture(ctx context.Context) error {
 		if err := r.cfg.Store.MarkRelaySilent(r.cfg.Now()); err != nil {
 			return err
 		}
+		// Downloads begin without a position: capture's connection, if
+		// one is open, covers them while it lasts; a time without one is
+		// recorded as a gap.
+		r.capture.Uncover()
 	case err := <-r.captureFailed():
 		r.capDone = nil
 		return fmt.Errorf("capture stopped: %w", orClosed(err))
@@ -351,6 +379,8 @@ func (r *runner) stopCapture() error {
 			err = e
 		}
 	}
+	// Run has returned: capture is quiescent.
+	r.capOwing = r.capOwing || r.capture.Owing()
 	if e := r.capWriter.Close(); e != nil && err == nil {
 		err = e
 	}
@@ -366,7 +396,18 @@ func (r *runner) steady(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: r.cfg.Writer, Mode: firehose.ModeLive, Store: r.cfg.Store, Cursor: cursor, Identity: r.cfg.Identity, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "live"), Now: r.cfg.Now, Crash: r.cfg.Crash, OnEffects: r.cfg.OnLiveEffects,
+	// No position after downloads made while the relay sent nothing: the
+	// stream joins the relay's live tip, and what the relay sent since is
+	// a hole, unless capture ran in this process and covered it (its
+	// connection open from before the downloads to its end, or the hole
+	// recorded).
+	uncovered := false
+	if cursor == nil && (!r.captured || r.capOwing) {
+		if uncovered, err = r.relaySilent(); err != nil {
+			return err
+		}
+	}
+	c, err := firehose.New(firehose.Config{Relay: r.cfg.Relay, Writer: r.cfg.Writer, Mode: firehose.ModeLive, Store: r.cfg.Store, Cursor: cursor, Uncovered: uncovered, Identity: r.cfg.Identity, Metrics: r.cfg.FirehoseMetrics, Logger: r.log.With("component", "live"), Now: r.cfg.Now, Crash: r.cfg.Crash, OnEffects: r.cfg.OnLiveEffects,
 		GapIDs: r.cfg.GapIDs, GapThreshold: r.cfg.GapThreshold, UninvertedInterval: r.cfg.UninvertedInterval})
 	if err != nil {
 		return err

@@ -973,7 +973,8 @@ func checkRelay(store *archive.Store, host, scheme string, reset bool, now time.
 				"old", f.Stored, "new", host, "gap", g.ID, "from_seq", g.FromSeq)
 		}
 	case lifecycle.RelaySilent:
-		log.Warn("no cursor/relay: the relay has sent no firehose event since capture's wait expired; following its live tip",
+		log.Warn("no cursor/relay: the relay has sent no firehose event since capture's wait expired; following its live tip, "+
+			"what it sent while backstream was down recorded as a gap with the stream's first event",
 			"phase", f.Phase, "relay", host, "silent_since", silentAt)
 	case lifecycle.RelayFollowTip:
 		g, err := store.RecordRelayGap(host, false, now)
