@@ -2108,4 +2108,54 @@ var mutants = []Mutant{
 			{Pkg: "./natssink", Run: "^TestSinkLeaderWithoutQuorum$"},
 		},
 	},
+	{
+		ID: "m251", Invariant: "G1",
+		Name: "capture not told that bootstrap downloads begin without a position when its wait expires (a relay whose firehose is refused through bootstrap: the events between the downloads and the stream's join are lost, no gap)",
+		File: "lifecycle/runner.go",
+		Old:  "\t\tr.capture.Uncover()",
+		New:  "\t\t_ = r.capture",
+		Tests: []Test{
+			{Pkg: "./node", Run: "^TestRelayFirehoseDownThroughBootstrap$"},
+		},
+	},
+	{
+		ID: "m252", Invariant: "G1",
+		Name: "the live consumer of a restart with no cursor/relay after a silent relay's bootstrap not uncovered (it joins the live tip: what changed while backstream was down is lost, no gap)",
+		File: "lifecycle/runner.go",
+		Old:  "if cursor == nil && (!r.captured || r.capOwing) {",
+		New:  "if cursor == nil && r.capOwing {",
+		Tests: []Test{
+			{Pkg: "./node", Run: "^TestSilentRelayThenRestart$"},
+		},
+	},
+	{
+		ID: "m253", Invariant: "G1",
+		Name: "a connection without a position dropped after the downloads began not taken for a hole (capture's redial joins the live tip, no gap)",
+		File: "firehose/consumer.go",
+		Old:  "if c.owes.Load() && ctx.Err() == nil { // dropped, not stopped",
+		New:  "if false && c.owes.Load() && ctx.Err() == nil { // dropped, not stopped",
+		Tests: []Test{
+			{Pkg: "./firehose", Run: "^TestUncoverRecordsTheHole$"},
+		},
+	},
+	{
+		ID: "m254", Invariant: "G1",
+		Name: "the hole capture found and did not record before it stopped not handed to the live consumer (it joins the live tip, no gap)",
+		File: "lifecycle/runner.go",
+		Old:  "r.capOwing = r.capOwing || r.capture.Owing()",
+		New:  "r.capOwing = r.capOwing || false && r.capture.Owing()",
+		Tests: []Test{
+			{Pkg: "./lifecycle", Run: "^TestCaptureOwingHandedToLive$"},
+		},
+	},
+	{
+		ID: "m255", Invariant: "G1",
+		Name: "capture of a restart in bootstrap after its wait expired not uncovered (the downloads before the restart covered by no position, no gap)",
+		File: "lifecycle/runner.go",
+		Old:  "if cursor == nil {\n\t\tif uncovered, err = r.relaySilent(); err != nil {",
+		New:  "if false {\n\t\tif uncovered, err = r.relaySilent(); err != nil {",
+		Tests: []Test{
+			{Pkg: "./lifecycle", Run: "^TestRestartedCaptureRecordsTheHole$"},
+		},
+	},
 }
