@@ -1134,18 +1134,7 @@ func (f *Faults) hideDeletes(ev world.Event) world.Event {
 	}
 	f.fired[FaultHiddenDelete]++
 	f.mu.Unlock()
-	out := *c
-	out.PrevData = nil
-	out.Ops = make([]*comatproto.SyncSubscribeRepos_RepoOp, 0, len(c.Ops))
-	for _, op := range c.Ops {
-		if op == nil || op.Action == "delete" {
-			continue
-		}
-		legacy := *op
-		legacy.Prev = nil
-		out.Ops = append(out.Ops, &legacy)
-	}
-	ev.Commit = &out
+	ev.Commit = legacyForm(c, "delete")
 	return ev
 }
 
@@ -1176,19 +1165,26 @@ func (f *Faults) legacyCommit(ev world.Event) world.Event {
 	}
 	f.fired[FaultLegacyCommit]++
 	f.mu.Unlock()
+	ev.Commit = legacyForm(c, "")
+	return ev
+}
+
+// legacyForm is a copy of c as a PDS that predates sync 1.1 sends it: no
+// prevData, no op's prev; the ops whose action is drop (none when empty)
+// left out. c is not changed.
+func legacyForm(c *comatproto.SyncSubscribeRepos_Commit, drop string) *comatproto.SyncSubscribeRepos_Commit {
 	out := *c
 	out.PrevData = nil
 	out.Ops = make([]*comatproto.SyncSubscribeRepos_RepoOp, 0, len(c.Ops))
 	for _, op := range c.Ops {
-		if op == nil {
+		if op == nil || drop != "" && op.Action == drop {
 			continue
 		}
 		legacy := *op
 		legacy.Prev = nil
 		out.Ops = append(out.Ops, &legacy)
 	}
-	ev.Commit = &out
-	return ev
+	return &out
 }
 
 func (f *Faults) forgedCommitRate() float64 {
