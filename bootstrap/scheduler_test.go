@@ -112,80 +112,23 @@ func sameSet(got []string, want ...string) bool {
 // completions, no host runs more than its cap, peek finds a repo whenever
 // some host with ready repos is under its cap, and every repo pushed is
 // handed out exactly once.
-func TestSchedulerNeverIdlesWork(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	const hostCap = 2
-	s := newScheduler(hostCap)
-	queued := map[string][]string{} // the model: ready repos by host
-	busy := map[string]int{}
-	var running []job
-	handed := map[string]int{}
-	pushed := 0
-	for step := range 20_000 {
-		switch r := rng.IntN(10); {
-		case r < 4:
-			h := fmt.Sprintf("h%d", rng.IntN(20))
-			d := fmt.Sprintf("d%d", pushed)
-			pushed++
-			s.push(h, d)
-			queued[h] = append(queued[h], d)
-		case r < 5 && len(running) > 0:
-			i := rng.IntN(len(running))
-			j := running[i]
-			running = slices.Delete(running, i, i+1)
-			s.done(j.host)
-			busy[j.host]--
-		default:
-			j, ok := s.peek()
-			eligible := false
-			for h, q := range queued {
-				eligible = eligible || (len(q) > 0 && busy[h] < hostCap)
-			}
-			if ok != eligible {
-				t.Fatalf("step %d: peek found a repo: %v, a host under its cap has one: %v", step, ok, eligible)
-			}
-			if !ok {
-				continue
-			}
-			if q := queued[j.host]; len(q) == 0 || q[0] != j.did || busy[j.host] >= hostCap {
-				t.Fatalf("step %d: peek %+v: queue %v, busy %d", step, j, q, busy[j.host])
-			}
-			queued[j.host] = queued[j.host][1:]
-			if rng.IntN(8) == 0 {
-				to := fmt.Sprintf("h%d", rng.IntN(20))
-				s.move(j, to)
-				queued[to] = append(queued[to], j.did)
-				continue
-			}
-			s.take(j)
-			busy[j.host]++
-			handed[j.did]++
-			running = append(running, j)
-		}
-		n := 0
-		for _, q := range queued {
-			n += len(q)
-		}
-		if s.len() != n || len(s.order) != len(s.queues) {
-			t.Fatalf("step %d: %d ready, want %d; round-robin of %d hosts, %d queues", step, s.len(), n, len(s.order), len(s.queues))
-		}
-	}
-	for d, n := range handed {
-		if n != 1 {
-			t.Fatalf("%s handed out %d times", d, n)
-		}
-	}
-}
+func TestSchedulerNeverIdlesWork(t *testing.T) { schedulerModel(t, 1, false) }
 
-// TestSchedulerParkedHostsWaitTheirTime: under random pushes, hand-outs,
-// moves, completions, parks (a host whose announced rate limit is spent)
-// and the clock moving on, peek never hands out a repo of a parked host,
-// finds one whenever a host that is not parked has ready repos and is under
-// its cap, and a parked host is handed out again once its time has come
-// (wake). Every repo pushed is handed out exactly once, and dispatchable
-// counts the ready repos of the hosts not parked.
-func TestSchedulerParkedHostsWaitTheirTime(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
+// TestSchedulerParkedHostsWaitTheirTime: the same with parks (a host whose
+// announced rate limit is spent) and the clock moving on: peek never hands
+// out a repo of a parked host, finds one whenever a host that is not
+// parked has ready repos and is under its cap, and a parked host is handed
+// out again once its time has come (wake). Every repo pushed is handed out
+// exactly once, and dispatchable counts the ready repos of the hosts not
+// parked.
+func TestSchedulerParkedHostsWaitTheirTime(t *testing.T) { schedulerModel(t, 3, true) }
+
+// schedulerModel runs 20,000 random steps of the scheduler against a model
+// of it (ready repos by host, jobs running, parked hosts when parks),
+// checking each step, then the end: with every park's time passed and
+// every job done, everything left is handed out, each repo once.
+func schedulerModel(t *testing.T, seed uint64, parks bool) {
+	rng := rand.New(rand.NewPCG(seed, seed+1))
 	const hostCap = 2
 	s := newScheduler(hostCap)
 	queued := map[string][]string{} // the model: ready repos by host
@@ -196,7 +139,7 @@ func TestSchedulerParkedHostsWaitTheirTime(t *testing.T) {
 	handed := map[string]int{}
 	pushed := 0
 	for step := range 20_000 {
-		if rng.IntN(20) == 0 {
+		if parks && rng.IntN(20) == 0 {
 			now = now.Add(time.Duration(rng.IntN(5)) * time.Second)
 			s.wake(now)
 			for h, u := range until {
@@ -239,10 +182,12 @@ func TestSchedulerParkedHostsWaitTheirTime(t *testing.T) {
 			}
 			switch rng.IntN(8) {
 			case 0:
-				u := now.Add(time.Duration(1+rng.IntN(10)) * time.Second)
-				s.park(j.host, u)
-				until[j.host] = u
-				continue
+				if parks {
+					u := now.Add(time.Duration(1+rng.IntN(10)) * time.Second)
+					s.park(j.host, u)
+					until[j.host] = u
+					continue
+				}
 			case 1:
 				queued[j.host] = queued[j.host][1:]
 				to := fmt.Sprintf("h%d", rng.IntN(20))
