@@ -1124,16 +1124,9 @@ func (f *Faults) hideDeletes(ev world.Event) world.Event {
 	if c == nil || !slices.ContainsFunc(c.Ops, func(op *comatproto.SyncSubscribeRepos_RepoOp) bool { return op != nil && op.Action == "delete" }) {
 		return ev
 	}
-	f.mu.Lock()
-	if f.hideDel == 0 {
-		f.mu.Unlock()
+	if !f.takeCounted(&f.hideDel, FaultHiddenDelete, 1) {
 		return ev
 	}
-	if f.hideDel > 0 {
-		f.hideDel--
-	}
-	f.fired[FaultHiddenDelete]++
-	f.mu.Unlock()
 	ev.Commit = legacyForm(c, "delete")
 	return ev
 }
@@ -1155,16 +1148,9 @@ func (f *Faults) legacyCommit(ev world.Event) world.Event {
 	if c == nil {
 		return ev
 	}
-	f.mu.Lock()
-	if f.legacy == 0 {
-		f.mu.Unlock()
+	if !f.takeCounted(&f.legacy, FaultLegacyCommit, 1) {
 		return ev
 	}
-	if f.legacy > 0 {
-		f.legacy--
-	}
-	f.fired[FaultLegacyCommit]++
-	f.mu.Unlock()
 	ev.Commit = legacyForm(c, "")
 	return ev
 }
