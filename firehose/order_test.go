@@ -143,11 +143,7 @@ func TestRewoundRelayAfterRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitDurable(t, c1, 100)
-	before := len(readLog(t, s, false))
-
-	start := int64(100) // the restart
-	c, m := newConsumer(t, Config{Writer: w, Mode: ModeLive, Store: s, Cursor: &start, GapIDs: gapIDsFrom(t, 1)})
+	c, m, before := restartAt100(t, c1, w, s)
 	handle := handler(t, c)
 	handle(old[39]) // a replay of seq 40
 	for seq := int64(51); seq <= 60; seq++ {
@@ -231,11 +227,7 @@ func TestRewoundRelayAccountAfterRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitDurable(t, c1, 100)
-	before := len(readLog(t, s, false))
-
-	start := int64(100) // the restart
-	c, m := newConsumer(t, Config{Writer: w, Mode: ModeLive, Store: s, Cursor: &start, GapIDs: gapIDsFrom(t, 1)})
+	c, m, before := restartAt100(t, c1, w, s)
 	for _, f := range []struct {
 		seq int64
 		ev  world.Event
@@ -294,11 +286,7 @@ func TestReplayBelowCursorNotFollowed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitDurable(t, c1, 100)
-	before := len(readLog(t, s, false))
-
-	start := int64(100) // the restart
-	c, m := newConsumer(t, Config{Writer: w, Mode: ModeLive, Store: s, Cursor: &start, GapIDs: gapIDsFrom(t, 1)})
+	c, m, before := restartAt100(t, c1, w, s)
 	for seq := int64(90); seq <= 100; seq++ {
 		if err := c.Handle(ctx, sent[seq-1]); err != nil {
 			t.Fatal(err)
@@ -395,4 +383,17 @@ func wantFollowed(t *testing.T, s *archive.Store, m *Metrics, cursor int64, dup 
 	if n := counter(m.anomalies, AnomalyDuplicate); n != 1 {
 		t.Fatalf("anomalies{duplicate} = %d, want 1 (%s)", n, dup)
 	}
+}
+
+// restartAt100 is a restart after first has accepted seqs up to 100: once
+// they are durable, a live consumer from cursor 100 over the same store,
+// its gap ids read as a restart reads them, and how many rows the log held
+// before it.
+func restartAt100(t *testing.T, first *Consumer, w *archive.Writer, s *archive.Store) (*Consumer, *Metrics, int) {
+	t.Helper()
+	waitDurable(t, first, 100)
+	before := len(readLog(t, s, false))
+	start := int64(100)
+	c, m := newConsumer(t, Config{Writer: w, Mode: ModeLive, Store: s, Cursor: &start, GapIDs: gapIDsFrom(t, 1)})
+	return c, m, before
 }
